@@ -1,0 +1,97 @@
+"""The environment a result was obtained in (recorded with every results file)."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+
+from .backend import BACKEND, IS_SIMULATOR
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def git_commit(short: bool = False) -> str | None:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                             text=True, timeout=10)
+        if out.returncode != 0:
+            return os.environ.get("NUMBA_ATTN_COMMIT")
+        commit = out.stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        commit = commit[:12] if short else commit
+        return commit + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return os.environ.get("NUMBA_ATTN_COMMIT")
+
+
+def gpu_info() -> dict:
+    if IS_SIMULATOR:
+        return {"gpu": "simulator", "sm_count": None, "compute_capability": None}
+    from numba import cuda
+
+    dev = cuda.get_current_device()
+    name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+    info = {"gpu": name, "sm_count": int(dev.MULTIPROCESSOR_COUNT),
+            "compute_capability": ".".join(map(str, dev.compute_capability))}
+    try:
+        from numba.cuda.cudadrv.driver import driver
+
+        v = driver.get_version()
+        info["cuda_driver_api"] = ".".join(map(str, v)) if isinstance(v, tuple) else v
+    except Exception:  # pragma: no cover - informational only
+        pass
+    try:
+        info["l2_bytes"] = int(dev.L2_CACHE_SIZE)
+    except Exception:
+        pass
+    info.update(nvidia_smi())
+    return info
+
+
+def nvidia_smi() -> dict:
+    """Driver version and current/max clocks, as nvidia-smi reports them."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return {}
+    fields = ["driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem", "power.limit",
+              "temperature.gpu", "memory.total"]
+    try:
+        out = subprocess.run([exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    if out.returncode != 0 or not out.stdout.strip():
+        return {}
+    vals = [v.strip() for v in out.stdout.strip().splitlines()[0].split(",")]
+    keys = ["driver", "sm_clock_mhz", "sm_clock_max_mhz", "mem_clock_mhz", "power_limit_w",
+            "temperature_c", "memory_mib"]
+    return dict(zip(keys, vals))
+
+
+def environment(command: str | None = None) -> dict:
+    env = {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "backend": BACKEND,
+        "commit": git_commit(),
+        "command": command if command is not None else " ".join(sys.argv),
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "numpy": _version("numpy"),
+        "numba": _version("numba"),
+        "numba_cuda": _version("numba-cuda"),
+        "llvmlite": _version("llvmlite"),
+        "torch": _version("torch"),
+    }
+    env.update(gpu_info())
+    return env

@@ -1,0 +1,136 @@
+"""float64 NumPy reference and the correctness gate.
+
+The reference upcasts the *stored* inputs (already rounded to the problem's
+dtype) to float64, so a phase is only charged for its own arithmetic and the
+rounding of its output, not for the rounding of its inputs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Relative-error tolerance ‖out − ref‖ / ‖ref‖ by the precision a phase
+# computes in (its storage dtype or its tensor-core input type, whichever is
+# coarser). float32 arithmetic with fast exp lands near 1e-6; an fp16 output
+# alone costs ~3e-4; P rounded to fp16/bf16 before PV costs more.
+TOLERANCE = {
+    "float32": 1e-4,
+    "tf32": 3e-3,
+    "float16": 4e-3,
+    "bfloat16": 3e-2,
+}
+
+# Bit patterns written into the output before every run. A kernel that forgets
+# an element leaves this exact NaN payload behind, which the check counts
+# separately from NaNs a kernel computes.
+POISON_BITS = {
+    "float32": (np.uint32, 0x7FA5A5A5),
+    "float16": (np.uint16, 0x7D5A),
+    "bfloat16": (np.uint16, 0x7FA5),
+}
+
+
+def tolerance(dtype: str, precision: str | None = None) -> float:
+    return max(TOLERANCE[dtype], TOLERANCE.get(precision or dtype, 0.0))
+
+
+def poison(out: np.ndarray, dtype: str) -> np.ndarray:
+    """Fill ``out`` (host array) with the poison pattern; returns it."""
+    ut, bits = POISON_BITS[dtype]
+    out.view(ut)[...] = bits
+    return out
+
+
+def poisoned_mask(out: np.ndarray, dtype: str) -> np.ndarray:
+    ut, bits = POISON_BITS[dtype]
+    return out.view(ut) == bits
+
+
+def reference(q, k, v, *, causal=False, scale=None, return_lse=False):
+    """Attention in float64. q: (B, H, Nq, D); k, v: (B, Hkv, Nk, D).
+
+    Causal masking is bottom-right aligned (query i sees keys j <= i + Nk - Nq).
+    Rows that see no key (only possible without the causal check) are NaN.
+    Computed one (batch, head) at a time so the score matrix stays small.
+    """
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    G = H // Hkv
+    if scale is None:
+        scale = 1.0 / np.sqrt(D)
+    out = np.empty((B, H, Nq, D), np.float64)
+    lse = np.empty((B, H, Nq), np.float64)
+    if causal:
+        i = np.arange(Nq)[:, None]
+        j = np.arange(Nk)[None, :]
+        masked = j > i + (Nk - Nq)
+    for b in range(B):
+        for h in range(H):
+            qh = q[b, h].astype(np.float64)
+            kh = k[b, h // G].astype(np.float64)
+            vh = v[b, h // G].astype(np.float64)
+            s = (qh @ kh.T) * scale
+            if causal:
+                s[masked] = -np.inf
+            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+                m = np.max(s, axis=1, keepdims=True) if Nk else np.full((Nq, 1), -np.inf)
+                p = np.exp(s - m)
+                l = p.sum(axis=1, keepdims=True)
+                out[b, h] = (p @ vh) / l
+                lse[b, h] = (m + np.log(l))[:, 0]
+    return (out, lse) if return_lse else out
+
+
+@dataclass
+class Check:
+    """Verdict of comparing one output with the reference."""
+
+    ok: bool
+    rel_err: float
+    max_abs_err: float
+    tol: float
+    unwritten: int = 0
+    nonfinite: int = 0
+    reason: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self):
+        return {"ok": self.ok, "rel_err": self.rel_err, "max_abs_err": self.max_abs_err,
+                "tol": self.tol, "unwritten": self.unwritten, "nonfinite": self.nonfinite,
+                "reason": self.reason}
+
+
+def check(out, ref, *, dtype="float32", precision=None, tol=None) -> Check:
+    """‖out − ref‖ / ‖ref‖ under the tolerance; NaN/Inf never pass; every element
+    must have been written (the poison pattern must be gone)."""
+    tol = tolerance(dtype, precision) if tol is None else tol
+    out = np.asarray(out)
+    if out.shape != ref.shape:
+        return Check(False, float("inf"), float("inf"), tol,
+                     reason=f"output shape {out.shape} != expected {ref.shape}")
+    unwritten = int(poisoned_mask(out, dtype).sum()) if dtype in POISON_BITS and out.dtype.itemsize in (2, 4) else 0
+    o64 = out.astype(np.float64)
+    ref_finite = np.isfinite(ref)
+    bad = ~np.isfinite(o64) & ref_finite
+    nonfinite = int(bad.sum()) - unwritten
+    # where the reference itself is NaN/Inf (NaN inputs), the output must match it
+    mismatch_special = int((~ref_finite & ~(np.isnan(o64) & np.isnan(ref)) & ~(o64 == ref)).sum())
+    diff = np.where(ref_finite, o64 - ref, 0.0)
+    denom = float(np.linalg.norm(np.where(ref_finite, ref, 0.0)))
+    with np.errstate(invalid="ignore"):
+        num = float(np.linalg.norm(np.where(np.isfinite(diff), diff, np.inf)))
+    rel = num / denom if denom > 0 else (0.0 if num == 0 else float("inf"))
+    max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
+    if not np.isfinite(max_abs):
+        max_abs = float("inf")
+    reasons = []
+    if unwritten:
+        reasons.append(f"{unwritten} of {out.size} output elements never written")
+    if nonfinite > 0:
+        reasons.append(f"{nonfinite} output elements NaN/Inf where the reference is finite")
+    if mismatch_special:
+        reasons.append(f"{mismatch_special} elements differ where the reference is NaN/Inf")
+    if not (rel <= tol):
+        reasons.append(f"relative error {rel:.3g} > tolerance {tol:.1g}")
+    return Check(not reasons, rel, max_abs, tol, unwritten, max(nonfinite, 0), "; ".join(reasons))
