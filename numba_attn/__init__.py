@@ -1,13 +1,31 @@
 """numba-attn: prototype GPU attention kernels with Numba, one optimization at a time.
 
-The backend (real CUDA or the CUDA simulator) is chosen when this package is
-imported, before numba is: see :mod:`numba_attn.backend`.
+The backend (real CUDA or the CUDA simulator) is chosen when numba is first
+needed, before numba is imported: see :mod:`numba_attn.backend`. The names
+below are loaded lazily so that the CLI can pick the backend from its
+arguments first.
 """
-from .backend import BACKEND, IS_SIMULATOR, describe as describe_backend  # noqa: F401  (first!)
-from .problem import PRESETS, Problem  # noqa: F401
-from .reference import check, reference  # noqa: F401
-from .registry import Launch, get_phase, list_phases, register_phase  # noqa: F401
-from .api import attention  # noqa: F401
-from .runner import run  # noqa: F401
+import importlib
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "BACKEND": "backend", "IS_SIMULATOR": "backend",
+    "Problem": "problem", "PRESETS": "problem",
+    "reference": "reference", "check": "reference",
+    "list_phases": "registry", "get_phase": "registry", "register_phase": "registry", "Launch": "registry",
+    "attention": "api",
+    "run": "runner", "measure": "runner", "RunConfig": "runner",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        mod = importlib.import_module(f"{__name__}.{_LAZY[name]}")
+        return getattr(mod, name)
+    if name in ("runner", "registry", "problem", "reference", "api", "backend", "timing", "env",
+                "peers", "warp", "device_functions", "jit", "phases", "report", "errors"):
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'numba_attn' has no attribute {name!r}")

@@ -1,0 +1,223 @@
+"""``numba-attn`` command line.
+
+    numba-attn list                      the registry as a table
+    numba-attn run [options]             phases × problems → table + results file
+
+The backend is chosen from the arguments *before* numba is imported, which is
+why this module imports the rest of the package lazily.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="numba-attn", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd")
+    ls = sub.add_parser("list", help="list the registered phases in roadmap order")
+    ls.add_argument("--kind", choices=["prefill", "decode"], default=None)
+    ls.add_argument("-v", "--verbose", action="store_true", help="also print each phase's description")
+
+    r = sub.add_parser("run", help="check (and on a GPU time) phases on problems")
+    be = r.add_mutually_exclusive_group()
+    be.add_argument("--simulator", action="store_true", help="use the Numba CUDA simulator (CPU)")
+    be.add_argument("--gpu", action="store_true", help="require a real CUDA GPU")
+    r.add_argument("--phases", default=None, help="comma-separated phase names (default: all)")
+    r.add_argument("--preset", action="append", default=[],
+                   help="named problem set (repeatable); see `numba-attn run --list-presets`")
+    r.add_argument("--list-presets", action="store_true")
+    r.add_argument("--batch", "-B", type=int)
+    r.add_argument("--heads", "-H", type=int)
+    r.add_argument("--kv-heads", type=int)
+    r.add_argument("--q-len", "-N", type=int, help="query length (and kv length unless --kv-len)")
+    r.add_argument("--kv-len", type=int)
+    r.add_argument("--head-dim", "-D", type=int)
+    r.add_argument("--causal", action="store_true")
+    r.add_argument("--dtype", choices=["float32", "float16", "bfloat16"])
+    r.add_argument("--scale", type=float)
+    r.add_argument("--param", action="append", default=[], metavar="PHASE.NAME=VALUE",
+                   help="override a phase's tunable parameter, e.g. smem_kv.Bc=64 (repeatable)")
+    r.add_argument("--seeds", default="1,2", help="comma-separated input seeds for the correctness check")
+    r.add_argument("--results", default=None,
+                   help="JSON-lines file to append to (default: results/<gpu>.jsonl)")
+    r.add_argument("--timeout", type=float, default=None,
+                   help="seconds per (phase, problem) before it is recorded TIMEOUT "
+                        "(default 600 on a GPU, 1800 in the simulator; 0 = no limit, in-process)")
+    r.add_argument("--budget", type=float, default=2.0, help="seconds of timing per row (GPU)")
+    r.add_argument("--no-peers", action="store_true", help="do not run PyTorch SDPA as a peer")
+    r.add_argument("--baseline", default="naive")
+    return ap
+
+
+def _select_backend(args):
+    if getattr(args, "simulator", False):
+        os.environ["NUMBA_ATTN_BACKEND"] = "simulator"
+    elif getattr(args, "gpu", False):
+        os.environ["NUMBA_ATTN_BACKEND"] = "cuda"
+    from . import backend
+
+    return backend
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown"
+
+
+def _problems(args):
+    from .problem import PRESETS, Problem
+
+    shape_given = any(getattr(args, a) is not None for a in
+                      ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "dtype", "scale")) or args.causal
+    problems = []
+    for name in args.preset:
+        if name not in PRESETS:
+            raise SystemExit(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
+        problems += PRESETS[name]
+    if shape_given or not problems:
+        base = Problem() if shape_given else None
+        if base is None:
+            return problems or PRESETS["tiny"], not problems
+        kw = {}
+        for a in ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "dtype", "scale"):
+            if getattr(args, a) is not None:
+                kw[a] = getattr(args, a)
+        kw.setdefault("q_len", 128)
+        if args.causal:
+            kw["causal"] = True
+        problems.append(Problem(**kw))
+    return problems, False
+
+
+def _params(args):
+    out: dict = {}
+    for item in args.param:
+        m = re.fullmatch(r"([\w-]+)\.(\w+)=(.+)", item)
+        if not m:
+            raise SystemExit(f"--param {item!r}: expected PHASE.NAME=VALUE, e.g. smem_kv.Bc=64")
+        ph, key, val = m.groups()
+        try:
+            val = int(val)
+        except ValueError:
+            try:
+                val = float(val)
+            except ValueError:
+                pass
+        out.setdefault(ph, {})[key] = val
+    return out
+
+
+def cmd_list(args) -> int:
+    _select_backend(args)
+    from .registry import list_phases
+
+    phases = list_phases(args.kind)
+    hdr = ("order", "name", "parent", "kind", "plan", "dtypes", "title")
+    rows = [(f"{p.order:g}", p.name, p.parent or "—", p.kind,
+             f"{p.planned_speedup:g}x" if p.planned_speedup else "—", ",".join(p.dtypes), p.title)
+            for p in phases]
+    w = [max(len(x) for x in col) for col in zip(hdr, *rows)]
+    print("  ".join(h.ljust(n) for h, n in zip(hdr, w)))
+    print("  ".join("-" * n for n in w))
+    for r in rows:
+        print("  ".join(x.ljust(n) for x, n in zip(r, w)))
+    from .phases import BROKEN
+
+    for mod, why in BROKEN.items():
+        print(f"BROKEN phase module {mod}: {why}")
+    if args.verbose:
+        for p in phases:
+            print(f"\n{p.name} (parent: {p.parent or '—'}; {p.lineage})\n  "
+                  + p.description.replace("\n", "\n  ") + f"\n  params: {p.params}  source: {p.source_file}")
+    return 0
+
+
+class Progress:
+    """One line per row: [i/n] phase problem … status (elapsed)."""
+
+    def __init__(self, stream=sys.stderr):
+        self.stream = stream
+        self.t0 = time.perf_counter()
+        self.row_t0 = self.t0
+
+    def __call__(self, i, n, row, name, problem):
+        el = time.perf_counter() - self.t0
+        if row is None:
+            self.row_t0 = time.perf_counter()
+            print(f"[{i + 1}/{n} {el:6.1f}s] {name:18s} {problem.label} …", file=self.stream, flush=True)
+        else:
+            extra = ""
+            if row.get("time_ms"):
+                extra = f" {row['time_ms']:.4f} ms"
+            elif row.get("reason") and row.get("status") != "OK":
+                extra = f" ({row['reason'][:120]})"
+            print(f"[{i + 1}/{n} {el:6.1f}s]   → {row.get('status')}{extra} "
+                  f"in {time.perf_counter() - self.row_t0:.1f}s", file=self.stream, flush=True)
+
+
+def cmd_run(args) -> int:
+    if args.list_presets:
+        from .problem import PRESETS
+
+        for name, probs in PRESETS.items():
+            print(f"{name:12s} " + "; ".join(p.label for p in probs))
+        return 0
+    be = _select_backend(args)
+    if args.gpu and be.IS_SIMULATOR:
+        raise SystemExit("--gpu: no CUDA GPU is available")
+    from . import report
+    from .env import gpu_info
+    from .runner import RunConfig, run
+    from .timing import TimingConfig
+
+    problems, defaulted = _problems(args)
+    phases = [p.strip() for p in args.phases.split(",")] if args.phases else None
+    if phases:
+        from .registry import get_phase
+
+        for p in phases:
+            get_phase(p)  # unknown names fail here, with suggestions
+    if args.results:
+        results = args.results
+    else:
+        results = os.path.join("results", f"{_slug(gpu_info()['gpu'])}.jsonl")
+    timeout = args.timeout if args.timeout is not None else (1800.0 if be.IS_SIMULATOR else 600.0)
+    cfg = RunConfig(seeds=tuple(int(s) for s in args.seeds.split(",")), params=_params(args),
+                    timeout_s=timeout or None, peers=not args.no_peers, results=results,
+                    baseline=args.baseline, command="numba-attn " + " ".join(sys.argv[1:]),
+                    timing=TimingConfig(budget_s=args.budget))
+    print(f"backend: {be.describe()}", flush=True)
+    if defaulted:
+        print("no problem given: running every phase on the small default problem (preset 'tiny')"
+              + (" in the simulator" if be.IS_SIMULATOR else ""), flush=True)
+    print(f"problems: {'; '.join(p.label for p in problems)}", flush=True)
+    rows = run(phases, problems, config=cfg, progress=Progress())
+    print()
+    print(report.table(rows))
+    print(f"\nbackend: {be.describe()}")
+    print(f"results appended to {results}")
+    bad = [r for r in rows if r.get("status") in ("FAIL", "ERROR", "TIMEOUT")]
+    return 1 if bad else 0
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    if args.cmd is None:
+        _parser().print_help()
+        return 2
+    try:
+        return {"list": cmd_list, "run": cmd_run}[args.cmd](args)
+    except KeyError as exc:  # unknown phase names
+        print(f"numba-attn: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"numba-attn: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
