@@ -85,14 +85,14 @@ def kernel_resources(kernels) -> list[dict]:
         return []
     out = []
     for kern in kernels:
-        for sig in list(getattr(kern, "overloads", {}).keys()):
-            name = getattr(getattr(kern, "py_func", None), "__name__", str(kern))
+        name = getattr(getattr(kern, "py_func", None), "__name__", str(kern))
+        for sig, ovl in list(getattr(kern, "overloads", {}).items()):
             row = {"kernel": name}
-            for key, getter in (("regs", "get_regs_per_thread"), ("smem_static", "get_shared_mem_per_block"),
-                                ("local_bytes", "get_local_mem_per_thread"),
-                                ("max_threads", "get_max_threads_per_block")):
+            for key, attr in (("regs", "regs_per_thread"), ("smem_static", "shared_mem_per_block"),
+                              ("local_bytes", "local_mem_per_thread"),
+                              ("max_threads", "max_threads_per_block")):
                 try:
-                    row[key] = int(getattr(kern, getter)(sig))
+                    row[key] = int(getattr(ovl, attr))
                 except Exception:  # pragma: no cover - introspection is best effort
                     row[key] = None
             out.append(row)
@@ -163,7 +163,8 @@ def measure(phase: Phase | str, problem: Problem, cfg: RunConfig | None = None, 
         if IS_SIMULATOR or not cfg.time_kernels:
             row.update(status=OK, reason="checked; not timed (simulator)" if IS_SIMULATOR else "checked; not timed")
             return row
-        row.update(_time_launch(launch, problem, qd, kd, vd, od, stream, cfg))
+        row.update(_time_launch(launch, problem, qd, kd, vd, od, stream, cfg, cfg.seeds[len(checks) - 1],
+                                phase.precision))
         row["status"] = OK
         _throughput(row, problem)
         floor_reason = _implausible(row, problem)
@@ -174,7 +175,7 @@ def measure(phase: Phase | str, problem: Problem, cfg: RunConfig | None = None, 
     return row
 
 
-def _time_launch(launch, problem, qd, kd, vd, od, stream, cfg):
+def _time_launch(launch, problem, qd, kd, vd, od, stream, cfg, seed, precision=None):
     from numba import cuda
 
     from .timing import end_to_end, events_batched
@@ -197,8 +198,8 @@ def _time_launch(launch, problem, qd, kd, vd, od, stream, cfg):
     # the timed launches must still compute the right answer: re-check set 0
     od_host = sets[0][3].copy_to_host(stream=stream)
     stream.synchronize()
-    q, k, v, ref = _reference(problem, cfg.seeds[0])
-    c = check(od_host.reshape(problem.out_shape()), ref, dtype=problem.dtype)
+    q, k, v, ref = _reference(problem, seed)  # the inputs last copied to the device
+    c = check(od_host.reshape(problem.out_shape()), ref, dtype=problem.dtype, precision=precision)
     if not c.ok:
         t["post_timing_check"] = c.reason
     return t
