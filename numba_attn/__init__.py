@@ -9,23 +9,26 @@ import importlib
 
 __version__ = "0.1.0"
 
+# NumPy-only modules (no numba): safe to import before the backend is chosen.
+# ``reference`` is both a module and its main function; the function wins here.
+from .problem import PRESETS, Problem  # noqa: E402,F401
+from .reference import check, reference  # noqa: E402,F401
+
 _LAZY = {
     "BACKEND": "backend", "IS_SIMULATOR": "backend",
-    "Problem": "problem", "PRESETS": "problem",
-    "reference": "reference", "check": "reference",
     "list_phases": "registry", "get_phase": "registry", "register_phase": "registry", "Launch": "registry",
     "attention": "api",
     "run": "runner", "measure": "runner", "RunConfig": "runner",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = sorted([*_LAZY, "Problem", "PRESETS", "reference", "check"])
 
 
 def __getattr__(name):
     if name in _LAZY:
         mod = importlib.import_module(f"{__name__}.{_LAZY[name]}")
         return getattr(mod, name)
-    if name in ("runner", "registry", "problem", "reference", "api", "backend", "timing", "env",
+    if name in ("runner", "registry", "problem", "api", "backend", "timing", "env",
                 "peers", "warp", "device_functions", "jit", "phases", "report", "errors"):
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'numba_attn' has no attribute {name!r}")

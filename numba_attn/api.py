@@ -11,6 +11,15 @@ from .registry import get_phase, list_phases
 # fastest first when the caller does not name a phase (roadmap order, last wins)
 
 
+def is_device_array(a) -> bool:
+    """A numba device array (or, in the simulator, its stand-in)."""
+    if hasattr(cuda, "is_cuda_array"):
+        return cuda.is_cuda_array(a)
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    return isinstance(a, FakeCUDAArray)
+
+
 def problem_from_arrays(q, k, v, *, causal=False, scale=None) -> Problem:
     for name, a in (("q", q), ("k", k), ("v", v)):
         if getattr(a, "ndim", None) != 4:
@@ -62,7 +71,7 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, **params):
         supporting = [p.name for p in list_phases() if p.supports(problem) is None]
         raise AttentionInputError(f"phase {ph.name!r} cannot run {problem.label}: {reason}. "
                                   f"Phases that can: {', '.join(supporting) or 'none'}")
-    on_device = cuda.is_cuda_array(q)
+    on_device = is_device_array(q)
     launch = ph.plan(problem, **params)
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]

@@ -1,0 +1,65 @@
+"""Every registered phase against the float64 reference, in the simulator, on
+small odd shapes: lengths that are not multiples of any tile, q_len != kv_len,
+causal and not, head_dim 16 and 32, several batches and heads, grouped-query
+attention, float32 and float16 storage, decode-sized q_len.
+
+A phase may declare a shape out of its range (``supports`` → SKIP with the
+reason), but it must run at least two of the shapes, and no shape may FAIL or
+ERROR. Phases run with their ``sim_params`` (small tiles, so that several
+tiles and a partial last tile are exercised)."""
+import pytest
+
+from numba_attn import Problem, list_phases
+from numba_attn.runner import RunConfig, measure
+
+SHAPES = {
+    "B1H2-37x53-D16-fp32": Problem(batch=1, heads=2, q_len=37, kv_len=53, head_dim=16),
+    "B1H2-37x53-D16-fp32-causal": Problem(batch=1, heads=2, q_len=37, kv_len=53, head_dim=16, causal=True),
+    "B2H2/1-29-D32-fp16-causal": Problem(batch=2, heads=2, kv_heads=1, q_len=29, head_dim=32,
+                                         dtype="float16", causal=True),
+    "B1H2-19x45-D32-fp16": Problem(batch=1, heads=2, q_len=19, kv_len=45, head_dim=32, dtype="float16"),
+    "decode-B2H4/2-1x45-D32-fp32": Problem(batch=2, heads=4, kv_heads=2, q_len=1, kv_len=45, head_dim=32),
+    "decode-B1H2-3x45-D16-fp16-causal": Problem(batch=1, heads=2, q_len=3, kv_len=45, head_dim=16,
+                                                dtype="float16", causal=True),
+}
+PHASES = list_phases()
+_ROWS: dict = {}
+CFG = RunConfig(seeds=(7,))
+
+
+def _row(phase, shape):
+    key = (phase.name, shape)
+    if key not in _ROWS:
+        _ROWS[key] = measure(phase, SHAPES[shape], CFG, **phase.sim_params)
+    return _ROWS[key]
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("phase", PHASES, ids=[p.name for p in PHASES])
+def test_phase_matches_reference(phase, shape):
+    row = _row(phase, shape)
+    if row["status"] == "SKIP":
+        pytest.skip(f"{phase.name} does not support {SHAPES[shape].label}: {row['reason']}")
+    assert row["status"] == "OK", f"{phase.name} on {SHAPES[shape].label}: {row['status']}: {row['reason']}"
+    assert row["check"]["rel_err"] <= row["check"]["tol"]
+    assert row["check"]["unwritten"] == 0
+
+
+@pytest.mark.parametrize("phase", PHASES, ids=[p.name for p in PHASES])
+def test_phase_runs_enough_shapes(phase):
+    ok = [s for s in SHAPES if _row(phase, s)["status"] == "OK"]
+    assert len(ok) >= 2, f"{phase.name} ran only {ok}; a phase must cover at least two test shapes"
+
+
+def test_default_parameters_run_in_simulator():
+    """The default (GPU) tile sizes, not only the small simulator tiles, are
+    correct: one problem per prefill phase whose tiles fit a single block."""
+    prob = Problem(batch=1, heads=1, q_len=21, kv_len=40, head_dim=16, causal=True)
+    bad = []
+    for phase in PHASES:
+        if phase.kind != "prefill" or phase.supports(prob) is not None:
+            continue
+        row = measure(phase, prob, CFG)
+        if row["status"] not in ("OK", "SKIP"):
+            bad.append(f"{phase.name}: {row['status']} {row['reason']}")
+    assert not bad, bad
