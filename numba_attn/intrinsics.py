@@ -57,7 +57,13 @@ The functions
 ``pack_bf16x2``            ``cvt.rn.bf16x2.f32``
 ``pack_b16x2``             ``mov.b32 {lo, hi}`` (two 16-bit patterns → one register)
 ``to_tf32``                ``cvt.rna.tf32.f32``
+``lds``                    ``arr[r, c]`` without negative-index wrap-around
 =========================  ==============================================
+
+``lds`` exists for speed, not for a new instruction: numba's ``arr[i, j]``
+adds a wrap-around select for negative indices, which hides from LLVM that
+the addresses of an unrolled fragment loop differ by constants, so every one
+of them is computed (and kept live) in its own 64-bit register.
 
 Array arguments are indexed like the arrays themselves (2-D shared tiles,
 3-D ``(bh, row, col)`` global tensors); the address is that element's.
@@ -87,7 +93,7 @@ SMEM_ALIGN = None if IS_SIMULATOR else 16
 __all__ = [
     "SMEM_ALIGN", "mma_f16", "mma_bf16", "mma_tf32", "ldmatrix_x4", "ldmatrix_x4_trans",
     "cp_async16", "cp_async_commit", "cp_async_wait", "ld_global_v4", "st_shared_v4",
-    "pack_f16x2", "pack_bf16x2", "pack_b16x2", "to_tf32",
+    "pack_f16x2", "pack_bf16x2", "pack_b16x2", "to_tf32", "lds",
 ]
 
 # ---------------------------------------------------------------------------
@@ -340,6 +346,14 @@ if IS_SIMULATOR:
         words = np.array([_u32(x) for x in (x0, x1, x2, x3)], np.uint32)
         a[int(r), int(c):int(c) + n] = words.view(a.dtype)
 
+    def lds(arr, r, c):
+        """``arr[r, c]`` of a 2-D (shared) array, indices must be non-negative."""
+        r, c = int(r), int(c)
+        a = _np(arr)
+        if not (0 <= r < a.shape[0] and 0 <= c < a.shape[1]):
+            raise IndexError(f"lds index ({r}, {c}) out of bounds for shape {a.shape}")
+        return a[r, c]
+
     def pack_f16x2(lo, hi):
         """Two float32 → one register: f16(lo) in the low half, f16(hi) in the high half."""
         return np.uint32(f16_bits(lo) | (f16_bits(hi) << 16))
@@ -510,6 +524,20 @@ else:  # -------------------------------------------------------------- GPU
             _asm(builder, ir.VoidType(), [_i32] * 5, "st.shared.v4.u32 [$0], {$1,$2,$3,$4};",
                  "r,r,r,r,r,~{memory}", [_shared_addr(builder, ptr)] + list(args[3:]), side_effect=True)
             return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def lds(typingctx, arr, r, c):
+        if not (isinstance(arr, types.Array) and arr.ndim == 2):
+            return None
+        sig = arr.dtype(arr, r, c)
+
+        def codegen(context, builder, sig, args):
+            # a plain load (the compiler may schedule and combine it), without
+            # numba's negative-index wrap-around, so that addresses of an
+            # unrolled loop fold into one base register plus constant offsets
+            return builder.load(_elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:]))
 
         return sig, codegen
 
