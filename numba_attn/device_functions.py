@@ -80,3 +80,128 @@ def online_softmax_rescale(m, l, tile_max):
     m_new = max(m, tile_max)
     corr = math.exp(m - m_new)
     return m_new, l * corr, corr
+
+
+# -- partial softmax states: merging and the split-K combine --------------------
+#
+# A partial state over a subset of the keys is ``(m, l, O)``: its largest score,
+# ``Σ exp(s_j − m)`` and the unnormalized ``Σ exp(s_j − m) v_j``. Two states over
+# disjoint key sets merge exactly; a state that saw no key is ``(NEG_BIG, 0, 0)``.
+# NEG_BIG is finite on purpose: kernels compile with fastmath (no-infs), so an
+# empty state must not rely on arithmetic with infinities.
+
+NEG_BIG = np.float32(-1e30)
+EMPTY_LSE_BELOW = np.float32(-1e29)  # a stored log-sum-exp below this marks an empty split
+
+
+@device
+def merge_state(m_a, l_a, m_b, l_b):
+    """Merge two partial states over disjoint key sets::
+
+        m = max(m_a, m_b); ca = exp(m_a - m); cb = exp(m_b - m)
+        l = l_a * ca + l_b * cb          # and the caller forms O = O_a ca + O_b cb
+
+    Returns ``(m, l, ca, cb)``. An empty state (m = NEG_BIG, l = 0) gets the
+    factor 0 next to any non-empty one.
+    """
+    m = max(m_a, m_b)
+    ca = math.exp(m_a - m)
+    cb = math.exp(m_b - m)
+    return m, l_a * ca + l_b * cb, ca, cb
+
+
+@device
+def state_lse(m, l):
+    """Log-sum-exp of a partial state, ``m + log(l)``, or NEG_BIG when it saw no key."""
+    if l > float32(0.0):
+        return m + math.log(l)
+    return NEG_BIG
+
+
+@device
+def combine_splits(part_o, part_lse, n_splits, row, d):
+    """The combine step of split-K (flash-decoding): split ``s`` wrote its
+    normalized output ``O_s = part_o[s, row, :]`` and ``lse_s = part_lse[s, row]``
+    (NEG_BIG when it saw no key); the exact result is::
+
+        lse = log Σ_s exp(lse_s);  O[row, d] = Σ_s exp(lse_s − lse) · O_s[row, d]
+
+    computed in one pass as an online softmax over the splits (a split's state
+    is ``(lse_s, 1, O_s)``). Returns ``O[row, d]`` as float32.
+    """
+    m = NEG_BIG
+    l = float32(0.0)
+    acc = float32(0.0)
+    for s in range(n_splits):
+        lse_s = part_lse[s, row]
+        if lse_s > EMPTY_LSE_BELOW:
+            m, l, ca, cb = merge_state(m, l, lse_s, float32(1.0))
+            acc = acc * ca + cb * part_o[s, row, d]
+    return acc / l
+
+
+# -- 16-byte loads ---------------------------------------------------------------
+#
+# ``ldg_f32x4(a, i, j, c)`` returns a[i, j, c:c+4] of a float32 array and
+# ``ldg_f16x8(a, i, j, c)`` returns a[i, j, c:c+8] of a float16 array converted
+# to float32, each with one ``ld.global.nc.v4`` (16 bytes per thread) instead
+# of 4 or 8 scalar loads. The element a[i, j, c] must be 16-byte aligned (rows
+# of a multiple of 16 bytes, c a multiple of the vector width) and the array
+# must not be written while the kernel runs (read-only path). In the simulator
+# they are plain Python with the same results.
+
+from .backend import IS_SIMULATOR  # noqa: E402
+
+if IS_SIMULATOR:
+
+    def ldg_f32x4(a, i, j, c):
+        return (float32(a[i, j, c]), float32(a[i, j, c + 1]), float32(a[i, j, c + 2]), float32(a[i, j, c + 3]))
+
+    def ldg_f16x8(a, i, j, c):
+        return tuple(float32(a[i, j, c + e]) for e in range(8))
+
+else:
+    from llvmlite import ir as _ir
+    from numba import types as _types
+    from numba.cuda import cgutils as _cgutils
+    from numba.cuda.extending import intrinsic as _intrinsic
+
+    def _element_pointer(context, builder, sig, args):
+        aryty = sig.args[0]
+        ary = context.make_array(aryty)(context, builder, value=args[0])
+        idx = [context.cast(builder, a, t, _types.intp) for a, t in zip(args[1:], sig.args[1:])]
+        return _cgutils.get_item_pointer(context, builder, aryty, ary, idx, wraparound=False)
+
+    @_intrinsic
+    def ldg_f32x4(typingctx, a, i, j, c):
+        ret = _types.UniTuple(_types.float32, 4)
+
+        def codegen(context, builder, sig, args):
+            ptr = _element_pointer(context, builder, sig, args)
+            f32 = _ir.FloatType()
+            fnty = _ir.FunctionType(_ir.LiteralStructType([f32] * 4), [ptr.type])
+            asm = _ir.InlineAsm(fnty, "ld.global.nc.v4.f32 {$0, $1, $2, $3}, [$4];",
+                                "=f,=f,=f,=f,l")
+            res = builder.call(asm, [ptr])
+            return context.make_tuple(builder, ret, [builder.extract_value(res, e) for e in range(4)])
+
+        return ret(a, i, j, c), codegen
+
+    @_intrinsic
+    def ldg_f16x8(typingctx, a, i, j, c):
+        ret = _types.UniTuple(_types.float32, 8)
+
+        def codegen(context, builder, sig, args):
+            ptr = _element_pointer(context, builder, sig, args)
+            f32 = _ir.FloatType()
+            fnty = _ir.FunctionType(_ir.LiteralStructType([f32] * 8), [ptr.type])
+            body = ("{ .reg .b32 vr<4>; .reg .b16 vh<8>; "
+                    "ld.global.nc.v4.b32 {vr0, vr1, vr2, vr3}, [$8]; "
+                    "mov.b32 {vh0, vh1}, vr0; mov.b32 {vh2, vh3}, vr1; "
+                    "mov.b32 {vh4, vh5}, vr2; mov.b32 {vh6, vh7}, vr3; "
+                    + " ".join(f"cvt.f32.f16 ${e}, vh{e};" for e in range(8)) + " }")
+            asm = _ir.InlineAsm(fnty, body, ",".join(["=f"] * 8) + ",l")
+            res = builder.call(asm, [ptr])
+            return context.make_tuple(builder, ret, [builder.extract_value(res, e) for e in range(8)])
+
+        return ret(a, i, j, c), codegen

@@ -193,3 +193,79 @@ else:
         x += shfl_xor_sync(FULL_MASK, x, 2)
         x += shfl_xor_sync(FULL_MASK, x, 1)
         return x
+
+
+# -- reductions over lane groups (several keys per warp, one group of lanes per key) --
+
+
+def _group_stages(width):
+    """xor-butterfly stages reducing within aligned groups of ``width`` lanes."""
+    out, off = [], width // 2
+    while off >= 1:
+        out.append(off)
+        off //= 2
+    return tuple(out)
+
+
+def _strided_stages(width):
+    """xor-butterfly stages reducing over the lanes that share ``lane % width``."""
+    out, off = [], WARP_SIZE // 2
+    while off >= width:
+        out.append(off)
+        off //= 2
+    return tuple(out)
+
+
+if IS_SIMULATOR:
+
+    def group_sum(x, width):
+        return _reduce(x, lambda a, b: a + b, _group_stages(int(width))) if width > 1 else x
+
+    def group_max(x, width):
+        return _reduce(x, max, _group_stages(int(width))) if width > 1 else x
+
+    def strided_sum(x, width):
+        return _reduce(x, lambda a, b: a + b, _strided_stages(int(width))) if width < WARP_SIZE else x
+
+    def strided_max(x, width):
+        return _reduce(x, max, _strided_stages(int(width))) if width < WARP_SIZE else x
+
+else:
+
+    @device
+    def group_sum(x, width):
+        """Sum over each aligned group of ``width`` consecutive lanes (a power of
+        two, a compile-time constant); every lane of the group gets the result."""
+        off = width // 2
+        while off >= 1:
+            x += shfl_xor_sync(FULL_MASK, x, off)
+            off //= 2
+        return x
+
+    @device
+    def group_max(x, width):
+        """Max over each aligned group of ``width`` consecutive lanes."""
+        off = width // 2
+        while off >= 1:
+            x = max(x, shfl_xor_sync(FULL_MASK, x, off))
+            off //= 2
+        return x
+
+    @device
+    def strided_sum(x, width):
+        """Sum over the lanes that share ``lane % width`` (the same position in
+        every group of ``width`` lanes): combines the groups of a warp."""
+        off = WARP_SIZE // 2
+        while off >= width:
+            x += shfl_xor_sync(FULL_MASK, x, off)
+            off //= 2
+        return x
+
+    @device
+    def strided_max(x, width):
+        """Max over the lanes that share ``lane % width``."""
+        off = WARP_SIZE // 2
+        while off >= width:
+            x = max(x, shfl_xor_sync(FULL_MASK, x, off))
+            off //= 2
+        return x
