@@ -1,0 +1,243 @@
+"""Phase 30 — ``decode_chunked``: decode (q_len 1–8) as a bandwidth-bound GEMV.
+
+Change against ``fused_rowwise`` (one thread per query row, walking every key
+alone): in decode there are only 1–8 query rows per head, so one thread per
+row would leave the GPU empty and read K/V with one thread per row. Here one
+block handles one (sequence, KV head) and *all* the query rows that read it —
+the ``G`` query heads of a grouped-query group times ``q_len`` — so each K/V
+row is read from memory once per block, whatever the group size:
+
+* the block's warps take the KV sequence in steps, round-robin; within a
+  warp, a group of ``L`` lanes takes one key, each lane reading 16 bytes at a
+  time (``ld.global.nc.v4``: 4 float32 or 8 float16) of the K row and the V
+  row, so a warp reads ``32 / L`` whole rows per step, fully coalesced;
+* each lane dots its slice of the key with its slice of every query row
+  (registers), the group sums the slices with ``log2 L`` xor-shuffles, and
+  every group keeps its own online softmax ``(m, l, O)`` per row;
+* at the end the groups of a warp merge with shuffles (max, rescale, sum) and
+  the warps merge their partial ``(m, l, O)`` through shared memory.
+
+``L`` is chosen so that a lane holds ``E = D / L`` elements per row, with the
+``rows × E`` query and accumulator registers bounded (E = 32 for one row,
+fewer for more rows); more than ``rows`` query rows are split over blocks.
+Causal with ``q_len > 1`` is bottom-right aligned: row ``i`` sees the keys
+``j <= i + kv_len - q_len`` (a masked key is simply skipped for that row).
+
+Prediction (before measuring): the kernel reads K and V once with 16-byte
+coalesced loads and does ~2 FLOP per byte, so a full grid should run near the
+copy bandwidth (≥ 70% of it). But the grid is only ``batch × kv_heads``
+blocks: at B=1, H=32 that is 32 blocks on 132 SMs, and a single SM cannot pull
+more than a few % of the chip's bandwidth, so B=1 should reach only ~25–35% of
+it; B=8 (256 blocks) and B=32 (1024 blocks) should be near the target. The
+split-K phase (``decode_split_k``) fixes small batches.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+from numba import cuda, float32, int32
+
+from ..backend import IS_SIMULATOR
+from ..device_functions import NEG_BIG, ldg_f16x8, ldg_f32x4, merge_state, online_softmax_step
+from ..jit import kernel
+from ..registry import Launch, register_phase
+from ..warp import WARP_SIZE, group_sum, strided_max, strided_sum
+
+MAX_Q_LEN = 8
+SMEM_LIMIT = 48 * 1024
+
+
+def vector_width(dtype: str) -> int:
+    """Elements per 16-byte load: 4 float32 or 8 float16."""
+    return {"float32": 4, "float16": 8}[dtype]
+
+
+def decode_rows(problem, rows: int) -> int:
+    """Query rows per block: the group's ``G · q_len`` rows, at most ``rows``."""
+    return max(1, min(problem.group * problem.q_len, rows))
+
+
+def lanes_per_key(D: int, VW: int, RB: int, lanes: int = 0) -> int:
+    """Lanes that share one key: a power of two dividing 32 and the row's
+    16-byte chunks, such that a lane holds E = D/L <= max(VW, 32/RB) elements
+    per row (``lanes`` > 0 forces it)."""
+    if lanes:
+        return lanes
+    target = 32
+    while target * RB > 32 and target > VW:
+        target //= 2
+    valid = [L for L in (1, 2, 4, 8, 16, 32) if (D // VW) % L == 0]
+    for L in valid:
+        if D // L <= target:
+            return L
+    return valid[-1]
+
+
+def check_decode(problem, warps, lanes, rows, max_warps=32):
+    """The supports() rules shared by the decode phases (None when runnable)."""
+    if problem.q_len > MAX_Q_LEN:
+        return f"decode kernel: q_len {problem.q_len} > {MAX_Q_LEN} (use a prefill phase)"
+    if problem.q_len < 1 or problem.kv_len < 1:
+        return "decode kernel: needs q_len >= 1 and kv_len >= 1"
+    VW = vector_width(problem.dtype)
+    D = problem.head_dim
+    if D % VW:
+        return f"head_dim {D} is not a multiple of {VW} ({problem.dtype} rows must be whole 16-byte vectors)"
+    if not 1 <= warps <= max_warps:
+        return f"warps={warps} out of range 1..{max_warps}"
+    RB = decode_rows(problem, rows)
+    L = lanes_per_key(D, VW, RB, lanes)
+    if L not in (1, 2, 4, 8, 16, 32) or (D // VW) % L:
+        return f"lanes={L}: must be a power of two <= 32 dividing the {D // VW} vectors of a row"
+    smem = warps * RB * (D + 2) * 4
+    if smem > SMEM_LIMIT:
+        return f"block merge needs {smem} B of shared memory (> 48 KiB); lower warps or rows"
+    return None
+
+
+@functools.cache
+def make_kernel(D: int, VW: int, L: int, NW: int, RB: int, Nq: int, G: int, causal: bool):
+    E = D // L  # elements of a row per lane
+    NV = E // VW  # 16-byte loads per row per lane
+    KW = WARP_SIZE // L  # keys per warp step
+    NT = NW * WARP_SIZE
+    NROWS = G * Nq
+    ldv = ldg_f32x4 if VW == 4 else ldg_f16x8
+
+    @kernel
+    def decode_chunked(q, k, v, o, scale, Hkv, Nk):
+        sm_m = cuda.shared.array((NW, RB), float32)
+        sm_l = cuda.shared.array((NW, RB), float32)
+        sm_o = cuda.shared.array((NW, RB, D), float32)
+        Qr = cuda.local.array((RB, E), float32)
+        acc = cuda.local.array((RB, E), float32)
+        m = cuda.local.array(RB, float32)
+        l = cuda.local.array(RB, float32)
+        lim = cuda.local.array(RB, int32)
+        KK = cuda.local.array(E, float32)
+        VV = cuda.local.array(E, float32)
+        kvh = cuda.blockIdx.y  # b * Hkv + kv head
+        row0 = cuda.blockIdx.x * RB  # first of this block's query rows (g * Nq + i)
+        tid = cuda.threadIdx.x
+        w = tid // WARP_SIZE
+        lane = tid % WARP_SIZE
+        grp = lane // L
+        sub = lane % L
+        for r in range(RB):
+            row = row0 + r
+            ok = row < NROWS
+            g = row // Nq
+            i = row - g * Nq
+            bh = kvh * G + g  # = b * H + hkv * G + g
+            if ok:
+                lim[r] = min(Nk, i + Nk - Nq + 1) if causal else Nk
+            else:
+                lim[r] = 0
+            for t in range(NV):
+                for x in range(VW):
+                    Qr[r, t * VW + x] = float32(q[bh, i, (sub + L * t) * VW + x]) * scale if ok else float32(0.0)
+                    acc[r, t * VW + x] = float32(0.0)
+            m[r] = NEG_BIG
+            l[r] = float32(0.0)
+        n_steps = (Nk + KW - 1) // KW
+        for step in range(w, n_steps, NW):  # warp-uniform: the shuffles stay convergent
+            j = step * KW + grp
+            jj = min(j, Nk - 1)
+            for t in range(NV):
+                kx = ldv(k, kvh, jj, (sub + L * t) * VW)
+                vx = ldv(v, kvh, jj, (sub + L * t) * VW)
+                for x in range(VW):
+                    KK[t * VW + x] = kx[x]
+                    VV[t * VW + x] = vx[x]
+            for r in range(RB):
+                s = float32(0.0)
+                for e in range(E):
+                    s += Qr[r, e] * KK[e]
+                s = group_sum(s, L)
+                if j < lim[r]:
+                    m_new, l_new, corr, p = online_softmax_step(m[r], l[r], s)
+                    m[r] = m_new
+                    l[r] = l_new
+                    for e in range(E):
+                        acc[r, e] = acc[r, e] * corr + p * VV[e]
+        # merge the lane groups of the warp: common max, rescale, sum
+        for r in range(RB):
+            mw = strided_max(m[r], L)
+            c = math.exp(m[r] - mw)
+            lw = strided_sum(l[r] * c, L)
+            for e in range(E):
+                acc[r, e] = strided_sum(acc[r, e] * c, L)
+            if lane < L:
+                for t in range(NV):
+                    for x in range(VW):
+                        sm_o[w, r, (sub + L * t) * VW + x] = acc[r, t * VW + x]
+                if lane == 0:
+                    sm_m[w, r] = mw
+                    sm_l[w, r] = lw
+        cuda.syncthreads()
+        # merge the warps' partial (m, l, O) and write the output
+        for idx in range(tid, RB * D, NT):
+            r = idx // D
+            d = idx - r * D
+            row = row0 + r
+            if row < NROWS:
+                g = row // Nq
+                i = row - g * Nq
+                mm = NEG_BIG
+                ll = float32(0.0)
+                oo = float32(0.0)
+                for ww in range(NW):
+                    mm, ll, ca, cb = merge_state(mm, ll, sm_m[ww, r], sm_l[ww, r])
+                    oo = oo * ca + cb * sm_o[ww, r, d]
+                o[kvh * G + g, i, d] = oo / ll
+
+    return decode_chunked
+
+
+def _supports(problem, warps, lanes, rows):
+    return check_decode(problem, warps, lanes, rows)
+
+
+def check_alignment(*arrays):
+    """16-byte loads need 16-byte aligned rows: refuse misaligned device arrays."""
+    if IS_SIMULATOR:
+        return
+    for a in arrays:
+        ptr = a.__cuda_array_interface__["data"][0] if hasattr(a, "__cuda_array_interface__") else 0
+        if ptr % 16:
+            raise ValueError("decode kernels need 16-byte aligned K/V device arrays")
+
+
+@register_phase(
+    name="decode_chunked", order=30, title="Decode: block per (sequence, KV head), warps over KV chunks",
+    parent="fused_rowwise", kind="decode",
+    description="""
+        One block per (sequence, KV head) computes all the query rows that read that
+        KV head (GQA group × q_len ≤ 8). Warps take KV steps round-robin; a group of
+        lanes takes one key with 16-byte loads, dots it with every query row
+        (xor-shuffle sum within the group) and keeps a per-group online softmax;
+        groups merge with shuffles, warps merge their partial (m, l, O) in shared
+        memory. K and V are read once, coalesced.
+    """,
+    lineage="Decode attention as a batched GEMV (vLLM PagedAttention v1, Kwon et al. 2023; "
+            "FlashInfer decode kernels), online softmax per warp and a block merge",
+    planned_speedup=20.0,
+    sim_params={"warps": 2},
+    supports=_supports,
+)
+def decode_chunked(problem, warps=8, lanes=0, rows=8):
+    Hkv, Nq, Nk, D = problem.kv_heads, problem.q_len, problem.kv_len, problem.head_dim
+    G = problem.group
+    VW = vector_width(problem.dtype)
+    RB = decode_rows(problem, rows)
+    L = lanes_per_key(D, VW, RB, lanes)
+    kern = make_kernel(D, VW, L, warps, RB, Nq, G, problem.causal)
+    scale = float32(problem.sm_scale)
+    grid = ((G * Nq + RB - 1) // RB, problem.batch * Hkv)
+
+    def run(q, k, v, o, stream=0):
+        check_alignment(k, v)
+        kern[grid, warps * WARP_SIZE, stream](q, k, v, o, scale, Hkv, Nk)
+
+    return Launch(run, kernels=[kern], notes=f"L={L} lanes/key, {RB} rows/block, {warps} warps")

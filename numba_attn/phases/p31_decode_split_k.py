@@ -1,0 +1,258 @@
+"""Phase 31 — ``decode_split_k``: flash-decoding, the KV range split across blocks.
+
+Change against ``decode_chunked``: that kernel launches ``batch × kv_heads``
+blocks, 32 for one sequence of 32 heads — a quarter of the 132 SMs of an
+H100/H200, and an SM alone cannot pull much of the chip's bandwidth. Here the
+KV range of each (sequence, KV head) is split into ``S`` chunks, one block
+each, so that even B=1 launches several blocks per SM:
+
+* ``S = ceil(SMs × blocks_per_sm / (batch × kv_heads × row_blocks))``, at
+  most ``ceil(kv_len / min_keys)`` so that no block gets too little work (the
+  SM count is read from the device; 132 stands in for it in the simulator);
+  ``S = 1`` (large batches) launches one kernel that writes the output as
+  ``decode_chunked`` does;
+* a split's keys are ``[s·chunk, min(kv_len, (s+1)·chunk))`` with ``chunk``
+  rounded up to whole warp steps, so the last splits can be short or empty
+  (an empty split, or a row that sees none of a split's keys under the causal
+  mask, writes the empty state: log-sum-exp ``NEG_BIG`` and zeros);
+* each block writes its normalized partial output ``O_s`` (float32) and its
+  log-sum-exp ``lse_s`` per query row; a second kernel, one thread per output
+  element, combines the splits exactly:
+  ``O = Σ_s exp(lse_s − lse) O_s`` with ``lse = log Σ_s exp(lse_s)``
+  (``combine_splits`` in ``device_functions``, shared with the split-K
+  prefill phase).
+
+The extra traffic is ``S × rows × D × 4`` bytes written and read once, tiny
+next to the KV cache (at B=1, H=32, S=16, D=128: 256 KiB against 268 MiB of
+fp16 KV at 16k keys).
+
+Prediction (before measuring): B=1 and the GQA case (8 KV heads) go from
+~25–35% of the copy bandwidth (``decode_chunked``) to ≥ 70% at kv_len ≥ 16k;
+at 4k the two launches and the combine cost a few µs of a ~25–50 µs kernel;
+large batches are unchanged (S = 1).
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+from numba import cuda, float32, int32
+
+from ..backend import IS_SIMULATOR
+from ..device_functions import (NEG_BIG, combine_splits, ldg_f16x8, ldg_f32x4, merge_state,
+                                online_softmax_step, state_lse)
+from ..jit import kernel
+from ..registry import Launch, register_phase
+from ..warp import WARP_SIZE, group_sum, strided_max, strided_sum
+from .p30_decode_chunked import check_alignment, check_decode, decode_rows, lanes_per_key, vector_width
+
+SIMULATOR_SMS = 132  # stand-in for the SM count where there is no device to ask
+
+
+def sm_count() -> int:
+    if IS_SIMULATOR:
+        return SIMULATOR_SMS
+    try:
+        return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
+    except Exception:  # noqa: BLE001 - offline compilation has no device
+        return SIMULATOR_SMS
+
+
+def split_plan(n_blocks: int, kv_len: int, keys_per_round: int, sms: int, blocks_per_sm: int,
+               min_keys: int, splits: int = 0):
+    """(S, chunk): the number of KV splits and the keys per split.
+
+    ``n_blocks`` blocks exist without splitting; S fills ``sms × blocks_per_sm``
+    block slots, with at least ``min_keys`` keys per split (``splits`` > 0
+    forces S). ``chunk`` is rounded up to whole ``keys_per_round``, so the last
+    splits may be shorter or empty.
+    """
+    if splits > 0:
+        S = splits
+    else:
+        want = -(-sms * blocks_per_sm // n_blocks)
+        S = max(1, min(want, -(-kv_len // max(1, min_keys))))
+    chunk = -(-kv_len // S)
+    chunk = -(-chunk // keys_per_round) * keys_per_round
+    return S, chunk
+
+
+@functools.cache
+def make_kernel(D: int, VW: int, L: int, NW: int, RB: int, Nq: int, G: int, causal: bool, FINAL: bool):
+    E = D // L  # elements of a row per lane
+    NV = E // VW  # 16-byte loads per row per lane
+    KW = WARP_SIZE // L  # keys per warp step
+    NT = NW * WARP_SIZE
+    NROWS = G * Nq
+    NRC = (NROWS + RB - 1) // RB  # row blocks per KV head
+    ldv = ldg_f32x4 if VW == 4 else ldg_f16x8
+
+    @kernel
+    def decode_split_k(q, k, v, o, part_o, part_lse, scale, Hkv, Nk, chunk):
+        sm_m = cuda.shared.array((NW, RB), float32)
+        sm_l = cuda.shared.array((NW, RB), float32)
+        sm_o = cuda.shared.array((NW, RB, D), float32)
+        Qr = cuda.local.array((RB, E), float32)
+        acc = cuda.local.array((RB, E), float32)
+        m = cuda.local.array(RB, float32)
+        l = cuda.local.array(RB, float32)
+        lim = cuda.local.array(RB, int32)
+        KK = cuda.local.array(E, float32)
+        VV = cuda.local.array(E, float32)
+        split = cuda.blockIdx.x
+        kvh = cuda.blockIdx.y // NRC  # b * Hkv + kv head
+        row0 = (cuda.blockIdx.y - kvh * NRC) * RB  # first of this block's query rows (g * Nq + i)
+        lo = split * chunk  # this block's keys: [lo, hi)
+        hi = min(Nk, lo + chunk)
+        tid = cuda.threadIdx.x
+        w = tid // WARP_SIZE
+        lane = tid % WARP_SIZE
+        grp = lane // L
+        sub = lane % L
+        for r in range(RB):
+            row = row0 + r
+            ok = row < NROWS
+            g = row // Nq
+            i = row - g * Nq
+            bh = kvh * G + g  # = b * H + hkv * G + g
+            if ok:
+                lim[r] = min(Nk, i + Nk - Nq + 1) if causal else Nk
+            else:
+                lim[r] = 0
+            for t in range(NV):
+                for x in range(VW):
+                    Qr[r, t * VW + x] = float32(q[bh, i, (sub + L * t) * VW + x]) * scale if ok else float32(0.0)
+                    acc[r, t * VW + x] = float32(0.0)
+            m[r] = NEG_BIG
+            l[r] = float32(0.0)
+        n_steps = max(0, (hi - lo + KW - 1) // KW)  # 0 for a split past the end
+        for step in range(w, n_steps, NW):  # warp-uniform: the shuffles stay convergent
+            j = lo + step * KW + grp
+            jj = min(j, hi - 1)
+            for t in range(NV):
+                kx = ldv(k, kvh, jj, (sub + L * t) * VW)
+                vx = ldv(v, kvh, jj, (sub + L * t) * VW)
+                for x in range(VW):
+                    KK[t * VW + x] = kx[x]
+                    VV[t * VW + x] = vx[x]
+            for r in range(RB):
+                s = float32(0.0)
+                for e in range(E):
+                    s += Qr[r, e] * KK[e]
+                s = group_sum(s, L)
+                if j < hi and j < lim[r]:
+                    m_new, l_new, corr, p = online_softmax_step(m[r], l[r], s)
+                    m[r] = m_new
+                    l[r] = l_new
+                    for e in range(E):
+                        acc[r, e] = acc[r, e] * corr + p * VV[e]
+        # merge the lane groups of the warp: common max, rescale, sum
+        for r in range(RB):
+            mw = strided_max(m[r], L)
+            c = math.exp(m[r] - mw)
+            lw = strided_sum(l[r] * c, L)
+            for e in range(E):
+                acc[r, e] = strided_sum(acc[r, e] * c, L)
+            if lane < L:
+                for t in range(NV):
+                    for x in range(VW):
+                        sm_o[w, r, (sub + L * t) * VW + x] = acc[r, t * VW + x]
+                if lane == 0:
+                    sm_m[w, r] = mw
+                    sm_l[w, r] = lw
+        cuda.syncthreads()
+        # merge the warps' partial (m, l, O); write the output or this split's partial
+        for idx in range(tid, RB * D, NT):
+            r = idx // D
+            d = idx - r * D
+            row = row0 + r
+            if row < NROWS:
+                g = row // Nq
+                i = row - g * Nq
+                bh = kvh * G + g
+                mm = NEG_BIG
+                ll = float32(0.0)
+                oo = float32(0.0)
+                for ww in range(NW):
+                    mm, ll, ca, cb = merge_state(mm, ll, sm_m[ww, r], sm_l[ww, r])
+                    oo = oo * ca + cb * sm_o[ww, r, d]
+                if FINAL:
+                    o[bh, i, d] = oo / ll
+                else:
+                    part_o[split, bh * Nq + i, d] = oo / ll if ll > float32(0.0) else float32(0.0)
+                    if d == 0:
+                        part_lse[split, bh * Nq + i] = state_lse(mm, ll)
+
+    return decode_split_k
+
+
+@functools.cache
+def make_combine_kernel(Nq: int):
+    @kernel
+    def combine(part_o, part_lse, o, S):
+        """o[bh, i, d] from the S partial outputs of row bh·Nq + i; one thread per d."""
+        row = cuda.blockIdx.x
+        d = cuda.threadIdx.x
+        bh = row // Nq
+        o[bh, row - bh * Nq, d] = combine_splits(part_o, part_lse, S, row, d)
+
+    return combine
+
+
+def _supports(problem, warps, lanes, rows, splits, blocks_per_sm, min_keys):
+    reason = check_decode(problem, warps, lanes, rows)
+    if reason:
+        return reason
+    if problem.head_dim > 1024:
+        return "combine kernel: head_dim > 1024 threads"
+    return None
+
+
+@register_phase(
+    name="decode_split_k", order=31, title="Decode: split-K (flash-decoding) + log-sum-exp combine",
+    parent="decode_chunked", kind="decode",
+    description="""
+        The KV range of every (sequence, KV head) is split over S blocks, S chosen from
+        the SM count so that a batch of one still fills the GPU; each block runs the
+        decode_chunked loop on its chunk and writes a normalized partial output and its
+        log-sum-exp; a second kernel combines the splits exactly. Uneven and empty
+        splits are handled; S = 1 writes the output directly.
+    """,
+    lineage="Flash-Decoding (Dao, Haziza, Massa, Sizov 2023); FlashAttention-2 split-KV; "
+            "FlashInfer/vLLM PagedAttention v2 reduction kernel",
+    planned_speedup=40.0,
+    sim_params={"warps": 2, "splits": 3},
+    supports=_supports,
+)
+def decode_split_k(problem, warps=4, lanes=0, rows=8, splits=0, blocks_per_sm=4, min_keys=256):
+    B, H, Hkv, Nq, Nk, D = (problem.batch, problem.heads, problem.kv_heads, problem.q_len,
+                            problem.kv_len, problem.head_dim)
+    G = problem.group
+    VW = vector_width(problem.dtype)
+    RB = decode_rows(problem, rows)
+    L = lanes_per_key(D, VW, RB, lanes)
+    n_rc = (G * Nq + RB - 1) // RB
+    S, chunk = split_plan(B * Hkv * n_rc, Nk, warps * (WARP_SIZE // L), sm_count(), blocks_per_sm,
+                          min_keys, splits)
+    final = S == 1
+    kern = make_kernel(D, VW, L, warps, RB, Nq, G, problem.causal, final)
+    scale = float32(problem.sm_scale)
+    grid = (S, B * Hkv * n_rc)
+    if final:
+        part_o = cuda.device_array((1, 1, 1), dtype="float32")
+        part_lse = cuda.device_array((1, 1), dtype="float32")
+        kernels = [kern]
+    else:
+        part_o = cuda.device_array((S, B * H * Nq, D), dtype="float32")
+        part_lse = cuda.device_array((S, B * H * Nq), dtype="float32")
+        combine = make_combine_kernel(Nq)
+        kernels = [kern, combine]
+
+    def run(q, k, v, o, stream=0):
+        check_alignment(k, v)
+        kern[grid, warps * WARP_SIZE, stream](q, k, v, o, part_o, part_lse, scale, Hkv, Nk, chunk)
+        if not final:
+            combine[B * H * Nq, D, stream](part_o, part_lse, o, S)
+
+    return Launch(run, kernels=kernels, workspace_bytes=0 if final else part_o.nbytes + part_lse.nbytes,
+                  notes=f"S={S} splits of {chunk} keys, L={L} lanes/key, {RB} rows/block, {warps} warps")

@@ -1,0 +1,162 @@
+"""Decode phases (``decode_chunked``, ``decode_split_k``) and the split-K
+machinery, in the simulator on tiny shapes: q_len 1 and q_len > 1 with
+bottom-right causal alignment, grouped-query attention (one block reading a
+KV head for its whole group, and a group split over several row blocks),
+float16, uneven splits and splits that receive no key, the log-sum-exp
+combine on its own, the lane-group reductions, and the split planner."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from numba import cuda, float32  # module globals: the simulator swaps `cuda` in a kernel's globals
+from numba_attn import Problem, get_phase
+from numba_attn.device_functions import NEG_BIG, combine_splits
+from numba_attn.jit import kernel
+from numba_attn.phases.p30_decode_chunked import decode_rows, lanes_per_key, vector_width
+from numba_attn.phases.p31_decode_split_k import split_plan
+from numba_attn.runner import RunConfig, measure
+from numba_attn.warp import group_sum, strided_max, strided_sum
+
+DECODE = ("decode_chunked", "decode_split_k")
+
+
+def _ok(phase, problem, seed=3, **params):
+    row = measure(phase, problem, RunConfig(seeds=(seed,)), **params)
+    assert row["status"] == "OK", f"{phase} {problem.label} {params}: {row['status']} {row['reason']}"
+    assert row["check"]["unwritten"] == 0
+    return row
+
+
+# -- end to end against the float64 reference ------------------------------------
+
+
+@pytest.mark.parametrize("phase", DECODE)
+def test_single_query_fp32(phase):
+    _ok(phase, Problem(batch=2, heads=2, q_len=1, kv_len=45, head_dim=16), warps=2)
+
+
+@pytest.mark.parametrize("phase", DECODE)
+def test_speculative_causal_bottom_right_fp16(phase):
+    # 5 new tokens against 26 keys: row i sees keys j <= i + 21; fewer keys than one warp step per warp
+    _ok(phase, Problem(batch=1, heads=2, q_len=5, kv_len=26, head_dim=16, dtype="float16", causal=True),
+        warps=2, seed=4)
+
+
+@pytest.mark.parametrize("phase", DECODE)
+def test_gqa_group_in_one_block(phase):
+    # 4 query heads share one KV head; 2 queries each: 8 rows read one KV head in one block
+    p = Problem(batch=1, heads=4, kv_heads=1, q_len=2, kv_len=37, head_dim=32, causal=True)
+    assert decode_rows(p, 8) == 8
+    _ok(phase, p, warps=2, seed=5)
+
+
+def test_gqa_group_over_row_blocks_fp16():
+    # 3 query heads × 3 queries = 9 rows, 4 per block: 3 row blocks, the last one partial
+    p = Problem(batch=2, heads=3, kv_heads=1, q_len=3, kv_len=29, head_dim=16, dtype="float16", causal=True)
+    _ok("decode_chunked", p, warps=2, rows=4, seed=6)
+    _ok("decode_split_k", p, warps=1, rows=4, splits=2, seed=6)
+
+
+def test_more_lanes_per_key():
+    # 4 lanes share a key (two xor-shuffle stages per score), 8 keys per warp step
+    p = Problem(batch=1, heads=2, q_len=2, kv_len=41, head_dim=32, causal=True)
+    assert (p.head_dim // vector_width(p.dtype)) % 4 == 0
+    _ok("decode_chunked", p, warps=2, lanes=4, seed=8)
+
+
+def test_split_k_uneven_and_empty_splits():
+    # 45 keys, 4 splits of chunks rounded up to 16 keys (warps=1, 16 keys per step):
+    # 16, 16, 13 and 0 keys; under the causal mask the q_len=3 rows see 43, 44, 45 keys
+    p = Problem(batch=1, heads=2, q_len=3, kv_len=45, head_dim=16, causal=True)
+    VW = vector_width(p.dtype)
+    L = lanes_per_key(p.head_dim, VW, decode_rows(p, 8))
+    S, chunk = split_plan(2, p.kv_len, 32 // L, 132, 4, 256, splits=4)
+    sizes = [max(0, min(p.kv_len, (s + 1) * chunk) - s * chunk) for s in range(S)]
+    assert sum(sizes) == p.kv_len and 0 in sizes and len(set(sizes) - {0}) > 1, sizes
+    _ok("decode_split_k", p, warps=1, splits=4, seed=9)
+
+
+def test_split_k_single_split_writes_output_directly():
+    p = Problem(batch=1, heads=2, q_len=1, kv_len=33, head_dim=16, dtype="float16")
+    launch = get_phase("decode_split_k").plan(p, warps=2, splits=1)
+    assert len(launch.kernels) == 1 and launch.workspace_bytes == 0
+    _ok("decode_split_k", p, warps=2, splits=1, seed=10)
+
+
+def test_supports_reasons():
+    ph = get_phase("decode_chunked")
+    assert "q_len" in ph.supports(Problem(q_len=9, kv_len=64, head_dim=16))
+    assert "multiple of 8" in ph.supports(Problem(q_len=1, kv_len=64, head_dim=12, dtype="float16"))
+    assert ph.supports(Problem(q_len=8, kv_len=64, head_dim=16, dtype="float16", causal=True)) is None
+    assert "shared memory" in get_phase("decode_split_k").supports(
+        Problem(q_len=8, kv_len=64, head_dim=256), warps=8)
+
+
+# -- the combine step on its own -------------------------------------------------
+
+
+@kernel
+def _combine_kernel(part_o, part_lse, out, S):
+    row = cuda.blockIdx.x
+    d = cuda.threadIdx.x
+    out[row, d] = combine_splits(part_o, part_lse, S, row, d)
+
+
+def test_combine_splits_matches_logsumexp():
+    rng = np.random.default_rng(0)
+    S, R, D = 5, 3, 8
+    lse = rng.normal(0, 3, (S, R)).astype(np.float32)
+    lse[1, :] = NEG_BIG  # a split that saw no key
+    lse[4, 0] = NEG_BIG
+    po = rng.standard_normal((S, R, D)).astype(np.float32)
+    po[lse < -1e29] = 0.0
+    out = np.zeros((R, D), np.float32)
+    _combine_kernel[R, D](po, lse, out, S)
+    w = np.where(lse < -1e29, 0.0, np.exp(lse.astype(np.float64) - lse.max(axis=0)))
+    want = np.einsum("sr,srd->rd", w, po) / w.sum(axis=0)[:, None]
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+
+# -- lane-group reductions ---------------------------------------------------------
+
+
+@kernel
+def _group_kernel(x, out):
+    lane = cuda.threadIdx.x
+    out[0, lane] = group_sum(x[lane], 4)
+    out[1, lane] = strided_sum(x[lane], 4)
+    out[2, lane] = strided_max(x[lane], 8)
+
+
+def test_group_and_strided_reductions():
+    x = np.arange(32, dtype=np.float32) * float32(1.5) - 7
+    out = np.zeros((3, 32), np.float32)
+    _group_kernel[1, 32](x, out)
+    lanes = np.arange(32)
+    np.testing.assert_array_equal(out[0], x.reshape(8, 4).sum(axis=1)[lanes // 4])
+    np.testing.assert_array_equal(out[1], x.reshape(8, 4).sum(axis=0)[lanes % 4])
+    np.testing.assert_array_equal(out[2], x.reshape(4, 8).max(axis=0)[lanes % 8])
+
+
+# -- the split planner (no kernel) ---------------------------------------------------
+
+
+def test_split_plan_fills_the_gpu_for_one_sequence():
+    S, chunk = split_plan(32, 16384, 32, 132, 4, 256)
+    assert S * 32 >= 132 * 4 and S * chunk >= 16384 and chunk % 32 == 0
+    assert split_plan(1024, 16384, 32, 132, 4, 256)[0] == 1  # large batch: no split
+    assert split_plan(32, 300, 32, 132, 4, 256)[0] == 2  # at least min_keys keys per split
+
+
+@settings(max_examples=200, deadline=None)
+@given(n_blocks=st.integers(1, 4096), kv_len=st.integers(1, 1 << 18), per_round=st.sampled_from([8, 16, 32, 64]),
+       sms=st.integers(1, 200), per_sm=st.integers(1, 8), min_keys=st.integers(1, 2048))
+def test_split_plan_covers_every_key_once(n_blocks, kv_len, per_round, sms, per_sm, min_keys):
+    S, chunk = split_plan(n_blocks, kv_len, per_round, sms, per_sm, min_keys)
+    assert S >= 1 and chunk % per_round == 0
+    assert S * chunk >= kv_len  # every key has a split; splits are disjoint by construction
+    assert (S - 1) * chunk < kv_len + per_round * S  # no more than rounding's worth of empty splits
+    assert S <= max(1, math.ceil(kv_len / min_keys))
