@@ -162,3 +162,26 @@ PRESETS: dict[str, list[Problem]] = {
                 Problem(batch=1, heads=32, q_len=4096, head_dim=128),
                 Problem(batch=16, heads=16, q_len=512, head_dim=64)],
 }
+
+# Decode: one new token per sequence against a KV cache (memory-bound: judge
+# by GB/s of K/V read against the copy bandwidth). The full list is large:
+# B=32 at 131072 keys is 68.7 GB of fp16 K/V (137 GB in fp32, more than one
+# GPU holds) and its float64 reference is slow; ``decode-small`` is a subset
+# for quick runs.
+PRESETS["decode"] = [
+    Problem(batch=b, heads=32, q_len=1, kv_len=n, head_dim=128, dtype=dt)
+    for dt in ("float16", "float32") for b in (1, 8, 32) for n in (4096, 16384, 32768, 131072)
+] + [
+    Problem(batch=1, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16"),
+    Problem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16"),
+]
+PRESETS["decode-small"] = [
+    Problem(batch=1, heads=32, q_len=1, kv_len=16384, head_dim=128, dtype="float16"),
+    Problem(batch=8, heads=32, q_len=1, kv_len=4096, head_dim=128, dtype="float32"),
+    Problem(batch=32, heads=32, q_len=1, kv_len=16384, head_dim=128, dtype="float16"),
+    Problem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16"),
+]
+# Long-context prefill: how the cost grows with N (B=1, H=32, D=128).
+PRESETS["long-context"] = [Problem(batch=1, heads=32, q_len=n, head_dim=128) for n in (4096, 8192, 16384, 32768)]
+PRESETS["long-context-fp16"] = [Problem(batch=1, heads=32, q_len=n, head_dim=128, dtype="float16")
+                                for n in (4096, 8192, 16384, 32768)]
