@@ -2,6 +2,10 @@
 
     numba-attn list                      the registry as a table
     numba-attn run [options]             phases × problems → table + results file
+    numba-attn bench NAME                a declared benchmark (roadmap, long-context, decode):
+                                         ceilings, phases and SDPA → results file + plots
+    numba-attn compare A B               per-phase time ratios between two results files
+    numba-attn plot RESULTS [--out DIR]  roadmap, scaling, roofline and memory-traffic plots
 
 The backend is chosen from the arguments *before* numba is imported, which is
 why this module imports the rest of the package lazily.
@@ -50,8 +54,44 @@ def _parser() -> argparse.ArgumentParser:
                         "(default 600 on a GPU, 1800 in the simulator; 0 = no limit, in-process)")
     r.add_argument("--budget", type=float, default=2.0, help="seconds of timing per row (GPU)")
     r.add_argument("--no-peers", action="store_true", help="do not run PyTorch SDPA as a peer")
+    r.add_argument("--peers", default=None, help="comma-separated peer names (default: all)")
+    r.add_argument("--no-ceilings", action="store_true",
+                   help="do not measure the device's ceilings (FFMA, mma, copy) before the phases")
+    r.add_argument("--resume", action="store_true",
+                   help="skip rows already in the results file for the same source and environment")
     r.add_argument("--baseline", default="naive")
+    _common(r)
+
+    b = sub.add_parser("bench", help="run a declared benchmark (see numba_attn/bench.py) and draw its plots")
+    b.add_argument("name", nargs="?", help="benchmark name (omit to list them)")
+    b.add_argument("--results", default=None, help="results file (default: results/<name>-<gpu>.jsonl)")
+    b.add_argument("--plots", default="plots", help="directory for the plots (default: plots/); '' for none")
+    b.add_argument("--phases", default=None, help="only these phases (comma-separated)")
+    b.add_argument("--resume", action="store_true", help="skip rows already measured (same source, environment)")
+    b.add_argument("--quick", action="store_true", help="short timing budget, one seed: a smoke test")
+    b.add_argument("--preset", action="append", default=[], help="replace the benchmark's problems by presets")
+    b.add_argument("--timeout", type=float, default=None, help="seconds per row before TIMEOUT")
+    b.add_argument("--max-total", type=float, default=None,
+                   help="seconds after which remaining rows are SKIP (default: the benchmark's limit)")
+    b.add_argument("--simulator", action="store_true", help="use the Numba CUDA simulator (CPU)")
+    _common(b)
+
+    c = sub.add_parser("compare", help="per-phase ratios between two results files")
+    c.add_argument("a")
+    c.add_argument("b")
+
+    p = sub.add_parser("plot", help="draw the plots of a results file")
+    p.add_argument("results")
+    p.add_argument("--out", default="plots", help="output directory (default: plots/)")
+    p.add_argument("--prefix", default="", help="file name prefix")
+    p.add_argument("--which", default=None, help="comma-separated subset of roadmap,scaling,roofline,traffic")
     return ap
+
+
+def _common(sp):
+    sp.add_argument("--setup", action="append", default=[], metavar="MODULE[:FUNCTION]",
+                    help="import MODULE (and call FUNCTION) first, here and in worker processes: "
+                         "registers out-of-tree phases (repeatable)")
 
 
 def _select_backend(args):
@@ -146,6 +186,13 @@ class Progress:
 
     def __call__(self, i, n, row, name, problem):
         el = time.perf_counter() - self.t0
+        if problem is None:  # the ceilings
+            print(f"[{el:6.1f}s] ceilings measured in {row.get('wall_s', 0):.1f}s", file=self.stream, flush=True)
+            return
+        if row is not None and row.get("resumed"):
+            print(f"[{i + 1}/{n} {el:6.1f}s] {name:18s} {problem.label} → {row.get('status')} (resumed)",
+                  file=self.stream, flush=True)
+            return
         if row is None:
             self.row_t0 = time.perf_counter()
             print(f"[{i + 1}/{n} {el:6.1f}s] {name:18s} {problem.label} …", file=self.stream, flush=True)
@@ -175,6 +222,7 @@ def cmd_run(args) -> int:
     from .timing import TimingConfig
 
     problems, defaulted = _problems(args)
+    _run_setup(args.setup)
     phases = [p.strip() for p in args.phases.split(",")] if args.phases else None
     if phases:
         from .registry import get_phase
@@ -186,10 +234,19 @@ def cmd_run(args) -> int:
     else:
         results = os.path.join("results", f"{_slug(gpu_info()['gpu'])}.jsonl")
     timeout = args.timeout if args.timeout is not None else (1800.0 if be.IS_SIMULATOR else 600.0)
-    cfg = RunConfig(seeds=tuple(int(s) for s in args.seeds.split(",")), params=_params(args),
+    peer_list = None
+    if args.peers:
+        from .peers import PEERS
+
+        peer_list = tuple(x.strip() for x in args.peers.split(",") if x.strip())
+        for x in peer_list:
+            if x not in PEERS:
+                raise SystemExit(f"unknown peer {x!r}; peers: {', '.join(PEERS)}")
+    cfg = RunConfig(seeds=_seeds(args.seeds), params=_params(args),
                     timeout_s=timeout or None, peers=not args.no_peers, results=results,
                     baseline=args.baseline, command="numba-attn " + " ".join(sys.argv[1:]),
-                    timing=TimingConfig(budget_s=args.budget))
+                    timing=TimingConfig(budget_s=args.budget), ceilings=not args.no_ceilings and not be.IS_SIMULATOR,
+                    resume=args.resume, worker_setup=tuple(args.setup), peer_list=peer_list)
     print(f"backend: {be.describe()}", flush=True)
     if defaulted:
         print("no problem given: running every phase on the small default problem (preset 'tiny')"
@@ -204,17 +261,105 @@ def cmd_run(args) -> int:
     return 1 if bad else 0
 
 
+def _seeds(text: str) -> tuple:
+    try:
+        seeds = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise SystemExit(f"--seeds {text!r}: expected comma-separated integers, e.g. 1,2") from None
+    if not seeds:
+        raise SystemExit("--seeds: give at least one seed")
+    return seeds
+
+
+def _run_setup(specs):
+    from .runner import _call_setup
+
+    for spec in specs:
+        try:
+            _call_setup(spec)
+        except Exception as exc:  # noqa: BLE001
+            raise SystemExit(f"--setup {spec!r} failed: {type(exc).__name__}: {exc}") from None
+
+
+def cmd_bench(args) -> int:
+    from . import bench
+
+    if not args.name:
+        for b in bench.BENCHMARKS.values():
+            print(f"{b.name:13s} {b.description}")
+        return 0
+    be = _select_backend(args)
+    from . import report
+
+    _run_setup(args.setup)
+    b = bench.get(args.name)  # unknown names fail here
+    problems = None
+    if args.preset:
+        from .problem import PRESETS
+
+        problems = []
+        for name in args.preset:
+            if name not in PRESETS:
+                raise SystemExit(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
+            problems += PRESETS[name]
+    phases = [p.strip() for p in args.phases.split(",")] if args.phases else None
+    print(f"backend: {be.describe()}", flush=True)
+    print(f"benchmark {b.name}: {b.description}", flush=True)
+    rows, results, files = bench.run_benchmark(
+        b.name, results=args.results, plots_dir=args.plots or None, phases=phases, quick=args.quick,
+        resume=args.resume, progress=Progress(), timeout_s=args.timeout, max_total_s=args.max_total,
+        command="numba-attn " + " ".join(sys.argv[1:]), setup=args.setup, problems=problems)
+    print()
+    print(report.table(rows))
+    print(f"\nresults appended to {results}")
+    for f in files:
+        print(f"plot: {f}")
+    bad = [r for r in rows if r.get("status") in ("FAIL", "ERROR", "TIMEOUT")]
+    return 1 if bad else 0
+
+
+def cmd_compare(args) -> int:
+    from .compare import compare, format_comparison
+
+    for path in (args.a, args.b):
+        if not os.path.exists(path):
+            raise SystemExit(f"no such results file: {path}")
+    print(format_comparison(compare(args.a, args.b), args.a, args.b))
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from .plots import PLOTS, make_all
+
+    if not os.path.exists(args.results):
+        raise SystemExit(f"no such results file: {args.results}")
+    which = PLOTS
+    if args.which:
+        which = tuple(w.strip() for w in args.which.split(","))
+        for w in which:
+            if w not in PLOTS:
+                raise SystemExit(f"unknown plot {w!r}; plots: {', '.join(PLOTS)}")
+    files = make_all(args.results, args.out, prefix=args.prefix, which=which)
+    if not files:
+        print("nothing to plot: the file has no timed rows (a simulator run checks correctness only)")
+    for f in files:
+        print(f)
+    return 0
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     if args.cmd is None:
         _parser().print_help()
         return 2
     try:
-        return {"list": cmd_list, "run": cmd_run}[args.cmd](args)
-    except KeyError as exc:  # unknown phase names
-        print(f"numba-attn: {exc}", file=sys.stderr)
+        return {"list": cmd_list, "run": cmd_run, "bench": cmd_bench, "compare": cmd_compare,
+                "plot": cmd_plot}[args.cmd](args)
+    except KeyError as exc:  # unknown phase or benchmark names
+        msg = exc.args[0] if exc.args else str(exc)
+        print(f"numba-attn: {msg}", file=sys.stderr)
         return 2
-    except ValueError as exc:
+    except ValueError as exc:  # bad problem parameters (AttentionInputError), bad --param
         print(f"numba-attn: {exc}", file=sys.stderr)
         return 2
 

@@ -1,7 +1,18 @@
-"""The environment a result was obtained in (recorded with every results file)."""
+"""The environment a result was obtained in (recorded with every results file).
+
+``environment()`` is written as the first record of every run: date, backend,
+git commit (``-dirty`` plus a hash of the diff when the tree has uncommitted
+changes), a hash of the package's source files (``source_hash``: identifies
+the code even where there is no git checkout, e.g. on a device machine), the
+command line, library versions and the GPU (name, SMs, clocks, driver).
+``env_key()`` condenses what makes two measurements comparable (code, GPU,
+libraries) into a short key; ``--resume`` only reuses rows with the same key.
+"""
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
+import json
 import os
 import platform
 import shutil
@@ -30,7 +41,10 @@ def git_commit(short: bool = False) -> str | None:
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                capture_output=True, text=True, timeout=10).stdout.strip()
         commit = commit[:12] if short else commit
-        return commit + ("-dirty" if dirty else "")
+        if dirty:
+            diff = subprocess.run(["git", "diff", "HEAD"], cwd=root, capture_output=True, timeout=20).stdout
+            commit += "-dirty+" + hashlib.sha1(diff).hexdigest()[:8]
+        return commit
     except (OSError, subprocess.SubprocessError):
         return os.environ.get("NUMBA_ATTN_COMMIT")
 
@@ -79,11 +93,37 @@ def nvidia_smi() -> dict:
     return dict(zip(keys, vals))
 
 
+def source_hash() -> str:
+    """sha1 (12 hex digits) over the package's Python sources, phases included."""
+    root = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha1()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__")))
+        for fn in sorted(filenames):
+            if fn.endswith(".py"):
+                path = os.path.join(dirpath, fn)
+                h.update(os.path.relpath(path, root).encode())
+                with open(path, "rb") as f:
+                    h.update(f.read())
+    return h.hexdigest()[:12]
+
+
+ENV_KEY_FIELDS = ("source_hash", "backend", "gpu", "compute_capability", "numba", "numba_cuda", "numpy",
+                  "torch", "python", "driver")
+
+
+def env_key(env: dict) -> str:
+    """Short key of what makes results comparable: code, device and libraries."""
+    blob = json.dumps({k: env.get(k) for k in ENV_KEY_FIELDS}, sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+
 def environment(command: str | None = None) -> dict:
     env = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "backend": BACKEND,
         "commit": git_commit(),
+        "source_hash": source_hash(),
         "command": command if command is not None else " ".join(sys.argv),
         "host": platform.node(),
         "python": platform.python_version(),

@@ -1,0 +1,200 @@
+"""Test fixtures: deliberately wrong kernels and faulty phases.
+
+Nothing here is registered in the public registry unless asked:
+
+* :func:`buggy_phase` returns an unregistered :class:`~numba_attn.registry.Phase`
+  whose kernel has one classic bug (``BUGS``); ``"none"`` is the same kernel
+  without a bug, the control. The correctness gate must reject every bug.
+* :func:`temporary_phases` registers phases for the duration of a ``with``
+  block and removes them afterwards.
+* :func:`register_faulty_phases` registers phases that hang, raise, compute
+  the wrong answer or ask for more threads than a block may have; the runner
+  calls it in its worker processes through ``RunConfig.worker_setup`` (or
+  ``numba-attn run --setup numba_attn.testing:register_faulty_phases``).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+
+from numba import cuda, float32
+
+from .device_functions import NEG_INF, online_softmax_step, visible_keys
+from .jit import kernel
+from .registry import _REGISTRY, Launch, Phase, _load_all
+
+# bug name → what it emulates
+BUGS = {
+    "none": "no bug (control: must pass)",
+    "tile_edge": "off-by-one tile edge: the number of key tiles is rounded down, the partial last tile is dropped",
+    "stale_tile": "missing barrier, emulated: from the second tile on, rows read the previous tile's K/V "
+                  "(what a warp sees when the tile is read before every thread has stored it)",
+    "unscaled": "softmax of unscaled scores (the 1/sqrt(d) scale is forgotten)",
+    "unnormalized": "the accumulator is never divided by the softmax sum l",
+    "unwritten": "the last output column is never written",
+    "zeros": "the kernel writes zeros",
+}
+_BUG_IDS = {name: i for i, name in enumerate(BUGS)}
+BUGGY_BC = 4  # key-tile size of the buggy kernels
+
+
+@functools.cache
+def make_buggy_kernel(D: int, Bc: int, causal: bool, bug: int):
+    TILE_EDGE, STALE, UNSCALED, UNNORMALIZED, UNWRITTEN, ZEROS = (
+        _BUG_IDS["tile_edge"], _BUG_IDS["stale_tile"], _BUG_IDS["unscaled"], _BUG_IDS["unnormalized"],
+        _BUG_IDS["unwritten"], _BUG_IDS["zeros"])
+
+    @kernel
+    def buggy(q, k, v, o, scale, H, G, Nq, Nk):
+        i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        bh = cuda.blockIdx.y
+        if i >= Nq:
+            return
+        if bug == ZEROS:
+            for d in range(D):
+                o[bh, i, d] = float32(0.0)
+            return
+        kvh = (bh // H) * (H // G) + (bh % H) // G
+        sc = float32(1.0) if bug == UNSCALED else scale
+        Q_i = cuda.local.array(D, float32)
+        O_i = cuda.local.array(D, float32)
+        for d in range(D):
+            Q_i[d] = float32(q[bh, i, d]) * sc
+            O_i[d] = float32(0.0)
+        m = NEG_INF
+        l = float32(0.0)
+        n_keys = visible_keys(i, Nq, Nk, causal)
+        n_tiles = n_keys // Bc if bug == TILE_EDGE else (n_keys + Bc - 1) // Bc
+        for t in range(n_tiles):
+            j0 = t * Bc
+            for jj in range(min(Bc, n_keys - j0)):
+                j = j0 + jj
+                if bug == STALE and t > 0:
+                    j = j - Bc
+                s = float32(0.0)
+                for d in range(D):
+                    s += Q_i[d] * float32(k[kvh, j, d])
+                m, l, corr, p = online_softmax_step(m, l, s)
+                for d in range(D):
+                    O_i[d] = O_i[d] * corr + p * float32(v[kvh, j, d])
+        inv_l = float32(1.0) if bug == UNNORMALIZED else float32(1.0) / l
+        for d in range(D):
+            if bug == UNWRITTEN and d == D - 1:
+                continue
+            o[bh, i, d] = O_i[d] * inv_l
+
+    return buggy
+
+
+def _build_buggy(bug: str):
+    def build(problem, threads=32):
+        kern = make_buggy_kernel(problem.head_dim, BUGGY_BC, problem.causal, _BUG_IDS[bug])
+        scale = float32(problem.sm_scale)
+        H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
+        grid = ((Nq + threads - 1) // threads, problem.batch * H)
+
+        def run(q, k, v, o, stream=0):
+            kern[grid, threads, stream](q, k, v, o, scale, H, problem.group, Nq, Nk)
+
+        return Launch(run, kernels=[kern])
+
+    return build
+
+
+def buggy_phase(bug: str) -> Phase:
+    """An unregistered phase whose kernel has the named bug (see ``BUGS``)."""
+    if bug not in BUGS:
+        raise ValueError(f"unknown bug {bug!r}; bugs: {', '.join(BUGS)}")
+    return Phase(name=f"buggy_{bug}", order=900 + _BUG_IDS[bug], title=f"deliberately wrong: {bug}",
+                 parent=None, description=BUGS[bug], lineage="test fixture", planned_speedup=None,
+                 build=_build_buggy(bug), params={"threads": 32}, dtypes=("float32",), module=__name__)
+
+
+# -- faulty phases for the isolation tests --------------------------------------------
+
+
+@functools.cache
+def _hang_kernel():
+    @kernel
+    def hang(o, n):
+        i = 0
+        while i >= 0:  # never exits
+            i = (i + 1) % n
+        o[0, 0, 0] = float32(i)
+
+    return hang
+
+
+@functools.cache
+def _oob_kernel():
+    @kernel
+    def oob(o, Nq):
+        o[0, Nq + cuda.threadIdx.x, 0] = float32(1.0)  # past the end: the simulator raises IndexError
+
+    return oob
+
+
+def _hang_build(problem):
+    kern = _hang_kernel()
+
+    def run(q, k, v, o, stream=0):
+        kern[1, 1, stream](o, 1000)
+
+    return Launch(run, kernels=[kern])
+
+
+def _raise_build(problem):
+    kern = _oob_kernel()
+
+    def run(q, k, v, o, stream=0):
+        kern[1, 1, stream](o, problem.q_len)
+
+    return Launch(run, kernels=[kern])
+
+
+def _too_many_threads_build(problem):
+    inner = _build_buggy("none")(problem, threads=2048)
+    return inner
+
+
+def faulty_phases() -> list[Phase]:
+    def mk(name, order, desc, build, params=None):
+        return Phase(name=name, order=order, title=desc, parent=None, description=desc,
+                     lineage="test fixture", planned_speedup=None, build=build, params=params or {},
+                     dtypes=("float32",), module=__name__)
+
+    return [
+        mk("test_hang", 990, "kernel that never returns", _hang_build),
+        mk("test_raise", 991, "kernel that writes out of bounds", _raise_build),
+        mk("test_wrong", 992, "kernel with an unscaled softmax", _build_buggy("unscaled"), {"threads": 32}),
+        mk("test_too_many_threads", 993, "launch with 2048 threads per block", _too_many_threads_build),
+    ]
+
+
+@contextlib.contextmanager
+def temporary_phases(*phases: Phase):
+    """Register ``phases`` for the duration of the block (names must be new)."""
+    _load_all()
+    added = []
+    try:
+        for p in phases:
+            if p.name in _REGISTRY:
+                raise ValueError(f"phase {p.name!r} is already registered")
+            _REGISTRY[p.name] = p
+            added.append(p.name)
+        yield list(phases)
+    finally:
+        for name in added:
+            _REGISTRY.pop(name, None)
+
+
+def register_faulty_phases():
+    """Register :func:`faulty_phases` in this process (worker processes of tests)."""
+    _load_all()
+    for p in faulty_phases():
+        _REGISTRY.setdefault(p.name, p)
+
+
+def unregister_faulty_phases():
+    for p in faulty_phases():
+        _REGISTRY.pop(p.name, None)
