@@ -160,3 +160,23 @@ def test_split_plan_covers_every_key_once(n_blocks, kv_len, per_round, sms, per_
     assert S * chunk >= kv_len  # every key has a split; splits are disjoint by construction
     assert (S - 1) * chunk < kv_len + per_round * S  # no more than rounding's worth of empty splits
     assert S <= max(1, math.ceil(kv_len / min_keys))
+
+
+# -- split-K prefill (same planner and combine) ------------------------------------
+
+
+def test_split_k_prefill_causal_rows_without_keys_in_a_split():
+    # 40 keys in 6 splits of 8 (the last empty); under the causal mask row 0 sees 20 keys,
+    # so splits 3 and 4 hold none of its keys; two query blocks, one partial
+    p = Problem(batch=1, heads=2, q_len=21, kv_len=40, head_dim=16, causal=True)
+    S, chunk = split_plan(4, p.kv_len, 8, 132, 4, 1024, splits=6)
+    assert (S, chunk) == (6, 8)
+    _ok("split_k_prefill", p, Br=16, Bc=8, splits=6, seed=11)
+
+
+def test_split_k_prefill_gqa_fp16_auto_splits():
+    # few query blocks and a long KV range: the planner splits on its own
+    p = Problem(batch=1, heads=2, kv_heads=1, q_len=5, kv_len=70, head_dim=16, dtype="float16")
+    launch = get_phase("split_k_prefill").plan(p, Br=16, Bc=16, min_keys=16)
+    assert "S=5" in launch.notes and len(launch.kernels) == 2
+    _ok("split_k_prefill", p, Br=16, Bc=16, min_keys=16, seed=12)
