@@ -60,12 +60,12 @@ def time_events(fn, min_batch_ms=20.0, batches=7):
 
 def resources(kern):
     out = []
-    for sig in kern.overloads:
+    for sig, ov in kern.overloads.items():
         r = {}
-        for key, getter in (("regs", "get_regs_per_thread"), ("smem", "get_shared_mem_per_block"),
-                            ("local", "get_local_mem_per_thread")):
+        for key, attr in (("regs", "regs_per_thread"), ("smem", "shared_mem_per_block"),
+                          ("local", "local_mem_per_thread")):
             try:
-                r[key] = int(getattr(kern, getter)(sig))
+                r[key] = int(getattr(ov, attr))
             except Exception as exc:  # noqa: BLE001
                 r[key] = f"? {type(exc).__name__}"
         try:
@@ -193,7 +193,9 @@ def main():
             except Exception as exc:  # noqa: BLE001
                 log(f"sdpa failed: {type(exc).__name__}: {exc}")
         B, H, D, N = prob.batch, prob.heads, prob.head_dim, prob.q_len
-        dq, dk, dv = (cuda.to_device(a.reshape(B * H, N, D)) for a in (q, k, v))
+        # bf16 (ml_dtypes) arrays cannot cross numba's buffer protocol: move bit patterns
+        bits = np.uint16 if q.dtype.itemsize == 2 else np.float32
+        dq, dk, dv = (cuda.to_device(a.reshape(B * H, N, D).view(bits)) for a in (q, k, v))
         for name, params in configs:
             phase = get_phase(name)
             reason = phase.supports(prob, **{**phase.params, **params})
@@ -204,11 +206,11 @@ def main():
             try:
                 t0 = time.perf_counter()
                 launch = phase.plan(prob, **params)
-                do = cuda.to_device(poison(np.empty((B * H, N, D), q.dtype), prob.dtype))
+                do = cuda.to_device(poison(np.empty((B * H, N, D), q.dtype), prob.dtype).view(bits))
                 launch(dq, dk, dv, do, 0)
                 cuda.synchronize()
                 row["first_s"] = time.perf_counter() - t0
-                out = do.copy_to_host().reshape(B, H, N, D)
+                out = do.copy_to_host().view(q.dtype).reshape(B, H, N, D)
                 c = check(out[:, heads], ref, dtype=prob.dtype, precision=phase.precision)
                 row.update(rel_err=c.rel_err, ok=c.ok, reason=c.reason)
                 if sd32 is not None:
@@ -224,7 +226,7 @@ def main():
                     continue
                 t, tmin, tmax, n = time_events(lambda: launch(dq, dk, dv, do, 0))
                 # the timed launches still compute the right thing
-                out2 = do.copy_to_host().reshape(B, H, N, D)
+                out2 = do.copy_to_host().view(q.dtype).reshape(B, H, N, D)
                 c2 = check(out2[:, heads], ref, dtype=prob.dtype, precision=phase.precision)
                 row.update(status="OK" if c2.ok else "FAIL", time_ms=t, tmin=tmin, tmax=tmax, inner=n,
                            tflops=prob.flops() / (t * 1e-3) / 1e12)

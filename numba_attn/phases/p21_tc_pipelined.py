@@ -1,0 +1,298 @@
+"""Phase 21 — ``tc_pipelined``: ldmatrix from swizzled shared memory, cp.async multi-buffering.
+
+Change against ``tc_mma`` — the tensor-core math and the online softmax on the
+fragments are the same; what changes is how K and V reach the fragments:
+
+* **cp.async pipeline.** K/V tiles are copied global → shared with
+  ``cp.async.cg`` (16 bytes per instruction, no register round trip, the
+  rows past the end zero-filled by the instruction) into a ring of
+  ``STAGES`` buffers. While the warps compute on tile j, the copies of tiles
+  j+1 … j+STAGES-1 are in flight. One barrier per tile instead of two:
+  waiting for tile j (``cp.async.wait_group STAGES-2``) then ``syncthreads``
+  both publishes tile j and proves every warp has finished tile j-1, whose
+  buffer is the one refilled next.
+* **ldmatrix.** One ``ldmatrix.x4`` gives a lane the B fragments of two
+  n-tiles of Kᵀ (both k halves); one ``ldmatrix.x4.trans`` gives the B
+  fragments of two d-tiles of V, transposed in flight. This replaces 4
+  32-bit loads (K) and 8 16-bit loads plus 4 packs (V) per instruction.
+* **Swizzled tiles.** Rows are D·2 bytes, unpadded; the 16-byte chunk c of row
+  r is stored at chunk ``c ^ (r mod 8)``. The 8 rows an ldmatrix phase reads
+  at one logical chunk land in 8 different bank groups, so neither the
+  cp.async writes nor the ldmatrix reads conflict, and rows stay 16-byte
+  aligned for both.
+
+Several warps per block (W, 16 query rows each) share every tile; all of a
+block's K/V data sits in one shared array (K stages, then V stages).
+
+Prediction (written before measuring): ``tc_mma`` stalls on the staging
+(global → registers → shared, two barriers) and on ~3× more shared-memory
+instructions per mma. Overlapping the copies and cutting the fragment loads
+should give 1.5–2× over ``tc_mma``: ~200–250 TFLOP/s at D=64/128 fp16 on an
+H200, near 0.5× SDPA — the target.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import cuda, float32, uint32
+
+from ..intrinsics import (SMEM_ALIGN, cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4,
+                          ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2)
+from ..jit import kernel
+from ..registry import Launch, register_phase
+from ..warp import quad_max, quad_sum
+from .p20_tc_mma import LOG2E, NEG_BIG, supports_tc, u32_views
+
+ALIGN = SMEM_ALIGN
+
+
+@functools.cache
+def make_kernel(D: int, W: int, Bc: int, STAGES: int, causal: bool, bf16: bool):
+    mma = mma_bf16 if bf16 else mma_f16
+    pack = pack_bf16x2 if bf16 else pack_f16x2
+    Br = 16 * W
+    NTH = 32 * W
+    DW = D // 2  # words per row
+    KS = D // 16  # k-steps of Q·Kᵀ
+    NT = Bc // 8  # n-tiles of S
+    NP = Bc // 16  # pairs of n-tiles (one ldmatrix.x4 each per k-step)
+    KK = Bc // 16  # k-steps of P·V
+    DT = D // 8  # n-tiles of O
+    DP = D // 16  # pairs of d-tiles (one ldmatrix.x4.trans each per k-step)
+    VEC = D // 8  # 16-byte chunks per row
+    SWM = min(8, VEC) - 1  # swizzle: chunk c of row r lives at c ^ (r & SWM)
+    CHUNKS = Bc * VEC  # 16-byte chunks per K (or V) tile
+    CPT = (CHUNKS + NTH - 1) // NTH  # chunks per thread and tile
+    ROWS = 2 * STAGES * Bc  # K stages, then V stages
+    NQ = 4 * KS
+    NS = 4 * NT
+    NO = 4 * DT
+    WAIT = STAGES - 2  # copy groups that may stay in flight when tile j is needed
+
+    @kernel
+    def tc_pipelined(q, k, v, o, sl2, H, G, Nq, Nk):
+        KV = cuda.shared.array((ROWS, DW), uint32, alignment=ALIGN)
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g = lane // 4
+        t = lane % 4
+        lm = lane // 8  # which of the 4 matrices this lane addresses in ldmatrix.x4
+        lr = lane % 8  # which row of it
+        bh = cuda.blockIdx.y
+        kvh = (bh // H) * (H // G) + (bh % H) // G
+        blk0 = cuda.blockIdx.x * Br
+        row0 = blk0 + 16 * warp
+        r_lo = row0 + g
+        r_hi = r_lo + 8
+        off = Nk - Nq
+
+        qf = cuda.local.array(NQ, uint32)
+        for ks in range(KS):
+            c = 8 * ks + t
+            qf[4 * ks + 0] = q[bh, r_lo, c] if r_lo < Nq else uint32(0)
+            qf[4 * ks + 1] = q[bh, r_hi, c] if r_hi < Nq else uint32(0)
+            qf[4 * ks + 2] = q[bh, r_lo, c + 4] if r_lo < Nq else uint32(0)
+            qf[4 * ks + 3] = q[bh, r_hi, c + 4] if r_hi < Nq else uint32(0)
+        acc = cuda.local.array(NO, float32)
+        for i in range(NO):
+            acc[i] = float32(0.0)
+        s = cuda.local.array(NS, float32)
+        m_lo = NEG_BIG
+        m_hi = NEG_BIG
+        l_lo = float32(0.0)
+        l_hi = float32(0.0)
+
+        kv_end = Nk
+        warp_end = Nk
+        if causal:
+            kv_end = min(Nk, min(blk0 + Br, Nq) + off)
+            warp_end = min(Nk, min(row0 + 16, Nq) + off)
+        if row0 >= Nq:
+            warp_end = 0
+        n_tiles = (kv_end + Bc - 1) // Bc
+
+        # ldmatrix row addresses of this lane (row within a 16-row group, chunk offset)
+        k_r = (lm // 2) * 8 + lr  # K: matrices (keys 0-7, k lo), (0-7, k hi), (8-15, lo), (8-15, hi)
+        k_c = lm % 2
+        v_r = (lm % 2) * 8 + lr  # V: matrices (keys 0-7, d lo), (8-15, d lo), (0-7, d hi), (8-15, d hi)
+        v_c = lm // 2
+        k_sw = k_r & SWM
+        v_sw = v_r & SWM
+
+        # prologue: tiles 0 .. STAGES-2 in flight
+        for st in range(STAGES - 1):
+            if st < n_tiles:
+                j0 = st * Bc
+                for i in range(CPT):
+                    e = tid + i * NTH
+                    if e < CHUNKS:
+                        r = e // VEC
+                        c = e - r * VEC
+                        ok = j0 + r < Nk
+                        src = min(j0 + r, Nk - 1)
+                        cp_async16(KV, st * Bc + r, 4 * (c ^ (r & SWM)), k, kvh, src, 4 * c, ok)
+                        cp_async16(KV, (STAGES + st) * Bc + r, 4 * (c ^ (r & SWM)), v, kvh, src, 4 * c, ok)
+            cp_async_commit()
+
+        for it in range(n_tiles):
+            cp_async_wait(WAIT)  # tile `it` has landed (for this thread's copies) ...
+            cuda.syncthreads()  # ... for every thread's; and every warp is done with tile it-1
+            nxt = it + STAGES - 1
+            if nxt < n_tiles:  # refill the buffer of tile it-1
+                j1 = nxt * Bc
+                sb = nxt % STAGES
+                for i in range(CPT):
+                    e = tid + i * NTH
+                    if e < CHUNKS:
+                        r = e // VEC
+                        c = e - r * VEC
+                        ok = j1 + r < Nk
+                        src = min(j1 + r, Nk - 1)
+                        cp_async16(KV, sb * Bc + r, 4 * (c ^ (r & SWM)), k, kvh, src, 4 * c, ok)
+                        cp_async16(KV, (STAGES + sb) * Bc + r, 4 * (c ^ (r & SWM)), v, kvh, src, 4 * c, ok)
+            cp_async_commit()
+
+            j0 = it * Bc
+            if j0 < warp_end:
+                kb = (it % STAGES) * Bc  # first row of this tile's K buffer
+                vb = kb + STAGES * Bc  # ... and of its V buffer
+                # -- S = Q Kᵀ
+                for i in range(NS):
+                    s[i] = float32(0.0)
+                for ks in range(KS):
+                    kcol = 4 * ((2 * ks + k_c) ^ k_sw)
+                    for np_ in range(NP):
+                        b = ldmatrix_x4(KV, kb + 16 * np_ + k_r, kcol)
+                        n0 = 8 * np_  # = 4 * (2 * np_): accumulators of n-tile 2·np_
+                        s[n0], s[n0 + 1], s[n0 + 2], s[n0 + 3] = mma(
+                            qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3], b[0], b[1],
+                            s[n0], s[n0 + 1], s[n0 + 2], s[n0 + 3])
+                        s[n0 + 4], s[n0 + 5], s[n0 + 6], s[n0 + 7] = mma(
+                            qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3], b[2], b[3],
+                            s[n0 + 4], s[n0 + 5], s[n0 + 6], s[n0 + 7])
+                # -- mask keys past the end and (causal) above the diagonal
+                if j0 + Bc > Nk or (causal and j0 + Bc - 1 > row0 + off):
+                    for nt in range(NT):
+                        for e in range(4):
+                            col = j0 + nt * 8 + 2 * t + (e % 2)
+                            row = r_lo if e < 2 else r_hi
+                            if col >= Nk or (causal and col > row + off):
+                                s[4 * nt + e] = NEG_BIG
+                # -- online softmax on the fragments
+                mx_lo = NEG_BIG
+                mx_hi = NEG_BIG
+                for nt in range(NT):
+                    mx_lo = max(mx_lo, max(s[4 * nt], s[4 * nt + 1]))
+                    mx_hi = max(mx_hi, max(s[4 * nt + 2], s[4 * nt + 3]))
+                mn_lo = max(m_lo, quad_max(mx_lo))
+                mn_hi = max(m_hi, quad_max(mx_hi))
+                corr_lo = math.exp2((m_lo - mn_lo) * sl2)
+                corr_hi = math.exp2((m_hi - mn_hi) * sl2)
+                ms_lo = mn_lo * sl2 if mn_lo != NEG_BIG else float32(0.0)
+                ms_hi = mn_hi * sl2 if mn_hi != NEG_BIG else float32(0.0)
+                m_lo = mn_lo
+                m_hi = mn_hi
+                rs_lo = float32(0.0)
+                rs_hi = float32(0.0)
+                for nt in range(NT):
+                    p0 = math.exp2(s[4 * nt] * sl2 - ms_lo)
+                    p1 = math.exp2(s[4 * nt + 1] * sl2 - ms_lo)
+                    p2 = math.exp2(s[4 * nt + 2] * sl2 - ms_hi)
+                    p3 = math.exp2(s[4 * nt + 3] * sl2 - ms_hi)
+                    rs_lo += p0 + p1
+                    rs_hi += p2 + p3
+                    s[4 * nt] = p0
+                    s[4 * nt + 1] = p1
+                    s[4 * nt + 2] = p2
+                    s[4 * nt + 3] = p3
+                l_lo = l_lo * corr_lo + rs_lo
+                l_hi = l_hi * corr_hi + rs_hi
+                for dt in range(DT):
+                    acc[4 * dt] *= corr_lo
+                    acc[4 * dt + 1] *= corr_lo
+                    acc[4 * dt + 2] *= corr_hi
+                    acc[4 * dt + 3] *= corr_hi
+                # -- O += P V
+                for kk in range(KK):
+                    a0 = pack(s[8 * kk], s[8 * kk + 1])
+                    a1 = pack(s[8 * kk + 2], s[8 * kk + 3])
+                    a2 = pack(s[8 * kk + 4], s[8 * kk + 5])
+                    a3 = pack(s[8 * kk + 6], s[8 * kk + 7])
+                    vrow = vb + 16 * kk + v_r
+                    for dp in range(DP):
+                        b = ldmatrix_x4_trans(KV, vrow, 4 * ((2 * dp + v_c) ^ v_sw))
+                        d0 = 8 * dp  # accumulators of d-tile 2·dp
+                        acc[d0], acc[d0 + 1], acc[d0 + 2], acc[d0 + 3] = mma(
+                            a0, a1, a2, a3, b[0], b[1], acc[d0], acc[d0 + 1], acc[d0 + 2], acc[d0 + 3])
+                        acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7] = mma(
+                            a0, a1, a2, a3, b[2], b[3], acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7])
+
+        cp_async_wait(0)  # no copy may still target shared memory when the block exits
+        l_lo = quad_sum(l_lo)
+        l_hi = quad_sum(l_hi)
+        inv_lo = float32(1.0) / l_lo if l_lo > float32(0.0) else float32(0.0)
+        inv_hi = float32(1.0) / l_hi if l_hi > float32(0.0) else float32(0.0)
+        for dt in range(DT):
+            if r_lo < Nq:
+                o[bh, r_lo, 4 * dt + t] = pack(acc[4 * dt] * inv_lo, acc[4 * dt + 1] * inv_lo)
+            if r_hi < Nq:
+                o[bh, r_hi, 4 * dt + t] = pack(acc[4 * dt + 2] * inv_hi, acc[4 * dt + 3] * inv_hi)
+
+    return tc_pipelined
+
+
+def smem_bytes(D, Bc, STAGES):
+    return 2 * STAGES * Bc * D * 2
+
+
+def default_bc(D, Bc):
+    """Bc=0 picks the tile: 64 keys up to D=64, 32 above (two stages must fit 48 KiB)."""
+    return Bc if Bc else (64 if D <= 64 else 32)
+
+
+def _supports(problem, W, Bc, STAGES):
+    Bc = default_bc(problem.head_dim, Bc)
+    reason = supports_tc(problem, Bc)
+    if reason:
+        return reason
+    if STAGES < 2:
+        return "STAGES must be at least 2 (one tile computed while the next lands)"
+    nb = smem_bytes(problem.head_dim, Bc, STAGES)
+    if nb > 48 * 1024:
+        return f"{STAGES} stages of K/V tiles need {nb} B of static shared memory (> 48 KiB)"
+    return None
+
+
+@register_phase(
+    name="tc_pipelined", order=21, title="Tensor cores + ldmatrix + cp.async multi-buffering",
+    parent="tc_mma",
+    description="""
+        tc_mma's fragments and softmax, fed differently: K/V tiles are copied with
+        cp.async (16 B, zero-fill past the end) into a ring of STAGES swizzled
+        shared buffers, so copies of the next tiles overlap the math on this one
+        (one barrier per tile); B fragments come from ldmatrix.x4 (K) and
+        ldmatrix.x4.trans (V), two n-tiles per instruction, bank-conflict free
+        thanks to the XOR swizzle of 16-byte chunks.
+    """,
+    lineage="FlashAttention-2 (Dao 2023) as implemented with CUTLASS/CuTe on Ampere/Hopper "
+            "(ldmatrix, cp.async pipelines, XOR-swizzled shared memory)",
+    planned_speedup=100.0,
+    dtypes=("float16", "bfloat16"),
+    head_dims=(16, 32, 48, 64, 80, 96, 112, 128),
+    sim_params={"W": 2, "Bc": 16, "STAGES": 2},
+    supports=_supports,
+)
+def tc_pipelined(problem, W=4, Bc=0, STAGES=2):
+    H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
+    Bc = default_bc(problem.head_dim, Bc)
+    kern = make_kernel(problem.head_dim, W, Bc, STAGES, problem.causal, problem.dtype == "bfloat16")
+    sl2 = float32(problem.sm_scale * LOG2E)
+    grid = ((Nq + 16 * W - 1) // (16 * W), problem.batch * H)
+
+    def run(q, k, v, o, stream=0):
+        kern[grid, 32 * W, stream](*u32_views(q, k, v, o), sl2, H, problem.group, Nq, Nk)
+
+    return Launch(run, kernels=[kern])
