@@ -1,0 +1,124 @@
+"""The tensor-core phases (tc_mma, tc_pipelined, tc_tf32) against the float64 reference.
+
+In the simulator every mma/ldmatrix is a per-lane fallback and costs a warp
+barrier, so the shapes are tiny: one or two 16-row warps per block, 16-key
+tiles, head_dim 16/32, lengths that are not multiples of any tile and
+q_len != kv_len (bottom-right causal alignment). The output is poisoned
+before each run. On a GPU the same tests run the real instructions, and the
+GPU-only tests add realistic shapes and look at the compiled code.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from numba_attn.backend import IS_SIMULATOR
+from numba_attn.problem import Problem
+from numba_attn.reference import check, poison, reference
+from numba_attn.registry import get_phase
+
+from numba import cuda
+
+gpu_only = pytest.mark.skipif(IS_SIMULATOR, reason="needs a CUDA GPU (realistic shapes, SASS)")
+
+try:
+    import ml_dtypes  # noqa: F401
+    HAVE_BF16 = True
+except ImportError:  # pragma: no cover
+    HAVE_BF16 = False
+
+
+def run_phase(name, problem, seed=1, **params):
+    """Plan, launch on poisoned output, check against float64; returns (Check, launch)."""
+    phase = get_phase(name)
+    params = {**(phase.sim_params if IS_SIMULATOR else {}), **params}
+    q, k, v = problem.inputs(seed)
+    ref = reference(q, k, v, causal=problem.causal, scale=problem.sm_scale)
+    launch = phase.plan(problem, **params)
+    B, H, Hkv, D = problem.batch, problem.heads, problem.kv_heads, problem.head_dim
+    # bf16 (ml_dtypes) arrays do not pass numba's buffer protocol on the GPU: move bit patterns
+    bits = np.uint16 if q.dtype.itemsize == 2 else q.dtype
+    qd, kd, vd = (cuda.to_device(np.ascontiguousarray(a).view(bits)) for a in (q, k, v))
+    od = cuda.to_device(poison(np.empty(problem.out_shape(), q.dtype), problem.dtype).view(bits))
+    launch(qd.reshape(B * H, problem.q_len, D), kd.reshape(B * Hkv, problem.kv_len, D),
+           vd.reshape(B * Hkv, problem.kv_len, D), od.reshape(B * H, problem.q_len, D), 0)
+    cuda.synchronize()
+    out = od.copy_to_host().view(q.dtype)
+    return check(out, ref, dtype=problem.dtype, precision=phase.precision), launch
+
+
+def tiny(dtype, D=16, causal=False, q_len=37, kv_len=53, heads=2, kv_heads=None):
+    return Problem(batch=1, heads=heads, kv_heads=kv_heads, q_len=q_len, kv_len=kv_len, head_dim=D,
+                   dtype=dtype, causal=causal)
+
+
+CASES = [
+    ("tc_mma", tiny("float16", D=16), {}),
+    ("tc_mma", tiny("bfloat16", D=32, causal=True), {}),
+    ("tc_pipelined", tiny("float16", D=32, causal=True), {"STAGES": 3}),
+    ("tc_pipelined", tiny("bfloat16", D=16, heads=2, kv_heads=1), {}),
+    ("tc_tf32", tiny("float32", D=16, causal=True), {}),
+    ("tc_tf32", tiny("float32", D=24, q_len=21, kv_len=21), {"W": 1, "Bc": 8}),
+]
+
+
+@pytest.mark.parametrize("name,problem,params", CASES,
+                         ids=[f"{n}-{p.label.replace(' ', '_')}" for n, p, _ in CASES])
+def test_phase_matches_reference(name, problem, params):
+    if problem.dtype == "bfloat16" and not HAVE_BF16:
+        pytest.skip("ml_dtypes not installed")
+    c, _ = run_phase(name, problem, **params)
+    assert c.ok, c.reason
+    assert c.unwritten == 0
+
+
+def test_supports_reasons():
+    f32 = Problem(q_len=64, head_dim=64, dtype="float32")
+    assert "dtype" in get_phase("tc_mma").supports(f32)
+    assert "dtype" in get_phase("tc_pipelined").supports(f32)
+    assert "dtype" in get_phase("tc_tf32").supports(f32.replace(dtype="float16"))
+    big = Problem(q_len=64, head_dim=256, dtype="float16")
+    assert get_phase("tc_mma").supports(big) is not None
+    d128 = Problem(q_len=64, head_dim=128, dtype="float16")
+    assert get_phase("tc_pipelined").supports(d128) is None  # default Bc shrinks to fit
+    assert "shared memory" in get_phase("tc_pipelined").supports(d128, Bc=64, STAGES=3)
+    assert get_phase("tc_tf32").supports(Problem(q_len=64, head_dim=64)) is None
+
+
+def test_registry_metadata():
+    assert get_phase("tc_tf32").precision == "tf32"
+    assert get_phase("tc_mma").parent == "smem_kv"
+    assert get_phase("tc_pipelined").parent == "tc_mma"
+    assert get_phase("tc_tf32").parent == "tc_pipelined"
+
+
+# -- GPU only ---------------------------------------------------------------------
+
+
+GPU_CASES = [
+    ("tc_mma", Problem(batch=2, heads=3, q_len=1000, kv_len=1300, head_dim=64, dtype="float16", causal=True)),
+    ("tc_mma", Problem(batch=1, heads=4, q_len=777, head_dim=128, dtype="bfloat16")),
+    ("tc_pipelined", Problem(batch=2, heads=3, q_len=1000, kv_len=1300, head_dim=64, dtype="float16", causal=True)),
+    ("tc_pipelined", Problem(batch=1, heads=4, q_len=777, head_dim=128, dtype="bfloat16", causal=True)),
+    ("tc_pipelined", Problem(batch=1, heads=8, kv_heads=2, q_len=640, head_dim=64, dtype="float16")),
+    ("tc_tf32", Problem(batch=2, heads=3, q_len=1000, kv_len=1300, head_dim=64, causal=True)),
+    ("tc_tf32", Problem(batch=1, heads=4, q_len=777, head_dim=128)),
+]
+
+
+@gpu_only
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,problem", GPU_CASES, ids=[f"{n}-{p.label.replace(' ', '_')}" for n, p in GPU_CASES])
+def test_phase_gpu_shapes(name, problem):
+    for seed in (1, 2):
+        c, launch = run_phase(name, problem, seed=seed)
+        assert c.ok, c.reason
+    kern = launch.kernels[0]
+    for sig, ov in kern.overloads.items():
+        assert ov.local_mem_per_thread == 0, "fragments spilled to local memory"
+        sass = kern.inspect_sass(sig)
+        assert "HMMA" in sass
+        if name != "tc_mma":
+            assert "LDGSTS" in sass
+        if name == "tc_pipelined":
+            assert "LDSM" in sass
