@@ -64,7 +64,7 @@ def geometry(D, Br, Bc, TM, TN):
 
 
 @functools.cache
-def make_kernel(D: int, Br: int, Bc: int, TM: int, TN: int, causal: bool):
+def make_kernel(D: int, Br: int, Bc: int, TM: int, TN: int, maxreg: int, causal: bool):
     KG, NT, TD, _ = geometry(D, Br, Bc, TM, TN)
     QC, KC, DC = TM // 4, TN // 4, TD // 4  # 16-byte chunks of the Q, K and O/V fragments
     KSTRIDE = 4 * KG  # a thread's key chunks (and O column chunks) are KSTRIDE apart
@@ -74,7 +74,9 @@ def make_kernel(D: int, Br: int, Bc: int, TM: int, TN: int, causal: bool):
     V_OFF = KT_OFF + 2 * D * Bc
     PT_OFF = V_OFF + 2 * Bc * D
 
-    @kernel
+    # launch_bounds: ptxas keeps the registers within what one block of NT threads may
+    # use; maxreg (0: no cap) trades registers for occupancy
+    @kernel(launch_bounds=NT, max_registers=maxreg or None)
     def register_blocked(q, k, v, o, scale2, H, G, Nq, Nk):
         Q_t = dynamic_tile(QT_OFF, D, Br)  # Qᵀ, pre-scaled by scale·log2(e)
         P_t = dynamic_tile(PT_OFF, Bc, Br)  # Pᵀ of the current tile
@@ -200,7 +202,7 @@ def make_kernel(D: int, Br: int, Bc: int, TM: int, TN: int, causal: bool):
     return register_blocked
 
 
-def _supports(problem, Br, Bc, TM, TN):
+def _supports(problem, Br, Bc, TM, TN, maxreg):
     D = problem.head_dim
     if TM % 4 or TN % 4:
         return f"TM={TM} and TN={TN} must be multiples of 4 (16-byte fragments)"
@@ -228,12 +230,12 @@ def _supports(problem, Br, Bc, TM, TN):
     lineage="Register blocking of SGEMM (Volkov & Demmel 2008; CUTLASS thread-level tiles) "
             "applied to both GEMMs of FlashAttention-2 (Dao 2023) on CUDA cores",
     planned_speedup=60.0,
-    sim_params={"Br": 32, "Bc": 16, "TM": 4, "TN": 4},
+    sim_params={"Br": 32, "Bc": 16, "TM": 4, "TN": 4, "maxreg": 0},
     supports=_supports,
 )
-def register_blocked(problem, Br=64, Bc=32, TM=4, TN=4):
+def register_blocked(problem, Br=64, Bc=32, TM=4, TN=4, maxreg=0):
     H, Nq, Nk, D = problem.heads, problem.q_len, problem.kv_len, problem.head_dim
-    kern = make_kernel(D, Br, Bc, TM, TN, problem.causal)
+    kern = make_kernel(D, Br, Bc, TM, TN, maxreg, problem.causal)
     _, NT, _, smem = geometry(D, Br, Bc, TM, TN)
     scale2 = float32(problem.sm_scale * LOG2E)
     grid = ((Nq + Br - 1) // Br, problem.batch * H)

@@ -46,7 +46,7 @@ def geometry(D, Br, Bc, TM, TN):
 
 
 @functools.cache
-def make_kernel(D: int, Br: int, Bc: int, TM: int, TN: int, heavy_first: bool, causal: bool):
+def make_kernel(D: int, Br: int, Bc: int, TM: int, TN: int, maxreg: int, heavy_first: bool, causal: bool):
     KG, NT, TD, _ = geometry(D, Br, Bc, TM, TN)
     QC, KC, DC = TM // 4, TN // 4, TD // 4  # 16-byte chunks of the Q, K and O/V fragments
     KSTRIDE = 4 * KG  # a thread's key chunks (and O column chunks) are KSTRIDE apart
@@ -56,7 +56,9 @@ def make_kernel(D: int, Br: int, Bc: int, TM: int, TN: int, heavy_first: bool, c
     V_OFF = KT_OFF + 2 * D * Bc
     PT_OFF = V_OFF + 2 * Bc * D
 
-    @kernel
+    # launch_bounds: ptxas keeps the registers within what one block of NT threads may
+    # use; maxreg (0: no cap) trades registers for occupancy
+    @kernel(launch_bounds=NT, max_registers=maxreg or None)
     def causal_skip(q, k, v, o, scale2, H, G, Nq, Nk):
         Q_t = dynamic_tile(QT_OFF, D, Br)  # Qᵀ, pre-scaled by scale·log2(e)
         P_t = dynamic_tile(PT_OFF, Bc, Br)  # Pᵀ of the current tile
@@ -187,7 +189,7 @@ def make_kernel(D: int, Br: int, Bc: int, TM: int, TN: int, heavy_first: bool, c
     return causal_skip
 
 
-def _supports(problem, Br, Bc, TM, TN, heavy_first):
+def _supports(problem, Br, Bc, TM, TN, maxreg, heavy_first):
     D = problem.head_dim
     if TM % 4 or TN % 4:
         return f"TM={TM} and TN={TN} must be multiples of 4 (16-byte fragments)"
@@ -214,12 +216,12 @@ def _supports(problem, Br, Bc, TM, TN, heavy_first):
     lineage="Causal tile skipping of FlashAttention-2 (Dao 2023): masking only the "
             "diagonal blocks, longest blocks scheduled first",
     planned_speedup=65.0,
-    sim_params={"Br": 32, "Bc": 16, "TM": 4, "TN": 4, "heavy_first": 1},
+    sim_params={"Br": 32, "Bc": 16, "TM": 4, "TN": 4, "maxreg": 0, "heavy_first": 1},
     supports=_supports,
 )
-def causal_skip(problem, Br=64, Bc=32, TM=4, TN=4, heavy_first=1):
+def causal_skip(problem, Br=64, Bc=32, TM=4, TN=4, maxreg=0, heavy_first=1):
     H, Nq, Nk, D = problem.heads, problem.q_len, problem.kv_len, problem.head_dim
-    kern = make_kernel(D, Br, Bc, TM, TN, bool(heavy_first), problem.causal)
+    kern = make_kernel(D, Br, Bc, TM, TN, maxreg, bool(heavy_first), problem.causal)
     _, NT, _, smem = geometry(D, Br, Bc, TM, TN)
     scale2 = float32(problem.sm_scale * LOG2E)
     grid = ((Nq + Br - 1) // Br, problem.batch * H)
