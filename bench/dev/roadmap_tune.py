@@ -42,18 +42,17 @@ PLANS = {
     # first call: every phase once, the register-blocked configurations, the SEG trade-off
     "tune1": (
         [("register_blocked", P64, rb(*c)) for c in [
-            (64, 32), (128, 32), (64, 64), (128, 64), (128, 32, 4, 8), (128, 32, 8, 4),
-            (64, 64, 4, 8), (128, 64, 4, 8), (64, 16), (128, 16), (64, 32, 4, 4, 128)]]
+            (64, 32), (128, 32), (64, 64), (128, 64), (128, 32, 4, 8), (128, 32, 8, 4), (64, 16),
+            (64, 32, 4, 4, 128)]]
         + [("causal_skip", P64, {}), ("causal_skip", P64C, {}), ("causal_skip", P64C, {"heavy_first": 0}),
            ("register_blocked", P64C, {})]
-        + [("q_smem", P64, {}), ("q_smem", P64, {"Br": 64})]
+        + [("q_smem", P64, {})]
         + [("segmented_out", P64, {"SEG": s}) for s in (64, 32, 16)]
-        + [("one_barrier", P64, {}), ("warp_specialized", P64, {}), ("warp_specialized", P64, {"LW": 2}),
-           ("vectorized", P64, {}), ("vectorized", P64, {"Br": 128}), ("double_buffer", P64, {}),
-           ("double_buffer", P64, {"Br": 128})]
-        + [("register_blocked", P128, rb(*c)) for c in [(128, 32), (64, 32), (64, 64), (128, 16)]]
-        + [("smem_kv", P128, {}), ("q_smem", P128, {}), ("q_smem", P128, {"Br": 64})]
-        + [("segmented_out", P128, {"SEG": s}) for s in (128, 64, 32)]
+        + [("one_barrier", P64, {}), ("warp_specialized", P64, {}), ("vectorized", P64, {}),
+           ("double_buffer", P64, {})]
+        + [("register_blocked", P128, rb(*c)) for c in [(128, 32), (64, 32), (64, 64)]]
+        + [("smem_kv", P128, {}), ("q_smem", P128, {})]
+        + [("segmented_out", P128, {"SEG": s}) for s in (64, 32)]
         + [("causal_skip", P64H, {})]
     ),
 }
