@@ -108,8 +108,21 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown"
 
 
+def _check_ranges(args):
+    """Refuse out-of-range sizes with the argument's name before anything runs."""
+    for flag, attr, lo in (("--batch", "batch", 1), ("--heads", "heads", 1), ("--kv-heads", "kv_heads", 1),
+                           ("--q-len", "q_len", 1), ("--kv-len", "kv_len", 1), ("--head-dim", "head_dim", 1)):
+        val = getattr(args, attr, None)
+        if val is not None and val < lo:
+            raise SystemExit(f"{flag} must be >= {lo}, got {val}")
+    if getattr(args, "budget", None) is not None and args.budget <= 0:
+        raise SystemExit(f"--budget must be > 0 seconds, got {args.budget}")
+
+
 def _problems(args):
     from .problem import PRESETS, Problem
+
+    _check_ranges(args)
 
     shape_given = any(getattr(args, a) is not None for a in
                       ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "dtype", "scale")) or args.causal
@@ -224,11 +237,13 @@ def cmd_run(args) -> int:
     problems, defaulted = _problems(args)
     _run_setup(args.setup)
     phases = [p.strip() for p in args.phases.split(",")] if args.phases else None
-    if phases:
-        from .registry import get_phase
+    from .registry import get_phase
 
+    if phases:
         for p in phases:
             get_phase(p)  # unknown names fail here, with suggestions
+    for name, over in _params(args).items():
+        get_phase(name).resolve_params(over)  # unknown phases/parameters fail here, before any launch
     if args.results:
         results = args.results
     else:
@@ -362,6 +377,12 @@ def main(argv=None) -> int:
     except ValueError as exc:  # bad problem parameters (AttentionInputError), bad --param
         print(f"numba-attn: {exc}", file=sys.stderr)
         return 2
+    except SystemExit as exc:  # usage errors raised with a message: exit status 2, like argparse
+        if isinstance(exc.code, str):
+            msg = exc.code if exc.code.startswith("numba-attn") else f"numba-attn: {exc.code}"
+            print(msg, file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":

@@ -63,3 +63,68 @@ def validate_problem(p) -> None:
         raise AttentionInputError(
             f"causal attention needs q_len <= kv_len (bottom-right alignment would leave the first "
             f"{p.q_len - p.kv_len} queries with no key); got q_len={p.q_len}, kv_len={p.kv_len}")
+
+
+SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def _describe(a) -> str:
+    if hasattr(a, "shape"):
+        return f"shape {tuple(a.shape)}"
+    return type(a).__name__
+
+
+def check_arrays(q, k, v) -> None:
+    """Everything about q, k, v that can be wrong before a Problem exists:
+    array-ness, rank, dtype, matching shapes. Raises :class:`AttentionInputError`
+    naming the argument and what is allowed."""
+    import numpy as np
+
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        if not (hasattr(a, "shape") and hasattr(a, "dtype")):
+            raise AttentionInputError(
+                f"{name} must be a NumPy array or a numba device array; got {type(a).__name__}")
+        if len(a.shape) != 4:
+            raise AttentionInputError(
+                f"{name} must be a 4-D array (batch, heads, length, head_dim); got {_describe(a)}")
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        dt = np.dtype(a.dtype).name
+        if dt not in SUPPORTED_DTYPES:
+            hint = " (convert with .astype(np.float32))" if dt in ("float64", "int32", "int64") else ""
+            raise AttentionInputError(f"{name} has dtype {dt}; supported dtypes: {', '.join(SUPPORTED_DTYPES)}{hint}")
+    dts = {np.dtype(a.dtype).name for a in (q, k, v)}
+    if len(dts) != 1:
+        raise AttentionInputError(f"q, k and v must share one dtype; got q {np.dtype(q.dtype).name}, "
+                                  f"k {np.dtype(k.dtype).name}, v {np.dtype(v.dtype).name}")
+    B, H, Nq, D = q.shape
+    Bk, Hkv, Nk, Dk = k.shape
+    if tuple(v.shape) != tuple(k.shape):
+        raise AttentionInputError(f"k and v must have the same shape; got k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if Bk != B:
+        raise AttentionInputError(f"q and k must have the same batch size (dimension 0); got {B} and {Bk}")
+    if Dk != D:
+        raise AttentionInputError(f"q and k must have the same head_dim (dimension 3); got {D} and {Dk}")
+    if D < 1:
+        raise AttentionInputError(f"head_dim (dimension 3 of q, k, v) must be >= 1; got {D}")
+    if Hkv == 0 and H > 0:
+        raise AttentionInputError(f"k and v have 0 heads but q has {H}: every query head needs a key/value head")
+    if Hkv > 0 and H % Hkv:
+        raise AttentionInputError(f"q heads ({H}) must be a multiple of k/v heads ({Hkv}) "
+                                  f"(grouped-query attention: query head h reads k/v head h // (H // Hkv))")
+    if Nk == 0 and B * H * Nq > 0:
+        raise AttentionInputError("kv_len (dimension 2 of k and v) must be >= 1 when there are queries: "
+                                  "the softmax over zero keys is undefined")
+
+
+def check_finite(name, a) -> None:
+    """Raise naming the array and the first NaN/Inf element (``nonfinite='raise'``)."""
+    import numpy as np
+
+    host = a.copy_to_host() if hasattr(a, "copy_to_host") else np.asarray(a)
+    with np.errstate(invalid="ignore", over="ignore"):
+        bad = ~np.isfinite(host.astype(np.float32))
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise AttentionInputError(f"{name} contains {int(bad.sum())} NaN/Inf value(s), the first at {idx} "
+                                  f"({host[idx]}); nonfinite='raise' refuses them (the default 'propagate' "
+                                  f"returns NaN where the float64 reference does)")

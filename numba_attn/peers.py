@@ -133,9 +133,14 @@ def measure_peer(name: str, problem: Problem, cfg) -> dict:
         tq, tk, tv = (torch.from_numpy(np.asarray(a, dtype=np.float32)).to("cuda", tdt) for a in (q, k, v))
         if dtype != problem.dtype:  # the reference must see the inputs the peer sees
             from .reference import reference
+            from .runner import TORCH_REFERENCE_FLOPS, _reference_torch
 
-            ref = reference(*(t.float().cpu().numpy() for t in (tq, tk, tv)), causal=problem.causal,
-                            scale=problem.sm_scale)
+            rounded = [t.float().cpu().numpy() for t in (tq, tk, tv)]
+            ref = None
+            if problem.flops() > TORCH_REFERENCE_FLOPS:
+                ref = _reference_torch(*rounded, causal=problem.causal, scale=problem.sm_scale)
+            if ref is None:
+                ref = reference(*rounded, causal=problem.causal, scale=problem.sm_scale)
         # the math backend materializes S and P in the input dtype: check memory first
         if backend == "math":
             need = 2 * problem.batch * problem.heads * problem.q_len * problem.kv_len * tq.element_size()

@@ -32,8 +32,10 @@ from matplotlib.lines import Line2D  # noqa: E402
 from .report import env_summary, latest_rows  # noqa: E402
 
 PLOTS = ("roadmap", "scaling", "roofline", "traffic")
+ROOFLINE_PEERS = ("torch_sdpa", "torch_sdpa_fp16")  # PyTorch's own choice, in the problem's dtype and in fp16
 PEER_STYLE = {"linestyle": "--", "linewidth": 1.3}
 _CMAP = plt.get_cmap("tab10")
+_CMAP20 = plt.get_cmap("tab20")
 
 
 def _load(records_or_path):
@@ -89,7 +91,8 @@ def _problems(rows):
 
 
 def _colors(names):
-    return {n: _CMAP(i % 10) for i, n in enumerate(names)}
+    cmap, k = (_CMAP, 10) if len(names) <= 10 else (_CMAP20, 20)
+    return {n: cmap(i % k) for i, n in enumerate(names)}
 
 
 def _ok_time(r):
@@ -103,83 +106,126 @@ def _fmt_x(v):
 # -- roadmap -----------------------------------------------------------------------
 
 
+SHORT_DT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def _shape_key(p: dict) -> str:
+    return json.dumps({k: v for k, v in (p or {}).items() if k not in ("dtype", "seed")}, sort_keys=True)
+
+
+def _shape_label(p: dict) -> str:
+    s = f"B{p.get('batch')} H{p.get('heads')}"
+    if p.get("kv_heads") not in (None, p.get("heads")):
+        s += f"/{p.get('kv_heads')}kv"
+    s += f" N{p.get('q_len')}" if p.get("q_len") == p.get("kv_len") else f" Nq{p.get('q_len')} Nk{p.get('kv_len')}"
+    s += f" D{p.get('head_dim')}" + (" causal" if p.get("causal") else "")
+    return s
+
+
+def _pick(rows_of_phase, prefer_dtype):
+    """One row per phase and shape: the timed one in the preferred dtype, else any timed one,
+    else the preferred dtype's row (for its status)."""
+    ok = [r for r in rows_of_phase if _ok_time(r)]
+    for pool in (ok, rows_of_phase):
+        for r in pool:
+            if (r.get("problem") or {}).get("dtype") == prefer_dtype:
+                return r
+        if pool:
+            return pool[0]
+    return None
+
+
 def roadmap(records, out_dir, stem="roadmap", baseline="naive"):
-    """Measured vs planned speedup per phase, one panel per problem."""
+    """Measured vs planned speedup per phase, one panel per problem shape.
+
+    Phases that run only in fp16 (tensor cores) share the panel of the same
+    shape in fp32 and are measured against the fp32 baseline (bar label
+    ``name (fp16)``), as are the SDPA lines."""
     env, rows, _ceil, source = _load(records)
     rows = [r for r in rows if r.get("phase_kind", "prefill") != "decode" or r.get("kind") == "peer"]
     phases = _phase_order(rows)
-    labels = [lab for lab in _problems(rows) if any(_ok_time(r) for r in rows if r.get("label") == lab)]
-    if not phases or not labels:
+    shapes = OrderedDict()
+    for r in rows:
+        shapes.setdefault(_shape_key(r.get("problem")), []).append(r)
+    shapes = OrderedDict((k, v) for k, v in shapes.items() if any(_ok_time(r) for r in v))
+    if not phases or not shapes:
         return []
-    n = len(labels)
-    ncols = min(n, 3)
+    n = len(shapes)
+    ncols = 1 if len(phases) > 7 else min(n, 3)
     nrows = math.ceil(n / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(max(6.5, 0.55 * len(phases) + 3.5) * ncols / 1.4,
-                                                    4.6 * nrows + 0.6), squeeze=False)
+    width = max(6.0, 0.55 * len(phases) + 2.5)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, 4.8 * nrows + 0.8), squeeze=False)
     for ax in axes.flat[n:]:
         ax.axis("off")
-    for ax, lab in zip(axes.flat, labels):
-        prow = {r["phase"]: r for r in rows if r.get("label") == lab and r.get("kind") == "phase"}
-        peers = {r["phase"]: r for r in rows if r.get("label") == lab and r.get("kind") == "peer"}
-        base = prow.get(baseline)
-        base_ms = base.get("time_ms") if base and _ok_time(base) else None
-        names = [p for p in phases if p in prow]
-        x = list(range(len(names)))
+    for ax, (sk, srows) in zip(axes.flat, shapes.items()):
+        pdict = srows[0].get("problem") or {}
+        base_rows = [r for r in srows if r.get("kind") == "phase" and r["phase"] == baseline]
+        base = _pick(base_rows, "float32")
+        base_ms = base.get("time_ms") if base is not None and _ok_time(base) else None
+        base_dt = (base.get("problem") or {}).get("dtype", "float32") if base is not None else "float32"
+        names = [p for p in phases if any(r["phase"] == p and r.get("kind") == "phase" for r in srows)]
         w = 0.38
         ymax, ymin = 1.0, 1.0
+        ticks = []
         for i, name in enumerate(names):
-            r = prow[name]
+            r = _pick([x for x in srows if x["phase"] == name and x.get("kind") == "phase"], base_dt)
+            dt = (r.get("problem") or {}).get("dtype")
+            ticks.append(name + (f" ({SHORT_DT.get(dt, dt)})" if dt != base_dt else ""))
             plan = r.get("planned_speedup")
             if plan:
                 ax.bar(i + w / 2, plan, w, color="none", edgecolor="#888888", hatch="///", linewidth=0.8)
                 ymax, ymin = max(ymax, plan), min(ymin, plan)
-            sp = r.get("speedup") if _ok_time(r) else None
-            if sp is None and base_ms and _ok_time(r):
-                sp = base_ms / r["time_ms"]
+            sp = base_ms / r["time_ms"] if (base_ms and _ok_time(r)) else None
             if sp:
-                ax.bar(i - w / 2, sp, w, color=_CMAP(0))
+                ax.bar(i - w / 2, sp, w, color=_CMAP(0) if dt == base_dt else _CMAP(2))
                 ax.annotate(_fmt_x(sp), (i - w / 2, sp), ha="center", va="bottom", fontsize=7,
                             xytext=(0, 1), textcoords="offset points")
                 ymax, ymin = max(ymax, sp), min(ymin, sp)
             else:
                 ax.annotate(r.get("status") or "?", (i - w / 2, 1.0), ha="center", va="bottom", fontsize=7,
                             color="#b00000", rotation=90)
-        # SDPA reference lines: PyTorch's default and the fastest explicit backend
-        ok_peers = {k: v for k, v in peers.items() if _ok_time(v)}
+        # SDPA reference lines: PyTorch's default in the baseline dtype, and the fastest SDPA of any dtype
+        peers = [r for r in srows if r.get("kind") == "peer" and _ok_time(r)]
         show = []
-        if "torch_sdpa" in ok_peers:
-            show.append(("torch_sdpa", "SDPA (auto)"))
-        rest = {k: v for k, v in ok_peers.items() if k != "torch_sdpa"}
-        if rest:
-            best = min(rest, key=lambda k: rest[k]["time_ms"])
-            show.append((best, best.replace("torch_sdpa_", "SDPA ").replace("torch_sdpa", "SDPA")
-                         + (" (fastest)" if len(rest) > 1 else "")))
-        for j, (pname, text) in enumerate(show):
+        auto = [r for r in peers if r["phase"] == "torch_sdpa" and (r.get("problem") or {}).get("dtype") == base_dt]
+        if auto:
+            show.append((auto[0], f"SDPA auto ({SHORT_DT.get(base_dt, base_dt)})"))
+        if peers:
+            best = min(peers, key=lambda r: r["time_ms"])
+            if not auto or best is not auto[0]:
+                bdt = (best.get("params") or {}).get("dtype") or (best.get("problem") or {}).get("dtype")
+                kind = best["phase"].replace("torch_sdpa", "").replace("_fp16", "").strip("_") or "auto"
+                show.append((best, f"fastest SDPA: {kind} ({SHORT_DT.get(bdt, bdt)})"))
+        for j, (pr, text) in enumerate(show):
             if base_ms:
-                sp = base_ms / ok_peers[pname]["time_ms"]
-                ax.axhline(sp, color=("#d62728", "#9467bd")[j % 2], **PEER_STYLE)
-                ax.annotate(f"{text}: {_fmt_x(sp)}", (-0.5, sp), ha="left", va="bottom",
-                            fontsize=7, color=("#d62728", "#9467bd")[j % 2], xytext=(2, 1),
-                            textcoords="offset points",
+                sp = base_ms / pr["time_ms"]
+                col = ("#d62728", "#9467bd")[j % 2]
+                ax.axhline(sp, color=col, **PEER_STYLE)
+                ax.annotate(f"{text}: {_fmt_x(sp)}", (-0.5, sp), ha="left", va="bottom", fontsize=7, color=col,
+                            xytext=(2, 1), textcoords="offset points",
                             bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.5})
                 ymax, ymin = max(ymax, sp), min(ymin, sp)
         ax.set_yscale("log")
-        ax.set_ylim(max(ymin / 2, 1e-3), ymax * 2.5)
-        ax.set_xticks(x)
-        ax.set_xticklabels(names, rotation=35, ha="right", fontsize=8)
+        ax.set_ylim(max(ymin / 2, 1e-3), ymax * 3)
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(ticks, rotation=40, ha="right", fontsize=8)
         ax.set_xlim(-0.6, len(names) - 0.4)
         ax.set_ylabel(f"speedup over {baseline} (×, log)")
-        sub = f"{baseline} = {base_ms:.3g} ms" if base_ms else f"{baseline} not timed"
-        ax.set_title(f"{lab}\n({sub})", fontsize=9)
+        sub = (f"{baseline} {SHORT_DT.get(base_dt, base_dt)} = {base_ms:.3g} ms" if base_ms
+               else f"{baseline} not timed")
+        ax.set_title(f"{_shape_label(pdict)}\n({sub})", fontsize=9)
         ax.grid(axis="y", which="both", alpha=0.25)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=_CMAP(0), label="measured"),
+    handles = [plt.Rectangle((0, 0), 1, 1, color=_CMAP(0), label="measured (baseline dtype)"),
+               plt.Rectangle((0, 0), 1, 1, color=_CMAP(2), label="measured (fp16 storage)"),
                plt.Rectangle((0, 0), 1, 1, facecolor="none", edgecolor="#888888", hatch="///", label="planned"),
                Line2D([], [], color="#d62728", label="PyTorch SDPA", **PEER_STYLE)]
-    fig.legend(handles=handles, loc="upper right", fontsize=8, ncol=3)
-    fig.suptitle("Roadmap: measured vs planned speedup per phase", fontsize=11, x=0.02, ha="left")
-    fig.tight_layout(rect=(0, 0.04, 1, 0.95))
+    H = fig.get_figheight()
+    fig.legend(handles=handles, loc="upper right", fontsize=8, ncol=4, bbox_to_anchor=(1.0, 1 - 0.3 / H))
+    fig.suptitle("Roadmap: measured vs planned speedup per phase", fontsize=11, x=0.02, ha="left",
+                 y=1 - 0.1 / H)
+    fig.tight_layout(rect=(0, 0.45 / H, 1, 1 - 0.65 / H))
     _caption(fig, env, source, "bars: median kernel time of the baseline / of the phase (events, same run); "
-                               "hatched: the roadmap's planned speedup")
+                               "hatched: the roadmap's planned speedup; labels: failed or skipped rows")
     return _save(fig, out_dir, stem)
 
 
@@ -258,7 +304,8 @@ def scaling(records, out_dir, stem="scaling"):
 def roofline(records, out_dir, stem="roofline"):
     """Achieved TFLOP/s at the problem's arithmetic intensity under the measured roofs."""
     env, rows, ceil, source = _load(records)
-    pts = [r for r in rows if _ok_time(r) and r.get("tflops") and r.get("min_bytes")]
+    pts = [r for r in rows if _ok_time(r) and r.get("tflops") and r.get("min_bytes")
+           and (r.get("kind") == "phase" or r.get("phase") in ROOFLINE_PEERS)]
     if not pts:
         return []
     names = _phase_order(pts) + sorted({r["phase"] for r in pts if r.get("kind") == "peer"})
@@ -271,11 +318,11 @@ def roofline(records, out_dir, stem="roofline"):
     lo, hi = min(ais) / 4, max(ais) * 4
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     bw = ceil.get("copy", {}).get("value")
-    roofs = [(k, ceil[k]["value"]) for k in ("ffma", "mma_tf32", "mma_fp16") if k in ceil]
+    roofs = [(k, ceil[k]["value"]) for k in ("ffma", "mma_tf32", "mma_fp16", "cublas_fp16") if k in ceil]
     for k, peak in roofs:
         ys = [min(peak, bw * 1e9 * x / 1e12) if bw else peak for x in xs]
-        ax.plot(xs, ys, color="black" if k == "ffma" else "#555555",
-                linestyle="-" if k == "ffma" else "-.", linewidth=1.5)
+        ax.plot(xs, ys, color="black" if k == "ffma" else ("#999999" if k.startswith("cublas") else "#555555"),
+                linestyle={"ffma": "-", "cublas_fp16": ":"}.get(k, "-."), linewidth=1.5)
         ax.annotate(f"{k} {peak:.0f} TFLOP/s", (xs[-1], peak), ha="right", va="bottom", fontsize=8)
     if bw and not roofs:
         ax.plot(xs, [bw * 1e9 * x / 1e12 for x in xs], color="black", linewidth=1.5)
@@ -305,10 +352,11 @@ def roofline(records, out_dir, stem="roofline"):
                  label="at modelled bytes (S, P materialized)")]
     ax.legend(handles=h1 + h2 + h3, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     note = "" if roofs or bw else "no ceilings in this file (simulator or --no-ceilings): roofs not drawn"
-    ax.set_title("Roofline: phases under the measured ceilings" + (f"\n({note})" if note else ""), fontsize=11)
+    ax.set_title("Roofline: phases under the measured ceilings (black edge: PyTorch SDPA)"
+                 + (f"\n({note})" if note else ""), fontsize=11)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
-    _caption(fig, env, source, "roofs: measured copy bandwidth × intensity, capped by the measured FFMA "
-                               "and tensor-core (mma) throughput")
+    _caption(fig, env, source, "roofs: measured copy bandwidth × intensity, capped by the measured FFMA, "
+                               "numba mma.sync (mma_*) and cuBLAS (cublas_fp16, dotted) throughput")
     return _save(fig, out_dir, stem)
 
 
@@ -318,7 +366,7 @@ def roofline(records, out_dir, stem="roofline"):
 def traffic(records, out_dir, stem="traffic"):
     """Bytes each phase moves by construction, and the bandwidth achieved on them."""
     env, rows, ceil, source = _load(records)
-    rows = [r for r in rows if r.get("kind") == "phase" and r.get("min_bytes")]
+    rows = [r for r in rows if r.get("kind") == "phase" and r.get("min_bytes") and _ok_time(r)]
     if not rows:
         return []
     names = _phase_order(rows)
@@ -336,7 +384,7 @@ def traffic(records, out_dir, stem="traffic"):
             mb = r.get("model_bytes") or r["min_bytes"]
             xs.append(i + (j - (len(labels) - 1) / 2) * w)
             bys.append(mb / 2**30)
-            gbs.append((mb / (r["time_ms"] * 1e-3) / 1e9) if _ok_time(r) else 0)
+            gbs.append(mb / (r["time_ms"] * 1e-3) / 1e9)
         ax_b.bar(xs, bys, w, color=colors[lab], label=lab)
         ax_g.bar(xs, gbs, w, color=colors[lab], label=lab)
         mins = by.get(names[0])
@@ -354,7 +402,8 @@ def traffic(records, out_dir, stem="traffic"):
     ax_b.set_ylabel("device-memory traffic by construction (GiB, log)")
     ax_b.set_title("Bytes moved: S and P materialized (baseline) vs minimum (fused)\n"
                    "dotted: minimum bytes (Q, K, V read once, O written once)", fontsize=9)
-    ax_g.set_ylabel("achieved GB/s on those bytes")
+    ax_g.set_yscale("log")
+    ax_g.set_ylabel("achieved GB/s on those bytes (log)")
     ax_g.set_title("Bandwidth achieved on the modelled bytes", fontsize=9)
     ax_b.legend(fontsize=7)
     fig.suptitle("Memory traffic per phase", fontsize=11, x=0.02, ha="left")

@@ -75,7 +75,7 @@ def table(rows: list[dict]) -> str:
             "—" if r.get("spread") is None or not r.get("time_ms") else f"{r['spread']:.0%}",
             _fmt_time(r.get("e2e_ms")) if r.get("e2e_ms") else "—",
             _f(r.get("tflops"), ".2f"), _f(r.get("gbps"), ".0f"), frac_s,
-            _f(r.get("speedup"), ".1f") + ("x" if r.get("speedup") else ""),
+            _f(r.get("speedup"), ".1f") + ("x" if r.get("speedup") else "") + ("†" if r.get("speedup_vs") else ""),
             _f(r.get("planned_speedup"), "g") + ("x" if r.get("planned_speedup") else ""),
             _f(r.get("regs"), "d"), _f(r.get("smem_static"), "d"),
             _f(r.get("local_bytes"), "d"),
@@ -108,6 +108,9 @@ def table(rows: list[dict]) -> str:
     if any(r.get("frac_ceiling") is not None for r in rows):
         out.append("%ceil: F = of the FFMA ceiling, M = of the fp16 mma ceiling, T = of the tf32 mma ceiling, "
                    "B = of copy bandwidth")
+    if any(r.get("speedup_vs") for r in rows):
+        out.append("† speedup against the baseline on the same shape in another dtype (e.g. naive fp32 for an "
+                   "fp16 tensor-core row)")
     if any(r.get("resumed") for r in rows):
         out.append("(r) = row reused from the results file (--resume)")
     return "\n".join(out)

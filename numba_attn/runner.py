@@ -204,7 +204,7 @@ _LIMITS = ("CUDA_ERROR_OUT_OF_MEMORY", "out of memory", "CUDA_ERROR_LAUNCH_OUT_O
 def classify_exception(exc: BaseException) -> tuple[str, str, bool]:
     """(status, reason, context_poisoned) for an exception raised by a phase."""
     text = f"{type(exc).__name__}: {exc}"
-    summary = _summarize_exception(exc)
+    summary = text.strip().splitlines()[0][:300] if isinstance(exc, DeviceLimitError) else _summarize_exception(exc)
     if isinstance(exc, DeviceLimitError) or any(s in text for s in _LIMITS):
         return SKIP, f"device limit: {summary}", False
     if any(s in text for s in _STICKY):
@@ -300,6 +300,8 @@ def measure(phase: Phase | str, problem: Problem, cfg: RunConfig | None = None, 
            "planned_speedup": phase.planned_speedup, "backend": BACKEND, "status": None,
            "reason": "", "flops": problem.flops(), "min_bytes": problem.min_bytes()}
     reason = phase.supports(problem, **params)
+    if not reason and problem.q_len * problem.kv_len * problem.batch * problem.heads == 0:
+        reason = f"empty problem (q_len={problem.q_len}, kv_len={problem.kv_len}): nothing to measure"
     if reason:
         row.update(status=SKIP, reason=reason)
         return row
@@ -774,10 +776,18 @@ def run(phases=None, problems=None, *, config: RunConfig | None = None, progress
     baseline_time: dict = {}
     last_time: dict = {}  # phase → (flops, time_ms) of its last timed row, for max_row_ms
     timing_checked = False
+    baseline_shape: dict = {}  # same shape, other dtype: (time, dtype), fp32 preferred
+
+    def note_baseline(problem_dict, t_ms):
+        baseline_time[json.dumps(problem_dict, sort_keys=True)] = t_ms
+        sk = _shape_key(problem_dict)
+        if sk not in baseline_shape or problem_dict.get("dtype") == "float32":
+            baseline_shape[sk] = (t_ms, problem_dict.get("dtype"))
+
     for r in previous:
         if r.get("kind") == "phase" and r.get("phase") == cfg.baseline and r.get("status") == OK \
                 and r.get("time_ms"):
-            baseline_time[json.dumps(r["problem"], sort_keys=True)] = r["time_ms"]
+            note_baseline(r["problem"], r["time_ms"])
         if r.get("timing_check"):
             timing_checked = True
     try:
@@ -823,9 +833,13 @@ def run(phases=None, problems=None, *, config: RunConfig | None = None, progress
             row["wall_s"] = time.perf_counter() - t0
             stamp(row)
             if kind == "phase" and name == cfg.baseline and row["status"] == OK and row.get("time_ms"):
-                baseline_time[pkey] = row["time_ms"]
+                note_baseline(prob.to_dict(), row["time_ms"])
             if row.get("time_ms") and pkey in baseline_time:
                 row["speedup"] = baseline_time[pkey] / row["time_ms"]
+            elif row.get("time_ms") and _shape_key(prob.to_dict()) in baseline_shape:
+                t_b, dt_b = baseline_shape[_shape_key(prob.to_dict())]
+                row["speedup"] = t_b / row["time_ms"]
+                row["speedup_vs"] = f"{cfg.baseline} {dt_b}"
             if row.get("time_ms") and kind == "phase":
                 last_time[name] = (prob.flops(), row["time_ms"])
             if kind == "peer" and row.get("params", {}).get("dtype", "float32") != "float32":
@@ -844,6 +858,12 @@ def run(phases=None, problems=None, *, config: RunConfig | None = None, progress
         if iso is not None:
             iso.close()
     return rows
+
+
+def _shape_key(problem_dict: dict) -> str:
+    """A problem without its dtype: tensor-core rows in fp16 get their speedup
+    against the baseline on the same shape in fp32 (``speedup_vs`` says so)."""
+    return json.dumps({k: v for k, v in problem_dict.items() if k != "dtype"}, sort_keys=True)
 
 
 def _peer(name, prob, cfg):

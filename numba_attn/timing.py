@@ -251,10 +251,14 @@ def compare_methods(events: dict, other: dict) -> dict:
     return out
 
 
-def end_to_end(fn, stream, reps: int = 10) -> float:
-    """Median wall time (ms) of one call plus synchronize, launch cost included."""
+def end_to_end(fn, stream, reps: int = 10, budget_s: float = 1.0) -> float:
+    """Median wall time (ms) of one call plus synchronize, launch cost included
+    (at least 3 calls; fewer than ``reps`` when they would exceed ``budget_s``)."""
     times = []
+    t_start = time.perf_counter()
     for i in range(reps):
+        if i >= 3 and time.perf_counter() - t_start > budget_s:
+            break
         t0 = time.perf_counter()
         _call(fn, i, stream)
         stream.synchronize()

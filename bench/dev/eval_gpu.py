@@ -83,7 +83,7 @@ def main():
             if ph.supports(p):
                 continue
             q, k, v = p.inputs(3)
-            q[0, 0, 3, 5] = np.nan if p.q_len > 3 else q[0, 0, 0, 5]
+            q[0, 0, min(3, p.q_len - 1), 5] = np.nan
             k[0, 1, 7, 1] = np.inf
             v[0, 0, 11, 2] = np.nan
             ref = reference(q, k, v, causal=causal, scale=p.sm_scale)
