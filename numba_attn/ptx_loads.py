@@ -396,8 +396,7 @@ _OPTED_IN: dict = {}
 
 def _set_max_dynamic_shared(kern, args, nbytes):
     """Compile ``kern`` for ``args`` and raise its dynamic shared-memory limit to ``nbytes``."""
-    from numba.cuda.cudadrv import driver
-    from numba.cuda.cudadrv.driver import binding
+    from numba.cuda.cudadrv.driver import binding, driver  # the Driver object, not the module
 
     argtypes = tuple(kern.typeof_pyval(a) for a in args)
     key = (id(kern), argtypes)
