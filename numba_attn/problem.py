@@ -181,6 +181,14 @@ PRESETS["decode-small"] = [
     Problem(batch=32, heads=32, q_len=1, kv_len=16384, head_dim=128, dtype="float16"),
     Problem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16"),
 ]
+# Tensor-core phases: fp16/bf16 at D=64/128 and the short shape; fp32 for tf32.
+PRESETS["tc-bench"] = [Problem(batch=1, heads=32, q_len=4096, head_dim=d, dtype=dt)
+                       for dt in ("float16", "bfloat16") for d in (64, 128)] + [
+    Problem(batch=1, heads=32, q_len=4096, head_dim=64, dtype="float16", causal=True),
+    Problem(batch=16, heads=16, q_len=512, head_dim=64, dtype="float16"),
+    Problem(batch=1, heads=32, q_len=4096, head_dim=64, dtype="float32"),
+    Problem(batch=1, heads=32, q_len=4096, head_dim=128, dtype="float32"),
+]
 # Long-context prefill: how the cost grows with N (B=1, H=32, D=128).
 PRESETS["long-context"] = [Problem(batch=1, heads=32, q_len=n, head_dim=128) for n in (4096, 8192, 16384, 32768)]
 PRESETS["long-context-fp16"] = [Problem(batch=1, heads=32, q_len=n, head_dim=128, dtype="float16")
