@@ -49,6 +49,7 @@ The functions
 ``mma_tf32``               ``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``
 ``ldmatrix_x4[_trans]``    ``ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16``
 ``cp_async16``             ``cp.async.cg.shared.global`` 16 B, zero-fill when not valid
+``cp_async16_flat``        the same, addresses as flat element offsets into C-contiguous arrays
 ``cp_async_commit``        ``cp.async.commit_group``
 ``cp_async_wait(n)``       ``cp.async.wait_group n`` (n a compile-time constant)
 ``ld_global_v4``           ``ld.global.nc.v4.u32`` (128-bit read-only load)
@@ -64,6 +65,9 @@ The functions
 adds a wrap-around select for negative indices, which hides from LLVM that
 the addresses of an unrolled fragment loop differ by constants, so every one
 of them is computed (and kept live) in its own 64-bit register.
+``cp_async16_flat`` exists for the same reason: with a flat offset the
+kernel computes a tile row's address with compile-time row lengths instead
+of numba's 64-bit index arithmetic over run-time shapes.
 
 Array arguments are indexed like the arrays themselves (2-D shared tiles,
 3-D ``(bh, row, col)`` global tensors); the address is that element's.
@@ -92,7 +96,7 @@ SMEM_ALIGN = None if IS_SIMULATOR else 16
 
 __all__ = [
     "SMEM_ALIGN", "mma_f16", "mma_bf16", "mma_tf32", "ldmatrix_x4", "ldmatrix_x4_trans",
-    "cp_async16", "cp_async_commit", "cp_async_wait", "ld_global_v4", "st_shared_v4",
+    "cp_async16", "cp_async16_flat", "cp_async_commit", "cp_async_wait", "ld_global_v4", "st_shared_v4",
     "pack_f16x2", "pack_bf16x2", "pack_b16x2", "to_tf32", "lds",
 ]
 
@@ -321,6 +325,32 @@ if IS_SIMULATOR:
 
         st.pending.append(do)
 
+    def cp_async16_flat(dst, doff, src, soff, valid):
+        """As :func:`cp_async16`, the element addresses given as flat offsets
+        (in elements) from the start of C-contiguous arrays."""
+        d = np.asarray(_np(dst)).reshape(-1)
+        sflat = np.asarray(_np(src)).reshape(-1)
+        doff, soff = int(doff), int(soff)
+        if doff < 0 or soff < 0:
+            raise IndexError(f"negative offset ({doff}, {soff})")
+        n_d = 16 // d.itemsize
+        if (doff * d.itemsize) % 16 or (soff * sflat.itemsize) % 16:
+            raise ValueError(f"cp.async offsets ({doff}, {soff}) are not 16-byte aligned")
+        if doff + n_d > d.size:
+            raise IndexError(f"16 bytes at flat offset {doff} run past the shared array ({d.size} elements)")
+        if valid:
+            n_s = 16 // sflat.itemsize
+            if soff + n_s > sflat.size:
+                raise IndexError(f"16 bytes at flat offset {soff} run past the source ({sflat.size} elements)")
+            data = np.ascontiguousarray(sflat[soff:soff + n_s]).view(np.uint16).copy()
+        else:
+            data = np.zeros(8, np.uint16)
+
+        def do(d=d, doff=doff, data=data, n_d=n_d):
+            d[doff:doff + n_d] = data.view(d.dtype)
+
+        _cp_state().pending.append(do)
+
     def cp_async_commit():
         st = _cp_state()
         st.groups.append(st.pending)
@@ -466,6 +496,26 @@ else:  # -------------------------------------------------------------- GPU
             dptr = _elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:3], args[1:3])
             sptr = _elem_ptr(context, builder, sig.args[3], args[3], sig.args[4:7], args[4:7])
             nbytes = builder.select(args[7], ir.Constant(_i32, 16), ir.Constant(_i32, 0))
+            _asm(builder, ir.VoidType(), [_i32, ir.IntType(64), _i32],
+                 "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}",
+                 [_shared_addr(builder, dptr), _global_ptr(builder, sptr), nbytes], side_effect=True)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def cp_async16_flat(typingctx, dst, doff, src, soff, valid):
+        if not (isinstance(dst, types.Array) and isinstance(src, types.Array)
+                and isinstance(doff, types.Integer) and isinstance(soff, types.Integer)):
+            return None
+        sig = types.void(dst, types.intp, src, types.intp, types.boolean)
+
+        def codegen(context, builder, sig, args):
+            d = context.make_array(sig.args[0])(context, builder, value=args[0])
+            s_ = context.make_array(sig.args[2])(context, builder, value=args[2])
+            dptr = builder.gep(d.data, [args[1]])
+            sptr = builder.gep(s_.data, [args[3]])
+            nbytes = builder.select(args[4], ir.Constant(_i32, 16), ir.Constant(_i32, 0))
             _asm(builder, ir.VoidType(), [_i32, ir.IntType(64), _i32],
                  "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}",
                  [_shared_addr(builder, dptr), _global_ptr(builder, sptr), nbytes], side_effect=True)

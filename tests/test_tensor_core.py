@@ -57,6 +57,7 @@ CASES = [
     ("tc_mma", tiny("bfloat16", D=32, causal=True), {}),
     ("tc_pipelined", tiny("float16", D=32, causal=True), {"STAGES": 3}),
     ("tc_pipelined", tiny("bfloat16", D=16, heads=2, kv_heads=1), {}),
+    ("tc_pipelined", tiny("float16", D=16, causal=True, q_len=45, kv_len=61), {"MT": 2, "W": 1}),
     ("tc_tf32", tiny("float32", D=16, causal=True), {}),
     ("tc_tf32", tiny("float32", D=24, q_len=21, kv_len=21), {"W": 1, "Bc": 8}),
 ]
@@ -101,6 +102,8 @@ GPU_CASES = [
     ("tc_pipelined", Problem(batch=2, heads=3, q_len=1000, kv_len=1300, head_dim=64, dtype="float16", causal=True)),
     ("tc_pipelined", Problem(batch=1, heads=4, q_len=777, head_dim=128, dtype="bfloat16", causal=True)),
     ("tc_pipelined", Problem(batch=1, heads=8, kv_heads=2, q_len=640, head_dim=64, dtype="float16")),
+    ("tc_pipelined-MT2", Problem(batch=2, heads=3, q_len=1000, kv_len=1300, head_dim=64, dtype="float16",
+                                 causal=True)),
     ("tc_tf32", Problem(batch=2, heads=3, q_len=1000, kv_len=1300, head_dim=64, causal=True)),
     ("tc_tf32", Problem(batch=1, heads=4, q_len=777, head_dim=128)),
 ]
@@ -110,8 +113,11 @@ GPU_CASES = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,problem", GPU_CASES, ids=[f"{n}-{p.label.replace(' ', '_')}" for n, p in GPU_CASES])
 def test_phase_gpu_shapes(name, problem):
+    params = {}
+    if name.endswith("-MT2"):
+        name, params = name[:-4], {"MT": 2}
     for seed in (1, 2):
-        c, launch = run_phase(name, problem, seed=seed)
+        c, launch = run_phase(name, problem, seed=seed, **params)
         assert c.ok, c.reason
     kern = launch.kernels[0]
     for sig, ov in kern.overloads.items():

@@ -169,10 +169,14 @@ def main():
         name, kv = p.split(".", 1)
         key, val = kv.split("=")
         overrides.setdefault(name, {})[key] = int(val)
-    configs = [(name, overrides.get(name, {})) for name in args.phases.split(",") if name]
+    configs = [(name, overrides.get(name, {}), None) for name in args.phases.split(",") if name]
     for spec in filter(None, args.variants.split(";")):
         name, kvs = spec.split(":")
-        configs.append((name, {kv.split("=")[0]: int(kv.split("=")[1]) for kv in kvs.split(",")}))
+        only_d = None
+        if "@" in name:  # phase@D: only for head_dim D
+            name, d = name.split("@")
+            only_d = int(d)
+        configs.append((name, {kv.split("=")[0]: int(kv.split("=")[1]) for kv in kvs.split(",")}, only_d))
 
     for spec in args.problems.split(";"):
         f = spec.split(",")
@@ -196,7 +200,9 @@ def main():
         # bf16 (ml_dtypes) arrays cannot cross numba's buffer protocol: move bit patterns
         bits = np.uint16 if q.dtype.itemsize == 2 else np.float32
         dq, dk, dv = (cuda.to_device(a.reshape(B * H, N, D).view(bits)) for a in (q, k, v))
-        for name, params in configs:
+        for name, params, only_d in configs:
+            if only_d is not None and only_d != D:
+                continue
             phase = get_phase(name)
             reason = phase.supports(prob, **{**phase.params, **params})
             row = {"type": "phase", "phase": name, "params": params, "label": prob.label}

@@ -24,10 +24,11 @@ from numba_attn.offline import compile_phase  # noqa: E402
 from numba_attn.problem import Problem  # noqa: E402
 
 
-def cubin(ptx: str, arch="sm_90") -> bytes:
+def cubin(ptx: str, arch="sm_90", maxreg=None) -> bytes:
     from cuda.bindings import nvjitlink
 
-    h = nvjitlink.create(2, [f"-arch={arch}", "-O3"])
+    opts = [f"-arch={arch}", "-O3"] + ([f"-maxrregcount={maxreg}"] if maxreg else [])
+    h = nvjitlink.create(len(opts), opts)
     try:
         data = ptx.encode()
         nvjitlink.add_data(h, nvjitlink.InputType.PTX, data, len(data), "k")
@@ -50,9 +51,9 @@ def nvdisasm() -> str:
     return "nvdisasm"
 
 
-def sass_of(ptx: str) -> str:
+def sass_of(ptx: str, maxreg=None) -> str:
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(cubin(ptx))
+        f.write(cubin(ptx, maxreg=maxreg))
         path = f.name
     try:
         return subprocess.run([nvdisasm(), "-c", "-g", path], capture_output=True, text=True, check=True).stdout
@@ -72,6 +73,10 @@ def histogram(lines):
     return c
 
 
+def total_stl(sass):
+    return sum(1 for line in sass.splitlines() if re.search(r"\b(STL|LDL)\b", line))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("phase")
@@ -80,11 +85,12 @@ def main():
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--param", action="append", default=[])
     ap.add_argument("--dump", default=None)
+    ap.add_argument("--maxreg", type=int, default=None, help="ptxas register cap (spills show as STL/LDL)")
     a = ap.parse_args()
     params = {k: int(v) for k, v in (p.split("=") for p in a.param)}
     prob = Problem(batch=1, heads=32, q_len=4096, head_dim=a.D, dtype=a.dtype, causal=a.causal)
     for rec in compile_phase(a.phase, prob, params):
-        sass = sass_of(rec["ptx"])
+        sass = sass_of(rec["ptx"], a.maxreg)
         if a.dump:
             open(a.dump, "w").write(sass)
         lines = sass.splitlines()
@@ -99,6 +105,9 @@ def main():
                     best = (n, labels[m.group(1)], i)
         total = histogram(lines)
         loop = histogram(lines[best[1]:best[2] + 1])
+        if a.maxreg:
+            regs = max(int(x) for x in re.findall(r"\bR(\d+)\b", sass)) + 1
+            rec = {**rec, "regs": f"{regs}(cap {a.maxreg})", "spill_stores": f"STL={total_stl(sass)}"}
         print(f"{a.phase} D={a.D} {a.dtype} {params} regs={rec['regs']} spills={rec.get('spill_stores')} "
               f"instructions={sum(total.values())} main loop={best[0]}")
         print("  loop:", ", ".join(f"{k}={v}" for k, v in loop.most_common(40)))

@@ -38,7 +38,7 @@ import math
 import numpy as np
 from numba import cuda, float32, uint32
 
-from ..intrinsics import (SMEM_ALIGN, cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4,
+from ..intrinsics import (SMEM_ALIGN, cp_async16_flat, cp_async_commit, cp_async_wait, ldmatrix_x4,
                           ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2)
 from ..jit import kernel
 from ..registry import Launch, register_phase
@@ -49,10 +49,11 @@ ALIGN = SMEM_ALIGN
 
 
 @functools.cache
-def make_kernel(D: int, W: int, Bc: int, STAGES: int, causal: bool, bf16: bool):
+def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, causal: bool, bf16: bool):
     mma = mma_bf16 if bf16 else mma_f16
     pack = pack_bf16x2 if bf16 else pack_f16x2
-    Br = 16 * W
+    WR = 16 * MT  # query rows per warp (MT m-tiles of 16)
+    Br = WR * W  # query rows per block
     NTH = 32 * W
     DW = D // 2  # words per row
     KS = D // 16  # k-steps of Q·Kᵀ
@@ -63,15 +64,20 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, causal: bool, bf16: bool):
     DP = D // 16  # pairs of d-tiles (one ldmatrix.x4.trans each per k-step)
     VEC = D // 8  # 16-byte chunks per row
     SWM = min(8, VEC) - 1  # swizzle: chunk c of row r lives at c ^ (r & SWM)
-    CHUNKS = Bc * VEC  # 16-byte chunks per K (or V) tile
-    CPT = (CHUNKS + NTH - 1) // NTH  # chunks per thread and tile
+    RSTEP = NTH // VEC  # tile rows copied per pass of the block (one 16-byte chunk per thread)
+    CPT = (Bc + RSTEP - 1) // RSTEP  # passes per tile
+    VOFF = STAGES * Bc * DW  # V buffers start this many words after the K buffers
     ROWS = 2 * STAGES * Bc  # K stages, then V stages
-    NQ = 4 * KS
-    NS = 4 * NT
-    NO = 4 * DT
+    NQ = 4 * KS  # Q registers per m-tile
+    NS = 4 * NT  # score accumulators per m-tile
+    NO = 4 * DT  # output accumulators per m-tile
+    NQA = MT * NQ
+    NSA = MT * NS
+    NOA = MT * NO
+    NR = 2 * MT  # rows g and g+8 of each m-tile
     WAIT = STAGES - 2  # copy groups that may stay in flight when tile j is needed
 
-    @kernel
+    @kernel(**({"max_registers": MAXREG} if MAXREG else {}))
     def tc_pipelined(q, k, v, o, sl2, H, G, Nq, Nk):
         KV = cuda.shared.array((ROWS, DW), uint32, alignment=ALIGN)
         tid = cuda.threadIdx.x
@@ -84,32 +90,34 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, causal: bool, bf16: bool):
         bh = cuda.blockIdx.y
         kvh = (bh // H) * (H // G) + (bh % H) // G
         blk0 = cuda.blockIdx.x * Br
-        row0 = blk0 + 16 * warp
-        r_lo = row0 + g
-        r_hi = r_lo + 8
+        row0 = blk0 + WR * warp  # first query row of this warp; m-tile mt: row0 + 16 mt
         off = Nk - Nq
 
-        qf = cuda.local.array(NQ, uint32)
-        for ks in range(KS):
-            c = 8 * ks + t
-            qf[4 * ks + 0] = q[bh, r_lo, c] if r_lo < Nq else uint32(0)
-            qf[4 * ks + 1] = q[bh, r_hi, c] if r_hi < Nq else uint32(0)
-            qf[4 * ks + 2] = q[bh, r_lo, c + 4] if r_lo < Nq else uint32(0)
-            qf[4 * ks + 3] = q[bh, r_hi, c + 4] if r_hi < Nq else uint32(0)
-        acc = cuda.local.array(NO, float32)
-        for i in range(NO):
+        qf = cuda.local.array(NQA, uint32)
+        for mt in range(MT):
+            r_lo = row0 + 16 * mt + g
+            r_hi = r_lo + 8
+            for ks in range(KS):
+                c = 8 * ks + t
+                qf[mt * NQ + 4 * ks + 0] = q[bh, r_lo, c] if r_lo < Nq else uint32(0)
+                qf[mt * NQ + 4 * ks + 1] = q[bh, r_hi, c] if r_hi < Nq else uint32(0)
+                qf[mt * NQ + 4 * ks + 2] = q[bh, r_lo, c + 4] if r_lo < Nq else uint32(0)
+                qf[mt * NQ + 4 * ks + 3] = q[bh, r_hi, c + 4] if r_hi < Nq else uint32(0)
+        acc = cuda.local.array(NOA, float32)
+        for i in range(NOA):
             acc[i] = float32(0.0)
-        s = cuda.local.array(NS, float32)
-        m_lo = NEG_BIG
-        m_hi = NEG_BIG
-        l_lo = float32(0.0)
-        l_hi = float32(0.0)
+        s = cuda.local.array(NSA, float32)
+        m = cuda.local.array(NR, float32)  # running max (raw scores) of rows g, g+8 of each m-tile
+        l = cuda.local.array(NR, float32)  # running sum, this lane's columns only
+        for i in range(NR):
+            m[i] = NEG_BIG
+            l[i] = float32(0.0)
 
         kv_end = Nk
         warp_end = Nk
         if causal:
             kv_end = min(Nk, min(blk0 + Br, Nq) + off)
-            warp_end = min(Nk, min(row0 + 16, Nq) + off)
+            warp_end = min(Nk, min(row0 + WR, Nq) + off)
         if row0 >= Nq:
             warp_end = 0
         n_tiles = (kv_end + Bc - 1) // Bc
@@ -122,19 +130,22 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, causal: bool, bf16: bool):
         k_sw = k_r & SWM
         v_sw = v_r & SWM
 
+        # this thread's share of a tile copy: rows lr0, lr0 + RSTEP, ...; one 16-byte chunk each
+        lr0 = tid // VEC
+        lc = tid % VEC
+        g_base = kvh * Nk * DW + 4 * lc  # flat word offset of (kvh, row 0, chunk lc) in k and v
+
         # prologue: tiles 0 .. STAGES-2 in flight
         for st in range(STAGES - 1):
             if st < n_tiles:
-                j0 = st * Bc
                 for i in range(CPT):
-                    e = tid + i * NTH
-                    if e < CHUNKS:
-                        r = e // VEC
-                        c = e - r * VEC
-                        ok = j0 + r < Nk
-                        src = min(j0 + r, Nk - 1)
-                        cp_async16(KV, st * Bc + r, 4 * (c ^ (r & SWM)), k, kvh, src, 4 * c, ok)
-                        cp_async16(KV, (STAGES + st) * Bc + r, 4 * (c ^ (r & SWM)), v, kvh, src, 4 * c, ok)
+                    r = lr0 + i * RSTEP
+                    if r < Bc:
+                        row = st * Bc + r
+                        so = (st * Bc + r) * DW + 4 * (lc ^ (r & SWM))
+                        go = g_base + min(row, Nk - 1) * DW
+                        cp_async16_flat(KV, so, k, go, row < Nk)
+                        cp_async16_flat(KV, so + VOFF, v, go, row < Nk)
             cp_async_commit()
 
         for it in range(n_tiles):
@@ -142,104 +153,117 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, causal: bool, bf16: bool):
             cuda.syncthreads()  # ... for every thread's; and every warp is done with tile it-1
             nxt = it + STAGES - 1
             if nxt < n_tiles:  # refill the buffer of tile it-1
-                j1 = nxt * Bc
                 sb = nxt % STAGES
                 for i in range(CPT):
-                    e = tid + i * NTH
-                    if e < CHUNKS:
-                        r = e // VEC
-                        c = e - r * VEC
-                        ok = j1 + r < Nk
-                        src = min(j1 + r, Nk - 1)
-                        cp_async16(KV, sb * Bc + r, 4 * (c ^ (r & SWM)), k, kvh, src, 4 * c, ok)
-                        cp_async16(KV, (STAGES + sb) * Bc + r, 4 * (c ^ (r & SWM)), v, kvh, src, 4 * c, ok)
+                    r = lr0 + i * RSTEP
+                    if r < Bc:
+                        row = nxt * Bc + r
+                        so = (sb * Bc + r) * DW + 4 * (lc ^ (r & SWM))
+                        go = g_base + min(row, Nk - 1) * DW
+                        cp_async16_flat(KV, so, k, go, row < Nk)
+                        cp_async16_flat(KV, so + VOFF, v, go, row < Nk)
             cp_async_commit()
 
             j0 = it * Bc
             if j0 < warp_end:
                 kb = (it % STAGES) * Bc  # first row of this tile's K buffer
                 vb = kb + STAGES * Bc  # ... and of its V buffer
-                # -- S = Q Kᵀ
-                for i in range(NS):
+                # -- S = Q Kᵀ: each K fragment pair serves the MT m-tiles
+                for i in range(NSA):
                     s[i] = float32(0.0)
                 for ks in range(KS):
                     kcol = 4 * ((2 * ks + k_c) ^ k_sw)
                     for np_ in range(NP):
                         b = ldmatrix_x4(KV, kb + 16 * np_ + k_r, kcol)
-                        n0 = 8 * np_  # = 4 * (2 * np_): accumulators of n-tile 2·np_
-                        s[n0], s[n0 + 1], s[n0 + 2], s[n0 + 3] = mma(
-                            qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3], b[0], b[1],
-                            s[n0], s[n0 + 1], s[n0 + 2], s[n0 + 3])
-                        s[n0 + 4], s[n0 + 5], s[n0 + 6], s[n0 + 7] = mma(
-                            qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3], b[2], b[3],
-                            s[n0 + 4], s[n0 + 5], s[n0 + 6], s[n0 + 7])
+                        for mt in range(MT):
+                            n0 = mt * NS + 8 * np_  # accumulators of n-tile 2·np_
+                            q0 = mt * NQ + 4 * ks
+                            s[n0], s[n0 + 1], s[n0 + 2], s[n0 + 3] = mma(
+                                qf[q0], qf[q0 + 1], qf[q0 + 2], qf[q0 + 3], b[0], b[1],
+                                s[n0], s[n0 + 1], s[n0 + 2], s[n0 + 3])
+                            s[n0 + 4], s[n0 + 5], s[n0 + 6], s[n0 + 7] = mma(
+                                qf[q0], qf[q0 + 1], qf[q0 + 2], qf[q0 + 3], b[2], b[3],
+                                s[n0 + 4], s[n0 + 5], s[n0 + 6], s[n0 + 7])
                 # -- mask keys past the end and (causal) above the diagonal
                 if j0 + Bc > Nk or (causal and j0 + Bc - 1 > row0 + off):
+                    for mt in range(MT):
+                        for nt in range(NT):
+                            for e in range(4):
+                                col = j0 + nt * 8 + 2 * t + (e % 2)
+                                row = row0 + 16 * mt + g + 8 * (e // 2)
+                                if col >= Nk or (causal and col > row + off):
+                                    s[mt * NS + 4 * nt + e] = NEG_BIG
+                # -- online softmax on the fragments, per m-tile
+                for mt in range(MT):
+                    mx_lo = NEG_BIG
+                    mx_hi = NEG_BIG
                     for nt in range(NT):
-                        for e in range(4):
-                            col = j0 + nt * 8 + 2 * t + (e % 2)
-                            row = r_lo if e < 2 else r_hi
-                            if col >= Nk or (causal and col > row + off):
-                                s[4 * nt + e] = NEG_BIG
-                # -- online softmax on the fragments
-                mx_lo = NEG_BIG
-                mx_hi = NEG_BIG
-                for nt in range(NT):
-                    mx_lo = max(mx_lo, max(s[4 * nt], s[4 * nt + 1]))
-                    mx_hi = max(mx_hi, max(s[4 * nt + 2], s[4 * nt + 3]))
-                mn_lo = max(m_lo, quad_max(mx_lo))
-                mn_hi = max(m_hi, quad_max(mx_hi))
-                corr_lo = math.exp2((m_lo - mn_lo) * sl2)
-                corr_hi = math.exp2((m_hi - mn_hi) * sl2)
-                ms_lo = mn_lo * sl2 if mn_lo != NEG_BIG else float32(0.0)
-                ms_hi = mn_hi * sl2 if mn_hi != NEG_BIG else float32(0.0)
-                m_lo = mn_lo
-                m_hi = mn_hi
-                rs_lo = float32(0.0)
-                rs_hi = float32(0.0)
-                for nt in range(NT):
-                    p0 = math.exp2(s[4 * nt] * sl2 - ms_lo)
-                    p1 = math.exp2(s[4 * nt + 1] * sl2 - ms_lo)
-                    p2 = math.exp2(s[4 * nt + 2] * sl2 - ms_hi)
-                    p3 = math.exp2(s[4 * nt + 3] * sl2 - ms_hi)
-                    rs_lo += p0 + p1
-                    rs_hi += p2 + p3
-                    s[4 * nt] = p0
-                    s[4 * nt + 1] = p1
-                    s[4 * nt + 2] = p2
-                    s[4 * nt + 3] = p3
-                l_lo = l_lo * corr_lo + rs_lo
-                l_hi = l_hi * corr_hi + rs_hi
-                for dt in range(DT):
-                    acc[4 * dt] *= corr_lo
-                    acc[4 * dt + 1] *= corr_lo
-                    acc[4 * dt + 2] *= corr_hi
-                    acc[4 * dt + 3] *= corr_hi
-                # -- O += P V
+                        i0 = mt * NS + 4 * nt
+                        mx_lo = max(mx_lo, max(s[i0], s[i0 + 1]))
+                        mx_hi = max(mx_hi, max(s[i0 + 2], s[i0 + 3]))
+                    mn_lo = max(m[2 * mt], quad_max(mx_lo))
+                    mn_hi = max(m[2 * mt + 1], quad_max(mx_hi))
+                    corr_lo = math.exp2((m[2 * mt] - mn_lo) * sl2)
+                    corr_hi = math.exp2((m[2 * mt + 1] - mn_hi) * sl2)
+                    # a row that has seen no key yet keeps p = 0 (not exp(0) = 1)
+                    ms_lo = mn_lo * sl2 if mn_lo != NEG_BIG else float32(0.0)
+                    ms_hi = mn_hi * sl2 if mn_hi != NEG_BIG else float32(0.0)
+                    m[2 * mt] = mn_lo
+                    m[2 * mt + 1] = mn_hi
+                    rs_lo = float32(0.0)
+                    rs_hi = float32(0.0)
+                    for nt in range(NT):
+                        i0 = mt * NS + 4 * nt
+                        p0 = math.exp2(s[i0] * sl2 - ms_lo)
+                        p1 = math.exp2(s[i0 + 1] * sl2 - ms_lo)
+                        p2 = math.exp2(s[i0 + 2] * sl2 - ms_hi)
+                        p3 = math.exp2(s[i0 + 3] * sl2 - ms_hi)
+                        rs_lo += p0 + p1
+                        rs_hi += p2 + p3
+                        s[i0] = p0
+                        s[i0 + 1] = p1
+                        s[i0 + 2] = p2
+                        s[i0 + 3] = p3
+                    l[2 * mt] = l[2 * mt] * corr_lo + rs_lo
+                    l[2 * mt + 1] = l[2 * mt + 1] * corr_hi + rs_hi
+                    for dt in range(DT):
+                        i0 = mt * NO + 4 * dt
+                        acc[i0] *= corr_lo
+                        acc[i0 + 1] *= corr_lo
+                        acc[i0 + 2] *= corr_hi
+                        acc[i0 + 3] *= corr_hi
+                # -- O += P V: each V fragment pair serves the MT m-tiles
                 for kk in range(KK):
-                    a0 = pack(s[8 * kk], s[8 * kk + 1])
-                    a1 = pack(s[8 * kk + 2], s[8 * kk + 3])
-                    a2 = pack(s[8 * kk + 4], s[8 * kk + 5])
-                    a3 = pack(s[8 * kk + 6], s[8 * kk + 7])
                     vrow = vb + 16 * kk + v_r
                     for dp in range(DP):
                         b = ldmatrix_x4_trans(KV, vrow, 4 * ((2 * dp + v_c) ^ v_sw))
-                        d0 = 8 * dp  # accumulators of d-tile 2·dp
-                        acc[d0], acc[d0 + 1], acc[d0 + 2], acc[d0 + 3] = mma(
-                            a0, a1, a2, a3, b[0], b[1], acc[d0], acc[d0 + 1], acc[d0 + 2], acc[d0 + 3])
-                        acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7] = mma(
-                            a0, a1, a2, a3, b[2], b[3], acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7])
+                        for mt in range(MT):
+                            p0 = mt * NS + 8 * kk  # S n-tiles 2kk, 2kk+1 = A fragment of k-step kk
+                            a0 = pack(s[p0], s[p0 + 1])
+                            a1 = pack(s[p0 + 2], s[p0 + 3])
+                            a2 = pack(s[p0 + 4], s[p0 + 5])
+                            a3 = pack(s[p0 + 6], s[p0 + 7])
+                            d0 = mt * NO + 8 * dp  # accumulators of d-tile 2·dp
+                            acc[d0], acc[d0 + 1], acc[d0 + 2], acc[d0 + 3] = mma(
+                                a0, a1, a2, a3, b[0], b[1], acc[d0], acc[d0 + 1], acc[d0 + 2], acc[d0 + 3])
+                            acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7] = mma(
+                                a0, a1, a2, a3, b[2], b[3], acc[d0 + 4], acc[d0 + 5], acc[d0 + 6],
+                                acc[d0 + 7])
 
         cp_async_wait(0)  # no copy may still target shared memory when the block exits
-        l_lo = quad_sum(l_lo)
-        l_hi = quad_sum(l_hi)
-        inv_lo = float32(1.0) / l_lo if l_lo > float32(0.0) else float32(0.0)
-        inv_hi = float32(1.0) / l_hi if l_hi > float32(0.0) else float32(0.0)
-        for dt in range(DT):
-            if r_lo < Nq:
-                o[bh, r_lo, 4 * dt + t] = pack(acc[4 * dt] * inv_lo, acc[4 * dt + 1] * inv_lo)
-            if r_hi < Nq:
-                o[bh, r_hi, 4 * dt + t] = pack(acc[4 * dt + 2] * inv_hi, acc[4 * dt + 3] * inv_hi)
+        for mt in range(MT):
+            r_lo = row0 + 16 * mt + g
+            r_hi = r_lo + 8
+            l_lo = quad_sum(l[2 * mt])
+            l_hi = quad_sum(l[2 * mt + 1])
+            inv_lo = float32(1.0) / l_lo if l_lo > float32(0.0) else float32(0.0)  # 0: rows past Nq
+            inv_hi = float32(1.0) / l_hi if l_hi > float32(0.0) else float32(0.0)
+            for dt in range(DT):
+                i0 = mt * NO + 4 * dt
+                if r_lo < Nq:
+                    o[bh, r_lo, 4 * dt + t] = pack(acc[i0] * inv_lo, acc[i0 + 1] * inv_lo)
+                if r_hi < Nq:
+                    o[bh, r_hi, 4 * dt + t] = pack(acc[i0 + 2] * inv_hi, acc[i0 + 3] * inv_hi)
 
     return tc_pipelined
 
@@ -253,13 +277,15 @@ def default_bc(D, Bc):
     return Bc if Bc else (64 if D <= 64 else 32)
 
 
-def _supports(problem, W, Bc, STAGES):
+def _supports(problem, W, Bc, STAGES, MT, MAXREG):
     Bc = default_bc(problem.head_dim, Bc)
     reason = supports_tc(problem, Bc)
     if reason:
         return reason
     if STAGES < 2:
         return "STAGES must be at least 2 (one tile computed while the next lands)"
+    if MT not in (1, 2):
+        return "MT (16-row m-tiles per warp) must be 1 or 2"
     nb = smem_bytes(problem.head_dim, Bc, STAGES)
     if nb > 48 * 1024:
         return f"{STAGES} stages of K/V tiles need {nb} B of static shared memory (> 48 KiB)"
@@ -282,15 +308,16 @@ def _supports(problem, W, Bc, STAGES):
     planned_speedup=100.0,
     dtypes=("float16", "bfloat16"),
     head_dims=(16, 32, 48, 64, 80, 96, 112, 128),
-    sim_params={"W": 2, "Bc": 16, "STAGES": 2},
+    sim_params={"W": 2, "Bc": 16, "STAGES": 2, "MT": 1, "MAXREG": 0},
     supports=_supports,
 )
-def tc_pipelined(problem, W=4, Bc=0, STAGES=2):
+def tc_pipelined(problem, W=4, Bc=0, STAGES=2, MT=1, MAXREG=0):
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     Bc = default_bc(problem.head_dim, Bc)
-    kern = make_kernel(problem.head_dim, W, Bc, STAGES, problem.causal, problem.dtype == "bfloat16")
+    kern = make_kernel(problem.head_dim, W, Bc, STAGES, MT, MAXREG, problem.causal, problem.dtype == "bfloat16")
     sl2 = float32(problem.sm_scale * LOG2E)
-    grid = ((Nq + 16 * W - 1) // (16 * W), problem.batch * H)
+    Br = 16 * MT * W
+    grid = ((Nq + Br - 1) // Br, problem.batch * H)
 
     def run(q, k, v, o, stream=0):
         kern[grid, 32 * W, stream](*u32_views(q, k, v, o), sl2, H, problem.group, Nq, Nk)

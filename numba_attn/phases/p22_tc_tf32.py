@@ -48,7 +48,7 @@ ALIGN = SMEM_ALIGN
 
 
 @functools.cache
-def make_kernel(D: int, W: int, Bc: int, STAGES: int, causal: bool):
+def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool):
     Br = 16 * W
     NTH = 32 * W
     ROW = D + 4  # tile row stride in floats: ≡ 4 (mod 32) banks, 16-byte aligned rows
@@ -65,7 +65,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, causal: bool):
     NO = 4 * DT
     WAIT = STAGES - 2
 
-    @kernel
+    @kernel(**({"max_registers": MAXREG} if MAXREG else {}))
     def tc_tf32(q, k, v, o, sl2, H, G, Nq, Nk):
         KV = cuda.shared.array((ROWS, ROW), float32, alignment=ALIGN)
         tid = cuda.threadIdx.x
@@ -238,7 +238,7 @@ def default_bc(D, Bc):
     return Bc if Bc else (32 if D <= 64 else 16)
 
 
-def _supports(problem, W, Bc, STAGES):
+def _supports(problem, W, Bc, STAGES, MAXREG):
     D = problem.head_dim
     Bc = default_bc(D, Bc)
     if D % 8 or D > 128:
@@ -271,9 +271,10 @@ def _supports(problem, W, Bc, STAGES):
     sim_params={"W": 2, "Bc": 16, "STAGES": 2},
     supports=_supports,
 )
-def tc_tf32(problem, W=4, Bc=0, STAGES=2):
+def tc_tf32(problem, W=4, Bc=0, STAGES=2, MAXREG=0):
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
-    kern = make_kernel(problem.head_dim, W, default_bc(problem.head_dim, Bc), STAGES, problem.causal)
+    kern = make_kernel(problem.head_dim, W, default_bc(problem.head_dim, Bc), STAGES, MAXREG,
+                       problem.causal)
     sl2 = float32(problem.sm_scale * LOG2E)
     grid = ((Nq + 16 * W - 1) // (16 * W), problem.batch * H)
 
