@@ -27,6 +27,8 @@ P64 = Problem(batch=1, heads=32, q_len=4096, head_dim=64)
 P128 = Problem(batch=1, heads=32, q_len=4096, head_dim=128)
 P64C = P64.replace(causal=True)
 P64H = P64.replace(dtype="float16")
+P128C = P128.replace(causal=True)
+P128H = P128.replace(dtype="float16")
 
 
 def rb(Br, Bc, TM=4, TN=4, maxreg=0):
@@ -54,6 +56,28 @@ PLANS = {
         + [("smem_kv", P128, {}), ("q_smem", P128, {})]
         + [("segmented_out", P128, {"SEG": s}) for s in (64, 32)]
         + [("causal_skip", P64H, {})]
+    ),
+    # second call: the whole roadmap at D=64 and D=128 with its variants, in one run (the
+    # defaults are then set to the best rows of this run)
+    "final": (
+        [("register_blocked", P64, rb(*c)) for c in [
+            (128, 32, 4, 8), (128, 64, 4, 8), (64, 64, 4, 8), (128, 32, 4, 8, 168), (128, 32, 4, 4)]]
+        + [("causal_skip", P64, {}), ("causal_skip", P64C, {}), ("register_blocked", P64C, {}),
+           ("causal_skip", P64C, {"heavy_first": 0}), ("causal_skip", P64H, {})]
+        + [("naive", P64, {}), ("fused_rowwise", P64, {}), ("smem_kv", P64, {})]
+        + [("register_blocked", P128, rb(*c)) for c in [(128, 32, 4, 4), (128, 64, 4, 4), (64, 64, 4, 4)]]
+        + [("causal_skip", P128, {}), ("causal_skip", P128C, {}), ("causal_skip", P128H, {})]
+        + [("naive", P128, {}), ("fused_rowwise", P128, {}), ("smem_kv", P128, {})]
+        + [("q_smem", P64, {"Br": b}) for b in (128, 64)]
+        + [("segmented_out", P64, {"SEG": s}) for s in (64, 32)]
+        + [(n, P64, {"SEG": s}) for n in ("one_barrier", "warp_specialized", "vectorized", "double_buffer")
+           for s in (64, 32)]
+        + [("warp_specialized", P64, {"SEG": 64, "LW": 2}), ("vectorized", P64, {"SEG": 64, "Br": 128}),
+           ("double_buffer", P64, {"SEG": 64, "Br": 128})]
+        + [("q_smem", P128, {"Br": b}) for b in (128, 64)]
+        + [("segmented_out", P128, {"SEG": s}) for s in (128, 64)]
+        + [(n, P128, {"SEG": s}) for n in ("one_barrier", "warp_specialized", "vectorized", "double_buffer")
+           for s in (128, 64)]
     ),
 }
 

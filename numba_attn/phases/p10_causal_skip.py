@@ -36,6 +36,13 @@ from ..registry import Launch, register_phase
 from ..warp import FULL_MASK, WARP_SIZE, shfl_xor_sync
 
 
+def auto_tn(D):
+    """TN=0 in the parameters: 8 keys per thread up to head_dim 64, 4 above (with TN=8
+    and Bc=32 a thread holds D/4 output columns per row: 128 accumulators at D=128,
+    which spill)."""
+    return 8 if D <= 64 else 4
+
+
 def geometry(D, Br, Bc, TM, TN):
     """Derived sizes: key groups, threads, O columns per thread, shared floats."""
     KG = Bc // TN
@@ -191,6 +198,7 @@ def make_kernel(D: int, Br: int, Bc: int, TM: int, TN: int, maxreg: int, heavy_f
 
 def _supports(problem, Br, Bc, TM, TN, maxreg, heavy_first):
     D = problem.head_dim
+    TN = TN or auto_tn(D)
     if TM % 4 or TN % 4:
         return f"TM={TM} and TN={TN} must be multiples of 4 (16-byte fragments)"
     if Br % TM or Bc % TN:
@@ -219,8 +227,9 @@ def _supports(problem, Br, Bc, TM, TN, maxreg, heavy_first):
     sim_params={"Br": 32, "Bc": 16, "TM": 4, "TN": 4, "maxreg": 0, "heavy_first": 1},
     supports=_supports,
 )
-def causal_skip(problem, Br=64, Bc=32, TM=4, TN=4, maxreg=0, heavy_first=1):
+def causal_skip(problem, Br=128, Bc=32, TM=4, TN=0, maxreg=0, heavy_first=1):
     H, Nq, Nk, D = problem.heads, problem.q_len, problem.kv_len, problem.head_dim
+    TN = TN or auto_tn(D)
     kern = make_kernel(D, Br, Bc, TM, TN, maxreg, bool(heavy_first), problem.causal)
     _, NT, _, smem = geometry(D, Br, Bc, TM, TN)
     scale2 = float32(problem.sm_scale * LOG2E)
