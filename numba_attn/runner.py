@@ -225,6 +225,22 @@ def free_device_memory() -> int | None:
         return None
 
 
+def free_host_memory() -> int | None:
+    """Available physical host memory in bytes (None when unknown)."""
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def host_bytes_needed(problem: Problem) -> int:
+    """Host memory a check needs: inputs drawn in float32 then cast, the float64
+    output of the reference and the output copied back."""
+    n_in = problem.batch * (problem.heads * problem.q_len + 2 * problem.kv_heads * problem.kv_len) * problem.head_dim
+    n_out = problem.batch * problem.heads * problem.q_len * problem.head_dim
+    return n_in * (4 + problem.itemsize) + n_out * (8 + 8 + problem.itemsize)
+
+
 def device_bytes_needed(problem: Problem) -> int:
     """Device memory a check needs before any workspace: q, k, v and o once."""
     return problem.min_bytes()
@@ -310,6 +326,17 @@ def measure(phase: Phase | str, problem: Problem, cfg: RunConfig | None = None, 
     if free is not None and need > free:
         row.update(status=SKIP, reason=f"problem needs {need / 2**30:.2f} GiB of device memory for q, k, v "
                                        f"and o; {free / 2**30:.2f} GiB free")
+        return row
+    host_free, host_need = free_host_memory(), host_bytes_needed(problem)
+    if host_free is not None and host_need > 0.5 * host_free and _REF_CACHE:
+        _REF_CACHE.clear()  # cached references of earlier problems: give their memory back first
+        import gc
+
+        gc.collect()
+        host_free = free_host_memory()
+    if host_free is not None and host_need > 0.9 * host_free:
+        row.update(status=SKIP, reason=f"checking this problem needs ~{host_need / 2**30:.1f} GiB of host memory "
+                                       f"(inputs and float64 reference); {host_free / 2**30:.1f} GiB available")
         return row
     try:
         with _simulated_device_limits():

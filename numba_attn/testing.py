@@ -8,7 +8,8 @@ Nothing here is registered in the public registry unless asked:
 * :func:`temporary_phases` registers phases for the duration of a ``with``
   block and removes them afterwards.
 * :func:`register_faulty_phases` registers phases that hang, raise, compute
-  the wrong answer or ask for more threads than a block may have; the runner
+  the wrong answer or ask for more threads or shared memory than a block may
+  have; the runner
   calls it in its worker processes through ``RunConfig.worker_setup`` (or
   ``numba-attn run --setup numba_attn.testing:register_faulty_phases``).
 """
@@ -134,6 +135,30 @@ def _oob_kernel():
     return oob
 
 
+BIG_SMEM_FLOATS = 64 * 1024 // 4  # 64 KiB of static shared memory: over the 48 KiB a block may declare
+
+
+@functools.cache
+def _big_smem_kernel():
+    @kernel
+    def big_smem(o):
+        buf = cuda.shared.array(BIG_SMEM_FLOATS, float32)
+        buf[cuda.threadIdx.x] = float32(1.0)
+        cuda.syncthreads()
+        o[0, 0, 0] = buf[0]
+
+    return big_smem
+
+
+def _big_smem_build(problem):
+    kern = _big_smem_kernel()
+
+    def run(q, k, v, o, stream=0):
+        kern[1, 32, stream](o)
+
+    return Launch(run, kernels=[kern])
+
+
 def _hang_build(problem):
     kern = _hang_kernel()
 
@@ -168,6 +193,7 @@ def faulty_phases() -> list[Phase]:
         mk("test_raise", 991, "kernel that writes out of bounds", _raise_build),
         mk("test_wrong", 992, "kernel with an unscaled softmax", _build_buggy("unscaled"), {"threads": 32}),
         mk("test_too_many_threads", 993, "launch with 2048 threads per block", _too_many_threads_build),
+        mk("test_big_smem", 994, "64 KiB of static shared memory per block", _big_smem_build),
     ]
 
 
