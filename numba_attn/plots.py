@@ -290,7 +290,7 @@ def scaling(records, out_dir, stem="scaling"):
         ax_f.set_ylabel("TFLOP/s (4·D per unmasked pair)")
         ax_t.set_title(f"{lab}: time", fontsize=9)
         ax_f.set_title(f"{lab}: throughput", fontsize=9)
-        ax_f.legend(fontsize=7, loc="best")
+        ax_t.legend(fontsize=7, loc="upper left")
     fig.suptitle("Scaling with context length (solid: phases, dashed: PyTorch SDPA)", fontsize=11, x=0.02,
                  ha="left")
     fig.tight_layout(rect=(0, 0.04, 1, 0.96))
