@@ -15,12 +15,12 @@ from numba import cuda, float32  # module globals: the simulator swaps `cuda` in
 from numba_attn import Problem, get_phase
 from numba_attn.device_functions import NEG_BIG, combine_splits
 from numba_attn.jit import kernel
-from numba_attn.phases.p30_decode_chunked import decode_rows, lanes_per_key, vector_width
+from numba_attn.phases.p30_decode_chunked import decode_rows, keys_per_group, lanes_per_key, vector_width
 from numba_attn.phases.p31_decode_split_k import split_plan
 from numba_attn.runner import RunConfig, measure
 from numba_attn.warp import group_sum, strided_max, strided_sum
 
-DECODE = ("decode_chunked", "decode_split_k")
+DECODE = ("decode_chunked", "decode_split_k", "decode_split_k_fused")
 
 
 def _ok(phase, problem, seed=3, **params):
@@ -68,15 +68,27 @@ def test_more_lanes_per_key():
 
 
 def test_split_k_uneven_and_empty_splits():
-    # 45 keys, 4 splits of chunks rounded up to 16 keys (warps=1, 16 keys per step):
+    # 45 keys, 4 splits of chunks rounded up to 16 keys (warps=1, 16 lane groups, 1 key each):
     # 16, 16, 13 and 0 keys; under the causal mask the q_len=3 rows see 43, 44, 45 keys
     p = Problem(batch=1, heads=2, q_len=3, kv_len=45, head_dim=16, causal=True)
     VW = vector_width(p.dtype)
     L = lanes_per_key(p.head_dim, VW, decode_rows(p, 8))
+    assert keys_per_group(p.head_dim, L, 1) == 1
     S, chunk = split_plan(2, p.kv_len, 32 // L, 132, 4, 256, splits=4)
     sizes = [max(0, min(p.kv_len, (s + 1) * chunk) - s * chunk) for s in range(S)]
     assert sum(sizes) == p.kv_len and 0 in sizes and len(set(sizes) - {0}) > 1, sizes
-    _ok("decode_split_k", p, warps=1, splits=4, seed=9)
+    _ok("decode_split_k", p, warps=1, splits=4, keys=1, seed=9)
+    _ok("decode_split_k_fused", p, warps=1, splits=4, keys=1, seed=9)
+
+
+def test_split_k_several_keys_per_group_partial_steps():
+    # 2 keys per lane group per step (loads of both first, one softmax update): 61 keys over
+    # 3 splits of 32 (the last empty), the second split ending inside a step; GQA, q_len 2
+    p = Problem(batch=1, heads=4, kv_heads=2, q_len=2, kv_len=61, head_dim=16, dtype="float16", causal=True)
+    launch = get_phase("decode_split_k").plan(p, warps=1, keys=2, splits=3)
+    assert "T=2" in launch.notes and "S=3 splits of 32" in launch.notes, launch.notes
+    _ok("decode_split_k", p, warps=1, keys=2, splits=3, seed=13)
+    _ok("decode_chunked", p, warps=2, keys=3, seed=13)
 
 
 def test_split_k_single_split_writes_output_directly():
@@ -84,6 +96,25 @@ def test_split_k_single_split_writes_output_directly():
     launch = get_phase("decode_split_k").plan(p, warps=2, splits=1)
     assert len(launch.kernels) == 1 and launch.workspace_bytes == 0
     _ok("decode_split_k", p, warps=2, splits=1, seed=10)
+
+
+def test_fused_combine_resets_its_counters():
+    # the last block of each tile combines and resets the tile's counter: a second launch on
+    # the same workspace must again combine exactly once per tile
+    from numba_attn.reference import reference
+
+    p = Problem(batch=2, heads=2, kv_heads=1, q_len=2, kv_len=40, head_dim=16, causal=True)
+    launch = get_phase("decode_split_k_fused").plan(p, warps=1, splits=3)
+    q, k, v = p.inputs(14)
+    ref = reference(q, k, v, causal=True, scale=p.sm_scale)
+    B, H, Hkv, D = p.batch, p.heads, p.kv_heads, p.head_dim
+    qd, kd, vd = (cuda.to_device(a) for a in (q, k, v))
+    for _ in range(2):
+        od = cuda.to_device(np.full(p.out_shape(), np.nan, np.float32))
+        launch(qd.reshape(B * H, p.q_len, D), kd.reshape(B * Hkv, p.kv_len, D), vd.reshape(B * Hkv, p.kv_len, D),
+               od.reshape(B * H, p.q_len, D), 0)
+        out = od.copy_to_host()
+        assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-5
 
 
 def test_supports_reasons():
@@ -146,7 +177,8 @@ def test_group_and_strided_reductions():
 
 def test_split_plan_fills_the_gpu_for_one_sequence():
     S, chunk = split_plan(32, 16384, 32, 132, 4, 256)
-    assert S * 32 >= 132 * 4 and S * chunk >= 16384 and chunk % 32 == 0
+    assert S * 32 <= 132 * 4 < (S + 1) * 32  # as many splits as fit in one wave of block slots
+    assert S * chunk >= 16384 and chunk % 32 == 0
     assert split_plan(1024, 16384, 32, 132, 4, 256)[0] == 1  # large batch: no split
     assert split_plan(32, 300, 32, 132, 4, 256)[0] == 2  # at least min_keys keys per split
 

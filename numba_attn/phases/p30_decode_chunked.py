@@ -39,7 +39,7 @@ import math
 from numba import cuda, float32, int32
 
 from ..backend import IS_SIMULATOR
-from ..device_functions import NEG_BIG, ldg_f16x8, ldg_f32x4, merge_state, online_softmax_step
+from ..device_functions import NEG_BIG, ldg_f16x8, ldg_f32x4, merge_state
 from ..jit import kernel
 from ..registry import Launch, register_phase
 from ..warp import WARP_SIZE, group_sum, strided_max, strided_sum
@@ -60,11 +60,11 @@ def decode_rows(problem, rows: int) -> int:
 
 def lanes_per_key(D: int, VW: int, RB: int, lanes: int = 0) -> int:
     """Lanes that share one key: a power of two dividing 32 and the row's
-    16-byte chunks, such that a lane holds E = D/L <= max(VW, 32/RB) elements
-    per row (``lanes`` > 0 forces it)."""
+    16-byte chunks, such that a lane holds E = D/L <= min(16, max(VW, 32/RB))
+    elements per row (``lanes`` > 0 forces it)."""
     if lanes:
         return lanes
-    target = 32
+    target = 16
     while target * RB > 32 and target > VW:
         target //= 2
     valid = [L for L in (1, 2, 4, 8, 16, 32) if (D // VW) % L == 0]
@@ -74,7 +74,15 @@ def lanes_per_key(D: int, VW: int, RB: int, lanes: int = 0) -> int:
     return valid[-1]
 
 
-def check_decode(problem, warps, lanes, rows, max_warps=32):
+def keys_per_group(D: int, L: int, keys: int = 0) -> int:
+    """Keys a lane group loads per step (all loads first, then one softmax
+    update): enough for 32 K and 32 V values per lane in flight."""
+    if keys:
+        return keys
+    return max(1, 32 // (D // L))
+
+
+def check_decode(problem, warps, lanes, rows, keys, max_warps=32):
     """The supports() rules shared by the decode phases (None when runnable)."""
     if problem.q_len > MAX_Q_LEN:
         return f"decode kernel: q_len {problem.q_len} > {MAX_Q_LEN} (use a prefill phase)"
@@ -90,6 +98,8 @@ def check_decode(problem, warps, lanes, rows, max_warps=32):
     L = lanes_per_key(D, VW, RB, lanes)
     if L not in (1, 2, 4, 8, 16, 32) or (D // VW) % L:
         return f"lanes={L}: must be a power of two <= 32 dividing the {D // VW} vectors of a row"
+    if not 1 <= keys_per_group(D, L, keys) <= 16:
+        return f"keys={keys}: 1..16 keys per lane group per step"
     smem = warps * RB * (D + 2) * 4
     if smem > SMEM_LIMIT:
         return f"block merge needs {smem} B of shared memory (> 48 KiB); lower warps or rows"
@@ -97,10 +107,11 @@ def check_decode(problem, warps, lanes, rows, max_warps=32):
 
 
 @functools.cache
-def make_kernel(D: int, VW: int, L: int, NW: int, RB: int, Nq: int, G: int, causal: bool):
+def make_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool):
     E = D // L  # elements of a row per lane
     NV = E // VW  # 16-byte loads per row per lane
-    KW = WARP_SIZE // L  # keys per warp step
+    KW = WARP_SIZE // L  # lane groups per warp
+    KS = KW * T  # keys per warp step: T keys per group
     NT = NW * WARP_SIZE
     NROWS = G * Nq
     ldv = ldg_f32x4 if VW == 4 else ldg_f16x8
@@ -115,8 +126,9 @@ def make_kernel(D: int, VW: int, L: int, NW: int, RB: int, Nq: int, G: int, caus
         m = cuda.local.array(RB, float32)
         l = cuda.local.array(RB, float32)
         lim = cuda.local.array(RB, int32)
-        KK = cuda.local.array(E, float32)
-        VV = cuda.local.array(E, float32)
+        KK = cuda.local.array((T, E), float32)
+        VV = cuda.local.array((T, E), float32)
+        sc = cuda.local.array((RB, T), float32)
         kvh = cuda.blockIdx.y  # b * Hkv + kv head
         row0 = cuda.blockIdx.x * RB  # first of this block's query rows (g * Nq + i)
         tid = cuda.threadIdx.x
@@ -134,33 +146,47 @@ def make_kernel(D: int, VW: int, L: int, NW: int, RB: int, Nq: int, G: int, caus
                 lim[r] = min(Nk, i + Nk - Nq + 1) if causal else Nk
             else:
                 lim[r] = 0
-            for t in range(NV):
+            for u in range(NV):
                 for x in range(VW):
-                    Qr[r, t * VW + x] = float32(q[bh, i, (sub + L * t) * VW + x]) * scale if ok else float32(0.0)
-                    acc[r, t * VW + x] = float32(0.0)
+                    Qr[r, u * VW + x] = float32(q[bh, i, (sub + L * u) * VW + x]) * scale if ok else float32(0.0)
+                    acc[r, u * VW + x] = float32(0.0)
             m[r] = NEG_BIG
             l[r] = float32(0.0)
-        n_steps = (Nk + KW - 1) // KW
+        n_steps = (Nk + KS - 1) // KS
         for step in range(w, n_steps, NW):  # warp-uniform: the shuffles stay convergent
-            j = step * KW + grp
-            jj = min(j, Nk - 1)
-            for t in range(NV):
-                kx = ldv(k, kvh, jj, (sub + L * t) * VW)
-                vx = ldv(v, kvh, jj, (sub + L * t) * VW)
-                for x in range(VW):
-                    KK[t * VW + x] = kx[x]
-                    VV[t * VW + x] = vx[x]
+            j0 = step * KS + grp  # this group's keys: j0 + t * KW
+            for t in range(T):  # all loads of the step first: T keys in flight per group
+                jj = min(j0 + t * KW, Nk - 1)
+                for u in range(NV):
+                    kx = ldv(k, kvh, jj, (sub + L * u) * VW)
+                    vx = ldv(v, kvh, jj, (sub + L * u) * VW)
+                    for x in range(VW):
+                        KK[t, u * VW + x] = kx[x]
+                        VV[t, u * VW + x] = vx[x]
             for r in range(RB):
-                s = float32(0.0)
-                for e in range(E):
-                    s += Qr[r, e] * KK[e]
-                s = group_sum(s, L)
-                if j < lim[r]:
-                    m_new, l_new, corr, p = online_softmax_step(m[r], l[r], s)
-                    m[r] = m_new
-                    l[r] = l_new
+                for t in range(T):
+                    s = float32(0.0)
                     for e in range(E):
-                        acc[r, e] = acc[r, e] * corr + p * VV[e]
+                        s += Qr[r, e] * KK[t, e]
+                    sc[r, t] = group_sum(s, L)
+            for r in range(RB):  # one online-softmax update per row for the T keys
+                m_new = m[r]
+                for t in range(T):
+                    if j0 + t * KW < lim[r]:
+                        m_new = max(m_new, sc[r, t])
+                corr = math.exp(m[r] - m_new)
+                lsum = float32(0.0)
+                for t in range(T):
+                    p = math.exp(sc[r, t] - m_new) if j0 + t * KW < lim[r] else float32(0.0)
+                    sc[r, t] = p
+                    lsum += p
+                m[r] = m_new
+                l[r] = l[r] * corr + lsum
+                for e in range(E):
+                    a = acc[r, e] * corr
+                    for t in range(T):
+                        a += sc[r, t] * VV[t, e]
+                    acc[r, e] = a
         # merge the lane groups of the warp: common max, rescale, sum
         for r in range(RB):
             mw = strided_max(m[r], L)
@@ -169,9 +195,9 @@ def make_kernel(D: int, VW: int, L: int, NW: int, RB: int, Nq: int, G: int, caus
             for e in range(E):
                 acc[r, e] = strided_sum(acc[r, e] * c, L)
             if lane < L:
-                for t in range(NV):
+                for u in range(NV):
                     for x in range(VW):
-                        sm_o[w, r, (sub + L * t) * VW + x] = acc[r, t * VW + x]
+                        sm_o[w, r, (sub + L * u) * VW + x] = acc[r, u * VW + x]
                 if lane == 0:
                     sm_m[w, r] = mw
                     sm_l[w, r] = lw
@@ -195,8 +221,8 @@ def make_kernel(D: int, VW: int, L: int, NW: int, RB: int, Nq: int, G: int, caus
     return decode_chunked
 
 
-def _supports(problem, warps, lanes, rows):
-    return check_decode(problem, warps, lanes, rows)
+def _supports(problem, warps, lanes, rows, keys):
+    return check_decode(problem, warps, lanes, rows, keys)
 
 
 def check_alignment(*arrays):
@@ -226,13 +252,14 @@ def check_alignment(*arrays):
     sim_params={"warps": 2},
     supports=_supports,
 )
-def decode_chunked(problem, warps=8, lanes=0, rows=8):
+def decode_chunked(problem, warps=8, lanes=0, rows=8, keys=0):
     Hkv, Nq, Nk, D = problem.kv_heads, problem.q_len, problem.kv_len, problem.head_dim
     G = problem.group
     VW = vector_width(problem.dtype)
     RB = decode_rows(problem, rows)
     L = lanes_per_key(D, VW, RB, lanes)
-    kern = make_kernel(D, VW, L, warps, RB, Nq, G, problem.causal)
+    T = keys_per_group(D, L, keys)
+    kern = make_kernel(D, VW, L, T, warps, RB, Nq, G, problem.causal)
     scale = float32(problem.sm_scale)
     grid = ((G * Nq + RB - 1) // RB, problem.batch * Hkv)
 
@@ -240,4 +267,4 @@ def decode_chunked(problem, warps=8, lanes=0, rows=8):
         check_alignment(k, v)
         kern[grid, warps * WARP_SIZE, stream](q, k, v, o, scale, Hkv, Nk)
 
-    return Launch(run, kernels=[kern], notes=f"L={L} lanes/key, {RB} rows/block, {warps} warps")
+    return Launch(run, kernels=[kern], notes=f"L={L} lanes/key, T={T} keys/group, {RB} rows/block, {warps} warps")

@@ -6,8 +6,9 @@ H100/H200, and an SM alone cannot pull much of the chip's bandwidth. Here the
 KV range of each (sequence, KV head) is split into ``S`` chunks, one block
 each, so that even B=1 launches several blocks per SM:
 
-* ``S = ceil(SMs × blocks_per_sm / (batch × kv_heads × row_blocks))``, at
-  most ``ceil(kv_len / min_keys)`` so that no block gets too little work (the
+* ``S = floor(SMs × blocks_per_sm / (batch × kv_heads × row_blocks))`` (all
+  blocks resident at once: no partial second wave), at most
+  ``ceil(kv_len / min_keys)`` so that no block gets too little work (the
   SM count is read from the device; 132 stands in for it in the simulator);
   ``S = 1`` (large batches) launches one kernel that writes the output as
   ``decode_chunked`` does;
@@ -39,12 +40,12 @@ import math
 from numba import cuda, float32, int32
 
 from ..backend import IS_SIMULATOR
-from ..device_functions import (NEG_BIG, combine_splits, ldg_f16x8, ldg_f32x4, merge_state,
-                                online_softmax_step, state_lse)
+from ..device_functions import NEG_BIG, combine_splits, ldg_f16x8, ldg_f32x4, merge_state, state_lse
 from ..jit import kernel
 from ..registry import Launch, register_phase
 from ..warp import WARP_SIZE, group_sum, strided_max, strided_sum
-from .p30_decode_chunked import check_alignment, check_decode, decode_rows, lanes_per_key, vector_width
+from .p30_decode_chunked import (check_alignment, check_decode, decode_rows, keys_per_group, lanes_per_key,
+                                 vector_width)
 
 SIMULATOR_SMS = 132  # stand-in for the SM count where there is no device to ask
 
@@ -62,15 +63,16 @@ def split_plan(n_blocks: int, kv_len: int, keys_per_round: int, sms: int, blocks
                min_keys: int, splits: int = 0):
     """(S, chunk): the number of KV splits and the keys per split.
 
-    ``n_blocks`` blocks exist without splitting; S fills ``sms × blocks_per_sm``
-    block slots, with at least ``min_keys`` keys per split (``splits`` > 0
-    forces S). ``chunk`` is rounded up to whole ``keys_per_round``, so the last
+    ``n_blocks`` blocks exist without splitting; S is the largest count whose
+    ``S × n_blocks`` blocks still fit the ``sms × blocks_per_sm`` block slots
+    at once (a second, partial wave would leave most SMs idle at the end),
+    with at least ``min_keys`` keys per split (``splits`` > 0 forces S). ``chunk`` is rounded up to whole ``keys_per_round``, so the last
     splits may be shorter or empty.
     """
     if splits > 0:
         S = splits
     else:
-        want = -(-sms * blocks_per_sm // n_blocks)
+        want = sms * blocks_per_sm // n_blocks
         S = max(1, min(want, -(-kv_len // max(1, min_keys))))
     chunk = -(-kv_len // S)
     chunk = -(-chunk // keys_per_round) * keys_per_round
@@ -78,10 +80,11 @@ def split_plan(n_blocks: int, kv_len: int, keys_per_round: int, sms: int, blocks
 
 
 @functools.cache
-def make_kernel(D: int, VW: int, L: int, NW: int, RB: int, Nq: int, G: int, causal: bool, FINAL: bool):
+def make_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool, FINAL: bool):
     E = D // L  # elements of a row per lane
     NV = E // VW  # 16-byte loads per row per lane
-    KW = WARP_SIZE // L  # keys per warp step
+    KW = WARP_SIZE // L  # lane groups per warp
+    KS = KW * T  # keys per warp step: T keys per group
     NT = NW * WARP_SIZE
     NROWS = G * Nq
     NRC = (NROWS + RB - 1) // RB  # row blocks per KV head
@@ -97,8 +100,9 @@ def make_kernel(D: int, VW: int, L: int, NW: int, RB: int, Nq: int, G: int, caus
         m = cuda.local.array(RB, float32)
         l = cuda.local.array(RB, float32)
         lim = cuda.local.array(RB, int32)
-        KK = cuda.local.array(E, float32)
-        VV = cuda.local.array(E, float32)
+        KK = cuda.local.array((T, E), float32)
+        VV = cuda.local.array((T, E), float32)
+        sc = cuda.local.array((RB, T), float32)
         split = cuda.blockIdx.x
         kvh = cuda.blockIdx.y // NRC  # b * Hkv + kv head
         row0 = (cuda.blockIdx.y - kvh * NRC) * RB  # first of this block's query rows (g * Nq + i)
@@ -116,36 +120,50 @@ def make_kernel(D: int, VW: int, L: int, NW: int, RB: int, Nq: int, G: int, caus
             i = row - g * Nq
             bh = kvh * G + g  # = b * H + hkv * G + g
             if ok:
-                lim[r] = min(Nk, i + Nk - Nq + 1) if causal else Nk
+                lim[r] = min(hi, i + Nk - Nq + 1) if causal else hi  # keys < lim: in the split, visible
             else:
                 lim[r] = 0
-            for t in range(NV):
+            for u in range(NV):
                 for x in range(VW):
-                    Qr[r, t * VW + x] = float32(q[bh, i, (sub + L * t) * VW + x]) * scale if ok else float32(0.0)
-                    acc[r, t * VW + x] = float32(0.0)
+                    Qr[r, u * VW + x] = float32(q[bh, i, (sub + L * u) * VW + x]) * scale if ok else float32(0.0)
+                    acc[r, u * VW + x] = float32(0.0)
             m[r] = NEG_BIG
             l[r] = float32(0.0)
-        n_steps = max(0, (hi - lo + KW - 1) // KW)  # 0 for a split past the end
+        n_steps = max(0, (hi - lo + KS - 1) // KS)  # 0 for a split past the end
         for step in range(w, n_steps, NW):  # warp-uniform: the shuffles stay convergent
-            j = lo + step * KW + grp
-            jj = min(j, hi - 1)
-            for t in range(NV):
-                kx = ldv(k, kvh, jj, (sub + L * t) * VW)
-                vx = ldv(v, kvh, jj, (sub + L * t) * VW)
-                for x in range(VW):
-                    KK[t * VW + x] = kx[x]
-                    VV[t * VW + x] = vx[x]
+            j0 = lo + step * KS + grp  # this group's keys: j0 + t * KW
+            for t in range(T):  # all loads of the step first: T keys in flight per group
+                jj = min(j0 + t * KW, hi - 1)
+                for u in range(NV):
+                    kx = ldv(k, kvh, jj, (sub + L * u) * VW)
+                    vx = ldv(v, kvh, jj, (sub + L * u) * VW)
+                    for x in range(VW):
+                        KK[t, u * VW + x] = kx[x]
+                        VV[t, u * VW + x] = vx[x]
             for r in range(RB):
-                s = float32(0.0)
-                for e in range(E):
-                    s += Qr[r, e] * KK[e]
-                s = group_sum(s, L)
-                if j < hi and j < lim[r]:
-                    m_new, l_new, corr, p = online_softmax_step(m[r], l[r], s)
-                    m[r] = m_new
-                    l[r] = l_new
+                for t in range(T):
+                    s = float32(0.0)
                     for e in range(E):
-                        acc[r, e] = acc[r, e] * corr + p * VV[e]
+                        s += Qr[r, e] * KK[t, e]
+                    sc[r, t] = group_sum(s, L)
+            for r in range(RB):  # one online-softmax update per row for the T keys
+                m_new = m[r]
+                for t in range(T):
+                    if j0 + t * KW < lim[r]:
+                        m_new = max(m_new, sc[r, t])
+                corr = math.exp(m[r] - m_new)
+                lsum = float32(0.0)
+                for t in range(T):
+                    p = math.exp(sc[r, t] - m_new) if j0 + t * KW < lim[r] else float32(0.0)
+                    sc[r, t] = p
+                    lsum += p
+                m[r] = m_new
+                l[r] = l[r] * corr + lsum
+                for e in range(E):
+                    a = acc[r, e] * corr
+                    for t in range(T):
+                        a += sc[r, t] * VV[t, e]
+                    acc[r, e] = a
         # merge the lane groups of the warp: common max, rescale, sum
         for r in range(RB):
             mw = strided_max(m[r], L)
@@ -154,9 +172,9 @@ def make_kernel(D: int, VW: int, L: int, NW: int, RB: int, Nq: int, G: int, caus
             for e in range(E):
                 acc[r, e] = strided_sum(acc[r, e] * c, L)
             if lane < L:
-                for t in range(NV):
+                for u in range(NV):
                     for x in range(VW):
-                        sm_o[w, r, (sub + L * t) * VW + x] = acc[r, t * VW + x]
+                        sm_o[w, r, (sub + L * u) * VW + x] = acc[r, u * VW + x]
                 if lane == 0:
                     sm_m[w, r] = mw
                     sm_l[w, r] = lw
@@ -169,13 +187,13 @@ def make_kernel(D: int, VW: int, L: int, NW: int, RB: int, Nq: int, G: int, caus
             if row < NROWS:
                 g = row // Nq
                 i = row - g * Nq
-                bh = kvh * G + g
                 mm = NEG_BIG
                 ll = float32(0.0)
                 oo = float32(0.0)
                 for ww in range(NW):
                     mm, ll, ca, cb = merge_state(mm, ll, sm_m[ww, r], sm_l[ww, r])
                     oo = oo * ca + cb * sm_o[ww, r, d]
+                bh = kvh * G + g
                 if FINAL:
                     o[bh, i, d] = oo / ll
                 else:
@@ -199,8 +217,8 @@ def make_combine_kernel(Nq: int):
     return combine
 
 
-def _supports(problem, warps, lanes, rows, splits, blocks_per_sm, min_keys):
-    reason = check_decode(problem, warps, lanes, rows)
+def _supports(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys):
+    reason = check_decode(problem, warps, lanes, rows, keys)
     if reason:
         return reason
     if problem.head_dim > 1024:
@@ -224,18 +242,19 @@ def _supports(problem, warps, lanes, rows, splits, blocks_per_sm, min_keys):
     sim_params={"warps": 2, "splits": 3},
     supports=_supports,
 )
-def decode_split_k(problem, warps=4, lanes=0, rows=8, splits=0, blocks_per_sm=4, min_keys=256):
+def decode_split_k(problem, warps=4, lanes=0, rows=8, keys=0, splits=0, blocks_per_sm=4, min_keys=256):
     B, H, Hkv, Nq, Nk, D = (problem.batch, problem.heads, problem.kv_heads, problem.q_len,
                             problem.kv_len, problem.head_dim)
     G = problem.group
     VW = vector_width(problem.dtype)
     RB = decode_rows(problem, rows)
     L = lanes_per_key(D, VW, RB, lanes)
+    T = keys_per_group(D, L, keys)
     n_rc = (G * Nq + RB - 1) // RB
-    S, chunk = split_plan(B * Hkv * n_rc, Nk, warps * (WARP_SIZE // L), sm_count(), blocks_per_sm,
+    S, chunk = split_plan(B * Hkv * n_rc, Nk, warps * (WARP_SIZE // L) * T, sm_count(), blocks_per_sm,
                           min_keys, splits)
     final = S == 1
-    kern = make_kernel(D, VW, L, warps, RB, Nq, G, problem.causal, final)
+    kern = make_kernel(D, VW, L, T, warps, RB, Nq, G, problem.causal, final)
     scale = float32(problem.sm_scale)
     grid = (S, B * Hkv * n_rc)
     if final:
@@ -255,4 +274,5 @@ def decode_split_k(problem, warps=4, lanes=0, rows=8, splits=0, blocks_per_sm=4,
             combine[B * H * Nq, D, stream](part_o, part_lse, o, S)
 
     return Launch(run, kernels=kernels, workspace_bytes=0 if final else part_o.nbytes + part_lse.nbytes,
-                  notes=f"S={S} splits of {chunk} keys, L={L} lanes/key, {RB} rows/block, {warps} warps")
+                  notes=f"S={S} splits of {chunk} keys, L={L} lanes/key, T={T} keys/group, {RB} rows/block, "
+                        f"{warps} warps")
