@@ -31,11 +31,14 @@ refuses them, naming the array and the first bad element.
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda
 
-from .errors import AttentionInputError, check_arrays, check_finite
-from .problem import Problem
-from .registry import get_phase, list_phases
+from . import backend  # noqa: F401  (first: chooses CUDA or the simulator before numba is imported)
+
+from numba import cuda  # noqa: E402
+
+from .errors import AttentionInputError, check_arrays, check_finite  # noqa: E402
+from .problem import Problem  # noqa: E402
+from .registry import get_phase, list_phases  # noqa: E402
 
 
 def is_device_array(a) -> bool:

@@ -125,7 +125,7 @@ def env_summary(env: dict | None) -> str:
     if not env:
         return "environment unknown"
     gpu = env.get("gpu") or env.get("backend") or "?"
-    commit = env.get("commit") or f"source {env.get('source_hash', '?')}"
+    commit = env.get("commit") or (f"source {env['source_hash']}" if env.get("source_hash") else "commit unknown")
     if commit and len(commit) > 20 and "-dirty" not in commit:
         commit = commit[:12]
     elif commit and "-dirty" in commit:

@@ -18,7 +18,9 @@ from __future__ import annotations
 import contextlib
 import functools
 
-from numba import cuda, float32
+from . import backend  # noqa: F401  (first: chooses CUDA or the simulator before numba is imported)
+
+from numba import cuda, float32  # noqa: E402
 
 from .device_functions import NEG_INF, online_softmax_step, visible_keys
 from .jit import kernel
