@@ -342,6 +342,8 @@ def measure(phase: Phase | str, problem: Problem, cfg: RunConfig | None = None, 
         with _simulated_device_limits():
             _measure_checked(phase, problem, cfg, params, row, cuda)
     except Exception as exc:  # one phase crashing must not end the sweep
+        if os.environ.get("NUMBA_ATTN_RAISE"):  # debugging: the full traceback instead of an ERROR row
+            raise
         status, why, poisoned = classify_exception(exc)
         row.update(status=status, reason=why)
         if poisoned:
