@@ -50,7 +50,7 @@ def test_gqa_group_in_one_block(phase):
     # 4 query heads share one KV head; 2 queries each: 8 rows read one KV head in one block
     p = Problem(batch=1, heads=4, kv_heads=1, q_len=2, kv_len=37, head_dim=32, causal=True)
     assert decode_rows(p, 8) == 8
-    _ok(phase, p, warps=2, seed=5)
+    _ok(phase, p, warps=2, rows=8, seed=5)
 
 
 def test_gqa_group_over_row_blocks_fp16():
@@ -73,7 +73,7 @@ def test_split_k_uneven_and_empty_splits():
     p = Problem(batch=1, heads=2, q_len=3, kv_len=45, head_dim=16, causal=True)
     VW = vector_width(p.dtype)
     L = lanes_per_key(p.head_dim, VW, decode_rows(p, 8))
-    assert keys_per_group(p.head_dim, L, 1) == 1
+    assert keys_per_group(p.head_dim, L, decode_rows(p, 8), 1) == 1
     S, chunk = split_plan(2, p.kv_len, 32 // L, 132, 4, 256, splits=4)
     sizes = [max(0, min(p.kv_len, (s + 1) * chunk) - s * chunk) for s in range(S)]
     assert sum(sizes) == p.kv_len and 0 in sizes and len(set(sizes) - {0}) > 1, sizes
@@ -123,7 +123,7 @@ def test_supports_reasons():
     assert "multiple of 8" in ph.supports(Problem(q_len=1, kv_len=64, head_dim=12, dtype="float16"))
     assert ph.supports(Problem(q_len=8, kv_len=64, head_dim=16, dtype="float16", causal=True)) is None
     assert "shared memory" in get_phase("decode_split_k").supports(
-        Problem(q_len=8, kv_len=64, head_dim=256), warps=8)
+        Problem(q_len=8, kv_len=64, head_dim=256), warps=8, rows=8)
 
 
 # -- the combine step on its own -------------------------------------------------

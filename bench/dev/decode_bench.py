@@ -327,11 +327,13 @@ DECODE_SETS = {
     "tune": [P(1, 16384), P(1, 131072), P(8, 32768, "float32"), P(32, 4096), P(1, 32768, kvh=8),
              P(8, 16384, nq=4, causal=True)],
     "small": PRESETS["decode-small"],
-    "full": PRESETS["decode"] + [P(8, 16384, nq=4, causal=True), P(8, 16384, nq=8, causal=True, dt="float32")],
+    "full": PRESETS["decode"] + [P(8, 16384, nq=4, causal=True)],
 }
 
 VARIANTS = {
-    "default": [("decode_chunked", {}), ("decode_split_k", {})],
+    "default": [("decode_chunked", {}), ("decode_split_k", {}), ("decode_split_k_fused", {})],
+    "final": [("decode_chunked", {}), ("decode_split_k", {}), ("decode_split_k_fused", {}),
+              ("decode_split_k_fused", {"lanes": 16, "keys": 2, "blocks_per_sm": 8})],
     "tune": [("decode_chunked", {"warps": 4}), ("decode_chunked", {"warps": 8}),
              ("decode_split_k", {"warps": 4, "blocks_per_sm": 2}), ("decode_split_k", {"warps": 4, "blocks_per_sm": 4}),
              ("decode_split_k", {"warps": 8, "blocks_per_sm": 2}),
@@ -348,6 +350,7 @@ def main():
     ap.add_argument("--long-context", default="", help="comma-separated dtypes for the prefill sweep")
     ap.add_argument("--prefill-phases", default="smem_kv,split_k_prefill")
     ap.add_argument("--append", action="store_true", help="prefill of a 1024-token chunk onto a 32k cache")
+    ap.add_argument("--append-phases", default="smem_kv,split_k_prefill")
     ap.add_argument("--graph-check", action="store_true")
     ap.add_argument("--max-prefill-ms", type=float, default=1500.0,
                     help="skip larger N for a prefill phase once one launch takes longer than this")
@@ -374,6 +377,7 @@ def main():
                 break
             run_problem(p, VARIANTS[args.variants], timer, copy_gbps, graph_check=args.graph_check)
     prefill = [(n, {}) for n in args.prefill_phases.split(",") if n]
+    append = [(n, {}) for n in args.append_phases.split(",") if n]
     probs = []
     if args.append:
         probs += [Problem(batch=1, heads=32, q_len=1024, kv_len=32768, head_dim=128, dtype=dt)
@@ -385,7 +389,7 @@ def main():
         if time.perf_counter() - t_start > args.deadline_s:
             log(f"deadline: stopping before {p.label}")
             break
-        todo = [(n, prm) for n, prm in prefill if (n, p.dtype) not in too_slow]
+        todo = [(n, prm) for n, prm in (append if p.q_len != p.kv_len else prefill) if (n, p.dtype) not in too_slow]
         rows = run_problem(p, todo, timer, copy_gbps, reps=3)
         for r in rows:
             if r.get("time_ms") and r["time_ms"] > args.max_prefill_ms:

@@ -74,12 +74,16 @@ def lanes_per_key(D: int, VW: int, RB: int, lanes: int = 0) -> int:
     return valid[-1]
 
 
-def keys_per_group(D: int, L: int, keys: int = 0) -> int:
+def keys_per_group(D: int, L: int, RB: int, keys: int = 0) -> int:
     """Keys a lane group loads per step (all loads first, then one softmax
-    update): enough for 32 K and 32 V values per lane in flight."""
+    update for the T keys): as many as fit ~96 registers of K, V, Q and the
+    accumulator per lane, ``2·T·E + 2·RB·E <= 96`` (1 to 4; ``keys`` > 0
+    forces it). More keys in flight per warp, but more registers per thread
+    and so fewer resident warps."""
     if keys:
         return keys
-    return max(1, 32 // (D // L))
+    E = D // L
+    return max(1, min(4, (96 - 2 * RB * E) // (2 * E)))
 
 
 def check_decode(problem, warps, lanes, rows, keys, max_warps=32):
@@ -98,7 +102,7 @@ def check_decode(problem, warps, lanes, rows, keys, max_warps=32):
     L = lanes_per_key(D, VW, RB, lanes)
     if L not in (1, 2, 4, 8, 16, 32) or (D // VW) % L:
         return f"lanes={L}: must be a power of two <= 32 dividing the {D // VW} vectors of a row"
-    if not 1 <= keys_per_group(D, L, keys) <= 16:
+    if not 1 <= keys_per_group(D, L, RB, keys) <= 16:
         return f"keys={keys}: 1..16 keys per lane group per step"
     smem = warps * RB * (D + 2) * 4
     if smem > SMEM_LIMIT:
@@ -107,7 +111,8 @@ def check_decode(problem, warps, lanes, rows, keys, max_warps=32):
 
 
 @functools.cache
-def make_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool):
+def make_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool,
+                MINB: int = 1):
     E = D // L  # elements of a row per lane
     NV = E // VW  # 16-byte loads per row per lane
     KW = WARP_SIZE // L  # lane groups per warp
@@ -116,7 +121,7 @@ def make_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
     NROWS = G * Nq
     ldv = ldg_f32x4 if VW == 4 else ldg_f16x8
 
-    @kernel
+    @kernel(launch_bounds=(NT, MINB))
     def decode_chunked(q, k, v, o, scale, Hkv, Nk):
         sm_m = cuda.shared.array((NW, RB), float32)
         sm_l = cuda.shared.array((NW, RB), float32)
@@ -252,14 +257,14 @@ def check_alignment(*arrays):
     sim_params={"warps": 2},
     supports=_supports,
 )
-def decode_chunked(problem, warps=8, lanes=0, rows=8, keys=0):
+def decode_chunked(problem, warps=8, lanes=0, rows=4, keys=0):
     Hkv, Nq, Nk, D = problem.kv_heads, problem.q_len, problem.kv_len, problem.head_dim
     G = problem.group
     VW = vector_width(problem.dtype)
     RB = decode_rows(problem, rows)
     L = lanes_per_key(D, VW, RB, lanes)
-    T = keys_per_group(D, L, keys)
-    kern = make_kernel(D, VW, L, T, warps, RB, Nq, G, problem.causal)
+    T = keys_per_group(D, L, RB, keys)
+    kern = make_kernel(D, VW, L, T, warps, RB, Nq, G, problem.causal, max(1, 16 // warps))
     scale = float32(problem.sm_scale)
     grid = ((G * Nq + RB - 1) // RB, problem.batch * Hkv)
 

@@ -80,7 +80,8 @@ def split_plan(n_blocks: int, kv_len: int, keys_per_round: int, sms: int, blocks
 
 
 @functools.cache
-def make_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool, FINAL: bool):
+def make_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool, FINAL: bool,
+                MINB: int = 1):
     E = D // L  # elements of a row per lane
     NV = E // VW  # 16-byte loads per row per lane
     KW = WARP_SIZE // L  # lane groups per warp
@@ -90,7 +91,7 @@ def make_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
     NRC = (NROWS + RB - 1) // RB  # row blocks per KV head
     ldv = ldg_f32x4 if VW == 4 else ldg_f16x8
 
-    @kernel
+    @kernel(launch_bounds=(NT, MINB))
     def decode_split_k(q, k, v, o, part_o, part_lse, scale, Hkv, Nk, chunk):
         sm_m = cuda.shared.array((NW, RB), float32)
         sm_l = cuda.shared.array((NW, RB), float32)
@@ -242,19 +243,19 @@ def _supports(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys
     sim_params={"warps": 2, "splits": 3},
     supports=_supports,
 )
-def decode_split_k(problem, warps=4, lanes=0, rows=8, keys=0, splits=0, blocks_per_sm=4, min_keys=256):
+def decode_split_k(problem, warps=4, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=4, min_keys=256):
     B, H, Hkv, Nq, Nk, D = (problem.batch, problem.heads, problem.kv_heads, problem.q_len,
                             problem.kv_len, problem.head_dim)
     G = problem.group
     VW = vector_width(problem.dtype)
     RB = decode_rows(problem, rows)
     L = lanes_per_key(D, VW, RB, lanes)
-    T = keys_per_group(D, L, keys)
+    T = keys_per_group(D, L, RB, keys)
     n_rc = (G * Nq + RB - 1) // RB
     S, chunk = split_plan(B * Hkv * n_rc, Nk, warps * (WARP_SIZE // L) * T, sm_count(), blocks_per_sm,
                           min_keys, splits)
     final = S == 1
-    kern = make_kernel(D, VW, L, T, warps, RB, Nq, G, problem.causal, final)
+    kern = make_kernel(D, VW, L, T, warps, RB, Nq, G, problem.causal, final, blocks_per_sm)
     scale = float32(problem.sm_scale)
     grid = (S, B * Hkv * n_rc)
     if final:
