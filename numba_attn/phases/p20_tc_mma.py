@@ -37,6 +37,21 @@ m16n8k16 reaches ~380 TFLOP/s in a register loop on an H200. With the staging
 barriers, scalar shared-memory fragment loads (two 16-bit loads per V
 register) and the softmax between the two products, expect 100–150 TFLOP/s at
 D=64/128, N=4096 fp16 — about 10× ``smem_kv`` and 10–20× over ``naive``.
+
+Measured (H200, commit 6c8cbec, ``bench/dev/tc_run2_tc2.log``; W=4, Bc=64;
+PyTorch SDPA in the same run): B1 H32 N4096 D64 fp16 139.5 TFLOP/s (0.30×
+SDPA's 460), bf16 139.9; D128 fp16 81.5 (0.14× of 585), bf16 81.2; D64 causal
+102.6; B16 H16 N512 D64 118.0. With W=8: D64 162.6, D128 98.1. 128 registers
+(D64) / 169 (D128), no local memory; the SASS has the 64 / 128 HMMA.16816 of
+one tile. The mma.sync ceiling measured in the same run (register loop) is
+568 TFLOP/s: D64 reaches 25% of it, D128 14%.
+
+D64 is in the predicted range; D128 is well below it. At D128 a tile needs
+128 HMMA, 128 32-bit K loads and 256 16-bit V loads (two per B register), so
+the shared-memory pipe, not the tensor cores, sets the pace — and the staging
+is synchronous (global → registers → shared, two barriers per tile) with
+only 3 blocks (12 warps) per SM at 169 registers. ``tc_pipelined`` removes
+both: ldmatrix and cp.async.
 """
 from __future__ import annotations
 

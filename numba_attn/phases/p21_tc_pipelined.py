@@ -29,13 +29,43 @@ Prediction (written before measuring): ``tc_mma`` stalls on the staging
 instructions per mma. Overlapping the copies and cutting the fragment loads
 should give 1.5–2× over ``tc_mma``: ~200–250 TFLOP/s at D=64/128 fp16 on an
 H200, near 0.5× SDPA — the target.
+
+Measured (H200, commit 6c8cbec, ``bench/dev/tc_run2_*.log``; W=4, Bc=64 at
+D64 / 32 at D128, STAGES=2; SDPA in the same run): B1 H32 N4096 D64 fp16
+226.7 TFLOP/s = 0.49× SDPA (460), bf16 222.8 = 0.48×; D128 fp16 211.8 = 0.36×
+(585), bf16 211.0 = 0.34× (630); D64 causal 190.3 = 0.51×; B16 H16 N512 D64
+163.5 = 0.46×. Variants: D128 with W=8 224.9 (0.38×; now the default there);
+D64 with W=8 214.5, STAGES=3 217.1, Bc=32 204.1. 1.6× (D64) and 2.6× (D128)
+over ``tc_mma``, 40% of the 568 TFLOP/s mma.sync ceiling. 167 registers (D64)
+/ 219 (D128), 32 KiB shared, no local memory; SASS per tile: 64 HMMA, 32
+LDSM, 16 LDGSTS.
+
+The prediction held in TFLOP/s; the 0.5× target holds for D64 causal, is
+just missed at D64 (0.49×, bf16 0.48×) and missed at D128 (0.38×). Why,
+from the SASS (``bench/dev/tc_sass.py``) and the counts: a warp spends ~1200
+cycles of its scheduler per 64-key tile for ~640 issued instructions and 64
+HMMA (~480 cycles of tensor pipe), so neither issue nor the tensor pipe is
+saturated — the warps wait: 3 warps per scheduler (166 registers → 3 blocks
+of 4 warps per SM), a barrier per tile, and inside each warp the chain QKᵀ →
+row max → shuffles → exp2 → pack → PV leaves the tensor cores idle during the
+softmax (~200 instructions: FMNMX, FFMA, 34 MUFU.EX2, FADD, the rescale
+FMULs). D128 is hit harder: two stages of 64-key tiles would need 64 KiB, over
+the 48 KiB of static shared memory, so Bc=32 halves the keys each barrier and
+softmax round trip serves, and 219 registers leave 8 warps per SM. Grid
+quantization costs too: 2048 blocks on 3×132 slots is 5.2 waves.
+
+Since that run (not yet measured on a GPU; checked in the simulator and
+compiled for sm_90 without spills): the copy addresses are flat offsets
+(``cp_async16_flat``: ~75 fewer instructions per tile at D64), and two
+tunables — ``MT=2`` (32 query rows per warp: every ldmatrix feeds twice the
+mma, 254 registers at D64) and ``MAXREG`` (register cap for more blocks per
+SM; a 128 cap at D64 costs 16 spill instructions).
 """
 from __future__ import annotations
 
 import functools
 import math
 
-import numpy as np
 from numba import cuda, float32, uint32
 
 from ..intrinsics import (SMEM_ALIGN, cp_async16_flat, cp_async_commit, cp_async_wait, ldmatrix_x4,
@@ -277,6 +307,13 @@ def default_bc(D, Bc):
     return Bc if Bc else (64 if D <= 64 else 32)
 
 
+def default_w(D, W):
+    """W=0 picks the warps per block: 4 up to D=64, 8 above (H200, run 2: D=128
+    fp16 224.9 TFLOP/s with 8 warps against 211.8 with 4; D=64 226.7 with 4,
+    214.5 with 8)."""
+    return W if W else (4 if D <= 64 else 8)
+
+
 def _supports(problem, W, Bc, STAGES, MT, MAXREG):
     Bc = default_bc(problem.head_dim, Bc)
     reason = supports_tc(problem, Bc)
@@ -311,9 +348,10 @@ def _supports(problem, W, Bc, STAGES, MT, MAXREG):
     sim_params={"W": 2, "Bc": 16, "STAGES": 2, "MT": 1, "MAXREG": 0},
     supports=_supports,
 )
-def tc_pipelined(problem, W=4, Bc=0, STAGES=2, MT=1, MAXREG=0):
+def tc_pipelined(problem, W=0, Bc=0, STAGES=2, MT=1, MAXREG=0):
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     Bc = default_bc(problem.head_dim, Bc)
+    W = default_w(problem.head_dim, W)
     kern = make_kernel(problem.head_dim, W, Bc, STAGES, MT, MAXREG, problem.causal, problem.dtype == "bfloat16")
     sl2 = float32(problem.sm_scale * LOG2E)
     Br = 16 * MT * W
