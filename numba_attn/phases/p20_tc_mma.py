@@ -41,7 +41,8 @@ D=64/128, N=4096 fp16 — about 10× ``smem_kv`` and 10–20× over ``naive``.
 Measured (H200, commit 6c8cbec, ``bench/dev/tc_run2_tc2.log``; W=4, Bc=64;
 PyTorch SDPA in the same run): B1 H32 N4096 D64 fp16 139.5 TFLOP/s (0.30×
 SDPA's 460), bf16 139.9; D128 fp16 81.5 (0.14× of 585), bf16 81.2; D64 causal
-102.6; B16 H16 N512 D64 118.0. With W=8: D64 162.6, D128 98.1. 128 registers
+102.6; B16 H16 N512 D64 118.0. With W=8 (the default since): D64 162.6 (0.35×),
+D128 98.1 (0.17×). 128 registers
 (D64) / 169 (D128), no local memory; the SASS has the 64 / 128 HMMA.16816 of
 one tile. The mma.sync ceiling measured in the same run (register loop) is
 568 TFLOP/s: D64 reaches 25% of it, D128 14%.
@@ -283,7 +284,7 @@ def u32_views(q, k, v, o):
     sim_params={"W": 2, "Bc": 16},
     supports=_supports,
 )
-def tc_mma(problem, W=4, Bc=64):
+def tc_mma(problem, W=8, Bc=64):
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     kern = make_kernel(problem.head_dim, W, Bc, problem.causal, problem.dtype == "bfloat16")
     sl2 = float32(problem.sm_scale * LOG2E)
