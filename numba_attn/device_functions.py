@@ -205,3 +205,18 @@ else:
             return context.make_tuple(builder, ret, [builder.extract_value(res, e) for e in range(8)])
 
         return ret(a, i, j, c), codegen
+
+
+@device
+def online_softmax_rescale2(m, l, tile_max):
+    """:func:`online_softmax_rescale` for scores in base-2 units (pre-multiplied
+    by log2(e), e.g. through the Q scale)::
+
+        m_new = max(m, tile_max); corr = exp2(m - m_new); l_new = l * corr
+
+    The caller's probabilities are then ``exp2(s - m_new)``: one ``ex2.approx``
+    each, where ``exp`` costs a multiply by log2(e) and an ``ex2.approx``.
+    """
+    m_new = max(m, tile_max)
+    corr = math.exp2(m - m_new)
+    return m_new, l * corr, corr
