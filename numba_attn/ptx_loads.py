@@ -1,4 +1,5 @@
-"""Vector loads and stores for the CUDA-core phases, with simulator fallbacks.
+"""Vector loads/stores, dynamic shared tiles and tile loaders for the CUDA-core
+roadmap phases, with simulator fallbacks.
 
 numba lowers ``a[i, j]; a[i, j + 1]; ...`` to scalar loads even when the four
 elements are adjacent and 16-byte aligned: numba's signed indices go through a
@@ -15,9 +16,15 @@ intrinsics emit the wide instructions directly:
   multiple of 4.
 * :func:`lds4` / :func:`sts4` — four consecutive float32 of a 2-D *shared*
   array as one ``ld.shared.v4.f32`` / ``st.shared.v4.f32`` (LLVM vector
-  load/store in address space 3, alignment 16). The array must be declared
-  with ``alignment=16`` and the row length and the column index must be
-  multiples of 4.
+  load/store in address space 3, alignment 16). The array must start on 16
+  bytes (a :func:`dynamic_tile` at an offset that is a multiple of 4) and the
+  row length and the column index must be multiples of 4.
+* :func:`dynamic_tile` — a 2-D float32 array over the block's *dynamic*
+  shared memory (its own 16-byte-aligned extern symbol), at an element offset
+  that may be computed at run time (a double-buffer stage) and with a shape
+  fixed at compile time. numba's ``cuda.shared.array(0, ...)`` is 1-D, and
+  slicing and reshaping it on the device goes through generic addresses and
+  a call into the runtime; this is a plain pointer offset.
 
 Arrays are never written through :func:`ldg4` (``.nc`` requires the data to
 stay unchanged during the kernel: true for Q, K and V).
@@ -29,6 +36,12 @@ one by one, converting to float32 as the GPU does, so kernels run unchanged
 raises in the fallback, so a kernel that would issue a misaligned vector
 access on the GPU fails in the simulator too.
 
+The tile loaders (:func:`load_tile4`, :func:`load_tile4_t`, the
+register-staged :func:`fetch4`/:func:`put4` and :func:`fetch4_t`/:func:`put4_t`
+of double buffering, the scalar :func:`load_tile_t_scaled`) are the device
+functions the roadmap phases share; ``MASKED`` is their (finite) score of a
+masked pair.
+
 Host helper :func:`launch_dynamic` launches a kernel with more than 48 KiB of
 dynamic shared memory: above 48 KiB CUDA requires the kernel's
 ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` to be raised first, which
@@ -36,8 +49,6 @@ numba-cuda has no API for; it is set here through the driver binding, as
 numba-cuda's own ``set_shared_memory_carveout`` sets its attribute.
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -223,7 +234,7 @@ else:
         return sig, codegen
 
 
-# -- tile loaders and the base-2 softmax update (device functions) ----------------
+# -- tile loaders (device functions) ---------------------------------------------
 #
 # Shared by the CUDA-core roadmap phases (q_smem ... causal_skip). ``R`` and
 # ``C`` (rows and columns of the tile) are passed as compile-time constants
@@ -374,21 +385,6 @@ def put4_t(tile_t, stage, tid, nthreads, R, C):
             tile_t[c + 3, r] = stage[4 * u + 3]
 
 
-@device
-def online_softmax_rescale2(m, l, tile_max):
-    """:func:`numba_attn.device_functions.online_softmax_rescale` for scores in
-    base-2 units (pre-multiplied by log2(e))::
-
-        m_new = max(m, tile_max); corr = exp2(m - m_new); l_new = l * corr
-
-    ``exp2`` is one ``ex2.approx`` instruction, where ``exp`` is a multiply
-    by log2(e) and an ``ex2.approx``.
-    """
-    m_new = max(m, tile_max)
-    corr = math.exp2(m - m_new)
-    return m_new, l * corr, corr
-
-
 # -- host side -------------------------------------------------------------------
 
 _OPTED_IN: dict = {}
@@ -425,5 +421,5 @@ def smem_reason(nbytes: int) -> str | None:
 
 
 __all__ = ["MASKED", "ldg4", "lds4", "sts4", "dynamic_tile", "load_tile_t_scaled", "load_tile4", "load_tile4_t",
-           "fetch4", "put4", "fetch4_t", "put4_t", "online_softmax_rescale2", "launch_dynamic", "smem_reason", "STATIC_SMEM_LIMIT", "OPT_IN_SMEM_LIMIT"]
-_ = np  # numpy kept importable for fallbacks' dtype checks
+           "fetch4", "put4", "fetch4_t", "put4_t", "launch_dynamic", "smem_reason",
+           "STATIC_SMEM_LIMIT", "OPT_IN_SMEM_LIMIT"]

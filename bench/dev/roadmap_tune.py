@@ -108,8 +108,6 @@ def main(argv=None) -> int:
 
     sdpa = {}
     if not IS_SIMULATOR:
-        from numba import cuda
-
         from numba_attn.ceilings import measure_ffma
         from numba_attn.env import environment
 

@@ -25,6 +25,25 @@ FLOPs, SEG=32 of 2.5×.
 Prediction (before measuring): at D=64 SEG=32 is ~1.2× q_smem (twice the
 warps, 1.5× the FLOPs, fewer registers); SEG=16 is slower than SEG=32 (2.5×
 the FLOPs). At D=128 SEG=64 ~1.3× q_smem.
+
+Measured (NVIDIA H200, numba-cuda 0.30.4, B1 H32 N4096 fp32, median of events-timed back-to-back
+launches; one run of commit dcebff6, ``bench/dev/roadmap_final_h200.jsonl``; in the same run naive
+191.4 ms at D=64 and 379.3 ms at D=128, SDPA fp32 3.99 ms and 6.09 ms):
+
+* D=64 (Br=64): SEG=64 (one thread per row) 44.90 ms, SEG=32 68.99 ms,
+  SEG=16 130.36 ms (``roadmap_tune1_h200.jsonl``); registers 128, 128, 96.
+* D=128: SEG=128 112.64 ms (168 registers), SEG=64 146.66 ms (128),
+  SEG=32 257.1 ms (tune1).
+* Each halving of SEG costs 1.5–1.9×: the recomputed QKᵀ and exps are paid
+  in full, and fewer registers buy nothing once ``q_smem`` has removed the
+  spill. The prediction (SEG=32 ~1.2× q_smem) missed: SEG=32 is 0.52× of
+  q_smem at D=64. The best measured configuration is SEG = D, i.e. no split,
+  so the default is SEG=128 (SEG = D for every head_dim up to 128). SEG stays
+  the parameter of the trade-off.
+* At SEG = D this kernel is q_smem with Br=64 plus a run-time column offset
+  ``c0``. It is still 15% slower than q_smem at Br=64 (44.90 against
+  38.06 ms): the ``V_j[jj, c0 + c]`` reads lose their constant offsets.
+  Against q_smem's default (Br=128): 0.80×.
 """
 from __future__ import annotations
 
@@ -119,7 +138,7 @@ def _supports(problem, Br, Bc, SEG):
     sim_params={"Br": 32, "Bc": 16, "SEG": 8},
     supports=_supports,
 )
-def segmented_out(problem, Br=64, Bc=32, SEG=32):
+def segmented_out(problem, Br=64, Bc=32, SEG=128):
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     SEG = min(SEG, problem.head_dim)
     kern = make_kernel(problem.head_dim, Br, Bc, SEG, problem.causal)

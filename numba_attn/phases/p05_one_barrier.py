@@ -19,6 +19,21 @@ Cost: twice the K/V shared memory (D=64, Bc=32: 32 KiB instead of 16).
 Prediction (before measuring): a tile's barrier pair sits between
 ~Bc·(D + SEG) ≈ 3000 FMAs per thread (D=64, SEG=32, Bc=32), so removing one
 barrier gains little: ~1.05× segmented_out.
+
+Measured (NVIDIA H200, numba-cuda 0.30.4, B1 H32 N4096 fp32, median of events-timed back-to-back
+launches; one run of commit dcebff6, ``bench/dev/roadmap_final_h200.jsonl``; in the same run naive
+191.4 ms at D=64 and 379.3 ms at D=128, SDPA fp32 3.99 ms and 6.09 ms):
+
+* D=64, SEG=64: 47.25 ms against segmented_out's 44.90 ms at the same tiles:
+  **0.95×** (prediction 1.05×: missed). SEG=32: 63.02 against 68.99 ms: 1.09×.
+* D=128, SEG=64: 145.38 against 146.66 ms: 1.01×. SEG=128: 226.53 against
+  112.64 ms: 0.50×.
+* The second K/V stage costs occupancy where blocks are small. At SEG = D a
+  block is Br = 64 threads (2 warps). The stage takes shared memory per
+  block from 32 to 48 KiB at D=64 (from 7 to 4 blocks per SM) and from 64 to
+  96 KiB at D=128 (from 3 to 2 blocks: 4 warps per SM). With that few warps
+  the single barrier saves less than the lost parallelism. Default SEG=64:
+  the best measured at both head dims.
 """
 from __future__ import annotations
 
@@ -116,7 +131,7 @@ def _supports(problem, Br, Bc, SEG):
     sim_params={"Br": 32, "Bc": 16, "SEG": 8},
     supports=_supports,
 )
-def one_barrier(problem, Br=64, Bc=32, SEG=32):
+def one_barrier(problem, Br=64, Bc=32, SEG=64):
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     SEG = min(SEG, problem.head_dim)
     kern = make_kernel(problem.head_dim, Br, Bc, SEG, problem.causal)

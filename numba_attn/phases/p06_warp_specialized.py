@@ -22,6 +22,20 @@ time the compute warps take for it, or the compute warps wait at the barrier.
 Prediction (before measuring): with one shared load per FMA the compute
 warps are issue-bound, not latency-bound, so the overlap buys little:
 ~1.05× one_barrier at LW=1 (LW=2 the same or worse).
+
+Measured (NVIDIA H200, numba-cuda 0.30.4, B1 H32 N4096 fp32, median of events-timed back-to-back
+launches; one run of commit dcebff6, ``bench/dev/roadmap_final_h200.jsonl``; in the same run naive
+191.4 ms at D=64 and 379.3 ms at D=128, SDPA fp32 3.99 ms and 6.09 ms):
+
+* D=64, SEG=64: LW=1 45.27 ms, LW=2 44.05 ms against one_barrier's 47.25 ms:
+  **1.07×** with LW=2 (prediction 1.05×: met). SEG=32, LW=1: 68.19 against
+  63.02 ms: 0.92×.
+* D=128, LW=1: SEG=64 146.92 against 145.38 ms (0.99×); SEG=128 167.90
+  against 226.53 ms (1.35×: there the loader warp is a third warp in a
+  2-warp block).
+* The overlap helps where the parent's blocks were too small to hide their
+  own load latency. It does not help where the compute warps are issue-bound
+  (SEG=32). Default SEG=64, LW=2: the best measured at D=64.
 """
 from __future__ import annotations
 
@@ -125,7 +139,7 @@ def _supports(problem, Br, Bc, SEG, LW):
     sim_params={"Br": 32, "Bc": 16, "SEG": 8, "LW": 1},
     supports=_supports,
 )
-def warp_specialized(problem, Br=64, Bc=32, SEG=32, LW=1):
+def warp_specialized(problem, Br=64, Bc=32, SEG=64, LW=2):
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     SEG = min(SEG, problem.head_dim)
     kern = make_kernel(problem.head_dim, Br, Bc, SEG, LW, problem.causal)

@@ -21,6 +21,22 @@ per thread (D=64, Bc=32, 128 threads: 32 registers).
 Prediction (before measuring): the loader warps of the parent were idle most
 of the time and the compute warps' own latency is now hidden the same way;
 ~1.1× vectorized (fewer warps per block to schedule, same overlap).
+
+Measured (NVIDIA H200, numba-cuda 0.30.4, B1 H32 N4096 fp32, median of events-timed back-to-back
+launches; one run of commit dcebff6, ``bench/dev/roadmap_final_h200.jsonl``; in the same run naive
+191.4 ms at D=64 and 379.3 ms at D=128, SDPA fp32 3.99 ms and 6.09 ms):
+
+* D=64: Br=128, SEG=64 6.66 ms (20.65 TFLOP/s, 242 registers, no local
+  memory) against vectorized's 6.89 ms at the same tiles: **1.035×**
+  (prediction 1.1×: smaller). Br=64, SEG=64: 6.94 against 6.92 ms (1.00×;
+  254 registers and 8 bytes of local memory: the staging registers push the
+  kernel to the cap). SEG=32: 13.72 against 11.03 ms (0.80×).
+* D=128 (Br=64): SEG=64 36.65 against 34.26 ms (0.93×); SEG=128 57.82 ms
+  (255 registers, 408 bytes of local memory: spills).
+* Register staging competes with the accumulators for registers (the
+  parent's loader warps held none). It pays only where the kernel has
+  registers to spare. Default Br=128, SEG=64: the best measured at D=64 (not
+  measured at D=128).
 """
 from __future__ import annotations
 
@@ -134,7 +150,7 @@ def _supports(problem, Br, Bc, SEG):
     sim_params={"Br": 32, "Bc": 16, "SEG": 8},
     supports=_supports,
 )
-def double_buffer(problem, Br=64, Bc=32, SEG=32):
+def double_buffer(problem, Br=128, Bc=32, SEG=64):
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     SEG = min(SEG, problem.head_dim)
     kern = make_kernel(problem.head_dim, Br, Bc, SEG, problem.causal)

@@ -9,8 +9,8 @@ classified once per block:
 * fully visible to every row of the block (its last key ≤ the first row's
   limit and < kv_len): the scores go to the softmax without any comparison;
 * crossing the diagonal (or the end of the keys): masked element by element
-  as before. For a causal square problem with Br = 64, Bc = 32 that is 2–3
-  tiles per block row out of up to 128.
+  as before. For a causal square problem with Br = 128, Bc = 32 that is
+  4–5 tiles per block out of up to 128.
 
 With causal masking the blocks' costs differ (block x visits ~x+1 tiles),
 so the grid is also walked heaviest-first (``heavy_first``): the longest
@@ -20,6 +20,30 @@ Prediction (before measuring): without causal, ~1.03× register_blocked at
 N=4096 (the compare/select per score is ~3 instructions per 2·D FMAs; the
 last tile is full at N=4096). With causal ~1.1× (masking cost gone from
 the interior tiles, better tail).
+
+Measured (NVIDIA H200, numba-cuda 0.30.4, B1 H32 N4096 fp32, median of events-timed back-to-back
+launches; one run of commit dcebff6, ``bench/dev/roadmap_final_h200.jsonl``; in the same run naive
+191.4 ms at D=64 and 379.3 ms at D=128, SDPA fp32 3.99 ms and 6.09 ms):
+
+* D=64: 4.363 ms (31.50 TFLOP/s, 241 registers) against register_blocked's
+  4.255 ms: **0.975×**. Causal: 2.665 against 2.657 ms, **1.00×** (25.79
+  TFLOP/s, 0.86× SDPA causal; heavy_first=0: 2.717 ms, so heaviest-first is
+  worth 2%).
+* D=128: 9.756 against 9.630 ms (0.99×). Causal: 5.543 ms = 24.80 TFLOP/s
+  (0.58× SDPA causal, 3.225 ms).
+* float16 storage, fp32 accumulation: D=64 4.788 ms (28.71 TFLOP/s), D=128
+  11.226 ms (24.49 TFLOP/s), relative error 2.1e-4. That is 10–15% slower
+  than float32. The loads are 8 bytes plus four conversions each; the cause
+  of the difference was not analyzed further.
+* Prediction (1.03× without causal, 1.1× with) missed: no gain. The parent's
+  per-score mask was already under 1% of a tile's instructions (the SASS
+  holds 32 FSEL per tile against ~4100 FFMA per thread), and the second code
+  path costs 6 registers. Skipping the fully masked tiles is what makes
+  causal 1.6× faster than non-causal (2.67 against 4.36 ms for about half the
+  pairs), and that skip was inherited from smem_kv's loop bound. The best
+  phase is therefore ``register_blocked``; this one is kept as the measured
+  answer to "does masking only the diagonal pay" (not on CUDA cores at these
+  tile sizes).
 """
 from __future__ import annotations
 
@@ -28,10 +52,10 @@ import math
 
 from numba import cuda, float32
 
-from ..device_functions import LOG2E, visible_keys
+from ..device_functions import LOG2E, online_softmax_rescale2, visible_keys
 from ..jit import kernel
-from ..ptx_loads import (MASKED, dynamic_tile, fetch4, fetch4_t, launch_dynamic, lds4, load_tile4_t,
-                         online_softmax_rescale2, put4, put4_t, smem_reason, sts4)
+from ..ptx_loads import (MASKED, dynamic_tile, fetch4, fetch4_t, launch_dynamic, lds4, load_tile4_t, put4,
+                         put4_t, smem_reason, sts4)
 from ..registry import Launch, register_phase
 from ..warp import FULL_MASK, WARP_SIZE, shfl_xor_sync
 
