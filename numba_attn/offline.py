@@ -3,7 +3,7 @@
 ``python -m numba_attn.offline PHASE [--head-dim 64 --dtype float32 --causal
 --param Br=64 --ptx]`` compiles the phase's kernels for sm_90 with libNVVM
 (``cuda.compile_ptx``) and assembles the PTX with ptxas through nvJitLink
-(``-verbose``), printing what ptxas reports: registers, stack frame, spill
+(``-verbose``, and the kernel's ``max_registers`` as ``-maxrregcount``), printing what ptxas reports: registers, stack frame, spill
 stores/loads, shared memory. No GPU and no driver are needed, so a spill or a
 missing instruction can be seen before any device time is spent.
 
@@ -26,10 +26,11 @@ import sys  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def _link_info(ptx: str, arch: str = "sm_90") -> str:
+def _link_info(ptx: str, arch: str = "sm_90", max_registers: int | None = None) -> str:
     from cuda.bindings import nvjitlink
 
-    h = nvjitlink.create(2, [f"-arch={arch}", "-verbose"])
+    opts = [f"-arch={arch}", "-verbose"] + ([f"-maxrregcount={max_registers}"] if max_registers else [])
+    h = nvjitlink.create(len(opts), opts)
     try:
         data = ptx.encode()
         nvjitlink.add_data(h, nvjitlink.InputType.PTX, data, len(data), "kernel")
@@ -70,9 +71,10 @@ def compile_phase(phase_name: str, problem, params: dict | None = None, cc=(9, 0
 
         def __call__(self, *args):
             sig = tuple(typeof(a) for a in args)
-            ptx, _ = cuda.compile_ptx(self.disp.py_func, sig, cc=cc,
-                                      fastmath=self.disp.targetoptions.get("fastmath", False))
-            info = parse_ptxas(_link_info(ptx, f"sm_{cc[0]}{cc[1]}"))
+            opts = self.disp.targetoptions
+            ptx, _ = cuda.compile_ptx(self.disp.py_func, sig, cc=cc, fastmath=opts.get("fastmath", False),
+                                      launch_bounds=opts.get("launch_bounds"))
+            info = parse_ptxas(_link_info(ptx, f"sm_{cc[0]}{cc[1]}", opts.get("max_registers")))
             info.update(kernel=self.disp.py_func.__name__, launch=str(self.cfg[:2]), ptx=ptx)
             records.append(info)
 
