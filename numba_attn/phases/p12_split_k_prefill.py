@@ -25,6 +25,17 @@ long-context preset: B=1, H=32, N ≥ 4096 has ≥ 1024 query blocks of 128, mor
 than the ~400 that fit at once); for a 1024-token chunk appended to a 32k
 cache at B=1, H=32 (256 blocks, fewer than one wave), S = 3 splits should fill
 the GPU and run ~1.5–2× faster than ``smem_kv``.
+
+Measured (H200, commit 26e8ca2, bench/dev/decode_bench.py --append): B=1,
+H=32, q_len 1024, kv_len 32768, fp32: ``smem_kv`` 79.27 ms, this phase (S=2)
+79.08 ms — no gain, a miss. The reason is occupancy, not the split: the
+parent's kernel needs 255 registers (and spills) per thread at D=128, so only
+2 blocks of 128 threads fit on an SM, 264 at once; its 256 query blocks
+already fill them, and the planner's ``blocks_per_sm=4`` assumed twice the
+room. Splitting helps only when the query blocks are fewer than the block
+slots (fewer heads or shorter chunks), and the combine costs nothing
+measurable here. Exactly checked (float64 reference on the GPU): error
+2.7e-6.
 """
 from __future__ import annotations
 

@@ -31,6 +31,27 @@ Prediction (before measuring): B=1 and the GQA case (8 KV heads) go from
 ~25–35% of the copy bandwidth (``decode_chunked``) to ≥ 70% at kv_len ≥ 16k;
 at 4k the two launches and the combine cost a few µs of a ~25–50 µs kernel;
 large batches are unchanged (S = 1).
+
+Measured (H200, copy bandwidth 4.26 TB/s read + write in the same run,
+commit 26e8ca2, D=128, H=32, results/dev/decode_final_h200.*):
+
+* B=1 fp16, S=16: 4k 29.5 µs (53% of the copy figure), 16k 74.4 µs (85%),
+  32k 134.5 µs (94%), 128k 487 µs (104%); SDPA 24.0 / 68.4 / 126.2 / 476.4
+  µs, so 0.81–0.98× SDPA. B=1 fp32: 44–957 µs, 71–105%, 9–13× SDPA.
+  The prediction (≥ 70% at ≥ 16k) holds; the combine's second launch costs
+  ~3.5 µs (see ``decode_split_k_fused``), which is what keeps B=1 fp16 a few
+  % behind SDPA;
+* GQA, 8 KV heads, 32k fp16: B=1 78 µs (40% of the copy figure, 0.51× SDPA),
+  B=8 326 µs (77%, 0.75× SDPA) — a miss. At B=1 the planner makes S=66
+  splits of 512 keys for 8 KV heads; each block carries only 512 keys × 4
+  rows, and the combine merges 66 partials per output element in a serial
+  loop (each step waits for its loads). Fewer, longer splits and a combine
+  that keeps several splits' loads in flight are the next things to try.
+
+First run (commit 2dc3ab1, splits rounded up instead of down): S=17 × 32 =
+544 blocks for 528 block slots left a 16-block second wave; B=1 16k fp16 ran
+at 65–68% of the copy figure. Rounding down (one wave) and T=2 keys per lane
+group give the 85% above.
 """
 from __future__ import annotations
 

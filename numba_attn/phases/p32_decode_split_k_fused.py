@@ -17,6 +17,16 @@ unchanged (S × rows × D × 4 bytes, from L2).
 
 Prediction (before measuring): −2 to −5 µs per call where S > 1: ~5–10% at
 B=1 with 4k–16k keys, <1% at 128k; unchanged for S = 1.
+
+Measured (H200, same run as ``decode_split_k``, commit 26e8ca2): B=1 fp16
+4k 26.0 µs (−3.5 µs, −12%), 16k 70.5 µs (−3.9 µs, 89% of the copy figure),
+32k 131.0 µs (96%), 128k 482 µs (−4.9 µs, −1%); against SDPA 0.92 / 0.97 /
+0.96 / 0.99×. B=1 fp32: 40.6–954 µs (78–106%), 10–13× SDPA. S = 1 shapes
+unchanged, as predicted. Miss: GQA B=1 (8 KV heads, S=66) 116.7 µs against
+78.0 µs with the separate combine kernel — the last block of each of the 8
+tiles combines 4 rows × 128 elements × 66 splits alone (4 serial elements
+per thread, 66 dependent steps each), on 8 SMs, after everything else has
+finished; the separate kernel spreads the same work over 32 blocks.
 """
 from __future__ import annotations
 
