@@ -87,8 +87,9 @@ def compile_phase(phase_name: str, problem, params: dict | None = None, cc=(9, 0
     _disp.get_current_device = lambda: _FakeDevice()
     orig = CUDADispatcher.__getitem__
     CUDADispatcher.__getitem__ = lambda self, cfg: _Recorder(self, cfg)
-    _orig_dev_array = cuda.device_array
+    _orig_dev_array, _orig_to_device = cuda.device_array, cuda.to_device
     cuda.device_array = lambda shape, dtype=np.float32, **kw: np.empty(shape, dtype)
+    cuda.to_device = lambda ary, *a, **kw: np.asarray(ary)
     try:
         launch = phase.plan(problem, **(params or {}))
         B, H, Hkv, D = problem.batch, problem.heads, problem.kv_heads, problem.head_dim
@@ -99,7 +100,7 @@ def compile_phase(phase_name: str, problem, params: dict | None = None, cc=(9, 0
     finally:
         CUDADispatcher.__getitem__ = orig
         _disp.get_current_device = orig_dev
-        cuda.device_array = _orig_dev_array
+        cuda.device_array, cuda.to_device = _orig_dev_array, _orig_to_device
     return records
 
 

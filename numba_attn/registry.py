@@ -30,6 +30,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
+from . import backend  # noqa: F401  (chooses CUDA or the simulator before any phase imports numba)
 from .errors import UnknownPhaseError
 
 _REGISTRY: dict[str, "Phase"] = {}

@@ -10,6 +10,8 @@ import importlib
 import pkgutil
 import traceback
 
+from .. import backend  # noqa: F401  (chooses CUDA or the simulator before numba is imported)
+
 BROKEN: dict[str, str] = {}
 
 for _m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
