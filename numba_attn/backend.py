@@ -43,7 +43,7 @@ def gpu_present() -> bool:
 
 
 def _requested() -> str:
-    want = os.environ.get("NUMBA_ATTN_BACKEND", "auto").strip().lower()
+    want = (os.environ.get("NUMBA_ATTN_BACKEND") or "auto").strip().lower()
     if want in ("sim", "cudasim"):
         want = SIMULATOR
     if want not in ("auto", SIMULATOR, CUDA):
