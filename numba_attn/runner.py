@@ -80,7 +80,7 @@ class RunConfig:
     results: str | None = None
     command: str | None = None
     ceilings: bool = False  # measure the device's ceilings first (run() only)
-    compare_timing: bool = True  # cross-check events with a graph replay once per run
+    compare_timing: bool | None = None  # graph-replay cross-check: None = once per run() (never in measure())
     resume: bool = False  # skip rows already in ``results`` for the same source and environment
     max_row_ms: float | None = None  # skip a phase whose predicted time per launch exceeds this
     max_total_s: float | None = None  # rows not started by then are SKIP
@@ -799,9 +799,11 @@ def run(phases=None, problems=None, *, config: RunConfig | None = None, progress
                 ceilings[r["name"]] = r
 
     # -- phases, then peers -------------------------------------------------------
-    tasks = [("phase", ph.name, pr) for pr in problems for ph in plist
-             if select is None or select(ph, pr)]
-    tasks += [("peer", name, pr) for pr in problems for name in peers]
+    # per problem: its phases, then its peers (a run cut short by max_total_s loses whole problems last)
+    tasks = []
+    for pr in problems:
+        tasks += [("phase", ph.name, pr) for ph in plist if select is None or select(ph, pr)]
+        tasks += [("peer", name, pr) for name in peers]
     baseline_time: dict = {}
     last_time: dict = {}  # phase → (flops, time_ms) of its last timed row, for max_row_ms
     timing_checked = False
@@ -847,9 +849,8 @@ def run(phases=None, problems=None, *, config: RunConfig | None = None, progress
             if skip_reason:
                 row = _stub_row(kind, name, prob, {"status": SKIP, "reason": skip_reason})
             else:
-                cfg_row = cfg
-                if cfg.compare_timing and (timing_checked or kind != "phase"):
-                    cfg_row = RunConfig(**{**cfg.__dict__, "compare_timing": False})
+                want = cfg.compare_timing is not False and not timing_checked and kind == "phase"
+                cfg_row = RunConfig(**{**cfg.__dict__, "compare_timing": want})
                 if iso is not None:
                     row = iso.call((kind, (name, prob.to_dict(), _cfg_to_dict(cfg_row))), cfg.timeout_s)
                     if row.get("type") != "result":  # timeout/crash: rebuild the row's identity
