@@ -77,9 +77,28 @@ def reference(q, k, v, *, causal=False, scale=None, return_lse=False):
                 m = np.max(s, axis=1, keepdims=True) if Nk else np.full((Nq, 1), -np.inf)
                 p = np.exp(s - m)
                 l = p.sum(axis=1, keepdims=True)
-                out[b, h] = (p @ vh) / l
+                out[b, h] = _pv(p, vh, masked if causal else None) / l
                 lse[b, h] = (m + np.log(l))[:, 0]
     return (out, lse) if return_lse else out
+
+
+def _pv(p, vh, masked):
+    """P V where a masked key contributes nothing, even a NaN/Inf value row.
+
+    A kernel never reads a masked key's V, but ``p @ v`` would multiply its
+    zero weight by a NaN there (0 · NaN = NaN). Unmasked keys are multiplied
+    as a kernel does, so a NaN/Inf value a query sees still propagates.
+    """
+    bad = ~np.isfinite(vh)
+    if masked is None or not bad.any():
+        return p @ vh
+    out = p @ np.where(bad, 0.0, vh)
+    cols = np.flatnonzero(bad.any(axis=0))
+    w = np.where(masked, 0.0, p)
+    for d in cols:  # only columns holding a NaN/Inf: exact products over visible keys
+        terms = np.where(masked, 0.0, w * vh[None, :, d])
+        out[:, d] = terms.sum(axis=1)
+    return out
 
 
 @dataclass
