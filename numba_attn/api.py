@@ -138,12 +138,16 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, nonfinite="propa
             if on_device:
                 qd, kd, vd = q, k, v
             else:
-                qd, kd, vd = (cuda.to_device(a) for a in (q, k, v))
+                from .runner import to_device
+
+                qd, kd, vd = (to_device(a) for a in (q, k, v))
             od = cuda.device_array((B, H, Nq, D), dtype=qd.dtype)
             launch(qd.reshape(B * H, Nq, D), kd.reshape(B * Hkv, Nk, D), vd.reshape(B * Hkv, Nk, D),
                    od.reshape(B * H, Nq, D))
             if not on_device:
-                return od.copy_to_host()
+                from .runner import to_host
+
+                return to_host(od, q.dtype)
             return od
     except Exception as exc:  # noqa: BLE001
         status, why, _ = classify_exception(exc)

@@ -150,6 +150,27 @@ def _reference_torch(q, k, v, *, causal, scale):
     return out
 
 
+def to_device(a, stream=0):
+    """Host array → device array. bfloat16 (``ml_dtypes``) has no buffer-protocol
+    code numba accepts, so it travels as its 16-bit pattern (``uint16``); the
+    phases read it as such."""
+    if a.dtype.name == "bfloat16":
+        a = a.view(np.uint16)
+    return cuda_module().to_device(a, stream=stream)
+
+
+def to_host(d, like_dtype, stream=0):
+    """Device array → host array in ``like_dtype`` (undoing the bfloat16 view)."""
+    out = d.copy_to_host(stream=stream)
+    return out.view(like_dtype) if out.dtype != like_dtype else out
+
+
+def cuda_module():
+    from numba import cuda
+
+    return cuda
+
+
 def _views(problem: Problem, q, k, v, o):
     """(B, H, N, D) device arrays → the (B·H, N, D) views kernels index."""
     B, H, Hkv, D = problem.batch, problem.heads, problem.kv_heads, problem.head_dim
@@ -360,15 +381,15 @@ def _measure_checked(phase, problem, cfg, params, row, cuda):
     checks = []
     for i, seed in enumerate(cfg.seeds):
         q, k, v, ref = _reference(problem, seed)
-        qd, kd, vd = (cuda.to_device(a, stream=stream) for a in (q, k, v))
-        od = cuda.to_device(poison(np.empty(problem.out_shape(), q.dtype), problem.dtype), stream=stream)
+        qd, kd, vd = (to_device(a, stream=stream) for a in (q, k, v))
+        od = to_device(poison(np.empty(problem.out_shape(), q.dtype), problem.dtype), stream=stream)
         t1 = time.perf_counter()
         launch(*_views(problem, qd, kd, vd, od), stream)
         stream.synchronize()
         if i == 0:
             row["first_launch_s"] = time.perf_counter() - t1  # includes compilation
             row["sim_wall_s" if IS_SIMULATOR else "plan_s"] = time.perf_counter() - t0
-        out = od.copy_to_host(stream=stream)
+        out = to_host(od, q.dtype, stream=stream)
         stream.synchronize()
         c = check(out, ref, dtype=problem.dtype, precision=phase.precision)
         checks.append(c)
@@ -445,7 +466,7 @@ def _time_launch(launch, problem, qd, kd, vd, od, stream, cfg, seed, precision=N
     # first set and the last (whose output started poisoned)
     q, k, v, ref = _reference(problem, seed)  # the inputs last copied to the device
     for idx in sorted({0, len(sets) - 1}):
-        od_host = sets[idx][3].copy_to_host(stream=stream)
+        od_host = to_host(sets[idx][3], q.dtype, stream=stream)
         stream.synchronize()
         c = check(od_host.reshape(problem.out_shape()), ref, dtype=problem.dtype, precision=precision)
         if not c.ok:
