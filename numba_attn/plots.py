@@ -181,6 +181,9 @@ def roadmap(records, out_dir, stem="roadmap", baseline="naive"):
                 ax.annotate(_fmt_x(sp), (i - w / 2, sp), ha="center", va="bottom", fontsize=7,
                             xytext=(0, 1), textcoords="offset points")
                 ymax, ymin = max(ymax, sp), min(ymin, sp)
+            elif _ok_time(r):  # measured, but no baseline time on this shape in this run
+                ax.annotate(f"{r['time_ms']:.3g} ms (no baseline)", (i - w / 2, 1.0), ha="center", va="bottom",
+                            fontsize=7, color="#555555", rotation=90)
             else:
                 ax.annotate(r.get("status") or "?", (i - w / 2, 1.0), ha="center", va="bottom", fontsize=7,
                             color="#b00000", rotation=90)
