@@ -144,67 +144,13 @@ def combine_splits(part_o, part_lse, n_splits, row, d):
 #
 # ``ldg_f32x4(a, i, j, c)`` returns a[i, j, c:c+4] of a float32 array and
 # ``ldg_f16x8(a, i, j, c)`` returns a[i, j, c:c+8] of a float16 array converted
-# to float32, each with one ``ld.global.nc.v4`` (16 bytes per thread) instead
-# of 4 or 8 scalar loads. The element a[i, j, c] must be 16-byte aligned (rows
-# of a multiple of 16 bytes, c a multiple of the vector width) and the array
-# must not be written while the kernel runs (read-only path). In the simulator
-# they are plain Python with the same results.
+# to float32, each with one ``ld.global.nc.v4`` (16 bytes per thread). They
+# live with the other vector accesses in ``ptx_loads`` (inline PTX on the GPU,
+# checked Python fallbacks in the simulator); the names are kept here for the
+# decode phases.
 
-from .backend import IS_SIMULATOR  # noqa: E402
-
-if IS_SIMULATOR:
-
-    def ldg_f32x4(a, i, j, c):
-        return (float32(a[i, j, c]), float32(a[i, j, c + 1]), float32(a[i, j, c + 2]), float32(a[i, j, c + 3]))
-
-    def ldg_f16x8(a, i, j, c):
-        return tuple(float32(a[i, j, c + e]) for e in range(8))
-
-else:
-    from llvmlite import ir as _ir
-    from numba import types as _types
-    from numba.cuda import cgutils as _cgutils
-    from numba.cuda.extending import intrinsic as _intrinsic
-
-    def _element_pointer(context, builder, sig, args):
-        aryty = sig.args[0]
-        ary = context.make_array(aryty)(context, builder, value=args[0])
-        idx = [context.cast(builder, a, t, _types.intp) for a, t in zip(args[1:], sig.args[1:])]
-        return _cgutils.get_item_pointer(context, builder, aryty, ary, idx, wraparound=False)
-
-    @_intrinsic
-    def ldg_f32x4(typingctx, a, i, j, c):
-        ret = _types.UniTuple(_types.float32, 4)
-
-        def codegen(context, builder, sig, args):
-            ptr = _element_pointer(context, builder, sig, args)
-            f32 = _ir.FloatType()
-            fnty = _ir.FunctionType(_ir.LiteralStructType([f32] * 4), [ptr.type])
-            asm = _ir.InlineAsm(fnty, "ld.global.nc.v4.f32 {$0, $1, $2, $3}, [$4];",
-                                "=f,=f,=f,=f,l")
-            res = builder.call(asm, [ptr])
-            return context.make_tuple(builder, ret, [builder.extract_value(res, e) for e in range(4)])
-
-        return ret(a, i, j, c), codegen
-
-    @_intrinsic
-    def ldg_f16x8(typingctx, a, i, j, c):
-        ret = _types.UniTuple(_types.float32, 8)
-
-        def codegen(context, builder, sig, args):
-            ptr = _element_pointer(context, builder, sig, args)
-            f32 = _ir.FloatType()
-            fnty = _ir.FunctionType(_ir.LiteralStructType([f32] * 8), [ptr.type])
-            body = ("{ .reg .b32 vr<4>; .reg .b16 vh<8>; "
-                    "ld.global.nc.v4.b32 {vr0, vr1, vr2, vr3}, [$8]; "
-                    "mov.b32 {vh0, vh1}, vr0; mov.b32 {vh2, vh3}, vr1; "
-                    "mov.b32 {vh4, vh5}, vr2; mov.b32 {vh6, vh7}, vr3; "
-                    + " ".join(f"cvt.f32.f16 ${e}, vh{e};" for e in range(8)) + " }")
-            asm = _ir.InlineAsm(fnty, body, ",".join(["=f"] * 8) + ",l")
-            res = builder.call(asm, [ptr])
-            return context.make_tuple(builder, ret, [builder.extract_value(res, e) for e in range(8)])
-
-        return ret(a, i, j, c), codegen
+from .ptx_loads import ldg4 as ldg_f32x4  # noqa: E402,F401
+from .ptx_loads import ldg_f16x8  # noqa: E402,F401
 
 
 @device

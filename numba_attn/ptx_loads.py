@@ -7,6 +7,8 @@ negative-index wrap-around select that hides the alignment from LLVM's
 load/store vectorizer, and ``cuda.float32x4`` has no vector load either. These
 intrinsics emit the wide instructions directly:
 
+* :func:`ldg_f16x8` — eight consecutive float16 elements of a 3-D global
+  array as float32, one 16-byte ``ld.global.nc.v4.b32`` (the decode phases);
 * :func:`ldg4` — four consecutive elements of a 3-D *global* array, read
   through the non-coherent (read-only) path with one instruction: inline PTX
   ``ld.global.nc.v4.f32`` (16 bytes) for float32 arrays, ``ld.global.nc.v4.b16``
@@ -72,6 +74,12 @@ if IS_SIMULATOR:
         _check_aligned(k)
         return (float32(arr[i, j, k]), float32(arr[i, j, k + 1]),
                 float32(arr[i, j, k + 2]), float32(arr[i, j, k + 3]))
+
+    def ldg_f16x8(arr, i, j, k):
+        """Elements ``arr[i, j, k:k+8]`` of a float16 array as eight float32 (simulator fallback)."""
+        if int(k) % 8:
+            raise IndexError(f"16-byte fp16 access at column {int(k)}: not a multiple of 8 (misaligned on the GPU)")
+        return tuple(float32(arr[i, j, k + e]) for e in range(8))
 
     def lds4(arr, i, j):
         """Elements ``arr[i, j:j+4]`` of a shared float32 array (simulator fallback)."""
@@ -150,6 +158,30 @@ else:
                 asm = "ld.global.nc.v4.f32 {$0, $1, $2, $3}, [$4];"
             call = builder.call(ir.InlineAsm(fnty, asm, "=f,=f,=f,=f,l"), [ptr])
             vals = [builder.extract_value(call, n) for n in range(4)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    _TUPLE8 = types.UniTuple(types.float32, 8)
+
+    @intrinsic
+    def ldg_f16x8(typingctx, arr, i, j, k):
+        """``arr[i, j, k:k+8]`` of a float16 array as eight float32: one 16-byte ``ld.global.nc.v4.b32``."""
+        _check(arr, 3, (i, j, k), "ldg_f16x8")
+        if arr.dtype != types.float16:
+            raise TypingError(f"ldg_f16x8: float16 arrays only, got {arr.dtype}")
+        sig = _TUPLE8(arr, i, j, k)
+
+        def codegen(context, builder, sig, args):
+            ptr = _item_pointer(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
+            fnty = ir.FunctionType(ir.LiteralStructType([_F32] * 8), [ptr.type])
+            body = ("{ .reg .b32 vr<4>; .reg .b16 vh<8>; "
+                    "ld.global.nc.v4.b32 {vr0, vr1, vr2, vr3}, [$8]; "
+                    "mov.b32 {vh0, vh1}, vr0; mov.b32 {vh2, vh3}, vr1; "
+                    "mov.b32 {vh4, vh5}, vr2; mov.b32 {vh6, vh7}, vr3; "
+                    + " ".join(f"cvt.f32.f16 ${e}, vh{e};" for e in range(8)) + " }")
+            call = builder.call(ir.InlineAsm(fnty, body, ",".join(["=f"] * 8) + ",l"), [ptr])
+            vals = [builder.extract_value(call, n) for n in range(8)]
             return context.make_tuple(builder, sig.return_type, vals)
 
         return sig, codegen
