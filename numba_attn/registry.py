@@ -25,6 +25,7 @@ build kernels in a factory that closes over them and cache the factory
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 from dataclasses import dataclass, field
@@ -152,3 +153,27 @@ def get_phase(name: str) -> Phase:
         return _REGISTRY[name]
     except KeyError:
         raise UnknownPhaseError(name, [p.name for p in list_phases()]) from None
+
+
+def unregister(name: str) -> Phase | None:
+    """Remove a phase from the registry (returns it, or None if it was not there)."""
+    return _REGISTRY.pop(name, None)
+
+
+@contextlib.contextmanager
+def temporary_phases(*phases: Phase):
+    """Register ``phases`` for the duration of the block (names must be new);
+    used by tests for deliberately broken kernels that must never be listed
+    outside them."""
+    _load_all()
+    added = []
+    try:
+        for p in phases:
+            if p.name in _REGISTRY:
+                raise ValueError(f"phase {p.name!r} is already registered")
+            _REGISTRY[p.name] = p
+            added.append(p.name)
+        yield list(phases)
+    finally:
+        for name in added:
+            _REGISTRY.pop(name, None)

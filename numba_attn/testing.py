@@ -15,7 +15,6 @@ Nothing here is registered in the public registry unless asked:
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 
 from . import backend  # noqa: F401  (first: chooses CUDA or the simulator before numba is imported)
@@ -24,7 +23,7 @@ from numba import cuda, float32  # noqa: E402
 
 from .device_functions import NEG_INF, online_softmax_step, visible_keys
 from .jit import kernel
-from .registry import _REGISTRY, Launch, Phase, _load_all
+from .registry import _REGISTRY, Launch, Phase, _load_all, temporary_phases  # noqa: F401  (re-exported)
 
 # bug name → what it emulates
 BUGS = {
@@ -197,23 +196,6 @@ def faulty_phases() -> list[Phase]:
         mk("test_too_many_threads", 993, "launch with 2048 threads per block", _too_many_threads_build),
         mk("test_big_smem", 994, "64 KiB of static shared memory per block", _big_smem_build),
     ]
-
-
-@contextlib.contextmanager
-def temporary_phases(*phases: Phase):
-    """Register ``phases`` for the duration of the block (names must be new)."""
-    _load_all()
-    added = []
-    try:
-        for p in phases:
-            if p.name in _REGISTRY:
-                raise ValueError(f"phase {p.name!r} is already registered")
-            _REGISTRY[p.name] = p
-            added.append(p.name)
-        yield list(phases)
-    finally:
-        for name in added:
-            _REGISTRY.pop(name, None)
 
 
 def register_faulty_phases():

@@ -14,7 +14,7 @@ from numba_attn.warp import FULL_MASK, quad_sum, shfl_down_sync, shfl_sync, shfl
 from numba_attn import Problem, attention, get_phase, list_phases, reference
 from numba_attn.errors import AttentionInputError, UnknownPhaseError
 from numba_attn.reference import check, poison
-from numba_attn.registry import _REGISTRY, Launch, register_phase
+from numba_attn.registry import Launch, register_phase, unregister
 from numba_attn.runner import RunConfig, measure
 
 
@@ -148,7 +148,7 @@ def broken_phase():
         return Launch(run, kernels=[kern])
 
     yield get_phase("_test_unscaled")
-    _REGISTRY.pop("_test_unscaled")
+    unregister("_test_unscaled")
 
 
 def test_gate_rejects_a_broken_kernel(broken_phase):
@@ -166,7 +166,7 @@ def test_exception_in_a_phase_is_recorded_not_raised():
     try:
         row = measure("_test_raises", Problem(q_len=4, head_dim=8), RunConfig(seeds=(1,)))
     finally:
-        _REGISTRY.pop("_test_raises")
+        unregister("_test_raises")
     assert row["status"] == "ERROR" and "kaboom" in row["reason"]
 
 
