@@ -58,6 +58,9 @@ CASES = [
     ("tc_pipelined", tiny("float16", D=32, causal=True), {"STAGES": 3}),
     ("tc_pipelined", tiny("bfloat16", D=16, heads=2, kv_heads=1), {}),
     ("tc_pipelined", tiny("float16", D=16, causal=True, q_len=45, kv_len=61), {"MT": 2, "W": 1}),
+    # 64-key tiles from dynamic shared memory (the D=128 Bc=64 path; DYN=1 forces it at small D)
+    ("tc_pipelined", tiny("float16", D=32, q_len=21, kv_len=150, heads=1), {"Bc": 64, "DYN": 1}),
+    ("tc_pipelined", tiny("bfloat16", D=16, causal=True, q_len=37, kv_len=141, heads=1), {"Bc": 64, "DYN": 1}),
     ("tc_tf32", tiny("float32", D=16, causal=True), {}),
     ("tc_tf32", tiny("float32", D=24, q_len=21, kv_len=21), {"W": 1, "Bc": 8}),
 ]
@@ -82,7 +85,8 @@ def test_supports_reasons():
     assert get_phase("tc_mma").supports(big) is not None
     d128 = Problem(q_len=64, head_dim=128, dtype="float16")
     assert get_phase("tc_pipelined").supports(d128) is None  # default Bc shrinks to fit
-    assert "shared memory" in get_phase("tc_pipelined").supports(d128, Bc=64, STAGES=3)
+    assert get_phase("tc_pipelined").supports(d128, Bc=64, STAGES=3) is None  # 96 KiB, dynamic
+    assert "shared memory" in get_phase("tc_pipelined").supports(d128, Bc=256, STAGES=4)  # 512 KiB
     assert get_phase("tc_tf32").supports(Problem(q_len=64, head_dim=64)) is None
 
 

@@ -71,6 +71,7 @@ from numba import cuda, float32, uint32
 from ..intrinsics import (SMEM_ALIGN, cp_async16_flat, cp_async_commit, cp_async_wait, ldmatrix_x4,
                           ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2)
 from ..jit import kernel
+from ..ptx_loads import STATIC_SMEM_LIMIT, dynamic_tile, launch_dynamic, smem_reason
 from ..registry import Launch, register_phase
 from ..warp import quad_max, quad_sum
 from .p20_tc_mma import LOG2E, NEG_BIG, supports_tc, u32_views
@@ -79,7 +80,8 @@ ALIGN = SMEM_ALIGN
 
 
 @functools.cache
-def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, causal: bool, bf16: bool):
+def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, causal: bool, bf16: bool,
+                DYN: bool = False):
     mma = mma_bf16 if bf16 else mma_f16
     pack = pack_bf16x2 if bf16 else pack_f16x2
     WR = 16 * MT  # query rows per warp (MT m-tiles of 16)
@@ -109,7 +111,11 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
 
     @kernel(**({"max_registers": MAXREG} if MAXREG else {}))
     def tc_pipelined(q, k, v, o, sl2, H, G, Nq, Nk):
-        KV = cuda.shared.array((ROWS, DW), uint32, alignment=ALIGN)
+        if DYN:  # dynamic shared memory (over 48 KiB: the launch opts in); a float32 view,
+            # used only through addresses (cp.async, ldmatrix), so the bits are the same
+            KV = dynamic_tile(0, ROWS, DW)
+        else:
+            KV = cuda.shared.array((ROWS, DW), uint32, alignment=ALIGN)
         tid = cuda.threadIdx.x
         warp = tid // 32
         lane = tid % 32
@@ -303,8 +309,18 @@ def smem_bytes(D, Bc, STAGES):
 
 
 def default_bc(D, Bc):
-    """Bc=0 picks the tile: 64 keys up to D=64, 32 above (two stages must fit 48 KiB)."""
+    """Bc=0 picks the tile: 64 keys up to D=64, 32 above (two stages fit the 48 KiB
+    of static shared memory). A larger Bc above D=64 (e.g. 64 at D=128: 64 KiB for
+    two stages) runs from dynamic shared memory, see :func:`use_dynamic`."""
     return Bc if Bc else (64 if D <= 64 else 32)
+
+
+def use_dynamic(D, Bc, STAGES, DYN):
+    """The K/V ring lives in dynamic shared memory when it needs more than the 48 KiB
+    a static array may have (the launch then opts in through
+    ``ptx_loads.launch_dynamic``), or when DYN=1 forces it (to test that path
+    at small shapes); otherwise in a static array, as before."""
+    return bool(DYN) or smem_bytes(D, Bc, STAGES) > STATIC_SMEM_LIMIT
 
 
 def default_w(D, W):
@@ -314,7 +330,7 @@ def default_w(D, W):
     return W if W else (4 if D <= 64 else 8)
 
 
-def _supports(problem, W, Bc, STAGES, MT, MAXREG):
+def _supports(problem, W, Bc, STAGES, MT, MAXREG, DYN=0):
     Bc = default_bc(problem.head_dim, Bc)
     reason = supports_tc(problem, Bc)
     if reason:
@@ -323,10 +339,9 @@ def _supports(problem, W, Bc, STAGES, MT, MAXREG):
         return "STAGES must be at least 2 (one tile computed while the next lands)"
     if MT not in (1, 2):
         return "MT (16-row m-tiles per warp) must be 1 or 2"
-    nb = smem_bytes(problem.head_dim, Bc, STAGES)
-    if nb > 48 * 1024:
-        return f"{STAGES} stages of K/V tiles need {nb} B of static shared memory (> 48 KiB)"
-    return None
+    if DYN not in (0, 1):
+        return "DYN must be 0 (dynamic shared memory only above 48 KiB) or 1 (always)"
+    return smem_reason(smem_bytes(problem.head_dim, Bc, STAGES))
 
 
 @register_phase(
@@ -345,19 +360,26 @@ def _supports(problem, W, Bc, STAGES, MT, MAXREG):
     planned_speedup=100.0,
     dtypes=("float16", "bfloat16"),
     head_dims=(16, 32, 48, 64, 80, 96, 112, 128),
-    sim_params={"W": 2, "Bc": 16, "STAGES": 2, "MT": 1, "MAXREG": 0},
+    sim_params={"W": 2, "Bc": 16, "STAGES": 2, "MT": 1, "MAXREG": 0, "DYN": 0},
     supports=_supports,
 )
-def tc_pipelined(problem, W=0, Bc=0, STAGES=2, MT=1, MAXREG=0):
+def tc_pipelined(problem, W=0, Bc=0, STAGES=2, MT=1, MAXREG=0, DYN=0):
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
-    Bc = default_bc(problem.head_dim, Bc)
-    W = default_w(problem.head_dim, W)
-    kern = make_kernel(problem.head_dim, W, Bc, STAGES, MT, MAXREG, problem.causal, problem.dtype == "bfloat16")
+    D = problem.head_dim
+    Bc = default_bc(D, Bc)
+    W = default_w(D, W)
+    dyn = use_dynamic(D, Bc, STAGES, DYN)
+    nbytes = smem_bytes(D, Bc, STAGES)
+    kern = make_kernel(D, W, Bc, STAGES, MT, MAXREG, problem.causal, problem.dtype == "bfloat16", dyn)
     sl2 = float32(problem.sm_scale * LOG2E)
     Br = 16 * MT * W
     grid = ((Nq + Br - 1) // Br, problem.batch * H)
 
     def run(q, k, v, o, stream=0):
-        kern[grid, 32 * W, stream](*u32_views(q, k, v, o), sl2, H, problem.group, Nq, Nk)
+        if dyn:
+            launch_dynamic(kern, grid, 32 * W, stream, nbytes, *u32_views(q, k, v, o), sl2, H, problem.group,
+                           Nq, Nk)
+        else:
+            kern[grid, 32 * W, stream](*u32_views(q, k, v, o), sl2, H, problem.group, Nq, Nk)
 
     return Launch(run, kernels=[kern])
