@@ -84,7 +84,8 @@ def test_supports_reasons():
     big = Problem(q_len=64, head_dim=256, dtype="float16")
     assert get_phase("tc_mma").supports(big) is not None
     d128 = Problem(q_len=64, head_dim=128, dtype="float16")
-    assert get_phase("tc_pipelined").supports(d128) is None  # default Bc shrinks to fit
+    assert get_phase("tc_pipelined").supports(d128) is None  # default Bc=64: 64 KiB, dynamic
+    assert get_phase("tc_pipelined").supports(d128, Bc=32) is None  # 32 KiB, static
     assert get_phase("tc_pipelined").supports(d128, Bc=64, STAGES=3) is None  # 96 KiB, dynamic
     assert "shared memory" in get_phase("tc_pipelined").supports(d128, Bc=256, STAGES=4)  # 512 KiB
     assert get_phase("tc_tf32").supports(Problem(q_len=64, head_dim=64)) is None

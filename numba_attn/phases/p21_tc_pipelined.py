@@ -54,7 +54,29 @@ the 48 KiB of static shared memory, so Bc=32 halves the keys each barrier and
 softmax round trip serves, and 219 registers leave 8 warps per SM. Grid
 quantization costs too: 2048 blocks on 3×132 slots is 5.2 waves.
 
-Since that run (not yet measured on a GPU; checked in the simulator and
+D=128 with 64-key tiles (``Bc=64``, now the default there). Two stages of
+64-key K/V tiles at D=128 need 64 KiB; above the 48 KiB a static array may
+have, the ring lives in dynamic shared memory (``ptx_loads.dynamic_tile``, a
+float32 view used only through cp.async/ldmatrix addresses) and the launch
+opts in (``ptx_loads.launch_dynamic``); configurations that fit 48 KiB keep
+the static array (``DYN=1`` forces the dynamic path, for the simulator test).
+Prediction (before measuring): twice the keys per barrier and per softmax
+round trip, as at D=64, for +15-25% at D=128 despite ~237 registers (one
+8-warp block per SM either way). Measured (H200, commit 770cede,
+``results/dev/tc_d128_bc64_h200.log``, SDPA in the same run: 0.430 ms
+non-causal, 0.296 ms causal): B1 H32 N4096 D128 fp16 Bc=64 W=8 0.960 ms =
+286.5 TFLOP/s = 0.449× SDPA, against Bc=32 W=8 (old default) 1.155 ms = 238.1
+TFLOP/s = 0.373× — 1.20× faster; Bc=64 W=4 0.990 ms, STAGES=3 (96 KiB) W=4
+1.015 / W=8 0.997; Bc=32 from dynamic shared memory 1.176 ms (the dynamic
+array by itself costs nothing measurable, ~2%). Causal: Bc=64 W=8 0.575 ms =
+0.514× SDPA against 0.837 ms (0.353×) — 1.46×. 237 registers (Bc=64 W=8),
+no local memory. The prediction held (+20%); the 0.5× target is met causal
+but still missed non-causal (0.449×; against the 480 µs SDPA of earlier runs
+it would be 0.50×, but this run's SDPA took 430 µs): with one 8-warp block
+per SM the warps still wait through each tile's softmax (see above); a
+third stage does not help, so the copies are not the limit.
+
+Since run 2 (not yet measured on a GPU separately; checked in the simulator and
 compiled for sm_90 without spills): the copy addresses are flat offsets
 (``cp_async16_flat``: ~75 fewer instructions per tile at D64), and two
 tunables — ``MT=2`` (32 query rows per warp: every ldmatrix feeds twice the
@@ -309,10 +331,13 @@ def smem_bytes(D, Bc, STAGES):
 
 
 def default_bc(D, Bc):
-    """Bc=0 picks the tile: 64 keys up to D=64, 32 above (two stages fit the 48 KiB
-    of static shared memory). A larger Bc above D=64 (e.g. 64 at D=128: 64 KiB for
-    two stages) runs from dynamic shared memory, see :func:`use_dynamic`."""
-    return Bc if Bc else (64 if D <= 64 else 32)
+    """Bc=0 picks the tile: 64 keys up to D=64 and at D=128, 32 in between.
+
+    At D=128 two stages of 64-key tiles need 64 KiB and run from dynamic shared
+    memory (:func:`use_dynamic`); H200, ``results/dev/tc_d128_bc64_h200.log``:
+    0.960 ms against 1.155 ms with Bc=32 (causal 0.575 against 0.837). D=80-112
+    keep the 32-key static tiles: not measured with 64."""
+    return Bc if Bc else (64 if D <= 64 or D == 128 else 32)
 
 
 def use_dynamic(D, Bc, STAGES, DYN):
