@@ -55,8 +55,11 @@ def parse_ptxas(log: str) -> dict:
     return out
 
 
-def compile_phase(phase_name: str, problem, params: dict | None = None, cc=(9, 0)) -> list[dict]:
-    """Compile every kernel the phase launches for ``problem``; one dict per launch."""
+def compile_phase(phase_name: str, problem, params: dict | None = None, cc=(9, 0, "a")) -> list[dict]:
+    """Compile every kernel the phase launches for ``problem``; one dict per launch.
+
+    ``cc`` defaults to sm_90a, the target numba-cuda picks for a 9.0 device (the
+    wgmma phases need its arch-specific instructions)."""
     from numba import cuda, typeof
     from numba.cuda.dispatcher import CUDADispatcher
 
@@ -74,7 +77,8 @@ def compile_phase(phase_name: str, problem, params: dict | None = None, cc=(9, 0
             opts = self.disp.targetoptions
             ptx, _ = cuda.compile_ptx(self.disp.py_func, sig, cc=cc, fastmath=opts.get("fastmath", False),
                                       launch_bounds=opts.get("launch_bounds"))
-            info = parse_ptxas(_link_info(ptx, f"sm_{cc[0]}{cc[1]}", opts.get("max_registers")))
+            arch = f"sm_{cc[0]}{cc[1]}{cc[2] if len(cc) > 2 else ''}"
+            info = parse_ptxas(_link_info(ptx, arch, opts.get("max_registers")))
             info.update(kernel=self.disp.py_func.__name__, launch=str(self.cfg[:2]), ptx=ptx)
             records.append(info)
 

@@ -269,3 +269,54 @@ else:
             x = max(x, shfl_xor_sync(FULL_MASK, x, off))
             off //= 2
         return x
+
+
+# -- warpgroup exchange (simulator fallback of the warpgroup-wide wgmma) --------
+
+if IS_SIMULATOR:
+    _group_lock = threading.Lock()
+
+    def group_exchange(value, warps):
+        """Like :func:`warp_exchange` over the ``warps`` consecutive warps of a
+        group aligned to a multiple of ``warps`` (a Hopper warpgroup is 4): every
+        thread passes its value and gets the list of all the group's values,
+        ordered by thread index within the group. The block must hold whole
+        groups; a thread that never arrives makes the others time out."""
+        t = threading.current_thread()
+        mgr = getattr(t, "_manager", None)
+        if mgr is None:
+            raise RuntimeError("group_exchange can only be called from inside a kernel")
+        bx, by, bz = mgr._block_dim
+        n = WARP_SIZE * int(warps)
+        if (bx * by * bz) % n:
+            raise RuntimeError(f"a warpgroup exchange needs whole groups of {n} threads "
+                               f"(block of {bx * by * bz})")
+        grp, idx = divmod(t.thread_id, n)
+        key = (tuple(t.blockIdx), "group", n, grp)
+        with _group_lock:
+            states = mgr.__dict__.setdefault("_numba_attn_warps", {})
+            st = states.get(key)
+            if st is None:
+                st = states[key] = _GroupState(n)
+        gen = st.generation[idx]
+        st.generation[idx] = gen + 1
+        buf = st.buffers[gen & 1]
+        buf[idx] = value
+        try:
+            st.barrier.wait()
+        except threading.BrokenBarrierError:
+            raise RuntimeError(
+                "warpgroup exchange timed out: not every thread of the group reached it "
+                "(divergent wgmma)") from None
+        return buf
+
+    class _GroupState:
+        def __init__(self, n):
+            self.barrier = threading.Barrier(n, timeout=_TIMEOUT_S)
+            self.buffers = ([None] * n, [None] * n)
+            self.generation = [0] * n
+
+else:
+
+    def group_exchange(value, warps):  # pragma: no cover - simulator only
+        raise RuntimeError("group_exchange is the simulator's fallback mechanism")
