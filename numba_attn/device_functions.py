@@ -118,25 +118,78 @@ def state_lse(m, l):
     return NEG_BIG
 
 
+COMBINE_UNROLL = 8  # splits whose loads are in flight at once in ``combine_splits``
+
+
+@device
+def _combine_term(l, acc, lse_s, o_s, m):
+    """One split's term of :func:`combine_splits` (skipped when the split is empty)."""
+    if lse_s > EMPTY_LSE_BELOW:
+        w = math.exp(lse_s - m)
+        return l + w, acc + w * o_s
+    return l, acc
+
+
 @device
 def combine_splits(part_o, part_lse, n_splits, row, d):
     """The combine step of split-K (flash-decoding): split ``s`` wrote its
     normalized output ``O_s = part_o[s, row, :]`` and ``lse_s = part_lse[s, row]``
     (NEG_BIG when it saw no key); the exact result is::
 
-        lse = log Σ_s exp(lse_s);  O[row, d] = Σ_s exp(lse_s − lse) · O_s[row, d]
+        m = max_s lse_s
+        w_s = exp(lse_s − m)  (0 for an empty split: lse_s <= EMPTY_LSE_BELOW)
+        O[row, d] = Σ_s w_s · O_s[row, d] / Σ_s w_s
 
-    computed in one pass as an online softmax over the splits (a split's state
-    is ``(lse_s, 1, O_s)``). Returns ``O[row, d]`` as float32.
+    Two passes over the splits, each with ``COMBINE_UNROLL`` splits' loads
+    issued before any arithmetic uses them: first the largest log-sum-exp,
+    then the weighted sum. (A one-pass online merge makes every split wait for
+    the previous split's loads and exponentials: S dependent L2 round trips.)
+    A row that no split saw returns 0/0, as the one-pass merge did.
+    Returns ``O[row, d]`` as float32.
     """
+    n_full = n_splits - n_splits % COMBINE_UNROLL
     m = NEG_BIG
+    for s0 in range(0, n_full, COMBINE_UNROLL):
+        a0 = part_lse[s0, row]
+        a1 = part_lse[s0 + 1, row]
+        a2 = part_lse[s0 + 2, row]
+        a3 = part_lse[s0 + 3, row]
+        a4 = part_lse[s0 + 4, row]
+        a5 = part_lse[s0 + 5, row]
+        a6 = part_lse[s0 + 6, row]
+        a7 = part_lse[s0 + 7, row]
+        m = max(m, max(max(max(a0, a1), max(a2, a3)), max(max(a4, a5), max(a6, a7))))
+    for s in range(n_full, n_splits):
+        m = max(m, part_lse[s, row])
     l = float32(0.0)
     acc = float32(0.0)
-    for s in range(n_splits):
-        lse_s = part_lse[s, row]
-        if lse_s > EMPTY_LSE_BELOW:
-            m, l, ca, cb = merge_state(m, l, lse_s, float32(1.0))
-            acc = acc * ca + cb * part_o[s, row, d]
+    for s0 in range(0, n_full, COMBINE_UNROLL):
+        a0 = part_lse[s0, row]
+        a1 = part_lse[s0 + 1, row]
+        a2 = part_lse[s0 + 2, row]
+        a3 = part_lse[s0 + 3, row]
+        a4 = part_lse[s0 + 4, row]
+        a5 = part_lse[s0 + 5, row]
+        a6 = part_lse[s0 + 6, row]
+        a7 = part_lse[s0 + 7, row]
+        o0 = part_o[s0, row, d]
+        o1 = part_o[s0 + 1, row, d]
+        o2 = part_o[s0 + 2, row, d]
+        o3 = part_o[s0 + 3, row, d]
+        o4 = part_o[s0 + 4, row, d]
+        o5 = part_o[s0 + 5, row, d]
+        o6 = part_o[s0 + 6, row, d]
+        o7 = part_o[s0 + 7, row, d]
+        l, acc = _combine_term(l, acc, a0, o0, m)
+        l, acc = _combine_term(l, acc, a1, o1, m)
+        l, acc = _combine_term(l, acc, a2, o2, m)
+        l, acc = _combine_term(l, acc, a3, o3, m)
+        l, acc = _combine_term(l, acc, a4, o4, m)
+        l, acc = _combine_term(l, acc, a5, o5, m)
+        l, acc = _combine_term(l, acc, a6, o6, m)
+        l, acc = _combine_term(l, acc, a7, o7, m)
+    for s in range(n_full, n_splits):
+        l, acc = _combine_term(l, acc, part_lse[s, row], part_o[s, row, d], m)
     return acc / l
 
 
@@ -166,3 +219,14 @@ def online_softmax_rescale2(m, l, tile_max):
     m_new = max(m, tile_max)
     corr = math.exp2(m - m_new)
     return m_new, l * corr, corr
+
+
+@device
+def merge_state2(m_a, l_a, m_b, l_b):
+    """:func:`merge_state` for states whose maxima are in base-2 units (scores
+    pre-multiplied by log2(e)): the factors are ``exp2(m_a − m)`` and
+    ``exp2(m_b − m)``. Returns ``(m, l, ca, cb)``."""
+    m = max(m_a, m_b)
+    ca = math.exp2(m_a - m)
+    cb = math.exp2(m_b - m)
+    return m, l_a * ca + l_b * cb, ca, cb

@@ -20,7 +20,7 @@ from numba_attn.phases.p31_decode_split_k import split_plan
 from numba_attn.runner import RunConfig, measure
 from numba_attn.warp import group_sum, strided_max, strided_sum
 
-DECODE = ("decode_chunked", "decode_split_k", "decode_split_k_fused")
+DECODE = ("decode_chunked", "decode_split_k", "decode_split_k_fused", "decode_split_k_lean")
 
 
 def _ok(phase, problem, seed=3, **params):
@@ -136,12 +136,17 @@ def _combine_kernel(part_o, part_lse, out, S):
     out[row, d] = combine_splits(part_o, part_lse, S, row, d)
 
 
-def test_combine_splits_matches_logsumexp():
-    rng = np.random.default_rng(0)
-    S, R, D = 5, 3, 8
+@pytest.mark.parametrize("S", [5, 19])
+def test_combine_splits_matches_logsumexp(S):
+    # 19 splits: two unrolled groups of 8 and a tail of 3, empty splits in both parts
+    rng = np.random.default_rng(S)
+    R, D = 3, 8
     lse = rng.normal(0, 3, (S, R)).astype(np.float32)
     lse[1, :] = NEG_BIG  # a split that saw no key
     lse[4, 0] = NEG_BIG
+    if S > 16:
+        lse[9, 2] = NEG_BIG
+        lse[S - 1, 1] = NEG_BIG
     po = rng.standard_normal((S, R, D)).astype(np.float32)
     po[lse < -1e29] = 0.0
     out = np.zeros((R, D), np.float32)
@@ -212,3 +217,30 @@ def test_split_k_prefill_gqa_fp16_auto_splits():
     launch = get_phase("split_k_prefill").plan(p, Br=16, Bc=16, min_keys=16)
     assert "S=5" in launch.notes and len(launch.kernels) == 2
     _ok("split_k_prefill", p, Br=16, Bc=16, min_keys=16, seed=12)
+
+
+# -- decode_split_k_lean: the reduce-scatter of the scores ----------------------------
+
+
+def test_lean_reduce_scatter_then_xor_stages_and_combine_kernel():
+    # 16 lanes per key, 2 rows x 1 key per group: one reduce-scatter stage (2 values),
+    # then three plain xor stages; S x rows > fuse_max: the combine runs as a second kernel
+    from numba_attn.phases.p33_decode_split_k_lean import score_plan
+
+    p = Problem(batch=1, heads=4, kv_heads=2, q_len=1, kv_len=50, head_dim=64)
+    assert score_plan(16, 2, 1) == (2, 1, 1)
+    launch = get_phase("decode_split_k_lean").plan(p, warps=1, lanes=16, keys=1, splits=3, fuse_max=0)
+    assert len(launch.kernels) == 2 and "combine kernel" in launch.notes, launch.notes
+    _ok("decode_split_k_lean", p, warps=1, lanes=16, keys=1, splits=3, fuse_max=0, seed=15)
+
+
+def test_lean_full_reduce_scatter_fp16_causal_fused():
+    # 8 lanes per key, 4 rows x 2 keys = 8 values: three reduce-scatter stages, no plain
+    # stage; q_len 2 causal over a 2-head group; last-block combine
+    from numba_attn.phases.p33_decode_split_k_lean import score_plan
+
+    p = Problem(batch=1, heads=4, kv_heads=2, q_len=2, kv_len=45, head_dim=64, dtype="float16", causal=True)
+    assert score_plan(8, 4, 2) == (8, 3, 1)
+    launch = get_phase("decode_split_k_lean").plan(p, warps=1, lanes=8, keys=2, splits=2)
+    assert len(launch.kernels) == 1 and "combine fused" in launch.notes, launch.notes
+    _ok("decode_split_k_lean", p, warps=1, lanes=8, keys=2, splits=2, seed=16)
