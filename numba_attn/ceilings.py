@@ -9,6 +9,11 @@
   m16n8k8 tf32, f32 accumulation) through :mod:`numba_attn.intrinsics`; the
   accumulators are checked against the exact sum. If that kernel cannot run,
   ``torch.matmul`` stands in and the row's ``source`` says so.
+* ``wgmma_fp16`` — the same for Hopper's warpgroup MMA (:mod:`numba_attn.wgmma`):
+  every warpgroup issues ``wgmma.mma_async.m64n256k16`` (f16, A in registers,
+  B from shared memory, f32 accumulation), 4 per fused call, 2 warpgroups per
+  block; the accumulators are checked against the exact sum. sm_90 only (the
+  row is SKIP elsewhere). The ``tc_wgmma`` phase is compared with it.
 * ``cublas_fp16`` — ``torch.matmul`` (cuBLAS) on 8192² fp16 operands: what the
   vendor library reaches (wgmma on Hopper), for reference; phases are not
   compared with it.
@@ -33,8 +38,8 @@ from numba import cuda, float32, uint32  # noqa: E402  (module globals: the simu
 
 from .timing import TimingConfig, events_batched  # noqa: E402
 
-CEILINGS = ("ffma", "mma_fp16", "mma_tf32", "copy", "cublas_fp16")
-UNITS = {"ffma": "TFLOP/s", "mma_fp16": "TFLOP/s", "mma_tf32": "TFLOP/s", "copy": "GB/s",
+CEILINGS = ("ffma", "mma_fp16", "mma_tf32", "wgmma_fp16", "copy", "cublas_fp16")
+UNITS = {"ffma": "TFLOP/s", "mma_fp16": "TFLOP/s", "mma_tf32": "TFLOP/s", "wgmma_fp16": "TFLOP/s", "copy": "GB/s",
          "cublas_fp16": "TFLOP/s", "cublas_tf32": "TFLOP/s"}
 
 FFMA_CHAINS = 16
@@ -290,6 +295,82 @@ def measure_mma(precision: str, timing: TimingConfig | None = None) -> dict:
         return row
 
 
+WGMMA_N = 256
+WGMMA_KSTEPS = 4
+WGMMA_GROUPS = 2  # warpgroups per block
+
+
+@functools.cache
+def _wgmma_kernel():
+    """Each warpgroup repeats one fused call of WGMMA_KSTEPS chained
+    ``wgmma.mma_async.m64n256k16`` (A = 0.25 in registers, B = 0.5 from a
+    shared 256×64 tile); every thread writes the sum of its accumulators."""
+    from .wgmma import kmajor_params, make_wgmma_rs
+
+    offs, lbo, sbo = kmajor_params(WGMMA_N, WGMMA_KSTEPS, 128)
+    op = make_wgmma_rs("f16", WGMMA_N, False, False, offs, lbo, sbo, 128)
+    NA = WGMMA_N // 2
+    NW = WGMMA_N * 16 * WGMMA_KSTEPS // 2  # words of the B tile
+    NAR = 4 * WGMMA_KSTEPS  # A registers (a closure constant: array shapes must be literals)
+    NTH = 128 * WGMMA_GROUPS
+    FILL = NW // NTH  # constant trip count: a strided range would divide (a call: ptxas serializes wgmma)
+
+    @cuda.jit
+    def wgmma_loop(out, n_iter, a_bits, b_bits):
+        sm = cuda.shared.array(NW, uint32, alignment=1024)
+        for j in range(FILL):
+            sm[j * NTH + cuda.threadIdx.x] = uint32(b_bits)
+        cuda.syncthreads()
+        a = cuda.local.array(NAR, uint32)
+        for j in range(NAR):
+            a[j] = uint32(a_bits)
+        acc = cuda.local.array(NA, float32)
+        for j in range(NA):
+            acc[j] = float32(0.0)
+        for _ in range(n_iter):
+            op(acc, a, 0, sm, 0)
+        s = float32(0.0)
+        for j in range(NA):
+            s += acc[j]
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] = s
+
+    return wgmma_loop
+
+
+def measure_wgmma(timing: TimingConfig | None = None) -> dict:
+    import numpy as np
+
+    dev = cuda.get_current_device()
+    if tuple(dev.compute_capability) != (9, 0):
+        return _row("wgmma_fp16", status="SKIP", value=None,
+                    reason=f"wgmma needs sm_90 (device is sm_{dev.compute_capability[0]}{dev.compute_capability[1]})")
+    threads = 128 * WGMMA_GROUPS
+    blocks = int(dev.MULTIPROCESSOR_COUNT) * 2
+    n = blocks * threads
+    out = cuda.device_array(n, np.float32)
+    kern = _wgmma_kernel()
+    a_bits, b_bits, k, per_mma = mma_operands("fp16")  # 0.25 · 0.5 over k = 16: +2 per k-step
+    n_iter = 256
+    stream = cuda.stream()
+
+    def fn(i, s=stream):
+        kern[blocks, threads, s](out, n_iter, np.uint32(a_bits), np.uint32(b_bits))
+
+    t = events_batched(fn, stream, timing or TimingConfig(min_reps=5, budget_s=0.5))
+    host = out.copy_to_host()
+    expect = (WGMMA_N // 2) * per_mma * WGMMA_KSTEPS * n_iter
+    ok = bool(np.allclose(host, expect, rtol=1e-3))
+    flops = 2.0 * 64 * WGMMA_N * 16 * WGMMA_KSTEPS * n_iter * (n // 128)
+    tflops = flops / (t["time_ms"] * 1e-3) / 1e12
+    return _row("wgmma_fp16", status="OK" if ok else "FAIL", reason="" if ok else "wgmma kernel wrote wrong values",
+                value=tflops, tflops=tflops,
+                source=f"numba kernel, wgmma.mma_async m64n{WGMMA_N}k16 f16 (A in registers, B from shared "
+                       f"memory, f32 accumulate), {WGMMA_KSTEPS} per fused call, {blocks}x{threads} threads",
+                **_timing_fields(t))
+
+
 def measure_cublas(precision: str, timing: TimingConfig | None = None, name: str | None = None) -> dict:
     name = name or f"cublas_{precision}"
     try:
@@ -351,6 +432,8 @@ def measure_all(names=CEILINGS, timing: TimingConfig | None = None) -> list[dict
                 row = measure_copy(timing=timing)
             elif name.startswith("mma_"):
                 row = measure_mma(name[4:], timing)
+            elif name == "wgmma_fp16":
+                row = measure_wgmma(timing)
             elif name.startswith("cublas_"):
                 row = measure_cublas(name[7:], timing)
             else:
@@ -378,7 +461,8 @@ def uses_tensor_cores(name: str, precision: str | None) -> bool:
 
 def ceiling_for(row: dict) -> str:
     """The ceiling a row is compared with: ``copy`` for decode phases,
-    ``mma_tf32``/``mma_fp16`` (numba mma.sync) for tensor-core phases, ``ffma``
+    ``wgmma_fp16`` for wgmma phases, ``mma_tf32``/``mma_fp16`` (numba
+    mma.sync) for the other tensor-core phases, ``ffma``
     otherwise. Peers in fp16/bf16 are compared with ``cublas_fp16`` (PyTorch's
     kernels use wgmma, which mma.sync cannot reach); a decode-sized peer
     problem (q_len ≤ 8) with copy bandwidth."""
@@ -389,6 +473,8 @@ def ceiling_for(row: dict) -> str:
             return "copy"
         dt = (row.get("params") or {}).get("dtype", "float32")
         return "cublas_fp16" if dt in ("float16", "bfloat16") else "ffma"
+    if "wgmma" in (row.get("phase") or "").lower():
+        return "wgmma_fp16"
     if uses_tensor_cores(row.get("phase", ""), row.get("precision")):
         return "mma_tf32" if str(row.get("precision")).lower() == "tf32" else "mma_fp16"
     return "ffma"
@@ -402,7 +488,7 @@ def attach_fractions(row: dict, ceilings: dict) -> None:
         return
     name = ceiling_for(row)
     c = ceilings.get(name)
-    if c is None and name in ("mma_tf32", "cublas_fp16"):
+    if c is None and name in ("mma_tf32", "cublas_fp16", "wgmma_fp16"):
         name, c = "mma_fp16", ceilings.get("mma_fp16")
     if c is not None and c.get("value"):
         row["ceiling"] = name

@@ -321,7 +321,7 @@ def roofline(records, out_dir, stem="roofline"):
     lo, hi = min(ais) / 4, max(ais) * 4
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     bw = ceil.get("copy", {}).get("value")
-    roofs = [(k, ceil[k]["value"]) for k in ("ffma", "mma_tf32", "mma_fp16", "cublas_fp16") if k in ceil]
+    roofs = [(k, ceil[k]["value"]) for k in ("ffma", "mma_tf32", "mma_fp16", "wgmma_fp16", "cublas_fp16") if k in ceil]
     for k, peak in roofs:
         ys = [min(peak, bw * 1e9 * x / 1e12) if bw else peak for x in xs]
         ax.plot(xs, ys, color="black" if k == "ffma" else ("#999999" if k.startswith("cublas") else "#555555"),

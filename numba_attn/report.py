@@ -22,7 +22,7 @@ COLUMNS = [
     ("local", "local memory per thread, bytes: spills and local arrays (non-zero is a finding)"),
 ]
 
-CEILING_SHORT = {"ffma": "F", "mma_fp16": "M", "mma_tf32": "T", "copy": "B"}
+CEILING_SHORT = {"ffma": "F", "mma_fp16": "M", "mma_tf32": "T", "wgmma_fp16": "G", "copy": "B"}
 
 
 def _fmt_time(ms):

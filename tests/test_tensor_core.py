@@ -63,6 +63,10 @@ CASES = [
     ("tc_pipelined", tiny("bfloat16", D=16, causal=True, q_len=37, kv_len=141, heads=1), {"Bc": 64, "DYN": 1}),
     ("tc_tf32", tiny("float32", D=16, causal=True), {}),
     ("tc_tf32", tiny("float32", D=24, q_len=21, kv_len=21), {"W": 1, "Bc": 8}),
+    # wgmma: one warpgroup per block in the simulator; 64/32-byte swizzles at D=32/16, 128 at D=64
+    ("tc_wgmma", tiny("float16", D=64, q_len=70, kv_len=75, heads=1, causal=True), {"WG": 1, "Bc": 16}),
+    ("tc_wgmma", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"WG": 1, "Bc": 32, "STAGES": 3}),
+    ("tc_wgmma", tiny("float16", D=16, q_len=130, kv_len=37, heads=1), {"WG": 2, "Bc": 16}),
 ]
 
 
@@ -89,6 +93,8 @@ def test_supports_reasons():
     assert get_phase("tc_pipelined").supports(d128, Bc=64, STAGES=3) is None  # 96 KiB, dynamic
     assert "shared memory" in get_phase("tc_pipelined").supports(d128, Bc=256, STAGES=4)  # 512 KiB
     assert get_phase("tc_tf32").supports(Problem(q_len=64, head_dim=64)) is None
+    assert "head_dim" in get_phase("tc_wgmma").supports(Problem(q_len=64, head_dim=48, dtype="float16"))
+    assert get_phase("tc_wgmma").supports(d128) is None
 
 
 def test_registry_metadata():
@@ -96,6 +102,7 @@ def test_registry_metadata():
     assert get_phase("tc_mma").parent == "smem_kv"
     assert get_phase("tc_pipelined").parent == "tc_mma"
     assert get_phase("tc_tf32").parent == "tc_pipelined"
+    assert get_phase("tc_wgmma").parent == "tc_pipelined"
 
 
 # -- GPU only ---------------------------------------------------------------------
@@ -111,6 +118,9 @@ GPU_CASES = [
                                  causal=True)),
     ("tc_tf32", Problem(batch=2, heads=3, q_len=1000, kv_len=1300, head_dim=64, causal=True)),
     ("tc_tf32", Problem(batch=1, heads=4, q_len=777, head_dim=128)),
+    ("tc_wgmma", Problem(batch=2, heads=3, q_len=1000, kv_len=1300, head_dim=64, dtype="float16", causal=True)),
+    ("tc_wgmma", Problem(batch=1, heads=4, q_len=777, head_dim=128, dtype="bfloat16", causal=True)),
+    ("tc_wgmma", Problem(batch=1, heads=8, kv_heads=2, q_len=640, kv_len=901, head_dim=128, dtype="float16")),
 ]
 
 
@@ -128,7 +138,7 @@ def test_phase_gpu_shapes(name, problem):
     for sig, ov in kern.overloads.items():
         assert ov.local_mem_per_thread == 0, "fragments spilled to local memory"
         sass = kern.inspect_sass(sig)
-        assert "HMMA" in sass
+        assert ("HGMMA" if name == "tc_wgmma" else "HMMA") in sass
         if name != "tc_mma":
             assert "LDGSTS" in sass
         if name == "tc_pipelined":

@@ -14,7 +14,7 @@ import functools
 
 import numpy as np
 import pytest
-from numba import cuda, uint32
+from numba import cuda, float32, uint32
 
 from numba_attn import wgmma as WG
 from numba_attn.backend import IS_SIMULATOR
@@ -42,6 +42,7 @@ def _kernel(kind, N, KS, trans_b, zero, R, C, swizzle):
     NA = N // 2
     NW = R * C // 2  # words in the tile
     CH = C // 8  # 16-byte chunks per tile row
+    NAR = 4 * KS  # A registers (array shapes must be compile-time literals)
 
     @kernel
     def k(aw, tile, cin, out):
@@ -62,13 +63,13 @@ def _kernel(kind, N, KS, trans_b, zero, R, C, swizzle):
         lane = T % 32
         g = lane // 4
         t = lane % 4
-        a = cuda.local.array(4 * KS, uint32)
+        a = cuda.local.array(NAR, uint32)
         for s in range(KS):
             a[4 * s + 0] = aw[16 * w + g, 8 * s + t]
             a[4 * s + 1] = aw[16 * w + g + 8, 8 * s + t]
             a[4 * s + 2] = aw[16 * w + g, 8 * s + t + 4]
             a[4 * s + 3] = aw[16 * w + g + 8, 8 * s + t + 4]
-        acc = cuda.local.array(NA, np.float32)
+        acc = cuda.local.array(NA, float32)
         for i in range(NA):
             acc[i] = cin[T, i]
         op(acc, a, 0, sm, 0)

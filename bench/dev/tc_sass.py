@@ -24,7 +24,7 @@ from numba_attn.offline import compile_phase  # noqa: E402
 from numba_attn.problem import Problem  # noqa: E402
 
 
-def cubin(ptx: str, arch="sm_90", maxreg=None) -> bytes:
+def cubin(ptx: str, arch="sm_90a", maxreg=None) -> bytes:
     from cuda.bindings import nvjitlink
 
     opts = [f"-arch={arch}", "-O3"] + ([f"-maxrregcount={maxreg}"] if maxreg else [])

@@ -243,8 +243,17 @@ def smem_bytes(D, Bc, STAGES):
     return 2 * STAGES * Bc * D * 2 + ALIGN_BYTES
 
 
+def default_wg(D, WG):
+    """WG=0 picks the warpgroups per block: 3 at D=128 (168 registers: one
+    384-thread block per SM), 2 below (126 registers at D=64: two 256-thread
+    blocks per SM). H200, commit 3711933, B1 H32 N4096 fp16: D=128 0.687 ms
+    with 3 against 0.771 with 2; D=64 0.404 ms with 2 against 0.512 with 3."""
+    return WG if WG else (3 if D >= 128 else 2)
+
+
 def _supports(problem, WG, Bc, STAGES):
     D = problem.head_dim
+    WG = default_wg(D, WG)
     reason = supports_tc(problem, Bc)
     if reason:
         return reason
@@ -254,8 +263,8 @@ def _supports(problem, WG, Bc, STAGES):
         return f"Bc={Bc}: wgmma N must be a multiple of 16 up to 256"
     if STAGES < 2:
         return "STAGES must be at least 2"
-    if WG < 1:
-        return "WG (warpgroups per block) must be at least 1"
+    if WG < 0:
+        return "WG (warpgroups per block) must be at least 1 (0: by head_dim)"
     return smem_reason(smem_bytes(D, Bc, STAGES))
 
 
@@ -277,16 +286,30 @@ def _supports(problem, WG, Bc, STAGES):
     sim_params={"WG": 1, "Bc": 16, "STAGES": 2},
     supports=_supports,
 )
-def tc_wgmma(problem, WG=2, Bc=64, STAGES=2):
+def tc_wgmma(problem, WG=0, Bc=64, STAGES=2):
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     D = problem.head_dim
+    WG = default_wg(D, WG)
     kern = make_kernel(D, WG, Bc, STAGES, problem.group, problem.causal, problem.dtype == "bfloat16")
     sl2 = float32(problem.sm_scale * LOG2E)
     Br = 64 * WG
     grid = ((Nq + Br - 1) // Br, H, problem.batch)
     nbytes = smem_bytes(D, Bc, STAGES)
 
+    views = {}  # uint32 views of the last few input sets: making views costs host time at every launch
+    opted = []  # the >48 KiB opt-in is made once, at the first launch
+
     def run(q, k, v, o, stream=0):
-        launch_dynamic(kern, grid, 128 * WG, stream, nbytes, *u32_views(q, k, v, o), sl2, H, Nq, Nk)
+        key = (id(q), id(k), id(v), id(o))
+        hit = views.get(key)
+        if hit is None or any(a is not b for a, b in zip(hit[0], (q, k, v, o))):
+            if len(views) >= 8:
+                views.clear()
+            hit = views[key] = ((q, k, v, o), u32_views(q, k, v, o))
+        if opted:
+            kern[grid, 128 * WG, stream, nbytes](*hit[1], sl2, H, Nq, Nk)
+        else:
+            launch_dynamic(kern, grid, 128 * WG, stream, nbytes, *hit[1], sl2, H, Nq, Nk)
+            opted.append(True)
 
     return Launch(run, kernels=[kern])
