@@ -54,6 +54,7 @@ P = db.P
 GQA1, GQA8 = P(1, 32768, kvh=8), P(8, 32768, kvh=8)
 MHA4, MHA16 = P(1, 4096), P(1, 16384)
 LEAN = "decode_split_k_lean"
+PRESETS_SMALL = db.PRESETS["decode-small"]
 SETS = {
     "attrib": {
         "shapes": [GQA1, GQA8, MHA4, MHA16],
@@ -61,6 +62,13 @@ SETS = {
                      (LEAN, {"fuse_max": 1 << 20}), (LEAN, {"blocks_per_sm": 3, "keys": 3}),
                      (LEAN, {"warps": 8, "blocks_per_sm": 2})],
         "attrib": [("decode_split_k", {}), (LEAN, {"fuse_max": 0})],
+    },
+    # after run 1: warps=8, blocks_per_sm=2 is the default of decode_split_k_lean
+    "final": {
+        "shapes": PRESETS_SMALL + [GQA1, MHA4, P(1, 32768), P(1, 131072), P(1, 16384, "float32"), P(8, 16384)],
+        "variants": [("decode_split_k_fused", {}), (LEAN, {}), (LEAN, {"warps": 16, "blocks_per_sm": 1}),
+                     (LEAN, {"warps": 4, "blocks_per_sm": 4})],
+        "attrib": [(LEAN, {"fuse_max": 0})],
     },
 }
 

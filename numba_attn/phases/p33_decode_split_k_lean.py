@@ -290,7 +290,7 @@ def _supports(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys
     sim_params={"warps": 2, "splits": 3},
     supports=_supports,
 )
-def decode_split_k_lean(problem, warps=4, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=4, min_keys=256,
+def decode_split_k_lean(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=2, min_keys=256,
                         fuse_max=64):
     B, H, Hkv, Nq, Nk, D = (problem.batch, problem.heads, problem.kv_heads, problem.q_len,
                             problem.kv_len, problem.head_dim)
