@@ -40,6 +40,20 @@ Prediction (before measuring): GQA (8 KV heads, 32k, fp16) B=8 326 → ~280 µs
 (−15%, the loop's issue time); B=1 75 → ~45 µs (the combine from ~20 to ~3
 µs, the loop −15%); MHA (one row per block: 2 scores per step, little to
 save) unchanged within 2%.
+
+Measured, run 1 (H200, commit 23e7be0, results/dev/decode_attrib1_h200.*;
+split kernel and combine timed alone, at the parent's 4 warps × 4 blocks per
+SM): GQA B=1 32k split kernel 47.2 µs against 48.6 µs for
+``decode_split_k`` (−3%), B=8 306.2 against 322.0 µs (−5%): the prediction
+(−15%) missed. The loop is not issue-bound after all: ~20% fewer issued
+instructions bought 3–5%, so the warps mostly wait on memory. The combine
+(hypothesis of the notes) was the large term: 26.2 µs one-pass → 8.2 µs
+two-pass at S=66 (and the last-block combine at S=66 costs 70.4 against
+56.9 µs with the second kernel, so ``fuse_max`` keeps it out there). What
+moved the loop was more keys per block: 8 warps × 2 blocks per SM (same 16
+warps per SM and 128-register cap, half the blocks, half the splits) was
+best on every shape — GQA B=1 52.1 µs, B=8 310.1 µs, MHA B=1 4k 22.4 µs
+(1.09× SDPA), 16k 66.9 µs (1.03×) — and is the default since.
 """
 from __future__ import annotations
 
