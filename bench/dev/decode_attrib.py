@@ -74,7 +74,13 @@ SETS = {
 
 
 def closure(fn):
-    return dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__)))
+    out = {}
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+        try:
+            out[name] = cell.cell_contents
+        except ValueError:  # never assigned (e.g. no combine kernel when S = 1)
+            pass
+    return out
 
 
 def attribution(p, configs, timer, out):
@@ -87,7 +93,7 @@ def attribution(p, configs, timer, out):
     for name, params in configs:
         launch = get_phase(name).plan(p, **params)
         c = closure(launch.run)
-        if c.get("final"):
+        if c.get("final") or "combine" not in c:
             continue
         kern, grid, nt = c["kern"], c["grid"], c["warps"] * 32
         if name == "decode_split_k":
