@@ -31,6 +31,11 @@ def _version(dist: str) -> str | None:
 
 
 def git_commit(short: bool = False) -> str | None:
+    """The commit of the sources: ``NUMBA_ATTN_COMMIT`` when set (a copy of the
+    tree shipped to another machine may carry stale git metadata, so the
+    caller's word wins), else ``git rev-parse HEAD`` (+ ``-dirty+<diff hash>``)."""
+    if os.environ.get("NUMBA_ATTN_COMMIT"):
+        return os.environ["NUMBA_ATTN_COMMIT"]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
