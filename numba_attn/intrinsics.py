@@ -61,6 +61,9 @@ The functions
 ``lds``                    ``arr[r, c]`` without negative-index wrap-around
 =========================  ==============================================
 
+Hopper's warpgroup MMA (``wgmma.mma_async``, B operands by shared-memory
+descriptor) lives in :mod:`numba_attn.wgmma`, with its own warpgroup fallback.
+
 ``lds`` exists for speed, not for a new instruction: numba's ``arr[i, j]``
 adds a wrap-around select for negative indices, which hides from LLVM that
 the addresses of an unrolled fragment loop differ by constants, so every one

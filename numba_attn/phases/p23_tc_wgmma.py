@@ -60,6 +60,13 @@ warpgroup runs its softmax (the wait after each product), which the
 overlapping schedules of FlashAttention-3 remove. B16 H16 N512 (0.156 ms in
 this run) is bound by the host launch (155 µs per launch measured, the
 kernel is shorter), addressed since by caching the uint32 views.
+
+Benchmark run (H200, tree of commit a249ccb, defaults: 3 warpgroups at D=128,
+2 at D=64; ``results/tensor-core-nvidia-h200.jsonl`` and the roadmap run):
+D=128 fp16 0.673 ms = 409 TFLOP/s = 0.71× SDPA (0.478 ms in that run; 46%
+of the measured wgmma ceiling, 882 TFLOP/s), bf16 0.679 ms (0.68×); D=64 fp16
+0.396 ms (0.80×), bf16 0.394 ms (0.79×), causal 0.254 ms (0.73×); B16 H16
+N512 0.065 ms, still flagged launch-bound (SDPA 0.048 ms).
 """
 from __future__ import annotations
 
