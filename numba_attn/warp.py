@@ -120,7 +120,13 @@ else:
     shfl_xor_sync = cuda.shfl_xor_sync
     shfl_down_sync = cuda.shfl_down_sync
     shfl_up_sync = cuda.shfl_up_sync
-    syncwarp = cuda.syncwarp
+
+    @device
+    def syncwarp(mask):
+        """``__syncwarp(mask)`` (a device function: numba's ``cuda.syncwarp``
+        only types as an attribute of ``cuda``, not under another name)."""
+        cuda.syncwarp(mask)
+
     ballot_sync = cuda.ballot_sync
 
     def warp_exchange(value):  # pragma: no cover - simulator only

@@ -244,3 +244,30 @@ def test_lean_full_reduce_scatter_fp16_causal_fused():
     launch = get_phase("decode_split_k_lean").plan(p, warps=1, lanes=8, keys=2, splits=2)
     assert len(launch.kernels) == 1 and "combine fused" in launch.notes, launch.notes
     _ok("decode_split_k_lean", p, warps=1, lanes=8, keys=2, splits=2, seed=16)
+
+
+# -- decode_mma: the rows of a KV head as one tensor-core tile ----------------------------
+
+
+def test_decode_mma_gqa_uneven_and_empty_splits():
+    # 4 query heads on one KV head, q_len 2: 8 rows of the m16 tile; 5 forced splits of 32 keys
+    # over 61 keys: splits 2-4 receive no key; each warp streams its own 16-key tiles
+    p = Problem(batch=1, heads=4, kv_heads=1, q_len=2, kv_len=61, head_dim=32, dtype="float16")
+    launch = get_phase("decode_mma").plan(p, warps=2, Bc=16, STAGES=2, splits=5)
+    assert len(launch.kernels) == 2 and "S=5" in launch.notes, launch.notes
+    _ok("decode_mma", p, warps=2, Bc=16, STAGES=2, splits=5, seed=17)
+
+
+def test_decode_mma_causal_full_tile_one_split():
+    # 16 rows (group 4 × q_len 4, causal bottom-right): a full m16 tile, S = 1 writes the output directly
+    p = Problem(batch=2, heads=8, kv_heads=2, q_len=4, kv_len=53, head_dim=16, dtype="float16", causal=True)
+    launch = get_phase("decode_mma").plan(p, warps=1, Bc=16, STAGES=3, splits=1)
+    assert len(launch.kernels) == 1
+    _ok("decode_mma", p, warps=1, Bc=16, STAGES=3, splits=1, seed=18)
+
+
+def test_decode_mma_supports():
+    ph = get_phase("decode_mma")
+    assert "float16" in ph.supports(Problem(q_len=1, kv_len=64, head_dim=32))  # fp32 storage
+    assert "16" in ph.supports(Problem(heads=32, kv_heads=1, q_len=1, kv_len=64, head_dim=32, dtype="float16"))
+    assert ph.supports(Problem(heads=32, kv_heads=8, q_len=1, kv_len=64, head_dim=128, dtype="float16")) is None
