@@ -328,12 +328,20 @@ DECODE_SETS = {
              P(8, 16384, nq=4, causal=True)],
     "small": PRESETS["decode-small"],
     "full": PRESETS["decode"] + [P(8, 16384, nq=4, causal=True)],
+    # the GQA shapes and the speculative one first (a deadline cuts the tail), then the preset
+    "final2": [P(1, 32768, kvh=8), P(8, 32768, kvh=8), P(8, 16384, nq=4, causal=True)]
+    + [p for p in PRESETS["decode"] if p.kv_heads == p.heads],
+    "gqa": [P(1, 32768, kvh=8), P(8, 32768, kvh=8), P(1, 131072, kvh=8), P(8, 16384, nq=4, causal=True)],
 }
 
 VARIANTS = {
     "default": [("decode_chunked", {}), ("decode_split_k", {}), ("decode_split_k_fused", {})],
     "final": [("decode_chunked", {}), ("decode_split_k", {}), ("decode_split_k_fused", {}),
               ("decode_split_k_fused", {"lanes": 16, "keys": 2, "blocks_per_sm": 8})],
+    "final2": [("decode_split_k_fused", {}), ("decode_split_k_lean", {}), ("decode_mma", {})],
+    "mma": [("decode_split_k_lean", {}), ("decode_mma", {}), ("decode_mma", {"warps": 8, "blocks_per_sm": 1}),
+            ("decode_mma", {"STAGES": 4}), ("decode_mma", {"Bc": 32, "STAGES": 2}),
+            ("decode_mma", {"blocks_per_sm": 4, "warps": 2}), ("decode_mma", {"min_keys": 2048})],
     "tune": [("decode_chunked", {"warps": 4}), ("decode_chunked", {"warps": 8}),
              ("decode_split_k", {"warps": 4, "blocks_per_sm": 2}), ("decode_split_k", {"warps": 4, "blocks_per_sm": 4}),
              ("decode_split_k", {"warps": 8, "blocks_per_sm": 2}),
