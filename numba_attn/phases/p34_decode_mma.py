@@ -20,7 +20,9 @@ several query rows read one KV head (a GQA group × q_len, up to 16 rows):
   fragments by ``ldmatrix`` (V transposed).
 * **End of a split**: the warps merge their (m, l, O) through shared memory
   (the ring's space), as in ``decode_split_k``, and write the split's partial
-  output and log-sum-exp; the separate combine kernel merges the splits.
+  output and log-sum-exp; the splits are merged by the two-pass combine, in
+  the last block of a KV head when ``S × rows ≤ fuse_max`` (as in
+  ``decode_split_k_lean``), else in the combine kernel.
 
 Prediction (written before measuring): GQA (8 KV heads, group 4) B=1 32k
 fp16 from 52 µs (``decode_split_k_lean``) to ~35 µs (~3.8 TB/s: the split
@@ -35,9 +37,9 @@ import functools
 import math
 
 import numpy as np
-from numba import cuda, float32, uint32
+from numba import cuda, float32, int32, uint32
 
-from ..device_functions import NEG_BIG, merge_state, state_lse
+from ..device_functions import NEG_BIG, combine_splits, merge_state, state_lse
 from ..intrinsics import cp_async16_flat, cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans, mma_f16, \
     pack_f16x2
 from ..jit import kernel
@@ -52,7 +54,7 @@ FULL = 0xFFFFFFFF
 
 
 @functools.cache
-def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: bool, FINAL: bool):
+def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: bool, FINAL: bool, FUSED: bool):
     NR = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
     NTH = W * WARP_SIZE
     DW = D // 2  # 32-bit words per K/V row
@@ -76,8 +78,9 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: b
     MLR = W * 16  # rows of the m/l area (closure constants: array shapes must be literals)
 
     @kernel
-    def decode_mma(q, k, v, o, part_o, part_lse, sl2, scale, Hkv, Nk, chunk):
+    def decode_mma(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, chunk, S):
         KV = dynamic_tile(0, ROWS, DW)
+        sm_last = cuda.shared.array(1, int32)
         split = cuda.blockIdx.x
         kvh = cuda.blockIdx.y  # b * Hkv + kv head
         lo = split * chunk
@@ -270,6 +273,24 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: b
                 part_o[split, bh * Nq + i, d] = oo / ll if ll > float32(0.0) else float32(0.0)
                 if d == 0:
                     part_lse[split, bh * Nq + i] = state_lse(mm, ll)
+        if FUSED and not FINAL:
+            # the last block of this (sequence, KV head) to finish combines the splits
+            cuda.threadfence()  # this block's partials are visible device-wide before it counts
+            cuda.syncthreads()
+            if tid == 0:
+                prev = cuda.atomic.add(counters, kvh, 1)
+                sm_last[0] = 1 if prev == S - 1 else 0
+            cuda.syncthreads()
+            if sm_last[0] == 1:
+                cuda.threadfence()
+                for idx in range(tid, NR * D, NTH):
+                    r = idx // D
+                    d = idx - r * D
+                    bh = kvh * G + r // Nq
+                    i = r % Nq
+                    o[bh, i, d] = combine_splits(part_o, part_lse, S, bh * Nq + i, d)
+                if tid == 0:
+                    counters[kvh] = 0  # ready for the next launch
 
     return decode_mma
 
@@ -280,7 +301,7 @@ def smem_bytes(D, W, Bc, STAGES):
     return max(ring, merge) + W * 16 * 2 * 4
 
 
-def _supports(problem, warps, Bc, STAGES, splits, blocks_per_sm, min_keys):
+def _supports(problem, warps, Bc, STAGES, splits, blocks_per_sm, min_keys, fuse_max):
     if problem.dtype != "float16":
         return f"dtype {problem.dtype}: decode_mma computes on f16 tensor cores (float16 storage)"
     if problem.q_len > MAX_Q_LEN:
@@ -319,12 +340,13 @@ def _supports(problem, warps, Bc, STAGES, splits, blocks_per_sm, min_keys):
     sim_params={"warps": 2, "Bc": 16, "STAGES": 2, "splits": 3},
     supports=_supports,
 )
-def decode_mma(problem, warps=4, Bc=16, STAGES=3, splits=0, blocks_per_sm=2, min_keys=512):
+def decode_mma(problem, warps=4, Bc=16, STAGES=3, splits=0, blocks_per_sm=2, min_keys=2048, fuse_max=64):
     B, Hkv, Nq, Nk, D = problem.batch, problem.kv_heads, problem.q_len, problem.kv_len, problem.head_dim
     G = problem.group
     S, chunk = split_plan(B * Hkv, Nk, warps * Bc, sm_count(), blocks_per_sm, min_keys, splits)
     final = S == 1
-    kern = make_kernel(D, warps, Bc, STAGES, Nq, G, problem.causal, final)
+    fused = S * G * Nq <= fuse_max
+    kern = make_kernel(D, warps, Bc, STAGES, Nq, G, problem.causal, final, fused)
     sl2 = float32(problem.sm_scale * LOG2E)
     scale = float32(problem.sm_scale)
     grid = (S, B * Hkv)
@@ -336,8 +358,15 @@ def decode_mma(problem, warps=4, Bc=16, STAGES=3, splits=0, blocks_per_sm=2, min
     else:
         part_o = cuda.device_array((S, B * problem.heads * Nq, D), dtype="float32")
         part_lse = cuda.device_array((S, B * problem.heads * Nq), dtype="float32")
-        combine = make_combine_kernel(Nq)
-        kernels = [kern, combine]
+        kernels = [kern]
+        if not fused:
+            combine = make_combine_kernel(Nq)
+            kernels.append(combine)
+    counters = cuda.device_array(B * Hkv, dtype=np.int32)
+    if isinstance(counters, np.ndarray):  # host stand-in (offline compilation)
+        counters[:] = 0
+    else:
+        counters.copy_to_device(np.zeros(B * Hkv, np.int32))
     views = {}
     opted = []
 
@@ -349,14 +378,15 @@ def decode_mma(problem, warps=4, Bc=16, STAGES=3, splits=0, blocks_per_sm=2, min
             if len(views) >= 8:
                 views.clear()
             hit = views[key] = ((q, k, v, o), q.view(np.uint32))
-        args = (hit[1], k, v, o, part_o, part_lse, sl2, scale, Hkv, Nk, chunk)
+        args = (hit[1], k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, chunk, S)
         if opted:
             kern[grid, warps * WARP_SIZE, stream, nbytes](*args)
         else:
             launch_dynamic(kern, grid, warps * WARP_SIZE, stream, nbytes, *args)
             opted.append(True)
-        if not final:
+        if not final and not fused:
             combine[B * problem.heads * Nq, D, stream](part_o, part_lse, o, S)
 
     return Launch(run, kernels=kernels, workspace_bytes=0 if final else part_o.nbytes + part_lse.nbytes,
-                  notes=f"S={S} splits of {chunk} keys, {warps} warps × {Bc}-key tiles, {STAGES} stages")
+                  notes=f"S={S} splits of {chunk} keys, {warps} warps × {Bc}-key tiles, {STAGES} stages, "
+                        f"combine {'-' if final else ('fused' if fused else 'kernel')}")
