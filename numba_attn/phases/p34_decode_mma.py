@@ -20,9 +20,10 @@ several query rows read one KV head (a GQA group × q_len, up to 16 rows):
   fragments by ``ldmatrix`` (V transposed).
 * **End of a split**: the warps merge their (m, l, O) through shared memory
   (the ring's space), as in ``decode_split_k``, and write the split's partial
-  output and log-sum-exp; the splits are merged by the two-pass combine, in
-  the last block of a KV head when ``S × rows ≤ fuse_max`` (as in
-  ``decode_split_k_lean``), else in the combine kernel.
+  output and log-sum-exp; the splits are merged by the two-pass combine
+  kernel (or, with ``fuse_max`` > 0 and ``S × rows ≤ fuse_max``, by the last
+  block of a KV head, as in ``decode_split_k_lean``: measured slower here,
+  so off by default).
 
 Prediction (written before measuring): GQA (8 KV heads, group 4) B=1 32k
 fp16 from 52 µs (``decode_split_k_lean``) to ~35 µs (~3.8 TB/s: the split
@@ -30,6 +31,29 @@ kernel memory-bound like MHA, plus the ~8 µs combine at 66 splits, less with
 fewer, longer splits), i.e. faster than SDPA's 40 µs; B=8 from 310 to ~250
 µs. For one row per block (MHA) 15 of the 16 tile rows are padding: no gain
 expected there, ``decode_split_k_lean`` stays the choice.
+
+Measured (H200, copy 4287 GB/s; ``bench/dev/decode_bench.py``, every output
+element checked against a float64 reference on the GPU before timing; SDPA
+in the same run; ``results/dev/decode_mma_h200.*``). Commit 6bdb296 (4 warps
+× 16-key tiles, 3 stages, 2 blocks per SM, separate combine): GQA 8 KV
+heads, 32k fp16, B=1 44.9 µs with 33 splits, **41.7 µs with 16 splits**
+(``min_keys`` 2048, the default since) against SDPA 40.1 µs (0.96×) and
+``decode_split_k_lean`` 51.9 µs; B=8 250.3 µs = 100% of the copy figure
+against SDPA 246.0 (0.98×, both at the memory limit; lean 310.1); B=1 128k
+132.7–135.0 µs against 128.8 (0.95–0.97×); q_len 4 causal B=8 16k 481.5
+µs against SDPA 787 µs (**1.63×**, 104% of copy; lean 628). Variants: 8
+warps × 1 block 42.6 µs (B=1 32k), 4 stages 50.0, 32-key tiles 50.9, 2 warps
+× 4 blocks 48.4. Commit b7f413f: the last-block combine (``fuse_max`` 64)
+made it slower — B=1 32k 48.4 µs against 41.8 without, B=8 290.7 against
+249.9 — so it is off by default (the cause is not established: the same
+scheme helps ``decode_split_k_lean``). MHA (1 row of 16 used): 0.92–0.99×
+SDPA, behind ``decode_split_k_lean``, as expected. 208 registers, no spills.
+
+The prediction held in kind — the split kernel moved from ~2.6 to ~3.2 TB/s
+at B=1 and to the memory limit at B=8 and for q_len 4 — but not in size at
+B=1 32k: 41.7 µs is still 4% behind SDPA. What is left there: 16 splits × 8
+KV heads give 128 blocks for 132 SMs (one wave, 4 SMs idle), and the second
+launch (combine) costs ~2–3 µs of the 41.7.
 """
 from __future__ import annotations
 
@@ -340,7 +364,7 @@ def _supports(problem, warps, Bc, STAGES, splits, blocks_per_sm, min_keys, fuse_
     sim_params={"warps": 2, "Bc": 16, "STAGES": 2, "splits": 3},
     supports=_supports,
 )
-def decode_mma(problem, warps=4, Bc=16, STAGES=3, splits=0, blocks_per_sm=2, min_keys=2048, fuse_max=64):
+def decode_mma(problem, warps=4, Bc=16, STAGES=3, splits=0, blocks_per_sm=2, min_keys=2048, fuse_max=0):
     B, Hkv, Nq, Nk, D = problem.batch, problem.kv_heads, problem.q_len, problem.kv_len, problem.head_dim
     G = problem.group
     S, chunk = split_plan(B * Hkv, Nk, warps * Bc, sm_count(), blocks_per_sm, min_keys, splits)
