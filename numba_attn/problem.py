@@ -181,6 +181,12 @@ PRESETS["decode-small"] = [
     Problem(batch=32, heads=32, q_len=1, kv_len=16384, head_dim=128, dtype="float16"),
     Problem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16"),
 ]
+# GQA (8 KV heads for 32 query heads) and speculative decoding (q_len 4, causal), fp16.
+PRESETS["decode-gqa"] = [
+    Problem(batch=1, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16"),
+    Problem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16"),
+    Problem(batch=8, heads=32, q_len=4, kv_len=16384, head_dim=128, dtype="float16", causal=True),
+]
 # Tensor-core phases: fp16/bf16 at D=64/128 and the short shape; fp32 for tf32.
 PRESETS["tc-bench"] = [Problem(batch=1, heads=32, q_len=4096, head_dim=d, dtype=dt)
                        for dt in ("float16", "bfloat16") for d in (64, 128)] + [
