@@ -1,13 +1,15 @@
 """Summary table of a decode_bench.py results file: per decode shape, SDPA and
-the three decode phases (default parameters), the best phase's fraction of the
-copy bandwidth measured in the same run, and its speed against SDPA.
+every decode phase in the file (default parameters), the best phase's fraction
+of the copy bandwidth measured in the same run, and its speed against SDPA.
 
     python3 bench/dev/decode_summary.py results/dev/decode_final_h200.jsonl
 """
 import json
 import sys
 
-PHASES = ("decode_chunked", "decode_split_k", "decode_split_k_fused")
+ORDER = ("decode_chunked", "decode_split_k", "decode_split_k_fused", "decode_split_k_lean", "decode_mma")
+SHORT = {"decode_chunked": "chunked", "decode_split_k": "split_k", "decode_split_k_fused": "fused",
+         "decode_split_k_lean": "lean", "decode_mma": "mma"}
 
 
 def main(path):
@@ -25,9 +27,11 @@ def main(path):
             by[lab]["skip"] = r
             continue
         by[lab][r["phase"] + ("*" if r.get("params") else "")] = r
+    present = {k for d in by.values() for k in d}
+    PHASES = [p for p in ORDER if p in present]
     print(f"copy bandwidth {copy:.0f} GB/s (read + write)")
-    print(f"{'shape':36s} {'SDPA µs':>9s} {'chunked':>9s} {'split_k':>9s} {'fused':>9s} "
-          f"{'best GB/s':>9s} {'%copy':>6s} {'vs SDPA':>7s}  best")
+    print(f"{'shape':36s} {'SDPA µs':>9s} " + " ".join(f"{SHORT[p]:>9s}" for p in PHASES)
+          + f" {'best GB/s':>9s} {'%copy':>6s} {'vs SDPA':>7s}  best")
     for lab in order:
         d = by[lab]
         if "skip" in d:
@@ -38,7 +42,7 @@ def main(path):
         ok = [d[k] for k in PHASES if t(k)]
         best = min(ok, key=lambda r: r["time_ms"])
         sd = t("torch_sdpa")
-        print(f"{lab:36s} {f(sd)} {f(t(PHASES[0]))} {f(t(PHASES[1]))} {f(t(PHASES[2]))} "
+        print(f"{lab:36s} {f(sd)} " + " ".join(f(t(p)) for p in PHASES) + " "
               f"{best['gbps']:9.0f} {100 * best['gbps'] / copy:5.1f}% {sd / best['time_ms'] if sd else 0:6.2f}x  "
               f"{best['phase']}")
 
