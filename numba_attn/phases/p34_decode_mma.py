@@ -54,6 +54,11 @@ at B=1 and to the memory limit at B=8 and for q_len 4 — but not in size at
 B=1 32k: 41.7 µs is still 4% behind SDPA. What is left there: 16 splits × 8
 KV heads give 128 blocks for 132 SMs (one wave, 4 SMs idle), and the second
 launch (combine) costs ~2–3 µs of the 41.7.
+
+Final run (commit 469b761, the full decode preset, ``results/dev/decode_final_mma_h200.*``):
+GQA B=1 41.4 µs (SDPA 40.1, 0.97×, 75.7% of copy), B=8 249.9 (SDPA 245.5,
+0.98×), q_len 4 causal 482.2 (SDPA 792.8, 1.64×); MHA 0.79–0.99× SDPA (30.0
+µs at B=1 4k, where ``decode_split_k_lean`` takes 22.3).
 """
 from __future__ import annotations
 
