@@ -11,12 +11,16 @@ When a new score (or tile of scores) raises the maximum to ``m_new``, the old
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
-from numba import float32
 
-from .jit import device
+from . import backend  # noqa: F401  (chooses CUDA or the simulator before numba is imported)
+from numba import float32  # noqa: E402
+
+from .jit import device  # noqa: E402
+from .warp import quad_max  # noqa: E402
 
 NEG_INF = np.float32(-np.inf)
 LOG2E = np.float32(1.4426950408889634)
@@ -230,3 +234,80 @@ def merge_state2(m_a, l_a, m_b, l_b):
     ca = math.exp2(m_a - m)
     cb = math.exp2(m_b - m)
     return m, l_a * ca + l_b * cb, ca, cb
+
+
+# -- online softmax on mma accumulator fragments ------------------------------------
+#
+# An m16n8 accumulator tile gives lane (g, t) the scores of rows g and g+8 at
+# columns 2t, 2t+1 of each 8-column n-tile: values 4·nt + 0, 1 (row g) and
+# 4·nt + 2, 3 (row g+8). The four lanes of a quad hold one row between them,
+# so the row maximum is a quad reduction. Used by every tensor-core phase (the
+# mma.sync ones and the wgmma one, whose accumulator layout per warp is the
+# same) and by the tensor-core decode phase.
+
+
+@functools.cache
+def fragment_softmax(NT: int):
+    """A device function ``(s, base, m_lo, m_hi, sl2) → (m_lo', m_hi', corr_lo,
+    corr_hi, rs_lo, rs_hi)`` for ``NT`` n-tiles starting at ``s[base]``:
+
+    * the new running maxima (raw scores) of rows g and g+8 — the old ones and
+      this tile's, reduced over the quad;
+    * ``corr = exp2((m_old − m_new)·sl2)``, the factor for ``l`` and ``O``;
+    * ``s`` overwritten in place by ``p = exp2(s·sl2 − m_new·sl2)`` (``sl2`` =
+      softmax scale × log2 e), and this lane's row sums of ``p``.
+
+    A row that has seen no key yet (max still NEG_BIG) gets p = 0, not exp(0).
+    NT is a compile-time constant (the factory is cached per NT) so that the
+    loops unroll and ``s`` stays in registers.
+    """
+
+    @device
+    def softmax(s, base, m_lo, m_hi, sl2):
+        mx_lo = NEG_BIG
+        mx_hi = NEG_BIG
+        for nt in range(NT):
+            i0 = base + 4 * nt
+            mx_lo = max(mx_lo, max(s[i0], s[i0 + 1]))
+            mx_hi = max(mx_hi, max(s[i0 + 2], s[i0 + 3]))
+        mn_lo = max(m_lo, quad_max(mx_lo))
+        mn_hi = max(m_hi, quad_max(mx_hi))
+        corr_lo = math.exp2((m_lo - mn_lo) * sl2)
+        corr_hi = math.exp2((m_hi - mn_hi) * sl2)
+        ms_lo = mn_lo * sl2 if mn_lo != NEG_BIG else float32(0.0)
+        ms_hi = mn_hi * sl2 if mn_hi != NEG_BIG else float32(0.0)
+        rs_lo = float32(0.0)
+        rs_hi = float32(0.0)
+        for nt in range(NT):
+            i0 = base + 4 * nt
+            p0 = math.exp2(s[i0] * sl2 - ms_lo)
+            p1 = math.exp2(s[i0 + 1] * sl2 - ms_lo)
+            p2 = math.exp2(s[i0 + 2] * sl2 - ms_hi)
+            p3 = math.exp2(s[i0 + 3] * sl2 - ms_hi)
+            rs_lo += p0 + p1
+            rs_hi += p2 + p3
+            s[i0] = p0
+            s[i0 + 1] = p1
+            s[i0 + 2] = p2
+            s[i0 + 3] = p3
+        return mn_lo, mn_hi, corr_lo, corr_hi, rs_lo, rs_hi
+
+    return softmax
+
+
+@functools.cache
+def fragment_rescale(DT: int):
+    """A device function ``(acc, base, corr_lo, corr_hi)`` multiplying the ``DT``
+    output n-tiles at ``acc[base]`` by the rows' correction factors (values
+    4·dt + 0, 1 belong to row g, 4·dt + 2, 3 to row g+8)."""
+
+    @device
+    def rescale(acc, base, corr_lo, corr_hi):
+        for dt in range(DT):
+            i0 = base + 4 * dt
+            acc[i0] *= corr_lo
+            acc[i0 + 1] *= corr_lo
+            acc[i0 + 2] *= corr_hi
+            acc[i0 + 3] *= corr_hi
+
+    return rescale

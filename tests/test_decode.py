@@ -253,13 +253,13 @@ def test_decode_mma_gqa_uneven_and_empty_splits():
     # 4 query heads on one KV head, q_len 2: 8 rows of the m16 tile; 5 forced splits of 32 keys
     # over 61 keys: splits 2-4 receive no key; each warp streams its own 16-key tiles
     p = Problem(batch=1, heads=4, kv_heads=1, q_len=2, kv_len=61, head_dim=32, dtype="float16")
-    launch = get_phase("decode_mma").plan(p, warps=2, Bc=16, STAGES=2, splits=5, fuse_max=0)
-    assert len(launch.kernels) == 2 and "S=5" in launch.notes, launch.notes
-    _ok("decode_mma", p, warps=2, Bc=16, STAGES=2, splits=5, fuse_max=0, seed=17)
-    # the same with the last block of the KV head combining (5 splits × 8 rows ≤ 64)
     launch = get_phase("decode_mma").plan(p, warps=2, Bc=16, STAGES=2, splits=5)
+    assert len(launch.kernels) == 2 and "S=5" in launch.notes, launch.notes
+    _ok("decode_mma", p, warps=2, Bc=16, STAGES=2, splits=5, seed=17)
+    # the same with the last block of the KV head combining (fuse_max: 5 splits × 8 rows ≤ 64)
+    launch = get_phase("decode_mma").plan(p, warps=2, Bc=16, STAGES=2, splits=5, fuse_max=64)
     assert len(launch.kernels) == 1 and "combine fused" in launch.notes, launch.notes
-    _ok("decode_mma", p, warps=2, Bc=16, STAGES=2, splits=5, seed=19)
+    _ok("decode_mma", p, warps=2, Bc=16, STAGES=2, splits=5, fuse_max=64, seed=19)
 
 
 def test_decode_mma_causal_full_tile_one_split():

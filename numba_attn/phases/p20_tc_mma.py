@@ -57,7 +57,6 @@ both: ldmatrix and cp.async.
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 from numba import cuda, float32, uint16, uint32
@@ -66,7 +65,8 @@ from ..intrinsics import (SMEM_ALIGN, ld_global_v4, lds, mma_bf16, mma_f16, pack
                           pack_f16x2, st_shared_v4)
 from ..jit import kernel
 from ..registry import Launch, register_phase
-from ..warp import quad_max, quad_sum
+from ..device_functions import fragment_rescale, fragment_softmax
+from ..warp import quad_sum
 
 NEG_BIG = np.float32(-1e30)  # masked score; finite because fastmath assumes no infinities
 LOG2E = 1.4426950408889634
@@ -89,6 +89,8 @@ def make_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool):
     NQ = 4 * KS  # Q fragment registers
     NS = 4 * NT  # score accumulators
     NO = 4 * DT  # output accumulators
+    softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
+    rescale = fragment_rescale(DT)
 
     @kernel
     def tc_mma(q, k, v, o, sl2, H, G, Nq, Nk):
@@ -173,40 +175,10 @@ def make_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool):
                             if col >= Nk or (causal and col > row + off):
                                 s[4 * nt + e] = NEG_BIG
                 # -- online softmax on the fragments
-                mx_lo = NEG_BIG
-                mx_hi = NEG_BIG
-                for nt in range(NT):
-                    mx_lo = max(mx_lo, max(s[4 * nt], s[4 * nt + 1]))
-                    mx_hi = max(mx_hi, max(s[4 * nt + 2], s[4 * nt + 3]))
-                mn_lo = max(m_lo, quad_max(mx_lo))
-                mn_hi = max(m_hi, quad_max(mx_hi))
-                corr_lo = math.exp2((m_lo - mn_lo) * sl2)
-                corr_hi = math.exp2((m_hi - mn_hi) * sl2)
-                # a row that has seen no key yet keeps p = 0 (not exp(0) = 1)
-                ms_lo = mn_lo * sl2 if mn_lo != NEG_BIG else float32(0.0)
-                ms_hi = mn_hi * sl2 if mn_hi != NEG_BIG else float32(0.0)
-                m_lo = mn_lo
-                m_hi = mn_hi
-                rs_lo = float32(0.0)
-                rs_hi = float32(0.0)
-                for nt in range(NT):
-                    p0 = math.exp2(s[4 * nt] * sl2 - ms_lo)
-                    p1 = math.exp2(s[4 * nt + 1] * sl2 - ms_lo)
-                    p2 = math.exp2(s[4 * nt + 2] * sl2 - ms_hi)
-                    p3 = math.exp2(s[4 * nt + 3] * sl2 - ms_hi)
-                    rs_lo += p0 + p1
-                    rs_hi += p2 + p3
-                    s[4 * nt] = p0
-                    s[4 * nt + 1] = p1
-                    s[4 * nt + 2] = p2
-                    s[4 * nt + 3] = p3
+                m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
                 l_lo = l_lo * corr_lo + rs_lo
                 l_hi = l_hi * corr_hi + rs_hi
-                for dt in range(DT):
-                    acc[4 * dt] *= corr_lo
-                    acc[4 * dt + 1] *= corr_lo
-                    acc[4 * dt + 2] *= corr_hi
-                    acc[4 * dt + 3] *= corr_hi
+                rescale(acc, 0, corr_lo, corr_hi)
                 # -- O += P V: two S n-tiles = one A fragment of P
                 for kk in range(KK):
                     a0 = pack(s[8 * kk], s[8 * kk + 1])

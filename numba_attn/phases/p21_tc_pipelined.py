@@ -86,7 +86,6 @@ SM; a 128 cap at D64 costs 16 spill instructions).
 from __future__ import annotations
 
 import functools
-import math
 
 from numba import cuda, float32, uint32
 
@@ -95,7 +94,8 @@ from ..intrinsics import (SMEM_ALIGN, cp_async16_flat, cp_async_commit, cp_async
 from ..jit import kernel
 from ..ptx_loads import STATIC_SMEM_LIMIT, dynamic_tile, launch_dynamic, smem_reason
 from ..registry import Launch, register_phase
-from ..warp import quad_max, quad_sum
+from ..device_functions import fragment_rescale, fragment_softmax
+from ..warp import quad_sum
 from .p20_tc_mma import LOG2E, NEG_BIG, supports_tc, u32_views
 
 ALIGN = SMEM_ALIGN
@@ -125,6 +125,8 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
     NQ = 4 * KS  # Q registers per m-tile
     NS = 4 * NT  # score accumulators per m-tile
     NO = 4 * DT  # output accumulators per m-tile
+    softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
+    rescale = fragment_rescale(DT)
     NQA = MT * NQ
     NSA = MT * NS
     NOA = MT * NO
@@ -253,43 +255,11 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
                                     s[mt * NS + 4 * nt + e] = NEG_BIG
                 # -- online softmax on the fragments, per m-tile
                 for mt in range(MT):
-                    mx_lo = NEG_BIG
-                    mx_hi = NEG_BIG
-                    for nt in range(NT):
-                        i0 = mt * NS + 4 * nt
-                        mx_lo = max(mx_lo, max(s[i0], s[i0 + 1]))
-                        mx_hi = max(mx_hi, max(s[i0 + 2], s[i0 + 3]))
-                    mn_lo = max(m[2 * mt], quad_max(mx_lo))
-                    mn_hi = max(m[2 * mt + 1], quad_max(mx_hi))
-                    corr_lo = math.exp2((m[2 * mt] - mn_lo) * sl2)
-                    corr_hi = math.exp2((m[2 * mt + 1] - mn_hi) * sl2)
-                    # a row that has seen no key yet keeps p = 0 (not exp(0) = 1)
-                    ms_lo = mn_lo * sl2 if mn_lo != NEG_BIG else float32(0.0)
-                    ms_hi = mn_hi * sl2 if mn_hi != NEG_BIG else float32(0.0)
-                    m[2 * mt] = mn_lo
-                    m[2 * mt + 1] = mn_hi
-                    rs_lo = float32(0.0)
-                    rs_hi = float32(0.0)
-                    for nt in range(NT):
-                        i0 = mt * NS + 4 * nt
-                        p0 = math.exp2(s[i0] * sl2 - ms_lo)
-                        p1 = math.exp2(s[i0 + 1] * sl2 - ms_lo)
-                        p2 = math.exp2(s[i0 + 2] * sl2 - ms_hi)
-                        p3 = math.exp2(s[i0 + 3] * sl2 - ms_hi)
-                        rs_lo += p0 + p1
-                        rs_hi += p2 + p3
-                        s[i0] = p0
-                        s[i0 + 1] = p1
-                        s[i0 + 2] = p2
-                        s[i0 + 3] = p3
+                    m[2 * mt], m[2 * mt + 1], corr_lo, corr_hi, rs_lo, rs_hi = softmax(
+                        s, mt * NS, m[2 * mt], m[2 * mt + 1], sl2)
                     l[2 * mt] = l[2 * mt] * corr_lo + rs_lo
                     l[2 * mt + 1] = l[2 * mt + 1] * corr_hi + rs_hi
-                    for dt in range(DT):
-                        i0 = mt * NO + 4 * dt
-                        acc[i0] *= corr_lo
-                        acc[i0 + 1] *= corr_lo
-                        acc[i0 + 2] *= corr_hi
-                        acc[i0 + 3] *= corr_hi
+                    rescale(acc, mt * NO, corr_lo, corr_hi)
                 # -- O += P V: each V fragment pair serves the MT m-tiles
                 for kk in range(KK):
                     vrow = vb + 16 * kk + v_r

@@ -44,14 +44,14 @@ bound warps) plus two 32-bit shared loads and a cvt per B register.
 from __future__ import annotations
 
 import functools
-import math
 
 from numba import cuda, float32, uint32
 
 from ..intrinsics import SMEM_ALIGN, cp_async16, cp_async_commit, cp_async_wait, lds, mma_tf32, to_tf32
 from ..jit import kernel
 from ..registry import Launch, register_phase
-from ..warp import quad_max, quad_sum
+from ..device_functions import fragment_rescale, fragment_softmax
+from ..warp import quad_sum
 from .p20_tc_mma import LOG2E, NEG_BIG
 
 ALIGN = SMEM_ALIGN
@@ -73,6 +73,8 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool)
     NQ = 4 * KS
     NS = 4 * NT
     NO = 4 * DT
+    softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
+    rescale = fragment_rescale(DT)
     WAIT = STAGES - 2
 
     @kernel(**({"max_registers": MAXREG} if MAXREG else {}))
@@ -175,39 +177,10 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool)
                             row = r_lo if e < 2 else r_hi
                             if col >= Nk or (causal and col > row + off):
                                 s[4 * nt + e] = NEG_BIG
-                mx_lo = NEG_BIG
-                mx_hi = NEG_BIG
-                for nt in range(NT):
-                    mx_lo = max(mx_lo, max(s[4 * nt], s[4 * nt + 1]))
-                    mx_hi = max(mx_hi, max(s[4 * nt + 2], s[4 * nt + 3]))
-                mn_lo = max(m_lo, quad_max(mx_lo))
-                mn_hi = max(m_hi, quad_max(mx_hi))
-                corr_lo = math.exp2((m_lo - mn_lo) * sl2)
-                corr_hi = math.exp2((m_hi - mn_hi) * sl2)
-                ms_lo = mn_lo * sl2 if mn_lo != NEG_BIG else float32(0.0)
-                ms_hi = mn_hi * sl2 if mn_hi != NEG_BIG else float32(0.0)
-                m_lo = mn_lo
-                m_hi = mn_hi
-                rs_lo = float32(0.0)
-                rs_hi = float32(0.0)
-                for nt in range(NT):
-                    p0 = math.exp2(s[4 * nt] * sl2 - ms_lo)
-                    p1 = math.exp2(s[4 * nt + 1] * sl2 - ms_lo)
-                    p2 = math.exp2(s[4 * nt + 2] * sl2 - ms_hi)
-                    p3 = math.exp2(s[4 * nt + 3] * sl2 - ms_hi)
-                    rs_lo += p0 + p1
-                    rs_hi += p2 + p3
-                    s[4 * nt] = p0
-                    s[4 * nt + 1] = p1
-                    s[4 * nt + 2] = p2
-                    s[4 * nt + 3] = p3
+                m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
                 l_lo = l_lo * corr_lo + rs_lo
                 l_hi = l_hi * corr_hi + rs_hi
-                for dt in range(DT):
-                    acc[4 * dt] *= corr_lo
-                    acc[4 * dt + 1] *= corr_lo
-                    acc[4 * dt + 2] *= corr_hi
-                    acc[4 * dt + 3] *= corr_hi
+                rescale(acc, 0, corr_lo, corr_hi)
                 # -- O += P V with keys permuted: column t ↔ key 2t, column t+4 ↔ key 2t+1
                 for kk in range(KK):
                     a0 = to_tf32(s[4 * kk])  # (g, key 2t)

@@ -71,7 +71,6 @@ N512 0.065 ms, still flagged launch-bound (SDPA 0.048 ms).
 from __future__ import annotations
 
 import functools
-import math
 
 from numba import cuda, float32, uint32
 
@@ -79,7 +78,8 @@ from ..intrinsics import cp_async16_flat, cp_async_commit, cp_async_wait, pack_b
 from ..jit import kernel
 from ..ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from ..registry import Launch, register_phase
-from ..warp import quad_max, quad_sum
+from ..device_functions import fragment_rescale, fragment_softmax
+from ..warp import quad_sum
 from ..wgmma import kmajor_params, make_wgmma_rs, mnmajor_params, row_bytes, shared_address
 from .p20_tc_mma import LOG2E, NEG_BIG, supports_tc, u32_views
 
@@ -101,6 +101,8 @@ def make_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf1
     NQ = 4 * KS  # Q registers (A fragments)
     NS = Bc // 2  # score accumulators per thread (64 × Bc over 128 threads)
     NO = D // 2  # output accumulators per thread
+    softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
+    rescale = fragment_rescale(DT)
     NP = 4 * KK  # P registers (A fragments of P·V)
     RB = row_bytes(D)  # bytes per swizzled row
     PER = RB // 16  # 16-byte chunks per swizzled row
@@ -217,44 +219,16 @@ def make_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf1
                             if col >= Nk or (causal and col > row + off):
                                 s[4 * nt + e] = NEG_BIG
                 # -- online softmax on the fragments (rows g and g+8 of the warp)
-                mx_lo = NEG_BIG
-                mx_hi = NEG_BIG
-                for nt in range(NT):
-                    mx_lo = max(mx_lo, max(s[4 * nt], s[4 * nt + 1]))
-                    mx_hi = max(mx_hi, max(s[4 * nt + 2], s[4 * nt + 3]))
-                mn_lo = max(m_lo, quad_max(mx_lo))
-                mn_hi = max(m_hi, quad_max(mx_hi))
-                corr_lo = math.exp2((m_lo - mn_lo) * sl2)
-                corr_hi = math.exp2((m_hi - mn_hi) * sl2)
-                ms_lo = mn_lo * sl2 if mn_lo != NEG_BIG else float32(0.0)
-                ms_hi = mn_hi * sl2 if mn_hi != NEG_BIG else float32(0.0)
-                m_lo = mn_lo
-                m_hi = mn_hi
-                rs_lo = float32(0.0)
-                rs_hi = float32(0.0)
-                for kk in range(KK):  # P, rounded and packed: the A fragments of k-step kk
-                    i0 = 8 * kk
-                    p0 = math.exp2(s[i0] * sl2 - ms_lo)
-                    p1 = math.exp2(s[i0 + 1] * sl2 - ms_lo)
-                    p2 = math.exp2(s[i0 + 2] * sl2 - ms_hi)
-                    p3 = math.exp2(s[i0 + 3] * sl2 - ms_hi)
-                    p4 = math.exp2(s[i0 + 4] * sl2 - ms_lo)
-                    p5 = math.exp2(s[i0 + 5] * sl2 - ms_lo)
-                    p6 = math.exp2(s[i0 + 6] * sl2 - ms_hi)
-                    p7 = math.exp2(s[i0 + 7] * sl2 - ms_hi)
-                    rs_lo += (p0 + p1) + (p4 + p5)
-                    rs_hi += (p2 + p3) + (p6 + p7)
-                    pf[4 * kk + 0] = pack(p0, p1)
-                    pf[4 * kk + 1] = pack(p2, p3)
-                    pf[4 * kk + 2] = pack(p4, p5)
-                    pf[4 * kk + 3] = pack(p6, p7)
+                m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
                 l_lo = l_lo * corr_lo + rs_lo
                 l_hi = l_hi * corr_hi + rs_hi
-                for dt in range(DT):
-                    acc[4 * dt] *= corr_lo
-                    acc[4 * dt + 1] *= corr_lo
-                    acc[4 * dt + 2] *= corr_hi
-                    acc[4 * dt + 3] *= corr_hi
+                for kk in range(KK):  # P, rounded and packed: the A fragments of k-step kk
+                    i0 = 8 * kk
+                    pf[4 * kk + 0] = pack(s[i0], s[i0 + 1])
+                    pf[4 * kk + 1] = pack(s[i0 + 2], s[i0 + 3])
+                    pf[4 * kk + 2] = pack(s[i0 + 4], s[i0 + 5])
+                    pf[4 * kk + 3] = pack(s[i0 + 6], s[i0 + 7])
+                rescale(acc, 0, corr_lo, corr_hi)
                 # -- O += P V: KK wgmma m64nD k16, V (transposed) read from shared memory
                 pv(acc, pf, 0, KV, (STAGES + it % STAGES) * TILE)
 

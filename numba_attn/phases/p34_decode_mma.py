@@ -63,18 +63,17 @@ GQA B=1 41.4 µs (SDPA 40.1, 0.97×, 75.7% of copy), B=8 249.9 (SDPA 245.5,
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 from numba import cuda, float32, int32, uint32
 
-from ..device_functions import NEG_BIG, combine_splits, merge_state, state_lse
+from ..device_functions import NEG_BIG, combine_splits, fragment_rescale, fragment_softmax, merge_state, state_lse
 from ..intrinsics import cp_async16_flat, cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans, mma_f16, \
     pack_f16x2
 from ..jit import kernel
 from ..ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from ..registry import Launch, register_phase
-from ..warp import WARP_SIZE, quad_max, quad_sum, syncwarp
+from ..warp import WARP_SIZE, quad_sum, syncwarp
 from .p30_decode_chunked import MAX_Q_LEN, check_alignment
 from .p31_decode_split_k import make_combine_kernel, sm_count, split_plan
 
@@ -101,6 +100,8 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: b
     NQ = 4 * KS
     NS = 4 * NT
     NO = 4 * DT
+    softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
+    rescale = fragment_rescale(DT)
     WAIT = STAGES - 2
     MO_ROWS = W * 16  # merge area: O of every warp's 16 rows (aliases the rings)
     ML = ROWS * DW if ROWS * DW >= MO_ROWS * D else MO_ROWS * D  # float offset of the m/l area
@@ -218,39 +219,10 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: b
                         if col >= lim:
                             s[4 * nt + e] = NEG_BIG
             # -- online softmax on the fragments (raw scores; exp2 with the scale folded in)
-            mx_lo = NEG_BIG
-            mx_hi = NEG_BIG
-            for nt in range(NT):
-                mx_lo = max(mx_lo, max(s[4 * nt], s[4 * nt + 1]))
-                mx_hi = max(mx_hi, max(s[4 * nt + 2], s[4 * nt + 3]))
-            mn_lo = max(m_lo, quad_max(mx_lo))
-            mn_hi = max(m_hi, quad_max(mx_hi))
-            corr_lo = math.exp2((m_lo - mn_lo) * sl2)
-            corr_hi = math.exp2((m_hi - mn_hi) * sl2)
-            ms_lo = mn_lo * sl2 if mn_lo != NEG_BIG else float32(0.0)
-            ms_hi = mn_hi * sl2 if mn_hi != NEG_BIG else float32(0.0)
-            m_lo = mn_lo
-            m_hi = mn_hi
-            rs_lo = float32(0.0)
-            rs_hi = float32(0.0)
-            for nt in range(NT):
-                p0 = math.exp2(s[4 * nt] * sl2 - ms_lo)
-                p1 = math.exp2(s[4 * nt + 1] * sl2 - ms_lo)
-                p2 = math.exp2(s[4 * nt + 2] * sl2 - ms_hi)
-                p3 = math.exp2(s[4 * nt + 3] * sl2 - ms_hi)
-                rs_lo += p0 + p1
-                rs_hi += p2 + p3
-                s[4 * nt] = p0
-                s[4 * nt + 1] = p1
-                s[4 * nt + 2] = p2
-                s[4 * nt + 3] = p3
+            m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
             l_lo = l_lo * corr_lo + rs_lo
             l_hi = l_hi * corr_hi + rs_hi
-            for dt in range(DT):
-                acc[4 * dt] *= corr_lo
-                acc[4 * dt + 1] *= corr_lo
-                acc[4 * dt + 2] *= corr_hi
-                acc[4 * dt + 3] *= corr_hi
+            rescale(acc, 0, corr_lo, corr_hi)
             # -- O += P V
             for kk in range(KK):
                 p0 = 8 * kk
