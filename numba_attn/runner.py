@@ -67,8 +67,15 @@ MAX_THREADS_PER_BLOCK = 1024
 MAX_STATIC_SMEM_BYTES = 48 * 1024
 MAX_DYNAMIC_SMEM_BYTES = 227 * 1024
 
-# Problems above this many FLOPs get their float64 reference from torch on the GPU when available.
+# Problems above this many FLOPs, or whose inputs exceed this many bytes (decode: little
+# arithmetic over a large cache), get their float64 reference from torch on the GPU when available.
 TORCH_REFERENCE_FLOPS = 1e11
+TORCH_REFERENCE_BYTES = 2**28
+
+
+def _torch_reference(problem: Problem) -> bool:
+    return not IS_SIMULATOR and (problem.flops() > TORCH_REFERENCE_FLOPS
+                                 or problem.min_bytes() > TORCH_REFERENCE_BYTES)
 
 
 @dataclass
@@ -98,18 +105,18 @@ class DeviceLimitError(RuntimeError):
 # -- helpers -------------------------------------------------------------------
 
 _REF_CACHE: dict = {}
-_REF_CACHE_BYTES = 6 * 2**30
+_REF_CACHE_BYTES = 24 * 2**30  # inputs and references of both seeds of a B=32, 16k-key decode problem
 
 
 def _reference(problem: Problem, seed: int):
     key = (problem, seed)
     if key not in _REF_CACHE:
-        size = sum(a[0].nbytes + a[3].nbytes * 2 for a in _REF_CACHE.values())
+        size = sum(x.nbytes for entry in _REF_CACHE.values() for x in entry)  # q, k, v and the reference
         if len(_REF_CACHE) > 8 or size > _REF_CACHE_BYTES:
             _REF_CACHE.clear()
         q, k, v = problem.inputs(seed)
         ref = None
-        if problem.flops() > TORCH_REFERENCE_FLOPS and not IS_SIMULATOR:
+        if _torch_reference(problem):
             ref = _reference_torch(q, k, v, causal=problem.causal, scale=problem.sm_scale)
         if ref is None:
             ref = reference(q, k, v, causal=problem.causal, scale=problem.sm_scale)
@@ -401,8 +408,7 @@ def _measure_checked(phase, problem, cfg, params, row, cuda):
     worst = max(checks, key=lambda c: (not c.ok, c.rel_err))
     row["check"] = worst.to_dict()
     row["seeds"] = list(cfg.seeds[: len(checks)])
-    row["reference"] = "torch-float64-cuda" if (problem.flops() > TORCH_REFERENCE_FLOPS and not IS_SIMULATOR) \
-        else "numpy-float64"
+    row["reference"] = "torch-float64-cuda" if _torch_reference(problem) else "numpy-float64"
     row["resources"] = kernel_resources(launch.kernels)
     _summarize_resources(row)
     if not worst.ok:
