@@ -21,7 +21,7 @@ SHAPES = {
     "decode-B2H4/2-1x45-D32-fp32": Problem(batch=2, heads=4, kv_heads=2, q_len=1, kv_len=45, head_dim=32),
     "decode-B1H2-3x45-D16-fp16-causal": Problem(batch=1, heads=2, q_len=3, kv_len=45, head_dim=16,
                                                 dtype="float16", causal=True),
-    "decode-B1H4/1-2x61-D32-fp16": Problem(batch=1, heads=4, kv_heads=1, q_len=2, kv_len=61, head_dim=32,
+    "decode-B1H4/1-2x45-D16-fp16": Problem(batch=1, heads=4, kv_heads=1, q_len=2, kv_len=45, head_dim=16,
                                            dtype="float16"),
 }
 PHASES = list_phases()
