@@ -343,6 +343,8 @@ VARIANTS = {
             ("decode_mma", {"warps": 8, "blocks_per_sm": 1}), ("decode_mma", {"min_keys": 512}),
             ("decode_mma", {"min_keys": 4096}), ("decode_mma", {"blocks_per_sm": 1}),
             ("decode_mma", {"STAGES": 2})],
+    "fusetest": [("decode_mma", {}), ("decode_mma", {"fuse_max": 64}), ("decode_mma", {"fuse_max": 64, "warps": 8,
+                                                                                      "blocks_per_sm": 1})],
     "tune": [("decode_chunked", {"warps": 4}), ("decode_chunked", {"warps": 8}),
              ("decode_split_k", {"warps": 4, "blocks_per_sm": 2}), ("decode_split_k", {"warps": 4, "blocks_per_sm": 4}),
              ("decode_split_k", {"warps": 8, "blocks_per_sm": 2}),

@@ -65,7 +65,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import cuda, float32, int32, uint32
+from numba import cuda, float32, uint32
 
 from ..device_functions import NEG_BIG, combine_splits, fragment_rescale, fragment_softmax, merge_state, state_lse
 from ..intrinsics import cp_async16_flat, cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans, mma_f16, \
@@ -105,12 +105,12 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: b
     WAIT = STAGES - 2
     MO_ROWS = W * 16  # merge area: O of every warp's 16 rows (aliases the rings)
     ML = ROWS * DW if ROWS * DW >= MO_ROWS * D else MO_ROWS * D  # float offset of the m/l area
-    MLR = W * 16  # rows of the m/l area (closure constants: array shapes must be literals)
+    MLR = W * 16 + 1  # rows of the m/l area, and one for the last-block flag (closure constants)
+    FLAG = W * 16
 
     @kernel
     def decode_mma(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, chunk, S):
         KV = dynamic_tile(0, ROWS, DW)
-        sm_last = cuda.shared.array(1, int32)
         split = cuda.blockIdx.x
         kvh = cuda.blockIdx.y  # b * Hkv + kv head
         lo = split * chunk
@@ -280,9 +280,9 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: b
             cuda.syncthreads()
             if tid == 0:
                 prev = cuda.atomic.add(counters, kvh, 1)
-                sm_last[0] = 1 if prev == S - 1 else 0
+                MM[FLAG, 0] = float32(1.0) if prev == S - 1 else float32(0.0)
             cuda.syncthreads()
-            if sm_last[0] == 1:
+            if MM[FLAG, 0] > float32(0.5):
                 cuda.threadfence()
                 for idx in range(tid, NR * D, NTH):
                     r = idx // D
@@ -299,7 +299,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: b
 def smem_bytes(D, W, Bc, STAGES):
     ring = W * 2 * STAGES * Bc * D * 2
     merge = W * 16 * D * 4
-    return max(ring, merge) + W * 16 * 2 * 4
+    return max(ring, merge) + (W * 16 + 1) * 2 * 4
 
 
 def _supports(problem, warps, Bc, STAGES, splits, blocks_per_sm, min_keys, fuse_max):
