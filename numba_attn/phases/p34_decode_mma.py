@@ -46,7 +46,12 @@ warps × 1 block 42.6 µs (B=1 32k), 4 stages 50.0, 32-key tiles 50.9, 2 warps
 × 4 blocks 48.4. Commit b7f413f: the last-block combine (``fuse_max`` 64)
 made it slower — B=1 32k 48.4 µs against 41.8 without, B=8 290.7 against
 249.9 — so it is off by default (the cause is not established: the same
-scheme helps ``decode_split_k_lean``). MHA (1 row of 16 used): 0.92–0.99×
+scheme helps ``decode_split_k_lean``). Commit ad4b181 moved the last-block
+flag from a 4-byte static shared array into the dynamic area: B=8 fused
+247.9 µs against 245.3 (within 1%, so the static array beside the dynamic
+ring cost the 16%; why is not established), B=1 still 43.8 against 41.1
+(``results/dev/decode_mma_fusetest_h200.*``): the separate combine stays
+the default. MHA (1 row of 16 used): 0.92–0.99×
 SDPA, behind ``decode_split_k_lean``, as expected. 208 registers, no spills.
 
 The prediction held in kind — the split kernel moved from ~2.6 to ~3.2 TB/s
