@@ -83,7 +83,7 @@ from .backend import IS_SIMULATOR
 
 SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}  # descriptor bits 62-63 for 128/64/32-byte swizzles
 
-__all__ = ["make_wgmma_rs", "shared_address", "row_bytes", "swizzle_chunk", "tile_offset", "kmajor_params",
+__all__ = ["make_wgmma_rs", "make_wgmma_wait", "shared_address", "row_bytes", "swizzle_chunk", "tile_offset", "kmajor_params",
            "mnmajor_params", "b_addresses", "wgmma_reference", "SWIZZLE_MODE"]
 
 
@@ -246,7 +246,8 @@ if IS_SIMULATOR:
 
     @functools.cache
     def make_wgmma_rs(kind: str, N: int, trans_b: bool, zero: bool, offsets: tuple, lbo: int, sbo: int,
-                      rb: int = 128):
+                      rb: int = 128, wait: bool = True):
+        """(The simulator computes at issue; ``wait=False`` only changes the GPU code.)"""
         _check(kind, N, offsets, rb)
         NA = N // 2
         ksteps = len(offsets)
@@ -271,6 +272,17 @@ if IS_SIMULATOR:
                 acc[i] = D[t, i]
 
         return wgmma_rs
+
+    @functools.cache
+    def make_wgmma_wait(pending: int, n1: int, n2: int = 0):
+        """Simulator: products complete at issue, so the wait has nothing to do
+        (a kernel that reads an accumulator before its wait is wrong on the GPU
+        only; the GPU tests cover the asynchronous phases)."""
+
+        def wgmma_wait(acc1, acc2):
+            return None
+
+        return wgmma_wait
 
     def _thread_id():
         import threading
@@ -303,7 +315,7 @@ else:  # -------------------------------------------------------------- GPU
 
     @functools.cache
     def make_wgmma_rs(kind: str, N: int, trans_b: bool, zero: bool, offsets: tuple, lbo: int, sbo: int,
-                      rb: int = 128):
+                      rb: int = 128, wait: bool = True):
         _check(kind, N, offsets, rb)
         NA = N // 2
         ksteps = len(offsets)
@@ -318,7 +330,7 @@ else:  # -------------------------------------------------------------- GPU
             a4 = ",".join(f"${a_idx[4 * s + i]}" for i in range(4))
             lines.append(f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{kind}.{kind} {{{outs}}}, {{{a4}}}, "
                          f"${d_idx[s]}, {'p' if s == 0 else 'q'}, 1, 1, {1 if trans_b else 0};")
-        lines += ["wgmma.commit_group.sync.aligned;", "wgmma.wait_group.sync.aligned 0;", "}"]
+        lines += ["wgmma.commit_group.sync.aligned;"] + (["wgmma.wait_group.sync.aligned 0;"] if wait else []) + ["}"]
         text = "\n".join(lines)
         cons = ",".join(["=f"] * NA + [str(i) for i in range(nin)] + ["r"] * (1 + 4 * ksteps) + ["l"] * ksteps
                         + ["~{memory}"])
@@ -354,3 +366,35 @@ else:  # -------------------------------------------------------------- GPU
             return sig, codegen
 
         return wgmma_rs
+
+    @functools.cache
+    def make_wgmma_wait(pending: int, n1: int, n2: int = 0):
+        """``wgmma.wait_group pending`` that passes the ``n1`` (and ``n2``) values of
+        the accumulator arrays through as in/out operands: every later use of an
+        accumulator reads it after the wait (the role of CUTLASS's
+        ``warpgroup_fence_operand``)."""
+        n = n1 + n2
+        text = f"wgmma.wait_group.sync.aligned {int(pending)};"
+        cons = ",".join(["=f"] * n + [str(i) for i in range(n)] + ["~{memory}"])
+
+        @intrinsic
+        def wgmma_wait(typingctx, acc1, acc2):
+            if not (isinstance(acc1, types.Array) and isinstance(acc2, types.Array)):
+                return None
+            sig = types.void(acc1, acc2)
+
+            def codegen(context, builder, sig, args):
+                ptrs = []
+                for ary, aty, cnt in ((args[0], sig.args[0], n1), (args[1], sig.args[1], n2)):
+                    a = context.make_array(aty)(context, builder, value=ary)
+                    ptrs += [builder.gep(a.data, [ir.Constant(_i64, i)]) for i in range(cnt)]
+                vals = [builder.load(p) for p in ptrs]
+                res = _asm(builder, ir.LiteralStructType([_f32] * n), [_f32] * n, text, cons, vals,
+                           side_effect=True)
+                for i, p in enumerate(ptrs):
+                    builder.store(builder.extract_value(res, i), p)
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return wgmma_wait

@@ -67,6 +67,9 @@ CASES = [
     ("tc_wgmma", tiny("float16", D=64, q_len=70, kv_len=75, heads=1, causal=True), {"WG": 1, "Bc": 16}),
     ("tc_wgmma", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"WG": 1, "Bc": 32, "STAGES": 3}),
     ("tc_wgmma", tiny("float16", D=16, q_len=130, kv_len=37, heads=1), {"WG": 2, "Bc": 16}),
+    # the next tile's scores in flight during the softmax: 3 stages, uneven last tile, causal, GQA
+    ("tc_wgmma_overlap", tiny("float16", D=64, q_len=70, kv_len=75, heads=1, causal=True), {"WG": 1, "Bc": 16}),
+    ("tc_wgmma_overlap", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"WG": 1, "Bc": 32, "STAGES": 4}),
 ]
 
 
@@ -103,6 +106,7 @@ def test_registry_metadata():
     assert get_phase("tc_pipelined").parent == "tc_mma"
     assert get_phase("tc_tf32").parent == "tc_pipelined"
     assert get_phase("tc_wgmma").parent == "tc_pipelined"
+    assert get_phase("tc_wgmma_overlap").parent == "tc_wgmma"
 
 
 # -- GPU only ---------------------------------------------------------------------
@@ -121,6 +125,10 @@ GPU_CASES = [
     ("tc_wgmma", Problem(batch=2, heads=3, q_len=1000, kv_len=1300, head_dim=64, dtype="float16", causal=True)),
     ("tc_wgmma", Problem(batch=1, heads=4, q_len=777, head_dim=128, dtype="bfloat16", causal=True)),
     ("tc_wgmma", Problem(batch=1, heads=8, kv_heads=2, q_len=640, kv_len=901, head_dim=128, dtype="float16")),
+    ("tc_wgmma_overlap", Problem(batch=2, heads=3, q_len=1000, kv_len=1300, head_dim=64, dtype="float16",
+                                 causal=True)),
+    ("tc_wgmma_overlap", Problem(batch=1, heads=8, kv_heads=2, q_len=640, kv_len=901, head_dim=128,
+                                 dtype="bfloat16")),
 ]
 
 
@@ -138,7 +146,7 @@ def test_phase_gpu_shapes(name, problem):
     for sig, ov in kern.overloads.items():
         assert ov.local_mem_per_thread == 0, "fragments spilled to local memory"
         sass = kern.inspect_sass(sig)
-        assert ("HGMMA" if name == "tc_wgmma" else "HMMA") in sass
+        assert ("HGMMA" if name.startswith("tc_wgmma") else "HMMA") in sass
         if name != "tc_mma":
             assert "LDGSTS" in sass
         if name == "tc_pipelined":

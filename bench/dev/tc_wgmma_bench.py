@@ -25,6 +25,19 @@ from numba_attn.problem import Problem  # noqa: E402
 P = dict(batch=1, heads=32, q_len=4096)
 D128 = Problem(**P, head_dim=128, dtype="float16")
 D64 = Problem(**P, head_dim=64, dtype="float16")
+OVERLAP = [
+    (D128, "tc_wgmma", {}),
+    (D128, "tc_wgmma_overlap", {}),
+    (D128, "tc_wgmma_overlap", {"STAGES": 4}),
+    (D128, "tc_wgmma_overlap", {"Bc": 32}),
+    (D64, "tc_wgmma", {}),
+    (D64, "tc_wgmma_overlap", {}),
+    (D64, "tc_wgmma_overlap", {"WG": 1}),
+    (D64, "tc_wgmma_overlap", {"Bc": 128}),
+    (D128.replace(causal=True), "tc_wgmma", {}),
+    (D128.replace(causal=True), "tc_wgmma_overlap", {}),
+    (D128.replace(dtype="bfloat16"), "tc_wgmma_overlap", {}),
+]
 PLAN = [
     (D128, "tc_wgmma", {}),
     (D128, "tc_wgmma", {"Bc": 128}),
@@ -51,6 +64,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--deadline", type=float, default=200.0, help="seconds after start; later rows are skipped")
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--plan", default="wgmma", help="wgmma (variants, first run) | overlap (tc_wgmma_overlap)")
     args = ap.parse_args(argv)
     t_start = time.time()
 
@@ -70,7 +84,7 @@ def main(argv=None) -> int:
     if args.smoke:
         plan = [(TINY, "tc_wgmma", {"WG": 1, "Bc": 16}), (TINY.replace(causal=True), "tc_wgmma", {"WG": 1, "Bc": 32})]
     else:
-        plan = PLAN
+        plan = OVERLAP if args.plan == "overlap" else PLAN
 
     sdpa = {}
     if not IS_SIMULATOR:
