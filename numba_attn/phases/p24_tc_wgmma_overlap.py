@@ -20,6 +20,30 @@ The tile ring needs tile j+1 resident while tile j is still read, so
 Prediction (before measuring): the softmax hides behind the next Q·Kᵀ, about
 a third of a tile's tensor work at D=128 (8 of 12 wgmma) — +10–20% at D=128
 and D=64 (FlashAttention-3 reports ~+10% from this overlap alone).
+
+Measured (H200, commit feab800, ``python3 bench/dev/tc_wgmma_bench.py --plan
+overlap``, ``results/dev/tc_wgmma_overlap_h200.*``; correct on two seeds and
+in the GPU tests; SDPA and ``tc_wgmma`` in the same run): **slower** —
+B1 H32 N4096 fp16 D=128 0.819 ms (4 stages 0.788, Bc=32 1.014) against
+``tc_wgmma``'s 0.664; D=64 0.622 ms (1 warpgroup 0.581, Bc=128 0.518) against
+0.395; D=128 causal 0.489 against 0.403; bf16 D=128 0.829. The SASS has the
+intended order (the next tile's 8 HGMMA, then the softmax's MUFU, then the
+P·V HGMMA, one ``WARPGROUP.DEPBAR``), so the overlap is there, and it costs
+more than it hides:
+
+* registers: the second score set takes D=128 from 168 to 220 (two
+  warpgroups per block, 8 warps per SM instead of 12) and D=64 from 126 to
+  178 (one block of 8 warps per SM instead of two) — the other warpgroups
+  that hid the softmax in ``tc_wgmma`` are gone;
+* the copies: the next tile must have landed before its Q·Kᵀ is issued, so
+  with 3 stages every barrier waits for all outstanding copies
+  (``cp.async.wait_group 0``): one tile of prefetch instead of two (4 stages
+  recover 4%).
+
+FlashAttention-3 gets its gain with this overlap *plus* producer warps that
+own the copies (TMA, register reallocation with ``setmaxnreg``), so that
+consumers keep their occupancy and never wait on a copy; neither is in this
+phase. The prediction is refuted; ``tc_wgmma`` stays the fastest phase.
 """
 from __future__ import annotations
 
