@@ -83,7 +83,7 @@ from .backend import IS_SIMULATOR
 
 SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}  # descriptor bits 62-63 for 128/64/32-byte swizzles
 
-__all__ = ["make_wgmma_rs", "make_wgmma_wait", "shared_address", "row_bytes", "swizzle_chunk", "tile_offset", "kmajor_params",
+__all__ = ["make_wgmma_rs", "make_wgmma_wait", "make_ring_copy", "shared_address", "row_bytes", "swizzle_chunk", "tile_offset", "kmajor_params",
            "mnmajor_params", "b_addresses", "wgmma_reference", "SWIZZLE_MODE"]
 
 
@@ -130,6 +130,49 @@ def mnmajor_params(rows: int, ksteps: int, rb: int):
     (``rows·rb``), SBO = 8 rows."""
     offs = tuple(16 * rb * s for s in range(ksteps))
     return offs, rows * rb, 8 * rb
+
+
+@functools.cache
+def make_ring_copy(D: int, Bc: int, STAGES: int, NTH: int):
+    """A device function ``copy(KV, k, v, tile, buf, tid, kvh, Nk)`` issuing thread
+    ``tid``'s share (of ``NTH`` threads) of the ``cp.async`` copies of K/V tile
+    ``tile`` (keys ``tile·Bc`` …, rows past ``Nk`` zero-filled) into buffer
+    ``buf`` of a ring of ``STAGES`` swizzled tiles: K buffers first, then V
+    buffers, each ``Bc × D`` 16-bit elements in the layout of :func:`tile_offset`.
+    ``KV`` is a 32-bit view of the ring (offsets in words); ``k``/``v`` are the
+    32-bit views of the (batch·kv heads, Nk, D) tensors, ``kvh`` the row of
+    the first axis. One 16-byte chunk per thread and pass, rows ``NTH/(D/8)``
+    apart. Shared by the wgmma phases."""
+    from .intrinsics import cp_async16_flat
+    from .jit import device
+
+    RB = row_bytes(D)
+    PER = RB // 16  # 16-byte chunks per swizzled row
+    SWM = PER - 1
+    VEC = D // 8  # 16-byte chunks per K/V row
+    RSTEP = NTH // VEC  # tile rows per pass of the block
+    CPT = (Bc + RSTEP - 1) // RSTEP  # passes per tile
+    DW = D // 2  # words per global row
+    TW = Bc * D * 2 // 4  # words of one buffer
+    VOFF = STAGES * TW  # the V buffers follow the K buffers
+
+    @device
+    def copy(KV, k, v, tile, buf, tid, kvh, Nk):
+        lr0 = tid // VEC
+        lc = tid % VEC
+        blk_w = (lc // PER) * Bc * RB // 4  # word offset of this chunk's column block
+        lcc = lc % PER
+        g_base = kvh * Nk * DW + 4 * lc
+        for i in range(CPT):
+            r = lr0 + i * RSTEP
+            if r < Bc:
+                row = tile * Bc + r
+                so = buf * TW + blk_w + r * (RB // 4) + 4 * (lcc ^ (((r * RB) >> 7) & SWM))
+                go = g_base + min(row, Nk - 1) * DW
+                cp_async16_flat(KV, so, k, go, row < Nk)
+                cp_async16_flat(KV, so + VOFF, v, go, row < Nk)
+
+    return copy
 
 
 def _swizzle(addr, rb):

@@ -51,13 +51,13 @@ import functools
 
 from numba import cuda, float32, uint32
 
-from ..intrinsics import cp_async16_flat, cp_async_commit, cp_async_wait, pack_bf16x2, pack_f16x2
+from ..intrinsics import cp_async_commit, cp_async_wait, pack_bf16x2, pack_f16x2
 from ..jit import kernel
 from ..ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from ..registry import Launch, register_phase
 from ..device_functions import fragment_rescale, fragment_softmax
 from ..warp import quad_sum
-from ..wgmma import kmajor_params, make_wgmma_rs, mnmajor_params, row_bytes, shared_address
+from ..wgmma import kmajor_params, make_ring_copy, make_wgmma_rs, mnmajor_params, row_bytes, shared_address
 from .p20_tc_mma import LOG2E, NEG_BIG, supports_tc, u32_views
 
 from ..wgmma import make_wgmma_wait
@@ -71,7 +71,6 @@ def make_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf1
     W = 4 * WG  # warps per block; warpgroup i = warps 4i..4i+3, 64 query rows
     NTH = 32 * W
     Br = 64 * WG
-    DW = D // 2  # words per global row
     KS = D // 16  # k-steps of Q·Kᵀ
     NT = Bc // 8  # n-tiles of S (8 columns each)
     KK = Bc // 16  # k-steps of P·V
@@ -81,16 +80,11 @@ def make_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf1
     NO = D // 2  # output accumulators per thread
     softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
     rescale = fragment_rescale(DT)
+    copy_tile = make_ring_copy(D, Bc, STAGES, NTH)  # cp.async of one K/V tile into the swizzled ring
     NP = 4 * KK  # P registers (A fragments of P·V)
     RB = row_bytes(D)  # bytes per swizzled row
-    PER = RB // 16  # 16-byte chunks per swizzled row
-    SWM = PER - 1
-    VEC = D // 8  # 16-byte chunks per K/V row
-    RSTEP = NTH // VEC  # tile rows copied per pass of the block
-    CPT = (Bc + RSTEP - 1) // RSTEP
     TILE = Bc * D * 2  # bytes of one K (or V) stage
     KVR = 2 * STAGES * TILE // 16  # rows of 16 bytes in the ring
-    TW = TILE // 4  # words of one stage buffer
     WAIT = STAGES - 2
     qk_off, qk_lbo, qk_sbo = kmajor_params(Bc, KS, RB)
     pv_off, pv_lbo, pv_sbo = mnmajor_params(Bc, KK, RB)
@@ -151,24 +145,10 @@ def make_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf1
             wg_end = 0
         n_tiles = (kv_end + Bc - 1) // Bc
 
-        # this thread's share of a tile copy: rows lr0, lr0 + RSTEP, ...; one 16-byte chunk each,
-        # stored at column block lc // PER, swizzled chunk (lc % PER) ^ ((row·RB >> 7) & SWM)
-        lr0 = tid // VEC
-        lc = tid % VEC
-        blk_w = (lc // PER) * Bc * RB // 4  # word offset of this chunk's column block
-        lcc = lc % PER
-        g_base = kvh * Nk * DW + 4 * lc
 
-        for st in range(STAGES - 1):
+        for st in range(STAGES - 1):  # tiles 0 .. STAGES-2 in flight
             if st < n_tiles:
-                for i in range(CPT):
-                    r = lr0 + i * RSTEP
-                    if r < Bc:
-                        row = st * Bc + r
-                        so = st * TW + blk_w + r * (RB // 4) + 4 * (lcc ^ (((r * RB) >> 7) & SWM))
-                        go = g_base + min(row, Nk - 1) * DW
-                        cp_async16_flat(KV, so, k, go, row < Nk)
-                        cp_async16_flat(KV, so + STAGES * TW, v, go, row < Nk)
+                copy_tile(KV, k, v, st, st, tid, kvh, Nk)
             cp_async_commit()
 
         cp_async_wait(WAIT)  # tile 0 has landed ...
@@ -181,15 +161,7 @@ def make_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf1
             cuda.syncthreads()  # ... every thread's; every warpgroup is done with tile it-1
             nxt = it + STAGES - 1
             if nxt < n_tiles:  # refill the buffer of tile it-1
-                sb = nxt % STAGES
-                for i in range(CPT):
-                    r = lr0 + i * RSTEP
-                    if r < Bc:
-                        row = nxt * Bc + r
-                        so = sb * TW + blk_w + r * (RB // 4) + 4 * (lcc ^ (((r * RB) >> 7) & SWM))
-                        go = g_base + min(row, Nk - 1) * DW
-                        cp_async16_flat(KV, so, k, go, row < Nk)
-                        cp_async16_flat(KV, so + STAGES * TW, v, go, row < Nk)
+                copy_tile(KV, k, v, nxt, nxt % STAGES, tid, kvh, Nk)
             cp_async_commit()
 
             j0 = it * Bc
