@@ -75,7 +75,7 @@ from numba import cuda, float32, uint32
 from ..device_functions import NEG_BIG, combine_splits, fragment_rescale, fragment_softmax, merge_state, state_lse
 from ..intrinsics import cp_async16_flat, cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans, mma_f16, \
     pack_f16x2
-from ..jit import kernel
+from ..jit import device, kernel
 from ..ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from ..registry import Launch, register_phase
 from ..warp import WARP_SIZE, quad_sum, syncwarp
@@ -112,6 +112,20 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: b
     ML = ROWS * DW if ROWS * DW >= MO_ROWS * D else MO_ROWS * D  # float offset of the m/l area
     MLR = W * 16 + 1  # rows of the m/l area, and one for the last-block flag (closure constants)
     FLAG = W * 16
+
+    @device
+    def copy_tile(KV, k, v, j0, brow, lane, g_base, hi, Nk):
+        """This lane's cp.async share of keys j0 … j0+Bc-1 (zero past ``hi``) into the
+        warp's K buffer at ring row ``brow`` and its V buffer STAGES·Bc rows later."""
+        for x in range(CPL):
+            idx = lane + x * WARP_SIZE
+            r = idx // VEC
+            cc = idx % VEC
+            row = j0 + r
+            so = (brow + r) * DW + 4 * (cc ^ (r & SWM))
+            go = g_base + min(row, Nk - 1) * D + 8 * cc
+            cp_async16_flat(KV, so, k, go, row < hi)
+            cp_async16_flat(KV, so + STAGES * Bc * DW, v, go, row < hi)
 
     @kernel
     def decode_mma(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, chunk, S):
@@ -168,16 +182,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: b
 
         for st in range(STAGES - 1):
             if st < mine:
-                j0 = lo + (warp + st * W) * Bc
-                for x in range(CPL):
-                    idx = lane + x * WARP_SIZE
-                    r = idx // VEC
-                    cc = idx % VEC
-                    row = j0 + r
-                    so = (base + st * Bc + r) * DW + 4 * (cc ^ (r & SWM))
-                    go = g_base + min(row, Nk - 1) * D + 8 * cc
-                    cp_async16_flat(KV, so, k, go, row < hi)
-                    cp_async16_flat(KV, so + STAGES * Bc * DW, v, go, row < hi)
+                copy_tile(KV, k, v, lo + (warp + st * W) * Bc, base + st * Bc, lane, g_base, hi, Nk)
             cp_async_commit()
 
         for it in range(mine):
@@ -185,17 +190,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: b
             syncwarp(FULL)  # ... and every lane's; every lane is done with tile it-1
             nxt = it + STAGES - 1
             if nxt < mine:
-                sb = nxt % STAGES
-                j1 = lo + (warp + nxt * W) * Bc
-                for x in range(CPL):
-                    idx = lane + x * WARP_SIZE
-                    r = idx // VEC
-                    cc = idx % VEC
-                    row = j1 + r
-                    so = (base + sb * Bc + r) * DW + 4 * (cc ^ (r & SWM))
-                    go = g_base + min(row, Nk - 1) * D + 8 * cc
-                    cp_async16_flat(KV, so, k, go, row < hi)
-                    cp_async16_flat(KV, so + STAGES * Bc * DW, v, go, row < hi)
+                copy_tile(KV, k, v, lo + (warp + nxt * W) * Bc, base + (nxt % STAGES) * Bc, lane, g_base, hi, Nk)
             cp_async_commit()
 
             j0 = lo + (warp + it * W) * Bc
