@@ -19,6 +19,11 @@
   compared with it.
 * ``copy`` — device-to-device bandwidth from a numba copy kernel over 1 GiB
   (bytes read + bytes written over the time).
+* ``read`` — read-only bandwidth: a numba kernel streams 1 GiB with 16-byte
+  ``ld.global.nc`` loads, four in flight per thread, and writes one XOR per
+  thread (checked against the host's XOR of the data). Decode reads K and V
+  and writes almost nothing, so this, not ``copy``, is its roof; decode rows
+  carry ``frac_read`` beside ``frac_copy``.
 
 Each ceiling is one row ``{"type": "ceiling", "kind": "ceiling", "name": ...,
 "value": ..., "unit": ...}`` in the results file. Phase rows then report the
@@ -38,8 +43,8 @@ from numba import cuda, float32, uint32  # noqa: E402  (module globals: the simu
 
 from .timing import TimingConfig, events_batched  # noqa: E402
 
-CEILINGS = ("ffma", "mma_fp16", "mma_tf32", "wgmma_fp16", "copy", "cublas_fp16")
-UNITS = {"ffma": "TFLOP/s", "mma_fp16": "TFLOP/s", "mma_tf32": "TFLOP/s", "wgmma_fp16": "TFLOP/s", "copy": "GB/s",
+CEILINGS = ("ffma", "mma_fp16", "mma_tf32", "wgmma_fp16", "copy", "read", "cublas_fp16")
+UNITS = {"ffma": "TFLOP/s", "mma_fp16": "TFLOP/s", "mma_tf32": "TFLOP/s", "wgmma_fp16": "TFLOP/s", "copy": "GB/s", "read": "GB/s",
          "cublas_fp16": "TFLOP/s", "cublas_tf32": "TFLOP/s"}
 
 FFMA_CHAINS = 16
@@ -204,6 +209,61 @@ def measure_copy(nbytes: int = 2**30, timing: TimingConfig | None = None) -> dic
                 reason="" if ok else "copy kernel wrote wrong values", bytes=2 * n * 4,
                 source=f"numba grid-stride copy kernel (4 loads in flight per thread), {nbytes / 2**30:g} GiB "
                        f"read + written",
+                **_timing_fields(t))
+
+
+@functools.cache
+def _read_kernel():
+    from .intrinsics import ld_global_v4
+
+    @cuda.jit
+    def read(out, src):
+        """Grid-stride read of ``src`` (rows of four 32-bit words, one 16-byte load
+        each), four loads in flight per thread; one XOR of everything read per thread."""
+        step = cuda.gridsize(1)
+        n = src.shape[1]
+        i = cuda.grid(1)
+        x = uint32(0)
+        while i + 3 * step < n:
+            a0, a1, a2, a3 = ld_global_v4(src, 0, i, 0)
+            b0, b1, b2, b3 = ld_global_v4(src, 0, i + step, 0)
+            c0, c1, c2, c3 = ld_global_v4(src, 0, i + 2 * step, 0)
+            d0, d1, d2, d3 = ld_global_v4(src, 0, i + 3 * step, 0)
+            x ^= (a0 ^ a1 ^ a2 ^ a3) ^ (b0 ^ b1 ^ b2 ^ b3) ^ (c0 ^ c1 ^ c2 ^ c3) ^ (d0 ^ d1 ^ d2 ^ d3)
+            i += 4 * step
+        while i < n:
+            a0, a1, a2, a3 = ld_global_v4(src, 0, i, 0)
+            x ^= a0 ^ a1 ^ a2 ^ a3
+            i += step
+        out[cuda.grid(1)] = x
+
+    return read
+
+
+def measure_read(nbytes: int = 2**30, timing: TimingConfig | None = None) -> dict:
+    import numpy as np
+
+    dev = cuda.get_current_device()
+    n = nbytes // 16
+    rng = np.random.default_rng(7)
+    host = rng.integers(0, 2**32, size=(1, n, 4), dtype=np.uint32)
+    src = cuda.to_device(host)
+    blocks = int(dev.MULTIPROCESSOR_COUNT) * COPY_BLOCKS_PER_SM
+    out = cuda.device_array(blocks * COPY_THREADS, np.uint32)
+    kern = _read_kernel()
+    stream = cuda.stream()
+
+    def fn(i, s=stream):
+        kern[blocks, COPY_THREADS, s](out, src)
+
+    t = events_batched(fn, stream, timing or TimingConfig(min_reps=5, budget_s=0.5))
+    ok = int(np.bitwise_xor.reduce(out.copy_to_host())) == int(np.bitwise_xor.reduce(host.reshape(-1)))
+    gbps = n * 16 / (t["time_ms"] * 1e-3) / 1e9
+    del src, out
+    return _row("read", value=gbps, gbps=gbps, status="OK" if ok else "FAIL",
+                reason="" if ok else "read kernel's XOR differs from the data's", bytes=n * 16,
+                source=f"numba grid-stride read kernel (16-byte loads, 4 in flight per thread), "
+                       f"{nbytes / 2**30:g} GiB read",
                 **_timing_fields(t))
 
 
@@ -430,6 +490,8 @@ def measure_all(names=CEILINGS, timing: TimingConfig | None = None) -> list[dict
                 row = measure_ffma(timing)
             elif name == "copy":
                 row = measure_copy(timing=timing)
+            elif name == "read":
+                row = measure_read(timing=timing)
             elif name.startswith("mma_"):
                 row = measure_mma(name[4:], timing)
             elif name == "wgmma_fp16":
@@ -481,8 +543,9 @@ def ceiling_for(row: dict) -> str:
 
 
 def attach_fractions(row: dict, ceilings: dict) -> None:
-    """Add ``ceiling``, ``ceiling_value`` and ``frac_ceiling`` (and ``frac_copy``,
-    the achieved share of copy bandwidth at the minimum bytes) to a timed row.
+    """Add ``ceiling``, ``ceiling_value`` and ``frac_ceiling`` (and ``frac_copy`` /
+    ``frac_read``, the achieved share of the copy / read bandwidth at the minimum
+    bytes) to a timed row.
     ``ceilings`` maps a ceiling name to its OK row."""
     if not row.get("time_ms"):
         return
@@ -499,3 +562,6 @@ def attach_fractions(row: dict, ceilings: dict) -> None:
     cp = ceilings.get("copy")
     if cp is not None and cp.get("value") and row.get("gbps") is not None:
         row["frac_copy"] = row["gbps"] / cp["value"]
+    rd = ceilings.get("read")
+    if rd is not None and rd.get("value") and row.get("gbps") is not None:
+        row["frac_read"] = row["gbps"] / rd["value"]

@@ -50,6 +50,7 @@ The functions
 ``ldmatrix_x4[_trans]``    ``ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16``
 ``cp_async16``             ``cp.async.cg.shared.global`` 16 B, zero-fill when not valid
 ``cp_async16_flat``        the same, addresses as flat element offsets into C-contiguous arrays
+``cp_async16_flat_l2_256`` the same with ``.L2::256B`` (the L2 fetches the whole 256-byte block)
 ``cp_async_commit``        ``cp.async.commit_group``
 ``cp_async_wait(n)``       ``cp.async.wait_group n`` (n a compile-time constant)
 ``ld_global_v4``           ``ld.global.nc.v4.u32`` (128-bit read-only load)
@@ -99,7 +100,8 @@ SMEM_ALIGN = None if IS_SIMULATOR else 16
 
 __all__ = [
     "SMEM_ALIGN", "mma_f16", "mma_bf16", "mma_tf32", "ldmatrix_x4", "ldmatrix_x4_trans",
-    "cp_async16", "cp_async16_flat", "cp_async_commit", "cp_async_wait", "ld_global_v4", "st_shared_v4",
+    "cp_async16", "cp_async16_flat", "cp_async16_flat_l2_256", "cp_async_commit", "cp_async_wait", "ld_global_v4",
+    "st_shared_v4",
     "pack_f16x2", "pack_bf16x2", "pack_b16x2", "to_tf32", "lds",
 ]
 
@@ -354,6 +356,8 @@ if IS_SIMULATOR:
 
         _cp_state().pending.append(do)
 
+    cp_async16_flat_l2_256 = cp_async16_flat  # the L2 prefetch hint changes no result
+
     def cp_async_commit():
         st = _cp_state()
         st.groups.append(st.pending)
@@ -506,25 +510,32 @@ else:  # -------------------------------------------------------------- GPU
 
         return sig, codegen
 
-    @intrinsic
-    def cp_async16_flat(typingctx, dst, doff, src, soff, valid):
-        if not (isinstance(dst, types.Array) and isinstance(src, types.Array)
-                and isinstance(doff, types.Integer) and isinstance(soff, types.Integer)):
-            return None
-        sig = types.void(dst, types.intp, src, types.intp, types.boolean)
+    def _make_cp_async16_flat(hint):
+        text = f"cp.async.cg.shared.global{hint} [$0], [$1], 16, $2;"
 
-        def codegen(context, builder, sig, args):
-            d = context.make_array(sig.args[0])(context, builder, value=args[0])
-            s_ = context.make_array(sig.args[2])(context, builder, value=args[2])
-            dptr = builder.gep(d.data, [args[1]])
-            sptr = builder.gep(s_.data, [args[3]])
-            nbytes = builder.select(args[4], ir.Constant(_i32, 16), ir.Constant(_i32, 0))
-            _asm(builder, ir.VoidType(), [_i32, ir.IntType(64), _i32],
-                 "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}",
-                 [_shared_addr(builder, dptr), _global_ptr(builder, sptr), nbytes], side_effect=True)
-            return context.get_dummy_value()
+        @intrinsic
+        def cp_async16_flat(typingctx, dst, doff, src, soff, valid):
+            if not (isinstance(dst, types.Array) and isinstance(src, types.Array)
+                    and isinstance(doff, types.Integer) and isinstance(soff, types.Integer)):
+                return None
+            sig = types.void(dst, types.intp, src, types.intp, types.boolean)
 
-        return sig, codegen
+            def codegen(context, builder, sig, args):
+                d = context.make_array(sig.args[0])(context, builder, value=args[0])
+                s_ = context.make_array(sig.args[2])(context, builder, value=args[2])
+                dptr = builder.gep(d.data, [args[1]])
+                sptr = builder.gep(s_.data, [args[3]])
+                nbytes = builder.select(args[4], ir.Constant(_i32, 16), ir.Constant(_i32, 0))
+                _asm(builder, ir.VoidType(), [_i32, ir.IntType(64), _i32], text, "r,l,r,~{memory}",
+                     [_shared_addr(builder, dptr), _global_ptr(builder, sptr), nbytes], side_effect=True)
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return cp_async16_flat
+
+    cp_async16_flat = _make_cp_async16_flat("")
+    cp_async16_flat_l2_256 = _make_cp_async16_flat(".L2::256B")
 
     @intrinsic
     def cp_async_commit(typingctx):

@@ -87,6 +87,9 @@ def compile_phase(phase_name: str, problem, params: dict | None = None, cc=(9, 0
     class _FakeDevice:  # device functions ask the current device for its cc
         compute_capability = cc
 
+    from . import pdl
+
+    pdl.TARGET_CC = cc[:2]  # compile the sm_90 variants (dependent launch) as a 9.0 device would run them
     orig_dev = _disp.get_current_device
     _disp.get_current_device = lambda: _FakeDevice()
     orig = CUDADispatcher.__getitem__
@@ -104,6 +107,7 @@ def compile_phase(phase_name: str, problem, params: dict | None = None, cc=(9, 0
     finally:
         CUDADispatcher.__getitem__ = orig
         _disp.get_current_device = orig_dev
+        pdl.TARGET_CC = None
         cuda.device_array, cuda.to_device = _orig_dev_array, _orig_to_device
     return records
 

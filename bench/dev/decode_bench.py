@@ -53,6 +53,7 @@ from numba_attn.runner import kernel_resources  # noqa: E402
 TDT = {"float32": torch.float32, "float16": torch.float16}
 L2_BYTES = 60 * 2**20
 OUT = None
+READ_GBPS = None
 
 
 def log(*a):
@@ -127,6 +128,48 @@ def copy_bandwidth(timer, nbytes=4 * 2**30):
     del src, dst
     torch.cuda.empty_cache()
     return {"type": "ceiling", "name": "copy_torch", "gbps": gbps, "bytes": 2 * nbytes, "ok": ok, **t}
+
+
+def read_bandwidth():
+    """The project's read ceiling (``numba_attn.ceilings.measure_read``: 1 GiB, bytes read)."""
+    from numba_attn.ceilings import measure_read
+
+    row = measure_read()
+    row["type"] = "ceiling"
+    return row
+
+
+def kernel_profile(enqueue, timer, n=40):
+    """Per-kernel device time of ``n`` back-to-back calls (torch.profiler / CUPTI), the
+    calls queued behind a spin kernel so that the host does not pace them: the mean
+    time of each kernel per call, and the span per call from the first kernel's start
+    to the last one's end (busy time + the gaps between kernels)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    enqueue(0)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        h0 = time.perf_counter()
+        torch.cuda._sleep(int(3.0 * timer.cycles_per_ms))
+        for i in range(n):
+            enqueue(i)
+        host_ms = (time.perf_counter() - h0) * 1e3
+        torch.cuda.synchronize()
+    spans, per = [], {}
+    for e in prof.events():
+        if str(getattr(e, "device_type", "")).endswith("CUDA") and "sleep" not in e.name.lower() \
+                and "memcpy" not in e.name.lower() and "memset" not in e.name.lower():
+            spans.append((e.time_range.start, e.time_range.end))
+            d = per.setdefault(e.name[:60], [0, 0.0])
+            d[0] += 1
+            d[1] += e.time_range.end - e.time_range.start
+    if not spans:
+        return {"kernels": {}, "host_ms": host_ms}
+    t0 = min(a for a, _ in spans)
+    t1 = max(b for _, b in spans)
+    busy = sum(b - a for a, b in spans)
+    return {"span_us_per_call": (t1 - t0) / n, "busy_us_per_call": busy / n, "host_ms": host_ms,
+            "kernels": {k: {"count": c, "mean_us": tot / c} for k, (c, tot) in per.items()}}
 
 
 # -- inputs, reference, check ----------------------------------------------------------
@@ -205,7 +248,7 @@ def sdpa(p: Problem, q, k, v):
 # -- one problem ----------------------------------------------------------------------
 
 
-def run_problem(p: Problem, variants, timer, copy_gbps, seed=1, graph_check=False, reps=5):
+def run_problem(p: Problem, variants, timer, copy_gbps, seed=1, graph_check=False, reps=5, profile=False):
     t0 = time.perf_counter()
     kv_bytes = 2 * p.batch * p.kv_heads * p.kv_len * p.head_dim * p.itemsize
     free, _ = torch.cuda.mem_get_info()
@@ -239,6 +282,8 @@ def run_problem(p: Problem, variants, timer, copy_gbps, seed=1, graph_check=Fals
         t = timer(lambda i: sdpa(p, *sets[i % n_sets]), reps=reps)
         rec.update(t, status="OK" if c["ok"] else "WRONG")
         sdpa_ms = t["time_ms"]
+        if profile:
+            rec["profile"] = kernel_profile(lambda i: sdpa(p, *sets[i % n_sets]), timer)
     except Exception as exc:  # noqa: BLE001
         rec.update(status="ERROR", reason=f"{type(exc).__name__}: {str(exc)[:300]}")
     _finish(rec, min_bytes, copy_gbps, None)
@@ -275,6 +320,8 @@ def run_problem(p: Problem, variants, timer, copy_gbps, seed=1, graph_check=Fals
                     rec.update(status="FAIL", reason="wrong after timing: " + c2["reason"])
                 else:
                     rec["status"] = "OK"
+                if profile and rec["status"] == "OK":
+                    rec["profile"] = kernel_profile(lambda i: launch(*views[i % n_sets], stream), timer)
                 if graph_check and rec["status"] == "OK":
                     from numba_attn.timing import TimingConfig, second_method
 
@@ -299,6 +346,8 @@ def _finish(rec, min_bytes, copy_gbps, sdpa_ms):
     if t and rec.get("status") in ("OK", "WRONG"):
         rec["gbps"] = min_bytes / (t * 1e-3) / 1e9
         rec["frac_copy"] = rec["gbps"] / copy_gbps if copy_gbps else None
+        if READ_GBPS:
+            rec["frac_read"] = rec["gbps"] / READ_GBPS
         if sdpa_ms:
             rec["speedup_vs_sdpa"] = sdpa_ms / t
     emit(rec)
@@ -307,6 +356,12 @@ def _finish(rec, min_bytes, copy_gbps, sdpa_ms):
         extra = f" [{rec['notes']}]"
     if rec.get("graph_replay_ms"):
         extra += f" graph {rec['graph_replay_ms'] * 1e3:.1f}µs"
+    if rec.get("frac_read"):
+        extra += f" {100 * rec['frac_read']:.1f}% of read"
+    pr = rec.get("profile")
+    if pr and pr.get("kernels"):
+        extra += (f" | profile: span {pr['span_us_per_call']:.1f} busy {pr['busy_us_per_call']:.1f} µs/call; "
+                  + "; ".join(f"{k[:28]} {v['mean_us']:.1f}" for k, v in pr["kernels"].items()))
     if t and rec.get("gbps"):
         log(f"{rec['label']:38s} {rec['phase']:15s} {json.dumps(rec.get('params', {})):42s} "
             f"{t * 1e3:9.1f} µs {rec['gbps']:7.0f} GB/s {100 * (rec.get('frac_copy') or 0):5.1f}% "
@@ -332,6 +387,7 @@ DECODE_SETS = {
     "final2": [P(1, 32768, kvh=8), P(8, 32768, kvh=8), P(8, 16384, nq=4, causal=True)]
     + [p for p in PRESETS["decode"] if p.kv_heads == p.heads],
     "gqa": [P(1, 32768, kvh=8), P(8, 32768, kvh=8), P(1, 131072, kvh=8), P(8, 16384, nq=4, causal=True)],
+    "gqa2": [P(1, 32768, kvh=8), P(8, 32768, kvh=8), P(1, 16384, kvh=8)],
 }
 
 VARIANTS = {
@@ -343,6 +399,10 @@ VARIANTS = {
             ("decode_mma", {"warps": 8, "blocks_per_sm": 1}), ("decode_mma", {"min_keys": 512}),
             ("decode_mma", {"min_keys": 4096}), ("decode_mma", {"blocks_per_sm": 1}),
             ("decode_mma", {"STAGES": 2})],
+    "pdl": [("decode_mma", {"pdl": False}), ("decode_mma", {}), ("decode_mma", {"l2_prefetch": True}),
+            ("decode_mma", {"STAGES": 4}), ("decode_mma", {"STAGES": 5}), ("decode_mma", {"STAGES": 6}),
+            ("decode_mma", {"STAGES": 4, "blocks_per_sm": 1}), ("decode_mma", {"STAGES": 5, "blocks_per_sm": 1}),
+            ("decode_mma", {"warps": 8, "blocks_per_sm": 1}), ("decode_mma", {"min_keys": 1024})],
     "fusetest": [("decode_mma", {}), ("decode_mma", {"fuse_max": 64}), ("decode_mma", {"fuse_max": 64, "warps": 8,
                                                                                       "blocks_per_sm": 1})],
     "tune": [("decode_chunked", {"warps": 4}), ("decode_chunked", {"warps": 8}),
@@ -363,6 +423,7 @@ def main():
     ap.add_argument("--append", action="store_true", help="prefill of a 1024-token chunk onto a 32k cache")
     ap.add_argument("--append-phases", default="smem_kv,split_k_prefill")
     ap.add_argument("--graph-check", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="per-kernel device times (torch.profiler) per row")
     ap.add_argument("--max-prefill-ms", type=float, default=1500.0,
                     help="skip larger N for a prefill phase once one launch takes longer than this")
     ap.add_argument("--deadline-s", type=float, default=380.0)
@@ -381,12 +442,19 @@ def main():
     emit(cp)
     log(f"copy bandwidth (torch copy_, 4 GiB, read+write): {cp['gbps']:.0f} GB/s ok={cp['ok']}")
     copy_gbps = cp["gbps"]
+    global READ_GBPS
+    rd = read_bandwidth()
+    emit(rd)
+    log(f"read bandwidth (numba read kernel, 1 GiB): {rd['value']:.0f} GB/s {rd['status']}")
+    if rd["status"] == "OK":
+        READ_GBPS = rd["value"]
     if args.decode != "none":
         for p in DECODE_SETS[args.decode]:
             if time.perf_counter() - t_start > args.deadline_s:
                 log(f"deadline: stopping before {p.label}")
                 break
-            run_problem(p, VARIANTS[args.variants], timer, copy_gbps, graph_check=args.graph_check)
+            run_problem(p, VARIANTS[args.variants], timer, copy_gbps, graph_check=args.graph_check,
+                        profile=args.profile)
     prefill = [(n, {}) for n in args.prefill_phases.split(",") if n]
     append = [(n, {}) for n in args.append_phases.split(",") if n]
     probs = []

@@ -63,6 +63,7 @@ from numba import cuda, float32, int32
 from ..backend import IS_SIMULATOR
 from ..device_functions import NEG_BIG, combine_splits, ldg_f16x8, ldg_f32x4, merge_state, state_lse
 from ..jit import kernel
+from ..pdl import grid_dependency_wait
 from ..registry import Launch, register_phase
 from ..warp import WARP_SIZE, group_sum, strided_max, strided_sum
 from .p30_decode_chunked import (check_alignment, check_decode, decode_rows, keys_per_group, lanes_per_key,
@@ -227,10 +228,14 @@ def make_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
 
 
 @functools.cache
-def make_combine_kernel(Nq: int):
+def make_combine_kernel(Nq: int, WAIT: bool = False):
+    """The combine kernel; with ``WAIT`` it first waits for the grid it was launched
+    after (``numba_attn.pdl``: launched while the split kernel still runs)."""
     @kernel
     def combine(part_o, part_lse, o, S):
         """o[bh, i, d] from the S partial outputs of row bh·Nq + i; one thread per d."""
+        if WAIT:
+            grid_dependency_wait()  # the split kernel has completed, its partials are visible
         row = cuda.blockIdx.x
         d = cuda.threadIdx.x
         bh = row // Nq

@@ -73,9 +73,10 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from ..device_functions import NEG_BIG, combine_splits, fragment_rescale, fragment_softmax, merge_state, state_lse
-from ..intrinsics import cp_async16_flat, cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans, mma_f16, \
-    pack_f16x2
+from ..intrinsics import cp_async16_flat, cp_async16_flat_l2_256, cp_async_commit, cp_async_wait, ldmatrix_x4, \
+    ldmatrix_x4_trans, mma_f16, pack_f16x2
 from ..jit import device, kernel
+from ..pdl import launch_after, launch_dependents, pdl_available, uses_griddepcontrol
 from ..ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from ..registry import Launch, register_phase
 from ..warp import WARP_SIZE, quad_sum, syncwarp
@@ -87,7 +88,8 @@ FULL = 0xFFFFFFFF
 
 
 @functools.cache
-def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: bool, FINAL: bool, FUSED: bool):
+def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: bool, FINAL: bool, FUSED: bool,
+                PDL: bool = False, L2PF: bool = False):
     NR = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
     NTH = W * WARP_SIZE
     DW = D // 2  # 32-bit words per K/V row
@@ -112,6 +114,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: b
     ML = ROWS * DW if ROWS * DW >= MO_ROWS * D else MO_ROWS * D  # float offset of the m/l area
     MLR = W * 16 + 1  # rows of the m/l area, and one for the last-block flag (closure constants)
     FLAG = W * 16
+    cp16 = cp_async16_flat_l2_256 if L2PF else cp_async16_flat
 
     @device
     def copy_tile(KV, k, v, j0, brow, lane, g_base, hi, Nk):
@@ -124,11 +127,13 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: b
             row = j0 + r
             so = (brow + r) * DW + 4 * (cc ^ (r & SWM))
             go = g_base + min(row, Nk - 1) * D + 8 * cc
-            cp_async16_flat(KV, so, k, go, row < hi)
-            cp_async16_flat(KV, so + STAGES * Bc * DW, v, go, row < hi)
+            cp16(KV, so, k, go, row < hi)
+            cp16(KV, so + STAGES * Bc * DW, v, go, row < hi)
 
     @kernel
     def decode_mma(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, chunk, S):
+        if PDL:
+            launch_dependents()  # the combine kernel may be launched now; it waits for this grid to complete
         KV = dynamic_tile(0, ROWS, DW)
         split = cuda.blockIdx.x
         kvh = cuda.blockIdx.y  # b * Hkv + kv head
@@ -302,7 +307,7 @@ def smem_bytes(D, W, Bc, STAGES):
     return max(ring, merge) + (W * 16 + 1) * 2 * 4
 
 
-def _supports(problem, warps, Bc, STAGES, splits, blocks_per_sm, min_keys, fuse_max):
+def _supports(problem, warps, Bc, STAGES, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch):
     if problem.dtype != "float16":
         return f"dtype {problem.dtype}: decode_mma computes on f16 tensor cores (float16 storage)"
     if problem.q_len > MAX_Q_LEN:
@@ -341,13 +346,15 @@ def _supports(problem, warps, Bc, STAGES, splits, blocks_per_sm, min_keys, fuse_
     sim_params={"warps": 2, "Bc": 16, "STAGES": 2, "splits": 3},
     supports=_supports,
 )
-def decode_mma(problem, warps=4, Bc=16, STAGES=3, splits=0, blocks_per_sm=2, min_keys=2048, fuse_max=0):
+def decode_mma(problem, warps=4, Bc=16, STAGES=3, splits=0, blocks_per_sm=2, min_keys=2048, fuse_max=0, pdl=True,
+               l2_prefetch=False):
     B, Hkv, Nq, Nk, D = problem.batch, problem.kv_heads, problem.q_len, problem.kv_len, problem.head_dim
     G = problem.group
     S, chunk = split_plan(B * Hkv, Nk, warps * Bc, sm_count(), blocks_per_sm, min_keys, splits)
     final = S == 1
     fused = S * G * Nq <= fuse_max
-    kern = make_kernel(D, warps, Bc, STAGES, Nq, G, problem.causal, final, fused)
+    dependent = bool(pdl) and not final and not fused and uses_griddepcontrol()
+    kern = make_kernel(D, warps, Bc, STAGES, Nq, G, problem.causal, final, fused, dependent, bool(l2_prefetch))
     sl2 = float32(problem.sm_scale * LOG2E)
     scale = float32(problem.sm_scale)
     grid = (S, B * Hkv)
@@ -361,7 +368,7 @@ def decode_mma(problem, warps=4, Bc=16, STAGES=3, splits=0, blocks_per_sm=2, min
         part_lse = cuda.device_array((S, B * problem.heads * Nq), dtype="float32")
         kernels = [kern]
         if not fused:
-            combine = make_combine_kernel(Nq)
+            combine = make_combine_kernel(Nq, dependent)
             kernels.append(combine)
     counters = cuda.device_array(B * Hkv, dtype=np.int32)
     if isinstance(counters, np.ndarray):  # host stand-in (offline compilation)
@@ -385,9 +392,12 @@ def decode_mma(problem, warps=4, Bc=16, STAGES=3, splits=0, blocks_per_sm=2, min
         else:
             launch_dynamic(kern, grid, warps * WARP_SIZE, stream, nbytes, *args)
             opted.append(True)
-        if not final and not fused:
+        if dependent:
+            launch_after(combine, B * problem.heads * Nq, D, stream, 0, part_o, part_lse, o, S)
+        elif not final and not fused:
             combine[B * problem.heads * Nq, D, stream](part_o, part_lse, o, S)
 
     return Launch(run, kernels=kernels, workspace_bytes=0 if final else part_o.nbytes + part_lse.nbytes,
                   notes=f"S={S} splits of {chunk} keys, {warps} warps × {Bc}-key tiles, {STAGES} stages, "
-                        f"combine {'-' if final else ('fused' if fused else 'kernel')}")
+                        f"combine {'-' if final else ('fused' if fused else 'kernel')}"
+                        f"{', dependent launch' if dependent and pdl_available() is None else ''}")
