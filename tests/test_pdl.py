@@ -86,11 +86,13 @@ def test_availability_is_explained():
         assert reason is None or isinstance(reason, str)
 
 
-@pytest.mark.parametrize("pdl", [True, False], ids=["dependent", "plain"])
-def test_decode_mma_dependent_combine(pdl):
-    # 4 query heads on one KV head, 3 forced splits over 45 keys (the last one short)
+@pytest.mark.parametrize("pdl,even,S", [(1, False, 3), (2, True, 3), (3, False, 3), (0, True, 5)],
+                         ids=["trigger-at-start", "trigger-after-loop-even", "at-exit", "plain-even-empty"])
+def test_decode_mma_dependent_combine(pdl, even, S):
+    # 4 query heads on one KV head, 45 keys = 3 tiles of 16. Even splits: 3 splits take one tile
+    # each; 5 splits leave two empty. Else 32 keys per split: of 3 splits the last one is empty.
     p = Problem(batch=1, heads=4, kv_heads=1, q_len=1, kv_len=45, head_dim=16, dtype="float16")
-    params = dict(warps=1, Bc=16, STAGES=2, splits=3, pdl=pdl)
+    params = dict(warps=1, Bc=16, STAGES=2, splits=S, pdl=pdl, even=even)
     launch = get_phase("decode_mma").plan(p, **params)
     assert len(launch.kernels) == 2
     if pdl and pdl_available() is None:

@@ -157,10 +157,11 @@ def kernel_profile(enqueue, timer, n=40):
         torch.cuda.synchronize()
     spans, per = [], {}
     for e in prof.events():
-        if str(getattr(e, "device_type", "")).endswith("CUDA") and "sleep" not in e.name.lower() \
-                and "memcpy" not in e.name.lower() and "memset" not in e.name.lower():
+        low = e.name.lower()
+        if str(getattr(e, "device_type", "")).endswith("CUDA") and "spin_kernel" not in low \
+                and "sleep" not in low and "memcpy" not in low and "memset" not in low:
             spans.append((e.time_range.start, e.time_range.end))
-            d = per.setdefault(e.name[:60], [0, 0.0])
+            d = per.setdefault(e.name.replace("numba_attn::phases::", "")[:48], [0, 0.0])
             d[0] += 1
             d[1] += e.time_range.end - e.time_range.start
     if not spans:
@@ -361,7 +362,7 @@ def _finish(rec, min_bytes, copy_gbps, sdpa_ms):
     pr = rec.get("profile")
     if pr and pr.get("kernels"):
         extra += (f" | profile: span {pr['span_us_per_call']:.1f} busy {pr['busy_us_per_call']:.1f} µs/call; "
-                  + "; ".join(f"{k[:28]} {v['mean_us']:.1f}" for k, v in pr["kernels"].items()))
+                  + "; ".join(f"{k[:32]} {v['mean_us']:.1f}" for k, v in pr["kernels"].items()))
     if t and rec.get("gbps"):
         log(f"{rec['label']:38s} {rec['phase']:15s} {json.dumps(rec.get('params', {})):42s} "
             f"{t * 1e3:9.1f} µs {rec['gbps']:7.0f} GB/s {100 * (rec.get('frac_copy') or 0):5.1f}% "
@@ -403,6 +404,11 @@ VARIANTS = {
             ("decode_mma", {"STAGES": 4}), ("decode_mma", {"STAGES": 5}), ("decode_mma", {"STAGES": 6}),
             ("decode_mma", {"STAGES": 4, "blocks_per_sm": 1}), ("decode_mma", {"STAGES": 5, "blocks_per_sm": 1}),
             ("decode_mma", {"warps": 8, "blocks_per_sm": 1}), ("decode_mma", {"min_keys": 1024})],
+    "pdl2": [("decode_mma", {"pdl": 0}), ("decode_mma", {"pdl": 1}), ("decode_mma", {"pdl": 2}),
+             ("decode_mma", {"pdl": 3}), ("decode_mma", {"pdl": 0, "even": True, "splits": 33, "warps": 2}),
+             ("decode_mma", {"pdl": 2, "even": True, "splits": 33, "warps": 2}),
+             ("decode_mma", {"pdl": 0, "even": True, "splits": 33}), ("decode_mma", {"pdl": 0, "even": True}),
+             ("decode_mma", {"pdl": 0, "warps": 8, "blocks_per_sm": 1}), ("decode_split_k_lean", {})],
     "fusetest": [("decode_mma", {}), ("decode_mma", {"fuse_max": 64}), ("decode_mma", {"fuse_max": 64, "warps": 8,
                                                                                       "blocks_per_sm": 1})],
     "tune": [("decode_chunked", {"warps": 4}), ("decode_chunked", {"warps": 8}),

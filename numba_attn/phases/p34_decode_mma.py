@@ -89,7 +89,7 @@ FULL = 0xFFFFFFFF
 
 @functools.cache
 def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: bool, FINAL: bool, FUSED: bool,
-                PDL: bool = False, L2PF: bool = False):
+                PDL: int = 0, L2PF: bool = False, EVEN: bool = False):
     NR = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
     NTH = W * WARP_SIZE
     DW = D // 2  # 32-bit words per K/V row
@@ -132,13 +132,17 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: b
 
     @kernel
     def decode_mma(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, chunk, S):
-        if PDL:
+        if PDL == 1:
             launch_dependents()  # the combine kernel may be launched now; it waits for this grid to complete
         KV = dynamic_tile(0, ROWS, DW)
         split = cuda.blockIdx.x
         kvh = cuda.blockIdx.y  # b * Hkv + kv head
-        lo = split * chunk
-        hi = min(Nk, lo + chunk)
+        if EVEN:  # `chunk` is the number of Bc-key tiles; split s takes tiles s·T/S … (s+1)·T/S
+            lo = (split * chunk) // S * Bc
+            hi = min(Nk, ((split + 1) * chunk) // S * Bc)
+        else:
+            lo = split * chunk
+            hi = min(Nk, lo + chunk)
         tid = cuda.threadIdx.x
         warp = tid // WARP_SIZE
         lane = tid % WARP_SIZE
@@ -244,6 +248,8 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: b
                     acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7] = mma_f16(
                         a0, a1, a2, a3, b[2], b[3], acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7])
 
+        if PDL == 2:
+            launch_dependents()  # after the loop: the combine launches while the blocks merge and write
         # -- merge the warps' states through shared memory (the rings' space)
         cp_async_wait(0)
         cuda.syncthreads()
@@ -301,13 +307,17 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: b
     return decode_mma
 
 
+PDL_MODES = {1: "combine launched at the split kernel's start", 2: "launched after its loop",
+             3: "launched at its exit"}
+
+
 def smem_bytes(D, W, Bc, STAGES):
     ring = W * 2 * STAGES * Bc * D * 2
     merge = W * 16 * D * 4
     return max(ring, merge) + (W * 16 + 1) * 2 * 4
 
 
-def _supports(problem, warps, Bc, STAGES, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch):
+def _supports(problem, warps, Bc, STAGES, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even):
     if problem.dtype != "float16":
         return f"dtype {problem.dtype}: decode_mma computes on f16 tensor cores (float16 storage)"
     if problem.q_len > MAX_Q_LEN:
@@ -346,15 +356,18 @@ def _supports(problem, warps, Bc, STAGES, splits, blocks_per_sm, min_keys, fuse_
     sim_params={"warps": 2, "Bc": 16, "STAGES": 2, "splits": 3},
     supports=_supports,
 )
-def decode_mma(problem, warps=4, Bc=16, STAGES=3, splits=0, blocks_per_sm=2, min_keys=2048, fuse_max=0, pdl=True,
-               l2_prefetch=False):
+def decode_mma(problem, warps=4, Bc=16, STAGES=3, splits=0, blocks_per_sm=2, min_keys=2048, fuse_max=0, pdl=1,
+               l2_prefetch=False, even=False):
     B, Hkv, Nq, Nk, D = problem.batch, problem.kv_heads, problem.q_len, problem.kv_len, problem.head_dim
     G = problem.group
     S, chunk = split_plan(B * Hkv, Nk, warps * Bc, sm_count(), blocks_per_sm, min_keys, splits)
     final = S == 1
     fused = S * G * Nq <= fuse_max
     dependent = bool(pdl) and not final and not fused and uses_griddepcontrol()
-    kern = make_kernel(D, warps, Bc, STAGES, Nq, G, problem.causal, final, fused, dependent, bool(l2_prefetch))
+    if even:
+        chunk = -(-Nk // Bc)  # tiles, spread evenly over the splits by the kernel
+    kern = make_kernel(D, warps, Bc, STAGES, Nq, G, problem.causal, final, fused, int(pdl) if dependent else 0,
+                       bool(l2_prefetch), bool(even))
     sl2 = float32(problem.sm_scale * LOG2E)
     scale = float32(problem.sm_scale)
     grid = (S, B * Hkv)
@@ -398,6 +411,7 @@ def decode_mma(problem, warps=4, Bc=16, STAGES=3, splits=0, blocks_per_sm=2, min
             combine[B * problem.heads * Nq, D, stream](part_o, part_lse, o, S)
 
     return Launch(run, kernels=kernels, workspace_bytes=0 if final else part_o.nbytes + part_lse.nbytes,
-                  notes=f"S={S} splits of {chunk} keys, {warps} warps × {Bc}-key tiles, {STAGES} stages, "
+                  notes=f"S={S} splits of {f'{chunk // S}-{-(-chunk // S)} tiles' if even else f'{chunk} keys'}, "
+                        f"{warps} warps × {Bc}-key tiles, {STAGES} stages, "
                         f"combine {'-' if final else ('fused' if fused else 'kernel')}"
-                        f"{', dependent launch' if dependent and pdl_available() is None else ''}")
+                        f"{f', dependent launch ({PDL_MODES[int(pdl)]})' if dependent and pdl_available() is None else ''}")
