@@ -61,7 +61,8 @@ import math
 from numba import cuda, float32, int32
 
 from ..backend import IS_SIMULATOR
-from ..device_functions import NEG_BIG, combine_splits, ldg_f16x8, ldg_f32x4, merge_state, state_lse
+from ..device_functions import (NEG_BIG, combine_splits, combine_splits_fixed, ldg_f16x8, ldg_f32x4, merge_state,
+                                state_lse)
 from ..jit import kernel
 from ..pdl import grid_dependency_wait
 from ..registry import Launch, register_phase
@@ -228,9 +229,13 @@ def make_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
 
 
 @functools.cache
-def make_combine_kernel(Nq: int, WAIT: bool = False):
+def make_combine_kernel(Nq: int, WAIT: bool = False, NS: int = 0):
     """The combine kernel; with ``WAIT`` it first waits for the grid it was launched
-    after (``numba_attn.pdl``: launched while the split kernel still runs)."""
+    after (``numba_attn.pdl``: launched while the split kernel still runs); with
+    ``NS`` > 0 the split count is that compile-time constant (``combine_splits_fixed``:
+    all loads in flight at once) and the ``S`` argument must equal it."""
+    fixed = combine_splits_fixed(max(NS, 1))  # typed even where NS = 0 leaves it unused
+
     @kernel
     def combine(part_o, part_lse, o, S):
         """o[bh, i, d] from the S partial outputs of row bh·Nq + i; one thread per d."""
@@ -239,7 +244,10 @@ def make_combine_kernel(Nq: int, WAIT: bool = False):
         row = cuda.blockIdx.x
         d = cuda.threadIdx.x
         bh = row // Nq
-        o[bh, row - bh * Nq, d] = combine_splits(part_o, part_lse, S, row, d)
+        if NS > 0:
+            o[bh, row - bh * Nq, d] = fixed(part_o, part_lse, row, d)
+        else:
+            o[bh, row - bh * Nq, d] = combine_splits(part_o, part_lse, S, row, d)
 
     return combine
 

@@ -307,6 +307,8 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: b
     return decode_mma
 
 
+FIXED_COMBINE_MAX = 32  # split counts up to this get a combine kernel compiled for their count
+
 PDL_MODES = {1: "combine launched at the split kernel's start", 2: "launched after its loop",
              3: "launched at its exit"}
 
@@ -317,7 +319,8 @@ def smem_bytes(D, W, Bc, STAGES):
     return max(ring, merge) + (W * 16 + 1) * 2 * 4
 
 
-def _supports(problem, warps, Bc, STAGES, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even):
+def _supports(problem, warps, Bc, STAGES, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
+             fixed_combine):
     if problem.dtype != "float16":
         return f"dtype {problem.dtype}: decode_mma computes on f16 tensor cores (float16 storage)"
     if problem.q_len > MAX_Q_LEN:
@@ -356,8 +359,8 @@ def _supports(problem, warps, Bc, STAGES, splits, blocks_per_sm, min_keys, fuse_
     sim_params={"warps": 2, "Bc": 16, "STAGES": 2, "splits": 3},
     supports=_supports,
 )
-def decode_mma(problem, warps=4, Bc=16, STAGES=3, splits=0, blocks_per_sm=2, min_keys=2048, fuse_max=0, pdl=1,
-               l2_prefetch=False, even=False):
+def decode_mma(problem, warps=4, Bc=16, STAGES=3, splits=0, blocks_per_sm=2, min_keys=2048, fuse_max=0, pdl=3,
+               l2_prefetch=False, even=False, fixed_combine=True):
     B, Hkv, Nq, Nk, D = problem.batch, problem.kv_heads, problem.q_len, problem.kv_len, problem.head_dim
     G = problem.group
     S, chunk = split_plan(B * Hkv, Nk, warps * Bc, sm_count(), blocks_per_sm, min_keys, splits)
@@ -381,7 +384,7 @@ def decode_mma(problem, warps=4, Bc=16, STAGES=3, splits=0, blocks_per_sm=2, min
         part_lse = cuda.device_array((S, B * problem.heads * Nq), dtype="float32")
         kernels = [kern]
         if not fused:
-            combine = make_combine_kernel(Nq, dependent)
+            combine = make_combine_kernel(Nq, dependent, S if fixed_combine and S <= FIXED_COMBINE_MAX else 0)
             kernels.append(combine)
     counters = cuda.device_array(B * Hkv, dtype=np.int32)
     if isinstance(counters, np.ndarray):  # host stand-in (offline compilation)
@@ -410,8 +413,11 @@ def decode_mma(problem, warps=4, Bc=16, STAGES=3, splits=0, blocks_per_sm=2, min
         elif not final and not fused:
             combine[B * problem.heads * Nq, D, stream](part_o, part_lse, o, S)
 
+    size = f"{chunk // S}-{-(-chunk // S)} tiles" if even else f"{chunk} keys"
+    how = "-" if final else ("fused" if fused else "kernel")
+    if not final and not fused and S <= FIXED_COMBINE_MAX and fixed_combine:
+        how += f" (compiled for {S} splits)"
+    if dependent and pdl_available() is None:
+        how += f", dependent launch ({PDL_MODES[int(pdl)]})"
     return Launch(run, kernels=kernels, workspace_bytes=0 if final else part_o.nbytes + part_lse.nbytes,
-                  notes=f"S={S} splits of {f'{chunk // S}-{-(-chunk // S)} tiles' if even else f'{chunk} keys'}, "
-                        f"{warps} warps × {Bc}-key tiles, {STAGES} stages, "
-                        f"combine {'-' if final else ('fused' if fused else 'kernel')}"
-                        f"{f', dependent launch ({PDL_MODES[int(pdl)]})' if dependent and pdl_available() is None else ''}")
+                  notes=f"S={S} splits of {size}, {warps} warps × {Bc}-key tiles, {STAGES} stages, combine {how}")
