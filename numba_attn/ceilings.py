@@ -19,12 +19,6 @@
   compared with it.
 * ``copy`` — device-to-device bandwidth from a numba copy kernel over 1 GiB
   (bytes read + bytes written over the time).
-* ``read`` — read-only bandwidth: a numba kernel streams 1 GiB with 16-byte
-  ``ld.global.nc`` loads, each block a contiguous range, eight loads in flight
-  per thread, and writes one XOR per thread (checked against the host's XOR of
-  the data). Decode reads K and V and writes almost nothing, so this is the
-  roof closer to its traffic than ``copy``; decode rows carry ``frac_read``
-  beside ``frac_copy``.
 
 Each ceiling is one row ``{"type": "ceiling", "kind": "ceiling", "name": ...,
 "value": ..., "unit": ...}`` in the results file. Phase rows then report the
@@ -44,9 +38,9 @@ from numba import cuda, float32, uint32  # noqa: E402  (module globals: the simu
 
 from .timing import TimingConfig, events_batched  # noqa: E402
 
-CEILINGS = ("ffma", "mma_fp16", "mma_tf32", "wgmma_fp16", "copy", "read", "cublas_fp16")
+CEILINGS = ("ffma", "mma_fp16", "mma_tf32", "wgmma_fp16", "copy", "cublas_fp16")
 UNITS = {"ffma": "TFLOP/s", "mma_fp16": "TFLOP/s", "mma_tf32": "TFLOP/s", "wgmma_fp16": "TFLOP/s", "copy": "GB/s",
-         "read": "GB/s", "cublas_fp16": "TFLOP/s", "cublas_tf32": "TFLOP/s"}
+         "cublas_fp16": "TFLOP/s", "cublas_tf32": "TFLOP/s"}
 
 FFMA_CHAINS = 16
 FFMA_UNROLL = 4
@@ -210,75 +204,6 @@ def measure_copy(nbytes: int = 2**30, timing: TimingConfig | None = None) -> dic
                 reason="" if ok else "copy kernel wrote wrong values", bytes=2 * n * 4,
                 source=f"numba grid-stride copy kernel (4 loads in flight per thread), {nbytes / 2**30:g} GiB "
                        f"read + written",
-                **_timing_fields(t))
-
-
-READ_UNROLL = 8  # 16-byte loads in flight per thread (written out in the kernel)
-
-
-@functools.cache
-def _read_kernel():
-    from .intrinsics import ld_global_v4
-
-    @cuda.jit
-    def read(out, src, per_block):
-        """Block b reads rows [b·per_block, (b+1)·per_block) of ``src`` (four 32-bit
-        words, one 16-byte load each) front to back, as a decode block streams its
-        K/V range: READ_UNROLL coalesced loads in flight per thread; one XOR of
-        everything read per thread."""
-        nt = cuda.blockDim.x
-        n = src.shape[1]
-        i = cuda.blockIdx.x * per_block + cuda.threadIdx.x
-        end = min(n, (cuda.blockIdx.x + 1) * per_block)
-        x = uint32(0)
-        while i + 7 * nt < end:  # eight loads issued before their words are used
-            a0, a1, a2, a3 = ld_global_v4(src, 0, i, 0)
-            b0, b1, b2, b3 = ld_global_v4(src, 0, i + nt, 0)
-            c0, c1, c2, c3 = ld_global_v4(src, 0, i + 2 * nt, 0)
-            d0, d1, d2, d3 = ld_global_v4(src, 0, i + 3 * nt, 0)
-            e0, e1, e2, e3 = ld_global_v4(src, 0, i + 4 * nt, 0)
-            f0, f1, f2, f3 = ld_global_v4(src, 0, i + 5 * nt, 0)
-            g0, g1, g2, g3 = ld_global_v4(src, 0, i + 6 * nt, 0)
-            h0, h1, h2, h3 = ld_global_v4(src, 0, i + 7 * nt, 0)
-            x ^= (a0 ^ a1 ^ a2 ^ a3) ^ (b0 ^ b1 ^ b2 ^ b3) ^ (c0 ^ c1 ^ c2 ^ c3) ^ (d0 ^ d1 ^ d2 ^ d3)
-            x ^= (e0 ^ e1 ^ e2 ^ e3) ^ (f0 ^ f1 ^ f2 ^ f3) ^ (g0 ^ g1 ^ g2 ^ g3) ^ (h0 ^ h1 ^ h2 ^ h3)
-            i += 8 * nt
-        while i < end:
-            a0, a1, a2, a3 = ld_global_v4(src, 0, i, 0)
-            x ^= a0 ^ a1 ^ a2 ^ a3
-            i += nt
-        out[cuda.grid(1)] = x
-
-    return read
-
-
-def measure_read(nbytes: int = 2**30, timing: TimingConfig | None = None) -> dict:
-    import numpy as np
-
-    dev = cuda.get_current_device()
-    n = nbytes // 16
-    rng = np.random.default_rng(7)
-    host = rng.integers(0, 2**32, size=(1, n, 4), dtype=np.uint32)
-    src = cuda.to_device(host)
-    blocks = int(dev.MULTIPROCESSOR_COUNT) * COPY_BLOCKS_PER_SM
-    out = cuda.device_array(blocks * COPY_THREADS, np.uint32)
-    kern = _read_kernel()
-    stream = cuda.stream()
-
-    per_block = -(-n // blocks)
-
-    def fn(i, s=stream):
-        kern[blocks, COPY_THREADS, s](out, src, per_block)
-
-    t = events_batched(fn, stream, timing or TimingConfig(min_reps=5, budget_s=0.5))
-    ok = int(np.bitwise_xor.reduce(out.copy_to_host())) == int(np.bitwise_xor.reduce(host.reshape(-1)))
-    gbps = n * 16 / (t["time_ms"] * 1e-3) / 1e9
-    del src, out
-    return _row("read", value=gbps, gbps=gbps, status="OK" if ok else "FAIL",
-                reason="" if ok else "read kernel's XOR differs from the data's", bytes=n * 16,
-                source=f"numba read kernel (a contiguous range per block, 16-byte loads, {READ_UNROLL} in flight "
-                       f"per thread), "
-                       f"{nbytes / 2**30:g} GiB read",
                 **_timing_fields(t))
 
 
@@ -505,8 +430,6 @@ def measure_all(names=CEILINGS, timing: TimingConfig | None = None) -> list[dict
                 row = measure_ffma(timing)
             elif name == "copy":
                 row = measure_copy(timing=timing)
-            elif name == "read":
-                row = measure_read(timing=timing)
             elif name.startswith("mma_"):
                 row = measure_mma(name[4:], timing)
             elif name == "wgmma_fp16":
@@ -558,9 +481,8 @@ def ceiling_for(row: dict) -> str:
 
 
 def attach_fractions(row: dict, ceilings: dict) -> None:
-    """Add ``ceiling``, ``ceiling_value`` and ``frac_ceiling`` (and ``frac_copy`` /
-    ``frac_read``, the achieved share of the copy / read bandwidth at the minimum
-    bytes) to a timed row.
+    """Add ``ceiling``, ``ceiling_value`` and ``frac_ceiling`` (and ``frac_copy``,
+    the achieved share of copy bandwidth at the minimum bytes) to a timed row.
     ``ceilings`` maps a ceiling name to its OK row."""
     if not row.get("time_ms"):
         return
@@ -577,6 +499,3 @@ def attach_fractions(row: dict, ceilings: dict) -> None:
     cp = ceilings.get("copy")
     if cp is not None and cp.get("value") and row.get("gbps") is not None:
         row["frac_copy"] = row["gbps"] / cp["value"]
-    rd = ceilings.get("read")
-    if rd is not None and rd.get("value") and row.get("gbps") is not None:
-        row["frac_read"] = row["gbps"] / rd["value"]

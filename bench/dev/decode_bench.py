@@ -3,7 +3,7 @@ SDPA and the device's copy bandwidth, in one process.
 
     python3 bench/dev/decode_bench.py --out $OUT/decode.jsonl --decode tune|small|full \
         [--variants default|tune] [--long-context fp32,fp16 --prefill-phases smem_kv,...] \
-        [--append] [--graph-check]
+        [--append] [--graph-check] [--profile]
 
 Inputs are drawn on the GPU (torch, standard normal, seeded) in the storage
 dtype. Correctness, before any timing and again after it: the output buffer
@@ -25,6 +25,10 @@ over several copies of K/V so that they are not timed from the L2 cache.
 
 Copy bandwidth: ``torch`` ``copy_`` of a 4 GiB buffer, bytes read + written,
 timed the same way.
+
+``--profile``: per row, 40 calls queued behind a spin kernel are traced with
+``torch.profiler`` (CUPTI): the mean device time of each kernel of a call
+(split kernel, combine; SDPA's own kernels) and the span per call.
 """
 from __future__ import annotations
 
@@ -53,7 +57,6 @@ from numba_attn.runner import kernel_resources  # noqa: E402
 TDT = {"float32": torch.float32, "float16": torch.float16}
 L2_BYTES = 60 * 2**20
 OUT = None
-READ_GBPS = None
 
 
 def log(*a):
@@ -128,15 +131,6 @@ def copy_bandwidth(timer, nbytes=4 * 2**30):
     del src, dst
     torch.cuda.empty_cache()
     return {"type": "ceiling", "name": "copy_torch", "gbps": gbps, "bytes": 2 * nbytes, "ok": ok, **t}
-
-
-def read_bandwidth():
-    """The project's read ceiling (``numba_attn.ceilings.measure_read``: 1 GiB, bytes read)."""
-    from numba_attn.ceilings import measure_read
-
-    row = measure_read()
-    row["type"] = "ceiling"
-    return row
 
 
 def kernel_profile(enqueue, timer, n=40):
@@ -351,8 +345,6 @@ def _finish(rec, min_bytes, copy_gbps, sdpa_ms):
     if t and rec.get("status") in ("OK", "WRONG"):
         rec["gbps"] = min_bytes / (t * 1e-3) / 1e9
         rec["frac_copy"] = rec["gbps"] / copy_gbps if copy_gbps else None
-        if READ_GBPS:
-            rec["frac_read"] = rec["gbps"] / READ_GBPS
         if sdpa_ms:
             rec["speedup_vs_sdpa"] = sdpa_ms / t
     emit(rec)
@@ -361,8 +353,6 @@ def _finish(rec, min_bytes, copy_gbps, sdpa_ms):
         extra = f" [{rec['notes']}]"
     if rec.get("graph_replay_ms"):
         extra += f" graph {rec['graph_replay_ms'] * 1e3:.1f}µs"
-    if rec.get("frac_read"):
-        extra += f" {100 * rec['frac_read']:.1f}% of read"
     pr = rec.get("profile")
     if pr and pr.get("kernels"):
         extra += (f" | profile: span {pr['span_us_per_call']:.1f} busy {pr['busy_us_per_call']:.1f} µs/call; "
@@ -455,12 +445,6 @@ def main():
     emit(cp)
     log(f"copy bandwidth (torch copy_, 4 GiB, read+write): {cp['gbps']:.0f} GB/s ok={cp['ok']}")
     copy_gbps = cp["gbps"]
-    global READ_GBPS
-    rd = read_bandwidth()
-    emit(rd)
-    log(f"read bandwidth (numba read kernel, 1 GiB): {rd['value']:.0f} GB/s {rd['status']}")
-    if rd["status"] == "OK":
-        READ_GBPS = rd["value"]
     if args.decode != "none":
         for p in DECODE_SETS[args.decode]:
             if time.perf_counter() - t_start > args.deadline_s:

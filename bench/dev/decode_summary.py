@@ -1,7 +1,6 @@
 """Summary table of a decode_bench.py results file: per decode shape, SDPA and
 every decode phase in the file (default parameters), the best phase's fraction
-of the copy (and, where measured, read) bandwidth of the same run, its speed
-against SDPA, and SDPA's own fraction of the read bandwidth.
+of the copy bandwidth measured in the same run, and its speed against SDPA.
 
     python3 bench/dev/decode_summary.py results/dev/decode_final_h200.jsonl
 """
@@ -15,9 +14,7 @@ SHORT = {"decode_chunked": "chunked", "decode_split_k": "split_k", "decode_split
 
 def main(path):
     rows = [json.loads(line) for line in open(path)]
-    copy = next((r["gbps"] for r in rows if r.get("type") == "ceiling" and r.get("name") != "read"), None)
-    read = next((r["value"] for r in rows if r.get("type") == "ceiling" and r.get("name") == "read"
-                 and r.get("status") == "OK"), None)
+    copy = next((r["gbps"] for r in rows if r.get("type") == "ceiling"), None)
     by, order = {}, []
     for r in rows:
         if r.get("type") != "result" or r["problem"]["q_len"] > 8:
@@ -32,9 +29,9 @@ def main(path):
         by[lab][r["phase"] + ("*" if r.get("params") else "")] = r
     present = {k for d in by.values() for k in d}
     PHASES = [p for p in ORDER if p in present]
-    print(f"copy bandwidth {copy:.0f} GB/s (read + write)" + (f", read bandwidth {read:.0f} GB/s" if read else ""))
+    print(f"copy bandwidth {copy:.0f} GB/s (read + write)")
     print(f"{'shape':36s} {'SDPA µs':>9s} " + " ".join(f"{SHORT[p]:>9s}" for p in PHASES)
-          + f" {'best GB/s':>9s} {'%copy':>6s} {'%read':>6s} {'SDPA%rd':>7s} {'vs SDPA':>7s}  best")
+          + f" {'best GB/s':>9s} {'%copy':>6s} {'vs SDPA':>7s}  best")
     for lab in order:
         d = by[lab]
         if "skip" in d:
@@ -46,10 +43,7 @@ def main(path):
         best = min(ok, key=lambda r: r["time_ms"])
         sd = t("torch_sdpa")
         print(f"{lab:36s} {f(sd)} " + " ".join(f(t(p)) for p in PHASES) + " "
-              f"{best['gbps']:9.0f} {100 * best['gbps'] / copy:5.1f}% "
-              f"{100 * best['gbps'] / read if read else 0:5.1f}% "
-              f"{100 * d['torch_sdpa']['gbps'] / read if read and sd else 0:6.1f}% "
-              f"{sd / best['time_ms'] if sd else 0:6.2f}x  "
+              f"{best['gbps']:9.0f} {100 * best['gbps'] / copy:5.1f}% {sd / best['time_ms'] if sd else 0:6.2f}x  "
               f"{best['phase']}")
 
 

@@ -24,6 +24,15 @@ several query rows read one KV head (a GQA group × q_len, up to 16 rows):
   kernel (or, with ``fuse_max`` > 0 and ``S × rows ≤ fuse_max``, by the last
   block of a KV head, as in ``decode_split_k_lean``: measured slower here,
   so off by default).
+* **The combine, cheaper** (run 6 of ``docs/decode-notes.md``): it is
+  compiled for the split count (``combine_splits_fixed``: all 2·S loads in
+  flight at once, one L2 round trip), and on sm_90 it is a *programmatic
+  dependent launch* (``numba_attn.pdl``): it is queued while the split kernel
+  runs and waits in ``griddepcontrol.wait`` for it to complete, instead of
+  being launched after it. ``pdl`` chooses when the split kernel lets it
+  launch: 3 (default) when its blocks exit; 1 at their start and 2 after the
+  loop measured slower (the combine's blocks then sit on the SMs for the
+  whole split kernel).
 
 Prediction (written before measuring): GQA (8 KV heads, group 4) B=1 32k
 fp16 from 52 µs (``decode_split_k_lean``) to ~35 µs (~3.8 TB/s: the split
@@ -64,6 +73,20 @@ Final run (commit 469b761, the full decode preset, ``results/dev/decode_final_mm
 GQA B=1 41.4 µs (SDPA 40.1, 0.97×, 75.7% of copy), B=8 249.9 (SDPA 245.5,
 0.98×), q_len 4 causal 482.2 (SDPA 792.8, 1.64×); MHA 0.79–0.99× SDPA (30.0
 µs at B=1 4k, where ``decode_split_k_lean`` takes 22.3).
+
+Run 6 (commits d2aec76–24ca9b5, ``results/dev/decode_pdl*_h200.*``; per-kernel
+times from ``decode_bench.py --profile``): at GQA B=1 32k the split kernel
+took 36.0 µs and the combine 3.0 µs (SDPA's cuDNN kernels 34.4 + 2.7); the
+rest of the 42.4 µs per call were the gaps between kernels. The dependent
+launch at the blocks' exit: 42.4 → 40.6 µs; the combine compiled for S=16:
+42.4 → 41.2; both: **39.2 µs against SDPA 41.4 (1.06×)**; B=8 254.5 against
+255.7 µs (1.00×, both at the memory limit). The dependent launch at the
+blocks' start: 44.6 µs (slower). More stages (4–6), 8 warps, an even split of
+the tiles over 33 splits (all 132 SMs) did not help at B=1 32k (40.6–46.9
+µs); neither did the ``.L2::256B`` prefetch hint on the copies (``l2_prefetch``:
+B=8 268.9 against 251.5 µs). Full preset (commit 24ca9b5, ``results/dev/decode_final3_h200.*``): GQA
+B=1 39.5 µs against 41.5 (1.05×), B=8 255.0 against 255.5 (1.00×), q_len 4
+causal 500.1 against 774.9 (1.55×).
 """
 from __future__ import annotations
 
@@ -339,6 +362,8 @@ def _supports(problem, warps, Bc, STAGES, splits, blocks_per_sm, min_keys, fuse_
         return "STAGES must be at least 2"
     if not 1 <= warps <= 32:
         return f"warps={warps} out of range 1..32"
+    if int(pdl) not in (0, 1, 2, 3):
+        return f"pdl={pdl}: 0 (plain launch) or 1/2/3 (dependent launch; see PDL_MODES)"
     return smem_reason(smem_bytes(D, warps, Bc, STAGES))
 
 
