@@ -135,6 +135,13 @@ def _combine_term(l, acc, lse_s, o_s, m):
 
 
 @device
+def _lse8(part_lse, s0, row):
+    """The log-sum-exps of splits s0 … s0+7 of ``row``: eight loads issued together."""
+    return (part_lse[s0, row], part_lse[s0 + 1, row], part_lse[s0 + 2, row], part_lse[s0 + 3, row],
+            part_lse[s0 + 4, row], part_lse[s0 + 5, row], part_lse[s0 + 6, row], part_lse[s0 + 7, row])
+
+
+@device
 def combine_splits(part_o, part_lse, n_splits, row, d):
     """The combine step of split-K (flash-decoding): split ``s`` wrote its
     normalized output ``O_s = part_o[s, row, :]`` and ``lse_s = part_lse[s, row]``
@@ -154,28 +161,14 @@ def combine_splits(part_o, part_lse, n_splits, row, d):
     n_full = n_splits - n_splits % COMBINE_UNROLL
     m = NEG_BIG
     for s0 in range(0, n_full, COMBINE_UNROLL):
-        a0 = part_lse[s0, row]
-        a1 = part_lse[s0 + 1, row]
-        a2 = part_lse[s0 + 2, row]
-        a3 = part_lse[s0 + 3, row]
-        a4 = part_lse[s0 + 4, row]
-        a5 = part_lse[s0 + 5, row]
-        a6 = part_lse[s0 + 6, row]
-        a7 = part_lse[s0 + 7, row]
+        a0, a1, a2, a3, a4, a5, a6, a7 = _lse8(part_lse, s0, row)
         m = max(m, max(max(max(a0, a1), max(a2, a3)), max(max(a4, a5), max(a6, a7))))
     for s in range(n_full, n_splits):
         m = max(m, part_lse[s, row])
     l = float32(0.0)
     acc = float32(0.0)
     for s0 in range(0, n_full, COMBINE_UNROLL):
-        a0 = part_lse[s0, row]
-        a1 = part_lse[s0 + 1, row]
-        a2 = part_lse[s0 + 2, row]
-        a3 = part_lse[s0 + 3, row]
-        a4 = part_lse[s0 + 4, row]
-        a5 = part_lse[s0 + 5, row]
-        a6 = part_lse[s0 + 6, row]
-        a7 = part_lse[s0 + 7, row]
+        a0, a1, a2, a3, a4, a5, a6, a7 = _lse8(part_lse, s0, row)
         o0 = part_o[s0, row, d]
         o1 = part_o[s0 + 1, row, d]
         o2 = part_o[s0 + 2, row, d]

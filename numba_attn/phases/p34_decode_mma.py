@@ -75,9 +75,10 @@ GQA B=1 41.4 µs (SDPA 40.1, 0.97×, 75.7% of copy), B=8 249.9 (SDPA 245.5,
 µs at B=1 4k, where ``decode_split_k_lean`` takes 22.3).
 
 Run 6 (commits d2aec76–24ca9b5, ``results/dev/decode_pdl*_h200.*``; per-kernel
-times from ``decode_bench.py --profile``): at GQA B=1 32k the split kernel
-took 36.0 µs and the combine 3.0 µs (SDPA's cuDNN kernels 34.4 + 2.7); the
-rest of the 42.4 µs per call were the gaps between kernels. The dependent
+times from ``decode_bench.py --profile``): at GQA B=1 32k (commit 24ca9b5) the
+split kernel took 36.3 µs and the combine 3.0 µs (SDPA's cuDNN kernels 35.6 +
+2.7); the rest of the 42.4 µs per call were the gaps between kernels. The
+combine compiled for S=16 takes 1.7–1.8 µs. The dependent
 launch at the blocks' exit: 42.4 → 40.6 µs; the combine compiled for S=16:
 42.4 → 41.2; both: **39.2 µs against SDPA 41.4 (1.06×)**; B=8 254.5 against
 255.7 µs (1.00×, both at the memory limit). The dependent launch at the
