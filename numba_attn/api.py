@@ -1,7 +1,7 @@
 """``attention()``: run one phase on arrays, the way a notebook or a test calls it.
 
 Every input check happens before anything is compiled, allocated or launched,
-and fails with :class:`~numba_attn.errors.AttentionInputError` (a
+and fails with :class:`~numba_attn.spec.errors.AttentionInputError` (a
 ``ValueError``) naming the argument and the allowed range:
 
 * q, k, v must be 4-D NumPy or numba device arrays of one dtype among
@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import backend  # noqa: F401  (first: chooses CUDA or the simulator before numba is imported)
+from numba_attn.gpu import backend  # noqa: F401  (first: chooses CUDA or the simulator before numba is imported)
 
 from numba import cuda  # noqa: E402
 
-from .errors import AttentionInputError, check_arrays, check_finite  # noqa: E402
-from .problem import Problem  # noqa: E402
-from .registry import get_phase, list_phases  # noqa: E402
+from numba_attn.spec.errors import AttentionInputError, check_arrays, check_finite  # noqa: E402
+from numba_attn.spec.problem import Problem  # noqa: E402
+from numba_attn.phases.registry import get_phase, list_phases  # noqa: E402
 
 
 def is_device_array(a) -> bool:
@@ -125,7 +125,7 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, nonfinite="propa
             check_finite(name, a)
     q, k, v = (_contiguous(n, a) for n, a in (("q", q), ("k", k), ("v", v)))
     on_device = is_device_array(q)
-    from .runner import DeviceLimitError, _simulated_device_limits, classify_exception, free_device_memory
+    from numba_attn.measure.runner import DeviceLimitError, _simulated_device_limits, classify_exception, free_device_memory
 
     free = free_device_memory()
     need = problem.min_bytes() if not on_device else int(np.prod(problem.out_shape())) * problem.itemsize
@@ -138,14 +138,14 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, nonfinite="propa
             if on_device:
                 qd, kd, vd = q, k, v
             else:
-                from .runner import to_device
+                from numba_attn.measure.runner import to_device
 
                 qd, kd, vd = (to_device(a) for a in (q, k, v))
             od = cuda.device_array((B, H, Nq, D), dtype=qd.dtype)
             launch(qd.reshape(B * H, Nq, D), kd.reshape(B * Hkv, Nk, D), vd.reshape(B * Hkv, Nk, D),
                    od.reshape(B * H, Nq, D))
             if not on_device:
-                from .runner import to_host
+                from numba_attn.measure.runner import to_host
 
                 return to_host(od, q.dtype)
             return od

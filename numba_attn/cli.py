@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--baseline", default="naive")
     _common(r)
 
-    b = sub.add_parser("bench", help="run a declared benchmark (see numba_attn/bench.py) and draw its plots")
+    b = sub.add_parser("bench", help="run a declared benchmark (see numba_attn/measure/bench.py) and draw its plots")
     b.add_argument("name", nargs="?", help="benchmark name (omit to list them)")
     b.add_argument("--results", default=None, help="results file (default: results/<name>-<gpu>.jsonl)")
     b.add_argument("--plots", default="plots", help="directory for the plots (default: plots/); '' for none")
@@ -99,7 +99,7 @@ def _select_backend(args):
         os.environ["NUMBA_ATTN_BACKEND"] = "simulator"
     elif getattr(args, "gpu", False):
         os.environ["NUMBA_ATTN_BACKEND"] = "cuda"
-    from . import backend
+    from numba_attn.gpu import backend
 
     return backend
 
@@ -120,7 +120,7 @@ def _check_ranges(args):
 
 
 def _problems(args):
-    from .problem import PRESETS, Problem
+    from numba_attn.spec.problem import PRESETS, Problem
 
     _check_ranges(args)
 
@@ -166,7 +166,7 @@ def _params(args):
 
 def cmd_list(args) -> int:
     _select_backend(args)
-    from .registry import list_phases
+    from numba_attn.phases.registry import list_phases
 
     phases = list_phases(args.kind)
     hdr = ("order", "name", "parent", "kind", "plan", "dtypes", "title")
@@ -178,7 +178,7 @@ def cmd_list(args) -> int:
     print("  ".join("-" * n for n in w))
     for r in rows:
         print("  ".join(x.ljust(n) for x, n in zip(r, w)))
-    from .phases import BROKEN
+    from numba_attn.phases import BROKEN
 
     for mod, why in BROKEN.items():
         print(f"BROKEN phase module {mod}: {why}")
@@ -221,7 +221,7 @@ class Progress:
 
 def cmd_run(args) -> int:
     if args.list_presets:
-        from .problem import PRESETS
+        from numba_attn.spec.problem import PRESETS
 
         for name, probs in PRESETS.items():
             print(f"{name:12s} " + "; ".join(p.label for p in probs))
@@ -229,15 +229,15 @@ def cmd_run(args) -> int:
     be = _select_backend(args)
     if args.gpu and be.IS_SIMULATOR:
         raise SystemExit("--gpu: no CUDA GPU is available")
-    from . import report
-    from .env import gpu_info
-    from .runner import RunConfig, run
-    from .timing import TimingConfig
+    from numba_attn.report import table as report
+    from numba_attn.measure.env import gpu_info
+    from numba_attn.measure.runner import RunConfig, run
+    from numba_attn.measure.timing import TimingConfig
 
     problems, defaulted = _problems(args)
     _run_setup(args.setup)
     phases = [p.strip() for p in args.phases.split(",")] if args.phases else None
-    from .registry import get_phase
+    from numba_attn.phases.registry import get_phase
 
     if phases:
         for p in phases:
@@ -251,7 +251,7 @@ def cmd_run(args) -> int:
     timeout = args.timeout if args.timeout is not None else (1800.0 if be.IS_SIMULATOR else 600.0)
     peer_list = None
     if args.peers:
-        from .peers import PEERS
+        from numba_attn.measure.peers import PEERS
 
         peer_list = tuple(x.strip() for x in args.peers.split(",") if x.strip())
         for x in peer_list:
@@ -287,7 +287,7 @@ def _seeds(text: str) -> tuple:
 
 
 def _run_setup(specs):
-    from .runner import _call_setup
+    from numba_attn.measure.runner import _call_setup
 
     for spec in specs:
         try:
@@ -297,20 +297,20 @@ def _run_setup(specs):
 
 
 def cmd_bench(args) -> int:
-    from . import bench
+    from numba_attn.measure import bench
 
     if not args.name:
         for b in bench.BENCHMARKS.values():
             print(f"{b.name:13s} {b.description}")
         return 0
     be = _select_backend(args)
-    from . import report
+    from numba_attn.report import table as report
 
     _run_setup(args.setup)
     b = bench.get(args.name)  # unknown names fail here
     problems = None
     if args.preset:
-        from .problem import PRESETS
+        from numba_attn.spec.problem import PRESETS
 
         problems = []
         for name in args.preset:
@@ -334,7 +334,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .compare import compare, format_comparison
+    from numba_attn.report.compare import compare, format_comparison
 
     for path in (args.a, args.b):
         if not os.path.exists(path):
@@ -344,7 +344,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from .plots import PLOTS, make_all
+    from numba_attn.report.plots import PLOTS, make_all
 
     if not os.path.exists(args.results):
         raise SystemExit(f"no such results file: {args.results}")

@@ -2,7 +2,7 @@
 
 Nothing here is registered in the public registry unless asked:
 
-* :func:`buggy_phase` returns an unregistered :class:`~numba_attn.registry.Phase`
+* :func:`buggy_phase` returns an unregistered :class:`~numba_attn.phases.registry.Phase`
   whose kernel has one classic bug (``BUGS``); ``"none"`` is the same kernel
   without a bug, the control. The correctness gate must reject every bug.
 * :func:`temporary_phases` registers phases for the duration of a ``with``
@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import functools
 
-from . import backend  # noqa: F401  (first: chooses CUDA or the simulator before numba is imported)
+from numba_attn.gpu import backend  # noqa: F401  (first: chooses CUDA or the simulator before numba is imported)
 
 from numba import cuda, float32  # noqa: E402
 
-from .device_functions import NEG_INF, online_softmax_step, visible_keys
-from .jit import kernel
-from .registry import _REGISTRY, Launch, Phase, _load_all, temporary_phases  # noqa: F401  (re-exported)
+from numba_attn.gpu.device_functions import NEG_INF, online_softmax_step, visible_keys
+from numba_attn.gpu.jit import kernel
+from numba_attn.phases.registry import _REGISTRY, Launch, Phase, _load_all, temporary_phases  # noqa: F401  (re-exported)
 
 # bug name → what it emulates
 BUGS = {

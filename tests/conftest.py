@@ -4,7 +4,7 @@ the reason shown, in the simulator; simulator-only ones carry
 ``@pytest.mark.simulator``."""
 import pytest
 
-import numba_attn.backend as backend
+import numba_attn.gpu.backend as backend
 
 
 def pytest_report_header(config):

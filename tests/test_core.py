@@ -9,13 +9,13 @@ import pytest
 
 import numba_attn
 from numba import cuda, float32  # module globals: the simulator swaps `cuda` in a kernel's globals
-from numba_attn.jit import kernel
-from numba_attn.warp import FULL_MASK, quad_sum, shfl_down_sync, shfl_sync, shfl_xor_sync, warp_max, warp_sum
+from numba_attn.gpu.jit import kernel
+from numba_attn.gpu.warp import FULL_MASK, quad_sum, shfl_down_sync, shfl_sync, shfl_xor_sync, warp_max, warp_sum
 from numba_attn import Problem, attention, get_phase, list_phases, reference
-from numba_attn.errors import AttentionInputError, UnknownPhaseError
-from numba_attn.reference import check, poison
-from numba_attn.registry import Launch, register_phase, unregister
-from numba_attn.runner import RunConfig, measure
+from numba_attn.spec.errors import AttentionInputError, UnknownPhaseError
+from numba_attn.spec.reference import check, poison
+from numba_attn.phases.registry import Launch, register_phase, unregister
+from numba_attn.measure.runner import RunConfig, measure
 
 
 # -- problem -----------------------------------------------------------------
@@ -130,7 +130,7 @@ def test_unknown_phase_suggests_close_names():
 
 @pytest.fixture
 def broken_phase():
-    from numba_attn.phases.p02_smem_kv import make_kernel
+    from numba_attn.phases.cuda_core.p02_smem_kv import make_kernel
 
     @register_phase(name="_test_unscaled", order=-1, title="broken", parent=None,
                     description="smem_kv without the softmax scale", lineage="test",

@@ -6,8 +6,8 @@ from numba import cuda
 
 from numba_attn import Problem, attention, check, reference
 from numba_attn.cli import main
-from numba_attn.errors import AttentionInputError, UnknownPhaseError
-from numba_attn.registry import Launch, Phase
+from numba_attn.spec.errors import AttentionInputError, UnknownPhaseError
+from numba_attn.phases.registry import Launch, Phase
 from numba_attn.testing import temporary_phases
 
 P = Problem(batch=1, heads=2, q_len=5, kv_len=9, head_dim=8)
@@ -49,7 +49,7 @@ def test_bad_input_is_refused_before_any_launch(case, kw, msg):
 
 
 def test_unsupported_head_dim_names_the_phases_that_can():
-    from numba_attn.registry import get_phase
+    from numba_attn.phases.registry import get_phase
 
     ph = next((p for p in (get_phase(n) for n in ("tc_mma", "naive")) if p.head_dims), None)
     if ph is None:
@@ -93,7 +93,7 @@ def test_non_contiguous_numpy_is_copied_and_device_is_refused():
 
 
 def test_problem_larger_than_free_memory_is_refused_up_front(monkeypatch):
-    import numba_attn.runner as R
+    import numba_attn.measure.runner as R
 
     monkeypatch.setattr(R, "free_device_memory", lambda: 1024)
     with temporary_phases(TRAP):
@@ -104,7 +104,7 @@ def test_problem_larger_than_free_memory_is_refused_up_front(monkeypatch):
 def test_tile_configuration_over_device_limits_is_an_error_not_a_crash():
     with pytest.raises(AttentionInputError, match="2048 threads exceeds the device limit of 1024"):
         attention(Q, K, V, phase="smem_kv", Br=2048)
-    from numba_attn.runner import measure
+    from numba_attn.measure.runner import measure
 
     row = measure("smem_kv", P, Br=2048)
     assert row["status"] == "SKIP" and "device limit" in row["reason"]

@@ -1,7 +1,7 @@
 """The tensor-core / async-copy intrinsics against NumPy, one warp at a time.
 
 The kernels below run unchanged on both backends: in the simulator they
-exercise the per-lane fallbacks of :mod:`numba_attn.intrinsics`, on a GPU the
+exercise the per-lane fallbacks of :mod:`numba_attn.gpu.intrinsics`, on a GPU the
 inline PTX. Each test draws random matrices, builds the fragments the way a
 kernel does (32-bit loads from ``uint32`` views of f16/bf16 arrays), and
 compares the result with a float64 product. One test per mma flavour feeds a
@@ -14,12 +14,12 @@ import functools
 import numpy as np
 import pytest
 
-from numba_attn.backend import IS_SIMULATOR
-from numba_attn import intrinsics as I
+from numba_attn.gpu.backend import IS_SIMULATOR
+from numba_attn.gpu import intrinsics as I
 
 from numba import cuda, float32, int64, uint32
 
-from numba_attn.jit import kernel
+from numba_attn.gpu.jit import kernel
 
 gpu_only = pytest.mark.skipif(IS_SIMULATOR, reason="needs a CUDA GPU (inline PTX has no simulator path to inspect)")
 ALIGN = I.SMEM_ALIGN  # a plain global: numba reads it as the literal alignment

@@ -1,4 +1,4 @@
-"""Programmatic dependent launch (``numba_attn.pdl``).
+"""Programmatic dependent launch (``numba_attn.gpu.pdl``).
 
 A producer kernel writes a buffer after a long dependent loop and lets its
 dependents launch at its first instruction; the consumer, launched with
@@ -19,10 +19,10 @@ import pytest
 from numba import cuda, float32
 
 from numba_attn import Problem, get_phase
-from numba_attn.backend import IS_SIMULATOR
-from numba_attn.jit import kernel
-from numba_attn.pdl import grid_dependency_wait, launch_after, launch_dependents, pdl_available, uses_griddepcontrol
-from numba_attn.runner import RunConfig, measure
+from numba_attn.gpu.backend import IS_SIMULATOR
+from numba_attn.gpu.jit import kernel
+from numba_attn.gpu.pdl import grid_dependency_wait, launch_after, launch_dependents, pdl_available, uses_griddepcontrol
+from numba_attn.measure.runner import RunConfig, measure
 
 gpu_only = pytest.mark.skipif(IS_SIMULATOR, reason="needs a CUDA GPU (the dependent launch itself)")
 

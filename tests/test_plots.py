@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from numba_attn import plots
+from numba_attn.report import plots
 from numba_attn.cli import main
 
 

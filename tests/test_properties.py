@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from numba_attn import Problem, list_phases
-from numba_attn.reference import check
-from numba_attn.runner import RunConfig, measure
+from numba_attn.spec.reference import check
+from numba_attn.measure.runner import RunConfig, measure
 from numba_attn.testing import BUGGY_BC, BUGS, buggy_phase
 
 settings.register_profile("ci", max_examples=3, deadline=None, derandomize=True, print_blob=True,
@@ -126,8 +126,8 @@ def _small_supported(phase, causal):
 def _run_phase(phase, problem, q, k, v):
     from numba import cuda
 
-    from numba_attn.reference import poison
-    from numba_attn.runner import _views
+    from numba_attn.spec.reference import poison
+    from numba_attn.measure.runner import _views
 
     launch = phase.plan(problem, **phase.sim_params)
     qd, kd, vd = (cuda.to_device(a) for a in (q, k, v))
@@ -141,7 +141,7 @@ def _run_phase(phase, problem, q, k, v):
 def test_nan_and_inf_inputs_propagate_like_the_reference(phase):
     """Defined behaviour: NaN/Inf in q, or in a key/value that a query attends
     to, give NaN exactly where the float64 reference does."""
-    from numba_attn.reference import reference
+    from numba_attn.spec.reference import reference
 
     problem = _small_supported(phase, phase.causal)
     if problem is None:
@@ -164,7 +164,7 @@ def test_nan_and_inf_inputs_propagate_like_the_reference(phase):
 def test_nan_in_a_masked_key_does_not_leak(phase):
     """A causal query never reads keys after its position: NaN there leaves its
     output finite (only the last query sees the last key)."""
-    from numba_attn.reference import reference
+    from numba_attn.spec.reference import reference
 
     problem = _small_supported(phase, True)
     if problem is None:

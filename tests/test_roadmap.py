@@ -12,12 +12,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from numba_attn.backend import IS_SIMULATOR  # noqa: I001 - chooses the backend before numba loads
+from numba_attn.gpu.backend import IS_SIMULATOR  # noqa: I001 - chooses the backend before numba loads
 from numba import cuda, float32  # noqa: E402  (module level: the simulator swaps this global)
-from numba_attn.problem import Problem
-from numba_attn.reference import check, reference
-from numba_attn.registry import get_phase
-from numba_attn.runner import RunConfig, measure
+from numba_attn.spec.problem import Problem
+from numba_attn.spec.reference import check, reference
+from numba_attn.phases.registry import get_phase
+from numba_attn.measure.runner import RunConfig, measure
 
 pytestmark = pytest.mark.skipif(not IS_SIMULATOR, reason="simulator tests (run with NUMBA_ATTN_BACKEND=simulator)")
 
@@ -63,7 +63,7 @@ def test_segmented_out_supports():
 
 
 def test_vector_access_fallbacks():
-    from numba_attn.ptx_loads import dynamic_tile, ldg4, lds4, sts4
+    from numba_attn.gpu.ptx_loads import dynamic_tile, ldg4, lds4, sts4
 
     @cuda.jit
     def kern(src, out):
@@ -86,7 +86,7 @@ def test_vector_access_fallbacks():
 
 def test_vector_access_misaligned_fails():
     """A column that is not a multiple of 4 would fault on the GPU: the fallback raises."""
-    from numba_attn.ptx_loads import ldg4
+    from numba_attn.gpu.ptx_loads import ldg4
 
     @cuda.jit
     def kern(src, out):
@@ -98,7 +98,7 @@ def test_vector_access_misaligned_fails():
 
 
 def test_dynamic_tile_past_the_allocation_fails():
-    from numba_attn.ptx_loads import dynamic_tile
+    from numba_attn.gpu.ptx_loads import dynamic_tile
 
     @cuda.jit
     def kern(out):

@@ -11,12 +11,12 @@ import pytest
 from numba import float32  # noqa: F401  (module global, as kernels in the simulator need)
 
 from numba_attn import Problem, list_phases
-from numba_attn.backend import IS_SIMULATOR
-from numba_attn import ceilings as C
-from numba_attn.runner import (ERROR, FAIL, OK, SKIP, TIMEOUT, ResultsWriter, RunConfig, load_results, measure,
+from numba_attn.gpu.backend import IS_SIMULATOR
+from numba_attn.measure import ceilings as C
+from numba_attn.measure.runner import (ERROR, FAIL, OK, SKIP, TIMEOUT, ResultsWriter, RunConfig, load_results, measure,
                                run)
 from numba_attn.testing import faulty_phases, temporary_phases
-from numba_attn.timing import TimingConfig, _enough, compare_methods, robust_spread
+from numba_attn.measure.timing import TimingConfig, _enough, compare_methods, robust_spread
 
 TINY = Problem(batch=1, heads=2, kv_heads=1, q_len=7, kv_len=13, head_dim=8, causal=True)
 SETUP = ("numba_attn.testing:register_faulty_phases",)
@@ -178,7 +178,7 @@ def test_failing_phases_are_isolated_and_the_sweep_continues(tmp_path):
 
 
 def test_time_and_memory_limits_skip_rows_with_the_reason(monkeypatch):
-    import numba_attn.runner as R
+    import numba_attn.measure.runner as R
 
     rows = run(["fused_rowwise", "smem_kv"], [TINY], seeds=(1,), max_total_s=-1.0)
     assert all(r["status"] == SKIP and "time limit" in r["reason"] for r in rows)
@@ -251,8 +251,8 @@ def test_compare_prints_per_phase_ratios(tmp_path, capsys):
 
 
 def test_benchmark_declarations():
-    from numba_attn import bench
-    from numba_attn.problem import PRESETS
+    from numba_attn.measure import bench
+    from numba_attn.spec.problem import PRESETS
 
     rm = bench.get("roadmap")
     probs = rm.problems()
@@ -273,7 +273,7 @@ def test_benchmark_declarations():
 
 
 def test_report_table_shows_ceilings_fractions_and_the_timing_check():
-    from numba_attn.report import table
+    from numba_attn.report.table import table
 
     rows = [{"type": "ceiling", "name": "ffma", "value": 56.6, "unit": "TFLOP/s", "status": "OK", "spread": 0.01,
              "source": "numba kernel"},

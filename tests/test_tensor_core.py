@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from numba_attn.backend import IS_SIMULATOR
-from numba_attn.problem import Problem
-from numba_attn.reference import check, poison, reference
-from numba_attn.registry import get_phase
+from numba_attn.gpu.backend import IS_SIMULATOR
+from numba_attn.spec.problem import Problem
+from numba_attn.spec.reference import check, poison, reference
+from numba_attn.phases.registry import get_phase
 
 from numba import cuda
 

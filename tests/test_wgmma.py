@@ -1,4 +1,4 @@
-"""``wgmma.mma_async`` (numba_attn.wgmma) against NumPy, one warpgroup at a time.
+"""``wgmma.mma_async`` (numba_attn.gpu.wgmma) against NumPy, one warpgroup at a time.
 
 The kernel below runs unchanged on both backends: in the simulator it
 exercises the warpgroup fallback (registers gathered from 128 threads, B read
@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from numba import cuda, float32, uint32
 
-from numba_attn import wgmma as WG
-from numba_attn.backend import IS_SIMULATOR
-from numba_attn.jit import kernel
+from numba_attn.gpu import wgmma as WG
+from numba_attn.gpu.backend import IS_SIMULATOR
+from numba_attn.gpu.jit import kernel
 
 try:
     import ml_dtypes

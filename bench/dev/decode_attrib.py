@@ -24,9 +24,9 @@ import decode_bench as db  # noqa: E402  (selects the cuda backend, imports torc
 import torch  # noqa: E402
 from numba import cuda, float32  # noqa: E402
 
-from numba_attn.device_functions import EMPTY_LSE_BELOW, NEG_BIG, merge_state  # noqa: E402
-from numba_attn.jit import device, kernel  # noqa: E402
-from numba_attn.registry import get_phase  # noqa: E402
+from numba_attn.gpu.device_functions import EMPTY_LSE_BELOW, NEG_BIG, merge_state  # noqa: E402
+from numba_attn.gpu.jit import device, kernel  # noqa: E402
+from numba_attn.phases.registry import get_phase  # noqa: E402
 
 
 @device

@@ -9,7 +9,7 @@ Inputs are drawn on the GPU (torch, standard normal, seeded) in the storage
 dtype. Correctness, before any timing and again after it: the output buffer
 is poisoned, the phase runs, and every output element is compared with a
 float64 reference computed on the GPU (torch float64, the formula of
-``numba_attn.reference``: scores, bottom-right causal mask, softmax, P·V),
+``numba_attn.spec.reference``: scores, bottom-right causal mask, softmax, P·V),
 chunked over batch entries and query rows so that its memory stays small.
 The gate is the project's: relative error ‖out − ref‖/‖ref‖ under the
 dtype's tolerance, no element left unwritten, no NaN/Inf. A wrong result is
@@ -45,14 +45,14 @@ os.environ.setdefault("NUMBA_ATTN_BACKEND", "cuda")
 os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
 sys.path.insert(0, os.getcwd())
 
-import numba_attn.backend  # noqa: E402,F401  (selects the backend before numba is imported)
+import numba_attn.gpu.backend  # noqa: E402,F401  (selects the backend before numba is imported)
 import torch  # noqa: E402
 from numba import cuda  # noqa: E402
 
-from numba_attn.problem import PRESETS, Problem  # noqa: E402
-from numba_attn.reference import POISON_BITS, tolerance  # noqa: E402
-from numba_attn.registry import get_phase  # noqa: E402
-from numba_attn.runner import kernel_resources  # noqa: E402
+from numba_attn.spec.problem import PRESETS, Problem  # noqa: E402
+from numba_attn.spec.reference import POISON_BITS, tolerance  # noqa: E402
+from numba_attn.phases.registry import get_phase  # noqa: E402
+from numba_attn.measure.runner import kernel_resources  # noqa: E402
 
 TDT = {"float32": torch.float32, "float16": torch.float16}
 L2_BYTES = 60 * 2**20
@@ -322,7 +322,7 @@ def run_problem(p: Problem, variants, timer, copy_gbps, seed=1, graph_check=Fals
                 if profile and rec["status"] == "OK":
                     rec["profile"] = kernel_profile(lambda i: launch(*views[i % n_sets], stream), timer)
                 if graph_check and rec["status"] == "OK":
-                    from numba_attn.timing import TimingConfig, second_method
+                    from numba_attn.measure.timing import TimingConfig, second_method
 
                     nst = cuda.stream()
                     g = second_method(lambda i, s: launch(*views[i % n_sets], s), nst,

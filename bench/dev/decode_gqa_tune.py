@@ -11,9 +11,9 @@ import json
 import sys
 
 from numba_attn import Problem
-from numba_attn.peers import measure_peer
-from numba_attn.runner import RunConfig, measure
-from numba_attn.timing import TimingConfig
+from numba_attn.measure.peers import measure_peer
+from numba_attn.measure.runner import RunConfig, measure
+from numba_attn.measure.timing import TimingConfig
 
 out = open(sys.argv[1], "a")
 cfg = RunConfig(seeds=(1, 2), compare_timing=True, timing=TimingConfig(budget_s=0.3, min_reps=5))

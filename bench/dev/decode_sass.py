@@ -3,7 +3,7 @@
     python bench/dev/decode_sass.py PHASE [--kvh 8] [--batch 1] [--kv-len 32768] [--dtype float16] \
         [--param name=value ...] [--dump FILE]
 
-Compiles with libNVVM, assembles with nvJitLink for sm_90 (``numba_attn.offline``),
+Compiles with libNVVM, assembles with nvJitLink for sm_90 (``numba_attn.measure.offline``),
 disassembles the cubin with nvdisasm and prints, per kernel, the registers,
 spills and a histogram of SASS opcodes (whole kernel and the longest loop body:
 the instructions between the last backward branch's target and the branch).
@@ -20,8 +20,8 @@ os.environ.setdefault("NUMBA_ATTN_BACKEND", "cuda")
 os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
 sys.path.insert(0, os.getcwd())
 
-from numba_attn.offline import compile_phase  # noqa: E402
-from numba_attn.problem import Problem  # noqa: E402
+from numba_attn.measure.offline import compile_phase  # noqa: E402
+from numba_attn.spec.problem import Problem  # noqa: E402
 
 
 def cubin(ptx, arch="sm_90"):

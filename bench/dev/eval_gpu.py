@@ -15,17 +15,17 @@ import sys
 import time
 import traceback
 
-import numba_attn.backend  # noqa: F401  (chooses the backend first)
+import numba_attn.gpu.backend  # noqa: F401  (chooses the backend first)
 
 import numpy as np
 from numba import cuda
 
-from numba_attn import ceilings
-from numba_attn.problem import Problem
-from numba_attn.reference import check, poison, reference
-from numba_attn.registry import list_phases
-from numba_attn.runner import RunConfig, _views, measure
-from numba_attn.timing import TimingConfig
+from numba_attn.measure import ceilings
+from numba_attn.spec.problem import Problem
+from numba_attn.spec.reference import check, poison, reference
+from numba_attn.phases.registry import list_phases
+from numba_attn.measure.runner import RunConfig, _views, measure
+from numba_attn.measure.timing import TimingConfig
 
 OUT = os.environ.get("OUT", ".")
 LOG = open(os.path.join(OUT, "dev.jsonl"), "a")

@@ -3,7 +3,7 @@
     python3 bench/dev/roadmap_tune.py PLAN [--out DIR] [--deadline SECONDS]
 
 PLAN names a list in ``PLANS`` below: (phase, problem, params) rows measured
-in order with ``numba_attn.runner.measure`` (check against the float64
+in order with ``numba_attn.measure.runner.measure`` (check against the float64
 reference, then events timing), after the FFMA ceiling and the SDPA peer of
 the same run. A row that would start after the deadline is skipped, so the
 call ends inside its time limit with what it measured so far. Each row is
@@ -21,7 +21,7 @@ import time
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
-from numba_attn.problem import Problem  # noqa: E402
+from numba_attn.spec.problem import Problem  # noqa: E402
 
 P64 = Problem(batch=1, heads=32, q_len=4096, head_dim=64)
 P128 = Problem(batch=1, heads=32, q_len=4096, head_dim=128)
@@ -92,9 +92,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     t_start = time.time()
 
-    from numba_attn.backend import IS_SIMULATOR
-    from numba_attn.runner import RunConfig, measure
-    from numba_attn.timing import TimingConfig
+    from numba_attn.gpu.backend import IS_SIMULATOR
+    from numba_attn.measure.runner import RunConfig, measure
+    from numba_attn.measure.timing import TimingConfig
 
     if IS_SIMULATOR:
         print("simulator backend: timings are meaningless; running the checks only")
@@ -108,15 +108,15 @@ def main(argv=None) -> int:
 
     sdpa = {}
     if not IS_SIMULATOR:
-        from numba_attn.ceilings import measure_ffma
-        from numba_attn.env import environment
+        from numba_attn.measure.ceilings import measure_ffma
+        from numba_attn.measure.env import environment
 
         write({"type": "env", **environment(" ".join(sys.argv))})
         row = measure_ffma()
         write(row)
         print(f"FFMA ceiling: {row.get('tflops', 0):.1f} TFLOP/s ({row.get('status')})", flush=True)
         if not args.no_peer:
-            from numba_attn.peers import measure_peer
+            from numba_attn.measure.peers import measure_peer
 
             for prob in sorted({p for _, p, _ in PLANS[args.plan]}, key=lambda p: p.label):
                 if prob.dtype != "float32":
@@ -147,7 +147,7 @@ def main(argv=None) -> int:
         if name in args.sass and name not in sass_done and not IS_SIMULATOR and row["status"] == "OK":
             sass_done.add(name)
             try:
-                from numba_attn.registry import get_phase
+                from numba_attn.phases.registry import get_phase
 
                 launch = get_phase(name).plan(prob, **params)
                 kern = launch.kernels[0]

@@ -23,13 +23,13 @@ import time
 os.environ.setdefault("NUMBA_ATTN_BACKEND", "cuda")
 sys.path.insert(0, os.getcwd())
 
-import numba_attn.backend  # noqa: E402,F401  (selects the backend before numba is imported)
+import numba_attn.gpu.backend  # noqa: E402,F401  (selects the backend before numba is imported)
 import numpy as np  # noqa: E402
 from numba import cuda, float32, uint32  # noqa: E402
 
-from numba_attn.problem import Problem  # noqa: E402
-from numba_attn.reference import check, poison, reference, tolerance  # noqa: E402
-from numba_attn.registry import get_phase  # noqa: E402
+from numba_attn.spec.problem import Problem  # noqa: E402
+from numba_attn.spec.reference import check, poison, reference, tolerance  # noqa: E402
+from numba_attn.phases.registry import get_phase  # noqa: E402
 
 
 def log(*a):
@@ -82,7 +82,7 @@ def resources(kern):
 
 
 def mma_ceiling(kind):
-    from numba_attn import intrinsics as I
+    from numba_attn.gpu import intrinsics as I
 
     mma = {"f16": I.mma_f16, "bf16": I.mma_bf16, "tf32": I.mma_tf32}[kind]
     CH = 8

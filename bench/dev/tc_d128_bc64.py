@@ -4,9 +4,9 @@ to PyTorch SDPA on the same problem, in one process.
 
     python3 bench/dev/tc_d128_bc64.py [--out DIR] [--deadline SECONDS] [--smoke]
 
-Every row goes through ``numba_attn.runner.measure`` (checked against the
+Every row goes through ``numba_attn.measure.runner.measure`` (checked against the
 float64 reference before it is timed; a wrong result is FAIL, not a time) and
-SDPA through ``numba_attn.peers.measure_peer``. Rows are printed (status,
+SDPA through ``numba_attn.measure.peers.measure_peer``. Rows are printed (status,
 time, TFLOP/s, fraction of SDPA, registers, local memory) and appended to
 ``DIR/tc_d128.jsonl``. ``--smoke`` runs a tiny problem (simulator check of the
 script itself).
@@ -21,7 +21,7 @@ import time
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
-from numba_attn.problem import Problem  # noqa: E402
+from numba_attn.spec.problem import Problem  # noqa: E402
 
 P128H = Problem(batch=1, heads=32, q_len=4096, head_dim=128, dtype="float16")
 TINY = Problem(batch=1, heads=1, q_len=21, kv_len=150, head_dim=32, dtype="float16")
@@ -45,9 +45,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     t_start = time.time()
 
-    from numba_attn.backend import IS_SIMULATOR
-    from numba_attn.runner import RunConfig, measure
-    from numba_attn.timing import TimingConfig
+    from numba_attn.gpu.backend import IS_SIMULATOR
+    from numba_attn.measure.runner import RunConfig, measure
+    from numba_attn.measure.timing import TimingConfig
 
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "tc_d128.jsonl")
@@ -65,8 +65,8 @@ def main(argv=None) -> int:
 
     sdpa = {}
     if not IS_SIMULATOR:
-        from numba_attn.env import environment
-        from numba_attn.peers import measure_peer
+        from numba_attn.measure.env import environment
+        from numba_attn.measure.peers import measure_peer
 
         write({"type": "env", **environment(" ".join(sys.argv))})
         for prob in sorted({p for p, _ in plan}, key=lambda p: p.label):

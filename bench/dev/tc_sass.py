@@ -1,4 +1,4 @@
-"""Offline SASS of a phase's kernel (no GPU): PTX from numba_attn.offline,
+"""Offline SASS of a phase's kernel (no GPU): PTX from numba_attn.measure.offline,
 cubin from nvJitLink, disassembly by nvdisasm (pip package
 nvidia-cuda-nvdisasm). Prints the opcode histogram of the whole kernel and
 of its largest loop body (the main K/V tile loop).
@@ -20,8 +20,8 @@ os.environ["NUMBA_ATTN_BACKEND"] = "cuda"
 os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
 sys.path.insert(0, os.getcwd())
 
-from numba_attn.offline import compile_phase  # noqa: E402
-from numba_attn.problem import Problem  # noqa: E402
+from numba_attn.measure.offline import compile_phase  # noqa: E402
+from numba_attn.spec.problem import Problem  # noqa: E402
 
 
 def cubin(ptx: str, arch="sm_90a", maxreg=None) -> bytes:

@@ -1,0 +1,12 @@
+"""GPU building blocks shared by the phases, each with an exact simulator fallback.
+
+* ``backend.py``          — CUDA or the CUDA simulator, chosen before numba is imported
+* ``jit.py``              — the ``kernel`` / ``device`` decorators (fastmath, simulator options)
+* ``warp.py``             — shuffles and warp/quad reductions (per-lane simulator emulation)
+* ``device_functions.py`` — online softmax, tile loads, split combine, fragment softmax; constants
+* ``ptx_loads.py``        — 16-byte loads and stores (inline PTX), dynamic shared memory
+* ``intrinsics.py``       — mma.sync, ldmatrix, cp.async (inline PTX)
+* ``wgmma.py``            — Hopper wgmma and its swizzled shared-memory layouts
+* ``pdl.py``              — programmatic dependent launch (griddepcontrol)
+* ``split_k.py``          — split-K plan and the log-sum-exp combine kernel
+"""

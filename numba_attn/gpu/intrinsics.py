@@ -1,0 +1,641 @@
+"""Tensor-core and asynchronous-copy intrinsics: inline PTX on the GPU, exact
+per-lane fallbacks in the simulator.
+
+numba-cuda has no API for ``mma.sync``, ``ldmatrix`` or ``cp.async``. On the
+GPU each function here is a ``numba.cuda.extending.intrinsic`` that emits one
+PTX instruction through an llvmlite ``ir.InlineAsm``; in the CUDA simulator
+(``numba_attn.gpu.backend.IS_SIMULATOR``) the same name is a pure-Python function
+with the same per-lane semantics. The fallbacks of the warp-wide instructions
+(``mma_*``, ``ldmatrix_*``) gather every lane's registers with
+:func:`numba_attn.gpu.warp.warp_exchange`, rebuild the matrices from the PTX
+fragment layout, compute, and hand each lane exactly the registers the
+hardware would give it. A kernel that puts a value in the wrong fragment
+register therefore gets the wrong answer in the simulator as on the GPU.
+
+Registers
+---------
+A packed register (two f16/bf16 halves, or one tf32) is a ``uint32`` holding
+the bit pattern the GPU holds: the element with the lower column/k index in
+the low 16 bits. Kernels see f16/bf16 tensors as ``uint32`` views (two
+elements per word), so a 32-bit load of ``q[bh, row, w]`` is already the
+packed pair ``(row, 2w), (row, 2w+1)``.
+
+Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16 / m16n8k8";
+lane = 4·g + t, g = lane // 4 in 0..7, t = lane % 4)
+--------------------------------------------------------------------------
+``mma.m16n8k16`` (f16, bf16), A 16×16 row-major, B 16×8 "col", C/D 16×8 f32:
+
+* A: a0 = (g, 2t..2t+1), a1 = (g+8, 2t..2t+1), a2 = (g, 2t+8..2t+9), a3 = (g+8, 2t+8..2t+9)
+* B: b0 = (k 2t..2t+1, n g), b1 = (k 2t+8..2t+9, n g)
+* C/D: c0, c1 = (g, 2t), (g, 2t+1); c2, c3 = (g+8, 2t), (g+8, 2t+1)
+
+``mma.m16n8k8`` (tf32), A 16×8, B 8×8, one tf32 per register:
+
+* A: a0 = (g, t), a1 = (g+8, t), a2 = (g, t+4), a3 = (g+8, t+4)
+* B: b0 = (k t, n g), b1 = (k t+4, n g)
+* C/D: as above.
+
+``ldmatrix.m8n8.x4.b16``: lanes 8i..8i+7 give the 16-byte row addresses of
+matrix i (row lane % 8); each lane receives one register per matrix, holding
+(row lane//4, cols 2(lane%4), 2(lane%4)+1) of it, or with ``.trans`` the
+elements (rows 2(lane%4), 2(lane%4)+1; col lane//4) — i.e. the row-major
+rows of the transposed matrix. Non-transposed K rows give the B operand of
+QKᵀ; transposed V rows give the B operand of PV.
+
+The functions
+-------------
+=========================  ==============================================
+``mma_f16``/``mma_bf16``   ``mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.…f32``
+``mma_tf32``               ``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``
+``ldmatrix_x4[_trans]``    ``ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16``
+``cp_async16``             ``cp.async.cg.shared.global`` 16 B, zero-fill when not valid
+``cp_async16_flat``        the same, addresses as flat element offsets into C-contiguous arrays
+``cp_async16_flat_l2_256`` the same with ``.L2::256B`` (the L2 fetches the whole 256-byte block)
+``cp_async_commit``        ``cp.async.commit_group``
+``cp_async_wait(n)``       ``cp.async.wait_group n`` (n a compile-time constant)
+``ld_global_v4``           ``ld.global.nc.v4.u32`` (128-bit read-only load)
+``st_shared_v4``           ``st.shared.v4.u32`` (128-bit shared store)
+``pack_f16x2``             ``cvt.rn.f16x2.f32`` (two floats → packed halves)
+``pack_bf16x2``            ``cvt.rn.bf16x2.f32``
+``pack_b16x2``             ``mov.b32 {lo, hi}`` (two 16-bit patterns → one register)
+``to_tf32``                ``cvt.rna.tf32.f32``
+``lds``                    ``arr[r, c]`` without negative-index wrap-around
+=========================  ==============================================
+
+Hopper's warpgroup MMA (``wgmma.mma_async``, B operands by shared-memory
+descriptor) lives in :mod:`numba_attn.gpu.wgmma`, with its own warpgroup fallback.
+
+``lds`` exists for speed, not for a new instruction: numba's ``arr[i, j]``
+adds a wrap-around select for negative indices, which hides from LLVM that
+the addresses of an unrolled fragment loop differ by constants, so every one
+of them is computed (and kept live) in its own 64-bit register.
+``cp_async16_flat`` exists for the same reason: with a flat offset the
+kernel computes a tile row's address with compile-time row lengths instead
+of numba's 64-bit index arithmetic over run-time shapes.
+
+Array arguments are indexed like the arrays themselves (2-D shared tiles,
+3-D ``(bh, row, col)`` global tensors); the address is that element's.
+``ldmatrix``/``cp.async``/128-bit accesses need 16-byte aligned addresses:
+declare shared tiles with ``alignment=SMEM_ALIGN`` (16 on the GPU; the
+simulator refuses the argument, so it is ``None`` there) and keep column
+indices multiples of 16 bytes. The fallbacks check that alignment.
+
+Memory ordering: ``ldmatrix``, ``cp.async`` and the shared store are
+``volatile`` asm with a memory clobber, so the compiler neither merges them
+across loop iterations nor moves them across ``syncthreads``. In the
+simulator ``cp_async16`` only records the copy; it is carried out by the
+``cp_async_wait`` that retires its group (all groups but the newest ``n``),
+so a kernel that reads a tile before waiting for it reads stale data there
+too.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from numba_attn.gpu.backend import IS_SIMULATOR
+
+SMEM_ALIGN = None if IS_SIMULATOR else 16
+
+__all__ = [
+    "SMEM_ALIGN", "mma_f16", "mma_bf16", "mma_tf32", "ldmatrix_x4", "ldmatrix_x4_trans",
+    "cp_async16", "cp_async16_flat", "cp_async16_flat_l2_256", "cp_async_commit", "cp_async_wait", "ld_global_v4",
+    "st_shared_v4",
+    "pack_f16x2", "pack_bf16x2", "pack_b16x2", "to_tf32", "lds",
+]
+
+# ---------------------------------------------------------------------------
+# Bit-level helpers shared by the fallbacks and the tests (host NumPy).
+# ---------------------------------------------------------------------------
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _u32(x) -> int:
+    """A register value as a Python int, refusing anything that is not a 32-bit
+    unsigned integer (a float passed where a packed register belongs)."""
+    if isinstance(x, (bool, float, np.floating)):
+        raise TypeError(f"expected a packed 32-bit register (uint32), got {type(x).__name__} {x!r}")
+    v = int(x)
+    if not 0 <= v <= _MASK32:
+        raise ValueError(f"register value {v:#x} does not fit 32 bits")
+    return v
+
+
+def f16_bits(x) -> int:
+    """Bit pattern of float32 ``x`` rounded to float16 (round to nearest even)."""
+    return int(np.asarray(np.float32(x)).astype(np.float16).view(np.uint16))
+
+
+def bf16_bits(x) -> int:
+    """Bit pattern of float32 ``x`` rounded to bfloat16 (round to nearest even)."""
+    b = int(np.asarray(np.float32(x)).view(np.uint32))
+    if (b & 0x7F800000) == 0x7F800000 and (b & 0x007FFFFF):  # NaN stays a (quiet) NaN
+        return ((b >> 16) | 0x40) & 0xFFFF
+    b += 0x7FFF + ((b >> 16) & 1)
+    return (b >> 16) & 0xFFFF
+
+
+def tf32_bits(x) -> int:
+    """``cvt.rna.tf32.f32``: keep 10 mantissa bits, round to nearest, ties away
+    from zero; the low 13 bits of the result are zero."""
+    b = int(np.asarray(np.float32(x)).view(np.uint32))
+    if (b & 0x7F800000) == 0x7F800000:  # inf/nan: truncate (keeps inf, nan stays nan)
+        return (b & 0xFFFFE000) | (0x400000 if b & 0x7FFFFF else 0)
+    return ((b + 0x1000) & 0xFFFFE000) & _MASK32
+
+
+def half_lo_hi(reg, kind: str):
+    """The two elements of a packed register as float64 (low half first)."""
+    r = _u32(reg)
+    lo, hi = r & 0xFFFF, r >> 16
+    if kind == "f16":
+        return tuple(float(np.uint16(h).view(np.float16)) for h in (lo, hi))
+    if kind == "bf16":
+        return tuple(float(np.uint32(h << 16).view(np.float32)) for h in (lo, hi))
+    raise ValueError(kind)
+
+
+def tf32_value(reg) -> float:
+    """The tf32 value the tensor core reads from a 32-bit register (low 13 bits ignored)."""
+    return float(np.uint32(_u32(reg) & 0xFFFFE000).view(np.float32))
+
+
+# ---------------------------------------------------------------------------
+# Host-side reference models of the fragment layouts (used by the simulator
+# fallbacks, and by the tests to build and read fragments).
+# ---------------------------------------------------------------------------
+
+
+def mma_k16_reference(regs, kind: str):
+    """All 32 lanes' ``(a0..a3, b0, b1, c0..c3)`` → each lane's ``(d0..d3)`` for
+    ``mma.m16n8k16`` with f16/bf16 inputs (computed in float64, rounded to f32)."""
+    A = np.zeros((16, 16))
+    B = np.zeros((16, 8))
+    C = np.zeros((16, 8))
+    for lane, r in enumerate(regs):
+        g, t = divmod(lane, 4)
+        a0, a1, a2, a3, b0, b1, c0, c1, c2, c3 = r
+        A[g, 2 * t:2 * t + 2] = half_lo_hi(a0, kind)
+        A[g + 8, 2 * t:2 * t + 2] = half_lo_hi(a1, kind)
+        A[g, 2 * t + 8:2 * t + 10] = half_lo_hi(a2, kind)
+        A[g + 8, 2 * t + 8:2 * t + 10] = half_lo_hi(a3, kind)
+        B[2 * t:2 * t + 2, g] = half_lo_hi(b0, kind)
+        B[2 * t + 8:2 * t + 10, g] = half_lo_hi(b1, kind)
+        C[g, 2 * t:2 * t + 2] = (float(c0), float(c1))
+        C[g + 8, 2 * t:2 * t + 2] = (float(c2), float(c3))
+    return _split_d(A @ B + C)
+
+
+def mma_k8_tf32_reference(regs):
+    """Like :func:`mma_k16_reference` for ``mma.m16n8k8`` with tf32 inputs."""
+    A = np.zeros((16, 8))
+    B = np.zeros((8, 8))
+    C = np.zeros((16, 8))
+    for lane, r in enumerate(regs):
+        g, t = divmod(lane, 4)
+        a0, a1, a2, a3, b0, b1, c0, c1, c2, c3 = r
+        A[g, t], A[g + 8, t], A[g, t + 4], A[g + 8, t + 4] = map(tf32_value, (a0, a1, a2, a3))
+        B[t, g], B[t + 4, g] = tf32_value(b0), tf32_value(b1)
+        C[g, 2 * t:2 * t + 2] = (float(c0), float(c1))
+        C[g + 8, 2 * t:2 * t + 2] = (float(c2), float(c3))
+    return _split_d(A @ B + C)
+
+
+def _split_d(D):
+    D = D.astype(np.float32)
+    out = []
+    for lane in range(32):
+        g, t = divmod(lane, 4)
+        out.append((D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1]))
+    return out
+
+
+def ldmatrix_reference(rows, trans: bool):
+    """``rows[m]`` = the 8 row contents (8 uint16 each) of matrix m, m < 4 →
+    each lane's 4 registers of ``ldmatrix.x4`` (optionally ``.trans``)."""
+    out = []
+    for lane in range(32):
+        g, t = divmod(lane, 4)
+        regs = []
+        for m in range(4):
+            M = rows[m]
+            if trans:
+                lo, hi = int(M[2 * t][g]), int(M[2 * t + 1][g])
+            else:
+                lo, hi = int(M[g][2 * t]), int(M[g][2 * t + 1])
+            regs.append(np.uint32(lo | (hi << 16)))
+        out.append(tuple(regs))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Simulator fallbacks
+# ---------------------------------------------------------------------------
+
+if IS_SIMULATOR:
+    from numba_attn.gpu.warp import WARP_SIZE, warp_exchange
+
+    def _lane():
+        from numba_attn.gpu import warp
+
+        return warp._warp()[1]
+
+    def _full_warp(vals, what):
+        if len(vals) != WARP_SIZE:
+            raise RuntimeError(f"{what} needs a full warp of 32 lanes (got {len(vals)})")
+
+    def _mma_fallback(kind, args):
+        if len(args) != 10:
+            raise TypeError("mma takes a0, a1, a2, a3, b0, b1, c0, c1, c2, c3")
+        regs = tuple(_u32(a) for a in args[:6]) + tuple(np.float32(c) for c in args[6:])
+        vals = warp_exchange(regs)
+        _full_warp(vals, "mma.sync")
+        lane = _lane()
+        d = mma_k8_tf32_reference(vals) if kind == "tf32" else mma_k16_reference(vals, kind)
+        return tuple(np.float32(x) for x in d[lane])
+
+    def mma_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        """D = A·B + C, m16n8k16, f16 inputs (packed uint32), f32 accumulators."""
+        return _mma_fallback("f16", (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3))
+
+    def mma_bf16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        """D = A·B + C, m16n8k16, bf16 inputs (packed uint32), f32 accumulators."""
+        return _mma_fallback("bf16", (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3))
+
+    def mma_tf32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        """D = A·B + C, m16n8k8, tf32 inputs (uint32 from :func:`to_tf32`), f32 accumulators."""
+        return _mma_fallback("tf32", (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3))
+
+    def _np(a):
+        return getattr(a, "_ary", a)
+
+    def _row16(arr, idx):
+        """The 16 bytes at element ``idx`` of ``arr`` as 8 uint16."""
+        a = np.asarray(_np(arr))
+        idx = tuple(int(i) for i in idx)
+        if len(idx) != a.ndim:
+            raise IndexError(f"{len(idx)} indices for a {a.ndim}-D array")
+        n = 16 // a.itemsize
+        if (idx[-1] * a.itemsize) % 16:
+            raise ValueError(f"address of element {idx} is not 16-byte aligned (row start must be)")
+        for i, s in zip(idx, a.shape):
+            if not 0 <= i < s:
+                raise IndexError(f"index {idx} out of bounds for shape {a.shape}")
+        if idx[-1] + n > a.shape[-1]:
+            raise IndexError(f"16 bytes at {idx} run past the row (shape {a.shape})")
+        return np.ascontiguousarray(a[idx[:-1]][idx[-1]:idx[-1] + n]).view(np.uint16)
+
+    def _ldmatrix(arr, row, col, trans):
+        vals = warp_exchange((arr, int(row), int(col)))
+        _full_warp(vals, "ldmatrix")
+        rows = [[_row16(a, (r, c)) for (a, r, c) in vals[8 * m:8 * m + 8]] for m in range(4)]
+        return ldmatrix_reference(rows, trans)[_lane()]
+
+    def ldmatrix_x4(smem, row, col):
+        """Four 8×8 b16 matrices; this lane gives the address of ``smem[row, col]``
+        (row lane%8 of matrix lane//8) and gets one register per matrix."""
+        return _ldmatrix(smem, row, col, False)
+
+    def ldmatrix_x4_trans(smem, row, col):
+        """As :func:`ldmatrix_x4`, each matrix transposed."""
+        return _ldmatrix(smem, row, col, True)
+
+    # cp.async: per-thread queue of recorded copies; committed groups are
+    # carried out by the wait that retires them.
+    _cp = threading.local()
+
+    def _cp_state():
+        if not hasattr(_cp, "pending"):
+            _cp.pending, _cp.groups = [], []
+        return _cp
+
+    def cp_async16(dst, drow, dcol, src, sb, srow, scol, valid):
+        """Copy 16 bytes from ``src[sb, srow, scol]`` to ``dst[drow, dcol]``
+        asynchronously; when ``valid`` is false the 16 bytes are zero-filled and
+        nothing is read."""
+        st = _cp_state()
+        d = np.asarray(_np(dst))
+        di = (int(drow), int(dcol))
+        _row16(d, di)  # validate the destination now, as the instruction would
+        if valid:
+            data = _row16(src, (sb, srow, scol)).copy()
+        else:
+            data = np.zeros(8, np.uint16)
+
+        def do(d=d, di=di, data=data):
+            n = 16 // d.itemsize
+            d[di[0], di[1]:di[1] + n] = data.view(d.dtype)
+
+        st.pending.append(do)
+
+    def cp_async16_flat(dst, doff, src, soff, valid):
+        """As :func:`cp_async16`, the element addresses given as flat offsets
+        (in elements) from the start of C-contiguous arrays."""
+        d = np.asarray(_np(dst)).reshape(-1)
+        sflat = np.asarray(_np(src)).reshape(-1)
+        doff, soff = int(doff), int(soff)
+        if doff < 0 or soff < 0:
+            raise IndexError(f"negative offset ({doff}, {soff})")
+        n_d = 16 // d.itemsize
+        if (doff * d.itemsize) % 16 or (soff * sflat.itemsize) % 16:
+            raise ValueError(f"cp.async offsets ({doff}, {soff}) are not 16-byte aligned")
+        if doff + n_d > d.size:
+            raise IndexError(f"16 bytes at flat offset {doff} run past the shared array ({d.size} elements)")
+        if valid:
+            n_s = 16 // sflat.itemsize
+            if soff + n_s > sflat.size:
+                raise IndexError(f"16 bytes at flat offset {soff} run past the source ({sflat.size} elements)")
+            data = np.ascontiguousarray(sflat[soff:soff + n_s]).view(np.uint16).copy()
+        else:
+            data = np.zeros(8, np.uint16)
+
+        def do(d=d, doff=doff, data=data, n_d=n_d):
+            d[doff:doff + n_d] = data.view(d.dtype)
+
+        _cp_state().pending.append(do)
+
+    cp_async16_flat_l2_256 = cp_async16_flat  # the L2 prefetch hint changes no result
+
+    def cp_async_commit():
+        st = _cp_state()
+        st.groups.append(st.pending)
+        st.pending = []
+
+    def cp_async_wait(n):
+        """Wait until at most ``n`` committed groups are still in flight."""
+        st = _cp_state()
+        while len(st.groups) > int(n):
+            for do in st.groups.pop(0):
+                do()
+
+    def ld_global_v4(arr, b, r, c):
+        """Four 32-bit words at ``arr[b, r, c]`` (16 bytes) as uint32."""
+        words = _row16(arr, (b, r, c)).view(np.uint32)
+        return tuple(np.uint32(w) for w in words)
+
+    def st_shared_v4(arr, r, c, x0, x1, x2, x3):
+        """Store four 32-bit words at ``arr[r, c]`` (16 bytes)."""
+        a = np.asarray(_np(arr))
+        _row16(a, (r, c))
+        n = 16 // a.itemsize
+        words = np.array([_u32(x) for x in (x0, x1, x2, x3)], np.uint32)
+        a[int(r), int(c):int(c) + n] = words.view(a.dtype)
+
+    def lds(arr, r, c):
+        """``arr[r, c]`` of a 2-D (shared) array, indices must be non-negative."""
+        r, c = int(r), int(c)
+        a = _np(arr)
+        if not (0 <= r < a.shape[0] and 0 <= c < a.shape[1]):
+            raise IndexError(f"lds index ({r}, {c}) out of bounds for shape {a.shape}")
+        return a[r, c]
+
+    def pack_f16x2(lo, hi):
+        """Two float32 → one register: f16(lo) in the low half, f16(hi) in the high half."""
+        return np.uint32(f16_bits(lo) | (f16_bits(hi) << 16))
+
+    def pack_bf16x2(lo, hi):
+        """Two float32 → one register of two bf16 (round to nearest even)."""
+        return np.uint32(bf16_bits(lo) | (bf16_bits(hi) << 16))
+
+    def pack_b16x2(lo, hi):
+        """Two 16-bit patterns (uint16 array elements) → one register."""
+        lo, hi = int(lo), int(hi)
+        if not (0 <= lo <= 0xFFFF and 0 <= hi <= 0xFFFF):
+            raise ValueError("pack_b16x2 takes 16-bit patterns")
+        return np.uint32(lo | (hi << 16))
+
+    def to_tf32(x):
+        """float32 → tf32 register (``cvt.rna``)."""
+        return np.uint32(tf32_bits(x))
+
+else:  # -------------------------------------------------------------- GPU
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda import cgutils
+    from numba.cuda.extending import _intrinsic, intrinsic
+
+    intrinsic_literal = _intrinsic(target="cuda", prefer_literal=True)
+
+    _i16 = ir.IntType(16)
+    _i32 = ir.IntType(32)
+    _f32 = ir.FloatType()
+
+    def _asm(builder, ret, argtys, text, cons, args, side_effect=False):
+        fnty = ir.FunctionType(ret, argtys)
+        return builder.call(ir.InlineAsm(fnty, text, cons, side_effect=side_effect), args)
+
+    def _elem_ptr(context, builder, aryty, ary, idxtys, idxs):
+        arr = context.make_array(aryty)(context, builder, value=ary)
+        inds = [context.cast(builder, v, t, types.intp) for v, t in zip(idxs, idxtys)]
+        return cgutils.get_item_pointer(context, builder, aryty, arr, inds, wraparound=False)
+
+    def _shared_addr(builder, ptr):
+        """Generic pointer into a shared array → 32-bit shared-window address."""
+        sptr = builder.addrspacecast(ptr, ir.PointerType(ptr.type.pointee, 3))
+        return builder.ptrtoint(sptr, _i32)
+
+    def _global_ptr(builder, ptr):
+        gptr = builder.addrspacecast(ptr, ir.PointerType(ptr.type.pointee, 1))
+        return builder.ptrtoint(gptr, ir.IntType(64))
+
+    def _make_mma(ptx):
+        @intrinsic
+        def mma(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+            regs = (a0, a1, a2, a3, b0, b1)
+            accs = (c0, c1, c2, c3)
+            if not all(isinstance(r, types.Integer) for r in regs):
+                return None
+            if not all(isinstance(c, (types.Float, types.Integer)) for c in accs):
+                return None
+            sig = types.UniTuple(types.float32, 4)(*([types.uint32] * 6 + [types.float32] * 4))
+
+            def codegen(context, builder, sig, args):
+                ret = ir.LiteralStructType([_f32] * 4)
+                res = _asm(builder, ret, [_i32] * 6 + [_f32] * 4,
+                           ptx + " {$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
+                           "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3", list(args))
+                vals = [builder.extract_value(res, i) for i in range(4)]
+                return context.make_tuple(builder, sig.return_type, vals)
+
+            return sig, codegen
+
+        return mma
+
+    mma_f16 = _make_mma("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32")
+    mma_bf16 = _make_mma("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32")
+    mma_tf32 = _make_mma("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32")
+
+    def _make_ldmatrix(trans):
+        text = ("ldmatrix.sync.aligned.m8n8.x4" + (".trans" if trans else "")
+                + ".shared.b16 {$0,$1,$2,$3}, [$4];")
+
+        @intrinsic
+        def ldm(typingctx, smem, row, col):
+            if not (isinstance(smem, types.Array) and smem.ndim == 2):
+                return None
+            sig = types.UniTuple(types.uint32, 4)(smem, row, col)
+
+            def codegen(context, builder, sig, args):
+                ptr = _elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
+                ret = ir.LiteralStructType([_i32] * 4)
+                res = _asm(builder, ret, [_i32], text, "=r,=r,=r,=r,r,~{memory}",
+                           [_shared_addr(builder, ptr)], side_effect=True)
+                vals = [builder.extract_value(res, i) for i in range(4)]
+                return context.make_tuple(builder, sig.return_type, vals)
+
+            return sig, codegen
+
+        return ldm
+
+    ldmatrix_x4 = _make_ldmatrix(False)
+    ldmatrix_x4_trans = _make_ldmatrix(True)
+
+    @intrinsic
+    def cp_async16(typingctx, dst, drow, dcol, src, sb, srow, scol, valid):
+        if not (isinstance(dst, types.Array) and dst.ndim == 2
+                and isinstance(src, types.Array) and src.ndim == 3):
+            return None
+        sig = types.void(dst, drow, dcol, src, sb, srow, scol, types.boolean)
+
+        def codegen(context, builder, sig, args):
+            dptr = _elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:3], args[1:3])
+            sptr = _elem_ptr(context, builder, sig.args[3], args[3], sig.args[4:7], args[4:7])
+            nbytes = builder.select(args[7], ir.Constant(_i32, 16), ir.Constant(_i32, 0))
+            _asm(builder, ir.VoidType(), [_i32, ir.IntType(64), _i32],
+                 "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}",
+                 [_shared_addr(builder, dptr), _global_ptr(builder, sptr), nbytes], side_effect=True)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    def _make_cp_async16_flat(hint):
+        text = f"cp.async.cg.shared.global{hint} [$0], [$1], 16, $2;"
+
+        @intrinsic
+        def cp_async16_flat(typingctx, dst, doff, src, soff, valid):
+            if not (isinstance(dst, types.Array) and isinstance(src, types.Array)
+                    and isinstance(doff, types.Integer) and isinstance(soff, types.Integer)):
+                return None
+            sig = types.void(dst, types.intp, src, types.intp, types.boolean)
+
+            def codegen(context, builder, sig, args):
+                d = context.make_array(sig.args[0])(context, builder, value=args[0])
+                s_ = context.make_array(sig.args[2])(context, builder, value=args[2])
+                dptr = builder.gep(d.data, [args[1]])
+                sptr = builder.gep(s_.data, [args[3]])
+                nbytes = builder.select(args[4], ir.Constant(_i32, 16), ir.Constant(_i32, 0))
+                _asm(builder, ir.VoidType(), [_i32, ir.IntType(64), _i32], text, "r,l,r,~{memory}",
+                     [_shared_addr(builder, dptr), _global_ptr(builder, sptr), nbytes], side_effect=True)
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return cp_async16_flat
+
+    cp_async16_flat = _make_cp_async16_flat("")
+    cp_async16_flat_l2_256 = _make_cp_async16_flat(".L2::256B")
+
+    @intrinsic
+    def cp_async_commit(typingctx):
+        sig = types.void()
+
+        def codegen(context, builder, sig, args):
+            _asm(builder, ir.VoidType(), [], "cp.async.commit_group;", "~{memory}", [], side_effect=True)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic_literal
+    def cp_async_wait(typingctx, n):
+        if not isinstance(n, types.IntegerLiteral):
+            return None
+        count = int(n.literal_value)
+        sig = types.void(n)
+
+        def codegen(context, builder, sig, args):
+            _asm(builder, ir.VoidType(), [], f"cp.async.wait_group {count};", "~{memory}", [],
+                 side_effect=True)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def ld_global_v4(typingctx, arr, b, r, c):
+        if not (isinstance(arr, types.Array) and arr.ndim == 3):
+            return None
+        sig = types.UniTuple(types.uint32, 4)(arr, b, r, c)
+
+        def codegen(context, builder, sig, args):
+            ptr = _elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
+            ret = ir.LiteralStructType([_i32] * 4)
+            res = _asm(builder, ret, [ir.IntType(64)], "ld.global.nc.v4.u32 {$0,$1,$2,$3}, [$4];",
+                       "=r,=r,=r,=r,l", [_global_ptr(builder, ptr)], side_effect=True)
+            vals = [builder.extract_value(res, i) for i in range(4)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    @intrinsic
+    def st_shared_v4(typingctx, arr, r, c, x0, x1, x2, x3):
+        if not (isinstance(arr, types.Array) and arr.ndim == 2):
+            return None
+        sig = types.void(arr, r, c, types.uint32, types.uint32, types.uint32, types.uint32)
+
+        def codegen(context, builder, sig, args):
+            ptr = _elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:3], args[1:3])
+            _asm(builder, ir.VoidType(), [_i32] * 5, "st.shared.v4.u32 [$0], {$1,$2,$3,$4};",
+                 "r,r,r,r,r,~{memory}", [_shared_addr(builder, ptr)] + list(args[3:]), side_effect=True)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def lds(typingctx, arr, r, c):
+        if not (isinstance(arr, types.Array) and arr.ndim == 2):
+            return None
+        sig = arr.dtype(arr, r, c)
+
+        def codegen(context, builder, sig, args):
+            # a plain load (the compiler may schedule and combine it), without
+            # numba's negative-index wrap-around, so that addresses of an
+            # unrolled loop fold into one base register plus constant offsets
+            return builder.load(_elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:]))
+
+        return sig, codegen
+
+    def _make_pack(cvt):
+        @intrinsic
+        def pack(typingctx, lo, hi):
+            sig = types.uint32(types.float32, types.float32)
+
+            def codegen(context, builder, sig, args):
+                lo, hi = args
+                # cvt.rn.{f16x2,bf16x2}.f32 d, a, b puts a in the upper half
+                return _asm(builder, _i32, [_f32, _f32], cvt + " $0, $1, $2;", "=r,f,f", [hi, lo])
+
+            return sig, codegen
+
+        return pack
+
+    pack_f16x2 = _make_pack("cvt.rn.f16x2.f32")
+    pack_bf16x2 = _make_pack("cvt.rn.bf16x2.f32")
+
+    @intrinsic
+    def pack_b16x2(typingctx, lo, hi):
+        sig = types.uint32(types.uint16, types.uint16)
+
+        def codegen(context, builder, sig, args):
+            return _asm(builder, _i32, [_i16, _i16], "mov.b32 $0, {$1, $2};", "=r,h,h", list(args))
+
+        return sig, codegen
+
+    @intrinsic
+    def to_tf32(typingctx, x):
+        sig = types.uint32(types.float32)
+
+        def codegen(context, builder, sig, args):
+            return _asm(builder, _i32, [_f32], "cvt.rna.tf32.f32 $0, $1;", "=r,f", list(args))
+
+        return sig, codegen

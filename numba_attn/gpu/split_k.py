@@ -1,0 +1,74 @@
+"""Split-K over the keys: the plan (how many splits, how many keys each) and the
+kernel that combines the splits' partial outputs through their log-sum-exps.
+
+Shared by every phase that splits the key range over blocks (the split-K
+decode phases and ``split_k_prefill``). The combine's per-element device
+function (``combine_splits``, ``combine_splits_fixed``) is in
+:mod:`numba_attn.gpu.device_functions`.
+"""
+from __future__ import annotations
+
+import functools
+
+from numba_attn.gpu.backend import IS_SIMULATOR  # first: chooses the backend before numba is imported
+
+from numba import cuda  # noqa: E402
+
+from numba_attn.gpu.device_functions import combine_splits, combine_splits_fixed  # noqa: E402
+from numba_attn.gpu.jit import kernel  # noqa: E402
+from numba_attn.gpu.pdl import grid_dependency_wait  # noqa: E402
+
+SIMULATOR_SMS = 132  # stand-in for the SM count where there is no device to ask
+
+
+def sm_count() -> int:
+    if IS_SIMULATOR:
+        return SIMULATOR_SMS
+    try:
+        return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
+    except Exception:  # noqa: BLE001 - offline compilation has no device
+        return SIMULATOR_SMS
+
+
+def split_plan(n_blocks: int, kv_len: int, keys_per_round: int, sms: int, blocks_per_sm: int,
+               min_keys: int, splits: int = 0):
+    """(S, chunk): the number of KV splits and the keys per split.
+
+    ``n_blocks`` blocks exist without splitting; S is the largest count whose
+    ``S × n_blocks`` blocks still fit the ``sms × blocks_per_sm`` block slots
+    at once (a second, partial wave would leave most SMs idle at the end),
+    with at least ``min_keys`` keys per split (``splits`` > 0 forces S). ``chunk`` is rounded up to whole ``keys_per_round``, so the last
+    splits may be shorter or empty.
+    """
+    if splits > 0:
+        S = splits
+    else:
+        want = sms * blocks_per_sm // n_blocks
+        S = max(1, min(want, -(-kv_len // max(1, min_keys))))
+    chunk = -(-kv_len // S)
+    chunk = -(-chunk // keys_per_round) * keys_per_round
+    return S, chunk
+
+
+@functools.cache
+def make_combine_kernel(Nq: int, WAIT: bool = False, NS: int = 0):
+    """The combine kernel; with ``WAIT`` it first waits for the grid it was launched
+    after (``numba_attn.gpu.pdl``: launched while the split kernel still runs); with
+    ``NS`` > 0 the split count is that compile-time constant (``combine_splits_fixed``:
+    all loads in flight at once) and the ``S`` argument must equal it."""
+    fixed = combine_splits_fixed(max(NS, 1))  # typed even where NS = 0 leaves it unused
+
+    @kernel
+    def combine(part_o, part_lse, o, S):
+        """o[bh, i, d] from the S partial outputs of row bh·Nq + i; one thread per d."""
+        if WAIT:
+            grid_dependency_wait()  # the split kernel has completed, its partials are visible
+        row = cuda.blockIdx.x
+        d = cuda.threadIdx.x
+        bh = row // Nq
+        if NS > 0:
+            o[bh, row - bh * Nq, d] = fixed(part_o, part_lse, row, d)
+        else:
+            o[bh, row - bh * Nq, d] = combine_splits(part_o, part_lse, S, row, d)
+
+    return combine

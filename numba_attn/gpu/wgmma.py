@@ -1,0 +1,443 @@
+"""Hopper warpgroup MMA (``wgmma.mma_async``) from numba: inline PTX on the GPU,
+an exact warpgroup fallback in the simulator.
+
+``mma.sync`` (``intrinsics.py``) is the Ampere instruction: one warp, operands
+in registers, fed from shared memory by ``ldmatrix``. On sm_90 it reaches
+about half of the tensor cores' throughput (the project's measured mma.sync
+ceiling on an H200 is ~540 TFLOP/s f16). Hopper's own instruction is
+``wgmma.mma_async``: the four warps of a *warpgroup* (128 threads, warps
+4i..4i+3 of the block) issue one 64×N×16 product together; B (and optionally
+A) is read by the tensor cores straight from shared memory through a 64-bit
+*matrix descriptor*, so there is no ``ldmatrix`` and no B fragment in
+registers. It needs the ``sm_90a`` target, which numba-cuda 0.30 selects for
+a compute capability 9.0 device.
+
+What this module offers
+-----------------------
+:func:`make_wgmma_rs` builds one fused operation for given compile-time
+parameters; a kernel calls it as ``op(acc, a, a_off, smem, byte_off)``:
+
+* ``acc``: the thread's accumulator fragment, a local float32 array of
+  ``N/2`` values (64×N f32 spread over 128 threads), read (unless ``zero``)
+  and written in place;
+* ``a``: a local uint32 array holding the A fragments (packed f16/bf16 pairs),
+  4 registers per k-step starting at ``a_off``;
+* ``smem``/``byte_off``: the B operand, ``byte_off`` bytes into the shared
+  array ``smem``; k-step s reads from ``byte_off + offsets[s]`` (the offsets,
+  LBO and SBO of a layout come from :func:`kmajor_params` /
+  :func:`mnmajor_params`).
+
+One call emits ``wgmma.fence``, one chained ``wgmma.mma_async`` (the
+first with scale-d = 0 when ``zero``), ``wgmma.commit_group`` and
+``wgmma.wait_group 0`` as one asm statement, so the compiler never sees the
+accumulator registers in flight. (Keeping wgmma in flight across other work —
+FlashAttention-3's overlap of softmax with the next product — is a further
+step this interface does not take.)
+
+Shared-memory layout (swizzled tiles)
+------------------------------------
+Tiles of 16-bit elements are stored in rows of ``rb`` bytes (:func:`row_bytes`:
+128 for D ≥ 64, i.e. 64 elements, and 64 or 32 bytes for D = 32 or 16): a
+tile of R rows and D columns is D·2/rb *column blocks* of R×rb bytes, block
+after block; within a block row r starts at byte ``rb·r`` and its 16-byte
+chunk c lives at :func:`swizzle_chunk` ``c ^ ((r·rb >> 7) mod (rb/16))``
+(for 128-byte rows: ``c ^ (r mod 8)``). That is the hardware's swizzle on
+the address (bits 4.. XOR bits 7..; the descriptor's 128/64/32-byte modes),
+so a tile must start at an 8·rb-byte aligned shared address
+(:func:`shared_address` lets a kernel pad its dynamic shared memory to 1024).
+With this one layout
+
+* a K tile (rows = keys, cols = head dim) is the **K-major** B operand of
+  S = Q·Kᵀ (:func:`kmajor_params`): SBO = 8 rows, LBO unused; k-step s (16
+  head-dim elements) starts in column block s // (rb/32), 32·(s mod (rb/32))
+  bytes into the row;
+* a V tile (rows = keys, cols = head dim) is the **MN-major** B operand of
+  O = P·V (``trans_b``, :func:`mnmajor_params`): LBO = R·rb (from one column
+  block to the next), SBO = 8 rows; k-step s (16 keys) starts at row 16s.
+
+Fragment layouts (PTX ISA, "wgmma .m64nNk16 register fragments")
+----------------------------------------------------------------
+Thread T of the warpgroup: warp w = T // 32 owns rows 16w..16w+15; within the
+warp lane = 4g + t exactly as for ``mma.m16n8k16``:
+
+* A (registers, per k-step): a0 = (16w+g, 2t..2t+1), a1 = (16w+g+8, 2t..),
+  a2 = (16w+g, 2t+8..), a3 = (16w+g+8, 2t+8..);
+* D (f32, N/2 values): value 4j+e is row 16w+g+8·(e//2), column 8j+2t+(e mod 2).
+
+So the S fragment of one k-block converts into the A fragment of the P·V
+product in registers, as with mma.sync.
+
+In the simulator ``op`` gathers the 128 threads' registers with
+:func:`numba_attn.gpu.warp.group_exchange`, reads B from the shared array through
+the descriptor's address arithmetic and the swizzle, computes in float64,
+rounds to float32 and hands each thread its fragment: a wrong fragment index,
+a wrong layout or a misaligned tile fails there as it would on the GPU.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from numba_attn.gpu.backend import IS_SIMULATOR
+
+SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}  # descriptor bits 62-63 for 128/64/32-byte swizzles
+
+__all__ = ["make_wgmma_rs", "make_wgmma_wait", "make_ring_copy", "shared_address", "row_bytes", "swizzle_chunk", "tile_offset", "kmajor_params",
+           "mnmajor_params", "b_addresses", "wgmma_reference", "SWIZZLE_MODE"]
+
+
+def row_bytes(D: int) -> int:
+    """Bytes per swizzled row of a tile with ``D`` 16-bit columns: 128 (64
+    elements, column blocks of 64) for D ≥ 64, else 2·D (D = 16 or 32: the
+    32- and 64-byte swizzles)."""
+    if D % 16 or D < 16:
+        raise ValueError(f"wgmma tiles need a multiple of 16 columns, not {D}")
+    if D < 64 and D not in (16, 32):
+        raise ValueError(f"D={D}: below 64 columns only 16 and 32 have a swizzle mode")
+    if D >= 64 and D % 64:
+        raise ValueError(f"D={D}: above 64 columns tiles are whole 64-column blocks")
+    return min(128, 2 * D)
+
+
+def swizzle_chunk(r: int, c: int, rb: int) -> int:
+    """Stored position of 16-byte chunk ``c`` of row ``r`` within its row (rows of
+    ``rb`` bytes, the tile 8·rb-byte aligned): the hardware XORs address bits
+    4.. with bits 7.., i.e. the chunk with ``(r·rb >> 7) mod (rb/16)``."""
+    return c ^ (((r * rb) >> 7) & (rb // 16 - 1))
+
+
+def tile_offset(rows: int, r: int, c: int, rb: int) -> int:
+    """Byte offset of 16-byte chunk ``c`` (elements 8c..8c+7) of row ``r`` in a
+    swizzled tile of ``rows`` rows (host model; kernels inline the formula)."""
+    per = rb // 16
+    blk, cc = divmod(c, per)
+    return blk * rows * rb + r * rb + 16 * swizzle_chunk(r, cc, rb)
+
+
+def kmajor_params(rows: int, ksteps: int, rb: int):
+    """(k-step offsets, LBO, SBO) of a K-major operand (rows = N, columns = K):
+    k-step s (16 columns, 32 bytes) starts in column block s // (rb/32), at
+    byte 32·(s mod (rb/32)) of the row; SBO = 8 rows; LBO unused (16)."""
+    per = rb // 32
+    offs = tuple((s // per) * rows * rb + (s % per) * 32 for s in range(ksteps))
+    return offs, 16, 8 * rb
+
+
+def mnmajor_params(rows: int, ksteps: int, rb: int):
+    """(k-step offsets, LBO, SBO) of an MN-major operand (rows = K, columns = N):
+    k-step s = rows 16s..16s+15; LBO = from one column block to the next
+    (``rows·rb``), SBO = 8 rows."""
+    offs = tuple(16 * rb * s for s in range(ksteps))
+    return offs, rows * rb, 8 * rb
+
+
+@functools.cache
+def make_ring_copy(D: int, Bc: int, STAGES: int, NTH: int):
+    """A device function ``copy(KV, k, v, tile, buf, tid, kvh, Nk)`` issuing thread
+    ``tid``'s share (of ``NTH`` threads) of the ``cp.async`` copies of K/V tile
+    ``tile`` (keys ``tile·Bc`` …, rows past ``Nk`` zero-filled) into buffer
+    ``buf`` of a ring of ``STAGES`` swizzled tiles: K buffers first, then V
+    buffers, each ``Bc × D`` 16-bit elements in the layout of :func:`tile_offset`.
+    ``KV`` is a 32-bit view of the ring (offsets in words); ``k``/``v`` are the
+    32-bit views of the (batch·kv heads, Nk, D) tensors, ``kvh`` the row of
+    the first axis. One 16-byte chunk per thread and pass, rows ``NTH/(D/8)``
+    apart. Shared by the wgmma phases."""
+    from numba_attn.gpu.intrinsics import cp_async16_flat
+    from numba_attn.gpu.jit import device
+
+    RB = row_bytes(D)
+    PER = RB // 16  # 16-byte chunks per swizzled row
+    SWM = PER - 1
+    VEC = D // 8  # 16-byte chunks per K/V row
+    RSTEP = NTH // VEC  # tile rows per pass of the block
+    CPT = (Bc + RSTEP - 1) // RSTEP  # passes per tile
+    DW = D // 2  # words per global row
+    TW = Bc * D * 2 // 4  # words of one buffer
+    VOFF = STAGES * TW  # the V buffers follow the K buffers
+
+    @device
+    def copy(KV, k, v, tile, buf, tid, kvh, Nk):
+        lr0 = tid // VEC
+        lc = tid % VEC
+        blk_w = (lc // PER) * Bc * RB // 4  # word offset of this chunk's column block
+        lcc = lc % PER
+        g_base = kvh * Nk * DW + 4 * lc
+        for i in range(CPT):
+            r = lr0 + i * RSTEP
+            if r < Bc:
+                row = tile * Bc + r
+                so = buf * TW + blk_w + r * (RB // 4) + 4 * (lcc ^ (((r * RB) >> 7) & SWM))
+                go = g_base + min(row, Nk - 1) * DW
+                cp_async16_flat(KV, so, k, go, row < Nk)
+                cp_async16_flat(KV, so + VOFF, v, go, row < Nk)
+
+    return copy
+
+
+def _swizzle(addr, rb):
+    return addr ^ (((addr >> 7) & (rb // 16 - 1)) << 4)
+
+
+def b_addresses(start: int, N: int, offsets: tuple, lbo: int, sbo: int, trans_b: bool, rb: int):
+    """Byte address of every element (k, n) of the B operand (16·ksteps × N) that
+    the descriptor arithmetic and the swizzle select (host model)."""
+    k = np.arange(16 * len(offsets))[:, None]
+    n = np.arange(N)[None, :]
+    s, kk = k // 16, k % 16
+    start = start + np.asarray(offsets)[s]
+    if trans_b:  # MN-major: n contiguous within blocks of rb/2 elements
+        lin = start + (n // (rb // 2)) * lbo + 2 * (n % (rb // 2)) + (kk // 8) * sbo + (kk % 8) * rb
+    else:  # K-major: k contiguous within a row, 8 rows per SBO
+        lin = start + (n // 8) * sbo + (n % 8) * rb + 2 * kk
+    return _swizzle(lin, rb)
+
+
+@functools.cache
+def _a_index(ksteps: int):
+    """Row and column of the low element of each A register of each thread."""
+    T = np.arange(128)[:, None]
+    i = np.arange(4 * ksteps)[None, :]
+    w, lane = T // 32, T % 32
+    g, t = lane // 4, lane % 4
+    s, r = i // 4, i % 4
+    rows = 16 * w + g + 8 * (r % 2)
+    cols = 16 * s + 2 * t + 8 * (r // 2)
+    return rows, cols
+
+
+@functools.cache
+def _d_index(N: int):
+    """Row and column of each accumulator value of each thread."""
+    T = np.arange(128)[:, None]
+    j = np.arange(N // 2)[None, :]
+    w, lane = T // 32, T % 32
+    g, t = lane // 4, lane % 4
+    nt, e = j // 4, j % 4
+    return 16 * w + g + 8 * (e // 2), 8 * nt + 2 * t + (e % 2)
+
+
+def _halves(words, kind):
+    words = np.asarray(words, np.uint32)
+    lo, hi = words & 0xFFFF, words >> 16
+    if kind == "f16":
+        conv = lambda h: h.astype(np.uint16).view(np.float16).astype(np.float64)  # noqa: E731
+    else:
+        conv = lambda h: (h.astype(np.uint32) << 16).view(np.float32).astype(np.float64)  # noqa: E731
+    return conv(lo), conv(hi)
+
+
+def _b16(vals, kind):
+    vals = np.asarray(vals, np.uint16)
+    if kind == "f16":
+        return vals.view(np.float16).astype(np.float64)
+    return (vals.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def wgmma_reference(kind, N, a_regs, c, smem_bytes, start, offsets, lbo, sbo, trans_b, rb):
+    """All 128 threads' A registers (128 × 4·ksteps uint32) and accumulators
+    (128 × N/2 float32, or None for zero) plus the shared bytes → every
+    thread's D fragment (128 × N/2 float32). Host model of one fused call."""
+    ksteps = len(offsets)
+    A = np.zeros((64, 16 * ksteps))
+    rows, cols = _a_index(ksteps)
+    lo, hi = _halves(a_regs, kind)
+    A[rows, cols] = lo
+    A[rows, cols + 1] = hi
+    addr = b_addresses(start, N, offsets, lbo, sbo, trans_b, rb)
+    if addr.min() < 0 or addr.max() + 2 > smem_bytes.size:
+        raise IndexError(f"wgmma B operand reads bytes [{addr.min()}, {addr.max() + 2}) outside the "
+                         f"{smem_bytes.size}-byte shared array")
+    B = _b16(smem_bytes[addr].astype(np.uint16) | (smem_bytes[addr + 1].astype(np.uint16) << 8), kind)
+    D = A @ B
+    drow, dcol = _d_index(N)
+    if c is not None:
+        C = np.zeros((64, N))
+        C[drow, dcol] = np.asarray(c, np.float64)
+        D = D + C
+    return D.astype(np.float32)[drow, dcol]
+
+
+def _check(kind, N, offsets, rb):
+    ksteps = len(offsets)
+    if rb not in SWIZZLE_MODE:
+        raise ValueError(f"row bytes {rb}: must be 32, 64 or 128")
+    if kind not in ("f16", "bf16"):
+        raise ValueError(f"wgmma kind must be f16 or bf16, not {kind!r}")
+    if N % 8 or not 8 <= N <= 256:
+        raise ValueError(f"wgmma N must be a multiple of 8 in [8, 256], not {N}")
+    if ksteps < 1:
+        raise ValueError("wgmma needs at least one k-step")
+
+
+if IS_SIMULATOR:
+    from numba_attn.gpu.warp import group_exchange
+
+    def _buffer(arr):
+        """The whole shared buffer behind ``arr`` as bytes, and ``arr``'s byte offset in it."""
+        a = np.asarray(getattr(arr, "_ary", arr))
+        base = a
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        start = a.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+        return base.reshape(-1).view(np.uint8), int(start)
+
+    def shared_address(arr):
+        """Byte offset of ``arr``'s first element in its shared buffer (the
+        simulator's stand-in for the shared-window address; buffers start at 0)."""
+        return np.uint32(_buffer(arr)[1])
+
+    @functools.cache
+    def make_wgmma_rs(kind: str, N: int, trans_b: bool, zero: bool, offsets: tuple, lbo: int, sbo: int,
+                      rb: int = 128, wait: bool = True):
+        """(The simulator computes at issue; ``wait=False`` only changes the GPU code.)"""
+        _check(kind, N, offsets, rb)
+        NA = N // 2
+        ksteps = len(offsets)
+
+        def wgmma_rs(acc, a, a_off, smem, byte_off):
+            a_off = int(a_off)
+            regs = np.array([int(a[a_off + i]) for i in range(4 * ksteps)], np.uint32)
+            c = None if zero else np.array([acc[i] for i in range(NA)], np.float32)
+            buf, base = _buffer(smem)
+            start = base + int(byte_off)
+            vals = group_exchange((regs, c, start), 4)
+            starts = {v[2] for v in vals}
+            if len(starts) != 1:
+                raise RuntimeError(f"wgmma: the threads of a warpgroup passed different B addresses {sorted(starts)}")
+            if start % 16:
+                raise ValueError(f"wgmma: B operand address {start} is not 16-byte aligned")
+            R = np.stack([v[0] for v in vals])
+            C = None if zero else np.stack([v[1] for v in vals])
+            D = wgmma_reference(kind, N, R, C, buf, start, offsets, lbo, sbo, trans_b, rb)
+            t = _thread_id() % 128
+            for i in range(NA):
+                acc[i] = D[t, i]
+
+        return wgmma_rs
+
+    @functools.cache
+    def make_wgmma_wait(pending: int, n1: int, n2: int = 0):
+        """Simulator: products complete at issue, so the wait has nothing to do
+        (a kernel that reads an accumulator before its wait is wrong on the GPU
+        only; the GPU tests cover the asynchronous phases)."""
+
+        def wgmma_wait(acc1, acc2):
+            return None
+
+        return wgmma_wait
+
+    def _thread_id():
+        import threading
+
+        return threading.current_thread().thread_id
+
+else:  # -------------------------------------------------------------- GPU
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    from numba_attn.gpu.intrinsics import _asm, _shared_addr
+
+    _i32 = ir.IntType(32)
+    _i64 = ir.IntType(64)
+    _f32 = ir.FloatType()
+
+    @intrinsic
+    def shared_address(typingctx, arr):
+        """The 32-bit shared-window address of ``arr``'s first element."""
+        if not isinstance(arr, types.Array):
+            return None
+        sig = types.uint32(arr)
+
+        def codegen(context, builder, sig, args):
+            a = context.make_array(sig.args[0])(context, builder, value=args[0])
+            return _shared_addr(builder, a.data)
+
+        return sig, codegen
+
+    @functools.cache
+    def make_wgmma_rs(kind: str, N: int, trans_b: bool, zero: bool, offsets: tuple, lbo: int, sbo: int,
+                      rb: int = 128, wait: bool = True):
+        _check(kind, N, offsets, rb)
+        NA = N // 2
+        ksteps = len(offsets)
+        nin = 0 if zero else NA
+        flag = NA + nin
+        a_idx = [flag + 1 + i for i in range(4 * ksteps)]
+        d_idx = [flag + 1 + 4 * ksteps + s for s in range(ksteps)]
+        outs = ",".join(f"${i}" for i in range(NA))
+        lines = ["{", ".reg .pred p, q;", f"setp.ne.b32 p, ${flag}, 0;", f"setp.eq.b32 q, ${flag}, ${flag};",
+                 "wgmma.fence.sync.aligned;"]
+        for s in range(ksteps):
+            a4 = ",".join(f"${a_idx[4 * s + i]}" for i in range(4))
+            lines.append(f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{kind}.{kind} {{{outs}}}, {{{a4}}}, "
+                         f"${d_idx[s]}, {'p' if s == 0 else 'q'}, 1, 1, {1 if trans_b else 0};")
+        lines += ["wgmma.commit_group.sync.aligned;"] + (["wgmma.wait_group.sync.aligned 0;"] if wait else []) + ["}"]
+        text = "\n".join(lines)
+        cons = ",".join(["=f"] * NA + [str(i) for i in range(nin)] + ["r"] * (1 + 4 * ksteps) + ["l"] * ksteps
+                        + ["~{memory}"])
+        hi_bits = ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (SWIZZLE_MODE[rb] << 62)
+
+        @intrinsic
+        def wgmma_rs(typingctx, acc, a, a_off, smem, byte_off):
+            if not (isinstance(acc, types.Array) and isinstance(a, types.Array) and isinstance(smem, types.Array)):
+                return None
+            sig = types.void(acc, a, types.intp, smem, types.intp)
+
+            def codegen(context, builder, sig, args):
+                acc_v, a_v, a_off_v, sm_v, off_v = args
+                acc_a = context.make_array(sig.args[0])(context, builder, value=acc_v)
+                a_a = context.make_array(sig.args[1])(context, builder, value=a_v)
+                sm_a = context.make_array(sig.args[3])(context, builder, value=sm_v)
+                acc_p = [builder.gep(acc_a.data, [ir.Constant(_i64, i)]) for i in range(NA)]
+                ins = [builder.load(p) for p in acc_p] if not zero else []
+                a_vals = [builder.load(builder.gep(a_a.data, [builder.add(a_off_v, ir.Constant(a_off_v.type, i))]))
+                          for i in range(4 * ksteps)]
+                addr = builder.add(_shared_addr(builder, sm_a.data), builder.trunc(off_v, _i32))
+                d0 = builder.or_(builder.and_(builder.lshr(builder.zext(addr, _i64), ir.Constant(_i64, 4)),
+                                              ir.Constant(_i64, 0x3FFF)), ir.Constant(_i64, hi_bits))
+                descs = [builder.add(d0, ir.Constant(_i64, offsets[s] >> 4)) for s in range(ksteps)]
+                flag_v = ir.Constant(_i32, 0 if zero else 1)
+                ret = ir.LiteralStructType([_f32] * NA)
+                res = _asm(builder, ret, [_f32] * nin + [_i32] * (1 + 4 * ksteps) + [_i64] * ksteps, text, cons,
+                           ins + [flag_v] + a_vals + descs, side_effect=True)
+                for i in range(NA):
+                    builder.store(builder.extract_value(res, i), acc_p[i])
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return wgmma_rs
+
+    @functools.cache
+    def make_wgmma_wait(pending: int, n1: int, n2: int = 0):
+        """``wgmma.wait_group pending`` that passes the ``n1`` (and ``n2``) values of
+        the accumulator arrays through as in/out operands: every later use of an
+        accumulator reads it after the wait (the role of CUTLASS's
+        ``warpgroup_fence_operand``)."""
+        n = n1 + n2
+        text = f"wgmma.wait_group.sync.aligned {int(pending)};"
+        cons = ",".join(["=f"] * n + [str(i) for i in range(n)] + ["~{memory}"])
+
+        @intrinsic
+        def wgmma_wait(typingctx, acc1, acc2):
+            if not (isinstance(acc1, types.Array) and isinstance(acc2, types.Array)):
+                return None
+            sig = types.void(acc1, acc2)
+
+            def codegen(context, builder, sig, args):
+                ptrs = []
+                for ary, aty, cnt in ((args[0], sig.args[0], n1), (args[1], sig.args[1], n2)):
+                    a = context.make_array(aty)(context, builder, value=ary)
+                    ptrs += [builder.gep(a.data, [ir.Constant(_i64, i)]) for i in range(cnt)]
+                vals = [builder.load(p) for p in ptrs]
+                res = _asm(builder, ir.LiteralStructType([_f32] * n), [_f32] * n, text, cons, vals,
+                           side_effect=True)
+                for i, p in enumerate(ptrs):
+                    builder.store(builder.extract_value(res, i), p)
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return wgmma_wait

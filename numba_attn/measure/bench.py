@@ -1,0 +1,220 @@
+"""Benchmark declarations, in one place (in the spirit of ``triton.testing.Benchmark``).
+
+A :class:`Benchmark` names its x axis and values, the lines (phases of a kind,
+plus the SDPA peers), the problems for each x value, which (phase, problem)
+pairs to run, the time limits, and the plots to draw. ``numba-attn bench NAME``
+runs one (ceilings first), writes the results file and the plots::
+
+    numba-attn bench roadmap                 # results/roadmap-<gpu>.jsonl, plots/roadmap_*.png|svg
+    numba-attn bench long-context --plots plots/
+    numba-attn bench decode
+
+Declared benchmarks:
+
+``roadmap``
+    every prefill phase and SDPA on the ``roadmap`` preset (B1 H32 N4096 D64,
+    B1 H32 N4096 D128, B16 H16 N512 D64; fp32), plus the same shapes in fp16
+    for the phases that compute on tensor cores (and the peers).
+``long-context``
+    contexts 4k–32k at B1 H32 D128: fp32 for the CUDA-core phases, fp16 for
+    tensor-core phases; a phase whose time predicted from its previous length
+    (scaled by FLOPs) exceeds the row limit is skipped with that reason.
+``decode``
+    the decode phases and SDPA on the ``decode`` preset (declared by the
+    decode work in ``problem.PRESETS``).
+
+Time limits keep ``roadmap`` within ~8 minutes on an H100: per-row timing
+budget, per-row timeout (a hung phase is killed and recorded ``TIMEOUT``), a
+per-row predicted-time limit, and a limit on the whole run after which the
+remaining rows are recorded ``SKIP`` with that reason.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from numba_attn.spec.problem import PRESETS, Problem
+from numba_attn.measure.timing import TimingConfig
+
+
+@dataclass
+class Benchmark:
+    name: str
+    description: str
+    x_names: tuple  # what varies along the x axis
+    x_vals: list  # one entry per x position (a label or a length)
+    problems_for: Callable  # x value → list[Problem]
+    line_kind: str = "prefill"  # the phases of this kind are the lines
+    peers: tuple | None = None  # None: every peer in peers.PEERS
+    select: Callable | None = None  # (phase, problem) → bool
+    plots: tuple = ("roadmap", "roofline", "traffic")
+    plot_name: str = ""
+    seeds: tuple = (1, 2)
+    timing: TimingConfig = field(default_factory=lambda: TimingConfig(
+        warmup=2, min_reps=5, max_reps=100, budget_s=0.4, batch_ms=20.0, target_spread=0.02))
+    timeout_s: float = 180.0
+    max_row_ms: float | None = None
+    max_total_s: float | None = None
+
+    def problems(self) -> list[Problem]:
+        out = []
+        for x in self.x_vals:
+            for p in self.problems_for(x):
+                if p not in out:
+                    out.append(p)
+        return out
+
+
+def _tensor_core(phase) -> bool:
+    from numba_attn.measure.ceilings import uses_tensor_cores
+
+    return uses_tensor_cores(phase.name, phase.precision)
+
+
+def _fp16_only_for_tensor_cores(phase, problem) -> bool:
+    """fp32 problems: every phase; fp16/bf16 problems: tensor-core phases only."""
+    if problem.dtype == "float32":
+        return True
+    return _tensor_core(phase)
+
+
+def _roadmap_problems(x):
+    p = x
+    out = [p]
+    if p.dtype == "float32":
+        out.append(p.replace(dtype="float16"))
+    return out
+
+
+def _long_problems(n):
+    return [Problem(batch=1, heads=32, q_len=n, head_dim=128),
+            Problem(batch=1, heads=32, q_len=n, head_dim=128, dtype="float16")]
+
+
+def _long_select(phase, problem) -> bool:
+    if phase.name == "naive":  # S and P for N ≥ 16k need > 30 GiB and minutes; the roadmap covers it
+        return problem.q_len <= 8192 and problem.dtype == "float32"
+    return _fp16_only_for_tensor_cores(phase, problem)
+
+
+def _decode_presets() -> list[str]:
+    """The ``decode`` preset, or every preset named decode* when there is none of that name."""
+    if "decode" in PRESETS:
+        return ["decode"]
+    return [name for name in PRESETS if name.startswith("decode")]
+
+
+def _decode_problems(name):
+    return list(PRESETS[name])
+
+
+BENCHMARKS: dict[str, Benchmark] = {}
+
+
+def register(b: Benchmark) -> Benchmark:
+    BENCHMARKS[b.name] = b
+    return b
+
+
+register(Benchmark(
+    name="roadmap",
+    description="every prefill phase and SDPA on the roadmap preset (fp32), plus fp16 for tensor-core phases",
+    x_names=("problem",),
+    x_vals=list(PRESETS["roadmap"]),
+    problems_for=_roadmap_problems,
+    select=_fp16_only_for_tensor_cores,
+    plots=("roadmap", "roofline", "traffic"),
+    plot_name="roadmap",
+    max_row_ms=3000.0,
+    max_total_s=420.0,
+))
+
+register(Benchmark(
+    name="long-context",
+    description="contexts 4k-32k at B1 H32 D128 (fp32; fp16 for tensor-core phases) and SDPA",
+    x_names=("q_len", "kv_len"),
+    x_vals=[4096, 8192, 16384, 32768],
+    problems_for=_long_problems,
+    select=_long_select,
+    peers=("torch_sdpa", "torch_sdpa_flash", "torch_sdpa_efficient", "torch_sdpa_cudnn"),
+    plots=("scaling", "roofline"),
+    plot_name="long_context",
+    seeds=(1,),
+    max_row_ms=1500.0,
+    max_total_s=540.0,
+))
+
+register(Benchmark(
+    name="decode",
+    description="decode phases and SDPA on the decode presets",
+    x_names=("problem",),
+    x_vals=[],  # filled from PRESETS when run (presets named decode*)
+    problems_for=_decode_problems,
+    line_kind="decode",
+    peers=("torch_sdpa", "torch_sdpa_flash", "torch_sdpa_efficient", "torch_sdpa_cudnn"),
+    plots=("roadmap", "roofline", "traffic"),
+    plot_name="decode",
+    max_row_ms=1000.0,
+    max_total_s=420.0,
+))
+
+
+def get(name: str) -> Benchmark:
+    if name not in BENCHMARKS:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(BENCHMARKS), n=2, cutoff=0.5)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise KeyError(f"unknown benchmark {name!r}.{hint} Benchmarks: {', '.join(BENCHMARKS)}")
+    b = BENCHMARKS[name]
+    if b.name == "decode":
+        names = _decode_presets()
+        if not names:
+            raise KeyError("benchmark 'decode' needs presets named decode* in numba_attn.spec.problem.PRESETS; "
+                           f"there are none (presets: {', '.join(PRESETS)})")
+        b.x_vals = names
+    return b
+
+
+def run_benchmark(name: str, *, results: str | None = None, plots_dir: str | None = "plots",
+                  phases=None, quick: bool = False, resume: bool = False, progress=None,
+                  timeout_s: float | None = None, max_total_s: float | None = None, command: str | None = None,
+                  setup=(), problems=None):
+    """Run a declared benchmark; returns (rows, results path, plot files).
+
+    ``quick`` cuts the timing budget and uses one seed (for a smoke test of the
+    command); ``phases`` restricts the lines; ``problems`` replaces the
+    benchmark's problems (e.g. smaller shapes for a smoke test).
+    """
+    import os
+
+    from numba_attn.report.plots import make_all
+    from numba_attn.phases.registry import get_phase, list_phases
+    from numba_attn.measure.runner import RunConfig, run
+
+    b = get(name)
+    if phases:
+        plist = [get_phase(p) for p in phases]
+    else:
+        plist = list_phases(b.line_kind)
+    timing = b.timing
+    seeds = b.seeds
+    if quick:
+        timing = TimingConfig(warmup=1, min_reps=3, max_reps=20, budget_s=0.1, batch_ms=10.0)
+        seeds = (1,)
+    if results is None:
+        from numba_attn.measure.env import gpu_info
+
+        slug = "".join(c if c.isalnum() else "-" for c in gpu_info()["gpu"].lower()).strip("-")
+        results = os.path.join("results", f"{b.name}-{slug}.jsonl")
+    cfg = RunConfig(seeds=seeds, timing=timing, timeout_s=timeout_s or b.timeout_s, results=results,
+                    ceilings=True, resume=resume, max_row_ms=b.max_row_ms,
+                    max_total_s=max_total_s if max_total_s is not None else b.max_total_s,
+                    peer_list=b.peers, command=command or f"numba-attn bench {name}",
+                    worker_setup=tuple(setup))
+    probs = list(problems) if problems is not None else b.problems()
+    rows = run(plist, probs, config=cfg, select=b.select, progress=progress)
+    files = []
+    if plots_dir:
+        files = make_all(results, plots_dir, prefix=f"{b.plot_name or b.name}_", which=b.plots)
+    return rows, results, files

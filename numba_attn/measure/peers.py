@@ -1,0 +1,189 @@
+"""Peers: PyTorch SDPA on the same inputs, checked and timed the same way.
+
+Peers (``peer_names()``):
+
+* ``torch_sdpa`` — ``F.scaled_dot_product_attention`` in the problem's dtype,
+  PyTorch choosing the backend;
+* ``torch_sdpa_fp16`` — the same on fp16 copies of the inputs (what a user
+  would do to get tensor cores), checked against a reference on the fp16
+  inputs; skipped for fp16 problems (it would repeat ``torch_sdpa``);
+* ``torch_sdpa_flash``, ``torch_sdpa_efficient``, ``torch_sdpa_math``,
+  ``torch_sdpa_cudnn`` — one explicit backend each, through
+  ``torch.nn.attention.sdpa_kernel``, in the problem's dtype. A backend that
+  cannot run the problem (flash and cuDNN take only fp16/bf16, cuDNN may be
+  missing from the build) gives a ``SKIP`` row with PyTorch's reason.
+
+Every peer is timed with the runner's method (events around back-to-back
+calls on PyTorch's stream, rotated input copies) and its output is checked
+against the float64 reference first. When torch is not importable or has no
+GPU, the peer rows say so (``SKIP`` with the reason) rather than disappearing.
+"""
+from __future__ import annotations
+
+import warnings
+
+from numba_attn.spec.problem import Problem
+from numba_attn.spec.reference import check
+
+BACKENDS = ("flash", "efficient", "math", "cudnn")
+PEERS = ("torch_sdpa", "torch_sdpa_fp16") + tuple(f"torch_sdpa_{b}" for b in BACKENDS)
+_BACKEND_ENUM = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "math": "MATH",
+                 "cudnn": "CUDNN_ATTENTION"}
+
+
+def torch_status() -> str | None:
+    """None when torch with CUDA is usable, else the reason it is not."""
+    try:
+        import torch
+    except Exception as exc:  # noqa: BLE001
+        return f"torch not importable ({type(exc).__name__}: {exc})"
+    if not torch.cuda.is_available():
+        return "torch has no CUDA device"
+    return None
+
+
+def peer_names() -> list[str]:
+    return list(PEERS)
+
+
+def peer_backend(name: str) -> str | None:
+    """The explicit SDPA backend a peer name asks for (None: PyTorch chooses)."""
+    for b in BACKENDS:
+        if name == f"torch_sdpa_{b}":
+            return b
+    return None
+
+
+def peer_dtype(name: str, problem: Problem) -> str:
+    return "float16" if name == "torch_sdpa_fp16" else problem.dtype
+
+
+def _sdpa(torch, q, k, v, problem: Problem):
+    F = torch.nn.functional
+    kw = {"scale": problem.sm_scale}
+    if problem.kv_heads != problem.heads:
+        kw["enable_gqa"] = True
+    if problem.causal:
+        if problem.q_len == problem.kv_len:
+            kw["is_causal"] = True
+        else:  # bottom-right alignment, as the reference
+            from torch.nn.attention.bias import causal_lower_right
+
+            kw["attn_mask"] = causal_lower_right(problem.q_len, problem.kv_len)
+    return F.scaled_dot_product_attention(q, k, v, **kw)
+
+
+def _backend_context(torch, backend: str | None):
+    import contextlib
+
+    if backend is None:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    enum = getattr(SDPBackend, _BACKEND_ENUM[backend], None)
+    if enum is None:
+        raise _BackendUnavailable(f"this torch has no SDPBackend.{_BACKEND_ENUM[backend]}")
+    return sdpa_kernel([enum])
+
+
+class _BackendUnavailable(RuntimeError):
+    pass
+
+
+def _unavailable_reason(exc: BaseException, backend: str | None) -> str | None:
+    """PyTorch's reason when an explicit backend refuses the problem; None for real errors."""
+    msg = str(exc)
+    if isinstance(exc, _BackendUnavailable):
+        return msg
+    if backend is None:
+        return None
+    if "No available kernel" in msg or "not supported" in msg.lower() or "cudnn" in msg.lower():
+        first = msg.strip().splitlines()[0] if msg.strip() else type(exc).__name__
+        return f"SDPA backend {backend!r} cannot run this problem: {first[:200]}"
+    return None
+
+
+def measure_peer(name: str, problem: Problem, cfg) -> dict:
+    from numba_attn.measure.runner import ERROR, FAIL, OK, SKIP, _implausible, _reference, _summarize_exception, _throughput
+    from numba_attn.measure.timing import end_to_end, events_batched
+
+    dtype = peer_dtype(name, problem)
+    backend = peer_backend(name)
+    row = {"type": "result", "phase": name, "kind": "peer", "problem": problem.to_dict(),
+           "label": problem.label, "params": {"dtype": dtype, "sdpa_backend": backend or "auto"},
+           "status": None, "reason": "", "flops": problem.flops(), "min_bytes": problem.min_bytes()}
+    if name not in PEERS:
+        row.update(status=ERROR, reason=f"unknown peer {name!r} (peers: {', '.join(PEERS)})")
+        return row
+    reason = torch_status()
+    if reason:
+        row.update(status=SKIP, reason=reason)
+        return row
+    if name == "torch_sdpa_fp16" and problem.dtype == "float16":
+        row.update(status=SKIP, reason="same as torch_sdpa for fp16 problems")
+        return row
+    try:
+        import numpy as np
+        import torch
+        from numba import cuda
+
+        row["torch"] = torch.__version__
+        tdt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+        q, k, v, ref = _reference(problem, cfg.seeds[0])
+        tq, tk, tv = (torch.from_numpy(np.asarray(a, dtype=np.float32)).to("cuda", tdt) for a in (q, k, v))
+        if dtype != problem.dtype:  # the reference must see the inputs the peer sees
+            from numba_attn.spec.reference import reference
+            from numba_attn.measure.runner import TORCH_REFERENCE_FLOPS, _reference_torch
+
+            rounded = [t.float().cpu().numpy() for t in (tq, tk, tv)]
+            ref = None
+            if problem.flops() > TORCH_REFERENCE_FLOPS:
+                ref = _reference_torch(*rounded, causal=problem.causal, scale=problem.sm_scale)
+            if ref is None:
+                ref = reference(*rounded, causal=problem.causal, scale=problem.sm_scale)
+        # the math backend materializes S and P in the input dtype: check memory first
+        if backend == "math":
+            need = 2 * problem.batch * problem.heads * problem.q_len * problem.kv_len * tq.element_size()
+            free, _total = torch.cuda.mem_get_info()
+            if need > 0.8 * free:
+                row.update(status=SKIP, reason=f"math backend needs {need / 2**30:.1f} GiB for S and P; "
+                                               f"{free / 2**30:.1f} GiB free")
+                return row
+        try:
+            with _backend_context(torch, backend), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                out = _sdpa(torch, tq, tk, tv, problem)
+                torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001
+            why = _unavailable_reason(exc, backend)
+            if why:
+                row.update(status=SKIP, reason=why)
+                return row
+            raise
+        c = check(out.float().cpu().numpy().astype(np.dtype(dtype)), ref, dtype=dtype)
+        row["check"] = c.to_dict()
+        if not c.ok:
+            row.update(status=FAIL, reason=f"wrong result: {c.reason}")
+            return row
+        stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
+        n_sets = 1 if problem.min_bytes() > 180 * 2**20 else 4
+        sets = [(tq, tk, tv)] + [tuple(t.clone() for t in (tq, tk, tv)) for _ in range(n_sets - 1)]
+
+        with _backend_context(torch, backend), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+
+            def fn(i):
+                _sdpa(torch, *sets[i % len(sets)], problem)
+
+            t = events_batched(fn, stream, cfg.timing)
+            t["e2e_ms"] = end_to_end(fn, stream)
+        t["input_sets"] = n_sets
+        row.update(t)
+        row["status"] = OK
+        _throughput(row, problem)
+        bad = _implausible(row, problem)
+        if bad:
+            row.update(status=FAIL, reason=bad)
+    except Exception as exc:  # noqa: BLE001
+        row.update(status=ERROR, reason=_summarize_exception(exc))
+    return row

@@ -1,0 +1,78 @@
+"""Phase 1 — ``fused_rowwise``: one fused kernel, one thread per query row.
+
+Change against ``naive``: S and P never exist in memory. Each thread owns one
+query row ``i``: it keeps ``Q_i`` (pre-multiplied by the softmax scale) and
+its output accumulator in per-thread arrays, walks the keys one at a time,
+and folds each score into the running max ``m`` and sum ``l`` with the
+online-softmax update. K and V are read straight from global memory; all
+threads of a warp read the same key row at the same time, so the reads are
+broadcasts served by L1, but nothing is staged or reused explicitly.
+
+Expected: the 2·B·H·Nq·Nk·4-byte round trips of S and P disappear and the
+three launches become one, so the time drops to the cost of the arithmetic
+plus the K/V reads (all from L1/L2). Two exps per key (the rescale and the
+probability) are the price of the per-key update.
+"""
+from __future__ import annotations
+
+import functools
+
+from numba import cuda, float32
+
+from numba_attn.gpu.device_functions import NEG_INF, online_softmax_step, visible_keys
+from numba_attn.gpu.jit import kernel
+from numba_attn.phases.registry import Launch, register_phase
+
+
+@functools.cache
+def make_kernel(D: int, THREADS: int, causal: bool):
+    @kernel
+    def fused_rowwise(q, k, v, o, scale, H, G, Nq, Nk):
+        i = cuda.blockIdx.x * THREADS + cuda.threadIdx.x
+        bh = cuda.blockIdx.y
+        if i >= Nq:
+            return
+        kvh = (bh // H) * (H // G) + (bh % H) // G
+        Q_i = cuda.local.array(D, float32)
+        O_i = cuda.local.array(D, float32)
+        for d in range(D):
+            Q_i[d] = float32(q[bh, i, d]) * scale
+            O_i[d] = float32(0.0)
+        m = NEG_INF
+        l = float32(0.0)
+        for j in range(visible_keys(i, Nq, Nk, causal)):
+            s = float32(0.0)
+            for d in range(D):
+                s += Q_i[d] * float32(k[kvh, j, d])
+            m, l, corr, p = online_softmax_step(m, l, s)
+            for d in range(D):
+                O_i[d] = O_i[d] * corr + p * float32(v[kvh, j, d])
+        inv_l = float32(1.0) / l
+        for d in range(D):
+            o[bh, i, d] = O_i[d] * inv_l
+
+    return fused_rowwise
+
+
+@register_phase(
+    name="fused_rowwise", order=1, title="Fused, one thread per query row",
+    parent="naive",
+    description="""
+        One kernel instead of three: each thread computes one output row with the
+        online softmax (running max m, running sum l, rescaled accumulator), so S
+        and P are never written. K and V are read straight from global memory.
+    """,
+    lineage="Online softmax (Milakov & Gimelshein 2018) fused into attention, as in "
+            "FlashAttention (Dao et al. 2022) before tiling",
+    planned_speedup=4.0,
+)
+def fused_rowwise(problem, threads=128):
+    H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
+    kern = make_kernel(problem.head_dim, threads, problem.causal)
+    scale = float32(problem.sm_scale)
+    grid = ((Nq + threads - 1) // threads, problem.batch * H)
+
+    def run(q, k, v, o, stream=0):
+        kern[grid, threads, stream](q, k, v, o, scale, H, problem.group, Nq, Nk)
+
+    return Launch(run, kernels=[kern])

@@ -1,0 +1,96 @@
+"""Phase 2 — ``smem_kv``: K and V tiles staged in shared memory.
+
+Change against ``fused_rowwise``: the block's Br threads (one per query row,
+as before) cooperatively load a tile of Bc key rows and Bc value rows into
+shared memory — coalesced, each element once per block — then every thread
+reads the tile from shared memory. One global read of a K/V element now
+serves Br query rows instead of being re-requested by every warp.
+
+Expected: global/L2 traffic for K and V drops by ~Br/32 (from once per warp
+to once per block); the inner loop reads shared memory broadcasts. Two
+barriers per tile (before reading it, before overwriting it) are the cost;
+``one_barrier`` later removes one.
+"""
+from __future__ import annotations
+
+import functools
+
+from numba import cuda, float32
+
+from numba_attn.gpu.device_functions import NEG_INF, load_tile, online_softmax_step, visible_keys
+from numba_attn.gpu.jit import kernel
+from numba_attn.phases.registry import Launch, register_phase
+
+
+@functools.cache
+def make_kernel(D: int, Br: int, Bc: int, causal: bool):
+    @kernel
+    def smem_kv(q, k, v, o, scale, H, G, Nq, Nk):
+        K_j = cuda.shared.array((Bc, D), float32)
+        V_j = cuda.shared.array((Bc, D), float32)
+        tid = cuda.threadIdx.x
+        i = cuda.blockIdx.x * Br + tid
+        bh = cuda.blockIdx.y
+        kvh = (bh // H) * (H // G) + (bh % H) // G
+        row_ok = i < Nq
+        Q_i = cuda.local.array(D, float32)
+        O_i = cuda.local.array(D, float32)
+        for d in range(D):
+            Q_i[d] = float32(q[bh, i, d]) * scale if row_ok else float32(0.0)
+            O_i[d] = float32(0.0)
+        m = NEG_INF
+        l = float32(0.0)
+        n_keys = visible_keys(i, Nq, Nk, causal)
+        # keys any row of this block can see: the block's last row sees the most
+        block_keys = visible_keys(min(cuda.blockIdx.x * Br + Br, Nq) - 1, Nq, Nk, causal)
+        for j0 in range(0, block_keys, Bc):
+            load_tile(K_j, k, kvh, j0, Nk, tid, Br)
+            load_tile(V_j, v, kvh, j0, Nk, tid, Br)
+            cuda.syncthreads()
+            if row_ok:
+                for jj in range(min(Bc, n_keys - j0)):
+                    s = float32(0.0)
+                    for d in range(D):
+                        s += Q_i[d] * K_j[jj, d]
+                    m, l, corr, p = online_softmax_step(m, l, s)
+                    for d in range(D):
+                        O_i[d] = O_i[d] * corr + p * V_j[jj, d]
+            cuda.syncthreads()
+        if row_ok:
+            inv_l = float32(1.0) / l
+            for d in range(D):
+                o[bh, i, d] = O_i[d] * inv_l
+
+    return smem_kv
+
+
+def _supports(problem, Br, Bc):
+    smem = 2 * Bc * problem.head_dim * 4
+    if smem > 48 * 1024:
+        return f"K/V tiles need {smem} B of static shared memory (> 48 KiB); lower Bc"
+    return None
+
+
+@register_phase(
+    name="smem_kv", order=2, title="K/V tiles in shared memory",
+    parent="fused_rowwise",
+    description="""
+        K and V are loaded tile by tile (Bc rows) into shared memory by the whole
+        block with coalesced reads, and each tile is reused by the block's Br query
+        rows (one thread per row, as in the parent). Two barriers per tile.
+    """,
+    lineage="FlashAttention-1 (Dao et al. 2022), Algorithm 1: K_j, V_j tiles in SRAM",
+    planned_speedup=6.0,
+    sim_params={"Br": 16, "Bc": 16},
+    supports=_supports,
+)
+def smem_kv(problem, Br=128, Bc=32):
+    H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
+    kern = make_kernel(problem.head_dim, Br, Bc, problem.causal)
+    scale = float32(problem.sm_scale)
+    grid = ((Nq + Br - 1) // Br, problem.batch * H)
+
+    def run(q, k, v, o, stream=0):
+        kern[grid, Br, stream](q, k, v, o, scale, H, problem.group, Nq, Nk)
+
+    return Launch(run, kernels=[kern])

@@ -1,0 +1,135 @@
+"""Phase 3 — ``q_smem``: the Q tile staged in shared memory too.
+
+Change against ``smem_kv``: the block's Br query rows are loaded once,
+cooperatively, into shared memory, already multiplied by the softmax scale,
+instead of into a per-thread register array ``Q_i``. Q, K and V now all live
+in shared memory; the thread keeps only its output accumulator in registers.
+Q is stored transposed (``Q_t[d, r]``): in the inner loop the 32 lanes of a
+warp read ``Q_t[d, r..r+31]``, 32 consecutive words in 32 different banks,
+while the K read ``K_j[jj, d]`` stays a broadcast.
+
+Q + K + V tiles exceed the 48 KiB of static shared memory at D=128 (Br=128:
+64 KiB of Q alone), so the three tiles are carved out of one dynamic
+shared-memory allocation (``ptx_loads.dynamic_tile``), for which the launch
+opts in to more than 48 KiB (``ptx_loads.launch_dynamic``).
+
+Why it could be faster: the D registers of ``Q_i`` are freed. At D=128 the
+parent needs 255 registers and spills (``python -m numba_attn.measure.offline
+smem_kv -D 128``: 176-byte stack, 220 B spill stores, 260 B loads per
+thread); without ``Q_i`` the kernel fits in registers. At D=64 the parent
+does not spill (167 registers), and this phase adds one shared load per FMA
+of QKᵀ (the Q operand used to be a register): it should be slower there.
+
+Prediction (before measuring): D=64 ~0.8× smem_kv (shared-load issue
+doubles in the QKᵀ half); D=128 ~1.3× smem_kv (no spills).
+
+Measured (NVIDIA H200, numba-cuda 0.30.4, B1 H32 N4096 fp32, median of events-timed back-to-back
+launches; one run of commit dcebff6, ``bench/dev/roadmap_final_h200.jsonl``; in the same run naive
+191.4 ms at D=64 and 379.3 ms at D=128, SDPA fp32 3.99 ms and 6.09 ms):
+
+* D=64, Br=128: 35.87 ms (3.83 TFLOP/s; Br=64: 38.06 ms) against smem_kv's
+  10.27 ms: **0.29×**. D=128: 74.71 ms against 37.71 ms: **0.50×**.
+  Registers 128 (D=64) and 168 (D=128), no local memory (smem_kv at D=128:
+  255 registers, 136 bytes of local memory).
+* Both predictions missed, by far at D=64. The extra shared load is not the
+  main cost: the PTX of the QKᵀ loop holds ~19 integer instructions per FMA.
+  In smem_kv the d loops are fully unrolled because ``Q_i`` and ``O_i`` are
+  register arrays (their indices must be constants), so every shared address
+  there is a constant offset. Here the d loop stays a loop (numba's ``range``
+  hides the trip count from LLVM) and every ``Q_t[d, r]`` and ``K_j[jj, d]``
+  pays numba's int64 index arithmetic and its negative-index wrap-around
+  select. The spill removed at D=128 is real but smaller than that cost.
+  ``vectorized`` removes it.
+"""
+from __future__ import annotations
+
+import functools
+
+from numba import cuda, float32
+
+from numba_attn.gpu.device_functions import NEG_INF, load_tile, online_softmax_step, visible_keys
+from numba_attn.gpu.jit import kernel
+from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, load_tile_t_scaled, smem_reason
+from numba_attn.phases.registry import Launch, register_phase
+
+
+def smem_floats(D, Br, Bc):
+    return D * Br + 2 * Bc * D
+
+
+@functools.cache
+def make_kernel(D: int, Br: int, Bc: int, causal: bool):
+    K_OFF = D * Br
+    V_OFF = K_OFF + Bc * D
+
+    @kernel
+    def q_smem(q, k, v, o, scale, H, G, Nq, Nk):
+        Q_t = dynamic_tile(0, D, Br)  # Qᵀ · scale
+        K_j = dynamic_tile(K_OFF, Bc, D)
+        V_j = dynamic_tile(V_OFF, Bc, D)
+        tid = cuda.threadIdx.x
+        i = cuda.blockIdx.x * Br + tid
+        bh = cuda.blockIdx.y
+        kvh = (bh // H) * (H // G) + (bh % H) // G
+        row_ok = i < Nq
+        load_tile_t_scaled(Q_t, q, bh, cuda.blockIdx.x * Br, Nq, scale, tid, Br, Br, D)
+        O_i = cuda.local.array(D, float32)
+        for d in range(D):
+            O_i[d] = float32(0.0)
+        m = NEG_INF
+        l = float32(0.0)
+        n_keys = visible_keys(i, Nq, Nk, causal)
+        # keys any row of this block can see: the block's last row sees the most
+        block_keys = visible_keys(min(cuda.blockIdx.x * Br + Br, Nq) - 1, Nq, Nk, causal)
+        for j0 in range(0, block_keys, Bc):
+            load_tile(K_j, k, kvh, j0, Nk, tid, Br)
+            load_tile(V_j, v, kvh, j0, Nk, tid, Br)
+            cuda.syncthreads()
+            if row_ok:
+                for jj in range(min(Bc, n_keys - j0)):
+                    s = float32(0.0)
+                    for d in range(D):
+                        s += Q_t[d, tid] * K_j[jj, d]
+                    m, l, corr, p = online_softmax_step(m, l, s)
+                    for d in range(D):
+                        O_i[d] = O_i[d] * corr + p * V_j[jj, d]
+            cuda.syncthreads()
+        if row_ok:
+            inv_l = float32(1.0) / l
+            for d in range(D):
+                o[bh, i, d] = O_i[d] * inv_l
+
+    return q_smem
+
+
+def _supports(problem, Br, Bc):
+    if Br % 32:
+        return f"Br={Br} must be a multiple of 32 (whole warps)"
+    return smem_reason(4 * smem_floats(problem.head_dim, Br, Bc))
+
+
+@register_phase(
+    name="q_smem", order=3, title="Q tile in shared memory too",
+    parent="smem_kv",
+    description="""
+        The Q tile (scaled once) joins K and V in shared memory, stored transposed so a
+        warp's reads are conflict-free; the per-thread Q registers are gone (no spill at
+        D=128), at the cost of a shared load per FMA of QKᵀ. The tiles share one dynamic
+        shared-memory allocation (more than 48 KiB at D=128).
+    """,
+    lineage="FlashAttention-1 (Dao et al. 2022), Algorithm 1: Q_i, K_j, V_j all in SRAM",
+    planned_speedup=6.0,
+    sim_params={"Br": 32, "Bc": 16},
+    supports=_supports,
+)
+def q_smem(problem, Br=128, Bc=32):
+    H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
+    kern = make_kernel(problem.head_dim, Br, Bc, problem.causal)
+    scale = float32(problem.sm_scale)
+    grid = ((Nq + Br - 1) // Br, problem.batch * H)
+    smem = 4 * smem_floats(problem.head_dim, Br, Bc)
+
+    def run(q, k, v, o, stream=0):
+        launch_dynamic(kern, grid, Br, stream, smem, q, k, v, o, scale, H, problem.group, Nq, Nk)
+
+    return Launch(run, kernels=[kern])

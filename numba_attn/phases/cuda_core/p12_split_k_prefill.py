@@ -1,0 +1,153 @@
+"""Phase 12 — ``split_k_prefill``: split-K for prefill with few query blocks.
+
+Change against ``smem_kv``: the parent launches ``ceil(q_len / Br) × batch ×
+heads`` blocks, each walking the whole KV range. When that is fewer blocks
+than the GPU holds — one sequence with few heads, or a chunk of new tokens
+(q_len of a few hundred to a few thousand) appended to a long KV cache — SMs
+idle while each block walks tens of thousands of keys. Here the KV range is
+also split over ``S`` blocks (grid z), as ``decode_split_k`` does for decode:
+
+* ``S`` fills ``SMs × blocks_per_sm`` block slots, with at least ``min_keys``
+  keys per split (``split_plan``, shared with ``decode_split_k``); ``S = 1``
+  (enough query blocks already) launches one kernel that writes the output
+  exactly as ``smem_kv`` does;
+* each block runs the parent's loop over its chunk ``[s·chunk, (s+1)·chunk)``
+  (rounded to whole tiles), stopping at each row's causal limit, and writes a
+  normalized partial output and its log-sum-exp per row; a row that sees none
+  of the chunk's keys writes the empty state;
+* the combine kernel of ``decode_split_k`` (``combine_splits`` in
+  ``device_functions``) merges the splits exactly.
+
+Extra traffic: ``S × B·H·q_len × D × 4`` bytes written and read once.
+
+Prediction (before measuring): no change where ``S = 1`` (the square
+long-context preset: B=1, H=32, N ≥ 4096 has ≥ 1024 query blocks of 128, more
+than the ~400 that fit at once); for a 1024-token chunk appended to a 32k
+cache at B=1, H=32 (256 blocks, fewer than one wave), S = 3 splits should fill
+the GPU and run ~1.5–2× faster than ``smem_kv``.
+
+Measured (H200, commit 26e8ca2, bench/dev/decode_bench.py --append): B=1,
+H=32, q_len 1024, kv_len 32768, fp32: ``smem_kv`` 79.27 ms, this phase (S=2)
+79.08 ms — no gain, a miss. The reason is occupancy, not the split: the
+parent's kernel needs 255 registers (and spills) per thread at D=128, so only
+2 blocks of 128 threads fit on an SM, 264 at once; its 256 query blocks
+already fill them, and the planner's ``blocks_per_sm=4`` assumed twice the
+room. Splitting helps only when the query blocks are fewer than the block
+slots (fewer heads or shorter chunks), and the combine costs nothing
+measurable here. Exactly checked (float64 reference on the GPU): error
+2.7e-6.
+"""
+from __future__ import annotations
+
+import functools
+
+from numba import cuda, float32
+
+from numba_attn.gpu.device_functions import NEG_BIG, load_tile, online_softmax_step, state_lse, visible_keys
+from numba_attn.gpu.jit import kernel
+from numba_attn.phases.registry import Launch, register_phase
+from numba_attn.gpu.split_k import make_combine_kernel, sm_count, split_plan
+
+
+@functools.cache
+def make_kernel(D: int, Br: int, Bc: int, causal: bool, FINAL: bool):
+    @kernel
+    def split_k_prefill(q, k, v, o, part_o, part_lse, scale, H, G, Nq, Nk, chunk):
+        K_j = cuda.shared.array((Bc, D), float32)
+        V_j = cuda.shared.array((Bc, D), float32)
+        tid = cuda.threadIdx.x
+        i = cuda.blockIdx.x * Br + tid
+        bh = cuda.blockIdx.y
+        split = cuda.blockIdx.z
+        kvh = (bh // H) * (H // G) + (bh % H) // G
+        row_ok = i < Nq
+        Q_i = cuda.local.array(D, float32)
+        O_i = cuda.local.array(D, float32)
+        for d in range(D):
+            Q_i[d] = float32(q[bh, i, d]) * scale if row_ok else float32(0.0)
+            O_i[d] = float32(0.0)
+        m = NEG_BIG
+        l = float32(0.0)
+        lo = split * chunk  # this block's keys: [lo, hi)
+        hi = min(Nk, lo + chunk)
+        n_keys = min(visible_keys(i, Nq, Nk, causal), hi)
+        # keys any row of this block can see: the block's last row sees the most
+        block_keys = min(visible_keys(min(cuda.blockIdx.x * Br + Br, Nq) - 1, Nq, Nk, causal), hi)
+        for j0 in range(lo, block_keys, Bc):
+            load_tile(K_j, k, kvh, j0, Nk, tid, Br)
+            load_tile(V_j, v, kvh, j0, Nk, tid, Br)
+            cuda.syncthreads()
+            if row_ok:
+                for jj in range(min(Bc, n_keys - j0)):
+                    s = float32(0.0)
+                    for d in range(D):
+                        s += Q_i[d] * K_j[jj, d]
+                    m, l, corr, p = online_softmax_step(m, l, s)
+                    for d in range(D):
+                        O_i[d] = O_i[d] * corr + p * V_j[jj, d]
+            cuda.syncthreads()
+        if row_ok:
+            if FINAL:
+                inv_l = float32(1.0) / l
+                for d in range(D):
+                    o[bh, i, d] = O_i[d] * inv_l
+            else:
+                inv_l = float32(1.0) / l if l > float32(0.0) else float32(0.0)
+                for d in range(D):
+                    part_o[split, bh * Nq + i, d] = O_i[d] * inv_l
+                part_lse[split, bh * Nq + i] = state_lse(m, l)
+
+    return split_k_prefill
+
+
+def _supports(problem, Br, Bc, splits, blocks_per_sm, min_keys):
+    smem = 2 * Bc * problem.head_dim * 4
+    if smem > 48 * 1024:
+        return f"K/V tiles need {smem} B of static shared memory (> 48 KiB); lower Bc"
+    if problem.head_dim > 1024:
+        return "combine kernel: head_dim > 1024 threads"
+    if problem.q_len < 1 or problem.kv_len < 1:
+        return "needs q_len >= 1 and kv_len >= 1"
+    return None
+
+
+@register_phase(
+    name="split_k_prefill", order=12, title="Split-K prefill: KV range split over blocks + LSE combine",
+    parent="smem_kv",
+    description="""
+        The parent's kernel with the KV range also split over S blocks (grid z) when the
+        query blocks alone do not fill the GPU (long KV, few query rows); each block
+        writes a normalized partial output and its log-sum-exp, and the split-K combine
+        kernel shared with decode_split_k merges them exactly. S = 1 is the parent.
+    """,
+    lineage="Split-KV / Flash-Decoding (Dao et al. 2023) applied to prefill chunks; "
+            "FlashAttention-2 num_splits heuristic",
+    planned_speedup=6.0,
+    sim_params={"Br": 16, "Bc": 16, "splits": 3},
+    supports=_supports,
+)
+def split_k_prefill(problem, Br=128, Bc=32, splits=0, blocks_per_sm=4, min_keys=1024):
+    B, H, Nq, Nk, D = problem.batch, problem.heads, problem.q_len, problem.kv_len, problem.head_dim
+    n_qb = (Nq + Br - 1) // Br
+    S, chunk = split_plan(n_qb * B * H, Nk, Bc, sm_count(), blocks_per_sm, min_keys, splits)
+    final = S == 1
+    kern = make_kernel(D, Br, Bc, problem.causal, final)
+    scale = float32(problem.sm_scale)
+    grid = (n_qb, B * H, S)
+    if final:
+        part_o = cuda.device_array((1, 1, 1), dtype="float32")
+        part_lse = cuda.device_array((1, 1), dtype="float32")
+        kernels = [kern]
+    else:
+        part_o = cuda.device_array((S, B * H * Nq, D), dtype="float32")
+        part_lse = cuda.device_array((S, B * H * Nq), dtype="float32")
+        combine = make_combine_kernel(Nq)
+        kernels = [kern, combine]
+
+    def run(q, k, v, o, stream=0):
+        kern[grid, Br, stream](q, k, v, o, part_o, part_lse, scale, H, problem.group, Nq, Nk, chunk)
+        if not final:
+            combine[B * H * Nq, D, stream](part_o, part_lse, o, S)
+
+    return Launch(run, kernels=kernels, workspace_bytes=0 if final else part_o.nbytes + part_lse.nbytes,
+                  notes=f"S={S} splits of {chunk} keys")

@@ -1,0 +1,2 @@
+"""Decode (q_len ≤ 16 against a long KV cache): chunked (p30) → split-K (p31) → fused
+combine (p32) → lean inner loop (p33); the query rows of a KV head on tensor cores (p34)."""

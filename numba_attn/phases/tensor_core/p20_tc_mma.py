@@ -1,0 +1,268 @@
+"""Phase 20 — ``tc_mma``: QKᵀ and PV on the tensor cores (``mma.sync``), FlashAttention-2 style.
+
+Change against ``smem_kv`` (the best CUDA-core phase present when this was
+written; the roadmap's later CUDA-core phases are not its parent): the two
+matrix products run as ``mma.sync.m16n8k16`` (f16 or bf16 inputs, f32
+accumulation) instead of scalar FMAs, and the work is split the FlashAttention-2
+way — one warp owns 16 query rows and keeps everything about them in
+registers:
+
+* Q: the warp's 16×D slice as A fragments (D/16 k-steps × 4 packed registers),
+  loaded once with 32-bit loads straight from the ``uint32`` view of q;
+* S = Q·Kᵀ for a tile of Bc keys: Bc/8 accumulator fragments (4 f32 each);
+  the B fragments are 32-bit words of the K tile in shared memory (a row of K
+  is a column of Kᵀ, and two consecutive d's are one word);
+* online softmax on the accumulator fragments: a lane holds 2 scores of each
+  of its rows g and g+8 per n-tile; the row max is a max over the lane's
+  values and a ``quad_max`` over the 4 lanes of the row; the row sum stays
+  per lane until the end (one ``quad_sum``), since the rescale factor is the
+  same on the 4 lanes;
+* P never leaves registers: the C fragments of two neighbouring n-tiles are
+  exactly the A fragment of one k-step of P·V, so P is rounded to f16/bf16
+  and packed in place (``pack_f16x2``);
+* V's B fragments need two keys of one column: two 16-bit shared loads packed
+  into one register (``pack_b16x2``); ``tc_pipelined`` replaces these by
+  ``ldmatrix.trans``.
+
+K/V tiles are staged as in ``smem_kv`` (whole block, two barriers per tile)
+but with 128-bit loads and stores, rows padded so that the fragment reads are
+free of bank conflicts (K: D/2+4 words, V: D+8 halves). The W warps of a
+block (Br = 16·W query rows) share each tile. Scores are kept raw; the
+exponent is ``exp2((s - m)·scale·log2 e)``; masked scores are a finite
+``-1e30`` (the kernels compile with fastmath, which assumes no infinities).
+
+Prediction (written before measuring): the CUDA-core phases are bound by
+FFMA issue (~50 TFLOP/s fp32 peak, realistically 10–20); mma.sync at
+m16n8k16 reaches ~380 TFLOP/s in a register loop on an H200. With the staging
+barriers, scalar shared-memory fragment loads (two 16-bit loads per V
+register) and the softmax between the two products, expect 100–150 TFLOP/s at
+D=64/128, N=4096 fp16 — about 10× ``smem_kv`` and 10–20× over ``naive``.
+
+Measured (H200, commit 6c8cbec, ``bench/dev/tc_run2_tc2.log``; W=4, Bc=64;
+PyTorch SDPA in the same run): B1 H32 N4096 D64 fp16 139.5 TFLOP/s (0.30×
+SDPA's 460), bf16 139.9; D128 fp16 81.5 (0.14× of 585), bf16 81.2; D64 causal
+102.6; B16 H16 N512 D64 118.0. With W=8 (the default since): D64 162.6 (0.35×),
+D128 98.1 (0.17×). 128 registers
+(D64) / 169 (D128), no local memory; the SASS has the 64 / 128 HMMA.16816 of
+one tile. The mma.sync ceiling measured in the same run (register loop) is
+568 TFLOP/s: D64 reaches 25% of it, D128 14%.
+
+D64 is in the predicted range; D128 is well below it. At D128 a tile needs
+128 HMMA, 128 32-bit K loads and 256 16-bit V loads (two per B register), so
+the shared-memory pipe, not the tensor cores, sets the pace — and the staging
+is synchronous (global → registers → shared, two barriers per tile) with
+only 3 blocks (12 warps) per SM at 169 registers. ``tc_pipelined`` removes
+both: ldmatrix and cp.async.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import cuda, float32, uint16, uint32
+
+from numba_attn.gpu.intrinsics import (SMEM_ALIGN, ld_global_v4, lds, mma_bf16, mma_f16, pack_b16x2, pack_bf16x2,
+                          pack_f16x2, st_shared_v4)
+from numba_attn.gpu.jit import kernel
+from numba_attn.phases.registry import Launch, register_phase
+from numba_attn.gpu.device_functions import fragment_rescale, fragment_softmax
+from numba_attn.gpu.warp import quad_sum
+
+NEG_BIG = np.float32(-1e30)  # masked score; finite because fastmath assumes no infinities
+LOG2E = 1.4426950408889634
+ALIGN = SMEM_ALIGN
+
+
+@functools.cache
+def make_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool):
+    mma = mma_bf16 if bf16 else mma_f16
+    pack = pack_bf16x2 if bf16 else pack_f16x2
+    Br = 16 * W  # query rows per block (16 per warp)
+    NTH = 32 * W
+    KS = D // 16  # k-steps of Q·Kᵀ
+    NT = Bc // 8  # n-tiles of S (8 keys each)
+    KK = Bc // 16  # k-steps of P·V
+    DT = D // 8  # n-tiles of O (8 columns each)
+    VEC = D // 8  # 16-byte chunks per row of K or V
+    KROW = D // 2 + 4  # K tile row in words (padded: conflict-free fragment reads)
+    VROW = D + 8  # V tile row in halves (padded)
+    NQ = 4 * KS  # Q fragment registers
+    NS = 4 * NT  # score accumulators
+    NO = 4 * DT  # output accumulators
+    softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
+    rescale = fragment_rescale(DT)
+
+    @kernel
+    def tc_mma(q, k, v, o, sl2, H, G, Nq, Nk):
+        # q, k, v, o: uint32 views (two f16/bf16 per word) of (BH, N, D)
+        Ks = cuda.shared.array((Bc, KROW), uint32, alignment=ALIGN)
+        Vs = cuda.shared.array((Bc, VROW), uint16, alignment=ALIGN)
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g = lane // 4
+        t = lane % 4
+        bh = cuda.blockIdx.y
+        kvh = (bh // H) * (H // G) + (bh % H) // G
+        blk0 = cuda.blockIdx.x * Br
+        row0 = blk0 + 16 * warp
+        r_lo = row0 + g
+        r_hi = r_lo + 8
+        off = Nk - Nq  # causal: row i sees keys j <= i + off
+
+        qf = cuda.local.array(NQ, uint32)
+        for ks in range(KS):
+            c = 8 * ks + t
+            qf[4 * ks + 0] = q[bh, r_lo, c] if r_lo < Nq else uint32(0)
+            qf[4 * ks + 1] = q[bh, r_hi, c] if r_hi < Nq else uint32(0)
+            qf[4 * ks + 2] = q[bh, r_lo, c + 4] if r_lo < Nq else uint32(0)
+            qf[4 * ks + 3] = q[bh, r_hi, c + 4] if r_hi < Nq else uint32(0)
+        acc = cuda.local.array(NO, float32)
+        for i in range(NO):
+            acc[i] = float32(0.0)
+        s = cuda.local.array(NS, float32)
+        m_lo = NEG_BIG
+        m_hi = NEG_BIG
+        l_lo = float32(0.0)
+        l_hi = float32(0.0)
+
+        kv_end = Nk
+        warp_end = Nk
+        if causal:
+            kv_end = min(Nk, min(blk0 + Br, Nq) + off)
+            warp_end = min(Nk, min(row0 + 16, Nq) + off)
+        if row0 >= Nq:
+            warp_end = 0
+
+        for j0 in range(0, kv_end, Bc):
+            # -- stage the K and V tiles: 16 bytes per thread and access
+            for e in range(tid, Bc * VEC, NTH):
+                r = e // VEC
+                c = e - r * VEC
+                if j0 + r < Nk:
+                    x = ld_global_v4(k, kvh, j0 + r, 4 * c)
+                    st_shared_v4(Ks, r, 4 * c, x[0], x[1], x[2], x[3])
+                    y = ld_global_v4(v, kvh, j0 + r, 4 * c)
+                    st_shared_v4(Vs, r, 8 * c, y[0], y[1], y[2], y[3])
+                else:
+                    z = uint32(0)
+                    st_shared_v4(Ks, r, 4 * c, z, z, z, z)
+                    st_shared_v4(Vs, r, 8 * c, z, z, z, z)
+            cuda.syncthreads()
+            if j0 < warp_end:  # warp-uniform: the warp's rows see some key of this tile
+                # -- S = Q Kᵀ on the tensor cores
+                for nt in range(NT):
+                    s0 = float32(0.0)
+                    s1 = float32(0.0)
+                    s2 = float32(0.0)
+                    s3 = float32(0.0)
+                    kr = nt * 8 + g
+                    for ks in range(KS):
+                        b0 = lds(Ks, kr, 8 * ks + t)
+                        b1 = lds(Ks, kr, 8 * ks + 4 + t)
+                        s0, s1, s2, s3 = mma(qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3],
+                                             b0, b1, s0, s1, s2, s3)
+                    s[4 * nt] = s0
+                    s[4 * nt + 1] = s1
+                    s[4 * nt + 2] = s2
+                    s[4 * nt + 3] = s3
+                # -- mask keys past the end and (causal) above the diagonal
+                if j0 + Bc > Nk or (causal and j0 + Bc - 1 > row0 + off):
+                    for nt in range(NT):
+                        for e in range(4):
+                            col = j0 + nt * 8 + 2 * t + (e % 2)
+                            row = r_lo if e < 2 else r_hi
+                            if col >= Nk or (causal and col > row + off):
+                                s[4 * nt + e] = NEG_BIG
+                # -- online softmax on the fragments
+                m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
+                l_lo = l_lo * corr_lo + rs_lo
+                l_hi = l_hi * corr_hi + rs_hi
+                rescale(acc, 0, corr_lo, corr_hi)
+                # -- O += P V: two S n-tiles = one A fragment of P
+                for kk in range(KK):
+                    a0 = pack(s[8 * kk], s[8 * kk + 1])
+                    a1 = pack(s[8 * kk + 2], s[8 * kk + 3])
+                    a2 = pack(s[8 * kk + 4], s[8 * kk + 5])
+                    a3 = pack(s[8 * kk + 6], s[8 * kk + 7])
+                    kr = 16 * kk + 2 * t
+                    for dt in range(DT):
+                        cc = 8 * dt + g
+                        b0 = pack_b16x2(lds(Vs, kr, cc), lds(Vs, kr + 1, cc))
+                        b1 = pack_b16x2(lds(Vs, kr + 8, cc), lds(Vs, kr + 9, cc))
+                        (acc[4 * dt], acc[4 * dt + 1], acc[4 * dt + 2], acc[4 * dt + 3]) = mma(
+                            a0, a1, a2, a3, b0, b1, acc[4 * dt], acc[4 * dt + 1], acc[4 * dt + 2],
+                            acc[4 * dt + 3])
+            cuda.syncthreads()
+
+        l_lo = quad_sum(l_lo)
+        l_hi = quad_sum(l_hi)
+        inv_lo = float32(1.0) / l_lo if l_lo > float32(0.0) else float32(0.0)  # 0: rows past Nq
+        inv_hi = float32(1.0) / l_hi if l_hi > float32(0.0) else float32(0.0)
+        for dt in range(DT):
+            if r_lo < Nq:
+                o[bh, r_lo, 4 * dt + t] = pack(acc[4 * dt] * inv_lo, acc[4 * dt + 1] * inv_lo)
+            if r_hi < Nq:
+                o[bh, r_hi, 4 * dt + t] = pack(acc[4 * dt + 2] * inv_hi, acc[4 * dt + 3] * inv_hi)
+
+    return tc_mma
+
+
+def smem_bytes(D, Bc):
+    return Bc * (D // 2 + 4) * 4 + Bc * (D + 8) * 2
+
+
+def supports_tc(problem, Bc, **_):
+    """Shared checks of the f16/bf16 tensor-core phases."""
+    D = problem.head_dim
+    if D % 16 or D > 128:
+        return f"head_dim {D} must be a multiple of 16 and at most 128 (fragments live in registers)"
+    if Bc % 16:
+        return f"Bc={Bc} must be a multiple of 16 (k-steps of P·V)"
+    return None
+
+
+def _supports(problem, W, Bc):
+    reason = supports_tc(problem, Bc)
+    if reason:
+        return reason
+    if smem_bytes(problem.head_dim, Bc) > 48 * 1024:
+        return f"K/V tiles need {smem_bytes(problem.head_dim, Bc)} B of static shared memory (> 48 KiB)"
+    return None
+
+
+def u32_views(q, k, v, o):
+    """Device (BH, N, D) f16/bf16 arrays → (BH, N, D/2) uint32 views."""
+    return tuple(a.view(np.uint32) for a in (q, k, v, o))
+
+
+@register_phase(
+    name="tc_mma", order=20, title="Tensor cores: mma.sync m16n8k16, fragments in registers",
+    parent="smem_kv",
+    description="""
+        Q·Kᵀ and P·V as mma.sync.m16n8k16 (f16/bf16 in, f32 accumulate). A warp owns
+        16 query rows: Q fragments, score and output accumulators stay in registers;
+        the online softmax runs on the accumulator fragments (quad shuffles for the
+        row max, row sums reduced once at the end); P is rounded and packed in
+        registers into the A fragments of P·V. K/V tiles are staged in padded shared
+        memory by the whole block with 128-bit accesses; fragments are read with
+        32-bit (K) and 2×16-bit (V) shared loads.
+    """,
+    lineage="FlashAttention-2 (Dao 2023): warps split Q, P kept in registers; "
+            "PTX mma.sync m16n8k16 fragment layouts",
+    planned_speedup=60.0,
+    dtypes=("float16", "bfloat16"),
+    head_dims=(16, 32, 48, 64, 80, 96, 112, 128),
+    sim_params={"W": 2, "Bc": 16},
+    supports=_supports,
+)
+def tc_mma(problem, W=8, Bc=64):
+    H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
+    kern = make_kernel(problem.head_dim, W, Bc, problem.causal, problem.dtype == "bfloat16")
+    sl2 = float32(problem.sm_scale * LOG2E)
+    grid = ((Nq + 16 * W - 1) // (16 * W), problem.batch * H)
+
+    def run(q, k, v, o, stream=0):
+        kern[grid, 32 * W, stream](*u32_views(q, k, v, o), sl2, H, problem.group, Nq, Nk)
+
+    return Launch(run, kernels=[kern])

@@ -1,0 +1,1 @@
+"""Result rows → what people read: the terminal table, plots and run comparisons."""

@@ -1,0 +1,98 @@
+"""``numba-attn compare A B``: per-phase time ratios between two results files.
+
+Rows are matched by (phase or peer name, problem). For each pair measured in
+both files the table shows both median times, ``B/A`` (below 1: B is faster)
+and whether the difference exceeds the two rows' own min–max spreads
+(``~`` = within the noise). Ceilings are compared the same way, and the
+header names each file's device, date and commit, so a ratio between two
+different GPUs or two different commits is never mistaken for another.
+When a file holds several runs, the rows of its last environment are used
+(the last row for each key).
+"""
+from __future__ import annotations
+
+import json
+
+from numba_attn.report.table import env_summary, latest_rows
+from numba_attn.measure.runner import load_results
+
+
+def _latest(records: list[dict]):
+    env, rows, ceil = latest_rows(records)
+    return (env, {(r.get("phase"), json.dumps(r.get("problem"), sort_keys=True)): r for r in rows},
+            {c.get("name"): c for c in ceil})
+
+
+def compare(path_a: str, path_b: str) -> dict:
+    """Matched rows of two results files: {"env_a", "env_b", "pairs": [...], "ceilings": [...]}."""
+    env_a, rows_a, ceil_a = _latest(load_results(path_a))
+    env_b, rows_b, ceil_b = _latest(load_results(path_b))
+    pairs = []
+    for key, ra in rows_a.items():
+        rb = rows_b.get(key)
+        if rb is None:
+            continue
+        ta, tb = ra.get("time_ms"), rb.get("time_ms")
+        p = {"phase": ra.get("phase"), "label": ra.get("label"), "status_a": ra.get("status"),
+             "status_b": rb.get("status"), "time_a_ms": ta, "time_b_ms": tb, "order": ra.get("order", 1e9),
+             "kind": ra.get("kind")}
+        if ta and tb:
+            p["ratio"] = tb / ta
+            noise = max(ra.get("spread") or 0.0, rb.get("spread") or 0.0, 0.02)
+            p["significant"] = abs(p["ratio"] - 1) > noise
+        pairs.append(p)
+    pairs.sort(key=lambda p: (p["label"] or "", p["kind"] != "phase", p["order"] if p["order"] is not None else 1e9,
+                              p["phase"] or ""))
+    only_a = sorted(f"{r.get('phase')} [{r.get('label')}]" for k, r in rows_a.items() if k not in rows_b)
+    only_b = sorted(f"{r.get('phase')} [{r.get('label')}]" for k, r in rows_b.items() if k not in rows_a)
+    ceilings = []
+    for name in sorted(set(ceil_a) | set(ceil_b)):
+        va = (ceil_a.get(name) or {}).get("value")
+        vb = (ceil_b.get(name) or {}).get("value")
+        ceilings.append({"name": name, "a": va, "b": vb, "unit": (ceil_a.get(name) or ceil_b.get(name)).get("unit"),
+                         "ratio": (vb / va) if va and vb else None})
+    return {"env_a": env_a, "env_b": env_b, "pairs": pairs, "ceilings": ceilings, "only_a": only_a,
+            "only_b": only_b}
+
+
+def _t(ms):
+    if ms is None:
+        return "—"
+    return f"{ms * 1e3:.1f} µs" if ms < 1 else f"{ms:.3f} ms"
+
+
+def format_comparison(res: dict, name_a="A", name_b="B") -> str:
+    out = [f"A = {name_a}: {env_summary(res['env_a'])}", f"B = {name_b}: {env_summary(res['env_b'])}"]
+    ea, eb = res["env_a"] or {}, res["env_b"] or {}
+    if ea.get("gpu") != eb.get("gpu"):
+        out.append(f"note: different devices ({ea.get('gpu')} vs {eb.get('gpu')})")
+    out.append("")
+    hdr = ["phase", "problem", "A", "B", "B/A", ""]
+    lines = []
+    for p in res["pairs"]:
+        if p.get("ratio") is not None:
+            r = f"{p['ratio']:.3f}"
+            mark = ("faster" if p["ratio"] < 1 else "slower") if p["significant"] else "~"
+        else:
+            r, mark = "—", f"{p['status_a']} / {p['status_b']}"
+        lines.append([p["phase"], p["label"], _t(p["time_a_ms"]), _t(p["time_b_ms"]), r, mark])
+    widths = [max(len(str(x)) for x in col) for col in zip(hdr, *lines)] if lines else [len(h) for h in hdr]
+    out.append("  ".join(h.ljust(w) for h, w in zip(hdr, widths)))
+    out.append("  ".join("-" * w for w in widths))
+    out += ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)) for line in lines]
+    if not lines:
+        out.append("(no row is in both files)")
+    if res["ceilings"]:
+        out.append("")
+        out.append("ceilings:")
+        for c in res["ceilings"]:
+            fa = "—" if c["a"] is None else f"{c['a']:.1f}"
+            fb = "—" if c["b"] is None else f"{c['b']:.1f}"
+            rr = "" if c["ratio"] is None else f"  B/A {c['ratio']:.3f}"
+            out.append(f"  {c['name']:9s} A {fa:>9s}  B {fb:>9s} {c['unit'] or ''}{rr}")
+    if res["only_a"]:
+        out.append(f"\nonly in A: {', '.join(res['only_a'])}")
+    if res["only_b"]:
+        out.append(f"only in B: {', '.join(res['only_b'])}")
+    out.append("\nB/A < 1: B is faster; ~ = within the larger of the two rows' min–max spreads (or 2%)")
+    return "\n".join(out)

@@ -1,0 +1,475 @@
+"""Plots of a results file (matplotlib, Agg backend; PNG and SVG).
+
+* ``roadmap`` — per problem, each phase's measured speedup against the
+  baseline beside its planned speedup, with PyTorch SDPA as reference lines;
+* ``scaling`` — time and TFLOP/s over context length (log-log) per phase,
+  SDPA dashed, with an N² guide line (needs problems that differ only in length);
+* ``roofline`` — each phase at its arithmetic intensity (FLOPs over the
+  problem's minimum bytes) under the measured ceilings (copy bandwidth ×
+  intensity, FFMA and mma); a hollow marker shows phases that move more than
+  the minimum (the unfused baseline) at their modelled intensity;
+* ``traffic`` — bytes each phase moves by construction (S and P materialized
+  by the baseline vs the minimum for fused phases) beside the bandwidth it
+  achieved on those bytes, against the measured copy ceiling.
+
+Every figure's caption gives the device, date and commit of the results.
+``make_all(path, out_dir)`` draws what the file supports and returns the
+files written; ``numba-attn plot RESULTS --out plots/`` calls it.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import OrderedDict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+
+from numba_attn.report.table import env_summary, latest_rows  # noqa: E402
+
+PLOTS = ("roadmap", "scaling", "roofline", "traffic")
+ROOFLINE_PEERS = ("torch_sdpa", "torch_sdpa_fp16")  # PyTorch's own choice, in the problem's dtype and in fp16
+PEER_STYLE = {"linestyle": "--", "linewidth": 1.3}
+_CMAP = plt.get_cmap("tab10")
+_CMAP20 = plt.get_cmap("tab20")
+
+
+def _load(records_or_path):
+    if isinstance(records_or_path, (str, os.PathLike)):
+        from numba_attn.measure.runner import load_results
+
+        records = load_results(str(records_or_path))
+        source = os.path.basename(str(records_or_path))
+    else:
+        source = getattr(records_or_path, "source", None) or "in-memory results"
+        records = list(records_or_path)
+    env, rows, ceil = latest_rows(records)
+    return env, rows, {c["name"]: c for c in ceil if c.get("status") == "OK" and c.get("value")}, source
+
+
+def _caption(fig, env, source, extra=""):
+    text = f"{env_summary(env)} — {source}"
+    if env and env.get("synthetic"):
+        text = "SYNTHETIC DATA (illustration, not a measurement) — " + text
+    if extra:
+        text += f"\n{extra}"
+    fig.text(0.01, 0.005, text, fontsize=7.5, color="#444444", ha="left", va="bottom")
+    if env and env.get("synthetic"):
+        fig.text(0.5, 0.5, "SYNTHETIC", fontsize=60, color="red", alpha=0.12, ha="center", va="center",
+                 rotation=25, transform=fig.transFigure)
+
+
+def _save(fig, out_dir, stem, formats=("png", "svg")) -> list[str]:
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        p = os.path.join(out_dir, f"{stem}.{fmt}")
+        fig.savefig(p, dpi=130 if fmt == "png" else None)
+        paths.append(p)
+    plt.close(fig)
+    return paths
+
+
+def _phase_order(rows):
+    """Phases in roadmap order, then peers."""
+    order = {}
+    for r in rows:
+        if r.get("kind") == "phase":
+            order.setdefault(r["phase"], r.get("order", 1e9) if r.get("order") is not None else 1e9)
+    return sorted(order, key=lambda n: (order[n], n))
+
+
+def _problems(rows):
+    seen = OrderedDict()
+    for r in rows:
+        seen.setdefault(r.get("label"), r.get("problem"))
+    return seen
+
+
+def _colors(names):
+    cmap, k = (_CMAP, 10) if len(names) <= 10 else (_CMAP20, 20)
+    return {n: cmap(i % k) for i, n in enumerate(names)}
+
+
+def _ok_time(r):
+    return r.get("status") == "OK" and r.get("time_ms")
+
+
+def _fmt_x(v):
+    return f"{v:.0f}×" if v >= 10 else (f"{v:.1f}×" if v >= 1 else f"{v:.2f}×")
+
+
+# -- roadmap -----------------------------------------------------------------------
+
+
+SHORT_DT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def _shape_key(p: dict) -> str:
+    return json.dumps({k: v for k, v in (p or {}).items() if k not in ("dtype", "seed")}, sort_keys=True)
+
+
+def _shape_label(p: dict) -> str:
+    s = f"B{p.get('batch')} H{p.get('heads')}"
+    if p.get("kv_heads") not in (None, p.get("heads")):
+        s += f"/{p.get('kv_heads')}kv"
+    s += f" N{p.get('q_len')}" if p.get("q_len") == p.get("kv_len") else f" Nq{p.get('q_len')} Nk{p.get('kv_len')}"
+    s += f" D{p.get('head_dim')}" + (" causal" if p.get("causal") else "")
+    return s
+
+
+def _pick(rows_of_phase, prefer_dtype):
+    """One row per phase and shape: the timed one in the preferred dtype, else any timed one,
+    else the preferred dtype's row (for its status)."""
+    ok = [r for r in rows_of_phase if _ok_time(r)]
+    for pool in (ok, rows_of_phase):
+        for r in pool:
+            if (r.get("problem") or {}).get("dtype") == prefer_dtype:
+                return r
+        if pool:
+            return pool[0]
+    return None
+
+
+def roadmap(records, out_dir, stem="roadmap", baseline="naive"):
+    """Measured vs planned speedup per phase, one panel per problem shape.
+
+    Phases that run only in fp16 (tensor cores) share the panel of the same
+    shape in fp32 and are measured against the fp32 baseline (bar label
+    ``name (fp16)``), as are the SDPA lines."""
+    env, rows, _ceil, source = _load(records)
+    rows = [r for r in rows if r.get("phase_kind", "prefill") != "decode" or r.get("kind") == "peer"]
+    phases = _phase_order(rows)
+    shapes = OrderedDict()
+    for r in rows:
+        shapes.setdefault(_shape_key(r.get("problem")), []).append(r)
+    shapes = OrderedDict((k, v) for k, v in shapes.items() if any(_ok_time(r) for r in v))
+    if not phases or not shapes:
+        return []
+    n = len(shapes)
+    ncols = 1 if len(phases) > 7 else min(n, 3)
+    nrows = math.ceil(n / ncols)
+    width = max(6.0, 0.55 * len(phases) + 2.5)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, 4.8 * nrows + 0.8), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    for ax, (sk, srows) in zip(axes.flat, shapes.items()):
+        pdict = srows[0].get("problem") or {}
+        base_rows = [r for r in srows if r.get("kind") == "phase" and r["phase"] == baseline]
+        base = _pick(base_rows, "float32")
+        base_ms = base.get("time_ms") if base is not None and _ok_time(base) else None
+        base_dt = (base.get("problem") or {}).get("dtype", "float32") if base is not None else "float32"
+        names = [p for p in phases if any(r["phase"] == p and r.get("kind") == "phase" for r in srows)]
+        w = 0.38
+        ymax, ymin = 1.0, 1.0
+        ticks = []
+        for i, name in enumerate(names):
+            r = _pick([x for x in srows if x["phase"] == name and x.get("kind") == "phase"], base_dt)
+            dt = (r.get("problem") or {}).get("dtype")
+            ticks.append(name + (f" ({SHORT_DT.get(dt, dt)})" if dt != base_dt else ""))
+            plan = r.get("planned_speedup")
+            if plan:
+                ax.bar(i + w / 2, plan, w, color="none", edgecolor="#888888", hatch="///", linewidth=0.8)
+                ymax, ymin = max(ymax, plan), min(ymin, plan)
+            sp = base_ms / r["time_ms"] if (base_ms and _ok_time(r)) else None
+            if sp:
+                ax.bar(i - w / 2, sp, w, color=_CMAP(0) if dt == base_dt else _CMAP(2))
+                ax.annotate(_fmt_x(sp), (i - w / 2, sp), ha="center", va="bottom", fontsize=7,
+                            xytext=(0, 1), textcoords="offset points")
+                ymax, ymin = max(ymax, sp), min(ymin, sp)
+            elif _ok_time(r):  # measured, but no baseline time on this shape in this run
+                ax.annotate(f"{r['time_ms']:.3g} ms (no baseline)", (i - w / 2, 1.0), ha="center", va="bottom",
+                            fontsize=7, color="#555555", rotation=90)
+            else:
+                ax.annotate(r.get("status") or "?", (i - w / 2, 1.0), ha="center", va="bottom", fontsize=7,
+                            color="#b00000", rotation=90)
+        # SDPA reference lines: PyTorch's default in the baseline dtype, and the fastest SDPA of any dtype
+        peers = [r for r in srows if r.get("kind") == "peer" and _ok_time(r)]
+        show = []
+        auto = [r for r in peers if r["phase"] == "torch_sdpa" and (r.get("problem") or {}).get("dtype") == base_dt]
+        if auto:
+            show.append((auto[0], f"SDPA auto ({SHORT_DT.get(base_dt, base_dt)})"))
+        if peers:
+            best = min(peers, key=lambda r: r["time_ms"])
+            if not auto or best is not auto[0]:
+                bdt = (best.get("params") or {}).get("dtype") or (best.get("problem") or {}).get("dtype")
+                kind = best["phase"].replace("torch_sdpa", "").replace("_fp16", "").strip("_") or "auto"
+                show.append((best, f"fastest SDPA: {kind} ({SHORT_DT.get(bdt, bdt)})"))
+        for j, (pr, text) in enumerate(show):
+            if base_ms:
+                sp = base_ms / pr["time_ms"]
+                col = ("#d62728", "#9467bd")[j % 2]
+                ax.axhline(sp, color=col, **PEER_STYLE)
+                ax.annotate(f"{text}: {_fmt_x(sp)}", (-0.5, sp), ha="left", va="bottom", fontsize=7, color=col,
+                            xytext=(2, 1), textcoords="offset points",
+                            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.5})
+                ymax, ymin = max(ymax, sp), min(ymin, sp)
+        ax.set_yscale("log")
+        ax.set_ylim(max(ymin / 2, 1e-3), ymax * 3)
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(ticks, rotation=40, ha="right", fontsize=8)
+        ax.set_xlim(-0.6, len(names) - 0.4)
+        ax.set_ylabel(f"speedup over {baseline} (×, log)")
+        sub = (f"{baseline} {SHORT_DT.get(base_dt, base_dt)} = {base_ms:.3g} ms" if base_ms
+               else f"{baseline} not timed")
+        ax.set_title(f"{_shape_label(pdict)}\n({sub})", fontsize=9)
+        ax.grid(axis="y", which="both", alpha=0.25)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=_CMAP(0), label="measured (baseline dtype)"),
+               plt.Rectangle((0, 0), 1, 1, color=_CMAP(2), label="measured (fp16 storage)"),
+               plt.Rectangle((0, 0), 1, 1, facecolor="none", edgecolor="#888888", hatch="///", label="planned"),
+               Line2D([], [], color="#d62728", label="PyTorch SDPA", **PEER_STYLE)]
+    H = fig.get_figheight()
+    fig.legend(handles=handles, loc="upper right", fontsize=8, ncol=4, bbox_to_anchor=(1.0, 1 - 0.3 / H))
+    fig.suptitle("Roadmap: measured vs planned speedup per phase", fontsize=11, x=0.02, ha="left",
+                 y=1 - 0.1 / H)
+    fig.tight_layout(rect=(0, 0.45 / H, 1, 1 - 0.65 / H))
+    _caption(fig, env, source, "bars: median kernel time of the baseline / of the phase (events, same run); "
+                               "hatched: the roadmap's planned speedup; labels: failed or skipped rows")
+    return _save(fig, out_dir, stem)
+
+
+# -- scaling -----------------------------------------------------------------------
+
+
+def _length_groups(rows):
+    """Problems that differ only in length → {group label: {N: [rows]}} (≥ 2 lengths)."""
+    groups = {}
+    for r in rows:
+        p = r.get("problem") or {}
+        if p.get("q_len") != p.get("kv_len"):
+            continue
+        key = json.dumps({k: v for k, v in p.items() if k not in ("q_len", "kv_len", "seed")}, sort_keys=True)
+        groups.setdefault(key, {}).setdefault(p["q_len"], []).append(r)
+    out = {}
+    for key, by_n in groups.items():
+        if len(by_n) >= 2:
+            p = json.loads(key)
+            short = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(p.get("dtype"), p.get("dtype"))
+            lab = f"B{p.get('batch')} H{p.get('heads')} D{p.get('head_dim')} {short}" + \
+                  (" causal" if p.get("causal") else "")
+            out[lab] = dict(sorted(by_n.items()))
+    return out
+
+
+def scaling(records, out_dir, stem="scaling"):
+    """Time and TFLOP/s over context length, log-log, one row of panels per problem family."""
+    env, rows, _ceil, source = _load(records)
+    groups = _length_groups(rows)
+    if not groups:
+        return []
+    names = _phase_order(rows) + sorted({r["phase"] for r in rows if r.get("kind") == "peer"})
+    colors = _colors(names)
+    fig, axes = plt.subplots(len(groups), 2, figsize=(12, 4.3 * len(groups) + 0.6), squeeze=False)
+    for (lab, by_n), (ax_t, ax_f) in zip(groups.items(), axes):
+        plotted = []
+        for name in names:
+            pts = [(n, r) for n, rs in by_n.items() for r in rs if r["phase"] == name and _ok_time(r)]
+            if len(pts) < 1:
+                continue
+            ns = [n for n, _ in pts]
+            style = PEER_STYLE if pts[0][1].get("kind") == "peer" else {"linestyle": "-", "linewidth": 1.6}
+            ax_t.plot(ns, [r["time_ms"] for _, r in pts], marker="o", markersize=4, color=colors[name],
+                      label=name, **style)
+            ax_f.plot(ns, [r.get("tflops") or 0 for _, r in pts], marker="o", markersize=4, color=colors[name],
+                      label=name, **style)
+            plotted.append(pts)
+        if plotted:
+            # N² guide through the median first point
+            n_all = sorted(by_n)
+            firsts = sorted(p[0][1]["time_ms"] * (n_all[0] / p[0][0]) ** 2 for p in plotted)
+            t0 = firsts[len(firsts) // 2]
+            ax_t.plot(n_all, [t0 * (n / n_all[0]) ** 2 for n in n_all], color="black", linestyle=":",
+                      linewidth=1.2, label="∝ N² guide")
+        for ax in (ax_t, ax_f):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("context length N (q_len = kv_len)")
+            ax.grid(which="both", alpha=0.25)
+        ax_t.set_yscale("log")
+        ax_t.set_ylabel("median kernel time (ms, log)")
+        ax_f.set_ylabel("TFLOP/s (4·D per unmasked pair)")
+        ax_t.set_title(f"{lab}: time", fontsize=9)
+        ax_f.set_title(f"{lab}: throughput", fontsize=9)
+        ax_t.legend(fontsize=7, loc="upper left")
+    fig.suptitle("Scaling with context length (solid: phases, dashed: PyTorch SDPA)", fontsize=11, x=0.02,
+                 ha="left")
+    fig.tight_layout(rect=(0, 0.04, 1, 0.96))
+    _caption(fig, env, source)
+    return _save(fig, out_dir, stem)
+
+
+# -- roofline ------------------------------------------------------------------------
+
+
+def roofline(records, out_dir, stem="roofline"):
+    """Achieved TFLOP/s at the problem's arithmetic intensity under the measured roofs."""
+    env, rows, ceil, source = _load(records)
+    pts = [r for r in rows if _ok_time(r) and r.get("tflops") and r.get("min_bytes")
+           and (r.get("kind") == "phase" or r.get("phase") in ROOFLINE_PEERS)]
+    if not pts:
+        return []
+    names = _phase_order(pts) + sorted({r["phase"] for r in pts if r.get("kind") == "peer"})
+    colors = _colors(names)
+    labels = list(_problems(pts))
+    markers = dict(zip(labels, "osD^v<>pPX*h"))
+    fig, ax = plt.subplots(figsize=(10, 6.2))
+    ais = [r["flops"] / r["min_bytes"] for r in pts] + \
+          [r["flops"] / r["model_bytes"] for r in pts if r.get("model_bytes")]
+    lo, hi = min(ais) / 4, max(ais) * 4
+    xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    bw = ceil.get("copy", {}).get("value")
+    roofs = [(k, ceil[k]["value"]) for k in ("ffma", "mma_tf32", "mma_fp16", "wgmma_fp16", "cublas_fp16") if k in ceil]
+    for k, peak in roofs:
+        ys = [min(peak, bw * 1e9 * x / 1e12) if bw else peak for x in xs]
+        ax.plot(xs, ys, color="black" if k == "ffma" else ("#999999" if k.startswith("cublas") else "#555555"),
+                linestyle={"ffma": "-", "cublas_fp16": ":"}.get(k, "-."), linewidth=1.5)
+        ax.annotate(f"{k} {peak:.0f} TFLOP/s", (xs[-1], peak), ha="right", va="bottom", fontsize=8)
+    if bw and not roofs:
+        ax.plot(xs, [bw * 1e9 * x / 1e12 for x in xs], color="black", linewidth=1.5)
+    if bw:
+        xb = lo * 2
+        ax.annotate(f"copy {bw / 1e3:.2f} TB/s", (xb, bw * 1e9 * xb / 1e12), rotation=0, fontsize=8,
+                    va="bottom")
+    for r in pts:
+        ai = r["flops"] / r["min_bytes"]
+        c = colors[r["phase"]]
+        m = markers.get(r.get("label"), "o")
+        ax.scatter([ai], [r["tflops"]], color=c, marker=m, s=42, zorder=3,
+                   edgecolor="black" if r.get("kind") == "peer" else "none")
+        mb = r.get("model_bytes")
+        if mb and mb > 1.05 * r["min_bytes"]:
+            ai2 = r["flops"] / mb
+            ax.scatter([ai2], [r["tflops"]], facecolor="none", edgecolor=c, marker=m, s=42, zorder=3)
+            ax.plot([ai2, ai], [r["tflops"]] * 2, color=c, linewidth=0.7, linestyle=":")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of the problem's minimum traffic: Q, K, V read, O written)")
+    ax.set_ylabel("achieved TFLOP/s")
+    ax.grid(which="both", alpha=0.25)
+    h1 = [Line2D([], [], color=colors[n], marker="o", linestyle="", label=n) for n in names]
+    h2 = [Line2D([], [], color="gray", marker=markers[lab], linestyle="", label=lab) for lab in labels]
+    h3 = [Line2D([], [], color="gray", marker="o", markerfacecolor="none", linestyle="",
+                 label="at modelled bytes (S, P materialized)")]
+    ax.legend(handles=h1 + h2 + h3, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    note = "" if roofs or bw else "no ceilings in this file (simulator or --no-ceilings): roofs not drawn"
+    ax.set_title("Roofline: phases under the measured ceilings (black edge: PyTorch SDPA)"
+                 + (f"\n({note})" if note else ""), fontsize=11)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    _caption(fig, env, source, "roofs: measured copy bandwidth × intensity, capped by the measured FFMA, "
+                               "numba mma.sync (mma_*) and cuBLAS (cublas_fp16, dotted) throughput")
+    return _save(fig, out_dir, stem)
+
+
+# -- memory traffic ----------------------------------------------------------------------
+
+
+def traffic(records, out_dir, stem="traffic"):
+    """Bytes each phase moves by construction, and the bandwidth achieved on them."""
+    env, rows, ceil, source = _load(records)
+    rows = [r for r in rows if r.get("kind") == "phase" and r.get("min_bytes") and _ok_time(r)]
+    if not rows:
+        return []
+    names = _phase_order(rows)
+    labels = list(_problems(rows))
+    colors = _colors(labels)
+    fig, (ax_b, ax_g) = plt.subplots(1, 2, figsize=(max(11, 1.1 * len(names) + 5), 5.2))
+    w = 0.8 / max(len(labels), 1)
+    for j, lab in enumerate(labels):
+        by = {r["phase"]: r for r in rows if r.get("label") == lab}
+        xs, bys, gbs = [], [], []
+        for i, n in enumerate(names):
+            r = by.get(n)
+            if r is None:
+                continue
+            mb = r.get("model_bytes") or r["min_bytes"]
+            xs.append(i + (j - (len(labels) - 1) / 2) * w)
+            bys.append(mb / 2**30)
+            gbs.append(mb / (r["time_ms"] * 1e-3) / 1e9)
+        ax_b.bar(xs, bys, w, color=colors[lab], label=lab)
+        ax_g.bar(xs, gbs, w, color=colors[lab], label=lab)
+        mins = by.get(names[0])
+        if mins is not None:
+            ax_b.axhline(mins["min_bytes"] / 2**30, color=colors[lab], linestyle=":", linewidth=1)
+    bw = ceil.get("copy", {}).get("value")
+    if bw:
+        ax_g.axhline(bw, color="black", linestyle="--", linewidth=1.3)
+        ax_g.annotate(f"copy ceiling {bw:.0f} GB/s", (len(names) - 0.5, bw), ha="right", va="bottom", fontsize=8)
+    for ax in (ax_b, ax_g):
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(names, rotation=35, ha="right", fontsize=8)
+        ax.grid(axis="y", which="both", alpha=0.25)
+    ax_b.set_yscale("log")
+    ax_b.set_ylabel("device-memory traffic by construction (GiB, log)")
+    ax_b.set_title("Bytes moved: S and P materialized (baseline) vs minimum (fused)\n"
+                   "dotted: minimum bytes (Q, K, V read once, O written once)", fontsize=9)
+    ax_g.set_yscale("log")
+    ax_g.set_ylabel("achieved GB/s on those bytes (log)")
+    ax_g.set_title("Bandwidth achieved on the modelled bytes", fontsize=9)
+    ax_b.legend(fontsize=7)
+    fig.suptitle("Memory traffic per phase", fontsize=11, x=0.02, ha="left")
+    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
+    _caption(fig, env, source, "modelled bytes: Problem.materialized_bytes() for the baseline, "
+                               "min_bytes() + 2 × workspace for the others")
+    return _save(fig, out_dir, stem)
+
+
+def make_all(records, out_dir="plots", prefix="", which=PLOTS) -> list[str]:
+    """Draw every plot the results support; returns the files written."""
+    if isinstance(records, (str, os.PathLike)):
+        from numba_attn.measure.runner import load_results
+
+        source = os.path.basename(str(records))
+        records = load_results(str(records))
+    else:
+        source = None
+    files = []
+    fns = {"roadmap": roadmap, "scaling": scaling, "roofline": roofline, "traffic": traffic}
+    for name in which:
+        stem = f"{prefix}{name}"
+        recs = _Named(records, source) if source else records
+        files += fns[name](recs, out_dir, stem=stem)
+    return files
+
+
+class _Named(list):
+    """Records that remember the file they came from (for captions)."""
+
+    def __init__(self, records, source):
+        super().__init__(records)
+        self.source = source
+
+
+def synthetic_records(device="synthetic device") -> list[dict]:
+    """A small, clearly labelled synthetic results set for tests and for the
+    report notebook when no measured file exists. Not a measurement."""
+    from numba_attn.spec.problem import Problem
+
+    env = {"type": "env", "env_key": "synthetic", "synthetic": True, "gpu": device, "date": "1970-01-01",
+           "commit": "synthetic", "backend": "synthetic"}
+    recs = [env]
+    for name, val, unit in (("ffma", 50.0, "TFLOP/s"), ("mma_fp16", 400.0, "TFLOP/s"), ("copy", 3000.0, "GB/s")):
+        recs.append({"type": "ceiling", "kind": "ceiling", "name": name, "value": val, "unit": unit,
+                     "status": "OK", "env_key": "synthetic"})
+    phases = [("naive", 0, 1.0, 1.0, True), ("fused_rowwise", 1, 4.0, 3.0, False),
+              ("smem_kv", 2, 6.0, 7.5, False), ("tc_mma", 3, 30.0, 22.0, False)]
+    for n in (1024, 2048, 4096):
+        p = Problem(batch=1, heads=32, q_len=n, head_dim=64)
+        base = 20.0 * (n / 4096) ** 2
+        for name, order, plan, sp, mat in phases:
+            t = base / sp
+            r = {"type": "result", "kind": "phase", "phase": name, "order": order, "planned_speedup": plan,
+                 "problem": p.to_dict(), "label": p.label, "status": "OK", "time_ms": t, "speedup": sp,
+                 "flops": p.flops(), "min_bytes": p.min_bytes(), "env_key": "synthetic",
+                 "model_bytes": p.materialized_bytes() if mat else p.min_bytes(), "phase_kind": "prefill"}
+            r["tflops"] = p.flops() / (t * 1e-3) / 1e12
+            r["gbps"] = p.min_bytes() / (t * 1e-3) / 1e9
+            recs.append(r)
+        for peer, sp in (("torch_sdpa", 18.0), ("torch_sdpa_flash", 40.0)):
+            t = base / sp
+            recs.append({"type": "result", "kind": "peer", "phase": peer, "problem": p.to_dict(), "label": p.label,
+                         "status": "OK", "time_ms": t, "flops": p.flops(), "min_bytes": p.min_bytes(),
+                         "tflops": p.flops() / (t * 1e-3) / 1e12, "env_key": "synthetic"})
+    return recs

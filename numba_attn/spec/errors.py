@@ -1,0 +1,130 @@
+"""Input validation with messages that name the argument and the allowed range.
+
+Everything here runs before a kernel is compiled or launched.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+
+
+class AttentionInputError(ValueError):
+    """Bad input to ``attention()``, the runner or the CLI."""
+
+
+class UnknownPhaseError(KeyError):
+    def __init__(self, name, known):
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        super().__init__(f"unknown phase {name!r}.{hint} Known phases: {', '.join(known)}")
+        self.name = name
+
+    def __str__(self):  # KeyError quotes its message otherwise
+        return self.args[0]
+
+
+def _positive_int(name, value, minimum=1):
+    if not isinstance(value, (int,)) or isinstance(value, bool):
+        try:
+            import numpy as np
+
+            if isinstance(value, np.integer):
+                value = int(value)
+            else:
+                raise TypeError
+        except TypeError:
+            raise AttentionInputError(f"{name} must be an integer >= {minimum}, got {value!r}") from None
+    if value < minimum:
+        raise AttentionInputError(f"{name} must be >= {minimum}, got {value}")
+
+
+def validate_problem(p) -> None:
+    from numba_attn.spec.problem import DTYPES
+
+    _positive_int("batch", p.batch)
+    _positive_int("heads", p.heads)
+    _positive_int("q_len", p.q_len, 0)
+    _positive_int("kv_len", p.kv_len, 0)
+    _positive_int("head_dim", p.head_dim)
+    _positive_int("kv_heads", p.kv_heads)
+    if p.heads % p.kv_heads:
+        raise AttentionInputError(
+            f"heads ({p.heads}) must be a multiple of kv_heads ({p.kv_heads}) for grouped-query attention")
+    if p.dtype not in DTYPES:
+        raise AttentionInputError(f"dtype must be one of {', '.join(DTYPES)}, got {p.dtype!r}")
+    if p.scale is not None:
+        try:
+            s = float(p.scale)
+        except (TypeError, ValueError):
+            raise AttentionInputError(f"scale must be a positive finite number, got {p.scale!r}") from None
+        if not math.isfinite(s) or s <= 0:
+            raise AttentionInputError(f"scale must be a positive finite number, got {p.scale!r}")
+    if p.causal and p.q_len > p.kv_len:
+        raise AttentionInputError(
+            f"causal attention needs q_len <= kv_len (bottom-right alignment would leave the first "
+            f"{p.q_len - p.kv_len} queries with no key); got q_len={p.q_len}, kv_len={p.kv_len}")
+
+
+SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def _describe(a) -> str:
+    if hasattr(a, "shape"):
+        return f"shape {tuple(a.shape)}"
+    return type(a).__name__
+
+
+def check_arrays(q, k, v) -> None:
+    """Everything about q, k, v that can be wrong before a Problem exists:
+    array-ness, rank, dtype, matching shapes. Raises :class:`AttentionInputError`
+    naming the argument and what is allowed."""
+    import numpy as np
+
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        if not (hasattr(a, "shape") and hasattr(a, "dtype")):
+            raise AttentionInputError(
+                f"{name} must be a NumPy array or a numba device array; got {type(a).__name__}")
+        if len(a.shape) != 4:
+            raise AttentionInputError(
+                f"{name} must be a 4-D array (batch, heads, length, head_dim); got {_describe(a)}")
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        dt = np.dtype(a.dtype).name
+        if dt not in SUPPORTED_DTYPES:
+            hint = " (convert with .astype(np.float32))" if dt in ("float64", "int32", "int64") else ""
+            raise AttentionInputError(f"{name} has dtype {dt}; supported dtypes: {', '.join(SUPPORTED_DTYPES)}{hint}")
+    dts = {np.dtype(a.dtype).name for a in (q, k, v)}
+    if len(dts) != 1:
+        raise AttentionInputError(f"q, k and v must share one dtype; got q {np.dtype(q.dtype).name}, "
+                                  f"k {np.dtype(k.dtype).name}, v {np.dtype(v.dtype).name}")
+    B, H, Nq, D = q.shape
+    Bk, Hkv, Nk, Dk = k.shape
+    if tuple(v.shape) != tuple(k.shape):
+        raise AttentionInputError(f"k and v must have the same shape; got k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if Bk != B:
+        raise AttentionInputError(f"q and k must have the same batch size (dimension 0); got {B} and {Bk}")
+    if Dk != D:
+        raise AttentionInputError(f"q and k must have the same head_dim (dimension 3); got {D} and {Dk}")
+    if D < 1:
+        raise AttentionInputError(f"head_dim (dimension 3 of q, k, v) must be >= 1; got {D}")
+    if Hkv == 0 and H > 0:
+        raise AttentionInputError(f"k and v have 0 heads but q has {H}: every query head needs a key/value head")
+    if Hkv > 0 and H % Hkv:
+        raise AttentionInputError(f"q heads ({H}) must be a multiple of k/v heads ({Hkv}) "
+                                  f"(grouped-query attention: query head h reads k/v head h // (H // Hkv))")
+    if Nk == 0 and B * H * Nq > 0:
+        raise AttentionInputError("kv_len (dimension 2 of k and v) must be >= 1 when there are queries: "
+                                  "the softmax over zero keys is undefined")
+
+
+def check_finite(name, a) -> None:
+    """Raise naming the array and the first NaN/Inf element (``nonfinite='raise'``)."""
+    import numpy as np
+
+    host = a.copy_to_host() if hasattr(a, "copy_to_host") else np.asarray(a)
+    with np.errstate(invalid="ignore", over="ignore"):
+        bad = ~np.isfinite(host.astype(np.float32))
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise AttentionInputError(f"{name} contains {int(bad.sum())} NaN/Inf value(s), the first at {idx} "
+                                  f"({host[idx]}); nonfinite='raise' refuses them (the default 'propagate' "
+                                  f"returns NaN where the float64 reference does)")

@@ -1,0 +1,201 @@
+"""The attention problem: shapes, inputs, operation and byte counts.
+
+Kept apart from the reference and from the kernels (problem definition,
+reference, implementation and evaluation are four different things).
+
+Layout: ``q`` is (batch, heads, q_len, head_dim); ``k`` and ``v`` are
+(batch, kv_heads, kv_len, head_dim); the output is (batch, heads, q_len,
+head_dim). ``kv_heads`` < ``heads`` is grouped-query attention: query head
+``h`` reads key/value head ``h // (heads // kv_heads)``.
+
+Causal masking with ``q_len < kv_len`` is aligned bottom-right: the last query
+sees every key, query ``i`` sees keys ``j <= i + (kv_len - q_len)``. This is
+what a decoder does when ``q_len`` new tokens attend to a KV cache holding
+``kv_len - q_len`` earlier tokens plus themselves. ``causal`` with
+``q_len > kv_len`` would leave the first queries with no key at all and is
+refused.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+DTYPES = ("float32", "float16", "bfloat16")
+SHORT_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def numpy_dtype(name: str):
+    if name == "bfloat16":
+        import ml_dtypes  # optional: only bf16 problems need it
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+@dataclass(frozen=True)
+class Problem:
+    batch: int = 1
+    heads: int = 1
+    q_len: int = 128
+    kv_len: int | None = None
+    head_dim: int = 64
+    causal: bool = False
+    dtype: str = "float32"
+    scale: float | None = None
+    kv_heads: int | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.kv_len is None:
+            object.__setattr__(self, "kv_len", self.q_len)
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        from numba_attn.spec.errors import validate_problem
+
+        validate_problem(self)
+
+    # -- derived quantities -------------------------------------------------
+    @property
+    def sm_scale(self) -> float:
+        """Softmax scale: ``scale`` or 1/sqrt(head_dim)."""
+        return float(self.scale) if self.scale is not None else 1.0 / math.sqrt(self.head_dim)
+
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head (1 without grouped-query attention)."""
+        return self.heads // self.kv_heads
+
+    @property
+    def causal_offset(self) -> int:
+        """Query ``i`` sees keys ``j <= i + causal_offset`` (bottom-right alignment)."""
+        return self.kv_len - self.q_len
+
+    @property
+    def itemsize(self) -> int:
+        return numpy_dtype(self.dtype).itemsize
+
+    def pairs_per_head(self) -> int:
+        """Exact number of unmasked (query, key) pairs of one head."""
+        nq, nk = self.q_len, self.kv_len
+        if not self.causal:
+            return nq * nk
+        return _causal_pairs(nq, nk)
+
+    def flops(self) -> int:
+        """4·D per unmasked pair (2·D for QKᵀ, 2·D for PV), times batch·heads."""
+        return 4 * self.batch * self.heads * self.head_dim * self.pairs_per_head()
+
+    def min_bytes(self) -> int:
+        """Fewest bytes a fused kernel moves: read Q, K, V once, write O once."""
+        q = o = self.batch * self.heads * self.q_len * self.head_dim
+        kv = 2 * self.batch * self.kv_heads * self.kv_len * self.head_dim
+        return (q + o + kv) * self.itemsize
+
+    def materialized_bytes(self) -> int:
+        """Bytes an unfused pipeline moves in addition: S written and read,
+        P written and read (float32), as the ``naive`` phase does."""
+        s = self.batch * self.heads * self.q_len * self.kv_len * 4
+        return self.min_bytes() + 4 * s
+
+    # -- inputs ----------------------------------------------------------------
+    def inputs(self, seed: int | None = None):
+        """Seeded random q, k, v (standard normal, never zeros) in the storage dtype."""
+        rng = np.random.default_rng(self.seed if seed is None else seed)
+        dt = numpy_dtype(self.dtype)
+        shape_q = (self.batch, self.heads, self.q_len, self.head_dim)
+        shape_kv = (self.batch, self.kv_heads, self.kv_len, self.head_dim)
+        q = rng.standard_normal(shape_q, dtype=np.float32).astype(dt)
+        k = rng.standard_normal(shape_kv, dtype=np.float32).astype(dt)
+        v = rng.standard_normal(shape_kv, dtype=np.float32).astype(dt)
+        return q, k, v
+
+    def out_shape(self):
+        return (self.batch, self.heads, self.q_len, self.head_dim)
+
+    # -- presentation ----------------------------------------------------------
+    @property
+    def label(self) -> str:
+        s = f"B{self.batch} H{self.heads}"
+        if self.kv_heads != self.heads:
+            s += f"/{self.kv_heads}kv"
+        if self.q_len == self.kv_len:
+            s += f" N{self.q_len}"
+        else:
+            s += f" Nq{self.q_len} Nk{self.kv_len}"
+        s += f" D{self.head_dim} {SHORT_DTYPE.get(self.dtype, self.dtype)}"
+        if self.causal:
+            s += " causal"
+        return s
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Problem":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in fields})
+
+    def replace(self, **kw) -> "Problem":
+        return dataclasses.replace(self, **kw)
+
+
+def _causal_pairs(nq: int, nk: int) -> int:
+    """Closed form of sum_i min(nk, max(0, i + nk - nq + 1)) for nq <= nk."""
+    off = nk - nq
+    # every i in [0, nq) sees i + off + 1 keys (<= nk because i <= nq - 1)
+    return nq * (off + 1) + nq * (nq - 1) // 2
+
+
+# Named presets. ``tiny`` is the simulator default: odd lengths that are not
+# multiples of any tile, q_len != kv_len, two heads, head_dim 16.
+PRESETS: dict[str, list[Problem]] = {
+    "tiny": [Problem(batch=1, heads=2, q_len=37, kv_len=53, head_dim=16)],
+    "tiny-causal": [Problem(batch=1, heads=2, q_len=37, kv_len=53, head_dim=16, causal=True)],
+    "small": [Problem(batch=2, heads=4, q_len=257, kv_len=257, head_dim=64)],
+    "bench": [Problem(batch=1, heads=32, q_len=4096, head_dim=64)],
+    "bench-d128": [Problem(batch=1, heads=32, q_len=4096, head_dim=128)],
+    "short": [Problem(batch=16, heads=16, q_len=512, head_dim=64)],
+    "roadmap": [Problem(batch=1, heads=32, q_len=4096, head_dim=64),
+                Problem(batch=1, heads=32, q_len=4096, head_dim=128),
+                Problem(batch=16, heads=16, q_len=512, head_dim=64)],
+}
+
+# Decode: one new token per sequence against a KV cache (memory-bound: judge
+# by GB/s of K/V read against the copy bandwidth). The full list is large:
+# B=32 at 131072 keys is 68.7 GB of fp16 K/V (137 GB in fp32, more than one
+# GPU holds) and its float64 reference is slow; ``decode-small`` is a subset
+# for quick runs.
+PRESETS["decode"] = [
+    Problem(batch=b, heads=32, q_len=1, kv_len=n, head_dim=128, dtype=dt)
+    for dt in ("float16", "float32") for b in (1, 8, 32) for n in (4096, 16384, 32768, 131072)
+] + [
+    Problem(batch=1, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16"),
+    Problem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16"),
+]
+PRESETS["decode-small"] = [
+    Problem(batch=1, heads=32, q_len=1, kv_len=16384, head_dim=128, dtype="float16"),
+    Problem(batch=8, heads=32, q_len=1, kv_len=4096, head_dim=128, dtype="float32"),
+    Problem(batch=32, heads=32, q_len=1, kv_len=16384, head_dim=128, dtype="float16"),
+    Problem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16"),
+]
+# GQA (8 KV heads for 32 query heads) and speculative decoding (q_len 4, causal), fp16.
+PRESETS["decode-gqa"] = [
+    Problem(batch=1, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16"),
+    Problem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16"),
+    Problem(batch=8, heads=32, q_len=4, kv_len=16384, head_dim=128, dtype="float16", causal=True),
+]
+# Tensor-core phases: fp16/bf16 at D=64/128 and the short shape; fp32 for tf32.
+PRESETS["tc-bench"] = [Problem(batch=1, heads=32, q_len=4096, head_dim=d, dtype=dt)
+                       for dt in ("float16", "bfloat16") for d in (64, 128)] + [
+    Problem(batch=1, heads=32, q_len=4096, head_dim=64, dtype="float16", causal=True),
+    Problem(batch=16, heads=16, q_len=512, head_dim=64, dtype="float16"),
+    Problem(batch=1, heads=32, q_len=4096, head_dim=64, dtype="float32"),
+    Problem(batch=1, heads=32, q_len=4096, head_dim=128, dtype="float32"),
+]
+# Long-context prefill: how the cost grows with N (B=1, H=32, D=128).
+PRESETS["long-context"] = [Problem(batch=1, heads=32, q_len=n, head_dim=128) for n in (4096, 8192, 16384, 32768)]
+PRESETS["long-context-fp16"] = [Problem(batch=1, heads=32, q_len=n, head_dim=128, dtype="float16")
+                                for n in (4096, 8192, 16384, 32768)]
