@@ -385,6 +385,7 @@ def measure(phase: Phase | str, problem: Problem, cfg: RunConfig | None = None, 
 def _measure_checked(phase, problem, cfg, params, row, cuda):
     t0 = time.perf_counter()
     launch = phase.plan(problem, **params)
+    row["params"] = dict(launch.params or params)  # the parameters that ran, automatic ones resolved
     row["workspace_bytes"] = int(getattr(launch, "workspace_bytes", 0) or 0)
     row["model_bytes"] = model_bytes(phase.name, problem, row["workspace_bytes"], cfg.baseline)
     stream = cuda.stream()

@@ -19,7 +19,11 @@ Register one with the decorator::
         return Launch(run, kernels=[kernel])
 
 The keyword arguments of the function are the phase's tunable parameters and
-their defaults. Tile sizes must reach the kernel as compile-time constants:
+their defaults. A default of 0 means "chosen for the problem": the phase's
+``resolve(problem, **params)`` (passed to the decorator) returns every
+parameter with a concrete value, once, before ``supports`` and the builder
+see them; it must return a concrete value unchanged. :meth:`Phase.plan` puts
+the parameters that ran in ``Launch.params`` and the runner records those. Tile sizes must reach the kernel as compile-time constants:
 build kernels in a factory that closes over them and cache the factory
 (``functools.cache``) so each configuration compiles once.
 """
@@ -47,6 +51,7 @@ class Launch:
     kernels: list = field(default_factory=list)
     workspace_bytes: int = 0
     notes: str = ""
+    params: dict = field(default_factory=dict)  # the parameters that ran (automatic ones resolved)
 
     def __call__(self, q, k, v, o, stream=0):
         return self.run(q, k, v, o, stream)
@@ -70,10 +75,23 @@ class Phase:
     precision: str | None = None  # compute precision when coarser than the storage dtype (e.g. "tf32")
     sim_params: dict = field(default_factory=dict)  # small tiles for simulator tests
     extra_supports: Callable | None = None
+    resolver: Callable | None = None  # resolve(problem, **params) -> params with automatic values chosen
     module: str = ""
 
     def supports(self, problem, **params) -> str | None:
         """None when the phase can run ``problem``; otherwise the reason it cannot."""
+        reason = self._supports_base(problem)
+        if reason:
+            return reason
+        try:
+            params = self.resolve(problem, params)
+        except ValueError as exc:
+            return str(exc)
+        if self.extra_supports is not None:
+            return self.extra_supports(problem, **params)
+        return None
+
+    def _supports_base(self, problem) -> str | None:
         if problem.dtype not in self.dtypes:
             return f"dtype {problem.dtype} not supported (supports {', '.join(self.dtypes)})"
         if self.head_dims is not None and problem.head_dim not in self.head_dims:
@@ -81,11 +99,18 @@ class Phase:
                     f"(supports {', '.join(map(str, self.head_dims))})")
         if problem.causal and not self.causal:
             return "causal masking not supported"
-        if self.extra_supports is not None:
-            return self.extra_supports(problem, **{**self.params, **params})
         return None
 
+    def resolve(self, problem, overrides: dict | None = None) -> dict:
+        """Every parameter with the value that runs ``problem``: the defaults, the
+        ``overrides``, then the phase's own choice for the automatic (0) ones."""
+        params = self.resolve_params(overrides)
+        if self.resolver is not None:
+            params = {**params, **self.resolver(problem, **params)}
+        return params
+
     def resolve_params(self, overrides: dict | None = None) -> dict:
+        """The defaults with ``overrides`` applied (names checked, values typed like the defaults)."""
         p = dict(self.params)
         for key, val in (overrides or {}).items():
             if key not in p:
@@ -100,7 +125,10 @@ class Phase:
         reason = self.supports(problem, **params)
         if reason:
             raise ValueError(f"phase {self.name!r} cannot run {problem.label}: {reason}")
-        return self.build(problem, **params)
+        params = self.resolve(problem, params)
+        launch = self.build(problem, **params)
+        launch.params = params
+        return launch
 
     @property
     def source_file(self) -> str:
@@ -116,7 +144,7 @@ class Phase:
 
 def register_phase(*, name, order, title, parent, description, lineage, planned_speedup,
                    dtypes=("float32", "float16"), head_dims=None, causal=True, kind="prefill",
-                   precision=None, sim_params=None, supports=None):
+                   precision=None, sim_params=None, supports=None, resolve=None):
     """Decorator registering a phase builder (see the module docstring)."""
 
     def deco(fn):
@@ -130,7 +158,7 @@ def register_phase(*, name, order, title, parent, description, lineage, planned_
             lineage=lineage, planned_speedup=planned_speedup, build=fn, params=params,
             dtypes=tuple(dtypes), head_dims=tuple(head_dims) if head_dims else None, causal=causal,
             kind=kind, precision=precision, sim_params=dict(sim_params or {}), extra_supports=supports,
-            module=fn.__module__)
+            resolver=resolve, module=fn.__module__)
         return fn
 
     return deco
