@@ -6,6 +6,9 @@
                                          ceilings, phases and SDPA → results file + plots
     numba-attn compare A B               per-phase time ratios between two results files
     numba-attn plot RESULTS [--out DIR]  roadmap, scaling, roofline and memory-traffic plots
+    numba-attn diff PHASE [--stat]       the source diff of a phase against its parent
+    numba-attn card PHASE | --all        a phase's card (docs/phases/<name>.md), from the committed results
+    numba-attn readme [--check]          regenerate the README's result tables from the committed results
 
 The backend is chosen from the arguments *before* numba is imported, which is
 why this module imports the rest of the package lazily.
@@ -85,6 +88,23 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="plots", help="output directory (default: plots/)")
     p.add_argument("--prefix", default="", help="file name prefix")
     p.add_argument("--which", default=None, help="comma-separated subset of roadmap,scaling,roofline,traffic")
+
+    d = sub.add_parser("diff", help="the source diff of a phase's module against its parent's")
+    d.add_argument("phase")
+    d.add_argument("--stat", action="store_true", help="only the number of lines added and removed")
+    d.add_argument("-U", "--context", type=int, default=3, help="lines of context (default 3)")
+
+    cd = sub.add_parser("card", help="a phase's card: parent, idea, parameters, tests, measured rows, plots")
+    cd.add_argument("phase", nargs="?", help="phase name (or --all)")
+    cd.add_argument("--all", action="store_true", help="every phase's card and the index")
+    cd.add_argument("--out", default=None, help="with --all: write <out>/<name>.md and <out>/README.md "
+                                                "(e.g. docs/phases/)")
+    cd.add_argument("--check", action="store_true",
+                    help="with --all: exit 1 when the files under --out (default docs/phases/) differ from a regeneration")
+
+    rd = sub.add_parser("readme", help="regenerate the README's result tables from the committed results files")
+    rd.add_argument("--check", action="store_true", help="exit 1 when a table differs from its results file")
+    rd.add_argument("--readme", default=None, help="the file to rewrite (default: README.md of the repository)")
     return ap
 
 
@@ -362,6 +382,41 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_diff(args) -> int:
+    _select_backend(args)
+    from numba_attn.report.diff import phase_diff, phase_diff_stat
+
+    sys.stdout.write(phase_diff_stat(args.phase) if args.stat else phase_diff(args.phase, args.context))
+    return 0
+
+
+def cmd_card(args) -> int:
+    _select_backend(args)
+    from numba_attn.report import cards
+
+    if args.all:
+        out = args.out or cards.OUT_DIR
+        if args.check:
+            bad = cards.check_all(out)
+            for path in bad:
+                print(f"{path}: differs from its regeneration (numba-attn card --all --out {out})", file=sys.stderr)
+            return 1 if bad else 0
+        for path in cards.write_all(out):
+            print(path)
+        return 0
+    if not args.phase:
+        raise SystemExit("card: give a phase name, or --all")
+    sys.stdout.write(cards.card(args.phase))
+    return 0
+
+
+def cmd_readme(args) -> int:
+    _select_backend(args)
+    from numba_attn.report import readme
+
+    return readme.run(args.readme, args.check)
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     if args.cmd is None:
@@ -369,7 +424,7 @@ def main(argv=None) -> int:
         return 2
     try:
         return {"list": cmd_list, "run": cmd_run, "bench": cmd_bench, "compare": cmd_compare,
-                "plot": cmd_plot}[args.cmd](args)
+                "plot": cmd_plot, "diff": cmd_diff, "card": cmd_card, "readme": cmd_readme}[args.cmd](args)
     except KeyError as exc:  # unknown phase or benchmark names
         msg = exc.args[0] if exc.args else str(exc)
         print(f"numba-attn: {msg}", file=sys.stderr)

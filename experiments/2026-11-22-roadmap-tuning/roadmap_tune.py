@@ -1,6 +1,6 @@
 """Tune/measure the CUDA-core roadmap phases on the GPU in one call.
 
-    python3 bench/dev/roadmap_tune.py PLAN [--out DIR] [--deadline SECONDS]
+    python3 experiments/2026-11-22-roadmap-tuning/roadmap_tune.py PLAN [--out DIR] [--deadline SECONDS]
 
 PLAN names a list in ``PLANS`` below: (phase, problem, params) rows measured
 in order with ``numba_attn.measure.runner.measure`` (check against the float64

@@ -1,7 +1,7 @@
 """tc_wgmma (Hopper wgmma) against tc_pipelined (mma.sync) and PyTorch SDPA on the
 issue's prefill shapes, in one process; tile/warpgroup variants of tc_wgmma.
 
-    python3 bench/dev/tc_wgmma_bench.py [--out DIR] [--deadline SECONDS] [--smoke]
+    python3 experiments/2026-11-22-tc-wgmma/tc_wgmma_bench.py [--out DIR] [--deadline SECONDS] [--smoke]
 
 Every row goes through ``numba_attn.measure.runner.measure`` (checked against the
 float64 reference on two seeds before it is timed; a wrong result is FAIL, not

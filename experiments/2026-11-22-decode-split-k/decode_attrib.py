@@ -1,7 +1,7 @@
 """Decode on the GPU: where the time goes (main kernel vs combine) and the
 decode_split_k_lean variants, side by side with SDPA and the copy bandwidth.
 
-    python3 bench/dev/decode_attrib.py OUT_PREFIX [--set attrib|final] [--deadline-s 270]
+    python3 experiments/2026-11-22-decode-split-k/decode_attrib.py OUT_PREFIX [--set attrib|final] [--deadline-s 270]
 
 Part 1 (``decode_bench.run_problem``): every phase variant is checked against
 the float64 reference (poisoned output, before and after timing), then timed

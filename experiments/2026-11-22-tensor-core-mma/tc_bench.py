@@ -1,7 +1,7 @@
 """Tensor-core phases on the GPU: correctness, time, resources, SASS, and the
 mma.sync throughput ceiling, side by side with PyTorch SDPA, in one process.
 
-    python3 bench/dev/tc_bench.py --phases tc_mma,tc_pipelined --out $OUT/tc.jsonl \
+    python3 experiments/2026-11-22-tensor-core-mma/tc_bench.py --phases tc_mma,tc_pipelined --out $OUT/tc.jsonl \
         --problems "1,32,4096,64,float16;1,32,4096,128,float16" [--causal-too] [--param tc_mma.W=4]
 
 Each problem: B,H,N,D,dtype[,c] (c = causal). Correctness: every phase's

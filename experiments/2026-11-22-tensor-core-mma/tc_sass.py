@@ -3,7 +3,7 @@ cubin from nvJitLink, disassembly by nvdisasm (pip package
 nvidia-cuda-nvdisasm). Prints the opcode histogram of the whole kernel and
 of its largest loop body (the main K/V tile loop).
 
-    python bench/dev/tc_sass.py tc_pipelined -D 64 --dtype float16 [--param W=8] [--dump FILE]
+    python experiments/2026-11-22-tensor-core-mma/tc_sass.py tc_pipelined -D 64 --dtype float16 [--param W=8] [--dump FILE]
 """
 from __future__ import annotations
 

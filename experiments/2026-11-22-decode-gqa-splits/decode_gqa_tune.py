@@ -5,7 +5,7 @@ makes 66 splits of 512 keys; this sweeps fewer, longer splits. Every row goes
 through the runner (correctness on two seeds, events timing, graph-replay
 cross-check, which keeps the two-launch phase's host launch cost out).
 
-    python bench/dev/decode_gqa_tune.py OUT.jsonl
+    python experiments/2026-11-22-decode-gqa-splits/decode_gqa_tune.py OUT.jsonl
 """
 import json
 import sys

@@ -2,7 +2,7 @@
 every decode phase in the file (default parameters), the best phase's fraction
 of the copy bandwidth measured in the same run, and its speed against SDPA.
 
-    python3 bench/dev/decode_summary.py results/dev/decode_final_h200.jsonl
+    python3 experiments/2026-11-22-decode-split-k/decode_summary.py results/archive/decode_final_h200.jsonl
 """
 import json
 import sys

@@ -1,7 +1,7 @@
 """Decode and long-context measurements on the GPU, side by side with PyTorch
 SDPA and the device's copy bandwidth, in one process.
 
-    python3 bench/dev/decode_bench.py --out $OUT/decode.jsonl --decode tune|small|full \
+    python3 experiments/2026-11-22-decode-split-k/decode_bench.py --out $OUT/decode.jsonl --decode tune|small|full \
         [--variants default|tune] [--long-context fp32,fp16 --prefill-phases smem_kv,...] \
         [--append] [--graph-check] [--profile]
 

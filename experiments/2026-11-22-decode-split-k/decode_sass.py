@@ -1,6 +1,6 @@
 """Offline registers and SASS instruction mix of a decode phase's kernels (no GPU).
 
-    python bench/dev/decode_sass.py PHASE [--kvh 8] [--batch 1] [--kv-len 32768] [--dtype float16] \
+    python experiments/2026-11-22-decode-split-k/decode_sass.py PHASE [--kvh 8] [--batch 1] [--kv-len 32768] [--dtype float16] \
         [--param name=value ...] [--dump FILE]
 
 Compiles with libNVVM, assembles with nvJitLink for sm_90 (``numba_attn.measure.offline``),

@@ -7,7 +7,7 @@
    float64 reference does (fastmath kernels)?
 
 Writes $OUT/dev.jsonl and prints a short table. Usage (device machine):
-    python3 bench/dev/eval_gpu.py
+    python3 experiments/2026-11-22-evaluation-check/eval_gpu.py
 """
 import json
 import os

@@ -2,7 +2,7 @@
 64-key tiles from dynamic shared memory (Bc=64, > 48 KiB with the opt-in), next
 to PyTorch SDPA on the same problem, in one process.
 
-    python3 bench/dev/tc_d128_bc64.py [--out DIR] [--deadline SECONDS] [--smoke]
+    python3 experiments/2026-11-22-tc-pipelined-d128-bc64/tc_d128_bc64.py [--out DIR] [--deadline SECONDS] [--smoke]
 
 Every row goes through ``numba_attn.measure.runner.measure`` (checked against the
 float64 reference before it is timed; a wrong result is FAIL, not a time) and

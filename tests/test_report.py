@@ -1,0 +1,137 @@
+"""Generated docs: ``numba-attn diff``, the phase cards (docs/phases/) and the
+README's result tables. No kernel is compiled or run here."""
+import os
+import shutil
+
+import pytest
+
+from numba_attn import cli
+from numba_attn.phases.registry import get_phase, list_phases
+from numba_attn.report import cards, diff, readme
+from numba_attn.report import records as rec
+
+
+# ---------------------------------------------------------------- diff
+
+def test_diff_names_both_files_and_is_a_unified_diff():
+    text = diff.phase_diff("causal_skip")
+    assert "numba_attn/phases/cuda_core/p09_register_blocked.py" in text.splitlines()[1]
+    assert "numba_attn/phases/cuda_core/p10_causal_skip.py" in text.splitlines()[2]
+    assert "--- a/numba_attn/phases/cuda_core/p09_register_blocked.py" in text
+    assert "+++ b/numba_attn/phases/cuda_core/p10_causal_skip.py" in text
+    assert "\n@@ " in text
+
+
+def test_diff_across_families():
+    text = diff.phase_diff("tc_mma")  # parent smem_kv is a CUDA-core phase
+    assert "cuda_core/p02_smem_kv.py" in text and "tensor_core/p20_tc_mma.py" in text
+
+
+def test_diff_without_parent_says_so():
+    assert "has no parent" in diff.phase_diff("naive")
+    assert "has no parent" in diff.phase_diff_stat("naive")
+
+
+def test_diff_stat_counts_the_diff():
+    text = diff.phase_diff("q_smem")
+    added = sum(1 for ln in text.splitlines() if ln.startswith("+") and not ln.startswith("+++"))
+    removed = sum(1 for ln in text.splitlines() if ln.startswith("-") and not ln.startswith("---"))
+    assert f"{added} insertion" in diff.phase_diff_stat("q_smem")
+    assert f"{removed} deletion" in diff.phase_diff_stat("q_smem")
+
+
+def test_cli_diff_and_unknown_phase(capsys):
+    assert cli.main(["diff", "smem_kv", "--stat"]) == 0
+    assert "fused_rowwise → smem_kv" in capsys.readouterr().out
+    assert cli.main(["diff", "no_such_phase"]) == 2
+
+
+# ---------------------------------------------------------------- cards
+
+def test_card_fields():
+    text = cards.card("register_blocked")
+    assert "`double_buffer`" in text and "p08_double_buffer.py" in text
+    assert "numba_attn/phases/cuda_core/p09_register_blocked.py" in text
+    assert "`tests/test_phases.py`, `tests/test_roadmap.py`" in text
+    assert "| `TN` | automatic (0) |" in text
+    assert "## Idea" in text and "## Measured" in text and "## Plots" in text
+    # its row in the roadmap results file, and the plots drawn from that file
+    assert "| `results/roadmap-nvidia-h200.jsonl` | OK | B1 H32 N4096 D64 fp32 | 4.24 ms |" in text
+    assert "plots/roadmap_roadmap.png" in text
+
+
+@pytest.mark.parametrize("name, tests", [
+    ("tc_wgmma", ["tests/test_phases.py", "tests/test_tensor_core.py", "tests/test_wgmma.py"]),
+    ("decode_mma", ["tests/test_phases.py", "tests/test_decode.py", "tests/test_pdl.py"]),
+    ("smem_kv", ["tests/test_phases.py", "tests/test_roadmap.py"]),
+])
+def test_card_test_files_by_family(name, tests):
+    assert cards.test_files(get_phase(name)) == tests
+    for t in tests:
+        assert os.path.exists(rec.repo_path(t))
+
+
+def test_card_without_rows_says_so(tmp_path):
+    text = cards.card("smem_kv", files=[])
+    assert "No row in the committed results files" in text
+
+
+def test_card_handles_missing_fields(tmp_path):
+    f = tmp_path / "x-nvidia-h200.jsonl"
+    f.write_text('{"type": "env", "run_id": "r", "gpu": "NVIDIA H200"}\n'
+                 '{"type": "result", "phase": "smem_kv", "run_id": "r", "status": "OK", "time_ms": 1.5}\n'
+                 '{"type": "result", "phase": "smem_kv", "status": "SKIP", "reason": "too big"}\n')
+    text = cards.card("smem_kv", files=[str(f)])
+    assert "| OK | ? | 1.50 ms | — | — | — | not recorded | NVIDIA H200 |" in text
+    assert "SKIP ×1" in text and "too big" in text
+
+
+def test_committed_cards_match_a_regeneration():
+    """docs/phases/ is generated: regenerate with `numba-attn card --all --out docs/phases/`."""
+    bad = cards.check_all(rec.repo_path("docs", "phases"))
+    assert not bad, f"stale phase cards {bad}: run `numba-attn card --all --out docs/phases/`"
+
+
+def test_index_lists_every_phase():
+    text = cards.index()
+    for p in list_phases():
+        assert f"[`{p.name}`]({p.name}.md)" in text
+
+
+# ---------------------------------------------------------------- README tables
+
+def test_readme_tables_match_their_results_files():
+    """The README's tables are generated: regenerate with `numba-attn readme`."""
+    assert readme.stale() == [], "README tables differ from the results files: run `numba-attn readme`"
+
+
+def test_roadmap_table_figures_come_from_the_results_file():
+    t = readme.roadmap_table()
+    for figure in ("| `naive` |", "191.5 ms", "| `register_blocked` |", "4.24 ms", "| `tc_wgmma` (fp16) |",
+                   "0.391 ms", "1.33 ms", "4.01 ms / 0.316 ms"):
+        assert figure in t
+
+
+def test_readme_check_fails_on_a_disagreeing_table(tmp_path):
+    path = tmp_path / "README.md"
+    shutil.copy(rec.repo_path("README.md"), path)
+    text = path.read_text()
+    assert "| 4.24 ms |" in text
+    path.write_text(text.replace("| 4.24 ms |", "| 4.20 ms |", 1))
+    assert readme.stale(str(path)) == ["roadmap"]
+    assert cli.main(["readme", "--check", "--readme", str(path)]) == 1
+    assert cli.main(["readme", "--readme", str(path)]) == 0  # rewrites in place
+    assert readme.stale(str(path)) == []
+    assert path.read_text() == open(rec.repo_path("README.md")).read()
+
+
+def test_unknown_table_marker(tmp_path):
+    path = tmp_path / "README.md"
+    path.write_text("<!-- table:nope start -->\n<!-- table:nope end -->\n")
+    with pytest.raises(KeyError):
+        readme.render(path.read_text())
+
+
+def test_formatting():
+    assert [rec.fmt_ms(x) for x in (191.5234, 30.98, 4.2378, 0.3912)] == ["191.5 ms", "31.0 ms", "4.24 ms", "0.391 ms"]
+    assert rec.plot_stem(rec.repo_path("results", "tensor-core-nvidia-h200.jsonl")) == "tensor_core"
