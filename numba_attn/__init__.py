@@ -19,7 +19,7 @@ _LAZY = {
     "list_phases": "phases.registry", "get_phase": "phases.registry", "register_phase": "phases.registry",
     "Launch": "phases.registry",
     "attention": "api",
-    "run": "measure.runner", "measure": "measure.runner", "RunConfig": "measure.runner",
+    "run": "measure.sweep", "measure": "measure.row", "RunConfig": "measure.config",
 }
 _SUBPACKAGES = ("spec", "gpu", "phases", "measure", "report", "api", "cli", "testing")
 
