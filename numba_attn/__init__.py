@@ -19,8 +19,9 @@ _LAZY = {
     "list_phases": "phases.registry", "get_phase": "phases.registry", "register_phase": "phases.registry",
     "Launch": "phases.registry",
     "attention": "api",
-    "run": "measure.runner", "measure": "measure.runner", "RunConfig": "measure.runner",
+    "run": "measure.sweep", "RunConfig": "measure.config",
 }
+# ``numba_attn.measure`` is the measurement subpackage; one row is ``numba_attn.measure.row.measure``.
 _SUBPACKAGES = ("spec", "gpu", "phases", "measure", "report", "api", "cli", "testing")
 
 __all__ = sorted([*_LAZY, "Problem", "PRESETS", "reference", "check"])

@@ -125,33 +125,31 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, nonfinite="propa
             check_finite(name, a)
     q, k, v = (_contiguous(n, a) for n, a in (("q", q), ("k", k), ("v", v)))
     on_device = is_device_array(q)
-    from numba_attn.measure.runner import DeviceLimitError, _simulated_device_limits, classify_exception, free_device_memory
+    from numba_attn.measure import limits
+    from numba_attn.measure.check import to_device, to_host
+    from numba_attn.measure.status import classify_exception
 
-    free = free_device_memory()
+    free = limits.free_device_memory()
     need = problem.min_bytes() if not on_device else int(np.prod(problem.out_shape())) * problem.itemsize
     if free is not None and need > free:
         raise AttentionInputError(f"{problem.label} needs {need / 2**30:.2f} GiB of device memory for its "
                                   f"inputs and output; {free / 2**30:.2f} GiB free")
     try:
-        with _simulated_device_limits():
+        with limits.simulated_device_limits():
             launch = ph.plan(problem, **params)
             if on_device:
                 qd, kd, vd = q, k, v
             else:
-                from numba_attn.measure.runner import to_device
-
                 qd, kd, vd = (to_device(a) for a in (q, k, v))
             od = cuda.device_array((B, H, Nq, D), dtype=qd.dtype)
             launch(qd.reshape(B * H, Nq, D), kd.reshape(B * Hkv, Nk, D), vd.reshape(B * Hkv, Nk, D),
                    od.reshape(B * H, Nq, D))
             if not on_device:
-                from numba_attn.measure.runner import to_host
-
                 return to_host(od, q.dtype)
             return od
     except Exception as exc:  # noqa: BLE001
         status, why, _ = classify_exception(exc)
-        if status == "SKIP" or isinstance(exc, DeviceLimitError):
+        if status == "SKIP" or isinstance(exc, limits.DeviceLimitError):
             raise AttentionInputError(f"phase {ph.name!r} with {resolved} cannot run {problem.label} on this "
                                       f"device: {why}. Try smaller tiles or another phase.") from exc
         raise

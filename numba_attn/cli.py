@@ -251,7 +251,8 @@ def cmd_run(args) -> int:
         raise SystemExit("--gpu: no CUDA GPU is available")
     from numba_attn.report import table as report
     from numba_attn.measure.env import gpu_info
-    from numba_attn.measure.runner import RunConfig, run
+    from numba_attn.measure.config import RunConfig
+    from numba_attn.measure.sweep import run
     from numba_attn.measure.timing import TimingConfig
 
     problems, defaulted = _problems(args)
@@ -307,11 +308,11 @@ def _seeds(text: str) -> tuple:
 
 
 def _run_setup(specs):
-    from numba_attn.measure.runner import _call_setup
+    from numba_attn.measure.isolation import call_setup
 
     for spec in specs:
         try:
-            _call_setup(spec)
+            call_setup(spec)
         except Exception as exc:  # noqa: BLE001
             raise SystemExit(f"--setup {spec!r} failed: {type(exc).__name__}: {exc}") from None
 

@@ -15,7 +15,8 @@ from numba_attn import Problem, attention, get_phase, list_phases, reference
 from numba_attn.spec.errors import AttentionInputError, UnknownPhaseError
 from numba_attn.spec.reference import check, poison
 from numba_attn.phases.registry import Launch, register_phase, unregister
-from numba_attn.measure.runner import RunConfig, measure
+from numba_attn.measure.config import RunConfig
+from numba_attn.measure.row import measure
 
 
 # -- problem -----------------------------------------------------------------
@@ -261,6 +262,58 @@ def test_cli_unknown_phase_is_a_clear_error():
     r = _cli("run", "--simulator", "--phases", "smem_k", "-N", "8", "-D", "16")
     assert r.returncode == 2 and "smem_kv" in r.stderr
 
+
+
+# -- the package -------------------------------------------------------------------
+
+
+def _import_graph():
+    """numba_attn module → the numba_attn modules it imports (module- and function-level imports)."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(numba_attn.__file__).parent
+    mods = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in mods.items():
+        pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(pkg.split(".")[: len(pkg.split(".")) - node.level + 1] + [node.module or ""]) \
+                    if node.level else node.module
+                base = base.rstrip(".")
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            else:
+                continue
+            for t in targets:
+                while t and t not in mods:
+                    t = t.rpartition(".")[0]
+                if t and t != name:
+                    edges.add(t)
+        graph[name] = edges
+    return graph
+
+
+def test_package_has_no_import_cycles():
+    graph = _import_graph()
+    assert "numba_attn.measure.sweep" in graph["numba_attn.cli"]  # function-level imports count
+
+    def reach(start):
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph[todo.pop()] - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        return seen
+
+    cycles = sorted(m for m in graph if m in reach(m))
+    assert not cycles, f"modules on an import cycle: {cycles}"
 
 @pytest.mark.gpu
 def test_gpu_run_is_timed_and_reports_resources():

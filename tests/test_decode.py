@@ -17,7 +17,8 @@ from numba_attn.gpu.device_functions import NEG_BIG, combine_splits
 from numba_attn.gpu.jit import kernel
 from numba_attn.phases.decode.p30_decode_chunked import decode_rows, keys_per_group, lanes_per_key, vector_width
 from numba_attn.gpu.split_k import make_combine_kernel, split_plan
-from numba_attn.measure.runner import RunConfig, measure
+from numba_attn.measure.config import RunConfig
+from numba_attn.measure.row import measure
 from numba_attn.gpu.warp import group_sum, strided_max, strided_sum
 
 DECODE = ("decode_chunked", "decode_split_k", "decode_split_k_fused", "decode_split_k_lean")

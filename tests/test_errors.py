@@ -93,7 +93,7 @@ def test_non_contiguous_numpy_is_copied_and_device_is_refused():
 
 
 def test_problem_larger_than_free_memory_is_refused_up_front(monkeypatch):
-    import numba_attn.measure.runner as R
+    import numba_attn.measure.limits as R  # where attention() looks the free memory up
 
     monkeypatch.setattr(R, "free_device_memory", lambda: 1024)
     with temporary_phases(TRAP):
@@ -104,7 +104,7 @@ def test_problem_larger_than_free_memory_is_refused_up_front(monkeypatch):
 def test_tile_configuration_over_device_limits_is_an_error_not_a_crash():
     with pytest.raises(AttentionInputError, match="2048 threads exceeds the device limit of 1024"):
         attention(Q, K, V, phase="smem_kv", Br=2048)
-    from numba_attn.measure.runner import measure
+    from numba_attn.measure.row import measure
 
     row = measure("smem_kv", P, Br=2048)
     assert row["status"] == "SKIP" and "device limit" in row["reason"]

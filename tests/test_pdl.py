@@ -22,7 +22,8 @@ from numba_attn import Problem, get_phase
 from numba_attn.gpu.backend import IS_SIMULATOR
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.pdl import grid_dependency_wait, launch_after, launch_dependents, pdl_available, uses_griddepcontrol
-from numba_attn.measure.runner import RunConfig, measure
+from numba_attn.measure.config import RunConfig
+from numba_attn.measure.row import measure
 
 gpu_only = pytest.mark.skipif(IS_SIMULATOR, reason="needs a CUDA GPU (the dependent launch itself)")
 

@@ -10,7 +10,8 @@ tiles and a partial last tile are exercised)."""
 import pytest
 
 from numba_attn import Problem, list_phases
-from numba_attn.measure.runner import RunConfig, measure
+from numba_attn.measure.config import RunConfig
+from numba_attn.measure.row import measure
 
 SHAPES = {
     "B1H2-37x53-D16-fp32": Problem(batch=1, heads=2, q_len=37, kv_len=53, head_dim=16),

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from numba_attn import Problem, list_phases
 from numba_attn.spec.reference import check
-from numba_attn.measure.runner import RunConfig, measure
+from numba_attn.measure.config import RunConfig
+from numba_attn.measure.row import measure
 from numba_attn.testing import BUGGY_BC, BUGS, buggy_phase
 
 settings.register_profile("ci", max_examples=3, deadline=None, derandomize=True, print_blob=True,
@@ -127,12 +128,12 @@ def _run_phase(phase, problem, q, k, v):
     from numba import cuda
 
     from numba_attn.spec.reference import poison
-    from numba_attn.measure.runner import _views
+    from numba_attn.measure.check import kernel_views
 
     launch = phase.plan(problem, **phase.sim_params)
     qd, kd, vd = (cuda.to_device(a) for a in (q, k, v))
     od = cuda.to_device(poison(np.empty(problem.out_shape(), q.dtype), problem.dtype))
-    launch(*_views(problem, qd, kd, vd, od), 0)
+    launch(*kernel_views(problem, qd, kd, vd, od), 0)
     return od.copy_to_host()
 
 

@@ -17,7 +17,8 @@ from numba import cuda, float32  # noqa: E402  (module level: the simulator swap
 from numba_attn.spec.problem import Problem
 from numba_attn.spec.reference import check, reference
 from numba_attn.phases.registry import get_phase
-from numba_attn.measure.runner import RunConfig, measure
+from numba_attn.measure.config import RunConfig
+from numba_attn.measure.row import measure
 
 pytestmark = pytest.mark.skipif(not IS_SIMULATOR, reason="simulator tests (run with NUMBA_ATTN_BACKEND=simulator)")
 

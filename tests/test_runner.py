@@ -13,8 +13,11 @@ from numba import float32  # noqa: F401  (module global, as kernels in the simul
 from numba_attn import Problem, list_phases
 from numba_attn.gpu.backend import IS_SIMULATOR
 from numba_attn.measure import ceilings as C
-from numba_attn.measure.runner import (ERROR, FAIL, OK, SKIP, TIMEOUT, ResultsWriter, RunConfig, load_results, measure,
-                               run)
+from numba_attn.measure.config import RunConfig
+from numba_attn.measure.results import ResultsWriter, load_results
+from numba_attn.measure.row import measure
+from numba_attn.measure.status import ERROR, FAIL, OK, SKIP, TIMEOUT
+from numba_attn.measure.sweep import run
 from numba_attn.testing import faulty_phases, temporary_phases
 from numba_attn.measure.timing import TimingConfig, _enough, compare_methods, robust_spread
 
@@ -178,7 +181,7 @@ def test_failing_phases_are_isolated_and_the_sweep_continues(tmp_path):
 
 
 def test_time_and_memory_limits_skip_rows_with_the_reason(monkeypatch):
-    import numba_attn.measure.runner as R
+    import numba_attn.measure.limits as R  # where measure() looks the free memory up
 
     rows = run(["fused_rowwise", "smem_kv"], [TINY], seeds=(1,), max_total_s=-1.0)
     assert all(r["status"] == SKIP and "time limit" in r["reason"] for r in rows)

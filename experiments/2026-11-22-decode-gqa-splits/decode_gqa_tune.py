@@ -12,7 +12,8 @@ import sys
 
 from numba_attn import Problem
 from numba_attn.measure.peers import measure_peer
-from numba_attn.measure.runner import RunConfig, measure
+from numba_attn.measure.config import RunConfig
+from numba_attn.measure.row import measure
 from numba_attn.measure.timing import TimingConfig
 
 out = open(sys.argv[1], "a")

@@ -52,7 +52,7 @@ from numba import cuda  # noqa: E402
 from numba_attn.spec.problem import PRESETS, Problem  # noqa: E402
 from numba_attn.spec.reference import POISON_BITS, tolerance  # noqa: E402
 from numba_attn.phases.registry import get_phase  # noqa: E402
-from numba_attn.measure.runner import kernel_resources  # noqa: E402
+from numba_attn.measure.row import kernel_resources  # noqa: E402
 
 TDT = {"float32": torch.float32, "float16": torch.float16}
 L2_BYTES = 60 * 2**20

@@ -24,7 +24,9 @@ from numba_attn.measure import ceilings
 from numba_attn.spec.problem import Problem
 from numba_attn.spec.reference import check, poison, reference
 from numba_attn.phases.registry import list_phases
-from numba_attn.measure.runner import RunConfig, _views, measure
+from numba_attn.measure.check import kernel_views
+from numba_attn.measure.config import RunConfig
+from numba_attn.measure.row import measure
 from numba_attn.measure.timing import TimingConfig
 
 OUT = os.environ.get("OUT", ".")
@@ -91,7 +93,7 @@ def main():
                 launch = ph.plan(p)
                 qd, kd, vd = (cuda.to_device(a) for a in (q, k, v))
                 od = cuda.to_device(poison(np.empty(p.out_shape(), q.dtype), dt))
-                launch(*_views(p, qd, kd, vd, od), 0)
+                launch(*kernel_views(p, qd, kd, vd, od), 0)
                 cuda.synchronize()
                 out = od.copy_to_host().astype(np.float64)
                 c = check(out.astype(q.dtype), ref, dtype=dt, precision=ph.precision)

@@ -3,7 +3,7 @@
     python3 experiments/2026-11-22-roadmap-tuning/roadmap_tune.py PLAN [--out DIR] [--deadline SECONDS]
 
 PLAN names a list in ``PLANS`` below: (phase, problem, params) rows measured
-in order with ``numba_attn.measure.runner.measure`` (check against the float64
+in order with ``numba_attn.measure.row.measure`` (check against the float64
 reference, then events timing), after the FFMA ceiling and the SDPA peer of
 the same run. A row that would start after the deadline is skipped, so the
 call ends inside its time limit with what it measured so far. Each row is
@@ -93,7 +93,8 @@ def main(argv=None) -> int:
     t_start = time.time()
 
     from numba_attn.gpu.backend import IS_SIMULATOR
-    from numba_attn.measure.runner import RunConfig, measure
+    from numba_attn.measure.config import RunConfig
+    from numba_attn.measure.row import measure
     from numba_attn.measure.timing import TimingConfig
 
     if IS_SIMULATOR:

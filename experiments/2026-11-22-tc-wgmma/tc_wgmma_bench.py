@@ -3,7 +3,7 @@ issue's prefill shapes, in one process; tile/warpgroup variants of tc_wgmma.
 
     python3 experiments/2026-11-22-tc-wgmma/tc_wgmma_bench.py [--out DIR] [--deadline SECONDS] [--smoke]
 
-Every row goes through ``numba_attn.measure.runner.measure`` (checked against the
+Every row goes through ``numba_attn.measure.row.measure`` (checked against the
 float64 reference on two seeds before it is timed; a wrong result is FAIL, not
 a time) and SDPA through ``numba_attn.measure.peers.measure_peer``. Rows are printed
 (status, time, TFLOP/s, fraction of SDPA, registers, local memory) and
@@ -69,7 +69,8 @@ def main(argv=None) -> int:
     t_start = time.time()
 
     from numba_attn.gpu.backend import IS_SIMULATOR
-    from numba_attn.measure.runner import RunConfig, measure
+    from numba_attn.measure.config import RunConfig
+    from numba_attn.measure.row import measure
     from numba_attn.measure.timing import TimingConfig
 
     os.makedirs(args.out, exist_ok=True)

@@ -190,7 +190,8 @@ def run_benchmark(name: str, *, results: str | None = None, plots_dir: str | Non
 
     from numba_attn.report.plots import make_all
     from numba_attn.phases.registry import get_phase, list_phases
-    from numba_attn.measure.runner import RunConfig, run
+    from numba_attn.measure.config import RunConfig
+    from numba_attn.measure.sweep import run
 
     b = get(name)
     if phases:

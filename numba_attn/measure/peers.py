@@ -13,7 +13,7 @@ Peers (``peer_names()``):
   cannot run the problem (flash and cuDNN take only fp16/bf16, cuDNN may be
   missing from the build) gives a ``SKIP`` row with PyTorch's reason.
 
-Every peer is timed with the runner's method (events around back-to-back
+Every peer is timed the way a phase is (events around back-to-back
 calls on PyTorch's stream, rotated input copies) and its output is checked
 against the float64 reference first. When torch is not importable or has no
 GPU, the peer rows say so (``SKIP`` with the reason) rather than disappearing.
@@ -23,7 +23,11 @@ from __future__ import annotations
 import warnings
 
 from numba_attn.spec.problem import Problem
-from numba_attn.spec.reference import check
+from numba_attn.spec.reference import check, reference
+from numba_attn.measure.check import TORCH_REFERENCE_FLOPS, cached_reference, reference_torch
+from numba_attn.measure.row import add_throughput, implausible_reason
+from numba_attn.measure.status import ERROR, FAIL, OK, SKIP, summarize_exception
+from numba_attn.measure.timing import end_to_end, events_batched
 
 BACKENDS = ("flash", "efficient", "math", "cudnn")
 PEERS = ("torch_sdpa", "torch_sdpa_fp16") + tuple(f"torch_sdpa_{b}" for b in BACKENDS)
@@ -104,9 +108,6 @@ def _unavailable_reason(exc: BaseException, backend: str | None) -> str | None:
 
 
 def measure_peer(name: str, problem: Problem, cfg) -> dict:
-    from numba_attn.measure.runner import ERROR, FAIL, OK, SKIP, _implausible, _reference, _summarize_exception, _throughput
-    from numba_attn.measure.timing import end_to_end, events_batched
-
     dtype = peer_dtype(name, problem)
     backend = peer_backend(name)
     row = {"type": "result", "phase": name, "kind": "peer", "problem": problem.to_dict(),
@@ -129,16 +130,13 @@ def measure_peer(name: str, problem: Problem, cfg) -> dict:
 
         row["torch"] = torch.__version__
         tdt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
-        q, k, v, ref = _reference(problem, cfg.seeds[0])
+        q, k, v, ref = cached_reference(problem, cfg.seeds[0])
         tq, tk, tv = (torch.from_numpy(np.asarray(a, dtype=np.float32)).to("cuda", tdt) for a in (q, k, v))
         if dtype != problem.dtype:  # the reference must see the inputs the peer sees
-            from numba_attn.spec.reference import reference
-            from numba_attn.measure.runner import TORCH_REFERENCE_FLOPS, _reference_torch
-
             rounded = [t.float().cpu().numpy() for t in (tq, tk, tv)]
             ref = None
             if problem.flops() > TORCH_REFERENCE_FLOPS:
-                ref = _reference_torch(*rounded, causal=problem.causal, scale=problem.sm_scale)
+                ref = reference_torch(*rounded, causal=problem.causal, scale=problem.sm_scale)
             if ref is None:
                 ref = reference(*rounded, causal=problem.causal, scale=problem.sm_scale)
         # the math backend materializes S and P in the input dtype: check memory first
@@ -180,10 +178,10 @@ def measure_peer(name: str, problem: Problem, cfg) -> dict:
         t["input_sets"] = n_sets
         row.update(t)
         row["status"] = OK
-        _throughput(row, problem)
-        bad = _implausible(row, problem)
+        add_throughput(row, problem)
+        bad = implausible_reason(row, problem)
         if bad:
             row.update(status=FAIL, reason=bad)
     except Exception as exc:  # noqa: BLE001
-        row.update(status=ERROR, reason=_summarize_exception(exc))
+        row.update(status=ERROR, reason=summarize_exception(exc))
     return row

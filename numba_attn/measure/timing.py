@@ -30,6 +30,10 @@ that problems smaller than the L2 cache are not timed from the cache.
 
 ``end_to_end`` times one Python call plus a synchronize on the host clock: what
 a caller of ``attention()`` waits, launch overhead included.
+
+``time_launch`` is how a checked launch of a phase is timed: rotated input copies, events,
+end to end, the optional cross-check, graph replay for launch-bound rows, and the outputs
+of the timed launches checked again.
 """
 from __future__ import annotations
 
@@ -38,6 +42,11 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
+
+import numpy as np
+
+from numba_attn.spec.problem import Problem
+from numba_attn.spec.reference import poison
 
 
 @dataclass
@@ -264,3 +273,76 @@ def end_to_end(fn, stream, reps: int = 10, budget_s: float = 1.0) -> float:
         stream.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
+
+
+# -- a launch of a phase -----------------------------------------------------------
+
+
+def l2_bytes() -> int:
+    """The device's L2 cache size (60 MiB when it cannot be read)."""
+    try:
+        from numba import cuda
+
+        return int(cuda.get_current_device().L2_CACHE_SIZE)
+    except Exception:  # noqa: BLE001
+        return 60 * 2**20
+
+
+def time_launch(launch, problem: Problem, device_arrays, stream, cfg: TimingConfig, *, compare: bool,
+                seed: int, precision=None) -> dict:
+    """Time a checked ``launch`` on ``device_arrays`` = (q, k, v, o), the inputs of ``seed``.
+
+    Input sets are rotated (copies on the device, enough to exceed 3x the L2 cache, at most 8)
+    so small problems are not timed from the cache; ``events_batched`` times every row, with
+    ``end_to_end`` beside it; ``compare`` adds the second method's cross-check
+    (``timing_check``). A launch-bound row is timed by graph replay when capture works (the
+    events time kept as ``events_ms``). The first and last input sets' outputs are checked
+    again (``post_timing_check`` says what went wrong)."""
+    from numba import cuda
+
+    # imported here: this module is imported (for TimingConfig) before the backend is chosen
+    from numba_attn.measure.check import kernel_views, recheck_outputs
+
+    qd, kd, vd, od = device_arrays
+    sets = [kernel_views(problem, qd, kd, vd, od)]
+    l2 = l2_bytes()
+    n_sets = int(min(8, max(1, math.ceil(3 * l2 / max(problem.min_bytes(), 1)))))
+    poisoned = poison(np.empty(problem.out_shape(), qd.dtype), problem.dtype)
+    for _ in range(n_sets - 1):
+        new = [cuda.device_array_like(a, stream=stream) for a in (qd, kd, vd)]
+        for src, dst in zip((qd, kd, vd), new):
+            dst.copy_to_device(src, stream=stream)
+        new.append(cuda.to_device(poisoned, stream=stream))
+        sets.append(kernel_views(problem, *new))
+
+    def fn(i, s=stream):
+        launch(*sets[i % len(sets)], s)
+
+    t = events_batched(fn, stream, cfg)
+    t["e2e_ms"] = end_to_end(fn, stream)
+    t["input_sets"] = len(sets)
+    t["l2_bytes"] = l2
+    if compare:
+        other = second_method(fn, stream, cfg)
+        t["timing_check"] = compare_methods(t, other)
+    if t.get("launch_bound"):
+        # events then time the host's launch rate, not the kernel: a graph replay
+        # has no Python between launches, so its time is the kernel's. The row
+        # keeps the events time and the flag; if capture fails the events time stays.
+        g = (other if compare and other.get("method") == "graph_replay"
+             else second_method(fn, stream, cfg))
+        if g.get("method") == "graph_replay":
+            t["events_ms"] = t["time_ms"]
+            for key in ("method", "time_ms", "time_min_ms", "time_max_ms", "spread", "spread_p10_p90", "reps",
+                        "inner"):
+                if key in g:
+                    t[key] = g[key]
+        else:
+            t["graph_error"] = g.get("graph_error", "")
+    # the timed launches must still compute the right answer: re-check the
+    # first set and the last (whose output started poisoned)
+    bad = recheck_outputs(problem, seed, [(idx, sets[idx][3]) for idx in sorted({0, len(sets) - 1})],
+                          precision, stream)
+    if bad:
+        t["post_timing_check"] = bad
+    return t

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 from numba_attn.report.table import env_summary, latest_rows
-from numba_attn.measure.runner import load_results
+from numba_attn.measure.results import load_results
 
 
 def _latest(records: list[dict]):

@@ -40,7 +40,7 @@ _CMAP20 = plt.get_cmap("tab20")
 
 def _load(records_or_path):
     if isinstance(records_or_path, (str, os.PathLike)):
-        from numba_attn.measure.runner import load_results
+        from numba_attn.measure.results import load_results
 
         records = load_results(str(records_or_path))
         source = os.path.basename(str(records_or_path))
@@ -419,7 +419,7 @@ def traffic(records, out_dir, stem="traffic"):
 def make_all(records, out_dir="plots", prefix="", which=PLOTS) -> list[str]:
     """Draw every plot the results support; returns the files written."""
     if isinstance(records, (str, os.PathLike)):
-        from numba_attn.measure.runner import load_results
+        from numba_attn.measure.results import load_results
 
         source = os.path.basename(str(records))
         records = load_results(str(records))

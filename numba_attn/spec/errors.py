@@ -7,6 +7,9 @@ from __future__ import annotations
 import difflib
 import math
 
+# The element types of q, k and v (``Problem.dtype``): defined here, where inputs are validated.
+SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
+
 
 class AttentionInputError(ValueError):
     """Bad input to ``attention()``, the runner or the CLI."""
@@ -39,8 +42,6 @@ def _positive_int(name, value, minimum=1):
 
 
 def validate_problem(p) -> None:
-    from numba_attn.spec.problem import DTYPES
-
     _positive_int("batch", p.batch)
     _positive_int("heads", p.heads)
     _positive_int("q_len", p.q_len, 0)
@@ -50,8 +51,8 @@ def validate_problem(p) -> None:
     if p.heads % p.kv_heads:
         raise AttentionInputError(
             f"heads ({p.heads}) must be a multiple of kv_heads ({p.kv_heads}) for grouped-query attention")
-    if p.dtype not in DTYPES:
-        raise AttentionInputError(f"dtype must be one of {', '.join(DTYPES)}, got {p.dtype!r}")
+    if p.dtype not in SUPPORTED_DTYPES:
+        raise AttentionInputError(f"dtype must be one of {', '.join(SUPPORTED_DTYPES)}, got {p.dtype!r}")
     if p.scale is not None:
         try:
             s = float(p.scale)
@@ -64,8 +65,6 @@ def validate_problem(p) -> None:
             f"causal attention needs q_len <= kv_len (bottom-right alignment would leave the first "
             f"{p.q_len - p.kv_len} queries with no key); got q_len={p.q_len}, kv_len={p.kv_len}")
 
-
-SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
 
 
 def _describe(a) -> str:

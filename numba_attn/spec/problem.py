@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DTYPES = ("float32", "float16", "bfloat16")
+from numba_attn.spec.errors import SUPPORTED_DTYPES as DTYPES, validate_problem
+
 SHORT_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
@@ -53,8 +54,6 @@ class Problem:
             object.__setattr__(self, "kv_len", self.q_len)
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
-        from numba_attn.spec.errors import validate_problem
-
         validate_problem(self)
 
     # -- derived quantities -------------------------------------------------

@@ -1,0 +1,185 @@
+"""The correctness gate: a launch's output against the float64 reference, on fresh inputs.
+
+The references (and the inputs they were computed from) are cached per (problem, seed), so the
+phases of a sweep share them; large problems get theirs from torch on the GPU when available.
+``check_launch`` poisons the output buffer, launches, and compares for every seed, stopping at
+the first wrong result; ``recheck_outputs`` checks the outputs of the timed launches again.
+"""
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from numba_attn.gpu.backend import IS_SIMULATOR
+from numba_attn.spec.problem import Problem
+from numba_attn.spec.reference import Check, check, poison, reference
+
+# Problems above this many FLOPs, or whose inputs exceed this many bytes (decode: little
+# arithmetic over a large cache), get their float64 reference from torch on the GPU when available.
+TORCH_REFERENCE_FLOPS = 1e11
+TORCH_REFERENCE_BYTES = 2**28
+
+REFERENCE_CACHE_BYTES = 24 * 2**30  # inputs and references of both seeds of a B=32, 16k-key decode problem
+_REFERENCE_CACHE: dict = {}
+
+
+# -- the reference, cached -------------------------------------------------------
+
+
+def uses_torch_reference(problem: Problem) -> bool:
+    """Whether the reference of ``problem`` is computed with torch on the GPU (large problems)."""
+    return not IS_SIMULATOR and (problem.flops() > TORCH_REFERENCE_FLOPS
+                                 or problem.min_bytes() > TORCH_REFERENCE_BYTES)
+
+
+def reference_name(problem: Problem) -> str:
+    """What computed the reference, as recorded in a row's ``reference``."""
+    return "torch-float64-cuda" if uses_torch_reference(problem) else "numpy-float64"
+
+
+def cached_reference(problem: Problem, seed: int):
+    """(q, k, v, reference) of ``problem``'s inputs for ``seed``, computed once and cached."""
+    key = (problem, seed)
+    if key not in _REFERENCE_CACHE:
+        size = sum(x.nbytes for entry in _REFERENCE_CACHE.values() for x in entry)  # q, k, v and the reference
+        if len(_REFERENCE_CACHE) > 8 or size > REFERENCE_CACHE_BYTES:
+            _REFERENCE_CACHE.clear()
+        q, k, v = problem.inputs(seed)
+        ref = None
+        if uses_torch_reference(problem):
+            ref = reference_torch(q, k, v, causal=problem.causal, scale=problem.sm_scale)
+        if ref is None:
+            ref = reference(q, k, v, causal=problem.causal, scale=problem.sm_scale)
+        _REFERENCE_CACHE[key] = (q, k, v, ref)
+    return _REFERENCE_CACHE[key]
+
+
+def release_references() -> bool:
+    """Empty the reference cache and give its memory back; True when there was anything to free."""
+    if not _REFERENCE_CACHE:
+        return False
+    _REFERENCE_CACHE.clear()
+    gc.collect()
+    return True
+
+
+def reference_torch(q, k, v, *, causal, scale):
+    """The same float64 reference computed with torch on the GPU (large problems),
+    a (head, query chunk) at a time; None when torch/CUDA is not usable."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+    except Exception:  # noqa: BLE001
+        return None
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    G = H // Hkv
+    out = np.empty((B, H, Nq, D), np.float64)
+    chunk = int(max(1, min(Nq, (256 * 2**20) // (8 * max(Nk, 1)))))
+    dev = torch.device("cuda")
+    with torch.no_grad():
+        jj = torch.arange(Nk, device=dev)[None, :]
+        for b in range(B):
+            for hk in range(Hkv):
+                kh = torch.from_numpy(np.asarray(k[b, hk], np.float64)).to(dev)
+                vh = torch.from_numpy(np.asarray(v[b, hk], np.float64)).to(dev)
+                for h in range(hk * G, hk * G + G):
+                    qh = torch.from_numpy(np.asarray(q[b, h], np.float64)).to(dev)
+                    for i0 in range(0, Nq, chunk):
+                        s = (qh[i0:i0 + chunk] @ kh.T) * scale
+                        if causal:
+                            ii = torch.arange(i0, min(i0 + chunk, Nq), device=dev)[:, None]
+                            s = s.masked_fill(jj > ii + (Nk - Nq), float("-inf"))
+                        m = s.max(dim=1, keepdim=True).values
+                        p = torch.exp(s - m)
+                        out[b, h, i0:i0 + chunk] = ((p @ vh) / p.sum(dim=1, keepdim=True)).cpu().numpy()
+    torch.cuda.empty_cache()
+    return out
+
+
+# -- host <-> device -------------------------------------------------------------
+
+
+def to_device(a, stream=0):
+    """Host array → device array. bfloat16 (``ml_dtypes``) has no buffer-protocol
+    code numba accepts, so it travels as its 16-bit pattern (``uint16``); the
+    phases read it as such."""
+    from numba import cuda
+
+    if a.dtype.name == "bfloat16":
+        a = a.view(np.uint16)
+    return cuda.to_device(a, stream=stream)
+
+
+def to_host(d, like_dtype, stream=0):
+    """Device array → host array in ``like_dtype`` (undoing the bfloat16 view)."""
+    out = d.copy_to_host(stream=stream)
+    return out.view(like_dtype) if out.dtype != like_dtype else out
+
+
+def kernel_views(problem: Problem, q, k, v, o):
+    """(B, H, N, D) device arrays → the (B·H, N, D) views kernels index."""
+    B, H, Hkv, D = problem.batch, problem.heads, problem.kv_heads, problem.head_dim
+    return (q.reshape(B * H, problem.q_len, D), k.reshape(B * Hkv, problem.kv_len, D),
+            v.reshape(B * Hkv, problem.kv_len, D), o.reshape(B * H, problem.q_len, D))
+
+
+# -- the check of a launch ---------------------------------------------------------
+
+
+@dataclass
+class LaunchCheck:
+    """The outcome of :func:`check_launch`."""
+
+    worst: Check  # the worst check over the seeds run (a failure if any failed)
+    seeds: list  # the seeds checked, in order (the check stops at the first failure)
+    first_launch_s: float  # wall time of the first launch, compilation included
+    first_launch_end: float  # ``time.perf_counter()`` when the first launch had finished
+    device_arrays: tuple  # (q, k, v, o) on the device, of the last seed checked
+
+    @property
+    def ok(self) -> bool:
+        return self.worst.ok
+
+
+def check_launch(launch, problem: Problem, seeds, precision, stream) -> LaunchCheck:
+    """For each seed: inputs to the device, the output buffer poisoned, one launch, the
+    output compared with the float64 reference; stops at the first wrong result."""
+    checks, first_s, first_end, arrays = [], 0.0, 0.0, ()
+    for i, seed in enumerate(seeds):
+        q, k, v, ref = cached_reference(problem, seed)
+        qd, kd, vd = (to_device(a, stream=stream) for a in (q, k, v))
+        od = to_device(poison(np.empty(problem.out_shape(), q.dtype), problem.dtype), stream=stream)
+        arrays = (qd, kd, vd, od)
+        t1 = time.perf_counter()
+        launch(*kernel_views(problem, qd, kd, vd, od), stream)
+        stream.synchronize()
+        if i == 0:
+            first_end = time.perf_counter()
+            first_s = first_end - t1
+        out = to_host(od, q.dtype, stream=stream)
+        stream.synchronize()
+        c = check(out, ref, dtype=problem.dtype, precision=precision)
+        checks.append(c)
+        if not c.ok:
+            break
+    worst = max(checks, key=lambda c: (not c.ok, c.rel_err))
+    return LaunchCheck(worst, list(seeds[: len(checks)]), first_s, first_end, arrays)
+
+
+def recheck_outputs(problem: Problem, seed: int, outputs, precision, stream) -> str:
+    """Check device outputs (``(B·H, N, D)`` views) of launches on ``seed``'s inputs again;
+    the first failure's reason, or "" when all are right."""
+    q, k, v, ref = cached_reference(problem, seed)
+    for idx, od in outputs:
+        od_host = to_host(od, q.dtype, stream=stream)
+        stream.synchronize()
+        c = check(od_host.reshape(problem.out_shape()), ref, dtype=problem.dtype, precision=precision)
+        if not c.ok:
+            return f"input set {idx}: {c.reason}"
+    return ""

@@ -1,0 +1,43 @@
+"""What a run is asked to do: seeds, timing, limits, parameters, where rows go (``RunConfig``).
+
+A config travels to worker processes as a plain dict (``config_to_dict`` / ``config_from_dict``).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from numba_attn.measure.timing import TimingConfig
+
+
+@dataclass
+class RunConfig:
+    seeds: tuple = (1, 2)
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    time_kernels: bool = True  # only on the GPU
+    timeout_s: float | None = None  # per row; None: in-process, no limit
+    params: dict = field(default_factory=dict)  # {phase_name: {param: value}}
+    baseline: str = "naive"
+    peers: bool = True
+    results: str | None = None
+    command: str | None = None
+    ceilings: bool = False  # measure the device's ceilings first (run() only)
+    compare_timing: bool | None = None  # graph-replay cross-check: None = once per run() (never in measure())
+    resume: bool = False  # skip rows already in ``results`` for the same source and environment
+    max_row_ms: float | None = None  # skip a phase whose predicted time per launch exceeds this
+    max_total_s: float | None = None  # rows not started by then are SKIP
+    worker_setup: tuple = ()  # "module:function" called in each worker process before its first row
+    peer_list: tuple | None = None  # peer names (None: all of peers.PEERS)
+
+
+def config_to_dict(cfg: RunConfig) -> dict:
+    return asdict(cfg)
+
+
+def config_from_dict(d: dict) -> RunConfig:
+    d = dict(d)
+    d["timing"] = TimingConfig(**d["timing"])
+    d["seeds"] = tuple(d["seeds"])
+    d["worker_setup"] = tuple(d.get("worker_setup") or ())
+    if d.get("peer_list") is not None:
+        d["peer_list"] = tuple(d["peer_list"])
+    return RunConfig(**d)

@@ -1,0 +1,167 @@
+"""Process isolation: rows run in a worker process that is killed and replaced when a row overruns.
+
+With a ``timeout_s``, the sweep hands each row to a persistent :class:`WorkerProcess`; a row
+that overruns becomes ``TIMEOUT`` (the worker is killed and replaced, so one hung kernel does
+not stall the sweep), and a worker whose CUDA context was poisoned by a kernel fault (illegal
+address, ...) or that died is replaced too. A worker exits when its parent dies.
+
+A task is ``(kind, payload)`` with plain-data payloads: ``("phase", (name, problem_dict,
+config_dict))``, ``("peer", ...)`` or ``("ceilings", (names, config_dict))``; :func:`run_task`
+runs one, in the worker or in-process.
+"""
+from __future__ import annotations
+
+import importlib
+import multiprocessing as mp
+import os
+import threading
+import time
+
+from numba_attn.spec.problem import Problem
+from numba_attn.measure.config import config_from_dict
+from numba_attn.measure.row import measure
+from numba_attn.measure.status import ERROR, OK, TIMEOUT, classify_exception, summarize_exception
+
+
+def call_setup(spec: str):
+    """Import ``module`` and call ``function`` of a ``"module:function"`` spec (``"module"``: import only)."""
+    mod, _, fn = spec.partition(":")
+    m = importlib.import_module(mod)
+    if fn:
+        getattr(m, fn)()
+
+
+def run_task(kind, payload) -> dict:
+    """Run one task (see the module docstring) and return its row (or ``{"rows": ...}`` for ceilings)."""
+    if kind == "phase":
+        name, prob, cfgd = payload
+        return measure(name, Problem.from_dict(prob), config_from_dict(cfgd))
+    if kind == "peer":
+        from numba_attn.measure.peers import measure_peer
+
+        name, prob, cfgd = payload
+        return measure_peer(name, Problem.from_dict(prob), config_from_dict(cfgd))
+    if kind == "ceilings":
+        from numba_attn.measure.ceilings import measure_all
+
+        names, cfgd = payload
+        return {"type": "ceilings", "rows": measure_all(names, config_from_dict(cfgd).timing), "status": OK}
+    raise ValueError(f"unknown task kind {kind!r}")
+
+
+def _watch_parent(ppid: int):
+    """Exit when the parent dies (killed sweep): a hung kernel must not outlive it."""
+
+    def loop():
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != ppid:
+                os._exit(3)
+
+    threading.Thread(target=loop, daemon=True, name="numba-attn-parent-watch").start()
+
+
+def _worker(conn, setup, ppid=None):
+    if ppid is not None:
+        _watch_parent(ppid)
+    try:
+        for spec in setup:
+            call_setup(spec)
+        conn.send(("ready", None))
+    except BaseException as exc:  # noqa: BLE001
+        conn.send(("setup_failed", summarize_exception(exc)))
+        return
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        kind, payload = task
+        try:
+            row = run_task(kind, payload)
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            status, why, poisoned = classify_exception(exc)
+            row = {"status": status, "reason": why, "context_poisoned": poisoned}
+        conn.send(row)
+        if row.get("context_poisoned"):
+            return  # a CUDA fault leaves the context unusable: the parent starts a new worker
+
+
+class WorkerProcess:
+    """A persistent worker process; replaced when a row times out, it dies, or
+    a CUDA fault poisons its context. The row's time limit starts once the
+    worker is ready (imports and setup are not charged to the row)."""
+
+    START_TIMEOUT_S = 300.0
+
+    def __init__(self, setup=()):
+        self.proc = None
+        self.conn = None
+        self.setup = tuple(setup)
+
+    def _start(self):
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker, args=(child, self.setup, os.getpid()), daemon=True)
+        self.proc.start()
+        child.close()
+        if not self.conn.poll(self.START_TIMEOUT_S):
+            self.close(kill=True)
+            raise RuntimeError(f"worker process did not start within {self.START_TIMEOUT_S:g} s")
+        try:
+            msg, info = self.conn.recv()
+        except EOFError:
+            code = self.proc.exitcode
+            self.close(kill=True)
+            raise RuntimeError(f"worker process died while starting (exit code {code})") from None
+        if msg != "ready":
+            self.close(kill=True)
+            raise RuntimeError(f"worker setup failed: {info}")
+
+    def call(self, task, timeout_s) -> dict:
+        """Run ``task`` in the worker; a row, or ``{"status", "reason"}`` when the worker
+        could not start, died or overran ``timeout_s`` (then it is killed)."""
+        if self.proc is None or not self.proc.is_alive():
+            try:
+                self._start()
+            except RuntimeError as exc:
+                return {"status": ERROR, "reason": str(exc)}
+        self.conn.send(task)
+        if self.conn.poll(timeout_s):
+            try:
+                row = self.conn.recv()
+            except EOFError:
+                code = self.proc.exitcode if self.proc else None
+                self.close(kill=True)
+                return {"status": ERROR, "reason": f"worker process died (exit code {code})"}
+            if row.get("context_poisoned"):
+                self.close(kill=True)
+            return row
+        if not self.proc.is_alive():
+            code = self.proc.exitcode
+            self.close(kill=True)
+            return {"status": ERROR, "reason": f"worker process died (exit code {code})"}
+        self.close(kill=True)
+        return {"status": TIMEOUT, "reason": f"timed out after {timeout_s:g} s (worker killed and replaced)"}
+
+    def close(self, kill=False):
+        if self.proc is not None:
+            if kill:
+                self.proc.kill()
+            else:
+                try:
+                    self.conn.send(None)
+                except (BrokenPipeError, OSError):
+                    pass
+            self.proc.join(10)
+            if self.proc.is_alive():
+                self.proc.kill()
+                self.proc.join(5)
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except OSError:
+                pass
+        self.proc = self.conn = None

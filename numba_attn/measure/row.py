@@ -1,0 +1,190 @@
+"""One phase on one problem → one result row: supports, fits, checked, timed, plausible.
+
+1. ``supports`` — out-of-range problems are recorded ``SKIP`` with the reason;
+   so is a problem whose inputs do not fit in the free device or host memory
+   (checked before anything is allocated, :mod:`numba_attn.measure.limits`) and a
+   configuration the device refuses (too many threads or too much shared memory
+   per block, out of memory);
+2. correctness on fresh inputs for every seed (:mod:`numba_attn.measure.check`):
+   the output buffer is poisoned, the phase runs, the result is compared with the
+   float64 reference. Any failure makes the row ``FAIL`` and it is never timed;
+3. on the GPU only, timing (:func:`numba_attn.measure.timing.time_launch`) and the
+   compiled kernels' resources (registers, static shared memory, local memory =
+   spills and local arrays). The output is checked again after timing. A time
+   below a physical floor is ``FAIL``.
+
+An exception becomes an ``ERROR`` row with a summary of the traceback
+(:mod:`numba_attn.measure.status`); ``NUMBA_ATTN_RAISE=1`` raises it instead.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from numba_attn.gpu.backend import BACKEND, IS_SIMULATOR
+from numba_attn.spec.problem import Problem
+from numba_attn.phases.registry import Phase, get_phase
+from numba_attn.measure import limits
+from numba_attn.measure.check import check_launch, reference_name, release_references
+from numba_attn.measure.config import RunConfig
+from numba_attn.measure.status import FAIL, OK, SKIP, classify_exception
+from numba_attn.measure.timing import time_launch
+
+# Physical floors: nothing on current GPUs moves more than 20 TB/s of HBM or
+# does more than 5 PFLOP/s of dense math; a time implying either is a bug.
+MAX_PLAUSIBLE_BYTES_PER_S = 20e12
+MAX_PLAUSIBLE_FLOPS = 5e15
+
+
+def measure(phase: Phase | str, problem: Problem, cfg: RunConfig | None = None, **overrides) -> dict:
+    """Check (and on the GPU time) one phase on one problem; returns the row."""
+    from numba import cuda
+
+    cfg = cfg or RunConfig()
+    phase = get_phase(phase) if isinstance(phase, str) else phase
+    params = phase.resolve_params({**cfg.params.get(phase.name, {}), **overrides})
+    row = phase_row(phase, problem)
+    row["params"] = params
+    reason = phase.supports(problem, **params) or empty_problem_reason(problem) or memory_reason(problem)
+    if reason:
+        row.update(status=SKIP, reason=reason)
+        return row
+    try:
+        with limits.simulated_device_limits():
+            _check_and_time(phase, problem, cfg, params, row, cuda)
+    except Exception as exc:  # one phase crashing must not end the sweep
+        if os.environ.get("NUMBA_ATTN_RAISE"):  # debugging: the full traceback instead of an ERROR row
+            raise
+        status, why, poisoned = classify_exception(exc)
+        row.update(status=status, reason=why)
+        if poisoned:
+            row["context_poisoned"] = True
+    return row
+
+
+def phase_row(phase: Phase, problem: Problem) -> dict:
+    """The identity of a phase's row on ``problem``, before anything is run."""
+    return {"type": "result", "phase": phase.name, "kind": "phase", "order": phase.order,
+            "phase_kind": phase.kind, "precision": phase.precision, "parent": phase.parent,
+            "problem": problem.to_dict(), "label": problem.label, "params": {},
+            "planned_speedup": phase.planned_speedup, "backend": BACKEND, "status": None,
+            "reason": "", "flops": problem.flops(), "min_bytes": problem.min_bytes()}
+
+
+def empty_problem_reason(problem: Problem) -> str | None:
+    if problem.q_len * problem.kv_len * problem.batch * problem.heads == 0:
+        return f"empty problem (q_len={problem.q_len}, kv_len={problem.kv_len}): nothing to measure"
+    return None
+
+
+def memory_reason(problem: Problem) -> str | None:
+    """Why ``problem`` cannot be checked here (device or host memory), or None. Cached
+    references of earlier problems are released first when host memory is short."""
+    free = limits.free_device_memory()
+    need = limits.device_bytes_needed(problem)
+    if free is not None and need > free:
+        return (f"problem needs {need / 2**30:.2f} GiB of device memory for q, k, v "
+                f"and o; {free / 2**30:.2f} GiB free")
+    host_free, host_need = limits.free_host_memory(), limits.host_bytes_needed(problem)
+    if host_free is not None and host_need > 0.5 * host_free and release_references():
+        host_free = limits.free_host_memory()
+    if host_free is not None and host_need > 0.9 * host_free:
+        return (f"checking this problem needs ~{host_need / 2**30:.1f} GiB of host memory "
+                f"(inputs and float64 reference); {host_free / 2**30:.1f} GiB available")
+    return None
+
+
+def _check_and_time(phase, problem, cfg, params, row, cuda):
+    t0 = time.perf_counter()
+    launch = phase.plan(problem, **params)
+    row["params"] = dict(launch.params or params)  # the parameters that ran, automatic ones resolved
+    row["workspace_bytes"] = int(getattr(launch, "workspace_bytes", 0) or 0)
+    row["model_bytes"] = model_bytes(phase.name, problem, row["workspace_bytes"], cfg.baseline)
+    stream = cuda.stream()
+    checked = check_launch(launch, problem, cfg.seeds, phase.precision, stream)
+    if checked.seeds:
+        row["first_launch_s"] = checked.first_launch_s  # includes compilation
+        row["sim_wall_s" if IS_SIMULATOR else "plan_s"] = checked.first_launch_end - t0
+    row["check"] = checked.worst.to_dict()
+    row["seeds"] = checked.seeds
+    row["reference"] = reference_name(problem)
+    row["resources"] = kernel_resources(launch.kernels)
+    summarize_resources(row)
+    if not checked.ok:
+        row.update(status=FAIL, reason=f"wrong result (seed {checked.seeds[-1]}): {checked.worst.reason}")
+        return
+    if IS_SIMULATOR or not cfg.time_kernels:
+        row.update(status=OK, reason="checked; not timed (simulator)" if IS_SIMULATOR else "checked; not timed")
+        return
+    row.update(time_launch(launch, problem, checked.device_arrays, stream, cfg.timing,
+                           compare=bool(cfg.compare_timing), seed=checked.seeds[-1], precision=phase.precision))
+    row["status"] = OK
+    add_throughput(row, problem)
+    floor_reason = implausible_reason(row, problem)
+    if floor_reason:
+        row.update(status=FAIL, reason=floor_reason)
+
+
+# -- figures derived for a row -------------------------------------------------------
+
+
+def model_bytes(phase_name: str, problem: Problem, workspace_bytes: int, baseline: str = "naive") -> int:
+    """Bytes the phase moves through device memory by construction: the baseline
+    materializes S and P (``Problem.materialized_bytes``); a fused phase moves the
+    minimum plus its workspace written once and read once."""
+    if phase_name == baseline:
+        return problem.materialized_bytes()
+    return problem.min_bytes() + 2 * int(workspace_bytes or 0)
+
+
+def kernel_resources(kernels) -> list[dict]:
+    """Registers, static shared memory and local memory per compiled kernel."""
+    if IS_SIMULATOR:
+        return []
+    out = []
+    for kern in kernels:
+        name = getattr(getattr(kern, "py_func", None), "__name__", str(kern))
+        for sig, ovl in list(getattr(kern, "overloads", {}).items()):
+            row = {"kernel": name}
+            for key, attr in (("regs", "regs_per_thread"), ("smem_static", "shared_mem_per_block"),
+                              ("local_bytes", "local_mem_per_thread"),
+                              ("max_threads", "max_threads_per_block")):
+                try:
+                    row[key] = int(getattr(ovl, attr))
+                except Exception:  # pragma: no cover - introspection is best effort
+                    row[key] = None
+            out.append(row)
+    return out
+
+
+def summarize_resources(row):
+    """The row's ``regs``, ``smem_static``, ``local_bytes``: the largest over its kernels."""
+    res = row.get("resources") or []
+    if res:
+        row["regs"] = max((r.get("regs") or 0) for r in res)
+        row["smem_static"] = max((r.get("smem_static") or 0) for r in res)
+        row["local_bytes"] = max((r.get("local_bytes") or 0) for r in res)
+
+
+def add_throughput(row, problem):
+    """TFLOP/s, GB/s of the minimum bytes, GB/s of the model bytes, from ``time_ms``."""
+    t = row.get("time_ms")
+    if t and t > 0:
+        row["tflops"] = problem.flops() / (t * 1e-3) / 1e12
+        row["gbps"] = problem.min_bytes() / (t * 1e-3) / 1e9
+        if row.get("model_bytes"):
+            row["model_gbps"] = row["model_bytes"] / (t * 1e-3) / 1e9
+
+
+def implausible_reason(row, problem) -> str:
+    """Why a timed row cannot be right (not positive, wrong after timing, below the
+    physical floor), or ""."""
+    t = row.get("time_ms")
+    if t is None or not t > 0:
+        return f"time {t} ms is not positive"
+    if row.get("post_timing_check"):
+        return f"wrong result after timing: {row['post_timing_check']}"
+    floor_s = max(problem.min_bytes() / MAX_PLAUSIBLE_BYTES_PER_S, problem.flops() / MAX_PLAUSIBLE_FLOPS)
+    if t * 1e-3 < floor_s:
+        return f"time {t * 1e3:.2f} µs is below the physical floor {floor_s * 1e6:.2f} µs"
+    return ""

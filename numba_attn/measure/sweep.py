@@ -1,0 +1,275 @@
+"""The sweep: phases × problems (then the peers of each problem) → checked, timed rows in a results file.
+
+``run`` measures the device's ceilings first when asked (:mod:`numba_attn.measure.ceilings`),
+then, per problem, its phases and then its peers (:mod:`numba_attn.measure.peers`), so a run
+cut short by ``max_total_s`` loses whole problems last. Each row is measured by
+:func:`numba_attn.measure.row.measure` — in a worker process with a ``timeout_s``
+(:mod:`numba_attn.measure.isolation`) — gets its speedup against the ``baseline`` phase
+measured in the same run (or, with ``resume``, in the resumed file; a row of another dtype
+falls back to the baseline on the same shape, fp32 preferred, and ``speedup_vs`` says so) and
+its fraction of the measured ceiling that applies to it, and is appended to the results file
+(:mod:`numba_attn.measure.results`) and flushed at once.
+
+Once per run the events timing is cross-checked with a CUDA graph replay (``timing_check``;
+a disagreement beyond the spread is a warning). ``max_row_ms`` skips a phase whose time,
+scaled by FLOPs from its last row, would exceed it. With ``resume=True`` rows already in the
+file for the same source and environment (``env_key``) are not run again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+import uuid
+
+from numba_attn.gpu.backend import BACKEND, IS_SIMULATOR
+from numba_attn.spec.problem import PRESETS, Problem
+from numba_attn.phases.registry import Phase, get_phase, list_phases
+from numba_attn.measure.ceilings import CEILINGS, attach_fractions
+from numba_attn.measure.config import RunConfig, config_to_dict
+from numba_attn.measure.env import env_key, environment
+from numba_attn.measure.isolation import WorkerProcess, call_setup, run_task
+from numba_attn.measure.peers import measure_peer, peer_names
+from numba_attn.measure.results import ResultsWriter, resumable_rows, row_key, task_key
+from numba_attn.measure.row import measure
+from numba_attn.measure.status import ERROR, OK, SKIP
+
+
+def run(phases=None, problems=None, *, config: RunConfig | None = None, progress=None, select=None,
+        warn=None, **kw) -> list[dict]:
+    """Run ``phases`` (names or Phase objects; default all) on ``problems``
+    (default: the ``tiny`` preset) and return the result rows.
+
+    Keyword arguments are :class:`RunConfig` fields (``seeds``, ``timeout_s``,
+    ``params``, ``results`` path, ``ceilings``, ``resume``, ...).
+    ``select(phase, problem) -> bool`` keeps only some (phase, problem) pairs.
+    ``progress(i, n, row_or_None, phase, problem)`` is called before (row None)
+    and after each row; ``warn(message)`` receives warnings (default: stderr).
+    """
+    cfg = config or RunConfig(**kw)
+    for spec in cfg.worker_setup:  # here and in every worker process
+        call_setup(spec)
+    plist = resolve_phases(phases)
+    problems = list(problems) if problems is not None else PRESETS["tiny"]
+    sweep = Sweep(cfg, progress=progress, warn=warn)
+    tasks = plan_tasks(plist, problems, sweep.peers, select)
+    try:
+        if cfg.ceilings:
+            sweep.measure_ceilings()
+        for idx, (kind, name, prob) in enumerate(tasks):
+            sweep.run_task(idx, len(tasks), kind, name, prob)
+    finally:
+        sweep.close()
+    return sweep.rows
+
+
+def resolve_phases(phases) -> list[Phase]:
+    """Phase objects in roadmap order (all registered phases when ``phases`` is None)."""
+    if phases is None:
+        return list_phases()
+    out = [get_phase(p) if isinstance(p, str) else p for p in phases]
+    return sorted(out, key=lambda p: p.order)
+
+
+def plan_tasks(phases, problems, peers, select=None) -> list[tuple]:
+    """``(kind, name, problem)`` per row: per problem its phases, then its peers."""
+    tasks = []
+    for pr in problems:
+        tasks += [("phase", ph.name, pr) for ph in phases if select is None or select(ph, pr)]
+        tasks += [("peer", name, pr) for name in peers]
+    return tasks
+
+
+def shape_key(problem_dict: dict) -> str:
+    """A problem without its dtype: tensor-core rows in fp16 get their speedup
+    against the baseline on the same shape in fp32 (``speedup_vs`` says so)."""
+    return json.dumps({k: v for k, v in problem_dict.items() if k != "dtype"}, sort_keys=True)
+
+
+class Baselines:
+    """The baseline phase's times: per problem, and per shape in any dtype (fp32 preferred)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.by_problem: dict = {}
+        self.by_shape: dict = {}  # shape key → (time_ms, dtype)
+
+    def note(self, kind, name, row, problem_dict):
+        """Remember ``row``'s time when it is an OK, timed row of the baseline phase."""
+        if kind == "phase" and name == self.name and row.get("status") == OK and row.get("time_ms"):
+            t_ms = row["time_ms"]
+            self.by_problem[json.dumps(problem_dict, sort_keys=True)] = t_ms
+            sk = shape_key(problem_dict)
+            if sk not in self.by_shape or problem_dict.get("dtype") == "float32":
+                self.by_shape[sk] = (t_ms, problem_dict.get("dtype"))
+
+    def attach_speedup(self, row, problem_dict):
+        if not row.get("time_ms"):
+            return
+        pkey = json.dumps(problem_dict, sort_keys=True)
+        if pkey in self.by_problem:
+            row["speedup"] = self.by_problem[pkey] / row["time_ms"]
+        elif shape_key(problem_dict) in self.by_shape:
+            t_b, dt_b = self.by_shape[shape_key(problem_dict)]
+            row["speedup"] = t_b / row["time_ms"]
+            row["speedup_vs"] = f"{self.name} {dt_b}"
+
+
+def _warn_stderr(msg):
+    print(f"warning: {msg}", file=sys.stderr, flush=True)
+
+
+class Sweep:
+    """The state of one ``run``: its environment record, results file, worker, resumed rows,
+    baseline times, ceilings and the rows so far."""
+
+    def __init__(self, cfg: RunConfig, *, progress=None, warn=None):
+        self.cfg = cfg
+        self.progress = progress
+        self.warn = warn or _warn_stderr
+        self.env = environment(cfg.command)
+        self.env_key = env_key(self.env)
+        self.run_id = uuid.uuid4().hex[:12]
+        previous = resumable_rows(cfg.results, self.env_key) if cfg.resume else []
+        self.done = {row_key(r): r for r in previous}
+        self.writer = ResultsWriter(cfg.results)
+        self.writer.write({"type": "env", "run_id": self.run_id, "env_key": self.env_key,
+                           "resumed_rows": len(self.done), "config": config_to_dict(cfg), **self.env})
+        self.worker = WorkerProcess(cfg.worker_setup) if cfg.timeout_s else None
+        self.peers = []
+        if cfg.peers and not IS_SIMULATOR:
+            self.peers = list(cfg.peer_list) if cfg.peer_list is not None else peer_names()
+        self.rows: list[dict] = []
+        self.ceilings: dict = {}  # name → OK ceiling row
+        self.t_start = time.perf_counter()
+        self.baselines = Baselines(cfg.baseline)
+        self.last_time: dict = {}  # phase → (flops, time_ms) of its last timed row, for max_row_ms
+        self.timing_checked = False
+        for r in previous:
+            self.baselines.note(r.get("kind"), r.get("phase"), r, r.get("problem"))
+            if r.get("timing_check"):
+                self.timing_checked = True
+
+    def close(self):
+        if self.worker is not None:
+            self.worker.close()
+
+    def stamp(self, row):
+        row["run_id"] = self.run_id
+        row["env_key"] = self.env_key
+        row["commit"] = self.env.get("commit")
+        row["gpu"] = self.env.get("gpu")
+
+    def _report(self, idx, n, row, name, prob):
+        if self.progress:
+            self.progress(idx, n, row, name, prob)
+
+    # -- ceilings first, in the same process/context as the phases -----------------
+
+    def measure_ceilings(self):
+        keys = [task_key("ceiling", n, None, None) for n in CEILINGS]
+        ceil_rows = [self.done[k] for k in keys if k in self.done]
+        if len(ceil_rows) == len(CEILINGS):
+            for r in ceil_rows:
+                r["resumed"] = True
+        else:
+            t0 = time.perf_counter()
+            task = ("ceilings", (list(CEILINGS), config_to_dict(self.cfg)))
+            if self.worker is not None:
+                res = self.worker.call(task, max(self.cfg.timeout_s, 120))
+            else:
+                res = run_task(*task)
+            ceil_rows = res.get("rows") or [{"type": "ceiling", "kind": "ceiling", "name": n,
+                                             "phase": f"ceiling.{n}", "status": res.get("status", ERROR),
+                                             "reason": res.get("reason", ""), "value": None} for n in CEILINGS]
+            for r in ceil_rows:
+                self.stamp(r)
+                self.writer.write(r)
+            self._report(-1, 0, {"status": "ceilings", "wall_s": time.perf_counter() - t0}, "ceilings", None)
+        for r in ceil_rows:
+            self.rows.append(r)
+            if r.get("status") == OK and r.get("value"):
+                self.ceilings[r["name"]] = r
+
+    # -- one row -------------------------------------------------------------------
+
+    def run_task(self, idx: int, n: int, kind: str, name: str, prob: Problem):
+        params_req = self.cfg.params.get(name, {}) if kind == "phase" else {}
+        key = task_key(kind, name, prob, params_req)
+        self._report(idx, n, None, name, prob)
+        if key in self.done:
+            row = dict(self.done[key])
+            row["resumed"] = True
+            self.rows.append(row)
+            self._report(idx, n, row, name, prob)
+            return
+        t0 = time.perf_counter()
+        reason = self.skip_reason(kind, name, prob, t0)
+        row = _stub_row(kind, name, prob, {"status": SKIP, "reason": reason}) if reason else \
+            self.measure_row(kind, name, prob)
+        row["requested_params"] = params_req
+        row["wall_s"] = time.perf_counter() - t0
+        self.stamp(row)
+        self.annotate(kind, name, prob, row)
+        self.writer.write(row)
+        self.rows.append(row)
+        self._report(idx, n, row, name, prob)
+
+    def skip_reason(self, kind, name, prob: Problem, now: float) -> str | None:
+        """Why a row is not run: the run's time limit reached, or the phase predicted too slow."""
+        cfg = self.cfg
+        if cfg.max_total_s is not None and now - self.t_start > cfg.max_total_s:
+            return f"the run's time limit of {cfg.max_total_s:g} s was reached before this row"
+        if cfg.max_row_ms and kind == "phase" and name in self.last_time:
+            f0, ms0 = self.last_time[name]
+            pred = ms0 * prob.flops() / max(f0, 1)
+            if pred > cfg.max_row_ms:
+                return (f"predicted {pred:.0f} ms per launch (scaled by FLOPs from {ms0:.1f} ms on a "
+                        f"smaller problem) exceeds the row limit of {cfg.max_row_ms:g} ms")
+        return None
+
+    def measure_row(self, kind, name, prob: Problem) -> dict:
+        """The row of a phase or a peer, in the worker process when there is one; the first
+        phase row of a run (not resumed) carries the timing cross-check."""
+        want = self.cfg.compare_timing is not False and not self.timing_checked and kind == "phase"
+        cfg_row = dataclasses.replace(self.cfg, compare_timing=want)
+        if self.worker is not None:
+            row = self.worker.call((kind, (name, prob.to_dict(), config_to_dict(cfg_row))), self.cfg.timeout_s)
+            if row.get("type") != "result":  # timeout/crash: rebuild the row's identity
+                row = _stub_row(kind, name, prob, row)
+            return row
+        if kind == "phase":
+            return measure(name, prob, cfg_row)
+        return measure_peer(name, prob, cfg_row)
+
+    def annotate(self, kind, name, prob: Problem, row):
+        """Speedup, the phase's last time, a peer's precision, ceiling fractions, timing warnings."""
+        pdict = prob.to_dict()
+        self.baselines.note(kind, name, row, pdict)
+        self.baselines.attach_speedup(row, pdict)
+        if row.get("time_ms") and kind == "phase":
+            self.last_time[name] = (prob.flops(), row["time_ms"])
+        if kind == "peer" and row.get("params", {}).get("dtype", "float32") != "float32":
+            row.setdefault("precision", row["params"]["dtype"])
+        attach_fractions(row, self.ceilings)
+        tc = row.get("timing_check")
+        if tc:
+            self.timing_checked = True
+            if tc.get("warning"):
+                self.warn(f"{name} [{prob.label}]: {tc['warning']}")
+
+
+def _stub_row(kind, name, prob: Problem, info: dict) -> dict:
+    """A row that was not measured (skipped, timed out, its worker died): its identity and why."""
+    row = {"type": "result", "phase": name, "kind": kind, "problem": prob.to_dict(),
+           "label": prob.label, "backend": BACKEND, "flops": prob.flops(), "min_bytes": prob.min_bytes()}
+    if kind == "phase":
+        try:
+            ph = get_phase(name)
+            row.update(order=ph.order, planned_speedup=ph.planned_speedup, phase_kind=ph.kind,
+                       precision=ph.precision, parent=ph.parent)
+        except KeyError:
+            pass
+    row.update(status=info.get("status", ERROR), reason=info.get("reason", ""))
+    return row
