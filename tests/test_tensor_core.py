@@ -1,4 +1,4 @@
-"""The tensor-core phases (tc_mma, tc_pipelined, tc_tf32) against the float64 reference.
+"""The tensor-core phases (tc_mma, tc_pipelined, tc_tf32, tc_wgmma, tc_wgmma_overlap) against the float64 reference.
 
 In the simulator every mma/ldmatrix is a per-lane fallback and costs a warp
 barrier, so the shapes are tiny: one or two 16-row warps per block, 16-key
@@ -55,21 +55,21 @@ def tiny(dtype, D=16, causal=False, q_len=37, kv_len=53, heads=2, kv_heads=None)
 CASES = [
     ("tc_mma", tiny("float16", D=16), {}),
     ("tc_mma", tiny("bfloat16", D=32, causal=True), {}),
-    ("tc_pipelined", tiny("float16", D=32, causal=True), {"STAGES": 3}),
+    ("tc_pipelined", tiny("float16", D=32, causal=True), {"stages": 3}),
     ("tc_pipelined", tiny("bfloat16", D=16, heads=2, kv_heads=1), {}),
-    ("tc_pipelined", tiny("float16", D=16, causal=True, q_len=45, kv_len=61), {"MT": 2, "W": 1}),
-    # 64-key tiles from dynamic shared memory (the D=128 Bc=64 path; DYN=1 forces it at small D)
-    ("tc_pipelined", tiny("float16", D=32, q_len=21, kv_len=150, heads=1), {"Bc": 64, "DYN": 1}),
-    ("tc_pipelined", tiny("bfloat16", D=16, causal=True, q_len=37, kv_len=141, heads=1), {"Bc": 64, "DYN": 1}),
+    ("tc_pipelined", tiny("float16", D=16, causal=True, q_len=45, kv_len=61), {"m_tiles": 2, "warps": 1}),
+    # 64-key tiles from dynamic shared memory (the D=128 Bc=64 path; dynamic_smem=1 forces it at small D)
+    ("tc_pipelined", tiny("float16", D=32, q_len=21, kv_len=150, heads=1), {"Bc": 64, "dynamic_smem": 1}),
+    ("tc_pipelined", tiny("bfloat16", D=16, causal=True, q_len=37, kv_len=141, heads=1), {"Bc": 64, "dynamic_smem": 1}),
     ("tc_tf32", tiny("float32", D=16, causal=True), {}),
-    ("tc_tf32", tiny("float32", D=24, q_len=21, kv_len=21), {"W": 1, "Bc": 8}),
+    ("tc_tf32", tiny("float32", D=24, q_len=21, kv_len=21), {"warps": 1, "Bc": 8}),
     # wgmma: one warpgroup per block in the simulator; 64/32-byte swizzles at D=32/16, 128 at D=64
-    ("tc_wgmma", tiny("float16", D=64, q_len=70, kv_len=75, heads=1, causal=True), {"WG": 1, "Bc": 16}),
-    ("tc_wgmma", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"WG": 1, "Bc": 32, "STAGES": 3}),
-    ("tc_wgmma", tiny("float16", D=16, q_len=130, kv_len=37, heads=1), {"WG": 2, "Bc": 16}),
+    ("tc_wgmma", tiny("float16", D=64, q_len=70, kv_len=75, heads=1, causal=True), {"warpgroups": 1, "Bc": 16}),
+    ("tc_wgmma", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"warpgroups": 1, "Bc": 32, "stages": 3}),
+    ("tc_wgmma", tiny("float16", D=16, q_len=130, kv_len=37, heads=1), {"warpgroups": 2, "Bc": 16}),
     # the next tile's scores in flight during the softmax: 3 stages, uneven last tile, causal, GQA
-    ("tc_wgmma_overlap", tiny("float16", D=64, q_len=70, kv_len=75, heads=1, causal=True), {"WG": 1, "Bc": 16}),
-    ("tc_wgmma_overlap", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"WG": 1, "Bc": 32, "STAGES": 4}),
+    ("tc_wgmma_overlap", tiny("float16", D=64, q_len=70, kv_len=75, heads=1, causal=True), {"warpgroups": 1, "Bc": 16}),
+    ("tc_wgmma_overlap", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"warpgroups": 1, "Bc": 32, "stages": 4}),
 ]
 
 
@@ -93,8 +93,8 @@ def test_supports_reasons():
     d128 = Problem(q_len=64, head_dim=128, dtype="float16")
     assert get_phase("tc_pipelined").supports(d128) is None  # default Bc=64: 64 KiB, dynamic
     assert get_phase("tc_pipelined").supports(d128, Bc=32) is None  # 32 KiB, static
-    assert get_phase("tc_pipelined").supports(d128, Bc=64, STAGES=3) is None  # 96 KiB, dynamic
-    assert "shared memory" in get_phase("tc_pipelined").supports(d128, Bc=256, STAGES=4)  # 512 KiB
+    assert get_phase("tc_pipelined").supports(d128, Bc=64, stages=3) is None  # 96 KiB, dynamic
+    assert "shared memory" in get_phase("tc_pipelined").supports(d128, Bc=256, stages=4)  # 512 KiB
     assert get_phase("tc_tf32").supports(Problem(q_len=64, head_dim=64)) is None
     assert "head_dim" in get_phase("tc_wgmma").supports(Problem(q_len=64, head_dim=48, dtype="float16"))
     assert get_phase("tc_wgmma").supports(d128) is None
@@ -138,7 +138,7 @@ GPU_CASES = [
 def test_phase_gpu_shapes(name, problem):
     params = {}
     if name.endswith("-MT2"):
-        name, params = name[:-4], {"MT": 2}
+        name, params = name[:-4], {"m_tiles": 2}
     for seed in (1, 2):
         c, launch = run_phase(name, problem, seed=seed, **params)
         assert c.ok, c.reason

@@ -26,8 +26,8 @@ registers:
 
 K/V tiles are staged as in ``smem_kv`` (whole block, two barriers per tile)
 but with 128-bit loads and stores, rows padded so that the fragment reads are
-free of bank conflicts (K: D/2+4 words, V: D+8 halves). The W warps of a
-block (Br = 16·W query rows) share each tile. Scores are kept raw; the
+free of bank conflicts (K: D/2+4 words, V: D+8 halves). The ``warps`` of a
+block (Br = 16·warps query rows) share each tile. Scores are kept raw; the
 exponent is ``exp2((s - m)·scale·log2 e)``; masked scores are a finite
 ``-1e30`` (the kernels compile with fastmath, which assumes no infinities).
 
@@ -38,38 +38,22 @@ barriers, scalar shared-memory fragment loads (two 16-bit loads per V
 register) and the softmax between the two products, expect 100–150 TFLOP/s at
 D=64/128, N=4096 fp16 — about 10× ``smem_kv`` and 10–20× over ``naive``.
 
-Measured (H200, commit 6c8cbec, ``bench/dev/tc_run2_tc2.log``; W=4, Bc=64;
-PyTorch SDPA in the same run): B1 H32 N4096 D64 fp16 139.5 TFLOP/s (0.30×
-SDPA's 460), bf16 139.9; D128 fp16 81.5 (0.14× of 585), bf16 81.2; D64 causal
-102.6; B16 H16 N512 D64 118.0. With W=8 (the default since): D64 162.6 (0.35×),
-D128 98.1 (0.17×). 128 registers
-(D64) / 169 (D128), no local memory; the SASS has the 64 / 128 HMMA.16816 of
-one tile. The mma.sync ceiling measured in the same run (register loop) is
-568 TFLOP/s: D64 reaches 25% of it, D128 14%.
-
-D64 is in the predicted range; D128 is well below it. At D128 a tile needs
-128 HMMA, 128 32-bit K loads and 256 16-bit V loads (two per B register), so
-the shared-memory pipe, not the tensor cores, sets the pace — and the staging
-is synchronous (global → registers → shared, two barriers per tile) with
-only 3 blocks (12 warps) per SM at 169 registers. ``tc_pipelined`` removes
-both: ldmatrix and cp.async.
+Verdict: 0.845 ms at B1 H32 N4096 D64 fp16 (H200), 163 TFLOP/s, in the predicted range; 2.74 ms at D128, 100 TFLOP/s, below it (the shared-memory fragment loads set the pace) [results/tensor-core-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
 import functools
 
-import numpy as np
 from numba import cuda, float32, uint16, uint32
 
+from numba_attn.gpu.device_functions import NEG_BIG, fragment_rescale, fragment_softmax
 from numba_attn.gpu.intrinsics import (SMEM_ALIGN, ld_global_v4, lds, mma_bf16, mma_f16, pack_b16x2, pack_bf16x2,
-                          pack_f16x2, st_shared_v4)
+                                       pack_f16x2, st_shared_v4)
 from numba_attn.gpu.jit import kernel
-from numba_attn.phases.registry import Launch, register_phase
-from numba_attn.gpu.device_functions import fragment_rescale, fragment_softmax
-from numba_attn.gpu.warp import quad_sum
+from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT
+from numba_attn.phases.registry import register_phase
+from numba_attn.phases.tensor_core.common import launch_mma, mask_fragments, q_fragments, store_fragments, supports_tc
 
-NEG_BIG = np.float32(-1e30)  # masked score; finite because fastmath assumes no infinities
-LOG2E = 1.4426950408889634
 ALIGN = SMEM_ALIGN
 
 
@@ -91,6 +75,9 @@ def make_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool):
     NO = 4 * DT  # output accumulators
     softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
     rescale = fragment_rescale(DT)
+    load_q = q_fragments(KS)
+    mask = mask_fragments(NT, Bc, causal)
+    store = store_fragments(DT, "bf16" if bf16 else "f16")
 
     @kernel
     def tc_mma(q, k, v, o, sl2, H, G, Nq, Nk):
@@ -106,17 +93,11 @@ def make_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool):
         kvh = (bh // H) * (H // G) + (bh % H) // G
         blk0 = cuda.blockIdx.x * Br
         row0 = blk0 + 16 * warp
-        r_lo = row0 + g
-        r_hi = r_lo + 8
+        r_lo = row0 + g  # this lane's rows: r_lo and r_lo + 8
         off = Nk - Nq  # causal: row i sees keys j <= i + off
 
         qf = cuda.local.array(NQ, uint32)
-        for ks in range(KS):
-            c = 8 * ks + t
-            qf[4 * ks + 0] = q[bh, r_lo, c] if r_lo < Nq else uint32(0)
-            qf[4 * ks + 1] = q[bh, r_hi, c] if r_hi < Nq else uint32(0)
-            qf[4 * ks + 2] = q[bh, r_lo, c + 4] if r_lo < Nq else uint32(0)
-            qf[4 * ks + 3] = q[bh, r_hi, c + 4] if r_hi < Nq else uint32(0)
+        load_q(qf, 0, q, bh, r_lo, Nq, t)
         acc = cuda.local.array(NO, float32)
         for i in range(NO):
             acc[i] = float32(0.0)
@@ -167,13 +148,7 @@ def make_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool):
                     s[4 * nt + 2] = s2
                     s[4 * nt + 3] = s3
                 # -- mask keys past the end and (causal) above the diagonal
-                if j0 + Bc > Nk or (causal and j0 + Bc - 1 > row0 + off):
-                    for nt in range(NT):
-                        for e in range(4):
-                            col = j0 + nt * 8 + 2 * t + (e % 2)
-                            row = r_lo if e < 2 else r_hi
-                            if col >= Nk or (causal and col > row + off):
-                                s[4 * nt + e] = NEG_BIG
+                mask(s, 0, j0, row0, r_lo, t, Nk, off)
                 # -- online softmax on the fragments
                 m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
                 l_lo = l_lo * corr_lo + rs_lo
@@ -195,15 +170,7 @@ def make_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool):
                             acc[4 * dt + 3])
             cuda.syncthreads()
 
-        l_lo = quad_sum(l_lo)
-        l_hi = quad_sum(l_hi)
-        inv_lo = float32(1.0) / l_lo if l_lo > float32(0.0) else float32(0.0)  # 0: rows past Nq
-        inv_hi = float32(1.0) / l_hi if l_hi > float32(0.0) else float32(0.0)
-        for dt in range(DT):
-            if r_lo < Nq:
-                o[bh, r_lo, 4 * dt + t] = pack(acc[4 * dt] * inv_lo, acc[4 * dt + 1] * inv_lo)
-            if r_hi < Nq:
-                o[bh, r_hi, 4 * dt + t] = pack(acc[4 * dt + 2] * inv_hi, acc[4 * dt + 3] * inv_hi)
+        store(o, bh, r_lo, acc, 0, l_lo, l_hi, Nq, t)
 
     return tc_mma
 
@@ -212,28 +179,13 @@ def smem_bytes(D, Bc):
     return Bc * (D // 2 + 4) * 4 + Bc * (D + 8) * 2
 
 
-def supports_tc(problem, Bc, **_):
-    """Shared checks of the f16/bf16 tensor-core phases."""
-    D = problem.head_dim
-    if D % 16 or D > 128:
-        return f"head_dim {D} must be a multiple of 16 and at most 128 (fragments live in registers)"
-    if Bc % 16:
-        return f"Bc={Bc} must be a multiple of 16 (k-steps of P·V)"
-    return None
-
-
-def _supports(problem, W, Bc):
+def _supports(problem, warps, Bc):
     reason = supports_tc(problem, Bc)
     if reason:
         return reason
-    if smem_bytes(problem.head_dim, Bc) > 48 * 1024:
+    if smem_bytes(problem.head_dim, Bc) > STATIC_SMEM_LIMIT:
         return f"K/V tiles need {smem_bytes(problem.head_dim, Bc)} B of static shared memory (> 48 KiB)"
     return None
-
-
-def u32_views(q, k, v, o):
-    """Device (BH, N, D) f16/bf16 arrays → (BH, N, D/2) uint32 views."""
-    return tuple(a.view(np.uint32) for a in (q, k, v, o))
 
 
 @register_phase(
@@ -253,16 +205,9 @@ def u32_views(q, k, v, o):
     planned_speedup=60.0,
     dtypes=("float16", "bfloat16"),
     head_dims=(16, 32, 48, 64, 80, 96, 112, 128),
-    sim_params={"W": 2, "Bc": 16},
+    sim_params={"warps": 2, "Bc": 16},
     supports=_supports,
 )
-def tc_mma(problem, W=8, Bc=64):
-    H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
-    kern = make_kernel(problem.head_dim, W, Bc, problem.causal, problem.dtype == "bfloat16")
-    sl2 = float32(problem.sm_scale * LOG2E)
-    grid = ((Nq + 16 * W - 1) // (16 * W), problem.batch * H)
-
-    def run(q, k, v, o, stream=0):
-        kern[grid, 32 * W, stream](*u32_views(q, k, v, o), sl2, H, problem.group, Nq, Nk)
-
-    return Launch(run, kernels=[kern])
+def tc_mma(problem, warps=8, Bc=64):
+    kern = make_kernel(problem.head_dim, warps, Bc, problem.causal, problem.dtype == "bfloat16")
+    return launch_mma(problem, kern, 16 * warps, warps)

@@ -6,9 +6,9 @@ fragments are the same; what changes is how K and V reach the fragments:
 * **cp.async pipeline.** K/V tiles are copied global → shared with
   ``cp.async.cg`` (16 bytes per instruction, no register round trip, the
   rows past the end zero-filled by the instruction) into a ring of
-  ``STAGES`` buffers. While the warps compute on tile j, the copies of tiles
-  j+1 … j+STAGES-1 are in flight. One barrier per tile instead of two:
-  waiting for tile j (``cp.async.wait_group STAGES-2``) then ``syncthreads``
+  ``stages`` buffers. While the warps compute on tile j, the copies of tiles
+  j+1 … j+stages-1 are in flight. One barrier per tile instead of two:
+  waiting for tile j (``cp.async.wait_group stages-2``) then ``syncthreads``
   both publishes tile j and proves every warp has finished tile j-1, whose
   buffer is the one refilled next.
 * **ldmatrix.** One ``ldmatrix.x4`` gives a lane the B fragments of two
@@ -21,8 +21,9 @@ fragments are the same; what changes is how K and V reach the fragments:
   cp.async writes nor the ldmatrix reads conflict, and rows stay 16-byte
   aligned for both.
 
-Several warps per block (W, 16 query rows each) share every tile; all of a
-block's K/V data sits in one shared array (K stages, then V stages).
+Several warps per block (``warps``, 16 query rows each, or 32 with ``m_tiles=2``)
+share every tile; all of a block's K/V data sits in one shared array (K stages,
+then V stages) — static up to 48 KiB, dynamic above (D=128 with 64-key tiles).
 
 Prediction (written before measuring): ``tc_mma`` stalls on the staging
 (global → registers → shared, two barriers) and on ~3× more shared-memory
@@ -30,58 +31,10 @@ instructions per mma. Overlapping the copies and cutting the fragment loads
 should give 1.5–2× over ``tc_mma``: ~200–250 TFLOP/s at D=64/128 fp16 on an
 H200, near 0.5× SDPA — the target.
 
-Measured (H200, commit 6c8cbec, ``bench/dev/tc_run2_*.log``; W=4, Bc=64 at
-D64 / 32 at D128, STAGES=2; SDPA in the same run): B1 H32 N4096 D64 fp16
-226.7 TFLOP/s = 0.49× SDPA (460), bf16 222.8 = 0.48×; D128 fp16 211.8 = 0.36×
-(585), bf16 211.0 = 0.34× (630); D64 causal 190.3 = 0.51×; B16 H16 N512 D64
-163.5 = 0.46×. Variants: D128 with W=8 224.9 (0.38×; now the default there);
-D64 with W=8 214.5, STAGES=3 217.1, Bc=32 204.1. 1.6× (D64) and 2.6× (D128)
-over ``tc_mma``, 40% of the 568 TFLOP/s mma.sync ceiling. 167 registers (D64)
-/ 219 (D128), 32 KiB shared, no local memory; SASS per tile: 64 HMMA, 32
-LDSM, 16 LDGSTS.
+Verdict: 0.547 ms at B1 H32 N4096 D64 fp16 (H200), 1.54x tc_mma; 0.960 ms at D128, 2.85x [results/tensor-core-nvidia-h200.jsonl]
 
-The prediction held in TFLOP/s; the 0.5× target holds for D64 causal, is
-just missed at D64 (0.49×, bf16 0.48×) and missed at D128 (0.38×). Why,
-from the SASS (``bench/dev/tc_sass.py``) and the counts: a warp spends ~1200
-cycles of its scheduler per 64-key tile for ~640 issued instructions and 64
-HMMA (~480 cycles of tensor pipe), so neither issue nor the tensor pipe is
-saturated — the warps wait: 3 warps per scheduler (166 registers → 3 blocks
-of 4 warps per SM), a barrier per tile, and inside each warp the chain QKᵀ →
-row max → shuffles → exp2 → pack → PV leaves the tensor cores idle during the
-softmax (~200 instructions: FMNMX, FFMA, 34 MUFU.EX2, FADD, the rescale
-FMULs). D128 is hit harder: two stages of 64-key tiles would need 64 KiB, over
-the 48 KiB of static shared memory, so Bc=32 halves the keys each barrier and
-softmax round trip serves, and 219 registers leave 8 warps per SM. Grid
-quantization costs too: 2048 blocks on 3×132 slots is 5.2 waves.
-
-D=128 with 64-key tiles (``Bc=64``, now the default there). Two stages of
-64-key K/V tiles at D=128 need 64 KiB; above the 48 KiB a static array may
-have, the ring lives in dynamic shared memory (``ptx_loads.dynamic_tile``, a
-float32 view used only through cp.async/ldmatrix addresses) and the launch
-opts in (``ptx_loads.launch_dynamic``); configurations that fit 48 KiB keep
-the static array (``DYN=1`` forces the dynamic path, for the simulator test).
-Prediction (before measuring): twice the keys per barrier and per softmax
-round trip, as at D=64, for +15-25% at D=128 despite ~237 registers (one
-8-warp block per SM either way). Measured (H200, commit 770cede,
-``results/dev/tc_d128_bc64_h200.log``, SDPA in the same run: 0.430 ms
-non-causal, 0.296 ms causal): B1 H32 N4096 D128 fp16 Bc=64 W=8 0.960 ms =
-286.5 TFLOP/s = 0.449× SDPA, against Bc=32 W=8 (old default) 1.155 ms = 238.1
-TFLOP/s = 0.373× — 1.20× faster; Bc=64 W=4 0.990 ms, STAGES=3 (96 KiB) W=4
-1.015 / W=8 0.997; Bc=32 from dynamic shared memory 1.176 ms (the dynamic
-array by itself costs nothing measurable, ~2%). Causal: Bc=64 W=8 0.575 ms =
-0.514× SDPA against 0.837 ms (0.353×) — 1.46×. 237 registers (Bc=64 W=8),
-no local memory. The prediction held (+20%); the 0.5× target is met causal
-but still missed non-causal (0.449×; against the 480 µs SDPA of earlier runs
-it would be 0.50×, but this run's SDPA took 430 µs): with one 8-warp block
-per SM the warps still wait through each tile's softmax (see above); a
-third stage does not help, so the copies are not the limit.
-
-Since run 2 (not yet measured on a GPU separately; checked in the simulator and
-compiled for sm_90 without spills): the copy addresses are flat offsets
-(``cp_async16_flat``: ~75 fewer instructions per tile at D64), and two
-tunables — ``MT=2`` (32 query rows per warp: every ldmatrix feeds twice the
-mma, 254 registers at D64) and ``MAXREG`` (register cap for more blocks per
-SM; a 128 cap at D64 costs 16 spill instructions).
+The prediction held in TFLOP/s; the 0.5x SDPA target is met causal only: the warps
+wait through each tile's softmax (docs/tensor-core-notes.md).
 """
 from __future__ import annotations
 
@@ -89,14 +42,13 @@ import functools
 
 from numba import cuda, float32, uint32
 
+from numba_attn.gpu.device_functions import NEG_BIG, fragment_rescale, fragment_softmax
 from numba_attn.gpu.intrinsics import (SMEM_ALIGN, cp_async16_flat, cp_async_commit, cp_async_wait, ldmatrix_x4,
-                          ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2)
+                                       ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2)
 from numba_attn.gpu.jit import kernel
-from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT, dynamic_tile, launch_dynamic, smem_reason
-from numba_attn.phases.registry import Launch, register_phase
-from numba_attn.gpu.device_functions import fragment_rescale, fragment_softmax
-from numba_attn.gpu.warp import quad_sum
-from numba_attn.phases.tensor_core.p20_tc_mma import LOG2E, NEG_BIG, supports_tc, u32_views
+from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT, dynamic_tile, smem_reason
+from numba_attn.phases.registry import register_phase
+from numba_attn.phases.tensor_core.common import launch_mma, q_fragments, store_fragments, supports_tc
 
 ALIGN = SMEM_ALIGN
 
@@ -127,6 +79,8 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
     NO = 4 * DT  # output accumulators per m-tile
     softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
     rescale = fragment_rescale(DT)
+    load_q = q_fragments(KS)
+    store = store_fragments(DT, "bf16" if bf16 else "f16")
     NQA = MT * NQ
     NSA = MT * NS
     NOA = MT * NO
@@ -155,14 +109,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
 
         qf = cuda.local.array(NQA, uint32)
         for mt in range(MT):
-            r_lo = row0 + 16 * mt + g
-            r_hi = r_lo + 8
-            for ks in range(KS):
-                c = 8 * ks + t
-                qf[mt * NQ + 4 * ks + 0] = q[bh, r_lo, c] if r_lo < Nq else uint32(0)
-                qf[mt * NQ + 4 * ks + 1] = q[bh, r_hi, c] if r_hi < Nq else uint32(0)
-                qf[mt * NQ + 4 * ks + 2] = q[bh, r_lo, c + 4] if r_lo < Nq else uint32(0)
-                qf[mt * NQ + 4 * ks + 3] = q[bh, r_hi, c + 4] if r_hi < Nq else uint32(0)
+            load_q(qf, mt * NQ, q, bh, row0 + 16 * mt + g, Nq, t)
         acc = cuda.local.array(NOA, float32)
         for i in range(NOA):
             acc[i] = float32(0.0)
@@ -280,63 +227,39 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
 
         cp_async_wait(0)  # no copy may still target shared memory when the block exits
         for mt in range(MT):
-            r_lo = row0 + 16 * mt + g
-            r_hi = r_lo + 8
-            l_lo = quad_sum(l[2 * mt])
-            l_hi = quad_sum(l[2 * mt + 1])
-            inv_lo = float32(1.0) / l_lo if l_lo > float32(0.0) else float32(0.0)  # 0: rows past Nq
-            inv_hi = float32(1.0) / l_hi if l_hi > float32(0.0) else float32(0.0)
-            for dt in range(DT):
-                i0 = mt * NO + 4 * dt
-                if r_lo < Nq:
-                    o[bh, r_lo, 4 * dt + t] = pack(acc[i0] * inv_lo, acc[i0 + 1] * inv_lo)
-                if r_hi < Nq:
-                    o[bh, r_hi, 4 * dt + t] = pack(acc[i0 + 2] * inv_hi, acc[i0 + 3] * inv_hi)
+            store(o, bh, row0 + 16 * mt + g, acc, mt * NO, l[2 * mt], l[2 * mt + 1], Nq, t)
 
     return tc_pipelined
 
 
-def smem_bytes(D, Bc, STAGES):
-    return 2 * STAGES * Bc * D * 2
+def smem_bytes(D, Bc, stages):
+    return 2 * stages * Bc * D * 2
 
 
-def default_bc(D, Bc):
-    """Bc=0 picks the tile: 64 keys up to D=64 and at D=128, 32 in between.
-
-    At D=128 two stages of 64-key tiles need 64 KiB and run from dynamic shared
-    memory (:func:`use_dynamic`); H200, ``results/dev/tc_d128_bc64_h200.log``:
-    0.960 ms against 1.155 ms with Bc=32 (causal 0.575 against 0.837). D=80-112
-    keep the 32-key static tiles: not measured with 64."""
-    return Bc if Bc else (64 if D <= 64 or D == 128 else 32)
-
-
-def use_dynamic(D, Bc, STAGES, DYN):
-    """The K/V ring lives in dynamic shared memory when it needs more than the 48 KiB
-    a static array may have (the launch then opts in through
-    ``ptx_loads.launch_dynamic``), or when DYN=1 forces it (to test that path
-    at small shapes); otherwise in a static array, as before."""
-    return bool(DYN) or smem_bytes(D, Bc, STAGES) > STATIC_SMEM_LIMIT
+def _resolve(problem, warps, Bc, stages, m_tiles, maxreg, dynamic_smem):
+    """Bc=0: 64 keys up to D=64 and at D=128, 32 in between (64 not measured there);
+    warps=0: 4 up to D=64, 8 above (docs/tensor-core-notes.md has the runs behind both).
+    dynamic_smem becomes 1 when the K/V ring needs more than the 48 KiB a static array
+    may have (the launch then opts in), and stays 0 otherwise; 1 forces the dynamic
+    array (to test that path at small shapes)."""
+    D = problem.head_dim
+    if dynamic_smem not in (0, 1):
+        raise ValueError("dynamic_smem must be 0 (dynamic shared memory only above 48 KiB) or 1 (always)")
+    Bc = Bc or (64 if D <= 64 or D == 128 else 32)
+    warps = warps or (4 if D <= 64 else 8)
+    dyn = int(bool(dynamic_smem) or smem_bytes(D, Bc, stages) > STATIC_SMEM_LIMIT)
+    return {"warps": warps, "Bc": Bc, "stages": stages, "m_tiles": m_tiles, "maxreg": maxreg, "dynamic_smem": dyn}
 
 
-def default_w(D, W):
-    """W=0 picks the warps per block: 4 up to D=64, 8 above (H200, run 2: D=128
-    fp16 224.9 TFLOP/s with 8 warps against 211.8 with 4; D=64 226.7 with 4,
-    214.5 with 8)."""
-    return W if W else (4 if D <= 64 else 8)
-
-
-def _supports(problem, W, Bc, STAGES, MT, MAXREG, DYN=0):
-    Bc = default_bc(problem.head_dim, Bc)
+def _supports(problem, warps, Bc, stages, m_tiles, maxreg, dynamic_smem):
     reason = supports_tc(problem, Bc)
     if reason:
         return reason
-    if STAGES < 2:
-        return "STAGES must be at least 2 (one tile computed while the next lands)"
-    if MT not in (1, 2):
-        return "MT (16-row m-tiles per warp) must be 1 or 2"
-    if DYN not in (0, 1):
-        return "DYN must be 0 (dynamic shared memory only above 48 KiB) or 1 (always)"
-    return smem_reason(smem_bytes(problem.head_dim, Bc, STAGES))
+    if stages < 2:
+        return "stages must be at least 2 (one tile computed while the next lands)"
+    if m_tiles not in (1, 2):
+        return "m_tiles (16-row m-tiles per warp) must be 1 or 2"
+    return smem_reason(smem_bytes(problem.head_dim, Bc, stages))
 
 
 @register_phase(
@@ -344,7 +267,7 @@ def _supports(problem, W, Bc, STAGES, MT, MAXREG, DYN=0):
     parent="tc_mma",
     description="""
         tc_mma's fragments and softmax, fed differently: K/V tiles are copied with
-        cp.async (16 B, zero-fill past the end) into a ring of STAGES swizzled
+        cp.async (16 B, zero-fill past the end) into a ring of `stages` swizzled
         shared buffers, so copies of the next tiles overlap the math on this one
         (one barrier per tile); B fragments come from ldmatrix.x4 (K) and
         ldmatrix.x4.trans (V), two n-tiles per instruction, bank-conflict free
@@ -355,26 +278,12 @@ def _supports(problem, W, Bc, STAGES, MT, MAXREG, DYN=0):
     planned_speedup=100.0,
     dtypes=("float16", "bfloat16"),
     head_dims=(16, 32, 48, 64, 80, 96, 112, 128),
-    sim_params={"W": 2, "Bc": 16, "STAGES": 2, "MT": 1, "MAXREG": 0, "DYN": 0},
+    sim_params={"warps": 2, "Bc": 16, "stages": 2, "m_tiles": 1, "maxreg": 0, "dynamic_smem": 0},
     supports=_supports,
+    resolve=_resolve,
 )
-def tc_pipelined(problem, W=0, Bc=0, STAGES=2, MT=1, MAXREG=0, DYN=0):
-    H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
-    D = problem.head_dim
-    Bc = default_bc(D, Bc)
-    W = default_w(D, W)
-    dyn = use_dynamic(D, Bc, STAGES, DYN)
-    nbytes = smem_bytes(D, Bc, STAGES)
-    kern = make_kernel(D, W, Bc, STAGES, MT, MAXREG, problem.causal, problem.dtype == "bfloat16", dyn)
-    sl2 = float32(problem.sm_scale * LOG2E)
-    Br = 16 * MT * W
-    grid = ((Nq + Br - 1) // Br, problem.batch * H)
-
-    def run(q, k, v, o, stream=0):
-        if dyn:
-            launch_dynamic(kern, grid, 32 * W, stream, nbytes, *u32_views(q, k, v, o), sl2, H, problem.group,
-                           Nq, Nk)
-        else:
-            kern[grid, 32 * W, stream](*u32_views(q, k, v, o), sl2, H, problem.group, Nq, Nk)
-
-    return Launch(run, kernels=[kern])
+def tc_pipelined(problem, warps=0, Bc=0, stages=2, m_tiles=1, maxreg=0, dynamic_smem=0):
+    kern = make_kernel(problem.head_dim, warps, Bc, stages, m_tiles, maxreg, problem.causal,
+                       problem.dtype == "bfloat16", bool(dynamic_smem))
+    nbytes = smem_bytes(problem.head_dim, Bc, stages) if dynamic_smem else 0
+    return launch_mma(problem, kern, 16 * m_tiles * warps, warps, dyn_bytes=nbytes)

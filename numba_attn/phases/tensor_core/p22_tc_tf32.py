@@ -31,15 +31,7 @@ per two shared loads. Expect 100–150 TFLOP/s at D=64, N=4096: 3–4× PyTorch
 SDPA in fp32 (~34 TFLOP/s, no tensor cores), above the 1.5× target, at a
 relative error near 1e-3 (tf32 rounding of Q, K, V and P).
 
-Measured (H200, commit 6c8cbec, ``bench/dev/tc_run2_*.log``; SDPA fp32 in the
-same run): B1 H32 N4096 D64 fp32 93.5 TFLOP/s with W=4 (2.73× SDPA's 34.3),
-103.0 with W=8 (3.0×; now the default at D≤64); D128 84.7 (1.88× of 45.1).
-Relative error 4.4e-4 against float64 (tolerance 3e-3). The tf32 mma.sync
-ceiling measured in the same run is 283 TFLOP/s: 36% (W=8). 149 registers
-(W=4) / 126 (W=8) at D64, 204 at D128; no local memory; 64 HMMA.1688 per
-tile in SASS. The target (≥1.5× SDPA fp32) is met; the prediction's range is
-met only at its low end, for the reasons given in ``tc_pipelined`` (latency-
-bound warps) plus two 32-bit shared loads and a cvt per B register.
+Verdict: 1.347 ms at B1 H32 N4096 D64 fp32 (H200), 3.0x PyTorch SDPA fp32, the target met; 3.20 ms at D128 [results/tensor-core-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
@@ -47,12 +39,12 @@ import functools
 
 from numba import cuda, float32, uint32
 
+from numba_attn.gpu.device_functions import NEG_BIG, fragment_rescale, fragment_softmax
 from numba_attn.gpu.intrinsics import SMEM_ALIGN, cp_async16, cp_async_commit, cp_async_wait, lds, mma_tf32, to_tf32
 from numba_attn.gpu.jit import kernel
-from numba_attn.phases.registry import Launch, register_phase
-from numba_attn.gpu.device_functions import fragment_rescale, fragment_softmax
-from numba_attn.gpu.warp import quad_sum
-from numba_attn.phases.tensor_core.p20_tc_mma import LOG2E, NEG_BIG
+from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT
+from numba_attn.phases.registry import register_phase
+from numba_attn.phases.tensor_core.common import launch_mma, mask_fragments, q_fragments, store_fragments
 
 ALIGN = SMEM_ALIGN
 
@@ -75,6 +67,9 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool)
     NO = 4 * DT
     softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
     rescale = fragment_rescale(DT)
+    load_q = q_fragments(KS, tf32=True)
+    mask = mask_fragments(NT, Bc, causal)
+    store = store_fragments(DT, "f32")
     WAIT = STAGES - 2
 
     @kernel(**({"max_registers": MAXREG} if MAXREG else {}))
@@ -89,17 +84,11 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool)
         kvh = (bh // H) * (H // G) + (bh % H) // G
         blk0 = cuda.blockIdx.x * Br
         row0 = blk0 + 16 * warp
-        r_lo = row0 + g
-        r_hi = r_lo + 8
+        r_lo = row0 + g  # this lane's rows: r_lo and r_lo + 8
         off = Nk - Nq
 
         qf = cuda.local.array(NQ, uint32)
-        for ks in range(KS):
-            c = 8 * ks + t
-            qf[4 * ks + 0] = to_tf32(q[bh, r_lo, c]) if r_lo < Nq else uint32(0)
-            qf[4 * ks + 1] = to_tf32(q[bh, r_hi, c]) if r_hi < Nq else uint32(0)
-            qf[4 * ks + 2] = to_tf32(q[bh, r_lo, c + 4]) if r_lo < Nq else uint32(0)
-            qf[4 * ks + 3] = to_tf32(q[bh, r_hi, c + 4]) if r_hi < Nq else uint32(0)
+        load_q(qf, 0, q, bh, r_lo, Nq, t)  # A fragments (g / g+8, t / t+4), rounded to tf32
         acc = cuda.local.array(NO, float32)
         for i in range(NO):
             acc[i] = float32(0.0)
@@ -170,13 +159,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool)
                     s[4 * nt + 1] = s1
                     s[4 * nt + 2] = s2
                     s[4 * nt + 3] = s3
-                if j0 + Bc > Nk or (causal and j0 + Bc - 1 > row0 + off):
-                    for nt in range(NT):
-                        for e in range(4):
-                            col = j0 + nt * 8 + 2 * t + (e % 2)
-                            row = r_lo if e < 2 else r_hi
-                            if col >= Nk or (causal and col > row + off):
-                                s[4 * nt + e] = NEG_BIG
+                mask(s, 0, j0, row0, r_lo, t, Nk, off)
                 m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
                 l_lo = l_lo * corr_lo + rs_lo
                 l_hi = l_hi * corr_hi + rs_hi
@@ -196,49 +179,34 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool)
                             acc[4 * dt + 3])
 
         cp_async_wait(0)
-        l_lo = quad_sum(l_lo)
-        l_hi = quad_sum(l_hi)
-        inv_lo = float32(1.0) / l_lo if l_lo > float32(0.0) else float32(0.0)
-        inv_hi = float32(1.0) / l_hi if l_hi > float32(0.0) else float32(0.0)
-        for dt in range(DT):
-            c = 8 * dt + 2 * t
-            if r_lo < Nq:
-                o[bh, r_lo, c] = acc[4 * dt] * inv_lo
-                o[bh, r_lo, c + 1] = acc[4 * dt + 1] * inv_lo
-            if r_hi < Nq:
-                o[bh, r_hi, c] = acc[4 * dt + 2] * inv_hi
-                o[bh, r_hi, c + 1] = acc[4 * dt + 3] * inv_hi
+        store(o, bh, r_lo, acc, 0, l_lo, l_hi, Nq, t)
 
     return tc_tf32
 
 
-def smem_bytes(D, Bc, STAGES):
-    return 2 * STAGES * Bc * (D + 4) * 4
+def smem_bytes(D, Bc, stages):
+    return 2 * stages * Bc * (D + 4) * 4
 
 
-def default_bc(D, Bc):
-    """Bc=0 picks the largest tile whose two stages fit 48 KiB: 32 keys at D≤64, 16 above."""
-    return Bc if Bc else (32 if D <= 64 else 16)
-
-
-def default_w(D, W):
-    """W=0 picks the warps per block: 8 up to D=64 (H200, run 2: 103.0 TFLOP/s
-    against 93.5 with 4), 4 above (8 not measured there)."""
-    return W if W else (8 if D <= 64 else 4)
-
-
-def _supports(problem, W, Bc, STAGES, MAXREG):
+def _resolve(problem, warps, Bc, stages, maxreg):
+    """Bc=0: the largest tile whose two stages fit 48 KiB, 32 keys at D≤64, 16 above;
+    warps=0: 8 up to D=64, 4 above (docs/tensor-core-notes.md has the runs)."""
     D = problem.head_dim
-    Bc = default_bc(D, Bc)
+    return {"warps": warps or (8 if D <= 64 else 4), "Bc": Bc or (32 if D <= 64 else 16), "stages": stages,
+            "maxreg": maxreg}
+
+
+def _supports(problem, warps, Bc, stages, maxreg):
+    D = problem.head_dim
     if D % 8 or D > 128:
         return f"head_dim {D} must be a multiple of 8 and at most 128 (fragments live in registers)"
     if Bc % 8:
         return f"Bc={Bc} must be a multiple of 8"
-    if STAGES < 2:
-        return "STAGES must be at least 2"
-    nb = smem_bytes(D, Bc, STAGES)
-    if nb > 48 * 1024:
-        return f"{STAGES} stages of fp32 K/V tiles need {nb} B of static shared memory (> 48 KiB)"
+    if stages < 2:
+        return "stages must be at least 2"
+    nb = smem_bytes(D, Bc, stages)
+    if nb > STATIC_SMEM_LIMIT:
+        return f"{stages} stages of fp32 K/V tiles need {nb} B of static shared memory (> 48 KiB)"
     return None
 
 
@@ -257,18 +225,10 @@ def _supports(problem, W, Bc, STAGES, MAXREG):
     dtypes=("float32",),
     precision="tf32",
     head_dims=(8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128),
-    sim_params={"W": 2, "Bc": 16, "STAGES": 2},
+    sim_params={"warps": 2, "Bc": 16, "stages": 2},
     supports=_supports,
+    resolve=_resolve,
 )
-def tc_tf32(problem, W=0, Bc=0, STAGES=2, MAXREG=0):
-    H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
-    W = default_w(problem.head_dim, W)
-    kern = make_kernel(problem.head_dim, W, default_bc(problem.head_dim, Bc), STAGES, MAXREG,
-                       problem.causal)
-    sl2 = float32(problem.sm_scale * LOG2E)
-    grid = ((Nq + 16 * W - 1) // (16 * W), problem.batch * H)
-
-    def run(q, k, v, o, stream=0):
-        kern[grid, 32 * W, stream](q, k, v, o, sl2, H, problem.group, Nq, Nk)
-
-    return Launch(run, kernels=[kern])
+def tc_tf32(problem, warps=0, Bc=0, stages=2, maxreg=0):
+    kern = make_kernel(problem.head_dim, warps, Bc, stages, maxreg, problem.causal)
+    return launch_mma(problem, kern, 16 * warps, warps, views=False)

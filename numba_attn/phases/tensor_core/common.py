@@ -1,0 +1,385 @@
+"""What the tensor-core prefill phases share.
+
+All of them keep the FlashAttention-2 split: a warp owns 16 query rows (an
+``m16`` tile) and everything about them lives in registers, in the mma
+fragment layout (lane = 4g + t; a lane holds rows g and g+8 of its tile):
+
+* :func:`q_fragments` — the A fragments of Q, loaded once from global memory;
+* :func:`mask_fragments` — scores of keys past the end and (causal) above the
+  diagonal set to NEG_BIG on the accumulator fragments of S;
+* the online softmax and rescale on the fragments
+  (:func:`numba_attn.gpu.device_functions.fragment_softmax` / ``fragment_rescale``);
+* :func:`store_fragments` — the epilogue: row sums reduced over the quad, O / l
+  written (packed f16/bf16 pairs, or fp32);
+* host side: :func:`supports_tc`, :func:`u32_views`, :func:`launch_mma` (grid,
+  softmax scale and launch of the mma.sync phases).
+
+The wgmma phases (``tc_wgmma`` and ``tc_wgmma_overlap``) are one kernel,
+:func:`make_wgmma_kernel`, whose compile-time ``overlap`` option issues the next
+tile's Q·Kᵀ before this tile's softmax; :func:`build_wgmma` is their host side.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import cuda, float32, uint32
+
+from numba_attn.gpu.device_functions import LOG2E, NEG_BIG, fragment_rescale, fragment_softmax
+from numba_attn.gpu.intrinsics import cp_async_commit, cp_async_wait, pack_bf16x2, pack_f16x2, to_tf32
+from numba_attn.gpu.jit import device, kernel
+from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
+from numba_attn.gpu.warp import quad_sum
+from numba_attn.gpu.wgmma import (kmajor_params, make_ring_copy, make_wgmma_rs, make_wgmma_wait, mnmajor_params,
+                                  row_bytes, shared_address)
+from numba_attn.phases.registry import Launch
+
+__all__ = ["LOG2E", "NEG_BIG", "q_fragments", "mask_fragments", "store_fragments", "supports_tc", "u32_views",
+           "launch_mma", "ALIGN_BYTES", "make_wgmma_kernel", "wgmma_smem_bytes", "resolve_wgmma",
+           "supports_wgmma", "build_wgmma"]
+
+
+# -- device side: the fragments of one warp's 16 rows ------------------------------------------
+
+
+@device
+def _word(x):
+    return x
+
+
+@functools.cache
+def q_fragments(KS: int, tf32: bool = False):
+    """A device function ``load(qf, base, q, bh, r_lo, Nq, t)`` filling ``qf[base:base + 4·KS]``
+    with the A fragments of rows ``r_lo`` and ``r_lo + 8`` (zero past ``Nq``): per k-step
+    ks the words at columns 8ks+t and 8ks+t+4 of each row. For f16/bf16 ``q`` is the
+    uint32 view (two elements per word, m16n8k16); with ``tf32`` it is the float32
+    array, each element rounded to tf32 (m16n8k8)."""
+    cvt = to_tf32 if tf32 else _word
+
+    @device
+    def load(qf, base, q, bh, r_lo, Nq, t):
+        r_hi = r_lo + 8
+        for ks in range(KS):
+            c = 8 * ks + t
+            qf[base + 4 * ks + 0] = cvt(q[bh, r_lo, c]) if r_lo < Nq else uint32(0)
+            qf[base + 4 * ks + 1] = cvt(q[bh, r_hi, c]) if r_hi < Nq else uint32(0)
+            qf[base + 4 * ks + 2] = cvt(q[bh, r_lo, c + 4]) if r_lo < Nq else uint32(0)
+            qf[base + 4 * ks + 3] = cvt(q[bh, r_hi, c + 4]) if r_hi < Nq else uint32(0)
+
+    return load
+
+
+@functools.cache
+def mask_fragments(NT: int, Bc: int, causal: bool):
+    """A device function ``mask(s, base, j0, row0, r_lo, t, Nk, off)``: in the ``NT``
+    n-tiles of scores at ``s[base]`` (keys ``j0 …``, rows ``r_lo`` and ``r_lo + 8``)
+    the keys past ``Nk`` and, when ``causal``, the keys above the diagonal
+    (key > row + off) become NEG_BIG. Skipped unless the tile reaches past ``Nk`` or
+    (causal) past the diagonal of the warp's first row ``row0``."""
+
+    @device
+    def mask(s, base, j0, row0, r_lo, t, Nk, off):
+        r_hi = r_lo + 8
+        if j0 + Bc > Nk or (causal and j0 + Bc - 1 > row0 + off):
+            for nt in range(NT):
+                for e in range(4):
+                    col = j0 + nt * 8 + 2 * t + (e % 2)
+                    row = r_lo if e < 2 else r_hi
+                    if col >= Nk or (causal and col > row + off):
+                        s[base + 4 * nt + e] = NEG_BIG
+
+    return mask
+
+
+@functools.cache
+def store_fragments(DT: int, kind: str):
+    """A device function ``store(o, bh, r_lo, acc, base, l_lo, l_hi, Nq, t)``: the epilogue.
+    The lane's row sums are reduced over the quad, the ``DT`` output n-tiles at
+    ``acc[base]`` divided by them (0 for rows that saw no key) and written to rows
+    ``r_lo``, ``r_lo + 8`` of ``o`` (below ``Nq``): for ``kind`` "f16"/"bf16" as packed
+    pairs into the uint32 view, for "f32" as two floats."""
+    if kind == "f32":
+        @device
+        def store(o, bh, r_lo, acc, base, l_lo, l_hi, Nq, t):
+            r_hi = r_lo + 8
+            l_lo = quad_sum(l_lo)
+            l_hi = quad_sum(l_hi)
+            inv_lo = float32(1.0) / l_lo if l_lo > float32(0.0) else float32(0.0)  # 0: rows past Nq
+            inv_hi = float32(1.0) / l_hi if l_hi > float32(0.0) else float32(0.0)
+            for dt in range(DT):
+                i0 = base + 4 * dt
+                c = 8 * dt + 2 * t
+                if r_lo < Nq:
+                    o[bh, r_lo, c] = acc[i0] * inv_lo
+                    o[bh, r_lo, c + 1] = acc[i0 + 1] * inv_lo
+                if r_hi < Nq:
+                    o[bh, r_hi, c] = acc[i0 + 2] * inv_hi
+                    o[bh, r_hi, c + 1] = acc[i0 + 3] * inv_hi
+
+        return store
+
+    pack = pack_bf16x2 if kind == "bf16" else pack_f16x2
+
+    @device
+    def store(o, bh, r_lo, acc, base, l_lo, l_hi, Nq, t):
+        r_hi = r_lo + 8
+        l_lo = quad_sum(l_lo)
+        l_hi = quad_sum(l_hi)
+        inv_lo = float32(1.0) / l_lo if l_lo > float32(0.0) else float32(0.0)  # 0: rows past Nq
+        inv_hi = float32(1.0) / l_hi if l_hi > float32(0.0) else float32(0.0)
+        for dt in range(DT):
+            i0 = base + 4 * dt
+            if r_lo < Nq:
+                o[bh, r_lo, 4 * dt + t] = pack(acc[i0] * inv_lo, acc[i0 + 1] * inv_lo)
+            if r_hi < Nq:
+                o[bh, r_hi, 4 * dt + t] = pack(acc[i0 + 2] * inv_hi, acc[i0 + 3] * inv_hi)
+
+    return store
+
+
+# -- host side ----------------------------------------------------------------------------------
+
+
+def supports_tc(problem, Bc, **_):
+    """Shared checks of the f16/bf16 tensor-core phases."""
+    D = problem.head_dim
+    if D % 16 or D > 128:
+        return f"head_dim {D} must be a multiple of 16 and at most 128 (fragments live in registers)"
+    if Bc % 16:
+        return f"Bc={Bc} must be a multiple of 16 (k-steps of P·V)"
+    return None
+
+
+def u32_views(q, k, v, o):
+    """Device (BH, N, D) f16/bf16 arrays → (BH, N, D/2) uint32 views."""
+    return tuple(a.view(np.uint32) for a in (q, k, v, o))
+
+
+def launch_mma(problem, kern, Br, warps, views=True, dyn_bytes=0):
+    """The :class:`Launch` of an mma.sync kernel ``kern(q, k, v, o, sl2, H, G, Nq, Nk)``:
+    one block of ``warps`` warps per ``Br`` query rows and (batch, head); q/k/v/o passed
+    as uint32 views when ``views`` (f16/bf16), as they are otherwise (fp32); with
+    ``dyn_bytes`` the launch takes that much dynamic shared memory (opting in above 48 KiB)."""
+    H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
+    sl2 = float32(problem.sm_scale * LOG2E)  # scores in base 2: exp2((s - m)·sl2)
+    grid = ((Nq + Br - 1) // Br, problem.batch * H)
+    block = 32 * warps
+    tail = (sl2, H, problem.group, Nq, Nk)
+
+    def run(q, k, v, o, stream=0):
+        args = u32_views(q, k, v, o) if views else (q, k, v, o)
+        if dyn_bytes:
+            launch_dynamic(kern, grid, block, stream, dyn_bytes, *args, *tail)
+        else:
+            kern[grid, block, stream](*args, *tail)
+
+    return Launch(run, kernels=[kern])
+
+
+# -- the wgmma kernel (tc_wgmma; tc_wgmma_overlap with overlap=True) -----------------------------
+
+ALIGN_BYTES = 1024  # the 128-byte swizzle repeats every 1024 bytes: tiles start there
+
+
+@functools.cache
+def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf16: bool, overlap: bool):
+    """The wgmma attention kernel ``(q, k, v, o, sl2, H, Nq, Nk)`` of ``WG`` warpgroups (64 query
+    rows each). Per K/V tile: S = Q·Kᵀ (``D/16`` wgmma m64nBc k16, K from the swizzled ring),
+    mask, online softmax, P packed in registers, O += P·V (``Bc/16`` wgmma m64nD k16, V as the
+    transposed operand). Without ``overlap`` each product is waited for at once; with it, the
+    next tile's S is issued (not waited) before this tile's softmax, one ``wait_group`` retires
+    both products, and the ring must hold tile j+1 while tile j is read (STAGES ≥ 3)."""
+    kind = "bf16" if bf16 else "f16"
+    pack = pack_bf16x2 if bf16 else pack_f16x2
+    W = 4 * WG  # warps per block; warpgroup i = warps 4i..4i+3, 64 query rows
+    NTH = 32 * W
+    Br = 64 * WG
+    KS = D // 16  # k-steps of Q·Kᵀ
+    NT = Bc // 8  # n-tiles of S (8 columns each)
+    KK = Bc // 16  # k-steps of P·V
+    DT = D // 8  # n-tiles of O
+    NQ = 4 * KS  # Q registers (A fragments)
+    NS = Bc // 2  # score accumulators per thread (64 × Bc over 128 threads)
+    NO = D // 2  # output accumulators per thread
+    softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
+    rescale = fragment_rescale(DT)
+    load_q = q_fragments(KS)
+    store = store_fragments(DT, kind)
+    copy_tile = make_ring_copy(D, Bc, STAGES, NTH)  # cp.async of one K/V tile into the swizzled ring
+    NP = 4 * KK  # P registers (A fragments of P·V)
+    RB = row_bytes(D)  # bytes per swizzled row
+    TILE = Bc * D * 2  # bytes of one K (or V) stage
+    KVR = 2 * STAGES * TILE // 16  # rows of 16 bytes in the ring
+    WAIT = STAGES - 2  # copy groups that may stay in flight when tile j is needed
+    WAIT_LOOP = STAGES - 3 if overlap else WAIT  # overlap: when tile j+1 is needed
+    qk_off, qk_lbo, qk_sbo = kmajor_params(Bc, KS, RB)
+    pv_off, pv_lbo, pv_sbo = mnmajor_params(Bc, KK, RB)
+    qk = make_wgmma_rs(kind, Bc, False, True, qk_off, qk_lbo, qk_sbo, RB)  # S = Q Kᵀ (fresh), waited
+    qk_next = make_wgmma_rs(kind, Bc, False, True, qk_off, qk_lbo, qk_sbo, RB, False)  # issued, not waited
+    pv = make_wgmma_rs(kind, D, True, False, pv_off, pv_lbo, pv_sbo, RB, not overlap)  # O += P V
+    wait_all = make_wgmma_wait(0, NS, NO)  # both products done; S_next and O pass through the wait
+
+    def body(q, k, v, o, sl2, H, Nq, Nk):
+        # the K/V ring: dynamic shared memory padded up to a 1024-byte boundary
+        base = dynamic_tile(0, 1, 4)
+        pad = ((ALIGN_BYTES - (shared_address(base) & (ALIGN_BYTES - 1))) & (ALIGN_BYTES - 1)) // 4
+        KV = dynamic_tile(pad, KVR, 4)  # float32 view, used only through addresses
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g = lane // 4
+        t = lane % 4
+        # grid (query blocks, heads, batch): no run-time integer division (a 64-bit
+        # division is a subroutine call, and any call makes ptxas serialize wgmma)
+        h = cuda.blockIdx.y
+        b = cuda.blockIdx.z
+        bh = b * H + h
+        kvh = b * (H // G) + h // G  # G: compile-time
+        blk0 = cuda.blockIdx.x * Br
+        wg0 = blk0 + 64 * (warp // 4)  # first query row of this warpgroup
+        row0 = blk0 + 16 * warp  # first query row of this warp
+        off = Nk - Nq
+
+        qf = cuda.local.array(NQ, uint32)
+        r_lo = row0 + g
+        load_q(qf, 0, q, bh, r_lo, Nq, t)
+        acc = cuda.local.array(NO, float32)
+        for i in range(NO):
+            acc[i] = float32(0.0)
+        s = cuda.local.array(NS, float32)
+        sn = cuda.local.array(NS, float32)  # overlap: S of the next tile, in flight during this tile's softmax
+        pf = cuda.local.array(NP, uint32)
+        m_lo = NEG_BIG  # running max (raw scores) of rows g and g+8 of this warp
+        m_hi = NEG_BIG
+        l_lo = float32(0.0)  # running sums, this lane's columns only
+        l_hi = float32(0.0)
+
+        kv_end = Nk
+        wg_end = Nk  # keys this warpgroup needs (warpgroup-uniform: wgmma is collective)
+        if causal:
+            kv_end = min(Nk, min(blk0 + Br, Nq) + off)
+            wg_end = min(Nk, min(wg0 + 64, Nq) + off)
+        if wg0 >= Nq:
+            wg_end = 0
+        n_tiles = (kv_end + Bc - 1) // Bc
+
+        for st in range(STAGES - 1):  # tiles 0 .. STAGES-2 in flight
+            if st < n_tiles:
+                copy_tile(KV, k, v, st, st, tid, kvh, Nk)
+            cp_async_commit()
+
+        if overlap:
+            cp_async_wait(WAIT)  # tile 0 has landed ...
+            cuda.syncthreads()  # ... for every thread's copies
+            if n_tiles > 0 and wg_end > 0:
+                qk(s, qf, 0, KV, 0)  # S of tile 0
+
+        for it in range(n_tiles):
+            cp_async_wait(WAIT_LOOP)  # the tile needed next has landed (this thread's copies) ...
+            cuda.syncthreads()  # ... every thread's; every warpgroup is done with tile it-1
+            nxt = it + STAGES - 1
+            if nxt < n_tiles:  # refill the buffer of tile it-1
+                copy_tile(KV, k, v, nxt, nxt % STAGES, tid, kvh, Nk)
+            cp_async_commit()
+
+            j0 = it * Bc
+            if overlap:
+                # -- issue S_{it+1} = Q K_{it+1}ᵀ: the tensor cores work on it during the softmax below
+                if it + 1 < n_tiles and j0 + Bc < wg_end:
+                    qk_next(sn, qf, 0, KV, ((it + 1) % STAGES) * TILE)
+            if j0 < wg_end:
+                if not overlap:
+                    # -- S = Q Kᵀ: KS wgmma m64nBc k16, K read from shared memory
+                    qk(s, qf, 0, KV, (it % STAGES) * TILE)
+                # -- mask keys past the end and (causal) above the diagonal
+                if j0 + Bc > Nk or (causal and j0 + Bc - 1 > row0 + off):
+                    for nt in range(NT):
+                        for e in range(4):
+                            col = j0 + nt * 8 + 2 * t + (e % 2)
+                            row = row0 + g + 8 * (e // 2)
+                            if col >= Nk or (causal and col > row + off):
+                                s[4 * nt + e] = NEG_BIG
+                # -- online softmax on the fragments (rows g and g+8 of the warp)
+                m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
+                l_lo = l_lo * corr_lo + rs_lo
+                l_hi = l_hi * corr_hi + rs_hi
+                for kk in range(KK):  # P, rounded and packed: the A fragments of k-step kk
+                    i0 = 8 * kk
+                    pf[4 * kk + 0] = pack(s[i0], s[i0 + 1])
+                    pf[4 * kk + 1] = pack(s[i0 + 2], s[i0 + 3])
+                    pf[4 * kk + 2] = pack(s[i0 + 4], s[i0 + 5])
+                    pf[4 * kk + 3] = pack(s[i0 + 6], s[i0 + 7])
+                rescale(acc, 0, corr_lo, corr_hi)
+                # -- O += P V: KK wgmma m64nD k16, V (transposed) read from shared memory
+                pv(acc, pf, 0, KV, (STAGES + it % STAGES) * TILE)
+            if overlap:
+                wait_all(sn, acc)  # both products complete (warpgroup-uniform)
+                for i in range(NS):
+                    s[i] = sn[i]
+
+        cp_async_wait(0)
+        store(o, bh, r_lo, acc, 0, l_lo, l_hi, Nq, t)
+
+    body.__name__ = body.__qualname__ = "tc_wgmma_overlap" if overlap else "tc_wgmma"
+    return kernel(body)
+
+
+def wgmma_smem_bytes(D, Bc, stages):
+    """The K/V ring plus the 1024 bytes of alignment padding."""
+    return 2 * stages * Bc * D * 2 + ALIGN_BYTES
+
+
+def resolve_wgmma(problem, warpgroups, Bc, stages):
+    """warpgroups=0 picks the warpgroups per block: 3 at D=128 (168 registers: one
+    384-thread block per SM), 2 below (126 registers at D=64: two 256-thread blocks
+    per SM); see docs/tensor-core-notes.md for the runs behind the choice."""
+    if warpgroups < 0:
+        raise ValueError("warpgroups (per block) must be at least 1 (0: by head_dim)")
+    return {"warpgroups": warpgroups or (3 if problem.head_dim >= 128 else 2), "Bc": Bc, "stages": stages}
+
+
+def supports_wgmma(problem, warpgroups, Bc, stages, min_stages):
+    D = problem.head_dim
+    reason = supports_tc(problem, Bc)
+    if reason:
+        return reason
+    if D not in (16, 32) and D % 64:
+        return f"head_dim {D}: swizzled wgmma tiles need 16, 32 or a multiple of 64 columns"
+    if Bc > 256 or Bc % 16:
+        return f"Bc={Bc}: wgmma N must be a multiple of 16 up to 256"
+    if stages < min_stages:
+        return f"stages must be at least {min_stages}" + (
+            " (tile j+1 resident while tile j is read)" if min_stages > 2 else "")
+    return smem_reason(wgmma_smem_bytes(D, Bc, stages))
+
+
+def build_wgmma(problem, warpgroups, Bc, stages, overlap):
+    """The :class:`Launch` of the wgmma kernel: grid (query blocks, heads, batch), the ring in
+    dynamic shared memory (opt-in made at the first launch), and the uint32 views of the last
+    few input sets cached (making views costs host time at every launch)."""
+    H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
+    D = problem.head_dim
+    kern = make_wgmma_kernel(D, warpgroups, Bc, stages, problem.group, problem.causal,
+                             problem.dtype == "bfloat16", overlap)
+    sl2 = float32(problem.sm_scale * LOG2E)
+    Br = 64 * warpgroups
+    grid = ((Nq + Br - 1) // Br, H, problem.batch)
+    nbytes = wgmma_smem_bytes(D, Bc, stages)
+
+    views = {}  # uint32 views of the last few input sets: making views costs host time at every launch
+    opted = []  # the >48 KiB opt-in is made once, at the first launch
+
+    def run(q, k, v, o, stream=0):
+        key = (id(q), id(k), id(v), id(o))
+        hit = views.get(key)
+        if hit is None or any(a is not b for a, b in zip(hit[0], (q, k, v, o))):
+            if len(views) >= 8:
+                views.clear()
+            hit = views[key] = ((q, k, v, o), u32_views(q, k, v, o))
+        if opted:
+            kern[grid, 128 * warpgroups, stream, nbytes](*hit[1], sl2, H, Nq, Nk)
+        else:
+            launch_dynamic(kern, grid, 128 * warpgroups, stream, nbytes, *hit[1], sl2, H, Nq, Nk)
+            opted.append(True)
+
+    return Launch(run, kernels=[kern])
