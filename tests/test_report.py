@@ -1,7 +1,10 @@
 """Generated docs: ``numba-attn diff``, the phase cards (docs/phases/) and the
 README's result tables. No kernel is compiled or run here."""
+import json
 import os
+import re
 import shutil
+import sys
 
 import pytest
 
@@ -135,3 +138,43 @@ def test_unknown_table_marker(tmp_path):
 def test_formatting():
     assert [rec.fmt_ms(x) for x in (191.5234, 30.98, 4.2378, 0.3912)] == ["191.5 ms", "31.0 ms", "4.24 ms", "0.391 ms"]
     assert rec.plot_stem(rec.repo_path("results", "tensor-core-nvidia-h200.jsonl")) == "tensor_core"
+
+
+# --- docstring verdicts cannot drift from the committed results ----------------------------------
+
+_VERDICT_MS = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?) ms\b")
+_VERDICT_FILE = re.compile(r"\[(results/[\w./-]+\.jsonl)\]")
+
+
+def _verdict_lines(phase):
+    doc = sys.modules[phase.module].__doc__ or ""
+    return [line.strip() for line in doc.splitlines() if line.strip().startswith("Verdict:")]
+
+
+def _matches(figure: str, time_ms: float) -> bool:
+    decimals = len(figure.split(".")[1]) if "." in figure else 0
+    return abs(time_ms - float(figure)) <= 0.5 * 10 ** -decimals + 1e-12
+
+
+@pytest.mark.parametrize("phase", list_phases(), ids=lambda p: p.name)
+def test_verdict_figures_are_rows_of_the_cited_results_file(phase):
+    """Every phase states a one-line verdict; every "N ms" in it is the time of an OK row of
+    that phase in the committed results file the line cites (rounded as printed)."""
+    lines = _verdict_lines(phase)
+    assert lines, f"{phase.name}: its docstring has no 'Verdict:' line"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for line in lines:
+        figures = _VERDICT_MS.findall(line)
+        if not figures:
+            continue
+        cited = _VERDICT_FILE.findall(line)
+        assert cited, f"{phase.name}: a verdict with a figure must cite its results file: {line}"
+        times = []
+        for path in cited:
+            with open(os.path.join(root, path)) as f:
+                rows = [json.loads(x) for x in f if x.strip()]
+            times += [r["time_ms"] for r in rows if r.get("phase") == phase.name and r.get("status") == "OK"
+                      and isinstance(r.get("time_ms"), (int, float))]
+        for fig in figures:
+            assert any(_matches(fig, t) for t in times), \
+                f"{phase.name}: {fig} ms is no OK row of {phase.name} in {', '.join(cited)}"
