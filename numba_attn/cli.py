@@ -184,14 +184,20 @@ def _params(args):
     return out
 
 
+def _phase_file(phase) -> str:
+    """The phase's module path relative to numba_attn/phases/ (e.g. ``cuda_core/p02_smem_kv.py``)."""
+    parts = phase.module.split(".")
+    return "/".join(parts[2:]) + ".py" if parts[:2] == ["numba_attn", "phases"] else phase.module
+
+
 def cmd_list(args) -> int:
     _select_backend(args)
     from numba_attn.phases.registry import list_phases
 
     phases = list_phases(args.kind)
-    hdr = ("order", "name", "parent", "kind", "plan", "dtypes", "title")
+    hdr = ("order", "name", "parent", "kind", "plan", "dtypes", "file (numba_attn/phases/)", "title")
     rows = [(f"{p.order:g}", p.name, p.parent or "—", p.kind,
-             f"{p.planned_speedup:g}x" if p.planned_speedup else "—", ",".join(p.dtypes), p.title)
+             f"{p.planned_speedup:g}x" if p.planned_speedup else "—", ",".join(p.dtypes), _phase_file(p), p.title)
             for p in phases]
     w = [max(len(x) for x in col) for col in zip(hdr, *rows)]
     print("  ".join(h.ljust(n) for h, n in zip(hdr, w)))
@@ -202,6 +208,8 @@ def cmd_list(args) -> int:
 
     for mod, why in BROKEN.items():
         print(f"BROKEN phase module {mod}: {why}")
+    print("\nFor a phase NAME: its lesson `numba-attn diff NAME`, its card `numba-attn card NAME` "
+          "(docs/phases/NAME.md), its tests tests/test_phases.py and the family's tests (listed on the card).")
     if args.verbose:
         for p in phases:
             print(f"\n{p.name} (parent: {p.parent or '—'}; {p.lineage})\n  "
