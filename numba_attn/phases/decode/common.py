@@ -91,6 +91,21 @@ def resolve_splits(problem, keys_per_round, rows_per_block, blocks_per_sm, min_k
     return S
 
 
+def resolve_split(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys):
+    """:func:`resolve_chunked` and the split count of a split-K phase (0: :func:`resolve_splits`)."""
+    p = resolve_chunked(problem, rows, lanes, keys)
+    kpr = warps * (WARP_SIZE // p["lanes"]) * p["keys"]
+    return {**p, "splits": resolve_splits(problem, kpr, p["rows"], blocks_per_sm, min_keys, splits)}
+
+
+def split_layout(problem, warps, rows, lanes, keys, splits):
+    """(row blocks per KV head, keys per split): the split's keys rounded up to whole warp steps."""
+    n_rc = (problem.group * problem.q_len + rows - 1) // rows
+    _, chunk = split_plan(problem.batch * problem.kv_heads * n_rc, problem.kv_len, warps * (WARP_SIZE // lanes) * keys,
+                          sm_count(), 1, 1, splits)  # (splits given: the SM count and limits play no part)
+    return n_rc, chunk
+
+
 def check_decode(problem, warps, lanes, rows, keys, max_warps=32):
     """The supports() rules shared by the decode phases (None when runnable)."""
     if problem.q_len > MAX_Q_LEN:

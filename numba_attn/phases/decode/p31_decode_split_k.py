@@ -32,17 +32,15 @@ from __future__ import annotations
 
 from numba import float32
 
-from numba_attn.gpu.split_k import make_combine_kernel, sm_count, split_plan
+from numba_attn.gpu.split_k import make_combine_kernel
 from numba_attn.gpu.warp import WARP_SIZE
-from numba_attn.phases.decode.common import (check_alignment, check_split, make_split_kernel, resolve_chunked,
-                                             resolve_splits, split_workspace, vector_width)
+from numba_attn.phases.decode.common import (check_alignment, check_split, make_split_kernel,
+                                             resolve_split, split_layout, split_workspace, vector_width)
 from numba_attn.phases.registry import Launch, register_phase
 
 
 def _resolve(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys):
-    p = resolve_chunked(problem, rows, lanes, keys)
-    kpr = warps * (WARP_SIZE // p["lanes"]) * p["keys"]
-    return {**p, "splits": resolve_splits(problem, kpr, p["rows"], blocks_per_sm, min_keys, splits)}
+    return resolve_split(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys)
 
 
 def _supports(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys):
@@ -71,9 +69,8 @@ def decode_split_k(problem, warps=4, lanes=0, rows=4, keys=0, splits=0, blocks_p
                             problem.kv_len, problem.head_dim)
     G = problem.group
     RB, L, T = rows, lanes, keys
-    n_rc = (G * Nq + RB - 1) // RB
-    S, chunk = split_plan(B * Hkv * n_rc, Nk, warps * (WARP_SIZE // L) * T, sm_count(), blocks_per_sm, min_keys,
-                          splits)
+    S = splits
+    n_rc, chunk = split_layout(problem, warps, RB, L, T, S)
     final = S == 1
     kern = make_split_kernel(D, vector_width(problem.dtype), L, T, warps, RB, Nq, G, problem.causal, final, False,
                              blocks_per_sm)

@@ -4,8 +4,8 @@ Change against ``decode_split_k_fused``: the same blocks, splits and loads;
 the work between the loads is cut, because with several query rows per block
 (a GQA group of 4) the loop was issue-bound, not memory-bound. Offline SASS
 of the parent's loop for B=1, 8 KV heads, D=128, fp16 (4 rows, 16 lanes per
-key, 2 keys per lane group): 395 instructions per warp step of 4 keys, of which 128 FFMA and 32 HADD2 (f16→f32) are the
-dot products and P·V themselves; the rest: 32 SHFL + 32 FADD (one 4-stage
+key, 2 keys per lane group): 395 instructions per warp step of 4 keys, of
+which 128 FFMA and 32 HADD2 (f16→f32) are the dot products and P·V themselves; the rest: 32 SHFL + 32 FADD (one 4-stage
 butterfly for each of the 8 scores), 12 MUFU + 12 FMUL (exp), 32 FMUL (the
 rescale of the 4 × 8 accumulators at every step), index arithmetic. Per SM
 that is ~25 µs of issue at 1.98 GHz for the 1986 keys it streams at B=1 —
@@ -35,7 +35,7 @@ Prediction: GQA (8 KV heads, 32k, fp16) B=8 326 → ~280 µs (−15%, the
 loop's issue time); B=1 75 → ~45 µs (the combine from ~20 to ~3 µs, the loop
 −15%); MHA (one row per block: 2 scores per step, little to save) unchanged
 within 2%.
-Verdict: 0.0495 ms at B1 H32/8kv Nq1 Nk32768 D128 fp16 (H200), short of the ~45 µs predicted: the loop was not issue-bound (−3 to −5%), the two-pass combine and 8 warps × 2 blocks per SM gave the rest [results/decode-nvidia-h200.jsonl]
+Verdict: 0.0495 ms at B1 H32/8kv Nq1 Nk32768 D128 fp16 (H200), short of the ~45 µs predicted: the loop was not issue-bound [results/decode-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
@@ -46,10 +46,10 @@ from numba import cuda, float32, int32
 
 from numba_attn.gpu.device_functions import LOG2E
 from numba_attn.gpu.jit import kernel
-from numba_attn.gpu.split_k import make_combine_kernel, sm_count, split_plan
+from numba_attn.gpu.split_k import make_combine_kernel
 from numba_attn.gpu.warp import FULL_MASK, WARP_SIZE, shfl_sync, shfl_xor_sync
-from numba_attn.phases.decode.common import (check_alignment, check_split, chunk_steps, resolve_chunked, resolve_splits,
-                                             split_workspace, vector_width, zeroed_counters)
+from numba_attn.phases.decode.common import (check_alignment, check_split, chunk_steps, resolve_split,
+                                             split_layout, split_workspace, vector_width, zeroed_counters)
 from numba_attn.phases.registry import Launch, register_phase
 
 
@@ -182,9 +182,7 @@ def make_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
 
 
 def _resolve(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys, fuse_max):
-    p = resolve_chunked(problem, rows, lanes, keys)
-    kpr = warps * (WARP_SIZE // p["lanes"]) * p["keys"]
-    return {**p, "splits": resolve_splits(problem, kpr, p["rows"], blocks_per_sm, min_keys, splits)}
+    return resolve_split(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys)
 
 
 def _supports(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys, fuse_max):
@@ -216,9 +214,8 @@ def decode_split_k_lean(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blo
     G = problem.group
     VW = vector_width(problem.dtype)
     RB, L, T = rows, lanes, keys
-    n_rc = (G * Nq + RB - 1) // RB
-    S, chunk = split_plan(B * Hkv * n_rc, Nk, warps * (WARP_SIZE // L) * T, sm_count(), blocks_per_sm,
-                          min_keys, splits)
+    S = splits
+    n_rc, chunk = split_layout(problem, warps, RB, L, T, S)
     final = S == 1
     fused = S * RB <= fuse_max
     kern = make_kernel(D, VW, L, T, warps, RB, Nq, G, problem.causal, final, fused, blocks_per_sm)

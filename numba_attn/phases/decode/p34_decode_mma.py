@@ -38,7 +38,7 @@ Prediction: GQA (8 KV heads, group 4) B=1 32k fp16 from 52 µs
 (``decode_split_k_lean``) to ~35 µs (the split kernel memory-bound like MHA,
 plus the ~8 µs combine), faster than SDPA's 40 µs; B=8 from 310 to ~250 µs.
 For one row per block (MHA) 15 of the 16 tile rows are padding: no gain.
-Verdict: 0.0386 ms at B1 H32/8kv Nq1 Nk32768 D128 fp16 (H200), 1.28x decode_split_k_lean in the same run [results/decode-nvidia-h200.jsonl]
+Verdict: 0.0386 ms at B1 H32/8kv Nq1 Nk32768 D128 fp16 (H200), 1.28x decode_split_k_lean [results/decode-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ import functools
 import numpy as np
 from numba import cuda, float32, uint32
 
-from numba_attn.gpu.device_functions import LOG2E, NEG_BIG, combine_splits, fragment_rescale, fragment_softmax, merge_state, state_lse
+from numba_attn.gpu.device_functions import (LOG2E, NEG_BIG, combine_splits, fragment_rescale, fragment_softmax,
+                                             merge_state, state_lse)
 from numba_attn.gpu.intrinsics import cp_async16_flat, cp_async16_flat_l2_256, cp_async_commit, cp_async_wait, ldmatrix_x4, \
     ldmatrix_x4_trans, mma_f16, pack_f16x2
 from numba_attn.gpu.jit import device, kernel
