@@ -15,7 +15,7 @@ from numba import cuda, float32  # module globals: the simulator swaps `cuda` in
 from numba_attn import Problem, get_phase
 from numba_attn.gpu.device_functions import NEG_BIG, combine_splits
 from numba_attn.gpu.jit import kernel
-from numba_attn.phases.decode.p30_decode_chunked import decode_rows, keys_per_group, lanes_per_key, vector_width
+from numba_attn.phases.decode.common import decode_rows, keys_per_group, lanes_per_key, vector_width
 from numba_attn.gpu.split_k import make_combine_kernel, split_plan
 from numba_attn.measure.config import RunConfig
 from numba_attn.measure.row import measure
@@ -257,21 +257,21 @@ def test_decode_mma_gqa_uneven_and_empty_splits():
     # 4 query heads on one KV head, q_len 2: 8 rows of the m16 tile; 5 forced splits of 32 keys
     # over 61 keys: splits 2-4 receive no key; each warp streams its own 16-key tiles
     p = Problem(batch=1, heads=4, kv_heads=1, q_len=2, kv_len=61, head_dim=32, dtype="float16")
-    launch = get_phase("decode_mma").plan(p, warps=2, Bc=16, STAGES=2, splits=5)
+    launch = get_phase("decode_mma").plan(p, warps=2, Bc=16, stages=2, splits=5)
     assert len(launch.kernels) == 2 and "S=5" in launch.notes, launch.notes
-    _ok("decode_mma", p, warps=2, Bc=16, STAGES=2, splits=5, seed=17)
+    _ok("decode_mma", p, warps=2, Bc=16, stages=2, splits=5, seed=17)
     # the same with the last block of the KV head combining (fuse_max: 5 splits × 8 rows ≤ 64)
-    launch = get_phase("decode_mma").plan(p, warps=2, Bc=16, STAGES=2, splits=5, fuse_max=64)
+    launch = get_phase("decode_mma").plan(p, warps=2, Bc=16, stages=2, splits=5, fuse_max=64)
     assert len(launch.kernels) == 1 and "combine fused" in launch.notes, launch.notes
-    _ok("decode_mma", p, warps=2, Bc=16, STAGES=2, splits=5, fuse_max=64, seed=19)
+    _ok("decode_mma", p, warps=2, Bc=16, stages=2, splits=5, fuse_max=64, seed=19)
 
 
 def test_decode_mma_causal_full_tile_one_split():
     # 16 rows (group 4 × q_len 4, causal bottom-right): a full m16 tile, S = 1 writes the output directly
     p = Problem(batch=2, heads=8, kv_heads=2, q_len=4, kv_len=53, head_dim=16, dtype="float16", causal=True)
-    launch = get_phase("decode_mma").plan(p, warps=1, Bc=16, STAGES=3, splits=1)
+    launch = get_phase("decode_mma").plan(p, warps=1, Bc=16, stages=3, splits=1)
     assert len(launch.kernels) == 1
-    _ok("decode_mma", p, warps=1, Bc=16, STAGES=3, splits=1, seed=18)
+    _ok("decode_mma", p, warps=1, Bc=16, stages=3, splits=1, seed=18)
 
 
 def test_decode_mma_supports():
@@ -279,3 +279,21 @@ def test_decode_mma_supports():
     assert "float16" in ph.supports(Problem(q_len=1, kv_len=64, head_dim=32))  # fp32 storage
     assert "16" in ph.supports(Problem(heads=32, kv_heads=1, q_len=1, kv_len=64, head_dim=32, dtype="float16"))
     assert ph.supports(Problem(heads=32, kv_heads=8, q_len=1, kv_len=64, head_dim=128, dtype="float16")) is None
+
+
+# -- automatic parameters: resolved once, recorded --------------------------------
+
+
+@pytest.mark.parametrize("phase", DECODE + ("decode_mma",))
+def test_automatic_parameters_resolved(phase):
+    p = Problem(batch=1, heads=4, kv_heads=1, q_len=1, kv_len=300, head_dim=16, dtype="float16")
+    ph = get_phase(phase)
+    params = ph.resolve(p)
+    for name in ("lanes", "keys", "splits"):
+        if name in params:
+            assert params[name] > 0, (name, params)
+    if "rows" in params:
+        assert params["rows"] == min(4, p.group * p.q_len)
+    assert ph.resolve(p, params) == params  # idempotent: concrete values pass through
+    launch = ph.plan(p, **ph.sim_params)
+    assert all(launch.params[k] > 0 for k in ("lanes", "keys", "splits") if k in launch.params)

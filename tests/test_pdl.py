@@ -93,7 +93,7 @@ def test_decode_mma_dependent_combine(pdl, even, S):
     # 4 query heads on one KV head, 45 keys = 3 tiles of 16. Even splits: 3 splits take one tile
     # each; 5 splits leave two empty. Else 32 keys per split: of 3 splits the last one is empty.
     p = Problem(batch=1, heads=4, kv_heads=1, q_len=1, kv_len=45, head_dim=16, dtype="float16")
-    params = dict(warps=1, Bc=16, STAGES=2, splits=S, pdl=pdl, even=even, fixed_combine=(pdl != 3))
+    params = dict(warps=1, Bc=16, stages=2, splits=S, pdl=pdl, even=even, fixed_combine=(pdl != 3))
     launch = get_phase("decode_mma").plan(p, **params)
     assert len(launch.kernels) == 2
     if pdl and pdl_available() is None:

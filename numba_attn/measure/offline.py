@@ -1,7 +1,7 @@
 """Registers, spills and PTX of a phase's kernels without a GPU.
 
 ``python -m numba_attn.measure.offline PHASE [--head-dim 64 --dtype float32 --causal
---param Br=64 --ptx]`` compiles the phase's kernels for sm_90 with libNVVM
+--batch 1 --heads 32 --kv-heads 8 --param Br=64 --ptx]`` compiles the phase's kernels for sm_90 with libNVVM
 (``cuda.compile_ptx``) and assembles the PTX with ptxas through nvJitLink
 (``-verbose``, and the kernel's ``max_registers`` as ``-maxrregcount``), printing what ptxas reports: registers, stack frame, spill
 stores/loads, shared memory. No GPU and no driver are needed, so a spill or a
@@ -121,6 +121,9 @@ def main(argv=None) -> int:
     ap.add_argument("--head-dim", "-D", type=int, default=64)
     ap.add_argument("--q-len", type=int, default=4096)
     ap.add_argument("--kv-len", type=int, default=None)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--kv-heads", type=int, default=None, help="grouped-query attention: KV heads (default: heads)")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
@@ -130,8 +133,8 @@ def main(argv=None) -> int:
     for p in args.param:
         k, v = p.split("=", 1)
         params[k] = int(v) if v.lstrip("-").isdigit() else v
-    prob = Problem(batch=1, heads=32, q_len=args.q_len, kv_len=args.kv_len, head_dim=args.head_dim,
-                   dtype=args.dtype, causal=args.causal)
+    prob = Problem(batch=args.batch, heads=args.heads, kv_heads=args.kv_heads, q_len=args.q_len, kv_len=args.kv_len,
+                   head_dim=args.head_dim, dtype=args.dtype, causal=args.causal)
     for name in args.phases:
         for rec in compile_phase(name, prob, params if len(args.phases) == 1 else None):
             print(f"{name:18s} {rec['kernel']:24s} regs={rec['regs']} stack={rec.get('stack_bytes')} "

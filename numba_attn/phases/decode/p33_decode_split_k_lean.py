@@ -4,9 +4,8 @@ Change against ``decode_split_k_fused``: the same blocks, splits and loads;
 the work between the loads is cut, because with several query rows per block
 (a GQA group of 4) the loop was issue-bound, not memory-bound. Offline SASS
 of the parent's loop for B=1, 8 KV heads, D=128, fp16 (4 rows, 16 lanes per
-key, 2 keys per lane group, ``bench/dev/decode_sass.py``): 395 instructions
-per warp step of 4 keys, of which 128 FFMA and 32 HADD2 (f16→f32) are the
-dot products and P·V themselves; the rest: 32 SHFL + 32 FADD (one 4-stage
+key, 2 keys per lane group): 395 instructions per warp step of 4 keys, of
+which 128 FFMA and 32 HADD2 (f16→f32) are the dot products and P·V themselves; the rest: 32 SHFL + 32 FADD (one 4-stage
 butterfly for each of the 8 scores), 12 MUFU + 12 FMUL (exp), 32 FMUL (the
 rescale of the 4 × 8 accumulators at every step), index arithmetic. Per SM
 that is ~25 µs of issue at 1.98 GHz for the 1986 keys it streams at B=1 —
@@ -32,46 +31,26 @@ close to the 29 µs memory floor, so loads and arithmetic do not overlap.
   ``combine_splits`` (maximum first, then the weighted sum, 8 splits' loads
   in flight), which replaced the one-pass merge that waited on each split.
 
-Offline (ptxas, sm_90): 128 registers, no spills (the parent: 128); the loop
-body drops to ~320 issued instructions per step when no row's maximum moves
-(16 SHFL, 32 FADD, 8 MUFU).
-
-Prediction (before measuring): GQA (8 KV heads, 32k, fp16) B=8 326 → ~280 µs
-(−15%, the loop's issue time); B=1 75 → ~45 µs (the combine from ~20 to ~3
-µs, the loop −15%); MHA (one row per block: 2 scores per step, little to
-save) unchanged within 2%.
-
-Measured, run 1 (H200, commit 23e7be0, results/dev/decode_attrib1_h200.*;
-split kernel and combine timed alone, at the parent's 4 warps × 4 blocks per
-SM): GQA B=1 32k split kernel 47.2 µs against 48.6 µs for
-``decode_split_k`` (−3%), B=8 306.2 against 322.0 µs (−5%): the prediction
-(−15%) missed. The loop is not issue-bound after all: ~20% fewer issued
-instructions bought 3–5%, so the warps mostly wait on memory. The combine
-(hypothesis of the notes) was the large term: 26.2 µs one-pass → 8.2 µs
-two-pass at S=66 (and the last-block combine at S=66 costs 70.4 against
-56.9 µs with the second kernel, so ``fuse_max`` keeps it out there). What
-moved the loop was more keys per block: 8 warps × 2 blocks per SM (same 16
-warps per SM and 128-register cap, half the blocks, half the splits) was
-best on every shape — GQA B=1 52.1 µs, B=8 310.1 µs, MHA B=1 4k 22.4 µs
-(1.09× SDPA), 16k 66.9 µs (1.03×) — and is the default since.
+Prediction: GQA (8 KV heads, 32k, fp16) B=8 326 → ~280 µs (−15%, the
+loop's issue time); B=1 75 → ~45 µs (the combine from ~20 to ~3 µs, the loop
+−15%); MHA (one row per block: 2 scores per step, little to save) unchanged
+within 2%.
+Verdict: 0.0495 ms at B1 H32/8kv Nq1 Nk32768 D128 fp16 (H200), short of the ~45 µs predicted: the loop was not issue-bound [results/decode-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
 import functools
 import math
 
-import numpy as np
 from numba import cuda, float32, int32
 
-from numba_attn.gpu.device_functions import LOG2E, NEG_BIG, combine_splits, ldg_f16x8, ldg_f32x4, merge_state2, state_lse
+from numba_attn.gpu.device_functions import LOG2E
 from numba_attn.gpu.jit import kernel
+from numba_attn.gpu.split_k import make_combine_kernel
+from numba_attn.gpu.warp import FULL_MASK, WARP_SIZE, shfl_sync, shfl_xor_sync
+from numba_attn.phases.decode.common import (check_alignment, check_split, chunk_steps, resolve_split,
+                                             split_layout, split_workspace, vector_width, zeroed_counters)
 from numba_attn.phases.registry import Launch, register_phase
-from numba_attn.gpu.warp import FULL_MASK, WARP_SIZE, shfl_sync, shfl_xor_sync, strided_max, strided_sum
-from numba_attn.phases.decode.p30_decode_chunked import (check_alignment, check_decode, decode_rows, keys_per_group, lanes_per_key,
-                                 vector_width)
-from numba_attn.gpu.split_k import make_combine_kernel, sm_count, split_plan
-
-LN2 = np.float32(0.6931471805599453)
 
 
 def _log2(n: int) -> int:
@@ -94,14 +73,13 @@ def score_plan(L: int, RB: int, T: int):
 @functools.cache
 def make_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool, FINAL: bool,
                 FUSED: bool, MINB: int = 1):
+    load_rows, load_keys, _, merge_lanes, write_rows, combine_last = chunk_steps(
+        D, VW, L, T, NW, RB, Nq, G, causal, FINAL, BASE2=True)
     E = D // L  # elements of a row per lane
-    NV = E // VW  # 16-byte loads per row per lane
     KW = WARP_SIZE // L  # lane groups per warp
     KS = KW * T  # keys per warp step: T keys per group
     NT = NW * WARP_SIZE
-    NROWS = G * Nq
-    NRC = (NROWS + RB - 1) // RB  # row blocks per KV head
-    ldv = ldg_f32x4 if VW == 4 else ldg_f16x8
+    NRC = (G * Nq + RB - 1) // RB  # row blocks per KV head
     NP, SPL, NR = score_plan(L, RB, T)
     LOG2L = _log2(L)
     HALF = max(1, NP // 2)
@@ -133,33 +111,11 @@ def make_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
         lane = tid % WARP_SIZE
         grp = lane // L
         sub = lane % L
-        for r in range(RB):
-            row = row0 + r
-            ok = row < NROWS
-            g = row // Nq
-            i = row - g * Nq
-            bh = kvh * G + g  # = b * H + hkv * G + g
-            if ok:
-                lim[r] = min(hi, i + Nk - Nq + 1) if causal else hi  # keys < lim: in the split, visible
-            else:
-                lim[r] = 0
-            for u in range(NV):
-                for x in range(VW):
-                    Qr[r, u * VW + x] = float32(q[bh, i, (sub + L * u) * VW + x]) * scale if ok else float32(0.0)
-                    acc[r, u * VW + x] = float32(0.0)
-            m[r] = NEG_BIG
-            l[r] = float32(0.0)
+        load_rows(q, Qr, acc, m, l, lim, kvh, row0, sub, scale, hi, Nk)
         n_steps = max(0, (hi - lo + KS - 1) // KS)  # 0 for a split past the end
         for step in range(w, n_steps, NW):  # warp-uniform: the shuffles stay convergent
             j0 = lo + step * KS + grp  # this group's keys: j0 + t * KW
-            for t in range(T):  # all loads of the step first: T keys in flight per group
-                jj = min(j0 + t * KW, hi - 1)
-                for u in range(NV):
-                    kx = ldv(k, kvh, jj, (sub + L * u) * VW)
-                    vx = ldv(v, kvh, jj, (sub + L * u) * VW)
-                    for x in range(VW):
-                        KK[t, u * VW + x] = kx[x]
-                        VV[t, u * VW + x] = vx[x]
+            load_keys(k, v, KK, VV, kvh, j0, hi, sub)
             for r in range(RB):
                 for t in range(T):
                     s = float32(0.0)
@@ -216,75 +172,21 @@ def make_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
                     for t in range(T):
                         a += sc[r, t] * VV[t, e]
                     acc[r, e] = a
-        # merge the lane groups of the warp: common max, rescale, sum
-        for r in range(RB):
-            mw = strided_max(m[r], L)
-            c = math.exp2(m[r] - mw)
-            lw = strided_sum(l[r] * c, L)
-            for e in range(E):
-                acc[r, e] = strided_sum(acc[r, e] * c, L)
-            if lane < L:
-                for u in range(NV):
-                    for x in range(VW):
-                        sm_o[w, r, (sub + L * u) * VW + x] = acc[r, u * VW + x]
-                if lane == 0:
-                    sm_m[w, r] = mw
-                    sm_l[w, r] = lw
+        merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub)  # base 2: exp2
         cuda.syncthreads()
-        # merge the warps' partial (m, l, O); write the output or this split's partial
-        for idx in range(tid, RB * D, NT):
-            r = idx // D
-            d = idx - r * D
-            row = row0 + r
-            if row < NROWS:
-                g = row // Nq
-                i = row - g * Nq
-                mm = NEG_BIG
-                ll = float32(0.0)
-                oo = float32(0.0)
-                for ww in range(NW):
-                    mm, ll, ca, cb = merge_state2(mm, ll, sm_m[ww, r], sm_l[ww, r])
-                    oo = oo * ca + cb * sm_o[ww, r, d]
-                bh = kvh * G + g
-                if FINAL:
-                    o[bh, i, d] = oo / ll
-                else:
-                    part_o[split, bh * Nq + i, d] = oo / ll if ll > float32(0.0) else float32(0.0)
-                    if d == 0:
-                        part_lse[split, bh * Nq + i] = state_lse(mm * LN2, ll)
+        write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o)  # lse back to natural units
         if FUSED and not FINAL:
-            # the last block of this (sequence, KV head, row block) to finish combines the splits
-            cuda.threadfence()  # this block's partials are visible device-wide before it counts
-            cuda.syncthreads()
-            if tid == 0:
-                prev = cuda.atomic.add(counters, cuda.blockIdx.y, 1)
-                sm_last[0] = 1 if prev == S - 1 else 0
-            cuda.syncthreads()
-            if sm_last[0] == 1:
-                cuda.threadfence()
-                for idx in range(tid, RB * D, NT):
-                    r = idx // D
-                    d = idx - r * D
-                    row = row0 + r
-                    if row < NROWS:
-                        g = row // Nq
-                        i = row - g * Nq
-                        bh = kvh * G + g
-                        o[bh, i, d] = combine_splits(part_o, part_lse, S, bh * Nq + i, d)
-                if tid == 0:
-                    counters[cuda.blockIdx.y] = 0  # ready for the next launch
+            combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid)
 
     return decode_split_k_lean
 
 
+def _resolve(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys, fuse_max):
+    return resolve_split(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys)
+
 
 def _supports(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys, fuse_max):
-    reason = check_decode(problem, warps, lanes, rows, keys)
-    if reason:
-        return reason
-    if problem.head_dim > 1024:
-        return "combine kernel: head_dim > 1024 threads"
-    return None
+    return check_split(problem, warps, lanes, rows, keys)
 
 
 @register_phase(
@@ -303,6 +205,7 @@ def _supports(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys
     planned_speedup=45.0,
     sim_params={"warps": 2, "splits": 3},
     supports=_supports,
+    resolve=_resolve,
 )
 def decode_split_k_lean(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=2, min_keys=256,
                         fuse_max=64):
@@ -310,32 +213,20 @@ def decode_split_k_lean(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blo
                             problem.kv_len, problem.head_dim)
     G = problem.group
     VW = vector_width(problem.dtype)
-    RB = decode_rows(problem, rows)
-    L = lanes_per_key(D, VW, RB, lanes)
-    T = keys_per_group(D, L, RB, keys)
-    n_rc = (G * Nq + RB - 1) // RB
-    S, chunk = split_plan(B * Hkv * n_rc, Nk, warps * (WARP_SIZE // L) * T, sm_count(), blocks_per_sm,
-                          min_keys, splits)
+    RB, L, T = rows, lanes, keys
+    S = splits
+    n_rc, chunk = split_layout(problem, warps, RB, L, T, S)
     final = S == 1
     fused = S * RB <= fuse_max
     kern = make_kernel(D, VW, L, T, warps, RB, Nq, G, problem.causal, final, fused, blocks_per_sm)
     scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
     grid = (S, B * Hkv * n_rc)
     kernels = [kern]
-    if final:
-        part_o = cuda.device_array((1, 1, 1), dtype="float32")
-        part_lse = cuda.device_array((1, 1), dtype="float32")
-    else:
-        part_o = cuda.device_array((S, B * H * Nq, D), dtype="float32")
-        part_lse = cuda.device_array((S, B * H * Nq), dtype="float32")
-        if not fused:
-            combine = make_combine_kernel(Nq)
-            kernels.append(combine)
-    counters = cuda.device_array(B * Hkv * n_rc, dtype=np.int32)
-    if isinstance(counters, np.ndarray):  # host stand-in (offline compilation)
-        counters[:] = 0
-    else:
-        counters.copy_to_device(np.zeros(B * Hkv * n_rc, np.int32))
+    part_o, part_lse = split_workspace(S, B * H * Nq, D)
+    if not final and not fused:
+        combine = make_combine_kernel(Nq)
+        kernels.append(combine)
+    counters = zeroed_counters(B * Hkv * n_rc)
 
     def run(q, k, v, o, stream=0):
         check_alignment(k, v)

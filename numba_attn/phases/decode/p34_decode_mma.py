@@ -13,8 +13,8 @@ several query rows read one KV head (a GQA group × q_len, up to 16 rows):
   P stay in registers (P is the A fragment of P·V, as in ``tc_pipelined``);
   the online softmax runs on the fragments (quad shuffles).
 * **A cp.async ring per warp.** Each warp streams its own key tiles
-  (``Bc`` keys, tiles w, w+W, … of the split) through ``STAGES`` swizzled
-  shared buffers with ``cp.async``, so ``STAGES-1`` tiles per warp are in
+  (``Bc`` keys, tiles w, w+W, … of the split) through ``stages`` swizzled
+  shared buffers with ``cp.async``, so ``stages − 1`` tiles per warp are in
   flight while it computes (no register round trip, no block barrier in the
   loop: a warp waits for its own copies and ``syncwarp``s); K and V reach the
   fragments by ``ldmatrix`` (V transposed).
@@ -24,7 +24,7 @@ several query rows read one KV head (a GQA group × q_len, up to 16 rows):
   kernel (or, with ``fuse_max`` > 0 and ``S × rows ≤ fuse_max``, by the last
   block of a KV head, as in ``decode_split_k_lean``: measured slower here,
   so off by default).
-* **The combine, cheaper** (run 6 of ``docs/decode-notes.md``): it is
+* **The combine, cheaper**: it is
   compiled for the split count (``combine_splits_fixed``: all 2·S loads in
   flight at once, one L2 round trip), and on sm_90 it is a *programmatic
   dependent launch* (``numba_attn.gpu.pdl``): it is queued while the split kernel
@@ -34,60 +34,11 @@ several query rows read one KV head (a GQA group × q_len, up to 16 rows):
   loop measured slower (the combine's blocks then sit on the SMs for the
   whole split kernel).
 
-Prediction (written before measuring): GQA (8 KV heads, group 4) B=1 32k
-fp16 from 52 µs (``decode_split_k_lean``) to ~35 µs (~3.8 TB/s: the split
-kernel memory-bound like MHA, plus the ~8 µs combine at 66 splits, less with
-fewer, longer splits), i.e. faster than SDPA's 40 µs; B=8 from 310 to ~250
-µs. For one row per block (MHA) 15 of the 16 tile rows are padding: no gain
-expected there, ``decode_split_k_lean`` stays the choice.
-
-Measured (H200, copy 4287 GB/s; ``bench/dev/decode_bench.py``, every output
-element checked against a float64 reference on the GPU before timing; SDPA
-in the same run; ``results/dev/decode_mma_h200.*``). Commit 6bdb296 (4 warps
-× 16-key tiles, 3 stages, 2 blocks per SM, separate combine): GQA 8 KV
-heads, 32k fp16, B=1 44.9 µs with 33 splits, **41.7 µs with 16 splits**
-(``min_keys`` 2048, the default since) against SDPA 40.1 µs (0.96×) and
-``decode_split_k_lean`` 51.9 µs; B=8 250.3 µs = 100% of the copy figure
-against SDPA 246.0 (0.98×, both at the memory limit; lean 310.1); B=1 128k
-132.7–135.0 µs against 128.8 (0.95–0.97×); q_len 4 causal B=8 16k 481.5
-µs against SDPA 787 µs (**1.63×**, 104% of copy; lean 628). Variants: 8
-warps × 1 block 42.6 µs (B=1 32k), 4 stages 50.0, 32-key tiles 50.9, 2 warps
-× 4 blocks 48.4. Commit b7f413f: the last-block combine (``fuse_max`` 64)
-made it slower — B=1 32k 48.4 µs against 41.8 without, B=8 290.7 against
-249.9 — so it is off by default (the cause is not established: the same
-scheme helps ``decode_split_k_lean``). Commit ad4b181 moved the last-block
-flag from a 4-byte static shared array into the dynamic area: B=8 fused
-247.9 µs against 245.3 (within 1%, so the static array beside the dynamic
-ring cost the 16%; why is not established), B=1 still 43.8 against 41.1
-(``results/dev/decode_mma_fusetest_h200.*``): the separate combine stays
-the default. MHA (1 row of 16 used): 0.92–0.99×
-SDPA, behind ``decode_split_k_lean``, as expected. 208 registers, no spills.
-
-The prediction held in kind — the split kernel moved from ~2.6 to ~3.2 TB/s
-at B=1 and to the memory limit at B=8 and for q_len 4 — but not in size at
-B=1 32k: 41.7 µs is still 4% behind SDPA. What is left there: 16 splits × 8
-KV heads give 128 blocks for 132 SMs (one wave, 4 SMs idle), and the second
-launch (combine) costs ~2–3 µs of the 41.7.
-
-Final run (commit 469b761, the full decode preset, ``results/dev/decode_final_mma_h200.*``):
-GQA B=1 41.4 µs (SDPA 40.1, 0.97×, 75.7% of copy), B=8 249.9 (SDPA 245.5,
-0.98×), q_len 4 causal 482.2 (SDPA 792.8, 1.64×); MHA 0.79–0.99× SDPA (30.0
-µs at B=1 4k, where ``decode_split_k_lean`` takes 22.3).
-
-Run 6 (commits d2aec76–24ca9b5, ``results/dev/decode_pdl*_h200.*``; per-kernel
-times from ``decode_bench.py --profile``): at GQA B=1 32k (commit 24ca9b5) the
-split kernel took 36.3 µs and the combine 3.0 µs (SDPA's cuDNN kernels 35.6 +
-2.7); the rest of the 42.4 µs per call were the gaps between kernels. The
-combine compiled for S=16 takes 1.7–1.8 µs. The dependent
-launch at the blocks' exit: 42.4 → 40.6 µs; the combine compiled for S=16:
-42.4 → 41.2; both: **39.2 µs against SDPA 41.4 (1.06×)**; B=8 254.5 against
-255.7 µs (1.00×, both at the memory limit). The dependent launch at the
-blocks' start: 44.6 µs (slower). More stages (4–6), 8 warps, an even split of
-the tiles over 33 splits (all 132 SMs) did not help at B=1 32k (40.6–46.9
-µs); neither did the ``.L2::256B`` prefetch hint on the copies (``l2_prefetch``:
-B=8 268.9 against 251.5 µs). Full preset (commit 24ca9b5, ``results/dev/decode_final3_h200.*``): GQA
-B=1 39.5 µs against 41.5 (1.05×), B=8 255.0 against 255.5 (1.00×), q_len 4
-causal 500.1 against 774.9 (1.55×).
+Prediction: GQA (8 KV heads, group 4) B=1 32k fp16 from 52 µs
+(``decode_split_k_lean``) to ~35 µs (the split kernel memory-bound like MHA,
+plus the ~8 µs combine), faster than SDPA's 40 µs; B=8 from 310 to ~250 µs.
+For one row per block (MHA) 15 of the 16 tile rows are padding: no gain.
+Verdict: 0.0386 ms at B1 H32/8kv Nq1 Nk32768 D128 fp16 (H200), 1.28x decode_split_k_lean [results/decode-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
@@ -96,7 +47,8 @@ import functools
 import numpy as np
 from numba import cuda, float32, uint32
 
-from numba_attn.gpu.device_functions import NEG_BIG, combine_splits, fragment_rescale, fragment_softmax, merge_state, state_lse
+from numba_attn.gpu.device_functions import (LOG2E, NEG_BIG, combine_splits, fragment_rescale, fragment_softmax,
+                                             merge_state, state_lse)
 from numba_attn.gpu.intrinsics import cp_async16_flat, cp_async16_flat_l2_256, cp_async_commit, cp_async_wait, ldmatrix_x4, \
     ldmatrix_x4_trans, mma_f16, pack_f16x2
 from numba_attn.gpu.jit import device, kernel
@@ -104,15 +56,14 @@ from numba_attn.gpu.pdl import launch_after, launch_dependents, pdl_available, u
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.phases.registry import Launch, register_phase
 from numba_attn.gpu.warp import WARP_SIZE, quad_sum, syncwarp
-from numba_attn.phases.decode.p30_decode_chunked import MAX_Q_LEN, check_alignment
 from numba_attn.gpu.split_k import make_combine_kernel, sm_count, split_plan
+from numba_attn.phases.decode.common import MAX_Q_LEN, check_alignment, split_workspace, zeroed_counters
 
-LOG2E = 1.4426950408889634
 FULL = 0xFFFFFFFF
 
 
 @functools.cache
-def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: bool, FINAL: bool, FUSED: bool,
+def make_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causal: bool, FINAL: bool, FUSED: bool,
                 PDL: int = 0, L2PF: bool = False, EVEN: bool = False):
     NR = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
     NTH = W * WARP_SIZE
@@ -126,14 +77,14 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: b
     VEC = D // 8  # 16-byte chunks per row
     SWM = min(8, VEC) - 1
     CPL = Bc * VEC // WARP_SIZE  # chunks per lane per tile (K and V each)
-    RING = 2 * STAGES * Bc  # K/V rows of one warp's ring
+    RING = 2 * stages * Bc  # K/V rows of one warp's ring
     ROWS = W * RING  # rows of the block's rings (float32 view, DW words each)
     NQ = 4 * KS
     NS = 4 * NT
     NO = 4 * DT
     softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
     rescale = fragment_rescale(DT)
-    WAIT = STAGES - 2
+    WAIT = stages - 2
     MO_ROWS = W * 16  # merge area: O of every warp's 16 rows (aliases the rings)
     ML = ROWS * DW if ROWS * DW >= MO_ROWS * D else MO_ROWS * D  # float offset of the m/l area
     MLR = W * 16 + 1  # rows of the m/l area, and one for the last-block flag (closure constants)
@@ -143,7 +94,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: b
     @device
     def copy_tile(KV, k, v, j0, brow, lane, g_base, hi, Nk):
         """This lane's cp.async share of keys j0 … j0+Bc-1 (zero past ``hi``) into the
-        warp's K buffer at ring row ``brow`` and its V buffer STAGES·Bc rows later."""
+        warp's K buffer at ring row ``brow`` and its V buffer stages·Bc rows later."""
         for x in range(CPL):
             idx = lane + x * WARP_SIZE
             r = idx // VEC
@@ -152,7 +103,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: b
             so = (brow + r) * DW + 4 * (cc ^ (r & SWM))
             go = g_base + min(row, Nk - 1) * D + 8 * cc
             cp16(KV, so, k, go, row < hi)
-            cp16(KV, so + STAGES * Bc * DW, v, go, row < hi)
+            cp16(KV, so + stages * Bc * DW, v, go, row < hi)
 
     @kernel
     def decode_mma(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, chunk, S):
@@ -213,7 +164,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: b
         v_sw = v_r & SWM
         g_base = kvh * Nk * D  # flat element offset of (kvh, key 0) in k and v
 
-        for st in range(STAGES - 1):
+        for st in range(stages - 1):
             if st < mine:
                 copy_tile(KV, k, v, lo + (warp + st * W) * Bc, base + st * Bc, lane, g_base, hi, Nk)
             cp_async_commit()
@@ -221,14 +172,14 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, Nq: int, G: int, causal: b
         for it in range(mine):
             cp_async_wait(WAIT)  # this lane's copies of tile `it` have landed ...
             syncwarp(FULL)  # ... and every lane's; every lane is done with tile it-1
-            nxt = it + STAGES - 1
+            nxt = it + stages - 1
             if nxt < mine:
-                copy_tile(KV, k, v, lo + (warp + nxt * W) * Bc, base + (nxt % STAGES) * Bc, lane, g_base, hi, Nk)
+                copy_tile(KV, k, v, lo + (warp + nxt * W) * Bc, base + (nxt % stages) * Bc, lane, g_base, hi, Nk)
             cp_async_commit()
 
             j0 = lo + (warp + it * W) * Bc
-            kb = base + (it % STAGES) * Bc
-            vb = kb + STAGES * Bc
+            kb = base + (it % stages) * Bc
+            vb = kb + stages * Bc
             # -- S = Q Kᵀ for Bc keys
             for i in range(NS):
                 s[i] = float32(0.0)
@@ -337,13 +288,13 @@ PDL_MODES = {1: "combine launched at the split kernel's start", 2: "launched aft
              3: "launched at its exit"}
 
 
-def smem_bytes(D, W, Bc, STAGES):
-    ring = W * 2 * STAGES * Bc * D * 2
+def smem_bytes(D, W, Bc, stages):
+    ring = W * 2 * stages * Bc * D * 2
     merge = W * 16 * D * 4
     return max(ring, merge) + (W * 16 + 1) * 2 * 4
 
 
-def _supports(problem, warps, Bc, STAGES, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
+def _supports(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
              fixed_combine):
     if problem.dtype != "float16":
         return f"dtype {problem.dtype}: decode_mma computes on f16 tensor cores (float16 storage)"
@@ -359,13 +310,20 @@ def _supports(problem, warps, Bc, STAGES, splits, blocks_per_sm, min_keys, fuse_
         return f"Bc={Bc} must be a multiple of 16"
     if (Bc * (D // 8)) % WARP_SIZE:
         return f"Bc={Bc} × {D // 8} chunks is not a whole number of 16-byte copies per lane"
-    if STAGES < 2:
-        return "STAGES must be at least 2"
+    if stages < 2:
+        return "stages must be at least 2"
     if not 1 <= warps <= 32:
         return f"warps={warps} out of range 1..32"
     if int(pdl) not in (0, 1, 2, 3):
         return f"pdl={pdl}: 0 (plain launch) or 1/2/3 (dependent launch; see PDL_MODES)"
-    return smem_reason(smem_bytes(D, warps, Bc, STAGES))
+    return smem_reason(smem_bytes(D, warps, Bc, stages))
+
+
+def _resolve(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
+             fixed_combine):
+    S, _ = split_plan(problem.batch * problem.kv_heads, problem.kv_len, max(1, warps * Bc), sm_count(), blocks_per_sm,
+                      min_keys, splits)
+    return {"splits": S}
 
 
 @register_phase(
@@ -382,10 +340,11 @@ def _supports(problem, warps, Bc, STAGES, splits, blocks_per_sm, min_keys, fuse_
             "as the M dimension); FlashAttention-2 fragments",
     planned_speedup=60.0,
     dtypes=("float16",),
-    sim_params={"warps": 2, "Bc": 16, "STAGES": 2, "splits": 3},
+    sim_params={"warps": 2, "Bc": 16, "stages": 2, "splits": 3},
     supports=_supports,
+    resolve=_resolve,
 )
-def decode_mma(problem, warps=4, Bc=16, STAGES=3, splits=0, blocks_per_sm=2, min_keys=2048, fuse_max=0, pdl=3,
+def decode_mma(problem, warps=4, Bc=16, stages=3, splits=0, blocks_per_sm=2, min_keys=2048, fuse_max=0, pdl=3,
                l2_prefetch=False, even=False, fixed_combine=True):
     B, Hkv, Nq, Nk, D = problem.batch, problem.kv_heads, problem.q_len, problem.kv_len, problem.head_dim
     G = problem.group
@@ -395,28 +354,18 @@ def decode_mma(problem, warps=4, Bc=16, STAGES=3, splits=0, blocks_per_sm=2, min
     dependent = bool(pdl) and not final and not fused and uses_griddepcontrol()
     if even:
         chunk = -(-Nk // Bc)  # tiles, spread evenly over the splits by the kernel
-    kern = make_kernel(D, warps, Bc, STAGES, Nq, G, problem.causal, final, fused, int(pdl) if dependent else 0,
+    kern = make_kernel(D, warps, Bc, stages, Nq, G, problem.causal, final, fused, int(pdl) if dependent else 0,
                        bool(l2_prefetch), bool(even))
-    sl2 = float32(problem.sm_scale * LOG2E)
+    sl2 = float32(problem.sm_scale * float(LOG2E))
     scale = float32(problem.sm_scale)
     grid = (S, B * Hkv)
-    nbytes = smem_bytes(D, warps, Bc, STAGES)
-    if final:
-        part_o = cuda.device_array((1, 1, 1), dtype="float32")
-        part_lse = cuda.device_array((1, 1), dtype="float32")
-        kernels = [kern]
-    else:
-        part_o = cuda.device_array((S, B * problem.heads * Nq, D), dtype="float32")
-        part_lse = cuda.device_array((S, B * problem.heads * Nq), dtype="float32")
-        kernels = [kern]
-        if not fused:
-            combine = make_combine_kernel(Nq, dependent, S if fixed_combine and S <= FIXED_COMBINE_MAX else 0)
-            kernels.append(combine)
-    counters = cuda.device_array(B * Hkv, dtype=np.int32)
-    if isinstance(counters, np.ndarray):  # host stand-in (offline compilation)
-        counters[:] = 0
-    else:
-        counters.copy_to_device(np.zeros(B * Hkv, np.int32))
+    nbytes = smem_bytes(D, warps, Bc, stages)
+    part_o, part_lse = split_workspace(S, B * problem.heads * Nq, D)
+    kernels = [kern]
+    if not final and not fused:
+        combine = make_combine_kernel(Nq, dependent, S if fixed_combine and S <= FIXED_COMBINE_MAX else 0)
+        kernels.append(combine)
+    counters = zeroed_counters(B * Hkv)
     views = {}
     opted = []
 
@@ -446,4 +395,4 @@ def decode_mma(problem, warps=4, Bc=16, STAGES=3, splits=0, blocks_per_sm=2, min
     if dependent and pdl_available() is None:
         how += f", dependent launch ({PDL_MODES[int(pdl)]})"
     return Launch(run, kernels=kernels, workspace_bytes=0 if final else part_o.nbytes + part_lse.nbytes,
-                  notes=f"S={S} splits of {size}, {warps} warps × {Bc}-key tiles, {STAGES} stages, combine {how}")
+                  notes=f"S={S} splits of {size}, {warps} warps × {Bc}-key tiles, {stages} stages, combine {how}")
