@@ -22,28 +22,11 @@ SEG = D reproduces the parent. At D=128 the parent holds 128 accumulators
 per thread (~170 registers); SEG=64 halves that at the price of 1.5× the
 FLOPs, SEG=32 of 2.5×.
 
-Prediction (before measuring): at D=64 SEG=32 is ~1.2× q_smem (twice the
+Prediction: at D=64 SEG=32 is ~1.2× q_smem (twice the
 warps, 1.5× the FLOPs, fewer registers); SEG=16 is slower than SEG=32 (2.5×
 the FLOPs). At D=128 SEG=64 ~1.3× q_smem.
 
-Measured (NVIDIA H200, numba-cuda 0.30.4, B1 H32 N4096 fp32, median of events-timed back-to-back
-launches; one run of commit dcebff6, ``bench/dev/roadmap_final_h200.jsonl``; in the same run naive
-191.4 ms at D=64 and 379.3 ms at D=128, SDPA fp32 3.99 ms and 6.09 ms):
-
-* D=64 (Br=64): SEG=64 (one thread per row) 44.90 ms, SEG=32 68.99 ms,
-  SEG=16 130.36 ms (``roadmap_tune1_h200.jsonl``); registers 128, 128, 96.
-* D=128: SEG=128 112.64 ms (168 registers), SEG=64 146.66 ms (128),
-  SEG=32 257.1 ms (tune1).
-* Each halving of SEG costs 1.5–1.9×: the recomputed QKᵀ and exps are paid
-  in full, and fewer registers buy nothing once ``q_smem`` has removed the
-  spill. The prediction (SEG=32 ~1.2× q_smem) missed: SEG=32 is 0.52× of
-  q_smem at D=64. The best measured configuration is SEG = D, i.e. no split,
-  so the default is SEG=128 (SEG = D for every head_dim up to 128). SEG stays
-  the parameter of the trade-off.
-* At SEG = D this kernel is q_smem with Br=64 plus a run-time column offset
-  ``c0``. It is still 15% slower than q_smem at Br=64 (44.90 against
-  38.06 ms): the ``V_j[jj, c0 + c]`` reads lose their constant offsets.
-  Against q_smem's default (Br=128): 0.80×.
+Verdict: 45.11 ms at B1 H32 N4096 D64 fp32 (H200), 0.80x q_smem (missed) [results/roadmap-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
@@ -53,8 +36,9 @@ from numba import cuda, float32
 
 from numba_attn.gpu.device_functions import NEG_INF, load_tile, online_softmax_step, visible_keys
 from numba_attn.gpu.jit import kernel
-from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, load_tile_t_scaled, smem_reason
-from numba_attn.phases.registry import Launch, register_phase
+from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled, smem_reason
+from numba_attn.phases.cuda_core.common import n_segments, resolve_seg, row_block_launch, segment_reason
+from numba_attn.phases.registry import register_phase
 
 
 def smem_floats(D, Br, Bc):
@@ -109,19 +93,8 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
     return segmented_out
 
 
-def n_segments(D, SEG):
-    return D // min(SEG, D)
-
-
 def _supports(problem, Br, Bc, SEG):
-    D = problem.head_dim
-    if Br % 32:
-        return f"Br={Br} must be a multiple of 32 (whole warps per segment)"
-    if D % min(SEG, D):
-        return f"SEG={SEG} must divide head_dim {D}"
-    if Br * n_segments(D, SEG) > 1024:
-        return f"Br·D/SEG = {Br * n_segments(D, SEG)} threads per block > 1024"
-    return smem_reason(4 * smem_floats(D, Br, Bc))
+    return segment_reason(problem, Br, SEG) or smem_reason(4 * smem_floats(problem.head_dim, Br, Bc))
 
 
 @register_phase(
@@ -137,17 +110,9 @@ def _supports(problem, Br, Bc, SEG):
     planned_speedup=7.0,
     sim_params={"Br": 32, "Bc": 16, "SEG": 8},
     supports=_supports,
+    resolve=resolve_seg,
 )
 def segmented_out(problem, Br=64, Bc=32, SEG=128):
-    H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
-    SEG = min(SEG, problem.head_dim)
     kern = make_kernel(problem.head_dim, Br, Bc, SEG, problem.causal)
-    NT = Br * n_segments(problem.head_dim, SEG)
-    scale = float32(problem.sm_scale)
-    grid = ((Nq + Br - 1) // Br, problem.batch * H)
-    smem = 4 * smem_floats(problem.head_dim, Br, Bc)
-
-    def run(q, k, v, o, stream=0):
-        launch_dynamic(kern, grid, NT, stream, smem, q, k, v, o, scale, H, problem.group, Nq, Nk)
-
-    return Launch(run, kernels=[kern])
+    threads = Br * n_segments(problem.head_dim, SEG)
+    return row_block_launch(kern, problem, Br, threads, 4 * smem_floats(problem.head_dim, Br, Bc))
