@@ -21,8 +21,8 @@ import math
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import online_softmax_rescale2, visible_keys
-from numba_attn.gpu.jit import kernel
+from numba_attn.gpu.device_functions import online_softmax_rescale2, online_softmax_step, visible_keys
+from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.ptx_loads import (MASKED, STATIC_SMEM_LIMIT, dynamic_tile, fetch4, fetch4_t, launch_dynamic, lds4, load_tile4_t, put4,
                                       put4_t, smem_reason, sts4)
 from numba_attn.gpu.warp import FULL_MASK, WARP_SIZE, shfl_xor_sync
@@ -89,6 +89,48 @@ def segment_reason(problem, Br: int, SEG: int, loader_warps: int = 0, vec4: bool
     elif Br * n_segments(D, SEG) > MAX_THREADS:
         return f"Br·D/SEG = {Br * n_segments(D, SEG)} threads per block > {MAX_THREADS}"
     return None
+
+
+@functools.cache
+def segment_rows(D: int, SEG: int):
+    """The inner loop of segmented_out, one_barrier and warp_specialized: one thread's
+    query row ``r`` against the first ``n`` keys of a K/V tile in shared memory
+    (``Q_t`` transposed, scalar loads); the thread updates its SEG output columns from
+    ``c0`` and returns the new (m, l)."""
+    @device
+    def rows(Q_t, K_j, V_j, r, c0, n, m, l, O_seg):
+        for jj in range(n):
+            s = float32(0.0)  # the full score: every segment's thread recomputes it
+            for d in range(D):
+                s += Q_t[d, r] * K_j[jj, d]
+            m, l, corr, p = online_softmax_step(m, l, s)
+            for c in range(SEG):
+                O_seg[c] = O_seg[c] * corr + p * V_j[jj, c0 + c]
+        return m, l
+
+    return rows
+
+
+@functools.cache
+def segment_rows4(D: int, SEG: int):
+    """:func:`segment_rows` with 16-byte shared loads (vectorized, double_buffer): ``Q_s``
+    row-major (padded rows), K and V rows read four floats at a time."""
+    @device
+    def rows(Q_s, K_j, V_j, r, c0, n, m, l, O_seg):
+        for jj in range(n):
+            s = float32(0.0)  # the full score: every segment's thread recomputes it
+            for d in range(0, D, 4):
+                qv = lds4(Q_s, r, d)
+                kv = lds4(K_j, jj, d)
+                s += qv[0] * kv[0] + qv[1] * kv[1] + qv[2] * kv[2] + qv[3] * kv[3]
+            m, l, corr, p = online_softmax_step(m, l, s)
+            for c in range(0, SEG, 4):
+                vv = lds4(V_j, jj, c0 + c)
+                for u in range(4):
+                    O_seg[c + u] = O_seg[c + u] * corr + p * vv[u]
+        return m, l
+
+    return rows
 
 
 # -- the register-blocked kernel (register_blocked, causal_skip) ------------------------------

@@ -5,7 +5,8 @@ output columns are split into NSEG = D/SEG segments and each of NSEG
 threads owns SEG columns of O in registers (``O_seg``, SEG floats, loops
 over compile-time SEG: registers, no local-memory array). Every one of these
 threads still needs the row's scores, so each computes the full dot product
-``Q_i · K_j`` itself: K is re-read (and QKᵀ recomputed) once per segment.
+``Q_i · K_j`` itself: K is re-read (and QKᵀ recomputed) once per segment
+(the per-row loop, ``common.segment_rows``, is shared with the next two phases).
 Thread ``tid`` of the Br·NSEG threads takes row ``tid % Br`` and segment
 ``tid // Br``; with Br a multiple of 32 a warp holds one segment, so its K
 and V reads stay broadcasts.
@@ -34,10 +35,10 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_INF, load_tile, online_softmax_step, visible_keys
+from numba_attn.gpu.device_functions import NEG_INF, load_tile, visible_keys
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled, smem_reason
-from numba_attn.phases.cuda_core.common import n_segments, resolve_seg, row_block_launch, segment_reason
+from numba_attn.phases.cuda_core.common import n_segments, resolve_seg, segment_rows, row_block_launch, segment_reason
 from numba_attn.phases.registry import register_phase
 
 
@@ -50,6 +51,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
     K_OFF = D * Br
     V_OFF = K_OFF + Bc * D
     NT = Br * (D // SEG)
+    rows = segment_rows(D, SEG)
 
     @kernel
     def segmented_out(q, k, v, o, scale, H, G, Nq, Nk):
@@ -77,13 +79,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
             load_tile(V_j, v, kvh, j0, Nk, tid, NT)
             cuda.syncthreads()
             if row_ok:
-                for jj in range(min(Bc, n_keys - j0)):
-                    s = float32(0.0)  # the full score: every segment's thread recomputes it
-                    for d in range(D):
-                        s += Q_t[d, r] * K_j[jj, d]
-                    m, l, corr, p = online_softmax_step(m, l, s)
-                    for c in range(SEG):
-                        O_seg[c] = O_seg[c] * corr + p * V_j[jj, c0 + c]
+                m, l = rows(Q_t, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg)
             cuda.syncthreads()
         if row_ok:
             inv_l = float32(1.0) / l

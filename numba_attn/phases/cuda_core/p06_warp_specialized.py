@@ -31,10 +31,10 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_INF, load_tile, online_softmax_step, visible_keys
+from numba_attn.gpu.device_functions import NEG_INF, load_tile, visible_keys
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled, smem_reason
-from numba_attn.phases.cuda_core.common import n_segments, resolve_seg, row_block_launch, segment_reason
+from numba_attn.phases.cuda_core.common import n_segments, resolve_seg, segment_rows, row_block_launch, segment_reason
 from numba_attn.phases.registry import register_phase
 
 
@@ -47,6 +47,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: b
     K_OFF = D * Br
     V_OFF = K_OFF + 2 * Bc * D  # two stages each
     NT = Br * (D // SEG)  # compute threads; the loader warps come after them
+    rows = segment_rows(D, SEG)
     NL = 32 * loader_warps
 
     @kernel
@@ -83,13 +84,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: b
                     load_tile(dynamic_tile(K_OFF + (1 - st) * (Bc * D), Bc, D), k, kvh, j0 + Bc, Nk, lid, NL)
                     load_tile(dynamic_tile(V_OFF + (1 - st) * (Bc * D), Bc, D), v, kvh, j0 + Bc, Nk, lid, NL)
             elif row_ok:
-                for jj in range(min(Bc, n_keys - j0)):
-                    s = float32(0.0)  # the full score: every segment's thread recomputes it
-                    for d in range(D):
-                        s += Q_t[d, r] * K_j[jj, d]
-                    m, l, corr, p = online_softmax_step(m, l, s)
-                    for c in range(SEG):
-                        O_seg[c] = O_seg[c] * corr + p * V_j[jj, c0 + c]
+                m, l = rows(Q_t, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg)
         if row_ok:
             inv_l = float32(1.0) / l
             for c in range(SEG):

@@ -9,7 +9,7 @@ moves four elements at a time.
   ``cuda.float32x4`` too) and written with one ``st.shared.v4.f32``. For
   float16 storage the same call is an 8-byte ``ld.global.nc.v4.b16`` and
   four conversions.
-* Shared → registers: the inner loops read ``Q[r, d:d+4]``, ``K[j, d:d+4]``
+* Shared → registers: the inner loops (``common.segment_rows4``) read ``Q[r, d:d+4]``, ``K[j, d:d+4]``
   and ``V[j, c:c+4]`` with one ``ld.shared.v4.f32`` each (``ptx_loads.lds4``):
   4× fewer shared-load instructions for the same FMAs.
 * Q moves back to a row-major tile so that a thread's four consecutive d are
@@ -31,10 +31,10 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_INF, online_softmax_step, visible_keys
+from numba_attn.gpu.device_functions import NEG_INF, visible_keys
 from numba_attn.gpu.jit import kernel
-from numba_attn.gpu.ptx_loads import dynamic_tile, lds4, load_tile4, smem_reason
-from numba_attn.phases.cuda_core.common import n_segments, resolve_seg, row_block_launch, segment_reason
+from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile4, smem_reason
+from numba_attn.phases.cuda_core.common import n_segments, resolve_seg, segment_rows4, row_block_launch, segment_reason
 from numba_attn.phases.registry import register_phase
 
 ONE = float32(1.0)
@@ -51,6 +51,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: b
     K_OFF = Br * QW
     V_OFF = K_OFF + 2 * Bc * D  # two stages each
     NT = Br * (D // SEG)  # compute threads; the loader warps come after them
+    rows = segment_rows4(D, SEG)
     NL = 32 * loader_warps
 
     @kernel
@@ -89,17 +90,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: b
                     load_tile4(dynamic_tile(V_OFF + (1 - st) * (Bc * D), Bc, D), v, kvh, j0 + Bc, Nk, ONE,
                                lid, NL, Bc, D)
             elif row_ok:
-                for jj in range(min(Bc, n_keys - j0)):
-                    s = float32(0.0)  # the full score: every segment's thread recomputes it
-                    for d in range(0, D, 4):
-                        qv = lds4(Q_s, r, d)
-                        kv = lds4(K_j, jj, d)
-                        s += qv[0] * kv[0] + qv[1] * kv[1] + qv[2] * kv[2] + qv[3] * kv[3]
-                    m, l, corr, p = online_softmax_step(m, l, s)
-                    for c in range(0, SEG, 4):
-                        vv = lds4(V_j, jj, c0 + c)
-                        for u in range(4):
-                            O_seg[c + u] = O_seg[c + u] * corr + p * vv[u]
+                m, l = rows(Q_s, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg)
         if row_ok:
             inv_l = float32(1.0) / l
             for c in range(SEG):

@@ -30,10 +30,10 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_INF, online_softmax_step, visible_keys
+from numba_attn.gpu.device_functions import NEG_INF, visible_keys
 from numba_attn.gpu.jit import kernel
-from numba_attn.gpu.ptx_loads import dynamic_tile, fetch4, lds4, load_tile4, put4, smem_reason
-from numba_attn.phases.cuda_core.common import n_segments, resolve_seg, row_block_launch, segment_reason
+from numba_attn.gpu.ptx_loads import dynamic_tile, fetch4, load_tile4, put4, smem_reason
+from numba_attn.phases.cuda_core.common import n_segments, resolve_seg, segment_rows4, row_block_launch, segment_reason
 from numba_attn.phases.registry import register_phase
 
 QPAD = 4  # Q rows padded to D+4 floats: conflict-free 16-byte row reads
@@ -49,6 +49,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
     K_OFF = Br * QW
     V_OFF = K_OFF + 2 * Bc * D  # two stages each
     NT = Br * (D // SEG)
+    rows = segment_rows4(D, SEG)
     STAGE = (Bc * D // 4 + NT - 1) // NT * 4  # floats staged per thread and tile (K, and V)
 
     @kernel
@@ -86,17 +87,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
                 fetch4(stage_k, k, kvh, j0 + Bc, Nk, tid, NT, Bc, D)
                 fetch4(stage_v, v, kvh, j0 + Bc, Nk, tid, NT, Bc, D)
             if row_ok:
-                for jj in range(min(Bc, n_keys - j0)):
-                    s = float32(0.0)  # the full score: every segment's thread recomputes it
-                    for d in range(0, D, 4):
-                        qv = lds4(Q_s, r, d)
-                        kv = lds4(K_j, jj, d)
-                        s += qv[0] * kv[0] + qv[1] * kv[1] + qv[2] * kv[2] + qv[3] * kv[3]
-                    m, l, corr, p = online_softmax_step(m, l, s)
-                    for c in range(0, SEG, 4):
-                        vv = lds4(V_j, jj, c0 + c)
-                        for u in range(4):
-                            O_seg[c + u] = O_seg[c + u] * corr + p * vv[u]
+                m, l = rows(Q_s, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg)
             if has_next:  # the other stage was last read before this tile's barrier
                 put4(dynamic_tile(K_OFF + (1 - st) * (Bc * D), Bc, D), stage_k, tid, NT, Bc, D)
                 put4(dynamic_tile(V_OFF + (1 - st) * (Bc * D), Bc, D), stage_v, tid, NT, Bc, D)
