@@ -91,6 +91,28 @@ def segment_reason(problem, Br: int, SEG: int, loader_warps: int = 0, vec4: bool
     return None
 
 
+@device
+def segment_thread(Br, SEG, H, G):
+    """Where a thread of a segmented phase works: its query row ``r`` in the block
+    (``tid % Br``), the first output column ``c0`` of its segment (``tid // Br``), the
+    query row ``i``, the (batch, head) ``bh`` and its KV head ``kvh``."""
+    tid = cuda.threadIdx.x
+    r = tid % Br
+    c0 = (tid // Br) * SEG
+    i = cuda.blockIdx.x * Br + r
+    bh = cuda.blockIdx.y
+    kvh = (bh // H) * (H // G) + (bh % H) // G
+    return tid, r, c0, i, bh, kvh
+
+
+@device
+def row_keys(i, Br, Nq, Nk, causal):
+    """(keys query row ``i`` sees, keys any row of its block of Br rows sees: the
+    block's last row sees the most)."""
+    return (visible_keys(i, Nq, Nk, causal),
+            visible_keys(min(cuda.blockIdx.x * Br + Br, Nq) - 1, Nq, Nk, causal))
+
+
 @functools.cache
 def segment_rows(D: int, SEG: int):
     """The inner loop of segmented_out, one_barrier and warp_specialized: one thread's

@@ -31,10 +31,10 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_INF, load_tile, online_softmax_step, visible_keys
+from numba_attn.gpu.device_functions import NEG_INF, load_tile, online_softmax_step
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled, smem_reason
-from numba_attn.phases.cuda_core.common import row_block_launch
+from numba_attn.phases.cuda_core.common import row_block_launch, row_keys
 from numba_attn.phases.registry import register_phase
 
 
@@ -63,9 +63,7 @@ def make_kernel(D: int, Br: int, Bc: int, causal: bool):
             O_i[d] = float32(0.0)
         m = NEG_INF
         l = float32(0.0)
-        n_keys = visible_keys(i, Nq, Nk, causal)
-        # keys any row of this block can see: the block's last row sees the most
-        block_keys = visible_keys(min(cuda.blockIdx.x * Br + Br, Nq) - 1, Nq, Nk, causal)
+        n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
         for j0 in range(0, block_keys, Bc):
             load_tile(K_j, k, kvh, j0, Nk, tid, Br)
             load_tile(V_j, v, kvh, j0, Nk, tid, Br)

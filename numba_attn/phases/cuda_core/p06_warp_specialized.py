@@ -31,10 +31,11 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_INF, load_tile, visible_keys
+from numba_attn.gpu.device_functions import NEG_INF, load_tile
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled, smem_reason
-from numba_attn.phases.cuda_core.common import n_segments, resolve_seg, segment_rows, row_block_launch, segment_reason
+from numba_attn.phases.cuda_core.common import (n_segments, resolve_seg, row_block_launch,
+                                                row_keys, segment_reason, segment_rows, segment_thread)
 from numba_attn.phases.registry import register_phase
 
 
@@ -53,12 +54,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: b
     @kernel
     def warp_specialized(q, k, v, o, scale, H, G, Nq, Nk):
         Q_t = dynamic_tile(0, D, Br)  # Qᵀ · scale
-        tid = cuda.threadIdx.x
-        r = tid % Br  # the thread's query row in the block
-        c0 = (tid // Br) * SEG  # first output column of its segment
-        i = cuda.blockIdx.x * Br + r
-        bh = cuda.blockIdx.y
-        kvh = (bh // H) * (H // G) + (bh % H) // G
+        tid, r, c0, i, bh, kvh = segment_thread(Br, SEG, H, G)
         loader = tid >= NT
         lid = tid - NT  # loader lane
         row_ok = i < Nq and not loader
@@ -68,9 +64,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: b
             O_seg[c] = float32(0.0)
         m = NEG_INF
         l = float32(0.0)
-        n_keys = visible_keys(i, Nq, Nk, causal)
-        # keys any row of this block can see: the block's last row sees the most
-        block_keys = visible_keys(min(cuda.blockIdx.x * Br + Br, Nq) - 1, Nq, Nk, causal)
+        n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
         if loader:
             load_tile(dynamic_tile(K_OFF, Bc, D), k, kvh, 0, Nk, lid, NL)
             load_tile(dynamic_tile(V_OFF, Bc, D), v, kvh, 0, Nk, lid, NL)

@@ -30,10 +30,11 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_INF, visible_keys
+from numba_attn.gpu.device_functions import NEG_INF
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, fetch4, load_tile4, put4, smem_reason
-from numba_attn.phases.cuda_core.common import n_segments, resolve_seg, segment_rows4, row_block_launch, segment_reason
+from numba_attn.phases.cuda_core.common import (n_segments, resolve_seg, row_block_launch,
+                                                row_keys, segment_reason, segment_rows4, segment_thread)
 from numba_attn.phases.registry import register_phase
 
 QPAD = 4  # Q rows padded to D+4 floats: conflict-free 16-byte row reads
@@ -55,12 +56,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
     @kernel
     def double_buffer(q, k, v, o, scale, H, G, Nq, Nk):
         Q_s = dynamic_tile(0, Br, QW)  # Q · scale, rows padded
-        tid = cuda.threadIdx.x
-        r = tid % Br  # the thread's query row in the block
-        c0 = (tid // Br) * SEG  # first output column of its segment
-        i = cuda.blockIdx.x * Br + r
-        bh = cuda.blockIdx.y
-        kvh = (bh // H) * (H // G) + (bh % H) // G
+        tid, r, c0, i, bh, kvh = segment_thread(Br, SEG, H, G)
         row_ok = i < Nq
         load_tile4(Q_s, q, bh, cuda.blockIdx.x * Br, Nq, scale, tid, NT, Br, D)
         O_seg = cuda.local.array(SEG, float32)
@@ -68,9 +64,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
             O_seg[c] = float32(0.0)
         m = NEG_INF
         l = float32(0.0)
-        n_keys = visible_keys(i, Nq, Nk, causal)
-        # keys any row of this block can see: the block's last row sees the most
-        block_keys = visible_keys(min(cuda.blockIdx.x * Br + Br, Nq) - 1, Nq, Nk, causal)
+        n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
         stage_k = cuda.local.array(STAGE, float32)
         stage_v = cuda.local.array(STAGE, float32)
         fetch4(stage_k, k, kvh, 0, Nk, tid, NT, Bc, D)
