@@ -134,6 +134,18 @@ def segment_rows(D: int, SEG: int):
 
 
 @functools.cache
+def segment_store(SEG: int):
+    """The end of a segmented phase: ``o[bh, i, c0:c0+SEG] = O_seg / l``."""
+    @device
+    def store(o, bh, i, c0, O_seg, l):
+        inv_l = float32(1.0) / l
+        for c in range(SEG):
+            o[bh, i, c0 + c] = O_seg[c] * inv_l
+
+    return store
+
+
+@functools.cache
 def segment_rows4(D: int, SEG: int):
     """:func:`segment_rows` with 16-byte shared loads (vectorized, double_buffer): ``Q_s``
     row-major (padded rows), K and V rows read four floats at a time."""

@@ -39,7 +39,8 @@ from numba_attn.gpu.device_functions import NEG_INF, load_tile
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled, smem_reason
 from numba_attn.phases.cuda_core.common import (n_segments, resolve_seg, row_block_launch,
-                                                row_keys, segment_reason, segment_rows, segment_thread)
+                                                row_keys, segment_reason, segment_rows,
+                                                segment_store, segment_thread)
 from numba_attn.phases.registry import register_phase
 
 
@@ -53,6 +54,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
     V_OFF = K_OFF + Bc * D
     NT = Br * (D // SEG)
     rows = segment_rows(D, SEG)
+    store = segment_store(SEG)
 
     @kernel
     def segmented_out(q, k, v, o, scale, H, G, Nq, Nk):
@@ -76,9 +78,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
                 m, l = rows(Q_t, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg)
             cuda.syncthreads()
         if row_ok:
-            inv_l = float32(1.0) / l
-            for c in range(SEG):
-                o[bh, i, c0 + c] = O_seg[c] * inv_l
+            store(o, bh, i, c0, O_seg, l)
 
     return segmented_out
 

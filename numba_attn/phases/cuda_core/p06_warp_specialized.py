@@ -35,7 +35,8 @@ from numba_attn.gpu.device_functions import NEG_INF, load_tile
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled, smem_reason
 from numba_attn.phases.cuda_core.common import (n_segments, resolve_seg, row_block_launch,
-                                                row_keys, segment_reason, segment_rows, segment_thread)
+                                                row_keys, segment_reason, segment_rows,
+                                                segment_store, segment_thread)
 from numba_attn.phases.registry import register_phase
 
 
@@ -49,6 +50,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: b
     V_OFF = K_OFF + 2 * Bc * D  # two stages each
     NT = Br * (D // SEG)  # compute threads; the loader warps come after them
     rows = segment_rows(D, SEG)
+    store = segment_store(SEG)
     NL = 32 * loader_warps
 
     @kernel
@@ -80,9 +82,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: b
             elif row_ok:
                 m, l = rows(Q_t, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg)
         if row_ok:
-            inv_l = float32(1.0) / l
-            for c in range(SEG):
-                o[bh, i, c0 + c] = O_seg[c] * inv_l
+            store(o, bh, i, c0, O_seg, l)
 
     return warp_specialized
 

@@ -34,7 +34,8 @@ from numba_attn.gpu.device_functions import NEG_INF
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, fetch4, load_tile4, put4, smem_reason
 from numba_attn.phases.cuda_core.common import (n_segments, resolve_seg, row_block_launch,
-                                                row_keys, segment_reason, segment_rows4, segment_thread)
+                                                row_keys, segment_reason, segment_rows4,
+                                                segment_store, segment_thread)
 from numba_attn.phases.registry import register_phase
 
 QPAD = 4  # Q rows padded to D+4 floats: conflict-free 16-byte row reads
@@ -51,6 +52,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
     V_OFF = K_OFF + 2 * Bc * D  # two stages each
     NT = Br * (D // SEG)
     rows = segment_rows4(D, SEG)
+    store = segment_store(SEG)
     STAGE = (Bc * D // 4 + NT - 1) // NT * 4  # floats staged per thread and tile (K, and V)
 
     @kernel
@@ -86,9 +88,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
                 put4(dynamic_tile(K_OFF + (1 - st) * (Bc * D), Bc, D), stage_k, tid, NT, Bc, D)
                 put4(dynamic_tile(V_OFF + (1 - st) * (Bc * D), Bc, D), stage_v, tid, NT, Bc, D)
         if row_ok:
-            inv_l = float32(1.0) / l
-            for c in range(SEG):
-                o[bh, i, c0 + c] = O_seg[c] * inv_l
+            store(o, bh, i, c0, O_seg, l)
 
     return double_buffer
 
