@@ -20,26 +20,10 @@ thread); without ``Q_i`` the kernel fits in registers. At D=64 the parent
 does not spill (167 registers), and this phase adds one shared load per FMA
 of QKᵀ (the Q operand used to be a register): it should be slower there.
 
-Prediction (before measuring): D=64 ~0.8× smem_kv (shared-load issue
+Prediction: D=64 ~0.8× smem_kv (shared-load issue
 doubles in the QKᵀ half); D=128 ~1.3× smem_kv (no spills).
 
-Measured (NVIDIA H200, numba-cuda 0.30.4, B1 H32 N4096 fp32, median of events-timed back-to-back
-launches; one run of commit dcebff6, ``bench/dev/roadmap_final_h200.jsonl``; in the same run naive
-191.4 ms at D=64 and 379.3 ms at D=128, SDPA fp32 3.99 ms and 6.09 ms):
-
-* D=64, Br=128: 35.87 ms (3.83 TFLOP/s; Br=64: 38.06 ms) against smem_kv's
-  10.27 ms: **0.29×**. D=128: 74.71 ms against 37.71 ms: **0.50×**.
-  Registers 128 (D=64) and 168 (D=128), no local memory (smem_kv at D=128:
-  255 registers, 136 bytes of local memory).
-* Both predictions missed, by far at D=64. The extra shared load is not the
-  main cost: the PTX of the QKᵀ loop holds ~19 integer instructions per FMA.
-  In smem_kv the d loops are fully unrolled because ``Q_i`` and ``O_i`` are
-  register arrays (their indices must be constants), so every shared address
-  there is a constant offset. Here the d loop stays a loop (numba's ``range``
-  hides the trip count from LLVM) and every ``Q_t[d, r]`` and ``K_j[jj, d]``
-  pays numba's int64 index arithmetic and its negative-index wrap-around
-  select. The spill removed at D=128 is real but smaller than that cost.
-  ``vectorized`` removes it.
+Verdict: 35.94 ms at B1 H32 N4096 D64 fp32 (H200), 0.29x smem_kv (missed) [results/roadmap-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
@@ -47,10 +31,11 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_INF, load_tile, online_softmax_step, visible_keys
+from numba_attn.gpu.device_functions import NEG_INF, load_tile, online_softmax_step
 from numba_attn.gpu.jit import kernel
-from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, load_tile_t_scaled, smem_reason
-from numba_attn.phases.registry import Launch, register_phase
+from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled, smem_reason
+from numba_attn.phases.cuda_core.common import row_block_launch, row_keys
+from numba_attn.phases.registry import register_phase
 
 
 def smem_floats(D, Br, Bc):
@@ -78,9 +63,7 @@ def make_kernel(D: int, Br: int, Bc: int, causal: bool):
             O_i[d] = float32(0.0)
         m = NEG_INF
         l = float32(0.0)
-        n_keys = visible_keys(i, Nq, Nk, causal)
-        # keys any row of this block can see: the block's last row sees the most
-        block_keys = visible_keys(min(cuda.blockIdx.x * Br + Br, Nq) - 1, Nq, Nk, causal)
+        n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
         for j0 in range(0, block_keys, Bc):
             load_tile(K_j, k, kvh, j0, Nk, tid, Br)
             load_tile(V_j, v, kvh, j0, Nk, tid, Br)
@@ -123,13 +106,5 @@ def _supports(problem, Br, Bc):
     supports=_supports,
 )
 def q_smem(problem, Br=128, Bc=32):
-    H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     kern = make_kernel(problem.head_dim, Br, Bc, problem.causal)
-    scale = float32(problem.sm_scale)
-    grid = ((Nq + Br - 1) // Br, problem.batch * H)
-    smem = 4 * smem_floats(problem.head_dim, Br, Bc)
-
-    def run(q, k, v, o, stream=0):
-        launch_dynamic(kern, grid, Br, stream, smem, q, k, v, o, scale, H, problem.group, Nq, Nk)
-
-    return Launch(run, kernels=[kern])
+    return row_block_launch(kern, problem, Br, Br, 4 * smem_floats(problem.head_dim, Br, Bc))

@@ -5,7 +5,8 @@ output columns are split into NSEG = D/SEG segments and each of NSEG
 threads owns SEG columns of O in registers (``O_seg``, SEG floats, loops
 over compile-time SEG: registers, no local-memory array). Every one of these
 threads still needs the row's scores, so each computes the full dot product
-``Q_i · K_j`` itself: K is re-read (and QKᵀ recomputed) once per segment.
+``Q_i · K_j`` itself: K is re-read (and QKᵀ recomputed) once per segment
+(the per-row loop, ``common.segment_rows``, is shared with the next two phases).
 Thread ``tid`` of the Br·NSEG threads takes row ``tid % Br`` and segment
 ``tid // Br``; with Br a multiple of 32 a warp holds one segment, so its K
 and V reads stay broadcasts.
@@ -22,28 +23,11 @@ SEG = D reproduces the parent. At D=128 the parent holds 128 accumulators
 per thread (~170 registers); SEG=64 halves that at the price of 1.5× the
 FLOPs, SEG=32 of 2.5×.
 
-Prediction (before measuring): at D=64 SEG=32 is ~1.2× q_smem (twice the
+Prediction: at D=64 SEG=32 is ~1.2× q_smem (twice the
 warps, 1.5× the FLOPs, fewer registers); SEG=16 is slower than SEG=32 (2.5×
 the FLOPs). At D=128 SEG=64 ~1.3× q_smem.
 
-Measured (NVIDIA H200, numba-cuda 0.30.4, B1 H32 N4096 fp32, median of events-timed back-to-back
-launches; one run of commit dcebff6, ``bench/dev/roadmap_final_h200.jsonl``; in the same run naive
-191.4 ms at D=64 and 379.3 ms at D=128, SDPA fp32 3.99 ms and 6.09 ms):
-
-* D=64 (Br=64): SEG=64 (one thread per row) 44.90 ms, SEG=32 68.99 ms,
-  SEG=16 130.36 ms (``roadmap_tune1_h200.jsonl``); registers 128, 128, 96.
-* D=128: SEG=128 112.64 ms (168 registers), SEG=64 146.66 ms (128),
-  SEG=32 257.1 ms (tune1).
-* Each halving of SEG costs 1.5–1.9×: the recomputed QKᵀ and exps are paid
-  in full, and fewer registers buy nothing once ``q_smem`` has removed the
-  spill. The prediction (SEG=32 ~1.2× q_smem) missed: SEG=32 is 0.52× of
-  q_smem at D=64. The best measured configuration is SEG = D, i.e. no split,
-  so the default is SEG=128 (SEG = D for every head_dim up to 128). SEG stays
-  the parameter of the trade-off.
-* At SEG = D this kernel is q_smem with Br=64 plus a run-time column offset
-  ``c0``. It is still 15% slower than q_smem at Br=64 (44.90 against
-  38.06 ms): the ``V_j[jj, c0 + c]`` reads lose their constant offsets.
-  Against q_smem's default (Br=128): 0.80×.
+Verdict: 45.11 ms at B1 H32 N4096 D64 fp32 (H200), 0.80x q_smem (missed) [results/roadmap-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
@@ -51,10 +35,13 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_INF, load_tile, online_softmax_step, visible_keys
+from numba_attn.gpu.device_functions import NEG_INF, load_tile
 from numba_attn.gpu.jit import kernel
-from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, load_tile_t_scaled, smem_reason
-from numba_attn.phases.registry import Launch, register_phase
+from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled, smem_reason
+from numba_attn.phases.cuda_core.common import (n_segments, resolve_seg, row_block_launch,
+                                                row_keys, segment_reason, segment_rows,
+                                                segment_store, segment_thread)
+from numba_attn.phases.registry import register_phase
 
 
 def smem_floats(D, Br, Bc):
@@ -66,18 +53,15 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
     K_OFF = D * Br
     V_OFF = K_OFF + Bc * D
     NT = Br * (D // SEG)
+    rows = segment_rows(D, SEG)
+    store = segment_store(SEG)
 
     @kernel
     def segmented_out(q, k, v, o, scale, H, G, Nq, Nk):
         Q_t = dynamic_tile(0, D, Br)  # Qᵀ · scale
         K_j = dynamic_tile(K_OFF, Bc, D)
         V_j = dynamic_tile(V_OFF, Bc, D)
-        tid = cuda.threadIdx.x
-        r = tid % Br  # the thread's query row in the block
-        c0 = (tid // Br) * SEG  # first output column of its segment
-        i = cuda.blockIdx.x * Br + r
-        bh = cuda.blockIdx.y
-        kvh = (bh // H) * (H // G) + (bh % H) // G
+        tid, r, c0, i, bh, kvh = segment_thread(Br, SEG, H, G)
         row_ok = i < Nq
         load_tile_t_scaled(Q_t, q, bh, cuda.blockIdx.x * Br, Nq, scale, tid, NT, Br, D)
         O_seg = cuda.local.array(SEG, float32)
@@ -85,43 +69,22 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
             O_seg[c] = float32(0.0)
         m = NEG_INF
         l = float32(0.0)
-        n_keys = visible_keys(i, Nq, Nk, causal)
-        # keys any row of this block can see: the block's last row sees the most
-        block_keys = visible_keys(min(cuda.blockIdx.x * Br + Br, Nq) - 1, Nq, Nk, causal)
+        n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
         for j0 in range(0, block_keys, Bc):
             load_tile(K_j, k, kvh, j0, Nk, tid, NT)
             load_tile(V_j, v, kvh, j0, Nk, tid, NT)
             cuda.syncthreads()
             if row_ok:
-                for jj in range(min(Bc, n_keys - j0)):
-                    s = float32(0.0)  # the full score: every segment's thread recomputes it
-                    for d in range(D):
-                        s += Q_t[d, r] * K_j[jj, d]
-                    m, l, corr, p = online_softmax_step(m, l, s)
-                    for c in range(SEG):
-                        O_seg[c] = O_seg[c] * corr + p * V_j[jj, c0 + c]
+                m, l = rows(Q_t, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg)
             cuda.syncthreads()
         if row_ok:
-            inv_l = float32(1.0) / l
-            for c in range(SEG):
-                o[bh, i, c0 + c] = O_seg[c] * inv_l
+            store(o, bh, i, c0, O_seg, l)
 
     return segmented_out
 
 
-def n_segments(D, SEG):
-    return D // min(SEG, D)
-
-
 def _supports(problem, Br, Bc, SEG):
-    D = problem.head_dim
-    if Br % 32:
-        return f"Br={Br} must be a multiple of 32 (whole warps per segment)"
-    if D % min(SEG, D):
-        return f"SEG={SEG} must divide head_dim {D}"
-    if Br * n_segments(D, SEG) > 1024:
-        return f"Br·D/SEG = {Br * n_segments(D, SEG)} threads per block > 1024"
-    return smem_reason(4 * smem_floats(D, Br, Bc))
+    return segment_reason(problem, Br, SEG) or smem_reason(4 * smem_floats(problem.head_dim, Br, Bc))
 
 
 @register_phase(
@@ -137,17 +100,9 @@ def _supports(problem, Br, Bc, SEG):
     planned_speedup=7.0,
     sim_params={"Br": 32, "Bc": 16, "SEG": 8},
     supports=_supports,
+    resolve=resolve_seg,
 )
 def segmented_out(problem, Br=64, Bc=32, SEG=128):
-    H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
-    SEG = min(SEG, problem.head_dim)
     kern = make_kernel(problem.head_dim, Br, Bc, SEG, problem.causal)
-    NT = Br * n_segments(problem.head_dim, SEG)
-    scale = float32(problem.sm_scale)
-    grid = ((Nq + Br - 1) // Br, problem.batch * H)
-    smem = 4 * smem_floats(problem.head_dim, Br, Bc)
-
-    def run(q, k, v, o, stream=0):
-        launch_dynamic(kern, grid, NT, stream, smem, q, k, v, o, scale, H, problem.group, Nq, Nk)
-
-    return Launch(run, kernels=[kern])
+    threads = Br * n_segments(problem.head_dim, SEG)
+    return row_block_launch(kern, problem, Br, threads, 4 * smem_floats(problem.head_dim, Br, Bc))

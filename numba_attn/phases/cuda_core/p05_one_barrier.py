@@ -16,24 +16,11 @@ while others still load, instead of every warp waiting at a second barrier.
 
 Cost: twice the K/V shared memory (D=64, Bc=32: 32 KiB instead of 16).
 
-Prediction (before measuring): a tile's barrier pair sits between
+Prediction: a tile's barrier pair sits between
 ~Bc·(D + SEG) ≈ 3000 FMAs per thread (D=64, SEG=32, Bc=32), so removing one
 barrier gains little: ~1.05× segmented_out.
 
-Measured (NVIDIA H200, numba-cuda 0.30.4, B1 H32 N4096 fp32, median of events-timed back-to-back
-launches; one run of commit dcebff6, ``bench/dev/roadmap_final_h200.jsonl``; in the same run naive
-191.4 ms at D=64 and 379.3 ms at D=128, SDPA fp32 3.99 ms and 6.09 ms):
-
-* D=64, SEG=64: 47.25 ms against segmented_out's 44.90 ms at the same tiles:
-  **0.95×** (prediction 1.05×: missed). SEG=32: 63.02 against 68.99 ms: 1.09×.
-* D=128, SEG=64: 145.38 against 146.66 ms: 1.01×. SEG=128: 226.53 against
-  112.64 ms: 0.50×.
-* The second K/V stage costs occupancy where blocks are small. At SEG = D a
-  block is Br = 64 threads (2 warps). The stage takes shared memory per
-  block from 32 to 48 KiB at D=64 (from 7 to 4 blocks per SM) and from 64 to
-  96 KiB at D=128 (from 3 to 2 blocks: 4 warps per SM). With that few warps
-  the single barrier saves less than the lost parallelism. Default SEG=64:
-  the best measured at both head dims.
+Verdict: 47.08 ms at B1 H32 N4096 D64 fp32 (H200), 0.96x segmented_out (missed) [results/roadmap-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
@@ -41,10 +28,13 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_INF, load_tile, online_softmax_step, visible_keys
+from numba_attn.gpu.device_functions import NEG_INF, load_tile
 from numba_attn.gpu.jit import kernel
-from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, load_tile_t_scaled, smem_reason
-from numba_attn.phases.registry import Launch, register_phase
+from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled, smem_reason
+from numba_attn.phases.cuda_core.common import (n_segments, resolve_seg, row_block_launch,
+                                                row_keys, segment_reason, segment_rows,
+                                                segment_store, segment_thread)
+from numba_attn.phases.registry import register_phase
 
 
 def smem_floats(D, Br, Bc):
@@ -56,16 +46,13 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
     K_OFF = D * Br
     V_OFF = K_OFF + 2 * Bc * D  # two stages each
     NT = Br * (D // SEG)
+    rows = segment_rows(D, SEG)
+    store = segment_store(SEG)
 
     @kernel
     def one_barrier(q, k, v, o, scale, H, G, Nq, Nk):
         Q_t = dynamic_tile(0, D, Br)  # Qᵀ · scale
-        tid = cuda.threadIdx.x
-        r = tid % Br  # the thread's query row in the block
-        c0 = (tid // Br) * SEG  # first output column of its segment
-        i = cuda.blockIdx.x * Br + r
-        bh = cuda.blockIdx.y
-        kvh = (bh // H) * (H // G) + (bh % H) // G
+        tid, r, c0, i, bh, kvh = segment_thread(Br, SEG, H, G)
         row_ok = i < Nq
         load_tile_t_scaled(Q_t, q, bh, cuda.blockIdx.x * Br, Nq, scale, tid, NT, Br, D)
         O_seg = cuda.local.array(SEG, float32)
@@ -73,9 +60,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
             O_seg[c] = float32(0.0)
         m = NEG_INF
         l = float32(0.0)
-        n_keys = visible_keys(i, Nq, Nk, causal)
-        # keys any row of this block can see: the block's last row sees the most
-        block_keys = visible_keys(min(cuda.blockIdx.x * Br + Br, Nq) - 1, Nq, Nk, causal)
+        n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
         load_tile(dynamic_tile(K_OFF, Bc, D), k, kvh, 0, Nk, tid, NT)
         load_tile(dynamic_tile(V_OFF, Bc, D), v, kvh, 0, Nk, tid, NT)
         for j0 in range(0, block_keys, Bc):
@@ -87,34 +72,15 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
                 load_tile(dynamic_tile(K_OFF + (1 - st) * (Bc * D), Bc, D), k, kvh, j0 + Bc, Nk, tid, NT)
                 load_tile(dynamic_tile(V_OFF + (1 - st) * (Bc * D), Bc, D), v, kvh, j0 + Bc, Nk, tid, NT)
             if row_ok:
-                for jj in range(min(Bc, n_keys - j0)):
-                    s = float32(0.0)  # the full score: every segment's thread recomputes it
-                    for d in range(D):
-                        s += Q_t[d, r] * K_j[jj, d]
-                    m, l, corr, p = online_softmax_step(m, l, s)
-                    for c in range(SEG):
-                        O_seg[c] = O_seg[c] * corr + p * V_j[jj, c0 + c]
+                m, l = rows(Q_t, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg)
         if row_ok:
-            inv_l = float32(1.0) / l
-            for c in range(SEG):
-                o[bh, i, c0 + c] = O_seg[c] * inv_l
+            store(o, bh, i, c0, O_seg, l)
 
     return one_barrier
 
 
-def n_segments(D, SEG):
-    return D // min(SEG, D)
-
-
 def _supports(problem, Br, Bc, SEG):
-    D = problem.head_dim
-    if Br % 32:
-        return f"Br={Br} must be a multiple of 32 (whole warps per segment)"
-    if D % min(SEG, D):
-        return f"SEG={SEG} must divide head_dim {D}"
-    if Br * n_segments(D, SEG) > 1024:
-        return f"Br·D/SEG = {Br * n_segments(D, SEG)} threads per block > 1024"
-    return smem_reason(4 * smem_floats(D, Br, Bc))
+    return segment_reason(problem, Br, SEG) or smem_reason(4 * smem_floats(problem.head_dim, Br, Bc))
 
 
 @register_phase(
@@ -130,17 +96,9 @@ def _supports(problem, Br, Bc, SEG):
     planned_speedup=7.5,
     sim_params={"Br": 32, "Bc": 16, "SEG": 8},
     supports=_supports,
+    resolve=resolve_seg,
 )
 def one_barrier(problem, Br=64, Bc=32, SEG=64):
-    H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
-    SEG = min(SEG, problem.head_dim)
     kern = make_kernel(problem.head_dim, Br, Bc, SEG, problem.causal)
-    NT = Br * n_segments(problem.head_dim, SEG)
-    scale = float32(problem.sm_scale)
-    grid = ((Nq + Br - 1) // Br, problem.batch * H)
-    smem = 4 * smem_floats(problem.head_dim, Br, Bc)
-
-    def run(q, k, v, o, stream=0):
-        launch_dynamic(kern, grid, NT, stream, smem, q, k, v, o, scale, H, problem.group, Nq, Nk)
-
-    return Launch(run, kernels=[kern])
+    threads = Br * n_segments(problem.head_dim, SEG)
+    return row_block_launch(kern, problem, Br, threads, 4 * smem_floats(problem.head_dim, Br, Bc))

@@ -9,7 +9,7 @@ moves four elements at a time.
   ``cuda.float32x4`` too) and written with one ``st.shared.v4.f32``. For
   float16 storage the same call is an 8-byte ``ld.global.nc.v4.b16`` and
   four conversions.
-* Shared → registers: the inner loops read ``Q[r, d:d+4]``, ``K[j, d:d+4]``
+* Shared → registers: the inner loops (``common.segment_rows4``) read ``Q[r, d:d+4]``, ``K[j, d:d+4]``
   and ``V[j, c:c+4]`` with one ``ld.shared.v4.f32`` each (``ptx_loads.lds4``):
   4× fewer shared-load instructions for the same FMAs.
 * Q moves back to a row-major tile so that a thread's four consecutive d are
@@ -19,26 +19,11 @@ moves four elements at a time.
   D words, all 8 would hit the same banks: an 8-way conflict). K and V reads
   are warp-wide broadcasts and need no padding.
 
-Prediction (before measuring): the per-row kernels are bound by
+Prediction: the per-row kernels are bound by
 shared-load issue (one load per FMA in QKᵀ); 4× fewer load instructions
 should give ~1.8× warp_specialized at D=64 (the FMA and exp work stays).
 
-Measured (NVIDIA H200, numba-cuda 0.30.4, B1 H32 N4096 fp32, median of events-timed back-to-back
-launches; one run of commit dcebff6, ``bench/dev/roadmap_final_h200.jsonl``; in the same run naive
-191.4 ms at D=64 and 379.3 ms at D=128, SDPA fp32 3.99 ms and 6.09 ms):
-
-* D=64, SEG=64: 6.92 ms (19.86 TFLOP/s, 166 registers, no local memory;
-  Br=128: 6.89 ms, equal within 0.5%) against warp_specialized's 45.27 ms at
-  the same tiles (LW=1): **6.5×**. The prediction (1.8×) was far exceeded.
-  SEG=32: 11.03 against 68.19 ms (6.2×). This is 1.48× smem_kv (13.38 TFLOP/s).
-* D=128: SEG=64 34.26 ms (8.02 TFLOP/s), SEG=128 36.17 ms, against 146.92
-  and 167.90 ms (4.3–4.6×).
-* Why far more than 4× fewer load instructions: ``ldg4``/``lds4``/``sts4``
-  compute one address per four elements, without numba's negative-index
-  wrap-around select, so the ~19 integer instructions per FMA of the scalar
-  loops (see q_smem) drop to about two. SASS of the later phases shows the
-  16-byte instructions (``LDG.E.128.CONSTANT``, ``LDS.128``, ``STS.128``).
-  Default SEG=64, Br=64, LW=1 (measured; Br=128 is equal within noise).
+Verdict: 7.01 ms at B1 H32 N4096 D64 fp32 (H200), 6.28x warp_specialized (far above) [results/roadmap-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
@@ -46,10 +31,13 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_INF, online_softmax_step, visible_keys
+from numba_attn.gpu.device_functions import NEG_INF
 from numba_attn.gpu.jit import kernel
-from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, lds4, load_tile4, smem_reason
-from numba_attn.phases.registry import Launch, register_phase
+from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile4, smem_reason
+from numba_attn.phases.cuda_core.common import (n_segments, resolve_seg, row_block_launch,
+                                                row_keys, segment_reason, segment_rows4,
+                                                segment_store, segment_thread)
+from numba_attn.phases.registry import register_phase
 
 ONE = float32(1.0)
 QPAD = 4  # Q rows padded to D+4 floats: conflict-free 16-byte row reads
@@ -60,22 +48,19 @@ def smem_floats(D, Br, Bc):
 
 
 @functools.cache
-def make_kernel(D: int, Br: int, Bc: int, SEG: int, LW: int, causal: bool):
+def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: bool):
     QW = D + QPAD  # Q row stride (floats)
     K_OFF = Br * QW
     V_OFF = K_OFF + 2 * Bc * D  # two stages each
-    NT = Br * (D // SEG)  # compute threads; the LW loader warps come after them
-    NL = 32 * LW
+    NT = Br * (D // SEG)  # compute threads; the loader warps come after them
+    rows = segment_rows4(D, SEG)
+    store = segment_store(SEG)
+    NL = 32 * loader_warps
 
     @kernel
     def vectorized(q, k, v, o, scale, H, G, Nq, Nk):
         Q_s = dynamic_tile(0, Br, QW)  # Q · scale, rows padded
-        tid = cuda.threadIdx.x
-        r = tid % Br  # the thread's query row in the block
-        c0 = (tid // Br) * SEG  # first output column of its segment
-        i = cuda.blockIdx.x * Br + r
-        bh = cuda.blockIdx.y
-        kvh = (bh // H) * (H // G) + (bh % H) // G
+        tid, r, c0, i, bh, kvh = segment_thread(Br, SEG, H, G)
         loader = tid >= NT
         lid = tid - NT  # loader lane
         row_ok = i < Nq and not loader
@@ -85,9 +70,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, LW: int, causal: bool):
             O_seg[c] = float32(0.0)
         m = NEG_INF
         l = float32(0.0)
-        n_keys = visible_keys(i, Nq, Nk, causal)
-        # keys any row of this block can see: the block's last row sees the most
-        block_keys = visible_keys(min(cuda.blockIdx.x * Br + Br, Nq) - 1, Nq, Nk, causal)
+        n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
         if loader:
             load_tile4(dynamic_tile(K_OFF, Bc, D), k, kvh, 0, Nk, ONE, lid, NL, Bc, D)
             load_tile4(dynamic_tile(V_OFF, Bc, D), v, kvh, 0, Nk, ONE, lid, NL, Bc, D)
@@ -103,40 +86,17 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, LW: int, causal: bool):
                     load_tile4(dynamic_tile(V_OFF + (1 - st) * (Bc * D), Bc, D), v, kvh, j0 + Bc, Nk, ONE,
                                lid, NL, Bc, D)
             elif row_ok:
-                for jj in range(min(Bc, n_keys - j0)):
-                    s = float32(0.0)  # the full score: every segment's thread recomputes it
-                    for d in range(0, D, 4):
-                        qv = lds4(Q_s, r, d)
-                        kv = lds4(K_j, jj, d)
-                        s += qv[0] * kv[0] + qv[1] * kv[1] + qv[2] * kv[2] + qv[3] * kv[3]
-                    m, l, corr, p = online_softmax_step(m, l, s)
-                    for c in range(0, SEG, 4):
-                        vv = lds4(V_j, jj, c0 + c)
-                        for u in range(4):
-                            O_seg[c + u] = O_seg[c + u] * corr + p * vv[u]
+                m, l = rows(Q_s, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg)
         if row_ok:
-            inv_l = float32(1.0) / l
-            for c in range(SEG):
-                o[bh, i, c0 + c] = O_seg[c] * inv_l
+            store(o, bh, i, c0, O_seg, l)
 
     return vectorized
 
 
-def n_segments(D, SEG):
-    return D // min(SEG, D)
-
-
-def _supports(problem, Br, Bc, SEG, LW):
-    D = problem.head_dim
-    if Br % 32:
-        return f"Br={Br} must be a multiple of 32 (whole warps per segment)"
-    if D % min(SEG, D) or min(SEG, D) % 4:
-        return f"SEG={SEG} must divide head_dim {D} and be a multiple of 4 (16-byte accesses)"
-    if LW < 1:
-        return f"LW={LW}: at least one loader warp"
-    if Br * n_segments(D, SEG) + 32 * LW > 1024:
-        return f"Br·D/SEG + 32·LW = {Br * n_segments(D, SEG) + 32 * LW} threads per block > 1024"
-    return smem_reason(4 * smem_floats(D, Br, Bc))
+def _supports(problem, Br, Bc, SEG, loader_warps):
+    if loader_warps < 1:
+        return f"loader_warps={loader_warps}: at least one loader warp"
+    return segment_reason(problem, Br, SEG, loader_warps, vec4=True) or smem_reason(4 * smem_floats(problem.head_dim, Br, Bc))
 
 
 @register_phase(
@@ -150,19 +110,11 @@ def _supports(problem, Br, Bc, SEG, LW):
     lineage="Vectorized memory access (CUDA best-practices: 128-bit loads) and shared-memory "
             "padding against bank conflicts",
     planned_speedup=14.0,
-    sim_params={"Br": 32, "Bc": 16, "SEG": 8, "LW": 1},
+    sim_params={"Br": 32, "Bc": 16, "SEG": 8, "loader_warps": 1},
     supports=_supports,
+    resolve=resolve_seg,
 )
-def vectorized(problem, Br=64, Bc=32, SEG=64, LW=1):
-    H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
-    SEG = min(SEG, problem.head_dim)
-    kern = make_kernel(problem.head_dim, Br, Bc, SEG, LW, problem.causal)
-    NT = Br * n_segments(problem.head_dim, SEG) + 32 * LW
-    scale = float32(problem.sm_scale)
-    grid = ((Nq + Br - 1) // Br, problem.batch * H)
-    smem = 4 * smem_floats(problem.head_dim, Br, Bc)
-
-    def run(q, k, v, o, stream=0):
-        launch_dynamic(kern, grid, NT, stream, smem, q, k, v, o, scale, H, problem.group, Nq, Nk)
-
-    return Launch(run, kernels=[kern])
+def vectorized(problem, Br=64, Bc=32, SEG=64, loader_warps=1):
+    kern = make_kernel(problem.head_dim, Br, Bc, SEG, loader_warps, problem.causal)
+    threads = Br * n_segments(problem.head_dim, SEG) + 32 * loader_warps
+    return row_block_launch(kern, problem, Br, threads, 4 * smem_floats(problem.head_dim, Br, Bc))

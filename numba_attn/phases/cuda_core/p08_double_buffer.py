@@ -14,29 +14,15 @@ writes the registers into the free shared stage (``ptx_loads.put4``)::
             registers → stage (t+1)%2
 
 Two shared stages and one barrier per tile, as before; the loader warps of
-``warp_specialized`` (LW parameter) are gone, so all warps compute and the
+``warp_specialized`` (loader_warps parameter) are gone, so all warps compute and the
 block is smaller. The cost is the staging registers: Bc·D·2/threads floats
 per thread (D=64, Bc=32, 128 threads: 32 registers).
 
-Prediction (before measuring): the loader warps of the parent were idle most
+Prediction: the loader warps of the parent were idle most
 of the time and the compute warps' own latency is now hidden the same way;
 ~1.1× vectorized (fewer warps per block to schedule, same overlap).
 
-Measured (NVIDIA H200, numba-cuda 0.30.4, B1 H32 N4096 fp32, median of events-timed back-to-back
-launches; one run of commit dcebff6, ``bench/dev/roadmap_final_h200.jsonl``; in the same run naive
-191.4 ms at D=64 and 379.3 ms at D=128, SDPA fp32 3.99 ms and 6.09 ms):
-
-* D=64: Br=128, SEG=64 6.66 ms (20.65 TFLOP/s, 242 registers, no local
-  memory) against vectorized's 6.89 ms at the same tiles: **1.035×**
-  (prediction 1.1×: smaller). Br=64, SEG=64: 6.94 against 6.92 ms (1.00×;
-  254 registers and 8 bytes of local memory: the staging registers push the
-  kernel to the cap). SEG=32: 13.72 against 11.03 ms (0.80×).
-* D=128 (Br=64): SEG=64 36.65 against 34.26 ms (0.93×); SEG=128 57.82 ms
-  (255 registers, 408 bytes of local memory: spills).
-* Register staging competes with the accumulators for registers (the
-  parent's loader warps held none). It pays only where the kernel has
-  registers to spare. Default Br=128, SEG=64: the best measured at D=64 (not
-  measured at D=128).
+Verdict: 6.68 ms at B1 H32 N4096 D64 fp32 (H200), 1.05x vectorized (smaller) [results/roadmap-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
@@ -44,10 +30,13 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_INF, online_softmax_step, visible_keys
+from numba_attn.gpu.device_functions import NEG_INF
 from numba_attn.gpu.jit import kernel
-from numba_attn.gpu.ptx_loads import dynamic_tile, fetch4, launch_dynamic, lds4, load_tile4, put4, smem_reason
-from numba_attn.phases.registry import Launch, register_phase
+from numba_attn.gpu.ptx_loads import dynamic_tile, fetch4, load_tile4, put4, smem_reason
+from numba_attn.phases.cuda_core.common import (n_segments, resolve_seg, row_block_launch,
+                                                row_keys, segment_reason, segment_rows4,
+                                                segment_store, segment_thread)
+from numba_attn.phases.registry import register_phase
 
 QPAD = 4  # Q rows padded to D+4 floats: conflict-free 16-byte row reads
 
@@ -62,17 +51,14 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
     K_OFF = Br * QW
     V_OFF = K_OFF + 2 * Bc * D  # two stages each
     NT = Br * (D // SEG)
+    rows = segment_rows4(D, SEG)
+    store = segment_store(SEG)
     STAGE = (Bc * D // 4 + NT - 1) // NT * 4  # floats staged per thread and tile (K, and V)
 
     @kernel
     def double_buffer(q, k, v, o, scale, H, G, Nq, Nk):
         Q_s = dynamic_tile(0, Br, QW)  # Q · scale, rows padded
-        tid = cuda.threadIdx.x
-        r = tid % Br  # the thread's query row in the block
-        c0 = (tid // Br) * SEG  # first output column of its segment
-        i = cuda.blockIdx.x * Br + r
-        bh = cuda.blockIdx.y
-        kvh = (bh // H) * (H // G) + (bh % H) // G
+        tid, r, c0, i, bh, kvh = segment_thread(Br, SEG, H, G)
         row_ok = i < Nq
         load_tile4(Q_s, q, bh, cuda.blockIdx.x * Br, Nq, scale, tid, NT, Br, D)
         O_seg = cuda.local.array(SEG, float32)
@@ -80,9 +66,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
             O_seg[c] = float32(0.0)
         m = NEG_INF
         l = float32(0.0)
-        n_keys = visible_keys(i, Nq, Nk, causal)
-        # keys any row of this block can see: the block's last row sees the most
-        block_keys = visible_keys(min(cuda.blockIdx.x * Br + Br, Nq) - 1, Nq, Nk, causal)
+        n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
         stage_k = cuda.local.array(STAGE, float32)
         stage_v = cuda.local.array(STAGE, float32)
         fetch4(stage_k, k, kvh, 0, Nk, tid, NT, Bc, D)
@@ -99,41 +83,18 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
                 fetch4(stage_k, k, kvh, j0 + Bc, Nk, tid, NT, Bc, D)
                 fetch4(stage_v, v, kvh, j0 + Bc, Nk, tid, NT, Bc, D)
             if row_ok:
-                for jj in range(min(Bc, n_keys - j0)):
-                    s = float32(0.0)  # the full score: every segment's thread recomputes it
-                    for d in range(0, D, 4):
-                        qv = lds4(Q_s, r, d)
-                        kv = lds4(K_j, jj, d)
-                        s += qv[0] * kv[0] + qv[1] * kv[1] + qv[2] * kv[2] + qv[3] * kv[3]
-                    m, l, corr, p = online_softmax_step(m, l, s)
-                    for c in range(0, SEG, 4):
-                        vv = lds4(V_j, jj, c0 + c)
-                        for u in range(4):
-                            O_seg[c + u] = O_seg[c + u] * corr + p * vv[u]
+                m, l = rows(Q_s, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg)
             if has_next:  # the other stage was last read before this tile's barrier
                 put4(dynamic_tile(K_OFF + (1 - st) * (Bc * D), Bc, D), stage_k, tid, NT, Bc, D)
                 put4(dynamic_tile(V_OFF + (1 - st) * (Bc * D), Bc, D), stage_v, tid, NT, Bc, D)
         if row_ok:
-            inv_l = float32(1.0) / l
-            for c in range(SEG):
-                o[bh, i, c0 + c] = O_seg[c] * inv_l
+            store(o, bh, i, c0, O_seg, l)
 
     return double_buffer
 
 
-def n_segments(D, SEG):
-    return D // min(SEG, D)
-
-
 def _supports(problem, Br, Bc, SEG):
-    D = problem.head_dim
-    if Br % 32:
-        return f"Br={Br} must be a multiple of 32 (whole warps per segment)"
-    if D % min(SEG, D) or min(SEG, D) % 4:
-        return f"SEG={SEG} must divide head_dim {D} and be a multiple of 4 (16-byte accesses)"
-    if Br * n_segments(D, SEG) > 1024:
-        return f"Br·D/SEG = {Br * n_segments(D, SEG)} threads per block > 1024"
-    return smem_reason(4 * smem_floats(D, Br, Bc))
+    return segment_reason(problem, Br, SEG, vec4=True) or smem_reason(4 * smem_floats(problem.head_dim, Br, Bc))
 
 
 @register_phase(
@@ -149,17 +110,9 @@ def _supports(problem, Br, Bc, SEG):
     planned_speedup=15.0,
     sim_params={"Br": 32, "Bc": 16, "SEG": 8},
     supports=_supports,
+    resolve=resolve_seg,
 )
 def double_buffer(problem, Br=128, Bc=32, SEG=64):
-    H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
-    SEG = min(SEG, problem.head_dim)
     kern = make_kernel(problem.head_dim, Br, Bc, SEG, problem.causal)
-    NT = Br * n_segments(problem.head_dim, SEG)
-    scale = float32(problem.sm_scale)
-    grid = ((Nq + Br - 1) // Br, problem.batch * H)
-    smem = 4 * smem_floats(problem.head_dim, Br, Bc)
-
-    def run(q, k, v, o, stream=0):
-        launch_dynamic(kern, grid, NT, stream, smem, q, k, v, o, scale, H, problem.group, Nq, Nk)
-
-    return Launch(run, kernels=[kern])
+    threads = Br * n_segments(problem.head_dim, SEG)
+    return row_block_launch(kern, problem, Br, threads, 4 * smem_floats(problem.head_dim, Br, Bc))

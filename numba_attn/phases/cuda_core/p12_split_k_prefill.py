@@ -20,22 +20,13 @@ also split over ``S`` blocks (grid z), as ``decode_split_k`` does for decode:
 
 Extra traffic: ``S × B·H·q_len × D × 4`` bytes written and read once.
 
-Prediction (before measuring): no change where ``S = 1`` (the square
+Prediction: no change where ``S = 1`` (the square
 long-context preset: B=1, H=32, N ≥ 4096 has ≥ 1024 query blocks of 128, more
 than the ~400 that fit at once); for a 1024-token chunk appended to a 32k
 cache at B=1, H=32 (256 blocks, fewer than one wave), S = 3 splits should fill
 the GPU and run ~1.5–2× faster than ``smem_kv``.
 
-Measured (H200, commit 26e8ca2, bench/dev/decode_bench.py --append): B=1,
-H=32, q_len 1024, kv_len 32768, fp32: ``smem_kv`` 79.27 ms, this phase (S=2)
-79.08 ms — no gain, a miss. The reason is occupancy, not the split: the
-parent's kernel needs 255 registers (and spills) per thread at D=128, so only
-2 blocks of 128 threads fit on an SM, 264 at once; its 256 query blocks
-already fill them, and the planner's ``blocks_per_sm=4`` assumed twice the
-room. Splitting helps only when the query blocks are fewer than the block
-slots (fewer heads or shorter chunks), and the combine costs nothing
-measurable here. Exactly checked (float64 reference on the GPU): error
-2.7e-6.
+Verdict: 10.28 ms at B1 H32 N4096 D64 fp32 (H200), 1.01x smem_kv (S = 1 there) [results/roadmap-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
@@ -45,6 +36,7 @@ from numba import cuda, float32
 
 from numba_attn.gpu.device_functions import NEG_BIG, load_tile, online_softmax_step, state_lse, visible_keys
 from numba_attn.gpu.jit import kernel
+from numba_attn.phases.cuda_core.common import static_kv_reason
 from numba_attn.phases.registry import Launch, register_phase
 from numba_attn.gpu.split_k import make_combine_kernel, sm_count, split_plan
 
@@ -101,14 +93,22 @@ def make_kernel(D: int, Br: int, Bc: int, causal: bool, FINAL: bool):
 
 
 def _supports(problem, Br, Bc, splits, blocks_per_sm, min_keys):
-    smem = 2 * Bc * problem.head_dim * 4
-    if smem > 48 * 1024:
-        return f"K/V tiles need {smem} B of static shared memory (> 48 KiB); lower Bc"
+    reason = static_kv_reason(problem, Bc)
+    if reason:
+        return reason
     if problem.head_dim > 1024:
         return "combine kernel: head_dim > 1024 threads"
     if problem.q_len < 1 or problem.kv_len < 1:
         return "needs q_len >= 1 and kv_len >= 1"
     return None
+
+
+def _resolve(problem, **params):
+    """splits=0: as many splits as fill the GPU's block slots (``split_plan``)."""
+    n_blocks = -(-problem.q_len // params["Br"]) * problem.batch * problem.heads
+    S, _ = split_plan(n_blocks, problem.kv_len, params["Bc"], sm_count(), params["blocks_per_sm"],
+                      params["min_keys"], params["splits"])
+    return {**params, "splits": S}
 
 
 @register_phase(
@@ -125,11 +125,12 @@ def _supports(problem, Br, Bc, splits, blocks_per_sm, min_keys):
     planned_speedup=6.0,
     sim_params={"Br": 16, "Bc": 16, "splits": 3},
     supports=_supports,
+    resolve=_resolve,
 )
 def split_k_prefill(problem, Br=128, Bc=32, splits=0, blocks_per_sm=4, min_keys=1024):
     B, H, Nq, Nk, D = problem.batch, problem.heads, problem.q_len, problem.kv_len, problem.head_dim
     n_qb = (Nq + Br - 1) // Br
-    S, chunk = split_plan(n_qb * B * H, Nk, Bc, sm_count(), blocks_per_sm, min_keys, splits)
+    S, chunk = split_plan(n_qb * B * H, Nk, Bc, sm_count(), blocks_per_sm, min_keys, splits)  # splits: resolved
     final = S == 1
     kern = make_kernel(D, Br, Bc, problem.causal, final)
     scale = float32(problem.sm_scale)

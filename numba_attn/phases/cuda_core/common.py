@@ -1,0 +1,378 @@
+"""What the CUDA-core prefill phases share.
+
+* the launch: one block per Br query rows of one (batch, head), grid
+  ``(ceil(q_len / Br), batch · heads)``; every kernel of the family takes
+  ``(q, k, v, o, scale, H, G, Nq, Nk)`` (:func:`row_block_launch`);
+* the checks and the parameter resolution of the segmented phases
+  (``segmented_out`` … ``double_buffer``: D/SEG threads per query row);
+* the register-blocked kernel of ``register_blocked`` (p09), written once with
+  the compile-time option of ``causal_skip`` (p10): mask only the tiles that
+  cross the diagonal and walk the grid heaviest-first
+  (:func:`make_register_blocked`).
+
+Each phase file keeps its lesson (docstring), its ``supports``/``resolve`` and
+its registration; the kernels that are the lesson of their phase (p00 … p08,
+p12) stay in their phase file.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+from numba import cuda, float32
+
+from numba_attn.gpu.device_functions import online_softmax_rescale2, online_softmax_step, visible_keys
+from numba_attn.gpu.jit import device, kernel
+from numba_attn.gpu.ptx_loads import (MASKED, STATIC_SMEM_LIMIT, dynamic_tile, fetch4, fetch4_t, launch_dynamic, lds4, load_tile4_t, put4,
+                                      put4_t, smem_reason, sts4)
+from numba_attn.gpu.warp import FULL_MASK, WARP_SIZE, shfl_xor_sync
+from numba_attn.phases.registry import Launch
+
+MAX_THREADS = 1024  # threads per block
+REGISTERS_PER_SM = 65536
+MAX_REGISTERS = 255  # per thread
+
+
+def row_block_launch(kern, problem, Br: int, threads: int, smem_bytes: int = 0, scale=None) -> Launch:
+    """The :class:`Launch` of a kernel that takes ``(q, k, v, o, scale, H, G, Nq, Nk)``
+    with one block of ``threads`` per ``Br`` query rows of one (batch, head).
+    ``smem_bytes`` > 0: that much dynamic shared memory (opting in above 48 KiB);
+    ``scale`` defaults to the problem's softmax scale."""
+    H, Nq, Nk, G = problem.heads, problem.q_len, problem.kv_len, problem.group
+    scale = float32(problem.sm_scale if scale is None else scale)
+    grid = ((Nq + Br - 1) // Br, problem.batch * H)
+
+    if smem_bytes:
+        def run(q, k, v, o, stream=0):
+            launch_dynamic(kern, grid, threads, stream, smem_bytes, q, k, v, o, scale, H, G, Nq, Nk)
+    else:
+        def run(q, k, v, o, stream=0):
+            kern[grid, threads, stream](q, k, v, o, scale, H, G, Nq, Nk)
+
+    return Launch(run, kernels=[kern])
+
+
+def static_kv_reason(problem, Bc: int) -> str | None:
+    """Why float32 K and V tiles of Bc rows do not fit static shared memory, or None."""
+    smem = 2 * Bc * problem.head_dim * 4
+    if smem > STATIC_SMEM_LIMIT:
+        return f"K/V tiles need {smem} B of static shared memory (> 48 KiB); lower Bc"
+    return None
+
+
+# -- the segmented phases (segmented_out … double_buffer) ---------------------------------
+
+
+def resolve_seg(problem, **params) -> dict:
+    """SEG larger than head_dim means one segment (SEG = head_dim)."""
+    return {**params, "SEG": min(params["SEG"], problem.head_dim)}
+
+
+def n_segments(D: int, SEG: int) -> int:
+    return D // SEG
+
+
+def segment_reason(problem, Br: int, SEG: int, loader_warps: int = 0, vec4: bool = False) -> str | None:
+    """Why Br·D/SEG compute threads (plus ``loader_warps`` warps) cannot run ``problem``,
+    or None. ``vec4``: segments are read with 16-byte accesses."""
+    D = problem.head_dim
+    if Br % 32:
+        return f"Br={Br} must be a multiple of 32 (whole warps per segment)"
+    if vec4 and (D % SEG or SEG % 4):
+        return f"SEG={SEG} must divide head_dim {D} and be a multiple of 4 (16-byte accesses)"
+    if D % SEG:
+        return f"SEG={SEG} must divide head_dim {D}"
+    if loader_warps:
+        if Br * n_segments(D, SEG) + 32 * loader_warps > MAX_THREADS:
+            return (f"Br·D/SEG + 32·loader_warps = {Br * n_segments(D, SEG) + 32 * loader_warps} "
+                    f"threads per block > {MAX_THREADS}")
+    elif Br * n_segments(D, SEG) > MAX_THREADS:
+        return f"Br·D/SEG = {Br * n_segments(D, SEG)} threads per block > {MAX_THREADS}"
+    return None
+
+
+@device
+def segment_thread(Br, SEG, H, G):
+    """Where a thread of a segmented phase works: its query row ``r`` in the block
+    (``tid % Br``), the first output column ``c0`` of its segment (``tid // Br``), the
+    query row ``i``, the (batch, head) ``bh`` and its KV head ``kvh``."""
+    tid = cuda.threadIdx.x
+    r = tid % Br
+    c0 = (tid // Br) * SEG
+    i = cuda.blockIdx.x * Br + r
+    bh = cuda.blockIdx.y
+    kvh = (bh // H) * (H // G) + (bh % H) // G
+    return tid, r, c0, i, bh, kvh
+
+
+@device
+def row_keys(i, Br, Nq, Nk, causal):
+    """(keys query row ``i`` sees, keys any row of its block of Br rows sees: the
+    block's last row sees the most)."""
+    return (visible_keys(i, Nq, Nk, causal),
+            visible_keys(min(cuda.blockIdx.x * Br + Br, Nq) - 1, Nq, Nk, causal))
+
+
+@functools.cache
+def segment_rows(D: int, SEG: int):
+    """The inner loop of segmented_out, one_barrier and warp_specialized: one thread's
+    query row ``r`` against the first ``n`` keys of a K/V tile in shared memory
+    (``Q_t`` transposed, scalar loads); the thread updates its SEG output columns from
+    ``c0`` and returns the new (m, l)."""
+    @device
+    def rows(Q_t, K_j, V_j, r, c0, n, m, l, O_seg):
+        for jj in range(n):
+            s = float32(0.0)  # the full score: every segment's thread recomputes it
+            for d in range(D):
+                s += Q_t[d, r] * K_j[jj, d]
+            m, l, corr, p = online_softmax_step(m, l, s)
+            for c in range(SEG):
+                O_seg[c] = O_seg[c] * corr + p * V_j[jj, c0 + c]
+        return m, l
+
+    return rows
+
+
+@functools.cache
+def segment_store(SEG: int):
+    """The end of a segmented phase: ``o[bh, i, c0:c0+SEG] = O_seg / l``."""
+    @device
+    def store(o, bh, i, c0, O_seg, l):
+        inv_l = float32(1.0) / l
+        for c in range(SEG):
+            o[bh, i, c0 + c] = O_seg[c] * inv_l
+
+    return store
+
+
+@functools.cache
+def segment_rows4(D: int, SEG: int):
+    """:func:`segment_rows` with 16-byte shared loads (vectorized, double_buffer): ``Q_s``
+    row-major (padded rows), K and V rows read four floats at a time."""
+    @device
+    def rows(Q_s, K_j, V_j, r, c0, n, m, l, O_seg):
+        for jj in range(n):
+            s = float32(0.0)  # the full score: every segment's thread recomputes it
+            for d in range(0, D, 4):
+                qv = lds4(Q_s, r, d)
+                kv = lds4(K_j, jj, d)
+                s += qv[0] * kv[0] + qv[1] * kv[1] + qv[2] * kv[2] + qv[3] * kv[3]
+            m, l, corr, p = online_softmax_step(m, l, s)
+            for c in range(0, SEG, 4):
+                vv = lds4(V_j, jj, c0 + c)
+                for u in range(4):
+                    O_seg[c + u] = O_seg[c + u] * corr + p * vv[u]
+        return m, l
+
+    return rows
+
+
+# -- the register-blocked kernel (register_blocked, causal_skip) ------------------------------
+
+
+def auto_tn(D: int) -> int:
+    """TN=0 in the parameters: 8 keys per thread up to head_dim 64, 4 above (with TN=8
+    and Bc=32 a thread holds D/4 output columns per row: 128 accumulators at D=128,
+    which spill)."""
+    return 8 if D <= 64 else 4
+
+
+def geometry(D, Br, Bc, TM, TN):
+    """Derived sizes: key groups, threads, O columns per thread, shared floats."""
+    KG = Bc // TN
+    NT = (Br // TM) * KG
+    TD = D // KG
+    smem_floats = D * Br + 2 * D * Bc + 2 * Bc * D + Bc * Br
+    return KG, NT, TD, smem_floats
+
+
+def launch_bound_registers(NT: int) -> int:
+    """Registers per thread the launch bounds of one block of NT threads allow (what
+    ptxas assumes when no lower cap is given)."""
+    return min(MAX_REGISTERS, REGISTERS_PER_SM // NT // 8 * 8)
+
+
+def resolve_register_blocked(problem, **params) -> dict:
+    """TN=0: :func:`auto_tn`; maxreg=0: the cap the launch bounds already impose."""
+    TN = params["TN"] or auto_tn(problem.head_dim)
+    TM, Br, Bc = params["TM"], params["Br"], params["Bc"]
+    if TN <= 0 or TM <= 0 or Bc % TN or Br % TM:
+        raise ValueError(f"Br={Br} must be a multiple of TM={TM} and Bc={Bc} of TN={TN}")
+    _, NT, _, _ = geometry(problem.head_dim, Br, Bc, TM, TN)
+    return {**params, "TN": TN, "maxreg": params["maxreg"] or launch_bound_registers(max(NT, 32))}
+
+
+def register_blocked_reason(problem, Br, Bc, TM, TN) -> str | None:
+    D = problem.head_dim
+    if TM % 4 or TN % 4:
+        return f"TM={TM} and TN={TN} must be multiples of 4 (16-byte fragments)"
+    if Br % TM or Bc % TN:
+        return f"Br={Br} must be a multiple of TM={TM} and Bc={Bc} of TN={TN}"
+    KG, NT, TD, smem = geometry(D, Br, Bc, TM, TN)
+    if KG > WARP_SIZE or WARP_SIZE % KG:
+        return f"Bc/TN = {KG} key groups must divide the warp size (row reductions stay in a warp)"
+    if NT % WARP_SIZE or NT > MAX_THREADS:
+        return f"{NT} threads per block: must be a multiple of 32 and at most {MAX_THREADS}"
+    if D % KG or TD % 4:
+        return f"head_dim {D} must split into {KG} column groups of a multiple of 4 (TD={D / KG:g})"
+    return smem_reason(smem * 4)
+
+
+@functools.cache
+def make_register_blocked(D: int, Br: int, Bc: int, TM: int, TN: int, maxreg: int, causal: bool,
+                          skip: bool, heavy_first: bool):
+    """The register-blocked kernel. ``skip`` (``causal_skip``): only the tiles that cross
+    the causal diagonal or the end of the keys are masked; ``heavy_first``: the grid's
+    query blocks run in reverse order (the longest causal blocks first)."""
+    KG, NT, TD, _ = geometry(D, Br, Bc, TM, TN)
+    QC, KC, DC = TM // 4, TN // 4, TD // 4  # 16-byte chunks of the Q, K and O/V fragments
+    KSTRIDE = 4 * KG  # a thread's key chunks (and O column chunks) are KSTRIDE apart
+    STAGE = (Bc * D // 4 + NT - 1) // NT * 4  # floats staged per thread and tile (K, and V)
+    QT_OFF = 0
+    KT_OFF = QT_OFF + D * Br
+    V_OFF = KT_OFF + 2 * D * Bc
+    PT_OFF = V_OFF + 2 * Bc * D
+
+    def register_blocked(q, k, v, o, scale2, H, G, Nq, Nk):
+        Q_t = dynamic_tile(QT_OFF, D, Br)  # Qᵀ, pre-scaled by scale·log2(e)
+        P_t = dynamic_tile(PT_OFF, Bc, Br)  # Pᵀ of the current tile
+        tid = cuda.threadIdx.x
+        rg = tid // KG  # row group: rows rg·TM .. rg·TM+TM-1
+        kg = tid - rg * KG  # key group (S) = column group (O)
+        bx = cuda.gridDim.x - 1 - cuda.blockIdx.x if heavy_first else cuda.blockIdx.x
+        row0 = bx * Br
+        bh = cuda.blockIdx.y
+        kvh = (bh // H) * (H // G) + (bh % H) // G
+        off = Nk - Nq
+        load_tile4_t(Q_t, q, bh, row0, Nq, scale2, tid, NT, Br, D)
+        block_keys = visible_keys(min(row0 + Br, Nq) - 1, Nq, Nk, causal)
+        full_keys = visible_keys(row0, Nq, Nk, causal)  # keys every row of the block sees
+
+        acc = cuda.local.array((TM, TD), float32)
+        s = cuda.local.array((TM, TN), float32)
+        m = cuda.local.array(TM, float32)
+        l = cuda.local.array(TM, float32)
+        corr = cuda.local.array(TM, float32)
+        qf = cuda.local.array(TM, float32)
+        kf = cuda.local.array(TN, float32)
+        vf = cuda.local.array(TD, float32)
+        for a in range(TM):
+            m[a] = MASKED
+            l[a] = float32(0.0)
+            for c in range(TD):
+                acc[a, c] = float32(0.0)
+        stage_k = cuda.local.array(STAGE, float32)
+        stage_v = cuda.local.array(STAGE, float32)
+        fetch4_t(stage_k, k, kvh, 0, Nk, tid, NT, Bc, D)
+        fetch4(stage_v, v, kvh, 0, Nk, tid, NT, Bc, D)
+        put4_t(dynamic_tile(KT_OFF, D, Bc), stage_k, tid, NT, Bc, D)
+        put4(dynamic_tile(V_OFF, Bc, D), stage_v, tid, NT, Bc, D)
+
+        for j0 in range(0, block_keys, Bc):
+            st = (j0 // Bc) & 1
+            K_t = dynamic_tile(KT_OFF + st * (D * Bc), D, Bc)
+            V_j = dynamic_tile(V_OFF + st * (Bc * D), Bc, D)
+            cuda.syncthreads()  # tile j0 visible; everyone is done with the other stage and with P_t
+            has_next = j0 + Bc < block_keys
+            if has_next:  # global loads of the next tile in flight during this tile's math
+                fetch4_t(stage_k, k, kvh, j0 + Bc, Nk, tid, NT, Bc, D)
+                fetch4(stage_v, v, kvh, j0 + Bc, Nk, tid, NT, Bc, D)
+
+            # S micro-tile = Q[rows] · K[keys]ᵀ, outer products over d
+            for a in range(TM):
+                for b in range(TN):
+                    s[a, b] = float32(0.0)
+            d = 0
+            while d < D:  # hot loops are `while` loops: numba's range() hides the trip count from LLVM
+                for c in range(QC):
+                    x = lds4(Q_t, d, rg * TM + 4 * c)
+                    for u in range(4):
+                        qf[4 * c + u] = x[u]
+                for c in range(KC):
+                    x = lds4(K_t, d, c * KSTRIDE + kg * 4)
+                    for u in range(4):
+                        kf[4 * c + u] = x[u]
+                for a in range(TM):
+                    for b in range(TN):
+                        s[a, b] += qf[a] * kf[b]
+                d += 1
+
+            # mask (every tile, or with `skip` the diagonal and last tiles only),
+            # tile-wise online softmax, P to shared memory
+            needs_mask = j0 + Bc > full_keys
+            for a in range(TM):
+                if skip:
+                    if needs_mask:
+                        i = row0 + rg * TM + a
+                        lim = min(Nk, i + off + 1) if causal else Nk
+                        for b in range(TN):
+                            j = j0 + (b // 4) * KSTRIDE + kg * 4 + (b % 4)
+                            if j >= lim:
+                                s[a, b] = MASKED
+                    tmax = MASKED
+                    for b in range(TN):
+                        tmax = max(tmax, s[a, b])
+                else:
+                    i = row0 + rg * TM + a
+                    lim = min(Nk, i + off + 1) if causal else Nk
+                    tmax = MASKED
+                    for b in range(TN):
+                        j = j0 + (b // 4) * KSTRIDE + kg * 4 + (b % 4)
+                        if j >= lim:
+                            s[a, b] = MASKED
+                        tmax = max(tmax, s[a, b])
+                w = KG // 2
+                while w > 0:
+                    tmax = max(tmax, shfl_xor_sync(FULL_MASK, tmax, w))
+                    w //= 2
+                m[a], l[a], corr[a] = online_softmax_rescale2(m[a], l[a], tmax)
+                for b in range(TN):
+                    p = math.exp2(s[a, b] - m[a])
+                    s[a, b] = p
+                    l[a] += p
+            for b in range(TN):
+                col = (b // 4) * KSTRIDE + kg * 4 + (b % 4)
+                for c in range(QC):
+                    sts4(P_t, col, rg * TM + 4 * c, s[4 * c, b], s[4 * c + 1, b], s[4 * c + 2, b], s[4 * c + 3, b])
+            cuda.syncthreads()  # P_t visible
+
+            # O micro-tile = corr · O + P[rows] · V[:, cols]
+            for a in range(TM):
+                for c in range(TD):
+                    acc[a, c] *= corr[a]
+            j = 0
+            while j < Bc:
+                for c in range(QC):
+                    x = lds4(P_t, j, rg * TM + 4 * c)
+                    for u in range(4):
+                        qf[4 * c + u] = x[u]
+                for c in range(DC):
+                    x = lds4(V_j, j, c * KSTRIDE + kg * 4)
+                    for u in range(4):
+                        vf[4 * c + u] = x[u]
+                for a in range(TM):
+                    for c in range(TD):
+                        acc[a, c] += qf[a] * vf[c]
+                j += 1
+
+            if has_next:  # the other stage was last read before this tile's first barrier
+                put4_t(dynamic_tile(KT_OFF + (1 - st) * (D * Bc), D, Bc), stage_k, tid, NT, Bc, D)
+                put4(dynamic_tile(V_OFF + (1 - st) * (Bc * D), Bc, D), stage_v, tid, NT, Bc, D)
+
+        for a in range(TM):
+            w = KG // 2
+            lsum = l[a]
+            while w > 0:
+                lsum += shfl_xor_sync(FULL_MASK, lsum, w)
+                w //= 2
+            i = row0 + rg * TM + a
+            if i < Nq:
+                inv_l = float32(1.0) / lsum
+                for c in range(TD):
+                    o[bh, i, (c // 4) * KSTRIDE + kg * 4 + (c % 4)] = acc[a, c] * inv_l
+
+    if skip:  # the kernel carries the name of the phase that runs it
+        register_blocked.__name__ = register_blocked.__qualname__ = "causal_skip"
+    # launch_bounds: ptxas keeps the registers within what one block of NT threads may
+    # use; maxreg trades registers for occupancy
+    return kernel(register_blocked, launch_bounds=NT, max_registers=maxreg)
