@@ -21,7 +21,7 @@ import math
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import online_softmax_rescale2, online_softmax_step, visible_keys
+from numba_attn.gpu.device_functions import NEG_INF, online_softmax_rescale2, online_softmax_step, visible_keys
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.ptx_loads import (MASKED, STATIC_SMEM_LIMIT, dynamic_tile, fetch4, fetch4_t, launch_dynamic, lds4, load_tile4_t, put4,
                                       put4_t, smem_reason, sts4)
@@ -89,6 +89,21 @@ def segment_reason(problem, Br: int, SEG: int, loader_warps: int = 0, vec4: bool
     elif Br * n_segments(D, SEG) > MAX_THREADS:
         return f"Br·D/SEG = {Br * n_segments(D, SEG)} threads per block > {MAX_THREADS}"
     return None
+
+
+def segment_launch(kern, problem, Br: int, SEG: int, smem_bytes: int, loader_warps: int = 0) -> Launch:
+    """The launch of a segmented kernel: Br·D/SEG compute threads plus ``loader_warps``
+    warps per block, ``smem_bytes`` of dynamic shared memory."""
+    threads = Br * n_segments(problem.head_dim, SEG) + 32 * loader_warps
+    return row_block_launch(kern, problem, Br, threads, smem_bytes)
+
+
+@device
+def start_row(O_seg):
+    """Zero the thread's output segment; (m, l) of a row that has seen no key yet."""
+    for c in range(O_seg.shape[0]):
+        O_seg[c] = float32(0.0)
+    return NEG_INF, float32(0.0)
 
 
 @device

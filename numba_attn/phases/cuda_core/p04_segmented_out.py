@@ -35,12 +35,11 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_INF, load_tile
+from numba_attn.gpu.device_functions import load_tile
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled, smem_reason
-from numba_attn.phases.cuda_core.common import (n_segments, resolve_seg, row_block_launch,
-                                                row_keys, segment_reason, segment_rows,
-                                                segment_store, segment_thread)
+from numba_attn.phases.cuda_core.common import (resolve_seg, row_keys, segment_launch, segment_reason,
+                                                segment_rows, segment_store, segment_thread, start_row)
 from numba_attn.phases.registry import register_phase
 
 
@@ -65,10 +64,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
         row_ok = i < Nq
         load_tile_t_scaled(Q_t, q, bh, cuda.blockIdx.x * Br, Nq, scale, tid, NT, Br, D)
         O_seg = cuda.local.array(SEG, float32)
-        for c in range(SEG):
-            O_seg[c] = float32(0.0)
-        m = NEG_INF
-        l = float32(0.0)
+        m, l = start_row(O_seg)
         n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
         for j0 in range(0, block_keys, Bc):
             load_tile(K_j, k, kvh, j0, Nk, tid, NT)
@@ -104,5 +100,4 @@ def _supports(problem, Br, Bc, SEG):
 )
 def segmented_out(problem, Br=64, Bc=32, SEG=128):
     kern = make_kernel(problem.head_dim, Br, Bc, SEG, problem.causal)
-    threads = Br * n_segments(problem.head_dim, SEG)
-    return row_block_launch(kern, problem, Br, threads, 4 * smem_floats(problem.head_dim, Br, Bc))
+    return segment_launch(kern, problem, Br, SEG, 4 * smem_floats(problem.head_dim, Br, Bc))

@@ -31,12 +31,11 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_INF, load_tile
+from numba_attn.gpu.device_functions import load_tile
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled, smem_reason
-from numba_attn.phases.cuda_core.common import (n_segments, resolve_seg, row_block_launch,
-                                                row_keys, segment_reason, segment_rows,
-                                                segment_store, segment_thread)
+from numba_attn.phases.cuda_core.common import (resolve_seg, row_keys, segment_launch, segment_reason,
+                                                segment_rows, segment_store, segment_thread, start_row)
 from numba_attn.phases.registry import register_phase
 
 
@@ -62,10 +61,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: b
         row_ok = i < Nq and not loader
         load_tile_t_scaled(Q_t, q, bh, cuda.blockIdx.x * Br, Nq, scale, tid, NT + NL, Br, D)
         O_seg = cuda.local.array(SEG, float32)
-        for c in range(SEG):
-            O_seg[c] = float32(0.0)
-        m = NEG_INF
-        l = float32(0.0)
+        m, l = start_row(O_seg)
         n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
         if loader:
             load_tile(dynamic_tile(K_OFF, Bc, D), k, kvh, 0, Nk, lid, NL)
@@ -109,5 +105,4 @@ def _supports(problem, Br, Bc, SEG, loader_warps):
 )
 def warp_specialized(problem, Br=64, Bc=32, SEG=64, loader_warps=2):
     kern = make_kernel(problem.head_dim, Br, Bc, SEG, loader_warps, problem.causal)
-    threads = Br * n_segments(problem.head_dim, SEG) + 32 * loader_warps
-    return row_block_launch(kern, problem, Br, threads, 4 * smem_floats(problem.head_dim, Br, Bc))
+    return segment_launch(kern, problem, Br, SEG, 4 * smem_floats(problem.head_dim, Br, Bc), loader_warps)

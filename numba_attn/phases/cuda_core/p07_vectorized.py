@@ -31,12 +31,10 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_INF
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile4, smem_reason
-from numba_attn.phases.cuda_core.common import (n_segments, resolve_seg, row_block_launch,
-                                                row_keys, segment_reason, segment_rows4,
-                                                segment_store, segment_thread)
+from numba_attn.phases.cuda_core.common import (resolve_seg, row_keys, segment_launch, segment_reason,
+                                                segment_rows4, segment_store, segment_thread, start_row)
 from numba_attn.phases.registry import register_phase
 
 ONE = float32(1.0)
@@ -66,10 +64,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: b
         row_ok = i < Nq and not loader
         load_tile4(Q_s, q, bh, cuda.blockIdx.x * Br, Nq, scale, tid, NT + NL, Br, D)
         O_seg = cuda.local.array(SEG, float32)
-        for c in range(SEG):
-            O_seg[c] = float32(0.0)
-        m = NEG_INF
-        l = float32(0.0)
+        m, l = start_row(O_seg)
         n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
         if loader:
             load_tile4(dynamic_tile(K_OFF, Bc, D), k, kvh, 0, Nk, ONE, lid, NL, Bc, D)
@@ -116,5 +111,4 @@ def _supports(problem, Br, Bc, SEG, loader_warps):
 )
 def vectorized(problem, Br=64, Bc=32, SEG=64, loader_warps=1):
     kern = make_kernel(problem.head_dim, Br, Bc, SEG, loader_warps, problem.causal)
-    threads = Br * n_segments(problem.head_dim, SEG) + 32 * loader_warps
-    return row_block_launch(kern, problem, Br, threads, 4 * smem_floats(problem.head_dim, Br, Bc))
+    return segment_launch(kern, problem, Br, SEG, 4 * smem_floats(problem.head_dim, Br, Bc), loader_warps)

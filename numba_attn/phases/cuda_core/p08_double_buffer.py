@@ -30,12 +30,10 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_INF
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, fetch4, load_tile4, put4, smem_reason
-from numba_attn.phases.cuda_core.common import (n_segments, resolve_seg, row_block_launch,
-                                                row_keys, segment_reason, segment_rows4,
-                                                segment_store, segment_thread)
+from numba_attn.phases.cuda_core.common import (resolve_seg, row_keys, segment_launch, segment_reason,
+                                                segment_rows4, segment_store, segment_thread, start_row)
 from numba_attn.phases.registry import register_phase
 
 QPAD = 4  # Q rows padded to D+4 floats: conflict-free 16-byte row reads
@@ -62,10 +60,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
         row_ok = i < Nq
         load_tile4(Q_s, q, bh, cuda.blockIdx.x * Br, Nq, scale, tid, NT, Br, D)
         O_seg = cuda.local.array(SEG, float32)
-        for c in range(SEG):
-            O_seg[c] = float32(0.0)
-        m = NEG_INF
-        l = float32(0.0)
+        m, l = start_row(O_seg)
         n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
         stage_k = cuda.local.array(STAGE, float32)
         stage_v = cuda.local.array(STAGE, float32)
@@ -114,5 +109,4 @@ def _supports(problem, Br, Bc, SEG):
 )
 def double_buffer(problem, Br=128, Bc=32, SEG=64):
     kern = make_kernel(problem.head_dim, Br, Bc, SEG, problem.causal)
-    threads = Br * n_segments(problem.head_dim, SEG)
-    return row_block_launch(kern, problem, Br, threads, 4 * smem_floats(problem.head_dim, Br, Bc))
+    return segment_launch(kern, problem, Br, SEG, 4 * smem_floats(problem.head_dim, Br, Bc))

@@ -4,6 +4,8 @@ All of them keep the FlashAttention-2 split: a warp owns 16 query rows (an
 ``m16`` tile) and everything about them lives in registers, in the mma
 fragment layout (lane = 4g + t; a lane holds rows g and g+8 of its tile):
 
+* :func:`warp_rows` / :func:`key_ends` — the block's and the warp's query rows, the
+  KV head, and the keys the block loads and the warp sees;
 * :func:`q_fragments` — the A fragments of Q, loaded once from global memory;
 * :func:`mask_fragments` — scores of keys past the end and (causal) above the
   diagonal set to NEG_BIG on the accumulator fragments of S;
@@ -35,7 +37,7 @@ from numba_attn.gpu.wgmma import (kmajor_params, make_ring_copy, make_wgmma_rs, 
 from numba_attn.phases.registry import Launch
 
 __all__ = ["LOG2E", "NEG_BIG", "q_fragments", "mask_fragments", "store_fragments", "supports_tc", "u32_views",
-           "launch_mma", "ALIGN_BYTES", "make_wgmma_kernel", "wgmma_smem_bytes", "resolve_wgmma",
+           "launch_mma", "warp_rows", "key_ends", "ALIGN_BYTES", "make_wgmma_kernel", "wgmma_smem_bytes", "resolve_wgmma",
            "supports_wgmma", "build_wgmma"]
 
 
@@ -67,6 +69,47 @@ def q_fragments(KS: int, tf32: bool = False):
             qf[base + 4 * ks + 3] = cvt(q[bh, r_hi, c + 4]) if r_hi < Nq else uint32(0)
 
     return load
+
+
+@functools.cache
+def warp_rows(Br: int, WR: int):
+    """A device function ``lanes(H, G) -> (tid, warp, lane, g, t, bh, kvh, blk0, row0)``:
+    the block of ``Br`` query rows of head ``bh`` (grid: query blocks, heads), its KV
+    head ``kvh`` (``G`` query heads per KV head), and this warp's ``WR`` rows from
+    ``row0``; the lane is 4g + t."""
+    @device
+    def lanes(H, G):
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g = lane // 4
+        t = lane % 4
+        bh = cuda.blockIdx.y
+        kvh = (bh // H) * (H // G) + (bh % H) // G
+        blk0 = cuda.blockIdx.x * Br
+        row0 = blk0 + WR * warp
+        return tid, warp, lane, g, t, bh, kvh, blk0, row0
+
+    return lanes
+
+
+@functools.cache
+def key_ends(Br: int, WR: int, causal: bool):
+    """A device function ``ends(blk0, row0, Nq, Nk, off) -> (kv_end, warp_end)``: the keys
+    the block loads, and the keys the warp's ``WR`` rows from ``row0`` see (0 for a warp
+    past ``Nq``); causal: row i sees keys j <= i + off."""
+    @device
+    def ends(blk0, row0, Nq, Nk, off):
+        kv_end = Nk
+        warp_end = Nk
+        if causal:
+            kv_end = min(Nk, min(blk0 + Br, Nq) + off)
+            warp_end = min(Nk, min(row0 + WR, Nq) + off)
+        if row0 >= Nq:
+            warp_end = 0
+        return kv_end, warp_end
+
+    return ends
 
 
 @functools.cache

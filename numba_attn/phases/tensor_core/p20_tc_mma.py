@@ -52,7 +52,8 @@ from numba_attn.gpu.intrinsics import (SMEM_ALIGN, ld_global_v4, lds, mma_bf16, 
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.common import launch_mma, mask_fragments, q_fragments, store_fragments, supports_tc
+from numba_attn.phases.tensor_core.common import (key_ends, launch_mma, mask_fragments, q_fragments, store_fragments,
+                                                  supports_tc, warp_rows)
 
 ALIGN = SMEM_ALIGN
 
@@ -77,6 +78,8 @@ def make_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool):
     rescale = fragment_rescale(DT)
     load_q = q_fragments(KS)
     mask = mask_fragments(NT, Bc, causal)
+    lanes = warp_rows(Br, 16)
+    ends = key_ends(Br, 16, causal)
     store = store_fragments(DT, "bf16" if bf16 else "f16")
 
     @kernel
@@ -84,15 +87,7 @@ def make_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool):
         # q, k, v, o: uint32 views (two f16/bf16 per word) of (BH, N, D)
         Ks = cuda.shared.array((Bc, KROW), uint32, alignment=ALIGN)
         Vs = cuda.shared.array((Bc, VROW), uint16, alignment=ALIGN)
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane // 4
-        t = lane % 4
-        bh = cuda.blockIdx.y
-        kvh = (bh // H) * (H // G) + (bh % H) // G
-        blk0 = cuda.blockIdx.x * Br
-        row0 = blk0 + 16 * warp
+        tid, warp, lane, g, t, bh, kvh, blk0, row0 = lanes(H, G)
         r_lo = row0 + g  # this lane's rows: r_lo and r_lo + 8
         off = Nk - Nq  # causal: row i sees keys j <= i + off
 
@@ -107,13 +102,7 @@ def make_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool):
         l_lo = float32(0.0)
         l_hi = float32(0.0)
 
-        kv_end = Nk
-        warp_end = Nk
-        if causal:
-            kv_end = min(Nk, min(blk0 + Br, Nq) + off)
-            warp_end = min(Nk, min(row0 + 16, Nq) + off)
-        if row0 >= Nq:
-            warp_end = 0
+        kv_end, warp_end = ends(blk0, row0, Nq, Nk, off)
 
         for j0 in range(0, kv_end, Bc):
             # -- stage the K and V tiles: 16 bytes per thread and access

@@ -44,7 +44,8 @@ from numba_attn.gpu.intrinsics import SMEM_ALIGN, cp_async16, cp_async_commit, c
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.common import launch_mma, mask_fragments, q_fragments, store_fragments
+from numba_attn.phases.tensor_core.common import (key_ends, launch_mma, mask_fragments, q_fragments, store_fragments,
+                                                  warp_rows)
 
 ALIGN = SMEM_ALIGN
 
@@ -69,21 +70,15 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool)
     rescale = fragment_rescale(DT)
     load_q = q_fragments(KS, tf32=True)
     mask = mask_fragments(NT, Bc, causal)
+    lanes = warp_rows(Br, 16)
+    ends = key_ends(Br, 16, causal)
     store = store_fragments(DT, "f32")
     WAIT = STAGES - 2
 
     @kernel(**({"max_registers": MAXREG} if MAXREG else {}))
     def tc_tf32(q, k, v, o, sl2, H, G, Nq, Nk):
         KV = cuda.shared.array((ROWS, ROW), float32, alignment=ALIGN)
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid % 32
-        g = lane // 4
-        t = lane % 4
-        bh = cuda.blockIdx.y
-        kvh = (bh // H) * (H // G) + (bh % H) // G
-        blk0 = cuda.blockIdx.x * Br
-        row0 = blk0 + 16 * warp
+        tid, warp, lane, g, t, bh, kvh, blk0, row0 = lanes(H, G)
         r_lo = row0 + g  # this lane's rows: r_lo and r_lo + 8
         off = Nk - Nq
 
@@ -98,13 +93,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool)
         l_lo = float32(0.0)
         l_hi = float32(0.0)
 
-        kv_end = Nk
-        warp_end = Nk
-        if causal:
-            kv_end = min(Nk, min(blk0 + Br, Nq) + off)
-            warp_end = min(Nk, min(row0 + 16, Nq) + off)
-        if row0 >= Nq:
-            warp_end = 0
+        kv_end, warp_end = ends(blk0, row0, Nq, Nk, off)
         n_tiles = (kv_end + Bc - 1) // Bc
 
         for st in range(STAGES - 1):
