@@ -45,10 +45,10 @@ from numba import cuda, float32, uint32
 from numba_attn.gpu.device_functions import NEG_BIG, fragment_rescale, fragment_softmax
 from numba_attn.gpu.intrinsics import (SMEM_ALIGN, cp_async16_flat, cp_async_commit, cp_async_wait, ldmatrix_x4,
                                        ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2)
-from numba_attn.gpu.jit import kernel
+from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT, dynamic_tile, smem_reason
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.common import launch_mma, q_fragments, store_fragments, supports_tc
+from numba_attn.phases.tensor_core.common import key_ends, launch_mma, q_fragments, store_fragments, supports_tc
 
 ALIGN = SMEM_ALIGN
 
@@ -86,6 +86,19 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
     NOA = MT * NO
     NR = 2 * MT  # rows g and g+8 of each m-tile
     WAIT = STAGES - 2  # copy groups that may stay in flight when tile j is needed
+    ends = key_ends(Br, WR, causal)
+
+    @device
+    def copy_tile(KV, k, v, tile, sb, Nk, lr0, lc, g_base):
+        """Issue this thread's cp.async copies of K/V tile ``tile`` into buffer ``sb``."""
+        for i in range(CPT):
+            r = lr0 + i * RSTEP
+            if r < Bc:
+                row = tile * Bc + r
+                so = (sb * Bc + r) * DW + 4 * (lc ^ (r & SWM))
+                go = g_base + min(row, Nk - 1) * DW
+                cp_async16_flat(KV, so, k, go, row < Nk)
+                cp_async16_flat(KV, so + VOFF, v, go, row < Nk)
 
     @kernel(**({"max_registers": MAXREG} if MAXREG else {}))
     def tc_pipelined(q, k, v, o, sl2, H, G, Nq, Nk):
@@ -120,13 +133,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
             m[i] = NEG_BIG
             l[i] = float32(0.0)
 
-        kv_end = Nk
-        warp_end = Nk
-        if causal:
-            kv_end = min(Nk, min(blk0 + Br, Nq) + off)
-            warp_end = min(Nk, min(row0 + WR, Nq) + off)
-        if row0 >= Nq:
-            warp_end = 0
+        kv_end, warp_end = ends(blk0, row0, Nq, Nk, off)
         n_tiles = (kv_end + Bc - 1) // Bc
 
         # ldmatrix row addresses of this lane (row within a 16-row group, chunk offset)
@@ -145,14 +152,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
         # prologue: tiles 0 .. STAGES-2 in flight
         for st in range(STAGES - 1):
             if st < n_tiles:
-                for i in range(CPT):
-                    r = lr0 + i * RSTEP
-                    if r < Bc:
-                        row = st * Bc + r
-                        so = (st * Bc + r) * DW + 4 * (lc ^ (r & SWM))
-                        go = g_base + min(row, Nk - 1) * DW
-                        cp_async16_flat(KV, so, k, go, row < Nk)
-                        cp_async16_flat(KV, so + VOFF, v, go, row < Nk)
+                copy_tile(KV, k, v, st, st, Nk, lr0, lc, g_base)
             cp_async_commit()
 
         for it in range(n_tiles):
@@ -160,15 +160,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
             cuda.syncthreads()  # ... for every thread's; and every warp is done with tile it-1
             nxt = it + STAGES - 1
             if nxt < n_tiles:  # refill the buffer of tile it-1
-                sb = nxt % STAGES
-                for i in range(CPT):
-                    r = lr0 + i * RSTEP
-                    if r < Bc:
-                        row = nxt * Bc + r
-                        so = (sb * Bc + r) * DW + 4 * (lc ^ (r & SWM))
-                        go = g_base + min(row, Nk - 1) * DW
-                        cp_async16_flat(KV, so, k, go, row < Nk)
-                        cp_async16_flat(KV, so + VOFF, v, go, row < Nk)
+                copy_tile(KV, k, v, nxt, nxt % STAGES, Nk, lr0, lc, g_base)
             cp_async_commit()
 
             j0 = it * Bc
