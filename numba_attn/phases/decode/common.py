@@ -442,3 +442,12 @@ def make_split_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int
         split_block(q, k, v, o, part_o, part_lse, counters, scale, Nk, chunk, S, sm_m, sm_l, sm_o, sm_last)
 
     return decode_split_k_fused
+
+
+def split_k_launch(problem, fused, warps, lanes, rows, keys, splits, blocks_per_sm):
+    """The :class:`Launch` of :func:`make_split_kernel` (``decode_split_k``, and with
+    ``fused`` ``decode_split_k_fused``) for ``problem`` and resolved parameters."""
+    kern = make_split_kernel(problem.head_dim, vector_width(problem.dtype), lanes, keys, warps, rows, problem.q_len,
+                             problem.group, problem.causal, splits == 1, fused, blocks_per_sm)
+    return split_launch(problem, kern, float32(problem.sm_scale), warps, lanes, rows, keys, splits,
+                        counters=fused, combine=not fused)

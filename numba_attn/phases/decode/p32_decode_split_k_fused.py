@@ -21,9 +21,7 @@ measured −3.5 to −4.9 µs at B=1 as predicted, but a miss for GQA at B=1 (66
 """
 from __future__ import annotations
 
-from numba import float32
-
-from numba_attn.phases.decode.common import check_decode, make_split_kernel, resolve_split, split_launch, vector_width
+from numba_attn.phases.decode.common import check_decode, resolve_split, split_k_launch
 from numba_attn.phases.registry import register_phase
 
 
@@ -44,7 +42,4 @@ from numba_attn.phases.registry import register_phase
     resolve=resolve_split,
 )
 def decode_split_k_fused(problem, warps=4, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=4, min_keys=256):
-    kern = make_split_kernel(problem.head_dim, vector_width(problem.dtype), lanes, keys, warps, rows, problem.q_len,
-                             problem.group, problem.causal, splits == 1, True, blocks_per_sm)
-    return split_launch(problem, kern, float32(problem.sm_scale), warps, lanes, rows, keys, splits,
-                        counters=True, combine=False)
+    return split_k_launch(problem, True, warps, lanes, rows, keys, splits, blocks_per_sm)
