@@ -182,22 +182,12 @@ else:
     @device
     def warp_max(x):
         """Max over the 32 lanes of a warp (butterfly: every lane gets the result)."""
-        x = max(x, shfl_xor_sync(FULL_MASK, x, 16))
-        x = max(x, shfl_xor_sync(FULL_MASK, x, 8))
-        x = max(x, shfl_xor_sync(FULL_MASK, x, 4))
-        x = max(x, shfl_xor_sync(FULL_MASK, x, 2))
-        x = max(x, shfl_xor_sync(FULL_MASK, x, 1))
-        return x
+        return group_max(x, WARP_SIZE)
 
     @device
     def warp_sum(x):
         """Sum over the 32 lanes of a warp (butterfly: every lane gets the result)."""
-        x += shfl_xor_sync(FULL_MASK, x, 16)
-        x += shfl_xor_sync(FULL_MASK, x, 8)
-        x += shfl_xor_sync(FULL_MASK, x, 4)
-        x += shfl_xor_sync(FULL_MASK, x, 2)
-        x += shfl_xor_sync(FULL_MASK, x, 1)
-        return x
+        return group_sum(x, WARP_SIZE)
 
     @device
     def quad_max(x):
