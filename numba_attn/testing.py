@@ -21,8 +21,8 @@ from numba_attn.gpu import backend  # noqa: F401  (first: chooses CUDA or the si
 
 from numba import cuda, float32  # noqa: E402
 
-from numba_attn.gpu.device_functions import NEG_INF, online_softmax_step, visible_keys
-from numba_attn.gpu.jit import device, kernel
+from numba_attn.gpu.device_functions import NEG_INF, row_key_step, visible_keys
+from numba_attn.gpu.jit import kernel
 from numba_attn.phases.registry import _REGISTRY, Launch, Phase, _load_all, temporary_phases  # noqa: F401  (re-exported)
 
 # bug name → what it emulates
@@ -46,16 +46,7 @@ def make_buggy_kernel(D: int, Bc: int, causal: bool, bug: int):
         _BUG_IDS["tile_edge"], _BUG_IDS["stale_tile"], _BUG_IDS["unscaled"], _BUG_IDS["unnormalized"],
         _BUG_IDS["unwritten"], _BUG_IDS["zeros"])
 
-    @device
-    def key_step(Q_i, O_i, k, v, kvh, j, m, l):
-        """One key of the row's online softmax: score, (m, l) update, O_i rescaled plus p V_j."""
-        s = float32(0.0)
-        for d in range(D):
-            s += Q_i[d] * float32(k[kvh, j, d])
-        m, l, corr, p = online_softmax_step(m, l, s)
-        for d in range(D):
-            O_i[d] = O_i[d] * corr + p * float32(v[kvh, j, d])
-        return m, l
+    key_step = row_key_step(D)
 
     @kernel
     def buggy(q, k, v, o, scale, H, G, Nq, Nk):
@@ -68,12 +59,14 @@ def make_buggy_kernel(D: int, Bc: int, causal: bool, bug: int):
                 o[bh, i, d] = float32(0.0)
             return
         kvh = (bh // H) * (H // G) + (bh % H) // G
+        sc = float32(1.0) if bug == UNSCALED else scale
         Q_i = cuda.local.array(D, float32)
         O_i = cuda.local.array(D, float32)
-        for d in range(D):  # (the scale forgotten: UNSCALED)
-            Q_i[d] = float32(q[bh, i, d]) * (float32(1.0) if bug == UNSCALED else scale)
+        for d in range(D):
+            Q_i[d] = float32(q[bh, i, d]) * sc
             O_i[d] = float32(0.0)
-        m, l = NEG_INF, float32(0.0)
+        m = NEG_INF
+        l = float32(0.0)
         n_keys = visible_keys(i, Nq, Nk, causal)
         n_tiles = n_keys // Bc if bug == TILE_EDGE else (n_keys + Bc - 1) // Bc
         for t in range(n_tiles):
