@@ -21,7 +21,7 @@ from numba_attn.gpu import backend  # noqa: F401  (first: chooses CUDA or the si
 
 from numba import cuda, float32  # noqa: E402
 
-from numba_attn.gpu.device_functions import NEG_INF, online_softmax_step, visible_keys
+from numba_attn.gpu.device_functions import NEG_INF, row_key_step, visible_keys
 from numba_attn.gpu.jit import kernel
 from numba_attn.phases.registry import _REGISTRY, Launch, Phase, _load_all, temporary_phases  # noqa: F401  (re-exported)
 
@@ -45,6 +45,8 @@ def make_buggy_kernel(D: int, Bc: int, causal: bool, bug: int):
     TILE_EDGE, STALE, UNSCALED, UNNORMALIZED, UNWRITTEN, ZEROS = (
         _BUG_IDS["tile_edge"], _BUG_IDS["stale_tile"], _BUG_IDS["unscaled"], _BUG_IDS["unnormalized"],
         _BUG_IDS["unwritten"], _BUG_IDS["zeros"])
+
+    key_step = row_key_step(D)
 
     @kernel
     def buggy(q, k, v, o, scale, H, G, Nq, Nk):
@@ -73,12 +75,7 @@ def make_buggy_kernel(D: int, Bc: int, causal: bool, bug: int):
                 j = j0 + jj
                 if bug == STALE and t > 0:
                     j = j - Bc
-                s = float32(0.0)
-                for d in range(D):
-                    s += Q_i[d] * float32(k[kvh, j, d])
-                m, l, corr, p = online_softmax_step(m, l, s)
-                for d in range(D):
-                    O_i[d] = O_i[d] * corr + p * float32(v[kvh, j, d])
+                m, l = key_step(Q_i, O_i, k, v, kvh, j, m, l)
         inv_l = float32(1.0) if bug == UNNORMALIZED else float32(1.0) / l
         for d in range(D):
             if bug == UNWRITTEN and d == D - 1:

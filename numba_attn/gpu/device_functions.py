@@ -71,6 +71,24 @@ def online_softmax_step(m, l, s):
     return m_new, l * corr + p, corr, p
 
 
+@functools.cache
+def row_key_step(D: int):
+    """``key_step(Q_i, O_i, k, v, kvh, j, m, l) -> (m, l)``: key ``j`` of a one-row
+    online softmax over ``D`` elements (score ``s = Q_i · K_j``,
+    :func:`online_softmax_step`, ``O_i = O_i · corr + p · V_j``)."""
+    @device
+    def key_step(Q_i, O_i, k, v, kvh, j, m, l):
+        s = float32(0.0)
+        for d in range(D):
+            s += Q_i[d] * float32(k[kvh, j, d])
+        m, l, corr, p = online_softmax_step(m, l, s)
+        for d in range(D):
+            O_i[d] = O_i[d] * corr + p * float32(v[kvh, j, d])
+        return m, l
+
+    return key_step
+
+
 @device
 def online_softmax_rescale(m, l, tile_max):
     """Fold a tile whose largest score is ``tile_max`` into ``(m, l)``::

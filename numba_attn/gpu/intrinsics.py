@@ -171,33 +171,37 @@ def tf32_value(reg) -> float:
 def mma_k16_reference(regs, kind: str):
     """All 32 lanes' ``(a0..a3, b0, b1, c0..c3)`` → each lane's ``(d0..d3)`` for
     ``mma.m16n8k16`` with f16/bf16 inputs (computed in float64, rounded to f32)."""
-    A = np.zeros((16, 16))
-    B = np.zeros((16, 8))
-    C = np.zeros((16, 8))
-    for lane, r in enumerate(regs):
-        g, t = divmod(lane, 4)
-        a0, a1, a2, a3, b0, b1, c0, c1, c2, c3 = r
+    def place(A, B, g, t, a0, a1, a2, a3, b0, b1):
         A[g, 2 * t:2 * t + 2] = half_lo_hi(a0, kind)
         A[g + 8, 2 * t:2 * t + 2] = half_lo_hi(a1, kind)
         A[g, 2 * t + 8:2 * t + 10] = half_lo_hi(a2, kind)
         A[g + 8, 2 * t + 8:2 * t + 10] = half_lo_hi(a3, kind)
         B[2 * t:2 * t + 2, g] = half_lo_hi(b0, kind)
         B[2 * t + 8:2 * t + 10, g] = half_lo_hi(b1, kind)
-        C[g, 2 * t:2 * t + 2] = (float(c0), float(c1))
-        C[g + 8, 2 * t:2 * t + 2] = (float(c2), float(c3))
-    return _split_d(A @ B + C)
+
+    return _mma_reference(regs, 16, place)
 
 
 def mma_k8_tf32_reference(regs):
     """Like :func:`mma_k16_reference` for ``mma.m16n8k8`` with tf32 inputs."""
-    A = np.zeros((16, 8))
-    B = np.zeros((8, 8))
+    def place(A, B, g, t, a0, a1, a2, a3, b0, b1):
+        A[g, t], A[g + 8, t], A[g, t + 4], A[g + 8, t + 4] = map(tf32_value, (a0, a1, a2, a3))
+        B[t, g], B[t + 4, g] = tf32_value(b0), tf32_value(b1)
+
+    return _mma_reference(regs, 8, place)
+
+
+def _mma_reference(regs, K, place):
+    """``D = A @ B + C`` of an ``m16n8kK`` mma from all 32 lanes' registers:
+    ``place(A, B, g, t, a0..a3, b0, b1)`` puts a lane's A and B fragments
+    (lane = 4 g + t); C is f32 in both layouts. Each lane's ``(d0..d3)``."""
+    A = np.zeros((16, K))
+    B = np.zeros((K, 8))
     C = np.zeros((16, 8))
     for lane, r in enumerate(regs):
         g, t = divmod(lane, 4)
-        a0, a1, a2, a3, b0, b1, c0, c1, c2, c3 = r
-        A[g, t], A[g + 8, t], A[g, t + 4], A[g + 8, t + 4] = map(tf32_value, (a0, a1, a2, a3))
-        B[t, g], B[t + 4, g] = tf32_value(b0), tf32_value(b1)
+        place(A, B, g, t, *r[:6])
+        c0, c1, c2, c3 = r[6:]
         C[g, 2 * t:2 * t + 2] = (float(c0), float(c1))
         C[g + 8, 2 * t:2 * t + 2] = (float(c2), float(c3))
     return _split_d(A @ B + C)

@@ -37,27 +37,49 @@ if IS_SIMULATOR:
     _TIMEOUT_S = 120.0
 
     class _WarpState:
-        def __init__(self, nlanes):
+        """The barrier and the two alternating value buffers of ``nlanes`` threads
+        (of ``size`` places) that exchange values."""
+        def __init__(self, nlanes, size=WARP_SIZE):
             self.nlanes = nlanes
             self.barrier = threading.Barrier(nlanes, timeout=_TIMEOUT_S)
-            self.buffers = ([None] * WARP_SIZE, [None] * WARP_SIZE)
-            self.generation = [0] * WARP_SIZE
+            self.buffers = ([None] * size, [None] * size)
+            self.generation = [0] * size
 
-    def _warp():
+    def _kernel_thread(what):
+        """(simulated CUDA thread, its block's manager); ``what`` names the caller in the error."""
         t = threading.current_thread()
         mgr = getattr(t, "_manager", None)
         if mgr is None:
-            raise RuntimeError("warp primitives can only be called from inside a kernel")
-        bx, by, bz = mgr._block_dim
-        nthreads = bx * by * bz
-        warp, lane = divmod(t.thread_id, WARP_SIZE)
-        key = (tuple(t.blockIdx), warp)
+            raise RuntimeError(f"{what} can only be called from inside a kernel")
+        return t, mgr
+
+    def _state(mgr, key, nlanes, size=WARP_SIZE):
+        """The block's exchange state for ``key``, made by the first thread to arrive."""
         with _lock:
             states = mgr.__dict__.setdefault("_numba_attn_warps", {})
             st = states.get(key)
             if st is None:
-                st = states[key] = _WarpState(min(WARP_SIZE, nthreads - warp * WARP_SIZE))
-        return st, lane
+                st = states[key] = _WarpState(nlanes, size)
+        return st
+
+    def _exchange(st, idx, value, error):
+        """Place ``idx`` of ``st`` passes ``value``; every place's value once all arrived."""
+        gen = st.generation[idx]
+        st.generation[idx] = gen + 1
+        buf = st.buffers[gen & 1]
+        buf[idx] = value
+        try:
+            st.barrier.wait()
+        except threading.BrokenBarrierError:
+            raise RuntimeError(error) from None
+        return buf
+
+    def _warp():
+        t, mgr = _kernel_thread("warp primitives")
+        bx, by, bz = mgr._block_dim
+        nthreads = bx * by * bz
+        warp, lane = divmod(t.thread_id, WARP_SIZE)
+        return _state(mgr, (tuple(t.blockIdx), warp), min(WARP_SIZE, nthreads - warp * WARP_SIZE)), lane
 
     def warp_exchange(value):
         """Every lane passes its value; each gets the list of all lanes' values.
@@ -67,17 +89,8 @@ if IS_SIMULATOR:
         barrier, i.e. finished reading it.
         """
         st, lane = _warp()
-        gen = st.generation[lane]
-        st.generation[lane] = gen + 1
-        buf = st.buffers[gen & 1]
-        buf[lane] = value
-        try:
-            st.barrier.wait()
-        except threading.BrokenBarrierError:
-            raise RuntimeError(
-                "warp-level exchange timed out: not every lane of the warp reached it "
-                "(divergent shuffle/syncwarp/mma)") from None
-        return buf[: st.nlanes]
+        return _exchange(st, lane, value, "warp-level exchange timed out: not every lane of the warp reached it "
+                                          "(divergent shuffle/syncwarp/mma)")[: st.nlanes]
 
     def _same_type(value, other):
         return type(value)(other) if isinstance(value, (np.generic, int, float)) else other
@@ -169,22 +182,12 @@ else:
     @device
     def warp_max(x):
         """Max over the 32 lanes of a warp (butterfly: every lane gets the result)."""
-        x = max(x, shfl_xor_sync(FULL_MASK, x, 16))
-        x = max(x, shfl_xor_sync(FULL_MASK, x, 8))
-        x = max(x, shfl_xor_sync(FULL_MASK, x, 4))
-        x = max(x, shfl_xor_sync(FULL_MASK, x, 2))
-        x = max(x, shfl_xor_sync(FULL_MASK, x, 1))
-        return x
+        return group_max(x, WARP_SIZE)
 
     @device
     def warp_sum(x):
         """Sum over the 32 lanes of a warp (butterfly: every lane gets the result)."""
-        x += shfl_xor_sync(FULL_MASK, x, 16)
-        x += shfl_xor_sync(FULL_MASK, x, 8)
-        x += shfl_xor_sync(FULL_MASK, x, 4)
-        x += shfl_xor_sync(FULL_MASK, x, 2)
-        x += shfl_xor_sync(FULL_MASK, x, 1)
-        return x
+        return group_sum(x, WARP_SIZE)
 
     @device
     def quad_max(x):
@@ -280,47 +283,22 @@ else:
 # -- warpgroup exchange (simulator fallback of the warpgroup-wide wgmma) --------
 
 if IS_SIMULATOR:
-    _group_lock = threading.Lock()
-
     def group_exchange(value, warps):
         """Like :func:`warp_exchange` over the ``warps`` consecutive warps of a
         group aligned to a multiple of ``warps`` (a Hopper warpgroup is 4): every
         thread passes its value and gets the list of all the group's values,
         ordered by thread index within the group. The block must hold whole
         groups; a thread that never arrives makes the others time out."""
-        t = threading.current_thread()
-        mgr = getattr(t, "_manager", None)
-        if mgr is None:
-            raise RuntimeError("group_exchange can only be called from inside a kernel")
+        t, mgr = _kernel_thread("group_exchange")
         bx, by, bz = mgr._block_dim
         n = WARP_SIZE * int(warps)
         if (bx * by * bz) % n:
             raise RuntimeError(f"a warpgroup exchange needs whole groups of {n} threads "
                                f"(block of {bx * by * bz})")
         grp, idx = divmod(t.thread_id, n)
-        key = (tuple(t.blockIdx), "group", n, grp)
-        with _group_lock:
-            states = mgr.__dict__.setdefault("_numba_attn_warps", {})
-            st = states.get(key)
-            if st is None:
-                st = states[key] = _GroupState(n)
-        gen = st.generation[idx]
-        st.generation[idx] = gen + 1
-        buf = st.buffers[gen & 1]
-        buf[idx] = value
-        try:
-            st.barrier.wait()
-        except threading.BrokenBarrierError:
-            raise RuntimeError(
-                "warpgroup exchange timed out: not every thread of the group reached it "
-                "(divergent wgmma)") from None
-        return buf
-
-    class _GroupState:
-        def __init__(self, n):
-            self.barrier = threading.Barrier(n, timeout=_TIMEOUT_S)
-            self.buffers = ([None] * n, [None] * n)
-            self.generation = [0] * n
+        st = _state(mgr, (tuple(t.blockIdx), "group", n, grp), n, n)
+        return _exchange(st, idx, value, "warpgroup exchange timed out: not every thread of the group reached it "
+                                         "(divergent wgmma)")
 
 else:
 

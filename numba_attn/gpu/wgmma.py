@@ -259,6 +259,7 @@ def wgmma_reference(kind, N, a_regs, c, smem_bytes, start, offsets, lbo, sbo, tr
 
 
 def _check(kind, N, offsets, rb):
+    """Refuse an unsupported wgmma shape; (accumulator registers per thread N/2, k-steps)."""
     ksteps = len(offsets)
     if rb not in SWIZZLE_MODE:
         raise ValueError(f"row bytes {rb}: must be 32, 64 or 128")
@@ -268,6 +269,7 @@ def _check(kind, N, offsets, rb):
         raise ValueError(f"wgmma N must be a multiple of 8 in [8, 256], not {N}")
     if ksteps < 1:
         raise ValueError("wgmma needs at least one k-step")
+    return N // 2, ksteps
 
 
 if IS_SIMULATOR:
@@ -291,9 +293,7 @@ if IS_SIMULATOR:
     def make_wgmma_rs(kind: str, N: int, trans_b: bool, zero: bool, offsets: tuple, lbo: int, sbo: int,
                       rb: int = 128, wait: bool = True):
         """(The simulator computes at issue; ``wait=False`` only changes the GPU code.)"""
-        _check(kind, N, offsets, rb)
-        NA = N // 2
-        ksteps = len(offsets)
+        NA, ksteps = _check(kind, N, offsets, rb)
 
         def wgmma_rs(acc, a, a_off, smem, byte_off):
             a_off = int(a_off)
@@ -359,9 +359,7 @@ else:  # -------------------------------------------------------------- GPU
     @functools.cache
     def make_wgmma_rs(kind: str, N: int, trans_b: bool, zero: bool, offsets: tuple, lbo: int, sbo: int,
                       rb: int = 128, wait: bool = True):
-        _check(kind, N, offsets, rb)
-        NA = N // 2
-        ksteps = len(offsets)
+        NA, ksteps = _check(kind, N, offsets, rb)
         nin = 0 if zero else NA
         flag = NA + nin
         a_idx = [flag + 1 + i for i in range(4 * ksteps)]

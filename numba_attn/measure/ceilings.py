@@ -255,6 +255,21 @@ def mma_operands(precision: str):
     return (a | (a << 16)), (b | (b << 16)), 16, 16 * 0.125
 
 
+def _time_chains(kern, blocks, threads, n_iter, a_bits, b_bits, timing):
+    """Time ``kern[blocks, threads](out, n_iter, a_bits, b_bits)`` (a chain-of-MMAs
+    kernel, one float per thread out): (the timing, ``out`` on the host)."""
+    import numpy as np
+
+    out = cuda.device_array(blocks * threads, np.float32)
+    stream = cuda.stream()
+
+    def fn(i, s=stream):
+        kern[blocks, threads, s](out, n_iter, np.uint32(a_bits), np.uint32(b_bits))
+
+    t = events_batched(fn, stream, timing or TimingConfig(min_reps=5, budget_s=0.5))
+    return t, out.copy_to_host()
+
+
 def measure_mma_numba(precision: str, timing: TimingConfig | None = None) -> dict:
     import numpy as np
 
@@ -262,17 +277,9 @@ def measure_mma_numba(precision: str, timing: TimingConfig | None = None) -> dic
     dev = cuda.get_current_device()
     blocks = int(dev.MULTIPROCESSOR_COUNT) * 8
     n = blocks * MMA_THREADS
-    out = cuda.device_array(n, np.float32)
-    kern = _mma_kernel(precision)
     a_bits, b_bits, k, per_mma = mma_operands(precision)
     n_iter = 256
-    stream = cuda.stream()
-
-    def fn(i, s=stream):
-        kern[blocks, MMA_THREADS, s](out, n_iter, np.uint32(a_bits), np.uint32(b_bits))
-
-    t = events_batched(fn, stream, timing or TimingConfig(min_reps=5, budget_s=0.5))
-    host = out.copy_to_host()
+    t, host = _time_chains(_mma_kernel(precision), blocks, MMA_THREADS, n_iter, a_bits, b_bits, timing)
     expect = 4 * MMA_CHAINS * per_mma * n_iter * MMA_UNROLL
     ok = bool(np.allclose(host, expect, rtol=1e-3))
     n_mma = (n // 32) * n_iter * MMA_UNROLL * MMA_CHAINS
@@ -349,17 +356,9 @@ def measure_wgmma(timing: TimingConfig | None = None) -> dict:
     threads = 128 * WGMMA_GROUPS
     blocks = int(dev.MULTIPROCESSOR_COUNT) * 2
     n = blocks * threads
-    out = cuda.device_array(n, np.float32)
-    kern = _wgmma_kernel()
     a_bits, b_bits, k, per_mma = mma_operands("fp16")  # 0.25 · 0.5 over k = 16: +2 per k-step
     n_iter = 256
-    stream = cuda.stream()
-
-    def fn(i, s=stream):
-        kern[blocks, threads, s](out, n_iter, np.uint32(a_bits), np.uint32(b_bits))
-
-    t = events_batched(fn, stream, timing or TimingConfig(min_reps=5, budget_s=0.5))
-    host = out.copy_to_host()
+    t, host = _time_chains(_wgmma_kernel(), blocks, threads, n_iter, a_bits, b_bits, timing)
     expect = (WGMMA_N // 2) * per_mma * WGMMA_KSTEPS * n_iter
     ok = bool(np.allclose(host, expect, rtol=1e-3))
     flops = 2.0 * 64 * WGMMA_N * 16 * WGMMA_KSTEPS * n_iter * (n // 128)

@@ -27,8 +27,9 @@ from numba_attn.gpu.device_functions import (NEG_BIG, combine_splits, ldg_f16x8,
                                              merge_state2, state_lse)
 from numba_attn.gpu.jit import device, kernel  # noqa: E402
 from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT  # noqa: E402
-from numba_attn.gpu.split_k import sm_count, split_plan  # noqa: E402
+from numba_attn.gpu.split_k import make_combine_kernel, sm_count, split_plan  # noqa: E402
 from numba_attn.gpu.warp import WARP_SIZE, group_sum, strided_max, strided_sum  # noqa: E402
+from numba_attn.phases.registry import Launch  # noqa: E402
 
 MAX_Q_LEN = 8  # query positions per sequence a decode kernel takes; longer is prefill
 LN2 = np.float32(0.6931471805599453)
@@ -91,8 +92,9 @@ def resolve_splits(problem, keys_per_round, rows_per_block, blocks_per_sm, min_k
     return S
 
 
-def resolve_split(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys):
-    """:func:`resolve_chunked` and the split count of a split-K phase (0: :func:`resolve_splits`)."""
+def resolve_split(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys, **_):
+    """:func:`resolve_chunked` and the split count of a split-K phase (0: :func:`resolve_splits`);
+    a split-K phase's ``resolve`` (other parameters pass through)."""
     p = resolve_chunked(problem, rows, lanes, keys)
     kpr = warps * (WARP_SIZE // p["lanes"]) * p["keys"]
     return {**p, "splits": resolve_splits(problem, kpr, p["rows"], blocks_per_sm, min_keys, splits)}
@@ -106,8 +108,9 @@ def split_layout(problem, warps, rows, lanes, keys, splits):
     return n_rc, chunk
 
 
-def check_decode(problem, warps, lanes, rows, keys, max_warps=32):
-    """The supports() rules shared by the decode phases (None when runnable)."""
+def check_decode(problem, warps, lanes, rows, keys, max_warps=32, **_):
+    """The supports() rules shared by the decode phases (None when runnable); other
+    parameters play no part."""
     if problem.q_len > MAX_Q_LEN:
         return f"decode kernel: q_len {problem.q_len} > {MAX_Q_LEN} (use a prefill phase)"
     if problem.q_len < 1 or problem.kv_len < 1:
@@ -130,7 +133,7 @@ def check_decode(problem, warps, lanes, rows, keys, max_warps=32):
     return None
 
 
-def check_split(problem, warps, lanes, rows, keys):
+def check_split(problem, warps, lanes, rows, keys, **_):
     """check_decode, and the combine kernel's one thread per element of a row."""
     reason = check_decode(problem, warps, lanes, rows, keys)
     if reason:
@@ -150,7 +153,7 @@ def check_alignment(*arrays):
             raise ValueError("decode kernels need 16-byte aligned K/V device arrays")
 
 
-# -- split-K workspace -----------------------------------------------------------------
+# -- split-K workspace and launch --------------------------------------------------------
 
 def split_workspace(S: int, rows: int, D: int):
     """(part_o, part_lse): every split's normalized partial output and log-sum-exp
@@ -168,6 +171,43 @@ def zeroed_counters(n: int):
     else:
         counters.copy_to_device(np.zeros(n, np.int32))
     return counters
+
+
+def tile_notes(lanes, keys, rows, warps) -> str:
+    """The ``Launch.notes`` of a warp-step decode kernel's tiling."""
+    return f"L={lanes} lanes/key, T={keys} keys/group, {rows} rows/block, {warps} warps"
+
+
+def split_launch(problem, kern, scale, warps, lanes, rows, keys, splits, counters, combine, notes=""):
+    """The :class:`Launch` of a split-K kernel: grid (split, row block of a KV head),
+    the workspace, with ``counters`` the kernel's per-tile counters (and split
+    count) as arguments, with ``combine`` the combine kernel after it (unless one
+    split writes the output)."""
+    B, H, Hkv, Nq, Nk, D = (problem.batch, problem.heads, problem.kv_heads, problem.q_len,
+                            problem.kv_len, problem.head_dim)
+    S = splits
+    n_rc, chunk = split_layout(problem, warps, rows, lanes, keys, S)
+    final = S == 1
+    grid = (S, B * Hkv * n_rc)
+    part_o, part_lse = split_workspace(S, B * H * Nq, D)
+    kernels = [kern]
+    combine = combine and not final
+    if combine:
+        comb = make_combine_kernel(Nq)
+        kernels.append(comb)
+    cnt = zeroed_counters(B * Hkv * n_rc) if counters else None
+
+    def run(q, k, v, o, stream=0):
+        check_alignment(k, v)
+        if counters:
+            kern[grid, warps * WARP_SIZE, stream](q, k, v, o, part_o, part_lse, cnt, scale, Hkv, Nk, chunk, S)
+        else:
+            kern[grid, warps * WARP_SIZE, stream](q, k, v, o, part_o, part_lse, scale, Hkv, Nk, chunk)
+        if combine:
+            comb[B * H * Nq, D, stream](part_o, part_lse, o, S)
+
+    return Launch(run, kernels=kernels, workspace_bytes=0 if final else part_o.nbytes + part_lse.nbytes,
+                  notes=f"S={S} splits of {chunk} keys, {tile_notes(lanes, keys, rows, warps)}{notes}")
 
 
 # -- the warp-step loop --------------------------------------------------------------
@@ -402,3 +442,12 @@ def make_split_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int
         split_block(q, k, v, o, part_o, part_lse, counters, scale, Nk, chunk, S, sm_m, sm_l, sm_o, sm_last)
 
     return decode_split_k_fused
+
+
+def split_k_launch(problem, fused, warps, lanes, rows, keys, splits, blocks_per_sm):
+    """The :class:`Launch` of :func:`make_split_kernel` (``decode_split_k``, and with
+    ``fused`` ``decode_split_k_fused``) for ``problem`` and resolved parameters."""
+    kern = make_split_kernel(problem.head_dim, vector_width(problem.dtype), lanes, keys, warps, rows, problem.q_len,
+                             problem.group, problem.causal, splits == 1, fused, blocks_per_sm)
+    return split_launch(problem, kern, float32(problem.sm_scale), warps, lanes, rows, keys, splits,
+                        counters=fused, combine=not fused)

@@ -30,21 +30,8 @@ measured 85% of the copy bandwidth at B=1 16k fp16, but 40% for GQA at B=1 (66 s
 """
 from __future__ import annotations
 
-from numba import float32
-
-from numba_attn.gpu.split_k import make_combine_kernel
-from numba_attn.gpu.warp import WARP_SIZE
-from numba_attn.phases.decode.common import (check_alignment, check_split, make_split_kernel,
-                                             resolve_split, split_layout, split_workspace, vector_width)
-from numba_attn.phases.registry import Launch, register_phase
-
-
-def _resolve(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys):
-    return resolve_split(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys)
-
-
-def _supports(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys):
-    return check_split(problem, warps, lanes, rows, keys)
+from numba_attn.phases.decode.common import check_split, resolve_split, split_k_launch
+from numba_attn.phases.registry import register_phase
 
 
 @register_phase(
@@ -61,33 +48,8 @@ def _supports(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys
             "FlashInfer/vLLM PagedAttention v2 reduction kernel",
     planned_speedup=40.0,
     sim_params={"warps": 2, "splits": 3},
-    supports=_supports,
-    resolve=_resolve,
+    supports=check_split,
+    resolve=resolve_split,
 )
 def decode_split_k(problem, warps=4, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=4, min_keys=256):
-    B, H, Hkv, Nq, Nk, D = (problem.batch, problem.heads, problem.kv_heads, problem.q_len,
-                            problem.kv_len, problem.head_dim)
-    G = problem.group
-    RB, L, T = rows, lanes, keys
-    S = splits
-    n_rc, chunk = split_layout(problem, warps, RB, L, T, S)
-    final = S == 1
-    kern = make_split_kernel(D, vector_width(problem.dtype), L, T, warps, RB, Nq, G, problem.causal, final, False,
-                             blocks_per_sm)
-    scale = float32(problem.sm_scale)
-    grid = (S, B * Hkv * n_rc)
-    part_o, part_lse = split_workspace(S, B * H * Nq, D)
-    kernels = [kern]
-    if not final:
-        combine = make_combine_kernel(Nq)
-        kernels.append(combine)
-
-    def run(q, k, v, o, stream=0):
-        check_alignment(k, v)
-        kern[grid, warps * WARP_SIZE, stream](q, k, v, o, part_o, part_lse, scale, Hkv, Nk, chunk)
-        if not final:
-            combine[B * H * Nq, D, stream](part_o, part_lse, o, S)
-
-    return Launch(run, kernels=kernels, workspace_bytes=0 if final else part_o.nbytes + part_lse.nbytes,
-                  notes=f"S={S} splits of {chunk} keys, L={L} lanes/key, T={T} keys/group, {RB} rows/block, "
-                        f"{warps} warps")
+    return split_k_launch(problem, False, warps, lanes, rows, keys, splits, blocks_per_sm)

@@ -21,20 +21,8 @@ measured −3.5 to −4.9 µs at B=1 as predicted, but a miss for GQA at B=1 (66
 """
 from __future__ import annotations
 
-from numba import float32
-
-from numba_attn.gpu.warp import WARP_SIZE
-from numba_attn.phases.decode.common import (check_alignment, check_decode, make_split_kernel, resolve_split,
-                                             split_layout, split_workspace, vector_width, zeroed_counters)
-from numba_attn.phases.registry import Launch, register_phase
-
-
-def _resolve(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys):
-    return resolve_split(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys)
-
-
-def _supports(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys):
-    return check_decode(problem, warps, lanes, rows, keys)
+from numba_attn.phases.decode.common import check_decode, resolve_split, split_k_launch
+from numba_attn.phases.registry import register_phase
 
 
 @register_phase(
@@ -50,28 +38,8 @@ def _supports(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys
             "threadFenceReduction sample / CUTLASS serial split-K",
     planned_speedup=42.0,
     sim_params={"warps": 2, "splits": 3},
-    supports=_supports,
-    resolve=_resolve,
+    supports=check_decode,
+    resolve=resolve_split,
 )
 def decode_split_k_fused(problem, warps=4, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=4, min_keys=256):
-    B, H, Hkv, Nq, Nk, D = (problem.batch, problem.heads, problem.kv_heads, problem.q_len,
-                            problem.kv_len, problem.head_dim)
-    G = problem.group
-    RB, L, T = rows, lanes, keys
-    S = splits
-    n_rc, chunk = split_layout(problem, warps, RB, L, T, S)
-    final = S == 1
-    kern = make_split_kernel(D, vector_width(problem.dtype), L, T, warps, RB, Nq, G, problem.causal, final, True,
-                             blocks_per_sm)
-    scale = float32(problem.sm_scale)
-    grid = (S, B * Hkv * n_rc)
-    part_o, part_lse = split_workspace(S, B * H * Nq, D)
-    counters = zeroed_counters(B * Hkv * n_rc)
-
-    def run(q, k, v, o, stream=0):
-        check_alignment(k, v)
-        kern[grid, warps * WARP_SIZE, stream](q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, chunk, S)
-
-    return Launch(run, kernels=[kern], workspace_bytes=0 if final else part_o.nbytes + part_lse.nbytes,
-                  notes=f"S={S} splits of {chunk} keys, L={L} lanes/key, T={T} keys/group, {RB} rows/block, "
-                        f"{warps} warps")
+    return split_k_launch(problem, True, warps, lanes, rows, keys, splits, blocks_per_sm)

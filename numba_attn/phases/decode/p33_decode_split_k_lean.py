@@ -46,11 +46,9 @@ from numba import cuda, float32, int32
 
 from numba_attn.gpu.device_functions import LOG2E
 from numba_attn.gpu.jit import kernel
-from numba_attn.gpu.split_k import make_combine_kernel
 from numba_attn.gpu.warp import FULL_MASK, WARP_SIZE, shfl_sync, shfl_xor_sync
-from numba_attn.phases.decode.common import (check_alignment, check_split, chunk_steps, resolve_split,
-                                             split_layout, split_workspace, vector_width, zeroed_counters)
-from numba_attn.phases.registry import Launch, register_phase
+from numba_attn.phases.decode.common import check_split, chunk_steps, resolve_split, split_launch, vector_width
+from numba_attn.phases.registry import register_phase
 
 
 def _log2(n: int) -> int:
@@ -181,14 +179,6 @@ def make_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
     return decode_split_k_lean
 
 
-def _resolve(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys, fuse_max):
-    return resolve_split(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys)
-
-
-def _supports(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys, fuse_max):
-    return check_split(problem, warps, lanes, rows, keys)
-
-
 @register_phase(
     name="decode_split_k_lean", order=33, title="Decode: split-K with a lean inner loop (reduce-scatter scores, exp2, lazy rescale)",
     parent="decode_split_k_fused", kind="decode",
@@ -204,36 +194,15 @@ def _supports(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys
             "FlashAttention-2 exp2 scaling; lazy rescaling (FlashAttention-3 / FlashInfer)",
     planned_speedup=45.0,
     sim_params={"warps": 2, "splits": 3},
-    supports=_supports,
-    resolve=_resolve,
+    supports=check_split,
+    resolve=resolve_split,
 )
 def decode_split_k_lean(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=2, min_keys=256,
                         fuse_max=64):
-    B, H, Hkv, Nq, Nk, D = (problem.batch, problem.heads, problem.kv_heads, problem.q_len,
-                            problem.kv_len, problem.head_dim)
-    G = problem.group
-    VW = vector_width(problem.dtype)
-    RB, L, T = rows, lanes, keys
-    S = splits
-    n_rc, chunk = split_layout(problem, warps, RB, L, T, S)
-    final = S == 1
-    fused = S * RB <= fuse_max
-    kern = make_kernel(D, VW, L, T, warps, RB, Nq, G, problem.causal, final, fused, blocks_per_sm)
+    final = splits == 1
+    fused = splits * rows <= fuse_max
+    kern = make_kernel(problem.head_dim, vector_width(problem.dtype), lanes, keys, warps, rows, problem.q_len,
+                       problem.group, problem.causal, final, fused, blocks_per_sm)
     scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
-    grid = (S, B * Hkv * n_rc)
-    kernels = [kern]
-    part_o, part_lse = split_workspace(S, B * H * Nq, D)
-    if not final and not fused:
-        combine = make_combine_kernel(Nq)
-        kernels.append(combine)
-    counters = zeroed_counters(B * Hkv * n_rc)
-
-    def run(q, k, v, o, stream=0):
-        check_alignment(k, v)
-        kern[grid, warps * WARP_SIZE, stream](q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, chunk, S)
-        if not final and not fused:
-            combine[B * H * Nq, D, stream](part_o, part_lse, o, S)
-
-    return Launch(run, kernels=kernels, workspace_bytes=0 if final else part_o.nbytes + part_lse.nbytes,
-                  notes=f"S={S} splits of {chunk} keys, L={L} lanes/key, T={T} keys/group, {RB} rows/block, "
-                        f"{warps} warps, combine {'-' if final else ('fused' if fused else 'kernel')}")
+    return split_launch(problem, kern, scale, warps, lanes, rows, keys, splits, counters=True, combine=not fused,
+                        notes=f", combine {'-' if final else ('fused' if fused else 'kernel')}")
