@@ -21,7 +21,7 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_INF, online_softmax_step, visible_keys
+from numba_attn.gpu.device_functions import NEG_INF, row_key_step, visible_keys
 from numba_attn.gpu.jit import kernel
 from numba_attn.phases.cuda_core.common import row_block_launch
 from numba_attn.phases.registry import register_phase
@@ -29,6 +29,8 @@ from numba_attn.phases.registry import register_phase
 
 @functools.cache
 def make_kernel(D: int, THREADS: int, causal: bool):
+    key_step = row_key_step(D)
+
     @kernel
     def fused_rowwise(q, k, v, o, scale, H, G, Nq, Nk):
         i = cuda.blockIdx.x * THREADS + cuda.threadIdx.x
@@ -44,12 +46,7 @@ def make_kernel(D: int, THREADS: int, causal: bool):
         m = NEG_INF
         l = float32(0.0)
         for j in range(visible_keys(i, Nq, Nk, causal)):
-            s = float32(0.0)
-            for d in range(D):
-                s += Q_i[d] * float32(k[kvh, j, d])
-            m, l, corr, p = online_softmax_step(m, l, s)
-            for d in range(D):
-                O_i[d] = O_i[d] * corr + p * float32(v[kvh, j, d])
+            m, l = key_step(Q_i, O_i, k, v, kvh, j, m, l)  # s = Q_i·K_j, online softmax, O_i += p·V_j
         inv_l = float32(1.0) / l
         for d in range(D):
             o[bh, i, d] = O_i[d] * inv_l
