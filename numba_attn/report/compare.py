@@ -103,6 +103,7 @@ def format_comparison(res: dict, name_a="A", name_b="B") -> str:
     for side, names in (("A", res["only_a"]), ("B", res["only_b"])):
         if names:
             out.append("")
-            out.append(_wrapped_list(f"only in {side} ({len(names)} rows): ", names))
+            one = f"only in {side}: {', '.join(names)}"
+            out.append(one if len(one) <= 100 else _wrapped_list(f"only in {side} ({len(names)} rows):", names))
     out.append("\nB/A < 1: B is faster; ~ = within the larger of the two rows' min–max spreads (or 2%)")
     return "\n".join(out)
