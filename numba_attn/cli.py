@@ -1,18 +1,5 @@
-"""``numba-attn`` command line.
-
-    numba-attn list                      the registry as a table
-    numba-attn run [options]             phases × problems → table + results file
-    numba-attn bench NAME                a declared benchmark (roadmap, long-context, decode):
-                                         ceilings, phases and SDPA → results file + plots
-    numba-attn compare A B               per-phase time ratios between two results files
-    numba-attn plot RESULTS [--out DIR]  roadmap, scaling, roofline and memory-traffic plots
-    numba-attn diff PHASE [--stat]       the source diff of a phase against its parent
-    numba-attn card PHASE | --all        a phase's card (docs/phases/<name>.md), from the committed results
-    numba-attn readme [--check]          regenerate the README's result tables from the committed results
-
-The backend is chosen from the arguments *before* numba is imported, which is
-why this module imports the rest of the package lazily.
-"""
+"""The ``numba-attn`` command line (the backend is chosen from the arguments before numba is
+imported, which is why this module imports the rest of the package lazily)."""
 from __future__ import annotations
 
 import argparse
@@ -22,9 +9,35 @@ import sys
 import time
 
 
+DESCRIPTION = """\
+Prototype GPU attention kernels with Numba, one measurable optimization at a time.
+
+  numba-attn list                      the registered phases in roadmap order
+  numba-attn run [options]             check (and on a GPU time) phases on problems; without a
+                                       problem: every phase on a small problem set (simulator) or
+                                       the roadmap benchmark (GPU)
+  numba-attn bench NAME                a declared benchmark (roadmap, long-context, decode):
+                                       ceilings, phases and SDPA -> results file + plots
+  numba-attn compare A B               per-phase time ratios between two results files
+  numba-attn plot RESULTS [--out DIR]  roadmap, scaling, roofline and memory-traffic plots
+  numba-attn diff PHASE [--stat]       the source diff of a phase against its parent
+  numba-attn card PHASE | --all        a phase's card (docs/phases/<name>.md)
+  numba-attn readme [--check]          regenerate the README's tables from the committed results
+
+`numba-attn COMMAND --help` for a command's options.
+"""
+
+
+def _version() -> str:
+    from numba_attn import __version__
+
+    return f"numba-attn {__version__}"
+
+
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="numba-attn", description=__doc__,
+    ap = argparse.ArgumentParser(prog="numba-attn", description=DESCRIPTION,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=_version())
     sub = ap.add_subparsers(dest="cmd")
     ls = sub.add_parser("list", help="list the registered phases in roadmap order")
     ls.add_argument("--kind", choices=["prefill", "decode"], default=None)
@@ -37,7 +50,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--phases", default=None, help="comma-separated phase names (default: all)")
     r.add_argument("--preset", action="append", default=[],
                    help="named problem set (repeatable); see `numba-attn run --list-presets`")
-    r.add_argument("--list-presets", action="store_true")
+    r.add_argument("--list-presets", action="store_true",
+                   help="print the named problem sets (for --preset) and their problems, then exit")
+    r.add_argument("--explain-columns", action="store_true",
+                   help="print what every column and mark of the table means, then exit")
+    r.add_argument("--csv", default=None, metavar="PATH", help="also write the table's rows to PATH as CSV")
     r.add_argument("--batch", "-B", type=int)
     r.add_argument("--heads", "-H", type=int)
     r.add_argument("--kv-heads", type=int)
@@ -51,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="override a phase's tunable parameter, e.g. smem_kv.Bc=64 (repeatable)")
     r.add_argument("--seeds", default="1,2", help="comma-separated input seeds for the correctness check")
     r.add_argument("--results", default=None,
-                   help="JSON-lines file to append to (default: results/<gpu>.jsonl)")
+                   help="JSON-lines file to append to (default: <results dir>/<gpu>.jsonl, the results dir "
+                        "being $NUMBA_ATTN_RESULTS or ~/.local/share/numba-attn/results)")
     r.add_argument("--timeout", type=float, default=None,
                    help="seconds per (phase, problem) before it is recorded TIMEOUT "
                         "(default 600 on a GPU, 1800 in the simulator; 0 = no limit, in-process)")
@@ -85,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plot", help="draw the plots of a results file")
     p.add_argument("results")
-    p.add_argument("--out", default="plots", help="output directory (default: plots/)")
+    p.add_argument("--out", default=None, help="output directory (default: the results file's directory)")
     p.add_argument("--prefix", default="", help="file name prefix")
     p.add_argument("--which", default=None, help="comma-separated subset of roadmap,scaling,roofline,traffic")
 
@@ -218,52 +236,159 @@ def cmd_list(args) -> int:
 
 
 class Progress:
-    """One line per row: [i/n] phase problem … status (elapsed)."""
+    """One line per finished row (status, time or reason, ETA, the best phase so far); on a terminal
+    also a live bar with the row in progress, elapsed time and ETA (through ``rich``)."""
 
-    def __init__(self, stream=sys.stderr):
-        self.stream = stream
+    def __init__(self, stream=None, console=None):
+        from numba_attn.report.table import make_console
+
+        self.console = console or make_console(stream or sys.stderr)
         self.t0 = time.perf_counter()
         self.row_t0 = self.t0
+        self.counts: dict = {}
+        self.best: dict = {}  # problem label → (time_ms, phase)
+        self.bar = None
+        self.task = None
+
+    def _start_bar(self, n):
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
+        self.bar = Bar(TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
+                       TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=self.console,
+                       transient=True)
+        self.task = self.bar.add_task("", total=n)
+        self.bar.start()
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+    def eta(self, done, n) -> str:
+        el = time.perf_counter() - self.t0
+        if done <= 0 or done >= n:
+            return ""
+        left = el / done * (n - done)
+        return f"ETA {int(left // 60)}:{int(left % 60):02d}"
+
+    def best_text(self, label) -> str:
+        if label in self.best:
+            ms, name = self.best[label]
+            return f"best {name} {ms:.4g} ms"
+        return " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
 
     def __call__(self, i, n, row, name, problem):
         el = time.perf_counter() - self.t0
         if problem is None:  # the ceilings
-            print(f"[{el:6.1f}s] ceilings measured in {row.get('wall_s', 0):.1f}s", file=self.stream, flush=True)
-            return
-        if row is not None and row.get("resumed"):
-            print(f"[{i + 1}/{n} {el:6.1f}s] {name:18s} {problem.label} → {row.get('status')} (resumed)",
-                  file=self.stream, flush=True)
+            self.console.print(f"[{el:6.1f}s] ceilings measured in {row.get('wall_s', 0):.1f}s", markup=False)
             return
         if row is None:
             self.row_t0 = time.perf_counter()
-            print(f"[{i + 1}/{n} {el:6.1f}s] {name:18s} {problem.label} …", file=self.stream, flush=True)
-        else:
-            extra = ""
-            if row.get("time_ms"):
-                extra = f" {row['time_ms']:.4f} ms"
-            elif row.get("reason") and row.get("status") != "OK":
-                extra = f" ({row['reason'][:120]})"
-            print(f"[{i + 1}/{n} {el:6.1f}s]   → {row.get('status')}{extra} "
-                  f"in {time.perf_counter() - self.row_t0:.1f}s", file=self.stream, flush=True)
+            if self.bar is None and self.console.is_terminal:
+                self._start_bar(n)
+            if self.bar is not None:
+                self.bar.update(self.task, description=f"{name} {problem.label}")
+            return
+        st = row.get("status", "?")
+        self.counts[st] = self.counts.get(st, 0) + 1
+        extra = ""
+        if row.get("time_ms"):
+            extra = f"{row['time_ms']:.4f} ms"
+            if st == "OK" and (problem.label not in self.best or row["time_ms"] < self.best[problem.label][0]):
+                self.best[problem.label] = (row["time_ms"], name)
+        elif row.get("reason") and st != "OK":
+            extra = f"({row['reason'][:100]})"
+        if row.get("resumed"):
+            extra += " (resumed)"
+        w = len(str(n))
+        note = " · ".join(x for x in (self.eta(i + 1, n), self.best_text(problem.label)) if x)
+        style = {"OK": "green", "SKIP": "yellow"}.get(st, "bold red")
+        from rich.markup import escape
+
+        self.console.print(f"[{i + 1:>{w}}/{n} {el:6.1f}s] {escape(name):22s} {escape(problem.label):28s} "
+                           f"[{style}]{st:7s}[/] {escape(extra)} [dim]({time.perf_counter() - self.row_t0:.1f}s"
+                           f"{' · ' + note if note else ''})[/]", soft_wrap=True, highlight=False)
+        if self.bar is not None:
+            self.bar.update(self.task, completed=i + 1)
+
+
+def _nothing_chosen(args) -> bool:
+    """No problem, preset or shape on the command line."""
+    return not args.preset and not args.causal and all(
+        getattr(args, a) is None for a in ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "dtype",
+                                           "scale"))
+
+
+def _check_cuda(be):
+    """Refuse a GPU run without a GPU or without the CUDA toolkit's NVVM, in one line each."""
+    if not be.gpu_present():
+        raise SystemExit("--gpu: no CUDA GPU is available")
+    try:
+        from numba.cuda.cudadrv.nvvm import NVVM
+
+        NVVM()
+    except Exception as exc:  # noqa: BLE001  (NvvmSupportError and friends)
+        raise SystemExit(_nvvm_message(exc)) from None
+
+
+def _nvvm_message(exc) -> str:
+    return (f"the CUDA toolkit's NVVM (the compiler numba-cuda needs) was not found ({type(exc).__name__}). "
+            "Install it with numba-cuda's extra matching the driver: pip install \"numba-cuda[cu12]>=0.30,<0.31\" "
+            "(or [cu13]; or this package's extras: pip install -e \".[cu12]\").")
+
+
+def _write_csv(path, rows):
+    import csv
+
+    from numba_attn.report.table import HEADER, _cells
+
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(HEADER + ["reason"])
+        res = [r for r in rows if r.get("type") == "result"]
+        for cells, r in zip(_cells(res), res):
+            w.writerow(cells + [r.get("reason", "") if r.get("status") != "OK" else ""])
+
+
+def _list_presets():
+    from numba_attn.measure.bench import DEFAULT_PROBLEMS
+    from numba_attn.spec.problem import PRESETS
+
+    print(f"{'default':17s} {'; '.join(p.label for p in DEFAULT_PROBLEMS)}  (numba-attn run without a problem in "
+          "the simulator: each phase on the problems of its kind and dtype)")
+    for name, probs in PRESETS.items():
+        labels = "; ".join(p.label for p in probs)
+        print(f"{name:17s} " + (labels if len(labels) < 160 else f"{len(probs)} problems: {labels[:150]} …"))
+    return 0
 
 
 def cmd_run(args) -> int:
     if args.list_presets:
-        from numba_attn.spec.problem import PRESETS
+        return _list_presets()
+    if args.explain_columns:
+        from numba_attn.report.table import explain_columns
 
-        for name, probs in PRESETS.items():
-            print(f"{name:12s} " + "; ".join(p.label for p in probs))
+        print(explain_columns())
         return 0
     be = _select_backend(args)
-    if args.gpu and be.IS_SIMULATOR:
-        raise SystemExit("--gpu: no CUDA GPU is available")
+    if args.gpu:
+        _check_cuda(be)
     from numba_attn.report import table as report
+    from numba_attn.measure import bench
+    from numba_attn.measure.config import RunConfig, default_results_dir
     from numba_attn.measure.env import gpu_info
-    from numba_attn.measure.config import RunConfig
     from numba_attn.measure.sweep import run
     from numba_attn.measure.timing import TimingConfig
 
-    problems, defaulted = _problems(args)
+    want_default = "default" in args.preset
+    args.preset = [p for p in args.preset if p != "default"]
+    nothing = _nothing_chosen(args)
+    problems, _ = _problems(args) if args.preset or not nothing else ([], True)
+    if want_default or (nothing and be.IS_SIMULATOR):
+        problems = list(bench.DEFAULT_PROBLEMS) + problems
     _run_setup(args.setup)
     phases = [p.strip() for p in args.phases.split(",")] if args.phases else None
     from numba_attn.phases.registry import get_phase
@@ -273,10 +398,10 @@ def cmd_run(args) -> int:
             get_phase(p)  # unknown names fail here, with suggestions
     for name, over in _params(args).items():
         get_phase(name).resolve_params(over)  # unknown phases/parameters fail here, before any launch
-    if args.results:
-        results = args.results
-    else:
-        results = os.path.join("results", f"{_slug(gpu_info()['gpu'])}.jsonl")
+    console = report.make_console()
+    if nothing and not want_default and not be.IS_SIMULATOR:
+        return _run_roadmap(args, be, phases, console)
+    results = args.results or os.path.join(default_results_dir(), f"{_slug(gpu_info()['gpu'])}.jsonl")
     timeout = args.timeout if args.timeout is not None else (1800.0 if be.IS_SIMULATOR else 600.0)
     peer_list = None
     if args.peers:
@@ -292,17 +417,56 @@ def cmd_run(args) -> int:
                     timing=TimingConfig(budget_s=args.budget), ceilings=not args.no_ceilings and not be.IS_SIMULATOR,
                     resume=args.resume, worker_setup=tuple(args.setup), peer_list=peer_list)
     print(f"backend: {be.describe()}", flush=True)
-    if defaulted:
-        print("no problem given: running every phase on the small default problem (preset 'tiny')"
+    select = None
+    if want_default or (nothing and be.IS_SIMULATOR):
+        select = bench.select_by_kind(problems)
+        print("no problem given: every phase on the problems of its kind and dtype (preset 'default': fp32 "
+              "prefill, fp16 prefill for the tensor cores, decode at q_len 1 with GQA)"
               + (" in the simulator" if be.IS_SIMULATOR else ""), flush=True)
     print(f"problems: {'; '.join(p.label for p in problems)}", flush=True)
-    rows = run(phases, problems, config=cfg, progress=Progress())
-    print()
-    print(report.table(rows))
-    print(f"\nbackend: {be.describe()}")
-    print(f"results appended to {results}")
+    prog = Progress()
+    try:
+        rows = run(phases, problems, config=cfg, progress=prog, select=select)
+    finally:
+        prog.close()
+    return _finish(rows, results, be, console, args.csv)
+
+
+def _finish(rows, results, be, console, csv_path=None, plots=()) -> int:
+    from numba_attn.report import table as report
+
+    console.print()
+    report.print_table(rows, console)
+    console.print(f"\nbackend: {be.describe()}", markup=False, soft_wrap=True)
+    console.print(f"results appended to {results}", markup=False, soft_wrap=True)
+    for f in plots:
+        console.print(f"plot: {f}", markup=False, soft_wrap=True)
+    if csv_path:
+        _write_csv(csv_path, rows)
+        console.print(f"table written to {csv_path}", markup=False, soft_wrap=True)
     bad = [r for r in rows if r.get("status") in ("FAIL", "ERROR", "TIMEOUT")]
     return 1 if bad else 0
+
+
+def _run_roadmap(args, be, phases, console) -> int:
+    """``numba-attn run`` on a GPU without a problem: the roadmap benchmark, into the results dir."""
+    from numba_attn.measure import bench
+    from numba_attn.measure.config import default_results_dir
+    from numba_attn.measure.env import gpu_info
+
+    out_dir = os.path.dirname(args.results) if args.results else default_results_dir()
+    results = args.results or os.path.join(out_dir, f"roadmap-{_slug(gpu_info()['gpu'])}.jsonl")
+    print(f"backend: {be.describe()}", flush=True)
+    print("no problem given: the roadmap benchmark (numba-attn bench roadmap: every prefill phase and SDPA, "
+          "fp32 and fp16, a few minutes)", flush=True)
+    prog = Progress()
+    try:
+        rows, results, files = bench.run_benchmark(
+            "roadmap", results=results, plots_dir=out_dir or ".", phases=phases, progress=prog,
+            timeout_s=args.timeout, command="numba-attn " + " ".join(sys.argv[1:]), setup=args.setup)
+    finally:
+        prog.close()
+    return _finish(rows, results, be, console, args.csv, files)
 
 
 def _seeds(text: str) -> tuple:
@@ -349,17 +513,15 @@ def cmd_bench(args) -> int:
     phases = [p.strip() for p in args.phases.split(",")] if args.phases else None
     print(f"backend: {be.describe()}", flush=True)
     print(f"benchmark {b.name}: {b.description}", flush=True)
-    rows, results, files = bench.run_benchmark(
-        b.name, results=args.results, plots_dir=args.plots or None, phases=phases, quick=args.quick,
-        resume=args.resume, progress=Progress(), timeout_s=args.timeout, max_total_s=args.max_total,
-        command="numba-attn " + " ".join(sys.argv[1:]), setup=args.setup, problems=problems)
-    print()
-    print(report.table(rows))
-    print(f"\nresults appended to {results}")
-    for f in files:
-        print(f"plot: {f}")
-    bad = [r for r in rows if r.get("status") in ("FAIL", "ERROR", "TIMEOUT")]
-    return 1 if bad else 0
+    prog = Progress()
+    try:
+        rows, results, files = bench.run_benchmark(
+            b.name, results=args.results, plots_dir=args.plots or None, phases=phases, quick=args.quick,
+            resume=args.resume, progress=prog, timeout_s=args.timeout, max_total_s=args.max_total,
+            command="numba-attn " + " ".join(sys.argv[1:]), setup=args.setup, problems=problems)
+    finally:
+        prog.close()
+    return _finish(rows, results, be, report.make_console(), plots=files)
 
 
 def cmd_compare(args) -> int:
@@ -383,7 +545,8 @@ def cmd_plot(args) -> int:
         for w in which:
             if w not in PLOTS:
                 raise SystemExit(f"unknown plot {w!r}; plots: {', '.join(PLOTS)}")
-    files = make_all(args.results, args.out, prefix=args.prefix, which=which)
+    out = args.out if args.out is not None else (os.path.dirname(os.path.abspath(args.results)))
+    files = make_all(args.results, out, prefix=args.prefix, which=which)
     if not files:
         print("nothing to plot: the file has no timed rows (a simulator run checks correctness only)")
     for f in files:
@@ -441,6 +604,16 @@ def main(argv=None) -> int:
     except ValueError as exc:  # bad problem parameters (AttentionInputError), bad --param
         print(f"numba-attn: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # a missing GPU or CUDA toolkit: one line, no traceback
+        name = type(exc).__name__
+        if name == "NvvmSupportError":
+            print(f"numba-attn: {_nvvm_message(exc)}", file=sys.stderr)
+            return 2
+        if name in ("CudaSupportError", "CudaDriverError"):
+            print(f"numba-attn: no usable CUDA GPU ({name}: {str(exc).strip().splitlines()[0][:200]})",
+                  file=sys.stderr)
+            return 2
+        raise
     except SystemExit as exc:  # usage errors raised with a message: exit status 2, like argparse
         if isinstance(exc.code, str):
             msg = exc.code if exc.code.startswith("numba-attn") else f"numba-attn: {exc.code}"

@@ -12,7 +12,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
 def test_there_are_notebooks():
-    assert [p.name for p in NOTEBOOKS] == ["01_walkthrough.ipynb", "02_roadmap_report.ipynb"]
+    assert [p.name for p in NOTEBOOKS] == ["01_walkthrough.ipynb", "02_roadmap_report.ipynb", "03_write_your_own_phase.ipynb"]
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)

@@ -66,3 +66,48 @@ def test_scaling_needs_problems_that_differ_only_in_length(synthetic_file, tmp_p
     assert len(files) == 2
     text = open(files[1]).read()
     assert "context length N" in text and "N² guide" in text and "median kernel time (ms, log)" in text
+
+
+def _decode_records(commit="abc1234+wip"):
+    from numba_attn import Problem
+
+    env = {"type": "env", "env_key": "k", "gpu": "Test GPU", "date": "2026-01-02", "commit": commit}
+    recs = [env, {"type": "ceiling", "name": "copy", "value": 3000.0, "unit": "GB/s", "status": "OK",
+                  "env_key": "k"}]
+    for n in (4096, 16384):
+        p = Problem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=n, head_dim=128, dtype="float16")
+        for name, t in (("decode_a", 0.05), ("torch_sdpa", 0.06)):
+            t = t * n / 4096
+            recs.append({"type": "result", "kind": "peer" if name.startswith("torch") else "phase", "phase": name,
+                         "phase_kind": "decode", "problem": p.to_dict(), "label": p.label, "status": "OK",
+                         "time_ms": t, "flops": p.flops(), "min_bytes": p.min_bytes(), "env_key": "k",
+                         "tflops": p.flops() / (t * 1e-3) / 1e12})
+    return recs
+
+
+def test_decode_roofline_and_traffic_say_what_they_draw(tmp_path):
+    path = tmp_path / "decode.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in _decode_records()) + "\n")
+    files = plots.make_all(str(path), str(tmp_path), prefix="d_", which=("roofline", "traffic"))
+    assert {f.rsplit("/", 1)[1] for f in files} == {"d_roofline.png", "d_roofline.svg", "d_traffic.png",
+                                                     "d_traffic.svg"}
+    roof = open(tmp_path / "d_roofline.svg").read()
+    assert "Decode roofline" in roof and "read + write" in roof
+    assert "modelled bytes (S, P" not in roof and "ffma" not in roof  # no legend entry for undrawn points
+    assert "abc1234 (uncommitted tree)" in roof and "+wip" not in roof
+    traffic = open(tmp_path / "d_traffic.svg").read()
+    assert "baseline)" not in traffic and "every phase here moves the minimum" in traffic
+    from PIL import Image
+
+    w, h = Image.open(tmp_path / "d_traffic.png").size
+    assert w < 2000 and h < 2000
+
+
+def test_roadmap_leaves_out_panels_without_a_baseline(synthetic_file, tmp_path):
+    recs = [json.loads(line) for line in synthetic_file.read_text().splitlines()]
+    recs = [r for r in recs if not (r.get("phase") == "naive" and (r.get("problem") or {}).get("q_len") == 1024)]
+    path = tmp_path / "nobase.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    files = plots.roadmap(str(path), str(tmp_path))
+    svg = open(files[1]).read()
+    assert "not drawn (no naive time on the shape" in svg and "N1024" in svg

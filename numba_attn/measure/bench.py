@@ -108,6 +108,35 @@ def _decode_problems(name):
     return list(PRESETS[name])
 
 
+# ``numba-attn run`` without a problem in the simulator: one tiny problem per family, so that every
+# phase runs (several full and partial tiles, a few seconds each) on a problem of its kind and dtype.
+DEFAULT_PROBLEMS = [
+    Problem(batch=1, heads=2, q_len=37, kv_len=53, head_dim=16),  # fp32 prefill: CUDA cores, tf32
+    Problem(batch=1, heads=1, q_len=37, kv_len=53, head_dim=16, dtype="float16"),  # fp16 prefill: tensor cores
+    Problem(batch=1, heads=2, kv_heads=1, q_len=1, kv_len=70, head_dim=16, dtype="float16"),  # decode, GQA 2:1
+]
+
+
+def problem_kind(problem) -> str:
+    """``decode`` for a few new tokens against a cache (q_len ≤ 16), else ``prefill``."""
+    return "decode" if problem.q_len <= 16 else "prefill"
+
+
+def select_by_kind(problems):
+    """A ``select(phase, problem)`` that runs each phase only on the problems of its kind (prefill or
+    decode) in a dtype it supports, in its first-listed dtype when there is one; a phase with no such
+    problem runs on the first problem of its kind (its SKIP row then says why)."""
+    problems = list(problems)
+
+    def select(phase, problem) -> bool:
+        mine = [p for p in problems if problem_kind(p) == phase.kind]
+        fits = [p for p in mine if p.dtype in phase.dtypes]
+        first = [p for p in fits if p.dtype == phase.dtypes[0]]
+        return problem in (first or fits or mine[:1])
+
+    return select
+
+
 BENCHMARKS: dict[str, Benchmark] = {}
 
 

@@ -4,6 +4,7 @@ A config travels to worker processes as a plain dict (``config_to_dict`` / ``con
 """
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 
 from numba_attn.measure.timing import TimingConfig
@@ -41,3 +42,18 @@ def config_from_dict(d: dict) -> RunConfig:
     if d.get("peer_list") is not None:
         d["peer_list"] = tuple(d["peer_list"])
     return RunConfig(**d)
+
+
+def default_results_dir() -> str:
+    """Where ``numba-attn run`` writes when no ``--results`` is given: ``$NUMBA_ATTN_RESULTS``, else a
+    per-user data directory (``platformdirs`` when installed, else ``$XDG_DATA_HOME`` or
+    ``~/.local/share``, then ``numba-attn/results``) — never the checkout."""
+    env = os.environ.get("NUMBA_ATTN_RESULTS")
+    if env:
+        return os.path.expanduser(env)
+    try:
+        import platformdirs
+    except ImportError:
+        base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+        return os.path.join(base, "numba-attn", "results")
+    return os.path.join(platformdirs.user_data_dir("numba-attn", appauthor=False), "results")

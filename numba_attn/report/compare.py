@@ -61,6 +61,16 @@ def _t(ms):
     return f"{ms * 1e3:.1f} µs" if ms < 1 else f"{ms:.3f} ms"
 
 
+def _wrapped_list(head: str, names, limit: int = 40, width: int = 100) -> str:
+    """``names`` as indented lines of at most ``width`` characters; past ``limit`` names, a count."""
+    import textwrap
+
+    names = list(names)
+    shown = names[:limit] + ([f"… and {len(names) - limit} more"] if len(names) > limit else [])
+    return head + "\n" + textwrap.fill("; ".join(shown), width, initial_indent="  ", subsequent_indent="  ",
+                                       break_on_hyphens=False)
+
+
 def format_comparison(res: dict, name_a="A", name_b="B") -> str:
     out = [f"A = {name_a}: {env_summary(res['env_a'])}", f"B = {name_b}: {env_summary(res['env_b'])}"]
     ea, eb = res["env_a"] or {}, res["env_b"] or {}
@@ -90,9 +100,10 @@ def format_comparison(res: dict, name_a="A", name_b="B") -> str:
             fb = "—" if c["b"] is None else f"{c['b']:.1f}"
             rr = "" if c["ratio"] is None else f"  B/A {c['ratio']:.3f}"
             out.append(f"  {c['name']:9s} A {fa:>9s}  B {fb:>9s} {c['unit'] or ''}{rr}")
-    if res["only_a"]:
-        out.append(f"\nonly in A: {', '.join(res['only_a'])}")
-    if res["only_b"]:
-        out.append(f"only in B: {', '.join(res['only_b'])}")
+    for side, names in (("A", res["only_a"]), ("B", res["only_b"])):
+        if names:
+            out.append("")
+            one = f"only in {side}: {', '.join(names)}"
+            out.append(one if len(one) <= 100 else _wrapped_list(f"only in {side} ({len(names)} rows):", names))
     out.append("\nB/A < 1: B is faster; ~ = within the larger of the two rows' min–max spreads (or 2%)")
     return "\n".join(out)

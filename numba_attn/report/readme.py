@@ -170,7 +170,15 @@ def long_context_table() -> str:
     return _versus_table(LONG_CONTEXT, ["tc_wgmma"], "torch_sdpa", problems=("fp16",))
 
 
+def columns_table() -> str:
+    """What each column and mark of the run table means (also ``numba-attn run --explain-columns``)."""
+    from numba_attn.report.table import columns_markdown
+
+    return columns_markdown()
+
+
 TABLES = {
+    "columns": columns_table,
     "roadmap": roadmap_table,
     "ceilings": ceilings_table,
     "tensor-core": tensor_core_table,

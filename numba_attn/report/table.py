@@ -1,26 +1,71 @@
 """Result rows as a terminal table (and the meaning of each column)."""
 from __future__ import annotations
 
+# The meaning of every column and mark of the run table: the single source of truth for
+# `numba-attn run --explain-columns` and the README's column table (`numba-attn readme`).
 COLUMNS = [
-    ("phase", "phase (or peer) name"),
-    ("problem", "B batch, H heads, N length (Nq/Nk when they differ), D head_dim, storage dtype"),
-    ("status", "OK: correct (and timed on a GPU); FAIL: wrong or implausible; ERROR: raised; "
-               "TIMEOUT: exceeded the time limit; SKIP: problem out of the phase's range (reason below)"),
-    ("rel_err", "‖out − ref‖/‖ref‖ against the float64 reference (worst seed)"),
-    ("time", "median kernel time (events around back-to-back launches, host launch cost excluded); "
-             "* = launch-bound"),
-    ("±", "(max − min)/median of the timing samples"),
+    ("phase", "phase (or peer, e.g. `torch_sdpa`) name"),
+    ("problem", "B batch, H heads (`/2kv`: KV heads under GQA), N length (Nq/Nk when they differ), D head_dim, "
+                "storage dtype"),
+    ("status", "`OK` correct (and timed on a GPU); `FAIL` wrong result or an implausible time — never timed or "
+               "ranked; `ERROR` raised; `TIMEOUT` exceeded `--timeout`; `SKIP` problem outside the phase's range "
+               "(reason printed below the table)"),
+    ("rel_err", "‖out − ref‖/‖ref‖ against the float64 reference, worst of the seeds; tolerance by precision "
+                "(fp32 1e-4, tf32 3e-3, fp16 4e-3, bf16 3e-2). The output is poisoned before each run: elements "
+                "left unwritten, NaN or Inf fail"),
+    ("time", "median kernel time: CUDA events around back-to-back launches, so numba's ~25 µs Python launch cost "
+             "is not in it; inputs rotated so small problems are not timed from L2. `sim`: checked in the "
+             "simulator, not timed"),
+    ("±", "spread of the timing samples, (max − min) / median"),
     ("e2e", "end-to-end time of one Python call plus synchronize (launch overhead included)"),
-    ("TFLOP/s", "4·D per unmasked (query, key) pair per head, over the median time"),
-    ("GB/s", "fewest bytes a fused kernel must move (Q, K, V read once, O written once) over the time"),
-    ("%ceil", "fraction of the measured ceiling that applies: FFMA (CUDA cores), mma (tensor cores) "
-              "or copy bandwidth (decode)"),
-    ("speedup", "baseline phase time / this time, same problem, same run"),
-    ("plan", "planned speedup against the baseline from the roadmap"),
+    ("TFLOP/s", "4·D FLOPs per unmasked (query, key) pair per head (causal pairs counted exactly), over the time"),
+    ("GB/s", "the fewest bytes a fused kernel must move (Q, K, V read once, O written once), over the time"),
+    ("%ceil", "fraction of the ceiling measured in the same run that applies to the phase; the suffix names it "
+              "(`1%F` = 1 % of the FFMA ceiling)"),
+    ("speedup", "time of the baseline phase (`naive`) on the same problem in the same run / this time"),
+    ("plan", "the speedup over the baseline the roadmap planned for the phase"),
     ("regs", "registers per thread (largest kernel of the phase)"),
     ("smem", "static shared memory per block, bytes"),
-    ("local", "local memory per thread, bytes: spills and local arrays (non-zero is a finding)"),
+    ("local", "local memory per thread, bytes: spills or local arrays (non-zero is a finding)"),
 ]
+
+# Marks appended to a cell, with their meaning.
+MARKS = [
+    ("`*` (time)", "launch-bound: the kernel is shorter than the host's launch cost; the time is the launch rate"),
+    ("`(r)` (time)", "row reused from the results file (`--resume`)"),
+    ("`F` `M` `T` `G` `B` (%ceil)", "of the FFMA ceiling (CUDA cores), the fp16 `mma.sync` ceiling, the tf32 "
+                                    "`mma.sync` ceiling, the fp16 `wgmma` ceiling, the copy bandwidth (decode)"),
+    ("`†` (speedup)", "against the baseline on the same shape in another dtype (e.g. naive fp32 for an fp16 "
+                      "tensor-core row)"),
+    ("`—`", "not measured or not applicable (in the simulator: every timing column; such columns are not "
+            "printed there)"),
+]
+
+
+def explain_columns() -> str:
+    """What every column and mark of the run table means (``numba-attn run --explain-columns``)."""
+    import textwrap
+
+    w = max(len(n.replace("`", "")) for n, _ in COLUMNS + MARKS)
+    out = ["columns:"]
+    for name, text in COLUMNS:
+        out += textwrap.wrap(text.replace("`", ""), 100, initial_indent=f"  {name:{w}s}  ",
+                             subsequent_indent=" " * (w + 4))
+    out.append("marks:")
+    for name, text in MARKS:
+        out += textwrap.wrap(text.replace("`", ""), 100, initial_indent=f"  {name.replace('`', ''):{w}s}  ",
+                             subsequent_indent=" " * (w + 4))
+    return "\n".join(out)
+
+
+def columns_markdown() -> str:
+    """The README's column table (between its ``table:columns`` markers)."""
+    out = ["| column | meaning |", "| --- | --- |"]
+    out += [f"| {name} | {text} |" for name, text in COLUMNS]
+    out += ["", "| mark | meaning |", "| --- | --- |"]
+    out += [f"| {name} | {text} |" for name, text in MARKS]
+    return "\n".join(out)
+
 
 CEILING_SHORT = {"ffma": "F", "mma_fp16": "M", "mma_tf32": "T", "wgmma_fp16": "G", "copy": "B"}
 
@@ -52,9 +97,11 @@ def ceilings_table(records: list[dict]) -> str:
     return "\n".join(out)
 
 
-def table(rows: list[dict]) -> str:
-    hdr = ["phase", "problem", "status", "rel_err", "time", "±", "e2e", "TFLOP/s", "GB/s", "%ceil", "speedup",
-           "plan", "regs", "smem", "local"]
+HEADER = [name for name, _ in COLUMNS]
+
+
+def _cells(rows: list[dict]) -> list[list[str]]:
+    """One list of cell strings per result row, in the order of :data:`HEADER`."""
     lines = []
     for r in rows:
         if r.get("type") != "result":
@@ -80,14 +127,12 @@ def table(rows: list[dict]) -> str:
             _f(r.get("regs"), "d"), _f(r.get("smem_static"), "d"),
             _f(r.get("local_bytes"), "d"),
         ])
-    widths = [max(len(str(x)) for x in col) for col in zip(hdr, *lines)] if lines else [len(h) for h in hdr]
+    return lines
+
+
+def _notes(rows: list[dict]) -> list[str]:
+    """The lines under the table: reasons of the rows not OK, the timing cross-check, the marks used."""
     out = []
-    ct = ceilings_table(rows)
-    if ct:
-        out += [ct, ""]
-    out += ["  ".join(h.ljust(w) for h, w in zip(hdr, widths)),
-            "  ".join("-" * w for w in widths)]
-    out += ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)) for line in lines]
     reasons = [(r.get("phase"), r.get("label"), r.get("status"), r.get("reason")) for r in rows
                if r.get("type") == "result" and r.get("status") not in ("OK",) and r.get("reason")]
     if reasons:
@@ -107,13 +152,81 @@ def table(rows: list[dict]) -> str:
         out.append("* launch-bound: the kernel is shorter than the host's launch cost; the time is the launch rate")
     if any(r.get("frac_ceiling") is not None for r in rows):
         out.append("%ceil: F = of the FFMA ceiling, M = of the fp16 mma ceiling, T = of the tf32 mma ceiling, "
-                   "B = of copy bandwidth")
+                   "G = of the fp16 wgmma ceiling, B = of copy bandwidth")
     if any(r.get("speedup_vs") for r in rows):
         out.append("† speedup against the baseline on the same shape in another dtype (e.g. naive fp32 for an "
                    "fp16 tensor-core row)")
     if any(r.get("resumed") for r in rows):
         out.append("(r) = row reused from the results file (--resume)")
-    return "\n".join(out)
+    return out
+
+
+def _shown_columns(lines: list[list[str]]) -> list[int]:
+    """Indices of the columns with at least one value (a simulator run leaves the timing columns empty)."""
+    if not lines:
+        return list(range(len(HEADER)))
+    return [i for i in range(len(HEADER)) if any(line[i] != "—" for line in lines)]
+
+
+def table(rows: list[dict], drop_empty: bool = False) -> str:
+    """The run table as plain text (``drop_empty``: leave out the columns without a value)."""
+    lines = _cells(rows)
+    keep = _shown_columns(lines) if drop_empty else list(range(len(HEADER)))
+    hdr = [HEADER[i] for i in keep]
+    lines = [[line[i] for i in keep] for line in lines]
+    widths = [max(len(str(x)) for x in col) for col in zip(hdr, *lines)] if lines else [len(h) for h in hdr]
+    out = []
+    ct = ceilings_table(rows)
+    if ct:
+        out += [ct, ""]
+    out += ["  ".join(h.ljust(w) for h, w in zip(hdr, widths)),
+            "  ".join("-" * w for w in widths)]
+    out += ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)) for line in lines]
+    return "\n".join(out + _notes(rows))
+
+
+STATUS_STYLE = {"OK": "green", "FAIL": "bold red", "ERROR": "bold red", "TIMEOUT": "red", "SKIP": "yellow"}
+
+
+def make_console(file=None):
+    """A ``rich`` console; wide when the output is not a terminal (a log file keeps whole lines)."""
+    from rich.console import Console
+
+    con = Console(file=file, highlight=False)
+    if not con.is_terminal:
+        con = Console(file=file, highlight=False, width=200)
+    return con
+
+
+def print_table(rows: list[dict], console=None) -> None:
+    """The run table through ``rich`` (columns without a value left out), then its notes."""
+    from rich.table import Table
+
+    console = console or make_console()
+    ct = ceilings_table(rows)
+    if ct:
+        console.print(ct, highlight=False, markup=False)
+        console.print()
+    lines = _cells(rows)
+    keep = _shown_columns(lines)
+    tab = Table(box=None, header_style="bold", pad_edge=False)
+    for i in keep:
+        right = HEADER[i] not in ("phase", "problem", "status")
+        tab.add_column(HEADER[i], justify="right" if right else "left", no_wrap=HEADER[i] in ("phase", "problem"))
+    for line in lines:
+        cells = [line[i] for i in keep]
+        st = line[2]
+        cells = [f"[{STATUS_STYLE[st]}]{c}[/]" if HEADER[i] == "status" and st in STATUS_STYLE
+                 else c.replace("[", "\\[") for i, c in zip(keep, cells)]
+        tab.add_row(*cells)
+    console.print(tab)
+    dropped = [HEADER[i] for i in range(len(HEADER)) if i not in keep]
+    if dropped and lines:
+        console.print(f"(columns without a value left out: {', '.join(dropped)}; "
+                      "numba-attn run --explain-columns says what each means)", style="dim", markup=False,
+                      soft_wrap=True)
+    for note in _notes(rows):
+        console.print(note, markup=False, soft_wrap=True)
 
 
 def legend() -> str:
