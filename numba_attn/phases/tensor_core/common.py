@@ -50,13 +50,27 @@ def _word(x):
 
 
 @functools.cache
-def q_fragments(KS: int, tf32: bool = False):
+def q_fragments(KS: int, tf32: bool = False, DW: int = 0):
     """A device function ``load(qf, base, q, bh, r_lo, Nq, t)`` filling ``qf[base:base + 4·KS]``
     with the A fragments of rows ``r_lo`` and ``r_lo + 8`` (zero past ``Nq``): per k-step
     ks the words at columns 8ks+t and 8ks+t+4 of each row. For f16/bf16 ``q`` is the
     uint32 view (two elements per word, m16n8k16); with ``tf32`` it is the float32
-    array, each element rounded to tf32 (m16n8k8)."""
+    array, each element rounded to tf32 (m16n8k8). ``DW``: the words of a row when the
+    k-steps reach past it (head_dim an odd multiple of 8): the words at and past ``DW``
+    are zero (the head dimension padded to whole k-steps)."""
     cvt = to_tf32 if tf32 else _word
+    if DW and 8 * KS > DW:  # the last k-step's upper half (words 8ks+t+4) lies past the row
+        @device
+        def load_padded(qf, base, q, bh, r_lo, Nq, t):
+            r_hi = r_lo + 8
+            for ks in range(KS):
+                c = 8 * ks + t
+                qf[base + 4 * ks + 0] = cvt(q[bh, r_lo, c]) if r_lo < Nq else uint32(0)
+                qf[base + 4 * ks + 1] = cvt(q[bh, r_hi, c]) if r_hi < Nq else uint32(0)
+                qf[base + 4 * ks + 2] = cvt(q[bh, r_lo, c + 4]) if r_lo < Nq and c + 4 < DW else uint32(0)
+                qf[base + 4 * ks + 3] = cvt(q[bh, r_hi, c + 4]) if r_hi < Nq and c + 4 < DW else uint32(0)
+
+        return load_padded
 
     @device
     def load(qf, base, q, bh, r_lo, Nq, t):
@@ -183,11 +197,15 @@ def store_fragments(DT: int, kind: str):
 # -- host side ----------------------------------------------------------------------------------
 
 
-def supports_tc(problem, Bc, **_):
-    """Shared checks of the f16/bf16 tensor-core phases."""
+def supports_tc(problem, Bc, max_d=128, **_):
+    """Shared checks of the f16/bf16 tensor-core phases: head_dim a multiple of 16 up to
+    ``max_d`` (``max_d`` None: a multiple of 8 up to 256, padded to whole k-steps)."""
     D = problem.head_dim
-    if D % 16 or D > 128:
-        return f"head_dim {D} must be a multiple of 16 and at most 128 (fragments live in registers)"
+    if max_d is None:
+        if D % 8 or D > 256:
+            return f"head_dim {D} must be a multiple of 8 and at most 256 (16-byte rows; fragments live in registers)"
+    elif D % 16 or D > max_d:
+        return f"head_dim {D} must be a multiple of 16 and at most {max_d} (fragments live in registers)"
     if Bc % 16:
         return f"Bc={Bc} must be a multiple of 16 (k-steps of P·V)"
     return None
