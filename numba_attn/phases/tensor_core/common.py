@@ -33,7 +33,7 @@ from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.gpu.warp import quad_sum
 from numba_attn.gpu.wgmma import (kmajor_params, make_ring_copy, make_wgmma_rs, make_wgmma_wait, mnmajor_params,
-                                  row_bytes, shared_address)
+                                  padded_columns, row_bytes, shared_address)
 from numba_attn.phases.registry import Launch
 
 __all__ = ["LOG2E", "NEG_BIG", "q_fragments", "mask_fragments", "store_fragments", "supports_tc", "u32_views",
@@ -255,7 +255,8 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     W = 4 * WG  # warps per block; warpgroup i = warps 4i..4i+3, 64 query rows
     NTH = 32 * W
     Br = 64 * WG
-    KS = D // 16  # k-steps of Q·Kᵀ
+    DPAD = padded_columns(D)  # columns of the shared tiles (D, or D padded to a swizzle mode)
+    KS = (D + 15) // 16  # k-steps of Q·Kᵀ (an odd multiple of 8: the last half zero)
     NT = Bc // 8  # n-tiles of S (8 columns each)
     KK = Bc // 16  # k-steps of P·V
     DT = D // 8  # n-tiles of O
@@ -264,12 +265,13 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     NO = D // 2  # output accumulators per thread
     softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
     rescale = fragment_rescale(DT)
-    load_q = q_fragments(KS)
+    load_q = q_fragments(KS, False, D // 2)
     store = store_fragments(DT, kind)
-    copy_tile = make_ring_copy(D, Bc, STAGES, NTH)  # cp.async of one K/V tile into the swizzled ring
+    # cp.async of one K/V tile into the swizzled ring
+    copy_tile = make_ring_copy(D, Bc, STAGES, NTH, DPAD) if DPAD != D else make_ring_copy(D, Bc, STAGES, NTH)
     NP = 4 * KK  # P registers (A fragments of P·V)
-    RB = row_bytes(D)  # bytes per swizzled row
-    TILE = Bc * D * 2  # bytes of one K (or V) stage
+    RB = row_bytes(DPAD)  # bytes per swizzled row
+    TILE = Bc * DPAD * 2  # bytes of one K (or V) stage
     KVR = 2 * STAGES * TILE // 16  # rows of 16 bytes in the ring
     WAIT = STAGES - 2  # copy groups that may stay in flight when tile j is needed
     WAIT_LOOP = STAGES - 3 if overlap else WAIT  # overlap: when tile j+1 is needed
@@ -386,8 +388,8 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
 
 
 def wgmma_smem_bytes(D, Bc, stages):
-    """The K/V ring plus the 1024 bytes of alignment padding."""
-    return 2 * stages * Bc * D * 2 + ALIGN_BYTES
+    """The K/V ring (rows of :func:`padded_columns` elements) plus the 1024 bytes of alignment padding."""
+    return 2 * stages * Bc * padded_columns(D) * 2 + ALIGN_BYTES
 
 
 def resolve_wgmma(problem, warpgroups, Bc, stages):
@@ -401,11 +403,9 @@ def resolve_wgmma(problem, warpgroups, Bc, stages):
 
 def supports_wgmma(problem, warpgroups, Bc, stages, min_stages):
     D = problem.head_dim
-    reason = supports_tc(problem, Bc)
+    reason = supports_tc(problem, Bc, max_d=None)
     if reason:
         return reason
-    if D not in (16, 32) and D % 64:
-        return f"head_dim {D}: swizzled wgmma tiles need 16, 32 or a multiple of 64 columns"
     if Bc > 256 or Bc % 16:
         return f"Bc={Bc}: wgmma N must be a multiple of 16 up to 256"
     if stages < min_stages:

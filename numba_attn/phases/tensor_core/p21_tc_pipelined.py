@@ -46,7 +46,7 @@ from numba_attn.gpu.device_functions import NEG_BIG, fragment_rescale, fragment_
 from numba_attn.gpu.intrinsics import (SMEM_ALIGN, cp_async16_flat, cp_async_commit, cp_async_wait, ldmatrix_x4,
                                        ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2)
 from numba_attn.gpu.jit import device, kernel
-from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT, dynamic_tile, smem_reason
+from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT, dynamic_tile, smem_reason, swizzle_row_chunks
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.common import key_ends, launch_mma, q_fragments, store_fragments, supports_tc
 
@@ -72,7 +72,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
     DP = DK // 16  # pairs of d-tiles (one ldmatrix.x4.trans each per k-step)
     VEC = D // 8  # 16-byte chunks per row in global memory
     CVEC = DK // 8  # chunks per row copied (past VEC: zero-filled)
-    SVEC = smem_chunks(D)  # chunks per shared row: a power of two up to 8, a multiple of 8 above
+    SVEC = swizzle_row_chunks(D)  # chunks per shared row: a power of two up to 8, a multiple of 8 above
     SDW = 4 * SVEC  # words per shared row
     SWM = min(8, SVEC) - 1  # swizzle: chunk c of row r lives at c ^ (r & SWM), a permutation of SVEC chunks
     RSTEP = NTH // CVEC  # tile rows copied per pass of the block (one 16-byte chunk per thread)
@@ -238,18 +238,8 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
     return tc_pipelined
 
 
-def smem_chunks(D):
-    """16-byte chunks per shared row: D/8 padded (k-steps of 16, then the swizzle): to a power
-    of two up to 8 chunks, to a multiple of 8 above, so that ``c ^ (r & 7)`` stays a permutation
-    of a row's chunks (D = 16, 32, 64, 128, 192, 256: D/8 itself)."""
-    c = (D + 15) // 16 * 2
-    if c <= 8:
-        return 1 << (c - 1).bit_length()
-    return (c + 7) // 8 * 8
-
-
 def smem_bytes(D, Bc, stages):
-    return 2 * stages * Bc * smem_chunks(D) * 16
+    return 2 * stages * Bc * swizzle_row_chunks(D) * 16
 
 
 def _resolve(problem, warps, Bc, stages, m_tiles, maxreg, dynamic_smem):

@@ -60,7 +60,7 @@ def _supports(problem, warpgroups, Bc, stages):
             "shared-memory descriptors, register-sourced P",
     planned_speedup=150.0,
     dtypes=("float16", "bfloat16"),
-    head_dims=(16, 32, 64, 128),
+    head_dims=None,
     sim_params={"warpgroups": 1, "Bc": 16, "stages": 2},
     supports=_supports,
     resolve=resolve_wgmma,

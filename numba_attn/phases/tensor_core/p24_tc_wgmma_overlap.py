@@ -48,7 +48,7 @@ def _supports(problem, warpgroups, Bc, stages):
     lineage="FlashAttention-3 (Shah et al. 2024), intra-warpgroup overlap of softmax and GEMMs",
     planned_speedup=170.0,
     dtypes=("float16", "bfloat16"),
-    head_dims=(16, 32, 64, 128),
+    head_dims=None,
     sim_params={"warpgroups": 1, "Bc": 16, "stages": 3},
     supports=_supports,
     resolve=resolve_wgmma,
