@@ -34,6 +34,12 @@ several query rows read one KV head (a GQA group × q_len, up to 16 rows):
   loop measured slower (the combine's blocks then sit on the SMs for the
   whole split kernel).
 
+Head dims: every multiple of 8 up to 256, padded as in ``tc_pipelined``: shared
+rows to a power of two (≤ 8) or a multiple of 8 chunks, so the swizzle stays a
+permutation (D=40/48 → 64 columns, 80/96/112 → 128, 160 → 192); an odd multiple
+of 8 as the next multiple of 16 (a zero-filled chunk); the padding is never
+written out.
+
 Prediction: GQA (8 KV heads, group 4) B=1 32k fp16 from 52 µs
 (``decode_split_k_lean``) to ~35 µs (the split kernel memory-bound like MHA,
 plus the ~8 µs combine), faster than SDPA's 40 µs; B=8 from 310 to ~250 µs.

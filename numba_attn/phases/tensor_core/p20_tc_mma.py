@@ -31,6 +31,10 @@ block (Br = 16·warps query rows) share each tile. Scores are kept raw; the
 exponent is ``exp2((s - m)·scale·log2 e)``; masked scores are a finite
 ``-1e30`` (the kernels compile with fastmath, which assumes no infinities).
 
+Head dims: every multiple of 8 up to 256; an odd multiple of 8 runs as the next
+multiple of 16 (Q's and K's extra 8 columns zero, those of O not computed), and
+Bc=0 picks 32 keys above head_dim 184 (two 64-key tiles would exceed 48 KiB).
+
 Prediction (written before measuring): the CUDA-core phases are bound by
 FFMA issue (~50 TFLOP/s fp32 peak, realistically 10–20); mma.sync at
 m16n8k16 reaches ~380 TFLOP/s in a register loop on an H200. With the staging

@@ -25,6 +25,13 @@ Several warps per block (``warps``, 16 query rows each, or 32 with ``m_tiles=2``
 share every tile; all of a block's K/V data sits in one shared array (K stages,
 then V stages) — static up to 48 KiB, dynamic above (D=128 with 64-key tiles).
 
+Head dims: every multiple of 8 up to 256, by padding inside the tiles: the
+swizzle is a permutation only of a power of two (≤ 8) or a multiple of 8 chunks,
+so shared rows are padded to one (D=80, 96, 112: 128 columns; 160: 192); an odd
+multiple of 8 is computed as the next multiple of 16 with a zero-filled chunk
+(Q's extra words zero); the padding is never written out. D=16, 32, 64, 128, 192
+and 256 run unpadded.
+
 Prediction (written before measuring): ``tc_mma`` stalls on the staging
 (global → registers → shared, two barriers) and on ~3× more shared-memory
 instructions per mma. Overlapping the copies and cutting the fragment loads

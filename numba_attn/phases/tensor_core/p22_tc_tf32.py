@@ -24,6 +24,9 @@ two packed halves. What follows from that:
 The cp.async ring, the one barrier per tile and the online softmax on the
 fragments are unchanged from ``tc_pipelined``.
 
+Head dims: every multiple of 8 up to 256 natively (k-steps of 8); Bc=0 takes
+8-key tiles above head_dim 184, where two stages of 16 fp32 keys exceed 48 KiB.
+
 Prediction (written before measuring): tf32 mma.sync peaks at half the f16
 rate (~285 TFLOP/s measured in a register loop on the H200); each m16n8k8
 needs two scalar shared loads for B, which caps the issue rate near one mma

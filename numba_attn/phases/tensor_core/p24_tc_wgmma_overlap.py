@@ -17,6 +17,8 @@ The tile ring needs tile j+1 resident while tile j is still read, so
 ``stages`` ≥ 3; one barrier per tile, as before. The cost: a second score set
 (Bc/2 registers), hence 2 warpgroups per block by default.
 
+Head dims: every multiple of 8 up to 256, padded as in ``tc_wgmma`` (one kernel).
+
 Prediction (before measuring): the softmax hides behind the next Q·Kᵀ, about
 a third of a tile's tensor work at D=128 (8 of 12 wgmma) — +10–20% at D=128
 and D=64 (FlashAttention-3 reports ~+10% from this overlap alone).
