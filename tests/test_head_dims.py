@@ -95,8 +95,8 @@ def _sample():
         for D in ALWAYS:
             mine = [c for c in accepted if c[0].name == name and c[1] == D]
             picked.append(rng.choice(mine))
-    others = [c for c in accepted if c not in picked and c[1] >= 24]
-    picked += rng.sample(others, 6)  # and a few anywhere else, changing from run to run
+    others = [c for c in accepted if c not in picked and 24 <= c[1] <= 136]
+    picked += rng.sample(others, 4)  # and a few anywhere else, changing from run to run
     return seed, picked
 
 
