@@ -88,15 +88,17 @@ def test_supports_reasons():
     assert "dtype" in get_phase("tc_mma").supports(f32)
     assert "dtype" in get_phase("tc_pipelined").supports(f32)
     assert "dtype" in get_phase("tc_tf32").supports(f32.replace(dtype="float16"))
-    big = Problem(q_len=64, head_dim=256, dtype="float16")
-    assert get_phase("tc_mma").supports(big) is not None
+    big = Problem(q_len=64, head_dim=264, dtype="float16")
+    assert "head_dim" in get_phase("tc_mma").supports(big)  # every multiple of 8 up to 256 (issue 13)
+    assert get_phase("tc_mma").supports(big.replace(head_dim=256)) is None
     d128 = Problem(q_len=64, head_dim=128, dtype="float16")
     assert get_phase("tc_pipelined").supports(d128) is None  # default Bc=64: 64 KiB, dynamic
     assert get_phase("tc_pipelined").supports(d128, Bc=32) is None  # 32 KiB, static
     assert get_phase("tc_pipelined").supports(d128, Bc=64, stages=3) is None  # 96 KiB, dynamic
     assert "shared memory" in get_phase("tc_pipelined").supports(d128, Bc=256, stages=4)  # 512 KiB
     assert get_phase("tc_tf32").supports(Problem(q_len=64, head_dim=64)) is None
-    assert "head_dim" in get_phase("tc_wgmma").supports(Problem(q_len=64, head_dim=48, dtype="float16"))
+    assert "head_dim" in get_phase("tc_wgmma").supports(Problem(q_len=64, head_dim=264, dtype="float16"))
+    assert get_phase("tc_wgmma").supports(Problem(q_len=64, head_dim=48, dtype="float16")) is None  # padded to 64
     assert get_phase("tc_wgmma").supports(d128) is None
 
 

@@ -445,6 +445,18 @@ def launch_dynamic(kern, grid, block, stream, nbytes, *args):
     kern[grid, block, stream, nbytes](*args)
 
 
+def swizzle_row_chunks(D: int) -> int:
+    """16-byte chunks per shared row of a tile of ``D`` 16-bit columns (D a multiple of 8)
+    stored with the XOR swizzle ``c ^ (r & (min(8, chunks) - 1))`` of the mma.sync phases:
+    D/8 rounded up to whole k-steps (2 chunks), then to a power of two up to 8 chunks and to
+    a multiple of 8 above, so that the swizzle is a permutation of a row's chunks
+    (D = 16, 32, 64, 128, 192, 256: D/8 itself)."""
+    c = (D + 15) // 16 * 2
+    if c <= 8:
+        return 1 << (c - 1).bit_length()
+    return (c + 7) // 8 * 8
+
+
 def smem_reason(nbytes: int) -> str | None:
     """Why a block needing ``nbytes`` of shared memory cannot run (None when it can)."""
     if nbytes > OPT_IN_SMEM_LIMIT:
@@ -453,5 +465,5 @@ def smem_reason(nbytes: int) -> str | None:
 
 
 __all__ = ["MASKED", "ldg4", "lds4", "sts4", "dynamic_tile", "load_tile_t_scaled", "load_tile4", "load_tile4_t",
-           "fetch4", "put4", "fetch4_t", "put4_t", "launch_dynamic", "smem_reason",
+           "fetch4", "put4", "fetch4_t", "put4_t", "launch_dynamic", "smem_reason", "swizzle_row_chunks",
            "STATIC_SMEM_LIMIT", "OPT_IN_SMEM_LIMIT"]

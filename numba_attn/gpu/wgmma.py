@@ -132,8 +132,18 @@ def mnmajor_params(rows: int, ksteps: int, rb: int):
     return offs, rows * rb, 8 * rb
 
 
+def padded_columns(D: int) -> int:
+    """The columns of a swizzled tile holding rows of ``D`` 16-bit elements (D a multiple
+    of 8): D rounded up to whole k-steps (16), then to a swizzle mode: 16 or 32, else
+    whole 64-column blocks (D = 16, 32 and multiples of 64: D itself)."""
+    dk = (D + 15) // 16 * 16
+    if dk in (16, 32):
+        return dk
+    return (dk + 63) // 64 * 64
+
+
 @functools.cache
-def make_ring_copy(D: int, Bc: int, STAGES: int, NTH: int):
+def make_ring_copy(D: int, Bc: int, STAGES: int, NTH: int, DP: int = 0):
     """A device function ``copy(KV, k, v, tile, buf, tid, kvh, Nk)`` issuing thread
     ``tid``'s share (of ``NTH`` threads) of the ``cp.async`` copies of K/V tile
     ``tile`` (keys ``tile·Bc`` …, rows past ``Nk`` zero-filled) into buffer
@@ -142,35 +152,48 @@ def make_ring_copy(D: int, Bc: int, STAGES: int, NTH: int):
     ``KV`` is a 32-bit view of the ring (offsets in words); ``k``/``v`` are the
     32-bit views of the (batch·kv heads, Nk, D) tensors, ``kvh`` the row of
     the first axis. One 16-byte chunk per thread and pass, rows ``NTH/(D/8)``
-    apart. Shared by the wgmma phases."""
+    apart. Shared by the wgmma phases. ``DP`` (> D, from :func:`padded_columns`): the tiles
+    have DP columns; the chunk that completes the last k-step of an odd multiple of 8
+    columns is zero-filled, the columns past it are never written nor read."""
     from numba_attn.gpu.intrinsics import cp_async16_flat
     from numba_attn.gpu.jit import device
 
-    RB = row_bytes(D)
+    DP = DP or D
+    RB = row_bytes(DP)
     PER = RB // 16  # 16-byte chunks per swizzled row
     SWM = PER - 1
-    VEC = D // 8  # 16-byte chunks per K/V row
+    GVEC = D // 8  # 16-byte chunks per K/V row in global memory
+    VEC = (D + 15) // 16 * 2  # chunks per row copied (past GVEC: zero-filled)
     RSTEP = NTH // VEC  # tile rows per pass of the block
+    CTH = RSTEP * VEC  # threads that copy (all of them when VEC divides the block)
     CPT = (Bc + RSTEP - 1) // RSTEP  # passes per tile
     DW = D // 2  # words per global row
-    TW = Bc * D * 2 // 4  # words of one buffer
+    TW = Bc * DP * 2 // 4  # words of one buffer
     VOFF = STAGES * TW  # the V buffers follow the K buffers
 
     @device
     def copy(KV, k, v, tile, buf, tid, kvh, Nk):
         lr0 = tid // VEC
         lc = tid % VEC
+        if CTH < NTH:  # VEC does not divide the block: the last threads copy nothing
+            lr0 = Bc if tid >= CTH else lr0
         blk_w = (lc // PER) * Bc * RB // 4  # word offset of this chunk's column block
         lcc = lc % PER
         g_base = kvh * Nk * DW + 4 * lc
+        if VEC > GVEC:  # the zero-filled chunk reads nothing; its address stays inside the row
+            g_base = kvh * Nk * DW + 4 * min(lc, GVEC - 1)
         for i in range(CPT):
             r = lr0 + i * RSTEP
             if r < Bc:
                 row = tile * Bc + r
                 so = buf * TW + blk_w + r * (RB // 4) + 4 * (lcc ^ (((r * RB) >> 7) & SWM))
                 go = g_base + min(row, Nk - 1) * DW
-                cp_async16_flat(KV, so, k, go, row < Nk)
-                cp_async16_flat(KV, so + VOFF, v, go, row < Nk)
+                if VEC > GVEC:
+                    ok = row < Nk and lc < GVEC
+                else:
+                    ok = row < Nk
+                cp_async16_flat(KV, so, k, go, ok)
+                cp_async16_flat(KV, so + VOFF, v, go, ok)
 
     return copy
 

@@ -34,6 +34,12 @@ several query rows read one KV head (a GQA group × q_len, up to 16 rows):
   loop measured slower (the combine's blocks then sit on the SMs for the
   whole split kernel).
 
+Head dims: every multiple of 8 up to 256, padded as in ``tc_pipelined``: shared
+rows to a power of two (≤ 8) or a multiple of 8 chunks, so the swizzle stays a
+permutation (D=40/48 → 64 columns, 80/96/112 → 128, 160 → 192); an odd multiple
+of 8 as the next multiple of 16 (a zero-filled chunk); the padding is never
+written out.
+
 Prediction: GQA (8 KV heads, group 4) B=1 32k fp16 from 52 µs
 (``decode_split_k_lean``) to ~35 µs (the split kernel memory-bound like MHA,
 plus the ~8 µs combine), faster than SDPA's 40 µs; B=8 from 310 to ~250 µs.
@@ -53,7 +59,7 @@ from numba_attn.gpu.intrinsics import cp_async16_flat, cp_async16_flat_l2_256, c
     ldmatrix_x4_trans, mma_f16, pack_f16x2
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.pdl import launch_after, launch_dependents, pdl_available, uses_griddepcontrol
-from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
+from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason, swizzle_row_chunks
 from numba_attn.phases.registry import Launch, register_phase
 from numba_attn.gpu.warp import WARP_SIZE, quad_sum, syncwarp
 from numba_attn.gpu.split_k import make_combine_kernel, sm_count, split_plan
@@ -67,26 +73,30 @@ def make_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causal: b
                 PDL: int = 0, L2PF: bool = False, EVEN: bool = False):
     NR = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
     NTH = W * WARP_SIZE
-    DW = D // 2  # 32-bit words per K/V row
-    KS = D // 16  # k-steps of Q·Kᵀ
+    DW = D // 2  # 32-bit words per K/V row (global memory)
+    DK = 16 * ((D + 15) // 16)  # head_dim padded to whole k-steps (D itself when a multiple of 16)
+    KS = DK // 16  # k-steps of Q·Kᵀ
     NT = Bc // 8  # n-tiles of S
     NP = Bc // 16  # n-tile pairs (one ldmatrix.x4 per k-step)
     KK = Bc // 16  # k-steps of P·V
-    DT = D // 8  # n-tiles of O
-    DP = D // 16  # d-tile pairs (one ldmatrix.x4.trans per k-step)
-    VEC = D // 8  # 16-byte chunks per row
-    SWM = min(8, VEC) - 1
-    CPL = Bc * VEC // WARP_SIZE  # chunks per lane per tile (K and V each)
+    DT = D // 8  # n-tiles of O written out
+    DTK = DK // 8  # n-tiles of O computed (the padding's stay zero)
+    DP = DK // 16  # d-tile pairs (one ldmatrix.x4.trans per k-step)
+    VEC = D // 8  # 16-byte chunks per row in global memory
+    CVEC = DK // 8  # chunks per row copied (past VEC: zero-filled)
+    SDW = 4 * swizzle_row_chunks(D)  # words per shared row (padded so the swizzle is a permutation)
+    SWM = min(8, SDW // 4) - 1
+    CPL = Bc * CVEC // WARP_SIZE  # chunks per lane per tile (K and V each)
     RING = 2 * stages * Bc  # K/V rows of one warp's ring
-    ROWS = W * RING  # rows of the block's rings (float32 view, DW words each)
+    ROWS = W * RING  # rows of the block's rings (float32 view, SDW words each)
     NQ = 4 * KS
     NS = 4 * NT
-    NO = 4 * DT
+    NO = 4 * DTK
     softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
-    rescale = fragment_rescale(DT)
+    rescale = fragment_rescale(DTK)
     WAIT = stages - 2
     MO_ROWS = W * 16  # merge area: O of every warp's 16 rows (aliases the rings)
-    ML = ROWS * DW if ROWS * DW >= MO_ROWS * D else MO_ROWS * D  # float offset of the m/l area
+    ML = ROWS * SDW if ROWS * SDW >= MO_ROWS * D else MO_ROWS * D  # float offset of the m/l area
     MLR = W * 16 + 1  # rows of the m/l area, and one for the last-block flag (closure constants)
     FLAG = W * 16
     cp16 = cp_async16_flat_l2_256 if L2PF else cp_async16_flat
@@ -97,19 +107,24 @@ def make_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causal: b
         warp's K buffer at ring row ``brow`` and its V buffer stages·Bc rows later."""
         for x in range(CPL):
             idx = lane + x * WARP_SIZE
-            r = idx // VEC
-            cc = idx % VEC
+            r = idx // CVEC
+            cc = idx % CVEC
             row = j0 + r
-            so = (brow + r) * DW + 4 * (cc ^ (r & SWM))
-            go = g_base + min(row, Nk - 1) * D + 8 * cc
-            cp16(KV, so, k, go, row < hi)
-            cp16(KV, so + stages * Bc * DW, v, go, row < hi)
+            so = (brow + r) * SDW + 4 * (cc ^ (r & SWM))
+            if CVEC > VEC:  # the chunk past the row (odd multiple of 8): zero-filled, reads nothing
+                go = g_base + min(row, Nk - 1) * D + 8 * min(cc, VEC - 1)
+                ok = row < hi and cc < VEC
+            else:
+                go = g_base + min(row, Nk - 1) * D + 8 * cc
+                ok = row < hi
+            cp16(KV, so, k, go, ok)
+            cp16(KV, so + stages * Bc * SDW, v, go, ok)
 
     @kernel
     def decode_mma(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, chunk, S):
         if PDL == 1:
             launch_dependents()  # the combine kernel may be launched now; it waits for this grid to complete
-        KV = dynamic_tile(0, ROWS, DW)
+        KV = dynamic_tile(0, ROWS, SDW)
         split = cuda.blockIdx.x
         kvh = cuda.blockIdx.y  # b * Hkv + kv head
         if EVEN:  # `chunk` is the number of Bc-key tiles; split s takes tiles s·T/S … (s+1)·T/S
@@ -139,8 +154,12 @@ def make_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causal: b
             c = 8 * ks + t
             qf[4 * ks + 0] = q[b_lo, i_lo, c] if r_lo < NR else uint32(0)
             qf[4 * ks + 1] = q[b_hi, i_hi, c] if r_hi < NR else uint32(0)
-            qf[4 * ks + 2] = q[b_lo, i_lo, c + 4] if r_lo < NR else uint32(0)
-            qf[4 * ks + 3] = q[b_hi, i_hi, c + 4] if r_hi < NR else uint32(0)
+            if CVEC > VEC:  # the last k-step's upper half lies past the row: zero
+                qf[4 * ks + 2] = q[b_lo, i_lo, c + 4] if r_lo < NR and c + 4 < DW else uint32(0)
+                qf[4 * ks + 3] = q[b_hi, i_hi, c + 4] if r_hi < NR and c + 4 < DW else uint32(0)
+            else:
+                qf[4 * ks + 2] = q[b_lo, i_lo, c + 4] if r_lo < NR else uint32(0)
+                qf[4 * ks + 3] = q[b_hi, i_hi, c + 4] if r_hi < NR else uint32(0)
         # keys < lim are visible to the row (causal: bottom-right aligned); padding rows see the split
         lim_lo = min(hi, i_lo + off + 1) if causal and r_lo < NR else hi
         lim_hi = min(hi, i_hi + off + 1) if causal and r_hi < NR else hi
@@ -289,7 +308,7 @@ PDL_MODES = {1: "combine launched at the split kernel's start", 2: "launched aft
 
 
 def smem_bytes(D, W, Bc, stages):
-    ring = W * 2 * stages * Bc * D * 2
+    ring = W * 2 * stages * Bc * swizzle_row_chunks(D) * 16
     merge = W * 16 * D * 4
     return max(ring, merge) + (W * 16 + 1) * 2 * 4
 
@@ -304,12 +323,13 @@ def _supports(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_
     if NR > 16:
         return f"{NR} query rows per KV head (group × q_len) > 16: one m16 tile per block"
     D = problem.head_dim
-    if D % 16 or D > 256:
-        return f"head_dim {D} must be a multiple of 16 (mma k-steps), at most 256"
+    if D % 8 or D > 256:
+        return f"head_dim {D} must be a multiple of 8 (16-byte rows), at most 256"
     if Bc % 16 or Bc < 16:
         return f"Bc={Bc} must be a multiple of 16"
-    if (Bc * (D // 8)) % WARP_SIZE:
-        return f"Bc={Bc} × {D // 8} chunks is not a whole number of 16-byte copies per lane"
+    chunks = (D + 15) // 16 * 2
+    if (Bc * chunks) % WARP_SIZE:
+        return f"Bc={Bc} × {chunks} chunks is not a whole number of 16-byte copies per lane"
     if stages < 2:
         return "stages must be at least 2"
     if not 1 <= warps <= 32:

@@ -33,7 +33,7 @@ from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.gpu.warp import quad_sum
 from numba_attn.gpu.wgmma import (kmajor_params, make_ring_copy, make_wgmma_rs, make_wgmma_wait, mnmajor_params,
-                                  row_bytes, shared_address)
+                                  padded_columns, row_bytes, shared_address)
 from numba_attn.phases.registry import Launch
 
 __all__ = ["LOG2E", "NEG_BIG", "q_fragments", "mask_fragments", "store_fragments", "supports_tc", "u32_views",
@@ -50,13 +50,27 @@ def _word(x):
 
 
 @functools.cache
-def q_fragments(KS: int, tf32: bool = False):
+def q_fragments(KS: int, tf32: bool = False, DW: int = 0):
     """A device function ``load(qf, base, q, bh, r_lo, Nq, t)`` filling ``qf[base:base + 4·KS]``
     with the A fragments of rows ``r_lo`` and ``r_lo + 8`` (zero past ``Nq``): per k-step
     ks the words at columns 8ks+t and 8ks+t+4 of each row. For f16/bf16 ``q`` is the
     uint32 view (two elements per word, m16n8k16); with ``tf32`` it is the float32
-    array, each element rounded to tf32 (m16n8k8)."""
+    array, each element rounded to tf32 (m16n8k8). ``DW``: the words of a row when the
+    k-steps reach past it (head_dim an odd multiple of 8): the words at and past ``DW``
+    are zero (the head dimension padded to whole k-steps)."""
     cvt = to_tf32 if tf32 else _word
+    if DW and 8 * KS > DW:  # the last k-step's upper half (words 8ks+t+4) lies past the row
+        @device
+        def load_padded(qf, base, q, bh, r_lo, Nq, t):
+            r_hi = r_lo + 8
+            for ks in range(KS):
+                c = 8 * ks + t
+                qf[base + 4 * ks + 0] = cvt(q[bh, r_lo, c]) if r_lo < Nq else uint32(0)
+                qf[base + 4 * ks + 1] = cvt(q[bh, r_hi, c]) if r_hi < Nq else uint32(0)
+                qf[base + 4 * ks + 2] = cvt(q[bh, r_lo, c + 4]) if r_lo < Nq and c + 4 < DW else uint32(0)
+                qf[base + 4 * ks + 3] = cvt(q[bh, r_hi, c + 4]) if r_hi < Nq and c + 4 < DW else uint32(0)
+
+        return load_padded
 
     @device
     def load(qf, base, q, bh, r_lo, Nq, t):
@@ -183,11 +197,15 @@ def store_fragments(DT: int, kind: str):
 # -- host side ----------------------------------------------------------------------------------
 
 
-def supports_tc(problem, Bc, **_):
-    """Shared checks of the f16/bf16 tensor-core phases."""
+def supports_tc(problem, Bc, max_d=128, **_):
+    """Shared checks of the f16/bf16 tensor-core phases: head_dim a multiple of 16 up to
+    ``max_d`` (``max_d`` None: a multiple of 8 up to 256, padded to whole k-steps)."""
     D = problem.head_dim
-    if D % 16 or D > 128:
-        return f"head_dim {D} must be a multiple of 16 and at most 128 (fragments live in registers)"
+    if max_d is None:
+        if D % 8 or D > 256:
+            return f"head_dim {D} must be a multiple of 8 and at most 256 (16-byte rows; fragments live in registers)"
+    elif D % 16 or D > max_d:
+        return f"head_dim {D} must be a multiple of 16 and at most {max_d} (fragments live in registers)"
     if Bc % 16:
         return f"Bc={Bc} must be a multiple of 16 (k-steps of P·V)"
     return None
@@ -237,7 +255,8 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     W = 4 * WG  # warps per block; warpgroup i = warps 4i..4i+3, 64 query rows
     NTH = 32 * W
     Br = 64 * WG
-    KS = D // 16  # k-steps of Q·Kᵀ
+    DPAD = padded_columns(D)  # columns of the shared tiles (D, or D padded to a swizzle mode)
+    KS = (D + 15) // 16  # k-steps of Q·Kᵀ (an odd multiple of 8: the last half zero)
     NT = Bc // 8  # n-tiles of S (8 columns each)
     KK = Bc // 16  # k-steps of P·V
     DT = D // 8  # n-tiles of O
@@ -246,12 +265,13 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     NO = D // 2  # output accumulators per thread
     softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
     rescale = fragment_rescale(DT)
-    load_q = q_fragments(KS)
+    load_q = q_fragments(KS, False, D // 2)
     store = store_fragments(DT, kind)
-    copy_tile = make_ring_copy(D, Bc, STAGES, NTH)  # cp.async of one K/V tile into the swizzled ring
+    # cp.async of one K/V tile into the swizzled ring
+    copy_tile = make_ring_copy(D, Bc, STAGES, NTH, DPAD) if DPAD != D else make_ring_copy(D, Bc, STAGES, NTH)
     NP = 4 * KK  # P registers (A fragments of P·V)
-    RB = row_bytes(D)  # bytes per swizzled row
-    TILE = Bc * D * 2  # bytes of one K (or V) stage
+    RB = row_bytes(DPAD)  # bytes per swizzled row
+    TILE = Bc * DPAD * 2  # bytes of one K (or V) stage
     KVR = 2 * STAGES * TILE // 16  # rows of 16 bytes in the ring
     WAIT = STAGES - 2  # copy groups that may stay in flight when tile j is needed
     WAIT_LOOP = STAGES - 3 if overlap else WAIT  # overlap: when tile j+1 is needed
@@ -368,8 +388,8 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
 
 
 def wgmma_smem_bytes(D, Bc, stages):
-    """The K/V ring plus the 1024 bytes of alignment padding."""
-    return 2 * stages * Bc * D * 2 + ALIGN_BYTES
+    """The K/V ring (rows of :func:`padded_columns` elements) plus the 1024 bytes of alignment padding."""
+    return 2 * stages * Bc * padded_columns(D) * 2 + ALIGN_BYTES
 
 
 def resolve_wgmma(problem, warpgroups, Bc, stages):
@@ -383,11 +403,9 @@ def resolve_wgmma(problem, warpgroups, Bc, stages):
 
 def supports_wgmma(problem, warpgroups, Bc, stages, min_stages):
     D = problem.head_dim
-    reason = supports_tc(problem, Bc)
+    reason = supports_tc(problem, Bc, max_d=None)
     if reason:
         return reason
-    if D not in (16, 32) and D % 64:
-        return f"head_dim {D}: swizzled wgmma tiles need 16, 32 or a multiple of 64 columns"
     if Bc > 256 or Bc % 16:
         return f"Bc={Bc}: wgmma N must be a multiple of 16 up to 256"
     if stages < min_stages:

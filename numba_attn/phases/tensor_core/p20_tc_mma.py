@@ -31,6 +31,10 @@ block (Br = 16·warps query rows) share each tile. Scores are kept raw; the
 exponent is ``exp2((s - m)·scale·log2 e)``; masked scores are a finite
 ``-1e30`` (the kernels compile with fastmath, which assumes no infinities).
 
+Head dims: every multiple of 8 up to 256; an odd multiple of 8 runs as the next
+multiple of 16 (Q's and K's extra 8 columns zero, those of O not computed), and
+Bc=0 picks 32 keys above head_dim 184 (two 64-key tiles would exceed 48 KiB).
+
 Prediction (written before measuring): the CUDA-core phases are bound by
 FFMA issue (~50 TFLOP/s fp32 peak, realistically 10–20); mma.sync at
 m16n8k16 reaches ~380 TFLOP/s in a register loop on an H200. With the staging
@@ -64,19 +68,20 @@ def make_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool):
     pack = pack_bf16x2 if bf16 else pack_f16x2
     Br = 16 * W  # query rows per block (16 per warp)
     NTH = 32 * W
-    KS = D // 16  # k-steps of Q·Kᵀ
+    DK = 16 * ((D + 15) // 16)  # head_dim padded to whole k-steps of Q·Kᵀ (D itself when a multiple of 16)
+    KS = DK // 16  # k-steps of Q·Kᵀ
     NT = Bc // 8  # n-tiles of S (8 keys each)
     KK = Bc // 16  # k-steps of P·V
     DT = D // 8  # n-tiles of O (8 columns each)
     VEC = D // 8  # 16-byte chunks per row of K or V
-    KROW = D // 2 + 4  # K tile row in words (padded: conflict-free fragment reads)
+    KROW = DK // 2 + 4  # K tile row in words (padded: conflict-free fragment reads)
     VROW = D + 8  # V tile row in halves (padded)
     NQ = 4 * KS  # Q fragment registers
     NS = 4 * NT  # score accumulators
     NO = 4 * DT  # output accumulators
     softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
     rescale = fragment_rescale(DT)
-    load_q = q_fragments(KS)
+    load_q = q_fragments(KS, False, D // 2)
     mask = mask_fragments(NT, Bc, causal)
     lanes = warp_rows(Br, 16)
     ends = key_ends(Br, 16, causal)
@@ -118,6 +123,10 @@ def make_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool):
                     z = uint32(0)
                     st_shared_v4(Ks, r, 4 * c, z, z, z, z)
                     st_shared_v4(Vs, r, 8 * c, z, z, z, z)
+            if DK > D:  # the K columns that complete the last k-step are zero
+                for r in range(tid, Bc, NTH):
+                    z = uint32(0)
+                    st_shared_v4(Ks, r, 4 * VEC, z, z, z, z)
             cuda.syncthreads()
             if j0 < warp_end:  # warp-uniform: the warp's rows see some key of this tile
                 # -- S = Q Kᵀ on the tensor cores
@@ -165,11 +174,17 @@ def make_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool):
 
 
 def smem_bytes(D, Bc):
-    return Bc * (D // 2 + 4) * 4 + Bc * (D + 8) * 2
+    return Bc * ((D + 15) // 16 * 8 + 4) * 4 + Bc * (D + 8) * 2
+
+
+def _resolve(problem, warps, Bc):
+    """Bc=0: 64 keys, 32 where the two 64-key tiles exceed the 48 KiB of static shared memory
+    (head_dim above 184)."""
+    return {"warps": warps, "Bc": Bc or (64 if smem_bytes(problem.head_dim, 64) <= STATIC_SMEM_LIMIT else 32)}
 
 
 def _supports(problem, warps, Bc):
-    reason = supports_tc(problem, Bc)
+    reason = supports_tc(problem, Bc, max_d=None)
     if reason:
         return reason
     if smem_bytes(problem.head_dim, Bc) > STATIC_SMEM_LIMIT:
@@ -193,10 +208,11 @@ def _supports(problem, warps, Bc):
             "PTX mma.sync m16n8k16 fragment layouts",
     planned_speedup=60.0,
     dtypes=("float16", "bfloat16"),
-    head_dims=(16, 32, 48, 64, 80, 96, 112, 128),
+    head_dims=None,
     sim_params={"warps": 2, "Bc": 16},
     supports=_supports,
+    resolve=_resolve,
 )
-def tc_mma(problem, warps=8, Bc=64):
+def tc_mma(problem, warps=8, Bc=0):
     kern = make_kernel(problem.head_dim, warps, Bc, problem.causal, problem.dtype == "bfloat16")
     return launch_mma(problem, kern, 16 * warps, warps)

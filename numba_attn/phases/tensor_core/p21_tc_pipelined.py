@@ -25,6 +25,13 @@ Several warps per block (``warps``, 16 query rows each, or 32 with ``m_tiles=2``
 share every tile; all of a block's K/V data sits in one shared array (K stages,
 then V stages) — static up to 48 KiB, dynamic above (D=128 with 64-key tiles).
 
+Head dims: every multiple of 8 up to 256, by padding inside the tiles: the
+swizzle is a permutation only of a power of two (≤ 8) or a multiple of 8 chunks,
+so shared rows are padded to one (D=80, 96, 112: 128 columns; 160: 192); an odd
+multiple of 8 is computed as the next multiple of 16 with a zero-filled chunk
+(Q's extra words zero); the padding is never written out. D=16, 32, 64, 128, 192
+and 256 run unpadded.
+
 Prediction (written before measuring): ``tc_mma`` stalls on the staging
 (global → registers → shared, two barriers) and on ~3× more shared-memory
 instructions per mma. Overlapping the copies and cutting the fragment loads
@@ -46,7 +53,7 @@ from numba_attn.gpu.device_functions import NEG_BIG, fragment_rescale, fragment_
 from numba_attn.gpu.intrinsics import (SMEM_ALIGN, cp_async16_flat, cp_async_commit, cp_async_wait, ldmatrix_x4,
                                        ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2)
 from numba_attn.gpu.jit import device, kernel
-from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT, dynamic_tile, smem_reason
+from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT, dynamic_tile, smem_reason, swizzle_row_chunks
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.common import key_ends, launch_mma, q_fragments, store_fragments, supports_tc
 
@@ -61,25 +68,31 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
     WR = 16 * MT  # query rows per warp (MT m-tiles of 16)
     Br = WR * W  # query rows per block
     NTH = 32 * W
-    DW = D // 2  # words per row
-    KS = D // 16  # k-steps of Q·Kᵀ
+    DW = D // 2  # words per row (global memory)
+    DK = 16 * ((D + 15) // 16)  # head_dim padded to whole k-steps (D itself when a multiple of 16)
+    KS = DK // 16  # k-steps of Q·Kᵀ
     NT = Bc // 8  # n-tiles of S
     NP = Bc // 16  # pairs of n-tiles (one ldmatrix.x4 each per k-step)
     KK = Bc // 16  # k-steps of P·V
-    DT = D // 8  # n-tiles of O
-    DP = D // 16  # pairs of d-tiles (one ldmatrix.x4.trans each per k-step)
-    VEC = D // 8  # 16-byte chunks per row
-    SWM = min(8, VEC) - 1  # swizzle: chunk c of row r lives at c ^ (r & SWM)
-    RSTEP = NTH // VEC  # tile rows copied per pass of the block (one 16-byte chunk per thread)
+    DT = D // 8  # n-tiles of O written out
+    DTK = DK // 8  # n-tiles of O computed (the padding's stay zero)
+    DP = DK // 16  # pairs of d-tiles (one ldmatrix.x4.trans each per k-step)
+    VEC = D // 8  # 16-byte chunks per row in global memory
+    CVEC = DK // 8  # chunks per row copied (past VEC: zero-filled)
+    SVEC = swizzle_row_chunks(D)  # chunks per shared row: a power of two up to 8, a multiple of 8 above
+    SDW = 4 * SVEC  # words per shared row
+    SWM = min(8, SVEC) - 1  # swizzle: chunk c of row r lives at c ^ (r & SWM), a permutation of SVEC chunks
+    RSTEP = NTH // CVEC  # tile rows copied per pass of the block (one 16-byte chunk per thread)
+    CTH = RSTEP * CVEC  # threads that copy (all of them when CVEC divides the block)
     CPT = (Bc + RSTEP - 1) // RSTEP  # passes per tile
-    VOFF = STAGES * Bc * DW  # V buffers start this many words after the K buffers
+    VOFF = STAGES * Bc * SDW  # V buffers start this many words after the K buffers
     ROWS = 2 * STAGES * Bc  # K stages, then V stages
     NQ = 4 * KS  # Q registers per m-tile
     NS = 4 * NT  # score accumulators per m-tile
-    NO = 4 * DT  # output accumulators per m-tile
+    NO = 4 * DTK  # output accumulators per m-tile
     softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
-    rescale = fragment_rescale(DT)
-    load_q = q_fragments(KS)
+    rescale = fragment_rescale(DTK)
+    load_q = q_fragments(KS, False, DW)
     store = store_fragments(DT, "bf16" if bf16 else "f16")
     NQA = MT * NQ
     NSA = MT * NS
@@ -95,18 +108,22 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
             r = lr0 + i * RSTEP
             if r < Bc:
                 row = tile * Bc + r
-                so = (sb * Bc + r) * DW + 4 * (lc ^ (r & SWM))
+                so = (sb * Bc + r) * SDW + 4 * (lc ^ (r & SWM))
                 go = g_base + min(row, Nk - 1) * DW
-                cp_async16_flat(KV, so, k, go, row < Nk)
-                cp_async16_flat(KV, so + VOFF, v, go, row < Nk)
+                if CVEC > VEC:  # the chunk past the row (odd multiple of 8): zero-filled
+                    ok = row < Nk and lc < VEC
+                else:
+                    ok = row < Nk
+                cp_async16_flat(KV, so, k, go, ok)
+                cp_async16_flat(KV, so + VOFF, v, go, ok)
 
     @kernel(**({"max_registers": MAXREG} if MAXREG else {}))
     def tc_pipelined(q, k, v, o, sl2, H, G, Nq, Nk):
         if DYN:  # dynamic shared memory (over 48 KiB: the launch opts in); a float32 view,
             # used only through addresses (cp.async, ldmatrix), so the bits are the same
-            KV = dynamic_tile(0, ROWS, DW)
+            KV = dynamic_tile(0, ROWS, SDW)
         else:
-            KV = cuda.shared.array((ROWS, DW), uint32, alignment=ALIGN)
+            KV = cuda.shared.array((ROWS, SDW), uint32, alignment=ALIGN)
         tid = cuda.threadIdx.x
         warp = tid // 32
         lane = tid % 32
@@ -145,9 +162,13 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
         v_sw = v_r & SWM
 
         # this thread's share of a tile copy: rows lr0, lr0 + RSTEP, ...; one 16-byte chunk each
-        lr0 = tid // VEC
-        lc = tid % VEC
+        lr0 = tid // CVEC
+        lc = tid % CVEC
+        if CTH < NTH:  # CVEC does not divide the block: the last threads copy nothing
+            lr0 = Bc if tid >= CTH else lr0
         g_base = kvh * Nk * DW + 4 * lc  # flat word offset of (kvh, row 0, chunk lc) in k and v
+        if CVEC > VEC:  # the zero-filled chunk reads nothing; its address stays inside the row
+            g_base = kvh * Nk * DW + 4 * min(lc, VEC - 1)
 
         # prologue: tiles 0 .. STAGES-2 in flight
         for st in range(STAGES - 1):
@@ -225,7 +246,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
 
 
 def smem_bytes(D, Bc, stages):
-    return 2 * stages * Bc * D * 2
+    return 2 * stages * Bc * swizzle_row_chunks(D) * 16
 
 
 def _resolve(problem, warps, Bc, stages, m_tiles, maxreg, dynamic_smem):
@@ -244,7 +265,7 @@ def _resolve(problem, warps, Bc, stages, m_tiles, maxreg, dynamic_smem):
 
 
 def _supports(problem, warps, Bc, stages, m_tiles, maxreg, dynamic_smem):
-    reason = supports_tc(problem, Bc)
+    reason = supports_tc(problem, Bc, max_d=None)
     if reason:
         return reason
     if stages < 2:
@@ -269,7 +290,7 @@ def _supports(problem, warps, Bc, stages, m_tiles, maxreg, dynamic_smem):
             "(ldmatrix, cp.async pipelines, XOR-swizzled shared memory)",
     planned_speedup=100.0,
     dtypes=("float16", "bfloat16"),
-    head_dims=(16, 32, 48, 64, 80, 96, 112, 128),
+    head_dims=None,
     sim_params={"warps": 2, "Bc": 16, "stages": 2, "m_tiles": 1, "maxreg": 0, "dynamic_smem": 0},
     supports=_supports,
     resolve=_resolve,

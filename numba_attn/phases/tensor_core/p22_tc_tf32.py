@@ -24,6 +24,9 @@ two packed halves. What follows from that:
 The cp.async ring, the one barrier per tile and the online softmax on the
 fragments are unchanged from ``tc_pipelined``.
 
+Head dims: every multiple of 8 up to 256 natively (k-steps of 8); Bc=0 takes
+8-key tiles above head_dim 184, where two stages of 16 fp32 keys exceed 48 KiB.
+
 Prediction (written before measuring): tf32 mma.sync peaks at half the f16
 rate (~285 TFLOP/s measured in a register loop on the H200); each m16n8k8
 needs two scalar shared loads for B, which caps the issue rate near one mma
@@ -178,17 +181,21 @@ def smem_bytes(D, Bc, stages):
 
 
 def _resolve(problem, warps, Bc, stages, maxreg):
-    """Bc=0: the largest tile whose two stages fit 48 KiB, 32 keys at D≤64, 16 above;
-    warps=0: 8 up to D=64, 4 above (docs/tensor-core-notes.md has the runs)."""
+    """Bc=0: the largest tile whose two stages fit 48 KiB, 32 keys at D≤64, 16 above
+    (8 above D=184, where 16 keys no longer fit); warps=0: 8 up to D=64, 4 above
+    (docs/tensor-core-notes.md has the runs)."""
     D = problem.head_dim
-    return {"warps": warps or (8 if D <= 64 else 4), "Bc": Bc or (32 if D <= 64 else 16), "stages": stages,
-            "maxreg": maxreg}
+    if not Bc:
+        Bc = 32 if D <= 64 else 16
+        if D > 128 and smem_bytes(D, Bc, stages) > STATIC_SMEM_LIMIT:
+            Bc = 8
+    return {"warps": warps or (8 if D <= 64 else 4), "Bc": Bc, "stages": stages, "maxreg": maxreg}
 
 
 def _supports(problem, warps, Bc, stages, maxreg):
     D = problem.head_dim
-    if D % 8 or D > 128:
-        return f"head_dim {D} must be a multiple of 8 and at most 128 (fragments live in registers)"
+    if D % 8 or D > 256:
+        return f"head_dim {D} must be a multiple of 8 and at most 256 (fragments live in registers)"
     if Bc % 8:
         return f"Bc={Bc} must be a multiple of 8"
     if stages < 2:
@@ -213,7 +220,7 @@ def _supports(problem, warps, Bc, stages, maxreg):
     planned_speedup=40.0,
     dtypes=("float32",),
     precision="tf32",
-    head_dims=(8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128),
+    head_dims=None,
     sim_params={"warps": 2, "Bc": 16, "stages": 2},
     supports=_supports,
     resolve=_resolve,

@@ -23,6 +23,12 @@ what changes is the instruction that multiplies:
 * **Warpgroup-uniform control.** wgmma is collective over 128 threads: the
   causal tile skip is decided per warpgroup (64 rows), not per warp.
 
+Head dims: every multiple of 8 up to 256. Tiles other than 16, 32 or whole
+64-column blocks are padded to the next (D=40 → 64 columns, 80/96/112 → 128,
+160 → 192, ``gpu.wgmma.padded_columns``); Q·Kᵀ takes D rounded up to 16 (a
+zero-filled chunk, Q's extra words zero), P·V has N = D: the padding is never
+read into O nor written out.
+
 Each call issues its k-steps, commits and waits (``wgmma.wait_group 0``), so
 a warpgroup does not yet overlap its softmax with its next product
 (FlashAttention-3's intra-warpgroup pipelining and ping-pong scheduling are
@@ -60,7 +66,7 @@ def _supports(problem, warpgroups, Bc, stages):
             "shared-memory descriptors, register-sourced P",
     planned_speedup=150.0,
     dtypes=("float16", "bfloat16"),
-    head_dims=(16, 32, 64, 128),
+    head_dims=None,
     sim_params={"warpgroups": 1, "Bc": 16, "stages": 2},
     supports=_supports,
     resolve=resolve_wgmma,

@@ -17,6 +17,8 @@ The tile ring needs tile j+1 resident while tile j is still read, so
 ``stages`` ≥ 3; one barrier per tile, as before. The cost: a second score set
 (Bc/2 registers), hence 2 warpgroups per block by default.
 
+Head dims: every multiple of 8 up to 256, padded as in ``tc_wgmma`` (one kernel).
+
 Prediction (before measuring): the softmax hides behind the next Q·Kᵀ, about
 a third of a tile's tensor work at D=128 (8 of 12 wgmma) — +10–20% at D=128
 and D=64 (FlashAttention-3 reports ~+10% from this overlap alone).
@@ -48,7 +50,7 @@ def _supports(problem, warpgroups, Bc, stages):
     lineage="FlashAttention-3 (Shah et al. 2024), intra-warpgroup overlap of softmax and GEMMs",
     planned_speedup=170.0,
     dtypes=("float16", "bfloat16"),
-    head_dims=(16, 32, 64, 128),
+    head_dims=None,
     sim_params={"warpgroups": 1, "Bc": 16, "stages": 3},
     supports=_supports,
     resolve=resolve_wgmma,
