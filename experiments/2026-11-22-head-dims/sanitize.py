@@ -42,7 +42,7 @@ def main():
     names = [x for x in a.phases.split(",") if x]
     dims = [int(x) for x in a.head_dims.split(",")]
     from numba import cuda
-    n = 0
+    n = failed = 0
     for phase in list_phases():
         if names and phase.name not in names:
             continue
@@ -51,14 +51,21 @@ def main():
                 if phase.supports(prob) is not None:
                     continue
                 q, k, v = prob.inputs(seed=n)
-                launch = phase.plan(prob)
-                qd, kd, vd = (to_device(x) for x in (q, k, v))
-                od = cuda.device_array(prob.out_shape(), dtype=qd.dtype)
-                launch(*kernel_views(prob, qd, kd, vd, od))
-                cuda.synchronize()
+                try:
+                    launch = phase.plan(prob)
+                    qd, kd, vd = (to_device(x) for x in (q, k, v))
+                    od = cuda.device_array(prob.out_shape(), dtype=qd.dtype)
+                    launch(*kernel_views(prob, qd, kd, vd, od))
+                    cuda.synchronize()
+                except Exception as exc:  # noqa: BLE001 - a refused launch is reported, the sweep goes on
+                    failed += 1
+                    print(f"FAILED {phase.name} {prob.label}: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
+                    if "ILLEGAL" in str(exc) or "LAUNCH_FAILED" in str(exc):
+                        raise  # the context is gone: nothing after this would run
+                    continue
                 n += 1
                 print(f"ok {phase.name} {prob.label}", flush=True)
-    print(f"{n} launches")
+    print(f"{n} launches, {failed} failed")
 
 
 if __name__ == "__main__":

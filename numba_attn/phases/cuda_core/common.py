@@ -91,6 +91,15 @@ def segment_reason(problem, Br: int, SEG: int, loader_warps: int = 0, vec4: bool
     return None
 
 
+def register_cap(D: int, Br: int, SEG: int, loader_warps: int = 0) -> dict:
+    """Kernel options so that the block's Br·D/SEG (+ loader) threads fit the SM's 64K
+    registers: above 256 threads a per-thread cap (spilling if it must: a finding the
+    offline compiler reports) instead of a launch that fails for lack of registers;
+    at 256 threads or fewer nothing (255, the cap anyway)."""
+    threads = Br * n_segments(D, SEG) + 32 * loader_warps
+    return {} if threads <= 256 else {"max_registers": 65536 // threads // 8 * 8}
+
+
 def segment_launch(kern, problem, Br: int, SEG: int, smem_bytes: int, loader_warps: int = 0) -> Launch:
     """The launch of a segmented kernel: Br·D/SEG compute threads plus ``loader_warps``
     warps per block, ``smem_bytes`` of dynamic shared memory."""

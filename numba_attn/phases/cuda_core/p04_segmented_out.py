@@ -38,7 +38,7 @@ from numba import cuda, float32
 from numba_attn.gpu.device_functions import load_tile
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled, smem_reason
-from numba_attn.phases.cuda_core.common import (resolve_seg, row_keys, segment_launch, segment_reason,
+from numba_attn.phases.cuda_core.common import (register_cap, resolve_seg, row_keys, segment_launch, segment_reason,
                                                 segment_rows, segment_store, segment_thread, start_row)
 from numba_attn.phases.registry import register_phase
 
@@ -55,7 +55,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
     rows = segment_rows(D, SEG)
     store = segment_store(SEG)
 
-    @kernel
+    @kernel(**register_cap(D, Br, SEG))
     def segmented_out(q, k, v, o, scale, H, G, Nq, Nk):
         Q_t = dynamic_tile(0, D, Br)  # Qᵀ · scale
         K_j = dynamic_tile(K_OFF, Bc, D)

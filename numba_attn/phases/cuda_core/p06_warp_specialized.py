@@ -34,7 +34,7 @@ from numba import cuda, float32
 from numba_attn.gpu.device_functions import load_tile
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled, smem_reason
-from numba_attn.phases.cuda_core.common import (resolve_seg, row_keys, segment_launch, segment_reason,
+from numba_attn.phases.cuda_core.common import (register_cap, resolve_seg, row_keys, segment_launch, segment_reason,
                                                 segment_rows, segment_store, segment_thread, start_row)
 from numba_attn.phases.registry import register_phase
 
@@ -52,7 +52,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: b
     store = segment_store(SEG)
     NL = 32 * loader_warps
 
-    @kernel
+    @kernel(**register_cap(D, Br, SEG, loader_warps))
     def warp_specialized(q, k, v, o, scale, H, G, Nq, Nk):
         Q_t = dynamic_tile(0, D, Br)  # Qᵀ · scale
         tid, r, c0, i, bh, kvh = segment_thread(Br, SEG, H, G)

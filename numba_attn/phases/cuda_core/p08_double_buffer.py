@@ -32,7 +32,7 @@ from numba import cuda, float32
 
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, fetch4, load_tile4, put4, smem_reason
-from numba_attn.phases.cuda_core.common import (resolve_seg, row_keys, segment_launch, segment_reason,
+from numba_attn.phases.cuda_core.common import (register_cap, resolve_seg, row_keys, segment_launch, segment_reason,
                                                 segment_rows4, segment_store, segment_thread, start_row)
 from numba_attn.phases.registry import register_phase
 
@@ -53,7 +53,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
     store = segment_store(SEG)
     STAGE = (Bc * D // 4 + NT - 1) // NT * 4  # floats staged per thread and tile (K, and V)
 
-    @kernel
+    @kernel(**register_cap(D, Br, SEG))
     def double_buffer(q, k, v, o, scale, H, G, Nq, Nk):
         Q_s = dynamic_tile(0, Br, QW)  # Q · scale, rows padded
         tid, r, c0, i, bh, kvh = segment_thread(Br, SEG, H, G)

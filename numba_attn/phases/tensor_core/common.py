@@ -394,11 +394,12 @@ def wgmma_smem_bytes(D, Bc, stages):
 
 def resolve_wgmma(problem, warpgroups, Bc, stages):
     """warpgroups=0 picks the warpgroups per block: 3 at D=128 (168 registers: one
-    384-thread block per SM), 2 below (126 registers at D=64: two 256-thread blocks
-    per SM); see docs/tensor-core-notes.md for the runs behind the choice."""
+    384-thread block per SM), 2 otherwise (126 registers at D=64: two 256-thread blocks
+    per SM; above D=128 a thread needs more than the 170 registers three warpgroups
+    may have); see docs/tensor-core-notes.md for the runs behind the choice."""
     if warpgroups < 0:
         raise ValueError("warpgroups (per block) must be at least 1 (0: by head_dim)")
-    return {"warpgroups": warpgroups or (3 if problem.head_dim >= 128 else 2), "Bc": Bc, "stages": stages}
+    return {"warpgroups": warpgroups or (3 if problem.head_dim == 128 else 2), "Bc": Bc, "stages": stages}
 
 
 def supports_wgmma(problem, warpgroups, Bc, stages, min_stages):
@@ -408,6 +409,9 @@ def supports_wgmma(problem, warpgroups, Bc, stages, min_stages):
         return reason
     if Bc > 256 or Bc % 16:
         return f"Bc={Bc}: wgmma N must be a multiple of 16 up to 256"
+    if warpgroups > 2 and D > 128:
+        return (f"warpgroups={warpgroups} at head_dim {D}: above D=128 a thread needs more registers than "
+                f"{warpgroups}·128 threads may have (65536 per SM); use warpgroups ≤ 2")
     if stages < min_stages:
         return f"stages must be at least {min_stages}" + (
             " (tile j+1 resident while tile j is read)" if min_stages > 2 else "")
