@@ -290,9 +290,6 @@ def cmd_run(args) -> int:
         results = args.results
     else:
         results = os.path.join("results", f"{_slug(gpu_info()['gpu'])}.jsonl")
-    from numba_attn.measure.results import check_writable
-
-    check_writable(results)  # a directory, a path that cannot be created: refused before any row
     timeout = args.timeout if args.timeout is not None else (1800.0 if be.IS_SIMULATOR else 600.0)
     peer_list = None
     if args.peers:
@@ -302,6 +299,9 @@ def cmd_run(args) -> int:
         for x in peer_list:
             if x not in PEERS:
                 raise SystemExit(f"unknown peer {x!r}; peers: {', '.join(PEERS)}")
+    from numba_attn.measure.results import check_writable
+
+    check_writable(results)  # a directory, a path that cannot be created: refused before any row
     cfg = RunConfig(seeds=seeds, params=_params(args),
                     timeout_s=timeout or None, peers=not args.no_peers, results=results,
                     baseline=args.baseline, command="numba-attn " + " ".join(sys.argv[1:]),

@@ -73,8 +73,11 @@ def check_writable(path: str) -> None:
     parent = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(parent, exist_ok=True)
+        existed = os.path.exists(path)
         with open(path, "a", encoding="utf-8"):
             pass
+        if not existed:  # a check only: leave no empty file behind
+            os.remove(path)
     except OSError as exc:
         raise ResultsFileError(path, f"cannot write the results file: {exc.strerror or exc}") from None
 
