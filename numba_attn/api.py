@@ -315,6 +315,8 @@ def explain(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False, 
     if nonfinite not in ("propagate", "raise"):
         raise AttentionInputError(f"nonfinite must be 'propagate' or 'raise'; got {nonfinite!r}")
     problem, ph, resolved, why = _plan(q, k, v, causal, scale, phase, allow_tf32, params)
+    if problem is not None:
+        _check_host_memory(problem, (q, k, v))
     return Explanation(ph, dict(resolved or {}), why, problem)
 
 
