@@ -329,9 +329,12 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False
     :func:`explain` for what it chose and why): never a phase computing below the input precision
     unless ``allow_tf32=True`` (as PyTorch's flag: float32 inputs may then run on tf32 tensor
     cores); a phase named explicitly runs at its own precision. Extra keyword arguments override
-    its tunable parameters (positive integers for tile sizes, see the registry's rules; a phase
-    caps its split count at what the keys allow). NumPy arrays in → NumPy array out; numba device
-    arrays in → device array out. Input rules and errors: see the module docstring.
+    its tunable parameters (positive integers for tile sizes, see the registry's rules). A forced
+    ``splits`` is taken as given: splits beyond the key tiles get no keys and are combined
+    correctly (checked in the simulator for every split-K phase), but they are still launched, so
+    leave ``splits=0`` (planned from the keys and the SM count) unless measuring. NumPy arrays in →
+    NumPy array out; numba device arrays in → device array out. Input rules and errors: see the
+    module docstring.
     """
     if nonfinite not in ("propagate", "raise"):
         raise AttentionInputError(f"nonfinite must be 'propagate' or 'raise'; got {nonfinite!r}")
