@@ -15,9 +15,15 @@ and fails with :class:`~numba_attn.spec.errors.AttentionInputError` (a
 * non-contiguous NumPy inputs are **copied** to contiguous ones;
   non-contiguous device arrays are **refused** (copying them would hide a
   device-to-device copy in the call);
-* ``phase``: an unknown name suggests close names; a phase that cannot run the
-  problem (head_dim, dtype, causal) names the phases that can; unknown tunable
-  parameters are refused with the list of the phase's parameters;
+* ``causal`` and ``allow_tf32`` must be bools (``"False"`` is refused, not read as True);
+* ``phase``: a name (or a registered ``Phase``); anything else is refused; an unknown
+  name suggests close names; a phase that cannot run the problem (head_dim, dtype,
+  causal, the device's compute capability) names the phases that can; unknown tunable
+  parameters are refused with the list of the phase's parameters, and a value of the
+  wrong type or range (``Br=-16``, ``Bc=0``, ``Br="abc"``) names the parameter and the
+  allowed values;
+* inputs whose contiguous copies and output do not fit in the available host
+  memory are refused before anything is copied;
 * a problem whose inputs and output do not fit in the free device memory is
   refused up front; a tile configuration the device cannot launch (threads or
   shared memory per block) is reported as such, not as a crash.
@@ -30,13 +36,15 @@ refuses them, naming the array and the first bad element.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from numba_attn.gpu import backend  # noqa: F401  (first: chooses CUDA or the simulator before numba is imported)
 
 from numba import cuda  # noqa: E402
 
-from numba_attn.spec.errors import AttentionInputError, check_arrays, check_finite  # noqa: E402
+from numba_attn.spec.errors import AttentionInputError, check_arrays, check_bool, check_finite  # noqa: E402
 from numba_attn.spec.problem import Problem  # noqa: E402
 from numba_attn.phases.registry import get_phase, list_phases  # noqa: E402
 
@@ -58,17 +66,166 @@ def problem_from_arrays(q, k, v, *, causal=False, scale=None) -> Problem:
                    dtype=np.dtype(q.dtype).name, scale=scale, kv_heads=Hkv)
 
 
-def pick_phase(problem: Problem, kind: str | None = None):
-    """The last phase in roadmap order (the most optimized) that supports ``problem``."""
-    phases = list_phases()
+# Never chosen by default: measured slower than its parent tc_wgmma on the H200
+# (results/tensor-core-overlap-nvidia-h200.jsonl); run it by name.
+NEVER_DEFAULT = ("tc_wgmma_overlap",)
+
+# The fixed preference per (kind, dtype) when no committed results exist for this GPU model:
+# the first one that supports the problem (device included) is chosen.
+PREFERENCE = {
+    ("prefill", "float16"): ("tc_wgmma", "tc_pipelined", "tc_mma"),
+    ("prefill", "bfloat16"): ("tc_wgmma", "tc_pipelined", "tc_mma"),
+    ("prefill", "float32"): ("register_blocked",),
+    ("decode", "float16"): ("decode_split_k_lean",),
+    ("decode", "float32"): ("decode_split_k_lean",),
+}
+
+
+def _preference(problem: Problem, kind: str, allow_tf32: bool) -> tuple:
+    pref = PREFERENCE.get((kind, problem.dtype), ())
+    if kind == "prefill" and problem.dtype == "float32":
+        if problem.causal:
+            pref = ("causal_skip",) + pref
+        if allow_tf32:
+            pref = ("tc_tf32",) + pref
+    if kind == "decode" and problem.dtype == "float16" and problem.heads > problem.kv_heads:
+        pref = ("decode_mma",) + pref
+    return pref
+
+
+def _precision_allowed(ph, allow_tf32: bool) -> bool:
+    """A phase computing at a coarser precision than its inputs runs by default only with the caller's consent."""
+    return ph.precision is None or (ph.precision == "tf32" and allow_tf32)
+
+
+def device_name() -> str:
+    """The GPU model the committed results are matched against ("simulator": none match)."""
+    from numba_attn.measure.env import gpu_info
+
+    return gpu_info()["gpu"]
+
+
+_MEASURED_CACHE: dict = {}
+
+
+def measured_rows(gpu: str) -> list[tuple[str, dict]]:
+    """``(file, row)`` for every OK, timed phase row of the committed results files
+    (``results/*.jsonl`` of a source checkout) measured on ``gpu`` with the default parameters."""
+    if gpu in _MEASURED_CACHE:
+        return _MEASURED_CACHE[gpu]
+    from numba_attn.measure.results import load_results
+    from numba_attn.report.records import rel, results_files
+
+    out = []
+    for path in results_files():
+        try:
+            records = load_results(path)
+        except (OSError, ValueError):
+            continue
+        for r in records:
+            if (r.get("type") == "result" and r.get("kind") == "phase" and r.get("status") == "OK"
+                    and r.get("gpu") == gpu and isinstance(r.get("time_ms"), (int, float)) and r["time_ms"] > 0
+                    and isinstance(r.get("problem"), dict) and not r.get("requested_params")):
+                out.append((rel(path), r))
+    _MEASURED_CACHE[gpu] = out
+    return out
+
+
+def _measured_choice(problem: Problem, candidates, gpu: str):
+    """The fastest candidate on the committed problem nearest to ``problem`` (same dtype, causal,
+    head_dim and query heads per KV head; nearest kv_len, then q_len, on a log scale)."""
+    import math
+
+    names = {p.name: p for p in candidates}
+    group = problem.heads // problem.kv_heads
+    rows = [(f, r) for f, r in measured_rows(gpu) if r.get("phase") in names]
+    same = []
+    for f, r in rows:
+        pr = r["problem"]
+        try:
+            if (pr["dtype"], bool(pr["causal"]), pr["head_dim"], pr["heads"] // pr["kv_heads"]) == \
+                    (problem.dtype, problem.causal, problem.head_dim, group):
+                dist = (abs(math.log(pr["kv_len"] / problem.kv_len)), abs(math.log(pr["q_len"] / problem.q_len)))
+                same.append((dist, f, r))
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            continue
+    if not same:
+        return None
+    best = min(d for d, _, _ in same)
+    at = [(r["time_ms"], f, r) for d, f, r in same if d == best]
+    t, f, r = min(at, key=lambda x: x[0])
+    others = len({r2["phase"] for _, _, r2 in at})
+    return names[r["phase"]], (f"fastest of {others} measured phase(s) on {gpu}: {t:.4g} ms at "
+                               f"{r.get('label') or r['problem']} [{f}]")
+
+
+def choose_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = False):
+    """``(phase, why)``: the phase ``attention(..., phase=None)`` runs. The rule:
+
+    * only the package's own phases (``numba_attn.phases``; a user-registered phase runs only
+      when named), never ``tc_wgmma_overlap`` (:data:`NEVER_DEFAULT`), never a phase the device
+      cannot run (``supports()``, compute capability included), and never one that computes at a
+      lower precision than the inputs (``tc_tf32``) unless ``allow_tf32=True``;
+    * of the kind the problem needs: decode when q_len <= 8, else prefill;
+    * the fastest by the committed results (``results/*.jsonl``: OK rows with the default
+      parameters, measured on this GPU model, same dtype, causal, head_dim and GQA group, at the
+      nearest kv_len then q_len); otherwise the first supporting phase of the fixed preference
+      per (kind, dtype): fp16/bf16 prefill ``tc_wgmma`` (sm_90a only), ``tc_pipelined``,
+      ``tc_mma``; fp32 prefill ``register_blocked`` (causal: ``causal_skip`` first; with
+      allow_tf32 ``tc_tf32`` first); decode ``decode_split_k_lean`` (fp16 with GQA:
+      ``decode_mma`` first); otherwise the most optimized supporting phase (roadmap order).
+
+    The simulator matches no committed results (its rows are not timed) and counts as compute
+    capability 9.0.
+    """
     if kind is None:
-        kind = "decode" if problem.q_len <= 8 and any(p.kind == "decode" for p in phases) else "prefill"
-    candidates = [p for p in phases if p.kind == kind and p.supports(problem) is None]
+        kind = "decode" if problem.q_len <= 8 else "prefill"
+    allowed = [p for p in list_phases() if p.is_builtin and p.name not in NEVER_DEFAULT
+               and _precision_allowed(p, allow_tf32)]
+    candidates = [p for p in allowed if p.kind == kind and p.supports(problem) is None]
     if not candidates:
-        candidates = [p for p in phases if p.supports(problem) is None]
+        candidates = [p for p in allowed if p.supports(problem) is None]
     if not candidates:
-        raise AttentionInputError(f"no registered phase supports {problem.label}")
-    return candidates[-1]
+        hint = ("; tf32 phases run only with allow_tf32=True"
+                if problem.dtype == "float32" and not allow_tf32 else "")
+        raise AttentionInputError(f"no phase of the package supports {problem.label}{hint} "
+                                  f"(name a phase with phase=... to run another one)")
+    gpu = device_name()
+    found = _measured_choice(problem, candidates, gpu)
+    if found:
+        return found
+    for name in _preference(problem, kind, allow_tf32):
+        for p in candidates:
+            if p.name == name:
+                return p, (f"preferred for {kind} {problem.dtype}"
+                           f"{' causal' if problem.causal else ''} (no committed results for {gpu} "
+                           f"on this problem)")
+    return candidates[-1], "the most optimized phase that supports the problem (roadmap order)"
+
+
+def pick_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = False):
+    """The phase ``phase=None`` runs (see :func:`choose_phase`)."""
+    return choose_phase(problem, kind, allow_tf32)[0]
+
+
+def _phase_arg(phase):
+    """``phase`` as a registered Phase: a name, or a Phase object registered under its name."""
+    from numba_attn.phases.registry import Phase
+
+    if isinstance(phase, str):
+        return get_phase(phase)
+    if isinstance(phase, Phase):
+        try:
+            registered = get_phase(phase.name)
+        except KeyError:
+            registered = None
+        if registered is not phase:
+            raise AttentionInputError(f"phase: the Phase object {phase.name!r} is not the registered phase of "
+                                      f"that name; register it (register_phase / temporary_phases) and pass "
+                                      f"its name")
+        return phase
+    raise AttentionInputError(f"phase must be a phase name (str, see numba_attn.list_phases()), a registered "
+                              f"Phase or None (chosen for the problem); got {type(phase).__name__} {phase!r}")
 
 
 def _contiguous(name, a):
@@ -88,41 +245,108 @@ def _empty_output(q, shape):
     return np.empty(shape, dtype=q.dtype)
 
 
-def attention(q, k, v, *, causal=False, scale=None, phase=None, nonfinite="propagate", **params):
-    """Softmax attention of q (B, H, Nq, D) over k, v (B, Hkv, Nk, D).
+def _check_host_memory(problem: Problem, arrays) -> None:
+    """Refuse before copying: non-contiguous NumPy inputs are copied, the output is copied back."""
+    from numba_attn.measure import limits
 
-    ``phase`` names a registered phase (``None``: the most optimized phase that
-    supports the problem); extra keyword arguments override its tunable
-    parameters. NumPy arrays in → NumPy array out; numba device arrays in →
-    device array out. Input rules and errors: see the module docstring.
-    """
-    if nonfinite not in ("propagate", "raise"):
-        raise AttentionInputError(f"nonfinite must be 'propagate' or 'raise'; got {nonfinite!r}")
+    need = sum(int(a.size) * a.dtype.itemsize for a in arrays
+               if not is_device_array(a) and not a.flags.c_contiguous)
+    if not is_device_array(arrays[0]):
+        need += int(np.prod(problem.out_shape())) * problem.itemsize
+    free = limits.free_host_memory()
+    if free is not None and need > free:
+        raise AttentionInputError(f"{problem.label} needs {need / 2**30:.2f} GiB of host memory (contiguous copies "
+                                  f"of non-contiguous inputs and the output); {free / 2**30:.2f} GiB available")
+
+
+def _plan(q, k, v, causal, scale, phase, allow_tf32, params):
+    """Everything checked before a launch: ``(problem, phase, resolved params, why)``; problem is
+    None for an empty problem (nothing to launch)."""
+    causal = check_bool("causal", causal)
+    allow_tf32 = check_bool("allow_tf32", allow_tf32)
+    ph = _phase_arg(phase) if phase is not None else None
     check_arrays(q, k, v)
     B, H, Nq, D = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
+    Nk = k.shape[2]
     if B == 0 or H == 0 or Nq == 0:  # nothing to compute; still validate the scalar arguments
         if causal and Nq > Nk:
             problem_from_arrays(q, k, v, causal=causal, scale=scale)  # raises the causal error
         if scale is not None:
             Problem(q_len=1, kv_len=1, head_dim=max(D, 1), scale=scale)
-        if phase is not None:
-            get_phase(phase)
-        return _empty_output(q, (B, H, Nq, D))
+        if ph is not None:
+            ph.resolve_params(params)
+        return None, ph, None, "empty problem: nothing to compute"
     problem = problem_from_arrays(q, k, v, causal=causal, scale=scale)
-    ph = get_phase(phase) if phase is not None else pick_phase(problem)
-    try:
-        resolved = ph.resolve_params(params)
-    except ValueError as exc:
-        raise AttentionInputError(str(exc)) from None
+    if ph is None:
+        ph, why = choose_phase(problem, allow_tf32=allow_tf32)
+    else:
+        why = "named by the caller"
+    resolved = ph.resolve_params(params)  # AttentionInputError naming the parameter
     reason = ph.supports(problem, **resolved)
     if reason:
         supporting = [p.name for p in list_phases() if p.supports(problem) is None]
         raise AttentionInputError(f"phase {ph.name!r} cannot run {problem.label}: {reason}. "
                                   f"Phases that can: {', '.join(supporting) or 'none'}")
+    return problem, ph, ph.resolve(problem, resolved), why
+
+
+@dataclass
+class Explanation:
+    """What ``attention()`` would run: the phase, its parameters resolved for the problem, and why."""
+
+    phase: object  # the Phase (None for an empty problem)
+    params: dict
+    why: str
+    problem: Problem | None = None
+
+    @property
+    def name(self) -> str | None:
+        return self.phase.name if self.phase is not None else None
+
+    def __str__(self):
+        label = self.problem.label if self.problem is not None else "empty problem"
+        return f"{self.name} {self.params} on {label}: {self.why}"
+
+
+def explain(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False, nonfinite="propagate",
+            **params) -> Explanation:
+    """The phase ``attention(q, k, v, ...)`` with the same arguments would run, its resolved
+    parameters (:meth:`Phase.resolve`) and why it was chosen; checks the same inputs, launches nothing."""
+    if nonfinite not in ("propagate", "raise"):
+        raise AttentionInputError(f"nonfinite must be 'propagate' or 'raise'; got {nonfinite!r}")
+    problem, ph, resolved, why = _plan(q, k, v, causal, scale, phase, allow_tf32, params)
+    if problem is not None:
+        _check_host_memory(problem, (q, k, v))
+    return Explanation(ph, dict(resolved or {}), why, problem)
+
+
+def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False, nonfinite="propagate",
+              **params):
+    """Softmax attention of q (B, H, Nq, D) over k, v (B, Hkv, Nk, D).
+
+    ``phase`` names a registered phase (a registered ``Phase`` object is taken by its name);
+    ``None`` chooses one by the documented rule of :func:`choose_phase` (see
+    :func:`explain` for what it chose and why): never a phase computing below the input precision
+    unless ``allow_tf32=True`` (as PyTorch's flag: float32 inputs may then run on tf32 tensor
+    cores); a phase named explicitly runs at its own precision. Extra keyword arguments override
+    its tunable parameters (positive integers for tile sizes, see the registry's rules). A forced
+    ``splits`` is taken as given: splits beyond the key tiles get no keys and are combined
+    correctly (checked in the simulator for every split-K phase), but they are still launched, so
+    leave ``splits=0`` (planned from the keys and the SM count) unless measuring. NumPy arrays in →
+    NumPy array out; numba device arrays in → device array out. Input rules and errors: see the
+    module docstring.
+    """
+    if nonfinite not in ("propagate", "raise"):
+        raise AttentionInputError(f"nonfinite must be 'propagate' or 'raise'; got {nonfinite!r}")
+    problem, ph, resolved, _why = _plan(q, k, v, causal, scale, phase, allow_tf32, params)
+    if problem is None:
+        return _empty_output(q, tuple(q.shape))
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
     if nonfinite == "raise":
         for name, a in (("q", q), ("k", k), ("v", v)):
             check_finite(name, a)
+    _check_host_memory(problem, (q, k, v))
     q, k, v = (_contiguous(n, a) for n, a in (("q", q), ("k", k), ("v", v)))
     on_device = is_device_array(q)
     from numba_attn.measure import limits

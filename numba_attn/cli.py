@@ -155,6 +155,17 @@ def _check_ranges(args):
             raise SystemExit(f"{flag} must be >= {lo}, got {val}")
     if getattr(args, "budget", None) is not None and args.budget <= 0:
         raise SystemExit(f"--budget must be > 0 seconds, got {args.budget}")
+    _check_seconds(args)
+
+
+def _check_seconds(args):
+    """--timeout (0: no limit, in-process) and --max-total: finite numbers of seconds >= 0."""
+    from numba_attn.spec.errors import check_positive_float
+
+    for flag, attr in (("--timeout", "timeout"), ("--max-total", "max_total")):
+        val = getattr(args, attr, None)
+        if val is not None:
+            check_positive_float(f"{flag} (seconds; 0: no limit)", val, allow_zero=True)
 
 
 def _problems(args):
@@ -396,8 +407,10 @@ def cmd_run(args) -> int:
     if phases:
         for p in phases:
             get_phase(p)  # unknown names fail here, with suggestions
+    get_phase(args.baseline)  # --baseline: a phase name
     for name, over in _params(args).items():
-        get_phase(name).resolve_params(over)  # unknown phases/parameters fail here, before any launch
+        get_phase(name).resolve_params(over)  # unknown phases, parameters and bad values fail here, before any launch
+    seeds = _seeds(args.seeds)
     console = report.make_console()
     if nothing and not want_default and not be.IS_SIMULATOR:
         return _run_roadmap(args, be, phases, console)
@@ -411,7 +424,10 @@ def cmd_run(args) -> int:
         for x in peer_list:
             if x not in PEERS:
                 raise SystemExit(f"unknown peer {x!r}; peers: {', '.join(PEERS)}")
-    cfg = RunConfig(seeds=_seeds(args.seeds), params=_params(args),
+    from numba_attn.measure.results import check_writable
+
+    check_writable(results)  # a directory, a path that cannot be created: refused before any row
+    cfg = RunConfig(seeds=seeds, params=_params(args),
                     timeout_s=timeout or None, peers=not args.no_peers, results=results,
                     baseline=args.baseline, command="numba-attn " + " ".join(sys.argv[1:]),
                     timing=TimingConfig(budget_s=args.budget), ceilings=not args.no_ceilings and not be.IS_SIMULATOR,
@@ -470,13 +486,9 @@ def _run_roadmap(args, be, phases, console) -> int:
 
 
 def _seeds(text: str) -> tuple:
-    try:
-        seeds = tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError:
-        raise SystemExit(f"--seeds {text!r}: expected comma-separated integers, e.g. 1,2") from None
-    if not seeds:
-        raise SystemExit("--seeds: give at least one seed")
-    return seeds
+    from numba_attn.spec.errors import parse_seeds
+
+    return parse_seeds(text)  # integers >= 0, at least one
 
 
 def _run_setup(specs):
@@ -499,6 +511,7 @@ def cmd_bench(args) -> int:
     be = _select_backend(args)
     from numba_attn.report import table as report
 
+    _check_seconds(args)
     _run_setup(args.setup)
     b = bench.get(args.name)  # unknown names fail here
     problems = None
@@ -601,9 +614,12 @@ def main(argv=None) -> int:
         msg = exc.args[0] if exc.args else str(exc)
         print(f"numba-attn: {msg}", file=sys.stderr)
         return 2
-    except ValueError as exc:  # bad problem parameters (AttentionInputError), bad --param
+    except ValueError as exc:  # bad problem parameters (AttentionInputError), bad --param, a bad results file
         print(f"numba-attn: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a path that cannot be read or written (plots, cards, README)
+        print(f"numba-attn: {exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", file=sys.stderr)
+        return 1
     except Exception as exc:  # a missing GPU or CUDA toolkit: one line, no traceback
         name = type(exc).__name__
         if name == "NvvmSupportError":

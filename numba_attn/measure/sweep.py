@@ -12,8 +12,12 @@ its fraction of the measured ceiling that applies to it, and is appended to the 
 
 Once per run the events timing is cross-checked with a CUDA graph replay (``timing_check``;
 a disagreement beyond the spread is a warning). ``max_row_ms`` skips a phase whose time,
-scaled by FLOPs from its last row, would exceed it. With ``resume=True`` rows already in the
-file for the same source and environment (``env_key``) are not run again.
+scaled by FLOPs from its last row, would exceed it. With ``resume=True`` the OK rows already in
+the file for the same package source and environment (``env_key``), the same seeds and the same
+source of the phase's module (``phase_source_hash``: a phase registered from a user's module is
+covered too) are not run again; FAIL, ERROR, TIMEOUT and SKIP rows are. A run holds the results
+file's lock (:func:`~numba_attn.measure.results.results_lock`) from reading it to its last row,
+so two runs on one file take turns instead of measuring the same rows twice.
 """
 from __future__ import annotations
 
@@ -31,7 +35,8 @@ from numba_attn.measure.config import RunConfig, config_to_dict
 from numba_attn.measure.env import env_key, environment
 from numba_attn.measure.isolation import WorkerProcess, call_setup, run_task
 from numba_attn.measure.peers import measure_peer, peer_names
-from numba_attn.measure.results import ResultsWriter, resumable_rows, row_key, task_key
+from numba_attn.measure.results import (ResultsWriter, results_lock, resumable_rows, row_key,
+                                       source_hash_of, task_key)
 from numba_attn.measure.row import measure
 from numba_attn.measure.status import ERROR, OK, SKIP
 
@@ -52,15 +57,16 @@ def run(phases=None, problems=None, *, config: RunConfig | None = None, progress
         call_setup(spec)
     plist = resolve_phases(phases)
     problems = list(problems) if problems is not None else PRESETS["tiny"]
-    sweep = Sweep(cfg, progress=progress, warn=warn)
-    tasks = plan_tasks(plist, problems, sweep.peers, select)
-    try:
-        if cfg.ceilings:
-            sweep.measure_ceilings()
-        for idx, (kind, name, prob) in enumerate(tasks):
-            sweep.run_task(idx, len(tasks), kind, name, prob)
-    finally:
-        sweep.close()
+    with results_lock(cfg.results, warn or _warn_stderr):
+        sweep = Sweep(cfg, progress=progress, warn=warn)
+        tasks = plan_tasks(plist, problems, sweep.peers, select)
+        try:
+            if cfg.ceilings:
+                sweep.measure_ceilings()
+            for idx, (kind, name, prob) in enumerate(tasks):
+                sweep.run_task(idx, len(tasks), kind, name, prob)
+        finally:
+            sweep.close()
     return sweep.rows
 
 
@@ -155,6 +161,15 @@ class Sweep:
         if self.worker is not None:
             self.worker.close()
 
+    def code_hash(self, kind, name) -> str | None:
+        """The source hash of a phase's module (None for peers: the package hash covers them)."""
+        if kind != "phase":
+            return None
+        try:
+            return source_hash_of(get_phase(name).module)
+        except KeyError:
+            return None
+
     def stamp(self, row):
         row["run_id"] = self.run_id
         row["env_key"] = self.env_key
@@ -196,7 +211,8 @@ class Sweep:
 
     def run_task(self, idx: int, n: int, kind: str, name: str, prob: Problem):
         params_req = self.cfg.params.get(name, {}) if kind == "phase" else {}
-        key = task_key(kind, name, prob, params_req)
+        code = self.code_hash(kind, name)
+        key = task_key(kind, name, prob, params_req, self.cfg.seeds, code)
         self._report(idx, n, None, name, prob)
         if key in self.done:
             row = dict(self.done[key])
@@ -209,6 +225,9 @@ class Sweep:
         row = _stub_row(kind, name, prob, {"status": SKIP, "reason": reason}) if reason else \
             self.measure_row(kind, name, prob)
         row["requested_params"] = params_req
+        row["requested_seeds"] = list(self.cfg.seeds)
+        if code is not None:
+            row["phase_source_hash"] = code
         row["wall_s"] = time.perf_counter() - t0
         self.stamp(row)
         self.annotate(kind, name, prob, row)

@@ -26,19 +26,74 @@ see them; it must return a concrete value unchanged. :meth:`Phase.plan` puts
 the parameters that ran in ``Launch.params`` and the runner records those. Tile sizes must reach the kernel as compile-time constants:
 build kernels in a factory that closes over them and cache the factory
 (``functools.cache``) so each configuration compiles once.
+
+Parameter values are checked before ``resolve`` sees them (:meth:`Phase.resolve_params`): a
+parameter whose default is a positive integer takes integers >= 1, one whose default is 0
+("automatic") integers >= 0, a bool default True/False (or 0/1); the on/off switches and the
+few parameters with another range are listed in :data:`PARAM_RANGES`. A wrong value is an
+``AttentionInputError`` naming the phase, the parameter and the allowed values.
+
+``requires_cc`` states the compute capability a phase's kernels need: ``(major, minor)`` is a
+minimum (e.g. ``(8, 0)`` for cp.async), a string ``"sm_90a"`` an architecture-specific target
+that runs only on exactly that compute capability (wgmma). :meth:`Phase.supports` refuses a
+device that does not have it; the simulator counts as the GPU it emulates, compute capability
+:data:`SIMULATED_CC` (9.0, the H200 of the committed results).
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
 from numba_attn.gpu import backend  # noqa: F401  (chooses CUDA or the simulator before any phase imports numba)
-from numba_attn.spec.errors import UnknownPhaseError
+from numba_attn.spec.errors import AttentionInputError, UnknownPhaseError, check_bool, check_int
 
 _REGISTRY: dict[str, "Phase"] = {}
+
+# Parameters whose range the generic rule (default > 0: >= 1; default 0: >= 0) does not give:
+# on/off switches wherever they appear, and the few with a documented range.
+_FLAG = (0, 1)
+PARAM_RANGES: dict[str, tuple] = {
+    "heavy_first": _FLAG, "dynamic_smem": _FLAG, "l2_prefetch": _FLAG, "even": _FLAG, "fixed_combine": _FLAG,
+    "pdl": (0, 3),  # 0 plain launch, 1..3 where the combine is released (decode_mma)
+    "fuse_max": (0, None),  # 0: always a separate combine kernel
+}
+
+# The compute capability the simulator stands for (the device the committed results come from).
+SIMULATED_CC = (9, 0)
+
+
+@functools.cache
+def device_cc() -> tuple | None:
+    """The current device's compute capability; :data:`SIMULATED_CC` in the simulator; None when
+    no device can be asked (then no phase is refused for its compute capability)."""
+    if backend.IS_SIMULATOR:
+        return SIMULATED_CC
+    try:
+        from numba import cuda
+
+        return tuple(cuda.get_current_device().compute_capability)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def cc_reason(requires_cc, cc) -> str | None:
+    """Why a device of compute capability ``cc`` cannot run a phase needing ``requires_cc``."""
+    if requires_cc is None or cc is None:
+        return None
+    have = f"sm_{cc[0]}{cc[1]}"
+    if isinstance(requires_cc, str):  # "sm_90a": exactly that compute capability
+        digits = requires_cc.removeprefix("sm_").rstrip("a")
+        need = (int(digits[:-1]), int(digits[-1]))
+        if tuple(cc) != need:
+            return f"needs compute capability {need[0]}.{need[1]} exactly ({requires_cc}); the device is {have}"
+        return None
+    if tuple(cc) < tuple(requires_cc):
+        return f"needs compute capability >= {requires_cc[0]}.{requires_cc[1]}; the device is {have}"
+    return None
 
 
 @dataclass
@@ -77,19 +132,30 @@ class Phase:
     extra_supports: Callable | None = None
     resolver: Callable | None = None  # resolve(problem, **params) -> params with automatic values chosen
     module: str = ""
+    requires_cc: tuple | str | None = None  # (major, minor) minimum, or "sm_90a": exactly that target
 
     def supports(self, problem, **params) -> str | None:
-        """None when the phase can run ``problem``; otherwise the reason it cannot."""
-        reason = self._supports_base(problem)
-        if reason:
-            return reason
+        """None when the phase can run ``problem``; otherwise the reason it cannot. A ``supports``
+        or ``resolve`` that raises anything but ``ValueError`` is a bug of this phase alone: the
+        answer is ``"unsupported: bug in supports(): ..."``, never an exception."""
         try:
-            params = self.resolve(problem, params)
-        except ValueError as exc:
-            return str(exc)
-        if self.extra_supports is not None:
-            return self.extra_supports(problem, **params)
-        return None
+            reason = self._supports_base(problem)
+            if reason:
+                return reason
+            try:
+                params = self.resolve(problem, params)
+            except ValueError as exc:
+                return str(exc)
+            if self.extra_supports is not None:
+                return self.extra_supports(problem, **params)
+            return None
+        except Exception as exc:  # noqa: BLE001
+            return f"unsupported: bug in supports(): {type(exc).__name__}: {exc}"
+
+    @property
+    def is_builtin(self) -> bool:
+        """A phase of the package itself (not registered from a user's module or the test fixtures)."""
+        return self.module.startswith("numba_attn.phases.")
 
     def _supports_base(self, problem) -> str | None:
         if problem.dtype not in self.dtypes:
@@ -99,7 +165,7 @@ class Phase:
                     f"(supports {', '.join(map(str, self.head_dims))})")
         if problem.causal and not self.causal:
             return "causal masking not supported"
-        return None
+        return cc_reason(self.requires_cc, device_cc())
 
     def resolve(self, problem, overrides: dict | None = None) -> dict:
         """Every parameter with the value that runs ``problem``: the defaults, the
@@ -114,9 +180,9 @@ class Phase:
         p = dict(self.params)
         for key, val in (overrides or {}).items():
             if key not in p:
-                raise ValueError(f"phase {self.name!r} has no parameter {key!r} "
-                                 f"(parameters: {', '.join(p) or 'none'})")
-            p[key] = type(p[key])(val) if p[key] is not None else val
+                raise AttentionInputError(f"phase {self.name!r} has no parameter {key!r} "
+                                          f"(parameters: {', '.join(p) or 'none'})")
+            p[key] = check_param(self.name, key, p[key], val)
         return p
 
     def plan(self, problem, **overrides) -> Launch:
@@ -142,9 +208,33 @@ class Phase:
         return f"<Phase {self.order:g} {self.name!r}: {self.title}>"
 
 
+def check_param(phase: str, key: str, default, value):
+    """``value`` for the parameter ``key`` of ``phase`` (default ``default``), typed like the
+    default and in its range (see the module docstring); else an ``AttentionInputError``."""
+    name = f"parameter {key} of phase {phase!r}"
+    if default is None:
+        return value
+    if key in PARAM_RANGES:
+        lo, hi = PARAM_RANGES[key]
+        out = check_int(name, value, lo, hi)
+        return bool(out) if isinstance(default, bool) else out
+    if isinstance(default, bool):
+        return check_bool(name, value)
+    if isinstance(default, int):
+        return check_int(name, value, 1 if default > 0 else 0)
+    if isinstance(default, float):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise AttentionInputError(f"{name} must be a number; got {value!r}") from None
+    if isinstance(default, str) and not isinstance(value, str):
+        raise AttentionInputError(f"{name} must be a string; got {value!r}")
+    return value
+
+
 def register_phase(*, name, order, title, parent, description, lineage, planned_speedup,
                    dtypes=("float32", "float16"), head_dims=None, causal=True, kind="prefill",
-                   precision=None, sim_params=None, supports=None, resolve=None):
+                   precision=None, sim_params=None, supports=None, resolve=None, requires_cc=None):
     """Decorator registering a phase builder (see the module docstring)."""
 
     def deco(fn):
@@ -158,7 +248,7 @@ def register_phase(*, name, order, title, parent, description, lineage, planned_
             lineage=lineage, planned_speedup=planned_speedup, build=fn, params=params,
             dtypes=tuple(dtypes), head_dims=tuple(head_dims) if head_dims else None, causal=causal,
             kind=kind, precision=precision, sim_params=dict(sim_params or {}), extra_supports=supports,
-            resolver=resolve, module=fn.__module__)
+            resolver=resolve, module=fn.__module__, requires_cc=requires_cc)
         return fn
 
     return deco

@@ -127,3 +127,72 @@ def check_finite(name, a) -> None:
         raise AttentionInputError(f"{name} contains {int(bad.sum())} NaN/Inf value(s), the first at {idx} "
                                   f"({host[idx]}); nonfinite='raise' refuses them (the default 'propagate' "
                                   f"returns NaN where the float64 reference does)")
+
+
+# -- scalar arguments: one rule each, shared by attention(), the registry and the CLI ------------
+
+
+def check_bool(name, value) -> bool:
+    """``value`` as a bool: True/False (NumPy's bool too) or the integers 0 and 1. Strings such as
+    ``"False"`` are refused (``bool("False")`` is True: a silent causal mask)."""
+    import numpy as np
+
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)) and value in (0, 1):
+        return bool(value)
+    raise AttentionInputError(f"{name} must be a bool (True or False); got {value!r}")
+
+
+def check_int(name, value, minimum=None, maximum=None) -> int:
+    """``value`` as an int in [minimum, maximum]; integral floats are accepted, anything else
+    (strings, None, 16.5, bools) is refused naming ``name`` and the allowed range."""
+    import numpy as np
+
+    allowed = "an integer" + (f" >= {minimum}" if minimum is not None and maximum is None else "") + \
+        (f" in [{minimum}, {maximum}]" if minimum is not None and maximum is not None else "")
+    if isinstance(value, (bool, np.bool_)) and not (minimum == 0 and maximum == 1):
+        raise AttentionInputError(f"{name} must be {allowed}; got {value!r}")
+    if isinstance(value, (int, np.integer)):
+        out = int(value)
+    elif isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
+        out = int(value)
+    else:
+        raise AttentionInputError(f"{name} must be {allowed}; got {value!r}")
+    if (minimum is not None and out < minimum) or (maximum is not None and out > maximum):
+        raise AttentionInputError(f"{name} must be {allowed}; got {out}")
+    return out
+
+
+def check_positive_float(name, value, allow_zero=False) -> float:
+    """``value`` as a finite float > 0 (>= 0 with ``allow_zero``)."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        out = float("nan")
+    if isinstance(value, bool) or not math.isfinite(out) or out < 0 or (out == 0 and not allow_zero):
+        raise AttentionInputError(f"{name} must be a finite number {'>=' if allow_zero else '>'} 0; got {value!r}")
+    return out
+
+
+def parse_seeds(text: str) -> tuple:
+    """``--seeds``: comma-separated integers >= 0 (NumPy seeds), at least one."""
+    try:
+        seeds = tuple(int(s) for s in str(text).split(",") if s.strip())
+    except ValueError:
+        raise AttentionInputError(f"--seeds {text!r}: expected comma-separated integers >= 0, e.g. 1,2") from None
+    if not seeds:
+        raise AttentionInputError("--seeds: give at least one seed (integers >= 0, e.g. 1,2)")
+    bad = [s for s in seeds if s < 0]
+    if bad:
+        raise AttentionInputError(f"--seeds {text!r}: seeds must be integers >= 0; got {bad[0]}")
+    return seeds
+
+
+class ResultsFileError(ValueError):
+    """A results file that cannot be read or written: the message names the file (and the line)."""
+
+    def __init__(self, path, why, line: int | None = None):
+        where = f"{path}:{line}" if line is not None else f"{path}"
+        super().__init__(f"{where}: {why}")
+        self.path, self.line = path, line

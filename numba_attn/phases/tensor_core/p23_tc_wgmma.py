@@ -55,6 +55,7 @@ def _supports(problem, warpgroups, Bc, stages):
 @register_phase(
     name="tc_wgmma", order=23, title="Tensor cores: Hopper wgmma, K/V straight from swizzled shared memory",
     parent="tc_pipelined",
+    requires_cc="sm_90a",
     description="""
         tc_pipelined's cp.async ring and on-fragment softmax, multiplied with Hopper's
         warpgroup MMA: each warpgroup (4 warps, 64 query rows) issues wgmma.mma_async

@@ -42,6 +42,7 @@ def _supports(problem, warpgroups, Bc, stages):
     name="tc_wgmma_overlap", order=24,
     title="Tensor cores: wgmma with the next tile's Q·Kᵀ in flight during the softmax",
     parent="tc_wgmma",
+    requires_cc="sm_90a",
     description="""
         tc_wgmma with FlashAttention-3's intra-warpgroup pipelining: the wgmma for the next
         tile's scores is issued before this tile's softmax and P·V, and one wait_group
