@@ -91,6 +91,9 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: b
 def _supports(problem, Br, Bc, SEG, loader_warps):
     if loader_warps < 1:
         return f"loader_warps={loader_warps}: at least one loader warp"
+    if problem.head_dim > 192:
+        return (f"head_dim {problem.head_dim} > 192: the launch runs out of resources on an H100 at 256 "
+                f"(measured; experiments/2026-11-22-head-dims/)")
     return segment_reason(problem, Br, SEG, loader_warps, vec4=True) or smem_reason(4 * smem_floats(problem.head_dim, Br, Bc))
 
 
