@@ -49,15 +49,13 @@ def test_bad_input_is_refused_before_any_launch(case, kw, msg):
 
 
 def test_unsupported_head_dim_names_the_phases_that_can():
-    from numba_attn.phases.registry import get_phase
+    import dataclasses
 
-    ph = next((p for p in (get_phase(n) for n in ("tc_mma", "naive")) if p.head_dims), None)
-    if ph is None:
-        pytest.skip("no registered phase restricts head_dim")
-    bad_d = 8 if 8 not in ph.head_dims else 12
-    q = np.ones((1, 1, 4, bad_d), ph.dtypes[0])
-    with pytest.raises(AttentionInputError, match=rf"head_dim {bad_d} not supported.*Phases that can: "):
-        attention(q, q, q, phase=ph.name)
+    only64 = dataclasses.replace(TRAP, name="trap_d64", head_dims=(64,))
+    q = np.ones((1, 1, 4, 8), np.float32)
+    with temporary_phases(only64):
+        with pytest.raises(AttentionInputError, match=r"head_dim 8 not supported.*Phases that can: "):
+            attention(q, q, q, phase="trap_d64")
 
 
 def test_unknown_phase_and_parameter():
