@@ -25,6 +25,7 @@ ROADMAP = "results/roadmap-nvidia-h200.jsonl"
 TENSOR_CORE = "results/tensor-core-nvidia-h200.jsonl"
 DECODE = "results/decode-nvidia-h200.jsonl"
 LONG_CONTEXT = "results/long-context-nvidia-h200.jsonl"
+HEAD_DIMS = "results/head-dims-nvidia-h100.jsonl"
 
 ROADMAP_SHAPE = "B1 H32 N4096 D64"
 
@@ -170,6 +171,31 @@ def long_context_table() -> str:
     return _versus_table(LONG_CONTEXT, ["tc_wgmma"], "torch_sdpa", problems=("fp16",))
 
 
+def head_dims_table() -> str:
+    """What ``phase=None`` runs at fp16 B1 H32 N4096 for every head dim in the file (one run per head
+    dim), beside SDPA in the same run; TFLOP/s relative to the phase's own at D=128."""
+    rows = rec.load(rec.repo_path(HEAD_DIMS))
+    env = next((r for r in rows if r.get("type") == "env"), {})
+    found = {}
+    for r in rows:
+        if r.get("type") != "env" and _ok(r):
+            found.setdefault(r["problem"]["head_dim"], {})["sdpa" if r["phase"].startswith("torch_sdpa") else "phase"] = r
+    ref = (found.get(128) or {}).get("phase")
+    out = [_env_line(env, HEAD_DIMS).replace(f", command `{_command(env.get('command'))}`", "")
+           + " One run per head dim (`numba-attn run --phases <the phase phase=None picks> -B 1 -H 32 -N 4096 "
+           "-D <head_dim> --dtype float16 --peers torch_sdpa`).", "",
+           "| head_dim | phase=None runs | time | TFLOP/s | per FLOP vs D=128 | SDPA | SDPA time / phase |",
+           "|---:|---|---:|---:|---:|---:|---:|"]
+    for D in sorted(found):
+        ph, sd = found[D].get("phase"), found[D].get("sdpa")
+        if not ph:
+            continue
+        rel = f"{ph['tflops'] / ref['tflops']:.2f}" if ref and ph.get("tflops") else "—"
+        out.append(f"| {D} | `{ph['phase']}` | {rec.fmt_ms(ph['time_ms'])} | {rec.fmt_sig(ph.get('tflops'))} | {rel} | "
+                   + (f"{rec.fmt_ms(sd['time_ms'])} | {sd['time_ms'] / ph['time_ms']:.2f}× |" if sd else "— | — |"))
+    return "\n".join(out)
+
+
 def columns_table() -> str:
     """What each column and mark of the run table means (also ``numba-attn run --explain-columns``)."""
     from numba_attn.report.table import columns_markdown
@@ -184,6 +210,7 @@ TABLES = {
     "tensor-core": tensor_core_table,
     "long-context": long_context_table,
     "decode": decode_table,
+    "head-dims": head_dims_table,
 }
 
 _BLOCK = re.compile(r"(<!-- table:([\w-]+) start -->\n)(.*?)(<!-- table:\2 end -->)", re.S)
