@@ -133,6 +133,7 @@ class Phase:
     resolver: Callable | None = None  # resolve(problem, **params) -> params with automatic values chosen
     module: str = ""
     requires_cc: tuple | str | None = None  # (major, minor) minimum, or "sm_90a": exactly that target
+    space: dict = field(default_factory=dict)  # tunable parameter → values to try (see expand_space)
 
     def supports(self, problem, **params) -> str | None:
         """None when the phase can run ``problem``; otherwise the reason it cannot. A ``supports``
@@ -234,7 +235,7 @@ def check_param(phase: str, key: str, default, value):
 
 def register_phase(*, name, order, title, parent, description, lineage, planned_speedup,
                    dtypes=("float32", "float16"), head_dims=None, causal=True, kind="prefill",
-                   precision=None, sim_params=None, supports=None, resolve=None, requires_cc=None):
+                   precision=None, sim_params=None, supports=None, resolve=None, requires_cc=None, space=None):
     """Decorator registering a phase builder (see the module docstring)."""
 
     def deco(fn):
@@ -248,10 +249,67 @@ def register_phase(*, name, order, title, parent, description, lineage, planned_
             lineage=lineage, planned_speedup=planned_speedup, build=fn, params=params,
             dtypes=tuple(dtypes), head_dims=tuple(head_dims) if head_dims else None, causal=causal,
             kind=kind, precision=precision, sim_params=dict(sim_params or {}), extra_supports=supports,
-            resolver=resolve, module=fn.__module__, requires_cc=requires_cc)
+            resolver=resolve, module=fn.__module__, requires_cc=requires_cc,
+            space=dict(space or {}))
+        unknown = [k for k in _REGISTRY[name].space if k != "where" and k not in params]
+        if unknown:
+            raise ValueError(f"phase {name!r}: space names unknown parameters {unknown}")
         return fn
 
     return deco
+
+
+def expand_values(spec) -> list:
+    """The values of one parameter's space: a list/tuple of values, a ``range``, or
+    ``{"pow2": (lo, hi)}`` (the powers of two from lo to hi)."""
+    if isinstance(spec, dict) and set(spec) == {"pow2"}:
+        lo, hi = spec["pow2"]
+        out, v = [], 1
+        while v <= hi:
+            if v >= lo:
+                out.append(v)
+            v *= 2
+        return out
+    if isinstance(spec, (list, tuple, range)):
+        return list(spec)
+    raise ValueError(f"a parameter space is a list of values, a range or {{'pow2': (lo, hi)}}; got {spec!r}")
+
+
+def candidate_configs(phase: "Phase", problem, space: dict | None = None, fixed: dict | None = None) -> list[dict]:
+    """The configurations of ``phase`` worth measuring on ``problem``, the default first.
+
+    ``space`` (default: the phase's declared :attr:`Phase.space`) maps a tunable parameter to its
+    values (:func:`expand_values`); the optional key ``"where"`` is a constraint
+    ``where(problem, params) -> bool`` on the requested values. Parameters outside the space keep
+    their defaults (or the ``fixed`` values). Every combination is resolved (``resolve``: a
+    ``ValueError`` drops it) and pruned by ``supports()``; combinations that resolve to the same
+    concrete parameters are measured once (the first, in declaration order, is kept). Each returned
+    dict holds the requested values (what a row records as ``requested_params``)."""
+    import itertools
+
+    space = dict(phase.space if space is None else space)
+    where = space.pop("where", None)
+    fixed = dict(fixed or {})
+    names = [k for k in space if k not in fixed]
+    grids = [expand_values(space[k]) for k in names]
+    out, seen = [], set()
+    combos = [dict(fixed)] + [{**fixed, **dict(zip(names, vals))} for vals in itertools.product(*grids)]
+    for req in combos:
+        try:
+            checked = phase.resolve_params(req)
+            if where is not None and not where(problem, checked):
+                continue
+            if phase.supports(problem, **checked) is not None:
+                continue
+            concrete = phase.resolve(problem, checked)
+        except (ValueError, TypeError):
+            continue
+        key = tuple(sorted((k, repr(v)) for k, v in concrete.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(req)
+    return out
 
 
 def _load_all():

@@ -65,6 +65,7 @@ def make_kernel(D: int, THREADS: int, causal: bool):
     lineage="Online softmax (Milakov & Gimelshein 2018) fused into attention, as in "
             "FlashAttention (Dao et al. 2022) before tiling",
     planned_speedup=4.0,
+    space={"threads": [32, 64, 128, 256]},
 )
 def fused_rowwise(problem, threads=128):
     kern = make_kernel(problem.head_dim, threads, problem.causal)

@@ -79,6 +79,7 @@ def _supports(problem, Br, Bc):
     """,
     lineage="FlashAttention-1 (Dao et al. 2022), Algorithm 1: K_j, V_j tiles in SRAM",
     planned_speedup=6.0,
+    space={"Br": [16, 32, 64, 128], "Bc": [16, 32, 64, 128]},
     sim_params={"Br": 16, "Bc": 16},
     supports=_supports,
 )

@@ -94,6 +94,7 @@ def _supports(problem, Br, Bc, SEG):
     lineage="Splitting the head dimension across threads, as in FlashAttention-2's "
             "work partitioning (Dao 2023) but without sharing the scores",
     planned_speedup=7.0,
+    space={"Br": [32, 64, 128], "Bc": [16, 32, 64], "SEG": [8, 16, 32, 64, 128]},
     sim_params={"Br": 32, "Bc": 16, "SEG": 8},
     supports=_supports,
     resolve=resolve_seg,

@@ -90,6 +90,7 @@ def _supports(problem, Br, Bc, SEG):
     lineage="Ping-pong shared buffers with one __syncthreads per tile (standard CUDA "
             "tiling practice, e.g. CUTLASS's two-stage mainloop)",
     planned_speedup=7.5,
+    space={"Br": [32, 64, 128], "Bc": [16, 32, 64], "SEG": [8, 16, 32, 64, 128]},
     sim_params={"Br": 32, "Bc": 16, "SEG": 8},
     supports=_supports,
     resolve=resolve_seg,

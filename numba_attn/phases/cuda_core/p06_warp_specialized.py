@@ -99,6 +99,7 @@ def _supports(problem, Br, Bc, SEG, loader_warps):
     lineage="Warp specialization (producer/consumer warps): CudaDMA (Bauer et al. 2011), "
             "FlashAttention-3 (Shah et al. 2024) on Hopper",
     planned_speedup=8.0,
+    space={"Br": [32, 64, 128], "Bc": [16, 32, 64], "SEG": [16, 32, 64], "loader_warps": [1, 2]},
     sim_params={"Br": 32, "Bc": 16, "SEG": 8, "loader_warps": 1},
     supports=_supports,
     resolve=resolve_seg,

@@ -108,6 +108,7 @@ def _supports(problem, Br, Bc, SEG, loader_warps):
     lineage="Vectorized memory access (CUDA best-practices: 128-bit loads) and shared-memory "
             "padding against bank conflicts",
     planned_speedup=14.0,
+    space={"Br": [32, 64, 128], "Bc": [16, 32, 64], "SEG": [16, 32, 64], "loader_warps": [1, 2]},
     sim_params={"Br": 32, "Bc": 16, "SEG": 8, "loader_warps": 1},
     supports=_supports,
     resolve=resolve_seg,

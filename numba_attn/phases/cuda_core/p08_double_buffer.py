@@ -103,6 +103,7 @@ def _supports(problem, Br, Bc, SEG):
     lineage="Software pipelining with register staging (prefetch into registers, as in "
             "pre-Ampere CUTLASS and the SGEMM of Volkov & Demmel 2008)",
     planned_speedup=15.0,
+    space={"Br": [32, 64, 128], "Bc": [16, 32, 64], "SEG": [16, 32, 64, 128]},
     sim_params={"Br": 32, "Bc": 16, "SEG": 8},
     supports=_supports,
     resolve=resolve_seg,

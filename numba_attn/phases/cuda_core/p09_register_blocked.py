@@ -65,6 +65,7 @@ def _supports(problem, Br, Bc, TM, TN, maxreg):
     lineage="Register blocking of SGEMM (Volkov & Demmel 2008; CUTLASS thread-level tiles) "
             "applied to both GEMMs of FlashAttention-2 (Dao 2023) on CUDA cores",
     planned_speedup=60.0,
+    space={"Br": [64, 128], "Bc": [16, 32, 64], "TM": [2, 4, 8], "TN": [0, 4, 8]},
     sim_params={"Br": 32, "Bc": 16, "TM": 4, "TN": 4, "maxreg": 0},
     supports=_supports,
     resolve=resolve_register_blocked,

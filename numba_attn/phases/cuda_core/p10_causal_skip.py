@@ -47,6 +47,7 @@ def _supports(problem, Br, Bc, TM, TN, maxreg, heavy_first):
     lineage="Causal tile skipping of FlashAttention-2 (Dao 2023): masking only the "
             "diagonal blocks, longest blocks scheduled first",
     planned_speedup=65.0,
+    space={"Br": [64, 128], "Bc": [16, 32, 64], "TM": [2, 4, 8], "TN": [0, 4, 8], "heavy_first": [0, 1]},
     sim_params={"Br": 32, "Bc": 16, "TM": 4, "TN": 4, "maxreg": 0, "heavy_first": 1},
     supports=_supports,
     resolve=resolve_register_blocked,

@@ -123,6 +123,7 @@ def _resolve(problem, **params):
     lineage="Split-KV / Flash-Decoding (Dao et al. 2023) applied to prefill chunks; "
             "FlashAttention-2 num_splits heuristic",
     planned_speedup=6.0,
+    space={"Br": [32, 64, 128], "Bc": [16, 32, 64], "splits": [0, 2, 4, 8]},
     sim_params={"Br": 16, "Bc": 16, "splits": 3},
     supports=_supports,
     resolve=_resolve,

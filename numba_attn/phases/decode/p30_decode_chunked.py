@@ -107,6 +107,7 @@ def _supports(problem, warps, lanes, rows, keys):
     lineage="Decode attention as a batched GEMV (vLLM PagedAttention v1, Kwon et al. 2023; "
             "FlashInfer decode kernels), online softmax per warp and a block merge",
     planned_speedup=20.0,
+    space={"warps": [4, 8], "rows": [1, 2, 4, 8], "keys": [0, 1, 2, 4]},
     sim_params={"warps": 2},
     supports=_supports,
     resolve=_resolve,

@@ -37,6 +37,7 @@ from numba_attn.phases.registry import register_phase
     lineage="Flash-Decoding (Dao et al. 2023) with the last-block reduction of the CUDA "
             "threadFenceReduction sample / CUTLASS serial split-K",
     planned_speedup=42.0,
+    space={"warps": [4, 8], "rows": [2, 4], "keys": [0, 1, 2, 4], "splits": [0, 4, 8, 16, 32]},
     sim_params={"warps": 2, "splits": 3},
     supports=check_decode,
     resolve=resolve_split,

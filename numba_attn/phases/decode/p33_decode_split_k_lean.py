@@ -193,6 +193,7 @@ def make_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
     lineage="Flash-Decoding (Dao et al. 2023); reduce-scatter/all-gather all-reduce (Rabenseifner); "
             "FlashAttention-2 exp2 scaling; lazy rescaling (FlashAttention-3 / FlashInfer)",
     planned_speedup=45.0,
+    space={"warps": [4, 8], "keys": [0, 1, 2, 4], "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4]},
     sim_params={"warps": 2, "splits": 3},
     supports=check_split,
     resolve=resolve_split,

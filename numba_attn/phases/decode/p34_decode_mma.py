@@ -359,6 +359,7 @@ def _resolve(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_m
     lineage="FlashInfer / FlashDecoding++ GQA decode on tensor cores (query heads of a group "
             "as the M dimension); FlashAttention-2 fragments",
     planned_speedup=60.0,
+    space={"warps": [2, 4, 8], "Bc": [16, 32], "stages": [2, 3, 4], "splits": [0, 8, 16, 32, 64]},
     requires_cc=(8, 0),  # cp.async, ldmatrix, mma.sync
     dtypes=("float16",),
     sim_params={"warps": 2, "Bc": 16, "stages": 2, "splits": 3},

@@ -207,6 +207,7 @@ def _supports(problem, warps, Bc):
     lineage="FlashAttention-2 (Dao 2023): warps split Q, P kept in registers; "
             "PTX mma.sync m16n8k16 fragment layouts",
     planned_speedup=60.0,
+    space={"warps": [4, 8], "Bc": [0, 32, 64]},
     requires_cc=(8, 0),  # cp.async, ldmatrix, mma.sync
     dtypes=("float16", "bfloat16"),
     head_dims=None,

@@ -289,6 +289,7 @@ def _supports(problem, warps, Bc, stages, m_tiles, maxreg, dynamic_smem):
     lineage="FlashAttention-2 (Dao 2023) as implemented with CUTLASS/CuTe on Ampere/Hopper "
             "(ldmatrix, cp.async pipelines, XOR-swizzled shared memory)",
     planned_speedup=100.0,
+    space={"warps": [0, 4, 8], "Bc": [0, 32, 64], "stages": [2, 3, 4]},
     requires_cc=(8, 0),  # cp.async, ldmatrix, mma.sync
     dtypes=("float16", "bfloat16"),
     head_dims=None,

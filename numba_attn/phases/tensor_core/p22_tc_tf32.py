@@ -218,6 +218,7 @@ def _supports(problem, warps, Bc, stages, maxreg):
     """,
     lineage="TF32 tensor cores (NVIDIA A100, 2020); FlashAttention-2 structure",
     planned_speedup=40.0,
+    space={"warps": [0, 4, 8], "Bc": [0, 32, 64], "stages": [2, 3]},
     requires_cc=(8, 0),  # cp.async, ldmatrix, mma.sync
     dtypes=("float32",),
     precision="tf32",

@@ -66,6 +66,7 @@ def _supports(problem, warpgroups, Bc, stages):
     lineage="FlashAttention-3 (Shah et al. 2024) and CUTLASS SM90 GMMA: wgmma with "
             "shared-memory descriptors, register-sourced P",
     planned_speedup=150.0,
+    space={"warpgroups": [0, 1, 2, 3], "Bc": [32, 64, 128], "stages": [2, 3, 4]},
     dtypes=("float16", "bfloat16"),
     head_dims=None,
     sim_params={"warpgroups": 1, "Bc": 16, "stages": 2},

@@ -50,6 +50,7 @@ def _supports(problem, warpgroups, Bc, stages):
     """,
     lineage="FlashAttention-3 (Shah et al. 2024), intra-warpgroup overlap of softmax and GEMMs",
     planned_speedup=170.0,
+    space={"warpgroups": [1, 2, 3], "Bc": [32, 64, 128], "stages": [2, 3, 4]},
     dtypes=("float16", "bfloat16"),
     head_dims=None,
     sim_params={"warpgroups": 1, "Bc": 16, "stages": 3},
