@@ -167,7 +167,11 @@ def choose_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = F
       cannot run (``supports()``, compute capability included), and never one that computes at a
       lower precision than the inputs (``tc_tf32``) unless ``allow_tf32=True``;
     * of the kind the problem needs: decode when q_len <= 8, else prefill;
-    * the fastest by the committed results (``results/*.jsonl``: OK rows with the default
+    * the phase the tuning cache (``numba-attn tune``, :mod:`numba_attn.measure.tune`) chose for
+      this GPU model and the problem's key (dtype, causal, head_dim, GQA group, decode or prefill,
+      kv_len bucket), when it is among the candidates; its parameters are the cache's too when
+      none are given (``explain()`` says "tuned (cache PATH)");
+    * else the fastest by the committed results (``results/*.jsonl``: OK rows with the default
       parameters, measured on this GPU model, same dtype, causal, head_dim and GQA group, at the
       nearest kv_len then q_len); otherwise the first supporting phase of the fixed preference
       per (kind, dtype): fp16/bf16 prefill ``tc_wgmma`` (sm_90a only), ``tc_pipelined``,
@@ -191,6 +195,9 @@ def choose_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = F
         raise AttentionInputError(f"no phase of the package supports {problem.label}{hint} "
                                   f"(name a phase with phase=... to run another one)")
     gpu = device_name()
+    hit = _tuned(problem, None, candidates, gpu)
+    if hit:
+        return hit[0], f"tuned (cache {hit[2]})"
     found = _measured_choice(problem, candidates, gpu)
     if found:
         return found
@@ -201,6 +208,25 @@ def choose_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = F
                            f"{' causal' if problem.causal else ''} (no committed results for {gpu} "
                            f"on this problem)")
     return candidates[-1], "the most optimized phase that supports the problem (roadmap order)"
+
+
+def _tuned(problem: Problem, phase, candidates=None, gpu=None):
+    """``(phase, params, cache path)`` from the tuning cache (:mod:`numba_attn.measure.tune`) for
+    ``problem`` on this GPU model: of ``phase``, or when None the key's best phase if it is among
+    ``candidates``; None when no entry matches or its parameters no longer run the problem."""
+    from numba_attn.measure.tune import cached_params
+
+    try:
+        hit = cached_params(problem, phase.name if phase is not None else None, gpu)
+        if hit is None:
+            return None
+        name, params, path = hit
+        ph = phase if phase is not None else next((p for p in candidates if p.name == name), None)
+        if ph is None or ph.supports(problem, **ph.resolve_params(params)) is not None:
+            return None
+        return ph, params, path
+    except (ValueError, TypeError, OSError):
+        return None
 
 
 def pick_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = False):
@@ -281,6 +307,11 @@ def _plan(q, k, v, causal, scale, phase, allow_tf32, params):
         ph, why = choose_phase(problem, allow_tf32=allow_tf32)
     else:
         why = "named by the caller"
+    if not params:  # no parameters given: the tuning cache's, when it has an entry for this problem
+        hit = _tuned(problem, ph)
+        if hit:
+            params = hit[1]
+            why += f"; parameters tuned (cache {hit[2]})"
     resolved = ph.resolve_params(params)  # AttentionInputError naming the parameter
     reason = ph.supports(problem, **resolved)
     if reason:
@@ -360,7 +391,7 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False
                                   f"inputs and output; {free / 2**30:.2f} GiB free")
     try:
         with limits.simulated_device_limits():
-            launch = ph.plan(problem, **params)
+            launch = ph.plan(problem, **resolved)  # resolved: the caller's or the tuning cache's parameters
             if on_device:
                 qd, kd, vd = q, k, v
             else:

@@ -23,6 +23,8 @@ Prototype GPU attention kernels with Numba, one measurable optimization at a tim
   numba-attn diff PHASE [--stat]       the source diff of a phase against its parent
   numba-attn card PHASE | --all        a phase's card (docs/phases/<name>.md)
   numba-attn readme [--check]          regenerate the README's tables from the committed results
+  numba-attn tune PHASE[,PHASE] [opts] measure a phase's parameter space, keep the best in the
+                                       tuning cache (--show prints it)
 
 `numba-attn COMMAND --help` for a command's options.
 """
@@ -55,15 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--explain-columns", action="store_true",
                    help="print what every column and mark of the table means, then exit")
     r.add_argument("--csv", default=None, metavar="PATH", help="also write the table's rows to PATH as CSV")
-    r.add_argument("--batch", "-B", type=int)
-    r.add_argument("--heads", "-H", type=int)
-    r.add_argument("--kv-heads", type=int)
-    r.add_argument("--q-len", "-N", type=int, help="query length (and kv length unless --kv-len)")
-    r.add_argument("--kv-len", type=int)
-    r.add_argument("--head-dim", "-D", type=int)
-    r.add_argument("--causal", action="store_true")
-    r.add_argument("--dtype", choices=["float32", "float16", "bfloat16"])
-    r.add_argument("--scale", type=float)
+    _shape_options(r)
     r.add_argument("--param", action="append", default=[], metavar="PHASE.NAME=VALUE",
                    help="override a phase's tunable parameter, e.g. smem_kv.Bc=64 (repeatable)")
     r.add_argument("--seeds", default="1,2", help="comma-separated input seeds for the correctness check")
@@ -120,10 +114,60 @@ def _parser() -> argparse.ArgumentParser:
     cd.add_argument("--check", action="store_true",
                     help="with --all: exit 1 when the files under --out (default docs/phases/) differ from a regeneration")
 
+    _tune_parser(sub)
+
     rd = sub.add_parser("readme", help="regenerate the README's result tables from the committed results files")
     rd.add_argument("--check", action="store_true", help="exit 1 when a table differs from its results file")
     rd.add_argument("--readme", default=None, help="the file to rewrite (default: README.md of the repository)")
     return ap
+
+
+def _shape_options(sp):
+    sp.add_argument("--batch", "-B", type=int)
+    sp.add_argument("--heads", "-H", type=int)
+    sp.add_argument("--kv-heads", type=int)
+    sp.add_argument("--q-len", "-N", type=int, help="query length (and kv length unless --kv-len)")
+    sp.add_argument("--kv-len", type=int)
+    sp.add_argument("--head-dim", "-D", type=int)
+    sp.add_argument("--causal", action="store_true")
+    sp.add_argument("--dtype", choices=["float32", "float16", "bfloat16"])
+    sp.add_argument("--scale", type=float)
+
+
+def _tune_parser(sub):
+    t = sub.add_parser("tune", help="measure a phase's parameter space on problems; keep the best in the tuning cache")
+    t.add_argument("phases", nargs="?", help="comma-separated phase names")
+    t.add_argument("--show", action="store_true", help="print the tuning cache and exit")
+    be = t.add_mutually_exclusive_group()
+    be.add_argument("--simulator", action="store_true", help="use the Numba CUDA simulator (CPU)")
+    be.add_argument("--gpu", action="store_true", help="require a real CUDA GPU")
+    t.add_argument("--preset", action="append", default=[], help="named problem set (repeatable), as for run")
+    _shape_options(t)
+    t.add_argument("--budget", default=None,
+                   help="configurations per (phase, problem), e.g. 40, or seconds in all, e.g. 30s (default: all)")
+    t.add_argument("--strategy", choices=["grid", "random", "bayes"], default="grid",
+                   help="grid: declared order; random: seeded shuffle; bayes: Optuna TPE (extra 'tune')")
+    t.add_argument("--workers", type=int, default=None,
+                   help="worker processes measuring side by side (default: one per visible GPU; 1 in the simulator)")
+    t.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",
+                   help="run the candidates on a Ray cluster (one actor per GPU; extra 'ray'); ADDRESS: the "
+                        "cluster's (default: auto, a local one when none runs)")
+    t.add_argument("--allow-mixed", action="store_true", help="with --ray: allow actors on different GPU models")
+    t.add_argument("--cache", default=None, help="tuning cache (default: $NUMBA_ATTN_TUNING_CACHE or "
+                                                 "<results dir>/tuning-cache.json)")
+    t.add_argument("--results", default=None, help="JSON-lines results file (default: <results dir>/tune-<gpu>.jsonl)")
+    t.add_argument("--seed", type=int, default=0, help="seed of the random and bayes strategies")
+    t.add_argument("--space", action="append", default=[], metavar="PHASE.NAME=V1,V2",
+                   help="replace the declared values of one parameter (repeatable)")
+    t.add_argument("--param", action="append", default=[], metavar="PHASE.NAME=VALUE",
+                   help="pin a parameter (not tuned; repeatable)")
+    t.add_argument("--seeds", default="1,2", help="comma-separated input seeds for the correctness check")
+    t.add_argument("--timeout", type=float, default=None,
+                   help="seconds per candidate before it is recorded TIMEOUT (default 600 on a GPU, 1800 in the "
+                        "simulator; 0 = in-process, only with one worker)")
+    t.add_argument("--timing-budget", type=float, default=1.0, help="seconds of timing per candidate (GPU)")
+    t.add_argument("--resume", action="store_true", help="skip candidates already measured in the results file")
+    _common(t)
 
 
 def _common(sp):
@@ -602,6 +646,127 @@ def cmd_readme(args) -> int:
     return readme.run(args.readme, args.check)
 
 
+def cmd_tune(args) -> int:
+    if args.show:
+        from numba_attn.measure.tune import TuningCache
+
+        print(TuningCache(args.cache).format())
+        return 0
+    if not args.phases:
+        raise SystemExit("tune: give phase names (PHASE[,PHASE...]), or --show")
+    be = _select_backend(args)
+    if args.gpu:
+        _check_cuda(be)
+    from numba_attn.measure import tune as tuning
+    from numba_attn.measure.config import RunConfig, default_results_dir
+    from numba_attn.measure.env import gpu_info
+    from numba_attn.measure.results import check_writable
+    from numba_attn.measure.timing import TimingConfig
+    from numba_attn.phases.registry import get_phase
+
+    make_worker = None
+    if args.ray is not None:
+        from numba_attn.measure import distributed
+
+        if not distributed.available():
+            print(f"numba-attn: {distributed.INSTALL_HINT}", file=sys.stderr)
+            return 2
+    _run_setup(args.setup)
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    for p in phases:
+        get_phase(p)
+    fixed = _params(args)
+    space = {}
+    for item in args.space:
+        m = re.fullmatch(r"([\w-]+)\.(\w+)=(.+)", item)
+        if not m:
+            raise SystemExit(f"--space {item!r}: expected PHASE.NAME=V1,V2, e.g. smem_kv.Bc=16,32")
+        ph, key, vals = m.groups()
+        space.setdefault(ph, {})[key] = [int(v) for v in vals.split(",")]
+    for name, sp in space.items():  # the named phase's other parameters keep their declared values
+        space[name] = {**{k: v for k, v in get_phase(name).space.items()}, **sp}
+    tuning.parse_budget(args.budget)  # a bad --budget fails here
+    if args.strategy == "bayes":
+        try:
+            import optuna  # noqa: F401
+        except ImportError:
+            print(f"numba-attn: {tuning.OPTUNA_HINT}", file=sys.stderr)
+            return 2
+    problems, _ = _problems(args)
+    workers = args.workers
+    if workers is None:
+        workers = 1 if be.IS_SIMULATOR else max(1, _visible_gpus())
+    if workers < 1:
+        raise SystemExit(f"--workers must be >= 1, got {workers}")
+    results = args.results or os.path.join(default_results_dir(), f"tune-{_slug(gpu_info()['gpu'])}.jsonl")
+    check_writable(results)
+    timeout = args.timeout if args.timeout is not None else (1800.0 if be.IS_SIMULATOR else 600.0)
+    if args.ray is not None:
+        from numba_attn.measure import distributed
+
+        pool = distributed.RayPool(args.ray, workers if args.workers else None, allow_mixed=args.allow_mixed,
+                                   setup=tuple(args.setup))
+        workers, make_worker = pool.size, pool.make_worker
+        print(f"ray: {pool.describe()}", flush=True)
+    cfg = RunConfig(seeds=_seeds(args.seeds), timeout_s=timeout or None, peers=False, results=results,
+                    command="numba-attn " + " ".join(sys.argv[1:]), timing=TimingConfig(budget_s=args.timing_budget),
+                    resume=args.resume, worker_setup=tuple(args.setup))
+    print(f"backend: {be.describe()}", flush=True)
+    print(f"problems: {'; '.join(p.label for p in problems)}", flush=True)
+    prog = TuneProgress()
+    try:
+        out = tuning.tune(phases, problems, config=cfg, budget=args.budget, strategy=args.strategy,
+                          workers=workers, cache=args.cache, seed=args.seed, space=space, fixed=fixed,
+                          progress=prog, make_worker=make_worker)
+    finally:
+        prog.close()
+    cache = tuning.TuningCache(args.cache)
+    for t in out:
+        ok = len(t.ok)
+        best = f"{t.best} ({t.rule})" if t.best is not None else f"none ({t.rule})"
+        print(f"{t.phase} [{t.problem.label}]: {len(t.measured)} of {t.candidates} candidates measured, {ok} OK; "
+              f"best {best}")
+    print(f"results appended to {results}")
+    print(f"tuning cache: {cache.path}")
+    return 0 if out and all(t.best is not None for t in out) else 1
+
+
+def _visible_gpus() -> int:
+    try:
+        from numba import cuda
+
+        return len(cuda.gpus)
+    except Exception:  # noqa: BLE001
+        return 1
+
+
+class TuneProgress(Progress):
+    """Progress of a tuning: each row named by its phase and requested parameters; the best so far
+    (least time; untimed in the simulator: the first OK configuration, the default when it is OK)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.best_cfg: dict = {}  # problem label → (time_ms or None, text)
+
+    def best_text(self, label) -> str:
+        if label in self.best_cfg:
+            ms, text = self.best_cfg[label]
+            return f"best {text}" + (f" {ms:.4g} ms" if ms else "")
+        return super().best_text(label)
+
+    def __call__(self, i, n, row, name, problem):
+        if row is not None and problem is not None:
+            req = row.get("requested_params") or {}
+            text = f"{name} {req}" if req else f"{name} (default)"
+            if row.get("status") == "OK":
+                ms = row.get("time_ms")
+                cur = self.best_cfg.get(problem.label)
+                if cur is None or (ms and (cur[0] is None or ms < cur[0])) or (not req and not ms):
+                    self.best_cfg[problem.label] = (ms, text)
+            name = text
+        return super().__call__(i, n, row, name, problem)
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     if args.cmd is None:
@@ -609,7 +774,7 @@ def main(argv=None) -> int:
         return 2
     try:
         return {"list": cmd_list, "run": cmd_run, "bench": cmd_bench, "compare": cmd_compare,
-                "plot": cmd_plot, "diff": cmd_diff, "card": cmd_card, "readme": cmd_readme}[args.cmd](args)
+                "plot": cmd_plot, "diff": cmd_diff, "card": cmd_card, "readme": cmd_readme, "tune": cmd_tune}[args.cmd](args)
     except KeyError as exc:  # unknown phase or benchmark names
         msg = exc.args[0] if exc.args else str(exc)
         print(f"numba-attn: {msg}", file=sys.stderr)

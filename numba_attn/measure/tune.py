@@ -1,0 +1,463 @@
+"""Tuning: measure a phase's candidate configurations on a problem and keep the best in a cache.
+
+``tune(phases, problems)`` takes each phase's declared parameter space
+(:attr:`~numba_attn.phases.registry.Phase.space`, pruned by ``resolve`` and ``supports()`` in
+:func:`~numba_attn.phases.registry.candidate_configs`), orders it by a strategy, and measures every
+candidate exactly like a row of ``numba-attn run``: :meth:`Sweep.run_task
+<numba_attn.measure.sweep.Sweep.run_task>` with the candidate as the phase's requested parameters,
+so each one passes the correctness gate (poisoned output, float64 reference, every seed) before it
+is timed, runs in a worker process with a time limit, and is streamed to the JSON-lines results
+file (``plot``, ``compare`` and ``--resume`` read it like any run). A candidate that FAILs, raises
+or times out is recorded and never chosen.
+
+Strategies: ``grid`` (declaration order, the default first), ``random`` (the default first, then a
+seeded shuffle), ``bayes`` (Optuna's TPE sampler through its ask-and-tell interface; optional
+extra ``tune``). The budget is a number of configurations per (phase, problem) or seconds for the
+whole tuning (no candidate is started after it).
+
+Workers: ``workers`` worker processes measure candidates side by side, each one driven by a
+thread of this process; each row is written by the one results writer (one line per row, under a
+lock). On a GPU machine each worker should own a GPU (``CUDA_VISIBLE_DEVICES``): the default is
+one worker per visible GPU (one in the simulator). :mod:`numba_attn.measure.distributed` puts the
+workers on a Ray cluster instead.
+
+The best configuration: the OK candidate with the least ``time_ms``. The simulator does not time
+(rows have no ``time_ms``), so there the stand-in rule is: every OK candidate ties, and the default
+configuration is chosen when it is OK, else the first OK candidate in strategy order. No time is
+invented: a simulator cache entry has ``time_ms: null``.
+
+The tuning cache (:class:`TuningCache`) is one JSON file; see its docstring for the key.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import json
+import os
+import random
+import tempfile
+import threading
+import time
+
+from numba_attn.phases.registry import candidate_configs, get_phase
+from numba_attn.measure.config import RunConfig, default_results_dir
+from numba_attn.measure.isolation import WorkerProcess
+from numba_attn.measure.results import results_lock
+from numba_attn.measure.status import OK
+
+try:
+    import fcntl
+except ImportError:  # Windows: no lock
+    fcntl = None
+
+CACHE_ENV = "NUMBA_ATTN_TUNING_CACHE"
+STRATEGIES = ("grid", "random", "bayes")
+OPTUNA_HINT = 'the bayes strategy needs Optuna: pip install -e ".[tune]" (or pip install "optuna>=3")'
+
+
+# -- the cache ---------------------------------------------------------------------------------
+
+def default_cache_path() -> str:
+    """``$NUMBA_ATTN_TUNING_CACHE``, else ``tuning-cache.json`` in the per-user results directory."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return os.path.expanduser(env)
+    return os.path.join(default_results_dir(), "tuning-cache.json")
+
+
+def length_bucket(n: int) -> int:
+    """The power of two at or above ``n`` (the kv_len bucket of a cache key)."""
+    b = 1
+    while b < n:
+        b *= 2
+    return b
+
+
+def cache_key(gpu: str, problem) -> str:
+    """The cache key of ``problem`` on a ``gpu`` model: dtype, causal, head_dim, the GQA ratio
+    (query heads per KV head), decode (q_len == 1) or prefill, and the power-of-two bucket of
+    kv_len. Batch and head counts are not part of it."""
+    group = problem.heads // problem.kv_heads
+    mode = "q1" if problem.q_len == 1 else "prefill"
+    return (f"{gpu}|{problem.dtype}|{'causal' if problem.causal else 'full'}|D{problem.head_dim}|G{group}"
+            f"|{mode}|kv{length_bucket(problem.kv_len)}")
+
+
+@contextlib.contextmanager
+def _file_lock(path: str):
+    if fcntl is None:
+        yield
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+class TuningCache:
+    """The tuning cache: ``{"version": 1, "entries": {key: {"phases": {phase: entry}, "best_phase":
+    name}}}`` with :func:`cache_key` keys; an entry holds ``params`` (the requested values of the
+    best configuration), ``resolved`` (what ran), ``time_ms`` (null in the simulator), the
+    ``results`` file, ``commit``, ``run_id``, the problem ``label`` and ``updated`` (a Unix time).
+    ``best_phase`` is the phase with the least time among the key's entries (without times: the one
+    the last tuning chose). Written atomically (a temporary file renamed over it) under an
+    exclusive lock on ``<path>.lock``, re-read inside the lock, so concurrent tunings merge."""
+
+    def __init__(self, path: str | None = None):
+        self.path = path or default_cache_path()
+
+    def load(self) -> dict:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            return {"version": 1, "entries": {}}
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{self.path}: not a tuning cache ({exc})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
+            raise ValueError(f"{self.path}: not a tuning cache (no 'entries' object)")
+        return data
+
+    def lookup(self, gpu: str, problem, phase: str | None = None):
+        """The entry of ``phase`` (or, when None, of the key's best phase, with ``"phase"`` set) for
+        ``problem`` on ``gpu``; None when there is none."""
+        try:
+            group = self.load()["entries"].get(cache_key(gpu, problem))
+        except ValueError:
+            return None
+        if not group:
+            return None
+        name = phase or group.get("best_phase")
+        entry = group.get("phases", {}).get(name)
+        return {**entry, "phase": name} if entry else None
+
+    def update(self, updates: list[tuple[str, str, dict, bool]]):
+        """Merge ``(key, phase, entry, chosen)`` tuples: an existing entry is replaced when the new
+        one is faster, or when either has no time (the newer tuning wins); ``chosen`` marks the
+        phase the tuning chose for the key (used as best_phase when no entry of the key is timed)."""
+        with _file_lock(self.path):
+            data = self.load()
+            for key, phase, entry, chosen in updates:
+                group = data["entries"].setdefault(key, {"phases": {}})
+                old = group["phases"].get(phase)
+                if old is None or old.get("time_ms") is None or entry.get("time_ms") is None \
+                        or entry["time_ms"] <= old["time_ms"]:
+                    group["phases"][phase] = entry
+                timed = {n: e["time_ms"] for n, e in group["phases"].items() if e.get("time_ms")}
+                if timed:
+                    group["best_phase"] = min(timed, key=timed.get)
+                elif chosen or "best_phase" not in group:
+                    group["best_phase"] = phase
+            d = os.path.dirname(os.path.abspath(self.path))
+            os.makedirs(d, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tuning-cache.", dir=d)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump(data, f, indent=1, sort_keys=True)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.remove(tmp)
+                raise
+
+    def format(self) -> str:
+        data = self.load()
+        lines = [f"tuning cache {self.path}: {len(data['entries'])} key(s)"]
+        for key in sorted(data["entries"]):
+            group = data["entries"][key]
+            lines.append(f"{key}  best: {group.get('best_phase')}")
+            for name, e in sorted(group.get("phases", {}).items()):
+                t = f"{e['time_ms']:.4g} ms" if e.get("time_ms") else "untimed (simulator)"
+                lines.append(f"  {name:22s} {json.dumps(e.get('params', {}), sort_keys=True)}  {t}  "
+                             f"[{e.get('results')} {e.get('commit') or ''}]")
+        return "\n".join(lines)
+
+
+# -- strategies and the budget -------------------------------------------------------------------
+
+def parse_budget(text) -> tuple[int | None, float | None]:
+    """``"40"`` → 40 configurations per (phase, problem); ``"30s"`` (or ``"2m"``) → seconds in all."""
+    if text is None:
+        return None, None
+    s = str(text).strip().lower()
+    try:
+        if s.endswith("s"):
+            v = float(s[:-1])
+            return None, v
+        if s.endswith("m"):
+            return None, float(s[:-1]) * 60
+        v = int(s)
+    except ValueError:
+        raise ValueError(f"--budget {text!r}: a number of configurations (e.g. 40) or seconds (e.g. 30s)") from None
+    if v < 1:
+        raise ValueError(f"--budget must be at least 1 configuration; got {text!r}")
+    return v, None
+
+
+def order_candidates(cands: list[dict], strategy: str, seed: int) -> list[dict]:
+    """``grid``: as enumerated; ``random``: the default first, the rest shuffled with ``seed``."""
+    if strategy == "random" and len(cands) > 1:
+        rest = cands[1:]
+        random.Random(seed).shuffle(rest)
+        return [cands[0]] + rest
+    return list(cands)
+
+
+# -- measuring candidates side by side -----------------------------------------------------------
+
+class _LockedWriter:
+    def __init__(self, writer):
+        self.writer = writer
+        self.lock = threading.Lock()
+
+    def write(self, record):
+        with self.lock:
+            self.writer.write(record)
+
+
+class Workers:
+    """``n`` measuring lanes over one Sweep: each lane is a shallow copy of the sweep (same run id,
+    environment record and results writer, its own worker and its own requested parameters), so
+    every row goes through :meth:`Sweep.run_task` unchanged. ``make_worker(i)`` gives lane i's
+    worker (an object with ``call(task, timeout_s)`` and ``close()``; default a local
+    :class:`WorkerProcess`, or None for in-process rows when ``n == 1`` and no time limit)."""
+
+    def __init__(self, sweep, n: int, make_worker=None):
+        self.sweep = sweep
+        sweep.writer = _LockedWriter(sweep.writer)
+        self.lanes = []
+        for i in range(n):
+            lane = copy.copy(sweep)
+            if make_worker is not None:
+                lane.worker = make_worker(i)
+            elif i > 0 or sweep.worker is None and n > 1:
+                lane.worker = WorkerProcess(sweep.cfg.worker_setup)
+            self.lanes.append(lane)
+        self.lock = threading.Lock()
+
+    def close(self):
+        for lane in self.lanes:
+            if lane.worker is not None:
+                lane.worker.close()
+
+    def run(self, jobs, on_row, stop=None):
+        """Measure ``jobs`` (an iterator of ``(idx, n, name, problem, params)``, pulled under a lock
+        so a strategy can ask for the next candidate after seeing rows) on the lanes; ``on_row(job,
+        row)`` after each row; ``stop()`` true: no job is started any more."""
+        it = iter(jobs)
+
+        def lane_loop(lane):
+            while True:
+                with self.lock:
+                    if stop is not None and stop():
+                        return
+                    job = next(it, None)
+                if job is None:
+                    return
+                idx, n, name, prob, params = job
+                lane.cfg = dataclasses.replace(self.sweep.cfg, params={name: params})
+                before = len(lane.rows)
+                lane.run_task(idx, n, "phase", name, prob)
+                row = lane.rows[before] if len(lane.rows) > before else None
+                with self.lock:
+                    on_row(job, row)
+
+        for lane in self.lanes:
+            lane.rows = []
+        threads = [threading.Thread(target=lane_loop, args=(lane,), daemon=True) for lane in self.lanes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for lane in self.lanes:
+            self.sweep.rows.extend(lane.rows)
+
+
+# -- the tuning ------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Tuned:
+    """The outcome of tuning one phase on one problem."""
+
+    phase: str
+    problem: object
+    candidates: int  # after pruning
+    measured: list  # (params, row) in strategy order
+    best: dict | None = None  # the chosen requested params
+    best_row: dict | None = None
+    rule: str = ""
+
+    @property
+    def ok(self) -> list:
+        return [(p, r) for p, r in self.measured if r and r.get("status") == OK]
+
+
+def choose_best(tuned: Tuned):
+    """Sets ``best``/``best_row``/``rule`` (see the module docstring for the rule)."""
+    ok = tuned.ok
+    if not ok:
+        tuned.rule = "no candidate passed the correctness check"
+        return
+    timed = [(p, r) for p, r in ok if r.get("time_ms")]
+    if timed:
+        p, r = min(timed, key=lambda x: x[1]["time_ms"])
+        tuned.best, tuned.best_row = p, r
+        tuned.rule = f"least time of {len(timed)} timed OK candidate(s): {r['time_ms']:.4g} ms"
+        return
+    default = [(p, r) for p, r in ok if not p]
+    p, r = default[0] if default else ok[0]
+    tuned.best, tuned.best_row = p, r
+    tuned.rule = ("no times (simulator): every OK candidate ties; "
+                  + ("the default is OK and chosen" if default else "the default is not OK: the first OK candidate"))
+
+
+def tune(phases, problems, *, config: RunConfig | None = None, budget=None, strategy: str = "grid",
+         workers: int = 1, cache: str | None = None, seed: int = 0, space: dict | None = None,
+         fixed: dict | None = None, progress=None, warn=None, make_worker=None, write_cache: bool = True):
+    """Tune ``phases`` (names) on ``problems``; returns a list of :class:`Tuned`, one per (phase,
+    problem) with candidates. ``space`` ({phase: {param: values}}) replaces a phase's declared
+    space, ``fixed`` ({phase: {param: value}}) pins parameters. ``make_worker(i)`` places worker
+    i elsewhere (Ray). The chosen configurations go to the cache unless ``write_cache`` is False."""
+    from numba_attn.measure.sweep import Sweep, _warn_stderr
+
+    if strategy not in STRATEGIES:
+        raise ValueError(f"--strategy {strategy!r}: one of {', '.join(STRATEGIES)}")
+    optuna = None
+    if strategy == "bayes":
+        try:
+            import optuna
+        except ImportError:
+            raise RuntimeError(OPTUNA_HINT) from None
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+    cfg = config or RunConfig()
+    cfg = dataclasses.replace(cfg, peers=False, ceilings=False)
+    max_configs, max_seconds = parse_budget(budget)
+    plist = [get_phase(p) if isinstance(p, str) else p for p in phases]
+    space, fixed = space or {}, fixed or {}
+    out: list[Tuned] = []
+    t0 = time.perf_counter()
+
+    def stop():
+        return max_seconds is not None and time.perf_counter() - t0 > max_seconds
+
+    with results_lock(cfg.results, warn or _warn_stderr):
+        sweep = Sweep(cfg, progress=progress, warn=warn)
+        pool = Workers(sweep, max(1, int(workers)), make_worker)
+        try:
+            for prob in problems:
+                for ph in plist:
+                    cands = candidate_configs(ph, prob, space.get(ph.name), fixed.get(ph.name))
+                    if not cands:
+                        continue
+                    tuned = Tuned(ph.name, prob, len(cands), [])
+                    n = min(len(cands), max_configs) if max_configs else len(cands)
+                    if strategy == "bayes":
+                        _run_bayes(optuna, pool, ph, prob, cands, n, seed, tuned, stop)
+                    else:
+                        chosen = order_candidates(cands, strategy, seed)[:n]
+                        slots = {}
+
+                        def jobs(chosen=chosen, n=n):
+                            for i, c in enumerate(chosen):
+                                yield (i, n, ph.name, prob, c)
+
+                        pool.run(jobs(), lambda job, row, slots=slots: slots.__setitem__(job[0], (job[4], row)),
+                                 stop)
+                        tuned.measured = [slots[i] for i in sorted(slots)]
+                    choose_best(tuned)
+                    out.append(tuned)
+        finally:
+            pool.close()
+    if write_cache:
+        write_to_cache(out, cache, cfg.results, sweep)
+    return out
+
+
+def _run_bayes(optuna, pool, ph, prob, cands, n, seed, tuned, stop):
+    """Optuna TPE over the candidates' parameters, asked one trial per free worker; a configuration
+    outside the pruned candidates is told as pruned. Optuna minimizes the measured time; in the
+    simulator (no time) an OK candidate is told 0.0 (a tie) and a failed one as failed."""
+    from optuna.distributions import CategoricalDistribution
+
+    names = sorted({k for c in cands for k in c})
+    dists = {k: CategoricalDistribution(sorted({c.get(k, ph.params[k]) for c in cands}, key=repr)) for k in names}
+    valid = {json.dumps({k: c.get(k, ph.params[k]) for k in names}, sort_keys=True, default=str): c for c in cands}
+    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=seed))
+    study.enqueue_trial({k: ph.params[k] for k in names})  # the default first
+    seen, slots, trials = set(), {}, {}
+
+    def jobs():
+        i = 0
+        attempts = 0
+        while i < n and attempts < 20 * n:
+            attempts += 1
+            trial = study.ask(dists)
+            key = json.dumps(trial.params, sort_keys=True, default=str)
+            cand = valid.get(key)
+            if cand is None or key in seen:
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                continue
+            seen.add(key)
+            trials[i] = trial
+            yield (i, n, ph.name, prob, cand)
+            i += 1
+
+    def on_row(job, row):
+        slots[job[0]] = (job[4], row)
+        trial = trials[job[0]]
+        if row and row.get("status") == OK:
+            study.tell(trial, float(row.get("time_ms") or 0.0))
+        else:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+    pool.run(jobs(), on_row, stop)
+    tuned.measured = [slots[i] for i in sorted(slots)]
+
+
+def write_to_cache(results: list[Tuned], cache: str | None, results_path: str | None, sweep) -> TuningCache:
+    """One entry per tuned (phase, problem) with a chosen configuration; per problem the chosen
+    phase (least time, or in the simulator the first phase tuned with an OK configuration)."""
+    tc = TuningCache(cache)
+    gpu = sweep.env.get("gpu") or "unknown"
+    updates = []
+    by_problem: dict = {}
+    for t in results:
+        if t.best is None:
+            continue
+        by_problem.setdefault(cache_key(gpu, t.problem), []).append(t)
+    for key, ts in by_problem.items():
+        timed = [t for t in ts if t.best_row.get("time_ms")]
+        chosen = min(timed, key=lambda t: t.best_row["time_ms"]) if timed else ts[0]
+        for t in ts:
+            updates.append((key, t.phase, {
+                "params": t.best, "resolved": t.best_row.get("params", {}), "time_ms": t.best_row.get("time_ms"),
+                "results": results_path, "commit": sweep.env.get("commit"), "run_id": sweep.run_id,
+                "label": t.problem.label, "candidates": t.candidates, "measured": len(t.measured),
+                "rule": t.rule, "updated": time.time()}, t is chosen))
+    if updates:
+        tc.update(updates)
+    return tc
+
+
+# -- attention(): the cache's parameters ----------------------------------------------------------
+
+def cached_params(problem, phase_name: str | None = None, gpu: str | None = None):
+    """``(phase, params, path)`` from the tuning cache for ``problem`` on this GPU model (the key's
+    best phase when ``phase_name`` is None), or None."""
+    path = default_cache_path()
+    if not os.path.exists(path):
+        return None
+    if gpu is None:
+        from numba_attn.measure.env import gpu_info
+
+        gpu = gpu_info()["gpu"]
+    entry = TuningCache(path).lookup(gpu, problem, phase_name)
+    if not entry or not isinstance(entry.get("params"), dict):
+        return None
+    return entry["phase"], dict(entry["params"]), path
