@@ -143,7 +143,7 @@ def _tune_parser(sub):
     be.add_argument("--gpu", action="store_true", help="require a real CUDA GPU")
     t.add_argument("--preset", action="append", default=[], help="named problem set (repeatable), as for run")
     _shape_options(t)
-    t.add_argument("--budget", default=None,
+    t.add_argument("--budget", default=None, dest="tune_budget",
                    help="configurations per (phase, problem), e.g. 40, or seconds in all, e.g. 30s (default: all)")
     t.add_argument("--strategy", choices=["grid", "random", "bayes"], default="grid",
                    help="grid: declared order; random: seeded shuffle; bayes: Optuna TPE (extra 'tune')")
@@ -685,7 +685,7 @@ def cmd_tune(args) -> int:
         space.setdefault(ph, {})[key] = [int(v) for v in vals.split(",")]
     for name, sp in space.items():  # the named phase's other parameters keep their declared values
         space[name] = {**{k: v for k, v in get_phase(name).space.items()}, **sp}
-    tuning.parse_budget(args.budget)  # a bad --budget fails here
+    tuning.parse_budget(args.tune_budget)  # a bad --budget fails here
     if args.strategy == "bayes":
         try:
             import optuna  # noqa: F401
@@ -715,7 +715,7 @@ def cmd_tune(args) -> int:
     print(f"problems: {'; '.join(p.label for p in problems)}", flush=True)
     prog = TuneProgress()
     try:
-        out = tuning.tune(phases, problems, config=cfg, budget=args.budget, strategy=args.strategy,
+        out = tuning.tune(phases, problems, config=cfg, budget=args.tune_budget, strategy=args.strategy,
                           workers=workers, cache=args.cache, seed=args.seed, space=space, fixed=fixed,
                           progress=prog, make_worker=make_worker)
     finally:

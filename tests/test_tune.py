@@ -1,0 +1,176 @@
+"""Tuning: parameter spaces, `numba-attn tune`, the tuning cache and attention() reading it (simulator)."""
+import json
+
+import numpy as np
+import pytest
+
+import numba_attn as na
+from numba_attn.measure import tune as tuning
+from numba_attn.measure.config import RunConfig
+from numba_attn.measure.results import load_results
+from numba_attn.phases.registry import Phase, candidate_configs, expand_values, get_phase, list_phases, temporary_phases
+from numba_attn.spec.problem import Problem
+from numba_attn.testing import _build_buggy
+
+TINY = Problem(batch=1, heads=1, q_len=9, kv_len=17, head_dim=8)
+SMALL_SPACE = {"smem_kv": {"Br": [16, 32], "Bc": [16]}}
+
+
+@pytest.fixture
+def cache_env(tmp_path, monkeypatch):
+    path = tmp_path / "cache.json"
+    monkeypatch.setenv(tuning.CACHE_ENV, str(path))
+    return path
+
+
+def _cfg(tmp_path, name="r.jsonl", timeout=None):
+    return RunConfig(seeds=(1,), timeout_s=timeout, peers=False, results=str(tmp_path / name))
+
+
+def test_spaces_declared_and_candidates_pruned():
+    tunable = [p for p in list_phases() if p.params and p.is_builtin]
+    assert all(p.space for p in tunable), [p.name for p in tunable if not p.space]
+    assert expand_values({"pow2": (16, 128)}) == [16, 32, 64, 128]
+    ph = get_phase("smem_kv")
+    cands = candidate_configs(ph, TINY)
+    assert cands[0] == {}  # the default first
+    resolved = [tuple(sorted(ph.resolve(TINY, ph.resolve_params(c)).items())) for c in cands]
+    assert len(set(resolved)) == len(resolved)  # configurations that resolve alike are measured once
+    only16 = candidate_configs(ph, TINY, {"Br": [16], "Bc": [16, 32], "where": lambda pr, p: p["Bc"] == 16})
+    assert only16 == [{"Br": 16, "Bc": 16}]  # the constraint removes the default (Bc 32) too
+
+
+def test_cache_key_buckets():
+    k = tuning.cache_key
+    assert tuning.length_bucket(17) == 32 and tuning.length_bucket(32) == 32 and tuning.length_bucket(33) == 64
+    a = Problem(batch=1, heads=8, kv_heads=2, q_len=1, kv_len=3000, head_dim=64, dtype="float16")
+    b = Problem(batch=4, heads=16, kv_heads=4, q_len=1, kv_len=4096, head_dim=64, dtype="float16")
+    assert k("H100", a) == k("H100", b)  # same GQA ratio and kv bucket; batch/heads not in the key
+    assert k("H100", a) != k("H200", a)
+    assert k("H100", a) != k("H100", Problem(batch=1, heads=8, kv_heads=2, q_len=2, kv_len=3000, head_dim=64,
+                                                dtype="float16"))  # decode (q_len 1) vs prefill
+    assert k("H100", a) != k("H100", Problem(batch=1, heads=8, kv_heads=8, q_len=1, kv_len=3000, head_dim=64,
+                                                dtype="float16"))  # GQA ratio
+    assert "kv4096" in k("H100", a)
+
+
+def test_tune_finds_and_caches(tmp_path, cache_env):
+    out = tuning.tune(["smem_kv"], [TINY], config=_cfg(tmp_path), space=SMALL_SPACE)
+    (t,) = out
+    assert t.best == {} and len(t.measured) == 3 and len(t.ok) == 3  # the stand-in rule: the default
+    rows = [r for r in load_results(str(tmp_path / "r.jsonl")) if r.get("type") == "result"]
+    assert len(rows) == 3 and all(r["status"] == "OK" for r in rows)
+    assert sorted(json.dumps(r["requested_params"], sort_keys=True) for r in rows) == sorted(
+        json.dumps(c, sort_keys=True) for c in ({}, {"Br": 16, "Bc": 16}, {"Br": 32, "Bc": 16}))
+    entry = tuning.TuningCache(str(cache_env)).lookup("simulator", TINY, "smem_kv")
+    assert entry["params"] == {} and entry["time_ms"] is None and entry["results"] == str(tmp_path / "r.jsonl")
+    # --resume: the OK candidates are not measured again
+    cfg = _cfg(tmp_path)
+    cfg.resume = True
+    again = tuning.tune(["smem_kv"], [TINY], config=cfg, space=SMALL_SPACE, write_cache=False)
+    assert all(r.get("resumed") for _, r in again[0].measured)
+
+
+def _bug_phase():
+    ok, bad = _build_buggy("none"), _build_buggy("zeros")
+
+    def build(problem, threads=32, bug=True):
+        return (bad if bug else ok)(problem, threads)
+
+    # the default (bug=True) is the wrong kernel: the stand-in rule must skip it
+    return Phase(name="tune_bug", order=990, title="a parameter that selects a bug", parent=None,
+                 description="test fixture", lineage="test fixture", planned_speedup=None, build=build,
+                 params={"threads": 32, "bug": True}, dtypes=("float32",), module=__name__,
+                 space={"bug": [True, False], "threads": [16, 32]})
+
+
+def test_wrong_configuration_never_chosen(tmp_path, cache_env):
+    with temporary_phases(_bug_phase()):
+        for strategy in ("grid", "random"):
+            (t,) = tuning.tune(["tune_bug"], [TINY], config=_cfg(tmp_path), strategy=strategy, seed=3)
+            bad = [p for p, r in t.measured if r["status"] != "OK"]
+            assert bad and all(p.get("bug", True) for p in bad)  # every bug=True candidate FAILs
+            assert t.best is not None and t.best.get("bug") is False
+        entry = tuning.TuningCache(str(cache_env)).lookup("simulator", TINY, "tune_bug")
+        assert entry["params"]["bug"] is False
+
+
+def test_two_workers_same_best_no_lost_rows(tmp_path, cache_env):
+    one = tuning.tune(["smem_kv"], [TINY], config=_cfg(tmp_path, "one.jsonl"), space=SMALL_SPACE,
+                      write_cache=False)
+    two = tuning.tune(["smem_kv"], [TINY], config=_cfg(tmp_path, "two.jsonl", timeout=300), space=SMALL_SPACE,
+                      workers=2, write_cache=False)
+    assert one[0].best == two[0].best
+    rows = [r for r in load_results(str(tmp_path / "two.jsonl")) if r.get("type") == "result"]
+    keys = [json.dumps(r["requested_params"], sort_keys=True) for r in rows]
+    assert len(keys) == 3 and len(set(keys)) == 3 and all(r["status"] == "OK" for r in rows)
+
+
+def test_cli_tune_and_show(tmp_path, cache_env, capsys):
+    from numba_attn.cli import main
+
+    rc = main(["tune", "smem_kv", "--simulator", "-B", "1", "-H", "1", "-N", "9", "--kv-len", "17", "-D", "8",
+               "--space", "smem_kv.Br=16", "--space", "smem_kv.Bc=16", "--budget", "2", "--timeout", "0",
+               "--results", str(tmp_path / "cli.jsonl"), "--seeds", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "2 of 2 candidates measured" in out
+    assert main(["tune", "--show"]) == 0
+    shown = capsys.readouterr().out
+    assert "simulator|float32|full|D8|G1|prefill|kv32" in shown and "smem_kv" in shown
+
+
+def test_ray_missing_says_how_to_install(capsys):
+    from numba_attn.cli import main
+    from numba_attn.measure import distributed
+
+    if distributed.available():
+        pytest.skip("ray is installed")
+    assert main(["tune", "smem_kv", "--simulator", "--ray"]) == 2
+    assert 'pip install -e ".[ray]"' in capsys.readouterr().err
+
+
+def test_bayes_without_optuna(capsys):
+    try:
+        import optuna  # noqa: F401
+
+        pytest.skip("optuna is installed")
+    except ImportError:
+        pass
+    from numba_attn.cli import main
+
+    assert main(["tune", "smem_kv", "--simulator", "--strategy", "bayes"]) == 2
+    assert "optuna" in capsys.readouterr().err.lower()
+
+
+def test_attention_uses_cache(cache_env):
+    key = tuning.cache_key("simulator", TINY)
+    tuning.TuningCache(str(cache_env)).update([(key, "smem_kv", {"params": {"Br": 16, "Bc": 16}, "time_ms": None},
+                                                True)])
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 1, 9, 8)).astype(np.float32)
+    k = rng.standard_normal((1, 1, 17, 8)).astype(np.float32)
+    v = rng.standard_normal((1, 1, 17, 8)).astype(np.float32)
+    ex = na.explain(q, k, v, phase="smem_kv")
+    assert ex.params == {"Br": 16, "Bc": 16} and f"tuned (cache {cache_env})" in ex.why
+    assert na.explain(q, k, v, phase="smem_kv", Br=32).params["Br"] == 32  # given parameters win
+    auto = na.explain(q, k, v)
+    assert auto.name == "smem_kv" and auto.why.startswith("tuned (cache")
+    out = na.attention(q, k, v, phase="smem_kv")
+    from numba_attn.spec.reference import reference
+
+    ref = reference(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64))
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not __import__("numba_attn.measure.distributed", fromlist=["x"]).available(),
+                    reason="ray is not installed (optional extra: pip install -e \".[ray]\")")
+def test_ray_same_best(tmp_path, cache_env):
+    from numba_attn.measure import distributed
+
+    pool = distributed.RayPool("local", 2)
+    two = tuning.tune(["smem_kv"], [TINY], config=_cfg(tmp_path, "ray.jsonl", timeout=300), space=SMALL_SPACE,
+                      workers=pool.size, make_worker=pool.make_worker, write_cache=False)
+    one = tuning.tune(["smem_kv"], [TINY], config=_cfg(tmp_path, "one.jsonl"), space=SMALL_SPACE, write_cache=False)
+    assert one[0].best == two[0].best
+    rows = [r for r in load_results(str(tmp_path / "ray.jsonl")) if r.get("type") == "result"]
+    assert len({json.dumps(r["requested_params"], sort_keys=True) for r in rows}) == len(rows) == 3
