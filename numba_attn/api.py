@@ -310,7 +310,7 @@ def _plan(q, k, v, causal, scale, phase, allow_tf32, params):
     if not params:  # no parameters given: the tuning cache's, when it has an entry for this problem
         hit = _tuned(problem, ph)
         if hit:
-            params = hit[1]
+            params.update(hit[1])  # the caller's (empty) keyword dict: attention() plans with it
             why += f"; parameters tuned (cache {hit[2]})"
     resolved = ph.resolve_params(params)  # AttentionInputError naming the parameter
     reason = ph.supports(problem, **resolved)
@@ -391,7 +391,7 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False
                                   f"inputs and output; {free / 2**30:.2f} GiB free")
     try:
         with limits.simulated_device_limits():
-            launch = ph.plan(problem, **resolved)  # resolved: the caller's or the tuning cache's parameters
+            launch = ph.plan(problem, **params)  # the caller's parameters, or the tuning cache's (_plan)
             if on_device:
                 qd, kd, vd = q, k, v
             else:

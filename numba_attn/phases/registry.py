@@ -33,6 +33,10 @@ parameter whose default is a positive integer takes integers >= 1, one whose def
 few parameters with another range are listed in :data:`PARAM_RANGES`. A wrong value is an
 ``AttentionInputError`` naming the phase, the parameter and the allowed values.
 
+``space`` declares the values a tuning tries per parameter (a list, a ``range`` or
+``{"pow2": (lo, hi)}``; ``"where"``: a constraint ``(problem, params) -> bool``);
+:func:`candidate_configs` enumerates them for a problem (``numba-attn tune``).
+
 ``requires_cc`` states the compute capability a phase's kernels need: ``(major, minor)`` is a
 minimum (e.g. ``(8, 0)`` for cp.async), a string ``"sm_90a"`` an architecture-specific target
 that runs only on exactly that compute capability (wgmma). :meth:`Phase.supports` refuses a
