@@ -15,7 +15,7 @@ written and read twice, which is what every later phase avoids.
 
 Prediction: none; this is the baseline every later phase is measured against.
 
-Verdict: 191.5 ms at B1 H32 N4096 D64 fp32 (H200) [results/roadmap-nvidia-h200.jsonl]
+Verdict: 191.6 ms at B1 H32 N4096 D64 fp32 (H200) [results/roadmap-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

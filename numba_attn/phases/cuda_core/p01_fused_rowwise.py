@@ -13,7 +13,7 @@ three launches become one, so the time drops to the cost of the arithmetic
 plus the K/V reads (all from L1/L2). Two exps per key (the rescale and the
 probability) are the price of the per-key update.
 
-Verdict: 30.98 ms at B1 H32 N4096 D64 fp32 (H200), 6.18x naive [results/roadmap-nvidia-h200.jsonl]
+Verdict: 32.24 ms at B1 H32 N4096 D64 fp32 (H200), 5.94x naive [results/roadmap-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

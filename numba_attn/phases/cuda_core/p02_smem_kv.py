@@ -11,7 +11,7 @@ to once per block); the inner loop reads shared memory broadcasts. Two
 barriers per tile (before reading it, before overwriting it) are the cost;
 ``one_barrier`` later removes one.
 
-Verdict: 10.34 ms at B1 H32 N4096 D64 fp32 (H200), 3.00x fused_rowwise [results/roadmap-nvidia-h200.jsonl]
+Verdict: 10.41 ms at B1 H32 N4096 D64 fp32 (H200), 3.10x fused_rowwise [results/roadmap-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ of QKᵀ (the Q operand used to be a register): it should be slower there.
 Prediction: D=64 ~0.8× smem_kv (shared-load issue
 doubles in the QKᵀ half); D=128 ~1.3× smem_kv (no spills).
 
-Verdict: 35.94 ms at B1 H32 N4096 D64 fp32 (H200), 0.29x smem_kv (missed) [results/roadmap-nvidia-h200.jsonl]
+Verdict: 35.75 ms at B1 H32 N4096 D64 fp32 (H200), 0.29x smem_kv (missed) [results/roadmap-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

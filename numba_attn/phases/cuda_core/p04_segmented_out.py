@@ -27,7 +27,7 @@ Prediction: at D=64 SEG=32 is ~1.2× q_smem (twice the
 warps, 1.5× the FLOPs, fewer registers); SEG=16 is slower than SEG=32 (2.5×
 the FLOPs). At D=128 SEG=64 ~1.3× q_smem.
 
-Verdict: 45.11 ms at B1 H32 N4096 D64 fp32 (H200), 0.80x q_smem (missed) [results/roadmap-nvidia-h200.jsonl]
+Verdict: 44.93 ms at B1 H32 N4096 D64 fp32 (H200), 0.80x q_smem (missed) [results/roadmap-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

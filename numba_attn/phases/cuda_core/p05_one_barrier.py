@@ -20,7 +20,7 @@ Prediction: a tile's barrier pair sits between
 ~Bc·(D + SEG) ≈ 3000 FMAs per thread (D=64, SEG=32, Bc=32), so removing one
 barrier gains little: ~1.05× segmented_out.
 
-Verdict: 47.08 ms at B1 H32 N4096 D64 fp32 (H200), 0.96x segmented_out (missed) [results/roadmap-nvidia-h200.jsonl]
+Verdict: 47.55 ms at B1 H32 N4096 D64 fp32 (H200), 0.94x segmented_out (missed) [results/roadmap-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ Prediction: with one shared load per FMA the compute
 warps are issue-bound, not latency-bound, so the overlap buys little:
 ~1.05× one_barrier at loader_warps=1 (loader_warps=2 the same or worse).
 
-Verdict: 44.03 ms at B1 H32 N4096 D64 fp32 (H200), 1.07x one_barrier (as predicted) [results/roadmap-nvidia-h200.jsonl]
+Verdict: 44.19 ms at B1 H32 N4096 D64 fp32 (H200), 1.08x one_barrier (as predicted) [results/roadmap-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ Prediction: the per-row kernels are bound by
 shared-load issue (one load per FMA in QKᵀ); 4× fewer load instructions
 should give ~1.8× warp_specialized at D=64 (the FMA and exp work stays).
 
-Verdict: 7.01 ms at B1 H32 N4096 D64 fp32 (H200), 6.28x warp_specialized (far above) [results/roadmap-nvidia-h200.jsonl]
+Verdict: 7.07 ms at B1 H32 N4096 D64 fp32 (H200), 6.25x warp_specialized (far above) [results/roadmap-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ Prediction: the loader warps of the parent were idle most
 of the time and the compute warps' own latency is now hidden the same way;
 ~1.1× vectorized (fewer warps per block to schedule, same overlap).
 
-Verdict: 6.68 ms at B1 H32 N4096 D64 fp32 (H200), 1.05x vectorized (smaller) [results/roadmap-nvidia-h200.jsonl]
+Verdict: 6.69 ms at B1 H32 N4096 D64 fp32 (H200), 1.06x vectorized (smaller) [results/roadmap-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ every phase since ``smem_kv``); every element of every tile is compared
 with its row's causal limit and with kv_len. ``causal_skip`` masks only the
 tiles that need it.
 
-Verdict: 4.24 ms at B1 H32 N4096 D64 fp32 (H200), 1.58x double_buffer, 0.94x SDPA fp32 [results/roadmap-nvidia-h200.jsonl]
+Verdict: 4.29 ms at B1 H32 N4096 D64 fp32 (H200), 1.56x double_buffer, 0.94x SDPA fp32 [results/roadmap-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

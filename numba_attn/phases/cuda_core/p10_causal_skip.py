@@ -22,7 +22,7 @@ N=4096 (the compare/select per score is ~3 instructions per 2·D FMAs; the
 last tile is full at N=4096). With causal ~1.1× (masking cost gone from
 the interior tiles, better tail).
 
-Verdict: 4.33 ms at B1 H32 N4096 D64 fp32 (H200), 0.98x register_blocked (no gain) [results/roadmap-nvidia-h200.jsonl]
+Verdict: 4.38 ms at B1 H32 N4096 D64 fp32 (H200), 0.98x register_blocked (no gain) [results/roadmap-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ than the ~400 that fit at once); for a 1024-token chunk appended to a 32k
 cache at B=1, H=32 (256 blocks, fewer than one wave), S = 3 splits should fill
 the GPU and run ~1.5–2× faster than ``smem_kv``.
 
-Verdict: 10.28 ms at B1 H32 N4096 D64 fp32 (H200), 1.01x smem_kv (S = 1 there) [results/roadmap-nvidia-h200.jsonl]
+Verdict: 10.49 ms at B1 H32 N4096 D64 fp32 (H200), 0.99x smem_kv (S = 1 there) [results/roadmap-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

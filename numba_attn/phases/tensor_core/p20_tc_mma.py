@@ -42,7 +42,7 @@ barriers, scalar shared-memory fragment loads (two 16-bit loads per V
 register) and the softmax between the two products, expect 100–150 TFLOP/s at
 D=64/128, N=4096 fp16 — about 10× ``smem_kv`` and 10–20× over ``naive``.
 
-Verdict: 0.845 ms at B1 H32 N4096 D64 fp16 (H200), 163 TFLOP/s, in the predicted range; 2.74 ms at D128, 100 TFLOP/s, below it (the shared-memory fragment loads set the pace) [results/tensor-core-nvidia-h200.jsonl]
+Verdict: 0.844 ms at B1 H32 N4096 D64 fp16 (H200), 163 TFLOP/s, in the predicted range; 2.75 ms at D128, 100 TFLOP/s, below it (the shared-memory fragment loads set the pace) [results/tensor-core-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ instructions per mma. Overlapping the copies and cutting the fragment loads
 should give 1.5–2× over ``tc_mma``: ~200–250 TFLOP/s at D=64/128 fp16 on an
 H200, near 0.5× SDPA — the target.
 
-Verdict: 0.547 ms at B1 H32 N4096 D64 fp16 (H200), 1.54x tc_mma; 0.960 ms at D128, 2.85x [results/tensor-core-nvidia-h200.jsonl]
+Verdict: 0.545 ms at B1 H32 N4096 D64 fp16 (H200), 1.55x tc_mma; 0.950 ms at D128, 2.90x [results/tensor-core-nvidia-h200.jsonl]
 
 The prediction held in TFLOP/s; the 0.5x SDPA target is met causal only: the warps
 wait through each tile's softmax (docs/tensor-core-notes.md).

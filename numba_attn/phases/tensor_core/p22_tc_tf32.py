@@ -34,7 +34,7 @@ per two shared loads. Expect 100–150 TFLOP/s at D=64, N=4096: 3–4× PyTorch
 SDPA in fp32 (~34 TFLOP/s, no tensor cores), above the 1.5× target, at a
 relative error near 1e-3 (tf32 rounding of Q, K, V and P).
 
-Verdict: 1.347 ms at B1 H32 N4096 D64 fp32 (H200), 3.0x PyTorch SDPA fp32, the target met; 3.20 ms at D128 [results/tensor-core-nvidia-h200.jsonl]
+Verdict: 1.326 ms at B1 H32 N4096 D64 fp32 (H200), 3.0x PyTorch SDPA fp32, the target met; 3.18 ms at D128 [results/tensor-core-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

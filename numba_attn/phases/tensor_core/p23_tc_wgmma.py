@@ -40,7 +40,7 @@ becomes the larger part. B1 H32 N4096 fp16: D=128 from 0.96 ms (286 TFLOP/s,
 0.45× SDPA) to ~0.6–0.7 ms (390–460 TFLOP/s, 0.6–0.7× SDPA); D=64 from ~0.55
 to ~0.4 ms.
 
-Verdict: 0.673 ms at B1 H32 N4096 D128 fp16 (H200), 1.43x tc_pipelined; 0.396 ms at D64, 1.38x [results/tensor-core-nvidia-h200.jsonl]
+Verdict: 0.662 ms at B1 H32 N4096 D128 fp16 (H200), 1.44x tc_pipelined; 0.391 ms at D64, 1.39x [results/tensor-core-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
