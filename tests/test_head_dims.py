@@ -137,6 +137,7 @@ def _gpu_cases():
 
 
 @pytest.mark.gpu
+@pytest.mark.sweep
 @pytest.mark.parametrize("phase", PHASES, ids=[p.name for p in PHASES])
 def test_gpu_head_dims_match_reference(phase):
     """On the GPU, default parameters: every accepted (head_dim, causal, dtype, GQA) is correct."""

@@ -72,7 +72,10 @@ def _tensor_core(phase) -> bool:
 
 
 def _fp16_only_for_tensor_cores(phase, problem) -> bool:
-    """fp32 problems: every phase; fp16/bf16 problems: tensor-core phases only."""
+    """fp32 problems: every phase that takes fp32; fp16/bf16 problems: the tensor-core phases that
+    take that dtype (no row only to say "dtype not supported")."""
+    if problem.dtype not in phase.dtypes:
+        return False
     if problem.dtype == "float32":
         return True
     return _tensor_core(phase)
