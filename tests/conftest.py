@@ -2,9 +2,19 @@
 overrides). GPU-only tests carry ``@pytest.mark.gpu`` and are skipped, with
 the reason shown, in the simulator; simulator-only ones carry
 ``@pytest.mark.simulator``."""
+import os
+import random
+
 import pytest
 
 import numba_attn.gpu.backend as backend
+
+
+def pytest_configure(config):
+    # The head-dim sample (tests/test_head_dims.py) changes from run to run; parallel workers
+    # (pytest-xdist) inherit the controller's draw so that they collect the same tests.
+    if not hasattr(config, "workerinput"):
+        os.environ.setdefault("NUMBA_ATTN_HEAD_DIM_SEED", str(random.randrange(1 << 30)))
 
 
 def pytest_report_header(config):
