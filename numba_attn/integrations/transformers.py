@@ -10,7 +10,9 @@
 :func:`register` adds an attention function to transformers' attention registry (``AttentionInterface``)
 and, under the same name, sdpa's mask builder (``AttentionMaskInterface``), so the model builds exactly
 the masks it builds for ``"sdpa"``: none for a plain prompt or a decode step over a ``DynamicCache``.
-Every attention call of the model then runs one numba-attn phase through :func:`numba_attn.attention`:
+Every attention call of the model then runs one numba-attn phase through :func:`numba_attn.attention`
+on the tensors themselves (CUDA tensors without copies, on PyTorch's current stream; CPU tensors in
+the simulator):
 
 * **Shapes.** query (B, H, q_len, D); key and value (B, Hkv, kv_len, D) as the KV cache holds them:
   grouped-query attention is not repeated (the phases take the Hkv heads); the output is
@@ -50,7 +52,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import functools
 import warnings
 import weakref
 
@@ -142,6 +143,9 @@ class NumbaAttention:
     """The attention function :func:`register` puts in transformers' registry (see the module docstring)."""
 
     def __init__(self, name, prefill, decode, allow_tf32, fallback):
+        from numba_attn import api
+
+        self._api = api  # attention() looked up at each call
         self.name = name
         self.prefill_phase, self.prefill_params = prefill
         self.decode_phase, self.decode_params = decode
@@ -184,8 +188,8 @@ class NumbaAttention:
         else:
             phase, params = self.prefill_phase, self.prefill_params
         q, k, v = (t if t.is_contiguous() else t.contiguous() for t in (query, key, value))
-        out = _attention(torch, q, k, v, causal=causal, scale=scaling, phase=phase, allow_tf32=self.allow_tf32,
-                         params=params)
+        out = self._api.attention(q, k, v, causal=causal, scale=scaling, phase=phase, allow_tf32=self.allow_tf32,
+                                  **params)
         if _COUNTERS:
             self._count("decode" if q_len == 1 else "prefill",
                         phase or self._chosen_phase(q, k, v, causal, scaling))
@@ -249,14 +253,8 @@ class NumbaAttention:
     def _chosen_phase(self, q, k, v, causal, scale) -> str:
         key = (tuple(q.shape), tuple(k.shape), str(q.dtype), q.device.type, causal, scale, self.allow_tf32)
         if key not in self._chosen:
-            from numba_attn.api import explain
-
-            args = (q, k, v) if _attention_takes_tensors() else _arrays(q, k, v)
-            try:
-                ex = explain(*args, causal=causal, scale=scale, allow_tf32=self.allow_tf32)
-            except (AttentionInputError, TypeError):  # an explain() that takes arrays only
-                ex = explain(*_arrays(q, k, v), causal=causal, scale=scale, allow_tf32=self.allow_tf32)
-            self._chosen[key] = ex.name
+            self._chosen[key] = self._api.explain(q, k, v, causal=causal, scale=scale,
+                                                  allow_tf32=self.allow_tf32).name
         return self._chosen[key]
 
 
@@ -291,44 +289,3 @@ def _check_mask(torch, mask, q_len, kv_len, causal):
     if hi == 0 or (causal and hi < q_len):
         return None, "an attention mask under which some query sees no key"
     return hi, None
-
-
-# -- the call ----------------------------------------------------------------------------------------------
-
-@functools.cache
-def _attention_takes_tensors() -> bool:
-    """Whether ``numba_attn.attention`` takes torch tensors itself (it has ``out=`` from then on)."""
-    import inspect
-
-    from numba_attn import api
-
-    return "out" in inspect.signature(api.attention).parameters
-
-
-def _attention(torch, q, k, v, *, causal, scale, phase, allow_tf32, params):
-    from numba_attn import api
-
-    if _attention_takes_tensors():
-        return api.attention(q, k, v, causal=causal, scale=scale, phase=phase, allow_tf32=allow_tf32, **params)
-    # Private conversion, only while attention() takes NumPy and numba arrays alone (remove it once it
-    # takes tensors): CUDA tensors as numba device views, CPU tensors as NumPy views; the output back as a
-    # tensor without a copy. Launches on the default stream.
-    out = api.attention(*_arrays(q, k, v), causal=causal, scale=scale, phase=phase, allow_tf32=allow_tf32,
-                        **params)
-    if q.is_cuda:
-        return torch.as_tensor(out, device=q.device)
-    return torch.from_numpy(out)
-
-
-def _arrays(q, k, v):
-    """The tensors as NumPy (CPU) or numba device (CUDA) arrays, without copies."""
-    import torch
-
-    if q.dtype == torch.bfloat16:
-        raise AttentionInputError("bfloat16 tensors: not taken by this version of numba_attn.attention "
-                                  "(float16 or float32)")
-    if q.is_cuda:
-        from numba import cuda
-
-        return tuple(cuda.as_cuda_array(t.detach()) for t in (q, k, v))
-    return tuple(t.detach().numpy() for t in (q, k, v))
