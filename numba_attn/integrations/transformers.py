@@ -210,7 +210,7 @@ class NumbaAttention:
             return "an additive position bias"
         if kwargs.get("s_aux") is not None:
             return "attention sinks (s_aux)"
-        if kwargs.get("cache") is not None:
+        if type(kwargs.get("cache")).__name__ == "PagedAttentionCache":
             return "a paged KV cache (continuous batching)"
         if value.shape[-1] != query.shape[-1] or key.shape[-1] != query.shape[-1]:
             return (f"head_dim of query {query.shape[-1]}, key {key.shape[-1]}, value {value.shape[-1]}: the phases "
