@@ -459,7 +459,10 @@ def _address(kind, a) -> int:
     """The device address of a tensor's or numba device array's first element."""
     if kind == TORCH:
         return a.data_ptr()
-    return a.device_ctypes_pointer.value or 0
+    try:
+        return a.device_ctypes_pointer.value or 0
+    except AttributeError:  # another CUDA array interface object
+        return a.__cuda_array_interface__["data"][0]
 
 
 def _check_out(out, kind, q, k, v):

@@ -167,3 +167,18 @@ def test_importing_numba_attn_imports_no_torch():
             "numba_attn.list_phases(); assert 'torch' not in sys.modules, 'torch imported'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_tuning_written_after_a_plan_replaces_it(monkeypatch, tmp_path, planned):
+    from numba_attn.measure import tune as tuning
+
+    path = tmp_path / "cache.json"
+    monkeypatch.setenv(tuning.CACHE_ENV, str(path))
+    attention(Q, K, V, phase="smem_kv")  # no entry: the default parameters
+    attention(Q, K, V, phase="smem_kv")
+    assert planned["builds"] == 1 and next(iter(api._PLANS.values())).params["Br"] == 128
+    key = tuning.cache_key("simulator", P)
+    tuning.TuningCache(str(path)).update([(key, "smem_kv", {"params": {"Br": 16, "Bc": 16}, "time_ms": None}, True)])
+    out = attention(Q, K, V, phase="smem_kv")  # the file changed: planned again, with the tuned tiles
+    assert planned["builds"] == 2 and next(iter(api._PLANS.values())).params == {"Br": 16, "Bc": 16}
+    assert check(out, reference(Q, K, V)).ok
