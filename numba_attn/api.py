@@ -713,7 +713,9 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False
       tensors' memory); PyTorch CPU tensors → a CPU tensor (like NumPy arrays: in the simulator
       that is the whole computation; float32/float16 are read without a copy, bfloat16 through
       ``ml_dtypes``). Mixing kinds (a tensor q with a NumPy k) is refused naming the argument.
-      torch is never imported by numba-attn: a tensor is recognised by its type.
+      torch is never imported by numba-attn: a tensor is recognised by its type. CUDA tensors
+      must be on numba's current device (checked when the call plans) and C-contiguous (call
+      ``.contiguous()``). Forward only: no gradient flows back through the result.
 
     ``out``: a preallocated output of q's kind, shape, dtype (and device), C-contiguous and
     sharing no memory with q, k, v; written in place and returned. Without it every call allocates
