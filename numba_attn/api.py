@@ -459,7 +459,10 @@ def _address(kind, a) -> int:
     """The device address of a tensor's or numba device array's first element."""
     if kind == TORCH:
         return a.data_ptr()
-    return a.device_ctypes_pointer.value or 0
+    try:
+        return a.device_ctypes_pointer.value or 0
+    except AttributeError:  # another CUDA array interface object
+        return a.__cuda_array_interface__["data"][0]
 
 
 def _check_out(out, kind, q, k, v):
@@ -556,8 +559,9 @@ _TUNING_PATHS: dict = {}
 class _Plan:
     """What a call needs that does not depend on the data: the checked problem, the phase and its
     parameters, the Launch (compiled kernels, grid and block, scratch buffers), the kernels'
-    (B·H, N, D) shapes and, on a GPU, the device arrays the kernels get (bound to each call's
-    addresses)."""
+    (B·H, N, D) shapes and, on a GPU, the device arrays the kernels get, bound to each call's
+    addresses without typing them again (:class:`~numba_attn.gpu.arrays.BoundArrays`): they do not
+    own the memory, so a cached plan keeps no caller's array alive."""
 
     problem: Problem
     phase: object
@@ -568,36 +572,7 @@ class _Plan:
     numba_stream: object
     launch_stream: object
     shapes: tuple  # (B·H, Nq, D), (B·Hkv, Nk, D), (B·Hkv, Nk, D), (B·H, Nq, D)
-    bind: object = None  # _Binder on a GPU for device arrays and tensors; None: reshape (simulator, NumPy)
-
-
-class _Binder:
-    """Device arrays in the kernels' (B·H, N, D) shapes and dtype at any address, made without
-    typing them again: a template of each is built (and typed) once per plan; a call copies its
-    attributes and points it at the data. The arrays do not own their memory (the caller's arrays
-    and tensors do, and outlive the launch), so a cached plan keeps no caller's memory alive."""
-
-    def __init__(self, shapes, dtype):
-        from numba.cuda.cudadrv import devices, driver
-        from numba.cuda.cudadrv.devicearray import DeviceNDArray
-
-        self._cls, self._pointer, self._memory = DeviceNDArray, driver.binding.CUdeviceptr, driver.MemoryPointer
-        self._context = devices.get_context()
-        self._templates = []
-        for shape in shapes:
-            strides = (shape[1] * shape[2] * dtype.itemsize, shape[2] * dtype.itemsize, dtype.itemsize)
-            nbytes = int(np.prod(shape)) * dtype.itemsize
-            t = DeviceNDArray(shape, strides, dtype, gpu_data=self._memory(self._context, self._pointer(0), nbytes))
-            t._numba_type_  # noqa: B018  (typed once; every bound copy keeps the type)
-            state = {key: val for key, val in t.__dict__.items() if key != "_strided_memory_view_shim"}
-            self._templates.append((state, nbytes))
-
-    def __call__(self, i, address):
-        state, nbytes = self._templates[i]
-        a = object.__new__(self._cls)
-        a.__dict__.update(state)
-        a.gpu_data = self._memory(self._context, self._pointer(address), nbytes)
-        return a
+    bind: object = None  # on a GPU: gpu.arrays.BoundArrays of the four shapes; None: reshape (simulator)
 
 
 def _tuning_stamp():
@@ -738,7 +713,9 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False
       tensors' memory); PyTorch CPU tensors → a CPU tensor (like NumPy arrays: in the simulator
       that is the whole computation; float32/float16 are read without a copy, bfloat16 through
       ``ml_dtypes``). Mixing kinds (a tensor q with a NumPy k) is refused naming the argument.
-      torch is never imported by numba-attn: a tensor is recognised by its type.
+      torch is never imported by numba-attn: a tensor is recognised by its type. CUDA tensors
+      must be on numba's current device (checked when the call plans) and C-contiguous (call
+      ``.contiguous()``). Forward only: no gradient flows back through the result.
 
     ``out``: a preallocated output of q's kind, shape, dtype (and device), C-contiguous and
     sharing no memory with q, k, v; written in place and returned. Without it every call allocates
@@ -882,7 +859,9 @@ def _plan_and_launch(kind, key, q, k, v, causal, scale, phase, allow_tf32, nonfi
     bind = None
     if not backend.IS_SIMULATOR:
         kernel_dtype = np.dtype(np.uint16) if problem.dtype == "bfloat16" else np.dtype(problem.dtype)
-        bind = _Binder(shapes, kernel_dtype)
+        from numba_attn.gpu.arrays import BoundArrays
+
+        bind = BoundArrays(shapes, kernel_dtype)
     plan = _Plan(problem=problem, phase=ph, params=resolved, why=why, launch=launch, token=token,
                  numba_stream=numba_stream, launch_stream=launch_stream, shapes=shapes, bind=bind)
     _PLAN_STATS["misses"] += 1
