@@ -18,7 +18,8 @@ at all, like a ten-line attention function registered by hand) — on one prompt
 * speed: prefill (a forward of the prompt with a fresh cache and logits_to_keep=1, as generate's
   first step; CUDA events; warmed up; median of --repeats), decode (a loop of single-token forwards
   over a DynamicCache with generate's all-ones mask: median CUDA-event time per step, and steps / wall
-  time), generate (wall time of generate(--new) and of generate(1): decode tokens/s = (new - 1) /
+  time; for numba-attn also with its plan cache emptied first, "fresh_plans": each step's new kv_len
+  then plans once, as in a generation longer than any before), generate (wall time of generate(--new) and of generate(1): decode tokens/s = (new - 1) /
   difference); the first (cold) generate of each implementation on its own;
 * why: a torch.profiler summary of 3 decode steps (top kernels by CUDA time, CPU time, kernel
   launches, synchronizing runtime calls), the masks transformers built and passed, the cache class,
@@ -309,6 +310,14 @@ def run_config(name, args, device, dtype, clock, write):
             times, wall, _ = decode_loop(model, ids, steps, clock)
         row["decode_step_ms"] = statistics.median(times)
         row["decode_tok_s_loop"] = steps / (wall / 1e3)
+        if impl != "sdpa" and hasattr(api, "clear_plans"):
+            # a generation past the lengths seen before: every step's kv_len is new to the plan cache (kernels
+            # stay compiled), as in a real run; the loops above replayed lengths already planned
+            api.clear_plans()
+            with plan_stats(row, "plans_decode_fresh"):
+                times, wall, _ = decode_loop(model, ids, steps, clock)
+            row["decode_step_ms_fresh_plans"] = statistics.median(times)
+            row["decode_tok_s_loop_fresh_plans"] = steps / (wall / 1e3)
         with plan_stats(row, "plans_generate"):
             g_all = [clock.wall(lambda: generate(model, ids, args.new))[0] for _ in range(args.repeats)]
             g_one = [clock.wall(lambda: generate(model, ids, 1))[0] for _ in range(args.repeats)]
@@ -353,7 +362,7 @@ def run_config(name, args, device, dtype, clock, write):
 
 
 def table(all_rows):
-    head = (f"{'config':6} {'impl':18} {'prefill ms':>10} {'step ms':>8} {'tok/s loop':>10} {'tok/s gen':>9} "
+    head = (f"{'config':6} {'impl':18} {'prefill ms':>10} {'step ms':>8} {'tok/s loop':>10} {'fresh':>6} {'tok/s gen':>9} "
             f"{'cold gen ms':>11} {'logit maxabs':>12} {'tokens=sdpa':>11} {'determ.':>7}  phases")
     lines = [head, "-" * len(head)]
     for rows in all_rows:
@@ -362,7 +371,8 @@ def table(all_rows):
             eq = "-" if not c else ("yes" if c["tokens_equal"] else f"no@{c['first_difference']['step']}")
             lines.append(
                 f"{r['config']:6} {impl:18} {r['prefill_ms']:10.3f} {r['decode_step_ms']:8.3f} "
-                f"{r['decode_tok_s_loop']:10.1f} {r['decode_tok_s_generate']:9.1f} {r['cold_generate_ms']:11.1f} "
+                f"{r['decode_tok_s_loop']:10.1f} {r.get('decode_tok_s_loop_fresh_plans', float('nan')):6.1f} "
+                f"{r['decode_tok_s_generate']:9.1f} {r['cold_generate_ms']:11.1f} "
                 f"{c['logits']['max_abs'] if c else 0:12.3g} {eq:>11} "
                 f"{'yes' if r['deterministic_tokens'] else 'NO':>7}  "
                 f"{', '.join(f'{k} x{n}' for k, n in r['phases'].items())}")
