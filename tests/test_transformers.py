@@ -255,15 +255,17 @@ def test_register_checks_its_arguments():
 @needs_torch
 @pytest.mark.gpu
 def test_tiny_model_on_the_gpu_with_chosen_phases():
+    """CUDA tensors, phases chosen per call. fp32, so that equal tokens are not left to fp16 ties (the
+    fp16 models, with the margins where tokens depart: experiments/2026-11-22-model/)."""
     na_hf.register("numba_attn_gpu")
     ms = {}
     for impl in ("sdpa", "numba_attn_gpu"):
         torch.manual_seed(0)
         ms[impl] = transformers.LlamaForCausalLM._from_config(
-            copy.deepcopy(tiny_config()), attn_implementation=impl, dtype=torch.float16).cuda().eval()
+            copy.deepcopy(tiny_config()), attn_implementation=impl, dtype=torch.float32).cuda().eval()
     ids = torch.randint(0, 128, (1, 64), generator=torch.Generator().manual_seed(1)).cuda()
     with torch.no_grad():
-        torch.testing.assert_close(ms["numba_attn_gpu"](ids).logits, ms["sdpa"](ids).logits, rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(ms["numba_attn_gpu"](ids).logits, ms["sdpa"](ids).logits, rtol=1e-3, atol=1e-3)
     with na_hf.count_phases() as ran:
         ours = ms["numba_attn_gpu"].generate(ids, max_new_tokens=8, do_sample=False)
     assert ours.tolist() == ms["sdpa"].generate(ids, max_new_tokens=8, do_sample=False).tolist()
