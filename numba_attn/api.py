@@ -4,16 +4,18 @@ Every input check happens before anything is compiled, allocated or launched,
 and fails with :class:`~numba_attn.spec.errors.AttentionInputError` (a
 ``ValueError``) naming the argument and the allowed range:
 
-* q, k, v must be 4-D NumPy or numba device arrays of one dtype among
-  float32, float16, bfloat16; k and v of one shape; same batch and head_dim
-  as q; q's heads a multiple of k/v's heads;
+* q, k, v must be 4-D arrays of one kind — NumPy arrays, numba device arrays, or PyTorch
+  tensors (CUDA tensors, or CPU tensors handled like NumPy arrays) — and of one dtype among
+  float32, float16, bfloat16; k and v of one shape; same batch and head_dim as q; q's heads a
+  multiple of k/v's heads; mixing kinds (a tensor q, a NumPy k) is refused naming the argument,
+  and tensors must be on one device (numba's current device for CUDA tensors);
 * empty problems: ``q_len == 0`` (or batch/heads 0) returns an empty output
   without launching anything; ``kv_len == 0`` with queries is an error (the
   softmax over zero keys is undefined);
 * ``causal`` needs ``q_len <= kv_len`` (bottom-right alignment); ``scale``
   must be a positive finite number;
-* non-contiguous NumPy inputs are **copied** to contiguous ones;
-  non-contiguous device arrays are **refused** (copying them would hide a
+* non-contiguous NumPy inputs (and CPU tensors) are **copied** to contiguous ones;
+  non-contiguous device arrays and CUDA tensors are **refused** (copying them would hide a
   device-to-device copy in the call);
 * ``causal`` and ``allow_tf32`` must be bools (``"False"`` is refused, not read as True);
 * ``phase``: a name (or a registered ``Phase``); anything else is refused; an unknown
@@ -22,11 +24,20 @@ and fails with :class:`~numba_attn.spec.errors.AttentionInputError` (a
   parameters are refused with the list of the phase's parameters, and a value of the
   wrong type or range (``Br=-16``, ``Bc=0``, ``Br="abc"``) names the parameter and the
   allowed values;
+* ``out`` (optional): of q's kind, shape, dtype and device, C-contiguous, writeable, sharing no
+  memory with q, k or v; anything else is refused naming ``out``;
+* ``stream`` (optional): None (PyTorch's current stream for CUDA tensors, else the default
+  stream), a numba stream or a ``torch.cuda.Stream``; anything else is refused;
 * inputs whose contiguous copies and output do not fit in the available host
   memory are refused before anything is copied;
 * a problem whose inputs and output do not fit in the free device memory is
   refused up front; a tile configuration the device cannot launch (threads or
   shared memory per block) is reported as such, not as a crash.
+
+Plans are cached (:func:`attention`): the checks above that depend on more than the arrays'
+kind, shape, dtype and contiguity (the phase's choice and ``supports()``, the memory queries,
+compiling, the phase's scratch buffers) run once per plan; every call still checks the kinds,
+shapes, dtypes and contiguity (they are the cache's key) and ``out``, in O(1).
 
 NaN/Inf inputs (``nonfinite``): by default (``"propagate"``) they are computed
 like any value and the output has NaN where the float64 reference has NaN
@@ -36,6 +47,9 @@ refuses them, naming the array and the first bad element.
 """
 from __future__ import annotations
 
+import os
+import sys
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,7 +60,7 @@ from numba import cuda  # noqa: E402
 
 from numba_attn.spec.errors import AttentionInputError, check_arrays, check_bool, check_finite  # noqa: E402
 from numba_attn.spec.problem import Problem  # noqa: E402
-from numba_attn.phases.registry import get_phase, list_phases  # noqa: E402
+from numba_attn.phases.registry import _REGISTRY, get_phase, list_phases  # noqa: E402
 
 
 def is_device_array(a) -> bool:
@@ -255,6 +269,8 @@ def _phase_arg(phase):
 
 
 def _contiguous(name, a):
+    """A NumPy input as a C-contiguous array (copied when it is not one); a device array as it
+    is, refused when it is not C-contiguous (copying it would hide a device-to-device copy)."""
     if is_device_array(a):
         ok = a.is_c_contiguous() if hasattr(a, "is_c_contiguous") else True
         if not ok:
@@ -266,6 +282,8 @@ def _contiguous(name, a):
 
 
 def _empty_output(q, shape):
+    if _kind(q) == TORCH:
+        return sys.modules["torch"].empty(shape, dtype=q.dtype, device=q.device)
     if is_device_array(q):
         return cuda.device_array(shape, dtype=q.dtype)
     return np.empty(shape, dtype=q.dtype)
@@ -339,20 +357,342 @@ class Explanation:
         return f"{self.name} {self.params} on {label}: {self.why}"
 
 
+# -- array kinds: NumPy arrays, numba device arrays, PyTorch tensors ---------------------------
+
+NUMPY, DEVICE, TORCH, TORCH_CPU, OTHER = "a NumPy array", "a numba device array", "a CUDA tensor", "a CPU tensor", ""
+
+
+def _kind(a) -> str:
+    """Which kind of array ``a`` is; :data:`OTHER` for anything else (the array checks name it).
+    torch is never imported here: a tensor is recognised by its type's module."""
+    cls = type(a)
+    if cls is np.ndarray:
+        return NUMPY
+    if cls.__module__.startswith("torch"):
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(a, torch.Tensor):
+            return TORCH if a.is_cuda or a.device.type != "cpu" else TORCH_CPU
+        return OTHER
+    if getattr(cls, "__cuda_ndarray__", False) or is_device_array(a):
+        return DEVICE
+    return NUMPY if isinstance(a, np.ndarray) else OTHER
+
+
+def _one_kind(q, k, v, out) -> str:
+    """The kind of q; k, v and ``out`` must be of the same kind (and tensors on q's device)."""
+    kind = _kind(q)
+    if out is not None and _kind(out) is OTHER and kind is not OTHER:
+        raise AttentionInputError(f"out must be {kind} like q (or None); got {type(out).__name__}")
+    named = (("k", k), ("v", v)) if out is None else (("k", k), ("v", v), ("out", out))
+    for name, a in named:
+        ka = _kind(a)
+        if ka != kind and ka is not OTHER and kind is not OTHER:
+            raise AttentionInputError(
+                f"{name} is {ka} but q is {kind}: q, k, v{' and out' if out is not None else ''} must be of one "
+                f"kind (all NumPy arrays, all numba device arrays, or all PyTorch tensors on one device)")
+        if kind == TORCH and ka == TORCH and a.device != q.device:
+            raise AttentionInputError(f"{name} is on {a.device} but q is on {q.device}: the tensors must be on "
+                                      f"one device")
+    return kind
+
+
+class _Described:
+    """The shape and (NumPy) dtype of a tensor: what the checks written for arrays read."""
+
+    def __init__(self, shape, dtype):
+        self.shape = tuple(shape)
+        self.dtype = dtype
+
+
+def _numpy_dtype_of(name, t):
+    """The NumPy dtype (ml_dtypes' bfloat16 for torch.bfloat16) of the tensor ``t``."""
+    text = str(t.dtype).removeprefix("torch.")
+    if text == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise AttentionInputError(f"{name} is a bfloat16 tensor: numba-attn reads bfloat16 through "
+                                      f"ml_dtypes (pip install ml_dtypes)") from None
+        return np.dtype(ml_dtypes.bfloat16)
+    try:
+        return np.dtype(text)
+    except TypeError:
+        from numba_attn.spec.errors import SUPPORTED_DTYPES
+
+        raise AttentionInputError(f"{name} has dtype {t.dtype}; supported dtypes: "
+                                  f"{', '.join(SUPPORTED_DTYPES)}") from None
+
+
+def _described(name, t) -> _Described:
+    return _Described(t.shape, _numpy_dtype_of(name, t))
+
+
+def _tensor_as_numpy(name, t):
+    """A CPU tensor as a NumPy array sharing its memory (no copy); bfloat16 through its 16-bit
+    pattern, reinterpreted as ml_dtypes' bfloat16."""
+    dtype = _numpy_dtype_of(name, t)
+    t = t.detach()
+    if dtype.name == "bfloat16":
+        torch = sys.modules["torch"]
+        return t.view(torch.int16).numpy().view(dtype)
+    return t.numpy()
+
+
+def _numpy_as_tensor(a):
+    """The NumPy result as a CPU tensor sharing its memory (bfloat16 through its 16-bit pattern)."""
+    torch = sys.modules["torch"]
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def _arrays_for_checks(kind, q, k, v):
+    """q, k, v as the checks read them: tensors described by shape and NumPy dtype."""
+    if kind == TORCH:
+        return tuple(_described(n, a) for n, a in (("q", q), ("k", k), ("v", v)))
+    if kind == TORCH_CPU:
+        return tuple(_tensor_as_numpy(n, a) for n, a in (("q", q), ("k", k), ("v", v)))
+    return q, k, v
+
+
+def _address(kind, a) -> int:
+    """The device address of a tensor's or numba device array's first element."""
+    if kind == TORCH:
+        return a.data_ptr()
+    try:
+        return a.device_ctypes_pointer.value or 0
+    except AttributeError:  # another CUDA array interface object
+        return a.__cuda_array_interface__["data"][0]
+
+
+def _check_out(out, kind, q, k, v):
+    """``out`` must be of q's kind, shape, dtype (and device), C-contiguous, writeable and share no
+    memory with q, k or v (the kernels read them while they write it). O(1)."""
+    if tuple(out.shape) != tuple(q.shape):
+        raise AttentionInputError(f"out has shape {tuple(out.shape)}; it must have q's shape {tuple(q.shape)}")
+    if out.dtype != q.dtype:
+        raise AttentionInputError(f"out has dtype {out.dtype}; it must have q's dtype {q.dtype}")
+    if kind == TORCH:
+        contiguous, overlap, strides = out.is_contiguous(), None, out.stride()
+        lo, hi = out.data_ptr(), out.data_ptr() + out.numel() * out.element_size()
+        for name, a in (("q", q), ("k", k), ("v", v)):
+            alo = a.data_ptr()
+            if alo < hi and lo < alo + a.numel() * a.element_size():
+                overlap = name
+                break
+    elif kind == DEVICE:
+        contiguous, overlap, strides = out.is_c_contiguous(), None, out.strides
+        if contiguous and not backend.IS_SIMULATOR:
+            lo = _address(DEVICE, out)
+            hi = lo + out.nbytes
+            for name, a in (("q", q), ("k", k), ("v", v)):
+                alo = _address(DEVICE, a)
+                if alo < hi and lo < alo + a.nbytes:
+                    overlap = name
+                    break
+        elif contiguous:
+            overlap = next((n for n, a in (("q", q), ("k", k), ("v", v))
+                            if np.may_share_memory(out._ary, a._ary)), None)
+    else:
+        if not out.flags.writeable:
+            raise AttentionInputError("out is read-only; pass a writeable array")
+        contiguous, strides = out.flags.c_contiguous, out.strides
+        overlap = next((n for n, a in (("q", q), ("k", k), ("v", v)) if np.may_share_memory(out, a)), None)
+    if not contiguous:
+        raise AttentionInputError(f"out is not C-contiguous (strides {tuple(strides)}); pass a contiguous output")
+    if overlap:
+        raise AttentionInputError(f"out shares memory with {overlap}: the kernels read {overlap} while they "
+                                  f"write out; pass a separate output")
+
+
+# -- streams -------------------------------------------------------------------------------------
+
+_STREAMS: dict = {}  # stream handle -> (numba stream, the stream kernels are launched on)
+
+
+def _stream_of(kind, q, stream):
+    """``(key, numba stream, launch stream)`` for the call. On a GPU the key is the stream's handle:
+    PyTorch's current stream for CUDA tensors, else ``stream=``'s, else the default stream (0)."""
+    if backend.IS_SIMULATOR:
+        if stream is None or (isinstance(stream, int) and not isinstance(stream, bool) and stream == 0):
+            return None, 0, 0
+        if isinstance(stream, cuda.stream):
+            return id(stream), stream, stream
+        raise AttentionInputError(f"stream must be None, 0 or a numba stream (numba.cuda.stream()); got "
+                                  f"{type(stream).__name__} {stream!r} (the simulator has no other streams)")
+    if stream is None:
+        handle = sys.modules["torch"].cuda.current_stream(q.device).cuda_stream if kind == TORCH else 0
+    elif isinstance(stream, int) and not isinstance(stream, bool) and stream == 0:
+        handle = 0
+    elif type(stream).__module__.startswith("torch") and hasattr(stream, "cuda_stream"):
+        handle = stream.cuda_stream
+    elif type(stream).__module__.startswith("numba") and hasattr(stream, "handle"):
+        handle = int(stream.handle or 0)
+    else:
+        raise AttentionInputError(f"stream must be None, a numba stream (numba.cuda.stream(), "
+                                  f"cuda.external_stream(handle)) or a torch.cuda.Stream; got "
+                                  f"{type(stream).__name__} {stream!r}")
+    hit = _STREAMS.get(handle)
+    if hit is None:
+        numba_stream = cuda.external_stream(handle) if handle else 0
+        try:
+            from numba.cuda.cudadrv.driver import _to_core_stream
+
+            launch_stream = _to_core_stream(numba_stream)  # what numba converts every launch's stream to
+        except (ImportError, TypeError):
+            launch_stream = numba_stream
+        hit = _STREAMS[handle] = (numba_stream, launch_stream)
+    return handle, hit[0], hit[1]
+
+
+# -- the plan cache ------------------------------------------------------------------------------
+
+MAX_PLANS = 128  # plans kept (least recently used dropped first)
+MAX_PLAN_WORKSPACE = 2 << 30  # bytes of scratch (split-K partials, naive's S) the kept plans may hold
+
+_PLANS: OrderedDict = OrderedDict()
+_PLAN_STATS = {"hits": 0, "misses": 0, "workspace": 0}
+_TUNING_PATHS: dict = {}
+
+
+@dataclass(eq=False)
+class _Plan:
+    """What a call needs that does not depend on the data: the checked problem, the phase and its
+    parameters, the Launch (compiled kernels, grid and block, scratch buffers), the kernels'
+    (B·H, N, D) shapes and, on a GPU, the device arrays the kernels get, bound to each call's
+    addresses without typing them again (:class:`~numba_attn.gpu.arrays.BoundArrays`): they do not
+    own the memory, so a cached plan keeps no caller's array alive."""
+
+    problem: Problem
+    phase: object
+    params: dict
+    why: str
+    launch: object
+    token: tuple
+    numba_stream: object
+    launch_stream: object
+    shapes: tuple  # (B·H, Nq, D), (B·Hkv, Nk, D), (B·Hkv, Nk, D), (B·H, Nq, D)
+    bind: object = None  # on a GPU: gpu.arrays.BoundArrays of the four shapes; None: reshape (simulator)
+
+
+def _tuning_stamp():
+    """The tuning cache file and its modification time: a plan made before a tuning is not reused."""
+    env = (os.environ.get("NUMBA_ATTN_TUNING_CACHE"), os.environ.get("NUMBA_ATTN_RESULTS"),
+           os.environ.get("XDG_DATA_HOME"))
+    path = _TUNING_PATHS.get(env)
+    if path is None:
+        from numba_attn.measure.tune import default_cache_path
+
+        path = _TUNING_PATHS[env] = default_cache_path()
+    try:
+        st = os.stat(path)
+        return path, st.st_mtime_ns, st.st_size
+    except OSError:
+        return path, None, None
+
+
+def _token():
+    return len(_REGISTRY), _tuning_stamp()
+
+
+def clear_plans() -> None:
+    """Drop every cached plan (and the scratch buffers they hold). Plans are dropped by themselves
+    when the tuning cache file or the number of registered phases changes; call this after changing
+    a phase in place or anything else :func:`choose_phase` reads (e.g. ``device_cc``)."""
+    _PLANS.clear()
+    _PLAN_STATS.update(hits=0, misses=0, workspace=0)
+
+
+def plan_cache_info() -> dict:
+    """``{"hits", "misses", "plans", "workspace"}``: calls served from a cached plan, calls that
+    planned, plans kept, bytes of scratch they hold."""
+    return {"hits": _PLAN_STATS["hits"], "misses": _PLAN_STATS["misses"], "plans": len(_PLANS),
+            "workspace": _PLAN_STATS["workspace"]}
+
+
+def _contiguity(kind, a) -> bool:
+    if kind == TORCH:
+        return a.is_contiguous()
+    if kind == NUMPY:
+        return a.flags.c_contiguous
+    return a.is_c_contiguous()
+
+
+def _plan_key(kind, q, k, v, causal, scale, phase, allow_tf32, params, stream_key):
+    """Everything the plan depends on, hashable; None when an argument cannot be a key (the call
+    then plans without the cache and its checks say what is wrong)."""
+    if kind is OTHER or kind is TORCH_CPU:
+        return None
+    try:
+        arrays = tuple((tuple(a.shape), a.dtype, _contiguity(kind, a)) for a in (q, k, v))
+        if kind == TORCH:
+            arrays += (q.get_device(),)
+        key = (kind, stream_key, arrays, type(causal), causal, type(scale), scale,
+               phase if phase is None or isinstance(phase, str) else ("object", id(phase)),
+               type(allow_tf32), allow_tf32,
+               tuple(sorted((name, type(val), val) for name, val in params.items())))
+        hash(key)
+        return key
+    except (TypeError, AttributeError, ValueError):
+        return None
+
+
+def _keep(key, plan) -> None:
+    _PLANS[key] = plan
+    _PLAN_STATS["workspace"] += plan.launch.workspace_bytes or 0
+    while len(_PLANS) > 1 and (len(_PLANS) > MAX_PLANS or _PLAN_STATS["workspace"] > MAX_PLAN_WORKSPACE):
+        _, old = _PLANS.popitem(last=False)
+        _PLAN_STATS["workspace"] -= old.launch.workspace_bytes or 0
+
+
+def _launch(plan, qd, kd, vd, od) -> None:
+    """Run the plan's Launch; a launch the device refuses is an :class:`AttentionInputError`."""
+    try:
+        if backend.IS_SIMULATOR:
+            from numba_attn.measure import limits
+
+            with limits.simulated_device_limits():
+                plan.launch(qd, kd, vd, od, plan.launch_stream)
+        else:
+            plan.launch(qd, kd, vd, od, plan.launch_stream)
+    except Exception as exc:  # noqa: BLE001
+        from numba_attn.measure import limits
+        from numba_attn.measure.status import classify_exception
+
+        status, why, _ = classify_exception(exc)
+        if status == "SKIP" or isinstance(exc, limits.DeviceLimitError):
+            raise AttentionInputError(f"phase {plan.phase.name!r} with {plan.params} cannot run "
+                                      f"{plan.problem.label} on this device: {why}. Try smaller tiles or "
+                                      f"another phase.") from exc
+        raise
+
+
+def _check_finite(kind, name, a) -> None:
+    if kind == TORCH:
+        a = _tensor_as_numpy(name, a.detach().cpu())
+    check_finite(name, a)
+
+
+# -- the public calls ----------------------------------------------------------------------------
+
+
 def explain(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False, nonfinite="propagate",
             **params) -> Explanation:
     """The phase ``attention(q, k, v, ...)`` with the same arguments would run, its resolved
-    parameters (:meth:`Phase.resolve`) and why it was chosen; checks the same inputs, launches nothing."""
+    parameters (:meth:`Phase.resolve`) and why it was chosen; checks the same inputs (NumPy
+    arrays, numba device arrays or tensors), launches nothing and uses no cached plan."""
     if nonfinite not in ("propagate", "raise"):
         raise AttentionInputError(f"nonfinite must be 'propagate' or 'raise'; got {nonfinite!r}")
+    kind = _one_kind(q, k, v, None)
+    q, k, v = _arrays_for_checks(kind, q, k, v)
     problem, ph, resolved, why = _plan(q, k, v, causal, scale, phase, allow_tf32, params)
-    if problem is not None:
+    if problem is not None and kind != TORCH:
         _check_host_memory(problem, (q, k, v))
     return Explanation(ph, dict(resolved or {}), why, problem)
 
 
 def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False, nonfinite="propagate",
-              **params):
+              out=None, stream=None, **params):
     """Softmax attention of q (B, H, Nq, D) over k, v (B, Hkv, Nk, D).
 
     ``phase`` names a registered phase (a registered ``Phase`` object is taken by its name);
@@ -363,48 +703,169 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False
     its tunable parameters (positive integers for tile sizes, see the registry's rules). A forced
     ``splits`` is taken as given: splits beyond the key tiles get no keys and are combined
     correctly (checked in the simulator for every split-K phase), but they are still launched, so
-    leave ``splits=0`` (planned from the keys and the SM count) unless measuring. NumPy arrays in →
-    NumPy array out; numba device arrays in → device array out. Input rules and errors: see the
-    module docstring.
+    leave ``splits=0`` (planned from the keys and the SM count) unless measuring.
+
+    Inputs and output, of one kind:
+
+    * NumPy arrays → NumPy array (copied to the device and back);
+    * numba device arrays → numba device array (no copy);
+    * PyTorch CUDA tensors → a CUDA tensor on the same device (no copy: the kernels read the
+      tensors' memory); PyTorch CPU tensors → a CPU tensor (like NumPy arrays: in the simulator
+      that is the whole computation; float32/float16 are read without a copy, bfloat16 through
+      ``ml_dtypes``). Mixing kinds (a tensor q with a NumPy k) is refused naming the argument.
+      torch is never imported by numba-attn: a tensor is recognised by its type. CUDA tensors
+      must be on numba's current device (checked when the call plans) and C-contiguous (call
+      ``.contiguous()``). Forward only: no gradient flows back through the result.
+
+    ``out``: a preallocated output of q's kind, shape, dtype (and device), C-contiguous and
+    sharing no memory with q, k, v; written in place and returned. Without it every call allocates
+    its output: ``torch.empty`` (PyTorch's caching allocator) for tensors, one
+    ``cuda.device_array`` for numba arrays (numba's allocator may free earlier arrays, which
+    synchronizes, then) — pass ``out=`` where that matters.
+
+    ``stream``: CUDA tensors are computed on PyTorch's current stream
+    (``torch.cuda.current_stream()``), other inputs on the default stream; ``stream=`` (a numba
+    stream or a ``torch.cuda.Stream``) overrides either. The call does not synchronize (except for
+    NumPy inputs, whose result is copied back, and ``nonfinite="raise"``, which reads the inputs).
+
+    Plans are cached: the first call with a (kind, shapes, dtype, contiguity, causal, scale, phase,
+    parameters, allow_tf32, device, stream) plans (checks, chooses, compiles, allocates the
+    phase's scratch buffers, queries memory); later calls with the same arguments only check the
+    output and launch (:func:`plan_cache_info`, :func:`clear_plans`). Input rules and errors: see
+    the module docstring.
     """
     if nonfinite not in ("propagate", "raise"):
         raise AttentionInputError(f"nonfinite must be 'propagate' or 'raise'; got {nonfinite!r}")
-    problem, ph, resolved, _why = _plan(q, k, v, causal, scale, phase, allow_tf32, params)
-    if problem is None:
-        return _empty_output(q, tuple(q.shape))
-    B, H, Nq, D = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
+    kind = _one_kind(q, k, v, out)
+    if kind == TORCH_CPU:  # the NumPy path on views of the tensors' memory
+        res = attention(*_arrays_for_checks(kind, q, k, v), causal=causal, scale=scale, phase=phase,
+                        allow_tf32=allow_tf32, nonfinite=nonfinite,
+                        out=None if out is None else _tensor_as_numpy("out", out), stream=stream, **params)
+        return out if out is not None else _numpy_as_tensor(res)
+    if kind == TORCH and backend.IS_SIMULATOR:
+        raise AttentionInputError(f"q is a tensor on {q.device} but numba-attn runs in the CUDA simulator "
+                                  f"(NUMBA_ATTN_BACKEND=simulator): pass CPU tensors")
+    stream_key, numba_stream, launch_stream = _stream_of(kind, q, stream)
+    key = _plan_key(kind, q, k, v, causal, scale, phase, allow_tf32, params, stream_key)
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is not None and (plan.token != _token()
+                             or plan.phase is not _REGISTRY.get(plan.phase.name)):
+        plan = None
+    if plan is None:
+        return _plan_and_launch(kind, key, q, k, v, causal, scale, phase, allow_tf32, nonfinite, out,
+                                numba_stream, launch_stream, params)
+    _PLANS.move_to_end(key)
+    _PLAN_STATS["hits"] += 1
+    if out is not None:
+        _check_out(out, kind, q, k, v)
     if nonfinite == "raise":
         for name, a in (("q", q), ("k", k), ("v", v)):
-            check_finite(name, a)
-    _check_host_memory(problem, (q, k, v))
-    q, k, v = (_contiguous(n, a) for n, a in (("q", q), ("k", k), ("v", v)))
-    on_device = is_device_array(q)
+            _check_finite(kind, name, a)
+    return _run(plan, kind, q, k, v, out)
+
+
+def _run(plan, kind, q, k, v, out):
+    """Launch a checked plan on this call's arrays; the output (``out`` when given)."""
+    s_q, s_kv, _, _ = plan.shapes
+    if kind == TORCH:
+        o = out if out is not None else sys.modules["torch"].empty(q.shape, dtype=q.dtype, device=q.device)
+        b = plan.bind
+        _launch(plan, b(0, q.data_ptr()), b(1, k.data_ptr()), b(2, v.data_ptr()), b(3, o.data_ptr()))
+        return o
+    if kind == DEVICE:
+        o = out if out is not None else cuda.device_array(q.shape, dtype=q.dtype)
+        b = plan.bind
+        if b is None:  # the simulator
+            _launch(plan, q.reshape(s_q), k.reshape(s_kv), v.reshape(s_kv), o.reshape(s_q))
+        else:
+            _launch(plan, b(0, _address(DEVICE, q)), b(1, _address(DEVICE, k)), b(2, _address(DEVICE, v)),
+                    b(3, _address(DEVICE, o)))
+        return o
+    # NumPy: copied to the device (contiguous copies of non-contiguous inputs), computed, copied back
+    from numba_attn.measure.check import to_device
+
+    s = plan.numba_stream
+    qd, kd, vd = (to_device(np.ascontiguousarray(a), stream=s) for a in (q, k, v))
+    od = cuda.device_array(qd.shape, dtype=qd.dtype)
+    b = plan.bind
+    if b is None:
+        _launch(plan, qd.reshape(s_q), kd.reshape(s_kv), vd.reshape(s_kv), od.reshape(s_q))
+    else:  # views that do not own the copies, so the plan keeps none of them alive
+        _launch(plan, *(b(i, _address(DEVICE, a)) for i, a in enumerate((qd, kd, vd, od))))
+    if out is None:
+        out = np.empty(q.shape, dtype=q.dtype)
+    od.copy_to_host(out.view(od.dtype), stream=s)
+    if s:
+        s.synchronize()
+    return out
+
+
+def _plan_and_launch(kind, key, q, k, v, causal, scale, phase, allow_tf32, nonfinite, out, numba_stream,
+                     launch_stream, params):
+    """A call without a cached plan: every check, the phase's choice and plan, the first launch;
+    the plan is kept when the launch succeeds."""
+    token = _token()
+    checked = _arrays_for_checks(kind, q, k, v)
+    problem, ph, resolved, why = _plan(*checked, causal, scale, phase, allow_tf32, params)
+    if out is not None:
+        _check_out(out, kind, q, k, v)
+    if problem is None:
+        return out if out is not None else _empty_output(q, tuple(q.shape))
+    if kind == TORCH and not q.is_cuda:
+        raise AttentionInputError(f"q is a tensor on {q.device}: numba-attn computes on CUDA tensors (or CPU "
+                                  f"tensors, copied like NumPy arrays)")
+    if nonfinite == "raise":
+        for name, a in (("q", q), ("k", k), ("v", v)):
+            _check_finite(kind, name, a)
+    B, H, Nq, D = problem.batch, problem.heads, problem.q_len, problem.head_dim
+    Hkv, Nk = problem.kv_heads, problem.kv_len
+    shapes = ((B * H, Nq, D), (B * Hkv, Nk, D), (B * Hkv, Nk, D), (B * H, Nq, D))
+    if kind == TORCH:
+        for name, a in (("q", q), ("k", k), ("v", v)):
+            if not a.is_contiguous():
+                raise AttentionInputError(
+                    f"{name} is a non-contiguous tensor (strides {tuple(a.stride())}); pass {name}.contiguous() "
+                    f"(tensors are not copied implicitly)")
+        device = q.get_device()
+        current = cuda.get_current_device().id
+        if device != current:
+            raise AttentionInputError(f"q is on cuda:{device} but numba's current device is {current}: call "
+                                      f"numba.cuda.select_device({device}) first (or move the tensors)")
+    else:
+        _check_host_memory(problem, (q, k, v))
+        if kind == DEVICE:
+            for name, a in (("q", q), ("k", k), ("v", v)):
+                _contiguous(name, a)  # refuses a non-contiguous device array
+    on_device = kind in (DEVICE, TORCH)
     from numba_attn.measure import limits
-    from numba_attn.measure.check import to_device, to_host
-    from numba_attn.measure.status import classify_exception
 
     free = limits.free_device_memory()
-    need = problem.min_bytes() if not on_device else int(np.prod(problem.out_shape())) * problem.itemsize
+    need = problem.min_bytes() if not on_device else (0 if out is not None else
+                                                       int(np.prod(problem.out_shape())) * problem.itemsize)
     if free is not None and need > free:
         raise AttentionInputError(f"{problem.label} needs {need / 2**30:.2f} GiB of device memory for its "
                                   f"inputs and output; {free / 2**30:.2f} GiB free")
     try:
         with limits.simulated_device_limits():
             launch = ph.plan(problem, **params)  # the caller's parameters, or the tuning cache's (_plan)
-            if on_device:
-                qd, kd, vd = q, k, v
-            else:
-                qd, kd, vd = (to_device(a) for a in (q, k, v))
-            od = cuda.device_array((B, H, Nq, D), dtype=qd.dtype)
-            launch(qd.reshape(B * H, Nq, D), kd.reshape(B * Hkv, Nk, D), vd.reshape(B * Hkv, Nk, D),
-                   od.reshape(B * H, Nq, D))
-            if not on_device:
-                return to_host(od, q.dtype)
-            return od
     except Exception as exc:  # noqa: BLE001
-        status, why, _ = classify_exception(exc)
+        from numba_attn.measure.status import classify_exception
+
+        status, reason, _ = classify_exception(exc)
         if status == "SKIP" or isinstance(exc, limits.DeviceLimitError):
             raise AttentionInputError(f"phase {ph.name!r} with {resolved} cannot run {problem.label} on this "
-                                      f"device: {why}. Try smaller tiles or another phase.") from exc
+                                      f"device: {reason}. Try smaller tiles or another phase.") from exc
         raise
+    bind = None
+    if not backend.IS_SIMULATOR:
+        kernel_dtype = np.dtype(np.uint16) if problem.dtype == "bfloat16" else np.dtype(problem.dtype)
+        from numba_attn.gpu.arrays import BoundArrays
+
+        bind = BoundArrays(shapes, kernel_dtype)
+    plan = _Plan(problem=problem, phase=ph, params=resolved, why=why, launch=launch, token=token,
+                 numba_stream=numba_stream, launch_stream=launch_stream, shapes=shapes, bind=bind)
+    _PLAN_STATS["misses"] += 1
+    result = _run(plan, kind, q, k, v, out)
+    if key is not None:
+        _keep(key, plan)
+    return result

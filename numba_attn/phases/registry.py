@@ -104,7 +104,13 @@ def cc_reason(requires_cc, cc) -> str | None:
 class Launch:
     """What a phase returns for one problem: a callable that launches its
     kernel(s) on device arrays ``run(q, k, v, o, stream)``, and the compiled
-    dispatchers, so the runner can report their resources."""
+    dispatchers, so the runner can report their resources.
+
+    ``stream`` is whatever numba's ``kernel[grid, block, stream]`` accepts (0, a numba stream, a
+    ``cuda.core`` stream, a graph builder); every kernel of the launch, split-K combines
+    included, goes to it. A Launch is reused for many calls (``attention()`` caches it per
+    problem and stream), so buffers allocated by the builder (split-K partials, counters) are
+    its scratch, shared by the calls on one stream."""
 
     run: Callable
     kernels: list = field(default_factory=list)

@@ -82,7 +82,7 @@ def check_arrays(q, k, v) -> None:
     for name, a in (("q", q), ("k", k), ("v", v)):
         if not (hasattr(a, "shape") and hasattr(a, "dtype")):
             raise AttentionInputError(
-                f"{name} must be a NumPy array or a numba device array; got {type(a).__name__}")
+                f"{name} must be a NumPy array or a numba device array (or a PyTorch tensor); got {type(a).__name__}")
         if len(a.shape) != 4:
             raise AttentionInputError(
                 f"{name} must be a 4-D array (batch, heads, length, head_dim); got {_describe(a)}")

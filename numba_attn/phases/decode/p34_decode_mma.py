@@ -53,6 +53,7 @@ import functools
 import numpy as np
 from numba import cuda, float32, uint32
 
+from numba_attn.gpu.arrays import view_as
 from numba_attn.gpu.device_functions import (LOG2E, NEG_BIG, combine_splits, fragment_rescale, fragment_softmax,
                                              merge_state, state_lse)
 from numba_attn.gpu.intrinsics import cp_async16_flat, cp_async16_flat_l2_256, cp_async_commit, cp_async_wait, ldmatrix_x4, \
@@ -398,7 +399,7 @@ def decode_mma(problem, warps=4, Bc=16, stages=3, splits=0, blocks_per_sm=2, min
             check_alignment(k, v)
             if len(views) >= 8:
                 views.clear()
-            hit = views[key] = ((q, k, v, o), q.view(np.uint32))
+            hit = views[key] = ((q, k, v, o), view_as(q, np.uint32))
         args = (hit[1], k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, chunk, S)
         if opted:
             kern[grid, warps * WARP_SIZE, stream, nbytes](*args)

@@ -27,6 +27,7 @@ import functools
 import numpy as np
 from numba import cuda, float32, uint32
 
+from numba_attn.gpu.arrays import view_as
 from numba_attn.gpu.device_functions import LOG2E, NEG_BIG, fragment_rescale, fragment_softmax
 from numba_attn.gpu.intrinsics import cp_async_commit, cp_async_wait, pack_bf16x2, pack_f16x2, to_tf32
 from numba_attn.gpu.jit import device, kernel
@@ -213,7 +214,7 @@ def supports_tc(problem, Bc, max_d=128, **_):
 
 def u32_views(q, k, v, o):
     """Device (BH, N, D) f16/bf16 arrays → (BH, N, D/2) uint32 views."""
-    return tuple(a.view(np.uint32) for a in (q, k, v, o))
+    return tuple(view_as(a, np.uint32) for a in (q, k, v, o))
 
 
 def launch_mma(problem, kern, Br, warps, views=True, dyn_bytes=0):

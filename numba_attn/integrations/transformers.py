@@ -1,0 +1,291 @@
+"""Hugging Face transformers models on numba-attn phases: ``attn_implementation="numba_attn"``.
+
+::
+
+    import numba_attn.integrations.transformers as na_hf
+    na_hf.register()                      # once per process
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="numba_attn")
+    model.generate(input_ids, max_new_tokens=64, do_sample=False)
+
+:func:`register` adds an attention function to transformers' attention registry (``AttentionInterface``)
+and, under the same name, sdpa's mask builder (``AttentionMaskInterface``), so the model builds exactly
+the masks it builds for ``"sdpa"``: none for a plain prompt or a decode step over a ``DynamicCache``.
+Every attention call of the model then runs one numba-attn phase through :func:`numba_attn.attention`
+on the tensors themselves (CUDA tensors without copies, on PyTorch's current stream; CPU tensors in
+the simulator):
+
+* **Shapes.** query (B, H, q_len, D); key and value (B, Hkv, kv_len, D) as the KV cache holds them:
+  grouped-query attention is not repeated (the phases take the Hkv heads); the output is
+  (B, q_len, H, D), contiguous, as sdpa's.
+* **Phases.** A prompt (q_len > 1) runs ``prefill_phase``, causal when the layer is; a decode step
+  (q_len == 1) runs ``decode_phase`` over the whole cache. None (the default) lets
+  ``numba_attn.attention(phase=None)`` choose per call (decode phases for short queries, prefill phases
+  otherwise, see :func:`numba_attn.api.choose_phase`). ``prefill_params`` / ``decode_params`` override
+  the named phase's tunable parameters.
+* **Causal alignment.** numba-attn aligns a causal mask bottom-right: query i of q_len sees the keys
+  ``j <= i + kv_len - q_len``, which is what a chunk of queries appended to a KV cache must see, and
+  what transformers' mask says there. With no mask and q_len < kv_len (a prompt written into an empty
+  static cache: the keys past the prompt are empty slots) the keys are cut to the prompt's, as sdpa does.
+* **Masks.** With no mask nothing is checked. A mask (transformers builds one for padded batches, for a
+  prompt appended to a non-empty cache and for static-cache decode steps; a boolean one, True = attend,
+  or an additive one of 0 / -inf) is accepted when it is the causal mask (full, for a non-causal layer)
+  of the first L keys, the same L for the whole batch: the keys past L (a static cache's empty slots)
+  are cut off. Anything else — padding (e.g. left padding of a batch of prompts of different lengths),
+  a sliding window, a bias — is refused with :class:`~numba_attn.spec.errors.AttentionInputError`.
+  Cost: the check runs once per forward (every layer gets the same mask tensor; the answer is kept for
+  that tensor and its version): a few elementwise kernels over the B x q_len x kv_len mask and one
+  device-to-host copy of three numbers, which waits for the device.
+* **Refused** (same error): dropout > 0 (training), gradients (the phases are forward only: run under
+  ``torch.no_grad()`` or ``torch.inference_mode()``), logit soft-capping, a position bias, attention
+  sinks, a paged cache (continuous batching), value head_dim != query head_dim. With
+  ``register(fallback="sdpa")`` these calls (and refused masks) run transformers' sdpa instead;
+  :func:`count_phases` counts them.
+* **Copies.** query/key/value that are not contiguous are copied (``.contiguous()``): the prompt's
+  projections (transposed views) at prefill; at a decode step the query (one row per head) and a
+  ``DynamicCache``'s keys and values are contiguous and are passed as they are. The output is
+  transposed to (B, q_len, H, D) with one copy at prefill (none at q_len == 1).
+
+torch and transformers are optional (``pip install -e ".[torch]"``); this module imports them when
+:func:`register` is called, and importing ``numba_attn`` imports neither.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import warnings
+import weakref
+
+from numba_attn.spec.errors import AttentionInputError, check_bool
+
+INSTALL_HINT = 'pip install -e ".[torch]"'
+
+# transformers' own attention implementations: register() never replaces them.
+_RESERVED = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3", "flash_attention_4",
+             "paged|eager")
+
+_COUNTERS: list = []  # the Counters of the active count_phases() blocks
+
+
+def _require():
+    """``(torch, transformers)``, or an ImportError that says what to install."""
+    try:
+        import torch
+        import transformers
+    except ImportError as exc:
+        raise ImportError(f"numba_attn.integrations.transformers needs torch and transformers ({exc}); "
+                          f"install them with: {INSTALL_HINT}") from exc
+    if not hasattr(transformers, "AttentionInterface"):
+        raise ImportError(f"transformers {transformers.__version__} has no AttentionInterface (needs "
+                          f"transformers >= 4.53); upgrade it with: {INSTALL_HINT}")
+    return torch, transformers
+
+
+def register(name: str = "numba_attn", prefill_phase: str | None = None, decode_phase: str | None = None,
+             allow_tf32: bool = False, *, prefill_params: dict | None = None, decode_params: dict | None = None,
+             fallback: str | None = None) -> str:
+    """Register numba-attn as transformers attention implementation ``name`` and return ``name``.
+
+    ``prefill_phase`` runs prompts (q_len > 1), ``decode_phase`` decode steps (q_len == 1); None: chosen
+    per call by ``numba_attn.attention(phase=None)``. ``prefill_params`` / ``decode_params``: tunable
+    parameters of the named phases. ``allow_tf32``: float32 models may run on tf32 tensor cores (only
+    where numba-attn chooses the phase). ``fallback="sdpa"``: calls numba-attn cannot compute (a padding
+    mask, dropout, ...; see the module docstring) run transformers' sdpa instead of raising. Registering
+    the same name again replaces the previous settings; transformers' own names are refused.
+    """
+    torch, transformers = _require()
+    from numba_attn.phases.registry import get_phase
+
+    if not isinstance(name, str) or not name:
+        raise AttentionInputError(f"name must be a non-empty string; got {name!r}")
+    if name in _RESERVED:
+        raise AttentionInputError(f"name {name!r} is one of transformers' own attention implementations; "
+                                  f"register numba-attn under another name (default 'numba_attn')")
+    allow_tf32 = check_bool("allow_tf32", allow_tf32)
+    if fallback not in (None, "sdpa"):
+        raise AttentionInputError(f"fallback must be None (refuse) or 'sdpa'; got {fallback!r}")
+    phases = {}
+    for arg, phase, params in (("prefill", prefill_phase, prefill_params), ("decode", decode_phase, decode_params)):
+        if params is not None and not isinstance(params, dict):
+            raise AttentionInputError(f"{arg}_params must be a dict of the phase's parameters; got {params!r}")
+        if phase is None:
+            if params:
+                raise AttentionInputError(f"{arg}_params {params} need a named {arg}_phase (phase=None chooses "
+                                          f"its own parameters)")
+        elif not isinstance(phase, str):
+            raise AttentionInputError(f"{arg}_phase must be a phase name or None; got {phase!r}")
+        else:
+            get_phase(phase).resolve_params(params)  # unknown phase / parameter: the registry's error
+        phases[arg] = (phase, dict(params or {}))
+    fn = NumbaAttention(name, phases["prefill"], phases["decode"], allow_tf32, fallback)
+    transformers.AttentionInterface.register(name, fn)
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    # sdpa's masks: None where is_causal (or nothing) says it all, so the common calls carry no mask to check
+    AttentionMaskInterface.register(name, sdpa_mask)
+    return name
+
+
+@contextlib.contextmanager
+def count_phases():
+    """Count, inside the block, the calls of registered numba-attn attention functions by
+    ``(kind, phase name)``: kind "prefill" (q_len > 1) or "decode" (q_len == 1); the phase that ran
+    (when chosen by ``phase=None``, as :func:`numba_attn.explain` names it, asked once per problem), or
+    "sdpa (fallback)". Yields a ``collections.Counter``. Costs nothing outside such a block."""
+    counter = collections.Counter()
+    _COUNTERS.append(counter)
+    try:
+        yield counter
+    finally:
+        _COUNTERS.remove(counter)
+
+
+class NumbaAttention:
+    """The attention function :func:`register` puts in transformers' registry (see the module docstring)."""
+
+    def __init__(self, name, prefill, decode, allow_tf32, fallback):
+        from numba_attn import api
+
+        self._api = api  # attention() looked up at each call
+        self.name = name
+        self.prefill_phase, self.prefill_params = prefill
+        self.decode_phase, self.decode_params = decode
+        self.allow_tf32 = allow_tf32
+        self.fallback = fallback
+        self._mask_seen = None  # (weakref to the mask, its version, the call's key, keys to keep or why not)
+        self._chosen = {}  # problem key -> the phase phase=None runs (count_phases only)
+        self._warned = False
+
+    def __repr__(self):
+        return (f"NumbaAttention({self.name!r}, prefill={self.prefill_phase or 'chosen'}, "
+                f"decode={self.decode_phase or 'chosen'}, fallback={self.fallback})")
+
+    def __call__(self, module, query, key, value, attention_mask, scaling=None, dropout=0.0, is_causal=None,
+                 **kwargs):
+        import torch
+
+        layer_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+        q_len, kv_len = query.shape[2], key.shape[2]
+        why = self._unsupported(torch, query, key, value, dropout, kwargs)
+        keep = kv_len
+        if why is None:
+            if attention_mask is None:
+                if layer_causal and 1 < q_len < kv_len:
+                    keep = q_len  # a prompt in an empty static cache: the keys past it are empty slots (as sdpa)
+            else:
+                keep, why = self._mask_keys(torch, attention_mask, q_len, kv_len, bool(layer_causal))
+        if why is not None:
+            return self._refuse(why, module, query, key, value, attention_mask, scaling, dropout, is_causal,
+                                kwargs)
+        if kwargs.get("output_attentions") and not self._warned:
+            self._warned = True
+            warnings.warn("numba-attn attention returns no attention weights (output_attentions=True is "
+                          "ignored, as with sdpa)", stacklevel=2)
+        if keep < kv_len:
+            key, value = key[:, :, :keep], value[:, :, :keep]
+        causal = bool(layer_causal) and q_len > 1  # a single query sees the whole cache
+        if q_len == 1:
+            phase, params = self.decode_phase, self.decode_params
+        else:
+            phase, params = self.prefill_phase, self.prefill_params
+        q, k, v = (t if t.is_contiguous() else t.contiguous() for t in (query, key, value))
+        out = self._api.attention(q, k, v, causal=causal, scale=scaling, phase=phase, allow_tf32=self.allow_tf32,
+                                  **params)
+        if _COUNTERS:
+            self._count("decode" if q_len == 1 else "prefill",
+                        phase or self._chosen_phase(q, k, v, causal, scaling))
+        return out.transpose(1, 2).contiguous(), None
+
+    # -- what numba-attn cannot compute ------------------------------------------------------------------
+
+    @staticmethod
+    def _unsupported(torch, query, key, value, dropout, kwargs) -> str | None:
+        if dropout:
+            return f"dropout {dropout} (training): the phases compute attention without dropout"
+        if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
+            return ("gradients: the phases compute the forward pass only (run the model under torch.no_grad() "
+                    "or torch.inference_mode())")
+        if kwargs.get("softcap") is not None:
+            return "logit soft-capping (softcap)"
+        if kwargs.get("position_bias") is not None:
+            return "an additive position bias"
+        if kwargs.get("s_aux") is not None:
+            return "attention sinks (s_aux)"
+        if type(kwargs.get("cache")).__name__ == "PagedAttentionCache":
+            return "a paged KV cache (continuous batching)"
+        if value.shape[-1] != query.shape[-1] or key.shape[-1] != query.shape[-1]:
+            return (f"head_dim of query {query.shape[-1]}, key {key.shape[-1]}, value {value.shape[-1]}: the phases "
+                    f"need one head_dim")
+        return None
+
+    def _mask_keys(self, torch, mask, q_len, kv_len, causal):
+        """``(L, None)`` when ``mask`` lets every query see exactly the causal (or, for a non-causal layer,
+        every) key among the first L keys, L the same for the whole batch; ``(None, why)`` otherwise.
+        Checked once per mask tensor and version (every layer of a forward gets the same mask)."""
+        call = (tuple(mask.shape) if isinstance(mask, torch.Tensor) else None, q_len, kv_len, causal)
+        seen = self._mask_seen
+        if seen is not None and seen[0]() is mask and seen[1] == mask._version and seen[2] == call:
+            return seen[3]
+        answer = _check_mask(torch, mask, q_len, kv_len, causal)
+        if isinstance(mask, torch.Tensor):
+            self._mask_seen = (weakref.ref(mask), mask._version, call, answer)
+        return answer
+
+    def _refuse(self, why, module, query, key, value, attention_mask, scaling, dropout, is_causal, kwargs):
+        if self.fallback != "sdpa":
+            raise AttentionInputError(
+                f"numba-attn attention ({self.name!r}) cannot run this call of "
+                f"{type(module).__name__}: {why}. Register with fallback='sdpa' to run such calls with sdpa, "
+                f"or use attn_implementation='sdpa'")
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        if _COUNTERS:
+            self._count("decode" if query.shape[2] == 1 else "prefill", "sdpa (fallback)")
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+
+    # -- counting -----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _count(kind, phase):
+        for c in _COUNTERS:
+            c[(kind, phase)] += 1
+
+    def _chosen_phase(self, q, k, v, causal, scale) -> str:
+        key = (tuple(q.shape), tuple(k.shape), str(q.dtype), q.device.type, causal, scale, self.allow_tf32)
+        if key not in self._chosen:
+            self._chosen[key] = self._api.explain(q, k, v, causal=causal, scale=scale,
+                                                  allow_tf32=self.allow_tf32).name
+        return self._chosen[key]
+
+
+def _check_mask(torch, mask, q_len, kv_len, causal):
+    """See :meth:`NumbaAttention._mask_keys`: a few elementwise kernels and one device-to-host copy."""
+    if not isinstance(mask, torch.Tensor) or mask.dim() != 4:
+        return None, f"an attention mask of type {type(mask).__name__} (numba-attn takes a 4-D tensor mask)"
+    if tuple(mask.shape[-2:]) != (q_len, kv_len):
+        return None, f"an attention mask of shape {tuple(mask.shape)} for {q_len} queries and {kv_len} keys"
+    if mask.dtype == torch.bool:
+        allowed, plain = mask, None
+    else:  # additive: 0 where a query sees a key, -inf (or the dtype's minimum) where not
+        allowed = mask == 0
+        plain = (allowed | (mask <= torch.finfo(mask.dtype).min / 2)).all()
+    seen = allowed[..., -1, :].sum(-1)  # keys the last query sees, per batch (and head)
+    lim = seen[..., None, None]
+    j = torch.arange(kv_len, device=mask.device)
+    expect = j < lim
+    if causal:
+        i = torch.arange(q_len, device=mask.device)[:, None]
+        expect = expect & (j <= i + (lim - q_len))
+    ok = (allowed == expect).all()
+    if plain is not None:
+        ok = ok & plain
+    ok, lo, hi = torch.stack([ok.to(seen.dtype), seen.min(), seen.max()]).tolist()
+    if not ok or lo != hi:
+        what = "an additive bias or " if plain is not None else ""
+        return None, (f"an attention mask with {what}keys masked that causality does not explain (padding, "
+                      f"e.g. left padding in a batch of prompts of different lengths, a sliding window or a "
+                      f"custom mask); numba-attn computes plain {'causal' if causal else 'full'} attention over "
+                      f"the same keys for every sequence of the batch")
+    if hi == 0 or (causal and hi < q_len):
+        return None, "an attention mask under which some query sees no key"
+    return hi, None

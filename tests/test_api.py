@@ -1,0 +1,184 @@
+"""attention() without PyTorch: out= for NumPy and numba device arrays, the plan cache (a second
+call plans nothing; a changed shape, parameter type, registry or clear_plans() plans again; the
+cache is bounded), stream=, and that importing numba-attn imports no torch."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import numba_attn.api as api
+from numba_attn import Problem, attention, check, reference
+from numba_attn.phases.registry import Phase
+from numba_attn.spec.errors import AttentionInputError
+from numba_attn.testing import temporary_phases
+
+P = Problem(batch=1, heads=2, q_len=5, kv_len=9, head_dim=8)
+Q, K, V = P.inputs(1)
+SMEM = dict(phase="smem_kv", Br=16, Bc=16)  # small tiles: quick in the simulator
+
+
+@pytest.fixture(autouse=True)
+def _no_plans():
+    api.clear_plans()
+    yield
+    api.clear_plans()
+
+
+@pytest.fixture
+def planned(monkeypatch):
+    """Counts of the planning steps: ``_plan`` (checks, choice) and ``Phase.plan`` (build)."""
+    counts = {"checks": 0, "builds": 0}
+    real_plan, real_build = api._plan, Phase.plan
+
+    def checks(*a, **k):
+        counts["checks"] += 1
+        return real_plan(*a, **k)
+
+    def builds(self, *a, **k):
+        counts["builds"] += 1
+        return real_build(self, *a, **k)
+
+    monkeypatch.setattr(api, "_plan", checks)
+    monkeypatch.setattr(Phase, "plan", builds)
+    return counts
+
+
+def test_numpy_out_is_written_in_place_and_returned():
+    out = np.full(Q.shape, np.nan, np.float32)
+    got = attention(Q, K, V, out=out, **SMEM)
+    assert got is out and check(out, reference(Q, K, V)).ok
+    again = attention(Q, K, V, out=out, **SMEM)  # from the cached plan
+    assert again is out and check(out, reference(Q, K, V)).ok
+
+
+def test_device_array_out_is_written_in_place_and_returned():
+    q, k, v = (cuda.to_device(a) for a in (Q, K, V))
+    out = cuda.device_array(Q.shape, np.float32)
+    for _ in range(2):  # planned, then cached
+        got = attention(q, k, v, causal=True, out=out, **SMEM)
+        assert got is out and check(out.copy_to_host(), reference(Q, K, V, causal=True)).ok
+
+
+BAD_OUT = [
+    ("shape", lambda: np.empty((1, 2, 5, 4), np.float32), "out has shape (1, 2, 5, 4); it must have q's shape"),
+    ("dtype", lambda: np.empty(Q.shape, np.float16), "out has dtype float16; it must have q's dtype float32"),
+    ("strided", lambda: np.empty((1, 2, 8, 5), np.float32).swapaxes(2, 3), "out is not C-contiguous"),
+    ("read-only", lambda: np.broadcast_to(np.zeros(8, np.float32), Q.shape), "out is read-only"),
+    ("kind", lambda: cuda.device_array(Q.shape, np.float32), "out is a numba device array but q is a NumPy array"),
+    ("not an array", lambda: [0.0], "out must be a NumPy array like q (or None); got list"),
+    ("aliases q", lambda: Q, "out shares memory with q"),
+]
+
+
+@pytest.mark.parametrize("case,make,msg", BAD_OUT, ids=[c[0] for c in BAD_OUT])
+def test_bad_out_is_refused_naming_out(case, make, msg):
+    q = Q.copy()
+    out = q if case == "aliases q" else make()
+    for _ in range(2):  # refused when planning and when the plan is cached
+        with pytest.raises(AttentionInputError) as exc:
+            attention(q, K, V, out=out, **SMEM)
+        assert msg in str(exc.value)
+        attention(q, K, V, **SMEM)
+
+
+def test_bad_device_out_is_refused_naming_out():
+    q, k, v = (cuda.to_device(a) for a in (Q, K, V))
+    with pytest.raises(AttentionInputError, match="out has dtype float16"):
+        attention(q, k, v, out=cuda.device_array(Q.shape, np.float16), **SMEM)
+    inside_k = k.reshape(-1)[: Q.size].reshape(Q.shape)  # q's shape, in k's memory
+    with pytest.raises(AttentionInputError, match="out shares memory with k"):
+        attention(q, k, v, out=inside_k, **SMEM)
+    with pytest.raises(AttentionInputError, match="out is a NumPy array but q is a numba device array"):
+        attention(q, k, v, out=np.empty(Q.shape, np.float32), **SMEM)
+
+
+def test_a_second_call_plans_nothing_and_a_new_shape_plans_again(planned):
+    out = attention(Q, K, V, **SMEM)
+    assert planned == {"checks": 1, "builds": 1}
+    again = attention(Q, K, V, **SMEM)
+    assert planned == {"checks": 1, "builds": 1} and np.array_equal(out, again)
+    assert api.plan_cache_info()["hits"] == 1
+    attention(Q[:, :, :3], K, V, **SMEM)  # another q_len
+    assert planned == {"checks": 2, "builds": 2}
+    attention(Q, K, V, phase="smem_kv", Br=16, Bc=32)  # another parameter
+    attention(Q, K, V, causal=True, **SMEM)  # causal
+    attention(Q, K, V, scale=0.5, **SMEM)  # scale
+    assert planned["builds"] == 5
+    attention(Q, K, V, scale=0.5, **SMEM)
+    assert planned["builds"] == 5
+
+
+def test_the_choice_of_phase_none_is_cached(monkeypatch, planned):
+    calls = []
+    real = api.choose_phase
+    monkeypatch.setattr(api, "choose_phase", lambda *a, **k: calls.append(1) or real(*a, **k))
+    p = Problem(batch=1, heads=1, q_len=1, kv_len=16, head_dim=8)  # decode: quick in the simulator
+    q, k, v = p.inputs(2)
+    first = attention(q, k, v)
+    assert attention(q, k, v) is not None and len(calls) == 1 and planned["builds"] == 1
+    assert check(first, reference(q, k, v)).ok
+
+
+def test_the_key_keeps_argument_types_apart():
+    attention(Q, K, V, **SMEM)
+    with pytest.raises(AttentionInputError, match="parameter Br of phase 'smem_kv' must be an integer >= 1; got True"):
+        attention(Q, K, V, phase="smem_kv", Br=True, Bc=16)  # True == 1 but is not an integer here
+    attention(Q, K, V, causal=False, phase="smem_kv", Br=16, Bc=16)
+    with pytest.raises(AttentionInputError, match="causal must be a bool"):
+        attention(Q, K, V, causal=0.0, **SMEM)  # 0.0 == False but is not a bool
+
+
+def test_registry_changes_and_clear_plans_drop_the_plans(planned):
+    attention(Q, K, V, **SMEM)
+    extra = Phase(name="unused_extra", order=997, title="", parent=None, description="", lineage="",
+                  planned_speedup=None, build=lambda problem: None, params={}, module=__name__)
+    with temporary_phases(extra):
+        attention(Q, K, V, **SMEM)  # one more phase: choices may differ, planned again
+    assert planned["builds"] == 2
+    attention(Q, K, V, **SMEM)  # and back: planned again
+    assert planned["builds"] == 3
+    api.clear_plans()
+    assert api.plan_cache_info() == {"hits": 0, "misses": 0, "plans": 0, "workspace": 0}
+    attention(Q, K, V, **SMEM)
+    assert api.plan_cache_info()["misses"] == 1
+
+
+def test_the_cache_is_bounded(monkeypatch):
+    monkeypatch.setattr(api, "MAX_PLANS", 2)
+    for n in (2, 3, 4, 5):
+        attention(Q[:, :, :n], K, V, **SMEM)
+    assert api.plan_cache_info()["plans"] == 2
+
+
+def test_stream_argument():
+    s = cuda.stream()
+    out = attention(Q, K, V, stream=s, **SMEM)
+    assert check(out, reference(Q, K, V)).ok
+    assert np.array_equal(attention(Q, K, V, stream=s, **SMEM), out)
+    assert np.array_equal(attention(Q, K, V, stream=0, **SMEM), out)
+    with pytest.raises(AttentionInputError, match="stream must be None, 0 or a numba stream"):
+        attention(Q, K, V, stream="default", **SMEM)
+
+
+def test_importing_numba_attn_imports_no_torch():
+    code = ("import sys, numba_attn, numba_attn.api, numba_attn.integrations, numba_attn.cli; "
+            "numba_attn.list_phases(); assert 'torch' not in sys.modules, 'torch imported'")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_tuning_written_after_a_plan_replaces_it(monkeypatch, tmp_path, planned):
+    from numba_attn.measure import tune as tuning
+
+    path = tmp_path / "cache.json"
+    monkeypatch.setenv(tuning.CACHE_ENV, str(path))
+    attention(Q, K, V, phase="smem_kv")  # no entry: the default parameters
+    attention(Q, K, V, phase="smem_kv")
+    assert planned["builds"] == 1 and next(iter(api._PLANS.values())).params["Br"] == 128
+    key = tuning.cache_key("simulator", P)
+    tuning.TuningCache(str(path)).update([(key, "smem_kv", {"params": {"Br": 16, "Bc": 16}, "time_ms": None}, True)])
+    out = attention(Q, K, V, phase="smem_kv")  # the file changed: planned again, with the tuned tiles
+    assert planned["builds"] == 2 and next(iter(api._PLANS.values())).params == {"Br": 16, "Bc": 16}
+    assert check(out, reference(Q, K, V)).ok

@@ -1,0 +1,273 @@
+"""A transformers model on numba-attn phases (numba_attn.integrations.transformers).
+
+A tiny Llama (2 layers, hidden 64, 4 query / 2 KV heads, head_dim 16, fp32, random weights, fixed seed)
+runs once with sdpa and once with numba-attn: the prompt's logits, greedy generation, a prompt appended
+to a cache and a static cache agree; prompts run prefill phases and decode steps decode phases; masks
+numba-attn cannot compute are refused. In the simulator the phases are named, with small tiles, so the
+tests stay cheap and do not depend on the choice of phase=None (tested on its own without kernels).
+"""
+import copy
+import subprocess
+import sys
+
+import pytest
+
+import numba_attn.integrations.transformers as na_hf
+from numba_attn.phases.registry import get_phase
+from numba_attn.spec.errors import AttentionInputError
+
+try:
+    import torch
+    import transformers
+except ImportError as exc:  # the first two tests run without them
+    torch = transformers = None
+    MISSING = f"needs torch and transformers, the project's torch extra: pip install -e '.[torch]' ({exc})"
+else:
+    MISSING = ""
+needs_torch = pytest.mark.skipif(torch is None, reason=MISSING)
+
+# the same tiny tiles as the phases' sim_params: few simulated threads per block
+PREFILL = ("causal_skip", {"Br": 32, "Bc": 16, "TM": 4, "TN": 4})
+DECODE = ("decode_split_k_lean", {"warps": 2})
+PROMPT, NEW = 9, 4
+
+
+def test_importing_numba_attn_imports_neither_torch_nor_transformers():
+    code = ("import sys, numba_attn, numba_attn.api, numba_attn.integrations.transformers; "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+def test_register_without_torch_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[torch\]"'):
+        na_hf.register()
+
+
+def tiny_config():
+    return transformers.LlamaConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
+        initializer_range=0.5)  # larger than the default 0.02: attention far from uniform
+
+
+def tiny_model(impl):
+    torch.manual_seed(0)
+    # a config each: from_config writes the implementation into the config it is given
+    return transformers.LlamaForCausalLM._from_config(copy.deepcopy(tiny_config()), attn_implementation=impl,
+                                                      dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def models():
+    na_hf.register(prefill_phase=PREFILL[0], prefill_params=PREFILL[1], decode_phase=DECODE[0],
+                   decode_params=DECODE[1])
+    na_hf.register("numba_attn_or_sdpa", prefill_phase=PREFILL[0], prefill_params=PREFILL[1],
+                   decode_phase=DECODE[0], decode_params=DECODE[1], fallback="sdpa")
+    ms = {impl: tiny_model(impl) for impl in ("sdpa", "numba_attn", "numba_attn_or_sdpa")}
+    sd = ms["sdpa"].state_dict()
+    assert all(torch.equal(sd[k], w) for k, w in ms["numba_attn"].state_dict().items())
+    return ms
+
+
+@pytest.fixture(scope="module")
+def prompt():
+    return torch.randint(0, 128, (1, PROMPT + 3), generator=torch.Generator().manual_seed(1))
+
+
+@needs_torch
+def test_prompt_logits_equal_sdpa_and_run_a_prefill_phase(models, prompt):
+    ids = prompt[:, :PROMPT]
+    with torch.no_grad(), na_hf.count_phases() as ran:
+        ours = models["numba_attn"](ids).logits
+    ref = models["sdpa"](ids).logits
+    assert ran == {("prefill", PREFILL[0]): 2}  # one call per layer
+    torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
+
+
+@needs_torch
+def test_greedy_generation_equals_sdpa_with_decode_phases_for_the_steps(models, prompt):
+    ids = prompt[:, :PROMPT]
+    with na_hf.count_phases() as ran:
+        ours = models["numba_attn"].generate(ids, max_new_tokens=NEW, do_sample=False)
+    ref = models["sdpa"].generate(ids, max_new_tokens=NEW, do_sample=False)
+    assert ours.tolist() == ref.tolist()
+    assert ours.shape[1] == PROMPT + NEW
+    # the prompt once per layer with a prefill phase, every later token once per layer with a decode phase
+    assert ran == {("prefill", PREFILL[0]): 2, ("decode", DECODE[0]): 2 * (NEW - 1)}
+    assert get_phase(PREFILL[0]).kind == "prefill" and get_phase(DECODE[0]).kind == "decode"
+
+
+@needs_torch
+def test_a_prompt_appended_to_a_cache_is_causal_bottom_right(models, prompt, monkeypatch):
+    """transformers builds a mask here (3 queries after 9 cached keys): it is numba-attn's causal
+    alignment, checked once per forward for all layers."""
+    checked = []
+    real = na_hf._check_mask
+    monkeypatch.setattr(na_hf, "_check_mask", lambda *a: checked.append(real(*a)) or checked[-1])
+    out = {}
+    with torch.no_grad():
+        for impl in ("sdpa", "numba_attn"):
+            cache = transformers.DynamicCache(config=models[impl].config)
+            models[impl](prompt[:, :PROMPT], past_key_values=cache, use_cache=True)
+            out[impl] = models[impl](prompt[:, PROMPT:], past_key_values=cache, use_cache=True).logits
+    assert checked == [(PROMPT + 3, None)]  # one check for both layers; every key kept
+    torch.testing.assert_close(out["numba_attn"], out["sdpa"], rtol=1e-4, atol=1e-4)
+
+
+@needs_torch
+def test_static_cache_generation_cuts_the_empty_slots(models, prompt):
+    ids = prompt[:, :PROMPT]
+    kw = dict(max_new_tokens=3, do_sample=False, cache_implementation="static")
+    with na_hf.count_phases() as ran:
+        ours = models["numba_attn"].generate(ids, **kw)
+    assert ours.tolist() == models["sdpa"].generate(ids, **kw).tolist()
+    assert ran == {("prefill", PREFILL[0]): 2, ("decode", DECODE[0]): 4}
+
+
+def padded_batch():
+    ids = torch.randint(0, 128, (2, 6), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0  # the second prompt is two tokens shorter: left padding
+    return ids, mask
+
+
+@needs_torch
+def test_a_padding_mask_is_refused_or_runs_sdpa_when_asked(models):
+    ids, mask = padded_batch()
+    with torch.no_grad():
+        with pytest.raises(AttentionInputError, match="padding.*fallback='sdpa'"):
+            models["numba_attn"](ids, attention_mask=mask)
+        with na_hf.count_phases() as ran:
+            ours = models["numba_attn_or_sdpa"](ids, attention_mask=mask).logits
+        ref = models["sdpa"](ids, attention_mask=mask).logits
+    assert ran == {("prefill", "sdpa (fallback)"): 2}
+    torch.testing.assert_close(ours, ref)
+    # an all-ones mask is no padding: no mask reaches the attention, numba-attn runs
+    with torch.no_grad(), na_hf.count_phases() as ran:
+        models["numba_attn"](ids[:1], attention_mask=torch.ones_like(ids[:1]))
+    assert ran == {("prefill", PREFILL[0]): 2}
+
+
+def _layer():
+    class Layer(torch.nn.Module):
+        is_causal = True
+
+    return Layer()
+
+
+def qkv(q_len=3, kv_len=3, requires_grad=False):
+    g = torch.Generator().manual_seed(3)
+    return (torch.randn(1, 4, q_len, 16, generator=g, requires_grad=requires_grad),
+            torch.randn(1, 2, kv_len, 16, generator=g), torch.randn(1, 2, kv_len, 16, generator=g))
+
+
+@needs_torch
+def test_what_numba_attn_cannot_compute_is_refused_before_any_launch(monkeypatch):
+    from numba_attn import api
+
+    monkeypatch.setattr(api, "attention", lambda *a, **k: pytest.fail("launched"))
+    na_hf.register("numba_attn_refusing")
+    fn = transformers.modeling_utils.ALL_ATTENTION_FUNCTIONS["numba_attn_refusing"]
+    layer = _layer()
+    with pytest.raises(AttentionInputError, match="dropout"):
+        fn(layer, *qkv(), None, dropout=0.1)
+    with pytest.raises(AttentionInputError, match="forward pass only.*no_grad"):
+        fn(layer, *qkv(requires_grad=True), None)
+    with pytest.raises(AttentionInputError, match="soft-capping"):
+        fn(layer, *qkv(), None, softcap=30.0)
+    causal = torch.ones(3, 3, dtype=torch.bool).tril()[None, None]
+    window = causal & torch.ones(3, 3, dtype=torch.bool).triu(-1)[None, None]  # a sliding window of 2
+    with torch.no_grad(), pytest.raises(AttentionInputError, match="sliding window"):
+        fn(layer, *qkv(), window)
+    additive = torch.zeros(1, 1, 3, 3).masked_fill(~causal, float("-inf")) + 0.5  # a bias
+    with torch.no_grad(), pytest.raises(AttentionInputError, match="additive bias"):
+        fn(layer, *qkv(), additive)
+
+
+@needs_torch
+def test_masks_numba_attn_computes(monkeypatch):
+    """Causal (bottom-right) masks of the first L keys, boolean or additive, pass; L cuts the keys."""
+    from numba_attn import api
+
+    calls = []
+
+    def fake(q, k, v, **kw):
+        calls.append((tuple(k.shape), kw["causal"], k.is_contiguous()))
+        return torch.zeros_like(q)
+
+    monkeypatch.setattr(api, "attention", fake)
+    na_hf.register("numba_attn_masks")
+    fn = transformers.modeling_utils.ALL_ATTENTION_FUNCTIONS["numba_attn_masks"]
+    i, j = torch.arange(3)[:, None], torch.arange(8)[None, :]
+    chunk = (j <= i + 2)[None, None]  # 3 queries after 2 cached keys, 3 empty slots after them
+    chunk = chunk & (j < 5)
+    with torch.no_grad():
+        out, weights = fn(_layer(), *qkv(3, 8), chunk)
+        fn(_layer(), *qkv(3, 8), torch.zeros(1, 1, 3, 8).masked_fill(~chunk, float("-inf")))
+        fn(_layer(), *qkv(3, 8), None)  # a prompt in an empty static cache: cut to the prompt's keys
+        fn(_layer(), *qkv(1, 8), None)  # a decode step: every key, not causal
+    assert out.shape == (1, 3, 4, 16) and out.is_contiguous() and weights is None
+    assert calls == [((1, 2, 5, 16), True, True), ((1, 2, 5, 16), True, True), ((1, 2, 3, 16), True, True),
+                     ((1, 2, 8, 16), False, True)]
+
+
+@needs_torch
+def test_phase_none_lets_numba_attn_choose_per_call(monkeypatch):
+    from numba_attn import api
+
+    seen = []
+
+    def fake(q, k, v, **kw):
+        seen.append(kw["phase"])
+        return torch.zeros_like(q)
+
+    monkeypatch.setattr(api, "attention", fake)
+    na_hf.register("numba_attn_chosen")
+    fn = transformers.modeling_utils.ALL_ATTENTION_FUNCTIONS["numba_attn_chosen"]
+    with torch.no_grad(), na_hf.count_phases() as ran:
+        fn(_layer(), *qkv(12, 12), None)  # numba-attn runs decode phases up to 8 queries
+        fn(_layer(), *qkv(1, 6), None)
+    assert seen == [None, None]
+    (prefill, p_name), (decode, d_name) = sorted(ran)[::-1]
+    assert (prefill, decode) == ("prefill", "decode")
+    assert get_phase(p_name).kind == "prefill" and get_phase(d_name).kind == "decode"
+
+
+@needs_torch
+def test_register_checks_its_arguments():
+    with pytest.raises(AttentionInputError, match="transformers' own"):
+        na_hf.register("sdpa")
+    with pytest.raises(KeyError, match="causal_skip"):
+        na_hf.register(prefill_phase="causal_skp")
+    with pytest.raises(AttentionInputError, match="no parameter 'Brr'"):
+        na_hf.register(prefill_phase="causal_skip", prefill_params={"Brr": 16})
+    with pytest.raises(AttentionInputError, match="need a named decode_phase"):
+        na_hf.register(decode_params={"warps": 2})
+    with pytest.raises(AttentionInputError, match="fallback"):
+        na_hf.register(fallback="eager")
+    with pytest.raises(AttentionInputError, match="allow_tf32"):
+        na_hf.register(allow_tf32="yes")
+
+
+@needs_torch
+@pytest.mark.gpu
+def test_tiny_model_on_the_gpu_with_chosen_phases():
+    """CUDA tensors, phases chosen per call. fp32, so that equal tokens are not left to fp16 ties (the
+    fp16 models, with the margins where tokens depart: experiments/2026-11-22-model/)."""
+    na_hf.register("numba_attn_gpu")
+    ms = {}
+    for impl in ("sdpa", "numba_attn_gpu"):
+        torch.manual_seed(0)
+        ms[impl] = transformers.LlamaForCausalLM._from_config(
+            copy.deepcopy(tiny_config()), attn_implementation=impl, dtype=torch.float32).cuda().eval()
+    ids = torch.randint(0, 128, (1, 64), generator=torch.Generator().manual_seed(1)).cuda()
+    with torch.no_grad():
+        torch.testing.assert_close(ms["numba_attn_gpu"](ids).logits, ms["sdpa"](ids).logits, rtol=1e-3, atol=1e-3)
+    with na_hf.count_phases() as ran:
+        ours = ms["numba_attn_gpu"].generate(ids, max_new_tokens=8, do_sample=False)
+    assert ours.tolist() == ms["sdpa"].generate(ids, max_new_tokens=8, do_sample=False).tolist()
+    assert {kind for kind, _ in ran} == {"prefill", "decode"}
+    assert all(get_phase(name).kind == kind for kind, name in ran)
