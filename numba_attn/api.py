@@ -113,68 +113,25 @@ def _precision_allowed(ph, allow_tf32: bool) -> bool:
 
 
 def device_name() -> str:
-    """The GPU model the committed results are matched against ("simulator": none match)."""
+    """The GPU model the dispatch table and the tuning cache are keyed by ("simulator": no table entry)."""
     from numba_attn.measure.env import gpu_info
 
     return gpu_info()["gpu"]
 
 
-_MEASURED_CACHE: dict = {}
-
-
 def measured_rows(gpu: str) -> list[tuple[str, dict]]:
     """``(file, row)`` for every OK, timed phase row of the committed results files
-    (``results/*.jsonl`` of a source checkout) measured on ``gpu`` with the default parameters."""
-    if gpu in _MEASURED_CACHE:
-        return _MEASURED_CACHE[gpu]
-    from numba_attn.measure.results import load_results
-    from numba_attn.report.records import rel, results_files
+    (``results/*.jsonl`` of a source checkout) measured on ``gpu`` with the default parameters:
+    what the dispatch table (:mod:`numba_attn.measure.dispatch`) is built from; ``phase=None`` reads
+    the table, not these files."""
+    from numba_attn.measure.dispatch import measured_rows as rows
 
-    out = []
-    for path in results_files():
-        try:
-            records = load_results(path)
-        except (OSError, ValueError):
-            continue
-        for r in records:
-            if (r.get("type") == "result" and r.get("kind") == "phase" and r.get("status") == "OK"
-                    and r.get("gpu") == gpu and isinstance(r.get("time_ms"), (int, float)) and r["time_ms"] > 0
-                    and isinstance(r.get("problem"), dict) and not r.get("requested_params")):
-                out.append((rel(path), r))
-    _MEASURED_CACHE[gpu] = out
-    return out
-
-
-def _measured_choice(problem: Problem, candidates, gpu: str):
-    """The fastest candidate on the committed problem nearest to ``problem`` (same dtype, causal,
-    head_dim and query heads per KV head; nearest kv_len, then q_len, on a log scale)."""
-    import math
-
-    names = {p.name: p for p in candidates}
-    group = problem.heads // problem.kv_heads
-    rows = [(f, r) for f, r in measured_rows(gpu) if r.get("phase") in names]
-    same = []
-    for f, r in rows:
-        pr = r["problem"]
-        try:
-            if (pr["dtype"], bool(pr["causal"]), pr["head_dim"], pr["heads"] // pr["kv_heads"]) == \
-                    (problem.dtype, problem.causal, problem.head_dim, group):
-                dist = (abs(math.log(pr["kv_len"] / problem.kv_len)), abs(math.log(pr["q_len"] / problem.q_len)))
-                same.append((dist, f, r))
-        except (KeyError, TypeError, ValueError, ZeroDivisionError):
-            continue
-    if not same:
-        return None
-    best = min(d for d, _, _ in same)
-    at = [(r["time_ms"], f, r) for d, f, r in same if d == best]
-    t, f, r = min(at, key=lambda x: x[0])
-    others = len({r2["phase"] for _, _, r2 in at})
-    return names[r["phase"]], (f"fastest of {others} measured phase(s) on {gpu}: {t:.4g} ms at "
-                               f"{r.get('label') or r['problem']} [{f}]")
+    return [(f, r) for f, _env, r in rows(gpu=gpu) if not r.get("requested_params")]
 
 
 def choose_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = False):
-    """``(phase, why)``: the phase ``attention(..., phase=None)`` runs. The rule:
+    """``(phase, why, params)``: the phase ``attention(..., phase=None)`` runs, why, and the
+    parameters it runs with when the caller gives none (``{}``: the phase's defaults). The rule:
 
     * only the package's own phases (``numba_attn.phases``; a user-registered phase runs only
       when named), never ``tc_wgmma_overlap`` (:data:`NEVER_DEFAULT`), never a phase the device
@@ -183,17 +140,20 @@ def choose_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = F
     * of the kind the problem needs: decode when q_len <= 8, else prefill;
     * the phase the tuning cache (``numba-attn tune``, :mod:`numba_attn.measure.tune`) chose for
       this GPU model and the problem's key (dtype, causal, head_dim, GQA group, decode or prefill,
-      kv_len bucket), when it is among the candidates; its parameters are the cache's too when
-      none are given (``explain()`` says "tuned (cache PATH)");
-    * else the fastest by the committed results (``results/*.jsonl``: OK rows with the default
-      parameters, measured on this GPU model, same dtype, causal, head_dim and GQA group, at the
-      nearest kv_len then q_len); otherwise the first supporting phase of the fixed preference
-      per (kind, dtype): fp16/bf16 prefill ``tc_wgmma`` (sm_90a only), ``tc_pipelined``,
-      ``tc_mma``; fp32 prefill ``register_blocked`` (causal: ``causal_skip`` first; with
-      allow_tf32 ``tc_tf32`` first); decode ``decode_split_k_lean`` (fp16 with GQA:
-      ``decode_mma`` first); otherwise the most optimized supporting phase (roadmap order).
+      kv_len bucket), when it is among the candidates, with the cache's parameters
+      (``explain()`` says "tuned (cache PATH)");
+    * else the dispatch table (``numba_attn/data/dispatch.json``, built from the committed GPU
+      results by ``numba-attn dispatch --build``; :mod:`numba_attn.measure.dispatch`) for this GPU
+      model and the same key: the best-ranked measured configuration whose phase is among the
+      candidates and supports the problem with its parameters, with those parameters
+      (``explain()`` says "dispatch table (numba_attn/data/dispatch.json: ...)" and names the row);
+    * otherwise the first supporting phase of the fixed preference per (kind, dtype): fp16/bf16
+      prefill ``tc_wgmma`` (sm_90a only), ``tc_pipelined``, ``tc_mma``; fp32 prefill
+      ``register_blocked`` (causal: ``causal_skip`` first; with allow_tf32 ``tc_tf32`` first);
+      decode ``decode_split_k_lean`` (fp16 with GQA: ``decode_mma`` first); otherwise the most
+      optimized supporting phase (roadmap order).
 
-    The simulator matches no committed results (its rows are not timed) and counts as compute
+    The simulator matches no table entry (its GPU model is "simulator") and counts as compute
     capability 9.0.
     """
     if kind is None:
@@ -211,17 +171,19 @@ def choose_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = F
     gpu = device_name()
     hit = _tuned(problem, None, candidates, gpu)
     if hit:
-        return hit[0], f"tuned (cache {hit[2]})"
-    found = _measured_choice(problem, candidates, gpu)
+        return hit[0], f"tuned (cache {hit[2]})", hit[1]
+    from numba_attn.measure.dispatch import choose
+
+    found = choose(problem, candidates, gpu)
     if found:
-        return found
+        return found[0], found[2], found[1]
     for name in _preference(problem, kind, allow_tf32):
         for p in candidates:
             if p.name == name:
                 return p, (f"preferred for {kind} {problem.dtype}"
-                           f"{' causal' if problem.causal else ''} (no committed results for {gpu} "
-                           f"on this problem)")
-    return candidates[-1], "the most optimized phase that supports the problem (roadmap order)"
+                           f"{' causal' if problem.causal else ''} (no configuration of the dispatch table "
+                           f"for {gpu} runs this problem)"), {}
+    return candidates[-1], "the most optimized phase that supports the problem (roadmap order)", {}
 
 
 def _tuned(problem: Problem, phase, candidates=None, gpu=None):
@@ -321,8 +283,9 @@ def _plan(q, k, v, causal, scale, phase, allow_tf32, params):
             ph.resolve_params(params)
         return None, ph, None, "empty problem: nothing to compute"
     problem = problem_from_arrays(q, k, v, causal=causal, scale=scale)
+    chosen = {}
     if ph is None:
-        ph, why = choose_phase(problem, allow_tf32=allow_tf32)
+        ph, why, chosen = choose_phase(problem, allow_tf32=allow_tf32)
     else:
         why = "named by the caller"
     if not params:  # no parameters given: the tuning cache's, when it has an entry for this problem
@@ -330,6 +293,8 @@ def _plan(q, k, v, causal, scale, phase, allow_tf32, params):
         if hit:
             params.update(hit[1])  # the caller's (empty) keyword dict: attention() plans with it
             why += f"; parameters tuned (cache {hit[2]})"
+        else:
+            params.update(chosen)  # the dispatch table's parameters ({} otherwise)
     resolved = ph.resolve_params(params)  # AttentionInputError naming the parameter
     reason = ph.supports(problem, **resolved)
     if reason:

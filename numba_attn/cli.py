@@ -25,6 +25,8 @@ Prototype GPU attention kernels with Numba, one measurable optimization at a tim
   numba-attn readme [--check]          regenerate the README's tables from the committed results
   numba-attn tune PHASE[,PHASE] [opts] measure a phase's parameter space, keep the best in the
                                        tuning cache (--show prints it)
+  numba-attn dispatch --build|--show  the dispatch table phase=None reads, built from the committed
+                                       GPU results (and a tuning cache)
 
 `numba-attn COMMAND --help` for a command's options.
 """
@@ -115,6 +117,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="with --all: exit 1 when the files under --out (default docs/phases/) differ from a regeneration")
 
     _tune_parser(sub)
+    _dispatch_parser(sub)
 
     rd = sub.add_parser("readme", help="regenerate the README's result tables from the committed results files")
     rd.add_argument("--check", action="store_true", help="exit 1 when a table differs from its results file")
@@ -168,6 +171,26 @@ def _tune_parser(sub):
     t.add_argument("--timing-budget", type=float, default=1.0, help="seconds of timing per candidate (GPU)")
     t.add_argument("--resume", action="store_true", help="skip candidates already measured in the results file")
     _common(t)
+
+
+def _dispatch_parser(sub):
+    dp = sub.add_parser("dispatch", help="build or show the dispatch table phase=None reads "
+                                         "(numba_attn/data/dispatch.json)")
+    what = dp.add_mutually_exclusive_group(required=True)
+    what.add_argument("--build", action="store_true",
+                      help="build it from results files (and a tuning cache), write it to --out, print it")
+    what.add_argument("--show", action="store_true", help="print it")
+    what.add_argument("--check", action="store_true",
+                      help="exit 1 when the package's table differs from a build from the committed results")
+    dp.add_argument("--results", nargs="+", default=None, metavar="FILE",
+                    help="results files (JSON lines; glob patterns allowed; default: the committed results/*.jsonl)")
+    dp.add_argument("--cache", default=None, metavar="PATH",
+                    help="also the timed entries of this tuning cache (default: none, so the committed table "
+                         "depends on committed files only)")
+    dp.add_argument("--out", default=None, metavar="PATH",
+                    help="the table to write (default: numba_attn/data/dispatch.json of the package)")
+    dp.add_argument("--table", default=None, metavar="PATH",
+                    help="with --show: the table to print (default: $NUMBA_ATTN_DISPATCH_TABLE, else the package's)")
 
 
 def _common(sp):
@@ -731,6 +754,41 @@ def cmd_tune(args) -> int:
     return 0 if out and all(t.best is not None for t in out) else 1
 
 
+def cmd_dispatch(args) -> int:
+    _select_backend(args)
+    from numba_attn.api import NEVER_DEFAULT
+    from numba_attn.measure import dispatch
+    from numba_attn.report.table import make_console
+
+    if args.show:
+        path = args.table or dispatch.table_path()
+        if not os.path.exists(path):
+            raise SystemExit(f"dispatch: no table at {path} (build one with `numba-attn dispatch --build`)")
+        dispatch.show(dispatch.load(path), make_console(), path)
+        return 0
+    if args.check:
+        if dispatch.stale(never_default=NEVER_DEFAULT):
+            print(f"numba-attn: {dispatch.SHOWN_PACKAGE_TABLE} differs from a build from the committed results: "
+                  f"run `{dispatch.BUILD_COMMAND}`", file=sys.stderr)
+            return 1
+        print(f"{dispatch.SHOWN_PACKAGE_TABLE} matches the committed results")
+        return 0
+    files = dispatch.expand(args.results) if args.results else None
+    if files is None and not dispatch.results_files():
+        raise SystemExit("dispatch: no committed results files (results/*.jsonl of a source checkout); "
+                         "pass --results FILE ...")
+    skipped: dict = {}
+    table = dispatch.build(files, args.cache, never_default=NEVER_DEFAULT, skipped=skipped)
+    path = dispatch.write(table, args.out)
+    dispatch.show(table, make_console(), path)
+    n = sum(len(e["ranking"]) for e in table["entries"].values())
+    print(f"{len(table['entries'])} key(s), {n} configuration(s) from {len(table['sources'])} file(s); "
+          f"written to {dispatch.shown_path(path)}")
+    for why, count in sorted(skipped.items()):
+        print(f"  left out: {count} row(s): {why}")
+    return 0
+
+
 def _visible_gpus() -> int:
     try:
         from numba import cuda
@@ -774,7 +832,8 @@ def main(argv=None) -> int:
         return 2
     try:
         return {"list": cmd_list, "run": cmd_run, "bench": cmd_bench, "compare": cmd_compare,
-                "plot": cmd_plot, "diff": cmd_diff, "card": cmd_card, "readme": cmd_readme, "tune": cmd_tune}[args.cmd](args)
+                "plot": cmd_plot, "diff": cmd_diff, "card": cmd_card, "readme": cmd_readme, "tune": cmd_tune,
+                "dispatch": cmd_dispatch}[args.cmd](args)
     except KeyError as exc:  # unknown phase or benchmark names
         msg = exc.args[0] if exc.args else str(exc)
         print(f"numba-attn: {msg}", file=sys.stderr)
