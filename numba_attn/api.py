@@ -112,11 +112,20 @@ def _precision_allowed(ph, allow_tf32: bool) -> bool:
     return ph.precision is None or (ph.precision == "tf32" and allow_tf32)
 
 
-def device_name() -> str:
-    """The GPU model the dispatch table and the tuning cache are keyed by ("simulator": no table entry)."""
-    from numba_attn.measure.env import gpu_info
+_DEVICE_NAMES: dict = {}
 
-    return gpu_info()["gpu"]
+
+def device_name() -> str:
+    """The GPU model the dispatch table and the tuning cache are keyed by ("simulator": no table
+    entry): the current device's name, read once per device (no nvidia-smi: this runs whenever a
+    call plans)."""
+    if backend.IS_SIMULATOR:
+        return "simulator"
+    dev = cuda.get_current_device()
+    name = _DEVICE_NAMES.get(dev.id)
+    if name is None:
+        name = _DEVICE_NAMES[dev.id] = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+    return name
 
 
 def measured_rows(gpu: str) -> list[tuple[str, dict]]:
@@ -193,7 +202,7 @@ def _tuned(problem: Problem, phase, candidates=None, gpu=None):
     from numba_attn.measure.tune import cached_params
 
     try:
-        hit = cached_params(problem, phase.name if phase is not None else None, gpu)
+        hit = cached_params(problem, phase.name if phase is not None else None, gpu or device_name())
         if hit is None:
             return None
         name, params, path = hit
@@ -512,6 +521,9 @@ def _stream_of(kind, q, stream):
 
 # -- the plan cache ------------------------------------------------------------------------------
 
+#: replay a plan's recorded launches on later calls (:mod:`numba_attn.gpu.replay`); False: numba's
+#: launch path on every call (``NUMBA_ATTN_REPLAY=0``)
+REPLAY = os.environ.get("NUMBA_ATTN_REPLAY", "1") != "0"
 MAX_PLANS = 128  # plans kept (least recently used dropped first)
 MAX_PLAN_WORKSPACE = 2 << 30  # bytes of scratch (split-K partials, naive's S) the kept plans may hold
 
@@ -538,6 +550,8 @@ class _Plan:
     launch_stream: object
     shapes: tuple  # (B·H, Nq, D), (B·Hkv, Nk, D), (B·Hkv, Nk, D), (B·H, Nq, D)
     bind: object = None  # on a GPU: gpu.arrays.BoundArrays of the four shapes; None: reshape (simulator)
+    replay: object = None  # on a GPU: gpu.replay.Replay of the first call's launches (None: numba's launch)
+    sizes: tuple = ()  # bytes of q, k, v, o
 
 
 def _tuning_stamp():
@@ -726,16 +740,28 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False
     if nonfinite == "raise":
         for name, a in (("q", q), ("k", k), ("v", v)):
             _check_finite(kind, name, a)
+    if plan.replay is not None:  # the first call's launches at this call's addresses
+        if kind == TORCH:
+            o = out if out is not None else sys.modules["torch"].empty(q.shape, dtype=q.dtype, device=q.device)
+            plan.replay((q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()))
+        else:
+            o = out if out is not None else cuda.device_array(q.shape, dtype=q.dtype)
+            plan.replay(tuple(_address(DEVICE, a) for a in (q, k, v, o)))
+        return o
     return _run(plan, kind, q, k, v, out)
 
 
-def _run(plan, kind, q, k, v, out):
-    """Launch a checked plan on this call's arrays; the output (``out`` when given)."""
+def _run(plan, kind, q, k, v, out, seen=None):
+    """Launch a checked plan on this call's arrays; the output (``out`` when given). ``seen``: a
+    list that receives the four device addresses launched on (tensors and device arrays)."""
     s_q, s_kv, _, _ = plan.shapes
     if kind == TORCH:
         o = out if out is not None else sys.modules["torch"].empty(q.shape, dtype=q.dtype, device=q.device)
         b = plan.bind
-        _launch(plan, b(0, q.data_ptr()), b(1, k.data_ptr()), b(2, v.data_ptr()), b(3, o.data_ptr()))
+        addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr())
+        if seen is not None:
+            seen.extend(addresses)
+        _launch(plan, *(b(i, a) for i, a in enumerate(addresses)))
         return o
     if kind == DEVICE:
         o = out if out is not None else cuda.device_array(q.shape, dtype=q.dtype)
@@ -743,8 +769,10 @@ def _run(plan, kind, q, k, v, out):
         if b is None:  # the simulator
             _launch(plan, q.reshape(s_q), k.reshape(s_kv), v.reshape(s_kv), o.reshape(s_q))
         else:
-            _launch(plan, b(0, _address(DEVICE, q)), b(1, _address(DEVICE, k)), b(2, _address(DEVICE, v)),
-                    b(3, _address(DEVICE, o)))
+            addresses = tuple(_address(DEVICE, a) for a in (q, k, v, o))
+            if seen is not None:
+                seen.extend(addresses)
+            _launch(plan, *(b(i, a) for i, a in enumerate(addresses)))
         return o
     # NumPy: copied to the device (contiguous copies of non-contiguous inputs), computed, copied back
     from numba_attn.measure.check import to_device
@@ -827,10 +855,19 @@ def _plan_and_launch(kind, key, q, k, v, causal, scale, phase, allow_tf32, nonfi
         from numba_attn.gpu.arrays import BoundArrays
 
         bind = BoundArrays(shapes, kernel_dtype)
+    sizes = tuple(int(np.prod(s)) * problem.itemsize for s in shapes)
     plan = _Plan(problem=problem, phase=ph, params=resolved, why=why, launch=launch, token=token,
-                 numba_stream=numba_stream, launch_stream=launch_stream, shapes=shapes, bind=bind)
+                 numba_stream=numba_stream, launch_stream=launch_stream, shapes=shapes, bind=bind, sizes=sizes)
     _PLAN_STATS["misses"] += 1
-    result = _run(plan, kind, q, k, v, out)
+    if bind is not None and kind in (TORCH, DEVICE) and key is not None and REPLAY:
+        from numba_attn.gpu.replay import Replay, recording
+
+        seen = []
+        with recording() as rec:
+            result = _run(plan, kind, q, k, v, out, seen)
+        plan.replay = Replay.make(rec, seen, sizes) if len(seen) == 4 else None
+    else:
+        result = _run(plan, kind, q, k, v, out)
     if key is not None:
         _keep(key, plan)
     return result

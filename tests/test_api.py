@@ -182,3 +182,69 @@ def test_a_tuning_written_after_a_plan_replaces_it(monkeypatch, tmp_path, planne
     out = attention(Q, K, V, phase="smem_kv")  # the file changed: planned again, with the tuned tiles
     assert planned["builds"] == 2 and next(iter(api._PLANS.values())).params == {"Br": 16, "Bc": 16}
     assert check(out, reference(Q, K, V)).ok
+
+
+def _replay_problems(phase):
+    """A small problem of the phase's kind with odd lengths and GQA, in its first dtype."""
+    dtype = phase.dtypes[0]
+    if phase.kind == "decode":
+        return Problem(batch=2, heads=4, kv_heads=2, q_len=1, kv_len=301, head_dim=64, dtype=dtype)
+    return Problem(batch=1, heads=4, kv_heads=2, q_len=77, kv_len=131, head_dim=64, dtype=dtype, causal=True)
+
+
+@pytest.mark.gpu
+def test_replayed_calls_are_correct_for_every_phase():
+    """On a GPU a plan's later calls replay the first call's recorded launches at new addresses
+    (gpu/replay.py): for every built-in phase, three calls on fresh inputs and poisoned outputs
+    (the last two replayed) all match the float64 reference."""
+    from numba_attn.phases.registry import list_phases
+
+    failures, replayed = [], []
+    for phase in list_phases():
+        if not phase.is_builtin:
+            continue
+        prob = _replay_problems(phase)
+        if phase.supports(prob) is not None:
+            continue
+        api.clear_plans()
+        for seed in (11, 12, 13):
+            q, k, v = prob.inputs(seed)
+            qd, kd, vd = (cuda.to_device(a) for a in (q, k, v))
+            od = cuda.to_device(np.full(q.shape, np.nan, dtype=q.dtype))
+            attention(qd, kd, vd, causal=prob.causal, phase=phase.name, out=od)
+            c = check(od.copy_to_host(), reference(q, k, v, causal=prob.causal), dtype=prob.dtype)
+            if not c.ok:
+                failures.append(f"{phase.name} {prob.label} seed {seed}: {c.reason}")
+        plan = next(iter(api._PLANS.values()))
+        if plan.replay is not None:
+            replayed.append(phase.name)
+        assert api.plan_cache_info()["hits"] == 2, phase.name
+    assert not failures, "\n".join(failures)
+    assert "tc_wgmma" in replayed and "decode_mma" in replayed, replayed
+    print("replayed:", ", ".join(replayed))
+
+
+def test_replay_moves_only_the_pointers_into_the_four_arrays(monkeypatch):
+    """gpu/replay.py without a GPU: the parameters that point into q, k, v or o move with the
+    arrays (at their offsets); everything else (sizes, scratch pointers, scalars) stays; a
+    recording with an allocation, a copy or overlapping arrays is not replayed."""
+    pytest.importorskip("cuda.core", reason="cuda.core comes with numba-cuda's CUDA extras")
+    import cuda.core as core
+
+    from numba_attn.gpu.replay import Recording, Replay
+
+    calls = []
+    monkeypatch.setattr(core, "launch", lambda stream, config, kernel, *args: calls.append((kernel, args)))
+    base = [0x7000_0000, 0x7100_0000, 0x7200_0000, 0x7300_0000]
+    sizes = [4096] * 4
+    scratch = 0x7f00_0000
+    rec = Recording(launches=[("s", "cfg", "split", (0, 0, 64, 2, base[0], 4, 16, 32, 2, 0, 0, 64, 2, base[1] + 256,
+                                                     scratch, 7)),
+                              ("s", "cfg", "combine", (scratch, base[3], 3))])
+    replay = Replay.make(rec, base, sizes)
+    new = [0x9000_0000, 0x9100_0000, 0x9200_0000, 0x9300_0000]
+    replay(new)
+    assert calls[0] == ("split", (0, 0, 64, 2, new[0], 4, 16, 32, 2, 0, 0, 64, 2, new[1] + 256, scratch, 7))
+    assert calls[1] == ("combine", (scratch, new[3], 3))
+    assert Replay.make(Recording(launches=rec.launches, refusals=["memalloc"]), base, sizes) is None
+    assert Replay.make(rec, [base[0], base[1], base[1] + 100, base[3]], sizes) is None  # k and v overlap

@@ -1,0 +1,122 @@
+"""Launch replay: a phase's launches recorded once, replayed at each call's addresses.
+
+A numba launch ``kernel[grid, block, stream](*args)`` costs tens of microseconds of Python before
+the driver sees it: the launch configuration is built (and checked for a small grid), every
+argument is typed, the compiled overload is looked up, every array is flattened into the
+kernel's parameters (meminfo, parent, size, itemsize, data pointer, shape, strides). For one
+problem, a phase's :class:`~numba_attn.phases.registry.Launch` always makes the same launches with
+the same parameters, except the data pointers of q, k, v and o. So ``attention()`` records the
+launches of a plan's first call (:func:`recording`: what numba hands to ``cuda.core.launch``) and
+later calls replay them (:class:`Replay`): the recorded parameters with the new addresses
+substituted, straight to ``cuda.core.launch``, on the recorded stream.
+
+A recording is refused (the plan keeps numba's launch path) when the Launch did anything else
+on the device while recording: allocated memory (a buffer made per call would be freed after
+it), copied or set memory (a memset per call would not be replayed), or when two of the four
+arrays overlap (a parameter would not say which array it points into). The scratch buffers of a
+Launch are allocated when it is built, so their pointers stay valid for the plan's lifetime.
+
+Recording patches module attributes of numba-cuda and cuda.core for the duration of one call: it
+is not thread-safe (``attention()`` records only on a plan's first call). The simulator has no
+``cuda.core`` launch: it never records.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Recording:
+    """What one call of a Launch did: its launches ``(stream, config, kernel, args)`` and the
+    reasons it cannot be replayed (empty when it can)."""
+
+    launches: list = field(default_factory=list)
+    refusals: list = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def recording():
+    """Record every kernel launch made through numba (and :mod:`numba_attn.gpu.pdl`) while the
+    block runs; the launches still run. Device allocations, copies and memsets are noted as
+    reasons not to replay."""
+    import cuda.core as core
+    import numba.cuda.dispatcher as dispatcher
+    from numba.cuda.cudadrv import driver
+
+    rec = Recording()
+    launch = dispatcher.launch
+
+    def spy(stream, config, kernel, *args):
+        rec.launches.append((stream, config, kernel, args))
+        return launch(stream, config, kernel, *args)
+
+    def refusing(name, fn):
+        def wrapper(*a, **kw):
+            rec.refusals.append(name)
+            return fn(*a, **kw)
+
+        return wrapper
+
+    saved = [(dispatcher, "launch", dispatcher.launch), (core, "launch", core.launch)]
+    for name in ("host_to_device", "device_to_device", "device_to_host", "device_memset"):
+        saved.append((driver, name, getattr(driver, name)))
+    saved.append((driver.Context, "memalloc", driver.Context.memalloc))
+    try:
+        dispatcher.launch = spy
+        core.launch = spy
+        for name in ("host_to_device", "device_to_device", "device_to_host", "device_memset"):
+            setattr(driver, name, refusing(name, getattr(driver, name)))
+        driver.Context.memalloc = refusing("memalloc", driver.Context.memalloc)
+        yield rec
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
+
+
+class Replay:
+    """The launches of a :class:`Recording`, replayable at new addresses of the four arrays.
+
+    ``Replay.make(rec, addresses, sizes)`` finds, in every recorded launch, the parameters that
+    point into one of the arrays (``addresses[i] <= p < addresses[i] + sizes[i]``) and keeps
+    their array and offset; it returns None (replay refused) when the recording says so or the
+    arrays overlap. ``replay(addresses)`` launches again with those parameters moved to the new
+    addresses."""
+
+    def __init__(self, launches, slots):
+        self._launches = launches  # [(stream, config, kernel, list of parameters)]
+        self._slots = slots  # per launch: [(parameter index, array index, byte offset)]
+        import cuda.core as core
+
+        self._launch = core.launch
+
+    @classmethod
+    def make(cls, rec: Recording, addresses, sizes):
+        if rec.refusals or not rec.launches:
+            return None
+        spans = sorted(zip(addresses, sizes))
+        if any(a + n > b for (a, n), (b, _) in zip(spans, spans[1:])):
+            return None  # two arrays overlap (k is v, say): a pointer would not name one array
+        launches, slots = [], []
+        for stream, config, kernel, args in rec.launches:
+            mine = []
+            for p, value in enumerate(args):
+                if type(value) is int and value:
+                    for i, (a, n) in enumerate(zip(addresses, sizes)):
+                        if a <= value < a + n:
+                            mine.append((p, i, value - a))
+                            break
+            launches.append((stream, config, kernel, list(args)))
+            slots.append(mine)
+        return cls(launches, slots)
+
+    def __call__(self, addresses) -> None:
+        launch = self._launch
+        for (stream, config, kernel, args), mine in zip(self._launches, self._slots):
+            for p, i, offset in mine:
+                args[p] = addresses[i] + offset
+            launch(stream, config, kernel, *args)
+
+    @property
+    def launches(self) -> int:
+        return len(self._launches)
