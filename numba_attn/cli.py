@@ -32,6 +32,9 @@ Prototype GPU attention kernels with Numba, one measurable optimization at a tim
 """
 
 
+DEFAULT_BUDGET_S = 2.0  # run --budget: seconds of timing per row
+
+
 def _version() -> str:
     from numba_attn import __version__
 
@@ -62,21 +65,23 @@ def _parser() -> argparse.ArgumentParser:
     _shape_options(r)
     r.add_argument("--param", action="append", default=[], metavar="PHASE.NAME=VALUE",
                    help="override a phase's tunable parameter, e.g. smem_kv.Bc=64 (repeatable)")
-    r.add_argument("--seeds", default="1,2", help="comma-separated input seeds for the correctness check")
+    r.add_argument("--seeds", default=None, help="comma-separated input seeds for the correctness check (default 1,2)")
     r.add_argument("--results", default=None,
                    help="JSON-lines file to append to (default: <results dir>/<gpu>.jsonl, the results dir "
                         "being $NUMBA_ATTN_RESULTS or ~/.local/share/numba-attn/results)")
     r.add_argument("--timeout", type=float, default=None,
                    help="seconds per (phase, problem) before it is recorded TIMEOUT "
-                        "(default 600 on a GPU, 1800 in the simulator; 0 = no limit, in-process)")
-    r.add_argument("--budget", type=float, default=2.0, help="seconds of timing per row (GPU)")
+                        "(default 600 on a GPU, 1800 in the simulator, the roadmap benchmark's 180 without a "
+                        "problem on a GPU; 0 = no limit, in-process)")
+    r.add_argument("--budget", type=float, default=None,
+                   help=f"seconds of timing per row (GPU; default {DEFAULT_BUDGET_S:g})")
     r.add_argument("--no-peers", action="store_true", help="do not run PyTorch SDPA as a peer")
     r.add_argument("--peers", default=None, help="comma-separated peer names (default: all)")
     r.add_argument("--no-ceilings", action="store_true",
                    help="do not measure the device's ceilings (FFMA, mma, copy) before the phases")
     r.add_argument("--resume", action="store_true",
                    help="skip rows already in the results file for the same source and environment")
-    r.add_argument("--baseline", default="naive")
+    r.add_argument("--baseline", default=None, help="the phase the speedups are relative to (default naive)")
     _common(r)
 
     b = sub.add_parser("bench", help="run a declared benchmark (see numba_attn/measure/bench.py) and draw its plots")
@@ -87,7 +92,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--resume", action="store_true", help="skip rows already measured (same source, environment)")
     b.add_argument("--quick", action="store_true", help="short timing budget, one seed: a smoke test")
     b.add_argument("--preset", action="append", default=[], help="replace the benchmark's problems by presets")
-    b.add_argument("--timeout", type=float, default=None, help="seconds per row before TIMEOUT")
+    b.add_argument("--timeout", type=float, default=None,
+                   help="seconds per row before TIMEOUT (default: the benchmark's; 0 = no limit, in-process)")
     b.add_argument("--max-total", type=float, default=None,
                    help="seconds after which remaining rows are SKIP (default: the benchmark's limit)")
     b.add_argument("--simulator", action="store_true", help="use the Numba CUDA simulator (CPU)")
@@ -200,12 +206,21 @@ def _common(sp):
 
 
 def _select_backend(args):
-    if getattr(args, "simulator", False):
-        os.environ["NUMBA_ATTN_BACKEND"] = "simulator"
-    elif getattr(args, "gpu", False):
-        os.environ["NUMBA_ATTN_BACKEND"] = "cuda"
+    """The backend of ``--simulator`` / ``--gpu`` (else $NUMBA_ATTN_BACKEND or auto). A process chooses its
+    backend once, before numba is imported: when ``main()`` runs in a process that has chosen the other one
+    already (a test, a notebook), the flag is refused rather than ignored, and the environment is left
+    alone (worker processes inherit it and must run the backend of this process)."""
+    flag = "--simulator" if getattr(args, "simulator", False) else "--gpu" if getattr(args, "gpu", False) else None
+    want = {"--simulator": "simulator", "--gpu": "cuda"}.get(flag)
+    if want is not None and "numba_attn.gpu.backend" not in sys.modules:
+        os.environ["NUMBA_ATTN_BACKEND"] = want
     from numba_attn.gpu import backend
 
+    if want is not None and backend.BACKEND != want:
+        if want == backend.CUDA and not backend.gpu_present():
+            raise SystemExit("--gpu: no CUDA GPU is available")
+        raise SystemExit(f"{flag}: this process already runs the {backend.BACKEND} backend (chosen once, before "
+                         f"numba is imported); leave {flag} out, or run numba-attn in a new process")
     return backend
 
 
@@ -464,6 +479,9 @@ def cmd_run(args) -> int:
     want_default = "default" in args.preset
     args.preset = [p for p in args.preset if p != "default"]
     nothing = _nothing_chosen(args)
+    roadmap = nothing and not want_default and not be.IS_SIMULATOR
+    # every argument is checked here, before either path (the roadmap benchmark or the rows) runs anything
+    _check_ranges(args)
     problems, _ = _problems(args) if args.preset or not nothing else ([], True)
     if want_default or (nothing and be.IS_SIMULATOR):
         problems = list(bench.DEFAULT_PROBLEMS) + problems
@@ -474,30 +492,29 @@ def cmd_run(args) -> int:
     if phases:
         for p in phases:
             get_phase(p)  # unknown names fail here, with suggestions
-    get_phase(args.baseline)  # --baseline: a phase name
-    for name, over in _params(args).items():
+    baseline = args.baseline if args.baseline is not None else "naive"
+    get_phase(baseline)  # --baseline: a phase name
+    params = _params(args)
+    for name, over in params.items():
         get_phase(name).resolve_params(over)  # unknown phases, parameters and bad values fail here, before any launch
-    seeds = _seeds(args.seeds)
+    seeds = _seeds(args.seeds if args.seeds is not None else "1,2")
+    peer_list = _peer_list(args.peers)
+    if args.csv and os.path.isdir(args.csv):
+        raise SystemExit(f"--csv {args.csv}: is a directory; give a file (e.g. table.csv)")
     console = report.make_console()
-    if nothing and not want_default and not be.IS_SIMULATOR:
+    if roadmap:
+        _refuse_for_roadmap(args)
         return _run_roadmap(args, be, phases, console)
     results = args.results or os.path.join(default_results_dir(), f"{_slug(gpu_info()['gpu'])}.jsonl")
     timeout = args.timeout if args.timeout is not None else (1800.0 if be.IS_SIMULATOR else 600.0)
-    peer_list = None
-    if args.peers:
-        from numba_attn.measure.peers import PEERS
-
-        peer_list = tuple(x.strip() for x in args.peers.split(",") if x.strip())
-        for x in peer_list:
-            if x not in PEERS:
-                raise SystemExit(f"unknown peer {x!r}; peers: {', '.join(PEERS)}")
     from numba_attn.measure.results import check_writable
 
     check_writable(results)  # a directory, a path that cannot be created: refused before any row
-    cfg = RunConfig(seeds=seeds, params=_params(args),
+    cfg = RunConfig(seeds=seeds, params=params,
                     timeout_s=timeout or None, peers=not args.no_peers, results=results,
-                    baseline=args.baseline, command="numba-attn " + " ".join(sys.argv[1:]),
-                    timing=TimingConfig(budget_s=args.budget), ceilings=not args.no_ceilings and not be.IS_SIMULATOR,
+                    baseline=baseline, command="numba-attn " + " ".join(sys.argv[1:]),
+                    timing=TimingConfig(budget_s=args.budget if args.budget is not None else DEFAULT_BUDGET_S),
+                    ceilings=not args.no_ceilings and not be.IS_SIMULATOR,
                     resume=args.resume, worker_setup=tuple(args.setup), peer_list=peer_list)
     print(f"backend: {be.describe()}", flush=True)
     select = None
@@ -531,14 +548,47 @@ def _finish(rows, results, be, console, csv_path=None, plots=()) -> int:
     return 1 if bad else 0
 
 
+def _peer_list(text):
+    """``--peers``: comma-separated names of measure.peers.PEERS (None: all)."""
+    if not text:
+        return None
+    from numba_attn.measure.peers import PEERS
+
+    peer_list = tuple(x.strip() for x in text.split(",") if x.strip())
+    for x in peer_list:
+        if x not in PEERS:
+            raise SystemExit(f"unknown peer {x!r}; peers: {', '.join(PEERS)}")
+    return peer_list
+
+
+# ``run`` options that the roadmap benchmark (``run`` on a GPU without a problem) does not take: it
+# measures the default parameters with every peer, the ceilings, its own seeds, timing budget and baseline
+ROADMAP_REFUSES = (("--param", "param", []), ("--peers", "peers", None), ("--no-peers", "no_peers", False),
+                   ("--seeds", "seeds", None), ("--budget", "budget", None), ("--no-ceilings", "no_ceilings", False),
+                   ("--baseline", "baseline", None))
+
+
+def _refuse_for_roadmap(args):
+    """Refuse the options the roadmap path would otherwise ignore (it takes --phases, --results, --timeout,
+    --resume, --csv and --setup)."""
+    given = [flag for flag, attr, unset in ROADMAP_REFUSES if getattr(args, attr) != unset]
+    if given:
+        raise SystemExit(f"{', '.join(given)}: without a problem, run on a GPU is the roadmap benchmark "
+                         f"(numba-attn bench roadmap), which measures the default parameters with its own seeds, "
+                         f"timing, baseline, peers and ceilings; give a problem (-N ..., --preset ...) to use "
+                         f"{'them' if len(given) > 1 else 'it'}")
+
+
 def _run_roadmap(args, be, phases, console) -> int:
     """``numba-attn run`` on a GPU without a problem: the roadmap benchmark, into the results dir."""
     from numba_attn.measure import bench
     from numba_attn.measure.config import default_results_dir
     from numba_attn.measure.env import gpu_info
+    from numba_attn.measure.results import check_writable
 
     out_dir = os.path.dirname(args.results) if args.results else default_results_dir()
     results = args.results or os.path.join(out_dir, f"roadmap-{_slug(gpu_info()['gpu'])}.jsonl")
+    check_writable(results)  # a directory, a path that cannot be created: refused before any row
     print(f"backend: {be.describe()}", flush=True)
     print("no problem given: the roadmap benchmark (numba-attn bench roadmap: every prefill phase and SDPA, "
           "fp32 and fp16, a few minutes)", flush=True)
@@ -546,7 +596,8 @@ def _run_roadmap(args, be, phases, console) -> int:
     try:
         rows, results, files = bench.run_benchmark(
             "roadmap", results=results, plots_dir=out_dir or ".", phases=phases, progress=prog,
-            timeout_s=args.timeout, command="numba-attn " + " ".join(sys.argv[1:]), setup=args.setup)
+            timeout_s=args.timeout, resume=args.resume, command="numba-attn " + " ".join(sys.argv[1:]),
+            setup=args.setup)
     finally:
         prog.close()
     return _finish(rows, results, be, console, args.csv, files)

@@ -96,7 +96,8 @@ def test_a_registered_phase_object_is_taken_by_its_name():
 
 # -- the CLI and corrupted results files -----------------------------------------------------
 
-RUN = ["run", "--simulator", "--phases", "fused_rowwise", "-B", "1", "-H", "1", "-N", "4", "-D", "8", "--timeout", "0",
+# in this process's backend (a --simulator or --gpu flag for the other one would be refused)
+RUN = ["run", "--phases", "fused_rowwise", "-B", "1", "-H", "1", "-N", "4", "-D", "8", "--timeout", "0",
        "--no-peers"]
 CLI_CASES = [
     (["--param", "smem_kv.Br=abc"], "parameter Br of phase 'smem_kv' must be an integer >= 1; got 'abc'"),

@@ -159,7 +159,7 @@ def test_progress_prints_eta_and_counts():
     assert "best smem_kv 0.5 ms" in lines[-1] and "(no)" in lines[-1]
 
 
-def test_compare_wraps_only_in_lists(tmp_path, capsys):
+def test_compare_wraps_only_in_lists(tmp_path, capsys, monkeypatch):
     from numba_attn import Problem
 
     def write(path, names):
@@ -170,13 +170,21 @@ def test_compare_wraps_only_in_lists(tmp_path, capsys):
                          "label": p.label, "status": "OK", "time_ms": 1.0, "env_key": "k"})
         path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
 
-    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    # a long directory name: the lines naming a file are as long as its path, every other line is wrapped
+    d = tmp_path / ("long-directory-name-" * 4)
+    d.mkdir()
+    a, b = d / "a.jsonl", d / "b.jsonl"
     write(a, range(200))
     write(b, range(1))
     assert cli.main(["compare", str(a), str(b)]) == 0
     out = capsys.readouterr().out
     assert "only in A (199 rows):" in out and "and 159 more" in out
-    assert max(len(line) for line in out.splitlines()) <= 110
+    assert f"A = {a}:" in out.splitlines() and f"B = {b}:" in out.splitlines()  # the device on the next line
+    assert max(len(line) for line in out.splitlines() if str(d) not in line) <= 110
+    monkeypatch.chdir(d)  # short paths: every line within the width, each file and its device on one line
+    assert cli.main(["compare", "a.jsonl", "b.jsonl"]) == 0
+    out = capsys.readouterr().out
+    assert "A = a.jsonl: G · 2026-01-01" in out and max(len(line) for line in out.splitlines()) <= 110
 
 
 def test_plot_writes_next_to_its_input(tmp_path, capsys):

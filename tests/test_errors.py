@@ -1,5 +1,7 @@
 """Bad input gets a clear error naming the argument and the allowed range,
 before anything is compiled or launched (``attention()`` and the CLI)."""
+import os
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -157,12 +159,97 @@ CLI_ERRORS = [
 ]
 
 
+def _nothing_may_run(monkeypatch):
+    """Neither the roadmap benchmark nor a sweep may start: each fails the test."""
+    from numba_attn.measure import bench, sweep
+
+    def refuse(*a, **kw):
+        raise AssertionError("the run started although an argument is invalid")
+
+    monkeypatch.setattr(bench, "run_benchmark", refuse)
+    monkeypatch.setattr(sweep, "run", refuse)
+
+
+@pytest.fixture(params=["active backend", "roadmap path"])
+def run_path(request, monkeypatch):
+    """``run`` in this process's backend, and as on a GPU, where ``run`` without a problem is the roadmap
+    benchmark: every argument is checked before either path starts anything."""
+    if request.param == "roadmap path":
+        from numba_attn.gpu import backend
+
+        monkeypatch.setattr(backend, "IS_SIMULATOR", False)
+        _nothing_may_run(monkeypatch)
+    return request.param
+
+
 @pytest.mark.parametrize("args,msg", CLI_ERRORS, ids=[" ".join(a) for a, _ in CLI_ERRORS])
-def test_cli_refuses_bad_arguments_with_exit_status_2(args, msg, capsys, tmp_path):
-    rc = main(["run", "--simulator", "--results", str(tmp_path / "r.jsonl"), *args])
+def test_cli_refuses_bad_arguments_with_exit_status_2(args, msg, capsys, tmp_path, run_path):
+    rc = main(["run", "--results", str(tmp_path / "r.jsonl"), *args])  # the backend of this process
     err = capsys.readouterr().err
     assert rc == 2 and msg in err, err
     assert not (tmp_path / "r.jsonl").exists()  # nothing ran
+
+
+ROADMAP_REFUSED = [["--param", "smem_kv.Bc=16"], ["--peers", "torch_sdpa"], ["--no-peers"], ["--seeds", "3"],
+                   ["--budget", "1"], ["--no-ceilings"], ["--baseline", "smem_kv"]]
+
+
+@pytest.mark.parametrize("args", ROADMAP_REFUSED, ids=[" ".join(a) for a in ROADMAP_REFUSED])
+def test_roadmap_run_refuses_the_options_it_would_ignore(args, capsys, tmp_path, monkeypatch):
+    from numba_attn.gpu import backend
+
+    monkeypatch.setattr(backend, "IS_SIMULATOR", False)  # as on a GPU: no problem given is the roadmap benchmark
+    _nothing_may_run(monkeypatch)
+    rc = main(["run", "--results", str(tmp_path / "r.jsonl"), *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{args[0]}: without a problem, run on a GPU is the roadmap benchmark" in err, err
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_roadmap_run_passes_the_options_it_takes(capsys, tmp_path, monkeypatch):
+    from numba_attn.gpu import backend
+    from numba_attn.measure import bench
+
+    monkeypatch.setattr(backend, "IS_SIMULATOR", False)
+    calls = []
+
+    def run_benchmark(name, **kw):
+        calls.append((name, kw))
+        return [], kw["results"], []
+
+    monkeypatch.setattr(bench, "run_benchmark", run_benchmark)
+    path = tmp_path / "out" / "r.jsonl"
+    assert main(["run", "--results", str(path), "--phases", "naive,smem_kv", "--timeout", "0", "--resume",
+                 "--setup", "numba_attn.testing"]) == 0
+    ((name, kw),) = calls
+    assert name == "roadmap" and kw["results"] == str(path) and kw["plots_dir"] == str(path.parent)
+    assert kw["phases"] == ["naive", "smem_kv"] and kw["timeout_s"] == 0 and kw["resume"] is True
+    assert kw["setup"] == ["numba_attn.testing"]
+    assert main(["run", "--results", str(tmp_path), "--phases", "naive"]) == 2  # a directory: refused up front
+    assert "is a directory" in capsys.readouterr().err and len(calls) == 1
+
+
+def test_benchmark_timeout_zero_is_no_limit(monkeypatch, tmp_path):
+    from numba_attn.measure import bench, sweep
+
+    seen = []
+    monkeypatch.setattr(sweep, "run", lambda phases, problems, config, **kw: seen.append(config.timeout_s) or [])
+    for timeout, want in ((None, 180.0), (0, None), (5.0, 5.0)):
+        bench.run_benchmark("roadmap", results=str(tmp_path / "r.jsonl"), plots_dir=None, phases=["naive"],
+                            timeout_s=timeout)
+        assert seen.pop() == want, timeout
+
+
+def test_cli_backend_flag_of_the_other_backend_is_refused_in_process(capsys, monkeypatch):
+    from numba_attn.gpu import backend
+
+    flag = "--gpu" if backend.IS_SIMULATOR else "--simulator"
+    monkeypatch.setattr(backend, "gpu_present", lambda: True)
+    before = os.environ.get("NUMBA_ATTN_BACKEND")
+    assert main(["run", flag, "--phases", "naive"]) == 2
+    err = capsys.readouterr().err
+    assert f"{flag}: this process already runs the {backend.BACKEND} backend" in err, err
+    assert os.environ.get("NUMBA_ATTN_BACKEND") == before  # worker processes would inherit it
 
 
 def test_cli_other_commands_refuse_bad_names(capsys, tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from numba import float32  # noqa: F401  (module global, as kernels in the simulator need)
 
 from numba_attn import Problem, list_phases
-from numba_attn.gpu.backend import IS_SIMULATOR
+from numba_attn.gpu.backend import BACKEND, IS_SIMULATOR
 from numba_attn.measure import ceilings as C
 from numba_attn.measure.config import RunConfig
 from numba_attn.measure.results import ResultsWriter, load_results
@@ -126,7 +126,7 @@ def test_run_writes_a_self_describing_file_and_resumes(tmp_path):
     assert [r["status"] for r in rows] == [OK, OK]
     recs = load_results(path)
     env = recs[0]
-    assert env["type"] == "env" and env["command"] == "test" and env["backend"] == "simulator"
+    assert env["type"] == "env" and env["command"] == "test" and env["backend"] == BACKEND
     for key in ("commit", "source_hash", "env_key", "numba", "numba_cuda", "python", "date", "config"):
         assert key in env
     assert all(r["env_key"] == env["env_key"] and r["run_id"] == env["run_id"] for r in recs[1:])
@@ -159,6 +159,7 @@ def test_test_phases_are_not_in_the_public_registry():
     assert "test_hang" not in {p.name for p in list_phases()}
 
 
+@pytest.mark.serial  # a 4 s timeout and a 60 s limit on the whole: alone, not beside other tests on one GPU
 def test_failing_phases_are_isolated_and_the_sweep_continues(tmp_path):
     path = str(tmp_path / "iso.jsonl")
     names = ["test_hang", "fused_rowwise", "test_raise", "test_wrong", "test_too_many_threads", "test_big_smem"]
@@ -291,6 +292,7 @@ def test_report_table_shows_ceilings_fractions_and_the_timing_check():
 
 
 @pytest.mark.gpu
+@pytest.mark.serial  # two timing methods must agree within 10%: not while other tests share the GPU
 def test_gpu_timing_methods_agree_and_ceilings_are_measured():
     row = measure("smem_kv", Problem(heads=8, q_len=1024, head_dim=64), RunConfig(seeds=(1,), compare_timing=True))
     assert row["status"] == OK

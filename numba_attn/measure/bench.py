@@ -240,8 +240,9 @@ def run_benchmark(name: str, *, results: str | None = None, plots_dir: str | Non
 
         slug = "".join(c if c.isalnum() else "-" for c in gpu_info()["gpu"].lower()).strip("-")
         results = os.path.join("results", f"{b.name}-{slug}.jsonl")
-    cfg = RunConfig(seeds=seeds, timing=timing, timeout_s=timeout_s or b.timeout_s, results=results,
-                    ceilings=True, resume=resume, max_row_ms=b.max_row_ms,
+    # timeout_s None: the benchmark's limit; 0: no limit (rows in-process), as for numba-attn run
+    cfg = RunConfig(seeds=seeds, timing=timing, timeout_s=b.timeout_s if timeout_s is None else timeout_s or None,
+                    results=results, ceilings=True, resume=resume, max_row_ms=b.max_row_ms,
                     max_total_s=max_total_s if max_total_s is not None else b.max_total_s,
                     peer_list=b.peers, command=command or f"numba-attn bench {name}",
                     worker_setup=tuple(setup))

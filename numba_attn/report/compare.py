@@ -55,13 +55,16 @@ def compare(path_a: str, path_b: str) -> dict:
             "only_b": only_b}
 
 
+WIDTH = 100  # the header lines and the only-in lists wrap at this width (the table's rows do not)
+
+
 def _t(ms):
     if ms is None:
         return "—"
     return f"{ms * 1e3:.1f} µs" if ms < 1 else f"{ms:.3f} ms"
 
 
-def _wrapped_list(head: str, names, limit: int = 40, width: int = 100) -> str:
+def _wrapped_list(head: str, names, limit: int = 40, width: int = WIDTH) -> str:
     """``names`` as indented lines of at most ``width`` characters; past ``limit`` names, a count."""
     import textwrap
 
@@ -71,8 +74,14 @@ def _wrapped_list(head: str, names, limit: int = 40, width: int = 100) -> str:
                                        break_on_hyphens=False)
 
 
+def _file_line(side: str, name: str, env) -> str:
+    """``A = PATH: device · date · commit``; the summary on its own line when a long path would widen it."""
+    one = f"{side} = {name}: {env_summary(env)}"
+    return one if len(one) <= WIDTH else f"{side} = {name}:\n    {env_summary(env)}"
+
+
 def format_comparison(res: dict, name_a="A", name_b="B") -> str:
-    out = [f"A = {name_a}: {env_summary(res['env_a'])}", f"B = {name_b}: {env_summary(res['env_b'])}"]
+    out = [_file_line("A", name_a, res["env_a"]), _file_line("B", name_b, res["env_b"])]
     ea, eb = res["env_a"] or {}, res["env_b"] or {}
     if ea.get("gpu") != eb.get("gpu"):
         out.append(f"note: different devices ({ea.get('gpu')} vs {eb.get('gpu')})")
@@ -104,6 +113,6 @@ def format_comparison(res: dict, name_a="A", name_b="B") -> str:
         if names:
             out.append("")
             one = f"only in {side}: {', '.join(names)}"
-            out.append(one if len(one) <= 100 else _wrapped_list(f"only in {side} ({len(names)} rows):", names))
+            out.append(one if len(one) <= WIDTH else _wrapped_list(f"only in {side} ({len(names)} rows):", names))
     out.append("\nB/A < 1: B is faster; ~ = within the larger of the two rows' min–max spreads (or 2%)")
     return "\n".join(out)
