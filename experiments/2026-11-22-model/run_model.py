@@ -335,6 +335,26 @@ def run_config(name, args, device, dtype, clock, write):
                 f"CPU self {prof['cpu_self_total_ms']:.2f} ms; sync-like {prof['sync_like_calls']}")
         rows[impl] = row
         write(row)
+    # the same speed measurements again, the implementations alternating round by round, so that a
+    # drift of the host (decode is host-bound here) lands on every implementation alike
+    if args.interleave and len(args.impls) > 1:
+        steps = args.new - 1
+        inter = {impl: {"prefill": [], "step": []} for impl in args.impls}
+        for _ in range(args.interleave):
+            for impl in args.impls:
+                model.set_attn_implementation(impl)
+                inter[impl]["prefill"].append(clock.events(lambda: prefill(model, ids))[0])
+                times, _wall, _ = decode_loop(model, ids, steps, clock)
+                inter[impl]["step"].append(statistics.median(times))
+        for impl, d in inter.items():
+            step = statistics.median(d["step"])
+            rec = {"type": "interleaved", "config": name, "impl": impl, "rounds": args.interleave,
+                   "prefill_ms": statistics.median(d["prefill"]), "prefill_ms_all": [round(x, 4) for x in d["prefill"]],
+                   "decode_step_ms": step, "decode_step_ms_all": [round(x, 4) for x in d["step"]],
+                   "decode_tok_s": 1e3 / step}
+            write(rec)
+            log(f"   interleaved {name} {impl:18s} prefill {rec['prefill_ms']:.3f} ms {rec['prefill_ms_all']}, "
+                f"decode step {step:.3f} ms ({rec['decode_tok_s']:.0f} tok/s) {rec['decode_step_ms_all']}")
     # comparisons against sdpa
     if "sdpa" in logits:
         ref_seq, ref_scores = gens["sdpa"][0].sequences, gens["sdpa"][0].scores
@@ -388,6 +408,8 @@ def main(argv=None):
     ap.add_argument("--prompt", type=int, default=2048)
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--interleave", type=int, default=5,
+                    help="rounds of prefill and decode timing with the implementations alternating (0: none)")
     ap.add_argument("--profile-steps", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--prefill-phase", default=None, help="default: numba-attn's choice per call")
@@ -403,6 +425,7 @@ def main(argv=None):
         if not backend.IS_SIMULATOR:
             ap.error("--smoke runs in the simulator: set NUMBA_ATTN_BACKEND=simulator")
         args.configs, args.layers, args.prompt, args.new, args.repeats = "tiny", 2, 9, 3, 1
+        args.interleave = min(args.interleave, 1)
         args.profile_steps = min(args.profile_steps, 1)
         phases = SMOKE_PHASES
         device, dtype = torch.device("cpu"), torch.float32
