@@ -164,12 +164,18 @@ def split_workspace(S: int, rows: int, D: int):
 
 
 def zeroed_counters(n: int):
-    """``n`` int32 zeros on the device: the per-tile split counters of a last-block combine."""
+    """``n`` int32 zeros on the device: the per-tile split counters of a last-block combine.
+    On a GPU they are zeroed by a memset, which does not wait for the device (a copy from the host
+    would: every new plan, e.g. each decode step's new kv_len, would drain the queue)."""
     counters = cuda.device_array(n, dtype=np.int32)
     if isinstance(counters, np.ndarray):  # host stand-in (offline compilation)
         counters[:] = 0
-    else:
+    elif IS_SIMULATOR:
         counters.copy_to_device(np.zeros(n, np.int32))
+    else:
+        from numba.cuda.cudadrv import driver
+
+        driver.device_memset(counters, 0, counters.nbytes)
     return counters
 
 
