@@ -108,7 +108,7 @@ if IS_SIMULATOR:
         off += 8 * i
         if off % 8:
             raise ValueError(f"{what}: barrier address {off} is not 8-byte aligned")
-        return a, i, (tuple(t.blockIdx), id(buf), off), mgr
+        return a, i, (tuple(t.blockIdx), buf.__array_interface__["data"][0], off), mgr
 
     def _registry(mgr):
         return mgr.__dict__.setdefault("_numba_attn_mbarriers", {})
