@@ -344,6 +344,8 @@ def test_tma_data_lands_only_at_wait():
 
 STAGES, TILE_R, TILE_C, NTILES = 2, 8, 64, 5  # ring of 2 buffers, 5 tiles of 8 rows × 64 fp16 (128-byte rows)
 TILE_BYTES = TILE_R * TILE_C * 2
+RING_WORDS = STAGES * TILE_BYTES // 4
+RING_BARS = 2 * STAGES
 
 
 @functools.cache
@@ -356,8 +358,8 @@ def _ring_kernel():
 
     @kernel
     def k(tmap, out):
-        ring = cuda.shared.array(STAGES * TILE_BYTES // 2, int32, alignment=TMA_ALIGN)
-        bars = cuda.shared.array(2 * STAGES, uint64)  # full[s] = s, empty[s] = STAGES + s
+        ring = cuda.shared.array(RING_WORDS, int32, alignment=TMA_ALIGN)
+        bars = cuda.shared.array(RING_BARS, uint64)  # full[s] = s, empty[s] = STAGES + s
         t = cuda.threadIdx.x
         if t == 0:
             for s in range(STAGES):
