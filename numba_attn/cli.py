@@ -28,6 +28,9 @@ Prototype GPU attention kernels with Numba, one measurable optimization at a tim
   numba-attn dispatch --build|--show  the dispatch table phase=None reads, built from the committed
                                        GPU results (and a tuning cache)
 
+run, bench and tune measure rows side by side with --workers N (one worker process per GPU) or on a
+Ray cluster with --ray [ADDRESS]; every row goes to the one results file.
+
 `numba-attn COMMAND --help` for a command's options.
 """
 

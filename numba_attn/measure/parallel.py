@@ -13,8 +13,9 @@ actor (:mod:`numba_attn.measure.distributed`). Either way a worker that dies whi
 (its process killed, a segmentation fault, its node gone) is replaced and the row retried once; a
 second death is an ERROR row. A row that overruns its time limit is a TIMEOUT row, as in a
 single-worker sweep (a hung kernel would hang again). Every row of a worker records it in its
-``worker`` field: host, pid, ``cuda_visible_devices``, the GPU model and UUID the worker sees, and its
-lane.
+``worker`` field: host, pid, ``cuda_visible_devices``, the GPU model and UUID the worker sees
+(``gpu``, ``gpu_uuid``; ``gpu_index``: nvidia-smi's index when known), and its lane; a row retried
+after a death says so in ``retried``.
 """
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ class LocalWorker(WorkerProcess):
             rec.setdefault("cuda_visible_devices", self.device.token)
             if self.device.uuid:
                 rec.setdefault("gpu_uuid", self.device.uuid)
+            if self.device.index is not None:
+                rec.setdefault("gpu_index", self.device.index)  # nvidia-smi's index
         return rec
 
     def call(self, task, timeout_s) -> dict:
