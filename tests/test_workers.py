@@ -119,3 +119,18 @@ def test_cli_run_workers(tmp_path, capsys):
     assert sorted(r["phase"] for r in rows) == ["naive", "smem_kv"] and all(r["status"] == OK for r in rows)
     assert {r["worker"]["lane"] for r in rows} <= {0, 1}
     json.dumps(rows)  # plain data
+
+
+def test_cli_tune_workers(tmp_path, capsys, monkeypatch):
+    from numba_attn.cli import main
+    from numba_attn.measure import tune as tuning
+
+    monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path / "cache.json"))
+    rc = main(["tune", "smem_kv", "-B", "1", "-H", "1", "-N", "9", "--kv-len", "17", "-D", "8", "--space",
+               "smem_kv.Br=16,32", "--space", "smem_kv.Bc=16", "--workers", "2", "--results",
+               str(tmp_path / "t.jsonl"), "--seeds", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "workers: 2 local worker(s)" in out and "3 of 3 candidates measured, 3 OK" in out
+    rows = _result_rows(str(tmp_path / "t.jsonl"))
+    assert len({cfg for cfg in (json.dumps(r["requested_params"], sort_keys=True) for r in rows)}) == len(rows) == 3
+    assert all("worker" in r for r in rows)

@@ -237,7 +237,8 @@ class Sweep:
             t0 = time.perf_counter()
             task = ("ceilings", (list(CEILINGS), config_to_dict(self.cfg)))
             if self.worker is not None:
-                res = self.worker.call(task, max(self.cfg.timeout_s, 120))
+                # no limit without a timeout_s (a run on several workers has workers even then)
+                res = self.worker.call(task, None if self.cfg.timeout_s is None else max(self.cfg.timeout_s, 120))
             else:
                 res = run_task(*task)
             ceil_rows = res.get("rows") or [{"type": "ceiling", "kind": "ceiling", "name": n,
