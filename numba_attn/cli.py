@@ -28,6 +28,9 @@ Prototype GPU attention kernels with Numba, one measurable optimization at a tim
   numba-attn dispatch --build|--show  the dispatch table phase=None reads, built from the committed
                                        GPU results (and a tuning cache)
 
+run, bench and tune measure rows side by side with --workers N (one worker process per GPU) or on a
+Ray cluster with --ray [ADDRESS]; every row goes to the one results file.
+
 `numba-attn COMMAND --help` for a command's options.
 """
 
@@ -82,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--resume", action="store_true",
                    help="skip rows already in the results file for the same source and environment")
     r.add_argument("--baseline", default=None, help="the phase the speedups are relative to (default naive)")
+    _parallel_options(r, "default: one after the other in one worker process")
     _common(r)
 
     b = sub.add_parser("bench", help="run a declared benchmark (see numba_attn/measure/bench.py) and draw its plots")
@@ -97,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--max-total", type=float, default=None,
                    help="seconds after which remaining rows are SKIP (default: the benchmark's limit)")
     b.add_argument("--simulator", action="store_true", help="use the Numba CUDA simulator (CPU)")
+    _parallel_options(b, "default: one after the other in one worker process")
     _common(b)
 
     c = sub.add_parser("compare", help="per-phase ratios between two results files")
@@ -156,12 +161,7 @@ def _tune_parser(sub):
                    help="configurations per (phase, problem), e.g. 40, or seconds in all, e.g. 30s (default: all)")
     t.add_argument("--strategy", choices=["grid", "random", "bayes"], default="grid",
                    help="grid: declared order; random: seeded shuffle; bayes: Optuna TPE (extra 'tune')")
-    t.add_argument("--workers", type=int, default=None,
-                   help="worker processes measuring side by side (default: one per visible GPU; 1 in the simulator)")
-    t.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",
-                   help="run the candidates on a Ray cluster (one actor per GPU; extra 'ray'); ADDRESS: the "
-                        "cluster's (default: auto, a local one when none runs)")
-    t.add_argument("--allow-mixed", action="store_true", help="with --ray: allow actors on different GPU models")
+    _parallel_options(t, "default: one per visible GPU; 1 in the simulator")
     t.add_argument("--cache", default=None, help="tuning cache (default: $NUMBA_ATTN_TUNING_CACHE or "
                                                  "<results dir>/tuning-cache.json)")
     t.add_argument("--results", default=None, help="JSON-lines results file (default: <results dir>/tune-<gpu>.jsonl)")
@@ -197,6 +197,63 @@ def _dispatch_parser(sub):
                     help="the table to write (default: numba_attn/data/dispatch.json of the package)")
     dp.add_argument("--table", default=None, metavar="PATH",
                     help="with --show: the table to print (default: $NUMBA_ATTN_DISPATCH_TABLE, else the package's)")
+
+
+def _parallel_options(sp, default):
+    sp.add_argument("--workers", type=int, default=None,
+                    help=f"worker processes measuring rows side by side, each pinned to its own GPU "
+                         f"(CUDA_VISIBLE_DEVICES: the i-th worker the i-th visible GPU; {default})")
+    sp.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",
+                    help="measure the rows on a Ray cluster, one actor per GPU (extra 'ray': pip install -e "
+                         "\".[ray]\"); ADDRESS: the cluster's (default: auto, a local one when none runs); "
+                         "--workers: how many actors (default: one per GPU of the cluster)")
+    sp.add_argument("--allow-mixed", action="store_true",
+                    help="allow workers (or Ray actors) on different GPU models in one sweep")
+    sp.add_argument("--oversubscribe", action="store_true",
+                    help="allow more local workers than visible GPUs (they share GPUs round-robin)")
+
+
+def _check_ray(args) -> bool:
+    """False (after saying how to install it) when --ray is given and Ray is not installed."""
+    if getattr(args, "ray", None) is None:
+        return True
+    from numba_attn.measure import distributed
+
+    if distributed.available():
+        return True
+    print(f"numba-attn: {distributed.INSTALL_HINT}", file=sys.stderr)
+    return False
+
+
+def _worker_pool(args, default=None):
+    """``(workers, make_worker)`` of --workers / --ray: a Ray pool, or a started
+    :class:`~numba_attn.measure.parallel.LocalPool` (one GPU per worker); ``(default, None)`` when
+    neither is given (None: one after the other, as without these options)."""
+    if args.ray is not None:
+        from numba_attn.measure import distributed
+
+        try:
+            pool = distributed.RayPool(args.ray, args.workers, allow_mixed=args.allow_mixed, setup=tuple(args.setup))
+        except RuntimeError as exc:
+            raise SystemExit(f"--ray: {exc}") from None
+        print(f"ray: {pool.describe()}", flush=True)
+        return pool.size, pool.make_worker
+    n = args.workers if args.workers is not None else default
+    if n is None:
+        return None, None
+    if n < 1:
+        raise SystemExit(f"--workers must be >= 1, got {n}")
+    if args.workers is None and n == 1:
+        return 1, None
+    from numba_attn.measure.parallel import LocalPool
+
+    try:
+        pool = LocalPool(n, tuple(args.setup), oversubscribe=args.oversubscribe, allow_mixed=args.allow_mixed)
+        pool.start()
+    except (ValueError, RuntimeError) as exc:
+        raise SystemExit(str(exc)) from None
+    print(f"workers: {pool.describe()}", flush=True)
+    return n, pool.make_worker
 
 
 def _common(sp):
@@ -501,6 +558,8 @@ def cmd_run(args) -> int:
     peer_list = _peer_list(args.peers)
     if args.csv and os.path.isdir(args.csv):
         raise SystemExit(f"--csv {args.csv}: is a directory; give a file (e.g. table.csv)")
+    if not _check_ray(args):
+        return 2
     console = report.make_console()
     if roadmap:
         _refuse_for_roadmap(args)
@@ -524,9 +583,11 @@ def cmd_run(args) -> int:
               "prefill, fp16 prefill for the tensor cores, decode at q_len 1 with GQA)"
               + (" in the simulator" if be.IS_SIMULATOR else ""), flush=True)
     print(f"problems: {'; '.join(p.label for p in problems)}", flush=True)
+    workers, make_worker = _worker_pool(args)
     prog = Progress()
     try:
-        rows = run(phases, problems, config=cfg, progress=prog, select=select)
+        rows = run(phases, problems, config=cfg, progress=prog, select=select, workers=workers,
+                   make_worker=make_worker)
     finally:
         prog.close()
     return _finish(rows, results, be, console, args.csv)
@@ -592,12 +653,13 @@ def _run_roadmap(args, be, phases, console) -> int:
     print(f"backend: {be.describe()}", flush=True)
     print("no problem given: the roadmap benchmark (numba-attn bench roadmap: every prefill phase and SDPA, "
           "fp32 and fp16, a few minutes)", flush=True)
+    workers, make_worker = _worker_pool(args)
     prog = Progress()
     try:
         rows, results, files = bench.run_benchmark(
             "roadmap", results=results, plots_dir=out_dir or ".", phases=phases, progress=prog,
             timeout_s=args.timeout, resume=args.resume, command="numba-attn " + " ".join(sys.argv[1:]),
-            setup=args.setup)
+            setup=args.setup, workers=workers, make_worker=make_worker)
     finally:
         prog.close()
     return _finish(rows, results, be, console, args.csv, files)
@@ -642,14 +704,18 @@ def cmd_bench(args) -> int:
                 raise SystemExit(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
             problems += PRESETS[name]
     phases = [p.strip() for p in args.phases.split(",")] if args.phases else None
+    if not _check_ray(args):
+        return 2
     print(f"backend: {be.describe()}", flush=True)
     print(f"benchmark {b.name}: {b.description}", flush=True)
+    workers, make_worker = _worker_pool(args)
     prog = Progress()
     try:
         rows, results, files = bench.run_benchmark(
             b.name, results=args.results, plots_dir=args.plots or None, phases=phases, quick=args.quick,
             resume=args.resume, progress=prog, timeout_s=args.timeout, max_total_s=args.max_total,
-            command="numba-attn " + " ".join(sys.argv[1:]), setup=args.setup, problems=problems)
+            command="numba-attn " + " ".join(sys.argv[1:]), setup=args.setup, problems=problems,
+            workers=workers, make_worker=make_worker)
     finally:
         prog.close()
     return _finish(rows, results, be, report.make_console(), plots=files)
@@ -738,13 +804,8 @@ def cmd_tune(args) -> int:
     from numba_attn.measure.timing import TimingConfig
     from numba_attn.phases.registry import get_phase
 
-    make_worker = None
-    if args.ray is not None:
-        from numba_attn.measure import distributed
-
-        if not distributed.available():
-            print(f"numba-attn: {distributed.INSTALL_HINT}", file=sys.stderr)
-            return 2
+    if not _check_ray(args):
+        return 2
     _run_setup(args.setup)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     for p in phases:
@@ -767,21 +828,12 @@ def cmd_tune(args) -> int:
             print(f"numba-attn: {tuning.OPTUNA_HINT}", file=sys.stderr)
             return 2
     problems, _ = _problems(args)
-    workers = args.workers
-    if workers is None:
-        workers = 1 if be.IS_SIMULATOR else max(1, _visible_gpus())
-    if workers < 1:
-        raise SystemExit(f"--workers must be >= 1, got {workers}")
+    if args.workers is not None and args.workers < 1:
+        raise SystemExit(f"--workers must be >= 1, got {args.workers}")
     results = args.results or os.path.join(default_results_dir(), f"tune-{_slug(gpu_info()['gpu'])}.jsonl")
     check_writable(results)
     timeout = args.timeout if args.timeout is not None else (1800.0 if be.IS_SIMULATOR else 600.0)
-    if args.ray is not None:
-        from numba_attn.measure import distributed
-
-        pool = distributed.RayPool(args.ray, workers if args.workers else None, allow_mixed=args.allow_mixed,
-                                   setup=tuple(args.setup))
-        workers, make_worker = pool.size, pool.make_worker
-        print(f"ray: {pool.describe()}", flush=True)
+    workers, make_worker = _worker_pool(args, 1 if be.IS_SIMULATOR or args.ray is not None else _visible_gpus())
     cfg = RunConfig(seeds=_seeds(args.seeds), timeout_s=timeout or None, peers=False, results=results,
                     command="numba-attn " + " ".join(sys.argv[1:]), timing=TimingConfig(budget_s=args.timing_budget),
                     resume=args.resume, worker_setup=tuple(args.setup))
@@ -841,12 +893,11 @@ def cmd_dispatch(args) -> int:
 
 
 def _visible_gpus() -> int:
-    try:
-        from numba import cuda
+    """The GPUs local workers may use, counted without initialising CUDA here (``CUDA_VISIBLE_DEVICES``,
+    else ``nvidia-smi -L``, else numba in a child process: :mod:`numba_attn.measure.devices`); at least 1."""
+    from numba_attn.measure.devices import visible_devices
 
-        return len(cuda.gpus)
-    except Exception:  # noqa: BLE001
-        return 1
+    return max(1, len(visible_devices()))
 
 
 class TuneProgress(Progress):

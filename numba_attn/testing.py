@@ -8,14 +8,15 @@ Nothing here is registered in the public registry unless asked:
 * :func:`temporary_phases` registers phases for the duration of a ``with``
   block and removes them afterwards.
 * :func:`register_faulty_phases` registers phases that hang, raise, compute
-  the wrong answer or ask for more threads or shared memory than a block may
-  have; the runner
+  the wrong answer, ask for more threads or shared memory than a block may
+  have, or kill the worker process that measures them; the runner
   calls it in its worker processes through ``RunConfig.worker_setup`` (or
   ``numba-attn run --setup numba_attn.testing:register_faulty_phases``).
 """
 from __future__ import annotations
 
 import functools
+import os
 
 from numba_attn.gpu import backend  # noqa: F401  (first: chooses CUDA or the simulator before numba is imported)
 
@@ -180,6 +181,21 @@ def _too_many_threads_build(problem):
     return inner
 
 
+DIE_ONCE_ENV = "NUMBA_ATTN_TEST_DIE_ONCE"  # a file path: test_die_once kills its process while it is absent
+
+
+def _die_build(problem):
+    os._exit(17)  # the worker process dies: no row comes back
+
+
+def _die_once_build(problem):
+    marker = os.environ.get(DIE_ONCE_ENV)
+    if marker and not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(17)
+    return _build_buggy("none")(problem)
+
+
 def faulty_phases() -> list[Phase]:
     def mk(name, order, desc, build, params=None):
         return Phase(name=name, order=order, title=desc, parent=None, description=desc,
@@ -192,6 +208,9 @@ def faulty_phases() -> list[Phase]:
         mk("test_wrong", 992, "kernel with an unscaled softmax", _build_buggy("unscaled"), {"threads": 32}),
         mk("test_too_many_threads", 993, "launch with 2048 threads per block", _too_many_threads_build),
         mk("test_big_smem", 994, "256 KiB of static shared memory per block", _big_smem_build),
+        mk("test_die", 995, "kills its worker process", _die_build),
+        mk("test_die_once", 996, f"kills its worker process once (when ${DIE_ONCE_ENV} names a file that is "
+                                 "absent: it creates it), then a correct kernel", _die_once_build),
     ]
 
 

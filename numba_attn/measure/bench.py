@@ -211,12 +211,13 @@ def get(name: str) -> Benchmark:
 def run_benchmark(name: str, *, results: str | None = None, plots_dir: str | None = "plots",
                   phases=None, quick: bool = False, resume: bool = False, progress=None,
                   timeout_s: float | None = None, max_total_s: float | None = None, command: str | None = None,
-                  setup=(), problems=None):
+                  setup=(), problems=None, workers=None, make_worker=None):
     """Run a declared benchmark; returns (rows, results path, plot files).
 
     ``quick`` cuts the timing budget and uses one seed (for a smoke test of the
     command); ``phases`` restricts the lines; ``problems`` replaces the
-    benchmark's problems (e.g. smaller shapes for a smoke test).
+    benchmark's problems (e.g. smaller shapes for a smoke test); ``workers`` / ``make_worker``:
+    the rows on several workers (see :func:`numba_attn.measure.sweep.run`).
     """
     import os
 
@@ -247,7 +248,8 @@ def run_benchmark(name: str, *, results: str | None = None, plots_dir: str | Non
                     peer_list=b.peers, command=command or f"numba-attn bench {name}",
                     worker_setup=tuple(setup))
     probs = list(problems) if problems is not None else b.problems()
-    rows = run(plist, probs, config=cfg, select=b.select, progress=progress)
+    rows = run(plist, probs, config=cfg, select=b.select, progress=progress, workers=workers,
+               make_worker=make_worker)
     files = []
     if plots_dir:
         files = make_all(results, plots_dir, prefix=f"{b.plot_name or b.name}_", which=b.plots)

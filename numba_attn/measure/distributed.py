@@ -1,11 +1,13 @@
-"""Tuning candidates on a Ray cluster: one actor per GPU, rows streamed back into one results file.
+"""Sweeps on a Ray cluster (tune's candidates, run's and bench's rows): one actor per GPU, rows
+streamed back into one results file.
 
 :class:`RayPool` connects to a cluster (``address``: ``"auto"`` joins a running one or starts a
 local one, ``"ray://host:10001"`` a remote one) and starts one actor per GPU (``num_gpus=1``; in
 the simulator CPU-only actors, ``num_cpus=1``). Each actor reports its host and GPU model; a sweep
 refuses actors of different GPU models unless ``allow_mixed`` (a tuning is for one GPU model).
-Each actor measures rows through a local :class:`~numba_attn.measure.isolation.WorkerProcess`
-(so a hung or crashed kernel becomes a TIMEOUT or ERROR row, as locally). The parent drives one
+Each actor measures rows through a local :class:`~numba_attn.measure.parallel.LocalWorker`
+(so a hung or crashed kernel becomes a TIMEOUT or ERROR row, and a worker process that dies is
+replaced and its row retried once, as locally). The parent drives one
 actor per lane of :class:`~numba_attn.measure.tune.Workers`: the actor only measures; stamping,
 the results file and the cache stay in the parent, so one sweep has one results file. An actor
 that dies (its node left the cluster) is replaced by a new one and its row retried once; a second
@@ -30,9 +32,11 @@ def _actor_class(ray):
     @ray.remote(max_restarts=0)
     class MeasureActor:
         def __init__(self, setup=()):
-            from numba_attn.measure.isolation import WorkerProcess
+            from numba_attn.measure.parallel import LocalWorker
 
-            self.worker = WorkerProcess(setup)
+            # the GPU Ray gave this actor (its CUDA_VISIBLE_DEVICES) is inherited by the worker process;
+            # a worker process that dies is replaced and its row retried once, as locally
+            self.worker = LocalWorker(setup)
 
         def identity(self) -> dict:
             import socket
@@ -78,10 +82,9 @@ class RayPool:
         self.cls = _actor_class(ray)
         self.actors = [self._new_actor() for _ in range(size)]
         self.identities = ray.get([a.identity.remote() for a in self.actors])
-        models = sorted({i["gpu"] for i in self.identities})
-        if len(models) > 1 and not allow_mixed:
-            raise RuntimeError(f"the actors run on different GPU models ({', '.join(models)}); "
-                               f"a tuning is for one model: pass --allow-mixed to run anyway")
+        from numba_attn.measure.devices import check_same_model
+
+        check_same_model([i["gpu"] for i in self.identities], allow_mixed, "the actors")
 
     def _new_actor(self):
         return self.cls.options(**self.opts).remote(self.setup)

@@ -61,13 +61,32 @@ def _watch_parent(ppid: int):
     threading.Thread(target=loop, daemon=True, name="numba-attn-parent-watch").start()
 
 
-def _worker(conn, setup, ppid=None):
+def identity() -> dict:
+    """This process's host, pid, ``CUDA_VISIBLE_DEVICES`` and GPU (model and UUID; "simulator")."""
+    import socket
+
+    from numba_attn.gpu.backend import IS_SIMULATOR
+    from numba_attn.measure.env import gpu_info
+
+    out = {"host": socket.gethostname(), "pid": os.getpid(),
+           "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu": gpu_info()["gpu"]}
+    if not IS_SIMULATOR:
+        try:
+            from numba import cuda
+
+            out["gpu_uuid"] = str(cuda.get_current_device().uuid)
+        except Exception:  # noqa: BLE001 - informational
+            pass
+    return out
+
+
+def _worker(conn, setup, ppid=None, identify=False):
     if ppid is not None:
         _watch_parent(ppid)
     try:
         for spec in setup:
             call_setup(spec)
-        conn.send(("ready", None))
+        conn.send(("ready", identity() if identify else None))
     except BaseException as exc:  # noqa: BLE001
         conn.send(("setup_failed", summarize_exception(exc)))
         return
@@ -89,6 +108,9 @@ def _worker(conn, setup, ppid=None):
             return  # a CUDA fault leaves the context unusable: the parent starts a new worker
 
 
+_ENV_LOCK = threading.Lock()
+
+
 class WorkerProcess:
     """A persistent worker process; replaced when a row times out, it dies, or
     a CUDA fault poisons its context. The row's time limit starts once the
@@ -96,16 +118,35 @@ class WorkerProcess:
 
     START_TIMEOUT_S = 300.0
 
-    def __init__(self, setup=()):
+    def __init__(self, setup=(), env=None, identify=False):
         self.proc = None
         self.conn = None
         self.setup = tuple(setup)
+        self.env = dict(env or {})  # set in the worker's environment before it starts (CUDA_VISIBLE_DEVICES)
+        self.identify = identify  # the worker reports identity() when ready: kept in self.identity
+        self.identity = None
 
     def _start(self):
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, self.setup, os.getpid()), daemon=True)
-        self.proc.start()
+        args = (child, self.setup, os.getpid(), True) if self.identify else (child, self.setup, os.getpid())
+        self.proc = ctx.Process(target=_worker, args=args, daemon=True)
+        if self.env:
+            # the child's environment is this process's at spawn time: set it there, for this start only,
+            # before the child imports numba (CUDA reads CUDA_VISIBLE_DEVICES once, when it initialises)
+            with _ENV_LOCK:
+                saved = {k: os.environ.get(k) for k in self.env}
+                os.environ.update(self.env)
+                try:
+                    self.proc.start()
+                finally:
+                    for k, v in saved.items():
+                        if v is None:
+                            os.environ.pop(k, None)
+                        else:
+                            os.environ[k] = v
+        else:
+            self.proc.start()
         child.close()
         if not self.conn.poll(self.START_TIMEOUT_S):
             self.close(kill=True)
@@ -119,6 +160,8 @@ class WorkerProcess:
         if msg != "ready":
             self.close(kill=True)
             raise RuntimeError(f"worker setup failed: {info}")
+        if self.identify:
+            self.identity = info
 
     def call(self, task, timeout_s) -> dict:
         """Run ``task`` in the worker; a row, or ``{"status", "reason"}`` when the worker
@@ -135,14 +178,14 @@ class WorkerProcess:
             except EOFError:
                 code = self.proc.exitcode if self.proc else None
                 self.close(kill=True)
-                return {"status": ERROR, "reason": f"worker process died (exit code {code})"}
+                return {"status": ERROR, "reason": f"worker process died (exit code {code})", "worker_died": True}
             if row.get("context_poisoned"):
                 self.close(kill=True)
             return row
         if not self.proc.is_alive():
             code = self.proc.exitcode
             self.close(kill=True)
-            return {"status": ERROR, "reason": f"worker process died (exit code {code})"}
+            return {"status": ERROR, "reason": f"worker process died (exit code {code})", "worker_died": True}
         self.close(kill=True)
         return {"status": TIMEOUT, "reason": f"timed out after {timeout_s:g} s (worker killed and replaced)"}
 

@@ -42,7 +42,7 @@ from numba_attn.measure.status import ERROR, OK, SKIP
 
 
 def run(phases=None, problems=None, *, config: RunConfig | None = None, progress=None, select=None,
-        warn=None, **kw) -> list[dict]:
+        warn=None, workers: int | None = None, make_worker=None, **kw) -> list[dict]:
     """Run ``phases`` (names or Phase objects; default all) on ``problems``
     (default: the ``tiny`` preset) and return the result rows.
 
@@ -51,6 +51,9 @@ def run(phases=None, problems=None, *, config: RunConfig | None = None, progress
     ``select(phase, problem) -> bool`` keeps only some (phase, problem) pairs.
     ``progress(i, n, row_or_None, phase, problem)`` is called before (row None)
     and after each row; ``warn(message)`` receives warnings (default: stderr).
+    ``workers`` (with ``make_worker(i)``, e.g. a :class:`~numba_attn.measure.parallel.LocalPool`'s
+    or a Ray pool's; default local worker processes, one GPU each) measures the rows on that many
+    workers side by side (:func:`run_parallel`); None: one after the other, as always.
     """
     cfg = config or RunConfig(**kw)
     for spec in cfg.worker_setup:  # here and in every worker process
@@ -60,6 +63,8 @@ def run(phases=None, problems=None, *, config: RunConfig | None = None, progress
     with results_lock(cfg.results, warn or _warn_stderr):
         sweep = Sweep(cfg, progress=progress, warn=warn)
         tasks = plan_tasks(plist, problems, sweep.peers, select)
+        if workers is not None or make_worker is not None:
+            return run_parallel(sweep, tasks, workers, make_worker)
         try:
             if cfg.ceilings:
                 sweep.measure_ceilings()
@@ -67,6 +72,45 @@ def run(phases=None, problems=None, *, config: RunConfig | None = None, progress
                 sweep.run_task(idx, len(tasks), kind, name, prob)
         finally:
             sweep.close()
+    return sweep.rows
+
+
+def run_parallel(sweep, tasks, workers=None, make_worker=None) -> list[dict]:
+    """The rows of ``tasks`` measured on ``workers`` lanes (:class:`~numba_attn.measure.parallel.Workers`):
+    the ceilings first, once, in lane 0's worker; then every (phase or peer, problem) task once, pulled
+    in order by the next free lane, each problem's baseline row first (a row's speedup waits for it).
+    Rows go to the results file as they finish; the returned rows are in task order."""
+    from numba_attn.measure.parallel import CountingProgress, LocalPool, Workers, _Shared
+
+    cfg = sweep.cfg
+    pool = None
+    if make_worker is None:
+        pool = LocalPool(max(1, int(workers or 1)), cfg.worker_setup)
+        make_worker = pool.make_worker
+    n = max(1, int(workers or getattr(pool, "size", 1)))
+    lanes = Workers(sweep, n, make_worker)
+    try:
+        lanes.share(_Shared(cfg.baseline, tasks), CountingProgress(sweep.progress) if sweep.progress else None)
+        if pool is not None:
+            pool.start()  # side by side; refuses different GPU models
+        if cfg.ceilings:
+            lanes.lanes[0].measure_ceilings()  # its rows go to sweep.rows (the lane shares the list)
+        # per problem (in plan order) its baseline row first, then the others in plan order
+        first_of = {}
+        for i, (_, _, prob) in enumerate(tasks):
+            first_of.setdefault(json.dumps(prob.to_dict(), sort_keys=True), i)
+        order = sorted(range(len(tasks)), key=lambda i: (
+            first_of[json.dumps(tasks[i][2].to_dict(), sort_keys=True)],
+            0 if tasks[i][0] == "phase" and tasks[i][1] == cfg.baseline else 1, i))
+        slots: dict = {}
+        ceiling_rows = list(sweep.rows)
+        jobs = ((i, len(tasks), tasks[i][0], tasks[i][1], tasks[i][2], None) for i in order)
+        lanes.run(jobs, lambda job, row: slots.__setitem__(job[0], row))
+        sweep.rows[:] = ceiling_rows + [slots[i] for i in sorted(slots) if slots[i] is not None]
+    finally:
+        lanes.close()
+        if sweep.worker is not None and all(lane.worker is not sweep.worker for lane in lanes.lanes):
+            sweep.worker.close()
     return sweep.rows
 
 
@@ -152,6 +196,7 @@ class Sweep:
         self.baselines = Baselines(cfg.baseline)
         self.last_time: dict = {}  # phase → (flops, time_ms) of its last timed row, for max_row_ms
         self.timing_checked = False
+        self.shared = None  # what the lanes of a run on several workers share (measure/parallel.py)
         for r in previous:
             self.baselines.note(r.get("kind"), r.get("phase"), r, r.get("problem"))
             if r.get("timing_check"):
@@ -192,7 +237,8 @@ class Sweep:
             t0 = time.perf_counter()
             task = ("ceilings", (list(CEILINGS), config_to_dict(self.cfg)))
             if self.worker is not None:
-                res = self.worker.call(task, max(self.cfg.timeout_s, 120))
+                # no limit without a timeout_s (a run on several workers has workers even then)
+                res = self.worker.call(task, None if self.cfg.timeout_s is None else max(self.cfg.timeout_s, 120))
             else:
                 res = run_task(*task)
             ceil_rows = res.get("rows") or [{"type": "ceiling", "kind": "ceiling", "name": n,
@@ -230,6 +276,8 @@ class Sweep:
             row["phase_source_hash"] = code
         row["wall_s"] = time.perf_counter() - t0
         self.stamp(row)
+        if self.shared is not None:
+            self.shared.wait_for_baseline(kind, name, prob)
         self.annotate(kind, name, prob, row)
         self.writer.write(row)
         self.rows.append(row)
@@ -252,11 +300,16 @@ class Sweep:
         """The row of a phase or a peer, in the worker process when there is one; the first
         phase row of a run (not resumed) carries the timing cross-check."""
         want = self.cfg.compare_timing is not False and not self.timing_checked and kind == "phase"
+        if want and self.shared is not None:
+            want = self.shared.claim_timing_check()  # one row of the run, whichever lane it is in
         cfg_row = dataclasses.replace(self.cfg, compare_timing=want)
         if self.worker is not None:
-            row = self.worker.call((kind, (name, prob.to_dict(), config_to_dict(cfg_row))), self.cfg.timeout_s)
+            info = self.worker.call((kind, (name, prob.to_dict(), config_to_dict(cfg_row))), self.cfg.timeout_s)
+            row = info
             if row.get("type") != "result":  # timeout/crash: rebuild the row's identity
                 row = _stub_row(kind, name, prob, row)
+                # a worker of several (measure/parallel.py) records itself, and a retry after its death
+                row.update({k: info[k] for k in ("worker", "retried") if k in info})
             return row
         if kind == "phase":
             return measure(name, prob, cfg_row)

@@ -15,11 +15,12 @@ seeded shuffle), ``bayes`` (Optuna's TPE sampler through its ask-and-tell interf
 extra ``tune``). The budget is a number of configurations per (phase, problem) or seconds for the
 whole tuning (no candidate is started after it).
 
-Workers: ``workers`` worker processes measure candidates side by side, each one driven by a
-thread of this process; each row is written by the one results writer (one line per row, under a
-lock). On a GPU machine each worker should own a GPU (``CUDA_VISIBLE_DEVICES``): the default is
-one worker per visible GPU (one in the simulator). :mod:`numba_attn.measure.distributed` puts the
-workers on a Ray cluster instead.
+Workers: ``workers`` worker processes measure candidates side by side
+(:class:`~numba_attn.measure.parallel.Workers`, each driven by a thread of this process); each row
+is written by the one results writer. Several local workers own one GPU each
+(:class:`~numba_attn.measure.parallel.LocalPool`: ``CUDA_VISIBLE_DEVICES`` per worker); a worker
+that dies is replaced and its candidate retried once. :mod:`numba_attn.measure.distributed` puts
+the workers on a Ray cluster instead.
 
 The best configuration: the OK candidate with the least ``time_ms``. The simulator does not time
 (rows have no ``time_ms``), so there the stand-in rule is: every OK candidate ties, and the default
@@ -31,18 +32,16 @@ The tuning cache (:class:`TuningCache`) is one JSON file; see its docstring for 
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import json
 import os
 import random
 import tempfile
-import threading
 import time
 
 from numba_attn.phases.registry import candidate_configs, get_phase
 from numba_attn.measure.config import RunConfig, default_results_dir
-from numba_attn.measure.isolation import WorkerProcess
+from numba_attn.measure.parallel import LocalPool, Workers
 from numba_attn.measure.results import results_lock
 from numba_attn.measure.status import OK
 
@@ -209,76 +208,6 @@ def order_candidates(cands: list[dict], strategy: str, seed: int) -> list[dict]:
     return list(cands)
 
 
-# -- measuring candidates side by side -----------------------------------------------------------
-
-class _LockedWriter:
-    def __init__(self, writer):
-        self.writer = writer
-        self.lock = threading.Lock()
-
-    def write(self, record):
-        with self.lock:
-            self.writer.write(record)
-
-
-class Workers:
-    """``n`` measuring lanes over one Sweep: each lane is a shallow copy of the sweep (same run id,
-    environment record and results writer, its own worker and its own requested parameters), so
-    every row goes through :meth:`Sweep.run_task` unchanged. ``make_worker(i)`` gives lane i's
-    worker (an object with ``call(task, timeout_s)`` and ``close()``; default a local
-    :class:`WorkerProcess`, or None for in-process rows when ``n == 1`` and no time limit)."""
-
-    def __init__(self, sweep, n: int, make_worker=None):
-        self.sweep = sweep
-        sweep.writer = _LockedWriter(sweep.writer)
-        self.lanes = []
-        for i in range(n):
-            lane = copy.copy(sweep)
-            if make_worker is not None:
-                lane.worker = make_worker(i)
-            elif i > 0 or sweep.worker is None and n > 1:
-                lane.worker = WorkerProcess(sweep.cfg.worker_setup)
-            self.lanes.append(lane)
-        self.lock = threading.Lock()
-
-    def close(self):
-        for lane in self.lanes:
-            if lane.worker is not None:
-                lane.worker.close()
-
-    def run(self, jobs, on_row, stop=None):
-        """Measure ``jobs`` (an iterator of ``(idx, n, name, problem, params)``, pulled under a lock
-        so a strategy can ask for the next candidate after seeing rows) on the lanes; ``on_row(job,
-        row)`` after each row; ``stop()`` true: no job is started any more."""
-        it = iter(jobs)
-
-        def lane_loop(lane):
-            while True:
-                with self.lock:
-                    if stop is not None and stop():
-                        return
-                    job = next(it, None)
-                if job is None:
-                    return
-                idx, n, name, prob, params = job
-                lane.cfg = dataclasses.replace(self.sweep.cfg, params={name: params})
-                before = len(lane.rows)
-                lane.run_task(idx, n, "phase", name, prob)
-                row = lane.rows[before] if len(lane.rows) > before else None
-                with self.lock:
-                    on_row(job, row)
-
-        for lane in self.lanes:
-            lane.rows = []
-        threads = [threading.Thread(target=lane_loop, args=(lane,), daemon=True) for lane in self.lanes]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for lane in self.lanes:
-            self.sweep.rows.extend(lane.rows)
-
-
 # -- the tuning ------------------------------------------------------------------------------------
 
 @dataclasses.dataclass
@@ -348,6 +277,11 @@ def tune(phases, problems, *, config: RunConfig | None = None, budget=None, stra
 
     with results_lock(cfg.results, warn or _warn_stderr):
         sweep = Sweep(cfg, progress=progress, warn=warn)
+        local = None
+        if make_worker is None and int(workers) > 1:
+            local = LocalPool(int(workers), cfg.worker_setup)  # one GPU each
+            local.start()
+            make_worker = local.make_worker
         pool = Workers(sweep, max(1, int(workers)), make_worker)
         try:
             for prob in problems:
@@ -365,9 +299,9 @@ def tune(phases, problems, *, config: RunConfig | None = None, budget=None, stra
 
                         def jobs(chosen=chosen, n=n):
                             for i, c in enumerate(chosen):
-                                yield (i, n, ph.name, prob, c)
+                                yield (i, n, "phase", ph.name, prob, c)
 
-                        pool.run(jobs(), lambda job, row, slots=slots: slots.__setitem__(job[0], (job[4], row)),
+                        pool.run(jobs(), lambda job, row, slots=slots: slots.__setitem__(job[0], (job[5], row)),
                                  stop)
                         tuned.measured = [slots[i] for i in sorted(slots)]
                     choose_best(tuned)
@@ -405,11 +339,11 @@ def _run_bayes(optuna, pool, ph, prob, cands, n, seed, tuned, stop):
                 continue
             seen.add(key)
             trials[i] = trial
-            yield (i, n, ph.name, prob, cand)
+            yield (i, n, "phase", ph.name, prob, cand)
             i += 1
 
     def on_row(job, row):
-        slots[job[0]] = (job[4], row)
+        slots[job[0]] = (job[5], row)
         trial = trials[job[0]]
         if row and row.get("status") == OK:
             study.tell(trial, float(row.get("time_ms") or 0.0))

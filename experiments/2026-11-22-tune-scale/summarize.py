@@ -1,0 +1,86 @@
+"""Summarize run.sh's outputs: wall times and their ratio, rows lost or duplicated, the best configurations of the
+three runs of the scale sweep; tuned against default time beside SDPA.
+
+Usage: python3 experiments/2026-11-22-tune-scale/summarize.py OUT
+"""
+import json
+import os
+import sys
+
+
+def rows(path):
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                r = json.loads(line)
+                if r.get("type") == "result":
+                    out.append(r)
+    return out
+
+
+def cfg(r):
+    return json.dumps(r.get("requested_params") or {}, sort_keys=True)
+
+
+def best(rs):
+    out = {}
+    for r in rs:
+        if r.get("status") == "OK" and r.get("time_ms") and r.get("kind") == "phase":
+            k = (r["phase"], r["label"])
+            if k not in out or r["time_ms"] < out[k]["time_ms"]:
+                out[k] = r
+    return {k: (cfg(r), r["time_ms"]) for k, r in out.items()}
+
+
+def main(out):
+    wall = {}
+    if os.path.exists(os.path.join(out, "wall.tsv")):
+        for line in open(os.path.join(out, "wall.tsv"), encoding="utf-8"):
+            name, s = line.split("\t")
+            wall[name] = float(s)
+    print("1. the scale sweep (decode_split_k_lean + decode_mma, 40 configurations each)")
+    ref = None
+    for name, f in (("workers1", "scale-w1.jsonl"), ("workers2", "scale-w2.jsonl"), ("ray2", "scale-ray2.jsonl")):
+        rs = rows(os.path.join(out, f))
+        if not rs:
+            print(f"  {name}: no rows")
+            continue
+        keys = [(r["phase"], r["label"], cfg(r)) for r in rs]
+        dup = len(keys) - len(set(keys))
+        statuses = {}
+        for r in rs:
+            statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+        b = best(rs)
+        gpus = sorted({(r.get("worker") or {}).get("cuda_visible_devices") or "-" for r in rs})
+        ratio = f", {wall['workers1'] / wall[name]:.2f}x workers1" if name in wall and "workers1" in wall else ""
+        print(f"  {name}: {wall.get(name, float('nan')):.1f} s{ratio}; {len(rs)} rows, {dup} duplicated, "
+              f"statuses {statuses}; workers' devices {gpus}")
+        for k, (c, t) in sorted(b.items()):
+            print(f"    best {k[0]} [{k[1]}]: {c} {t:.4g} ms")
+        if ref is None:
+            ref = (name, set(keys), {k: c for k, (c, _) in b.items()})
+        else:
+            lost = ref[1] - set(keys)
+            same = {k: c for k, (c, _) in b.items()} == ref[2]
+            print(f"    against {ref[0]}: {len(lost)} configuration(s) missing; same best configuration: {same}")
+    print("\n2. tuned against default beside SDPA")
+    tuned = rows(os.path.join(out, "tuned.jsonl"))
+    sdpa = rows(os.path.join(out, "sdpa.jsonl"))
+    for (phase, label), (c, t) in sorted(best(tuned).items()):
+        default = [r["time_ms"] for r in tuned if r["phase"] == phase and r["label"] == label
+                   and not r.get("requested_params") and r.get("status") == "OK" and r.get("time_ms")]
+        peers = {r["phase"]: r["time_ms"] for r in sdpa if r.get("kind") == "peer" and r["label"] == label
+                 and r.get("status") == "OK" and r.get("time_ms")}
+        d = f"{default[0]:.4g} ms" if default else "n/a"
+        print(f"  {phase} [{label}]: default {d}, tuned {t:.4g} ms {c}"
+              + (f" ({default[0] / t:.2f}x)" if default else ""))
+        for name, ms in sorted(peers.items(), key=lambda x: x[1]):
+            print(f"    {name}: {ms:.4g} ms (tuned {ms / t:.2f}x of its speed)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/tune-scale")

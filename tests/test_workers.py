@@ -1,0 +1,136 @@
+"""Sweeps on several workers: local workers pinned one GPU each, run/bench/tune on them, a dead worker's row
+retried once; the device list and its assignment tested on fake nvidia-smi output."""
+import json
+
+import pytest
+
+from numba_attn.measure import devices as D
+from numba_attn.measure.parallel import LocalPool
+from numba_attn.measure.results import load_results
+from numba_attn.measure.status import ERROR, OK
+from numba_attn.measure.sweep import run
+from numba_attn.spec.problem import Problem
+from numba_attn.testing import DIE_ONCE_ENV, faulty_phases, temporary_phases
+
+TINY = Problem(batch=1, heads=1, q_len=9, kv_len=17, head_dim=8)
+SETUP = ("numba_attn.testing:register_faulty_phases",)
+SMI = """\
+GPU 0: NVIDIA H200 (UUID: GPU-aaaa1111)
+GPU 1: NVIDIA H200 (UUID: GPU-bbbb2222)
+  MIG 1g.18gb     Device  0: (UUID: MIG-cccc3333)
+GPU 2: NVIDIA H100 80GB HBM3 (UUID: GPU-dddd4444)
+"""
+
+
+def test_visible_devices_and_their_assignment():
+    listed = D.visible_devices(env={}, smi_text=SMI)
+    assert [d.token for d in listed] == ["GPU-aaaa1111", "GPU-bbbb2222", "GPU-dddd4444"]  # UUIDs: no order doubt
+    assert [d.model for d in listed] == ["NVIDIA H200", "NVIDIA H200", "NVIDIA H100 80GB HBM3"]
+    # an existing CUDA_VISIBLE_DEVICES: its entries in its order (the i-th worker gets the i-th entry)
+    mine = D.visible_devices(env={"CUDA_VISIBLE_DEVICES": "1, 0"}, smi_text=SMI)
+    assert [(d.token, d.uuid) for d in mine] == [("1", "GPU-bbbb2222"), ("0", "GPU-aaaa1111")]
+    assert [d.token for d in D.assign_devices(2, mine)] == ["1", "0"]
+    by_uuid = D.visible_devices(env={"CUDA_VISIBLE_DEVICES": "GPU-dddd,0"}, smi_text=SMI)
+    assert [d.model for d in by_uuid] == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]  # a UUID prefix
+    assert D.visible_devices(env={"CUDA_VISIBLE_DEVICES": ""}, smi_text=SMI) == []
+    assert [d.token for d in D.visible_devices(env={"CUDA_VISIBLE_DEVICES": "2,-1,0"}, smi_text=SMI)] == ["2"]
+    # no nvidia-smi: numba counts the GPUs in a child process (never in this one)
+    assert [d.token for d in D.visible_devices(env={}, smi_text="", count_in_child=lambda: 2)] == ["0", "1"]
+    # more workers than GPUs: refused, or shared round-robin with --oversubscribe
+    with pytest.raises(ValueError, match="only 2 GPU.*--oversubscribe"):
+        D.assign_devices(3, mine)
+    assert [d.token for d in D.assign_devices(3, mine, oversubscribe=True)] == ["1", "0", "1"]
+    with pytest.raises(ValueError, match="no visible GPU"):
+        D.assign_devices(1, [])
+    # different models: refused unless allow_mixed
+    with pytest.raises(RuntimeError, match="different GPU models.*--allow-mixed"):
+        D.check_same_model([d.model for d in listed])
+    assert D.check_same_model([d.model for d in listed], allow_mixed=True)
+    with pytest.raises(RuntimeError, match="--allow-mixed"):
+        LocalPool(2, devices=[listed[0], listed[2]])  # refused from the listing, before any process starts
+    LocalPool(2, devices=[listed[0], listed[2]], allow_mixed=True).close()
+
+
+def _result_rows(path):
+    return [r for r in load_results(path) if r.get("type") == "result"]
+
+
+def test_two_workers_same_rows_resume_and_pinning(tmp_path):
+    import os
+
+    phases = ["naive", "fused_rowwise", "smem_kv"]
+    one = run(phases, [TINY], seeds=(1,), peers=False, results=str(tmp_path / "one.jsonl"))
+    # two workers, each given its own (fake) device: the simulator ignores it, the environment shows it
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    pool = LocalPool(2, devices=[D.Device("GPU-fake0"), D.Device("GPU-fake1")])
+    ids = pool.start()
+    assert [i["cuda_visible_devices"] for i in ids] == ["GPU-fake0", "GPU-fake1"]
+    assert [i["lane"] for i in ids] == [0, 1] and all(i["gpu"] for i in ids)
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") == before  # this process's environment is left alone
+    two = run(phases, [TINY], seeds=(1,), peers=False, results=str(tmp_path / "two.jsonl"), timeout_s=300,
+              workers=2, make_worker=pool.make_worker)
+    key = [(r["phase"], r["label"], r["status"], r.get("speedup")) for r in one]
+    assert [(r["phase"], r["label"], r["status"], r.get("speedup")) for r in two] == key  # task order
+    rows = _result_rows(str(tmp_path / "two.jsonl"))
+    assert sorted(r["phase"] for r in rows) == sorted(phases)  # none lost, none twice
+    assert {r["worker"]["cuda_visible_devices"] for r in rows} <= {"GPU-fake0", "GPU-fake1"}
+    assert len({r["run_id"] for r in rows}) == 1
+    # resume on two (default local) workers: every row is skipped, none written again
+    again = run(phases, [TINY], seeds=(1,), peers=False, results=str(tmp_path / "two.jsonl"), timeout_s=300,
+                resume=True, workers=2)
+    assert [r["phase"] for r in again] == phases and all(r.get("resumed") for r in again)
+    assert len(_result_rows(str(tmp_path / "two.jsonl"))) == len(phases)
+
+
+def test_dead_worker_replaced_and_row_retried_once(tmp_path, monkeypatch):
+    monkeypatch.setenv(DIE_ONCE_ENV, str(tmp_path / "died-once"))
+    path = str(tmp_path / "die.jsonl")
+    with temporary_phases(*faulty_phases()):
+        rows = run(["test_die_once", "test_die", "fused_rowwise"], [TINY], seeds=(1,), peers=False,
+                   timeout_s=300, worker_setup=SETUP, results=path, workers=2)
+    by = {r["phase"]: r for r in rows}
+    assert by["test_die_once"]["status"] == OK and "retried once" in by["test_die_once"]["retried"]
+    assert by["test_die"]["status"] == ERROR and "died" in by["test_die"]["reason"]
+    assert "twice" in by["test_die"]["reason"] and "worker" in by["test_die"]
+    assert by["fused_rowwise"]["status"] == OK
+    assert sorted(r["phase"] for r in _result_rows(path)) == sorted(by)
+
+
+@pytest.mark.parametrize("cmd", [["run", "-N", "9", "--phases", "naive"], ["bench", "decode"]])
+def test_ray_missing_says_how_to_install(cmd, capsys):
+    from numba_attn.cli import main
+    from numba_attn.measure import distributed
+
+    if distributed.available():
+        pytest.skip("ray is installed")
+    assert main(cmd + ["--ray"]) == 2
+    assert 'pip install -e ".[ray]"' in capsys.readouterr().err
+
+
+def test_cli_run_workers(tmp_path, capsys):
+    from numba_attn.cli import main
+
+    path = str(tmp_path / "cli.jsonl")
+    rc = main(["run", "--phases", "naive,smem_kv", "-B", "1", "-H", "1", "-N", "9", "--kv-len", "17", "-D", "8",
+               "--seeds", "1", "--no-peers", "--workers", "2", "--results", path])
+    out = capsys.readouterr().out
+    assert rc == 0 and "workers: 2 local worker(s)" in out
+    rows = _result_rows(path)
+    assert sorted(r["phase"] for r in rows) == ["naive", "smem_kv"] and all(r["status"] == OK for r in rows)
+    assert {r["worker"]["lane"] for r in rows} <= {0, 1}
+    json.dumps(rows)  # plain data
+
+
+def test_cli_tune_workers(tmp_path, capsys, monkeypatch):
+    from numba_attn.cli import main
+    from numba_attn.measure import tune as tuning
+
+    monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path / "cache.json"))
+    rc = main(["tune", "smem_kv", "-B", "1", "-H", "1", "-N", "9", "--kv-len", "17", "-D", "8", "--space",
+               "smem_kv.Br=16,32", "--space", "smem_kv.Bc=16", "--workers", "2", "--results",
+               str(tmp_path / "t.jsonl"), "--seeds", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "workers: 2 local worker(s)" in out and "3 of 3 candidates measured, 3 OK" in out
+    rows = _result_rows(str(tmp_path / "t.jsonl"))
+    assert len({cfg for cfg in (json.dumps(r["requested_params"], sort_keys=True) for r in rows)}) == len(rows) == 3
+    assert all("worker" in r for r in rows)
