@@ -78,6 +78,11 @@ def _parser() -> argparse.ArgumentParser:
                         "problem on a GPU; 0 = no limit, in-process)")
     r.add_argument("--budget", type=float, default=None,
                    help=f"seconds of timing per row (GPU; default {DEFAULT_BUDGET_S:g})")
+    r.add_argument("--timing", choices=["events", "graph", "cupti"], default=None,
+                   help="which method gives the time column (GPU): events = CUDA events around back-to-back "
+                        "launches (the default); graph = CUDA graph replay; cupti = the kernels' own durations "
+                        "from CUPTI through torch.profiler (needs PyTorch; phases and SDPA measured the same "
+                        "way: use it for published ratios). The events time is kept and compared")
     r.add_argument("--no-peers", action="store_true", help="do not run PyTorch SDPA as a peer")
     r.add_argument("--peers", default=None, help="comma-separated peer names (default: all)")
     r.add_argument("--no-ceilings", action="store_true",
@@ -295,6 +300,22 @@ def _check_ranges(args):
     if getattr(args, "budget", None) is not None and args.budget <= 0:
         raise SystemExit(f"--budget must be > 0 seconds, got {args.budget}")
     _check_seconds(args)
+
+
+def _check_timing(method, be):
+    """``--timing graph|cupti`` is refused where it cannot be honoured, before any row runs: in the
+    simulator nothing is timed, and kernel time needs PyTorch's profiler and a GPU it sees."""
+    if method in (None, "events"):
+        return
+    if be.IS_SIMULATOR:
+        raise SystemExit(f"--timing {method}: the simulator times nothing (rows are checked, not timed); "
+                         f"{'kernel time needs a GPU and PyTorch' if method == 'cupti' else 'graph replay needs a GPU'}")
+    if method == "cupti":
+        from numba_attn.measure.timing import cupti_status
+
+        why = cupti_status()
+        if why:
+            raise SystemExit(f"--timing cupti: {why}")
 
 
 def _check_seconds(args):
@@ -556,6 +577,7 @@ def cmd_run(args) -> int:
         get_phase(name).resolve_params(over)  # unknown phases, parameters and bad values fail here, before any launch
     seeds = _seeds(args.seeds if args.seeds is not None else "1,2")
     peer_list = _peer_list(args.peers)
+    _check_timing(args.timing, be)
     if args.csv and os.path.isdir(args.csv):
         raise SystemExit(f"--csv {args.csv}: is a directory; give a file (e.g. table.csv)")
     if not _check_ray(args):
@@ -572,7 +594,8 @@ def cmd_run(args) -> int:
     cfg = RunConfig(seeds=seeds, params=params,
                     timeout_s=timeout or None, peers=not args.no_peers, results=results,
                     baseline=baseline, command="numba-attn " + " ".join(sys.argv[1:]),
-                    timing=TimingConfig(budget_s=args.budget if args.budget is not None else DEFAULT_BUDGET_S),
+                    timing=TimingConfig(budget_s=args.budget if args.budget is not None else DEFAULT_BUDGET_S,
+                                        method=args.timing or "events"),
                     ceilings=not args.no_ceilings and not be.IS_SIMULATOR,
                     resume=args.resume, worker_setup=tuple(args.setup), peer_list=peer_list)
     print(f"backend: {be.describe()}", flush=True)
@@ -626,7 +649,7 @@ def _peer_list(text):
 # measures the default parameters with every peer, the ceilings, its own seeds, timing budget and baseline
 ROADMAP_REFUSES = (("--param", "param", []), ("--peers", "peers", None), ("--no-peers", "no_peers", False),
                    ("--seeds", "seeds", None), ("--budget", "budget", None), ("--no-ceilings", "no_ceilings", False),
-                   ("--baseline", "baseline", None))
+                   ("--baseline", "baseline", None), ("--timing", "timing", None))
 
 
 def _refuse_for_roadmap(args):

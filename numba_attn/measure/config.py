@@ -13,7 +13,7 @@ from numba_attn.measure.timing import TimingConfig
 @dataclass
 class RunConfig:
     seeds: tuple = (1, 2)
-    timing: TimingConfig = field(default_factory=TimingConfig)
+    timing: TimingConfig = field(default_factory=TimingConfig)  # .method: events (default), graph or cupti
     time_kernels: bool = True  # only on the GPU
     timeout_s: float | None = None  # per row; None: in-process, no limit
     params: dict = field(default_factory=dict)  # {phase_name: {param: value}}

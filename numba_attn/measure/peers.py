@@ -13,10 +13,20 @@ Peers (``peer_names()``):
   cannot run the problem (flash and cuDNN take only fp16/bf16, cuDNN may be
   missing from the build) gives a ``SKIP`` row with PyTorch's reason.
 
-Every peer is timed the way a phase is (events around back-to-back
-calls on PyTorch's stream, rotated input copies) and its output is checked
-against the float64 reference first. When torch is not importable or has no
-GPU, the peer rows say so (``SKIP`` with the reason) rather than disappearing.
+Every peer is timed the way a phase is, by the same code
+(:func:`numba_attn.measure.timing.timed`: events around back-to-back calls on
+PyTorch's stream, or graph replay, or CUPTI kernel time with ``--timing cupti``;
+rotated input copies) and its output is checked against the float64 reference
+first. Everything a call needs but the call itself (the causal bias, the keyword
+arguments, the backend choice) is built before the timed region, and the calls
+run under ``torch.no_grad()``. When torch is not importable or has no GPU, the
+peer rows say so (``SKIP`` with the reason) rather than disappearing.
+
+Every OK peer row says which SDPA backend actually ran (``sdpa_backend_ran``:
+``cudnn``, ``flash``, ``efficient``, ``math``, or ``unknown``), read from the names
+of the kernels the profiler saw (:func:`sdpa_backend_from_kernels`), with
+``sdpa_kernels`` the names; PyTorch's own choice for the auto peers is beside it
+(``sdpa_backend_choice``, from ``torch._fused_sdp_choice`` when it exists).
 """
 from __future__ import annotations
 
@@ -27,7 +37,8 @@ from numba_attn.spec.reference import check, reference
 from numba_attn.measure.check import TORCH_REFERENCE_FLOPS, cached_reference, reference_torch
 from numba_attn.measure.row import add_throughput, implausible_reason
 from numba_attn.measure.status import ERROR, FAIL, OK, SKIP, summarize_exception
-from numba_attn.measure.timing import end_to_end, events_batched
+from numba_attn.measure.timing import (KERNEL_NAME_CHARS, TimingConfig, _enough, _summary, cupti_status,
+                                       end_to_end, kernel_events, timed)
 
 BACKENDS = ("flash", "efficient", "math", "cudnn")
 PEERS = ("torch_sdpa", "torch_sdpa_fp16") + tuple(f"torch_sdpa_{b}" for b in BACKENDS)
@@ -62,8 +73,8 @@ def peer_dtype(name: str, problem: Problem) -> str:
     return "float16" if name == "torch_sdpa_fp16" else problem.dtype
 
 
-def _sdpa(torch, q, k, v, problem: Problem):
-    F = torch.nn.functional
+def _sdpa_kwargs(torch, problem: Problem) -> dict:
+    """The keyword arguments of a call, built once (the causal bias too), outside any timed region."""
     kw = {"scale": problem.sm_scale}
     if problem.kv_heads != problem.heads:
         kw["enable_gqa"] = True
@@ -74,7 +85,108 @@ def _sdpa(torch, q, k, v, problem: Problem):
             from torch.nn.attention.bias import causal_lower_right
 
             kw["attn_mask"] = causal_lower_right(problem.q_len, problem.kv_len)
-    return F.scaled_dot_product_attention(q, k, v, **kw)
+    return kw
+
+
+def _sdpa(torch, q, k, v, problem: Problem, kw: dict | None = None):
+    kw = _sdpa_kwargs(torch, problem) if kw is None else kw
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kw)
+
+
+# Kernel name fragments of each SDPA backend (lower case), in the order they are tried: cuDNN's
+# fused kernels have "flash" in their names too ("..._sdpa_sm90_flash_fprop_..."), so cuDNN comes
+# first; math is a GEMM, a softmax and a GEMM.
+SDPA_KERNEL_PATTERNS = (
+    ("cudnn", ("cudnn", "native_sdpa", "flash_fprop", "fprop_sdpa")),
+    ("flash", ("flash_fwd", "pytorch_flash", "flashattn", "flash::", "flash_attn")),
+    ("efficient", ("fmha_cutlass", "memeffattention", "mem_eff", "attentionkernel", "efficient_attention")),
+    ("math", ("softmax",)),
+)
+
+
+def sdpa_backend_from_kernels(names) -> str | None:
+    """The SDPA backend that launched the kernels ``names`` (``cudnn``, ``flash``, ``efficient``,
+    ``math``); ``unknown`` when no name matches a pattern, None when there are no kernels."""
+    low = [str(n).lower() for n in names if n]
+    if not low:
+        return None
+    for backend, frags in SDPA_KERNEL_PATTERNS:
+        if any(f in n for n in low for f in frags):
+            return backend
+    return "unknown"
+
+
+def _backend_choice(torch, q, k, v, kw: dict) -> str | None:
+    """PyTorch's choice of backend for these inputs (``torch._fused_sdp_choice``), or None."""
+    choose = getattr(torch, "_fused_sdp_choice", None)
+    if choose is None:
+        return None
+    try:
+        idx = int(choose(q, k, v, attn_mask=kw.get("attn_mask"), dropout_p=0.0,
+                         is_causal=bool(kw.get("is_causal", False)), scale=kw.get("scale"),
+                         enable_gqa=bool(kw.get("enable_gqa", False))))
+        from torch.nn.attention import SDPBackend
+
+        name = SDPBackend(idx).name
+    except Exception:  # noqa: BLE001 - a private function: its signature may change
+        return None
+    back = {v: k for k, v in _BACKEND_ENUM.items()}
+    return back.get(name, name.lower())
+
+
+def _profiled_kernels(torch, fn, calls: int = 2) -> list[str]:
+    """Names of the kernels ``calls`` calls of ``fn`` launch, in order (after one call outside)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn(0)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(calls):
+            fn(i)
+        torch.cuda.synchronize()
+    names = [n for n, _, _ in kernel_events(prof.events())]
+    seen = []
+    for n in names:  # one call's kernels, in order
+        if n not in seen:
+            seen.append(n)
+    return seen
+
+
+def _torch_graph_replay(torch, fn, cfg: TimingConfig) -> dict:
+    """The graph method for PyTorch calls: ``inner`` calls captured into a ``torch.cuda.CUDAGraph``
+    and its replays timed with events (numba's graph builder cannot capture PyTorch's launches)."""
+    cur = torch.cuda.current_stream()
+    side = torch.cuda.Stream()
+    side.wait_stream(cur)
+    with torch.cuda.stream(side):  # warm-up on a side stream, as capture requires
+        for i in range(max(1, cfg.warmup)):
+            fn(i)
+    cur.wait_stream(side)
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    fn(0)
+    e1.record()
+    e1.synchronize()
+    single_ms = e0.elapsed_time(e1)
+    inner = int(max(1, min(cfg.max_inner, -(-cfg.batch_ms // max(single_ms, 1e-3)))))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(inner):
+            fn(i)
+    graph.replay()
+    torch.cuda.synchronize()
+    samples = []
+    import time as _time
+
+    t_start = _time.perf_counter()
+    while not _enough(samples, t_start, cfg):
+        e0.record()
+        graph.replay()
+        e1.record()
+        e1.synchronize()
+        samples.append(e0.elapsed_time(e1) / inner)
+    del graph
+    return _summary("graph_replay", samples, inner=inner)
 
 
 def _backend_context(torch, backend: str | None):
@@ -92,6 +204,16 @@ def _backend_context(torch, backend: str | None):
 
 class _BackendUnavailable(RuntimeError):
     pass
+
+
+def _graph_or_reason(torch, fn, cfg) -> dict:
+    """:func:`_torch_graph_replay`, or ``{"method": None, "graph_error": why}`` when capture fails."""
+    try:
+        return _torch_graph_replay(torch, fn, cfg)
+    except Exception as exc:  # noqa: BLE001 - the row says why
+        torch.cuda.synchronize()
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return {"method": None, "graph_error": f"{type(exc).__name__}: {msg}"[:300]}
 
 
 def _unavailable_reason(exc: BaseException, backend: str | None) -> str | None:
@@ -166,15 +288,37 @@ def measure_peer(name: str, problem: Problem, cfg) -> dict:
         stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
         n_sets = 1 if problem.min_bytes() > 180 * 2**20 else 4
         sets = [(tq, tk, tv)] + [tuple(t.clone() for t in (tq, tk, tv)) for _ in range(n_sets - 1)]
+        kw = _sdpa_kwargs(torch, problem)  # the causal bias and the arguments: built once, not timed
+        sdpa = torch.nn.functional.scaled_dot_product_attention
 
-        with _backend_context(torch, backend), warnings.catch_warnings():
+        with _backend_context(torch, backend), warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
 
             def fn(i):
-                _sdpa(torch, *sets[i % len(sets)], problem)
+                sdpa(*sets[i % len(sets)], **kw)
 
-            t = events_batched(fn, stream, cfg.timing)
+            if backend is None:
+                choice = _backend_choice(torch, tq, tk, tv, kw)
+                if choice:
+                    row["sdpa_backend_choice"] = choice
+            t = timed(fn, stream, cfg.timing, graph=lambda: _graph_or_reason(torch, fn, cfg.timing))
             t["e2e_ms"] = end_to_end(fn, stream)
+            if t.get("cupti_kernels"):
+                names = [kk["name"] for kk in t["cupti_kernels"]]
+            else:
+                names = None
+                if cupti_status() is None:
+                    try:
+                        names = [n[:KERNEL_NAME_CHARS] for n in _profiled_kernels(torch, fn)]
+                    except Exception as exc:  # noqa: BLE001 - the row says why the backend is unknown
+                        row["sdpa_backend_reason"] = f"profiler failed: {summarize_exception(exc)}"[:300]
+                else:
+                    row["sdpa_backend_reason"] = cupti_status()
+            if names is not None:
+                row["sdpa_kernels"] = names
+                row["sdpa_backend_ran"] = sdpa_backend_from_kernels(names) or "unknown"
+            else:
+                row["sdpa_backend_ran"] = "unknown"
         t["input_sets"] = n_sets
         row.update(t)
         row["status"] = OK

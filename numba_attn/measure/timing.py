@@ -31,6 +31,24 @@ that problems smaller than the L2 cache are not timed from the cache.
 ``end_to_end`` times one Python call plus a synchronize on the host clock: what
 a caller of ``attention()`` waits, launch overhead included.
 
+``cupti`` (kernel time, ``TimingConfig.method = "cupti"``, ``--timing cupti``)
+    The device's own start and end of every kernel, recorded by CUPTI through
+    ``torch.profiler`` (``ProfilerActivity.CUDA``). CUPTI sees every kernel of the
+    process, so numba's launches (on any stream) are seen as well as PyTorch's.
+    After the warm-up, ``calls`` back-to-back calls are profiled (one more before
+    them, left out); a call's time is the sum of the durations of the kernels it
+    launched (a split-K phase: split + combine), and the row's time is the median
+    over the calls (:func:`per_call_kernels`). It needs a GPU and PyTorch
+    (:func:`cupti_status` says why not). No launch gaps and no event overhead are
+    in it, and phases and peers are timed by exactly the same code: the method to
+    publish ratios with.
+
+Which method gives a row's ``time_ms`` is ``TimingConfig.method`` (``events``, the
+default; ``graph``; ``cupti``) and the row says it (``time_method``); the events
+time is
+kept beside it (``events_ms``) and compared with it (``timing_check``, a warning beyond
+the spread of the two). :func:`timed` applies the choice; phases and peers both use it.
+
 ``time_launch`` is how a checked launch of a phase is timed: rotated input copies, events,
 end to end, the optional cross-check, graph replay for launch-bound rows, and the outputs
 of the timed launches checked again.
@@ -58,6 +76,11 @@ class TimingConfig:
     batch_ms: float = 20.0
     max_inner: int = 500
     target_spread: float = 0.02  # stop early once (p90 − p10)/median of the samples is below this
+    method: str = "events"  # which method gives a row's time_ms: one of TIMING_METHODS
+
+
+TIMING_METHODS = ("events", "graph", "cupti")
+_METHOD_NAMES = {"events": "events_batched", "graph": "graph_replay", "cupti": "cupti"}
 
 
 def _call(fn, i, stream):
@@ -253,11 +276,251 @@ def compare_methods(events: dict, other: dict) -> dict:
         out["graph_error"] = other["graph_error"]
     if out["disagree"]:
         why = ""
-        if other.get("method") == "graph_replay" and rel < 0 and events.get("launch_bound"):
-            why = " (launch-bound: graph replay has no launch gaps, events time the launch rate)"
+        if other.get("method") in ("graph_replay", "cupti") and rel < 0 and events.get("launch_bound"):
+            why = (f" (launch-bound: {other.get('method')} has no launch gaps, events time the launch rate)")
         out["warning"] = (f"timing methods disagree: events {e * 1e3:.2f} µs vs {other.get('method')} "
                           f"{g * 1e3:.2f} µs ({rel:+.1%}, spread {tol:.1%}){why}")
     return out
+
+
+# -- kernel time from CUPTI (torch.profiler) -----------------------------------------
+
+_NOT_KERNELS = ("memcpy", "memset")  # device activities that are copies, not kernels
+KERNEL_NAME_CHARS = 160  # kernel names recorded in a row are cut to this length
+
+
+def cupti_status() -> str | None:
+    """None when kernel times can be recorded here (a GPU, PyTorch with its profiler), else why not."""
+    try:
+        from numba_attn.gpu.backend import IS_SIMULATOR
+    except Exception:  # noqa: BLE001 - the backend module always imports; be safe in workers
+        IS_SIMULATOR = False
+    if IS_SIMULATOR:
+        return ("kernel time (--timing cupti) needs a GPU: the simulator runs no kernel on a device, "
+                "so nothing is timed there")
+    try:
+        import torch
+        from torch.profiler import ProfilerActivity, profile  # noqa: F401
+    except Exception as exc:  # noqa: BLE001
+        return (f"kernel time (--timing cupti) needs PyTorch's profiler (CUPTI): torch is not importable "
+                f"({type(exc).__name__}: {exc})")
+    if not hasattr(ProfilerActivity, "CUDA"):
+        return "kernel time (--timing cupti) needs torch.profiler.ProfilerActivity.CUDA; this torch has none"
+    if not torch.cuda.is_available():
+        return "kernel time (--timing cupti) needs a CUDA device visible to PyTorch; torch sees none"
+    return None
+
+
+def _is_device_event(e) -> bool:
+    dt = getattr(e, "device_type", None)
+    return dt is not None and str(dt).split(".")[-1] == "CUDA"
+
+
+def kernel_events(events) -> list[tuple[str, float, float]]:
+    """``(name, start_us, duration_us)`` of the device kernels among profiler events, by start.
+
+    ``events``: ``torch.profiler.profile(...).events()`` (``FunctionEvent``: ``device_type``,
+    ``name``, ``time_range`` with ``start`` and ``elapsed_us()``; torch 2.4 and later), or
+    anything shaped like it. Copies and memsets on the device are left out."""
+    out = []
+    for e in events:
+        if not _is_device_event(e):
+            continue
+        name = str(getattr(e, "name", "") or getattr(e, "key", ""))
+        if name.lower().startswith(_NOT_KERNELS):
+            continue
+        tr = getattr(e, "time_range", None)
+        if tr is not None:
+            start, dur = float(tr.start), float(tr.elapsed_us())
+        else:  # older or reduced events: the device time of the event itself
+            start = float(getattr(e, "start_us", 0.0) or 0.0)
+            dur = getattr(e, "device_time_total", None)
+            if dur is None:
+                dur = getattr(e, "cuda_time_total", 0.0)
+            dur = float(dur or 0.0)
+        out.append((name, start, dur))
+    out.sort(key=lambda x: x[1])
+    return out
+
+
+def kernel_totals(averages) -> list[tuple[str, float, int]]:
+    """``(name, total_us, count)`` of the device kernels in ``prof.key_averages()``: the fallback when
+    the events carry no device kernels with times (per call only as a mean, no per-call spread)."""
+    out = []
+    for a in averages:
+        if not _is_device_event(a):
+            continue
+        name = str(getattr(a, "key", "") or "")
+        if name.lower().startswith(_NOT_KERNELS):
+            continue
+        tot = getattr(a, "self_device_time_total", None)
+        if tot is None:
+            tot = getattr(a, "self_cuda_time_total", 0.0)
+        out.append((name, float(tot or 0.0), int(getattr(a, "count", 1) or 1)))
+    return out
+
+
+def per_call_kernels(kernels, calls: int, warmup: int = 0) -> dict:
+    """Split the kernels of ``warmup + calls`` back-to-back calls into calls and time each call.
+
+    ``kernels``: ``(name, start_us, duration_us)`` by start (:func:`kernel_events`). Every call is
+    expected to launch the same kernels in the same order; the first ``warmup`` calls' kernels are
+    left out. A call's time is the sum of its kernels' durations. Returns ``per_call_ms`` (one per
+    call), ``kernels`` (per kernel of a call: its name and median time per call, ms),
+    ``kernels_per_call`` and ``irregular`` (None, or why the calls could not be told apart; then
+    every call is given the mean time per call over all the profiled calls, warm-up included)."""
+    if calls < 1:
+        raise ValueError(f"calls must be >= 1, got {calls}")
+    total = calls + warmup
+    n = len(kernels)
+    if n == 0:
+        raise RuntimeError("the profiler recorded no kernel: CUPTI saw none of the calls' launches")
+    irregular = None
+    if n % total == 0:
+        k = n // total
+        body = list(kernels[warmup * k:])
+        chunks = [body[i * k:(i + 1) * k] for i in range(calls)]
+        names = [c[0] for c in chunks[0]]
+        if all([c[0] for c in ch] == names for ch in chunks):
+            return {"per_call_ms": [sum(c[2] for c in ch) / 1e3 for ch in chunks],
+                    "kernels": [{"name": names[j][:KERNEL_NAME_CHARS],
+                                 "time_ms": statistics.median(ch[j][2] for ch in chunks) / 1e3}
+                                for j in range(k)],
+                    "kernels_per_call": k, "irregular": None}
+        irregular = "the calls did not launch the same kernels in the same order"
+    else:
+        irregular = f"{n} kernels for {total} calls: not the same number per call"
+    by_name: dict = {}
+    for name, _start, dur in kernels:
+        by_name[name] = by_name.get(name, 0.0) + dur
+    mean_ms = sum(by_name.values()) / total / 1e3
+    return {"per_call_ms": [mean_ms] * calls,
+            "kernels": [{"name": name[:KERNEL_NAME_CHARS], "time_ms": tot / total / 1e3}
+                        for name, tot in by_name.items()],
+            "kernels_per_call": n / total, "irregular": irregular + "; the time is the mean per call"}
+
+
+def cupti_kernel_time(fn, stream, cfg: TimingConfig | None = None, calls: int | None = None) -> dict:
+    """Kernel time of ``fn(i)`` (or ``fn(i, stream)``) from CUPTI through ``torch.profiler``.
+
+    After ``cfg.warmup`` calls outside the profiler, ``1 + calls`` calls are profiled back to back
+    (the first is left out); ``calls`` (default: enough for ``5 * batch_ms`` of work, between
+    ``min_reps`` and ``max_reps``). Raises ``RuntimeError`` with :func:`cupti_status`'s reason when
+    it cannot run."""
+    reason = cupti_status()
+    if reason:
+        raise RuntimeError(reason)
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    cfg = cfg or TimingConfig()
+    n = 0
+    for _ in range(cfg.warmup):
+        _call(fn, n, stream)
+        n += 1
+    stream.synchronize()
+    t0 = time.perf_counter()
+    _call(fn, n, stream)
+    n += 1
+    stream.synchronize()
+    single_ms = (time.perf_counter() - t0) * 1e3
+    if calls is None:
+        calls = int(max(cfg.min_reps, min(cfg.max_reps, math.ceil(5 * cfg.batch_ms / max(single_ms, 1e-3)))))
+    warm = 1
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(warm + calls):
+            _call(fn, n, stream)
+            n += 1
+        stream.synchronize()
+        torch.cuda.synchronize()
+    kernels = kernel_events(prof.events())
+    if kernels:
+        agg = per_call_kernels(kernels, calls, warmup=warm)
+    else:  # no per-kernel events: the averages' device totals, as a mean per call
+        totals = kernel_totals(prof.key_averages())
+        if not totals:
+            raise RuntimeError("the profiler recorded no kernel: CUPTI saw none of the calls' launches")
+        per_call = sum(t for _, t, _ in totals) / (warm + calls) / 1e3
+        agg = {"per_call_ms": [per_call] * calls,
+               "kernels": [{"name": nm[:KERNEL_NAME_CHARS], "time_ms": t / (warm + calls) / 1e3}
+                           for nm, t, _ in totals],
+               "kernels_per_call": sum(c for _, _, c in totals) / (warm + calls),
+               "irregular": "no per-kernel events (key_averages totals): the time is the mean per call"}
+    out = _summary("cupti", agg["per_call_ms"], calls=calls, kernels=agg["kernels"],
+                   kernels_per_call=agg["kernels_per_call"])
+    if agg["irregular"]:
+        out["cupti_irregular"] = agg["irregular"]
+    return out
+
+
+# -- which method gives the row's time ----------------------------------------------
+
+_TIME_KEYS = ("method", "time_ms", "time_min_ms", "time_max_ms", "spread", "spread_p10_p90", "reps", "inner")
+
+
+def _adopt(t: dict, other: dict) -> None:
+    """The row's time becomes ``other``'s; the events time stays as ``events_ms``."""
+    t["events_ms"] = t["time_ms"]
+    if "inner" in t and "inner" not in other:
+        t["events_inner"] = t.pop("inner")
+    for key in _TIME_KEYS:
+        if key in other:
+            t[key] = other[key]
+
+
+def timed(fn, stream, cfg: TimingConfig, *, compare: bool = False, graph=None) -> dict:
+    """Time ``fn`` by ``cfg.method`` (phases and peers alike): events always, then
+
+    * ``events``: the events time; ``compare`` adds the graph cross-check (``timing_check``);
+      a launch-bound row is timed by graph replay when capture works (``events_ms`` kept);
+    * ``graph``: the graph replay time (the events time kept as ``events_ms`` and compared);
+      when capture fails, the events time with ``timing_fallback`` saying why;
+    * ``cupti``: the kernel time (:func:`cupti_kernel_time`): ``time_cupti_ms``, the kernels of a
+      call (``cupti_kernels``), the events time kept as ``events_ms`` and compared
+      (``timing_check``). A launch-bound events time is no longer the row's: ``launch_bound`` becomes
+      ``events_launch_bound``.
+
+    ``graph``: a function returning the second method's dict (default :func:`second_method`;
+    PyTorch calls need their own capture). ``time_method`` names the method of ``time_ms``."""
+    method = getattr(cfg, "method", "events") or "events"
+    if method not in TIMING_METHODS:
+        raise ValueError(f"timing method {method!r}: one of {', '.join(TIMING_METHODS)}")
+    graph = graph or (lambda: second_method(fn, stream, cfg))
+    t = events_batched(fn, stream, cfg)
+    c = None
+    if method == "cupti":
+        try:
+            c = cupti_kernel_time(fn, stream, cfg)
+        except Exception as exc:  # noqa: BLE001 - the row keeps the events time and says why
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            t["timing_fallback"] = f"kernel time (cupti) failed, events time kept: {type(exc).__name__}: {msg}"[:300]
+    if c is not None:
+        t["timing_check"] = compare_methods(t, c)
+        if "launch_bound" in t:
+            t["events_launch_bound"] = t.pop("launch_bound")
+        _adopt(t, c)
+        t["time_cupti_ms"] = c["time_ms"]
+        t["cupti_kernels"] = c["kernels"]
+        t["cupti_calls"] = c["calls"]
+        t["cupti_kernels_per_call"] = c["kernels_per_call"]
+        if c.get("cupti_irregular"):
+            t["cupti_irregular"] = c["cupti_irregular"]
+    else:
+        other = graph() if (compare or method == "graph" or t.get("launch_bound")) else None
+        if other is not None and other.get("time_ms") is not None and (compare or method == "graph"):
+            t["timing_check"] = compare_methods(t, other)
+        if other is not None and (method == "graph" or t.get("launch_bound")):
+            # a launch-bound events time is the host's launch rate: a graph replay has no Python
+            # between launches, so its time is the kernel's; if capture fails the events time stays
+            if other.get("method") == "graph_replay":
+                _adopt(t, other)
+            else:
+                t["graph_error"] = other.get("graph_error", "")
+                if method == "graph":
+                    t["timing_fallback"] = f"graph capture failed, events time kept: {t['graph_error']}"
+    t["time_method"] = t["method"]
+    return t
 
 
 def end_to_end(fn, stream, reps: int = 10, budget_s: float = 1.0) -> float:
@@ -293,10 +556,11 @@ def time_launch(launch, problem: Problem, device_arrays, stream, cfg: TimingConf
     """Time a checked ``launch`` on ``device_arrays`` = (q, k, v, o), the inputs of ``seed``.
 
     Input sets are rotated (copies on the device, enough to exceed 3x the L2 cache, at most 8)
-    so small problems are not timed from the cache; ``events_batched`` times every row, with
-    ``end_to_end`` beside it; ``compare`` adds the second method's cross-check
-    (``timing_check``). A launch-bound row is timed by graph replay when capture works (the
-    events time kept as ``events_ms``). The first and last input sets' outputs are checked
+    so small problems are not timed from the cache; :func:`timed` times every row by the
+    method of ``cfg.method`` (events by default), with ``end_to_end`` beside it; ``compare`` adds
+    the second method's cross-check (``timing_check``; with ``cupti`` the cross-check is cupti
+    against events, on every row). A launch-bound row is timed by graph replay when capture works
+    (the events time kept as ``events_ms``). The first and last input sets' outputs are checked
     again (``post_timing_check`` says what went wrong)."""
     from numba import cuda
 
@@ -318,27 +582,10 @@ def time_launch(launch, problem: Problem, device_arrays, stream, cfg: TimingConf
     def fn(i, s=stream):
         launch(*sets[i % len(sets)], s)
 
-    t = events_batched(fn, stream, cfg)
+    t = timed(fn, stream, cfg, compare=compare)
     t["e2e_ms"] = end_to_end(fn, stream)
     t["input_sets"] = len(sets)
     t["l2_bytes"] = l2
-    if compare:
-        other = second_method(fn, stream, cfg)
-        t["timing_check"] = compare_methods(t, other)
-    if t.get("launch_bound"):
-        # events then time the host's launch rate, not the kernel: a graph replay
-        # has no Python between launches, so its time is the kernel's. The row
-        # keeps the events time and the flag; if capture fails the events time stays.
-        g = (other if compare and other.get("method") == "graph_replay"
-             else second_method(fn, stream, cfg))
-        if g.get("method") == "graph_replay":
-            t["events_ms"] = t["time_ms"]
-            for key in ("method", "time_ms", "time_min_ms", "time_max_ms", "spread", "spread_p10_p90", "reps",
-                        "inner"):
-                if key in g:
-                    t[key] = g[key]
-        else:
-            t["graph_error"] = g.get("graph_error", "")
     # the timed launches must still compute the right answer: re-check the
     # first set and the last (whose output started poisoned)
     bad = recheck_outputs(problem, seed, [(idx, sets[idx][3]) for idx in sorted({0, len(sets) - 1})],

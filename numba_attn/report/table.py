@@ -4,7 +4,9 @@ from __future__ import annotations
 # The meaning of every column and mark of the run table: the single source of truth for
 # `numba-attn run --explain-columns` and the README's column table (`numba-attn readme`).
 COLUMNS = [
-    ("phase", "phase (or peer, e.g. `torch_sdpa`) name"),
+    ("phase", "phase (or peer, e.g. `torch_sdpa`) name; a peer whose SDPA backend is not in its name shows the "
+              "one that ran, read from its kernels' names (`torch_sdpa [cudnn]`; `cudnn`, `flash`, `efficient`, "
+              "`math`)"),
     ("problem", "B batch, H heads (`/2kv`: KV heads under GQA), N length (Nq/Nk when they differ), D head_dim, "
                 "storage dtype"),
     ("status", "`OK` correct (and timed on a GPU); `FAIL` wrong result or an implausible time — never timed or "
@@ -14,7 +16,9 @@ COLUMNS = [
                 "(fp32 1e-4, tf32 3e-3, fp16 4e-3, bf16 3e-2). The output is poisoned before each run: elements "
                 "left unwritten, NaN or Inf fail"),
     ("time", "median kernel time: CUDA events around back-to-back launches, so numba's ~25 µs Python launch cost "
-             "is not in it; inputs rotated so small problems are not timed from L2. `sim`: checked in the "
+             "is not in it; inputs rotated so small problems are not timed from L2. With `--timing cupti` the "
+             "kernels' own durations from CUPTI (a call's kernels summed, median over the calls), with "
+             "`--timing graph` CUDA graph replay; phases and peers alike. `sim`: checked in the "
              "simulator, not timed"),
     ("±", "spread of the timing samples, (max − min) / median"),
     ("e2e", "end-to-end time of one Python call plus synchronize (launch overhead included)"),
@@ -33,6 +37,8 @@ COLUMNS = [
 MARKS = [
     ("`*` (time)", "launch-bound: the kernel is shorter than the host's launch cost; the time is the launch rate"),
     ("`(r)` (time)", "row reused from the results file (`--resume`)"),
+    ("`ᶜ` (time)", "kernel time from CUPTI (`--timing cupti`); the events time is kept in the row (`events_ms`)"),
+    ("`ᵍ` (time)", "CUDA graph replay time (`--timing graph`); the events time is kept in the row (`events_ms`)"),
     ("`F` `M` `T` `G` `B` (%ceil)", "of the FFMA ceiling (CUDA cores), the fp16 `mma.sync` ceiling, the tf32 "
                                     "`mma.sync` ceiling, the fp16 `wgmma` ceiling, the copy bandwidth (decode)"),
     ("`†` (speedup)", "against the baseline on the same shape in another dtype (e.g. naive fp32 for an fp16 "
@@ -112,12 +118,16 @@ def _cells(rows: list[dict]) -> list[list[str]]:
             time_s = "sim" if r.get("backend") == "simulator" else "—"
         if r.get("launch_bound"):
             time_s += "*"
+        if r.get("time_ms") is not None and r.get("time_method") == "cupti":
+            time_s += "ᶜ"
+        elif r.get("time_ms") is not None and r.get("time_method") == "graph_replay" and not r.get("launch_bound"):
+            time_s += "ᵍ"
         if r.get("resumed"):
             time_s += " (r)"
         frac = r.get("frac_ceiling")
         frac_s = "—" if frac is None else f"{frac:.0%}{CEILING_SHORT.get(r.get('ceiling'), '')}"
         lines.append([
-            r.get("phase", "?"), r.get("label", ""), r.get("status", "?"),
+            _name(r), r.get("label", ""), r.get("status", "?"),
             _f(chk.get("rel_err"), ".1e"), time_s,
             "—" if r.get("spread") is None or not r.get("time_ms") else f"{r['spread']:.0%}",
             _fmt_time(r.get("e2e_ms")) if r.get("e2e_ms") else "—",
@@ -128,6 +138,15 @@ def _cells(rows: list[dict]) -> list[list[str]]:
             _f(r.get("local_bytes"), "d"),
         ])
     return lines
+
+
+def _name(r: dict) -> str:
+    """The row's name; a peer's with the SDPA backend that ran when its name does not say it."""
+    name = r.get("phase", "?")
+    ran = r.get("sdpa_backend_ran")
+    if r.get("kind") == "peer" and ran and not name.endswith(f"_{ran}"):
+        return f"{name} [{ran}]"
+    return name
 
 
 def _notes(rows: list[dict]) -> list[str]:
@@ -148,6 +167,10 @@ def _notes(rows: list[dict]) -> list[str]:
             line += f"; graph capture failed: {tc['graph_error']}"
         out.append("")
         out.append(line + (f"\nWARNING: {tc['warning']}" if tc.get("warning") else " — agree"))
+    for r in rows:
+        for key in ("timing_fallback", "cupti_irregular"):
+            if r.get(key):
+                out.append(f"{r.get('phase')} [{r.get('label')}] timing: {r[key]}")
     if any(r.get("launch_bound") for r in rows):
         out.append("* launch-bound: the kernel is shorter than the host's launch cost; the time is the launch rate")
     if any(r.get("frac_ceiling") is not None for r in rows):
@@ -156,6 +179,11 @@ def _notes(rows: list[dict]) -> list[str]:
     if any(r.get("speedup_vs") for r in rows):
         out.append("† speedup against the baseline on the same shape in another dtype (e.g. naive fp32 for an "
                    "fp16 tensor-core row)")
+    if any(r.get("time_method") == "cupti" and r.get("time_ms") is not None for r in rows):
+        out.append("ᶜ kernel time from CUPTI (torch.profiler): the durations of a call's kernels summed, "
+                   "median over the calls; phases and peers measured the same way")
+    if any(r.get("time_method") == "graph_replay" and not r.get("launch_bound") for r in rows):
+        out.append("ᵍ CUDA graph replay time (--timing graph)")
     if any(r.get("resumed") for r in rows):
         out.append("(r) = row reused from the results file (--resume)")
     return out
