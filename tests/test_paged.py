@@ -31,9 +31,9 @@ def _caches(rng, nb, P, Hkv, D, kv_dtype=""):
     return [a.astype(np.float16) for a in x]
 
 
-def _run(phase, q, kc, vc, table, lens, causal=False, kv_dtype="", ks=None, vs=None):
+def _run(phase, q, kc, vc, table, lens, causal=False, kv_dtype="", ks=None, vs=None, **params):
     out = na.decode_paged(q, kc, vc, table, lens, causal=causal, k_scale=ks, v_scale=vs, phase=phase,
-                          **SIM[phase])
+                          **{**SIM[phase], **params})
     ref = paged_reference(q, kc, vc, table, lens, causal=causal, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs)
     assert out.shape == q.shape and out.dtype == q.dtype
     c = na.check(out, ref, dtype="float16")
@@ -83,6 +83,23 @@ def test_repeated_out_of_order_pages_partial_page_and_empty_sequence(phase):
     q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
     out, _ = _run(phase, q, kc, vc, table, lens)
     assert not out[3].any()  # the empty sequence: zeros
+
+
+@pytest.mark.parametrize("phase,params,P", [
+    ("paged_split_k", {"lanes": 2, "keys": 1}, 32),  # a page holds a warp step (16 keys): one index per step
+    ("paged_split_k", {"lanes": 1, "keys": 2}, 16),  # a step of 64 keys spans 4 pages: one index per key
+    ("paged_mma", {"Bc": 32}, 16),  # a 32-key tile spans two pages: one index per row
+    ("paged_mma", {"Bc": 16}, 64),  # 4 tiles per page
+])
+def test_page_smaller_or_larger_than_a_tile(phase, params, P):
+    rng = np.random.default_rng(5)
+    B, H, Hkv, D = 2, 2, 1, 16
+    nb = -(-150 // P) + 1
+    kc, vc = _caches(rng, nb, P, Hkv, D)
+    table = np.stack([rng.permutation(nb)[: -(-150 // P)] for _ in range(B)]).astype(np.int32)  # shared pages
+    lens = np.array([150, 77], np.int32)
+    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
+    _run(phase, q, kc, vc, table, lens, **params)
 
 
 @pytest.mark.parametrize("phase", PAGED)

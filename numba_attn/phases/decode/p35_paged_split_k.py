@@ -89,8 +89,8 @@ def make_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
         split = cuda.blockIdx.x
         kvh = cuda.blockIdx.y // NRC  # b * Hkv + kv head
         row0 = (cuda.blockIdx.y - kvh * NRC) * RB  # first of this block's query rows (g * Nq + i)
-        b = kvh // Hkv
-        Nk = seqlens[b]  # this sequence's keys
+        seq = kvh // Hkv
+        Nk = seqlens[seq]  # this sequence's keys
         lo = split * chunk  # this block's keys: [lo, hi)
         hi = min(Nk, lo + chunk)
         tid = cuda.threadIdx.x
@@ -102,7 +102,7 @@ def make_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
         n_steps = max(0, (hi - lo + KS - 1) // KS)  # 0 for a split past the end
         for step in range(w, n_steps, NW):  # warp-uniform: the shuffles stay convergent
             j0 = lo + step * KS + grp  # this group's keys: j0 + t * KW
-            load_keys(k, v, KK, VV, table, b, kvh - b * Hkv, lo + step * KS, j0, hi, sub, ks, vs)
+            load_keys(k, v, KK, VV, table, seq, kvh - seq * Hkv, lo + step * KS, j0, hi, sub, ks, vs)
             for r in range(RB):
                 for t in range(T):
                     s = float32(0.0)
