@@ -491,8 +491,8 @@ def int8_to_f32(b):
 def paged_keys(D: int, VW: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN: bool):
     """``load_keys`` of a warp-step kernel over a paged cache: key ``jj`` of sequence
     ``b`` is cache row ``table[b, jj // P] · P + jj % P`` of the (num_blocks·P, Hkv, D)
-    view. When a page holds a whole warp step (``P >= KS``, steps aligned to KS) the
-    page index is read once per step, else once per key. ``KV8``: 0 a 16-bit cache
+    view. When pages hold whole warp steps (``P % KS == 0``: steps are aligned to KS)
+    the page index is read once per step, else once per key. ``KV8``: 0 a 16-bit cache
     (16-byte loads, as ``chunk_steps``), 1 fp8 e4m3, 2 int8: the (…, D/4) uint32 view,
     two words per 8 elements, dequantized and multiplied by the row's scale
     (``ks``/``vs``: (1, Hkv) per tensor or head, (num_blocks·P, Hkv) per ``TOKEN``)."""
@@ -502,13 +502,14 @@ def paged_keys(D: int, VW: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN
     LOGP = P.bit_length() - 1
     ldv = ldg_f32x4 if VW == 4 else ldg_f16x8
     dq = fp8_e4m3_to_f32 if KV8 == 1 else int8_to_f32
+    STEP = P % KS == 0  # a step never crosses a page
 
     @device
     def load_keys(k, v, KK, VV, table, b, h, js, j0, hi, sub, ks, vs):
-        pg = table[b, js >> LOGP] if P >= KS else 0
+        pg = table[b, js >> LOGP] if STEP else 0
         for t in range(T):
             jj = min(j0 + t * KW, hi - 1)
-            page = pg if P >= KS else table[b, jj >> LOGP]
+            page = pg if STEP else table[b, jj >> LOGP]
             row = page * P + (jj & (P - 1))
             if KV8 == 0:
                 for u in range(NV):

@@ -4,9 +4,9 @@ Change against ``decode_split_k_lean``: only how a key row is found. The
 cache is FlashAttention's paged layout, (num_blocks, page_size, Hkv, D), and
 key ``j`` of sequence ``b`` is row ``j % P`` of page ``block_table[b, j // P]``
 (``paged_keys`` in ``decode/common.py``). A warp step's KS keys are
-consecutive and steps are aligned to KS, so when a page holds a step
-(``P >= KS``) the page index is one load per step; a smaller page (or a
-larger step) reads it per key. Each sequence has its own length
+consecutive and steps are aligned to KS, so when pages hold whole steps
+(``P % KS == 0``) the page index is one load per step; otherwise (a smaller
+page, or a step of 3·8 keys) it is read per key. Each sequence has its own length
 (``cache_seqlens[b]``): the splits are planned for the longest, a split past
 a sequence's end is empty; every split writes a partial (no one-split
 direct write) so that a sequence of length 0 gets zeros (its split 0 writes a

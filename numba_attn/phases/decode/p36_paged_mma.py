@@ -3,9 +3,9 @@
 Change against ``decode_mma``: only how a key row is found. The cp.async
 copy of a ``Bc``-key tile reads cache row ``block_table[b, j // P] · P + j % P``
 of the (num_blocks, P, Hkv, D) cache instead of row ``j`` of a contiguous
-head. Tiles are aligned to Bc, so when a page holds a tile (``P >= Bc``) the
-page index is one load per tile; a page smaller than a tile is looked up per
-row. Each sequence has its own length (``cache_seqlens[b]``: the splits are
+head. Tiles are aligned to Bc, so when pages hold whole tiles (``P % Bc == 0``)
+the page index is one load per tile; otherwise (a page smaller than a tile) it
+is looked up per row. Each sequence has its own length (``cache_seqlens[b]``: the splits are
 planned for the longest, a split past a sequence's end is empty); a sequence
 of length 0 gets zeros (its split 0 writes a zero partial with log-sum-exp
 0, or the one-split kernel writes 0 where no key was seen). The query rows of
@@ -73,6 +73,7 @@ def make_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causal: b
     FLAG = W * 16
     cp16 = cp_async16_flat_l2_256 if L2PF else cp_async16_flat
     LOGP = P.bit_length() - 1
+    TILE = P % Bc == 0  # tiles (aligned to Bc) never cross a page
 
     @device
     def copy_tile(KV, k, v, j0, brow, lane, g_base, hi, table, seq, Hkv):
@@ -80,13 +81,13 @@ def make_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causal: b
         warp's K buffer at ring row ``brow`` and its V buffer stages·Bc rows later;
         key j is row table[b, j // P] · P + j % P of the cache (``g_base``: the KV head's
         offset in a row)."""
-        pg = table[seq, j0 >> LOGP] if P >= Bc else 0  # a page holds the whole tile
+        pg = table[seq, j0 >> LOGP] if TILE else 0  # a page holds the whole tile
         for x in range(CPL):
             idx = lane + x * WARP_SIZE
             r = idx // CVEC
             cc = idx % CVEC
             row = min(j0 + r, hi - 1)
-            page = pg if P >= Bc else table[seq, row >> LOGP]
+            page = pg if TILE else table[seq, row >> LOGP]
             crow = ((page * P + (row & (P - 1))) * Hkv) * D + g_base
             so = (brow + r) * SDW + 4 * (cc ^ (r & SWM))
             if CVEC > VEC:  # the chunk past the row (odd multiple of 8): zero-filled, reads nothing
