@@ -577,3 +577,33 @@ def paged_cache_view(problem, k):
         k = view_as(k.reshape(nb * P, Hkv, D), np.uint32)
         return k
     return k.reshape(nb * P, Hkv, D)
+
+
+def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, notes=""):
+    """The :class:`Launch`: grid (split, row block of a sequence's KV head), the
+    workspace, the combine kernel unless fused; ``run(q, k_cache, v_cache, o, stream,
+    layout=None)`` with ``layout`` (table, seqlens, k_scale, v_scale) device arrays,
+    else the problem's own (:class:`PagedLayout`)."""
+    B, H, Hkv, Nq, D = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.head_dim
+    S = splits
+    n_rc, chunk = split_layout(problem, warps, rows, lanes, keys, S)
+    grid = (S, B * Hkv * n_rc)
+    part_o, part_lse = split_workspace(max(S, 2), B * H * Nq, D)  # (every split writes a partial)
+    kernels = [kern]
+    if not fused:
+        comb = make_combine_kernel(Nq)
+        kernels.append(comb)
+    cnt = zeroed_counters(B * Hkv * n_rc)
+    own = PagedLayout(problem)
+
+    def run(q, k, v, o, stream=0, layout=None):
+        table, seqlens, ks, vs = layout or own.own()
+        kc, vc = paged_cache_view(problem, k), paged_cache_view(problem, v)
+        check_alignment(kc, vc)
+        kern[grid, warps * WARP_SIZE, stream](q, kc, vc, o, part_o, part_lse, cnt, scale, Hkv, table, seqlens, ks,
+                                              vs, chunk, S)
+        if not fused:
+            comb[B * H * Nq, D, stream](part_o, part_lse, o, S)
+
+    return Launch(run, kernels=kernels, workspace_bytes=part_o.nbytes + part_lse.nbytes,
+                  notes=f"S={S} splits of {chunk} keys, P={problem.page_size}, {tile_notes(lanes, keys, rows, warps)}{notes}")

@@ -29,12 +29,9 @@ from numba import cuda, float32, int32
 from numba_attn.gpu.device_functions import LOG2E
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.warp import FULL_MASK, WARP_SIZE, shfl_sync, shfl_xor_sync
-from numba_attn.gpu.split_k import make_combine_kernel
-from numba_attn.phases.decode.common import (PAGED_KV8, PAGED_TOKEN_SCALE, PagedLayout,
-                                             check_alignment, check_paged_problem, check_split, chunk_steps,
-                                             paged_cache_view, paged_keys, resolve_split, split_layout,
-                                             split_workspace, tile_notes, vector_width, zeroed_counters)
-from numba_attn.phases.registry import Launch, register_phase
+from numba_attn.phases.decode.common import (PAGED_KV8, PAGED_TOKEN_SCALE, check_paged_problem, check_split,
+                                             chunk_steps, paged_keys, paged_launch, resolve_split, vector_width)
+from numba_attn.phases.registry import register_phase
 
 
 def _log2(n: int) -> int:
@@ -176,36 +173,6 @@ def make_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
 
 def _supports(problem, **params):
     return check_paged_problem(problem) or check_split(problem, **params)
-
-
-def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, notes=""):
-    """The :class:`Launch`: grid (split, row block of a sequence's KV head), the
-    workspace, the combine kernel unless fused; ``run(q, k_cache, v_cache, o, stream,
-    layout=None)`` with ``layout`` (table, seqlens, k_scale, v_scale) device arrays,
-    else the problem's own (:class:`PagedLayout`)."""
-    B, H, Hkv, Nq, D = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.head_dim
-    S = splits
-    n_rc, chunk = split_layout(problem, warps, rows, lanes, keys, S)
-    grid = (S, B * Hkv * n_rc)
-    part_o, part_lse = split_workspace(max(S, 2), B * H * Nq, D)  # (every split writes a partial)
-    kernels = [kern]
-    if not fused:
-        comb = make_combine_kernel(Nq)
-        kernels.append(comb)
-    cnt = zeroed_counters(B * Hkv * n_rc)
-    own = PagedLayout(problem)
-
-    def run(q, k, v, o, stream=0, layout=None):
-        table, seqlens, ks, vs = layout or own.own()
-        kc, vc = paged_cache_view(problem, k), paged_cache_view(problem, v)
-        check_alignment(kc, vc)
-        kern[grid, warps * WARP_SIZE, stream](q, kc, vc, o, part_o, part_lse, cnt, scale, Hkv, table, seqlens, ks,
-                                              vs, chunk, S)
-        if not fused:
-            comb[B * H * Nq, D, stream](part_o, part_lse, o, S)
-
-    return Launch(run, kernels=kernels, workspace_bytes=part_o.nbytes + part_lse.nbytes,
-                  notes=f"S={S} splits of {chunk} keys, P={problem.page_size}, {tile_notes(lanes, keys, rows, warps)}{notes}")
 
 
 @register_phase(
