@@ -23,10 +23,12 @@ from __future__ import annotations
 import numpy as np
 
 from numba_attn.spec.errors import AttentionInputError
-from numba_attn.spec.problem import PAGED_KV_DTYPES, PAGED_SCALES, PagedProblem, numpy_dtype
 from numba_attn.spec.reference import reference
 
+# (spec/problem.py imports this module inside PagedProblem's methods; this module does not import it)
 PAGE_SIZES = (16, 32, 64, 128, 256)
+PAGED_KV_DTYPES = ("", "float8_e4m3", "int8")  # "": the cache in the query's dtype
+PAGED_SCALES = ("tensor", "head", "token")
 SCALES_OF = {"float8_e4m3": ("tensor", "head"), "int8": ("tensor", "head", "token")}
 
 
@@ -43,6 +45,14 @@ def fp8_e4m3_decode(codes) -> np.ndarray:
     val = mant * (np.left_shift(1, np.maximum(e, 1))).astype(np.float32) * np.float32(2.0 ** -10)
     val = np.where((e == 15) & (m == 7), np.float32(np.nan), val).astype(np.float32)
     return np.where(b >= 128, -val, val).astype(np.float32)
+
+
+def numpy_dtype(name: str):
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
 
 
 def cache_itemsize(dtype: str) -> int:
@@ -78,7 +88,7 @@ def scale_kind(scale) -> str:
 
 # -- input checks ----------------------------------------------------------------------
 
-def validate_paged_problem(p: PagedProblem) -> None:
+def validate_paged_problem(p) -> None:
     if p.page_size not in PAGE_SIZES:
         raise AttentionInputError(f"page_size must be one of {', '.join(map(str, PAGE_SIZES))}, got {p.page_size}")
     if p.kv_dtype not in PAGED_KV_DTYPES:
@@ -202,7 +212,7 @@ def paged_reference(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=F
 
 # -- a problem's layout and inputs -----------------------------------------------------------
 
-def problem_layout(p: PagedProblem):
+def problem_layout(p):
     """(block_table, seqlens, k_scale, v_scale): lengths (ragged or all ``kv_len``), the
     pages of all sequences shuffled over the cache (one spare page), scales."""
     rng = np.random.default_rng(p.seed + 18)
@@ -229,7 +239,7 @@ def problem_layout(p: PagedProblem):
     return table, seqlens, ks, vs
 
 
-def problem_inputs(p: PagedProblem, seed: int):
+def problem_inputs(p, seed: int):
     """Seeded q (B, H, q_len, D) in ``dtype`` and the caches (num_blocks, page_size,
     Hkv, D) in ``cache_dtype`` (8-bit: standard-normal values divided by the scale,
     rounded to the format)."""
@@ -256,7 +266,7 @@ def problem_inputs(p: PagedProblem, seed: int):
     return tuple(out)
 
 
-def problem_reference(p: PagedProblem, q, k_cache, v_cache):
+def problem_reference(p, q, k_cache, v_cache):
     table, seqlens, ks, vs = problem_layout(p)
     return paged_reference(q, k_cache, v_cache, table, seqlens, causal=p.causal, scale=p.sm_scale,
                            kv_dtype=p.kv_dtype, k_scale=ks, v_scale=vs)

@@ -202,10 +202,6 @@ PRESETS["long-context-fp16"] = [Problem(batch=1, heads=32, q_len=n, head_dim=128
 
 # -- paged KV cache (FlashAttention's ``flash_attn_with_kvcache`` layout) ----------------
 
-PAGED_KV_DTYPES = ("", "float8_e4m3", "int8")  # "": the cache in the query's dtype
-PAGED_SCALES = ("tensor", "head", "token")
-
-
 @dataclass(frozen=True)
 class PagedProblem(Problem):
     """Decode against a paged KV cache: ``k_cache``/``v_cache`` (num_blocks,
@@ -225,7 +221,7 @@ class PagedProblem(Problem):
 
     def __post_init__(self):
         super().__post_init__()
-        from numba_attn.spec.paged import validate_paged_problem  # (paged imports this module)
+        from numba_attn.spec.paged import validate_paged_problem  # (spec/paged.py: NumPy only, not this module)
 
         validate_paged_problem(self)
 
