@@ -200,3 +200,25 @@ def test_8bit_scales_and_causal_lengths_are_checked():
     q3 = np.zeros((2, 2, 3, 16), np.float16)
     with pytest.raises(AttentionInputError, match=r"causal: cache_seqlens\[1\] = 2 < q_len 3"):
         na.decode_paged(q3, kc, vc, table, np.array([20, 2], np.int32), causal=True)
+
+
+def test_device_arrays_and_cpu_tensors():
+    """numba device arrays in, a device array out; PyTorch CPU tensors (an fp8 cache as
+    torch.float8_e4m3fn, a 0-d tensor scale) in, a tensor out."""
+    rng = np.random.default_rng(6)
+    kc, vc = _caches(rng, 3, 16, 1, 16, "float8_e4m3")
+    q = rng.standard_normal((2, 2, 1, 16), dtype=np.float32).astype(np.float16)
+    table, lens = np.array([[2, 0], [1, 1]], np.int32), np.array([20, 16], np.int32)
+    k16, v16 = kc.astype(np.float16), vc.astype(np.float16)
+    out = na.decode_paged(*(cuda.to_device(a) for a in (q, k16, v16, table, lens)), phase="paged_split_k",
+                          **SIM["paged_split_k"])
+    assert na.check(out.copy_to_host(), paged_reference(q, k16, v16, table, lens), dtype="float16").ok
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("this PyTorch has no float8_e4m3fn")
+    tk, tv = (torch.from_numpy(a.view(np.uint8)).view(torch.float8_e4m3fn) for a in (kc, vc))
+    out = na.decode_paged(torch.from_numpy(q), tk, tv, torch.from_numpy(table), torch.from_numpy(lens),
+                          k_scale=torch.tensor(0.03), v_scale=0.03, phase="paged_split_k", **SIM["paged_split_k"])
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float16
+    ref = paged_reference(q, kc, vc, table, lens, kv_dtype="float8_e4m3", k_scale=0.03, v_scale=0.03)
+    assert na.check(out.numpy(), ref, dtype="float16").ok
