@@ -196,17 +196,19 @@ def paged_reference(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=F
     dequantized; (B, H, q_len, D). A length-0 sequence gives zeros."""
     B, H, Nq, D = q.shape
     P = k_cache.shape[1]
-    kd = dequantize(k_cache, kv_dtype, k_scale)
-    vd = dequantize(v_cache, kv_dtype, v_scale)
     out = np.zeros((B, H, Nq, D), np.float64)
-    for b in range(B):
+    for b in range(B):  # one sequence at a time: its pages gathered, then dequantized (memory: one sequence)
         n = int(cache_seqlens[b])
         if n == 0:
             continue
         pages = np.asarray(block_table[b, : (n + P - 1) // P])
-        k = kd[pages].reshape(-1, kd.shape[2], D)[:n].transpose(1, 0, 2)[None]  # (1, Hkv, n, D)
-        v = vd[pages].reshape(-1, vd.shape[2], D)[:n].transpose(1, 0, 2)[None]
-        out[b] = reference(q[b:b + 1].astype(np.float64), k, v, causal=causal, scale=scale)[0]
+        kv = []
+        for cache, s in ((k_cache, k_scale), (v_cache, v_scale)):
+            if s is not None and np.ndim(s) == 3:  # per token: the scales of these pages
+                s = np.asarray(s)[pages]
+            x = dequantize(np.asarray(cache)[pages], kv_dtype, s)  # (pages, P, Hkv, D)
+            kv.append(x.reshape(-1, x.shape[2], D)[:n].transpose(1, 0, 2)[None])  # (1, Hkv, n, D)
+        out[b] = reference(q[b:b + 1].astype(np.float64), kv[0], kv[1], causal=causal, scale=scale)[0]
     return out
 
 
