@@ -222,3 +222,12 @@ def test_device_arrays_and_cpu_tensors():
     assert isinstance(out, torch.Tensor) and out.dtype == torch.float16
     ref = paged_reference(q, kc, vc, table, lens, kv_dtype="float8_e4m3", k_scale=0.03, v_scale=0.03)
     assert na.check(out.numpy(), ref, dtype="float16").ok
+
+
+def test_paged_problem_round_trips_through_a_row():
+    """A worker process rebuilds the problem from its row (``Problem.from_dict``): it stays paged."""
+    p = PagedProblem(batch=2, heads=2, q_len=1, kv_len=40, head_dim=16, dtype="float16", page_size=32,
+                     kv_dtype="int8", kv_scale="token", ragged=True)
+    assert Problem.from_dict(p.to_dict()) == p
+    assert "paged P32 int8/token ragged" in p.label
+    assert p.min_bytes() == 2 * 2 * 16 * 1 * 2 + 2 * int(p.seqlens().sum()) * 2 * 16  # q, o in fp16; K, V bytes

@@ -134,6 +134,9 @@ class Problem:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Problem":
+        """The problem of ``to_dict`` (a :class:`PagedProblem` when ``d`` has a page size)."""
+        if cls is Problem and d.get("page_size"):
+            cls = PagedProblem
         fields = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in fields})
 
