@@ -230,4 +230,5 @@ def test_paged_problem_round_trips_through_a_row():
                      kv_dtype="int8", kv_scale="token", ragged=True)
     assert Problem.from_dict(p.to_dict()) == p
     assert "paged P32 int8/token ragged" in p.label
-    assert p.min_bytes() == 2 * 2 * 16 * 1 * 2 + 2 * int(p.seqlens().sum()) * 2 * 16  # q, o in fp16; K, V bytes
+    n = int(p.seqlens().sum()) * 2  # keys × KV heads
+    assert p.min_bytes() == 2 * (2 * 2 * 1 * 16 * 2) + 2 * n * 16 + 2 * n * 4  # q, o (fp16); K, V (int8); scales

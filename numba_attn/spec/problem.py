@@ -255,10 +255,13 @@ class PagedProblem(Problem):
         return 4 * self.batch * self.heads * self.head_dim * self.pairs_per_head()
 
     def kv_bytes(self) -> int:
-        """Bytes of K and V a kernel reads: the keys of every sequence, once."""
+        """Bytes of K and V a kernel reads: the keys of every sequence, once, and their
+        float32 scales when there is one per token."""
         from numba_attn.spec.paged import cache_itemsize
 
-        return 2 * int(self.seqlens().sum()) * self.kv_heads * self.head_dim * cache_itemsize(self.cache_dtype)
+        n = int(self.seqlens().sum()) * self.kv_heads
+        scales = 2 * n * 4 if self.kv_dtype and self.kv_scale == "token" else 0
+        return 2 * n * self.head_dim * cache_itemsize(self.cache_dtype) + scales
 
     def min_bytes(self) -> int:
         q = o = self.batch * self.heads * self.q_len * self.head_dim * self.itemsize
