@@ -63,6 +63,7 @@ class Benchmark:
     timeout_s: float = 180.0
     max_row_ms: float | None = None
     max_total_s: float | None = None
+    expand: Callable | None = None  # problems given instead of the declared ones (--preset) → the rows' problems
 
     def problems(self) -> list[Problem]:
         out = []
@@ -132,11 +133,18 @@ def contiguous_twin(problem) -> Problem:
                    scale=problem.scale)
 
 
-def _paged_problems(name):
+def with_twins(problems) -> list:
+    """Each paged problem followed by its contiguous twin (duplicates kept once)."""
     out = []
-    for p in PRESETS[name]:
-        out += [p, contiguous_twin(p)]
+    for p in problems:
+        for x in ([p, contiguous_twin(p)] if is_paged(p) else [p]):
+            if x not in out:
+                out.append(x)
     return out
+
+
+def _paged_problems(name):
+    return with_twins(PRESETS[name])
 
 
 PAGED_PEERS_OF = ("decode_split_k_lean", "decode_mma")  # the contiguous phases a paged one is held against
@@ -248,6 +256,7 @@ register(Benchmark(
     peers=("torch_sdpa", "torch_sdpa_flash", "torch_sdpa_efficient", "torch_sdpa_cudnn"),
     plots=(),  # plots of the paged layouts: not drawn yet
     plot_name="paged",
+    expand=with_twins,
     max_row_ms=1000.0,
     max_total_s=540.0,
 ))
@@ -309,6 +318,8 @@ def run_benchmark(name: str, *, results: str | None = None, plots_dir: str | Non
                     peer_list=b.peers, command=command or f"numba-attn bench {name}",
                     worker_setup=tuple(setup))
     probs = list(problems) if problems is not None else b.problems()
+    if problems is not None and b.expand is not None:
+        probs = b.expand(probs)
     rows = run(plist, probs, config=cfg, select=b.select, progress=progress)
     files = []
     if plots_dir:
