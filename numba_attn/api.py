@@ -931,6 +931,8 @@ def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=Fals
     queries are the last q_len positions of each sequence. A sequence of length 0 gives zeros. The
     input checks (page indices, lengths against the table, page size 16..256, scales, dtypes, shapes)
     run before anything is launched; ``spec/paged.py`` states the layout and holds the reference.
+    The split-K plan is made for the power-of-two bucket of the longest sequence (and cached per
+    bucket): calls whose longest sequence falls in one bucket reuse it.
     ``phase``: ``paged_mma`` or ``paged_split_k`` (None: the first of them that supports the problem).
     """
     from numba_attn.phases.decode.common import paged_scales
@@ -948,7 +950,9 @@ def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=Fals
                                   v_scale=vs)
     B, H, Nq, D = map(int, q.shape)
     NB, P, Hkv, _ = map(int, k_cache.shape)
-    problem = PagedProblem(batch=B, heads=H, kv_heads=Hkv, q_len=Nq, kv_len=max(Nq, int(bt.shape[1]) * P),
+    longest = int(sl.max()) if sl.size else 0
+    bucket = 1 << max(0, longest - 1).bit_length()  # splits planned for the longest sequence's power-of-two bucket
+    problem = PagedProblem(batch=B, heads=H, kv_heads=Hkv, q_len=Nq, kv_len=max(Nq, bucket),
                            head_dim=D, dtype=qdt, causal=bool(causal), scale=scale, page_size=P, kv_dtype=kv_dtype,
                            kv_scale=skind or "head")
     names = PAGED_DEFAULT if phase is None else (phase if isinstance(phase, str) else phase.name,)

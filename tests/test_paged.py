@@ -90,6 +90,7 @@ def test_repeated_out_of_order_pages_partial_page_and_empty_sequence(phase):
     ("paged_split_k", {"lanes": 1, "keys": 2}, 16),  # a step of 64 keys spans 4 pages: one index per key
     ("paged_mma", {"Bc": 32}, 16),  # a 32-key tile spans two pages: one index per row
     ("paged_mma", {"Bc": 16}, 64),  # 4 tiles per page
+    ("paged_split_k", {}, 256),  # the largest page: both sequences in one page each
 ])
 def test_page_smaller_or_larger_than_a_tile(phase, params, P):
     rng = np.random.default_rng(5)
