@@ -871,3 +871,120 @@ def _plan_and_launch(kind, key, q, k, v, causal, scale, phase, allow_tf32, nonfi
     if key is not None:
         _keep(key, plan)
     return result
+
+
+# -- decode over a paged KV cache ---------------------------------------------------------
+
+_PAGED_PLANS: OrderedDict = OrderedDict()
+PAGED_DEFAULT = ("paged_mma", "paged_split_k")  # phase=None: the first that supports the problem
+
+
+def _paged_host(a):
+    """A block table, lengths or scale as a host NumPy array (or scalar) for the checks."""
+    if a is None or isinstance(a, (int, float, np.floating, np.integer)):
+        return a
+    k = _kind(a)
+    if k == TORCH:
+        return a.detach().cpu().numpy()
+    if k == TORCH_CPU:
+        return a.detach().numpy()
+    if k == DEVICE:
+        return a.copy_to_host()
+    return np.asarray(a)
+
+
+def _paged_dtype(name, a) -> str:
+    text = str(a.dtype).removeprefix("torch.")
+    return {"float8_e4m3fn": "float8_e4m3"}.get(text, text)
+
+
+def _paged_device(kind, a):
+    """An input as a numba device array (8-bit floats as their bytes)."""
+    if kind == TORCH:
+        torch = sys.modules["torch"]
+        if a.dtype in (torch.float8_e4m3fn, torch.int8):
+            a = a.view(torch.uint8)
+        elif a.dtype == torch.bfloat16:
+            a = a.view(torch.int16)
+        return cuda.as_cuda_array(a.detach())
+    if kind == DEVICE:
+        return a
+    a = _tensor_as_numpy("array", a) if kind == TORCH_CPU and "float8" not in str(a.dtype) else a
+    if kind == TORCH_CPU and "float8" in str(a.dtype):
+        a = a.detach().view(sys.modules["torch"].uint8).numpy()
+    a = np.ascontiguousarray(a)
+    if a.dtype.name in ("float8_e4m3fn", "bfloat16"):
+        a = a.view(np.uint8 if a.dtype.itemsize == 1 else np.uint16)
+    return cuda.to_device(a)
+
+
+def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=False, scale=None, k_scale=None,
+                 v_scale=None, phase=None, **params):
+    """Decode attention over a paged KV cache, FlashAttention's ``flash_attn_with_kvcache`` layout:
+    ``q`` (B, H, q_len, D) float16; ``k_cache``, ``v_cache`` (num_blocks, page_size, Hkv, D) in q's
+    dtype, ``float8_e4m3fn`` (ml_dtypes / torch) or ``int8``; ``block_table`` (B, max_blocks) int32;
+    ``cache_seqlens`` (B,) int32. Returns (B, H, q_len, D) like ``q`` (NumPy arrays, numba device
+    arrays or PyTorch tensors, as ``attention()``).
+
+    8-bit caches need ``k_scale`` and ``v_scale``: a scalar or (Hkv,) per head (fp8, int8), or
+    (num_blocks, page_size, Hkv) per token (int8); the value is ``code · scale``. With ``causal`` the
+    queries are the last q_len positions of each sequence. A sequence of length 0 gives zeros. The
+    input checks (page indices, lengths against the table, page size 16..256, scales, dtypes, shapes)
+    run before anything is launched; ``spec/paged.py`` states the layout and holds the reference.
+    The split-K plan is made for the power-of-two bucket of the longest sequence (and cached per
+    bucket): calls whose longest sequence falls in one bucket reuse it.
+    ``phase``: ``paged_mma`` or ``paged_split_k`` (None: the first of them that supports the problem).
+    """
+    from numba_attn.phases.decode.common import paged_scales
+    from numba_attn.spec.paged import check_paged
+    from numba_attn.spec.problem import PagedProblem
+
+    kind = _kind(q)
+    for name, a in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if _kind(a) != kind:
+            raise AttentionInputError(f"{name} is {_kind(a)} but q is {kind}: q and the caches must be of one kind")
+    bt, sl = _paged_host(block_table), _paged_host(cache_seqlens)
+    ks, vs = _paged_host(k_scale), _paged_host(v_scale)
+    qdt = _paged_dtype("q", q)
+    kv_dtype, skind = check_paged(tuple(q.shape), qdt, k_cache, v_cache, bt, sl, causal=causal, k_scale=ks,
+                                  v_scale=vs)
+    B, H, Nq, D = map(int, q.shape)
+    NB, P, Hkv, _ = map(int, k_cache.shape)
+    longest = int(sl.max()) if sl.size else 0
+    bucket = 1 << max(0, longest - 1).bit_length()  # splits planned for the longest sequence's power-of-two bucket
+    problem = PagedProblem(batch=B, heads=H, kv_heads=Hkv, q_len=Nq, kv_len=max(Nq, bucket),
+                           head_dim=D, dtype=qdt, causal=bool(causal), scale=scale, page_size=P, kv_dtype=kv_dtype,
+                           kv_scale=skind or "head")
+    names = PAGED_DEFAULT if phase is None else (phase if isinstance(phase, str) else phase.name,)
+    reasons = []
+    for name in names:
+        ph = get_phase(name)
+        if ph.layout != "paged":
+            raise AttentionInputError(f"phase {name!r} does not read a paged KV cache (use {' or '.join(PAGED_DEFAULT)})")
+        reason = ph.supports(problem, **params)
+        if reason is None:
+            break
+        reasons.append(f"{name}: {reason}")
+    else:
+        raise AttentionInputError(f"no paged phase runs {problem.label}: " + "; ".join(reasons))
+    key = (ph.name, problem, tuple(sorted(params.items())))
+    launch = _PAGED_PLANS.get(key)
+    if launch is None:
+        launch = _PAGED_PLANS[key] = ph.plan(problem, **params)
+        while len(_PAGED_PLANS) > 16:
+            _PAGED_PLANS.popitem(last=False)
+    qd, kd, vd = (_paged_device(kind, a) for a in (q, k_cache, v_cache))
+    layout = (cuda.to_device(np.ascontiguousarray(bt)), cuda.to_device(np.ascontiguousarray(sl))) + \
+        paged_scales(problem, ks, vs)
+    od = cuda.device_array((B, H, Nq, D), dtype=qd.dtype)
+    launch.run(qd.reshape(B * H, Nq, D), kd, vd, od.reshape(B * H, Nq, D), 0, layout)
+    if kind == DEVICE:
+        return od
+    if kind == TORCH:
+        torch = sys.modules["torch"]
+        out = torch.empty(tuple(q.shape), dtype=q.dtype, device=q.device)
+        cuda.as_cuda_array(out.view(torch.int16) if out.dtype == torch.bfloat16 else out).copy_to_device(od)
+        return out
+    host = od.copy_to_host()
+    host = host.view(np.asarray(q).dtype) if kind == NUMPY else host
+    return _numpy_as_tensor(host.view(_numpy_dtype_of("q", q))) if kind == TORCH_CPU else host

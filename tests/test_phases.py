@@ -10,6 +10,7 @@ tiles and a partial last tile are exercised)."""
 import pytest
 
 from numba_attn import Problem, list_phases
+from numba_attn.spec.problem import PagedProblem
 from numba_attn.measure.config import RunConfig
 from numba_attn.measure.row import measure
 
@@ -24,6 +25,10 @@ SHAPES = {
                                                 dtype="float16", causal=True),
     "decode-B1H4/1-2x45-D16-fp16": Problem(batch=1, heads=4, kv_heads=1, q_len=2, kv_len=45, head_dim=16,
                                            dtype="float16"),
+    "paged-B2H4/2-1x45-D16-fp16-P16-ragged": PagedProblem(batch=2, heads=4, kv_heads=2, q_len=1, kv_len=45,
+                                                          head_dim=16, dtype="float16", page_size=16, ragged=True),
+    "paged-B1H2-3x45-D32-fp16-P32-causal": PagedProblem(batch=1, heads=2, q_len=3, kv_len=45, head_dim=32,
+                                                        dtype="float16", page_size=32, causal=True),
 }
 PHASES = list_phases()
 _ROWS: dict = {}

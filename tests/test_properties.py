@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from numba_attn import Problem, list_phases
+from numba_attn.spec.problem import PagedProblem
 from numba_attn.spec.reference import check
 from numba_attn.measure.config import RunConfig
 from numba_attn.measure.row import measure
@@ -57,6 +58,8 @@ def problems_for(draw, phase):
                                      else [16, 32]))
     p = Problem(batch=draw(st.integers(1, 2)), heads=heads, kv_heads=kv_heads, q_len=q_len, kv_len=kv_len,
                 head_dim=head_dim, causal=causal, dtype=_dtype(phase))
+    if phase.layout == "paged":  # the same shape over a paged cache (shuffled pages, maybe ragged lengths)
+        p = PagedProblem(**p.to_dict(), page_size=draw(st.sampled_from([16, 32])), ragged=draw(st.booleans()))
     assume(phase.supports(p, **phase.resolve_params(phase.sim_params)) is None)
     return p, draw(st.integers(0, 2**31 - 1))
 

@@ -22,6 +22,14 @@ Declared benchmarks:
 ``decode``
     the decode phases and SDPA on the ``decode`` preset (declared by the
     decode work in ``problem.PRESETS``).
+``paged``
+    the paged decode phases on the ``paged`` and ``paged-8bit`` presets (page
+    sizes 16/64/256, ragged lengths, fp8/int8 caches), each beside its
+    contiguous fp16 twin (same batch, heads and lengths; a ragged batch's twin
+    holds the mean length, the same bytes), on which the contiguous decode
+    phases and SDPA run: bandwidth of the bytes actually read (``min_bytes``:
+    each sequence's keys once, at the cache's element size) against the copy
+    ceiling, time against SDPA on the twin.
 
 Time limits keep ``roadmap`` within ~8 minutes on an H100: per-row timing
 budget, per-row timeout (a hung phase is killed and recorded ``TIMEOUT``), a
@@ -33,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from numba_attn.spec.problem import PRESETS, Problem
+from numba_attn.spec.problem import PRESETS, PagedProblem, Problem
 from numba_attn.measure.timing import TimingConfig
 
 
@@ -55,6 +63,7 @@ class Benchmark:
     timeout_s: float = 180.0
     max_row_ms: float | None = None
     max_total_s: float | None = None
+    expand: Callable | None = None  # problems given instead of the declared ones (--preset) → the rows' problems
 
     def problems(self) -> list[Problem]:
         out = []
@@ -111,12 +120,56 @@ def _decode_problems(name):
     return list(PRESETS[name])
 
 
+def is_paged(problem) -> bool:
+    return bool(getattr(problem, "page_size", 0))
+
+
+def contiguous_twin(problem) -> Problem:
+    """The contiguous fp16 problem of a paged one: its shape and lengths (a ragged batch: every
+    sequence at the mean length, the same bytes of K/V)."""
+    n = int(round(float(problem.seqlens().mean()))) if problem.ragged else problem.kv_len
+    return Problem(batch=problem.batch, heads=problem.heads, kv_heads=problem.kv_heads, q_len=problem.q_len,
+                   kv_len=max(n, problem.q_len), head_dim=problem.head_dim, causal=problem.causal, dtype="float16",
+                   scale=problem.scale)
+
+
+def with_twins(problems) -> list:
+    """Each paged problem followed by its contiguous twin (duplicates kept once)."""
+    out = []
+    for p in problems:
+        for x in ([p, contiguous_twin(p)] if is_paged(p) else [p]):
+            if x not in out:
+                out.append(x)
+    return out
+
+
+def _paged_problems(name):
+    return with_twins(PRESETS[name])
+
+
+PAGED_PEERS_OF = ("decode_split_k_lean", "decode_mma")  # the contiguous phases a paged one is held against
+
+
+def _paged_select(phase, problem) -> bool:
+    """Paged phases on the paged problems; the contiguous phases they are held against on the twins."""
+    if is_paged(problem):
+        return phase.layout == "paged"
+    return phase.name in PAGED_PEERS_OF
+
+
+def _layout_select(phase, problem) -> bool:
+    """A phase only on problems of the KV layout it reads (no SKIP row saying so)."""
+    return (phase.layout == "paged") == is_paged(problem)
+
+
 # ``numba-attn run`` without a problem in the simulator: one tiny problem per family, so that every
 # phase runs (several full and partial tiles, a few seconds each) on a problem of its kind and dtype.
 DEFAULT_PROBLEMS = [
     Problem(batch=1, heads=2, q_len=37, kv_len=53, head_dim=16),  # fp32 prefill: CUDA cores, tf32
     Problem(batch=1, heads=1, q_len=37, kv_len=53, head_dim=16, dtype="float16"),  # fp16 prefill: tensor cores
     Problem(batch=1, heads=2, kv_heads=1, q_len=1, kv_len=70, head_dim=16, dtype="float16"),  # decode, GQA 2:1
+    PagedProblem(batch=2, heads=2, kv_heads=1, q_len=1, kv_len=70, head_dim=16, dtype="float16", page_size=16,
+                 ragged=True),  # paged decode
 ]
 
 
@@ -132,7 +185,7 @@ def select_by_kind(problems):
     problems = list(problems)
 
     def select(phase, problem) -> bool:
-        mine = [p for p in problems if problem_kind(p) == phase.kind]
+        mine = [p for p in problems if problem_kind(p) == phase.kind and is_paged(p) == (phase.layout == "paged")]
         fits = [p for p in mine if p.dtype in phase.dtypes]
         first = [p for p in fits if p.dtype == phase.dtypes[0]]
         return problem in (first or fits or mine[:1])
@@ -186,8 +239,26 @@ register(Benchmark(
     peers=("torch_sdpa", "torch_sdpa_flash", "torch_sdpa_efficient", "torch_sdpa_cudnn"),
     plots=("roadmap", "roofline", "traffic"),
     plot_name="decode",
+    select=_layout_select,
     max_row_ms=1000.0,
     max_total_s=420.0,
+))
+
+register(Benchmark(
+    name="paged",
+    description="paged decode phases (fp16, fp8, int8 caches; page sizes 16-256; ragged lengths) against the "
+                "contiguous decode phases and SDPA on the contiguous fp16 cache of the same lengths",
+    x_names=("problem",),
+    x_vals=["paged", "paged-8bit"],
+    problems_for=_paged_problems,
+    line_kind="decode",
+    select=_paged_select,
+    peers=("torch_sdpa", "torch_sdpa_flash", "torch_sdpa_efficient", "torch_sdpa_cudnn"),
+    plots=(),  # plots of the paged layouts: not drawn yet
+    plot_name="paged",
+    expand=with_twins,
+    max_row_ms=1000.0,
+    max_total_s=540.0,
 ))
 
 
@@ -248,6 +319,8 @@ def run_benchmark(name: str, *, results: str | None = None, plots_dir: str | Non
                     peer_list=b.peers, command=command or f"numba-attn bench {name}",
                     worker_setup=tuple(setup))
     probs = list(problems) if problems is not None else b.problems()
+    if problems is not None and b.expand is not None:
+        probs = b.expand(probs)
     rows = run(plist, probs, config=cfg, select=b.select, progress=progress, workers=workers,
                make_worker=make_worker)
     files = []

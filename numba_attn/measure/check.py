@@ -49,7 +49,11 @@ def cached_reference(problem: Problem, seed: int):
             _REFERENCE_CACHE.clear()
         q, k, v = problem.inputs(seed)
         ref = None
-        if uses_torch_reference(problem):
+        if getattr(problem, "page_size", 0):  # a paged cache: k, v are the caches (spec/paged.py)
+            from numba_attn.spec.paged import problem_reference
+
+            ref = problem_reference(problem, q, k, v)
+        elif uses_torch_reference(problem):
             ref = reference_torch(q, k, v, causal=problem.causal, scale=problem.sm_scale)
         if ref is None:
             ref = reference(q, k, v, causal=problem.causal, scale=problem.sm_scale)
@@ -113,6 +117,8 @@ def to_device(a, stream=0):
 
     if a.dtype.name == "bfloat16":
         a = a.view(np.uint16)
+    elif a.dtype.name == "float8_e4m3fn":  # an 8-bit cache travels as its bytes
+        a = a.view(np.uint8)
     return cuda.to_device(a, stream=stream)
 
 
@@ -125,6 +131,8 @@ def to_host(d, like_dtype, stream=0):
 def kernel_views(problem: Problem, q, k, v, o):
     """(B, H, N, D) device arrays → the (B·H, N, D) views kernels index."""
     B, H, Hkv, D = problem.batch, problem.heads, problem.kv_heads, problem.head_dim
+    if getattr(problem, "page_size", 0):  # the caches as they are (num_blocks, page_size, Hkv, D)
+        return q.reshape(B * H, problem.q_len, D), k, v, o.reshape(B * H, problem.q_len, D)
     return (q.reshape(B * H, problem.q_len, D), k.reshape(B * Hkv, problem.kv_len, D),
             v.reshape(B * Hkv, problem.kv_len, D), o.reshape(B * H, problem.q_len, D))
 

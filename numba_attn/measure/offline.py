@@ -102,7 +102,11 @@ def compile_phase(phase_name: str, problem, params: dict | None = None, cc=(9, 0
         B, H, Hkv, D = problem.batch, problem.heads, problem.kv_heads, problem.head_dim
         dt = np.dtype(problem.dtype) if problem.dtype != "bfloat16" else np.dtype("uint16")
         q = np.empty((B * H, problem.q_len, D), dt)
-        k = np.empty((B * Hkv, problem.kv_len, D), dt)
+        if getattr(problem, "page_size", 0):  # a paged cache: (num_blocks, page_size, Hkv, D)
+            nb = int(((problem.seqlens() + problem.page_size - 1) // problem.page_size).sum()) + 1
+            k = np.empty((nb, problem.page_size, Hkv, D), np.uint8 if problem.kv_dtype else dt)
+        else:
+            k = np.empty((B * Hkv, problem.kv_len, D), dt)
         launch(q, k, np.empty_like(k), np.empty_like(q), 0)
     finally:
         CUDADispatcher.__getitem__ = orig
@@ -128,6 +132,9 @@ def main(argv=None) -> int:
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--ptx", action="store_true", help="print the PTX too")
+    ap.add_argument("--page-size", type=int, default=0, help="a paged KV cache with this page size (paged phases)")
+    ap.add_argument("--kv-dtype", default="", help="paged: the cache format, float8_e4m3 or int8 (default: --dtype)")
+    ap.add_argument("--kv-scale", default="head", help="paged 8-bit cache: tensor, head or token scales")
     args = ap.parse_args(argv)
     params = {}
     for p in args.param:
@@ -135,6 +142,11 @@ def main(argv=None) -> int:
         params[k] = int(v) if v.lstrip("-").isdigit() else v
     prob = Problem(batch=args.batch, heads=args.heads, kv_heads=args.kv_heads, q_len=args.q_len, kv_len=args.kv_len,
                    head_dim=args.head_dim, dtype=args.dtype, causal=args.causal)
+    if args.page_size:
+        from numba_attn.spec.problem import PagedProblem
+
+        prob = PagedProblem(**prob.to_dict(), page_size=args.page_size, kv_dtype=args.kv_dtype,
+                            kv_scale=args.kv_scale)
     for name in args.phases:
         for rec in compile_phase(name, prob, params if len(args.phases) == 1 else None):
             print(f"{name:18s} {rec['kernel']:24s} regs={rec['regs']} stack={rec.get('stack_bytes')} "

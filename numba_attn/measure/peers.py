@@ -238,6 +238,10 @@ def measure_peer(name: str, problem: Problem, cfg) -> dict:
     if name not in PEERS:
         row.update(status=ERROR, reason=f"unknown peer {name!r} (peers: {', '.join(PEERS)})")
         return row
+    if getattr(problem, "page_size", 0):
+        row.update(status=SKIP, reason="SDPA reads no paged cache: its row is on the contiguous twin "
+                                       "(measure/bench.py contiguous_twin)")
+        return row
     reason = torch_status()
     if reason:
         row.update(status=SKIP, reason=reason)

@@ -144,6 +144,7 @@ class Phase:
     module: str = ""
     requires_cc: tuple | str | None = None  # (major, minor) minimum, or "sm_90a": exactly that target
     space: dict = field(default_factory=dict)  # tunable parameter → values to try (see expand_space)
+    layout: str = "contiguous"  # the KV cache it reads: "contiguous" (Problem) or "paged" (PagedProblem)
 
     def supports(self, problem, **params) -> str | None:
         """None when the phase can run ``problem``; otherwise the reason it cannot. A ``supports``
@@ -169,6 +170,9 @@ class Phase:
         return self.module.startswith("numba_attn.phases.")
 
     def _supports_base(self, problem) -> str | None:
+        paged = bool(getattr(problem, "page_size", 0))
+        if paged != (self.layout == "paged"):
+            return f"{'a paged' if paged else 'a contiguous'} KV cache: {self.name} reads a {self.layout} one"
         if problem.dtype not in self.dtypes:
             return f"dtype {problem.dtype} not supported (supports {', '.join(self.dtypes)})"
         if self.head_dims is not None and problem.head_dim not in self.head_dims:
@@ -245,7 +249,8 @@ def check_param(phase: str, key: str, default, value):
 
 def register_phase(*, name, order, title, parent, description, lineage, planned_speedup,
                    dtypes=("float32", "float16"), head_dims=None, causal=True, kind="prefill",
-                   precision=None, sim_params=None, supports=None, resolve=None, requires_cc=None, space=None):
+                   precision=None, sim_params=None, supports=None, resolve=None, requires_cc=None, space=None,
+                   layout="contiguous"):
     """Decorator registering a phase builder (see the module docstring)."""
 
     def deco(fn):
@@ -260,7 +265,7 @@ def register_phase(*, name, order, title, parent, description, lineage, planned_
             dtypes=tuple(dtypes), head_dims=tuple(head_dims) if head_dims else None, causal=causal,
             kind=kind, precision=precision, sim_params=dict(sim_params or {}), extra_supports=supports,
             resolver=resolve, module=fn.__module__, requires_cc=requires_cc,
-            space=dict(space or {}))
+            space=dict(space or {}), layout=layout)
         unknown = [k for k in _REGISTRY[name].space if k != "where" and k not in params]
         if unknown:
             raise ValueError(f"phase {name!r}: space names unknown parameters {unknown}")

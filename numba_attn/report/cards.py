@@ -43,7 +43,8 @@ def family(phase) -> str:
 
 
 def test_files(phase) -> list[str]:
-    return ["tests/test_phases.py", *FAMILY_TESTS.get(family(phase), ())]
+    paged = ["tests/test_paged.py"] if getattr(phase, "layout", "") == "paged" else []
+    return ["tests/test_phases.py", *FAMILY_TESTS.get(family(phase), ()), *paged]
 
 
 def docstring(phase) -> str:

@@ -134,6 +134,9 @@ class Problem:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Problem":
+        """The problem of ``to_dict`` (a :class:`PagedProblem` when ``d`` has a page size)."""
+        if cls is Problem and d.get("page_size"):
+            cls = PagedProblem
         fields = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in fields})
 
@@ -198,3 +201,104 @@ PRESETS["tc-bench"] = [Problem(batch=1, heads=32, q_len=4096, head_dim=d, dtype=
 PRESETS["long-context"] = [Problem(batch=1, heads=32, q_len=n, head_dim=128) for n in (4096, 8192, 16384, 32768)]
 PRESETS["long-context-fp16"] = [Problem(batch=1, heads=32, q_len=n, head_dim=128, dtype="float16")
                                 for n in (4096, 8192, 16384, 32768)]
+
+
+# -- paged KV cache (FlashAttention's ``flash_attn_with_kvcache`` layout) ----------------
+
+@dataclass(frozen=True)
+class PagedProblem(Problem):
+    """Decode against a paged KV cache: ``k_cache``/``v_cache`` (num_blocks,
+    page_size, kv_heads, head_dim), a block table (batch, max_blocks) of page
+    indices and per-sequence lengths. ``kv_len`` is the longest sequence;
+    ``ragged`` draws the lengths uniformly between ``kv_len // 32`` and
+    ``kv_len`` (else every sequence holds ``kv_len`` keys). ``kv_dtype``: ""
+    (the cache in ``dtype``), ``"float8_e4m3"`` or ``"int8"``, with scales
+    per ``kv_scale`` (``tensor``, ``head`` or ``token``). The layout (lengths,
+    a shuffled block table, scales) depends on ``seed`` only, the values on
+    the seed of :meth:`inputs`."""
+
+    page_size: int = 16
+    kv_dtype: str = ""
+    kv_scale: str = "head"
+    ragged: bool = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        from numba_attn.spec.paged import validate_paged_problem  # (spec/paged.py: NumPy only, not this module)
+
+        validate_paged_problem(self)
+
+    @property
+    def cache_dtype(self) -> str:
+        return self.kv_dtype or self.dtype
+
+    def layout(self):
+        """(block_table, seqlens, k_scale, v_scale) of this problem (NumPy; scales None
+        for a 16-bit cache)."""
+        from numba_attn.spec.paged import problem_layout
+
+        return problem_layout(self)
+
+    def inputs(self, seed: int | None = None):
+        from numba_attn.spec.paged import problem_inputs
+
+        return problem_inputs(self, self.seed if seed is None else seed)
+
+    def seqlens(self):
+        return self.layout()[1]
+
+    def pairs_per_head(self) -> int:
+        return sum(_causal_pairs(self.q_len, n) if self.causal and n >= self.q_len else self.q_len * n
+                   for n in map(int, self.seqlens())) // self.batch
+
+    def flops(self) -> int:
+        return 4 * self.batch * self.heads * self.head_dim * self.pairs_per_head()
+
+    def kv_bytes(self) -> int:
+        """Bytes of K and V a kernel reads: the keys of every sequence, once, and their
+        float32 scales when there is one per token."""
+        from numba_attn.spec.paged import cache_itemsize
+
+        n = int(self.seqlens().sum()) * self.kv_heads
+        scales = 2 * n * 4 if self.kv_dtype and self.kv_scale == "token" else 0
+        return 2 * n * self.head_dim * cache_itemsize(self.cache_dtype) + scales
+
+    def min_bytes(self) -> int:
+        q = o = self.batch * self.heads * self.q_len * self.head_dim * self.itemsize
+        return q + o + self.kv_bytes()
+
+    @property
+    def label(self) -> str:
+        s = super().label + f" paged P{self.page_size}"
+        if self.kv_dtype:
+            s += f" {SHORT_KV.get(self.kv_dtype, self.kv_dtype)}/{self.kv_scale}"
+        if self.ragged:
+            s += " ragged"
+        return s
+
+
+SHORT_KV = {"float8_e4m3": "fp8", "int8": "int8"}
+
+# Paged decode (issue 18): page sizes, 8-bit caches and ragged lengths at the
+# decode shapes of the contiguous presets (B ∈ {1, 8, 32}, KV ∈ {4k, 32k}).
+PRESETS["paged"] = [
+    PagedProblem(batch=b, heads=32, q_len=1, kv_len=n, head_dim=128, dtype="float16", page_size=p, ragged=r)
+    for b in (1, 8, 32) for n in (4096, 32768) for p in (16, 64, 256) for r in (False, True)
+] + [
+    PagedProblem(batch=b, heads=32, kv_heads=8, q_len=1, kv_len=n, head_dim=128, dtype="float16", page_size=64)
+    for b in (1, 8) for n in (4096, 32768)
+]
+PRESETS["paged-8bit"] = [
+    PagedProblem(batch=b, heads=32, q_len=1, kv_len=n, head_dim=128, dtype="float16", page_size=64,
+                 kv_dtype=kd, kv_scale=sc)
+    for b in (1, 8) for n in (16384, 32768) for kd, sc in (("float8_e4m3", "tensor"), ("float8_e4m3", "head"),
+                                                              ("int8", "head"), ("int8", "token"))
+]
+PRESETS["paged-small"] = [
+    PagedProblem(batch=8, heads=32, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64, ragged=True),
+    PagedProblem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64),
+    PagedProblem(batch=8, heads=32, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64,
+                 kv_dtype="float8_e4m3", kv_scale="head"),
+    PagedProblem(batch=8, heads=32, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64,
+                 kv_dtype="int8", kv_scale="token"),
+]

@@ -457,3 +457,159 @@ def split_k_launch(problem, fused, warps, lanes, rows, keys, splits, blocks_per_
                              problem.group, problem.causal, splits == 1, fused, blocks_per_sm)
     return split_launch(problem, kern, float32(problem.sm_scale), warps, lanes, rows, keys, splits,
                         counters=fused, combine=not fused)
+
+
+# -- paged KV cache (decode_paged) ---------------------------------------------------------
+
+PAGED_KV8 = {"": 0, "float8_e4m3": 1, "int8": 2}  # the cache format a paged kernel is compiled for
+PAGED_TOKEN_SCALE = {"tensor": 0, "head": 0, "token": 1}  # scale rows per token (else one row per head)
+
+
+def check_paged_problem(problem) -> str | None:
+    """The paged phases run paged problems only (``PagedProblem``: page_size, block table)."""
+    if not getattr(problem, "page_size", 0):
+        return "paged phase: needs a paged KV cache (a PagedProblem with page_size and block table)"
+    return None
+
+
+@device
+def fp8_e4m3_to_f32(b):
+    """One float8 e4m3fn byte (an int 0..255) → float32, exact: subnormals (exponent
+    0) are m · 2⁻⁹, normals (8 + m) · 2^(e−10); 0x7F/0xFF are NaN (no infinities)."""
+    x = int32(b)
+    e = (x >> 3) & 15
+    mm = x & 7
+    mant = mm + 8 if e > 0 else mm
+    val = float32(mant) * float32(1 << max(e, 1)) * float32(0.0009765625)
+    if e == 15 and mm == 7:
+        val = float32(math.nan)
+    return -val if x >= 128 else val
+
+
+@device
+def int8_to_f32(b):
+    """One int8 byte (as an int 0..255) → float32."""
+    x = int32(b)
+    return float32(x - 256 if x >= 128 else x)
+
+
+@functools.cache
+def paged_keys(D: int, VW: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN: bool):
+    """``load_keys`` of a warp-step kernel over a paged cache: key ``jj`` of sequence
+    ``b`` is cache row ``table[b, jj // P] · P + jj % P`` of the (num_blocks·P, Hkv, D)
+    view. When pages hold whole warp steps (``P % KS == 0``: steps are aligned to KS)
+    the page index is read once per step, else once per key. ``KV8``: 0 a 16-bit cache
+    (16-byte loads, as ``chunk_steps``), 1 fp8 e4m3, 2 int8: the (…, D/4) uint32 view,
+    two words per 8 elements, dequantized and multiplied by the row's scale
+    (``ks``/``vs``: (1, Hkv) per tensor or head, (num_blocks·P, Hkv) per ``TOKEN``)."""
+    E = D // L
+    NV = E // VW
+    KW = WARP_SIZE // L
+    LOGP = P.bit_length() - 1
+    ldv = ldg_f32x4 if VW == 4 else ldg_f16x8
+    dq = fp8_e4m3_to_f32 if KV8 == 1 else int8_to_f32
+    STEP = P % KS == 0  # a step never crosses a page
+
+    @device
+    def load_keys(k, v, KK, VV, table, b, h, js, j0, hi, sub, ks, vs):
+        pg = table[b, js >> LOGP] if STEP else 0
+        for t in range(T):
+            jj = min(j0 + t * KW, hi - 1)
+            page = pg if STEP else table[b, jj >> LOGP]
+            row = page * P + (jj & (P - 1))
+            if KV8 == 0:
+                for u in range(NV):
+                    kx = ldv(k, row, h, (sub + L * u) * VW)
+                    vx = ldv(v, row, h, (sub + L * u) * VW)
+                    for x in range(VW):
+                        KK[t, u * VW + x] = kx[x]
+                        VV[t, u * VW + x] = vx[x]
+            else:
+                srow = row if TOKEN else 0
+                sk = ks[srow, h]
+                sv = vs[srow, h]
+                for u in range(NV):
+                    c = (sub + L * u) * 2  # word of the chunk's first element (8 bytes: 2 words)
+                    for wi in range(2):
+                        kw = k[row, h, c + wi]
+                        vw = v[row, h, c + wi]
+                        for x in range(4):
+                            KK[t, u * VW + 4 * wi + x] = dq((kw >> (8 * x)) & 255) * sk
+                            VV[t, u * VW + 4 * wi + x] = dq((vw >> (8 * x)) & 255) * sv
+
+    return load_keys
+
+
+def paged_scales(problem, ks, vs):
+    """Host scales → the float32 (rows, Hkv) device arrays the kernels index (a dummy
+    (1, 1) for a 16-bit cache)."""
+    Hkv = problem.kv_heads
+    out = []
+    for s in (ks, vs):
+        if s is None:
+            out.append(np.zeros((1, 1), np.float32))
+            continue
+        a = np.asarray(s, np.float32)
+        a = np.full((1, Hkv), float(a), np.float32) if a.ndim == 0 else a.reshape(-1, Hkv)
+        out.append(np.ascontiguousarray(a))
+    return tuple(cuda.to_device(a) for a in out)
+
+
+class PagedLayout:
+    """The block table, lengths and scales a paged launch reads: a call's own
+    (``decode_paged``) or, when a call gives none (the runner), the problem's
+    :meth:`PagedProblem.layout`, uploaded once at the first call."""
+
+    def __init__(self, problem):
+        self.problem = problem
+        self._own = None
+
+    def own(self):
+        if self._own is None:
+            table, seqlens, ks, vs = self.problem.layout()
+            self._own = (cuda.to_device(table), cuda.to_device(seqlens)) + paged_scales(self.problem, ks, vs)
+        return self._own
+
+
+def paged_cache_view(problem, k):
+    """A (num_blocks, P, Hkv, D) cache as the (num_blocks·P, Hkv, ·) view the kernels
+    index: the elements of a 16-bit cache, the uint32 words of an 8-bit one."""
+    from numba_attn.gpu.arrays import view_as
+
+    nb, P, Hkv, D = k.shape
+    if getattr(problem, "kv_dtype", ""):
+        if k.dtype != np.uint8:
+            k = view_as(k, np.uint8)
+        k = view_as(k.reshape(nb * P, Hkv, D), np.uint32)
+        return k
+    return k.reshape(nb * P, Hkv, D)
+
+
+def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, notes=""):
+    """The :class:`Launch`: grid (split, row block of a sequence's KV head), the
+    workspace, the combine kernel unless fused; ``run(q, k_cache, v_cache, o, stream,
+    layout=None)`` with ``layout`` (table, seqlens, k_scale, v_scale) device arrays,
+    else the problem's own (:class:`PagedLayout`)."""
+    B, H, Hkv, Nq, D = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.head_dim
+    S = splits
+    n_rc, chunk = split_layout(problem, warps, rows, lanes, keys, S)
+    grid = (S, B * Hkv * n_rc)
+    part_o, part_lse = split_workspace(max(S, 2), B * H * Nq, D)  # (every split writes a partial)
+    kernels = [kern]
+    if not fused:
+        comb = make_combine_kernel(Nq)
+        kernels.append(comb)
+    cnt = zeroed_counters(B * Hkv * n_rc)
+    own = PagedLayout(problem)
+
+    def run(q, k, v, o, stream=0, layout=None):
+        table, seqlens, ks, vs = layout or own.own()
+        kc, vc = paged_cache_view(problem, k), paged_cache_view(problem, v)
+        check_alignment(kc, vc)
+        kern[grid, warps * WARP_SIZE, stream](q, kc, vc, o, part_o, part_lse, cnt, scale, Hkv, table, seqlens, ks,
+                                              vs, chunk, S)
+        if not fused:
+            comb[B * H * Nq, D, stream](part_o, part_lse, o, S)
+
+    return Launch(run, kernels=kernels, workspace_bytes=part_o.nbytes + part_lse.nbytes,
+                  notes=f"S={S} splits of {chunk} keys, P={problem.page_size}, {tile_notes(lanes, keys, rows, warps)}{notes}")

@@ -1,0 +1,235 @@
+"""Decode over a paged KV cache (issue 18): ``decode_paged`` and the paged phases against
+the float64 paged reference, in the simulator, on tiny shapes: block tables with repeated and
+out-of-order pages, a page partly filled, a length-0 sequence, GQA, causal q_len 2-4, fp8 e4m3
+and int8 caches (bit-exact dequantization), and input checks."""
+import numpy as np
+import pytest
+
+import numba_attn as na
+from numba_attn.measure.config import RunConfig
+from numba_attn.measure.row import measure
+from numba_attn.phases.registry import get_phase
+from numba_attn.spec.errors import AttentionInputError
+from numba_attn.spec.paged import dequantize, fp8_e4m3_decode, paged_reference
+from numba_attn.spec.problem import PagedProblem, Problem
+from numba_attn.gpu.jit import kernel
+from numba_attn.phases.decode.common import fp8_e4m3_to_f32, int8_to_f32
+from numba import cuda  # noqa: E402  (after numba_attn: the backend is chosen first)
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+PAGED = [p.name for p in na.list_phases() if p.layout == "paged"]
+SIM = {name: get_phase(name).sim_params for name in PAGED}
+
+
+def _caches(rng, nb, P, Hkv, D, kv_dtype=""):
+    x = [rng.standard_normal((nb, P, Hkv, D), dtype=np.float32) for _ in range(2)]
+    if kv_dtype == "float8_e4m3":
+        return [(a * 40).astype(ml_dtypes.float8_e4m3fn) for a in x]
+    if kv_dtype == "int8":
+        return [np.clip(np.rint(a * 30), -127, 127).astype(np.int8) for a in x]
+    return [a.astype(np.float16) for a in x]
+
+
+def _run(phase, q, kc, vc, table, lens, causal=False, kv_dtype="", ks=None, vs=None, **params):
+    out = na.decode_paged(q, kc, vc, table, lens, causal=causal, k_scale=ks, v_scale=vs, phase=phase,
+                          **{**SIM[phase], **params})
+    ref = paged_reference(q, kc, vc, table, lens, causal=causal, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    c = na.check(out, ref, dtype="float16")
+    assert c.ok, c.reason
+    return out, ref
+
+
+# -- 8-bit formats ---------------------------------------------------------------------------
+
+def test_fp8_e4m3_model_is_bit_exact():
+    codes = np.arange(256, dtype=np.uint8)
+    ours = fp8_e4m3_decode(codes)
+    theirs = codes.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    assert np.array_equal(np.isnan(ours), np.isnan(theirs))
+    ok = ~np.isnan(theirs)
+    assert np.array_equal(ours[ok].view(np.uint32), theirs[ok].view(np.uint32))  # -0.0 included
+
+
+def test_device_dequantization_is_bit_exact():
+    @kernel
+    def decode_all(codes, fp8, i8):
+        i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        if i < codes.size:
+            fp8[i] = fp8_e4m3_to_f32(codes[i])
+            i8[i] = int8_to_f32(codes[i])
+
+    codes = np.arange(256, dtype=np.uint32)
+    fp8, i8 = np.zeros(256, np.float32), np.zeros(256, np.float32)
+    decode_all[4, 64](codes, fp8, i8)
+    model = fp8_e4m3_decode(codes.astype(np.uint8))
+    assert np.array_equal(np.isnan(fp8), np.isnan(model))
+    assert np.array_equal(fp8[~np.isnan(model)].view(np.uint32), model[~np.isnan(model)].view(np.uint32))
+    assert np.array_equal(i8, codes.astype(np.uint8).view(np.int8).astype(np.float32))
+
+
+# -- the phases against the reference ----------------------------------------------------------
+
+@pytest.mark.parametrize("phase", PAGED)
+def test_repeated_out_of_order_pages_partial_page_and_empty_sequence(phase):
+    """Four sequences over 5 pages of 16: out of order, a page shared by two sequences
+    (and repeated within one), a partly filled last page, a sequence of length 0 (zeros)."""
+    rng = np.random.default_rng(1)
+    B, H, Hkv, D, P = 4, 4, 2, 16, 16
+    kc, vc = _caches(rng, 5, P, Hkv, D)
+    table = np.array([[3, 0, 4], [4, 1, 4], [2, 0, 0], [0, 0, 0]], np.int32)
+    lens = np.array([40, 37, 9, 0], np.int32)
+    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
+    out, _ = _run(phase, q, kc, vc, table, lens)
+    assert not out[3].any()  # the empty sequence: zeros
+
+
+@pytest.mark.parametrize("phase,params,P", [
+    ("paged_split_k", {"lanes": 2, "keys": 1}, 32),  # a page holds a warp step (16 keys): one index per step
+    ("paged_split_k", {"lanes": 1, "keys": 2}, 16),  # a step of 64 keys spans 4 pages: one index per key
+    ("paged_mma", {"Bc": 32}, 16),  # a 32-key tile spans two pages: one index per row
+    ("paged_mma", {"Bc": 16}, 64),  # 4 tiles per page
+    ("paged_split_k", {}, 256),  # the largest page: both sequences in one page each
+])
+def test_page_smaller_or_larger_than_a_tile(phase, params, P):
+    rng = np.random.default_rng(5)
+    B, H, Hkv, D = 2, 2, 1, 16
+    nb = -(-150 // P) + 1
+    kc, vc = _caches(rng, nb, P, Hkv, D)
+    table = np.stack([rng.permutation(nb)[: -(-150 // P)] for _ in range(B)]).astype(np.int32)  # shared pages
+    lens = np.array([150, 77], np.int32)
+    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
+    _run(phase, q, kc, vc, table, lens, **params)
+
+
+@pytest.mark.parametrize("phase", PAGED)
+def test_gqa_causal_speculative(phase):
+    """GQA (group 2) with q_len 3, causal (the queries are the sequences' last positions), D 32, P 32."""
+    rng = np.random.default_rng(2)
+    B, H, Hkv, Nq, D, P = 2, 4, 2, 3, 32, 32
+    kc, vc = _caches(rng, 4, P, Hkv, D)
+    table = np.array([[2, 0], [1, 3]], np.int32)
+    lens = np.array([45, 3], np.int32)
+    q = rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(np.float16)
+    _run(phase, q, kc, vc, table, lens, causal=True)
+
+
+@pytest.mark.parametrize("kv_dtype,scale", [("float8_e4m3", "tensor"), ("float8_e4m3", "head"),
+                                            ("int8", "head"), ("int8", "token")])
+def test_8bit_caches(kv_dtype, scale):
+    """fp8/int8 caches against the reference on the dequantized cache (float16's tolerance),
+    and against the 16-bit cache of the same values (quantization error only)."""
+    rng = np.random.default_rng(3)
+    B, H, Hkv, D, P, NB = 2, 2, 2, 16, 16, 4
+    kc, vc = _caches(rng, NB, P, Hkv, D, kv_dtype)
+    shape = {"tensor": (), "head": (Hkv,), "token": (NB, P, Hkv)}[scale]
+    ks = np.asarray(rng.uniform(0.02, 0.04, shape), np.float32)
+    vs = np.asarray(rng.uniform(0.02, 0.04, shape), np.float32)
+    table = np.array([[1, 3], [0, 2]], np.int32)
+    lens = np.array([29, 17], np.int32)
+    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
+    out, ref = _run("paged_split_k", q, kc, vc, table, lens, kv_dtype=kv_dtype, ks=ks, vs=vs)
+    k16 = dequantize(kc, kv_dtype, ks).astype(np.float16)
+    v16 = dequantize(vc, kv_dtype, vs).astype(np.float16)
+    out16 = na.decode_paged(q, k16, v16, table, lens, phase="paged_split_k", **SIM["paged_split_k"])
+    rel = np.linalg.norm(out.astype(np.float64) - out16) / np.linalg.norm(out16.astype(np.float64))
+    assert rel < 5e-3  # the same values: only the fp16 rounding of the dequantized cache differs
+
+
+@pytest.mark.parametrize("phase", PAGED)
+def test_runner_on_paged_problems(phase):
+    """The runner checks a paged phase on a PagedProblem (shuffled table, ragged lengths) and
+    skips it on a contiguous one; a contiguous phase skips the paged problem."""
+    cfg = RunConfig(seeds=(7,))
+    p = PagedProblem(batch=3, heads=4, kv_heads=1, q_len=1, kv_len=50, head_dim=16, dtype="float16",
+                     page_size=16, ragged=True)
+    row = measure(phase, p, cfg, **SIM[phase])
+    assert row["status"] == "OK", row["reason"]
+    assert measure(phase, Problem(heads=2, q_len=1, kv_len=40, head_dim=16, dtype="float16"), cfg)["status"] == "SKIP"
+    assert measure("decode_split_k_lean", p, cfg)["status"] == "SKIP"
+
+
+def test_runner_8bit_problem():
+    p = PagedProblem(batch=2, heads=2, q_len=1, kv_len=40, head_dim=16, dtype="float16", page_size=32,
+                     kv_dtype="int8", kv_scale="token", ragged=True)
+    row = measure("paged_split_k", p, RunConfig(seeds=(7,)), **SIM["paged_split_k"])
+    assert row["status"] == "OK", row["reason"]
+
+
+# -- input checks --------------------------------------------------------------------------------
+
+def _good():
+    rng = np.random.default_rng(4)
+    kc, vc = _caches(rng, 3, 16, 1, 16)
+    q = np.zeros((2, 2, 1, 16), np.float16)
+    return q, kc, vc, np.array([[0, 1], [2, 0]], np.int32), np.array([20, 5], np.int32)
+
+
+@pytest.mark.parametrize("change,match", [
+    (lambda a: a[3].__setitem__((0, 1), 3), r"block_table\[0, 1\] = 3: page index out of range"),
+    (lambda a: a[3].__setitem__((1, 0), -1), r"block_table\[1, 0\] = -1"),
+    (lambda a: a[4].__setitem__(1, 33), r"cache_seqlens\[1\] = 33 is beyond the block table"),
+    (lambda a: a[4].__setitem__(0, -2), r"cache_seqlens\[0\] = -2 is negative"),
+    (lambda a: a.__setitem__(3, a[3].astype(np.int64)), "block_table must be int32"),
+    (lambda a: a.__setitem__(4, a[4][:1]), r"cache_seqlens must be int32 of shape \(2,\)"),
+    (lambda a: a.__setitem__(0, a[0].astype(np.float32)), "q must be float16 or bfloat16"),
+    (lambda a: a.__setitem__(1, a[1].astype(np.float32)), "k_cache dtype float32 != v_cache"),
+    (lambda a: a.__setitem__(1, a[1][:, :8]), "k_cache .* and v_cache .* differ"),
+    (lambda a: [a.__setitem__(i, a[i][:, :8]) for i in (1, 2)], "page_size .* must be one of 16, 32"),
+    (lambda a: a.__setitem__(0, a[0][..., :8]), "k_cache head_dim 16 != q head_dim 8"),
+])
+def test_bad_input_is_refused_before_launch(change, match):
+    args = list(_good())
+    change(args)
+    with pytest.raises(AttentionInputError, match=match):
+        na.decode_paged(*args)
+
+
+def test_8bit_scales_and_causal_lengths_are_checked():
+    q, kc, vc, table, lens = _good()
+    k8, v8 = (np.clip(np.rint(a.astype(np.float32) * 30), -127, 127).astype(np.int8) for a in (kc, vc))
+    with pytest.raises(AttentionInputError, match="k_scale is required for a int8 cache"):
+        na.decode_paged(q, k8, v8, table, lens)
+    with pytest.raises(AttentionInputError, match=r"v_scale shape \(3,\) != \(1,\)"):
+        na.decode_paged(q, k8, v8, table, lens, k_scale=np.ones(1, np.float32), v_scale=np.ones(3, np.float32))
+    f8 = kc.astype(ml_dtypes.float8_e4m3fn)
+    with pytest.raises(AttentionInputError, match="token scale is not supported for float8_e4m3"):
+        na.decode_paged(q, f8, f8, table, lens, k_scale=np.ones((3, 16, 1)), v_scale=np.ones((3, 16, 1)))
+    with pytest.raises(AttentionInputError, match="k_scale/v_scale are for 8-bit caches"):
+        na.decode_paged(q, kc, vc, table, lens, k_scale=1.0, v_scale=1.0)
+    q3 = np.zeros((2, 2, 3, 16), np.float16)
+    with pytest.raises(AttentionInputError, match=r"causal: cache_seqlens\[1\] = 2 < q_len 3"):
+        na.decode_paged(q3, kc, vc, table, np.array([20, 2], np.int32), causal=True)
+
+
+def test_device_arrays_and_cpu_tensors():
+    """numba device arrays in, a device array out; PyTorch CPU tensors (an fp8 cache as
+    torch.float8_e4m3fn, a 0-d tensor scale) in, a tensor out."""
+    rng = np.random.default_rng(6)
+    kc, vc = _caches(rng, 3, 16, 1, 16, "float8_e4m3")
+    q = rng.standard_normal((2, 2, 1, 16), dtype=np.float32).astype(np.float16)
+    table, lens = np.array([[2, 0], [1, 1]], np.int32), np.array([20, 16], np.int32)
+    k16, v16 = kc.astype(np.float16), vc.astype(np.float16)
+    out = na.decode_paged(*(cuda.to_device(a) for a in (q, k16, v16, table, lens)), phase="paged_split_k",
+                          **SIM["paged_split_k"])
+    assert na.check(out.copy_to_host(), paged_reference(q, k16, v16, table, lens), dtype="float16").ok
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("this PyTorch has no float8_e4m3fn")
+    tk, tv = (torch.from_numpy(a.view(np.uint8)).view(torch.float8_e4m3fn) for a in (kc, vc))
+    out = na.decode_paged(torch.from_numpy(q), tk, tv, torch.from_numpy(table), torch.from_numpy(lens),
+                          k_scale=torch.tensor(0.03), v_scale=0.03, phase="paged_split_k", **SIM["paged_split_k"])
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float16
+    ref = paged_reference(q, kc, vc, table, lens, kv_dtype="float8_e4m3", k_scale=0.03, v_scale=0.03)
+    assert na.check(out.numpy(), ref, dtype="float16").ok
+
+
+def test_paged_problem_round_trips_through_a_row():
+    """A worker process rebuilds the problem from its row (``Problem.from_dict``): it stays paged."""
+    p = PagedProblem(batch=2, heads=2, q_len=1, kv_len=40, head_dim=16, dtype="float16", page_size=32,
+                     kv_dtype="int8", kv_scale="token", ragged=True)
+    assert Problem.from_dict(p.to_dict()) == p
+    assert "paged P32 int8/token ragged" in p.label
+    n = int(p.seqlens().sum()) * 2  # keys × KV heads
+    assert p.min_bytes() == 2 * (2 * 2 * 1 * 16 * 2) + 2 * n * 16 + 2 * n * 4  # q, o (fp16); K, V (int8); scales
