@@ -133,8 +133,8 @@ if IS_SIMULATOR:
             raise RuntimeError(f"{what}: transaction count {tx} out of the hardware's range ±{MAX_COUNT}")
         if pending == 0 and tx == 0:
             pending, phase = expected, phase ^ 1
-            _cond.notify_all()
         w[i] = pack_state(pending, expected, tx, phase)
+        _cond.notify_all()  # every change: a waiter re-checks its phase (and lands queued copies)
         return old
 
     def complete_tx(bars, i, nbytes):
@@ -149,6 +149,7 @@ if IS_SIMULATOR:
         with _cond:
             _, _, key, mgr = _checked(bars, i, "async copy")
             mgr.__dict__.setdefault("_numba_attn_mbar_copies", {}).setdefault(key, []).append(do)
+            _cond.notify_all()  # a thread already waiting lands the copy (the data arrives at the wait)
 
     def _run_copies(key, mgr):
         copies = mgr.__dict__.get("_numba_attn_mbar_copies", {}).pop(key, [])
