@@ -10,6 +10,10 @@
 * :func:`make_split_kernel` — the split-K kernel of ``decode_split_k`` and,
   with ``FUSED``, of ``decode_split_k_fused`` (the combine done by the last
   block of each row block: one launch).
+* :func:`make_lean_kernel` — the kernel of ``decode_split_k_lean`` and, with a
+  page size, of ``paged_split_k`` (the key rows found through a block table).
+* :func:`make_mma_kernel` — the kernel of ``decode_mma`` and, with a page size,
+  of ``paged_mma``; their ``supports`` checks and ``resolve``.
 * The split-K workspace: partial outputs, log-sum-exps, counters.
 """
 from __future__ import annotations
@@ -21,14 +25,19 @@ import numpy as np
 
 from numba_attn.gpu.backend import IS_SIMULATOR  # first: chooses the backend before numba is imported
 
-from numba import cuda, float32, int32  # noqa: E402
+from numba import cuda, float32, int32, uint32  # noqa: E402
 
-from numba_attn.gpu.device_functions import (NEG_BIG, combine_splits, ldg_f16x8, ldg_f32x4, merge_state,  # noqa: E402
-                                             merge_state2, state_lse)
+from numba_attn.gpu.device_functions import (NEG_BIG, combine_splits, fragment_rescale,  # noqa: E402
+                                             fragment_softmax, ldg_f16x8, ldg_f32x4, merge_state, merge_state2,
+                                             state_lse)
+from numba_attn.gpu.intrinsics import (cp_async16_flat, cp_async16_flat_l2_256, cp_async_commit,  # noqa: E402
+                                       cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans, mma_f16, pack_f16x2)
 from numba_attn.gpu.jit import device, kernel  # noqa: E402
-from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT  # noqa: E402
+from numba_attn.gpu.pdl import launch_dependents  # noqa: E402
+from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT, dynamic_tile, smem_reason, swizzle_row_chunks  # noqa: E402
 from numba_attn.gpu.split_k import make_combine_kernel, sm_count, split_plan  # noqa: E402
-from numba_attn.gpu.warp import WARP_SIZE, group_sum, strided_max, strided_sum  # noqa: E402
+from numba_attn.gpu.warp import (FULL_MASK, WARP_SIZE, group_sum, quad_sum, shfl_sync,  # noqa: E402
+                                 shfl_xor_sync, strided_max, strided_sum, syncwarp)
 from numba_attn.phases.registry import Launch  # noqa: E402
 
 MAX_Q_LEN = 8  # query positions per sequence a decode kernel takes; longer is prefill
@@ -450,6 +459,173 @@ def make_split_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int
     return decode_split_k_fused
 
 
+
+def _log2(n: int) -> int:
+    return n.bit_length() - 1
+
+
+def score_plan(L: int, RB: int, T: int):
+    """(NP, SPL, NR): the RB·T partial dot products of a lane are padded to
+    NP (a power of two); SPL reduce-scatter stages halve them (offsets L/2,
+    L/4, ...), the remaining log2(L) − SPL stages are plain xor-sums of the NR
+    = NP / 2^SPL values a lane still holds. Afterwards value v sits in lane
+    ``(v // NR) · (L >> SPL)`` of its group (and the lanes just above it)."""
+    NP = 1
+    while NP < RB * T:
+        NP *= 2
+    SPL = min(_log2(NP), _log2(L))
+    return NP, SPL, NP >> SPL
+
+
+@functools.cache
+def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool, FINAL: bool,
+                     FUSED: bool, MINB: int = 1, P: int = 0, KV8: int = 0, TOKEN: bool = False):
+    """The kernel of ``decode_split_k_lean`` (reduce-scatter scores, exp2, lazy
+    rescale) and, with a page size ``P`` > 0, of ``paged_split_k``: a key row found
+    through the block table (:func:`paged_keys`; ``KV8``/``TOKEN``: an 8-bit cache
+    and its scales), the sequence's own length ``seqlens[b]``, every split writing
+    a partial (a length-0 sequence gets zeros)."""
+    PAGED = P > 0
+    load_rows, load_keys, _, merge_lanes, write_rows, combine_last = chunk_steps(
+        D, VW, L, T, NW, RB, Nq, G, causal, FINAL, BASE2=True)
+    E = D // L  # elements of a row per lane
+    KW = WARP_SIZE // L  # lane groups per warp
+    KS = KW * T  # keys per warp step: T keys per group
+    if PAGED:
+        load_keys = paged_keys(D, VW, L, T, P, KS, KV8, TOKEN)
+    NT = NW * WARP_SIZE
+    NRC = (G * Nq + RB - 1) // RB  # row blocks per KV head
+    NP, SPL, NR = score_plan(L, RB, T)
+    LOG2L = _log2(L)
+    HALF = max(1, NP // 2)
+    SRC = L >> SPL  # lanes of a group that share one reduced value set
+    NV_RT = RB * T
+
+    @device
+    def lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, chunk, S,
+                   sm_m, sm_l, sm_o, sm_last):
+        Qr = cuda.local.array((RB, E), float32)
+        acc = cuda.local.array((RB, E), float32)
+        m = cuda.local.array(RB, float32)
+        l = cuda.local.array(RB, float32)
+        lim = cuda.local.array(RB, int32)
+        KK = cuda.local.array((T, E), float32)
+        VV = cuda.local.array((T, E), float32)
+        sc = cuda.local.array((RB, T), float32)
+        vals = cuda.local.array(NP, float32)
+        split = cuda.blockIdx.x
+        kvh = cuda.blockIdx.y // NRC  # b * Hkv + kv head
+        row0 = (cuda.blockIdx.y - kvh * NRC) * RB  # first of this block's query rows (g * Nq + i)
+        lo = split * chunk  # this block's keys: [lo, hi)
+        hi = min(Nk, lo + chunk)
+        tid = cuda.threadIdx.x
+        w = tid // WARP_SIZE
+        lane = tid % WARP_SIZE
+        grp = lane // L
+        sub = lane % L
+        load_rows(q, Qr, acc, m, l, lim, kvh, row0, sub, scale, hi, Nk)
+        n_steps = max(0, (hi - lo + KS - 1) // KS)  # 0 for a split past the end
+        for step in range(w, n_steps, NW):  # warp-uniform: the shuffles stay convergent
+            j0 = lo + step * KS + grp  # this group's keys: j0 + t * KW
+            if PAGED:
+                load_keys(k, v, KK, VV, table, seq, kvh - seq * Hkv, lo + step * KS, j0, hi, sub, ks, vs)
+            else:
+                load_keys(k, v, KK, VV, kvh, j0, hi, sub)
+            for r in range(RB):
+                for t in range(T):
+                    s = float32(0.0)
+                    for e in range(E):
+                        s += Qr[r, e] * KK[t, e]
+                    vals[r * T + t] = s
+            for vi in range(NV_RT, NP):
+                vals[vi] = float32(0.0)
+            # reduce-scatter over the L lanes of the group: each stage sends half of the
+            # values still held and keeps the other half (NP - 1 shuffles instead of
+            # RB·T·log2(L)), then plain xor-sums for the stages left
+            for st in range(SPL):
+                off = L >> (st + 1)
+                half = NP >> (st + 1)
+                up = (sub & off) != 0
+                for i in range(HALF):
+                    if i < half:
+                        a = vals[i]
+                        b = vals[i + half]
+                        send = a if up else b
+                        keep = b if up else a
+                        vals[i] = keep + shfl_xor_sync(FULL_MASK, send, off)
+            for st in range(SPL, LOG2L):
+                off = L >> (st + 1)
+                for i in range(NR):
+                    vals[i] += shfl_xor_sync(FULL_MASK, vals[i], off)
+            # all-gather: every lane of the group gets the RB·T scores
+            for vi in range(NV_RT):
+                if L == 1:
+                    sc[vi // T, vi % T] = vals[vi]
+                else:
+                    sc[vi // T, vi % T] = shfl_sync(FULL_MASK, vals[vi % NR], grp * L + (vi // NR) * SRC)
+            for r in range(RB):  # one online-softmax update per row for the T keys (base 2)
+                m_old = m[r]
+                m_new = m_old
+                for t in range(T):
+                    if j0 + t * KW < lim[r]:
+                        m_new = max(m_new, sc[r, t])
+                lsum = float32(0.0)
+                for t in range(T):
+                    p = math.exp2(sc[r, t] - m_new) if j0 + t * KW < lim[r] else float32(0.0)
+                    sc[r, t] = p
+                    lsum += p
+                if m_new > m_old:  # rescale only when the row's maximum moved
+                    corr = math.exp2(m_old - m_new)
+                    m[r] = m_new
+                    l[r] = l[r] * corr + lsum
+                    for e in range(E):
+                        acc[r, e] *= corr
+                else:
+                    l[r] += lsum
+                for e in range(E):
+                    a = acc[r, e]
+                    for t in range(T):
+                        a += sc[r, t] * VV[t, e]
+                    acc[r, e] = a
+        merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub)  # base 2: exp2
+        cuda.syncthreads()
+        write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o)  # lse back to natural units
+        if PAGED:
+            if Nk == 0 and split == 0:  # an empty sequence: a zero partial of weight 1, the output is zeros
+                for idx in range(tid, RB * D, NT):  # the threads that wrote the log-sum-exps (d = 0)
+                    r = idx // D
+                    if idx == r * D and row0 + r < G * Nq:
+                        bh = kvh * G + (row0 + r) // Nq
+                        part_lse[0, bh * Nq + (row0 + r) % Nq] = float32(0.0)
+        if FUSED and not FINAL:
+            combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid)
+
+    if PAGED:
+        @kernel(launch_bounds=(NT, MINB))
+        def paged_split_k(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, chunk, S):
+            sm_m = cuda.shared.array((NW, RB), float32)
+            sm_l = cuda.shared.array((NW, RB), float32)
+            sm_o = cuda.shared.array((NW, RB, D), float32)
+            sm_last = cuda.shared.array(1, int32)
+            seq = cuda.blockIdx.y // NRC // Hkv
+            lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, seqlens[seq], seq, table, ks, vs, chunk,
+                       S, sm_m, sm_l, sm_o, sm_last)  # the sequence's own number of keys
+
+        return paged_split_k
+
+    @kernel(launch_bounds=(NT, MINB))
+    def decode_split_k_lean(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, chunk, S):
+        sm_m = cuda.shared.array((NW, RB), float32)
+        sm_l = cuda.shared.array((NW, RB), float32)
+        sm_o = cuda.shared.array((NW, RB, D), float32)
+        sm_last = cuda.shared.array(1, int32)
+        # (no block table, no scales: Nk, k and scale stand in for them, unused)
+        lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, Nk, k, scale, scale, chunk, S,
+                   sm_m, sm_l, sm_o, sm_last)
+
+    return decode_split_k_lean
+
+
 def split_k_launch(problem, fused, warps, lanes, rows, keys, splits, blocks_per_sm):
     """The :class:`Launch` of :func:`make_split_kernel` (``decode_split_k``, and with
     ``fused`` ``decode_split_k_fused``) for ``problem`` and resolved parameters."""
@@ -613,3 +789,329 @@ def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, 
 
     return Launch(run, kernels=kernels, workspace_bytes=part_o.nbytes + part_lse.nbytes,
                   notes=f"S={S} splits of {chunk} keys, P={problem.page_size}, {tile_notes(lanes, keys, rows, warps)}{notes}")
+
+
+# -- decode_mma / paged_mma: a KV head's query rows as one tensor-core tile ------------------
+
+FULL = 0xFFFFFFFF
+
+
+@functools.cache
+def make_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causal: bool, FINAL: bool, FUSED: bool,
+                    PDL: int = 0, L2PF: bool = False, EVEN: bool = False, P: int = 0):
+    """The kernel of ``decode_mma`` (a KV head's query rows as one m16 tile, a cp.async
+    ring per warp) and, with a page size ``P`` > 0, of ``paged_mma``: key j of sequence
+    b is cache row ``table[b, j // P] · P + j % P`` (the page index read once per tile
+    when ``P % Bc == 0``), the sequence's own length ``seqlens[b]``, zeros for a
+    length-0 sequence."""
+    PAGED = P > 0
+    NR = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
+    NTH = W * WARP_SIZE
+    DW = D // 2  # 32-bit words per K/V row (global memory)
+    DK = 16 * ((D + 15) // 16)  # head_dim padded to whole k-steps (D itself when a multiple of 16)
+    KS = DK // 16  # k-steps of Q·Kᵀ
+    NT = Bc // 8  # n-tiles of S
+    NP = Bc // 16  # n-tile pairs (one ldmatrix.x4 per k-step)
+    KK = Bc // 16  # k-steps of P·V
+    DT = D // 8  # n-tiles of O written out
+    DTK = DK // 8  # n-tiles of O computed (the padding's stay zero)
+    DP = DK // 16  # d-tile pairs (one ldmatrix.x4.trans per k-step)
+    VEC = D // 8  # 16-byte chunks per row in global memory
+    CVEC = DK // 8  # chunks per row copied (past VEC: zero-filled)
+    SDW = 4 * swizzle_row_chunks(D)  # words per shared row (padded so the swizzle is a permutation)
+    SWM = min(8, SDW // 4) - 1
+    CPL = Bc * CVEC // WARP_SIZE  # chunks per lane per tile (K and V each)
+    RING = 2 * stages * Bc  # K/V rows of one warp's ring
+    ROWS = W * RING  # rows of the block's rings (float32 view, SDW words each)
+    NQ = 4 * KS
+    NS = 4 * NT
+    NO = 4 * DTK
+    softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
+    rescale = fragment_rescale(DTK)
+    WAIT = stages - 2
+    MO_ROWS = W * 16  # merge area: O of every warp's 16 rows (aliases the rings)
+    ML = ROWS * SDW if ROWS * SDW >= MO_ROWS * D else MO_ROWS * D  # float offset of the m/l area
+    MLR = W * 16 + 1  # rows of the m/l area, and one for the last-block flag (closure constants)
+    FLAG = W * 16
+    cp16 = cp_async16_flat_l2_256 if L2PF else cp_async16_flat
+    LOGP = max(P, 1).bit_length() - 1
+    TILE = P % Bc == 0  # tiles (aligned to Bc) never cross a page
+
+    @device
+    def copy_tile(KV, k, v, j0, brow, lane, g_base, hi, Nk, table, seq, Hkv):
+        """This lane's cp.async share of keys j0 … j0+Bc-1 (zero past ``hi``) into the
+        warp's K buffer at ring row ``brow`` and its V buffer stages·Bc rows later.
+        ``PAGED``: key j is row table[seq, j // P] · P + j % P of the cache (``g_base``:
+        the KV head's offset in a row)."""
+        if PAGED:
+            pg = table[seq, j0 >> LOGP] if TILE else 0  # a page holds the whole tile
+        for x in range(CPL):
+            idx = lane + x * WARP_SIZE
+            r = idx // CVEC
+            cc = idx % CVEC
+            row = j0 + r
+            so = (brow + r) * SDW + 4 * (cc ^ (r & SWM))
+            if PAGED:
+                jj = min(row, hi - 1)
+                page = pg if TILE else table[seq, jj >> LOGP]
+                grow = ((page * P + (jj & (P - 1))) * Hkv) * D + g_base
+            else:
+                grow = g_base + min(row, Nk - 1) * D
+            if CVEC > VEC:  # the chunk past the row (odd multiple of 8): zero-filled, reads nothing
+                go = grow + 8 * min(cc, VEC - 1)
+                ok = row < hi and cc < VEC
+            else:
+                go = grow + 8 * cc
+                ok = row < hi
+            cp16(KV, so, k, go, ok)
+            cp16(KV, so + stages * Bc * SDW, v, go, ok)
+
+    @device
+    def mma_block(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, seq, table, chunk, S):
+        if PDL == 1:
+            launch_dependents()  # the combine kernel may be launched now; it waits for this grid to complete
+        KV = dynamic_tile(0, ROWS, SDW)
+        split = cuda.blockIdx.x
+        kvh = cuda.blockIdx.y  # b * Hkv + kv head
+        if EVEN:  # `chunk` is the number of Bc-key tiles; split s takes tiles s·T/S … (s+1)·T/S
+            lo = (split * chunk) // S * Bc
+            hi = min(Nk, ((split + 1) * chunk) // S * Bc)
+        else:
+            lo = split * chunk
+            hi = min(Nk, lo + chunk)
+        tid = cuda.threadIdx.x
+        warp = tid // WARP_SIZE
+        lane = tid % WARP_SIZE
+        g = lane // 4
+        t = lane % 4
+        lm = lane // 8
+        lr = lane % 8
+        off = Nk - Nq
+
+        # Q fragments: rows g and g+8 of the tile = query rows (head kvh·G + r // Nq, position r % Nq)
+        qf = cuda.local.array(NQ, uint32)
+        r_lo = g
+        r_hi = g + 8
+        b_lo = kvh * G + r_lo // Nq
+        i_lo = r_lo % Nq
+        b_hi = kvh * G + r_hi // Nq
+        i_hi = r_hi % Nq
+        for ks in range(KS):
+            c = 8 * ks + t
+            qf[4 * ks + 0] = q[b_lo, i_lo, c] if r_lo < NR else uint32(0)
+            qf[4 * ks + 1] = q[b_hi, i_hi, c] if r_hi < NR else uint32(0)
+            if CVEC > VEC:  # the last k-step's upper half lies past the row: zero
+                qf[4 * ks + 2] = q[b_lo, i_lo, c + 4] if r_lo < NR and c + 4 < DW else uint32(0)
+                qf[4 * ks + 3] = q[b_hi, i_hi, c + 4] if r_hi < NR and c + 4 < DW else uint32(0)
+            else:
+                qf[4 * ks + 2] = q[b_lo, i_lo, c + 4] if r_lo < NR else uint32(0)
+                qf[4 * ks + 3] = q[b_hi, i_hi, c + 4] if r_hi < NR else uint32(0)
+        # keys < lim are visible to the row (causal: bottom-right aligned); padding rows see the split
+        lim_lo = min(hi, i_lo + off + 1) if causal and r_lo < NR else hi
+        lim_hi = min(hi, i_hi + off + 1) if causal and r_hi < NR else hi
+        acc = cuda.local.array(NO, float32)
+        for i in range(NO):
+            acc[i] = float32(0.0)
+        s = cuda.local.array(NS, float32)
+        m_lo = NEG_BIG
+        m_hi = NEG_BIG
+        l_lo = float32(0.0)
+        l_hi = float32(0.0)
+
+        n_tiles = max(0, (hi - lo + Bc - 1) // Bc)
+        mine = max(0, (n_tiles - warp + W - 1) // W)  # this warp's tiles: warp, warp + W, ...
+        base = warp * RING  # first row of this warp's ring
+        k_r = (lm // 2) * 8 + lr
+        k_c = lm % 2
+        v_r = (lm % 2) * 8 + lr
+        v_c = lm // 2
+        k_sw = k_r & SWM
+        v_sw = v_r & SWM
+        if PAGED:
+            g_base = (kvh - seq * Hkv) * D  # flat element offset of the KV head within a cache row
+        else:
+            g_base = kvh * Nk * D  # flat element offset of (kvh, key 0) in k and v
+
+        for st in range(stages - 1):
+            if st < mine:
+                copy_tile(KV, k, v, lo + (warp + st * W) * Bc, base + st * Bc, lane, g_base, hi, Nk, table, seq, Hkv)
+            cp_async_commit()
+
+        for it in range(mine):
+            cp_async_wait(WAIT)  # this lane's copies of tile `it` have landed ...
+            syncwarp(FULL)  # ... and every lane's; every lane is done with tile it-1
+            nxt = it + stages - 1
+            if nxt < mine:
+                copy_tile(KV, k, v, lo + (warp + nxt * W) * Bc, base + (nxt % stages) * Bc, lane, g_base, hi, Nk,
+                          table, seq, Hkv)
+            cp_async_commit()
+
+            j0 = lo + (warp + it * W) * Bc
+            kb = base + (it % stages) * Bc
+            vb = kb + stages * Bc
+            # -- S = Q Kᵀ for Bc keys
+            for i in range(NS):
+                s[i] = float32(0.0)
+            for ks in range(KS):
+                kcol = 4 * ((2 * ks + k_c) ^ k_sw)
+                for np_ in range(NP):
+                    b = ldmatrix_x4(KV, kb + 16 * np_ + k_r, kcol)
+                    n0 = 8 * np_
+                    s[n0], s[n0 + 1], s[n0 + 2], s[n0 + 3] = mma_f16(
+                        qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3], b[0], b[1],
+                        s[n0], s[n0 + 1], s[n0 + 2], s[n0 + 3])
+                    s[n0 + 4], s[n0 + 5], s[n0 + 6], s[n0 + 7] = mma_f16(
+                        qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3], b[2], b[3],
+                        s[n0 + 4], s[n0 + 5], s[n0 + 6], s[n0 + 7])
+            # -- mask keys past the split and (causal) after the row's position
+            if j0 + Bc > min(lim_lo, lim_hi) or causal:
+                for nt in range(NT):
+                    for e in range(4):
+                        col = j0 + nt * 8 + 2 * t + (e % 2)
+                        lim = lim_lo if e < 2 else lim_hi
+                        if col >= lim:
+                            s[4 * nt + e] = NEG_BIG
+            # -- online softmax on the fragments (raw scores; exp2 with the scale folded in)
+            m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
+            l_lo = l_lo * corr_lo + rs_lo
+            l_hi = l_hi * corr_hi + rs_hi
+            rescale(acc, 0, corr_lo, corr_hi)
+            # -- O += P V
+            for kk in range(KK):
+                p0 = 8 * kk
+                a0 = pack_f16x2(s[p0], s[p0 + 1])
+                a1 = pack_f16x2(s[p0 + 2], s[p0 + 3])
+                a2 = pack_f16x2(s[p0 + 4], s[p0 + 5])
+                a3 = pack_f16x2(s[p0 + 6], s[p0 + 7])
+                vrow = vb + 16 * kk + v_r
+                for dp in range(DP):
+                    b = ldmatrix_x4_trans(KV, vrow, 4 * ((2 * dp + v_c) ^ v_sw))
+                    d0 = 8 * dp
+                    acc[d0], acc[d0 + 1], acc[d0 + 2], acc[d0 + 3] = mma_f16(
+                        a0, a1, a2, a3, b[0], b[1], acc[d0], acc[d0 + 1], acc[d0 + 2], acc[d0 + 3])
+                    acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7] = mma_f16(
+                        a0, a1, a2, a3, b[2], b[3], acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7])
+
+        if PDL == 2:
+            launch_dependents()  # after the loop: the combine launches while the blocks merge and write
+        # -- merge the warps' states through shared memory (the rings' space)
+        cp_async_wait(0)
+        cuda.syncthreads()
+        MO = dynamic_tile(0, MO_ROWS, D)
+        MM = dynamic_tile(ML, MLR, 2)
+        l_lo = quad_sum(l_lo)
+        l_hi = quad_sum(l_hi)
+        for dt in range(DT):
+            MO[warp * 16 + g, 8 * dt + 2 * t] = acc[4 * dt]
+            MO[warp * 16 + g, 8 * dt + 2 * t + 1] = acc[4 * dt + 1]
+            MO[warp * 16 + g + 8, 8 * dt + 2 * t] = acc[4 * dt + 2]
+            MO[warp * 16 + g + 8, 8 * dt + 2 * t + 1] = acc[4 * dt + 3]
+        if t == 0:  # m in natural units of the scaled scores (NEG_BIG stays the empty marker)
+            MM[warp * 16 + g, 0] = m_lo * scale if m_lo != NEG_BIG else NEG_BIG
+            MM[warp * 16 + g, 1] = l_lo
+            MM[warp * 16 + g + 8, 0] = m_hi * scale if m_hi != NEG_BIG else NEG_BIG
+            MM[warp * 16 + g + 8, 1] = l_hi
+        cuda.syncthreads()
+        for idx in range(tid, NR * D, NTH):
+            r = idx // D
+            d = idx - r * D
+            mm = NEG_BIG
+            ll = float32(0.0)
+            oo = float32(0.0)
+            for ww in range(W):
+                mm, ll, ca, cb = merge_state(mm, ll, MM[ww * 16 + r, 0], MM[ww * 16 + r, 1])
+                oo = oo * ca + cb * MO[ww * 16 + r, d]
+            bh = kvh * G + r // Nq
+            i = r % Nq
+            if FINAL:
+                if PAGED:
+                    o[bh, i, d] = oo / ll if ll > float32(0.0) else float32(0.0)  # an empty sequence: zeros
+                else:
+                    o[bh, i, d] = oo / ll
+            else:
+                part_o[split, bh * Nq + i, d] = oo / ll if ll > float32(0.0) else float32(0.0)
+                if d == 0:
+                    if PAGED:  # an empty sequence: split 0 is a zero partial of weight 1
+                        part_lse[split, bh * Nq + i] = state_lse(mm, ll) if Nk > 0 or split > 0 else float32(0.0)
+                    else:
+                        part_lse[split, bh * Nq + i] = state_lse(mm, ll)
+        if FUSED and not FINAL:
+            # the last block of this (sequence, KV head) to finish combines the splits
+            cuda.threadfence()  # this block's partials are visible device-wide before it counts
+            cuda.syncthreads()
+            if tid == 0:
+                prev = cuda.atomic.add(counters, kvh, 1)
+                MM[FLAG, 0] = float32(1.0) if prev == S - 1 else float32(0.0)
+            cuda.syncthreads()
+            if MM[FLAG, 0] > float32(0.5):
+                cuda.threadfence()
+                for idx in range(tid, NR * D, NTH):
+                    r = idx // D
+                    d = idx - r * D
+                    bh = kvh * G + r // Nq
+                    i = r % Nq
+                    o[bh, i, d] = combine_splits(part_o, part_lse, S, bh * Nq + i, d)
+                if tid == 0:
+                    counters[kvh] = 0  # ready for the next launch
+
+    if PAGED:
+        @kernel
+        def paged_mma(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, table, seqlens, chunk, S):
+            seq = cuda.blockIdx.y // Hkv
+            mma_block(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, seqlens[seq], seq, table, chunk, S)
+
+        return paged_mma
+
+    @kernel
+    def decode_mma(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, chunk, S):
+        # (no block table: Nk and k stand in for the sequence and the table, unused)
+        mma_block(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, Nk, k, chunk, S)
+
+    return decode_mma
+
+
+FIXED_COMBINE_MAX = 32  # split counts up to this get a combine kernel compiled for their count
+
+PDL_MODES = {1: "combine launched at the split kernel's start", 2: "launched after its loop",
+             3: "launched at its exit"}
+
+
+def mma_smem_bytes(D, W, Bc, stages):
+    ring = W * 2 * stages * Bc * swizzle_row_chunks(D) * 16
+    merge = W * 16 * D * 4
+    return max(ring, merge) + (W * 16 + 1) * 2 * 4
+
+
+def check_mma(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
+              fixed_combine):
+    """``supports`` of ``decode_mma`` (and of ``paged_mma`` after its paged checks)."""
+    if problem.dtype != "float16":
+        return f"dtype {problem.dtype}: decode_mma computes on f16 tensor cores (float16 storage)"
+    if problem.q_len > MAX_Q_LEN:
+        return f"decode kernel: q_len {problem.q_len} > {MAX_Q_LEN} (use a prefill phase)"
+    NR = problem.group * problem.q_len
+    if NR > 16:
+        return f"{NR} query rows per KV head (group × q_len) > 16: one m16 tile per block"
+    D = problem.head_dim
+    if D % 8 or D > 256:
+        return f"head_dim {D} must be a multiple of 8 (16-byte rows), at most 256"
+    if Bc % 16 or Bc < 16:
+        return f"Bc={Bc} must be a multiple of 16"
+    chunks = (D + 15) // 16 * 2
+    if (Bc * chunks) % WARP_SIZE:
+        return f"Bc={Bc} × {chunks} chunks is not a whole number of 16-byte copies per lane"
+    if stages < 2:
+        return "stages must be at least 2"
+    if not 1 <= warps <= 32:
+        return f"warps={warps} out of range 1..32"
+    if int(pdl) not in (0, 1, 2, 3):
+        return f"pdl={pdl}: 0 (plain launch) or 1/2/3 (dependent launch; see PDL_MODES)"
+    return smem_reason(mma_smem_bytes(D, warps, Bc, stages))
+
+
+def resolve_mma(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
+                fixed_combine):
+    """``resolve`` of ``decode_mma`` and ``paged_mma``: the split count."""
+    S, _ = split_plan(problem.batch * problem.kv_heads, problem.kv_len, max(1, warps * Bc), sm_count(), blocks_per_sm,
+                      min_keys, splits)
+    return {"splits": S}

@@ -39,144 +39,11 @@ Verdict: 0.0495 ms at B1 H32/8kv Nq1 Nk32768 D128 fp16 (H200), short of the ~45 
 """
 from __future__ import annotations
 
-import functools
-import math
-
-from numba import cuda, float32, int32
+from numba import float32
 
 from numba_attn.gpu.device_functions import LOG2E
-from numba_attn.gpu.jit import kernel
-from numba_attn.gpu.warp import FULL_MASK, WARP_SIZE, shfl_sync, shfl_xor_sync
-from numba_attn.phases.decode.common import check_split, chunk_steps, resolve_split, split_launch, vector_width
+from numba_attn.phases.decode.common import check_split, make_lean_kernel, resolve_split, split_launch, vector_width
 from numba_attn.phases.registry import register_phase
-
-
-def _log2(n: int) -> int:
-    return n.bit_length() - 1
-
-
-def score_plan(L: int, RB: int, T: int):
-    """(NP, SPL, NR): the RB·T partial dot products of a lane are padded to
-    NP (a power of two); SPL reduce-scatter stages halve them (offsets L/2,
-    L/4, ...), the remaining log2(L) − SPL stages are plain xor-sums of the NR
-    = NP / 2^SPL values a lane still holds. Afterwards value v sits in lane
-    ``(v // NR) · (L >> SPL)`` of its group (and the lanes just above it)."""
-    NP = 1
-    while NP < RB * T:
-        NP *= 2
-    SPL = min(_log2(NP), _log2(L))
-    return NP, SPL, NP >> SPL
-
-
-@functools.cache
-def make_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool, FINAL: bool,
-                FUSED: bool, MINB: int = 1):
-    load_rows, load_keys, _, merge_lanes, write_rows, combine_last = chunk_steps(
-        D, VW, L, T, NW, RB, Nq, G, causal, FINAL, BASE2=True)
-    E = D // L  # elements of a row per lane
-    KW = WARP_SIZE // L  # lane groups per warp
-    KS = KW * T  # keys per warp step: T keys per group
-    NT = NW * WARP_SIZE
-    NRC = (G * Nq + RB - 1) // RB  # row blocks per KV head
-    NP, SPL, NR = score_plan(L, RB, T)
-    LOG2L = _log2(L)
-    HALF = max(1, NP // 2)
-    SRC = L >> SPL  # lanes of a group that share one reduced value set
-    NV_RT = RB * T
-
-    @kernel(launch_bounds=(NT, MINB))
-    def decode_split_k_lean(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, chunk, S):
-        sm_m = cuda.shared.array((NW, RB), float32)
-        sm_l = cuda.shared.array((NW, RB), float32)
-        sm_o = cuda.shared.array((NW, RB, D), float32)
-        sm_last = cuda.shared.array(1, int32)
-        Qr = cuda.local.array((RB, E), float32)
-        acc = cuda.local.array((RB, E), float32)
-        m = cuda.local.array(RB, float32)
-        l = cuda.local.array(RB, float32)
-        lim = cuda.local.array(RB, int32)
-        KK = cuda.local.array((T, E), float32)
-        VV = cuda.local.array((T, E), float32)
-        sc = cuda.local.array((RB, T), float32)
-        vals = cuda.local.array(NP, float32)
-        split = cuda.blockIdx.x
-        kvh = cuda.blockIdx.y // NRC  # b * Hkv + kv head
-        row0 = (cuda.blockIdx.y - kvh * NRC) * RB  # first of this block's query rows (g * Nq + i)
-        lo = split * chunk  # this block's keys: [lo, hi)
-        hi = min(Nk, lo + chunk)
-        tid = cuda.threadIdx.x
-        w = tid // WARP_SIZE
-        lane = tid % WARP_SIZE
-        grp = lane // L
-        sub = lane % L
-        load_rows(q, Qr, acc, m, l, lim, kvh, row0, sub, scale, hi, Nk)
-        n_steps = max(0, (hi - lo + KS - 1) // KS)  # 0 for a split past the end
-        for step in range(w, n_steps, NW):  # warp-uniform: the shuffles stay convergent
-            j0 = lo + step * KS + grp  # this group's keys: j0 + t * KW
-            load_keys(k, v, KK, VV, kvh, j0, hi, sub)
-            for r in range(RB):
-                for t in range(T):
-                    s = float32(0.0)
-                    for e in range(E):
-                        s += Qr[r, e] * KK[t, e]
-                    vals[r * T + t] = s
-            for vi in range(NV_RT, NP):
-                vals[vi] = float32(0.0)
-            # reduce-scatter over the L lanes of the group: each stage sends half of the
-            # values still held and keeps the other half (NP - 1 shuffles instead of
-            # RB·T·log2(L)), then plain xor-sums for the stages left
-            for st in range(SPL):
-                off = L >> (st + 1)
-                half = NP >> (st + 1)
-                up = (sub & off) != 0
-                for i in range(HALF):
-                    if i < half:
-                        a = vals[i]
-                        b = vals[i + half]
-                        send = a if up else b
-                        keep = b if up else a
-                        vals[i] = keep + shfl_xor_sync(FULL_MASK, send, off)
-            for st in range(SPL, LOG2L):
-                off = L >> (st + 1)
-                for i in range(NR):
-                    vals[i] += shfl_xor_sync(FULL_MASK, vals[i], off)
-            # all-gather: every lane of the group gets the RB·T scores
-            for vi in range(NV_RT):
-                if L == 1:
-                    sc[vi // T, vi % T] = vals[vi]
-                else:
-                    sc[vi // T, vi % T] = shfl_sync(FULL_MASK, vals[vi % NR], grp * L + (vi // NR) * SRC)
-            for r in range(RB):  # one online-softmax update per row for the T keys (base 2)
-                m_old = m[r]
-                m_new = m_old
-                for t in range(T):
-                    if j0 + t * KW < lim[r]:
-                        m_new = max(m_new, sc[r, t])
-                lsum = float32(0.0)
-                for t in range(T):
-                    p = math.exp2(sc[r, t] - m_new) if j0 + t * KW < lim[r] else float32(0.0)
-                    sc[r, t] = p
-                    lsum += p
-                if m_new > m_old:  # rescale only when the row's maximum moved
-                    corr = math.exp2(m_old - m_new)
-                    m[r] = m_new
-                    l[r] = l[r] * corr + lsum
-                    for e in range(E):
-                        acc[r, e] *= corr
-                else:
-                    l[r] += lsum
-                for e in range(E):
-                    a = acc[r, e]
-                    for t in range(T):
-                        a += sc[r, t] * VV[t, e]
-                    acc[r, e] = a
-        merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub)  # base 2: exp2
-        cuda.syncthreads()
-        write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o)  # lse back to natural units
-        if FUSED and not FINAL:
-            combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid)
-
-    return decode_split_k_lean
 
 
 @register_phase(
@@ -202,8 +69,8 @@ def decode_split_k_lean(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blo
                         fuse_max=64):
     final = splits == 1
     fused = splits * rows <= fuse_max
-    kern = make_kernel(problem.head_dim, vector_width(problem.dtype), lanes, keys, warps, rows, problem.q_len,
-                       problem.group, problem.causal, final, fused, blocks_per_sm)
+    kern = make_lean_kernel(problem.head_dim, vector_width(problem.dtype), lanes, keys, warps, rows, problem.q_len,
+                            problem.group, problem.causal, final, fused, blocks_per_sm)
     scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
     return split_launch(problem, kern, scale, warps, lanes, rows, keys, splits, counters=True, combine=not fused,
                         notes=f", combine {'-' if final else ('fused' if fused else 'kernel')}")
