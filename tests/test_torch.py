@@ -93,10 +93,12 @@ def test_out_is_written_in_place_and_returned(device):
 
 BAD_OUT = [
     ("shape", lambda q: torch.empty(1, 2, 5, 8), "out has shape (1, 2, 5, 8); it must have q's shape (1, 2, 5, 16)"),
-    ("dtype", lambda q: torch.empty(q.shape, dtype=torch.float16), "out has dtype float16; it must have q's dtype float32"),
+    ("dtype", lambda q: torch.empty(q.shape, dtype=torch.float16),
+     "out has dtype float16; it must have q's dtype float32"),
     ("strided", lambda q: torch.empty(1, 2, 16, 5).transpose(2, 3), "out is not C-contiguous"),
     ("kind: NumPy", lambda q: np.empty(Q.shape, np.float32), "out is a NumPy array but q is a CPU tensor"),
-    ("kind: device array", lambda q: cuda.device_array(Q.shape, np.float32), "out is a numba device array but q is a CPU tensor"),
+    ("kind: device array", lambda q: cuda.device_array(Q.shape, np.float32),
+     "out is a numba device array but q is a CPU tensor"),
     ("not an array", lambda q: "out", "out must be a CPU tensor like q (or None); got str"),
     ("aliases q", lambda q: q, "out shares memory with q"),
 ]

@@ -152,7 +152,8 @@ def run(args):
                 walls = [wall_per_call(fn, n) for _ in range(args.reps)]
                 info = api.plan_cache_info()
                 row = {"case": case, "phase": "sdpa" if mode == "sdpa" else (phase or "None"),
-                       "ran": "sdpa" if mode == "sdpa" else chosen.name, "params": {} if mode == "sdpa" else chosen.params,
+                       "ran": "sdpa" if mode == "sdpa" else chosen.name,
+                       "params": {} if mode == "sdpa" else chosen.params,
                        "mode": mode, "batch": B, "heads": H, "q_len": Nq, "kv_len": Nk, "head_dim": D,
                        "dtype": "float16", "gpu": gpu, "n": n, "reps": args.reps,
                        "wall_us": statistics.median(walls), "wall_us_min": min(walls),
@@ -175,7 +176,8 @@ def run(args):
     return rows
 
 
-HEADER = f"{'case':<18} {'phase':<20} {'ran':<20} {'mode':<10} {'wall µs':>9} {'kernel µs':>9} {'ratio':>6} {'above':>7} {'k/call':>6} {'diff':>8}  target"
+HEADER = (f"{'case':<18} {'phase':<20} {'ran':<20} {'mode':<10} {'wall µs':>9} {'kernel µs':>9} {'ratio':>6} "
+          f"{'above':>7} {'k/call':>6} {'diff':>8}  target")
 
 
 def print_row(r):
@@ -185,7 +187,8 @@ def print_row(r):
     fmt = lambda x, f: "-" if x is None else format(x, f)  # noqa: E731
     target = "" if "target" not in r else f"{r['target']}: {'met' if r['target_met'] else 'NOT met'}"
     print(f"{r['case']:<18} {r['phase']:<20} {r['ran']:<20} {r['mode']:<10} {r['wall_us']:>9.1f} "
-          f"{fmt(r.get('kernel_us'), '9.1f'):>9} {fmt(r.get('ratio'), '6.3f'):>6} {fmt(r.get('above_kernel_us'), '7.1f'):>7} "
+          f"{fmt(r.get('kernel_us'), '9.1f'):>9} {fmt(r.get('ratio'), '6.3f'):>6} "
+          f"{fmt(r.get('above_kernel_us'), '7.1f'):>7} "
           f"{fmt(r.get('kernels_per_call'), '6.1f'):>6} {r['max_abs_diff_vs_sdpa']:>8.1e}  {target}", flush=True)
 
 
