@@ -27,14 +27,16 @@ from numba_attn.gpu.backend import IS_SIMULATOR  # first: chooses the backend be
 
 from numba import cuda, float32, int32, uint32  # noqa: E402
 
-from numba_attn.gpu.device_functions import (NEG_BIG, combine_splits, fragment_rescale,  # noqa: E402
+from numba_attn.gpu.arrays import view_as  # noqa: E402
+from numba_attn.gpu.device_functions import (LOG2E, NEG_BIG, combine_splits, fragment_rescale,  # noqa: E402
                                              fragment_softmax, ldg_f16x8, ldg_f32x4, merge_state, merge_state2,
                                              state_lse)
 from numba_attn.gpu.intrinsics import (cp_async16_flat, cp_async16_flat_l2_256, cp_async_commit,  # noqa: E402
                                        cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans, mma_f16, pack_f16x2)
 from numba_attn.gpu.jit import device, kernel  # noqa: E402
-from numba_attn.gpu.pdl import launch_dependents  # noqa: E402
-from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT, dynamic_tile, smem_reason, swizzle_row_chunks  # noqa: E402
+from numba_attn.gpu.pdl import launch_after, launch_dependents, pdl_available, uses_griddepcontrol  # noqa: E402
+from numba_attn.gpu.ptx_loads import (STATIC_SMEM_LIMIT, dynamic_tile, launch_dynamic, smem_reason,  # noqa: E402
+                                      swizzle_row_chunks)
 from numba_attn.gpu.split_k import make_combine_kernel, sm_count, split_plan  # noqa: E402
 from numba_attn.gpu.warp import (FULL_MASK, WARP_SIZE, group_sum, quad_sum, shfl_sync,  # noqa: E402
                                  shfl_xor_sync, strided_max, strided_sum, syncwarp)
@@ -750,7 +752,6 @@ class PagedLayout:
 def paged_cache_view(problem, k):
     """A (num_blocks, P, Hkv, D) cache as the (num_blocks·P, Hkv, ·) view the kernels
     index: the elements of a 16-bit cache, the uint32 words of an 8-bit one."""
-    from numba_attn.gpu.arrays import view_as
 
     nb, P, Hkv, D = k.shape
     if getattr(problem, "kv_dtype", ""):
@@ -1115,3 +1116,62 @@ def resolve_mma(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fus
     S, _ = split_plan(problem.batch * problem.kv_heads, problem.kv_len, max(1, warps * Bc), sm_count(), blocks_per_sm,
                       min_keys, splits)
     return {"splits": S}
+
+
+def mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
+               fixed_combine, P=0, keys=None, note=""):
+    """The host side of ``decode_mma`` (``P = 0``) and ``paged_mma`` (``P`` = page size): the split
+    plan, the kernel of :func:`make_mma_kernel`, the split-K workspace and combine, and the launch.
+    ``keys(layout)`` gives the kernel's key arguments (``(Nk,)``, or the block table and the lengths
+    of the call's ``layout``); ``note`` goes into the Launch's notes after the split size."""
+    B, Hkv, Nq, Nk, D = problem.batch, problem.kv_heads, problem.q_len, problem.kv_len, problem.head_dim
+    G = problem.group
+    S, chunk = split_plan(B * Hkv, Nk, warps * Bc, sm_count(), blocks_per_sm, min_keys, splits)
+    final = S == 1
+    fused = S * G * Nq <= fuse_max
+    dependent = bool(pdl) and not final and not fused and uses_griddepcontrol()
+    if even:
+        chunk = -(-Nk // Bc)  # tiles, spread evenly over the splits by the kernel
+    kern = make_mma_kernel(D, warps, Bc, stages, Nq, G, problem.causal, final, fused, int(pdl) if dependent else 0,
+                           bool(l2_prefetch), bool(even), P=P)
+    sl2 = float32(problem.sm_scale * float(LOG2E))
+    scale = float32(problem.sm_scale)
+    grid = (S, B * Hkv)
+    nbytes = mma_smem_bytes(D, warps, Bc, stages)
+    part_o, part_lse = split_workspace(S, B * problem.heads * Nq, D)
+    kernels = [kern]
+    if not final and not fused:
+        combine = make_combine_kernel(Nq, dependent, S if fixed_combine and S <= FIXED_COMBINE_MAX else 0)
+        kernels.append(combine)
+    counters = zeroed_counters(B * Hkv)
+    views = {}
+    opted = []
+
+    def run(q, k, v, o, stream=0, layout=None):
+        key = (id(q), id(k), id(v), id(o))
+        hit = views.get(key)
+        if hit is None or any(a is not b for a, b in zip(hit[0], (q, k, v, o))):
+            check_alignment(k, v)
+            if len(views) >= 8:
+                views.clear()
+            hit = views[key] = ((q, k, v, o), view_as(q, np.uint32))
+        args = (hit[1], k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, *keys(layout), chunk, S)
+        if opted:
+            kern[grid, warps * WARP_SIZE, stream, nbytes](*args)
+        else:
+            launch_dynamic(kern, grid, warps * WARP_SIZE, stream, nbytes, *args)
+            opted.append(True)
+        if dependent:
+            launch_after(combine, B * problem.heads * Nq, D, stream, 0, part_o, part_lse, o, S)
+        elif not final and not fused:
+            combine[B * problem.heads * Nq, D, stream](part_o, part_lse, o, S)
+
+    size = f"{chunk // S}-{-(-chunk // S)} tiles" if even else f"{chunk} keys"
+    how = "-" if final else ("fused" if fused else "kernel")
+    if not final and not fused and S <= FIXED_COMBINE_MAX and fixed_combine:
+        how += f" (compiled for {S} splits)"
+    if dependent and pdl_available() is None:
+        how += f", dependent launch ({PDL_MODES[int(pdl)]})"
+    return Launch(run, kernels=kernels, workspace_bytes=0 if final else part_o.nbytes + part_lse.nbytes,
+                  notes=f"S={S} splits of {size}, {note}{warps} warps × {Bc}-key tiles, {stages} stages, "
+                        f"combine {how}")

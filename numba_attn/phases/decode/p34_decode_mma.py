@@ -48,19 +48,8 @@ Verdict: 0.0386 ms at B1 H32/8kv Nq1 Nk32768 D128 fp16 (H200), 1.28x decode_spli
 """
 from __future__ import annotations
 
-import numpy as np
-from numba import float32
-
-from numba_attn.gpu.arrays import view_as
-from numba_attn.gpu.device_functions import LOG2E
-from numba_attn.gpu.pdl import launch_after, pdl_available, uses_griddepcontrol
-from numba_attn.gpu.ptx_loads import launch_dynamic
-from numba_attn.gpu.split_k import make_combine_kernel, sm_count, split_plan
-from numba_attn.gpu.warp import WARP_SIZE
-from numba_attn.phases.decode.common import (FIXED_COMBINE_MAX, PDL_MODES, check_alignment, check_mma,
-                                             make_mma_kernel, mma_smem_bytes, resolve_mma, split_workspace,
-                                             zeroed_counters)
-from numba_attn.phases.registry import Launch, register_phase
+from numba_attn.phases.decode.common import check_mma, mma_launch, resolve_mma
+from numba_attn.phases.registry import register_phase
 
 
 @register_phase(
@@ -85,53 +74,6 @@ from numba_attn.phases.registry import Launch, register_phase
 )
 def decode_mma(problem, warps=4, Bc=16, stages=3, splits=0, blocks_per_sm=2, min_keys=2048, fuse_max=0, pdl=3,
                l2_prefetch=False, even=False, fixed_combine=True):
-    B, Hkv, Nq, Nk, D = problem.batch, problem.kv_heads, problem.q_len, problem.kv_len, problem.head_dim
-    G = problem.group
-    S, chunk = split_plan(B * Hkv, Nk, warps * Bc, sm_count(), blocks_per_sm, min_keys, splits)
-    final = S == 1
-    fused = S * G * Nq <= fuse_max
-    dependent = bool(pdl) and not final and not fused and uses_griddepcontrol()
-    if even:
-        chunk = -(-Nk // Bc)  # tiles, spread evenly over the splits by the kernel
-    kern = make_mma_kernel(D, warps, Bc, stages, Nq, G, problem.causal, final, fused, int(pdl) if dependent else 0,
-                           bool(l2_prefetch), bool(even))
-    sl2 = float32(problem.sm_scale * float(LOG2E))
-    scale = float32(problem.sm_scale)
-    grid = (S, B * Hkv)
-    nbytes = mma_smem_bytes(D, warps, Bc, stages)
-    part_o, part_lse = split_workspace(S, B * problem.heads * Nq, D)
-    kernels = [kern]
-    if not final and not fused:
-        combine = make_combine_kernel(Nq, dependent, S if fixed_combine and S <= FIXED_COMBINE_MAX else 0)
-        kernels.append(combine)
-    counters = zeroed_counters(B * Hkv)
-    views = {}
-    opted = []
-
-    def run(q, k, v, o, stream=0):
-        key = (id(q), id(k), id(v), id(o))
-        hit = views.get(key)
-        if hit is None or any(a is not b for a, b in zip(hit[0], (q, k, v, o))):
-            check_alignment(k, v)
-            if len(views) >= 8:
-                views.clear()
-            hit = views[key] = ((q, k, v, o), view_as(q, np.uint32))
-        args = (hit[1], k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, chunk, S)
-        if opted:
-            kern[grid, warps * WARP_SIZE, stream, nbytes](*args)
-        else:
-            launch_dynamic(kern, grid, warps * WARP_SIZE, stream, nbytes, *args)
-            opted.append(True)
-        if dependent:
-            launch_after(combine, B * problem.heads * Nq, D, stream, 0, part_o, part_lse, o, S)
-        elif not final and not fused:
-            combine[B * problem.heads * Nq, D, stream](part_o, part_lse, o, S)
-
-    size = f"{chunk // S}-{-(-chunk // S)} tiles" if even else f"{chunk} keys"
-    how = "-" if final else ("fused" if fused else "kernel")
-    if not final and not fused and S <= FIXED_COMBINE_MAX and fixed_combine:
-        how += f" (compiled for {S} splits)"
-    if dependent and pdl_available() is None:
-        how += f", dependent launch ({PDL_MODES[int(pdl)]})"
-    return Launch(run, kernels=kernels, workspace_bytes=0 if final else part_o.nbytes + part_lse.nbytes,
-                  notes=f"S={S} splits of {size}, {warps} warps × {Bc}-key tiles, {stages} stages, combine {how}")
+    Nk = problem.kv_len
+    return mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
+                      fixed_combine, keys=lambda layout: (Nk,))
