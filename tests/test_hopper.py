@@ -461,7 +461,8 @@ def _setmaxnreg_kernel():
 @functools.cache
 def _offline_results():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, NUMBA_ATTN_BACKEND="cuda", NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=root)
+    env = dict(os.environ, NUMBA_ATTN_BACKEND="cuda", NUMBA_ENABLE_CUDASIM="0",
+               PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     p = subprocess.run([sys.executable, "-c", _OFFLINE], cwd=root, env=env, capture_output=True, text=True,
                        timeout=600)
     if p.returncode and ("NVVM" in p.stderr or "nvjitlink" in p.stderr.lower()):
@@ -517,5 +518,5 @@ def test_gpu_setmaxnreg_kernel_runs():
     out = cuda.to_device(np.zeros(384, np.int32))
     k[1, 384](out)
     assert np.array_equal(out.copy_to_host(), np.arange(384))
-    sig = next(iter(k.overloads))
-    print("setmaxnreg kernel registers at entry:", k.get_regs_per_thread(sig))
+    ovl = next(iter(k.overloads.values()))
+    print("setmaxnreg kernel registers at entry:", ovl.regs_per_thread)

@@ -260,4 +260,6 @@ def test_gpu_cupti_times_phases_and_sdpa_the_same_way():
     assert peer["sdpa_backend_ran"] in ("cudnn", "flash", "efficient", "math")
     events_peer = measure_peer("torch_sdpa_math", prob, RunConfig(seeds=(1,), timing=TimingConfig(budget_s=0.3)))
     if events_peer["status"] == "OK":
-        assert events_peer["sdpa_backend_ran"] == "math" and events_peer["time_method"] == "events_batched"
+        # events, or graph replay where the launches outran the kernels (the math backend's many small ones)
+        assert events_peer["sdpa_backend_ran"] == "math"
+        assert events_peer["time_method"] in ("events_batched", "graph_replay")

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from numba_attn.gpu.backend import IS_SIMULATOR
 from numba_attn.measure import devices as D
 from numba_attn.measure.parallel import LocalPool
 from numba_attn.measure.results import load_results
@@ -60,11 +61,17 @@ def test_two_workers_same_rows_resume_and_pinning(tmp_path):
 
     phases = ["naive", "fused_rowwise", "smem_kv"]
     one = run(phases, [TINY], seeds=(1,), peers=False, results=str(tmp_path / "one.jsonl"))
-    # two workers, each given its own (fake) device: the simulator ignores it, the environment shows it
+    # two workers, each given its own device (in the simulator a fake one: ignored there, the environment
+    # shows it; on a GPU machine the visible GPUs, shared round-robin when there is only one)
     before = os.environ.get("CUDA_VISIBLE_DEVICES")
-    pool = LocalPool(2, devices=[D.Device("GPU-fake0"), D.Device("GPU-fake1")])
+    if IS_SIMULATOR:
+        devices = [D.Device("GPU-fake0"), D.Device("GPU-fake1")]
+    else:
+        devices = D.assign_devices(2, D.visible_devices(), oversubscribe=True)
+    tokens = [d.token for d in devices]
+    pool = LocalPool(2, devices=devices)
     ids = pool.start()
-    assert [i["cuda_visible_devices"] for i in ids] == ["GPU-fake0", "GPU-fake1"]
+    assert [i["cuda_visible_devices"] for i in ids] == tokens
     assert [i["lane"] for i in ids] == [0, 1] and all(i["gpu"] for i in ids)
     assert os.environ.get("CUDA_VISIBLE_DEVICES") == before  # this process's environment is left alone
     two = run(phases, [TINY], seeds=(1,), peers=False, results=str(tmp_path / "two.jsonl"), timeout_s=300,
@@ -73,11 +80,11 @@ def test_two_workers_same_rows_resume_and_pinning(tmp_path):
     assert [(r["phase"], r["label"], r["status"], r.get("speedup")) for r in two] == key  # task order
     rows = _result_rows(str(tmp_path / "two.jsonl"))
     assert sorted(r["phase"] for r in rows) == sorted(phases)  # none lost, none twice
-    assert {r["worker"]["cuda_visible_devices"] for r in rows} <= {"GPU-fake0", "GPU-fake1"}
+    assert {r["worker"]["cuda_visible_devices"] for r in rows} <= set(tokens)
     assert len({r["run_id"] for r in rows}) == 1
     # resume on two (default local) workers: every row is skipped, none written again
     again = run(phases, [TINY], seeds=(1,), peers=False, results=str(tmp_path / "two.jsonl"), timeout_s=300,
-                resume=True, workers=2)
+                resume=True, workers=2, oversubscribe=True)
     assert [r["phase"] for r in again] == phases and all(r.get("resumed") for r in again)
     assert len(_result_rows(str(tmp_path / "two.jsonl"))) == len(phases)
 
@@ -87,7 +94,7 @@ def test_dead_worker_replaced_and_row_retried_once(tmp_path, monkeypatch):
     path = str(tmp_path / "die.jsonl")
     with temporary_phases(*faulty_phases()):
         rows = run(["test_die_once", "test_die", "fused_rowwise"], [TINY], seeds=(1,), peers=False,
-                   timeout_s=300, worker_setup=SETUP, results=path, workers=2)
+                   timeout_s=300, worker_setup=SETUP, results=path, workers=2, oversubscribe=True)
     by = {r["phase"]: r for r in rows}
     assert by["test_die_once"]["status"] == OK and "retried once" in by["test_die_once"]["retried"]
     assert by["test_die"]["status"] == ERROR and "died" in by["test_die"]["reason"]
@@ -112,7 +119,7 @@ def test_cli_run_workers(tmp_path, capsys):
 
     path = str(tmp_path / "cli.jsonl")
     rc = main(["run", "--phases", "naive,smem_kv", "-B", "1", "-H", "1", "-N", "9", "--kv-len", "17", "-D", "8",
-               "--seeds", "1", "--no-peers", "--workers", "2", "--results", path])
+               "--seeds", "1", "--no-peers", "--workers", "2", "--oversubscribe", "--results", path])
     out = capsys.readouterr().out
     assert rc == 0 and "workers: 2 local worker(s)" in out
     rows = _result_rows(path)
@@ -127,7 +134,7 @@ def test_cli_tune_workers(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path / "cache.json"))
     rc = main(["tune", "smem_kv", "-B", "1", "-H", "1", "-N", "9", "--kv-len", "17", "-D", "8", "--space",
-               "smem_kv.Br=16,32", "--space", "smem_kv.Bc=16", "--workers", "2", "--results",
+               "smem_kv.Br=16,32", "--space", "smem_kv.Bc=16", "--workers", "2", "--oversubscribe", "--results",
                str(tmp_path / "t.jsonl"), "--seeds", "1"])
     out = capsys.readouterr().out
     assert rc == 0 and "workers: 2 local worker(s)" in out and "3 of 3 candidates measured, 3 OK" in out

@@ -232,7 +232,8 @@ else:  # -------------------------------------------------------------- GPU
         sw = {None: "NONE", 32: "32B", 64: "64B", 128: "128B"}[swizzle]
         err, tmap = drv.cuTensorMapEncodeTiled(
             getattr(drv.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_" + p["dtype"]), p["rank"], ptr,
-            list(p["dims"]), list(p["strides"]), list(p["box"]), [1] * p["rank"],
+            [drv.cuuint64_t(int(v)) for v in p["dims"]], [drv.cuuint64_t(int(v)) for v in p["strides"]],
+            [drv.cuuint32_t(int(v)) for v in p["box"]], [drv.cuuint32_t(1)] * p["rank"],
             drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             getattr(drv.CUtensorMapSwizzle, "CU_TENSOR_MAP_SWIZZLE_" + sw),
             drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,

@@ -42,7 +42,8 @@ from numba_attn.measure.status import ERROR, OK, SKIP
 
 
 def run(phases=None, problems=None, *, config: RunConfig | None = None, progress=None, select=None,
-        warn=None, workers: int | None = None, make_worker=None, **kw) -> list[dict]:
+        warn=None, workers: int | None = None, make_worker=None, oversubscribe: bool = False,
+        **kw) -> list[dict]:
     """Run ``phases`` (names or Phase objects; default all) on ``problems``
     (default: the ``tiny`` preset) and return the result rows.
 
@@ -54,6 +55,7 @@ def run(phases=None, problems=None, *, config: RunConfig | None = None, progress
     ``workers`` (with ``make_worker(i)``, e.g. a :class:`~numba_attn.measure.parallel.LocalPool`'s
     or a Ray pool's; default local worker processes, one GPU each) measures the rows on that many
     workers side by side (:func:`run_parallel`); None: one after the other, as always.
+    ``oversubscribe``: more local workers than visible GPUs share them round-robin (else refused).
     """
     cfg = config or RunConfig(**kw)
     for spec in cfg.worker_setup:  # here and in every worker process
@@ -64,7 +66,7 @@ def run(phases=None, problems=None, *, config: RunConfig | None = None, progress
         sweep = Sweep(cfg, progress=progress, warn=warn)
         tasks = plan_tasks(plist, problems, sweep.peers, select)
         if workers is not None or make_worker is not None:
-            return run_parallel(sweep, tasks, workers, make_worker)
+            return run_parallel(sweep, tasks, workers, make_worker, oversubscribe)
         try:
             if cfg.ceilings:
                 sweep.measure_ceilings()
@@ -75,7 +77,7 @@ def run(phases=None, problems=None, *, config: RunConfig | None = None, progress
     return sweep.rows
 
 
-def run_parallel(sweep, tasks, workers=None, make_worker=None) -> list[dict]:
+def run_parallel(sweep, tasks, workers=None, make_worker=None, oversubscribe=False) -> list[dict]:
     """The rows of ``tasks`` measured on ``workers`` lanes (:class:`~numba_attn.measure.parallel.Workers`):
     the ceilings first, once, in lane 0's worker; then every (phase or peer, problem) task once, pulled
     in order by the next free lane, each problem's baseline row first (a row's speedup waits for it).
@@ -85,7 +87,7 @@ def run_parallel(sweep, tasks, workers=None, make_worker=None) -> list[dict]:
     cfg = sweep.cfg
     pool = None
     if make_worker is None:
-        pool = LocalPool(max(1, int(workers or 1)), cfg.worker_setup)
+        pool = LocalPool(max(1, int(workers or 1)), cfg.worker_setup, oversubscribe=oversubscribe)
         make_worker = pool.make_worker
     n = max(1, int(workers or getattr(pool, "size", 1)))
     lanes = Workers(sweep, n, make_worker)

@@ -248,11 +248,13 @@ def choose_best(tuned: Tuned):
 
 def tune(phases, problems, *, config: RunConfig | None = None, budget=None, strategy: str = "grid",
          workers: int = 1, cache: str | None = None, seed: int = 0, space: dict | None = None,
-         fixed: dict | None = None, progress=None, warn=None, make_worker=None, write_cache: bool = True):
+         fixed: dict | None = None, progress=None, warn=None, make_worker=None, write_cache: bool = True,
+         oversubscribe: bool = False):
     """Tune ``phases`` (names) on ``problems``; returns a list of :class:`Tuned`, one per (phase,
     problem) with candidates. ``space`` ({phase: {param: values}}) replaces a phase's declared
     space, ``fixed`` ({phase: {param: value}}) pins parameters. ``make_worker(i)`` places worker
-    i elsewhere (Ray). The chosen configurations go to the cache unless ``write_cache`` is False."""
+    i elsewhere (Ray); ``oversubscribe``: more local workers than visible GPUs share them. The chosen
+    configurations go to the cache unless ``write_cache`` is False."""
     from numba_attn.measure.sweep import Sweep, _warn_stderr
 
     if strategy not in STRATEGIES:
@@ -279,7 +281,7 @@ def tune(phases, problems, *, config: RunConfig | None = None, budget=None, stra
         sweep = Sweep(cfg, progress=progress, warn=warn)
         local = None
         if make_worker is None and int(workers) > 1:
-            local = LocalPool(int(workers), cfg.worker_setup)  # one GPU each
+            local = LocalPool(int(workers), cfg.worker_setup, oversubscribe=oversubscribe)  # one GPU each
             local.start()
             make_worker = local.make_worker
         pool = Workers(sweep, max(1, int(workers)), make_worker)
