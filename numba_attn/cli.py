@@ -105,6 +105,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="seconds per row before TIMEOUT (default: the benchmark's; 0 = no limit, in-process)")
     b.add_argument("--max-total", type=float, default=None,
                    help="seconds after which remaining rows are SKIP (default: the benchmark's limit)")
+    b.add_argument("--timing", choices=["events", "graph", "cupti"], default=None,
+                   help="how phases and peers are timed (default: the benchmark's, events; cupti: the kernels' "
+                        "own durations, through torch.profiler)")
     b.add_argument("--simulator", action="store_true", help="use the Numba CUDA simulator (CPU)")
     _parallel_options(b, "default: one after the other in one worker process")
     _common(b)
@@ -180,6 +183,8 @@ def _tune_parser(sub):
                    help="seconds per candidate before it is recorded TIMEOUT (default 600 on a GPU, 1800 in the "
                         "simulator; 0 = in-process, only with one worker)")
     t.add_argument("--timing-budget", type=float, default=1.0, help="seconds of timing per candidate (GPU)")
+    t.add_argument("--timing", choices=["events", "graph", "cupti"], default=None,
+                   help="how candidates are timed (default events; cupti: the kernels' own durations)")
     t.add_argument("--resume", action="store_true", help="skip candidates already measured in the results file")
     _common(t)
 
@@ -727,6 +732,7 @@ def cmd_bench(args) -> int:
                 raise SystemExit(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
             problems += PRESETS[name]
     phases = [p.strip() for p in args.phases.split(",")] if args.phases else None
+    _check_timing(args.timing, be)
     if not _check_ray(args):
         return 2
     print(f"backend: {be.describe()}", flush=True)
@@ -738,7 +744,7 @@ def cmd_bench(args) -> int:
             b.name, results=args.results, plots_dir=args.plots or None, phases=phases, quick=args.quick,
             resume=args.resume, progress=prog, timeout_s=args.timeout, max_total_s=args.max_total,
             command="numba-attn " + " ".join(sys.argv[1:]), setup=args.setup, problems=problems,
-            workers=workers, make_worker=make_worker)
+            workers=workers, make_worker=make_worker, timing_method=args.timing)
     finally:
         prog.close()
     return _finish(rows, results, be, report.make_console(), plots=files)
@@ -853,12 +859,13 @@ def cmd_tune(args) -> int:
     problems, _ = _problems(args)
     if args.workers is not None and args.workers < 1:
         raise SystemExit(f"--workers must be >= 1, got {args.workers}")
+    _check_timing(args.timing, be)
     results = args.results or os.path.join(default_results_dir(), f"tune-{_slug(gpu_info()['gpu'])}.jsonl")
     check_writable(results)
     timeout = args.timeout if args.timeout is not None else (1800.0 if be.IS_SIMULATOR else 600.0)
     workers, make_worker = _worker_pool(args, 1 if be.IS_SIMULATOR or args.ray is not None else _visible_gpus())
     cfg = RunConfig(seeds=_seeds(args.seeds), timeout_s=timeout or None, peers=False, results=results,
-                    command="numba-attn " + " ".join(sys.argv[1:]), timing=TimingConfig(budget_s=args.timing_budget),
+                    command="numba-attn " + " ".join(sys.argv[1:]), timing=TimingConfig(budget_s=args.timing_budget, method=args.timing or "events"),
                     resume=args.resume, worker_setup=tuple(args.setup))
     print(f"backend: {be.describe()}", flush=True)
     print(f"problems: {'; '.join(p.label for p in problems)}", flush=True)

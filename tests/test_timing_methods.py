@@ -232,6 +232,9 @@ def test_timing_cupti_in_the_simulator_says_it_needs_a_gpu(capsys):
         assert cli.main(["run", "--simulator", "--phases", "naive", "-N", "8", "-D", "8", "--timing", m]) == 2
         err = capsys.readouterr().err
         assert f"--timing {m}: the simulator times nothing" in err and why in err
+    # bench takes the same option, refused the same way before any row
+    assert cli.main(["bench", "decode", "--simulator", "--timing", "cupti", "--plots", ""]) == 2
+    assert "--timing cupti: the simulator times nothing" in capsys.readouterr().err
 
 
 # -- on a GPU -------------------------------------------------------------------------

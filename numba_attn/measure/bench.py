@@ -282,13 +282,14 @@ def get(name: str) -> Benchmark:
 def run_benchmark(name: str, *, results: str | None = None, plots_dir: str | None = "plots",
                   phases=None, quick: bool = False, resume: bool = False, progress=None,
                   timeout_s: float | None = None, max_total_s: float | None = None, command: str | None = None,
-                  setup=(), problems=None, workers=None, make_worker=None):
+                  setup=(), problems=None, workers=None, make_worker=None, timing_method: str | None = None):
     """Run a declared benchmark; returns (rows, results path, plot files).
 
     ``quick`` cuts the timing budget and uses one seed (for a smoke test of the
     command); ``phases`` restricts the lines; ``problems`` replaces the
     benchmark's problems (e.g. smaller shapes for a smoke test); ``workers`` / ``make_worker``:
-    the rows on several workers (see :func:`numba_attn.measure.sweep.run`).
+    the rows on several workers (see :func:`numba_attn.measure.sweep.run`); ``timing_method``
+    (``events``, ``graph`` or ``cupti``) replaces the benchmark's timing method, for phases and peers alike.
     """
     import os
 
@@ -307,6 +308,10 @@ def run_benchmark(name: str, *, results: str | None = None, plots_dir: str | Non
     if quick:
         timing = TimingConfig(warmup=1, min_reps=3, max_reps=20, budget_s=0.1, batch_ms=10.0)
         seeds = (1,)
+    if timing_method:
+        import dataclasses
+
+        timing = dataclasses.replace(timing, method=timing_method)
     if results is None:
         from numba_attn.measure.env import gpu_info
 
