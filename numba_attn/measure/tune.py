@@ -22,7 +22,11 @@ is written by the one results writer. Several local workers own one GPU each
 that dies is replaced and its candidate retried once. :mod:`numba_attn.measure.distributed` puts
 the workers on a Ray cluster instead.
 
-The best configuration: the OK candidate with the least ``time_ms``. The simulator does not time
+The best configuration: the OK candidate with the least ``time_ms``, where candidates within the
+measurement's noise of it tie (``TIE_TOLERANCE`` or twice the larger sample spread, whichever is
+larger: two runs of one sweep differ by about 0.5 % per candidate on an H200) and a tie goes to the
+earliest candidate in strategy order, the default first; so the choice does not flip between runs,
+or between one worker and several, on noise. The simulator does not time
 (rows have no ``time_ms``), so there the stand-in rule is: every OK candidate ties, and the default
 configuration is chosen when it is OK, else the first OK candidate in strategy order. No time is
 invented: a simulator cache entry has ``time_ms: null``.
@@ -227,6 +231,9 @@ class Tuned:
         return [(p, r) for p, r in self.measured if r and r.get("status") == OK]
 
 
+TIE_TOLERANCE = 0.01  # candidates within 1 % of the fastest tie (see the module docstring)
+
+
 def choose_best(tuned: Tuned):
     """Sets ``best``/``best_row``/``rule`` (see the module docstring for the rule)."""
     ok = tuned.ok
@@ -235,9 +242,20 @@ def choose_best(tuned: Tuned):
         return
     timed = [(p, r) for p, r in ok if r.get("time_ms")]
     if timed:
-        p, r = min(timed, key=lambda x: x[1]["time_ms"])
+        fastest = min(r["time_ms"] for _, r in timed)
+        fast_row = min(timed, key=lambda x: x[1]["time_ms"])[1]
+        tied = []
+        for p, r in timed:  # in strategy order: the default first
+            tol = max(TIE_TOLERANCE, 2 * max(float(r.get("spread_p10_p90") or 0),
+                                             float(fast_row.get("spread_p10_p90") or 0)))
+            if r["time_ms"] <= fastest * (1 + tol):
+                tied.append((p, r))
+        p, r = tied[0]
         tuned.best, tuned.best_row = p, r
         tuned.rule = f"least time of {len(timed)} timed OK candidate(s): {r['time_ms']:.4g} ms"
+        if len(tied) > 1:
+            tuned.rule += (f" ({len(tied)} within the noise of the fastest, {fastest:.4g} ms: the earliest in "
+                           f"strategy order)")
         return
     default = [(p, r) for p, r in ok if not p]
     p, r = default[0] if default else ok[0]
