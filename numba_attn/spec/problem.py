@@ -294,6 +294,21 @@ PRESETS["paged-8bit"] = [
     for b in (1, 8) for n in (16384, 32768) for kd, sc in (("float8_e4m3", "tensor"), ("float8_e4m3", "head"),
                                                               ("int8", "head"), ("int8", "token"))
 ]
+# The targets at a cost one GPU run can afford: page size 64 over B ∈ {1, 8, 32} × KV ∈ {4k, 32k}
+# (ragged), the page-size effect at B8 32k, GQA, and the 8-bit caches at KV 16k and 32k.
+PRESETS["paged-targets"] = [
+    PagedProblem(batch=b, heads=32, q_len=1, kv_len=n, head_dim=128, dtype="float16", page_size=64, ragged=True)
+    for b in (1, 8, 32) for n in (4096, 32768)
+] + [
+    PagedProblem(batch=8, heads=32, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=p, ragged=r)
+    for p, r in ((64, False), (16, True), (256, True))
+] + [
+    PagedProblem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64),
+] + [
+    PagedProblem(batch=8, heads=32, q_len=1, kv_len=n, head_dim=128, dtype="float16", page_size=64,
+                 kv_dtype=kd, kv_scale=sc)
+    for n in (16384, 32768) for kd, sc in (("float8_e4m3", "head"), ("int8", "token"))
+]
 PRESETS["paged-small"] = [
     PagedProblem(batch=8, heads=32, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64, ragged=True),
     PagedProblem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64),
