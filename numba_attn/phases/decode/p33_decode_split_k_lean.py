@@ -61,6 +61,7 @@ from numba_attn.phases.registry import register_phase
             "FlashAttention-2 exp2 scaling; lazy rescaling (FlashAttention-3 / FlashInfer)",
     planned_speedup=45.0,
     space={"warps": [4, 8], "keys": [0, 1, 2, 4], "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4]},
+    dtypes=("float32", "float16", "bfloat16"),
     sim_params={"warps": 2, "splits": 3},
     supports=check_split,
     resolve=resolve_split,
@@ -70,7 +71,8 @@ def decode_split_k_lean(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blo
     final = splits == 1
     fused = splits * rows <= fuse_max
     kern = make_lean_kernel(problem.head_dim, vector_width(problem.dtype), lanes, keys, warps, rows, problem.q_len,
-                            problem.group, problem.causal, final, fused, blocks_per_sm)
+                            problem.group, problem.causal, final, fused, blocks_per_sm,
+                            BF16=problem.dtype == "bfloat16")
     scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
     return split_launch(problem, kern, scale, warps, lanes, rows, keys, splits, counters=True, combine=not fused,
                         notes=f", combine {'-' if final else ('fused' if fused else 'kernel')}")

@@ -67,7 +67,7 @@ from numba_attn.phases.registry import register_phase
     planned_speedup=60.0,
     space={"warps": [2, 4, 8], "Bc": [16, 32], "stages": [2, 3, 4], "splits": [0, 8, 16, 32, 64]},
     requires_cc=(8, 0),  # cp.async, ldmatrix, mma.sync
-    dtypes=("float16",),
+    dtypes=("float16", "bfloat16"),
     sim_params={"warps": 2, "Bc": 16, "stages": 2, "splits": 3},
     supports=check_mma,
     resolve=resolve_mma,

@@ -49,7 +49,7 @@ def _supports(problem, **params):
     lineage="vLLM PagedAttention (Kwon et al. 2023); FlashAttention flash_attn_with_kvcache; "
             "Flash-Decoding split-K",
     planned_speedup=45.0,
-    dtypes=("float16",),
+    dtypes=("float16", "bfloat16"),
     space={"warps": [4, 8], "keys": [0, 1, 2, 4], "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4]},
     sim_params={"warps": 2, "splits": 3},
     supports=_supports,
@@ -60,7 +60,8 @@ def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_pe
     fused = splits * rows <= fuse_max
     kern = make_lean_kernel(problem.head_dim, vector_width(problem.dtype), lanes, keys, warps, rows, problem.q_len,
                             problem.group, problem.causal, False, fused, blocks_per_sm, P=problem.page_size,
-                            KV8=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]))
+                            KV8=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
+                            BF16=problem.dtype == "bfloat16")
     scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
     return paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused,
                         notes=f", combine {'fused' if fused else 'kernel'}")

@@ -27,8 +27,9 @@ def _supports(problem, **params):
     reason = check_paged_problem(problem)
     if reason:
         return reason
-    if problem.kv_dtype:
-        return f"a {problem.kv_dtype} cache: paged_mma reads 16-bit caches (paged_split_k dequantizes 8-bit ones)"
+    if problem.kv_dtype and problem.head_dim % 16:
+        return (f"a {problem.kv_dtype} cache with head_dim {problem.head_dim}: paged_mma copies 8-bit rows in "
+                "16-byte chunks (head_dim a multiple of 16; paged_split_k reads the others)")
     return check_mma(problem, **params)
 
 
@@ -47,7 +48,7 @@ def _supports(problem, **params):
     planned_speedup=60.0,
     space={"warps": [2, 4, 8], "Bc": [16, 32], "stages": [2, 3, 4], "splits": [0, 8, 16, 32, 64]},
     requires_cc=(8, 0),  # cp.async, ldmatrix, mma.sync
-    dtypes=("float16",),
+    dtypes=("float16", "bfloat16"),
     sim_params={"warps": 2, "Bc": 16, "stages": 2, "splits": 3},
     supports=_supports,
     resolve=resolve_mma,
@@ -56,6 +57,8 @@ def _supports(problem, **params):
 def paged_mma(problem, warps=4, Bc=16, stages=3, splits=0, blocks_per_sm=2, min_keys=2048, fuse_max=0, pdl=3,
               l2_prefetch=False, even=False, fixed_combine=True):
     own = PagedLayout(problem)  # the runner's calls give no layout: the problem's, uploaded at the first call
+    n = 4 if problem.kv_dtype else 2  # the table and lengths (8-bit: and the scales)
     return mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
-                      fixed_combine, P=problem.page_size, keys=lambda layout: tuple((layout or own.own())[:2]),
-                      note=f"P={problem.page_size}, ")
+                      fixed_combine, P=problem.page_size, keys=lambda layout: tuple((layout or own.own())[:n]),
+                      note=f"P={problem.page_size}, " + (f"{problem.kv_dtype} cache ({problem.kv_scale} scale), "
+                                                         if problem.kv_dtype else ""))
