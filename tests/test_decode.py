@@ -274,6 +274,19 @@ def test_decode_mma_causal_full_tile_one_split():
     _ok("decode_mma", p, warps=1, Bc=16, stages=3, splits=1, seed=18)
 
 
+@pytest.mark.parametrize("phase,params", [
+    ("decode_mma", dict(warps=2, Bc=16, stages=2, splits=3)),  # the combine kernel (compiled for 3 splits)
+    ("decode_mma", dict(warps=1, Bc=16, stages=2, splits=1)),  # one split writes the output
+    ("decode_split_k_lean", dict(warps=2, splits=3)),  # the last block combines
+    ("decode_split_k_lean", dict(warps=2, splits=3, fuse_max=0)),  # the combine kernel
+    ("decode_split_k_lean", dict(warps=1, splits=1)),  # one split writes the output
+])
+def test_bfloat16(phase, params):
+    # GQA group 4 × q_len 2 (causal), bfloat16 q/k/v/o: bf16 mma.sync or bf16 words unpacked by shifts
+    p = Problem(batch=1, heads=4, kv_heads=1, q_len=2, kv_len=45, head_dim=32, dtype="bfloat16", causal=True)
+    _ok(phase, p, seed=21, **params)
+
+
 def test_decode_mma_supports():
     ph = get_phase("decode_mma")
     assert "float16" in ph.supports(Problem(q_len=1, kv_len=64, head_dim=32))  # fp32 storage
