@@ -31,6 +31,9 @@ close to the 29 µs memory floor, so loads and arithmetic do not overlap.
   ``combine_splits`` (maximum first, then the weighted sum, 8 splits' loads
   in flight), which replaced the one-pass merge that waited on each split.
 
+bfloat16 storage (compile-time): K and V read as 16-byte loads of 32-bit
+words, each split into two floats by shifts; the output rounded to bf16.
+
 Prediction: GQA (8 KV heads, 32k, fp16) B=8 326 → ~280 µs (−15%, the
 loop's issue time); B=1 75 → ~45 µs (the combine from ~20 to ~3 µs, the loop
 −15%); MHA (one row per block: 2 scores per step, little to save) unchanged

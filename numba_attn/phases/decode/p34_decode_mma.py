@@ -34,6 +34,9 @@ several query rows read one KV head (a GQA group × q_len, up to 16 rows):
   loop measured slower (the combine's blocks then sit on the SMs for the
   whole split kernel).
 
+Storage: float16 or bfloat16 (``mma.sync`` with bf16 inputs; P rounded to
+bf16 for P·V), chosen at compile time; the fp32 accumulation is the same.
+
 Head dims: every multiple of 8 up to 256, padded as in ``tc_pipelined``: shared
 rows to a power of two (≤ 8) or a multiple of 8 chunks, so the swizzle stays a
 permutation (D=40/48 → 64 columns, 80/96/112 → 128, 160 → 192); an odd multiple
