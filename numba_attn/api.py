@@ -921,7 +921,7 @@ def _paged_device(kind, a):
 def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=False, scale=None, k_scale=None,
                  v_scale=None, phase=None, **params):
     """Decode attention over a paged KV cache, FlashAttention's ``flash_attn_with_kvcache`` layout:
-    ``q`` (B, H, q_len, D) float16; ``k_cache``, ``v_cache`` (num_blocks, page_size, Hkv, D) in q's
+    ``q`` (B, H, q_len, D) float16 or bfloat16; ``k_cache``, ``v_cache`` (num_blocks, page_size, Hkv, D) in q's
     dtype, ``float8_e4m3fn`` (ml_dtypes / torch) or ``int8``; ``block_table`` (B, max_blocks) int32;
     ``cache_seqlens`` (B,) int32. Returns (B, H, q_len, D) like ``q`` (NumPy arrays, numba device
     arrays or PyTorch tensors, as ``attention()``).

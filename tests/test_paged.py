@@ -1,7 +1,8 @@
 """Decode over a paged KV cache (issue 18): ``decode_paged`` and the paged phases against
 the float64 paged reference, in the simulator, on tiny shapes: block tables with repeated and
 out-of-order pages, a page partly filled, a length-0 sequence, GQA, causal q_len 2-4, fp8 e4m3
-and int8 caches (bit-exact dequantization), and input checks."""
+and int8 caches (bit-exact dequantization) on both paged phases, bfloat16 queries and caches, and
+input checks."""
 import numpy as np
 import pytest
 
@@ -22,13 +23,19 @@ PAGED = [p.name for p in na.list_phases() if p.layout == "paged"]
 SIM = {name: get_phase(name).sim_params for name in PAGED}
 
 
-def _caches(rng, nb, P, Hkv, D, kv_dtype=""):
+def _caches(rng, nb, P, Hkv, D, kv_dtype="", dtype=np.float16):
     x = [rng.standard_normal((nb, P, Hkv, D), dtype=np.float32) for _ in range(2)]
     if kv_dtype == "float8_e4m3":
         return [(a * 40).astype(ml_dtypes.float8_e4m3fn) for a in x]
     if kv_dtype == "int8":
         return [np.clip(np.rint(a * 30), -127, 127).astype(np.int8) for a in x]
-    return [a.astype(np.float16) for a in x]
+    return [a.astype(dtype) for a in x]
+
+
+def _scales(rng, kind, NB, P, Hkv):
+    shape = {"tensor": (), "head": (Hkv,), "token": (NB, P, Hkv)}[kind]
+    return (np.asarray(rng.uniform(0.02, 0.04, shape), np.float32),
+            np.asarray(rng.uniform(0.02, 0.04, shape), np.float32))
 
 
 def _run(phase, q, kc, vc, table, lens, causal=False, kv_dtype="", ks=None, vs=None, **params):
@@ -36,7 +43,7 @@ def _run(phase, q, kc, vc, table, lens, causal=False, kv_dtype="", ks=None, vs=N
                           **{**SIM[phase], **params})
     ref = paged_reference(q, kc, vc, table, lens, causal=causal, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs)
     assert out.shape == q.shape and out.dtype == q.dtype
-    c = na.check(out, ref, dtype="float16")
+    c = na.check(out, ref, dtype="bfloat16" if q.dtype == ml_dtypes.bfloat16 else "float16")
     assert c.ok, c.reason
     return out, ref
 
@@ -85,6 +92,21 @@ def test_repeated_out_of_order_pages_partial_page_and_empty_sequence(phase):
     assert not out[3].any()  # the empty sequence: zeros
 
 
+@pytest.mark.parametrize("phase", PAGED)
+def test_bfloat16_query_and_cache(phase):
+    """bfloat16 q, caches and output (bf16 mma.sync / bf16 words unpacked by shifts), checked at
+    bfloat16's tolerance: GQA group 2, pages out of order and repeated, a partly filled page, a
+    length-0 sequence."""
+    rng = np.random.default_rng(8)
+    B, H, Hkv, D, P = 3, 4, 2, 32, 16
+    kc, vc = _caches(rng, 5, P, Hkv, D, dtype=ml_dtypes.bfloat16)
+    table = np.array([[3, 0, 3], [4, 1, 2], [0, 0, 0]], np.int32)
+    lens = np.array([41, 20, 0], np.int32)
+    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    out, _ = _run(phase, q, kc, vc, table, lens)
+    assert not out[2].astype(np.float32).any()
+
+
 @pytest.mark.parametrize("phase,params,P", [
     ("paged_split_k", {"lanes": 2, "keys": 1}, 32),  # a page holds a warp step (16 keys): one index per step
     ("paged_split_k", {"lanes": 1, "keys": 2}, 16),  # a step of 64 keys spans 4 pages: one index per key
@@ -115,24 +137,23 @@ def test_gqa_causal_speculative(phase):
     _run(phase, q, kc, vc, table, lens, causal=True)
 
 
+@pytest.mark.parametrize("phase", PAGED)
 @pytest.mark.parametrize("kv_dtype,scale", [("float8_e4m3", "tensor"), ("float8_e4m3", "head"),
-                                            ("int8", "head"), ("int8", "token")])
-def test_8bit_caches(kv_dtype, scale):
+                                            ("int8", "tensor"), ("int8", "head"), ("int8", "token")])
+def test_8bit_caches(phase, kv_dtype, scale):
     """fp8/int8 caches against the reference on the dequantized cache (float16's tolerance),
     and against the 16-bit cache of the same values (quantization error only)."""
     rng = np.random.default_rng(3)
     B, H, Hkv, D, P, NB = 2, 2, 2, 16, 16, 4
     kc, vc = _caches(rng, NB, P, Hkv, D, kv_dtype)
-    shape = {"tensor": (), "head": (Hkv,), "token": (NB, P, Hkv)}[scale]
-    ks = np.asarray(rng.uniform(0.02, 0.04, shape), np.float32)
-    vs = np.asarray(rng.uniform(0.02, 0.04, shape), np.float32)
+    ks, vs = _scales(rng, scale, NB, P, Hkv)
     table = np.array([[1, 3], [0, 2]], np.int32)
     lens = np.array([29, 17], np.int32)
     q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
-    out, ref = _run("paged_split_k", q, kc, vc, table, lens, kv_dtype=kv_dtype, ks=ks, vs=vs)
+    out, ref = _run(phase, q, kc, vc, table, lens, kv_dtype=kv_dtype, ks=ks, vs=vs)
     k16 = dequantize(kc, kv_dtype, ks).astype(np.float16)
     v16 = dequantize(vc, kv_dtype, vs).astype(np.float16)
-    out16 = na.decode_paged(q, k16, v16, table, lens, phase="paged_split_k", **SIM["paged_split_k"])
+    out16 = na.decode_paged(q, k16, v16, table, lens, phase=phase, **SIM[phase])
     rel = np.linalg.norm(out.astype(np.float64) - out16) / np.linalg.norm(out16.astype(np.float64))
     assert rel < 5e-3  # the same values: only the fp16 rounding of the dequantized cache differs
 
@@ -148,6 +169,36 @@ def test_runner_on_paged_problems(phase):
     assert row["status"] == "OK", row["reason"]
     assert measure(phase, Problem(heads=2, q_len=1, kv_len=40, head_dim=16, dtype="float16"), cfg)["status"] == "SKIP"
     assert measure("decode_split_k_lean", p, cfg)["status"] == "SKIP"
+
+
+@pytest.mark.parametrize("kv_dtype,scale,qdt,params", [
+    ("float8_e4m3", "head", np.float16, {"Bc": 32}),  # a 32-key tile over two 16-key pages: index per row
+    ("int8", "token", np.float16, {"stages": 3}),
+    ("int8", "token", ml_dtypes.bfloat16, {}),
+    ("float8_e4m3", "tensor", ml_dtypes.bfloat16, {"splits": 1}),  # one split writes the output
+])
+def test_8bit_paged_mma_pages(kv_dtype, scale, qdt, params):
+    """paged_mma on 8-bit caches: GQA group 2 with q_len 2 (causal), pages out of order and
+    repeated, a partly filled page, a length-0 sequence; float16 and bfloat16 queries."""
+    rng = np.random.default_rng(9)
+    B, H, Hkv, Nq, D, P, NB = 3, 4, 2, 2, 32, 16, 5
+    kc, vc = _caches(rng, NB, P, Hkv, D, kv_dtype)
+    ks, vs = _scales(rng, scale, NB, P, Hkv)
+    table = np.array([[4, 1, 4], [2, 0, 3], [1, 1, 1]], np.int32)
+    lens = np.array([45, 21, 0], np.int32)
+    q = rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(qdt)
+    out, _ = _run("paged_mma", q, kc, vc, table, lens, causal=True, kv_dtype=kv_dtype, ks=ks, vs=vs, **params)
+    assert not out[2].astype(np.float32).any()
+
+
+def test_paged_mma_supports_8bit():
+    ph = get_phase("paged_mma")
+    p = PagedProblem(batch=2, heads=4, kv_heads=2, q_len=1, kv_len=64, head_dim=24, dtype="float16", page_size=16,
+                     kv_dtype="int8", kv_scale="token")
+    assert "multiple of 16" in ph.supports(p)
+    p = PagedProblem(batch=2, heads=4, kv_heads=2, q_len=1, kv_len=64, head_dim=32, dtype="bfloat16", page_size=16,
+                     kv_dtype="float8_e4m3", kv_scale="head")
+    assert ph.supports(p) is None
 
 
 def test_runner_8bit_problem():

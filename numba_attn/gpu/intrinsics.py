@@ -55,6 +55,8 @@ The functions
 ``cp_async_wait(n)``       ``cp.async.wait_group n`` (n a compile-time constant)
 ``ld_global_v4``           ``ld.global.nc.v4.u32`` (128-bit read-only load)
 ``st_shared_v4``           ``st.shared.v4.u32`` (128-bit shared store)
+``ld_shared_v4``           ``ld.shared.v4.u32`` (128-bit shared load, as uint32 words)
+``unpack_bf16x2``          one register of two bf16 → two float32 (exact: the bits shifted, no instruction)
 ``pack_f16x2``             ``cvt.rn.f16x2.f32`` (two floats → packed halves)
 ``pack_bf16x2``            ``cvt.rn.bf16x2.f32``
 ``pack_b16x2``             ``mov.b32 {lo, hi}`` (two 16-bit patterns → one register)
@@ -101,7 +103,7 @@ SMEM_ALIGN = None if IS_SIMULATOR else 16
 __all__ = [
     "SMEM_ALIGN", "mma_f16", "mma_bf16", "mma_tf32", "ldmatrix_x4", "ldmatrix_x4_trans",
     "cp_async16", "cp_async16_flat", "cp_async16_flat_l2_256", "cp_async_commit", "cp_async_wait", "ld_global_v4",
-    "st_shared_v4",
+    "st_shared_v4", "ld_shared_v4", "unpack_bf16x2",
     "pack_f16x2", "pack_bf16x2", "pack_b16x2", "to_tf32", "lds",
 ]
 
@@ -387,6 +389,17 @@ if IS_SIMULATOR:
         words = np.array([_u32(x) for x in (x0, x1, x2, x3)], np.uint32)
         a[int(r), int(c):int(c) + n] = words.view(a.dtype)
 
+    def ld_shared_v4(arr, r, c):
+        """Four 32-bit words at ``arr[r, c]`` (16 bytes) of a 2-D shared array as uint32."""
+        words = _row16(arr, (r, c)).view(np.uint32)
+        return tuple(np.uint32(w) for w in words)
+
+    def unpack_bf16x2(w):
+        """One register of two bf16 → (low, high) as float32 (exact)."""
+        b = _u32(w)
+        lo, hi = np.array([(b & 0xFFFF) << 16, b & 0xFFFF0000], np.uint32).view(np.float32)
+        return np.float32(lo), np.float32(hi)
+
     def lds(arr, r, c):
         """``arr[r, c]`` of a 2-D (shared) array, indices must be non-negative."""
         r, c = int(r), int(c)
@@ -592,6 +605,36 @@ else:  # -------------------------------------------------------------- GPU
             _asm(builder, ir.VoidType(), [_i32] * 5, "st.shared.v4.u32 [$0], {$1,$2,$3,$4};",
                  "r,r,r,r,r,~{memory}", [_shared_addr(builder, ptr)] + list(args[3:]), side_effect=True)
             return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def ld_shared_v4(typingctx, arr, r, c):
+        if not (isinstance(arr, types.Array) and arr.ndim == 2):
+            return None
+        sig = types.UniTuple(types.uint32, 4)(arr, r, c)
+
+        def codegen(context, builder, sig, args):
+            ptr = _elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
+            ret = ir.LiteralStructType([_i32] * 4)
+            res = _asm(builder, ret, [_i32], "ld.shared.v4.u32 {$0,$1,$2,$3}, [$4];",
+                       "=r,=r,=r,=r,r,~{memory}", [_shared_addr(builder, ptr)], side_effect=True)
+            vals = [builder.extract_value(res, i) for i in range(4)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    @intrinsic
+    def unpack_bf16x2(typingctx, w):
+        if not isinstance(w, types.Integer):
+            return None
+        sig = types.UniTuple(types.float32, 2)(w)
+
+        def codegen(context, builder, sig, args):
+            x = context.cast(builder, args[0], sig.args[0], types.uint32)
+            lo = builder.bitcast(builder.shl(x, ir.Constant(_i32, 16)), _f32)
+            hi = builder.bitcast(builder.and_(x, ir.Constant(_i32, 0xFFFF0000)), _f32)
+            return context.make_tuple(builder, sig.return_type, [lo, hi])
 
         return sig, codegen
 

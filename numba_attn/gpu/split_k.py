@@ -12,9 +12,10 @@ import functools
 
 from numba_attn.gpu.backend import IS_SIMULATOR  # first: chooses the backend before numba is imported
 
-from numba import cuda  # noqa: E402
+from numba import cuda, float32, uint16, uint32  # noqa: E402
 
 from numba_attn.gpu.device_functions import combine_splits, combine_splits_fixed  # noqa: E402
+from numba_attn.gpu.intrinsics import pack_bf16x2  # noqa: E402
 from numba_attn.gpu.jit import kernel  # noqa: E402
 from numba_attn.gpu.pdl import grid_dependency_wait  # noqa: E402
 
@@ -51,11 +52,12 @@ def split_plan(n_blocks: int, kv_len: int, keys_per_round: int, sms: int, blocks
 
 
 @functools.cache
-def make_combine_kernel(Nq: int, WAIT: bool = False, NS: int = 0):
+def make_combine_kernel(Nq: int, WAIT: bool = False, NS: int = 0, BF16: bool = False):
     """The combine kernel; with ``WAIT`` it first waits for the grid it was launched
     after (``numba_attn.gpu.pdl``: launched while the split kernel still runs); with
     ``NS`` > 0 the split count is that compile-time constant (``combine_splits_fixed``:
-    all loads in flight at once) and the ``S`` argument must equal it."""
+    all loads in flight at once) and the ``S`` argument must equal it. ``BF16``: ``o``
+    holds bfloat16 bit patterns (uint16), rounded to nearest even."""
     fixed = combine_splits_fixed(max(NS, 1))  # typed even where NS = 0 leaves it unused
 
     @kernel
@@ -66,7 +68,10 @@ def make_combine_kernel(Nq: int, WAIT: bool = False, NS: int = 0):
         row = cuda.blockIdx.x
         d = cuda.threadIdx.x
         bh = row // Nq
-        if NS > 0:
+        if BF16:
+            x = fixed(part_o, part_lse, row, d) if NS > 0 else combine_splits(part_o, part_lse, S, row, d)
+            o[bh, row - bh * Nq, d] = uint16(pack_bf16x2(x, float32(0.0)) & uint32(0xFFFF))
+        elif NS > 0:
             o[bh, row - bh * Nq, d] = fixed(part_o, part_lse, row, d)
         else:
             o[bh, row - bh * Nq, d] = combine_splits(part_o, part_lse, S, row, d)

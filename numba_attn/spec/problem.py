@@ -293,6 +293,13 @@ PRESETS["paged-8bit"] = [
                  kv_dtype=kd, kv_scale=sc)
     for b in (1, 8) for n in (16384, 32768) for kd, sc in (("float8_e4m3", "tensor"), ("float8_e4m3", "head"),
                                                               ("int8", "head"), ("int8", "token"))
+] + [  # GQA (group 4): paged_mma's 8-bit tiles, and bfloat16 queries on an fp8 and a bf16 cache
+    PagedProblem(batch=b, heads=32, kv_heads=8, q_len=1, kv_len=n, head_dim=128, dtype=dt, page_size=64,
+                 kv_dtype=kd, kv_scale=sc)
+    for b in (1, 8) for n in (16384, 32768) for dt, kd, sc in (("float16", "float8_e4m3", "head"),
+                                                                 ("float16", "int8", "token"),
+                                                                 ("bfloat16", "float8_e4m3", "head"),
+                                                                 ("bfloat16", "", "head"))
 ]
 # The targets at a cost one GPU run can afford: page size 64 over B ∈ {1, 8, 32} × KV ∈ {4k, 32k}
 # (ragged), the page-size effect at B8 32k, GQA, and the 8-bit caches at KV 16k and 32k.

@@ -25,14 +25,15 @@ import numpy as np
 
 from numba_attn.gpu.backend import IS_SIMULATOR  # first: chooses the backend before numba is imported
 
-from numba import cuda, float32, int32, uint32  # noqa: E402
+from numba import cuda, float32, int32, uint16, uint32  # noqa: E402
 
 from numba_attn.gpu.arrays import view_as  # noqa: E402
 from numba_attn.gpu.device_functions import (LOG2E, NEG_BIG, combine_splits, fragment_rescale,  # noqa: E402
                                              fragment_softmax, ldg_f16x8, ldg_f32x4, merge_state, merge_state2,
                                              state_lse)
 from numba_attn.gpu.intrinsics import (cp_async16_flat, cp_async16_flat_l2_256, cp_async_commit,  # noqa: E402
-                                       cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans, mma_f16, pack_f16x2)
+                                       cp_async_wait, ld_global_v4, ld_shared_v4, ldmatrix_x4, ldmatrix_x4_trans,
+                                       mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, st_shared_v4, unpack_bf16x2)
 from numba_attn.gpu.jit import device, kernel  # noqa: E402
 from numba_attn.gpu.pdl import launch_after, launch_dependents, pdl_available, uses_griddepcontrol  # noqa: E402
 from numba_attn.gpu.ptx_loads import (STATIC_SMEM_LIMIT, dynamic_tile, launch_dynamic, smem_reason,  # noqa: E402
@@ -49,8 +50,28 @@ LN2 = np.float32(0.6931471805599453)
 # -- rules ---------------------------------------------------------------------------
 
 def vector_width(dtype: str) -> int:
-    """Elements per 16-byte load: 4 float32 or 8 float16."""
-    return {"float32": 4, "float16": 8}[dtype]
+    """Elements per 16-byte load: 4 float32 or 8 float16/bfloat16."""
+    return {"float32": 4, "float16": 8, "bfloat16": 8}[dtype]
+
+
+@device
+def bf16_to_f32(h):
+    """One bfloat16 bit pattern (a uint16 element) → float32 (exact)."""
+    return unpack_bf16x2(uint32(h))[0]
+
+
+@device
+def f32_to_bf16(x):
+    """float32 → the bfloat16 bit pattern (uint16), rounded to nearest even (``cvt.rn``)."""
+    return uint16(pack_bf16x2(x, float32(0.0)) & uint32(0xFFFF))
+
+
+def kernel_words(problem, *arrays):
+    """The arrays a kernel reads as uint32 words where it does (bfloat16: its 16-bit patterns
+    are unpacked by shifts), else as they are."""
+    if problem.dtype != "bfloat16":
+        return arrays
+    return tuple(view_as(a, np.uint32) for a in arrays)
 
 
 def decode_rows(problem, rows: int) -> int:
@@ -209,12 +230,15 @@ def split_launch(problem, kern, scale, warps, lanes, rows, keys, splits, counter
     part_o, part_lse = split_workspace(S, B * H * Nq, D)
     kernels = [kern]
     combine = combine and not final
+    bf16 = problem.dtype == "bfloat16"
     if combine:
-        comb = make_combine_kernel(Nq)
+        comb = make_combine_kernel(Nq, BF16=bf16) if bf16 else make_combine_kernel(Nq)
         kernels.append(comb)
     cnt = zeroed_counters(B * Hkv * n_rc) if counters else None
 
     def run(q, k, v, o, stream=0):
+        if bf16:
+            k, v = kernel_words(problem, k, v)
         check_alignment(k, v)
         if counters:
             kern[grid, warps * WARP_SIZE, stream](q, k, v, o, part_o, part_lse, cnt, scale, Hkv, Nk, chunk, S)
@@ -231,14 +255,15 @@ def split_launch(problem, kern, scale, warps, lanes, rows, keys, splits, counter
 
 @functools.cache
 def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool,
-                FINAL: bool = True, BASE2: bool = False):
+                FINAL: bool = True, BASE2: bool = False, BF16: bool = False):
     """Device functions of a block of ``NW`` warps that computes ``RB`` query rows
     of one KV head over a range of keys: a group of ``L`` lanes takes ``T`` keys
     per warp step, a lane holding ``E = D / L`` elements of a row in registers.
 
     ``FINAL``: the block writes the output (else its split's partial output and
     log-sum-exp); ``BASE2``: the scores are in base 2 (log2 e folded into the
-    query scale; ``exp2``, and the log-sum-exp converted back).
+    query scale; ``exp2``, and the log-sum-exp converted back); ``BF16``: q and o are
+    bfloat16 bit patterns (uint16), k and v their (…, D/2) uint32 word views.
     Returns ``(load_rows, load_keys, score_update, merge_lanes, write_rows, combine_last)``.
     """
     E = D // L  # elements of a row per lane
@@ -266,7 +291,11 @@ def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
                 lim[r] = 0
             for u in range(NV):
                 for x in range(VW):
-                    Qr[r, u * VW + x] = float32(q[bh, i, (sub + L * u) * VW + x]) * scale if ok else float32(0.0)
+                    if BF16:
+                        Qr[r, u * VW + x] = bf16_to_f32(q[bh, i, (sub + L * u) * VW + x]) * scale if ok \
+                            else float32(0.0)
+                    else:
+                        Qr[r, u * VW + x] = float32(q[bh, i, (sub + L * u) * VW + x]) * scale if ok else float32(0.0)
                     acc[r, u * VW + x] = float32(0.0)
             m[r] = NEG_BIG
             l[r] = float32(0.0)
@@ -278,11 +307,18 @@ def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
         for t in range(T):
             jj = min(j0 + t * KW, hi - 1)
             for u in range(NV):
-                kx = ldv(k, kvh, jj, (sub + L * u) * VW)
-                vx = ldv(v, kvh, jj, (sub + L * u) * VW)
-                for x in range(VW):
-                    KK[t, u * VW + x] = kx[x]
-                    VV[t, u * VW + x] = vx[x]
+                if BF16:  # 8 elements: 4 words of the uint32 view
+                    kw = ld_global_v4(k, kvh, jj, (sub + L * u) * 4)
+                    vw = ld_global_v4(v, kvh, jj, (sub + L * u) * 4)
+                    for x in range(4):
+                        KK[t, u * VW + 2 * x], KK[t, u * VW + 2 * x + 1] = unpack_bf16x2(kw[x])
+                        VV[t, u * VW + 2 * x], VV[t, u * VW + 2 * x + 1] = unpack_bf16x2(vw[x])
+                else:
+                    kx = ldv(k, kvh, jj, (sub + L * u) * VW)
+                    vx = ldv(v, kvh, jj, (sub + L * u) * VW)
+                    for x in range(VW):
+                        KK[t, u * VW + x] = kx[x]
+                        VV[t, u * VW + x] = vx[x]
 
     @device
     def score_update(Qr, KK, VV, sc, m, l, acc, lim, j0):
@@ -356,7 +392,10 @@ def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
                     oo = oo * ca + cb * sm_o[ww, r, d]
                 bh = kvh * G + g
                 if FINAL:
-                    o[bh, i, d] = oo / ll
+                    if BF16:
+                        o[bh, i, d] = f32_to_bf16(oo / ll)
+                    else:
+                        o[bh, i, d] = oo / ll
                 else:
                     part_o[split, bh * Nq + i, d] = oo / ll if ll > float32(0.0) else float32(0.0)
                     if d == 0:
@@ -385,7 +424,10 @@ def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
                     g = row // Nq
                     i = row - g * Nq
                     bh = kvh * G + g
-                    o[bh, i, d] = combine_splits(part_o, part_lse, S, bh * Nq + i, d)
+                    if BF16:
+                        o[bh, i, d] = f32_to_bf16(combine_splits(part_o, part_lse, S, bh * Nq + i, d))
+                    else:
+                        o[bh, i, d] = combine_splits(part_o, part_lse, S, bh * Nq + i, d)
             if tid == 0:
                 counters[cuda.blockIdx.y] = 0  # ready for the next launch
 
@@ -481,20 +523,22 @@ def score_plan(L: int, RB: int, T: int):
 
 @functools.cache
 def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool, FINAL: bool,
-                     FUSED: bool, MINB: int = 1, P: int = 0, KV8: int = 0, TOKEN: bool = False):
+                     FUSED: bool, MINB: int = 1, P: int = 0, KV8: int = 0, TOKEN: bool = False,
+                     BF16: bool = False):
     """The kernel of ``decode_split_k_lean`` (reduce-scatter scores, exp2, lazy
     rescale) and, with a page size ``P`` > 0, of ``paged_split_k``: a key row found
     through the block table (:func:`paged_keys`; ``KV8``/``TOKEN``: an 8-bit cache
     and its scales), the sequence's own length ``seqlens[b]``, every split writing
-    a partial (a length-0 sequence gets zeros)."""
+    a partial (a length-0 sequence gets zeros). ``BF16``: bfloat16 query, output and
+    16-bit cache (:func:`chunk_steps`)."""
     PAGED = P > 0
     load_rows, load_keys, _, merge_lanes, write_rows, combine_last = chunk_steps(
-        D, VW, L, T, NW, RB, Nq, G, causal, FINAL, BASE2=True)
+        D, VW, L, T, NW, RB, Nq, G, causal, FINAL, BASE2=True, BF16=BF16)
     E = D // L  # elements of a row per lane
     KW = WARP_SIZE // L  # lane groups per warp
     KS = KW * T  # keys per warp step: T keys per group
     if PAGED:
-        load_keys = paged_keys(D, VW, L, T, P, KS, KV8, TOKEN)
+        load_keys = paged_keys(D, VW, L, T, P, KS, KV8, TOKEN, BF16)
     NT = NW * WARP_SIZE
     NRC = (G * Nq + RB - 1) // RB  # row blocks per KV head
     NP, SPL, NR = score_plan(L, RB, T)
@@ -672,14 +716,15 @@ def int8_to_f32(b):
 
 
 @functools.cache
-def paged_keys(D: int, VW: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN: bool):
+def paged_keys(D: int, VW: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN: bool, BF16: bool = False):
     """``load_keys`` of a warp-step kernel over a paged cache: key ``jj`` of sequence
     ``b`` is cache row ``table[b, jj // P] · P + jj % P`` of the (num_blocks·P, Hkv, D)
     view. When pages hold whole warp steps (``P % KS == 0``: steps are aligned to KS)
     the page index is read once per step, else once per key. ``KV8``: 0 a 16-bit cache
     (16-byte loads, as ``chunk_steps``), 1 fp8 e4m3, 2 int8: the (…, D/4) uint32 view,
     two words per 8 elements, dequantized and multiplied by the row's scale
-    (``ks``/``vs``: (1, Hkv) per tensor or head, (num_blocks·P, Hkv) per ``TOKEN``)."""
+    (``ks``/``vs``: (1, Hkv) per tensor or head, (num_blocks·P, Hkv) per ``TOKEN``).
+    ``BF16`` (with ``KV8`` 0): a bfloat16 cache as its (…, D/2) uint32 word view."""
     E = D // L
     NV = E // VW
     KW = WARP_SIZE // L
@@ -696,12 +741,20 @@ def paged_keys(D: int, VW: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN
             page = pg if STEP else table[b, jj >> LOGP]
             row = page * P + (jj & (P - 1))
             if KV8 == 0:
-                for u in range(NV):
-                    kx = ldv(k, row, h, (sub + L * u) * VW)
-                    vx = ldv(v, row, h, (sub + L * u) * VW)
-                    for x in range(VW):
-                        KK[t, u * VW + x] = kx[x]
-                        VV[t, u * VW + x] = vx[x]
+                if BF16:  # 8 elements: 4 words of the uint32 view
+                    for u in range(NV):
+                        kw = ld_global_v4(k, row, h, (sub + L * u) * 4)
+                        vw = ld_global_v4(v, row, h, (sub + L * u) * 4)
+                        for x in range(4):
+                            KK[t, u * VW + 2 * x], KK[t, u * VW + 2 * x + 1] = unpack_bf16x2(kw[x])
+                            VV[t, u * VW + 2 * x], VV[t, u * VW + 2 * x + 1] = unpack_bf16x2(vw[x])
+                else:
+                    for u in range(NV):
+                        kx = ldv(k, row, h, (sub + L * u) * VW)
+                        vx = ldv(v, row, h, (sub + L * u) * VW)
+                        for x in range(VW):
+                            KK[t, u * VW + x] = kx[x]
+                            VV[t, u * VW + x] = vx[x]
             else:
                 srow = row if TOKEN else 0
                 sk = ks[srow, h]
@@ -751,7 +804,7 @@ class PagedLayout:
 
 def paged_cache_view(problem, k):
     """A (num_blocks, P, Hkv, D) cache as the (num_blocks·P, Hkv, ·) view the kernels
-    index: the elements of a 16-bit cache, the uint32 words of an 8-bit one."""
+    index: the elements of a float16 cache, the uint32 words of an 8-bit or bfloat16 one."""
 
     nb, P, Hkv, D = k.shape
     if getattr(problem, "kv_dtype", ""):
@@ -759,6 +812,8 @@ def paged_cache_view(problem, k):
             k = view_as(k, np.uint8)
         k = view_as(k.reshape(nb * P, Hkv, D), np.uint32)
         return k
+    if problem.dtype == "bfloat16":
+        return view_as(k.reshape(nb * P, Hkv, D), np.uint32)
     return k.reshape(nb * P, Hkv, D)
 
 
@@ -774,7 +829,7 @@ def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, 
     part_o, part_lse = split_workspace(max(S, 2), B * H * Nq, D)  # (every split writes a partial)
     kernels = [kern]
     if not fused:
-        comb = make_combine_kernel(Nq)
+        comb = make_combine_kernel(Nq, BF16=True) if problem.dtype == "bfloat16" else make_combine_kernel(Nq)
         kernels.append(comb)
     cnt = zeroed_counters(B * Hkv * n_rc)
     own = PagedLayout(problem)
@@ -799,12 +854,23 @@ FULL = 0xFFFFFFFF
 
 @functools.cache
 def make_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causal: bool, FINAL: bool, FUSED: bool,
-                    PDL: int = 0, L2PF: bool = False, EVEN: bool = False, P: int = 0):
+                    PDL: int = 0, L2PF: bool = False, EVEN: bool = False, P: int = 0, BF16: bool = False,
+                    KV8: int = 0, TOKEN: bool = False):
     """The kernel of ``decode_mma`` (a KV head's query rows as one m16 tile, a cp.async
     ring per warp) and, with a page size ``P`` > 0, of ``paged_mma``: key j of sequence
     b is cache row ``table[b, j // P] · P + j % P`` (the page index read once per tile
     when ``P % Bc == 0``), the sequence's own length ``seqlens[b]``, zeros for a
-    length-0 sequence."""
+    length-0 sequence. ``BF16``: bfloat16 query, output and 16-bit cache (mma.sync bf16).
+
+    ``KV8`` (paged only; 1 fp8 e4m3, 2 int8; D a multiple of 16): the cache's bytes are
+    copied by cp.async into a byte ring per warp (half the bytes of a 16-bit tile); when a
+    tile has landed, the warp turns its codes into 16-bit values (exact: every e4m3 and
+    int8 code is a float16 and a bfloat16) in one swizzled 16-bit tile per warp, which the
+    fragments read by ldmatrix as before. The scales are applied in fp32: a per-tensor or
+    per-head K scale is folded into the block's score scale, a per-head V scale multiplies
+    the block's accumulators once at the end; per token (``TOKEN``) each key's K scale
+    multiplies its column of S and its V scale its column of P (after the row sums are
+    taken, so l stays the softmax normaliser), before P is rounded to 16 bits."""
     PAGED = P > 0
     NR = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
     NTH = W * WARP_SIZE
@@ -837,6 +903,61 @@ def make_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causa
     cp16 = cp_async16_flat_l2_256 if L2PF else cp_async16_flat
     LOGP = max(P, 1).bit_length() - 1
     TILE = P % Bc == 0  # tiles (aligned to Bc) never cross a page
+    mma = mma_bf16 if BF16 else mma_f16
+    pack = pack_bf16x2 if BF16 else pack_f16x2
+    # 8-bit cache: a byte ring (rows of D bytes = DW8 words) per warp, then a 16-bit tile per warp
+    DW8 = D // 4
+    C8 = D // 16  # 16-byte chunks of a byte row
+    CPL8 = -(-Bc * C8 // WARP_SIZE)  # chunks per lane per tile (K and V each)
+    BYTES8 = W * RING * DW8  # floats of the byte rings
+    STAGE_ROWS = W * 2 * Bc  # rows of the 16-bit tiles (K then V of each warp)
+    dq8 = fp8_e4m3_to_f32 if KV8 == 1 else int8_to_f32
+    NT2 = 2 * NT  # key columns of a lane in S
+    if KV8:
+        ML = max(BYTES8 + STAGE_ROWS * SDW, MO_ROWS * D)
+
+    @device
+    def copy_tile8(KB, k, v, j0, brow, lane, hi, table, seq, Hkv, h):
+        """This lane's cp.async share of the bytes of keys j0 … j0+Bc-1 (zero past ``hi``)
+        into the warp's byte ring at row ``brow`` (V stages·Bc rows later); ``k``/``v`` are
+        the (num_blocks·P, Hkv, D/4) word views."""
+        pg = table[seq, j0 >> LOGP] if TILE else 0
+        for x in range(CPL8):
+            idx = lane + x * WARP_SIZE
+            if idx < Bc * C8:
+                r = idx // C8
+                cc = idx - r * C8
+                row = j0 + r
+                jj = min(row, hi - 1)
+                page = pg if TILE else table[seq, jj >> LOGP]
+                go = ((page * P + (jj & (P - 1))) * Hkv + h) * DW8 + 4 * cc
+                so = (brow + r) * DW8 + 4 * cc
+                cp16(KB, so, k, go, row < hi)
+                cp16(KB, so + stages * Bc * DW8, v, go, row < hi)
+
+    @device
+    def codes16(w):
+        """Four 8-bit codes (one word) → two registers of two 16-bit values each (exact)."""
+        return (pack(dq8(w & uint32(255)), dq8((w >> uint32(8)) & uint32(255))),
+                pack(dq8((w >> uint32(16)) & uint32(255)), dq8(w >> uint32(24))))
+
+    @device
+    def dequant_tile(KB, KV, brow, srow, lane):
+        """The warp's landed byte tile (ring row ``brow``) → its swizzled 16-bit K/V tile at row ``srow``."""
+        for x in range(CPL8):
+            idx = lane + x * WARP_SIZE
+            if idx < Bc * C8:
+                r = idx // C8
+                cc = idx - r * C8
+                for kv in range(2):
+                    w0, w1, w2, w3 = ld_shared_v4(KB, brow + kv * stages * Bc + r, 4 * cc)
+                    a0, a1 = codes16(w0)
+                    a2, a3 = codes16(w1)
+                    a4, a5 = codes16(w2)
+                    a6, a7 = codes16(w3)
+                    sr = srow + kv * Bc + r
+                    st_shared_v4(KV, sr, 4 * ((2 * cc) ^ (r & SWM)), a0, a1, a2, a3)
+                    st_shared_v4(KV, sr, 4 * ((2 * cc + 1) ^ (r & SWM)), a4, a5, a6, a7)
 
     @device
     def copy_tile(KV, k, v, j0, brow, lane, g_base, hi, Nk, table, seq, Hkv):
@@ -868,10 +989,18 @@ def make_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causa
             cp16(KV, so + stages * Bc * SDW, v, go, ok)
 
     @device
-    def mma_block(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, seq, table, chunk, S):
+    def mma_block(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, seq, table, k_sc, v_sc, chunk, S):
         if PDL == 1:
             launch_dependents()  # the combine kernel may be launched now; it waits for this grid to complete
-        KV = dynamic_tile(0, ROWS, SDW)
+        if KV8:
+            KB = dynamic_tile(0, ROWS, DW8)  # the byte rings
+            KV = dynamic_tile(BYTES8, STAGE_ROWS, SDW)  # the 16-bit tiles
+            h = cuda.blockIdx.y - seq * Hkv  # the KV head
+            if not TOKEN:  # per tensor / head: K's scale folded into the score scale
+                sl2 = sl2 * k_sc[0, h]
+                scale = scale * k_sc[0, h]
+        else:
+            KV = dynamic_tile(0, ROWS, SDW)
         split = cuda.blockIdx.x
         kvh = cuda.blockIdx.y  # b * Hkv + kv head
         if EVEN:  # `chunk` is the number of Bc-key tiles; split s takes tiles s·T/S … (s+1)·T/S
@@ -914,6 +1043,8 @@ def make_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causa
         for i in range(NO):
             acc[i] = float32(0.0)
         s = cuda.local.array(NS, float32)
+        if KV8 and TOKEN:
+            vsc = cuda.local.array(NT2, float32)  # the V scales of this lane's key columns
         m_lo = NEG_BIG
         m_hi = NEG_BIG
         l_lo = float32(0.0)
@@ -935,7 +1066,11 @@ def make_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causa
 
         for st in range(stages - 1):
             if st < mine:
-                copy_tile(KV, k, v, lo + (warp + st * W) * Bc, base + st * Bc, lane, g_base, hi, Nk, table, seq, Hkv)
+                if KV8:
+                    copy_tile8(KB, k, v, lo + (warp + st * W) * Bc, base + st * Bc, lane, hi, table, seq, Hkv, h)
+                else:
+                    copy_tile(KV, k, v, lo + (warp + st * W) * Bc, base + st * Bc, lane, g_base, hi, Nk, table, seq,
+                              Hkv)
             cp_async_commit()
 
         for it in range(mine):
@@ -943,13 +1078,23 @@ def make_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causa
             syncwarp(FULL)  # ... and every lane's; every lane is done with tile it-1
             nxt = it + stages - 1
             if nxt < mine:
-                copy_tile(KV, k, v, lo + (warp + nxt * W) * Bc, base + (nxt % stages) * Bc, lane, g_base, hi, Nk,
-                          table, seq, Hkv)
+                if KV8:
+                    copy_tile8(KB, k, v, lo + (warp + nxt * W) * Bc, base + (nxt % stages) * Bc, lane, hi, table,
+                               seq, Hkv, h)
+                else:
+                    copy_tile(KV, k, v, lo + (warp + nxt * W) * Bc, base + (nxt % stages) * Bc, lane, g_base, hi, Nk,
+                              table, seq, Hkv)
             cp_async_commit()
 
             j0 = lo + (warp + it * W) * Bc
-            kb = base + (it % stages) * Bc
-            vb = kb + stages * Bc
+            if KV8:  # the landed bytes → the warp's 16-bit tile, read below as a 16-bit ring's would be
+                kb = warp * 2 * Bc
+                dequant_tile(KB, KV, base + (it % stages) * Bc, kb, lane)
+                syncwarp(FULL)
+                vb = kb + Bc
+            else:
+                kb = base + (it % stages) * Bc
+                vb = kb + stages * Bc
             # -- S = Q Kᵀ for Bc keys
             for i in range(NS):
                 s[i] = float32(0.0)
@@ -958,12 +1103,21 @@ def make_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causa
                 for np_ in range(NP):
                     b = ldmatrix_x4(KV, kb + 16 * np_ + k_r, kcol)
                     n0 = 8 * np_
-                    s[n0], s[n0 + 1], s[n0 + 2], s[n0 + 3] = mma_f16(
+                    s[n0], s[n0 + 1], s[n0 + 2], s[n0 + 3] = mma(
                         qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3], b[0], b[1],
                         s[n0], s[n0 + 1], s[n0 + 2], s[n0 + 3])
-                    s[n0 + 4], s[n0 + 5], s[n0 + 6], s[n0 + 7] = mma_f16(
+                    s[n0 + 4], s[n0 + 5], s[n0 + 6], s[n0 + 7] = mma(
                         qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3], b[2], b[3],
                         s[n0 + 4], s[n0 + 5], s[n0 + 6], s[n0 + 7])
+            if KV8 and TOKEN:  # each key's K scale on its column of S (its V scale kept for P)
+                for nt in range(NT):
+                    for e in range(2):
+                        jj = min(j0 + nt * 8 + 2 * t + e, hi - 1)
+                        crow = table[seq, jj >> LOGP] * P + (jj & (P - 1))
+                        kscl = k_sc[crow, h]
+                        vsc[2 * nt + e] = v_sc[crow, h]
+                        s[4 * nt + e] *= kscl
+                        s[4 * nt + e + 2] *= kscl
             # -- mask keys past the split and (causal) after the row's position
             if j0 + Bc > min(lim_lo, lim_hi) or causal:
                 for nt in range(NT):
@@ -977,20 +1131,25 @@ def make_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causa
             l_lo = l_lo * corr_lo + rs_lo
             l_hi = l_hi * corr_hi + rs_hi
             rescale(acc, 0, corr_lo, corr_hi)
+            if KV8 and TOKEN:  # each key's V scale on its column of P (l already summed)
+                for nt in range(NT):
+                    for e in range(2):
+                        s[4 * nt + e] *= vsc[2 * nt + e]
+                        s[4 * nt + e + 2] *= vsc[2 * nt + e]
             # -- O += P V
             for kk in range(KK):
                 p0 = 8 * kk
-                a0 = pack_f16x2(s[p0], s[p0 + 1])
-                a1 = pack_f16x2(s[p0 + 2], s[p0 + 3])
-                a2 = pack_f16x2(s[p0 + 4], s[p0 + 5])
-                a3 = pack_f16x2(s[p0 + 6], s[p0 + 7])
+                a0 = pack(s[p0], s[p0 + 1])
+                a1 = pack(s[p0 + 2], s[p0 + 3])
+                a2 = pack(s[p0 + 4], s[p0 + 5])
+                a3 = pack(s[p0 + 6], s[p0 + 7])
                 vrow = vb + 16 * kk + v_r
                 for dp in range(DP):
                     b = ldmatrix_x4_trans(KV, vrow, 4 * ((2 * dp + v_c) ^ v_sw))
                     d0 = 8 * dp
-                    acc[d0], acc[d0 + 1], acc[d0 + 2], acc[d0 + 3] = mma_f16(
+                    acc[d0], acc[d0 + 1], acc[d0 + 2], acc[d0 + 3] = mma(
                         a0, a1, a2, a3, b[0], b[1], acc[d0], acc[d0 + 1], acc[d0 + 2], acc[d0 + 3])
-                    acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7] = mma_f16(
+                    acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7] = mma(
                         a0, a1, a2, a3, b[2], b[3], acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7])
 
         if PDL == 2:
@@ -1002,6 +1161,10 @@ def make_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causa
         MM = dynamic_tile(ML, MLR, 2)
         l_lo = quad_sum(l_lo)
         l_hi = quad_sum(l_hi)
+        if KV8 and not TOKEN:  # per tensor / head: V's scale on the block's accumulators
+            vscale = v_sc[0, h]
+            for i in range(NO):
+                acc[i] *= vscale
         for dt in range(DT):
             MO[warp * 16 + g, 8 * dt + 2 * t] = acc[4 * dt]
             MO[warp * 16 + g, 8 * dt + 2 * t + 1] = acc[4 * dt + 1]
@@ -1025,8 +1188,12 @@ def make_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causa
             bh = kvh * G + r // Nq
             i = r % Nq
             if FINAL:
-                if PAGED:
+                if PAGED and BF16:
+                    o[bh, i, d] = f32_to_bf16(oo / ll if ll > float32(0.0) else float32(0.0))
+                elif PAGED:
                     o[bh, i, d] = oo / ll if ll > float32(0.0) else float32(0.0)  # an empty sequence: zeros
+                elif BF16:
+                    o[bh, i, d] = f32_to_bf16(oo / ll)
                 else:
                     o[bh, i, d] = oo / ll
             else:
@@ -1051,22 +1218,36 @@ def make_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causa
                     d = idx - r * D
                     bh = kvh * G + r // Nq
                     i = r % Nq
-                    o[bh, i, d] = combine_splits(part_o, part_lse, S, bh * Nq + i, d)
+                    if BF16:
+                        o[bh, i, d] = f32_to_bf16(combine_splits(part_o, part_lse, S, bh * Nq + i, d))
+                    else:
+                        o[bh, i, d] = combine_splits(part_o, part_lse, S, bh * Nq + i, d)
                 if tid == 0:
                     counters[kvh] = 0  # ready for the next launch
+
+    if KV8:
+        @kernel
+        def paged_mma8(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, table, seqlens, ks, vs, chunk, S):
+            seq = cuda.blockIdx.y // Hkv
+            mma_block(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, seqlens[seq], seq, table, ks, vs,
+                      chunk, S)
+
+        return paged_mma8
 
     if PAGED:
         @kernel
         def paged_mma(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, table, seqlens, chunk, S):
             seq = cuda.blockIdx.y // Hkv
-            mma_block(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, seqlens[seq], seq, table, chunk, S)
+            # (no scales: table stands in for them, unused)
+            mma_block(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, seqlens[seq], seq, table, table,
+                      table, chunk, S)
 
         return paged_mma
 
     @kernel
     def decode_mma(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, chunk, S):
-        # (no block table: Nk and k stand in for the sequence and the table, unused)
-        mma_block(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, Nk, k, chunk, S)
+        # (no block table, no scales: Nk and k stand in for the sequence, the table and the scales, unused)
+        mma_block(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, Nk, k, k, k, chunk, S)
 
     return decode_mma
 
@@ -1077,8 +1258,12 @@ PDL_MODES = {1: "combine launched at the split kernel's start", 2: "launched aft
              3: "launched at its exit"}
 
 
-def mma_smem_bytes(D, W, Bc, stages):
+def mma_smem_bytes(D, W, Bc, stages, kv8=False):
+    """Dynamic shared memory of :func:`make_mma_kernel`: the rings (``kv8``: the byte rings
+    and one 16-bit K/V tile per warp) or the merge area, and the m/l rows."""
     ring = W * 2 * stages * Bc * swizzle_row_chunks(D) * 16
+    if kv8:
+        ring = W * 2 * stages * Bc * D + W * 2 * Bc * swizzle_row_chunks(D) * 16
     merge = W * 16 * D * 4
     return max(ring, merge) + (W * 16 + 1) * 2 * 4
 
@@ -1086,8 +1271,8 @@ def mma_smem_bytes(D, W, Bc, stages):
 def check_mma(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
               fixed_combine):
     """``supports`` of ``decode_mma`` (and of ``paged_mma`` after its paged checks)."""
-    if problem.dtype != "float16":
-        return f"dtype {problem.dtype}: decode_mma computes on f16 tensor cores (float16 storage)"
+    if problem.dtype not in ("float16", "bfloat16"):
+        return f"dtype {problem.dtype}: decode_mma computes on f16/bf16 tensor cores (16-bit storage)"
     if problem.q_len > MAX_Q_LEN:
         return f"decode kernel: q_len {problem.q_len} > {MAX_Q_LEN} (use a prefill phase)"
     NR = problem.group * problem.q_len
@@ -1107,7 +1292,7 @@ def check_mma(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_
         return f"warps={warps} out of range 1..32"
     if int(pdl) not in (0, 1, 2, 3):
         return f"pdl={pdl}: 0 (plain launch) or 1/2/3 (dependent launch; see PDL_MODES)"
-    return smem_reason(mma_smem_bytes(D, warps, Bc, stages))
+    return smem_reason(mma_smem_bytes(D, warps, Bc, stages, bool(getattr(problem, "kv_dtype", ""))))
 
 
 def resolve_mma(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
@@ -1132,16 +1317,22 @@ def mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse
     dependent = bool(pdl) and not final and not fused and uses_griddepcontrol()
     if even:
         chunk = -(-Nk // Bc)  # tiles, spread evenly over the splits by the kernel
+    bf16 = problem.dtype == "bfloat16"
+    kv8 = PAGED_KV8[getattr(problem, "kv_dtype", "")] if P else 0
+    extra = {"BF16": True} if bf16 else {}
+    if kv8:
+        extra.update(KV8=kv8, TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]))
     kern = make_mma_kernel(D, warps, Bc, stages, Nq, G, problem.causal, final, fused, int(pdl) if dependent else 0,
-                           bool(l2_prefetch), bool(even), P=P)
+                           bool(l2_prefetch), bool(even), P=P, **extra)
     sl2 = float32(problem.sm_scale * float(LOG2E))
     scale = float32(problem.sm_scale)
     grid = (S, B * Hkv)
-    nbytes = mma_smem_bytes(D, warps, Bc, stages)
+    nbytes = mma_smem_bytes(D, warps, Bc, stages, bool(kv8))
     part_o, part_lse = split_workspace(S, B * problem.heads * Nq, D)
     kernels = [kern]
     if not final and not fused:
-        combine = make_combine_kernel(Nq, dependent, S if fixed_combine and S <= FIXED_COMBINE_MAX else 0)
+        combine = make_combine_kernel(Nq, dependent, S if fixed_combine and S <= FIXED_COMBINE_MAX else 0,
+                                      **({"BF16": True} if bf16 else {}))
         kernels.append(combine)
     counters = zeroed_counters(B * Hkv)
     views = {}
@@ -1154,8 +1345,9 @@ def mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse
             check_alignment(k, v)
             if len(views) >= 8:
                 views.clear()
-            hit = views[key] = ((q, k, v, o), view_as(q, np.uint32))
-        args = (hit[1], k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, *keys(layout), chunk, S)
+            hit = views[key] = ((q, k, v, o), view_as(q, np.uint32),
+                                *((paged_cache_view(problem, k), paged_cache_view(problem, v)) if kv8 else (k, v)))
+        args = (hit[1], hit[2], hit[3], o, part_o, part_lse, counters, sl2, scale, Hkv, *keys(layout), chunk, S)
         if opted:
             kern[grid, warps * WARP_SIZE, stream, nbytes](*args)
         else:

@@ -31,6 +31,9 @@ close to the 29 µs memory floor, so loads and arithmetic do not overlap.
   ``combine_splits`` (maximum first, then the weighted sum, 8 splits' loads
   in flight), which replaced the one-pass merge that waited on each split.
 
+bfloat16 storage (compile-time): K and V read as 16-byte loads of 32-bit
+words, each split into two floats by shifts; the output rounded to bf16.
+
 Prediction: GQA (8 KV heads, 32k, fp16) B=8 326 → ~280 µs (−15%, the
 loop's issue time); B=1 75 → ~45 µs (the combine from ~20 to ~3 µs, the loop
 −15%); MHA (one row per block: 2 scores per step, little to save) unchanged
@@ -61,6 +64,7 @@ from numba_attn.phases.registry import register_phase
             "FlashAttention-2 exp2 scaling; lazy rescaling (FlashAttention-3 / FlashInfer)",
     planned_speedup=45.0,
     space={"warps": [4, 8], "keys": [0, 1, 2, 4], "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4]},
+    dtypes=("float32", "float16", "bfloat16"),
     sim_params={"warps": 2, "splits": 3},
     supports=check_split,
     resolve=resolve_split,
@@ -70,7 +74,8 @@ def decode_split_k_lean(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blo
     final = splits == 1
     fused = splits * rows <= fuse_max
     kern = make_lean_kernel(problem.head_dim, vector_width(problem.dtype), lanes, keys, warps, rows, problem.q_len,
-                            problem.group, problem.causal, final, fused, blocks_per_sm)
+                            problem.group, problem.causal, final, fused, blocks_per_sm,
+                            BF16=problem.dtype == "bfloat16")
     scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
     return split_launch(problem, kern, scale, warps, lanes, rows, keys, splits, counters=True, combine=not fused,
                         notes=f", combine {'-' if final else ('fused' if fused else 'kernel')}")

@@ -34,6 +34,9 @@ several query rows read one KV head (a GQA group × q_len, up to 16 rows):
   loop measured slower (the combine's blocks then sit on the SMs for the
   whole split kernel).
 
+Storage: float16 or bfloat16 (``mma.sync`` with bf16 inputs; P rounded to
+bf16 for P·V), chosen at compile time; the fp32 accumulation is the same.
+
 Head dims: every multiple of 8 up to 256, padded as in ``tc_pipelined``: shared
 rows to a power of two (≤ 8) or a multiple of 8 chunks, so the swizzle stays a
 permutation (D=40/48 → 64 columns, 80/96/112 → 128, 160 → 192); an odd multiple
@@ -67,7 +70,7 @@ from numba_attn.phases.registry import register_phase
     planned_speedup=60.0,
     space={"warps": [2, 4, 8], "Bc": [16, 32], "stages": [2, 3, 4], "splits": [0, 8, 16, 32, 64]},
     requires_cc=(8, 0),  # cp.async, ldmatrix, mma.sync
-    dtypes=("float16",),
+    dtypes=("float16", "bfloat16"),
     sim_params={"warps": 2, "Bc": 16, "stages": 2, "splits": 3},
     supports=check_mma,
     resolve=resolve_mma,

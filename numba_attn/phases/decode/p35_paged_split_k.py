@@ -12,7 +12,9 @@ a sequence's end is empty; every split writes a partial (no one-split
 direct write) so that a sequence of length 0 gets zeros (its split 0 writes a
 zero partial with log-sum-exp 0). The same kernel reads an 8-bit cache
 (fp8 e4m3 or int8 bytes, two 32-bit words per 8 elements, dequantized in
-registers and multiplied by the per-tensor, per-head or per-token scale).
+registers and multiplied by the per-tensor, per-head or per-token scale), and
+a float16 or bfloat16 query (a bfloat16 cache read as 32-bit words, each
+split into two floats by shifts).
 The kernel is ``decode_split_k_lean``'s with a page size (``make_lean_kernel``
 in ``common``).
 
@@ -43,13 +45,14 @@ def _supports(problem, **params):
         layout): a key row is found through the block table (the page index read once per
         warp step when a page holds the step), each sequence has its own length (a length-0
         sequence gives zeros), and an 8-bit cache (fp8 e4m3 or int8, per-tensor, per-head or
-        per-token scale) is dequantized in registers. Tolerance: float16's (4e-3) against
-        the float64 reference on the dequantized cache, for every cache format.
+        per-token scale) is dequantized in registers; float16 or bfloat16 queries. Tolerance:
+        the query dtype's (float16 4e-3, bfloat16 3e-2) against the float64 reference on the
+        dequantized cache, for every cache format.
     """,
     lineage="vLLM PagedAttention (Kwon et al. 2023); FlashAttention flash_attn_with_kvcache; "
             "Flash-Decoding split-K",
     planned_speedup=45.0,
-    dtypes=("float16",),
+    dtypes=("float16", "bfloat16"),
     space={"warps": [4, 8], "keys": [0, 1, 2, 4], "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4]},
     sim_params={"warps": 2, "splits": 3},
     supports=_supports,
@@ -60,7 +63,8 @@ def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_pe
     fused = splits * rows <= fuse_max
     kern = make_lean_kernel(problem.head_dim, vector_width(problem.dtype), lanes, keys, warps, rows, problem.q_len,
                             problem.group, problem.causal, False, fused, blocks_per_sm, P=problem.page_size,
-                            KV8=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]))
+                            KV8=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
+                            BF16=problem.dtype == "bfloat16")
     scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
     return paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused,
                         notes=f", combine {'fused' if fused else 'kernel'}")

@@ -9,12 +9,27 @@ is looked up per row. Each sequence has its own length (``cache_seqlens[b]``: th
 planned for the longest, a split past a sequence's end is empty); a sequence
 of length 0 gets zeros (its split 0 writes a zero partial with log-sum-exp
 0, or the one-split kernel writes 0 where no key was seen). The query rows of
-a KV head (GQA group × q_len ≤ 16) stay one m16 tile; 16-bit caches only.
+a KV head (GQA group × q_len ≤ 16) stay one m16 tile, in float16 or bfloat16.
 The kernel is ``decode_mma``'s with a page size (``make_mma_kernel`` in ``common``).
+
+8-bit caches (fp8 e4m3, int8; head_dim a multiple of 16): cp.async copies the
+tile's bytes, half the traffic of a 16-bit tile, into a byte ring per warp; when
+a tile has landed the warp turns its codes into 16-bit values in one swizzled
+tile (exact: every e4m3 and int8 code is a float16 and a bfloat16 value), and the
+fragments are read by ldmatrix as before. The scales stay in fp32, off the 16-bit
+values: a per-tensor or per-head K scale is folded into the score scale, a V
+scale multiplies the block's accumulators once before the warps merge; per token,
+each key's K scale multiplies its column of S and its V scale its column of P
+(after the row sums: l stays the softmax normaliser), before P is rounded to 16
+bits — so no scale is rounded to 16 bits, and a per-token scale is applied
+exactly as a float32 product.
 
 Prediction: at page size >= 64, within 5% of ``decode_mma``'s bandwidth on the
 same lengths (the page index is one L1-cached load per 16-key tile); at page
-size 16 a few percent lower (a cp.async row of 16 keys × 256 B per page).
+size 16 a few percent lower (a cp.async row of 16 keys × 256 B per page). An
+8-bit cache halves the bytes: at KV >= 16k about half the fp16 cache's time, at
+the memory limit, if the conversion (a few integer operations per code, and a
+shared-memory round trip) hides under the copies.
 Verdict: not measured yet (no committed GPU row).
 """
 from __future__ import annotations
@@ -27,27 +42,32 @@ def _supports(problem, **params):
     reason = check_paged_problem(problem)
     if reason:
         return reason
-    if problem.kv_dtype:
-        return f"a {problem.kv_dtype} cache: paged_mma reads 16-bit caches (paged_split_k dequantizes 8-bit ones)"
+    if problem.kv_dtype and problem.head_dim % 16:
+        return (f"a {problem.kv_dtype} cache with head_dim {problem.head_dim}: paged_mma copies 8-bit rows in "
+                "16-byte chunks (head_dim a multiple of 16; paged_split_k reads the others)")
     return check_mma(problem, **params)
 
 
 @register_phase(
-    name="paged_mma", order=36, title="Paged decode: GQA rows on tensor cores, K/V tiles copied from the pages",
+    name="paged_mma", order=36,
+    title="Paged decode: GQA rows on tensor cores, K/V tiles copied from the pages (fp16/bf16, fp8, int8 caches)",
     parent="decode_mma", kind="decode",
     description="""
         decode_mma on a paged KV cache (FlashAttention's flash_attn_with_kvcache layout):
         the cp.async copy of a key tile finds its rows through the block table (one page
         index per tile when a page holds the tile, per row otherwise); each sequence has
-        its own length (a length-0 sequence gives zeros); 16-bit caches. Tolerance:
-        float16's (4e-3) against the float64 reference.
+        its own length (a length-0 sequence gives zeros); float16 or bfloat16 queries and
+        caches, and fp8 e4m3 or int8 caches (per-tensor, per-head or per-token scale) whose
+        bytes are copied and turned into 16-bit values in shared memory, the scales applied
+        in fp32 on S and on P or O. Tolerance: the query dtype's (float16 4e-3, bfloat16
+        3e-2) against the float64 reference on the dequantized cache, for every cache format.
     """,
     lineage="vLLM PagedAttention (Kwon et al. 2023); FlashInfer GQA decode on tensor cores; "
             "FlashAttention flash_attn_with_kvcache",
     planned_speedup=60.0,
     space={"warps": [2, 4, 8], "Bc": [16, 32], "stages": [2, 3, 4], "splits": [0, 8, 16, 32, 64]},
     requires_cc=(8, 0),  # cp.async, ldmatrix, mma.sync
-    dtypes=("float16",),
+    dtypes=("float16", "bfloat16"),
     sim_params={"warps": 2, "Bc": 16, "stages": 2, "splits": 3},
     supports=_supports,
     resolve=resolve_mma,
@@ -56,6 +76,8 @@ def _supports(problem, **params):
 def paged_mma(problem, warps=4, Bc=16, stages=3, splits=0, blocks_per_sm=2, min_keys=2048, fuse_max=0, pdl=3,
               l2_prefetch=False, even=False, fixed_combine=True):
     own = PagedLayout(problem)  # the runner's calls give no layout: the problem's, uploaded at the first call
+    n = 4 if problem.kv_dtype else 2  # the table and lengths (8-bit: and the scales)
     return mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
-                      fixed_combine, P=problem.page_size, keys=lambda layout: tuple((layout or own.own())[:2]),
-                      note=f"P={problem.page_size}, ")
+                      fixed_combine, P=problem.page_size, keys=lambda layout: tuple((layout or own.own())[:n]),
+                      note=f"P={problem.page_size}, " + (f"{problem.kv_dtype} cache ({problem.kv_scale} scale), "
+                                                         if problem.kv_dtype else ""))
