@@ -54,6 +54,7 @@ from typing import Callable
 
 from numba_attn.gpu import backend  # noqa: F401  (chooses CUDA or the simulator before any phase imports numba)
 from numba_attn.spec.errors import AttentionInputError, UnknownPhaseError, check_bool, check_int
+from numba_attn.spec.problem import layout_of
 
 _REGISTRY: dict[str, "Phase"] = {}
 
@@ -170,7 +171,7 @@ class Phase:
         return self.module.startswith("numba_attn.phases.")
 
     def _supports_base(self, problem) -> str | None:
-        layout = problem_layout(problem)
+        layout = layout_of(problem)
         if layout != self.layout:
             if "varlen" in (layout, self.layout):
                 return f"the {layout} layout: {self.name} reads the {self.layout} one"
@@ -223,16 +224,6 @@ class Phase:
 
     def __repr__(self):
         return f"<Phase {self.order:g} {self.name!r}: {self.title}>"
-
-
-def problem_layout(problem) -> str:
-    """The layout of ``problem``'s arrays: "paged" (a PagedProblem), "varlen" (a VarlenProblem:
-    packed sequences with cu_seqlens) or "contiguous"."""
-    if getattr(problem, "page_size", 0):
-        return "paged"
-    if getattr(problem, "varlen", False):
-        return "varlen"
-    return "contiguous"
 
 
 def check_param(phase: str, key: str, default, value):

@@ -147,6 +147,16 @@ class Problem:
         return dataclasses.replace(self, **kw)
 
 
+def layout_of(problem) -> str:
+    """The layout of ``problem``'s arrays: "paged" (a PagedProblem), "varlen" (a VarlenProblem:
+    packed sequences with cu_seqlens) or "contiguous"."""
+    if getattr(problem, "page_size", 0):
+        return "paged"
+    if getattr(problem, "varlen", False):
+        return "varlen"
+    return "contiguous"
+
+
 def _causal_pairs(nq: int, nk: int) -> int:
     """Closed form of sum_i min(nk, max(0, i + nk - nq + 1)) for nq <= nk."""
     off = nk - nq
