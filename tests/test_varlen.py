@@ -66,6 +66,14 @@ def test_head_dim_32_causal_and_sequences_longer_than_a_block(phase):
     _run(phase, q, k, v, cq, ck, causal=True)
 
 
+@pytest.mark.parametrize("phase", VARLEN)
+def test_head_dim_an_odd_multiple_of_8(phase):
+    """head_dim 40: Q·Kᵀ padded to whole k-steps, the wgmma tiles to 64 columns (zero-filled chunks)."""
+    rng = np.random.default_rng(5)
+    q, k, v, cq, ck = _packed(rng, [3, 10], [8, 10], 2, 1, 40)
+    _run(phase, q, k, v, cq, ck)
+
+
 def test_bf16_and_device_arrays():
     ml_dtypes = pytest.importorskip("ml_dtypes")
     rng = np.random.default_rng(3)
@@ -76,6 +84,16 @@ def test_bf16_and_device_arrays():
     out = na.attention_varlen(*dev, causal=True, phase="tc_mma_varlen", params=SIM["tc_mma_varlen"])
     ref = varlen_reference(q, k, v, cq, ck, causal=True)
     assert na.check(out.copy_to_host(), ref, dtype="float16").ok
+
+
+def test_cpu_tensors():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(6)
+    q, k, v, cq, ck = _packed(rng, [4, 5], [5, 7], 2, 1, 16)
+    out = na.attention_varlen(*(torch.from_numpy(a) for a in (q, k, v, cq, ck)), causal=True, phase="tc_mma_varlen",
+                              params=SIM["tc_mma_varlen"])
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float16
+    assert na.check(out.numpy(), varlen_reference(q, k, v, cq, ck, causal=True), dtype="float16").ok
 
 
 def test_default_phase_out_and_no_queries_at_all():
