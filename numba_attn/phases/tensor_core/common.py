@@ -553,9 +553,10 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
         store(o, bh, r_lo, acc, 0, l_lo, l_hi, Nq, t)
 
     body.__name__ = body.__qualname__ = ("tc_wgmma_overlap" if overlap else "tc_wgmma") + ("_varlen" if varlen else "")
-    # varlen: the lengths and offsets live in registers; the block size as launch bounds keeps ptxas
-    # within the registers the block may have (195 → 168 at D=128 causal, no spills)
-    return kernel(body, launch_bounds=(NTH,)) if varlen else kernel(body)
+    # varlen: the lengths and offsets live in registers; above 256 threads (where 255 registers per thread
+    # would not fit a block) the block size as launch bounds keeps ptxas within the registers the block may
+    # have (3 warpgroups at D=128 causal: 195 → 168, no spills); at 256 threads a bound only costs registers
+    return kernel(body, launch_bounds=(NTH,)) if varlen and NTH > 256 else kernel(body)
 
 
 def wgmma_smem_bytes(D, Bc, stages):

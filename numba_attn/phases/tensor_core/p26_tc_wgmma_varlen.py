@@ -11,11 +11,11 @@ apart: ``make_ring_copy(..., packed=True)``); keys past the sequence's length
 are zero-filled and masked as at ``Nk`` in ``tc_wgmma``. Causal is
 bottom-right aligned per sequence. The kernel is ``tc_wgmma``'s with the
 compile-time ``varlen`` option (``make_wgmma_kernel`` in ``common``); the
-padded layout's kernel is unchanged. The varlen kernel declares its block size
-as launch bounds: the sequence's lengths and offsets live in registers (the
-padded kernel reads Nq, Nk from its parameters), and without the bound ptxas
-took 195 registers at D=128 causal, more than three warpgroups may have (170);
-with it, 168 and no spills (offline compile, sm_90a).
+padded layout's kernel is unchanged. With three warpgroups the varlen kernel
+declares its block size as launch bounds: the sequence's lengths and offsets
+live in registers (the padded kernel reads Nq, Nk from its parameters), and
+without the bound ptxas took 195 registers at D=128 causal, more than three
+warpgroups may have (170); with it, 168 and no spills (offline compile, sm_90a).
 
 Prediction: within 10% of ``tc_wgmma``'s time per useful FLOP on the padded
 batch (issue 18's target): the early-exit blocks are cheap, and a K/V row
