@@ -18,7 +18,7 @@ _LAZY = {
     "BACKEND": "gpu.backend", "IS_SIMULATOR": "gpu.backend",
     "list_phases": "phases.registry", "get_phase": "phases.registry", "register_phase": "phases.registry",
     "Launch": "phases.registry",
-    "attention": "api", "decode_paged": "api", "explain": "api", "clear_plans": "api", "plan_cache_info": "api",
+    "attention": "api", "attention_varlen": "api", "decode_paged": "api", "explain": "api", "clear_plans": "api", "plan_cache_info": "api",
     "run": "measure.sweep", "RunConfig": "measure.config",
 }
 # ``numba_attn.measure`` is the measurement subpackage; one row is ``numba_attn.measure.row.measure``.

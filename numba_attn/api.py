@@ -876,7 +876,16 @@ def _plan_and_launch(kind, key, q, k, v, causal, scale, phase, allow_tf32, nonfi
 # -- decode over a paged KV cache ---------------------------------------------------------
 
 _PAGED_PLANS: OrderedDict = OrderedDict()
-PAGED_DEFAULT = ("paged_mma", "paged_split_k")  # phase=None: the first that supports the problem
+PAGED_DEFAULT = ("paged_mma", "paged_split_k")  # phase=None: the first that supports the problem ...
+PAGED_DEFAULT_ONE_ROW = ("paged_split_k", "paged_mma")  # ... or these when a KV head has one query row
+
+
+def paged_default(problem) -> tuple:
+    """The paged phases ``decode_paged(phase=None)`` tries, in order: the tensor-core one first when a
+    KV head serves several query rows (GQA group x q_len > 1: its m16 tile is then partly filled);
+    the split-K one first for one row per KV head (the m16 tile would be 15/16 padding; H200, fp16,
+    B1 H32 KV 4k ragged P64: 0.0198 ms against 0.0295 ms, results/paged-nvidia-h200.jsonl)."""
+    return PAGED_DEFAULT if (problem.heads // problem.kv_heads) * problem.q_len > 1 else PAGED_DEFAULT_ONE_ROW
 
 
 def _paged_host(a):
@@ -933,7 +942,8 @@ def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=Fals
     run before anything is launched; ``spec/paged.py`` states the layout and holds the reference.
     The split-K plan is made for the power-of-two bucket of the longest sequence (and cached per
     bucket): calls whose longest sequence falls in one bucket reuse it.
-    ``phase``: ``paged_mma`` or ``paged_split_k`` (None: the first of them that supports the problem).
+    ``phase``: ``paged_mma`` or ``paged_split_k`` (None: the first of them that supports the problem, in
+    the order of :func:`paged_default`).
     """
     from numba_attn.phases.decode.common import paged_scales
     from numba_attn.spec.paged import check_paged
@@ -955,7 +965,7 @@ def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=Fals
     problem = PagedProblem(batch=B, heads=H, kv_heads=Hkv, q_len=Nq, kv_len=max(Nq, bucket),
                            head_dim=D, dtype=qdt, causal=bool(causal), scale=scale, page_size=P, kv_dtype=kv_dtype,
                            kv_scale=skind or "head")
-    names = PAGED_DEFAULT if phase is None else (phase if isinstance(phase, str) else phase.name,)
+    names = paged_default(problem) if phase is None else (phase if isinstance(phase, str) else phase.name,)
     reasons = []
     for name in names:
         ph = get_phase(name)
@@ -988,3 +998,123 @@ def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=Fals
     host = od.copy_to_host()
     host = host.view(np.asarray(q).dtype) if kind == NUMPY else host
     return _numpy_as_tensor(host.view(_numpy_dtype_of("q", q))) if kind == TORCH_CPU else host
+
+
+# -- prefill of a packed ragged batch (varlen) -----------------------------------------------
+
+_VARLEN_PLANS: OrderedDict = OrderedDict()
+VARLEN_DEFAULT = ("tc_wgmma_varlen", "tc_mma_varlen")  # phase=None: the first that supports the problem
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q=None, max_seqlen_k=None, causal=False,
+                     scale=None, phase=None, params=None, out=None, stream=None):
+    """Attention over a packed ragged batch, FlashAttention's ``flash_attn_varlen_func`` layout:
+    ``q`` (total_q, H, D); ``k``, ``v`` (total_k, Hkv, D); ``cu_seqlens_q``, ``cu_seqlens_k`` int32
+    (B + 1,), starting at 0, non-decreasing, the last entry the total (sequence b: rows
+    ``cu_seqlens_q[b] … cu_seqlens_q[b+1] − 1`` of q and ``cu_seqlens_k[b] …`` of k, v). Returns
+    (total_q, H, D) of q's kind (NumPy arrays, numba device arrays or PyTorch tensors, as
+    ``attention()``: the same kind, ``out`` and ``stream`` rules and errors); float16 or bfloat16.
+
+    ``causal``: bottom-right aligned per sequence (query i of a sequence with Lq queries and Lk
+    keys sees keys j <= i + Lk − Lq; needs Lq <= Lk). A sequence without queries is allowed (no
+    output rows); one with queries and no keys is refused. ``max_seqlen_q``/``max_seqlen_k``: the
+    longest sequences (default: read from the cu_seqlens; a given value must not be smaller); the
+    grid covers ``max_seqlen_q`` query rows per sequence. The input checks (spec/varlen.py) run
+    before anything is launched; the cu_seqlens are read on the host for them (device ones are
+    copied back once per call, then launched on as they are).
+
+    ``phase``: ``tc_wgmma_varlen`` (sm_90a) or ``tc_mma_varlen`` (None: the first of them that
+    supports the problem and the device); ``params``: a dict of the phase's tunable parameters.
+    """
+    from numba_attn.spec.problem import VarlenProblem
+    from numba_attn.spec.varlen import check_varlen
+
+    params = dict(params or {})
+    causal = check_bool("causal", causal)
+    kind = _one_kind(q, k, v, out)
+    if kind == TORCH_CPU:  # the NumPy path on views of the tensors' memory
+        res = attention_varlen(*_arrays_for_checks(kind, q, k, v), _paged_host(cu_seqlens_q), _paged_host(cu_seqlens_k),
+                               max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, causal=causal, scale=scale,
+                               phase=phase, params=params,
+                               out=None if out is None else _tensor_as_numpy("out", out), stream=stream)
+        return out if out is not None else _numpy_as_tensor(res)
+    if kind == TORCH and backend.IS_SIMULATOR:
+        raise AttentionInputError(f"q is a tensor on {q.device} but numba-attn runs in the CUDA simulator "
+                                  f"(NUMBA_ATTN_BACKEND=simulator): pass CPU tensors")
+    checked = _arrays_for_checks(kind, q, k, v)
+    cu_q_host, cu_k_host = _paged_host(cu_seqlens_q), _paged_host(cu_seqlens_k)
+    lq, lk, max_q, max_k = check_varlen(*checked, cu_q_host, cu_k_host, causal=causal, max_seqlen_q=max_seqlen_q,
+                                        max_seqlen_k=max_seqlen_k)
+    if out is not None:
+        _check_out(out, kind, q, k, v)
+    Tq, H, D = map(int, q.shape)
+    Hkv = int(k.shape[1])
+    dtype = np.dtype(checked[0].dtype).name
+    if dtype not in ("float16", "bfloat16"):
+        raise AttentionInputError(f"q must be float16 or bfloat16 for attention_varlen, got {dtype}")
+    stream_key, numba_stream, launch_stream = _stream_of(kind, q, stream)
+    if Tq == 0 or max_q == 0:  # no queries: nothing to compute; still validate the scalar arguments
+        if scale is not None:
+            Problem(q_len=1, kv_len=1, head_dim=max(D, 1), scale=scale)
+        return out if out is not None else _empty_output(q, tuple(q.shape))
+    problem = VarlenProblem(batch=len(lq), heads=H, kv_heads=Hkv, q_len=max_q, kv_len=max_k, head_dim=D, dtype=dtype,
+                            causal=causal, scale=scale)
+    names = VARLEN_DEFAULT if phase is None else (_phase_arg(phase).name,)
+    reasons = []
+    for name in names:
+        ph = get_phase(name)
+        if ph.layout != "varlen":
+            raise AttentionInputError(f"phase {name!r} does not read the varlen layout (use "
+                                      f"{' or '.join(VARLEN_DEFAULT)})")
+        reason = ph.supports(problem, **ph.resolve_params(params))
+        if reason is None:
+            break
+        reasons.append(f"{name}: {reason}")
+    else:
+        raise AttentionInputError(f"no varlen phase runs {problem.label}: " + "; ".join(reasons))
+    key = (ph.name, problem, tuple(sorted(params.items())))
+    launch = _VARLEN_PLANS.get(key)
+    if launch is None:
+        launch = _VARLEN_PLANS[key] = ph.plan(problem, **params)
+        while len(_VARLEN_PLANS) > 16:
+            _VARLEN_PLANS.popitem(last=False)
+    if kind == DEVICE:
+        for name, a in (("q", q), ("k", k), ("v", v)):
+            _contiguous(name, a)  # refuses a non-contiguous device array
+    elif kind == TORCH:
+        for name, a in (("q", q), ("k", k), ("v", v)):
+            if not a.is_contiguous():
+                raise AttentionInputError(f"{name} is a non-contiguous tensor (strides {tuple(a.stride())}); pass "
+                                          f"{name}.contiguous() (tensors are not copied implicitly)")
+    qd, kd, vd = (_paged_device(kind, a) for a in (q, k, v))
+    layout = tuple(a if _kind(a) == DEVICE else (_paged_device(TORCH, a) if _kind(a) == TORCH else
+                                                  cuda.to_device(np.ascontiguousarray(h), stream=numba_stream))
+                   for a, h in ((cu_seqlens_q, cu_q_host), (cu_seqlens_k, cu_k_host)))
+    if kind == TORCH:
+        o = out if out is not None else sys.modules["torch"].empty(tuple(q.shape), dtype=q.dtype, device=q.device)
+        od = _paged_device(TORCH, o)
+    elif kind == DEVICE:
+        o = od = out if out is not None else cuda.device_array(tuple(q.shape), dtype=q.dtype)
+    else:
+        o, od = None, cuda.device_array(tuple(q.shape), dtype=qd.dtype)
+    call = _VarlenCall(problem, ph, launch.params, lambda a, b, c, d, s: launch.run(a, b, c, d, s, layout),
+                       launch_stream)
+    _launch(call, qd, kd, vd, od)
+    if o is not None:
+        return o
+    host = out if out is not None else np.empty(tuple(q.shape), dtype=np.asarray(q).dtype)
+    od.copy_to_host(host.view(od.dtype), stream=numba_stream)
+    if numba_stream:
+        numba_stream.synchronize()
+    return host
+
+
+@dataclass
+class _VarlenCall:
+    """What :func:`_launch` reads of a plan, for one varlen call (its cu_seqlens bound in ``launch``)."""
+
+    problem: object
+    phase: object
+    params: dict
+    launch: object
+    launch_stream: object

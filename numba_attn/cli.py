@@ -16,7 +16,7 @@ Prototype GPU attention kernels with Numba, one measurable optimization at a tim
   numba-attn run [options]             check (and on a GPU time) phases on problems; without a
                                        problem: every phase on a small problem set (simulator) or
                                        the roadmap benchmark (GPU)
-  numba-attn bench NAME                a declared benchmark (roadmap, long-context, decode, paged):
+  numba-attn bench NAME                a declared benchmark (roadmap, long-context, decode, paged, varlen):
                                        ceilings, phases and SDPA -> results file + plots
   numba-attn compare A B               per-phase time ratios between two results files
   numba-attn plot RESULTS [--out DIR]  roadmap, scaling, roofline and memory-traffic plots

@@ -80,6 +80,54 @@ def test_attention_refuses_bad_input_before_a_launch(case, kw, msg, monkeypatch)
             explain(args.pop("q"), args.pop("k"), args.pop("v"), **args)
 
 
+# attention_varlen: q (total_q, H, D), k/v (total_k, Hkv, D), cu_seqlens int32 (B + 1,)
+VQ = np.zeros((22, 2, 16), np.float16)
+VK = np.zeros((30, 1, 16), np.float16)
+CUQ = np.array([0, 5, 5, 22], np.int32)
+CUK = np.array([0, 9, 9, 30], np.int32)
+
+# (case, keyword arguments of attention_varlen(), what the message must contain)
+VARLEN_CASES = [
+    ("cu_seqlens_q int64", dict(cu_seqlens_q=CUQ.astype(np.int64)), "cu_seqlens_q must be int32"),
+    ("cu_seqlens_k 2-d", dict(cu_seqlens_k=CUK[None]), "cu_seqlens_k must be 1-D"),
+    ("cu_seqlens_q not from 0", dict(cu_seqlens_q=np.array([1, 5, 5, 22], np.int32)), "cu_seqlens_q[0] must be 0"),
+    ("cu_seqlens_q decreasing", dict(cu_seqlens_q=np.array([0, 6, 5, 22], np.int32)),
+     "cu_seqlens_q must be non-decreasing; cu_seqlens_q[2] = 5 < cu_seqlens_q[1] = 6"),
+    ("cu_seqlens_q last != total", dict(cu_seqlens_q=np.array([0, 5, 5, 21], np.int32)),
+     "cu_seqlens_q[-1] = 21 must be the total number of rows (22)"),
+    ("cu_seqlens_k last != total", dict(cu_seqlens_k=np.array([0, 9, 9, 31], np.int32)), "cu_seqlens_k[-1] = 31"),
+    ("cu_seqlens of two lengths", dict(cu_seqlens_k=np.array([0, 30], np.int32)), "cu_seqlens_k has 2 entries"),
+    ("queries without keys", dict(cu_seqlens_k=np.array([0, 0, 9, 30], np.int32)),
+     "sequence 0 has 5 queries and no keys"),
+    ("causal more queries than keys", dict(causal=True, cu_seqlens_k=np.array([0, 4, 13, 30], np.int32)),
+     "causal: sequence 0 has 5 queries but 4 keys"),
+    ("max_seqlen_q too small", dict(max_seqlen_q=16), "max_seqlen_q must be an int >= the longest sequence (17)"),
+    ("q 4-d", dict(q=VQ[None]), "q must be 3-D (total_q, heads, head_dim)"),
+    ("float32", dict(q=VQ.astype(np.float32), k=VK.astype(np.float32), v=VK.astype(np.float32)),
+     "q must be float16 or bfloat16 for attention_varlen"),
+    ("dtypes differ", dict(k=VK.astype(np.float32)), "q, k and v must share one dtype"),
+    ("heads not a multiple", dict(k=np.zeros((30, 3, 16), np.float16), v=np.zeros((30, 3, 16), np.float16)),
+     "q heads (2) must be a positive multiple of k/v heads (3)"),
+    ("head_dim differs", dict(k=np.zeros((30, 1, 8), np.float16), v=np.zeros((30, 1, 8), np.float16)),
+     "q and k must have the same head_dim"),
+    ("k and v differ", dict(v=np.zeros((29, 1, 16), np.float16)), "k and v must have the same shape"),
+    ("contiguous phase", dict(phase="tc_mma"), "phase 'tc_mma' does not read the varlen layout"),
+    ("unknown parameter", dict(phase="tc_mma_varlen", params={"Bx": 4}), "no parameter 'Bx'"),
+    ("out of another shape", dict(out=np.zeros((21, 2, 16), np.float16)), "out has shape (21, 2, 16)"),
+    ("causal 'yes'", dict(causal="yes"), "causal must be a bool"),
+]
+
+
+@pytest.mark.parametrize("case,kw,msg", VARLEN_CASES, ids=[c[0] for c in VARLEN_CASES])
+def test_attention_varlen_refuses_bad_input_before_a_launch(case, kw, msg, monkeypatch):
+    args = {"q": VQ, "k": VK, "v": VK, "cu_seqlens_q": CUQ, "cu_seqlens_k": CUK, **kw}
+    monkeypatch.setattr(registry.Phase, "plan", lambda *a, **k: pytest.fail("planned despite bad input"))
+    with pytest.raises(AttentionInputError) as exc:
+        arrays = [args.pop(n) for n in ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k")]
+        api.attention_varlen(*arrays, **args)
+    assert msg in str(exc.value)
+
+
 def test_valid_values_of_the_same_parameters_still_pass():
     ph = get_phase("causal_skip")
     assert ph.resolve_params({"heavy_first": 0, "TN": 0, "Br": 64.0})["Br"] == 64

@@ -284,3 +284,15 @@ def test_paged_problem_round_trips_through_a_row():
     assert "paged P32 int8/token ragged" in p.label
     n = int(p.seqlens().sum()) * 2  # keys × KV heads
     assert p.min_bytes() == 2 * (2 * 2 * 1 * 16 * 2) + 2 * n * 16 + 2 * n * 4  # q, o (fp16); K, V (int8); scales
+
+
+def test_default_phase_order_follows_the_rows_per_kv_head():
+    """phase=None: the split-K phase first for one query row per KV head, the tensor-core one otherwise."""
+    from numba_attn.api import paged_default
+    from numba_attn.spec.problem import PagedProblem
+
+    one = PagedProblem(batch=2, heads=4, q_len=1, kv_len=64, head_dim=16, dtype="float16", page_size=16)
+    gqa = PagedProblem(batch=2, heads=4, kv_heads=2, q_len=1, kv_len=64, head_dim=16, dtype="float16", page_size=16)
+    two = PagedProblem(batch=2, heads=4, q_len=2, kv_len=64, head_dim=16, dtype="float16", page_size=16)
+    assert paged_default(one) == ("paged_split_k", "paged_mma")
+    assert paged_default(gqa) == paged_default(two) == ("paged_mma", "paged_split_k")

@@ -10,7 +10,7 @@ tiles and a partial last tile are exercised)."""
 import pytest
 
 from numba_attn import Problem, list_phases
-from numba_attn.spec.problem import PagedProblem
+from numba_attn.spec.problem import PagedProblem, VarlenProblem
 from numba_attn.measure.config import RunConfig
 from numba_attn.measure.row import measure
 
@@ -29,6 +29,9 @@ SHAPES = {
                                                           head_dim=16, dtype="float16", page_size=16, ragged=True),
     "paged-B1H2-3x45-D32-fp16-P32-causal": PagedProblem(batch=1, heads=2, q_len=3, kv_len=45, head_dim=32,
                                                         dtype="float16", page_size=32, causal=True),
+    "varlen-B3H4/2-21x25-D16-fp16-causal": VarlenProblem(batch=3, heads=4, kv_heads=2, q_len=21, kv_len=25,
+                                                         head_dim=16, dtype="float16", causal=True),
+    "varlen-B2H2-19-D32-fp16": VarlenProblem(batch=2, heads=2, q_len=19, head_dim=32, dtype="float16"),
 }
 PHASES = list_phases()
 _ROWS: dict = {}

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from numba_attn import Problem, list_phases
-from numba_attn.spec.problem import PagedProblem
+from numba_attn.spec.problem import PagedProblem, VarlenProblem
 from numba_attn.spec.reference import check
 from numba_attn.measure.config import RunConfig
 from numba_attn.measure.row import measure
@@ -60,6 +60,8 @@ def problems_for(draw, phase):
                 head_dim=head_dim, causal=causal, dtype=_dtype(phase))
     if phase.layout == "paged":  # the same shape over a paged cache (shuffled pages, maybe ragged lengths)
         p = PagedProblem(**p.to_dict(), page_size=draw(st.sampled_from([16, 32])), ragged=draw(st.booleans()))
+    if phase.layout == "varlen":  # the same shape as a packed batch (ragged lengths or not)
+        p = VarlenProblem(**p.to_dict(), ragged=draw(st.booleans()))
     assume(phase.supports(p, **phase.resolve_params(phase.sim_params)) is None)
     return p, draw(st.integers(0, 2**31 - 1))
 

@@ -62,6 +62,7 @@ The functions
 ``pack_b16x2``             ``mov.b32 {lo, hi}`` (two 16-bit patterns → one register)
 ``to_tf32``                ``cvt.rna.tf32.f32``
 ``lds``                    ``arr[r, c]`` without negative-index wrap-around
+``rows_head_major``        ``a[s:s+n].transpose(1, 0, 2)`` (a view; numba's transpose needs a set)
 =========================  ==============================================
 
 Hopper's warpgroup MMA (``wgmma.mma_async``, B operands by shared-memory
@@ -104,7 +105,7 @@ __all__ = [
     "SMEM_ALIGN", "mma_f16", "mma_bf16", "mma_tf32", "ldmatrix_x4", "ldmatrix_x4_trans",
     "cp_async16", "cp_async16_flat", "cp_async16_flat_l2_256", "cp_async_commit", "cp_async_wait", "ld_global_v4",
     "st_shared_v4", "ld_shared_v4", "unpack_bf16x2",
-    "pack_f16x2", "pack_bf16x2", "pack_b16x2", "to_tf32", "lds",
+    "pack_f16x2", "pack_bf16x2", "pack_b16x2", "to_tf32", "lds", "rows_head_major",
 ]
 
 # ---------------------------------------------------------------------------
@@ -400,6 +401,10 @@ if IS_SIMULATOR:
         lo, hi = np.array([(b & 0xFFFF) << 16, b & 0xFFFF0000], np.uint32).view(np.float32)
         return np.float32(lo), np.float32(hi)
 
+    def rows_head_major(a, s, n):
+        """Rows ``s … s+n−1`` of a 3-D (tokens, heads, W) array as the (heads, n, W) view."""
+        return np.asarray(_np(a))[int(s):int(s) + int(n)].transpose(1, 0, 2)
+
     def lds(arr, r, c):
         """``arr[r, c]`` of a 2-D (shared) array, indices must be non-negative."""
         r, c = int(r), int(c)
@@ -635,6 +640,35 @@ else:  # -------------------------------------------------------------- GPU
             lo = builder.bitcast(builder.shl(x, ir.Constant(_i32, 16)), _f32)
             hi = builder.bitcast(builder.and_(x, ir.Constant(_i32, 0xFFFF0000)), _f32)
             return context.make_tuple(builder, sig.return_type, [lo, hi])
+
+        return sig, codegen
+
+    @intrinsic
+    def rows_head_major(typingctx, a, s, n):
+        """Rows ``s … s+n−1`` of a 3-D (tokens, heads, W) array as a (heads, n, W) view (layout A):
+        the shape and strides of the first two axes swapped, the data pointer at row ``s``."""
+        if not (isinstance(a, types.Array) and a.ndim == 3
+                and isinstance(s, types.Integer) and isinstance(n, types.Integer)):
+            return None
+        retty = a.copy(layout="A")
+        sig = retty(a, s, n)
+
+        def codegen(context, builder, sig, args):
+            from numba.cuda.np.arrayobj import populate_array
+
+            aryty = sig.args[0]
+            ary = context.make_array(aryty)(context, builder, value=args[0])
+            start = context.cast(builder, args[1], sig.args[1], types.intp)
+            rows = context.cast(builder, args[2], sig.args[2], types.intp)
+            zero = context.get_constant(types.intp, 0)
+            data = cgutils.get_item_pointer(context, builder, aryty, ary, [start, zero, zero], wraparound=False)
+            shape = cgutils.unpack_tuple(builder, ary.shape, 3)
+            strides = cgutils.unpack_tuple(builder, ary.strides, 3)
+            out = context.make_array(sig.return_type)(context, builder)
+            populate_array(out, data=data, shape=cgutils.pack_array(builder, [shape[1], rows, shape[2]]),
+                           strides=cgutils.pack_array(builder, [strides[1], strides[0], strides[2]]),
+                           itemsize=ary.itemsize, meminfo=None)
+            return out._getvalue()
 
         return sig, codegen
 

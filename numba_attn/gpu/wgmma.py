@@ -143,7 +143,7 @@ def padded_columns(D: int) -> int:
 
 
 @functools.cache
-def make_ring_copy(D: int, Bc: int, STAGES: int, NTH: int, DP: int = 0):
+def make_ring_copy(D: int, Bc: int, STAGES: int, NTH: int, DP: int = 0, packed: bool = False):
     """A device function ``copy(KV, k, v, tile, buf, tid, kvh, Nk)`` issuing thread
     ``tid``'s share (of ``NTH`` threads) of the ``cp.async`` copies of K/V tile
     ``tile`` (keys ``tile·Bc`` …, rows past ``Nk`` zero-filled) into buffer
@@ -154,7 +154,10 @@ def make_ring_copy(D: int, Bc: int, STAGES: int, NTH: int, DP: int = 0):
     the first axis. One 16-byte chunk per thread and pass, rows ``NTH/(D/8)``
     apart. Shared by the wgmma phases. ``DP`` (> D, from :func:`padded_columns`): the tiles
     have DP columns; the chunk that completes the last k-step of an odd multiple of 8
-    columns is zero-filled, the columns past it are never written nor read."""
+    columns is zero-filled, the columns past it are never written nor read. ``packed``: ``k``/``v``
+    are token-major (tokens, kv heads, D) instead (the varlen layout) and ``kvh`` is the row of
+    the sequence's first key times the kv heads plus the head: a head's keys are ``k.shape[1]·D/2``
+    words apart."""
     from numba_attn.gpu.intrinsics import cp_async16_flat
     from numba_attn.gpu.jit import device
 
@@ -182,12 +185,16 @@ def make_ring_copy(D: int, Bc: int, STAGES: int, NTH: int, DP: int = 0):
         g_base = kvh * Nk * DW + 4 * lc
         if VEC > GVEC:  # the zero-filled chunk reads nothing; its address stays inside the row
             g_base = kvh * Nk * DW + 4 * min(lc, GVEC - 1)
+        rw = DW  # words from one key of a head to the next
+        if packed:
+            g_base = kvh * DW + 4 * (min(lc, GVEC - 1) if VEC > GVEC else lc)
+            rw = k.shape[1] * DW
         for i in range(CPT):
             r = lr0 + i * RSTEP
             if r < Bc:
                 row = tile * Bc + r
                 so = buf * TW + blk_w + r * (RB // 4) + 4 * (lcc ^ (((r * RB) >> 7) & SWM))
-                go = g_base + min(row, Nk - 1) * DW
+                go = g_base + min(row, Nk - 1) * rw
                 if VEC > GVEC:
                     ok = row < Nk and lc < GVEC
                 else:

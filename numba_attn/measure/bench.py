@@ -30,6 +30,13 @@ Declared benchmarks:
     phases and SDPA run: bandwidth of the bytes actually read (``min_bytes``:
     each sequence's keys once, at the cache's element size) against the copy
     ceiling, time against SDPA on the twin.
+``varlen``
+    the varlen prefill phases on the ``varlen`` preset (packed ragged batches,
+    B 8 and 32, lengths uniform in [N/4, N] for N 1024 and 4096, H32 D128 fp16,
+    causal and not), each beside its padded twin (the same batch with every
+    sequence at the longest length, contiguous layout) run by the varlen
+    phases' parents and SDPA: ``flops`` of a varlen row counts only the real
+    (query, key) pairs, so TFLOP/s is time per useful FLOP for both.
 
 Time limits keep ``roadmap`` within ~8 minutes on an H100: per-row timing
 budget, per-row timeout (a hung phase is killed and recorded ``TIMEOUT``), a
@@ -41,7 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from numba_attn.spec.problem import PRESETS, PagedProblem, Problem
+from numba_attn.spec.problem import PRESETS, PagedProblem, Problem, VarlenProblem, layout_of
 from numba_attn.measure.timing import TimingConfig
 
 
@@ -133,11 +140,22 @@ def contiguous_twin(problem) -> Problem:
                    scale=problem.scale)
 
 
+def is_varlen(problem) -> bool:
+    return layout_of(problem) == "varlen"
+
+
+def padded_twin(problem) -> Problem:
+    """The contiguous problem of a varlen one: the same batch with every sequence at the longest length."""
+    return problem.padded()
+
+
 def with_twins(problems) -> list:
-    """Each paged problem followed by its contiguous twin (duplicates kept once)."""
+    """Each paged problem followed by its contiguous twin, each varlen problem by its padded twin
+    (duplicates kept once)."""
     out = []
     for p in problems:
-        for x in ([p, contiguous_twin(p)] if is_paged(p) else [p]):
+        twin = contiguous_twin(p) if is_paged(p) else (padded_twin(p) if is_varlen(p) else None)
+        for x in ([p, twin] if twin is not None else [p]):
             if x not in out:
                 out.append(x)
     return out
@@ -157,9 +175,23 @@ def _paged_select(phase, problem) -> bool:
     return phase.name in PAGED_PEERS_OF
 
 
+VARLEN_PEERS_OF = ("tc_wgmma", "tc_mma")  # the padded-layout parents a varlen phase is held against
+
+
+def _varlen_problems(name):
+    return with_twins(PRESETS[name])
+
+
+def _varlen_select(phase, problem) -> bool:
+    """Varlen phases on the varlen problems; their parents on the padded twins."""
+    if is_varlen(problem):
+        return phase.layout == "varlen"
+    return phase.name in VARLEN_PEERS_OF
+
+
 def _layout_select(phase, problem) -> bool:
-    """A phase only on problems of the KV layout it reads (no SKIP row saying so)."""
-    return (phase.layout == "paged") == is_paged(problem)
+    """A phase only on problems of the layout it reads (no SKIP row saying so)."""
+    return phase.layout == layout_of(problem)
 
 
 # ``numba-attn run`` without a problem in the simulator: one tiny problem per family, so that every
@@ -170,6 +202,7 @@ DEFAULT_PROBLEMS = [
     Problem(batch=1, heads=2, kv_heads=1, q_len=1, kv_len=70, head_dim=16, dtype="float16"),  # decode, GQA 2:1
     PagedProblem(batch=2, heads=2, kv_heads=1, q_len=1, kv_len=70, head_dim=16, dtype="float16", page_size=16,
                  ragged=True),  # paged decode
+    VarlenProblem(batch=3, heads=2, kv_heads=1, q_len=37, kv_len=41, head_dim=16, dtype="float16"),  # varlen prefill
 ]
 
 
@@ -185,7 +218,7 @@ def select_by_kind(problems):
     problems = list(problems)
 
     def select(phase, problem) -> bool:
-        mine = [p for p in problems if problem_kind(p) == phase.kind and is_paged(p) == (phase.layout == "paged")]
+        mine = [p for p in problems if problem_kind(p) == phase.kind and layout_of(p) == phase.layout]
         fits = [p for p in mine if p.dtype in phase.dtypes]
         first = [p for p in fits if p.dtype == phase.dtypes[0]]
         return problem in (first or fits or mine[:1])
@@ -256,6 +289,23 @@ register(Benchmark(
     peers=("torch_sdpa", "torch_sdpa_flash", "torch_sdpa_efficient", "torch_sdpa_cudnn"),
     plots=(),  # plots of the paged layouts: not drawn yet
     plot_name="paged",
+    expand=with_twins,
+    max_row_ms=1000.0,
+    max_total_s=540.0,
+))
+
+
+register(Benchmark(
+    name="varlen",
+    description="varlen prefill phases (packed ragged batches, cu_seqlens) against their parents on the padded "
+                "batch (every sequence at the longest length) and SDPA on it: time per useful FLOP",
+    x_names=("problem",),
+    x_vals=["varlen"],
+    problems_for=_varlen_problems,
+    select=_varlen_select,
+    peers=("torch_sdpa", "torch_sdpa_flash", "torch_sdpa_efficient", "torch_sdpa_cudnn"),
+    plots=(),  # plots of the varlen layout: not drawn yet
+    plot_name="varlen",
     expand=with_twins,
     max_row_ms=1000.0,
     max_total_s=540.0,

@@ -53,6 +53,10 @@ def cached_reference(problem: Problem, seed: int):
             from numba_attn.spec.paged import problem_reference
 
             ref = problem_reference(problem, q, k, v)
+        elif getattr(problem, "varlen", False):  # packed sequences (spec/varlen.py)
+            from numba_attn.spec.varlen import problem_reference as varlen_reference
+
+            ref = varlen_reference(problem, q, k, v)
         elif uses_torch_reference(problem):
             ref = reference_torch(q, k, v, causal=problem.causal, scale=problem.sm_scale)
         if ref is None:
@@ -133,6 +137,8 @@ def kernel_views(problem: Problem, q, k, v, o):
     B, H, Hkv, D = problem.batch, problem.heads, problem.kv_heads, problem.head_dim
     if getattr(problem, "page_size", 0):  # the caches as they are (num_blocks, page_size, Hkv, D)
         return q.reshape(B * H, problem.q_len, D), k, v, o.reshape(B * H, problem.q_len, D)
+    if getattr(problem, "varlen", False):  # packed sequences as they are: (total, heads, D)
+        return q, k, v, o
     return (q.reshape(B * H, problem.q_len, D), k.reshape(B * Hkv, problem.kv_len, D),
             v.reshape(B * Hkv, problem.kv_len, D), o.reshape(B * H, problem.q_len, D))
 

@@ -102,7 +102,11 @@ def compile_phase(phase_name: str, problem, params: dict | None = None, cc=(9, 0
         B, H, Hkv, D = problem.batch, problem.heads, problem.kv_heads, problem.head_dim
         dt = np.dtype(problem.dtype) if problem.dtype != "bfloat16" else np.dtype("uint16")
         q = np.empty((B * H, problem.q_len, D), dt)
-        if getattr(problem, "page_size", 0):  # a paged cache: (num_blocks, page_size, Hkv, D)
+        if getattr(problem, "varlen", False):  # packed sequences: (total_q, H, D), (total_k, Hkv, D)
+            lq, lk = problem.seqlens()
+            q = np.empty((int(lq.sum()), H, D), dt)
+            k = np.empty((int(lk.sum()), Hkv, D), dt)
+        elif getattr(problem, "page_size", 0):  # a paged cache: (num_blocks, page_size, Hkv, D)
             nb = int(((problem.seqlens() + problem.page_size - 1) // problem.page_size).sum()) + 1
             k = np.empty((nb, problem.page_size, Hkv, D), np.uint8 if problem.kv_dtype else dt)
         else:
@@ -135,6 +139,7 @@ def main(argv=None) -> int:
     ap.add_argument("--page-size", type=int, default=0, help="a paged KV cache with this page size (paged phases)")
     ap.add_argument("--kv-dtype", default="", help="paged: the cache format, float8_e4m3 or int8 (default: --dtype)")
     ap.add_argument("--kv-scale", default="head", help="paged 8-bit cache: tensor, head or token scales")
+    ap.add_argument("--varlen", action="store_true", help="a packed ragged batch with cu_seqlens (varlen phases)")
     args = ap.parse_args(argv)
     params = {}
     for p in args.param:
@@ -147,6 +152,10 @@ def main(argv=None) -> int:
 
         prob = PagedProblem(**prob.to_dict(), page_size=args.page_size, kv_dtype=args.kv_dtype,
                             kv_scale=args.kv_scale)
+    if args.varlen:
+        from numba_attn.spec.problem import VarlenProblem
+
+        prob = VarlenProblem(**{k: v for k, v in prob.to_dict().items()})
     for name in args.phases:
         for rec in compile_phase(name, prob, params if len(args.phases) == 1 else None):
             print(f"{name:18s} {rec['kernel']:24s} regs={rec['regs']} stack={rec.get('stack_bytes')} "

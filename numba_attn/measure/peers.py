@@ -242,6 +242,10 @@ def measure_peer(name: str, problem: Problem, cfg) -> dict:
         row.update(status=SKIP, reason="SDPA reads no paged cache: its row is on the contiguous twin "
                                        "(measure/bench.py contiguous_twin)")
         return row
+    if getattr(problem, "varlen", False):
+        row.update(status=SKIP, reason="SDPA takes no packed ragged batch: its row is on the padded twin "
+                                       "(measure/bench.py padded_twin)")
+        return row
     reason = torch_status()
     if reason:
         row.update(status=SKIP, reason=reason)

@@ -54,6 +54,7 @@ from typing import Callable
 
 from numba_attn.gpu import backend  # noqa: F401  (chooses CUDA or the simulator before any phase imports numba)
 from numba_attn.spec.errors import AttentionInputError, UnknownPhaseError, check_bool, check_int
+from numba_attn.spec.problem import layout_of
 
 _REGISTRY: dict[str, "Phase"] = {}
 
@@ -144,7 +145,7 @@ class Phase:
     module: str = ""
     requires_cc: tuple | str | None = None  # (major, minor) minimum, or "sm_90a": exactly that target
     space: dict = field(default_factory=dict)  # tunable parameter → values to try (see expand_space)
-    layout: str = "contiguous"  # the KV cache it reads: "contiguous" (Problem) or "paged" (PagedProblem)
+    layout: str = "contiguous"  # the layout it reads: "contiguous" (Problem), "paged" (PagedProblem) or "varlen"
 
     def supports(self, problem, **params) -> str | None:
         """None when the phase can run ``problem``; otherwise the reason it cannot. A ``supports``
@@ -170,9 +171,11 @@ class Phase:
         return self.module.startswith("numba_attn.phases.")
 
     def _supports_base(self, problem) -> str | None:
-        paged = bool(getattr(problem, "page_size", 0))
-        if paged != (self.layout == "paged"):
-            return f"{'a paged' if paged else 'a contiguous'} KV cache: {self.name} reads a {self.layout} one"
+        layout = layout_of(problem)
+        if layout != self.layout:
+            if "varlen" in (layout, self.layout):
+                return f"the {layout} layout: {self.name} reads the {self.layout} one"
+            return f"{'a paged' if layout == 'paged' else 'a contiguous'} KV cache: {self.name} reads a {self.layout} one"
         if problem.dtype not in self.dtypes:
             return f"dtype {problem.dtype} not supported (supports {', '.join(self.dtypes)})"
         if self.head_dims is not None and problem.head_dim not in self.head_dims:

@@ -43,7 +43,7 @@ def family(phase) -> str:
 
 
 def test_files(phase) -> list[str]:
-    paged = ["tests/test_paged.py"] if getattr(phase, "layout", "") == "paged" else []
+    paged = {"paged": ["tests/test_paged.py"], "varlen": ["tests/test_varlen.py"]}.get(getattr(phase, "layout", ""), [])
     return ["tests/test_phases.py", *FAMILY_TESTS.get(family(phase), ()), *paged]
 
 

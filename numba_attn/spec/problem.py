@@ -134,14 +134,27 @@ class Problem:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Problem":
-        """The problem of ``to_dict`` (a :class:`PagedProblem` when ``d`` has a page size)."""
+        """The problem of ``to_dict`` (a :class:`PagedProblem` when ``d`` has a page size, a
+        :class:`VarlenProblem` when it is marked ``varlen``)."""
         if cls is Problem and d.get("page_size"):
             cls = PagedProblem
+        elif cls is Problem and d.get("varlen"):
+            cls = VarlenProblem
         fields = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in fields})
 
     def replace(self, **kw) -> "Problem":
         return dataclasses.replace(self, **kw)
+
+
+def layout_of(problem) -> str:
+    """The layout of ``problem``'s arrays: "paged" (a PagedProblem), "varlen" (a VarlenProblem:
+    packed sequences with cu_seqlens) or "contiguous"."""
+    if getattr(problem, "page_size", 0):
+        return "paged"
+    if getattr(problem, "varlen", False):
+        return "varlen"
+    return "contiguous"
 
 
 def _causal_pairs(nq: int, nk: int) -> int:
@@ -323,4 +336,74 @@ PRESETS["paged-small"] = [
                  kv_dtype="float8_e4m3", kv_scale="head"),
     PagedProblem(batch=8, heads=32, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64,
                  kv_dtype="int8", kv_scale="token"),
+]
+
+
+# -- packed ragged prefill (FlashAttention's ``flash_attn_varlen_func`` layout) --------------
+
+@dataclass(frozen=True)
+class VarlenProblem(Problem):
+    """Prefill of a packed ragged batch: ``q`` (total_q, heads, head_dim), ``k``/``v``
+    (total_k, kv_heads, head_dim) and the cu_seqlens of both (spec/varlen.py). ``q_len`` and
+    ``kv_len`` are the longest sequence (max_seqlen); ``ragged`` draws the query lengths
+    uniformly in [q_len // 4, q_len] (else all are ``q_len``), each sequence's keys are its
+    queries plus ``kv_len − q_len`` earlier tokens. The lengths depend on ``seed`` only, the
+    values on the seed of :meth:`inputs`. ``varlen`` marks the layout (always True)."""
+
+    ragged: bool = True
+    varlen: bool = True
+
+    def layout(self):
+        """(cu_seqlens_q, cu_seqlens_k) of this problem (int32 NumPy arrays)."""
+        from numba_attn.spec.varlen import problem_layout  # (spec/varlen.py does not import this module)
+
+        return problem_layout(self)
+
+    def seqlens(self):
+        """(lens_q, lens_k): the sequences' lengths."""
+        from numba_attn.spec.varlen import problem_lengths
+
+        return problem_lengths(self)
+
+    def inputs(self, seed: int | None = None):
+        from numba_attn.spec.varlen import problem_inputs
+
+        return problem_inputs(self, self.seed if seed is None else seed, numpy_dtype(self.dtype))
+
+    def out_shape(self):
+        return (int(self.seqlens()[0].sum()), self.heads, self.head_dim)
+
+    def _pairs(self) -> int:
+        lq, lk = self.seqlens()
+        return sum(_causal_pairs(int(a), int(b)) if self.causal else int(a) * int(b) for a, b in zip(lq, lk))
+
+    def pairs_per_head(self) -> int:
+        """Unmasked (query, key) pairs of one head, averaged over the sequences (rounded down)."""
+        return self._pairs() // self.batch
+
+    def flops(self) -> int:
+        """4·D per unmasked pair of the real sequences (no padding), times heads."""
+        return 4 * self.heads * self.head_dim * self._pairs()
+
+    def min_bytes(self) -> int:
+        lq, lk = self.seqlens()
+        q = o = int(lq.sum()) * self.heads * self.head_dim
+        kv = 2 * int(lk.sum()) * self.kv_heads * self.head_dim
+        return (q + o + kv) * self.itemsize
+
+    def padded(self) -> Problem:
+        """The padded twin: the same batch with every sequence at the longest length, contiguous layout."""
+        return Problem(batch=self.batch, heads=self.heads, kv_heads=self.kv_heads, q_len=self.q_len,
+                       kv_len=self.kv_len, head_dim=self.head_dim, causal=self.causal, dtype=self.dtype,
+                       scale=self.scale, seed=self.seed)
+
+    @property
+    def label(self) -> str:
+        return super().label + " varlen" + (" ragged" if self.ragged else "")
+
+
+# Ragged prefill (issue 18): packed batches of 8 and 32 sequences, lengths uniform in [N/4, N].
+PRESETS["varlen"] = [
+    VarlenProblem(batch=b, heads=32, q_len=n, head_dim=128, dtype="float16", causal=c)
+    for b in (8, 32) for n in (1024, 4096) for c in (False, True)
 ]

@@ -25,11 +25,12 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import cuda, float32, uint32
+from numba import cuda, float32, uint16, uint32
 
 from numba_attn.gpu.arrays import view_as
 from numba_attn.gpu.device_functions import LOG2E, NEG_BIG, fragment_rescale, fragment_softmax
-from numba_attn.gpu.intrinsics import cp_async_commit, cp_async_wait, pack_bf16x2, pack_f16x2, to_tf32
+from numba_attn.gpu.intrinsics import (SMEM_ALIGN, cp_async_commit, cp_async_wait, ld_global_v4, lds, mma_bf16, mma_f16,
+                                       pack_b16x2, pack_bf16x2, pack_f16x2, rows_head_major, st_shared_v4, to_tf32)
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.gpu.warp import quad_sum
@@ -39,7 +40,8 @@ from numba_attn.phases.registry import Launch
 
 __all__ = ["LOG2E", "NEG_BIG", "q_fragments", "mask_fragments", "store_fragments", "supports_tc", "u32_views",
            "launch_mma", "warp_rows", "key_ends", "ALIGN_BYTES", "make_wgmma_kernel", "wgmma_smem_bytes", "resolve_wgmma",
-           "supports_wgmma", "build_wgmma"]
+           "supports_wgmma", "build_wgmma", "make_mma_kernel", "mma_smem_bytes", "varlen_spans", "varlen_views", "VarlenLayout",
+           "launch_mma_varlen"]
 
 
 # -- device side: the fragments of one warp's 16 rows ------------------------------------------
@@ -195,6 +197,26 @@ def store_fragments(DT: int, kind: str):
     return store
 
 
+@device
+def varlen_spans(cu_q, cu_k):
+    """``(q0, Nq, k0, Nk)``: the first query row and the queries, the first key row and the keys of
+    sequence ``blockIdx.z`` from its cu_seqlens (the varlen layout)."""
+    b = cuda.blockIdx.z
+    q0 = cu_q[b]
+    k0 = cu_k[b]
+    return q0, cu_q[b + 1] - q0, k0, cu_k[b + 1] - k0
+
+
+@device
+def varlen_views(q, k, v, o, cu_q, cu_k):
+    """``(q, k, v, o, Nq, Nk)`` of sequence ``blockIdx.z`` in the varlen layout: q, o (total_q, H, W)
+    and k, v (total_k, Hkv, W) → its rows as head-major views (H, Nq, W) and (Hkv, Nk, W), what the
+    kernels index as (b·h, row, word), and its lengths."""
+    q0, nq, k0, nk = varlen_spans(cu_q, cu_k)
+    return (rows_head_major(q, q0, nq), rows_head_major(k, k0, nk), rows_head_major(v, k0, nk),
+            rows_head_major(o, q0, nq), nq, nk)
+
+
 # -- host side ----------------------------------------------------------------------------------
 
 
@@ -238,19 +260,155 @@ def launch_mma(problem, kern, Br, warps, views=True, dyn_bytes=0):
     return Launch(run, kernels=[kern])
 
 
+# -- the mma.sync kernel (tc_mma; tc_mma_varlen with varlen=True) ---------------------------------
+
+@functools.cache
+def make_mma_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool, varlen: bool = False):
+    """The mma.sync kernel of ``tc_mma`` ``(q, k, v, o, sl2, H, G, Nq, Nk)`` (its docstring has the
+    lesson): ``W`` warps of 16 query rows, K/V tiles of ``Bc`` keys staged in padded shared memory.
+    ``varlen`` (``tc_mma_varlen``): q, o are (total_q, H, D/2) and k, v (total_k, Hkv, D/2) uint32
+    views of packed sequences, ``Nq``/``Nk`` their cu_seqlens, the grid (query blocks of the longest
+    sequence, heads, sequences); a block takes its sequence's rows (:func:`varlen_views`) and exits
+    when they end before its first row."""
+    mma = mma_bf16 if bf16 else mma_f16
+    pack = pack_bf16x2 if bf16 else pack_f16x2
+    Br = 16 * W  # query rows per block (16 per warp)
+    NTH = 32 * W
+    DK = 16 * ((D + 15) // 16)  # head_dim padded to whole k-steps of Q·Kᵀ (D itself when a multiple of 16)
+    KS = DK // 16  # k-steps of Q·Kᵀ
+    NT = Bc // 8  # n-tiles of S (8 keys each)
+    KK = Bc // 16  # k-steps of P·V
+    DT = D // 8  # n-tiles of O (8 columns each)
+    VEC = D // 8  # 16-byte chunks per row of K or V
+    KROW = DK // 2 + 4  # K tile row in words (padded: conflict-free fragment reads)
+    VROW = D + 8  # V tile row in halves (padded)
+    NQ = 4 * KS  # Q fragment registers
+    NS = 4 * NT  # score accumulators
+    NO = 4 * DT  # output accumulators
+    softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
+    rescale = fragment_rescale(DT)
+    load_q = q_fragments(KS, False, D // 2)
+    mask = mask_fragments(NT, Bc, causal)
+    lanes = warp_rows(Br, 16)
+    ends = key_ends(Br, 16, causal)
+    store = store_fragments(DT, "bf16" if bf16 else "f16")
+
+    def tc_mma(q, k, v, o, sl2, H, G, Nq, Nk):
+        # q, k, v, o: uint32 views (two f16/bf16 per word) of (BH, N, D)
+        Ks = cuda.shared.array((Bc, KROW), uint32, alignment=SMEM_ALIGN)
+        Vs = cuda.shared.array((Bc, VROW), uint16, alignment=SMEM_ALIGN)
+        if varlen:  # this block's sequence (blockIdx.z) as head-major views; Nq, Nk its lengths
+            q, k, v, o, Nq, Nk = varlen_views(q, k, v, o, Nq, Nk)
+            if cuda.blockIdx.x * Br >= Nq:
+                return
+        tid, warp, lane, g, t, bh, kvh, blk0, row0 = lanes(H, G)
+        r_lo = row0 + g  # this lane's rows: r_lo and r_lo + 8
+        off = Nk - Nq  # causal: row i sees keys j <= i + off
+
+        qf = cuda.local.array(NQ, uint32)
+        load_q(qf, 0, q, bh, r_lo, Nq, t)
+        acc = cuda.local.array(NO, float32)
+        for i in range(NO):
+            acc[i] = float32(0.0)
+        s = cuda.local.array(NS, float32)
+        m_lo = NEG_BIG
+        m_hi = NEG_BIG
+        l_lo = float32(0.0)
+        l_hi = float32(0.0)
+
+        kv_end, warp_end = ends(blk0, row0, Nq, Nk, off)
+
+        for j0 in range(0, kv_end, Bc):
+            # -- stage the K and V tiles: 16 bytes per thread and access
+            for e in range(tid, Bc * VEC, NTH):
+                r = e // VEC
+                c = e - r * VEC
+                if j0 + r < Nk:
+                    x = ld_global_v4(k, kvh, j0 + r, 4 * c)
+                    st_shared_v4(Ks, r, 4 * c, x[0], x[1], x[2], x[3])
+                    y = ld_global_v4(v, kvh, j0 + r, 4 * c)
+                    st_shared_v4(Vs, r, 8 * c, y[0], y[1], y[2], y[3])
+                else:
+                    z = uint32(0)
+                    st_shared_v4(Ks, r, 4 * c, z, z, z, z)
+                    st_shared_v4(Vs, r, 8 * c, z, z, z, z)
+            if DK > D:  # the K columns that complete the last k-step are zero
+                for r in range(tid, Bc, NTH):
+                    z = uint32(0)
+                    st_shared_v4(Ks, r, 4 * VEC, z, z, z, z)
+            cuda.syncthreads()
+            if j0 < warp_end:  # warp-uniform: the warp's rows see some key of this tile
+                # -- S = Q Kᵀ on the tensor cores
+                for nt in range(NT):
+                    s0 = float32(0.0)
+                    s1 = float32(0.0)
+                    s2 = float32(0.0)
+                    s3 = float32(0.0)
+                    kr = nt * 8 + g
+                    for ks in range(KS):
+                        b0 = lds(Ks, kr, 8 * ks + t)
+                        b1 = lds(Ks, kr, 8 * ks + 4 + t)
+                        s0, s1, s2, s3 = mma(qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3],
+                                             b0, b1, s0, s1, s2, s3)
+                    s[4 * nt] = s0
+                    s[4 * nt + 1] = s1
+                    s[4 * nt + 2] = s2
+                    s[4 * nt + 3] = s3
+                # -- mask keys past the end and (causal) above the diagonal
+                mask(s, 0, j0, row0, r_lo, t, Nk, off)
+                # -- online softmax on the fragments
+                m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
+                l_lo = l_lo * corr_lo + rs_lo
+                l_hi = l_hi * corr_hi + rs_hi
+                rescale(acc, 0, corr_lo, corr_hi)
+                # -- O += P V: two S n-tiles = one A fragment of P
+                for kk in range(KK):
+                    a0 = pack(s[8 * kk], s[8 * kk + 1])
+                    a1 = pack(s[8 * kk + 2], s[8 * kk + 3])
+                    a2 = pack(s[8 * kk + 4], s[8 * kk + 5])
+                    a3 = pack(s[8 * kk + 6], s[8 * kk + 7])
+                    kr = 16 * kk + 2 * t
+                    for dt in range(DT):
+                        cc = 8 * dt + g
+                        b0 = pack_b16x2(lds(Vs, kr, cc), lds(Vs, kr + 1, cc))
+                        b1 = pack_b16x2(lds(Vs, kr + 8, cc), lds(Vs, kr + 9, cc))
+                        (acc[4 * dt], acc[4 * dt + 1], acc[4 * dt + 2], acc[4 * dt + 3]) = mma(
+                            a0, a1, a2, a3, b0, b1, acc[4 * dt], acc[4 * dt + 1], acc[4 * dt + 2],
+                            acc[4 * dt + 3])
+            cuda.syncthreads()
+
+        store(o, bh, r_lo, acc, 0, l_lo, l_hi, Nq, t)
+
+    tc_mma.__name__ = tc_mma.__qualname__ = "tc_mma_varlen" if varlen else "tc_mma"
+    return kernel(tc_mma)
+
+
+
+
+def mma_smem_bytes(D, Bc):
+    """Static shared memory of the tc_mma kernel: the padded K and V tiles."""
+    return Bc * ((D + 15) // 16 * 8 + 4) * 4 + Bc * (D + 8) * 2
+
+
 # -- the wgmma kernel (tc_wgmma; tc_wgmma_overlap with overlap=True) -----------------------------
 
 ALIGN_BYTES = 1024  # the 128-byte swizzle repeats every 1024 bytes: tiles start there
 
 
 @functools.cache
-def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf16: bool, overlap: bool):
+def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf16: bool, overlap: bool,
+                      varlen: bool = False):
     """The wgmma attention kernel ``(q, k, v, o, sl2, H, Nq, Nk)`` of ``WG`` warpgroups (64 query
     rows each). Per K/V tile: S = Q·Kᵀ (``D/16`` wgmma m64nBc k16, K from the swizzled ring),
     mask, online softmax, P packed in registers, O += P·V (``Bc/16`` wgmma m64nD k16, V as the
     transposed operand). Without ``overlap`` each product is waited for at once; with it, the
     next tile's S is issued (not waited) before this tile's softmax, one ``wait_group`` retires
-    both products, and the ring must hold tile j+1 while tile j is read (STAGES ≥ 3)."""
+    both products, and the ring must hold tile j+1 while tile j is read (STAGES ≥ 3). With ``varlen``
+    (``tc_wgmma_varlen``) q, o are (total_q, H, D/2) and k, v (total_k, Hkv, D/2) uint32 views of packed
+    sequences and ``Nq``/``Nk`` their cu_seqlens: a block takes sequence ``blockIdx.z``'s rows
+    (:func:`varlen_spans`; Q and O through head-major views, K/V copied token-major from the sequence's
+    first key, k and v themselves never sliced: kernel arguments cost no registers) and exits when
+    they end before its first row."""
     kind = "bf16" if bf16 else "f16"
     pack = pack_bf16x2 if bf16 else pack_f16x2
     W = 4 * WG  # warps per block; warpgroup i = warps 4i..4i+3, 64 query rows
@@ -269,7 +427,8 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     load_q = q_fragments(KS, False, D // 2)
     store = store_fragments(DT, kind)
     # cp.async of one K/V tile into the swizzled ring
-    copy_tile = make_ring_copy(D, Bc, STAGES, NTH, DPAD) if DPAD != D else make_ring_copy(D, Bc, STAGES, NTH)
+    copy_tile = make_ring_copy(D, Bc, STAGES, NTH, DPAD, varlen) if DPAD != D else make_ring_copy(
+        D, Bc, STAGES, NTH, 0, varlen)
     NP = 4 * KK  # P registers (A fragments of P·V)
     RB = row_bytes(DPAD)  # bytes per swizzled row
     TILE = Bc * DPAD * 2  # bytes of one K (or V) stage
@@ -299,6 +458,13 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
         b = cuda.blockIdx.z
         bh = b * H + h
         kvh = b * (H // G) + h // G  # G: compile-time
+        if varlen:  # sequence b: its lengths, its Q rows as a head-major view (H, Nq, ·)
+            q0, Nq, k0, Nk = varlen_spans(Nq, Nk)
+            if cuda.blockIdx.x * Br >= Nq:
+                return
+            q = rows_head_major(q, q0, Nq)
+            bh = h
+            kvh = k0 * (H // G) + h // G  # the packed ring copy's first row: key k0 of head h // G
         blk0 = cuda.blockIdx.x * Br
         wg0 = blk0 + 64 * (warp // 4)  # first query row of this warpgroup
         row0 = blk0 + 16 * warp  # first query row of this warp
@@ -382,10 +548,15 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
                     s[i] = sn[i]
 
         cp_async_wait(0)
+        if varlen:  # the view made here, not kept live through the loop (q0: one register)
+            o = rows_head_major(o, q0, Nq)
         store(o, bh, r_lo, acc, 0, l_lo, l_hi, Nq, t)
 
-    body.__name__ = body.__qualname__ = "tc_wgmma_overlap" if overlap else "tc_wgmma"
-    return kernel(body)
+    body.__name__ = body.__qualname__ = ("tc_wgmma_overlap" if overlap else "tc_wgmma") + ("_varlen" if varlen else "")
+    # varlen: the lengths and offsets live in registers; above 256 threads (where 255 registers per thread
+    # would not fit a block) the block size as launch bounds keeps ptxas within the registers the block may
+    # have (3 warpgroups at D=128 causal: 195 → 168, no spills); at 256 threads a bound only costs registers
+    return kernel(body, launch_bounds=(NTH,)) if varlen and NTH > 256 else kernel(body)
 
 
 def wgmma_smem_bytes(D, Bc, stages):
@@ -419,33 +590,69 @@ def supports_wgmma(problem, warpgroups, Bc, stages, min_stages):
     return smem_reason(wgmma_smem_bytes(D, Bc, stages))
 
 
-def build_wgmma(problem, warpgroups, Bc, stages, overlap):
+def build_wgmma(problem, warpgroups, Bc, stages, overlap, varlen=False):
     """The :class:`Launch` of the wgmma kernel: grid (query blocks, heads, batch), the ring in
     dynamic shared memory (opt-in made at the first launch), and the uint32 views of the last
-    few input sets cached (making views costs host time at every launch)."""
+    few input sets cached (making views costs host time at every launch). ``varlen``: the packed
+    layout; ``run(q, k, v, o, stream, layout=None)`` takes the call's (cu_seqlens_q, cu_seqlens_k)
+    device arrays as ``layout`` (else the problem's own, :class:`VarlenLayout`) in place of the
+    lengths, and the grid covers the longest sequence (``q_len``)."""
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     D = problem.head_dim
     kern = make_wgmma_kernel(D, warpgroups, Bc, stages, problem.group, problem.causal,
-                             problem.dtype == "bfloat16", overlap)
+                             problem.dtype == "bfloat16", overlap, varlen)
     sl2 = float32(problem.sm_scale * LOG2E)
     Br = 64 * warpgroups
     grid = ((Nq + Br - 1) // Br, H, problem.batch)
     nbytes = wgmma_smem_bytes(D, Bc, stages)
+    own = VarlenLayout(problem) if varlen else None
 
     views = {}  # uint32 views of the last few input sets: making views costs host time at every launch
     opted = []  # the >48 KiB opt-in is made once, at the first launch
 
-    def run(q, k, v, o, stream=0):
+    def run(q, k, v, o, stream=0, layout=None):
         key = (id(q), id(k), id(v), id(o))
         hit = views.get(key)
         if hit is None or any(a is not b for a, b in zip(hit[0], (q, k, v, o))):
             if len(views) >= 8:
                 views.clear()
             hit = views[key] = ((q, k, v, o), u32_views(q, k, v, o))
+        lengths = (layout or own.own()) if varlen else (Nq, Nk)
         if opted:
-            kern[grid, 128 * warpgroups, stream, nbytes](*hit[1], sl2, H, Nq, Nk)
+            kern[grid, 128 * warpgroups, stream, nbytes](*hit[1], sl2, H, *lengths)
         else:
-            launch_dynamic(kern, grid, 128 * warpgroups, stream, nbytes, *hit[1], sl2, H, Nq, Nk)
+            launch_dynamic(kern, grid, 128 * warpgroups, stream, nbytes, *hit[1], sl2, H, *lengths)
             opted.append(True)
+
+    return Launch(run, kernels=[kern])
+
+
+class VarlenLayout:
+    """The cu_seqlens a varlen launch reads: a call's own (``attention_varlen``) or, when a call
+    gives none (the runner), the problem's :meth:`VarlenProblem.layout`, uploaded once."""
+
+    def __init__(self, problem):
+        self.problem = problem
+        self._own = None
+
+    def own(self):
+        if self._own is None:
+            self._own = tuple(cuda.to_device(a) for a in self.problem.layout())
+        return self._own
+
+
+def launch_mma_varlen(problem, kern, Br, warps):
+    """The :class:`Launch` of the varlen mma.sync kernel: grid (query blocks of the longest
+    sequence, heads, sequences); ``run(q, k, v, o, stream, layout=None)`` with q, o (total_q, H, D),
+    k, v (total_k, Hkv, D) and ``layout`` the (cu_seqlens_q, cu_seqlens_k) device arrays (else the
+    problem's own)."""
+    H = problem.heads
+    sl2 = float32(problem.sm_scale * LOG2E)
+    grid = ((problem.q_len + Br - 1) // Br, H, problem.batch)
+    own = VarlenLayout(problem)
+
+    def run(q, k, v, o, stream=0, layout=None):
+        cu_q, cu_k = layout or own.own()
+        kern[grid, 32 * warps, stream](*u32_views(q, k, v, o), sl2, H, problem.group, cu_q, cu_k)
 
     return Launch(run, kernels=[kern])

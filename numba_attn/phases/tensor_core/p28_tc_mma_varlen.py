@@ -1,0 +1,64 @@
+"""Phase 28 — ``tc_mma_varlen``: ``tc_mma`` on a packed ragged batch (FlashAttention's varlen layout).
+
+Change against ``tc_mma``: only where a block's rows are. The batch is packed —
+q (total_q, H, D), k/v (total_k, Hkv, D) with ``cu_seqlens_q``/``cu_seqlens_k``
+(spec/varlen.py) — instead of padded to the longest sequence. The grid is
+(query tiles of the longest sequence, heads, sequences); a block reads its
+sequence's offsets and lengths from the cu_seqlens (two loads each), takes the
+sequence's rows as head-major views (what ``tc_mma`` indexes), exits at once
+when the sequence ends before its first row, masks the keys past the
+sequence's length (the mask ``tc_mma`` already applies at ``Nk``) and stores
+only the sequence's rows. Causal is bottom-right aligned per sequence (the
+offset Nk − Nq is the sequence's). The kernel is ``tc_mma``'s with the
+compile-time ``varlen`` option (``make_mma_kernel`` in ``common``); the padded
+layout's kernel is unchanged.
+
+Prediction: the same time per useful FLOP as ``tc_mma`` on the padded batch
+(within 10%): the blocks past a sequence's end cost a launch slot and four
+loads, and the padding's work disappears.
+
+Verdict: not measured yet (no committed GPU row).
+"""
+from __future__ import annotations
+
+from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT
+from numba_attn.phases.registry import register_phase
+from numba_attn.phases.tensor_core.common import launch_mma_varlen, make_mma_kernel, mma_smem_bytes, supports_tc
+
+
+def _resolve(problem, warps, Bc):
+    """Bc=0: 64 keys, 32 above head_dim 184 (as tc_mma)."""
+    return {"warps": warps, "Bc": Bc or (64 if mma_smem_bytes(problem.head_dim, 64) <= STATIC_SMEM_LIMIT else 32)}
+
+
+def _supports(problem, warps, Bc):
+    reason = supports_tc(problem, Bc, max_d=None)
+    if reason:
+        return reason
+    if mma_smem_bytes(problem.head_dim, Bc) > STATIC_SMEM_LIMIT:
+        return f"K/V tiles need {mma_smem_bytes(problem.head_dim, Bc)} B of static shared memory (> 48 KiB)"
+    return None
+
+
+@register_phase(
+    name="tc_mma_varlen", order=28, title="Tensor cores: mma.sync on a packed ragged batch (cu_seqlens)",
+    parent="tc_mma", layout="varlen",
+    description="""
+        tc_mma's kernel on FlashAttention's varlen layout: q (total_q, H, D), k/v (total_k, Hkv, D)
+        and cu_seqlens. Grid (query tiles of the longest sequence, heads, sequences); a block reads
+        its sequence's offsets and lengths, exits when the sequence ends before its rows, masks the
+        keys past the sequence and stores only its rows; causal bottom-right per sequence.
+    """,
+    lineage="FlashAttention-2 varlen (flash_attn_varlen_func): packed sequences with cu_seqlens",
+    planned_speedup=60.0,  # the parent's: the same time per useful FLOP
+    space={"warps": [4, 8], "Bc": [0, 32, 64]},
+    requires_cc=(8, 0),
+    dtypes=("float16", "bfloat16"),
+    head_dims=None,
+    sim_params={"warps": 2, "Bc": 16},
+    supports=_supports,
+    resolve=_resolve,
+)
+def tc_mma_varlen(problem, warps=8, Bc=0):
+    kern = make_mma_kernel(problem.head_dim, warps, Bc, problem.causal, problem.dtype == "bfloat16", True)
+    return launch_mma_varlen(problem, kern, 16 * warps, warps)
