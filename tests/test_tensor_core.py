@@ -1,4 +1,4 @@
-"""The tensor-core phases (tc_mma, tc_pipelined, tc_tf32, tc_wgmma, tc_wgmma_overlap) against the float64 reference.
+"""The tensor-core phases (tc_mma, tc_pipelined, tc_tf32, tc_wgmma, tc_wgmma_overlap, tma_wgmma) against the float64 reference.
 
 In the simulator every mma/ldmatrix is a per-lane fallback and costs a warp
 barrier, so the shapes are tiny: one or two 16-row warps per block, 16-key
@@ -70,6 +70,16 @@ CASES = [
     # the next tile's scores in flight during the softmax: 3 stages, uneven last tile, causal, GQA
     ("tc_wgmma_overlap", tiny("float16", D=64, q_len=70, kv_len=75, heads=1, causal=True), {"warpgroups": 1, "Bc": 16}),
     ("tc_wgmma_overlap", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"warpgroups": 1, "Bc": 32, "stages": 4}),
+    # K/V by TMA into the mbarrier ring: 128/64/32-byte swizzled boxes (D=64/32/16), rows past Nk zero-filled,
+    # a padded head dim (D=40: a 64-column box, columns past D zero), GQA, bf16, causal tiles skipped by a
+    # warpgroup that still waits and releases, 2..4 stages
+    ("tma_wgmma", tiny("float16", D=64, q_len=70, kv_len=75, heads=1, causal=True), {"warpgroups": 1, "Bc": 16}),
+    ("tma_wgmma", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"warpgroups": 1, "Bc": 32, "stages": 3}),
+    ("tma_wgmma", tiny("float16", D=16, q_len=130, kv_len=37, heads=1), {"warpgroups": 2, "Bc": 16}),
+    ("tma_wgmma", tiny("float16", D=16, q_len=130, kv_len=150, heads=1, causal=True),
+     {"warpgroups": 2, "Bc": 16, "stages": 3}),
+    ("tma_wgmma", tiny("bfloat16", D=40, q_len=21, kv_len=50, heads=2, kv_heads=1, causal=True),
+     {"warpgroups": 1, "Bc": 16, "stages": 4}),
 ]
 
 
@@ -100,6 +110,10 @@ def test_supports_reasons():
     assert "head_dim" in get_phase("tc_wgmma").supports(Problem(q_len=64, head_dim=264, dtype="float16"))
     assert get_phase("tc_wgmma").supports(Problem(q_len=64, head_dim=48, dtype="float16")) is None  # padded to 64
     assert get_phase("tc_wgmma").supports(d128) is None
+    assert get_phase("tma_wgmma").supports(d128) is None
+    assert get_phase("tma_wgmma").supports(Problem(q_len=64, head_dim=40, dtype="bfloat16")) is None  # 64-col box
+    assert "dtype" in get_phase("tma_wgmma").supports(f32.replace(head_dim=64))
+    assert "shared memory" in get_phase("tma_wgmma").supports(d128.replace(head_dim=256), Bc=256, stages=4)
 
 
 def test_registry_metadata():
@@ -109,6 +123,30 @@ def test_registry_metadata():
     assert get_phase("tc_tf32").parent == "tc_pipelined"
     assert get_phase("tc_wgmma").parent == "tc_pipelined"
     assert get_phase("tc_wgmma_overlap").parent == "tc_wgmma"
+    assert get_phase("tma_wgmma").parent == "tc_wgmma"
+    assert get_phase("tma_wgmma").requires_cc == "sm_90a"
+
+
+def test_tma_maps_are_cached_by_address():
+    """The K/V tensor maps are made once per (address, shape, strides, box, swizzle): a repeated
+    call makes none; another array, a view at another address or another box gets its own map;
+    a misaligned address is refused."""
+    from numba_attn.phases.tensor_core import common as C
+
+    k = cuda.to_device(np.zeros((2, 40, 32), np.uint32))
+    box, sw = C.tma_box(64, 16)
+    assert (box, sw) == ((1, 16, 32), 128)
+    assert C.tma_box(32, 16) == ((1, 16, 16), 64) and C.tma_box(16, 32) == ((1, 32, 8), 32)
+    assert C.tma_box(40, 16) == ((1, 16, 32), 128) and C.tma_box(128, 64) == ((1, 64, 32), 128)
+    C._TMAPS.clear()
+    m = C.kv_tensor_map(k, box, sw)
+    assert C.kv_tensor_map(k, box, sw) is m and len(C._TMAPS) == 1
+    assert C.kv_tensor_map(k[1:], box, sw) is not m  # the second head's rows: another address and shape
+    assert C.kv_tensor_map(k, (1, 32, 32), sw) is not m
+    assert len(C._TMAPS) == 3
+    bytes_ = cuda.to_device(np.zeros(4 * 40 * 32 + 16, np.uint8))
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        C.kv_tensor_map(bytes_[4:4 + 4 * 40 * 32].view(np.uint32).reshape(1, 40, 32), box, sw)
 
 
 # -- GPU only ---------------------------------------------------------------------
@@ -131,6 +169,10 @@ GPU_CASES = [
                                  causal=True)),
     ("tc_wgmma_overlap", Problem(batch=1, heads=8, kv_heads=2, q_len=640, kv_len=901, head_dim=128,
                                  dtype="bfloat16")),
+    ("tma_wgmma", Problem(batch=2, heads=3, q_len=1000, kv_len=1300, head_dim=64, dtype="float16", causal=True)),
+    ("tma_wgmma", Problem(batch=1, heads=4, q_len=777, head_dim=128, dtype="bfloat16", causal=True)),
+    ("tma_wgmma", Problem(batch=1, heads=8, kv_heads=2, q_len=640, kv_len=901, head_dim=128, dtype="float16")),
+    ("tma_wgmma", Problem(batch=1, heads=2, q_len=300, kv_len=333, head_dim=96, dtype="float16")),
 ]
 
 
@@ -148,8 +190,10 @@ def test_phase_gpu_shapes(name, problem):
     for sig, ov in kern.overloads.items():
         assert ov.local_mem_per_thread == 0, "fragments spilled to local memory"
         sass = kern.inspect_sass(sig)
-        assert ("HGMMA" if name.startswith("tc_wgmma") else "HMMA") in sass
-        if name != "tc_mma":
+        assert ("HGMMA" if "wgmma" in name else "HMMA") in sass
+        if name == "tma_wgmma":
+            assert "UTMALDG" in sass and "LDGSTS" not in sass
+        elif name != "tc_mma":
             assert "LDGSTS" in sass
         if name == "tc_pipelined":
             assert "LDSM" in sass

@@ -16,22 +16,27 @@ fragment layout (lane = 4g + t; a lane holds rows g and g+8 of its tile):
 * host side: :func:`supports_tc`, :func:`u32_views`, :func:`launch_mma` (grid,
   softmax scale and launch of the mma.sync phases).
 
-The wgmma phases (``tc_wgmma`` and ``tc_wgmma_overlap``) are one kernel,
+The wgmma phases (``tc_wgmma``, ``tc_wgmma_overlap`` and ``tma_wgmma``) are one kernel,
 :func:`make_wgmma_kernel`, whose compile-time ``overlap`` option issues the next
-tile's Q·Kᵀ before this tile's softmax; :func:`build_wgmma` is their host side.
+tile's Q·Kᵀ before this tile's softmax and whose ``tma`` option brings the K/V
+tiles by TMA into an mbarrier ring instead of cp.async; :func:`build_wgmma` is
+their host side (:func:`kv_tensor_map`: the cached tensor maps of K and V).
 """
 from __future__ import annotations
 
 import functools
 
 import numpy as np
-from numba import cuda, float32, uint32
+from numba import cuda, float32, uint32, uint64
 
 from numba_attn.gpu.arrays import view_as
 from numba_attn.gpu.device_functions import LOG2E, NEG_BIG, fragment_rescale, fragment_softmax
 from numba_attn.gpu.intrinsics import cp_async_commit, cp_async_wait, pack_bf16x2, pack_f16x2, to_tf32
+from numba_attn.gpu import tma as _tma
 from numba_attn.gpu.jit import device, kernel
+from numba_attn.gpu.mbarrier import mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
+from numba_attn.gpu.tma import tensormap_fence_acquire, tma_load_3d
 from numba_attn.gpu.warp import quad_sum
 from numba_attn.gpu.wgmma import (kmajor_params, make_ring_copy, make_wgmma_rs, make_wgmma_wait, mnmajor_params,
                                   padded_columns, row_bytes, shared_address)
@@ -39,7 +44,7 @@ from numba_attn.phases.registry import Launch
 
 __all__ = ["LOG2E", "NEG_BIG", "q_fragments", "mask_fragments", "store_fragments", "supports_tc", "u32_views",
            "launch_mma", "warp_rows", "key_ends", "ALIGN_BYTES", "make_wgmma_kernel", "wgmma_smem_bytes", "resolve_wgmma",
-           "supports_wgmma", "build_wgmma"]
+           "supports_wgmma", "build_wgmma", "kv_tensor_map", "tma_box", "tma_smem_reason"]
 
 
 # -- device side: the fragments of one warp's 16 rows ------------------------------------------
@@ -238,19 +243,27 @@ def launch_mma(problem, kern, Br, warps, views=True, dyn_bytes=0):
     return Launch(run, kernels=[kern])
 
 
-# -- the wgmma kernel (tc_wgmma; tc_wgmma_overlap with overlap=True) -----------------------------
+# -- the wgmma kernel (tc_wgmma; tc_wgmma_overlap with overlap=True; tma_wgmma with tma=True) ------
 
 ALIGN_BYTES = 1024  # the 128-byte swizzle repeats every 1024 bytes: tiles start there
 
 
 @functools.cache
-def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf16: bool, overlap: bool):
+def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf16: bool, overlap: bool,
+                      tma: bool = False):
     """The wgmma attention kernel ``(q, k, v, o, sl2, H, Nq, Nk)`` of ``WG`` warpgroups (64 query
     rows each). Per K/V tile: S = Q·Kᵀ (``D/16`` wgmma m64nBc k16, K from the swizzled ring),
     mask, online softmax, P packed in registers, O += P·V (``Bc/16`` wgmma m64nD k16, V as the
     transposed operand). Without ``overlap`` each product is waited for at once; with it, the
     next tile's S is issued (not waited) before this tile's softmax, one ``wait_group`` retires
-    both products, and the ring must hold tile j+1 while tile j is read (STAGES ≥ 3)."""
+    both products, and the ring must hold tile j+1 while tile j is read (STAGES ≥ 3).
+
+    ``tma``: ``k`` and ``v`` are tensor maps (:func:`kv_tensor_map`, boxes :func:`tma_box`) and
+    thread 0 brings each tile with ``tma_load_3d`` of its column blocks after
+    ``mbarrier_arrive_expect_tx`` on the stage's "full" barrier; every warp waits on that
+    barrier (phase parity: tile j is phase j // STAGES of its stage) and, done with the tile,
+    arrives (lane 0) on the stage's "empty" barrier (one arrival per warp), on which thread 0
+    waits before refilling the stage. No cp.async, no block barrier in the loop."""
     kind = "bf16" if bf16 else "f16"
     pack = pack_bf16x2 if bf16 else pack_f16x2
     W = 4 * WG  # warps per block; warpgroup i = warps 4i..4i+3, 64 query rows
@@ -282,6 +295,19 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     qk_next = make_wgmma_rs(kind, Bc, False, True, qk_off, qk_lbo, qk_sbo, RB, False)  # issued, not waited
     pv = make_wgmma_rs(kind, D, True, False, pv_off, pv_lbo, pv_sbo, RB, not overlap)  # O += P V
     wait_all = make_wgmma_wait(0, NS, NO)  # both products done; S_next and O pass through the wait
+    # tma: the ring's barriers (full[s] = s, empty[s] = STAGES + s) and one tile's loads
+    NCB = DPAD * 2 // RB  # column blocks of a tile: one TMA box each, K and V
+    CB = Bc * RB  # bytes of one column block (one box)
+    CW = RB // 4  # 32-bit words of a box row: the column step between boxes
+    NBARS = 2 * STAGES
+
+    @device
+    def tma_tile(KV, kmap, vmap, bars, tile, buf, kvh):
+        mbarrier_arrive_expect_tx(bars, buf, 2 * TILE)  # the K and V boxes of the tile, zero fill included
+        row = tile * Bc
+        for cb in range(NCB):
+            tma_load_3d(KV, buf * TILE + cb * CB, kmap, kvh, row, CW * cb, bars, buf)
+            tma_load_3d(KV, (STAGES + buf) * TILE + cb * CB, vmap, kvh, row, CW * cb, bars, buf)
 
     def body(q, k, v, o, sl2, H, Nq, Nk):
         # the K/V ring: dynamic shared memory padded up to a 1024-byte boundary
@@ -303,6 +329,15 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
         wg0 = blk0 + 64 * (warp // 4)  # first query row of this warpgroup
         row0 = blk0 + 16 * warp  # first query row of this warp
         off = Nk - Nq
+        if tma:
+            bars = cuda.shared.array(NBARS, uint64)
+            if tid == 0:
+                tensormap_fence_acquire(k)
+                tensormap_fence_acquire(v)
+                for st in range(STAGES):
+                    mbarrier_init(bars, st, 1)  # full: thread 0's arrival and the tile's bytes
+                    mbarrier_init(bars, STAGES + st, W)  # empty: one arrival per warp
+            cuda.syncthreads()
 
         qf = cuda.local.array(NQ, uint32)
         r_lo = row0 + g
@@ -327,24 +362,50 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
             wg_end = 0
         n_tiles = (kv_end + Bc - 1) // Bc
 
-        for st in range(STAGES - 1):  # tiles 0 .. STAGES-2 in flight
-            if st < n_tiles:
-                copy_tile(KV, k, v, st, st, tid, kvh, Nk)
-            cp_async_commit()
+        if tma:
+            if tid == 0:
+                for st in range(STAGES - 1):  # tiles 0 .. STAGES-2 in flight
+                    if st < n_tiles:
+                        tma_tile(KV, k, v, bars, st, st, kvh)
+            if overlap:
+                if n_tiles > 0:
+                    mbarrier_wait(bars, 0, 0)  # tile 0 has landed
+                if n_tiles > 0 and wg_end > 0:
+                    qk(s, qf, 0, KV, 0)  # S of tile 0
+        else:
+            for st in range(STAGES - 1):  # tiles 0 .. STAGES-2 in flight
+                if st < n_tiles:
+                    copy_tile(KV, k, v, st, st, tid, kvh, Nk)
+                cp_async_commit()
 
-        if overlap:
-            cp_async_wait(WAIT)  # tile 0 has landed ...
-            cuda.syncthreads()  # ... for every thread's copies
-            if n_tiles > 0 and wg_end > 0:
-                qk(s, qf, 0, KV, 0)  # S of tile 0
+            if overlap:
+                cp_async_wait(WAIT)  # tile 0 has landed ...
+                cuda.syncthreads()  # ... for every thread's copies
+                if n_tiles > 0 and wg_end > 0:
+                    qk(s, qf, 0, KV, 0)  # S of tile 0
 
         for it in range(n_tiles):
-            cp_async_wait(WAIT_LOOP)  # the tile needed next has landed (this thread's copies) ...
-            cuda.syncthreads()  # ... every thread's; every warpgroup is done with tile it-1
-            nxt = it + STAGES - 1
-            if nxt < n_tiles:  # refill the buffer of tile it-1
-                copy_tile(KV, k, v, nxt, nxt % STAGES, tid, kvh, Nk)
-            cp_async_commit()
+            if tma:
+                nxt = it + STAGES - 1
+                if tid == 0 and nxt < n_tiles:  # refill the stage of tile it-1 ...
+                    buf = nxt % STAGES
+                    if nxt >= STAGES:  # ... once every warp is done with it (phase (it-1) // STAGES)
+                        mbarrier_wait(bars, STAGES + buf, (nxt // STAGES + 1) % 2)
+                    tma_tile(KV, k, v, bars, nxt, buf, kvh)
+                # every warp waits for the tile it reads next, also a warpgroup that skips it: its
+                # arrival below must not count towards a later phase of the empty barrier
+                if overlap:
+                    if it + 1 < n_tiles:
+                        mbarrier_wait(bars, (it + 1) % STAGES, ((it + 1) // STAGES) % 2)
+                else:
+                    mbarrier_wait(bars, it % STAGES, (it // STAGES) % 2)
+            else:
+                cp_async_wait(WAIT_LOOP)  # the tile needed next has landed (this thread's copies) ...
+                cuda.syncthreads()  # ... every thread's; every warpgroup is done with tile it-1
+                nxt = it + STAGES - 1
+                if nxt < n_tiles:  # refill the buffer of tile it-1
+                    copy_tile(KV, k, v, nxt, nxt % STAGES, tid, kvh, Nk)
+                cp_async_commit()
 
             j0 = it * Bc
             if overlap:
@@ -380,11 +441,16 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
                 wait_all(sn, acc)  # both products complete (warpgroup-uniform)
                 for i in range(NS):
                     s[i] = sn[i]
+            if tma:
+                if lane == 0:  # this warp's products are complete: tile it's stage may be refilled
+                    mbarrier_arrive(bars, STAGES + it % STAGES)
 
-        cp_async_wait(0)
+        if not tma:
+            cp_async_wait(0)
         store(o, bh, r_lo, acc, 0, l_lo, l_hi, Nq, t)
 
-    body.__name__ = body.__qualname__ = "tc_wgmma_overlap" if overlap else "tc_wgmma"
+    name = "tma_wgmma" if tma else "tc_wgmma"
+    body.__name__ = body.__qualname__ = name + "_overlap" if overlap else name
     return kernel(body)
 
 
@@ -419,14 +485,65 @@ def supports_wgmma(problem, warpgroups, Bc, stages, min_stages):
     return smem_reason(wgmma_smem_bytes(D, Bc, stages))
 
 
-def build_wgmma(problem, warpgroups, Bc, stages, overlap):
+TMA_ALIGN_BYTES = 16  # TMA: global address and every stride but the innermost a multiple of 16 bytes
+
+
+def tma_smem_reason(problem, Bc, stages):
+    """Why the ``tma`` kernel cannot run ``problem`` (None when it can): K/V rows of a multiple
+    of 16 bytes (TMA strides), the ring plus its 2·stages mbarriers (8 bytes each) within the
+    shared memory of a block."""
+    row = problem.head_dim * 2
+    if row % TMA_ALIGN_BYTES:
+        return f"TMA needs K/V rows of a multiple of {TMA_ALIGN_BYTES} bytes, head_dim {problem.head_dim} has {row}"
+    return smem_reason(wgmma_smem_bytes(problem.head_dim, Bc, stages) + 16 * stages)
+_TMAPS: dict = {}  # (address, shape, strides, box, swizzle) -> tensor map
+_MAX_TMAPS = 64
+
+
+def tma_box(D: int, Bc: int):
+    """(box, swizzle) of the K/V tensor maps of the ``tma`` wgmma kernel: one column block of a
+    swizzled ring tile (:func:`numba_attn.gpu.wgmma.row_bytes` of the padded width) as 32-bit
+    words of the (B·Hkv, N, D/2) uint32 view: ``(1, Bc, rb/4)`` with the ``rb``-byte swizzle
+    (128 for D ≥ 64, 64/32 for D = 32/16). Columns past D (padded head dims) are zero-filled."""
+    rb = row_bytes(padded_columns(D))
+    return (1, Bc, rb // 4), rb
+
+
+def _address(a) -> int:
+    """The device address of a device array (numba), or of the host memory behind a simulator or
+    NumPy array (the offline compile's stand-ins)."""
+    if hasattr(a, "device_ctypes_pointer"):
+        return int(a.device_ctypes_pointer.value or 0)
+    return int(np.asarray(getattr(a, "_ary", a)).__array_interface__["data"][0])
+
+
+def kv_tensor_map(a, box, swizzle):
+    """The tensor map (:func:`numba_attn.gpu.tma.tensor_map`) of the device array ``a``, cached by
+    (address, shape, strides, box, swizzle) in a small bounded dict: a repeated call with the same
+    memory encodes and allocates nothing. Raises ValueError when the address is not 16-byte aligned."""
+    addr = _address(a)
+    key = (addr, tuple(a.shape), tuple(a.strides), box, swizzle)
+    m = _TMAPS.get(key)
+    if m is None:
+        if addr % TMA_ALIGN_BYTES:
+            raise ValueError(f"TMA needs K/V at a {TMA_ALIGN_BYTES}-byte aligned address, got {addr:#x} "
+                             f"(misaligned by {addr % TMA_ALIGN_BYTES} bytes)")
+        if len(_TMAPS) >= _MAX_TMAPS:
+            _TMAPS.clear()
+        m = _TMAPS[key] = _tma.tensor_map(a, box, swizzle)
+    return m
+
+
+def build_wgmma(problem, warpgroups, Bc, stages, overlap, tma=False):
     """The :class:`Launch` of the wgmma kernel: grid (query blocks, heads, batch), the ring in
     dynamic shared memory (opt-in made at the first launch), and the uint32 views of the last
-    few input sets cached (making views costs host time at every launch)."""
+    few input sets cached (making views costs host time at every launch). ``tma``: K and V are
+    passed as tensor maps of their uint32 views (:func:`kv_tensor_map`, cached with the views)."""
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     D = problem.head_dim
     kern = make_wgmma_kernel(D, warpgroups, Bc, stages, problem.group, problem.causal,
-                             problem.dtype == "bfloat16", overlap)
+                             problem.dtype == "bfloat16", overlap, tma)
+    box, swizzle = tma_box(D, Bc)
     sl2 = float32(problem.sm_scale * LOG2E)
     Br = 64 * warpgroups
     grid = ((Nq + Br - 1) // Br, H, problem.batch)
@@ -441,7 +558,10 @@ def build_wgmma(problem, warpgroups, Bc, stages, overlap):
         if hit is None or any(a is not b for a, b in zip(hit[0], (q, k, v, o))):
             if len(views) >= 8:
                 views.clear()
-            hit = views[key] = ((q, k, v, o), u32_views(q, k, v, o))
+            args = u32_views(q, k, v, o)
+            if tma:
+                args = (args[0], kv_tensor_map(args[1], box, swizzle), kv_tensor_map(args[2], box, swizzle), args[3])
+            hit = views[key] = ((q, k, v, o), args)
         if opted:
             kern[grid, 128 * warpgroups, stream, nbytes](*hit[1], sl2, H, Nq, Nk)
         else:
