@@ -37,7 +37,7 @@ from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.mbarrier import mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.gpu.tma import tensormap_fence_acquire, tma_load_3d
-from numba_attn.gpu.warp import quad_sum
+from numba_attn.gpu.warp import FULL_MASK, quad_sum, syncwarp
 from numba_attn.gpu.wgmma import (kmajor_params, make_ring_copy, make_wgmma_rs, make_wgmma_wait, mnmajor_params,
                                   padded_columns, row_bytes, shared_address)
 from numba_attn.phases.registry import Launch
@@ -262,8 +262,8 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     thread 0 brings each tile with ``tma_load_3d`` of its column blocks after
     ``mbarrier_arrive_expect_tx`` on the stage's "full" barrier; every warp waits on that
     barrier (phase parity: tile j is phase j // STAGES of its stage) and, done with the tile,
-    arrives (lane 0) on the stage's "empty" barrier (one arrival per warp), on which thread 0
-    waits before refilling the stage. No cp.async, no block barrier in the loop."""
+    arrives (lanes synced, then lane 0) on the stage's "empty" barrier (one arrival per warp), on
+    which thread 0 waits before refilling the stage. No cp.async, no block barrier in the loop."""
     kind = "bf16" if bf16 else "f16"
     pack = pack_bf16x2 if bf16 else pack_f16x2
     W = 4 * WG  # warps per block; warpgroup i = warps 4i..4i+3, 64 query rows
@@ -442,7 +442,10 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
                 for i in range(NS):
                     s[i] = sn[i]
             if tma:
-                if lane == 0:  # this warp's products are complete: tile it's stage may be refilled
+                # this warp's products are complete (every lane past its wait: the warp's arrival
+                # stands for all 32 lanes): tile it's stage may be refilled
+                syncwarp(FULL_MASK)
+                if lane == 0:
                     mbarrier_arrive(bars, STAGES + it % STAGES)
 
         if not tma:

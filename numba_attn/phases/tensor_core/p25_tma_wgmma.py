@@ -24,9 +24,9 @@ reaches shared memory and how the block learns that it has:
   stage's full barrier with the phase parity of the tile (tile j is phase
   j // stages of stage j mod stages); there is no ``cp.async.wait_group`` and
   no block barrier in the loop. A stage is refilled only after every warp is
-  done with it: each warp (lane 0, after its wgmma have completed) arrives on
-  the stage's "empty" barrier (one arrival per warp), on which thread 0 waits
-  before the next load into it. An empty barrier rather than the parent's
+  done with it: each warp, its wgmma complete, syncs its lanes and arrives
+  (lane 0) on the stage's "empty" barrier (one arrival per warp), on which
+  thread 0 waits before the next load into it. An empty barrier rather than the parent's
   block barrier, because only thread 0 writes the ring: no other thread has
   to wait for the slowest warpgroup (thread 0's warpgroup still does, at the
   refill). A warpgroup that skips a tile (causal) still waits for it before
