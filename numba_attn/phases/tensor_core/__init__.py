@@ -1,2 +1,3 @@
 """Prefill on tensor cores: mma.sync (p20) → ldmatrix + cp.async pipeline (p21), tf32 (p22),
-Hopper wgmma (p23), its overlapped variant (p24) and its TMA-fed variant (p25)."""
+Hopper wgmma (p23), its overlapped variant (p24), its TMA-fed variant (p25) and the warp-specialised
+TMA producer/consumer kernel (p26)."""

@@ -16,11 +16,13 @@ fragment layout (lane = 4g + t; a lane holds rows g and g+8 of its tile):
 * host side: :func:`supports_tc`, :func:`u32_views`, :func:`launch_mma` (grid,
   softmax scale and launch of the mma.sync phases).
 
-The wgmma phases (``tc_wgmma``, ``tc_wgmma_overlap`` and ``tma_wgmma``) are one kernel,
-:func:`make_wgmma_kernel`, whose compile-time ``overlap`` option issues the next
-tile's Q·Kᵀ before this tile's softmax and whose ``tma`` option brings the K/V
-tiles by TMA into an mbarrier ring instead of cp.async; :func:`build_wgmma` is
-their host side (:func:`kv_tensor_map`: the cached tensor maps of K and V).
+The wgmma phases (``tc_wgmma``, ``tc_wgmma_overlap``, ``tma_wgmma`` and
+``warp_specialized_tc``) are one kernel, :func:`make_wgmma_kernel`, whose compile-time
+``overlap`` option issues the next tile's Q·Kᵀ before this tile's softmax, whose ``tma``
+option brings the K/V tiles by TMA into an mbarrier ring instead of cp.async, and whose
+``ws`` option (with ``tma``) hands the loads to a producer warpgroup that gives its
+registers to the consumers; :func:`build_wgmma` is their host side (:func:`kv_tensor_map`:
+the cached tensor maps of K and V).
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ from numba_attn.gpu.mbarrier import mbarrier_arrive, mbarrier_arrive_expect_tx, 
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.gpu.tma import tensormap_fence_acquire, tma_load_3d
 from numba_attn.gpu.warp import FULL_MASK, quad_sum, syncwarp
+from numba_attn.gpu.warpspec import setmaxnreg_dec, setmaxnreg_inc
 from numba_attn.gpu.wgmma import (kmajor_params, make_ring_copy, make_wgmma_rs, make_wgmma_wait, mnmajor_params,
                                   padded_columns, row_bytes, shared_address)
 from numba_attn.phases.registry import Launch
@@ -250,7 +253,7 @@ ALIGN_BYTES = 1024  # the 128-byte swizzle repeats every 1024 bytes: tiles start
 
 @functools.cache
 def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf16: bool, overlap: bool,
-                      tma: bool = False):
+                      tma: bool = False, ws: bool = False):
     """The wgmma attention kernel ``(q, k, v, o, sl2, H, Nq, Nk)`` of ``WG`` warpgroups (64 query
     rows each). Per K/V tile: S = Q·Kᵀ (``D/16`` wgmma m64nBc k16, K from the swizzled ring),
     mask, online softmax, P packed in registers, O += P·V (``Bc/16`` wgmma m64nD k16, V as the
@@ -263,7 +266,17 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     ``mbarrier_arrive_expect_tx`` on the stage's "full" barrier; every warp waits on that
     barrier (phase parity: tile j is phase j // STAGES of its stage) and, done with the tile,
     arrives (lanes synced, then lane 0) on the stage's "empty" barrier (one arrival per warp), on
-    which thread 0 waits before refilling the stage. No cp.async, no block barrier in the loop."""
+    which thread 0 waits before refilling the stage. No cp.async, no block barrier in the loop.
+
+    ``ws`` (with ``tma``): warp specialisation. The block has one more warpgroup, the
+    producer (warps 0-3, before the ``WG`` consumer warpgroups): it gives registers back
+    (``setmaxnreg.dec`` to :data:`WS_PRODUCER_REGS`) and its thread 0 issues every tile of
+    the block, waiting only on the empty barriers; the consumers take the registers
+    (``setmaxnreg.inc``, :func:`ws_consumer_regs`) and only wait on the full barriers and
+    arrive on the empty ones. The kernel is compiled with ``launch_bounds`` of its
+    ``128·(WG + 1)`` threads (ptxas needs the entry budget to honour setmaxnreg)."""
+    if ws and not tma:
+        raise ValueError("warp specialisation (ws) needs the TMA ring (tma=True)")
     kind = "bf16" if bf16 else "f16"
     pack = pack_bf16x2 if bf16 else pack_f16x2
     W = 4 * WG  # warps per block; warpgroup i = warps 4i..4i+3, 64 query rows
@@ -300,6 +313,9 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     CB = Bc * RB  # bytes of one column block (one box)
     CW = RB // 4  # 32-bit words of a box row: the column step between boxes
     NBARS = 2 * STAGES
+    REGS = ws and WG >= 2  # move registers from the producer to the consumers (one consumer: no need)
+    P_REGS = WS_PRODUCER_REGS
+    C_REGS = ws_consumer_regs(WG)
 
     @device
     def tma_tile(KV, kmap, vmap, bars, tile, buf, kvh):
@@ -338,6 +354,25 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
                     mbarrier_init(bars, st, 1)  # full: thread 0's arrival and the tile's bytes
                     mbarrier_init(bars, STAGES + st, W)  # empty: one arrival per warp
             cuda.syncthreads()
+        if ws:
+            if warp < 4:  # the producer warpgroup: few registers; thread 0 loads every tile of the block
+                if REGS:
+                    setmaxnreg_dec(P_REGS)
+                if tid == 0:
+                    p_end = Nk
+                    if causal:
+                        p_end = min(Nk, min(blk0 + Br, Nq) + off)
+                    for it in range((p_end + Bc - 1) // Bc):
+                        buf = it % STAGES
+                        if it >= STAGES:  # the stage's previous tile (phase it // STAGES - 1) is released
+                            mbarrier_wait(bars, STAGES + buf, (it // STAGES + 1) % 2)
+                        tma_tile(KV, k, v, bars, it, buf, kvh)
+                return
+            if REGS:
+                setmaxnreg_inc(C_REGS)
+            warp = warp - 4  # consumer warps 0 .. W-1
+            wg0 = blk0 + 64 * (warp // 4)
+            row0 = blk0 + 16 * warp
 
         qf = cuda.local.array(NQ, uint32)
         r_lo = row0 + g
@@ -363,10 +398,11 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
         n_tiles = (kv_end + Bc - 1) // Bc
 
         if tma:
-            if tid == 0:
-                for st in range(STAGES - 1):  # tiles 0 .. STAGES-2 in flight
-                    if st < n_tiles:
-                        tma_tile(KV, k, v, bars, st, st, kvh)
+            if not ws:
+                if tid == 0:
+                    for st in range(STAGES - 1):  # tiles 0 .. STAGES-2 in flight
+                        if st < n_tiles:
+                            tma_tile(KV, k, v, bars, st, st, kvh)
             if overlap:
                 if n_tiles > 0:
                     mbarrier_wait(bars, 0, 0)  # tile 0 has landed
@@ -386,12 +422,13 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
 
         for it in range(n_tiles):
             if tma:
-                nxt = it + STAGES - 1
-                if tid == 0 and nxt < n_tiles:  # refill the stage of tile it-1 ...
-                    buf = nxt % STAGES
-                    if nxt >= STAGES:  # ... once every warp is done with it (phase (it-1) // STAGES)
-                        mbarrier_wait(bars, STAGES + buf, (nxt // STAGES + 1) % 2)
-                    tma_tile(KV, k, v, bars, nxt, buf, kvh)
+                if not ws:
+                    nxt = it + STAGES - 1
+                    if tid == 0 and nxt < n_tiles:  # refill the stage of tile it-1 ...
+                        buf = nxt % STAGES
+                        if nxt >= STAGES:  # ... once every warp is done with it (phase (it-1) // STAGES)
+                            mbarrier_wait(bars, STAGES + buf, (nxt // STAGES + 1) % 2)
+                        tma_tile(KV, k, v, bars, nxt, buf, kvh)
                 # every warp waits for the tile it reads next, also a warpgroup that skips it: its
                 # arrival below must not count towards a later phase of the empty barrier
                 if overlap:
@@ -453,8 +490,22 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
         store(o, bh, r_lo, acc, 0, l_lo, l_hi, Nq, t)
 
     name = "tma_wgmma" if tma else "tc_wgmma"
+    if ws:
+        name = "warp_specialized_tc"
     body.__name__ = body.__qualname__ = name + "_overlap" if overlap else name
+    if ws:
+        return kernel(body, launch_bounds=(128 * (WG + 1), 1))
     return kernel(body)
+
+
+WS_PRODUCER_REGS = 40  # registers per thread the producer warpgroup keeps (it only issues TMA loads)
+
+
+def ws_consumer_regs(WG: int) -> int:
+    """Registers per thread of the ``WG`` consumer warpgroups after the producer gave its own back:
+    the 64K registers of an SM over 128-thread warpgroups, ``WS_PRODUCER_REGS + WG·N <= 512``,
+    N a multiple of 8, at most 240 (FlashAttention-3's split for two consumers: 240/24; here 232/40)."""
+    return min(240, (512 - WS_PRODUCER_REGS) // max(WG, 1) // 8 * 8)
 
 
 def wgmma_smem_bytes(D, Bc, stages):
@@ -537,20 +588,22 @@ def kv_tensor_map(a, box, swizzle):
     return m
 
 
-def build_wgmma(problem, warpgroups, Bc, stages, overlap, tma=False):
+def build_wgmma(problem, warpgroups, Bc, stages, overlap, tma=False, ws=False):
     """The :class:`Launch` of the wgmma kernel: grid (query blocks, heads, batch), the ring in
     dynamic shared memory (opt-in made at the first launch), and the uint32 views of the last
     few input sets cached (making views costs host time at every launch). ``tma``: K and V are
-    passed as tensor maps of their uint32 views (:func:`kv_tensor_map`, cached with the views)."""
+    passed as tensor maps of their uint32 views (:func:`kv_tensor_map`, cached with the views).
+    ``ws``: ``warpgroups`` consumer warpgroups plus the producer warpgroup per block."""
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     D = problem.head_dim
     kern = make_wgmma_kernel(D, warpgroups, Bc, stages, problem.group, problem.causal,
-                             problem.dtype == "bfloat16", overlap, tma)
+                             problem.dtype == "bfloat16", overlap, tma, ws)
     box, swizzle = tma_box(D, Bc)
     sl2 = float32(problem.sm_scale * LOG2E)
     Br = 64 * warpgroups
     grid = ((Nq + Br - 1) // Br, H, problem.batch)
     nbytes = wgmma_smem_bytes(D, Bc, stages)
+    nthreads = 128 * (warpgroups + 1 if ws else warpgroups)  # ws: the producer warpgroup too
 
     views = {}  # uint32 views of the last few input sets: making views costs host time at every launch
     opted = []  # the >48 KiB opt-in is made once, at the first launch
@@ -566,9 +619,9 @@ def build_wgmma(problem, warpgroups, Bc, stages, overlap, tma=False):
                 args = (args[0], kv_tensor_map(args[1], box, swizzle), kv_tensor_map(args[2], box, swizzle), args[3])
             hit = views[key] = ((q, k, v, o), args)
         if opted:
-            kern[grid, 128 * warpgroups, stream, nbytes](*hit[1], sl2, H, Nq, Nk)
+            kern[grid, nthreads, stream, nbytes](*hit[1], sl2, H, Nq, Nk)
         else:
-            launch_dynamic(kern, grid, 128 * warpgroups, stream, nbytes, *hit[1], sl2, H, Nq, Nk)
+            launch_dynamic(kern, grid, nthreads, stream, nbytes, *hit[1], sl2, H, Nq, Nk)
             opted.append(True)
 
     return Launch(run, kernels=[kern])
