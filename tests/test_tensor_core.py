@@ -235,6 +235,57 @@ def test_tma_maps_are_cached_by_address():
         C.kv_tensor_map(bytes_[4:4 + 4 * 40 * 32].view(np.uint32).reshape(1, 40, 32), box, sw)
 
 
+# -- offline compile (sm_90a PTX through ptxas, no GPU needed) -------------------------
+
+_OFFLINE = r"""
+import json
+import numba_attn.measure.offline as off
+from numba_attn.spec.problem import Problem
+res = {}
+for name in ("tma_wgmma", "warp_specialized_tc"):
+    for D in (64, 128):
+        rec = off.compile_phase(name, Problem(batch=1, heads=32, q_len=4096, head_dim=D, dtype="float16"))[0]
+        ptx = rec.pop("ptx")
+        rec["ops"] = sorted({ln.split()[0] for ln in ptx.splitlines()
+                             if ln.strip().startswith(("cp.async", "mbarrier.", "setmaxnreg", "bar.sync", "call"))})
+        res[f"{name}-D{D}"] = rec
+print("JSON" + json.dumps(res))
+"""
+
+
+def _offline_tma_results():
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, NUMBA_ATTN_BACKEND="cuda", NUMBA_ENABLE_CUDASIM="0",
+               PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    p = subprocess.run([sys.executable, "-c", _OFFLINE], cwd=root, env=env, capture_output=True, text=True,
+                       timeout=900)
+    if p.returncode and ("NVVM" in p.stderr or "nvjitlink" in p.stderr.lower()):
+        pytest.skip("libNVVM / nvJitLink not available: " + p.stderr.strip().splitlines()[-1])
+    assert p.returncode == 0, p.stderr[-4000:]
+    return json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("JSON")][-1][4:])
+
+
+def test_offline_tma_phases_assemble_without_spills():
+    """tma_wgmma and warp_specialized_tc at D=64 and 128 fp16 (default parameters) compile for
+    sm_90a and assemble with no spills; the loads are TMA (no cp.async of 16 bytes), no call,
+    one bar.sync (after the barriers' initialisation); the producer/consumer kernel moves registers."""
+    res = _offline_tma_results()
+    for key, rec in res.items():
+        assert rec["regs"] is not None and rec.get("spill_stores", 0) == 0, (key, rec)
+        ops = set(rec["ops"])
+        assert "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes" in ops, key
+        assert {"mbarrier.try_wait.parity.shared::cta.b64", "mbarrier.arrive.expect_tx.shared::cta.b64",
+                "mbarrier.arrive.shared::cta.b64"} <= ops, key
+        assert not any(op.startswith(("cp.async.cg", "cp.async.ca", "call")) for op in ops), (key, ops)
+        if key.startswith("warp_specialized_tc"):
+            assert {"setmaxnreg.dec.sync.aligned.u32", "setmaxnreg.inc.sync.aligned.u32"} <= ops, key
+
+
 # -- GPU only ---------------------------------------------------------------------
 
 
