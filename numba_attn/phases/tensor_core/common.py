@@ -36,7 +36,8 @@ from numba_attn.gpu.device_functions import LOG2E, NEG_BIG, fragment_rescale, fr
 from numba_attn.gpu.intrinsics import cp_async_commit, cp_async_wait, pack_bf16x2, pack_f16x2, to_tf32
 from numba_attn.gpu import tma as _tma
 from numba_attn.gpu.jit import device, kernel
-from numba_attn.gpu.mbarrier import mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait
+from numba_attn.gpu.mbarrier import (fence_proxy_async, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
+                                     mbarrier_wait)
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.gpu.tma import tensormap_fence_acquire, tma_load_3d
 from numba_attn.gpu.warp import FULL_MASK, quad_sum, syncwarp
@@ -353,6 +354,7 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
                 for st in range(STAGES):
                     mbarrier_init(bars, st, 1)  # full: thread 0's arrival and the tile's bytes
                     mbarrier_init(bars, STAGES + st, W)  # empty: one arrival per warp
+                fence_proxy_async()  # the initialised barriers visible to the async proxy (TMA's complete_tx)
             cuda.syncthreads()
         if ws:
             if warp < 4:  # the producer warpgroup: few registers; thread 0 loads every tile of the block
