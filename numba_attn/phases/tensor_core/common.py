@@ -626,4 +626,6 @@ def build_wgmma(problem, warpgroups, Bc, stages, overlap, tma=False, ws=False):
             launch_dynamic(kern, grid, nthreads, stream, nbytes, *hit[1], sl2, H, Nq, Nk)
             opted.append(True)
 
-    return Launch(run, kernels=[kern])
+    # tma: the kernel reaches K/V through tensor maps (their addresses inside): a launch recorded at
+    # one call cannot be replayed at another call's addresses
+    return Launch(run, kernels=[kern], replayable=not tma)
