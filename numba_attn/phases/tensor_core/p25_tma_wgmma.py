@@ -43,8 +43,8 @@ warps instructions and registers (address arithmetic, 2·Bc·D/8 ``cp.async``
 per tile per block) and the per-tile ``bar.sync`` goes away, but the
 schedule stays that of ``tc_wgmma`` (thread 0's warpgroup still stalls for the
 slowest one at each refill): +5–10% at D=128 and D=64 (B1 H32 N4096 fp16:
-~0.60–0.63 ms at D128), about a quarter of the gap to SDPA; the larger step
-is the warp-specialised producer that follows.
+~0.60–0.63 ms at D128 against 0.66), an eighth to a quarter of the gap to
+SDPA (0.43 ms); the larger step is the warp-specialised producer that follows.
 
 Verdict: not measured yet (no committed GPU row).
 """
