@@ -859,7 +859,8 @@ def _plan_and_launch(kind, key, q, k, v, causal, scale, phase, allow_tf32, nonfi
     plan = _Plan(problem=problem, phase=ph, params=resolved, why=why, launch=launch, token=token,
                  numba_stream=numba_stream, launch_stream=launch_stream, shapes=shapes, bind=bind, sizes=sizes)
     _PLAN_STATS["misses"] += 1
-    if bind is not None and kind in (TORCH, DEVICE) and key is not None and REPLAY:
+    replayable = getattr(launch, "replayable", True)  # False: e.g. TMA tensor maps hold K/V's addresses
+    if bind is not None and kind in (TORCH, DEVICE) and key is not None and REPLAY and replayable:
         from numba_attn.gpu.replay import Replay, recording
 
         seen = []

@@ -23,7 +23,8 @@ from numba_attn.measure.row import measure
 PHASES = list_phases()
 DTYPES = ("float32", "float16", "bfloat16")
 HEAD_DIMS = tuple(range(8, 257, 8))
-TENSOR_CORE = ("tc_mma", "tc_pipelined", "tc_tf32", "tc_wgmma", "tc_wgmma_overlap", "decode_mma")
+TENSOR_CORE = ("tc_mma", "tc_pipelined", "tc_tf32", "tc_wgmma", "tc_wgmma_overlap", "tma_wgmma", "warp_specialized_tc",
+               "decode_mma")
 ALWAYS = (40, 80, 96, 160, 256)  # launched for every tensor-core phase in the simulator
 GPU_HEAD_DIMS = (32, 40, 64, 80, 96, 112, 128, 160, 192, 256)
 CFG = RunConfig(seeds=(7,))

@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 import pytest
-from numba import cuda, int32, uint8, uint64
+from numba import cuda, int32, uint8, uint32, uint64
 
 from numba_attn.gpu import mbarrier as M
 from numba_attn.gpu import tma as T
@@ -403,6 +403,88 @@ def test_producer_consumer_ring():
     want = np.zeros(NTILES * TILE_R, np.int64)
     want[:rows] = bits.astype(np.int64).sum(axis=1)
     assert np.array_equal(out.copy_to_host(), want)
+
+
+# -- TMA boxes are the wgmma ring's column blocks ----------------------------------------
+
+
+@functools.cache
+def _ring_layout_kernel(D, Bc):
+    """One K tile of ``Bc`` keys of head ``kvh`` brought twice into 1024-aligned shared memory:
+    by the cp.async ring copy of the wgmma phases (``wgmma.make_ring_copy``, 32 threads) and by
+    TMA (thread 0: one ``tma_load_3d`` of a (1, Bc, rb/4)-word box per column block of the
+    tile, as ``tma_wgmma`` issues them); both tiles' words are written out."""
+    from numba_attn.gpu.intrinsics import cp_async_commit, cp_async_wait
+    from numba_attn.gpu.wgmma import make_ring_copy, padded_columns, row_bytes
+
+    dp = padded_columns(D)
+    rb = row_bytes(dp)
+    words = Bc * dp // 2  # one tile of 16-bit elements, in 32-bit words
+    ncb, box_bytes = dp * 2 // rb, Bc * rb
+    copy = make_ring_copy(D, Bc, 1, 32, dp) if dp != D else make_ring_copy(D, Bc, 1, 32)
+
+    @kernel
+    def k(tmap, k32, kvh, tile, nk, out):
+        ring = cuda.shared.array(2 * words, uint32, alignment=TMA_ALIGN)  # K then V (the same tensor here)
+        box = cuda.shared.array(words, uint32, alignment=TMA_ALIGN)
+        bars = cuda.shared.array(1, uint64)
+        t = cuda.threadIdx.x
+        copy(ring, k32, k32, tile, 0, t, kvh, nk)
+        cp_async_commit()
+        if t == 0:
+            T.tensormap_fence_acquire(tmap)
+            M.mbarrier_init(bars, 0, 1)
+        cp_async_wait(0)
+        cuda.syncthreads()
+        if t == 0:
+            M.mbarrier_arrive_expect_tx(bars, 0, ncb * box_bytes)
+            for cb in range(ncb):
+                T.tma_load_3d(box, cb * box_bytes, tmap, kvh, tile * Bc, cb * (rb // 4), bars, 0)
+        M.mbarrier_wait(bars, 0, 0)
+        for i in range(t, words, 32):
+            out[0, i] = ring[i]
+            out[1, i] = box[i]
+
+    return k
+
+
+@pytest.mark.parametrize("D", [16, 32, 40, 64, 128])
+def test_tma_box_is_the_wgmma_tile_layout(D):
+    """A (1, Bc, rb/4)-word box of the (heads, N, D/2) uint32 view with the rb-byte swizzle
+    (CU_TENSOR_MAP_SWIZZLE_128B at D >= 64, 64/32-byte at D = 32/16) lands exactly where the
+    cp.async ring copy puts the tile and where ``wgmma.tile_offset`` (the descriptors' layout)
+    says chunk c of row r lives; keys past the head's end are zeros, not the next head's rows.
+    D = 40: one 64-column box, the columns past D zero (the ring copy zero-fills the chunk
+    completing the last k-step and leaves the rest unwritten, so only those chunks compare)."""
+    from numba_attn.gpu.wgmma import padded_columns, row_bytes, tile_offset
+    from numba_attn.phases.tensor_core.common import tma_box
+
+    Bc, nk, heads, kvh, tile = 16, 37, 3, 1, 2  # tile 2 = keys 32..47: 5 rows, then past the head's end
+    dp = padded_columns(D)
+    rb = row_bytes(dp)
+    rng = np.random.default_rng(D)
+    bits = rng.integers(1, 1 << 15, size=(heads, nk, D)).astype(np.uint16)
+    k32 = cuda.to_device(bits.view(np.uint32))
+    box, swizzle = tma_box(D, Bc)
+    assert box == (1, Bc, rb // 4) and swizzle == rb
+    tmap = T.tensor_map(k32, box, swizzle)
+    words = Bc * dp // 2
+    out = cuda.to_device(np.full((2, words), 0xDEADBEEF, np.uint32))
+    _ring_layout_kernel(D, Bc)[1, 32](tmap, k32, kvh, tile, nk, out)
+    got = out.copy_to_host()
+    ring, tma = got[0].view(np.uint8), got[1].view(np.uint8)
+    want = np.zeros(words * 4, np.uint8)  # the host model: tile_offset of every 16-byte chunk
+    written = np.zeros(words * 4, bool)  # chunks the ring copy writes (all of them unless D is padded)
+    per = dp // 8
+    for r in range(Bc):
+        key = tile * Bc + r
+        for c in range(per):
+            at = tile_offset(Bc, r, c, rb)
+            if key < nk and c < D // 8:
+                want[at:at + 16] = bits[kvh, key, 8 * c:8 * c + 8].view(np.uint8)
+            written[at:at + 16] = c < (D + 15) // 16 * 2
+    assert np.array_equal(tma, want)
+    assert np.array_equal(ring[written], want[written])
 
 
 # -- offline compile (sm_90a PTX through ptxas, no GPU needed) ------------------------

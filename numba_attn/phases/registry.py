@@ -118,6 +118,9 @@ class Launch:
     workspace_bytes: int = 0
     notes: str = ""
     params: dict = field(default_factory=dict)  # the parameters that ran (automatic ones resolved)
+    # False: attention() must not replay recorded launches at new addresses (gpu/replay.py), e.g. the
+    # kernels reach K/V through TMA tensor maps that hold the arrays' addresses
+    replayable: bool = True
 
     def __call__(self, q, k, v, o, stream=0):
         return self.run(q, k, v, o, stream)

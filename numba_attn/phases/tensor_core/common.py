@@ -16,24 +16,33 @@ fragment layout (lane = 4g + t; a lane holds rows g and g+8 of its tile):
 * host side: :func:`supports_tc`, :func:`u32_views`, :func:`launch_mma` (grid,
   softmax scale and launch of the mma.sync phases).
 
-The wgmma phases (``tc_wgmma`` and ``tc_wgmma_overlap``) are one kernel,
-:func:`make_wgmma_kernel`, whose compile-time ``overlap`` option issues the next
-tile's Q·Kᵀ before this tile's softmax; :func:`build_wgmma` is their host side.
+The wgmma phases (``tc_wgmma``, ``tc_wgmma_overlap``, ``tma_wgmma`` and
+``warp_specialized_tc``) are one kernel, :func:`make_wgmma_kernel`, whose compile-time
+``overlap`` option issues the next tile's Q·Kᵀ before this tile's softmax, whose ``tma``
+option brings the K/V tiles by TMA into an mbarrier ring instead of cp.async, and whose
+``ws`` option (with ``tma``) hands the loads to a producer warpgroup that gives its
+registers to the consumers; :func:`build_wgmma` is their host side (:func:`kv_tensor_map`:
+the cached tensor maps of K and V).
 """
 from __future__ import annotations
 
 import functools
 
 import numpy as np
-from numba import cuda, float32, uint16, uint32
+from numba import cuda, float32, uint16, uint32, uint64
 
 from numba_attn.gpu.arrays import view_as
 from numba_attn.gpu.device_functions import LOG2E, NEG_BIG, fragment_rescale, fragment_softmax
 from numba_attn.gpu.intrinsics import (SMEM_ALIGN, cp_async_commit, cp_async_wait, ld_global_v4, lds, mma_bf16, mma_f16,
                                        pack_b16x2, pack_bf16x2, pack_f16x2, rows_head_major, st_shared_v4, to_tf32)
+from numba_attn.gpu import tma as _tma
 from numba_attn.gpu.jit import device, kernel
+from numba_attn.gpu.mbarrier import (fence_proxy_async, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
+                                     mbarrier_wait)
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
-from numba_attn.gpu.warp import quad_sum
+from numba_attn.gpu.tma import tensormap_fence_acquire, tma_load_3d
+from numba_attn.gpu.warp import FULL_MASK, quad_sum, syncwarp
+from numba_attn.gpu.warpspec import setmaxnreg_dec, setmaxnreg_inc
 from numba_attn.gpu.wgmma import (kmajor_params, make_ring_copy, make_wgmma_rs, make_wgmma_wait, mnmajor_params,
                                   padded_columns, row_bytes, shared_address)
 from numba_attn.phases.registry import Launch
@@ -41,7 +50,7 @@ from numba_attn.phases.registry import Launch
 __all__ = ["LOG2E", "NEG_BIG", "q_fragments", "mask_fragments", "store_fragments", "supports_tc", "u32_views",
            "launch_mma", "warp_rows", "key_ends", "ALIGN_BYTES", "make_wgmma_kernel", "wgmma_smem_bytes", "resolve_wgmma",
            "supports_wgmma", "build_wgmma", "make_mma_kernel", "mma_smem_bytes", "varlen_spans", "varlen_views", "VarlenLayout",
-           "launch_mma_varlen"]
+           "launch_mma_varlen", "kv_tensor_map", "tma_box", "tma_smem_reason"]
 
 
 # -- device side: the fragments of one warp's 16 rows ------------------------------------------
@@ -390,14 +399,14 @@ def mma_smem_bytes(D, Bc):
     return Bc * ((D + 15) // 16 * 8 + 4) * 4 + Bc * (D + 8) * 2
 
 
-# -- the wgmma kernel (tc_wgmma; tc_wgmma_overlap with overlap=True) -----------------------------
+# -- the wgmma kernel (tc_wgmma; tc_wgmma_overlap with overlap=True; tma_wgmma with tma=True) ------
 
 ALIGN_BYTES = 1024  # the 128-byte swizzle repeats every 1024 bytes: tiles start there
 
 
 @functools.cache
 def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf16: bool, overlap: bool,
-                      varlen: bool = False):
+                      varlen: bool = False, tma: bool = False, ws: bool = False):
     """The wgmma attention kernel ``(q, k, v, o, sl2, H, Nq, Nk)`` of ``WG`` warpgroups (64 query
     rows each). Per K/V tile: S = Q·Kᵀ (``D/16`` wgmma m64nBc k16, K from the swizzled ring),
     mask, online softmax, P packed in registers, O += P·V (``Bc/16`` wgmma m64nD k16, V as the
@@ -408,7 +417,26 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     sequences and ``Nq``/``Nk`` their cu_seqlens: a block takes sequence ``blockIdx.z``'s rows
     (:func:`varlen_spans`; Q and O through head-major views, K/V copied token-major from the sequence's
     first key, k and v themselves never sliced: kernel arguments cost no registers) and exits when
-    they end before its first row."""
+    they end before its first row.
+
+    ``tma``: ``k`` and ``v`` are tensor maps (:func:`kv_tensor_map`, boxes :func:`tma_box`) and
+    thread 0 brings each tile with ``tma_load_3d`` of its column blocks after
+    ``mbarrier_arrive_expect_tx`` on the stage's "full" barrier; every warp waits on that
+    barrier (phase parity: tile j is phase j // STAGES of its stage) and, done with the tile,
+    arrives (lanes synced, then lane 0) on the stage's "empty" barrier (one arrival per warp), on
+    which thread 0 waits before refilling the stage. No cp.async, no block barrier in the loop.
+
+    ``ws`` (with ``tma``): warp specialisation. The block has one more warpgroup, the
+    producer (warps 0-3, before the ``WG`` consumer warpgroups): it gives registers back
+    (``setmaxnreg.dec`` to :data:`WS_PRODUCER_REGS`) and its thread 0 issues every tile of
+    the block, waiting only on the empty barriers; the consumers take the registers
+    (``setmaxnreg.inc``, :func:`ws_consumer_regs`) and only wait on the full barriers and
+    arrive on the empty ones. The kernel is compiled with ``launch_bounds`` of its
+    ``128·(WG + 1)`` threads (ptxas needs the entry budget to honour setmaxnreg)."""
+    if ws and not tma:
+        raise ValueError("warp specialisation (ws) needs the TMA ring (tma=True)")
+    if varlen and tma:
+        raise ValueError("the varlen layout has no TMA ring (tma=False)")
     kind = "bf16" if bf16 else "f16"
     pack = pack_bf16x2 if bf16 else pack_f16x2
     W = 4 * WG  # warps per block; warpgroup i = warps 4i..4i+3, 64 query rows
@@ -441,6 +469,22 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     qk_next = make_wgmma_rs(kind, Bc, False, True, qk_off, qk_lbo, qk_sbo, RB, False)  # issued, not waited
     pv = make_wgmma_rs(kind, D, True, False, pv_off, pv_lbo, pv_sbo, RB, not overlap)  # O += P V
     wait_all = make_wgmma_wait(0, NS, NO)  # both products done; S_next and O pass through the wait
+    # tma: the ring's barriers (full[s] = s, empty[s] = STAGES + s) and one tile's loads
+    NCB = DPAD * 2 // RB  # column blocks of a tile: one TMA box each, K and V
+    CB = Bc * RB  # bytes of one column block (one box)
+    CW = RB // 4  # 32-bit words of a box row: the column step between boxes
+    NBARS = 2 * STAGES
+    REGS = ws and WG >= 2  # move registers from the producer to the consumers (one consumer: no need)
+    P_REGS = WS_PRODUCER_REGS
+    C_REGS = ws_consumer_regs(WG)
+
+    @device
+    def tma_tile(KV, kmap, vmap, bars, tile, buf, kvh):
+        mbarrier_arrive_expect_tx(bars, buf, 2 * TILE)  # the K and V boxes of the tile, zero fill included
+        row = tile * Bc
+        for cb in range(NCB):
+            tma_load_3d(KV, buf * TILE + cb * CB, kmap, kvh, row, CW * cb, bars, buf)
+            tma_load_3d(KV, (STAGES + buf) * TILE + cb * CB, vmap, kvh, row, CW * cb, bars, buf)
 
     def body(q, k, v, o, sl2, H, Nq, Nk):
         # the K/V ring: dynamic shared memory padded up to a 1024-byte boundary
@@ -469,6 +513,35 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
         wg0 = blk0 + 64 * (warp // 4)  # first query row of this warpgroup
         row0 = blk0 + 16 * warp  # first query row of this warp
         off = Nk - Nq
+        if tma:
+            bars = cuda.shared.array(NBARS, uint64)
+            if tid == 0:
+                tensormap_fence_acquire(k)
+                tensormap_fence_acquire(v)
+                for st in range(STAGES):
+                    mbarrier_init(bars, st, 1)  # full: thread 0's arrival and the tile's bytes
+                    mbarrier_init(bars, STAGES + st, W)  # empty: one arrival per warp
+                fence_proxy_async()  # the initialised barriers visible to the async proxy (TMA's complete_tx)
+            cuda.syncthreads()
+        if ws:
+            if warp < 4:  # the producer warpgroup: few registers; thread 0 loads every tile of the block
+                if REGS:
+                    setmaxnreg_dec(P_REGS)
+                if tid == 0:
+                    p_end = Nk
+                    if causal:
+                        p_end = min(Nk, min(blk0 + Br, Nq) + off)
+                    for it in range((p_end + Bc - 1) // Bc):
+                        buf = it % STAGES
+                        if it >= STAGES:  # the stage's previous tile (phase it // STAGES - 1) is released
+                            mbarrier_wait(bars, STAGES + buf, (it // STAGES + 1) % 2)
+                        tma_tile(KV, k, v, bars, it, buf, kvh)
+                return
+            if REGS:
+                setmaxnreg_inc(C_REGS)
+            warp = warp - 4  # consumer warps 0 .. W-1
+            wg0 = blk0 + 64 * (warp // 4)
+            row0 = blk0 + 16 * warp
 
         qf = cuda.local.array(NQ, uint32)
         r_lo = row0 + g
@@ -493,24 +566,52 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
             wg_end = 0
         n_tiles = (kv_end + Bc - 1) // Bc
 
-        for st in range(STAGES - 1):  # tiles 0 .. STAGES-2 in flight
-            if st < n_tiles:
-                copy_tile(KV, k, v, st, st, tid, kvh, Nk)
-            cp_async_commit()
+        if tma:
+            if not ws:
+                if tid == 0:
+                    for st in range(STAGES - 1):  # tiles 0 .. STAGES-2 in flight
+                        if st < n_tiles:
+                            tma_tile(KV, k, v, bars, st, st, kvh)
+            if overlap:
+                if n_tiles > 0:
+                    mbarrier_wait(bars, 0, 0)  # tile 0 has landed
+                if n_tiles > 0 and wg_end > 0:
+                    qk(s, qf, 0, KV, 0)  # S of tile 0
+        else:
+            for st in range(STAGES - 1):  # tiles 0 .. STAGES-2 in flight
+                if st < n_tiles:
+                    copy_tile(KV, k, v, st, st, tid, kvh, Nk)
+                cp_async_commit()
 
-        if overlap:
-            cp_async_wait(WAIT)  # tile 0 has landed ...
-            cuda.syncthreads()  # ... for every thread's copies
-            if n_tiles > 0 and wg_end > 0:
-                qk(s, qf, 0, KV, 0)  # S of tile 0
+            if overlap:
+                cp_async_wait(WAIT)  # tile 0 has landed ...
+                cuda.syncthreads()  # ... for every thread's copies
+                if n_tiles > 0 and wg_end > 0:
+                    qk(s, qf, 0, KV, 0)  # S of tile 0
 
         for it in range(n_tiles):
-            cp_async_wait(WAIT_LOOP)  # the tile needed next has landed (this thread's copies) ...
-            cuda.syncthreads()  # ... every thread's; every warpgroup is done with tile it-1
-            nxt = it + STAGES - 1
-            if nxt < n_tiles:  # refill the buffer of tile it-1
-                copy_tile(KV, k, v, nxt, nxt % STAGES, tid, kvh, Nk)
-            cp_async_commit()
+            if tma:
+                if not ws:
+                    nxt = it + STAGES - 1
+                    if tid == 0 and nxt < n_tiles:  # refill the stage of tile it-1 ...
+                        buf = nxt % STAGES
+                        if nxt >= STAGES:  # ... once every warp is done with it (phase (it-1) // STAGES)
+                            mbarrier_wait(bars, STAGES + buf, (nxt // STAGES + 1) % 2)
+                        tma_tile(KV, k, v, bars, nxt, buf, kvh)
+                # every warp waits for the tile it reads next, also a warpgroup that skips it: its
+                # arrival below must not count towards a later phase of the empty barrier
+                if overlap:
+                    if it + 1 < n_tiles:
+                        mbarrier_wait(bars, (it + 1) % STAGES, ((it + 1) // STAGES) % 2)
+                else:
+                    mbarrier_wait(bars, it % STAGES, (it // STAGES) % 2)
+            else:
+                cp_async_wait(WAIT_LOOP)  # the tile needed next has landed (this thread's copies) ...
+                cuda.syncthreads()  # ... every thread's; every warpgroup is done with tile it-1
+                nxt = it + STAGES - 1
+                if nxt < n_tiles:  # refill the buffer of tile it-1
+                    copy_tile(KV, k, v, nxt, nxt % STAGES, tid, kvh, Nk)
+                cp_async_commit()
 
             j0 = it * Bc
             if overlap:
@@ -546,17 +647,38 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
                 wait_all(sn, acc)  # both products complete (warpgroup-uniform)
                 for i in range(NS):
                     s[i] = sn[i]
+            if tma:
+                # this warp's products are complete (every lane past its wait: the warp's arrival
+                # stands for all 32 lanes): tile it's stage may be refilled
+                syncwarp(FULL_MASK)
+                if lane == 0:
+                    mbarrier_arrive(bars, STAGES + it % STAGES)
 
-        cp_async_wait(0)
+        if not tma:
+            cp_async_wait(0)
         if varlen:  # the view made here, not kept live through the loop (q0: one register)
             o = rows_head_major(o, q0, Nq)
         store(o, bh, r_lo, acc, 0, l_lo, l_hi, Nq, t)
 
-    body.__name__ = body.__qualname__ = ("tc_wgmma_overlap" if overlap else "tc_wgmma") + ("_varlen" if varlen else "")
+    name = "warp_specialized_tc" if ws else ("tma_wgmma" if tma else "tc_wgmma")
+    name = name + "_overlap" if overlap else name
+    body.__name__ = body.__qualname__ = name + ("_varlen" if varlen else "")
+    if ws:
+        return kernel(body, launch_bounds=(128 * (WG + 1), 1))
     # varlen: the lengths and offsets live in registers; above 256 threads (where 255 registers per thread
     # would not fit a block) the block size as launch bounds keeps ptxas within the registers the block may
     # have (3 warpgroups at D=128 causal: 195 → 168, no spills); at 256 threads a bound only costs registers
     return kernel(body, launch_bounds=(NTH,)) if varlen and NTH > 256 else kernel(body)
+
+
+WS_PRODUCER_REGS = 40  # registers per thread the producer warpgroup keeps (it only issues TMA loads)
+
+
+def ws_consumer_regs(WG: int) -> int:
+    """Registers per thread of the ``WG`` consumer warpgroups after the producer gave its own back:
+    the 64K registers of an SM over 128-thread warpgroups, ``WS_PRODUCER_REGS + WG·N <= 512``,
+    N a multiple of 8, at most 240 (FlashAttention-3's split for two consumers: 240/24; here 232/40)."""
+    return min(240, (512 - WS_PRODUCER_REGS) // max(WG, 1) // 8 * 8)
 
 
 def wgmma_smem_bytes(D, Bc, stages):
@@ -590,22 +712,75 @@ def supports_wgmma(problem, warpgroups, Bc, stages, min_stages):
     return smem_reason(wgmma_smem_bytes(D, Bc, stages))
 
 
-def build_wgmma(problem, warpgroups, Bc, stages, overlap, varlen=False):
+TMA_ALIGN_BYTES = 16  # TMA: global address and every stride but the innermost a multiple of 16 bytes
+
+
+def tma_smem_reason(problem, Bc, stages):
+    """Why the ``tma`` kernel cannot run ``problem`` (None when it can): K/V rows of a multiple
+    of 16 bytes (TMA strides), the ring plus its 2·stages mbarriers (8 bytes each) within the
+    shared memory of a block."""
+    row = problem.head_dim * 2
+    if row % TMA_ALIGN_BYTES:
+        return f"TMA needs K/V rows of a multiple of {TMA_ALIGN_BYTES} bytes, head_dim {problem.head_dim} has {row}"
+    return smem_reason(wgmma_smem_bytes(problem.head_dim, Bc, stages) + 16 * stages)
+_TMAPS: dict = {}  # (address, shape, strides, box, swizzle) -> tensor map
+_MAX_TMAPS = 64
+
+
+def tma_box(D: int, Bc: int):
+    """(box, swizzle) of the K/V tensor maps of the ``tma`` wgmma kernel: one column block of a
+    swizzled ring tile (:func:`numba_attn.gpu.wgmma.row_bytes` of the padded width) as 32-bit
+    words of the (B·Hkv, N, D/2) uint32 view: ``(1, Bc, rb/4)`` with the ``rb``-byte swizzle
+    (128 for D ≥ 64, 64/32 for D = 32/16). Columns past D (padded head dims) are zero-filled."""
+    rb = row_bytes(padded_columns(D))
+    return (1, Bc, rb // 4), rb
+
+
+def _address(a) -> int:
+    """The device address of a device array (numba), or of the host memory behind a simulator or
+    NumPy array (the offline compile's stand-ins)."""
+    if hasattr(a, "device_ctypes_pointer"):
+        return int(a.device_ctypes_pointer.value or 0)
+    return int(np.asarray(getattr(a, "_ary", a)).__array_interface__["data"][0])
+
+
+def kv_tensor_map(a, box, swizzle):
+    """The tensor map (:func:`numba_attn.gpu.tma.tensor_map`) of the device array ``a``, cached by
+    (address, shape, strides, box, swizzle) in a small bounded dict: a repeated call with the same
+    memory encodes and allocates nothing. Raises ValueError when the address is not 16-byte aligned."""
+    addr = _address(a)
+    key = (addr, tuple(a.shape), tuple(a.strides), box, swizzle)
+    m = _TMAPS.get(key)
+    if m is None:
+        if addr % TMA_ALIGN_BYTES:
+            raise ValueError(f"TMA needs K/V at a {TMA_ALIGN_BYTES}-byte aligned address, got {addr:#x} "
+                             f"(misaligned by {addr % TMA_ALIGN_BYTES} bytes)")
+        if len(_TMAPS) >= _MAX_TMAPS:
+            _TMAPS.clear()
+        m = _TMAPS[key] = _tma.tensor_map(a, box, swizzle)
+    return m
+
+
+def build_wgmma(problem, warpgroups, Bc, stages, overlap, varlen=False, tma=False, ws=False):
     """The :class:`Launch` of the wgmma kernel: grid (query blocks, heads, batch), the ring in
     dynamic shared memory (opt-in made at the first launch), and the uint32 views of the last
     few input sets cached (making views costs host time at every launch). ``varlen``: the packed
     layout; ``run(q, k, v, o, stream, layout=None)`` takes the call's (cu_seqlens_q, cu_seqlens_k)
     device arrays as ``layout`` (else the problem's own, :class:`VarlenLayout`) in place of the
-    lengths, and the grid covers the longest sequence (``q_len``)."""
+    lengths, and the grid covers the longest sequence (``q_len``). ``tma``: K and V are passed as
+    tensor maps of their uint32 views (:func:`kv_tensor_map`, cached with the views). ``ws``:
+    ``warpgroups`` consumer warpgroups plus the producer warpgroup per block."""
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     D = problem.head_dim
     kern = make_wgmma_kernel(D, warpgroups, Bc, stages, problem.group, problem.causal,
-                             problem.dtype == "bfloat16", overlap, varlen)
+                             problem.dtype == "bfloat16", overlap, varlen, tma, ws)
+    box, swizzle = tma_box(D, Bc)
     sl2 = float32(problem.sm_scale * LOG2E)
     Br = 64 * warpgroups
     grid = ((Nq + Br - 1) // Br, H, problem.batch)
     nbytes = wgmma_smem_bytes(D, Bc, stages)
     own = VarlenLayout(problem) if varlen else None
+    nthreads = 128 * (warpgroups + 1 if ws else warpgroups)  # ws: the producer warpgroup too
 
     views = {}  # uint32 views of the last few input sets: making views costs host time at every launch
     opted = []  # the >48 KiB opt-in is made once, at the first launch
@@ -616,15 +791,20 @@ def build_wgmma(problem, warpgroups, Bc, stages, overlap, varlen=False):
         if hit is None or any(a is not b for a, b in zip(hit[0], (q, k, v, o))):
             if len(views) >= 8:
                 views.clear()
-            hit = views[key] = ((q, k, v, o), u32_views(q, k, v, o))
+            args = u32_views(q, k, v, o)
+            if tma:
+                args = (args[0], kv_tensor_map(args[1], box, swizzle), kv_tensor_map(args[2], box, swizzle), args[3])
+            hit = views[key] = ((q, k, v, o), args)
         lengths = (layout or own.own()) if varlen else (Nq, Nk)
         if opted:
-            kern[grid, 128 * warpgroups, stream, nbytes](*hit[1], sl2, H, *lengths)
+            kern[grid, nthreads, stream, nbytes](*hit[1], sl2, H, *lengths)
         else:
-            launch_dynamic(kern, grid, 128 * warpgroups, stream, nbytes, *hit[1], sl2, H, *lengths)
+            launch_dynamic(kern, grid, nthreads, stream, nbytes, *hit[1], sl2, H, *lengths)
             opted.append(True)
 
-    return Launch(run, kernels=[kern])
+    # tma: the kernel reaches K/V through tensor maps (their addresses inside): a launch recorded at
+    # one call cannot be replayed at another call's addresses
+    return Launch(run, kernels=[kern], replayable=not tma)
 
 
 class VarlenLayout:

@@ -1,0 +1,95 @@
+"""Phase 26 — ``warp_specialized_tc``: a producer warpgroup with few registers issues the TMA loads; the consumer warpgroups only compute.
+
+Change against ``tma_wgmma`` — the TMA ring, its full/empty mbarriers and the
+wgmma loop are the same; what changes is who issues the loads:
+
+* **A producer warpgroup.** The block gets one more warpgroup (warps 0-3)
+  before its ``warpgroups`` consumer warpgroups (64 query rows each, 2 by
+  default: 384 threads). Its thread 0 runs ahead through every K_j / V_j tile
+  of the block: it waits on the stage's "empty" barrier, announces the bytes
+  and issues the ``cp.async.bulk.tensor`` loads; its other threads exit. In
+  ``tma_wgmma`` the loads were issued by thread 0 of the first consumer
+  warpgroup, between its own products, so that warpgroup waited at every
+  refill for the slowest one; here no consumer ever waits for another, only
+  for data (the full barrier), and the consumers are synchronised with the
+  producer by nothing but the mbarriers.
+* **Registers move to the consumers.** The producer gives its registers back
+  (``setmaxnreg.dec`` to 40 per thread) and the consumers take them
+  (``setmaxnreg.inc``: 232 with two consumer warpgroups, 40 + 2·232 ≤ 512
+  per-thread registers of the SM's 64K over 128-thread warpgroups), the split
+  of FlashAttention-3 (there 24/240). The kernel is compiled with the launch
+  bounds of its threads so that ptxas knows the entry budget (168 at 384).
+  One consumer warpgroup: no registers are moved (256 threads already have
+  255 each).
+
+Head dims, dtypes, causal, GQA, alignment: as ``tma_wgmma`` (one kernel, its
+``ws`` option). warpgroups counts the consumers: 2 by default up to D=128,
+1 above (ptxas gives 384 threads 168 registers each at entry; the consumer
+fragments of D > 128 spill unless setmaxnreg is kept, refused); 3 (512
+threads, 128 registers each) is refused above D=64.
+
+Prediction (written before measuring): the consumers no longer stall at the
+refills and issue no load instructions; with two consumer warpgroups at D=128
+(one block of 384 threads per SM, as ``tc_wgmma``'s default of three
+computing warpgroups) the tensor cores see one computing warpgroup fewer,
+so the gain needs the ping-pong of the next step: ±5% against ``tma_wgmma``
+at B1 H32 N4096 D128 fp16 (~0.60–0.66 ms), and the same at D=64.
+Whether ptxas honours ``setmaxnreg`` in numba's link step is the first
+thing to check on the GPU (the SASS should show ``USETMAXREG``).
+
+Verdict: not measured yet (no committed GPU row).
+"""
+from __future__ import annotations
+
+from numba_attn.phases.registry import register_phase
+from numba_attn.phases.tensor_core.common import build_wgmma, supports_wgmma, tma_smem_reason
+
+MAX_CONSUMERS = 3  # consumer warpgroups: with the producer at most 512 threads
+
+
+def _resolve(problem, warpgroups, Bc, stages):
+    """warpgroups=0: two consumer warpgroups (FlashAttention-3's split) up to D=128, one above
+    (384 threads have 168 registers each at entry)."""
+    if warpgroups < 0:
+        raise ValueError("warpgroups (consumer warpgroups per block) must be at least 1 (0: by head_dim)")
+    return {"warpgroups": warpgroups or (2 if problem.head_dim <= 128 else 1), "Bc": Bc, "stages": stages}
+
+
+def _supports(problem, warpgroups, Bc, stages):
+    if warpgroups > MAX_CONSUMERS:
+        return (f"warpgroups={warpgroups}: at most {MAX_CONSUMERS} consumer warpgroups (with the producer "
+                f"{128 * (MAX_CONSUMERS + 1)} threads per block)")
+    if warpgroups == 3 and problem.head_dim > 64:
+        return (f"warpgroups=3 at head_dim {problem.head_dim}: 512 threads have 128 registers each at entry, "
+                "too few above D=64; use warpgroups ≤ 2")
+    if warpgroups == 2 and problem.head_dim > 128:
+        return (f"warpgroups=2 at head_dim {problem.head_dim}: 384 threads have 168 registers each at entry "
+                "(more only if the link keeps setmaxnreg), the fragments spill above D=128; use warpgroups=1")
+    return (supports_wgmma(problem, warpgroups, Bc, stages, min_stages=2)
+            or tma_smem_reason(problem, Bc, stages))
+
+
+@register_phase(
+    name="warp_specialized_tc", order=26,
+    title="Tensor cores: a producer warpgroup issues TMA, consumer warpgroups compute (setmaxnreg)",
+    parent="tma_wgmma",
+    requires_cc="sm_90a",
+    description="""
+        tma_wgmma with warp specialisation: one extra producer warpgroup (setmaxnreg.dec to
+        40 registers) whose thread 0 issues every TMA load of the block, waiting only on the
+        empty mbarriers; the consumer warpgroups (setmaxnreg.inc) wait only on the full
+        mbarriers and compute. No block barrier after the barriers' initialisation.
+    """,
+    lineage="FlashAttention-3 (Shah et al. 2024) and CUTLASS SM90 warp-specialized kernels: "
+            "producer/consumer warpgroups, setmaxnreg",
+    planned_speedup=160.0,
+    space={"warpgroups": [1, 2, 3], "Bc": [64, 128], "stages": [2, 3, 4]},
+    dtypes=("float16", "bfloat16"),
+    head_dims=None,
+    sim_params={"warpgroups": 1, "Bc": 16, "stages": 2},
+    supports=_supports,
+    resolve=_resolve,
+)
+def warp_specialized_tc(problem, warpgroups=0, Bc=64, stages=2):
+    """tma_wgmma's kernel with ``ws=True``."""
+    return build_wgmma(problem, warpgroups, Bc, stages, overlap=False, tma=True, ws=True)
