@@ -120,7 +120,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("results")
     p.add_argument("--out", default=None, help="output directory (default: the results file's directory)")
     p.add_argument("--prefix", default="", help="file name prefix")
-    p.add_argument("--which", default=None, help="comma-separated subset of roadmap,scaling,roofline,traffic")
+    p.add_argument("--which", default=None, help="comma-separated subset of roadmap,scaling,roofline,traffic,layouts")
 
     d = sub.add_parser("diff", help="the source diff of a phase's module against its parent's")
     d.add_argument("phase")

@@ -287,7 +287,7 @@ register(Benchmark(
     line_kind="decode",
     select=_paged_select,
     peers=("torch_sdpa", "torch_sdpa_flash", "torch_sdpa_efficient", "torch_sdpa_cudnn"),
-    plots=(),  # plots of the paged layouts: not drawn yet
+    plots=("layouts",),
     plot_name="paged",
     expand=with_twins,
     max_row_ms=1000.0,
@@ -304,7 +304,7 @@ register(Benchmark(
     problems_for=_varlen_problems,
     select=_varlen_select,
     peers=("torch_sdpa", "torch_sdpa_flash", "torch_sdpa_efficient", "torch_sdpa_cudnn"),
-    plots=(),  # plots of the varlen layout: not drawn yet
+    plots=("layouts",),
     plot_name="varlen",
     expand=with_twins,
     max_row_ms=1000.0,

@@ -10,7 +10,10 @@
   the minimum (the unfused baseline) at their modelled intensity;
 * ``traffic`` — bytes each phase moves by construction (S and P materialized
   by the baseline vs the minimum for fused phases) beside the bandwidth it
-  achieved on those bytes, against the measured copy ceiling.
+  achieved on those bytes, against the measured copy ceiling;
+* ``layouts`` — each paged-cache or packed ragged (varlen) problem beside its
+  contiguous twin: bandwidth on the bytes read for paged caches, useful TFLOP/s
+  for ragged batches (drawn only for files with such problems).
 
 Every figure's caption gives the device, date and commit of the results.
 ``make_all(path, out_dir)`` draws what the file supports and returns the
@@ -31,7 +34,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 
 from numba_attn.report.table import env_summary, latest_rows  # noqa: E402
 
-PLOTS = ("roadmap", "scaling", "roofline", "traffic")
+PLOTS = ("roadmap", "scaling", "roofline", "traffic", "layouts")
 ROOFLINE_PEERS = ("torch_sdpa", "torch_sdpa_fp16")  # PyTorch's own choice, in the problem's dtype and in fp16
 PEER_STYLE = {"linestyle": "--", "linewidth": 1.3}
 _CMAP = plt.get_cmap("tab10")
@@ -533,6 +536,99 @@ def traffic(records, out_dir, stem="traffic"):
     return _save(fig, out_dir, stem)
 
 
+# -- serving layouts: paged KV caches and packed ragged batches against their contiguous twins ------
+
+
+def _layout_twin(problem):
+    """The contiguous twin the benchmark runs beside a paged or varlen problem (None for others)."""
+    from numba_attn.measure.bench import contiguous_twin, padded_twin  # (measure imports report lazily too)
+    from numba_attn.spec.problem import layout_of
+
+    kind = layout_of(problem)
+    return contiguous_twin(problem) if kind == "paged" else padded_twin(problem) if kind == "varlen" else None
+
+
+def layouts(records, out_dir, stem="layouts"):
+    """Each paged or varlen problem beside its contiguous twin, on the measure that compares them fairly:
+    a paged KV cache by the bandwidth on the bytes actually read (the twin holds the same bytes), under
+    the measured copy ceiling; a packed ragged batch by useful TFLOP/s (the real pairs only, for the
+    twin too: the padded batch pays for its padding). Hatched bars: rows of the twin."""
+    from numba_attn.spec.problem import Problem, layout_of
+
+    env, rows, ceil, source = _load(records)
+    # SDPA as PyTorch chooses it (its backend in the legend); the forced backends would crowd the groups
+    rows = [r for r in rows if _ok_time(r) and r.get("problem")
+            and (r.get("kind") == "phase" or r["phase"] == "torch_sdpa")]
+    by_label = {}
+    for r in rows:
+        by_label.setdefault(r["label"], []).append(r)
+    groups = {"paged": [], "varlen": []}
+    for lab, rs in by_label.items():
+        prob = Problem.from_dict(rs[0]["problem"])
+        kind = layout_of(prob)
+        if kind in groups:
+            twin = _layout_twin(prob)
+            groups[kind].append((prob, rs, by_label.get(twin.label, [])))
+    kinds = [k for k in groups if groups[k]]
+    if not kinds:
+        return []
+    names = []
+    for k in kinds:
+        for _, rs, ts in groups[k]:
+            for r in rs + ts:
+                if r["phase"] not in names:
+                    names.append(r["phase"])
+    phase_names = [n for n in _phase_order([r for k in kinds for _, rs, ts in groups[k] for r in rs + ts])]
+    names = phase_names + [n for n in names if n not in phase_names]
+    # the layout phases and their contiguous parents in colours no peer uses
+    palette = ["#9467bd", "#ff7f0e", "#17becf", "#e377c2", "#bcbd22", "#8c564b", "#7f7f7f", "#1f77b4"]
+    colors = {n: PEER_COLORS.get(n) or palette[i % len(palette)] for i, n in enumerate(names)}
+    backends = sorted({r.get("sdpa_backend_ran") for r in rows if r["phase"] == "torch_sdpa"} - {None})
+    n_prob = max(len(groups[k]) for k in kinds)
+    fig, axes = plt.subplots(len(kinds), 1, figsize=(max(9.0, 1.25 * n_prob * 2 + 3), 4.6 * len(kinds)),
+                             squeeze=False)
+    for ax, k in zip(axes[:, 0], kinds):
+        entries = groups[k]
+        w = 0.8 / max(len(names), 1)
+        for i, (prob, rs, ts) in enumerate(entries):
+            flops = prob.flops()
+            for j, n in enumerate(names):
+                for twin, pool in ((False, rs), (True, ts)):
+                    r = next((x for x in pool if x["phase"] == n), None)
+                    if r is None:
+                        continue
+                    t = r["time_ms"] * 1e-3
+                    val = (r["min_bytes"] / t / 1e9) if k == "paged" else (flops / t / 1e12)
+                    ax.bar(i + (j - (len(names) - 1) / 2) * w, val, w, color=colors[n],
+                           hatch="//" if twin else None, edgecolor="white" if twin else None, linewidth=0)
+        labels = [p.label.replace(" fp16", "").replace(" D128", "").replace(" paged", "") for p, _, _ in entries]
+        ax.set_xticks(range(len(entries)))
+        ax.set_xticklabels(labels, rotation=20, ha="right", fontsize=8)
+        ax.grid(axis="y", alpha=0.25)
+        if k == "paged":
+            bw = ceil.get("copy", {}).get("value")
+            if bw:
+                ax.axhline(bw, color="black", linestyle="--", linewidth=1.2)
+                ax.annotate(f"copy ceiling {bw:.0f} GB/s (read + write: a read-only stream may pass it)",
+                            (-0.45, bw), ha="left", va="bottom", fontsize=8,
+                            bbox=dict(facecolor="white", edgecolor="none", alpha=0.85, pad=1.0))
+            ax.set_ylabel("GB/s on the bytes read")
+            ax.set_title("Paged KV cache (solid) against the contiguous cache of the same bytes (hatched: "
+                         "every sequence at the mean length)", fontsize=9)
+        else:
+            ax.set_ylabel("useful TFLOP/s (real pairs only)")
+            ax.set_title("Packed ragged batch, cu_seqlens (solid) against the padded batch (hatched: every "
+                         "sequence at the longest length; the same useful FLOPs)", fontsize=9)
+    handles = [Line2D([0], [0], color=colors[n], lw=7,
+                      label=n + (f" ({', '.join(backends)})" if n == "torch_sdpa" and backends else ""))
+               for n in names]
+    axes[0, 0].legend(handles=handles, fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    fig.suptitle("Serving layouts against their contiguous twins", fontsize=11, x=0.02, ha="left")
+    fig.tight_layout(rect=(0, 0.05, 1, 0.96))
+    _caption(fig, env, source, "rows measured in the same run; a bar is missing where its row did not finish")
+    return _save(fig, out_dir, stem)
+
+
 def make_all(records, out_dir="plots", prefix="", which=PLOTS) -> list[str]:
     """Draw every plot the results support; returns the files written."""
     if isinstance(records, (str, os.PathLike)):
@@ -543,7 +639,7 @@ def make_all(records, out_dir="plots", prefix="", which=PLOTS) -> list[str]:
     else:
         source = None
     files = []
-    fns = {"roadmap": roadmap, "scaling": scaling, "roofline": roofline, "traffic": traffic}
+    fns = {"roadmap": roadmap, "scaling": scaling, "roofline": roofline, "traffic": traffic, "layouts": layouts}
     for name in which:
         stem = f"{prefix}{name}"
         recs = _Named(records, source) if source else records

@@ -46,7 +46,7 @@ slowest one at each refill): +5–10% at D=128 and D=64 (B1 H32 N4096 fp16:
 ~0.60–0.63 ms at D128 against 0.66), an eighth to a quarter of the gap to
 SDPA (0.43 ms); the larger step is the warp-specialised producer that follows.
 
-Verdict: not measured yet (no committed GPU row).
+Verdict: not measured yet: not yet run on a GPU (checked in the simulator and by the offline sm_90a compile only).
 """
 from __future__ import annotations
 
