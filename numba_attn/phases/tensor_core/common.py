@@ -665,10 +665,13 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     body.__name__ = body.__qualname__ = name + ("_varlen" if varlen else "")
     if ws:
         return kernel(body, launch_bounds=(128 * (WG + 1), 1))
-    # varlen: the lengths and offsets live in registers; above 256 threads (where 255 registers per thread
-    # would not fit a block) the block size as launch bounds keeps ptxas within the registers the block may
-    # have (3 warpgroups at D=128 causal: 195 → 168, no spills); at 256 threads a bound only costs registers
-    return kernel(body, launch_bounds=(NTH,)) if varlen and NTH > 256 else kernel(body)
+    # Above 256 threads (3 warpgroups: 65536 / 384 = 170 registers a thread) the block size goes to ptxas
+    # as launch bounds, so that it keeps within the registers the block may have: without them, 3 warpgroups
+    # at D=128 causal with Bc=64 and 3-4 stages (190 registers) or Bc=128 (233) did not launch on an H200
+    # (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, tuning run of results/archive/2026-11-22-tune-scale) although
+    # supports() accepted them; varlen at D=128 causal: 195 → 168, no spills. At 256 threads and below a
+    # bound only costs registers (D=64: 125 → 144, one block per SM instead of two), so there is none.
+    return kernel(body, launch_bounds=(NTH,)) if NTH > 256 else kernel(body)
 
 
 WS_PRODUCER_REGS = 40  # registers per thread the producer warpgroup keeps (it only issues TMA loads)
