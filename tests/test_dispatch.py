@@ -233,3 +233,15 @@ def test_simulator_rows_and_arrays_stay_out(tmp_path):
     table, _ = _build(tmp_path, [sim, _row("smem_kv", TINY, float("nan"))])
     assert table["entries"] == {}
     assert np.isfinite([it["time_ms"] for e in _build(tmp_path)[0]["entries"].values() for it in e["ranking"]]).all()
+
+
+def test_the_table_names_only_phases_of_the_contiguous_layout():
+    """attention() reads contiguous arrays: a paged or varlen phase (or a row measured on such a layout)
+    never enters its dispatch table, even where it was the fastest row of a committed results file."""
+    from numba_attn.measure import dispatch as dsp
+    from numba_attn.phases.registry import get_phase
+
+    table = dsp.load()
+    names = {item["phase"] for e in table["entries"].values() for item in e["ranking"]} if "entries" in table \
+        else {item["phase"] for e in table.values() if isinstance(e, dict) and "ranking" in e for item in e["ranking"]}
+    assert names and all(get_phase(n).layout == "contiguous" for n in names), names

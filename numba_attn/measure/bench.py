@@ -48,7 +48,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from numba_attn.spec.problem import PRESETS, PagedProblem, Problem, VarlenProblem, layout_of
+from numba_attn.spec.problem import (PRESETS, PagedProblem, Problem, VarlenProblem, contiguous_twin, layout_of,
+                                      padded_twin)
 from numba_attn.measure.timing import TimingConfig
 
 
@@ -131,22 +132,8 @@ def is_paged(problem) -> bool:
     return bool(getattr(problem, "page_size", 0))
 
 
-def contiguous_twin(problem) -> Problem:
-    """The contiguous fp16 problem of a paged one: its shape and lengths (a ragged batch: every
-    sequence at the mean length, the same bytes of K/V)."""
-    n = int(round(float(problem.seqlens().mean()))) if problem.ragged else problem.kv_len
-    return Problem(batch=problem.batch, heads=problem.heads, kv_heads=problem.kv_heads, q_len=problem.q_len,
-                   kv_len=max(n, problem.q_len), head_dim=problem.head_dim, causal=problem.causal, dtype="float16",
-                   scale=problem.scale)
-
-
 def is_varlen(problem) -> bool:
     return layout_of(problem) == "varlen"
-
-
-def padded_twin(problem) -> Problem:
-    """The contiguous problem of a varlen one: the same batch with every sequence at the longest length."""
-    return problem.padded()
 
 
 def with_twins(problems) -> list:

@@ -175,6 +175,11 @@ def measurements(files=None, cache: str | None = None, skipped: dict | None = No
         if ph is None:
             skip(f"phase {r.get('phase')!r} is not registered")
             continue
+        layout = getattr(ph, "layout", "contiguous") or "contiguous"
+        if layout != "contiguous" or (r.get("problem") or {}).get("page_size") or (r.get("problem") or {}).get("varlen"):
+            skip(f"a {layout if layout != 'contiguous' else 'paged or varlen'} layout: attention() reads contiguous "
+                 f"arrays (decode_paged and attention_varlen choose their own phases)")
+            continue
         requested = _config(ph, r.get("requested_params"))
         if requested is None or any(k not in ph.params for k in renamed(r.get("params"))):
             skip(f"{ph.name}: a parameter the phase no longer has")

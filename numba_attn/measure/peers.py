@@ -240,11 +240,11 @@ def measure_peer(name: str, problem: Problem, cfg) -> dict:
         return row
     if getattr(problem, "page_size", 0):
         row.update(status=SKIP, reason="SDPA reads no paged cache: its row is on the contiguous twin "
-                                       "(measure/bench.py contiguous_twin)")
+                                       "(spec/problem.py contiguous_twin)")
         return row
     if getattr(problem, "varlen", False):
         row.update(status=SKIP, reason="SDPA takes no packed ragged batch: its row is on the padded twin "
-                                       "(measure/bench.py padded_twin)")
+                                       "(spec/problem.py padded_twin)")
         return row
     reason = torch_status()
     if reason:

@@ -539,21 +539,12 @@ def traffic(records, out_dir, stem="traffic"):
 # -- serving layouts: paged KV caches and packed ragged batches against their contiguous twins ------
 
 
-def _layout_twin(problem):
-    """The contiguous twin the benchmark runs beside a paged or varlen problem (None for others)."""
-    from numba_attn.measure.bench import contiguous_twin, padded_twin  # (measure imports report lazily too)
-    from numba_attn.spec.problem import layout_of
-
-    kind = layout_of(problem)
-    return contiguous_twin(problem) if kind == "paged" else padded_twin(problem) if kind == "varlen" else None
-
-
 def layouts(records, out_dir, stem="layouts"):
     """Each paged or varlen problem beside its contiguous twin, on the measure that compares them fairly:
     a paged KV cache by the bandwidth on the bytes actually read (the twin holds the same bytes), under
     the measured copy ceiling; a packed ragged batch by useful TFLOP/s (the real pairs only, for the
     twin too: the padded batch pays for its padding). Hatched bars: rows of the twin."""
-    from numba_attn.spec.problem import Problem, layout_of
+    from numba_attn.spec.problem import Problem, layout_of, twin_of
 
     env, rows, ceil, source = _load(records)
     # SDPA as PyTorch chooses it (its backend in the legend); the forced backends would crowd the groups
@@ -567,7 +558,7 @@ def layouts(records, out_dir, stem="layouts"):
         prob = Problem.from_dict(rs[0]["problem"])
         kind = layout_of(prob)
         if kind in groups:
-            twin = _layout_twin(prob)
+            twin = twin_of(prob)
             groups[kind].append((prob, rs, by_label.get(twin.label, [])))
     kinds = [k for k in groups if groups[k]]
     if not kinds:

@@ -24,6 +24,7 @@ import numpy as np
 
 from numba_attn.spec.errors import AttentionInputError
 from numba_attn.spec.reference import reference
+from numba_attn.spec.rand import normal
 
 # (spec/problem.py imports this module inside PagedProblem's methods; this module does not import it)
 PAGE_SIZES = (16, 32, 64, 128, 256)
@@ -248,14 +249,14 @@ def problem_inputs(p, seed: int):
     table, seqlens, ks, vs = problem_layout(p)
     rng = np.random.default_rng(seed)
     nb = int(((seqlens + p.page_size - 1) // p.page_size).sum()) + 1
-    q = rng.standard_normal((p.batch, p.heads, p.q_len, p.head_dim), dtype=np.float32).astype(numpy_dtype(p.dtype))
+    q = normal(rng, (p.batch, p.heads, p.q_len, p.head_dim), numpy_dtype(p.dtype))
     shape = (nb, p.page_size, p.kv_heads, p.head_dim)
     out = [q]
     for s in (ks, vs):
-        x = rng.standard_normal(shape, dtype=np.float32)
-        if not p.kv_dtype:
-            out.append(x.astype(numpy_dtype(p.dtype)))
+        if not p.kv_dtype:  # (the same values as float32 samples rounded, without the float32 copy)
+            out.append(normal(rng, shape, numpy_dtype(p.dtype)))
             continue
+        x = normal(rng, shape, np.float32)
         s = np.asarray(s, np.float32)
         s = s[None, None, :, None] if s.ndim == 1 else (s[..., None] if s.ndim == 3 else s)
         y = x / s

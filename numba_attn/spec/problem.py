@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from numba_attn.spec.errors import SUPPORTED_DTYPES as DTYPES, validate_problem
+from numba_attn.spec.rand import normal
 
 SHORT_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
@@ -106,9 +107,9 @@ class Problem:
         dt = numpy_dtype(self.dtype)
         shape_q = (self.batch, self.heads, self.q_len, self.head_dim)
         shape_kv = (self.batch, self.kv_heads, self.kv_len, self.head_dim)
-        q = rng.standard_normal(shape_q, dtype=np.float32).astype(dt)
-        k = rng.standard_normal(shape_kv, dtype=np.float32).astype(dt)
-        v = rng.standard_normal(shape_kv, dtype=np.float32).astype(dt)
+        q = normal(rng, shape_q, dt)
+        k = normal(rng, shape_kv, dt)
+        v = normal(rng, shape_kv, dt)
         return q, k, v
 
     def out_shape(self):
@@ -155,6 +156,26 @@ def layout_of(problem) -> str:
     if getattr(problem, "varlen", False):
         return "varlen"
     return "contiguous"
+
+
+def contiguous_twin(problem) -> "Problem":
+    """The contiguous fp16 problem a paged one is held against: its shape and lengths (a ragged batch:
+    every sequence at the mean length, the same bytes of K/V)."""
+    n = int(round(float(problem.seqlens().mean()))) if problem.ragged else problem.kv_len
+    return Problem(batch=problem.batch, heads=problem.heads, kv_heads=problem.kv_heads, q_len=problem.q_len,
+                   kv_len=max(n, problem.q_len), head_dim=problem.head_dim, causal=problem.causal, dtype="float16",
+                   scale=problem.scale)
+
+
+def padded_twin(problem) -> "Problem":
+    """The contiguous problem a varlen one is held against: the same batch, every sequence at the longest length."""
+    return problem.padded()
+
+
+def twin_of(problem):
+    """The contiguous twin of a paged or varlen problem (None for a contiguous one)."""
+    kind = layout_of(problem)
+    return contiguous_twin(problem) if kind == "paged" else padded_twin(problem) if kind == "varlen" else None
 
 
 def _causal_pairs(nq: int, nk: int) -> int:

@@ -22,6 +22,7 @@ import numpy as np
 
 from numba_attn.spec.errors import SUPPORTED_DTYPES, AttentionInputError
 from numba_attn.spec.reference import reference
+from numba_attn.spec.rand import normal
 
 # (spec/problem.py imports this module inside VarlenProblem's methods; this module does not import it)
 
@@ -157,9 +158,9 @@ def problem_inputs(p, seed: int, dtype):
     """Seeded packed q (total_q, H, D), k, v (total_k, Hkv, D) in ``dtype`` (standard normal)."""
     cq, ck = problem_layout(p)
     rng = np.random.default_rng(seed)
-    q = rng.standard_normal((int(cq[-1]), p.heads, p.head_dim), dtype=np.float32).astype(dtype)
-    k = rng.standard_normal((int(ck[-1]), p.kv_heads, p.head_dim), dtype=np.float32).astype(dtype)
-    v = rng.standard_normal((int(ck[-1]), p.kv_heads, p.head_dim), dtype=np.float32).astype(dtype)
+    q = normal(rng, (int(cq[-1]), p.heads, p.head_dim), dtype)
+    k = normal(rng, (int(ck[-1]), p.kv_heads, p.head_dim), dtype)
+    v = normal(rng, (int(ck[-1]), p.kv_heads, p.head_dim), dtype)
     return q, k, v
 
 
