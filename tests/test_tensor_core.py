@@ -10,6 +10,8 @@ GPU-only tests add realistic shapes and look at the compiled code.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -265,6 +267,7 @@ print("JSON" + json.dumps(res))
 """
 
 
+@functools.cache
 def _offline_tma_results():
     import json
     import os
