@@ -199,6 +199,44 @@ def test_time_and_memory_limits_skip_rows_with_the_reason(monkeypatch):
     assert row["status"] == SKIP and "host memory" in row["reason"]
 
 
+@pytest.mark.skipif(not IS_SIMULATOR, reason="the simulator's shared arrays")
+def test_simulated_shared_array_is_one_array_for_all_threads_of_a_block():
+    """Threads that ask for a static shared array at once all get the same one: a thread left on a
+    private copy made kernels read other threads' values that were never written (once in a while,
+    a wrong result under load; a short switch interval makes the interleaving frequent: before the
+    fix about a quarter of these trials failed)."""
+    import threading
+
+    from numba.cuda.simulator import kernelapi as sima
+
+    from numba_attn.measure.limits import simulated_device_limits
+
+    def arrays_seen(n=32):
+        shared = sima.FakeCUDAShared(0)
+        start = threading.Barrier(n)
+        got = [None] * n
+
+        def thread(i):
+            start.wait()
+            got[i] = shared.array((4, 8), np.float32)
+
+        threads = [threading.Thread(target=thread, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return len({id(a) for a in got})
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with simulated_device_limits():
+            seen = [arrays_seen() for _ in range(200)]
+    finally:
+        sys.setswitchinterval(old)
+    assert max(seen) == 1, f"{sum(s > 1 for s in seen)} of 200 trials gave threads different arrays"
+
+
 def test_killed_sweep_leaves_a_valid_file_and_resume_finishes_it(tmp_path):
     path = tmp_path / "killed.jsonl"
     base = [sys.executable, "-m", "numba_attn.cli", "run", "--simulator", "-H", "2", "--kv-heads", "1", "-N", "7",

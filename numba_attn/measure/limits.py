@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 
 import numpy as np
 
@@ -19,6 +20,10 @@ from numba_attn.spec.problem import Problem
 MAX_THREADS_PER_BLOCK = 1024
 MAX_STATIC_SMEM_BYTES = 48 * 1024
 MAX_DYNAMIC_SMEM_BYTES = 227 * 1024
+# The threads of a simulated block ask for a static shared array at once: the first one creates it,
+# under this lock (one thread reading "no array yet" while another stores its new one would leave
+# the first on a private copy that the rest of the block never sees).
+_SHARED_ALLOC_LOCK = threading.Lock()
 
 
 class DeviceLimitError(RuntimeError):
@@ -102,14 +107,15 @@ def simulated_device_limits():
             dtype = numpy_support.as_dtype(dtype)
         f = sys._getframe(1)
         caller = (f.f_code.co_filename, f.f_lineno)
-        res = self._allocations.get(caller)
-        if res is None:
-            res = np.empty(shape, dtype)
-            self._allocations[caller] = res
-            total = sum(a.nbytes for a in self._allocations.values())
-            if total > MAX_STATIC_SMEM_BYTES:
-                raise DeviceLimitError(f"{total} B of static shared memory per block exceeds the device "
-                                       f"limit of {MAX_STATIC_SMEM_BYTES} B")
+        with _SHARED_ALLOC_LOCK:  # lookup and creation in one step: every thread gets the same array
+            res = self._allocations.get(caller)
+            if res is None:
+                res = np.empty(shape, dtype)
+                self._allocations[caller] = res
+                total = sum(a.nbytes for a in self._allocations.values())
+                if total > MAX_STATIC_SMEM_BYTES:
+                    raise DeviceLimitError(f"{total} B of static shared memory per block exceeds the device "
+                                           f"limit of {MAX_STATIC_SMEM_BYTES} B")
         return res
 
     simk.FakeCUDAKernel.__call__, sima.FakeCUDAShared.array = call, array
