@@ -39,7 +39,7 @@ from numba_attn.gpu import tma as _tma
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.mbarrier import (fence_proxy_async, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
                                      mbarrier_wait)
-from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
+from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT, dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.gpu.tma import tensormap_fence_acquire, tma_load_3d
 from numba_attn.gpu.warp import FULL_MASK, quad_sum, syncwarp
 from numba_attn.gpu.warpspec import setmaxnreg_dec, setmaxnreg_inc
@@ -49,7 +49,7 @@ from numba_attn.phases.registry import Launch
 
 __all__ = ["LOG2E", "NEG_BIG", "q_fragments", "mask_fragments", "store_fragments", "supports_tc", "u32_views",
            "launch_mma", "warp_rows", "key_ends", "ALIGN_BYTES", "make_wgmma_kernel", "wgmma_smem_bytes", "resolve_wgmma",
-           "supports_wgmma", "build_wgmma", "make_mma_kernel", "mma_smem_bytes", "varlen_spans", "varlen_views", "VarlenLayout",
+           "supports_wgmma", "build_wgmma", "make_mma_kernel", "mma_smem_bytes", "resolve_mma", "supports_mma", "varlen_spans", "varlen_views", "VarlenLayout",
            "launch_mma_varlen", "kv_tensor_map", "tma_box", "tma_smem_reason"]
 
 
@@ -397,6 +397,23 @@ def make_mma_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool, varlen: b
 def mma_smem_bytes(D, Bc):
     """Static shared memory of the tc_mma kernel: the padded K and V tiles."""
     return Bc * ((D + 15) // 16 * 8 + 4) * 4 + Bc * (D + 8) * 2
+
+
+def resolve_mma(problem, warps, Bc):
+    """The mma.sync kernel's automatic parameters (tc_mma, tc_mma_varlen): Bc=0 is 64 keys, 32 where the two
+    64-key tiles exceed the 48 KiB of static shared memory (head_dim above 184)."""
+    return {"warps": warps, "Bc": Bc or (64 if mma_smem_bytes(problem.head_dim, 64) <= STATIC_SMEM_LIMIT else 32)}
+
+
+def supports_mma(problem, warps, Bc):
+    """What the mma.sync kernel runs (tc_mma, tc_mma_varlen): supports_tc's head dims and tiles, K/V tiles
+    within the static shared memory."""
+    reason = supports_tc(problem, Bc, max_d=None)
+    if reason:
+        return reason
+    if mma_smem_bytes(problem.head_dim, Bc) > STATIC_SMEM_LIMIT:
+        return f"K/V tiles need {mma_smem_bytes(problem.head_dim, Bc)} B of static shared memory (> 48 KiB)"
+    return None
 
 
 # -- the wgmma kernel (tc_wgmma; tc_wgmma_overlap with overlap=True; tma_wgmma with tma=True) ------

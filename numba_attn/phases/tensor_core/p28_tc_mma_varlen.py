@@ -21,23 +21,8 @@ Verdict: 9.37 ms at B8 H32 N<=4096 D128 fp16 ragged, 0.46x the padded batch's ti
 """
 from __future__ import annotations
 
-from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.common import launch_mma_varlen, make_mma_kernel, mma_smem_bytes, supports_tc
-
-
-def _resolve(problem, warps, Bc):
-    """Bc=0: 64 keys, 32 above head_dim 184 (as tc_mma)."""
-    return {"warps": warps, "Bc": Bc or (64 if mma_smem_bytes(problem.head_dim, 64) <= STATIC_SMEM_LIMIT else 32)}
-
-
-def _supports(problem, warps, Bc):
-    reason = supports_tc(problem, Bc, max_d=None)
-    if reason:
-        return reason
-    if mma_smem_bytes(problem.head_dim, Bc) > STATIC_SMEM_LIMIT:
-        return f"K/V tiles need {mma_smem_bytes(problem.head_dim, Bc)} B of static shared memory (> 48 KiB)"
-    return None
+from numba_attn.phases.tensor_core.common import launch_mma_varlen, make_mma_kernel, resolve_mma, supports_mma
 
 
 @register_phase(
@@ -56,8 +41,8 @@ def _supports(problem, warps, Bc):
     dtypes=("float16", "bfloat16"),
     head_dims=None,
     sim_params={"warps": 2, "Bc": 16},
-    supports=_supports,
-    resolve=_resolve,
+    supports=supports_mma,
+    resolve=resolve_mma,
 )
 def tc_mma_varlen(problem, warps=8, Bc=0):
     kern = make_mma_kernel(problem.head_dim, warps, Bc, problem.causal, problem.dtype == "bfloat16", True)
