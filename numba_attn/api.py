@@ -881,6 +881,30 @@ PAGED_DEFAULT = ("paged_mma", "paged_split_k")  # phase=None: the first that sup
 PAGED_DEFAULT_ONE_ROW = ("paged_split_k", "paged_mma")  # ... or these when a KV head has one query row
 
 
+def _layout_plan(names, layout: str, refusal: str, defaults, problem, params: dict, plans):
+    """(phase, Launch) of the first of ``names`` (phases of ``layout``) that supports ``problem``, from the
+    bounded plan cache ``plans`` (16 plans); a phase of another layout or none that runs the problem is
+    refused with the reasons."""
+    reasons = []
+    for name in names:
+        ph = get_phase(name)
+        if ph.layout != layout:
+            raise AttentionInputError(f"phase {name!r} {refusal} (use {' or '.join(defaults)})")
+        reason = ph.supports(problem, **ph.resolve_params(params))
+        if reason is None:
+            break
+        reasons.append(f"{name}: {reason}")
+    else:
+        raise AttentionInputError(f"no {layout} phase runs {problem.label}: " + "; ".join(reasons))
+    key = (ph.name, problem, tuple(sorted(params.items())))
+    launch = plans.get(key)
+    if launch is None:
+        launch = plans[key] = ph.plan(problem, **params)
+        while len(plans) > 16:
+            plans.popitem(last=False)
+    return ph, launch
+
+
 def paged_default(problem) -> tuple:
     """The paged phases ``decode_paged(phase=None)`` tries, in order: the tensor-core one first when a
     KV head serves several query rows (GQA group x q_len > 1: its m16 tile is then partly filled);
@@ -967,23 +991,8 @@ def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=Fals
                            head_dim=D, dtype=qdt, causal=bool(causal), scale=scale, page_size=P, kv_dtype=kv_dtype,
                            kv_scale=skind or "head")
     names = paged_default(problem) if phase is None else (phase if isinstance(phase, str) else phase.name,)
-    reasons = []
-    for name in names:
-        ph = get_phase(name)
-        if ph.layout != "paged":
-            raise AttentionInputError(f"phase {name!r} does not read a paged KV cache (use {' or '.join(PAGED_DEFAULT)})")
-        reason = ph.supports(problem, **params)
-        if reason is None:
-            break
-        reasons.append(f"{name}: {reason}")
-    else:
-        raise AttentionInputError(f"no paged phase runs {problem.label}: " + "; ".join(reasons))
-    key = (ph.name, problem, tuple(sorted(params.items())))
-    launch = _PAGED_PLANS.get(key)
-    if launch is None:
-        launch = _PAGED_PLANS[key] = ph.plan(problem, **params)
-        while len(_PAGED_PLANS) > 16:
-            _PAGED_PLANS.popitem(last=False)
+    ph, launch = _layout_plan(names, "paged", "does not read a paged KV cache", PAGED_DEFAULT, problem, params,
+                              _PAGED_PLANS)
     qd, kd, vd = (_paged_device(kind, a) for a in (q, k_cache, v_cache))
     layout = (cuda.to_device(np.ascontiguousarray(bt)), cuda.to_device(np.ascontiguousarray(sl))) + \
         paged_scales(problem, ks, vs)
@@ -1061,24 +1070,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q=None, 
     problem = VarlenProblem(batch=len(lq), heads=H, kv_heads=Hkv, q_len=max_q, kv_len=max_k, head_dim=D, dtype=dtype,
                             causal=causal, scale=scale)
     names = VARLEN_DEFAULT if phase is None else (_phase_arg(phase).name,)
-    reasons = []
-    for name in names:
-        ph = get_phase(name)
-        if ph.layout != "varlen":
-            raise AttentionInputError(f"phase {name!r} does not read the varlen layout (use "
-                                      f"{' or '.join(VARLEN_DEFAULT)})")
-        reason = ph.supports(problem, **ph.resolve_params(params))
-        if reason is None:
-            break
-        reasons.append(f"{name}: {reason}")
-    else:
-        raise AttentionInputError(f"no varlen phase runs {problem.label}: " + "; ".join(reasons))
-    key = (ph.name, problem, tuple(sorted(params.items())))
-    launch = _VARLEN_PLANS.get(key)
-    if launch is None:
-        launch = _VARLEN_PLANS[key] = ph.plan(problem, **params)
-        while len(_VARLEN_PLANS) > 16:
-            _VARLEN_PLANS.popitem(last=False)
+    ph, launch = _layout_plan(names, "varlen", "does not read the varlen layout", VARLEN_DEFAULT, problem,
+                              params, _VARLEN_PLANS)
     if kind == DEVICE:
         for name, a in (("q", q), ("k", k), ("v", v)):
             _contiguous(name, a)  # refuses a non-contiguous device array
