@@ -11,13 +11,10 @@ separate process, skipped when libNVVM is missing.
 from __future__ import annotations
 
 import functools
-import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from offline_compile import offline_json
 from numba import cuda, int32, uint8, uint32, uint64
 
 from numba_attn.gpu import mbarrier as M
@@ -542,16 +539,7 @@ def _setmaxnreg_kernel():
 
 @functools.cache
 def _offline_results():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, NUMBA_ATTN_BACKEND="cuda", NUMBA_ENABLE_CUDASIM="0",
-               PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    p = subprocess.run([sys.executable, "-c", _OFFLINE], cwd=root, env=env, capture_output=True, text=True,
-                       timeout=600)
-    if p.returncode and ("NVVM" in p.stderr or "nvjitlink" in p.stderr.lower()):
-        pytest.skip("libNVVM / nvJitLink not available: " + p.stderr.strip().splitlines()[-1])
-    assert p.returncode == 0, p.stderr[-4000:]
-    line = [ln for ln in p.stdout.splitlines() if ln.startswith("JSON")][-1]
-    return json.loads(line[4:])
+    return offline_json(_OFFLINE, timeout=600)
 
 
 OFFLINE_OPS = {

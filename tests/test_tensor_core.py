@@ -14,6 +14,7 @@ import functools
 
 import numpy as np
 import pytest
+from offline_compile import offline_json
 
 from numba_attn.gpu.backend import IS_SIMULATOR
 from numba_attn.spec.problem import Problem
@@ -269,20 +270,7 @@ print("JSON" + json.dumps(res))
 
 @functools.cache
 def _offline_tma_results():
-    import json
-    import os
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, NUMBA_ATTN_BACKEND="cuda", NUMBA_ENABLE_CUDASIM="0",
-               PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    p = subprocess.run([sys.executable, "-c", _OFFLINE], cwd=root, env=env, capture_output=True, text=True,
-                       timeout=900)
-    if p.returncode and ("NVVM" in p.stderr or "nvjitlink" in p.stderr.lower()):
-        pytest.skip("libNVVM / nvJitLink not available: " + p.stderr.strip().splitlines()[-1])
-    assert p.returncode == 0, p.stderr[-4000:]
-    return json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("JSON")][-1][4:])
+    return offline_json(_OFFLINE)
 
 
 def test_offline_tma_phases_assemble_without_spills():
