@@ -418,11 +418,12 @@ def _ring_layout_kernel(D, Bc):
     rb = row_bytes(dp)
     words = Bc * dp // 2  # one tile of 16-bit elements, in 32-bit words
     ncb, box_bytes = dp * 2 // rb, Bc * rb
+    ring_words = 2 * words  # a closure constant: shared.array(..., alignment=) on a GPU needs a literal shape
     copy = make_ring_copy(D, Bc, 1, 32, dp) if dp != D else make_ring_copy(D, Bc, 1, 32)
 
     @kernel
     def k(tmap, k32, kvh, tile, nk, out):
-        ring = cuda.shared.array(2 * words, uint32, alignment=TMA_ALIGN)  # K then V (the same tensor here)
+        ring = cuda.shared.array(ring_words, uint32, alignment=TMA_ALIGN)  # K then V (the same tensor here)
         box = cuda.shared.array(words, uint32, alignment=TMA_ALIGN)
         bars = cuda.shared.array(1, uint64)
         t = cuda.threadIdx.x

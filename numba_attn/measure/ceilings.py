@@ -458,6 +458,23 @@ def uses_tensor_cores(name: str, precision: str | None) -> bool:
     return any(w in n for w in TENSOR_CORE_WORDS)
 
 
+def _wgmma_lineage(name: str) -> bool:
+    """A wgmma phase: its name or an ancestor's says so (``warp_specialized_tc`` descends from
+    ``tma_wgmma``); names outside the registry go by their own name."""
+    from numba_attn.phases.registry import get_phase
+
+    seen = 0
+    while name and seen < 64:
+        if "wgmma" in name.lower():
+            return True
+        try:
+            name = get_phase(name).parent
+        except (KeyError, ValueError):
+            return False
+        seen += 1
+    return False
+
+
 def ceiling_for(row: dict) -> str:
     """The ceiling a row is compared with: ``copy`` for decode phases,
     ``wgmma_fp16`` for wgmma phases, ``mma_tf32``/``mma_fp16`` (numba
@@ -472,7 +489,7 @@ def ceiling_for(row: dict) -> str:
             return "copy"
         dt = (row.get("params") or {}).get("dtype", "float32")
         return "cublas_fp16" if dt in ("float16", "bfloat16") else "ffma"
-    if "wgmma" in (row.get("phase") or "").lower():
+    if _wgmma_lineage(row.get("phase") or ""):
         return "wgmma_fp16"
     if uses_tensor_cores(row.get("phase", ""), row.get("precision")):
         return "mma_tf32" if str(row.get("precision")).lower() == "tf32" else "mma_fp16"
