@@ -353,6 +353,45 @@ def test_bit_helpers_match_numpy():
         assert [I.bf16_bits(v) for v in x] == list(x.astype(ml_dtypes.bfloat16).view(np.uint16))
 
 
+@functools.cache
+def _bits_kernel():
+    @kernel
+    def k(a, b, sel, words, perm, f16, f32, v2):
+        i = cuda.threadIdx.x
+        perm[i] = I.byte_perm(a[i], b[i], sel[i])
+        f16[2 * i], f16[2 * i + 1] = I.unpack_f16x2(a[i])
+        f32[i] = I.u32_as_f32(b[i])
+        v2[i, 0], v2[i, 1] = I.ld_global_v2(words, i // 8, i % 8, 2 * (i % 4))
+
+    return k
+
+
+def test_byte_perm_unpack_f16x2_and_v2_loads():
+    """``prmt.b32`` (every selector nibble, sign-replicate mode included), both f16 halves of a
+    register to float32, a word read as float32 and 8-byte loads, against the host models."""
+    rng = _rng(11)
+    n = 64
+    a = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    b = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    sel = rng.integers(0, 2**16, n, dtype=np.uint64).astype(np.uint32)
+    sel[:4] = [0x1404, 0x3424, 0x7650, 0x3210]  # the selectors the 8-bit caches use, and identity
+    words = rng.integers(0, 2**32, (8, 8, 8), dtype=np.uint64).astype(np.uint32)
+    perm, f32 = _dev(np.zeros(n, np.uint32)), _dev(np.zeros(n, np.float32))
+    f16, v2 = _dev(np.zeros(2 * n, np.float32)), _dev(np.zeros((n, 2), np.uint32))
+    _bits_kernel()[1, n](_dev(a), _dev(b), _dev(sel), _dev(words), perm, f16, f32, v2)
+    np.testing.assert_array_equal(perm.copy_to_host(), [I.byte_perm_reference(x, y, z) for x, y, z in zip(a, b, sel)])
+    assert I.byte_perm_reference(0x44332211, 0x88776655, 0x3210) == 0x44332211
+    assert I.byte_perm_reference(0x000000F0, 0, 0x8888) == 0xFFFFFFFF  # sign replicated
+    want16, got16 = a.view(np.float16).astype(np.float32), f16.copy_to_host()
+    nan = np.isnan(want16)  # (a NaN's payload is not compared: the GPU gives the canonical NaN)
+    assert np.array_equal(np.isnan(got16), nan)
+    np.testing.assert_array_equal(got16[~nan].view(np.uint32), want16[~nan].view(np.uint32))
+    np.testing.assert_array_equal(f32.copy_to_host().view(np.uint32), b)
+    i = np.arange(n)
+    want = np.stack([words[i // 8, i % 8, 2 * (i % 4)], words[i // 8, i % 8, 2 * (i % 4) + 1]], 1)
+    np.testing.assert_array_equal(v2.copy_to_host(), want)
+
+
 # -- GPU only: the instructions are really there --------------------------------
 
 

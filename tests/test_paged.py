@@ -14,7 +14,7 @@ from numba_attn.spec.errors import AttentionInputError
 from numba_attn.spec.paged import dequantize, fp8_e4m3_decode, paged_reference
 from numba_attn.spec.problem import PagedProblem, Problem
 from numba_attn.gpu.jit import kernel
-from numba_attn.phases.decode.common import fp8_e4m3_to_f32, int8_to_f32
+from numba_attn.phases.decode.common import E4M3_UNIT, e4m3x4_f16x2, e4m3x4_f32, int8x4_f32
 from numba import cuda  # noqa: E402  (after numba_attn: the backend is chosen first)
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -60,20 +60,51 @@ def test_fp8_e4m3_model_is_bit_exact():
 
 
 def test_device_dequantization_is_bit_exact():
+    """Every code in every byte position of a word: e4m3 (four integer instructions to f16 pairs,
+    then float32; the values / 256, NaN codes NaN) and int8 (the byte in the mantissa of 2^23)."""
     @kernel
-    def decode_all(codes, fp8, i8):
+    def decode_all(words, fp8, f16, i8):
         i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-        if i < codes.size:
-            fp8[i] = fp8_e4m3_to_f32(codes[i])
-            i8[i] = int8_to_f32(codes[i])
+        if i < words.size:
+            w = words[i]
+            fp8[4 * i], fp8[4 * i + 1], fp8[4 * i + 2], fp8[4 * i + 3] = e4m3x4_f32(w)
+            f16[2 * i], f16[2 * i + 1] = e4m3x4_f16x2(w)
+            i8[4 * i], i8[4 * i + 1], i8[4 * i + 2], i8[4 * i + 3] = int8x4_f32(w)
 
-    codes = np.arange(256, dtype=np.uint32)
-    fp8, i8 = np.zeros(256, np.float32), np.zeros(256, np.float32)
-    decode_all[4, 64](codes, fp8, i8)
-    model = fp8_e4m3_decode(codes.astype(np.uint8))
-    assert np.array_equal(np.isnan(fp8), np.isnan(model))
-    assert np.array_equal(fp8[~np.isnan(model)].view(np.uint32), model[~np.isnan(model)].view(np.uint32))
-    assert np.array_equal(i8, codes.astype(np.uint8).view(np.int8).astype(np.float32))
+    rng = np.random.default_rng(3)
+    codes = np.concatenate([np.arange(256, dtype=np.uint8)] + [rng.permutation(256).astype(np.uint8)
+                                                               for _ in range(3)])  # each code at each position
+    words = codes.view(np.uint32)
+    fp8, i8 = np.zeros(codes.size, np.float32), np.zeros(codes.size, np.float32)
+    f16 = np.zeros(words.size * 2, np.uint32)
+    decode_all[4, 64](words, fp8, f16, i8)
+    model = fp8_e4m3_decode(codes)
+    nan = np.isnan(model)
+    assert np.array_equal(np.isnan(fp8), nan)
+    assert np.array_equal((fp8[~nan] * float(E4M3_UNIT)).view(np.uint32), model[~nan].view(np.uint32))
+    halves = f16.view(np.float16).astype(np.float32) * float(E4M3_UNIT)  # (NaN codes come out finite here)
+    assert np.array_equal(halves[~nan].view(np.uint32), model[~nan].view(np.uint32))
+    assert np.array_equal(i8, codes.view(np.int8).astype(np.float32))
+
+
+@pytest.mark.parametrize("phase", PAGED)
+def test_nan_in_an_fp8_cache_propagates(phase):
+    """A NaN code (0x7F) in one key of an fp8 cache makes that sequence's output NaN (both phases,
+    both dequantization paths), and the other sequence stays finite and correct."""
+    rng = np.random.default_rng(12)
+    B, H, Hkv, D, P = 2, 2, 1, 16, 16
+    x = rng.standard_normal((3, P, Hkv, D)).astype(np.float32)
+    kc = np.clip(x * 20, -448, 448).astype(ml_dtypes.float8_e4m3fn)
+    vc = np.clip(rng.standard_normal(x.shape) * 20, -448, 448).astype(ml_dtypes.float8_e4m3fn)
+    vc.view(np.uint8)[1, 3, 0, 5] = 0x7F  # page 1 belongs to sequence 0 only
+    table = np.array([[0, 1], [2, 2]], np.int32)
+    lens = np.array([30, 12], np.int32)
+    q = rng.standard_normal((B, H, 1, D)).astype(np.float16)
+    out = na.decode_paged(q, kc, vc, table, lens, k_scale=0.05, v_scale=0.05, phase=phase, **SIM[phase])
+    assert np.isnan(out[0]).any() and not np.isnan(out[1]).any()
+    ref = paged_reference(q[1:], kc, vc, table[1:], lens[1:], kv_dtype="float8_e4m3", k_scale=0.05, v_scale=0.05)
+    c = na.check(out[1:], ref, dtype="float16")
+    assert c.ok, c.reason
 
 
 # -- the phases against the reference ----------------------------------------------------------

@@ -54,6 +54,10 @@ The functions
 ``cp_async_commit``        ``cp.async.commit_group``
 ``cp_async_wait(n)``       ``cp.async.wait_group n`` (n a compile-time constant)
 ``ld_global_v4``           ``ld.global.nc.v4.u32`` (128-bit read-only load)
+``ld_global_v2``           ``ld.global.nc.v2.u32`` (64-bit read-only load)
+``byte_perm``              ``prmt.b32`` (CUDA's ``__byte_perm``: four bytes picked from two words)
+``unpack_f16x2``           ``cvt.f32.f16`` of both halves of a register (exact)
+``u32_as_f32``             ``mov.b32`` (a 32-bit pattern read as float32)
 ``st_shared_v4``           ``st.shared.v4.u32`` (128-bit shared store)
 ``ld_shared_v4``           ``ld.shared.v4.u32`` (128-bit shared load, as uint32 words)
 ``unpack_bf16x2``          one register of two bf16 → two float32 (exact: the bits shifted, no instruction)
@@ -104,7 +108,7 @@ SMEM_ALIGN = None if IS_SIMULATOR else 16
 __all__ = [
     "SMEM_ALIGN", "mma_f16", "mma_bf16", "mma_tf32", "ldmatrix_x4", "ldmatrix_x4_trans",
     "cp_async16", "cp_async16_flat", "cp_async16_flat_l2_256", "cp_async_commit", "cp_async_wait", "ld_global_v4",
-    "st_shared_v4", "ld_shared_v4", "unpack_bf16x2",
+    "st_shared_v4", "ld_shared_v4", "unpack_bf16x2", "ld_global_v2", "byte_perm", "unpack_f16x2", "u32_as_f32",
     "pack_f16x2", "pack_bf16x2", "pack_b16x2", "to_tf32", "lds", "rows_head_major",
 ]
 
@@ -124,6 +128,21 @@ def _u32(x) -> int:
     if not 0 <= v <= _MASK32:
         raise ValueError(f"register value {v:#x} does not fit 32 bits")
     return v
+
+
+def byte_perm_reference(a, b, sel) -> int:
+    """``prmt.b32 d, a, b, sel`` (default mode, CUDA's ``__byte_perm``): byte i of d is byte
+    ``n & 7`` of the 8 bytes {b, a} (a the low four), n the i-th selector nibble; with bit 3 of n
+    set, that byte's sign bit replicated (0x00 or 0xFF)."""
+    src = _u32(a) | (_u32(b) << 32)
+    out = 0
+    for i in range(4):
+        n = (int(sel) >> (4 * i)) & 0xF
+        byte = (src >> (8 * (n & 7))) & 0xFF
+        if n & 8:
+            byte = 0xFF if byte & 0x80 else 0x00
+        out |= byte << (8 * i)
+    return out
 
 
 def f16_bits(x) -> int:
@@ -401,6 +420,35 @@ if IS_SIMULATOR:
         lo, hi = np.array([(b & 0xFFFF) << 16, b & 0xFFFF0000], np.uint32).view(np.float32)
         return np.float32(lo), np.float32(hi)
 
+    def ld_global_v2(arr, b, r, c):
+        """Two 32-bit words at ``arr[b, r, c]`` (8 bytes, 8-byte aligned) as uint32."""
+        a = np.asarray(_np(arr))
+        idx = (int(b), int(r), int(c))
+        if a.ndim != 3 or a.itemsize != 4:
+            raise TypeError("ld_global_v2 reads a 3-D array of 32-bit words")
+        if idx[2] % 2:
+            raise ValueError(f"address of element {idx} is not 8-byte aligned")
+        for i, n in zip(idx, a.shape):
+            if not 0 <= i < n:
+                raise IndexError(f"index {idx} out of bounds for shape {a.shape}")
+        if idx[2] + 2 > a.shape[2]:
+            raise IndexError(f"8 bytes at {idx} run past the row (shape {a.shape})")
+        w = np.ascontiguousarray(a[idx[0], idx[1], idx[2]:idx[2] + 2]).view(np.uint32)
+        return np.uint32(w[0]), np.uint32(w[1])
+
+    def byte_perm(a, b, sel):
+        """``prmt.b32``: four bytes picked from the eight of {b, a} (:func:`byte_perm_reference`)."""
+        return np.uint32(byte_perm_reference(a, b, sel))
+
+    def unpack_f16x2(w):
+        """One register of two f16 → (low, high) as float32 (exact)."""
+        lo, hi = np.array([_u32(w)], np.uint32).view(np.float16)
+        return np.float32(lo), np.float32(hi)
+
+    def u32_as_f32(x):
+        """A 32-bit pattern read as float32."""
+        return np.array([_u32(x)], np.uint32).view(np.float32)[0]
+
     def rows_head_major(a, s, n):
         """Rows ``s … s+n−1`` of a 3-D (tokens, heads, W) array as the (heads, n, W) view."""
         return np.asarray(_np(a))[int(s):int(s) + int(n)].transpose(1, 0, 2)
@@ -640,6 +688,61 @@ else:  # -------------------------------------------------------------- GPU
             lo = builder.bitcast(builder.shl(x, ir.Constant(_i32, 16)), _f32)
             hi = builder.bitcast(builder.and_(x, ir.Constant(_i32, 0xFFFF0000)), _f32)
             return context.make_tuple(builder, sig.return_type, [lo, hi])
+
+        return sig, codegen
+
+    @intrinsic
+    def ld_global_v2(typingctx, arr, b, r, c):
+        if not (isinstance(arr, types.Array) and arr.ndim == 3 and arr.dtype.bitwidth == 32):
+            return None
+        sig = types.UniTuple(types.uint32, 2)(arr, b, r, c)
+
+        def codegen(context, builder, sig, args):
+            ptr = _elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
+            ret = ir.LiteralStructType([_i32] * 2)
+            res = _asm(builder, ret, [ir.IntType(64)], "ld.global.nc.v2.u32 {$0,$1}, [$2];",
+                       "=r,=r,l", [_global_ptr(builder, ptr)], side_effect=True)
+            vals = [builder.extract_value(res, i) for i in range(2)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    @intrinsic
+    def byte_perm(typingctx, a, b, sel):
+        if not all(isinstance(x, types.Integer) for x in (a, b, sel)):
+            return None
+        sig = types.uint32(a, b, sel)
+
+        def codegen(context, builder, sig, args):
+            xs = [context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args)]
+            return _asm(builder, _i32, [_i32] * 3, "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r", xs)
+
+        return sig, codegen
+
+    @intrinsic
+    def unpack_f16x2(typingctx, w):
+        if not isinstance(w, types.Integer):
+            return None
+        sig = types.UniTuple(types.float32, 2)(w)
+
+        def codegen(context, builder, sig, args):
+            x = context.cast(builder, args[0], sig.args[0], types.uint32)
+            res = _asm(builder, ir.LiteralStructType([_f32] * 2), [_i32],
+                       "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.f32.f16 $0, lo; cvt.f32.f16 $1, hi; }",
+                       "=f,=f,r", [x])
+            vals = [builder.extract_value(res, i) for i in range(2)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    @intrinsic
+    def u32_as_f32(typingctx, x):
+        if not isinstance(x, types.Integer):
+            return None
+        sig = types.float32(x)
+
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(context.cast(builder, args[0], sig.args[0], types.uint32), _f32)
 
         return sig, codegen
 

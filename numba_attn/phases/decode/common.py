@@ -31,9 +31,10 @@ from numba_attn.gpu.arrays import view_as  # noqa: E402
 from numba_attn.gpu.device_functions import (LOG2E, NEG_BIG, combine_splits, fragment_rescale,  # noqa: E402
                                              fragment_softmax, ldg_f16x8, ldg_f32x4, merge_state, merge_state2,
                                              state_lse)
-from numba_attn.gpu.intrinsics import (cp_async16_flat, cp_async16_flat_l2_256, cp_async_commit,  # noqa: E402
-                                       cp_async_wait, ld_global_v4, ld_shared_v4, ldmatrix_x4, ldmatrix_x4_trans,
-                                       mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, st_shared_v4, unpack_bf16x2)
+from numba_attn.gpu.intrinsics import (byte_perm, cp_async16_flat, cp_async16_flat_l2_256,  # noqa: E402
+                                       cp_async_commit, cp_async_wait, ld_global_v2, ld_global_v4, ld_shared_v4,
+                                       ldmatrix_x4, ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2,
+                                       st_shared_v4, u32_as_f32, unpack_bf16x2, unpack_f16x2)
 from numba_attn.gpu.jit import device, kernel  # noqa: E402
 from numba_attn.gpu.pdl import launch_after, launch_dependents, pdl_available, uses_griddepcontrol  # noqa: E402
 from numba_attn.gpu.ptx_loads import (STATIC_SMEM_LIMIT, dynamic_tile, launch_dynamic, smem_reason,  # noqa: E402
@@ -694,25 +695,67 @@ def check_paged_problem(problem) -> str | None:
     return None
 
 
-@device
-def fp8_e4m3_to_f32(b):
-    """One float8 e4m3fn byte (an int 0..255) → float32, exact: subnormals (exponent
-    0) are m · 2⁻⁹, normals (8 + m) · 2^(e−10); 0x7F/0xFF are NaN (no infinities)."""
-    x = int32(b)
-    e = (x >> 3) & 15
-    mm = x & 7
-    mant = mm + 8 if e > 0 else mm
-    val = float32(mant) * float32(1 << max(e, 1)) * float32(0.0009765625)
-    if e == 15 and mm == 7:
-        val = float32(math.nan)
-    return -val if x >= 128 else val
+E4M3_UNIT = float32(256.0)  # e4m3x4_f16x2's values are the codes' values / 256: scales carry the 256
+_NAN_BITS = uint32(0x7FC00000)
 
 
 @device
-def int8_to_f32(b):
-    """One int8 byte (as an int 0..255) → float32."""
-    x = int32(b)
-    return float32(x - 256 if x >= 128 else x)
+def e4m3x4_f16x2(w):
+    """Four float8 e4m3fn codes (the bytes of ``w``, low first) → two f16x2 registers holding
+    the codes' values / 256, exact, in four integer instructions: the byte moved to the top of a
+    half (``prmt``), its sign kept, its 7 exponent and mantissa bits shifted right by one, so
+    that e4m3's exponent (bias 7) lands in f16's (bias 15): every normal and subnormal e4m3
+    value / 2⁸ is an f16 normal or subnormal with the same bits. The NaN codes (0x7F, 0xFF)
+    come out finite: :func:`e4m3_nan_bytes` finds them."""
+    lo = byte_perm(w, uint32(0), uint32(0x1404))  # halves: b0 << 8, b1 << 8
+    hi = byte_perm(w, uint32(0), uint32(0x3424))  # b2 << 8, b3 << 8
+    return ((lo & uint32(0x80008000)) | ((lo >> uint32(1)) & uint32(0x3F803F80)),
+            (hi & uint32(0x80008000)) | ((hi >> uint32(1)) & uint32(0x3F803F80)))
+
+
+@device
+def e4m3_nan_bytes(w):
+    """Non-zero when a byte of ``w`` is an e4m3fn NaN code (its low 7 bits all ones): a byte's
+    low 7 bits plus one carries into its top bit only then (and never into the next byte)."""
+    return ((w & uint32(0x7F7F7F7F)) + uint32(0x01010101)) & uint32(0x80808080)
+
+
+@device
+def e4m3_nan_fix(w, x, i):
+    """``x`` (the value of byte ``i`` of ``w``), or NaN when that byte is a NaN code."""
+    return u32_as_f32(_NAN_BITS) if ((w >> uint32(8 * i)) & uint32(0x7F)) == uint32(0x7F) else x
+
+
+@device
+def e4m3x4_f32(w):
+    """Four float8 e4m3fn codes → four float32 of their values / 256 (exact; NaN codes NaN)."""
+    a, b = e4m3x4_f16x2(w)
+    x0, x1 = unpack_f16x2(a)
+    x2, x3 = unpack_f16x2(b)
+    if e4m3_nan_bytes(w):  # rare: a NaN in the cache propagates
+        x0 = e4m3_nan_fix(w, x0, 0)
+        x1 = e4m3_nan_fix(w, x1, 1)
+        x2 = e4m3_nan_fix(w, x2, 2)
+        x3 = e4m3_nan_fix(w, x3, 3)
+    return x0, x1, x2, x3
+
+
+@device
+def int8x4_f32(w):
+    """Four int8 codes → four float32, exact, without integer-to-float conversions (a quarter-rate
+    instruction): the biased byte (code + 128) placed in the mantissa of 2²³ (``prmt``), then
+    2²³ + 128 subtracted."""
+    u = w ^ uint32(0x80808080)
+    return (u32_as_f32(byte_perm(u, uint32(0x4B000000), uint32(0x7650))) - float32(8388736.0),
+            u32_as_f32(byte_perm(u, uint32(0x4B000000), uint32(0x7651))) - float32(8388736.0),
+            u32_as_f32(byte_perm(u, uint32(0x4B000000), uint32(0x7652))) - float32(8388736.0),
+            u32_as_f32(byte_perm(u, uint32(0x4B000000), uint32(0x7653))) - float32(8388736.0))
+
+
+def kv8_decoder(KV8: int):
+    """(four codes → four float32, what the scales are multiplied by) of an 8-bit cache format
+    (``KV8`` 1: e4m3fn, values / 256, so 256; 2: int8, 1)."""
+    return (e4m3x4_f32, E4M3_UNIT) if KV8 == 1 else (int8x4_f32, float32(1.0))
 
 
 @functools.cache
@@ -730,7 +773,7 @@ def paged_keys(D: int, VW: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN
     KW = WARP_SIZE // L
     LOGP = P.bit_length() - 1
     ldv = ldg_f32x4 if VW == 4 else ldg_f16x8
-    dq = fp8_e4m3_to_f32 if KV8 == 1 else int8_to_f32
+    dq4, UNIT = kv8_decoder(KV8)
     STEP = P % KS == 0  # a step never crosses a page
 
     @device
@@ -757,16 +800,21 @@ def paged_keys(D: int, VW: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN
                             VV[t, u * VW + x] = vx[x]
             else:
                 srow = row if TOKEN else 0
-                sk = ks[srow, h]
-                sv = vs[srow, h]
+                sk = ks[srow, h] * UNIT
+                sv = vs[srow, h] * UNIT
                 for u in range(NV):
                     c = (sub + L * u) * 2  # word of the chunk's first element (8 bytes: 2 words)
-                    for wi in range(2):
-                        kw = k[row, h, c + wi]
-                        vw = v[row, h, c + wi]
-                        for x in range(4):
-                            KK[t, u * VW + 4 * wi + x] = dq((kw >> (8 * x)) & 255) * sk
-                            VV[t, u * VW + 4 * wi + x] = dq((vw >> (8 * x)) & 255) * sv
+                    kw0, kw1 = ld_global_v2(k, row, h, c)
+                    vw0, vw1 = ld_global_v2(v, row, h, c)
+                    k0, k1, k2, k3 = dq4(kw0)
+                    k4, k5, k6, k7 = dq4(kw1)
+                    v0, v1, v2, v3 = dq4(vw0)
+                    v4, v5, v6, v7 = dq4(vw1)
+                    e = u * VW
+                    KK[t, e], KK[t, e + 1], KK[t, e + 2], KK[t, e + 3] = k0 * sk, k1 * sk, k2 * sk, k3 * sk
+                    KK[t, e + 4], KK[t, e + 5], KK[t, e + 6], KK[t, e + 7] = k4 * sk, k5 * sk, k6 * sk, k7 * sk
+                    VV[t, e], VV[t, e + 1], VV[t, e + 2], VV[t, e + 3] = v0 * sv, v1 * sv, v2 * sv, v3 * sv
+                    VV[t, e + 4], VV[t, e + 5], VV[t, e + 6], VV[t, e + 7] = v4 * sv, v5 * sv, v6 * sv, v7 * sv
 
     return load_keys
 
@@ -911,7 +959,8 @@ def make_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causa
     CPL8 = -(-Bc * C8 // WARP_SIZE)  # chunks per lane per tile (K and V each)
     BYTES8 = W * RING * DW8  # floats of the byte rings
     STAGE_ROWS = W * 2 * Bc  # rows of the 16-bit tiles (K then V of each warp)
-    dq8 = fp8_e4m3_to_f32 if KV8 == 1 else int8_to_f32
+    dq4, UNIT = kv8_decoder(KV8)
+    F16_FP8 = KV8 == 1 and not BF16  # e4m3 codes straight to f16 pairs (no float32 on the way)
     NT2 = 2 * NT  # key columns of a lane in S
     if KV8:
         ML = max(BYTES8 + STAGE_ROWS * SDW, MO_ROWS * D)
@@ -937,9 +986,20 @@ def make_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causa
 
     @device
     def codes16(w):
-        """Four 8-bit codes (one word) → two registers of two 16-bit values each (exact)."""
-        return (pack(dq8(w & uint32(255)), dq8((w >> uint32(8)) & uint32(255))),
-                pack(dq8((w >> uint32(16)) & uint32(255)), dq8(w >> uint32(24))))
+        """Four 8-bit codes (one word) → two registers of two 16-bit values each, exact (e4m3:
+        the values / 256, :data:`E4M3_UNIT` rides on the scales; a NaN code gives f16 NaN)."""
+        if F16_FP8:
+            a, b = e4m3x4_f16x2(w)
+            if e4m3_nan_bytes(w):  # rare: a NaN in the cache propagates
+                for i in range(4):
+                    if ((w >> uint32(8 * i)) & uint32(0x7F)) == uint32(0x7F):
+                        if i < 2:
+                            a = (a & uint32(0xFFFF0000 if i == 0 else 0xFFFF)) | uint32(0x7E00 << (16 * i))
+                        else:
+                            b = (b & uint32(0xFFFF0000 if i == 2 else 0xFFFF)) | uint32(0x7E00 << (16 * (i - 2)))
+            return a, b
+        x0, x1, x2, x3 = dq4(w)
+        return pack(x0, x1), pack(x2, x3)
 
     @device
     def dequant_tile(KB, KV, brow, srow, lane):
@@ -997,8 +1057,8 @@ def make_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causa
             KV = dynamic_tile(BYTES8, STAGE_ROWS, SDW)  # the 16-bit tiles
             h = cuda.blockIdx.y - seq * Hkv  # the KV head
             if not TOKEN:  # per tensor / head: K's scale folded into the score scale
-                sl2 = sl2 * k_sc[0, h]
-                scale = scale * k_sc[0, h]
+                sl2 = sl2 * (k_sc[0, h] * UNIT)
+                scale = scale * (k_sc[0, h] * UNIT)
         else:
             KV = dynamic_tile(0, ROWS, SDW)
         split = cuda.blockIdx.x
@@ -1114,8 +1174,8 @@ def make_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causa
                     for e in range(2):
                         jj = min(j0 + nt * 8 + 2 * t + e, hi - 1)
                         crow = table[seq, jj >> LOGP] * P + (jj & (P - 1))
-                        kscl = k_sc[crow, h]
-                        vsc[2 * nt + e] = v_sc[crow, h]
+                        kscl = k_sc[crow, h] * UNIT
+                        vsc[2 * nt + e] = v_sc[crow, h] * UNIT
                         s[4 * nt + e] *= kscl
                         s[4 * nt + e + 2] *= kscl
             # -- mask keys past the split and (causal) after the row's position
@@ -1162,7 +1222,7 @@ def make_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causa
         l_lo = quad_sum(l_lo)
         l_hi = quad_sum(l_hi)
         if KV8 and not TOKEN:  # per tensor / head: V's scale on the block's accumulators
-            vscale = v_sc[0, h]
+            vscale = v_sc[0, h] * UNIT
             for i in range(NO):
                 acc[i] *= vscale
         for dt in range(DT):
