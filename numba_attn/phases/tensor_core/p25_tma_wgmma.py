@@ -46,7 +46,7 @@ slowest one at each refill): +5–10% at D=128 and D=64 (B1 H32 N4096 fp16:
 ~0.60–0.63 ms at D128 against 0.66), an eighth to a quarter of the gap to
 SDPA (0.43 ms); the larger step is the warp-specialised producer that follows.
 
-Verdict: not measured yet: not yet run on a GPU (checked in the simulator and by the offline sm_90a compile only).
+Verdict: confirmed, 0.591 ms at B1 H32 N4096 D128 fp16 (H200, CUPTI), 1.13x tc_wgmma, 0.78x SDPA; 0.365 ms at B4 H32 N2048 D64, 1.08x tc_wgmma [results/tensor-core-tma-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ at B1 H32 N4096 D128 fp16 (~0.60–0.66 ms), and the same at D=64.
 Whether ptxas honours ``setmaxnreg`` in numba's link step is the first
 thing to check on the GPU (the SASS should show ``USETMAXREG``).
 
-Verdict: not measured yet: not yet run on a GPU (checked in the simulator and by the offline sm_90a compile only).
+Verdict: as predicted at D128, 0.571 ms at B1 H32 N4096 D128 fp16 (H200, CUPTI), 1.04x tma_wgmma, 0.81x SDPA; refuted at D64, 0.445 ms at B4 H32 N2048, 0.82x tma_wgmma (one block per SM) [results/tensor-core-tma-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
