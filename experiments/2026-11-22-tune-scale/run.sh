@@ -20,7 +20,8 @@ echo "${NUMBA_ATTN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" > "$OUT/c
 
 DECODE=(-B 16 -H 32 --kv-heads 8 -N 1 --kv-len 8192 -D 128 --dtype float16)
 PREFILL=(-B 8 -H 16 -N 1024 -D 128 --causal --dtype float16)
-SWEEP=(decode_mma "${DECODE[@]}" --strategy grid --budget 40 --gpu)
+# the scale sweep: SWEEP_PHASES and SWEEP_BUDGET (configurations per phase) override its size
+SWEEP=("${SWEEP_PHASES:-decode_mma}" "${DECODE[@]}" --strategy grid --budget "${SWEEP_BUDGET:-40}" --gpu)
 
 timed() {  # NAME COMMAND...: wall seconds of COMMAND into $OUT/wall.tsv
   local name=$1; shift
@@ -36,9 +37,11 @@ for stage in $STAGES; do
   case $stage in
   local)  # the same sweep on 1 worker and on 2 workers (each in a results file and a cache of its own)
     timed workers1 na tune "${SWEEP[@]}" --workers 1 --results "$OUT/scale-w1.jsonl" --cache "$OUT/cache-w1.json"
-    timed workers2 na tune "${SWEEP[@]}" --workers 2 --results "$OUT/scale-w2.jsonl" --cache "$OUT/cache-w2.json" ;;
+    timed workers2 na tune "${SWEEP[@]}" --workers 2 --results "$OUT/scale-w2.jsonl" --cache "$OUT/cache-w2.json"
+    for w in w1 w2; do na tune --show --cache "$OUT/cache-$w.json" > "$OUT/cache-$w.txt" 2>&1 || true; done ;;
   ray)    # the same sweep on 2 Ray actors (a local Ray cluster of this machine)
     timed ray2 na tune "${SWEEP[@]}" --ray --workers 2 --results "$OUT/scale-ray2.jsonl" --cache "$OUT/cache-ray2.json"
+    na tune --show --cache "$OUT/cache-ray2.json" > "$OUT/cache-ray2.txt" 2>&1 || true
     python3 -c "import ray; ray.shutdown()" >/dev/null 2>&1 || true ;;
   tuned)  # tuned against default beside SDPA, CUPTI kernel time for all (the default is the first candidate)
     na tune tc_wgmma "${PREFILL[@]}" --gpu --workers 2 --timing cupti --results "$OUT/tuned.jsonl" \

@@ -42,7 +42,7 @@ def main(out):
         for line in open(os.path.join(out, "wall.tsv"), encoding="utf-8"):
             name, s = line.split("\t")
             wall[name] = float(s)
-    print("1. the scale sweep (decode_mma, 40 configurations of its grid)")
+    print("1. the scale sweep (the phases and budget of run.sh's SWEEP_PHASES / SWEEP_BUDGET)")
     ref = None
     for name, f in (("workers1", "scale-w1.jsonl"), ("workers2", "scale-w2.jsonl"), ("ray2", "scale-ray2.jsonl")):
         rs = rows(os.path.join(out, f))

@@ -350,6 +350,19 @@ PRESETS["paged-targets"] = [
                  kv_dtype=kd, kv_scale=sc)
     for n in (16384, 32768) for kd, sc in (("float8_e4m3", "head"), ("int8", "token"))
 ]
+# The targets where a split plan or the 8-bit dequantization decides (ragged B8/B32, 8-bit at 16k/32k), without
+# paged-targets' largest caches: one GPU run of a few minutes.
+PRESETS["paged-targets-short"] = [
+    PagedProblem(batch=b, heads=32, q_len=1, kv_len=n, head_dim=128, dtype="float16", page_size=64, ragged=True)
+    for b, n in ((8, 4096), (8, 32768), (32, 4096))
+] + [
+    PagedProblem(batch=8, heads=32, q_len=1, kv_len=n, head_dim=128, dtype="float16", page_size=64,
+                 kv_dtype=kd, kv_scale=sc)
+    for n in (16384, 32768) for kd, sc in (("float8_e4m3", "head"), ("int8", "token"))
+] + [
+    PagedProblem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64,
+                 kv_dtype="float8_e4m3", kv_scale="head"),
+]
 PRESETS["paged-small"] = [
     PagedProblem(batch=8, heads=32, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64, ragged=True),
     PagedProblem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64),
