@@ -913,6 +913,21 @@ def paged_default(problem) -> tuple:
     return PAGED_DEFAULT if (problem.heads // problem.kv_heads) * problem.q_len > 1 else PAGED_DEFAULT_ONE_ROW
 
 
+PAGED_MEAN_STEPS = 16  # a ragged batch's mean length is rounded up to 1/16 of its bucket for the split plan
+
+
+def paged_mean_bucket(seqlens, bucket: int) -> int:
+    """``PagedProblem.mean_len`` of a call: 0 when every sequence has one length (the one-wave
+    split plan), else the mean length rounded up to a multiple of ``bucket / PAGED_MEAN_STEPS``
+    (the plan is cached per rounded mean: lengths that grow by one per decode step change it
+    every ``bucket / 16`` steps; the split count it gives is a power of two, so few kernels compile).
+    ``seqlens`` is the host copy the input checks read."""
+    if seqlens.size == 0 or seqlens.min() == seqlens.max():
+        return 0
+    step = max(1, bucket // PAGED_MEAN_STEPS)
+    return min(bucket, -(-int(seqlens.sum()) // (seqlens.size * step)) * step)
+
+
 def _paged_host(a):
     """A block table, lengths or scale as a host NumPy array (or scalar) for the checks."""
     if a is None or isinstance(a, (int, float, np.floating, np.integer)):
@@ -965,8 +980,13 @@ def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=Fals
     queries are the last q_len positions of each sequence. A sequence of length 0 gives zeros. The
     input checks (page indices, lengths against the table, page size 16..256, scales, dtypes, shapes)
     run before anything is launched; ``spec/paged.py`` states the layout and holds the reference.
-    The split-K plan is made for the power-of-two bucket of the longest sequence (and cached per
-    bucket): calls whose longest sequence falls in one bucket reuse it.
+    The split-K plan is made for the power-of-two bucket of the longest sequence and, when the lengths
+    differ, for their mean rounded up to 1/16 of that bucket (``paged_mean_bucket``: the splits are
+    sized from the batch's total keys, so that a long sequence gets proportionally more blocks); it is
+    cached per (bucket, rounded mean): calls that fall in one reuse it, and another plan reuses the
+    compiled kernels except for a new power-of-two split count. The lengths the plan reads are the
+    host copy that the input checks make (device lengths are copied to the host for the checks on
+    every call; the plan adds no transfer).
     ``phase``: ``paged_mma`` or ``paged_split_k`` (None: the first of them that supports the problem, in
     the order of :func:`paged_default`).
     """
@@ -989,7 +1009,7 @@ def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=Fals
     bucket = 1 << max(0, longest - 1).bit_length()  # splits planned for the longest sequence's power-of-two bucket
     problem = PagedProblem(batch=B, heads=H, kv_heads=Hkv, q_len=Nq, kv_len=max(Nq, bucket),
                            head_dim=D, dtype=qdt, causal=bool(causal), scale=scale, page_size=P, kv_dtype=kv_dtype,
-                           kv_scale=skind or "head")
+                           kv_scale=skind or "head", mean_len=paged_mean_bucket(sl, bucket))
     names = paged_default(problem) if phase is None else (phase if isinstance(phase, str) else phase.name,)
     ph, launch = _layout_plan(names, "paged", "does not read a paged KV cache", PAGED_DEFAULT, problem, params,
                               _PAGED_PLANS)

@@ -327,3 +327,115 @@ def test_default_phase_order_follows_the_rows_per_kv_head():
     two = PagedProblem(batch=2, heads=4, q_len=2, kv_len=64, head_dim=16, dtype="float16", page_size=16)
     assert paged_default(one) == ("paged_split_k", "paged_mma")
     assert paged_default(gqa) == paged_default(two) == ("paged_mma", "paged_split_k")
+
+
+# -- the split plan of a ragged batch --------------------------------------------------------------
+
+def _resolved_splits(phase, problem):
+    ph = get_phase(phase)
+    return ph.resolve(problem, ph.resolve_params({}))["splits"]
+
+
+def test_uniform_lengths_keep_the_one_wave_plan():
+    """Every preset problem whose sequences have one length (all non-ragged ones, and a ragged
+    batch of one sequence) gets the one-wave split count of ``split_plan`` without lengths."""
+    from numba_attn.gpu.split_k import sm_count, split_plan
+    from numba_attn.phases.decode.common import ragged_mean
+    from numba_attn.spec.problem import PRESETS
+
+    seen = 0
+    for p in {q for name in ("paged", "paged-targets", "paged-8bit") for q in PRESETS[name]}:
+        if p.ragged and p.batch > 1:
+            assert ragged_mean(p) > 0
+            continue
+        assert ragged_mean(p) == 0, p.label
+        for phase in ("paged_mma", "paged_split_k"):
+            ph = get_phase(phase)
+            if ph.supports(p):
+                continue
+            prm = ph.resolve_params({})
+            if phase == "paged_mma":
+                want = split_plan(p.batch * p.kv_heads, p.kv_len, prm["warps"] * prm["Bc"], sm_count(),
+                                  prm["blocks_per_sm"], prm["min_keys"])[0]
+            else:
+                r = ph.resolve(p, prm)
+                want = split_plan(p.batch * p.kv_heads * -(-p.group * p.q_len // r["rows"]), p.kv_len, 1, sm_count(),
+                                  prm["blocks_per_sm"], prm["min_keys"])[0]
+            assert _resolved_splits(phase, p) == want, (phase, p.label)
+            seen += 1
+    assert seen > 20
+    uniform = PagedProblem(batch=8, heads=32, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64)
+    assert _resolved_splits("paged_split_k", uniform) == _resolved_splits("paged_mma", uniform) == 1  # 256 blocks
+    assert split_plan(256, 32768, 64, 132, 2, 256, mean_len=32768) == split_plan(256, 32768, 64, 132, 2, 256)
+
+
+def test_ragged_plan_splits_a_long_sequence():
+    """One 32k sequence among seven of 1k at B8 H32 (256 blocks fill the 264 slots of 132 SMs at
+    one wave: S = 1): the ragged plan splits it into small items against a slot's share of the
+    keys; every (sequence, split) item is empty (an early exit) or at most one chunk."""
+    from numba_attn.gpu.split_k import BALANCE, split_plan
+
+    lens = np.array([32768] + [1024] * 7)
+    n_blocks, sms, bps, min_keys = 8 * 32, 132, 2, 256
+    assert split_plan(n_blocks, 32768, 64, sms, bps, min_keys)[0] == 1
+    S, chunk = split_plan(n_blocks, 32768, 64, sms, bps, min_keys, mean_len=lens.mean())
+    assert S > 1 and S & (S - 1) == 0 and S * chunk >= 32768 and chunk % 64 == 0
+    share = lens.mean() * n_blocks / (sms * bps)  # keys per block slot
+    assert chunk <= max(min_keys, share / BALANCE) * 1.01
+    items = [max(0, min(n, (s + 1) * chunk) - s * chunk) for n in lens for s in range(S)]
+    assert max(items) <= chunk and sum(items) == lens.sum()
+    assert sum(i > 0 for i in items) == sum(-(-n // chunk) for n in lens)
+    # min_keys caps it as in the one-wave plan; a forced split count is kept
+    assert split_plan(n_blocks, 32768, 64, sms, bps, 16384, mean_len=lens.mean())[0] == 2
+    assert split_plan(n_blocks, 32768, 64, sms, bps, min_keys, splits=3, mean_len=lens.mean())[0] == 3
+    # the presets' ragged B8 batch (lengths from its seed): both paged phases split it
+    p = PagedProblem(batch=8, heads=32, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64,
+                     ragged=True)
+    assert _resolved_splits("paged_split_k", p) > 1 and _resolved_splits("paged_mma", p) > 1
+
+
+def test_decode_paged_plan_is_cached_per_rounded_mean():
+    """decode_paged's problem carries the call's mean length (rounded up to 1/16 of the bucket; 0 for
+    equal lengths); two plans with different means and one split count share their kernels."""
+    from numba_attn.api import paged_mean_bucket
+
+    assert paged_mean_bucket(np.array([50, 50], np.int32), 64) == 0
+    assert paged_mean_bucket(np.array([100, 7, 30], np.int32), 128) == 48
+    assert paged_mean_bucket(np.zeros(0, np.int32), 1) == 0
+    base = dict(batch=8, heads=32, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64)
+    for phase in PAGED:
+        a, b = (get_phase(phase).plan(PagedProblem(**base, mean_len=m)) for m in (14336, 16384))
+        assert a.params["splits"] == b.params["splits"] > 1
+        assert all(x is y for x, y in zip(a.kernels, b.kernels)), phase
+    assert Problem.from_dict(PagedProblem(**base, mean_len=4096).to_dict()).mean_len == 4096
+    assert "mean_len" not in PagedProblem(**base).to_dict()  # rows of problems without it are unchanged
+
+
+@pytest.mark.parametrize("phase", PAGED)
+def test_ragged_plan_runs_correctly(phase, monkeypatch):
+    """A ragged batch (one long sequence, a partly filled page, a shared page) with the automatic
+    split count on a stand-in GPU of 2 SMs, where the one-wave plan would give one split: the ragged
+    plan splits it (several splits past the short sequences' ends), and the output matches the
+    reference; the runner's ragged problem likewise."""
+    from collections import OrderedDict
+
+    import numba_attn.api as api
+    import numba_attn.gpu.split_k as split_k
+
+    monkeypatch.setattr(split_k, "SIMULATOR_SMS", 2)
+    monkeypatch.setattr(api, "_PAGED_PLANS", OrderedDict())
+    rng = np.random.default_rng(11)
+    B, H, Hkv, D, P = 3, 2, 1, 16, 16
+    kc, vc = _caches(rng, 9, P, Hkv, D)
+    table = np.array([[8, 0, 3, 5, 1, 2, 4, 6], [7, 7, 7, 7, 7, 7, 7, 7], [2, 6, 0, 0, 0, 0, 0, 0]], np.int32)
+    lens = np.array([100, 7, 30], np.int32)
+    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
+    params = {"splits": 0, "min_keys": 16, "blocks_per_sm": 1}
+    _run(phase, q, kc, vc, table, lens, **params)
+    (key, launch), = api._PAGED_PLANS.items()
+    assert key[1].mean_len == 48 and launch.params["splits"] >= 4, launch.notes
+    p = PagedProblem(batch=3, heads=2, kv_heads=1, q_len=1, kv_len=128, head_dim=16, dtype="float16",
+                     page_size=16, ragged=True)
+    row = measure(phase, p, RunConfig(seeds=(7,), time_kernels=False), **{**SIM[phase], **params})
+    assert row["status"] == "OK", row["reason"]
+    assert row["params"]["splits"] > 1

@@ -31,21 +31,41 @@ def sm_count() -> int:
         return SIMULATOR_SMS
 
 
+BALANCE = 4  # a ragged batch's plan: a split's keys at most 1/BALANCE of the mean keys per block slot
+
+
 def split_plan(n_blocks: int, kv_len: int, keys_per_round: int, sms: int, blocks_per_sm: int,
-               min_keys: int, splits: int = 0):
+               min_keys: int, splits: int = 0, mean_len: float = 0):
     """(S, chunk): the number of KV splits and the keys per split.
 
     ``n_blocks`` blocks exist without splitting; S is the largest count whose
     ``S × n_blocks`` blocks still fit the ``sms × blocks_per_sm`` block slots
     at once (a second, partial wave would leave most SMs idle at the end),
-    with at least ``min_keys`` keys per split (``splits`` > 0 forces S). ``chunk`` is rounded up to whole ``keys_per_round``, so the last
-    splits may be shorter or empty.
+    with at least ``min_keys`` keys per split (``splits`` > 0 forces S). ``chunk`` is rounded up to whole
+    ``keys_per_round``, so the last splits may be shorter or empty.
+
+    ``mean_len``: the sequences of the batch have unequal lengths, ``mean_len`` keys
+    on average, at most ``kv_len`` (0, or ``kv_len``: every block has ``kv_len``
+    keys, the plan above). Split ``s`` of every sequence covers keys
+    ``[s·chunk, (s+1)·chunk)``, so one wave with a split count for the longest
+    sequence leaves the blocks of the long sequences running alone at the end.
+    The ragged plan sizes the splits from the total work instead: ``mean_len × n_blocks``
+    keys over the block slots, each split at most 1/``BALANCE`` of a slot's share
+    (at least ``min_keys``), so the non-empty (sequence, split) blocks are small
+    against a slot's share and even out over several waves (a split past a
+    sequence's end exits at once). S is rounded up to a power of two (a kernel
+    compiled for its split count is compiled for few counts), capped by ``min_keys``
+    as above, and never below the one-wave S.
     """
     if splits > 0:
         S = splits
     else:
-        want = sms * blocks_per_sm // n_blocks
-        S = max(1, min(want, -(-kv_len // max(1, min_keys))))
+        cap = -(-kv_len // max(1, min_keys))
+        S = max(1, min(sms * blocks_per_sm // n_blocks, cap))
+        if 0 < mean_len < kv_len:
+            share = mean_len * n_blocks / (sms * blocks_per_sm)  # keys per block slot
+            ragged = -(-kv_len // max(1, min_keys, int(share / BALANCE)))
+            S = max(S, min(1 << (ragged - 1).bit_length(), cap))
     chunk = -(-kv_len // S)
     chunk = -(-chunk // keys_per_round) * keys_per_round
     return S, chunk

@@ -249,12 +249,16 @@ class PagedProblem(Problem):
     (the cache in ``dtype``), ``"float8_e4m3"`` or ``"int8"``, with scales
     per ``kv_scale`` (``tensor``, ``head`` or ``token``). The layout (lengths,
     a shuffled block table, scales) depends on ``seed`` only, the values on
-    the seed of :meth:`inputs`."""
+    the seed of :meth:`inputs`. ``mean_len`` (0: unset) stands for the lengths
+    in the split plan only: the sequences have unequal lengths of this mean
+    (``decode_paged`` sets it from a call's lengths; phases/decode/common.py,
+    ``ragged_mean``); a row's problem leaves it out while it is 0."""
 
     page_size: int = 16
     kv_dtype: str = ""
     kv_scale: str = "head"
     ragged: bool = False
+    mean_len: int = 0
 
     def __post_init__(self):
         super().__post_init__()
@@ -280,6 +284,12 @@ class PagedProblem(Problem):
 
     def seqlens(self):
         return self.layout()[1]
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        if not d["mean_len"]:
+            del d["mean_len"]  # (the rows of problems without it stay as they were)
+        return d
 
     def pairs_per_head(self) -> int:
         return sum(_causal_pairs(self.q_len, n) if self.causal and n >= self.q_len else self.q_len * n

@@ -117,11 +117,25 @@ def resolve_chunked(problem, rows, lanes, keys):
     return {"rows": RB, "lanes": L, "keys": keys_per_group(problem.head_dim, L, RB, keys)}
 
 
+def ragged_mean(problem) -> float:
+    """The mean length of a paged problem's sequences when they differ (``split_plan``'s
+    ``mean_len``: the ragged plan); 0 for a contiguous problem or one whose sequences all
+    have one length (the one-wave plan). ``PagedProblem.mean_len`` when set (``decode_paged``:
+    the call's lengths), else the mean of ``seqlens()`` (the runner's problems)."""
+    if not getattr(problem, "page_size", 0):
+        return 0
+    if problem.mean_len:
+        return problem.mean_len
+    lens = problem.seqlens()
+    return float(lens.mean()) if lens.size and lens.min() != lens.max() else 0
+
+
 def resolve_splits(problem, keys_per_round, rows_per_block, blocks_per_sm, min_keys, splits):
-    """``splits`` (0: as many as fill the SMs' block slots in one wave, ``split_plan``)."""
+    """``splits`` (0: as many as fill the SMs' block slots in one wave, ``split_plan``; a paged
+    problem with unequal lengths: the ragged plan, :func:`ragged_mean`)."""
     n_rc = -(-problem.group * problem.q_len // max(1, rows_per_block))
     S, _ = split_plan(problem.batch * problem.kv_heads * n_rc, problem.kv_len, max(1, keys_per_round), sm_count(),
-                      blocks_per_sm, min_keys, splits)
+                      blocks_per_sm, min_keys, splits, mean_len=ragged_mean(problem))
     return S
 
 
@@ -1357,9 +1371,10 @@ def check_mma(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_
 
 def resolve_mma(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
                 fixed_combine):
-    """``resolve`` of ``decode_mma`` and ``paged_mma``: the split count."""
+    """``resolve`` of ``decode_mma`` and ``paged_mma``: the split count (a paged problem with unequal
+    lengths: the ragged plan of ``split_plan``, :func:`ragged_mean`)."""
     S, _ = split_plan(problem.batch * problem.kv_heads, problem.kv_len, max(1, warps * Bc), sm_count(), blocks_per_sm,
-                      min_keys, splits)
+                      min_keys, splits, mean_len=ragged_mean(problem))
     return {"splits": S}
 
 
@@ -1371,7 +1386,8 @@ def mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse
     of the call's ``layout``); ``note`` goes into the Launch's notes after the split size."""
     B, Hkv, Nq, Nk, D = problem.batch, problem.kv_heads, problem.q_len, problem.kv_len, problem.head_dim
     G = problem.group
-    S, chunk = split_plan(B * Hkv, Nk, warps * Bc, sm_count(), blocks_per_sm, min_keys, splits)
+    S, chunk = split_plan(B * Hkv, Nk, warps * Bc, sm_count(), blocks_per_sm, min_keys, splits,
+                          mean_len=ragged_mean(problem))
     final = S == 1
     fused = S * G * Nq <= fuse_max
     dependent = bool(pdl) and not final and not fused and uses_griddepcontrol()

@@ -7,10 +7,15 @@ key ``j`` of sequence ``b`` is row ``j % P`` of page ``block_table[b, j // P]``
 consecutive and steps are aligned to KS, so when pages hold whole steps
 (``P % KS == 0``) the page index is one load per step; otherwise (a smaller
 page, or a step of 3·8 keys) it is read per key. Each sequence has its own length
-(``cache_seqlens[b]``): the splits are planned for the longest, a split past
-a sequence's end is empty; every split writes a partial (no one-split
-direct write) so that a sequence of length 0 gets zeros (its split 0 writes a
-zero partial with log-sum-exp 0). The same kernel reads an 8-bit cache
+(``cache_seqlens[b]``): split s of every sequence covers keys
+[s·chunk, (s+1)·chunk), chunk sized for the longest, and a split past a
+sequence's end is empty (an early exit). When the lengths differ the split
+count comes from the batch's total keys (``split_plan``'s ragged plan: a
+split at most a quarter of a block slot's share of the keys), so a long
+sequence is read by proportionally more blocks, over several waves, instead
+of one wave of (sequence, head) blocks waiting for the longest. Every split
+writes a partial (no one-split direct write) so that a sequence of length 0
+gets zeros (its split 0 writes a zero partial with log-sum-exp 0). The same kernel reads an 8-bit cache
 (fp8 e4m3 or int8 bytes, two 32-bit words per 8 elements, dequantized in
 registers and multiplied by the per-tensor, per-head or per-token scale), and
 a float16 or bfloat16 query (a bfloat16 cache read as 32-bit words, each
@@ -21,7 +26,7 @@ in ``common``).
 Prediction: at page size >= 64 the same bandwidth as ``decode_split_k_lean``
 (within 5%: one extra L1-cached load per step); an 8-bit cache halves the
 bytes, ~1.7-1.9x faster than SDPA on the fp16 contiguous cache at KV >= 16k.
-Verdict: 0.112 ms at B1 H32 KV 32k P64 (one sequence), 0.99x decode_split_k_lean's bandwidth on the same keys; ragged B8 (0.596 ms at KV <= 32k) 0.77x, its splits planned for the longest sequence (H200, CUPTI) [results/paged-nvidia-h200.jsonl]
+Verdict: 0.112 ms at B1 H32 KV 32k P64 (one sequence), 0.99x decode_split_k_lean's bandwidth on the same keys; ragged B8 (0.596 ms at KV <= 32k) 0.77x, its splits planned for the longest sequence (before the ragged plan, not measured yet) (H200, CUPTI) [results/paged-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
@@ -44,7 +49,8 @@ def _supports(problem, **params):
         decode_split_k_lean on a paged KV cache (FlashAttention's flash_attn_with_kvcache
         layout): a key row is found through the block table (the page index read once per
         warp step when a page holds the step), each sequence has its own length (a length-0
-        sequence gives zeros), and an 8-bit cache (fp8 e4m3 or int8, per-tensor, per-head or
+        sequence gives zeros; unequal lengths: splits sized from the batch's total keys), and
+        an 8-bit cache (fp8 e4m3 or int8, per-tensor, per-head or
         per-token scale) is dequantized in registers; float16 or bfloat16 queries. Tolerance:
         the query dtype's (float16 4e-3, bfloat16 3e-2) against the float64 reference on the
         dequantized cache, for every cache format.

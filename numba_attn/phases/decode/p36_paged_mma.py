@@ -5,8 +5,10 @@ copy of a ``Bc``-key tile reads cache row ``block_table[b, j // P] · P + j % P`
 of the (num_blocks, P, Hkv, D) cache instead of row ``j`` of a contiguous
 head. Tiles are aligned to Bc, so when pages hold whole tiles (``P % Bc == 0``)
 the page index is one load per tile; otherwise (a page smaller than a tile) it
-is looked up per row. Each sequence has its own length (``cache_seqlens[b]``: the splits are
-planned for the longest, a split past a sequence's end is empty); a sequence
+is looked up per row. Each sequence has its own length (``cache_seqlens[b]``: split s of every
+sequence covers keys [s·chunk, (s+1)·chunk), a split past a sequence's end is empty; when the
+lengths differ the split count comes from the batch's total keys, ``split_plan``'s ragged plan,
+rounded to a power of two: the combine kernel is compiled per split count); a sequence
 of length 0 gets zeros (its split 0 writes a zero partial with log-sum-exp
 0, or the one-split kernel writes 0 where no key was seen). The query rows of
 a KV head (GQA group × q_len ≤ 16) stay one m16 tile, in float16 or bfloat16.
@@ -30,7 +32,7 @@ size 16 a few percent lower (a cp.async row of 16 keys × 256 B per page). An
 8-bit cache halves the bytes: at KV >= 16k about half the fp16 cache's time, at
 the memory limit, if the conversion (a few integer operations per code, and a
 shared-memory round trip) hides under the copies.
-Verdict: 0.305 ms at ragged B32 H32 KV <= 4k P64, 0.95x the contiguous phases' bandwidth on the same bytes; 0.117 ms at B1 KV 32k (MHA: 15 of 16 tile rows padding); GQA and 8-bit rows not reached yet (H200, CUPTI) [results/paged-nvidia-h200.jsonl]
+Verdict: 0.305 ms at ragged B32 H32 KV <= 4k P64, 0.95x the contiguous phases' bandwidth on the same bytes (one split per sequence, before the ragged plan); 0.117 ms at B1 KV 32k (MHA: 15 of 16 tile rows padding); GQA and 8-bit rows not reached yet (H200, CUPTI) [results/paged-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
@@ -56,7 +58,8 @@ def _supports(problem, **params):
         decode_mma on a paged KV cache (FlashAttention's flash_attn_with_kvcache layout):
         the cp.async copy of a key tile finds its rows through the block table (one page
         index per tile when a page holds the tile, per row otherwise); each sequence has
-        its own length (a length-0 sequence gives zeros); float16 or bfloat16 queries and
+        its own length (a length-0 sequence gives zeros; unequal lengths: splits sized from
+        the batch's total keys); float16 or bfloat16 queries and
         caches, and fp8 e4m3 or int8 caches (per-tensor, per-head or per-token scale) whose
         bytes are copied and turned into 16-bit values in shared memory, the scales applied
         in fp32 on S and on P or O. Tolerance: the query dtype's (float16 4e-3, bfloat16
