@@ -44,12 +44,24 @@ def _link_info(ptx: str, arch: str = "sm_90", max_registers: int | None = None) 
 
 
 def parse_ptxas(log: str) -> dict:
+    """Registers, stack, spills and shared memory from a ptxas / nvJitLink info log. Two formats:
+    ``Used 40 registers, ...`` with a ``N bytes stack frame, N bytes spill stores, N bytes spill
+    loads`` line, and (newer) ``used 40 registers, used 1 barriers, 0 stack, 3104 bytes smem, ...,
+    0 bytes lmem``, which names no spills: there a kernel's local memory (``lmem``) stands for both
+    spill counts, so that a kernel using local memory never reads as spill-free."""
     out = {}
-    m = re.search(r"Used (\d+) registers", log)
+    m = re.search(r"[Uu]sed (\d+) registers", log)
     out["regs"] = int(m.group(1)) if m else None
     m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
     if m:
         out["stack_bytes"], out["spill_stores"], out["spill_loads"] = map(int, m.groups())
+    else:
+        m = re.search(r"(\d+) stack\b", log)
+        if m:
+            out["stack_bytes"] = int(m.group(1))
+        m = re.search(r"(\d+) bytes lmem", log)
+        if m:
+            out["lmem_bytes"] = out["spill_stores"] = out["spill_loads"] = int(m.group(1))
     m = re.search(r"(\d+) bytes smem", log)
     out["smem_bytes"] = int(m.group(1)) if m else 0
     return out
