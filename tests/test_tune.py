@@ -244,3 +244,42 @@ def test_ray_same_best(tmp_path, cache_env):
         assert one[0].best == two[0].best
     rows = [r for r in load_results(str(tmp_path / "ray.jsonl")) if r.get("type") == "result"]
     assert len({json.dumps(r["requested_params"], sort_keys=True) for r in rows}) == len(rows) == 3
+
+
+def test_candidates_sharing_kernels_go_to_one_worker():
+    """Candidates that differ only in a phase's launch parameters (the split count) form one group,
+    measured in a row by one worker (so it compiles their kernels once); other phases' candidates
+    stay single; a declared launch parameter must be a parameter of the phase."""
+    from numba_attn.measure.parallel import Workers
+
+    mma = get_phase("decode_mma")
+    assert mma.launch_params == ("splits",)
+    chosen = [{}, {"splits": 8}, {"warps": 2}, {"warps": 2, "splits": 16}, {"splits": 16}, {"Bc": 32}]
+    assert tuning.kernel_groups(mma, chosen) == [[0, 1, 4], [2, 3], [5]]
+    assert tuning.kernel_groups(get_phase("smem_kv"), [{}, {"Bc": 16}]) == [[0], [1]]
+    with pytest.raises(ValueError, match="unknown parameters"):
+        na.register_phase(name="bad_launch", order=999, title="t", parent=None, description="d", lineage="l",
+                          planned_speedup=None, launch_params=("nope",))(lambda problem, a=1: None)
+    assert "bad_launch" not in [p.name for p in list_phases()]  # refused, not registered
+
+    class Lane:
+        cfg, writer, worker, rows, progress = RunConfig(), None, None, [], None
+
+        def run_task(self, idx, n, kind, name, prob):
+            import time
+
+            time.sleep(0.01 * (idx % 3))
+            self.rows.append({"idx": idx, "lane": id(self)})
+
+    class Quiet:
+        def close(self):
+            pass
+
+    lanes = Workers(Lane(), 3, make_worker=lambda i: Quiet())
+    seen = {}
+    chunks = [[0, 1, 2], [3], [4, 5], [6, 7, 8, 9], [10]]
+    lanes.run(([(i, 11, "phase", "x", None, None) for i in c] for c in chunks),
+              lambda job, row: seen.__setitem__(job[0], row["lane"]))
+    assert sorted(seen) == list(range(11))
+    for c in chunks:
+        assert len({seen[i] for i in c}) == 1, c

@@ -205,19 +205,24 @@ class Workers:
         """Measure ``jobs`` (an iterator of ``(idx, n, kind, name, problem, params)``, pulled under a
         lock so a strategy can ask for the next candidate after seeing rows; ``params`` None: the
         sweep's own, else the phase's requested parameters) on the lanes; ``on_row(job, row)`` after
-        each row; ``stop()`` true: no job is started any more. An exception in a lane stops the others
-        from starting rows and is raised here."""
+        each row; ``stop()`` true: no job is started any more. An item may be a list of jobs: one lane
+        measures them in a row (candidates that share compiled kernels). An exception in a lane stops
+        the others from starting rows and is raised here."""
         it = iter(jobs)
         failed: list = []
 
         def lane_loop(lane):
+            todo: list = []
             while True:
                 with self.lock:
                     if failed or (stop is not None and stop()):
                         return
-                    job = next(it, None)
-                if job is None:
-                    return
+                    if not todo:
+                        item = next(it, None)
+                        if item is None:
+                            return
+                        todo = list(item) if isinstance(item, list) else [item]
+                    job = todo.pop(0)
                 idx, n, kind, name, prob, params = job
                 if params is not None:
                     lane.cfg = dataclasses.replace(self.sweep.cfg, params={name: params})

@@ -212,6 +212,24 @@ def order_candidates(cands: list[dict], strategy: str, seed: int) -> list[dict]:
     return list(cands)
 
 
+def kernel_groups(phase, chosen: list[dict]) -> list[list[int]]:
+    """The indices of ``chosen`` grouped by the parameters that shape the compiled kernel (all but
+    the phase's ``launch_params``), groups in order of first appearance, each in strategy order.
+    A worker measures a group in a row: its candidates mostly reuse the kernels the first one
+    compiled in that worker's process, where handing them out one by one to whichever worker is free
+    makes every worker compile nearly every kernel (measured: two workers gained 1.14x on a
+    145-candidate decode sweep, each candidate's plan taking 1.19 s instead of 0.07 s)."""
+    launch = set(getattr(phase, "launch_params", ()) or ())
+    if not launch:
+        return [[i] for i in range(len(chosen))]
+    groups: dict = {}
+    for i, c in enumerate(chosen):
+        full = {**phase.params, **c}
+        key = json.dumps({k: v for k, v in full.items() if k not in launch}, sort_keys=True, default=str)
+        groups.setdefault(key, []).append(i)
+    return list(groups.values())
+
+
 # -- the tuning ------------------------------------------------------------------------------------
 
 @dataclasses.dataclass
@@ -317,9 +335,9 @@ def tune(phases, problems, *, config: RunConfig | None = None, budget=None, stra
                         chosen = order_candidates(cands, strategy, seed)[:n]
                         slots = {}
 
-                        def jobs(chosen=chosen, n=n):
-                            for i, c in enumerate(chosen):
-                                yield (i, n, "phase", ph.name, prob, c)
+                        def jobs(chosen=chosen, n=n, ph=ph, prob=prob):
+                            for group in kernel_groups(ph, chosen):  # one worker measures a group in a row
+                                yield [(i, n, "phase", ph.name, prob, chosen[i]) for i in group]
 
                         pool.run(jobs(), lambda job, row, slots=slots: slots.__setitem__(job[0], (job[5], row)),
                                  stop)

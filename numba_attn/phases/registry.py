@@ -149,6 +149,9 @@ class Phase:
     requires_cc: tuple | str | None = None  # (major, minor) minimum, or "sm_90a": exactly that target
     space: dict = field(default_factory=dict)  # tunable parameter → values to try (see expand_space)
     layout: str = "contiguous"  # the layout it reads: "contiguous" (Problem), "paged" (PagedProblem) or "varlen"
+    # parameters read at launch (grid, kernel arguments): candidates that differ only in these mostly share
+    # their compiled kernels, so a tuning worker measures them in a row (measure/tune.py kernel_groups)
+    launch_params: tuple = ()
 
     def supports(self, problem, **params) -> str | None:
         """None when the phase can run ``problem``; otherwise the reason it cannot. A ``supports``
@@ -256,7 +259,7 @@ def check_param(phase: str, key: str, default, value):
 def register_phase(*, name, order, title, parent, description, lineage, planned_speedup,
                    dtypes=("float32", "float16"), head_dims=None, causal=True, kind="prefill",
                    precision=None, sim_params=None, supports=None, resolve=None, requires_cc=None, space=None,
-                   layout="contiguous"):
+                   layout="contiguous", launch_params=()):
     """Decorator registering a phase builder (see the module docstring)."""
 
     def deco(fn):
@@ -265,16 +268,18 @@ def register_phase(*, name, order, title, parent, description, lineage, planned_
                   if p.default is not inspect.Parameter.empty}
         if name in _REGISTRY and _REGISTRY[name].module != fn.__module__:
             raise ValueError(f"phase {name!r} registered twice ({_REGISTRY[name].module}, {fn.__module__})")
-        _REGISTRY[name] = Phase(
+        phase = Phase(
             name=name, order=order, title=title, parent=parent, description=inspect.cleandoc(description),
             lineage=lineage, planned_speedup=planned_speedup, build=fn, params=params,
             dtypes=tuple(dtypes), head_dims=tuple(head_dims) if head_dims else None, causal=causal,
             kind=kind, precision=precision, sim_params=dict(sim_params or {}), extra_supports=supports,
             resolver=resolve, module=fn.__module__, requires_cc=requires_cc,
-            space=dict(space or {}), layout=layout)
-        unknown = [k for k in _REGISTRY[name].space if k != "where" and k not in params]
+            space=dict(space or {}), layout=layout, launch_params=tuple(launch_params))
+        unknown = [k for k in phase.space if k != "where" and k not in params]
+        unknown += [k for k in phase.launch_params if k not in params]
         if unknown:
             raise ValueError(f"phase {name!r}: space names unknown parameters {unknown}")
+        _REGISTRY[name] = phase  # (a phase refused above is not registered)
         return fn
 
     return deco

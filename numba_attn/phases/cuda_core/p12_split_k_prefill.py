@@ -124,6 +124,7 @@ def _resolve(problem, **params):
             "FlashAttention-2 num_splits heuristic",
     planned_speedup=6.0,
     space={"Br": [32, 64, 128], "Bc": [16, 32, 64], "splits": [0, 2, 4, 8]},
+    launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     sim_params={"Br": 16, "Bc": 16, "splits": 3},
     supports=_supports,
     resolve=_resolve,

@@ -48,6 +48,7 @@ from numba_attn.phases.registry import register_phase
             "FlashInfer/vLLM PagedAttention v2 reduction kernel",
     planned_speedup=40.0,
     space={"warps": [4, 8], "rows": [2, 4], "keys": [0, 1, 2, 4], "splits": [0, 4, 8, 16, 32]},
+    launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     sim_params={"warps": 2, "splits": 3},
     supports=check_split,
     resolve=resolve_split,

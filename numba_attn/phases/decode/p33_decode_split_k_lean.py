@@ -64,6 +64,7 @@ from numba_attn.phases.registry import register_phase
             "FlashAttention-2 exp2 scaling; lazy rescaling (FlashAttention-3 / FlashInfer)",
     planned_speedup=45.0,
     space={"warps": [4, 8], "keys": [0, 1, 2, 4], "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4]},
+    launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     dtypes=("float32", "float16", "bfloat16"),
     sim_params={"warps": 2, "splits": 3},
     supports=check_split,

@@ -69,6 +69,7 @@ from numba_attn.phases.registry import register_phase
             "as the M dimension); FlashAttention-2 fragments",
     planned_speedup=60.0,
     space={"warps": [2, 4, 8], "Bc": [16, 32], "stages": [2, 3, 4], "splits": [0, 8, 16, 32, 64]},
+    launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     requires_cc=(8, 0),  # cp.async, ldmatrix, mma.sync
     dtypes=("float16", "bfloat16"),
     sim_params={"warps": 2, "Bc": 16, "stages": 2, "splits": 3},

@@ -60,6 +60,7 @@ def _supports(problem, **params):
     planned_speedup=45.0,
     dtypes=("float16", "bfloat16"),
     space={"warps": [4, 8], "keys": [0, 1, 2, 4], "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4]},
+    launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     sim_params={"warps": 2, "splits": 3},
     supports=_supports,
     resolve=resolve_split,
