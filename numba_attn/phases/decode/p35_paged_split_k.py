@@ -26,7 +26,7 @@ in ``common``).
 Prediction: at page size >= 64 the same bandwidth as ``decode_split_k_lean``
 (within 5%: one extra L1-cached load per step); an 8-bit cache halves the
 bytes, ~1.7-1.9x faster than SDPA on the fp16 contiguous cache at KV >= 16k.
-Verdict: 0.112 ms at B1 H32 KV 32k P64 (one sequence), 0.99x decode_split_k_lean's bandwidth on the same keys; ragged B8 (0.596 ms at KV <= 32k) 0.77x, its splits planned for the longest sequence (before the ragged plan, not measured yet) (H200, CUPTI) [results/paged-nvidia-h200.jsonl]
+Verdict: 0.950 ms at B8 H32 KV 32k P64 (equal lengths), 0.99x decode_split_k_lean; ragged B8 KV <= 32k 0.504 ms with the ragged plan (0.592 ms before), 0.95x; 8-bit caches at B8 KV 16k: 0.483 ms fp8/head, 0.389 ms int8/token, 0.98x and 1.22x SDPA on the fp16 cache (the 1.7x target missed) (H200, CUPTI) [results/paged-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ size 16 a few percent lower (a cp.async row of 16 keys × 256 B per page). An
 8-bit cache halves the bytes: at KV >= 16k about half the fp16 cache's time, at
 the memory limit, if the conversion (a few integer operations per code, and a
 shared-memory round trip) hides under the copies.
-Verdict: 0.305 ms at ragged B32 H32 KV <= 4k P64, 0.95x the contiguous phases' bandwidth on the same bytes (one split per sequence, before the ragged plan); 0.117 ms at B1 KV 32k (MHA: 15 of 16 tile rows padding); GQA and 8-bit rows not reached yet (H200, CUPTI) [results/paged-nvidia-h200.jsonl]
+Verdict: 0.307 ms at ragged B32 H32 KV <= 4k P64 with the ragged plan, 0.96x the contiguous phases' bandwidth on the same bytes (0.312 ms before); 0.249 ms at GQA B8 H32/8 KV 32k, 0.99x decode_mma; fp8 GQA 0.326 ms, 0.74x SDPA on the fp16 cache (H200, CUPTI) [results/paged-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
