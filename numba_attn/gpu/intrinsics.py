@@ -631,21 +631,31 @@ else:  # -------------------------------------------------------------- GPU
 
         return sig, codegen
 
-    @intrinsic
-    def ld_global_v4(typingctx, arr, b, r, c):
-        if not (isinstance(arr, types.Array) and arr.ndim == 3):
-            return None
-        sig = types.UniTuple(types.uint32, 4)(arr, b, r, c)
+    def _make_ld_global(n):
+        """``ld.global.nc.v{n}.u32``: n 32-bit words at ``arr[b, r, c]`` of a 3-D array (n = 2: an
+        array of 32-bit words)."""
+        regs = ",".join(f"${i}" for i in range(n))
 
-        def codegen(context, builder, sig, args):
-            ptr = _elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
-            ret = ir.LiteralStructType([_i32] * 4)
-            res = _asm(builder, ret, [ir.IntType(64)], "ld.global.nc.v4.u32 {$0,$1,$2,$3}, [$4];",
-                       "=r,=r,=r,=r,l", [_global_ptr(builder, ptr)], side_effect=True)
-            vals = [builder.extract_value(res, i) for i in range(4)]
-            return context.make_tuple(builder, sig.return_type, vals)
+        @intrinsic
+        def ld_global(typingctx, arr, b, r, c):
+            if not (isinstance(arr, types.Array) and arr.ndim == 3 and (n == 4 or arr.dtype.bitwidth == 32)):
+                return None
+            sig = types.UniTuple(types.uint32, n)(arr, b, r, c)
 
-        return sig, codegen
+            def codegen(context, builder, sig, args):
+                ptr = _elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
+                ret = ir.LiteralStructType([_i32] * n)
+                res = _asm(builder, ret, [ir.IntType(64)], f"ld.global.nc.v{n}.u32 {{{regs}}}, [${n}];",
+                           ",".join(["=r"] * n) + ",l", [_global_ptr(builder, ptr)], side_effect=True)
+                vals = [builder.extract_value(res, i) for i in range(n)]
+                return context.make_tuple(builder, sig.return_type, vals)
+
+            return sig, codegen
+
+        return ld_global
+
+    ld_global_v4 = _make_ld_global(4)
+    ld_global_v2 = _make_ld_global(2)
 
     @intrinsic
     def st_shared_v4(typingctx, arr, r, c, x0, x1, x2, x3):
@@ -688,22 +698,6 @@ else:  # -------------------------------------------------------------- GPU
             lo = builder.bitcast(builder.shl(x, ir.Constant(_i32, 16)), _f32)
             hi = builder.bitcast(builder.and_(x, ir.Constant(_i32, 0xFFFF0000)), _f32)
             return context.make_tuple(builder, sig.return_type, [lo, hi])
-
-        return sig, codegen
-
-    @intrinsic
-    def ld_global_v2(typingctx, arr, b, r, c):
-        if not (isinstance(arr, types.Array) and arr.ndim == 3 and arr.dtype.bitwidth == 32):
-            return None
-        sig = types.UniTuple(types.uint32, 2)(arr, b, r, c)
-
-        def codegen(context, builder, sig, args):
-            ptr = _elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
-            ret = ir.LiteralStructType([_i32] * 2)
-            res = _asm(builder, ret, [ir.IntType(64)], "ld.global.nc.v2.u32 {$0,$1}, [$2];",
-                       "=r,=r,l", [_global_ptr(builder, ptr)], side_effect=True)
-            vals = [builder.extract_value(res, i) for i in range(2)]
-            return context.make_tuple(builder, sig.return_type, vals)
 
         return sig, codegen
 
