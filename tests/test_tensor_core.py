@@ -441,11 +441,13 @@ def test_phase_gpu_shapes(name, problem):
     for sig, ov in kern.overloads.items():
         assert ov.local_mem_per_thread == 0, "fragments spilled to local memory"
         sass = kern.inspect_sass(sig)
-        assert ("HGMMA" if "wgmma" in name or name == "warp_specialized_tc" else "HMMA") in sass
-        if name == "warp_specialized_tc":  # whether numba's link step keeps setmaxnreg: for the notes
+        assert ("HGMMA" if "wgmma" in name or name in ("warp_specialized_tc", "pingpong") else "HMMA") in sass
+        if name in ("warp_specialized_tc", "pingpong"):  # whether numba's link step keeps setmaxnreg: for the notes
             print(name, problem.label, "registers at entry:", ov.regs_per_thread,
                   "USETMAXREG in the SASS:", "USETMAXREG" in sass)
-        if name in ("tma_wgmma", "warp_specialized_tc"):
+        if name == "pingpong":  # the turns: named barriers other than the block's (BAR.SYNC 0x0)
+            assert "BAR.ARV" in sass, "no bar.arrive in the SASS"
+        if name in ("tma_wgmma", "warp_specialized_tc", "pingpong"):
             assert "UTMALDG" in sass and "LDGSTS" not in sass
         elif name != "tc_mma":
             assert "LDGSTS" in sass
