@@ -1,5 +1,5 @@
 """The tensor-core phases (tc_mma, tc_pipelined, tc_tf32, tc_wgmma, tc_wgmma_overlap, tma_wgmma,
-warp_specialized_tc) against the float64 reference.
+warp_specialized_tc, pingpong) against the float64 reference.
 
 In the simulator every mma/ldmatrix is a per-lane fallback and costs a warp
 barrier, so the shapes are tiny: one or two 16-row warps per block, 16-key
@@ -94,6 +94,12 @@ CASES = [
     ("warp_specialized_tc", tiny("bfloat16", D=40, q_len=21, kv_len=50, heads=2, kv_heads=1, causal=True),
      {"warpgroups": 1, "Bc": 16, "stages": 4}),
     ("warp_specialized_tc", tiny("float16", D=16, q_len=150, kv_len=40, heads=1), {"warpgroups": 3, "Bc": 16}),
+    # two consumers taking turns through named barriers 1 and 2: the second consumer's rows partly or wholly
+    # past Nq (its turns empty), GQA, bf16, 2 and 3 stages, one D=128 case (causal, uneven last tile); the
+    # causal case where one consumer skips tiles the other computes is test_pingpong_turns_alternate
+    ("pingpong", tiny("float16", D=64, q_len=100, kv_len=75, heads=1), {"Bc": 16}),
+    ("pingpong", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"Bc": 32, "stages": 2}),
+    ("pingpong", tiny("float16", D=128, q_len=80, kv_len=95, heads=1, causal=True), {"Bc": 16, "stages": 2}),
 ]
 
 
@@ -137,6 +143,13 @@ def test_supports_reasons():
     assert ws.resolve(d128.replace(head_dim=256))["warpgroups"] == 1 and ws.resolve(d128)["warpgroups"] == 2
     assert "consumer warpgroups" in ws.supports(d128, warpgroups=4)
     assert "dtype" in ws.supports(f32)
+    pp = get_phase("pingpong")
+    assert pp.supports(d128) is None and pp.resolve(d128)["warpgroups"] == 2
+    assert pp.supports(d128.replace(head_dim=64, causal=True, dtype="bfloat16")) is None
+    assert "exactly 2" in pp.supports(d128, warpgroups=1) and "exactly 2" in pp.supports(d128, warpgroups=3)
+    assert "registers" in pp.supports(d128.replace(head_dim=192))
+    assert "shared memory" in pp.supports(d128, Bc=256, stages=4)
+    assert "dtype" in pp.supports(f32)
 
 
 def test_registry_metadata():
@@ -150,6 +163,9 @@ def test_registry_metadata():
     assert get_phase("tma_wgmma").requires_cc == "sm_90a"
     assert get_phase("warp_specialized_tc").parent == "tma_wgmma"
     assert get_phase("warp_specialized_tc").requires_cc == "sm_90a"
+    assert get_phase("pingpong").parent == "warp_specialized_tc"
+    assert get_phase("pingpong").requires_cc == "sm_90a"
+    assert get_phase("pingpong").order == 27
 
 
 def _launch_args(problem, seed=1):
@@ -219,6 +235,46 @@ def test_warp_specialized_register_split():
         C.make_wgmma_kernel(64, 2, 64, 2, 1, False, False, False, tma=False, ws=True)
     with pytest.raises(ValueError, match="varlen"):
         C.make_wgmma_kernel(64, 2, 64, 2, 1, False, False, False, varlen=True, tma=True)
+    for wg, ws, overlap in ((2, False, False), (1, True, False), (3, True, False), (2, True, True)):
+        with pytest.raises(ValueError, match="pingpong"):
+            C.make_wgmma_kernel(64, wg, 64, 3, 1, False, False, overlap, tma=True, ws=ws, pingpong=True)
+
+
+@pytest.mark.parametrize("problem,stages", [
+    # block 0: consumer 0 (rows 0-63) sees 84 keys, 6 tiles, consumer 1 all 10; block 1: rows 128-129 only,
+    # consumer 1 has no row (every turn of it empty)
+    (tiny("float16", D=16, q_len=130, kv_len=150, heads=1, causal=True), 3),
+    (tiny("float16", D=16, q_len=130, kv_len=150, heads=1, causal=True), 2),
+])
+def test_pingpong_turns_alternate(monkeypatch, problem, stages):
+    """The consumers' turns alternate strictly, consumer 0 first, one turn per tile of the block and one
+    more (the last P·V), also where a consumer skips tiles (causal) or has no rows: the barriers stay
+    balanced and the result is right. Recorded by the first thread of each consumer as it passes its
+    own barrier (id 1: consumer 0, id 2: consumer 1)."""
+    import threading
+
+    from numba_attn.phases.tensor_core import common as C
+
+    turns = {}
+    orig = C.named_barrier_sync
+
+    def sync(bar_id, count):
+        orig(bar_id, count)
+        t = threading.current_thread()
+        if t.threadIdx.x % 128 == 0:
+            with lock:
+                turns.setdefault(t.blockIdx.x, []).append(int(bar_id))
+
+    lock = threading.Lock()
+    if IS_SIMULATOR:
+        monkeypatch.setattr(C, "named_barrier_sync", sync)
+    c, _ = run_phase("pingpong", problem, Bc=16, stages=stages)
+    assert c.ok, c.reason
+    assert c.unwritten == 0
+    if IS_SIMULATOR:
+        kv_end = [min(problem.kv_len, min(b * 128 + 128, problem.q_len) + problem.kv_len - problem.q_len)
+                  for b in range(2)]
+        assert turns == {b: [1, 2] * ((kv_end[b] + 15) // 16 + 1) for b in range(2)}, turns
 
 
 def test_tma_maps_are_cached_by_address():
@@ -247,16 +303,35 @@ def test_tma_maps_are_cached_by_address():
 
 _OFFLINE = r"""
 import json
+import re
 import numba_attn.measure.offline as off
 from numba_attn.spec.problem import Problem
 res = {}
-for name in ("tma_wgmma", "warp_specialized_tc"):
-    for D in (64, 128):
-        rec = off.compile_phase(name, Problem(batch=1, heads=32, q_len=4096, head_dim=D, dtype="float16"))[0]
-        ptx = rec.pop("ptx")
-        rec["ops"] = sorted({ln.split()[0] for ln in ptx.splitlines()
-                             if ln.strip().startswith(("cp.async", "mbarrier.", "setmaxnreg", "bar.sync", "call"))})
-        res[f"{name}-D{D}"] = rec
+
+
+def named_bars(ptx):  # (op, id, count) of each two-operand bar.sync / bar.arrive, through the ids' mov.u32
+    movs, out = {}, set()
+    for ln in ptx.splitlines():
+        m = re.match(r"\s*mov\.u32\s+(%r\d+),\s*(\d+);", ln)
+        if m:
+            movs[m.group(1)] = int(m.group(2))
+        m = re.match(r"\s*(bar\.(?:sync|arrive))\s+(%r\d+),\s*(%r\d+);", ln)
+        if m:
+            out.add((m.group(1), movs.get(m.group(2)), movs.get(m.group(3))))
+    return sorted(out, key=str)
+
+
+for name, D, causal in (("tma_wgmma", 64, False), ("tma_wgmma", 128, False), ("warp_specialized_tc", 64, False),
+                        ("warp_specialized_tc", 128, False), ("pingpong", 64, False), ("pingpong", 128, False),
+                        ("pingpong", 128, True)):
+    rec = off.compile_phase(name, Problem(batch=1, heads=32, q_len=4096, head_dim=D, dtype="float16",
+                                          causal=causal))[0]
+    ptx = rec.pop("ptx")
+    rec["ops"] = sorted({ln.split()[0] for ln in ptx.splitlines()
+                         if ln.strip().startswith(("cp.async", "mbarrier.", "setmaxnreg", "bar.sync", "bar.arrive",
+                                                   "call"))})
+    rec["bars"] = named_bars(ptx)
+    res[f"{name}-D{D}" + ("-causal" if causal else "")] = rec
 # three warpgroups (384 threads): the block size as launch bounds; the registers fit 65536 / 384
 for wg, bc, st in ((3, 64, 3), (3, 128, 2), (2, 64, 3)):
     rec = off.compile_phase("tc_wgmma", Problem(batch=1, heads=32, q_len=4096, head_dim=128, dtype="float16",
@@ -274,9 +349,10 @@ def _offline_tma_results():
 
 
 def test_offline_tma_phases_assemble_without_spills():
-    """tma_wgmma and warp_specialized_tc at D=64 and 128 fp16 (default parameters) compile for
-    sm_90a and assemble with no spills; the loads are TMA (no cp.async of 16 bytes), no call,
-    one bar.sync (after the barriers' initialisation); the producer/consumer kernel moves registers."""
+    """tma_wgmma, warp_specialized_tc and pingpong at D=64 and 128 fp16 (default parameters; pingpong at
+    D=128 causal too) compile for sm_90a and assemble with no spills; the loads are TMA (no cp.async of 16
+    bytes), no call, one bar.sync (after the barriers' initialisation) and no named barrier but in pingpong;
+    the producer/consumer kernels move registers."""
     res = {k: v for k, v in _offline_tma_results().items() if not k.startswith("tc_wgmma-")}
     for key, rec in res.items():
         assert rec["regs"] is not None and rec.get("spill_stores", 0) == 0, (key, rec)
@@ -285,8 +361,24 @@ def test_offline_tma_phases_assemble_without_spills():
         assert {"mbarrier.try_wait.parity.shared::cta.b64", "mbarrier.arrive.expect_tx.shared::cta.b64",
                 "mbarrier.arrive.shared::cta.b64"} <= ops, key
         assert not any(op.startswith(("cp.async.cg", "cp.async.ca", "call")) for op in ops), (key, ops)
-        if key.startswith("warp_specialized_tc"):
+        if key.startswith(("warp_specialized_tc", "pingpong")):
             assert {"setmaxnreg.dec.sync.aligned.u32", "setmaxnreg.inc.sync.aligned.u32"} <= ops, key
+        if not key.startswith("pingpong"):  # no named barrier but the block barrier
+            assert "bar.arrive" not in ops and rec["bars"] == [], (key, rec["bars"])
+
+
+def test_offline_pingpong_named_barriers():
+    """pingpong at D=64/128 (and D=128 causal, the most registers): the turns are bar.sync / bar.arrive on
+    named barriers 1 and 2 with 256 threads (both consumers), and it assembles without spills."""
+    res = _offline_tma_results()
+    for key in ("pingpong-D64", "pingpong-D128", "pingpong-D128-causal"):
+        rec = res[key]
+        assert rec["regs"] is not None and rec.get("spill_stores", 0) == 0, (key, rec)
+        assert {"bar.arrive", "bar.sync"} <= set(rec["ops"]), key
+        bars = {tuple(b) for b in rec["bars"]}
+        assert {("bar.sync", 1, 256), ("bar.sync", 2, 256), ("bar.arrive", 1, 256), ("bar.arrive", 2, 256)} <= bars, \
+            (key, bars)
+        assert {b[1] for b in bars} <= {1, 2, None} and {b[2] for b in bars} == {256}, (key, bars)
 
 
 def test_offline_three_warpgroups_carry_launch_bounds():
@@ -329,6 +421,9 @@ GPU_CASES = [
     ("warp_specialized_tc", Problem(batch=1, heads=4, q_len=777, head_dim=128, dtype="bfloat16", causal=True)),
     ("warp_specialized_tc", Problem(batch=1, heads=8, kv_heads=2, q_len=640, kv_len=901, head_dim=128,
                                     dtype="float16")),
+    ("pingpong", Problem(batch=2, heads=3, q_len=1000, kv_len=1300, head_dim=64, dtype="float16", causal=True)),
+    ("pingpong", Problem(batch=1, heads=4, q_len=777, head_dim=128, dtype="bfloat16", causal=True)),
+    ("pingpong", Problem(batch=1, heads=8, kv_heads=2, q_len=640, kv_len=901, head_dim=128, dtype="float16")),
 ]
 
 
@@ -346,11 +441,13 @@ def test_phase_gpu_shapes(name, problem):
     for sig, ov in kern.overloads.items():
         assert ov.local_mem_per_thread == 0, "fragments spilled to local memory"
         sass = kern.inspect_sass(sig)
-        assert ("HGMMA" if "wgmma" in name or name == "warp_specialized_tc" else "HMMA") in sass
-        if name == "warp_specialized_tc":  # whether numba's link step keeps setmaxnreg: for the notes
+        assert ("HGMMA" if "wgmma" in name or name in ("warp_specialized_tc", "pingpong") else "HMMA") in sass
+        if name in ("warp_specialized_tc", "pingpong"):  # whether numba's link step keeps setmaxnreg: for the notes
             print(name, problem.label, "registers at entry:", ov.regs_per_thread,
                   "USETMAXREG in the SASS:", "USETMAXREG" in sass)
-        if name in ("tma_wgmma", "warp_specialized_tc"):
+        if name == "pingpong":  # the turns: named barriers other than the block's (BAR.SYNC 0x0)
+            assert "BAR.ARV" in sass, "no bar.arrive in the SASS"
+        if name in ("tma_wgmma", "warp_specialized_tc", "pingpong"):
             assert "UTMALDG" in sass and "LDGSTS" not in sass
         elif name != "tc_mma":
             assert "LDGSTS" in sass

@@ -21,7 +21,9 @@ The wgmma phases (``tc_wgmma``, ``tc_wgmma_overlap``, ``tma_wgmma`` and
 ``overlap`` option issues the next tile's Q·Kᵀ before this tile's softmax, whose ``tma``
 option brings the K/V tiles by TMA into an mbarrier ring instead of cp.async, and whose
 ``ws`` option (with ``tma``) hands the loads to a producer warpgroup that gives its
-registers to the consumers; :func:`build_wgmma` is their host side (:func:`kv_tensor_map`:
+registers to the consumers, and whose ``pingpong`` option (with ``ws``, two consumers: phase
+``pingpong``) makes the two consumer warpgroups take turns at the tensor cores through two named
+barriers; :func:`build_wgmma` is their host side (:func:`kv_tensor_map`:
 the cached tensor maps of K and V).
 """
 from __future__ import annotations
@@ -42,7 +44,7 @@ from numba_attn.gpu.mbarrier import (fence_proxy_async, mbarrier_arrive, mbarrie
 from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT, dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.gpu.tma import tensormap_fence_acquire, tma_load_3d
 from numba_attn.gpu.warp import FULL_MASK, quad_sum, syncwarp
-from numba_attn.gpu.warpspec import setmaxnreg_dec, setmaxnreg_inc
+from numba_attn.gpu.warpspec import named_barrier_arrive, named_barrier_sync, setmaxnreg_dec, setmaxnreg_inc
 from numba_attn.gpu.wgmma import (kmajor_params, make_ring_copy, make_wgmma_rs, make_wgmma_wait, mnmajor_params,
                                   padded_columns, row_bytes, shared_address)
 from numba_attn.phases.registry import Launch
@@ -419,11 +421,32 @@ def supports_mma(problem, warps, Bc):
 # -- the wgmma kernel (tc_wgmma; tc_wgmma_overlap with overlap=True; tma_wgmma with tma=True) ------
 
 ALIGN_BYTES = 1024  # the 128-byte swizzle repeats every 1024 bytes: tiles start there
+PP_BAR = 1  # pingpong: consumer c's turn is named barrier PP_BAR + c (0 is syncthreads)
+PP_THREADS = 256  # pingpong: threads counted at either barrier, the two consumer warpgroups
+
+
+@device
+def turn_wait(first):
+    """pingpong: wait for this consumer's turn, ``bar.sync`` on its own barrier (``first``: consumer 0).
+    The ids are constants in each branch: no register holds them through the loop."""
+    if first:
+        named_barrier_sync(PP_BAR, PP_THREADS)
+    else:
+        named_barrier_sync(PP_BAR + 1, PP_THREADS)
+
+
+@device
+def turn_pass(first):
+    """pingpong: give the turn to the other consumer, ``bar.arrive`` on its barrier."""
+    if first:
+        named_barrier_arrive(PP_BAR + 1, PP_THREADS)
+    else:
+        named_barrier_arrive(PP_BAR, PP_THREADS)
 
 
 @functools.cache
 def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf16: bool, overlap: bool,
-                      varlen: bool = False, tma: bool = False, ws: bool = False):
+                      varlen: bool = False, tma: bool = False, ws: bool = False, pingpong: bool = False):
     """The wgmma attention kernel ``(q, k, v, o, sl2, H, Nq, Nk)`` of ``WG`` warpgroups (64 query
     rows each). Per K/V tile: S = Q·Kᵀ (``D/16`` wgmma m64nBc k16, K from the swizzled ring),
     mask, online softmax, P packed in registers, O += P·V (``Bc/16`` wgmma m64nD k16, V as the
@@ -449,9 +472,23 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     the block, waiting only on the empty barriers; the consumers take the registers
     (``setmaxnreg.inc``, :func:`ws_consumer_regs`) and only wait on the full barriers and
     arrive on the empty ones. The kernel is compiled with ``launch_bounds`` of its
-    ``128·(WG + 1)`` threads (ptxas needs the entry budget to honour setmaxnreg)."""
+    ``128·(WG + 1)`` threads (ptxas needs the entry budget to honour setmaxnreg).
+
+    ``pingpong`` (with ``ws`` and two consumers, not ``overlap``): the consumers take turns at the
+    tensor cores (FlashAttention-3's inter-warpgroup ping-pong). Consumer c's turn is named
+    barrier ``PP_BAR + c`` with :data:`PP_THREADS` (both consumers' threads): a consumer waits
+    (``bar.sync``) on its own barrier before P·V of tile j-1 (and the wait for tile j and the
+    issue of S_j = Q·K_jᵀ), and arrives (``bar.arrive``) on the other's right after that issue, then
+    waits for S_j and does its softmax while the other one's products run. Consumer 0 arrives
+    once on its own barrier before the loop (its first turn), and after the loop each consumer
+    arrives once more on the other's barrier (the other's last P·V). Every consumer syncs and
+    arrives once per tile of the block, also for tiles it skips (causal, rows past Nq), so
+    the two barriers stay balanced whatever a consumer computes."""
     if ws and not tma:
         raise ValueError("warp specialisation (ws) needs the TMA ring (tma=True)")
+    if pingpong and not (ws and WG == 2 and not overlap):
+        raise ValueError("pingpong alternates two consumer warpgroups: it needs ws=True, two warpgroups "
+                         "and overlap=False")
     if varlen and tma:
         raise ValueError("the varlen layout has no TMA ring (tma=False)")
     kind = "bf16" if bf16 else "f16"
@@ -486,6 +523,7 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     qk_next = make_wgmma_rs(kind, Bc, False, True, qk_off, qk_lbo, qk_sbo, RB, False)  # issued, not waited
     pv = make_wgmma_rs(kind, D, True, False, pv_off, pv_lbo, pv_sbo, RB, not overlap)  # O += P V
     wait_all = make_wgmma_wait(0, NS, NO)  # both products done; S_next and O pass through the wait
+    wait_s = make_wgmma_wait(0, NS)  # pingpong: S done (passed through the wait)
     # tma: the ring's barriers (full[s] = s, empty[s] = STAGES + s) and one tile's loads
     NCB = DPAD * 2 // RB  # column blocks of a tile: one TMA box each, K and V
     CB = Bc * RB  # bytes of one column block (one box)
@@ -559,6 +597,8 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
             warp = warp - 4  # consumer warps 0 .. W-1
             wg0 = blk0 + 64 * (warp // 4)
             row0 = blk0 + 16 * warp
+            if pingpong:  # consumer c's turn at the tensor cores: named barrier PP_BAR + c
+                first = warp < 4  # consumer 0
 
         qf = cuda.local.array(NQ, uint32)
         r_lo = row0 + g
@@ -606,6 +646,11 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
                 if n_tiles > 0 and wg_end > 0:
                     qk(s, qf, 0, KV, 0)  # S of tile 0
 
+        if pingpong:
+            if first:  # consumer 0 takes the first turn ...
+                named_barrier_arrive(PP_BAR, PP_THREADS)
+            turn_wait(first)  # ... consumer 1 waits for consumer 0's first arrival
+
         for it in range(n_tiles):
             if tma:
                 if not ws:
@@ -636,7 +681,11 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
                 if it + 1 < n_tiles and j0 + Bc < wg_end:
                     qk_next(sn, qf, 0, KV, ((it + 1) % STAGES) * TILE)
             if j0 < wg_end:
-                if not overlap:
+                if pingpong:  # -- S = Q Kᵀ issued in this consumer's turn, then the other consumer's turn
+                    qk_next(s, qf, 0, KV, (it % STAGES) * TILE)
+                    turn_pass(first)
+                    wait_s(s, acc)  # S complete: the softmax below overlaps the other consumer's products
+                elif not overlap:
                     # -- S = Q Kᵀ: KS wgmma m64nBc k16, K read from shared memory
                     qk(s, qf, 0, KV, (it % STAGES) * TILE)
                 # -- mask keys past the end and (causal) above the diagonal
@@ -658,8 +707,13 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
                     pf[4 * kk + 2] = pack(s[i0 + 4], s[i0 + 5])
                     pf[4 * kk + 3] = pack(s[i0 + 6], s[i0 + 7])
                 rescale(acc, 0, corr_lo, corr_hi)
+                if pingpong:  # this consumer's next turn: O += P V, then (next tile) S above
+                    turn_wait(first)
                 # -- O += P V: KK wgmma m64nD k16, V (transposed) read from shared memory
                 pv(acc, pf, 0, KV, (STAGES + it % STAGES) * TILE)
+            elif pingpong:  # a tile this consumer skips: its turns all the same (the barriers stay balanced)
+                turn_pass(first)
+                turn_wait(first)
             if overlap:
                 wait_all(sn, acc)  # both products complete (warpgroup-uniform)
                 for i in range(NS):
@@ -671,13 +725,15 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
                 if lane == 0:
                     mbarrier_arrive(bars, STAGES + it % STAGES)
 
+        if pingpong:  # the other consumer's last turn (its last P·V)
+            turn_pass(first)
         if not tma:
             cp_async_wait(0)
         if varlen:  # the view made here, not kept live through the loop (q0: one register)
             o = rows_head_major(o, q0, Nq)
         store(o, bh, r_lo, acc, 0, l_lo, l_hi, Nq, t)
 
-    name = "warp_specialized_tc" if ws else ("tma_wgmma" if tma else "tc_wgmma")
+    name = "pingpong" if pingpong else ("warp_specialized_tc" if ws else ("tma_wgmma" if tma else "tc_wgmma"))
     name = name + "_overlap" if overlap else name
     body.__name__ = body.__qualname__ = name + ("_varlen" if varlen else "")
     if ws:
@@ -781,7 +837,7 @@ def kv_tensor_map(a, box, swizzle):
     return m
 
 
-def build_wgmma(problem, warpgroups, Bc, stages, overlap, varlen=False, tma=False, ws=False):
+def build_wgmma(problem, warpgroups, Bc, stages, overlap, varlen=False, tma=False, ws=False, pingpong=False):
     """The :class:`Launch` of the wgmma kernel: grid (query blocks, heads, batch), the ring in
     dynamic shared memory (opt-in made at the first launch), and the uint32 views of the last
     few input sets cached (making views costs host time at every launch). ``varlen``: the packed
@@ -789,11 +845,12 @@ def build_wgmma(problem, warpgroups, Bc, stages, overlap, varlen=False, tma=Fals
     device arrays as ``layout`` (else the problem's own, :class:`VarlenLayout`) in place of the
     lengths, and the grid covers the longest sequence (``q_len``). ``tma``: K and V are passed as
     tensor maps of their uint32 views (:func:`kv_tensor_map`, cached with the views). ``ws``:
-    ``warpgroups`` consumer warpgroups plus the producer warpgroup per block."""
+    ``warpgroups`` consumer warpgroups plus the producer warpgroup per block; ``pingpong``: the two
+    consumers take turns at the tensor cores."""
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     D = problem.head_dim
     kern = make_wgmma_kernel(D, warpgroups, Bc, stages, problem.group, problem.causal,
-                             problem.dtype == "bfloat16", overlap, varlen, tma, ws)
+                             problem.dtype == "bfloat16", overlap, varlen, tma, ws, pingpong)
     box, swizzle = tma_box(D, Bc)
     sl2 = float32(problem.sm_scale * LOG2E)
     Br = 64 * warpgroups

@@ -1,0 +1,96 @@
+"""Phase 27 — ``pingpong``: the two consumer warpgroups take turns at the tensor cores, one's softmax under the other's GEMMs.
+
+Change against ``warp_specialized_tc`` — the producer warpgroup, the TMA ring
+and its mbarriers, the register split and each consumer's loop (S_j = Q·K_jᵀ,
+mask, online softmax, O += P_j·V_j) are the same; what changes is when a
+consumer may issue its products:
+
+* **Turns through two named barriers.** In the parent both consumers issue
+  wgmma whenever they are ready, so their GEMMs and their softmaxes tend to
+  line up and the tensor cores idle while both compute exp2. Here consumer c
+  owns named barrier 1 + c (``bar.sync id, 256``: its own 128 threads and
+  the other consumer's 128 arrivals). A consumer's turn is: ``bar.sync`` on
+  its own barrier, O += P_{j-1}·V_{j-1} (waited), the stage released, the
+  wait for tile j, S_j = Q·K_jᵀ issued; then ``bar.arrive`` on the other's
+  barrier, the wait for S_j and the softmax of tile j while the other
+  consumer has its turn. So the GEMMs of one iteration's P·V and the next
+  one's Q·Kᵀ of consumer 0 run while consumer 1 computes its softmax, and
+  the other way round (FlashAttention-3's inter-warpgroup ping-pong,
+  ``warp_scheduler_barrier_sync`` / ``_arrive``).
+* **Who starts, and balance.** Consumer 0 arrives once on its own barrier
+  before the loop (FlashAttention-3's ``mma_init``), so it has the first turn
+  and consumer 1's first ``bar.sync`` waits for consumer 0's first issue;
+  after the loop each consumer arrives once more on the other's barrier (the
+  other's last P·V). Every consumer syncs and arrives once per tile of the
+  block, also for tiles it skips (causal: consumer 0's rows end before
+  consumer 1's; rows past Nq), so the turns alternate strictly and neither
+  waits for an arrival that never comes.
+* **stages = 3 by default.** A stage is released after its P·V, which now
+  runs in the consumer's next turn, and the producer refills it only when
+  both consumers released it: with two stages the tile a consumer needs at
+  the start of its turn would be loaded only during the other consumer's
+  turn just before, its latency exposed at every turn; three stages give
+  back the parent's iteration of slack (D=128, Bc=64: 96 KiB of ring).
+
+Head dims, dtypes, causal, GQA: as ``warp_specialized_tc`` with two consumer
+warpgroups (384 threads), so head_dim up to 128.
+
+Prediction (written before measuring): the tensor cores stay busy through
+the softmax, as in FlashAttention-3 (570 → 620 TFLOP/s at D128 fp16 from
+this step): +8% against warp_specialized_tc at B1 H32 N4096 D128 fp16
+(0.571 ms → ~0.53 ms, ~0.87x SDPA); the same at D=64 within ±3%; stages=2
+slower than stages=3. Refuted if the gain at D128 is below 3% (≥ 0.555 ms):
+then the turns cost more (barrier waits, a consumer waiting for its tile
+inside its turn) than the overlap gives.
+
+Verdict: not measured yet: no GPU run of this phase in the committed results files (offline compile only, see docs/tensor-core-notes.md).
+"""
+from __future__ import annotations
+
+from numba_attn.phases.registry import register_phase
+from numba_attn.phases.tensor_core.common import build_wgmma, supports_wgmma, tma_smem_reason
+
+CONSUMERS = 2  # the ping-pong alternates exactly two consumer warpgroups
+
+
+def _resolve(problem, warpgroups, Bc, stages):
+    """warpgroups=0: the two consumer warpgroups the ping-pong needs."""
+    if warpgroups < 0:
+        raise ValueError("warpgroups (consumer warpgroups per block) must be 2 (0: automatic)")
+    return {"warpgroups": warpgroups or CONSUMERS, "Bc": Bc, "stages": stages}
+
+
+def _supports(problem, warpgroups, Bc, stages):
+    if warpgroups != CONSUMERS:
+        return f"warpgroups={warpgroups}: the ping-pong alternates exactly {CONSUMERS} consumer warpgroups"
+    if problem.head_dim > 128:
+        return (f"head_dim {problem.head_dim}: two consumer warpgroups (384 threads) have 168 registers each at "
+                "entry (more only if the link keeps setmaxnreg), the fragments spill above D=128")
+    return (supports_wgmma(problem, warpgroups, Bc, stages, min_stages=2)
+            or tma_smem_reason(problem, Bc, stages))
+
+
+@register_phase(
+    name="pingpong", order=27,
+    title="Tensor cores: two consumer warpgroups take turns at the GEMMs (named barriers)",
+    parent="warp_specialized_tc",
+    requires_cc="sm_90a",
+    description="""
+        warp_specialized_tc with FlashAttention-3's inter-warpgroup ping-pong: each of the two
+        consumer warpgroups issues its P·V and next Q·Kᵀ only in its turn (bar.sync on its own
+        named barrier, bar.arrive on the other's once issued), so one consumer's softmax runs
+        under the other's GEMMs. Three ring stages by default.
+    """,
+    lineage="FlashAttention-3 (Shah et al. 2024), §3.1 pingpong scheduling: "
+            "warp_scheduler_barrier_sync / warp_scheduler_barrier_arrive",
+    planned_speedup=173.0,  # warp_specialized_tc's 160 and the predicted +8%
+    space={"warpgroups": [2], "Bc": [64, 128], "stages": [2, 3, 4]},
+    dtypes=("float16", "bfloat16"),
+    head_dims=None,
+    sim_params={"warpgroups": 2, "Bc": 16, "stages": 3},
+    supports=_supports,
+    resolve=_resolve,
+)
+def pingpong(problem, warpgroups=0, Bc=64, stages=3):
+    """warp_specialized_tc's kernel with ``pingpong=True``."""
+    return build_wgmma(problem, warpgroups, Bc, stages, overlap=False, tma=True, ws=True, pingpong=True)
