@@ -88,7 +88,7 @@ def test_device_dequantization_is_bit_exact():
 
 
 @pytest.mark.parametrize("phase,params,where", [(p, {}, "v") for p in PAGED] + [
-    ("paged_split_k", {"wide": 1}, "v"), ("paged_split_k", {"wide": 1}, "k")])  # wide: NaN tests per load
+    ("paged_split_k", {"wide": True}, "v"), ("paged_split_k", {"wide": True}, "k")])  # wide: NaN tests per load
 def test_nan_in_an_fp8_cache_propagates(phase, params, where):
     """A NaN code (0x7F) in one key of an fp8 cache makes that sequence's output NaN (both phases,
     both dequantization paths), and the other sequence stays finite and correct."""
@@ -245,7 +245,7 @@ def test_wide_8bit_paged_split_k(kv_dtype, scale, qdt, Nq, params):
     q = rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(qdt)
     causal = Nq > 1
     out, _ = _run("paged_split_k", q, kc, vc, table, lens, causal=causal, kv_dtype=kv_dtype, ks=ks, vs=vs,
-                  wide=1, **params)
+                  wide=True, **params)
     assert not out[2].astype(np.float32).any()
     narrow = na.decode_paged(q, kc, vc, table, lens, causal=causal, k_scale=ks, v_scale=vs, phase="paged_split_k",
                              **SIM["paged_split_k"])
@@ -261,13 +261,13 @@ def test_wide_supports_and_lanes():
         return PagedProblem(batch=8, heads=32, q_len=1, kv_len=16384, head_dim=D, dtype="float16", page_size=64,
                             kv_dtype=kv_dtype, kv_scale=scale)
 
-    assert ph.resolve(prob(), {"wide": 1})["lanes"] * 2 == ph.resolve(prob(), {})["lanes"] == 8
-    assert ph.supports(prob(), wide=1) is None and ph.supports(prob(kv_dtype="int8", scale="token"), wide=1) is None
-    assert "8-bit caches only" in ph.supports(prob(kv_dtype="", scale="tensor"), wide=1)
-    assert "not a multiple of 16" in ph.supports(prob(D=72), wide=1)
+    assert ph.resolve(prob(), {"wide": True})["lanes"] * 2 == ph.resolve(prob(), {})["lanes"] == 8
+    assert ph.supports(prob(), wide=True) is None
+    assert ph.supports(prob(kv_dtype="int8", scale="token"), wide=True) is None
+    assert "8-bit caches only" in ph.supports(prob(kv_dtype="", scale="tensor"), wide=True)
+    assert "not a multiple of 16" in ph.supports(prob(D=72), wide=True)
     assert ph.supports(prob(D=72)) is None  # 8 codes per load: 9 chunks
-    assert "lanes=4" in ph.supports(prob(D=32), wide=1, lanes=4)  # 2 chunks of 16 codes
-    assert "wide=2" in ph.supports(prob(), wide=2)
+    assert "lanes=4" in ph.supports(prob(D=32), wide=True, lanes=4)  # 2 chunks of 16 codes
 
 
 def test_paged_mma_supports_8bit():
