@@ -87,8 +87,9 @@ def test_device_dequantization_is_bit_exact():
     assert np.array_equal(i8, codes.view(np.int8).astype(np.float32))
 
 
-@pytest.mark.parametrize("phase", PAGED)
-def test_nan_in_an_fp8_cache_propagates(phase):
+@pytest.mark.parametrize("phase,params,where", [(p, {}, "v") for p in PAGED] + [
+    ("paged_split_k", {"wide": True}, "v"), ("paged_split_k", {"wide": True}, "k")])  # wide: NaN tests per load
+def test_nan_in_an_fp8_cache_propagates(phase, params, where):
     """A NaN code (0x7F) in one key of an fp8 cache makes that sequence's output NaN (both phases,
     both dequantization paths), and the other sequence stays finite and correct."""
     rng = np.random.default_rng(12)
@@ -96,11 +97,12 @@ def test_nan_in_an_fp8_cache_propagates(phase):
     x = rng.standard_normal((3, P, Hkv, D)).astype(np.float32)
     kc = np.clip(x * 20, -448, 448).astype(ml_dtypes.float8_e4m3fn)
     vc = np.clip(rng.standard_normal(x.shape) * 20, -448, 448).astype(ml_dtypes.float8_e4m3fn)
-    vc.view(np.uint8)[1, 3, 0, 5] = 0x7F  # page 1 belongs to sequence 0 only
+    (vc if where == "v" else kc).view(np.uint8)[1, 3, 0, 5] = 0x7F  # page 1 belongs to sequence 0 only
     table = np.array([[0, 1], [2, 2]], np.int32)
     lens = np.array([30, 12], np.int32)
     q = rng.standard_normal((B, H, 1, D)).astype(np.float16)
-    out = na.decode_paged(q, kc, vc, table, lens, k_scale=0.05, v_scale=0.05, phase=phase, **SIM[phase])
+    out = na.decode_paged(q, kc, vc, table, lens, k_scale=0.05, v_scale=0.05, phase=phase,
+                          **{**SIM[phase], **params})
     assert np.isnan(out[0]).any() and not np.isnan(out[1]).any()
     ref = paged_reference(q[1:], kc, vc, table[1:], lens[1:], kv_dtype="float8_e4m3", k_scale=0.05, v_scale=0.05)
     c = na.check(out[1:], ref, dtype="float16")
@@ -220,6 +222,52 @@ def test_8bit_paged_mma_pages(kv_dtype, scale, qdt, params):
     q = rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(qdt)
     out, _ = _run("paged_mma", q, kc, vc, table, lens, causal=True, kv_dtype=kv_dtype, ks=ks, vs=vs, **params)
     assert not out[2].astype(np.float32).any()
+
+
+@pytest.mark.parametrize("kv_dtype,scale,qdt,Nq,params", [
+    ("float8_e4m3", "tensor", np.float16, 1, {}),  # D 32: one lane per key, two 16-code loads
+    ("float8_e4m3", "head", np.float16, 1, {"lanes": 2}),  # one 16-code load per lane
+    ("int8", "head", ml_dtypes.bfloat16, 1, {}),
+    ("int8", "token", np.float16, 1, {"lanes": 2, "keys": 2}),
+    ("float8_e4m3", "head", ml_dtypes.bfloat16, 2, {}),  # GQA group 2 × q_len 2, causal: 4 rows per block
+    ("int8", "token", np.float16, 2, {"rows": 2}),
+])
+def test_wide_8bit_paged_split_k(kv_dtype, scale, qdt, Nq, params):
+    """paged_split_k's ``wide`` path (16 codes per lane per load) on fp8/int8 caches: pages out of
+    order and repeated, a partly filled page, a length-0 sequence, GQA group 2 (causal q_len 2),
+    float16 and bfloat16 queries; against the reference and against the 8-codes-per-load kernel."""
+    rng = np.random.default_rng(10)
+    B, H, Hkv, D, P, NB = 3, 4, 2, 32, 16, 5
+    kc, vc = _caches(rng, NB, P, Hkv, D, kv_dtype)
+    ks, vs = _scales(rng, scale, NB, P, Hkv)
+    table = np.array([[4, 1, 4], [2, 0, 3], [1, 1, 1]], np.int32)
+    lens = np.array([45, 21, 0], np.int32)
+    q = rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(qdt)
+    causal = Nq > 1
+    out, _ = _run("paged_split_k", q, kc, vc, table, lens, causal=causal, kv_dtype=kv_dtype, ks=ks, vs=vs,
+                  wide=True, **params)
+    assert not out[2].astype(np.float32).any()
+    narrow = na.decode_paged(q, kc, vc, table, lens, causal=causal, k_scale=ks, v_scale=vs, phase="paged_split_k",
+                             **SIM["paged_split_k"])
+    assert np.abs(out.astype(np.float32) - narrow.astype(np.float32)).max() < 2e-2
+
+
+def test_wide_supports_and_lanes():
+    """``wide`` halves the lanes per key of an 8-bit cache; it is refused for a 16-bit cache and
+    where a lane's 16 codes do not tile the row."""
+    ph = get_phase("paged_split_k")
+
+    def prob(D=128, kv_dtype="float8_e4m3", scale="head"):
+        return PagedProblem(batch=8, heads=32, q_len=1, kv_len=16384, head_dim=D, dtype="float16", page_size=64,
+                            kv_dtype=kv_dtype, kv_scale=scale)
+
+    assert ph.resolve(prob(), {"wide": True})["lanes"] * 2 == ph.resolve(prob(), {})["lanes"] == 8
+    assert ph.supports(prob(), wide=True) is None
+    assert ph.supports(prob(kv_dtype="int8", scale="token"), wide=True) is None
+    assert "8-bit caches only" in ph.supports(prob(kv_dtype="", scale="tensor"), wide=True)
+    assert "not a multiple of 16" in ph.supports(prob(D=72), wide=True)
+    assert ph.supports(prob(D=72)) is None  # 8 codes per load: 9 chunks
+    assert "lanes=4" in ph.supports(prob(D=32), wide=True, lanes=4)  # 2 chunks of 16 codes
 
 
 def test_paged_mma_supports_8bit():

@@ -82,11 +82,12 @@ def decode_rows(problem, rows: int) -> int:
 
 def lanes_per_key(D: int, VW: int, RB: int, lanes: int = 0) -> int:
     """Lanes that share one key: a power of two dividing 32 and the row's
-    16-byte chunks, such that a lane holds E = D/L <= min(16, max(VW, 32/RB))
-    elements per row (``lanes`` > 0 forces it)."""
+    chunks of VW elements, such that a lane holds E = D/L <= min(max(16, 2·VW),
+    max(VW, 32/RB)) elements per row (``lanes`` > 0 forces it). VW = 16 (an 8-bit
+    cache read 16 codes per load): 32 elements, half the lanes of VW = 8."""
     if lanes:
         return lanes
-    target = 16
+    target = max(16, 2 * VW)
     while target * RB > 32 and target > VW:
         target //= 2
     valid = [L for L in (1, 2, 4, 8, 16, 32) if (D // VW) % L == 0]
@@ -108,12 +109,13 @@ def keys_per_group(D: int, L: int, RB: int, keys: int = 0) -> int:
     return max(1, min(4, (96 - 2 * RB * E) // (2 * E)))
 
 
-def resolve_chunked(problem, rows, lanes, keys):
+def resolve_chunked(problem, rows, lanes, keys, VW=0):
     """The automatic parameters of a warp-step decode kernel: ``rows`` clipped to
     the rows a KV head has, ``lanes`` (0: :func:`lanes_per_key`) and ``keys``
-    (0: :func:`keys_per_group`)."""
+    (0: :func:`keys_per_group`); ``VW``: elements per load (0: the dtype's,
+    :func:`vector_width`)."""
     RB = decode_rows(problem, rows)
-    L = lanes_per_key(problem.head_dim, vector_width(problem.dtype), RB, lanes)
+    L = lanes_per_key(problem.head_dim, VW or vector_width(problem.dtype), RB, lanes)
     return {"rows": RB, "lanes": L, "keys": keys_per_group(problem.head_dim, L, RB, keys)}
 
 
@@ -139,10 +141,10 @@ def resolve_splits(problem, keys_per_round, rows_per_block, blocks_per_sm, min_k
     return S
 
 
-def resolve_split(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys, **_):
+def resolve_split(problem, warps, lanes, rows, keys, splits, blocks_per_sm, min_keys, VW=0, **_):
     """:func:`resolve_chunked` and the split count of a split-K phase (0: :func:`resolve_splits`);
     a split-K phase's ``resolve`` (other parameters pass through)."""
-    p = resolve_chunked(problem, rows, lanes, keys)
+    p = resolve_chunked(problem, rows, lanes, keys, VW)
     kpr = warps * (WARP_SIZE // p["lanes"]) * p["keys"]
     return {**p, "splits": resolve_splits(problem, kpr, p["rows"], blocks_per_sm, min_keys, splits)}
 
@@ -155,17 +157,21 @@ def split_layout(problem, warps, rows, lanes, keys, splits):
     return n_rc, chunk
 
 
-def check_decode(problem, warps, lanes, rows, keys, max_warps=32, **_):
-    """The supports() rules shared by the decode phases (None when runnable); other
-    parameters play no part."""
+def check_decode(problem, warps, lanes, rows, keys, max_warps=32, VW=0, **_):
+    """The supports() rules shared by the decode phases (None when runnable); ``VW``:
+    elements per load (0: the dtype's); other parameters play no part."""
     if problem.q_len > MAX_Q_LEN:
         return f"decode kernel: q_len {problem.q_len} > {MAX_Q_LEN} (use a prefill phase)"
     if problem.q_len < 1 or problem.kv_len < 1:
         return "decode kernel: needs q_len >= 1 and kv_len >= 1"
-    VW = vector_width(problem.dtype)
     D = problem.head_dim
-    if D % VW:
-        return f"head_dim {D} is not a multiple of {VW} ({problem.dtype} rows must be whole 16-byte vectors)"
+    if VW == 16:
+        if D % VW:
+            return f"head_dim {D} is not a multiple of 16 (wide: a lane reads 16 codes of a row per load)"
+    else:
+        VW = vector_width(problem.dtype)
+        if D % VW:
+            return f"head_dim {D} is not a multiple of {VW} ({problem.dtype} rows must be whole 16-byte vectors)"
     if not 1 <= warps <= max_warps:
         return f"warps={warps} out of range 1..{max_warps}"
     RB = decode_rows(problem, rows)
@@ -180,9 +186,9 @@ def check_decode(problem, warps, lanes, rows, keys, max_warps=32, **_):
     return None
 
 
-def check_split(problem, warps, lanes, rows, keys, **_):
+def check_split(problem, warps, lanes, rows, keys, VW=0, **_):
     """check_decode, and the combine kernel's one thread per element of a row."""
-    reason = check_decode(problem, warps, lanes, rows, keys)
+    reason = check_decode(problem, warps, lanes, rows, keys, VW=VW)
     if reason:
         return reason
     if problem.head_dim > 1024:
@@ -545,8 +551,16 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
     through the block table (:func:`paged_keys`; ``KV8``/``TOKEN``: an 8-bit cache
     and its scales), the sequence's own length ``seqlens[b]``, every split writing
     a partial (a length-0 sequence gets zeros). ``BF16``: bfloat16 query, output and
-    16-bit cache (:func:`chunk_steps`)."""
+    16-bit cache (:func:`chunk_steps`).
+
+    ``VW`` = 16 with ``KV8`` (``paged_split_k``'s ``wide``): a lane owns 16 consecutive
+    codes per chunk, read by one 16-byte load (:func:`paged_words`), and decodes them where
+    they are used, the scales applied once per score and per probability instead of per
+    element; fp8's NaN codes are not patched per word: the lane ORs the codes' NaN tests,
+    and a warp that read one sets its accumulators to NaN at the end (the rows of that
+    sequence and KV head come out NaN)."""
     PAGED = P > 0
+    WIDE = PAGED and KV8 > 0 and VW == 16
     load_rows, load_keys, _, merge_lanes, write_rows, combine_last = chunk_steps(
         D, VW, L, T, NW, RB, Nq, G, causal, FINAL, BASE2=True, BF16=BF16)
     E = D // L  # elements of a row per lane
@@ -554,6 +568,10 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
     KS = KW * T  # keys per warp step: T keys per group
     if PAGED:
         load_keys = paged_keys(D, VW, L, T, P, KS, KV8, TOKEN, BF16)
+    EW = max(1, E // 4)  # 32-bit words of a row per lane (WIDE)
+    if WIDE:
+        load_words = paged_words(D, L, T, P, KS, KV8, TOKEN)
+        dq4 = e4m3x4_f32_finite if KV8 == 1 else int8x4_f32
     NT = NW * WARP_SIZE
     NRC = (G * Nq + RB - 1) // RB  # row blocks per KV head
     NP, SPL, NR = score_plan(L, RB, T)
@@ -574,6 +592,12 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
         VV = cuda.local.array((T, E), float32)
         sc = cuda.local.array((RB, T), float32)
         vals = cuda.local.array(NP, float32)
+        if WIDE:
+            KQ = cuda.local.array((T, EW), uint32)
+            VQ = cuda.local.array((T, EW), uint32)
+            sks = cuda.local.array(T, float32)
+            svs = cuda.local.array(T, float32)
+            bad = uint32(0)
         split = cuda.blockIdx.x
         kvh = cuda.blockIdx.y // NRC  # b * Hkv + kv head
         row0 = (cuda.blockIdx.y - kvh * NRC) * RB  # first of this block's query rows (g * Nq + i)
@@ -588,16 +612,34 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
         n_steps = max(0, (hi - lo + KS - 1) // KS)  # 0 for a split past the end
         for step in range(w, n_steps, NW):  # warp-uniform: the shuffles stay convergent
             j0 = lo + step * KS + grp  # this group's keys: j0 + t * KW
-            if PAGED:
-                load_keys(k, v, KK, VV, table, seq, kvh - seq * Hkv, lo + step * KS, j0, hi, sub, ks, vs)
-            else:
-                load_keys(k, v, KK, VV, kvh, j0, hi, sub)
-            for r in range(RB):
+            if WIDE:  # the words, decoded here: 4 codes at a time for every row; the K scale per score
+                bad |= load_words(k, v, KQ, VQ, sks, svs, table, seq, kvh - seq * Hkv, lo + step * KS, j0, hi,
+                                  sub, ks, vs)
                 for t in range(T):
-                    s = float32(0.0)
-                    for e in range(E):
-                        s += Qr[r, e] * KK[t, e]
-                    vals[r * T + t] = s
+                    for r in range(RB):
+                        vals[r * T + t] = float32(0.0)
+                    for i in range(EW):
+                        x0, x1, x2, x3 = dq4(KQ[t, i])
+                        for r in range(RB):
+                            s = vals[r * T + t]
+                            s += Qr[r, 4 * i] * x0
+                            s += Qr[r, 4 * i + 1] * x1
+                            s += Qr[r, 4 * i + 2] * x2
+                            s += Qr[r, 4 * i + 3] * x3
+                            vals[r * T + t] = s
+                    for r in range(RB):
+                        vals[r * T + t] *= sks[t]
+            else:
+                if PAGED:
+                    load_keys(k, v, KK, VV, table, seq, kvh - seq * Hkv, lo + step * KS, j0, hi, sub, ks, vs)
+                else:
+                    load_keys(k, v, KK, VV, kvh, j0, hi, sub)
+                for r in range(RB):
+                    for t in range(T):
+                        s = float32(0.0)
+                        for e in range(E):
+                            s += Qr[r, e] * KK[t, e]
+                        vals[r * T + t] = s
             for vi in range(NV_RT, NP):
                 vals[vi] = float32(0.0)
             # reduce-scatter over the L lanes of the group: each stage sends half of the
@@ -643,11 +685,32 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
                         acc[r, e] *= corr
                 else:
                     l[r] += lsum
-                for e in range(E):
-                    a = acc[r, e]
-                    for t in range(T):
-                        a += sc[r, t] * VV[t, e]
-                    acc[r, e] = a
+                if not WIDE:
+                    for e in range(E):
+                        a = acc[r, e]
+                        for t in range(T):
+                            a += sc[r, t] * VV[t, e]
+                        acc[r, e] = a
+            if WIDE:  # O += P V: each key's V scale on its probabilities (l is already summed)
+                for t in range(T):
+                    for r in range(RB):
+                        sc[r, t] *= svs[t]
+                    for i in range(EW):
+                        x0, x1, x2, x3 = dq4(VQ[t, i])
+                        for r in range(RB):
+                            p = sc[r, t]
+                            acc[r, 4 * i] += p * x0
+                            acc[r, 4 * i + 1] += p * x1
+                            acc[r, 4 * i + 2] += p * x2
+                            acc[r, 4 * i + 3] += p * x3
+        if WIDE and KV8 == 1:  # a NaN code read by any lane of the warp: the warp's accumulators NaN
+            f = int32(1) if bad != uint32(0) else int32(0)
+            for off in (16, 8, 4, 2, 1):
+                f |= shfl_xor_sync(FULL_MASK, f, off)
+            if f != 0:
+                for r in range(RB):
+                    for e in range(E):
+                        acc[r, e] = u32_as_f32(_NAN_BITS)
         merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub)  # base 2: exp2
         cuda.syncthreads()
         write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o)  # lse back to natural units
@@ -755,6 +818,16 @@ def e4m3x4_f32(w):
 
 
 @device
+def e4m3x4_f32_finite(w):
+    """:func:`e4m3x4_f32` without the NaN patch (a NaN code comes out finite): for a caller
+    that tests the codes for NaN itself (:func:`e4m3_nan_bytes`), once per many words."""
+    a, b = e4m3x4_f16x2(w)
+    x0, x1 = unpack_f16x2(a)
+    x2, x3 = unpack_f16x2(b)
+    return x0, x1, x2, x3
+
+
+@device
 def int8x4_f32(w):
     """Four int8 codes → four float32, exact, without integer-to-float conversions (a quarter-rate
     instruction): the biased byte (code + 128) placed in the mantissa of 2²³ (``prmt``), then
@@ -831,6 +904,47 @@ def paged_keys(D: int, VW: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN
                     VV[t, e + 4], VV[t, e + 5], VV[t, e + 6], VV[t, e + 7] = v4 * sv, v5 * sv, v6 * sv, v7 * sv
 
     return load_keys
+
+
+@functools.cache
+def paged_words(D: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN: bool):
+    """The ``wide`` load of an 8-bit paged cache (``KV8`` 1 fp8 e4m3, 2 int8): as
+    :func:`paged_keys`, but a lane owns 16 consecutive codes per chunk (E = D/L elements,
+    E/16 chunks) and reads each chunk with one 16-byte load of the (…, D/4) uint32 view.
+    The words are kept as they are (``KQ``/``VQ``: (T, E/4)) and decoded where they are
+    used; ``sks``/``svs`` get each key's K and V scale (times the decoder's unit). Returns,
+    for fp8, the OR of :func:`e4m3_nan_bytes` of every word loaded (non-zero: a NaN code
+    was read), else 0."""
+    E = D // L
+    NV = E // 16
+    KW = WARP_SIZE // L
+    LOGP = P.bit_length() - 1
+    UNIT = kv8_decoder(KV8)[1]
+    STEP = P % KS == 0  # a step never crosses a page
+
+    @device
+    def load_words(k, v, KQ, VQ, sks, svs, table, b, h, js, j0, hi, sub, ks, vs):
+        pg = table[b, js >> LOGP] if STEP else 0
+        bad = uint32(0)
+        for t in range(T):
+            jj = min(j0 + t * KW, hi - 1)
+            page = pg if STEP else table[b, jj >> LOGP]
+            row = page * P + (jj & (P - 1))
+            srow = row if TOKEN else 0
+            sks[t] = ks[srow, h] * UNIT
+            svs[t] = vs[srow, h] * UNIT
+            for u in range(NV):
+                c = (sub + L * u) * 4  # word of the chunk's first code (16 codes: 4 words)
+                kw = ld_global_v4(k, row, h, c)
+                vw = ld_global_v4(v, row, h, c)
+                for x in range(4):
+                    KQ[t, 4 * u + x] = kw[x]
+                    VQ[t, 4 * u + x] = vw[x]
+                    if KV8 == 1:
+                        bad |= e4m3_nan_bytes(kw[x]) | e4m3_nan_bytes(vw[x])
+        return bad
+
+    return load_words
 
 
 def paged_scales(problem, ks, vs):

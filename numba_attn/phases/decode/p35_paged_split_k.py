@@ -19,13 +19,19 @@ gets zeros (its split 0 writes a zero partial with log-sum-exp 0). The same kern
 (fp8 e4m3 or int8 bytes, two 32-bit words per 8 elements, dequantized in
 registers and multiplied by the per-tensor, per-head or per-token scale), and
 a float16 or bfloat16 query (a bfloat16 cache read as 32-bit words, each
-split into two floats by shifts).
+split into two floats by shifts). ``wide`` (8-bit caches): a lane owns 16
+consecutive codes per chunk and reads them with one 16-byte load, so a key needs
+half the lanes and its per-key work (address, page index, shuffles, softmax)
+is shared by twice the bytes; the codes are decoded where they are used, the
+scales applied per score and per probability, and fp8's NaN codes are tested
+once per load instead of patched per word.
 The kernel is ``decode_split_k_lean``'s with a page size (``make_lean_kernel``
 in ``common``).
 
 Prediction: at page size >= 64 the same bandwidth as ``decode_split_k_lean``
 (within 5%: one extra L1-cached load per step); an 8-bit cache halves the
-bytes, ~1.7-1.9x faster than SDPA on the fp16 contiguous cache at KV >= 16k.
+bytes, ~1.7-1.9x faster than SDPA on the fp16 contiguous cache at KV >= 16k; ``wide``:
+half the main loop's instructions per key on fp8 (100 -> 52.5), a quarter fewer on int8.
 Verdict: 0.950 ms at B8 H32 KV 32k P64 (equal lengths), 0.99x decode_split_k_lean; ragged B8 KV <= 32k 0.504 ms with the ragged plan (0.592 ms before), 0.95x; 8-bit caches at B8 KV 16k: 0.483 ms fp8/head, 0.389 ms int8/token, 0.98x and 1.22x SDPA on the fp16 cache (the 1.7x target missed) (H200, CUPTI) [results/paged-nvidia-h200.jsonl]
 """
 from __future__ import annotations
@@ -38,8 +44,22 @@ from numba_attn.phases.decode.common import (PAGED_KV8, PAGED_TOKEN_SCALE, check
 from numba_attn.phases.registry import register_phase
 
 
-def _supports(problem, **params):
-    return check_paged_problem(problem) or check_split(problem, **params)
+def _vw(problem, wide):
+    """Elements a lane reads per load: 16 codes of an 8-bit cache with ``wide``, else 8 (16-bit)."""
+    return 16 if wide and getattr(problem, "kv_dtype", "") else vector_width(problem.dtype)
+
+
+def _supports(problem, wide=False, **params):
+    reason = check_paged_problem(problem)
+    if reason:
+        return reason
+    if wide and not problem.kv_dtype:
+        return "wide: 8-bit caches only (a 16-bit cache already reads 16 bytes per load)"
+    return check_split(problem, **params, VW=_vw(problem, wide))
+
+
+def _resolve(problem, wide=False, **params):
+    return resolve_split(problem, **params, VW=_vw(problem, wide))
 
 
 @register_phase(
@@ -59,19 +79,22 @@ def _supports(problem, **params):
             "Flash-Decoding split-K",
     planned_speedup=45.0,
     dtypes=("float16", "bfloat16"),
-    space={"warps": [4, 8], "keys": [0, 1, 2, 4], "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4]},
+    space={"warps": [4, 8], "keys": [0, 1, 2, 4], "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4],
+           "wide": [False, True]},
     launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     sim_params={"warps": 2, "splits": 3},
     supports=_supports,
-    resolve=resolve_split,
+    resolve=_resolve,
     layout="paged",
 )
-def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=2, min_keys=256, fuse_max=64):
+def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=2, min_keys=256, fuse_max=64,
+                  wide=False):
     fused = splits * rows <= fuse_max
-    kern = make_lean_kernel(problem.head_dim, vector_width(problem.dtype), lanes, keys, warps, rows, problem.q_len,
+    kern = make_lean_kernel(problem.head_dim, _vw(problem, wide), lanes, keys, warps, rows, problem.q_len,
                             problem.group, problem.causal, False, fused, blocks_per_sm, P=problem.page_size,
                             KV8=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
                             BF16=problem.dtype == "bfloat16")
     scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
+    wide_note = ", 16 codes per load" if _vw(problem, wide) == 16 else ""
     return paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused,
-                        notes=f", combine {'fused' if fused else 'kernel'}")
+                        notes=f", combine {'fused' if fused else 'kernel'}{wide_note}")
