@@ -87,11 +87,13 @@ def test_device_dequantization_is_bit_exact():
     assert np.array_equal(i8, codes.view(np.int8).astype(np.float32))
 
 
-@pytest.mark.parametrize("phase,params,where", [(p, {}, "v") for p in PAGED] + [
+@pytest.mark.parametrize("phase,params,where", [(p, {}, w) for p in PAGED for w in "vk"] + [
+    (p, {"splits": 1}, "k") for p in PAGED] + [  # one split: the block writes o = acc / l itself
     ("paged_split_k", {"wide": True}, "v"), ("paged_split_k", {"wide": True}, "k")])  # wide: NaN tests per load
 def test_nan_in_an_fp8_cache_propagates(phase, params, where):
-    """A NaN code (0x7F) in one key of an fp8 cache makes that sequence's output NaN (both phases,
-    both dequantization paths), and the other sequence stays finite and correct."""
+    """A NaN code (0x7F) in one key or value of an fp8 cache makes that sequence's output NaN (both
+    phases, both dequantization paths, one split or several: a NaN row sum is not an empty
+    sequence's zero), and the other sequence stays finite and correct."""
     rng = np.random.default_rng(12)
     B, H, Hkv, D, P = 2, 2, 1, 16, 16
     x = rng.standard_normal((3, P, Hkv, D)).astype(np.float32)

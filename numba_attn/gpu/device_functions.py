@@ -134,8 +134,9 @@ def merge_state(m_a, l_a, m_b, l_b):
 
 @device
 def state_lse(m, l):
-    """Log-sum-exp of a partial state, ``m + log(l)``, or NEG_BIG when it saw no key."""
-    if l > float32(0.0):
+    """Log-sum-exp of a partial state, ``m + log(l)``, or NEG_BIG when it saw no key (``l`` 0; a NaN
+    ``l``, from a NaN score, gives a NaN log-sum-exp, so the combine propagates it)."""
+    if l != float32(0.0):
         return m + math.log(l)
     return NEG_BIG
 

@@ -418,7 +418,7 @@ def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
                     else:
                         o[bh, i, d] = oo / ll
                 else:
-                    part_o[split, bh * Nq + i, d] = oo / ll if ll > float32(0.0) else float32(0.0)
+                    part_o[split, bh * Nq + i, d] = oo / ll if ll != float32(0.0) else float32(0.0)
                     if d == 0:
                         if BASE2:
                             part_lse[split, bh * Nq + i] = state_lse(mm * LN2, ll)
@@ -1377,15 +1377,15 @@ def make_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causa
             i = r % Nq
             if FINAL:
                 if PAGED and BF16:
-                    o[bh, i, d] = f32_to_bf16(oo / ll if ll > float32(0.0) else float32(0.0))
+                    o[bh, i, d] = f32_to_bf16(oo / ll if ll != float32(0.0) else float32(0.0))
                 elif PAGED:
-                    o[bh, i, d] = oo / ll if ll > float32(0.0) else float32(0.0)  # an empty sequence: zeros
+                    o[bh, i, d] = oo / ll if ll != float32(0.0) else float32(0.0)  # an empty sequence: zeros
                 elif BF16:
                     o[bh, i, d] = f32_to_bf16(oo / ll)
                 else:
                     o[bh, i, d] = oo / ll
             else:
-                part_o[split, bh * Nq + i, d] = oo / ll if ll > float32(0.0) else float32(0.0)
+                part_o[split, bh * Nq + i, d] = oo / ll if ll != float32(0.0) else float32(0.0)
                 if d == 0:
                     if PAGED:  # an empty sequence: split 0 is a zero partial of weight 1
                         part_lse[split, bh * Nq + i] = state_lse(mm, ll) if Nk > 0 or split > 0 else float32(0.0)
