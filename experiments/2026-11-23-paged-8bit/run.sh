@@ -4,6 +4,7 @@
 #  2. whether warp_specialized_tc's SASS keeps setmaxnreg (USETMAXREG) and its registers;
 #  3. numba-attn bench paged --preset paged-targets-short (CUPTI kernel time; SDPA on the contiguous twins).
 #   OUT=dir bash experiments/2026-11-23-paged-8bit/run.sh
+#   WIDE=1 OUT=dir bash ...: then also paged_split_k with wide=True (16 codes per lane per load) on the same problems
 set -u
 out=${OUT:-results/paged-check}; mkdir -p "$out"
 python3 -m pytest -q -p no:cacheprovider -n 8 tests/test_paged.py tests/test_intrinsics.py tests/test_hopper.py \
@@ -25,3 +26,8 @@ PY
 cat "$out/sass.txt" | tail -3
 python3 -m numba_attn.cli bench paged --preset paged-targets-short --timing cupti --results "$out/paged.jsonl" \
   --plots "$out/plots" > "$out/bench.log" 2>&1; echo "bench: exit $?"
+if [ "${WIDE:-0}" = 1 ]; then
+  python3 -m numba_attn.cli run --gpu --preset paged-targets-short --phases paged_split_k \
+    --param paged_split_k.wide=1 --timing cupti --no-ceilings --results "$out/paged.jsonl" > "$out/wide.log" 2>&1
+  echo "wide: exit $?"
+fi
