@@ -275,6 +275,34 @@ def split_launch(problem, kern, scale, warps, lanes, rows, keys, splits, counter
 # -- the warp-step loop --------------------------------------------------------------
 
 @functools.cache
+def row_loader(VW: int, L: int, NV: int, BF16: bool):
+    """``load_row(k, v, KK, VV, t, a, b, sub)``: this lane's E = NV·VW elements of K row ``k[a, b]``
+    and V row ``v[a, b]`` into ``KK[t]``/``VV[t]``, 16 bytes per load (lane ``sub`` of the row's
+    L lanes takes chunks sub, sub + L, …); float32 or float16 rows (``ldg_f32x4``/``ldg_f16x8``),
+    or a bfloat16 row as its uint32 word view (``BF16``: four words, each split by shifts).
+    The contiguous cache passes (KV head, key), the paged one (cache row, KV head)."""
+    ldv = ldg_f32x4 if VW == 4 else ldg_f16x8
+
+    @device
+    def load_row(k, v, KK, VV, t, a, b, sub):
+        for u in range(NV):
+            if BF16:  # 8 elements: 4 words of the uint32 view
+                kw = ld_global_v4(k, a, b, (sub + L * u) * 4)
+                vw = ld_global_v4(v, a, b, (sub + L * u) * 4)
+                for x in range(4):
+                    KK[t, u * VW + 2 * x], KK[t, u * VW + 2 * x + 1] = unpack_bf16x2(kw[x])
+                    VV[t, u * VW + 2 * x], VV[t, u * VW + 2 * x + 1] = unpack_bf16x2(vw[x])
+            else:
+                kx = ldv(k, a, b, (sub + L * u) * VW)
+                vx = ldv(v, a, b, (sub + L * u) * VW)
+                for x in range(VW):
+                    KK[t, u * VW + x] = kx[x]
+                    VV[t, u * VW + x] = vx[x]
+
+    return load_row
+
+
+@functools.cache
 def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool,
                 FINAL: bool = True, BASE2: bool = False, BF16: bool = False):
     """Device functions of a block of ``NW`` warps that computes ``RB`` query rows
@@ -292,7 +320,7 @@ def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
     KW = WARP_SIZE // L  # lane groups per warp
     NT = NW * WARP_SIZE
     NROWS = G * Nq
-    ldv = ldg_f32x4 if VW == 4 else ldg_f16x8
+    load_row = row_loader(VW, L, NV, BF16)  # one key row of K and V, 16 bytes per load
 
     @device
     def load_rows(q, Qr, acc, m, l, lim, kvh, row0, sub, scale, hi, Nk):
@@ -326,20 +354,7 @@ def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
         """All loads of a step first: keys j0 + t·KW (t < T, clamped below ``hi``),
         this lane's E elements of each K and V row, 16 bytes at a time."""
         for t in range(T):
-            jj = min(j0 + t * KW, hi - 1)
-            for u in range(NV):
-                if BF16:  # 8 elements: 4 words of the uint32 view
-                    kw = ld_global_v4(k, kvh, jj, (sub + L * u) * 4)
-                    vw = ld_global_v4(v, kvh, jj, (sub + L * u) * 4)
-                    for x in range(4):
-                        KK[t, u * VW + 2 * x], KK[t, u * VW + 2 * x + 1] = unpack_bf16x2(kw[x])
-                        VV[t, u * VW + 2 * x], VV[t, u * VW + 2 * x + 1] = unpack_bf16x2(vw[x])
-                else:
-                    kx = ldv(k, kvh, jj, (sub + L * u) * VW)
-                    vx = ldv(v, kvh, jj, (sub + L * u) * VW)
-                    for x in range(VW):
-                        KK[t, u * VW + x] = kx[x]
-                        VV[t, u * VW + x] = vx[x]
+            load_row(k, v, KK, VV, t, kvh, min(j0 + t * KW, hi - 1), sub)
 
     @device
     def score_update(Qr, KK, VV, sc, m, l, acc, lim, j0):
@@ -859,7 +874,7 @@ def paged_keys(D: int, VW: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN
     NV = E // VW
     KW = WARP_SIZE // L
     LOGP = P.bit_length() - 1
-    ldv = ldg_f32x4 if VW == 4 else ldg_f16x8
+    load_row = row_loader(VW, L, NV, BF16)  # one key row of K and V, 16 bytes per load
     dq4, UNIT = kv8_decoder(KV8)
     STEP = P % KS == 0  # a step never crosses a page
 
@@ -871,20 +886,7 @@ def paged_keys(D: int, VW: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN
             page = pg if STEP else table[b, jj >> LOGP]
             row = page * P + (jj & (P - 1))
             if KV8 == 0:
-                if BF16:  # 8 elements: 4 words of the uint32 view
-                    for u in range(NV):
-                        kw = ld_global_v4(k, row, h, (sub + L * u) * 4)
-                        vw = ld_global_v4(v, row, h, (sub + L * u) * 4)
-                        for x in range(4):
-                            KK[t, u * VW + 2 * x], KK[t, u * VW + 2 * x + 1] = unpack_bf16x2(kw[x])
-                            VV[t, u * VW + 2 * x], VV[t, u * VW + 2 * x + 1] = unpack_bf16x2(vw[x])
-                else:
-                    for u in range(NV):
-                        kx = ldv(k, row, h, (sub + L * u) * VW)
-                        vx = ldv(v, row, h, (sub + L * u) * VW)
-                        for x in range(VW):
-                            KK[t, u * VW + x] = kx[x]
-                            VV[t, u * VW + x] = vx[x]
+                load_row(k, v, KK, VV, t, row, h, sub)
             else:
                 srow = row if TOKEN else 0
                 sk = ks[srow, h] * UNIT
