@@ -477,9 +477,11 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     ``pingpong`` (with ``ws`` and two consumers, not ``overlap``): the consumers take turns at the
     tensor cores (FlashAttention-3's inter-warpgroup ping-pong). Consumer c's turn is named
     barrier ``PP_BAR + c`` with :data:`PP_THREADS` (both consumers' threads): a consumer waits
-    (``bar.sync``) on its own barrier before P·V of tile j-1 (and the wait for tile j and the
-    issue of S_j = Q·K_jᵀ), and arrives (``bar.arrive``) on the other's right after that issue, then
-    waits for S_j and does its softmax while the other one's products run. Consumer 0 arrives
+    (``bar.sync``) on its own barrier before it issues P·V of tile j-1 (and waits for tile j and
+    issues S_j = Q·K_jᵀ), and arrives (``bar.arrive``) on the other's right after that issue: a turn
+    only issues, the tensor cores run the products in issue order. Then it waits for both products
+    (``wgmma.wait_group 0``), releases tile j-1's stage and does its softmax while the other one's
+    products run. Consumer 0 arrives
     once on its own barrier before the loop (its first turn), and after the loop each consumer
     arrives once more on the other's barrier (the other's last P·V). Every consumer syncs and
     arrives once per tile of the block, also for tiles it skips (causal, rows past Nq), so
@@ -521,9 +523,11 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     pv_off, pv_lbo, pv_sbo = mnmajor_params(Bc, KK, RB)
     qk = make_wgmma_rs(kind, Bc, False, True, qk_off, qk_lbo, qk_sbo, RB)  # S = Q Kᵀ (fresh), waited
     qk_next = make_wgmma_rs(kind, Bc, False, True, qk_off, qk_lbo, qk_sbo, RB, False)  # issued, not waited
-    pv = make_wgmma_rs(kind, D, True, False, pv_off, pv_lbo, pv_sbo, RB, not overlap)  # O += P V
+    # O += P V: waited at once, except with overlap (one wait retires both products) and pingpong (issued
+    # in the turn, waited after the turn is passed on, with the next tile's S)
+    pv = make_wgmma_rs(kind, D, True, False, pv_off, pv_lbo, pv_sbo, RB, not (overlap or pingpong))
     wait_all = make_wgmma_wait(0, NS, NO)  # both products done; S_next and O pass through the wait
-    wait_s = make_wgmma_wait(0, NS)  # pingpong: S done (passed through the wait)
+    wait_o = make_wgmma_wait(0, NO)  # pingpong: O done (a skipped tile, the end of the loop)
     # tma: the ring's barriers (full[s] = s, empty[s] = STAGES + s) and one tile's loads
     NCB = DPAD * 2 // RB  # column blocks of a tile: one TMA box each, K and V
     CB = Bc * RB  # bytes of one column block (one box)
@@ -532,6 +536,14 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     REGS = ws and WG >= 2  # move registers from the producer to the consumers (one consumer: no need)
     P_REGS = WS_PRODUCER_REGS
     C_REGS = ws_consumer_regs(WG)
+
+    @device
+    def release_stage(bars, st, lane):
+        """This warp is done with ring stage ``st`` (every lane past its wgmma wait: the warp's arrival
+        stands for all 32 lanes): lanes synced, then lane 0 arrives on the stage's empty barrier."""
+        syncwarp(FULL_MASK)
+        if lane == 0:
+            mbarrier_arrive(bars, STAGES + st)
 
     @device
     def tma_tile(KV, kmap, vmap, bars, tile, buf, kvh):
@@ -684,7 +696,9 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
                 if pingpong:  # -- S = Q Kᵀ issued in this consumer's turn, then the other consumer's turn
                     qk_next(s, qf, 0, KV, (it % STAGES) * TILE)
                     turn_pass(first)
-                    wait_s(s, acc)  # S complete: the softmax below overlaps the other consumer's products
+                    wait_all(s, acc)  # S and the last tile's O complete: the softmax below overlaps the other's products
+                    if it > 0:  # tile it-1's P·V retired: its stage may be refilled (before this consumer's
+                        release_stage(bars, (it - 1) % STAGES, lane)  # next turn: two stages suffice)
                 elif not overlap:
                     # -- S = Q Kᵀ: KS wgmma m64nBc k16, K read from shared memory
                     qk(s, qf, 0, KV, (it % STAGES) * TILE)
@@ -713,20 +727,22 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
                 pv(acc, pf, 0, KV, (STAGES + it % STAGES) * TILE)
             elif pingpong:  # a tile this consumer skips: its turns all the same (the barriers stay balanced)
                 turn_pass(first)
+                wait_o(acc, acc)  # the last P·V complete: tile it-1's stage may be refilled
+                if it > 0:
+                    release_stage(bars, (it - 1) % STAGES, lane)
                 turn_wait(first)
             if overlap:
                 wait_all(sn, acc)  # both products complete (warpgroup-uniform)
                 for i in range(NS):
                     s[i] = sn[i]
-            if tma:
+            if tma and not pingpong:
                 # this warp's products are complete (every lane past its wait: the warp's arrival
                 # stands for all 32 lanes): tile it's stage may be refilled
-                syncwarp(FULL_MASK)
-                if lane == 0:
-                    mbarrier_arrive(bars, STAGES + it % STAGES)
+                release_stage(bars, it % STAGES, lane)
 
-        if pingpong:  # the other consumer's last turn (its last P·V)
+        if pingpong:  # the other consumer's last turn (its last P·V); this consumer's last P·V retired
             turn_pass(first)
+            wait_o(acc, acc)
         if not tma:
             cp_async_wait(0)
         if varlen:  # the view made here, not kept live through the loop (q0: one register)
