@@ -364,7 +364,8 @@ def _one_kind(q, k, v, out) -> str:
             raise AttentionInputError(
                 f"{name} is {ka} but q is {kind}: q, k, v{' and out' if out is not None else ''} must be of one "
                 f"kind (all NumPy arrays, all numba device arrays, or all PyTorch tensors on one device)")
-        if kind == TORCH and ka == TORCH and a.device != q.device:
+        if kind == TORCH and ka == TORCH and (a.get_device() != q.get_device() or a.is_cuda != q.is_cuda) \
+                and a.device != q.device:  # (device objects compared only when the cheap test differs)
             raise AttentionInputError(f"{name} is on {a.device} but q is on {q.device}: the tensors must be on "
                                       f"one device")
     return kind
@@ -495,7 +496,13 @@ def _stream_of(kind, q, stream):
         raise AttentionInputError(f"stream must be None, 0 or a numba stream (numba.cuda.stream()); got "
                                   f"{type(stream).__name__} {stream!r} (the simulator has no other streams)")
     if stream is None:
-        handle = sys.modules["torch"].cuda.current_stream(q.device).cuda_stream if kind == TORCH else 0
+        if kind == TORCH:  # the raw handle where torch has it: no Stream object made per call
+            torch = sys.modules["torch"]
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            handle = raw(q.get_device()) if raw is not None and q.is_cuda else \
+                torch.cuda.current_stream(q.device).cuda_stream
+        else:
+            handle = 0
     elif isinstance(stream, int) and not isinstance(stream, bool) and stream == 0:
         handle = 0
     elif type(stream).__module__.startswith("torch") and hasattr(stream, "cuda_stream"):

@@ -171,8 +171,59 @@ def run(args):
                     out.write(json.dumps(row) + "\n")
                     out.flush()
                 print_row(row)
+    if args.breakdown and SMOKE:
+        print("--breakdown needs CUDA tensors (the plan cache keeps no plan for CPU tensors): skipped")
+    elif args.breakdown:
+        for r in breakdown():
+            rows.append(r)
+            if out:
+                out.write(json.dumps(r) + "\n")
     if out:
         out.close()
+    return rows
+
+
+def breakdown(phase="tc_wgmma", n=2000, reps=5):
+    """Where the host time of a cached call goes (B1 H1 N64 D64 fp16, tensors, a new output per call):
+    each step of ``attention()``'s hot path timed alone, ``n`` times in a loop, median of ``reps``
+    (µs per step). The steps overlap nothing, so their sum is about the whole call's host time."""
+    device = "cpu" if SMOKE else "cuda"
+    g = torch.Generator(device="cpu").manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 64, 64, generator=g).to(torch.float16).to(device) for _ in range(3))
+    params = dict(get_phase(phase).sim_params) if SMOKE else {}
+    api.clear_plans()
+    api.attention(q, k, v, phase=phase, **params)
+    kind = api._one_kind(q, k, v, None)
+    skey = api._stream_of(kind, q, None)[0]
+    key = api._plan_key(kind, q, k, v, False, None, phase, False, params, skey)
+    plan = api._PLANS[key]
+    o = torch.empty_like(q)
+    addrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr())
+    steps = {
+        "kind checks": lambda: api._one_kind(q, k, v, None),
+        "stream": lambda: api._stream_of(kind, q, None),
+        "plan key": lambda: api._plan_key(kind, q, k, v, False, None, phase, False, params, skey),
+        "token (tuning stamp)": lambda: api._token(),
+        "output (torch.empty)": lambda: torch.empty(q.shape, dtype=q.dtype, device=q.device),
+        "addresses": lambda: (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()),
+        "launch (replay)": (lambda: plan.replay(addrs)) if plan.replay is not None else None,
+        "whole call": lambda: api.attention(q, k, v, phase=phase, **params),
+    }
+    rows = []
+    for name, fn in steps.items():
+        if fn is None:
+            continue
+        times = []
+        for _ in range(reps):
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            times.append((time.perf_counter() - t0) / n * 1e6)
+            sync()
+        rows.append({"case": "breakdown", "phase": phase, "step": name, "us": statistics.median(times),
+                     "n": n, "reps": reps, "gpu": "simulator" if SMOKE else torch.cuda.get_device_name()})
+        print(f"breakdown {phase:<12} {name:<22} {rows[-1]['us']:8.2f} µs", flush=True)
     return rows
 
 
@@ -195,6 +246,7 @@ def print_row(r):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="JSON lines, one per (case, phase, mode)")
+    ap.add_argument("--breakdown", action="store_true", help="also time each step of a cached call's host path")
     ap.add_argument("--n", type=int, default=1000, help="back-to-back calls per repeat (at most)")
     ap.add_argument("--min-calls", type=int, default=100, help="back-to-back calls per repeat (at least)")
     ap.add_argument("--budget-s", type=float, default=1.0, help="seconds one repeat aims at (large problems)")
