@@ -345,6 +345,16 @@ PRESETS["paged-8bit"] = [
                                                                  ("bfloat16", "float8_e4m3", "head"),
                                                                  ("bfloat16", "", "head"))
 ]
+# The 8-bit caches of paged-targets-short alone (B8 KV 16k/32k fp8 per head and int8 per token, GQA fp8 at 32k):
+# the decoders' variants side by side in a run of a minute or two.
+PRESETS["paged-8bit-short"] = [
+    PagedProblem(batch=8, heads=32, q_len=1, kv_len=n, head_dim=128, dtype="float16", page_size=64,
+                 kv_dtype=kd, kv_scale=sc)
+    for n in (16384, 32768) for kd, sc in (("float8_e4m3", "head"), ("int8", "token"))
+] + [
+    PagedProblem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64,
+                 kv_dtype="float8_e4m3", kv_scale="head"),
+]
 # The issue's targets at a cost one GPU run can afford: page size 64 over B ∈ {1, 8, 32} × KV ∈ {4k, 32k}
 # (ragged), the page-size effect at B8 32k, GQA, and the 8-bit caches at KV 16k and 32k.
 PRESETS["paged-targets"] = [
