@@ -26,14 +26,20 @@ import sys  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def _link_info(ptx: str, arch: str = "sm_90", max_registers: int | None = None) -> str:
+def _link_info(ptx, arch: str = "sm_90", max_registers: int | None = None) -> str:
+    """nvJitLink's info log for one kernel: ``ptx`` text, or LTO-IR bytes (linked with ``-lto``, as numba
+    links a kernel when nvJitLink is available: whole-program code generation, where a relocatable PTX
+    link ignores ``setmaxnreg`` and may serialize wgmma for want of registers)."""
     from cuda.bindings import nvjitlink
 
-    opts = [f"-arch={arch}", "-verbose"] + ([f"-maxrregcount={max_registers}"] if max_registers else [])
+    lto = isinstance(ptx, (bytes, bytearray))
+    opts = [f"-arch={arch}", "-verbose"] + (["-lto"] if lto else []) + (
+        [f"-maxrregcount={max_registers}"] if max_registers else [])
     h = nvjitlink.create(len(opts), opts)
     try:
-        data = ptx.encode()
-        nvjitlink.add_data(h, nvjitlink.InputType.PTX, data, len(data), "kernel")
+        data = bytes(ptx) if lto else ptx.encode()
+        nvjitlink.add_data(h, nvjitlink.InputType.LTOIR if lto else nvjitlink.InputType.PTX, data, len(data),
+                           "kernel")
         nvjitlink.complete(h)
         n = nvjitlink.get_info_log_size(h)
         buf = bytearray(n)
@@ -90,8 +96,15 @@ def compile_phase(phase_name: str, problem, params: dict | None = None, cc=(9, 0
             ptx, _ = cuda.compile_ptx(self.disp.py_func, sig, cc=cc, fastmath=opts.get("fastmath", False),
                                       launch_bounds=opts.get("launch_bounds"))
             arch = f"sm_{cc[0]}{cc[1]}{cc[2] if len(cc) > 2 else ''}"
-            info = parse_ptxas(_link_info(ptx, arch, opts.get("max_registers")))
-            info.update(kernel=self.disp.py_func.__name__, launch=str(self.cfg[:2]), ptx=ptx)
+            lto = opts.get("lto", False)
+            if lto:  # what numba links at run time: the kernel's LTO-IR, whole program
+                code, _ = cuda.compile(self.disp.py_func, sig, device=False, abi="numba", cc=cc,
+                                       fastmath=opts.get("fastmath", False),
+                                       launch_bounds=opts.get("launch_bounds"), output="ltoir")
+            log = _link_info(code if lto else ptx, arch, opts.get("max_registers"))
+            info = parse_ptxas(log)
+            info.update(kernel=self.disp.py_func.__name__, launch=str(self.cfg[:2]), ptx=ptx, lto=bool(lto),
+                        notes=[ln.split(":", 1)[-1].strip() for ln in log.splitlines() if "Performance Loss" in ln])
             records.append(info)
 
     import numba.cuda.dispatcher as _disp
@@ -176,7 +189,10 @@ def main(argv=None) -> int:
     for name in args.phases:
         for rec in compile_phase(name, prob, params if len(args.phases) == 1 else None):
             print(f"{name:18s} {rec['kernel']:24s} regs={rec['regs']} stack={rec.get('stack_bytes')} "
-                  f"spill_st={rec.get('spill_stores')} spill_ld={rec.get('spill_loads')} smem={rec['smem_bytes']}")
+                  f"spill_st={rec.get('spill_stores')} spill_ld={rec.get('spill_loads')} smem={rec['smem_bytes']}"
+                  f"{' (LTO link)' if rec.get('lto') else ''}")
+            for note in rec.get("notes", []):
+                print(f"{'':18s} ptxas: {note}")
             if args.ptx:
                 print(rec["ptx"])
     return 0
