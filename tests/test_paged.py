@@ -263,7 +263,16 @@ def test_wide_supports_and_lanes():
         return PagedProblem(batch=8, heads=32, q_len=1, kv_len=16384, head_dim=D, dtype="float16", page_size=64,
                             kv_dtype=kv_dtype, kv_scale=scale)
 
-    assert ph.resolve(prob(), {"wide": True})["lanes"] * 2 == ph.resolve(prob(), {})["lanes"] == 8
+    assert ph.resolve(prob(), {"wide": True})["lanes"] * 2 == ph.resolve(prob(), {"wide": False})["lanes"] == 8
+    # the default (None): wide for an 8-bit cache with one query row per KV head and whole 16-code loads
+    assert ph.resolve(prob(), {})["wide"] is True and ph.resolve(prob(), {})["lanes"] == 4
+    assert ph.resolve(prob(kv_dtype="int8", scale="token"), {})["wide"] is True
+    assert ph.resolve(prob(kv_dtype="", scale="tensor"), {})["wide"] is False
+    assert ph.resolve(prob(D=72), {})["wide"] is False
+    gqa = PagedProblem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=16384, head_dim=128, dtype="float16",
+                       page_size=64, kv_dtype="float8_e4m3", kv_scale="head")
+    assert ph.resolve(gqa, {})["wide"] is False  # a GQA group's rows spill with 16 codes per lane
+    assert "must be a bool" in ph.supports(prob(), wide="False")  # bool("False") would be True
     assert ph.supports(prob(), wide=True) is None
     assert ph.supports(prob(kv_dtype="int8", scale="token"), wide=True) is None
     assert "8-bit caches only" in ph.supports(prob(kv_dtype="", scale="tensor"), wide=True)

@@ -42,24 +42,35 @@ from numba_attn.gpu.device_functions import LOG2E
 from numba_attn.phases.decode.common import (PAGED_KV8, PAGED_TOKEN_SCALE, check_paged_problem, check_split,
                                              make_lean_kernel, paged_launch, resolve_split, vector_width)
 from numba_attn.phases.registry import register_phase
+from numba_attn.spec.errors import check_bool
+
+
+def _wide(problem, wide):
+    """``wide`` resolved: None (the default) is True for an 8-bit cache read by one query row per KV head
+    (no GQA group, q_len 1) at a head_dim of whole 16-code loads, where it was measured faster; with a
+    GQA group the row blocks' registers spill with it (slower, measured), so False."""
+    if wide is None:
+        return (bool(getattr(problem, "kv_dtype", "")) and problem.group * problem.q_len == 1
+                and problem.head_dim % 16 == 0)
+    return check_bool("parameter wide of phase 'paged_split_k'", wide)
 
 
 def _vw(problem, wide):
     """Elements a lane reads per load: 16 codes of an 8-bit cache with ``wide``, else 8 (16-bit)."""
-    return 16 if wide and getattr(problem, "kv_dtype", "") else vector_width(problem.dtype)
+    return 16 if _wide(problem, wide) and getattr(problem, "kv_dtype", "") else vector_width(problem.dtype)
 
 
-def _supports(problem, wide=False, **params):
+def _supports(problem, wide=None, **params):
     reason = check_paged_problem(problem)
     if reason:
         return reason
-    if wide and not problem.kv_dtype:
+    if wide is not None and _wide(problem, wide) and not problem.kv_dtype:
         return "wide: 8-bit caches only (a 16-bit cache already reads 16 bytes per load)"
     return check_split(problem, **params, VW=_vw(problem, wide))
 
 
-def _resolve(problem, wide=False, **params):
-    return resolve_split(problem, **params, VW=_vw(problem, wide))
+def _resolve(problem, wide=None, **params):
+    return {**resolve_split(problem, **params, VW=_vw(problem, wide)), "wide": _wide(problem, wide)}
 
 
 @register_phase(
@@ -88,7 +99,7 @@ def _resolve(problem, wide=False, **params):
     layout="paged",
 )
 def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=2, min_keys=256, fuse_max=64,
-                  wide=False):
+                  wide=None):
     fused = splits * rows <= fuse_max
     kern = make_lean_kernel(problem.head_dim, _vw(problem, wide), lanes, keys, warps, rows, problem.q_len,
                             problem.group, problem.causal, False, fused, blocks_per_sm, P=problem.page_size,
