@@ -19,7 +19,8 @@ gets zeros (its split 0 writes a zero partial with log-sum-exp 0). The same kern
 (fp8 e4m3 or int8 bytes, two 32-bit words per 8 elements, dequantized in
 registers and multiplied by the per-tensor, per-head or per-token scale), and
 a float16 or bfloat16 query (a bfloat16 cache read as 32-bit words, each
-split into two floats by shifts). ``wide`` (8-bit caches): a lane owns 16
+split into two floats by shifts). ``wide`` (8-bit caches; the default where a
+KV head has one query row): a lane owns 16
 consecutive codes per chunk and reads them with one 16-byte load, so a key needs
 half the lanes and its per-key work (address, page index, shuffles, softmax)
 is shared by twice the bytes; the codes are decoded where they are used, the
@@ -33,6 +34,7 @@ Prediction: at page size >= 64 the same bandwidth as ``decode_split_k_lean``
 bytes, ~1.7-1.9x faster than SDPA on the fp16 contiguous cache at KV >= 16k; ``wide``:
 half the main loop's instructions per key on fp8 (100 -> 52.5), a quarter fewer on int8.
 Verdict: 0.950 ms at B8 H32 KV 32k P64 (equal lengths), 0.99x decode_split_k_lean; ragged B8 KV <= 32k 0.504 ms with the ragged plan (0.592 ms before), 0.95x; 8-bit caches at B8 KV 16k: 0.483 ms fp8/head, 0.389 ms int8/token, 0.98x and 1.22x SDPA on the fp16 cache (the 1.7x target missed) (H200, CUPTI) [results/paged-nvidia-h200.jsonl]
+Verdict (wide, now the default for one query row per KV head): B8 KV 16k 0.369 ms fp8/head, 0.327 ms int8/token, 1.29x and 1.46x SDPA on the fp16 cache in the same process; KV 32k 0.725 ms and 0.654 ms, 1.31x and 1.45x; GQA (group 4) fp8 at 32k slower with it, 0.636 ms against 0.513 ms (spills); the 1.7x target still missed (H200, CUPTI) [results/paged-8bit-wide-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

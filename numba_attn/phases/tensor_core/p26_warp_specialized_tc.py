@@ -37,7 +37,7 @@ at B1 H32 N4096 D128 fp16 (~0.60–0.66 ms), and the same at D=64.
 Whether ptxas honours ``setmaxnreg`` in numba's link step is the first
 thing to check on the GPU (the SASS should show ``USETMAXREG``).
 
-Verdict: as predicted at D128, 0.571 ms at B1 H32 N4096 D128 fp16 (H200, CUPTI), 1.04x tma_wgmma, 0.81x SDPA; refuted at D64, 0.445 ms at B4 H32 N2048, 0.82x tma_wgmma (one block per SM) [results/tensor-core-tma-nvidia-h200.jsonl]
+Verdict: as predicted at D128, 0.571 ms at B1 H32 N4096 D128 fp16 (H200, CUPTI), 1.04x tma_wgmma, 0.81x SDPA; refuted at D64, 0.445 ms at B4 H32 N2048, 0.82x tma_wgmma (one block per SM); a later run (SDPA the faster of auto and cuDNN in it): 0.521 ms (0.89x SDPA), B2 H16 N8192 causal 1.130 ms (1.00x), B1 H16 N16384 causal 2.138 ms (0.96x), bf16 0.523 ms (0.85x); D64 with Bc=128 0.394 ms (0.82x) [results/tensor-core-tma-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

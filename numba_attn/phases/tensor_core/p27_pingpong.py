@@ -9,14 +9,15 @@ consumer may issue its products:
   wgmma whenever they are ready, so their GEMMs and their softmaxes tend to
   line up and the tensor cores idle while both compute exp2. Here consumer c
   owns named barrier 1 + c (``bar.sync id, 256``: its own 128 threads and
-  the other consumer's 128 arrivals). A consumer's turn is: ``bar.sync`` on
-  its own barrier, O += P_{j-1}·V_{j-1} (waited), the stage released, the
-  wait for tile j, S_j = Q·K_jᵀ issued; then ``bar.arrive`` on the other's
-  barrier, the wait for S_j and the softmax of tile j while the other
-  consumer has its turn. So the GEMMs of one iteration's P·V and the next
-  one's Q·Kᵀ of consumer 0 run while consumer 1 computes its softmax, and
-  the other way round (FlashAttention-3's inter-warpgroup ping-pong,
-  ``warp_scheduler_barrier_sync`` / ``_arrive``).
+  the other consumer's 128 arrivals). A consumer's turn only *issues*:
+  ``bar.sync`` on its own barrier, O += P_{j-1}·V_{j-1} issued (not waited),
+  the wait for tile j, S_j = Q·K_jᵀ issued; then ``bar.arrive`` on the
+  other's barrier. Outside its turn it waits for both products
+  (``wgmma.wait_group 0``: the tensor cores run them in issue order),
+  releases tile j-1's stage and computes the softmax of tile j while the
+  other consumer's products run (FlashAttention-3's inter-warpgroup
+  ping-pong, ``warp_scheduler_barrier_sync`` / ``_arrive`` around the issue
+  of the two GEMMs).
 * **Who starts, and balance.** Consumer 0 arrives once on its own barrier
   before the loop (FlashAttention-3's ``mma_init``), so it has the first turn
   and consumer 1's first ``bar.sync`` waits for consumer 0's first issue;
@@ -25,12 +26,11 @@ consumer may issue its products:
   block, also for tiles it skips (causal: consumer 0's rows end before
   consumer 1's; rows past Nq), so the turns alternate strictly and neither
   waits for an arrival that never comes.
-* **stages = 3 by default.** A stage is released after its P·V, which now
-  runs in the consumer's next turn, and the producer refills it only when
-  both consumers released it: with two stages the tile a consumer needs at
-  the start of its turn would be loaded only during the other consumer's
-  turn just before, its latency exposed at every turn; three stages give
-  back the parent's iteration of slack (D=128, Bc=64: 96 KiB of ring).
+* **Stages.** A stage is released once its P·V has retired, in the
+  consumer's next iteration, before its next turn: with two stages the
+  tile a consumer waits for inside its turn can already be in flight, so
+  two stages cannot deadlock; three by default give the producer one tile
+  of slack more (D=128, Bc=64: 96 KiB of ring).
 
 Head dims, dtypes, causal, GQA: as ``warp_specialized_tc`` with two consumer
 warpgroups (384 threads), so head_dim up to 128.
@@ -43,7 +43,7 @@ slower than stages=3. Refuted if the gain at D128 is below 3% (≥ 0.555 ms):
 then the turns cost more (barrier waits, a consumer waiting for its tile
 inside its turn) than the overlap gives.
 
-Verdict: not measured yet: no GPU run of this phase in the committed results files (offline compile only, see docs/tensor-core-notes.md).
+Verdict: refuted, slower than its parent in every case measured: 0.688 ms at B1 H32 N4096 D128 fp16, 1.32x warp_specialized_tc's time in the same run, 0.577 ms with Bc=128 (1.21x) (H200, CUPTI); the first version, which waited for P·V inside the turn, took 0.765 ms; no spill, no serialized wgmma in the LTO link; why the turns cost more than they overlap is not yet measured (docs/tensor-core-notes.md) [results/tensor-core-tma-nvidia-h200.jsonl] [results/archive/2026-11-23-pingpong-first/hopper-tma-c6d2a4d.jsonl]
 """
 from __future__ import annotations
 
