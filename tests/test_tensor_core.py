@@ -1,5 +1,5 @@
 """The tensor-core phases (tc_mma, tc_pipelined, tc_tf32, tc_wgmma, tc_wgmma_overlap, tma_wgmma,
-warp_specialized_tc, pingpong) against the float64 reference.
+warp_specialized_tc, pingpong, ws_overlap) against the float64 reference.
 
 In the simulator every mma/ldmatrix is a per-lane fallback and costs a warp
 barrier, so the shapes are tiny: one or two 16-row warps per block, 16-key
@@ -100,6 +100,11 @@ CASES = [
     ("pingpong", tiny("float16", D=64, q_len=100, kv_len=75, heads=1), {"Bc": 16}),
     ("pingpong", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"Bc": 32, "stages": 2}),
     ("pingpong", tiny("float16", D=128, q_len=80, kv_len=95, heads=1, causal=True), {"Bc": 16, "stages": 2}),
+    # the consumers' next S issued before this tile's softmax: the second consumer's rows partly past Nq, GQA,
+    # bf16, 3 and 4 stages, one causal D=128 case (a consumer skipping the last tiles)
+    ("ws_overlap", tiny("float16", D=64, q_len=100, kv_len=75, heads=1), {"Bc": 16}),
+    ("ws_overlap", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"Bc": 32, "stages": 4}),
+    ("ws_overlap", tiny("float16", D=128, q_len=80, kv_len=95, heads=1, causal=True), {"Bc": 16}),
 ]
 
 
@@ -323,7 +328,7 @@ def named_bars(ptx):  # (op, id, count) of each two-operand bar.sync / bar.arriv
 
 for name, D, causal in (("tma_wgmma", 64, False), ("tma_wgmma", 128, False), ("warp_specialized_tc", 64, False),
                         ("warp_specialized_tc", 128, False), ("pingpong", 64, False), ("pingpong", 128, False),
-                        ("pingpong", 128, True)):
+                        ("pingpong", 128, True), ("ws_overlap", 64, False), ("ws_overlap", 128, True)):
     rec = off.compile_phase(name, Problem(batch=1, heads=32, q_len=4096, head_dim=D, dtype="float16",
                                           causal=causal))[0]
     ptx = rec.pop("ptx")
@@ -349,8 +354,8 @@ def _offline_tma_results():
 
 
 def test_offline_tma_phases_assemble_without_spills():
-    """tma_wgmma, warp_specialized_tc and pingpong at D=64 and 128 fp16 (default parameters; pingpong at
-    D=128 causal too) compile for sm_90a and assemble with no spills; the loads are TMA (no cp.async of 16
+    """tma_wgmma, warp_specialized_tc, pingpong and ws_overlap at D=64 and 128 fp16 (default parameters;
+    pingpong and ws_overlap at D=128 causal) compile for sm_90a and assemble with no spills; the loads are TMA (no cp.async of 16
     bytes), no call, one bar.sync (after the barriers' initialisation) and no named barrier but in pingpong;
     the producer/consumer kernels move registers."""
     res = {k: v for k, v in _offline_tma_results().items() if not k.startswith("tc_wgmma-")}
@@ -361,7 +366,7 @@ def test_offline_tma_phases_assemble_without_spills():
         assert {"mbarrier.try_wait.parity.shared::cta.b64", "mbarrier.arrive.expect_tx.shared::cta.b64",
                 "mbarrier.arrive.shared::cta.b64"} <= ops, key
         assert not any(op.startswith(("cp.async.cg", "cp.async.ca", "call")) for op in ops), (key, ops)
-        if key.startswith(("warp_specialized_tc", "pingpong")):
+        if key.startswith(("warp_specialized_tc", "pingpong", "ws_overlap")):
             assert {"setmaxnreg.dec.sync.aligned.u32", "setmaxnreg.inc.sync.aligned.u32"} <= ops, key
         if not key.startswith("pingpong"):  # no named barrier but the block barrier
             assert "bar.arrive" not in ops and rec["bars"] == [], (key, rec["bars"])

@@ -1,0 +1,80 @@
+"""Phase 37 — ``ws_overlap``: the warp-specialised kernel with the next tile's Q·Kᵀ in flight during this tile's softmax.
+
+Change against ``warp_specialized_tc``: each consumer warpgroup runs
+``tc_wgmma_overlap``'s schedule (FlashAttention-3's intra-warpgroup
+overlap) instead of waiting for every product at once. Per K/V tile j:
+
+* wait for tile j+1 on its full mbarrier and issue S_{j+1} = Q·K_{j+1}ᵀ
+  (no wait) into a second set of score registers;
+* mask and online softmax of S_j, O += P_j·V_j issued (no wait);
+* one ``wgmma.wait_group 0`` retires both products; tile j's stage is
+  released on its empty mbarrier; S_{j+1} becomes S_j.
+
+The ring must hold tile j+1 while tile j is read: ``stages`` ≥ 3 (the
+producer is unchanged). Why this can pay here when it did not in
+``tc_wgmma_overlap`` (1.24x slower there): the second score set (Bc/2 = 32
+registers at Bc=64) cost that kernel its second block per SM, the occupancy
+that hid the softmax. A warp-specialised block is alone on its SM anyway,
+and its consumers have 232 registers after ``setmaxnreg.inc`` (offline, LTO
+link: 168 at entry, no spill, no serialized wgmma at D=64 and 128 with
+Bc=64; Bc=128 spills and serializes the wgmma, so it is refused).
+
+Head dims up to 128 (two consumer warpgroups), fp16 and bf16, causal.
+
+Prediction (written before measuring): +5-10% against warp_specialized_tc at
+B1 H32 N4096 D128 fp16 (0.521 ms → ~0.48 ms, ~0.95x SDPA), the same at D64;
+refuted below +2%.
+
+Verdict: not measured yet: no GPU run of this phase in the committed results files (offline compile only).
+"""
+from __future__ import annotations
+
+from numba_attn.phases.registry import register_phase
+from numba_attn.phases.tensor_core.common import build_wgmma, supports_wgmma, tma_smem_reason
+
+CONSUMERS = 2  # two consumer warpgroups and the producer: 384 threads, 232 registers per consumer thread
+MAX_BC = 64  # Bc=128: the two score sets and O need more than 232 registers (spills, serialized wgmma)
+
+
+def _resolve(problem, warpgroups, Bc, stages):
+    if warpgroups < 0:
+        raise ValueError("warpgroups (consumer warpgroups per block) must be 2 (0: automatic)")
+    return {"warpgroups": warpgroups or CONSUMERS, "Bc": Bc, "stages": stages}
+
+
+def _supports(problem, warpgroups, Bc, stages):
+    if warpgroups != CONSUMERS:
+        return f"warpgroups={warpgroups}: two consumer warpgroups only (the register split of 384 threads)"
+    if problem.head_dim > 128:
+        return (f"head_dim {problem.head_dim}: two consumer warpgroups hold O and two score sets in 232 "
+                "registers up to D=128")
+    if Bc > MAX_BC:
+        return (f"Bc={Bc}: the second score set (Bc/2 registers) does not fit above Bc={MAX_BC} "
+                "(spills, serialized wgmma)")
+    return (supports_wgmma(problem, warpgroups, Bc, stages, min_stages=3)
+            or tma_smem_reason(problem, Bc, stages))
+
+
+@register_phase(
+    name="ws_overlap", order=37,
+    title="Tensor cores: warp specialisation with the next Q·Kᵀ issued before this tile's softmax",
+    parent="warp_specialized_tc",
+    requires_cc="sm_90a",
+    description="""
+        warp_specialized_tc whose consumer warpgroups issue S_{j+1} = Q·K_{j+1}ᵀ before the
+        softmax of tile j and retire it with P_j·V_j in one wgmma wait (FlashAttention-3's
+        intra-warpgroup overlap), with the registers setmaxnreg gives the consumers; three
+        ring stages.
+    """,
+    lineage="FlashAttention-3 (Shah et al. 2024), §3.2 intra-warpgroup overlapping of GEMMs and softmax",
+    planned_speedup=170.0,  # warp_specialized_tc's 160 and the predicted +5-10%
+    space={"warpgroups": [2], "Bc": [64], "stages": [3, 4]},
+    dtypes=("float16", "bfloat16"),
+    head_dims=None,
+    sim_params={"warpgroups": 2, "Bc": 16, "stages": 3},
+    supports=_supports,
+    resolve=_resolve,
+)
+def ws_overlap(problem, warpgroups=0, Bc=64, stages=3):
+    """warp_specialized_tc's kernel with ``overlap=True``."""
+    return build_wgmma(problem, warpgroups, Bc, stages, overlap=True, tma=True, ws=True)
