@@ -347,11 +347,12 @@ PRESETS["paged-8bit"] = [
 ]
 # The 8-bit caches of paged-targets-short alone (B8 KV 16k/32k fp8 per head and int8 per token, GQA fp8 at 32k):
 # the decoders' variants side by side in a run of a minute or two.
-PRESETS["paged-8bit-short"] = [
+_PAGED_8BIT_TARGETS = [  # the 8-bit target: B8 KV 16k/32k, fp8 per head and int8 per token
     PagedProblem(batch=8, heads=32, q_len=1, kv_len=n, head_dim=128, dtype="float16", page_size=64,
                  kv_dtype=kd, kv_scale=sc)
     for n in (16384, 32768) for kd, sc in (("float8_e4m3", "head"), ("int8", "token"))
-] + [
+]
+PRESETS["paged-8bit-short"] = _PAGED_8BIT_TARGETS + [
     PagedProblem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64,
                  kv_dtype="float8_e4m3", kv_scale="head"),
 ]
@@ -365,24 +366,13 @@ PRESETS["paged-targets"] = [
     for p, r in ((64, False), (16, True), (256, True))
 ] + [
     PagedProblem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64),
-] + [
-    PagedProblem(batch=8, heads=32, q_len=1, kv_len=n, head_dim=128, dtype="float16", page_size=64,
-                 kv_dtype=kd, kv_scale=sc)
-    for n in (16384, 32768) for kd, sc in (("float8_e4m3", "head"), ("int8", "token"))
-]
+] + _PAGED_8BIT_TARGETS
 # The targets where a split plan or the 8-bit dequantization decides (ragged B8/B32, 8-bit at 16k/32k), without
 # paged-targets' largest caches: one GPU run of a few minutes.
 PRESETS["paged-targets-short"] = [
     PagedProblem(batch=b, heads=32, q_len=1, kv_len=n, head_dim=128, dtype="float16", page_size=64, ragged=True)
     for b, n in ((8, 4096), (8, 32768), (32, 4096))
-] + [
-    PagedProblem(batch=8, heads=32, q_len=1, kv_len=n, head_dim=128, dtype="float16", page_size=64,
-                 kv_dtype=kd, kv_scale=sc)
-    for n in (16384, 32768) for kd, sc in (("float8_e4m3", "head"), ("int8", "token"))
-] + [
-    PagedProblem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64,
-                 kv_dtype="float8_e4m3", kv_scale="head"),
-]
+] + PRESETS["paged-8bit-short"]
 PRESETS["paged-small"] = [
     PagedProblem(batch=8, heads=32, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64, ragged=True),
     PagedProblem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64),

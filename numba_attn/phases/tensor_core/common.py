@@ -804,6 +804,28 @@ def supports_wgmma(problem, warpgroups, Bc, stages, min_stages):
     return smem_reason(wgmma_smem_bytes(D, Bc, stages))
 
 
+TWO_CONSUMERS = 2  # pingpong, ws_overlap: two consumer warpgroups and the producer (384 threads)
+
+
+def resolve_two_consumers(problem, warpgroups, Bc, stages):
+    """``resolve`` of the phases built on exactly two consumer warpgroups (warpgroups=0: two)."""
+    if warpgroups < 0:
+        raise ValueError("warpgroups (consumer warpgroups per block) must be 2 (0: automatic)")
+    return {"warpgroups": warpgroups or TWO_CONSUMERS, "Bc": Bc, "stages": stages}
+
+
+def two_consumers_reason(problem, warpgroups, Bc, stages, why, min_stages):
+    """Why a phase of exactly two consumer warpgroups (``why``: what needs the two) cannot run
+    ``problem`` (None when it can): head_dim up to 128, then the wgmma and TMA ring rules."""
+    if warpgroups != TWO_CONSUMERS:
+        return f"warpgroups={warpgroups}: {why} exactly {TWO_CONSUMERS} consumer warpgroups"
+    if problem.head_dim > 128:
+        return (f"head_dim {problem.head_dim}: two consumer warpgroups (384 threads: 168 registers at entry, 232 "
+                "after setmaxnreg) are checked free of spills up to D=128 only; use warp_specialized_tc")
+    return (supports_wgmma(problem, warpgroups, Bc, stages, min_stages=min_stages)
+            or tma_smem_reason(problem, Bc, stages))
+
+
 TMA_ALIGN_BYTES = 16  # TMA: global address and every stride but the innermost a multiple of 16 bytes
 
 

@@ -48,26 +48,11 @@ Verdict: refuted, slower than its parent in every case measured: 0.688 ms at B1 
 from __future__ import annotations
 
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.common import build_wgmma, supports_wgmma, tma_smem_reason
-
-CONSUMERS = 2  # the ping-pong alternates exactly two consumer warpgroups
-
-
-def _resolve(problem, warpgroups, Bc, stages):
-    """warpgroups=0: the two consumer warpgroups the ping-pong needs."""
-    if warpgroups < 0:
-        raise ValueError("warpgroups (consumer warpgroups per block) must be 2 (0: automatic)")
-    return {"warpgroups": warpgroups or CONSUMERS, "Bc": Bc, "stages": stages}
+from numba_attn.phases.tensor_core.common import build_wgmma, resolve_two_consumers, two_consumers_reason
 
 
 def _supports(problem, warpgroups, Bc, stages):
-    if warpgroups != CONSUMERS:
-        return f"warpgroups={warpgroups}: the ping-pong alternates exactly {CONSUMERS} consumer warpgroups"
-    if problem.head_dim > 128:
-        return (f"head_dim {problem.head_dim}: two consumer warpgroups (384 threads) have 168 registers each at "
-                "entry (more only if the link keeps setmaxnreg), the fragments spill above D=128")
-    return (supports_wgmma(problem, warpgroups, Bc, stages, min_stages=2)
-            or tma_smem_reason(problem, Bc, stages))
+    return two_consumers_reason(problem, warpgroups, Bc, stages, "the ping-pong alternates", min_stages=2)
 
 
 @register_phase(
@@ -89,7 +74,7 @@ def _supports(problem, warpgroups, Bc, stages):
     head_dims=None,
     sim_params={"warpgroups": 2, "Bc": 16, "stages": 3},
     supports=_supports,
-    resolve=_resolve,
+    resolve=resolve_two_consumers,
 )
 def pingpong(problem, warpgroups=0, Bc=64, stages=3):
     """warp_specialized_tc's kernel with ``pingpong=True``."""

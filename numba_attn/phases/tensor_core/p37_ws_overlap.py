@@ -30,29 +30,16 @@ Verdict: refuted, 0.725 ms at B1 H32 N4096 D128 fp16 (H200, CUPTI), 1.37x warp_s
 from __future__ import annotations
 
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.common import build_wgmma, supports_wgmma, tma_smem_reason
+from numba_attn.phases.tensor_core.common import build_wgmma, resolve_two_consumers, two_consumers_reason
 
-CONSUMERS = 2  # two consumer warpgroups and the producer: 384 threads, 232 registers per consumer thread
 MAX_BC = 64  # Bc=128: the two score sets and O need more than 232 registers (spills, serialized wgmma)
 
 
-def _resolve(problem, warpgroups, Bc, stages):
-    if warpgroups < 0:
-        raise ValueError("warpgroups (consumer warpgroups per block) must be 2 (0: automatic)")
-    return {"warpgroups": warpgroups or CONSUMERS, "Bc": Bc, "stages": stages}
-
-
 def _supports(problem, warpgroups, Bc, stages):
-    if warpgroups != CONSUMERS:
-        return f"warpgroups={warpgroups}: two consumer warpgroups only (the register split of 384 threads)"
-    if problem.head_dim > 128:
-        return (f"head_dim {problem.head_dim}: two consumer warpgroups hold O and two score sets in 232 "
-                "registers up to D=128")
     if Bc > MAX_BC:
         return (f"Bc={Bc}: the second score set (Bc/2 registers) does not fit above Bc={MAX_BC} "
                 "(spills, serialized wgmma)")
-    return (supports_wgmma(problem, warpgroups, Bc, stages, min_stages=3)
-            or tma_smem_reason(problem, Bc, stages))
+    return two_consumers_reason(problem, warpgroups, Bc, stages, "the register split is made for", min_stages=3)
 
 
 @register_phase(
@@ -73,7 +60,7 @@ def _supports(problem, warpgroups, Bc, stages):
     head_dims=None,
     sim_params={"warpgroups": 2, "Bc": 16, "stages": 3},
     supports=_supports,
-    resolve=_resolve,
+    resolve=resolve_two_consumers,
 )
 def ws_overlap(problem, warpgroups=0, Bc=64, stages=3):
     """warp_specialized_tc's kernel with ``overlap=True``."""
