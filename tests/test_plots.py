@@ -126,3 +126,31 @@ def test_layouts_plot_from_the_committed_paged_and_varlen_results(tmp_path):
         assert sorted(os.path.basename(f) for f in files) == [name[:6] + ".png", name[:6] + ".svg"]
         assert all(os.path.getsize(f) > 10_000 for f in files)
     assert layouts(os.path.join(root, "results", "roadmap-nvidia-h200.jsonl"), str(tmp_path), stem="none") == []
+
+
+def test_steps_pairs_a_phase_with_its_parent_in_the_same_run_only(tmp_path):
+    """A step is parent time / phase time of two OK rows of one run on one problem; a phase whose parent ran
+    in another run, or failed, makes no step; the planned step is the ratio of the planned speedups."""
+    from numba_attn import Problem
+
+    p = Problem(batch=1, heads=2, q_len=64, head_dim=16)
+
+    def row(phase, parent, run, t, status="OK", planned=2.0, params=None):
+        return {"type": "result", "kind": "phase", "phase": phase, "parent": parent, "order": len(phase),
+                "run_id": run, "problem": p.to_dict(), "label": p.label, "status": status, "time_ms": t,
+                "planned_speedup": planned, "requested_params": params or {}}
+
+    recs = [{"type": "env", "env_key": "k", "gpu": "Test GPU", "date": "2026-01-01", "commit": "abc"},
+            row("a", None, "r1", 2.0, planned=1.0), row("bb", "a", "r1", 1.6, planned=1.5),
+            row("ccc", "bb", "r2", 1.0),  # its parent ran in another run: no step
+            row("a", None, "r3", 2.2, planned=1.0), row("bb", "a", "r3", 2.0, status="FAIL"),  # failed: no step
+            row("a", None, "r4", 2.4, planned=1.0), row("bb", "a", "r4", 2.0, params={"Bc": 128})]
+    pairs = plots.step_pairs(recs)
+    assert [(q["phase"], q["parent"], q["run_id"]) for q in pairs] == [("bb", "a", "r1"), ("bb", "a", "r4")]
+    assert pairs[0]["measured"] == pytest.approx(1.25) and pairs[0]["planned"] == pytest.approx(1.5)
+    assert pairs[1]["measured"] == pytest.approx(1.2) and pairs[1]["params"] == {"Bc": 128}
+    files = plots.steps(recs, str(tmp_path), stem="s")
+    assert [f.rsplit(".", 1)[1] for f in files] == ["png", "svg"]
+    svg = open(files[1]).read()
+    assert "Each step against its parent" in svg and "parent time / phase time" in svg and "Test GPU" in svg
+    assert plots.steps(recs[:2], str(tmp_path), stem="none") == []  # no pair: nothing drawn

@@ -13,7 +13,10 @@
   achieved on those bytes, against the measured copy ceiling;
 * ``layouts`` — each paged-cache or packed ragged (varlen) problem beside its
   contiguous twin: bandwidth on the bytes read for paged caches, useful TFLOP/s
-  for ragged batches (drawn only for files with such problems).
+  for ragged batches (drawn only for files with such problems);
+* ``steps`` — each phase against its parent measured in the same run (parent time /
+  phase time per run and problem) beside the step the roadmap planned; every run
+  in the file counts (drawn only where a phase and its parent share a run).
 
 Every figure's caption gives the device, date and commit of the results.
 ``make_all(path, out_dir)`` draws what the file supports and returns the
@@ -34,7 +37,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 
 from numba_attn.report.table import env_summary, latest_rows  # noqa: E402
 
-PLOTS = ("roadmap", "scaling", "roofline", "traffic", "layouts")
+PLOTS = ("roadmap", "scaling", "roofline", "traffic", "layouts", "steps")
 ROOFLINE_PEERS = ("torch_sdpa", "torch_sdpa_fp16")  # PyTorch's own choice, in the problem's dtype and in fp16
 PEER_STYLE = {"linestyle": "--", "linewidth": 1.3}
 _CMAP = plt.get_cmap("tab10")
@@ -620,6 +623,87 @@ def layouts(records, out_dir, stem="layouts"):
     return _save(fig, out_dir, stem)
 
 
+# -- steps: each phase against its parent, in the same run -------------------------------------------
+
+
+def step_pairs(records) -> list[dict]:
+    """(phase, parent) pairs measured in the same run (``run_id``) on the same problem, both OK: one dict per
+    pair with the measured step (parent time / phase time), the planned one (the phases' planned speedups'
+    ratio), the problem's label and the parameters either side asked for (empty: defaults)."""
+    by_run = OrderedDict()
+    for r in records:
+        if r.get("type") == "result" and r.get("kind") == "phase" and _ok_time(r) and r.get("run_id"):
+            by_run.setdefault((r["run_id"], r.get("label")), {}).setdefault(r["phase"], r)
+    out = []
+    for (run_id, label), phases in by_run.items():
+        for name, r in phases.items():
+            parent = phases.get(r.get("parent"))
+            if parent is None:
+                continue
+            planned = None
+            if r.get("planned_speedup") and parent.get("planned_speedup"):
+                planned = r["planned_speedup"] / parent["planned_speedup"]
+            out.append({"phase": name, "parent": parent["phase"], "order": r.get("order"), "label": label,
+                        "run_id": run_id, "measured": parent["time_ms"] / r["time_ms"], "planned": planned,
+                        "params": r.get("requested_params") or {}, "parent_params": parent.get("requested_params") or {},
+                        "commit": r.get("commit") or ""})
+    return out
+
+
+def steps(records, out_dir, stem="steps"):
+    """One optimization at a time: for every phase whose parent ran beside it (same run, same problem), the
+    measured step (parent time / phase time; above 1: the idea paid) as one dot per run and problem, beside the
+    step the roadmap planned (a grey line). Every run in the file counts, not only the latest."""
+    if isinstance(records, (str, os.PathLike)):
+        from numba_attn.measure.results import load_results
+
+        source, records = os.path.basename(str(records)), load_results(str(records))
+    else:
+        source = getattr(records, "source", None) or "in-memory results"
+        records = list(records)
+    pairs = step_pairs(records)
+    if not pairs:
+        return []
+    envs = [r for r in records if r.get("type") == "env"]
+    order = {}
+    for p in pairs:
+        order.setdefault(p["phase"], (p["order"] if p["order"] is not None else 1e9, p["phase"]))
+    names = sorted(order, key=order.get)
+    labels = list(OrderedDict.fromkeys(p["label"] for p in pairs))
+    colors = {lab: _CMAP(i % 10) for i, lab in enumerate(labels)}
+    fig, ax = plt.subplots(figsize=(min(16.0, max(6.5, 1.6 * len(names) + 3)), 4.6))
+    for i, name in enumerate(names):
+        mine = [p for p in pairs if p["phase"] == name]
+        planned = next((p["planned"] for p in mine if p["planned"]), None)
+        if planned:
+            ax.hlines(planned, i - 0.32, i + 0.32, color="#888888", linewidth=4, zorder=1)
+        for j, p in enumerate(mine):
+            x = i + (j - (len(mine) - 1) / 2) * min(0.5 / max(len(mine), 1), 0.08)
+            tuned = bool(p["params"] or p["parent_params"])
+            ax.scatter(x, p["measured"], color=colors[p["label"]], marker="D" if tuned else "o", s=30, zorder=3,
+                       edgecolor="black", linewidth=0.4)
+    ax.axhline(1.0, color="black", linewidth=1.0)
+    values = [p["measured"] for p in pairs] + [p["planned"] for p in pairs if p["planned"]] + [1.0]
+    ax.set_ylim(min(values) * 0.92, max(values) * 1.06)
+    ax.set_xlim(-0.6, len(names) - 0.4)
+    ax.grid(axis="y", color="#eeeeee", zorder=0)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels([f"{n}\nvs {next(p['parent'] for p in pairs if p['phase'] == n)}" for n in names], fontsize=8,
+                       rotation=30 if len(names) > 6 else 0, ha="right" if len(names) > 6 else "center")
+    ax.set_ylabel("parent time / phase time (same run)")
+    ax.set_title("Each step against its parent: measured (dots: one per run and problem; ◆ non-default "
+                 "parameters) and planned (grey)", fontsize=9)
+    handles = [Line2D([0], [0], marker="o", color="w", markerfacecolor=colors[lab], markeredgecolor="black",
+                      markersize=7, label=lab) for lab in labels]
+    handles.append(Line2D([0], [0], color="#888888", lw=4, label="planned step"))
+    ax.legend(handles=handles, fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    runs = len({p["run_id"] for p in pairs})
+    _caption(fig, envs[-1] if envs else None, source,
+             f"{len(pairs)} pairs from {runs} runs; CUPTI or event time as each run recorded; ratios only within a run")
+    return _save(fig, out_dir, stem)
+
+
 def make_all(records, out_dir="plots", prefix="", which=PLOTS) -> list[str]:
     """Draw every plot the results support; returns the files written."""
     if isinstance(records, (str, os.PathLike)):
@@ -630,7 +714,8 @@ def make_all(records, out_dir="plots", prefix="", which=PLOTS) -> list[str]:
     else:
         source = None
     files = []
-    fns = {"roadmap": roadmap, "scaling": scaling, "roofline": roofline, "traffic": traffic, "layouts": layouts}
+    fns = {"roadmap": roadmap, "scaling": scaling, "roofline": roofline, "traffic": traffic, "layouts": layouts,
+           "steps": steps}
     for name in which:
         stem = f"{prefix}{name}"
         recs = _Named(records, source) if source else records
@@ -662,9 +747,10 @@ def synthetic_records(device="synthetic device") -> list[dict]:
     for n in (1024, 2048, 4096):
         p = Problem(batch=1, heads=32, q_len=n, head_dim=64)
         base = 20.0 * (n / 4096) ** 2
-        for name, order, plan, sp, mat in phases:
+        for k, (name, order, plan, sp, mat) in enumerate(phases):
             t = base / sp
             r = {"type": "result", "kind": "phase", "phase": name, "order": order, "planned_speedup": plan,
+                 "parent": phases[k - 1][0] if k else None, "run_id": f"synthetic-{n}",
                  "problem": p.to_dict(), "label": p.label, "status": "OK", "time_ms": t, "speedup": sp,
                  "flops": p.flops(), "min_bytes": p.min_bytes(), "env_key": "synthetic",
                  "model_bytes": p.materialized_bytes() if mat else p.min_bytes(), "phase_kind": "prefill"}
