@@ -460,3 +460,22 @@ def test_phase_gpu_shapes(name, problem):
             assert "LDGSTS" in sass
         if name == "tc_pipelined":
             assert "LDSM" in sass
+
+
+def test_offline_sass_counts_of_a_wgmma_kernel():
+    """``python -m numba_attn.measure.offline PHASE --sass``: the static SASS counts of the linked kernel
+    (nvdisasm), here warp_specialized_tc at D=128: its 12 HGMMA (8 of Q·Kᵀ, 4 of P·V) and register copies
+    counted apart (``IMAD.MOV``)."""
+    res = offline_json(
+        "import json\n"
+        "import numba_attn.measure.offline as off\n"
+        "from numba_attn.spec.problem import Problem\n"
+        "if off.nvdisasm_path() is None:\n"
+        "    print('JSON null')\n"
+        "else:\n"
+        "    rec = off.compile_phase('warp_specialized_tc', Problem(batch=1, heads=32, q_len=4096, head_dim=128,"
+        " dtype='float16'), keep_cubin=True)[0]\n"
+        "    print('JSON' + json.dumps(off.sass_counts(rec['cubin'])))\n")
+    if res is None:
+        pytest.skip("no nvdisasm (CUDA toolkit or Triton)")
+    assert res["HGMMA"] == 12 and 0 < res["IMAD.MOV"] < res["IMAD"]

@@ -1,10 +1,12 @@
 """Registers, spills and PTX of a phase's kernels without a GPU.
 
 ``python -m numba_attn.measure.offline PHASE [--head-dim 64 --dtype float32 --causal
---batch 1 --heads 32 --kv-heads 8 --param Br=64 --ptx]`` compiles the phase's kernels for sm_90 with libNVVM
-(``cuda.compile_ptx``) and assembles the PTX with ptxas through nvJitLink
-(``-verbose``, and the kernel's ``max_registers`` as ``-maxrregcount``), printing what ptxas reports: registers, stack frame, spill
-stores/loads, shared memory. No GPU and no driver are needed, so a spill or a
+--batch 1 --heads 32 --kv-heads 8 --param Br=64 --ptx --sass]`` compiles the phase's kernels for sm_90 with libNVVM
+(``cuda.compile_ptx``) and links the kernel as numba does at run time (its LTO-IR through nvJitLink with
+``-lto`` when nvJitLink is present, else the PTX; ``-verbose``, and the kernel's ``max_registers`` as
+``-maxrregcount``), printing what ptxas reports: registers, stack frame, spill stores/loads, shared memory,
+its performance notes (a serialized wgmma, an ignored ``setmaxnreg``), and with ``--sass`` the static SASS
+instruction counts (``nvdisasm``). No GPU and no driver are needed, so a spill, a register copy or a
 missing instruction can be seen before any device time is spent.
 
 How: the phase's host wrapper is called with NumPy stand-ins for the device
@@ -26,10 +28,11 @@ import sys  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def _link_info(ptx, arch: str = "sm_90", max_registers: int | None = None) -> str:
+def _link_info(ptx, arch: str = "sm_90", max_registers: int | None = None, cubin_out: list | None = None) -> str:
     """nvJitLink's info log for one kernel: ``ptx`` text, or LTO-IR bytes (linked with ``-lto``, as numba
     links a kernel when nvJitLink is available: whole-program code generation, where a relocatable PTX
-    link ignores ``setmaxnreg`` and may serialize wgmma for want of registers)."""
+    link ignores ``setmaxnreg`` and may serialize wgmma for want of registers). ``cubin_out``: a list that
+    receives the linked cubin."""
     from cuda.bindings import nvjitlink
 
     lto = isinstance(ptx, (bytes, bytearray))
@@ -44,9 +47,56 @@ def _link_info(ptx, arch: str = "sm_90", max_registers: int | None = None) -> st
         n = nvjitlink.get_info_log_size(h)
         buf = bytearray(n)
         nvjitlink.get_info_log(h, buf)
+        if cubin_out is not None:
+            c = bytearray(nvjitlink.get_linked_cubin_size(h))
+            nvjitlink.get_linked_cubin(h, c)
+            cubin_out.append(bytes(c))
         return buf.decode(errors="replace").rstrip("\x00")
     finally:
         nvjitlink.destroy(h)
+
+
+def nvdisasm_path() -> str | None:
+    """``nvdisasm`` from PATH, ``$CUDA_HOME/bin``, or the copy Triton ships; None when none is found."""
+    import shutil
+
+    found = shutil.which("nvdisasm")
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and os.path.exists(os.path.join(root, "bin", "nvdisasm")):
+            return os.path.join(root, "bin", "nvdisasm")
+    try:
+        import triton
+
+        cand = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+        return cand if os.path.exists(cand) else None
+    except Exception:  # noqa: BLE001 - Triton is optional
+        return None
+
+
+def sass_counts(cubin: bytes) -> dict:
+    """Static SASS instruction counts of a cubin by mnemonic (``IMAD``, ``HGMMA``, ...; ``IMAD.MOV``, a
+    register copy, also on its own), through ``nvdisasm``; {} when no nvdisasm is found."""
+    import collections
+    import subprocess
+    import tempfile
+
+    tool = nvdisasm_path()
+    if not tool:
+        return {}
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([tool, "-c", f.name], capture_output=True, text=True, check=True).stdout
+    ops = collections.Counter()
+    for ln in text.splitlines():
+        m = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", ln)
+        if m:
+            ops[m.group(1).split(".")[0]] += 1
+            if m.group(1).startswith("IMAD.MOV"):
+                ops["IMAD.MOV"] += 1
+    return dict(ops)
 
 
 def parse_ptxas(log: str) -> dict:
@@ -73,8 +123,10 @@ def parse_ptxas(log: str) -> dict:
     return out
 
 
-def compile_phase(phase_name: str, problem, params: dict | None = None, cc=(9, 0, "a")) -> list[dict]:
-    """Compile every kernel the phase launches for ``problem``; one dict per launch.
+def compile_phase(phase_name: str, problem, params: dict | None = None, cc=(9, 0, "a"),
+                  keep_cubin: bool = False) -> list[dict]:
+    """Compile every kernel the phase launches for ``problem``; one dict per launch (with ``keep_cubin``
+    its linked cubin too, for :func:`sass_counts`).
 
     ``cc`` defaults to sm_90a, the target numba-cuda picks for a 9.0 device (the
     wgmma phases need its arch-specific instructions)."""
@@ -101,8 +153,11 @@ def compile_phase(phase_name: str, problem, params: dict | None = None, cc=(9, 0
                 code, _ = cuda.compile(self.disp.py_func, sig, device=False, abi="numba", cc=cc,
                                        fastmath=opts.get("fastmath", False),
                                        launch_bounds=opts.get("launch_bounds"), output="ltoir")
-            log = _link_info(code if lto else ptx, arch, opts.get("max_registers"))
+            cubin = []
+            log = _link_info(code if lto else ptx, arch, opts.get("max_registers"), cubin)
             info = parse_ptxas(log)
+            if keep_cubin:
+                info["cubin"] = cubin[0] if cubin else None
             info.update(kernel=self.disp.py_func.__name__, launch=str(self.cfg[:2]), ptx=ptx, lto=bool(lto),
                         notes=[ln.split(":", 1)[-1].strip() for ln in log.splitlines() if "Performance Loss" in ln])
             records.append(info)
@@ -166,6 +221,8 @@ def main(argv=None) -> int:
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--ptx", action="store_true", help="print the PTX too")
+    ap.add_argument("--sass", action="store_true",
+                    help="print static SASS instruction counts (nvdisasm: PATH, $CUDA_HOME/bin or Triton's copy)")
     ap.add_argument("--page-size", type=int, default=0, help="a paged KV cache with this page size (paged phases)")
     ap.add_argument("--kv-dtype", default="", help="paged: the cache format, float8_e4m3 or int8 (default: --dtype)")
     ap.add_argument("--kv-scale", default="head", help="paged 8-bit cache: tensor, head or token scales")
@@ -187,12 +244,18 @@ def main(argv=None) -> int:
 
         prob = VarlenProblem(**{k: v for k, v in prob.to_dict().items()})
     for name in args.phases:
-        for rec in compile_phase(name, prob, params if len(args.phases) == 1 else None):
+        for rec in compile_phase(name, prob, params if len(args.phases) == 1 else None, keep_cubin=args.sass):
             print(f"{name:18s} {rec['kernel']:24s} regs={rec['regs']} stack={rec.get('stack_bytes')} "
                   f"spill_st={rec.get('spill_stores')} spill_ld={rec.get('spill_loads')} smem={rec['smem_bytes']}"
                   f"{' (LTO link)' if rec.get('lto') else ''}")
             for note in rec.get("notes", []):
                 print(f"{'':18s} ptxas: {note}")
+            if args.sass:
+                ops = sass_counts(rec["cubin"]) if rec.get("cubin") else {}
+                keys = ("IMAD.MOV", "IMAD", "FFMA", "FMUL", "FADD", "MUFU", "HGMMA", "WARPGROUP", "BAR", "SYNCS")
+                print(f"{'':18s} SASS: " + (", ".join(f"{k} {ops.get(k, 0)}" for k in keys)
+                                            + f", total {sum(v for k, v in ops.items() if k != 'IMAD.MOV')}"
+                                            if ops else "no nvdisasm found"))
             if args.ptx:
                 print(rec["ptx"])
     return 0
