@@ -43,7 +43,7 @@ slower than stages=3. Refuted if the gain at D128 is below 3% (≥ 0.555 ms):
 then the turns cost more (barrier waits, a consumer waiting for its tile
 inside its turn) than the overlap gives.
 
-Verdict: refuted, slower than its parent in every case measured: 0.688 ms at B1 H32 N4096 D128 fp16, 1.32x warp_specialized_tc's time in the same run, 0.577 ms with Bc=128 (1.21x) (H200, CUPTI); the first version, which waited for P·V inside the turn, took 0.765 ms; no spill, no serialized wgmma in the LTO link; measured reason (Nsight Compute): 19% more instructions (stage and turn integer work, register copies) and fewer issue slots (barrier waits), the tensor pipe 42% busy against the parent's 55% (docs/tensor-core-notes.md) [results/tensor-core-tma-nvidia-h200.jsonl] [results/archive/2026-11-23-pingpong-first/hopper-tma-c6d2a4d.jsonl]
+Verdict: refuted, slower than its parent in every case measured: 0.688 ms at B1 H32 N4096 D128 fp16, 1.32x warp_specialized_tc's time in the same run, 0.577 ms with Bc=128 (1.21x) (H200, CUPTI); the first version, which waited for P·V inside the turn, took 0.765 ms; no spill, no serialized wgmma in the LTO link; measured reason (Nsight Compute): 19% more instructions (the steady loop: 565 SASS instructions a tile against 454; a three-stage ring's modulo arithmetic, the turns, the delayed stage release) and fewer issue slots (barrier waits), the tensor pipe 42% busy against the parent's 55% (docs/tensor-core-notes.md) [results/tensor-core-tma-nvidia-h200.jsonl] [results/archive/2026-11-23-pingpong-first/hopper-tma-c6d2a4d.jsonl]
 """
 from __future__ import annotations
 
