@@ -6,7 +6,7 @@
   from 32 to 256 (no launch: cheap);
 * in the simulator, a sample of the accepted configurations on tiny shapes
   against the float64 reference: always head_dim 40, 80, 96, 160 and 256 for the
-  tensor-core phases, plus a few drawn at random (the seed is printed; set
+  tensor-core phases (40, 80 and 96 for pingpong and ws_overlap, which stop at 128), plus a few drawn at random (the seed is printed; set
   ``NUMBA_ATTN_HEAD_DIM_SEED`` to replay a draw);
 * on a GPU (``-m gpu``), head_dim 32 … 256 for every phase × causal × dtype × GQA
   that supports() accepts, on small odd shapes.
@@ -26,6 +26,8 @@ HEAD_DIMS = tuple(range(8, 257, 8))
 TENSOR_CORE = ("tc_mma", "tc_pipelined", "tc_tf32", "tc_wgmma", "tc_wgmma_overlap", "tma_wgmma", "warp_specialized_tc",
                "decode_mma")
 ALWAYS = (40, 80, 96, 160, 256)  # launched for every tensor-core phase in the simulator
+TWO_CONSUMERS = ("pingpong", "ws_overlap")  # up to head_dim 128: the odd head dims models use below it
+ALWAYS_TWO = (40, 80, 96)
 GPU_HEAD_DIMS = (32, 40, 64, 80, 96, 112, 128, 160, 192, 256)
 CFG = RunConfig(seeds=(7,))
 
@@ -94,6 +96,10 @@ def _sample():
     picked = []
     for name in TENSOR_CORE:  # the head dims models use, on every tensor-core phase
         for D in ALWAYS:
+            mine = [c for c in accepted if c[0].name == name and c[1] == D]
+            picked.append(rng.choice(mine))
+    for name in TWO_CONSUMERS:
+        for D in ALWAYS_TWO:
             mine = [c for c in accepted if c[0].name == name and c[1] == D]
             picked.append(rng.choice(mine))
     others = [c for c in accepted if c not in picked and 24 <= c[1] <= 136]
