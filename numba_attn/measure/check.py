@@ -155,6 +155,9 @@ class LaunchCheck:
     first_launch_s: float  # wall time of the first launch, compilation included
     first_launch_end: float  # ``time.perf_counter()`` when the first launch had finished
     device_arrays: tuple  # (q, k, v, o) on the device, of the last seed checked
+    stage_s: dict = None  # seconds spent: "reference" (inputs drawn, reference computed or cached),
+    # "inputs" (host to device, output poisoned), "launch" (every seed, the first's compilation
+    # included), "compare" (output back and compared)
 
     @property
     def ok(self) -> bool:
@@ -165,25 +168,31 @@ def check_launch(launch, problem: Problem, seeds, precision, stream) -> LaunchCh
     """For each seed: inputs to the device, the output buffer poisoned, one launch, the
     output compared with the float64 reference; stops at the first wrong result."""
     checks, first_s, first_end, arrays = [], 0.0, 0.0, ()
+    stages = dict.fromkeys(("reference", "inputs", "launch", "compare"), 0.0)
     for i, seed in enumerate(seeds):
+        t0 = time.perf_counter()
         q, k, v, ref = cached_reference(problem, seed)
+        t1 = time.perf_counter()
         qd, kd, vd = (to_device(a, stream=stream) for a in (q, k, v))
         od = to_device(poison(np.empty(problem.out_shape(), q.dtype), problem.dtype), stream=stream)
+        stream.synchronize()
         arrays = (qd, kd, vd, od)
-        t1 = time.perf_counter()
+        t2 = time.perf_counter()
         launch(*kernel_views(problem, qd, kd, vd, od), stream)
         stream.synchronize()
+        t3 = time.perf_counter()
         if i == 0:
-            first_end = time.perf_counter()
-            first_s = first_end - t1
+            first_end, first_s = t3, t3 - t2
         out = to_host(od, q.dtype, stream=stream)
         stream.synchronize()
         c = check(out, ref, dtype=problem.dtype, precision=precision)
         checks.append(c)
+        for name, dt in zip(stages, (t1 - t0, t2 - t1, t3 - t2, time.perf_counter() - t3)):
+            stages[name] += dt
         if not c.ok:
             break
     worst = max(checks, key=lambda c: (not c.ok, c.rel_err))
-    return LaunchCheck(worst, list(seeds[: len(checks)]), first_s, first_end, arrays)
+    return LaunchCheck(worst, list(seeds[: len(checks)]), first_s, first_end, arrays, stages)
 
 
 def recheck_outputs(problem: Problem, seed: int, outputs, precision, stream) -> str:

@@ -101,7 +101,10 @@ def _check_and_time(phase, problem, cfg, params, row, cuda):
     row["workspace_bytes"] = int(getattr(launch, "workspace_bytes", 0) or 0)
     row["model_bytes"] = model_bytes(phase.name, problem, row["workspace_bytes"], cfg.baseline)
     stream = cuda.stream()
+    stages = {"plan": time.perf_counter() - t0}
+    row["stage_s"] = stages  # where the row's wall time went, by step (seconds)
     checked = check_launch(launch, problem, cfg.seeds, phase.precision, stream)
+    stages.update(checked.stage_s or {})
     if checked.seeds:
         row["first_launch_s"] = checked.first_launch_s  # includes compilation
         row["sim_wall_s" if IS_SIMULATOR else "plan_s"] = checked.first_launch_end - t0
@@ -116,8 +119,10 @@ def _check_and_time(phase, problem, cfg, params, row, cuda):
     if IS_SIMULATOR or not cfg.time_kernels:
         row.update(status=OK, reason="checked; not timed (simulator)" if IS_SIMULATOR else "checked; not timed")
         return
-    row.update(time_launch(launch, problem, checked.device_arrays, stream, cfg.timing,
-                           compare=bool(cfg.compare_timing), seed=checked.seeds[-1], precision=phase.precision))
+    timing = time_launch(launch, problem, checked.device_arrays, stream, cfg.timing,
+                         compare=bool(cfg.compare_timing), seed=checked.seeds[-1], precision=phase.precision)
+    stages.update(timing.pop("stage_s", {}))
+    row.update(timing)
     row["status"] = OK
     add_throughput(row, problem)
     floor_reason = implausible_reason(row, problem)

@@ -277,10 +277,13 @@ class Sweep:
         if code is not None:
             row["phase_source_hash"] = code
         row["wall_s"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
         self.stamp(row)
         if self.shared is not None:
             self.shared.wait_for_baseline(kind, name, prob)
         self.annotate(kind, name, prob, row)
+        if isinstance(row.get("stage_s"), dict):
+            row["stage_s"]["after_row"] = time.perf_counter() - t1  # stamp, baseline wait, annotation
         self.writer.write(row)
         self.rows.append(row)
         self._report(idx, n, row, name, prob)

@@ -462,6 +462,7 @@ _TIME_KEYS = ("method", "time_ms", "time_min_ms", "time_max_ms", "spread", "spre
 def _adopt(t: dict, other: dict) -> None:
     """The row's time becomes ``other``'s; the events time stays as ``events_ms``."""
     t["events_ms"] = t["time_ms"]
+    t["events_reps"] = t.get("reps")
     if "inner" in t and "inner" not in other:
         t["events_inner"] = t.pop("inner")
     for key in _TIME_KEYS:
@@ -487,14 +488,18 @@ def timed(fn, stream, cfg: TimingConfig, *, compare: bool = False, graph=None) -
     if method not in TIMING_METHODS:
         raise ValueError(f"timing method {method!r}: one of {', '.join(TIMING_METHODS)}")
     graph = graph or (lambda: second_method(fn, stream, cfg))
+    t0 = time.perf_counter()
     t = events_batched(fn, stream, cfg)
+    stages = {"events": time.perf_counter() - t0}
     c = None
     if method == "cupti":
+        t1 = time.perf_counter()
         try:
             c = cupti_kernel_time(fn, stream, cfg)
         except Exception as exc:  # noqa: BLE001 - the row keeps the events time and says why
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             t["timing_fallback"] = f"kernel time (cupti) failed, events time kept: {type(exc).__name__}: {msg}"[:300]
+        stages["cupti"] = time.perf_counter() - t1
     if c is not None:
         t["timing_check"] = compare_methods(t, c)
         if "launch_bound" in t:
@@ -507,7 +512,10 @@ def timed(fn, stream, cfg: TimingConfig, *, compare: bool = False, graph=None) -
         if c.get("cupti_irregular"):
             t["cupti_irregular"] = c["cupti_irregular"]
     else:
+        t1 = time.perf_counter()
         other = graph() if (compare or method == "graph" or t.get("launch_bound")) else None
+        if other is not None:
+            stages["second"] = time.perf_counter() - t1
         if other is not None and other.get("time_ms") is not None and (compare or method == "graph"):
             t["timing_check"] = compare_methods(t, other)
         if other is not None and (method == "graph" or t.get("launch_bound")):
@@ -520,6 +528,7 @@ def timed(fn, stream, cfg: TimingConfig, *, compare: bool = False, graph=None) -
                 if method == "graph":
                     t["timing_fallback"] = f"graph capture failed, events time kept: {t['graph_error']}"
     t["time_method"] = t["method"]
+    t["stage_s"] = stages
     return t
 
 
@@ -568,6 +577,7 @@ def time_launch(launch, problem: Problem, device_arrays, stream, cfg: TimingConf
     from numba_attn.measure.check import kernel_views, recheck_outputs
 
     qd, kd, vd, od = device_arrays
+    t_sets = time.perf_counter()
     sets = [kernel_views(problem, qd, kd, vd, od)]
     l2 = l2_bytes()
     n_sets = int(min(8, max(1, math.ceil(3 * l2 / max(problem.min_bytes(), 1)))))
@@ -582,14 +592,22 @@ def time_launch(launch, problem: Problem, device_arrays, stream, cfg: TimingConf
     def fn(i, s=stream):
         launch(*sets[i % len(sets)], s)
 
+    stream.synchronize()
+    stages = {"input_sets": time.perf_counter() - t_sets}
     t = timed(fn, stream, cfg, compare=compare)
+    stages.update(t.pop("stage_s", {}))
+    t1 = time.perf_counter()
     t["e2e_ms"] = end_to_end(fn, stream)
+    stages["e2e"] = time.perf_counter() - t1
     t["input_sets"] = len(sets)
     t["l2_bytes"] = l2
     # the timed launches must still compute the right answer: re-check the
     # first set and the last (whose output started poisoned)
+    t1 = time.perf_counter()
     bad = recheck_outputs(problem, seed, [(idx, sets[idx][3]) for idx in sorted({0, len(sets) - 1})],
                           precision, stream)
+    stages["recheck"] = time.perf_counter() - t1
+    t["stage_s"] = stages
     if bad:
         t["post_timing_check"] = bad
     return t
