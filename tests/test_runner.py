@@ -346,3 +346,21 @@ def test_gpu_timing_methods_agree_and_ceilings_are_measured():
     rows = {r["name"]: r for r in C.measure_all(("ffma", "copy"))}
     assert rows["ffma"]["status"] == OK and rows["ffma"]["value"] > 1
     assert rows["copy"]["status"] == OK and rows["copy"]["value"] > 100
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_torch_reference_matches_the_numpy_reference(causal):
+    """The float64 reference of large problems (torch, 16-bit inputs widened on the device) is the numpy one,
+    here with torch on the CPU: GQA, odd lengths, fp16 and bf16."""
+    torch = pytest.importorskip("torch")  # noqa: F841
+    import ml_dtypes
+
+    from numba_attn.measure.check import reference_torch
+    from numba_attn.spec.reference import reference
+
+    rng = np.random.default_rng(7)
+    for (B, H, Hkv, Nq, Nk, D), dt in (((2, 4, 2, 5, 13, 8), np.float16), ((1, 6, 3, 3, 33, 16), ml_dtypes.bfloat16)):
+        q, k, v = (rng.standard_normal(s).astype(dt) for s in ((B, H, Nq, D), (B, Hkv, Nk, D), (B, Hkv, Nk, D)))
+        got = reference_torch(q, k, v, causal=causal, scale=0.3, device="cpu")
+        want = reference(q, k, v, causal=causal, scale=0.3)
+        assert got.dtype == np.float64 and np.allclose(got, want, rtol=0, atol=1e-12)

@@ -2,6 +2,7 @@
 events into calls, on fake events), the choice of method (``timed``), the SDPA backend read from
 kernel names, ``--timing`` on the command line; on a GPU, phases and SDPA timed by CUPTI."""
 import statistics
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -120,7 +121,7 @@ def test_cupti_status_says_why_not_here():
 
 
 def _fake_methods(monkeypatch, events_ms, cupti_ms, launch_bound=False):
-    def events(fn, stream, cfg=None):
+    def events(fn, stream, cfg=None, **kw):
         return {"method": "events_batched", "time_ms": events_ms, "time_min_ms": events_ms, "time_max_ms": events_ms,
                 "spread": 0.01, "spread_p10_p90": 0.01, "reps": 10, "inner": 20, "launch_bound": launch_bound}
 
@@ -266,3 +267,32 @@ def test_gpu_cupti_times_phases_and_sdpa_the_same_way():
         # events, or graph replay where the launches outran the kernels (the math backend's many small ones)
         assert events_peer["sdpa_backend_ran"] == "math"
         assert events_peer["time_method"] in ("events_batched", "graph_replay")
+
+
+def test_launch_bound_events_stop_at_the_minimum_when_another_method_times_the_row(monkeypatch):
+    """Events samples of a launch-bound launch measure the host: with ``stop_when_launch_bound``
+    they stop at ``min_reps`` (flagged) instead of running to the time budget on the host's jitter."""
+    from numba import cuda
+
+    class Event:  # an event of the host clock: every launch below is host time only
+        def record(self, stream=None):
+            self.t = time.perf_counter()
+
+        def synchronize(self):
+            pass
+
+    monkeypatch.setattr(cuda, "event", lambda timing=True: Event(), raising=False)
+    monkeypatch.setattr(cuda, "event_elapsed_time", lambda a, b: (b.t - a.t) * 1e3, raising=False)
+
+    class Stream:
+        def synchronize(self):
+            pass
+
+    def fn(i):
+        time.sleep(0.0005)
+
+    cfg = TimingConfig(warmup=1, min_reps=4, max_reps=200, budget_s=0.3, batch_ms=2, target_spread=0.0)
+    t = timing.events_batched(fn, Stream(), cfg, stop_when_launch_bound=True)
+    assert t["launch_bound"] and t["stopped_launch_bound"] and t["reps"] == cfg.min_reps
+    t = timing.events_batched(fn, Stream(), cfg)  # no early stop: to the budget (the spread never converges)
+    assert t["launch_bound"] and "stopped_launch_bound" not in t and t["reps"] > cfg.min_reps

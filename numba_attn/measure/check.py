@@ -74,13 +74,30 @@ def release_references() -> bool:
     return True
 
 
-def reference_torch(q, k, v, *, causal, scale):
-    """The same float64 reference computed with torch on the GPU (large problems),
-    a (head, query chunk) at a time; None when torch/CUDA is not usable."""
+def _torch_on_device(torch, a, dev):
+    """A host array on the device as float64: float16 and bfloat16 travel in their 16 bits and are
+    widened there (a quarter of the float64 bytes over the bus), other dtypes as float32 or float64."""
+    name = a.dtype.name
+    if name == "float16":
+        t = torch.from_numpy(np.ascontiguousarray(a))
+    elif name == "bfloat16":
+        t = torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+    elif name == "float64":
+        t = torch.from_numpy(np.ascontiguousarray(a))
+    else:
+        t = torch.from_numpy(np.asarray(a, np.float32))
+    return t.to(dev).double()
+
+
+def reference_torch(q, k, v, *, causal, scale, device="cuda"):
+    """The same float64 reference computed with torch on the GPU (large problems), a batch entry
+    at a time (its K and V widened to float64 on the device, the query rows of a KV head's group
+    in chunks); None when torch/CUDA is not usable. ``device``: where torch computes it ("cpu" in
+    the tests of a machine without a GPU)."""
     try:
         import torch
 
-        if not torch.cuda.is_available():
+        if device == "cuda" and not torch.cuda.is_available():
             return None
     except Exception:  # noqa: BLE001
         return None
@@ -88,25 +105,29 @@ def reference_torch(q, k, v, *, causal, scale):
     Hkv, Nk = k.shape[1], k.shape[2]
     G = H // Hkv
     out = np.empty((B, H, Nq, D), np.float64)
-    chunk = int(max(1, min(Nq, (256 * 2**20) // (8 * max(Nk, 1)))))
-    dev = torch.device("cuda")
+    rows = G * Nq  # the query rows of one KV head, ordered (head in the group, query)
+    chunk = int(max(1, min(rows, (256 * 2**20) // (8 * max(Nk, 1)))))
+    dev = torch.device(device)
     with torch.no_grad():
         jj = torch.arange(Nk, device=dev)[None, :]
         for b in range(B):
+            kb, vb, qb = (_torch_on_device(torch, x[b], dev) for x in (k, v, q))
+            ob = torch.empty((H, Nq, D), dtype=torch.float64, device=dev)
             for hk in range(Hkv):
-                kh = torch.from_numpy(np.asarray(k[b, hk], np.float64)).to(dev)
-                vh = torch.from_numpy(np.asarray(v[b, hk], np.float64)).to(dev)
-                for h in range(hk * G, hk * G + G):
-                    qh = torch.from_numpy(np.asarray(q[b, h], np.float64)).to(dev)
-                    for i0 in range(0, Nq, chunk):
-                        s = (qh[i0:i0 + chunk] @ kh.T) * scale
-                        if causal:
-                            ii = torch.arange(i0, min(i0 + chunk, Nq), device=dev)[:, None]
-                            s = s.masked_fill(jj > ii + (Nk - Nq), float("-inf"))
-                        m = s.max(dim=1, keepdim=True).values
-                        p = torch.exp(s - m)
-                        out[b, h, i0:i0 + chunk] = ((p @ vh) / p.sum(dim=1, keepdim=True)).cpu().numpy()
-    torch.cuda.empty_cache()
+                qg = qb[hk * G:(hk + 1) * G].reshape(rows, D)
+                og = ob[hk * G:(hk + 1) * G].view(rows, D)
+                for r0 in range(0, rows, chunk):
+                    s = (qg[r0:r0 + chunk] @ kb[hk].T) * scale
+                    if causal:
+                        ii = (torch.arange(r0, min(r0 + chunk, rows), device=dev) % Nq)[:, None]
+                        s = s.masked_fill(jj > ii + (Nk - Nq), float("-inf"))
+                    m = s.max(dim=1, keepdim=True).values
+                    p = torch.exp(s - m)
+                    og[r0:r0 + chunk] = (p @ vb[hk]) / p.sum(dim=1, keepdim=True)
+            out[b] = ob.cpu().numpy()
+            del kb, vb, qb, ob
+    if device == "cuda":
+        torch.cuda.empty_cache()
     return out
 
 

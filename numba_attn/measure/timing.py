@@ -23,7 +23,10 @@ Two independent methods, compared once per run by the runner:
 
 Samples are repeated until ``min_reps`` samples and then until the spread of
 the samples is below ``target_spread`` or ``budget_s`` seconds are used, at
-most ``max_reps``; the median is reported with min and max.
+most ``max_reps``; the median is reported with min and max. A launch-bound
+events series stops at ``min_reps`` (``stopped_launch_bound``) when the row is
+timed by another method: its samples are the host's launch rate, whose jitter
+would keep them going until the budget.
 
 Inputs are rotated between launches (``fn(i)`` receives the launch index) so
 that problems smaller than the L2 cache are not timed from the cache.
@@ -139,8 +142,13 @@ def _summary(method, samples, **extra) -> dict:
     }
 
 
-def events_batched(fn, stream, cfg: TimingConfig | None = None) -> dict:
-    """Time ``fn(i)`` (or ``fn(i, stream)``; enqueues one launch on ``stream``) with CUDA events."""
+def events_batched(fn, stream, cfg: TimingConfig | None = None, *, stop_when_launch_bound: bool = False) -> dict:
+    """Time ``fn(i)`` (or ``fn(i, stream)``; enqueues one launch on ``stream``) with CUDA events.
+
+    ``stop_when_launch_bound``: stop after ``cfg.min_reps`` samples once the batches are launch-bound
+    (the host's median launch time at least 0.8x the median sample), where the caller times the row by
+    another method: such samples measure the host's launch rate, and their spread (the host's
+    jitter) would otherwise keep them going until the time budget."""
     from numba import cuda
 
     cfg = cfg or TimingConfig()
@@ -159,8 +167,13 @@ def events_batched(fn, stream, cfg: TimingConfig | None = None) -> dict:
     single_ms = cuda.event_elapsed_time(e0, e1)
     inner = int(max(1, min(cfg.max_inner, math.ceil(cfg.batch_ms / max(single_ms, 1e-3)))))
     samples, host = [], []
+    stopped = False
     t_start = time.perf_counter()
     while not _enough(samples, t_start, cfg):
+        if (stop_when_launch_bound and len(samples) >= cfg.min_reps
+                and statistics.median(host) >= 0.8 * statistics.median(samples)):
+            stopped = True
+            break
         e0.record(stream)
         h0 = time.perf_counter()
         for _ in range(inner):
@@ -174,6 +187,8 @@ def events_batched(fn, stream, cfg: TimingConfig | None = None) -> dict:
     host_ms = statistics.median(host)
     out = _summary("events_batched", samples, inner=inner, host_launch_us=host_ms * 1e3)
     out["launch_bound"] = host_ms >= 0.8 * out["time_ms"]
+    if stopped:
+        out["stopped_launch_bound"] = True  # at cfg.min_reps samples: the row is timed by another method
     return out
 
 
@@ -489,7 +504,9 @@ def timed(fn, stream, cfg: TimingConfig, *, compare: bool = False, graph=None) -
         raise ValueError(f"timing method {method!r}: one of {', '.join(TIMING_METHODS)}")
     graph = graph or (lambda: second_method(fn, stream, cfg))
     t0 = time.perf_counter()
-    t = events_batched(fn, stream, cfg)
+    # a launch-bound events time is never the row's (graph replay or the kernel time is): its samples
+    # stop at the minimum count
+    t = events_batched(fn, stream, cfg, stop_when_launch_bound=True)
     stages = {"events": time.perf_counter() - t0}
     c = None
     if method == "cupti":
