@@ -59,6 +59,13 @@ def main(out):
         ratio = f", {wall['workers1'] / wall[name]:.2f}x workers1" if name in wall and "workers1" in wall else ""
         print(f"  {name}: {wall.get(name, float('nan')):.1f} s{ratio}; {len(rs)} rows, {dup} duplicated, "
               f"statuses {statuses}; workers' devices {gpus}")
+        stages = {}
+        for r in rs:
+            for key, v in (r.get("stage_s") or {}).items():
+                stages[key] = stages.get(key, 0.0) + v
+        if stages:  # where the rows' time went, summed over rows (seconds)
+            print(f"    rows' wall summed {sum(r.get('wall_s', 0) for r in rs):.1f} s; by step: "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in sorted(stages.items(), key=lambda kv: -kv[1])))
         for k, (c, t) in sorted(b.items()):
             print(f"    best {k[0]} [{k[1]}]: {c} {t:.4g} ms")
         if ref is None:
