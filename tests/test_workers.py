@@ -1,11 +1,13 @@
 """Sweeps on several workers: local workers pinned one GPU each, run/bench/tune on them, a dead worker's row
 retried once; the device list and its assignment tested on fake nvidia-smi output."""
 import json
+import os
 
 import pytest
 
 from numba_attn.gpu.backend import IS_SIMULATOR
 from numba_attn.measure import devices as D
+from numba_attn.measure import parallel as P
 from numba_attn.measure.parallel import LocalPool
 from numba_attn.measure.results import load_results
 from numba_attn.measure.status import ERROR, OK
@@ -74,6 +76,11 @@ def test_two_workers_same_rows_resume_and_pinning(tmp_path):
     assert [i["cuda_visible_devices"] for i in ids] == tokens
     assert [i["lane"] for i in ids] == [0, 1] and all(i["gpu"] for i in ids)
     assert os.environ.get("CUDA_VISIBLE_DEVICES") == before  # this process's environment is left alone
+    if hasattr(os, "sched_getaffinity"):  # each worker runs on its own share of this process's CPUs
+        shares = P.cpu_shares(2)
+        assert [i["affinity"] for i in ids] == [len(c) for c in shares] and [i["cpus"] for i in ids] == [
+            len(c) for c in shares]
+        assert "NUMBA_ATTN_CPUS" not in os.environ
     two = run(phases, [TINY], seeds=(1,), peers=False, results=str(tmp_path / "two.jsonl"), timeout_s=300,
               workers=2, make_worker=pool.make_worker)
     def key(rows):  # in the simulator the speedup is the model's, equal in both; on a GPU a measured time
@@ -144,3 +151,26 @@ def test_cli_tune_workers(tmp_path, capsys, monkeypatch):
     rows = _result_rows(str(tmp_path / "t.jsonl"))
     assert len({cfg for cfg in (json.dumps(r["requested_params"], sort_keys=True) for r in rows)}) == len(rows) == 3
     assert all("worker" in r for r in rows)
+
+
+def test_cpu_shares_split_the_host_between_workers(monkeypatch):
+    """Workers sharing a host get disjoint, even CPU shares, and thread pools sized to them (unless
+    the environment already sizes them); a worker pins itself to its share when it starts."""
+    assert P.cpu_shares(2, range(32)) == [list(range(16)), list(range(16, 32))]
+    assert P.cpu_shares(3, range(8)) == [[0, 1, 2], [3, 4, 5], [6, 7]]
+    assert P.cpu_shares(3, [5]) == [[5], [5], [5]] and P.cpu_shares(0, range(4)) == []
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("MKL_NUM_THREADS", "2")
+    env = P.share_env([4, 5, 6])
+    assert env["OMP_NUM_THREADS"] == "3" and env["NUMBA_ATTN_THREADS"] == "3" and "MKL_NUM_THREADS" not in env
+    assert env["NUMBA_ATTN_CPUS"] == "4,5,6"
+    if hasattr(os, "sched_setaffinity"):
+        from numba_attn.measure.isolation import apply_cpu_share
+
+        seen = []
+        monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: seen.append(cpus))
+        monkeypatch.setenv("NUMBA_ATTN_CPUS", "4,5,6")
+        apply_cpu_share()
+        monkeypatch.delenv("NUMBA_ATTN_CPUS")
+        apply_cpu_share()
+        assert seen == [{4, 5, 6}]

@@ -24,6 +24,7 @@ TORCH_REFERENCE_BYTES = 2**28
 
 REFERENCE_CACHE_BYTES = 24 * 2**30  # inputs and references of both seeds of a B=32, 16k-key decode problem
 _REFERENCE_CACHE: dict = {}
+REFERENCE_SECONDS = {"draw": 0.0, "compute": 0.0}  # this process's time drawing inputs and computing references
 
 
 # -- the reference, cached -------------------------------------------------------
@@ -47,7 +48,9 @@ def cached_reference(problem: Problem, seed: int):
         size = sum(x.nbytes for entry in _REFERENCE_CACHE.values() for x in entry)  # q, k, v and the reference
         if len(_REFERENCE_CACHE) > 8 or size > REFERENCE_CACHE_BYTES:
             _REFERENCE_CACHE.clear()
+        t0 = time.perf_counter()
         q, k, v = problem.inputs(seed)
+        t1 = time.perf_counter()
         ref = None
         if getattr(problem, "page_size", 0):  # a paged cache: k, v are the caches (spec/paged.py)
             from numba_attn.spec.paged import problem_reference
@@ -62,6 +65,8 @@ def cached_reference(problem: Problem, seed: int):
         if ref is None:
             ref = reference(q, k, v, causal=problem.causal, scale=problem.sm_scale)
         _REFERENCE_CACHE[key] = (q, k, v, ref)
+        REFERENCE_SECONDS["draw"] += t1 - t0
+        REFERENCE_SECONDS["compute"] += time.perf_counter() - t1
     return _REFERENCE_CACHE[key]
 
 
@@ -177,6 +182,7 @@ class LaunchCheck:
     first_launch_end: float  # ``time.perf_counter()`` when the first launch had finished
     device_arrays: tuple  # (q, k, v, o) on the device, of the last seed checked
     stage_s: dict = None  # seconds spent: "reference" (inputs drawn, reference computed or cached),
+    # (of which "reference_draw" and "reference_compute" when computed here),
     # "inputs" (host to device, output poisoned), "launch" (every seed, the first's compilation
     # included), "compare" (output back and compared)
 
@@ -190,6 +196,7 @@ def check_launch(launch, problem: Problem, seeds, precision, stream) -> LaunchCh
     output compared with the float64 reference; stops at the first wrong result."""
     checks, first_s, first_end, arrays = [], 0.0, 0.0, ()
     stages = dict.fromkeys(("reference", "inputs", "launch", "compare"), 0.0)
+    before = dict(REFERENCE_SECONDS)
     for i, seed in enumerate(seeds):
         t0 = time.perf_counter()
         q, k, v, ref = cached_reference(problem, seed)
@@ -212,6 +219,8 @@ def check_launch(launch, problem: Problem, seeds, precision, stream) -> LaunchCh
             stages[name] += dt
         if not c.ok:
             break
+    for name in REFERENCE_SECONDS:  # of "reference": drawing the inputs, computing the reference
+        stages[f"reference_{name}"] = REFERENCE_SECONDS[name] - before[name]
     worst = max(checks, key=lambda c: (not c.ok, c.rel_err))
     return LaunchCheck(worst, list(seeds[: len(checks)]), first_s, first_end, arrays, stages)
 

@@ -70,6 +70,10 @@ def identity() -> dict:
 
     out = {"host": socket.gethostname(), "pid": os.getpid(),
            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu": gpu_info()["gpu"]}
+    try:
+        out["affinity"] = len(os.sched_getaffinity(0))  # the CPUs it may run on
+    except (AttributeError, OSError):
+        pass
     if not IS_SIMULATOR:
         try:
             from numba import cuda
@@ -80,7 +84,20 @@ def identity() -> dict:
     return out
 
 
+def apply_cpu_share():
+    """Pin this process to the CPUs of ``NUMBA_ATTN_CPUS`` (comma-separated ids; set by a pool of
+    several local workers, each its own share); nothing when unset or not supported."""
+    spec = os.environ.get("NUMBA_ATTN_CPUS", "").strip()
+    if not spec:
+        return
+    try:
+        os.sched_setaffinity(0, {int(c) for c in spec.split(",") if c.strip()})
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
 def _worker(conn, setup, ppid=None, identify=False):
+    apply_cpu_share()
     if ppid is not None:
         _watch_parent(ppid)
     try:

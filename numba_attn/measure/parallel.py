@@ -20,6 +20,7 @@ after a death says so in ``retried``.
 from __future__ import annotations
 
 import copy
+import os
 import dataclasses
 import threading
 
@@ -27,13 +28,58 @@ from numba_attn.measure.devices import assign_devices, check_same_model, visible
 from numba_attn.measure.isolation import WorkerProcess
 
 
+# the thread pools of the libraries a worker uses (OpenMP: torch; OpenBLAS, MKL: NumPy) and of the
+# input draws (numba_attn.spec.rand); each defaults to every core of the host
+THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_ATTN_THREADS")
+
+
+def available_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity), in order."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def cpu_shares(n: int, cpus=None) -> list[list[int]]:
+    """``n`` disjoint, contiguous shares of ``cpus`` (default: this process's), as even as possible,
+    each at least one CPU (shares repeat when there are fewer CPUs than workers)."""
+    cpus = list(cpus if cpus is not None else available_cpus())
+    if n <= 0 or not cpus:
+        return []
+    if len(cpus) < n:
+        return [[cpus[i % len(cpus)]] for i in range(n)]
+    base, extra = divmod(len(cpus), n)
+    out, at = [], 0
+    for i in range(n):
+        k = base + (1 if i < extra else 0)
+        out.append(cpus[at:at + k])
+        at += k
+    return out
+
+
+def share_env(cpus: list[int]) -> dict:
+    """A worker's environment for its CPU share: the thread pools sized to it (where this process's
+    environment does not already size them) and ``NUMBA_ATTN_CPUS``, which the worker applies as its
+    affinity when it starts (:func:`numba_attn.measure.isolation.apply_cpu_share`)."""
+    env = {k: str(len(cpus)) for k in THREAD_ENV if not os.environ.get(k)}
+    env["NUMBA_ATTN_CPUS"] = ",".join(str(c) for c in cpus)
+    return env
+
+
 class LocalWorker(WorkerProcess):
     """Lane ``lane``'s worker process on ``device`` (a :class:`~numba_attn.measure.devices.Device`,
-    or None: the process's own environment, e.g. in the simulator); see the module docstring."""
+    or None: the process's own environment, e.g. in the simulator); see the module docstring.
+    ``cpus``: its share of the host's CPUs when several workers share the host (None: all of them),
+    so that the libraries' thread pools, sized to every core by default, do not oversubscribe the
+    host n times over."""
 
-    def __init__(self, setup=(), device=None, lane: int = 0):
+    def __init__(self, setup=(), device=None, lane: int = 0, cpus=None):
         env = {"CUDA_VISIBLE_DEVICES": device.token} if device is not None else {}
+        if cpus:
+            env.update(share_env(cpus))
         super().__init__(setup, env=env, identify=True)
+        self.cpus = list(cpus) if cpus else None
         self.device, self.lane = device, lane
 
     def start(self) -> dict:
@@ -45,6 +91,8 @@ class LocalWorker(WorkerProcess):
     def record(self) -> dict:
         rec = dict(self.identity or {})
         rec["lane"] = self.lane
+        if self.cpus:
+            rec["cpus"] = len(self.cpus)
         if self.device is not None:
             rec.setdefault("cuda_visible_devices", self.device.token)
             if self.device.uuid:
@@ -83,7 +131,8 @@ class LocalPool:
                 devices = assign_devices(n, devices, oversubscribe)
         self.size, self.allow_mixed = n, allow_mixed
         check_same_model([d.model for d in devices or ()], allow_mixed, "the visible GPUs")
-        self.workers = [LocalWorker(setup, devices[i] if devices else None, i) for i in range(n)]
+        shares = cpu_shares(n) if n > 1 else [None]  # several workers: each its own share of the CPUs
+        self.workers = [LocalWorker(setup, devices[i] if devices else None, i, shares[i]) for i in range(n)]
         self.identities: list = []
 
     def start(self) -> list:

@@ -20,6 +20,19 @@ PARALLEL_MIN = 1 << 27  # 134M elements (512 MB of float32): below, one sequenti
 CHUNK = 1 << 24  # 16M elements per chunk generator
 
 
+def _threads() -> int:
+    """Threads for a large draw: ``NUMBA_ATTN_THREADS`` (a worker's share of the host), else this
+    process's CPUs, at most 32."""
+    env = os.environ.get("NUMBA_ATTN_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    return min(32, n)
+
+
 def normal(rng: np.random.Generator, shape, dtype, *, threads: int | None = None) -> np.ndarray:
     """Standard-normal float32 samples of ``shape`` converted to ``dtype`` (see the module docstring)."""
     n = int(np.prod(shape, dtype=np.int64))
@@ -35,7 +48,7 @@ def normal(rng: np.random.Generator, shape, dtype, *, threads: int | None = None
         g = np.random.Generator(np.random.PCG64(children[k]))
         out[lo:hi] = g.standard_normal(hi - lo, dtype=np.float32).astype(dtype, copy=False)
 
-    workers = threads or min(32, os.cpu_count() or 1)
+    workers = threads or _threads()
     if workers <= 1:
         for k in range(len(chunks)):
             fill(k)
