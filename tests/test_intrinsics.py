@@ -392,6 +392,50 @@ def test_byte_perm_unpack_f16x2_and_v2_loads():
     np.testing.assert_array_equal(v2.copy_to_host(), want)
 
 
+@functools.cache
+def _fp8_cvt_kernel():
+    @kernel
+    def k(words, out, a, b, diff):
+        i = cuda.threadIdx.x
+        if i < words.size:
+            out[2 * i], out[2 * i + 1] = I.cvt_e4m3x4_f16x2(words[i])
+        if i < a.size:
+            diff[i] = I.sub_f16x2(a[i], b[i])
+
+    return k
+
+
+def test_cvt_e4m3x4_f16x2_and_sub_f16x2():
+    """``cvt.rn.f16x2.e4m3x2`` of both halves of a word: every e4m3fn code in every byte position gives
+    the f16 of its value (exact, ml_dtypes), a NaN code an f16 NaN; ``sub.rn.f16x2`` as NumPy's float16
+    difference (the int8 decoder's exact subtraction of 1152 included)."""
+    if ml_dtypes is None:
+        pytest.skip("ml_dtypes not installed")
+    rng = _rng(13)
+    codes = np.concatenate([np.arange(256, dtype=np.uint8)] + [rng.permutation(256).astype(np.uint8)
+                                                               for _ in range(3)])  # each code at each position
+    words = codes.view(np.uint32)
+    a = rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)
+    b = rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)
+    a[:2] = 0x64806400 | 0x00FF, 0x64006480  # 1024 + (255 | 128 ...) - 1152: the int8 decoder's halves
+    b[:2] = 0x64806480
+    out, diff = _dev(np.zeros(words.size * 2, np.uint32)), _dev(np.zeros(64, np.uint32))
+    _fp8_cvt_kernel()[1, 256](_dev(words), out, _dev(a), _dev(b), diff)
+    got = out.copy_to_host().view(np.float16).astype(np.float32)
+    want = codes.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    nan = np.isnan(want)
+    assert nan.sum() == 8 and np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))  # -0.0 included
+    assert [I.e4m3_f16_bits_reference(c) for c in (0x00, 0x80, 0x01, 0x7E, 0xFE)] == [0, 0x8000, 0x1800, 0x5F00,
+                                                                                       0xDF00]
+    d = diff.copy_to_host().view(np.float16)
+    with np.errstate(invalid="ignore", over="ignore"):
+        w = (a.view(np.float16).astype(np.float64) - b.view(np.float16).astype(np.float64)).astype(np.float16)
+    both = ~(np.isnan(w) & np.isnan(d))
+    assert np.array_equal(d.view(np.uint16)[both], w.view(np.uint16)[both])
+    assert list(d[:4].astype(np.float32)) == [127.0, 0.0, 0.0, -128.0]
+
+
 # -- GPU only: the instructions are really there --------------------------------
 
 

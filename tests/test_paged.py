@@ -89,13 +89,14 @@ def test_device_dequantization_is_bit_exact():
 
 @pytest.mark.parametrize("phase,params,where", [(p, {}, w) for p in PAGED for w in "vk"] + [
     (p, {"splits": 1}, "k") for p in PAGED] + [  # one split: the block writes o = acc / l itself
-    ("paged_split_k", {"wide": True}, "v"), ("paged_split_k", {"wide": True}, "k")])  # wide: NaN tests per load
+    ("paged_split_k", {"wide": True}, "v"), ("paged_split_k", {"wide": True}, "k"),  # wide: NaN tests per load
+    ("paged_split_k", {"mma": True}, "v"), ("paged_split_k", {"mma": True}, "k")])  # mma: NaN from the conversion
 def test_nan_in_an_fp8_cache_propagates(phase, params, where):
     """A NaN code (0x7F) in one key or value of an fp8 cache makes that sequence's output NaN (both
     phases, both dequantization paths, one split or several: a NaN row sum is not an empty
     sequence's zero), and the other sequence stays finite and correct."""
     rng = np.random.default_rng(12)
-    B, H, Hkv, D, P = 2, 2, 1, 16, 16
+    B, H, Hkv, D, P = 2, 2, 1, 64 if params.get("mma") else 16, 16  # (mma: D a multiple of 64)
     x = rng.standard_normal((3, P, Hkv, D)).astype(np.float32)
     kc = np.clip(x * 20, -448, 448).astype(ml_dtypes.float8_e4m3fn)
     vc = np.clip(rng.standard_normal(x.shape) * 20, -448, 448).astype(ml_dtypes.float8_e4m3fn)
@@ -252,6 +253,68 @@ def test_wide_8bit_paged_split_k(kv_dtype, scale, qdt, Nq, params):
     narrow = na.decode_paged(q, kc, vc, table, lens, causal=causal, k_scale=ks, v_scale=vs, phase="paged_split_k",
                              **SIM["paged_split_k"])
     assert np.abs(out.astype(np.float32) - narrow.astype(np.float32)).max() < 2e-2
+
+
+@pytest.mark.parametrize("kv_dtype,scale,H,Hkv,Nq,params", [
+    ("float8_e4m3", "head", 2, 2, 1, {}),
+    ("int8", "token", 2, 2, 1, {"splits": 1}),  # one split (fused combine of one partial)
+    ("float8_e4m3", "tensor", 4, 2, 2, {}),  # GQA group 2 × q_len 2, causal: 4 rows on the mma's N
+    ("int8", "head", 8, 1, 1, {"warps": 1}),  # 8 rows: every column of the mma
+])
+def test_mma_8bit_paged_split_k(kv_dtype, scale, H, Hkv, Nq, params):
+    """paged_split_k's ``mma`` path (8-bit codes straight into mma fragments): pages out of order and
+    repeated, a partly filled page, a length-0 sequence, GQA and causal rows, D 64 (two 16-byte chunks
+    of K per lane, 8-byte V loads); against the reference and the default kernel."""
+    rng = np.random.default_rng(11)
+    B, D, P, NB = 3, 64, 16, 5
+    kc, vc = _caches(rng, NB, P, Hkv, D, kv_dtype)
+    ks, vs = _scales(rng, scale, NB, P, Hkv)
+    table = np.array([[4, 1, 4], [2, 0, 3], [1, 1, 1]], np.int32)
+    lens = np.array([45, 21, 0], np.int32)
+    q = rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(np.float16)
+    causal = Nq > 1
+    out, _ = _run("paged_split_k", q, kc, vc, table, lens, causal=causal, kv_dtype=kv_dtype, ks=ks, vs=vs,
+                  mma=True, **params)
+    assert not out[2].astype(np.float32).any()
+    default = na.decode_paged(q, kc, vc, table, lens, causal=causal, k_scale=ks, v_scale=vs, phase="paged_split_k",
+                              **SIM["paged_split_k"])
+    assert np.abs(out.astype(np.float32) - default.astype(np.float32)).max() < 2e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_dtype,scale", [("float8_e4m3", "head"), ("int8", "token")])
+def test_mma_at_head_dim_128_on_the_gpu(kv_dtype, scale):
+    """``mma`` at the target's head_dim and page size (D128, P64: 8 k-steps, 16-byte V loads, one page
+    index per step), ragged lengths over several splits, on the device (cvt.rn.f16x2.e4m3x2, mma.sync)."""
+    rng = np.random.default_rng(14)
+    B, H, D, P, NB = 2, 4, 128, 64, 40
+    kc, vc = _caches(rng, NB, P, H, D, kv_dtype)
+    ks, vs = _scales(rng, scale, NB, P, H)
+    table = rng.permutation(NB)[:2 * 20].reshape(2, 20).astype(np.int32)
+    lens = np.array([1250, 777], np.int32)
+    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
+    out = na.decode_paged(q, kc, vc, table, lens, k_scale=ks, v_scale=vs, phase="paged_split_k", mma=True)
+    ref = paged_reference(q, kc, vc, table, lens, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs)
+    c = na.check(out, ref, dtype="float16")
+    assert c.ok, c.reason
+
+
+def test_mma_supports():
+    ph = get_phase("paged_split_k")
+
+    def prob(D=128, kv_dtype="float8_e4m3", dtype="float16", kv_heads=None, q_len=1):
+        return PagedProblem(batch=8, heads=32, kv_heads=kv_heads, q_len=q_len, kv_len=16384, head_dim=D, dtype=dtype,
+                            page_size=64, kv_dtype=kv_dtype, kv_scale="head")
+
+    assert ph.supports(prob(), mma=True) is None
+    assert ph.supports(prob(kv_heads=8, q_len=2), mma=True) is None  # 8 rows
+    assert "> 8" in ph.supports(prob(kv_heads=8, q_len=4), mma=True)
+    assert "8-bit caches only" in ph.supports(prob(kv_dtype=""), mma=True)
+    assert "float16 queries" in ph.supports(prob(dtype="bfloat16"), mma=True)
+    assert "multiple of 64" in ph.supports(prob(D=96), mma=True)
+    r = ph.resolve(prob(), {"mma": True})
+    assert r["mma"] is True and r["wide"] is False and r["rows"] == 1
+    assert ph.resolve(prob(), {})["mma"] is False  # not the default (unmeasured)
 
 
 def test_wide_supports_and_lanes():

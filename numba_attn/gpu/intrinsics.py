@@ -65,6 +65,9 @@ The functions
 ``pack_bf16x2``            ``cvt.rn.bf16x2.f32``
 ``pack_b16x2``             ``mov.b32 {lo, hi}`` (two 16-bit patterns → one register)
 ``to_tf32``                ``cvt.rna.tf32.f32``
+``cvt_e4m3x4_f16x2``        ``cvt.rn.f16x2.e4m3x2`` of both halves of a word (four fp8 e4m3fn codes → two f16x2;
+                           sm_89+)
+``sub_f16x2``               ``sub.rn.f16x2`` (both halves)
 ``lds``                    ``arr[r, c]`` without negative-index wrap-around
 ``rows_head_major``        ``a[s:s+n].transpose(1, 0, 2)`` (a view; numba's transpose needs a set)
 =========================  ==============================================
@@ -109,7 +112,8 @@ __all__ = [
     "SMEM_ALIGN", "mma_f16", "mma_bf16", "mma_tf32", "ldmatrix_x4", "ldmatrix_x4_trans",
     "cp_async16", "cp_async16_flat", "cp_async16_flat_l2_256", "cp_async_commit", "cp_async_wait", "ld_global_v4",
     "st_shared_v4", "ld_shared_v4", "unpack_bf16x2", "ld_global_v2", "byte_perm", "unpack_f16x2", "u32_as_f32",
-    "pack_f16x2", "pack_bf16x2", "pack_b16x2", "to_tf32", "lds", "rows_head_major",
+    "pack_f16x2", "pack_bf16x2", "pack_b16x2", "to_tf32", "lds", "rows_head_major", "cvt_e4m3x4_f16x2",
+    "sub_f16x2",
 ]
 
 # ---------------------------------------------------------------------------
@@ -166,6 +170,21 @@ def tf32_bits(x) -> int:
     if (b & 0x7F800000) == 0x7F800000:  # inf/nan: truncate (keeps inf, nan stays nan)
         return (b & 0xFFFFE000) | (0x400000 if b & 0x7FFFFF else 0)
     return ((b + 0x1000) & 0xFFFFE000) & _MASK32
+
+
+E4M3_NAN_F16 = 0x7FFF  # the f16 NaN the fallback gives an e4m3 NaN code (the tests compare NaN-ness only)
+
+
+def e4m3_f16_bits_reference(code) -> int:
+    """``cvt.rn.f16x2.e4m3x2`` of one byte: the f16 bit pattern of the float8 e4m3fn value of ``code``
+    (sign, 4 exponent bits of bias 7, 3 mantissa bits; exponent 0 subnormal; 0x7F and 0xFF NaN, no
+    infinities). Every e4m3 value is an f16 normal (or zero), so the conversion is exact."""
+    c = int(code) & 0xFF
+    e, m = (c >> 3) & 0xF, c & 7
+    if e == 0xF and m == 7:
+        return E4M3_NAN_F16 | ((c & 0x80) << 8)
+    val = (m / 8.0) * 2.0 ** -6 if e == 0 else (1.0 + m / 8.0) * 2.0 ** (e - 7)
+    return f16_bits(-val if c & 0x80 else val)
 
 
 def half_lo_hi(reg, kind: str):
@@ -479,6 +498,18 @@ if IS_SIMULATOR:
     def to_tf32(x):
         """float32 → tf32 register (``cvt.rna``)."""
         return np.uint32(tf32_bits(x))
+
+    def cvt_e4m3x4_f16x2(w):
+        """Four e4m3fn codes (the bytes of ``w``, low first) → (f16x2 of bytes 0, 1; f16x2 of bytes 2, 3),
+        exact (:func:`e4m3_f16_bits_reference`; a NaN code gives an f16 NaN)."""
+        b = _u32(w)
+        h = [e4m3_f16_bits_reference((b >> (8 * i)) & 0xFF) for i in range(4)]
+        return np.uint32(h[0] | (h[1] << 16)), np.uint32(h[2] | (h[3] << 16))
+
+    def sub_f16x2(a, b):
+        """Both f16 halves of ``a`` minus those of ``b``, rounded to nearest even (``sub.rn.f16x2``)."""
+        x, y = half_lo_hi(a, "f16"), half_lo_hi(b, "f16")  # float64: the exact difference, rounded once
+        return np.uint32(f16_bits(np.float16(x[0] - y[0])) | (f16_bits(np.float16(x[1] - y[1])) << 16))
 
 else:  # -------------------------------------------------------------- GPU
     from llvmlite import ir
@@ -806,6 +837,34 @@ else:  # -------------------------------------------------------------- GPU
 
         def codegen(context, builder, sig, args):
             return _asm(builder, _i32, [_i16, _i16], "mov.b32 $0, {$1, $2};", "=r,h,h", list(args))
+
+        return sig, codegen
+
+    @intrinsic
+    def cvt_e4m3x4_f16x2(typingctx, w):
+        if not isinstance(w, types.Integer):
+            return None
+        sig = types.UniTuple(types.uint32, 2)(w)
+
+        def codegen(context, builder, sig, args):
+            x = context.cast(builder, args[0], sig.args[0], types.uint32)
+            res = _asm(builder, ir.LiteralStructType([_i32] * 2), [_i32],
+                       "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; "
+                       "cvt.rn.f16x2.e4m3x2 $1, hi; }", "=r,=r,r", [x])
+            vals = [builder.extract_value(res, i) for i in range(2)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    @intrinsic
+    def sub_f16x2(typingctx, a, b):
+        if not (isinstance(a, types.Integer) and isinstance(b, types.Integer)):
+            return None
+        sig = types.uint32(a, b)
+
+        def codegen(context, builder, sig, args):
+            xs = [context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args)]
+            return _asm(builder, _i32, [_i32] * 2, "sub.rn.f16x2 $0, $1, $2;", "=r,r,r", xs)
 
         return sig, codegen
 

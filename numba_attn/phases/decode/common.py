@@ -949,6 +949,284 @@ def paged_words(D: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN: bool):
     return load_words
 
 
+@functools.cache
+def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: bool, MINB: int, P: int, KV8: int,
+                      TOKEN: bool, SPLITP: bool = True):
+    """``paged_split_k``'s kernel with ``mma`` (an 8-bit paged cache, float16 query, D a multiple of 64,
+    at most 8 query rows per KV head): the codes go from the 16-byte loads straight into tensor-core
+    fragments, with no float32 per element and no shared memory. A warp step is 16 keys, two
+    ``mma.m16n8k16`` problems with the keys on M and the (at most 8) query rows on N:
+
+    * Sᵀ = K·Qᵀ: lane (g, t) loads the D/16 words of keys g and g+8 that lane t of a k-step owns
+      (16-byte chunks t, t+4, …); one word is the A fragment of one k-step (its four codes → two
+      f16x2, in the order the query's B fragment is packed in: a dot product does not care which
+      dims a k-step holds). c0..c3 = scores of keys g, g+8 for rows 2t, 2t+1.
+    * Oᵀ += Vᵀ·Pᵀ: lane (g, t) loads D/8 codes (dims g·D/8 …) of keys 2t, 2t+1, 2t+8, 2t+9; ``prmt``
+      pairs a dim of two keys (the A fragment of m-tile i: dims g·D/8 + 2i, + 2i+1); Pᵀ's B fragment
+      comes from the score lanes by shuffles. Accumulators: D/16 m-tiles × 4 float32 per lane.
+
+    Decoding: fp8 by ``cvt.rn.f16x2.e4m3x2`` (one instruction per two codes; NaN codes give NaN, so no
+    test), int8 by placing the biased byte in the mantissa of 1024 (``prmt``/logic) and one f16x2
+    subtraction of 1152 (exact). Precision: the products are exact (f16 × f16), the sums float32 on the
+    tensor core; P is split into two f16 halves (``SPLITP``: P ≈ hi + lo, relative error ~2⁻²², one more
+    mma per m-tile) so that it is not rounded to 11 bits. Scales: K's on the scores (per head: once in
+    the score scale), V's on P (per token, after the row sum) or on the accumulators at the end."""
+    from numba_attn.gpu.intrinsics import cvt_e4m3x4_f16x2, sub_f16x2
+
+    NR = G * Nq  # query rows of a KV head (≤ 8: the N of the mma)
+    RB = NR
+    _, _, _, _, write_rows, combine_last = chunk_steps(D, 8, 1, 1, NW, RB, Nq, G, causal, False, BASE2=True)
+    NKS = D // 16  # k-steps of Sᵀ: one word of a key per lane each
+    NKC = NKS // 4  # 16-byte chunks of a key row per lane
+    VWL = D // 32  # words of a V row per lane (dims g·D/8 …)
+    D8 = D // 8
+    NMT = D // 16  # m-tiles of Oᵀ (dims)
+    NQB, NACC, NVW = 2 * NKS, 4 * NMT, 4 * VWL  # (local array sizes: compile-time constants)
+    LOGP = P.bit_length() - 1
+    STEP = P % 16 == 0  # a step's 16 keys never cross a page
+    NT = NW * WARP_SIZE
+    FP8 = KV8 == 1
+    I8_MAGIC = uint32(0x64806480)  # 1024 + 128 in f16's exponent/mantissa, the byte's sign bit flipped
+    I8_BIAS = uint32(0x64806480)  # f16x2 (1152, 1152)
+
+    @device
+    def k_pairs(x):
+        """One word of a key's codes → the two f16x2 of a k-step (fp8: bytes 0,1 and 2,3; int8: 0,2 and 1,3)."""
+        if FP8:
+            return cvt_e4m3x4_f16x2(x)
+        return (sub_f16x2((x & uint32(0x00FF00FF)) ^ I8_MAGIC, I8_BIAS),
+                sub_f16x2(((x >> uint32(8)) & uint32(0x00FF00FF)) ^ I8_MAGIC, I8_BIAS))
+
+    @device
+    def v_pairs(a, b, lo):
+        """Dims (byte 0, byte 1) of keys a, b (``lo``) or (2, 3) → two f16x2 of (key a, key b) per dim."""
+        if FP8:
+            return cvt_e4m3x4_f16x2(byte_perm(a, b, uint32(0x5140 if lo else 0x7362)))
+        x0 = byte_perm(a, b, uint32(0x0400 if lo else 0x0602))
+        x1 = byte_perm(a, b, uint32(0x0501 if lo else 0x0703))
+        return (sub_f16x2((x0 & uint32(0x00FF00FF)) ^ I8_MAGIC, I8_BIAS),
+                sub_f16x2((x1 & uint32(0x00FF00FF)) ^ I8_MAGIC, I8_BIAS))
+
+    @device
+    def frag_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, chunk, S,
+                   sm_m, sm_l, sm_o, sm_last):
+        split = cuda.blockIdx.x
+        kvh = cuda.blockIdx.y  # b * Hkv + kv head (one row block: NR ≤ 8)
+        h = kvh - seq * Hkv
+        lo = split * chunk
+        hi = min(Nk, lo + chunk)
+        tid = cuda.threadIdx.x
+        w = tid // WARP_SIZE
+        lane = tid % WARP_SIZE
+        g = lane // 4
+        t = lane % 4
+        # Qᵀ's B fragments: row g, the dims of lane t's word of each k-step, paired as k_pairs pairs them
+        qb = cuda.local.array(NQB, uint32)
+        qi = g - (g // Nq) * Nq
+        bh = kvh * G + g // Nq
+        for kx in range(NKS):
+            d0 = 4 * (4 * (t + 4 * (kx // 4)) + kx % 4)
+            if g < NR:
+                if FP8:
+                    qb[2 * kx] = pack_f16x2(float32(q[bh, qi, d0]), float32(q[bh, qi, d0 + 1]))
+                    qb[2 * kx + 1] = pack_f16x2(float32(q[bh, qi, d0 + 2]), float32(q[bh, qi, d0 + 3]))
+                else:
+                    qb[2 * kx] = pack_f16x2(float32(q[bh, qi, d0]), float32(q[bh, qi, d0 + 2]))
+                    qb[2 * kx + 1] = pack_f16x2(float32(q[bh, qi, d0 + 1]), float32(q[bh, qi, d0 + 3]))
+            else:
+                qb[2 * kx] = uint32(0)
+                qb[2 * kx + 1] = uint32(0)
+        # keys < lim of rows 2t, 2t+1 (causal: bottom-right aligned; a padding row sees the split)
+        r0 = 2 * t
+        r1 = 2 * t + 1
+        lim0 = min(hi, r0 - (r0 // Nq) * Nq + Nk - Nq + 1) if causal and r0 < NR else hi
+        lim1 = min(hi, r1 - (r1 // Nq) * Nq + Nk - Nq + 1) if causal and r1 < NR else hi
+        acc = cuda.local.array(NACC, float32)
+        for i in range(NACC):
+            acc[i] = float32(0.0)
+        kw = cuda.local.array(NQB, uint32)  # keys g, g+8: NKS words each
+        vw = cuda.local.array(NVW, uint32)  # keys 2t, 2t+1, 2t+8, 2t+9: VWL words each
+        ksc = cuda.local.array(2, float32)
+        vsc = cuda.local.array(4, float32)
+        sk = scale * ks[0, h] if not TOKEN else scale
+        m0 = NEG_BIG
+        m1 = NEG_BIG
+        l0 = float32(0.0)
+        l1 = float32(0.0)
+        n_steps = max(0, (hi - lo + 15) // 16)  # 0 for a split past the end
+        for step in range(w, n_steps, NW):  # warp-uniform: the shuffles and mma stay convergent
+            j0 = lo + step * 16
+            pg = table[seq, j0 >> LOGP] if STEP else 0
+            for kk in range(2):  # K rows g, g+8
+                jj = min(j0 + g + 8 * kk, hi - 1)
+                page = pg if STEP else table[seq, jj >> LOGP]
+                crow = page * P + (jj & (P - 1))
+                for c in range(NKC):
+                    x0, x1, x2, x3 = ld_global_v4(k, crow, h, 4 * (t + 4 * c))
+                    kw[kk * NKS + 4 * c] = x0
+                    kw[kk * NKS + 4 * c + 1] = x1
+                    kw[kk * NKS + 4 * c + 2] = x2
+                    kw[kk * NKS + 4 * c + 3] = x3
+                if TOKEN:
+                    ksc[kk] = scale * ks[crow, h]
+            for kk in range(4):  # V rows 2t, 2t+1, 2t+8, 2t+9
+                jj = min(j0 + 2 * t + (kk & 1) + 8 * (kk >> 1), hi - 1)
+                page = pg if STEP else table[seq, jj >> LOGP]
+                crow = page * P + (jj & (P - 1))
+                if VWL % 4 == 0:
+                    for c in range(VWL // 4):
+                        x0, x1, x2, x3 = ld_global_v4(v, crow, h, g * VWL + 4 * c)
+                        vw[kk * VWL + 4 * c] = x0
+                        vw[kk * VWL + 4 * c + 1] = x1
+                        vw[kk * VWL + 4 * c + 2] = x2
+                        vw[kk * VWL + 4 * c + 3] = x3
+                else:
+                    for c in range(VWL // 2):
+                        x0, x1 = ld_global_v2(v, crow, h, g * VWL + 2 * c)
+                        vw[kk * VWL + 2 * c] = x0
+                        vw[kk * VWL + 2 * c + 1] = x1
+                if TOKEN:
+                    vsc[kk] = vs[crow, h]
+            # Sᵀ = K Qᵀ (c0, c1: key g, rows 2t, 2t+1; c2, c3: key g+8)
+            s0 = float32(0.0)
+            s1 = float32(0.0)
+            s2 = float32(0.0)
+            s3 = float32(0.0)
+            for kx in range(NKS):
+                a0, a2 = k_pairs(kw[kx])
+                a1, a3 = k_pairs(kw[NKS + kx])
+                s0, s1, s2, s3 = mma_f16(a0, a1, a2, a3, qb[2 * kx], qb[2 * kx + 1], s0, s1, s2, s3)
+            if TOKEN:
+                s0 *= ksc[0]
+                s1 *= ksc[0]
+                s2 *= ksc[1]
+                s3 *= ksc[1]
+            else:
+                s0 *= sk
+                s1 *= sk
+                s2 *= sk
+                s3 *= sk
+            # online softmax (base 2) of rows 2t, 2t+1 over the step's 16 keys (the 8 lanes of a t)
+            ja = j0 + g
+            ok0 = ja < lim0
+            ok1 = ja < lim1
+            ok2 = ja + 8 < lim0
+            ok3 = ja + 8 < lim1
+            # (a NaN score, from a NaN code in K, is left out of the maxima, as fmaxf leaves it: its
+            # probability is NaN, and so the row's sum and output)
+            mx0 = max(max(NEG_BIG, s0 if ok0 else NEG_BIG), s2 if ok2 else NEG_BIG)
+            mx1 = max(max(NEG_BIG, s1 if ok1 else NEG_BIG), s3 if ok3 else NEG_BIG)
+            for off in (4, 8, 16):
+                mx0 = max(mx0, shfl_xor_sync(FULL_MASK, mx0, off))
+                mx1 = max(mx1, shfl_xor_sync(FULL_MASK, mx1, off))
+            mn0 = max(m0, mx0)
+            mn1 = max(m1, mx1)
+            p0 = math.exp2(s0 - mn0) if ok0 else float32(0.0)
+            p1 = math.exp2(s1 - mn1) if ok1 else float32(0.0)
+            p2 = math.exp2(s2 - mn0) if ok2 else float32(0.0)
+            p3 = math.exp2(s3 - mn1) if ok3 else float32(0.0)
+            if mn0 > m0 or mn1 > m1:  # rescale only when a row's maximum moved
+                c0 = math.exp2(m0 - mn0)
+                c1 = math.exp2(m1 - mn1)
+                l0 *= c0
+                l1 *= c1
+                for i in range(NMT):
+                    acc[4 * i] *= c0
+                    acc[4 * i + 1] *= c1
+                    acc[4 * i + 2] *= c0
+                    acc[4 * i + 3] *= c1
+                m0 = mn0
+                m1 = mn1
+            l0 += p0 + p2
+            l1 += p1 + p3
+            # Pᵀ's B fragment of lane (g, t): P[keys 2t, 2t+1 | 2t+8, 2t+9][row g], from lanes (2t | 2t+1, g // 2)
+            sa = 8 * t + g // 2
+            sb = sa + 4
+            if NR > 1:  # row g is row 2t' or 2t'+1 of its source lanes: both fetched, one kept
+                odd = (g & 1) != 0
+                e0 = shfl_sync(FULL_MASK, p0, sa)
+                e1 = shfl_sync(FULL_MASK, p1, sa)
+                e2 = shfl_sync(FULL_MASK, p0, sb)
+                e3 = shfl_sync(FULL_MASK, p1, sb)
+                f0 = shfl_sync(FULL_MASK, p2, sa)
+                f1 = shfl_sync(FULL_MASK, p3, sa)
+                f2 = shfl_sync(FULL_MASK, p2, sb)
+                f3 = shfl_sync(FULL_MASK, p3, sb)
+                xa = e1 if odd else e0
+                xb = e3 if odd else e2
+                ya = f1 if odd else f0
+                yb = f3 if odd else f2
+            else:  # one row: only lanes g = 0 matter (the others compute padding rows)
+                xa = shfl_sync(FULL_MASK, p0, sa)
+                xb = shfl_sync(FULL_MASK, p0, sb)
+                ya = shfl_sync(FULL_MASK, p2, sa)
+                yb = shfl_sync(FULL_MASK, p2, sb)
+            if TOKEN:  # each key's V scale on its probability (l is already summed)
+                xa *= vsc[0]
+                xb *= vsc[1]
+                ya *= vsc[2]
+                yb *= vsc[3]
+            pb0 = pack_f16x2(xa, xb)
+            pb1 = pack_f16x2(ya, yb)
+            if SPLITP:  # the part of P that f16 rounded away, as a second f16 operand
+                ha, hb = unpack_f16x2(pb0)
+                hc, hd = unpack_f16x2(pb1)
+                qb0 = pack_f16x2(xa - ha, xb - hb)
+                qb1 = pack_f16x2(ya - hc, yb - hd)
+            # Oᵀ += Vᵀ Pᵀ, m-tiles 2x, 2x+1 from word x of the four keys
+            for x in range(VWL):
+                for half in range(2):
+                    a0, a1 = v_pairs(vw[x], vw[VWL + x], half == 0)
+                    a2, a3 = v_pairs(vw[2 * VWL + x], vw[3 * VWL + x], half == 0)
+                    i = 2 * x + half
+                    acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3] = mma_f16(
+                        a0, a1, a2, a3, pb0, pb1, acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3])
+                    if SPLITP:
+                        acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3] = mma_f16(
+                            a0, a1, a2, a3, qb0, qb1, acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3])
+        # the warp's state: l summed over the 8 lanes of a row pair; O rows 2t, 2t+1 into shared memory
+        for off in (4, 8, 16):
+            l0 += shfl_xor_sync(FULL_MASK, l0, off)
+            l1 += shfl_xor_sync(FULL_MASK, l1, off)
+        vh = float32(1.0) if TOKEN else vs[0, h]
+        for i in range(NMT):
+            d = g * D8 + 2 * i
+            if r0 < RB:
+                sm_o[w, r0, d] = acc[4 * i] * vh
+                sm_o[w, r0, d + 1] = acc[4 * i + 2] * vh
+            if r1 < RB:
+                sm_o[w, r1, d] = acc[4 * i + 1] * vh
+                sm_o[w, r1, d + 1] = acc[4 * i + 3] * vh
+        if g == 0:
+            if r0 < RB:
+                sm_m[w, r0] = m0
+                sm_l[w, r0] = l0
+            if r1 < RB:
+                sm_m[w, r1] = m1
+                sm_l[w, r1] = l1
+        cuda.syncthreads()
+        write_rows(o, part_o, part_lse, split, kvh, 0, tid, sm_m, sm_l, sm_o)  # lse back to natural units
+        if Nk == 0 and split == 0:  # an empty sequence: a zero partial of weight 1, the output is zeros
+            for idx in range(tid, RB * D, NT):  # the threads that wrote the log-sum-exps (d = 0)
+                r = idx // D
+                if idx == r * D:
+                    part_lse[0, (kvh * G + r // Nq) * Nq + r % Nq] = float32(0.0)
+        if FUSED:
+            combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, 0, tid)
+
+    @kernel(launch_bounds=(NT, MINB))
+    def paged_split_k_mma8(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, chunk, S):
+        sm_m = cuda.shared.array((NW, RB), float32)
+        sm_l = cuda.shared.array((NW, RB), float32)
+        sm_o = cuda.shared.array((NW, RB, D), float32)
+        sm_last = cuda.shared.array(1, int32)
+        seq = cuda.blockIdx.y // Hkv
+        frag_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, seqlens[seq], seq, table, ks, vs, chunk,
+                   S, sm_m, sm_l, sm_o, sm_last)  # the sequence's own number of keys
+
+    return paged_split_k_mma8
+
+
 def paged_scales(problem, ks, vs):
     """Host scales → the float32 (rows, Hkv) device arrays the kernels index (a dummy
     (1, 1) for a 16-bit cache)."""

@@ -25,14 +25,23 @@ consecutive codes per chunk and reads them with one 16-byte load, so a key needs
 half the lanes and its per-key work (address, page index, shuffles, softmax)
 is shared by twice the bytes; the codes are decoded where they are used, the
 scales applied per score and per probability, and fp8's NaN codes are tested
-once per load instead of patched per word.
+once per load instead of patched per word. ``mma`` (8-bit caches, float16
+query, D a multiple of 64, at most 8 query rows per KV head; off by default):
+the codes go from the 16-byte loads straight into ``mma.m16n8k16`` fragments
+(keys on M, query rows on N; fp8 decoded by ``cvt.rn.f16x2.e4m3x2``, two codes
+per instruction), so an fp8 key costs ~23 loop instructions instead of ~53 with
+``wide`` (``make_frag8_kernel`` in ``common``).
 The kernel is ``decode_split_k_lean``'s with a page size (``make_lean_kernel``
 in ``common``).
 
 Prediction: at page size >= 64 the same bandwidth as ``decode_split_k_lean``
 (within 5%: one extra L1-cached load per step); an 8-bit cache halves the
 bytes, ~1.7-1.9x faster than SDPA on the fp16 contiguous cache at KV >= 16k; ``wide``:
-half the main loop's instructions per key on fp8 (100 -> 52.5), a quarter fewer on int8.
+half the main loop's instructions per key on fp8 (100 -> 52.5), a quarter fewer on int8. ``mma``
+(prediction written before any GPU run; offline SASS of the key loop: 22.7 instructions per key against
+``wide``'s 52.8 on fp8, 37.8 against 46.2 on int8/token, registers unchanged at ~128): fp8/head reads its
+bytes at >= 3.9 TB/s at B8 H32 D128 KV 16k/32k, >= 1.7x SDPA on the fp16 cache; int8/token gains less
+(~1.5-1.6x SDPA: its decoding and per-token scale addresses stay in the loop).
 Verdict: 0.950 ms at B8 H32 KV 32k P64 (equal lengths), 0.99x decode_split_k_lean; ragged B8 KV <= 32k 0.504 ms with the ragged plan (0.592 ms before), 0.95x; 8-bit caches at B8 KV 16k: 0.483 ms fp8/head, 0.389 ms int8/token, 0.98x and 1.22x SDPA on the fp16 cache (the 1.7x target missed) (H200, CUPTI) [results/paged-nvidia-h200.jsonl]
 Verdict (wide, now the default for one query row per KV head): B8 KV 16k 0.369 ms fp8/head, 0.327 ms int8/token, 1.29x and 1.46x SDPA on the fp16 cache in the same process; KV 32k 0.725 ms and 0.654 ms, 1.31x and 1.45x; GQA (group 4) fp8 at 32k slower with it, 0.636 ms against 0.513 ms (spills); the 1.7x target still missed (H200, CUPTI) [results/paged-8bit-wide-nvidia-h200.jsonl]
 """
@@ -42,7 +51,8 @@ from numba import float32
 
 from numba_attn.gpu.device_functions import LOG2E
 from numba_attn.phases.decode.common import (PAGED_KV8, PAGED_TOKEN_SCALE, check_paged_problem, check_split,
-                                             make_lean_kernel, paged_launch, resolve_split, vector_width)
+                                             make_frag8_kernel, make_lean_kernel, paged_launch, resolve_split,
+                                             resolve_splits, vector_width)
 from numba_attn.phases.registry import register_phase
 from numba_attn.spec.errors import check_bool
 
@@ -62,17 +72,42 @@ def _vw(problem, wide):
     return 16 if _wide(problem, wide) and getattr(problem, "kv_dtype", "") else vector_width(problem.dtype)
 
 
-def _supports(problem, wide=None, **params):
+def _mma_reason(problem):
+    """Why ``mma`` cannot run ``problem`` (None when it can)."""
+    if not getattr(problem, "kv_dtype", ""):
+        return "mma: 8-bit caches only"
+    if problem.dtype != "float16":
+        return "mma: float16 queries only (the fragments are f16)"
+    if problem.head_dim % 64:
+        return f"mma: head_dim {problem.head_dim} is not a multiple of 64"
+    if problem.group * problem.q_len > 8:
+        return f"mma: {problem.group * problem.q_len} query rows per KV head > 8 (the mma's N)"
+    return None
+
+
+def _supports(problem, wide=None, mma=False, **params):
     reason = check_paged_problem(problem)
     if reason:
         return reason
+    if check_bool("parameter mma of phase 'paged_split_k'", mma):
+        reason = _mma_reason(problem)
+        if reason or not 1 <= params["warps"] <= 32:
+            return reason or f"warps={params['warps']} out of range 1..32"
+        smem = params["warps"] * params["rows"] * (problem.head_dim + 2) * 4
+        return f"block merge needs {smem} B of shared memory (> 48 KiB); lower warps" if smem > 48 * 1024 else None
     if wide is not None and _wide(problem, wide) and not problem.kv_dtype:
         return "wide: 8-bit caches only (a 16-bit cache already reads 16 bytes per load)"
     return check_split(problem, **params, VW=_vw(problem, wide))
 
 
-def _resolve(problem, wide=None, **params):
-    return {**resolve_split(problem, **params, VW=_vw(problem, wide)), "wide": _wide(problem, wide)}
+def _resolve(problem, wide=None, mma=False, **params):
+    if check_bool("parameter mma of phase 'paged_split_k'", mma) and not _mma_reason(problem):
+        # mma: one row block per KV head, 16 keys per warp step (reported as 2 lanes per key, 1 key per group)
+        rows = problem.group * problem.q_len
+        S = resolve_splits(problem, params["warps"] * 16, rows, params["blocks_per_sm"], params["min_keys"],
+                           params["splits"])
+        return {**params, "rows": rows, "lanes": 2, "keys": 1, "splits": S, "wide": False, "mma": True}
+    return {**resolve_split(problem, **params, VW=_vw(problem, wide)), "wide": _wide(problem, wide), "mma": mma}
 
 
 @register_phase(
@@ -101,8 +136,14 @@ def _resolve(problem, wide=None, **params):
     layout="paged",
 )
 def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=2, min_keys=256, fuse_max=64,
-                  wide=None):
+                  wide=None, mma=False):
     fused = splits * rows <= fuse_max
+    if mma:
+        kern = make_frag8_kernel(problem.head_dim, warps, problem.q_len, problem.group, problem.causal, fused,
+                                 blocks_per_sm, problem.page_size, PAGED_KV8[problem.kv_dtype],
+                                 bool(PAGED_TOKEN_SCALE[problem.kv_scale]))
+        return paged_launch(problem, kern, float32(problem.sm_scale * float(LOG2E)), warps, lanes, rows, keys, splits,
+                            fused, notes=f", combine {'fused' if fused else 'kernel'}, 8-bit codes into mma fragments")
     kern = make_lean_kernel(problem.head_dim, _vw(problem, wide), lanes, keys, warps, rows, problem.q_len,
                             problem.group, problem.causal, False, fused, blocks_per_sm, P=problem.page_size,
                             KV8=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
