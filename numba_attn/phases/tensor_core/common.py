@@ -452,7 +452,8 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     mask, online softmax, P packed in registers, O += P·V (``Bc/16`` wgmma m64nD k16, V as the
     transposed operand). Without ``overlap`` each product is waited for at once; with it, the
     next tile's S is issued (not waited) before this tile's softmax, one ``wait_group`` retires
-    both products, and the ring must hold tile j+1 while tile j is read (STAGES ≥ 3). With ``varlen``
+    both products, and the ring must hold tile j+1 while tile j is read (STAGES ≥ 3); the loop is then
+    unrolled by two, the two score sets trading roles (``tile_step`` called with them swapped). With ``varlen``
     (``tc_wgmma_varlen``) q, o are (total_q, H, D/2) and k, v (total_k, Hkv, D/2) uint32 views of packed
     sequences and ``Nq``/``Nk`` their cu_seqlens: a block takes sequence ``blockIdx.z``'s rows
     (:func:`varlen_spans`; Q and O through head-major views, K/V copied token-major from the sequence's
@@ -462,7 +463,8 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     ``tma``: ``k`` and ``v`` are tensor maps (:func:`kv_tensor_map`, boxes :func:`tma_box`) and
     thread 0 brings each tile with ``tma_load_3d`` of its column blocks after
     ``mbarrier_arrive_expect_tx`` on the stage's "full" barrier; every warp waits on that
-    barrier (phase parity: tile j is phase j // STAGES of its stage) and, done with the tile,
+    barrier (phase parity: tile j is phase j // STAGES of its stage; stage and parity are carried from
+    tile to tile (``advance``), not divided out) and, done with the tile,
     arrives (lanes synced, then lane 0) on the stage's "empty" barrier (one arrival per warp), on
     which thread 0 waits before refilling the stage. No cp.async, no block barrier in the loop.
 
@@ -538,6 +540,16 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     C_REGS = ws_consumer_regs(WG)
 
     @device
+    def advance(st, ph):
+        """The ring stage after ``st`` and the phase parity of its next tile: ``(st + 1, ph)``, or past
+        the last stage ``(0, ph ^ 1)``. Stage and parity are carried from tile to tile as loop variables
+        (tile j: stage j mod STAGES, parity (j // STAGES) mod 2): no division in the loop."""
+        st += 1
+        if st == STAGES:
+            return 0, ph ^ 1
+        return st, ph
+
+    @device
     def release_stage(bars, st, lane):
         """This warp is done with ring stage ``st`` (every lane past its wgmma wait: the warp's arrival
         stands for all 32 lanes): lanes synced, then lane 0 arrives on the stage's empty barrier."""
@@ -552,6 +564,98 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
         for cb in range(NCB):
             tma_load_3d(KV, buf * TILE + cb * CB, kmap, kvh, row, CW * cb, bars, buf)
             tma_load_3d(KV, (STAGES + buf) * TILE + cb * CB, vmap, kvh, row, CW * cb, bars, buf)
+
+    @device
+    def tile_step(it, n_tiles, s, sn, st, ph, pst, rst, rph, m_lo, m_hi, l_lo, l_hi, KV, k, v, bars, kvh, qf, pf,
+                  acc, tid, lane, g, t, row0, wg_end, Nk, off, sl2, first):
+        """Tile ``it`` of the loop: its scores ``s`` (with ``overlap``: issued the tile before, and tile
+        it+1's issued into ``sn``), mask, softmax, P·V; the ring's stage and parity (``st``, ``ph``;
+        ``pst`` tile it-1's stage, ``rst``/``rph`` the refill's) advanced. Returns the running max and
+        sums and the ring state. With ``overlap`` the loop calls it twice per iteration, the second time
+        with ``s`` and ``sn`` swapped: the score sets change roles at compile time, nothing is copied."""
+        if overlap:
+            st1, ph1 = advance(st, ph)  # tile it+1
+        if tma:
+            if not ws:
+                nxt = it + STAGES - 1
+                if tid == 0 and nxt < n_tiles:  # refill the stage of tile it-1 ...
+                    if nxt >= STAGES:  # ... once every warp is done with it (the phase before)
+                        mbarrier_wait(bars, STAGES + rst, rph ^ 1)
+                    tma_tile(KV, k, v, bars, nxt, rst, kvh)
+            # every warp waits for the tile it reads next, also a warpgroup that skips it: its
+            # arrival below must not count towards a later phase of the empty barrier
+            if overlap:
+                if it + 1 < n_tiles:
+                    mbarrier_wait(bars, st1, ph1)
+            else:
+                mbarrier_wait(bars, st, ph)
+        else:
+            cp_async_wait(WAIT_LOOP)  # the tile needed next has landed (this thread's copies) ...
+            cuda.syncthreads()  # ... every thread's; every warpgroup is done with tile it-1
+            nxt = it + STAGES - 1
+            if nxt < n_tiles:  # refill the buffer of tile it-1
+                copy_tile(KV, k, v, nxt, rst, tid, kvh, Nk)
+            cp_async_commit()
+
+        j0 = it * Bc
+        if overlap:
+            # -- issue S_{it+1} = Q K_{it+1}ᵀ: the tensor cores work on it during the softmax below. Issued
+            # for every tile, also past the last one or past this warpgroup's keys (its scores then unused):
+            # a branch around it leaves sn's old values on one path, and ptxas serializes every wgmma of
+            # the loop unrolled by two (C7515). Past the last tile the stage holds tile it+1-STAGES (or
+            # nothing yet), which no load rewrites: nothing is read that is being written.
+            qk_next(sn, qf, 0, KV, st1 * TILE)
+        if j0 < wg_end:
+            if pingpong:  # -- S = Q Kᵀ issued in this consumer's turn, then the other consumer's turn
+                qk_next(s, qf, 0, KV, st * TILE)
+                turn_pass(first)
+                wait_all(s, acc)  # S and the last tile's O complete: the softmax below overlaps the other's products
+                if it > 0:  # tile it-1's P·V retired: its stage may be refilled (before this consumer's
+                    release_stage(bars, pst, lane)  # next turn: two stages suffice)
+            elif not overlap:
+                # -- S = Q Kᵀ: KS wgmma m64nBc k16, K read from shared memory
+                qk(s, qf, 0, KV, st * TILE)
+            # -- mask keys past the end and (causal) above the diagonal
+            if j0 + Bc > Nk or (causal and j0 + Bc - 1 > row0 + off):
+                for nt in range(NT):
+                    for e in range(4):
+                        col = j0 + nt * 8 + 2 * t + (e % 2)
+                        row = row0 + g + 8 * (e // 2)
+                        if col >= Nk or (causal and col > row + off):
+                            s[4 * nt + e] = NEG_BIG
+            # -- online softmax on the fragments (rows g and g+8 of the warp)
+            m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
+            l_lo = l_lo * corr_lo + rs_lo
+            l_hi = l_hi * corr_hi + rs_hi
+            for kk in range(KK):  # P, rounded and packed: the A fragments of k-step kk
+                i0 = 8 * kk
+                pf[4 * kk + 0] = pack(s[i0], s[i0 + 1])
+                pf[4 * kk + 1] = pack(s[i0 + 2], s[i0 + 3])
+                pf[4 * kk + 2] = pack(s[i0 + 4], s[i0 + 5])
+                pf[4 * kk + 3] = pack(s[i0 + 6], s[i0 + 7])
+            rescale(acc, 0, corr_lo, corr_hi)
+            if pingpong:  # this consumer's next turn: O += P V, then (next tile) S above
+                turn_wait(first)
+            # -- O += P V: KK wgmma m64nD k16, V (transposed) read from shared memory
+            pv(acc, pf, 0, KV, (STAGES + st) * TILE)
+        elif pingpong:  # a tile this consumer skips: its turns all the same (the barriers stay balanced)
+            turn_pass(first)
+            wait_o(acc, acc)  # the last P·V complete: tile it-1's stage may be refilled
+            if it > 0:
+                release_stage(bars, pst, lane)
+            turn_wait(first)
+        if overlap:
+            wait_all(sn, acc)  # both products complete (warpgroup-uniform); S_{it+1} is in sn
+        if tma and not pingpong:
+            # this warp's products are complete (every lane past its wait: the warp's arrival
+            # stands for all 32 lanes): tile it's stage may be refilled
+            release_stage(bars, st, lane)
+        pst = st
+        st, ph = advance(st, ph)
+        if not ws:
+            rst, rph = advance(rst, rph)
+
+        return m_lo, m_hi, l_lo, l_hi, st, ph, pst, rst, rph
 
     def body(q, k, v, o, sl2, H, Nq, Nk):
         # the K/V ring: dynamic shared memory padded up to a 1024-byte boundary
@@ -590,6 +694,9 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
                     mbarrier_init(bars, STAGES + st, W)  # empty: one arrival per warp
                 fence_proxy_async()  # the initialised barriers visible to the async proxy (TMA's complete_tx)
             cuda.syncthreads()
+        else:
+            bars = KV  # no barriers without the TMA ring (tile_step's argument, never used)
+        first = False  # pingpong: consumer 0
         if ws:
             if warp < 4:  # the producer warpgroup: few registers; thread 0 loads every tile of the block
                 if REGS:
@@ -598,19 +705,20 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
                     p_end = Nk
                     if causal:
                         p_end = min(Nk, min(blk0 + Br, Nq) + off)
+                    buf = 0  # tile it's stage and phase parity
+                    ph = 0
                     for it in range((p_end + Bc - 1) // Bc):
-                        buf = it % STAGES
-                        if it >= STAGES:  # the stage's previous tile (phase it // STAGES - 1) is released
-                            mbarrier_wait(bars, STAGES + buf, (it // STAGES + 1) % 2)
+                        if it >= STAGES:  # the stage's previous tile (the phase before) is released
+                            mbarrier_wait(bars, STAGES + buf, ph ^ 1)
                         tma_tile(KV, k, v, bars, it, buf, kvh)
+                        buf, ph = advance(buf, ph)
                 return
             if REGS:
                 setmaxnreg_inc(C_REGS)
             warp = warp - 4  # consumer warps 0 .. W-1
             wg0 = blk0 + 64 * (warp // 4)
             row0 = blk0 + 16 * warp
-            if pingpong:  # consumer c's turn at the tensor cores: named barrier PP_BAR + c
-                first = warp < 4  # consumer 0
+            first = warp < 4  # pingpong: consumer 0 (consumer c's turn: named barrier PP_BAR + c)
 
         qf = cuda.local.array(NQ, uint32)
         r_lo = row0 + g
@@ -663,82 +771,25 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
                 named_barrier_arrive(PP_BAR, PP_THREADS)
             turn_wait(first)  # ... consumer 1 waits for consumer 0's first arrival
 
-        for it in range(n_tiles):
-            if tma:
-                if not ws:
-                    nxt = it + STAGES - 1
-                    if tid == 0 and nxt < n_tiles:  # refill the stage of tile it-1 ...
-                        buf = nxt % STAGES
-                        if nxt >= STAGES:  # ... once every warp is done with it (phase (it-1) // STAGES)
-                            mbarrier_wait(bars, STAGES + buf, (nxt // STAGES + 1) % 2)
-                        tma_tile(KV, k, v, bars, nxt, buf, kvh)
-                # every warp waits for the tile it reads next, also a warpgroup that skips it: its
-                # arrival below must not count towards a later phase of the empty barrier
-                if overlap:
-                    if it + 1 < n_tiles:
-                        mbarrier_wait(bars, (it + 1) % STAGES, ((it + 1) // STAGES) % 2)
-                else:
-                    mbarrier_wait(bars, it % STAGES, (it // STAGES) % 2)
-            else:
-                cp_async_wait(WAIT_LOOP)  # the tile needed next has landed (this thread's copies) ...
-                cuda.syncthreads()  # ... every thread's; every warpgroup is done with tile it-1
-                nxt = it + STAGES - 1
-                if nxt < n_tiles:  # refill the buffer of tile it-1
-                    copy_tile(KV, k, v, nxt, nxt % STAGES, tid, kvh, Nk)
-                cp_async_commit()
-
-            j0 = it * Bc
-            if overlap:
-                # -- issue S_{it+1} = Q K_{it+1}ᵀ: the tensor cores work on it during the softmax below
-                if it + 1 < n_tiles and j0 + Bc < wg_end:
-                    qk_next(sn, qf, 0, KV, ((it + 1) % STAGES) * TILE)
-            if j0 < wg_end:
-                if pingpong:  # -- S = Q Kᵀ issued in this consumer's turn, then the other consumer's turn
-                    qk_next(s, qf, 0, KV, (it % STAGES) * TILE)
-                    turn_pass(first)
-                    wait_all(s, acc)  # S and the last tile's O complete: the softmax below overlaps the other's products
-                    if it > 0:  # tile it-1's P·V retired: its stage may be refilled (before this consumer's
-                        release_stage(bars, (it - 1) % STAGES, lane)  # next turn: two stages suffice)
-                elif not overlap:
-                    # -- S = Q Kᵀ: KS wgmma m64nBc k16, K read from shared memory
-                    qk(s, qf, 0, KV, (it % STAGES) * TILE)
-                # -- mask keys past the end and (causal) above the diagonal
-                if j0 + Bc > Nk or (causal and j0 + Bc - 1 > row0 + off):
-                    for nt in range(NT):
-                        for e in range(4):
-                            col = j0 + nt * 8 + 2 * t + (e % 2)
-                            row = row0 + g + 8 * (e // 2)
-                            if col >= Nk or (causal and col > row + off):
-                                s[4 * nt + e] = NEG_BIG
-                # -- online softmax on the fragments (rows g and g+8 of the warp)
-                m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
-                l_lo = l_lo * corr_lo + rs_lo
-                l_hi = l_hi * corr_hi + rs_hi
-                for kk in range(KK):  # P, rounded and packed: the A fragments of k-step kk
-                    i0 = 8 * kk
-                    pf[4 * kk + 0] = pack(s[i0], s[i0 + 1])
-                    pf[4 * kk + 1] = pack(s[i0 + 2], s[i0 + 3])
-                    pf[4 * kk + 2] = pack(s[i0 + 4], s[i0 + 5])
-                    pf[4 * kk + 3] = pack(s[i0 + 6], s[i0 + 7])
-                rescale(acc, 0, corr_lo, corr_hi)
-                if pingpong:  # this consumer's next turn: O += P V, then (next tile) S above
-                    turn_wait(first)
-                # -- O += P V: KK wgmma m64nD k16, V (transposed) read from shared memory
-                pv(acc, pf, 0, KV, (STAGES + it % STAGES) * TILE)
-            elif pingpong:  # a tile this consumer skips: its turns all the same (the barriers stay balanced)
-                turn_pass(first)
-                wait_o(acc, acc)  # the last P·V complete: tile it-1's stage may be refilled
-                if it > 0:
-                    release_stage(bars, (it - 1) % STAGES, lane)
-                turn_wait(first)
-            if overlap:
-                wait_all(sn, acc)  # both products complete (warpgroup-uniform)
-                for i in range(NS):
-                    s[i] = sn[i]
-            if tma and not pingpong:
-                # this warp's products are complete (every lane past its wait: the warp's arrival
-                # stands for all 32 lanes): tile it's stage may be refilled
-                release_stage(bars, it % STAGES, lane)
+        st = 0  # tile it's ring stage and the phase parity of its full barrier, carried (advance)
+        ph = 0
+        pst = STAGES - 1  # pingpong: tile it-1's stage
+        rst = STAGES - 1  # the refill (tile it + STAGES - 1, not ws): the stage of tile it-1, and its parity
+        rph = 0
+        if overlap:  # unrolled by two: S_it in s for even it, in sn for odd it
+            for it in range(0, n_tiles, 2):
+                m_lo, m_hi, l_lo, l_hi, st, ph, pst, rst, rph = tile_step(
+                    it, n_tiles, s, sn, st, ph, pst, rst, rph, m_lo, m_hi, l_lo, l_hi, KV, k, v, bars, kvh, qf,
+                    pf, acc, tid, lane, g, t, row0, wg_end, Nk, off, sl2, first)
+                if it + 1 < n_tiles:
+                    m_lo, m_hi, l_lo, l_hi, st, ph, pst, rst, rph = tile_step(
+                        it + 1, n_tiles, sn, s, st, ph, pst, rst, rph, m_lo, m_hi, l_lo, l_hi, KV, k, v, bars,
+                        kvh, qf, pf, acc, tid, lane, g, t, row0, wg_end, Nk, off, sl2, first)
+        else:
+            for it in range(n_tiles):
+                m_lo, m_hi, l_lo, l_hi, st, ph, pst, rst, rph = tile_step(
+                    it, n_tiles, s, sn, st, ph, pst, rst, rph, m_lo, m_hi, l_lo, l_hi, KV, k, v, bars, kvh, qf,
+                    pf, acc, tid, lane, g, t, row0, wg_end, Nk, off, sl2, first)
 
         if pingpong:  # the other consumer's last turn (its last P·V); this consumer's last P·V retired
             turn_pass(first)

@@ -11,7 +11,10 @@ intra-warpgroup pipelining of FlashAttention-3:
 * run the softmax of S_j and issue O += P_j·V_j (also without a wait);
 * ``wgmma.wait_group 0`` for both (``make_wgmma_wait``, which passes the
   accumulators through the wait so that no later instruction reads them
-  earlier), and S_{j+1} becomes S_j.
+  earlier). The loop is unrolled by two, so the two score sets swap roles at
+  compile time and no scores are copied. S_{j+1} is issued on every tile,
+  even past the last one (its scores then unused): a branch around it made
+  ptxas serialize the wgmma.
 
 The tile ring needs tile j+1 resident while tile j is still read, so
 ``stages`` ≥ 3; one barrier per tile, as before. The cost: a second score set

@@ -8,7 +8,15 @@ overlap) instead of waiting for every product at once. Per K/V tile j:
   (no wait) into a second set of score registers;
 * mask and online softmax of S_j, O += P_j·V_j issued (no wait);
 * one ``wgmma.wait_group 0`` retires both products; tile j's stage is
-  released on its empty mbarrier; S_{j+1} becomes S_j.
+  released on its empty mbarrier.
+
+The loop is unrolled by two: the two score sets swap roles at compile time
+(tile j's scores in one set, tile j+1's in the other), so no scores are
+copied. S_{j+1} is issued on every tile, even past the last tile or past
+the warpgroup's keys (its scores then unused). Skipping it behind a branch
+leaves old values in the set on one path, and ptxas then serializes every
+wgmma of the loop. The ring stage and the mbarrier phase parity are loop
+counters, not ``j % stages`` and ``j // stages``.
 
 The ring must hold tile j+1 while tile j is read: ``stages`` ≥ 3 (the
 producer is unchanged). Why this can pay here when it did not in
