@@ -10,8 +10,10 @@ git rev-parse HEAD > "$out/commit.txt" 2>/dev/null
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.sm,power.limit --format=csv > "$out/gpu.txt"
 
 echo "## GPU tests"
+# every phase of the shared wgmma kernel (its loop changed for all of them), varlen included
 NUMBA_ATTN_BACKEND=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider -n 12 -m gpu \
-  -k "pingpong or ws_overlap or warp_specialized" tests/test_tensor_core.py tests/test_head_dims.py tests/test_hopper.py \
+  -k "wgmma or pingpong or ws_overlap or warp_specialized or tma" tests/test_tensor_core.py tests/test_head_dims.py \
+  tests/test_hopper.py tests/test_wgmma.py tests/test_varlen.py \
   2>&1 | tee "$out/gpu-tests.txt" | tail -15
 
 echo "## timing"
