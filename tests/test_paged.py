@@ -314,7 +314,11 @@ def test_mma_supports():
     assert "multiple of 64" in ph.supports(prob(D=96), mma=True)
     r = ph.resolve(prob(), {"mma": True})
     assert r["mma"] is True and r["wide"] is False and r["rows"] == 1
-    assert ph.resolve(prob(), {})["mma"] is False  # not the default (unmeasured)
+    # the default: mma for an fp8 cache it can run (measured faster), never for int8 (measured slower), and the
+    # other paths where mma cannot run (no refusal from the default)
+    assert ph.resolve(prob(), {})["mma"] is True and ph.resolve(prob(kv_dtype="int8"), {})["mma"] is False
+    for p in (prob(D=96), prob(dtype="bfloat16"), prob(kv_heads=8, q_len=4)):
+        assert ph.resolve(p, {})["mma"] is False and ph.supports(p) is None
 
 
 def test_wide_supports_and_lanes():
@@ -326,9 +330,11 @@ def test_wide_supports_and_lanes():
         return PagedProblem(batch=8, heads=32, q_len=1, kv_len=16384, head_dim=D, dtype="float16", page_size=64,
                             kv_dtype=kv_dtype, kv_scale=scale)
 
-    assert ph.resolve(prob(), {"wide": True})["lanes"] * 2 == ph.resolve(prob(), {"wide": False})["lanes"] == 8
+    off = {"mma": False}  # (mma is the default for an fp8 cache)
+    assert (ph.resolve(prob(), {"wide": True, **off})["lanes"] * 2 == ph.resolve(prob(), {"wide": False, **off})["lanes"]
+            == 8)
     # the default (None): wide for an 8-bit cache with one query row per KV head and whole 16-code loads
-    assert ph.resolve(prob(), {})["wide"] is True and ph.resolve(prob(), {})["lanes"] == 4
+    assert ph.resolve(prob(), off)["wide"] is True and ph.resolve(prob(), off)["lanes"] == 4
     assert ph.resolve(prob(kv_dtype="int8", scale="token"), {})["wide"] is True
     assert ph.resolve(prob(kv_dtype="", scale="tensor"), {})["wide"] is False
     assert ph.resolve(prob(D=72), {})["wide"] is False

@@ -26,7 +26,8 @@ half the lanes and its per-key work (address, page index, shuffles, softmax)
 is shared by twice the bytes; the codes are decoded where they are used, the
 scales applied per score and per probability, and fp8's NaN codes are tested
 once per load instead of patched per word. ``mma`` (8-bit caches, float16
-query, D a multiple of 64, at most 8 query rows per KV head; off by default):
+query, D a multiple of 64, at most 8 query rows per KV head; the default for
+an fp8 cache, where it was measured faster):
 the codes go from the 16-byte loads straight into ``mma.m16n8k16`` fragments
 (keys on M, query rows on N; fp8 decoded by ``cvt.rn.f16x2.e4m3x2``, two codes
 per instruction), so an fp8 key costs ~23 loop instructions instead of ~53 with
@@ -43,7 +44,8 @@ half the main loop's instructions per key on fp8 (100 -> 52.5), a quarter fewer 
 bytes at >= 3.9 TB/s at B8 H32 D128 KV 16k/32k, >= 1.7x SDPA on the fp16 cache; int8/token gains less
 (~1.5-1.6x SDPA: its decoding and per-token scale addresses stay in the loop).
 Verdict: 0.950 ms at B8 H32 KV 32k P64 (equal lengths), 0.99x decode_split_k_lean; ragged B8 KV <= 32k 0.504 ms with the ragged plan (0.592 ms before), 0.95x; 8-bit caches at B8 KV 16k: 0.483 ms fp8/head, 0.389 ms int8/token, 0.98x and 1.22x SDPA on the fp16 cache (the 1.7x target missed) (H200, CUPTI) [results/paged-nvidia-h200.jsonl]
-Verdict (wide, now the default for one query row per KV head): B8 KV 16k 0.369 ms fp8/head, 0.327 ms int8/token, 1.29x and 1.46x SDPA on the fp16 cache in the same process; KV 32k 0.725 ms and 0.654 ms, 1.31x and 1.45x; GQA (group 4) fp8 at 32k slower with it, 0.636 ms against 0.513 ms (spills); the 1.7x target still missed (H200, CUPTI) [results/paged-8bit-wide-nvidia-h200.jsonl]
+Verdict (mma, now the default for fp8 caches): as predicted for fp8/head, B8 KV 16k 0.2766 ms and KV 32k 0.5476 ms, 3.9 TB/s of cache bytes, 1.72x and 1.73x SDPA on the fp16 cache in the same process (wide 1.29x and 1.31x in that run); GQA (group 4) fp8 KV 32k 0.1493 ms, 1.63x SDPA and 3.4x the previous default there; refuted for int8/token, mma 2-5% slower than wide, which stays its default: 0.3219 ms and 0.6384 ms, 1.47x and 1.49x SDPA (the 1.7x target missed for int8) (H200, CUPTI) [results/paged-8bit-mma-nvidia-h200.jsonl]
+Verdict (wide, the default for one query row per KV head of an int8 cache): B8 KV 16k 0.369 ms fp8/head, 0.327 ms int8/token, 1.29x and 1.46x SDPA on the fp16 cache in the same process; KV 32k 0.725 ms and 0.654 ms, 1.31x and 1.45x; GQA (group 4) fp8 at 32k slower with it, 0.636 ms against 0.513 ms (spills); the 1.7x target still missed (H200, CUPTI) [results/paged-8bit-wide-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
@@ -85,11 +87,21 @@ def _mma_reason(problem):
     return None
 
 
-def _supports(problem, wide=None, mma=False, **params):
+def _mma(problem, mma, wide=None):
+    """``mma`` resolved: None (the default) is True for an fp8 cache the path can run (float16 query, head_dim a
+    multiple of 64, at most 8 query rows per KV head), where it was measured faster than ``wide`` and the
+    16-bit path (1.33x and 3.4x at B8 KV 32k D128, MHA and GQA 4); an int8 cache keeps ``wide`` (``mma``
+    measured 2-5% slower there: its per-token scale loads). A ``wide`` given explicitly asks for the other path."""
+    if mma is None:
+        return wide is None and getattr(problem, "kv_dtype", "") == "float8_e4m3" and _mma_reason(problem) is None
+    return check_bool("parameter mma of phase 'paged_split_k'", mma)
+
+
+def _supports(problem, wide=None, mma=None, **params):
     reason = check_paged_problem(problem)
     if reason:
         return reason
-    if check_bool("parameter mma of phase 'paged_split_k'", mma):
+    if _mma(problem, mma, wide):
         reason = _mma_reason(problem)
         if reason or not 1 <= params["warps"] <= 32:
             return reason or f"warps={params['warps']} out of range 1..32"
@@ -100,14 +112,15 @@ def _supports(problem, wide=None, mma=False, **params):
     return check_split(problem, **params, VW=_vw(problem, wide))
 
 
-def _resolve(problem, wide=None, mma=False, **params):
-    if check_bool("parameter mma of phase 'paged_split_k'", mma) and not _mma_reason(problem):
+def _resolve(problem, wide=None, mma=None, **params):
+    if _mma(problem, mma, wide) and not _mma_reason(problem):
         # mma: one row block per KV head, 16 keys per warp step (reported as 2 lanes per key, 1 key per group)
         rows = problem.group * problem.q_len
         S = resolve_splits(problem, params["warps"] * 16, rows, params["blocks_per_sm"], params["min_keys"],
                            params["splits"])
         return {**params, "rows": rows, "lanes": 2, "keys": 1, "splits": S, "wide": False, "mma": True}
-    return {**resolve_split(problem, **params, VW=_vw(problem, wide)), "wide": _wide(problem, wide), "mma": mma}
+    # mma=True where it cannot run stays True, so that supports() says why
+    return {**resolve_split(problem, **params, VW=_vw(problem, wide)), "wide": _wide(problem, wide), "mma": mma is True}
 
 
 @register_phase(
@@ -128,7 +141,7 @@ def _resolve(problem, wide=None, mma=False, **params):
     planned_speedup=45.0,
     dtypes=("float16", "bfloat16"),
     space={"warps": [4, 8], "keys": [0, 1, 2, 4], "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4],
-           "wide": [False, True]},
+           "wide": [False, True], "mma": [False, True]},
     launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     sim_params={"warps": 2, "splits": 3},
     supports=_supports,
@@ -136,7 +149,7 @@ def _resolve(problem, wide=None, mma=False, **params):
     layout="paged",
 )
 def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=2, min_keys=256, fuse_max=64,
-                  wide=None, mma=False):
+                  wide=None, mma=None):
     fused = splits * rows <= fuse_max
     if mma:
         kern = make_frag8_kernel(problem.head_dim, warps, problem.q_len, problem.group, problem.causal, fused,
