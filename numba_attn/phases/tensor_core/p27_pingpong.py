@@ -44,6 +44,7 @@ then the turns cost more (barrier waits, a consumer waiting for its tile
 inside its turn) than the overlap gives.
 
 Verdict: refuted, slower than its parent in every case measured: 0.688 ms at B1 H32 N4096 D128 fp16, 1.32x warp_specialized_tc's time in the same run, 0.577 ms with Bc=128 (1.21x) (H200, CUPTI); the first version, which waited for P·V inside the turn, took 0.765 ms; no spill, no serialized wgmma in the LTO link; measured reason (Nsight Compute): 19% more instructions (the steady loop: 565 SASS instructions a tile against 454; a three-stage ring's modulo arithmetic, the turns, the delayed stage release) and fewer issue slots (barrier waits), the tensor pipe 42% busy against the parent's 55% (docs/tensor-core-notes.md) [results/tensor-core-tma-nvidia-h200.jsonl] [results/archive/2026-11-23-pingpong-first/hopper-tma-c6d2a4d.jsonl]
+Verdict (ring stage and phase carried across tiles: 503 SASS instructions a tile): still refuted, 0.6429 ms at B1 H32 N4096 D128 fp16, 1.11x warp_specialized_tc's time in the same run; causal B2 H16 N8192 1.344 ms (1.12x), D64 B4 H32 N2048 0.4853 ms (1.07x), bf16 0.6141 ms (1.13x) (H200, CUPTI) [results/tensor-core-tma-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

@@ -34,6 +34,7 @@ B1 H32 N4096 D128 fp16 (0.521 ms → ~0.48 ms, ~0.95x SDPA), the same at D64;
 refuted below +2%.
 
 Verdict: refuted, 0.725 ms at B1 H32 N4096 D128 fp16 (H200, CUPTI), 1.37x warp_specialized_tc's time in the same run (1.31-1.37x on all five problems of the run); correct on the GPU (float64 check, GPU tests, compute-sanitizer); numba's LTO link keeps setmaxnreg and the SASS has one wgmma wait per tile (no serialization); measured reason (Nsight Compute): 39% more instructions executed, all integer and copy work on the FMA/ALU pipes (the steady loop: 597 SASS instructions a tile against 454; a three-stage ring's modulo arithmetic, the score-set copy, the next tile's conditions), so the tensor pipe falls from 55% to 41% busy (docs/tensor-core-notes.md) [results/tensor-core-tma-nvidia-h200.jsonl]
+Verdict (ring stage and phase carried across tiles, the loop unrolled by two with the score sets swapped: 472 SASS instructions a tile): still refuted, now near its parent: 0.5929 ms at B1 H32 N4096 D128 fp16, 1.03x warp_specialized_tc's time in the same run; causal B2 H16 N8192 1.338 ms (1.11x), D64 B4 H32 N2048 0.4581 ms (1.01x), bf16 0.5737 ms (1.06x) (H200, CUPTI) [results/tensor-core-tma-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
