@@ -283,3 +283,34 @@ def test_candidates_sharing_kernels_go_to_one_worker():
     assert sorted(seen) == list(range(11))
     for c in chunks:
         assert len({seen[i] for i in c}) == 1, c
+
+
+def test_candidates_timed_on_several_devices_get_a_final_round_on_one(tmp_path, cache_env, monkeypatch):
+    """Two GPUs of one model differ by 1-2 % on the same kernel: candidates near the fastest that ran on
+    different devices are timed again on one (rows with round "final"), and the rule is applied there."""
+    def row(ms, dev, spread=0.002):
+        return {"status": "OK", "time_ms": ms, "spread_p10_p90": spread, "worker": {"gpu_uuid": dev}}
+
+    measured = [({}, row(0.1297, "GPU-a")), ({"warps": 2}, row(0.1286, "GPU-b")),
+                ({"warps": 4}, row(0.1276, "GPU-b")), ({"warps": 8}, row(0.1500, "GPU-a"))]
+    t = tuning.Tuned("x", TINY, 4, measured)
+    assert tuning.final_round(t) == [(0, {}), (1, {"warps": 2}), (2, {"warps": 4})]  # within 3 %, strategy order
+    one_device = tuning.Tuned("x", TINY, 2, [({}, row(0.13, "GPU-a")), ({"warps": 2}, row(0.128, "GPU-a"))])
+    assert tuning.final_round(one_device) == []  # one device: the rule compares the rows directly
+    t.final = [({}, row(0.1281, "GPU-a")), ({"warps": 2}, row(0.1290, "GPU-a")), ({"warps": 4}, row(0.1279, "GPU-a"))]
+    tuning.choose_best(t)
+    assert t.best == {} and "final round" in t.rule and "GPU-a" in t.rule  # the default ties on one device
+    t.final[1] = ({"warps": 2}, {"status": "FAIL", "time_ms": None})
+    tuning.choose_best(t)
+    assert "final round" not in t.rule  # a final round with a failure is not used: the first round's rows are
+
+    # the final round through tune(): its rows are written apart (round "final"), not as duplicates
+    monkeypatch.setattr(tuning, "final_round", lambda tuned: [(0, {}), (1, tuned.measured[1][0])])
+    out = tuning.tune(["smem_kv"], [TINY], config=_cfg(tmp_path, "final.jsonl"), space=SMALL_SPACE,
+                      write_cache=False)
+    rows = [r for r in load_results(str(tmp_path / "final.jsonl")) if r.get("type") == "result"]
+    first = [r for r in rows if not r.get("round")]
+    final = [r for r in rows if r.get("round") == "final"]
+    assert len(first) == 3 and len({json.dumps(r["requested_params"], sort_keys=True) for r in first}) == 3
+    assert [r["requested_params"] for r in final] == [{}, out[0].measured[1][0]]
+    assert len(out[0].final) == 2 and all(r["status"] == "OK" for _, r in out[0].final)

@@ -49,6 +49,8 @@ def main(out):
         if not rs:
             print(f"  {name}: no rows")
             continue
+        finals = [r for r in rs if r.get("round")]  # a final round's repeats (tune.final_round), not duplicates
+        rs = [r for r in rs if not r.get("round")]
         keys = [(r["phase"], r["label"], cfg(r)) for r in rs]
         dup = len(keys) - len(set(keys))
         statuses = {}
@@ -58,7 +60,16 @@ def main(out):
         gpus = sorted({(r.get("worker") or {}).get("cuda_visible_devices") or "-" for r in rs})
         ratio = f", {wall['workers1'] / wall[name]:.2f}x workers1" if name in wall and "workers1" in wall else ""
         print(f"  {name}: {wall.get(name, float('nan')):.1f} s{ratio}; {len(rs)} rows, {dup} duplicated, "
-              f"statuses {statuses}; workers' devices {gpus}")
+              f"statuses {statuses}; workers' devices {gpus}"
+              + (f"; {len(finals)} final-round row(s)" if finals else ""))
+        cache = os.path.join(out, "cache-" + {"workers1": "w1", "workers2": "w2", "ray2": "ray2"}[name] + ".json")
+        picked = None
+        if os.path.exists(cache):  # the tuner's choice (its tie rule), per phase and across phases
+            picked = {}
+            for key, e in json.load(open(cache, encoding="utf-8")).get("entries", {}).items():
+                chosen = {ph: json.dumps(v.get("params"), sort_keys=True) for ph, v in e.get("phases", {}).items()}
+                picked[key] = (e.get("best_phase"), chosen)
+                print(f"    chosen: {e.get('best_phase')}; per phase {chosen}")
         stages = {}
         for r in rs:
             for key, v in (r.get("stage_s") or {}).items():
@@ -67,13 +78,13 @@ def main(out):
             print(f"    rows' wall summed {sum(r.get('wall_s', 0) for r in rs):.1f} s; by step: "
                   + ", ".join(f"{k} {v:.1f}" for k, v in sorted(stages.items(), key=lambda kv: -kv[1])))
         for k, (c, t) in sorted(b.items()):
-            print(f"    best {k[0]} [{k[1]}]: {c} {t:.4g} ms")
+            print(f"    least time {k[0]} [{k[1]}]: {c} {t:.4g} ms")
         if ref is None:
-            ref = (name, set(keys), {k: c for k, (c, _) in b.items()})
+            ref = (name, set(keys), picked)
         else:
             lost = ref[1] - set(keys)
-            same = {k: c for k, (c, _) in b.items()} == ref[2]
-            print(f"    against {ref[0]}: {len(lost)} configuration(s) missing; same best configuration: {same}")
+            same = picked == ref[2] if picked is not None and ref[2] is not None else "n/a (no cache)"
+            print(f"    against {ref[0]}: {len(lost)} configuration(s) missing; the tuner's choice the same: {same}")
     print("\n2. tuned against default beside SDPA")
     tuned = rows(os.path.join(out, "tuned.jsonl"))
     sdpa = rows(os.path.join(out, "sdpa.jsonl"))

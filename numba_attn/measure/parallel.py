@@ -250,13 +250,14 @@ class Workers:
             if progress is not None:
                 lane.progress = progress
 
-    def run(self, jobs, on_row, stop=None):
-        """Measure ``jobs`` (an iterator of ``(idx, n, kind, name, problem, params)``, pulled under a
-        lock so a strategy can ask for the next candidate after seeing rows; ``params`` None: the
-        sweep's own, else the phase's requested parameters) on the lanes; ``on_row(job, row)`` after
-        each row; ``stop()`` true: no job is started any more. An item may be a list of jobs: one lane
-        measures them in a row (candidates that share compiled kernels). An exception in a lane stops
-        the others from starting rows and is raised here."""
+    def run(self, jobs, on_row, stop=None, lanes=None):
+        """Measure ``jobs`` (an iterator of ``(idx, n, kind, name, problem, params[, tag])``, pulled under
+        a lock so a strategy can ask for the next candidate after seeing rows; ``params`` None: the
+        sweep's own, else the phase's requested parameters; ``tag``: the rows' ``round``, a repeat kept
+        apart from the first measurement) on the lanes (``lanes``: only those, by index); ``on_row(job,
+        row)`` after each row; ``stop()`` true: no job is started any more. An item may be a list of jobs:
+        one lane measures them in a row (candidates that share compiled kernels). An exception in a lane
+        stops the others from starting rows and is raised here."""
         it = iter(jobs)
         failed: list = []
 
@@ -272,7 +273,8 @@ class Workers:
                             return
                         todo = list(item) if isinstance(item, list) else [item]
                     job = todo.pop(0)
-                idx, n, kind, name, prob, params = job
+                idx, n, kind, name, prob, params = job[:6]
+                lane.row_tag = job[6] if len(job) > 6 else None
                 if params is not None:
                     lane.cfg = dataclasses.replace(self.sweep.cfg, params={name: params})
                 before = len(lane.rows)
@@ -291,13 +293,15 @@ class Workers:
 
         for lane in self.lanes:
             lane.rows = []
-        threads = [threading.Thread(target=lane_loop, args=(lane,), daemon=True) for lane in self.lanes]
+        chosen = self.lanes if lanes is None else [self.lanes[i] for i in lanes]
+        threads = [threading.Thread(target=lane_loop, args=(lane,), daemon=True) for lane in chosen]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        for lane in self.lanes:
+        for lane in chosen:
             self.sweep.rows.extend(lane.rows)
+            lane.row_tag = None
         if failed:
             raise failed[0]
 

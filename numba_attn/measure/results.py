@@ -220,12 +220,14 @@ def source_hash_of(module_name: str) -> str | None:
 
 
 def task_key(kind: str, name: str, problem: Problem | dict | None, params: dict | None,
-             seeds=None, code: str | None = None) -> str:
+             seeds=None, code: str | None = None, tag: str | None = None) -> str:
     """Identity of a row for ``resume``: what was run (and the hash of its module's source),
-    on what, with which parameters and seeds."""
+    on what, with which parameters and seeds; ``tag``: a repeat of the same task with another
+    purpose (a tuning's final round), kept apart from the first measurement."""
     prob = problem.to_dict() if isinstance(problem, Problem) else problem
     seeds = [int(s) for s in seeds] if seeds is not None else None
-    return json.dumps([kind, name, prob, params or {}, seeds, code], sort_keys=True, default=json_default)
+    key = [kind, name, prob, params or {}, seeds, code] + ([tag] if tag else [])
+    return json.dumps(key, sort_keys=True, default=json_default)
 
 
 def row_key(row: dict) -> str:
@@ -235,4 +237,4 @@ def row_key(row: dict) -> str:
         return task_key("ceiling", row.get("name"), None, None)
     params = row.get("requested_params") if "requested_params" in row else None
     return task_key(row.get("kind"), row.get("phase"), row.get("problem"), params,
-                    row.get("requested_seeds"), row.get("phase_source_hash"))
+                    row.get("requested_seeds"), row.get("phase_source_hash"), row.get("round"))

@@ -260,7 +260,8 @@ class Sweep:
     def run_task(self, idx: int, n: int, kind: str, name: str, prob: Problem):
         params_req = self.cfg.params.get(name, {}) if kind == "phase" else {}
         code = self.code_hash(kind, name)
-        key = task_key(kind, name, prob, params_req, self.cfg.seeds, code)
+        tag = getattr(self, "row_tag", None)  # a repeat with another purpose (a tuning's final round)
+        key = task_key(kind, name, prob, params_req, self.cfg.seeds, code, tag)
         self._report(idx, n, None, name, prob)
         if key in self.done:
             row = dict(self.done[key])
@@ -274,6 +275,8 @@ class Sweep:
             self.measure_row(kind, name, prob)
         row["requested_params"] = params_req
         row["requested_seeds"] = list(self.cfg.seeds)
+        if tag:
+            row["round"] = tag
         if code is not None:
             row["phase_source_hash"] = code
         row["wall_s"] = time.perf_counter() - t0

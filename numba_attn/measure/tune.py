@@ -26,7 +26,13 @@ The best configuration: the OK candidate with the least ``time_ms``, where candi
 measurement's noise of it tie (``TIE_TOLERANCE`` or twice the larger sample spread, whichever is
 larger: two runs of one sweep differ by about 0.5 % per candidate on an H200) and a tie goes to the
 earliest candidate in strategy order, the default first; so the choice does not flip between runs,
-or between one worker and several, on noise. The simulator does not time
+or between one worker and several, on noise. Candidates timed on several devices are not compared
+directly: two GPUs of one model differ by 1-2 % on the same kernel (measured: the default and its
+explicit twin 1.6 % apart on two H200s), more than that noise. So when the timed candidates of a
+(phase, problem) ran on more than one device, those within ``FINAL_WINDOW`` of the fastest (at most
+``FINAL_MAX``) are timed again one after another on lane 0's device (a final round: rows with
+``round: "final"``, kept apart from the first ones by ``--resume``), and the rule is applied to those
+rows; the phases' final rounds all run on that one device. The simulator does not time
 (rows have no ``time_ms``), so there the stand-in rule is: every OK candidate ties, and the default
 configuration is chosen when it is OK, else the first OK candidate in strategy order. No time is
 invented: a simulator cache entry has ``time_ms: null``.
@@ -243,22 +249,53 @@ class Tuned:
     best: dict | None = None  # the chosen requested params
     best_row: dict | None = None
     rule: str = ""
+    final: list = dataclasses.field(default_factory=list)  # (params, row) of the final round, strategy order
 
     @property
     def ok(self) -> list:
         return [(p, r) for p, r in self.measured if r and r.get("status") == OK]
 
 
+FINAL_WINDOW = 0.03  # a multi-device sweep's candidates within 3 % of the fastest are timed again on one device
+FINAL_MAX = 4  # at most this many of them (the fastest)
+
+
+def _device(row) -> str:
+    w = row.get("worker") or {}
+    return str(w.get("gpu_uuid") or w.get("cuda_visible_devices") or w.get("host") or "")
+
+
+def final_round(tuned: Tuned) -> list:
+    """The candidates to time again on one device, as ``(index in measured, params)`` in strategy order:
+    when the timed OK candidates ran on more than one device (two GPUs of one model differ by ~1-2 % on
+    the same kernel, more than the tie rule's noise), those within ``FINAL_WINDOW`` of the fastest, at
+    most ``FINAL_MAX`` (the fastest of them); none on one device or with fewer than two such candidates."""
+    timed = [(i, p, r) for i, (p, r) in enumerate(tuned.measured)
+             if r and r.get("status") == OK and r.get("time_ms")]
+    if len({_device(r) for _, _, r in timed}) < 2:
+        return []
+    fastest = min(r["time_ms"] for _, _, r in timed)
+    near = sorted((r["time_ms"], i, p) for i, p, r in timed if r["time_ms"] <= fastest * (1 + FINAL_WINDOW))
+    if len(near) < 2:
+        return []
+    return sorted(((i, p) for _, i, p in near[:FINAL_MAX]), key=lambda x: x[0])
+
+
 TIE_TOLERANCE = 0.01  # candidates within 1 % of the fastest tie (see the module docstring)
 
 
 def choose_best(tuned: Tuned):
-    """Sets ``best``/``best_row``/``rule`` (see the module docstring for the rule)."""
+    """Sets ``best``/``best_row``/``rule`` (see the module docstring for the rule). With a final round
+    (:func:`final_round`) whose candidates all passed again, the rule is applied to its rows only."""
     ok = tuned.ok
     if not ok:
         tuned.rule = "no candidate passed the correctness check"
         return
     timed = [(p, r) for p, r in ok if r.get("time_ms")]
+    final = [(p, r) for p, r in tuned.final if r and r.get("status") == OK and r.get("time_ms")]
+    first = len(timed)
+    if final and len(final) == len(tuned.final):
+        timed = final
     if timed:
         fastest = min(r["time_ms"] for _, r in timed)
         fast_row = min(timed, key=lambda x: x[1]["time_ms"])[1]
@@ -271,6 +308,10 @@ def choose_best(tuned: Tuned):
         p, r = tied[0]
         tuned.best, tuned.best_row = p, r
         tuned.rule = f"least time of {len(timed)} timed OK candidate(s): {r['time_ms']:.4g} ms"
+        if timed is final:
+            tuned.rule = (f"least time in a final round on one device ({_device(r) or 'one worker'}) of the "
+                          f"{len(final)} candidates within {FINAL_WINDOW:.0%} of the fastest of {first} timed on "
+                          f"several: {r['time_ms']:.4g} ms")
         if len(tied) > 1:
             tuned.rule += (f" ({len(tied)} within the noise of the fastest, {fastest:.4g} ms: the earliest in "
                            f"strategy order)")
@@ -342,6 +383,13 @@ def tune(phases, problems, *, config: RunConfig | None = None, budget=None, stra
                         pool.run(jobs(), lambda job, row, slots=slots: slots.__setitem__(job[0], (job[5], row)),
                                  stop)
                         tuned.measured = [slots[i] for i in sorted(slots)]
+                    finals = final_round(tuned)
+                    if finals and not stop():  # one lane times them again, one after another
+                        fslots = {}
+                        group = [(i, n, "phase", ph.name, prob, p, "final") for i, p in finals]
+                        pool.run(iter([group]), lambda job, row, fslots=fslots: fslots.__setitem__(
+                            job[0], (job[5], row)), stop, lanes=[0])
+                        tuned.final = [fslots[i] for i in sorted(fslots)]
                     choose_best(tuned)
                     out.append(tuned)
         finally:
