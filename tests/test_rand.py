@@ -28,3 +28,15 @@ def test_large_arrays_do_not_depend_on_the_threads(monkeypatch):
     rng2 = np.random.default_rng(7)
     rng2.integers(0, 2**63 - 1)
     assert rng.integers(0, 1 << 30) == rng2.integers(0, 1 << 30)
+
+
+def test_an_array_of_exactly_parallel_min_elements_is_drawn_in_parallel(monkeypatch):
+    """The threshold is exclusive: PARALLEL_MIN elements already take the parallel draw (not one thread)."""
+    monkeypatch.setattr(rand, "PARALLEL_MIN", 1000)
+    monkeypatch.setattr(rand, "CHUNK", 300)
+    a = rand.normal(np.random.default_rng(3), (1000,), np.float32, threads=1)
+    seq = np.random.default_rng(3).standard_normal(1000, dtype=np.float32)
+    assert not np.array_equal(a, seq)  # not the sequential draw
+    assert np.array_equal(a, rand.normal(np.random.default_rng(3), (1000,), np.float32, threads=4))
+    assert np.array_equal(rand.normal(np.random.default_rng(3), (999,), np.float32),
+                          np.random.default_rng(3).standard_normal(999, dtype=np.float32))

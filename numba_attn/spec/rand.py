@@ -1,9 +1,11 @@
 """Seeded standard-normal inputs, fast for large problems.
 
 ``normal(rng, shape, dtype)`` draws from ``rng`` (a NumPy Generator) exactly as
-``rng.standard_normal(shape, dtype=float32).astype(dtype)`` does for arrays of up to
+``rng.standard_normal(shape, dtype=float32).astype(dtype)`` does for arrays of fewer than
 ``PARALLEL_MIN`` elements, so the inputs of every small problem (the tests', the presets' up to
-a few hundred MB) stay what they were. A larger array takes one 63-bit seed from ``rng`` and fills
+a few hundred MB) stay what they were. (An array of exactly ``PARALLEL_MIN`` elements, e.g. the K
+and V of B16 H32/8kv N8192 D128, was drawn sequentially until 2026-11-23 and is drawn in parallel
+since, so its values changed then.) A larger array takes one 63-bit seed from ``rng`` and fills
 fixed chunks of ``CHUNK`` elements, chunk ``i`` from its own generator
 (``SeedSequence(seed).spawn``), in a thread pool: NumPy's generators release the GIL while they
 fill, so a 5 GB cache takes seconds on a many-core host instead of minutes. The values depend
@@ -36,7 +38,7 @@ def _threads() -> int:
 def normal(rng: np.random.Generator, shape, dtype, *, threads: int | None = None) -> np.ndarray:
     """Standard-normal float32 samples of ``shape`` converted to ``dtype`` (see the module docstring)."""
     n = int(np.prod(shape, dtype=np.int64))
-    if n <= PARALLEL_MIN:
+    if n < PARALLEL_MIN:
         return rng.standard_normal(shape, dtype=np.float32).astype(dtype)
     seed = int(rng.integers(0, 2**63 - 1))
     out = np.empty(n, dtype=dtype)
