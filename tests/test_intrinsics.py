@@ -393,6 +393,40 @@ def test_byte_perm_unpack_f16x2_and_v2_loads():
 
 
 @functools.cache
+def _flat_kernel():
+    @kernel
+    def k(words, scales, rows, out4, out2, outs, wrap):
+        i = cuda.threadIdx.x
+        r = I.mad_u32(rows[i], 3, i % 3)  # (row, head) of a (rows, 3 heads, 8 words) array
+        out4[i, 0], out4[i, 1], out4[i, 2], out4[i, 3] = I.ld_global_v4_at(words, r, 8, 4 * (i % 2), 0)
+        out2[i, 0], out2[i, 1] = I.ld_global_v2_at(words, r, 8, 2 * (i % 2), 4)
+        outs[i] = I.ld_at(scales, I.add_u32(r, 0))
+        wrap[i] = I.add_u32(I.mad_u32(rows[i], 0x10000, 0xFFFF0000), i)  # modulo 2**32
+
+    return k
+
+
+def test_flat_loads_and_u32_arithmetic():
+    """``mad_u32``/``add_u32`` wrap modulo 2**32; ``ld_global_v4_at``/``ld_global_v2_at`` read the words at
+    flat word row·n + col + off, ``ld_at`` the flat element of a 32-bit row index, as NumPy indexing."""
+    rng = _rng(14)
+    n = 32
+    words = rng.integers(0, 2**32, (10, 3, 8), dtype=np.uint64).astype(np.uint32)
+    scales = rng.standard_normal((10, 3)).astype(np.float32)
+    rows = rng.integers(0, 10, n).astype(np.int32)
+    out4, out2 = _dev(np.zeros((n, 4), np.uint32)), _dev(np.zeros((n, 2), np.uint32))
+    outs, wrap = _dev(np.zeros(n, np.float32)), _dev(np.zeros(n, np.uint32))
+    _flat_kernel()[1, n](_dev(words), _dev(scales), _dev(rows), out4, out2, outs, wrap)
+    i = np.arange(n)
+    flat = words.reshape(-1, 8)[rows * 3 + i % 3]
+    np.testing.assert_array_equal(out4.copy_to_host(), [f[4 * (j % 2):4 * (j % 2) + 4] for j, f in zip(i, flat)])
+    np.testing.assert_array_equal(out2.copy_to_host(), [f[2 * (j % 2) + 4:2 * (j % 2) + 6] for j, f in zip(i, flat)])
+    np.testing.assert_array_equal(outs.copy_to_host(), scales[rows, i % 3])
+    np.testing.assert_array_equal(wrap.copy_to_host(), ((rows.astype(np.int64) * 0x10000 + 0xFFFF0000 + i)
+                                                        % 2**32).astype(np.uint32))
+
+
+@functools.cache
 def _fp8_cvt_kernel():
     @kernel
     def k(words, out, a, b, diff):

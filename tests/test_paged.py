@@ -59,6 +59,35 @@ def test_fp8_e4m3_model_is_bit_exact():
     assert np.array_equal(ours[ok].view(np.uint32), theirs[ok].view(np.uint32))  # -0.0 included
 
 
+def test_int8_mma_decoding_is_exact():
+    """The ``mma`` path's int8 decoding (host model of its ``prmt``s): every code c in every byte position
+    gives f16 1152 + c for K (the bias left in, the scores start from −1152·Σq) and, for V, the pairs of
+    two keys' codes per dim, 1152 + c before the exact f16 subtraction of 1152."""
+    from numba_attn.gpu.intrinsics import byte_perm_reference as prmt
+
+    codes = np.arange(-128, 128, dtype=np.int8)
+    rng = np.random.default_rng(4)
+    words = np.concatenate([codes.view(np.uint32)] + [rng.permutation(codes).view(np.uint32) for _ in range(3)])
+    sign, hi = 0x80808080, 0x64646464
+
+    def f16(w):
+        return np.array([w], np.uint32).view(np.float16).astype(np.float64)
+
+    for x in words:
+        c = np.array([x], np.uint32).view(np.int8).astype(np.float64)
+        y = int(x) ^ sign
+        assert list(f16(prmt(y, hi, 0x4240))) == [1152 + c[0], 1152 + c[2]]
+        assert list(f16(prmt(y, hi, 0x4341))) == [1152 + c[1], 1152 + c[3]]
+    for a, b in zip(words, words[::-1]):
+        ca, cb = (np.array([w], np.uint32).view(np.int8).astype(np.float64) for w in (a, b))
+        ya = int(a) ^ sign
+        for lo, (s0, s1, sb) in ((True, (0x5450, 0x7651, 0x4140)), (False, (0x5452, 0x7653, 0x4342))):
+            yb = prmt(int(b) ^ sign, hi, sb)
+            d = 0 if lo else 2
+            assert list(f16(prmt(ya, yb, s0))) == [1152 + ca[d], 1152 + cb[d]]
+            assert list(f16(prmt(ya, yb, s1))) == [1152 + ca[d + 1], 1152 + cb[d + 1]]
+
+
 def test_device_dequantization_is_bit_exact():
     """Every code in every byte position of a word: e4m3 (four integer instructions to f16 pairs,
     then float32; the values / 256, NaN codes NaN) and int8 (the byte in the mantissa of 2^23)."""
@@ -260,6 +289,7 @@ def test_wide_8bit_paged_split_k(kv_dtype, scale, qdt, Nq, params):
     ("int8", "token", 2, 2, 1, {"splits": 1}),  # one split (fused combine of one partial)
     ("float8_e4m3", "tensor", 4, 2, 2, {}),  # GQA group 2 × q_len 2, causal: 4 rows on the mma's N
     ("int8", "head", 8, 1, 1, {"warps": 1}),  # 8 rows: every column of the mma
+    ("int8", "token", 4, 2, 2, {}),  # int8's biased scores and V scales on P before the shuffles, 4 rows
 ])
 def test_mma_8bit_paged_split_k(kv_dtype, scale, H, Hkv, Nq, params):
     """paged_split_k's ``mma`` path (8-bit codes straight into mma fragments): pages out of order and

@@ -2,6 +2,7 @@
 problems (B8 H32 D128 P64 KV 16k, fp16 query), per variant:
 
     python experiments/2026-11-23-paged-8bit/loop_sass.py [--param mma=1 ...] [--dump DIR]
+        [--cases float8_e4m3/head,int8/token,int8/head] [--kv-heads 8 (GQA 32/8)] [--variants wide,mma]
 
 Compiles the kernel as numba links it at run time (``numba_attn.measure.offline.compile_phase``:
 LTO-IR, nvJitLink, sm_90a), disassembles it with nvdisasm and prints, per variant, the registers,
@@ -72,11 +73,14 @@ def main():
     ap.add_argument("--kv-len", type=int, default=16384)
     ap.add_argument("--param", action="append", default=[], help="extra NAME=VALUE for every variant")
     ap.add_argument("--dump", default="")
+    ap.add_argument("--cases", default="float8_e4m3/head,int8/token", help="KV_DTYPE/SCALE, comma-separated")
+    ap.add_argument("--kv-heads", type=int, default=32, help="KV heads of the 32 query heads (8: GQA 32/8)")
     a = ap.parse_args()
     extra = {k: int(v) for k, v in (p.split("=", 1) for p in a.param)}
-    for kv_dtype, scale in (("float8_e4m3", "head"), ("int8", "token")):
-        prob = PagedProblem(batch=8, heads=32, q_len=1, kv_len=a.kv_len, head_dim=128, dtype="float16", page_size=64,
-                            kv_dtype=kv_dtype, kv_scale=scale)
+    for case in a.cases.split(","):
+        kv_dtype, scale = case.split("/")
+        prob = PagedProblem(batch=8, heads=32, kv_heads=a.kv_heads, q_len=1, kv_len=a.kv_len, head_dim=128,
+                            dtype="float16", page_size=64, kv_dtype=kv_dtype, kv_scale=scale)
         for name in a.variants.split(","):
             params = {**VARIANTS[name], **extra}
             rec = compile_phase("paged_split_k", prob, params, keep_cubin=True)[0]
@@ -87,14 +91,16 @@ def main():
                                       check=True).stdout
             if a.dump:
                 os.makedirs(a.dump, exist_ok=True)
-                with open(os.path.join(a.dump, f"{kv_dtype}-{scale}-{name}.sass"), "w") as out:
+                gqa = f"-kvh{a.kv_heads}" if a.kv_heads != 32 else ""
+                with open(os.path.join(a.dump, f"{kv_dtype}-{scale}{gqa}-{name}.sass"), "w") as out:
                     out.write(text)
             ins, labels = parse(text)
             body = main_loop(ins, labels)
             regs = rec["regs"]
             warps = min(64, 65536 // (((regs + 7) // 8 * 8) * 32) // 8 * 8)  # 8-warp blocks per SM by registers
             keys = 16 if params.get("mma") else 8  # keys per warp step (wide, D128: 8 groups of 4 lanes, 1 key)
-            print(f"{kv_dtype}/{scale} {name:5s} {params}: regs {regs}, spills {rec.get('spill_stores')}/"
+            print(f"{kv_dtype}/{scale} H32/{a.kv_heads} {name:5s} {params}: regs {regs}, "
+                  f"spills {rec.get('spill_stores')}/"
                   f"{rec.get('spill_loads')} B, {warps} warps/SM by registers; kernel {len(ins)} instructions; "
                   f"loop {len(body)} for {keys} keys = {len(body) / keys:.1f} per key")
             print(f"    loop: {hist(body)}")

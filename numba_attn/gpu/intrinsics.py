@@ -68,6 +68,12 @@ The functions
 ``cvt_e4m3x4_f16x2``        ``cvt.rn.f16x2.e4m3x2`` of both halves of a word (four fp8 e4m3fn codes → two f16x2;
                            sm_89+)
 ``sub_f16x2``               ``sub.rn.f16x2`` (both halves)
+``mad_u32``                 ``a·b + c`` in 32-bit unsigned arithmetic (numba widens integer arithmetic to 64 bits)
+``add_u32``                 ``a + b`` in 32-bit unsigned arithmetic
+``ld_global_v4_at``         ``ld_global_v4`` at flat word ``row·n + col + off`` of a C-contiguous array of 32-bit
+                           words, ``row`` a 32-bit index (one ``mad.wide.u32`` on ``arr + col``, ``off`` constant)
+``ld_global_v2_at``         the same, 8 bytes
+``ld_at``                  ``ld.global`` of flat element ``i`` (a 32-bit index) of a C-contiguous array
 ``lds``                    ``arr[r, c]`` without negative-index wrap-around
 ``rows_head_major``        ``a[s:s+n].transpose(1, 0, 2)`` (a view; numba's transpose needs a set)
 =========================  ==============================================
@@ -113,7 +119,7 @@ __all__ = [
     "cp_async16", "cp_async16_flat", "cp_async16_flat_l2_256", "cp_async_commit", "cp_async_wait", "ld_global_v4",
     "st_shared_v4", "ld_shared_v4", "unpack_bf16x2", "ld_global_v2", "byte_perm", "unpack_f16x2", "u32_as_f32",
     "pack_f16x2", "pack_bf16x2", "pack_b16x2", "to_tf32", "lds", "rows_head_major", "cvt_e4m3x4_f16x2",
-    "sub_f16x2",
+    "sub_f16x2", "mad_u32", "add_u32", "ld_global_v4_at", "ld_global_v2_at", "ld_at",
 ]
 
 # ---------------------------------------------------------------------------
@@ -511,6 +517,49 @@ if IS_SIMULATOR:
         x, y = half_lo_hi(a, "f16"), half_lo_hi(b, "f16")  # float64: the exact difference, rounded once
         return np.uint32(f16_bits(np.float16(x[0] - y[0])) | (f16_bits(np.float16(x[1] - y[1])) << 16))
 
+    def mad_u32(a, b, c):
+        """``a·b + c`` modulo 2³² (the 32-bit ``mul.lo``/``add`` of the GPU)."""
+        return np.uint32((int(a) * int(b) + int(c)) & _MASK32)
+
+    def add_u32(a, b):
+        """``a + b`` modulo 2³²."""
+        return np.uint32((int(a) + int(b)) & _MASK32)
+
+    def _flat(arr, i, n):
+        """Elements ``i … i+n−1`` of the C-contiguous array ``arr`` read as one flat array."""
+        a = np.asarray(_np(arr))
+        if not a.flags.c_contiguous:
+            raise ValueError("flat loads need a C-contiguous array")
+        if not 0 <= i <= a.size - n:
+            raise IndexError(f"flat elements {i}..{i + n - 1} out of bounds for size {a.size}")
+        return a.reshape(-1)[i:i + n]
+
+    def _u32_index(row):
+        if not 0 <= int(row) <= _MASK32:
+            raise IndexError(f"row index {int(row)} is not a 32-bit unsigned value")
+        return int(row)
+
+    def _words_at(arr, row, n, col, off, k):
+        if np.asarray(_np(arr)).itemsize != 4:
+            raise TypeError("ld_global_v*_at reads an array of 32-bit words")
+        i = _u32_index(row) * int(n) + int(col) + int(off)
+        if i % k:
+            raise ValueError(f"flat word {i} is not {4 * k}-byte aligned")
+        return tuple(np.uint32(w) for w in _flat(arr, i, k).view(np.uint32))
+
+    def ld_global_v4_at(arr, row, n, col, off):
+        """Four 32-bit words at flat word ``row·n + col + off`` of ``arr`` (16 bytes, ``row`` a 32-bit index;
+        on the GPU ``arr + col`` is computed once where ``col`` is loop-invariant, ``off`` a constant)."""
+        return _words_at(arr, row, n, col, off, 4)
+
+    def ld_global_v2_at(arr, row, n, col, off):
+        """Two 32-bit words at flat word ``row·n + col + off`` of ``arr`` (8 bytes, ``row`` a 32-bit index)."""
+        return _words_at(arr, row, n, col, off, 2)
+
+    def ld_at(arr, i):
+        """Flat element ``i`` (a 32-bit index) of ``arr``."""
+        return _flat(arr, _u32_index(i), 1)[0]
+
 else:  # -------------------------------------------------------------- GPU
     from llvmlite import ir
     from numba import types
@@ -865,6 +914,89 @@ else:  # -------------------------------------------------------------- GPU
         def codegen(context, builder, sig, args):
             xs = [context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args)]
             return _asm(builder, _i32, [_i32] * 2, "sub.rn.f16x2 $0, $1, $2;", "=r,r,r", xs)
+
+        return sig, codegen
+
+    @intrinsic
+    def mad_u32(typingctx, a, b, c):
+        if not all(isinstance(x, types.Integer) for x in (a, b, c)):
+            return None
+        sig = types.uint32(a, b, c)
+
+        def codegen(context, builder, sig, args):
+            x, y, z = [context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args)]
+            return builder.add(builder.mul(x, y), z)  # plain i32 arithmetic: LLVM may fold it (mad, lea)
+
+        return sig, codegen
+
+    @intrinsic
+    def add_u32(typingctx, a, b):
+        if not all(isinstance(x, types.Integer) for x in (a, b)):
+            return None
+        sig = types.uint32(a, b)
+
+        def codegen(context, builder, sig, args):
+            x, y = [context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args)]
+            return builder.add(x, y)
+
+        return sig, codegen
+
+    def _flat_ptr(context, builder, aryty, ary, rowty, row, n=None, cols=(), coltys=()):
+        """Pointer to flat element ``zext(u32 row)·n + col + off`` of a C-contiguous array (generic space):
+        ``base = data + col`` kept as one opaque value (a ``mov``: the compiler hoists it out of a loop where
+        ``col`` is invariant instead of reassociating it into the row's product), then ``+ zext(row)·n``
+        (one ``mad.wide.u32``), then ``+ off`` (a constant: the load's immediate offset)."""
+        data = context.make_array(aryty)(context, builder, value=ary).data
+        i64 = ir.IntType(64)
+        size = ir.Constant(i64, context.get_abi_sizeof(context.get_data_type(aryty.dtype)))
+        base = builder.bitcast(data, ir.PointerType(ir.IntType(8)))
+        off = builder.zext(context.cast(builder, row, rowty, types.uint32), i64)
+        if n is None:
+            return builder.bitcast(builder.gep(base, [builder.mul(off, size)]), data.type)
+        col, cst = [builder.mul(context.cast(builder, v, t, types.int64), size) for v, t in zip(cols, coltys[1:])]
+        base = builder.ptrtoint(builder.gep(base, [col]), i64)
+        base = _asm(builder, i64, [i64], "mov.b64 $0, $1;", "=l,l", [base])
+        base = builder.inttoptr(base, ir.PointerType(ir.IntType(8)))
+        off = builder.mul(off, builder.mul(context.cast(builder, n, coltys[0], types.int64), size))
+        return builder.bitcast(builder.gep(builder.gep(base, [off]), [cst]), data.type)
+
+    def _make_ld_global_at(n):
+        """``ld.global.nc.v{n}.u32`` at flat word ``row·m + col + off`` of a C-contiguous array of 32-bit words."""
+        regs = ",".join(f"${i}" for i in range(n))
+
+        @intrinsic
+        def ld_global_at(typingctx, arr, row, m, col, off):
+            if not (isinstance(arr, types.Array) and arr.layout == "C" and arr.dtype.bitwidth == 32
+                    and all(isinstance(x, types.Integer) for x in (row, m, col, off))):
+                return None
+            sig = types.UniTuple(types.uint32, n)(arr, row, m, col, off)
+
+            def codegen(context, builder, sig, args):
+                ptr = _flat_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1], args[2], args[3:],
+                                sig.args[2:])
+                ret = ir.LiteralStructType([_i32] * n)
+                res = _asm(builder, ret, [ir.IntType(64)], f"ld.global.nc.v{n}.u32 {{{regs}}}, [${n}];",
+                           ",".join(["=r"] * n) + ",l", [_global_ptr(builder, ptr)], side_effect=True)
+                vals = [builder.extract_value(res, i) for i in range(n)]
+                return context.make_tuple(builder, sig.return_type, vals)
+
+            return sig, codegen
+
+        return ld_global_at
+
+    ld_global_v4_at = _make_ld_global_at(4)
+    ld_global_v2_at = _make_ld_global_at(2)
+
+    @intrinsic
+    def ld_at(typingctx, arr, i):
+        if not (isinstance(arr, types.Array) and arr.layout == "C" and isinstance(i, types.Integer)):
+            return None
+        sig = arr.dtype(arr, i)
+
+        def codegen(context, builder, sig, args):
+            ptr = _flat_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            gptr = builder.addrspacecast(ptr, ir.PointerType(ptr.type.pointee, 1))
+            return builder.load(gptr)  # a plain load: the compiler may schedule it
 
         return sig, codegen
 

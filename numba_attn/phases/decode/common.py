@@ -25,7 +25,7 @@ import numpy as np
 
 from numba_attn.gpu.backend import IS_SIMULATOR  # first: chooses the backend before numba is imported
 
-from numba import cuda, float32, int32, uint16, uint32  # noqa: E402
+from numba import cuda, float32, float64, int32, uint16, uint32  # noqa: E402
 
 from numba_attn.gpu.arrays import view_as  # noqa: E402
 from numba_attn.gpu.device_functions import (LOG2E, NEG_BIG, combine_splits, fragment_rescale,  # noqa: E402
@@ -966,12 +966,22 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
       comes from the score lanes by shuffles. Accumulators: D/16 m-tiles × 4 float32 per lane.
 
     Decoding: fp8 by ``cvt.rn.f16x2.e4m3x2`` (one instruction per two codes; NaN codes give NaN, so no
-    test), int8 by placing the biased byte in the mantissa of 1024 (``prmt``/logic) and one f16x2
-    subtraction of 1152 (exact). Precision: the products are exact (f16 × f16), the sums float32 on the
-    tensor core; P is split into two f16 halves (``SPLITP``: P ≈ hi + lo, relative error ~2⁻²², one more
-    mma per m-tile) so that it is not rounded to 11 bits. Scales: K's on the scores (per head: once in
-    the score scale), V's on P (per token, after the row sum) or on the accumulators at the end."""
-    from numba_attn.gpu.intrinsics import cvt_e4m3x4_f16x2, sub_f16x2
+    test); int8 by flipping the bytes' sign bits (one logic op per word) and a ``prmt`` that puts a byte
+    in the mantissa of f16 1024: 1152 + c, exact. K's codes keep the 1152: the scores' accumulators start
+    at −1152·Σq (Σq of the f16 query row in float64, exact, rounded once to float32), so no subtraction
+    per pair; V's pairs (one ``prmt`` of key b's dims with 0x64 bytes, one per pair putting key a's byte
+    in) keep the exact f16x2 subtraction of 1152 (the bias left in P·V would cost float32 precision of the
+    output: 1152·l against an output of a few code units). Precision: the products are exact
+    (f16 × f16), the sums float32 on the tensor core; P is split into two f16 halves (``SPLITP``:
+    P ≈ hi + lo, relative error ~2⁻²², one more mma per m-tile) so that it is not rounded to 11 bits.
+    Scales: K's on the scores (per head: once in the score scale), V's on P (per token: fp8 after the
+    shuffles; int8 on the score lanes, keys g, g+8, before them, after the row sum) or on the
+    accumulators at the end. int8 addresses: the 32-bit (row, head) index row·Hkv + h of each key's cache
+    row, from the step's page (one table load) as min(row of key j0 + offset, row of the last key), gives
+    the 16-byte loads' addresses (one ``mad.wide.u32`` each on a hoisted base) and the per-token scales'
+    (the K rows' index: the scales are (rows, Hkv))."""
+    from numba_attn.gpu.intrinsics import (add_u32, cvt_e4m3x4_f16x2, ld_at, ld_global_v2_at, ld_global_v4_at,
+                                           mad_u32, sub_f16x2)
 
     NR = G * Nq  # query rows of a KV head (≤ 8: the N of the mma)
     RB = NR
@@ -986,26 +996,32 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
     STEP = P % 16 == 0  # a step's 16 keys never cross a page
     NT = NW * WARP_SIZE
     FP8 = KV8 == 1
-    I8_MAGIC = uint32(0x64806480)  # 1024 + 128 in f16's exponent/mantissa, the byte's sign bit flipped
+    D4 = D // 4  # 32-bit words of a cache row of one head
+    I8_SIGN = uint32(0x80808080)  # every byte's sign bit: int8 c → the unsigned byte c + 128
+    I8_HI = uint32(0x64646464)  # the high byte of f16 1024 (x in the low byte: 1024 + x)
     I8_BIAS = uint32(0x64806480)  # f16x2 (1152, 1152)
 
     @device
     def k_pairs(x):
-        """One word of a key's codes → the two f16x2 of a k-step (fp8: bytes 0,1 and 2,3; int8: 0,2 and 1,3)."""
+        """One word of a key's codes → the two f16x2 of a k-step (fp8: bytes 0,1 and 2,3; int8: 0,2 and 1,3).
+        int8: each code c as f16 1152 + c (exact: the sign-flipped byte in the mantissa of 1024, one
+        ``prmt`` per pair); the 1152 stays in, the scores start from −1152·Σq instead."""
         if FP8:
             return cvt_e4m3x4_f16x2(x)
-        return (sub_f16x2((x & uint32(0x00FF00FF)) ^ I8_MAGIC, I8_BIAS),
-                sub_f16x2(((x >> uint32(8)) & uint32(0x00FF00FF)) ^ I8_MAGIC, I8_BIAS))
+        y = x ^ I8_SIGN
+        return byte_perm(y, I8_HI, uint32(0x4240)), byte_perm(y, I8_HI, uint32(0x4341))
 
     @device
     def v_pairs(a, b, lo):
-        """Dims (byte 0, byte 1) of keys a, b (``lo``) or (2, 3) → two f16x2 of (key a, key b) per dim."""
+        """Dims (byte 0, byte 1) of keys a, b (``lo``) or (2, 3) → two f16x2 of (key a, key b) per dim.
+        int8: key b's two dims first as f16x2 1152 + c (one ``prmt``), then each pair by one ``prmt`` of
+        key a's byte into it, and ``sub.rn.f16x2`` of 1152 (exact)."""
         if FP8:
             return cvt_e4m3x4_f16x2(byte_perm(a, b, uint32(0x5140 if lo else 0x7362)))
-        x0 = byte_perm(a, b, uint32(0x0400 if lo else 0x0602))
-        x1 = byte_perm(a, b, uint32(0x0501 if lo else 0x0703))
-        return (sub_f16x2((x0 & uint32(0x00FF00FF)) ^ I8_MAGIC, I8_BIAS),
-                sub_f16x2((x1 & uint32(0x00FF00FF)) ^ I8_MAGIC, I8_BIAS))
+        ya = a ^ I8_SIGN
+        yb = byte_perm(b ^ I8_SIGN, I8_HI, uint32(0x4140 if lo else 0x4342))  # b's dims (0, 1) or (2, 3)
+        return (sub_f16x2(byte_perm(ya, yb, uint32(0x5450 if lo else 0x5452)), I8_BIAS),
+                sub_f16x2(byte_perm(ya, yb, uint32(0x7651 if lo else 0x7653)), I8_BIAS))
 
     @device
     def frag_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, chunk, S,
@@ -1024,6 +1040,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         qb = cuda.local.array(NQB, uint32)
         qi = g - (g // Nq) * Nq
         bh = kvh * G + g // Nq
+        qsum = float64(0.0)  # int8: row g's sum over this lane's dims (float64: exact for f16 values)
         for kx in range(NKS):
             d0 = 4 * (4 * (t + 4 * (kx // 4)) + kx % 4)
             if g < NR:
@@ -1031,14 +1048,28 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                     qb[2 * kx] = pack_f16x2(float32(q[bh, qi, d0]), float32(q[bh, qi, d0 + 1]))
                     qb[2 * kx + 1] = pack_f16x2(float32(q[bh, qi, d0 + 2]), float32(q[bh, qi, d0 + 3]))
                 else:
-                    qb[2 * kx] = pack_f16x2(float32(q[bh, qi, d0]), float32(q[bh, qi, d0 + 2]))
-                    qb[2 * kx + 1] = pack_f16x2(float32(q[bh, qi, d0 + 1]), float32(q[bh, qi, d0 + 3]))
+                    x0 = float32(q[bh, qi, d0])
+                    x1 = float32(q[bh, qi, d0 + 1])
+                    x2 = float32(q[bh, qi, d0 + 2])
+                    x3 = float32(q[bh, qi, d0 + 3])
+                    qb[2 * kx] = pack_f16x2(x0, x2)
+                    qb[2 * kx + 1] = pack_f16x2(x1, x3)
+                    qsum += (float64(x0) + float64(x1)) + (float64(x2) + float64(x3))
             else:
                 qb[2 * kx] = uint32(0)
                 qb[2 * kx + 1] = uint32(0)
         # keys < lim of rows 2t, 2t+1 (causal: bottom-right aligned; a padding row sees the split)
         r0 = 2 * t
         r1 = 2 * t + 1
+        cb0 = float32(0.0)
+        cb1 = float32(0.0)
+        if not FP8:  # int8: the scores' start, −1152·Σq of rows 2t, 2t+1 (exact sum, rounded once to float32)
+            qsum += shfl_xor_sync(FULL_MASK, qsum, 1)
+            qsum += shfl_xor_sync(FULL_MASK, qsum, 2)
+            cb = float32(qsum * float64(-1152.0))
+            cb0 = shfl_sync(FULL_MASK, cb, 4 * r0)
+            if NR > 1:  # (one row: row 2t+1 is padding everywhere)
+                cb1 = shfl_sync(FULL_MASK, cb, 4 * r1)
         lim0 = min(hi, r0 - (r0 // Nq) * Nq + Nk - Nq + 1) if causal and r0 < NR else hi
         lim1 = min(hi, r1 - (r1 // Nq) * Nq + Nk - Nq + 1) if causal and r1 < NR else hi
         acc = cuda.local.array(NACC, float32)
@@ -1049,6 +1080,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         ksc = cuda.local.array(2, float32)
         vsc = cuda.local.array(4, float32)
         sk = scale * ks[0, h] if not TOKEN else scale
+        tbl = mad_u32(seq, table.shape[1], 0) if not FP8 else 0  # int8: the sequence's block-table row, flat
         m0 = NEG_BIG
         m1 = NEG_BIG
         l0 = float32(0.0)
@@ -1056,42 +1088,82 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         n_steps = max(0, (hi - lo + 15) // 16)  # 0 for a split past the end
         for step in range(w, n_steps, NW):  # warp-uniform: the shuffles and mma stay convergent
             j0 = lo + step * 16
-            pg = table[seq, j0 >> LOGP] if STEP else 0
-            for kk in range(2):  # K rows g, g+8
-                jj = min(j0 + g + 8 * kk, hi - 1)
-                page = pg if STEP else table[seq, jj >> LOGP]
-                crow = page * P + (jj & (P - 1))
-                for c in range(NKC):
-                    x0, x1, x2, x3 = ld_global_v4(k, crow, h, 4 * (t + 4 * c))
-                    kw[kk * NKS + 4 * c] = x0
-                    kw[kk * NKS + 4 * c + 1] = x1
-                    kw[kk * NKS + 4 * c + 2] = x2
-                    kw[kk * NKS + 4 * c + 3] = x3
-                if TOKEN:
-                    ksc[kk] = scale * ks[crow, h]
-            for kk in range(4):  # V rows 2t, 2t+1, 2t+8, 2t+9
-                jj = min(j0 + 2 * t + (kk & 1) + 8 * (kk >> 1), hi - 1)
-                page = pg if STEP else table[seq, jj >> LOGP]
-                crow = page * P + (jj & (P - 1))
-                if VWL % 4 == 0:
-                    for c in range(VWL // 4):
-                        x0, x1, x2, x3 = ld_global_v4(v, crow, h, g * VWL + 4 * c)
-                        vw[kk * VWL + 4 * c] = x0
-                        vw[kk * VWL + 4 * c + 1] = x1
-                        vw[kk * VWL + 4 * c + 2] = x2
-                        vw[kk * VWL + 4 * c + 3] = x3
-                else:
-                    for c in range(VWL // 2):
-                        x0, x1 = ld_global_v2(v, crow, h, g * VWL + 2 * c)
-                        vw[kk * VWL + 2 * c] = x0
-                        vw[kk * VWL + 2 * c + 1] = x1
-                if TOKEN:
-                    vsc[kk] = vs[crow, h]
+            if FP8:
+                pg = table[seq, j0 >> LOGP] if STEP else 0
+                for kk in range(2):  # K rows g, g+8
+                    jj = min(j0 + g + 8 * kk, hi - 1)
+                    page = pg if STEP else table[seq, jj >> LOGP]
+                    crow = page * P + (jj & (P - 1))
+                    for c in range(NKC):
+                        x0, x1, x2, x3 = ld_global_v4(k, crow, h, 4 * (t + 4 * c))
+                        kw[kk * NKS + 4 * c] = x0
+                        kw[kk * NKS + 4 * c + 1] = x1
+                        kw[kk * NKS + 4 * c + 2] = x2
+                        kw[kk * NKS + 4 * c + 3] = x3
+                    if TOKEN:
+                        ksc[kk] = scale * ks[crow, h]
+                for kk in range(4):  # V rows 2t, 2t+1, 2t+8, 2t+9
+                    jj = min(j0 + 2 * t + (kk & 1) + 8 * (kk >> 1), hi - 1)
+                    page = pg if STEP else table[seq, jj >> LOGP]
+                    crow = page * P + (jj & (P - 1))
+                    if VWL % 4 == 0:
+                        for c in range(VWL // 4):
+                            x0, x1, x2, x3 = ld_global_v4(v, crow, h, g * VWL + 4 * c)
+                            vw[kk * VWL + 4 * c] = x0
+                            vw[kk * VWL + 4 * c + 1] = x1
+                            vw[kk * VWL + 4 * c + 2] = x2
+                            vw[kk * VWL + 4 * c + 3] = x3
+                    else:
+                        for c in range(VWL // 2):
+                            x0, x1 = ld_global_v2(v, crow, h, g * VWL + 2 * c)
+                            vw[kk * VWL + 2 * c] = x0
+                            vw[kk * VWL + 2 * c + 1] = x1
+                    if TOKEN:
+                        vsc[kk] = vs[crow, h]
+            else:  # int8: addresses from 32-bit cache row indices (row·Hkv + h: a (row, head) of D/4 words)
+                if STEP:  # the step's page: rows rb + o of keys j0 + o, clamped to the last key's row rl
+                    rb = mad_u32(ld_at(table, add_u32(tbl, j0 >> LOGP)), P, j0 & (P - 1))
+                    rl = add_u32(rb, hi - 1 - j0)
+                for kk in range(2):  # K rows g, g+8, and their K and V scales (per token)
+                    if STEP:
+                        krow = min(add_u32(rb, g + 8 * kk), rl)
+                    else:
+                        jk = min(j0 + g + 8 * kk, hi - 1)
+                        krow = mad_u32(table[seq, jk >> LOGP], P, jk & (P - 1))
+                    krh = mad_u32(krow, Hkv, h)
+                    for c in range(NKC):
+                        x0, x1, x2, x3 = ld_global_v4_at(k, krh, D4, 4 * t, 16 * c)
+                        kw[kk * NKS + 4 * c] = x0
+                        kw[kk * NKS + 4 * c + 1] = x1
+                        kw[kk * NKS + 4 * c + 2] = x2
+                        kw[kk * NKS + 4 * c + 3] = x3
+                    if TOKEN:  # the scales are (rows, Hkv): the same index
+                        ksc[kk] = scale * ld_at(ks, krh)
+                        vsc[kk] = ld_at(vs, krh)
+                for kk in range(4):  # V rows 2t, 2t+1, 2t+8, 2t+9
+                    if STEP:
+                        vrow = min(add_u32(rb, 2 * t + (kk & 1) + 8 * (kk >> 1)), rl)
+                    else:
+                        jv = min(j0 + 2 * t + (kk & 1) + 8 * (kk >> 1), hi - 1)
+                        vrow = mad_u32(table[seq, jv >> LOGP], P, jv & (P - 1))
+                    vrh = mad_u32(vrow, Hkv, h)
+                    if VWL % 4 == 0:
+                        for c in range(VWL // 4):
+                            x0, x1, x2, x3 = ld_global_v4_at(v, vrh, D4, g * VWL, 4 * c)
+                            vw[kk * VWL + 4 * c] = x0
+                            vw[kk * VWL + 4 * c + 1] = x1
+                            vw[kk * VWL + 4 * c + 2] = x2
+                            vw[kk * VWL + 4 * c + 3] = x3
+                    else:
+                        for c in range(VWL // 2):
+                            x0, x1 = ld_global_v2_at(v, vrh, D4, g * VWL, 2 * c)
+                            vw[kk * VWL + 2 * c] = x0
+                            vw[kk * VWL + 2 * c + 1] = x1
             # Sᵀ = K Qᵀ (c0, c1: key g, rows 2t, 2t+1; c2, c3: key g+8)
-            s0 = float32(0.0)
-            s1 = float32(0.0)
-            s2 = float32(0.0)
-            s3 = float32(0.0)
+            s0 = cb0  # fp8: 0; int8: −1152·Σq (the codes' bias)
+            s1 = cb1
+            s2 = cb0
+            s3 = cb1
             for kx in range(NKS):
                 a0, a2 = k_pairs(kw[kx])
                 a1, a3 = k_pairs(kw[NKS + kx])
@@ -1139,6 +1211,11 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                 m1 = mn1
             l0 += p0 + p2
             l1 += p1 + p3
+            if TOKEN and not FP8:  # int8: keys g, g+8's V scales on their probabilities here, before the shuffles
+                p0 *= vsc[0]
+                p1 *= vsc[0]
+                p2 *= vsc[1]
+                p3 *= vsc[1]
             # Pᵀ's B fragment of lane (g, t): P[keys 2t, 2t+1 | 2t+8, 2t+9][row g], from lanes (2t | 2t+1, g // 2)
             sa = 8 * t + g // 2
             sb = sa + 4
@@ -1161,7 +1238,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                 xb = shfl_sync(FULL_MASK, p0, sb)
                 ya = shfl_sync(FULL_MASK, p2, sa)
                 yb = shfl_sync(FULL_MASK, p2, sb)
-            if TOKEN:  # each key's V scale on its probability (l is already summed)
+            if TOKEN and FP8:  # each key's V scale on its probability (l is already summed)
                 xa *= vsc[0]
                 xb *= vsc[1]
                 ya *= vsc[2]
