@@ -105,11 +105,20 @@ CASES = [
     ("ws_overlap", tiny("float16", D=64, q_len=100, kv_len=75, heads=1), {"Bc": 16}),
     ("ws_overlap", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"Bc": 32, "stages": 4}),
     ("ws_overlap", tiny("float16", D=128, q_len=80, kv_len=95, heads=1, causal=True), {"Bc": 16}),
+    # uniform=True (the warp index broadcast from lane 0, off by default): the same kernels otherwise; two
+    # consumers with the second partly past Nq, causal tiles skipped, GQA, bf16, one D=64 case
+    ("warp_specialized_tc", tiny("float16", D=16, q_len=130, kv_len=150, heads=1, causal=True),
+     {"warpgroups": 2, "Bc": 16, "uniform": True}),
+    ("warp_specialized_tc", tiny("bfloat16", D=32, heads=2, kv_heads=1),
+     {"warpgroups": 1, "Bc": 32, "stages": 3, "uniform": True}),
+    ("ws_overlap", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"Bc": 32, "stages": 4, "uniform": True}),
+    ("ws_overlap", tiny("float16", D=64, q_len=70, kv_len=95, heads=1, causal=True), {"Bc": 16, "uniform": True}),
 ]
 
 
 @pytest.mark.parametrize("name,problem,params", CASES,
-                         ids=[f"{n}-{p.label.replace(' ', '_')}" for n, p, _ in CASES])
+                         ids=[f"{n}-{p.label.replace(' ', '_')}" + ("-uniform" if q.get("uniform") else "")
+                              for n, p, q in CASES])
 def test_phase_matches_reference(name, problem, params):
     if problem.dtype == "bfloat16" and not HAVE_BF16:
         pytest.skip("ml_dtypes not installed")
@@ -337,6 +346,16 @@ for name, D, causal in (("tma_wgmma", 64, False), ("tma_wgmma", 128, False), ("w
                                                    "call"))})
     rec["bars"] = named_bars(ptx)
     res[f"{name}-D{D}" + ("-causal" if causal else "")] = rec
+# the option uniform=True (the warp index broadcast by shfl.sync) on the two phases that expose it
+for name, D, causal in (("warp_specialized_tc", 128, True), ("ws_overlap", 64, False), ("ws_overlap", 128, True)):
+    rec = off.compile_phase(name, Problem(batch=1, heads=32, q_len=4096, head_dim=D, dtype="float16",
+                                          causal=causal), {"uniform": True})[0]
+    ptx = rec.pop("ptx")
+    rec["ops"] = sorted({ln.split()[0] for ln in ptx.splitlines()
+                         if ln.strip().startswith(("cp.async", "mbarrier.", "setmaxnreg", "bar.sync", "bar.arrive",
+                                                   "call", "shfl.sync.idx"))})
+    rec["bars"] = named_bars(ptx)
+    res[f"{name}-D{D}" + ("-causal" if causal else "") + "-uniform"] = rec
 # three warpgroups (384 threads): the block size as launch bounds; the registers fit 65536 / 384
 for wg, bc, st in ((3, 64, 3), (3, 128, 2), (2, 64, 3)):
     rec = off.compile_phase("tc_wgmma", Problem(batch=1, heads=32, q_len=4096, head_dim=128, dtype="float16",
@@ -371,6 +390,19 @@ def test_offline_tma_phases_assemble_without_spills():
         if not key.startswith("pingpong"):  # no named barrier but the block barrier
             assert "bar.arrive" not in ops and rec["bars"] == [], (key, rec["bars"])
         if rec.get("lto"):  # linked as numba links it: ptxas keeps setmaxnreg and serializes no wgmma
+            assert rec["notes"] == [], (key, rec["notes"])
+
+
+def test_offline_uniform_option_assembles_without_spills():
+    """warp_specialized_tc and ws_overlap with uniform=True (D=64, D=128 causal: the most registers): the warp
+    index comes from shfl.sync (idx, lane 0); no spills, no ptxas note (setmaxnreg kept, no serialized wgmma)
+    (the TMA, mbarrier and register checks of test_offline_tma_phases_assemble_without_spills cover them too)."""
+    res = _offline_tma_results()
+    for key in ("warp_specialized_tc-D128-causal-uniform", "ws_overlap-D64-uniform", "ws_overlap-D128-causal-uniform"):
+        rec = res[key]
+        assert rec["regs"] is not None and rec.get("spill_stores", 0) == 0 and rec.get("spill_loads", 0) == 0, (key, rec)
+        assert any(op.startswith("shfl.sync.idx") for op in rec["ops"]), (key, rec["ops"])
+        if rec.get("lto"):
             assert rec["notes"] == [], (key, rec["notes"])
 
 
@@ -431,6 +463,15 @@ GPU_CASES = [
     ("pingpong", Problem(batch=2, heads=3, q_len=1000, kv_len=1300, head_dim=64, dtype="float16", causal=True)),
     ("pingpong", Problem(batch=1, heads=4, q_len=777, head_dim=128, dtype="bfloat16", causal=True)),
     ("pingpong", Problem(batch=1, heads=8, kv_heads=2, q_len=640, kv_len=901, head_dim=128, dtype="float16")),
+    # uniform=True (off by default): the warp index broadcast from lane 0
+    ("warp_specialized_tc-uniform", Problem(batch=2, heads=3, q_len=1000, kv_len=1300, head_dim=64,
+                                            dtype="float16", causal=True)),
+    ("warp_specialized_tc-uniform", Problem(batch=1, heads=4, q_len=777, head_dim=128, dtype="bfloat16",
+                                            causal=True)),
+    ("ws_overlap-uniform", Problem(batch=2, heads=3, q_len=1000, kv_len=1300, head_dim=64, dtype="float16",
+                                   causal=True)),
+    ("ws_overlap-uniform", Problem(batch=1, heads=8, kv_heads=2, q_len=640, kv_len=901, head_dim=128,
+                                   dtype="float16")),
 ]
 
 
@@ -441,6 +482,8 @@ def test_phase_gpu_shapes(name, problem):
     params = {}
     if name.endswith("-MT2"):
         name, params = name[:-4], {"m_tiles": 2}
+    if name.endswith("-uniform"):
+        name, params = name[:-8], {"uniform": True}
     for seed in (1, 2):
         c, launch = run_phase(name, problem, seed=seed, **params)
         assert c.ok, c.reason
@@ -448,13 +491,14 @@ def test_phase_gpu_shapes(name, problem):
     for sig, ov in kern.overloads.items():
         assert ov.local_mem_per_thread == 0, "fragments spilled to local memory"
         sass = kern.inspect_sass(sig)
-        assert ("HGMMA" if "wgmma" in name or name in ("warp_specialized_tc", "pingpong") else "HMMA") in sass
+        assert ("HGMMA" if "wgmma" in name or name in ("warp_specialized_tc", "pingpong", "ws_overlap")
+                else "HMMA") in sass
         if name in ("warp_specialized_tc", "pingpong"):  # whether numba's link step keeps setmaxnreg: for the notes
             print(name, problem.label, "registers at entry:", ov.regs_per_thread,
                   "USETMAXREG in the SASS:", "USETMAXREG" in sass)
         if name == "pingpong":  # the turns: named barriers other than the block's (BAR.SYNC 0x0)
             assert "BAR.ARV" in sass, "no bar.arrive in the SASS"
-        if name in ("tma_wgmma", "warp_specialized_tc", "pingpong"):
+        if name in ("tma_wgmma", "warp_specialized_tc", "pingpong", "ws_overlap"):
             assert "UTMALDG" in sass and "LDGSTS" not in sass
         elif name != "tc_mma":
             assert "LDGSTS" in sass

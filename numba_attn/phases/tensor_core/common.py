@@ -43,7 +43,7 @@ from numba_attn.gpu.mbarrier import (fence_proxy_async, mbarrier_arrive, mbarrie
                                      mbarrier_wait)
 from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT, dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.gpu.tma import tensormap_fence_acquire, tma_load_3d
-from numba_attn.gpu.warp import FULL_MASK, quad_sum, syncwarp
+from numba_attn.gpu.warp import FULL_MASK, quad_sum, shfl_sync, syncwarp
 from numba_attn.gpu.warpspec import named_barrier_arrive, named_barrier_sync, setmaxnreg_dec, setmaxnreg_inc
 from numba_attn.gpu.wgmma import (kmajor_params, make_ring_copy, make_wgmma_rs, make_wgmma_wait, mnmajor_params,
                                   padded_columns, row_bytes, shared_address)
@@ -446,7 +446,8 @@ def turn_pass(first):
 
 @functools.cache
 def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf16: bool, overlap: bool,
-                      varlen: bool = False, tma: bool = False, ws: bool = False, pingpong: bool = False):
+                      varlen: bool = False, tma: bool = False, ws: bool = False, pingpong: bool = False,
+                      uniform: bool = False):
     """The wgmma attention kernel ``(q, k, v, o, sl2, H, Nq, Nk)`` of ``WG`` warpgroups (64 query
     rows each). Per K/V tile: S = Q·Kᵀ (``D/16`` wgmma m64nBc k16, K from the swizzled ring),
     mask, online softmax, P packed in registers, O += P·V (``Bc/16`` wgmma m64nD k16, V as the
@@ -487,7 +488,14 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     once on its own barrier before the loop (its first turn), and after the loop each consumer
     arrives once more on the other's barrier (the other's last P·V). Every consumer syncs and
     arrives once per tile of the block, also for tiles it skips (causal, rows past Nq), so
-    the two barriers stay balanced whatever a consumer computes."""
+    the two barriers stay balanced whatever a consumer computes.
+
+    ``uniform`` (off by default until timed on a GPU): the warp index is broadcast from lane 0
+    (``shfl.sync``), which every lane has anyway, so that ptxas knows it is warp-uniform: the values
+    derived from it (the warpgroup's rows and key bound, the loop's trip count, the ring stage and
+    parity) and so the wgmma descriptors are then computed in the uniform datapath, one
+    ``UIADD3.64`` per wgmma instead of a 64-bit add in vector registers, two copies and two ``R2UR``
+    (docs/tensor-core-notes.md, "Uniform warp index")."""
     if ws and not tma:
         raise ValueError("warp specialisation (ws) needs the TMA ring (tma=True)")
     if pingpong and not (ws and WG == 2 and not overlap):
@@ -664,6 +672,8 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
         KV = dynamic_tile(pad, KVR, 4)  # float32 view, used only through addresses
         tid = cuda.threadIdx.x
         warp = tid // 32
+        if uniform:  # lane 0's warp index, the same as every lane's: known warp-uniform to ptxas
+            warp = shfl_sync(FULL_MASK, warp, 0)
         lane = tid % 32
         g = lane // 4
         t = lane % 4
@@ -858,7 +868,7 @@ def supports_wgmma(problem, warpgroups, Bc, stages, min_stages):
 TWO_CONSUMERS = 2  # pingpong, ws_overlap: two consumer warpgroups and the producer (384 threads)
 
 
-def resolve_two_consumers(problem, warpgroups, Bc, stages):
+def resolve_two_consumers(problem, warpgroups, Bc, stages, **_):
     """``resolve`` of the phases built on exactly two consumer warpgroups (warpgroups=0: two)."""
     if warpgroups < 0:
         raise ValueError("warpgroups (consumer warpgroups per block) must be 2 (0: automatic)")
@@ -926,7 +936,8 @@ def kv_tensor_map(a, box, swizzle):
     return m
 
 
-def build_wgmma(problem, warpgroups, Bc, stages, overlap, varlen=False, tma=False, ws=False, pingpong=False):
+def build_wgmma(problem, warpgroups, Bc, stages, overlap, varlen=False, tma=False, ws=False, pingpong=False,
+                uniform=False):
     """The :class:`Launch` of the wgmma kernel: grid (query blocks, heads, batch), the ring in
     dynamic shared memory (opt-in made at the first launch), and the uint32 views of the last
     few input sets cached (making views costs host time at every launch). ``varlen``: the packed
@@ -935,11 +946,13 @@ def build_wgmma(problem, warpgroups, Bc, stages, overlap, varlen=False, tma=Fals
     lengths, and the grid covers the longest sequence (``q_len``). ``tma``: K and V are passed as
     tensor maps of their uint32 views (:func:`kv_tensor_map`, cached with the views). ``ws``:
     ``warpgroups`` consumer warpgroups plus the producer warpgroup per block; ``pingpong``: the two
-    consumers take turns at the tensor cores."""
+    consumers take turns at the tensor cores; ``uniform``: the warp index known warp-uniform
+    (:func:`make_wgmma_kernel`), off by default."""
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     D = problem.head_dim
     kern = make_wgmma_kernel(D, warpgroups, Bc, stages, problem.group, problem.causal,
-                             problem.dtype == "bfloat16", overlap, varlen, tma, ws, pingpong)
+                             problem.dtype == "bfloat16", overlap, varlen, tma, ws, pingpong,
+                             *((True,) if uniform else ()))  # passed only when on
     box, swizzle = tma_box(D, Bc)
     sl2 = float32(problem.sm_scale * LOG2E)
     Br = 64 * warpgroups

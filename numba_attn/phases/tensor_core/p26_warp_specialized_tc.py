@@ -28,6 +28,14 @@ Head dims, dtypes, causal, GQA, alignment: as ``tma_wgmma`` (one kernel, its
 fragments of D > 128 spill unless setmaxnreg is kept, refused); 3 (512
 threads, 128 registers each) is refused above D=64.
 
+``uniform`` (off by default until timed on a GPU): the warp index is broadcast
+from lane 0 (``shfl.sync``), so that ptxas knows it warp-uniform and computes
+the wgmma descriptors, the ring stage and parity and the warpgroup's bounds
+in the uniform datapath (one ``UIADD3.64`` per wgmma descriptor instead of a
+64-bit add in vector registers, two copies and two ``R2UR``): 417 static SASS
+instructions a K/V tile instead of 453 at D128 fp16, 377 instead of 393 at
+D64, no spills (offline; docs/tensor-core-notes.md, "Uniform warp index").
+
 Prediction (written before measuring): the consumers no longer stall at the
 refills and issue no load instructions; with two consumer warpgroups at D=128
 (one block of 384 threads per SM, as ``tc_wgmma``'s default of three
@@ -47,7 +55,7 @@ from numba_attn.phases.tensor_core.common import build_wgmma, supports_wgmma, tm
 MAX_CONSUMERS = 3  # consumer warpgroups: with the producer at most 512 threads
 
 
-def _resolve(problem, warpgroups, Bc, stages):
+def _resolve(problem, warpgroups, Bc, stages, **_):
     """warpgroups=0: two consumer warpgroups (FlashAttention-3's split) up to D=128, one above
     (384 threads have 168 registers each at entry)."""
     if warpgroups < 0:
@@ -55,7 +63,7 @@ def _resolve(problem, warpgroups, Bc, stages):
     return {"warpgroups": warpgroups or (2 if problem.head_dim <= 128 else 1), "Bc": Bc, "stages": stages}
 
 
-def _supports(problem, warpgroups, Bc, stages):
+def _supports(problem, warpgroups, Bc, stages, **_):
     if warpgroups > MAX_CONSUMERS:
         return (f"warpgroups={warpgroups}: at most {MAX_CONSUMERS} consumer warpgroups (with the producer "
                 f"{128 * (MAX_CONSUMERS + 1)} threads per block)")
@@ -83,13 +91,15 @@ def _supports(problem, warpgroups, Bc, stages):
     lineage="FlashAttention-3 (Shah et al. 2024) and CUTLASS SM90 warp-specialized kernels: "
             "producer/consumer warpgroups, setmaxnreg",
     planned_speedup=160.0,
-    space={"warpgroups": [1, 2, 3], "Bc": [64, 128], "stages": [2, 3, 4]},
+    space={"warpgroups": [1, 2, 3], "Bc": [64, 128], "stages": [2, 3, 4], "uniform": [False, True]},
     dtypes=("float16", "bfloat16"),
     head_dims=None,
     sim_params={"warpgroups": 1, "Bc": 16, "stages": 2},
     supports=_supports,
     resolve=_resolve,
 )
-def warp_specialized_tc(problem, warpgroups=0, Bc=64, stages=2):
-    """tma_wgmma's kernel with ``ws=True``."""
-    return build_wgmma(problem, warpgroups, Bc, stages, overlap=False, tma=True, ws=True)
+def warp_specialized_tc(problem, warpgroups=0, Bc=64, stages=2, uniform=False):
+    """tma_wgmma's kernel with ``ws=True``; ``uniform``: the warp index made known warp-uniform, so
+    that ptxas builds the wgmma descriptors and the ring counters in the uniform datapath (off by
+    default until timed on a GPU; docs/tensor-core-notes.md, "Uniform warp index")."""
+    return build_wgmma(problem, warpgroups, Bc, stages, overlap=False, tma=True, ws=True, uniform=uniform)

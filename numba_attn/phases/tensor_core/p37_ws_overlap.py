@@ -29,6 +29,11 @@ Bc=64; Bc=128 spills and serializes the wgmma, so it is refused).
 
 Head dims up to 128 (two consumer warpgroups), fp16 and bf16, causal.
 
+``uniform`` (off by default until timed on a GPU): ``warp_specialized_tc``'s
+option, the warp index known warp-uniform to ptxas: 417 static SASS
+instructions a K/V tile instead of 472 at D128 fp16, 376 instead of 412 at
+D64, no spills (offline; docs/tensor-core-notes.md, "Uniform warp index").
+
 Prediction (written before measuring): +5-10% against warp_specialized_tc at
 B1 H32 N4096 D128 fp16 (0.521 ms → ~0.48 ms, ~0.95x SDPA), the same at D64;
 refuted below +2%.
@@ -44,7 +49,7 @@ from numba_attn.phases.tensor_core.common import build_wgmma, resolve_two_consum
 MAX_BC = 64  # Bc=128: the two score sets and O need more than 232 registers (spills, serialized wgmma)
 
 
-def _supports(problem, warpgroups, Bc, stages):
+def _supports(problem, warpgroups, Bc, stages, **_):
     if Bc > MAX_BC:
         return (f"Bc={Bc}: the second score set (Bc/2 registers) does not fit above Bc={MAX_BC} "
                 "(spills, serialized wgmma)")
@@ -64,13 +69,13 @@ def _supports(problem, warpgroups, Bc, stages):
     """,
     lineage="FlashAttention-3 (Shah et al. 2024), §3.2 intra-warpgroup overlapping of GEMMs and softmax",
     planned_speedup=170.0,  # warp_specialized_tc's 160 and the predicted +5-10%
-    space={"warpgroups": [2], "Bc": [64], "stages": [3, 4]},
+    space={"warpgroups": [2], "Bc": [64], "stages": [3, 4], "uniform": [False, True]},
     dtypes=("float16", "bfloat16"),
     head_dims=None,
     sim_params={"warpgroups": 2, "Bc": 16, "stages": 3},
     supports=_supports,
     resolve=resolve_two_consumers,
 )
-def ws_overlap(problem, warpgroups=0, Bc=64, stages=3):
-    """warp_specialized_tc's kernel with ``overlap=True``."""
-    return build_wgmma(problem, warpgroups, Bc, stages, overlap=True, tma=True, ws=True)
+def ws_overlap(problem, warpgroups=0, Bc=64, stages=3, uniform=False):
+    """warp_specialized_tc's kernel with ``overlap=True``; ``uniform`` as there."""
+    return build_wgmma(problem, warpgroups, Bc, stages, overlap=True, tma=True, ws=True, uniform=uniform)
