@@ -1,7 +1,7 @@
 """Steady-loop SASS of a phase, offline: the instructions of one K/V tile by opcode class.
 
     python experiments/2026-11-23-hopper-tma/loop_sass.py PHASE [PHASE ...] [-D 128] [--dtype float16]
-        [--causal] [--param NAME=VALUE ...] [--ops] [--listing]
+        [--causal] [--varlen] [--param NAME=VALUE ...] [--build NAME=VALUE ...] [--ops] [--listing]
 
 Each phase's kernel is compiled and linked as numba links it at run time (``numba_attn.measure.offline``:
 LTO-IR through nvJitLink, no GPU) and disassembled with ``nvdisasm``. A *loop* is the address range from a
@@ -15,6 +15,10 @@ Classes: hgmma, wgsync (WARPGROUP.ARRIVE / DEPBAR), mufu, float (FFMA FMUL FADD 
 cvt (F2FP, the packing of P), int (IMAD but its register copies, IADD3, LOP3, ISETP, SHF, LEA, SEL ...),
 mov (MOV, IMAD.MOV, CS2R, the register copies), uniform (U* and R2UR: the uniform datapath), sync (BAR,
 SYNCS: mbarrier, WARPSYNC), shfl, ctrl (BRA, BSSY, BSYNC, ...), other.
+
+``--build NAME=VALUE`` passes a keyword to ``build_wgmma`` in every phase built on it (all seven wgmma phases),
+also those that do not expose it as a parameter: ``--build uniform=1`` compiles any of them with the
+option on. ``--varlen``: a packed problem (``tc_wgmma_varlen``).
 """
 from __future__ import annotations
 
@@ -139,6 +143,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="float16")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--build", action="append", default=[], metavar="NAME=VALUE",
+                    help="a keyword for build_wgmma in every wgmma phase (e.g. uniform=1)")
+    ap.add_argument("--varlen", action="store_true", help="a packed problem (tc_wgmma_varlen)")
     ap.add_argument("--ops", action="store_true", help="also every mnemonic of the loop with its count")
     ap.add_argument("--listing", action="store_true", help="also print the loop's SASS")
     args = ap.parse_args(argv)
@@ -148,6 +155,25 @@ def main(argv=None) -> int:
         params[k] = int(v) if v.lstrip("-").isdigit() else v
     prob = Problem(batch=1, heads=args.heads, q_len=args.q_len, head_dim=args.head_dim, dtype=args.dtype,
                    causal=args.causal)
+    if args.varlen:
+        from numba_attn.spec.problem import VarlenProblem
+
+        prob = VarlenProblem(**prob.to_dict())
+    if args.build:
+        import functools
+
+        import numba_attn.phases.tensor_core as tc
+        from numba_attn.phases.tensor_core import common
+
+        kw = {k: int(v) if v.lstrip("-").isdigit() else v for k, v in (b.split("=", 1) for b in args.build)}
+
+        @functools.wraps(common.build_wgmma)
+        def build(*a, **k):  # --build wins over the phase's own keyword (its parameter's default)
+            return common.build_wgmma(*a, **{**k, **kw})
+
+        for mod in list(sys.modules.values()):
+            if getattr(mod, "__name__", "").startswith(tc.__name__ + ".p") and hasattr(mod, "build_wgmma"):
+                mod.build_wgmma = build
     print(f"{'phase':20s} {'params':24s} {'regs':>4s} {'spill':>5s} {'loop':>4s} {'tiles':>5s} {'/tile':>5s} "
           + " ".join(f"{c:>7s}" for c in CLASSES))
     for name in args.phases:
@@ -160,7 +186,8 @@ def main(argv=None) -> int:
         for rec in compile_phase(name, prob, params, keep_cubin=True):
             insns, labels = parse(disassemble(rec["cubin"]))
             spill = (rec.get("spill_stores") or 0) + (rec.get("spill_loads") or 0)
-            label = ",".join(f"{k}={v}" for k, v in sorted(res.items()))
+            built = {b.split("=", 1)[0] for b in args.build}  # --build overrides a parameter of that name
+            label = ",".join([f"{k}={v}" for k, v in sorted(res.items()) if k not in built] + args.build)
             loops = tile_loops(insns, labels, per_tile)
             if not loops:
                 print(f"{name:20s} {label:24s} {rec['regs']:>4} {spill:>5} (no loop with HGMMA)")
