@@ -1,5 +1,5 @@
 """Launch the paged phases once per cache format, scale, page size, GQA and ragged layout they accept, with
-their default parameters and with ``wide`` forced both ways, on small odd shapes with random inputs (pages
+their default parameters and with ``wide`` forced both ways (``mma`` off) and ``mma`` forced on, on small odd shapes with random inputs (pages
 out of order, a partly filled last page), so that compute-sanitizer can watch every access:
 
     compute-sanitizer --tool memcheck python3 experiments/2026-11-23-paged-8bit/sanitize.py [--phases a,b]
@@ -39,7 +39,8 @@ def main():
     n = failed = 0
     for name in a.phases.split(","):
         phase = get_phase(name)
-        variants = [{}] + ([{"wide": True}, {"wide": False}] if "wide" in phase.params else [])
+        variants = [{}] + ([{"wide": True, "mma": False}, {"wide": False, "mma": False}, {"mma": True}]
+                           if "wide" in phase.params else [])
         for prob in problems():
             for params in variants:
                 if phase.supports(prob, **phase.resolve_params(params)) is not None:

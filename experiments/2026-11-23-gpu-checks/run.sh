@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# What the carried ring counters (d6548cc), the `uniform` option (cc33d4b) and paged_split_k's mma path
+# (3dcf50d, int8 rework 509049d) still need on a GPU, in three parts of under 10 minutes on one H200:
+#   A: the GPU tests of every phase of the shared wgmma kernel and of the paged phases, split over
+#      processes; compute-sanitizer memcheck over the wgmma phases' accepted head dims and over every paged
+#      cache format with `mma` forced on;
+#   B: experiments/2026-11-23-hopper-tma/uniform.sh (the option's GPU tests and times against its default);
+#   C: experiments/2026-11-23-paged-8bit/run_mma.sh (int8 `mma` against `wide` and SDPA).
+# Usage (repository root, numpy < 2.5 on the path): OUT=dir bash experiments/2026-11-23-gpu-checks/run.sh A|B|C
+set -u
+export NUMBA_ATTN_BACKEND=cuda PYTHONUNBUFFERED=1
+OUT=${OUT:-out}; mkdir -p "$OUT"
+T="timeout ${LIMIT:-540}"
+case ${1:?part A, B or C} in
+A)
+  P="python3 -m pytest -q -p no:cacheprovider -m gpu"
+  i=0
+  for k in "warp_specialized" "pingpong" "ws_overlap" "tma_wgmma" "tc_wgmma and not varlen" "varlen"; do
+    i=$((i+1))
+    ($T $P -k "$k" tests/test_tensor_core.py tests/test_head_dims.py tests/test_hopper.py tests/test_wgmma.py \
+       tests/test_varlen.py > "$OUT/wgmma-$i.log" 2>&1; echo "rc=$? [$k]" >> "$OUT/wgmma-$i.log") &
+  done
+  ($T $P tests/test_paged.py tests/test_decode.py > "$OUT/paged.log" 2>&1; echo "rc=$?" >> "$OUT/paged.log") &
+  ($T compute-sanitizer --tool memcheck --print-limit 20 python3 experiments/2026-11-22-head-dims/sanitize.py \
+     --head-dims 40,64,80,96,128 --phases tma_wgmma,warp_specialized_tc,pingpong,ws_overlap,tc_wgmma \
+     > "$OUT/memcheck-wgmma.log" 2>&1; echo "rc=$?" >> "$OUT/memcheck-wgmma.log") &
+  ($T compute-sanitizer --tool memcheck --print-limit 20 python3 experiments/2026-11-23-paged-8bit/sanitize.py \
+     --phases paged_split_k > "$OUT/memcheck-paged.log" 2>&1; echo "rc=$?" >> "$OUT/memcheck-paged.log") &
+  wait
+  for f in "$OUT"/wgmma-*.log "$OUT"/paged.log; do grep -E "passed|failed|rc=" "$f" | tail -2; done
+  for f in memcheck-wgmma memcheck-paged; do
+    echo "== $f"; grep -E "SUMMARY|launches|rc=" "$OUT/$f.log" | tail -3
+  done ;;
+B) bash experiments/2026-11-23-hopper-tma/uniform.sh "$OUT" ;;
+C) OUT="$OUT" bash experiments/2026-11-23-paged-8bit/run_mma.sh ;;
+*) echo "part A, B or C" >&2; exit 2 ;;
+esac
