@@ -329,6 +329,32 @@ def test_mma_at_head_dim_128_on_the_gpu(kv_dtype, scale):
     assert c.ok, c.reason
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("kv_dtype,scale", [("float8_e4m3", "tensor"), ("float8_e4m3", "head"), ("int8", "head"),
+                                            ("int8", "token")])
+@pytest.mark.parametrize("H,Hkv,Nq,causal", [(4, 4, 1, False), (8, 2, 1, False), (8, 4, 2, True)])
+def test_mma_on_the_gpu_every_format(D, kv_dtype, scale, H, Hkv, Nq, causal):
+    """``mma`` on the device for every cache format it accepts, at both head dims it runs (64, 128), one query
+    row per KV head, a GQA group of 4 and speculative causal rows (2 x group 2): the configurations the fp8
+    default (``phase=None``) reaches, beside the explicit int8 ones; ragged lengths, out-of-order pages."""
+    rng = np.random.default_rng(15)
+    B, P, NB = 2, 64, 48
+    kc, vc = _caches(rng, NB, P, Hkv, D, kv_dtype)
+    ks, vs = _scales(rng, scale, NB, P, Hkv)
+    table = rng.permutation(NB).reshape(2, 24).astype(np.int32)
+    lens = np.array([1250, 777], np.int32)
+    q = rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(np.float16)
+    out = na.decode_paged(q, kc, vc, table, lens, causal=causal, k_scale=ks, v_scale=vs, phase="paged_split_k",
+                          mma=True)
+    ref = paged_reference(q, kc, vc, table, lens, causal=causal, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs)
+    c = na.check(out, ref, dtype="float16")
+    assert c.ok, c.reason
+    if kv_dtype == "float8_e4m3":  # the default path: decode_paged(phase=None) reaches the same kernel
+        default = na.decode_paged(q, kc, vc, table, lens, causal=causal, k_scale=ks, v_scale=vs)
+        assert na.check(default, ref, dtype="float16").ok
+
+
 def test_mma_supports():
     ph = get_phase("paged_split_k")
 
