@@ -26,14 +26,12 @@ import argparse
 import collections
 import os
 import re
-import subprocess
 import sys
-import tempfile
 
 os.environ.setdefault("NUMBA_ATTN_BACKEND", "cuda")
 os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
 
-from numba_attn.measure.offline import compile_phase, nvdisasm_path  # noqa: E402
+from numba_attn.measure.offline import compile_phase, disassemble, parse_params, parse_sass  # noqa: E402
 
 CLASSES = ("hgmma", "wgsync", "mufu", "float", "cvt", "int", "mov", "uniform", "sync", "shfl", "ctrl", "other")
 _FLOAT = {"FFMA", "FMUL", "FADD", "FMNMX", "FSEL", "FSETP", "FCHK", "FSET", "HADD2", "HMUL2", "HFMA2"}
@@ -45,8 +43,6 @@ _SYNC = {"BAR", "SYNCS", "WARPSYNC", "MEMBAR", "DEPBAR", "ERRBAR", "CCTL", "FENC
 _CTRL = {"BRA", "BSSY", "BSYNC", "EXIT", "RET", "CALL", "NOP", "YIELD", "BREAK", "BMOV", "JMP", "JMX", "BRX",
          "NANOSLEEP"}
 
-_INSN = re.compile(r"\s*/\*([0-9a-f]+)\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)(.*)")
-_LABEL = re.compile(r"^(\.L_x_\d+):")
 _TARGET = re.compile(r"`\((\.L_x_\d+)\)")
 
 
@@ -76,34 +72,6 @@ def classify(op: str) -> str:
     if base in _CTRL:
         return "ctrl"
     return "other"
-
-
-def disassemble(cubin: bytes) -> str:
-    tool = nvdisasm_path()
-    if not tool:
-        raise SystemExit("no nvdisasm found (PATH, $CUDA_HOME/bin or Triton's copy)")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        return subprocess.run([tool, "-c", f.name], capture_output=True, text=True, check=True).stdout
-
-
-def parse(text: str):
-    """[(address, opcode, operands)] in order, and {label: address of the next instruction}."""
-    insns, labels, pending = [], {}, []
-    for ln in text.splitlines():
-        m = _LABEL.match(ln.strip())
-        if m:
-            pending.append(m.group(1))
-            continue
-        m = _INSN.match(ln)
-        if m:
-            addr = int(m.group(1), 16)
-            for lb in pending:
-                labels[lb] = addr
-            pending = []
-            insns.append((addr, m.group(2), m.group(3)))
-    return insns, labels
 
 
 def tile_loops(insns, labels, per_tile: int):
@@ -149,10 +117,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", action="store_true", help="also every mnemonic of the loop with its count")
     ap.add_argument("--listing", action="store_true", help="also print the loop's SASS")
     args = ap.parse_args(argv)
-    params = {}
-    for p in args.param:
-        k, v = p.split("=", 1)
-        params[k] = int(v) if v.lstrip("-").isdigit() else v
+    params = parse_params(args.param)
     prob = Problem(batch=1, heads=args.heads, q_len=args.q_len, head_dim=args.head_dim, dtype=args.dtype,
                    causal=args.causal)
     if args.varlen:
@@ -184,7 +149,7 @@ def main(argv=None) -> int:
         Bc = res.get("Bc", 64)
         per_tile = (args.head_dim + 15) // 16 + Bc // 16
         for rec in compile_phase(name, prob, params, keep_cubin=True):
-            insns, labels = parse(disassemble(rec["cubin"]))
+            insns, labels = parse_sass(disassemble(rec["cubin"]) or "")
             spill = (rec.get("spill_stores") or 0) + (rec.get("spill_loads") or 0)
             built = {b.split("=", 1)[0] for b in args.build}  # --build overrides a parameter of that name
             label = ",".join([f"{k}={v}" for k, v in sorted(res.items()) if k not in built] + args.build)

@@ -15,36 +15,16 @@ import argparse
 import collections
 import os
 import re
-import subprocess
 import sys
-import tempfile
 
 os.environ.setdefault("NUMBA_ATTN_BACKEND", "cuda")
 os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-from numba_attn.measure.offline import compile_phase, nvdisasm_path  # noqa: E402
+from numba_attn.measure.offline import compile_phase, disassemble, parse_sass  # noqa: E402
 from numba_attn.spec.problem import PagedProblem  # noqa: E402
 
-INS = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
 VARIANTS = {"wide": {"wide": True}, "mma": {"mma": True}}
-
-
-def parse(text):
-    """(address, opcode, operands) of every instruction, and the address of every label."""
-    ins, labels, pending = [], {}, []
-    for line in text.splitlines():
-        lab = re.match(r"\s*(\.L_x_\d+):", line)
-        if lab:
-            pending.append(lab.group(1))
-            continue
-        m = INS.search(line)
-        if m:
-            ins.append((int(m.group(1), 16), m.group(2), m.group(3)))
-            for name in pending:
-                labels[name] = ins[-1][0]
-            pending = []
-    return ins, labels
 
 
 def main_loop(ins, labels):
@@ -84,17 +64,15 @@ def main():
         for name in a.variants.split(","):
             params = {**VARIANTS[name], **extra}
             rec = compile_phase("paged_split_k", prob, params, keep_cubin=True)[0]
-            with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-                f.write(rec["cubin"])
-                f.flush()
-                text = subprocess.run([nvdisasm_path(), "-c", f.name], capture_output=True, text=True,
-                                      check=True).stdout
+            text = disassemble(rec["cubin"])
+            if text is None:
+                raise SystemExit("no nvdisasm found (PATH, $CUDA_HOME/bin or Triton's copy)")
             if a.dump:
                 os.makedirs(a.dump, exist_ok=True)
                 gqa = f"-kvh{a.kv_heads}" if a.kv_heads != 32 else ""
                 with open(os.path.join(a.dump, f"{kv_dtype}-{scale}{gqa}-{name}.sass"), "w") as out:
                     out.write(text)
-            ins, labels = parse(text)
+            ins, labels = parse_sass(text)
             body = main_loop(ins, labels)
             regs = rec["regs"]
             warps = min(64, 65536 // (((regs + 7) // 8 * 8) * 32) // 8 * 8)  # 8-warp blocks per SM by registers

@@ -711,10 +711,18 @@ else:  # -------------------------------------------------------------- GPU
 
         return sig, codegen
 
+    def _ld_global_nc_words(context, builder, sig, ptr, n):
+        """``ld.global.nc.v{n}.u32`` at ``ptr`` (generic): the n words as the tuple ``sig`` returns."""
+        regs = ",".join(f"${i}" for i in range(n))
+        ret = ir.LiteralStructType([_i32] * n)
+        res = _asm(builder, ret, [ir.IntType(64)], f"ld.global.nc.v{n}.u32 {{{regs}}}, [${n}];",
+                   ",".join(["=r"] * n) + ",l", [_global_ptr(builder, ptr)], side_effect=True)
+        vals = [builder.extract_value(res, i) for i in range(n)]
+        return context.make_tuple(builder, sig.return_type, vals)
+
     def _make_ld_global(n):
         """``ld.global.nc.v{n}.u32``: n 32-bit words at ``arr[b, r, c]`` of a 3-D array (n = 2: an
         array of 32-bit words)."""
-        regs = ",".join(f"${i}" for i in range(n))
 
         @intrinsic
         def ld_global(typingctx, arr, b, r, c):
@@ -724,11 +732,7 @@ else:  # -------------------------------------------------------------- GPU
 
             def codegen(context, builder, sig, args):
                 ptr = _elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
-                ret = ir.LiteralStructType([_i32] * n)
-                res = _asm(builder, ret, [ir.IntType(64)], f"ld.global.nc.v{n}.u32 {{{regs}}}, [${n}];",
-                           ",".join(["=r"] * n) + ",l", [_global_ptr(builder, ptr)], side_effect=True)
-                vals = [builder.extract_value(res, i) for i in range(n)]
-                return context.make_tuple(builder, sig.return_type, vals)
+                return _ld_global_nc_words(context, builder, sig, ptr, n)
 
             return sig, codegen
 
@@ -962,7 +966,6 @@ else:  # -------------------------------------------------------------- GPU
 
     def _make_ld_global_at(n):
         """``ld.global.nc.v{n}.u32`` at flat word ``row·m + col + off`` of a C-contiguous array of 32-bit words."""
-        regs = ",".join(f"${i}" for i in range(n))
 
         @intrinsic
         def ld_global_at(typingctx, arr, row, m, col, off):
@@ -974,11 +977,7 @@ else:  # -------------------------------------------------------------- GPU
             def codegen(context, builder, sig, args):
                 ptr = _flat_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1], args[2], args[3:],
                                 sig.args[2:])
-                ret = ir.LiteralStructType([_i32] * n)
-                res = _asm(builder, ret, [ir.IntType(64)], f"ld.global.nc.v{n}.u32 {{{regs}}}, [${n}];",
-                           ",".join(["=r"] * n) + ",l", [_global_ptr(builder, ptr)], side_effect=True)
-                vals = [builder.extract_value(res, i) for i in range(n)]
-                return context.make_tuple(builder, sig.return_type, vals)
+                return _ld_global_nc_words(context, builder, sig, ptr, n)
 
             return sig, codegen
 

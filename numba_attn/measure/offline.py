@@ -75,28 +75,66 @@ def nvdisasm_path() -> str | None:
         return None
 
 
-def sass_counts(cubin: bytes) -> dict:
-    """Static SASS instruction counts of a cubin by mnemonic (``IMAD``, ``HGMMA``, ...; ``IMAD.MOV``, a
-    register copy, also on its own), through ``nvdisasm``; {} when no nvdisasm is found."""
-    import collections
+def disassemble(cubin: bytes) -> str | None:
+    """The SASS text of a cubin (``nvdisasm -c``); None when no nvdisasm is found."""
     import subprocess
     import tempfile
 
     tool = nvdisasm_path()
     if not tool:
-        return {}
+        return None
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        text = subprocess.run([tool, "-c", f.name], capture_output=True, text=True, check=True).stdout
-    ops = collections.Counter()
+        return subprocess.run([tool, "-c", f.name], capture_output=True, text=True, check=True).stdout
+
+
+_SASS_INSN = re.compile(r"\s*/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*)")
+_SASS_LABEL = re.compile(r"^(\.L_x_\d+):")
+
+
+def parse_sass(text: str):
+    """``nvdisasm`` text → [(address, opcode, operands)] in order, and {label: address of the next
+    instruction} (what a branch's target resolves to)."""
+    insns, labels, pending = [], {}, []
     for ln in text.splitlines():
-        m = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", ln)
+        m = _SASS_LABEL.match(ln.strip())
         if m:
-            ops[m.group(1).split(".")[0]] += 1
-            if m.group(1).startswith("IMAD.MOV"):
-                ops["IMAD.MOV"] += 1
+            pending.append(m.group(1))
+            continue
+        m = _SASS_INSN.match(ln)
+        if m:
+            addr = int(m.group(1), 16)
+            for lb in pending:
+                labels[lb] = addr
+            pending = []
+            insns.append((addr, m.group(2), m.group(3)))
+    return insns, labels
+
+
+def sass_counts(cubin: bytes) -> dict:
+    """Static SASS instruction counts of a cubin by mnemonic (``IMAD``, ``HGMMA``, ...; ``IMAD.MOV``, a
+    register copy, also on its own), through ``nvdisasm``; {} when no nvdisasm is found."""
+    import collections
+
+    text = disassemble(cubin)
+    if text is None:
+        return {}
+    ops = collections.Counter()
+    for _, op, _ in parse_sass(text)[0]:
+        ops[op.split(".")[0]] += 1
+        if op.startswith("IMAD.MOV"):
+            ops["IMAD.MOV"] += 1
     return dict(ops)
+
+
+def parse_params(items) -> dict:
+    """``["NAME=VALUE", ...]`` (repeated ``--param``) → {NAME: int(VALUE) when it is an integer, else the text}."""
+    params = {}
+    for p in items:
+        k, v = p.split("=", 1)
+        params[k] = int(v) if v.lstrip("-").isdigit() else v
+    return params
 
 
 def parse_ptxas(log: str) -> dict:
@@ -228,10 +266,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kv-scale", default="head", help="paged 8-bit cache: tensor, head or token scales")
     ap.add_argument("--varlen", action="store_true", help="a packed ragged batch with cu_seqlens (varlen phases)")
     args = ap.parse_args(argv)
-    params = {}
-    for p in args.param:
-        k, v = p.split("=", 1)
-        params[k] = int(v) if v.lstrip("-").isdigit() else v
+    params = parse_params(args.param)
     prob = Problem(batch=args.batch, heads=args.heads, kv_heads=args.kv_heads, q_len=args.q_len, kv_len=args.kv_len,
                    head_dim=args.head_dim, dtype=args.dtype, causal=args.causal)
     if args.page_size:
