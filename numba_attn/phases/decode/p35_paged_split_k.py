@@ -89,8 +89,8 @@ def _mma_reason(problem):
 
 def _mma(problem, mma, wide=None):
     """``mma`` resolved: None (the default) is True for an fp8 cache the path can run (float16 query, head_dim a
-    multiple of 64, at most 8 query rows per KV head), where it was measured faster than ``wide`` and the
-    16-bit path (1.33x and 3.4x at B8 KV 32k D128, MHA and GQA 4); an int8 cache keeps ``wide`` (``mma``
+    multiple of 64, at most 8 query rows per KV head), where it was measured faster than the
+    paths it replaces there (``wide`` 1.32x at B8 KV 32k D128 MHA; two codes per load 3.4x under GQA 4); an int8 cache keeps ``wide`` (``mma``
     measured 2-5% slower there: its per-token scale loads). A ``wide`` given explicitly asks for the other path."""
     if mma is None:
         return wide is None and getattr(problem, "kv_dtype", "") == "float8_e4m3" and _mma_reason(problem) is None
