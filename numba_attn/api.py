@@ -917,11 +917,11 @@ def paged_default(problem) -> tuple:
     KV head serves several query rows (GQA group x q_len > 1: its m16 tile is then partly filled);
     the split-K one first for one row per KV head (the m16 tile would be 15/16 padding; H200, fp16,
     B1 H32 KV 4k ragged P64: 0.0198 ms against 0.0295 ms, results/paged-nvidia-h200.jsonl), and for an
-    fp8 cache its ``mma`` path can read (up to 8 rows per KV head: H200, B8 H32/8kv KV 32k D128 P64,
+    8-bit cache its ``mma`` path can read (up to 8 rows per KV head: H200, fp8, B8 H32/8kv KV 32k D128 P64,
     0.1493 ms against paged_mma's 0.3242 ms, results/paged-8bit-mma-nvidia-h200.jsonl)."""
     from numba_attn.phases.decode.p35_paged_split_k import _mma
 
-    if getattr(problem, "kv_dtype", "") == "float8_e4m3" and _mma(problem, None):
+    if _mma(problem, None):
         return PAGED_DEFAULT_ONE_ROW
     return PAGED_DEFAULT if (problem.heads // problem.kv_heads) * problem.q_len > 1 else PAGED_DEFAULT_ONE_ROW
 

@@ -251,8 +251,8 @@ def test_replay_moves_only_the_pointers_into_the_four_arrays(monkeypatch):
     assert Replay.make(rec, [base[0], base[1], base[1] + 100, base[3]], sizes) is None  # k and v overlap
 
 
-def test_decode_paged_tries_the_split_k_mma_path_first_for_fp8_caches():
-    """phase=None on an fp8 cache that paged_split_k's mma path reads (GQA up to 8 rows per KV head):
+def test_decode_paged_tries_the_split_k_mma_path_first_for_8bit_caches():
+    """phase=None on an 8-bit cache that paged_split_k's mma path reads (GQA up to 8 rows per KV head):
     paged_split_k first (measured faster than paged_mma there); otherwise the order by rows per KV head."""
     from numba_attn.api import PAGED_DEFAULT, PAGED_DEFAULT_ONE_ROW, paged_default
     from numba_attn.spec.problem import PagedProblem
@@ -266,5 +266,6 @@ def test_decode_paged_tries_the_split_k_mma_path_first_for_fp8_caches():
     assert paged_default(prob(q_len=3)) == PAGED_DEFAULT  # 12 rows: beyond the mma's 8 columns
     assert paged_default(prob(D=32)) == PAGED_DEFAULT  # head_dim not a multiple of 64
     assert paged_default(prob(dtype="bfloat16")) == PAGED_DEFAULT  # an f16 query only
-    assert paged_default(prob(kv_dtype="int8")) == PAGED_DEFAULT  # int8: mma not the default
+    assert paged_default(prob(kv_dtype="int8")) == PAGED_DEFAULT_ONE_ROW  # int8: the mma path too
+    assert paged_default(prob(kv_dtype="int8", q_len=3)) == PAGED_DEFAULT
     assert paged_default(prob(kv_dtype="")) == PAGED_DEFAULT

@@ -370,9 +370,10 @@ def test_mma_supports():
     assert "multiple of 64" in ph.supports(prob(D=96), mma=True)
     r = ph.resolve(prob(), {"mma": True})
     assert r["mma"] is True and r["wide"] is False and r["rows"] == 1
-    # the default: mma for an fp8 cache it can run (measured faster), never for int8 (measured slower), and the
-    # other paths where mma cannot run (no refusal from the default)
-    assert ph.resolve(prob(), {})["mma"] is True and ph.resolve(prob(kv_dtype="int8"), {})["mma"] is False
+    # the default: mma for an 8-bit cache it can run (measured faster on fp8 and int8), the other paths where
+    # mma cannot run (no refusal from the default) or where wide is asked for
+    assert ph.resolve(prob(), {})["mma"] is True and ph.resolve(prob(kv_dtype="int8"), {})["mma"] is True
+    assert ph.resolve(prob(kv_dtype="int8"), {"wide": True})["mma"] is False
     for p in (prob(D=96), prob(dtype="bfloat16"), prob(kv_heads=8, q_len=4)):
         assert ph.resolve(p, {})["mma"] is False and ph.supports(p) is None
 
@@ -386,12 +387,13 @@ def test_wide_supports_and_lanes():
         return PagedProblem(batch=8, heads=32, q_len=1, kv_len=16384, head_dim=D, dtype="float16", page_size=64,
                             kv_dtype=kv_dtype, kv_scale=scale)
 
-    off = {"mma": False}  # (mma is the default for an fp8 cache)
+    off = {"mma": False}  # (mma is the default for an 8-bit cache)
     assert (ph.resolve(prob(), {"wide": True, **off})["lanes"] * 2 == ph.resolve(prob(), {"wide": False, **off})["lanes"]
             == 8)
     # the default (None): wide for an 8-bit cache with one query row per KV head and whole 16-code loads
     assert ph.resolve(prob(), off)["wide"] is True and ph.resolve(prob(), off)["lanes"] == 4
-    assert ph.resolve(prob(kv_dtype="int8", scale="token"), {})["wide"] is True
+    assert ph.resolve(prob(kv_dtype="int8", scale="token"), off)["wide"] is True
+    assert ph.resolve(prob(kv_dtype="int8", scale="token"), {})["mma"] is True  # (mma: the default for 8-bit caches)
     assert ph.resolve(prob(kv_dtype="", scale="tensor"), {})["wide"] is False
     assert ph.resolve(prob(D=72), {})["wide"] is False
     gqa = PagedProblem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=16384, head_dim=128, dtype="float16",

@@ -178,3 +178,13 @@ def test_verdict_figures_are_rows_of_the_cited_results_file(phase):
         for fig in figures:
             assert any(_matches(fig, t) for t in times), \
                 f"{phase.name}: {fig} ms is no OK row of {phase.name} in {', '.join(cited)}"
+
+
+def test_rows_without_run_id_take_the_env_written_before_them():
+    # scripts that append their own rows write an env record and then rows without a run id
+    records = [{"type": "env", "commit": "aaa"}, {"type": "result", "phase": "p", "time_ms": 1.0},
+               {"type": "env", "run_id": "r1", "commit": "bbb"}, {"type": "env", "commit": "ccc"},
+               {"type": "result", "phase": "p", "time_ms": 2.0, "run_id": "r1"},
+               {"type": "result", "phase": "p", "time_ms": 3.0}]
+    commits = [rec.commit_of(row, env) for env, row in rec.with_env(records)]
+    assert commits == ["aaa", "bbb", "ccc"]

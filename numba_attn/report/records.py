@@ -36,14 +36,15 @@ def results_files(root: str | None = None) -> list[str]:
 
 def with_env(records: list[dict]) -> list[tuple[dict | None, dict]]:
     """Each ``result``/``ceiling`` row with the ``env`` record of its run."""
-    envs = {r.get("run_id"): r for r in records if r.get("type") == "env"}
+    envs = {r["run_id"]: r for r in records if r.get("type") == "env" and r.get("run_id") is not None}
     last = None
     out = []
     for r in records:
         if r.get("type") == "env":
             last = r
             continue
-        out.append((envs.get(r.get("run_id"), last), r))
+        # a row without a run id (a script's own rows) belongs to the env record written before it
+        out.append((envs.get(r.get("run_id"), last) if r.get("run_id") is not None else last, r))
     return out
 
 

@@ -27,7 +27,7 @@ is shared by twice the bytes; the codes are decoded where they are used, the
 scales applied per score and per probability, and fp8's NaN codes are tested
 once per load instead of patched per word. ``mma`` (8-bit caches, float16
 query, D a multiple of 64, at most 8 query rows per KV head; the default for
-an fp8 cache, where it was measured faster):
+8-bit caches, where it was measured faster):
 the codes go from the 16-byte loads straight into ``mma.m16n8k16`` fragments
 (keys on M, query rows on N; fp8 decoded by ``cvt.rn.f16x2.e4m3x2``, two codes
 per instruction), so an fp8 key costs ~23 loop instructions instead of ~53 with
@@ -44,8 +44,9 @@ half the main loop's instructions per key on fp8 (100 -> 52.5), a quarter fewer 
 bytes at >= 3.9 TB/s at B8 H32 D128 KV 16k/32k, >= 1.7x SDPA on the fp16 cache; int8/token gains less
 (~1.5-1.6x SDPA: its decoding and per-token scale addresses stay in the loop).
 Verdict: 0.950 ms at B8 H32 KV 32k P64 (equal lengths), 0.99x decode_split_k_lean; ragged B8 KV <= 32k 0.504 ms with the ragged plan (0.592 ms before), 0.95x; 8-bit caches at B8 KV 16k: 0.483 ms fp8/head, 0.389 ms int8/token, 0.98x and 1.22x SDPA on the fp16 cache (the 1.7x target missed) (H200, CUPTI) [results/paged-nvidia-h200.jsonl]
-Verdict (mma, now the default for fp8 caches): as predicted for fp8/head, B8 KV 16k 0.2766 ms and KV 32k 0.5476 ms, 3.9 TB/s of cache bytes, 1.72x and 1.73x SDPA on the fp16 cache in the same process (wide 1.29x and 1.31x in that run); GQA (group 4) fp8 KV 32k 0.1493 ms, 1.63x SDPA and 3.4x the previous default there; refuted for int8/token, mma 2-5% slower than wide, which stays its default: 0.3219 ms and 0.6384 ms, 1.47x and 1.49x SDPA (the 1.7x target missed for int8) (H200, CUPTI) [results/paged-8bit-mma-nvidia-h200.jsonl]
-Verdict (wide, the default for one query row per KV head of an int8 cache): B8 KV 16k 0.369 ms fp8/head, 0.327 ms int8/token, 1.29x and 1.46x SDPA on the fp16 cache in the same process; KV 32k 0.725 ms and 0.654 ms, 1.31x and 1.45x; GQA (group 4) fp8 at 32k slower with it, 0.636 ms against 0.513 ms (spills); the 1.7x target still missed (H200, CUPTI) [results/paged-8bit-wide-nvidia-h200.jsonl]
+Verdict (mma, the default for fp8 caches from this run on): as predicted for fp8/head, B8 KV 16k 0.2766 ms and KV 32k 0.5476 ms, 3.9 TB/s of cache bytes, 1.72x and 1.73x SDPA on the fp16 cache in the same process (wide 1.29x and 1.31x in that run); GQA (group 4) fp8 KV 32k 0.1493 ms, 1.63x SDPA and 3.4x the previous default there; refuted for int8/token before the int8 loop's rework (next line), mma 2-5% slower than wide, then its default: 0.3219 ms and 0.6384 ms, 1.47x and 1.49x SDPA (the 1.7x target missed for int8) (H200, CUPTI) [results/paged-8bit-mma-nvidia-h200.jsonl]
+Verdict (mma on int8, after the int8 loop's rework; now the default for 8-bit caches): int8/token B8 KV 16k 0.2933 ms and KV 32k 0.5851 ms, 1.62x SDPA on the fp16 cache in the same process, 1.10x and 1.09x wide (0.3221 ms and 0.6387 ms in that run); 3.8 TB/s of cache and scale bytes, against fp8/head's 3.9; 8 bytes of local memory (a spill outside the key loop); the 1.7x target still missed for int8/token (H200, CUPTI) [results/paged-8bit-mma-nvidia-h200.jsonl]
+Verdict (wide, the int8 default before mma): B8 KV 16k 0.369 ms fp8/head, 0.327 ms int8/token, 1.29x and 1.46x SDPA on the fp16 cache in the same process; KV 32k 0.725 ms and 0.654 ms, 1.31x and 1.45x; GQA (group 4) fp8 at 32k slower with it, 0.636 ms against 0.513 ms (spills); the 1.7x target still missed (H200, CUPTI) [results/paged-8bit-wide-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
@@ -88,12 +89,13 @@ def _mma_reason(problem):
 
 
 def _mma(problem, mma, wide=None):
-    """``mma`` resolved: None (the default) is True for an fp8 cache the path can run (float16 query, head_dim a
-    multiple of 64, at most 8 query rows per KV head), where it was measured faster than the
-    paths it replaces there (``wide`` 1.32x at B8 KV 32k D128 MHA; two codes per load 3.4x under GQA 4); an int8 cache keeps ``wide`` (``mma``
-    measured 2-5% slower there: its per-token scale loads). A ``wide`` given explicitly asks for the other path."""
+    """``mma`` resolved: None (the default) is True for an 8-bit cache the path can run (float16 query, head_dim
+    a multiple of 64, at most 8 query rows per KV head), where it was measured faster than the paths it
+    replaces (fp8: ``wide`` 1.32x at B8 KV 32k D128 MHA, two codes per load 3.4x under GQA 4; int8/token:
+    ``wide`` 1.09x at B8 KV 16k and 32k, after the int8 loop's rework). A ``wide`` given explicitly asks for
+    the other path."""
     if mma is None:
-        return wide is None and getattr(problem, "kv_dtype", "") == "float8_e4m3" and _mma_reason(problem) is None
+        return wide is None and getattr(problem, "kv_dtype", "") in ("float8_e4m3", "int8") and _mma_reason(problem) is None
     return check_bool("parameter mma of phase 'paged_split_k'", mma)
 
 
