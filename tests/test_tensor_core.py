@@ -105,19 +105,21 @@ CASES = [
     ("ws_overlap", tiny("float16", D=64, q_len=100, kv_len=75, heads=1), {"Bc": 16}),
     ("ws_overlap", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"Bc": 32, "stages": 4}),
     ("ws_overlap", tiny("float16", D=128, q_len=80, kv_len=95, heads=1, causal=True), {"Bc": 16}),
-    # uniform=True (the warp index broadcast from lane 0, off by default): the same kernels otherwise; two
-    # consumers with the second partly past Nq, causal tiles skipped, GQA, bf16, one D=64 case
+    # uniform (the warp index broadcast from lane 0; off by default in warp_specialized_tc, on in ws_overlap): the
+    # other setting, the same kernels otherwise; two consumers with the second partly past Nq, causal tiles
+    # skipped, GQA, bf16, one D=64 case
     ("warp_specialized_tc", tiny("float16", D=16, q_len=130, kv_len=150, heads=1, causal=True),
      {"warpgroups": 2, "Bc": 16, "uniform": True}),
     ("warp_specialized_tc", tiny("bfloat16", D=32, heads=2, kv_heads=1),
      {"warpgroups": 1, "Bc": 32, "stages": 3, "uniform": True}),
-    ("ws_overlap", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"Bc": 32, "stages": 4, "uniform": True}),
-    ("ws_overlap", tiny("float16", D=64, q_len=70, kv_len=95, heads=1, causal=True), {"Bc": 16, "uniform": True}),
+    ("ws_overlap", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"Bc": 32, "stages": 4, "uniform": False}),
+    ("ws_overlap", tiny("float16", D=64, q_len=70, kv_len=95, heads=1, causal=True), {"Bc": 16, "uniform": False}),
 ]
 
 
 @pytest.mark.parametrize("name,problem,params", CASES,
-                         ids=[f"{n}-{p.label.replace(' ', '_')}" + ("-uniform" if q.get("uniform") else "")
+                         ids=[f"{n}-{p.label.replace(' ', '_')}"
+                              + {True: "-uniform", False: "-not-uniform"}.get(q.get("uniform"), "")
                               for n, p, q in CASES])
 def test_phase_matches_reference(name, problem, params):
     if problem.dtype == "bfloat16" and not HAVE_BF16:

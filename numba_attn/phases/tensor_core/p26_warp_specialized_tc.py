@@ -28,7 +28,7 @@ Head dims, dtypes, causal, GQA, alignment: as ``tma_wgmma`` (one kernel, its
 fragments of D > 128 spill unless setmaxnreg is kept, refused); 3 (512
 threads, 128 registers each) is refused above D=64.
 
-``uniform`` (off by default until timed on a GPU): the warp index is broadcast
+``uniform`` (off by default: timed, it did not pay here; on in ``ws_overlap``): the warp index is broadcast
 from lane 0 (``shfl.sync``), so that ptxas knows it warp-uniform and computes
 the wgmma descriptors, the ring stage and parity and the warpgroup's bounds
 in the uniform datapath (one ``UIADD3.64`` per wgmma descriptor instead of a
@@ -46,6 +46,7 @@ Whether ptxas honours ``setmaxnreg`` in numba's link step is the first
 thing to check on the GPU (the SASS should show ``USETMAXREG``).
 
 Verdict: as predicted at D128, 0.571 ms at B1 H32 N4096 D128 fp16 (H200, CUPTI), 1.04x tma_wgmma, 0.81x SDPA; refuted at D64, 0.445 ms at B4 H32 N2048, 0.82x tma_wgmma (one block per SM); a later run (SDPA the faster of auto and cuDNN in it): 0.521 ms (0.89x SDPA), B2 H16 N8192 causal 1.130 ms (1.00x), B1 H16 N16384 causal 2.138 ms (0.96x), bf16 0.523 ms (0.85x); D64 with Bc=128 0.394 ms (0.82x) [results/tensor-core-tma-nvidia-h200.jsonl]
+Verdict (``uniform``, left off): no gain, 0.5697 ms at B1 H32 N4096 D128 fp16, causal B2 H16 N8192 1.1947 ms, D64 B4 H32 N2048 0.4428 ms, against 0.5525, 1.1180 and 0.4533 ms with it off in the same run (1.03x and 1.07x slower, 1.02x faster; the off row of the causal problem had an 11% spread); timed as the out-of-tree copy ws_uniform (experiments/2026-11-23-hopper-tma/uniform_phases.py) (H200, CUPTI) [results/tensor-core-tma-nvidia-h200.jsonl, rows of ws_uniform]
 """
 from __future__ import annotations
 

@@ -29,10 +29,11 @@ Bc=64; Bc=128 spills and serializes the wgmma, so it is refused).
 
 Head dims up to 128 (two consumer warpgroups), fp16 and bf16, causal.
 
-``uniform`` (off by default until timed on a GPU): ``warp_specialized_tc``'s
-option, the warp index known warp-uniform to ptxas: 417 static SASS
-instructions a K/V tile instead of 472 at D128 fp16, 376 instead of 412 at
-D64, no spills (offline; docs/tensor-core-notes.md, "Uniform warp index").
+``uniform`` (on by default here since it was timed on a GPU; off in the
+parent, where it did not pay): ``warp_specialized_tc``'s option, the warp
+index known warp-uniform to ptxas: 417 static SASS instructions a K/V tile
+instead of 472 at D128 fp16, 376 instead of 412 at D64, no spills (offline;
+docs/tensor-core-notes.md, "Uniform warp index").
 
 Prediction (written before measuring): +5-10% against warp_specialized_tc at
 B1 H32 N4096 D128 fp16 (0.521 ms → ~0.48 ms, ~0.95x SDPA), the same at D64;
@@ -40,6 +41,7 @@ refuted below +2%.
 
 Verdict: refuted, 0.725 ms at B1 H32 N4096 D128 fp16 (H200, CUPTI), 1.37x warp_specialized_tc's time in the same run (1.31-1.37x on all five problems of the run); correct on the GPU (float64 check, GPU tests, compute-sanitizer); numba's LTO link keeps setmaxnreg and the SASS has one wgmma wait per tile (no serialization); measured reason (Nsight Compute): 39% more instructions executed, all integer and copy work on the FMA/ALU pipes (the steady loop: 597 SASS instructions a tile against 454; a three-stage ring's modulo arithmetic, the score-set copy, the next tile's conditions), so the tensor pipe falls from 55% to 41% busy (docs/tensor-core-notes.md) [results/tensor-core-tma-nvidia-h200.jsonl]
 Verdict (ring stage and phase carried across tiles, the loop unrolled by two with the score sets swapped: 472 SASS instructions a tile): still refuted, now near its parent: 0.5929 ms at B1 H32 N4096 D128 fp16, 1.03x warp_specialized_tc's time in the same run; causal B2 H16 N8192 1.338 ms (1.11x), D64 B4 H32 N2048 0.4581 ms (1.01x), bf16 0.5737 ms (1.06x) (H200, CUPTI) [results/tensor-core-tma-nvidia-h200.jsonl]
+Verdict (``uniform`` on, since then the default: 417 SASS instructions a tile): 0.5684 ms at B1 H32 N4096 D128 fp16, causal B2 H16 N8192 1.1714 ms, D64 B4 H32 N2048 0.4069 ms, against 0.6412, 1.2663 and 0.4589 ms with it off in the same run (1.13x, 1.08x, 1.13x); against warp_specialized_tc in that run 1.03x its time at D128, 1.05x causal, 0.90x at D64 (the fastest phase there, 0.78x SDPA); timed as the out-of-tree copy ws_overlap_uniform (experiments/2026-11-23-hopper-tma/uniform_phases.py) (H200, CUPTI) [results/tensor-core-tma-nvidia-h200.jsonl, rows of ws_overlap_uniform]
 """
 from __future__ import annotations
 
@@ -76,6 +78,6 @@ def _supports(problem, warpgroups, Bc, stages, **_):
     supports=_supports,
     resolve=resolve_two_consumers,
 )
-def ws_overlap(problem, warpgroups=0, Bc=64, stages=3, uniform=False):
-    """warp_specialized_tc's kernel with ``overlap=True``; ``uniform`` as there."""
+def ws_overlap(problem, warpgroups=0, Bc=64, stages=3, uniform=True):
+    """warp_specialized_tc's kernel with ``overlap=True``; ``uniform`` as there (on by default here)."""
     return build_wgmma(problem, warpgroups, Bc, stages, overlap=True, tma=True, ws=True, uniform=uniform)
