@@ -295,6 +295,11 @@ def test_candidates_timed_on_several_devices_get_a_final_round_on_one(tmp_path, 
                 ({"warps": 4}, row(0.1276, "GPU-b")), ({"warps": 8}, row(0.1500, "GPU-a"))]
     t = tuning.Tuned("x", TINY, 4, measured)
     assert tuning.final_round(t) == [(0, {}), (1, {"warps": 2}), (2, {"warps": 4})]  # within 3 %, strategy order
+    # more than FINAL_MAX near the fastest: the fastest four, and the earliest in strategy order (the default,
+    # which the tie rule prefers) although it is the slowest of them
+    crowded = tuning.Tuned("x", TINY, 6, [({}, row(0.1295, "GPU-b"))]
+                           + [({"warps": w}, row(0.1263 + 0.0003 * k, "GPU-a")) for k, w in enumerate((2, 4, 8, 16, 32))])
+    assert [i for i, _ in tuning.final_round(crowded)] == [0, 1, 2, 3, 4]
     one_device = tuning.Tuned("x", TINY, 2, [({}, row(0.13, "GPU-a")), ({"warps": 2}, row(0.128, "GPU-a"))])
     assert tuning.final_round(one_device) == []  # one device: the rule compares the rows directly
     t.final = [({}, row(0.1281, "GPU-a")), ({"warps": 2}, row(0.1290, "GPU-a")), ({"warps": 4}, row(0.1279, "GPU-a"))]
