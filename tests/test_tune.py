@@ -319,3 +319,41 @@ def test_candidates_timed_on_several_devices_get_a_final_round_on_one(tmp_path, 
     assert len(first) == 3 and len({json.dumps(r["requested_params"], sort_keys=True) for r in first}) == 3
     assert [r["requested_params"] for r in final] == [{}, out[0].measured[1][0]]
     assert len(out[0].final) == 2 and all(r["status"] == "OK" for _, r in out[0].final)
+
+
+def test_phases_are_pipelined_through_one_run_of_the_lanes():
+    """grid/random: every (phase, problem)'s kernel groups go through one run of the lanes, in order, so a
+    free lane starts the next phase's groups instead of waiting at each phase's end; then the final rounds
+    of all pairs in one more run, one pair's candidates on one lane; rows come back to their own pair."""
+    class Pool:
+        def __init__(self):
+            self.runs = []
+
+        def run(self, jobs, on_row, stop=None, lanes=None):
+            items = list(jobs)
+            self.runs.append(items)
+            for item in items:
+                for job in item:
+                    dev = "GPU-a" if job[0] % 2 else "GPU-b"  # two devices: a final round follows
+                    on_row(job, {"status": "OK", "time_ms": 1.0 + 0.001 * job[0] + (0.005 if job[3] == "y" else 0),
+                                 "worker": {"gpu_uuid": dev}, "phase": job[3]})
+
+    def phase(name, params, launch=()):
+        return Phase(name=name, order=0, title=name, parent=None, description="", lineage="", planned_speedup=None,
+                     build=None, params=params, launch_params=launch)
+
+    ph_x, ph_y = phase("x", {"warps": 4, "splits": 0}, ("splits",)), phase("y", {"warps": 4})
+    pairs = [(ph_x, TINY, tuning.Tuned("x", TINY, 4, []),
+              [{}, {"splits": 2}, {"warps": 8}, {"warps": 8, "splits": 2}], 4),
+             (ph_y, TINY, tuning.Tuned("y", TINY, 2, []), [{}, {"warps": 8}], 2)]
+    pool = Pool()
+    tuning._run_pipelined(pool, pairs, lambda: False)
+    assert len(pool.runs) == 1
+    assert [[(j[3], j[0]) for j in g] for g in pool.runs[0]] == [[("x", 0), ("x", 1)], [("x", 2), ("x", 3)],
+                                                                  [("y", 0)], [("y", 1)]]
+    assert [p for p, _ in pairs[0][2].measured] == pairs[0][3] and [p for p, _ in pairs[1][2].measured] == pairs[1][3]
+    assert all(r["phase"] == t.phase for _, _, t, _, _ in pairs for _, r in t.measured)
+    tuning._final_rounds(pool, pairs, lambda: False)
+    assert len(pool.runs) == 2 and [[j[3] for j in g] for g in pool.runs[1]] == [["x"] * 4, ["y", "y"]]
+    assert all(j[6] == "final" for g in pool.runs[1] for j in g)
+    assert [p for p, _ in pairs[0][2].final] == pairs[0][3]
