@@ -369,10 +369,11 @@ PRESETS["paged-targets"] = [
 ] + _PAGED_8BIT_TARGETS
 # The targets where a split plan or the 8-bit dequantization decides (ragged B8/B32, 8-bit at 16k/32k), without
 # paged-targets' largest caches: one GPU run of a few minutes.
-PRESETS["paged-targets-short"] = [
+PRESETS["paged-ragged"] = [  # the ragged fp16 targets alone (the split plan decides them)
     PagedProblem(batch=b, heads=32, q_len=1, kv_len=n, head_dim=128, dtype="float16", page_size=64, ragged=True)
     for b, n in ((8, 4096), (8, 32768), (32, 4096))
-] + PRESETS["paged-8bit-short"]
+]
+PRESETS["paged-targets-short"] = PRESETS["paged-ragged"] + PRESETS["paged-8bit-short"]
 PRESETS["paged-small"] = [
     PagedProblem(batch=8, heads=32, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64, ragged=True),
     PagedProblem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64),
