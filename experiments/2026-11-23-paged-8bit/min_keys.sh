@@ -6,6 +6,6 @@
 set -u
 out=${1:?usage: min_keys.sh OUT}; mkdir -p "$out"
 export PYTHONPATH="experiments/2026-11-23-paged-8bit${PYTHONPATH:+:$PYTHONPATH}"
-timeout 300 python3 -m numba_attn.cli bench paged --gpu --preset paged-ragged --setup min_keys_phases --timing cupti \
+NUMBA_ATTN_BACKEND=cuda timeout 300 python3 -m numba_attn.cli bench paged --preset paged-ragged --setup min_keys_phases --timing cupti \
   --phases paged_split_k,paged_split_k_mk1024,paged_split_k_mk2048,paged_mma,decode_split_k_lean,decode_mma \
   --results "$out/paged-ragged-min-keys.jsonl" --plots "" 2>&1 | tee "$out/min-keys.txt" | grep -vi warn | tail -40
