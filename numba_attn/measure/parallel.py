@@ -171,8 +171,11 @@ class LocalPool:
         return self.workers[i]
 
     def close(self):
-        for w in self.workers:
-            w.close()
+        threads = [threading.Thread(target=w.close, daemon=True) for w in self.workers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
 
 
 class _LockedWriter:
@@ -239,9 +242,14 @@ class Workers:
         self.lock = threading.Lock()
 
     def close(self):
-        for lane in self.lanes:
-            if lane.worker is not None:
-                lane.worker.close()
+        """Close the lanes' workers at once: a worker process's exit (its CUDA context and libraries torn
+        down) takes a while, and one after another the sweep would wait for each in turn."""
+        threads = [threading.Thread(target=lane.worker.close, daemon=True) for lane in self.lanes
+                   if lane.worker is not None]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
 
     def share(self, shared: _Shared, progress=None):
         """Let the lanes share ``shared`` and report through ``progress`` (called under a lock)."""
