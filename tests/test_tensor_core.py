@@ -365,6 +365,12 @@ for wg, bc, st in ((3, 64, 3), (3, 128, 2), (2, 64, 3)):
     ptx = rec.pop("ptx")
     rec["maxntid"] = [ln.split(None, 1)[1].strip() for ln in ptx.splitlines() if ln.startswith(".maxntid")]
     res[f"tc_wgmma-wg{wg}-bc{bc}-st{st}"] = rec
+# tc_wgmma_varlen at D=128 causal (three warpgroups, 168 registers): the ring stage recomputed, no spill
+from numba_attn.spec.problem import VarlenProblem
+rec = off.compile_phase("tc_wgmma_varlen", VarlenProblem(batch=1, heads=32, q_len=4096, head_dim=128, dtype="float16",
+                                                         causal=True))[0]
+rec.pop("ptx")
+res["varlen-tc_wgmma_varlen-D128-causal"] = rec
 print("JSON" + json.dumps(res))
 """
 
@@ -379,7 +385,7 @@ def test_offline_tma_phases_assemble_without_spills():
     pingpong and ws_overlap at D=128 causal) compile for sm_90a and assemble with no spills; the loads are TMA (no cp.async of 16
     bytes), no call, one bar.sync (after the barriers' initialisation) and no named barrier but in pingpong;
     the producer/consumer kernels move registers."""
-    res = {k: v for k, v in _offline_tma_results().items() if not k.startswith("tc_wgmma-")}
+    res = {k: v for k, v in _offline_tma_results().items() if not k.startswith(("tc_wgmma-", "varlen-"))}
     for key, rec in res.items():
         assert rec["regs"] is not None and rec.get("spill_stores", 0) == 0, (key, rec)
         ops = set(rec["ops"])
@@ -431,6 +437,16 @@ def test_offline_three_warpgroups_carry_launch_bounds():
         assert res[key]["maxntid"] == ["384, 1, 1"], (key, res[key])
         assert res[key]["regs"] * 384 <= 65536, (key, res[key])
     assert res["tc_wgmma-wg2-bc64-st3"]["maxntid"] == []
+
+
+def test_offline_varlen_d128_causal_without_spills():
+    """tc_wgmma_varlen at D=128 causal fp16 (three warpgroups: at most 168 registers a thread) assembles
+    without spills and without a ptxas note: its ring stage is recomputed from the tile index, not carried
+    from tile to tile (carried, 24 bytes of spills)."""
+    rec = _offline_tma_results()["varlen-tc_wgmma_varlen-D128-causal"]
+    assert rec["regs"] is not None and rec["regs"] <= 168, rec
+    assert rec.get("spill_stores", 0) == 0 and rec.get("spill_loads", 0) == 0, rec
+    assert rec["notes"] == [], rec["notes"]
 
 
 # -- GPU only ---------------------------------------------------------------------

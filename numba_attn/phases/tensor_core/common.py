@@ -459,7 +459,7 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     sequences and ``Nq``/``Nk`` their cu_seqlens: a block takes sequence ``blockIdx.z``'s rows
     (:func:`varlen_spans`; Q and O through head-major views, K/V copied token-major from the sequence's
     first key, k and v themselves never sliced: kernel arguments cost no registers) and exits when
-    they end before its first row.
+    they end before its first row; its ring stage is recomputed from the tile index (``CARRY`` off).
 
     ``tma``: ``k`` and ``v`` are tensor maps (:func:`kv_tensor_map`, boxes :func:`tma_box`) and
     thread 0 brings each tile with ``tma_load_3d`` of its column blocks after
@@ -546,6 +546,11 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     REGS = ws and WG >= 2  # move registers from the producer to the consumers (one consumer: no need)
     P_REGS = WS_PRODUCER_REGS
     C_REGS = ws_consumer_regs(WG)
+    # The ring stage and the phase parity of a tile: carried from tile to tile (``advance``), except in the
+    # varlen kernel, which recomputes them from the tile index (j mod STAGES, (j // STAGES) mod 2). There the
+    # two carried stages (64-bit loop variables) pushed the 168 registers of three warpgroups at D=128 causal
+    # over: 24 bytes of spills (the rows of the Q load kept for the store), none when recomputed.
+    CARRY = not varlen
 
     @device
     def advance(st, ph):
@@ -580,9 +585,18 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
         it+1's issued into ``sn``), mask, softmax, P·V; the ring's stage and parity (``st``, ``ph``;
         ``pst`` tile it-1's stage, ``rst``/``rph`` the refill's) advanced. Returns the running max and
         sums and the ring state. With ``overlap`` the loop calls it twice per iteration, the second time
-        with ``s`` and ``sn`` swapped: the score sets change roles at compile time, nothing is copied."""
-        if overlap:
-            st1, ph1 = advance(st, ph)  # tile it+1
+        with ``s`` and ``sn`` swapped: the score sets change roles at compile time, nothing is copied.
+        Without ``CARRY`` (varlen) the ring state is recomputed from ``it`` here; the one passed in is unused."""
+        if CARRY:
+            if overlap:
+                st1, ph1 = advance(st, ph)  # tile it+1
+        else:  # from it: tile it's stage and parity, tile it+1's, and the refill's (tile it + STAGES - 1)
+            st = it % STAGES
+            ph = (it // STAGES) % 2
+            st1 = (it + 1) % STAGES
+            ph1 = ((it + 1) // STAGES) % 2
+            rst = (it + STAGES - 1) % STAGES
+            rph = ((it + STAGES - 1) // STAGES) % 2
         if tma:
             if not ws:
                 nxt = it + STAGES - 1
@@ -781,7 +795,7 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
                 named_barrier_arrive(PP_BAR, PP_THREADS)
             turn_wait(first)  # ... consumer 1 waits for consumer 0's first arrival
 
-        st = 0  # tile it's ring stage and the phase parity of its full barrier, carried (advance)
+        st = 0  # tile it's ring stage and the phase parity of its full barrier, carried (advance; CARRY)
         ph = 0
         pst = STAGES - 1  # pingpong: tile it-1's stage
         rst = STAGES - 1  # the refill (tile it + STAGES - 1, not ws): the stage of tile it-1, and its parity

@@ -16,6 +16,10 @@ declares its block size as launch bounds: the sequence's lengths and offsets
 live in registers (the padded kernel reads Nq, Nk from its parameters), and
 without the bound ptxas took 195 registers at D=128 causal, more than three
 warpgroups may have (170); with it, 168 and no spills (offline compile, sm_90a).
+For the same reason the varlen kernel recomputes its ring stage from the tile
+index (``j % stages``) at every tile, where the other wgmma phases carry it
+from tile to tile: carried, the two stages (the tile's and the refill's)
+pushed D=128 causal to 24 bytes of spills.
 
 Prediction: within 10% of ``tc_wgmma``'s time per useful FLOP on the padded
 batch (issue 18's target): the early-exit blocks are cheap, and a K/V row
