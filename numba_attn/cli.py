@@ -8,6 +8,8 @@ import re
 import sys
 import time
 
+_T0 = time.perf_counter()  # when the command started (this module is imported first)
+
 
 DESCRIPTION = """\
 Prototype GPU attention kernels with Numba, one measurable optimization at a time.
@@ -870,10 +872,12 @@ def cmd_tune(args) -> int:
     print(f"backend: {be.describe()}", flush=True)
     print(f"problems: {'; '.join(p.label for p in problems)}", flush=True)
     prog = TuneProgress()
+    stages: dict = {}
+    t_tune = time.perf_counter()
     try:
         out = tuning.tune(phases, problems, config=cfg, budget=args.tune_budget, strategy=args.strategy,
                           workers=workers, cache=args.cache, seed=args.seed, space=space, fixed=fixed,
-                          progress=prog, make_worker=make_worker)
+                          progress=prog, make_worker=make_worker, timings=stages)
     finally:
         prog.close()
     cache = tuning.TuningCache(args.cache)
@@ -884,6 +888,9 @@ def cmd_tune(args) -> int:
               f"best {best}")
     print(f"results appended to {results}")
     print(f"tuning cache: {cache.path}")
+    # where the wall time went: the command's start (imports, problems) before the tuning, then its stages
+    print("seconds: " + ", ".join([f"before tuning {t_tune - _T0:.1f}"]
+                                   + [f"{k} {v:.1f}" for k, v in stages.items()]))
     return 0 if out and all(t.best is not None for t in out) else 1
 
 

@@ -4,6 +4,7 @@ Backend-neutral: the cache key names the active device (``gpu_info()["gpu"]``: "
 model); in the simulator the rows are untimed and the stand-in rule chooses the default, on a GPU the
 rows are timed and the fastest OK candidate is chosen."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -176,6 +177,10 @@ def test_cli_tune_and_show(tmp_path, cache_env, capsys):
                "--results", str(tmp_path / "cli.jsonl"), "--seeds", "1"])
     out = capsys.readouterr().out
     assert rc == 0 and "2 of 2 candidates measured" in out
+    # where the wall time went, stage by stage (the rows took time; every stage is named)
+    m = re.search(r"seconds: before tuning ([\d.]+), setup ([\d.]+), rows ([\d.]+), final ([\d.]+), "
+                  r"close ([\d.]+), cache ([\d.]+)", out)
+    assert m and float(m.group(3)) > 0, out
     assert main(["tune", "--show"]) == 0
     shown = capsys.readouterr().out
     key = f"{_device()}|float32|full|D8|G1|prefill|kv32"

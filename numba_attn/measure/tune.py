@@ -336,12 +336,14 @@ def choose_best(tuned: Tuned):
 def tune(phases, problems, *, config: RunConfig | None = None, budget=None, strategy: str = "grid",
          workers: int = 1, cache: str | None = None, seed: int = 0, space: dict | None = None,
          fixed: dict | None = None, progress=None, warn=None, make_worker=None, write_cache: bool = True,
-         oversubscribe: bool = False):
+         oversubscribe: bool = False, timings: dict | None = None):
     """Tune ``phases`` (names) on ``problems``; returns a list of :class:`Tuned`, one per (phase,
     problem) with candidates. ``space`` ({phase: {param: values}}) replaces a phase's declared
     space, ``fixed`` ({phase: {param: value}}) pins parameters. ``make_worker(i)`` places worker
     i elsewhere (Ray); ``oversubscribe``: more local workers than visible GPUs share them. The chosen
-    configurations go to the cache unless ``write_cache`` is False."""
+    configurations go to the cache unless ``write_cache`` is False. ``timings`` (a dict) receives the
+    seconds of each stage: ``setup`` (the sweep's environment and the local workers' start), ``rows``
+    (the candidates), ``final`` (the final rounds), ``close`` (the workers closed) and ``cache``."""
     from numba_attn.measure.sweep import Sweep, _warn_stderr
 
     if strategy not in STRATEGIES:
@@ -364,6 +366,14 @@ def tune(phases, problems, *, config: RunConfig | None = None, budget=None, stra
     def stop():
         return max_seconds is not None and time.perf_counter() - t0 > max_seconds
 
+    clock = {"t": t0}
+    stages = timings if timings is not None else {}
+
+    def lap(name):
+        now = time.perf_counter()
+        stages[name] = round(stages.get(name, 0.0) + now - clock["t"], 3)
+        clock["t"] = now
+
     with results_lock(cfg.results, warn or _warn_stderr):
         sweep = Sweep(cfg, progress=progress, warn=warn)
         local = None
@@ -372,6 +382,7 @@ def tune(phases, problems, *, config: RunConfig | None = None, budget=None, stra
             local.start()
             make_worker = local.make_worker
         pool = Workers(sweep, max(1, int(workers)), make_worker)
+        lap("setup")
         try:
             pairs = []  # (phase, problem, Tuned, chosen candidates, n) in the order of the problems and phases
             for prob in problems:
@@ -388,16 +399,21 @@ def tune(phases, problems, *, config: RunConfig | None = None, budget=None, stra
                     pairs.append((ph, prob, tuned, None if strategy == "bayes" else
                                   order_candidates(cands, strategy, seed)[:n], n))
             grid = [x for x in pairs if x[3] is not None]
+            lap("rows")
             if grid:
                 _run_pipelined(pool, grid, stop)
+                lap("rows")
                 _final_rounds(pool, grid, stop)
+                lap("final")
                 for _, _, tuned, _, _ in grid:
                     choose_best(tuned)
             out = [tuned for _, _, tuned, _, _ in pairs]
         finally:
             pool.close()
+            lap("close")
     if write_cache:
         write_to_cache(out, cache, cfg.results, sweep)
+    lap("cache")
     return out
 
 
