@@ -5,13 +5,16 @@
 #      processes; compute-sanitizer memcheck over the wgmma phases' accepted head dims and over every paged
 #      cache format with `mma` forced on;
 #   B: experiments/2026-11-23-hopper-tma/uniform.sh (the option's GPU tests and times against its default);
-#   C: experiments/2026-11-23-paged-8bit/run_mma.sh (int8 `mma` against `wide` and SDPA).
-# Usage (repository root, numpy < 2.5 on the path): OUT=dir bash experiments/2026-11-23-gpu-checks/run.sh A|B|C
+#   C: experiments/2026-11-23-paged-8bit/run_mma.sh (int8 `mma` against `wide` and SDPA);
+#   D: the varlen kernel's ring stage recomputed (7d659fe): the varlen GPU tests, compute-sanitizer over
+#      tc_wgmma_varlen, `bench varlen` of tc_wgmma_varlen and its parent (CUPTI); then min_keys.sh (the ragged
+#      split plan's minimum keys per split).
+# Usage (repository root, numpy < 2.5 on the path): OUT=dir bash experiments/2026-11-23-gpu-checks/run.sh A|B|C|D
 set -u
 export NUMBA_ATTN_BACKEND=cuda PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 T="timeout ${LIMIT:-540}"
-case ${1:?part A, B or C} in
+case ${1:?part A, B, C or D} in
 A)
   P="python3 -m pytest -q -p no:cacheprovider -m gpu"
   i=0
@@ -33,5 +36,17 @@ A)
   done ;;
 B) bash experiments/2026-11-23-hopper-tma/uniform.sh "$OUT" ;;
 C) OUT="$OUT" bash experiments/2026-11-23-paged-8bit/run_mma.sh ;;
-*) echo "part A, B or C" >&2; exit 2 ;;
+D)
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -n 8 -m gpu -k varlen \
+    tests/test_tensor_core.py tests/test_wgmma.py > "$OUT/varlen-tests.log" 2>&1; echo "varlen GPU tests: exit $?"
+  tail -2 "$OUT/varlen-tests.log"
+  # (sanitize.py runs contiguous problems only: the varlen tests run on the GPU under memcheck instead)
+  timeout 200 compute-sanitizer --tool memcheck --print-limit 20 python3 -m pytest -q -p no:cacheprovider \
+    tests/test_varlen.py > "$OUT/memcheck-varlen.log" 2>&1; echo "memcheck: exit $?"
+  grep -E "SUMMARY|passed|failed" "$OUT/memcheck-varlen.log" | tail -2
+  timeout 200 python3 -m numba_attn.cli bench varlen --timing cupti --phases tc_wgmma_varlen,tc_wgmma \
+    --max-total 180 --plots "" --results "$OUT/varlen.jsonl" > "$OUT/varlen-bench.log" 2>&1; echo "bench: exit $?"
+  grep -E "^\[" "$OUT/varlen-bench.log" | tail -20
+  bash experiments/2026-11-23-paged-8bit/min_keys.sh "$OUT" ;;
+*) echo "part A, B, C or D" >&2; exit 2 ;;
 esac
