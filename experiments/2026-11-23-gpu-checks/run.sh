@@ -7,14 +7,14 @@
 #   B: experiments/2026-11-23-hopper-tma/uniform.sh (the option's GPU tests and times against its default);
 #   C: experiments/2026-11-23-paged-8bit/run_mma.sh (int8 `mma` against `wide` and SDPA);
 #   D: the varlen kernel's ring stage recomputed (7d659fe): the varlen GPU tests, compute-sanitizer over
-#      tc_wgmma_varlen, `bench varlen` of tc_wgmma_varlen and its parent (CUPTI); then min_keys.sh (the ragged
-#      split plan's minimum keys per split).
-# Usage (repository root, numpy < 2.5 on the path): OUT=dir bash experiments/2026-11-23-gpu-checks/run.sh A|B|C|D
+#      tc_wgmma_varlen, `bench varlen` of tc_wgmma_varlen and its parent (CUPTI);
+#   E: experiments/2026-11-23-paged-8bit/min_keys.sh (the ragged split plan's minimum keys per split).
+# Usage (repository root, numpy < 2.5 on the path): OUT=dir bash experiments/2026-11-23-gpu-checks/run.sh A|B|C|D|E
 set -u
 export NUMBA_ATTN_BACKEND=cuda PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 T="timeout ${LIMIT:-540}"
-case ${1:?part A, B, C or D} in
+case ${1:?part A, B, C, D or E} in
 A)
   P="python3 -m pytest -q -p no:cacheprovider -m gpu"
   i=0
@@ -46,7 +46,7 @@ D)
   grep -E "SUMMARY|passed|failed" "$OUT/memcheck-varlen.log" | tail -2
   timeout 200 python3 -m numba_attn.cli bench varlen --timing cupti --phases tc_wgmma_varlen,tc_wgmma \
     --max-total 180 --plots "" --results "$OUT/varlen.jsonl" > "$OUT/varlen-bench.log" 2>&1; echo "bench: exit $?"
-  grep -E "^\[" "$OUT/varlen-bench.log" | tail -20
-  bash experiments/2026-11-23-paged-8bit/min_keys.sh "$OUT" ;;
-*) echo "part A, B, C or D" >&2; exit 2 ;;
+  grep -E "^\[" "$OUT/varlen-bench.log" | tail -20 ;;
+E) bash experiments/2026-11-23-paged-8bit/min_keys.sh "$OUT" ;;
+*) echo "part A, B, C, D or E" >&2; exit 2 ;;
 esac
