@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the carried ring counters (d6548cc), the `uniform` option (cc33d4b) and paged_split_k's mma path
-# (3dcf50d, int8 rework 509049d) still need on a GPU, in three parts of under 10 minutes on one H200:
+# (3dcf50d, int8 rework 509049d) still need on a GPU, in parts of under 10 minutes each on one H200 (A-C run at 8ce79fe):
 #   A: the GPU tests of every phase of the shared wgmma kernel and of the paged phases, split over
 #      processes; compute-sanitizer memcheck over the wgmma phases' accepted head dims and over every paged
 #      cache format with `mma` forced on;
