@@ -7,6 +7,8 @@ Hopper GPU the inline PTX. It stages a random B tile into shared memory in the
 swizzled layout a phase uses, builds the A fragments from a uint32 view of a
 random f16/bf16 matrix, and compares every thread's accumulator fragment with
 a float64 product. A tile stored without the swizzle must come out wrong.
+The FP8 kind (``e4m3``, k32 steps, K-major B only) runs through the same
+kernel with byte-wide columns; its PTX is assembled offline for sm_90a.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from numba import cuda, float32, uint32
 from numba_attn.gpu import wgmma as WG
 from numba_attn.gpu.backend import IS_SIMULATOR
 from numba_attn.gpu.jit import kernel
+from offline_compile import offline_json
 
 try:
     import ml_dtypes
@@ -30,8 +33,10 @@ ALIGN = None if IS_SIMULATOR else 1024  # the swizzle needs 8·rb-byte aligned t
 
 @functools.cache
 def _kernel(kind, N, KS, trans_b, zero, R, C, swizzle):
-    """A: 64 × 16·KS; B tile: R rows × C columns (K-major: R = N, C = 16·KS;
-    MN-major: R = 16·KS, C = N)."""
+    """A: 64 × 16·KS (e4m3: 64 × 32·KS); B tile: R rows × C columns (K-major: R = N,
+    C = 16·KS, e4m3 32·KS; MN-major: R = 16·KS, C = N)."""
+    CB = C * WG.ELEMENT_BYTES[kind]  # bytes per tile row
+    C = CB // 2  # the row in 16-bit columns: the layout is the same in bytes
     rb = WG.row_bytes(C)
     per = rb // 16
     if trans_b:
@@ -79,11 +84,20 @@ def _kernel(kind, N, KS, trans_b, zero, R, C, swizzle):
     return k
 
 
+def _e4m3_codes(rng, shape):
+    """Random float8 e4m3fn codes, the NaN codes (0x7F, 0xFF) excluded: every finite value, both signs."""
+    return (rng.integers(0, 0x7F, shape) | (rng.integers(0, 2, shape) << 7)).astype(np.uint8)
+
+
 def _run(kind, N, KS, trans_b, zero, seed=0, swizzle=True):
-    dt = np.float16 if kind == "f16" else ml_dtypes.bfloat16
     rng = np.random.default_rng(seed)
-    A = rng.standard_normal((64, 16 * KS)).astype(dt)
-    B = rng.standard_normal((16 * KS, N)).astype(dt)
+    if kind == "e4m3":  # ml_dtypes decodes the reference's operands
+        A = _e4m3_codes(rng, (64, 32 * KS)).view(ml_dtypes.float8_e4m3fn)
+        B = _e4m3_codes(rng, (32 * KS, N)).view(ml_dtypes.float8_e4m3fn)
+    else:
+        dt = np.float16 if kind == "f16" else ml_dtypes.bfloat16
+        A = rng.standard_normal((64, 16 * KS)).astype(dt)
+        B = rng.standard_normal((16 * KS, N)).astype(dt)
     C = rng.standard_normal((128, N // 2)).astype(np.float32)
     tile = np.ascontiguousarray(B if trans_b else B.T)  # MN-major: rows = k; K-major: rows = n
     R, Ccols = tile.shape
@@ -92,10 +106,13 @@ def _run(kind, N, KS, trans_b, zero, seed=0, swizzle=True):
     k = _kernel(kind, N, KS, trans_b, zero, R, Ccols, swizzle)
     k[1, 128](cuda.to_device(A.view(np.uint32)), cuda.to_device(tile.view(np.uint32)), cuda.to_device(C), d_out)
     got = d_out.copy_to_host()
+    return got, _want(A, B, C, N, zero)
+
+
+def _want(A, B, C, N, zero):
     D = A.astype(np.float64) @ B.astype(np.float64)
     drow, dcol = WG._d_index(N)
-    want = D[drow, dcol] + (0.0 if zero else C.astype(np.float64))
-    return got, want
+    return D[drow, dcol] + (0.0 if zero else C.astype(np.float64))
 
 
 def _err(got, want):
@@ -131,6 +148,55 @@ def test_wgmma_matches_numpy(kind, N, KS, trans_b, zero):
     assert _err(got, want) < 1e-5
 
 
+E4M3_CASES = [  # (N, k-steps of 32, zero): K-major B only
+    (8, 1, True),    # 32-byte rows
+    (8, 2, False),   # 64-byte rows, accumulate into C
+    (64, 4, False),  # 128-byte rows (S = Q·Kᵀ at D=128 in fp8)
+    (64, 1, True),
+]
+
+
+@pytest.mark.parametrize("N,KS,zero", E4M3_CASES,
+                         ids=[f"n{n}-ks{ks}-{'zero' if z else 'acc'}" for n, ks, z in E4M3_CASES])
+def test_wgmma_e4m3_matches_numpy(N, KS, zero):
+    """FP8 e4m3 inputs (k32 steps, four codes per A register), f32 accumulators: every
+    finite code, against a float64 product of the ml_dtypes-decoded operands."""
+    if ml_dtypes is None:
+        pytest.skip("the e4m3 reference needs ml_dtypes")
+    got, want = _run("e4m3", N, KS, False, zero, seed=N + KS)
+    assert np.isfinite(got).all(), "unwritten or non-finite accumulator values"
+    assert _err(got, want) < 1e-6
+
+
+def test_wgmma_e4m3_refuses_trans_b():
+    """8-bit wgmma reads only a K-major B: the transposed operand is refused at build time."""
+    offs, lbo, sbo = WG.mnmajor_params(64, 2, 128)
+    with pytest.raises(ValueError, match="K-major"):
+        WG.make_wgmma_rs("e4m3", 64, True, True, offs, lbo, sbo, 128)
+    with pytest.raises(ValueError, match="wgmma kind"):
+        WG.make_wgmma_rs("e5m2", 64, False, True, offs, lbo, sbo, 128)
+
+
+def test_e4m3_fragment_model():
+    """Host model of the FP8 operands: A register i of a k32 step holds 4 consecutive columns at the
+    byte positions of the 16-bit k16 fragment; K-major B reads 32 distinct bytes per row and step."""
+    rows, cols = WG._a_index(2, 1)
+    assert rows[5, 0] == 1 and cols[5, 0] == 4 and cols[5, 2] == 20 and cols[5, 4] == 36  # lane 5: g=1, t=1
+    rows16, cols16 = WG._a_index(2)
+    assert np.array_equal(rows, rows16) and np.array_equal(cols, 2 * cols16)
+    offs, lbo, sbo = WG.kmajor_params(64, 4, 128)
+    addr = WG.b_addresses(0, 64, offs, lbo, sbo, False, 128, esize=1)
+    assert addr.shape == (128, 64) and len(np.unique(addr)) == addr.size and addr.max() < 64 * 128
+    # the even k of a k32 step are the bytes where the 16-bit k16 step's elements start
+    assert np.array_equal(addr[::2], WG.b_addresses(0, 64, offs, lbo, sbo, False, 128))
+    tab = WG._e4m3_table()
+    assert tab[0x38] == 1.0 and tab[0x7E] == 448.0 and tab[0x01] == 2.0 ** -9 and tab[0x80] == 0.0
+    assert np.isnan(tab[0x7F]) and np.isnan(tab[0xFF]) and np.isfinite(np.delete(tab, [0x7F, 0xFF])).all()
+    if ml_dtypes is not None:
+        ok = np.delete(np.arange(256, dtype=np.uint8), [0x7F, 0xFF])
+        assert np.array_equal(tab[ok], ok.view(ml_dtypes.float8_e4m3fn).astype(np.float64))
+
+
 @pytest.mark.parametrize("trans_b", [False, True], ids=["kmajor", "mnmajor"])
 def test_unswizzled_tile_is_wrong(trans_b):
     """The same data stored without the XOR swizzle must give a different
@@ -154,3 +220,50 @@ def test_layout_model():
     offs, lbo, sbo = WG.kmajor_params(64, 8, 128)
     addr = WG.b_addresses(0, 64, offs, lbo, sbo, False, 128)
     assert len(np.unique(addr)) == addr.size and addr.max() < 64 * 128 * 2
+
+
+# -- offline compile (sm_90a PTX through ptxas, no GPU needed) ------------------------
+
+_OFFLINE = r"""
+import json, sys
+import numba_attn.measure.offline as off
+from numba import cuda, types, uint32, float32
+import numba.cuda.dispatcher as disp
+
+class _Dev:
+    compute_capability = (9, 0, "a")
+
+disp.get_current_device = lambda: _Dev()
+sys.path.insert(0, "tests")
+import test_wgmma as tw
+
+u2, f2 = types.Array(uint32, 2, "C"), types.Array(float32, 2, "C")
+res = {}
+for name, (N, KS, zero) in {"n64_ks4_zero": (64, 4, True), "n8_ks2_acc": (8, 2, False)}.items():
+    R, C = N, 32 * KS  # K-major e4m3 tile: N rows of 32·KS codes
+    k = tw._kernel("e4m3", N, KS, False, zero, R, C, True)
+    ptx, _ = cuda.compile_ptx(k.py_func, (u2, u2, f2, f2), cc=(9, 0, "a"), fastmath=True)
+    log = off._link_info(ptx, "sm_90a")
+    info = off.parse_ptxas(log)
+    info["mma"] = sorted({ln.split()[0] for ln in ptx.splitlines() if "wgmma.mma_async" in ln})
+    info["log"] = log
+    res[name] = info
+print("JSON" + json.dumps(res))
+"""
+
+
+@functools.cache
+def _offline_results():
+    return offline_json(_OFFLINE, timeout=600)
+
+
+@pytest.mark.parametrize("name,N", [("n64_ks4_zero", 64), ("n8_ks2_acc", 8)])
+def test_offline_e4m3_wgmma_assembles_for_sm90a(name, N):
+    """A kernel calling the e4m3 wgmma compiles to sm_90a PTX that ptxas accepts (nvJitLink), with
+    the k32 FP8 instruction and no spills."""
+    info = _offline_results()[name]
+    log = info["log"].splitlines()
+    assert info["regs"] is not None, "\n".join([ln for ln in log if "rror" in ln] + log[-12:])
+    assert info.get("spill_stores", 0) == 0
+    assert info["mma"] == [f"wgmma.mma_async.sync.aligned.m64n{N}k32.f32.e4m3.e4m3"], info["mma"]
+    assert not [ln for ln in log if "serialized" in ln], log

@@ -20,8 +20,9 @@ parameters; a kernel calls it as ``op(acc, a, a_off, smem, byte_off)``:
 * ``acc``: the thread's accumulator fragment, a local float32 array of
   ``N/2`` values (64×N f32 spread over 128 threads), read (unless ``zero``)
   and written in place;
-* ``a``: a local uint32 array holding the A fragments (packed f16/bf16 pairs),
-  4 registers per k-step starting at ``a_off``;
+* ``a``: a local uint32 array holding the A fragments (packed f16/bf16 pairs,
+  or four e4m3 codes per register for ``kind="e4m3"``), 4 registers per k-step
+  starting at ``a_off``;
 * ``smem``/``byte_off``: the B operand, ``byte_off`` bytes into the shared
   array ``smem``; k-step s reads from ``byte_off + offsets[s]`` (the offsets,
   LBO and SBO of a layout come from :func:`kmajor_params` /
@@ -67,6 +68,20 @@ warp lane = 4g + t exactly as for ``mma.m16n8k16``:
 So the S fragment of one k-block converts into the A fragment of the P·V
 product in registers, as with mma.sync.
 
+FP8 (``kind="e4m3"``, ``wgmma.mma_async.sync.aligned.m64nNk32.f32.e4m3.e4m3``):
+a k-step is 32 e4m3 elements, i.e. the same 32 bytes of a row as a 16-bit
+k16 step, and the A fragment is assumed to be the 16-bit one read in bytes
+(as for ``mma.m16n8k32`` with 8-bit A): a0 = (16w+g, 4t..4t+3),
+a1 = (16w+g+8, 4t..), a2 = (16w+g, 4t+16..), a3 = (16w+g+8, 4t+16..), the
+lowest column in the lowest byte. This follows the PTX ISA's figure for the
+8-bit m64nNk32 A fragment as recalled, not yet checked on a GPU. B must be
+K-major (8-bit wgmma has no transpose; ``trans_b`` is refused); the
+descriptor, offsets and swizzle are those of the 16-bit K-major operand
+counted in bytes (:func:`kmajor_params` unchanged). The accumulator layout is
+the f32 one above. The fallback decodes codes exactly (NaN codes 0x7F/0xFF
+give NaN) and, as for f16, sums exact products in float64 and rounds once;
+the hardware's FP8 accumulation is reportedly less precise than that.
+
 In the simulator ``op`` gathers the 128 threads' registers with
 :func:`numba_attn.gpu.warp.group_exchange`, reads B from the shared array through
 the descriptor's address arithmetic and the swizzle, computes in float64,
@@ -82,6 +97,7 @@ import numpy as np
 from numba_attn.gpu.backend import IS_SIMULATOR
 
 SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}  # descriptor bits 62-63 for 128/64/32-byte swizzles
+ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1}  # per input element; a k-step is 32 bytes of K in every kind
 
 __all__ = ["make_wgmma_rs", "make_wgmma_wait", "make_ring_copy", "shared_address", "row_bytes", "swizzle_chunk", "tile_offset", "kmajor_params",
            "mnmajor_params", "b_addresses", "wgmma_reference", "SWIZZLE_MODE"]
@@ -209,30 +225,36 @@ def _swizzle(addr, rb):
     return addr ^ (((addr >> 7) & (rb // 16 - 1)) << 4)
 
 
-def b_addresses(start: int, N: int, offsets: tuple, lbo: int, sbo: int, trans_b: bool, rb: int):
-    """Byte address of every element (k, n) of the B operand (16·ksteps × N) that
-    the descriptor arithmetic and the swizzle select (host model)."""
-    k = np.arange(16 * len(offsets))[:, None]
+def b_addresses(start: int, N: int, offsets: tuple, lbo: int, sbo: int, trans_b: bool, rb: int, esize: int = 2):
+    """Byte address of every element (k, n) of the B operand (KS·ksteps × N, KS = 32/esize
+    elements of ``esize`` bytes per k-step) that the descriptor arithmetic and the swizzle
+    select (host model). 8-bit B (``esize`` 1) is K-major only."""
+    KS = 32 // esize
+    k = np.arange(KS * len(offsets))[:, None]
     n = np.arange(N)[None, :]
-    s, kk = k // 16, k % 16
+    s, kk = k // KS, k % KS
     start = start + np.asarray(offsets)[s]
     if trans_b:  # MN-major: n contiguous within blocks of rb/2 elements
+        if esize != 2:
+            raise ValueError("an MN-major (transposed) B operand needs 16-bit elements")
         lin = start + (n // (rb // 2)) * lbo + 2 * (n % (rb // 2)) + (kk // 8) * sbo + (kk % 8) * rb
-    else:  # K-major: k contiguous within a row, 8 rows per SBO
-        lin = start + (n // 8) * sbo + (n % 8) * rb + 2 * kk
+    else:  # K-major: k contiguous within a row (32 bytes per k-step), 8 rows per SBO
+        lin = start + (n // 8) * sbo + (n % 8) * rb + esize * kk
     return _swizzle(lin, rb)
 
 
 @functools.cache
-def _a_index(ksteps: int):
-    """Row and column of the low element of each A register of each thread."""
+def _a_index(ksteps: int, esize: int = 2):
+    """Row and column of the low element of each A register of each thread (``esize``
+    bytes per element: 2, a register holds columns c, c+1 of k16 steps; 1, columns
+    c..c+3 of k32 steps — the same byte positions, see the module notes)."""
     T = np.arange(128)[:, None]
     i = np.arange(4 * ksteps)[None, :]
     w, lane = T // 32, T % 32
     g, t = lane // 4, lane % 4
     s, r = i // 4, i % 4
     rows = 16 * w + g + 8 * (r % 2)
-    cols = 16 * s + 2 * t + 8 * (r // 2)
+    cols = (32 // esize) * s + (4 // esize) * t + (16 // esize) * (r // 2)
     return rows, cols
 
 
@@ -264,21 +286,43 @@ def _b16(vals, kind):
     return (vals.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
+@functools.cache
+def _e4m3_table():
+    """float64 value of each of the 256 float8 e4m3fn codes (NaN for 0x7F, 0xFF), through the
+    exact decoder of ``cvt.rn.f16x2.e4m3x2``'s fallback (every e4m3 value is an f16)."""
+    from numba_attn.gpu.intrinsics import e4m3_f16_bits_reference
+
+    bits = np.array([e4m3_f16_bits_reference(c) for c in range(256)], np.uint16)
+    return bits.view(np.float16).astype(np.float64)
+
+
+def _bytes4(words):
+    """The four bytes of each word as float64 e4m3 values, low byte first."""
+    words = np.asarray(words, np.uint32)
+    tab = _e4m3_table()
+    return [tab[(words >> (8 * j)) & 0xFF] for j in range(4)]
+
+
 def wgmma_reference(kind, N, a_regs, c, smem_bytes, start, offsets, lbo, sbo, trans_b, rb):
     """All 128 threads' A registers (128 × 4·ksteps uint32) and accumulators
     (128 × N/2 float32, or None for zero) plus the shared bytes → every
-    thread's D fragment (128 × N/2 float32). Host model of one fused call."""
+    thread's D fragment (128 × N/2 float32). Host model of one fused call:
+    exact products summed in float64, one rounding to float32."""
     ksteps = len(offsets)
-    A = np.zeros((64, 16 * ksteps))
-    rows, cols = _a_index(ksteps)
-    lo, hi = _halves(a_regs, kind)
-    A[rows, cols] = lo
-    A[rows, cols + 1] = hi
-    addr = b_addresses(start, N, offsets, lbo, sbo, trans_b, rb)
-    if addr.min() < 0 or addr.max() + 2 > smem_bytes.size:
-        raise IndexError(f"wgmma B operand reads bytes [{addr.min()}, {addr.max() + 2}) outside the "
+    esize = ELEMENT_BYTES[kind]
+    A = np.zeros((64, (32 // esize) * ksteps))
+    rows, cols = _a_index(ksteps, esize)
+    parts = _bytes4(a_regs) if esize == 1 else _halves(a_regs, kind)
+    for j, part in enumerate(parts):
+        A[rows, cols + j] = part
+    addr = b_addresses(start, N, offsets, lbo, sbo, trans_b, rb, esize)
+    if addr.min() < 0 or addr.max() + esize > smem_bytes.size:
+        raise IndexError(f"wgmma B operand reads bytes [{addr.min()}, {addr.max() + esize}) outside the "
                          f"{smem_bytes.size}-byte shared array")
-    B = _b16(smem_bytes[addr].astype(np.uint16) | (smem_bytes[addr + 1].astype(np.uint16) << 8), kind)
+    if esize == 1:
+        B = _e4m3_table()[smem_bytes[addr]]
+    else:
+        B = _b16(smem_bytes[addr].astype(np.uint16) | (smem_bytes[addr + 1].astype(np.uint16) << 8), kind)
     D = A @ B
     drow, dcol = _d_index(N)
     if c is not None:
@@ -288,13 +332,16 @@ def wgmma_reference(kind, N, a_regs, c, smem_bytes, start, offsets, lbo, sbo, tr
     return D.astype(np.float32)[drow, dcol]
 
 
-def _check(kind, N, offsets, rb):
+def _check(kind, N, offsets, rb, trans_b=False):
     """Refuse an unsupported wgmma shape; (accumulator registers per thread N/2, k-steps)."""
     ksteps = len(offsets)
     if rb not in SWIZZLE_MODE:
         raise ValueError(f"row bytes {rb}: must be 32, 64 or 128")
-    if kind not in ("f16", "bf16"):
-        raise ValueError(f"wgmma kind must be f16 or bf16, not {kind!r}")
+    if kind not in ELEMENT_BYTES:
+        raise ValueError(f"wgmma kind must be f16, bf16 or e4m3, not {kind!r}")
+    if kind == "e4m3" and trans_b:
+        raise ValueError("wgmma with 8-bit (e4m3) inputs takes only a K-major B operand: no trans_b "
+                         "(store the operand transposed in shared memory instead)")
     if N % 8 or not 8 <= N <= 256:
         raise ValueError(f"wgmma N must be a multiple of 8 in [8, 256], not {N}")
     if ksteps < 1:
@@ -323,7 +370,7 @@ if IS_SIMULATOR:
     def make_wgmma_rs(kind: str, N: int, trans_b: bool, zero: bool, offsets: tuple, lbo: int, sbo: int,
                       rb: int = 128, wait: bool = True):
         """(The simulator computes at issue; ``wait=False`` only changes the GPU code.)"""
-        NA, ksteps = _check(kind, N, offsets, rb)
+        NA, ksteps = _check(kind, N, offsets, rb, trans_b)
 
         def wgmma_rs(acc, a, a_off, smem, byte_off):
             a_off = int(a_off)
@@ -389,7 +436,7 @@ else:  # -------------------------------------------------------------- GPU
     @functools.cache
     def make_wgmma_rs(kind: str, N: int, trans_b: bool, zero: bool, offsets: tuple, lbo: int, sbo: int,
                       rb: int = 128, wait: bool = True):
-        NA, ksteps = _check(kind, N, offsets, rb)
+        NA, ksteps = _check(kind, N, offsets, rb, trans_b)
         nin = 0 if zero else NA
         flag = NA + nin
         a_idx = [flag + 1 + i for i in range(4 * ksteps)]
@@ -399,8 +446,12 @@ else:  # -------------------------------------------------------------- GPU
                  "wgmma.fence.sync.aligned;"]
         for s in range(ksteps):
             a4 = ",".join(f"${a_idx[4 * s + i]}" for i in range(4))
-            lines.append(f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{kind}.{kind} {{{outs}}}, {{{a4}}}, "
-                         f"${d_idx[s]}, {'p' if s == 0 else 'q'}, 1, 1, {1 if trans_b else 0};")
+            if kind == "e4m3":  # k32; 8-bit types have no transpose immediates
+                lines.append(f"wgmma.mma_async.sync.aligned.m64n{N}k32.f32.e4m3.e4m3 {{{outs}}}, {{{a4}}}, "
+                             f"${d_idx[s]}, {'p' if s == 0 else 'q'}, 1, 1;")
+            else:
+                lines.append(f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{kind}.{kind} {{{outs}}}, {{{a4}}}, "
+                             f"${d_idx[s]}, {'p' if s == 0 else 'q'}, 1, 1, {1 if trans_b else 0};")
         lines += ["wgmma.commit_group.sync.aligned;"] + (["wgmma.wait_group.sync.aligned 0;"] if wait else []) + ["}"]
         text = "\n".join(lines)
         cons = ",".join(["=f"] * NA + [str(i) for i in range(nin)] + ["r"] * (1 + 4 * ksteps) + ["l"] * ksteps
