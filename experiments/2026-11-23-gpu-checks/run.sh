@@ -7,7 +7,7 @@
 #   B: experiments/2026-11-23-hopper-tma/uniform.sh (the option's GPU tests and times against its default);
 #   C: experiments/2026-11-23-paged-8bit/run_mma.sh (int8 `mma` against `wide` and SDPA);
 #   D: the varlen kernel's ring stage recomputed (7d659fe): the varlen GPU tests, compute-sanitizer over
-#      tc_wgmma_varlen, `bench varlen` of tc_wgmma_varlen and its parent (CUPTI);
+#      tc_wgmma_varlen, `bench varlen` of tc_wgmma_varlen and its parent (CUPTI); the e4m3 wgmma kind's tests;
 #   E: experiments/2026-11-23-paged-8bit/min_keys.sh (the ragged split plan's minimum keys per split).
 # Usage (repository root, numpy < 2.5 on the path): OUT=dir bash experiments/2026-11-23-gpu-checks/run.sh A|B|C|D|E
 set -u
@@ -40,6 +40,9 @@ D)
   timeout 150 python3 -m pytest -q -p no:cacheprovider -n 8 -m gpu -k varlen \
     tests/test_tensor_core.py tests/test_wgmma.py > "$OUT/varlen-tests.log" 2>&1; echo "varlen GPU tests: exit $?"
   tail -2 "$OUT/varlen-tests.log"
+  # the e4m3 wgmma kind (983e58e) on the real instruction: its A-fragment layout is an assumption until this passes
+  timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_wgmma.py -k e4m3 > "$OUT/e4m3-tests.log" 2>&1
+  echo "e4m3 wgmma tests: exit $?"; tail -2 "$OUT/e4m3-tests.log"
   # (sanitize.py runs contiguous problems only: the varlen tests run on the GPU under memcheck instead)
   timeout 200 compute-sanitizer --tool memcheck --print-limit 20 python3 -m pytest -q -p no:cacheprovider \
     tests/test_varlen.py > "$OUT/memcheck-varlen.log" 2>&1; echo "memcheck: exit $?"
