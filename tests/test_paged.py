@@ -256,6 +256,18 @@ def test_8bit_paged_mma_pages(kv_dtype, scale, qdt, params):
     assert not out[2].astype(np.float32).any()
 
 
+def _ragged_8bit(rng, H, Hkv, D, Nq, kv_dtype, scale, qdt=np.float16):
+    """An 8-bit paged batch of 3 sequences (page size 16, 5 pages): pages out of order and repeated, a
+    partly filled page, a length-0 sequence; returns q, the caches, their scales, the table and the lengths."""
+    B, P, NB = 3, 16, 5
+    kc, vc = _caches(rng, NB, P, Hkv, D, kv_dtype)
+    ks, vs = _scales(rng, scale, NB, P, Hkv)
+    table = np.array([[4, 1, 4], [2, 0, 3], [1, 1, 1]], np.int32)
+    lens = np.array([45, 21, 0], np.int32)
+    q = rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(qdt)
+    return q, kc, vc, ks, vs, table, lens
+
+
 @pytest.mark.parametrize("kv_dtype,scale,qdt,Nq,params", [
     ("float8_e4m3", "tensor", np.float16, 1, {}),  # D 32: one lane per key, two 16-code loads
     ("float8_e4m3", "head", np.float16, 1, {"lanes": 2}),  # one 16-code load per lane
@@ -268,19 +280,13 @@ def test_wide_8bit_paged_split_k(kv_dtype, scale, qdt, Nq, params):
     """paged_split_k's ``wide`` path (16 codes per lane per load) on fp8/int8 caches: pages out of
     order and repeated, a partly filled page, a length-0 sequence, GQA group 2 (causal q_len 2),
     float16 and bfloat16 queries; against the reference and against the 8-codes-per-load kernel."""
-    rng = np.random.default_rng(10)
-    B, H, Hkv, D, P, NB = 3, 4, 2, 32, 16, 5
-    kc, vc = _caches(rng, NB, P, Hkv, D, kv_dtype)
-    ks, vs = _scales(rng, scale, NB, P, Hkv)
-    table = np.array([[4, 1, 4], [2, 0, 3], [1, 1, 1]], np.int32)
-    lens = np.array([45, 21, 0], np.int32)
-    q = rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(qdt)
+    q, kc, vc, ks, vs, table, lens = _ragged_8bit(np.random.default_rng(10), 4, 2, 32, Nq, kv_dtype, scale, qdt)
     causal = Nq > 1
     out, _ = _run("paged_split_k", q, kc, vc, table, lens, causal=causal, kv_dtype=kv_dtype, ks=ks, vs=vs,
                   wide=True, **params)
     assert not out[2].astype(np.float32).any()
     narrow = na.decode_paged(q, kc, vc, table, lens, causal=causal, k_scale=ks, v_scale=vs, phase="paged_split_k",
-                             **SIM["paged_split_k"])
+                             **SIM["paged_split_k"], wide=False, mma=False)
     assert np.abs(out.astype(np.float32) - narrow.astype(np.float32)).max() < 2e-2
 
 
@@ -295,19 +301,14 @@ def test_mma_8bit_paged_split_k(kv_dtype, scale, H, Hkv, Nq, params):
     """paged_split_k's ``mma`` path (8-bit codes straight into mma fragments): pages out of order and
     repeated, a partly filled page, a length-0 sequence, GQA and causal rows, D 64 (two 16-byte chunks
     of K per lane, 8-byte V loads); against the reference and the default kernel."""
-    rng = np.random.default_rng(11)
-    B, D, P, NB = 3, 64, 16, 5
-    kc, vc = _caches(rng, NB, P, Hkv, D, kv_dtype)
-    ks, vs = _scales(rng, scale, NB, P, Hkv)
-    table = np.array([[4, 1, 4], [2, 0, 3], [1, 1, 1]], np.int32)
-    lens = np.array([45, 21, 0], np.int32)
-    q = rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(np.float16)
+    q, kc, vc, ks, vs, table, lens = _ragged_8bit(np.random.default_rng(11), H, Hkv, 64, Nq, kv_dtype, scale)
     causal = Nq > 1
     out, _ = _run("paged_split_k", q, kc, vc, table, lens, causal=causal, kv_dtype=kv_dtype, ks=ks, vs=vs,
                   mma=True, **params)
     assert not out[2].astype(np.float32).any()
+    # the kernel mma replaces (mma is now the default for these caches: asked off explicitly)
     default = na.decode_paged(q, kc, vc, table, lens, causal=causal, k_scale=ks, v_scale=vs, phase="paged_split_k",
-                              **SIM["paged_split_k"])
+                              **SIM["paged_split_k"], mma=False)
     assert np.abs(out.astype(np.float32) - default.astype(np.float32)).max() < 2e-2
 
 
