@@ -6,7 +6,7 @@
 #  2. tc_wgmma and decode_split_k_lean tuned on two shapes no default was chosen for, tuned against default time
 #     beside SDPA, all timed by CUPTI kernel time.
 # Usage: bash experiments/2026-11-22-tune-scale/run.sh OUT [STAGE...]   (stages: local ray tuned; default all),
-#        then python3 experiments/2026-11-22-tune-scale/summarize.py OUT
+#        (`local` = `w1 w2`), then python3 experiments/2026-11-22-tune-scale/summarize.py OUT
 set -euo pipefail
 OUT=${1:-/tmp/tune-scale}
 shift || true
@@ -39,6 +39,10 @@ for stage in $STAGES; do
     timed workers1 na tune "${SWEEP[@]}" --workers 1 --results "$OUT/scale-w1.jsonl" --cache "$OUT/cache-w1.json"
     timed workers2 na tune "${SWEEP[@]}" --workers 2 --results "$OUT/scale-w2.jsonl" --cache "$OUT/cache-w2.json"
     for w in w1 w2; do na tune --show --cache "$OUT/cache-$w.json" > "$OUT/cache-$w.txt" 2>&1 || true; done ;;
+  w1|w2)  # one half of `local`, for a host that limits one command's time
+    n=${stage#w}
+    timed "workers$n" na tune "${SWEEP[@]}" --workers "$n" --results "$OUT/scale-$stage.jsonl" --cache "$OUT/cache-$stage.json"
+    na tune --show --cache "$OUT/cache-$stage.json" > "$OUT/cache-$stage.txt" 2>&1 || true ;;
   ray)    # the same sweep on 2 Ray actors (a local Ray cluster of this machine)
     timed ray2 na tune "${SWEEP[@]}" --ray --workers 2 --results "$OUT/scale-ray2.jsonl" --cache "$OUT/cache-ray2.json"
     na tune --show --cache "$OUT/cache-ray2.json" > "$OUT/cache-ray2.txt" 2>&1 || true
