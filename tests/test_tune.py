@@ -59,7 +59,8 @@ def assert_chosen_by_the_rule(t):
 
 
 def test_ties_within_the_noise_go_to_the_earliest_candidate():
-    """Two runs of one sweep differ by ~0.5 % per candidate: the choice must not flip on that."""
+    """One candidate timed twice differs by ~0.7 % (one standard deviation): the choice must not flip on
+    that, so candidates within 3 % of the fastest tie."""
     def row(ms, spread=0.002):
         return {"status": "OK", "time_ms": ms, "spread_p10_p90": spread}
 
@@ -71,9 +72,11 @@ def test_ties_within_the_noise_go_to_the_earliest_candidate():
     t = best(({}, row(0.1285)), ({"warps": 4}, row(0.1277)), ({"warps": 2}, row(0.1400)))
     assert t.best == {} and "within the noise" in t.rule  # 0.6 % slower than the fastest: a tie, the default
     t = best(({}, row(0.1300)), ({"warps": 4}, row(0.1277)))
-    assert t.best == {"warps": 4} and "within the noise" not in t.rule  # 1.8 % slower: not a tie
-    t = best(({}, row(0.1300, spread=0.015)), ({"warps": 4}, row(0.1277)))
-    assert t.best == {}  # a noisy row widens the tie (twice its 1.5 % spread)
+    assert t.best == {} and "within the noise" in t.rule  # 1.8 % slower: still a tie
+    t = best(({}, row(0.1320)), ({"warps": 4}, row(0.1277)))
+    assert t.best == {"warps": 4} and "within the noise" not in t.rule  # 3.4 % slower: not a tie
+    t = best(({}, row(0.1320, spread=0.02)), ({"warps": 4}, row(0.1277)))
+    assert t.best == {}  # a noisy row widens the tie (twice its 2 % spread)
     t = best(({}, {"status": "FAIL", "time_ms": None}), ({"warps": 4}, row(0.2)), ({"warps": 8}, row(0.1995)))
     assert t.best == {"warps": 4}  # a failed default is never chosen; the next candidate wins the tie
 
@@ -299,7 +302,7 @@ def test_candidates_timed_on_several_devices_get_a_final_round_on_one(tmp_path, 
     measured = [({}, row(0.1297, "GPU-a")), ({"warps": 2}, row(0.1286, "GPU-b")),
                 ({"warps": 4}, row(0.1276, "GPU-b")), ({"warps": 8}, row(0.1500, "GPU-a"))]
     t = tuning.Tuned("x", TINY, 4, measured)
-    assert tuning.final_round(t) == [(0, {}), (1, {"warps": 2}), (2, {"warps": 4})]  # within 3 %, strategy order
+    assert tuning.final_round(t) == [(0, {}), (1, {"warps": 2}), (2, {"warps": 4})]  # within 5 %, strategy order
     # more than FINAL_MAX near the fastest: the fastest four, and the earliest in strategy order (the default,
     # which the tie rule prefers) although it is the slowest of them
     crowded = tuning.Tuned("x", TINY, 6, [({}, row(0.1295, "GPU-b"))]

@@ -156,9 +156,16 @@ def test_cli_tune_workers(tmp_path, capsys, monkeypatch):
 def test_cpu_shares_split_the_host_between_workers(monkeypatch):
     """Workers sharing a host get disjoint, even CPU shares, and thread pools sized to them (unless
     the environment already sizes them); a worker pins itself to its share when it starts."""
-    assert P.cpu_shares(2, range(32)) == [list(range(16)), list(range(16, 32))]
-    assert P.cpu_shares(3, range(8)) == [[0, 1, 2], [3, 4, 5], [6, 7]]
-    assert P.cpu_shares(3, [5]) == [[5], [5], [5]] and P.cpu_shares(0, range(4)) == []
+    flat = lambda c: (0, c)  # noqa: E731 - one thread per core
+    assert P.cpu_shares(2, range(32), flat) == [list(range(16)), list(range(16, 32))]
+    assert P.cpu_shares(3, range(8), flat) == [[0, 1, 2], [3, 4, 5], [6, 7]]
+    assert P.cpu_shares(3, [5], flat) == [[5], [5], [5]] and P.cpu_shares(0, range(4), flat) == []
+    assert P.cpu_shares(2, range(8), lambda c: None) == [[0, 1, 2, 3], [4, 5, 6, 7]]  # topology unknown
+    # two threads per core numbered n and n + 8 (cores 0-7): each share holds whole cores, not one
+    # thread of every core
+    smt = lambda c: (0, c % 8)  # noqa: E731
+    assert P.cpu_shares(2, range(16), smt) == [[0, 8, 1, 9, 2, 10, 3, 11], [4, 12, 5, 13, 6, 14, 7, 15]]
+    assert P.cpu_shares(2, range(4), lambda c: (c // 2, 0)) == [[0, 1], [2, 3]]  # two packages, one core each
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("MKL_NUM_THREADS", "2")
     env = P.share_env([4, 5, 6])

@@ -41,10 +41,36 @@ def available_cpus() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
-def cpu_shares(n: int, cpus=None) -> list[list[int]]:
+def _topology(cpu: int):
+    """(package, core) of a logical CPU from Linux's sysfs, or None where it cannot be read."""
+    base = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
+    try:
+        with open(base + "physical_package_id") as f:
+            pkg = int(f.read())
+        with open(base + "core_id") as f:
+            core = int(f.read())
+        return pkg, core
+    except (OSError, ValueError):
+        return None
+
+
+def by_core(cpus, topology=_topology) -> list[int]:
+    """``cpus`` ordered so that the hardware threads of one physical core are neighbours (package, core,
+    then CPU id), so contiguous shares hold whole cores: Linux often numbers a core's two threads n and
+    n + cores, and halves by id would then put two workers' compilers on the two threads of every core.
+    Unchanged where the topology cannot be read."""
+    cpus = list(cpus)
+    keys = {c: topology(c) for c in cpus}
+    if any(k is None for k in keys.values()):
+        return cpus
+    return sorted(cpus, key=lambda c: (keys[c], c))
+
+
+def cpu_shares(n: int, cpus=None, topology=_topology) -> list[list[int]]:
     """``n`` disjoint, contiguous shares of ``cpus`` (default: this process's), as even as possible,
-    each at least one CPU (shares repeat when there are fewer CPUs than workers)."""
-    cpus = list(cpus if cpus is not None else available_cpus())
+    each at least one CPU (shares repeat when there are fewer CPUs than workers); a physical core's
+    hardware threads stay in one share where the shares allow (:func:`by_core`)."""
+    cpus = by_core(cpus if cpus is not None else available_cpus(), topology)
     if n <= 0 or not cpus:
         return []
     if len(cpus) < n:
