@@ -329,6 +329,37 @@ def test_candidates_timed_on_several_devices_get_a_final_round_on_one(tmp_path, 
     assert len(out[0].final) == 2 and all(r["status"] == "OK" for _, r in out[0].final)
 
 
+def test_a_finished_pairs_final_round_is_handed_out_before_the_next_groups():
+    """A lane asking for work after a pair's rows are all in gets that pair's final round (one group, tagged
+    "final") before the remaining groups; the last pair's final round is left to _final_rounds."""
+    class LazyPool:  # pulls one item at a time and reports its rows before pulling the next, like one lane
+        def __init__(self):
+            self.items = []
+
+        def run(self, jobs, on_row, stop=None, lanes=None):
+            for item in jobs:
+                self.items.append(item)
+                for job in item:
+                    dev = "GPU-a" if job[0] % 2 else "GPU-b"
+                    on_row(job, {"status": "OK", "time_ms": 1.0 + 0.001 * job[0], "worker": {"gpu_uuid": dev},
+                                 "phase": job[3]})
+
+    def phase(name):
+        return Phase(name=name, order=0, title=name, parent=None, description="", lineage="", planned_speedup=None,
+                     build=None, params={"warps": 4})
+
+    pairs = [(phase(x), TINY, tuning.Tuned(x, TINY, 2, []), [{}, {"warps": 8}], 2) for x in ("x", "y")]
+    pool = LazyPool()
+    tuning._run_pipelined(pool, pairs, lambda: False)
+    assert [[(j[3], j[0], j[6] if len(j) > 6 else "") for j in g] for g in pool.items] == [
+        [("x", 0, "")], [("x", 1, "")], [("x", 0, "final"), ("x", 1, "final")], [("y", 0, "")], [("y", 1, "")]]
+    x, y = pairs[0][2], pairs[1][2]
+    assert x.final_done and len(x.final) == 2 and not y.final_done and not y.final
+    tuning._final_rounds(pool, pairs, lambda: False)
+    assert [[(j[3], j[6]) for j in g] for g in pool.items[5:]] == [[("y", "final"), ("y", "final")]]
+    assert y.final_done and len(y.final) == 2
+
+
 def test_phases_are_pipelined_through_one_run_of_the_lanes():
     """grid/random: every (phase, problem)'s kernel groups go through one run of the lanes, in order, so a
     free lane starts the next phase's groups instead of waiting at each phase's end; then the final rounds
