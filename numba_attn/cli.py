@@ -186,7 +186,10 @@ def _tune_parser(sub):
                         "simulator; 0 = in-process, only with one worker)")
     t.add_argument("--timing-budget", type=float, default=1.0, help="seconds of timing per candidate (GPU)")
     t.add_argument("--timing", choices=["events", "graph", "cupti"], default=None,
-                   help="how candidates are timed (default events; cupti: the kernels' own durations)")
+                   help="how candidates are timed (default on a GPU: graph, CUDA graph replay for every "
+                        "candidate, so all are compared by one method; events switches a row to graph replay "
+                        "when it is launch-bound, which mixes methods among short kernels; cupti: the "
+                        "kernels' own durations)")
     t.add_argument("--resume", action="store_true", help="skip candidates already measured in the results file")
     _common(t)
 
@@ -867,7 +870,8 @@ def cmd_tune(args) -> int:
     timeout = args.timeout if args.timeout is not None else (1800.0 if be.IS_SIMULATOR else 600.0)
     workers, make_worker = _worker_pool(args, 1 if be.IS_SIMULATOR or args.ray is not None else _visible_gpus())
     cfg = RunConfig(seeds=_seeds(args.seeds), timeout_s=timeout or None, peers=False, results=results,
-                    command="numba-attn " + " ".join(sys.argv[1:]), timing=TimingConfig(budget_s=args.timing_budget, method=args.timing or "events"),
+                    command="numba-attn " + " ".join(sys.argv[1:]),
+                    timing=TimingConfig(budget_s=args.timing_budget, method=args.timing or tuning.default_timing()),
                     resume=args.resume, worker_setup=tuple(args.setup))
     print(f"backend: {be.describe()}", flush=True)
     print(f"problems: {'; '.join(p.label for p in problems)}", flush=True)

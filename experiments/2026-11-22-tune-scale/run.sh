@@ -5,7 +5,7 @@
 #     no lost or duplicated row;
 #  2. tc_wgmma and decode_split_k_lean tuned on two shapes no default was chosen for, tuned against default time
 #     beside SDPA, all timed by CUPTI kernel time.
-# Usage: bash experiments/2026-11-22-tune-scale/run.sh OUT [STAGE...]   (stages: local ray tuned; default all),
+# Usage: bash experiments/2026-11-22-tune-scale/run.sh OUT [STAGE...]   (stages: local ray ray-cluster tuned; default local ray tuned),
 #        (`local` = `w1 w2`), then python3 experiments/2026-11-22-tune-scale/summarize.py OUT
 set -euo pipefail
 OUT=${1:-/tmp/tune-scale}
@@ -43,6 +43,15 @@ for stage in $STAGES; do
     n=${stage#w}
     timed "workers$n" na tune "${SWEEP[@]}" --workers "$n" --results "$OUT/scale-$stage.jsonl" --cache "$OUT/cache-$stage.json"
     na tune --show --cache "$OUT/cache-$stage.json" > "$OUT/cache-$stage.txt" 2>&1 || true ;;
+  ray-cluster)  # the same sweep on 2 Ray actors of a Ray cluster started before it (as a cluster outlives a
+                # sweep): the cluster's start is timed apart (ray-start), then the sweep connects to it
+    rayc() { python3 -m ray.scripts.scripts "$@"; }
+    timed ray-start rayc start --head --num-gpus "$(nvidia-smi -L | grep -c '^GPU ')" --disable-usage-stats \
+      --include-dashboard false
+    timed ray2c na tune "${SWEEP[@]}" --ray auto --workers 2 --results "$OUT/scale-ray2c.jsonl" \
+      --cache "$OUT/cache-ray2c.json"
+    na tune --show --cache "$OUT/cache-ray2c.json" > "$OUT/cache-ray2c.txt" 2>&1 || true
+    rayc stop > "$OUT/ray-stop.log" 2>&1 || true ;;
   ray)    # the same sweep on 2 Ray actors (a local Ray cluster of this machine)
     timed ray2 na tune "${SWEEP[@]}" --ray --workers 2 --results "$OUT/scale-ray2.jsonl" --cache "$OUT/cache-ray2.json"
     na tune --show --cache "$OUT/cache-ray2.json" > "$OUT/cache-ray2.txt" 2>&1 || true

@@ -44,7 +44,8 @@ def main(out):
             wall[name] = float(s)
     print("1. the scale sweep (the phases and budget of run.sh's SWEEP_PHASES / SWEEP_BUDGET)")
     ref = None
-    for name, f in (("workers1", "scale-w1.jsonl"), ("workers2", "scale-w2.jsonl"), ("ray2", "scale-ray2.jsonl")):
+    for name, f in (("workers1", "scale-w1.jsonl"), ("workers2", "scale-w2.jsonl"), ("ray2", "scale-ray2.jsonl"),
+                    ("ray2c", "scale-ray2c.jsonl")):
         rs = rows(os.path.join(out, f))
         if not rs:
             print(f"  {name}: no rows")
@@ -62,7 +63,7 @@ def main(out):
         print(f"  {name}: {wall.get(name, float('nan')):.1f} s{ratio}; {len(rs)} rows, {dup} duplicated, "
               f"statuses {statuses}; workers' devices {gpus}"
               + (f"; {len(finals)} final-round row(s)" if finals else ""))
-        cache = os.path.join(out, "cache-" + {"workers1": "w1", "workers2": "w2", "ray2": "ray2"}[name] + ".json")
+        cache = os.path.join(out, "cache-" + {"workers1": "w1", "workers2": "w2", "ray2": "ray2", "ray2c": "ray2c"}[name] + ".json")
         picked = None
         if os.path.exists(cache):  # the tuner's choice (its tie rule), per phase and across phases
             picked = {}

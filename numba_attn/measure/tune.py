@@ -266,6 +266,18 @@ class Tuned:
         return [(p, r) for p, r in self.measured if r and r.get("status") == OK]
 
 
+def default_timing() -> str:
+    """The timing method of a sweep that names none: ``graph`` on a GPU, so every candidate is timed by
+    one method. With ``events`` a row switches to graph replay when its batches are launch-bound, and
+    near the launch rate that happens to some candidates of a sweep and not to others: in one decode
+    sweep two thirds of decode_mma's rows were graph replays and a third events, and one candidate's
+    graph replay measured 3.9 % under the default's events time in a final round. ``events`` in the
+    simulator (nothing is timed there)."""
+    from numba_attn.gpu.backend import IS_SIMULATOR
+
+    return "events" if IS_SIMULATOR else "graph"
+
+
 FINAL_WINDOW = 0.05  # a multi-device sweep's candidates within 5 % of the fastest are timed again on one device
 FINAL_MAX = 4  # at most this many of them (the fastest), and the earliest of them in strategy order
 
@@ -332,6 +344,9 @@ def choose_best(tuned: Tuned):
         if len(tied) > 1:
             tuned.rule += (f" ({len(tied)} within the noise of the fastest, {fastest:.4g} ms: the earliest in "
                            f"strategy order)")
+        methods = sorted({str(r.get("time_method")) for _, r in timed if r.get("time_method")})
+        if len(methods) > 1:  # e.g. --timing events near the launch rate: see default_timing()
+            tuned.rule += f" [compared across timing methods: {', '.join(methods)}]"
         return
     default = [(p, r) for p, r in ok if not p]
     p, r = default[0] if default else ok[0]
