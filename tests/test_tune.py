@@ -310,6 +310,12 @@ def test_candidates_timed_on_several_devices_get_a_final_round_on_one(tmp_path, 
     assert [i for i, _ in tuning.final_round(crowded)] == [0, 1, 2, 3, 4]
     one_device = tuning.Tuned("x", TINY, 2, [({}, row(0.13, "GPU-a")), ({"warps": 2}, row(0.128, "GPU-a"))])
     assert tuning.final_round(one_device) == []  # one device: the rule compares the rows directly
+    # the default within TIE_TOLERANCE - DEVICE_SPREAD (1 %) of the fastest ties on any one device: no final round
+    close = tuning.Tuned("x", TINY, 3, [({}, row(0.1290, "GPU-a")), ({"warps": 2}, row(0.1280, "GPU-b")),
+                                        ({"warps": 4}, row(0.1300, "GPU-b"))])
+    assert tuning.final_round(close) == []
+    tuning.choose_best(close)
+    assert close.best == {}
     t.final = [({}, row(0.1281, "GPU-a")), ({"warps": 2}, row(0.1290, "GPU-a")), ({"warps": 4}, row(0.1279, "GPU-a"))]
     tuning.choose_best(t)
     assert t.best == {} and "final round" in t.rule and "GPU-a" in t.rule  # the default ties on one device
@@ -341,7 +347,7 @@ def test_a_finished_pairs_final_round_is_handed_out_before_the_next_groups():
                 self.items.append(item)
                 for job in item:
                     dev = "GPU-a" if job[0] % 2 else "GPU-b"
-                    on_row(job, {"status": "OK", "time_ms": 1.0 + 0.001 * job[0], "worker": {"gpu_uuid": dev},
+                    on_row(job, {"status": "OK", "time_ms": 1.02 if job[0] == 0 else 1.001, "worker": {"gpu_uuid": dev},
                                  "phase": job[3]})
 
     def phase(name):
@@ -374,7 +380,8 @@ def test_phases_are_pipelined_through_one_run_of_the_lanes():
             for item in items:
                 for job in item:
                     dev = "GPU-a" if job[0] % 2 else "GPU-b"  # two devices: a final round follows
-                    on_row(job, {"status": "OK", "time_ms": 1.0 + 0.001 * job[0] + (0.005 if job[3] == "y" else 0),
+                    ms = 1.02 if job[0] == 0 else 1.0 + 0.001 * job[0]  # the default 2 % behind: a final round
+                    on_row(job, {"status": "OK", "time_ms": ms + (0.005 if job[3] == "y" else 0),
                                  "worker": {"gpu_uuid": dev}, "phase": job[3]})
 
     def phase(name, params, launch=()):

@@ -280,6 +280,7 @@ def default_timing() -> str:
 
 FINAL_WINDOW = 0.05  # a multi-device sweep's candidates within 5 % of the fastest are timed again on one device
 FINAL_MAX = 4  # at most this many of them (the fastest), and the earliest of them in strategy order
+DEVICE_SPREAD = 0.02  # two GPUs of one model time one kernel up to this far apart (measured 1.6 % on two H200s)
 
 
 def _device(row) -> str:
@@ -293,8 +294,10 @@ def final_round(tuned: Tuned) -> list:
     the same kernel, more than the tie rule's noise), those within ``FINAL_WINDOW`` of the fastest, at
     most ``FINAL_MAX`` (the fastest of them) and the earliest of them in strategy order, which the tie
     rule prefers (without it, a default measured 2.5 % behind on the slower GPU was left out of a
-    final round of four faster twins and could not be chosen); none on one device or with fewer than two
-    such candidates."""
+    final round of four faster twins and could not be chosen); none on one device, with fewer than two
+    such candidates, or when the earliest of them is within ``TIE_TOLERANCE - DEVICE_SPREAD`` of the
+    fastest: on any one device it would still tie, so the rule chooses it from the first rows (in one
+    sweep three of four phases' defaults were the fastest, and their final rounds were 6 of 10 final rows)."""
     timed = [(i, p, r) for i, (p, r) in enumerate(tuned.measured)
              if r and r.get("status") == OK and r.get("time_ms")]
     if len({_device(r) for _, _, r in timed}) < 2:
@@ -303,8 +306,10 @@ def final_round(tuned: Tuned) -> list:
     near = sorted((r["time_ms"], i, p) for i, p, r in timed if r["time_ms"] <= fastest * (1 + FINAL_WINDOW))
     if len(near) < 2:
         return []
-    chosen = near[:FINAL_MAX]
     earliest = min(near, key=lambda x: x[1])
+    if earliest[0] <= fastest * (1 + TIE_TOLERANCE - DEVICE_SPREAD):
+        return []  # the earliest is chosen whatever the devices' difference: a final round cannot change it
+    chosen = near[:FINAL_MAX]
     if earliest not in chosen:
         chosen.append(earliest)
     return sorted(((i, p) for _, i, p in chosen), key=lambda x: x[0])
