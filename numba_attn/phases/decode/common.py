@@ -47,6 +47,42 @@ from numba_attn.phases.registry import Launch  # noqa: E402
 MAX_Q_LEN = 8  # query positions per sequence a decode kernel takes; longer is prefill
 LN2 = np.float32(0.6931471805599453)
 
+if IS_SIMULATOR:
+    def prefetch_l2_at(arr, row, n, col, off):
+        """``prefetch.global.L2`` of flat element ``row·n + col + off`` of ``arr`` (``row`` a 32-bit index). It
+        changes no value; the simulator checks that the element lies in the array, as a load's would be."""
+        a = np.asarray(getattr(arr, "_ary", arr))
+        if not 0 <= int(row) <= 0xFFFFFFFF:
+            raise IndexError(f"row index {int(row)} is not a 32-bit unsigned value")
+        i = int(row) * int(n) + int(col) + int(off)
+        if not 0 <= i < a.size:
+            raise IndexError(f"prefetch of flat element {i} out of bounds for size {a.size}")
+else:
+    from llvmlite import ir as _ir
+    from numba import types as _types
+    from numba.cuda.extending import intrinsic as _intrinsic
+
+    from numba_attn.gpu.intrinsics import _asm, _flat_ptr, _global_ptr
+
+    @_intrinsic
+    def prefetch_l2_at(typingctx, arr, row, n, col, off):
+        """``prefetch.global.L2`` of the line holding flat element ``row·n + col + off`` of a C-contiguous
+        array (addressed as ``ld_global_v4_at`` addresses its load: one ``mad.wide.u32`` on a hoisted base):
+        the bytes start towards L2 with no register waiting for them."""
+        if not (isinstance(arr, _types.Array) and arr.layout == "C"
+                and all(isinstance(x, _types.Integer) for x in (row, n, col, off))):
+            return None
+        sig = _types.void(arr, row, n, col, off)
+
+        def codegen(context, builder, sig, args):
+            ptr = _flat_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1], args[2], args[3:],
+                            sig.args[2:])
+            _asm(builder, _ir.VoidType(), [_ir.IntType(64)], "prefetch.global.L2 [$0];", "l",
+                 [_global_ptr(builder, ptr)], side_effect=True)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
 
 # -- rules ---------------------------------------------------------------------------
 
@@ -951,7 +987,7 @@ def paged_words(D: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN: bool):
 
 @functools.cache
 def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: bool, MINB: int, P: int, KV8: int,
-                      TOKEN: bool, SPLITP: bool = True):
+                      TOKEN: bool, SPLITP: bool = True, PF: int = 0):
     """``paged_split_k``'s kernel with ``mma`` (an 8-bit paged cache, float16 query, D a multiple of 64,
     at most 8 query rows per KV head): the codes go from the 16-byte loads straight into tensor-core
     fragments, with no float32 per element and no shared memory. A warp step is 16 keys, two
@@ -979,7 +1015,16 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
     accumulators at the end. int8 addresses: the 32-bit (row, head) index row·Hkv + h of each key's cache
     row, from the step's page (one table load) as min(row of key j0 + offset, row of the last key), gives
     the 16-byte loads' addresses (one ``mad.wide.u32`` each on a hoisted base) and the per-token scales'
-    (the K rows' index: the scales are (rows, Hkv))."""
+    (the K rows' index: the scales are (rows, Hkv)).
+
+    ``PF`` > 0 (``paged_split_k``'s ``prefetch``): after its step's loads a warp prefetches into L2
+    (``prefetch.global.L2``, no register held; one per 128-byte line of a cache row) the K and V rows, and
+    the per-token scales, of its step ``PF`` rounds ahead (key ``j0 + PF·16·NW``, where it is below
+    ``hi``). Without it ptxas, at the 128-register cap of two 8-warp blocks per SM, issues some of V's
+    16-byte loads after the first K mma, which waits for K (int8/token: all four, fp8/head: two; in the PTX they
+    all come first): a step makes a second round trip to DRAM where the fp16 path issues its 4 KiB per warp
+    at once. With it a step's loads find their bytes in L2 or on the way, and the bytes in flight per SM no
+    longer depend on the registers."""
     from numba_attn.gpu.intrinsics import (add_u32, cvt_e4m3x4_f16x2, ld_at, ld_global_v2_at, ld_global_v4_at,
                                            mad_u32, sub_f16x2)
 
@@ -1024,6 +1069,38 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                 sub_f16x2(byte_perm(ya, yb, uint32(0x7651 if lo else 0x7653)), I8_BIAS))
 
     @device
+    def prefetch_step(k, v, ks, vs, table, tbl, seq, h, Hkv, jn, hi, g, t):
+        """L2 prefetch of the cache rows of the warp's step at key ``jn`` (< ``hi``), one ``prefetch`` per
+        128-byte line of each row among the 32 lanes: lane (g, t) takes line t & 1 of K row g + 8·(t >> 1)
+        and line g & 1 of V row 2t + (g >> 1 & 1) + 8·(g >> 2) (the step's 16 K and 16 V rows, D ≤ 256), and
+        with per-token scales the K and V scales of its K row (line 0 lanes); rows found as the int8 loads
+        find theirs (keys past ``hi`` clamped to the last)."""
+        if STEP:  # (int8: tbl, the sequence's block-table row, flat, as its loads read it)
+            pg = table[seq, jn >> LOGP] if FP8 else ld_at(table, add_u32(tbl, jn >> LOGP))
+            rb = mad_u32(pg, P, jn & (P - 1))
+            rl = add_u32(rb, hi - 1 - jn)
+        kl = t & 1
+        vl = g & 1
+        ko = g + 8 * (t >> 1)
+        vo = 2 * t + ((g >> 1) & 1) + 8 * (g >> 2)
+        if STEP:
+            krow = min(add_u32(rb, ko), rl)
+            vrow = min(add_u32(rb, vo), rl)
+        else:
+            jk = min(jn + ko, hi - 1)
+            jv = min(jn + vo, hi - 1)
+            krow = mad_u32(table[seq, jk >> LOGP], P, jk & (P - 1))
+            vrow = mad_u32(table[seq, jv >> LOGP], P, jv & (P - 1))
+        krh = mad_u32(krow, Hkv, h)
+        if 128 * kl < D:
+            prefetch_l2_at(k, krh, D4, 32 * kl, 0)
+        if 128 * vl < D:
+            prefetch_l2_at(v, mad_u32(vrow, Hkv, h), D4, 32 * vl, 0)
+        if TOKEN and kl == 0:
+            prefetch_l2_at(ks, krh, 1, 0, 0)
+            prefetch_l2_at(vs, krh, 1, 0, 0)
+
+    @device
     def frag_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, chunk, S,
                    sm_m, sm_l, sm_o, sm_last):
         split = cuda.blockIdx.x
@@ -1032,7 +1109,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         lo = split * chunk
         hi = min(Nk, lo + chunk)
         tid = cuda.threadIdx.x
-        w = tid // WARP_SIZE
+        w = add_u32(tid >> 5, 0)  # (a 32-bit warp index: int64 tid // 32 was spilled across the key loop, 8 B)
         lane = tid % WARP_SIZE
         g = lane // 4
         t = lane % 4
@@ -1159,6 +1236,10 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                             x0, x1 = ld_global_v2_at(v, vrh, D4, g * VWL, 2 * c)
                             vw[kk * VWL + 2 * c] = x0
                             vw[kk * VWL + 2 * c + 1] = x1
+            if PF:  # the warp's step PF rounds ahead: towards L2 while this one computes
+                jn = j0 + PF * 16 * NW
+                if jn < hi:
+                    prefetch_step(k, v, ks, vs, table, tbl, seq, h, Hkv, jn, hi, g, t)
             # Sᵀ = K Qᵀ (c0, c1: key g, rows 2t, 2t+1; c2, c3: key g+8)
             s0 = cb0  # fp8: 0; int8: −1152·Σq (the codes' bias)
             s1 = cb1

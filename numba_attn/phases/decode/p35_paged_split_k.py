@@ -43,6 +43,16 @@ half the main loop's instructions per key on fp8 (100 -> 52.5), a quarter fewer 
 ``wide``'s 52.8 on fp8, 37.8 against 46.2 on int8/token, registers unchanged at ~128): fp8/head reads its
 bytes at >= 3.9 TB/s at B8 H32 D128 KV 16k/32k, >= 1.7x SDPA on the fp16 cache; int8/token gains less
 (~1.5-1.6x SDPA: its decoding and per-token scale addresses stay in the loop).
+``prefetch`` (``mma`` only; 0, the default, off): a warp prefetches into L2 the cache rows and per-token
+scales of its step ``prefetch`` rounds ahead (``prefetch.global.L2``: no register waits for them). Offline
+(sm_90a SASS at B8 H32 D128 P64, experiments/2026-11-23-paged-8bit/inflight_sass.py): the fp16 loop issues its
+8 16-byte loads (4 KiB per warp per 8 keys) before it uses any, 64 KiB per SM in flight at 16 warps; the
+8-bit loop (4 KiB per warp per 16 keys) issues V's loads after the first K mma, which waits for K (the PTX has
+them first: ptxas moves them, at 126-128 registers), so only 2 KiB (int8/token) or 3 KiB (fp8/head) per warp
+are in flight during the first wait and the rest makes a second round trip: 32-48 KiB per SM, for twice the
+keys. Prediction (before any GPU run): with ``prefetch=1`` (+2-3 loop instructions per key) the 8-bit caches
+read at >= 4.2 TB/s, int8/token >= 1.7x SDPA on the fp16 cache at KV 16k/32k, fp8/head >= 1.8x;
+``prefetch=2`` within 2% of ``prefetch=1``.
 Verdict: 0.950 ms at B8 H32 KV 32k P64 (equal lengths), 0.99x decode_split_k_lean; ragged B8 KV <= 32k 0.504 ms with the ragged plan (0.592 ms before), 0.95x; 8-bit caches at B8 KV 16k: 0.483 ms fp8/head, 0.389 ms int8/token, 0.98x and 1.22x SDPA on the fp16 cache (the 1.7x target missed) (H200, CUPTI) [results/paged-nvidia-h200.jsonl]
 Verdict (mma, the default for fp8 caches from this run on): as predicted for fp8/head, B8 KV 16k 0.2766 ms and KV 32k 0.5476 ms, 3.9 TB/s of cache bytes, 1.72x and 1.73x SDPA on the fp16 cache in the same process (wide 1.29x and 1.31x in that run); GQA (group 4) fp8 KV 32k 0.1493 ms, 1.63x SDPA and 3.4x the previous default there; refuted for int8/token before the int8 loop's rework (next line), mma 2-5% slower than wide, then its default: 0.3219 ms and 0.6384 ms, 1.47x and 1.49x SDPA (the 1.7x target missed for int8) (H200, CUPTI) [results/paged-8bit-mma-nvidia-h200.jsonl]
 Verdict (mma on int8, after the int8 loop's rework; now the default for 8-bit caches): int8/token B8 KV 16k 0.2933 ms and KV 32k 0.5851 ms, 1.62x SDPA on the fp16 cache in the same process, 1.10x and 1.09x wide (0.3221 ms and 0.6387 ms in that run); 3.8 TB/s of cache and scale bytes, against fp8/head's 3.9; 8 bytes of local memory (a spill outside the key loop); the 1.7x target still missed for int8/token (H200, CUPTI) [results/paged-8bit-mma-nvidia-h200.jsonl]
@@ -99,10 +109,14 @@ def _mma(problem, mma, wide=None):
     return check_bool("parameter mma of phase 'paged_split_k'", mma)
 
 
-def _supports(problem, wide=None, mma=None, **params):
+def _supports(problem, wide=None, mma=None, prefetch=0, **params):
     reason = check_paged_problem(problem)
     if reason:
         return reason
+    if not 0 <= prefetch <= 4:
+        return f"prefetch={prefetch} out of range 0..4 (warp steps ahead)"
+    if prefetch and not _mma(problem, mma, wide):
+        return "prefetch: the mma path only (8-bit caches)"
     if _mma(problem, mma, wide):
         reason = _mma_reason(problem)
         if reason or not 1 <= params["warps"] <= 32:
@@ -143,7 +157,7 @@ def _resolve(problem, wide=None, mma=None, **params):
     planned_speedup=45.0,
     dtypes=("float16", "bfloat16"),
     space={"warps": [4, 8], "keys": [0, 1, 2, 4], "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4],
-           "wide": [False, True], "mma": [False, True]},
+           "wide": [False, True], "mma": [False, True], "prefetch": [0, 1, 2]},
     launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     sim_params={"warps": 2, "splits": 3},
     supports=_supports,
@@ -151,14 +165,16 @@ def _resolve(problem, wide=None, mma=None, **params):
     layout="paged",
 )
 def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=2, min_keys=256, fuse_max=64,
-                  wide=None, mma=None):
+                  wide=None, mma=None, prefetch=0):
     fused = splits * rows <= fuse_max
     if mma:
         kern = make_frag8_kernel(problem.head_dim, warps, problem.q_len, problem.group, problem.causal, fused,
                                  blocks_per_sm, problem.page_size, PAGED_KV8[problem.kv_dtype],
-                                 bool(PAGED_TOKEN_SCALE[problem.kv_scale]))
+                                 bool(PAGED_TOKEN_SCALE[problem.kv_scale]), PF=prefetch)
+        pf_note = f", L2 prefetch {prefetch} step{'s' if prefetch > 1 else ''} ahead" if prefetch else ""
         return paged_launch(problem, kern, float32(problem.sm_scale * float(LOG2E)), warps, lanes, rows, keys, splits,
-                            fused, notes=f", combine {'fused' if fused else 'kernel'}, 8-bit codes into mma fragments")
+                            fused, notes=f", combine {'fused' if fused else 'kernel'}, 8-bit codes into mma fragments"
+                                         + pf_note)
     kern = make_lean_kernel(problem.head_dim, _vw(problem, wide), lanes, keys, warps, rows, problem.q_len,
                             problem.group, problem.causal, False, fused, blocks_per_sm, P=problem.page_size,
                             KV8=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
