@@ -560,7 +560,7 @@ def test_ragged_plan_splits_a_long_sequence():
     """One 32k sequence among seven of 1k at B8 H32 (256 blocks fill the 264 slots of 132 SMs at
     one wave: S = 1): the ragged plan splits it into small items against a slot's share of the
     keys; every (sequence, split) item is empty (an early exit) or at most one chunk."""
-    from numba_attn.gpu.split_k import BALANCE, split_plan
+    from numba_attn.gpu.split_k import BALANCE, RAGGED_MIN_KEYS, split_plan
 
     lens = np.array([32768] + [1024] * 7)
     n_blocks, sms, bps, min_keys = 8 * 32, 132, 2, 256
@@ -568,7 +568,10 @@ def test_ragged_plan_splits_a_long_sequence():
     S, chunk = split_plan(n_blocks, 32768, 64, sms, bps, min_keys, mean_len=lens.mean())
     assert S > 1 and S & (S - 1) == 0 and S * chunk >= 32768 and chunk % 64 == 0
     share = lens.mean() * n_blocks / (sms * bps)  # keys per block slot
-    assert chunk <= max(min_keys, share / BALANCE) * 1.01
+    assert chunk <= max(min_keys, RAGGED_MIN_KEYS, share / BALANCE) * 1.01
+    # short sequences: splits of at least RAGGED_MIN_KEYS keys (B8 up to 4k: 4 of 1024, not 16 of 256)
+    short = np.array([4096, 3000, 2500, 2000, 1500, 1200, 1000, 900])
+    assert split_plan(n_blocks, 4096, 64, sms, bps, min_keys, mean_len=short.mean()) == (4, 1024)
     items = [max(0, min(n, (s + 1) * chunk) - s * chunk) for n in lens for s in range(S)]
     assert max(items) <= chunk and sum(items) == lens.sum()
     assert sum(i > 0 for i in items) == sum(-(-n // chunk) for n in lens)

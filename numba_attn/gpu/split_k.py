@@ -32,6 +32,12 @@ def sm_count() -> int:
 
 
 BALANCE = 4  # a ragged batch's plan: a split's keys at most 1/BALANCE of the mean keys per block slot
+# ... and at least this many keys per split: paged_split_k on a ragged B8 H32 batch of lengths up to 4k
+# (H200, CUPTI): 16 splits of 256 keys 96.1 µs, 4 of 1024 73.5 µs, 2 of 2048 75.0 µs (a split's fixed cost
+# against its keys); B8 up to 32k and B32 up to 4k planned alike with 256 and 1024 (495.1 and 495.3 µs,
+# 307.0 and 306.5 µs). results/archive/2026-11-23-gpu-checks-de/min-keys.txt
+RAGGED_MIN_KEYS = 1024
+RAGGED_MIN_SPLITS = 4  # ... unless the longest sequence would then have fewer splits than this
 
 
 def split_plan(n_blocks: int, kv_len: int, keys_per_round: int, sms: int, blocks_per_sm: int,
@@ -51,7 +57,8 @@ def split_plan(n_blocks: int, kv_len: int, keys_per_round: int, sms: int, blocks
     sequence leaves the blocks of the long sequences running alone at the end.
     The ragged plan sizes the splits from the total work instead: ``mean_len × n_blocks``
     keys over the block slots, each split at most 1/``BALANCE`` of a slot's share
-    (at least ``min_keys``), so the non-empty (sequence, split) blocks are small
+    (at least ``min_keys``, and ``RAGGED_MIN_KEYS`` where the longest sequence still gets
+    ``RAGGED_MIN_SPLITS`` splits), so the non-empty (sequence, split) blocks are small
     against a slot's share and even out over several waves (a split past a
     sequence's end exits at once). S is rounded up to a power of two (a kernel
     compiled for its split count is compiled for few counts), capped by ``min_keys``
@@ -64,7 +71,8 @@ def split_plan(n_blocks: int, kv_len: int, keys_per_round: int, sms: int, blocks
         S = max(1, min(sms * blocks_per_sm // n_blocks, cap))
         if 0 < mean_len < kv_len:
             share = mean_len * n_blocks / (sms * blocks_per_sm)  # keys per block slot
-            ragged = -(-kv_len // max(1, min_keys, int(share / BALANCE)))
+            floor = min(RAGGED_MIN_KEYS, kv_len // RAGGED_MIN_SPLITS)  # the longest still split
+            ragged = -(-kv_len // max(1, min_keys, floor, int(share / BALANCE)))
             S = max(S, min(1 << (ragged - 1).bit_length(), cap))
     chunk = -(-kv_len // S)
     chunk = -(-chunk // keys_per_round) * keys_per_round
