@@ -4,6 +4,7 @@ Backend-neutral: the cache key names the active device (``gpu_info()["gpu"]``: "
 model); in the simulator the rows are untimed and the stand-in rule chooses the default, on a GPU the
 rows are timed and the fastest OK candidate is chosen."""
 import json
+import os
 import re
 
 import numpy as np
@@ -252,6 +253,27 @@ def test_ray_same_best(tmp_path, cache_env):
         assert one[0].best == two[0].best
     rows = [r for r in load_results(str(tmp_path / "ray.jsonl")) if r.get("type") == "result"]
     assert len({json.dumps(r["requested_params"], sort_keys=True) for r in rows}) == len(rows) == 3
+    if os.geteuid() == 0:  # Ray starts its workers at niceness 15; measuring workers run at the normal priority
+        assert all(r["worker"].get("niceness") == 0 for r in rows), [r["worker"] for r in rows]
+
+
+def test_ray_workers_get_the_normal_priority_back(monkeypatch):
+    """A process at Ray's worker niceness (15) asks for the normal priority; where that is not allowed it
+    keeps its niceness and says which."""
+    from numba_attn.measure import distributed
+
+    state = {"nice": 15, "allowed": True}
+
+    def setpriority(which, who, value):
+        if not state["allowed"] and value < state["nice"]:
+            raise PermissionError("lowering the niceness needs CAP_SYS_NICE")
+        state["nice"] = value
+
+    monkeypatch.setattr(distributed.os, "getpriority", lambda which, who: state["nice"])
+    monkeypatch.setattr(distributed.os, "setpriority", setpriority)
+    assert distributed.normal_priority() == 0 and state["nice"] == 0
+    state.update(nice=15, allowed=False)
+    assert distributed.normal_priority() == 15
 
 
 def test_candidates_sharing_kernels_go_to_one_worker():

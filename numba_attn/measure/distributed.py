@@ -17,6 +17,8 @@ Ray is an optional extra: ``pip install -e ".[ray]"``.
 """
 from __future__ import annotations
 
+import os
+
 INSTALL_HINT = '--ray needs Ray: pip install -e ".[ray]" (or pip install "ray>=2.9")'
 
 
@@ -28,12 +30,31 @@ def available() -> bool:
     return True
 
 
+def normal_priority() -> int:
+    """Give this process (and the worker process it starts) the normal CPU priority, where allowed;
+    returns its niceness. Ray starts its worker processes at niceness 15 (``RAY_worker_niceness``) so
+    that its own daemons come first, and a measuring worker inherits it: then its compiler yields
+    the CPU to every other process of the host, and a sweep's compilation on Ray actors took 19 %
+    longer than in local workers (2× H200, the same 160 kernels). Lowering the niceness needs the
+    privilege to (root, or CAP_SYS_NICE); without it the process keeps its niceness."""
+    try:
+        if os.getpriority(os.PRIO_PROCESS, 0) > 0:
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
+    except (AttributeError, OSError):
+        pass
+    try:
+        return os.getpriority(os.PRIO_PROCESS, 0)
+    except (AttributeError, OSError):
+        return 0
+
+
 def _actor_class(ray):
     @ray.remote(max_restarts=0)
     class MeasureActor:
         def __init__(self, setup=()):
             from numba_attn.measure.parallel import LocalWorker
 
+            normal_priority()
             # the GPU Ray gave this actor (its CUDA_VISIBLE_DEVICES) is inherited by the worker process;
             # a worker process that dies is replaced and its row retried once, as locally
             self.worker = LocalWorker(setup)
@@ -43,7 +64,7 @@ def _actor_class(ray):
 
             from numba_attn.measure.env import gpu_info
 
-            return {"host": socket.gethostname(), "gpu": gpu_info()["gpu"]}
+            return {"host": socket.gethostname(), "gpu": gpu_info()["gpu"], "niceness": normal_priority()}
 
         def call(self, task, timeout_s):
             return self.worker.call(task, timeout_s)
@@ -64,6 +85,8 @@ class RayPool:
         from numba_attn.gpu.backend import IS_SIMULATOR
 
         self.ray = ray
+        # a local instance started here runs its workers at the normal priority (see normal_priority)
+        os.environ.setdefault("RAY_worker_niceness", "0")
         if not ray.is_initialized():
             if address in (None, "auto", "local"):
                 try:

@@ -75,6 +75,10 @@ def identity() -> dict:
         out["affinity"] = len(os.sched_getaffinity(0))  # the CPUs it may run on
     except (AttributeError, OSError):
         pass
+    try:
+        out["niceness"] = os.getpriority(os.PRIO_PROCESS, 0)  # its CPU priority (Ray's workers: 15)
+    except (AttributeError, OSError):
+        pass
     if not IS_SIMULATOR:
         try:
             from numba import cuda
