@@ -34,9 +34,10 @@ def normal_priority() -> int:
     """Give this process (and the worker process it starts) the normal CPU priority, where allowed;
     returns its niceness. Ray starts its worker processes at niceness 15 (``RAY_worker_niceness``) so
     that its own daemons come first, and a measuring worker inherits it: then its compiler yields
-    the CPU to every other process of the host, and a sweep's compilation on Ray actors took 19 %
-    longer than in local workers (2× H200, the same 160 kernels). Lowering the niceness needs the
-    privilege to (root, or CAP_SYS_NICE); without it the process keeps its niceness."""
+    the CPU to every other process of the host. (A sweep's compilation on Ray actors took 15-19 %
+    longer than in one or two local workers: 2× H200, the same 160 kernels; whether the niceness is
+    why was not measured there.) Lowering the niceness needs the privilege to (root, or
+    CAP_SYS_NICE); without it the process keeps its niceness."""
     try:
         if os.getpriority(os.PRIO_PROCESS, 0) > 0:
             os.setpriority(os.PRIO_PROCESS, 0, 0)
