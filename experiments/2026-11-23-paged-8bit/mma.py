@@ -32,29 +32,37 @@ def cache_bytes(prob):
     return 2 * prob.batch * prob.kv_heads * prob.kv_len * prob.head_dim * per
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def compare(argv, script, variants, peers=("torch_sdpa", "torch_sdpa_cudnn"),
+            keys=("wide", "mma", "warps", "blocks_per_sm", "splits"), doc=__doc__):
+    """One problem of ``paged-8bit-short`` (``--index``): the rows of ``variants(problem)`` ((phase,
+    params) pairs), then ``peers`` on the contiguous twin, appended to OUT.jsonl after an env line; one
+    printed line per row with the bandwidth on the bytes read and the speedup against the first peer."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("out")
     ap.add_argument("--index", type=int, required=True)
     a = ap.parse_args(argv)
     prob = PRESETS["paged-8bit-short"][a.index]
     cfg = RunConfig(seeds=(1,), timing=TimingConfig(method="cupti", budget_s=1.0))
     twin = contiguous_twin(prob)
-    variants = VARIANTS + ([("paged_mma", {})] if prob.group > 1 else [])
     with open(a.out, "a", encoding="utf-8") as f:
-        env = environment(" ".join(["python3", "experiments/2026-11-23-paged-8bit/mma.py"] + sys.argv[1:]))
+        env = environment(" ".join(["python3", f"experiments/2026-11-23-paged-8bit/{script}"] + sys.argv[1:]))
         f.write(json.dumps({"type": "env", **env}, default=json_default) + "\n")
-        rows = [(prob, measure(name, prob, cfg, **params)) for name, params in variants]
-        rows += [(twin, measure_peer(name, twin, cfg)) for name in ("torch_sdpa", "torch_sdpa_cudnn")]
-        for p, row in rows:
+        rows = [(prob, measure(name, prob, cfg, **params)) for name, params in variants(prob)]
+        peer_rows = [(twin, measure_peer(name, twin, cfg)) for name in peers]
+        peer = peer_rows[0][1].get("time_ms") or float("nan")
+        for p, row in rows + peer_rows:
             f.write(json.dumps(row, default=json_default) + "\n")
             f.flush()
             ms = row.get("time_ms") or float("nan")
-            extra = {k: row["params"].get(k) for k in ("wide", "mma", "warps", "blocks_per_sm", "splits")
-                     if k in row["params"]}
+            extra = {k: row["params"].get(k) for k in keys if k in row["params"]}
             print(f"{row['phase']:<18} {row['label']:<52} {row['status']:<5} {ms:8.4f} ms "
-                  f"{cache_bytes(p) / (ms * 1e-3) / 1e12:5.2f} TB/s  {extra}", flush=True)
+                  f"{cache_bytes(p) / (ms * 1e-3) / 1e12:5.2f} TB/s  {peer / ms:5.3f}x {peers[0]}  {extra}",
+                  flush=True)
     return 0
+
+
+def main(argv=None):
+    return compare(argv, "mma.py", lambda prob: VARIANTS + ([("paged_mma", {})] if prob.group > 1 else []))
 
 
 if __name__ == "__main__":
