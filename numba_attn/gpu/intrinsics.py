@@ -67,6 +67,8 @@ The functions
 ``to_tf32``                ``cvt.rna.tf32.f32``
 ``cvt_e4m3x4_f16x2``        ``cvt.rn.f16x2.e4m3x2`` of both halves of a word (four fp8 e4m3fn codes → two f16x2;
                            sm_89+)
+``pack_e4m3x4``             ``cvt.rn.satfinite.e4m3x2.f32`` twice (four floats → four fp8 e4m3fn codes, the
+                           first in the low byte; sm_89+)
 ``sub_f16x2``               ``sub.rn.f16x2`` (both halves)
 ``mad_u32``                 ``a·b + c`` in 32-bit unsigned arithmetic (numba widens integer arithmetic to 64 bits)
 ``add_u32``                 ``a + b`` in 32-bit unsigned arithmetic
@@ -119,6 +121,7 @@ __all__ = [
     "cp_async16", "cp_async16_flat", "cp_async16_flat_l2_256", "cp_async_commit", "cp_async_wait", "ld_global_v4",
     "st_shared_v4", "ld_shared_v4", "unpack_bf16x2", "ld_global_v2", "byte_perm", "unpack_f16x2", "u32_as_f32",
     "pack_f16x2", "pack_bf16x2", "pack_b16x2", "to_tf32", "lds", "rows_head_major", "cvt_e4m3x4_f16x2",
+    "pack_e4m3x4", "e4m3_bits_reference",
     "sub_f16x2", "mad_u32", "add_u32", "ld_global_v4_at", "ld_global_v2_at", "ld_at",
 ]
 
@@ -191,6 +194,32 @@ def e4m3_f16_bits_reference(code) -> int:
         return E4M3_NAN_F16 | ((c & 0x80) << 8)
     val = (m / 8.0) * 2.0 ** -6 if e == 0 else (1.0 + m / 8.0) * 2.0 ** (e - 7)
     return f16_bits(-val if c & 0x80 else val)
+
+
+E4M3_MAX = 448.0  # the largest finite float8 e4m3fn value (code 0x7E)
+
+
+def e4m3_bits_reference(x) -> int:
+    """``cvt.rn.satfinite.e4m3x2.f32`` of one float32: the float8 e4m3fn code of ``x`` rounded to
+    nearest even; magnitudes past 448 (infinities included) saturate to ±448 (0x7E/0xFE), NaN gives
+    the NaN code 0x7F; below 2^-6 the subnormal steps of 2^-9 (a tie rounds to even)."""
+    import math
+
+    v = float(np.float32(x))
+    if v != v:
+        return 0x7F
+    sign = 0x80 if math.copysign(1.0, v) < 0 else 0
+    a = abs(v)
+    if a >= E4M3_MAX:
+        return sign | 0x7E
+    if a < 2.0 ** -6:  # subnormal: m·2^-9; m = 8 is the smallest normal (code 0x08)
+        return sign | int(round(a * 2.0 ** 9))
+    m, e = math.frexp(a)  # a = m·2^e, m in [0.5, 1)
+    e -= 1
+    q = int(round((2.0 * m - 1.0) * 8.0))  # exact: a float64 with few bits; round() ties to even
+    if q == 8:
+        e, q = e + 1, 0
+    return sign | ((e + 7) << 3) | q
 
 
 def half_lo_hi(reg, kind: str):
@@ -511,6 +540,12 @@ if IS_SIMULATOR:
         b = _u32(w)
         h = [e4m3_f16_bits_reference((b >> (8 * i)) & 0xFF) for i in range(4)]
         return np.uint32(h[0] | (h[1] << 16)), np.uint32(h[2] | (h[3] << 16))
+
+    def pack_e4m3x4(x0, x1, x2, x3):
+        """Four float32 → one register of four e4m3fn codes, ``x0`` in the low byte (round to nearest
+        even, saturating to ±448, NaN to 0x7F: :func:`e4m3_bits_reference`)."""
+        return np.uint32(e4m3_bits_reference(x0) | (e4m3_bits_reference(x1) << 8)
+                         | (e4m3_bits_reference(x2) << 16) | (e4m3_bits_reference(x3) << 24))
 
     def sub_f16x2(a, b):
         """Both f16 halves of ``a`` minus those of ``b``, rounded to nearest even (``sub.rn.f16x2``)."""
@@ -906,6 +941,19 @@ else:  # -------------------------------------------------------------- GPU
                        "cvt.rn.f16x2.e4m3x2 $1, hi; }", "=r,=r,r", [x])
             vals = [builder.extract_value(res, i) for i in range(2)]
             return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    @intrinsic
+    def pack_e4m3x4(typingctx, x0, x1, x2, x3):
+        sig = types.uint32(types.float32, types.float32, types.float32, types.float32)
+
+        def codegen(context, builder, sig, args):
+            # cvt.rn.satfinite.e4m3x2.f32 d, a, b puts a in the upper byte of the 16-bit d
+            return _asm(builder, _i32, [_f32] * 4,
+                        "{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1; "
+                        "cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3; mov.b32 $0, {lo, hi}; }", "=r,f,f,f,f",
+                        list(args))
 
         return sig, codegen
 

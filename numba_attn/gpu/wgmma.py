@@ -100,7 +100,7 @@ SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}  # descriptor bits 62-63 for 128/64/32-byt
 ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1}  # per input element; a k-step is 32 bytes of K in every kind
 
 __all__ = ["make_wgmma_rs", "make_wgmma_wait", "make_ring_copy", "shared_address", "row_bytes", "swizzle_chunk", "tile_offset", "kmajor_params",
-           "mnmajor_params", "b_addresses", "wgmma_reference", "SWIZZLE_MODE"]
+           "mnmajor_params", "b_addresses", "wgmma_reference", "SWIZZLE_MODE", "e4m3_p_keys", "e4m3_p_registers"]
 
 
 def row_bytes(D: int) -> int:
@@ -156,6 +156,29 @@ def padded_columns(D: int) -> int:
     if dk in (16, 32):
         return dk
     return (dk + 63) // 64 * 64
+
+
+def e4m3_p_keys():
+    """The key order that makes an f32 accumulator fragment the e4m3 A fragment of the next product
+    without shuffles (FlashAttention-3's FP8 P·V): ``keys[p]`` is the key (0..31 within a 32-key
+    block) whose V row must be stored at position p of the k32 step. A thread holds, of each 8-key
+    n-tile of S, the keys 2t and 2t+1 (:func:`_d_index`); register r of the k32 A fragment takes the
+    stored positions 4t..4t+3 (+16 for r ≥ 2, :func:`_a_index` with ``esize`` 1). Packing the
+    thread's values of n-tiles 4kk, 4kk+1 (registers 0, 1) and 4kk+2, 4kk+3 (registers 2, 3) in
+    order puts key 8·(2·(p // 16) + (p mod 4) // 2) + 2·((p mod 16) // 4) + p mod 2 at position p."""
+    p = np.arange(32)
+    return 8 * (2 * (p // 16) + (p % 4) // 2) + 2 * ((p % 16) // 4) + p % 2
+
+
+def e4m3_p_registers(ksteps: int):
+    """Host model of the conversion: for each thread and each A register of ``ksteps`` k32 steps of
+    P·V, the indices (4, low byte first) of the thread's S accumulator values (:func:`_d_index` of
+    N = 32·ksteps) packed into it: register 4kk + r takes values 16kk + 8·(r // 2) + (r mod 2)·2
+    + (0, 1, 4, 5)."""
+    kk = np.arange(ksteps)[:, None, None]
+    r = np.arange(4)[None, :, None]
+    b = np.array([0, 1, 4, 5])[None, None, :]
+    return (16 * kk + 8 * (r // 2) + 2 * (r % 2) + b).reshape(4 * ksteps, 4)
 
 
 @functools.cache

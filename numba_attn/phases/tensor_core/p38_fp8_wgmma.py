@@ -1,0 +1,550 @@
+"""Phase 38 — ``fp8_wgmma``: both products of tc_wgmma in FP8 (e4m3), k32 steps.
+
+Change against ``tc_wgmma`` — the cp.async ring, one warpgroup per 64 query rows,
+the online softmax on the accumulator fragments and P kept in registers are the
+same; what changes is the precision the tensor cores multiply in:
+
+* **Per-head quantization inside the launch.** Q, K and V arrive in the problem's
+  dtype (float16/bfloat16). Three small kernels run before the attention kernel:
+  the largest |x| of each (batch, head) of Q, K and V (``amax``: ``NCH`` partial
+  maxima per head), then the codes ``e4m3(x · 448 / amax)`` (``cvt.rn.satfinite``,
+  four per register: :func:`numba_attn.gpu.intrinsics.pack_e4m3x4`); the scale of a
+  head is ``amax / 448`` (float32). Q and K keep their layout (rows of D bytes); V is
+  written **transposed** (rows = head-dim columns, contiguous over keys, the key axis
+  padded to whole tiles with zeros) with the keys of every 32-key block in the order
+  of :func:`numba_attn.gpu.wgmma.e4m3_p_keys` (below). The quantized copies are the
+  launch's scratch; their time is part of the phase's time.
+* **S = Q·Kᵀ in e4m3.** ``D/32`` wgmma m64nBc k32 per tile; the A fragments of Q are
+  the words 8s+t and 8s+t+4 of a row of codes (the k16 layout read in bytes, as the
+  16-bit phases read pairs); the K tile is K-major in shared memory (rows of D bytes,
+  the D-byte swizzle: 32, 64 or 128).
+* **O += P·V in e4m3.** 8-bit wgmma has no transposed B: the V tile is the K-major
+  operand of N = D rows (head-dim columns) of Bc bytes, copied from the transposed V.
+  P (f32 after the softmax, times 256 so that small probabilities keep their bits) is
+  converted in registers: the thread's own S values of n-tiles 4kk..4kk+3 become the
+  four A registers of k-step kk with no shuffle, because V's keys are stored in that
+  order (the permutation FlashAttention-3 applies to V).
+* **Scales folded in.** The scores are in code units: the softmax runs with
+  ``sl2 · q_scale · k_scale``; the row sums are multiplied by ``256 / v_scale`` before
+  the epilogue divides by them.
+
+Precision: every input rounded to 3 mantissa bits and P to e4m3: the phase's
+precision is ``e4m3`` (tolerance 0.1 of ‖O‖, ``spec.reference.TOLERANCE``). Measured in
+the simulator on normal inputs: 3.6-5.0e-2 against the float64 reference, nearly all of
+it the quantization of the inputs (a float64 model of per-head e4m3 Q, K, V alone:
+4.6-4.9e-2 at D = 32-128); 1.8-2.0e-2 against the float64 attention of the dequantized
+inputs (the kernel's own arithmetic: P in e4m3). Not chosen automatically
+(``attention()`` runs it only when named), like tc_tf32 for float32.
+
+Non-finite inputs: the scales are taken over finite values; NaN keeps its code (0x7F);
+an infinite Q or V value becomes NaN (a query row with one is NaN in the reference; a V
+column with one gives NaN here where the reference has ±inf); a key with infinite values
+keeps only their signs (±448, the other columns 0) and its scores are multiplied by inf
+(``kmul``, only in a KV head that holds one): ±inf scores as in the reference.
+
+Head dims 16, 32, 64 and 128 (rows of 32/64/128 bytes: one swizzled column block; D=16's
+Q and K rows padded with zero codes to 32 bytes), Bc of 32, 64 or 128 keys (V rows of Bc
+bytes). Causal and grouped-query attention as the parent.
+
+Prediction (written before measuring): the tensor-core time per tile halves again
+(FP8 wgmma: twice the f16 rate); the softmax, unchanged, bounds it, and the
+quantization costs ~0.1 ms at B1 H32 N8192 D128. B1 H32 N8192 D128 fp16 non-causal:
+~1.4-1.6x tc_wgmma, ~1.0-1.2x SDPA fp16 (the 1.3x SDPA target needs the overlap of
+FlashAttention-3, a later step).
+
+Registers (sm_90a offline compile, D=128): 168 with 3 warpgroups and Bc=64 (the default)
+or 2 warpgroups and Bc=64, no spills; 2 warpgroups with Bc=128: 255 and 4 bytes of spills
+(non-causal); 3 warpgroups with Bc=128 spill 120-148 bytes (refused).
+
+Verdict: not measured yet: no row in a committed results file (experiments/2026-11-23-fp8-forward/run.sh).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import cuda, float32, uint32
+
+from numba_attn.gpu.device_functions import LOG2E, NEG_BIG, fragment_rescale, fragment_softmax
+from numba_attn.gpu.intrinsics import (cp_async16_flat, cp_async_commit, cp_async_wait, pack_e4m3x4, u32_as_f32,
+                                       unpack_bf16x2, unpack_f16x2)
+from numba_attn.gpu.jit import device, kernel
+from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
+from numba_attn.gpu.wgmma import e4m3_p_keys, kmajor_params, make_wgmma_rs, shared_address
+from numba_attn.phases.registry import Launch, register_phase
+from numba_attn.phases.tensor_core.common import ALIGN_BYTES, q_fragments, store_fragments, u32_views
+
+E4M3_MAX = 448.0  # the largest e4m3fn value: a head's amax maps to it
+P_SCALE = 256.0  # P in [0, 1] times 256 before its conversion (normal e4m3 down to 2^-14 of the row max)
+NCH = 16  # partial maxima per head (blocks of the amax kernel per head)
+QTH = 128  # threads per block of the quantization kernels
+HEAD_DIMS = (16, 32, 64, 128)  # rows of 32/64/128 bytes: one swizzled column block (16: padded to 32)
+TILES = (32, 64, 128)  # Bc: V^T rows of 32/64/128 bytes
+
+
+# -- quantization (three kernels per tensor set, before the attention kernel) --------------------
+
+INF = float32(np.inf)
+NAN_BITS = 0x7FC00000  # a float32 NaN, made from its bits (fastmath folds no arithmetic NaN away)
+
+
+@device
+def inf_halves(w, bf16):
+    """Which halves of a word of two f16/bf16 are infinite, and which finite, from their bits (the
+    kernels are compiled with fastmath: float comparisons with inf or NaN may be folded away)."""
+    e = uint32(0x7F80) if bf16 else uint32(0x7C00)
+    lo = uint32(w) & uint32(0x7FFF)
+    hi = (uint32(w) >> uint32(16)) & uint32(0x7FFF)
+    return lo == e, hi == e, (lo & e) != e, (hi & e) != e
+
+
+@functools.cache
+def make_amax(DW: int):
+    """``amax(x, part, bad, bf16)``: x the (heads, N, DW) uint32 view of f16/bf16 rows; ``part[h, ch]``
+    the largest finite |x| of the words ch·QTH + tid + k·NCH·QTH of head h, ``bad[h, ch]`` 1 where
+    one of them is infinite (grid (NCH, heads), QTH threads). NaN is skipped here: its code carries it."""
+    @kernel
+    def amax(x, part, bad, bf16):
+        red = cuda.shared.array(QTH, float32)
+        anyinf = cuda.shared.array(1, float32)
+        tid = cuda.threadIdx.x
+        ch = cuda.blockIdx.x
+        h = cuda.blockIdx.y
+        if tid == 0:
+            anyinf[0] = float32(0.0)
+        cuda.syncthreads()
+        n = x.shape[1] * DW
+        m = float32(0.0)
+        f = False
+        for i in range(ch * QTH + tid, n, NCH * QTH):
+            w = x[h, i // DW, i % DW]
+            if bf16:
+                a, b = unpack_bf16x2(w)
+            else:
+                a, b = unpack_f16x2(w)
+            ia, ib, fa, fb = inf_halves(w, bf16)
+            if fa:  # finite values only
+                m = max(m, abs(a))
+            if fb:
+                m = max(m, abs(b))
+            f = f or ia or ib
+        red[tid] = m
+        if f:
+            anyinf[0] = float32(1.0)
+        cuda.syncthreads()
+        step = QTH // 2
+        while step > 0:
+            if tid < step:
+                red[tid] = max(red[tid], red[tid + step])
+            cuda.syncthreads()
+            step //= 2
+        if tid == 0:
+            part[h, ch] = red[0]
+            bad[h, ch] = anyinf[0]
+
+    return amax
+
+
+@device
+def head_scale(part, h):
+    """(448 / amax, amax / 448) of head ``h`` from its NCH partial maxima (amax 0: 1, 1)."""
+    m = float32(0.0)
+    for c in range(NCH):
+        m = max(m, part[h, c])
+    if m > float32(0.0):
+        return float32(E4M3_MAX) / m, m / float32(E4M3_MAX)
+    return float32(1.0), float32(1.0)
+
+
+@device
+def head_bad(bad, h):
+    """1 when head ``h`` holds an infinite value, else 0 (from the amax kernel's blocks)."""
+    f = float32(0.0)
+    for c in range(NCH):
+        f = max(f, bad[h, c])
+    return f
+
+
+@device
+def two(w, bf16, inf_nan):
+    """The two f16/bf16 values of word ``w`` as float32 and whether each is infinite; with
+    ``inf_nan`` an infinity becomes NaN (its e4m3 code is then the NaN code 0x7F)."""
+    if bf16:
+        a, b = unpack_bf16x2(w)
+    else:
+        a, b = unpack_f16x2(w)
+    ia, ib, fa, fb = inf_halves(w, bf16)
+    if inf_nan:
+        if ia:
+            a = u32_as_f32(uint32(NAN_BITS))
+        if ib:
+            b = u32_as_f32(uint32(NAN_BITS))
+    return a, b, ia, ib
+
+
+@functools.cache
+def make_quant_rows(DW: int, keys: bool):
+    """``quant(x, out, part, bad, scale, flag, kmul, bf16)``: ``out[h, r, c]`` (uint32, four codes) = e4m3
+    of row r of head h, columns 4c..4c+3, times 448/amax (amax over finite values); ``scale[h]`` =
+    amax/448, ``flag[h]`` 1 when the head holds an infinity (grid (words/QTH, heads)).
+
+    Infinities: a query row (``keys`` False) with one is NaN in the reference whatever it meets, so an
+    infinity becomes the NaN code. A key row (``keys``) with infinities has score ±inf (or NaN) against
+    each query, the sign of the sum of q_d·sign(k_d) over its infinite columns: its codes become ±448 in
+    those columns and 0 in the others, and ``kmul[h, r]`` = inf (1 for the other rows of a flagged head;
+    the attention kernel multiplies the scores of a flagged head by it)."""
+    OW = DW // 2  # output words per row
+
+    @kernel
+    def quant(x, out, part, bad, scale, flag, kmul, bf16):
+        h = cuda.blockIdx.y
+        inv, sc = head_scale(part, h)
+        f = head_bad(bad, h)
+        i = cuda.blockIdx.x * QTH + cuda.threadIdx.x
+        if i == 0:
+            scale[h] = sc
+            flag[h] = f
+        if i < x.shape[1] * OW:
+            r = i // OW
+            c = i % OW
+            a, b, ia, ib = two(x[h, r, 2 * c], bf16, not keys)
+            cc, d, ic, id_ = two(x[h, r, 2 * c + 1], bf16, not keys)
+            if keys and f != float32(0.0):  # a head with an infinity (rare): is it in this key row?
+                rowinf = False
+                for w in range(DW):
+                    u0, u1, f0, f1 = inf_halves(x[h, r, w], bf16)
+                    rowinf = rowinf or u0 or u1
+                if c == 0:
+                    kmul[h, r] = INF if rowinf else float32(1.0)
+                if rowinf:  # the infinite columns' signs only (saturated to ±448), the others 0
+                    a = a if ia else float32(0.0)
+                    b = b if ib else float32(0.0)
+                    cc = cc if ic else float32(0.0)
+                    d = d if id_ else float32(0.0)
+            out[h, r, c] = pack_e4m3x4(a * inv, b * inv, cc * inv, d * inv)
+
+    return quant
+
+
+@functools.cache
+def make_quant_vt(D: int):
+    """``quant(v, vt, part, scale, bf16)``: the transposed codes of V, ``vt[h, d, m]`` (uint32: keys
+    4m..4m+3 of the stored order, row d), the keys of each 32-key block in the order of
+    :func:`e4m3_p_keys` (stored position p holds key ``32·(p // 32) + keys[p % 32]``), keys past
+    the end zero, an infinity the NaN code. Grid (D·NkP/4/QTH, heads): consecutive threads read
+    consecutive columns d."""
+    KEYS = tuple(int(x) for x in e4m3_p_keys())
+
+    @kernel
+    def quant(v, vt, part, scale, bf16):
+        h = cuda.blockIdx.y
+        inv, sc = head_scale(part, h)
+        i = cuda.blockIdx.x * QTH + cuda.threadIdx.x
+        if i == 0:
+            scale[h] = sc
+        n = v.shape[1]
+        if i < vt.shape[2] * D:
+            d = i % D
+            m = i // D
+            blk = 32 * (m // 8)
+            p0 = 4 * (m % 8)
+            vals = cuda.local.array(4, float32)
+            for b in range(4):
+                p = p0 + b  # stored position p: key KEYS[p] of the block (the formula of e4m3_p_keys)
+                j = blk + 8 * (2 * (p // 16) + (p % 4) // 2) + 2 * ((p % 16) // 4) + p % 2
+                x = float32(0.0)
+                if j < n:
+                    lo, hi, ilo, ihi = two(v[h, j, d // 2], bf16, True)
+                    x = hi if d % 2 else lo
+                vals[b] = x * inv
+            vt[h, d, m] = pack_e4m3x4(vals[0], vals[1], vals[2], vals[3])
+
+    quant.keys = KEYS  # the order the arithmetic above implements (tests compare)
+    return quant
+
+
+# -- the attention kernel -------------------------------------------------------------------
+
+def qk_depth(D):
+    """The bytes of a Q/K row of codes: D, at least 32 (the smallest swizzle; D=16 padded with zero codes)."""
+    return max(D, 32)
+
+
+def fp8_smem_bytes(D, Bc, stages):
+    """The ring (K tiles of Bc×qk_depth(D) bytes, V^T tiles of D×Bc bytes, ``stages`` each) and the
+    alignment pad."""
+    return stages * Bc * (qk_depth(D) + D) + ALIGN_BYTES
+
+
+@functools.cache
+def make_fp8_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf16: bool, permute: bool = True):
+    """The FP8 wgmma kernel ``(q8, k8, vt8, o, qs, ks, vs, kflag, kmul, sl2, H, Nq, Nk)``: q8 (B·H, Nq, D/4)
+    and k8 (B·Hkv, NkP, D/4) uint32 codes, vt8 (B·Hkv, D, NkP/4) the transposed permuted V codes, o the
+    uint32 view of the output, qs/ks/vs the heads' scales; a KV head with ``kflag`` set (an infinite K
+    value) has its scores multiplied by ``kmul`` (inf for the keys holding one: ±inf scores). ``permute=False`` packs P in the plain key order
+    (wrong against the permuted V: the tests' negative case)."""
+    W = 4 * WG
+    NTH = 32 * W
+    Br = 64 * WG
+    DQ = qk_depth(D)  # bytes of a Q/K row of codes
+    KS = DQ // 32  # k32 steps of Q·Kᵀ
+    KK = Bc // 32  # k32 steps of P·V
+    NT = Bc // 8
+    DT = D // 8
+    NQ = 4 * KS
+    NS = Bc // 2
+    NO = D // 2
+    NP = 4 * KK
+    TILEK = Bc * DQ  # bytes of one K stage
+    TILEV = D * Bc  # bytes of one V^T stage
+    VBASE = STAGES * TILEK  # the V^T stages follow the K stages
+    KVR = STAGES * (TILEK + TILEV) // 16
+    CHK = DQ // 16  # 16-byte chunks of a K row
+    CHV = Bc // 16  # of a V^T row
+    NCK = Bc * CHK  # chunks of a K tile
+    NCV = D * CHV  # of a V^T tile
+    WAIT = STAGES - 2
+    softmax = fragment_softmax(NT)
+    rescale = fragment_rescale(DT)
+    load_q = q_fragments(KS, False, DQ // 4)
+    store = store_fragments(DT, "bf16" if bf16 else "f16")
+    qk_off, qk_lbo, qk_sbo = kmajor_params(Bc, KS, DQ)
+    pv_off, pv_lbo, pv_sbo = kmajor_params(D, KK, Bc)
+    qk = make_wgmma_rs("e4m3", Bc, False, True, qk_off, qk_lbo, qk_sbo, DQ)
+    pv = make_wgmma_rs("e4m3", D, False, False, pv_off, pv_lbo, pv_sbo, Bc)
+    SWK = DQ // 16 - 1
+    SWV = Bc // 16 - 1
+    PS = float32(P_SCALE)
+
+    @device
+    def copy_v(KV, vt8, nkw, e, tile, buf, kvh):
+        """Chunk ``e`` of the V^T tile: head-dim row e // CHV, its keys' 16-byte chunk e mod CHV."""
+        rv = e // CHV
+        cv = e % CHV
+        so = (VBASE + buf * TILEV + rv * Bc + 16 * (cv ^ (((rv * Bc) >> 7) & SWV))) // 4
+        go = (kvh * D + rv) * nkw + tile * (Bc // 4) + 4 * cv
+        cp_async16_flat(KV, so, vt8, go, True)
+
+    @device
+    def copy_tile(KV, k8, vt8, tile, buf, tid, kvh):
+        """Thread ``tid``'s cp.async copies of tile ``tile`` (K rows and V^T columns of its keys;
+        the key axis is padded to whole tiles) into ring stage ``buf``, 16 bytes each, swizzled."""
+        nkw = vt8.shape[2]  # words of a V^T row (NkP / 4)
+        # one loop over both tiles when they have as many chunks (D >= 32: fewer live registers), else two
+        for e in range(tid, NCK, NTH):
+            r = e // CHK  # K: key row r, chunk c
+            c = e % CHK
+            so = (buf * TILEK + r * DQ + 16 * (c ^ (((r * DQ) >> 7) & SWK))) // 4
+            go = ((kvh * k8.shape[1]) + tile * Bc + r) * (DQ // 4) + 4 * c
+            cp_async16_flat(KV, so, k8, go, True)
+            if NCV == NCK:
+                copy_v(KV, vt8, nkw, e, tile, buf, kvh)
+        if NCV != NCK:
+            for e in range(tid, NCV, NTH):
+                copy_v(KV, vt8, nkw, e, tile, buf, kvh)
+
+    def body(q8, k8, vt8, o, qs, ks, vs, kflag, kmul, sl2, H, Nq, Nk):
+        base = dynamic_tile(0, 1, 4)
+        pad = ((ALIGN_BYTES - (shared_address(base) & (ALIGN_BYTES - 1))) & (ALIGN_BYTES - 1)) // 4
+        KV = dynamic_tile(pad, KVR, 4)
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g = lane // 4
+        t = lane % 4
+        h = cuda.blockIdx.y
+        b = cuda.blockIdx.z
+        bh = b * H + h
+        kvh = b * (H // G) + h // G
+        blk0 = cuda.blockIdx.x * Br
+        wg0 = blk0 + 64 * (warp // 4)
+        row0 = blk0 + 16 * warp
+        off = Nk - Nq
+        sl2q = sl2 * qs[bh] * ks[kvh]  # scores in code units
+        lscale = PS / vs[kvh]  # the row sums in the units of O's accumulators
+        kinf = kflag[kvh] != float32(0.0)  # block-uniform: only a head with an infinite K value
+
+        qf = cuda.local.array(NQ, uint32)
+        r_lo = row0 + g
+        load_q(qf, 0, q8, bh, r_lo, Nq, t)
+        acc = cuda.local.array(NO, float32)
+        for i in range(NO):
+            acc[i] = float32(0.0)
+        s = cuda.local.array(NS, float32)
+        pf = cuda.local.array(NP, uint32)
+        m_lo = NEG_BIG
+        m_hi = NEG_BIG
+        l_lo = float32(0.0)
+        l_hi = float32(0.0)
+
+        kv_end = Nk
+        wg_end = Nk
+        if causal:
+            kv_end = min(Nk, min(blk0 + Br, Nq) + off)
+            wg_end = min(Nk, min(wg0 + 64, Nq) + off)
+        if wg0 >= Nq:
+            wg_end = 0
+        n_tiles = (kv_end + Bc - 1) // Bc
+
+        for st in range(STAGES - 1):
+            if st < n_tiles:
+                copy_tile(KV, k8, vt8, st, st, tid, kvh)
+            cp_async_commit()
+
+        for it in range(n_tiles):
+            cp_async_wait(WAIT)
+            cuda.syncthreads()
+            nxt = it + STAGES - 1
+            if nxt < n_tiles:
+                copy_tile(KV, k8, vt8, nxt, nxt % STAGES, tid, kvh)
+            cp_async_commit()
+            st = it % STAGES
+            j0 = it * Bc
+            if j0 < wg_end:
+                qk(s, qf, 0, KV, st * TILEK)
+                if kinf:  # keys with infinite values: ±inf scores (kmul inf; 1 elsewhere)
+                    for nt in range(NT):
+                        for e in range(4):
+                            s[4 * nt + e] *= kmul[kvh, j0 + nt * 8 + 2 * t + (e % 2)]
+                if j0 + Bc > Nk or (causal and j0 + Bc - 1 > row0 + off):
+                    for nt in range(NT):
+                        for e in range(4):
+                            col = j0 + nt * 8 + 2 * t + (e % 2)
+                            row = row0 + g + 8 * (e // 2)
+                            if col >= Nk or (causal and col > row + off):
+                                s[4 * nt + e] = NEG_BIG
+                m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2q)
+                l_lo = l_lo * corr_lo + rs_lo
+                l_hi = l_hi * corr_hi + rs_hi
+                for kk in range(KK):  # n-tiles 4kk..4kk+3 → the four A registers of k-step kk
+                    i0 = 16 * kk
+                    if permute:  # bytes: (nt 4kk, e 0/1; nt 4kk+1, e 0/1) = stored keys 4t..4t+3
+                        pf[4 * kk + 0] = pack_e4m3x4(s[i0] * PS, s[i0 + 1] * PS, s[i0 + 4] * PS, s[i0 + 5] * PS)
+                        pf[4 * kk + 1] = pack_e4m3x4(s[i0 + 2] * PS, s[i0 + 3] * PS, s[i0 + 6] * PS,
+                                                     s[i0 + 7] * PS)
+                        pf[4 * kk + 2] = pack_e4m3x4(s[i0 + 8] * PS, s[i0 + 9] * PS, s[i0 + 12] * PS,
+                                                     s[i0 + 13] * PS)
+                        pf[4 * kk + 3] = pack_e4m3x4(s[i0 + 10] * PS, s[i0 + 11] * PS, s[i0 + 14] * PS,
+                                                     s[i0 + 15] * PS)
+                    else:  # the accumulator values in their own order (wrong against the permuted V)
+                        pf[4 * kk + 0] = pack_e4m3x4(s[i0] * PS, s[i0 + 1] * PS, s[i0 + 2] * PS, s[i0 + 3] * PS)
+                        pf[4 * kk + 1] = pack_e4m3x4(s[i0 + 4] * PS, s[i0 + 5] * PS, s[i0 + 6] * PS,
+                                                     s[i0 + 7] * PS)
+                        pf[4 * kk + 2] = pack_e4m3x4(s[i0 + 8] * PS, s[i0 + 9] * PS, s[i0 + 10] * PS,
+                                                     s[i0 + 11] * PS)
+                        pf[4 * kk + 3] = pack_e4m3x4(s[i0 + 12] * PS, s[i0 + 13] * PS, s[i0 + 14] * PS,
+                                                     s[i0 + 15] * PS)
+                rescale(acc, 0, corr_lo, corr_hi)
+                pv(acc, pf, 0, KV, VBASE + st * TILEV)
+        cp_async_wait(0)
+        store(o, bh, r_lo, acc, 0, l_lo * lscale, l_hi * lscale, Nq, t)
+
+    body.__name__ = body.__qualname__ = "fp8_wgmma"
+    return kernel(body, launch_bounds=(NTH,)) if NTH > 256 else kernel(body)
+
+
+# -- host side ------------------------------------------------------------------------------
+
+def resolve_fp8(problem, warpgroups, Bc, stages):
+    """warpgroups=0: 3 at D=128 (as tc_wgmma: 168 registers with Bc=64, no spills, sm_90a offline
+    compile), 2 otherwise."""
+    if warpgroups < 0:
+        raise ValueError("warpgroups (per block) must be at least 1 (0: by head_dim)")
+    return {"warpgroups": warpgroups or (3 if problem.head_dim == 128 else 2), "Bc": Bc, "stages": stages}
+
+
+def supports_fp8(problem, warpgroups, Bc, stages):
+    D = problem.head_dim
+    if D not in HEAD_DIMS:
+        return (f"head_dim {D}: the FP8 kernel takes rows of 32, 64 or 128 bytes (head_dim 16 padded to 32, "
+                "32, 64, 128: one swizzled column block of e4m3 codes)")
+    if Bc not in TILES:
+        return f"Bc={Bc}: the transposed V tile has rows of Bc bytes: 32, 64 or 128"
+    if warpgroups > 3:
+        return f"warpgroups={warpgroups}: at most 3 (168 registers a thread at 384 threads)"
+    if warpgroups == 3 and D == 128 and Bc == 128:
+        return ("warpgroups=3 with Bc=128 at head_dim 128: 64 score and 64 output accumulators do not fit the "
+                "168 registers of a 384-thread block (120-148 bytes of spills, wgmma serialized; sm_90a offline "
+                "compile); use Bc=64 or warpgroups <= 2")
+    if stages < 2:
+        return "stages must be at least 2"
+    return smem_reason(fp8_smem_bytes(D, Bc, stages))
+
+
+def build_fp8(problem, warpgroups, Bc, stages, permute=True):
+    """The :class:`Launch`: the quantization kernels (amax, codes of Q and K, transposed codes of V)
+    into scratch allocated here, then the attention kernel."""
+    B, H, Hkv, Nq, Nk, D = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.head_dim
+    bf16 = problem.dtype == "bfloat16"
+    NkP = (Nk + Bc - 1) // Bc * Bc
+    kern = make_fp8_kernel(D, warpgroups, Bc, stages, problem.group, problem.causal, bf16, permute)
+    amax = make_amax(D // 2)
+    qrows = make_quant_rows(D // 2, False)
+    krows = make_quant_rows(D // 2, True)
+    qvt = make_quant_vt(D)
+    BH, BHkv = B * H, B * Hkv
+    DQ = qk_depth(D)
+    q8 = cuda.to_device(np.zeros((BH, Nq, DQ // 4), np.uint32))  # D=16: the codes of columns 16..31 stay zero
+    k8 = cuda.to_device(np.zeros((BHkv, NkP, DQ // 4), np.uint32))  # rows past Nk stay zero
+    vt8 = cuda.to_device(np.zeros((BHkv, D, NkP // 4), np.uint32))
+    parts = [cuda.to_device(np.zeros((n, NCH), np.float32)) for n in (BH, BHkv, BHkv)]
+    bads = [cuda.to_device(np.zeros((n, NCH), np.float32)) for n in (BH, BHkv, BHkv)]
+    scales = [cuda.to_device(np.ones(n, np.float32)) for n in (BH, BHkv, BHkv)]
+    flags = [cuda.to_device(np.zeros(n, np.float32)) for n in (BH, BHkv)]
+    kmul = cuda.to_device(np.ones((BHkv, NkP), np.float32))  # rows past Nk stay 1 (their scores are masked)
+    sl2 = float32(problem.sm_scale * LOG2E)
+    Br = 64 * warpgroups
+    grid = ((Nq + Br - 1) // Br, H, B)
+    nbytes = fp8_smem_bytes(D, Bc, stages)
+    nthreads = 128 * warpgroups
+    opted = []
+
+    def run(q, k, v, o, stream=0):
+        qw, kw, vw, ow = u32_views(q, k, v, o)
+        amax[(NCH, BH), QTH, stream](qw, parts[0], bads[0], bf16)
+        amax[(NCH, BHkv), QTH, stream](kw, parts[1], bads[1], bf16)
+        amax[(NCH, BHkv), QTH, stream](vw, parts[2], bads[2], bf16)
+        qrows[((Nq * D // 4 + QTH - 1) // QTH, BH), QTH, stream](qw, q8, parts[0], bads[0], scales[0], flags[0],
+                                                                 kmul, bf16)
+        krows[((Nk * D // 4 + QTH - 1) // QTH, BHkv), QTH, stream](kw, k8, parts[1], bads[1], scales[1], flags[1],
+                                                                   kmul, bf16)
+        qvt[((NkP // 4 * D + QTH - 1) // QTH, BHkv), QTH, stream](vw, vt8, parts[2], scales[2], bf16)
+        args = (q8, k8, vt8, ow, scales[0], scales[1], scales[2], flags[1], kmul, sl2, H, Nq, Nk)
+        if opted:
+            kern[grid, nthreads, stream, nbytes](*args)
+        else:
+            launch_dynamic(kern, grid, nthreads, stream, nbytes, *args)
+            opted.append(True)
+
+    ws = q8.nbytes + k8.nbytes + vt8.nbytes
+    return Launch(run, kernels=[kern, amax, qrows, krows, qvt], workspace_bytes=ws)
+
+
+@register_phase(
+    name="fp8_wgmma", order=38, title="Tensor cores: wgmma in FP8 (e4m3), per-head scales",
+    parent="tc_wgmma",
+    requires_cc="sm_90a",
+    description="""
+        tc_wgmma with both products in FP8: Q, K and V quantized per (batch, head) to e4m3
+        (scale amax/448) by kernels inside the launch, V written transposed with the keys of each
+        32-key block permuted; S = Q·Kᵀ with wgmma m64nBc k32 e4m3 (Q in registers, K K-major in
+        shared memory), P converted in registers to e4m3 in the permuted order (no shuffles) and
+        O += P·V with V^T as the K-major operand; the scales folded into the softmax exponent and
+        the final normalization. Layout it requires: V^T in e4m3, keys padded to whole tiles
+        (made by the launch). Precision e4m3: not chosen automatically.
+        Prediction: ~1.5x tc_wgmma at D128 (FP8 wgmma twice the f16 rate, softmax unchanged).
+    """,
+    lineage="FlashAttention-3 (Shah et al. 2024), FP8 forward: e4m3 wgmma, in-register P layout "
+            "matched by permuting V; per-head scales",
+    planned_speedup=225.0,  # tc_wgmma's 150 and the predicted 1.5x
+    space={"warpgroups": [1, 2, 3], "Bc": [64, 128], "stages": [2, 3]},
+    dtypes=("float16", "bfloat16"),
+    head_dims=HEAD_DIMS,
+    precision="e4m3",
+    sim_params={"warpgroups": 1, "Bc": 32, "stages": 2},
+    supports=supports_fp8,
+    resolve=resolve_fp8,
+)
+def fp8_wgmma(problem, warpgroups=0, Bc=64, stages=2):
+    """Quantize (per head), then the FP8 wgmma kernel."""
+    return build_fp8(problem, warpgroups, Bc, stages)

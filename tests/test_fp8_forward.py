@@ -1,0 +1,334 @@
+"""The FP8 (e4m3) forward phase ``fp8_wgmma`` and its building blocks.
+
+* ``pack_e4m3x4`` (``cvt.rn.satfinite.e4m3x2.f32``): its exact fallback against ml_dtypes on every
+  kind of value (ties, subnormals, saturation, NaN), and through a kernel (the PTX on a GPU);
+* the order of P: the host models of the wgmma fragments (``_d_index``, ``_a_index``) show that the
+  thread's own S values, packed as the kernel packs them, are its e4m3 A fragment once V's keys are
+  stored in ``e4m3_p_keys`` order;
+* the quantization kernels against a NumPy model (per-head amax/448 scales, V transposed and permuted);
+* the phase against the float64 reference (the e4m3 tolerance) and against the float64 attention of
+  its own dequantized inputs (its arithmetic alone: P in e4m3, the scales), causal with an odd KV
+  length and GQA, bfloat16; P packed in the plain order must come out wrong; a NaN never passes;
+* offline: the D=128 kernel assembles for sm_90a with the k32 e4m3 wgmma and no spills.
+
+Shapes are a single 64-row warpgroup and one or two key tiles, so the simulator stays fast.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+from numba import cuda, float32, uint32
+
+from numba_attn import Problem, get_phase
+from numba_attn.gpu import intrinsics as I
+from numba_attn.gpu import wgmma as WG
+from numba_attn.gpu.backend import IS_SIMULATOR
+from numba_attn.gpu.jit import kernel
+from numba_attn.measure.check import to_device
+from numba_attn.phases.tensor_core import p38_fp8_wgmma as F
+from numba_attn.spec.reference import check, reference, tolerance
+from offline_compile import offline_json
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+PHASE = get_phase("fp8_wgmma")
+SIM = PHASE.sim_params  # one warpgroup, Bc = 32
+OWN_TOL = 3.5e-2  # the kernel's own error against the attention of its dequantized inputs (P in e4m3: ~2e-2)
+
+
+# -- the packer ------------------------------------------------------------------------------
+
+def _values(rng):
+    x = np.concatenate([
+        rng.standard_normal(3000) * 30, rng.standard_normal(3000) * 1e-2, rng.standard_normal(500) * 1e-3,
+        np.linspace(-500, 500, 4001),
+        # ties between neighbours (1 + 1/16: between 1 and 1.125), subnormal ties, the saturation edge
+        [1.0625, 1.1875, -1.0625, 2.0 ** -10, 3 * 2.0 ** -10, 5 * 2.0 ** -10, 2.0 ** -6 - 2.0 ** -10,
+         432.0, 447.99, 448.0, 460.0, 464.0, 1e9, -1e9, 0.0, -0.0, np.inf, -np.inf]])
+    return x.astype(np.float32)
+
+
+def _want_codes(x):
+    """ml_dtypes' round-to-nearest-even e4m3fn codes, saturated to ±448 (satfinite); NaN → 0x7F."""
+    w = np.clip(x, -448, 448).astype(ml_dtypes.float8_e4m3fn).view(np.uint8).copy()
+    w[np.isnan(x)] = 0x7F
+    return w
+
+
+def test_e4m3_bits_reference_matches_ml_dtypes():
+    x = _values(np.random.default_rng(0))
+    got = np.array([I.e4m3_bits_reference(v) for v in x], np.uint8)
+    assert np.array_equal(got, _want_codes(x))
+    assert I.e4m3_bits_reference(np.nan) == 0x7F
+    assert I.e4m3_bits_reference(np.inf) == 0x7E and I.e4m3_bits_reference(-np.inf) == 0xFE
+
+
+@functools.cache
+def _pack_kernel():
+    @kernel
+    def k(x, out):
+        i = cuda.grid(1)
+        if i < out.shape[0]:
+            out[i] = I.pack_e4m3x4(x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3])
+
+    return k
+
+
+def test_pack_e4m3x4_kernel():
+    """Four floats → one register, the first in the low byte (the fallback in the simulator, the
+    two ``cvt.rn.satfinite.e4m3x2.f32`` on a GPU)."""
+    x = _values(np.random.default_rng(1))[::8] if IS_SIMULATOR else _values(np.random.default_rng(1))
+    x = np.concatenate([x, [np.nan, -np.nan]]).astype(np.float32)
+    x = np.concatenate([x, np.zeros((-len(x)) % 4, np.float32)])
+    out = cuda.to_device(np.zeros(len(x) // 4, np.uint32))
+    _pack_kernel()[(len(x) // 4 + 63) // 64, 64](cuda.to_device(x), out)
+    got = out.copy_to_host().view(np.uint8)
+    want = _want_codes(x)
+    nan = np.isnan(x)
+    assert np.array_equal(got[~nan], want[~nan])
+    assert np.all((got[nan] & 0x7F) == 0x7F)  # a NaN code (the sign of a NaN is not specified)
+
+
+# -- the order of P ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ksteps", [1, 4])
+def test_p_registers_are_the_a_fragment_in_permuted_key_order(ksteps):
+    """Value j of a thread's S fragment (row, key from ``_d_index``), packed into A register i byte b
+    (``e4m3_p_registers``), sits at the A fragment's (row, stored position) of ``_a_index``; that
+    position holds exactly that key when V's keys are stored in ``e4m3_p_keys`` order."""
+    N = 32 * ksteps
+    drow, dcol = WG._d_index(N)
+    arow, acol = WG._a_index(ksteps, 1)
+    regs = WG.e4m3_p_registers(ksteps)
+    keys = WG.e4m3_p_keys()
+    assert sorted(keys) == list(range(32))
+    assert sorted(regs.reshape(-1)) == list(range(N // 2))  # every accumulator value packed once
+    for i in range(4 * ksteps):
+        for b in range(4):
+            j = regs[i, b]
+            pos = acol[:, i] + b
+            assert np.array_equal(drow[:, j], arow[:, i])
+            assert np.array_equal(dcol[:, j], 32 * (pos // 32) + keys[pos % 32])
+    # the plain order (the keys not permuted) puts other keys there
+    plain = np.arange(32)
+    pos = acol[:, 0]
+    assert not np.array_equal(dcol[:, regs[0, 2]], 32 * ((pos + 2) // 32) + plain[(pos + 2) % 32])
+
+
+def test_quant_vt_order_is_the_model():
+    """The V transpose kernel's key arithmetic is ``e4m3_p_keys``."""
+    assert F.make_quant_vt(32).keys == tuple(int(x) for x in WG.e4m3_p_keys())
+
+
+# -- quantization model ------------------------------------------------------------------------
+
+def _quantize(x):
+    """Per (batch, head) e4m3 codes of ``x`` (B, H, N, D) as the kernels make them: x·(448/amax) in
+    float32, rounded to nearest even, saturated; and the scales amax/448."""
+    x32 = x.astype(np.float32)
+    amax = np.abs(x32).max(axis=(-2, -1), keepdims=True)
+    amax = np.where(amax > 0, amax, np.float32(448.0))
+    inv = (np.float32(448.0) / amax).astype(np.float32)
+    codes = _want_codes((x32 * inv).astype(np.float32))
+    return codes, (amax / np.float32(448.0)).astype(np.float32)
+
+
+def _dequantized(x):
+    codes, sc = _quantize(x)
+    return codes.view(ml_dtypes.float8_e4m3fn).astype(np.float64) * sc.astype(np.float64)
+
+
+def test_quantization_kernels_match_numpy():
+    """amax, the codes of rows (Q, K) and the transposed permuted codes of V against the model; keys
+    past the end of V are zero codes."""
+    rng = np.random.default_rng(3)
+    BH, N, D, NkP = 2, 40, 32, 64
+    x = (rng.standard_normal((BH, N, D)) * np.array([1.0, 30.0])[:, None, None]).astype(np.float16)
+    xw = cuda.to_device(x.view(np.uint32))
+    part = cuda.to_device(np.zeros((BH, F.NCH), np.float32))
+    bad = cuda.to_device(np.ones((BH, F.NCH), np.float32))
+    F.make_amax(D // 2)[(F.NCH, BH), F.QTH](xw, part, bad, False)
+    assert np.array_equal(part.copy_to_host().max(axis=1), np.abs(x.astype(np.float32)).max(axis=(1, 2)))
+    assert not bad.copy_to_host().any()  # no infinity
+    rows = cuda.to_device(np.zeros((BH, N, D // 4), np.uint32))
+    sc = cuda.to_device(np.zeros(BH, np.float32))
+    flag = cuda.to_device(np.ones(BH, np.float32))
+    kmul = cuda.to_device(np.zeros((BH, N), np.float32))
+    F.make_quant_rows(D // 2, True)[((N * D // 4 + F.QTH - 1) // F.QTH, BH), F.QTH](xw, rows, part, bad, sc, flag,
+                                                                                  kmul, False)
+    assert not flag.copy_to_host().any() and not kmul.copy_to_host().any()  # kmul only written for a flagged head
+    codes, scales = _quantize(x[None])
+    assert np.array_equal(rows.copy_to_host().view(np.uint8).reshape(BH, N, D), codes[0])
+    assert np.allclose(sc.copy_to_host(), scales.reshape(-1), rtol=1e-7, atol=0)
+    vt = cuda.to_device(np.full((BH, D, NkP // 4), 0xFFFFFFFF, np.uint32))
+    F.make_quant_vt(D)[((NkP // 4 * D + F.QTH - 1) // F.QTH, BH), F.QTH](xw, vt, part, sc, False)
+    got = vt.copy_to_host().view(np.uint8).reshape(BH, D, NkP)
+    keys = (32 * (np.arange(NkP) // 32) + WG.e4m3_p_keys()[np.arange(NkP) % 32])
+    padded = np.zeros((BH, NkP, D), np.uint8)
+    padded[:, :N] = codes[0]
+    assert np.array_equal(got, padded[:, keys, :].transpose(0, 2, 1))
+
+
+# -- the phase ---------------------------------------------------------------------------------
+
+def _run(problem, params=None, seed=1, permute=True, poke=None):
+    q, k, v = problem.inputs(seed)
+    if poke is not None:
+        poke(q, k, v)
+    B, H, Hkv, Nq, Nk, D = (problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len,
+                            problem.head_dim)
+    params = PHASE.resolve(problem, params if params is not None else SIM)
+    if permute:
+        launch = PHASE.plan(problem, **params)
+    else:
+        launch = F.build_fp8(problem, params["warpgroups"], params["Bc"], params["stages"], permute=False)
+    o = to_device(np.full((B * H, Nq, D), np.nan, q.dtype))
+    launch(to_device(np.ascontiguousarray(q.reshape(B * H, Nq, D))),
+           to_device(np.ascontiguousarray(k.reshape(B * Hkv, Nk, D))),
+           to_device(np.ascontiguousarray(v.reshape(B * Hkv, Nk, D))), o)
+    return q, k, v, o.copy_to_host().view(q.dtype).reshape(q.shape)
+
+
+def _own_error(problem, q, k, v, out):
+    """‖out − ref‖/‖ref‖ against the float64 attention of the dequantized inputs."""
+    ref = reference(_dequantized(q), _dequantized(k), _dequantized(v), causal=problem.causal, scale=problem.sm_scale)
+    err = float(np.linalg.norm(out.astype(np.float64) - ref) / np.linalg.norm(ref))
+    print(f"{problem.label}: own error {err:.3g}")
+    return err
+
+
+CASES = {  # one 64-row warpgroup; one or two key tiles of 32 (simulator parameters)
+    "D64-64x64-fp16": Problem(batch=1, heads=1, q_len=64, kv_len=64, head_dim=64, dtype="float16"),
+    "D32-29x45-bf16-causal": Problem(batch=1, heads=2, kv_heads=1, q_len=29, kv_len=45, head_dim=32,
+                                     dtype="bfloat16", causal=True),
+}
+GPU_CASES = {
+    "D128-1000x1000-fp16": Problem(batch=1, heads=4, kv_heads=2, q_len=1000, kv_len=1000, head_dim=128,
+                                   dtype="float16"),
+    "D128-777x1031-bf16-causal": Problem(batch=2, heads=2, q_len=777, kv_len=1031, head_dim=128, dtype="bfloat16",
+                                         causal=True),
+    "D64-512-fp16-causal": Problem(batch=1, heads=4, q_len=512, kv_len=512, head_dim=64, dtype="float16",
+                                   causal=True),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_fp8_matches_float64(name):
+    """Against the float64 reference of the stored inputs: within the e4m3 tolerance; against the
+    float64 attention of the dequantized inputs (the phase's own arithmetic): within OWN_TOL."""
+    problem = CASES[name]
+    assert PHASE.supports(problem, **SIM) is None
+    q, k, v, out = _run(problem)
+    c = check(out, reference(q, k, v, causal=problem.causal), dtype=problem.dtype, precision=PHASE.precision)
+    assert c.ok, c
+    assert c.tol == tolerance(problem.dtype, "e4m3") == 0.1
+    assert _own_error(problem, q, k, v, out) < OWN_TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(GPU_CASES))
+@pytest.mark.parametrize("params", [None, {"warpgroups": 2, "Bc": 128, "stages": 3}], ids=["default", "wg2-bc128"])
+def test_fp8_matches_float64_gpu(name, params):
+    """Larger shapes on a GPU with the default parameters and with Bc=128 (several tiles, partial
+    last tiles, several query blocks)."""
+    problem = GPU_CASES[name]
+    params = params or {}
+    q, k, v, out = _run(problem, params)
+    c = check(out, reference(q, k, v, causal=problem.causal), dtype=problem.dtype, precision=PHASE.precision)
+    assert c.ok, c
+    assert _own_error(problem, q, k, v, out) < OWN_TOL
+
+
+def test_unpermuted_p_is_wrong():
+    """P packed in the accumulators' own order against V stored in the permuted order: far off."""
+    problem = Problem(batch=1, heads=1, q_len=64, kv_len=32, head_dim=32, dtype="float16")
+    q, k, v, out = _run(problem, permute=False)
+    assert _own_error(problem, q, k, v, out) > 0.2
+
+
+def test_nan_never_passes():
+    """A NaN in K is not quantized away: it reaches every output row (the NaN code 0x7F through both
+    products), where the reference is NaN too; the gate fails a NaN where the reference is finite. Head
+    dim 16: Q and K rows padded with zero codes to the 32 bytes of one k32 step."""
+    problem = Problem(batch=1, heads=1, q_len=64, kv_len=32, head_dim=16, dtype="float16")
+
+    def poke(q, k, v):
+        k[0, 0, 5, 3] = np.nan
+
+    q, k, v, out = _run(problem, poke=poke)
+    assert np.isnan(out).all()
+    ref = reference(q, k, v)
+    assert np.isnan(ref).all()
+    finite = reference(q, np.nan_to_num(k.astype(np.float64)), v)
+    assert not check(out, finite, dtype=problem.dtype, precision=PHASE.precision).ok
+
+
+def test_zero_and_large_heads_stay_finite():
+    """Q all zero (amax 0: scale 1, every score 0) and V near the float16 maximum (scale 146): the
+    output is the mean of V's rows, finite and within the tolerance."""
+    problem = Problem(batch=1, heads=1, q_len=64, kv_len=32, head_dim=32, dtype="float16")
+
+    def poke(q, k, v):
+        q[...] = 0
+        v *= np.float16(60000.0) / np.abs(v).max()
+
+    q, k, v, out = _run(problem, poke=poke)
+    assert np.isfinite(out).all()
+    c = check(out, reference(q, k, v), dtype=problem.dtype, precision=PHASE.precision)
+    assert c.ok, c
+
+
+def test_supports_refuses_with_reasons():
+    ok = Problem(batch=1, heads=2, q_len=64, head_dim=128, dtype="float16")
+    assert PHASE.supports(ok) is None
+    assert PHASE.resolve(ok) == {"warpgroups": 3, "Bc": 64, "stages": 2}
+    for bad, params, words in [
+        (Problem(batch=1, heads=2, q_len=64, head_dim=96, dtype="float16"), {}, "head_dim"),
+        (Problem(batch=1, heads=2, q_len=64, head_dim=64, dtype="float32"), {}, "dtype"),
+        (ok, {"Bc": 48}, "Bc=48"),
+        (ok, {"warpgroups": 3, "Bc": 128}, "spills"),
+        (ok, {"warpgroups": 4}, "at most 3"),
+    ]:
+        reason = PHASE.supports(bad, **params)
+        assert reason and words in reason, (bad.label, params, reason)
+
+
+# -- offline compile (sm_90a, no GPU needed) -----------------------------------------------------
+
+_OFFLINE = r"""
+import json
+import numba_attn.measure.offline as off
+from numba_attn import Problem
+res = {}
+for causal in (False, True):
+    rec = off.compile_phase("fp8_wgmma", Problem(batch=1, heads=32, q_len=8192, head_dim=128, dtype="float16",
+                                                 causal=causal))
+    for r in rec:
+        r["mma"] = sorted({ln.split()[0] for ln in r.pop("ptx").splitlines() if "wgmma.mma_async" in ln})
+    res["causal" if causal else "plain"] = rec
+print("JSON" + json.dumps(res))
+"""
+
+
+@functools.cache
+def _offline():
+    return offline_json(_OFFLINE, timeout=600)
+
+
+@pytest.mark.parametrize("mode", ["plain", "causal"])
+def test_offline_fp8_d128_assembles_without_spills(mode):
+    """The default D=128 configuration (3 warpgroups, Bc=64): the attention kernel uses the k32 e4m3
+    wgmma for both products, fits the 168 registers of 384 threads without spills and wgmma is not
+    serialized; the quantization kernels spill nothing either."""
+    rec = _offline()[mode]
+    att = [r for r in rec if r["kernel"] == "fp8_wgmma"]
+    assert len(att) == 1 and len(rec) == 7  # 3 amax, 3 quantize, the attention kernel
+    a = att[0]
+    assert a["mma"] == ["wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3",
+                        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3"], a["mma"]
+    assert a["regs"] is not None and a["regs"] <= 168, a["regs"]
+    assert not a.get("notes"), a["notes"]
+    for r in rec:
+        assert r.get("spill_stores", 0) == 0 and r.get("spill_loads", 0) == 0, (r["kernel"], r)
