@@ -72,7 +72,8 @@ from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.gpu.wgmma import e4m3_p_keys, kmajor_params, make_wgmma_rs, shared_address
 from numba_attn.phases.registry import Launch, register_phase
-from numba_attn.phases.tensor_core.common import ALIGN_BYTES, q_fragments, store_fragments, u32_views
+from numba_attn.phases.tensor_core.common import (ALIGN_BYTES, mask_fragments, q_fragments, store_fragments,
+                                                  u32_views)
 
 E4M3_MAX = 448.0  # the largest e4m3fn value: a head's amax maps to it
 P_SCALE = 256.0  # P in [0, 1] times 256 before its conversion (normal e4m3 down to 2^-14 of the row max)
@@ -290,6 +291,7 @@ def make_fp8_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool,
     KS = DQ // 32  # k32 steps of Q·Kᵀ
     KK = Bc // 32  # k32 steps of P·V
     NT = Bc // 8
+    mask = mask_fragments(NT, Bc, causal)  # keys past Nk and (causal) above the diagonal
     DT = D // 8
     NQ = 4 * KS
     NS = Bc // 2
@@ -406,13 +408,7 @@ def make_fp8_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool,
                     for nt in range(NT):
                         for e in range(4):
                             s[4 * nt + e] *= kmul[kvh, j0 + nt * 8 + 2 * t + (e % 2)]
-                if j0 + Bc > Nk or (causal and j0 + Bc - 1 > row0 + off):
-                    for nt in range(NT):
-                        for e in range(4):
-                            col = j0 + nt * 8 + 2 * t + (e % 2)
-                            row = row0 + g + 8 * (e // 2)
-                            if col >= Nk or (causal and col > row + off):
-                                s[4 * nt + e] = NEG_BIG
+                mask(s, 0, j0, row0, row0 + g, t, Nk, off)
                 m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2q)
                 l_lo = l_lo * corr_lo + rs_lo
                 l_hi = l_hi * corr_hi + rs_hi
