@@ -63,8 +63,10 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import cuda, float32, uint32
 
+from numba_attn.gpu.backend import IS_SIMULATOR  # first: chooses the backend before numba is imported
+
+from numba import cuda, float32, uint32  # noqa: E402
 from numba_attn.gpu.device_functions import LOG2E, NEG_BIG, fragment_rescale, fragment_softmax
 from numba_attn.gpu.intrinsics import (cp_async16_flat, cp_async_commit, cp_async_wait, pack_e4m3x4, u32_as_f32,
                                        unpack_bf16x2, unpack_f16x2)
@@ -77,8 +79,11 @@ from numba_attn.phases.tensor_core.common import (ALIGN_BYTES, mask_fragments, q
 
 E4M3_MAX = 448.0  # the largest e4m3fn value: a head's amax maps to it
 P_SCALE = 256.0  # P in [0, 1] times 256 before its conversion (normal e4m3 down to 2^-14 of the row max)
-NCH = 16  # partial maxima per head (blocks of the amax kernel per head)
-QTH = 128  # threads per block of the quantization kernels
+# partial maxima per head (blocks of the amax kernel per head) and threads per block of the quantization
+# kernels; the simulator, which runs every thread of a block as a Python thread, takes fewer (the kernels
+# loop over their rows with these strides, so the result does not depend on them)
+NCH = 2 if IS_SIMULATOR else 16
+QTH = 32 if IS_SIMULATOR else 128
 HEAD_DIMS = (16, 32, 64, 128)  # rows of 32/64/128 bytes: one swizzled column block (16: padded to 32)
 TILES = (32, 64, 128)  # Bc: V^T rows of 32/64/128 bytes
 
