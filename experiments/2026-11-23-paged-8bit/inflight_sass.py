@@ -25,6 +25,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from numba_attn.measure.offline import compile_phase, disassemble, parse_sass  # noqa: E402
 from numba_attn.spec.problem import PagedProblem, Problem  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(__file__))
+import loop_sass  # noqa: E402  (this directory's key-loop finder)
+
 WIDTH = {"LDG.E.128": 16, "LDG.E.64": 8, "LDG.E": 4, "LDG.E.U16": 2, "LDG.E.U8": 1}
 
 
@@ -35,16 +38,7 @@ def width(op):
 
 def main_loop(ins, labels):
     """The shortest loop (a backward branch and its target) holding 16- or 8-byte global loads."""
-    best = None
-    for addr, op, rest in ins:
-        if op.startswith("BRA"):
-            t = re.search(r"(\.L_x_\d+)", rest)
-            target = labels.get(t.group(1)) if t else None
-            if target is None or target >= addr or (best and addr - target >= best[1] - best[0]):
-                continue
-            if any(width(o) >= 8 for a_, o, _ in ins if target <= a_ <= addr):
-                best = (target, addr)
-    return [x for x in ins if best and best[0] <= x[0] <= best[1]]
+    return loop_sass.main_loop(ins, labels, holds=lambda op: width(op) >= 8)
 
 
 def first_wave(body):

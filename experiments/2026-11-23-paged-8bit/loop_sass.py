@@ -27,9 +27,10 @@ from numba_attn.spec.problem import PagedProblem  # noqa: E402
 VARIANTS = {"wide": {"wide": True}, "mma": {"mma": True}}
 
 
-def main_loop(ins, labels):
+def main_loop(ins, labels, holds=lambda op: "LDG.E.128" in op):
     """The body of the key loop: the shortest loop (a backward branch and its target) that holds the
-    16-byte cache loads (``LDG.E.128``); the longer loops around it are the split and combine loops."""
+    16-byte cache loads (``LDG.E.128``, or the instructions ``holds`` picks); the longer loops around it
+    are the split and combine loops."""
     best = None
     for addr, op, rest in ins:
         if op.startswith("BRA"):
@@ -37,7 +38,7 @@ def main_loop(ins, labels):
             target = labels.get(t.group(1)) if t else None
             if target is None or target >= addr or (best and addr - target >= best[1] - best[0]):
                 continue
-            if any("LDG.E.128" in o for a_, o, _ in ins if target <= a_ <= addr):
+            if any(holds(o) for a_, o, _ in ins if target <= a_ <= addr):
                 best = (target, addr)
     return [x for x in ins if best and best[0] <= x[0] <= best[1]]
 
