@@ -14,6 +14,11 @@ from numba import cuda
 
 from numba_attn.gpu.backend import IS_SIMULATOR
 
+if IS_SIMULATOR:
+    from numba_attn.gpu import simulator_fixes
+
+    simulator_fixes.install()  # cuda.shared.array made atomic (a race in the simulator's allocation)
+
 _GPU_ONLY = ("forceinline", "lineinfo", "max_registers", "launch_bounds", "cache")
 
 
