@@ -15,6 +15,9 @@ load, and with the short switch interval :mod:`~numba_attn.gpu.backend` sets), t
 launch's first block get different arrays for one ``__shared__`` array: what one thread writes,
 the others never read. A kernel's result is then wrong now and then, in no way a GPU would be
 (``tests/test_simulator_fixes.py`` makes the race happen every time by slowing the allocation).
+The runner's and ``attention()``'s launches had it fixed already, inside
+:func:`~numba_attn.measure.limits.simulated_device_limits`; ``decode_paged()`` and the tests' own
+launches did not run under it, and one of them failed once in a while.
 
 :func:`install` replaces the method with one that does the lookup and the insertion under a lock.
 Everything else (what identifies an allocation, dynamic shared memory, the refusal of
@@ -29,20 +32,29 @@ _lock = threading.Lock()
 ORIGINAL = None  # the simulator's own FakeCUDAShared.array, kept for the negative test
 
 
-def _shared_array(self, shape, dtype, alignment=None):
-    if alignment is not None or shape == 0:  # refusal, or dynamic shared memory: no lookup to race
-        return ORIGINAL(self, shape, dtype, alignment)
+def static_shared(alloc, caller, shape, dtype, on_new=None):
+    """The static shared array ``caller`` ((file, line) of the ``cuda.shared.array`` call) of the
+    simulator's ``FakeCUDAShared`` ``alloc``, looked up and, the first time, made in one step under
+    a lock; ``on_new(allocations)`` runs (under the lock) after a new array is added, e.g. to refuse
+    what a device would (:func:`numba_attn.measure.limits.simulated_device_limits`)."""
     from numba.cuda.simulator import kernelapi
 
     if isinstance(dtype, kernelapi.types.Type):  # (the simulator's own names for numba's types)
         dtype = kernelapi.numpy_support.as_dtype(dtype)
-    frame = sys._getframe(1)
-    caller = (frame.f_code.co_filename, frame.f_lineno)  # as the simulator's: (file, line) of the call
     with _lock:
-        res = self._allocations.get(caller)
+        res = alloc._allocations.get(caller)
         if res is None:
-            res = self._allocations[caller] = kernelapi.np.empty(shape, dtype)
+            res = alloc._allocations[caller] = kernelapi.np.empty(shape, dtype)
+            if on_new is not None:
+                on_new(alloc._allocations)
     return res
+
+
+def _shared_array(self, shape, dtype, alignment=None):
+    if alignment is not None or shape == 0:  # refusal, or dynamic shared memory: no lookup to race
+        return ORIGINAL(self, shape, dtype, alignment)
+    frame = sys._getframe(1)
+    return static_shared(self, (frame.f_code.co_filename, frame.f_lineno), shape, dtype)  # as the simulator keys it
 
 
 def install() -> None:

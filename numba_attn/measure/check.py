@@ -1,14 +1,18 @@
 """The correctness gate: a launch's output against the float64 reference, on fresh inputs.
 
 The references (and the inputs they were computed from) are cached per (problem, seed), so the
-phases of a sweep share them; large problems get theirs from torch on the GPU when available.
+phases of a sweep share them; large problems get theirs from torch on the GPU when available. A
+reference not cached yet is computed in a thread while ``check_launch`` launches the phase for the
+first time (its compilation: a worker's first row used to pay both, one after the other).
 ``check_launch`` poisons the output buffer, launches, and compares for every seed, stopping at
 the first wrong result; ``recheck_outputs`` checks the outputs of the timed launches again.
 """
 from __future__ import annotations
 
 import gc
+import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +27,9 @@ TORCH_REFERENCE_FLOPS = 1e11
 TORCH_REFERENCE_BYTES = 2**28
 
 REFERENCE_CACHE_BYTES = 24 * 2**30  # inputs and references of both seeds of a B=32, 16k-key decode problem
-_REFERENCE_CACHE: dict = {}
+_REFERENCE_CACHE: dict = {}  # (problem, seed) -> a settled Future of the reference, with .inputs (q, k, v)
+_PENDING: dict = {}  # (problem, seed) -> the Future of a reference being computed
+_REFERENCE_LOCK = threading.Lock()
 REFERENCE_SECONDS = {"draw": 0.0, "compute": 0.0}  # this process's time drawing inputs and computing references
 
 
@@ -41,40 +47,101 @@ def reference_name(problem: Problem) -> str:
     return "torch-float64-cuda" if uses_torch_reference(problem) else "numpy-float64"
 
 
-def cached_reference(problem: Problem, seed: int):
-    """(q, k, v, reference) of ``problem``'s inputs for ``seed``, computed once and cached."""
+def _compute_reference(problem: Problem, q, k, v, device="cuda"):
+    if getattr(problem, "page_size", 0):  # a paged cache: k, v are the caches (spec/paged.py)
+        from numba_attn.spec.paged import problem_reference
+
+        return problem_reference(problem, q, k, v)
+    if getattr(problem, "varlen", False):  # packed sequences (spec/varlen.py)
+        from numba_attn.spec.varlen import problem_reference as varlen_reference
+
+        return varlen_reference(problem, q, k, v)
+    ref = None
+    if uses_torch_reference(problem):
+        ref = reference_torch(q, k, v, causal=problem.causal, scale=problem.sm_scale, device=device)
+    if ref is None:
+        ref = reference(q, k, v, causal=problem.causal, scale=problem.sm_scale)
+    return ref
+
+
+def _current_gpu() -> str:
+    """torch's name of the GPU this thread's numba context is on ("cuda:N"): a new thread's torch
+    would otherwise use device 0."""
+    try:
+        from numba import cuda
+
+        return f"cuda:{cuda.get_current_device().id}"
+    except Exception:  # (no usable device: the torch reference then falls back to NumPy)
+        return "cuda"
+
+
+def pending_reference(problem: Problem, seed: int):
+    """(q, k, v, reference): the inputs for ``seed`` drawn now, the float64 reference a
+    :class:`~concurrent.futures.Future`, computed in a thread unless cached (``check_launch``
+    launches, and so compiles, while it is computed); the result is cached as by
+    :func:`cached_reference`, and a second caller of the same key waits for the first's."""
     key = (problem, seed)
-    if key not in _REFERENCE_CACHE:
-        size = sum(x.nbytes for entry in _REFERENCE_CACHE.values() for x in entry)  # q, k, v and the reference
-        if len(_REFERENCE_CACHE) > 8 or size > REFERENCE_CACHE_BYTES:
-            _REFERENCE_CACHE.clear()
+    with _REFERENCE_LOCK:
+        fut = _REFERENCE_CACHE.get(key) or _PENDING.get(key)
+        if fut is None:
+            fut = _PENDING[key] = Future()
+            mine = True
+        else:
+            mine = False
+    if not mine:
+        if not fut.done() and not hasattr(fut, "inputs"):  # the owner is still drawing the inputs
+            fut.result()
+        return (*fut.inputs, fut)
+    try:
         t0 = time.perf_counter()
         q, k, v = problem.inputs(seed)
+        REFERENCE_SECONDS["draw"] += time.perf_counter() - t0
+    except BaseException as e:
+        _settle(key, fut, error=e)
+        raise
+    fut.inputs = (q, k, v)
+    device = _current_gpu() if uses_torch_reference(problem) else "cuda"
+
+    def compute():
         t1 = time.perf_counter()
-        ref = None
-        if getattr(problem, "page_size", 0):  # a paged cache: k, v are the caches (spec/paged.py)
-            from numba_attn.spec.paged import problem_reference
-
-            ref = problem_reference(problem, q, k, v)
-        elif getattr(problem, "varlen", False):  # packed sequences (spec/varlen.py)
-            from numba_attn.spec.varlen import problem_reference as varlen_reference
-
-            ref = varlen_reference(problem, q, k, v)
-        elif uses_torch_reference(problem):
-            ref = reference_torch(q, k, v, causal=problem.causal, scale=problem.sm_scale)
-        if ref is None:
-            ref = reference(q, k, v, causal=problem.causal, scale=problem.sm_scale)
-        _REFERENCE_CACHE[key] = (q, k, v, ref)
-        REFERENCE_SECONDS["draw"] += t1 - t0
+        try:
+            ref = _compute_reference(problem, q, k, v, device)
+        except BaseException as e:  # (seen by whoever waits for it)
+            _settle(key, fut, error=e)
+            return
         REFERENCE_SECONDS["compute"] += time.perf_counter() - t1
-    return _REFERENCE_CACHE[key]
+        _settle(key, fut, result=ref)
+
+    threading.Thread(target=compute, name="numba-attn-reference", daemon=True).start()
+    return q, k, v, fut
+
+
+def _settle(key, fut, result=None, error=None):
+    with _REFERENCE_LOCK:
+        _PENDING.pop(key, None)
+        if error is None:
+            size = sum(x.nbytes for f in _REFERENCE_CACHE.values() for x in (*f.inputs, f.result()))
+            if len(_REFERENCE_CACHE) > 8 or size > REFERENCE_CACHE_BYTES:
+                _REFERENCE_CACHE.clear()
+            _REFERENCE_CACHE[key] = fut
+    if error is None:
+        fut.set_result(result)
+    else:
+        fut.set_exception(error)
+
+
+def cached_reference(problem: Problem, seed: int):
+    """(q, k, v, reference) of ``problem``'s inputs for ``seed``, computed once and cached."""
+    q, k, v, ref = pending_reference(problem, seed)
+    return q, k, v, ref.result()
 
 
 def release_references() -> bool:
     """Empty the reference cache and give its memory back; True when there was anything to free."""
-    if not _REFERENCE_CACHE:
-        return False
-    _REFERENCE_CACHE.clear()
+    with _REFERENCE_LOCK:
+        if not _REFERENCE_CACHE:
+            return False
+        _REFERENCE_CACHE.clear()
     gc.collect()
     return True
 
@@ -102,7 +169,7 @@ def reference_torch(q, k, v, *, causal, scale, device="cuda"):
     try:
         import torch
 
-        if device == "cuda" and not torch.cuda.is_available():
+        if str(device).startswith("cuda") and not torch.cuda.is_available():
             return None
     except Exception:  # noqa: BLE001
         return None
@@ -131,8 +198,9 @@ def reference_torch(q, k, v, *, causal, scale, device="cuda"):
                     og[r0:r0 + chunk] = (p @ vb[hk]) / p.sum(dim=1, keepdim=True)
             out[b] = ob.cpu().numpy()
             del kb, vb, qb, ob
-    if device == "cuda":
-        torch.cuda.empty_cache()
+    if dev.type == "cuda":
+        with torch.cuda.device(dev):
+            torch.cuda.empty_cache()
     return out
 
 
@@ -181,7 +249,7 @@ class LaunchCheck:
     first_launch_s: float  # wall time of the first launch, compilation included
     first_launch_end: float  # ``time.perf_counter()`` when the first launch had finished
     device_arrays: tuple  # (q, k, v, o) on the device, of the last seed checked
-    stage_s: dict = None  # seconds spent: "reference" (inputs drawn, reference computed or cached),
+    stage_s: dict = None  # seconds spent: "reference" (inputs drawn, then waiting for the reference),
     # (of which "reference_draw" and "reference_compute" when computed here),
     # "inputs" (host to device, output poisoned), "launch" (every seed, the first's compilation
     # included), "compare" (output back and compared)
@@ -199,7 +267,7 @@ def check_launch(launch, problem: Problem, seeds, precision, stream) -> LaunchCh
     before = dict(REFERENCE_SECONDS)
     for i, seed in enumerate(seeds):
         t0 = time.perf_counter()
-        q, k, v, ref = cached_reference(problem, seed)
+        q, k, v, pending = pending_reference(problem, seed)  # the reference computed while the launch compiles
         t1 = time.perf_counter()
         qd, kd, vd = (to_device(a, stream=stream) for a in (q, k, v))
         od = to_device(poison(np.empty(problem.out_shape(), q.dtype), problem.dtype), stream=stream)
@@ -213,9 +281,12 @@ def check_launch(launch, problem: Problem, seeds, precision, stream) -> LaunchCh
             first_end, first_s = t3, t3 - t2
         out = to_host(od, q.dtype, stream=stream)
         stream.synchronize()
+        t4 = time.perf_counter()
+        ref = pending.result()
+        t5 = time.perf_counter()  # (the wait for the reference counts as "reference", not "compare")
         c = check(out, ref, dtype=problem.dtype, precision=precision)
         checks.append(c)
-        for name, dt in zip(stages, (t1 - t0, t2 - t1, t3 - t2, time.perf_counter() - t3)):
+        for name, dt in zip(stages, (t1 - t0 + t5 - t4, t2 - t1, t3 - t2, time.perf_counter() - t5 + t4 - t3)):
             stages[name] += dt
         if not c.ok:
             break

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import threading
 
 import numpy as np
 
@@ -20,10 +19,6 @@ from numba_attn.spec.problem import Problem
 MAX_THREADS_PER_BLOCK = 1024
 MAX_STATIC_SMEM_BYTES = 48 * 1024
 MAX_DYNAMIC_SMEM_BYTES = 227 * 1024
-# The threads of a simulated block ask for a static shared array at once: the first one creates it,
-# under this lock (one thread reading "no array yet" while another stores its new one would leave
-# the first on a private copy that the rest of the block never sees).
-_SHARED_ALLOC_LOCK = threading.Lock()
 
 
 class DeviceLimitError(RuntimeError):
@@ -81,6 +76,9 @@ def simulated_device_limits():
     from numba.cuda.simulator import kernel as simk
     from numba.cuda.simulator import kernelapi as sima
 
+    from numba_attn.gpu import simulator_fixes
+
+    simulator_fixes.install()  # (the array outside these limits is the locked one too)
     orig_call, orig_array = simk.FakeCUDAKernel.__call__, sima.FakeCUDAShared.array
 
     def call(self, *args):
@@ -98,25 +96,15 @@ def simulated_device_limits():
     def array(self, shape, dtype, alignment=None):
         if shape == 0 or alignment is not None:
             return orig_array(self, shape, dtype, alignment)
-        # the simulator keys static arrays by the caller's source line: key by
-        # the kernel's line here too (not by this wrapper's)
-        from numba.core import types
-        from numba.np import numpy_support
+        f = sys._getframe(1)  # the simulator keys static arrays by the kernel's source line (not this wrapper's)
+        return simulator_fixes.static_shared(self, (f.f_code.co_filename, f.f_lineno), shape, dtype,
+                                             on_new=static_limit)
 
-        if isinstance(dtype, types.Type):
-            dtype = numpy_support.as_dtype(dtype)
-        f = sys._getframe(1)
-        caller = (f.f_code.co_filename, f.f_lineno)
-        with _SHARED_ALLOC_LOCK:  # lookup and creation in one step: every thread gets the same array
-            res = self._allocations.get(caller)
-            if res is None:
-                res = np.empty(shape, dtype)
-                self._allocations[caller] = res
-                total = sum(a.nbytes for a in self._allocations.values())
-                if total > MAX_STATIC_SMEM_BYTES:
-                    raise DeviceLimitError(f"{total} B of static shared memory per block exceeds the device "
-                                           f"limit of {MAX_STATIC_SMEM_BYTES} B")
-        return res
+    def static_limit(allocations):
+        total = sum(a.nbytes for a in allocations.values())
+        if total > MAX_STATIC_SMEM_BYTES:
+            raise DeviceLimitError(f"{total} B of static shared memory per block exceeds the device "
+                                   f"limit of {MAX_STATIC_SMEM_BYTES} B")
 
     simk.FakeCUDAKernel.__call__, sima.FakeCUDAShared.array = call, array
     try:
