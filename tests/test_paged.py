@@ -629,3 +629,62 @@ def test_ragged_plan_runs_correctly(phase, monkeypatch):
     row = measure(phase, p, RunConfig(seeds=(7,), time_kernels=False), **{**SIM[phase], **params})
     assert row["status"] == "OK", row["reason"]
     assert row["params"]["splits"] > 1
+
+
+@pytest.mark.simulator  # (the device function called from the host: the simulator's)
+def test_balanced_split_model():
+    """``balanced_split`` (paged_split_k's ``balance``): a sequence's n = ⌈Nk / chunk⌉ splits cover its keys
+    once, in whole steps of KS keys, none longer than ``chunk``, all but the last of ⌈Nk / n⌉ keys rounded up
+    to a step, the last not empty; the splits after them are empty."""
+    from numba_attn.phases.decode.common import balanced_split
+
+    for KS in (1, 8, 16):
+        for chunk in (KS, 3 * KS, 64, 1024):
+            for Nk in (0, 1, KS - 1 or 1, chunk, chunk + 1, 2 * chunk - KS, 1100, 3674):
+                n = max(1, -(-Nk // chunk))
+                ranges = [balanced_split(s, chunk, Nk, KS) for s in range(n + 2)]
+                lens = [max(0, hi - lo) for lo, hi in ranges]
+                assert sum(lens) == Nk and all(x == 0 for x in lens[n:]), (KS, chunk, Nk, ranges)
+                assert all(lo % KS == 0 for lo, _ in ranges[:n]) and max(lens) <= chunk
+                assert all(ranges[s][1] == ranges[s + 1][0] for s in range(n - 1))  # consecutive, no gap
+                if Nk:  # all but the last of one length, ⌈Nk/n⌉ rounded up to a step; the last not empty
+                    ck = lens[0]
+                    assert set(lens[:n - 1]) <= {ck} and 0 < lens[n - 1] <= ck < -(-Nk // n) + KS
+    assert [balanced_split(s, 1024, 1100, 8) for s in range(3)] == [(0, 552), (552, 1100), (1104, 1100)]
+
+
+@pytest.mark.parametrize("dtype,kv_dtype,Nq,H", [("float16", "", 1, 2), ("bfloat16", "", 2, 4),
+                                                 ("float16", "int8", 1, 2)])
+def test_balanced_splits_run_correctly(dtype, kv_dtype, Nq, H):
+    """``balance=True``: a long sequence's splits of equal length, a short one's single split, an empty
+    sequence and the splits past each end; against the reference and the unbalanced splits (16-bit and
+    8-bit caches through the warp-step kernel, causal GQA rows)."""
+    rng = np.random.default_rng(12)
+    B, Hkv, D, P = 3, 2, 16, 16
+    qdt = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+    kc, vc = _caches(rng, 9, P, Hkv, D, kv_dtype, dtype=qdt)
+    ks = vs = None
+    if kv_dtype:
+        ks, vs = _scales(rng, "head", 9, P, Hkv)
+    table = np.array([[8, 0, 3, 5, 1, 2, 4, 6], [7, 7, 7, 7, 7, 7, 7, 7], [2, 6, 0, 0, 0, 0, 0, 0]], np.int32)
+    lens = np.array([100, 0, 19], np.int32)
+    q = rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(qdt)
+    params = {"splits": 3, "warps": 1, "mma": False} if kv_dtype else {"splits": 3, "warps": 1}
+    out, _ = _run("paged_split_k", q, kc, vc, table, lens, causal=Nq > 1, kv_dtype=kv_dtype, ks=ks, vs=vs,
+                  balance=True, **params)
+    assert not out[1].astype(np.float32).any()
+    plain = na.decode_paged(q, kc, vc, table, lens, causal=Nq > 1, k_scale=ks, v_scale=vs, phase="paged_split_k",
+                            **{**SIM["paged_split_k"], **params})
+    assert np.abs(out.astype(np.float32) - plain.astype(np.float32)).max() < 2e-2
+
+
+def test_balance_supports_and_notes():
+    ph = get_phase("paged_split_k")
+    p16 = PagedProblem(batch=2, heads=2, kv_heads=2, q_len=1, kv_len=300, head_dim=16, dtype="float16", page_size=16)
+    p8 = \
+        PagedProblem(batch=2, heads=2, kv_heads=2, q_len=1, kv_len=300, head_dim=64, dtype="float16", page_size=16,
+                     kv_dtype="int8", kv_scale="token")
+    assert ph.params["balance"] is False  # off by default
+    assert "balanced splits" in ph.plan(p16, balance=True, **SIM["paged_split_k"]).notes
+    assert "not on the mma path" in ph.supports(p8, **ph.resolve_params({"balance": True}))
+    assert ph.supports(p8, **ph.resolve_params({"balance": True, "mma": False})) is None

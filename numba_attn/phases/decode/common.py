@@ -593,16 +593,31 @@ def score_plan(L: int, RB: int, T: int):
     return NP, SPL, NP >> SPL
 
 
+@device
+def balanced_split(split, chunk, Nk, KS):
+    """Keys [lo, hi) of split ``split`` of a sequence of ``Nk`` keys cut into n = ⌈Nk / chunk⌉ splits:
+    n − 1 of ⌈Nk / n⌉ keys rounded up to whole steps of ``KS`` keys, the last (never empty) the rest
+    (``chunk`` a multiple of KS: no split is longer than ``chunk``; splits n, n+1, … are empty). A sequence of 1100 keys with chunk
+    1024 gets two splits of 552 and 548 keys (KS 8) instead of 1024 and 76: a block of 76 keys pays the
+    fixed cost of a block for few bytes, and the longest split decides when the last wave ends."""
+    n = max(1, (Nk + chunk - 1) // chunk)
+    ck = ((Nk + n - 1) // n + KS - 1) // KS * KS
+    lo = split * ck
+    return lo, min(Nk, lo + ck)
+
+
 @functools.cache
 def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool, FINAL: bool,
                      FUSED: bool, MINB: int = 1, P: int = 0, KV8: int = 0, TOKEN: bool = False,
-                     BF16: bool = False):
+                     BF16: bool = False, BAL: bool = False):
     """The kernel of ``decode_split_k_lean`` (reduce-scatter scores, exp2, lazy
     rescale) and, with a page size ``P`` > 0, of ``paged_split_k``: a key row found
     through the block table (:func:`paged_keys`; ``KV8``/``TOKEN``: an 8-bit cache
     and its scales), the sequence's own length ``seqlens[b]``, every split writing
     a partial (a length-0 sequence gets zeros). ``BF16``: bfloat16 query, output and
-    16-bit cache (:func:`chunk_steps`).
+    16-bit cache (:func:`chunk_steps`). ``BAL`` (paged): ``chunk`` is the most keys of a split, and
+    a sequence of ``Nk`` keys is cut into n = ⌈Nk / chunk⌉ splits of equal whole warp steps
+    (:func:`balanced_split`) instead of n − 1 full ones and a remainder.
 
     ``VW`` = 16 with ``KV8`` (``paged_split_k``'s ``wide``): a lane owns 16 consecutive
     codes per chunk, read by one 16-byte load (:func:`paged_words`), and decodes them where
@@ -652,8 +667,11 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
         split = cuda.blockIdx.x
         kvh = cuda.blockIdx.y // NRC  # b * Hkv + kv head
         row0 = (cuda.blockIdx.y - kvh * NRC) * RB  # first of this block's query rows (g * Nq + i)
-        lo = split * chunk  # this block's keys: [lo, hi)
-        hi = min(Nk, lo + chunk)
+        if BAL:  # this sequence's own split length: equal whole steps
+            lo, hi = balanced_split(split, chunk, Nk, KS)
+        else:
+            lo = split * chunk  # this block's keys: [lo, hi)
+            hi = min(Nk, lo + chunk)
         tid = cuda.threadIdx.x
         w = tid // WARP_SIZE
         lane = tid % WARP_SIZE

@@ -109,7 +109,7 @@ def _mma(problem, mma, wide=None):
     return check_bool("parameter mma of phase 'paged_split_k'", mma)
 
 
-def _supports(problem, wide=None, mma=None, prefetch=0, **params):
+def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, **params):
     reason = check_paged_problem(problem)
     if reason:
         return reason
@@ -117,6 +117,8 @@ def _supports(problem, wide=None, mma=None, prefetch=0, **params):
         return f"prefetch={prefetch} out of range 0..4 (warp steps ahead)"
     if prefetch and not _mma(problem, mma, wide):
         return "prefetch: the mma path only (8-bit caches)"
+    if balance and _mma(problem, mma, wide):
+        return "balance: not on the mma path (8-bit caches: use mma=False)"
     if _mma(problem, mma, wide):
         reason = _mma_reason(problem)
         if reason or not 1 <= params["warps"] <= 32:
@@ -157,7 +159,7 @@ def _resolve(problem, wide=None, mma=None, **params):
     planned_speedup=45.0,
     dtypes=("float16", "bfloat16"),
     space={"warps": [4, 8], "keys": [0, 1, 2, 4], "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4],
-           "wide": [False, True], "mma": [False, True], "prefetch": [0, 1, 2]},
+           "wide": [False, True], "mma": [False, True], "prefetch": [0, 1, 2], "balance": [False, True]},
     launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     sim_params={"warps": 2, "splits": 3},
     supports=_supports,
@@ -165,7 +167,7 @@ def _resolve(problem, wide=None, mma=None, **params):
     layout="paged",
 )
 def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=2, min_keys=256, fuse_max=64,
-                  wide=None, mma=None, prefetch=0):
+                  wide=None, mma=None, prefetch=0, balance=False):
     fused = splits * rows <= fuse_max
     if mma:
         kern = make_frag8_kernel(problem.head_dim, warps, problem.q_len, problem.group, problem.causal, fused,
@@ -178,8 +180,9 @@ def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_pe
     kern = make_lean_kernel(problem.head_dim, _vw(problem, wide), lanes, keys, warps, rows, problem.q_len,
                             problem.group, problem.causal, False, fused, blocks_per_sm, P=problem.page_size,
                             KV8=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
-                            BF16=problem.dtype == "bfloat16")
+                            BF16=problem.dtype == "bfloat16", BAL=balance)
     scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
     wide_note = ", 16 codes per load" if _vw(problem, wide) == 16 else ""
+    wide_note += ", balanced splits" if balance else ""
     return paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused,
                         notes=f", combine {'fused' if fused else 'kernel'}{wide_note}")
