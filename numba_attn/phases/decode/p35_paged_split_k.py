@@ -53,6 +53,11 @@ are in flight during the first wait and the rest makes a second round trip: 32-4
 keys. Prediction (before any GPU run): with ``prefetch=1`` (+2-3 loop instructions per key) the 8-bit caches
 read at >= 4.2 TB/s, int8/token >= 1.7x SDPA on the fp16 cache at KV 16k/32k, fp8/head >= 1.8x;
 ``prefetch=2`` within 2% of ``prefetch=1``.
+``balance`` (the warp-step kernel: 16-bit caches, ``wide``, ``mma=False``; off by default): a sequence of Nk keys is
+cut into n = ceil(Nk/chunk) splits of equal whole warp steps instead of n-1 full splits and a remainder
+(``balanced_split``), which also makes any split count as good as a power of two. Prediction (before any GPU run;
+host model in experiments/2026-11-23-paged-ragged-balance): at ragged B8 KV <= 4k, balance alone <= 4% faster;
+with 3 splits 65-70 us, 0.88-0.95x the contiguous twin (from 0.84x).
 Verdict: 0.950 ms at B8 H32 KV 32k P64 (equal lengths), 0.99x decode_split_k_lean; ragged B8 KV <= 32k 0.504 ms with the ragged plan (0.592 ms before), 0.95x; 8-bit caches at B8 KV 16k: 0.483 ms fp8/head, 0.389 ms int8/token, 0.98x and 1.22x SDPA on the fp16 cache (the 1.7x target missed) (H200, CUPTI) [results/paged-nvidia-h200.jsonl]
 Verdict (mma, the default for fp8 caches from this run on): as predicted for fp8/head, B8 KV 16k 0.2766 ms and KV 32k 0.5476 ms, 3.9 TB/s of cache bytes, 1.72x and 1.73x SDPA on the fp16 cache in the same process (wide 1.29x and 1.31x in that run); GQA (group 4) fp8 KV 32k 0.1493 ms, 1.63x SDPA and 3.4x the previous default there; refuted for int8/token before the int8 loop's rework (next line), mma 2-5% slower than wide, then its default: 0.3219 ms and 0.6384 ms, 1.47x and 1.49x SDPA (the 1.7x target missed for int8) (H200, CUPTI) [results/paged-8bit-mma-nvidia-h200.jsonl]
 Verdict (mma on int8, after the int8 loop's rework; now the default for 8-bit caches): int8/token B8 KV 16k 0.2933 ms and KV 32k 0.5851 ms, 1.62x SDPA on the fp16 cache in the same process, 1.10x and 1.09x wide (0.3221 ms and 0.6387 ms in that run); 3.8 TB/s of cache and scale bytes, against fp8/head's 3.9; 8 bytes of local memory (a spill outside the key loop); the 1.7x target still missed for int8/token (H200, CUPTI) [results/paged-8bit-mma-nvidia-h200.jsonl]
