@@ -77,3 +77,14 @@ def test_rows_check_against_the_reference_computed_meanwhile():
     with temporary_phases(*faulty_phases()):  # a wrong result still fails against it
         bad = measure("test_wrong", p.replace(dtype="float32"), RunConfig(seeds=(5,), time_kernels=False))
     assert bad["status"] == "FAIL" and "relative error" in bad["reason"]
+
+
+def test_no_room_on_the_device_computes_the_reference_first(monkeypatch):
+    """A torch reference that would not fit beside the phase's arrays is computed before the launch (the
+    future comes back done), as before the overlap; the answer is the same."""
+    monkeypatch.setattr(C, "uses_torch_reference", lambda problem: True)
+    monkeypatch.setattr(C, "_room_beside", lambda problem: False)
+    p = _problem(q_len=9)
+    q, k, v, fut = C.pending_reference(p, 2)
+    assert fut.done()
+    assert np.array_equal(fut.result(), reference(q, k, v, causal=False, scale=p.sm_scale))

@@ -112,8 +112,24 @@ def pending_reference(problem: Problem, seed: int):
         REFERENCE_SECONDS["compute"] += time.perf_counter() - t1
         _settle(key, fut, result=ref)
 
-    threading.Thread(target=compute, name="numba-attn-reference", daemon=True).start()
+    if uses_torch_reference(problem) and not _room_beside(problem):
+        compute()  # the device has no room for both at once: one after the other, as before
+    else:
+        threading.Thread(target=compute, name="numba-attn-reference", daemon=True).start()
     return q, k, v, fut
+
+
+def _room_beside(problem: Problem) -> bool:
+    """Whether the device has room for the torch reference's working set (one batch entry of K, V, Q and
+    O in float64, up to three 256 MiB score chunks) beside the phase's own arrays and 1 GiB to spare."""
+    from numba_attn.measure.limits import device_bytes_needed, free_device_memory
+
+    free = free_device_memory()
+    if free is None:
+        return False
+    p = problem
+    entry = (2 * p.kv_heads * p.kv_len + 2 * p.heads * p.q_len) * p.head_dim * 8 + 3 * (256 << 20)
+    return free > entry + 2 * device_bytes_needed(problem) + (1 << 30)
 
 
 def _settle(key, fut, result=None, error=None):
