@@ -16,7 +16,7 @@ from numba_attn.spec.reference import check, reference  # noqa: E402,F401
 
 _LAZY = {
     "BACKEND": "gpu.backend", "IS_SIMULATOR": "gpu.backend",
-    "list_phases": "phases.registry", "get_phase": "phases.registry", "register_phase": "phases.registry",
+    "list_phases": "phases.registry", "get_phase": "phases.registry", "register_phase": "phases.registry", "register_variant": "phases.registry",
     "Launch": "phases.registry",
     "attention": "api", "attention_varlen": "api", "decode_paged": "api", "explain": "api", "clear_plans": "api", "plan_cache_info": "api",
     "run": "measure.sweep", "RunConfig": "measure.config",

@@ -74,3 +74,35 @@ def test_default_parameters_run_in_simulator():
         if row["status"] not in ("OK", "SKIP"):
             bad.append(f"{phase.name}: {row['status']} {row['reason']}")
     assert not bad, bad
+
+
+def test_register_variant_runs_its_base_with_other_defaults():
+    """``register_variant``: the base phase under a new name, its defaults changed, its parent the base, the
+    rest the base's; a builder of its own for a keyword the base does not expose; an unknown default refused."""
+    import numpy as np
+
+    import numba_attn as na
+    from numba_attn.phases.registry import get_phase, register_variant, unregister
+
+    base = get_phase("smem_kv")
+    try:
+        v = register_variant("smem_kv", "smem_kv_br16", Br=16, Bc=8)
+        assert v.parent == "smem_kv" and v.params == {**base.params, "Br": 16, "Bc": 8}
+        assert v.title.endswith("(Br=16, Bc=8)") and v.module == __name__ and v.kind == base.kind
+        p = na.Problem(batch=1, heads=2, q_len=19, kv_len=23, head_dim=8, causal=True)
+        assert v.plan(p).params["Br"] == 16 and v.plan(p, Br=8).params["Br"] == 8  # a default, not a constant
+        q, k, v_ = (np.random.default_rng(3).standard_normal((1, 2, n, 8)).astype(np.float32) for n in (19, 23, 23))
+        out = na.attention(q, k, v_, causal=True, phase="smem_kv_br16")
+        assert np.abs(out - na.reference(q, k, v_, causal=True)).max() < 1e-4
+
+        def own(problem, Br=64, Bc=64):
+            return base.build(problem, Br=Br, Bc=Bc)
+
+        w = register_variant("smem_kv", "smem_kv_own", build=own, note="own builder", Bc=16)
+        assert w.params == {"Br": 64, "Bc": 16} and w.title.endswith("(own builder)")
+        with pytest.raises(ValueError, match="not parameters"):
+            register_variant("smem_kv", "smem_kv_bad", stages=3)
+    finally:
+        for name in ("smem_kv_br16", "smem_kv_own", "smem_kv_bad"):
+            unregister(name)
+    assert "smem_kv_br16" not in {p.name for p in list_phases()}

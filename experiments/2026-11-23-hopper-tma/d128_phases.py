@@ -11,9 +11,8 @@ its steady loop has 20 % fewer instructions per key (sm_90a, fp16, `loop_sass.py
 """
 from __future__ import annotations
 
-from d64_phases import _variant
+import uniform_phases  # noqa: F401  (ws_uniform, ws_overlap_uniform)
+from numba_attn.phases.registry import register_variant
 
-ws_bc128 = _variant("warp_specialized_tc", "ws_bc128", 26.8, "Bc=128", Bc=128)
-ws_bc128_uniform = _variant("warp_specialized_tc", "ws_bc128_uniform", 26.9, "Bc=128, uniform=True", Bc=128,
-                            uniform=True)
-import uniform_phases  # noqa: E402,F401  (ws_uniform, ws_overlap_uniform)
+register_variant("warp_specialized_tc", "ws_bc128", order=26.8, Bc=128)
+register_variant("warp_specialized_tc", "ws_bc128_uniform", order=26.9, Bc=128, uniform=True)

@@ -2,7 +2,7 @@
 a4371ec, against 0.77× for the phase chosen since): more computing warpgroups per SM. The CLI's ``--param``
 sets one value per phase, so each variant gets a name:
 
-* ``tma_uniform`` — ``tma_wgmma`` with ``uniform=True`` (its two blocks per SM at D64, 124 registers, four
+* ``tma_uniform`` — ``tma_wgmma`` with ``uniform=True`` (its two blocks per SM at D64, 122–124 registers, four
   computing warpgroups per SM, each loading its own tiles);
 * ``ws3`` — ``warp_specialized_tc`` with three consumer warpgroups (FlashAttention-3's D64 split: 192 query
   rows per block; 512 threads, 128 registers at entry; offline sm_90a at B4 H32 N2048 D64 fp16: 128
@@ -14,34 +14,15 @@ sets one value per phase, so each variant gets a name:
 """
 from __future__ import annotations
 
-import inspect
-
-from numba_attn.phases.registry import get_phase, register_phase
+from numba_attn.phases.registry import register_variant
 from numba_attn.phases.tensor_core.common import build_wgmma
 
 
-def _variant(base: str, name: str, order: float, note: str, build=None, **fixed):
-    ph = get_phase(base)
-    sig = inspect.signature(ph.build)  # the base phase's parameters, ``fixed`` as new defaults
-
-    def call(problem, **params):
-        return (build or ph.build)(problem, **{**fixed, **params})
-
-    call.__signature__ = sig.replace(parameters=[p.replace(default=fixed.get(p.name, p.default))
-                                                  for p in sig.parameters.values()])
-    register_phase(name=name, order=order, title=ph.title + f" ({note})", parent=base, requires_cc=ph.requires_cc,
-                   description=ph.description + f"\n\nWith {note}.", lineage=ph.lineage,
-                   planned_speedup=ph.planned_speedup, dtypes=ph.dtypes, head_dims=ph.head_dims,
-                   sim_params=ph.sim_params, supports=ph.extra_supports, resolve=ph.resolver)(call)
-    return call
-
-
-def _tma_wgmma_uniform(problem, warpgroups=0, Bc=64, stages=2):
+def tma_wgmma_uniform(problem, warpgroups=0, Bc=64, stages=2):
     """tma_wgmma's kernel with the build_wgmma keyword ``uniform`` on (tma_wgmma has no such parameter)."""
     return build_wgmma(problem, warpgroups, Bc, stages, overlap=False, tma=True, uniform=True)
 
 
-tma_uniform = _variant("tma_wgmma", "tma_uniform", 25.5, "uniform=True", build=_tma_wgmma_uniform)
-ws3 = _variant("warp_specialized_tc", "ws3", 26.6, "warpgroups=3", warpgroups=3)
-ws3_uniform = _variant("warp_specialized_tc", "ws3_uniform", 26.7, "warpgroups=3, uniform=True", warpgroups=3,
-                       uniform=True)
+register_variant("tma_wgmma", "tma_uniform", order=25.5, build=tma_wgmma_uniform, note="uniform=True")
+register_variant("warp_specialized_tc", "ws3", order=26.6, warpgroups=3)
+register_variant("warp_specialized_tc", "ws3_uniform", order=26.7, warpgroups=3, uniform=True)

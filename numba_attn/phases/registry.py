@@ -285,6 +285,42 @@ def register_phase(*, name, order, title, parent, description, lineage, planned_
     return deco
 
 
+def register_variant(base: str, name: str, *, order: float | None = None, build: Callable | None = None,
+                     note: str | None = None, **defaults) -> Phase:
+    """Register ``name``: phase ``base`` under another name with other defaults (``defaults``, parameters
+    of ``base``), so that a run times both side by side (``--param`` sets one value per phase name). Its
+    parent is ``base``; everything else (supports, resolve, space, metadata) is ``base``'s. ``build``: a
+    builder to use instead of ``base``'s (its keyword arguments become the parameters), for a keyword
+    ``base`` does not expose; ``note``: what differs, for the title (default: the defaults given). Registered from an out-of-tree module given to ``--setup``::
+
+        register_variant("paged_split_k", "paged_split_k_bal", balance=True)
+    """
+    ph = get_phase(base)
+    fn = build or ph.build
+    sig = inspect.signature(fn)
+    unknown = [k for k in defaults if k not in sig.parameters]
+    if unknown:
+        raise ValueError(f"variant {name!r} of {base!r}: {unknown} are not parameters of its builder "
+                         f"({', '.join(list(sig.parameters)[1:])})")
+
+    def variant(problem, **params):
+        return fn(problem, **{**defaults, **params})
+
+    variant.__signature__ = sig.replace(parameters=[p.replace(default=defaults.get(p.name, p.default))
+                                                    for p in sig.parameters.values()])
+    variant.__module__ = sys._getframe(1).f_globals.get("__name__", __name__)  # the module that registered it
+    variant.__name__ = variant.__qualname__ = name
+    note = note or ", ".join(f"{k}={v}" for k, v in defaults.items()) or f"builder {fn.__name__}"
+    register_phase(name=name, order=ph.order + 0.5 if order is None else order, title=f"{ph.title} ({note})",
+                   parent=base, description=f"{ph.description}\n\nA variant of {base}: {note}.",
+                   lineage=ph.lineage, planned_speedup=ph.planned_speedup, dtypes=ph.dtypes, head_dims=ph.head_dims,
+                   causal=ph.causal, kind=ph.kind, precision=ph.precision, sim_params=ph.sim_params,
+                   supports=ph.extra_supports, resolve=ph.resolver, requires_cc=ph.requires_cc,
+                   space={k: v for k, v in ph.space.items() if k == "where" or k in sig.parameters},
+                   layout=ph.layout, launch_params=ph.launch_params)(variant)
+    return get_phase(name)
+
+
 def expand_values(spec) -> list:
     """The values of one parameter's space: a list/tuple of values, a ``range``, or
     ``{"pow2": (lo, hi)}`` (the powers of two from lo to hi)."""
