@@ -681,9 +681,8 @@ def test_balanced_splits_run_correctly(dtype, kv_dtype, Nq, H):
 def test_balance_supports_and_notes():
     ph = get_phase("paged_split_k")
     p16 = PagedProblem(batch=2, heads=2, kv_heads=2, q_len=1, kv_len=300, head_dim=16, dtype="float16", page_size=16)
-    p8 = \
-        PagedProblem(batch=2, heads=2, kv_heads=2, q_len=1, kv_len=300, head_dim=64, dtype="float16", page_size=16,
-                     kv_dtype="int8", kv_scale="token")
+    p8 = PagedProblem(batch=2, heads=2, kv_heads=2, q_len=1, kv_len=300, head_dim=64, dtype="float16", page_size=16,
+                      kv_dtype="int8", kv_scale="token")
     assert ph.params["balance"] is False  # off by default
     assert "balanced splits" in ph.plan(p16, balance=True, **SIM["paged_split_k"]).notes
     assert "not on the mma path" in ph.supports(p8, **ph.resolve_params({"balance": True}))
