@@ -61,6 +61,8 @@ with 3 splits 65-70 us, 0.88-0.95x the contiguous twin (from 0.84x).
 Verdict: 0.950 ms at B8 H32 KV 32k P64 (equal lengths), 0.99x decode_split_k_lean; ragged B8 KV <= 32k 0.504 ms with the ragged plan (0.592 ms before), 0.95x; 8-bit caches at B8 KV 16k: 0.483 ms fp8/head, 0.389 ms int8/token, 0.98x and 1.22x SDPA on the fp16 cache (the 1.7x target missed) (H200, CUPTI) [results/paged-nvidia-h200.jsonl]
 Verdict (mma, the default for fp8 caches from this run on): as predicted for fp8/head, B8 KV 16k 0.2766 ms and KV 32k 0.5476 ms, 3.9 TB/s of cache bytes, 1.72x and 1.73x SDPA on the fp16 cache in the same process (wide 1.29x and 1.31x in that run); GQA (group 4) fp8 KV 32k 0.1493 ms, 1.63x SDPA and 3.4x the previous default there; refuted for int8/token before the int8 loop's rework (next line), mma 2-5% slower than wide, then its default: 0.3219 ms and 0.6384 ms, 1.47x and 1.49x SDPA (the 1.7x target missed for int8) (H200, CUPTI) [results/paged-8bit-mma-nvidia-h200.jsonl]
 Verdict (mma on int8, after the int8 loop's rework; now the default for 8-bit caches): int8/token B8 KV 16k 0.2933 ms and KV 32k 0.5851 ms, 1.62x SDPA on the fp16 cache in the same process, 1.10x and 1.09x wide (0.3221 ms and 0.6387 ms in that run); 3.8 TB/s of cache and scale bytes, against fp8/head's 3.9; 8 bytes of local memory (a spill outside the key loop); the 1.7x target still missed for int8/token (H200, CUPTI) [results/paged-8bit-mma-nvidia-h200.jsonl]
+Verdict (prefetch): refuted, slower on every target and left out of the tuning space (still an option): fp8/head KV 16k 0.2770 and 0.2963 ms with prefetch 1 and 2 against 0.2715 ms without; int8/token KV 16k 0.3546 and 0.3612 against 0.2807, KV 32k 0.6992 and 0.7724 against 0.5561 (H200, CUPTI, one process per problem). The defaults after the 32-bit warp index: fp8/head 1.71x SDPA on the fp16 cache at KV 16k, int8/token 1.66x at 16k and 32k (from 1.62x): the 1.7x target still missed for int8/token [results/paged-8bit-mma-nvidia-h200.jsonl]
+Verdict (balance): at ragged B8 KV <= 4k 3 balanced splits are the fastest setting, 71.4 us (predicted 65-70), 0.86x the contiguous twin (default 73.5 us, 0.84x); balance at the plan's split count is 3% slower; at B8 KV <= 32k and B32 KV <= 4k within 2% of the default (H200, CUPTI) [results/paged-nvidia-h200.jsonl; experiments/2026-11-23-paged-ragged-balance]
 Verdict (wide, the int8 default before mma): B8 KV 16k 0.369 ms fp8/head, 0.327 ms int8/token, 1.29x and 1.46x SDPA on the fp16 cache in the same process; KV 32k 0.725 ms and 0.654 ms, 1.31x and 1.45x; GQA (group 4) fp8 at 32k slower with it, 0.635 ms against 0.513 ms (spills); the 1.7x target still missed (H200, CUPTI) [results/paged-8bit-wide-nvidia-h200.jsonl]
 """
 from __future__ import annotations
@@ -164,7 +166,8 @@ def _resolve(problem, wide=None, mma=None, **params):
     planned_speedup=45.0,
     dtypes=("float16", "bfloat16"),
     space={"warps": [4, 8], "keys": [0, 1, 2, 4], "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4],
-           "wide": [False, True], "mma": [False, True], "prefetch": [0, 1, 2], "balance": [False, True]},
+           "wide": [False, True], "mma": [False, True], "balance": [False, True]},
+    # prefetch (1, 2) was measured slower on every 8-bit target: not a candidate
     launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     sim_params={"warps": 2, "splits": 3},
     supports=_supports,

@@ -47,6 +47,7 @@ thing to check on the GPU (the SASS should show ``USETMAXREG``).
 
 Verdict: as predicted at D128, 0.571 ms at B1 H32 N4096 D128 fp16 (H200, CUPTI), 1.04x tma_wgmma, 0.81x SDPA; refuted at D64, 0.445 ms at B4 H32 N2048, 0.82x tma_wgmma (one block per SM); a later run (SDPA the faster of auto and cuDNN in it): 0.521 ms (0.89x SDPA), B2 H16 N8192 causal 1.130 ms (1.00x), B1 H16 N16384 causal 2.138 ms (0.96x), bf16 0.523 ms (0.85x); D64 with Bc=128 0.394 ms (0.82x) [results/tensor-core-tma-nvidia-h200.jsonl]
 Verdict (``uniform``, left off): no gain, 0.5697 ms at B1 H32 N4096 D128 fp16, causal B2 H16 N8192 1.1947 ms, D64 B4 H32 N2048 0.4428 ms, against 0.5525, 1.1180 and 0.4533 ms with it off in the same run (1.03x and 1.07x slower, 1.02x faster; the off row of the causal problem had an 11% spread); timed as the out-of-tree copy ws_uniform (experiments/2026-11-23-hopper-tma/uniform_phases.py) (H200, CUPTI) [results/tensor-core-tma-nvidia-h200.jsonl, rows of ws_uniform]
+Verdict (128-key tiles, the default at D128 from this run on; out-of-tree copy ws_bc128, experiments/2026-11-23-hopper-tma/d128_phases.py): 2-8 % faster than Bc=64 in one process per problem with SDPA (faster of auto and cuDNN): B1 H32 N4096 D128 fp16 0.5362 against 0.5466 ms (0.87x SDPA), bf16 0.5245 against 0.5420 (0.85x), B1 H16 N16384 fp16 3.965 against 4.309 ms (0.92x), B2 H16 N8192 causal 1.123 against 1.184 ms (0.93x); the prediction was written for the pair with ``uniform`` (0-8 %): 2.8 % at N4096 fp16, its other rows spread 9-18 % and are not read (H200, CUPTI, 3d79620) [results/tensor-core-tma-nvidia-h200.jsonl, rows of ws_bc128]
 """
 from __future__ import annotations
 
@@ -58,9 +59,15 @@ MAX_CONSUMERS = 3  # consumer warpgroups: with the producer at most 512 threads
 
 def _resolve(problem, warpgroups, Bc, stages, **_):
     """warpgroups=0: two consumer warpgroups (FlashAttention-3's split) up to D=128, one above
-    (384 threads have 168 registers each at entry)."""
+    (384 threads have 168 registers each at entry). Bc=0: 128-key tiles at D=128 where the ring of
+    ``stages`` fits (measured 2-8 % faster than 64 there, fp16 and bf16, N 4k-16k, causal or not), else 64
+    (at D64 128-key tiles were slower: 0.394 against 0.365 ms)."""
     if warpgroups < 0:
         raise ValueError("warpgroups (consumer warpgroups per block) must be at least 1 (0: by head_dim)")
+    if Bc < 0:
+        raise ValueError("Bc (keys per K/V tile) must be positive (0: by head_dim)")
+    if not Bc:
+        Bc = 128 if problem.head_dim == 128 and tma_smem_reason(problem, 128, stages) is None else 64
     return {"warpgroups": warpgroups or (2 if problem.head_dim <= 128 else 1), "Bc": Bc, "stages": stages}
 
 
@@ -99,7 +106,7 @@ def _supports(problem, warpgroups, Bc, stages, **_):
     supports=_supports,
     resolve=_resolve,
 )
-def warp_specialized_tc(problem, warpgroups=0, Bc=64, stages=2, uniform=False):
+def warp_specialized_tc(problem, warpgroups=0, Bc=0, stages=2, uniform=False):
     """tma_wgmma's kernel with ``ws=True``; ``uniform``: the warp index made known warp-uniform, so
     that ptxas builds the wgmma descriptors and the ring counters in the uniform datapath (off by
     default until timed on a GPU; docs/tensor-core-notes.md, "Uniform warp index")."""
