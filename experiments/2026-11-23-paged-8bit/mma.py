@@ -33,15 +33,15 @@ def cache_bytes(prob):
 
 
 def compare(argv, script, variants, peers=("torch_sdpa", "torch_sdpa_cudnn"),
-            keys=("wide", "mma", "warps", "blocks_per_sm", "splits"), doc=__doc__):
-    """One problem of ``paged-8bit-short`` (``--index``): the rows of ``variants(problem)`` ((phase,
+            keys=("wide", "mma", "warps", "blocks_per_sm", "splits"), doc=__doc__, preset="paged-8bit-short"):
+    """One problem of ``preset`` (``--index``): the rows of ``variants(problem)`` ((phase,
     params) pairs), then ``peers`` on the contiguous twin, appended to OUT.jsonl after an env line; one
     printed line per row with the bandwidth on the bytes read and the speedup against the first peer."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("out")
     ap.add_argument("--index", type=int, required=True)
     a = ap.parse_args(argv)
-    prob = PRESETS["paged-8bit-short"][a.index]
+    prob = PRESETS[preset][a.index]
     cfg = RunConfig(seeds=(1,), timing=TimingConfig(method="cupti", budget_s=1.0))
     twin = contiguous_twin(prob)
     with open(a.out, "a", encoding="utf-8") as f:
