@@ -140,35 +140,141 @@ def _dequantized(x):
     return codes.view(ml_dtypes.float8_e4m3fn).astype(np.float64) * sc.astype(np.float64)
 
 
-def test_quantization_kernels_match_numpy():
-    """amax, the codes of rows (Q, K) and the transposed permuted codes of V against the model; keys
-    past the end of V are zero codes."""
+def _model(x, keys):
+    """The kernels' results for one tensor (heads, N, D) as NumPy makes them: the largest finite |x| of
+    each head, whether it holds an infinity, its scale amax/448 (1 when amax is 0) and codes of
+    x·(448/amax) in float32; an infinity becomes NaN (its code 0x7F), except in a key row of ``keys``:
+    there the infinite columns keep their sign (±448) and the others are 0, and kmul is inf (1 for the
+    other rows of a head with an infinity, 0, untouched, elsewhere)."""
+    x32 = x.astype(np.float32)
+    inf = np.isinf(x32)
+    amax = np.where(np.isfinite(x32), np.abs(x32), np.float32(0)).max(axis=(1, 2))
+    bad = inf.any(axis=(1, 2))
+    one = np.float32(1.0)
+    inv = np.where(amax > 0, np.float32(448.0) / np.where(amax > 0, amax, one), one).astype(np.float32)
+    scale = np.where(amax > 0, amax / np.float32(448.0), one).astype(np.float32)
+    y = x32 * inv[:, None, None]
+    kmul = np.zeros(x.shape[:2], np.float32)
+    if keys:
+        rowinf = inf.any(axis=2) & bad[:, None]
+        kmul = np.where(bad[:, None], np.where(rowinf, np.float32(np.inf), np.float32(1)), 0).astype(np.float32)
+        y = np.where(rowinf[:, :, None] & ~inf, np.float32(0), y)
+    else:
+        y = np.where(inf, np.float32(np.nan), y)
+    return amax, bad, scale, _want_codes(y.astype(np.float32)), kmul
+
+
+def _same_codes(got, want):
+    """Codes equal; a NaN code compared without its sign (not specified by the conversion)."""
+    nan = (want & 0x7F) == 0x7F
+    return np.array_equal(got[~nan], want[~nan]) and np.all((got[nan] & 0x7F) == 0x7F)
+
+
+def _poke_infinities(q, k, v):
+    k[1, 3, 2] = np.inf  # a key row with two infinities, a NaN and finite values
+    k[1, 3, 7] = -np.inf
+    k[1, 3, 9] = np.nan
+    k[0, 5, 1] = np.nan  # a NaN in a head without infinities
+    q[0, 2, 4] = -np.inf  # Q and V: an infinity becomes the NaN code
+    q[0, 6, 0] = np.nan
+    v[0, 7, 3] = np.inf
+    v[0, 9, 15] = np.nan
+    v[1] = 0  # a zero head: amax 0, scale 1
+
+
+QUANT_CASES = {  # (D, dtype, Q heads, KV heads, Nq, Nk, NkP, poke)
+    "D32-fp16-two-tiles": (32, np.float16, 2, 1, 40, 70, 96, None),  # NkP not a multiple of VTK (64 / 128)
+    "D16-bf16-inf-nan": (16, "bfloat16", 1, 2, 33, 50, 64, _poke_infinities),
+    "D128-fp16": (128, np.float16, 1, 1, 17, 64, 64, None),
+}
+
+
+@pytest.mark.parametrize("name", list(QUANT_CASES))
+def test_quantization_kernels_match_numpy(name):
+    """amax (one launch for Q, K and V), the codes of rows (Q, K) and the transposed permuted codes of V
+    against the model: amax exact, the infinity flags, the scales, codes exact, kmul; keys past the end
+    of V are zero codes; the padding of D=16 rows (columns 16..31) is not written."""
+    _check_quantization(name)
+
+
+@pytest.fixture
+def gpu_block_constants(monkeypatch):
+    """The quantization kernels made with the GPU's blocks (64 partial maxima and row blocks per head,
+    128-key V^T tiles, 128 threads: several warps, two partial maxima per lane) in the simulator."""
+    factories = (F.make_amax, F.make_quant_rows, F.make_quant_vt)
+    for name, value in (("NCH", 64), ("RCH", 64), ("VTK", 128), ("QTH", 128)):
+        monkeypatch.setattr(F, name, value)
+    for f in factories:
+        f.cache_clear()
+    yield
+    for f in factories:
+        f.cache_clear()
+
+
+@pytest.mark.skipif(not IS_SIMULATOR, reason="the GPU runs these constants in every test")
+@pytest.mark.parametrize("name", ["D16-bf16-inf-nan", "D128-fp16"])
+def test_quantization_kernels_with_gpu_blocks(name, gpu_block_constants):
+    """The same checks with the GPU's block constants (the code paths of several warps per block)."""
+    _check_quantization(name)
+
+
+def _check_quantization(name):
+    D, dt, HQ, HK, NQ, NK, NKP, poke = QUANT_CASES[name]
+    bf16 = dt == "bfloat16"
     rng = np.random.default_rng(3)
-    BH, N, D, NkP = 2, 40, 32, 64
-    x = (rng.standard_normal((BH, N, D)) * np.array([1.0, 30.0])[:, None, None]).astype(np.float16)
-    xw = cuda.to_device(x.view(np.uint32))
-    part = cuda.to_device(np.zeros((BH, F.NCH), np.float32))
-    bad = cuda.to_device(np.ones((BH, F.NCH), np.float32))
-    F.make_amax(D // 2)[(F.NCH, BH), F.QTH](xw, part, bad, False)
-    assert np.array_equal(part.copy_to_host().max(axis=1), np.abs(x.astype(np.float32)).max(axis=(1, 2)))
-    assert not bad.copy_to_host().any()  # no infinity
-    rows = cuda.to_device(np.zeros((BH, N, D // 4), np.uint32))
-    sc = cuda.to_device(np.zeros(BH, np.float32))
-    flag = cuda.to_device(np.ones(BH, np.float32))
-    kmul = cuda.to_device(np.zeros((BH, N), np.float32))
-    F.make_quant_rows(D // 2, True)[((N * D // 4 + F.QTH - 1) // F.QTH, BH), F.QTH](xw, rows, part, bad, sc, flag,
-                                                                                  kmul, False)
-    assert not flag.copy_to_host().any() and not kmul.copy_to_host().any()  # kmul only written for a flagged head
+    x = [rng.standard_normal((h, n, D)) * np.array([1.0, 30.0])[:h, None, None] for h, n in
+         ((HQ, NQ), (HK, NK), (HK, NK))]
+    x = [a.astype(ml_dtypes.bfloat16 if bf16 else dt) for a in x]
+    if poke is not None:
+        poke(*x)
+    q, k, v = x
+    qw, kw, vw = (cuda.to_device(np.ascontiguousarray(a).view(np.uint32)) for a in x)
+    NH = HQ + 2 * HK
+    part = cuda.to_device(np.full((NH, F.NCH), -1, np.float32))
+    bad = cuda.to_device(np.full((NH, F.NCH), -1, np.float32))
+    F.make_amax(D // 2)[(F.NCH, NH), F.QTH](qw, kw, vw, part, bad, bf16)
+    mq, mk, mv = _model(q, False), _model(k, True), _model(v, False)
+    p, b = part.copy_to_host(), bad.copy_to_host()
+    assert np.array_equal(p.max(axis=1), np.concatenate([mq[0], mk[0], mv[0]]))
+    assert (p >= 0).all() and set(np.unique(b)) <= {0.0, 1.0}  # every block wrote its result
+    assert np.array_equal(b.max(axis=1) > 0, np.concatenate([mq[1], mk[1], mv[1]]))
+    cuts = ((0, HQ), (HQ, HQ + HK), (HQ + HK, NH))
+    parts = [cuda.to_device(p[i:j]) for i, j in cuts]
+    bads = [cuda.to_device(b[i:j]) for i, j in cuts]
+    DQ = F.qk_depth(D)
+    for (t, tw, n, model, keys, i) in ((q, qw, NQ, mq, False, 0), (k, kw, NK, mk, True, 1)):
+        heads = t.shape[0]
+        rows = cuda.to_device(np.full((heads, n, DQ // 4), 0xFFFFFFFF, np.uint32))
+        sc = cuda.to_device(np.zeros(heads, np.float32))
+        flag = cuda.to_device(np.full(heads, -1, np.float32))
+        kmul = cuda.to_device(np.zeros((heads, n), np.float32))
+        F.make_quant_rows(D // 2, keys)[(F.RCH, heads), F.QTH](tw, rows, parts[i], bads[i], sc, flag, kmul, bf16)
+        got = rows.copy_to_host().view(np.uint8).reshape(heads, n, DQ)
+        assert _same_codes(got[:, :, :D], model[3]), (keys, np.argwhere(got[:, :, :D] != model[3])[:5])
+        assert (got[:, :, D:] == 0xFF).all()  # D=16: columns 16..31 (the launch's zero padding) not written
+        assert np.array_equal(flag.copy_to_host(), model[1].astype(np.float32))
+        assert np.array_equal(kmul.copy_to_host(), model[4])  # kmul only written for a flagged head's keys
+        # fastmath: amax/448 is computed as amax·(1/448), one or two ulps from NumPy's division (the codes,
+        # from 448/amax, are exact)
+        assert np.allclose(sc.copy_to_host(), model[2], rtol=2.5e-7, atol=0)
+    vt = cuda.to_device(np.full((HK, D, NKP // 4), 0xFFFFFFFF, np.uint32))
+    sc = cuda.to_device(np.zeros(HK, np.float32))
+    F.make_quant_vt(D)[((NKP + F.VTK - 1) // F.VTK, HK), F.QTH](vw, vt, parts[2], sc, bf16)
+    assert np.allclose(sc.copy_to_host(), mv[2], rtol=2.5e-7, atol=0)
+    got = vt.copy_to_host().view(np.uint8).reshape(HK, D, NKP)
+    keys = (32 * (np.arange(NKP) // 32) + WG.e4m3_p_keys()[np.arange(NKP) % 32])
+    padded = np.zeros((HK, NKP, D), np.uint8)
+    padded[:, :NK] = mv[3]
+    assert _same_codes(got, padded[:, keys, :].transpose(0, 2, 1))
+
+
+def test_quantization_model_is_the_phase_model():
+    """The model above, on finite inputs, is ``_quantize`` (the phase tests' dequantization)."""
+    x = (np.random.default_rng(4).standard_normal((2, 40, 32)) * np.array([1.0, 30.0])[:, None, None])
+    x = x.astype(np.float16)
     codes, scales = _quantize(x[None])
-    assert np.array_equal(rows.copy_to_host().view(np.uint8).reshape(BH, N, D), codes[0])
-    assert np.allclose(sc.copy_to_host(), scales.reshape(-1), rtol=1e-7, atol=0)
-    vt = cuda.to_device(np.full((BH, D, NkP // 4), 0xFFFFFFFF, np.uint32))
-    F.make_quant_vt(D)[((NkP // 4 * D + F.QTH - 1) // F.QTH, BH), F.QTH](xw, vt, part, sc, False)
-    got = vt.copy_to_host().view(np.uint8).reshape(BH, D, NkP)
-    keys = (32 * (np.arange(NkP) // 32) + WG.e4m3_p_keys()[np.arange(NkP) % 32])
-    padded = np.zeros((BH, NkP, D), np.uint8)
-    padded[:, :N] = codes[0]
-    assert np.array_equal(got, padded[:, keys, :].transpose(0, 2, 1))
+    m = _model(x, True)
+    assert np.array_equal(m[3], codes[0]) and np.array_equal(m[2], scales.reshape(-1))
 
 
 # -- the phase ---------------------------------------------------------------------------------
@@ -324,7 +430,7 @@ def test_offline_fp8_d128_assembles_without_spills(mode):
     serialized; the quantization kernels spill nothing either."""
     rec = _offline()[mode]
     att = [r for r in rec if r["kernel"] == "fp8_wgmma"]
-    assert len(att) == 1 and len(rec) == 7  # 3 amax, 3 quantize, the attention kernel
+    assert len(att) == 1 and len(rec) == 5  # amax (Q, K and V), 3 quantize, the attention kernel
     a = att[0]
     assert a["mma"] == ["wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3",
                         "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3"], a["mma"]

@@ -5,13 +5,15 @@ the online softmax on the accumulator fragments and P kept in registers are the
 same; what changes is the precision the tensor cores multiply in:
 
 * **Per-head quantization inside the launch.** Q, K and V arrive in the problem's
-  dtype (float16/bfloat16). Three small kernels run before the attention kernel:
-  the largest |x| of each (batch, head) of Q, K and V (``amax``: ``NCH`` partial
-  maxima per head), then the codes ``e4m3(x · 448 / amax)`` (``cvt.rn.satfinite``,
+  dtype (float16/bfloat16). Small memory-bound kernels run before the attention kernel
+  (16-byte loads): the largest |x| of each (batch, head) of Q, K and V (``amax``, one
+  launch for the three: ``NCH`` partial maxima per head), then the codes
+  ``e4m3(x · 448 / amax)`` (one launch for Q, one for K, one for V; ``cvt.rn.satfinite``,
   four per register: :func:`numba_attn.gpu.intrinsics.pack_e4m3x4`); the scale of a
   head is ``amax / 448`` (float32). Q and K keep their layout (rows of D bytes); V is
   written **transposed** (rows = head-dim columns, contiguous over keys, the key axis
-  padded to whole tiles with zeros) with the keys of every 32-key block in the order
+  padded to whole tiles with zeros; through a shared-memory tile of VTK keys: whole
+  runs of each output row per block) with the keys of every 32-key block in the order
   of :func:`numba_attn.gpu.wgmma.e4m3_p_keys` (below). The quantized copies are the
   launch's scratch; their time is part of the phase's time.
 * **S = Q·Kᵀ in e4m3.** ``D/32`` wgmma m64nBc k32 per tile; the A fragments of Q are
@@ -68,10 +70,11 @@ from numba_attn.gpu.backend import IS_SIMULATOR  # first: chooses the backend be
 
 from numba import cuda, float32, uint32  # noqa: E402
 from numba_attn.gpu.device_functions import LOG2E, NEG_BIG, fragment_rescale, fragment_softmax
-from numba_attn.gpu.intrinsics import (cp_async16_flat, cp_async_commit, cp_async_wait, pack_e4m3x4, u32_as_f32,
-                                       unpack_bf16x2, unpack_f16x2)
+from numba_attn.gpu.intrinsics import (SMEM_ALIGN, cp_async16_flat, cp_async_commit, cp_async_wait, ld_global_v4,
+                                       ld_shared_v4, pack_e4m3x4, u32_as_f32, unpack_bf16x2, unpack_f16x2)
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
+from numba_attn.gpu.warp import warp_max
 from numba_attn.gpu.wgmma import e4m3_p_keys, kmajor_params, make_wgmma_rs, shared_address
 from numba_attn.phases.registry import Launch, register_phase
 from numba_attn.phases.tensor_core.common import (ALIGN_BYTES, mask_fragments, q_fragments, store_fragments,
@@ -79,10 +82,15 @@ from numba_attn.phases.tensor_core.common import (ALIGN_BYTES, mask_fragments, q
 
 E4M3_MAX = 448.0  # the largest e4m3fn value: a head's amax maps to it
 P_SCALE = 256.0  # P in [0, 1] times 256 before its conversion (normal e4m3 down to 2^-14 of the row max)
-# partial maxima per head (blocks of the amax kernel per head) and threads per block of the quantization
-# kernels; the simulator, which runs every thread of a block as a Python thread, takes fewer (the kernels
-# loop over their rows with these strides, so the result does not depend on them)
-NCH = 2 if IS_SIMULATOR else 16
+# partial maxima per head (blocks of the amax kernel per head, at most 64), blocks per head of the row
+# quantization, keys per block of the V transpose (a multiple of 32) and threads per block of the
+# quantization kernels; the simulator, which runs every thread of a block as a Python thread, takes fewer
+# (the kernels loop over their rows with these strides, so the result does not depend on them). On the GPU
+# 64 blocks per head of 128 threads fill an H200 (one or a few waves at 32 heads) and a V^T block writes
+# 128 bytes of each of its D rows (a 32 KiB tile at D = 128)
+NCH = 2 if IS_SIMULATOR else 64
+RCH = 2 if IS_SIMULATOR else 64
+VTK = 64 if IS_SIMULATOR else 128
 QTH = 32 if IS_SIMULATOR else 128
 HEAD_DIMS = (16, 32, 64, 128)  # rows of 32/64/128 bytes: one swizzled column block (16: padded to 32)
 TILES = (32, 64, 128)  # Bc: V^T rows of 32/64/128 bytes
@@ -104,71 +112,110 @@ def inf_halves(w, bf16):
     return lo == e, hi == e, (lo & e) != e, (hi & e) != e
 
 
+@device
+def finite_max(w, m, f, e):
+    """``m``, the largest |x| bits seen, updated with the finite halves of word ``w`` (|x| of a finite
+    f16/bf16 orders as its bits without the sign, below the exponent mask ``e``; infinity is ``e``,
+    NaN above it); ``f`` or-ed with whether one of them is infinite."""
+    lo = uint32(uint32(w) & uint32(0x7FFF))  # (numba widens integer arithmetic to 64 bits)
+    hi = uint32((uint32(w) >> uint32(16)) & uint32(0x7FFF))
+    if lo < e:
+        m = max(m, lo)
+    if hi < e:
+        m = max(m, hi)
+    return m, f or lo == e or hi == e
+
+
 @functools.cache
 def make_amax(DW: int):
-    """``amax(x, part, bad, bf16)``: x the (heads, N, DW) uint32 view of f16/bf16 rows; ``part[h, ch]``
-    the largest finite |x| of the words ch·QTH + tid + k·NCH·QTH of head h, ``bad[h, ch]`` 1 where
-    one of them is infinite (grid (NCH, heads), QTH threads). NaN is skipped here: its code carries it."""
+    """``amax(q, k, v, part, bad, bf16)``: q, k, v the (heads, N, DW) uint32 views of f16/bf16 rows (Q
+    with its heads and length, K and V with theirs), one launch for the three: block (ch, h) takes
+    head h of Q, head h - HQ of K (h < HQ + HK) or head h - HQ - HK of V (HQ, HK the head counts), and
+    writes ``part[h, ch]`` the largest finite |x| of the 16-byte chunks ch·QTH + tid + k·NCH·QTH of
+    the head (rows of DW/4 chunks), ``bad[h, ch]`` 1 where one of them is infinite. Grid (NCH, HQ + 2·HK),
+    QTH threads, two 16-byte loads (``ld.global.nc.v4``) in flight per thread. NaN is skipped here: its
+    code carries it. The maximum is taken on the bits (exactly the float maximum) and converted once."""
+    CH = DW // 4  # 16-byte chunks of a row (D = 16: 2)
+    RS = NCH * QTH // CH  # the chunk stride of a head's blocks, in rows (a thread keeps its column)
+    NW = QTH // 32  # warps per block
+    assert RS * CH == NCH * QTH
+
+    @device
+    def scan(x, hh, ch, tid, bf16):
+        """(largest finite |x| bits, any infinity) of this thread's chunks of head ``hh`` of ``x``."""
+        e = uint32(0x7F80) if bf16 else uint32(0x7C00)
+        n = x.shape[1]
+        m = uint32(0)
+        f = False
+        i = ch * QTH + tid
+        r = i // CH
+        c = 4 * (i % CH)
+        while r < n:
+            a0, a1, a2, a3 = ld_global_v4(x, hh, r, c)
+            b0 = b1 = b2 = b3 = uint32(0)  # zeros: no effect on the maximum
+            if r + RS < n:
+                b0, b1, b2, b3 = ld_global_v4(x, hh, r + RS, c)
+            m, f = finite_max(a0, m, f, e)
+            m, f = finite_max(a1, m, f, e)
+            m, f = finite_max(a2, m, f, e)
+            m, f = finite_max(a3, m, f, e)
+            m, f = finite_max(b0, m, f, e)
+            m, f = finite_max(b1, m, f, e)
+            m, f = finite_max(b2, m, f, e)
+            m, f = finite_max(b3, m, f, e)
+            r += 2 * RS
+        return m, f
+
     @kernel
-    def amax(x, part, bad, bf16):
-        red = cuda.shared.array(QTH, float32)
-        anyinf = cuda.shared.array(1, float32)
+    def amax(q, k, v, part, bad, bf16):
+        red = cuda.shared.array((2, NW), float32)
         tid = cuda.threadIdx.x
         ch = cuda.blockIdx.x
         h = cuda.blockIdx.y
-        if tid == 0:
-            anyinf[0] = float32(0.0)
+        hq = q.shape[0]
+        hk = k.shape[0]
+        if h < hq:
+            m, f = scan(q, h, ch, tid, bf16)
+        elif h < hq + hk:
+            m, f = scan(k, h - hq, ch, tid, bf16)
+        else:
+            m, f = scan(v, h - hq - hk, ch, tid, bf16)
+        if bf16:  # the bits of the largest finite |x| as float32 (exact)
+            a = u32_as_f32(uint32(m) << uint32(16))
+        else:
+            a, unused = unpack_f16x2(uint32(m))
+        a = warp_max(a)
+        fb = warp_max(float32(1.0) if f else float32(0.0))
+        if tid % 32 == 0:
+            red[0, tid // 32] = a
+            red[1, tid // 32] = fb
         cuda.syncthreads()
-        n = x.shape[1] * DW
-        m = float32(0.0)
-        f = False
-        for i in range(ch * QTH + tid, n, NCH * QTH):
-            w = x[h, i // DW, i % DW]
-            if bf16:
-                a, b = unpack_bf16x2(w)
-            else:
-                a, b = unpack_f16x2(w)
-            ia, ib, fa, fb = inf_halves(w, bf16)
-            if fa:  # finite values only
-                m = max(m, abs(a))
-            if fb:
-                m = max(m, abs(b))
-            f = f or ia or ib
-        red[tid] = m
-        if f:
-            anyinf[0] = float32(1.0)
-        cuda.syncthreads()
-        step = QTH // 2
-        while step > 0:
-            if tid < step:
-                red[tid] = max(red[tid], red[tid + step])
-            cuda.syncthreads()
-            step //= 2
         if tid == 0:
-            part[h, ch] = red[0]
-            bad[h, ch] = anyinf[0]
+            for w in range(1, NW):
+                a = max(a, red[0, w])
+                fb = max(fb, red[1, w])
+            part[h, ch] = a
+            bad[h, ch] = fb
 
     return amax
 
 
 @device
-def head_scale(part, h):
-    """(448 / amax, amax / 448) of head ``h`` from its NCH partial maxima (amax 0: 1, 1)."""
+def head_max(arr, h):
+    """The largest of ``arr[h, 0:NCH]`` (the amax kernel's partial results of head h) in every thread:
+    each warp reads them (NCH ≤ 64: two per lane) and reduces them with shuffles, no barrier."""
     m = float32(0.0)
-    for c in range(NCH):
-        m = max(m, part[h, c])
-    if m > float32(0.0):
-        return float32(E4M3_MAX) / m, m / float32(E4M3_MAX)
-    return float32(1.0), float32(1.0)
+    for c in range(cuda.threadIdx.x % 32, NCH, 32):
+        m = max(m, arr[h, c])
+    return warp_max(m)
 
 
 @device
-def head_bad(bad, h):
-    """1 when head ``h`` holds an infinite value, else 0 (from the amax kernel's blocks)."""
-    f = float32(0.0)
-    for c in range(NCH):
-        f = max(f, bad[h, c])
-    return f
+def head_scale(m):
+    """(448 / amax, amax / 448) of a head whose largest finite |x| is ``m`` (amax 0: 1, 1)."""
+    if m > float32(0.0):
+        return float32(E4M3_MAX) / m, m / float32(E4M3_MAX)
+    return float32(1.0), float32(1.0)
 
 
 @device
@@ -192,44 +239,78 @@ def two(w, bf16, inf_nan):
 def make_quant_rows(DW: int, keys: bool):
     """``quant(x, out, part, bad, scale, flag, kmul, bf16)``: ``out[h, r, c]`` (uint32, four codes) = e4m3
     of row r of head h, columns 4c..4c+3, times 448/amax (amax over finite values); ``scale[h]`` =
-    amax/448, ``flag[h]`` 1 when the head holds an infinity (grid (words/QTH, heads)).
+    amax/448, ``flag[h]`` 1 when the head holds an infinity. Grid (RCH, heads), QTH threads: block
+    (ch, h) takes the 16-byte chunks ch·QTH + tid + k·RCH·QTH of head h (rows of DW/4 chunks), two
+    loads in flight per thread; each chunk (8 values) gives two adjacent words of codes (8 bytes).
 
     Infinities: a query row (``keys`` False) with one is NaN in the reference whatever it meets, so an
     infinity becomes the NaN code. A key row (``keys``) with infinities has score ±inf (or NaN) against
     each query, the sign of the sum of q_d·sign(k_d) over its infinite columns: its codes become ±448 in
     those columns and 0 in the others, and ``kmul[h, r]`` = inf (1 for the other rows of a flagged head;
     the attention kernel multiplies the scores of a flagged head by it)."""
-    OW = DW // 2  # output words per row
+    CH = DW // 4  # 16-byte chunks of a row
+    RS = RCH * QTH // CH  # the chunk stride of a head's blocks, in rows (a thread keeps its column)
+    INF_NAN = not keys
+    assert RS * CH == RCH * QTH
+
+    @device
+    def chunk(x, out, kmul, h, r, c, w0, w1, w2, w3, inv, f, bf16):
+        """The codes of chunk ``c`` of row ``r`` (its words w0..w3)."""
+        a, b, ia, ib = two(w0, bf16, INF_NAN)
+        cc, d, ic, id_ = two(w1, bf16, INF_NAN)
+        a2, b2, ia2, ib2 = two(w2, bf16, INF_NAN)
+        c2, d2, ic2, id2 = two(w3, bf16, INF_NAN)
+        if keys and f != float32(0.0):  # a head with an infinity (rare): is it in this key row?
+            rowinf = False
+            for w in range(DW):
+                u0, u1, f0, f1 = inf_halves(x[h, r, w], bf16)
+                rowinf = rowinf or u0 or u1
+            if c == 0:
+                kmul[h, r] = INF if rowinf else float32(1.0)
+            if rowinf:  # the infinite columns' signs only (saturated to ±448), the others 0
+                a = a if ia else float32(0.0)
+                b = b if ib else float32(0.0)
+                cc = cc if ic else float32(0.0)
+                d = d if id_ else float32(0.0)
+                a2 = a2 if ia2 else float32(0.0)
+                b2 = b2 if ib2 else float32(0.0)
+                c2 = c2 if ic2 else float32(0.0)
+                d2 = d2 if id2 else float32(0.0)
+        out[h, r, 2 * c] = pack_e4m3x4(a * inv, b * inv, cc * inv, d * inv)
+        out[h, r, 2 * c + 1] = pack_e4m3x4(a2 * inv, b2 * inv, c2 * inv, d2 * inv)
 
     @kernel
     def quant(x, out, part, bad, scale, flag, kmul, bf16):
         h = cuda.blockIdx.y
-        inv, sc = head_scale(part, h)
-        f = head_bad(bad, h)
-        i = cuda.blockIdx.x * QTH + cuda.threadIdx.x
-        if i == 0:
+        inv, sc = head_scale(head_max(part, h))
+        f = head_max(bad, h)
+        if cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0:
             scale[h] = sc
             flag[h] = f
-        if i < x.shape[1] * OW:
-            r = i // OW
-            c = i % OW
-            a, b, ia, ib = two(x[h, r, 2 * c], bf16, not keys)
-            cc, d, ic, id_ = two(x[h, r, 2 * c + 1], bf16, not keys)
-            if keys and f != float32(0.0):  # a head with an infinity (rare): is it in this key row?
-                rowinf = False
-                for w in range(DW):
-                    u0, u1, f0, f1 = inf_halves(x[h, r, w], bf16)
-                    rowinf = rowinf or u0 or u1
-                if c == 0:
-                    kmul[h, r] = INF if rowinf else float32(1.0)
-                if rowinf:  # the infinite columns' signs only (saturated to ±448), the others 0
-                    a = a if ia else float32(0.0)
-                    b = b if ib else float32(0.0)
-                    cc = cc if ic else float32(0.0)
-                    d = d if id_ else float32(0.0)
-            out[h, r, c] = pack_e4m3x4(a * inv, b * inv, cc * inv, d * inv)
+        n = x.shape[1]
+        i = cuda.blockIdx.x * QTH + cuda.threadIdx.x
+        r = i // CH
+        c = i % CH
+        while r < n:
+            a0, a1, a2, a3 = ld_global_v4(x, h, r, 4 * c)
+            b0 = b1 = b2 = b3 = uint32(0)
+            if r + RS < n:
+                b0, b1, b2, b3 = ld_global_v4(x, h, r + RS, 4 * c)
+            chunk(x, out, kmul, h, r, c, a0, a1, a2, a3, inv, f, bf16)
+            if r + RS < n:
+                chunk(x, out, kmul, h, r + RS, c, b0, b1, b2, b3, inv, f, bf16)
+            r += 2 * RS
 
     return quant
+
+
+def stored_position(r):
+    """The position at which key ``r`` of a tile is stored (its 32-key block kept): the inverse of
+    :func:`e4m3_p_keys`, whose key has the bits (p4, p1, p3, p2, p0) of position p."""
+    return (r & ~15) | (r & 1) | ((r & 6) << 1) | ((r >> 2) & 2)
+
+
+key_position = device(stored_position)
 
 
 @functools.cache
@@ -237,35 +318,68 @@ def make_quant_vt(D: int):
     """``quant(v, vt, part, scale, bf16)``: the transposed codes of V, ``vt[h, d, m]`` (uint32: keys
     4m..4m+3 of the stored order, row d), the keys of each 32-key block in the order of
     :func:`e4m3_p_keys` (stored position p holds key ``32·(p // 32) + keys[p % 32]``), keys past
-    the end zero, an infinity the NaN code. Grid (D·NkP/4/QTH, heads): consecutive threads read
-    consecutive columns d."""
-    KEYS = tuple(int(x) for x in e4m3_p_keys())
+    the end zero, an infinity the NaN code. Grid (⌈NkP/VTK⌉, heads), QTH threads: block (t, h) takes
+    the VTK keys t·VTK.. of head h through shared memory. Its threads read the tile's rows in 16-byte
+    chunks (consecutive threads on consecutive chunks, up to eight loads in flight) and store each word (the
+    column pair w of a key) at ``tile[w, position]``, the stored position of the key (16-byte groups
+    XOR-swizzled by (w / 4) mod 8: fewer bank conflicts); then thread (w, m) reads the four keys of
+    stored positions 4m..4m+3 of column pair w (one 16-byte shared load) and writes the words m of
+    rows 2w and 2w+1: consecutive threads on consecutive words, VTK bytes of a row per block."""
+    DW = D // 2  # column pairs: words of a V row
+    CH = DW // 4  # 16-byte chunks of a V row
+    TW = VTK // 4  # words of a V^T row per block
+    NL = VTK * CH // QTH  # 16-byte loads per thread
+    U = min(8, NL)  # loads in flight
+    NO = DW * TW // QTH  # (column pair, word) items per thread
+    assert NL % U == 0 and NO * QTH == DW * TW
 
     @kernel
     def quant(v, vt, part, scale, bf16):
+        tile = cuda.shared.array((DW, VTK), uint32, alignment=SMEM_ALIGN)
+        buf = cuda.local.array((U, 4), uint32)
+        tid = cuda.threadIdx.x
         h = cuda.blockIdx.y
-        inv, sc = head_scale(part, h)
-        i = cuda.blockIdx.x * QTH + cuda.threadIdx.x
-        if i == 0:
+        inv, sc = head_scale(head_max(part, h))
+        if cuda.blockIdx.x == 0 and tid == 0:
             scale[h] = sc
         n = v.shape[1]
-        if i < vt.shape[2] * D:
-            d = i % D
-            m = i // D
-            blk = 32 * (m // 8)
-            p0 = 4 * (m % 8)
-            vals = cuda.local.array(4, float32)
-            for b in range(4):
-                p = p0 + b  # stored position p: key KEYS[p] of the block (the formula of e4m3_p_keys)
-                j = blk + 8 * (2 * (p // 16) + (p % 4) // 2) + 2 * ((p % 16) // 4) + p % 2
-                x = float32(0.0)
+        k0 = cuda.blockIdx.x * VTK
+        for it in range(NL // U):
+            for u in range(U):
+                e = tid + (it * U + u) * QTH
+                j = k0 + e // CH
                 if j < n:
-                    lo, hi, ilo, ihi = two(v[h, j, d // 2], bf16, True)
-                    x = hi if d % 2 else lo
-                vals[b] = x * inv
-            vt[h, d, m] = pack_e4m3x4(vals[0], vals[1], vals[2], vals[3])
+                    buf[u, 0], buf[u, 1], buf[u, 2], buf[u, 3] = ld_global_v4(v, h, j, 4 * (e % CH))
+                else:  # keys past the end: zero codes
+                    for b in range(4):
+                        buf[u, b] = uint32(0)
+            for u in range(U):
+                e = tid + (it * U + u) * QTH
+                p = key_position(e // CH)
+                c = e % CH
+                for b in range(4):  # column pair 4c + b, swizzled by (4c + b) / 4 = c
+                    tile[4 * c + b, 4 * ((p >> 2) ^ (c & 7)) + (p & 3)] = buf[u, b]
+        cuda.syncthreads()
+        nw = vt.shape[2]
+        for it in range(NO):
+            i = tid + it * QTH
+            w = i // TW
+            m = i % TW
+            mg = cuda.blockIdx.x * TW + m
+            if mg < nw:
+                x0, x1, x2, x3 = ld_shared_v4(tile, w, 4 * (m ^ ((w >> 2) & 7)))
+                l0, h0, i0, j0 = two(x0, bf16, True)
+                l1, h1, i1, j1 = two(x1, bf16, True)
+                l2, h2, i2, j2 = two(x2, bf16, True)
+                l3, h3, i3, j3 = two(x3, bf16, True)
+                vt[h, 2 * w, mg] = pack_e4m3x4(l0 * inv, l1 * inv, l2 * inv, l3 * inv)
+                vt[h, 2 * w + 1, mg] = pack_e4m3x4(h0 * inv, h1 * inv, h2 * inv, h3 * inv)
 
-    quant.keys = KEYS  # the order the arithmetic above implements (tests compare)
+    keys = [0] * 32
+    for r in range(32):
+        keys[stored_position(r)] = r
+    assert keys == [int(x) for x in e4m3_p_keys()]
+    quant.keys = tuple(keys)  # the order the arithmetic above implements (tests compare)
     return quant
 
 
@@ -488,8 +602,11 @@ def build_fp8(problem, warpgroups, Bc, stages, permute=True):
     q8 = cuda.to_device(np.zeros((BH, Nq, DQ // 4), np.uint32))  # D=16: the codes of columns 16..31 stay zero
     k8 = cuda.to_device(np.zeros((BHkv, NkP, DQ // 4), np.uint32))  # rows past Nk stay zero
     vt8 = cuda.to_device(np.zeros((BHkv, D, NkP // 4), np.uint32))
-    parts = [cuda.to_device(np.zeros((n, NCH), np.float32)) for n in (BH, BHkv, BHkv)]
-    bads = [cuda.to_device(np.zeros((n, NCH), np.float32)) for n in (BH, BHkv, BHkv)]
+    part = cuda.to_device(np.zeros((BH + 2 * BHkv, NCH), np.float32))  # the heads of Q, then K, then V
+    bad = cuda.to_device(np.zeros((BH + 2 * BHkv, NCH), np.float32))
+    cuts = ((0, BH), (BH, BH + BHkv), (BH + BHkv, BH + 2 * BHkv))
+    parts = [part[a:b] for a, b in cuts]
+    bads = [bad[a:b] for a, b in cuts]
     scales = [cuda.to_device(np.ones(n, np.float32)) for n in (BH, BHkv, BHkv)]
     flags = [cuda.to_device(np.zeros(n, np.float32)) for n in (BH, BHkv)]
     kmul = cuda.to_device(np.ones((BHkv, NkP), np.float32))  # rows past Nk stay 1 (their scores are masked)
@@ -502,14 +619,10 @@ def build_fp8(problem, warpgroups, Bc, stages, permute=True):
 
     def run(q, k, v, o, stream=0):
         qw, kw, vw, ow = u32_views(q, k, v, o)
-        amax[(NCH, BH), QTH, stream](qw, parts[0], bads[0], bf16)
-        amax[(NCH, BHkv), QTH, stream](kw, parts[1], bads[1], bf16)
-        amax[(NCH, BHkv), QTH, stream](vw, parts[2], bads[2], bf16)
-        qrows[((Nq * D // 4 + QTH - 1) // QTH, BH), QTH, stream](qw, q8, parts[0], bads[0], scales[0], flags[0],
-                                                                 kmul, bf16)
-        krows[((Nk * D // 4 + QTH - 1) // QTH, BHkv), QTH, stream](kw, k8, parts[1], bads[1], scales[1], flags[1],
-                                                                   kmul, bf16)
-        qvt[((NkP // 4 * D + QTH - 1) // QTH, BHkv), QTH, stream](vw, vt8, parts[2], scales[2], bf16)
+        amax[(NCH, BH + 2 * BHkv), QTH, stream](qw, kw, vw, part, bad, bf16)
+        qrows[(RCH, BH), QTH, stream](qw, q8, parts[0], bads[0], scales[0], flags[0], kmul, bf16)
+        krows[(RCH, BHkv), QTH, stream](kw, k8, parts[1], bads[1], scales[1], flags[1], kmul, bf16)
+        qvt[((NkP + VTK - 1) // VTK, BHkv), QTH, stream](vw, vt8, parts[2], scales[2], bf16)
         args = (q8, k8, vt8, ow, scales[0], scales[1], scales[2], flags[1], kmul, sl2, H, Nq, Nk)
         if opted:
             kern[grid, nthreads, stream, nbytes](*args)
