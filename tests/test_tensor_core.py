@@ -526,8 +526,8 @@ def test_phase_gpu_shapes(name, problem):
 
 def test_offline_sass_counts_of_a_wgmma_kernel():
     """``python -m numba_attn.measure.offline PHASE --sass``: the static SASS counts of the linked kernel
-    (nvdisasm), here warp_specialized_tc at D=128: its 12 HGMMA (8 of Q·Kᵀ, 4 of P·V) and register copies
-    counted apart (``IMAD.MOV``)."""
+    (nvdisasm), here warp_specialized_tc at D=128 with its default 128-key tiles: its 16 HGMMA (8 of Q·Kᵀ, 8 of
+    P·V) and register copies counted apart (``IMAD.MOV``)."""
     res = offline_json(
         "import json\n"
         "import numba_attn.measure.offline as off\n"
@@ -540,4 +540,4 @@ def test_offline_sass_counts_of_a_wgmma_kernel():
         "    print('JSON' + json.dumps(off.sass_counts(rec['cubin'])))\n")
     if res is None:
         pytest.skip("no nvdisasm (CUDA toolkit or Triton)")
-    assert res["HGMMA"] == 12 and 0 < res["IMAD.MOV"] < res["IMAD"]
+    assert res["HGMMA"] == 16 and 0 < res["IMAD.MOV"] < res["IMAD"]
