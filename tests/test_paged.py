@@ -117,7 +117,8 @@ def test_device_dequantization_is_bit_exact():
 
 
 @pytest.mark.parametrize("phase,params,where", [(p, {}, w) for p in PAGED for w in "vk"] + [
-    (p, {"splits": 1}, "k") for p in PAGED] + [  # one split: the block writes o = acc / l itself
+    (p, {"splits": 1}, "k") for p in PAGED if "splits" in SIM[p]] + [  # one split: the block writes o = acc / l
+    ("paged_worklist", {"workers": 1}, "k")] + [  # one worker: a block walks both sequences
     ("paged_split_k", {"wide": True}, "v"), ("paged_split_k", {"wide": True}, "k"),  # wide: NaN tests per load
     ("paged_split_k", {"mma": True}, "v"), ("paged_split_k", {"mma": True}, "k")])  # mma: NaN from the conversion
 def test_nan_in_an_fp8_cache_propagates(phase, params, where):
@@ -620,15 +621,17 @@ def test_ragged_plan_runs_correctly(phase, monkeypatch):
     table = np.array([[8, 0, 3, 5, 1, 2, 4, 6], [7, 7, 7, 7, 7, 7, 7, 7], [2, 6, 0, 0, 0, 0, 0, 0]], np.int32)
     lens = np.array([100, 7, 30], np.int32)
     q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
-    params = {"splits": 0, "min_keys": 16, "blocks_per_sm": 1}
+    split = "splits" in SIM[phase]  # (paged_worklist: no splits, one block per SM slot)
+    params = {"splits": 0, "min_keys": 16, "blocks_per_sm": 1} if split else {"workers": 0, "blocks_per_sm": 1}
     _run(phase, q, kc, vc, table, lens, **params)
     (key, launch), = api._PAGED_PLANS.items()
-    assert key[1].mean_len == 48 and launch.params["splits"] >= 4, launch.notes
+    assert key[1].mean_len == 48, launch.notes
+    assert launch.params["splits"] >= 4 if split else launch.notes.startswith("W=2 workers"), launch.notes
     p = PagedProblem(batch=3, heads=2, kv_heads=1, q_len=1, kv_len=128, head_dim=16, dtype="float16",
                      page_size=16, ragged=True)
     row = measure(phase, p, RunConfig(seeds=(7,), time_kernels=False), **{**SIM[phase], **params})
     assert row["status"] == "OK", row["reason"]
-    assert row["params"]["splits"] > 1
+    assert row["params"]["splits"] > 1 if split else row["params"]["workers"] == 0
 
 
 @pytest.mark.simulator  # (the device function called from the host: the simulator's)
@@ -687,3 +690,64 @@ def test_balance_supports_and_notes():
     assert "balanced splits" in ph.plan(p16, balance=True, **SIM["paged_split_k"]).notes
     assert "not on the mma path" in ph.supports(p8, **ph.resolve_params({"balance": True}))
     assert ph.supports(p8, **ph.resolve_params({"balance": True, "mma": False})) is None
+
+
+def test_work_list_model():
+    """``work_list`` (``paged_worklist``): every key of every sequence in exactly one item, items in whole
+    steps (``lo`` a multiple of KS), a sequence's splits numbered 0 … n_b − 1 in key order with n_b in every
+    one of its items, each worker a contiguous run of the batch with at most one step more than a share
+    (``⌈steps / W⌉``), one item for an empty sequence, and fewer workers where a share would be under
+    ``min_keys``."""
+    from numba_attn.phases.decode.common import work_list
+
+    rng = np.random.default_rng(4)
+    cases = [([3674, 1712, 974, 2975, 3575, 1242, 1581, 456], 64, 8), ([40, 37, 9, 0], 16, 3),
+             ([0, 0, 5], 8, 4), ([1], 16, 7), ([100, 7, 30], 32, 2)]
+    cases += [(rng.integers(0, 300, rng.integers(1, 9)).tolist(), int(rng.choice([8, 16, 64])),
+               int(rng.integers(1, 12))) for _ in range(40)]
+    for lens, KS, W in cases:
+        work, wptr = work_list(lens, KS, W)
+        nw = wptr.size - 1
+        assert wptr[0] == 0 and wptr[-1] == len(work) and (np.diff(wptr) >= 0).all() and 1 <= nw <= W
+        steps = -(-np.asarray(lens) // KS)
+        share = -(-int(steps.sum()) // nw) if steps.sum() else 1
+        for b, n in enumerate(lens):
+            mine = work[work[:, 0] == b]
+            assert (mine[:, 1] == np.arange(len(mine))).all() and (mine[:, 4] == len(mine)).all(), (lens, mine)
+            if n == 0:
+                assert mine.tolist() == [[b, 0, 0, 0, 1]]
+                continue
+            assert mine[0, 2] == 0 and mine[-1, 3] == n and (mine[1:, 2] == mine[:-1, 3]).all()  # no gap, no overlap
+            assert (mine[:, 2] % KS == 0).all() and (mine[:, 2] < mine[:, 3]).all()
+        for w in range(nw):
+            its = work[wptr[w]:wptr[w + 1]]
+            assert (np.diff(its[:, 0]) >= 0).all()  # a run of sequences, in order
+            assert sum(-(-(hi - lo) // KS) for _, _, lo, hi, _ in its) <= share
+    work, wptr = work_list([300, 300], 16, 8, min_keys=256)
+    assert wptr.size - 1 == 3  # 600 keys (38 steps of 16): shares of >= 256 keys, not 8 of 80
+
+
+@pytest.mark.parametrize("dtype,kv_dtype,Nq,H", [("float16", "", 1, 2), ("bfloat16", "", 2, 4),
+                                                 ("float16", "int8", 1, 2)])
+def test_worklist_shares_cross_sequences(dtype, kv_dtype, Nq, H):
+    """``paged_worklist`` with three workers whose shares cut through the batch: the long sequence read by two
+    blocks (or one share holding it whole, at 64-key steps), a share holding an empty sequence (zeros) and
+    two short ones; causal GQA rows, bfloat16, an 8-bit cache read as words; against the reference and
+    ``paged_split_k``."""
+    rng = np.random.default_rng(13)
+    B, Hkv, D, P = 4, 2, 16, 16
+    qdt = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+    kc, vc = _caches(rng, 9, P, Hkv, D, kv_dtype, dtype=qdt)
+    ks = vs = None
+    if kv_dtype:
+        ks, vs = _scales(rng, "token", 9, P, Hkv)
+    table = np.array([[8, 0, 3, 5, 1, 2, 4, 6], [7, 7, 7, 7, 7, 7, 7, 7], [2, 6, 0, 0, 0, 0, 0, 0],
+                      [5, 4, 0, 0, 0, 0, 0, 0]], np.int32)
+    lens = np.array([121, 0, 19, 30], np.int32)
+    q = rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(qdt)
+    out, _ = _run("paged_worklist", q, kc, vc, table, lens, causal=Nq > 1, kv_dtype=kv_dtype, ks=ks, vs=vs,
+                  workers=3, warps=1, min_keys=16)
+    assert not out[1].astype(np.float32).any()
+    plain = na.decode_paged(q, kc, vc, table, lens, causal=Nq > 1, k_scale=ks, v_scale=vs, phase="paged_split_k",
+                            **{**SIM["paged_split_k"], **({"mma": False} if kv_dtype else {})})
+    assert np.abs(out.astype(np.float32) - plain.astype(np.float32)).max() < 2e-2

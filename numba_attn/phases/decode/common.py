@@ -477,13 +477,13 @@ def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
                             part_lse[split, bh * Nq + i] = state_lse(mm, ll)
 
     @device
-    def combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid):
+    def combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid, ci):
         """The last block of this (sequence, KV head, row block) to finish combines
-        the S splits' partials (``combine_splits``) and resets its counter."""
+        the S splits' partials (``combine_splits``) and resets its counter ``counters[ci]``."""
         cuda.threadfence()  # this block's partials are visible device-wide before it counts
         cuda.syncthreads()
         if tid == 0:
-            prev = cuda.atomic.add(counters, cuda.blockIdx.y, 1)
+            prev = cuda.atomic.add(counters, ci, 1)
             sm_last[0] = 1 if prev == S - 1 else 0
         cuda.syncthreads()
         if sm_last[0] == 1:
@@ -501,7 +501,7 @@ def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
                     else:
                         o[bh, i, d] = combine_splits(part_o, part_lse, S, bh * Nq + i, d)
             if tid == 0:
-                counters[cuda.blockIdx.y] = 0  # ready for the next launch
+                counters[ci] = 0  # ready for the next launch
 
     return load_rows, load_keys, score_update, merge_lanes, write_rows, combine_last
 
@@ -551,7 +551,7 @@ def make_split_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int
         cuda.syncthreads()
         write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o)
         if FUSED and not FINAL:
-            combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid)
+            combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid, cuda.blockIdx.y)
 
     if not FUSED:
         @kernel(launch_bounds=(NT, MINB))
@@ -609,7 +609,7 @@ def balanced_split(split, chunk, Nk, KS):
 @functools.cache
 def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool, FINAL: bool,
                      FUSED: bool, MINB: int = 1, P: int = 0, KV8: int = 0, TOKEN: bool = False,
-                     BF16: bool = False, BAL: bool = False):
+                     BF16: bool = False, BAL: bool = False, WORK: bool = False):
     """The kernel of ``decode_split_k_lean`` (reduce-scatter scores, exp2, lazy
     rescale) and, with a page size ``P`` > 0, of ``paged_split_k``: a key row found
     through the block table (:func:`paged_keys`; ``KV8``/``TOKEN``: an 8-bit cache
@@ -617,7 +617,11 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
     a partial (a length-0 sequence gets zeros). ``BF16``: bfloat16 query, output and
     16-bit cache (:func:`chunk_steps`). ``BAL`` (paged): ``chunk`` is the most keys of a split, and
     a sequence of ``Nk`` keys is cut into n = ⌈Nk / chunk⌉ splits of equal whole warp steps
-    (:func:`balanced_split`) instead of n − 1 full ones and a remainder.
+    (:func:`balanced_split`) instead of n − 1 full ones and a remainder. ``WORK`` (paged,
+    ``paged_worklist``): block (w, row block of a KV head) runs the items ``wptr[w] … wptr[w+1] − 1`` of
+    a host-planned work list (:func:`work_list`), each a (sequence, split, keys [lo, hi), splits of the
+    sequence) of that KV head, one after the other through the same block code, combined by the last
+    block to finish a sequence's row block (per-sequence counters).
 
     ``VW`` = 16 with ``KV8`` (``paged_split_k``'s ``wide``): a lane owns 16 consecutive
     codes per chunk, read by one 16-byte load (:func:`paged_words`), and decodes them where
@@ -647,8 +651,22 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
     NV_RT = RB * T
 
     @device
-    def lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, chunk, S,
-                   sm_m, sm_l, sm_o, sm_last):
+    def split_keys(chunk, Nk):
+        """Block (split, row block of a KV head)'s split, KV head (b · Hkv + h), first query row and keys
+        [lo, hi) of its sequence's ``Nk``."""
+        split = cuda.blockIdx.x
+        kvh = cuda.blockIdx.y // NRC  # b * Hkv + kv head
+        row0 = (cuda.blockIdx.y - kvh * NRC) * RB  # first of this block's query rows (g * Nq + i)
+        if BAL:  # this sequence's own split length: equal whole steps
+            lo, hi = balanced_split(split, chunk, Nk, KS)
+        else:
+            lo = split * chunk  # this block's keys: [lo, hi)
+            hi = min(Nk, lo + chunk)
+        return split, kvh, row0, lo, hi
+
+    @device
+    def lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, split, kvh, row0,
+                   lo, hi, S, ci, sm_m, sm_l, sm_o, sm_last):
         Qr = cuda.local.array((RB, E), float32)
         acc = cuda.local.array((RB, E), float32)
         m = cuda.local.array(RB, float32)
@@ -664,14 +682,6 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
             sks = cuda.local.array(T, float32)
             svs = cuda.local.array(T, float32)
             bad = uint32(0)
-        split = cuda.blockIdx.x
-        kvh = cuda.blockIdx.y // NRC  # b * Hkv + kv head
-        row0 = (cuda.blockIdx.y - kvh * NRC) * RB  # first of this block's query rows (g * Nq + i)
-        if BAL:  # this sequence's own split length: equal whole steps
-            lo, hi = balanced_split(split, chunk, Nk, KS)
-        else:
-            lo = split * chunk  # this block's keys: [lo, hi)
-            hi = min(Nk, lo + chunk)
         tid = cuda.threadIdx.x
         w = tid // WARP_SIZE
         lane = tid % WARP_SIZE
@@ -791,7 +801,25 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
                         bh = kvh * G + (row0 + r) // Nq
                         part_lse[0, bh * Nq + (row0 + r) % Nq] = float32(0.0)
         if FUSED and not FINAL:
-            combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid)
+            combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid, ci)
+
+    if WORK:
+        @kernel(launch_bounds=(NT, MINB))
+        def paged_worklist(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, work, wptr):
+            sm_m = cuda.shared.array((NW, RB), float32)
+            sm_l = cuda.shared.array((NW, RB), float32)
+            sm_o = cuda.shared.array((NW, RB, D), float32)
+            sm_last = cuda.shared.array(1, int32)
+            for it in range(wptr[cuda.blockIdx.x], wptr[cuda.blockIdx.x + 1]):
+                seq = work[it, 0]
+                hrb = seq * Hkv * NRC + cuda.blockIdx.y  # (sequence, KV head, row block): its counter
+                kvh = hrb // NRC
+                lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, seqlens[seq], seq, table, ks, vs,
+                           work[it, 1], kvh, (hrb - kvh * NRC) * RB, work[it, 2], work[it, 3], work[it, 4], hrb,
+                           sm_m, sm_l, sm_o, sm_last)
+                cuda.syncthreads()  # the next item's warps write the merge arrays this one read
+
+        return paged_worklist
 
     if PAGED:
         @kernel(launch_bounds=(NT, MINB))
@@ -801,8 +829,10 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
             sm_o = cuda.shared.array((NW, RB, D), float32)
             sm_last = cuda.shared.array(1, int32)
             seq = cuda.blockIdx.y // NRC // Hkv
-            lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, seqlens[seq], seq, table, ks, vs, chunk,
-                       S, sm_m, sm_l, sm_o, sm_last)  # the sequence's own number of keys
+            Nk = seqlens[seq]  # the sequence's own number of keys
+            split, kvh, row0, lo, hi = split_keys(chunk, Nk)
+            lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, split, kvh, row0,
+                       lo, hi, S, cuda.blockIdx.y, sm_m, sm_l, sm_o, sm_last)
 
         return paged_split_k
 
@@ -813,8 +843,9 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
         sm_o = cuda.shared.array((NW, RB, D), float32)
         sm_last = cuda.shared.array(1, int32)
         # (no block table, no scales: Nk, k and scale stand in for them, unused)
-        lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, Nk, k, scale, scale, chunk, S,
-                   sm_m, sm_l, sm_o, sm_last)
+        split, kvh, row0, lo, hi = split_keys(chunk, Nk)
+        lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, Nk, k, scale, scale, split, kvh, row0,
+                   lo, hi, S, cuda.blockIdx.y, sm_m, sm_l, sm_o, sm_last)
 
     return decode_split_k_lean
 
@@ -1388,7 +1419,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                 if idx == r * D:
                     part_lse[0, (kvh * G + r // Nq) * Nq + r % Nq] = float32(0.0)
         if FUSED:
-            combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, 0, tid)
+            combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, 0, tid, cuda.blockIdx.y)
 
     @kernel(launch_bounds=(NT, MINB))
     def paged_split_k_mma8(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, chunk, S):
@@ -1477,6 +1508,92 @@ def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, 
 
     return Launch(run, kernels=kernels, workspace_bytes=part_o.nbytes + part_lse.nbytes,
                   notes=f"S={S} splits of {chunk} keys, P={problem.page_size}, {tile_notes(lanes, keys, rows, warps)}{notes}")
+
+
+def work_list(lens, KS: int, workers: int, min_keys: int = 0):
+    """The work list of ``paged_worklist`` (FlashInfer's balanced decode plan): the batch's keys, each
+    sequence's rounded up to whole warp steps of ``KS`` keys and laid end to end, cut into ``W`` equal
+    shares of whole steps (``W`` = ``workers``, fewer where a share would hold under ``min_keys`` keys).
+    Worker w's share is the part of every sequence it covers: an item (sequence b, split s, keys [lo, hi)
+    of b, n_b) where n_b is how many items b has (split s is b's s-th, in key order, so a sequence's
+    splits are 0 … n_b − 1 and a combine reads exactly n_b partials). A sequence of length 0 is one
+    item (b, 0, 0, 0, 1), which writes its zero partial. Returns (``work`` int32 (items, 5), ``wptr`` int32
+    (W + 1,): worker w runs items wptr[w] … wptr[w+1] − 1, a contiguous run of sequences). Every item has
+    keys except an empty sequence's; ``lo`` is a multiple of ``KS``."""
+    lens = np.asarray(lens, np.int64).reshape(-1)
+    steps = -(-lens // KS)  # each sequence in whole steps
+    total = int(steps.sum())
+    W = max(1, min(int(workers), total, -(-total * KS // max(1, min_keys)) if min_keys else total))
+    share = -(-total // W)  # steps per worker
+    items, owner = [], []
+    start = 0  # the sequence's first step in the batch's steps
+    for b, n in enumerate(steps.tolist()):
+        if n == 0:
+            items.append([b, 0, 0, 0, 1])
+            owner.append(min(start // share, W - 1))
+            continue
+        first = len(items)
+        w = start // share
+        while w * share < start + n:
+            lo, hi = max(start, w * share), min(start + n, (w + 1) * share)
+            items.append([b, len(items) - first, (lo - start) * KS, min(int(lens[b]), (hi - start) * KS), 0])
+            owner.append(w)
+            w += 1
+        for it in items[first:]:
+            it[4] = len(items) - first
+        start += n
+    work = np.asarray(items, np.int32).reshape(-1, 5)
+    wptr = np.searchsorted(np.asarray(owner), np.arange(W + 1), side="left").astype(np.int32)
+    return work, wptr
+
+
+def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blocks_per_sm, min_keys, notes=""):
+    """The :class:`Launch` of ``paged_worklist``: grid (worker, row block of a KV head), each block running
+    its worker's items of the work list (:func:`work_list`) for that KV head; ``workers`` (0: as many as
+    fill the SMs' ``blocks_per_sm`` slots once). ``run(q, k_cache, v_cache, o,
+    stream, layout=None)`` as :func:`paged_launch`'s; the list is planned on the host from the lengths: the
+    problem's once (the runner's calls), else the call's (``layout``'s lengths read back: one small copy
+    from the device per call, as a serving loop would plan each step on the host before launching)."""
+    B, H, Hkv, Nq, D = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.head_dim
+    n_rc = (problem.group * Nq + rows - 1) // rows
+    KS = (WARP_SIZE // lanes) * keys * warps  # keys per round of the block's warps: a split's unit
+    W = workers or max(1, sm_count() * blocks_per_sm // (Hkv * n_rc))  # blocks fill the SMs' slots once
+    work0, wptr0 = work_list(problem.seqlens(), KS, W, min_keys)  # the problem's own lengths (the runner's)
+    cnt = zeroed_counters(B * Hkv * n_rc)
+    own = PagedLayout(problem)
+    plans = {}
+    state = {"ws": split_workspace(max(2, int(work0[:, 4].max())), B * H * Nq, D)}  # grown to a plan's most splits
+    own_plan = []
+
+    def plan(lens):
+        key = lens.tobytes()
+        if key not in plans:
+            work, wptr = work_list(lens, KS, W, min_keys)
+            plans.clear()  # one plan at a time: a decode loop's lengths change every step
+            plans[key] = (cuda.to_device(work), cuda.to_device(wptr), int(wptr.size) - 1, int(work[:, 4].max()))
+        return plans[key]
+
+    def run(q, k, v, o, stream=0, layout=None):
+        table, seqlens, ks, vs = layout or own.own()
+        if layout is None:
+            if not own_plan:
+                own_plan.append((cuda.to_device(work0), cuda.to_device(wptr0), int(wptr0.size) - 1,
+                                 int(work0[:, 4].max())))
+            work, wptr, nw, smax = own_plan[0]
+        else:
+            work, wptr, nw, smax = plan(np.asarray(seqlens.copy_to_host(), np.int32))
+        po, pl = state["ws"]
+        if po.shape[0] < smax:  # a partial for every (row, split) of the plan
+            state["ws"] = po, pl = split_workspace(smax, B * H * Nq, D)
+        kc, vc = paged_cache_view(problem, k), paged_cache_view(problem, v)
+        check_alignment(kc, vc)
+        kern[(nw, Hkv * n_rc), warps * WARP_SIZE, stream](q, kc, vc, o, po, pl, cnt, scale, Hkv, table, seqlens, ks,
+                                                          vs, work, wptr)
+
+    return Launch(run, kernels=[kern], workspace_bytes=state["ws"][0].nbytes + state["ws"][1].nbytes,
+                  notes=f"W={wptr0.size - 1} workers of {Hkv * n_rc} blocks, {work0.shape[0]} items "
+                        f"(at most {int(work0[:, 4].max())} per sequence) in whole steps of {KS} keys, "
+                        f"P={problem.page_size}, {tile_notes(lanes, keys, rows, warps)}{notes}")
 
 
 # -- decode_mma / paged_mma: a KV head's query rows as one tensor-core tile ------------------
