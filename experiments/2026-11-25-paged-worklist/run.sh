@@ -5,9 +5,18 @@
 # twins (every sequence at the mean: the same bytes); CUPTI kernel time, one process. First the worklist tests on
 # the GPU under compute-sanitizer memcheck. About 5 minutes on one H100 or H200.
 #   bash experiments/2026-11-25-paged-worklist/run.sh OUT
+# and `run.sh OUT counts`: the worker count (4, 12 and 16 blocks per KV head) beside the default and the twin.
 set -u
-out=${1:?usage: run.sh OUT}; mkdir -p "$out"
+out=${1:?usage: run.sh OUT [counts]}; mkdir -p "$out"
 export NUMBA_ATTN_BACKEND=cuda
+if [ "${2:-}" = counts ]; then
+  PYTHONPATH="experiments/2026-11-25-paged-worklist${PYTHONPATH:+:$PYTHONPATH}" timeout 300 \
+    python3 -m numba_attn.cli bench paged --preset paged-ragged --setup worker_counts --timing cupti \
+    --phases paged_worklist,paged_worklist_w4,paged_worklist_w12,paged_worklist_w16,decode_split_k_lean \
+    --results "$out/paged-worklist-counts.jsonl" --plots "" 2>&1 | tee "$out/counts.txt" \
+    | grep -vi warn | tail -30
+  exit
+fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv > "$out/gpu.csv"
 timeout 200 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 -m pytest -q \
   -p no:cacheprovider tests/test_paged.py -k "worklist" > "$out/memcheck.txt" 2>&1
