@@ -1030,7 +1030,8 @@ def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=Fals
     layout = (cuda.to_device(np.ascontiguousarray(bt)), cuda.to_device(np.ascontiguousarray(sl))) + \
         paged_scales(problem, ks, vs)
     od = cuda.device_array((B, H, Nq, D), dtype=qd.dtype)
-    launch.run(qd.reshape(B * H, Nq, D), kd, vd, od.reshape(B * H, Nq, D), 0, layout)
+    launch.run(qd.reshape(B * H, Nq, D), kd, vd, od.reshape(B * H, Nq, D), 0, layout,
+               **({"lens": sl} if launch.host_lengths else {}))
     if kind == DEVICE:
         return od
     if kind == TORCH:

@@ -751,3 +751,23 @@ def test_worklist_shares_cross_sequences(dtype, kv_dtype, Nq, H):
     plain = na.decode_paged(q, kc, vc, table, lens, causal=Nq > 1, k_scale=ks, v_scale=vs, phase="paged_split_k",
                             **{**SIM["paged_split_k"], **({"mma": False} if kv_dtype else {})})
     assert np.abs(out.astype(np.float32) - plain.astype(np.float32)).max() < 2e-2
+
+
+def test_worklist_plans_each_call_from_its_host_lengths(monkeypatch):
+    """``decode_paged(phase="paged_worklist")`` in a decode loop: the lengths change from call to call (the
+    same plan of the launch), each call's work list is planned from that call's lengths as ``decode_paged``
+    checked them on the host (``lens=``, no copy back from the device), and every output is right."""
+    import numba_attn.phases.decode.common as common
+
+    seen = []
+    work_list = common.work_list
+    monkeypatch.setattr(common, "work_list",
+                        lambda lens, *a, **k: seen.append(list(lens)) or work_list(lens, *a, **k))
+    rng = np.random.default_rng(14)
+    B, H, Hkv, D, P = 3, 2, 1, 16, 16
+    kc, vc = _caches(rng, 9, P, Hkv, D)
+    table = np.array([[8, 0, 3, 5, 1, 2, 4, 6], [7, 7, 7, 7, 7, 7, 7, 7], [2, 6, 0, 0, 0, 0, 0, 0]], np.int32)
+    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
+    for lens in ([100, 7, 30], [101, 0, 31], [102, 1, 32]):
+        _run("paged_worklist", q, kc, vc, table, np.array(lens, np.int32), workers=3, min_keys=16)
+        assert seen[-1] == lens

@@ -121,6 +121,9 @@ class Launch:
     # False: attention() must not replay recorded launches at new addresses (gpu/replay.py), e.g. the
     # kernels reach K/V through TMA tensor maps that hold the arrays' addresses
     replayable: bool = True
+    # True: run(..., layout, lens=...) takes the host copy of a paged call's sequence lengths (decode_paged
+    # passes the lengths it checked on the host), so that a launch planned from them reads nothing back
+    host_lengths: bool = False
 
     def __call__(self, q, k, v, o, stream=0):
         return self.run(q, k, v, o, stream)

@@ -1551,9 +1551,10 @@ def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blo
     """The :class:`Launch` of ``paged_worklist``: grid (worker, row block of a KV head), each block running
     its worker's items of the work list (:func:`work_list`) for that KV head; ``workers`` (0: as many as
     fill the SMs' ``blocks_per_sm`` slots once). ``run(q, k_cache, v_cache, o,
-    stream, layout=None)`` as :func:`paged_launch`'s; the list is planned on the host from the lengths: the
-    problem's once (the runner's calls), else the call's (``layout``'s lengths read back: one small copy
-    from the device per call, as a serving loop would plan each step on the host before launching)."""
+    stream, layout=None, lens=None)`` as :func:`paged_launch`'s; the list is planned on the host from the
+    lengths, as serving systems plan each decode step before launching it: the problem's, once (the
+    runner's calls), else the call's: ``lens``, their host copy (``decode_paged`` passes the lengths it
+    checked), or ``layout``'s read back from the device (one small copy, which waits for the device)."""
     B, H, Hkv, Nq, D = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.head_dim
     n_rc = (problem.group * Nq + rows - 1) // rows
     KS = (WARP_SIZE // lanes) * keys * warps  # keys per round of the block's warps: a split's unit
@@ -1573,9 +1574,11 @@ def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blo
             plans[key] = (cuda.to_device(work), cuda.to_device(wptr), int(wptr.size) - 1, int(work[:, 4].max()))
         return plans[key]
 
-    def run(q, k, v, o, stream=0, layout=None):
+    def run(q, k, v, o, stream=0, layout=None, lens=None):
         table, seqlens, ks, vs = layout or own.own()
-        if layout is None:
+        if lens is not None:
+            work, wptr, nw, smax = plan(np.ascontiguousarray(lens, np.int32))
+        elif layout is None:
             if not own_plan:
                 own_plan.append((cuda.to_device(work0), cuda.to_device(wptr0), int(wptr0.size) - 1,
                                  int(work0[:, 4].max())))
@@ -1590,7 +1593,7 @@ def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blo
         kern[(nw, Hkv * n_rc), warps * WARP_SIZE, stream](q, kc, vc, o, po, pl, cnt, scale, Hkv, table, seqlens, ks,
                                                           vs, work, wptr)
 
-    return Launch(run, kernels=[kern], workspace_bytes=state["ws"][0].nbytes + state["ws"][1].nbytes,
+    return Launch(run, kernels=[kern], workspace_bytes=state["ws"][0].nbytes + state["ws"][1].nbytes, host_lengths=True,
                   notes=f"W={wptr0.size - 1} workers of {Hkv * n_rc} blocks, {work0.shape[0]} items "
                         f"(at most {int(work0[:, 4].max())} per sequence) in whole steps of {KS} keys, "
                         f"P={problem.page_size}, {tile_notes(lanes, keys, rows, warps)}{notes}")

@@ -21,6 +21,13 @@ Prediction (written before any GPU run): at ragged B8 H32 KV <= 4k D128 P64 fp16
 items per KV head) 63-67 us against the contiguous twin's 61.7 us and ``paged_split_k``'s 71.4-73.5: 0.92-0.98x
 the twin (the 0.95x target inside that range); at B8 KV <= 32k and B32 KV <= 4k within 3 % of the best paged
 rows (their splits already even out over several waves).
+Verdict (H100, not the H200 of the prediction; CUPTI, paged_split_k and the twins in the same process, two runs):
+B8 KV <= 4k 94.1 and 94.4 us against the twin's 88.8 and 88.6, 0.94x (paged_split_k 97.8 us, 0.91x; its 3 balanced
+splits 96.1 us, 0.92x): the fastest paged phase, the 0.95x target missed by 1 %; a share is 33 rounds of 64 keys
+where the twin's block reads 32 (2112 keys against 2024), and a block runs 1-3 items (15 per KV head, not the 18
+predicted). B8 KV <= 32k 0.693 and 0.695 ms, 1.01x the twin (paged_split_k 0.711); B32 KV <= 4k 0.433 ms, 0.99x
+(0.438). 4, 12 or 16 workers per KV head instead of 8 (one wave) are 1-7 % slower. Memcheck of its tests: 0 errors
+[results/paged-nvidia-h100.jsonl; experiments/2026-11-25-paged-worklist]
 """
 from __future__ import annotations
 
