@@ -596,7 +596,7 @@ def test_decode_paged_plan_is_cached_per_rounded_mean():
     base = dict(batch=8, heads=32, q_len=1, kv_len=32768, head_dim=128, dtype="float16", page_size=64)
     for phase in PAGED:
         a, b = (get_phase(phase).plan(PagedProblem(**base, mean_len=m)) for m in (14336, 16384))
-        assert a.params["splits"] == b.params["splits"] > 1
+        assert a.params["splits"] == b.params["splits"] > 1 if "splits" in a.params else phase == "paged_worklist"
         assert all(x is y for x, y in zip(a.kernels, b.kernels)), phase
     assert Problem.from_dict(PagedProblem(**base, mean_len=4096).to_dict()).mean_len == 4096
     assert "mean_len" not in PagedProblem(**base).to_dict()  # rows of problems without it are unchanged
