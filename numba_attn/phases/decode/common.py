@@ -1559,32 +1559,29 @@ def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blo
     n_rc = (problem.group * Nq + rows - 1) // rows
     KS = (WARP_SIZE // lanes) * keys * warps  # keys per round of the block's warps: a split's unit
     W = workers or max(1, sm_count() * blocks_per_sm // (Hkv * n_rc))  # blocks fill the SMs' slots once
-    work0, wptr0 = work_list(problem.seqlens(), KS, W, min_keys)  # the problem's own lengths (the runner's)
     cnt = zeroed_counters(B * Hkv * n_rc)
     own = PagedLayout(problem)
     plans = {}
-    state = {"ws": split_workspace(max(2, int(work0[:, 4].max())), B * H * Nq, D)}  # grown to a plan's most splits
-    own_plan = []
 
     def plan(lens):
+        """(work, wptr on the device, workers, most items of a sequence, items) for these lengths."""
         key = lens.tobytes()
         if key not in plans:
             work, wptr = work_list(lens, KS, W, min_keys)
             plans.clear()  # one plan at a time: a decode loop's lengths change every step
-            plans[key] = (cuda.to_device(work), cuda.to_device(wptr), int(wptr.size) - 1, int(work[:, 4].max()))
+            plans[key] = (cuda.to_device(work), cuda.to_device(wptr), int(wptr.size) - 1, int(work[:, 4].max()),
+                          int(work.shape[0]))
         return plans[key]
+
+    lens0 = np.ascontiguousarray(problem.seqlens(), np.int32)  # the problem's own lengths (the runner's calls)
+    _, _, nw0, smax0, items0 = plan(lens0)
+    state = {"ws": split_workspace(max(2, smax0), B * H * Nq, D)}  # grown to a plan's most splits
 
     def run(q, k, v, o, stream=0, layout=None, lens=None):
         table, seqlens, ks, vs = layout or own.own()
-        if lens is not None:
-            work, wptr, nw, smax = plan(np.ascontiguousarray(lens, np.int32))
-        elif layout is None:
-            if not own_plan:
-                own_plan.append((cuda.to_device(work0), cuda.to_device(wptr0), int(wptr0.size) - 1,
-                                 int(work0[:, 4].max())))
-            work, wptr, nw, smax = own_plan[0]
-        else:
-            work, wptr, nw, smax = plan(np.asarray(seqlens.copy_to_host(), np.int32))
+        if lens is None:
+            lens = lens0 if layout is None else seqlens.copy_to_host()
+        work, wptr, nw, smax, _ = plan(np.ascontiguousarray(lens, np.int32))
         po, pl = state["ws"]
         if po.shape[0] < smax:  # a partial for every (row, split) of the plan
             state["ws"] = po, pl = split_workspace(smax, B * H * Nq, D)
@@ -1593,10 +1590,11 @@ def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blo
         kern[(nw, Hkv * n_rc), warps * WARP_SIZE, stream](q, kc, vc, o, po, pl, cnt, scale, Hkv, table, seqlens, ks,
                                                           vs, work, wptr)
 
-    return Launch(run, kernels=[kern], workspace_bytes=state["ws"][0].nbytes + state["ws"][1].nbytes, host_lengths=True,
-                  notes=f"W={wptr0.size - 1} workers of {Hkv * n_rc} blocks, {work0.shape[0]} items "
-                        f"(at most {int(work0[:, 4].max())} per sequence) in whole steps of {KS} keys, "
-                        f"P={problem.page_size}, {tile_notes(lanes, keys, rows, warps)}{notes}")
+    return Launch(run, kernels=[kern], workspace_bytes=state["ws"][0].nbytes + state["ws"][1].nbytes,
+                  host_lengths=True,
+                  notes=f"W={nw0} workers of {Hkv * n_rc} blocks, {items0} items (at most {smax0} per sequence) "
+                        f"in whole steps of {KS} keys, P={problem.page_size}, {tile_notes(lanes, keys, rows, warps)}"
+                        f"{notes}")
 
 
 # -- decode_mma / paged_mma: a KV head's query rows as one tensor-core tile ------------------
