@@ -114,6 +114,12 @@ CASES = [
      {"warpgroups": 1, "Bc": 32, "stages": 3, "uniform": True}),
     ("ws_overlap", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"Bc": 32, "stages": 4, "uniform": False}),
     ("ws_overlap", tiny("float16", D=64, q_len=70, kv_len=95, heads=1, causal=True), {"Bc": 16, "uniform": False}),
+    # persistent blocks (sim_params: 2 blocks), the ring carried from one work item to the next: 3 items a block
+    # (causal, longest first, GQA), an uneven share over a 3-stage ring (its parity wraps inside an item and
+    # across items), two consumers with the second past Nq and one block for every item
+    ("ws_persistent", tiny("float16", D=16, q_len=150, kv_len=170, heads=2, kv_heads=1, causal=True), {"blocks": 2}),
+    ("ws_persistent", tiny("bfloat16", D=32, q_len=40, heads=3, kv_heads=1), {"Bc": 32, "stages": 3, "blocks": 2}),
+    ("ws_persistent", tiny("float16", D=16, q_len=70, kv_len=53, heads=2), {"warpgroups": 2, "blocks": 1}),
 ]
 
 
@@ -166,6 +172,20 @@ def test_supports_reasons():
     assert "registers" in pp.supports(d128.replace(head_dim=192))
     assert "shared memory" in pp.supports(d128, Bc=256, stages=4)
     assert "dtype" in pp.supports(f32)
+
+
+def test_persistent_arguments():
+    """ws_persistent: a negative block count and the schedules that cannot carry the ring across work items
+    are refused by name."""
+    from numba_attn.phases.tensor_core.common import make_wgmma_kernel
+    with pytest.raises(ValueError, match="blocks"):
+        get_phase("ws_persistent").plan(tiny("float16"), blocks=-1)
+    for kw in ({"overlap": True}, {"pingpong": True}):
+        with pytest.raises(ValueError, match="persistent"):
+            make_wgmma_kernel(16, 2, 16, 3, 1, False, False, kw.get("overlap", False), False, True, True,
+                              kw.get("pingpong", False), False, True)
+    assert get_phase("ws_persistent").parent == "warp_specialized_tc"
+    assert get_phase("ws_persistent").requires_cc == "sm_90a"
 
 
 def test_registry_metadata():
@@ -339,7 +359,8 @@ def named_bars(ptx):  # (op, id, count) of each two-operand bar.sync / bar.arriv
 
 for name, D, causal in (("tma_wgmma", 64, False), ("tma_wgmma", 128, False), ("warp_specialized_tc", 64, False),
                         ("warp_specialized_tc", 128, False), ("pingpong", 64, False), ("pingpong", 128, False),
-                        ("pingpong", 128, True), ("ws_overlap", 64, False), ("ws_overlap", 128, True)):
+                        ("pingpong", 128, True), ("ws_overlap", 64, False), ("ws_overlap", 128, True),
+                        ("ws_persistent", 64, False), ("ws_persistent", 128, False), ("ws_persistent", 128, True)):
     rec = off.compile_phase(name, Problem(batch=1, heads=32, q_len=4096, head_dim=D, dtype="float16",
                                           causal=causal))[0]
     ptx = rec.pop("ptx")
@@ -381,8 +402,8 @@ def _offline_tma_results():
 
 
 def test_offline_tma_phases_assemble_without_spills():
-    """tma_wgmma, warp_specialized_tc, pingpong and ws_overlap at D=64 and 128 fp16 (default parameters;
-    pingpong and ws_overlap at D=128 causal) compile for sm_90a and assemble with no spills; the loads are TMA (no cp.async of 16
+    """tma_wgmma, warp_specialized_tc, pingpong, ws_overlap and ws_persistent at D=64 and 128 fp16 (default
+    parameters; pingpong, ws_overlap and ws_persistent at D=128 causal) compile for sm_90a and assemble with no spills; the loads are TMA (no cp.async of 16
     bytes), no call, one bar.sync (after the barriers' initialisation) and no named barrier but in pingpong;
     the producer/consumer kernels move registers."""
     res = {k: v for k, v in _offline_tma_results().items() if not k.startswith(("tc_wgmma-", "varlen-"))}
@@ -393,7 +414,7 @@ def test_offline_tma_phases_assemble_without_spills():
         assert {"mbarrier.try_wait.parity.shared::cta.b64", "mbarrier.arrive.expect_tx.shared::cta.b64",
                 "mbarrier.arrive.shared::cta.b64"} <= ops, key
         assert not any(op.startswith(("cp.async.cg", "cp.async.ca", "call")) for op in ops), (key, ops)
-        if key.startswith(("warp_specialized_tc", "pingpong", "ws_overlap")):
+        if key.startswith(("warp_specialized_tc", "pingpong", "ws_overlap", "ws_persistent")):
             assert {"setmaxnreg.dec.sync.aligned.u32", "setmaxnreg.inc.sync.aligned.u32"} <= ops, key
         if not key.startswith("pingpong"):  # no named barrier but the block barrier
             assert "bar.arrive" not in ops and rec["bars"] == [], (key, rec["bars"])
@@ -490,6 +511,13 @@ GPU_CASES = [
                                    causal=True)),
     ("ws_overlap-uniform", Problem(batch=1, heads=8, kv_heads=2, q_len=640, kv_len=901, head_dim=128,
                                    dtype="float16")),
+    # persistent blocks: one per SM over 512 items (about 4 each), and 7 blocks (-b7) over 24 and 40 items
+    ("ws_persistent", Problem(batch=2, heads=16, kv_heads=4, q_len=2000, kv_len=2100, head_dim=128,
+                              dtype="bfloat16", causal=True)),
+    ("ws_persistent-b7", Problem(batch=2, heads=3, q_len=1000, kv_len=1300, head_dim=64, dtype="float16",
+                                 causal=True)),
+    ("ws_persistent-b7", Problem(batch=1, heads=8, kv_heads=2, q_len=640, kv_len=901, head_dim=128,
+                                 dtype="float16")),
 ]
 
 
@@ -502,6 +530,8 @@ def test_phase_gpu_shapes(name, problem):
         name, params = name[:-4], {"m_tiles": 2}
     if name.endswith("-uniform"):
         name, params = name[:-8], {"uniform": True}
+    if name.endswith("-b7"):
+        name, params = name[:-3], {"blocks": 7}
     for seed in (1, 2):
         c, launch = run_phase(name, problem, seed=seed, **params)
         assert c.ok, c.reason
@@ -509,14 +539,14 @@ def test_phase_gpu_shapes(name, problem):
     for sig, ov in kern.overloads.items():
         assert ov.local_mem_per_thread == 0, "fragments spilled to local memory"
         sass = kern.inspect_sass(sig)
-        assert ("HGMMA" if "wgmma" in name or name in ("warp_specialized_tc", "pingpong", "ws_overlap")
-                else "HMMA") in sass
+        assert ("HGMMA" if "wgmma" in name or name in ("warp_specialized_tc", "pingpong", "ws_overlap",
+                                                      "ws_persistent") else "HMMA") in sass
         if name in ("warp_specialized_tc", "pingpong"):  # whether numba's link step keeps setmaxnreg: for the notes
             print(name, problem.label, "registers at entry:", ov.regs_per_thread,
                   "USETMAXREG in the SASS:", "USETMAXREG" in sass)
         if name == "pingpong":  # the turns: named barriers other than the block's (BAR.SYNC 0x0)
             assert "BAR.ARV" in sass, "no bar.arrive in the SASS"
-        if name in ("tma_wgmma", "warp_specialized_tc", "pingpong", "ws_overlap"):
+        if name in ("tma_wgmma", "warp_specialized_tc", "pingpong", "ws_overlap", "ws_persistent"):
             assert "UTMALDG" in sass and "LDGSTS" not in sass
         elif name != "tc_mma":
             assert "LDGSTS" in sass

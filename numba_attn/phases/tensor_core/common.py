@@ -41,6 +41,7 @@ from numba_attn.gpu import tma as _tma
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.mbarrier import (fence_proxy_async, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
                                      mbarrier_wait)
+from numba_attn.gpu.split_k import sm_count
 from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT, dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.gpu.tma import tensormap_fence_acquire, tma_load_3d
 from numba_attn.gpu.warp import FULL_MASK, quad_sum, shfl_sync, syncwarp
@@ -447,7 +448,7 @@ def turn_pass(first):
 @functools.cache
 def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf16: bool, overlap: bool,
                       varlen: bool = False, tma: bool = False, ws: bool = False, pingpong: bool = False,
-                      uniform: bool = False):
+                      uniform: bool = False, persistent: bool = False):
     """The wgmma attention kernel ``(q, k, v, o, sl2, H, Nq, Nk)`` of ``WG`` warpgroups (64 query
     rows each). Per K/V tile: S = Q·Kᵀ (``D/16`` wgmma m64nBc k16, K from the swizzled ring),
     mask, online softmax, P packed in registers, O += P·V (``Bc/16`` wgmma m64nD k16, V as the
@@ -495,7 +496,15 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     derived from it (the warpgroup's rows and key bound, the loop's trip count, the ring stage and
     parity) and so the wgmma descriptors are then computed in the uniform datapath, one
     ``UIADD3.64`` per wgmma instead of a 64-bit add in vector registers, two copies and two ``R2UR``
-    (docs/tensor-core-notes.md, "Uniform warp index")."""
+    (docs/tensor-core-notes.md, "Uniform warp index").
+
+    ``persistent`` (with ``ws``; phase ``ws_persistent``): a block per SM (grid ``(blocks, 1, 1)``), each
+    running work items (a query block of one head and batch) one after another: item ``blockIdx.x``,
+    then every ``gridDim.x``-th, query blocks counted from the last (the causal diagonal's longest
+    first), found by subtraction (:func:`first_item`, :func:`next_item`, no division). The producer walks the
+    same items and carries its ring stage and parity from one item to the next, so the next item's first
+    tiles load while the consumers finish the last ones and store O; the barriers are initialised once
+    per block, not once per item."""
     if ws and not tma:
         raise ValueError("warp specialisation (ws) needs the TMA ring (tma=True)")
     if pingpong and not (ws and WG == 2 and not overlap):
@@ -503,6 +512,9 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
                          "and overlap=False")
     if varlen and tma:
         raise ValueError("the varlen layout has no TMA ring (tma=False)")
+    if persistent and not (ws and not overlap and not pingpong):
+        raise ValueError("persistent blocks carry the producer's ring across work items: they need ws=True, "
+                         "overlap=False and pingpong=False")
     kind = "bf16" if bf16 else "f16"
     pack = pack_bf16x2 if bf16 else pack_f16x2
     W = 4 * WG  # warps per block; warpgroup i = warps 4i..4i+3, 64 query rows
@@ -679,71 +691,13 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
 
         return m_lo, m_hi, l_lo, l_hi, st, ph, pst, rst, rph
 
-    def body(q, k, v, o, sl2, H, Nq, Nk):
-        # the K/V ring: dynamic shared memory padded up to a 1024-byte boundary
-        base = dynamic_tile(0, 1, 4)
-        pad = ((ALIGN_BYTES - (shared_address(base) & (ALIGN_BYTES - 1))) & (ALIGN_BYTES - 1)) // 4
-        KV = dynamic_tile(pad, KVR, 4)  # float32 view, used only through addresses
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        if uniform:  # lane 0's warp index, the same as every lane's: known warp-uniform to ptxas
-            warp = shfl_sync(FULL_MASK, warp, 0)
-        lane = tid % 32
-        g = lane // 4
-        t = lane % 4
-        # grid (query blocks, heads, batch): no run-time integer division (a 64-bit
-        # division is a subroutine call, and any call makes ptxas serialize wgmma)
-        h = cuda.blockIdx.y
-        b = cuda.blockIdx.z
-        bh = b * H + h
-        kvh = b * (H // G) + h // G  # G: compile-time
-        if varlen:  # sequence b: its lengths, its Q rows as a head-major view (H, Nq, ·)
-            q0, Nq, k0, Nk = varlen_spans(Nq, Nk)
-            if cuda.blockIdx.x * Br >= Nq:
-                return
-            q = rows_head_major(q, q0, Nq)
-            bh = h
-            kvh = k0 * (H // G) + h // G  # the packed ring copy's first row: key k0 of head h // G
-        blk0 = cuda.blockIdx.x * Br
-        wg0 = blk0 + 64 * (warp // 4)  # first query row of this warpgroup
-        row0 = blk0 + 16 * warp  # first query row of this warp
-        off = Nk - Nq
-        if tma:
-            bars = cuda.shared.array(NBARS, uint64)
-            if tid == 0:
-                tensormap_fence_acquire(k)
-                tensormap_fence_acquire(v)
-                for st in range(STAGES):
-                    mbarrier_init(bars, st, 1)  # full: thread 0's arrival and the tile's bytes
-                    mbarrier_init(bars, STAGES + st, W)  # empty: one arrival per warp
-                fence_proxy_async()  # the initialised barriers visible to the async proxy (TMA's complete_tx)
-            cuda.syncthreads()
-        else:
-            bars = KV  # no barriers without the TMA ring (tile_step's argument, never used)
-        first = False  # pingpong: consumer 0
-        if ws:
-            if warp < 4:  # the producer warpgroup: few registers; thread 0 loads every tile of the block
-                if REGS:
-                    setmaxnreg_dec(P_REGS)
-                if tid == 0:
-                    p_end = Nk
-                    if causal:
-                        p_end = min(Nk, min(blk0 + Br, Nq) + off)
-                    buf = 0  # tile it's stage and phase parity
-                    ph = 0
-                    for it in range((p_end + Bc - 1) // Bc):
-                        if it >= STAGES:  # the stage's previous tile (the phase before) is released
-                            mbarrier_wait(bars, STAGES + buf, ph ^ 1)
-                        tma_tile(KV, k, v, bars, it, buf, kvh)
-                        buf, ph = advance(buf, ph)
-                return
-            if REGS:
-                setmaxnreg_inc(C_REGS)
-            warp = warp - 4  # consumer warps 0 .. W-1
-            wg0 = blk0 + 64 * (warp // 4)
-            row0 = blk0 + 16 * warp
-            first = warp < 4  # pingpong: consumer 0 (consumer c's turn: named barrier PP_BAR + c)
-
+    @device
+    def consume(q, o, KV, k, v, bars, blk0, wg0, row0, bh, kvh, st0, ph0, tid, lane, g, t, Nq, Nk, off, sl2, first,
+                q0):
+        """One work item of a consumer warp: query rows ``blk0 .. blk0+Br`` of head-batch ``bh`` (KV head
+        ``kvh``; ``wg0``, ``row0``: the first rows of this warpgroup and warp): Q to registers, the loop
+        over the K/V tiles, O stored. The ring's stage and parity ``st0``/``ph0`` at its first tile in,
+        after its last tile out (a persistent block's next item goes on from there)."""
         qf = cuda.local.array(NQ, uint32)
         r_lo = row0 + g
         load_q(qf, 0, q, bh, r_lo, Nq, t)
@@ -795,8 +749,8 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
                 named_barrier_arrive(PP_BAR, PP_THREADS)
             turn_wait(first)  # ... consumer 1 waits for consumer 0's first arrival
 
-        st = 0  # tile it's ring stage and the phase parity of its full barrier, carried (advance; CARRY)
-        ph = 0
+        st = st0  # tile it's ring stage and the phase parity of its full barrier, carried (advance; CARRY)
+        ph = ph0
         pst = STAGES - 1  # pingpong: tile it-1's stage
         rst = STAGES - 1  # the refill (tile it + STAGES - 1, not ws): the stage of tile it-1, and its parity
         rph = 0
@@ -823,9 +777,131 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
         if varlen:  # the view made here, not kept live through the loop (q0: one register)
             o = rows_head_major(o, q0, Nq)
         store(o, bh, r_lo, acc, 0, l_lo, l_hi, Nq, t)
+        return st, ph
+
+    @device
+    def produce(KV, k, v, bars, blk0, kvh, buf, ph, loaded, Nq, Nk, off):
+        """ws: the producer's thread 0 brings every K/V tile of one work item (query rows ``blk0 ..``,
+        KV head ``kvh``) into the ring, waiting only on the empty barriers. ``buf``/``ph``: the next
+        tile's stage and phase parity; ``loaded``: tiles this block brought before (a stage is free at
+        once only while fewer than ``STAGES`` were). Returns the three after the item's last tile."""
+        p_end = Nk
+        if causal:
+            p_end = min(Nk, min(blk0 + Br, Nq) + off)
+        n = (p_end + Bc - 1) // Bc
+        for it in range(n):
+            if loaded + it >= STAGES:  # the stage's previous tile (the phase before) is released
+                mbarrier_wait(bars, STAGES + buf, ph ^ 1)
+            tma_tile(KV, k, v, bars, it, buf, kvh)
+            buf, ph = advance(buf, ph)
+        return buf, ph, loaded + n
+
+    @device
+    def first_item(NQB):
+        """persistent: this block's first work item (query block ``qb`` counted from the last, head-batch
+        ``bh``): item ``blockIdx.x`` of the (B·H, NQB) items, qb fastest; no division."""
+        qb = cuda.blockIdx.x
+        bh = 0
+        while qb >= NQB:
+            qb -= NQB
+            bh += 1
+        return qb, bh
+
+    @device
+    def next_item(qb, bh, NQB):
+        """persistent: the work item ``gridDim.x`` items after (qb, bh)."""
+        qb += cuda.gridDim.x
+        while qb >= NQB:
+            qb -= NQB
+            bh += 1
+        return qb, bh
+
+    def body(q, k, v, o, sl2, H, Nq, Nk):
+        # the K/V ring: dynamic shared memory padded up to a 1024-byte boundary
+        base = dynamic_tile(0, 1, 4)
+        pad = ((ALIGN_BYTES - (shared_address(base) & (ALIGN_BYTES - 1))) & (ALIGN_BYTES - 1)) // 4
+        KV = dynamic_tile(pad, KVR, 4)  # float32 view, used only through addresses
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        if uniform:  # lane 0's warp index, the same as every lane's: known warp-uniform to ptxas
+            warp = shfl_sync(FULL_MASK, warp, 0)
+        lane = tid % 32
+        g = lane // 4
+        t = lane % 4
+        # grid (query blocks, heads, batch): no run-time integer division (a 64-bit
+        # division is a subroutine call, and any call makes ptxas serialize wgmma)
+        h = cuda.blockIdx.y
+        b = cuda.blockIdx.z
+        bh = b * H + h
+        kvh = b * (H // G) + h // G  # G: compile-time
+        if varlen:  # sequence b: its lengths, its Q rows as a head-major view (H, Nq, ·)
+            q0, Nq, k0, Nk = varlen_spans(Nq, Nk)
+            if cuda.blockIdx.x * Br >= Nq:
+                return
+            q = rows_head_major(q, q0, Nq)
+            bh = h
+            kvh = k0 * (H // G) + h // G  # the packed ring copy's first row: key k0 of head h // G
+        else:
+            q0 = 0  # (the store's view of the packed rows: varlen only)
+        blk0 = cuda.blockIdx.x * Br
+        wg0 = blk0 + 64 * (warp // 4)  # first query row of this warpgroup
+        row0 = blk0 + 16 * warp  # first query row of this warp
+        off = Nk - Nq
+        if tma:
+            bars = cuda.shared.array(NBARS, uint64)
+            if tid == 0:
+                tensormap_fence_acquire(k)
+                tensormap_fence_acquire(v)
+                for st in range(STAGES):
+                    mbarrier_init(bars, st, 1)  # full: thread 0's arrival and the tile's bytes
+                    mbarrier_init(bars, STAGES + st, W)  # empty: one arrival per warp
+                fence_proxy_async()  # the initialised barriers visible to the async proxy (TMA's complete_tx)
+            cuda.syncthreads()
+        else:
+            bars = KV  # no barriers without the TMA ring (tile_step's argument, never used)
+        first = False  # pingpong: consumer 0
+        if ws:
+            if warp < 4:  # the producer warpgroup: few registers; thread 0 loads every tile of the block
+                if REGS:
+                    setmaxnreg_dec(P_REGS)
+                if tid == 0:
+                    buf = 0  # the next tile's stage and phase parity, carried (across work items: persistent)
+                    ph = 0
+                    if persistent:
+                        loaded = 0  # tiles this block has loaded: the ring's stages are in use from the first
+                        NQB = (Nq + Br - 1) // Br  # Br: compile-time, no division call
+                        qb, bh = first_item(NQB)
+                        while bh < q.shape[0]:  # (B·H, Nq, D/2): every work item of this block
+                            buf, ph, loaded = produce(KV, k, v, bars, (NQB - 1 - qb) * Br, bh // G, buf, ph,
+                                                      loaded, Nq, Nk, off)
+                            qb, bh = next_item(qb, bh, NQB)
+                    else:
+                        produce(KV, k, v, bars, blk0, kvh, buf, ph, 0, Nq, Nk, off)
+                return
+            if REGS:
+                setmaxnreg_inc(C_REGS)
+            warp = warp - 4  # consumer warps 0 .. W-1
+            wg0 = blk0 + 64 * (warp // 4)
+            row0 = blk0 + 16 * warp
+            first = warp < 4  # pingpong: consumer 0 (consumer c's turn: named barrier PP_BAR + c)
+
+        st = 0  # tile it's ring stage and the phase parity of its full barrier, carried (advance; CARRY)
+        ph = 0
+        if persistent:  # the block's work items one after another, the ring state carried from one to the next
+            NQB = (Nq + Br - 1) // Br
+            qb, bh = first_item(NQB)
+            while bh < q.shape[0]:
+                blk0 = (NQB - 1 - qb) * Br
+                st, ph = consume(q, o, KV, k, v, bars, blk0, blk0 + 64 * (warp // 4), blk0 + 16 * warp, bh, bh // G,
+                                 st, ph, tid, lane, g, t, Nq, Nk, off, sl2, first, q0)
+                qb, bh = next_item(qb, bh, NQB)
+        else:
+            consume(q, o, KV, k, v, bars, blk0, wg0, row0, bh, kvh, st, ph, tid, lane, g, t, Nq, Nk, off, sl2, first,
+                    q0)
 
     name = "pingpong" if pingpong else ("warp_specialized_tc" if ws else ("tma_wgmma" if tma else "tc_wgmma"))
     name = name + "_overlap" if overlap else name
+    name = name + "_persistent" if persistent else name
     body.__name__ = body.__qualname__ = name + ("_varlen" if varlen else "")
     if ws:
         return kernel(body, launch_bounds=(128 * (WG + 1), 1))
@@ -951,7 +1027,7 @@ def kv_tensor_map(a, box, swizzle):
 
 
 def build_wgmma(problem, warpgroups, Bc, stages, overlap, varlen=False, tma=False, ws=False, pingpong=False,
-                uniform=False):
+                uniform=False, blocks=None):
     """The :class:`Launch` of the wgmma kernel: grid (query blocks, heads, batch), the ring in
     dynamic shared memory (opt-in made at the first launch), and the uint32 views of the last
     few input sets cached (making views costs host time at every launch). ``varlen``: the packed
@@ -961,16 +1037,23 @@ def build_wgmma(problem, warpgroups, Bc, stages, overlap, varlen=False, tma=Fals
     tensor maps of their uint32 views (:func:`kv_tensor_map`, cached with the views). ``ws``:
     ``warpgroups`` consumer warpgroups plus the producer warpgroup per block; ``pingpong``: the two
     consumers take turns at the tensor cores; ``uniform``: the warp index known warp-uniform
-    (:func:`make_wgmma_kernel`), off by default."""
+    (:func:`make_wgmma_kernel`), off by default; ``blocks`` (with ``ws``; None: not persistent): persistent
+    blocks, a grid of ``blocks`` (0: one per SM) each running every ``blocks``-th work item, never more blocks
+    than items."""
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     D = problem.head_dim
     kern = make_wgmma_kernel(D, warpgroups, Bc, stages, problem.group, problem.causal,
                              problem.dtype == "bfloat16", overlap, varlen, tma, ws, pingpong,
-                             *((True,) if uniform else ()))  # passed only when on
+                             *((uniform,) if uniform or blocks is not None else ()),
+                             *((True,) if blocks is not None else ()))  # passed only when on
     box, swizzle = tma_box(D, Bc)
     sl2 = float32(problem.sm_scale * LOG2E)
     Br = 64 * warpgroups
     grid = ((Nq + Br - 1) // Br, H, problem.batch)
+    if blocks is not None:  # persistent: at most one block per work item
+        if blocks < 0:
+            raise ValueError(f"blocks (persistent blocks) must be at least 1, or 0 for one per SM; got {blocks}")
+        grid = (min(blocks or sm_count(), grid[0] * H * problem.batch), 1, 1)
     nbytes = wgmma_smem_bytes(D, Bc, stages)
     own = VarlenLayout(problem) if varlen else None
     nthreads = 128 * (warpgroups + 1 if ws else warpgroups)  # ws: the producer warpgroup too

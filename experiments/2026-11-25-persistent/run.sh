@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Persistent blocks (issue 16, phase ws_persistent): its GPU tests under compute-sanitizer memcheck, then
+# ws_persistent and its variants (persistent_phases.py) beside warp_specialized_tc, tma_wgmma and SDPA (auto and
+# cuDNN), one process per problem, CUPTI kernel time. Part a: memcheck and head_dim 128 (about 7 minutes on one
+# H100/H200); part b: head_dim 64 (about 5 minutes).
+#   bash experiments/2026-11-25-persistent/run.sh OUT a|b
+set -u
+out=${1:?usage: run.sh OUT a|b}; part=${2:?usage: run.sh OUT a|b}; mkdir -p "$out"
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-' | sed 's/nvidia-//; s/-80gb-hbm3//; s/-nvl//')
+res="$out/tensor-core-tma-nvidia-${gpu%%-*}.jsonl"
+git rev-parse HEAD > "$out/commit.txt" 2>/dev/null
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.sm,power.limit --format=csv > "$out/gpu.txt"
+export PYTHONPATH="experiments/2026-11-25-persistent${PYTHONPATH:+:$PYTHONPATH}"
+
+if [ "$part" = a ]; then
+  echo "## memcheck (simulator-shape tests of ws_persistent with its GPU defaults, then its GPU shapes)"
+  NUMBA_ATTN_BACKEND=cuda timeout 200 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+    python3 -m pytest -q -p no:cacheprovider -k "persistent" tests/test_tensor_core.py > "$out/memcheck.txt" 2>&1
+  echo "memcheck rc=$?" | tee -a "$out/memcheck.txt"; tail -4 "$out/memcheck.txt"
+  problems='-B 1 -H 32 -N 4096 -D 128 --dtype float16
+-B 1 -H 32 -N 4096 -D 128 --dtype bfloat16
+-B 1 -H 16 -N 16384 -D 128 --dtype float16
+-B 2 -H 16 -N 8192 -D 128 --dtype float16 --causal'
+  phases=warp_specialized_tc,ws_persistent,wsp_uniform
+else
+  problems='-B 4 -H 32 -N 2048 -D 64 --dtype float16
+-B 4 -H 32 -N 2048 -D 64 --dtype bfloat16
+-B 2 -H 16 -N 8192 -D 64 --dtype float16 --causal'
+  phases=tma_wgmma,warp_specialized_tc,ws3,ws_persistent,wsp3
+fi
+
+echo "## timing"
+while read -r args; do
+  echo "## $args"
+  timeout 120 python3 -m numba_attn.cli run --gpu --setup persistent_phases --phases "$phases" \
+    --peers torch_sdpa,torch_sdpa_cudnn --no-ceilings $args --timing cupti --budget 1 --timeout 60 \
+    --results "$res" 2>&1 | tee -a "$out/run-$part.txt"
+done <<< "$problems"
