@@ -15,3 +15,6 @@ from numba_attn.phases.registry import register_variant
 register_variant("ws_persistent", "wsp_uniform", order=40.1, uniform=True)
 register_variant("warp_specialized_tc", "ws3", order=26.6, warpgroups=3)
 register_variant("ws_persistent", "wsp3", order=40.2, warpgroups=3)
+# the ablation: the persistent kernel with one block per work item (the grid is capped at the items), so the
+# hardware schedules the items as it does warp_specialized_tc's blocks; what remains is the kernel's own code
+register_variant("ws_persistent", "wsp_all", order=40.3, blocks=1 << 30)

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Persistent blocks (issue 16, phase ws_persistent): its GPU tests under compute-sanitizer memcheck, then
 # ws_persistent and its variants (persistent_phases.py) beside warp_specialized_tc, tma_wgmma and SDPA (auto and
-# cuDNN), one process per problem, CUPTI kernel time. Part a: memcheck and head_dim 128 (about 7 minutes on one
-# H100/H200); part b: head_dim 64 (about 5 minutes).
-#   bash experiments/2026-11-25-persistent/run.sh OUT a|b
+# cuDNN), one process per problem, CUPTI kernel time. Part a: memcheck and head_dim 128 (about 4 minutes on one
+# H100); part b: head_dim 64 (about 4 minutes); part c: the ablation wsp_all (one block per work item) at
+# B1 H32 N4096 D128 and Nsight Compute on warp_specialized_tc and ws_persistent there (about 3 minutes).
+#   bash experiments/2026-11-25-persistent/run.sh OUT a|b|c
 set -u
-out=${1:?usage: run.sh OUT a|b}; part=${2:?usage: run.sh OUT a|b}; mkdir -p "$out"
+out=${1:?usage: run.sh OUT a|b|c}; part=${2:?usage: run.sh OUT a|b|c}; mkdir -p "$out"
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-' | sed 's/nvidia-//; s/-80gb-hbm3//; s/-nvl//')
 res="$out/tensor-core-tma-nvidia-${gpu%%-*}.jsonl"
 git rev-parse HEAD > "$out/commit.txt" 2>/dev/null
@@ -22,17 +23,30 @@ if [ "$part" = a ]; then
 -B 1 -H 16 -N 16384 -D 128 --dtype float16
 -B 2 -H 16 -N 8192 -D 128 --dtype float16 --causal'
   phases=warp_specialized_tc,ws_persistent,wsp_uniform
-else
+elif [ "$part" = b ]; then
   problems='-B 4 -H 32 -N 2048 -D 64 --dtype float16
 -B 4 -H 32 -N 2048 -D 64 --dtype bfloat16
 -B 2 -H 16 -N 8192 -D 64 --dtype float16 --causal'
   phases=tma_wgmma,warp_specialized_tc,ws3,ws_persistent,wsp3
+else
+  problems=""
 fi
 
-echo "## timing"
-while read -r args; do
+[ -n "$problems" ] && while read -r args; do
   echo "## $args"
   timeout 120 python3 -m numba_attn.cli run --gpu --setup persistent_phases --phases "$phases" \
     --peers torch_sdpa,torch_sdpa_cudnn --no-ceilings $args --timing cupti --budget 1 --timeout 60 \
     --results "$res" 2>&1 | tee -a "$out/run-$part.txt"
 done <<< "$problems"
+
+if [ "$part" = c ]; then  # the ablation (one block per item) and Nsight Compute on both kernels
+  timeout 120 python3 -m numba_attn.cli run --gpu --setup persistent_phases \
+    --phases warp_specialized_tc,ws_persistent,wsp_all --peers torch_sdpa_cudnn --no-ceilings \
+    -B 1 -H 32 -N 4096 -D 128 --dtype float16 --timing cupti --budget 1 --timeout 60 --results "$res" 2>&1 \
+    | tee -a "$out/run-c.txt"
+  timeout 200 ncu --launch-skip 1 --launch-count 3 -k regex:warp_specialized_tc --section SpeedOfLight \
+    --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats \
+    python3 experiments/2026-11-23-hopper-tma/launch_once.py warp_specialized_tc ws_persistent \
+    > "$out/ncu.txt" 2>&1
+  echo "ncu rc=$?"
+fi
