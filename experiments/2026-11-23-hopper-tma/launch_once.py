@@ -29,7 +29,11 @@ def main():
     ap.add_argument("-D", type=int, default=128)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--setup", action="append", default=[], help="a module registering variants (on PYTHONPATH)")
     a = ap.parse_args()
+    import importlib
+    for mod in a.setup:
+        importlib.import_module(mod)
     import torch
     from numba import cuda
 

@@ -4,9 +4,10 @@
 # cuDNN), one process per problem, CUPTI kernel time. Part a: memcheck and head_dim 128 (about 4 minutes on one
 # H100); part b: head_dim 64 (about 4 minutes); part c: the ablation wsp_all (one block per work item) at
 # B1 H32 N4096 D128 and Nsight Compute on warp_specialized_tc and ws_persistent there (about 3 minutes).
-#   bash experiments/2026-11-25-persistent/run.sh OUT a|b|c
+#   bash experiments/2026-11-25-persistent/run.sh OUT a|b|c|d
+# (d: the D128 three again with the SM clock logged, then Nsight Compute at boost clocks on them)
 set -u
-out=${1:?usage: run.sh OUT a|b|c}; part=${2:?usage: run.sh OUT a|b|c}; mkdir -p "$out"
+out=${1:?usage: run.sh OUT a|b|c|d}; part=${2:?usage: run.sh OUT a|b|c|d}; mkdir -p "$out"
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-' | sed 's/nvidia-//; s/-80gb-hbm3//; s/-nvl//')
 res="$out/tensor-core-tma-nvidia-${gpu%%-*}.jsonl"
 git rev-parse HEAD > "$out/commit.txt" 2>/dev/null
@@ -48,5 +49,20 @@ if [ "$part" = c ]; then  # the ablation (one block per item) and Nsight Compute
     --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats \
     python3 experiments/2026-11-23-hopper-tma/launch_once.py warp_specialized_tc ws_persistent \
     > "$out/ncu.txt" 2>&1
+  echo "ncu rc=$?"
+fi
+
+if [ "$part" = d ]; then  # D128: the same three at boost clocks, the SM clock and power logged every 50 ms; then
+  # Nsight Compute without its clock control (boost clocks, as the runner sees them) on the three kernels
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 50 > "$out/clocks.csv" &
+  smi=$!
+  timeout 150 python3 -m numba_attn.cli run --gpu --setup persistent_phases \
+    --phases warp_specialized_tc,ws_persistent,wsp_all,warp_specialized_tc,ws_persistent --peers torch_sdpa_cudnn \
+    --no-ceilings -B 1 -H 32 -N 4096 -D 128 --dtype float16 --timing cupti --budget 1 --timeout 60 \
+    --results "$res" > "$out/run-d.txt" 2>&1
+  kill $smi
+  timeout 200 ncu --clock-control none --launch-skip 1 --launch-count 5 -k regex:warp_specialized_tc \
+    --section SpeedOfLight --section WarpStateStats python3 experiments/2026-11-23-hopper-tma/launch_once.py \
+    --setup persistent_phases warp_specialized_tc ws_persistent wsp_all > "$out/ncu-boost.txt" 2>&1
   echo "ncu rc=$?"
 fi
