@@ -4,10 +4,11 @@
 # cuDNN), one process per problem, CUPTI kernel time. Part a: memcheck and head_dim 128 (about 4 minutes on one
 # H100); part b: head_dim 64 (about 4 minutes); part c: the ablation wsp_all (one block per work item) at
 # B1 H32 N4096 D128 and Nsight Compute on warp_specialized_tc and ws_persistent there (about 3 minutes).
-#   bash experiments/2026-11-25-persistent/run.sh OUT a|b|c|d
-# (d: the D128 three again with the SM clock logged, then Nsight Compute at boost clocks on them)
+#   bash experiments/2026-11-25-persistent/run.sh OUT a|b|c|d|e
+# (d: the D128 three again with the SM clock logged, then Nsight Compute at boost clocks on them; e: the parent
+# beside cuDNN at B1 H32 N4096 D128 fp16 and bf16, four processes each)
 set -u
-out=${1:?usage: run.sh OUT a|b|c|d}; part=${2:?usage: run.sh OUT a|b|c|d}; mkdir -p "$out"
+out=${1:?usage: run.sh OUT a|b|c|d|e}; part=${2:?usage: run.sh OUT a|b|c|d|e}; mkdir -p "$out"
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-' | sed 's/nvidia-//; s/-80gb-hbm3//; s/-nvl//')
 res="$out/tensor-core-tma-nvidia-${gpu%%-*}.jsonl"
 git rev-parse HEAD > "$out/commit.txt" 2>/dev/null
@@ -65,4 +66,18 @@ if [ "$part" = d ]; then  # D128: the same three at boost clocks, the SM clock a
     --section SpeedOfLight --section WarpStateStats python3 experiments/2026-11-23-hopper-tma/launch_once.py \
     --setup persistent_phases warp_specialized_tc ws_persistent wsp_all > "$out/ncu-boost.txt" 2>&1
   echo "ncu rc=$?"
+fi
+
+if [ "$part" = e ]; then  # warp_specialized_tc beside cuDNN's SDPA at D128, four processes per dtype, the SM clock and
+  # power logged (the GPU's clock moves with its power limit: one pair of rows is not enough)
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 100 > "$out/clocks-e.csv" &
+  smi=$!
+  for args in "--dtype float16" "--dtype bfloat16"; do
+    for i in 1 2 3 4; do
+      timeout 100 python3 -m numba_attn.cli run --gpu --phases warp_specialized_tc --peers torch_sdpa_cudnn \
+        --no-ceilings -B 1 -H 32 -N 4096 -D 128 $args --timing cupti --budget 1 --timeout 60 --results "$res" 2>&1 \
+        | grep -E "^(warp_spec|torch_sdpa)" | tee -a "$out/run-e.txt"
+    done
+  done
+  kill $smi
 fi

@@ -27,6 +27,8 @@ of 128 keys, ~65 µs each) 2-5 % faster than ``warp_specialized_tc`` in the
 same process (0.87x SDPA → 0.89-0.91x); at B1 H16 N16384 0-2 %; at D64 B4 H32
 N2048 (items of ~22 µs) 4-10 %; causal within ±3 % (a static round-robin of
 unequal items against the hidden prologue).
+
+Verdict: refuted at D128, no gain: under Nsight Compute at boost clocks (its clock control off; SM clock 1.76-1.77 GHz) 491-492 µs at B1 H32 N4096 D128 fp16 against warp_specialized_tc's 493 µs (one block per item, wsp_all: 500-501 µs), and 603 µs against 604 µs at its locked base clock; the runner's CUPTI rows (517-540 µs against the parent's 485-562 µs in three processes) cannot resolve it: the parent's own two rows in one process were 16 % apart, the GPU at its 700 W power limit with the SM clock between 1545 and 1980 MHz (H100, ca450db-a68ea81); at N16384 4.184 against 3.836 ms and causal N8192 1.198 against 1.028 ms, one row each. D64 (B4 H32 N2048): the same time with two consumers (446.1 against 446.3 µs) and three (367.4 against 367.2 µs, variant wsp3), bf16 1-3 % faster; causal B2 H16 N8192 8 % faster with two consumers (849.6 against 920.9 µs) and 17 % slower with three (873.4 against 747.3 µs) (H100, CUPTI, d2aa82b) [results/tensor-core-tma-nvidia-h100.jsonl]
 """
 from __future__ import annotations
 
