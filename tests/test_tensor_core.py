@@ -117,7 +117,7 @@ CASES = [
     # persistent blocks (sim_params: 2 blocks), the ring carried from one work item to the next: 3 items a block
     # (causal, longest first, GQA), an uneven share over a 3-stage ring (its parity wraps inside an item and
     # across items), two consumers with the second past Nq and one block for every item
-    ("ws_persistent", tiny("float16", D=16, q_len=150, kv_len=170, heads=2, kv_heads=1, causal=True), {"blocks": 2}),
+    ("ws_persistent", tiny("float16", D=16, q_len=130, kv_len=131, heads=2, kv_heads=1, causal=True), {"blocks": 2}),
     ("ws_persistent", tiny("bfloat16", D=32, q_len=40, heads=3, kv_heads=1), {"Bc": 32, "stages": 3, "blocks": 2}),
     ("ws_persistent", tiny("float16", D=16, q_len=70, kv_len=53, heads=2), {"warpgroups": 2, "blocks": 1}),
 ]

@@ -530,6 +530,7 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     NO = D // 2  # output accumulators per thread
     softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
     rescale = fragment_rescale(DT)
+    ends = key_ends(Br, 64, causal)  # (the block's keys, a warpgroup's keys) from its first row
     load_q = q_fragments(KS, False, D // 2)
     store = store_fragments(DT, kind)
     # cp.async of one K/V tile into the swizzled ring
@@ -712,13 +713,8 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
         l_lo = float32(0.0)  # running sums, this lane's columns only
         l_hi = float32(0.0)
 
-        kv_end = Nk
-        wg_end = Nk  # keys this warpgroup needs (warpgroup-uniform: wgmma is collective)
-        if causal:
-            kv_end = min(Nk, min(blk0 + Br, Nq) + off)
-            wg_end = min(Nk, min(wg0 + 64, Nq) + off)
-        if wg0 >= Nq:
-            wg_end = 0
+        # the keys the block loads, and those this warpgroup needs (warpgroup-uniform: wgmma is collective)
+        kv_end, wg_end = ends(blk0, wg0, Nq, Nk, off)
         n_tiles = (kv_end + Bc - 1) // Bc
 
         if tma:
@@ -785,10 +781,7 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
         KV head ``kvh``) into the ring, waiting only on the empty barriers. ``buf``/``ph``: the next
         tile's stage and phase parity; ``loaded``: tiles this block brought before (a stage is free at
         once only while fewer than ``STAGES`` were). Returns the three after the item's last tile."""
-        p_end = Nk
-        if causal:
-            p_end = min(Nk, min(blk0 + Br, Nq) + off)
-        n = (p_end + Bc - 1) // Bc
+        n = (ends(blk0, blk0, Nq, Nk, off)[0] + Bc - 1) // Bc
         for it in range(n):
             if loaded + it >= STAGES:  # the stage's previous tile (the phase before) is released
                 mbarrier_wait(bars, STAGES + buf, ph ^ 1)

@@ -78,7 +78,7 @@ from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.gpu.warp import warp_max
 from numba_attn.gpu.wgmma import e4m3_p_keys, kmajor_params, make_wgmma_rs, shared_address
 from numba_attn.phases.registry import Launch, register_phase
-from numba_attn.phases.tensor_core.common import (ALIGN_BYTES, mask_fragments, q_fragments, store_fragments,
+from numba_attn.phases.tensor_core.common import (ALIGN_BYTES, key_ends, mask_fragments, q_fragments, store_fragments,
                                                   u32_views)
 
 E4M3_MAX = 448.0  # the largest e4m3fn value: a head's amax maps to it
@@ -428,6 +428,7 @@ def make_fp8_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool,
     WAIT = STAGES - 2
     softmax = fragment_softmax(NT)
     rescale = fragment_rescale(DT)
+    ends = key_ends(Br, 64, causal)
     load_q = q_fragments(KS, False, DQ // 4)
     store = store_fragments(DT, "bf16" if bf16 else "f16")
     qk_off, qk_lbo, qk_sbo = kmajor_params(Bc, KS, DQ)
@@ -499,13 +500,7 @@ def make_fp8_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool,
         l_lo = float32(0.0)
         l_hi = float32(0.0)
 
-        kv_end = Nk
-        wg_end = Nk
-        if causal:
-            kv_end = min(Nk, min(blk0 + Br, Nq) + off)
-            wg_end = min(Nk, min(wg0 + 64, Nq) + off)
-        if wg0 >= Nq:
-            wg_end = 0
+        kv_end, wg_end = ends(blk0, wg0, Nq, Nk, off)  # the block's keys, this warpgroup's
         n_tiles = (kv_end + Bc - 1) // Bc
 
         for st in range(STAGES - 1):
