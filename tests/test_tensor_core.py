@@ -114,10 +114,10 @@ CASES = [
      {"warpgroups": 1, "Bc": 32, "stages": 3, "uniform": True}),
     ("ws_overlap", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"Bc": 32, "stages": 4, "uniform": False}),
     ("ws_overlap", tiny("float16", D=64, q_len=70, kv_len=95, heads=1, causal=True), {"Bc": 16, "uniform": False}),
-    # persistent blocks (sim_params: 2 blocks), the ring carried from one work item to the next: 3 items a block
+    # persistent blocks (sim_params: 2 blocks), the ring carried from one work item to the next: 2 items a block
     # (causal, longest first, GQA), an uneven share over a 3-stage ring (its parity wraps inside an item and
     # across items), two consumers with the second past Nq and one block for every item
-    ("ws_persistent", tiny("float16", D=16, q_len=130, kv_len=131, heads=2, kv_heads=1, causal=True), {"blocks": 2}),
+    ("ws_persistent", tiny("float16", D=16, q_len=100, kv_len=101, heads=2, kv_heads=1, causal=True), {"blocks": 2}),
     ("ws_persistent", tiny("bfloat16", D=32, q_len=40, heads=3, kv_heads=1), {"Bc": 32, "stages": 3, "blocks": 2}),
     ("ws_persistent", tiny("float16", D=16, q_len=70, kv_len=53, heads=2), {"warpgroups": 2, "blocks": 1}),
 ]
