@@ -4,11 +4,12 @@
 # cuDNN), one process per problem, CUPTI kernel time. Part a: memcheck and head_dim 128 (about 4 minutes on one
 # H100); part b: head_dim 64 (about 4 minutes); part c: the ablation wsp_all (one block per work item) at
 # B1 H32 N4096 D128 and Nsight Compute on warp_specialized_tc and ws_persistent there (about 3 minutes).
-#   bash experiments/2026-11-25-persistent/run.sh OUT a|b|c|d|e
+#   bash experiments/2026-11-25-persistent/run.sh OUT a|b|c|d|e|f
 # (d: the D128 three again with the SM clock logged, then Nsight Compute at boost clocks on them; e: the parent
-# beside cuDNN at B1 H32 N4096 D128 fp16 and bf16, four processes each)
+# beside cuDNN at B1 H32 N4096 D128 fp16 and bf16, four processes each; f: tma_wgmma and ws3 beside cuDNN at
+# B4 H32 N2048 D64 fp16, three processes)
 set -u
-out=${1:?usage: run.sh OUT a|b|c|d|e}; part=${2:?usage: run.sh OUT a|b|c|d|e}; mkdir -p "$out"
+out=${1:?usage: run.sh OUT a|b|c|d|e|f}; part=${2:?usage: run.sh OUT a|b|c|d|e|f}; mkdir -p "$out"
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-' | sed 's/nvidia-//; s/-80gb-hbm3//; s/-nvl//')
 res="$out/tensor-core-tma-nvidia-${gpu%%-*}.jsonl"
 git rev-parse HEAD > "$out/commit.txt" 2>/dev/null
@@ -80,4 +81,12 @@ if [ "$part" = e ]; then  # warp_specialized_tc beside cuDNN's SDPA at D128, fou
     done
   done
   kill $smi
+fi
+
+if [ "$part" = f ]; then  # head_dim 64 fp16: tma_wgmma and ws3 beside cuDNN's SDPA, three processes
+  for i in 1 2 3; do
+    timeout 90 python3 -m numba_attn.cli run --gpu --setup persistent_phases --phases tma_wgmma,ws3 \
+      --peers torch_sdpa_cudnn --no-ceilings -B 4 -H 32 -N 2048 -D 64 --dtype float16 --timing cupti --budget 1 \
+      --timeout 60 --results "$res" 2>&1 | grep -E "^(tma_wgmma|ws3|torch_sdpa)" | tee -a "$out/run-f.txt"
+  done
 fi
