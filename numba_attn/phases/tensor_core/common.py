@@ -41,8 +41,8 @@ from numba_attn.gpu import tma as _tma
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.mbarrier import (fence_proxy_async, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
                                      mbarrier_wait)
-from numba_attn.gpu.split_k import sm_count
 from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT, dynamic_tile, launch_dynamic, smem_reason
+from numba_attn.gpu.split_k import sm_count
 from numba_attn.gpu.tma import tensormap_fence_acquire, tma_load_3d
 from numba_attn.gpu.warp import FULL_MASK, quad_sum, shfl_sync, syncwarp
 from numba_attn.gpu.warpspec import named_barrier_arrive, named_barrier_sync, setmaxnreg_dec, setmaxnreg_inc
@@ -1037,8 +1037,7 @@ def build_wgmma(problem, warpgroups, Bc, stages, overlap, varlen=False, tma=Fals
     D = problem.head_dim
     kern = make_wgmma_kernel(D, warpgroups, Bc, stages, problem.group, problem.causal,
                              problem.dtype == "bfloat16", overlap, varlen, tma, ws, pingpong,
-                             *((uniform,) if uniform or blocks is not None else ()),
-                             *((True,) if blocks is not None else ()))  # passed only when on
+                             uniform=uniform, persistent=blocks is not None)
     box, swizzle = tma_box(D, Bc)
     sl2 = float32(problem.sm_scale * LOG2E)
     Br = 64 * warpgroups
