@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The targets of issues 16 and 18 on an H200 (they are stated for that GPU; the rows since 2026-11-25 are from
+# H100s). CUPTI kernel time, the peer in the same process, the SM clock and power logged.
+#   bash experiments/2026-11-26-h200-targets/run.sh OUT a|b
+# a (prefill, about 7 minutes): warp_specialized_tc and ws_persistent beside cuDNN's SDPA at B1 H32 N4096 D128,
+#   three processes per dtype; N16384 and causal N8192 D128, fp16 and bf16, one process each; D64 (tma_wgmma,
+#   ws3, wsp3) fp16, bf16 and causal, one process each.
+# b (decode, about 6 minutes): experiments/2026-11-25-paged-worklist/run.sh (memcheck of the worklist tests, the
+#   ragged paged targets beside the contiguous twins).
+# Any other GPU than an H200 stops the script at once (exit 3) unless ANY_GPU=1.
+set -u
+out=${1:?usage: run.sh OUT a|b}; part=${2:?usage: run.sh OUT a|b}; mkdir -p "$out"
+name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+echo "GPU: $name"
+case "$name" in *H200*) ;; *) [ "${ANY_GPU:-0}" = 1 ] || { echo "not an H200: stopping"; exit 3; } ;; esac
+gpu=$(echo "$name" | tr 'A-Z ' 'a-z-' | sed 's/nvidia-//; s/-80gb-hbm3//; s/-nvl//')
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.sm,power.limit --format=csv > "$out/gpu.txt"
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 100 > "$out/clocks-$part.csv" &
+smi=$!
+trap 'kill $smi 2>/dev/null' EXIT
+
+if [ "$part" = a ]; then
+  res="$out/tensor-core-tma-nvidia-${gpu%%-*}.jsonl"
+  export PYTHONPATH="experiments/2026-11-25-persistent${PYTHONPATH:+:$PYTHONPATH}"
+  run() {  # phases, then the problem's arguments
+    local phases=$1; shift
+    echo "## $*" | tee -a "$out/run-a.txt"
+    timeout 120 python3 -m numba_attn.cli run --gpu --setup persistent_phases --phases "$phases" \
+      --peers torch_sdpa,torch_sdpa_cudnn --no-ceilings "$@" --timing cupti --budget 1 --timeout 60 \
+      --results "$res" 2>&1 | grep -E "^(warp_spec|ws|tma_wgmma|torch_sdpa|wsp)" | tee -a "$out/run-a.txt"
+  }
+  for i in 1 2 3; do
+    for dt in float16 bfloat16; do run warp_specialized_tc,ws_persistent -B 1 -H 32 -N 4096 -D 128 --dtype $dt; done
+  done
+  for dt in float16 bfloat16; do
+    run warp_specialized_tc,ws_persistent -B 1 -H 16 -N 16384 -D 128 --dtype $dt
+    run warp_specialized_tc,ws_persistent -B 2 -H 16 -N 8192 -D 128 --dtype $dt --causal
+    run tma_wgmma,ws3,wsp3 -B 4 -H 32 -N 2048 -D 64 --dtype $dt
+  done
+  run tma_wgmma,ws3,wsp3,warp_specialized_tc -B 2 -H 16 -N 8192 -D 64 --dtype float16 --causal
+elif [ "$part" = b ]; then
+  bash experiments/2026-11-25-paged-worklist/run.sh "$out"
+fi
