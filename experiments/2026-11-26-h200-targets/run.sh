@@ -7,9 +7,13 @@
 #   ws3, wsp3) fp16, bf16 and causal, one process each.
 # b (decode, about 6 minutes): experiments/2026-11-25-paged-worklist/run.sh (memcheck of the worklist tests, the
 #   ragged paged targets beside the contiguous twins).
+# c (D64 settings, about 6 minutes): tma_wgmma, warp_specialized_tc and pingpong at other ring depths, tile
+#   widths and warpgroup counts (d64_phases.py) beside SDPA, bf16 B4 H32 N2048 and causal fp16 B2 H16 N8192.
+# d (decode, about 2 minutes): the ragged B8 KV <= 4k target's shape with every sequence at the mean length
+#   (paged_uniform.py), paged_worklist and paged_split_k beside the contiguous twin: the block table's own cost.
 # Any other GPU than an H200 stops the script at once (exit 3) unless ANY_GPU=1.
 set -u
-out=${1:?usage: run.sh OUT a|b}; part=${2:?usage: run.sh OUT a|b}; mkdir -p "$out"
+out=${1:?usage: run.sh OUT a|b|c|d}; part=${2:?usage: run.sh OUT a|b|c|d}; mkdir -p "$out"
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "GPU: $name"
 case "$name" in *H200*) ;; *) [ "${ANY_GPU:-0}" = 1 ] || { echo "not an H200: stopping"; exit 3; } ;; esac
@@ -38,6 +42,21 @@ if [ "$part" = a ]; then
     run tma_wgmma,ws3,wsp3 -B 4 -H 32 -N 2048 -D 64 --dtype $dt
   done
   run tma_wgmma,ws3,wsp3,warp_specialized_tc -B 2 -H 16 -N 8192 -D 64 --dtype float16 --causal
+elif [ "$part" = c ]; then
+  res="$out/tensor-core-tma-nvidia-${gpu%%-*}.jsonl"
+  export PYTHONPATH="experiments/2026-11-26-h200-targets${PYTHONPATH:+:$PYTHONPATH}"
+  phases=tma_wgmma,tma_s3,tma_bc128,tma_bc128_s3,tma_wg3,tma_wg3_s3,ws3,ws3_bc128,ws3_s3,pp_bc128,ws_overlap
+  for args in "-B 4 -H 32 -N 2048 -D 64 --dtype bfloat16" "-B 2 -H 16 -N 8192 -D 64 --dtype float16 --causal"; do
+    echo "## $args" | tee -a "$out/run-c.txt"
+    timeout 280 python3 -m numba_attn.cli run --gpu --setup d64_phases --phases $phases \
+      --peers torch_sdpa,torch_sdpa_cudnn --no-ceilings $args --timing cupti --budget 1 --timeout 60 \
+      --results "$res" 2>&1 | grep -E "^(tma|ws|pp|torch_sdpa)" | tee -a "$out/run-c.txt"
+  done
+elif [ "$part" = d ]; then
+  PYTHONPATH="experiments/2026-11-26-h200-targets${PYTHONPATH:+:$PYTHONPATH}" NUMBA_ATTN_BACKEND=cuda timeout 200 \
+    python3 -m numba_attn.cli bench paged --preset paged-uniform --preset paged-ragged --setup paged_uniform \
+    --timing cupti --phases paged_split_k,paged_worklist,decode_split_k_lean --results "$out/paged-uniform.jsonl" \
+    --plots "" 2>&1 | tee "$out/bench-d.txt" | grep -vi "warn\|cross-check\|^$" | tail -16
 elif [ "$part" = b ]; then
   bash experiments/2026-11-25-paged-worklist/run.sh "$out"
 fi
