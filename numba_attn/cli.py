@@ -366,20 +366,15 @@ def _problems(args):
 
 
 def _params(args):
+    from numba_attn.spec.errors import parse_param_value
+
     out: dict = {}
     for item in args.param:
         m = re.fullmatch(r"([\w-]+)\.(\w+)=(.+)", item)
         if not m:
             raise SystemExit(f"--param {item!r}: expected PHASE.NAME=VALUE, e.g. smem_kv.Bc=64")
         ph, key, val = m.groups()
-        try:
-            val = int(val)
-        except ValueError:
-            try:
-                val = float(val)
-            except ValueError:
-                pass
-        out.setdefault(ph, {})[key] = val
+        out.setdefault(ph, {})[key] = parse_param_value(val)
     return out
 
 
@@ -844,6 +839,8 @@ def cmd_tune(args) -> int:
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     for p in phases:
         get_phase(p)
+    from numba_attn.spec.errors import parse_param_value
+
     fixed = _params(args)
     space = {}
     for item in args.space:
@@ -851,7 +848,7 @@ def cmd_tune(args) -> int:
         if not m:
             raise SystemExit(f"--space {item!r}: expected PHASE.NAME=V1,V2, e.g. smem_kv.Bc=16,32")
         ph, key, vals = m.groups()
-        space.setdefault(ph, {})[key] = [int(v) for v in vals.split(",")]
+        space.setdefault(ph, {})[key] = [parse_param_value(v) for v in vals.split(",")]
     for name, sp in space.items():  # the named phase's other parameters keep their declared values
         space[name] = {**{k: v for k, v in get_phase(name).space.items()}, **sp}
     tuning.parse_budget(args.tune_budget)  # a bad --budget fails here

@@ -128,6 +128,18 @@ def test_attention_varlen_refuses_bad_input_before_a_launch(case, kw, msg, monke
     assert msg in str(exc.value)
 
 
+def test_command_line_parameter_values_are_typed():
+    """--param and --space (run, tune, the offline compiler): True/False are bools (a string "True" is refused by
+    the boolean parameters), numbers are numbers, anything else stays text for the phase to refuse."""
+    from numba_attn.measure.offline import parse_params
+    from numba_attn.spec.errors import parse_param_value
+
+    assert [parse_param_value(v) for v in ("True", "false", "64", "-1", "0.5", "auto")] == [True, False, 64, -1, 0.5,
+                                                                                            "auto"]
+    assert parse_params(["uniform=True", "Bc=128"]) == {"uniform": True, "Bc": 128}
+    assert get_phase("warp_specialized_tc").resolve_params(parse_params(["uniform=true"]))["uniform"] is True
+
+
 def test_valid_values_of_the_same_parameters_still_pass():
     ph = get_phase("causal_skip")
     assert ph.resolve_params({"heavy_first": 0, "TN": 0, "Br": 64.0})["Br"] == 64

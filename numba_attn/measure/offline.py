@@ -129,12 +129,10 @@ def sass_counts(cubin: bytes) -> dict:
 
 
 def parse_params(items) -> dict:
-    """``["NAME=VALUE", ...]`` (repeated ``--param``) → {NAME: int(VALUE) when it is an integer, else the text}."""
-    params = {}
-    for p in items:
-        k, v = p.split("=", 1)
-        params[k] = int(v) if v.lstrip("-").isdigit() else v
-    return params
+    """``["NAME=VALUE", ...]`` (repeated ``--param``) → {NAME: VALUE as a bool, int or float where it reads as one}."""
+    from numba_attn.spec.errors import parse_param_value
+
+    return {k: parse_param_value(v) for k, v in (p.split("=", 1) for p in items)}
 
 
 def parse_ptxas(log: str) -> dict:

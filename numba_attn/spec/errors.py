@@ -175,6 +175,20 @@ def check_positive_float(name, value, allow_zero=False) -> float:
     return out
 
 
+def parse_param_value(text: str):
+    """A phase parameter's value as given on a command line (``--param``, ``--space``): ``True``/``False``
+    (any case) as a bool, an integer, a float, else the text."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def parse_seeds(text: str) -> tuple:
     """``--seeds``: comma-separated integers >= 0 (NumPy seeds), at least one."""
     try:
