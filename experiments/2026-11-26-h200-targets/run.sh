@@ -11,9 +11,13 @@
 #   widths and warpgroup counts (d64_phases.py) beside SDPA, bf16 B4 H32 N2048 and causal fp16 B2 H16 N8192.
 # d (decode, about 2 minutes): the ragged B8 KV <= 4k target's shape with every sequence at the mean length
 #   (paged_uniform.py), paged_worklist and paged_split_k beside the contiguous twin: the block table's own cost.
+# e (tests, about 6 minutes): warp_specialized_tc's and ws_persistent's GPU tests under compute-sanitizer memcheck,
+#   and their every-head-dim GPU test (D64 now three consumers with 128-key tiles by default).
+# f (D64, about 4 minutes): warp_specialized_tc at its new D64 default beside tma_wgmma and SDPA: bf16 and fp16
+#   B4 H32 N2048 in three processes each, causal fp16 B2 H16 N8192 in two, causal bf16 and B2 H16 N8192 fp16 in one.
 # Any other GPU than an H200 stops the script at once (exit 3) unless ANY_GPU=1.
 set -u
-out=${1:?usage: run.sh OUT a|b|c|d}; part=${2:?usage: run.sh OUT a|b|c|d}; mkdir -p "$out"
+out=${1:?usage: run.sh OUT a|b|c|d|e|f}; part=${2:?usage: run.sh OUT a|b|c|d|e|f}; mkdir -p "$out"
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "GPU: $name"
 case "$name" in *H200*) ;; *) [ "${ANY_GPU:-0}" = 1 ] || { echo "not an H200: stopping"; exit 3; } ;; esac
@@ -57,6 +61,28 @@ elif [ "$part" = d ]; then
     python3 -m numba_attn.cli bench paged --preset paged-uniform --preset paged-ragged --setup paged_uniform \
     --timing cupti --phases paged_split_k,paged_worklist,decode_split_k_lean --results "$out/paged-uniform.jsonl" \
     --plots "" 2>&1 | tee "$out/bench-d.txt" | grep -vi "warn\|cross-check\|^$" | tail -16
+elif [ "$part" = e ]; then
+  NUMBA_ATTN_BACKEND=cuda timeout 230 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+    python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_tensor_core.py -k "warp_specialized_tc or ws_persistent" \
+    > "$out/memcheck-e.txt" 2>&1
+  echo "memcheck rc=$?" | tee -a "$out/memcheck-e.txt"; tail -3 "$out/memcheck-e.txt"
+  NUMBA_ATTN_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_head_dims.py \
+    -k "warp_specialized_tc or ws_persistent" > "$out/head-dims-e.txt" 2>&1
+  echo "head dims rc=$?" | tee -a "$out/head-dims-e.txt"; tail -3 "$out/head-dims-e.txt"
+elif [ "$part" = f ]; then
+  res="$out/tensor-core-tma-nvidia-${gpu%%-*}.jsonl"
+  run() {
+    echo "## $*" | tee -a "$out/run-f.txt"
+    timeout 100 python3 -m numba_attn.cli run --gpu --phases warp_specialized_tc,tma_wgmma \
+      --peers torch_sdpa,torch_sdpa_cudnn --no-ceilings "$@" --timing cupti --budget 1 --timeout 60 \
+      --results "$res" 2>&1 | grep -E "^(warp_spec|tma_wgmma|torch_sdpa)" | tee -a "$out/run-f.txt"
+  }
+  for i in 1 2 3; do
+    for dt in bfloat16 float16; do run -B 4 -H 32 -N 2048 -D 64 --dtype $dt; done
+  done
+  for i in 1 2; do run -B 2 -H 16 -N 8192 -D 64 --dtype float16 --causal; done
+  run -B 2 -H 16 -N 8192 -D 64 --dtype bfloat16 --causal
+  run -B 2 -H 16 -N 8192 -D 64 --dtype float16
 elif [ "$part" = b ]; then
   bash experiments/2026-11-25-paged-worklist/run.sh "$out"
 fi
