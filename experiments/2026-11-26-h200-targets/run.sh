@@ -15,9 +15,13 @@
 #   and their every-head-dim GPU test (D64 now three consumers with 128-key tiles by default).
 # f (D64, about 4 minutes): warp_specialized_tc at its new D64 default beside tma_wgmma and SDPA: bf16 and fp16
 #   B4 H32 N2048 in three processes each, causal fp16 B2 H16 N8192 in two, causal bf16 and B2 H16 N8192 fp16 in one.
+# g (tests, about 7 minutes): every GPU test of tests/test_tensor_core.py under compute-sanitizer memcheck, then
+#   warp_specialized_tc's every-head-dim GPU test.
+# h (D128, about 2 minutes): warp_specialized_tc beside SDPA at B1 H32 N4096 D128 fp16 and bf16, two processes each,
+#   and causal B2 H16 N8192 fp16 (the lane index became 32-bit in every wgmma kernel).
 # Any other GPU than an H200 stops the script at once (exit 3) unless ANY_GPU=1.
 set -u
-out=${1:?usage: run.sh OUT a|b|c|d|e|f}; part=${2:?usage: run.sh OUT a|b|c|d|e|f}; mkdir -p "$out"
+out=${1:?usage: run.sh OUT a|b|c|d|e|f|g|h}; part=${2:?usage: run.sh OUT a|b|c|d|e|f|g|h}; mkdir -p "$out"
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "GPU: $name"
 case "$name" in *H200*) ;; *) [ "${ANY_GPU:-0}" = 1 ] || { echo "not an H200: stopping"; exit 3; } ;; esac
@@ -69,14 +73,30 @@ elif [ "$part" = e ]; then
   NUMBA_ATTN_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_head_dims.py \
     -k "warp_specialized_tc or ws_persistent" > "$out/head-dims-e.txt" 2>&1
   echo "head dims rc=$?" | tee -a "$out/head-dims-e.txt"; tail -3 "$out/head-dims-e.txt"
-elif [ "$part" = f ]; then
+elif [ "$part" = g ]; then
+  NUMBA_ATTN_BACKEND=cuda timeout 300 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+    python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_tensor_core.py > "$out/memcheck-g.txt" 2>&1
+  echo "memcheck rc=$?" | tee -a "$out/memcheck-g.txt"; tail -3 "$out/memcheck-g.txt"
+  NUMBA_ATTN_BACKEND=cuda timeout 250 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_head_dims.py \
+    -k "warp_specialized_tc" > "$out/head-dims-g.txt" 2>&1
+  echo "head dims rc=$?" | tee -a "$out/head-dims-g.txt"; tail -3 "$out/head-dims-g.txt"
+elif [ "$part" = f ] || [ "$part" = h ]; then
+  phases=warp_specialized_tc,tma_wgmma
   res="$out/tensor-core-tma-nvidia-${gpu%%-*}.jsonl"
   run() {
-    echo "## $*" | tee -a "$out/run-f.txt"
-    timeout 100 python3 -m numba_attn.cli run --gpu --phases warp_specialized_tc,tma_wgmma \
+    echo "## $*" | tee -a "$out/run-$part.txt"
+    timeout 100 python3 -m numba_attn.cli run --gpu --phases "$phases" \
       --peers torch_sdpa,torch_sdpa_cudnn --no-ceilings "$@" --timing cupti --budget 1 --timeout 60 \
-      --results "$res" 2>&1 | grep -E "^(warp_spec|tma_wgmma|torch_sdpa)" | tee -a "$out/run-f.txt"
+      --results "$res" 2>&1 | grep -E "^(warp_spec|tma_wgmma|torch_sdpa)" | tee -a "$out/run-$part.txt"
   }
+fi
+if [ "$part" = h ]; then
+  phases=warp_specialized_tc
+  for i in 1 2; do
+    for dt in float16 bfloat16; do run -B 1 -H 32 -N 4096 -D 128 --dtype $dt; done
+  done
+  run -B 2 -H 16 -N 8192 -D 128 --dtype float16 --causal
+elif [ "$part" = f ]; then
   for i in 1 2 3; do
     for dt in bfloat16 float16; do run -B 4 -H 32 -N 2048 -D 64 --dtype $dt; done
   done

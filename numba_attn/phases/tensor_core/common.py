@@ -472,7 +472,7 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
 
     ``ws`` (with ``tma``): warp specialisation. The block has one more warpgroup, the
     producer (warps 0-3, before the ``WG`` consumer warpgroups): it gives registers back
-    (``setmaxnreg.dec`` to :data:`WS_PRODUCER_REGS`) and its thread 0 issues every tile of
+    (``setmaxnreg.dec`` to :func:`ws_producer_regs`) and its thread 0 issues every tile of
     the block, waiting only on the empty barriers; the consumers take the registers
     (``setmaxnreg.inc``, :func:`ws_consumer_regs`) and only wait on the full barriers and
     arrive on the empty ones. The kernel is compiled with ``launch_bounds`` of its
@@ -557,7 +557,7 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
     CW = RB // 4  # 32-bit words of a box row: the column step between boxes
     NBARS = 2 * STAGES
     REGS = ws and WG >= 2  # move registers from the producer to the consumers (one consumer: no need)
-    P_REGS = WS_PRODUCER_REGS
+    P_REGS = ws_producer_regs(WG)
     C_REGS = ws_consumer_regs(WG)
     # The ring stage and the phase parity of a tile: carried from tile to tile (``advance``), except in the
     # varlen kernel, which recomputes them from the tile index (j mod STAGES, (j // STAGES) mod 2). There the
@@ -818,7 +818,7 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
         warp = tid // 32
         if uniform:  # lane 0's warp index, the same as every lane's: known warp-uniform to ptxas
             warp = shfl_sync(FULL_MASK, warp, 0)
-        lane = tid % 32
+        lane = cuda.laneid  # 32-bit (tid % 32 is 64-bit: three consumers at D=64 spilled its high word)
         g = lane // 4
         t = lane % 4
         # grid (query blocks, heads, batch): no run-time integer division (a 64-bit
@@ -908,13 +908,20 @@ def make_wgmma_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: boo
 
 
 WS_PRODUCER_REGS = 40  # registers per thread the producer warpgroup keeps (it only issues TMA loads)
+WS_PRODUCER_REGS_3 = 32  # the same beside three consumer warpgroups (FlashAttention-3's 32/160 split)
+
+
+def ws_producer_regs(WG: int) -> int:
+    """Registers per thread the producer keeps beside ``WG`` consumer warpgroups: 40, or 32 beside three, whose
+    128-key tiles at D=64 need 160 each (152 spilled 8-16 bytes)."""
+    return WS_PRODUCER_REGS_3 if WG >= 3 else WS_PRODUCER_REGS
 
 
 def ws_consumer_regs(WG: int) -> int:
     """Registers per thread of the ``WG`` consumer warpgroups after the producer gave its own back:
-    the 64K registers of an SM over 128-thread warpgroups, ``WS_PRODUCER_REGS + WG·N <= 512``,
+    the 64K registers of an SM over 128-thread warpgroups, ``ws_producer_regs(WG) + WG·N <= 512``,
     N a multiple of 8, at most 240 (FlashAttention-3's split for two consumers: 240/24; here 232/40)."""
-    return min(240, (512 - WS_PRODUCER_REGS) // max(WG, 1) // 8 * 8)
+    return min(240, (512 - ws_producer_regs(WG)) // max(WG, 1) // 8 * 8)
 
 
 def wgmma_smem_bytes(D, Bc, stages):
