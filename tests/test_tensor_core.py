@@ -163,6 +163,12 @@ def test_supports_reasons():
     assert "registers" in ws.supports(d128.replace(head_dim=192), warpgroups=2)
     assert ws.supports(d128.replace(head_dim=256)) is None  # one consumer warpgroup above D=128
     assert ws.resolve(d128.replace(head_dim=256))["warpgroups"] == 1 and ws.resolve(d128)["warpgroups"] == 2
+    # D=64: three consumers with 128-key tiles (the fastest D64 setting measured); ws_persistent keeps two with 64
+    assert {k: ws.resolve(d128.replace(head_dim=64))[k] for k in ("warpgroups", "Bc")} == {"warpgroups": 3, "Bc": 128}
+    assert {k: ws.resolve(d128.replace(head_dim=32))[k] for k in ("warpgroups", "Bc")} == {"warpgroups": 2, "Bc": 64}
+    wsp = get_phase("ws_persistent")
+    assert {k: wsp.resolve(d128.replace(head_dim=64))[k] for k in ("warpgroups", "Bc")} == {"warpgroups": 2, "Bc": 64}
+    assert wsp.resolve(d128.replace(head_dim=64), {"warpgroups": 3})["warpgroups"] == 3
     assert "consumer warpgroups" in ws.supports(d128, warpgroups=4)
     assert "dtype" in ws.supports(f32)
     pp = get_phase("pingpong")

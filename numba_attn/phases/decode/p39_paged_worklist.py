@@ -28,6 +28,7 @@ where the twin's block reads 32 (2112 keys against 2024), and a block runs 1-3 i
 predicted). B8 KV <= 32k 0.693 and 0.695 ms, 1.01x the twin (paged_split_k 0.711); B32 KV <= 4k 0.433 ms, 0.99x
 (0.438). 4, 12 or 16 workers per KV head instead of 8 (one wave) are 1-7 % slower. Memcheck of its tests: 0 errors
 [results/paged-nvidia-h100.jsonl; experiments/2026-11-25-paged-worklist]
+Verdict (H200, the GPU of the prediction; CUPTI, the twins in the same process, two runs, edaa51f and cb83b40): B8 KV <= 4k 0.0690 and 0.0697 ms, 0.89x and 0.90x the twin (the prediction, 0.92-0.98x, refuted; paged_split_k 0.0733 and 0.0742 ms, 0.84x): still the fastest paged phase, the 0.95x target missed; B8 KV <= 32k 0.4687 and 0.4798 ms, 0.98x (paged_split_k 0.4951); B32 KV <= 4k 0.2967 and 0.3045 ms, 0.97-0.98x (0.3069). The same batch at uniform lengths (every sequence 2024 keys: one item per block) 0.0659 ms, 0.95x the twin (paged_split_k 0.0649 ms, 0.96x): the block table costs 3-5 % at these lengths, the ragged batch's shares, items and combines 5-6 % more. Memcheck of its tests on the H200: 17 passed, 0 errors [results/paged-nvidia-h200.jsonl, rows of paged_split_k]
 """
 from __future__ import annotations
 

@@ -48,6 +48,7 @@ thing to check on the GPU (the SASS should show ``USETMAXREG``).
 Verdict: as predicted at D128, 0.571 ms at B1 H32 N4096 D128 fp16 (H200, CUPTI), 1.04x tma_wgmma, 0.81x SDPA; refuted at D64, 0.445 ms at B4 H32 N2048, 0.82x tma_wgmma (one block per SM); a later run (SDPA the faster of auto and cuDNN in it): 0.521 ms (0.89x SDPA), B2 H16 N8192 causal 1.130 ms (1.00x), B1 H16 N16384 causal 2.138 ms (0.96x), bf16 0.523 ms (0.85x); D64 with Bc=128 0.394 ms (0.82x) [results/tensor-core-tma-nvidia-h200.jsonl]
 Verdict (``uniform``, left off): no gain, 0.5697 ms at B1 H32 N4096 D128 fp16, causal B2 H16 N8192 1.1947 ms, D64 B4 H32 N2048 0.4428 ms, against 0.5525, 1.1180 and 0.4533 ms with it off in the same run (1.03x and 1.07x slower, 1.02x faster; the off row of the causal problem had an 11% spread); timed as the out-of-tree copy ws_uniform (experiments/2026-11-23-hopper-tma/uniform_phases.py) (H200, CUPTI) [results/tensor-core-tma-nvidia-h200.jsonl, rows of ws_uniform]
 Verdict (128-key tiles, the default at D128 from this run on; out-of-tree copy ws_bc128, experiments/2026-11-23-hopper-tma/d128_phases.py): 2-8 % faster than Bc=64 in one process per problem with SDPA (faster of auto and cuDNN): B1 H32 N4096 D128 fp16 0.5362 against 0.5466 ms (0.87x SDPA), bf16 0.5245 against 0.5420 (0.85x), B1 H16 N16384 fp16 3.965 against 4.309 ms (0.92x), B2 H16 N8192 causal 1.123 against 1.184 ms (0.93x); the prediction was written for the pair with ``uniform`` (0-8 %): 2.8 % at N4096 fp16, its other rows spread 9-18 % and are not read (H200, CUPTI, 3d79620) [results/tensor-core-tma-nvidia-h200.jsonl, rows of ws_bc128]
+Verdict (three consumer warpgroups with 128-key tiles, the default at D64 since 0823f82; the producer keeps 32 registers beside them, the consumers 160, the lane index 32-bit: no spill): the fastest D64 setting of eleven timed beside SDPA (experiments/2026-11-26-h200-targets, part c), and 8-11 % faster than tma_wgmma in the same processes: B4 H32 N2048 bf16 0.3247 ms in three processes (0.3172-0.3247; tma_wgmma 0.3510 ms), 0.96x SDPA (the faster of auto and cuDNN, medians); fp16 0.3278 ms (tma_wgmma 0.3538 ms), 0.97x; causal B2 H16 N8192 fp16 0.6901 and 0.6921 ms (tma_wgmma 0.7646 ms), 0.97x; bf16 causal 0.6699 ms, 0.97x; B2 H16 N8192 fp16 1.188 ms (tma_wgmma 1.321 ms), 1.05x. At D128 the same commit: B1 H32 N4096 fp16 0.4862 and 0.4844 ms (0.97x), bf16 0.4766 and 0.4826 ms (0.94x), causal B2 H16 N8192 1.092 ms (0.95x; 1.029 ms and 1.02x the day before, edaa51f, a 13 % spread on the new row) (H200, CUPTI) [results/tensor-core-tma-nvidia-h200.jsonl, rows of tma_wgmma]
 """
 from __future__ import annotations
 
@@ -60,10 +61,10 @@ MAX_CONSUMERS = 3  # consumer warpgroups: with the producer at most 512 threads
 def _resolve(problem, warpgroups, Bc, stages, **_):
     """warpgroups=0: three consumer warpgroups at D=64, two (FlashAttention-3's split) at the other head dims up
     to D=128, one above (384 threads have 168 registers each at entry). Bc=0: 128-key tiles at D=64 and D=128
-    where the ring of ``stages`` fits, else 64. Measured: at D=128 128-key tiles are 2-8 % faster than 64 (fp16
-    and bf16, N 4k-16k, causal or not); at D=64 three consumers with 128-key tiles are the fastest setting (8-13 %
-    faster than two consumers or than 64-key tiles; with two consumers 128-key tiles were slower, 0.394 against
-    0.365 ms)."""
+    where the ring of ``stages`` fits, else 64. Measured (H200): at D=128 128-key tiles are 2-8 % faster than 64
+    (fp16 and bf16, N 4k-16k, causal or not); at D=64 three consumers with 128-key tiles were the fastest of
+    eleven settings of the wgmma phases, 8-11 % faster than ``tma_wgmma`` (with two consumers 128-key tiles were
+    slower, 0.394 against 0.365 ms)."""
     if warpgroups < 0:
         raise ValueError("warpgroups (consumer warpgroups per block) must be at least 1 (0: by head_dim)")
     if Bc < 0:

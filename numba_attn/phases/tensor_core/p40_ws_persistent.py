@@ -18,7 +18,9 @@ with ``causal`` the longest items go first):
 
 Everything else (head dims, dtypes, causal, GQA, the register split) is
 ``warp_specialized_tc``'s: one kernel, its ``persistent`` option
-(``make_wgmma_kernel``). ``blocks``: the grid (0: one block per SM, never
+(``make_wgmma_kernel``), except the D=64 default: two consumer warpgroups
+with 64-key tiles, where the parent now takes three with 128-key tiles
+(persistent, they spill 56 bytes causal). ``blocks``: the grid (0: one block per SM, never
 more blocks than items).
 
 Prediction (written before measuring): the hidden prologue is worth most
