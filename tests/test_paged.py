@@ -692,6 +692,42 @@ def test_balance_supports_and_notes():
     assert ph.supports(p8, **ph.resolve_params({"balance": True, "mma": False})) is None
 
 
+@pytest.mark.parametrize("phase,dtype,kv_dtype,Nq,H", [("paged_split_k", "float16", "", 1, 2),
+                                                       ("paged_split_k", "bfloat16", "", 2, 4),
+                                                       ("paged_worklist", "float16", "", 1, 2),
+                                                       ("paged_worklist", "float16", "int8", 1, 2)])
+def test_page_index_a_step_ahead(phase, dtype, kv_dtype, Nq, H):
+    """``ahead=True``: a warp reads the page index of its next step during this one. Repeated and out-of-order
+    pages, an empty sequence, a partly filled last page, splits (shares) starting inside a sequence, warps with
+    several steps (one step a page); causal GQA rows, bfloat16, an 8-bit cache read as words: the reference's
+    result, and the same bits as ``ahead=False`` (only when the index is loaded changes)."""
+    rng = np.random.default_rng(14)
+    B, Hkv, D, P = 3, 2, 16, 64  # a page holds a warp step (32 or 64 keys here): the index is read per step
+    qdt = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+    kc, vc = _caches(rng, 9, P, Hkv, D, kv_dtype, dtype=qdt)
+    ks = vs = None
+    if kv_dtype:
+        ks, vs = _scales(rng, "token", 9, P, Hkv)
+    table = np.array([[8, 0, 3, 5, 1, 2, 4, 6], [7, 7, 7, 7, 7, 7, 7, 7], [2, 6, 2, 0, 0, 0, 0, 0]], np.int32)
+    lens = np.array([461, 0, 140], np.int32)
+    q = rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(qdt)
+    params = {"warps": 2, **({"splits": 2} if phase == "paged_split_k" else {"workers": 3, "min_keys": 16}),
+              **({"mma": False} if kv_dtype and phase == "paged_split_k" else {})}
+    out, _ = _run(phase, q, kc, vc, table, lens, causal=Nq > 1, kv_dtype=kv_dtype, ks=ks, vs=vs, ahead=True,
+                  **params)
+    assert not out[1].astype(np.float32).any()
+    plain = na.decode_paged(q, kc, vc, table, lens, causal=Nq > 1, k_scale=ks, v_scale=vs, phase=phase,
+                            **{**SIM[phase], **params})
+    assert np.array_equal(out.view(np.uint16), plain.view(np.uint16))
+    ph = get_phase(phase)
+    assert ph.params["ahead"] is False  # off by default
+    prob = PagedProblem(batch=2, heads=2, kv_heads=2, q_len=1, kv_len=300, head_dim=64, dtype="float16",
+                        page_size=16, kv_dtype="int8", kv_scale="token")
+    if phase == "paged_split_k":
+        assert "not on the mma path" in ph.supports(prob, **ph.resolve_params({"ahead": True}))
+    assert "page index a step ahead" in ph.plan(prob.replace(kv_dtype=""), ahead=True, **SIM[phase]).notes
+
+
 def test_work_list_model():
     """``work_list`` (``paged_worklist``): every key of every sequence in exactly one item, items in whole
     steps (``lo`` a multiple of KS), a sequence's splits numbered 0 … n_b − 1 in key order with n_b in every

@@ -19,9 +19,12 @@
 #   warp_specialized_tc's every-head-dim GPU test.
 # h (D128, about 2 minutes): warp_specialized_tc beside SDPA at B1 H32 N4096 D128 fp16 and bf16, two processes each,
 #   and causal B2 H16 N8192 fp16 (the lane index became 32-bit in every wgmma kernel).
+# i (decode, about 5 minutes): ahead=True (the next step's page index read during this step) on paged_split_k and
+#   paged_worklist (ahead_phases.py) beside the defaults and the twin, at uniform lengths and the ragged targets,
+#   two runs; first the paged tests with ahead on the GPU under compute-sanitizer memcheck.
 # Any other GPU than an H200 stops the script at once (exit 3) unless ANY_GPU=1.
 set -u
-out=${1:?usage: run.sh OUT a|b|c|d|e|f|g|h}; part=${2:?usage: run.sh OUT a|b|c|d|e|f|g|h}; mkdir -p "$out"
+out=${1:?usage: run.sh OUT a|b|c|d|e|f|g|h|i}; part=${2:?usage: run.sh OUT a|b|c|d|e|f|g|h|i}; mkdir -p "$out"
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "GPU: $name"
 case "$name" in *H200*) ;; *) [ "${ANY_GPU:-0}" = 1 ] || { echo "not an H200: stopping"; exit 3; } ;; esac
@@ -65,6 +68,17 @@ elif [ "$part" = d ]; then
     python3 -m numba_attn.cli bench paged --preset paged-uniform --preset paged-ragged --setup paged_uniform \
     --timing cupti --phases paged_split_k,paged_worklist,decode_split_k_lean --results "$out/paged-uniform.jsonl" \
     --plots "" 2>&1 | tee "$out/bench-d.txt" | grep -vi "warn\|cross-check\|^$" | tail -16
+elif [ "$part" = i ]; then
+  NUMBA_ATTN_BACKEND=cuda timeout 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+    python3 -m pytest -q -p no:cacheprovider tests/test_paged.py -k "step_ahead" > "$out/memcheck-i.txt" 2>&1
+  echo "memcheck rc=$?" | tee -a "$out/memcheck-i.txt"; tail -3 "$out/memcheck-i.txt"
+  for r in 1 2; do
+    PYTHONPATH="experiments/2026-11-26-h200-targets${PYTHONPATH:+:$PYTHONPATH}" NUMBA_ATTN_BACKEND=cuda timeout 200 \
+      python3 -m numba_attn.cli bench paged --preset paged-uniform --preset paged-ragged --setup ahead_phases \
+      --timing cupti --phases paged_split_k,psk_ahead,paged_worklist,pwl_ahead,decode_split_k_lean \
+      --results "$out/paged-ahead.jsonl" --plots "" 2>&1 | tee "$out/bench-i$r.txt" \
+      | grep -E "^(paged|psk|pwl|decode)" | grep -E "µs|ms" | tail -16
+  done
 elif [ "$part" = e ]; then
   NUMBA_ATTN_BACKEND=cuda timeout 230 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
     python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_tensor_core.py -k "warp_specialized_tc or ws_persistent" \

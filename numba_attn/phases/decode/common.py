@@ -609,7 +609,7 @@ def balanced_split(split, chunk, Nk, KS):
 @functools.cache
 def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool, FINAL: bool,
                      FUSED: bool, MINB: int = 1, P: int = 0, KV8: int = 0, TOKEN: bool = False,
-                     BF16: bool = False, BAL: bool = False, WORK: bool = False):
+                     BF16: bool = False, BAL: bool = False, WORK: bool = False, AHEAD: bool = False):
     """The kernel of ``decode_split_k_lean`` (reduce-scatter scores, exp2, lazy
     rescale) and, with a page size ``P`` > 0, of ``paged_split_k``: a key row found
     through the block table (:func:`paged_keys`; ``KV8``/``TOKEN``: an 8-bit cache
@@ -621,7 +621,9 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
     ``paged_worklist``): block (w, row block of a KV head) runs the items ``wptr[w] … wptr[w+1] − 1`` of
     a host-planned work list (:func:`work_list`), each a (sequence, split, keys [lo, hi), splits of the
     sequence) of that KV head, one after the other through the same block code, combined by the last
-    block to finish a sequence's row block (per-sequence counters).
+    block to finish a sequence's row block (per-sequence counters). ``AHEAD`` (paged, pages holding whole
+    warp steps): a warp reads the page index of its next step during this one, so that the block table's
+    load is no longer a round trip before every step's K/V loads.
 
     ``VW`` = 16 with ``KV8`` (``paged_split_k``'s ``wide``): a lane owns 16 consecutive
     codes per chunk, read by one 16-byte load (:func:`paged_words`), and decodes them where
@@ -638,6 +640,9 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
     KS = KW * T  # keys per warp step: T keys per group
     if PAGED:
         load_keys = paged_keys(D, VW, L, T, P, KS, KV8, TOKEN, BF16)
+    LOGP = P.bit_length() - 1 if PAGED else 0
+    STEP = PAGED and P % KS == 0  # a step never crosses a page: one page index per step
+    AHEAD_STEP = AHEAD and STEP
     EW = max(1, E // 4)  # 32-bit words of a row per lane (WIDE)
     if WIDE:
         load_words = paged_words(D, L, T, P, KS, KV8, TOKEN)
@@ -689,11 +694,22 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
         sub = lane % L
         load_rows(q, Qr, acc, m, l, lim, kvh, row0, sub, scale, hi, Nk)
         n_steps = max(0, (hi - lo + KS - 1) // KS)  # 0 for a split past the end
+        nxt = 0
+        if AHEAD_STEP:  # the warp's first page
+            if w < n_steps:
+                nxt = table[seq, (lo + w * KS) >> LOGP]
         for step in range(w, n_steps, NW):  # warp-uniform: the shuffles stay convergent
             j0 = lo + step * KS + grp  # this group's keys: j0 + t * KW
+            pg = 0  # the step's page (STEP), read before its keys' loads, or a step ahead (AHEAD)
+            if STEP:
+                if AHEAD_STEP:
+                    pg = nxt
+                    if step + NW < n_steps:  # the warp's next step: its page index in flight during this one
+                        nxt = table[seq, (lo + (step + NW) * KS) >> LOGP]
+                else:
+                    pg = table[seq, (lo + step * KS) >> LOGP]
             if WIDE:  # the words, decoded here: 4 codes at a time for every row; the K scale per score
-                bad |= load_words(k, v, KQ, VQ, sks, svs, table, seq, kvh - seq * Hkv, lo + step * KS, j0, hi,
-                                  sub, ks, vs)
+                bad |= load_words(k, v, KQ, VQ, sks, svs, table, seq, kvh - seq * Hkv, pg, j0, hi, sub, ks, vs)
                 for t in range(T):
                     for r in range(RB):
                         vals[r * T + t] = float32(0.0)
@@ -710,7 +726,7 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
                         vals[r * T + t] *= sks[t]
             else:
                 if PAGED:
-                    load_keys(k, v, KK, VV, table, seq, kvh - seq * Hkv, lo + step * KS, j0, hi, sub, ks, vs)
+                    load_keys(k, v, KK, VV, table, seq, kvh - seq * Hkv, pg, j0, hi, sub, ks, vs)
                 else:
                     load_keys(k, v, KK, VV, kvh, j0, hi, sub)
                 for r in range(RB):
@@ -950,7 +966,7 @@ def paged_keys(D: int, VW: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN
     """``load_keys`` of a warp-step kernel over a paged cache: key ``jj`` of sequence
     ``b`` is cache row ``table[b, jj // P] · P + jj % P`` of the (num_blocks·P, Hkv, D)
     view. When pages hold whole warp steps (``P % KS == 0``: steps are aligned to KS)
-    the page index is read once per step, else once per key. ``KV8``: 0 a 16-bit cache
+    the page index is read once per step, by the caller (``pg``), else once per key here. ``KV8``: 0 a 16-bit cache
     (16-byte loads, as ``chunk_steps``), 1 fp8 e4m3, 2 int8: the (…, D/4) uint32 view,
     two words per 8 elements, dequantized and multiplied by the row's scale
     (``ks``/``vs``: (1, Hkv) per tensor or head, (num_blocks·P, Hkv) per ``TOKEN``).
@@ -964,8 +980,7 @@ def paged_keys(D: int, VW: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN
     STEP = P % KS == 0  # a step never crosses a page
 
     @device
-    def load_keys(k, v, KK, VV, table, b, h, js, j0, hi, sub, ks, vs):
-        pg = table[b, js >> LOGP] if STEP else 0
+    def load_keys(k, v, KK, VV, table, b, h, pg, j0, hi, sub, ks, vs):
         for t in range(T):
             jj = min(j0 + t * KW, hi - 1)
             page = pg if STEP else table[b, jj >> LOGP]
@@ -1010,8 +1025,7 @@ def paged_words(D: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN: bool):
     STEP = P % KS == 0  # a step never crosses a page
 
     @device
-    def load_words(k, v, KQ, VQ, sks, svs, table, b, h, js, j0, hi, sub, ks, vs):
-        pg = table[b, js >> LOGP] if STEP else 0
+    def load_words(k, v, KQ, VQ, sks, svs, table, b, h, pg, j0, hi, sub, ks, vs):
         bad = uint32(0)
         for t in range(T):
             jj = min(j0 + t * KW, hi - 1)

@@ -58,6 +58,12 @@ cut into n = ceil(Nk/chunk) splits of equal whole warp steps instead of n-1 full
 (``balanced_split``), which also makes any split count as good as a power of two. Prediction (before any GPU run;
 host model in experiments/2026-11-23-paged-ragged-balance): at ragged B8 KV <= 4k, balance alone <= 4% faster;
 with 3 splits 65-70 us, 0.88-0.95x the contiguous twin (from 0.84x).
+``ahead`` (the warp-step kernel, pages holding whole warp steps; off by default; also ``paged_worklist``'s): a
+warp reads the page index of its next step while this step's K/V loads are in flight, instead of before them, so
+a step is one dependent round trip to memory instead of two. Prediction (before any GPU run; H200, B8 H32 D128 P64
+fp16): at uniform lengths of 2024 keys, where the block table costs 3.5 % (0.0649 against the twin's 0.0626 ms),
+half of it or more back: 0.975-0.99x the twin; at ragged B8 KV <= 4k ``paged_worklist`` 1-3 % faster (0.91-0.92x
+the twin: the target stays missed); at KV <= 32k within +-1 %.
 Verdict: 0.950 ms at B8 H32 KV 32k P64 (equal lengths), 0.99x decode_split_k_lean; ragged B8 KV <= 32k 0.504 ms with the ragged plan (0.592 ms before), 0.95x; 8-bit caches at B8 KV 16k: 0.483 ms fp8/head, 0.389 ms int8/token, 0.98x and 1.22x SDPA on the fp16 cache (the 1.7x target missed) (H200, CUPTI) [results/paged-nvidia-h200.jsonl]
 Verdict (mma, the default for fp8 caches from this run on): as predicted for fp8/head, B8 KV 16k 0.2766 ms and KV 32k 0.5476 ms, 3.9 TB/s of cache bytes, 1.72x and 1.73x SDPA on the fp16 cache in the same process (wide 1.29x and 1.31x in that run); GQA (group 4) fp8 KV 32k 0.1493 ms, 1.63x SDPA and 3.4x the previous default there; refuted for int8/token before the int8 loop's rework (next line), mma 2-5% slower than wide, then its default: 0.3219 ms and 0.6384 ms, 1.47x and 1.49x SDPA (the 1.7x target missed for int8) (H200, CUPTI) [results/paged-8bit-mma-nvidia-h200.jsonl]
 Verdict (mma on int8, after the int8 loop's rework; now the default for 8-bit caches): int8/token B8 KV 16k 0.2933 ms and KV 32k 0.5851 ms, 1.62x SDPA on the fp16 cache in the same process, 1.10x and 1.09x wide (0.3221 ms and 0.6387 ms in that run); 3.8 TB/s of cache and scale bytes, against fp8/head's 3.9; 8 bytes of local memory (a spill outside the key loop); the 1.7x target still missed for int8/token (H200, CUPTI) [results/paged-8bit-mma-nvidia-h200.jsonl]
@@ -117,7 +123,7 @@ def _mma(problem, mma, wide=None):
     return check_bool("parameter mma of phase 'paged_split_k'", mma)
 
 
-def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, **params):
+def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, ahead=False, **params):
     reason = check_paged_problem(problem)
     if reason:
         return reason
@@ -127,6 +133,8 @@ def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, **params)
         return "prefetch: the mma path only (8-bit caches)"
     if balance and _mma(problem, mma, wide):
         return "balance: not on the mma path (8-bit caches: use mma=False)"
+    if ahead and _mma(problem, mma, wide):
+        return "ahead: not on the mma path (8-bit caches: use mma=False)"
     if _mma(problem, mma, wide):
         reason = _mma_reason(problem)
         if reason or not 1 <= params["warps"] <= 32:
@@ -167,7 +175,7 @@ def _resolve(problem, wide=None, mma=None, **params):
     planned_speedup=45.0,
     dtypes=("float16", "bfloat16"),
     space={"warps": [4, 8], "keys": [0, 1, 2, 4], "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4],
-           "wide": [False, True], "mma": [False, True], "balance": [False, True]},
+           "wide": [False, True], "mma": [False, True], "balance": [False, True], "ahead": [False, True]},
     # prefetch (1, 2) was measured slower on every 8-bit target: not a candidate
     launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     sim_params={"warps": 2, "splits": 3},
@@ -176,7 +184,7 @@ def _resolve(problem, wide=None, mma=None, **params):
     layout="paged",
 )
 def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=2, min_keys=256, fuse_max=64,
-                  wide=None, mma=None, prefetch=0, balance=False):
+                  wide=None, mma=None, prefetch=0, balance=False, ahead=False):
     fused = splits * rows <= fuse_max
     if mma:
         kern = make_frag8_kernel(problem.head_dim, warps, problem.q_len, problem.group, problem.causal, fused,
@@ -189,9 +197,10 @@ def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_pe
     kern = make_lean_kernel(problem.head_dim, _vw(problem, wide), lanes, keys, warps, rows, problem.q_len,
                             problem.group, problem.causal, False, fused, blocks_per_sm, P=problem.page_size,
                             KV8=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
-                            BF16=problem.dtype == "bfloat16", BAL=balance)
+                            BF16=problem.dtype == "bfloat16", BAL=balance, AHEAD=ahead)
     scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
     wide_note = ", 16 codes per load" if _vw(problem, wide) == 16 else ""
     wide_note += ", balanced splits" if balance else ""
+    wide_note += ", page index a step ahead" if ahead else ""
     return paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused,
                         notes=f", combine {'fused' if fused else 'kernel'}{wide_note}")

@@ -45,7 +45,7 @@ def _supports(problem, workers=0, **params):
     if not 0 <= workers <= 4096:
         return f"workers={workers} out of range 0..4096 (0: as many as fill the SMs once)"
     # paged_split_k's warp-step kernel (16-bit caches, and 8-bit ones read as words)
-    return _split_supports(problem, **{**params, "mma": False, "balance": False, "prefetch": 0})
+    return _split_supports(problem, **{**params, "mma": False, "balance": False, "prefetch": 0, "ahead": False})
 
 
 def _resolve(problem, rows, lanes, keys, wide=None, **_):
@@ -71,18 +71,21 @@ def _resolve(problem, rows, lanes, keys, wide=None, **_):
             "vLLM PagedAttention",
     planned_speedup=48.0,
     dtypes=("float16", "bfloat16"),
-    space={"warps": [4, 8], "keys": [0, 1, 2, 4], "workers": [0, 4, 8, 16], "wide": [False, True]},
+    space={"warps": [4, 8], "keys": [0, 1, 2, 4], "workers": [0, 4, 8, 16], "wide": [False, True],
+           "ahead": [False, True]},
     sim_params={"warps": 2, "workers": 3},
     supports=_supports,
     resolve=_resolve,
     layout="paged",
 )
-def paged_worklist(problem, warps=8, lanes=0, rows=4, keys=0, workers=0, blocks_per_sm=2, min_keys=256, wide=None):
+def paged_worklist(problem, warps=8, lanes=0, rows=4, keys=0, workers=0, blocks_per_sm=2, min_keys=256, wide=None,
+                   ahead=False):
     kern = make_lean_kernel(problem.head_dim, _vw(problem, wide), lanes, keys, warps, rows, problem.q_len,
                             problem.group, problem.causal, False, True, blocks_per_sm, P=problem.page_size,
                             KV8=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
-                            BF16=problem.dtype == "bfloat16", WORK=True)
+                            BF16=problem.dtype == "bfloat16", WORK=True, AHEAD=ahead)
     scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
     wide_note = ", 16 codes per load" if _vw(problem, wide) == 16 else ""
+    wide_note += ", page index a step ahead" if ahead else ""
     return worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blocks_per_sm, min_keys,
                            notes=f", combine fused{wide_note}")
