@@ -17,14 +17,15 @@ wgmma loop are the same; what changes is who issues the loads:
   (``setmaxnreg.dec`` to 40 per thread) and the consumers take them
   (``setmaxnreg.inc``: 232 with two consumer warpgroups, 40 + 2·232 ≤ 512
   per-thread registers of the SM's 64K over 128-thread warpgroups), the split
-  of FlashAttention-3 (there 24/240). The kernel is compiled with the launch
+  of FlashAttention-3 (there 24/240); beside three consumers 32 and 160 (its
+  split for three). The kernel is compiled with the launch
   bounds of its threads so that ptxas knows the entry budget (168 at 384).
   One consumer warpgroup: no registers are moved (256 threads already have
   255 each).
 
 Head dims, dtypes, causal, GQA, alignment: as ``tma_wgmma`` (one kernel, its
-``ws`` option). warpgroups counts the consumers: 2 by default up to D=128,
-1 above (ptxas gives 384 threads 168 registers each at entry; the consumer
+``ws`` option). warpgroups counts the consumers: 3 with 128-key tiles by default at
+D=64, 2 at the other head dims up to D=128, 1 above (ptxas gives 384 threads 168 registers each at entry; the consumer
 fragments of D > 128 spill unless setmaxnreg is kept, refused); 3 (512
 threads, 128 registers each) is refused above D=64.
 
