@@ -71,7 +71,7 @@ Verdict (prefetch): refuted, slower on every target and left out of the tuning s
 Verdict (int8 with a per-head scale, first timed): B8 KV 16k 0.2745 ms, 1.69x SDPA on the fp16 cache (fp8/head 0.2719 ms, 1.71x, in the run before it), KV 32k 0.5419 ms, 1.71x: within 1% of fp8/head as predicted (H200, CUPTI) [results/paged-8bit-mma-nvidia-h200.jsonl]
 Verdict (balance): at ragged B8 KV <= 4k 3 balanced splits are the fastest setting, 71.4 us (predicted 65-70), 0.86x the contiguous twin (default 73.5 us, 0.84x); balance at the plan's split count is 3% slower; at B8 KV <= 32k and B32 KV <= 4k within 2% of the default (H200, CUPTI) [results/paged-nvidia-h200.jsonl; experiments/2026-11-23-paged-ragged-balance]
 Verdict (wide, the int8 default before mma): B8 KV 16k 0.369 ms fp8/head, 0.327 ms int8/token, 1.29x and 1.46x SDPA on the fp16 cache in the same process; KV 32k 0.725 ms and 0.654 ms, 1.31x and 1.45x; GQA (group 4) fp8 at 32k slower with it, 0.635 ms against 0.513 ms (spills); the 1.7x target still missed (H200, CUPTI) [results/paged-8bit-wide-nvidia-h200.jsonl]
-Verdict (ahead): no gain on an H100 (the prediction was written for the H200; not measured there), two runs in one process each beside the defaults and the twin: at uniform lengths (B8 KV 2024 P64) 0.0909 and 0.0910 ms against 0.0908 and 0.0909 ms without it, where the block table costs 1.9 % on this GPU (the twin 0.0892 and 0.0893 ms); paged_worklist's 0.0918 ms against 0.0925 and 0.0924 ms (0.8 %); ragged B8 KV <= 4k 0.0985 and 0.0986 ms against 0.0978 (paged_worklist 0.0942 and 0.0947 against 0.0944 and 0.0946), KV <= 32k and B32 within 0.4 %. Off by default and out of the tuning space; memcheck of its tests on the GPU: 4 passed, 0 errors (H100, CUPTI, 3eec6a2) [results/paged-nvidia-h100.jsonl, rows of psk_ahead, pwl_ahead, paged_worklist, decode_split_k_lean]
+Verdict (ahead): refuted, no faster on the H200 of the prediction nor on an H100, two runs in one process each beside the defaults and the twin. H200: at uniform lengths (B8 KV 2024 P64) 0.0653 and 0.0655 ms against 0.0650 and 0.0649 ms without it (the twin 0.0626 and 0.0627 ms: the block table's 3.5-4 % stays), paged_worklist 0.0660 and 0.0659 against 0.0658; ragged B8 KV <= 4k 0.0757 and 0.0755 ms against 0.0744 and 0.0741 (1.8 % slower; paged_worklist 0.0701 and 0.0703 against 0.0699 and 0.0695), KV <= 32k and B32 1.0-1.2 % slower. H100: within 0.8 % everywhere (uniform 0.0909 and 0.0910 against 0.0908 and 0.0909 ms). So the block table's cost is not the index load's latency. Off by default and out of the tuning space; memcheck of its tests on both GPUs: 4 passed, 0 errors (CUPTI, 3eec6a2) [results/paged-nvidia-h200.jsonl, rows of psk_ahead, pwl_ahead, paged_worklist, decode_split_k_lean] [results/paged-nvidia-h100.jsonl, rows of psk_ahead]
 """
 from __future__ import annotations
 
@@ -177,7 +177,7 @@ def _resolve(problem, wide=None, mma=None, **params):
     dtypes=("float16", "bfloat16"),
     space={"warps": [4, 8], "keys": [0, 1, 2, 4], "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4],
            "wide": [False, True], "mma": [False, True], "balance": [False, True]},
-    # prefetch (1, 2) was measured slower on every 8-bit target, ahead no faster (H100): not candidates
+    # prefetch (1, 2) was measured slower on every 8-bit target, ahead no faster (H200, H100): not candidates
     launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     sim_params={"warps": 2, "splits": 3},
     supports=_supports,

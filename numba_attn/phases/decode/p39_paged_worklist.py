@@ -72,7 +72,7 @@ def _resolve(problem, rows, lanes, keys, wide=None, **_):
     planned_speedup=48.0,
     dtypes=("float16", "bfloat16"),
     space={"warps": [4, 8], "keys": [0, 1, 2, 4], "workers": [0, 4, 8, 16], "wide": [False, True]},
-    # ahead (paged_split_k's option): no faster on an H100, not a candidate
+    # ahead (paged_split_k's option): no faster on an H200 or an H100, not a candidate
     sim_params={"warps": 2, "workers": 3},
     supports=_supports,
     resolve=_resolve,
