@@ -662,22 +662,26 @@ def test_balanced_split_model():
     assert [balanced_split(s, 1024, 1100, 8) for s in range(3)] == [(0, 552), (552, 1100), (1104, 1100)]
 
 
+def _batch(rng, P, Hkv, D, dtype, kv_dtype, scale, B, H, Nq, pages=9):
+    """Caches of ``pages`` pages (16-bit in the query's dtype, or 8-bit with ``scale`` scales) and a query
+    batch, drawn in that order from ``rng``: q, kc, vc, ks, vs (ks, vs None for a 16-bit cache)."""
+    qdt = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+    kc, vc = _caches(rng, pages, P, Hkv, D, kv_dtype, dtype=qdt)
+    ks = vs = None
+    if kv_dtype:
+        ks, vs = _scales(rng, scale, pages, P, Hkv)
+    return rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(qdt), kc, vc, ks, vs
+
+
 @pytest.mark.parametrize("dtype,kv_dtype,Nq,H", [("float16", "", 1, 2), ("bfloat16", "", 2, 4),
                                                  ("float16", "int8", 1, 2)])
 def test_balanced_splits_run_correctly(dtype, kv_dtype, Nq, H):
     """``balance=True``: a long sequence's splits of equal length, a short one's single split, an empty
     sequence and the splits past each end; against the reference and the unbalanced splits (16-bit and
     8-bit caches through the warp-step kernel, causal GQA rows)."""
-    rng = np.random.default_rng(12)
-    B, Hkv, D, P = 3, 2, 16, 16
-    qdt = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
-    kc, vc = _caches(rng, 9, P, Hkv, D, kv_dtype, dtype=qdt)
-    ks = vs = None
-    if kv_dtype:
-        ks, vs = _scales(rng, "head", 9, P, Hkv)
+    q, kc, vc, ks, vs = _batch(np.random.default_rng(12), 16, 2, 16, dtype, kv_dtype, "head", 3, H, Nq)
     table = np.array([[8, 0, 3, 5, 1, 2, 4, 6], [7, 7, 7, 7, 7, 7, 7, 7], [2, 6, 0, 0, 0, 0, 0, 0]], np.int32)
     lens = np.array([100, 0, 19], np.int32)
-    q = rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(qdt)
     params = {"splits": 3, "warps": 1, "mma": False} if kv_dtype else {"splits": 3, "warps": 1}
     out, _ = _run("paged_split_k", q, kc, vc, table, lens, causal=Nq > 1, kv_dtype=kv_dtype, ks=ks, vs=vs,
                   balance=True, **params)
@@ -707,16 +711,10 @@ def test_page_index_a_step_ahead(phase, dtype, kv_dtype, Nq, H):
     pages, an empty sequence, a partly filled last page, splits (shares) starting inside a sequence, warps with
     several steps (one step a page); causal rows, bfloat16, an 8-bit cache read as words: the reference's
     result, and the same bits as ``ahead=False`` (only when the index is loaded changes)."""
-    rng = np.random.default_rng(14)
-    B, Hkv, D, P = 3, 2, 16, 64  # a page holds a warp step (32 or 64 keys here): the index is read per step
-    qdt = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
-    kc, vc = _caches(rng, 9, P, Hkv, D, kv_dtype, dtype=qdt)
-    ks = vs = None
-    if kv_dtype:
-        ks, vs = _scales(rng, "token", 9, P, Hkv)
+    # pages of 64 keys: a page holds a warp step (32 or 64 keys here), so the index is read once per step
+    q, kc, vc, ks, vs = _batch(np.random.default_rng(14), 64, 2, 16, dtype, kv_dtype, "token", 3, H, Nq)
     table = np.array([[8, 0, 3, 5, 1, 2, 4, 6], [7, 7, 7, 7, 7, 7, 7, 7], [2, 6, 2, 0, 0, 0, 0, 0]], np.int32)
     lens = np.array([333, 0, 140], np.int32)
-    q = rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(qdt)
     params = {"warps": 2, **({"splits": 2} if phase == "paged_split_k" else {"workers": 3, "min_keys": 16}),
               **({"mma": False} if kv_dtype and phase == "paged_split_k" else {})}
     out, _ = _run(phase, q, kc, vc, table, lens, causal=Nq > 1, kv_dtype=kv_dtype, ks=ks, vs=vs, ahead=True,
@@ -776,17 +774,10 @@ def test_worklist_shares_cross_sequences(dtype, kv_dtype, Nq, H):
     blocks (or one share holding it whole, at 64-key steps), a share holding an empty sequence (zeros) and
     two short ones; causal GQA rows, bfloat16, an 8-bit cache read as words; against the reference and
     ``paged_split_k``."""
-    rng = np.random.default_rng(13)
-    B, Hkv, D, P = 4, 2, 16, 16
-    qdt = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
-    kc, vc = _caches(rng, 9, P, Hkv, D, kv_dtype, dtype=qdt)
-    ks = vs = None
-    if kv_dtype:
-        ks, vs = _scales(rng, "token", 9, P, Hkv)
+    q, kc, vc, ks, vs = _batch(np.random.default_rng(13), 16, 2, 16, dtype, kv_dtype, "token", 4, H, Nq)
     table = np.array([[8, 0, 3, 5, 1, 2, 4, 6], [7, 7, 7, 7, 7, 7, 7, 7], [2, 6, 0, 0, 0, 0, 0, 0],
                       [5, 4, 0, 0, 0, 0, 0, 0]], np.int32)
     lens = np.array([121, 0, 19, 30], np.int32)
-    q = rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(qdt)
     out, _ = _run("paged_worklist", q, kc, vc, table, lens, causal=Nq > 1, kv_dtype=kv_dtype, ks=ks, vs=vs,
                   workers=3, warps=1, min_keys=16)
     assert not out[1].astype(np.float32).any()
