@@ -640,8 +640,7 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
     KS = KW * T  # keys per warp step: T keys per group
     if PAGED:
         load_keys = paged_keys(D, VW, L, T, P, KS, KV8, TOKEN, BF16)
-    LOGP = P.bit_length() - 1 if PAGED else 0
-    STEP = PAGED and P % KS == 0  # a step never crosses a page: one page index per step
+    LOGP, STEP = page_steps(P, KS)
     AHEAD_STEP = AHEAD and STEP
     EW = max(1, E // 4)  # 32-bit words of a row per lane (WIDE)
     if WIDE:
@@ -961,6 +960,14 @@ def kv8_decoder(KV8: int):
     return (e4m3x4_f32, E4M3_UNIT) if KV8 == 1 else (int8x4_f32, float32(1.0))
 
 
+def page_steps(P: int, KS: int):
+    """(log2 of the page size ``P``, whether a page holds whole warp steps of ``KS`` keys): with steps
+    aligned to KS a step then never crosses a page, and its page index is read once per step (by the
+    warp-step kernel, :func:`make_lean_kernel`, which passes it to :func:`paged_keys` / :func:`paged_words`),
+    else once per key. (0, False) without pages (``P`` = 0)."""
+    return (P.bit_length() - 1, P % KS == 0) if P > 0 else (0, False)
+
+
 @functools.cache
 def paged_keys(D: int, VW: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN: bool, BF16: bool = False):
     """``load_keys`` of a warp-step kernel over a paged cache: key ``jj`` of sequence
@@ -974,10 +981,9 @@ def paged_keys(D: int, VW: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN
     E = D // L
     NV = E // VW
     KW = WARP_SIZE // L
-    LOGP = P.bit_length() - 1
+    LOGP, STEP = page_steps(P, KS)
     load_row = row_loader(VW, L, NV, BF16)  # one key row of K and V, 16 bytes per load
     dq4, UNIT = kv8_decoder(KV8)
-    STEP = P % KS == 0  # a step never crosses a page
 
     @device
     def load_keys(k, v, KK, VV, table, b, h, pg, j0, hi, sub, ks, vs):
@@ -1020,9 +1026,8 @@ def paged_words(D: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN: bool):
     E = D // L
     NV = E // 16
     KW = WARP_SIZE // L
-    LOGP = P.bit_length() - 1
+    LOGP, STEP = page_steps(P, KS)
     UNIT = kv8_decoder(KV8)[1]
-    STEP = P % KS == 0  # a step never crosses a page
 
     @device
     def load_words(k, v, KQ, VQ, sks, svs, table, b, h, pg, j0, hi, sub, ks, vs):
