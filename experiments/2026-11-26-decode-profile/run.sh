@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Where the decode targets that issue 18 still misses lose their time (H200; README.md has the predictions).
+#   bash experiments/2026-11-26-decode-profile/run.sh OUT a|b
+# a (about 4 minutes): Nsight Compute over one checked launch of each case of launch_cases.py (the contiguous twin,
+#   paged_split_k and paged_worklist at uniform lengths with the shuffled and the identity table, paged_worklist on
+#   the ragged B8 KV <= 4k target, the 8-bit caches at B8 KV 16k), boost clocks left alone.
+# b (about 3 minutes): CUPTI kernel times of the preset paged-identity (identity_table.py: the uniform B8 KV 2024
+#   batch with its pages shuffled and in order) for paged_split_k, paged_worklist and the contiguous twin, two runs.
+# Any other GPU than an H200 stops the script at once (exit 3) unless ANY_GPU=1.
+set -u
+out=${1:?usage: run.sh OUT a|b}; part=${2:?usage: run.sh OUT a|b}; mkdir -p "$out"
+here=experiments/2026-11-26-decode-profile
+name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+echo "GPU: $name"
+case "$name" in *H200*) ;; *) [ "${ANY_GPU:-0}" = 1 ] || { echo "not an H200: stopping"; exit 3; } ;; esac
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.sm,power.limit --format=csv > "$out/gpu.txt"
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 100 > "$out/clocks-$part.csv" &
+smi=$!
+trap 'kill $smi 2>/dev/null' EXIT
+if [ "$part" = a ]; then
+  NUMBA_ATTN_BACKEND=cuda timeout 420 ncu --clock-control none -k regex:'decode_split_k_lean|paged_split_k|paged_worklist' \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+    --section Occupancy --section LaunchStats \
+    --metrics dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sector_op_read_hit_rate.pct,smsp__inst_executed.sum \
+    python3 $here/launch_cases.py > "$out/ncu-a.txt" 2>&1
+  echo "ncu rc=$?"; grep -E "^[a-z0-9_]+: " "$out/ncu-a.txt"
+  grep -E "Duration|DRAM Throughput|Memory Throughput|dram__bytes_read|Issue Slots Busy|Eligible Warps|Registers Per|Achieved Occupancy|Stall Long|L2 Hit Rate|smsp__inst_executed" "$out/ncu-a.txt" | head -120
+elif [ "$part" = b ]; then
+  for r in 1 2; do
+    PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" NUMBA_ATTN_BACKEND=cuda timeout 200 \
+      python3 -m numba_attn.cli bench paged --preset paged-identity --setup identity_table \
+      --timing cupti --phases paged_split_k,paged_worklist,decode_split_k_lean \
+      --results "$out/paged-identity.jsonl" --plots "" 2>&1 | tee "$out/bench-b$r.txt" \
+      | grep -E "^(paged|decode)" | grep -E "µs|ms" | tail -12
+  done
+fi
