@@ -6,9 +6,13 @@
 #   the ragged B8 KV <= 4k target, the 8-bit caches at B8 KV 16k), boost clocks left alone.
 # b (about 3 minutes): CUPTI kernel times of the preset paged-identity (identity_table.py: the uniform B8 KV 2024
 #   batch with its pages shuffled and in order) for paged_split_k, paged_worklist and the contiguous twin, two runs.
+# c (about 2 minutes): Nsight Compute's breakdown of the L2 and DRAM throughput, and the L1 and L2 request counts,
+#   of the twin, paged_split_k at uniform lengths and the int8 caches (per head, per token).
+# d (about 2 minutes): CUPTI kernel times of the preset paged-one-head (one_head.py: the same batch as 256 sequences
+#   of one head, P64 and P256) for paged_split_k beside the contiguous twin, two runs.
 # Any other GPU than an H200 stops the script at once (exit 3) unless ANY_GPU=1.
 set -u
-out=${1:?usage: run.sh OUT a|b}; part=${2:?usage: run.sh OUT a|b}; mkdir -p "$out"
+out=${1:?usage: run.sh OUT a|b|c|d}; part=${2:?usage: run.sh OUT a|b|c|d}; mkdir -p "$out"
 here=experiments/2026-11-26-decode-profile
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "GPU: $name"
@@ -31,6 +35,19 @@ elif [ "$part" = b ]; then
       python3 -m numba_attn.cli bench paged --preset paged-identity --setup identity_table \
       --timing cupti --phases paged_split_k,paged_worklist,decode_split_k_lean \
       --results "$out/paged-identity.jsonl" --plots "" 2>&1 | tee "$out/bench-b$r.txt" \
+      | grep -E "^(paged|decode)" | grep -E "µs|ms" | tail -12
+  done
+elif [ "$part" = c ]; then
+  NUMBA_ATTN_BACKEND=cuda timeout 300 ncu --clock-control none -k regex:'decode_split_k_lean|paged_split_k' \
+    --metrics breakdown:lts__throughput.avg.pct_of_peak_sustained_elapsed,breakdown:dram__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,lts__t_requests_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,gpu__time_duration.sum,dram__bytes_read.sum \
+    python3 $here/launch_cases.py twin psk_uniform int8_head int8_token > "$out/ncu-c.txt" 2>&1
+  echo "ncu rc=$?"; grep -E "^[a-z0-9_]+: |^  make_|pct|requests|sectors|duration|bytes" "$out/ncu-c.txt" | cut -c1-110
+elif [ "$part" = d ]; then
+  for r in 1 2; do
+    PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" NUMBA_ATTN_BACKEND=cuda timeout 200 \
+      python3 -m numba_attn.cli bench paged --preset paged-one-head --setup one_head \
+      --timing cupti --phases paged_split_k,decode_split_k_lean \
+      --results "$out/paged-one-head.jsonl" --plots "" 2>&1 | tee "$out/bench-d$r.txt" \
       | grep -E "^(paged|decode)" | grep -E "µs|ms" | tail -12
   done
 fi
