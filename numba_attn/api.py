@@ -886,6 +886,7 @@ def _plan_and_launch(kind, key, q, k, v, causal, scale, phase, allow_tf32, nonfi
 _PAGED_PLANS: OrderedDict = OrderedDict()
 PAGED_DEFAULT = ("paged_mma", "paged_split_k")  # phase=None: the first that supports the problem ...
 PAGED_DEFAULT_ONE_ROW = ("paged_split_k", "paged_mma")  # ... or these when a KV head has one query row
+PAGED_DEFAULT_RAGGED = ("paged_worklist", "paged_split_k", "paged_mma")  # ... and its lengths differ (16-bit cache)
 
 
 def _layout_plan(names, layout: str, refusal: str, defaults, problem, params: dict, plans):
@@ -918,12 +919,19 @@ def paged_default(problem) -> tuple:
     the split-K one first for one row per KV head (the m16 tile would be 15/16 padding; H200, fp16,
     B1 H32 KV 4k ragged P64: 0.0198 ms against 0.0295 ms, results/paged-nvidia-h200.jsonl), and for an
     8-bit cache its ``mma`` path can read (up to 8 rows per KV head: H200, fp8, B8 H32/8kv KV 32k D128 P64,
-    0.1493 ms against paged_mma's 0.3242 ms, results/paged-8bit-mma-nvidia-h200.jsonl)."""
+    0.1493 ms against paged_mma's 0.3242 ms, results/paged-8bit-mma-nvidia-h200.jsonl). With one row per KV head,
+    a 16-bit cache and unequal lengths (``mean_len`` set), the work-list phase comes first: it reads a ragged
+    batch 3-6 % faster than the split-K one (H200, CUPTI, B8 H32 D128 P64 fp16: KV <= 4k 0.0690 against 0.0733 ms,
+    KV <= 32k 0.4687 against 0.4951, B32 KV <= 4k 0.2967 against 0.3069; the H100 alike,
+    results/paged-nvidia-h200.jsonl and results/paged-nvidia-h100.jsonl), and 1.5 % slower at equal lengths,
+    where the split-K one stays first."""
     from numba_attn.phases.decode.p35_paged_split_k import _mma
 
     if _mma(problem, None):
         return PAGED_DEFAULT_ONE_ROW
-    return PAGED_DEFAULT if (problem.heads // problem.kv_heads) * problem.q_len > 1 else PAGED_DEFAULT_ONE_ROW
+    if (problem.heads // problem.kv_heads) * problem.q_len > 1:
+        return PAGED_DEFAULT
+    return PAGED_DEFAULT_RAGGED if problem.mean_len and not problem.kv_dtype else PAGED_DEFAULT_ONE_ROW
 
 
 PAGED_MEAN_STEPS = 16  # a ragged batch's mean length is rounded up to 1/16 of its bucket for the split plan
@@ -1000,8 +1008,9 @@ def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=Fals
     compiled kernels except for a new power-of-two split count. The lengths the plan reads are the
     host copy that the input checks make (device lengths are copied to the host for the checks on
     every call; the plan adds no transfer).
-    ``phase``: ``paged_mma`` or ``paged_split_k`` (None: the first of them that supports the problem, in
-    the order of :func:`paged_default`).
+    ``phase``: ``paged_mma``, ``paged_split_k`` or ``paged_worklist`` (None: the first of them that supports the
+    problem, in the order of :func:`paged_default`: the work list for a ragged batch of one query row per KV head
+    on a 16-bit cache; it plans each call's list on the host from the lengths the checks copied).
     """
     from numba_attn.phases.decode.common import paged_scales
     from numba_attn.spec.paged import check_paged

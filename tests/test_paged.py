@@ -3,6 +3,8 @@ the float64 paged reference, in the simulator, on tiny shapes: block tables with
 out-of-order pages, a page partly filled, a length-0 sequence, GQA, causal q_len 2-4, fp8 e4m3
 and int8 caches (bit-exact dequantization) on both paged phases, bfloat16 queries and caches, and
 input checks."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -521,6 +523,11 @@ def test_default_phase_order_follows_the_rows_per_kv_head():
     two = PagedProblem(batch=2, heads=4, q_len=2, kv_len=64, head_dim=16, dtype="float16", page_size=16)
     assert paged_default(one) == ("paged_split_k", "paged_mma")
     assert paged_default(gqa) == paged_default(two) == ("paged_mma", "paged_split_k")
+    # unequal lengths (decode_paged sets mean_len): the work list first for one row per KV head, 16-bit caches
+    ragged = replace(one, mean_len=48)
+    assert paged_default(ragged) == ("paged_worklist", "paged_split_k", "paged_mma")
+    assert paged_default(replace(gqa, mean_len=48)) == ("paged_mma", "paged_split_k")
+    assert paged_default(replace(ragged, kv_dtype="int8", kv_scale="token")) == ("paged_split_k", "paged_mma")
 
 
 # -- the split plan of a ragged batch --------------------------------------------------------------
@@ -804,3 +811,21 @@ def test_worklist_plans_each_call_from_its_host_lengths(monkeypatch):
     for lens in ([100, 7, 30], [101, 0, 31], [102, 1, 32]):
         _run("paged_worklist", q, kc, vc, table, np.array(lens, np.int32), workers=3, min_keys=16)
         assert seen[-1] == lens
+
+
+def test_default_phase_of_a_ragged_batch_is_the_work_list():
+    """``decode_paged(phase=None)`` on unequal lengths, one query row per KV head, a 16-bit cache: the plan it makes
+    is ``paged_worklist``'s (``paged_default``), and the output is right; equal lengths keep ``paged_split_k``."""
+    from numba_attn import api
+
+    rng = np.random.default_rng(15)
+    B, H, D, P = 3, 2, 16, 16
+    kc, vc = _caches(rng, 9, P, H, D)
+    table = np.array([[8, 0, 3, 5], [7, 1, 7, 2], [2, 6, 4, 0]], np.int32)
+    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
+    for lens, phase in (([50, 9, 33], "paged_worklist"), ([40, 40, 40], "paged_split_k")):
+        lens = np.array(lens, np.int32)
+        out = na.decode_paged(q, kc, vc, table, lens, warps=2)
+        assert next(reversed(api._PAGED_PLANS))[0] == phase
+        c = na.check(out, paged_reference(q, kc, vc, table, lens), dtype="float16")
+        assert c.ok, c.reason
