@@ -12,3 +12,9 @@ from numba_attn.spec.problem import PRESETS, PagedProblem
 
 PRESETS["paged-one-head"] = [PagedProblem(batch=256, heads=1, q_len=1, kv_len=2024, head_dim=128, dtype="float16",
                                           page_size=p) for p in (64, 256)]
+
+# The same comparison for an int8 cache with a per-head scale (paged_split_k's mma path) and for fp16, at 16k keys a
+# sequence: B8 H32 (a head's 128-byte int8 row every 4 KiB) against B256 H1 (a page is 8 KiB of one head's rows).
+PRESETS["paged-one-head-16k"] = [
+    PagedProblem(batch=b, heads=h, q_len=1, kv_len=16384, head_dim=128, dtype="float16", page_size=64, **kv)
+    for kv in ({"kv_dtype": "int8", "kv_scale": "head"}, {}) for b, h in ((8, 32), (256, 1))]

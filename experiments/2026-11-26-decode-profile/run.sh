@@ -10,9 +10,11 @@
 #   of the twin, paged_split_k at uniform lengths and the int8 caches (per head, per token).
 # d (about 2 minutes): CUPTI kernel times of the preset paged-one-head (one_head.py: the same batch as 256 sequences
 #   of one head, P64 and P256) for paged_split_k beside the contiguous twin, two runs.
+# e (about 4 minutes): CUPTI kernel times of the preset paged-one-head-16k (one_head.py: B8 H32 against B256 H1 at
+#   16k keys a sequence, an int8 cache with a per-head scale and fp16) for paged_split_k beside the contiguous twins.
 # Any other GPU than an H200 stops the script at once (exit 3) unless ANY_GPU=1.
 set -u
-out=${1:?usage: run.sh OUT a|b|c|d}; part=${2:?usage: run.sh OUT a|b|c|d}; mkdir -p "$out"
+out=${1:?usage: run.sh OUT a|b|c|d|e}; part=${2:?usage: run.sh OUT a|b|c|d|e}; mkdir -p "$out"
 here=experiments/2026-11-26-decode-profile
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "GPU: $name"
@@ -50,4 +52,10 @@ elif [ "$part" = d ]; then
       --results "$out/paged-one-head.jsonl" --plots "" 2>&1 | tee "$out/bench-d$r.txt" \
       | grep -E "^(paged|decode)" | grep -E "µs|ms" | tail -12
   done
+elif [ "$part" = e ]; then
+  PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" NUMBA_ATTN_BACKEND=cuda timeout 400 \
+    python3 -m numba_attn.cli bench paged --preset paged-one-head-16k --setup one_head \
+    --timing cupti --phases paged_split_k,decode_split_k_lean \
+    --results "$out/paged-one-head-16k.jsonl" --plots "" 2>&1 | tee "$out/bench-e.txt" \
+    | grep -E "^(paged|decode|torch_sdpa )" | grep -E "µs|ms" | tail -16
 fi
