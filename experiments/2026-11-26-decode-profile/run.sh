@@ -12,9 +12,13 @@
 #   of one head, P64 and P256) for paged_split_k beside the contiguous twin, two runs.
 # e (about 4 minutes): CUPTI kernel times of the preset paged-one-head-16k (one_head.py: B8 H32 against B256 H1 at
 #   16k keys a sequence, an int8 cache with a per-head scale and fp16) for paged_split_k beside the contiguous twins.
+# f (about 6 minutes): compute-sanitizer memcheck of the head_group tests (tests/test_paged.py), then CUPTI kernel
+#   times of paged_split_k with head_group 1 (the default), 2, 4 and 8 (head_group.py) on the 8-bit caches at
+#   B8 H32 KV 16k (int8/head, int8/token, fp8/head) beside the contiguous fp16 twin and SDPA.
+# g (about 6 minutes): the same at KV 32k, without the memcheck.
 # Any other GPU than an H200 stops the script at once (exit 3) unless ANY_GPU=1.
 set -u
-out=${1:?usage: run.sh OUT a|b|c|d|e}; part=${2:?usage: run.sh OUT a|b|c|d|e}; mkdir -p "$out"
+out=${1:?usage: run.sh OUT a|b|c|d|e|f|g}; part=${2:?usage: run.sh OUT a|b|c|d|e|f|g}; mkdir -p "$out"
 here=experiments/2026-11-26-decode-profile
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "GPU: $name"
@@ -58,4 +62,17 @@ elif [ "$part" = e ]; then
     --timing cupti --phases paged_split_k,decode_split_k_lean \
     --results "$out/paged-one-head-16k.jsonl" --plots "" 2>&1 | tee "$out/bench-e.txt" \
     | grep -E "^(paged|decode|torch_sdpa )" | grep -E "µs|ms" | tail -16
+elif [ "$part" = f ] || [ "$part" = g ]; then
+  if [ "$part" = f ]; then
+    NUMBA_ATTN_BACKEND=cuda timeout 200 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+      python3 -m pytest -q -p no:cacheprovider tests/test_paged.py -k "head_group or mma_8bit_paged_split_k" \
+      > "$out/memcheck-f.txt" 2>&1
+    echo "memcheck rc=$?" | tee -a "$out/memcheck-f.txt"; tail -3 "$out/memcheck-f.txt"
+  fi
+  n=$([ "$part" = f ] && echo 16k || echo 32k)
+  PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" NUMBA_ATTN_BACKEND=cuda timeout 380 \
+    python3 -m numba_attn.cli bench paged --preset paged-8bit-$n --setup head_group \
+    --timing cupti --phases paged_split_k,psk_hg2,psk_hg4,psk_hg8,decode_split_k_lean \
+    --results "$out/paged-head-group.jsonl" --plots "" 2>&1 | tee "$out/bench-$part.txt" \
+    | grep -E "^(paged|psk|decode|torch_sdpa )" | grep -E "µs|ms" | tail -24
 fi
