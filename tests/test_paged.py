@@ -302,22 +302,18 @@ def test_wide_8bit_paged_split_k(kv_dtype, scale, qdt, Nq, params):
     ("float8_e4m3", "tensor", 4, 2, 2, {}),  # GQA group 2 × q_len 2, causal: 4 rows on the mma's N
     ("int8", "head", 8, 1, 1, {"warps": 1}),  # 8 rows: every column of the mma
     ("int8", "token", 4, 2, 2, {}),  # int8's biased scores and V scales on P before the shuffles, 4 rows
-    ("int8", "token", 2, 2, 1, {"warps": 4, "head_group": 2}),  # a block reads both KV heads, two warps each
-    ("float8_e4m3", "head", 4, 2, 2, {"head_group": 2}),  # GQA 2 × q_len 2, causal: 4 rows per KV head, 8 a block
 ])
 def test_mma_8bit_paged_split_k(kv_dtype, scale, H, Hkv, Nq, params):
     """paged_split_k's ``mma`` path (8-bit codes straight into mma fragments): pages out of order and
     repeated, a partly filled page, a length-0 sequence, GQA and causal rows, D 64 (two 16-byte chunks
     of K per lane, 8-byte V loads); against the reference, and without causal rows also against the kernel
-    it replaces (the causal and ``head_group`` cases run only the reference: twice the simulator's time).
-    ``head_group``: a block reads several KV heads, its warps shared among them (each warp's state in its head's
-    rows of the block merge, an empty state in the others')."""
+    it replaces (the causal cases run only the reference: twice the simulator's time)."""
     q, kc, vc, ks, vs, table, lens = _ragged_8bit(np.random.default_rng(11), H, Hkv, 64, Nq, kv_dtype, scale)
     causal = Nq > 1
     out, _ = _run("paged_split_k", q, kc, vc, table, lens, causal=causal, kv_dtype=kv_dtype, ks=ks, vs=vs,
                   mma=True, **params)
     assert not out[2].astype(np.float32).any()
-    if causal or "head_group" in params:
+    if causal:
         return
     # the kernel mma replaces (mma is now the default for these caches: asked off explicitly)
     default = na.decode_paged(q, kc, vc, table, lens, causal=causal, k_scale=ks, v_scale=vs, phase="paged_split_k",
@@ -369,27 +365,6 @@ def test_mma_on_the_gpu_every_format(D, kv_dtype, scale, H, Hkv, Nq, causal):
         assert na.check(default, ref, dtype="float16").ok
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("kv_dtype,scale", [("float8_e4m3", "head"), ("int8", "token"), ("int8", "head")])
-@pytest.mark.parametrize("H,Hkv,Nq,causal,head_group", [(8, 8, 1, False, 8), (8, 8, 1, False, 2),
-                                                        (16, 4, 2, True, 4)])
-def test_mma_head_group_on_the_gpu(kv_dtype, scale, H, Hkv, Nq, causal, head_group):
-    """``head_group`` on the device: a block reading 2, 4 or 8 KV heads (8 warps: 4, 2 or 1 per head), one query
-    row per KV head and a GQA group with causal rows; ragged lengths, out-of-order pages, against the reference."""
-    rng = np.random.default_rng(16)
-    B, P, NB, D = 2, 64, 48, 128
-    kc, vc = _caches(rng, NB, P, Hkv, D, kv_dtype)
-    ks, vs = _scales(rng, scale, NB, P, Hkv)
-    table = rng.permutation(NB).reshape(2, 24).astype(np.int32)
-    lens = np.array([1250, 777], np.int32)
-    q = rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(np.float16)
-    out = na.decode_paged(q, kc, vc, table, lens, causal=causal, k_scale=ks, v_scale=vs, phase="paged_split_k",
-                          mma=True, head_group=head_group)
-    ref = paged_reference(q, kc, vc, table, lens, causal=causal, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs)
-    c = na.check(out, ref, dtype="float16")
-    assert c.ok, c.reason
-
-
 def test_mma_supports():
     ph = get_phase("paged_split_k")
 
@@ -403,11 +378,6 @@ def test_mma_supports():
     assert "8-bit caches only" in ph.supports(prob(kv_dtype=""), mma=True)
     assert "float16 queries" in ph.supports(prob(dtype="bfloat16"), mma=True)
     assert "multiple of 64" in ph.supports(prob(D=96), mma=True)
-    assert ph.supports(prob(), mma=True, head_group=8) is None
-    assert "must divide kv_heads" in ph.supports(prob(kv_heads=8), mma=True, head_group=16)
-    assert "must divide kv_heads (32) and warps (4)" in ph.supports(prob(), mma=True, warps=4, head_group=8)
-    assert "mma path only" in ph.supports(prob(), mma=False, head_group=2)
-    assert "shared memory" in ph.supports(prob(kv_heads=8, q_len=2), mma=True, warps=32, head_group=4)
     r = ph.resolve(prob(), {"mma": True})
     assert r["mma"] is True and r["wide"] is False and r["rows"] == 1
     # the default: mma for an 8-bit cache it can run (measured faster on fp8 and int8), the other paths where

@@ -1,4 +1,5 @@
-"""``paged_split_k``'s ``head_group`` (the mma path: a block reads 2, 4 or 8 adjacent KV heads, its 8 warps shared
+"""(Needs commit 75e82a4: ``head_group`` was measured slower on every problem of part f and removed after it.)
+``paged_split_k``'s ``head_group`` (the mma path: a block reads 2, 4 or 8 adjacent KV heads, its 8 warps shared
 among them) under its own names, timed beside the default (one KV head a block) in one run, and the preset
 ``paged-8bit-16k``: B8 H32 D128 P64 at 16k keys, fp8 per head, int8 per head and per token.
 

@@ -168,13 +168,12 @@ def ragged_mean(problem) -> float:
     return float(lens.mean()) if lens.size and lens.min() != lens.max() else 0
 
 
-def resolve_splits(problem, keys_per_round, rows_per_block, blocks_per_sm, min_keys, splits, head_group=1):
+def resolve_splits(problem, keys_per_round, rows_per_block, blocks_per_sm, min_keys, splits):
     """``splits`` (0: as many as fill the SMs' block slots in one wave, ``split_plan``; a paged
-    problem with unequal lengths: the ragged plan, :func:`ragged_mean`); ``head_group``: KV heads a block
-    reads (``keys_per_round`` then a head's)."""
+    problem with unequal lengths: the ragged plan, :func:`ragged_mean`)."""
     n_rc = -(-problem.group * problem.q_len // max(1, rows_per_block))
-    S, _ = split_plan(problem.batch * problem.kv_heads * n_rc // head_group, problem.kv_len, max(1, keys_per_round),
-                      sm_count(), blocks_per_sm, min_keys, splits, mean_len=ragged_mean(problem))
+    S, _ = split_plan(problem.batch * problem.kv_heads * n_rc, problem.kv_len, max(1, keys_per_round), sm_count(),
+                      blocks_per_sm, min_keys, splits, mean_len=ragged_mean(problem))
     return S
 
 
@@ -1056,7 +1055,7 @@ def paged_words(D: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN: bool):
 
 @functools.cache
 def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: bool, MINB: int, P: int, KV8: int,
-                      TOKEN: bool, SPLITP: bool = True, PF: int = 0, HB: int = 1):
+                      TOKEN: bool, SPLITP: bool = True, PF: int = 0):
     """``paged_split_k``'s kernel with ``mma`` (an 8-bit paged cache, float16 query, D a multiple of 64,
     at most 8 query rows per KV head): the codes go from the 16-byte loads straight into tensor-core
     fragments, with no float32 per element and no shared memory. A warp step is 16 keys, two
@@ -1093,21 +1092,13 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
     16-byte loads after the first K mma, which waits for K (int8/token: all four, fp8/head: two; in the PTX they
     all come first): a step makes a second round trip to DRAM where the fp16 path issues its 4 KiB per warp
     at once. With it a step's loads find their bytes in L2 or on the way, and the bytes in flight per SM no
-    longer depend on the registers.
-
-    ``HB`` > 1 (``paged_split_k``'s ``head_group``): a block reads HB adjacent KV heads of one sequence, NW / HB
-    warps per head, instead of one head with all NW warps. A page row holds the Hkv heads' rows of a token side by
-    side (one 128-byte int8 row per head at D128), so the block's warps, which walk the same keys, read HB heads'
-    rows of a token together: HB·D contiguous bytes instead of D. The block's rows are its heads' query rows
-    (the merge and the combine see HB·G query heads per block, as a GQA group, each warp's state in its head's
-    rows and an empty state in the others)."""
+    longer depend on the registers."""
     from numba_attn.gpu.intrinsics import (add_u32, cvt_e4m3x4_f16x2, ld_at, ld_global_v2_at, ld_global_v4_at,
                                            mad_u32, sub_f16x2)
 
     NR = G * Nq  # query rows of a KV head (≤ 8: the N of the mma)
-    RB = NR * HB  # query rows of the block: its HB heads' (HB > 1: each warp's in its head's NR rows)
-    WPH = NW // HB  # warps per KV head
-    _, _, _, _, write_rows, combine_last = chunk_steps(D, 8, 1, 1, NW, RB, Nq, G * HB, causal, False, BASE2=True)
+    RB = NR
+    _, _, _, _, write_rows, combine_last = chunk_steps(D, 8, 1, 1, NW, RB, Nq, G, causal, False, BASE2=True)
     NKS = D // 16  # k-steps of Sᵀ: one word of a key per lane each
     NKC = NKS // 4  # 16-byte chunks of a key row per lane
     VWL = D // 32  # words of a V row per lane (dims g·D/8 …)
@@ -1181,20 +1172,19 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
     def frag_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, chunk, S,
                    sm_m, sm_l, sm_o, sm_last):
         split = cuda.blockIdx.x
-        kvh = cuda.blockIdx.y  # b * Hkv + kv head (one row block: NR ≤ 8); HB > 1: b * Hkv / HB + head group
+        kvh = cuda.blockIdx.y  # b * Hkv + kv head (one row block: NR ≤ 8)
+        h = kvh - seq * Hkv
         lo = split * chunk
         hi = min(Nk, lo + chunk)
         tid = cuda.threadIdx.x
         w = add_u32(tid >> 5, 0)  # (a 32-bit warp index: int64 tid // 32 was spilled across the key loop, 8 B)
-        hw = w // WPH  # the warp's head in the block (0 when HB = 1)
-        h = (kvh - seq * (Hkv // HB)) * HB + hw
         lane = tid % WARP_SIZE
         g = lane // 4
         t = lane % 4
         # Qᵀ's B fragments: row g, the dims of lane t's word of each k-step, paired as k_pairs pairs them
         qb = cuda.local.array(NQB, uint32)
         qi = g - (g // Nq) * Nq
-        bh = (kvh * HB + hw) * G + g // Nq
+        bh = kvh * G + g // Nq
         qsum = float64(0.0)  # int8: row g's sum over this lane's dims (float64: exact for f16 values)
         for kx in range(NKS):
             d0 = 4 * (4 * (t + 4 * (kx // 4)) + kx % 4)
@@ -1241,7 +1231,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         l0 = float32(0.0)
         l1 = float32(0.0)
         n_steps = max(0, (hi - lo + 15) // 16)  # 0 for a split past the end
-        for step in range(w - hw * WPH, n_steps, WPH):  # warp-uniform: the shuffles and mma stay convergent
+        for step in range(w, n_steps, NW):  # warp-uniform: the shuffles and mma stay convergent
             j0 = lo + step * 16
             if FP8:
                 pg = table[seq, j0 >> LOGP] if STEP else 0
@@ -1425,38 +1415,28 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
             l0 += shfl_xor_sync(FULL_MASK, l0, off)
             l1 += shfl_xor_sync(FULL_MASK, l1, off)
         vh = float32(1.0) if TOKEN else vs[0, h]
-        ro = hw * NR  # the warp's head's first row in the block
         for i in range(NMT):
             d = g * D8 + 2 * i
-            if r0 < NR:
-                sm_o[w, ro + r0, d] = acc[4 * i] * vh
-                sm_o[w, ro + r0, d + 1] = acc[4 * i + 2] * vh
-            if r1 < NR:
-                sm_o[w, ro + r1, d] = acc[4 * i + 1] * vh
-                sm_o[w, ro + r1, d + 1] = acc[4 * i + 3] * vh
+            if r0 < RB:
+                sm_o[w, r0, d] = acc[4 * i] * vh
+                sm_o[w, r0, d + 1] = acc[4 * i + 2] * vh
+            if r1 < RB:
+                sm_o[w, r1, d] = acc[4 * i + 1] * vh
+                sm_o[w, r1, d + 1] = acc[4 * i + 3] * vh
         if g == 0:
-            if r0 < NR:
-                sm_m[w, ro + r0] = m0
-                sm_l[w, ro + r0] = l0
-            if r1 < NR:
-                sm_m[w, ro + r1] = m1
-                sm_l[w, ro + r1] = l1
-        if HB > 1:  # the other heads' rows: an empty state (no keys), which the merge weighs 0
-            for idx in range(lane, (RB - NR) * D, WARP_SIZE):
-                r = idx // D
-                d = idx - r * D
-                r += NR if r >= ro else 0
-                sm_o[w, r, d] = float32(0.0)
-                if d == 0:
-                    sm_m[w, r] = NEG_BIG
-                    sm_l[w, r] = float32(0.0)
+            if r0 < RB:
+                sm_m[w, r0] = m0
+                sm_l[w, r0] = l0
+            if r1 < RB:
+                sm_m[w, r1] = m1
+                sm_l[w, r1] = l1
         cuda.syncthreads()
         write_rows(o, part_o, part_lse, split, kvh, 0, tid, sm_m, sm_l, sm_o)  # lse back to natural units
         if Nk == 0 and split == 0:  # an empty sequence: a zero partial of weight 1, the output is zeros
             for idx in range(tid, RB * D, NT):  # the threads that wrote the log-sum-exps (d = 0)
                 r = idx // D
                 if idx == r * D:
-                    part_lse[0, (kvh * G * HB + r // Nq) * Nq + r % Nq] = float32(0.0)
+                    part_lse[0, (kvh * G + r // Nq) * Nq + r % Nq] = float32(0.0)
         if FUSED:
             combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, 0, tid, cuda.blockIdx.y)
 
@@ -1466,7 +1446,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         sm_l = cuda.shared.array((NW, RB), float32)
         sm_o = cuda.shared.array((NW, RB, D), float32)
         sm_last = cuda.shared.array(1, int32)
-        seq = cuda.blockIdx.y // (Hkv // HB)
+        seq = cuda.blockIdx.y // Hkv
         frag_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, seqlens[seq], seq, table, ks, vs, chunk,
                    S, sm_m, sm_l, sm_o, sm_last)  # the sequence's own number of keys
 
@@ -1519,15 +1499,15 @@ def paged_cache_view(problem, k):
     return k.reshape(nb * P, Hkv, D)
 
 
-def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, notes="", head_group=1):
-    """The :class:`Launch`: grid (split, row block of a sequence's KV head, or of ``head_group`` adjacent KV
-    heads, whose warps are shared among them), the workspace, the combine kernel unless fused; ``run(q, k_cache,
-    v_cache, o, stream, layout=None)`` with ``layout`` (table, seqlens, k_scale, v_scale) device arrays,
+def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, notes=""):
+    """The :class:`Launch`: grid (split, row block of a sequence's KV head), the
+    workspace, the combine kernel unless fused; ``run(q, k_cache, v_cache, o, stream,
+    layout=None)`` with ``layout`` (table, seqlens, k_scale, v_scale) device arrays,
     else the problem's own (:class:`PagedLayout`)."""
     B, H, Hkv, Nq, D = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.head_dim
     S = splits
-    n_rc, chunk = split_layout(problem, warps // head_group, rows, lanes, keys, S)
-    grid = (S, B * Hkv * n_rc // head_group)
+    n_rc, chunk = split_layout(problem, warps, rows, lanes, keys, S)
+    grid = (S, B * Hkv * n_rc)
     part_o, part_lse = split_workspace(max(S, 2), B * H * Nq, D)  # (every split writes a partial)
     kernels = [kern]
     if not fused:
@@ -1545,10 +1525,8 @@ def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, 
         if not fused:
             comb[B * H * Nq, D, stream](part_o, part_lse, o, S)
 
-    hg = f", {head_group} KV heads a block" if head_group > 1 else ""
     return Launch(run, kernels=kernels, workspace_bytes=part_o.nbytes + part_lse.nbytes,
-                  notes=f"S={S} splits of {chunk} keys, P={problem.page_size}, {tile_notes(lanes, keys, rows, warps)}"
-                        f"{hg}{notes}")
+                  notes=f"S={S} splits of {chunk} keys, P={problem.page_size}, {tile_notes(lanes, keys, rows, warps)}{notes}")
 
 
 def work_list(lens, KS: int, workers: int, min_keys: int = 0):
