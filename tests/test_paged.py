@@ -302,18 +302,21 @@ def test_wide_8bit_paged_split_k(kv_dtype, scale, qdt, Nq, params):
     ("float8_e4m3", "tensor", 4, 2, 2, {}),  # GQA group 2 × q_len 2, causal: 4 rows on the mma's N
     ("int8", "head", 8, 1, 1, {"warps": 1}),  # 8 rows: every column of the mma
     ("int8", "token", 4, 2, 2, {}),  # int8's biased scores and V scales on P before the shuffles, 4 rows
+    ("int8", "token", 4, 4, 1, {"step_heads": 4}),  # a step: 4 tokens × 4 KV heads, per-token scales
+    ("float8_e4m3", "head", 4, 4, 1, {"step_heads": 2}),  # 8 tokens × 2 KV heads, two blocks a split
 ])
 def test_mma_8bit_paged_split_k(kv_dtype, scale, H, Hkv, Nq, params):
     """paged_split_k's ``mma`` path (8-bit codes straight into mma fragments): pages out of order and
     repeated, a partly filled page, a length-0 sequence, GQA and causal rows, D 64 (two 16-byte chunks
     of K per lane, 8-byte V loads); against the reference, and without causal rows also against the kernel
-    it replaces (the causal cases run only the reference: twice the simulator's time)."""
+    it replaces (the causal and ``step_heads`` cases run only the reference: twice the simulator's time).
+    ``step_heads``: a warp step's 16 rows are tokens × adjacent KV heads, each head's query in its own column."""
     q, kc, vc, ks, vs, table, lens = _ragged_8bit(np.random.default_rng(11), H, Hkv, 64, Nq, kv_dtype, scale)
     causal = Nq > 1
     out, _ = _run("paged_split_k", q, kc, vc, table, lens, causal=causal, kv_dtype=kv_dtype, ks=ks, vs=vs,
                   mma=True, **params)
     assert not out[2].astype(np.float32).any()
-    if causal:
+    if causal or "step_heads" in params:
         return
     # the kernel mma replaces (mma is now the default for these caches: asked off explicitly)
     default = na.decode_paged(q, kc, vc, table, lens, causal=causal, k_scale=ks, v_scale=vs, phase="paged_split_k",
@@ -365,6 +368,26 @@ def test_mma_on_the_gpu_every_format(D, kv_dtype, scale, H, Hkv, Nq, causal):
         assert na.check(default, ref, dtype="float16").ok
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_dtype,scale", [("float8_e4m3", "head"), ("int8", "token"), ("int8", "head")])
+@pytest.mark.parametrize("step_heads", [2, 4, 8])
+def test_mma_step_heads_on_the_gpu(kv_dtype, scale, step_heads):
+    """``step_heads`` on the device: warp steps of 16 / step_heads tokens × step_heads KV heads, one query row per
+    KV head; ragged lengths, out-of-order pages, against the reference."""
+    rng = np.random.default_rng(16)
+    B, H, P, NB, D = 2, 8, 64, 48, 128
+    kc, vc = _caches(rng, NB, P, H, D, kv_dtype)
+    ks, vs = _scales(rng, scale, NB, P, H)
+    table = rng.permutation(NB).reshape(2, 24).astype(np.int32)
+    lens = np.array([1250, 777], np.int32)
+    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
+    out = na.decode_paged(q, kc, vc, table, lens, k_scale=ks, v_scale=vs, phase="paged_split_k", mma=True,
+                          step_heads=step_heads)
+    ref = paged_reference(q, kc, vc, table, lens, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs)
+    c = na.check(out, ref, dtype="float16")
+    assert c.ok, c.reason
+
+
 def test_mma_supports():
     ph = get_phase("paged_split_k")
 
@@ -378,6 +401,13 @@ def test_mma_supports():
     assert "8-bit caches only" in ph.supports(prob(kv_dtype=""), mma=True)
     assert "float16 queries" in ph.supports(prob(dtype="bfloat16"), mma=True)
     assert "multiple of 64" in ph.supports(prob(D=96), mma=True)
+    assert ph.supports(prob(), mma=True, step_heads=8) is None
+    assert "one query row per KV head" in ph.supports(prob(kv_heads=8), mma=True, step_heads=2)
+    assert "not 1, 2, 4 or 8" in ph.supports(prob(), mma=True, step_heads=3)
+    assert "mma path only" in ph.supports(prob(), mma=False, step_heads=2)
+    six = PagedProblem(batch=2, heads=6, q_len=1, kv_len=64, head_dim=128, dtype="float16", page_size=64,
+                       kv_dtype="int8")
+    assert "does not divide" in ph.supports(six, mma=True, step_heads=4)
     r = ph.resolve(prob(), {"mma": True})
     assert r["mma"] is True and r["wide"] is False and r["rows"] == 1
     # the default: mma for an 8-bit cache it can run (measured faster on fp8 and int8), the other paths where

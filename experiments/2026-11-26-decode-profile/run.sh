@@ -16,9 +16,12 @@
 #   times of paged_split_k with head_group 1 (the default), 2, 4 and 8 (head_group.py) on the 8-bit caches at
 #   B8 H32 KV 16k (int8/head, int8/token, fp8/head) beside the contiguous fp16 twin and SDPA.
 # g (about 6 minutes): the same at KV 32k, without the memcheck.
+# h (about 6 minutes): memcheck of the step_heads tests, then CUPTI kernel times of paged_split_k with step_heads 1
+#   (the default), 2, 4 and 8 (step_heads.py) on the 8-bit caches at B8 H32 KV 16k beside the twin and SDPA.
+# i (about 6 minutes): the same at KV 32k, without the memcheck.
 # Any other GPU than an H200 stops the script at once (exit 3) unless ANY_GPU=1.
 set -u
-out=${1:?usage: run.sh OUT a|b|c|d|e|f|g}; part=${2:?usage: run.sh OUT a|b|c|d|e|f|g}; mkdir -p "$out"
+out=${1:?usage: run.sh OUT a|b|c|d|e|f|g|h|i}; part=${2:?usage: run.sh OUT a|b|c|d|e|f|g|h|i}; mkdir -p "$out"
 here=experiments/2026-11-26-decode-profile
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "GPU: $name"
@@ -62,6 +65,19 @@ elif [ "$part" = e ]; then
     --timing cupti --phases paged_split_k,decode_split_k_lean \
     --results "$out/paged-one-head-16k.jsonl" --plots "" 2>&1 | tee "$out/bench-e.txt" \
     | grep -E "^(paged|decode|torch_sdpa )" | grep -E "µs|ms" | tail -16
+elif [ "$part" = h ] || [ "$part" = i ]; then
+  if [ "$part" = h ]; then
+    NUMBA_ATTN_BACKEND=cuda timeout 200 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+      python3 -m pytest -q -p no:cacheprovider tests/test_paged.py -k "step_heads or mma_8bit_paged_split_k" \
+      > "$out/memcheck-h.txt" 2>&1
+    echo "memcheck rc=$?" | tee -a "$out/memcheck-h.txt"; tail -3 "$out/memcheck-h.txt"
+  fi
+  n=$([ "$part" = h ] && echo 16k || echo 32k)
+  PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" NUMBA_ATTN_BACKEND=cuda timeout 380 \
+    python3 -m numba_attn.cli bench paged --preset paged-8bit-$n --setup step_heads \
+    --timing cupti --phases paged_split_k,psk_sh2,psk_sh4,psk_sh8,decode_split_k_lean \
+    --results "$out/paged-step-heads.jsonl" --plots "" 2>&1 | tee "$out/bench-$part.txt" \
+    | grep -E "^(paged|psk|decode|torch_sdpa )" | grep -E "µs|ms" | tail -24
 elif [ "$part" = f ] || [ "$part" = g ]; then
   if [ "$part" = f ]; then
     NUMBA_ATTN_BACKEND=cuda timeout 200 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \

@@ -168,12 +168,12 @@ def ragged_mean(problem) -> float:
     return float(lens.mean()) if lens.size and lens.min() != lens.max() else 0
 
 
-def resolve_splits(problem, keys_per_round, rows_per_block, blocks_per_sm, min_keys, splits):
+def resolve_splits(problem, keys_per_round, rows_per_block, blocks_per_sm, min_keys, splits, heads=1):
     """``splits`` (0: as many as fill the SMs' block slots in one wave, ``split_plan``; a paged
-    problem with unequal lengths: the ragged plan, :func:`ragged_mean`)."""
+    problem with unequal lengths: the ragged plan, :func:`ragged_mean`); ``heads``: KV heads a block reads."""
     n_rc = -(-problem.group * problem.q_len // max(1, rows_per_block))
-    S, _ = split_plan(problem.batch * problem.kv_heads * n_rc, problem.kv_len, max(1, keys_per_round), sm_count(),
-                      blocks_per_sm, min_keys, splits, mean_len=ragged_mean(problem))
+    S, _ = split_plan(problem.batch * problem.kv_heads * n_rc // heads, problem.kv_len, max(1, keys_per_round),
+                      sm_count(), blocks_per_sm, min_keys, splits, mean_len=ragged_mean(problem))
     return S
 
 
@@ -1055,7 +1055,7 @@ def paged_words(D: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN: bool):
 
 @functools.cache
 def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: bool, MINB: int, P: int, KV8: int,
-                      TOKEN: bool, SPLITP: bool = True, PF: int = 0):
+                      TOKEN: bool, SPLITP: bool = True, PF: int = 0, HW: int = 1):
     """``paged_split_k``'s kernel with ``mma`` (an 8-bit paged cache, float16 query, D a multiple of 64,
     at most 8 query rows per KV head): the codes go from the 16-byte loads straight into tensor-core
     fragments, with no float32 per element and no shared memory. A warp step is 16 keys, two
@@ -1092,13 +1092,22 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
     16-byte loads after the first K mma, which waits for K (int8/token: all four, fp8/head: two; in the PTX they
     all come first): a step makes a second round trip to DRAM where the fp16 path issues its 4 KiB per warp
     at once. With it a step's loads find their bytes in L2 or on the way, and the bytes in flight per SM no
-    longer depend on the registers."""
+    longer depend on the registers.
+
+    ``HW`` > 1 (``paged_split_k``'s ``step_heads``; one query row per KV head): a warp step's 16 rows are 16 / HW
+    tokens × HW adjacent KV heads (row i: token i / HW, head i % HW) instead of 16 tokens of one head, and the N
+    columns are the HW heads' query rows (the block reads HW KV heads, its rows are theirs). A page row holds the
+    Hkv heads' rows of a token side by side, so a step reads HW heads' rows of a token as HW·D contiguous bytes.
+    Sᵀ then holds every (row, head) product; a score counts only in its own head's column (the others are masked
+    out of the maxima and get probability 0, so Pᵀ's zeros keep each head's Oᵀ column its own)."""
     from numba_attn.gpu.intrinsics import (add_u32, cvt_e4m3x4_f16x2, ld_at, ld_global_v2_at, ld_global_v4_at,
                                            mad_u32, sub_f16x2)
 
     NR = G * Nq  # query rows of a KV head (≤ 8: the N of the mma)
-    RB = NR
-    _, _, _, _, write_rows, combine_last = chunk_steps(D, 8, 1, 1, NW, RB, Nq, G, causal, False, BASE2=True)
+    RB = NR * HW  # query rows of the block (HW > 1: one per KV head, HW heads)
+    KS = 16 // HW  # tokens of a warp step
+    LHW = HW.bit_length() - 1
+    _, _, _, _, write_rows, combine_last = chunk_steps(D, 8, 1, 1, NW, RB, Nq, G * HW, causal, False, BASE2=True)
     NKS = D // 16  # k-steps of Sᵀ: one word of a key per lane each
     NKC = NKS // 4  # 16-byte chunks of a key row per lane
     VWL = D // 32  # words of a V row per lane (dims g·D/8 …)
@@ -1106,7 +1115,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
     NMT = D // 16  # m-tiles of Oᵀ (dims)
     NQB, NACC, NVW = 2 * NKS, 4 * NMT, 4 * VWL  # (local array sizes: compile-time constants)
     LOGP = P.bit_length() - 1
-    STEP = P % 16 == 0  # a step's 16 keys never cross a page
+    STEP = P % KS == 0  # a step's KS tokens never cross a page
     NT = NW * WARP_SIZE
     FP8 = KV8 == 1
     D4 = D // 4  # 32-bit words of a cache row of one head
@@ -1172,8 +1181,8 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
     def frag_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, chunk, S,
                    sm_m, sm_l, sm_o, sm_last):
         split = cuda.blockIdx.x
-        kvh = cuda.blockIdx.y  # b * Hkv + kv head (one row block: NR ≤ 8)
-        h = kvh - seq * Hkv
+        kvh = cuda.blockIdx.y  # b * Hkv + kv head (one row block: NR ≤ 8); HW > 1: b * Hkv / HW + group of HW heads
+        h = (kvh - seq * (Hkv // HW)) * HW  # the (first) KV head
         lo = split * chunk
         hi = min(Nk, lo + chunk)
         tid = cuda.threadIdx.x
@@ -1184,11 +1193,11 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         # Qᵀ's B fragments: row g, the dims of lane t's word of each k-step, paired as k_pairs pairs them
         qb = cuda.local.array(NQB, uint32)
         qi = g - (g // Nq) * Nq
-        bh = kvh * G + g // Nq
+        bh = kvh * (G * HW) + g // Nq
         qsum = float64(0.0)  # int8: row g's sum over this lane's dims (float64: exact for f16 values)
         for kx in range(NKS):
             d0 = 4 * (4 * (t + 4 * (kx // 4)) + kx % 4)
-            if g < NR:
+            if g < RB:
                 if FP8:
                     qb[2 * kx] = pack_f16x2(float32(q[bh, qi, d0]), float32(q[bh, qi, d0 + 1]))
                     qb[2 * kx + 1] = pack_f16x2(float32(q[bh, qi, d0 + 2]), float32(q[bh, qi, d0 + 3]))
@@ -1213,10 +1222,10 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
             qsum += shfl_xor_sync(FULL_MASK, qsum, 2)
             cb = float32(qsum * float64(-1152.0))
             cb0 = shfl_sync(FULL_MASK, cb, 4 * r0)
-            if NR > 1:  # (one row: row 2t+1 is padding everywhere)
+            if RB > 1:  # (one row: row 2t+1 is padding everywhere)
                 cb1 = shfl_sync(FULL_MASK, cb, 4 * r1)
-        lim0 = min(hi, r0 - (r0 // Nq) * Nq + Nk - Nq + 1) if causal and r0 < NR else hi
-        lim1 = min(hi, r1 - (r1 // Nq) * Nq + Nk - Nq + 1) if causal and r1 < NR else hi
+        lim0 = min(hi, r0 - (r0 // Nq) * Nq + Nk - Nq + 1) if causal and r0 < RB else hi
+        lim1 = min(hi, r1 - (r1 // Nq) * Nq + Nk - Nq + 1) if causal and r1 < RB else hi
         acc = cuda.local.array(NACC, float32)
         for i in range(NACC):
             acc[i] = float32(0.0)
@@ -1224,58 +1233,64 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         vw = cuda.local.array(NVW, uint32)  # keys 2t, 2t+1, 2t+8, 2t+9: VWL words each
         ksc = cuda.local.array(2, float32)
         vsc = cuda.local.array(4, float32)
-        sk = scale * ks[0, h] if not TOKEN else scale
+        c0h = h + (min(r0, RB - 1) if HW > 1 else 0)  # the KV heads of columns 2t, 2t+1 (HW > 1: one each)
+        c1h = h + (min(r1, RB - 1) if HW > 1 else 0)
+        sk0 = scale * ks[0, c0h] if not TOKEN else scale
+        sk1 = scale * ks[0, c1h] if not TOKEN else scale
         tbl = mad_u32(seq, table.shape[1], 0) if not FP8 else 0  # int8: the sequence's block-table row, flat
         m0 = NEG_BIG
         m1 = NEG_BIG
         l0 = float32(0.0)
         l1 = float32(0.0)
-        n_steps = max(0, (hi - lo + 15) // 16)  # 0 for a split past the end
+        n_steps = max(0, (hi - lo + KS - 1) // KS)  # 0 for a split past the end
         for step in range(w, n_steps, NW):  # warp-uniform: the shuffles and mma stay convergent
-            j0 = lo + step * 16
+            j0 = lo + step * KS
             if FP8:
                 pg = table[seq, j0 >> LOGP] if STEP else 0
                 for kk in range(2):  # K rows g, g+8
-                    jj = min(j0 + g + 8 * kk, hi - 1)
+                    jj = min(j0 + ((g + 8 * kk) >> LHW), hi - 1)
                     page = pg if STEP else table[seq, jj >> LOGP]
                     crow = page * P + (jj & (P - 1))
+                    hk = h + ((g + 8 * kk) & (HW - 1))
                     for c in range(NKC):
-                        x0, x1, x2, x3 = ld_global_v4(k, crow, h, 4 * (t + 4 * c))
+                        x0, x1, x2, x3 = ld_global_v4(k, crow, hk, 4 * (t + 4 * c))
                         kw[kk * NKS + 4 * c] = x0
                         kw[kk * NKS + 4 * c + 1] = x1
                         kw[kk * NKS + 4 * c + 2] = x2
                         kw[kk * NKS + 4 * c + 3] = x3
                     if TOKEN:
-                        ksc[kk] = scale * ks[crow, h]
+                        ksc[kk] = scale * ks[crow, hk]
                 for kk in range(4):  # V rows 2t, 2t+1, 2t+8, 2t+9
-                    jj = min(j0 + 2 * t + (kk & 1) + 8 * (kk >> 1), hi - 1)
+                    vr = 2 * t + (kk & 1) + 8 * (kk >> 1)
+                    jj = min(j0 + (vr >> LHW), hi - 1)
                     page = pg if STEP else table[seq, jj >> LOGP]
                     crow = page * P + (jj & (P - 1))
+                    hv = h + (vr & (HW - 1))
                     if VWL % 4 == 0:
                         for c in range(VWL // 4):
-                            x0, x1, x2, x3 = ld_global_v4(v, crow, h, g * VWL + 4 * c)
+                            x0, x1, x2, x3 = ld_global_v4(v, crow, hv, g * VWL + 4 * c)
                             vw[kk * VWL + 4 * c] = x0
                             vw[kk * VWL + 4 * c + 1] = x1
                             vw[kk * VWL + 4 * c + 2] = x2
                             vw[kk * VWL + 4 * c + 3] = x3
                     else:
                         for c in range(VWL // 2):
-                            x0, x1 = ld_global_v2(v, crow, h, g * VWL + 2 * c)
+                            x0, x1 = ld_global_v2(v, crow, hv, g * VWL + 2 * c)
                             vw[kk * VWL + 2 * c] = x0
                             vw[kk * VWL + 2 * c + 1] = x1
                     if TOKEN:
-                        vsc[kk] = vs[crow, h]
+                        vsc[kk] = vs[crow, hv]
             else:  # int8: addresses from 32-bit cache row indices (row·Hkv + h: a (row, head) of D/4 words)
                 if STEP:  # the step's page: rows rb + o of keys j0 + o, clamped to the last key's row rl
                     rb = mad_u32(ld_at(table, add_u32(tbl, j0 >> LOGP)), P, j0 & (P - 1))
                     rl = add_u32(rb, hi - 1 - j0)
                 for kk in range(2):  # K rows g, g+8, and their K and V scales (per token)
                     if STEP:
-                        krow = min(add_u32(rb, g + 8 * kk), rl)
+                        krow = min(add_u32(rb, (g + 8 * kk) >> LHW), rl)
                     else:
-                        jk = min(j0 + g + 8 * kk, hi - 1)
+                        jk = min(j0 + ((g + 8 * kk) >> LHW), hi - 1)
                         krow = mad_u32(table[seq, jk >> LOGP], P, jk & (P - 1))
-                    krh = mad_u32(krow, Hkv, h)
+                    krh = mad_u32(krow, Hkv, h + ((g + 8 * kk) & (HW - 1)))
                     for c in range(NKC):
                         x0, x1, x2, x3 = ld_global_v4_at(k, krh, D4, 4 * t, 16 * c)
                         kw[kk * NKS + 4 * c] = x0
@@ -1286,12 +1301,13 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                         ksc[kk] = scale * ld_at(ks, krh)
                         vsc[kk] = ld_at(vs, krh)
                 for kk in range(4):  # V rows 2t, 2t+1, 2t+8, 2t+9
+                    vr = 2 * t + (kk & 1) + 8 * (kk >> 1)
                     if STEP:
-                        vrow = min(add_u32(rb, 2 * t + (kk & 1) + 8 * (kk >> 1)), rl)
+                        vrow = min(add_u32(rb, vr >> LHW), rl)
                     else:
-                        jv = min(j0 + 2 * t + (kk & 1) + 8 * (kk >> 1), hi - 1)
+                        jv = min(j0 + (vr >> LHW), hi - 1)
                         vrow = mad_u32(table[seq, jv >> LOGP], P, jv & (P - 1))
-                    vrh = mad_u32(vrow, Hkv, h)
+                    vrh = mad_u32(vrow, Hkv, h + (vr & (HW - 1)))
                     if VWL % 4 == 0:
                         for c in range(VWL // 4):
                             x0, x1, x2, x3 = ld_global_v4_at(v, vrh, D4, g * VWL, 4 * c)
@@ -1323,16 +1339,23 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                 s2 *= ksc[1]
                 s3 *= ksc[1]
             else:
-                s0 *= sk
-                s1 *= sk
-                s2 *= sk
-                s3 *= sk
+                s0 *= sk0
+                s1 *= sk1
+                s2 *= sk0
+                s3 *= sk1
             # online softmax (base 2) of rows 2t, 2t+1 over the step's 16 keys (the 8 lanes of a t)
-            ja = j0 + g
+            ja = j0 + (g >> LHW)  # the tokens of rows g, g+8
+            jb = j0 + ((g + 8) >> LHW)
             ok0 = ja < lim0
             ok1 = ja < lim1
-            ok2 = ja + 8 < lim0
-            ok3 = ja + 8 < lim1
+            ok2 = jb < lim0
+            ok3 = jb < lim1
+            if HW > 1:  # a row's score counts in its own head's column only (rows g, g+8: head g % HW)
+                hg = g & (HW - 1)
+                ok0 = ok0 and hg == r0
+                ok1 = ok1 and hg == r1
+                ok2 = ok2 and hg == r0
+                ok3 = ok3 and hg == r1
             # (a NaN score, from a NaN code in K, is left out of the maxima, as fmaxf leaves it: its
             # probability is NaN, and so the row's sum and output)
             mx0 = max(max(NEG_BIG, s0 if ok0 else NEG_BIG), s2 if ok2 else NEG_BIG)
@@ -1368,7 +1391,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
             # Pᵀ's B fragment of lane (g, t): P[keys 2t, 2t+1 | 2t+8, 2t+9][row g], from lanes (2t | 2t+1, g // 2)
             sa = 8 * t + g // 2
             sb = sa + 4
-            if NR > 1:  # row g is row 2t' or 2t'+1 of its source lanes: both fetched, one kept
+            if RB > 1:  # row g is row 2t' or 2t'+1 of its source lanes: both fetched, one kept
                 odd = (g & 1) != 0
                 e0 = shfl_sync(FULL_MASK, p0, sa)
                 e1 = shfl_sync(FULL_MASK, p1, sa)
@@ -1414,15 +1437,16 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         for off in (4, 8, 16):
             l0 += shfl_xor_sync(FULL_MASK, l0, off)
             l1 += shfl_xor_sync(FULL_MASK, l1, off)
-        vh = float32(1.0) if TOKEN else vs[0, h]
+        vh0 = float32(1.0) if TOKEN else vs[0, c0h]
+        vh1 = float32(1.0) if TOKEN else vs[0, c1h]
         for i in range(NMT):
             d = g * D8 + 2 * i
             if r0 < RB:
-                sm_o[w, r0, d] = acc[4 * i] * vh
-                sm_o[w, r0, d + 1] = acc[4 * i + 2] * vh
+                sm_o[w, r0, d] = acc[4 * i] * vh0
+                sm_o[w, r0, d + 1] = acc[4 * i + 2] * vh0
             if r1 < RB:
-                sm_o[w, r1, d] = acc[4 * i + 1] * vh
-                sm_o[w, r1, d + 1] = acc[4 * i + 3] * vh
+                sm_o[w, r1, d] = acc[4 * i + 1] * vh1
+                sm_o[w, r1, d + 1] = acc[4 * i + 3] * vh1
         if g == 0:
             if r0 < RB:
                 sm_m[w, r0] = m0
@@ -1436,7 +1460,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
             for idx in range(tid, RB * D, NT):  # the threads that wrote the log-sum-exps (d = 0)
                 r = idx // D
                 if idx == r * D:
-                    part_lse[0, (kvh * G + r // Nq) * Nq + r % Nq] = float32(0.0)
+                    part_lse[0, (kvh * G * HW + r // Nq) * Nq + r % Nq] = float32(0.0)
         if FUSED:
             combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, 0, tid, cuda.blockIdx.y)
 
@@ -1446,7 +1470,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         sm_l = cuda.shared.array((NW, RB), float32)
         sm_o = cuda.shared.array((NW, RB, D), float32)
         sm_last = cuda.shared.array(1, int32)
-        seq = cuda.blockIdx.y // Hkv
+        seq = cuda.blockIdx.y // (Hkv // HW)
         frag_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, seqlens[seq], seq, table, ks, vs, chunk,
                    S, sm_m, sm_l, sm_o, sm_last)  # the sequence's own number of keys
 
@@ -1499,15 +1523,14 @@ def paged_cache_view(problem, k):
     return k.reshape(nb * P, Hkv, D)
 
 
-def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, notes=""):
-    """The :class:`Launch`: grid (split, row block of a sequence's KV head), the
-    workspace, the combine kernel unless fused; ``run(q, k_cache, v_cache, o, stream,
-    layout=None)`` with ``layout`` (table, seqlens, k_scale, v_scale) device arrays,
-    else the problem's own (:class:`PagedLayout`)."""
+def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, notes="", heads=1):
+    """The :class:`Launch`: grid (split, row block of a sequence's KV head, or of ``heads`` adjacent KV heads),
+    the workspace, the combine kernel unless fused; ``run(q, k_cache, v_cache, o, stream, layout=None)`` with
+    ``layout`` (table, seqlens, k_scale, v_scale) device arrays, else the problem's own (:class:`PagedLayout`)."""
     B, H, Hkv, Nq, D = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.head_dim
     S = splits
     n_rc, chunk = split_layout(problem, warps, rows, lanes, keys, S)
-    grid = (S, B * Hkv * n_rc)
+    grid = (S, B * Hkv * n_rc // heads)
     part_o, part_lse = split_workspace(max(S, 2), B * H * Nq, D)  # (every split writes a partial)
     kernels = [kern]
     if not fused:

@@ -124,7 +124,7 @@ def _mma(problem, mma, wide=None):
     return check_bool("parameter mma of phase 'paged_split_k'", mma)
 
 
-def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, ahead=False, **params):
+def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, ahead=False, step_heads=1, **params):
     reason = check_paged_problem(problem)
     if reason:
         return reason
@@ -136,11 +136,22 @@ def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, ahead=Fal
         return "balance: not on the mma path (8-bit caches: use mma=False)"
     if ahead and _mma(problem, mma, wide):
         return "ahead: not on the mma path (8-bit caches: use mma=False)"
+    if step_heads != 1:
+        if step_heads not in (2, 4, 8):
+            return f"step_heads={step_heads} not 1, 2, 4 or 8"
+        if not _mma(problem, mma, wide):
+            return "step_heads: the mma path only (8-bit caches)"
+        if problem.group * problem.q_len != 1:
+            return "step_heads: one query row per KV head only (the mma's columns hold the heads)"
+        if problem.kv_heads % step_heads:
+            return f"step_heads={step_heads} does not divide kv_heads ({problem.kv_heads})"
+        if prefetch:
+            return "step_heads: not with prefetch"
     if _mma(problem, mma, wide):
         reason = _mma_reason(problem)
         if reason or not 1 <= params["warps"] <= 32:
             return reason or f"warps={params['warps']} out of range 1..32"
-        smem = params["warps"] * params["rows"] * (problem.head_dim + 2) * 4
+        smem = params["warps"] * params["rows"] * step_heads * (problem.head_dim + 2) * 4
         return f"block merge needs {smem} B of shared memory (> 48 KiB); lower warps" if smem > 48 * 1024 else None
     if wide is not None and _wide(problem, wide) and not problem.kv_dtype:
         return "wide: 8-bit caches only (a 16-bit cache already reads 16 bytes per load)"
@@ -149,11 +160,13 @@ def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, ahead=Fal
 
 def _resolve(problem, wide=None, mma=None, **params):
     if _mma(problem, mma, wide) and not _mma_reason(problem):
-        # mma: one row block per KV head, 16 keys per warp step (reported as 2 lanes per key, 1 key per group)
+        # mma: one row block per KV head, 16 keys per warp step (reported as 2 lanes per key, 1 key per group);
+        # step_heads HW: 16 / HW tokens of HW KV heads per warp step (reported as 2·HW lanes per key)
         rows = problem.group * problem.q_len
-        S = resolve_splits(problem, params["warps"] * 16, rows, params["blocks_per_sm"], params["min_keys"],
-                           params["splits"])
-        return {**params, "rows": rows, "lanes": 2, "keys": 1, "splits": S, "wide": False, "mma": True}
+        hw = params["step_heads"]
+        S = resolve_splits(problem, params["warps"] * 16 // hw, rows, params["blocks_per_sm"], params["min_keys"],
+                           params["splits"], heads=hw)
+        return {**params, "rows": rows, "lanes": 2 * hw, "keys": 1, "splits": S, "wide": False, "mma": True}
     # mma=True where it cannot run stays True, so that supports() says why
     return {**resolve_split(problem, **params, VW=_vw(problem, wide)), "wide": _wide(problem, wide), "mma": mma is True}
 
@@ -185,16 +198,17 @@ def _resolve(problem, wide=None, mma=None, **params):
     layout="paged",
 )
 def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=2, min_keys=256, fuse_max=64,
-                  wide=None, mma=None, prefetch=0, balance=False, ahead=False):
-    fused = splits * rows <= fuse_max
+                  wide=None, mma=None, prefetch=0, balance=False, ahead=False, step_heads=1):
+    fused = splits * rows * step_heads <= fuse_max
     if mma:
         kern = make_frag8_kernel(problem.head_dim, warps, problem.q_len, problem.group, problem.causal, fused,
                                  blocks_per_sm, problem.page_size, PAGED_KV8[problem.kv_dtype],
-                                 bool(PAGED_TOKEN_SCALE[problem.kv_scale]), PF=prefetch)
+                                 bool(PAGED_TOKEN_SCALE[problem.kv_scale]), PF=prefetch, HW=step_heads)
         pf_note = f", L2 prefetch {prefetch} step{'s' if prefetch > 1 else ''} ahead" if prefetch else ""
+        pf_note += f", {step_heads} KV heads per warp step" if step_heads > 1 else ""
         return paged_launch(problem, kern, float32(problem.sm_scale * float(LOG2E)), warps, lanes, rows, keys, splits,
                             fused, notes=f", combine {'fused' if fused else 'kernel'}, 8-bit codes into mma fragments"
-                                         + pf_note)
+                                         + pf_note, heads=step_heads)
     kern = make_lean_kernel(problem.head_dim, _vw(problem, wide), lanes, keys, warps, rows, problem.q_len,
                             problem.group, problem.causal, False, fused, blocks_per_sm, P=problem.page_size,
                             KV8=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
