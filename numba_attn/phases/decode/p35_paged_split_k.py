@@ -64,6 +64,15 @@ a step is one dependent round trip to memory instead of two. Prediction (before 
 fp16): at uniform lengths of 2024 keys, where the block table costs 3.5 % (0.0649 against the twin's 0.0626 ms),
 half of it or more back: 0.975-0.99x the twin; at ragged B8 KV <= 4k ``paged_worklist`` 1-3 % faster (0.91-0.92x
 the twin: the target stays missed); at KV <= 32k within +-1 %.
+``step_heads`` (the mma path, one query row per KV head; S = 2 by default where kv_heads is even, since it was
+measured): a warp step's 16 rows are 16 / S tokens × S adjacent KV heads instead of 16 tokens of one head, the S
+heads' queries in the mma's N columns and a score counting only in its own head's column (``make_frag8_kernel``,
+``HW``), so a step reads S heads' rows of a token as S·128 contiguous bytes, where one head's rows lie Hkv·128 bytes
+apart. Why (experiments/2026-11-26-decode-profile): the same int8/head bytes as 256 sequences of one head (a page
+one head's contiguous rows) ran 5.3 % faster than B8 H32; a block reading several heads with separate warps
+(``head_group``, 75e82a4) was 1-3 % slower, so the locality that counts is within a warp's step. Prediction (before
+any GPU run): S = 8 gains 3-5 % on the three 8-bit caches at B8 H32 KV 16k and 32k, S = 2 and 4 in between;
+int8/token then >= 1.7x SDPA on the fp16 twin.
 Verdict: 0.950 ms at B8 H32 KV 32k P64 (equal lengths), 0.99x decode_split_k_lean; ragged B8 KV <= 32k 0.504 ms with the ragged plan (0.592 ms before), 0.95x; 8-bit caches at B8 KV 16k: 0.483 ms fp8/head, 0.389 ms int8/token, 0.98x and 1.22x SDPA on the fp16 cache (the 1.7x target missed) (H200, CUPTI) [results/paged-nvidia-h200.jsonl]
 Verdict (mma, the default for fp8 caches from this run on): as predicted for fp8/head, B8 KV 16k 0.2766 ms and KV 32k 0.5476 ms, 3.9 TB/s of cache bytes, 1.72x and 1.73x SDPA on the fp16 cache in the same process (wide 1.29x and 1.31x in that run); GQA (group 4) fp8 KV 32k 0.1493 ms, 1.63x SDPA and 3.4x the previous default there; refuted for int8/token before the int8 loop's rework (next line), mma 2-5% slower than wide, then its default: 0.3219 ms and 0.6384 ms, 1.47x and 1.49x SDPA (the 1.7x target missed for int8) (H200, CUPTI) [results/paged-8bit-mma-nvidia-h200.jsonl]
 Verdict (mma on int8, after the int8 loop's rework; now the default for 8-bit caches): int8/token B8 KV 16k 0.2933 ms and KV 32k 0.5851 ms, 1.62x SDPA on the fp16 cache in the same process, 1.10x and 1.09x wide (0.3221 ms and 0.6387 ms in that run); 3.8 TB/s of cache and scale bytes, against fp8/head's 3.9; 8 bytes of local memory (a spill outside the key loop); the 1.7x target still missed for int8/token (H200, CUPTI) [results/paged-8bit-mma-nvidia-h200.jsonl]
@@ -71,6 +80,7 @@ Verdict (prefetch): refuted, slower on every target and left out of the tuning s
 Verdict (int8 with a per-head scale, first timed): B8 KV 16k 0.2745 ms, 1.69x SDPA on the fp16 cache (fp8/head 0.2719 ms, 1.71x, in the run before it), KV 32k 0.5419 ms, 1.71x: within 1% of fp8/head as predicted (H200, CUPTI) [results/paged-8bit-mma-nvidia-h200.jsonl]
 Verdict (balance): at ragged B8 KV <= 4k 3 balanced splits are the fastest setting, 71.4 us (predicted 65-70), 0.86x the contiguous twin (default 73.5 us, 0.84x); balance at the plan's split count is 3% slower; at B8 KV <= 32k and B32 KV <= 4k within 2% of the default (H200, CUPTI) [results/paged-nvidia-h200.jsonl; experiments/2026-11-23-paged-ragged-balance]
 Verdict (wide, the int8 default before mma): B8 KV 16k 0.369 ms fp8/head, 0.327 ms int8/token, 1.29x and 1.46x SDPA on the fp16 cache in the same process; KV 32k 0.725 ms and 0.654 ms, 1.31x and 1.45x; GQA (group 4) fp8 at 32k slower with it, 0.635 ms against 0.513 ms (spills); the 1.7x target still missed (H200, CUPTI) [results/paged-8bit-wide-nvidia-h200.jsonl]
+Verdict (step_heads): faster for every S on all six problems, by less than predicted: KV 16k int8/head 0.2755 ms at S = 1 against 0.2722, 0.2706, 0.2714 ms at S = 2, 4, 8; int8/token 0.2816 against 0.2775, 0.2790, 0.2804; fp8/head 0.2740 against 0.2671, 0.2707, 0.2722; KV 32k int8/head 0.5419 against 0.5299, 0.5268, 0.5242; int8/token 0.5557 against 0.5466, 0.5456, 0.5431; fp8/head 0.5327 against 0.5244, 0.5275, 0.5271 (1.2-3.3 %; S = 2 the steadiest, 1.2-2.5 %, now the default). SDPA on the fp16 twin 0.4625 and 0.9221 ms: S = 2 reaches 1.70x and 1.74x for int8/head, 1.73x and 1.76x for fp8/head, 1.67x and 1.69x for int8/token (the 1.7x target still missed, by 1-2 %). int8/head spills 8 bytes at S > 1. Memcheck of the mma tests with it on the GPU: 16 passed, 0 errors (H200, CUPTI, one process per length, 9586a99) [results/paged-8bit-mma-nvidia-h200.jsonl, rows of psk_sh2, psk_sh4, psk_sh8, torch_sdpa, torch_sdpa_cudnn]
 Verdict (ahead): refuted, no faster on the H200 of the prediction nor on an H100, two runs in one process each beside the defaults and the twin. H200: at uniform lengths (B8 KV 2024 P64) 0.0653 and 0.0655 ms against 0.0650 and 0.0649 ms without it (the twin 0.0626 and 0.0627 ms: the block table's 3.5-4 % stays), paged_worklist 0.0660 and 0.0659 against 0.0658; ragged B8 KV <= 4k 0.0757 and 0.0755 ms against 0.0744 and 0.0741 (1.8 % slower; paged_worklist 0.0701 and 0.0703 against 0.0699 and 0.0695), KV <= 32k and B32 1.0-1.2 % slower. H100: within 0.8 % everywhere (uniform 0.0909 and 0.0910 against 0.0908 and 0.0909 ms). So the block table's cost is not the index load's latency. Off by default and out of the tuning space; memcheck of its tests on both GPUs: 4 passed, 0 errors (CUPTI, 3eec6a2) [results/paged-nvidia-h200.jsonl, rows of psk_ahead, pwl_ahead, paged_worklist, decode_split_k_lean] [results/paged-nvidia-h100.jsonl, rows of psk_ahead]
 """
 from __future__ import annotations
@@ -124,7 +134,17 @@ def _mma(problem, mma, wide=None):
     return check_bool("parameter mma of phase 'paged_split_k'", mma)
 
 
-def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, ahead=False, step_heads=1, **params):
+def _step_heads(problem, step_heads, mma=None, wide=None, prefetch=0):
+    """``step_heads`` resolved: None (the default) is 2 on the mma path for one query row per KV head, an even
+    number of KV heads and no prefetch (measured 1.2-2.5 % faster than 1 on every 8-bit cache at B8 H32 KV 16k
+    and 32k, H200), else 1."""
+    if step_heads is None:
+        return 2 if (_mma(problem, mma, wide) and _mma_reason(problem) is None and problem.group * problem.q_len == 1
+                     and problem.kv_heads % 2 == 0 and not prefetch) else 1
+    return step_heads
+
+
+def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, ahead=False, step_heads=None, **params):
     reason = check_paged_problem(problem)
     if reason:
         return reason
@@ -136,6 +156,7 @@ def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, ahead=Fal
         return "balance: not on the mma path (8-bit caches: use mma=False)"
     if ahead and _mma(problem, mma, wide):
         return "ahead: not on the mma path (8-bit caches: use mma=False)"
+    step_heads = _step_heads(problem, step_heads, mma, wide, prefetch)
     if step_heads != 1:
         if step_heads not in (2, 4, 8):
             return f"step_heads={step_heads} not 1, 2, 4 or 8"
@@ -158,17 +179,19 @@ def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, ahead=Fal
     return check_split(problem, **params, VW=_vw(problem, wide))
 
 
-def _resolve(problem, wide=None, mma=None, **params):
+def _resolve(problem, wide=None, mma=None, step_heads=None, **params):
     if _mma(problem, mma, wide) and not _mma_reason(problem):
         # mma: one row block per KV head, 16 keys per warp step (reported as 2 lanes per key, 1 key per group);
         # step_heads HW: 16 / HW tokens of HW KV heads per warp step (reported as 2·HW lanes per key)
         rows = problem.group * problem.q_len
-        hw = params["step_heads"]
+        hw = _step_heads(problem, step_heads, mma, wide, params["prefetch"])
         S = resolve_splits(problem, params["warps"] * 16 // hw, rows, params["blocks_per_sm"], params["min_keys"],
                            params["splits"], heads=hw)
-        return {**params, "rows": rows, "lanes": 2 * hw, "keys": 1, "splits": S, "wide": False, "mma": True}
+        return {**params, "rows": rows, "lanes": 2 * hw, "keys": 1, "splits": S, "wide": False, "mma": True,
+                "step_heads": hw}
     # mma=True where it cannot run stays True, so that supports() says why
-    return {**resolve_split(problem, **params, VW=_vw(problem, wide)), "wide": _wide(problem, wide), "mma": mma is True}
+    return {**resolve_split(problem, **params, VW=_vw(problem, wide)), "wide": _wide(problem, wide), "mma": mma is True,
+            "step_heads": 1 if step_heads is None else step_heads}
 
 
 @register_phase(
@@ -189,7 +212,7 @@ def _resolve(problem, wide=None, mma=None, **params):
     planned_speedup=45.0,
     dtypes=("float16", "bfloat16"),
     space={"warps": [4, 8], "keys": [0, 1, 2, 4], "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4],
-           "wide": [False, True], "mma": [False, True], "balance": [False, True]},
+           "wide": [False, True], "mma": [False, True], "balance": [False, True], "step_heads": [1, 2, 4, 8]},
     # prefetch (1, 2) was measured slower on every 8-bit target, ahead no faster (H200, H100): not candidates
     launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     sim_params={"warps": 2, "splits": 3},
@@ -198,7 +221,7 @@ def _resolve(problem, wide=None, mma=None, **params):
     layout="paged",
 )
 def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=2, min_keys=256, fuse_max=64,
-                  wide=None, mma=None, prefetch=0, balance=False, ahead=False, step_heads=1):
+                  wide=None, mma=None, prefetch=0, balance=False, ahead=False, step_heads=None):
     fused = splits * rows * step_heads <= fuse_max
     if mma:
         kern = make_frag8_kernel(problem.head_dim, warps, problem.q_len, problem.group, problem.causal, fused,
