@@ -19,9 +19,11 @@
 # h (about 6 minutes): memcheck of the step_heads tests, then CUPTI kernel times of paged_split_k with step_heads 1
 #   (the default), 2, 4 and 8 (step_heads.py) on the 8-bit caches at B8 H32 KV 16k beside the twin and SDPA.
 # i (about 6 minutes): the same at KV 32k, without the memcheck.
+# j (about 8 minutes): the new default (step_heads 2) beside step_heads 1 (psk_sh1) and the twin at KV 16k and 32k,
+#   one process: a second sample of the gain.
 # Any other GPU than an H200 stops the script at once (exit 3) unless ANY_GPU=1.
 set -u
-out=${1:?usage: run.sh OUT a|b|c|d|e|f|g|h|i}; part=${2:?usage: run.sh OUT a|b|c|d|e|f|g|h|i}; mkdir -p "$out"
+out=${1:?usage: run.sh OUT a|b|c|d|e|f|g|h|i|j}; part=${2:?usage: run.sh OUT a|b|c|d|e|f|g|h|i|j}; mkdir -p "$out"
 here=experiments/2026-11-26-decode-profile
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "GPU: $name"
@@ -77,6 +79,12 @@ elif [ "$part" = h ] || [ "$part" = i ]; then
     python3 -m numba_attn.cli bench paged --preset paged-8bit-$n --setup step_heads \
     --timing cupti --phases paged_split_k,psk_sh2,psk_sh4,psk_sh8,decode_split_k_lean \
     --results "$out/paged-step-heads.jsonl" --plots "" 2>&1 | tee "$out/bench-$part.txt" \
+    | grep -E "^(paged|psk|decode|torch_sdpa )" | grep -E "µs|ms" | tail -24
+elif [ "$part" = j ]; then
+  PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" NUMBA_ATTN_BACKEND=cuda timeout 540 \
+    python3 -m numba_attn.cli bench paged --preset paged-8bit-16k --preset paged-8bit-32k --setup step_heads \
+    --timing cupti --phases paged_split_k,psk_sh1,decode_split_k_lean \
+    --results "$out/paged-default.jsonl" --plots "" 2>&1 | tee "$out/bench-j.txt" \
     | grep -E "^(paged|psk|decode|torch_sdpa )" | grep -E "µs|ms" | tail -24
 elif [ "$part" = f ] || [ "$part" = g ]; then
   if [ "$part" = f ]; then
