@@ -590,9 +590,9 @@ def test_uniform_lengths_keep_the_one_wave_plan():
                 want = split_plan(p.batch * p.kv_heads, p.kv_len, prm["warps"] * prm["Bc"], sm_count(),
                                   prm["blocks_per_sm"], prm["min_keys"])[0]
             else:
-                r = ph.resolve(p, prm)
-                want = split_plan(p.batch * p.kv_heads * -(-p.group * p.q_len // r["rows"]), p.kv_len, 1, sm_count(),
-                                  prm["blocks_per_sm"], prm["min_keys"])[0]
+                r = ph.resolve(p, prm)  # (a block reads step_heads KV heads on the mma path)
+                want = split_plan(p.batch * p.kv_heads * -(-p.group * p.q_len // r["rows"]) // r["step_heads"],
+                                  p.kv_len, 1, sm_count(), prm["blocks_per_sm"], prm["min_keys"])[0]
             assert _resolved_splits(phase, p) == want, (phase, p.label)
             seen += 1
     assert seen > 20
