@@ -67,36 +67,24 @@ elif [ "$part" = e ]; then
     --timing cupti --phases paged_split_k,decode_split_k_lean \
     --results "$out/paged-one-head-16k.jsonl" --plots "" 2>&1 | tee "$out/bench-e.txt" \
     | grep -E "^(paged|decode|torch_sdpa )" | grep -E "µs|ms" | tail -16
-elif [ "$part" = h ] || [ "$part" = i ]; then
-  if [ "$part" = h ]; then
+elif [ "$part" = f ] || [ "$part" = g ] || [ "$part" = h ] || [ "$part" = i ] || [ "$part" = j ]; then
+  # f, g: head_group (head_group.py, needs 75e82a4); h, i: step_heads (step_heads.py); j: the default beside S = 1
+  case $part in
+    f|g) setup=head_group; name=paged-head-group; phases=paged_split_k,psk_hg2,psk_hg4,psk_hg8 ;;
+    h|i) setup=step_heads; name=paged-step-heads; phases=paged_split_k,psk_sh2,psk_sh4,psk_sh8 ;;
+    j) setup=step_heads; name=paged-default; phases=paged_split_k,psk_sh1 ;;
+  esac
+  if [ "$part" = f ] || [ "$part" = h ]; then
     NUMBA_ATTN_BACKEND=cuda timeout 200 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
-      python3 -m pytest -q -p no:cacheprovider tests/test_paged.py -k "step_heads or mma_8bit_paged_split_k" \
-      > "$out/memcheck-h.txt" 2>&1
-    echo "memcheck rc=$?" | tee -a "$out/memcheck-h.txt"; tail -3 "$out/memcheck-h.txt"
+      python3 -m pytest -q -p no:cacheprovider tests/test_paged.py -k "$setup or mma_8bit_paged_split_k" \
+      > "$out/memcheck-$part.txt" 2>&1
+    echo "memcheck rc=$?" | tee -a "$out/memcheck-$part.txt"; tail -3 "$out/memcheck-$part.txt"
   fi
-  n=$([ "$part" = h ] && echo 16k || echo 32k)
-  PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" NUMBA_ATTN_BACKEND=cuda timeout 380 \
-    python3 -m numba_attn.cli bench paged --preset paged-8bit-$n --setup step_heads \
-    --timing cupti --phases paged_split_k,psk_sh2,psk_sh4,psk_sh8,decode_split_k_lean \
-    --results "$out/paged-step-heads.jsonl" --plots "" 2>&1 | tee "$out/bench-$part.txt" \
-    | grep -E "^(paged|psk|decode|torch_sdpa )" | grep -E "µs|ms" | tail -24
-elif [ "$part" = j ]; then
+  case $part in f|h) presets="--preset paged-8bit-16k" ;; g|i) presets="--preset paged-8bit-32k" ;;
+    j) presets="--preset paged-8bit-16k --preset paged-8bit-32k" ;; esac
   PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" NUMBA_ATTN_BACKEND=cuda timeout 540 \
-    python3 -m numba_attn.cli bench paged --preset paged-8bit-16k --preset paged-8bit-32k --setup step_heads \
-    --timing cupti --phases paged_split_k,psk_sh1,decode_split_k_lean \
-    --results "$out/paged-default.jsonl" --plots "" 2>&1 | tee "$out/bench-j.txt" \
-    | grep -E "^(paged|psk|decode|torch_sdpa )" | grep -E "µs|ms" | tail -24
-elif [ "$part" = f ] || [ "$part" = g ]; then
-  if [ "$part" = f ]; then
-    NUMBA_ATTN_BACKEND=cuda timeout 200 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
-      python3 -m pytest -q -p no:cacheprovider tests/test_paged.py -k "head_group or mma_8bit_paged_split_k" \
-      > "$out/memcheck-f.txt" 2>&1
-    echo "memcheck rc=$?" | tee -a "$out/memcheck-f.txt"; tail -3 "$out/memcheck-f.txt"
-  fi
-  n=$([ "$part" = f ] && echo 16k || echo 32k)
-  PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" NUMBA_ATTN_BACKEND=cuda timeout 380 \
-    python3 -m numba_attn.cli bench paged --preset paged-8bit-$n --setup head_group \
-    --timing cupti --phases paged_split_k,psk_hg2,psk_hg4,psk_hg8,decode_split_k_lean \
-    --results "$out/paged-head-group.jsonl" --plots "" 2>&1 | tee "$out/bench-$part.txt" \
+    python3 -m numba_attn.cli bench paged $presets --setup $setup \
+    --timing cupti --phases $phases,decode_split_k_lean \
+    --results "$out/$name.jsonl" --plots "" 2>&1 | tee "$out/bench-$part.txt" \
     | grep -E "^(paged|psk|decode|torch_sdpa )" | grep -E "µs|ms" | tail -24
 fi
