@@ -1114,8 +1114,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
     D8 = D // 8
     NMT = D // 16  # m-tiles of Oᵀ (dims)
     NQB, NACC, NVW = 2 * NKS, 4 * NMT, 4 * VWL  # (local array sizes: compile-time constants)
-    LOGP = P.bit_length() - 1
-    STEP = P % KS == 0  # a step's KS tokens never cross a page
+    LOGP, STEP = page_steps(P, KS)  # (STEP: a step's KS tokens never cross a page)
     NT = NW * WARP_SIZE
     FP8 = KV8 == 1
     D4 = D // 4  # 32-bit words of a cache row of one head
@@ -1343,7 +1342,8 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                 s1 *= sk1
                 s2 *= sk0
                 s3 *= sk1
-            # online softmax (base 2) of rows 2t, 2t+1 over the step's 16 keys (the 8 lanes of a t)
+            # online softmax (base 2) of rows 2t, 2t+1 over the step's 16 keys (HW > 1: its (token, head) rows;
+            # the 8 lanes of a t)
             ja = j0 + (g >> LHW)  # the tokens of rows g, g+8
             jb = j0 + ((g + 8) >> LHW)
             ok0 = ja < lim0
