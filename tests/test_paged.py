@@ -304,6 +304,8 @@ def test_wide_8bit_paged_split_k(kv_dtype, scale, qdt, Nq, params):
     ("int8", "token", 4, 2, 2, {}),  # int8's biased scores and V scales on P before the shuffles, 4 rows
     ("int8", "token", 4, 4, 1, {"step_heads": 4}),  # a step: 4 tokens × 4 KV heads, per-token scales
     ("float8_e4m3", "head", 2, 2, 1, {"step_heads": 1}),  # 16 tokens of one KV head (the default is 2 here)
+    ("int8", "token", 2, 2, 1, {"stages": 2}),  # the cp.async ring, one step in flight; the scales through it
+    ("float8_e4m3", "head", 2, 2, 1, {"stages": 3}),  # two steps in flight
 ])
 def test_mma_8bit_paged_split_k(kv_dtype, scale, H, Hkv, Nq, params):
     """paged_split_k's ``mma`` path (8-bit codes straight into mma fragments): pages out of order and
@@ -312,13 +314,15 @@ def test_mma_8bit_paged_split_k(kv_dtype, scale, H, Hkv, Nq, params):
     it replaces (the causal, ``step_heads`` and one-split cases run only the reference: twice the simulator's
     time).
     ``step_heads``: a warp step's 16 rows are tokens × adjacent KV heads, each head's query in its own column (2,
-    the default, where a KV head has one query row and kv_heads is even: the first two cases)."""
+    the default, where a KV head has one query row and kv_heads is even: the first two cases). ``stages``: the
+    bytes through a per-warp ring of warp steps in shared memory (``cp.async``; a wait one group short, or the
+    fragments read without the ring's swizzle, fail these cases)."""
     q, kc, vc, ks, vs, table, lens = _ragged_8bit(np.random.default_rng(11), H, Hkv, 64, Nq, kv_dtype, scale)
     causal = Nq > 1
     out, _ = _run("paged_split_k", q, kc, vc, table, lens, causal=causal, kv_dtype=kv_dtype, ks=ks, vs=vs,
                   mma=True, **params)
     assert not out[2].astype(np.float32).any()
-    if causal or "step_heads" in params or "splits" in params:
+    if causal or "step_heads" in params or "splits" in params or "stages" in params:
         return
     # the kernel mma replaces (mma is now the default for these caches: asked off explicitly)
     default = na.decode_paged(q, kc, vc, table, lens, causal=causal, k_scale=ks, v_scale=vs, phase="paged_split_k",
@@ -390,6 +394,27 @@ def test_mma_step_heads_on_the_gpu(kv_dtype, scale, step_heads):
     assert c.ok, c.reason
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_dtype,scale", [("float8_e4m3", "head"), ("int8", "token"), ("int8", "head")])
+@pytest.mark.parametrize("D,stages,step_heads", [(128, 2, 2), (128, 3, 2), (128, 4, 1), (64, 3, 8), (256, 2, 4)])
+def test_mma_stages_on_the_gpu(kv_dtype, scale, D, stages, step_heads):
+    """``stages`` on the device: the cache rows (and per-token scales) through a per-warp ``cp.async`` ring of
+    ``stages`` warp steps in dynamic shared memory (over 48 KiB from 3 stages at D 128); ragged lengths, out-of-order
+    pages, a partly filled last page, at the head dims the ring's swizzle covers differently (64, 128, 256)."""
+    rng = np.random.default_rng(17)
+    B, H, P, NB = 2, 8, 64, 48
+    kc, vc = _caches(rng, NB, P, H, D, kv_dtype)
+    ks, vs = _scales(rng, scale, NB, P, H)
+    table = rng.permutation(NB).reshape(2, 24).astype(np.int32)
+    lens = np.array([1250, 777], np.int32)
+    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
+    out = na.decode_paged(q, kc, vc, table, lens, k_scale=ks, v_scale=vs, phase="paged_split_k", mma=True,
+                          stages=stages, step_heads=step_heads)
+    ref = paged_reference(q, kc, vc, table, lens, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs)
+    c = na.check(out, ref, dtype="float16")
+    assert c.ok, c.reason
+
+
 def test_mma_supports():
     ph = get_phase("paged_split_k")
 
@@ -410,6 +435,11 @@ def test_mma_supports():
     six = PagedProblem(batch=2, heads=6, q_len=1, kv_len=64, head_dim=128, dtype="float16", page_size=64,
                        kv_dtype="int8")
     assert "does not divide" in ph.supports(six, mma=True, step_heads=4)
+    assert ph.supports(prob(), mma=True, stages=3) is None
+    assert "not 0 (off), 2, 3 or 4" in ph.supports(prob(), mma=True, stages=1)
+    assert "mma path only" in ph.supports(prob(), mma=False, stages=2)
+    assert "not with prefetch" in ph.supports(prob(), mma=True, stages=2, prefetch=1, step_heads=1)
+    assert "shared memory" in ph.supports(prob(D=256, kv_dtype="int8"), mma=True, stages=4, warps=16)
     r = ph.resolve(prob(), {"mma": True})
     assert r["mma"] is True and r["wide"] is False and r["rows"] == 1
     # the default: mma for an 8-bit cache it can run (measured faster on fp8 and int8), the other paths where

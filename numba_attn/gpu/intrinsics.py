@@ -51,6 +51,7 @@ The functions
 ``cp_async16``             ``cp.async.cg.shared.global`` 16 B, zero-fill when not valid
 ``cp_async16_flat``        the same, addresses as flat element offsets into C-contiguous arrays
 ``cp_async16_flat_l2_256`` the same with ``.L2::256B`` (the L2 fetches the whole 256-byte block)
+``cp_async4_flat``         ``cp.async.ca.shared.global`` 4 B at flat element offsets (one 32-bit element)
 ``cp_async_commit``        ``cp.async.commit_group``
 ``cp_async_wait(n)``       ``cp.async.wait_group n`` (n a compile-time constant)
 ``ld_global_v4``           ``ld.global.nc.v4.u32`` (128-bit read-only load)
@@ -118,7 +119,7 @@ SMEM_ALIGN = None if IS_SIMULATOR else 16
 
 __all__ = [
     "SMEM_ALIGN", "mma_f16", "mma_bf16", "mma_tf32", "ldmatrix_x4", "ldmatrix_x4_trans",
-    "cp_async16", "cp_async16_flat", "cp_async16_flat_l2_256", "cp_async_commit", "cp_async_wait", "ld_global_v4",
+    "cp_async16", "cp_async16_flat", "cp_async16_flat_l2_256", "cp_async4_flat", "cp_async_commit", "cp_async_wait", "ld_global_v4",
     "st_shared_v4", "ld_shared_v4", "unpack_bf16x2", "ld_global_v2", "byte_perm", "unpack_f16x2", "u32_as_f32",
     "pack_f16x2", "pack_bf16x2", "pack_b16x2", "to_tf32", "lds", "rows_head_major", "cvt_e4m3x4_f16x2",
     "pack_e4m3x4", "e4m3_bits_reference",
@@ -438,6 +439,27 @@ if IS_SIMULATOR:
 
     cp_async16_flat_l2_256 = cp_async16_flat  # the L2 prefetch hint changes no result
 
+    def cp_async4_flat(dst, doff, src, soff, valid):
+        """As :func:`cp_async16_flat` for 4 bytes: one element of 32-bit arrays (zero when not ``valid``)."""
+        d = np.asarray(_np(dst)).reshape(-1)
+        sflat = np.asarray(_np(src)).reshape(-1)
+        doff, soff = int(doff), int(soff)
+        if d.itemsize != 4 or sflat.itemsize != 4:
+            raise TypeError("cp_async4_flat copies one element of 32-bit arrays")
+        if not 0 <= doff < d.size:
+            raise IndexError(f"flat offset {doff} is outside the shared array ({d.size} elements)")
+        if valid:
+            if not 0 <= soff < sflat.size:
+                raise IndexError(f"flat offset {soff} is outside the source ({sflat.size} elements)")
+            data = sflat[soff:soff + 1].view(np.uint32).copy()
+        else:
+            data = np.zeros(1, np.uint32)
+
+        def do(d=d, doff=doff, data=data):
+            d[doff:doff + 1] = data.view(d.dtype)
+
+        _cp_state().pending.append(do)
+
     def cp_async_commit():
         st = _cp_state()
         st.groups.append(st.pending)
@@ -721,6 +743,26 @@ else:  # -------------------------------------------------------------- GPU
 
     cp_async16_flat = _make_cp_async16_flat("")
     cp_async16_flat_l2_256 = _make_cp_async16_flat(".L2::256B")
+
+    @intrinsic
+    def cp_async4_flat(typingctx, dst, doff, src, soff, valid):
+        if not (isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.dtype.bitwidth == 32
+                and src.dtype.bitwidth == 32 and isinstance(doff, types.Integer) and isinstance(soff, types.Integer)):
+            return None
+        sig = types.void(dst, types.intp, src, types.intp, types.boolean)
+
+        def codegen(context, builder, sig, args):
+            d = context.make_array(sig.args[0])(context, builder, value=args[0])
+            s_ = context.make_array(sig.args[2])(context, builder, value=args[2])
+            dptr = builder.gep(d.data, [args[1]])
+            sptr = builder.gep(s_.data, [args[3]])
+            nbytes = builder.select(args[4], ir.Constant(_i32, 4), ir.Constant(_i32, 0))
+            _asm(builder, ir.VoidType(), [_i32, ir.IntType(64), _i32],
+                 "cp.async.ca.shared.global [$0], [$1], 4, $2;", "r,l,r,~{memory}",
+                 [_shared_addr(builder, dptr), _global_ptr(builder, sptr), nbytes], side_effect=True)
+            return context.get_dummy_value()
+
+        return sig, codegen
 
     @intrinsic
     def cp_async_commit(typingctx):

@@ -1055,7 +1055,7 @@ def paged_words(D: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN: bool):
 
 @functools.cache
 def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: bool, MINB: int, P: int, KV8: int,
-                      TOKEN: bool, SPLITP: bool = True, PF: int = 0, HW: int = 1):
+                      TOKEN: bool, SPLITP: bool = True, PF: int = 0, HW: int = 1, NST: int = 0):
     """``paged_split_k``'s kernel with ``mma`` (an 8-bit paged cache, float16 query, D a multiple of 64,
     at most 8 query rows per KV head): the codes go from the 16-byte loads straight into tensor-core
     fragments, with no float32 per element and no shared memory. A warp step is 16 keys, two
@@ -1099,9 +1099,18 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
     columns are the HW heads' query rows (the block reads HW KV heads, its rows are theirs). A page row holds the
     Hkv heads' rows of a token side by side, so a step reads HW heads' rows of a token as HW·D contiguous bytes.
     Sᵀ then holds every (row, head) product; a score counts only in its own head's column (the others are masked
-    out of the maxima and get probability 0, so Pᵀ's zeros keep each head's Oᵀ column its own)."""
-    from numba_attn.gpu.intrinsics import (add_u32, cvt_e4m3x4_f16x2, ld_at, ld_global_v2_at, ld_global_v4_at,
-                                           mad_u32, sub_f16x2)
+    out of the maxima and get probability 0, so Pᵀ's zeros keep each head's Oᵀ column its own).
+
+    ``NST`` > 1 (``paged_split_k``'s ``stages``): the cache bytes reach the fragments through a ring of ``NST`` warp
+    steps per warp in dynamic shared memory, filled by ``cp.async`` (``issue_step``): a step's 16 K rows and 16 V
+    rows are copied as whole rows (lane L the 16-byte chunk L % (D/16) of row L / (D/16) of each 32 chunks, so one
+    instruction moves 512 contiguous bytes of a token's S = ``HW`` heads where the direct loads move 8 half rows),
+    with the per-token scales (one 4-byte copy per lane: K's of row L, V's of row L − 16); a warp keeps ``NST`` − 1
+    steps in flight while it computes one, where the direct loads wait for each step's bytes before its arithmetic.
+    The fragments are then read from shared memory as they were from global (``ld.shared.v4``), a row's chunks
+    stored XOR-swizzled (``ring_chunk``) so that neither the K nor the V reads conflict on banks (D = 128)."""
+    from numba_attn.gpu.intrinsics import (add_u32, cp_async4_flat, cvt_e4m3x4_f16x2, ld_at, ld_global_v2_at,
+                                           ld_global_v4_at, mad_u32, sub_f16x2)
 
     NR = G * Nq  # query rows of a KV head (≤ 8: the N of the mma)
     RB = NR * HW  # query rows of the block (HW > 1: one per KV head, HW heads)
@@ -1121,6 +1130,20 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
     I8_SIGN = uint32(0x80808080)  # every byte's sign bit: int8 c → the unsigned byte c + 128
     I8_HI = uint32(0x64646464)  # the high byte of f16 1024 (x in the low byte: 1024 + x)
     I8_BIAS = uint32(0x64806480)  # f16x2 (1152, 1152)
+    CPR = D // 16  # 16-byte chunks of a cache row of one head
+    NCP = 16 * CPR // WARP_SIZE  # ring: 16-byte copies per lane per step, of K and of V each
+    SLOT = 32  # ring rows of a step: K's 16, then V's 16
+    RING_ROWS = max(1, NW * NST * SLOT)
+    WAIT = max(0, NST - 2)  # cp.async groups left in flight when a step's bytes are needed
+    SWZ = min(8, CPR) - 1
+
+    @device
+    def ring_chunk(c, r):
+        """Where 16-byte chunk ``c`` of ring row ``r`` is stored in its row: ``c`` XOR ((r & 1)·4 ^ ((r >> 1) & 3)·2)
+        on its low three bits (two at D 64), a permutation of the row's chunks under which the K fragment reads
+        (rows g, g+8; chunks t + 4c) and the V reads (rows 2t + b; chunk g·D/128 + c) each hit every bank once per
+        8 lanes at D 128."""
+        return c ^ ((((r & 1) << 2) ^ (((r >> 1) & 3) << 1)) & SWZ)
 
     @device
     def k_pairs(x):
@@ -1177,8 +1200,34 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
             prefetch_l2_at(vs, krh, 1, 0, 0)
 
     @device
+    def issue_step(k, v, ks, vs, ring, sring, table, seq, h, Hkv, j0, hi, rrow, srow, lane):
+        """cp.async of the warp step at key ``j0`` (< ``hi``) into the ring slot at row ``rrow`` (K; V 16 rows on)
+        and, with per-token scales, scale row ``srow`` (K's 16, then V's 16): its rows (token j0 + r / HW, head
+        h + r % HW; keys past ``hi`` clamped to the last) found as the direct loads find theirs."""
+        rb = table[seq, j0 >> LOGP] * P + (j0 & (P - 1)) if STEP else 0
+        for j in range(NCP):
+            i = j * WARP_SIZE + lane
+            r = i // CPR
+            c = i - r * CPR
+            jj = min(j0 + (r >> LHW), hi - 1)
+            crow = rb + (jj - j0) if STEP else table[seq, jj >> LOGP] * P + (jj & (P - 1))
+            so = (crow * Hkv + h + (r & (HW - 1))) * D4 + 4 * c
+            do = (rrow + r) * D4 + 4 * ring_chunk(c, r)
+            cp_async16_flat(ring, do, k, so, True)
+            cp_async16_flat(ring, do + 16 * D4, v, so, True)
+        if TOKEN:
+            r = lane & 15
+            jj = min(j0 + (r >> LHW), hi - 1)
+            crow = rb + (jj - j0) if STEP else table[seq, jj >> LOGP] * P + (jj & (P - 1))
+            rh = crow * Hkv + h + (r & (HW - 1))
+            if lane < 16:
+                cp_async4_flat(sring, srow * SLOT + lane, ks, rh, True)
+            else:
+                cp_async4_flat(sring, srow * SLOT + lane, vs, rh, True)
+
+    @device
     def frag_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, chunk, S,
-                   sm_m, sm_l, sm_o, sm_last):
+                   sm_m, sm_l, sm_o, sm_last, ring, sring):
         split = cuda.blockIdx.x
         kvh = cuda.blockIdx.y  # b * Hkv + kv head (one row block: NR ≤ 8); HW > 1: b * Hkv / HW + group of HW heads
         h = (kvh - seq * (Hkv // HW)) * HW  # the (first) KV head
@@ -1242,9 +1291,57 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         l0 = float32(0.0)
         l1 = float32(0.0)
         n_steps = max(0, (hi - lo + KS - 1) // KS)  # 0 for a split past the end
+        if NST:  # the ring: the warp's first NST − 1 steps in flight
+            rbase = w * (NST * SLOT)  # ring row of the warp's slot 0
+            sbase = w * NST
+            for st in range(NST - 1):
+                if w + st * NW < n_steps:
+                    issue_step(k, v, ks, vs, ring, sring, table, seq, h, Hkv, lo + (w + st * NW) * KS, hi,
+                               rbase + st * SLOT, sbase + st, lane)
+                cp_async_commit()
+        it = 0
         for step in range(w, n_steps, NW):  # warp-uniform: the shuffles and mma stay convergent
             j0 = lo + step * KS
-            if FP8:
+            if NST:
+                cp_async_wait(WAIT)  # this lane's copies of step `it` have landed ...
+                syncwarp(FULL_MASK)  # ... and every lane's; every lane is done with the slot of step it − 1
+                nx = step + (NST - 1) * NW
+                if nx < n_steps:
+                    sl = (it + NST - 1) % NST
+                    issue_step(k, v, ks, vs, ring, sring, table, seq, h, Hkv, lo + nx * KS, hi, rbase + sl * SLOT,
+                               sbase + sl, lane)
+                cp_async_commit()
+                rk = rbase + (it % NST) * SLOT  # this step's K rows; V's 16 rows on
+                sr = sbase + it % NST
+                it += 1
+                for kk in range(2):  # K rows g, g+8 (as the direct loads: chunks t, t+4, …)
+                    r = g + 8 * kk
+                    for c in range(NKC):
+                        x0, x1, x2, x3 = ld_shared_v4(ring, rk + r, 4 * ring_chunk(t + 4 * c, r))
+                        kw[kk * NKS + 4 * c] = x0
+                        kw[kk * NKS + 4 * c + 1] = x1
+                        kw[kk * NKS + 4 * c + 2] = x2
+                        kw[kk * NKS + 4 * c + 3] = x3
+                    if TOKEN:
+                        ksc[kk] = scale * sring[sr, r]
+                        if not FP8:  # int8: the V scales of keys g, g+8 (on the score lanes)
+                            vsc[kk] = sring[sr, 16 + r]
+                for kk in range(4):  # V rows 2t, 2t+1, 2t+8, 2t+9: words g·VWL …
+                    vr = 2 * t + (kk & 1) + 8 * (kk >> 1)
+                    if VWL % 4 == 0:
+                        for c in range(VWL // 4):
+                            x0, x1, x2, x3 = ld_shared_v4(ring, rk + 16 + vr, 4 * ring_chunk(g * (VWL // 4) + c, vr))
+                            vw[kk * VWL + 4 * c] = x0
+                            vw[kk * VWL + 4 * c + 1] = x1
+                            vw[kk * VWL + 4 * c + 2] = x2
+                            vw[kk * VWL + 4 * c + 3] = x3
+                    else:  # D 64: words 2g, 2g+1, half of chunk g / 2
+                        x0, x1, x2, x3 = ld_shared_v4(ring, rk + 16 + vr, 4 * ring_chunk(g >> 1, vr))
+                        vw[kk * VWL] = x2 if g & 1 else x0
+                        vw[kk * VWL + 1] = x3 if g & 1 else x1
+                    if TOKEN and FP8:
+                        vsc[kk] = sring[sr, 16 + vr]
+            elif FP8:
                 pg = table[seq, j0 >> LOGP] if STEP else 0
                 for kk in range(2):  # K rows g, g+8
                     jj = min(j0 + ((g + 8 * kk) >> LHW), hi - 1)
@@ -1470,11 +1567,23 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         sm_l = cuda.shared.array((NW, RB), float32)
         sm_o = cuda.shared.array((NW, RB, D), float32)
         sm_last = cuda.shared.array(1, int32)
+        if NST:  # the ring (dynamic shared memory: ring_bytes), then the per-token scales' slots
+            ring = dynamic_tile(0, RING_ROWS, D4)
+            sring = dynamic_tile(RING_ROWS * D4, NW * NST, SLOT) if TOKEN else ring
+        else:
+            ring = sm_m
+            sring = sm_m
         seq = cuda.blockIdx.y // (Hkv // HW)
         frag_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, seqlens[seq], seq, table, ks, vs, chunk,
-                   S, sm_m, sm_l, sm_o, sm_last)  # the sequence's own number of keys
+                   S, sm_m, sm_l, sm_o, sm_last, ring, sring)  # the sequence's own number of keys
 
     return paged_split_k_mma8
+
+
+def ring_bytes(D: int, NW: int, NST: int, TOKEN: bool) -> int:
+    """Dynamic shared memory of ``make_frag8_kernel``'s ring: ``NST`` slots per warp of 16 K and 16 V rows of D
+    bytes, and with per-token scales 32 float32."""
+    return NW * NST * (32 * D + (128 if TOKEN else 0))
 
 
 def paged_scales(problem, ks, vs):
@@ -1523,10 +1632,11 @@ def paged_cache_view(problem, k):
     return k.reshape(nb * P, Hkv, D)
 
 
-def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, notes="", heads=1):
+def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, notes="", heads=1, dyn_bytes=0):
     """The :class:`Launch`: grid (split, row block of a sequence's KV head, or of ``heads`` adjacent KV heads),
     the workspace, the combine kernel unless fused; ``run(q, k_cache, v_cache, o, stream, layout=None)`` with
-    ``layout`` (table, seqlens, k_scale, v_scale) device arrays, else the problem's own (:class:`PagedLayout`)."""
+    ``layout`` (table, seqlens, k_scale, v_scale) device arrays, else the problem's own (:class:`PagedLayout`).
+    ``dyn_bytes``: the kernel's dynamic shared memory (opted in to above 48 KiB)."""
     B, H, Hkv, Nq, D = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.head_dim
     S = splits
     n_rc, chunk = split_layout(problem, warps, rows, lanes, keys, S)
@@ -1543,8 +1653,8 @@ def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, 
         table, seqlens, ks, vs = layout or own.own()
         kc, vc = paged_cache_view(problem, k), paged_cache_view(problem, v)
         check_alignment(kc, vc)
-        kern[grid, warps * WARP_SIZE, stream](q, kc, vc, o, part_o, part_lse, cnt, scale, Hkv, table, seqlens, ks,
-                                              vs, chunk, S)
+        launch_dynamic(kern, grid, warps * WARP_SIZE, stream, dyn_bytes, q, kc, vc, o, part_o, part_lse, cnt, scale,
+                       Hkv, table, seqlens, ks, vs, chunk, S)
         if not fused:
             comb[B * H * Nq, D, stream](part_o, part_lse, o, S)
 

@@ -88,9 +88,10 @@ from __future__ import annotations
 from numba import float32
 
 from numba_attn.gpu.device_functions import LOG2E
+from numba_attn.gpu.ptx_loads import smem_reason
 from numba_attn.phases.decode.common import (PAGED_KV8, PAGED_TOKEN_SCALE, check_paged_problem, check_split,
                                              make_frag8_kernel, make_lean_kernel, paged_launch, resolve_split,
-                                             resolve_splits, vector_width)
+                                             resolve_splits, ring_bytes, vector_width)
 from numba_attn.phases.registry import register_phase
 from numba_attn.spec.errors import check_bool
 
@@ -144,7 +145,8 @@ def _step_heads(problem, step_heads, mma=None, wide=None, prefetch=0):
     return step_heads
 
 
-def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, ahead=False, step_heads=None, **params):
+def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, ahead=False, step_heads=None, stages=0,
+              **params):
     reason = check_paged_problem(problem)
     if reason:
         return reason
@@ -173,7 +175,18 @@ def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, ahead=Fal
         if reason or not 1 <= params["warps"] <= 32:
             return reason or f"warps={params['warps']} out of range 1..32"
         smem = params["warps"] * params["rows"] * step_heads * (problem.head_dim + 2) * 4
-        return f"block merge needs {smem} B of shared memory (> 48 KiB); lower warps" if smem > 48 * 1024 else None
+        if smem > 48 * 1024:
+            return f"block merge needs {smem} B of shared memory (> 48 KiB); lower warps"
+        if stages:
+            if stages not in (2, 3, 4):
+                return f"stages={stages} not 0 (off), 2, 3 or 4"
+            if prefetch:
+                return "stages: not with prefetch (the ring already has the next steps in flight)"
+            ring = ring_bytes(problem.head_dim, params["warps"], stages, bool(PAGED_TOKEN_SCALE[problem.kv_scale]))
+            return smem_reason(ring + smem + 1024)  # (+ the merge's m, l and the combine's flag, rounded up)
+        return None
+    if stages:
+        return "stages: the mma path only (8-bit caches)"
     if wide is not None and _wide(problem, wide) and not problem.kv_dtype:
         return "wide: 8-bit caches only (a 16-bit cache already reads 16 bytes per load)"
     return check_split(problem, **params, VW=_vw(problem, wide))
@@ -221,17 +234,19 @@ def _resolve(problem, wide=None, mma=None, step_heads=None, **params):
     layout="paged",
 )
 def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=2, min_keys=256, fuse_max=64,
-                  wide=None, mma=None, prefetch=0, balance=False, ahead=False, step_heads=None):
+                  wide=None, mma=None, prefetch=0, balance=False, ahead=False, step_heads=None, stages=0):
     fused = splits * rows * step_heads <= fuse_max
     if mma:
         kern = make_frag8_kernel(problem.head_dim, warps, problem.q_len, problem.group, problem.causal, fused,
                                  blocks_per_sm, problem.page_size, PAGED_KV8[problem.kv_dtype],
-                                 bool(PAGED_TOKEN_SCALE[problem.kv_scale]), PF=prefetch, HW=step_heads)
+                                 bool(PAGED_TOKEN_SCALE[problem.kv_scale]), PF=prefetch, HW=step_heads, NST=stages)
         pf_note = f", L2 prefetch {prefetch} step{'s' if prefetch > 1 else ''} ahead" if prefetch else ""
         pf_note += f", {step_heads} KV heads per warp step" if step_heads > 1 else ""
+        pf_note += f", cp.async ring of {stages} steps per warp" if stages else ""
+        dyn = ring_bytes(problem.head_dim, warps, stages, bool(PAGED_TOKEN_SCALE[problem.kv_scale])) if stages else 0
         return paged_launch(problem, kern, float32(problem.sm_scale * float(LOG2E)), warps, lanes, rows, keys, splits,
                             fused, notes=f", combine {'fused' if fused else 'kernel'}, 8-bit codes into mma fragments"
-                                         + pf_note, heads=step_heads)
+                                         + pf_note, heads=step_heads, dyn_bytes=dyn)
     kern = make_lean_kernel(problem.head_dim, _vw(problem, wide), lanes, keys, warps, rows, problem.q_len,
                             problem.group, problem.causal, False, fused, blocks_per_sm, P=problem.page_size,
                             KV8=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),

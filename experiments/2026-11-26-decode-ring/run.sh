@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# paged_split_k's cp.async ring (stages) on the 8-bit caches (H200; README.md has the prediction).
+#   bash experiments/2026-11-26-decode-ring/run.sh OUT a|b
+# a (about 8 minutes): compute-sanitizer memcheck of the stages tests (tests/test_paged.py), then CUPTI kernel times
+#   of paged_split_k (the default, direct loads) and stages 2, 3, 4 (ring.py) at B8 H32 D128 P64 KV 16k (int8/head,
+#   int8/token, fp8/head) beside the contiguous fp16 twin and SDPA.
+# b (about 6 minutes): the same at KV 32k, without the memcheck.
+# Any other GPU than an H200 stops the script at once (exit 3) unless ANY_GPU=1.
+set -u
+out=${1:?usage: run.sh OUT a|b}; part=${2:?usage: run.sh OUT a|b}; mkdir -p "$out"
+here=experiments/2026-11-26-decode-ring
+name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+echo "GPU: $name"
+case "$name" in *H200*) ;; *) [ "${ANY_GPU:-0}" = 1 ] || { echo "not an H200: stopping"; exit 3; } ;; esac
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.sm,power.limit --format=csv > "$out/gpu.txt"
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 100 > "$out/clocks-$part.csv" &
+smi=$!
+trap 'kill $smi 2>/dev/null' EXIT
+if [ "$part" = a ]; then
+  NUMBA_ATTN_BACKEND=cuda timeout 240 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+    python3 -m pytest -q -p no:cacheprovider tests/test_paged.py -k "stages" > "$out/memcheck-a.txt" 2>&1
+  echo "memcheck rc=$?" | tee -a "$out/memcheck-a.txt"; tail -3 "$out/memcheck-a.txt"
+  presets="--preset paged-8bit-16k"
+else
+  presets="--preset paged-8bit-32k"
+fi
+PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" NUMBA_ATTN_BACKEND=cuda timeout 480 \
+  python3 -m numba_attn.cli bench paged $presets --setup ring \
+  --timing cupti --phases paged_split_k,psk_st2,psk_st3,psk_st4,decode_split_k_lean \
+  --results "$out/paged-ring.jsonl" --plots "" 2>&1 | tee "$out/bench-$part.txt" \
+  | grep -E "^(paged|psk|decode|torch_sdpa )" | grep -E "µs|ms|spill|reg" | tail -30
