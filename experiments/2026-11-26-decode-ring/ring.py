@@ -19,3 +19,5 @@ PRESETS["paged-8bit-32k"] = [PagedProblem(**{**p.to_dict(), "kv_len": 32768}) fo
 
 for st in (2, 3, 4):
     register_variant("paged_split_k", f"psk_st{st}", order=35 + st / 100, stages=st)
+for st in (3, 4):  # one block per SM: the registers up to 255 (two blocks: 128, the ring spilled at first)
+    register_variant("paged_split_k", f"psk_st{st}b1", order=35.05 + st / 100, stages=st, blocks_per_sm=1)

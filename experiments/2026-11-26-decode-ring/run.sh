@@ -26,6 +26,6 @@ else
 fi
 PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" NUMBA_ATTN_BACKEND=cuda timeout 480 \
   python3 -m numba_attn.cli bench paged $presets --setup ring \
-  --timing cupti --phases paged_split_k,psk_st2,psk_st3,psk_st4,decode_split_k_lean \
+  --timing cupti --phases paged_split_k,psk_st2,psk_st3,psk_st4,psk_st3b1,psk_st4b1,decode_split_k_lean \
   --results "$out/paged-ring.jsonl" --plots "" 2>&1 | tee "$out/bench-$part.txt" \
   | grep -E "^(paged|psk|decode|torch_sdpa )" | grep -E "µs|ms|spill|reg" | tail -30

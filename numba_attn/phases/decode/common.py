@@ -1134,6 +1134,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
     NCP = 16 * CPR // WARP_SIZE  # ring: 16-byte copies per lane per step, of K and of V each
     SLOT = 32  # ring rows of a step: K's 16, then V's 16
     RING_ROWS = max(1, NW * NST * SLOT)
+    SCALE_ROWS = max(1, NW * NST)  # (per-token scales: one row of 32 a slot)
     WAIT = max(0, NST - 2)  # cp.async groups left in flight when a step's bytes are needed
     SWZ = min(8, CPR) - 1
 
@@ -1202,28 +1203,75 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
     @device
     def issue_step(k, v, ks, vs, ring, sring, table, seq, h, Hkv, j0, hi, rrow, srow, lane):
         """cp.async of the warp step at key ``j0`` (< ``hi``) into the ring slot at row ``rrow`` (K; V 16 rows on)
-        and, with per-token scales, scale row ``srow`` (K's 16, then V's 16): its rows (token j0 + r / HW, head
-        h + r % HW; keys past ``hi`` clamped to the last) found as the direct loads find theirs."""
-        rb = table[seq, j0 >> LOGP] * P + (j0 & (P - 1)) if STEP else 0
+        and, with per-token scales, scale row ``srow`` (K's 16, then V's 16). Row r is token j0 + r / HW, head
+        h + r % HW; lane L copies chunk L % (D/16) of rows L / (D/16) + j·32/(D/16). A token at or past ``hi`` is
+        zero-filled and not read (its scores are masked; zeros keep a stale NaN code out of P·V)."""
+        n = hi - j0  # tokens of the step that exist
+        c = lane % CPR
+        if STEP:
+            rb = mad_u32(table[seq, j0 >> LOGP], P, j0 & (P - 1))  # the step's first cache row
         for j in range(NCP):
-            i = j * WARP_SIZE + lane
-            r = i // CPR
-            c = i - r * CPR
-            jj = min(j0 + (r >> LHW), hi - 1)
-            crow = rb + (jj - j0) if STEP else table[seq, jj >> LOGP] * P + (jj & (P - 1))
-            so = (crow * Hkv + h + (r & (HW - 1))) * D4 + 4 * c
+            r = lane // CPR + j * (WARP_SIZE // CPR)
+            tk = r >> LHW
+            if STEP:
+                crow = add_u32(rb, tk)
+            else:
+                jj = min(j0 + tk, hi - 1)
+                crow = mad_u32(table[seq, jj >> LOGP], P, jj & (P - 1))
+            so = mad_u32(crow, Hkv, h + (r & (HW - 1))) * D4 + 4 * c
             do = (rrow + r) * D4 + 4 * ring_chunk(c, r)
-            cp_async16_flat(ring, do, k, so, True)
-            cp_async16_flat(ring, do + 16 * D4, v, so, True)
+            cp_async16_flat(ring, do, k, so, tk < n)
+            cp_async16_flat(ring, do + 16 * D4, v, so, tk < n)
         if TOKEN:
             r = lane & 15
-            jj = min(j0 + (r >> LHW), hi - 1)
-            crow = rb + (jj - j0) if STEP else table[seq, jj >> LOGP] * P + (jj & (P - 1))
-            rh = crow * Hkv + h + (r & (HW - 1))
-            if lane < 16:
-                cp_async4_flat(sring, srow * SLOT + lane, ks, rh, True)
+            tk = r >> LHW
+            if STEP:
+                crow = add_u32(rb, tk)
             else:
-                cp_async4_flat(sring, srow * SLOT + lane, vs, rh, True)
+                jj = min(j0 + tk, hi - 1)
+                crow = mad_u32(table[seq, jj >> LOGP], P, jj & (P - 1))
+            rh = mad_u32(crow, Hkv, h + (r & (HW - 1)))
+            if lane < 16:
+                cp_async4_flat(sring, srow * SLOT + lane, ks, rh, tk < n)
+            else:
+                cp_async4_flat(sring, srow * SLOT + lane, vs, rh, tk < n)
+
+    @device
+    def ring_k(ring, sring, kw, ksc, vsc, rk, sr, scale, g, t):
+        """The step's K fragment words (rows g, g+8; chunks t, t+4, …) and scales from its ring slot (K rows from
+        ``rk``, scale row ``sr``), as the direct loads give them."""
+        for kk in range(2):
+            r = g + 8 * kk
+            for c in range(NKC):
+                x0, x1, x2, x3 = ld_shared_v4(ring, rk + r, 4 * ring_chunk(t + 4 * c, r))
+                kw[kk * NKS + 4 * c] = x0
+                kw[kk * NKS + 4 * c + 1] = x1
+                kw[kk * NKS + 4 * c + 2] = x2
+                kw[kk * NKS + 4 * c + 3] = x3
+            if TOKEN:
+                ksc[kk] = scale * sring[sr, r]
+                if not FP8:  # int8: the V scales of keys g, g+8 (on the score lanes)
+                    vsc[kk] = sring[sr, 16 + r]
+
+    @device
+    def ring_v(ring, sring, vw, vsc, rk, sr, g, t):
+        """The step's V words (rows 2t, 2t+1, 2t+8, 2t+9; words g·D/32 …) from its ring slot, as the direct loads
+        give them (fp8 per-token scales: those rows' V scales)."""
+        for kk in range(4):
+            vr = 2 * t + (kk & 1) + 8 * (kk >> 1)
+            if VWL % 4 == 0:
+                for c in range(VWL // 4):
+                    x0, x1, x2, x3 = ld_shared_v4(ring, rk + 16 + vr, 4 * ring_chunk(g * (VWL // 4) + c, vr))
+                    vw[kk * VWL + 4 * c] = x0
+                    vw[kk * VWL + 4 * c + 1] = x1
+                    vw[kk * VWL + 4 * c + 2] = x2
+                    vw[kk * VWL + 4 * c + 3] = x3
+            else:  # D 64: words 2g, 2g+1, half of chunk g / 2
+                x0, x1, x2, x3 = ld_shared_v4(ring, rk + 16 + vr, 4 * ring_chunk(g >> 1, vr))
+                vw[kk * VWL] = x2 if g & 1 else x0
+                vw[kk * VWL + 1] = x3 if g & 1 else x1
+            if TOKEN and FP8:
+                vsc[kk] = sring[sr, 16 + vr]
 
     @device
     def frag_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, chunk, S,
@@ -1300,6 +1348,8 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                                rbase + st * SLOT, sbase + st, lane)
                 cp_async_commit()
         it = 0
+        rk = 0
+        sr = 0
         for step in range(w, n_steps, NW):  # warp-uniform: the shuffles and mma stay convergent
             j0 = lo + step * KS
             if NST:
@@ -1314,33 +1364,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                 rk = rbase + (it % NST) * SLOT  # this step's K rows; V's 16 rows on
                 sr = sbase + it % NST
                 it += 1
-                for kk in range(2):  # K rows g, g+8 (as the direct loads: chunks t, t+4, …)
-                    r = g + 8 * kk
-                    for c in range(NKC):
-                        x0, x1, x2, x3 = ld_shared_v4(ring, rk + r, 4 * ring_chunk(t + 4 * c, r))
-                        kw[kk * NKS + 4 * c] = x0
-                        kw[kk * NKS + 4 * c + 1] = x1
-                        kw[kk * NKS + 4 * c + 2] = x2
-                        kw[kk * NKS + 4 * c + 3] = x3
-                    if TOKEN:
-                        ksc[kk] = scale * sring[sr, r]
-                        if not FP8:  # int8: the V scales of keys g, g+8 (on the score lanes)
-                            vsc[kk] = sring[sr, 16 + r]
-                for kk in range(4):  # V rows 2t, 2t+1, 2t+8, 2t+9: words g·VWL …
-                    vr = 2 * t + (kk & 1) + 8 * (kk >> 1)
-                    if VWL % 4 == 0:
-                        for c in range(VWL // 4):
-                            x0, x1, x2, x3 = ld_shared_v4(ring, rk + 16 + vr, 4 * ring_chunk(g * (VWL // 4) + c, vr))
-                            vw[kk * VWL + 4 * c] = x0
-                            vw[kk * VWL + 4 * c + 1] = x1
-                            vw[kk * VWL + 4 * c + 2] = x2
-                            vw[kk * VWL + 4 * c + 3] = x3
-                    else:  # D 64: words 2g, 2g+1, half of chunk g / 2
-                        x0, x1, x2, x3 = ld_shared_v4(ring, rk + 16 + vr, 4 * ring_chunk(g >> 1, vr))
-                        vw[kk * VWL] = x2 if g & 1 else x0
-                        vw[kk * VWL + 1] = x3 if g & 1 else x1
-                    if TOKEN and FP8:
-                        vsc[kk] = sring[sr, 16 + vr]
+                ring_k(ring, sring, kw, ksc, vsc, rk, sr, scale, g, t)  # (V's words where they are used)
             elif FP8:
                 pg = table[seq, j0 >> LOGP] if STEP else 0
                 for kk in range(2):  # K rows g, g+8
@@ -1519,6 +1543,8 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                 hc, hd = unpack_f16x2(pb1)
                 qb0 = pack_f16x2(xa - ha, xb - hb)
                 qb1 = pack_f16x2(ya - hc, yb - hd)
+            if NST:  # V's words from the ring only now: K's registers are free again
+                ring_v(ring, sring, vw, vsc, rk, sr, g, t)
             # Oᵀ += Vᵀ Pᵀ, m-tiles 2x, 2x+1 from word x of the four keys
             for x in range(VWL):
                 for half in range(2):
@@ -1569,7 +1595,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         sm_last = cuda.shared.array(1, int32)
         if NST:  # the ring (dynamic shared memory: ring_bytes), then the per-token scales' slots
             ring = dynamic_tile(0, RING_ROWS, D4)
-            sring = dynamic_tile(RING_ROWS * D4, NW * NST, SLOT) if TOKEN else ring
+            sring = dynamic_tile(RING_ROWS * D4, SCALE_ROWS, SLOT) if TOKEN else ring
         else:
             ring = sm_m
             sring = sm_m
