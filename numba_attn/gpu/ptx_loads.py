@@ -437,10 +437,11 @@ def _set_max_dynamic_shared(kern, args, nbytes):
     _OPTED_IN[key] = nbytes
 
 
-def launch_dynamic(kern, grid, block, stream, nbytes, *args):
+def launch_dynamic(kern, grid, block, stream, nbytes, *args, static_bytes=0):
     """``kern[grid, block, stream, nbytes](*args)``, opting in to more than 48 KiB
-    of dynamic shared memory first when ``nbytes`` needs it (GPU only)."""
-    if nbytes > STATIC_SMEM_LIMIT and not IS_SIMULATOR and cuda.is_available():
+    of dynamic shared memory first when ``nbytes`` needs it (GPU only); ``static_bytes``: the
+    kernel's static shared memory, which counts towards the same 48 KiB (an upper bound will do)."""
+    if nbytes and nbytes + static_bytes > STATIC_SMEM_LIMIT and not IS_SIMULATOR and cuda.is_available():
         _set_max_dynamic_shared(kern, args, nbytes)
     kern[grid, block, stream, nbytes](*args)
 

@@ -1658,11 +1658,13 @@ def paged_cache_view(problem, k):
     return k.reshape(nb * P, Hkv, D)
 
 
-def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, notes="", heads=1, dyn_bytes=0):
+def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, notes="", heads=1, dyn_bytes=0,
+                 static_bytes=0):
     """The :class:`Launch`: grid (split, row block of a sequence's KV head, or of ``heads`` adjacent KV heads),
     the workspace, the combine kernel unless fused; ``run(q, k_cache, v_cache, o, stream, layout=None)`` with
     ``layout`` (table, seqlens, k_scale, v_scale) device arrays, else the problem's own (:class:`PagedLayout`).
-    ``dyn_bytes``: the kernel's dynamic shared memory (opted in to above 48 KiB)."""
+    ``dyn_bytes``: the kernel's dynamic shared memory (opted in to where it and ``static_bytes``, the kernel's static
+    shared memory, pass 48 KiB)."""
     B, H, Hkv, Nq, D = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.head_dim
     S = splits
     n_rc, chunk = split_layout(problem, warps, rows, lanes, keys, S)
@@ -1680,7 +1682,7 @@ def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, 
         kc, vc = paged_cache_view(problem, k), paged_cache_view(problem, v)
         check_alignment(kc, vc)
         launch_dynamic(kern, grid, warps * WARP_SIZE, stream, dyn_bytes, q, kc, vc, o, part_o, part_lse, cnt, scale,
-                       Hkv, table, seqlens, ks, vs, chunk, S)
+                       Hkv, table, seqlens, ks, vs, chunk, S, static_bytes=static_bytes)
         if not fused:
             comb[B * H * Nq, D, stream](part_o, part_lse, o, S)
 

@@ -246,7 +246,8 @@ def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_pe
         dyn = ring_bytes(problem.head_dim, warps, stages, bool(PAGED_TOKEN_SCALE[problem.kv_scale])) if stages else 0
         return paged_launch(problem, kern, float32(problem.sm_scale * float(LOG2E)), warps, lanes, rows, keys, splits,
                             fused, notes=f", combine {'fused' if fused else 'kernel'}, 8-bit codes into mma fragments"
-                                         + pf_note, heads=step_heads, dyn_bytes=dyn)
+                                         + pf_note, heads=step_heads, dyn_bytes=dyn,
+                            static_bytes=warps * rows * step_heads * (problem.head_dim + 2) * 4 + 16)
     kern = make_lean_kernel(problem.head_dim, _vw(problem, wide), lanes, keys, warps, rows, problem.q_len,
                             problem.group, problem.causal, False, fused, blocks_per_sm, P=problem.page_size,
                             KV8=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
