@@ -5,9 +5,11 @@
 #   of paged_split_k (the default, direct loads) and stages 2, 3, 4 (ring.py) at B8 H32 D128 P64 KV 16k (int8/head,
 #   int8/token, fp8/head) beside the contiguous fp16 twin and SDPA.
 # b (about 6 minutes): the same at KV 32k, without the memcheck.
+# c (about 8 minutes): KV 16k and 32k in one process, without the memcheck and the two-block 4 stages (one block per SM
+#   fits anyway): the H200 run after a and b ran on an H100.
 # Any other GPU than an H200 stops the script at once (exit 3) unless ANY_GPU=1.
 set -u
-out=${1:?usage: run.sh OUT a|b}; part=${2:?usage: run.sh OUT a|b}; mkdir -p "$out"
+out=${1:?usage: run.sh OUT a|b|c}; part=${2:?usage: run.sh OUT a|b|c}; mkdir -p "$out"
 here=experiments/2026-11-26-decode-ring
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "GPU: $name"
@@ -21,11 +23,15 @@ if [ "$part" = a ]; then
     python3 -m pytest -q -p no:cacheprovider tests/test_paged.py -k "stages" > "$out/memcheck-a.txt" 2>&1
   echo "memcheck rc=$?" | tee -a "$out/memcheck-a.txt"; tail -3 "$out/memcheck-a.txt"
   presets="--preset paged-8bit-16k"
-else
+elif [ "$part" = b ]; then
   presets="--preset paged-8bit-32k"
+else
+  presets="--preset paged-8bit-16k --preset paged-8bit-32k"
 fi
-PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" NUMBA_ATTN_BACKEND=cuda timeout 480 \
+phases=paged_split_k,psk_st2,psk_st3,psk_st4,psk_st3b1,psk_st4b1,decode_split_k_lean
+[ "$part" = c ] && phases=paged_split_k,psk_st2,psk_st3,psk_st3b1,psk_st4b1,decode_split_k_lean
+PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" NUMBA_ATTN_BACKEND=cuda timeout 560 \
   python3 -m numba_attn.cli bench paged $presets --setup ring \
-  --timing cupti --phases paged_split_k,psk_st2,psk_st3,psk_st4,psk_st3b1,psk_st4b1,decode_split_k_lean \
+  --timing cupti --phases $phases \
   --results "$out/paged-ring.jsonl" --plots "" 2>&1 | tee "$out/bench-$part.txt" \
   | grep -E "^(paged|psk|decode|torch_sdpa )" | grep -E "µs|ms|spill|reg" | tail -30
