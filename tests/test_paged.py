@@ -380,15 +380,19 @@ def test_mma_on_the_gpu_every_format(D, kv_dtype, scale, H, Hkv, Nq, causal):
 def test_mma_step_heads_on_the_gpu(kv_dtype, scale, step_heads):
     """``step_heads`` on the device: warp steps of 16 / step_heads tokens × step_heads KV heads, one query row per
     KV head; ragged lengths, out-of-order pages, against the reference."""
-    rng = np.random.default_rng(16)
-    B, H, P, NB, D = 2, 8, 64, 48, 128
+    _mma_ragged_on_the_gpu(np.random.default_rng(16), kv_dtype, scale, 128, step_heads=step_heads)
+
+
+def _mma_ragged_on_the_gpu(rng, kv_dtype, scale, D, **params):
+    """``paged_split_k``'s mma path with ``params`` on the device, B2 H8 (MHA) P64: lengths 1250 and 777 (a partly
+    filled last page, several splits), the 48 pages shuffled; against the reference."""
+    B, H, P, NB = 2, 8, 64, 48
     kc, vc = _caches(rng, NB, P, H, D, kv_dtype)
     ks, vs = _scales(rng, scale, NB, P, H)
     table = rng.permutation(NB).reshape(2, 24).astype(np.int32)
     lens = np.array([1250, 777], np.int32)
     q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
-    out = na.decode_paged(q, kc, vc, table, lens, k_scale=ks, v_scale=vs, phase="paged_split_k", mma=True,
-                          step_heads=step_heads)
+    out = na.decode_paged(q, kc, vc, table, lens, k_scale=ks, v_scale=vs, phase="paged_split_k", mma=True, **params)
     ref = paged_reference(q, kc, vc, table, lens, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs)
     c = na.check(out, ref, dtype="float16")
     assert c.ok, c.reason
@@ -401,18 +405,7 @@ def test_mma_stages_on_the_gpu(kv_dtype, scale, D, stages, step_heads):
     """``stages`` on the device: the cache rows (and per-token scales) through a per-warp ``cp.async`` ring of
     ``stages`` warp steps in dynamic shared memory (over 48 KiB from 3 stages at D 128); ragged lengths, out-of-order
     pages, a partly filled last page, at the head dims the ring's swizzle covers differently (64, 128, 256)."""
-    rng = np.random.default_rng(17)
-    B, H, P, NB = 2, 8, 64, 48
-    kc, vc = _caches(rng, NB, P, H, D, kv_dtype)
-    ks, vs = _scales(rng, scale, NB, P, H)
-    table = rng.permutation(NB).reshape(2, 24).astype(np.int32)
-    lens = np.array([1250, 777], np.int32)
-    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
-    out = na.decode_paged(q, kc, vc, table, lens, k_scale=ks, v_scale=vs, phase="paged_split_k", mma=True,
-                          stages=stages, step_heads=step_heads)
-    ref = paged_reference(q, kc, vc, table, lens, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs)
-    c = na.check(out, ref, dtype="float16")
-    assert c.ok, c.reason
+    _mma_ragged_on_the_gpu(np.random.default_rng(17), kv_dtype, scale, D, stages=stages, step_heads=step_heads)
 
 
 def test_mma_supports():

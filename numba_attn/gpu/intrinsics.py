@@ -411,54 +411,44 @@ if IS_SIMULATOR:
 
         st.pending.append(do)
 
-    def cp_async16_flat(dst, doff, src, soff, valid):
-        """As :func:`cp_async16`, the element addresses given as flat offsets
-        (in elements) from the start of C-contiguous arrays."""
+    def _cp_flat(dst, doff, src, soff, valid, nbytes):
+        """Record a copy of ``nbytes`` from flat element ``soff`` of ``src`` to flat element ``doff`` of ``dst``
+        (zeros when not ``valid``), checked as the instruction would be."""
         d = np.asarray(_np(dst)).reshape(-1)
         sflat = np.asarray(_np(src)).reshape(-1)
         doff, soff = int(doff), int(soff)
         if doff < 0 or soff < 0:
             raise IndexError(f"negative offset ({doff}, {soff})")
-        n_d = 16 // d.itemsize
-        if (doff * d.itemsize) % 16 or (soff * sflat.itemsize) % 16:
-            raise ValueError(f"cp.async offsets ({doff}, {soff}) are not 16-byte aligned")
+        if nbytes == 4 and (d.itemsize != 4 or sflat.itemsize != 4):
+            raise TypeError("cp_async4_flat copies one element of 32-bit arrays")
+        if (doff * d.itemsize) % nbytes or (soff * sflat.itemsize) % nbytes:
+            raise ValueError(f"cp.async offsets ({doff}, {soff}) are not {nbytes}-byte aligned")
+        n_d = nbytes // d.itemsize
         if doff + n_d > d.size:
-            raise IndexError(f"16 bytes at flat offset {doff} run past the shared array ({d.size} elements)")
+            raise IndexError(f"{nbytes} bytes at flat offset {doff} run past the shared array ({d.size} elements)")
         if valid:
-            n_s = 16 // sflat.itemsize
+            n_s = nbytes // sflat.itemsize
             if soff + n_s > sflat.size:
-                raise IndexError(f"16 bytes at flat offset {soff} run past the source ({sflat.size} elements)")
-            data = np.ascontiguousarray(sflat[soff:soff + n_s]).view(np.uint16).copy()
+                raise IndexError(f"{nbytes} bytes at flat offset {soff} run past the source ({sflat.size} elements)")
+            data = np.ascontiguousarray(sflat[soff:soff + n_s]).view(np.uint8).copy()
         else:
-            data = np.zeros(8, np.uint16)
+            data = np.zeros(nbytes, np.uint8)
 
         def do(d=d, doff=doff, data=data, n_d=n_d):
             d[doff:doff + n_d] = data.view(d.dtype)
 
         _cp_state().pending.append(do)
 
+    def cp_async16_flat(dst, doff, src, soff, valid):
+        """As :func:`cp_async16`, the element addresses given as flat offsets
+        (in elements) from the start of C-contiguous arrays."""
+        _cp_flat(dst, doff, src, soff, valid, 16)
+
     cp_async16_flat_l2_256 = cp_async16_flat  # the L2 prefetch hint changes no result
 
     def cp_async4_flat(dst, doff, src, soff, valid):
         """As :func:`cp_async16_flat` for 4 bytes: one element of 32-bit arrays (zero when not ``valid``)."""
-        d = np.asarray(_np(dst)).reshape(-1)
-        sflat = np.asarray(_np(src)).reshape(-1)
-        doff, soff = int(doff), int(soff)
-        if d.itemsize != 4 or sflat.itemsize != 4:
-            raise TypeError("cp_async4_flat copies one element of 32-bit arrays")
-        if not 0 <= doff < d.size:
-            raise IndexError(f"flat offset {doff} is outside the shared array ({d.size} elements)")
-        if valid:
-            if not 0 <= soff < sflat.size:
-                raise IndexError(f"flat offset {soff} is outside the source ({sflat.size} elements)")
-            data = sflat[soff:soff + 1].view(np.uint32).copy()
-        else:
-            data = np.zeros(1, np.uint32)
-
-        def do(d=d, doff=doff, data=data):
-            d[doff:doff + 1] = data.view(d.dtype)
-
-        _cp_state().pending.append(do)
+        _cp_flat(dst, doff, src, soff, valid, 4)
 
     def cp_async_commit():
         st = _cp_state()
@@ -717,13 +707,17 @@ else:  # -------------------------------------------------------------- GPU
 
         return sig, codegen
 
-    def _make_cp_async16_flat(hint):
-        text = f"cp.async.cg.shared.global{hint} [$0], [$1], 16, $2;"
+    def _make_cp_async_flat(size, op="cg", hint=""):
+        """``cp.async.{op}.shared.global{hint}`` of ``size`` bytes at flat element offsets (4 bytes: one element of
+        32-bit arrays; ``.ca``, the only kind that copies fewer than 16)."""
+        text = f"cp.async.{op}.shared.global{hint} [$0], [$1], {size}, $2;"
 
         @intrinsic
-        def cp_async16_flat(typingctx, dst, doff, src, soff, valid):
+        def cp_async_flat(typingctx, dst, doff, src, soff, valid):
             if not (isinstance(dst, types.Array) and isinstance(src, types.Array)
                     and isinstance(doff, types.Integer) and isinstance(soff, types.Integer)):
+                return None
+            if size == 4 and not (dst.dtype.bitwidth == 32 and src.dtype.bitwidth == 32):
                 return None
             sig = types.void(dst, types.intp, src, types.intp, types.boolean)
 
@@ -732,37 +726,18 @@ else:  # -------------------------------------------------------------- GPU
                 s_ = context.make_array(sig.args[2])(context, builder, value=args[2])
                 dptr = builder.gep(d.data, [args[1]])
                 sptr = builder.gep(s_.data, [args[3]])
-                nbytes = builder.select(args[4], ir.Constant(_i32, 16), ir.Constant(_i32, 0))
+                nbytes = builder.select(args[4], ir.Constant(_i32, size), ir.Constant(_i32, 0))
                 _asm(builder, ir.VoidType(), [_i32, ir.IntType(64), _i32], text, "r,l,r,~{memory}",
                      [_shared_addr(builder, dptr), _global_ptr(builder, sptr), nbytes], side_effect=True)
                 return context.get_dummy_value()
 
             return sig, codegen
 
-        return cp_async16_flat
+        return cp_async_flat
 
-    cp_async16_flat = _make_cp_async16_flat("")
-    cp_async16_flat_l2_256 = _make_cp_async16_flat(".L2::256B")
-
-    @intrinsic
-    def cp_async4_flat(typingctx, dst, doff, src, soff, valid):
-        if not (isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.dtype.bitwidth == 32
-                and src.dtype.bitwidth == 32 and isinstance(doff, types.Integer) and isinstance(soff, types.Integer)):
-            return None
-        sig = types.void(dst, types.intp, src, types.intp, types.boolean)
-
-        def codegen(context, builder, sig, args):
-            d = context.make_array(sig.args[0])(context, builder, value=args[0])
-            s_ = context.make_array(sig.args[2])(context, builder, value=args[2])
-            dptr = builder.gep(d.data, [args[1]])
-            sptr = builder.gep(s_.data, [args[3]])
-            nbytes = builder.select(args[4], ir.Constant(_i32, 4), ir.Constant(_i32, 0))
-            _asm(builder, ir.VoidType(), [_i32, ir.IntType(64), _i32],
-                 "cp.async.ca.shared.global [$0], [$1], 4, $2;", "r,l,r,~{memory}",
-                 [_shared_addr(builder, dptr), _global_ptr(builder, sptr), nbytes], side_effect=True)
-            return context.get_dummy_value()
-
-        return sig, codegen
+    cp_async16_flat = _make_cp_async_flat(16)
+    cp_async16_flat_l2_256 = _make_cp_async_flat(16, hint=".L2::256B")
+    cp_async4_flat = _make_cp_async_flat(4, op="ca")
 
     @intrinsic
     def cp_async_commit(typingctx):

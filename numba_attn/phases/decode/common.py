@@ -1201,6 +1201,27 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
             prefetch_l2_at(vs, krh, 1, 0, 0)
 
     @device
+    def put_words(a, i, x):
+        """The four words of a 16-byte load ``x`` into ``a[i … i+3]``."""
+        a[i] = x[0]
+        a[i + 1] = x[1]
+        a[i + 2] = x[2]
+        a[i + 3] = x[3]
+
+    @device
+    def ring_src(table, seq, h, Hkv, j0, hi, rb, r):
+        """The 32-bit (cache row, head) index of ring row ``r`` of the step at key ``j0``: token j0 + r / HW (its
+        page row from ``rb``, the step's first, when pages hold whole steps; past ``hi`` in the page, not read), head
+        h + r % HW."""
+        tk = r >> LHW
+        if STEP:
+            crow = add_u32(rb, tk)
+        else:
+            jj = min(j0 + tk, hi - 1)
+            crow = mad_u32(table[seq, jj >> LOGP], P, jj & (P - 1))
+        return mad_u32(crow, Hkv, h + (r & (HW - 1)))
+
+    @device
     def issue_step(k, v, ks, vs, ring, sring, table, seq, h, Hkv, j0, hi, rrow, srow, lane):
         """cp.async of the warp step at key ``j0`` (< ``hi``) into the ring slot at row ``rrow`` (K; V 16 rows on)
         and, with per-token scales, scale row ``srow`` (K's 16, then V's 16). Row r is token j0 + r / HW, head
@@ -1208,33 +1229,23 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         zero-filled and not read (its scores are masked; zeros keep a stale NaN code out of P·V)."""
         n = hi - j0  # tokens of the step that exist
         c = lane % CPR
-        if STEP:
-            rb = mad_u32(table[seq, j0 >> LOGP], P, j0 & (P - 1))  # the step's first cache row
+        rb = uint32(0)
+        if STEP:  # the step's first cache row
+            rb = mad_u32(table[seq, j0 >> LOGP], P, j0 & (P - 1))
         for j in range(NCP):
             r = lane // CPR + j * (WARP_SIZE // CPR)
-            tk = r >> LHW
-            if STEP:
-                crow = add_u32(rb, tk)
-            else:
-                jj = min(j0 + tk, hi - 1)
-                crow = mad_u32(table[seq, jj >> LOGP], P, jj & (P - 1))
-            so = mad_u32(crow, Hkv, h + (r & (HW - 1))) * D4 + 4 * c
+            ok = (r >> LHW) < n
+            so = ring_src(table, seq, h, Hkv, j0, hi, rb, r) * D4 + 4 * c
             do = (rrow + r) * D4 + 4 * ring_chunk(c, r)
-            cp_async16_flat(ring, do, k, so, tk < n)
-            cp_async16_flat(ring, do + 16 * D4, v, so, tk < n)
+            cp_async16_flat(ring, do, k, so, ok)
+            cp_async16_flat(ring, do + 16 * D4, v, so, ok)
         if TOKEN:
             r = lane & 15
-            tk = r >> LHW
-            if STEP:
-                crow = add_u32(rb, tk)
-            else:
-                jj = min(j0 + tk, hi - 1)
-                crow = mad_u32(table[seq, jj >> LOGP], P, jj & (P - 1))
-            rh = mad_u32(crow, Hkv, h + (r & (HW - 1)))
+            rh = ring_src(table, seq, h, Hkv, j0, hi, rb, r)
             if lane < 16:
-                cp_async4_flat(sring, srow * SLOT + lane, ks, rh, tk < n)
+                cp_async4_flat(sring, srow * SLOT + lane, ks, rh, (r >> LHW) < n)
             else:
-                cp_async4_flat(sring, srow * SLOT + lane, vs, rh, tk < n)
+                cp_async4_flat(sring, srow * SLOT + lane, vs, rh, (r >> LHW) < n)
 
     @device
     def ring_k(ring, sring, kw, ksc, vsc, rk, sr, scale, g, t):
@@ -1243,11 +1254,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         for kk in range(2):
             r = g + 8 * kk
             for c in range(NKC):
-                x0, x1, x2, x3 = ld_shared_v4(ring, rk + r, 4 * ring_chunk(t + 4 * c, r))
-                kw[kk * NKS + 4 * c] = x0
-                kw[kk * NKS + 4 * c + 1] = x1
-                kw[kk * NKS + 4 * c + 2] = x2
-                kw[kk * NKS + 4 * c + 3] = x3
+                put_words(kw, kk * NKS + 4 * c, ld_shared_v4(ring, rk + r, 4 * ring_chunk(t + 4 * c, r)))
             if TOKEN:
                 ksc[kk] = scale * sring[sr, r]
                 if not FP8:  # int8: the V scales of keys g, g+8 (on the score lanes)
@@ -1261,11 +1268,8 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
             vr = 2 * t + (kk & 1) + 8 * (kk >> 1)
             if VWL % 4 == 0:
                 for c in range(VWL // 4):
-                    x0, x1, x2, x3 = ld_shared_v4(ring, rk + 16 + vr, 4 * ring_chunk(g * (VWL // 4) + c, vr))
-                    vw[kk * VWL + 4 * c] = x0
-                    vw[kk * VWL + 4 * c + 1] = x1
-                    vw[kk * VWL + 4 * c + 2] = x2
-                    vw[kk * VWL + 4 * c + 3] = x3
+                    x = ld_shared_v4(ring, rk + 16 + vr, 4 * ring_chunk(g * (VWL // 4) + c, vr))
+                    put_words(vw, kk * VWL + 4 * c, x)
             else:  # D 64: words 2g, 2g+1, half of chunk g / 2
                 x0, x1, x2, x3 = ld_shared_v4(ring, rk + 16 + vr, 4 * ring_chunk(g >> 1, vr))
                 vw[kk * VWL] = x2 if g & 1 else x0
