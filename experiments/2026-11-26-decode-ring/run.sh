@@ -7,9 +7,10 @@
 # b (about 6 minutes): the same at KV 32k, without the memcheck.
 # c (about 8 minutes): KV 16k and 32k in one process, without the memcheck and the two-block 4 stages (one block per SM
 #   fits anyway): the H200 run after a and b ran on an H100.
+# d (about 4 minutes, two GPUs): c's phases, KV 16k on GPU 0 and KV 32k on GPU 1 at once (one process each).
 # Any other GPU than an H200 stops the script at once (exit 3) unless ANY_GPU=1.
 set -u
-out=${1:?usage: run.sh OUT a|b|c}; part=${2:?usage: run.sh OUT a|b|c}; mkdir -p "$out"
+out=${1:?usage: run.sh OUT a|b|c|d}; part=${2:?usage: run.sh OUT a|b|c|d}; mkdir -p "$out"
 here=experiments/2026-11-26-decode-ring
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "GPU: $name"
@@ -29,7 +30,18 @@ else
   presets="--preset paged-8bit-16k --preset paged-8bit-32k"
 fi
 phases=paged_split_k,psk_st2,psk_st3,psk_st4,psk_st3b1,psk_st4b1,decode_split_k_lean
-[ "$part" = c ] && phases=paged_split_k,psk_st2,psk_st3,psk_st3b1,psk_st4b1,decode_split_k_lean
+[ "$part" = c ] || [ "$part" = d ] && phases=paged_split_k,psk_st2,psk_st3,psk_st3b1,psk_st4b1,decode_split_k_lean
+if [ "$part" = d ]; then
+  for gpu in 0 1; do
+    len=$([ $gpu = 0 ] && echo 16k || echo 32k)
+    CUDA_VISIBLE_DEVICES=$gpu PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" NUMBA_ATTN_BACKEND=cuda timeout 540 \
+      python3 -m numba_attn.cli bench paged --preset paged-8bit-$len --setup ring --timing cupti --phases $phases \
+      --results "$out/paged-ring-$len.jsonl" --plots "" > "$out/bench-d-$len.txt" 2>&1 &
+  done
+  wait
+  grep -hE "^(paged|psk|decode|torch_sdpa )" "$out"/bench-d-16k.txt "$out"/bench-d-32k.txt | grep -E "µs|ms" | tail -30
+  exit 0
+fi
 PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" NUMBA_ATTN_BACKEND=cuda timeout 560 \
   python3 -m numba_attn.cli bench paged $presets --setup ring \
   --timing cupti --phases $phases \
