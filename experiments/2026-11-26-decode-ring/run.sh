@@ -8,9 +8,11 @@
 # c (about 8 minutes): KV 16k and 32k in one process, without the memcheck and the two-block 4 stages (one block per SM
 #   fits anyway): the H200 run after a and b ran on an H100.
 # d (about 4 minutes, two GPUs): c's phases, KV 16k on GPU 0 and KV 32k on GPU 1 at once (one process each).
+# e (about 2 minutes): Nsight Compute of int8/head KV 16k with the direct loads, 2 stages, and 3 stages at one block per
+#   SM (launch_ring.py): DRAM and L2 fabric activity, L2 requests and sectors, eligible warps.
 # Any other GPU than an H200 stops the script at once (exit 3) unless ANY_GPU=1.
 set -u
-out=${1:?usage: run.sh OUT a|b|c|d}; part=${2:?usage: run.sh OUT a|b|c|d}; mkdir -p "$out"
+out=${1:?usage: run.sh OUT a|b|c|d|e}; part=${2:?usage: run.sh OUT a|b|c|d|e}; mkdir -p "$out"
 here=experiments/2026-11-26-decode-ring
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "GPU: $name"
@@ -19,6 +21,13 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.sm,power.limit -
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 100 > "$out/clocks-$part.csv" &
 smi=$!
 trap 'kill $smi 2>/dev/null' EXIT
+if [ "$part" = e ]; then
+  NUMBA_ATTN_BACKEND=cuda timeout 400 ncu --clock-control none -k regex:'paged_split_k' \
+    --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__ltcfabric2ltc_cycles_active.avg.pct_of_peak_sustained_elapsed,lts__t_requests_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes_read.sum,smsp__warps_eligible.avg.per_cycle_active,smsp__inst_executed.sum,launch__registers_per_thread \
+    python3 $here/launch_ring.py > "$out/ncu-e.txt" 2>&1
+  echo "ncu rc=$?"; grep -E "^[a-z0-9_]+: |^  [a-z_]+|duration|pct|requests|sectors|bytes|eligible|inst_executed|registers" "$out/ncu-e.txt" | cut -c1-120
+  exit 0
+fi
 if [ "$part" = a ]; then
   NUMBA_ATTN_BACKEND=cuda timeout 240 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
     python3 -m pytest -q -p no:cacheprovider tests/test_paged.py -k "stages" > "$out/memcheck-a.txt" 2>&1
