@@ -51,6 +51,8 @@ The functions
 ``cp_async16``             ``cp.async.cg.shared.global`` 16 B, zero-fill when not valid
 ``cp_async16_flat``        the same, addresses as flat element offsets into C-contiguous arrays
 ``cp_async16_flat_l2_256`` the same with ``.L2::256B`` (the L2 fetches the whole 256-byte block)
+``cp_async16_flat_ca``     the same with ``.ca`` (through L1: a warp's 16-byte copies reach the L2 as whole sectors;
+                           with ``.cg`` an H100 read twice the L2 sectors, see ``make_frag8_kernel``'s ``NST``)
 ``cp_async4_flat``         ``cp.async.ca.shared.global`` 4 B at flat element offsets (one 32-bit element)
 ``cp_async_commit``        ``cp.async.commit_group``
 ``cp_async_wait(n)``       ``cp.async.wait_group n`` (n a compile-time constant)
@@ -119,7 +121,8 @@ SMEM_ALIGN = None if IS_SIMULATOR else 16
 
 __all__ = [
     "SMEM_ALIGN", "mma_f16", "mma_bf16", "mma_tf32", "ldmatrix_x4", "ldmatrix_x4_trans",
-    "cp_async16", "cp_async16_flat", "cp_async16_flat_l2_256", "cp_async4_flat", "cp_async_commit", "cp_async_wait", "ld_global_v4",
+    "cp_async16", "cp_async16_flat", "cp_async16_flat_l2_256", "cp_async16_flat_ca", "cp_async4_flat",
+    "cp_async_commit", "cp_async_wait", "ld_global_v4",
     "st_shared_v4", "ld_shared_v4", "unpack_bf16x2", "ld_global_v2", "byte_perm", "unpack_f16x2", "u32_as_f32",
     "pack_f16x2", "pack_bf16x2", "pack_b16x2", "to_tf32", "lds", "rows_head_major", "cvt_e4m3x4_f16x2",
     "pack_e4m3x4", "e4m3_bits_reference",
@@ -445,6 +448,7 @@ if IS_SIMULATOR:
         _cp_flat(dst, doff, src, soff, valid, 16)
 
     cp_async16_flat_l2_256 = cp_async16_flat  # the L2 prefetch hint changes no result
+    cp_async16_flat_ca = cp_async16_flat  # nor the L1 allocation
 
     def cp_async4_flat(dst, doff, src, soff, valid):
         """As :func:`cp_async16_flat` for 4 bytes: one element of 32-bit arrays (zero when not ``valid``)."""
@@ -737,6 +741,7 @@ else:  # -------------------------------------------------------------- GPU
 
     cp_async16_flat = _make_cp_async_flat(16)
     cp_async16_flat_l2_256 = _make_cp_async_flat(16, hint=".L2::256B")
+    cp_async16_flat_ca = _make_cp_async_flat(16, op="ca")
     cp_async4_flat = _make_cp_async_flat(4, op="ca")
 
     @intrinsic
