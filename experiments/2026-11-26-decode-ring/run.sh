@@ -13,6 +13,7 @@
 # Any other GPU than an H200 stops the script at once (exit 3) unless ANY_GPU=1.
 set -u
 out=${1:?usage: run.sh OUT a|b|c|d|e}; part=${2:?usage: run.sh OUT a|b|c|d|e}; mkdir -p "$out"
+case "$part" in a|b|c|d|e) ;; *) echo "unknown part $part (a|b|c|d|e)"; exit 2 ;; esac
 here=experiments/2026-11-26-decode-ring
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "GPU: $name"
