@@ -156,6 +156,12 @@ def _step_heads(problem, step_heads, mma=None, wide=None, prefetch=0):
     return step_heads
 
 
+def _merge_smem(problem, warps, rows, step_heads):
+    """Static shared memory of the mma kernel's block merge: m, l and O of every warp's rows (+ the combine's
+    flag, rounded up)."""
+    return warps * rows * step_heads * (problem.head_dim + 2) * 4 + 16
+
+
 def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, ahead=False, step_heads=None, stages=0,
               **params):
     reason = check_paged_problem(problem)
@@ -185,7 +191,7 @@ def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, ahead=Fal
         reason = _mma_reason(problem)
         if reason or not 1 <= params["warps"] <= 32:
             return reason or f"warps={params['warps']} out of range 1..32"
-        smem = params["warps"] * params["rows"] * step_heads * (problem.head_dim + 2) * 4
+        smem = _merge_smem(problem, params["warps"], params["rows"], step_heads)
         if smem > 48 * 1024:
             return f"block merge needs {smem} B of shared memory (> 48 KiB); lower warps"
         if stages:
@@ -194,7 +200,7 @@ def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, ahead=Fal
             if prefetch:
                 return "stages: not with prefetch (the ring already has the next steps in flight)"
             ring = ring_bytes(problem.head_dim, params["warps"], stages, bool(PAGED_TOKEN_SCALE[problem.kv_scale]))
-            return smem_reason(ring + smem + 1024)  # (+ the merge's m, l and the combine's flag, rounded up)
+            return smem_reason(ring + smem)
         return None
     if stages:
         return "stages: the mma path only (8-bit caches)"
@@ -237,8 +243,8 @@ def _resolve(problem, wide=None, mma=None, step_heads=None, **params):
     dtypes=("float16", "bfloat16"),
     space={"warps": [4, 8], "keys": [0, 1, 2, 4], "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4],
            "wide": [False, True], "mma": [False, True], "balance": [False, True], "step_heads": [1, 2, 4, 8]},
-    # prefetch (1, 2) was measured slower on every 8-bit target, ahead no faster (H200, H100), stages (2-4) slower
-    # (H100): not candidates
+    # prefetch (1, 2) was measured slower on every 8-bit target, ahead no faster (H200, H100); stages not yet
+    # measured on an H200 (H100, .ca copies: 1.6-1.7 % faster per head, slower per token): not candidates
     launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     sim_params={"warps": 2, "splits": 3},
     supports=_supports,
@@ -259,7 +265,7 @@ def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_pe
         return paged_launch(problem, kern, float32(problem.sm_scale * float(LOG2E)), warps, lanes, rows, keys, splits,
                             fused, notes=f", combine {'fused' if fused else 'kernel'}, 8-bit codes into mma fragments"
                                          + pf_note, heads=step_heads, dyn_bytes=dyn,
-                            static_bytes=warps * rows * step_heads * (problem.head_dim + 2) * 4 + 16)
+                            static_bytes=_merge_smem(problem, warps, rows, step_heads))
     kern = make_lean_kernel(problem.head_dim, _vw(problem, wide), lanes, keys, warps, rows, problem.q_len,
                             problem.group, problem.causal, False, fused, blocks_per_sm, P=problem.page_size,
                             KV8=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
