@@ -10,14 +10,19 @@
 # d (about 4 minutes, two GPUs): c's phases, KV 16k on GPU 0 and KV 32k on GPU 1 at once (one process each).
 # e (about 2 minutes): Nsight Compute of int8/head KV 16k with the direct loads, 2 stages, and 3 stages at one block per
 #   SM (launch_ring.py): DRAM and L2 fabric activity, L2 requests and sectors, eligible warps.
-# Any other GPU than an H200 stops the script at once (exit 3) unless ANY_GPU=1.
+# f (about 8 minutes): Nsight Compute of int8/token and int8/head KV 16k, direct loads against 3 stages at one block
+#   per SM (launch_ring.py, with the warp state section); then on an H200 only the CUPTI times of the default, 2 stages
+#   and 3 stages at one block per SM at KV 16k and 32k in one process, beside SDPA on the fp16 twins. On any other GPU
+#   part f runs the Nsight Compute half alone.
+# Any other GPU than an H200 stops the script at once (exit 3) unless ANY_GPU=1 (part f: see above).
 set -u
-out=${1:?usage: run.sh OUT a|b|c|d|e}; part=${2:?usage: run.sh OUT a|b|c|d|e}; mkdir -p "$out"
-case "$part" in a|b|c|d|e) ;; *) echo "unknown part $part (a|b|c|d|e)"; exit 2 ;; esac
+out=${1:?usage: run.sh OUT a|b|c|d|e|f}; part=${2:?usage: run.sh OUT a|b|c|d|e|f}; mkdir -p "$out"
+case "$part" in a|b|c|d|e|f) ;; *) echo "unknown part $part (a|b|c|d|e|f)"; exit 2 ;; esac
 here=experiments/2026-11-26-decode-ring
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "GPU: $name"
-case "$name" in *H200*) ;; *) [ "${ANY_GPU:-0}" = 1 ] || { echo "not an H200: stopping"; exit 3; } ;; esac
+h200=0
+case "$name" in *H200*) h200=1 ;; *) [ "${ANY_GPU:-0}" = 1 ] || [ "$part" = f ] || { echo "not an H200: stopping"; exit 3; } ;; esac
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.sm,power.limit --format=csv > "$out/gpu.txt"
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 100 > "$out/clocks-$part.csv" &
 smi=$!
@@ -27,6 +32,19 @@ if [ "$part" = e ]; then
     --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__ltcfabric2ltc_cycles_active.avg.pct_of_peak_sustained_elapsed,lts__t_requests_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes_read.sum,smsp__warps_eligible.avg.per_cycle_active,smsp__inst_executed.sum,launch__registers_per_thread \
     python3 $here/launch_ring.py > "$out/ncu-e.txt" 2>&1
   echo "ncu rc=$?"; grep -E "^[a-z0-9_]+: |^  [a-z_]+|duration|pct|requests|sectors|bytes|eligible|inst_executed|registers" "$out/ncu-e.txt" | cut -c1-120
+  exit 0
+fi
+if [ "$part" = f ]; then
+  NUMBA_ATTN_BACKEND=cuda timeout 300 ncu --clock-control none -k regex:'paged_split_k' --section WarpStateStats \
+    --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__ltcfabric2ltc_cycles_active.avg.pct_of_peak_sustained_elapsed,lts__t_requests_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes_read.sum,smsp__warps_eligible.avg.per_cycle_active,smsp__inst_executed.sum,launch__registers_per_thread,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum \
+    python3 $here/launch_ring.py direct_tok ring3_b1_tok direct ring3_b1 > "$out/ncu-f.txt" 2>&1
+  echo "ncu rc=$?"; grep -E "^[a-z0-9_]+: |duration|pct|requests|sectors|bytes|eligible|inst_executed|registers|Stall|Warp Cycles" "$out/ncu-f.txt" | cut -c1-120
+  [ "$h200" = 1 ] || { echo "not an H200: Nsight Compute only"; exit 0; }
+  PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" NUMBA_ATTN_BACKEND=cuda timeout 420 \
+    python3 -m numba_attn.cli bench paged --preset paged-8bit-16k --preset paged-8bit-32k --setup ring \
+    --timing cupti --phases paged_split_k,psk_st2,psk_st3b1 \
+    --results "$out/paged-ring.jsonl" --plots "" 2>&1 | tee "$out/bench-f.txt" \
+    | grep -E "^(paged|psk|decode|torch_sdpa )" | grep -E "µs|ms|spill|reg" | tail -30
   exit 0
 fi
 if [ "$part" = a ]; then
