@@ -51,9 +51,12 @@ The functions
 ``cp_async16``             ``cp.async.cg.shared.global`` 16 B, zero-fill when not valid
 ``cp_async16_flat``        the same, addresses as flat element offsets into C-contiguous arrays
 ``cp_async16_flat_l2_256`` the same with ``.L2::256B`` (the L2 fetches the whole 256-byte block)
-``cp_async16_flat_ca``     the same with ``.ca`` (through L1: a warp's 16-byte copies reach the L2 as whole sectors;
-                           with ``.cg`` an H100 read twice the L2 sectors, see ``make_frag8_kernel``'s ``NST``)
-``cp_async4_flat``         ``cp.async.ca.shared.global`` 4 B at flat element offsets (one 32-bit element)
+``cp_async16_at_ca``       ``cp.async.ca.shared.global`` 16 B (through L1: a warp's 16-byte copies reach the L2 as whole
+                           sectors; with ``.cg`` an H100 read twice the L2 sectors, see ``make_frag8_kernel``'s
+                           ``NST``) from flat word ``row·n + col + off`` (``row`` 32-bit, as ``ld_global_v4_at``)
+                           to flat element ``doff`` (32-bit) of a shared array
+``cp_async4_at``           ``cp.async.ca.shared.global`` 4 B: flat element ``i`` (32-bit, as ``ld_at``) of a 32-bit
+                           array to flat element ``doff`` of a shared one
 ``cp_async_commit``        ``cp.async.commit_group``
 ``cp_async_wait(n)``       ``cp.async.wait_group n`` (n a compile-time constant)
 ``ld_global_v4``           ``ld.global.nc.v4.u32`` (128-bit read-only load)
@@ -121,7 +124,7 @@ SMEM_ALIGN = None if IS_SIMULATOR else 16
 
 __all__ = [
     "SMEM_ALIGN", "mma_f16", "mma_bf16", "mma_tf32", "ldmatrix_x4", "ldmatrix_x4_trans",
-    "cp_async16", "cp_async16_flat", "cp_async16_flat_l2_256", "cp_async16_flat_ca", "cp_async4_flat",
+    "cp_async16", "cp_async16_flat", "cp_async16_flat_l2_256", "cp_async16_at_ca", "cp_async4_at",
     "cp_async_commit", "cp_async_wait", "ld_global_v4",
     "st_shared_v4", "ld_shared_v4", "unpack_bf16x2", "ld_global_v2", "byte_perm", "unpack_f16x2", "u32_as_f32",
     "pack_f16x2", "pack_bf16x2", "pack_b16x2", "to_tf32", "lds", "rows_head_major", "cvt_e4m3x4_f16x2",
@@ -448,11 +451,17 @@ if IS_SIMULATOR:
         _cp_flat(dst, doff, src, soff, valid, 16)
 
     cp_async16_flat_l2_256 = cp_async16_flat  # the L2 prefetch hint changes no result
-    cp_async16_flat_ca = cp_async16_flat  # nor the L1 allocation
 
-    def cp_async4_flat(dst, doff, src, soff, valid):
-        """As :func:`cp_async16_flat` for 4 bytes: one element of 32-bit arrays (zero when not ``valid``)."""
-        _cp_flat(dst, doff, src, soff, valid, 4)
+    def cp_async16_at_ca(dst, doff, src, row, n, col, off, valid):
+        """16 bytes from flat word ``row·n + col + off`` of ``src`` (``row`` a 32-bit index, as
+        :func:`ld_global_v4_at`) to flat element ``doff`` (32-bit) of ``dst`` (``.ca``: the L1 allocation
+        changes no result)."""
+        _cp_flat(dst, _u32_index(doff), src, _u32_index(row) * int(n) + int(col) + int(off), valid, 16)
+
+    def cp_async4_at(dst, doff, src, i, valid):
+        """4 bytes: flat element ``i`` (a 32-bit index, as :func:`ld_at`) of the 32-bit array ``src`` to flat
+        element ``doff`` of ``dst`` (zero when not ``valid``)."""
+        _cp_flat(dst, _u32_index(doff), src, _u32_index(i), valid, 4)
 
     def cp_async_commit():
         st = _cp_state()
@@ -711,17 +720,14 @@ else:  # -------------------------------------------------------------- GPU
 
         return sig, codegen
 
-    def _make_cp_async_flat(size, op="cg", hint=""):
-        """``cp.async.{op}.shared.global{hint}`` of ``size`` bytes at flat element offsets (4 bytes: one element of
-        32-bit arrays; ``.ca``, the only kind that copies fewer than 16)."""
-        text = f"cp.async.{op}.shared.global{hint} [$0], [$1], {size}, $2;"
+    def _make_cp_async_flat(hint=""):
+        """``cp.async.cg.shared.global{hint}`` of 16 bytes at flat element offsets."""
+        text = f"cp.async.cg.shared.global{hint} [$0], [$1], 16, $2;"
 
         @intrinsic
         def cp_async_flat(typingctx, dst, doff, src, soff, valid):
             if not (isinstance(dst, types.Array) and isinstance(src, types.Array)
                     and isinstance(doff, types.Integer) and isinstance(soff, types.Integer)):
-                return None
-            if size == 4 and not (dst.dtype.bitwidth == 32 and src.dtype.bitwidth == 32):
                 return None
             sig = types.void(dst, types.intp, src, types.intp, types.boolean)
 
@@ -730,7 +736,7 @@ else:  # -------------------------------------------------------------- GPU
                 s_ = context.make_array(sig.args[2])(context, builder, value=args[2])
                 dptr = builder.gep(d.data, [args[1]])
                 sptr = builder.gep(s_.data, [args[3]])
-                nbytes = builder.select(args[4], ir.Constant(_i32, size), ir.Constant(_i32, 0))
+                nbytes = builder.select(args[4], ir.Constant(_i32, 16), ir.Constant(_i32, 0))
                 _asm(builder, ir.VoidType(), [_i32, ir.IntType(64), _i32], text, "r,l,r,~{memory}",
                      [_shared_addr(builder, dptr), _global_ptr(builder, sptr), nbytes], side_effect=True)
                 return context.get_dummy_value()
@@ -739,10 +745,48 @@ else:  # -------------------------------------------------------------- GPU
 
         return cp_async_flat
 
-    cp_async16_flat = _make_cp_async_flat(16)
-    cp_async16_flat_l2_256 = _make_cp_async_flat(16, hint=".L2::256B")
-    cp_async16_flat_ca = _make_cp_async_flat(16, op="ca")
-    cp_async4_flat = _make_cp_async_flat(4, op="ca")
+    cp_async16_flat = _make_cp_async_flat()
+    cp_async16_flat_l2_256 = _make_cp_async_flat(".L2::256B")
+
+    def _cp_async_at_codegen(size, context, builder, sig, args, sptr):
+        """``cp.async.ca`` of ``size`` bytes from the global ``sptr`` to flat element ``args[1]`` (32-bit) of the
+        shared array ``args[0]``; ``args[-1]``: valid (else zero-fill, nothing read)."""
+        d = context.make_array(sig.args[0])(context, builder, value=args[0])
+        doff = builder.zext(context.cast(builder, args[1], sig.args[1], types.uint32), ir.IntType(64))
+        dptr = builder.gep(d.data, [doff])
+        nbytes = builder.select(args[-1], ir.Constant(_i32, size), ir.Constant(_i32, 0))
+        _asm(builder, ir.VoidType(), [_i32, ir.IntType(64), _i32],
+             f"cp.async.ca.shared.global [$0], [$1], {size}, $2;", "r,l,r,~{memory}",
+             [_shared_addr(builder, dptr), _global_ptr(builder, sptr), nbytes], side_effect=True)
+        return context.get_dummy_value()
+
+    @intrinsic
+    def cp_async16_at_ca(typingctx, dst, doff, src, row, n, col, off, valid):
+        if not (isinstance(dst, types.Array) and isinstance(src, types.Array) and src.layout == "C"
+                and src.dtype.bitwidth == 32 and all(isinstance(x, types.Integer) for x in (doff, row, n, col, off))):
+            return None
+        sig = types.void(dst, doff, src, row, n, col, off, types.boolean)
+
+        def codegen(context, builder, sig, args):
+            sptr = _flat_ptr(context, builder, sig.args[2], args[2], sig.args[3], args[3], args[4], args[5:7],
+                             sig.args[4:7])
+            return _cp_async_at_codegen(16, context, builder, sig, args, sptr)
+
+        return sig, codegen
+
+    @intrinsic
+    def cp_async4_at(typingctx, dst, doff, src, i, valid):
+        if not (isinstance(dst, types.Array) and isinstance(src, types.Array) and src.layout == "C"
+                and dst.dtype.bitwidth == 32 and src.dtype.bitwidth == 32
+                and isinstance(doff, types.Integer) and isinstance(i, types.Integer)):
+            return None
+        sig = types.void(dst, doff, src, i, types.boolean)
+
+        def codegen(context, builder, sig, args):
+            sptr = _flat_ptr(context, builder, sig.args[2], args[2], sig.args[3], args[3])
+            return _cp_async_at_codegen(4, context, builder, sig, args, sptr)
+
+        return sig, codegen
 
     @intrinsic
     def cp_async_commit(typingctx):

@@ -25,7 +25,7 @@ import numpy as np
 
 from numba_attn.gpu.backend import IS_SIMULATOR  # first: chooses the backend before numba is imported
 
-from numba import cuda, float32, float64, int32, uint16, uint32  # noqa: E402
+from numba import cuda, float32, float64, int32, uint16, uint32, uint64  # noqa: E402
 
 from numba_attn.gpu.arrays import view_as  # noqa: E402
 from numba_attn.gpu.device_functions import (LOG2E, NEG_BIG, combine_splits, fragment_rescale,  # noqa: E402
@@ -1112,7 +1112,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
     copies are ``cp.async.ca``: with ``.cg`` (L2 only) Nsight Compute counted twice the L2 sectors of the direct
     loads for the same DRAM bytes on an H100 (67.1M against 33.6M, int8/head KV 16k), with ``.ca`` the same 33.6M in
     fewer requests (8.4M against 9.8M)."""
-    from numba_attn.gpu.intrinsics import (add_u32, cp_async4_flat, cp_async16_flat_ca, cvt_e4m3x4_f16x2, ld_at,
+    from numba_attn.gpu.intrinsics import (add_u32, cp_async4_at, cp_async16_at_ca, cvt_e4m3x4_f16x2, ld_at,
                                            ld_global_v2_at, ld_global_v4_at, mad_u32, sub_f16x2)
 
     NR = G * Nq  # query rows of a KV head (≤ 8: the N of the mma)
@@ -1135,10 +1135,14 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
     I8_BIAS = uint32(0x64806480)  # f16x2 (1152, 1152)
     CPR = D // 16  # 16-byte chunks of a cache row of one head
     NCP = 16 * CPR // WARP_SIZE  # ring: 16-byte copies per lane per step, of K and of V each
-    SLOT = 32  # ring rows of a step: K's 16, then V's 16
+    SLOT = 32  # ring rows of a step: K's 16, then V's 16 (and with per-token scales 32 scales)
     RING_ROWS = max(1, NW * NST * SLOT)
-    SCALE_ROWS = max(1, NW * NST)  # (per-token scales: one row of 32 a slot)
+    RING_WORDS = RING_ROWS * D4  # (dynamic_tile's sizes: closure constants, not expressions)
     WAIT = max(0, NST - 2)  # cp.async groups left in flight when a step's bytes are needed
+    NVC = max(1, VWL // 4)  # ring: 16-byte reads of a V row per lane
+    NKOF, NVOF = 2 * NKC, 4 * NVC  # (local array sizes)
+    if NST and not STEP:
+        raise ValueError(f"the ring needs pages of whole warp steps (page size {P}, {KS} tokens a step)")
     SWZ = min(8, CPR) - 1
 
     @device
@@ -1212,73 +1216,81 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         a[i + 3] = x[3]
 
     @device
-    def ring_src(table, seq, h, Hkv, j0, hi, rb, r):
-        """The 32-bit (cache row, head) index of ring row ``r`` of the step at key ``j0``: token j0 + r / HW (its
-        page row from ``rb``, the step's first, when pages hold whole steps; past ``hi`` in the page, not read), head
-        h + r % HW."""
-        tk = r >> LHW
-        if STEP:
-            crow = add_u32(rb, tk)
-        else:
-            jj = min(j0 + tk, hi - 1)
-            crow = mad_u32(table[seq, jj >> LOGP], P, jj & (P - 1))
-        return mad_u32(crow, Hkv, h + (r & (HW - 1)))
-
-    @device
-    def issue_step(k, v, ks, vs, ring, sring, table, seq, h, Hkv, j0, hi, rrow, srow, lane):
-        """cp.async of the warp step at key ``j0`` (< ``hi``) into the ring slot at row ``rrow`` (K; V 16 rows on)
-        and, with per-token scales, scale row ``srow`` (K's 16, then V's 16). Row r is token j0 + r / HW, head
-        h + r % HW; lane L copies chunk L % (D/16) of rows L / (D/16) + j·32/(D/16). A token at or past ``hi`` is
-        zero-filled and not read (its scores are masked; zeros keep a stale NaN code out of P·V)."""
-        n = hi - j0  # tokens of the step that exist
+    def ring_offsets(h, Hkv, lane, g, t, csrc, cdst, kof, vof):
+        """The lane's constant parts of the ring's addresses, computed once before the key loop: ``csrc[j]``, the
+        (cache row, head) index of copy j's row relative to the step's first row (row r = lane / (D/16) + j·32/(D/16):
+        token r / HW, head h + r % HW); ``cdst[j]``, its word in a ring slot (chunk lane % (D/16) of row r,
+        swizzled); ``kof``, ``vof``, the words of the K and V fragments' 16-byte reads in a slot (``ring_chunk``).
+        Returns the per-token scale copy's row index (row lane % 16)."""
         c = lane % CPR
-        rb = uint32(0)
-        if STEP:  # the step's first cache row
-            rb = mad_u32(table[seq, j0 >> LOGP], P, j0 & (P - 1))
         for j in range(NCP):
             r = lane // CPR + j * (WARP_SIZE // CPR)
-            ok = (r >> LHW) < n
-            so = ring_src(table, seq, h, Hkv, j0, hi, rb, r) * D4 + 4 * c
-            do = (rrow + r) * D4 + 4 * ring_chunk(c, r)
-            cp_async16_flat_ca(ring, do, k, so, ok)  # (.ca: .cg read every L2 sector twice, measured)
-            cp_async16_flat_ca(ring, do + 16 * D4, v, so, ok)
-        if TOKEN:
-            r = lane & 15
-            rh = ring_src(table, seq, h, Hkv, j0, hi, rb, r)
-            if lane < 16:
-                cp_async4_flat(sring, srow * SLOT + lane, ks, rh, (r >> LHW) < n)
-            else:
-                cp_async4_flat(sring, srow * SLOT + lane, vs, rh, (r >> LHW) < n)
-
-    @device
-    def ring_k(ring, sring, kw, ksc, vsc, rk, sr, scale, g, t):
-        """The step's K fragment words (rows g, g+8; chunks t, t+4, …) and scales from its ring slot (K rows from
-        ``rk``, scale row ``sr``), as the direct loads give them."""
+            csrc[j] = mad_u32(r >> LHW, Hkv, h + (r & (HW - 1)))
+            cdst[j] = r * D4 + 4 * ring_chunk(c, r)
         for kk in range(2):
             r = g + 8 * kk
             for c in range(NKC):
-                put_words(kw, kk * NKS + 4 * c, ld_shared_v4(ring, rk + r, 4 * ring_chunk(t + 4 * c, r)))
-            if TOKEN:
-                ksc[kk] = scale * sring[sr, r]
-                if not FP8:  # int8: the V scales of keys g, g+8 (on the score lanes)
-                    vsc[kk] = sring[sr, 16 + r]
-
-    @device
-    def ring_v(ring, sring, vw, vsc, rk, sr, g, t):
-        """The step's V words (rows 2t, 2t+1, 2t+8, 2t+9; words g·D/32 …) from its ring slot, as the direct loads
-        give them (fp8 per-token scales: those rows' V scales)."""
+                kof[kk * NKC + c] = r * D4 + 4 * ring_chunk(t + 4 * c, r)
         for kk in range(4):
             vr = 2 * t + (kk & 1) + 8 * (kk >> 1)
+            for c in range(NVC):
+                ch = g * (VWL // 4) + c if VWL % 4 == 0 else g >> 1
+                vof[kk * NVC + c] = (16 + vr) * D4 + 4 * ring_chunk(ch, vr)
+        r = lane & 15
+        return mad_u32(r >> LHW, Hkv, h + (r & (HW - 1)))
+
+    @device
+    def issue_step(k, v, ks, vs, ring, sring, table, tbl, Hkv, j0, hi, wr, lane, csrc, cdst, ssrc):
+        """cp.async of the warp step at key ``j0`` (< ``hi``; both 32-bit) into the ring slot at row ``wr`` (K; V 16
+        rows on) and, with per-token scales, the slot's 32 scales (K's 16, then V's 16, at flat ``wr``). Row r is
+        token j0 + r / HW, head h + r % HW (a step never crosses a page: one page index); lane L copies chunk
+        L % (D/16) of rows L / (D/16) + j·32/(D/16). A token at or past ``hi`` is zero-filled and not read (its
+        scores are masked; zeros keep a stale NaN code out of P·V)."""
+        rb = mad_u32(ld_at(table, add_u32(tbl, j0 >> LOGP)), P, j0 & (P - 1))  # the step's first cache row
+        rbh = mad_u32(rb, Hkv, 0)
+        nn = mad_u32(min(hi - j0, uint64(KS)), HW, 0)  # rows of the step that exist
+        wd = mad_u32(wr, D4, 0)
+        for j in range(NCP):
+            ok = add_u32(lane // CPR, j * (WARP_SIZE // CPR)) < nn
+            row = add_u32(rbh, csrc[j])
+            do = add_u32(wd, cdst[j])
+            cp_async16_at_ca(ring, do, k, row, D4, 4 * (lane % CPR), 0, ok)  # (.ca: .cg read every L2 sector
+            cp_async16_at_ca(ring, add_u32(do, 16 * D4), v, row, D4, 4 * (lane % CPR), 0, ok)  # twice, measured)
+        if TOKEN:
+            ok = add_u32(lane & 15, 0) < nn
+            if lane < 16:
+                cp_async4_at(sring, add_u32(wr, lane), ks, add_u32(rbh, ssrc), ok)
+            else:
+                cp_async4_at(sring, add_u32(wr, lane), vs, add_u32(rbh, ssrc), ok)
+
+    @device
+    def ring_k(ring, sring, kw, ksc, vsc, rk, kof, scale, g):
+        """The step's K fragment words (rows g, g+8; chunks t, t+4, …) and scales from its ring slot (at row
+        ``rk``), as the direct loads give them."""
+        kb = mad_u32(rk, D4, 0)
+        for kk in range(2):
+            for c in range(NKC):
+                put_words(kw, kk * NKS + 4 * c, ld_shared_v4(ring, 0, add_u32(kb, kof[kk * NKC + c])))
+            if TOKEN:
+                ksc[kk] = scale * sring[0, add_u32(rk, g + 8 * kk)]
+                if not FP8:  # int8: the V scales of keys g, g+8 (on the score lanes)
+                    vsc[kk] = sring[0, add_u32(rk, 16 + g + 8 * kk)]
+
+    @device
+    def ring_v(ring, sring, vw, vsc, rk, vof, g, t):
+        """The step's V words (rows 2t, 2t+1, 2t+8, 2t+9; words g·D/32 …) from its ring slot (at row ``rk``), as
+        the direct loads give them (fp8 per-token scales: those rows' V scales)."""
+        kb = mad_u32(rk, D4, 0)
+        for kk in range(4):
             if VWL % 4 == 0:
-                for c in range(VWL // 4):
-                    x = ld_shared_v4(ring, rk + 16 + vr, 4 * ring_chunk(g * (VWL // 4) + c, vr))
-                    put_words(vw, kk * VWL + 4 * c, x)
+                for c in range(NVC):
+                    put_words(vw, kk * VWL + 4 * c, ld_shared_v4(ring, 0, add_u32(kb, vof[kk * NVC + c])))
             else:  # D 64: words 2g, 2g+1, half of chunk g / 2
-                x0, x1, x2, x3 = ld_shared_v4(ring, rk + 16 + vr, 4 * ring_chunk(g >> 1, vr))
+                x0, x1, x2, x3 = ld_shared_v4(ring, 0, add_u32(kb, vof[kk]))
                 vw[kk * VWL] = x2 if g & 1 else x0
                 vw[kk * VWL + 1] = x3 if g & 1 else x1
             if TOKEN and FP8:
-                vsc[kk] = sring[sr, 16 + vr]
+                vsc[kk] = sring[0, add_u32(rk, 16 + 2 * t + (kk & 1) + 8 * (kk >> 1))]
 
     @device
     def frag_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, chunk, S,
@@ -1340,38 +1352,40 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         c1h = h + (min(r1, RB - 1) if HW > 1 else 0)
         sk0 = scale * ks[0, c0h] if not TOKEN else scale
         sk1 = scale * ks[0, c1h] if not TOKEN else scale
-        tbl = mad_u32(seq, table.shape[1], 0) if not FP8 else 0  # int8: the sequence's block-table row, flat
+        tbl = mad_u32(seq, table.shape[1], 0) if not FP8 or NST else 0  # int8, ring: the block-table row, flat
         m0 = NEG_BIG
         m1 = NEG_BIG
         l0 = float32(0.0)
         l1 = float32(0.0)
         n_steps = max(0, (hi - lo + KS - 1) // KS)  # 0 for a split past the end
-        if NST:  # the ring: the warp's first NST − 1 steps in flight
-            rbase = w * (NST * SLOT)  # ring row of the warp's slot 0
-            sbase = w * NST
+        rk = uint32(0)  # the ring (32-bit row indices): the slot of this step (K's rows; V's 16 on) ...
+        wr = uint32(0)  # ... and the slot the step NST − 1 rounds ahead is copied into (the last step's)
+        rend = uint32(0)  # (the end of the warp's slots)
+        hi32 = add_u32(hi, 0)
+        if NST:  # the warp's first NST − 1 steps in flight
+            csrc = cuda.local.array(NCP, uint32)
+            cdst = cuda.local.array(NCP, uint32)
+            kof = cuda.local.array(NKOF, uint32)
+            vof = cuda.local.array(NVOF, uint32)
+            ssrc = ring_offsets(h, Hkv, lane, g, t, csrc, cdst, kof, vof)
+            rk = mad_u32(w, NST * SLOT, 0)  # the warp's slot 0
             for st in range(NST - 1):
                 if w + st * NW < n_steps:
-                    issue_step(k, v, ks, vs, ring, sring, table, seq, h, Hkv, lo + (w + st * NW) * KS, hi,
-                               rbase + st * SLOT, sbase + st, lane)
+                    issue_step(k, v, ks, vs, ring, sring, table, tbl, Hkv, add_u32(lo, (w + st * NW) * KS), hi32,
+                               add_u32(rk, st * SLOT), lane, csrc, cdst, ssrc)
                 cp_async_commit()
-        it = 0
-        rk = 0
-        sr = 0
+            wr = add_u32(rk, (NST - 1) * SLOT)
+            rend = add_u32(rk, NST * SLOT)
         for step in range(w, n_steps, NW):  # warp-uniform: the shuffles and mma stay convergent
             j0 = lo + step * KS
             if NST:
-                cp_async_wait(WAIT)  # this lane's copies of step `it` have landed ...
-                syncwarp(FULL_MASK)  # ... and every lane's; every lane is done with the slot of step it − 1
-                nx = step + (NST - 1) * NW
-                if nx < n_steps:
-                    sl = (it + NST - 1) % NST
-                    issue_step(k, v, ks, vs, ring, sring, table, seq, h, Hkv, lo + nx * KS, hi, rbase + sl * SLOT,
-                               sbase + sl, lane)
+                cp_async_wait(WAIT)  # this lane's copies of this step have landed ...
+                syncwarp(FULL_MASK)  # ... and every lane's; every lane is done with slot wr (the last step's)
+                jn = add_u32(j0, (NST - 1) * NW * KS)
+                if jn < hi32:
+                    issue_step(k, v, ks, vs, ring, sring, table, tbl, Hkv, jn, hi32, wr, lane, csrc, cdst, ssrc)
                 cp_async_commit()
-                rk = rbase + (it % NST) * SLOT  # this step's K rows; V's 16 rows on
-                sr = sbase + it % NST
-                it += 1
-                ring_k(ring, sring, kw, ksc, vsc, rk, sr, scale, g, t)  # (V's words where they are used)
+                ring_k(ring, sring, kw, ksc, vsc, rk, kof, scale, g)  # (V's words where they are used)
             elif FP8:
                 pg = table[seq, j0 >> LOGP] if STEP else 0
                 for kk in range(2):  # K rows g, g+8
@@ -1551,7 +1565,9 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                 qb0 = pack_f16x2(xa - ha, xb - hb)
                 qb1 = pack_f16x2(ya - hc, yb - hd)
             if NST:  # V's words from the ring only now: K's registers are free again
-                ring_v(ring, sring, vw, vsc, rk, sr, g, t)
+                ring_v(ring, sring, vw, vsc, rk, vof, g, t)
+                wr = rk  # the next step NST − 1 rounds ahead goes into this slot, and the next slot is read
+                rk = add_u32(rk, SLOT) if add_u32(rk, SLOT) != rend else add_u32(rk, SLOT - NST * SLOT)
             # Oᵀ += Vᵀ Pᵀ, m-tiles 2x, 2x+1 from word x of the four keys
             for x in range(VWL):
                 for half in range(2):
@@ -1601,8 +1617,8 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         sm_o = cuda.shared.array((NW, RB, D), float32)
         sm_last = cuda.shared.array(1, int32)
         if NST:  # the ring (dynamic shared memory: ring_bytes), then the per-token scales' slots
-            ring = dynamic_tile(0, RING_ROWS, D4)
-            sring = dynamic_tile(RING_ROWS * D4, SCALE_ROWS, SLOT) if TOKEN else ring
+            ring = dynamic_tile(0, 1, RING_WORDS)  # (flat: 32-bit word offsets)
+            sring = dynamic_tile(RING_WORDS, 1, RING_ROWS) if TOKEN else ring  # a slot's scales at its row
         else:
             ring = sm_m
             sring = sm_m
