@@ -304,8 +304,8 @@ def test_wide_8bit_paged_split_k(kv_dtype, scale, qdt, Nq, params):
     ("int8", "token", 4, 2, 2, {}),  # int8's biased scores and V scales on P before the shuffles, 4 rows
     ("int8", "token", 4, 4, 1, {"step_heads": 4}),  # a step: 4 tokens × 4 KV heads, per-token scales
     ("float8_e4m3", "head", 2, 2, 1, {"step_heads": 1}),  # 16 tokens of one KV head (the default is 2 here)
-    ("int8", "token", 2, 2, 1, {"stages": 2}),  # the cp.async ring, one step in flight; the scales through it
-    ("float8_e4m3", "head", 2, 2, 1, {"stages": 3}),  # two steps in flight
+    ("int8", "token", 2, 2, 1, {"stages": 3}),  # the cp.async ring, two steps in flight; their scales queued
+    ("float8_e4m3", "head", 2, 2, 1, {"stages": 2}),  # one step in flight
 ])
 def test_mma_8bit_paged_split_k(kv_dtype, scale, H, Hkv, Nq, params):
     """paged_split_k's ``mma`` path (8-bit codes straight into mma fragments): pages out of order and

@@ -1112,7 +1112,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
     copies are ``cp.async.ca``: with ``.cg`` (L2 only) Nsight Compute counted twice the L2 sectors of the direct
     loads for the same DRAM bytes on an H100 (67.1M against 33.6M, int8/head KV 16k), with ``.ca`` the same 33.6M in
     fewer requests (8.4M against 9.8M)."""
-    from numba_attn.gpu.intrinsics import (add_u32, cp_async4_at, cp_async16_at_ca, cvt_e4m3x4_f16x2, ld_at,
+    from numba_attn.gpu.intrinsics import (add_u32, cp_async16_at_ca, cvt_e4m3x4_f16x2, ld_at,
                                            ld_global_v2_at, ld_global_v4_at, mad_u32, sub_f16x2)
 
     NR = G * Nq  # query rows of a KV head (≤ 8: the N of the mma)
@@ -1141,8 +1141,12 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
     WAIT = max(0, NST - 2)  # cp.async groups left in flight when a step's bytes are needed
     NVC = max(1, VWL // 4)  # ring: 16-byte reads of a V row per lane
     NKOF, NVOF = 2 * NKC, 4 * NVC  # (local array sizes)
+    NSQ = max(1, (NST - 1) * 4)  # ring, per-token scales (int8): a lane's 4 a step (K's and V's of rows g, g+8),
+    #                               queued for NST − 1 steps
     if NST and not STEP:
         raise ValueError(f"the ring needs pages of whole warp steps (page size {P}, {KS} tokens a step)")
+    if NST and TOKEN and FP8:
+        raise ValueError("the ring: per-token scales with int8 codes only (fp8 takes a tensor or head scale)")
     SWZ = min(8, CPR) - 1
 
     @device
@@ -1216,16 +1220,22 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         a[i + 3] = x[3]
 
     @device
-    def ring_offsets(h, Hkv, lane, g, t, csrc, cdst, kof, vof):
+    def row_head(r, Hkv, h):
+        """The (cache row, head) index of step row ``r`` (token r / HW, head h + r % HW) relative to the step's
+        first cache row."""
+        return mad_u32(r >> LHW, Hkv, h + (r & (HW - 1)))
+
+    @device
+    def ring_offsets(h, Hkv, lane, g, t, csrc, cdst, kof, vof, sof):
         """The lane's constant parts of the ring's addresses, computed once before the key loop: ``csrc[j]``, the
-        (cache row, head) index of copy j's row relative to the step's first row (row r = lane / (D/16) + j·32/(D/16):
-        token r / HW, head h + r % HW); ``cdst[j]``, its word in a ring slot (chunk lane % (D/16) of row r,
-        swizzled); ``kof``, ``vof``, the words of the K and V fragments' 16-byte reads in a slot (``ring_chunk``).
-        Returns the per-token scale copy's row index (row lane % 16)."""
+        (cache row, head) index of copy j's row relative to the step's first row (row r = lane / (D/16) + j·32/(D/16));
+        ``cdst[j]``, its word in a ring slot (chunk lane % (D/16) of row r, swizzled); ``kof``, ``vof``, the words
+        of the K and V fragments' 16-byte reads in a slot (``ring_chunk``); ``sof``, the rows of the lane's
+        per-token scales (K rows g, g+8), then their (row, head) indices relative to the step's first cache row."""
         c = lane % CPR
         for j in range(NCP):
             r = lane // CPR + j * (WARP_SIZE // CPR)
-            csrc[j] = mad_u32(r >> LHW, Hkv, h + (r & (HW - 1)))
+            csrc[j] = row_head(r, Hkv, h)
             cdst[j] = r * D4 + 4 * ring_chunk(c, r)
         for kk in range(2):
             r = g + 8 * kk
@@ -1236,16 +1246,18 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
             for c in range(NVC):
                 ch = g * (VWL // 4) + c if VWL % 4 == 0 else g >> 1
                 vof[kk * NVC + c] = (16 + vr) * D4 + 4 * ring_chunk(ch, vr)
-        r = lane & 15
-        return mad_u32(r >> LHW, Hkv, h + (r & (HW - 1)))
+        for m in range(2):
+            sof[m] = g + 8 * m
+            sof[2 + m] = row_head(g + 8 * m, Hkv, h)
 
     @device
-    def issue_step(k, v, ks, vs, ring, sring, table, tbl, Hkv, j0, hi, wr, lane, csrc, cdst, ssrc):
+    def issue_step(k, v, ks, vs, ring, sq, table, tbl, Hkv, j0, hi, wr, lane, csrc, cdst, sof):
         """cp.async of the warp step at key ``j0`` (< ``hi``; both 32-bit) into the ring slot at row ``wr`` (K; V 16
-        rows on) and, with per-token scales, the slot's 32 scales (K's 16, then V's 16, at flat ``wr``). Row r is
-        token j0 + r / HW, head h + r % HW (a step never crosses a page: one page index); lane L copies chunk
-        L % (D/16) of rows L / (D/16) + j·32/(D/16). A token at or past ``hi`` is zero-filled and not read (its
-        scores are masked; zeros keep a stale NaN code out of P·V)."""
+        rows on), and with per-token scales the lane's 4 scales loaded into the last 4 registers of the queue ``sq``
+        (plain loads: they land while the NST − 1 steps before this one compute). Row r is token
+        j0 + r / HW, head h + r % HW (a step never crosses a page: one page index); lane L copies chunk L % (D/16)
+        of rows L / (D/16) + j·32/(D/16). A token at or past ``hi`` is zero-filled and not read, its scales zero (its
+        scores are masked; zeros keep a stale NaN code or scale out of P·V)."""
         rb = mad_u32(ld_at(table, add_u32(tbl, j0 >> LOGP)), P, j0 & (P - 1))  # the step's first cache row
         rbh = mad_u32(rb, Hkv, 0)
         nn = mad_u32(min(hi - j0, uint64(KS)), HW, 0)  # rows of the step that exist
@@ -1257,29 +1269,36 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
             cp_async16_at_ca(ring, do, k, row, D4, 4 * (lane % CPR), 0, ok)  # (.ca: .cg read every L2 sector
             cp_async16_at_ca(ring, add_u32(do, 16 * D4), v, row, D4, 4 * (lane % CPR), 0, ok)  # twice, measured)
         if TOKEN:
-            ok = add_u32(lane & 15, 0) < nn
-            if lane < 16:
-                cp_async4_at(sring, add_u32(wr, lane), ks, add_u32(rbh, ssrc), ok)
-            else:
-                cp_async4_at(sring, add_u32(wr, lane), vs, add_u32(rbh, ssrc), ok)
+            for m in range(4):  # the K scales of rows g, g+8, then their V scales
+                x = float32(0.0)
+                if sof[m & 1] < nn:
+                    x = ld_at(ks if m < 2 else vs, add_u32(rbh, sof[2 + (m & 1)]))
+                sq[NSQ - 4 + m] = x
 
     @device
-    def ring_k(ring, sring, kw, ksc, vsc, rk, kof, scale, g):
-        """The step's K fragment words (rows g, g+8; chunks t, t+4, …) and scales from its ring slot (at row
-        ``rk``), as the direct loads give them."""
+    def ring_k(ring, kw, rk, kof):
+        """The step's K fragment words (rows g, g+8; chunks t, t+4, …) from its ring slot (at row ``rk``), as the
+        direct loads give them."""
         kb = mad_u32(rk, D4, 0)
         for kk in range(2):
             for c in range(NKC):
                 put_words(kw, kk * NKS + 4 * c, ld_shared_v4(ring, 0, add_u32(kb, kof[kk * NKC + c])))
-            if TOKEN:
-                ksc[kk] = scale * sring[0, add_u32(rk, g + 8 * kk)]
-                if not FP8:  # int8: the V scales of keys g, g+8 (on the score lanes)
-                    vsc[kk] = sring[0, add_u32(rk, 16 + g + 8 * kk)]
 
     @device
-    def ring_v(ring, sring, vw, vsc, rk, vof, g, t):
+    def ring_scales(sq, ksc, vsc, scale):
+        """This step's per-token scales from the front of the queue ``sq`` (as the direct loads give them), and
+        the queue moved up by one step."""
+        ksc[0] = scale * sq[0]
+        ksc[1] = scale * sq[1]
+        vsc[0] = sq[2]
+        vsc[1] = sq[3]
+        for i in range(NSQ - 4):
+            sq[i] = sq[4 + i]
+
+    @device
+    def ring_v(ring, vw, rk, vof, g):
         """The step's V words (rows 2t, 2t+1, 2t+8, 2t+9; words g·D/32 …) from its ring slot (at row ``rk``), as
-        the direct loads give them (fp8 per-token scales: those rows' V scales)."""
+        the direct loads give them."""
         kb = mad_u32(rk, D4, 0)
         for kk in range(4):
             if VWL % 4 == 0:
@@ -1289,12 +1308,10 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                 x0, x1, x2, x3 = ld_shared_v4(ring, 0, add_u32(kb, vof[kk]))
                 vw[kk * VWL] = x2 if g & 1 else x0
                 vw[kk * VWL + 1] = x3 if g & 1 else x1
-            if TOKEN and FP8:
-                vsc[kk] = sring[0, add_u32(rk, 16 + 2 * t + (kk & 1) + 8 * (kk >> 1))]
 
     @device
     def frag_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, chunk, S,
-                   sm_m, sm_l, sm_o, sm_last, ring, sring):
+                   sm_m, sm_l, sm_o, sm_last, ring):
         split = cuda.blockIdx.x
         kvh = cuda.blockIdx.y  # b * Hkv + kv head (one row block: NR ≤ 8); HW > 1: b * Hkv / HW + group of HW heads
         h = (kvh - seq * (Hkv // HW)) * HW  # the (first) KV head
@@ -1367,12 +1384,18 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
             cdst = cuda.local.array(NCP, uint32)
             kof = cuda.local.array(NKOF, uint32)
             vof = cuda.local.array(NVOF, uint32)
-            ssrc = ring_offsets(h, Hkv, lane, g, t, csrc, cdst, kof, vof)
+            sof = cuda.local.array(4, uint32)
+            sq = cuda.local.array(NSQ, float32)  # per-token scales of the steps in flight, this step's first
+            for i in range(NSQ):
+                sq[i] = float32(0.0)
+            ring_offsets(h, Hkv, lane, g, t, csrc, cdst, kof, vof, sof)
             rk = mad_u32(w, NST * SLOT, 0)  # the warp's slot 0
             for st in range(NST - 1):
+                if TOKEN:
+                    ring_scales(sq, ksc, vsc, scale)  # (moves the queue up: step st's scales go last)
                 if w + st * NW < n_steps:
-                    issue_step(k, v, ks, vs, ring, sring, table, tbl, Hkv, add_u32(lo, (w + st * NW) * KS), hi32,
-                               add_u32(rk, st * SLOT), lane, csrc, cdst, ssrc)
+                    issue_step(k, v, ks, vs, ring, sq, table, tbl, Hkv, add_u32(lo, (w + st * NW) * KS), hi32,
+                               add_u32(rk, st * SLOT), lane, csrc, cdst, sof)
                 cp_async_commit()
             wr = add_u32(rk, (NST - 1) * SLOT)
             rend = add_u32(rk, NST * SLOT)
@@ -1381,11 +1404,13 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
             if NST:
                 cp_async_wait(WAIT)  # this lane's copies of this step have landed ...
                 syncwarp(FULL_MASK)  # ... and every lane's; every lane is done with slot wr (the last step's)
+                if TOKEN:
+                    ring_scales(sq, ksc, vsc, scale)
                 jn = add_u32(j0, (NST - 1) * NW * KS)
                 if jn < hi32:
-                    issue_step(k, v, ks, vs, ring, sring, table, tbl, Hkv, jn, hi32, wr, lane, csrc, cdst, ssrc)
+                    issue_step(k, v, ks, vs, ring, sq, table, tbl, Hkv, jn, hi32, wr, lane, csrc, cdst, sof)
                 cp_async_commit()
-                ring_k(ring, sring, kw, ksc, vsc, rk, kof, scale, g)  # (V's words where they are used)
+                ring_k(ring, kw, rk, kof)  # (V's words where they are used)
             elif FP8:
                 pg = table[seq, j0 >> LOGP] if STEP else 0
                 for kk in range(2):  # K rows g, g+8
@@ -1565,7 +1590,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                 qb0 = pack_f16x2(xa - ha, xb - hb)
                 qb1 = pack_f16x2(ya - hc, yb - hd)
             if NST:  # V's words from the ring only now: K's registers are free again
-                ring_v(ring, sring, vw, vsc, rk, vof, g, t)
+                ring_v(ring, vw, rk, vof, g)
                 wr = rk  # the next step NST − 1 rounds ahead goes into this slot, and the next slot is read
                 rk = add_u32(rk, SLOT) if add_u32(rk, SLOT) != rend else add_u32(rk, SLOT - NST * SLOT)
             # Oᵀ += Vᵀ Pᵀ, m-tiles 2x, 2x+1 from word x of the four keys
@@ -1616,23 +1641,21 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         sm_l = cuda.shared.array((NW, RB), float32)
         sm_o = cuda.shared.array((NW, RB, D), float32)
         sm_last = cuda.shared.array(1, int32)
-        if NST:  # the ring (dynamic shared memory: ring_bytes), then the per-token scales' slots
+        if NST:  # the ring (dynamic shared memory: ring_bytes)
             ring = dynamic_tile(0, 1, RING_WORDS)  # (flat: 32-bit word offsets)
-            sring = dynamic_tile(RING_WORDS, 1, RING_ROWS) if TOKEN else ring  # a slot's scales at its row
         else:
             ring = sm_m
-            sring = sm_m
         seq = cuda.blockIdx.y // (Hkv // HW)
         frag_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, seqlens[seq], seq, table, ks, vs, chunk,
-                   S, sm_m, sm_l, sm_o, sm_last, ring, sring)  # the sequence's own number of keys
+                   S, sm_m, sm_l, sm_o, sm_last, ring)  # the sequence's own number of keys
 
     return paged_split_k_mma8
 
 
-def ring_bytes(D: int, NW: int, NST: int, TOKEN: bool) -> int:
+def ring_bytes(D: int, NW: int, NST: int) -> int:
     """Dynamic shared memory of ``make_frag8_kernel``'s ring: ``NST`` slots per warp of 16 K and 16 V rows of D
-    bytes, and with per-token scales 32 float32."""
-    return NW * NST * (32 * D + (128 if TOKEN else 0))
+    bytes."""
+    return NW * NST * 32 * D
 
 
 def paged_scales(problem, ks, vs):

@@ -199,7 +199,7 @@ def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, ahead=Fal
                 return f"stages={stages} not 0 (off), 2, 3 or 4"
             if prefetch:
                 return "stages: not with prefetch (the ring already has the next steps in flight)"
-            ring = ring_bytes(problem.head_dim, params["warps"], stages, bool(PAGED_TOKEN_SCALE[problem.kv_scale]))
+            ring = ring_bytes(problem.head_dim, params["warps"], stages)
             return smem_reason(ring + smem)
         return None
     if stages:
@@ -261,7 +261,7 @@ def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_pe
         pf_note = f", L2 prefetch {prefetch} step{'s' if prefetch > 1 else ''} ahead" if prefetch else ""
         pf_note += f", {step_heads} KV heads per warp step" if step_heads > 1 else ""
         pf_note += f", cp.async ring of {stages} steps per warp" if stages else ""
-        dyn = ring_bytes(problem.head_dim, warps, stages, bool(PAGED_TOKEN_SCALE[problem.kv_scale])) if stages else 0
+        dyn = ring_bytes(problem.head_dim, warps, stages) if stages else 0
         return paged_launch(problem, kern, float32(problem.sm_scale * float(LOG2E)), warps, lanes, rows, keys, splits,
                             fused, notes=f", combine {'fused' if fused else 'kernel'}, 8-bit codes into mma fragments"
                                          + pf_note, heads=step_heads, dyn_bytes=dyn,
