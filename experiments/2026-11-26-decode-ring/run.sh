@@ -14,7 +14,7 @@
 #   per SM (launch_ring.py, with the warp state section); then on an H200 only the CUPTI times of the default, 2 stages
 #   and 3 stages at one block per SM at KV 16k and 32k in one process, beside SDPA on the fp16 twins. On any other GPU
 #   part f runs the Nsight Compute half alone.
-# g (about 9 minutes): after the ring's address arithmetic was hoisted out of the key loop (7a4b01e; since 8c1c0b5 with
+# g (about 9 minutes): after the ring's address arithmetic was hoisted out of the key loop (7a4b01e; then with
 #   int8's per-token scales queued in registers instead of copied): memcheck of the stages tests; then on an H200
 #   part f's CUPTI times, on any other GPU part f's Nsight Compute with 2 stages as well.
 # Any other GPU than an H200 stops the script at once (exit 3) unless ANY_GPU=1 (parts f, g: see above).
