@@ -126,6 +126,9 @@ def test_layouts_plot_from_the_committed_paged_and_varlen_results(tmp_path):
         assert sorted(os.path.basename(f) for f in files) == [name[:6] + ".png", name[:6] + ".svg"]
         assert all(os.path.getsize(f) > 10_000 for f in files)
     assert layouts(os.path.join(root, "results", "roadmap-nvidia-h200.jsonl"), str(tmp_path), stem="none") == []
+    # a roofline of more problems than it has marker shapes (the paged file's last run: 16) repeats the shapes
+    files = plots.roofline(os.path.join(root, "results", "paged-nvidia-h200.jsonl"), str(tmp_path), stem="roof")
+    assert sorted(os.path.basename(f) for f in files) == ["roof.png", "roof.svg"]
 
 
 def test_steps_pairs_a_phase_with_its_parent_in_the_same_run_only(tmp_path):

@@ -429,7 +429,7 @@ def roofline(records, out_dir, stem="roofline"):
     names = _phase_order(pts) + sorted({r["phase"] for r in pts if r.get("kind") == "peer"})
     colors = _colors(names)
     labels = list(_problems(pts))
-    markers = dict(zip(labels, "osD^v<>pPX*h"))
+    markers = {lab: "osD^v<>pPX*h"[i % 12] for i, lab in enumerate(labels)}  # (more problems: shapes repeat)
     is32 = [r for r in pts if (r.get("problem") or {}).get("dtype") == "float32"]
     is16 = [r for r in pts if (r.get("problem") or {}).get("dtype") != "float32"]
     if not decode and len(names) > 12 and is32 and is16:
