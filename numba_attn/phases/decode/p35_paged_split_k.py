@@ -74,8 +74,8 @@ one head's contiguous rows) ran 5.3 % faster than B8 H32; a block reading severa
 any GPU run): S = 8 gains 3-5 % on the three 8-bit caches at B8 H32 KV 16k and 32k, S = 2 and 4 in between;
 int8/token then >= 1.7x SDPA on the fp16 twin.
 ``stages`` (the mma path; 0, the default, off): each warp owns a ring of ``stages`` warp steps in dynamic shared
-memory, filled by ``cp.async.ca`` with whole rows (one instruction moves 512 contiguous bytes; per-token scales by
-4-byte copies), and keeps ``stages`` − 1 steps in flight while it computes one; the fragments are read from the ring as they
+memory, filled by ``cp.async.ca`` with whole rows (one instruction moves 512 contiguous bytes; int8's per-token scales
+queued in registers), and keeps ``stages`` − 1 steps in flight while it computes one; the fragments are read from the ring as they
 were from global memory (``make_frag8_kernel``, ``NST``). Why: the 8-bit kernels are latency-bound, and at the
 128-register cap ptxas issues part of a step's loads after the first mma, so a step's 4 KiB per warp are never all in
 flight and none are during its arithmetic (experiments/2026-11-26-decode-ring). Prediction (before any GPU run): at
