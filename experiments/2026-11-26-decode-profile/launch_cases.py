@@ -24,38 +24,22 @@ sys.path.insert(0, os.path.join(here, "..", ".."))
 sys.path.insert(0, here)
 
 import identity_table  # noqa: E402
-from numba_attn.measure.check import check_launch  # noqa: E402
-from numba_attn.phases.registry import get_phase  # noqa: E402
+from numba_attn.measure.check import checked_launches  # noqa: E402
 from numba_attn.spec.problem import PagedProblem, Problem  # noqa: E402
 
 UNI = identity_table.UNIFORM
 BIG = dict(batch=8, heads=32, q_len=1, kv_len=16384, head_dim=128, dtype="float16", page_size=64)
 CASES = {
-    "twin": ("decode_split_k_lean", Problem(batch=8, heads=32, q_len=1, kv_len=2024, head_dim=128, dtype="float16")),
-    "psk_uniform": ("paged_split_k", PagedProblem(**UNI)),
-    "psk_identity": ("paged_split_k", PagedProblem(**UNI, seed=identity_table.IDENTITY_SEED)),
-    "pwl_uniform": ("paged_worklist", PagedProblem(**UNI)),
-    "pwl_ragged": ("paged_worklist", PagedProblem(**{**UNI, "kv_len": 4096}, ragged=True)),
-    "int8_token": ("paged_split_k", PagedProblem(**BIG, kv_dtype="int8", kv_scale="token")),
-    "int8_head": ("paged_split_k", PagedProblem(**BIG, kv_dtype="int8", kv_scale="head")),
-    "fp8_head": ("paged_split_k", PagedProblem(**BIG, kv_dtype="float8_e4m3", kv_scale="head")),
+    "twin": ("decode_split_k_lean", Problem(batch=8, heads=32, q_len=1, kv_len=2024, head_dim=128, dtype="float16"),
+             {}),
+    "psk_uniform": ("paged_split_k", PagedProblem(**UNI), {}),
+    "psk_identity": ("paged_split_k", PagedProblem(**UNI, seed=identity_table.IDENTITY_SEED), {}),
+    "pwl_uniform": ("paged_worklist", PagedProblem(**UNI), {}),
+    "pwl_ragged": ("paged_worklist", PagedProblem(**{**UNI, "kv_len": 4096}, ragged=True), {}),
+    "int8_token": ("paged_split_k", PagedProblem(**BIG, kv_dtype="int8", kv_scale="token"), {}),
+    "int8_head": ("paged_split_k", PagedProblem(**BIG, kv_dtype="int8", kv_scale="head"), {}),
+    "fp8_head": ("paged_split_k", PagedProblem(**BIG, kv_dtype="float8_e4m3", kv_scale="head"), {}),
 }
 
-
-def main(names):
-    from numba import cuda
-
-    stream = cuda.stream()
-    for name in names or CASES:
-        phase_name, prob = CASES[name]
-        phase = get_phase(phase_name)
-        launch = phase.plan(prob)
-        got = check_launch(launch, prob, [1], phase.precision, stream)
-        print(f"{name}: {phase_name} {prob.label} seed {prob.seed} params {launch.params}: "
-              f"{'ok' if got.ok else 'WRONG'} (rel err {got.worst.rel_err:.2e})", flush=True)
-        if not got.ok:
-            raise SystemExit(f"{name}: wrong result, {got.worst.reason}")
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    checked_launches(CASES, sys.argv[1:])

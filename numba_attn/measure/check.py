@@ -312,6 +312,27 @@ def check_launch(launch, problem: Problem, seeds, precision, stream) -> LaunchCh
     return LaunchCheck(worst, list(seeds[: len(checks)]), first_s, first_end, arrays, stages)
 
 
+def checked_launches(cases, names=()):
+    """One checked launch per case, for a profiler (Nsight Compute flushes the caches before each profiled launch,
+    so the checked launch is the profiled one): ``cases`` maps a name to (phase name, problem, params); ``names``
+    picks some (all when empty). Each output is compared with the float64 reference before the next case, and a
+    wrong one stops the run (``SystemExit``), so no profile is of a launch that computed something else."""
+    from numba import cuda
+
+    from numba_attn.phases.registry import get_phase
+
+    stream = cuda.stream()
+    for name in names or cases:
+        phase_name, prob, params = cases[name]
+        phase = get_phase(phase_name)
+        launch = phase.plan(prob, **params)
+        got = check_launch(launch, prob, [1], phase.precision, stream)
+        print(f"{name}: {phase_name} {prob.label} seed {prob.seed} params {launch.params}: "
+              f"{'ok' if got.ok else 'WRONG'} (rel err {got.worst.rel_err:.2e})", flush=True)
+        if not got.ok:
+            raise SystemExit(f"{name}: wrong result, {got.worst.reason}")
+
+
 def recheck_outputs(problem: Problem, seed: int, outputs, precision, stream) -> str:
     """Check device outputs (``(B·H, N, D)`` views) of launches on ``seed``'s inputs again;
     the first failure's reason, or "" when all are right."""
