@@ -693,7 +693,7 @@ def test_ragged_plan_runs_correctly(phase, monkeypatch):
     _run(phase, q, kc, vc, table, lens, **params)
     (key, launch), = api._PAGED_PLANS.items()
     assert key[1].mean_len == 48, launch.notes
-    assert launch.params["splits"] >= 4 if split else launch.notes.startswith("W=2 workers"), launch.notes
+    assert launch.params["splits"] >= 4 if split else launch.notes.startswith("2 blocks"), launch.notes
     p = PagedProblem(batch=3, heads=2, kv_heads=1, q_len=1, kv_len=128, head_dim=16, dtype="float16",
                      page_size=16, ragged=True)
     row = measure(phase, p, RunConfig(seeds=(7,), time_kernels=False), **{**SIM[phase], **params})
@@ -828,19 +828,48 @@ def test_work_list_model():
     assert wptr.size - 1 == 3  # 600 keys (38 steps of 16): shares of >= 256 keys, not 8 of 80
 
 
-@pytest.mark.parametrize("dtype,kv_dtype,Nq,H", [("float16", "", 1, 2), ("bfloat16", "", 2, 4),
-                                                 ("float16", "int8", 1, 2)])
-def test_worklist_shares_cross_sequences(dtype, kv_dtype, Nq, H):
-    """``paged_worklist`` with three workers whose shares cut through the batch: the long sequence read by two
-    blocks (or one share holding it whole, at 64-key steps), a share holding an empty sequence (zeros) and
-    two short ones; causal GQA rows, bfloat16, an 8-bit cache read as words; against the reference and
-    ``paged_split_k``."""
+def test_worklist_plan_model():
+    """``worklist_plan``: items name the KV head of a sequence (b · Hkv + h); every (sequence, KV head)'s keys
+    in exactly one run of items; ``flat``: one list over all heads, ``workers`` shares in all, a share crossing
+    from one head to the next; else Hkv lists of ``workers`` shares, block h · W + w holding head h's items
+    only, the same items as ``work_list``'s for every head."""
+    from numba_attn.phases.decode.common import work_list, worklist_plan
+
+    lens, KS, Hkv = [3674, 1712, 974, 0, 456], 64, 3
+    for flat, W in ((True, 11), (False, 4)):
+        work, wptr = worklist_plan(lens, Hkv, KS, W, flat=flat)
+        assert work.dtype == wptr.dtype == np.int32 and wptr[0] == 0 and wptr[-1] == len(work)
+        assert wptr.size - 1 == (W if flat else Hkv * W) and (np.diff(wptr) >= 0).all()
+        for kvh in range(len(lens) * Hkv):
+            mine = work[work[:, 0] == kvh]
+            n = lens[kvh // Hkv]
+            assert (mine[:, 1] == np.arange(len(mine))).all() and (mine[:, 4] == len(mine)).all()
+            assert mine[-1, 3] == n and mine[0, 2] == 0 and (mine[1:, 2] == mine[:-1, 3]).all()
+        blocks = [set(work[wptr[i]:wptr[i + 1], 0] % Hkv) for i in range(wptr.size - 1)]
+        if flat:
+            assert any(len(b) > 1 for b in blocks)  # a share crossing KV heads
+        else:
+            base, bptr = work_list(lens, KS, W)
+            for h in range(Hkv):
+                assert all(b == {h} for b in blocks[h * W:(h + 1) * W])
+                part = work[wptr[h * W]:wptr[(h + 1) * W]]
+                assert np.array_equal(part[:, 0], base[:, 0] * Hkv + h) and np.array_equal(part[:, 1:], base[:, 1:])
+
+
+@pytest.mark.parametrize("dtype,kv_dtype,Nq,H,flat", [("float16", "", 1, 2, True), ("bfloat16", "", 2, 4, True),
+                                                      ("float16", "int8", 1, 2, True), ("float16", "", 1, 2, False)])
+def test_worklist_shares_cross_sequences(dtype, kv_dtype, Nq, H, flat):
+    """``paged_worklist`` with three workers (per KV head) whose shares cut through the batch: the long
+    sequence read by two blocks (or one share holding it whole, at 64-key steps), a share holding an empty
+    sequence (zeros) and two short ones, and (``flat``, the default) shares holding the end of one KV head
+    and the start of the next; causal GQA rows, bfloat16, an 8-bit cache read as words; against the
+    reference and ``paged_split_k``."""
     q, kc, vc, ks, vs = _batch(np.random.default_rng(13), 16, 2, 16, dtype, kv_dtype, "token", 4, H, Nq)
     table = np.array([[8, 0, 3, 5, 1, 2, 4, 6], [7, 7, 7, 7, 7, 7, 7, 7], [2, 6, 0, 0, 0, 0, 0, 0],
                       [5, 4, 0, 0, 0, 0, 0, 0]], np.int32)
     lens = np.array([121, 0, 19, 30], np.int32)
     out, _ = _run("paged_worklist", q, kc, vc, table, lens, causal=Nq > 1, kv_dtype=kv_dtype, ks=ks, vs=vs,
-                  workers=3, warps=1, min_keys=16)
+                  workers=3, warps=1, min_keys=16, flat=flat)
     assert not out[1].astype(np.float32).any()
     plain = na.decode_paged(q, kc, vc, table, lens, causal=Nq > 1, k_scale=ks, v_scale=vs, phase="paged_split_k",
                             **{**SIM["paged_split_k"], **({"mma": False} if kv_dtype else {})})

@@ -618,10 +618,10 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
     16-bit cache (:func:`chunk_steps`). ``BAL`` (paged): ``chunk`` is the most keys of a split, and
     a sequence of ``Nk`` keys is cut into n = ⌈Nk / chunk⌉ splits of equal whole warp steps
     (:func:`balanced_split`) instead of n − 1 full ones and a remainder. ``WORK`` (paged,
-    ``paged_worklist``): block (w, row block of a KV head) runs the items ``wptr[w] … wptr[w+1] − 1`` of
-    a host-planned work list (:func:`work_list`), each a (sequence, split, keys [lo, hi), splits of the
-    sequence) of that KV head, one after the other through the same block code, combined by the last
-    block to finish a sequence's row block (per-sequence counters). ``AHEAD`` (paged, pages holding whole
+    ``paged_worklist``): block (w, row block) runs the items ``wptr[w] … wptr[w+1] − 1`` of a host-planned
+    work list (:func:`worklist_plan`), each a (KV head of a sequence b · Hkv + h, split, keys [lo, hi), splits
+    of that KV head) one after the other through the same block code, combined by the last block to finish a
+    KV head's row block (per-(sequence, KV head) counters). ``AHEAD`` (paged, pages holding whole
     warp steps): a warp reads the page index of its next step during this one, so that the block table's
     load is no longer a round trip before every step's K/V loads.
 
@@ -826,9 +826,9 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
             sm_o = cuda.shared.array((NW, RB, D), float32)
             sm_last = cuda.shared.array(1, int32)
             for it in range(wptr[cuda.blockIdx.x], wptr[cuda.blockIdx.x + 1]):
-                seq = work[it, 0]
-                hrb = seq * Hkv * NRC + cuda.blockIdx.y  # (sequence, KV head, row block): its counter
-                kvh = hrb // NRC
+                kvh = work[it, 0]  # the item's KV head of a sequence (b · Hkv + h)
+                seq = kvh // Hkv
+                hrb = kvh * NRC + cuda.blockIdx.y  # (sequence, KV head, row block): its counter
                 lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, seqlens[seq], seq, table, ks, vs,
                            work[it, 1], kvh, (hrb - kvh * NRC) * RB, work[it, 2], work[it, 3], work[it, 4], hrb,
                            sm_m, sm_l, sm_o, sm_last)
@@ -1775,10 +1775,34 @@ def work_list(lens, KS: int, workers: int, min_keys: int = 0):
     return work, wptr
 
 
-def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blocks_per_sm, min_keys, notes=""):
-    """The :class:`Launch` of ``paged_worklist``: grid (worker, row block of a KV head), each block running
-    its worker's items of the work list (:func:`work_list`) for that KV head; ``workers`` (0: as many as
-    fill the SMs' ``blocks_per_sm`` slots once). ``run(q, k_cache, v_cache, o,
+def worklist_plan(lens, Hkv: int, KS: int, workers: int, min_keys: int = 0, flat: bool = True):
+    """The work list of ``paged_worklist``'s blocks: (``work`` int32 (items, 5), ``wptr`` int32 (blocks + 1,)),
+    as :func:`work_list`'s but with an item's first column the KV head of its sequence, b · Hkv + h.
+    ``flat``: one list over every (sequence, KV head) in that order, cut into ``workers`` shares (a share may
+    hold the end of one KV head and the start of the next, of this sequence or the next): the blocks can be
+    as many as the SMs' slots, whatever the number of KV heads. Else a list per KV head (``workers`` shares
+    each), the heads' lists one after the other: Hkv · ``workers`` blocks, block h · W + w running worker w's
+    share of head h."""
+    lens = np.asarray(lens, np.int64).reshape(-1)
+    if flat:
+        work, wptr = work_list(np.repeat(lens, Hkv), KS, workers, min_keys)
+        return work, wptr
+    work, wptr = work_list(lens, KS, workers, min_keys)
+    heads = []
+    for h in range(Hkv):
+        wh = work.copy()
+        wh[:, 0] = wh[:, 0] * Hkv + h
+        heads.append(wh)
+    ptr = np.concatenate([wptr[:-1] + h * len(work) for h in range(Hkv)] + [[Hkv * len(work)]])
+    return np.concatenate(heads).astype(np.int32), ptr.astype(np.int32)
+
+
+def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blocks_per_sm, min_keys, flat=True,
+                    notes=""):
+    """The :class:`Launch` of ``paged_worklist``: grid (block, row block), each block running its items of the
+    work list (:func:`worklist_plan`); ``workers``: shares per KV head (0: with ``flat``, as many shares as
+    fill the SMs' ``blocks_per_sm`` slots once; else as many per KV head as fill them once for all heads
+    together, rounded down). ``run(q, k_cache, v_cache, o,
     stream, layout=None, lens=None)`` as :func:`paged_launch`'s; the list is planned on the host from the
     lengths, as serving systems plan each decode step before launching it: the problem's, once (the
     runner's calls), else the call's: ``lens``, their host copy (``decode_paged`` passes the lengths it
@@ -1786,16 +1810,17 @@ def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blo
     B, H, Hkv, Nq, D = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.head_dim
     n_rc = (problem.group * Nq + rows - 1) // rows
     KS = (WARP_SIZE // lanes) * keys * warps  # keys per round of the block's warps: a split's unit
-    W = workers or max(1, sm_count() * blocks_per_sm // (Hkv * n_rc))  # blocks fill the SMs' slots once
+    slots = sm_count() * blocks_per_sm // n_rc  # blocks (of all KV heads) that fill the SMs' slots once
+    W = workers * (Hkv if flat else 1) or max(1, slots if flat else slots // Hkv)
     cnt = zeroed_counters(B * Hkv * n_rc)
     own = PagedLayout(problem)
     plans = {}
 
     def plan(lens):
-        """(work, wptr on the device, workers, most items of a sequence, items) for these lengths."""
+        """(work, wptr on the device, blocks, most items of a KV head, items) for these lengths."""
         key = lens.tobytes()
         if key not in plans:
-            work, wptr = work_list(lens, KS, W, min_keys)
+            work, wptr = worklist_plan(lens, Hkv, KS, W, min_keys, flat)
             plans.clear()  # one plan at a time: a decode loop's lengths change every step
             plans[key] = (cuda.to_device(work), cuda.to_device(wptr), int(wptr.size) - 1, int(work[:, 4].max()),
                           int(work.shape[0]))
@@ -1815,12 +1840,13 @@ def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blo
             state["ws"] = po, pl = split_workspace(smax, B * H * Nq, D)
         kc, vc = paged_cache_view(problem, k), paged_cache_view(problem, v)
         check_alignment(kc, vc)
-        kern[(nw, Hkv * n_rc), warps * WARP_SIZE, stream](q, kc, vc, o, po, pl, cnt, scale, Hkv, table, seqlens, ks,
+        kern[(nw, n_rc), warps * WARP_SIZE, stream](q, kc, vc, o, po, pl, cnt, scale, Hkv, table, seqlens, ks,
                                                           vs, work, wptr)
 
     return Launch(run, kernels=[kern], workspace_bytes=state["ws"][0].nbytes + state["ws"][1].nbytes,
                   host_lengths=True,
-                  notes=f"W={nw0} workers of {Hkv * n_rc} blocks, {items0} items (at most {smax0} per sequence) "
+                  notes=f"{nw0} blocks{'' if flat else f' ({nw0 // Hkv} workers of each KV head)'} of {n_rc} row "
+                        f"block(s), {items0} items (at most {smax0} per KV head) "
                         f"in whole steps of {KS} keys, P={problem.page_size}, {tile_notes(lanes, keys, rows, warps)}"
                         f"{notes}")
 

@@ -41,7 +41,7 @@ from numba_attn.phases.decode.p35_paged_split_k import _supports as _split_suppo
 from numba_attn.phases.registry import register_phase
 
 
-def _supports(problem, workers=0, **params):
+def _supports(problem, workers=0, flat=True, **params):
     if not 0 <= workers <= 4096:
         return f"workers={workers} out of range 0..4096 (0: as many as fill the SMs once)"
     # paged_split_k's warp-step kernel (16-bit caches, and 8-bit ones read as words)
@@ -71,7 +71,8 @@ def _resolve(problem, rows, lanes, keys, wide=None, **_):
             "vLLM PagedAttention",
     planned_speedup=48.0,
     dtypes=("float16", "bfloat16"),
-    space={"warps": [4, 8], "keys": [0, 1, 2, 4], "workers": [0, 4, 8, 16], "wide": [False, True]},
+    space={"warps": [4, 8], "keys": [0, 1, 2, 4], "workers": [0, 4, 8, 16], "wide": [False, True],
+           "flat": [False, True]},
     # ahead (paged_split_k's option): no faster on an H200 or an H100, not a candidate
     sim_params={"warps": 2, "workers": 3},
     supports=_supports,
@@ -79,7 +80,7 @@ def _resolve(problem, rows, lanes, keys, wide=None, **_):
     layout="paged",
 )
 def paged_worklist(problem, warps=8, lanes=0, rows=4, keys=0, workers=0, blocks_per_sm=2, min_keys=256, wide=None,
-                   ahead=False):
+                   ahead=False, flat=True):
     kern = make_lean_kernel(problem.head_dim, _vw(problem, wide), lanes, keys, warps, rows, problem.q_len,
                             problem.group, problem.causal, False, True, blocks_per_sm, P=problem.page_size,
                             KV8=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
@@ -87,5 +88,5 @@ def paged_worklist(problem, warps=8, lanes=0, rows=4, keys=0, workers=0, blocks_
     scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
     wide_note = ", 16 codes per load" if _vw(problem, wide) == 16 else ""
     wide_note += ", page index a step ahead" if ahead else ""
-    return worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blocks_per_sm, min_keys,
+    return worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blocks_per_sm, min_keys, flat,
                            notes=f", combine fused{wide_note}")
