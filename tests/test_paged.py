@@ -861,7 +861,7 @@ def test_worklist_plan_model():
 def test_worklist_shares_cross_sequences(dtype, kv_dtype, Nq, H, flat):
     """``paged_worklist`` with three workers (per KV head) whose shares cut through the batch: the long
     sequence read by two blocks (or one share holding it whole, at 64-key steps), a share holding an empty
-    sequence (zeros) and two short ones, and (``flat``, the default) shares holding the end of one KV head
+    sequence (zeros) and two short ones, and (``flat``) shares holding the end of one KV head
     and the start of the next; causal GQA rows, bfloat16, an 8-bit cache read as words; against the
     reference and ``paged_split_k``."""
     q, kc, vc, ks, vs = _batch(np.random.default_rng(13), 16, 2, 16, dtype, kv_dtype, "token", 4, H, Nq)

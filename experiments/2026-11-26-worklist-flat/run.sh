@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # paged_worklist's flat work list (one list over every (sequence, KV head), as many blocks as SM slots) against a
-# list per KV head (pwl_heads: W blocks per KV head, 256 of 264 slots at H32 on 132 SMs), paged_split_k and the
+# list per KV head (the default; pwl_flat the flat list; W blocks per KV head: 256 of 264 slots at H32 on 132 SMs), paged_split_k and the
 # contiguous twin with SDPA; the three ragged fp16 targets and B8 at uniform lengths. CUPTI kernel time.
 #   bash experiments/2026-11-26-worklist-flat/run.sh OUT
 # First the worklist tests on the GPU under compute-sanitizer memcheck, then two bench processes (the spread).
@@ -17,7 +17,7 @@ echo "memcheck rc=$?" | tee -a "$out/memcheck.txt"; tail -2 "$out/memcheck.txt"
 for run in 1 2; do
   PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" timeout 200 \
     python3 -m numba_attn.cli bench paged --preset paged-ragged-uniform --setup variants --timing cupti \
-    --phases paged_worklist,pwl_heads,paged_split_k,decode_split_k_lean \
+    --phases paged_worklist,pwl_flat,paged_split_k,decode_split_k_lean \
     --results "$out/worklist-flat.jsonl" --plots "" > "$out/bench-$run.txt" 2>&1
   echo "bench $run rc=$?"
   grep -E "^(paged|pwl|decode|torch_sdpa )" "$out/bench-$run.txt" | grep -E "µs|ms" | cut -c1-150

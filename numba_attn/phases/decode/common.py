@@ -1775,7 +1775,7 @@ def work_list(lens, KS: int, workers: int, min_keys: int = 0):
     return work, wptr
 
 
-def worklist_plan(lens, Hkv: int, KS: int, workers: int, min_keys: int = 0, flat: bool = True):
+def worklist_plan(lens, Hkv: int, KS: int, workers: int, min_keys: int = 0, flat: bool = False):
     """The work list of ``paged_worklist``'s blocks: (``work`` int32 (items, 5), ``wptr`` int32 (blocks + 1,)),
     as :func:`work_list`'s but with an item's first column the KV head of its sequence, b · Hkv + h.
     ``flat``: one list over every (sequence, KV head) in that order, cut into ``workers`` shares (a share may
@@ -1797,7 +1797,7 @@ def worklist_plan(lens, Hkv: int, KS: int, workers: int, min_keys: int = 0, flat
     return np.concatenate(heads).astype(np.int32), ptr.astype(np.int32)
 
 
-def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blocks_per_sm, min_keys, flat=True,
+def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blocks_per_sm, min_keys, flat=False,
                     notes=""):
     """The :class:`Launch` of ``paged_worklist``: grid (block, row block), each block running its items of the
     work list (:func:`worklist_plan`); ``workers``: shares per KV head (0: with ``flat``, as many shares as

@@ -14,7 +14,10 @@ of keys, whatever the lengths. A block runs its items one after the other throug
 block code (the same loop, merge and partial write, a barrier between items); the last block to finish a
 (sequence, KV head, row block) combines that sequence's partials (its own split count, from the list),
 so one launch. The list is planned on the host from the lengths (the runner: once; ``decode_paged``: from
-the call's lengths, read back from the device), as serving systems plan each decode step.
+the call's lengths, read back from the device), as serving systems plan each decode step. ``flat`` (off): one
+list over every (sequence, KV head) instead of one per KV head, as many shares as the SMs' slots (at H32 on 132
+SMs the list per KV head fills 256 of 264): slower on an H100 (experiments/2026-11-26-worklist-flat), where the
+list per KV head keeps every head's blocks on the same tokens at the same time.
 
 Prediction (written before any GPU run): at ragged B8 H32 KV <= 4k D128 P64 fp16 (lengths
 [3674, 1712, 974, 2975, 3575, 1242, 1581, 456]: 8 workers × 32 KV heads = 256 blocks of ~2024 keys, 18
@@ -41,7 +44,7 @@ from numba_attn.phases.decode.p35_paged_split_k import _supports as _split_suppo
 from numba_attn.phases.registry import register_phase
 
 
-def _supports(problem, workers=0, flat=True, **params):
+def _supports(problem, workers=0, flat=False, **params):
     if not 0 <= workers <= 4096:
         return f"workers={workers} out of range 0..4096 (0: as many as fill the SMs once)"
     # paged_split_k's warp-step kernel (16-bit caches, and 8-bit ones read as words)
@@ -71,16 +74,16 @@ def _resolve(problem, rows, lanes, keys, wide=None, **_):
             "vLLM PagedAttention",
     planned_speedup=48.0,
     dtypes=("float16", "bfloat16"),
-    space={"warps": [4, 8], "keys": [0, 1, 2, 4], "workers": [0, 4, 8, 16], "wide": [False, True],
-           "flat": [False, True]},
-    # ahead (paged_split_k's option): no faster on an H200 or an H100, not a candidate
+    space={"warps": [4, 8], "keys": [0, 1, 2, 4], "workers": [0, 4, 8, 16], "wide": [False, True]},
+    # ahead (paged_split_k's option): no faster on an H200 or an H100, not a candidate; flat (one list over all
+    # KV heads): 4-13 % slower on an H100 (experiments/2026-11-26-worklist-flat), not a candidate
     sim_params={"warps": 2, "workers": 3},
     supports=_supports,
     resolve=_resolve,
     layout="paged",
 )
 def paged_worklist(problem, warps=8, lanes=0, rows=4, keys=0, workers=0, blocks_per_sm=2, min_keys=256, wide=None,
-                   ahead=False, flat=True):
+                   ahead=False, flat=False):
     kern = make_lean_kernel(problem.head_dim, _vw(problem, wide), lanes, keys, warps, rows, problem.q_len,
                             problem.group, problem.causal, False, True, blocks_per_sm, P=problem.page_size,
                             KV8=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
