@@ -5,8 +5,11 @@
 #   bash experiments/2026-11-26-worklist-flat/run.sh OUT
 # First the worklist tests on the GPU under compute-sanitizer memcheck, then two bench processes (the spread).
 # About 7 minutes on one H100 or H200.
+# b: the tree before "whole items write the output" (BEFORE, default before_8c7b088/: 8c7b088's numba_attn/,
+#   `git archive 8c7b088 numba_attn | tar -x -C before_8c7b088`) and the checkout, two bench processes each,
+#   alternating; memcheck of the worklist tests first. About 7 minutes.
 set -u
-out=${1:?usage: run.sh OUT}; mkdir -p "$out"
+out=${1:?usage: run.sh OUT [b]}; mkdir -p "$out"
 here=experiments/2026-11-26-worklist-flat
 export NUMBA_ATTN_BACKEND=cuda
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.sm,power.limit --format=csv > "$out/gpu.txt"
@@ -14,6 +17,21 @@ cat "$out/gpu.txt"
 timeout 200 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 -m pytest -q \
   -p no:cacheprovider tests/test_paged.py -k "worklist" > "$out/memcheck.txt" 2>&1
 echo "memcheck rc=$?" | tee -a "$out/memcheck.txt"; tail -2 "$out/memcheck.txt"
+if [ "${2:-}" = b ]; then
+  before=${BEFORE:-before_8c7b088}
+  for run in 1 2; do
+    for tree in "$before" .; do
+      tag=$([ "$tree" = . ] && echo after || echo before)
+      PYTHONPATH="$tree:$here${PYTHONPATH:+:$PYTHONPATH}" timeout 150 \
+        python3 -m numba_attn.cli bench paged --preset paged-ragged-uniform --setup variants --timing cupti \
+        --phases paged_worklist,paged_split_k,decode_split_k_lean \
+        --results "$out/worklist-whole-$tag.jsonl" --plots "" > "$out/bench-b-$tag-$run.txt" 2>&1
+      echo "bench $tag $run rc=$?"
+      grep -E "^(paged|decode)" "$out/bench-b-$tag-$run.txt" | grep -E "µs|ms" | cut -c1-110
+    done
+  done
+  exit 0
+fi
 for run in 1 2; do
   PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" timeout 200 \
     python3 -m numba_attn.cli bench paged --preset paged-ragged-uniform --setup variants --timing cupti \
