@@ -443,11 +443,9 @@ def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
                     sm_l[w, r] = lw
 
     @device
-    def write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o, whole=False):
+    def write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o):
         """Merge the warps' partial (m, l, O), one thread per element; write the
-        output (``FINAL``, or at run time ``whole``: the block read all the keys, so
-        O / l, zeros where no key was read) or split ``split``'s partial output and
-        log-sum-exp."""
+        output (``FINAL``) or split ``split``'s partial output and log-sum-exp."""
         for idx in range(tid, RB * D, NT):
             r = idx // D
             d = idx - r * D
@@ -470,12 +468,6 @@ def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
                         o[bh, i, d] = f32_to_bf16(oo / ll)
                     else:
                         o[bh, i, d] = oo / ll
-                elif whole:
-                    val = oo / ll if ll != float32(0.0) else float32(0.0)
-                    if BF16:
-                        o[bh, i, d] = f32_to_bf16(val)
-                    else:
-                        o[bh, i, d] = val
                 else:
                     part_o[split, bh * Nq + i, d] = oo / ll if ll != float32(0.0) else float32(0.0)
                     if d == 0:
@@ -629,8 +621,7 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
     ``paged_worklist``): block (w, row block) runs the items ``wptr[w] … wptr[w+1] − 1`` of a host-planned
     work list (:func:`worklist_plan`), each a (KV head of a sequence b · Hkv + h, split, keys [lo, hi), splits
     of that KV head) one after the other through the same block code, combined by the last block to finish a
-    KV head's row block (per-(sequence, KV head) counters); an item holding all of its KV head's keys (one
-    split) writes the output itself, with no partial, counter or combine. ``AHEAD`` (paged, pages holding whole
+    KV head's row block (per-(sequence, KV head) counters). ``AHEAD`` (paged, pages holding whole
     warp steps): a warp reads the page index of its next step during this one, so that the block table's
     load is no longer a round trip before every step's K/V loads.
 
@@ -816,16 +807,15 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
                         acc[r, e] = u32_as_f32(_NAN_BITS)
         merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub)  # base 2: exp2
         cuda.syncthreads()
-        whole = WORK and S == 1  # a work item holding all of its KV head's keys: the output, no partial
-        write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o, whole)  # lse back to natural units
-        if PAGED and not whole:
+        write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o)  # lse back to natural units
+        if PAGED:
             if Nk == 0 and split == 0:  # an empty sequence: a zero partial of weight 1, the output is zeros
                 for idx in range(tid, RB * D, NT):  # the threads that wrote the log-sum-exps (d = 0)
                     r = idx // D
                     if idx == r * D and row0 + r < G * Nq:
                         bh = kvh * G + (row0 + r) // Nq
                         part_lse[0, bh * Nq + (row0 + r) % Nq] = float32(0.0)
-        if FUSED and not FINAL and not whole:
+        if FUSED and not FINAL:
             combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid, ci)
 
     if WORK:

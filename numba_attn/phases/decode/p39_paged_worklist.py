@@ -13,8 +13,7 @@ of a KV head), W chosen so that the blocks fill the SMs' slots once: every block
 of keys, whatever the lengths. A block runs its items one after the other through ``paged_split_k``'s
 block code (the same loop, merge and partial write, a barrier between items); the last block to finish a
 (sequence, KV head, row block) combines that sequence's partials (its own split count, from the list),
-so one launch; an item holding all of a sequence's keys writes the output itself (no partial, counter or
-combine). The list is planned on the host from the lengths (the runner: once; ``decode_paged``: from
+so one launch. The list is planned on the host from the lengths (the runner: once; ``decode_paged``: from
 the call's lengths, read back from the device), as serving systems plan each decode step. ``flat`` (off): one
 list over every (sequence, KV head) instead of one per KV head, as many shares as the SMs' slots (at H32 on 132
 SMs the list per KV head fills 256 of 264): slower on an H100 (experiments/2026-11-26-worklist-flat), where the
