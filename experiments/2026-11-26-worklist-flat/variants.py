@@ -17,3 +17,9 @@ PRESETS["paged-ragged-uniform"] = PRESETS["paged-ragged"] + [
     PagedProblem(batch=8, heads=32, q_len=1, kv_len=2048, head_dim=128, dtype="float16", page_size=64)]
 
 register_variant("paged_worklist", "pwl_flat", order=39.01, flat=True)
+
+# Part c: smaller blocks, more of them per SM (the same 16 warps per SM, 128-register cap): a round of the block's
+# warps is 32 (4 warps) or 16 keys (2 warps) instead of 64, so a sequence's last partial round and a share's
+# rounding cost less.
+register_variant("paged_worklist", "pwl_w4b4", order=39.02, warps=4, blocks_per_sm=4)
+register_variant("paged_worklist", "pwl_w2b8", order=39.03, warps=2, blocks_per_sm=8)
