@@ -241,7 +241,7 @@ def test_runner_on_paged_problems(phase):
 
 @pytest.mark.parametrize("kv_dtype,scale,qdt,params", [
     ("float8_e4m3", "head", np.float16, {"Bc": 32}),  # a 32-key tile over two 16-key pages: index per row
-    ("int8", "token", np.float16, {"stages": 3, "l1": True}),  # l1: the byte ring's copies cp.async.ca
+    ("int8", "token", np.float16, {"stages": 3}),
     ("int8", "token", ml_dtypes.bfloat16, {}),
     ("float8_e4m3", "tensor", ml_dtypes.bfloat16, {"splits": 1}),  # one split writes the output
 ])
@@ -405,27 +405,6 @@ def test_mma_stages_on_the_gpu(kv_dtype, scale, D, stages, step_heads):
     ``stages`` warp steps in dynamic shared memory (over 48 KiB from 3 stages at D 128); ragged lengths, out-of-order
     pages, a partly filled last page, at the head dims the ring's swizzle covers differently (64, 128, 256)."""
     _mma_ragged_on_the_gpu(np.random.default_rng(17), kv_dtype, scale, D, stages=stages, step_heads=step_heads)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("kv_dtype,scale,Hkv", [("", "head", 2), ("float8_e4m3", "head", 2), ("int8", "token", 8)])
-def test_paged_mma_l1_copies_on_the_gpu(kv_dtype, scale, Hkv):
-    """``paged_mma``'s ``l1`` on the device (its ring's copies ``cp.async.ca``): a 16-bit cache and 8-bit byte rings,
-    GQA group 4 and MHA, ragged lengths over several splits, out-of-order pages; against the reference and the
-    default ``.cg`` copies (the same bits: only the copies' cache level differs)."""
-    rng = np.random.default_rng(18)
-    B, H, D, P, NB = 2, 8, 128, 64, 48
-    kc, vc = _caches(rng, NB, P, Hkv, D, kv_dtype)
-    ks, vs = _scales(rng, scale, NB, P, Hkv) if kv_dtype else (None, None)
-    table = rng.permutation(NB).reshape(2, 24).astype(np.int32)
-    lens = np.array([1250, 777], np.int32)
-    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
-    out = na.decode_paged(q, kc, vc, table, lens, k_scale=ks, v_scale=vs, phase="paged_mma", l1=True)
-    ref = paged_reference(q, kc, vc, table, lens, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs)
-    c = na.check(out, ref, dtype="float16")
-    assert c.ok, c.reason
-    cg = na.decode_paged(q, kc, vc, table, lens, k_scale=ks, v_scale=vs, phase="paged_mma")
-    assert np.array_equal(out.view(np.uint16), cg.view(np.uint16))
 
 
 def test_mma_supports():

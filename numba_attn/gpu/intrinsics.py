@@ -51,7 +51,6 @@ The functions
 ``cp_async16``             ``cp.async.cg.shared.global`` 16 B, zero-fill when not valid
 ``cp_async16_flat``        the same, addresses as flat element offsets into C-contiguous arrays
 ``cp_async16_flat_l2_256`` the same with ``.L2::256B`` (the L2 fetches the whole 256-byte block)
-``cp_async16_flat_ca``     ``cp_async16_flat`` as ``cp.async.ca`` (through L1, as ``cp_async16_at_ca``)
 ``cp_async16_at_ca``       ``cp.async.ca.shared.global`` 16 B (through L1: a warp's 16-byte copies reach the L2 as whole
                            sectors; with ``.cg`` an H100 read twice the L2 sectors, see ``make_frag8_kernel``'s
                            ``NST``) from flat word ``row·n + col + off`` (``row`` 32-bit, as ``ld_global_v4_at``)
@@ -125,7 +124,7 @@ SMEM_ALIGN = None if IS_SIMULATOR else 16
 
 __all__ = [
     "SMEM_ALIGN", "mma_f16", "mma_bf16", "mma_tf32", "ldmatrix_x4", "ldmatrix_x4_trans",
-    "cp_async16", "cp_async16_flat", "cp_async16_flat_l2_256", "cp_async16_flat_ca", "cp_async16_at_ca", "cp_async4_at",
+    "cp_async16", "cp_async16_flat", "cp_async16_flat_l2_256", "cp_async16_at_ca", "cp_async4_at",
     "cp_async_commit", "cp_async_wait", "ld_global_v4",
     "st_shared_v4", "ld_shared_v4", "unpack_bf16x2", "ld_global_v2", "byte_perm", "unpack_f16x2", "u32_as_f32",
     "pack_f16x2", "pack_bf16x2", "pack_b16x2", "to_tf32", "lds", "rows_head_major", "cvt_e4m3x4_f16x2",
@@ -452,7 +451,6 @@ if IS_SIMULATOR:
         _cp_flat(dst, doff, src, soff, valid, 16)
 
     cp_async16_flat_l2_256 = cp_async16_flat  # the L2 prefetch hint changes no result
-    cp_async16_flat_ca = cp_async16_flat  # nor the L1 allocation
 
     def cp_async16_at_ca(dst, doff, src, row, n, col, off, valid):
         """16 bytes from flat word ``row·n + col + off`` of ``src`` (``row`` a 32-bit index, as
@@ -722,9 +720,9 @@ else:  # -------------------------------------------------------------- GPU
 
         return sig, codegen
 
-    def _make_cp_async_flat(hint="", level="cg"):
-        """``cp.async.{level}.shared.global{hint}`` of 16 bytes at flat element offsets."""
-        text = f"cp.async.{level}.shared.global{hint} [$0], [$1], 16, $2;"
+    def _make_cp_async_flat(hint=""):
+        """``cp.async.cg.shared.global{hint}`` of 16 bytes at flat element offsets."""
+        text = f"cp.async.cg.shared.global{hint} [$0], [$1], 16, $2;"
 
         @intrinsic
         def cp_async_flat(typingctx, dst, doff, src, soff, valid):
@@ -749,7 +747,6 @@ else:  # -------------------------------------------------------------- GPU
 
     cp_async16_flat = _make_cp_async_flat()
     cp_async16_flat_l2_256 = _make_cp_async_flat(".L2::256B")
-    cp_async16_flat_ca = _make_cp_async_flat(level="ca")
 
     def _cp_async_at_codegen(size, context, builder, sig, args, sptr):
         """``cp.async.ca`` of ``size`` bytes from the global ``sptr`` to flat element ``args[1]`` (32-bit) of the

@@ -31,8 +31,8 @@ from numba_attn.gpu.arrays import view_as  # noqa: E402
 from numba_attn.gpu.device_functions import (LOG2E, NEG_BIG, combine_splits, fragment_rescale,  # noqa: E402
                                              fragment_softmax, ldg_f16x8, ldg_f32x4, merge_state, merge_state2,
                                              state_lse)
-from numba_attn.gpu.intrinsics import (byte_perm, cp_async16_flat, cp_async16_flat_ca,  # noqa: E402
-                                       cp_async16_flat_l2_256, cp_async_commit, cp_async_wait, ld_global_v2, ld_global_v4, ld_shared_v4,
+from numba_attn.gpu.intrinsics import (byte_perm, cp_async16_flat, cp_async16_flat_l2_256,  # noqa: E402
+                                       cp_async_commit, cp_async_wait, ld_global_v2, ld_global_v4, ld_shared_v4,
                                        ldmatrix_x4, ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2,
                                        st_shared_v4, u32_as_f32, unpack_bf16x2, unpack_f16x2)
 from numba_attn.gpu.jit import device, kernel  # noqa: E402
@@ -1859,7 +1859,7 @@ FULL = 0xFFFFFFFF
 @functools.cache
 def make_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causal: bool, FINAL: bool, FUSED: bool,
                     PDL: int = 0, L2PF: bool = False, EVEN: bool = False, P: int = 0, BF16: bool = False,
-                    KV8: int = 0, TOKEN: bool = False, L1: bool = False):
+                    KV8: int = 0, TOKEN: bool = False):
     """The kernel of ``decode_mma`` (a KV head's query rows as one m16 tile, a cp.async
     ring per warp) and, with a page size ``P`` > 0, of ``paged_mma``: key j of sequence
     b is cache row ``table[b, j // P] · P + j % P`` (the page index read once per tile
@@ -1874,10 +1874,7 @@ def make_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causa
     per-head K scale is folded into the block's score scale, a per-head V scale multiplies
     the block's accumulators once at the end; per token (``TOKEN``) each key's K scale
     multiplies its column of S and its V scale its column of P (after the row sums are
-    taken, so l stays the softmax normaliser), before P is rounded to 16 bits.
-
-    ``L1``: the ring's copies are ``cp.async.ca`` (through L1) instead of ``.cg`` (L2 only; with
-    ``L2PF`` its ``.L2::256B`` prefetch hint)."""
+    taken, so l stays the softmax normaliser), before P is rounded to 16 bits."""
     PAGED = P > 0
     NR = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
     NTH = W * WARP_SIZE
@@ -1907,7 +1904,7 @@ def make_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causa
     ML = ROWS * SDW if ROWS * SDW >= MO_ROWS * D else MO_ROWS * D  # float offset of the m/l area
     MLR = W * 16 + 1  # rows of the m/l area, and one for the last-block flag (closure constants)
     FLAG = W * 16
-    cp16 = cp_async16_flat_ca if L1 else cp_async16_flat_l2_256 if L2PF else cp_async16_flat
+    cp16 = cp_async16_flat_l2_256 if L2PF else cp_async16_flat
     LOGP = max(P, 1).bit_length() - 1
     TILE = P % Bc == 0  # tiles (aligned to Bc) never cross a page
     mma = mma_bf16 if BF16 else mma_f16
@@ -2288,7 +2285,7 @@ def mma_smem_bytes(D, W, Bc, stages, kv8=False):
 
 
 def check_mma(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
-              fixed_combine, l1=False):
+              fixed_combine):
     """``supports`` of ``decode_mma`` (and of ``paged_mma`` after its paged checks)."""
     if problem.dtype not in ("float16", "bfloat16"):
         return f"dtype {problem.dtype}: decode_mma computes on f16/bf16 tensor cores (16-bit storage)"
@@ -2315,7 +2312,7 @@ def check_mma(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_
 
 
 def resolve_mma(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
-                fixed_combine, l1=False):
+                fixed_combine):
     """``resolve`` of ``decode_mma`` and ``paged_mma``: the split count (a paged problem with unequal
     lengths: the ragged plan of ``split_plan``, :func:`ragged_mean`)."""
     S, _ = split_plan(problem.batch * problem.kv_heads, problem.kv_len, max(1, warps * Bc), sm_count(), blocks_per_sm,
@@ -2324,7 +2321,7 @@ def resolve_mma(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fus
 
 
 def mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
-               fixed_combine, P=0, keys=None, note="", l1=False):
+               fixed_combine, P=0, keys=None, note=""):
     """The host side of ``decode_mma`` (``P = 0``) and ``paged_mma`` (``P`` = page size): the split
     plan, the kernel of :func:`make_mma_kernel`, the split-K workspace and combine, and the launch.
     ``keys(layout)`` gives the kernel's key arguments (``(Nk,)``, or the block table and the lengths
@@ -2344,7 +2341,7 @@ def mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse
     if kv8:
         extra.update(KV8=kv8, TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]))
     kern = make_mma_kernel(D, warps, Bc, stages, Nq, G, problem.causal, final, fused, int(pdl) if dependent else 0,
-                           bool(l2_prefetch), bool(even), P=P, L1=bool(l1), **extra)
+                           bool(l2_prefetch), bool(even), P=P, **extra)
     sl2 = float32(problem.sm_scale * float(LOG2E))
     scale = float32(problem.sm_scale)
     grid = (S, B * Hkv)

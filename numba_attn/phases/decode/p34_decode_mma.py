@@ -77,7 +77,7 @@ from numba_attn.phases.registry import register_phase
     resolve=resolve_mma,
 )
 def decode_mma(problem, warps=4, Bc=16, stages=3, splits=0, blocks_per_sm=2, min_keys=2048, fuse_max=0, pdl=3,
-               l2_prefetch=False, even=False, fixed_combine=True, l1=False):
+               l2_prefetch=False, even=False, fixed_combine=True):
     Nk = problem.kv_len
     return mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
-                      fixed_combine, keys=lambda layout: (Nk,), l1=l1)
+                      fixed_combine, keys=lambda layout: (Nk,))

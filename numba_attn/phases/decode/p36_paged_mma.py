@@ -78,10 +78,10 @@ def _supports(problem, **params):
     layout="paged",
 )
 def paged_mma(problem, warps=4, Bc=16, stages=3, splits=0, blocks_per_sm=2, min_keys=2048, fuse_max=0, pdl=3,
-              l2_prefetch=False, even=False, fixed_combine=True, l1=False):
+              l2_prefetch=False, even=False, fixed_combine=True):
     own = PagedLayout(problem)  # the runner's calls give no layout: the problem's, uploaded at the first call
     n = 4 if problem.kv_dtype else 2  # the table and lengths (8-bit: and the scales)
     return mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
                       fixed_combine, P=problem.page_size, keys=lambda layout: tuple((layout or own.own())[:n]),
                       note=f"P={problem.page_size}, " + (f"{problem.kv_dtype} cache ({problem.kv_scale} scale), "
-                                                         if problem.kv_dtype else ""), l1=l1)
+                                                         if problem.kv_dtype else ""))
