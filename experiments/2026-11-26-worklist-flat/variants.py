@@ -23,3 +23,7 @@ register_variant("paged_worklist", "pwl_flat", order=39.01, flat=True)
 # rounding cost less.
 register_variant("paged_worklist", "pwl_w4b4", order=39.02, warps=4, blocks_per_sm=4)
 register_variant("paged_worklist", "pwl_w2b8", order=39.03, warps=2, blocks_per_sm=8)
+
+# Part d: the next item's first warp steps prefetched to L2 while the block ends this one (next_item 1 and 2).
+register_variant("paged_worklist", "pwl_nx1", order=39.04, next_item=1)
+register_variant("paged_worklist", "pwl_nx2", order=39.05, next_item=2)
