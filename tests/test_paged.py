@@ -856,22 +856,20 @@ def test_worklist_plan_model():
                 assert np.array_equal(part[:, 0], base[:, 0] * Hkv + h) and np.array_equal(part[:, 1:], base[:, 1:])
 
 
-@pytest.mark.parametrize("dtype,kv_dtype,Nq,H,extra", [("float16", "", 1, 2, {"flat": True}),
-                                                       ("bfloat16", "", 2, 4, {"next_item": 2}),
-                                                       ("float16", "int8", 1, 2, {"next_item": 1})])
-def test_worklist_shares_cross_sequences(dtype, kv_dtype, Nq, H, extra):
+@pytest.mark.parametrize("dtype,kv_dtype,Nq,H,flat", [("float16", "", 1, 2, True), ("bfloat16", "", 2, 4, False),
+                                                      ("float16", "int8", 1, 2, False)])
+def test_worklist_shares_cross_sequences(dtype, kv_dtype, Nq, H, flat):
     """``paged_worklist`` with three workers (per KV head) whose shares cut through the batch: the long
     sequence read by two blocks (or one share holding it whole, at 64-key steps), a share holding an empty
     sequence (zeros) and two short ones, and (``flat``) shares holding the end of one KV head
-    and the start of the next; causal GQA rows, bfloat16, an 8-bit cache read as words, the next item's
-    first steps prefetched (``next_item``: every prefetched element inside the cache, checked by the
-    simulator); against the reference and ``paged_split_k``."""
+    and the start of the next; causal GQA rows, bfloat16, an 8-bit cache read as words; against the
+    reference and ``paged_split_k``."""
     q, kc, vc, ks, vs = _batch(np.random.default_rng(13), 16, 2, 16, dtype, kv_dtype, "token", 4, H, Nq)
     table = np.array([[8, 0, 3, 5, 1, 2, 4, 6], [7, 7, 7, 7, 7, 7, 7, 7], [2, 6, 0, 0, 0, 0, 0, 0],
                       [5, 4, 0, 0, 0, 0, 0, 0]], np.int32)
     lens = np.array([121, 0, 19, 30], np.int32)
     out, _ = _run("paged_worklist", q, kc, vc, table, lens, causal=Nq > 1, kv_dtype=kv_dtype, ks=ks, vs=vs,
-                  workers=3, warps=1, min_keys=16, **extra)
+                  workers=3, warps=1, min_keys=16, flat=flat)
     assert not out[1].astype(np.float32).any()
     plain = na.decode_paged(q, kc, vc, table, lens, causal=Nq > 1, k_scale=ks, v_scale=vs, phase="paged_split_k",
                             **{**SIM["paged_split_k"], **({"mma": False} if kv_dtype else {})})

@@ -10,7 +10,9 @@ head.)
 """
 from __future__ import annotations
 
-from numba_attn.phases.registry import register_variant
+import inspect
+
+from numba_attn.phases.registry import get_phase, register_variant
 from numba_attn.spec.problem import PRESETS, PagedProblem
 
 PRESETS["paged-ragged-uniform"] = PRESETS["paged-ragged"] + [
@@ -24,6 +26,8 @@ register_variant("paged_worklist", "pwl_flat", order=39.01, flat=True)
 register_variant("paged_worklist", "pwl_w4b4", order=39.02, warps=4, blocks_per_sm=4)
 register_variant("paged_worklist", "pwl_w2b8", order=39.03, warps=2, blocks_per_sm=8)
 
-# Part d: the next item's first warp steps prefetched to L2 while the block ends this one (next_item 1 and 2).
-register_variant("paged_worklist", "pwl_nx1", order=39.04, next_item=1)
-register_variant("paged_worklist", "pwl_nx2", order=39.05, next_item=2)
+# Part d: the next item's first warp steps prefetched to L2 while the block ends this one (next_item 1 and 2;
+# the option existed at 6da930f only, removed after the run).
+if "next_item" in inspect.signature(get_phase("paged_worklist").build).parameters:
+    register_variant("paged_worklist", "pwl_nx1", order=39.04, next_item=1)
+    register_variant("paged_worklist", "pwl_nx2", order=39.05, next_item=2)

@@ -609,7 +609,7 @@ def balanced_split(split, chunk, Nk, KS):
 @functools.cache
 def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool, FINAL: bool,
                      FUSED: bool, MINB: int = 1, P: int = 0, KV8: int = 0, TOKEN: bool = False,
-                     BF16: bool = False, BAL: bool = False, WORK: bool = False, AHEAD: bool = False, NXT: int = 0):
+                     BF16: bool = False, BAL: bool = False, WORK: bool = False, AHEAD: bool = False):
     """The kernel of ``decode_split_k_lean`` (reduce-scatter scores, exp2, lazy
     rescale) and, with a page size ``P`` > 0, of ``paged_split_k``: a key row found
     through the block table (:func:`paged_keys`; ``KV8``/``TOKEN``: an 8-bit cache
@@ -623,10 +623,7 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
     of that KV head) one after the other through the same block code, combined by the last block to finish a
     KV head's row block (per-(sequence, KV head) counters). ``AHEAD`` (paged, pages holding whole
     warp steps): a warp reads the page index of its next step during this one, so that the block table's
-    load is no longer a round trip before every step's K/V loads. ``NXT`` (``WORK``): when a warp's keys of
-    an item are done, it asks for the K and V rows of its first ``NXT`` warp steps of the block's next item
-    (``prefetch.global.L2``, one 128-byte line a lane), so that DRAM reads them while the block merges,
-    writes and combines this item and loads the next one's query rows.
+    load is no longer a round trip before every step's K/V loads.
 
     ``VW`` = 16 with ``KV8`` (``paged_split_k``'s ``wide``): a lane owns 16 consecutive
     codes per chunk, read by one 16-byte load (:func:`paged_words`), and decodes them where
@@ -671,32 +668,9 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
             hi = min(Nk, lo + chunk)
         return split, kvh, row0, lo, hi
 
-    RWE = D // 2 if BF16 else D // 4 if KV8 else D  # elements of a cache row as the kernel views it
-    LE = 32 if BF16 or KV8 else 64  # of them in a 128-byte line
-    LPR = (RWE + LE - 1) // LE  # lines of a row
-    NPL = 2 * NXT * KS * LPR  # lines of a warp's next-item prefetch (K and V)
-
-    @device
-    def prefetch_next(k, v, table, Hkv, nkvh, nlo, nhi, w, lane):
-        """Warp ``w``'s first ``NXT`` steps of the item (KV head ``nkvh`` = b · Hkv + h, keys [nlo, nhi)) into L2."""
-        nseq = nkvh // Hkv
-        nh = nkvh - nseq * Hkv
-        for idx in range(lane, NPL, WARP_SIZE):
-            kv = idx // (NPL // 2)
-            rem = idx - kv * (NPL // 2)
-            i = rem // LPR  # the key of the warp's steps: step i // KS, key i % KS
-            c = rem - i * LPR
-            j = nlo + (w + (i // KS) * NW) * KS + (i % KS)
-            if j < nhi:
-                row = uint32(table[nseq, j >> LOGP]) * uint32(P) + uint32(j & (P - 1))
-                if kv == 0:
-                    prefetch_l2_at(k, row * uint32(Hkv) + uint32(nh), RWE, c * LE, 0)
-                else:
-                    prefetch_l2_at(v, row * uint32(Hkv) + uint32(nh), RWE, c * LE, 0)
-
     @device
     def lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, split, kvh, row0,
-                   lo, hi, S, ci, sm_m, sm_l, sm_o, sm_last, nkvh, nlo, nhi):
+                   lo, hi, S, ci, sm_m, sm_l, sm_o, sm_last):
         Qr = cuda.local.array((RB, E), float32)
         acc = cuda.local.array((RB, E), float32)
         m = cuda.local.array(RB, float32)
@@ -831,8 +805,6 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
                 for r in range(RB):
                     for e in range(E):
                         acc[r, e] = u32_as_f32(_NAN_BITS)
-        if WORK and NXT:  # the next item's first steps on their way while this one ends
-            prefetch_next(k, v, table, Hkv, nkvh, nlo, nhi, w, lane)
         merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub)  # base 2: exp2
         cuda.syncthreads()
         write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o)  # lse back to natural units
@@ -853,15 +825,13 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
             sm_l = cuda.shared.array((NW, RB), float32)
             sm_o = cuda.shared.array((NW, RB, D), float32)
             sm_last = cuda.shared.array(1, int32)
-            end = wptr[cuda.blockIdx.x + 1]
-            for it in range(wptr[cuda.blockIdx.x], end):
+            for it in range(wptr[cuda.blockIdx.x], wptr[cuda.blockIdx.x + 1]):
                 kvh = work[it, 0]  # the item's KV head of a sequence (b · Hkv + h)
                 seq = kvh // Hkv
                 hrb = kvh * NRC + cuda.blockIdx.y  # (sequence, KV head, row block): its counter
-                nx = min(it + 1, end - 1)  # the block's next item (none after the last: an empty key range)
                 lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, seqlens[seq], seq, table, ks, vs,
                            work[it, 1], kvh, (hrb - kvh * NRC) * RB, work[it, 2], work[it, 3], work[it, 4], hrb,
-                           sm_m, sm_l, sm_o, sm_last, work[nx, 0], work[nx, 2], work[nx, 3] if nx > it else 0)
+                           sm_m, sm_l, sm_o, sm_last)
                 cuda.syncthreads()  # the next item's warps write the merge arrays this one read
 
         return paged_worklist
@@ -877,7 +847,7 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
             Nk = seqlens[seq]  # the sequence's own number of keys
             split, kvh, row0, lo, hi = split_keys(chunk, Nk)
             lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, split, kvh, row0,
-                       lo, hi, S, cuda.blockIdx.y, sm_m, sm_l, sm_o, sm_last, 0, 0, 0)
+                       lo, hi, S, cuda.blockIdx.y, sm_m, sm_l, sm_o, sm_last)
 
         return paged_split_k
 
@@ -890,7 +860,7 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
         # (no block table, no scales: Nk, k and scale stand in for them, unused)
         split, kvh, row0, lo, hi = split_keys(chunk, Nk)
         lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, Nk, k, scale, scale, split, kvh, row0,
-                   lo, hi, S, cuda.blockIdx.y, sm_m, sm_l, sm_o, sm_last, 0, 0, 0)
+                   lo, hi, S, cuda.blockIdx.y, sm_m, sm_l, sm_o, sm_last)
 
     return decode_split_k_lean
 

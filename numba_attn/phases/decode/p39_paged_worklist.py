@@ -44,11 +44,9 @@ from numba_attn.phases.decode.p35_paged_split_k import _supports as _split_suppo
 from numba_attn.phases.registry import register_phase
 
 
-def _supports(problem, workers=0, flat=False, next_item=0, **params):
+def _supports(problem, workers=0, flat=False, **params):
     if not 0 <= workers <= 4096:
         return f"workers={workers} out of range 0..4096 (0: as many as fill the SMs once)"
-    if not 0 <= next_item <= 4:
-        return f"next_item={next_item} out of range 0..4 (warp steps of the next item prefetched to L2; 0: none)"
     # paged_split_k's warp-step kernel (16-bit caches, and 8-bit ones read as words)
     return _split_supports(problem, **{**params, "mma": False, "balance": False, "prefetch": 0, "ahead": False})
 
@@ -85,14 +83,13 @@ def _resolve(problem, rows, lanes, keys, wide=None, **_):
     layout="paged",
 )
 def paged_worklist(problem, warps=8, lanes=0, rows=4, keys=0, workers=0, blocks_per_sm=2, min_keys=256, wide=None,
-                   ahead=False, flat=False, next_item=0):
+                   ahead=False, flat=False):
     kern = make_lean_kernel(problem.head_dim, _vw(problem, wide), lanes, keys, warps, rows, problem.q_len,
                             problem.group, problem.causal, False, True, blocks_per_sm, P=problem.page_size,
                             KV8=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
-                            BF16=problem.dtype == "bfloat16", WORK=True, AHEAD=ahead, NXT=int(next_item))
+                            BF16=problem.dtype == "bfloat16", WORK=True, AHEAD=ahead)
     scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
     wide_note = ", 16 codes per load" if _vw(problem, wide) == 16 else ""
     wide_note += ", page index a step ahead" if ahead else ""
-    wide_note += f", the next item's first {next_item} step(s) prefetched to L2" if next_item else ""
     return worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blocks_per_sm, min_keys, flat,
                            notes=f", combine fused{wide_note}")
