@@ -977,33 +977,23 @@ def paged_keys(D: int, VW: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN
     (16-byte loads, as ``chunk_steps``), 1 fp8 e4m3, 2 int8: the (…, D/4) uint32 view,
     two words per 8 elements, dequantized and multiplied by the row's scale
     (``ks``/``vs``: (1, Hkv) per tensor or head, (num_blocks·P, Hkv) per ``TOKEN``).
-    ``KV8`` 0: a float16 or (``BF16``) bfloat16 cache as its (…, D/2) uint32 word view, a row addressed by
-    its 32-bit index row · Hkv + h (``ld_global_v4_at``, as the mma path's 8-bit rows)."""
-    from numba_attn.gpu.intrinsics import ld_global_v4_at, mad_u32
-
+    ``BF16`` (with ``KV8`` 0): a bfloat16 cache as its (…, D/2) uint32 word view."""
     E = D // L
     NV = E // VW
     KW = WARP_SIZE // L
-    DW = D // 2  # words of a 16-bit row
     LOGP, STEP = page_steps(P, KS)
+    load_row = row_loader(VW, L, NV, BF16)  # one key row of K and V, 16 bytes per load
     dq4, UNIT = kv8_decoder(KV8)
-    unpack = unpack_bf16x2 if BF16 else unpack_f16x2
 
     @device
     def load_keys(k, v, KK, VV, table, b, h, pg, j0, hi, sub, ks, vs):
         for t in range(T):
             jj = min(j0 + t * KW, hi - 1)
             page = pg if STEP else table[b, jj >> LOGP]
-            if KV8 == 0:  # 8 values (4 words) a load; 32-bit row indices
-                rh = mad_u32(mad_u32(page, P, jj & (P - 1)), k.shape[1], h)
-                for u in range(NV):
-                    kw = ld_global_v4_at(k, rh, DW, (sub + L * u) * 4, 0)
-                    vw = ld_global_v4_at(v, rh, DW, (sub + L * u) * 4, 0)
-                    for x in range(4):
-                        KK[t, u * VW + 2 * x], KK[t, u * VW + 2 * x + 1] = unpack(kw[x])
-                        VV[t, u * VW + 2 * x], VV[t, u * VW + 2 * x + 1] = unpack(vw[x])
+            row = page * P + (jj & (P - 1))
+            if KV8 == 0:
+                load_row(k, v, KK, VV, t, row, h, sub)
             else:
-                row = page * P + (jj & (P - 1))
                 srow = row if TOKEN else 0
                 sk = ks[srow, h] * UNIT
                 sv = vs[srow, h] * UNIT
@@ -1702,8 +1692,8 @@ class PagedLayout:
 
 
 def paged_cache_view(problem, k):
-    """A (num_blocks, P, Hkv, D) cache as the (num_blocks·P, Hkv, ·) uint32 word view the kernels
-    index (two 16-bit values or four 8-bit codes a word)."""
+    """A (num_blocks, P, Hkv, D) cache as the (num_blocks·P, Hkv, ·) view the kernels
+    index: the elements of a float16 cache, the uint32 words of an 8-bit or bfloat16 one."""
 
     nb, P, Hkv, D = k.shape
     if getattr(problem, "kv_dtype", ""):
@@ -1711,7 +1701,9 @@ def paged_cache_view(problem, k):
             k = view_as(k, np.uint8)
         k = view_as(k.reshape(nb * P, Hkv, D), np.uint32)
         return k
-    return view_as(k.reshape(nb * P, Hkv, D), np.uint32)  # float16 or bfloat16: two values a word
+    if problem.dtype == "bfloat16":
+        return view_as(k.reshape(nb * P, Hkv, D), np.uint32)
+    return k.reshape(nb * P, Hkv, D)
 
 
 def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, notes="", heads=1, dyn_bytes=0,
