@@ -609,7 +609,8 @@ def balanced_split(split, chunk, Nk, KS):
 @functools.cache
 def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool, FINAL: bool,
                      FUSED: bool, MINB: int = 1, P: int = 0, KV8: int = 0, TOKEN: bool = False,
-                     BF16: bool = False, BAL: bool = False, WORK: bool = False, AHEAD: bool = False):
+                     BF16: bool = False, BAL: bool = False, WORK: bool = False, AHEAD: bool = False,
+                     WSTEP: bool = False):
     """The kernel of ``decode_split_k_lean`` (reduce-scatter scores, exp2, lazy
     rescale) and, with a page size ``P`` > 0, of ``paged_split_k``: a key row found
     through the block table (:func:`paged_keys`; ``KV8``/``TOKEN``: an 8-bit cache
@@ -623,7 +624,10 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
     of that KV head) one after the other through the same block code, combined by the last block to finish a
     KV head's row block (per-(sequence, KV head) counters). ``AHEAD`` (paged, pages holding whole
     warp steps): a warp reads the page index of its next step during this one, so that the block table's
-    load is no longer a round trip before every step's K/V loads.
+    load is no longer a round trip before every step's K/V loads. ``WSTEP`` (with ``WORK``): the work list is
+    cut in warp steps, not in rounds of the block's warps; a share's steps are dealt to its warps in turn across
+    its items (step s of the share to warp s mod NW), each warp running on into the next item without a
+    barrier, and up to ``ITEMS`` items' warp states are merged after one barrier.
 
     ``VW`` = 16 with ``KV8`` (``paged_split_k``'s ``wide``): a lane owns 16 consecutive
     codes per chunk, read by one 16-byte load (:func:`paged_words`), and decodes them where
@@ -669,8 +673,9 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
         return split, kvh, row0, lo, hi
 
     @device
-    def lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, split, kvh, row0,
-                   lo, hi, S, ci, sm_m, sm_l, sm_o, sm_last):
+    def lean_steps(q, k, v, scale, Hkv, Nk, seq, table, ks, vs, kvh, row0, lo, hi, s0, sm_m, sm_l, sm_o):
+        """The warp's steps s0, s0 + NW, … of keys [lo, hi) for the rows row0 … of KV head ``kvh``, merged over
+        its lanes into its (m, l, O) in shared memory (``merge_lanes``); no barrier."""
         Qr = cuda.local.array((RB, E), float32)
         acc = cuda.local.array((RB, E), float32)
         m = cuda.local.array(RB, float32)
@@ -695,9 +700,9 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
         n_steps = max(0, (hi - lo + KS - 1) // KS)  # 0 for a split past the end
         nxt = 0
         if AHEAD_STEP:  # the warp's first page
-            if w < n_steps:
-                nxt = table[seq, (lo + w * KS) >> LOGP]
-        for step in range(w, n_steps, NW):  # warp-uniform: the shuffles stay convergent
+            if s0 < n_steps:
+                nxt = table[seq, (lo + s0 * KS) >> LOGP]
+        for step in range(s0, n_steps, NW):  # warp-uniform: the shuffles stay convergent
             j0 = lo + step * KS + grp  # this group's keys: j0 + t * KW
             pg = 0  # the step's page (STEP), read before its keys' loads, or a step ahead (AHEAD)
             if STEP:
@@ -806,7 +811,12 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
                     for e in range(E):
                         acc[r, e] = u32_as_f32(_NAN_BITS)
         merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub)  # base 2: exp2
-        cuda.syncthreads()
+
+    @device
+    def lean_end(o, part_o, part_lse, counters, Nk, split, kvh, row0, S, ci, sm_m, sm_l, sm_o, sm_last):
+        """After a barrier: the block merges its warps' states of split ``split`` and writes the output or the
+        split's partial (``write_rows``); fused, the last block of the (sequence, KV head, row block) combines."""
+        tid = cuda.threadIdx.x
         write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o)  # lse back to natural units
         if PAGED:
             if Nk == 0 and split == 0:  # an empty sequence: a zero partial of weight 1, the output is zeros
@@ -817,6 +827,52 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
                         part_lse[0, bh * Nq + (row0 + r) % Nq] = float32(0.0)
         if FUSED and not FINAL:
             combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid, ci)
+
+    @device
+    def lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, split, kvh, row0,
+                   lo, hi, S, ci, sm_m, sm_l, sm_o, sm_last):
+        """One block's split: every warp's steps, a barrier, the merge and write (and the fused combine)."""
+        lean_steps(q, k, v, scale, Hkv, Nk, seq, table, ks, vs, kvh, row0, lo, hi, cuda.threadIdx.x // WARP_SIZE,
+                   sm_m, sm_l, sm_o)
+        cuda.syncthreads()
+        lean_end(o, part_o, part_lse, counters, Nk, split, kvh, row0, S, ci, sm_m, sm_l, sm_o, sm_last)
+
+    if WORK and WSTEP:
+        # ITEMS items' warp states in shared memory at once (at most 40 KiB): merged after one barrier
+        ITEMS = max(1, min(4, 40960 // (4 * NW * RB * D)))
+
+        @kernel(launch_bounds=(NT, MINB))
+        def paged_worklist_warps(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, work,
+                                 wptr):
+            sm_m = cuda.shared.array((ITEMS, NW, RB), float32)
+            sm_l = cuda.shared.array((ITEMS, NW, RB), float32)
+            sm_o = cuda.shared.array((ITEMS, NW, RB, D), float32)
+            sm_last = cuda.shared.array(1, int32)
+            w = cuda.threadIdx.x // WARP_SIZE
+            first = wptr[cuda.blockIdx.x]
+            last = wptr[cuda.blockIdx.x + 1]
+            base = 0  # the share's warp steps before this item (mod NW): the item's step s is the share's base + s
+            for c0 in range(first, last, ITEMS):
+                c1 = min(c0 + ITEMS, last)
+                for it in range(c0, c1):  # each warp on through the items, no barrier between them
+                    kvh = work[it, 0]
+                    seq = kvh // Hkv
+                    lo = work[it, 2]
+                    hi = work[it, 3]
+                    s0 = (w - base + NW) % NW  # the warp's first step of this item
+                    lean_steps(q, k, v, scale, Hkv, seqlens[seq], seq, table, ks, vs, kvh,
+                               cuda.blockIdx.y * RB, lo, hi, s0, sm_m[it - c0], sm_l[it - c0], sm_o[it - c0])
+                    base = (base + max(0, (hi - lo + KS - 1) // KS)) % NW
+                cuda.syncthreads()
+                for it in range(c0, c1):
+                    kvh = work[it, 0]
+                    seq = kvh // Hkv
+                    lean_end(o, part_o, part_lse, counters, seqlens[seq], work[it, 1], kvh, cuda.blockIdx.y * RB,
+                             work[it, 4], kvh * NRC + cuda.blockIdx.y, sm_m[it - c0], sm_l[it - c0], sm_o[it - c0],
+                             sm_last)
+                cuda.syncthreads()  # the next items' warps write the slots these were merged from
+
+        return paged_worklist_warps
 
     if WORK:
         @kernel(launch_bounds=(NT, MINB))
@@ -1798,18 +1854,20 @@ def worklist_plan(lens, Hkv: int, KS: int, workers: int, min_keys: int = 0, flat
 
 
 def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blocks_per_sm, min_keys, flat=False,
-                    notes=""):
+                    notes="", warp_steps=False):
     """The :class:`Launch` of ``paged_worklist``: grid (block, row block), each block running its items of the
     work list (:func:`worklist_plan`); ``workers``: shares per KV head (0: with ``flat``, as many shares as
     fill the SMs' ``blocks_per_sm`` slots once; else as many per KV head as fill them once for all heads
-    together, rounded down). ``run(q, k_cache, v_cache, o,
+    together, rounded down); ``warp_steps``: the list in whole warp steps (``make_lean_kernel``'s ``WSTEP``).
+    ``run(q, k_cache, v_cache, o,
     stream, layout=None, lens=None)`` as :func:`paged_launch`'s; the list is planned on the host from the
     lengths, as serving systems plan each decode step before launching it: the problem's, once (the
     runner's calls), else the call's: ``lens``, their host copy (``decode_paged`` passes the lengths it
     checked), or ``layout``'s read back from the device (one small copy, which waits for the device)."""
     B, H, Hkv, Nq, D = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.head_dim
     n_rc = (problem.group * Nq + rows - 1) // rows
-    KS = (WARP_SIZE // lanes) * keys * warps  # keys per round of the block's warps: a split's unit
+    KS = (WARP_SIZE // lanes) * keys * (1 if warp_steps else warps)  # a split's unit: a round of the block's
+    # warps, or with ``warp_steps`` one warp step (the kernel deals a share's steps to its warps across items)
     slots = sm_count() * blocks_per_sm // n_rc  # blocks (of all KV heads) that fill the SMs' slots once
     W = workers * (Hkv if flat else 1) or max(1, slots if flat else slots // Hkv)
     cnt = zeroed_counters(B * Hkv * n_rc)
