@@ -878,10 +878,10 @@ def test_worklist_shares_cross_sequences(dtype, kv_dtype, Nq, H, flat):
 
 def test_worklist_warp_steps_deal_steps_across_items():
     """``warp_steps=True``: the list in warp steps, a share's steps dealt to its two warps across items without a
-    barrier between them, the items' warp states merged in chunks of the kernel's ``ITEMS`` (here 4: a KV head's
-    first share holds 6 items, the last one the first step of sequence 5, the second share its other two steps and
-    sequence 6); an empty sequence (zeros), a two-key sequence, items starting at either warp; causal GQA rows in
-    bfloat16; against the reference and the default list."""
+    barrier, the last warp to finish an item merging it from the item's slot (the kernel's ``ITEMS`` slots, here 4:
+    a KV head's first share holds 6 items, so slots are reused; its last item is the first step of sequence 5, the
+    second share holds the other two steps and sequence 6); an empty sequence (zeros), a two-key sequence, items
+    starting at either warp; causal GQA rows in bfloat16; against the reference and the default list."""
     q, kc, vc, _, _ = _batch(np.random.default_rng(17), 16, 2, 16, "bfloat16", "", "", 7, 4, 2)
     table = np.array([[3, 0, 8, 5, 0], [7, 7, 7, 7, 7], [2, 6, 0, 0, 0], [5, 4, 1, 0, 0], [6, 0, 0, 0, 0],
                       [1, 2, 3, 4, 8], [0, 8, 2, 5, 0]], np.int32)

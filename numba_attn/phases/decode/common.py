@@ -339,6 +339,66 @@ def row_loader(VW: int, L: int, NV: int, BF16: bool):
 
 
 @functools.cache
+def row_writers(D: int, NW: int, RB: int, Nq: int, G: int, FINAL: bool = True, BASE2: bool = False,
+                BF16: bool = False):
+    """The end of a warp-step decode block, for ``nth`` threads from thread ``tid`` (the block's, or one warp's):
+    ``write_rows_n`` merges the ``NW`` warps' (m, l, O) from shared memory and writes the output (``FINAL``) or a
+    split's partial; ``combine_rows_n`` writes the output combined from ``S`` splits' partials. Returns
+    ``(write_rows_n, combine_rows_n)`` (``chunk_steps``' ``write_rows`` and ``combine_last`` are these for the
+    block's threads)."""
+    NROWS = G * Nq
+
+    @device
+    def write_rows_n(o, part_o, part_lse, split, kvh, row0, tid, nth, sm_m, sm_l, sm_o):
+        for idx in range(tid, RB * D, nth):
+            r = idx // D
+            d = idx - r * D
+            row = row0 + r
+            if row < NROWS:
+                g = row // Nq
+                i = row - g * Nq
+                mm = NEG_BIG
+                ll = float32(0.0)
+                oo = float32(0.0)
+                for ww in range(NW):
+                    if BASE2:
+                        mm, ll, ca, cb = merge_state2(mm, ll, sm_m[ww, r], sm_l[ww, r])
+                    else:
+                        mm, ll, ca, cb = merge_state(mm, ll, sm_m[ww, r], sm_l[ww, r])
+                    oo = oo * ca + cb * sm_o[ww, r, d]
+                bh = kvh * G + g
+                if FINAL:
+                    if BF16:
+                        o[bh, i, d] = f32_to_bf16(oo / ll)
+                    else:
+                        o[bh, i, d] = oo / ll
+                else:
+                    part_o[split, bh * Nq + i, d] = oo / ll if ll != float32(0.0) else float32(0.0)
+                    if d == 0:
+                        if BASE2:
+                            part_lse[split, bh * Nq + i] = state_lse(mm * LN2, ll)
+                        else:
+                            part_lse[split, bh * Nq + i] = state_lse(mm, ll)
+
+    @device
+    def combine_rows_n(o, part_o, part_lse, S, kvh, row0, tid, nth):
+        for idx in range(tid, RB * D, nth):
+            r = idx // D
+            d = idx - r * D
+            row = row0 + r
+            if row < NROWS:
+                g = row // Nq
+                i = row - g * Nq
+                bh = kvh * G + g
+                if BF16:
+                    o[bh, i, d] = f32_to_bf16(combine_splits(part_o, part_lse, S, bh * Nq + i, d))
+                else:
+                    o[bh, i, d] = combine_splits(part_o, part_lse, S, bh * Nq + i, d)
+
+    return write_rows_n, combine_rows_n
+
+
+@functools.cache
 def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool,
                 FINAL: bool = True, BASE2: bool = False, BF16: bool = False):
     """Device functions of a block of ``NW`` warps that computes ``RB`` query rows
@@ -442,39 +502,13 @@ def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
                     sm_m[w, r] = mw
                     sm_l[w, r] = lw
 
+    write_rows_n, combine_rows_n = row_writers(D, NW, RB, Nq, G, FINAL, BASE2, BF16)
+
     @device
     def write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o):
         """Merge the warps' partial (m, l, O), one thread per element; write the
         output (``FINAL``) or split ``split``'s partial output and log-sum-exp."""
-        for idx in range(tid, RB * D, NT):
-            r = idx // D
-            d = idx - r * D
-            row = row0 + r
-            if row < NROWS:
-                g = row // Nq
-                i = row - g * Nq
-                mm = NEG_BIG
-                ll = float32(0.0)
-                oo = float32(0.0)
-                for ww in range(NW):
-                    if BASE2:
-                        mm, ll, ca, cb = merge_state2(mm, ll, sm_m[ww, r], sm_l[ww, r])
-                    else:
-                        mm, ll, ca, cb = merge_state(mm, ll, sm_m[ww, r], sm_l[ww, r])
-                    oo = oo * ca + cb * sm_o[ww, r, d]
-                bh = kvh * G + g
-                if FINAL:
-                    if BF16:
-                        o[bh, i, d] = f32_to_bf16(oo / ll)
-                    else:
-                        o[bh, i, d] = oo / ll
-                else:
-                    part_o[split, bh * Nq + i, d] = oo / ll if ll != float32(0.0) else float32(0.0)
-                    if d == 0:
-                        if BASE2:
-                            part_lse[split, bh * Nq + i] = state_lse(mm * LN2, ll)
-                        else:
-                            part_lse[split, bh * Nq + i] = state_lse(mm, ll)
+        write_rows_n(o, part_o, part_lse, split, kvh, row0, tid, NT, sm_m, sm_l, sm_o)
 
     @device
     def combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid, ci):
@@ -488,18 +522,7 @@ def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
         cuda.syncthreads()
         if sm_last[0] == 1:
             cuda.threadfence()
-            for idx in range(tid, RB * D, NT):
-                r = idx // D
-                d = idx - r * D
-                row = row0 + r
-                if row < NROWS:
-                    g = row // Nq
-                    i = row - g * Nq
-                    bh = kvh * G + g
-                    if BF16:
-                        o[bh, i, d] = f32_to_bf16(combine_splits(part_o, part_lse, S, bh * Nq + i, d))
-                    else:
-                        o[bh, i, d] = combine_splits(part_o, part_lse, S, bh * Nq + i, d)
+            combine_rows_n(o, part_o, part_lse, S, kvh, row0, tid, NT)
             if tid == 0:
                 counters[ci] = 0  # ready for the next launch
 
@@ -627,7 +650,8 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
     load is no longer a round trip before every step's K/V loads. ``WSTEP`` (with ``WORK``): the work list is
     cut in warp steps, not in rounds of the block's warps; a share's steps are dealt to its warps in turn across
     its items (step s of the share to warp s mod NW), each warp running on into the next item without a
-    barrier, and up to ``ITEMS`` items' warp states are merged after one barrier.
+    barrier; the last warp to finish an item (a shared counter) merges the warps' states of it, from the item's
+    slot in shared memory, writes its partial and, where it is the sequence's last, combines, while the others go on.
 
     ``VW`` = 16 with ``KV8`` (``paged_split_k``'s ``wide``): a lane owns 16 consecutive
     codes per chunk, read by one 16-byte load (:func:`paged_words`), and decodes them where
@@ -813,18 +837,24 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
         merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub)  # base 2: exp2
 
     @device
+    def empty_lse(part_lse, Nk, split, kvh, row0, tid, nth):
+        """An empty sequence (``Nk`` 0): a zero partial of weight 1, so the output is zeros; by the threads
+        ``tid`` (of ``nth``) that wrote the log-sum-exps (d = 0)."""
+        if Nk == 0 and split == 0:
+            for idx in range(tid, RB * D, nth):
+                r = idx // D
+                if idx == r * D and row0 + r < G * Nq:
+                    bh = kvh * G + (row0 + r) // Nq
+                    part_lse[0, bh * Nq + (row0 + r) % Nq] = float32(0.0)
+
+    @device
     def lean_end(o, part_o, part_lse, counters, Nk, split, kvh, row0, S, ci, sm_m, sm_l, sm_o, sm_last):
         """After a barrier: the block merges its warps' states of split ``split`` and writes the output or the
         split's partial (``write_rows``); fused, the last block of the (sequence, KV head, row block) combines."""
         tid = cuda.threadIdx.x
         write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o)  # lse back to natural units
         if PAGED:
-            if Nk == 0 and split == 0:  # an empty sequence: a zero partial of weight 1, the output is zeros
-                for idx in range(tid, RB * D, NT):  # the threads that wrote the log-sum-exps (d = 0)
-                    r = idx // D
-                    if idx == r * D and row0 + r < G * Nq:
-                        bh = kvh * G + (row0 + r) // Nq
-                        part_lse[0, bh * Nq + (row0 + r) % Nq] = float32(0.0)
+            empty_lse(part_lse, Nk, split, kvh, row0, tid, NT)
         if FUSED and not FINAL:
             combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid, ci)
 
@@ -838,8 +868,27 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
         lean_end(o, part_o, part_lse, counters, Nk, split, kvh, row0, S, ci, sm_m, sm_l, sm_o, sm_last)
 
     if WORK and WSTEP:
-        # ITEMS items' warp states in shared memory at once (at most 40 KiB): merged after one barrier
+        # ITEMS items' warp states in shared memory at once (at most 40 KiB), a slot reused every ITEMS items
         ITEMS = max(1, min(4, 40960 // (4 * NW * RB * D)))
+        write_rows_n, combine_rows_n = row_writers(D, NW, RB, Nq, G, False, True, BF16)
+
+        @device
+        def item_end(o, part_o, part_lse, counters, Nk, split, kvh, row0, S, ci, sm_m, sm_l, sm_o, lane):
+            """By the last warp to finish an item, while the others go on: merge the NW warps' states, write the
+            split's partial; the warp of the sequence's last partial combines them (``lean_end`` for one warp)."""
+            write_rows_n(o, part_o, part_lse, split, kvh, row0, lane, WARP_SIZE, sm_m, sm_l, sm_o)
+            empty_lse(part_lse, Nk, split, kvh, row0, lane, WARP_SIZE)
+            cuda.threadfence()  # the partial visible device-wide before it is counted
+            syncwarp(FULL_MASK)
+            prev = 0
+            if lane == 0:
+                prev = cuda.atomic.add(counters, ci, 1)
+            prev = shfl_sync(FULL_MASK, prev, 0)
+            if prev == S - 1:
+                cuda.threadfence()
+                combine_rows_n(o, part_o, part_lse, S, kvh, row0, lane, WARP_SIZE)
+                if lane == 0:
+                    counters[ci] = 0  # ready for the next launch
 
         @kernel(launch_bounds=(NT, MINB))
         def paged_worklist_warps(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, work,
@@ -847,30 +896,43 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
             sm_m = cuda.shared.array((ITEMS, NW, RB), float32)
             sm_l = cuda.shared.array((ITEMS, NW, RB), float32)
             sm_o = cuda.shared.array((ITEMS, NW, RB, D), float32)
-            sm_last = cuda.shared.array(1, int32)
-            w = cuda.threadIdx.x // WARP_SIZE
+            arrived = cuda.shared.array(ITEMS, int32)  # warps done with the slot's item
+            merged = cuda.shared.array(ITEMS, int32)  # items merged from the slot so far
+            tid = cuda.threadIdx.x
+            w = tid // WARP_SIZE
+            lane = tid % WARP_SIZE
+            if tid < ITEMS:
+                arrived[tid] = 0
+                merged[tid] = 0
+            cuda.syncthreads()
             first = wptr[cuda.blockIdx.x]
-            last = wptr[cuda.blockIdx.x + 1]
             base = 0  # the share's warp steps before this item (mod NW): the item's step s is the share's base + s
-            for c0 in range(first, last, ITEMS):
-                c1 = min(c0 + ITEMS, last)
-                for it in range(c0, c1):  # each warp on through the items, no barrier between them
-                    kvh = work[it, 0]
-                    seq = kvh // Hkv
-                    lo = work[it, 2]
-                    hi = work[it, 3]
-                    s0 = (w - base + NW) % NW  # the warp's first step of this item
-                    lean_steps(q, k, v, scale, Hkv, seqlens[seq], seq, table, ks, vs, kvh,
-                               cuda.blockIdx.y * RB, lo, hi, s0, sm_m[it - c0], sm_l[it - c0], sm_o[it - c0])
-                    base = (base + max(0, (hi - lo + KS - 1) // KS)) % NW
-                cuda.syncthreads()
-                for it in range(c0, c1):
-                    kvh = work[it, 0]
-                    seq = kvh // Hkv
-                    lean_end(o, part_o, part_lse, counters, seqlens[seq], work[it, 1], kvh, cuda.blockIdx.y * RB,
-                             work[it, 4], kvh * NRC + cuda.blockIdx.y, sm_m[it - c0], sm_l[it - c0], sm_o[it - c0],
-                             sm_last)
-                cuda.syncthreads()  # the next items' warps write the slots these were merged from
+            for it in range(first, wptr[cuda.blockIdx.x + 1]):  # each warp on through the items, no barrier
+                slot = (it - first) % ITEMS
+                kvh = work[it, 0]
+                seq = kvh // Hkv
+                lo = work[it, 2]
+                hi = work[it, 3]
+                while cuda.atomic.add(merged, slot, 0) < (it - first) // ITEMS:
+                    pass  # the slot's previous item is still being merged (rare: ITEMS items behind)
+                lean_steps(q, k, v, scale, Hkv, seqlens[seq], seq, table, ks, vs, kvh, cuda.blockIdx.y * RB, lo, hi,
+                           (w - base + NW) % NW, sm_m[slot], sm_l[slot], sm_o[slot])
+                base = (base + max(0, (hi - lo + KS - 1) // KS)) % NW
+                cuda.threadfence_block()  # this warp's state visible to the block before it counts
+                syncwarp(FULL_MASK)
+                prev = 0
+                if lane == 0:
+                    prev = cuda.atomic.add(arrived, slot, 1)
+                prev = shfl_sync(FULL_MASK, prev, 0)
+                if prev == NW - 1:  # the last warp of the item: the others' states are in
+                    cuda.threadfence_block()
+                    item_end(o, part_o, part_lse, counters, seqlens[seq], work[it, 1], kvh, cuda.blockIdx.y * RB,
+                             work[it, 4], kvh * NRC + cuda.blockIdx.y, sm_m[slot], sm_l[slot], sm_o[slot], lane)
+                    syncwarp(FULL_MASK)  # every lane done reading the slot
+                    if lane == 0:
+                        arrived[slot] = 0
+                        cuda.threadfence_block()
+                        cuda.atomic.add(merged, slot, 1)  # the slot free for item it + ITEMS
 
         return paged_worklist_warps
 
