@@ -651,7 +651,8 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
     cut in warp steps, not in rounds of the block's warps; a share's steps are dealt to its warps in turn across
     its items (step s of the share to warp s mod NW), each warp running on into the next item without a
     barrier; the last warp to finish an item (a shared counter) merges the warps' states of it, from the item's
-    slot in shared memory, writes its partial and, where it is the sequence's last, combines, while the others go on.
+    slot in shared memory, writes its partial and, where it is the sequence's last, combines, while the others go on;
+    the share's last item is merged by the whole block after a barrier, as ``lean_block`` does.
 
     ``VW`` = 16 with ``KV8`` (``paged_split_k``'s ``wide``): a lane owns 16 consecutive
     codes per chunk, read by one 16-byte load (:func:`paged_words`), and decodes them where
@@ -898,6 +899,7 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
             sm_o = cuda.shared.array((ITEMS, NW, RB, D), float32)
             arrived = cuda.shared.array(ITEMS, int32)  # warps done with the slot's item
             merged = cuda.shared.array(ITEMS, int32)  # items merged from the slot so far
+            sm_last = cuda.shared.array(1, int32)
             tid = cuda.threadIdx.x
             w = tid // WARP_SIZE
             lane = tid % WARP_SIZE
@@ -906,8 +908,9 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
                 merged[tid] = 0
             cuda.syncthreads()
             first = wptr[cuda.blockIdx.x]
+            last = wptr[cuda.blockIdx.x + 1]
             base = 0  # the share's warp steps before this item (mod NW): the item's step s is the share's base + s
-            for it in range(first, wptr[cuda.blockIdx.x + 1]):  # each warp on through the items, no barrier
+            for it in range(first, last):  # each warp on through the items, no barrier but before the last
                 slot = (it - first) % ITEMS
                 kvh = work[it, 0]
                 seq = kvh // Hkv
@@ -918,6 +921,11 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
                 lean_steps(q, k, v, scale, Hkv, seqlens[seq], seq, table, ks, vs, kvh, cuda.blockIdx.y * RB, lo, hi,
                            (w - base + NW) % NW, sm_m[slot], sm_l[slot], sm_o[slot])
                 base = (base + max(0, (hi - lo + KS - 1) // KS)) % NW
+                if it == last - 1:  # the share's last item: merged by the whole block, as lean_block does
+                    cuda.syncthreads()
+                    lean_end(o, part_o, part_lse, counters, seqlens[seq], work[it, 1], kvh, cuda.blockIdx.y * RB,
+                             work[it, 4], kvh * NRC + cuda.blockIdx.y, sm_m[slot], sm_l[slot], sm_o[slot], sm_last)
+                    break
                 cuda.threadfence_block()  # this warp's state visible to the block before it counts
                 syncwarp(FULL_MASK)
                 prev = 0
