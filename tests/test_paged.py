@@ -876,24 +876,6 @@ def test_worklist_shares_cross_sequences(dtype, kv_dtype, Nq, H, flat):
     assert np.abs(out.astype(np.float32) - plain.astype(np.float32)).max() < 2e-2
 
 
-def test_worklist_warp_steps_deal_steps_across_items():
-    """``warp_steps=True``: the list in warp steps, a share's steps dealt to its two warps across items without a
-    barrier, the last warp to finish an item merging it from the item's slot (the kernel's ``ITEMS`` slots, here 4:
-    a KV head's first share holds 6 items, so slots are reused; its last item is the first step of sequence 5, the
-    second share holds the other two steps and sequence 6); an empty sequence (zeros), a two-key sequence, items
-    starting at either warp; causal GQA rows in bfloat16; against the reference and the default list."""
-    q, kc, vc, _, _ = _batch(np.random.default_rng(17), 16, 2, 16, "bfloat16", "", "", 7, 4, 2)
-    table = np.array([[3, 0, 8, 5, 0], [7, 7, 7, 7, 7], [2, 6, 0, 0, 0], [5, 4, 1, 0, 0], [6, 0, 0, 0, 0],
-                      [1, 2, 3, 4, 8], [0, 8, 2, 5, 0]], np.int32)
-    lens = np.array([9, 0, 23, 2, 18, 70, 50], np.int32)  # warp steps of 32 keys: 1, 0, 1, 1, 1, 3, 2
-    out, _ = _run("paged_worklist", q, kc, vc, table, lens, causal=True, workers=2, warps=2, min_keys=16,
-                  warp_steps=True)
-    assert not out[1].astype(np.float32).any()
-    plain = na.decode_paged(q, kc, vc, table, lens, causal=True, phase="paged_worklist",
-                            **{**SIM["paged_worklist"], "workers": 2, "min_keys": 16})
-    assert np.abs(out.astype(np.float32) - plain.astype(np.float32)).max() < 2e-2
-
-
 def test_worklist_plans_each_call_from_its_host_lengths(monkeypatch):
     """``decode_paged(phase="paged_worklist")`` in a decode loop: the lengths change from call to call (the
     same plan of the launch), each call's work list is planned from that call's lengths as ``decode_paged``

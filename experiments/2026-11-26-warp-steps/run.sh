@@ -3,7 +3,7 @@
 # and the contiguous twin with SDPA; the three ragged fp16 targets and B8 at uniform lengths. CUPTI kernel time.
 #   bash experiments/2026-11-26-warp-steps/run.sh OUT
 # First the worklist GPU tests under compute-sanitizer memcheck, then two bench processes (the spread). About 6
-# minutes on one H100 or H200.
+# minutes on one H100 or H200. Needs a tree with the option (7a65c37 to 3c2e5ca: parts a, b, c of README.md).
 set -u
 out=${1:?usage: run.sh OUT}; mkdir -p "$out"
 here=experiments/2026-11-26-warp-steps

@@ -8,10 +8,14 @@ lengths (2048 keys each).
 """
 from __future__ import annotations
 
-from numba_attn.phases.registry import register_variant
+import inspect
+
+from numba_attn.phases.registry import get_phase, register_variant
 from numba_attn.spec.problem import PRESETS, PagedProblem
 
 PRESETS.setdefault("paged-ragged-uniform", PRESETS["paged-ragged"] + [
     PagedProblem(batch=8, heads=32, q_len=1, kv_len=2048, head_dim=128, dtype="float16", page_size=64)])
 
-register_variant("paged_worklist", "pwl_ws", order=39.06, warp_steps=True)
+# (the option existed from 7a65c37 to 3c2e5ca only, removed after part c)
+if "warp_steps" in inspect.signature(get_phase("paged_worklist").build).parameters:
+    register_variant("paged_worklist", "pwl_ws", order=39.06, warp_steps=True)

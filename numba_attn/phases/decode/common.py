@@ -339,66 +339,6 @@ def row_loader(VW: int, L: int, NV: int, BF16: bool):
 
 
 @functools.cache
-def row_writers(D: int, NW: int, RB: int, Nq: int, G: int, FINAL: bool = True, BASE2: bool = False,
-                BF16: bool = False):
-    """The end of a warp-step decode block, for ``nth`` threads from thread ``tid`` (the block's, or one warp's):
-    ``write_rows_n`` merges the ``NW`` warps' (m, l, O) from shared memory and writes the output (``FINAL``) or a
-    split's partial; ``combine_rows_n`` writes the output combined from ``S`` splits' partials. Returns
-    ``(write_rows_n, combine_rows_n)`` (``chunk_steps``' ``write_rows`` and ``combine_last`` are these for the
-    block's threads)."""
-    NROWS = G * Nq
-
-    @device
-    def write_rows_n(o, part_o, part_lse, split, kvh, row0, tid, nth, sm_m, sm_l, sm_o):
-        for idx in range(tid, RB * D, nth):
-            r = idx // D
-            d = idx - r * D
-            row = row0 + r
-            if row < NROWS:
-                g = row // Nq
-                i = row - g * Nq
-                mm = NEG_BIG
-                ll = float32(0.0)
-                oo = float32(0.0)
-                for ww in range(NW):
-                    if BASE2:
-                        mm, ll, ca, cb = merge_state2(mm, ll, sm_m[ww, r], sm_l[ww, r])
-                    else:
-                        mm, ll, ca, cb = merge_state(mm, ll, sm_m[ww, r], sm_l[ww, r])
-                    oo = oo * ca + cb * sm_o[ww, r, d]
-                bh = kvh * G + g
-                if FINAL:
-                    if BF16:
-                        o[bh, i, d] = f32_to_bf16(oo / ll)
-                    else:
-                        o[bh, i, d] = oo / ll
-                else:
-                    part_o[split, bh * Nq + i, d] = oo / ll if ll != float32(0.0) else float32(0.0)
-                    if d == 0:
-                        if BASE2:
-                            part_lse[split, bh * Nq + i] = state_lse(mm * LN2, ll)
-                        else:
-                            part_lse[split, bh * Nq + i] = state_lse(mm, ll)
-
-    @device
-    def combine_rows_n(o, part_o, part_lse, S, kvh, row0, tid, nth):
-        for idx in range(tid, RB * D, nth):
-            r = idx // D
-            d = idx - r * D
-            row = row0 + r
-            if row < NROWS:
-                g = row // Nq
-                i = row - g * Nq
-                bh = kvh * G + g
-                if BF16:
-                    o[bh, i, d] = f32_to_bf16(combine_splits(part_o, part_lse, S, bh * Nq + i, d))
-                else:
-                    o[bh, i, d] = combine_splits(part_o, part_lse, S, bh * Nq + i, d)
-
-    return write_rows_n, combine_rows_n
-
-
-@functools.cache
 def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool,
                 FINAL: bool = True, BASE2: bool = False, BF16: bool = False):
     """Device functions of a block of ``NW`` warps that computes ``RB`` query rows
@@ -502,13 +442,39 @@ def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
                     sm_m[w, r] = mw
                     sm_l[w, r] = lw
 
-    write_rows_n, combine_rows_n = row_writers(D, NW, RB, Nq, G, FINAL, BASE2, BF16)
-
     @device
     def write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o):
         """Merge the warps' partial (m, l, O), one thread per element; write the
         output (``FINAL``) or split ``split``'s partial output and log-sum-exp."""
-        write_rows_n(o, part_o, part_lse, split, kvh, row0, tid, NT, sm_m, sm_l, sm_o)
+        for idx in range(tid, RB * D, NT):
+            r = idx // D
+            d = idx - r * D
+            row = row0 + r
+            if row < NROWS:
+                g = row // Nq
+                i = row - g * Nq
+                mm = NEG_BIG
+                ll = float32(0.0)
+                oo = float32(0.0)
+                for ww in range(NW):
+                    if BASE2:
+                        mm, ll, ca, cb = merge_state2(mm, ll, sm_m[ww, r], sm_l[ww, r])
+                    else:
+                        mm, ll, ca, cb = merge_state(mm, ll, sm_m[ww, r], sm_l[ww, r])
+                    oo = oo * ca + cb * sm_o[ww, r, d]
+                bh = kvh * G + g
+                if FINAL:
+                    if BF16:
+                        o[bh, i, d] = f32_to_bf16(oo / ll)
+                    else:
+                        o[bh, i, d] = oo / ll
+                else:
+                    part_o[split, bh * Nq + i, d] = oo / ll if ll != float32(0.0) else float32(0.0)
+                    if d == 0:
+                        if BASE2:
+                            part_lse[split, bh * Nq + i] = state_lse(mm * LN2, ll)
+                        else:
+                            part_lse[split, bh * Nq + i] = state_lse(mm, ll)
 
     @device
     def combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid, ci):
@@ -522,7 +488,18 @@ def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
         cuda.syncthreads()
         if sm_last[0] == 1:
             cuda.threadfence()
-            combine_rows_n(o, part_o, part_lse, S, kvh, row0, tid, NT)
+            for idx in range(tid, RB * D, NT):
+                r = idx // D
+                d = idx - r * D
+                row = row0 + r
+                if row < NROWS:
+                    g = row // Nq
+                    i = row - g * Nq
+                    bh = kvh * G + g
+                    if BF16:
+                        o[bh, i, d] = f32_to_bf16(combine_splits(part_o, part_lse, S, bh * Nq + i, d))
+                    else:
+                        o[bh, i, d] = combine_splits(part_o, part_lse, S, bh * Nq + i, d)
             if tid == 0:
                 counters[ci] = 0  # ready for the next launch
 
@@ -632,8 +609,7 @@ def balanced_split(split, chunk, Nk, KS):
 @functools.cache
 def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool, FINAL: bool,
                      FUSED: bool, MINB: int = 1, P: int = 0, KV8: int = 0, TOKEN: bool = False,
-                     BF16: bool = False, BAL: bool = False, WORK: bool = False, AHEAD: bool = False,
-                     WSTEP: bool = False):
+                     BF16: bool = False, BAL: bool = False, WORK: bool = False, AHEAD: bool = False):
     """The kernel of ``decode_split_k_lean`` (reduce-scatter scores, exp2, lazy
     rescale) and, with a page size ``P`` > 0, of ``paged_split_k``: a key row found
     through the block table (:func:`paged_keys`; ``KV8``/``TOKEN``: an 8-bit cache
@@ -647,12 +623,7 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
     of that KV head) one after the other through the same block code, combined by the last block to finish a
     KV head's row block (per-(sequence, KV head) counters). ``AHEAD`` (paged, pages holding whole
     warp steps): a warp reads the page index of its next step during this one, so that the block table's
-    load is no longer a round trip before every step's K/V loads. ``WSTEP`` (with ``WORK``): the work list is
-    cut in warp steps, not in rounds of the block's warps; a share's steps are dealt to its warps in turn across
-    its items (step s of the share to warp s mod NW), each warp running on into the next item without a
-    barrier; the last warp to finish an item (a shared counter) merges the warps' states of it, from the item's
-    slot in shared memory, writes its partial and, where it is the sequence's last, combines, while the others go on;
-    the share's last item is merged by the whole block after a barrier, as ``lean_block`` does.
+    load is no longer a round trip before every step's K/V loads.
 
     ``VW`` = 16 with ``KV8`` (``paged_split_k``'s ``wide``): a lane owns 16 consecutive
     codes per chunk, read by one 16-byte load (:func:`paged_words`), and decodes them where
@@ -698,9 +669,8 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
         return split, kvh, row0, lo, hi
 
     @device
-    def lean_steps(q, k, v, scale, Hkv, Nk, seq, table, ks, vs, kvh, row0, lo, hi, s0, sm_m, sm_l, sm_o):
-        """The warp's steps s0, s0 + NW, … of keys [lo, hi) for the rows row0 … of KV head ``kvh``, merged over
-        its lanes into its (m, l, O) in shared memory (``merge_lanes``); no barrier."""
+    def lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, split, kvh, row0,
+                   lo, hi, S, ci, sm_m, sm_l, sm_o, sm_last):
         Qr = cuda.local.array((RB, E), float32)
         acc = cuda.local.array((RB, E), float32)
         m = cuda.local.array(RB, float32)
@@ -725,9 +695,9 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
         n_steps = max(0, (hi - lo + KS - 1) // KS)  # 0 for a split past the end
         nxt = 0
         if AHEAD_STEP:  # the warp's first page
-            if s0 < n_steps:
-                nxt = table[seq, (lo + s0 * KS) >> LOGP]
-        for step in range(s0, n_steps, NW):  # warp-uniform: the shuffles stay convergent
+            if w < n_steps:
+                nxt = table[seq, (lo + w * KS) >> LOGP]
+        for step in range(w, n_steps, NW):  # warp-uniform: the shuffles stay convergent
             j0 = lo + step * KS + grp  # this group's keys: j0 + t * KW
             pg = 0  # the step's page (STEP), read before its keys' loads, or a step ahead (AHEAD)
             if STEP:
@@ -836,113 +806,17 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
                     for e in range(E):
                         acc[r, e] = u32_as_f32(_NAN_BITS)
         merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub)  # base 2: exp2
-
-    @device
-    def empty_lse(part_lse, Nk, split, kvh, row0, tid, nth):
-        """An empty sequence (``Nk`` 0): a zero partial of weight 1, so the output is zeros; by the threads
-        ``tid`` (of ``nth``) that wrote the log-sum-exps (d = 0)."""
-        if Nk == 0 and split == 0:
-            for idx in range(tid, RB * D, nth):
-                r = idx // D
-                if idx == r * D and row0 + r < G * Nq:
-                    bh = kvh * G + (row0 + r) // Nq
-                    part_lse[0, bh * Nq + (row0 + r) % Nq] = float32(0.0)
-
-    @device
-    def lean_end(o, part_o, part_lse, counters, Nk, split, kvh, row0, S, ci, sm_m, sm_l, sm_o, sm_last):
-        """After a barrier: the block merges its warps' states of split ``split`` and writes the output or the
-        split's partial (``write_rows``); fused, the last block of the (sequence, KV head, row block) combines."""
-        tid = cuda.threadIdx.x
+        cuda.syncthreads()
         write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o)  # lse back to natural units
         if PAGED:
-            empty_lse(part_lse, Nk, split, kvh, row0, tid, NT)
+            if Nk == 0 and split == 0:  # an empty sequence: a zero partial of weight 1, the output is zeros
+                for idx in range(tid, RB * D, NT):  # the threads that wrote the log-sum-exps (d = 0)
+                    r = idx // D
+                    if idx == r * D and row0 + r < G * Nq:
+                        bh = kvh * G + (row0 + r) // Nq
+                        part_lse[0, bh * Nq + (row0 + r) % Nq] = float32(0.0)
         if FUSED and not FINAL:
             combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid, ci)
-
-    @device
-    def lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, split, kvh, row0,
-                   lo, hi, S, ci, sm_m, sm_l, sm_o, sm_last):
-        """One block's split: every warp's steps, a barrier, the merge and write (and the fused combine)."""
-        lean_steps(q, k, v, scale, Hkv, Nk, seq, table, ks, vs, kvh, row0, lo, hi, cuda.threadIdx.x // WARP_SIZE,
-                   sm_m, sm_l, sm_o)
-        cuda.syncthreads()
-        lean_end(o, part_o, part_lse, counters, Nk, split, kvh, row0, S, ci, sm_m, sm_l, sm_o, sm_last)
-
-    if WORK and WSTEP:
-        # ITEMS items' warp states in shared memory at once (at most 40 KiB), a slot reused every ITEMS items
-        ITEMS = max(1, min(4, 40960 // (4 * NW * RB * D)))
-        write_rows_n, combine_rows_n = row_writers(D, NW, RB, Nq, G, False, True, BF16)
-
-        @device
-        def item_end(o, part_o, part_lse, counters, Nk, split, kvh, row0, S, ci, sm_m, sm_l, sm_o, lane):
-            """By the last warp to finish an item, while the others go on: merge the NW warps' states, write the
-            split's partial; the warp of the sequence's last partial combines them (``lean_end`` for one warp)."""
-            write_rows_n(o, part_o, part_lse, split, kvh, row0, lane, WARP_SIZE, sm_m, sm_l, sm_o)
-            empty_lse(part_lse, Nk, split, kvh, row0, lane, WARP_SIZE)
-            cuda.threadfence()  # the partial visible device-wide before it is counted
-            syncwarp(FULL_MASK)
-            prev = 0
-            if lane == 0:
-                prev = cuda.atomic.add(counters, ci, 1)
-            prev = shfl_sync(FULL_MASK, prev, 0)
-            if prev == S - 1:
-                cuda.threadfence()
-                combine_rows_n(o, part_o, part_lse, S, kvh, row0, lane, WARP_SIZE)
-                if lane == 0:
-                    counters[ci] = 0  # ready for the next launch
-
-        @kernel(launch_bounds=(NT, MINB))
-        def paged_worklist_warps(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, work,
-                                 wptr):
-            sm_m = cuda.shared.array((ITEMS, NW, RB), float32)
-            sm_l = cuda.shared.array((ITEMS, NW, RB), float32)
-            sm_o = cuda.shared.array((ITEMS, NW, RB, D), float32)
-            arrived = cuda.shared.array(ITEMS, int32)  # warps done with the slot's item
-            merged = cuda.shared.array(ITEMS, int32)  # items merged from the slot so far
-            sm_last = cuda.shared.array(1, int32)
-            tid = cuda.threadIdx.x
-            w = tid // WARP_SIZE
-            lane = tid % WARP_SIZE
-            if tid < ITEMS:
-                arrived[tid] = 0
-                merged[tid] = 0
-            cuda.syncthreads()
-            first = wptr[cuda.blockIdx.x]
-            last = wptr[cuda.blockIdx.x + 1]
-            base = 0  # the share's warp steps before this item (mod NW): the item's step s is the share's base + s
-            for it in range(first, last):  # each warp on through the items, no barrier but before the last
-                slot = (it - first) % ITEMS
-                kvh = work[it, 0]
-                seq = kvh // Hkv
-                lo = work[it, 2]
-                hi = work[it, 3]
-                while cuda.atomic.add(merged, slot, 0) < (it - first) // ITEMS:
-                    pass  # the slot's previous item is still being merged (rare: ITEMS items behind)
-                lean_steps(q, k, v, scale, Hkv, seqlens[seq], seq, table, ks, vs, kvh, cuda.blockIdx.y * RB, lo, hi,
-                           (w - base + NW) % NW, sm_m[slot], sm_l[slot], sm_o[slot])
-                base = (base + max(0, (hi - lo + KS - 1) // KS)) % NW
-                if it == last - 1:  # the share's last item: merged by the whole block, as lean_block does
-                    cuda.syncthreads()
-                    lean_end(o, part_o, part_lse, counters, seqlens[seq], work[it, 1], kvh, cuda.blockIdx.y * RB,
-                             work[it, 4], kvh * NRC + cuda.blockIdx.y, sm_m[slot], sm_l[slot], sm_o[slot], sm_last)
-                    break
-                cuda.threadfence_block()  # this warp's state visible to the block before it counts
-                syncwarp(FULL_MASK)
-                prev = 0
-                if lane == 0:
-                    prev = cuda.atomic.add(arrived, slot, 1)
-                prev = shfl_sync(FULL_MASK, prev, 0)
-                if prev == NW - 1:  # the last warp of the item: the others' states are in
-                    cuda.threadfence_block()
-                    item_end(o, part_o, part_lse, counters, seqlens[seq], work[it, 1], kvh, cuda.blockIdx.y * RB,
-                             work[it, 4], kvh * NRC + cuda.blockIdx.y, sm_m[slot], sm_l[slot], sm_o[slot], lane)
-                    syncwarp(FULL_MASK)  # every lane done reading the slot
-                    if lane == 0:
-                        arrived[slot] = 0
-                        cuda.threadfence_block()
-                        cuda.atomic.add(merged, slot, 1)  # the slot free for item it + ITEMS
-
-        return paged_worklist_warps
 
     if WORK:
         @kernel(launch_bounds=(NT, MINB))
@@ -1924,20 +1798,18 @@ def worklist_plan(lens, Hkv: int, KS: int, workers: int, min_keys: int = 0, flat
 
 
 def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blocks_per_sm, min_keys, flat=False,
-                    notes="", warp_steps=False):
+                    notes=""):
     """The :class:`Launch` of ``paged_worklist``: grid (block, row block), each block running its items of the
     work list (:func:`worklist_plan`); ``workers``: shares per KV head (0: with ``flat``, as many shares as
     fill the SMs' ``blocks_per_sm`` slots once; else as many per KV head as fill them once for all heads
-    together, rounded down); ``warp_steps``: the list in whole warp steps (``make_lean_kernel``'s ``WSTEP``).
-    ``run(q, k_cache, v_cache, o,
+    together, rounded down). ``run(q, k_cache, v_cache, o,
     stream, layout=None, lens=None)`` as :func:`paged_launch`'s; the list is planned on the host from the
     lengths, as serving systems plan each decode step before launching it: the problem's, once (the
     runner's calls), else the call's: ``lens``, their host copy (``decode_paged`` passes the lengths it
     checked), or ``layout``'s read back from the device (one small copy, which waits for the device)."""
     B, H, Hkv, Nq, D = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.head_dim
     n_rc = (problem.group * Nq + rows - 1) // rows
-    KS = (WARP_SIZE // lanes) * keys * (1 if warp_steps else warps)  # a split's unit: a round of the block's
-    # warps, or with ``warp_steps`` one warp step (the kernel deals a share's steps to its warps across items)
+    KS = (WARP_SIZE // lanes) * keys * warps  # keys per round of the block's warps: a split's unit
     slots = sm_count() * blocks_per_sm // n_rc  # blocks (of all KV heads) that fill the SMs' slots once
     W = workers * (Hkv if flat else 1) or max(1, slots if flat else slots // Hkv)
     cnt = zeroed_counters(B * Hkv * n_rc)

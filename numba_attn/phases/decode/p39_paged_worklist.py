@@ -83,14 +83,13 @@ def _resolve(problem, rows, lanes, keys, wide=None, **_):
     layout="paged",
 )
 def paged_worklist(problem, warps=8, lanes=0, rows=4, keys=0, workers=0, blocks_per_sm=2, min_keys=256, wide=None,
-                   ahead=False, flat=False, warp_steps=False):
+                   ahead=False, flat=False):
     kern = make_lean_kernel(problem.head_dim, _vw(problem, wide), lanes, keys, warps, rows, problem.q_len,
                             problem.group, problem.causal, False, True, blocks_per_sm, P=problem.page_size,
                             KV8=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
-                            BF16=problem.dtype == "bfloat16", WORK=True, AHEAD=ahead, WSTEP=warp_steps)
+                            BF16=problem.dtype == "bfloat16", WORK=True, AHEAD=ahead)
     scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
     wide_note = ", 16 codes per load" if _vw(problem, wide) == 16 else ""
     wide_note += ", page index a step ahead" if ahead else ""
-    wide_note += ", steps dealt to the warps across items" if warp_steps else ""
     return worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blocks_per_sm, min_keys, flat,
-                           notes=f", combine fused{wide_note}", warp_steps=warp_steps)
+                           notes=f", combine fused{wide_note}")
