@@ -8,6 +8,18 @@ set -u
 out=${1:?usage: run.sh OUT}; mkdir -p "$out"
 here=experiments/2026-11-26-worklist-tune
 export NUMBA_ATTN_BACKEND=cuda
+if [ "${2:-}" = b ]; then
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.sm,power.limit --format=csv > "$out/gpu.txt"
+  for run in 1 2; do
+    PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" timeout 250 \
+      python3 -m numba_attn.cli bench paged --preset paged-ragged-uniform --setup presets --timing cupti \
+      --phases paged_worklist,pwl_k4b1,pwl_w4k4b3,pwl_w4k2b3,paged_split_k,psk_k4b1,decode_split_k_lean \
+      --results "$out/shapes.jsonl" --plots "" > "$out/bench-b-$run.txt" 2>&1
+    echo "bench $run rc=$?"
+    grep -aE "^(paged|pwl|psk|decode|torch_sdpa )" "$out/bench-b-$run.txt" | grep -E "µs|ms" | cut -c1-150
+  done
+  exit 0
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.sm,power.limit --format=csv > "$out/gpu.txt"
 cat "$out/gpu.txt"
 PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" timeout 420 python3 -m numba_attn.cli tune paged_worklist \
@@ -26,3 +38,6 @@ for r in ok[:12]:
 print(len(ok), "OK rows of", len(rows))
 PY
 cat "$out/best.txt"
+# b (about 5 minutes): the best three shapes (pwl_k4b1, pwl_w4k4b3, pwl_w4k2b3; presets.py) beside the default,
+#   paged_split_k with 4 keys at one block per SM and the twin, on the ragged targets and B8 at uniform lengths, two
+#   bench processes:  bash run.sh OUT b
