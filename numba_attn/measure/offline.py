@@ -20,6 +20,9 @@ import os
 
 os.environ.setdefault("NUMBA_ATTN_BACKEND", "cuda")
 os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+# nvJitLink (CUDA 13) serves a link it has seen before from the compute cache (~/.nv/ComputeCache) and then
+# writes no ptxas log: no registers, no spills. Every link here runs ptxas.
+os.environ["CUDA_CACHE_DISABLE"] = "1"
 
 import argparse  # noqa: E402
 import re  # noqa: E402
