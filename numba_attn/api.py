@@ -47,6 +47,7 @@ refuses them, naming the array and the first bad element.
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections import OrderedDict
@@ -991,13 +992,16 @@ def _paged_device(kind, a):
 def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=False, scale=None, k_scale=None,
                  v_scale=None, phase=None, **params):
     """Decode attention over a paged KV cache, FlashAttention's ``flash_attn_with_kvcache`` layout:
-    ``q`` (B, H, q_len, D) float16 or bfloat16; ``k_cache``, ``v_cache`` (num_blocks, page_size, Hkv, D) in q's
+    ``q`` (B, q_len, H, D) float16 or bfloat16; ``k_cache``, ``v_cache`` (num_blocks, page_size, Hkv, D) in q's
     dtype, ``float8_e4m3fn`` (ml_dtypes / torch) or ``int8``; ``block_table`` (B, max_blocks) int32;
-    ``cache_seqlens`` (B,) int32. Returns (B, H, q_len, D) like ``q`` (NumPy arrays, numba device
-    arrays or PyTorch tensors, as ``attention()``).
+    ``cache_seqlens`` (B,) int32. Returns (B, q_len, H, D) like ``q`` (NumPy arrays, numba device
+    arrays or PyTorch tensors, as ``attention()``). (``attention()`` takes (B, H, N, D); this function
+    takes flash-attn's order, the heads after the query positions. The kernels read one row per
+    (sequence, head): a q with q_len > 1 and H > 1 is transposed to (B, H, q_len, D) on the device and
+    the output back, one copy each; with q_len 1 or one head the two orders are the same memory.)
 
     8-bit caches need ``k_scale`` and ``v_scale``: a scalar or (Hkv,) per head (fp8, int8), or
-    (num_blocks, page_size, Hkv) per token (int8); the value is ``code · scale``. With ``causal`` the
+    (num_blocks, page_size, Hkv) per token (int8), finite and > 0; the value is ``code · scale``. With ``causal`` the
     queries are the last q_len positions of each sequence. A sequence of length 0 gives zeros. The
     input checks (page indices, lengths against the table, page size 16..256, scales, dtypes, shapes)
     run before anything is launched; ``spec/paged.py`` states the layout and holds the reference.
@@ -1025,7 +1029,7 @@ def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=Fals
     qdt = _paged_dtype("q", q)
     kv_dtype, skind = check_paged(tuple(q.shape), qdt, k_cache, v_cache, bt, sl, causal=causal, k_scale=ks,
                                   v_scale=vs)
-    B, H, Nq, D = map(int, q.shape)
+    B, Nq, H, D = map(int, q.shape)
     NB, P, Hkv, _ = map(int, k_cache.shape)
     longest = int(sl.max()) if sl.size else 0
     bucket = 1 << max(0, longest - 1).bit_length()  # splits planned for the longest sequence's power-of-two bucket
@@ -1035,22 +1039,61 @@ def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=Fals
     names = paged_default(problem) if phase is None else (phase if isinstance(phase, str) else phase.name,)
     ph, launch = _layout_plan(names, "paged", "does not read a paged KV cache", PAGED_DEFAULT, problem, params,
                               _PAGED_PLANS)
-    qd, kd, vd = (_paged_device(kind, a) for a in (q, k_cache, v_cache))
+    swap = Nq > 1 and H > 1  # (B, q_len, H, D) and the kernels' (B, H, q_len, D) differ in memory
+    qk = q
+    if swap and kind in (TORCH, TORCH_CPU):
+        qk = q.transpose(1, 2).contiguous()
+    elif swap and kind == NUMPY:
+        qk = np.ascontiguousarray(np.swapaxes(q, 1, 2))
+    qd, kd, vd = (_paged_device(kind, a) for a in (qk, k_cache, v_cache))
+    if swap and kind == DEVICE:
+        qd = _swap_axes_1_2(qd)
     layout = (cuda.to_device(np.ascontiguousarray(bt)), cuda.to_device(np.ascontiguousarray(sl))) + \
         paged_scales(problem, ks, vs)
     od = cuda.device_array((B, H, Nq, D), dtype=qd.dtype)
     launch.run(qd.reshape(B * H, Nq, D), kd, vd, od.reshape(B * H, Nq, D), 0, layout,
                **({"lens": sl} if launch.host_lengths else {}))
     if kind == DEVICE:
-        return od
+        return _swap_axes_1_2(od) if swap else od.reshape(B, Nq, H, D)
     if kind == TORCH:
         torch = sys.modules["torch"]
-        out = torch.empty(tuple(q.shape), dtype=q.dtype, device=q.device)
+        out = torch.empty((B, H, Nq, D), dtype=q.dtype, device=q.device)
         cuda.as_cuda_array(out.view(torch.int16) if out.dtype == torch.bfloat16 else out).copy_to_device(od)
-        return out
+        return out.transpose(1, 2).contiguous() if swap else out.view(B, Nq, H, D)
     host = od.copy_to_host()
     host = host.view(np.asarray(q).dtype) if kind == NUMPY else host
+    host = np.ascontiguousarray(np.swapaxes(host, 1, 2)) if swap else host.reshape(B, Nq, H, D)
     return _numpy_as_tensor(host.view(_numpy_dtype_of("q", q))) if kind == TORCH_CPU else host
+
+
+@functools.cache
+def _swap_kernel():
+    from numba_attn.gpu.jit import kernel
+
+    @kernel
+    def swap(src, dst):  # dst[a, c, b, d] = src[a, b, c, d]
+        i = cuda.grid(1)
+        n1, n2, n3 = src.shape[1], src.shape[2], src.shape[3]
+        if i < src.shape[0] * n1 * n2 * n3:
+            d = i % n3
+            r = i // n3
+            c = r % n2
+            r = r // n2
+            b = r % n1
+            a = r // n1
+            dst[a, c, b, d] = src[a, b, c, d]
+
+    return swap
+
+
+def _swap_axes_1_2(src):
+    """A device array (A, X, Y, D) copied to a new one (A, Y, X, D) on the device."""
+    n0, n1, n2, n3 = map(int, src.shape)
+    dst = cuda.device_array((n0, n2, n1, n3), dtype=src.dtype)
+    n = n0 * n1 * n2 * n3
+    if n:
+        _swap_kernel()[(n + 127) // 128, 128](src, dst)
+    return dst
 
 
 # -- prefill of a packed ragged batch (varlen) -----------------------------------------------

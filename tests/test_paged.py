@@ -135,7 +135,7 @@ def test_nan_in_an_fp8_cache_propagates(phase, params, where):
     (vc if where == "v" else kc).view(np.uint8)[1, 3, 0, 5] = 0x7F  # page 1 belongs to sequence 0 only
     table = np.array([[0, 1], [2, 2]], np.int32)
     lens = np.array([30, 12], np.int32)
-    q = rng.standard_normal((B, H, 1, D)).astype(np.float16)
+    q = rng.standard_normal((B, 1, H, D)).astype(np.float16)
     out = na.decode_paged(q, kc, vc, table, lens, k_scale=0.05, v_scale=0.05, phase=phase,
                           **{**SIM[phase], **params})
     assert np.isnan(out[0]).any() and not np.isnan(out[1]).any()
@@ -155,7 +155,7 @@ def test_repeated_out_of_order_pages_partial_page_and_empty_sequence(phase):
     kc, vc = _caches(rng, 5, P, Hkv, D)
     table = np.array([[3, 0, 4], [4, 1, 4], [2, 0, 0], [0, 0, 0]], np.int32)
     lens = np.array([40, 37, 9, 0], np.int32)
-    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
+    q = rng.standard_normal((B, 1, H, D), dtype=np.float32).astype(np.float16)
     out, _ = _run(phase, q, kc, vc, table, lens)
     assert not out[3].any()  # the empty sequence: zeros
 
@@ -170,7 +170,7 @@ def test_bfloat16_query_and_cache(phase):
     kc, vc = _caches(rng, 5, P, Hkv, D, dtype=ml_dtypes.bfloat16)
     table = np.array([[3, 0, 3], [4, 1, 2], [0, 0, 0]], np.int32)
     lens = np.array([41, 20, 0], np.int32)
-    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    q = rng.standard_normal((B, 1, H, D), dtype=np.float32).astype(ml_dtypes.bfloat16)
     out, _ = _run(phase, q, kc, vc, table, lens)
     assert not out[2].astype(np.float32).any()
 
@@ -189,7 +189,7 @@ def test_page_smaller_or_larger_than_a_tile(phase, params, P):
     kc, vc = _caches(rng, nb, P, Hkv, D)
     table = np.stack([rng.permutation(nb)[: -(-150 // P)] for _ in range(B)]).astype(np.int32)  # shared pages
     lens = np.array([150, 77], np.int32)
-    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
+    q = rng.standard_normal((B, 1, H, D), dtype=np.float32).astype(np.float16)
     _run(phase, q, kc, vc, table, lens, **params)
 
 
@@ -201,7 +201,7 @@ def test_gqa_causal_speculative(phase):
     kc, vc = _caches(rng, 4, P, Hkv, D)
     table = np.array([[2, 0], [1, 3]], np.int32)
     lens = np.array([45, 3], np.int32)
-    q = rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(np.float16)
+    q = rng.standard_normal((B, Nq, H, D), dtype=np.float32).astype(np.float16)
     _run(phase, q, kc, vc, table, lens, causal=True)
 
 
@@ -217,7 +217,7 @@ def test_8bit_caches(phase, kv_dtype, scale):
     ks, vs = _scales(rng, scale, NB, P, Hkv)
     table = np.array([[1, 3], [0, 2]], np.int32)
     lens = np.array([29, 17], np.int32)
-    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
+    q = rng.standard_normal((B, 1, H, D), dtype=np.float32).astype(np.float16)
     out, ref = _run(phase, q, kc, vc, table, lens, kv_dtype=kv_dtype, ks=ks, vs=vs)
     k16 = dequantize(kc, kv_dtype, ks).astype(np.float16)
     v16 = dequantize(vc, kv_dtype, vs).astype(np.float16)
@@ -254,7 +254,7 @@ def test_8bit_paged_mma_pages(kv_dtype, scale, qdt, params):
     ks, vs = _scales(rng, scale, NB, P, Hkv)
     table = np.array([[4, 1, 4], [2, 0, 3], [1, 1, 1]], np.int32)
     lens = np.array([45, 21, 0], np.int32)
-    q = rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(qdt)
+    q = rng.standard_normal((B, Nq, H, D), dtype=np.float32).astype(qdt)
     out, _ = _run("paged_mma", q, kc, vc, table, lens, causal=True, kv_dtype=kv_dtype, ks=ks, vs=vs, **params)
     assert not out[2].astype(np.float32).any()
 
@@ -267,7 +267,7 @@ def _ragged_8bit(rng, H, Hkv, D, Nq, kv_dtype, scale, qdt=np.float16):
     ks, vs = _scales(rng, scale, NB, P, Hkv)
     table = np.array([[4, 1, 4], [2, 0, 3], [1, 1, 1]], np.int32)
     lens = np.array([45, 21, 0], np.int32)
-    q = rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(qdt)
+    q = rng.standard_normal((B, Nq, H, D), dtype=np.float32).astype(qdt)
     return q, kc, vc, ks, vs, table, lens
 
 
@@ -340,7 +340,7 @@ def test_mma_at_head_dim_128_on_the_gpu(kv_dtype, scale):
     ks, vs = _scales(rng, scale, NB, P, H)
     table = rng.permutation(NB)[:2 * 20].reshape(2, 20).astype(np.int32)
     lens = np.array([1250, 777], np.int32)
-    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
+    q = rng.standard_normal((B, 1, H, D), dtype=np.float32).astype(np.float16)
     out = na.decode_paged(q, kc, vc, table, lens, k_scale=ks, v_scale=vs, phase="paged_split_k", mma=True)
     ref = paged_reference(q, kc, vc, table, lens, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs)
     c = na.check(out, ref, dtype="float16")
@@ -362,7 +362,7 @@ def test_mma_on_the_gpu_every_format(D, kv_dtype, scale, H, Hkv, Nq, causal):
     ks, vs = _scales(rng, scale, NB, P, Hkv)
     table = rng.permutation(NB).reshape(2, 24).astype(np.int32)
     lens = np.array([1250, 777], np.int32)
-    q = rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(np.float16)
+    q = rng.standard_normal((B, Nq, H, D), dtype=np.float32).astype(np.float16)
     out = na.decode_paged(q, kc, vc, table, lens, causal=causal, k_scale=ks, v_scale=vs, phase="paged_split_k",
                           mma=True)
     ref = paged_reference(q, kc, vc, table, lens, causal=causal, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs)
@@ -390,7 +390,7 @@ def _mma_ragged_on_the_gpu(rng, kv_dtype, scale, D, **params):
     ks, vs = _scales(rng, scale, NB, P, H)
     table = rng.permutation(NB).reshape(2, 24).astype(np.int32)
     lens = np.array([1250, 777], np.int32)
-    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
+    q = rng.standard_normal((B, 1, H, D), dtype=np.float32).astype(np.float16)
     out = na.decode_paged(q, kc, vc, table, lens, k_scale=ks, v_scale=vs, phase="paged_split_k", mma=True, **params)
     ref = paged_reference(q, kc, vc, table, lens, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs)
     c = na.check(out, ref, dtype="float16")
@@ -494,7 +494,7 @@ def test_runner_8bit_problem():
 def _good():
     rng = np.random.default_rng(4)
     kc, vc = _caches(rng, 3, 16, 1, 16)
-    q = np.zeros((2, 2, 1, 16), np.float16)
+    q = np.zeros((2, 1, 2, 16), np.float16)
     return q, kc, vc, np.array([[0, 1], [2, 0]], np.int32), np.array([20, 5], np.int32)
 
 
@@ -530,7 +530,7 @@ def test_8bit_scales_and_causal_lengths_are_checked():
         na.decode_paged(q, f8, f8, table, lens, k_scale=np.ones((3, 16, 1)), v_scale=np.ones((3, 16, 1)))
     with pytest.raises(AttentionInputError, match="k_scale/v_scale are for 8-bit caches"):
         na.decode_paged(q, kc, vc, table, lens, k_scale=1.0, v_scale=1.0)
-    q3 = np.zeros((2, 2, 3, 16), np.float16)
+    q3 = np.zeros((2, 3, 2, 16), np.float16)
     with pytest.raises(AttentionInputError, match=r"causal: cache_seqlens\[1\] = 2 < q_len 3"):
         na.decode_paged(q3, kc, vc, table, np.array([20, 2], np.int32), causal=True)
 
@@ -540,7 +540,7 @@ def test_device_arrays_and_cpu_tensors():
     torch.float8_e4m3fn, a 0-d tensor scale) in, a tensor out."""
     rng = np.random.default_rng(6)
     kc, vc = _caches(rng, 3, 16, 1, 16, "float8_e4m3")
-    q = rng.standard_normal((2, 2, 1, 16), dtype=np.float32).astype(np.float16)
+    q = rng.standard_normal((2, 1, 2, 16), dtype=np.float32).astype(np.float16)
     table, lens = np.array([[2, 0], [1, 1]], np.int32), np.array([20, 16], np.int32)
     k16, v16 = kc.astype(np.float16), vc.astype(np.float16)
     out = na.decode_paged(*(cuda.to_device(a) for a in (q, k16, v16, table, lens)), phase="paged_split_k",
@@ -555,6 +555,89 @@ def test_device_arrays_and_cpu_tensors():
     assert isinstance(out, torch.Tensor) and out.dtype == torch.float16
     ref = paged_reference(q, kc, vc, table, lens, kv_dtype="float8_e4m3", k_scale=0.03, v_scale=0.03)
     assert na.check(out.numpy(), ref, dtype="float16").ok
+
+
+# -- the layout: flash_attn_with_kvcache's q (B, q_len, H, D) -----------------------------------------------------
+
+def _by_hand(q, kc, vc, table, lens, causal):
+    """The answer without spec/paged.py: each sequence's keys gathered by hand, q read as (B, q_len, H, D)
+    (flash_attn_with_kvcache's layout), the output in the same layout."""
+    from numba_attn.spec.reference import reference
+
+    B, Nq, H, D = q.shape
+    P, Hkv = kc.shape[1], kc.shape[2]
+    out = np.zeros(q.shape)
+    for b in range(B):
+        rows = [int(table[b, j // P]) * P + j % P for j in range(int(lens[b]))]
+        k, v = (c.reshape(-1, Hkv, D)[rows].transpose(1, 0, 2)[None].astype(np.float64) for c in (kc, vc))
+        qb = q[b:b + 1].astype(np.float64).transpose(0, 2, 1, 3)  # (1, H, Nq, D)
+        out[b] = reference(qb, k, v, causal=causal)[0].transpose(1, 0, 2)
+    return out
+
+
+def _flash_batch(rng, B=2, Nq=3, H=2, Hkv=1, D=16):
+    kc, vc = _caches(rng, 4, 16, Hkv, D)
+    table = np.array([[2, 0], [1, 3]], np.int32)[:B]
+    lens = np.array([27, 19], np.int32)[:B]
+    q = rng.standard_normal((B, Nq, H, D), dtype=np.float32).astype(np.float16)
+    return q, kc, vc, table, lens
+
+
+def test_q_is_read_in_flash_attn_layout():
+    """q (B, q_len, H, D) with one KV head, causal q_len 3 (the shape flash-attn callers pass): the output is
+    (B, q_len, H, D) and matches attention computed by hand in that layout; reading the same array as
+    (B, H, q_len, D) would be off by far more than the tolerance (the silent wrong answer this layout removes)."""
+    q, kc, vc, table, lens = _flash_batch(np.random.default_rng(31))
+    out = na.decode_paged(q, kc, vc, table, lens, causal=True, phase="paged_split_k", **SIM["paged_split_k"])
+    want = _by_hand(q, kc, vc, table, lens, causal=True)
+    assert out.shape == q.shape
+    assert na.check(out, want, dtype="float16").ok
+    assert np.allclose(paged_reference(q, kc, vc, table, lens, causal=True), want)
+    swapped = _by_hand(q.transpose(0, 2, 1, 3), kc, vc, table, lens, causal=True).transpose(0, 2, 1, 3)
+    assert np.abs(swapped - want).max() > 0.1
+
+
+def test_flash_layout_device_arrays_and_cpu_tensors_transpose():
+    """q_len 2 and 2 heads (the two orders differ in memory): numba device arrays (transposed on the device)
+    and PyTorch CPU tensors give the NumPy answer, in (B, q_len, H, D)."""
+    q, kc, vc, table, lens = _flash_batch(np.random.default_rng(32), B=1, Nq=2)
+    want = _by_hand(q, kc, vc, table, lens, causal=True)
+    kw = dict(causal=True, phase="paged_split_k", **SIM["paged_split_k"])
+    out = na.decode_paged(*(cuda.to_device(a) for a in (q, kc, vc, table, lens)), **kw)
+    assert out.shape == q.shape and na.check(out.copy_to_host(), want, dtype="float16").ok
+    torch = pytest.importorskip("torch")
+    t = na.decode_paged(*(torch.from_numpy(a) for a in (q, kc, vc, table, lens)), **kw)
+    assert tuple(t.shape) == q.shape and na.check(t.numpy(), want, dtype="float16").ok
+
+
+def test_heads_first_q_with_more_kv_heads_is_refused():
+    """A q in attention()'s order (B, H, q_len, D) whose q_len is not a multiple of the caches' kv_heads is
+    refused naming the layout (with q_len 1 the two orders are one array)."""
+    rng = np.random.default_rng(33)
+    kc, vc = _caches(rng, 3, 16, 2, 16)
+    q = np.zeros((2, 4, 1, 16), np.float16)  # (B, H, q_len, D): read as q_len 4, 1 head
+    with pytest.raises(AttentionInputError, match=r"q heads \(1, q.shape\[2\] of q \(batch, q_len, heads, head_dim\)\)"):
+        na.decode_paged(q, kc, vc, np.array([[0, 1], [2, 0]], np.int32), np.array([20, 5], np.int32))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 0.0, -0.5])
+@pytest.mark.parametrize("where", ["k_scale scalar", "v_scale scalar", "k_scale head", "v_scale token"])
+def test_non_finite_or_non_positive_scales_are_refused(bad, where):
+    """A NaN, infinite, zero or negative k_scale/v_scale (a scalar, or one entry of a per-head or per-token
+    array) is refused before launch, the error naming the argument (and the entry)."""
+    q, kc, vc, table, lens = _good()
+    k8, v8 = (np.clip(np.rint(a.astype(np.float32) * 30), -127, 127).astype(np.int8) for a in (kc, vc))
+    name, kind = where.split()
+    shape = {"scalar": (), "head": (1,), "token": (3, 16, 1)}[kind]
+    scales = {"k_scale": np.full(shape, 0.03, np.float32), "v_scale": np.full(shape, 0.03, np.float32)}
+    if kind == "scalar":
+        scales[name] = bad
+        match = rf"{name} must be finite and > 0, got"
+    else:
+        scales[name].reshape(-1)[-1] = bad
+        match = rf"{name}\[{', '.join(str(s - 1) for s in shape)}\] = .*: every scale must be finite and > 0"
+    with pytest.raises(AttentionInputError, match=match):
+        na.decode_paged(q, k8, v8, table, lens, **scales)
 
 
 def test_paged_problem_round_trips_through_a_row():
@@ -687,7 +770,7 @@ def test_ragged_plan_runs_correctly(phase, monkeypatch):
     kc, vc = _caches(rng, 9, P, Hkv, D)
     table = np.array([[8, 0, 3, 5, 1, 2, 4, 6], [7, 7, 7, 7, 7, 7, 7, 7], [2, 6, 0, 0, 0, 0, 0, 0]], np.int32)
     lens = np.array([100, 7, 30], np.int32)
-    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
+    q = rng.standard_normal((B, 1, H, D), dtype=np.float32).astype(np.float16)
     split = "splits" in SIM[phase]  # (paged_worklist: no splits, one block per SM slot)
     params = {"splits": 0, "min_keys": 16, "blocks_per_sm": 1} if split else {"workers": 0, "blocks_per_sm": 1}
     _run(phase, q, kc, vc, table, lens, **params)
@@ -731,7 +814,7 @@ def _batch(rng, P, Hkv, D, dtype, kv_dtype, scale, B, H, Nq, pages=9):
     ks = vs = None
     if kv_dtype:
         ks, vs = _scales(rng, scale, pages, P, Hkv)
-    return rng.standard_normal((B, H, Nq, D), dtype=np.float32).astype(qdt), kc, vc, ks, vs
+    return rng.standard_normal((B, Nq, H, D), dtype=np.float32).astype(qdt), kc, vc, ks, vs
 
 
 @pytest.mark.parametrize("dtype,kv_dtype,Nq,H", [("float16", "", 1, 2), ("bfloat16", "", 2, 4),
@@ -890,7 +973,7 @@ def test_worklist_plans_each_call_from_its_host_lengths(monkeypatch):
     B, H, Hkv, D, P = 3, 2, 1, 16, 16
     kc, vc = _caches(rng, 9, P, Hkv, D)
     table = np.array([[8, 0, 3, 5, 1, 2, 4, 6], [7, 7, 7, 7, 7, 7, 7, 7], [2, 6, 0, 0, 0, 0, 0, 0]], np.int32)
-    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
+    q = rng.standard_normal((B, 1, H, D), dtype=np.float32).astype(np.float16)
     for lens in ([100, 7, 30], [101, 0, 31], [102, 1, 32]):
         _run("paged_worklist", q, kc, vc, table, np.array(lens, np.int32), workers=3, min_keys=16)
         assert seen[-1] == lens
@@ -905,7 +988,7 @@ def test_default_phase_of_a_ragged_batch_is_the_work_list():
     B, H, D, P = 3, 2, 16, 16
     kc, vc = _caches(rng, 9, P, H, D)
     table = np.array([[8, 0, 3, 5], [7, 1, 7, 2], [2, 6, 4, 0]], np.int32)
-    q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
+    q = rng.standard_normal((B, 1, H, D), dtype=np.float32).astype(np.float16)
     for lens, phase in (([50, 9, 33], "paged_worklist"), ([40, 40, 40], "paged_split_k")):
         lens = np.array(lens, np.int32)
         out = na.decode_paged(q, kc, vc, table, lens, warps=2)

@@ -1,11 +1,14 @@
 """The paged KV cache: layout, 8-bit formats, input checks and the float64 reference.
 
-Layout (FlashAttention's ``flash_attn_with_kvcache``): ``q`` (B, H, q_len, D);
-``k_cache``, ``v_cache`` (num_blocks, page_size, Hkv, D); ``block_table``
+Layout (FlashAttention's ``flash_attn_with_kvcache``): ``q`` (B, q_len, H, D) and the
+output of the same shape; ``k_cache``, ``v_cache`` (num_blocks, page_size, Hkv, D); ``block_table``
 (B, max_blocks) int32: key ``j`` of sequence ``b`` is row ``j % page_size`` of
 page ``block_table[b, j // page_size]``; ``cache_seqlens`` (B,) int32: sequence
 ``b`` holds keys ``0 … cache_seqlens[b] − 1``. Pages may repeat and come in any
-order; table entries past a sequence's last page are not read.
+order; table entries past a sequence's last page are not read. (The kernels and a
+:class:`~numba_attn.spec.problem.PagedProblem`'s inputs hold q as (B, H, q_len, D), one
+row per (sequence, head); ``decode_paged`` transposes a q of q_len > 1 and H > 1 to it and its
+output back, and :func:`paged_reference` takes the public layout.)
 
 Causal with ``q_len > 1``: the q_len queries are the last positions of each
 sequence (query ``i`` sees keys ``j <= i + len − q_len``); a causal sequence
@@ -15,7 +18,8 @@ shorter than ``q_len`` (but not empty) is refused. **A sequence of length 0**
 8-bit caches: ``float8_e4m3`` (``ml_dtypes.float8_e4m3fn`` / ``torch.float8_e4m3fn``;
 scale per tensor (a scalar) or per KV head, shape (Hkv,)) and ``int8`` (scale per
 KV head (Hkv,) or per token (num_blocks, page_size, Hkv)); the cache holds
-``value / scale``: the dequantized value is ``code · scale``. The reference
+``value / scale``: the dequantized value is ``code · scale``; every scale must be finite and
+positive (a NaN, infinite, zero or negative scale is refused, naming the argument). The reference
 attends over the dequantized cache in float64.
 """
 from __future__ import annotations
@@ -96,7 +100,8 @@ def validate_paged_problem(p) -> None:
     if p.page_size not in PAGE_SIZES:
         raise AttentionInputError(f"page_size must be one of {', '.join(map(str, PAGE_SIZES))}, got {p.page_size}")
     if p.kv_dtype not in PAGED_KV_DTYPES:
-        raise AttentionInputError(f"kv_dtype must be one of {PAGED_KV_DTYPES}, got {p.kv_dtype!r}")
+        raise AttentionInputError(f"kv_dtype must be \"\" (the cache in the query's dtype), float8_e4m3 (fp8) or "
+                                  f"int8, got {p.kv_dtype!r}")
     if p.kv_scale not in PAGED_SCALES:
         raise AttentionInputError(f"kv_scale must be one of {PAGED_SCALES}, got {p.kv_scale!r}")
     if p.kv_dtype and p.kv_scale not in SCALES_OF[p.kv_dtype]:
@@ -112,8 +117,9 @@ def check_paged(q_shape, q_dtype, k_cache, v_cache, block_table, cache_seqlens, 
     ("" for a 16-bit cache) and the scale kind. Raises :class:`AttentionInputError`
     naming the argument."""
     if len(q_shape) != 4:
-        raise AttentionInputError(f"q must be 4-d (batch, heads, q_len, head_dim), got shape {tuple(q_shape)}")
-    B, H, Nq, D = q_shape
+        raise AttentionInputError(f"q must be 4-d (batch, q_len, heads, head_dim), flash_attn_with_kvcache's layout, "
+                                  f"got shape {tuple(q_shape)}")
+    B, Nq, H, D = q_shape
     for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
         if len(c.shape) != 4:
             raise AttentionInputError(f"{name} must be 4-d (num_blocks, page_size, kv_heads, head_dim), "
@@ -124,7 +130,8 @@ def check_paged(q_shape, q_dtype, k_cache, v_cache, block_table, cache_seqlens, 
     if Dk != D:
         raise AttentionInputError(f"k_cache head_dim {Dk} != q head_dim {D}")
     if Hkv < 1 or H % Hkv:
-        raise AttentionInputError(f"q heads ({H}) must be a multiple of the caches' kv_heads ({Hkv})")
+        raise AttentionInputError(f"q heads ({H}, q.shape[2] of q (batch, q_len, heads, head_dim)) must be a multiple "
+                                  f"of the caches' kv_heads ({Hkv})")
     if P not in PAGE_SIZES:
         raise AttentionInputError(f"page_size (k_cache.shape[1]) must be one of {', '.join(map(str, PAGE_SIZES))}, "
                                   f"got {P}")
@@ -181,9 +188,30 @@ def check_paged(q_shape, q_dtype, k_cache, v_cache, block_table, cache_seqlens, 
         for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
             if np.shape(s) != want:
                 raise AttentionInputError(f"{name} shape {np.shape(s)} != {want} ({kind} scale)")
+        for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
+            check_scale(name, s)
     elif k_scale is not None or v_scale is not None:
         raise AttentionInputError(f"k_scale/v_scale are for 8-bit caches; this cache is {kd}")
     return kv_dtype, kind
+
+
+def check_scale(name, s) -> None:
+    """Refuse a scale (a scalar or an array of them) that is not a finite positive number, naming the
+    argument and the first bad entry: a NaN, infinite, zero or negative scale would turn every value of
+    the cache into NaN, infinity or zero without an error."""
+    try:
+        a = np.asarray(s, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise AttentionInputError(f"{name} must be a finite positive number or an array of them, "
+                                  f"got {type(s).__name__}") from None
+    bad = ~(np.isfinite(a) & (a > 0))
+    if bad.any():
+        if a.ndim == 0:
+            raise AttentionInputError(f"{name} must be finite and > 0, got {float(a)!r}")
+        at = tuple(int(i) for i in np.argwhere(bad)[0])
+        idx = ", ".join(map(str, at))
+        raise AttentionInputError(f"{name}[{idx}] = {float(a[at])!r}: every scale must be finite and > 0 "
+                                  f"({int(bad.sum())} of {a.size} are not)")
 
 
 def _dtype_name(a) -> str:
@@ -197,7 +225,17 @@ def _dtype_name(a) -> str:
 def paged_reference(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=False, scale=None, kv_dtype="",
                     k_scale=None, v_scale=None):
     """float64 attention over each sequence's keys, gathered from the pages and
-    dequantized; (B, H, q_len, D). A length-0 sequence gives zeros."""
+    dequantized, in ``decode_paged``'s layout: q (B, q_len, H, D) → (B, q_len, H, D). A length-0
+    sequence gives zeros."""
+    qt = np.swapaxes(np.asarray(q), 1, 2)
+    out = paged_reference_heads_first(qt, k_cache, v_cache, block_table, cache_seqlens, causal=causal, scale=scale,
+                                      kv_dtype=kv_dtype, k_scale=k_scale, v_scale=v_scale)
+    return np.ascontiguousarray(np.swapaxes(out, 1, 2))
+
+
+def paged_reference_heads_first(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=False, scale=None,
+                                kv_dtype="", k_scale=None, v_scale=None):
+    """:func:`paged_reference` in the kernels' layout: q (B, H, q_len, D) → (B, H, q_len, D)."""
     B, H, Nq, D = q.shape
     P = k_cache.shape[1]
     out = np.zeros((B, H, Nq, D), np.float64)
@@ -274,5 +312,5 @@ def problem_inputs(p, seed: int):
 
 def problem_reference(p, q, k_cache, v_cache):
     table, seqlens, ks, vs = problem_layout(p)
-    return paged_reference(q, k_cache, v_cache, table, seqlens, causal=p.causal, scale=p.sm_scale,
-                           kv_dtype=p.kv_dtype, k_scale=ks, v_scale=vs)
+    return paged_reference_heads_first(q, k_cache, v_cache, table, seqlens, causal=p.causal, scale=p.sm_scale,
+                                       kv_dtype=p.kv_dtype, k_scale=ks, v_scale=vs)
