@@ -154,8 +154,19 @@ def _shape_options(sp):
     sp.add_argument("--kv-len", type=int)
     sp.add_argument("--head-dim", "-D", type=int)
     sp.add_argument("--causal", action="store_true")
-    sp.add_argument("--dtype", choices=["float32", "float16", "bfloat16"])
+    sp.add_argument("--dtype", type=_dtype_arg, metavar="DTYPE",
+                    help="float32 (fp32), float16 (fp16) or bfloat16 (bf16)")
     sp.add_argument("--scale", type=float)
+
+
+def _dtype_arg(text: str) -> str:
+    """``--dtype``: a canonical name or the short one the tables print (fp16 → float16)."""
+    from numba_attn.spec.errors import AttentionInputError, canonical_dtype
+
+    try:
+        return canonical_dtype(text)
+    except AttentionInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("dtype ")) from None
 
 
 def _tune_parser(sub):

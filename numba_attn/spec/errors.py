@@ -9,6 +9,42 @@ import math
 
 # The element types of q, k and v (``Problem.dtype``): defined here, where inputs are validated.
 SUPPORTED_DTYPES = ("float32", "float16", "bfloat16")
+# The short names the tables print (fp32, fp16, bf16) and a few common spellings, accepted wherever a
+# dtype is named (``--dtype``, ``Problem(dtype=...)``, ``check(dtype=...)``) and mapped to the canonical names.
+DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "float": "float32",
+                 "fp16": "float16", "f16": "float16", "half": "float16",
+                 "bf16": "bfloat16"}
+SHORT_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+# The 8-bit formats of a paged KV cache (``PagedProblem.kv_dtype``) and their short names
+KV_DTYPE_ALIASES = {"fp8": "float8_e4m3", "e4m3": "float8_e4m3", "fp8_e4m3": "float8_e4m3",
+                    "float8_e4m3fn": "float8_e4m3", "i8": "int8"}
+
+
+def dtype_choices() -> str:
+    """The accepted dtype names, each with its short name: ``float32 (fp32), float16 (fp16), bfloat16 (bf16)``."""
+    return ", ".join(f"{d} ({SHORT_DTYPE[d]})" for d in SUPPORTED_DTYPES)
+
+
+def canonical_dtype(name, what: str = "dtype") -> str:
+    """``name`` (a canonical name, a short one such as ``fp16``, any case, or a NumPy dtype / type such as
+    ``np.float16``) as its canonical name (``float16``); anything else raises :class:`AttentionInputError`
+    naming ``what`` and listing both spellings."""
+    if isinstance(name, str):
+        key = name.strip().lower()
+        if key in SUPPORTED_DTYPES:
+            return key
+        if key in DTYPE_ALIASES:
+            return DTYPE_ALIASES[key]
+    elif name is not None:
+        try:
+            import numpy as np
+
+            key = np.dtype(name).name
+        except (TypeError, ValueError):
+            key = None
+        if key in SUPPORTED_DTYPES:
+            return key
+    raise AttentionInputError(f"{what} must be one of {dtype_choices()}, got {name!r}")
 
 
 class AttentionInputError(ValueError):
@@ -52,7 +88,7 @@ def validate_problem(p) -> None:
         raise AttentionInputError(
             f"heads ({p.heads}) must be a multiple of kv_heads ({p.kv_heads}) for grouped-query attention")
     if p.dtype not in SUPPORTED_DTYPES:
-        raise AttentionInputError(f"dtype must be one of {', '.join(SUPPORTED_DTYPES)}, got {p.dtype!r}")
+        raise AttentionInputError(f"dtype must be one of {dtype_choices()}, got {p.dtype!r}")
     if p.scale is not None:
         try:
             s = float(p.scale)

@@ -23,10 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from numba_attn.spec.errors import SUPPORTED_DTYPES as DTYPES, validate_problem
+from numba_attn.spec.errors import SHORT_DTYPE, SUPPORTED_DTYPES as DTYPES, canonical_dtype, validate_problem
 from numba_attn.spec.rand import normal
-
-SHORT_DTYPE = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
 def numpy_dtype(name: str):
@@ -51,6 +49,7 @@ class Problem:
     seed: int = 0
 
     def __post_init__(self):
+        object.__setattr__(self, "dtype", canonical_dtype(self.dtype))  # fp16 → float16 (the tables' short names)
         if self.kv_len is None:
             object.__setattr__(self, "kv_len", self.q_len)
         if self.kv_heads is None:
@@ -262,6 +261,10 @@ class PagedProblem(Problem):
 
     def __post_init__(self):
         super().__post_init__()
+        from numba_attn.spec.errors import KV_DTYPE_ALIASES
+
+        if isinstance(self.kv_dtype, str) and self.kv_dtype.strip().lower() in KV_DTYPE_ALIASES:
+            object.__setattr__(self, "kv_dtype", KV_DTYPE_ALIASES[self.kv_dtype.strip().lower()])  # fp8 → float8_e4m3
         from numba_attn.spec.paged import validate_paged_problem  # (spec/paged.py: NumPy only, not this module)
 
         validate_paged_problem(self)

@@ -123,7 +123,11 @@ class Check:
 
 def check(out, ref, *, dtype="float32", precision=None, tol=None) -> Check:
     """‖out − ref‖ / ‖ref‖ under the tolerance; NaN/Inf never pass; every element
-    must have been written (the poison pattern must be gone)."""
+    must have been written (the poison pattern must be gone). ``dtype``: a canonical or short name (fp16)."""
+    from numba_attn.spec.errors import canonical_dtype
+
+    if dtype not in TOLERANCE:
+        dtype = canonical_dtype(dtype)
     tol = tolerance(dtype, precision) if tol is None else tol
     out = np.asarray(out)
     if out.shape != ref.shape:
