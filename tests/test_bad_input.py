@@ -389,3 +389,57 @@ def test_the_lock_serializes_writers_of_one_file(tmp_path):
         assert not acquired.is_set() and waited and "another run is writing" in waited[0]
     t.join(10)
     assert acquired.is_set()
+
+
+# -- dtype names: the short names the tables print are accepted wherever a dtype is named ----------------------
+
+ALIASES = [("fp32", "float32"), ("FP16", "float16"), ("f16", "float16"), ("half", "float16"), ("bf16", "bfloat16"),
+           ("float16", "float16"), ("bfloat16", "bfloat16")]
+
+
+@pytest.mark.parametrize("short,canonical", ALIASES)
+def test_short_dtype_names_map_to_the_canonical_ones(short, canonical):
+    from numba_attn import check
+    from numba_attn.cli import _parser
+
+    p = Problem(q_len=4, head_dim=8, dtype=short)
+    assert p.dtype == canonical and p == Problem(q_len=4, head_dim=8, dtype=canonical)
+    assert hash(p) == hash(Problem(q_len=4, head_dim=8, dtype=canonical))
+    assert Problem.from_dict(p.to_dict()) == p and p.to_dict()["dtype"] == canonical
+    assert P.replace(dtype=short).dtype == canonical
+    assert _parser().parse_args(["run", "--dtype", short]).dtype == canonical
+    assert _parser().parse_args(["tune", "smem_kv", "--dtype", short]).dtype == canonical
+    ref = np.ones((1, 1, 2, 4))
+    assert check(ref.astype(np.float32), ref, dtype=short).ok
+
+
+def test_numpy_dtypes_and_fp8_cache_names():
+    from numba_attn.spec.problem import PagedProblem
+
+    assert Problem(q_len=4, head_dim=8, dtype=np.float16).dtype == "float16"
+    assert Problem(q_len=4, head_dim=8, dtype=np.dtype("float32")).dtype == "float32"
+    pp = PagedProblem(q_len=1, kv_len=32, head_dim=16, dtype="fp16", kv_dtype="fp8", kv_scale="head")
+    assert pp.kv_dtype == "float8_e4m3" and pp.dtype == "float16"
+    with pytest.raises(AttentionInputError, match=r"kv_dtype must be .*float8_e4m3 \(fp8\) or int8, got 'fp4'"):
+        PagedProblem(q_len=1, kv_len=32, head_dim=16, dtype="fp16", kv_dtype="fp4")
+
+
+@pytest.mark.parametrize("bad", ["fp64", "float64", "int8", "", None, 3])
+def test_unknown_dtypes_list_both_spellings(bad):
+    with pytest.raises(AttentionInputError, match=r"dtype must be one of float32 \(fp32\), float16 \(fp16\), "
+                                                  r"bfloat16 \(bf16\), got"):
+        Problem(q_len=4, head_dim=8, dtype=bad)
+
+
+def test_cli_dtype_short_name_runs_and_a_bad_one_is_one_line(capsys, tmp_path):
+    rc = main(["run", "--phases", "naive", "-B", "1", "-H", "1", "-N", "4", "-D", "8", "--dtype", "fp16",
+               "--timeout", "0", "--no-peers", "--results", str(tmp_path / "r.jsonl")])
+    assert rc == 0
+    rows = [r for r in load_results(str(tmp_path / "r.jsonl")) if r.get("type") == "result"]
+    assert [r["problem"]["dtype"] for r in rows] == ["float16"] and "fp16" in rows[0]["label"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["run", "--phases", "naive", "-N", "4", "--dtype", "fp64", "--results", str(tmp_path / "x.jsonl")])
+    err = capsys.readouterr().err
+    assert "argument --dtype: must be one of float32 (fp32), float16 (fp16), bfloat16 (bf16), got 'fp64'" in err
+    assert "Traceback" not in err and not (tmp_path / "x.jsonl").exists()
