@@ -17,12 +17,13 @@ from numba_attn.spec.reference import check, reference  # noqa: E402,F401
 _LAZY = {
     "BACKEND": "gpu.backend", "IS_SIMULATOR": "gpu.backend",
     "list_phases": "phases.registry", "get_phase": "phases.registry", "register_phase": "phases.registry", "register_variant": "phases.registry",
-    "Launch": "phases.registry",
+    "Launch": "phases.registry", "temporary_phases": "phases.registry",
+    "load_phases": "userphases", "new_phase": "userphases", "phase_diff": "report.diff",
     "attention": "api", "attention_varlen": "api", "decode_paged": "api", "explain": "api", "clear_plans": "api", "plan_cache_info": "api",
     "run": "measure.sweep", "RunConfig": "measure.config",
 }
 # ``numba_attn.measure`` is the measurement subpackage; one row is ``numba_attn.measure.row.measure``.
-_SUBPACKAGES = ("spec", "gpu", "phases", "measure", "report", "api", "cli", "testing")
+_SUBPACKAGES = ("spec", "gpu", "phases", "measure", "report", "api", "cli", "testing", "userphases")
 
 __all__ = sorted([*_LAZY, "Problem", "PRESETS", "reference", "check"])
 

@@ -25,11 +25,32 @@ from numba_attn.measure.status import ERROR, OK, TIMEOUT, classify_exception, su
 
 
 def call_setup(spec: str):
-    """Import ``module`` and call ``function`` of a ``"module:function"`` spec (``"module"``: import only)."""
-    mod, _, fn = spec.partition(":")
-    m = importlib.import_module(mod)
+    """Import ``module`` and call ``function`` of a ``"module:function"`` spec (``"module"``: import only).
+    The module may also be a ``.py`` file or a directory of them (``"path/my_phase.py"``, ``"my_phases/"``,
+    ``"path/file.py:function"``): its phases are registered by :func:`numba_attn.userphases.load_phases`'s
+    loader, the file imported as ``numba_attn_user.<stem>``."""
+    from numba_attn import userphases
+
+    target, fn = userphases.split_setup(spec)
+    if userphases.is_path_spec(target):
+        m, _ = userphases.load_spec(target)
+        if fn:
+            if m is None:
+                raise ValueError(f"--setup {spec!r}: a function needs a file, not a directory")
+            getattr(m, fn)()
+        return
+    m = importlib.import_module(target)
     if fn:
         getattr(m, fn)()
+
+
+def worker_setup(setup) -> tuple:
+    """The setup specs a worker process runs: ``setup``, then the files and modules that
+    ``numba_attn.load_phases`` loaded in this process (phases registered from a notebook)."""
+    from numba_attn import userphases
+
+    setup = tuple(setup)
+    return setup + tuple(s for s in userphases.worker_specs() if s not in setup)
 
 
 def run_task(kind, payload) -> dict:
@@ -163,7 +184,8 @@ class WorkerProcess:
     def _start(self):
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        args = (child, self.setup, os.getpid(), True) if self.identify else (child, self.setup, os.getpid())
+        setup = worker_setup(self.setup)
+        args = (child, setup, os.getpid(), True) if self.identify else (child, setup, os.getpid())
         self.proc = ctx.Process(target=_worker, args=args, daemon=True)
         if self.env:
             # the child's environment is this process's at spawn time: set it there, for this start only,

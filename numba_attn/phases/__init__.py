@@ -12,6 +12,11 @@ shows that optimization (``numba-attn diff PHASE``).
 A module that fails to import does not take the others down: the failure is
 kept in ``BROKEN`` (module name → error summary), reported by
 ``numba-attn list`` and by the tests, and the remaining phases still run.
+
+Phases outside the package are loaded after these (:mod:`numba_attn.userphases`):
+the ``.py`` files and directories of ``$NUMBA_ATTN_PHASES`` and the modules of the
+``numba_attn.phases`` entry points; one that fails is kept in ``BROKEN`` too
+(under its path, or its entry point), never raised.
 """
 import importlib
 import pkgutil
@@ -37,3 +42,7 @@ for _family in FAMILIES:
     for _m in sorted(pkgutil.iter_modules(_pkg.__path__), key=lambda m: m.name):
         if re.match(r"p\d+_", _m.name):
             _import(f"{__name__}.{_family}.{_m.name}")
+
+from numba_attn import userphases as _userphases  # noqa: E402  (after the package's own phases)
+
+_userphases.load_discovered(BROKEN)

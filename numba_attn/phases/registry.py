@@ -403,18 +403,23 @@ def unregister(name: str) -> Phase | None:
 
 @contextlib.contextmanager
 def temporary_phases(*phases: Phase):
-    """Register ``phases`` for the duration of the block (names must be new);
-    used by tests for deliberately broken kernels that must never be listed
-    outside them."""
+    """Register ``phases`` for the duration of the block (names must be new); at its end the registry is
+    as it was before, so phases registered inside the block (``numba_attn.load_phases``, ``register_phase``,
+    ``register_variant``) are gone again too. For deliberately broken kernels that must never be listed
+    outside a test or a notebook cell::
+
+        with numba_attn.temporary_phases():
+            bad = numba_attn.load_phases("wrong_variant.py")
+            rows = numba_attn.run([p.name for p in bad], problems)
+    """
     _load_all()
-    added = []
+    before = dict(_REGISTRY)
     try:
         for p in phases:
             if p.name in _REGISTRY:
                 raise ValueError(f"phase {p.name!r} is already registered")
             _REGISTRY[p.name] = p
-            added.append(p.name)
         yield list(phases)
     finally:
-        for name in added:
-            _REGISTRY.pop(name, None)
+        _REGISTRY.clear()
+        _REGISTRY.update(before)

@@ -11,6 +11,12 @@ defaults, what it supports, its planned speedup, its measured rows from
 ``results/*.jsonl`` and the plots drawn from those files. The cards are
 committed (``docs/phases/``); a test regenerates them and compares, so they
 cannot drift from the code or the results.
+
+A phase of your own (a file loaded by ``--setup``, ``$NUMBA_ATTN_PHASES`` or
+``numba_attn.load_phases``) gets a card too (``numba-attn card NAME``): family
+"out of tree", its file by the path it was loaded from, its tests the
+``test_NAME.py`` beside it (what ``numba-attn new`` writes). ``--all`` writes
+and checks the package's phases only.
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ import sys
 from collections import Counter
 
 from numba_attn.report import records as rec
+from numba_attn.userphases import shown_path
 
 OUT_DIR = "docs/phases"
 
@@ -43,6 +50,12 @@ def family(phase) -> str:
 
 
 def test_files(phase) -> list[str]:
+    if not phase.is_builtin:  # a phase of your own: the test beside its file (numba-attn new writes one)
+        src = phase.source_file
+        mine = os.path.join(os.path.dirname(src), f"test_{phase.name}.py") if src else ""
+        if not mine or not os.path.exists(mine):
+            return []
+        return [os.path.join(os.path.dirname(shown_path(src)), os.path.basename(mine)).replace(os.sep, "/")]
     paged = {"paged": ["tests/test_paged.py"], "varlen": ["tests/test_varlen.py"]}.get(getattr(phase, "layout", ""), [])
     return ["tests/test_phases.py", *FAMILY_TESTS.get(family(phase), ()), *paged]
 
@@ -118,12 +131,12 @@ def card(name: str, files: list[str] | None = None) -> str:
               f"| kind | {p.kind} |"]
     if p.parent:
         parent = get_phase(p.parent)
-        lines.append(f"| parent | [`{parent.name}`]({parent.name}.md) — `{rec.rel(parent.source_file)}` |")
+        lines.append(f"| parent | [`{parent.name}`]({parent.name}.md) — `{shown_path(parent.source_file)}` |")
         lines.append(f"| diff against the parent | `numba-attn diff {p.name}` |")
     else:
         lines.append("| parent | — (a root of the roadmap) |")
-    lines += [f"| file | `{rec.rel(p.source_file)}` |",
-              f"| tests | {', '.join(f'`{t}`' for t in test_files(p))} |",
+    lines += [f"| file | `{shown_path(p.source_file)}` |",
+              f"| tests | {', '.join(f'`{t}`' for t in test_files(p)) or '—'} |",
               f"| lineage | {p.lineage or '—'} |",
               f"| planned speedup | {f'{p.planned_speedup:g}× naive' if p.planned_speedup else '—'} |",
               f"| dtypes | {', '.join(p.dtypes)} |",
@@ -183,7 +196,7 @@ def index(files: list[str] | None = None) -> str:
              f"at {' or '.join(REFERENCE_LABELS)} when measured there, else the fastest row (problem given).", "",
              "| order | phase | parent | family | idea | best measured time |",
              "| ---: | --- | --- | --- | --- | --- |"]
-    for p in list_phases():
+    for p in [p for p in list_phases() if p.is_builtin]:
         b = best_row(measured_rows(p.name, files))
         best = (f"{rec.fmt_ms(b[2]['time_ms'])} ({b[2].get('label')}, `{rec.rel(b[0])}`)" if b else "not measured")
         parent = f"[`{p.parent}`]({p.parent}.md)" if p.parent else "—"
@@ -194,10 +207,11 @@ def index(files: list[str] | None = None) -> str:
 
 
 def render_all(files: list[str] | None = None) -> dict[str, str]:
-    """{file name: text} of every card and the index."""
+    """{file name: text} of every card of the package's phases and the index (phases of your own, loaded
+    from files, are not the package's documentation)."""
     from numba_attn.phases.registry import list_phases
 
-    out = {f"{p.name}.md": card(p.name, files) for p in list_phases()}
+    out = {f"{p.name}.md": card(p.name, files) for p in list_phases() if p.is_builtin}
     out["README.md"] = index(files)
     return out
 

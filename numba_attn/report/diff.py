@@ -2,7 +2,10 @@
 
 The unified diff of the phase's module against its parent's module (the
 parent named in the registry, in whichever family it lives). What a family
-shares lives in its ``common.py``, so the diff shows the one change.
+shares lives in its ``common.py``, so the diff shows the one change. A phase of
+your own (a file loaded by ``--setup``, ``$NUMBA_ATTN_PHASES`` or
+``numba_attn.load_phases``) is diffed the same way: its file is shown by the path
+it was loaded from, the package's files relative to the repository.
 
     numba-attn diff register_blocked          # unified diff, parent → phase
     numba-attn diff register_blocked --stat   # lines added / removed
@@ -10,17 +13,23 @@ shares lives in its ``common.py``, so the diff shows the one change.
 from __future__ import annotations
 
 import difflib
+import os
 
-from numba_attn.report.records import rel
+from numba_attn.userphases import shown_path as rel
 
 
 def _read(path: str) -> list[str]:
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:
         return f.read().splitlines(keepends=True)
 
 
+def _label(side: str, path: str) -> str:
+    """``a/numba_attn/...`` for a file of the repository, the path itself for one outside it."""
+    return path if os.path.isabs(path) or path.startswith(("..", "~")) else f"{side}/{path}"
+
+
 def phase_diff(name: str, context: int = 3) -> str:
-    """Header naming both files, then the unified diff parent → phase."""
+    """Header naming both files, then the unified diff parent → phase (``numba-attn diff NAME``)."""
     from numba_attn.phases.registry import get_phase
 
     phase = get_phase(name)
@@ -32,7 +41,7 @@ def phase_diff(name: str, context: int = 3) -> str:
     head = (f"# {phase.name} (order {phase.order:g}) against its parent {parent.name} (order {parent.order:g})\n"
             f"# parent: {a}\n# phase:  {b}\n")
     body = "".join(difflib.unified_diff(_read(parent.source_file), _read(phase.source_file),
-                                        fromfile=f"a/{a}", tofile=f"b/{b}", n=context))
+                                        fromfile=_label("a", a), tofile=_label("b", b), n=context))
     if body and not body.endswith("\n"):
         body += "\n"
     return head + (body or "# (no difference)\n")
