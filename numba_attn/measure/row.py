@@ -11,7 +11,12 @@
 3. on the GPU only, timing (:func:`numba_attn.measure.timing.time_launch`) and the
    compiled kernels' resources (registers, static shared memory, local memory =
    spills and local arrays). The output is checked again after timing. A time
-   below a physical floor is ``FAIL``.
+   below a physical floor is ``FAIL``;
+4. in the simulator only, what the first checked launch did, counted
+   (:mod:`numba_attn.measure.simcount`: global bytes and sectors, shared bytes,
+   wavefronts and bank conflicts, barriers, mma/ldmatrix/cp.async/wgmma/TMA
+   instructions) into the row's ``sim_*`` fields — one launch, one seed.
+   ``NUMBA_ATTN_SIM_COUNTS=0`` turns it off.
 
 An exception becomes an ``ERROR`` row with a summary of the traceback
 (:mod:`numba_attn.measure.status`); ``NUMBA_ATTN_RAISE=1`` raises it instead.
@@ -103,8 +108,15 @@ def _check_and_time(phase, problem, cfg, params, row, cuda):
     stream = cuda.stream()
     stages = {"plan": time.perf_counter() - t0}
     row["stage_s"] = stages  # where the row's wall time went, by step (seconds)
-    checked = check_launch(launch, problem, cfg.seeds, phase.precision, stream)
+    counted = None
+    if sim_counts_enabled():
+        from numba_attn.measure.simcount import FirstLaunchCounted
+
+        counted = FirstLaunchCounted(launch)  # the first seed's launch, counted
+    checked = check_launch(counted or launch, problem, cfg.seeds, phase.precision, stream)
     stages.update(checked.stage_s or {})
+    if counted is not None and counted.counts:
+        row.update(counted.counts)
     if checked.seeds:
         row["first_launch_s"] = checked.first_launch_s  # includes compilation
         row["sim_wall_s" if IS_SIMULATOR else "plan_s"] = checked.first_launch_end - t0
@@ -128,6 +140,12 @@ def _check_and_time(phase, problem, cfg, params, row, cuda):
     floor_reason = implausible_reason(row, problem)
     if floor_reason:
         row.update(status=FAIL, reason=floor_reason)
+
+
+def sim_counts_enabled() -> bool:
+    """Whether rows count their first launch (the simulator only; ``NUMBA_ATTN_SIM_COUNTS=0``: off)."""
+    return IS_SIMULATOR and os.environ.get("NUMBA_ATTN_SIM_COUNTS", "1").strip().lower() not in ("0", "", "no",
+                                                                                               "false", "off")
 
 
 # -- figures derived for a row -------------------------------------------------------
