@@ -24,6 +24,9 @@ Prototype GPU attention kernels with Numba, one measurable optimization at a tim
   numba-attn plot RESULTS [--out DIR]  roadmap, scaling, roofline and memory-traffic plots
   numba-attn diff PHASE [--stat]       the source diff of a phase against its parent
   numba-attn card PHASE | --all        a phase's card (docs/phases/<name>.md)
+  numba-attn new NAME --from PARENT    your own phase: NAME.py (the parent's module, renamed) and its
+                                       test, in the current directory (--dir DIR); load it with --setup
+                                       NAME.py or $NUMBA_ATTN_PHASES (docs/DEVELOPING.md, "Your own phase")
   numba-attn readme [--check]          regenerate the README's tables from the committed results
   numba-attn tune PHASE[,PHASE] [opts] measure a phase's parameter space, keep the best in the
                                        tuning cache (--show prints it)
@@ -54,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="list the registered phases in roadmap order")
     ls.add_argument("--kind", choices=["prefill", "decode"], default=None)
     ls.add_argument("-v", "--verbose", action="store_true", help="also print each phase's description")
+    _common(ls)
 
     r = sub.add_parser("run", help="check (and on a GPU time) phases on problems")
     be = r.add_mutually_exclusive_group()
@@ -128,6 +132,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("phase")
     d.add_argument("--stat", action="store_true", help="only the number of lines added and removed")
     d.add_argument("-U", "--context", type=int, default=3, help="lines of context (default 3)")
+    _common(d)
 
     cd = sub.add_parser("card", help="a phase's card: parent, idea, parameters, tests, measured rows, plots")
     cd.add_argument("phase", nargs="?", help="phase name (or --all)")
@@ -136,6 +141,14 @@ def _parser() -> argparse.ArgumentParser:
                                                 "(e.g. docs/phases/)")
     cd.add_argument("--check", action="store_true",
                     help="with --all: exit 1 when the files under --out (default docs/phases/) differ from a regeneration")
+    _common(cd)
+
+    nw = sub.add_parser("new", help="your own phase: NAME.py, a copy of PARENT's module registered as NAME, "
+                                    "and test_NAME.py")
+    nw.add_argument("name", metavar="NAME", help="the new phase's name (a Python identifier)")
+    nw.add_argument("--from", dest="parent", required=True, metavar="PARENT", help="the phase to start from")
+    nw.add_argument("--dir", default=None, help="where to write NAME.py and test_NAME.py (default: the current "
+                                                "directory)")
 
     _tune_parser(sub)
     _dispatch_parser(sub)
@@ -285,7 +298,8 @@ def _worker_pool(args, default=None):
 def _common(sp):
     sp.add_argument("--setup", action="append", default=[], metavar="MODULE[:FUNCTION]",
                     help="import MODULE (and call FUNCTION) first, here and in worker processes: "
-                         "registers out-of-tree phases (repeatable)")
+                         "registers out-of-tree phases (repeatable); MODULE may be a .py file or a "
+                         "directory of them (e.g. --setup my_phase.py)")
 
 
 def _select_backend(args):
@@ -390,13 +404,22 @@ def _params(args):
 
 
 def _phase_file(phase) -> str:
-    """The phase's module path relative to numba_attn/phases/ (e.g. ``cuda_core/p02_smem_kv.py``)."""
+    """The phase's module path relative to numba_attn/phases/ (e.g. ``cuda_core/p02_smem_kv.py``); a phase
+    of your own: ``out of tree: <its file>``."""
     parts = phase.module.split(".")
-    return "/".join(parts[2:]) + ".py" if parts[:2] == ["numba_attn", "phases"] else phase.module
+    if parts[:2] == ["numba_attn", "phases"]:
+        return "/".join(parts[2:]) + ".py"
+    from numba_attn.userphases import shown_path
+
+    try:
+        return f"out of tree: {shown_path(phase.source_file) or phase.module}"
+    except (TypeError, KeyError, OSError):
+        return f"out of tree: {phase.module}"
 
 
 def cmd_list(args) -> int:
     _select_backend(args)
+    _run_setup(args.setup)
     from numba_attn.phases.registry import list_phases
 
     phases = list_phases(args.kind)
@@ -711,13 +734,17 @@ def _seeds(text: str) -> tuple:
 
 
 def _run_setup(specs):
+    """Run the --setup specs here; a relative file or directory becomes absolute in ``specs`` (worker
+    processes, Ray actors, may start in another directory)."""
     from numba_attn.measure.isolation import call_setup
+    from numba_attn.userphases import absolute_setup
 
-    for spec in specs:
+    for i, spec in enumerate(specs):
         try:
             call_setup(spec)
         except Exception as exc:  # noqa: BLE001
             raise SystemExit(f"--setup {spec!r} failed: {type(exc).__name__}: {exc}") from None
+        specs[i] = absolute_setup(spec)
 
 
 def cmd_bench(args) -> int:
@@ -793,6 +820,7 @@ def cmd_plot(args) -> int:
 
 def cmd_diff(args) -> int:
     _select_backend(args)
+    _run_setup(args.setup)
     from numba_attn.report.diff import phase_diff, phase_diff_stat
 
     sys.stdout.write(phase_diff_stat(args.phase) if args.stat else phase_diff(args.phase, args.context))
@@ -801,6 +829,7 @@ def cmd_diff(args) -> int:
 
 def cmd_card(args) -> int:
     _select_backend(args)
+    _run_setup(args.setup)
     from numba_attn.report import cards
 
     if args.all:
@@ -816,6 +845,14 @@ def cmd_card(args) -> int:
     if not args.phase:
         raise SystemExit("card: give a phase name, or --all")
     sys.stdout.write(cards.card(args.phase))
+    return 0
+
+
+def cmd_new(args) -> int:
+    _select_backend(args)
+    from numba_attn.userphases import new_phase
+
+    sys.stdout.write(new_phase(args.name, from_=args.parent, dir=args.dir).summary())
     return 0
 
 
@@ -984,7 +1021,7 @@ def main(argv=None) -> int:
     try:
         return {"list": cmd_list, "run": cmd_run, "bench": cmd_bench, "compare": cmd_compare,
                 "plot": cmd_plot, "diff": cmd_diff, "card": cmd_card, "readme": cmd_readme, "tune": cmd_tune,
-                "dispatch": cmd_dispatch}[args.cmd](args)
+                "dispatch": cmd_dispatch, "new": cmd_new}[args.cmd](args)
     except KeyError as exc:  # unknown phase or benchmark names
         msg = exc.args[0] if exc.args else str(exc)
         print(f"numba-attn: {msg}", file=sys.stderr)
