@@ -120,7 +120,10 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("compare", help="per-phase ratios between two results files")
     c.add_argument("a")
-    c.add_argument("b")
+    c.add_argument("b", nargs="?", help="the second results file (or --parent / --phases within A)")
+    c.add_argument("--parent", action="store_true",
+                   help="within A: each phase against its parent on the same problem")
+    c.add_argument("--phases", default=None, metavar="P,Q", help="within A: phase Q against phase P on each problem")
 
     p = sub.add_parser("plot", help="draw the plots of a results file")
     p.add_argument("results")
@@ -789,11 +792,22 @@ def cmd_bench(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from numba_attn.report.compare import compare, format_comparison
+    from numba_attn.report.compare import compare, compare_within, format_comparison
 
-    for path in (args.a, args.b):
+    within = args.parent or args.phases
+    if bool(within) == bool(args.b):
+        raise SystemExit("compare A B (two files), or compare FILE --parent / --phases P,Q (within one file)")
+    for path in (args.a, args.b) if args.b else (args.a,):
         if not os.path.exists(path):
             raise SystemExit(f"no such results file: {path}")
+    if within:
+        pair = None
+        if args.phases:
+            pair = tuple(x.strip() for x in args.phases.split(","))
+            if len(pair) != 2 or not all(pair):
+                raise SystemExit(f"--phases takes two phase names, P,Q (got {args.phases!r})")
+        print(format_comparison(compare_within(args.a, pair), args.a))
+        return 0
     print(format_comparison(compare(args.a, args.b), args.a, args.b))
     return 0
 
@@ -812,7 +826,8 @@ def cmd_plot(args) -> int:
     out = args.out if args.out is not None else (os.path.dirname(os.path.abspath(args.results)))
     files = make_all(args.results, out, prefix=args.prefix, which=which)
     if not files:
-        print("nothing to plot: the file has no timed rows (a simulator run checks correctness only)")
+        print("nothing to plot: the file has no timed rows, nor a phase counted beside its parent (a simulator "
+              "run counts each row's launch: the counts plot)")
     for f in files:
         print(f)
     return 0

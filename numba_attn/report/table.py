@@ -33,6 +33,25 @@ COLUMNS = [
     ("local", "local memory per thread, bytes: spills or local arrays (non-zero is a finding)"),
 ]
 
+# Columns of a simulator run: what the row's first launch did, counted (numba_attn.measure.simcount; the row's
+# ``sim_*`` fields, SIM_FIELDS). Shown only where a row has them; not in the README's column table (GPU runs).
+SIM_COLUMNS = [
+    ("gmem r/w", "simulator counts of one launch: bytes the kernels' global loads requested / their stores wrote "
+                 "(elements × size, over every kernel-argument array; cp.async and TMA reads included; no caches: "
+                 "requested bytes, not DRAM traffic)"),
+    ("sect/req", "32-byte sectors per warp-level global load or store (coalescing: 4 = a warp's 32 consecutive "
+                 "4-byte elements, 32 = every lane in its own sector)"),
+    ("smem r/w", "bytes read from / written to shared memory (ld/st, ldmatrix, wgmma B operands, cp.async and "
+                 "TMA writes)"),
+    ("bank cf", "shared-memory bank conflicts: extra wavefronts (per warp instruction and phase of lanes, the most "
+                "distinct 4-byte words in one of the 32 banks, minus one), over the launch"),
+    ("barriers", "cuda.syncthreads completed, summed over the blocks (+ named barriers, `+N`)"),
+    ("mma", "warp-level mma.sync instructions (`+N` wgmma, warpgroup-level)"),
+]
+
+# The row fields behind them, with their meaning (`numba-attn run --explain-columns`).
+SIM_FIELDS = None  # filled from numba_attn.measure.simcount.FIELDS on first use (no numba import here)
+
 # Marks appended to a cell, with their meaning.
 MARKS = [
     ("`*` (time)", "launch-bound: the kernel is shorter than the host's launch cost; the time is the launch rate"),
@@ -61,7 +80,34 @@ def explain_columns() -> str:
     for name, text in MARKS:
         out += textwrap.wrap(text.replace("`", ""), 100, initial_indent=f"  {name.replace('`', ''):{w}s}  ",
                              subsequent_indent=" " * (w + 4))
+    out.append("simulator counts (one launch per row, in the simulator only; the row's sim_* fields):")
+    for name, text in SIM_COLUMNS:
+        out += textwrap.wrap(text.replace("`", ""), 100, initial_indent=f"  {name:{w}s}  ",
+                             subsequent_indent=" " * (w + 4))
+    out.append("row fields:")
+    wf = max(len(n) for n in sim_fields())
+    for name, text in sim_fields().items():
+        out += textwrap.wrap(text, 100, initial_indent=f"  {name:{wf}s}  ", subsequent_indent=" " * (wf + 4))
     return "\n".join(out)
+
+
+def sim_fields() -> dict:
+    """The ``sim_*`` row fields and their meaning (:data:`numba_attn.measure.simcount.FIELDS`)."""
+    import importlib.util
+    import os
+
+    global SIM_FIELDS
+    if SIM_FIELDS is None:  # read without importing numba_attn.measure (which selects a backend)
+        path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "measure", "simcount.py")
+        import ast
+
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "FIELDS" for t in node.targets):
+                SIM_FIELDS = ast.literal_eval(node.value)
+                break
+        SIM_FIELDS = SIM_FIELDS or {}
+    return SIM_FIELDS
 
 
 def columns_markdown() -> str:
@@ -103,7 +149,33 @@ def ceilings_table(records: list[dict]) -> str:
     return "\n".join(out)
 
 
-HEADER = [name for name, _ in COLUMNS]
+HEADER = [name for name, _ in COLUMNS] + [name for name, _ in SIM_COLUMNS]
+N_MAIN = len(COLUMNS)  # the columns before the simulator counts
+
+
+def _size(n) -> str:
+    """Bytes in decimal units (B, kB, MB, GB)."""
+    if n is None:
+        return "—"
+    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= div:
+            return f"{n / div:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def _sim_cells(r: dict) -> list[str]:
+    """The simulator-count cells of a row ("—" without counts)."""
+    if r.get("sim_gmem_read_bytes") is None:
+        return ["—"] * len(SIM_COLUMNS)
+    reqs = (r.get("sim_gmem_loads") or 0) + (r.get("sim_gmem_stores") or 0)
+    named = r.get("sim_named_barriers") or 0
+    wg = r.get("sim_wgmma") or 0
+    return [f"{_size(r.get('sim_gmem_read_bytes'))}/{_size(r.get('sim_gmem_write_bytes'))}",
+            f"{(r.get('sim_gmem_sectors') or 0) / reqs:.1f}" if reqs else "—",
+            f"{_size(r.get('sim_smem_load_bytes'))}/{_size(r.get('sim_smem_store_bytes'))}",
+            _f(r.get("sim_bank_conflicts"), "d"),
+            _f(r.get("sim_barriers"), "d") + (f"+{named}" if named else ""),
+            _f(r.get("sim_mma"), "d") + (f"+{wg}" if wg else "")]
 
 
 def _cells(rows: list[dict]) -> list[list[str]]:
@@ -136,7 +208,7 @@ def _cells(rows: list[dict]) -> list[list[str]]:
             _f(r.get("planned_speedup"), "g") + ("x" if r.get("planned_speedup") else ""),
             _f(r.get("regs"), "d"), _f(r.get("smem_static"), "d"),
             _f(r.get("local_bytes"), "d"),
-        ])
+        ] + _sim_cells(r))
     return lines
 
 
@@ -199,7 +271,9 @@ def _shown_columns(lines: list[list[str]]) -> list[int]:
 def table(rows: list[dict], drop_empty: bool = False) -> str:
     """The run table as plain text (``drop_empty``: leave out the columns without a value)."""
     lines = _cells(rows)
-    keep = _shown_columns(lines) if drop_empty else list(range(len(HEADER)))
+    keep = _shown_columns(lines)
+    if not drop_empty:  # every column of a run, the simulator counts where a row has them
+        keep = list(range(N_MAIN)) + [i for i in keep if i >= N_MAIN]
     hdr = [HEADER[i] for i in keep]
     lines = [[line[i] for i in keep] for line in lines]
     widths = [max(len(str(x)) for x in col) for col in zip(hdr, *lines)] if lines else [len(h) for h in hdr]
@@ -248,7 +322,7 @@ def print_table(rows: list[dict], console=None) -> None:
                  else c.replace("[", "\\[") for i, c in zip(keep, cells)]
         tab.add_row(*cells)
     console.print(tab)
-    dropped = [HEADER[i] for i in range(len(HEADER)) if i not in keep]
+    dropped = [HEADER[i] for i in range(N_MAIN) if i not in keep]  # (the simulator counts: only where counted)
     if dropped and lines:
         console.print(f"(columns without a value left out: {', '.join(dropped)}; "
                       "numba-attn run --explain-columns says what each means)", style="dim", markup=False,
