@@ -555,9 +555,6 @@ def counting():
     from numba.cuda.simulator import kernel as simk
     from numba.cuda.simulator import kernelapi as sima
 
-    from numba_attn.gpu import simulator_fixes
-
-    simulator_fixes.install()
     if not _enter_lock.acquire(blocking=False):
         raise RuntimeError("simcount.counting() does not nest (one launch is counted at a time)")
     sess = _Session()
