@@ -198,15 +198,29 @@ def load_phases(path_or_module) -> list:
     processes started afterwards by this process load the same files before their first row."""
     spec = os.fspath(path_or_module)
     _, phases = load_spec(spec)
-    key = os.path.abspath(spec) if is_path_spec(spec) else spec
-    if key not in _EXPLICIT:
-        _EXPLICIT.append(key)
+    if not is_path_spec(spec):
+        keys = [spec]
+    elif os.path.isdir(spec):
+        keys = [os.path.abspath(f) for f in phase_files(spec)]
+    else:
+        keys = [os.path.abspath(spec)]
+    _EXPLICIT.extend(k for k in keys if k not in _EXPLICIT)
     return phases
 
 
 def worker_specs() -> tuple:
-    """What :func:`load_phases` loaded in this process (absolute paths, module names), for worker processes."""
-    return tuple(_EXPLICIT)
+    """What :func:`load_phases` loaded in this process, for worker processes: module names, and the
+    absolute paths of the files whose phases are still registered (not those of a ``temporary_phases``
+    block that ended)."""
+    from numba_attn.phases.registry import _REGISTRY
+
+    def live(key):
+        info = _FILES.get(key)
+        if info is None:
+            return True  # a module name
+        return any(getattr(_REGISTRY.get(n), "module", None) == info["module"] for n in info["phases"])
+
+    return tuple(k for k in _EXPLICIT if live(k))
 
 
 def split_setup(spec: str) -> tuple[str, str]:
