@@ -801,6 +801,27 @@ def _run(plan, kind, q, k, v, out, seen=None):
     return out
 
 
+class SlowSimulationWarning(UserWarning):
+    """``attention()`` in the CUDA simulator on a problem estimated to take over a minute (it still runs:
+    ``warnings.simplefilter("error", SlowSimulationWarning)`` makes it an error instead)."""
+
+
+def _warn_if_slow(ph, problem):
+    """One line naming the phase, the shape, the estimate and a shape that fits, when a simulator call is
+    estimated over the limit (:mod:`numba_attn.measure.simcost`); the call then goes on. A library call
+    warns rather than refuses: the same code runs unchanged on a GPU, where it is fast."""
+    from numba_attn.measure import simcost
+
+    if simcost.allow_slow_env() or simcost.estimate_s(ph, problem, 1) <= simcost.limit_s():
+        return
+    import warnings
+
+    line = simcost.describe(ph, problem, 1, cli=False)[1].replace(", or pass allow_slow=True", "")
+    line = line.replace("allow_slow=True", "").replace(" (NUMBA_ATTN_ALLOW_SLOW=1)", "")
+    warnings.warn(f"attention(): {line.rstrip('; ')}; running it anyway ({simcost.ENV_ALLOW}=1 silences this)",
+                  SlowSimulationWarning, stacklevel=4)
+
+
 def _plan_and_launch(kind, key, q, k, v, causal, scale, phase, allow_tf32, nonfinite, out, numba_stream,
                      launch_stream, params):
     """A call without a cached plan: every check, the phase's choice and plan, the first launch;
@@ -818,6 +839,8 @@ def _plan_and_launch(kind, key, q, k, v, causal, scale, phase, allow_tf32, nonfi
     if nonfinite == "raise":
         for name, a in (("q", q), ("k", k), ("v", v)):
             _check_finite(kind, name, a)
+    if backend.IS_SIMULATOR:
+        _warn_if_slow(ph, problem)
     B, H, Nq, D = problem.batch, problem.heads, problem.q_len, problem.head_dim
     Hkv, Nk = problem.kv_heads, problem.kv_len
     shapes = ((B * H, Nq, D), (B * Hkv, Nk, D), (B * Hkv, Nk, D), (B * H, Nq, D))

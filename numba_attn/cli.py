@@ -96,13 +96,17 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--resume", action="store_true",
                    help="skip rows already in the results file for the same source and environment")
     r.add_argument("--baseline", default=None, help="the phase the speedups are relative to (default naive)")
+    _allow_slow_option(r)
     _parallel_options(r, "default: one after the other in one worker process")
     _common(r)
 
     b = sub.add_parser("bench", help="run a declared benchmark (see numba_attn/measure/bench.py) and draw its plots")
     b.add_argument("name", nargs="?", help="benchmark name (omit to list them)")
-    b.add_argument("--results", default=None, help="results file (default: results/<name>-<gpu>.jsonl)")
-    b.add_argument("--plots", default="plots", help="directory for the plots (default: plots/); '' for none")
+    b.add_argument("--results", default=None,
+                   help="results file (default: <results dir>/<name>-<gpu>.jsonl, the results dir being "
+                        "$NUMBA_ATTN_RESULTS or ~/.local/share/numba-attn/results; the committed files: "
+                        "--results results/<name>-<gpu>.jsonl --plots plots/)")
+    b.add_argument("--plots", default=None, help="directory for the plots (default: the results file's); '' for none")
     b.add_argument("--phases", default=None, help="only these phases (comma-separated)")
     b.add_argument("--resume", action="store_true", help="skip rows already measured (same source, environment)")
     b.add_argument("--quick", action="store_true", help="short timing budget, one seed: a smoke test")
@@ -115,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="how phases and peers are timed (default: the benchmark's, events; cupti: the kernels' "
                         "own durations, through torch.profiler)")
     b.add_argument("--simulator", action="store_true", help="use the Numba CUDA simulator (CPU)")
+    _allow_slow_option(b)
     _parallel_options(b, "default: one after the other in one worker process")
     _common(b)
 
@@ -127,7 +132,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plot", help="draw the plots of a results file")
     p.add_argument("results")
-    p.add_argument("--out", default=None, help="output directory (default: the results file's directory)")
+    p.add_argument("--out", default=None, help="output directory (default: the results file's directory when it is in "
+                                               "the results dir, else the results dir: never a checkout unless named)")
     p.add_argument("--prefix", default="", help="file name prefix")
     p.add_argument("--which", default=None, help="comma-separated subset of roadmap,scaling,roofline,traffic,layouts")
 
@@ -173,6 +179,12 @@ def _shape_options(sp):
     sp.add_argument("--dtype", type=_dtype_arg, metavar="DTYPE",
                     help="float32 (fp32), float16 (fp16) or bfloat16 (bf16)")
     sp.add_argument("--scale", type=float)
+
+
+def _allow_slow_option(sp):
+    sp.add_argument("--allow-slow", action="store_true",
+                    help="simulator: run rows estimated to take over a minute (else they are SKIP rows whose "
+                         "reason gives the estimate and a shape that fits; also NUMBA_ATTN_ALLOW_SLOW=1)")
 
 
 def _dtype_arg(text: str) -> str:
@@ -462,6 +474,37 @@ class Progress:
         self.best: dict = {}  # problem label → (time_ms, phase)
         self.bar = None
         self.task = None
+        self.beat = None  # the running row's heartbeat (a threading.Event that stops it)
+
+    BEAT_FIRST_S, BEAT_EVERY_S = 5.0, 30.0  # a row running longer says so, then again every 30 s
+
+    def _start_beat(self, i, n, name, problem):
+        """A row that runs more than BEAT_FIRST_S seconds gets a line ``row i/n NAME PROBLEM: running for
+        Ns`` (on a terminal: the live bar's description shows the row's elapsed time instead)."""
+        import threading
+
+        self._stop_beat()
+        stop = self.beat = threading.Event()
+        t0, w = self.row_t0, len(str(n))
+
+        def loop():
+            wait = self.BEAT_FIRST_S
+            while not stop.wait(wait):
+                el = time.perf_counter() - t0
+                if self.bar is not None:
+                    self.bar.update(self.task, description=f"{name} {problem.label} ({el:.0f}s)")
+                    wait = 1.0
+                else:
+                    self.console.print(f"[{'row':>{w}} {i + 1:>{w}}/{n}] {name} {problem.label}: running for {el:.0f}s",
+                                       markup=False, highlight=False, soft_wrap=True)
+                    wait = self.BEAT_EVERY_S
+
+        threading.Thread(target=loop, daemon=True, name="numba-attn-row-progress").start()
+
+    def _stop_beat(self):
+        if self.beat is not None:
+            self.beat.set()
+            self.beat = None
 
     def _start_bar(self, n):
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn,
@@ -474,6 +517,7 @@ class Progress:
         self.bar.start()
 
     def close(self):
+        self._stop_beat()
         if self.bar is not None:
             self.bar.stop()
             self.bar = None
@@ -502,7 +546,9 @@ class Progress:
                 self._start_bar(n)
             if self.bar is not None:
                 self.bar.update(self.task, description=f"{name} {problem.label}")
+            self._start_beat(i, n, name, problem)
             return
+        self._stop_beat()
         st = row.get("status", "?")
         self.counts[st] = self.counts.get(st, 0) + 1
         extra = ""
@@ -511,7 +557,7 @@ class Progress:
             if st == "OK" and (problem.label not in self.best or row["time_ms"] < self.best[problem.label][0]):
                 self.best[problem.label] = (row["time_ms"], name)
         elif row.get("reason") and st != "OK":
-            extra = f"({row['reason'][:100]})"
+            extra = f"({row['reason'] if row.get('sim_estimate_s') else row['reason'][:100]})"  # (the shape that fits)
         if row.get("resumed"):
             extra += " (resumed)"
         w = len(str(n))
@@ -639,7 +685,10 @@ def cmd_run(args) -> int:
                     timing=TimingConfig(budget_s=args.budget if args.budget is not None else DEFAULT_BUDGET_S,
                                         method=args.timing or "events"),
                     ceilings=not args.no_ceilings and not be.IS_SIMULATOR,
-                    resume=args.resume, worker_setup=tuple(args.setup), peer_list=peer_list)
+                    resume=args.resume, worker_setup=tuple(args.setup), peer_list=peer_list,
+                    allow_slow=args.allow_slow,
+                    # the default set's problems are the simulator's smallest that cover every phase's tiles
+                    sim_limit_s=300.0 if want_default or (nothing and be.IS_SIMULATOR) else None)
     print(f"backend: {be.describe()}", flush=True)
     select = None
     if want_default or (nothing and be.IS_SIMULATOR):
@@ -724,7 +773,7 @@ def _run_roadmap(args, be, phases, console) -> int:
         rows, results, files = bench.run_benchmark(
             "roadmap", results=results, plots_dir=out_dir or ".", phases=phases, progress=prog,
             timeout_s=args.timeout, resume=args.resume, command="numba-attn " + " ".join(sys.argv[1:]),
-            setup=args.setup, workers=workers, make_worker=make_worker)
+            setup=args.setup, workers=workers, make_worker=make_worker, allow_slow=args.allow_slow)
     finally:
         prog.close()
     return _finish(rows, results, be, console, args.csv, files)
@@ -782,10 +831,11 @@ def cmd_bench(args) -> int:
     prog = Progress()
     try:
         rows, results, files = bench.run_benchmark(
-            b.name, results=args.results, plots_dir=args.plots or None, phases=phases, quick=args.quick,
+            b.name, results=args.results, phases=phases, quick=args.quick,
+            plots_dir=bench.BESIDE_RESULTS if args.plots is None else (args.plots or None),
             resume=args.resume, progress=prog, timeout_s=args.timeout, max_total_s=args.max_total,
             command="numba-attn " + " ".join(sys.argv[1:]), setup=args.setup, problems=problems,
-            workers=workers, make_worker=make_worker, timing_method=args.timing)
+            workers=workers, make_worker=make_worker, timing_method=args.timing, allow_slow=args.allow_slow)
     finally:
         prog.close()
     return _finish(rows, results, be, report.make_console(), plots=files)
@@ -823,7 +873,7 @@ def cmd_plot(args) -> int:
         for w in which:
             if w not in PLOTS:
                 raise SystemExit(f"unknown plot {w!r}; plots: {', '.join(PLOTS)}")
-    out = args.out if args.out is not None else (os.path.dirname(os.path.abspath(args.results)))
+    out = args.out if args.out is not None else _plots_default(args.results)
     files = make_all(args.results, out, prefix=args.prefix, which=which)
     if not files:
         print("nothing to plot: the file has no timed rows, nor a phase counted beside its parent (a simulator "
@@ -831,6 +881,15 @@ def cmd_plot(args) -> int:
     for f in files:
         print(f)
     return 0
+
+
+def _plots_default(results: str) -> str:
+    """Where ``plot`` writes without --out: beside the results file when it lies in the per-user results dir,
+    else that dir (plotting a committed results/*.jsonl does not write into the checkout)."""
+    from numba_attn.measure.config import default_results_dir
+
+    here, home = os.path.dirname(os.path.realpath(results)), os.path.realpath(default_results_dir())
+    return here if here == home or here.startswith(home + os.sep) else home
 
 
 def cmd_diff(args) -> int:

@@ -5,9 +5,14 @@ plus the SDPA peers), the problems for each x value, which (phase, problem)
 pairs to run, the time limits, and the plots to draw. ``numba-attn bench NAME``
 runs one (ceilings first), writes the results file and the plots::
 
-    numba-attn bench roadmap                 # results/roadmap-<gpu>.jsonl, plots/roadmap_*.png|svg
-    numba-attn bench long-context --plots plots/
+    numba-attn bench roadmap                 # <results dir>/roadmap-<gpu>.jsonl and its plots beside it
+    numba-attn bench roadmap --results results/roadmap-h100.jsonl --plots plots/   # the committed files
     numba-attn bench decode
+
+The results file and the plots go to the per-user results directory (``$NUMBA_ATTN_RESULTS``, else
+``~/.local/share/numba-attn/results``: :func:`~numba_attn.measure.config.default_results_dir`) unless
+``--results`` / ``--plots`` name other places: a benchmark writes into a checkout (``results/``,
+``plots/``) only when asked to.
 
 Declared benchmarks:
 
@@ -316,11 +321,18 @@ def get(name: str) -> Benchmark:
     return b
 
 
-def run_benchmark(name: str, *, results: str | None = None, plots_dir: str | None = "plots",
+BESIDE_RESULTS = "<beside the results file>"  # run_benchmark(plots_dir=...): the results file's directory
+
+
+def run_benchmark(name: str, *, results: str | None = None, plots_dir: str | None = BESIDE_RESULTS,
                   phases=None, quick: bool = False, resume: bool = False, progress=None,
                   timeout_s: float | None = None, max_total_s: float | None = None, command: str | None = None,
-                  setup=(), problems=None, workers=None, make_worker=None, timing_method: str | None = None):
+                  setup=(), problems=None, workers=None, make_worker=None, timing_method: str | None = None,
+                  allow_slow: bool = False):
     """Run a declared benchmark; returns (rows, results path, plot files).
+
+    ``results`` None: ``<results dir>/<name>-<gpu>.jsonl`` (never the current directory); ``plots_dir``:
+    the plots' directory (default: the results file's; None or "": no plots).
 
     ``quick`` cuts the timing budget and uses one seed (for a smoke test of the
     command); ``phases`` restricts the lines; ``problems`` replaces the
@@ -353,13 +365,17 @@ def run_benchmark(name: str, *, results: str | None = None, plots_dir: str | Non
         from numba_attn.measure.env import gpu_info
 
         slug = "".join(c if c.isalnum() else "-" for c in gpu_info()["gpu"].lower()).strip("-")
-        results = os.path.join("results", f"{b.name}-{slug}.jsonl")
+        from numba_attn.measure.config import default_results_dir
+
+        results = os.path.join(default_results_dir(), f"{b.name}-{slug}.jsonl")
+    if plots_dir == BESIDE_RESULTS:
+        plots_dir = os.path.dirname(os.path.abspath(results))
     # timeout_s None: the benchmark's limit; 0: no limit (rows in-process), as for numba-attn run
     cfg = RunConfig(seeds=seeds, timing=timing, timeout_s=b.timeout_s if timeout_s is None else timeout_s or None,
                     results=results, ceilings=True, resume=resume, max_row_ms=b.max_row_ms,
                     max_total_s=max_total_s if max_total_s is not None else b.max_total_s,
                     peer_list=b.peers, command=command or f"numba-attn bench {name}",
-                    worker_setup=tuple(setup))
+                    worker_setup=tuple(setup), allow_slow=allow_slow)
     probs = list(problems) if problems is not None else b.problems()
     if problems is not None and b.expand is not None:
         probs = b.expand(probs)

@@ -28,6 +28,8 @@ class RunConfig:
     max_total_s: float | None = None  # rows not started by then are SKIP
     worker_setup: tuple = ()  # "module:function" called in each worker process before its first row
     peer_list: tuple | None = None  # peer names (None: all of peers.PEERS)
+    allow_slow: bool = False  # simulator: run rows estimated over sim_limit_s (else SKIP; also NUMBA_ATTN_ALLOW_SLOW=1)
+    sim_limit_s: float | None = None  # simulator: the estimated seconds a row may take (None: 60, NUMBA_ATTN_SIM_LIMIT_S)
 
 
 def config_to_dict(cfg: RunConfig) -> dict:

@@ -10,6 +10,11 @@ falls back to the baseline on the same shape, fp32 preferred, and ``speedup_vs``
 its fraction of the measured ceiling that applies to it, and is appended to the results file
 (:mod:`numba_attn.measure.results`) and flushed at once.
 
+In the simulator a phase row estimated to take more than a minute (:mod:`numba_attn.measure.simcost`:
+simulated thread-steps over a rate calibrated on this machine) is not run: it is a SKIP row whose
+reason gives the estimate and a shape that fits, also printed as a warning; ``allow_slow`` (``--allow-slow``,
+``NUMBA_ATTN_ALLOW_SLOW=1``) runs it anyway, with a warning.
+
 Once per run the events timing is cross-checked with a CUDA graph replay (``timing_check``;
 a disagreement beyond the spread is a warning). ``max_row_ms`` skips a phase whose time,
 scaled by FLOPs from its last row, would exceed it. With ``resume=True`` the OK rows already in
@@ -271,8 +276,13 @@ class Sweep:
             return
         t0 = time.perf_counter()
         reason = self.skip_reason(kind, name, prob, t0)
+        slow = None if reason else self.slow_row(kind, name, prob, params_req)
+        if slow is not None and not self.allow_slow():
+            reason = slow[1]  # (printed with the row)
         row = _stub_row(kind, name, prob, {"status": SKIP, "reason": reason}) if reason else \
             self.measure_row(kind, name, prob)
+        if slow is not None:
+            row["sim_estimate_s"] = round(slow[0], 1)
         row["requested_params"] = params_req
         row["requested_seeds"] = list(self.cfg.seeds)
         if tag:
@@ -303,6 +313,36 @@ class Sweep:
                 return (f"predicted {pred:.0f} ms per launch (scaled by FLOPs from {ms0:.1f} ms on a "
                         f"smaller problem) exceeds the row limit of {cfg.max_row_ms:g} ms")
         return None
+
+    def allow_slow(self) -> bool:
+        from numba_attn.measure.simcost import allow_slow_env
+
+        return bool(self.cfg.allow_slow) or allow_slow_env()
+
+    def slow_row(self, kind, name, prob: Problem, params_req) -> tuple | None:
+        """In the simulator: ``(estimated seconds, one line)`` for a phase row estimated over the limit that
+        the phase supports (a row it does not support is a quick SKIP of its own), else None. With
+        ``allow_slow`` the line is a warning and the row runs."""
+        if not IS_SIMULATOR or kind != "phase":
+            return None
+        from numba_attn.measure import simcost
+
+        try:
+            ph = get_phase(name)
+            if ph.supports(prob, **ph.resolve_params(dict(params_req or {}))):
+                return None
+        except Exception:  # noqa: BLE001 - the row itself reports a bad parameter or shape
+            return None
+        limit = self.cfg.sim_limit_s if self.cfg.sim_limit_s is not None else simcost.limit_s()
+        seeds = len(self.cfg.seeds)
+        if simcost.estimate_s(ph, prob, seeds) <= limit:
+            return None
+        command = self.cfg.command or ""
+        prefix = f"numba-attn run --phases {name} " if command.startswith("numba-attn bench") else ""
+        est, line = simcost.describe(ph, prob, seeds, cli=command.startswith("numba-attn"), limit=limit, prefix=prefix)
+        if self.allow_slow():
+            self.warn(f"{line.split('; try ')[0].split('; pass ')[0]}; running it anyway (allowed)")
+        return est, line
 
     def measure_row(self, kind, name, prob: Problem) -> dict:
         """The row of a phase or a peer, in the worker process when there is one; the first
