@@ -71,6 +71,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--explain-columns", action="store_true",
                    help="print what every column and mark of the table means, then exit")
     r.add_argument("--csv", default=None, metavar="PATH", help="also write the table's rows to PATH as CSV")
+    r.add_argument("--counts", action="store_true",
+                   help="simulator: count what each row's first launch does (global bytes and sectors, shared-memory "
+                        "wavefronts and bank conflicts, barriers, mma...) into its sim_* fields; about 2-6x the "
+                        "launch's time (NUMBA_ATTN_SIM_COUNTS=1 does the same)")
     _shape_options(r)
     r.add_argument("--param", action="append", default=[], metavar="PHASE.NAME=VALUE",
                    help="override a phase's tunable parameter, e.g. smem_kv.Bc=64 (repeatable)")
@@ -632,6 +636,8 @@ def cmd_run(args) -> int:
 
         print(explain_columns())
         return 0
+    if getattr(args, "counts", False):
+        os.environ["NUMBA_ATTN_SIM_COUNTS"] = "1"  # (worker processes inherit it)
     be = _select_backend(args)
     if args.gpu:
         _check_cuda(be)

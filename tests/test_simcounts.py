@@ -1,6 +1,7 @@
 """Simulator counts (numba_attn.measure.simcount) on kernels whose counts can be worked out by hand, one phase
 pair (smem_kv against fused_rowwise), and the compare / plot of a counted results file."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -209,7 +210,15 @@ def counted_pair(tmp_path_factory):
 
     prob = Problem(batch=1, heads=2, q_len=12, kv_len=20, head_dim=8)
     cfg = RunConfig(seeds=(1,))
-    rows = [measure(name, prob, cfg) for name in ("fused_rowwise", "smem_kv")]
+    mp = pytest.MonkeyPatch()
+    mp.setenv("NUMBA_ATTN_SIM_COUNTS", "1")  # (what numba-attn run --counts sets)
+    try:
+        rows = [measure(name, prob, cfg) for name in ("fused_rowwise", "smem_kv")]
+    finally:
+        mp.undo()
+    from numba_attn.measure.row import sim_counts_enabled
+
+    assert sim_counts_enabled() is (os.environ.get("NUMBA_ATTN_SIM_COUNTS") == "1")  # off unless asked for
     path = tmp_path_factory.mktemp("counts") / "sim.jsonl"
     env = {"type": "env", "env_key": "k", "backend": "simulator", "gpu": None, "date": "2026-01-01", "commit": "c"}
     with open(path, "w") as f:
@@ -264,3 +273,24 @@ def test_compare_and_plot_a_counted_file(counted_pair, tmp_path, capsys):
     files = counts(path, str(tmp_path))
     assert [f.rsplit(".", 1)[1] for f in files] == ["png", "svg"]
     assert make_all(path, str(tmp_path / "all")) == [str(tmp_path / "all" / f"counts.{e}") for e in ("png", "svg")]
+
+
+def _nvrtc_missing() -> bool:
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        load_nvidia_dynamic_lib("nvrtc")
+        return False
+    except Exception:  # noqa: BLE001
+        return True
+
+
+@pytest.mark.skipif(not _nvrtc_missing(), reason="the CUDA compiler libraries are installed here")
+def test_offline_without_the_cuda_extra_says_which_extra_in_one_line():
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "numba_attn.measure.offline", "smem_kv", "-D", "16", "--q-len", "64"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2
+    assert p.stderr.strip().count("\n") == 0 and '".[cu12]"' in p.stderr and "libnvrtc" in p.stderr

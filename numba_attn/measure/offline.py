@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("NUMBA_ATTN_BACKEND", "cuda")
+os.environ["NUMBA_ATTN_BACKEND"] = "cuda"  # compiled for the GPU whatever the shell selects (no device is used)
 os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
 # nvJitLink (CUDA 13) serves a link it has seen before from the compute cache (~/.nv/ComputeCache) and then
 # writes no ptxas log: no registers, no spills. Every link here runs ptxas.
@@ -297,5 +297,38 @@ def main(argv=None) -> int:
     return 0
 
 
+EXTRA_HINT = ('offline compilation needs the CUDA compiler libraries (NVRTC, libNVVM, nvJitLink) of the cu12 or cu13 '
+              'extra: pip install -e ".[cu12]" (= "numba-cuda[cu12]>=0.30,<0.31"; [cu13] for a CUDA 13 toolchain); '
+              'no GPU or driver needed')
+
+
+def missing_cuda_library(exc: BaseException) -> str | None:
+    """The name of the CUDA library whose absence ``exc`` (or an exception in its chain) reports, or None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        text = f"{type(exc).__name__}: {exc}"
+        m = re.search(r"lib(nvrtc|nvvm|nvJitLink|cudart)[\w.]*", text, re.IGNORECASE)
+        if m and ("DynamicLibNotFound" in text or "not found" in text.lower() or "No such file" in text
+                  or "cannot open" in text.lower() or "NvrtcSupportError" in text or "NvvmSupportError" in text):
+            return f"lib{m.group(1)}"
+        if type(exc).__name__ in ("NvrtcSupportError", "NvvmSupportError", "DynamicLibNotFoundError"):
+            return type(exc).__name__
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def run(argv=None) -> int:
+    """:func:`main`, with a missing CUDA compiler library said in one line (exit 2) instead of a traceback."""
+    try:
+        return main(argv)
+    except Exception as exc:  # noqa: BLE001
+        lib = missing_cuda_library(exc)
+        if lib is None:
+            raise
+        print(f"{EXTRA_HINT} ({lib} not found)", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -15,8 +15,9 @@
 4. in the simulator only, what the first checked launch did, counted
    (:mod:`numba_attn.measure.simcount`: global bytes and sectors, shared bytes,
    wavefronts and bank conflicts, barriers, mma/ldmatrix/cp.async/wgmma/TMA
-   instructions) into the row's ``sim_*`` fields — one launch, one seed.
-   ``NUMBA_ATTN_SIM_COUNTS=0`` turns it off.
+   instructions) into the row's ``sim_*`` fields — one launch, one seed — when
+   asked for (``numba-attn run --counts``, ``NUMBA_ATTN_SIM_COUNTS=1``): it costs
+   2-6x the launch's own time, too much for every simulator run.
 
 An exception becomes an ``ERROR`` row with a summary of the traceback
 (:mod:`numba_attn.measure.status`); ``NUMBA_ATTN_RAISE=1`` raises it instead.
@@ -143,9 +144,8 @@ def _check_and_time(phase, problem, cfg, params, row, cuda):
 
 
 def sim_counts_enabled() -> bool:
-    """Whether rows count their first launch (the simulator only; ``NUMBA_ATTN_SIM_COUNTS=0``: off)."""
-    return IS_SIMULATOR and os.environ.get("NUMBA_ATTN_SIM_COUNTS", "1").strip().lower() not in ("0", "", "no",
-                                                                                               "false", "off")
+    """Whether rows count their first launch: in the simulator, with ``NUMBA_ATTN_SIM_COUNTS=1`` (``run --counts``)."""
+    return IS_SIMULATOR and os.environ.get("NUMBA_ATTN_SIM_COUNTS", "0").strip().lower() in ("1", "yes", "true", "on")
 
 
 # -- figures derived for a row -------------------------------------------------------
