@@ -29,7 +29,7 @@ def _batch(rng, H, Hkv, D, Nq, kv_dtype, scale, P, NB, table, lens):
         kc, vc = [np.clip(np.rint(a * 30), -127, 127).astype(np.int8) for a in x]
     shape = {"tensor": (), "head": (Hkv,), "token": (NB, P, Hkv)}[scale]
     ks, vs = (np.asarray(rng.uniform(0.02, 0.04, shape), np.float32) for _ in range(2))
-    q = rng.standard_normal((len(lens), H, Nq, D), dtype=np.float32).astype(np.float16)
+    q = rng.standard_normal((len(lens), Nq, H, D), dtype=np.float32).astype(np.float16)  # (B, q_len, H, D)
     return q, kc, vc, ks, vs, np.asarray(table, np.int32), np.asarray(lens, np.int32)
 
 
