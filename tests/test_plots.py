@@ -29,7 +29,8 @@ def test_plot_command_draws_all_plots(synthetic_file, tmp_path, capsys):
     out = tmp_path / "plots"
     assert main(["plot", str(synthetic_file), "--out", str(out)]) == 0
     printed = capsys.readouterr().out.split()
-    for name in [n for n in plots.PLOTS if n != "layouts"]:  # layouts: paged/varlen files only (below)
+    # layouts: paged/varlen files only (below); counts: simulator files only (tests/test_simcounts.py)
+    for name in [n for n in plots.PLOTS if n not in ("layouts", "counts")]:
         png, svg = out / f"{name}.png", out / f"{name}.svg"
         assert str(png) in printed and str(svg) in printed
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000

@@ -88,9 +88,23 @@ def _save(fig, out_dir, stem, formats=("png", "svg")) -> list[str]:
     for fmt in formats:
         p = os.path.join(out_dir, f"{stem}.{fmt}")
         fig.savefig(p, dpi=130 if fmt == "png" else None, bbox_inches="tight", pad_inches=0.15)
+        if fmt == "png":
+            _shrink_png(p)
         paths.append(p)
     plt.close(fig)
     return paths
+
+
+def _shrink_png(path):
+    """A 256-colour palette PNG (a plot has few colours): a third of the size, the same picture."""
+    try:
+        from PIL import Image
+
+        with Image.open(path) as im:
+            q = im.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+        q.save(path, optimize=True)
+    except Exception:  # noqa: BLE001 - Pillow missing or too old: the full-colour file stays
+        pass
 
 
 def _phase_order(rows):
@@ -122,6 +136,34 @@ def _colors(names):
     out = {n: cmap(i % k) for i, n in enumerate(phases)}
     out.update({n: PEER_COLORS[n] for n in names if n in PEER_COLORS})
     return out
+
+
+# phases: a (colour, marker) pair each, no two alike and no pastel: the ten tab10 colours, the marker changing
+# with the colour so that phase 11 differs from phase 1 by its shape
+_MARKERS = "os^DvPXph<>*"
+
+
+def _styles(names):
+    """{name: (colour, marker)}: peers their fixed colour and marker; phases a distinct pair each, in the
+    tab10 colours no peer among ``names`` uses."""
+    from matplotlib.colors import to_hex
+
+    taken = {PEER_COLORS[n].lower() for n in names if n in PEER_COLORS}
+    palette = [c for c in (to_hex(_CMAP(k)) for k in range(10)) if c not in taken]
+    out, i = {}, 0
+    for n in names:
+        if n in PEER_COLORS:
+            out[n] = (PEER_COLORS[n], PEER_MARKERS.get(n, "s"))
+        else:
+            out[n] = (palette[i % len(palette)], _MARKERS[(i + i // len(palette)) % len(_MARKERS)])
+            i += 1
+    return out
+
+
+def _dtype_of(r) -> str | None:
+    """The dtype a row computed in: a peer's own ``params.dtype`` (``torch_sdpa_fp16`` on an fp32 problem
+    runs in fp16), else the problem's."""
+    return (r.get("params") or {}).get("dtype") or (r.get("problem") or {}).get("dtype")
 
 
 def _ok_time(r):
@@ -240,11 +282,11 @@ def roadmap(records, out_dir, stem="roadmap", baseline="naive"):
             if base_ms:
                 sp = base_ms / pr["time_ms"]
                 col = ("#d62728", "#9467bd")[j % 2]
-                ax.axhline(sp, color=col, **PEER_STYLE)
-                ax.annotate(f"{text}: {_fmt_x(sp)}", (-0.5, sp), ha="left", va="bottom", fontsize=7, color=col,
-                            xytext=(2, 1), textcoords="offset points",
-                            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.5})
+                # named in the panel's legend: a label on the line hid the bar labels it crossed
+                ax.axhline(sp, color=col, label=f"{text}: {_fmt_x(sp)}", **PEER_STYLE)
                 ymax, ymin = max(ymax, sp), min(ymin, sp)
+        if show and base_ms:
+            ax.legend(loc="upper left", fontsize=7, framealpha=0.9, borderaxespad=0.3, handlelength=2.2)
         ax.set_yscale("log")
         ax.set_ylim(max(ymin / 2, 1e-3), ymax * 3)
         ax.set_xticks(range(len(names)))
@@ -258,9 +300,10 @@ def roadmap(records, out_dir, stem="roadmap", baseline="naive"):
     handles = [plt.Rectangle((0, 0), 1, 1, color=_CMAP(0), label="measured (baseline dtype)"),
                plt.Rectangle((0, 0), 1, 1, color=_CMAP(2), label="measured (fp16 storage)"),
                plt.Rectangle((0, 0), 1, 1, facecolor="none", edgecolor="#888888", hatch="///", label="planned"),
-               Line2D([], [], color="#d62728", label="PyTorch SDPA", **PEER_STYLE)]
+               Line2D([], [], color="#d62728", label="PyTorch SDPA (baseline dtype)", **PEER_STYLE),
+               Line2D([], [], color="#9467bd", label="fastest SDPA (any dtype)", **PEER_STYLE)]
     H = fig.get_figheight()
-    fig.legend(handles=handles, loc="upper right", fontsize=8, ncol=4, bbox_to_anchor=(1.0, 1 - 0.3 / H))
+    fig.legend(handles=handles, loc="upper right", fontsize=8, ncol=5, bbox_to_anchor=(1.0, 1 - 0.3 / H))
     fig.suptitle("Roadmap: measured vs planned speedup per phase", fontsize=11, x=0.02, ha="left",
                  y=1 - 0.1 / H)
     fig.tight_layout(rect=(0, 0.45 / H, 1, 1 - 0.65 / H))
@@ -302,7 +345,8 @@ def scaling(records, out_dir, stem="scaling"):
     if not groups:
         return []
     names = _phase_order(rows) + sorted({r["phase"] for r in rows if r.get("kind") == "peer"})
-    colors = _colors(names)
+    styles = _styles(names)
+    colors = {n: c for n, (c, _m) in styles.items()}
     fig, axes = plt.subplots(len(groups), 2, figsize=(14, 4.3 * len(groups) + 1.2), squeeze=False)
     stops: dict = {}
     for (lab, by_n), (ax_t, ax_f) in zip(groups.items(), axes):
@@ -313,7 +357,7 @@ def scaling(records, out_dir, stem="scaling"):
                 continue
             ns = [n for n, _ in pts]
             style = PEER_STYLE if pts[0][1].get("kind") == "peer" else {"linestyle": "-", "linewidth": 1.6}
-            mk = PEER_MARKERS.get(name, "o")
+            mk = styles[name][1]
             ax_t.plot(ns, [r["time_ms"] for _, r in pts], marker=mk, markersize=4, color=colors[name],
                       label=name, **style)
             ax_f.plot(ns, [r.get("tflops") or 0 for _, r in pts], marker=mk, markersize=4, color=colors[name],
@@ -373,44 +417,85 @@ def _is_decode(r) -> bool:
     return r.get("phase_kind") == "decode" or (r.get("problem") or {}).get("q_len", 99) <= 16
 
 
-def _roofline_ax(ax, pts, ceil, colors, markers, roof_names, decode):
-    ais = [r["flops"] / r["min_bytes"] for r in pts] + \
+def _columns(pts):
+    """{label: x factor}: problems at the same intensity side by side (a few % apart), so that each problem
+    is one column of points, named at the top of the panel."""
+    by_ai = OrderedDict()
+    for r in pts:
+        ai = round(math.log10(r["flops"] / r["min_bytes"]), 2)
+        by_ai.setdefault(ai, [])
+        if r.get("label") not in by_ai[ai]:
+            by_ai[ai].append(r.get("label"))
+    out = {}
+    for labs in by_ai.values():
+        for j, lab in enumerate(labs):
+            out[lab] = 1.25 ** (j - (len(labs) - 1) / 2)
+    return out
+
+
+def _roofline_ax(ax, pts, ceil, styles, roof_names, decode):
+    """One roofline panel: the roofs (copy bandwidth × intensity, capped by each compute ceiling), each point a
+    phase (colour and marker: ``styles``) in its problem's column (named on the top axis)."""
+    from matplotlib.ticker import NullLocator
+
+    cols = _columns(pts)
+    ais = [r["flops"] / r["min_bytes"] * cols[r.get("label")] for r in pts] + \
           [r["flops"] / r["model_bytes"] for r in pts if r.get("model_bytes")]
-    lo, hi = min(ais) / 4, max(ais) * 4
+    lo, hi = min(ais) / 4, max(ais) * 8
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     bw = ceil.get("copy", {}).get("value")
     roofs = sorted([(k, ceil[k]["value"]) for k in roof_names if k in ceil], key=lambda kv: kv[1])
+    prev_right = False
     prev = None
     for k, peak in roofs:
         ys = [min(peak, bw * 1e9 * x / 1e12) if bw else peak for x in xs]
         ax.plot(xs, ys, color="black" if k == "ffma" else ("#999999" if k.startswith("cublas") else "#555555"),
-                linestyle={"ffma": "-", "cublas_fp16": ":"}.get(k, "-."), linewidth=1.5)
-        close = prev is not None and peak / prev < 1.5  # labels of near roofs: one right, one left of the ridge
-        x_lab = (peak * 1e12 / (bw * 1e9) * 1.1) if (close and bw) else xs[-1]
-        ax.annotate(f"{k} {peak:.0f} TFLOP/s", (x_lab, peak), ha="left" if close and bw else "right",
-                    va="bottom", fontsize=8)
-        prev = peak
+                linestyle={"ffma": "-", "cublas_fp16": ":"}.get(k, "-."), linewidth=1.5, zorder=1)
+        # labels at the right end of the flat roof; a roof close to the one below is labelled at its left end
+        ridge = peak * 1e12 / (bw * 1e9) if bw else lo
+        close = prev is not None and peak / prev < 1.5 and prev_right
+        if close:
+            x_lab, ha = max(ridge, lo) * 1.15, "left"
+        else:
+            x_lab, ha = hi / 1.1, "right"
+        ax.annotate(f"{k} {peak:.0f} TFLOP/s", (x_lab, peak), ha=ha, va="bottom", fontsize=7.5, zorder=4,
+                    xytext=(0, 1), textcoords="offset points",
+                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 0.3})
+        prev, prev_right = peak, not close
     if bw and not roofs:
-        ax.plot(xs, [bw * 1e9 * x / 1e12 for x in xs], color="black", linewidth=1.5)
-    if bw:
-        xb = lo * 1.5
+        ax.plot(xs, [bw * 1e9 * x / 1e12 for x in xs], color="black", linewidth=1.5, zorder=1)
+    if bw:  # on the slope, where it is still below the lowest roof
+        top = roofs[0][1] if roofs else bw * 1e9 * hi / 1e12
+        xb = min(lo * 1.3, top * 1e12 / (bw * 1e9) / 3)
         ax.annotate(f"copy {bw / 1e3:.2f} TB/s" + (" (read + write)" if decode else ""),
-                    (xb, bw * 1e9 * xb / 1e12), fontsize=8, va="bottom", ha="left", rotation=0)
+                    (xb, bw * 1e9 * xb / 1e12), fontsize=7.5, va="top", ha="left", xytext=(6, -2),
+                    textcoords="offset points", zorder=4,
+                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 0.3})
     hollow = False
     for r in pts:
-        ai = r["flops"] / r["min_bytes"]
-        c = colors[r["phase"]]
-        m = markers.get(r.get("label"), "o")
-        ax.scatter([ai], [r["tflops"]], color=c, marker=m, s=42, zorder=3,
-                   edgecolor="black" if r.get("kind") == "peer" else "none")
+        f = cols[r.get("label")]
+        ai = r["flops"] / r["min_bytes"] * f
+        c, m = styles[r["phase"]]
+        ax.scatter([ai], [r["tflops"]], color=c, marker=m, s=40, zorder=3,
+                   edgecolor="black" if r.get("kind") == "peer" else "none", linewidth=0.8)
         mb = r.get("model_bytes")
         if mb and mb > 1.05 * r["min_bytes"]:
             hollow = True
-            ai2 = r["flops"] / mb
-            ax.scatter([ai2], [r["tflops"]], facecolor="none", edgecolor=c, marker=m, s=42, zorder=3)
+            ai2 = r["flops"] / mb * f
+            ax.scatter([ai2], [r["tflops"]], facecolor="none", edgecolor=c, marker=m, s=40, zorder=3)
             ax.plot([ai2, ai], [r["tflops"]] * 2, color=c, linewidth=0.7, linestyle=":")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    top_ax = ax.secondary_xaxis("top")
+    labels = list(cols)
+    tx = [next(r["flops"] / r["min_bytes"] for r in pts if r.get("label") == lab) * cols[lab] for lab in labels]
+    srt = sorted(tx)
+    crowded = len(labels) > 3 or any(b / a < 2.5 for a, b in zip(srt, srt[1:]))
+    top_ax.set_xticks(tx, labels, fontsize=7, rotation=90 if crowded else 20, ha="center" if crowded else "left")
+    top_ax.xaxis.set_minor_locator(NullLocator())
+    for x in top_ax.get_xticks():
+        ax.axvline(x, color="#dddddd", linewidth=0.6, zorder=0)
     ax.set_xlabel("arithmetic intensity (FLOP per byte of the problem's minimum traffic: Q, K, V read, O written)",
                   fontsize=8.5)
     ax.set_ylabel("achieved TFLOP/s")
@@ -419,42 +504,53 @@ def _roofline_ax(ax, pts, ceil, colors, markers, roof_names, decode):
 
 
 def roofline(records, out_dir, stem="roofline"):
-    """Achieved TFLOP/s at the problem's arithmetic intensity under the measured roofs: decode (memory-bound)
-    under the bandwidth only; prefill under the compute ceilings, one panel per storage precision when
-    there are many phases."""
+    """Achieved TFLOP/s at the problem's arithmetic intensity under the roofs measured in the same run: decode
+    (memory-bound) under the bandwidth only; prefill under the compute ceilings, one panel per storage
+    precision when there are many phases; each peer only in the panel of the dtype it ran in.
+
+    A run without ceilings (``--no-ceilings``) has no roofs: a roofline would be points on an intensity axis
+    that says nothing about them. Its phases are drawn against PyTorch SDPA of the same run instead
+    (:func:`_against_peers`), the figure saying why."""
     env, rows, ceil, source = _load(records)
     pts = [r for r in rows if _ok_time(r) and r.get("tflops") and r.get("min_bytes")
            and (r.get("kind") == "phase" or r.get("phase") in ROOFLINE_PEERS)]
     if not pts:
         return []
+    if not ceil:
+        return _against_peers(env, rows, source, out_dir, stem)
     decode = all(_is_decode(r) for r in pts)
+    # a peer that ran in another dtype than its problem's (torch_sdpa_fp16 on an fp32 problem) is drawn only
+    # where no peer of that dtype ran on the same shape (it would sit in a column named for the other dtype)
+    have = {(_shape_key(r.get("problem")), _dtype_of(r)) for r in pts
+            if r.get("kind") == "peer" and _dtype_of(r) == (r.get("problem") or {}).get("dtype")}
+    pts = [r for r in pts if r.get("kind") != "peer" or _dtype_of(r) == (r.get("problem") or {}).get("dtype")
+           or (_shape_key(r.get("problem")), _dtype_of(r)) not in have]
     names = _phase_order(pts) + sorted({r["phase"] for r in pts if r.get("kind") == "peer"})
-    colors = _colors(names)
-    labels = list(_problems(pts))
-    markers = {lab: "osD^v<>pPX*h"[i % 12] for i, lab in enumerate(labels)}  # (more problems: shapes repeat)
-    is32 = [r for r in pts if (r.get("problem") or {}).get("dtype") == "float32"]
-    is16 = [r for r in pts if (r.get("problem") or {}).get("dtype") != "float32"]
+    is32 = [r for r in pts if _dtype_of(r) == "float32"]
+    is16 = [r for r in pts if _dtype_of(r) != "float32"]
     if not decode and len(names) > 12 and is32 and is16:
         panels = [("fp32 storage: CUDA cores (FFMA) and tf32 tensor cores", is32, ("ffma", "mma_tf32")),
                   ("fp16/bf16 storage: tensor cores", is16, ("mma_fp16", "wgmma_fp16", "cublas_fp16"))]
     else:
         roof_names = () if decode else ("ffma", "mma_tf32", "mma_fp16", "wgmma_fp16", "cublas_fp16")
         panels = [("", pts, roof_names)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(7.2 * len(panels) + 3.2, 6.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels) + 2.6, 6.6), squeeze=False)
     hollow = drawn_roofs = False
     for ax, (title, ppts, roof_names) in zip(axes[0], panels):
-        h, d = _roofline_ax(ax, ppts, ceil, colors, markers, roof_names, decode)
+        # colours and markers per panel: the fewer names, the more distinct
+        pnames = [n for n in names if any(r["phase"] == n for r in ppts)]
+        styles = _styles(pnames)
+        h, d = _roofline_ax(ax, ppts, ceil, styles, roof_names, decode)
         hollow, drawn_roofs = hollow or h, drawn_roofs or d
         if title:
             ax.set_title(title, fontsize=9.5)
-        pnames = [n for n in names if any(r["phase"] == n for r in ppts)]
-        plabels = [lab for lab in labels if any(r.get("label") == lab for r in ppts)]
-        hs = [Line2D([], [], color=colors[n], marker="o", linestyle="", label=n,
+        hs = [Line2D([], [], color=styles[n][0], marker=styles[n][1], linestyle="",
+                     label=n + (f" ({SHORT_DT.get(_dtype_of(next(r for r in ppts if r['phase'] == n)), '')})"
+                                if n == "torch_sdpa_fp16" else ""),
                      markeredgecolor="black" if n in PEER_COLORS else "none") for n in pnames]
-        hs += [Line2D([], [], color="gray", marker=markers[lab], linestyle="", label=lab) for lab in plabels]
         if h:
             hs.append(Line2D([], [], color="gray", marker="o", markerfacecolor="none", linestyle="",
-                             label="at modelled bytes (S, P materialized)"))
+                             label="at modelled bytes\n(S, P materialized)"))
         ax.legend(handles=hs, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     if decode:
         head = ("Decode roofline: memory-bound, every point far left of the compute roofs (black edge: SDPA)\n"
@@ -462,14 +558,73 @@ def roofline(records, out_dir, stem="roofline"):
                 "pass it (no read-only ceiling in this file)")
         extra = "roof: measured copy bandwidth × intensity (compute ceilings are off the chart for decode)"
     else:
-        head = "Roofline: phases under the measured ceilings (black edge: PyTorch SDPA)"
+        head = "Roofline: phases under the ceilings measured in the same run (black edge: PyTorch SDPA)"
         extra = ("roofs: measured copy bandwidth × intensity, capped by the measured FFMA, numba mma.sync "
                  "(mma_*), wgmma and cuBLAS (cublas_fp16, dotted) throughput")
-    if not drawn_roofs:
-        head += "\n(no ceilings in this file (simulator or --no-ceilings): roofs not drawn)"
+    extra += "; columns: one per problem (named on top), side by side where problems share an intensity"
     fig.suptitle(head, fontsize=10.5, x=0.02, ha="left")
-    fig.tight_layout(rect=(0, 0.05, 1, 0.9 if decode else 0.94))
+    fig.tight_layout(rect=(0, 0.05, 1, 0.93 if decode else 0.96))
     _caption(fig, env, source, extra)
+    return _save(fig, out_dir, stem)
+
+
+def _fastest_peer(rows, phase_row, label=None):
+    """The fastest OK SDPA peer row of ``phase_row``'s run (``run_id``) on ``label`` (default: its own problem),
+    in the problem's dtype; None if that run timed none."""
+    label = label or phase_row.get("label")
+    dt = (phase_row.get("problem") or {}).get("dtype")
+    peers = [r for r in rows if r.get("kind") == "peer" and _ok_time(r) and r.get("label") == label
+             and r.get("run_id") == phase_row.get("run_id") and _dtype_of(r) == dt]
+    return min(peers, key=lambda r: r["time_ms"]) if peers else None
+
+
+def _against_peers(env, rows, source, out_dir, stem):
+    """Per problem, each phase's speed against the fastest PyTorch SDPA of the same run (SDPA time / phase
+    time): the picture for a run that measured no ceilings."""
+    phases = [r for r in rows if r.get("kind") == "phase" and _ok_time(r)]
+    probs = OrderedDict()
+    for r in phases:
+        pr = _fastest_peer(rows, r)
+        if pr is not None:
+            probs.setdefault(r["label"], []).append((r, pr))
+    if not probs:
+        return []
+    names = _phase_order([r for v in probs.values() for r, _ in v])
+    styles = _styles(names)
+    fig, ax = plt.subplots(figsize=(min(13.0, 1.1 * len(probs) * max(1, len(names)) ** 0.5 + 3.5), 5.2))
+    w = 0.8 / max(len(names), 1)
+    vals, seen = [1.0], set()
+    for i, (lab, pairs) in enumerate(probs.items()):
+        for j, n in enumerate(names):
+            pair = next(((r, pr) for r, pr in pairs if r["phase"] == n), None)
+            if pair is None:
+                continue
+            v = pair[1]["time_ms"] / pair[0]["time_ms"]
+            vals.append(v)
+            x = i + (j - (len(names) - 1) / 2) * w
+            ax.bar(x, v, w, color=styles[n][0], label=None if n in seen else n)
+            seen.add(n)
+            ax.annotate(f"{v:.2f}", (x, v), ha="center", va="top", fontsize=7, xytext=(0, -3),
+                        textcoords="offset points", color="white", fontweight="bold")
+    ax.axhline(1.0, color="black", linewidth=1.2, linestyle="--")
+    ax.annotate("PyTorch SDPA (its fastest backend in the run) = 1", (0.99, 1.0), xycoords=("axes fraction", "data"),
+                ha="right", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points",
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 0.5})
+    ax.set_ylim(0, max(vals) * 1.18)
+    ax.set_xticks(range(len(probs)))
+    ax.set_xticklabels(list(probs), rotation=20, ha="right", fontsize=8)
+    ax.set_xlim(-0.6, len(probs) - 0.4)
+    ax.set_ylabel("speed against PyTorch SDPA\n(SDPA time / phase time, same run; > 1: faster)")
+    ax.grid(axis="y", alpha=0.25)
+    ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    backends = sorted({pr.get("sdpa_backend_ran") or pr["phase"] for v in probs.values() for _, pr in v})
+    fig.suptitle("No roofline: this run measured no ceilings (--no-ceilings), so there are no roofs to draw.\n"
+                 "Instead: each phase against PyTorch SDPA measured in the same run", fontsize=10.5, x=0.02,
+                 ha="left")
+    fig.tight_layout(rect=(0, 0.06, 1, 0.9))
+    runs = len({r["run_id"] for v in probs.values() for r, _ in v})
+    _caption(fig, env, source, f"each pair from one run ({runs} runs, one per problem); SDPA: the fastest of the "
+                               f"peers timed in that run, in the problem's dtype (backend ran: {', '.join(backends)})")
     return _save(fig, out_dir, stem)
 
 
@@ -516,22 +671,35 @@ def traffic(records, out_dir, stem="traffic"):
     bw = ceil.get("copy", {}).get("value")
     if bw:
         ax_g.axhline(bw, color="black", linestyle="--", linewidth=1.3)
-        ax_g.annotate(f"copy ceiling {bw:.0f} GB/s (read + write)", (len(names) - 0.5, bw), ha="right",
-                      va="bottom", fontsize=8.5)
+        # placed in axes x-coordinates: a data x at the edge of the bars may fall outside and not be drawn
+        ax_g.annotate(f"copy ceiling {bw:.0f} GB/s (read + write)", (0.99, bw), xycoords=("axes fraction", "data"),
+                      ha="right", va="bottom", fontsize=8.5, xytext=(0, 2), textcoords="offset points",
+                      bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 0.5})
     ax_g.set_xticks(range(len(names)))
     ax_g.set_xticklabels(names, rotation=30, ha="right", fontsize=9)
-    for ax in (ax_b, ax_g):
+    # a log axis only for values spread over more than a decade; a narrow range (decode's bandwidths,
+    # 2.7-4.7 TB/s) is drawn on a linear axis from 0, where bar lengths compare honestly
+    scale = {}
+    for ax, vals in ((ax_b, [(r.get("model_bytes") or r["min_bytes"]) / 2**30 for r in rows]),
+                     (ax_g, [(r.get("model_bytes") or r["min_bytes"]) / (r["time_ms"] * 1e-3) / 1e9 for r in rows]
+                      + ([bw] if bw else []))):
         ax.grid(axis="y", which="both", alpha=0.25)
-        ax.set_yscale("log")
-        _plain_log_ticks(ax)
-    ax_b.set_ylabel("device-memory traffic\nby construction (GiB, log)")
+        if max(vals) / min(vals) > 10:
+            ax.set_yscale("log")
+            _plain_log_ticks(ax)
+            ax.set_ylim(10 ** math.floor(math.log10(min(vals))), max(vals) * 1.6)  # bars start at a decade
+            scale[ax] = "log"
+        else:
+            ax.set_ylim(0, max(vals) * 1.12)
+            scale[ax] = "linear"
+    ax_b.set_ylabel("device-memory traffic\nby construction (GiB" + (", log)" if scale[ax_b] == "log" else ")"))
     if materialized:
         ax_b.set_title("Bytes moved: S and P materialized (unfused baseline) vs the minimum (fused phases)\n"
                        "dotted: the minimum (Q, K, V read once, O written once)", fontsize=9)
     else:
         ax_b.set_title("Bytes moved: every phase here moves the minimum\n"
                        "(Q, K, V read once, O written once) plus its workspace", fontsize=9)
-    ax_g.set_ylabel("achieved GB/s on those bytes (log)")
+    ax_g.set_ylabel("achieved GB/s on those bytes" + (" (log)" if scale[ax_g] == "log" else ""))
     ax_g.set_title("Bandwidth achieved on the modelled bytes", fontsize=9)
     ax_b.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.suptitle("Memory traffic per phase", fontsize=11, x=0.02, ha="left")
@@ -580,48 +748,60 @@ def layouts(records, out_dir, stem="layouts"):
     palette = ["#9467bd", "#ff7f0e", "#17becf", "#e377c2", "#bcbd22", "#8c564b", "#7f7f7f", "#1f77b4"]
     colors = {n: PEER_COLORS.get(n) or palette[i % len(palette)] for i, n in enumerate(names)}
     backends = sorted({r.get("sdpa_backend_ran") for r in rows if r["phase"] == "torch_sdpa"} - {None})
-    n_prob = max(len(groups[k]) for k in kinds)
-    fig, axes = plt.subplots(len(kinds), 1, figsize=(max(9.0, 1.25 * n_prob * 2 + 3), 4.6 * len(kinds)),
-                             squeeze=False)
-    for ax, k in zip(axes[:, 0], kinds):
+    # one small panel per problem, four to a row (a long file wraps into more rows, readable at page width)
+    import textwrap
+
+    ncols = min(4, max(len(groups[k]) for k in kinds))
+    rows_of = [math.ceil(len(groups[k]) / ncols) for k in kinds]
+    fig = plt.figure(figsize=(10.0, 2.75 * sum(rows_of) + 0.8 * len(kinds) + 0.9), layout="constrained")
+    sfs = fig.subfigures(len(kinds) + 1, 1, height_ratios=[r * 2.75 + 0.8 for r in rows_of] + [0.55])
+    bw = ceil.get("copy", {}).get("value")
+    for sf, k, nr in zip(sfs, kinds, rows_of):
         entries = groups[k]
-        w = 0.8 / max(len(names), 1)
-        for i, (prob, rs, ts) in enumerate(entries):
+        axs = sf.subplots(nr, ncols, sharey=True, squeeze=False)
+        for ax in axs.flat[len(entries):]:
+            ax.axis("off")
+        for ax, (prob, rs, ts) in zip(axs.flat, entries):
             flops = prob.flops()
-            for j, n in enumerate(names):
+            x = 0
+            for n in names:
                 for twin, pool in ((False, rs), (True, ts)):
-                    r = next((x for x in pool if x["phase"] == n), None)
+                    r = next((y for y in pool if y["phase"] == n), None)
                     if r is None:
                         continue
                     t = r["time_ms"] * 1e-3
                     val = (r["min_bytes"] / t / 1e9) if k == "paged" else (flops / t / 1e12)
-                    ax.bar(i + (j - (len(names) - 1) / 2) * w, val, w, color=colors[n],
-                           hatch="//" if twin else None, edgecolor="white" if twin else None, linewidth=0)
-        labels = [p.label.replace(" fp16", "").replace(" D128", "").replace(" paged", "") for p, _, _ in entries]
-        ax.set_xticks(range(len(entries)))
-        ax.set_xticklabels(labels, rotation=20, ha="right", fontsize=8)
-        ax.grid(axis="y", alpha=0.25)
+                    ax.bar(x, val, 0.8, color=colors[n], hatch="//" if twin else None,
+                           edgecolor="white" if twin else None, linewidth=0)
+                    x += 1
+            if k == "paged" and bw:
+                ax.axhline(bw, color="black", linestyle="--", linewidth=1.1)
+            ax.set_xticks([])
+            ax.set_xlim(-0.7, max(x, 1) - 0.3)
+            ax.grid(axis="y", alpha=0.25)
+            lab = prob.label.replace(" fp16", "").replace(" D128", "").replace(" paged", "")
+            ax.set_title("\n".join(textwrap.wrap(lab, 24)), fontsize=8)
+            ax.tick_params(axis="y", labelsize=8)
+        for ax in axs[:, 0]:
+            ax.set_ylabel("GB/s on the bytes read" if k == "paged" else "useful TFLOP/s\n(real pairs only)",
+                          fontsize=8.5)
         if k == "paged":
-            bw = ceil.get("copy", {}).get("value")
-            if bw:
-                ax.axhline(bw, color="black", linestyle="--", linewidth=1.2)
-                ax.annotate(f"copy ceiling {bw:.0f} GB/s (read + write: a read-only stream may pass it)",
-                            (-0.45, bw), ha="left", va="bottom", fontsize=8,
-                            bbox=dict(facecolor="white", edgecolor="none", alpha=0.85, pad=1.0))
-            ax.set_ylabel("GB/s on the bytes read")
-            ax.set_title("Paged KV cache (solid) against the contiguous cache of the same bytes (hatched: "
-                         "every sequence at the mean length)", fontsize=9)
+            head = ("Paged KV cache (solid) against the contiguous cache of the same bytes (hatched: every "
+                    "sequence at the mean length)")
         else:
-            ax.set_ylabel("useful TFLOP/s (real pairs only)")
-            ax.set_title("Packed ragged batch, cu_seqlens (solid) against the padded batch (hatched: every "
-                         "sequence at the longest length; the same useful FLOPs)", fontsize=9)
+            head = ("Packed ragged batch, cu_seqlens (solid) against the padded batch (hatched: every sequence "
+                    "at the longest length; the same useful FLOPs)")
+        sf.suptitle(textwrap.fill(head, 95), fontsize=9.5, x=0.01, ha="left")
     handles = [Line2D([0], [0], color=colors[n], lw=7,
                       label=n + (f" ({', '.join(backends)})" if n == "torch_sdpa" and backends else ""))
                for n in names]
-    axes[0, 0].legend(handles=handles, fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    fig.suptitle("Serving layouts against their contiguous twins", fontsize=11, x=0.02, ha="left")
-    fig.tight_layout(rect=(0, 0.05, 1, 0.96))
-    _caption(fig, env, source, "rows measured in the same run; a bar is missing where its row did not finish")
+    if "paged" in kinds and bw:
+        handles.append(Line2D([0], [0], color="black", linestyle="--", lw=1.1,
+                              label=f"copy ceiling {bw:.0f} GB/s\n(read + write: a read-only\nstream may pass it)"))
+    sfs[0].legend(handles=handles, fontsize=7.5, loc="outside right upper")
+    fig.suptitle("Serving layouts against their contiguous twins", fontsize=11, x=0.01, ha="left")
+    _caption(fig, env, source, "rows measured in the same run; a bar is missing where its row did not finish; "
+                               "bars in the order of the legend")
     return _save(fig, out_dir, stem)
 
 
@@ -686,13 +866,26 @@ def steps(records, out_dir, stem="steps"):
                        edgecolor="black", linewidth=0.4)
     ax.axhline(1.0, color="black", linewidth=1.0)
     values = [p["measured"] for p in pairs] + [p["planned"] for p in pairs if p["planned"]] + [1.0]
-    ax.set_ylim(min(values) * 0.92, max(values) * 1.06)
+    # room for the markers at both ends (a step of 0.3× sat on the bottom edge, half cut off); a log axis
+    # when the steps span more than 3× (2× slower and 2× faster then lie equally far from 1)
+    if max(values) / min(values) > 3:
+        from matplotlib.ticker import FuncFormatter, NullFormatter
+
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_yticks([t for t in (0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 7, 10, 20)
+                       if min(values) / 1.2 <= t <= max(values) * 1.2])
+        ax.set_ylim(min(values) / 1.2, max(values) * 1.2)
+    else:
+        pad = 0.08 * (max(values) - min(values))
+        ax.set_ylim(min(values) - pad, max(values) + pad)
     ax.set_xlim(-0.6, len(names) - 0.4)
     ax.grid(axis="y", color="#eeeeee", zorder=0)
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels([f"{n}\nvs {next(p['parent'] for p in pairs if p['phase'] == n)}" for n in names], fontsize=8,
                        rotation=30 if len(names) > 6 else 0, ha="right" if len(names) > 6 else "center")
-    ax.set_ylabel("parent time / phase time (same run)")
+    ax.set_ylabel("parent time / phase time (same run)" + (", log" if ax.get_yscale() == "log" else ""))
     ax.set_title("Each step against its parent: measured (dots: one per run and problem; ◆ non-default "
                  "parameters) and planned (grey)", fontsize=9)
     handles = [Line2D([0], [0], marker="o", color="w", markerfacecolor=colors[lab], markeredgecolor="black",
