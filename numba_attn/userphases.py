@@ -34,27 +34,18 @@ from __future__ import annotations
 
 import ast
 import difflib
-import hashlib
 import importlib
 import importlib.util
 import keyword
-import linecache
 import os
 import re
 import sys
-import types
 from dataclasses import dataclass, field
 
-ENV_VAR = "NUMBA_ATTN_PHASES"
-ENTRY_POINT_GROUP = "numba_attn.phases"
-USER_PACKAGE = "numba_attn_user"
+ENV_VAR = "NUMBA_ATTN_PHASES"  # (numba_attn.phases.discovery reads it; this module imports the registry lazily)
 
-# absolute path of a loaded file → {"module", "given", "digest", "phases"}
-_FILES: dict[str, dict] = {}
 # what load_phases() loaded in this process (absolute paths, module names): worker processes load them too
 _EXPLICIT: list[str] = []
-
-_SKIP_FILE = re.compile(r"^(_|test_)|(_test\.py$)|^(conftest|setup)\.py$")
 
 
 class NewPhaseError(ValueError):
@@ -70,123 +61,20 @@ def _registry():
     return registry
 
 
+def _discovery():
+    from numba_attn.phases import discovery
+
+    return discovery
+
+
 def is_path_spec(spec: str) -> bool:
-    """Whether ``spec`` (of ``--setup`` or :func:`load_phases`) names a file or directory rather than a
-    module: it ends in ``.py`` or holds a path separator, or it exists as a path and is no importable module."""
-    spec = os.fspath(spec)
-    if spec.endswith(".py") or "/" in spec or os.sep in spec:
-        return True
-    if not os.path.exists(spec):
-        return False
-    if all(part.isidentifier() for part in spec.split(".")):
-        try:
-            return importlib.util.find_spec(spec) is None
-        except (ImportError, ValueError):
-            return True
-    return True
-
-
-def _module_name(path: str) -> str:
-    stem = re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0]) or "phase"
-    if stem[0].isdigit():
-        stem = "_" + stem
-    name = f"{USER_PACKAGE}.{stem}"
-    taken = {info["module"]: p for p, info in _FILES.items()}
-    if taken.get(name, path) != path:
-        name += "_" + hashlib.sha1(path.encode()).hexdigest()[:8]
-    return name
-
-
-def _user_package():
-    pkg = sys.modules.get(USER_PACKAGE)
-    if pkg is None:
-        pkg = types.ModuleType(USER_PACKAGE, "Phases loaded from user files (numba_attn.userphases).")
-        pkg.__path__ = []
-        sys.modules[USER_PACKAGE] = pkg
-    return pkg
-
-
-def _phases_of(registry, module: str) -> list:
-    return [p for p in registry._REGISTRY.values() if p.module == module or p.module.startswith(module + ".")]
-
-
-def _registered_during(registry, before: dict, module: str) -> list:
-    new = [p for n, p in registry._REGISTRY.items() if before.get(n) is not p]
-    return new + [p for p in _phases_of(registry, module) if p not in new]
-
-
-def _restore(registry, before: dict):
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(before)
-
-
-def load_file(path: str, given: str | None = None):
-    """Import the phase file ``path`` (again when it changed); ``(module, phases it registered)``."""
-    registry = _registry()
-    ab = os.path.abspath(path)
-    if not os.path.isfile(ab):
-        raise FileNotFoundError(f"no such phase file: {given or path}")
-    if not ab.endswith(".py"):
-        raise ValueError(f"{given or path}: a phase file is a .py file")
-    with open(ab, "rb") as f:
-        digest = hashlib.sha1(f.read()).hexdigest()
-    info = _FILES.get(ab)
-    if info is not None and info["digest"] == digest and info["module"] in sys.modules:
-        current = [registry._REGISTRY.get(n) for n in info["phases"]]
-        if all(p is not None and p.module == info["module"] for p in current):
-            return sys.modules[info["module"]], current  # unchanged and still registered
-    name = info["module"] if info is not None else _module_name(ab)
-    before = dict(registry._REGISTRY)
-    for p in _phases_of(registry, name):  # the previous version's phases: replaced by this run of the file
-        registry._REGISTRY.pop(p.name, None)
-    pkg = _user_package()
-    old_module = sys.modules.get(name)
-    spec = importlib.util.spec_from_file_location(name, ab)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    linecache.checkcache(ab)
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        _restore(registry, before)
-        if old_module is not None:
-            sys.modules[name] = old_module
-        else:
-            sys.modules.pop(name, None)
-        raise
-    setattr(pkg, name.rsplit(".", 1)[1], mod)
-    phases = _registered_during(registry, before, name)
-    _FILES[ab] = {"module": name, "given": given or path, "digest": digest, "phases": [p.name for p in phases]}
-    return mod, phases
-
-
-def phase_files(directory: str) -> list[str]:
-    """The phase files of ``directory``: its ``.py`` files (not recursive), tests and private files left out."""
-    return [os.path.join(directory, f) for f in sorted(os.listdir(directory))
-            if f.endswith(".py") and not _SKIP_FILE.search(f)]
-
-
-def load_module(name: str):
-    """Import the module ``name``; ``(module, the phases registered by it or while it was imported)``."""
-    registry = _registry()
-    before = dict(registry._REGISTRY)
-    mod = importlib.import_module(name)
-    return mod, _registered_during(registry, before, name)
+    """Whether a ``--setup`` / :func:`load_phases` argument names a file or directory (else a module)."""
+    return _discovery().is_path_spec(spec)
 
 
 def load_spec(spec: str, given: str | None = None):
-    """``(module or None, phases)`` of a file, a directory or a module name (see :func:`is_path_spec`)."""
-    spec = os.fspath(spec)
-    if not is_path_spec(spec):
-        return load_module(spec)
-    if os.path.isdir(spec):
-        phases = []
-        for f in phase_files(spec):
-            phases += load_file(f, os.path.join(given or spec, os.path.basename(f)))[1]
-        return None, phases
-    if not os.path.exists(spec):
-        raise FileNotFoundError(f"no such phase file or directory: {given or spec}")
-    return load_file(spec, given)
+    """``(module or None, phases)`` of a ``.py`` file, a directory of them or a module name, registered."""
+    return _discovery().load_spec(spec, _registry()._REGISTRY, given)
 
 
 def load_phases(path_or_module) -> list:
@@ -201,7 +89,7 @@ def load_phases(path_or_module) -> list:
     if not is_path_spec(spec):
         keys = [spec]
     elif os.path.isdir(spec):
-        keys = [os.path.abspath(f) for f in phase_files(spec)]
+        keys = [os.path.abspath(f) for f in _discovery().phase_files(spec)]
     else:
         keys = [os.path.abspath(spec)]
     _EXPLICIT.extend(k for k in keys if k not in _EXPLICIT)
@@ -215,7 +103,7 @@ def worker_specs() -> tuple:
     from numba_attn.phases.registry import _REGISTRY
 
     def live(key):
-        info = _FILES.get(key)
+        info = _discovery().FILES.get(key)
         if info is None:
             return True  # a module name
         return any(getattr(_REGISTRY.get(n), "module", None) == info["module"] for n in info["phases"])
@@ -239,46 +127,6 @@ def absolute_setup(spec: str) -> str:
     return spec
 
 
-def _summary(exc: BaseException) -> str:
-    import traceback
-
-    tb = traceback.extract_tb(exc.__traceback__)
-    where = f" (at {tb[-1].filename}:{tb[-1].lineno})" if tb else ""
-    return f"{type(exc).__name__}: {exc}{where}"
-
-
-def load_discovered(broken: dict) -> None:
-    """Load the files of ``$NUMBA_ATTN_PHASES`` and the ``numba_attn.phases`` entry points; a failure is
-    recorded in ``broken`` (what failed → error summary), never raised. Called when the registry loads."""
-    for entry in [e for e in os.environ.get(ENV_VAR, "").split(os.pathsep) if e.strip()]:
-        if os.path.isdir(entry):
-            files = phase_files(entry)
-        elif os.path.isfile(entry) and entry.endswith(".py"):
-            files = [entry]
-        else:
-            broken[entry] = (f"{ENV_VAR}: {'no such file or directory' if not os.path.exists(entry) else 'not a .py file or a directory'}")
-            continue
-        for f in files:
-            try:
-                load_file(f, f)
-            except Exception as exc:  # noqa: BLE001 - reported, not hidden
-                broken[f] = _summary(exc)
-    try:
-        from importlib.metadata import entry_points
-
-        eps = list(entry_points(group=ENTRY_POINT_GROUP))
-    except Exception as exc:  # noqa: BLE001
-        broken[f"entry points {ENTRY_POINT_GROUP}"] = _summary(exc)
-        return
-    for ep in eps:
-        try:
-            obj = ep.load()
-            if ep.attr and callable(obj):
-                obj()
-        except Exception as exc:  # noqa: BLE001
-            broken[f"{ep.value} (entry point {ep.name})"] = _summary(exc)
-
-
 def shown_path(path: str) -> str:
     """A phase file as people read it: relative to the repository inside it, else the path as it was
     given when the file was loaded (else the absolute path)."""
@@ -289,7 +137,7 @@ def shown_path(path: str) -> str:
     ab = os.path.abspath(path)
     if os.path.commonpath([ab, ROOT]) == ROOT:
         return os.path.relpath(ab, ROOT).replace(os.sep, "/")
-    info = _FILES.get(ab)
+    info = _discovery().FILES.get(ab) if "numba_attn.phases.discovery" in sys.modules else None
     return info["given"] if info else ab
 
 

@@ -12,6 +12,7 @@ import pytest
 
 import numba_attn as na
 from numba_attn import userphases
+from numba_attn.phases import discovery
 from numba_attn.cli import main
 
 ENV = {**os.environ, "NUMBA_ATTN_BACKEND": "simulator", "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS": "0"}
@@ -21,11 +22,11 @@ ENV.pop(userphases.ENV_VAR, None)
 @pytest.fixture
 def clean():
     """The registry and the loader's records as they were (phases loaded by a test do not leak)."""
-    files, explicit = dict(userphases._FILES), list(userphases._EXPLICIT)
+    files, explicit = dict(discovery.FILES), list(userphases._EXPLICIT)
     with na.temporary_phases():
         yield
-    userphases._FILES.clear()
-    userphases._FILES.update(files)
+    discovery.FILES.clear()
+    discovery.FILES.update(files)
     userphases._EXPLICIT[:] = explicit
 
 

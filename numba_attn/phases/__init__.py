@@ -13,8 +13,9 @@ A module that fails to import does not take the others down: the failure is
 kept in ``BROKEN`` (module name → error summary), reported by
 ``numba-attn list`` and by the tests, and the remaining phases still run.
 
-Phases outside the package are loaded after these (:mod:`numba_attn.userphases`):
-the ``.py`` files and directories of ``$NUMBA_ATTN_PHASES`` and the modules of the
+Phases outside the package are loaded after these, when the registry is first
+read (``registry._load_all``, :mod:`numba_attn.phases.discovery`): the ``.py``
+files and directories of ``$NUMBA_ATTN_PHASES`` and the modules of the
 ``numba_attn.phases`` entry points; one that fails is kept in ``BROKEN`` too
 (under its path, or its entry point), never raised.
 """
@@ -43,6 +44,4 @@ for _family in FAMILIES:
         if re.match(r"p\d+_", _m.name):
             _import(f"{__name__}.{_family}.{_m.name}")
 
-from numba_attn import userphases as _userphases  # noqa: E402  (after the package's own phases)
-
-_userphases.load_discovered(BROKEN)
+LOADED = True  # every phase module of the package imported: the registry may now load the phases outside it

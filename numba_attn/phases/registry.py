@@ -377,8 +377,20 @@ def candidate_configs(phase: "Phase", problem, space: dict | None = None, fixed:
     return out
 
 
+_DISCOVERED = False
+
+
 def _load_all():
-    from numba_attn import phases  # noqa: F401  (imports every phase module)
+    """Import every phase module of the package, then (once) the phases found outside it
+    (:mod:`numba_attn.phases.discovery`: ``$NUMBA_ATTN_PHASES``, the ``numba_attn.phases`` entry points)."""
+    global _DISCOVERED
+    from numba_attn import phases  # (imports every phase module)
+
+    if not _DISCOVERED and getattr(phases, "LOADED", False):
+        _DISCOVERED = True
+        from numba_attn.phases import discovery
+
+        discovery.load_discovered(phases.BROKEN, _REGISTRY)
 
 
 def list_phases(kind: str | None = None) -> list[Phase]:
