@@ -134,8 +134,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="within A: each phase against its parent on the same problem")
     c.add_argument("--phases", default=None, metavar="P,Q", help="within A: phase Q against phase P on each problem")
 
-    p = sub.add_parser("plot", help="draw the plots of a results file")
-    p.add_argument("results")
+    p = sub.add_parser("plot", help="draw the plots of a results file (--headline: the README's headline plot)")
+    p.add_argument("results", nargs="?", help="a results file; with --headline the results directory "
+                   "(default: the repository's results/)")
+    p.add_argument("--headline", action="store_true", help="draw headline.png|svg: per family, the best phase "
+                   "against the best SDPA of the same run, from the committed results files")
+    p.add_argument("--gpu", default="nvidia-h200", help="with --headline: the GPU of the results files "
+                   "(default nvidia-h200)")
     p.add_argument("--out", default=None, help="output directory (default: the results file's directory when it is in "
                                                "the results dir, else the results dir: never a checkout unless named)")
     p.add_argument("--prefix", default="", help="file name prefix")
@@ -869,8 +874,17 @@ def cmd_compare(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from numba_attn.report.plots import PLOTS, make_all
+    from numba_attn.report.plots import PLOTS, headline, make_all
 
+    if args.headline:
+        files = headline(args.out or "plots", results_dir=args.results, gpu=args.gpu)
+        if not files:
+            print(f"nothing to plot: no results files for {args.gpu} with a phase and SDPA in the same run")
+        for f in files:
+            print(f)
+        return 0 if files else 1
+    if not args.results:
+        raise SystemExit("numba-attn plot RESULTS: a results file (or --headline)")
     if not os.path.exists(args.results):
         raise SystemExit(f"no such results file: {args.results}")
     which = PLOTS

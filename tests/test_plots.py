@@ -158,3 +158,29 @@ def test_steps_pairs_a_phase_with_its_parent_in_the_same_run_only(tmp_path):
     svg = open(files[1]).read()
     assert "Each step against its parent" in svg and "parent time / phase time" in svg and "Test GPU" in svg
     assert plots.steps(recs[:2], str(tmp_path), stem="none") == []  # no pair: nothing drawn
+
+
+def test_headline_draws_from_the_committed_results(tmp_path):
+    """The README's headline: per family the best phase beside the best SDPA of the same run (one run_id: one
+    env record, one commit), from the committed H200 files; `numba-attn plot --headline` draws it."""
+    from numba_attn.measure.results import load_results
+    from numba_attn.report import records as rec
+
+    pairs = plots.headline_pairs()
+    assert [p["family"].split(",")[0] for p in pairs] == ["CUDA-core prefill", "Tensor-core prefill", "Decode",
+                                                          "Paged decode"]
+    for p in pairs:
+        rows = [r for r in load_results(rec.repo_path("results", p["file"])) if r.get("run_id") == p["run_id"]]
+        env = [r for r in rows if r.get("type") == "env"]
+        assert len(env) == 1 and str(env[0]["commit"]).startswith(p["commit"]) and p["gpu"] == "NVIDIA H200"
+        phase = [r for r in rows if r.get("phase") == p["phase"] and r.get("label") == p["label"]]
+        peer = [r for r in rows if r.get("phase") == p["peer"] and r.get("label") == p["peer_label"]]
+        # the last row of each (a problem measured twice in one run: the later rows, as latest_rows keeps them)
+        assert phase and peer and p["ratio"] == pytest.approx(peer[-1]["time_ms"] / phase[-1]["time_ms"])
+        assert 0.3 < p["ratio"] < 3
+    assert main(["plot", "--headline", "--out", str(tmp_path)]) == 0
+    svg = (tmp_path / "headline.svg").read_text()
+    for words in ("NVIDIA H200", "PyTorch SDPA", "register_blocked", "warp_specialized_tc",
+                  "results/paged-nvidia-h200.jsonl", "B1 H32 N4096 D128 fp16"):
+        assert words in svg, words
+    assert (tmp_path / "headline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
