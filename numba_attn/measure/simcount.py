@@ -119,14 +119,18 @@ def _place(a: np.ndarray):
 
 def _offset(place, idx):
     root, off, strides, shape = place
-    if type(idx) is not tuple:
-        idx = (idx,)
-    for i, s, n in zip(idx, strides, shape):
-        i = int(i)
-        if i < 0:
-            i += n
-        off += i * s
-    return root, off
+    if type(idx) is tuple:
+        if len(idx) == 2:
+            i, j = idx
+            return root, off + (int(i) % shape[0]) * strides[0] + (int(j) % shape[1]) * strides[1]
+        if len(idx) == 3:
+            i, j, k = idx
+            return root, (off + (int(i) % shape[0]) * strides[0] + (int(j) % shape[1]) * strides[1]
+                          + (int(k) % shape[2]) * strides[2])
+        for i, s, n in zip(idx, strides, shape):
+            off += (int(i) % n) * s  # (a negative index counts from the end, as NumPy's; in range: checked by it)
+        return root, off
+    return root, off + (int(idx) % shape[0]) * strides[0]
 
 
 def _scalar_index(idx, ndim) -> bool:
@@ -239,7 +243,8 @@ class _SharedArray(np.ndarray):
             return ret
         st = _state()
         if st is not None and not st.suppress:
-            root, off = _addr(self, idx)
+            p = self.__dict__.get("_scp") or _place_of(self)
+            root, off = _offset(p, idx)
             _log(st, sys._getframe(1), "sl", root, off, self.itemsize)
         return ret
 
@@ -509,6 +514,21 @@ class _Session:
                     tot["sim_gmem_write_sectors"] += nsec
             elif kind in ("sl", "ss"):
                 width = max(a[3] for a in acc)
+                nbytes = sum(a[3] for a in acc)
+                if width <= 4 and all((off & 3) + n <= 4 for _, _, off, n in acc):  # one word per lane, one phase
+                    per_bank = [0] * BANKS
+                    for _, word in {(root, off >> 2) for _, root, off, _ in acc}:
+                        per_bank[word & 31] += 1
+                    waves = max(per_bank)
+                    tot["sim_smem_wavefronts"] += waves
+                    tot["sim_bank_conflicts"] += waves - 1
+                    if kind == "sl":
+                        tot["sim_smem_loads"] += 1
+                        tot["sim_smem_load_bytes"] += nbytes
+                    else:
+                        tot["sim_smem_stores"] += 1
+                        tot["sim_smem_store_bytes"] += nbytes
+                    continue
                 per = WARP if width <= 4 else (16 if width <= 8 else 8)
                 phases = {}
                 nbytes = 0
