@@ -469,8 +469,11 @@ def new_phase(name: str, from_: str, dir: str | None = None) -> NewPhase:  # noq
         if os.path.exists(path):
             raise NewPhaseError(f"--dir {_short(directory)}: {os.path.basename(path)} exists there; choose another "
                                 f"NAME or directory (new never overwrites a file)")
-    if name in sys.builtin_module_names or name in getattr(sys, "stdlib_module_names", ()) or (
-            importlib.util.find_spec(name) is not None):
+    try:
+        importable = importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a module in sys.modules without a spec (numba_attn_user)
+        importable = True
+    if name in sys.builtin_module_names or name in getattr(sys, "stdlib_module_names", ()) or importable:
         raise NewPhaseError(f"NAME {name!r} is the name of an importable module: {name}.py would shadow it "
                             f"next to its test; choose another name")
     parent = registry._REGISTRY.get(from_) if isinstance(from_, str) else None

@@ -156,6 +156,15 @@ def test_new_refuses_in_one_line_naming_the_argument(argv, words, tmp_path, caps
     assert not os.listdir(tmp_path)
 
 
+def test_new_refuses_a_parent_it_cannot_copy(tmp_path, clean):
+    from numba_attn.phases.registry import register_variant
+
+    register_variant("smem_kv", "smem_kv_b8", Bc=8)  # registered by this test module: no builder of its own
+    with pytest.raises(userphases.NewPhaseError, match="--from smem_kv_b8: .*register_variant"):
+        na.new_phase("from_variant", from_="smem_kv_b8", dir=str(tmp_path))
+    assert not os.listdir(tmp_path)
+
+
 def test_new_never_overwrites(tmp_path, capsys):
     (tmp_path / "test_mine.py").write_text("# mine\n")
     assert main(["new", "mine", "--from", "naive", "--dir", str(tmp_path)]) == 2
