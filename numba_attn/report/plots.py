@@ -926,7 +926,10 @@ def count_pairs(rows) -> list[dict]:
                 vals[metric] = (a, b, (b / a) if a else (1.0 if b == 0 else None))
             out.append({"phase": name, "parent": parent["phase"], "label": label, "order": r.get("order"),
                         "values": vals})
-    out.sort(key=lambda p: (p["order"] if p["order"] is not None else 1e9, p["phase"], str(p["label"])))
+    first = {}  # problems in the order of their first phase, pairs by roadmap order within a problem
+    for p in sorted(out, key=lambda p: p["order"] if p["order"] is not None else 1e9):
+        first.setdefault(p["label"], len(first))
+    out.sort(key=lambda p: (first[p["label"]], p["order"] if p["order"] is not None else 1e9, p["phase"]))
     return out
 
 
@@ -954,18 +957,23 @@ def counts(records, out_dir, stem="counts"):
                 continue
             shown.append(ratio)
             ax.bar(x, ratio - 1.0, width * 0.92, bottom=1.0, color=colors[metric], zorder=3)  # from 1 to the ratio
-            ax.text(x, ratio, _fmt_x(ratio), fontsize=6.5, ha="center", va="bottom" if ratio >= 1 else "top",
-                    rotation=90 if len(pairs) > 8 else 0)
+            if abs(ratio - 1.0) > 0.005:  # (equal counts: no bar, no label)
+                ax.text(x, ratio, _fmt_x(ratio), fontsize=6.5, ha="center", va="bottom" if ratio >= 1 else "top",
+                        rotation=90 if len(pairs) > 8 else 0)
     ax.set_yscale("log")
     lo, hi = min(shown), max(shown)
-    ax.set_ylim(lo / 1.6, hi * 1.8)
+    ax.set_ylim(lo / 1.6, hi * 2.2)
     ax.axhline(1.0, color="black", linewidth=1.0, zorder=4)
     ax.set_xlim(-0.6, len(pairs) - 0.4)
     ax.grid(axis="y", color="#eeeeee", zorder=0)
     ax.set_xticks(range(len(pairs)))
-    multi = len({p["label"] for p in pairs}) > 1
-    ax.set_xticklabels([f"{p['phase']}\nvs {p['parent']}" + (f"\n{p['label']}" if multi else "") for p in pairs],
+    ax.set_xticklabels([f"{p['phase']}\nvs {p['parent']}" for p in pairs],
                        fontsize=7.5, rotation=30 if len(pairs) > 5 else 0, ha="right" if len(pairs) > 5 else "center")
+    starts = [i for i, p in enumerate(pairs) if i == 0 or p["label"] != pairs[i - 1]["label"]]
+    for n, i in enumerate(starts):  # the problem of each run of pairs, over it
+        if i:
+            ax.axvline(i - 0.5, color="#bbbbbb", linewidth=0.8, zorder=1)
+        ax.text(i - 0.45, hi * 1.6, str(pairs[i]["label"]), fontsize=7, ha="left", va="top", color="#555555")
     ax.set_ylabel("phase / parent (one launch, counted)")
     ax.set_title("Each phase against its parent, counted in the simulator (below 1: fewer)", fontsize=9)
     handles = [Line2D([0], [0], color=colors[m], lw=6, label=m) for m, _ in COUNT_METRICS]
