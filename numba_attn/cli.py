@@ -904,12 +904,14 @@ def cmd_plot(args) -> int:
 
 
 def _plots_default(results: str) -> str:
-    """Where ``plot`` writes without --out: beside the results file when it lies in the per-user results dir,
-    else that dir (plotting a committed results/*.jsonl does not write into the checkout)."""
+    """Where ``plot`` writes without --out: beside the results file, unless that file lies in this checkout
+    (a committed results/*.jsonl): then in the per-user results dir, so that no command writes into the checkout."""
     from numba_attn.measure.config import default_results_dir
+    from numba_attn.report.records import ROOT
 
-    here, home = os.path.dirname(os.path.realpath(results)), os.path.realpath(default_results_dir())
-    return here if here == home or here.startswith(home + os.sep) else home
+    here, root = os.path.dirname(os.path.realpath(results)), os.path.realpath(ROOT)
+    inside = here == root or here.startswith(root + os.sep)
+    return os.path.realpath(default_results_dir()) if inside else here
 
 
 def cmd_diff(args) -> int:

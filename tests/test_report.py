@@ -104,8 +104,9 @@ def test_index_lists_every_phase():
 # ---------------------------------------------------------------- README tables
 
 def test_readme_tables_match_their_results_files():
-    """The README's tables are generated: regenerate with `numba-attn readme`."""
-    assert readme.stale() == [], "README tables differ from the results files: run `numba-attn readme`"
+    """The tables of README.md and docs/results.md are generated: regenerate with `numba-attn readme`."""
+    for doc in readme.DOCS:
+        assert readme.stale(rec.repo_path(doc)) == [], f"{doc}: tables differ from the results files: run `numba-attn readme`"
 
 
 def test_roadmap_table_figures_come_from_the_results_file():
@@ -116,8 +117,8 @@ def test_roadmap_table_figures_come_from_the_results_file():
 
 
 def test_readme_check_fails_on_a_disagreeing_table(tmp_path):
-    path = tmp_path / "README.md"
-    shutil.copy(rec.repo_path("README.md"), path)
+    path = tmp_path / "results.md"
+    shutil.copy(rec.repo_path("docs", "results.md"), path)
     text = path.read_text()
     assert "| 4.29 ms |" in text
     path.write_text(text.replace("| 4.29 ms |", "| 4.20 ms |", 1))
@@ -125,7 +126,7 @@ def test_readme_check_fails_on_a_disagreeing_table(tmp_path):
     assert cli.main(["readme", "--check", "--readme", str(path)]) == 1
     assert cli.main(["readme", "--readme", str(path)]) == 0  # rewrites in place
     assert readme.stale(str(path)) == []
-    assert path.read_text() == open(rec.repo_path("README.md")).read()
+    assert path.read_text() == open(rec.repo_path("docs", "results.md")).read()
 
 
 def test_unknown_table_marker(tmp_path):

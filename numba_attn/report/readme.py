@@ -1,16 +1,16 @@
-"""The README's result tables, generated from the committed results files.
+"""The result tables of the README and of docs/results.md, generated from the committed results files.
 
-Each table sits between markers in README.md::
+Each table sits between markers in README.md or docs/results.md::
 
     <!-- table:roadmap start -->
     ...generated...
     <!-- table:roadmap end -->
 
-    numba-attn readme            # rewrite every table in place
+    numba-attn readme            # rewrite every table of both files in place
     numba-attn readme --check    # exit 1 when a table differs from its results file
     python -m numba_attn.report.readme [--check]
 
-A test runs the check, so a README table cannot disagree with its results file.
+A test runs the check, so a table cannot disagree with its results file.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import sys
 from numba_attn.report import records as rec
 
 README = "README.md"
+DOCS = (README, "docs/results.md")  # the files whose marked tables are generated
 
 ROADMAP = "results/roadmap-nvidia-h200.jsonl"
 TENSOR_CORE = "results/tensor-core-nvidia-h200.jsonl"
@@ -182,9 +183,9 @@ def head_dims_table() -> str:
             found.setdefault(r["problem"]["head_dim"], {})["sdpa" if r["phase"].startswith("torch_sdpa") else "phase"] = r
     ref = (found.get(128) or {}).get("phase")
     out = [_env_line(env, HEAD_DIMS).replace(f", command `{_command(env.get('command'))}`", "")
-           + " One run per head dim (`numba-attn run --phases <the phase phase=None picks> -B 1 -H 32 -N 4096 "
+           + " One run per head dim (`numba-attn run --phases <the phase phase=None picked at that commit> -B 1 -H 32 -N 4096 "
            "-D <head_dim> --dtype float16 --peers torch_sdpa`).", "",
-           "| head_dim | phase=None runs | time | TFLOP/s | per FLOP vs D=128 | SDPA | SDPA time / phase |",
+           "| head_dim | phase (picked then) | time | TFLOP/s | per FLOP vs D=128 | SDPA | SDPA time / phase |",
            "|---:|---|---:|---:|---:|---:|---:|"]
     for D in sorted(found):
         ph, sd = found[D].get("phase"), found[D].get("sdpa")
@@ -196,6 +197,23 @@ def head_dims_table() -> str:
     return "\n".join(out)
 
 
+def headline_table() -> str:
+    """The README's headline: per family, the fastest phase against the fastest SDPA of the same run (the pairs
+    ``plots/headline.png`` draws, from the same function)."""
+    from numba_attn.report.plots import headline_pairs
+
+    out = ["| family | problem | fastest phase | its time | SDPA, same run | speed vs SDPA | run |",
+           "|---|---|---|---:|---:|---:|---|"]
+    for p in headline_pairs():
+        fmt = rec.fmt_us if p["phase_ms"] < 1 and p["family"].lower().find("decode") >= 0 else rec.fmt_ms
+        peer = p["peer_backend"] or p["peer"].replace("torch_sdpa", "").strip("_") or "auto"
+        where = "" if p["peer_label"] == p["label"] else ", contiguous cache"
+        out.append(f"| {p['family']} | {p['label']} | `{p['phase']}` | {fmt(p['phase_ms'])} | "
+                   f"{fmt(p['peer_ms'])} ({peer}{where}) | {p['ratio']:.2f}× | {p['gpu']}, `results/{p['file']}`, "
+                   f"{p['commit']}, {p['time_method']} |")
+    return "\n".join(out)
+
+
 def columns_table() -> str:
     """What each column and mark of the run table means (also ``numba-attn run --explain-columns``)."""
     from numba_attn.report.table import columns_markdown
@@ -204,6 +222,7 @@ def columns_table() -> str:
 
 
 TABLES = {
+    "headline": headline_table,
     "columns": columns_table,
     "roadmap": roadmap_table,
     "ceilings": ceilings_table,
@@ -238,29 +257,32 @@ def stale(path: str | None = None) -> list[str]:
 def main(argv=None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="numba-attn readme", description="regenerate the README's result tables")
+    ap = argparse.ArgumentParser(prog="numba-attn readme",
+                                 description="regenerate the result tables of README.md and docs/results.md")
     ap.add_argument("--check", action="store_true", help="exit 1 when a table differs from its results file")
-    ap.add_argument("--readme", default=None, help="the file to rewrite (default: README.md of the repository)")
+    ap.add_argument("--readme", default=None,
+                    help="the one file to rewrite (default: README.md and docs/results.md of the repository)")
     args = ap.parse_args(argv)
     return run(args.readme, args.check)
 
 
 def run(path=None, check=False) -> int:
-    path = path or rec.repo_path(README)
+    paths = [path] if path else [rec.repo_path(p) for p in DOCS]
     if check:
-        bad = stale(path)
-        for name in bad:
-            print(f"{rec.rel(path)}: table {name!r} differs from its results file "
+        bad = [(p, name) for p in paths for name in stale(p)]
+        for p, name in bad:
+            print(f"{rec.rel(p)}: table {name!r} differs from its results file "
                   "(regenerate: numba-attn readme)", file=sys.stderr)
         return 1 if bad else 0
-    text = open(path).read()
-    new = render(text)
-    if new != text:
-        with open(path, "w") as f:
-            f.write(new)
-        print(f"{rec.rel(path)}: tables rewritten")
-    else:
-        print(f"{rec.rel(path)}: tables up to date")
+    for p in paths:
+        text = open(p).read()
+        new = render(text)
+        if new != text:
+            with open(p, "w") as f:
+                f.write(new)
+            print(f"{rec.rel(p)}: tables rewritten")
+        else:
+            print(f"{rec.rel(p)}: tables up to date")
     return 0
 
 
