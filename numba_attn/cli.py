@@ -71,10 +71,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--explain-columns", action="store_true",
                    help="print what every column and mark of the table means, then exit")
     r.add_argument("--csv", default=None, metavar="PATH", help="also write the table's rows to PATH as CSV")
-    r.add_argument("--counts", action="store_true",
+    r.add_argument("--counts", action=argparse.BooleanOptionalAction, default=True,
                    help="simulator: count what each row's first launch does (global bytes and sectors, shared-memory "
-                        "wavefronts and bank conflicts, barriers, mma...) into its sim_* fields; about 2-6x the "
-                        "launch's time (NUMBA_ATTN_SIM_COUNTS=1 does the same)")
+                        "wavefronts and bank conflicts, barriers, mma...) into its sim_* fields (default; the whole "
+                        "run ~20%% more CPU time); --no-counts or NUMBA_ATTN_SIM_COUNTS=0: off")
     _shape_options(r)
     r.add_argument("--param", action="append", default=[], metavar="PHASE.NAME=VALUE",
                    help="override a phase's tunable parameter, e.g. smem_kv.Bc=64 (repeatable)")
@@ -634,6 +634,23 @@ def _list_presets():
 
 
 def cmd_run(args) -> int:
+    """``_cmd_run`` with the simulator counts asked for (``NUMBA_ATTN_SIM_COUNTS``, which worker processes inherit;
+    an explicit ``NUMBA_ATTN_SIM_COUNTS=0`` wins over the default) for this run only."""
+    before = os.environ.get("NUMBA_ATTN_SIM_COUNTS")
+    if getattr(args, "counts", True):
+        os.environ.setdefault("NUMBA_ATTN_SIM_COUNTS", "1")
+    else:
+        os.environ["NUMBA_ATTN_SIM_COUNTS"] = "0"
+    try:
+        return _cmd_run(args)
+    finally:
+        if before is None:
+            os.environ.pop("NUMBA_ATTN_SIM_COUNTS", None)
+        else:
+            os.environ["NUMBA_ATTN_SIM_COUNTS"] = before
+
+
+def _cmd_run(args) -> int:
     if args.list_presets:
         return _list_presets()
     if args.explain_columns:
@@ -641,8 +658,6 @@ def cmd_run(args) -> int:
 
         print(explain_columns())
         return 0
-    if getattr(args, "counts", False):
-        os.environ["NUMBA_ATTN_SIM_COUNTS"] = "1"  # (worker processes inherit it)
     be = _select_backend(args)
     if args.gpu:
         _check_cuda(be)

@@ -16,8 +16,9 @@
    (:mod:`numba_attn.measure.simcount`: global bytes and sectors, shared bytes,
    wavefronts and bank conflicts, barriers, mma/ldmatrix/cp.async/wgmma/TMA
    instructions) into the row's ``sim_*`` fields — one launch, one seed — when
-   asked for (``numba-attn run --counts``, ``NUMBA_ATTN_SIM_COUNTS=1``): it costs
-   2-6x the launch's own time, too much for every simulator run.
+   ``NUMBA_ATTN_SIM_COUNTS=1``: ``numba-attn run`` sets it unless ``--no-counts``
+   (a counted launch takes 1-5x an uncounted one's CPU time, the default run
+   about 20 % more); tune, bench and the tests count only when asked.
 
 An exception becomes an ``ERROR`` row with a summary of the traceback
 (:mod:`numba_attn.measure.status`); ``NUMBA_ATTN_RAISE=1`` raises it instead.
@@ -144,7 +145,8 @@ def _check_and_time(phase, problem, cfg, params, row, cuda):
 
 
 def sim_counts_enabled() -> bool:
-    """Whether rows count their first launch: in the simulator, with ``NUMBA_ATTN_SIM_COUNTS=1`` (``run --counts``)."""
+    """Whether rows count their first launch: in the simulator, with ``NUMBA_ATTN_SIM_COUNTS=1`` (``numba-attn run``
+    sets it unless ``--no-counts``)."""
     return IS_SIMULATOR and os.environ.get("NUMBA_ATTN_SIM_COUNTS", "0").strip().lower() in ("1", "yes", "true", "on")
 
 
