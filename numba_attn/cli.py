@@ -20,14 +20,15 @@ Prototype GPU attention kernels with Numba, one measurable optimization at a tim
                                        the roadmap benchmark (GPU)
   numba-attn bench NAME                a declared benchmark (roadmap, long-context, decode, paged, varlen):
                                        ceilings, phases and SDPA -> results file + plots
-  numba-attn compare A B               per-phase time ratios between two results files
-  numba-attn plot RESULTS [--out DIR]  roadmap, scaling, roofline and memory-traffic plots
+  numba-attn compare A B               per-phase ratios between two results files (times, or simulator counts)
+  numba-attn compare A --parent        within one file: each phase against its parent (--phases P,Q: Q against P)
+  numba-attn plot RESULTS [--out DIR]  roadmap, scaling, roofline and memory-traffic plots; simulator counts
   numba-attn diff PHASE [--stat]       the source diff of a phase against its parent
   numba-attn card PHASE | --all        a phase's card (docs/phases/<name>.md)
   numba-attn new NAME --from PARENT    your own phase: NAME.py (the parent's module, renamed) and its
                                        test, in the current directory (--dir DIR); load it with --setup
                                        NAME.py or $NUMBA_ATTN_PHASES (docs/DEVELOPING.md, "Your own phase")
-  numba-attn readme [--check]          regenerate the README's tables from the committed results
+  numba-attn readme [--check]          regenerate the tables of README.md and docs/results.md
   numba-attn tune PHASE[,PHASE] [opts] measure a phase's parameter space, keep the best in the
                                        tuning cache (--show prints it)
   numba-attn dispatch --build|--show  the dispatch table phase=None reads, built from the committed
