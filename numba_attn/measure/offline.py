@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import os
 
-os.environ["NUMBA_ATTN_BACKEND"] = "cuda"  # compiled for the GPU whatever the shell selects (no device is used)
+if __name__ == "__main__":  # python -m numba_attn.measure.offline: compiled for the GPU whatever the shell selects
+    os.environ["NUMBA_ATTN_BACKEND"] = "cuda"  # (no device is used)
+else:  # imported: the process keeps its backend (and so do the processes it starts)
+    os.environ.setdefault("NUMBA_ATTN_BACKEND", "cuda")
 os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
 # nvJitLink (CUDA 13) serves a link it has seen before from the compute cache (~/.nv/ComputeCache) and then
 # writes no ptxas log: no registers, no spills. Every link here runs ptxas.
