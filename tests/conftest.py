@@ -5,7 +5,8 @@ simulator; simulator-only ones carry ``@pytest.mark.simulator``.
 Two tiers. By default pytest runs the quick tier (a few minutes on two cores):
 every registered phase on odd shapes against float64, and every module's
 checks, without the tests marked ``full`` (longer simulator runs of the same
-code paths: more shapes per phase, sweeps, notebooks, worker pools). The full
+code paths: more shapes per phase, sweeps, notebooks, worker pools), listed
+in tests/full_tier.txt or marked in place. The full
 suite is ``pytest --full`` (or ``NUMBA_ATTN_TESTS=full``); CI runs it. Skipped
 tests are summed up by reason at the end, a line per reason (``-rs`` lists
 them one by one)."""
@@ -40,7 +41,17 @@ def pytest_report_header(config):
     return [f"numba-attn backend: {backend.describe()}", f"numba-attn tests: {tier}"]
 
 
+def _full_tier_list() -> set[str]:
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "full_tier.txt")
+    with open(path) as f:
+        return {ln.strip() for ln in f if ln.strip() and not ln.startswith("#")}
+
+
 def pytest_collection_modifyitems(config, items):
+    listed = _full_tier_list()
+    for item in items:  # tests/full_tier.txt: the full tier's own tests, by function
+        if item.nodeid.split("[", 1)[0] in listed:
+            item.add_marker(pytest.mark.full)
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (running in the Numba CUDA simulator)")
     skip_sim = pytest.mark.skip(reason="simulator-only test (a real GPU is active)")
     if not full_tier(config):

@@ -39,13 +39,12 @@ CFG = RunConfig(seeds=(7,))
 
 
 def _quick_shapes(phase) -> list[str]:
-    """The quick tier's shapes of a phase: the first shape it accepts, and the first it accepts with the other
-    causal flag (so that both the masked and the unmasked path run); the full suite runs all of them."""
+    """The quick tier's shape of a phase: the smallest of its own kind it accepts (fewest FLOPs, causal first where
+    they tie), so that every phase is checked on an odd shape; the full suite runs all of them."""
     params = phase.resolve_params(phase.sim_params)
     ok = [s for s in SHAPES if phase.supports(SHAPES[s], **params) is None]
-    first = ok[:1]
-    other = [s for s in ok if first and SHAPES[s].causal != SHAPES[first[0]].causal][:1]
-    return first + (other or ok[1:2])
+    own = [s for s in ok if s.startswith("decode-") == (phase.kind == "decode")] or ok  # a prefill phase: a prefill shape
+    return sorted(own, key=lambda s: (SHAPES[s].flops(), not SHAPES[s].causal))[:1]
 
 
 _QUICK = {p.name: _quick_shapes(p) for p in PHASES}
