@@ -15,7 +15,11 @@ from numba_attn import userphases
 from numba_attn.phases import discovery
 from numba_attn.cli import main
 
-ENV = {**os.environ, "NUMBA_ATTN_BACKEND": "simulator", "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS": "0"}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the subprocesses run in other folders: this checkout first on their path, absolute (a relative PYTHONPATH entry
+# such as "." would name their folder), whether or not the package is installed
+_PATH = os.pathsep.join([ROOT] + [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+ENV = {**os.environ, "NUMBA_ATTN_BACKEND": "simulator", "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS": "0", "PYTHONPATH": _PATH}
 ENV.pop(userphases.ENV_VAR, None)
 
 
@@ -193,7 +197,7 @@ def test_env_var_and_entry_points_reach_list_diff_and_card(tmp_path):
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: naive-ep-dist\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[numba_attn.phases]\nmine = naive_ep\nbad = no_such_module_here\n")
-    env = {**ENV, userphases.ENV_VAR: str(phases), "PYTHONPATH": str(site)}
+    env = {**ENV, userphases.ENV_VAR: str(phases), "PYTHONPATH": os.pathsep.join([str(site), _PATH])}
     r = _py("""
         from numba_attn.cli import main
         from numba_attn.phases import BROKEN
