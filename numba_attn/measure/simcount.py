@@ -469,6 +469,16 @@ def _trampoline(filename: str, line: int):
     return types.FunctionType(code, call.__globals__, "shared_array")
 
 
+def _smem_access(tot: dict, kind: str, nbytes: int) -> None:
+    """One warp-level shared-memory load ("sl") or store of ``nbytes`` into the totals."""
+    if kind == "sl":
+        tot["sim_smem_loads"] += 1
+        tot["sim_smem_load_bytes"] += nbytes
+    else:
+        tot["sim_smem_stores"] += 1
+        tot["sim_smem_store_bytes"] += nbytes
+
+
 # -- the session ------------------------------------------------------------------------
 
 
@@ -523,12 +533,7 @@ class _Session:
                     waves = max(per_bank)
                     tot["sim_smem_wavefronts"] += waves
                     tot["sim_bank_conflicts"] += waves - 1
-                    if kind == "sl":
-                        tot["sim_smem_loads"] += 1
-                        tot["sim_smem_load_bytes"] += nbytes
-                    else:
-                        tot["sim_smem_stores"] += 1
-                        tot["sim_smem_store_bytes"] += nbytes
+                    _smem_access(tot, kind, nbytes)
                     continue
                 per = WARP if width <= 4 else (16 if width <= 8 else 8)
                 phases = {}
@@ -547,12 +552,7 @@ class _Session:
                 waves = sum(max(len(s) for s in banks.values()) for banks in phases.values())
                 tot["sim_smem_wavefronts"] += waves
                 tot["sim_bank_conflicts"] += waves - len(phases)
-                if kind == "sl":
-                    tot["sim_smem_loads"] += 1
-                    tot["sim_smem_load_bytes"] += nbytes
-                else:
-                    tot["sim_smem_stores"] += 1
-                    tot["sim_smem_store_bytes"] += nbytes
+                _smem_access(tot, kind, nbytes)
             else:
                 tot[_OPS[kind]] += max(a[3] for a in acc)
 
