@@ -102,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="skip rows already in the results file for the same source and environment")
     r.add_argument("--baseline", default=None, help="the phase the speedups are relative to (default naive)")
     _allow_slow_option(r)
-    _parallel_options(r, "default: one after the other in one worker process")
+    _parallel_options(r, "default: one after the other on a GPU; in the simulator one worker per core, at most 4")
     _common(r)
 
     b = sub.add_parser("bench", help="run a declared benchmark (see numba_attn/measure/bench.py) and draw its plots")
@@ -318,6 +318,24 @@ def _worker_pool(args, default=None):
         raise SystemExit(str(exc)) from None
     print(f"workers: {pool.describe()}", flush=True)
     return n, pool.make_worker
+
+
+SIM_WORKERS_MAX = 4  # simulator rows are CPU-bound: one worker process per core, at most this many
+
+
+def _simulator_workers(be, phases, problems) -> int | None:
+    """The simulator's default --workers: one process per available core (at most ``SIM_WORKERS_MAX``) when the
+    run has rows enough to share (every phase, or at least as many rows as workers); None on a GPU, where rows
+    run one after another unless --workers says otherwise (they would share one GPU's clock and memory)."""
+    if not be.IS_SIMULATOR:
+        return None
+    from numba_attn.measure.parallel import available_cpus
+
+    n = min(len(available_cpus()), SIM_WORKERS_MAX)
+    rows = None if phases is None else len(phases) * max(len(problems), 1)
+    if n < 2 or (rows is not None and rows < n):
+        return None
+    return n
 
 
 def _common(sp):
@@ -724,7 +742,7 @@ def _cmd_run(args) -> int:
               "prefill, fp16 prefill for the tensor cores, decode at q_len 1 with GQA)"
               + (" in the simulator" if be.IS_SIMULATOR else ""), flush=True)
     print(f"problems: {'; '.join(p.label for p in problems)}", flush=True)
-    workers, make_worker = _worker_pool(args)
+    workers, make_worker = _worker_pool(args, _simulator_workers(be, phases, problems))
     prog = Progress()
     try:
         rows = run(phases, problems, config=cfg, progress=prog, select=select, workers=workers,
