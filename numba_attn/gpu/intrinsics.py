@@ -632,7 +632,7 @@ else:  # -------------------------------------------------------------- GPU
     _i32 = ir.IntType(32)
     _f32 = ir.FloatType()
 
-    def _asm(builder, ret, argtys, text, cons, args, side_effect=False):
+    def asm_call(builder, ret, argtys, text, cons, args, side_effect=False):
         fnty = ir.FunctionType(ret, argtys)
         return builder.call(ir.InlineAsm(fnty, text, cons, side_effect=side_effect), args)
 
@@ -641,12 +641,12 @@ else:  # -------------------------------------------------------------- GPU
         inds = [context.cast(builder, v, t, types.intp) for v, t in zip(idxs, idxtys)]
         return cgutils.get_item_pointer(context, builder, aryty, arr, inds, wraparound=False)
 
-    def _shared_addr(builder, ptr):
+    def shared_addr(builder, ptr):
         """Generic pointer into a shared array → 32-bit shared-window address."""
         sptr = builder.addrspacecast(ptr, ir.PointerType(ptr.type.pointee, 3))
         return builder.ptrtoint(sptr, _i32)
 
-    def _global_ptr(builder, ptr):
+    def global_ptr(builder, ptr):
         gptr = builder.addrspacecast(ptr, ir.PointerType(ptr.type.pointee, 1))
         return builder.ptrtoint(gptr, ir.IntType(64))
 
@@ -663,7 +663,7 @@ else:  # -------------------------------------------------------------- GPU
 
             def codegen(context, builder, sig, args):
                 ret = ir.LiteralStructType([_f32] * 4)
-                res = _asm(builder, ret, [_i32] * 6 + [_f32] * 4,
+                res = asm_call(builder, ret, [_i32] * 6 + [_f32] * 4,
                            ptx + " {$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
                            "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3", list(args))
                 vals = [builder.extract_value(res, i) for i in range(4)]
@@ -690,8 +690,8 @@ else:  # -------------------------------------------------------------- GPU
             def codegen(context, builder, sig, args):
                 ptr = _elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
                 ret = ir.LiteralStructType([_i32] * 4)
-                res = _asm(builder, ret, [_i32], text, "=r,=r,=r,=r,r,~{memory}",
-                           [_shared_addr(builder, ptr)], side_effect=True)
+                res = asm_call(builder, ret, [_i32], text, "=r,=r,=r,=r,r,~{memory}",
+                           [shared_addr(builder, ptr)], side_effect=True)
                 vals = [builder.extract_value(res, i) for i in range(4)]
                 return context.make_tuple(builder, sig.return_type, vals)
 
@@ -713,9 +713,9 @@ else:  # -------------------------------------------------------------- GPU
             dptr = _elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:3], args[1:3])
             sptr = _elem_ptr(context, builder, sig.args[3], args[3], sig.args[4:7], args[4:7])
             nbytes = builder.select(args[7], ir.Constant(_i32, 16), ir.Constant(_i32, 0))
-            _asm(builder, ir.VoidType(), [_i32, ir.IntType(64), _i32],
+            asm_call(builder, ir.VoidType(), [_i32, ir.IntType(64), _i32],
                  "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}",
-                 [_shared_addr(builder, dptr), _global_ptr(builder, sptr), nbytes], side_effect=True)
+                 [shared_addr(builder, dptr), global_ptr(builder, sptr), nbytes], side_effect=True)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -737,8 +737,8 @@ else:  # -------------------------------------------------------------- GPU
                 dptr = builder.gep(d.data, [args[1]])
                 sptr = builder.gep(s_.data, [args[3]])
                 nbytes = builder.select(args[4], ir.Constant(_i32, 16), ir.Constant(_i32, 0))
-                _asm(builder, ir.VoidType(), [_i32, ir.IntType(64), _i32], text, "r,l,r,~{memory}",
-                     [_shared_addr(builder, dptr), _global_ptr(builder, sptr), nbytes], side_effect=True)
+                asm_call(builder, ir.VoidType(), [_i32, ir.IntType(64), _i32], text, "r,l,r,~{memory}",
+                     [shared_addr(builder, dptr), global_ptr(builder, sptr), nbytes], side_effect=True)
                 return context.get_dummy_value()
 
             return sig, codegen
@@ -755,9 +755,9 @@ else:  # -------------------------------------------------------------- GPU
         doff = builder.zext(context.cast(builder, args[1], sig.args[1], types.uint32), ir.IntType(64))
         dptr = builder.gep(d.data, [doff])
         nbytes = builder.select(args[-1], ir.Constant(_i32, size), ir.Constant(_i32, 0))
-        _asm(builder, ir.VoidType(), [_i32, ir.IntType(64), _i32],
+        asm_call(builder, ir.VoidType(), [_i32, ir.IntType(64), _i32],
              f"cp.async.ca.shared.global [$0], [$1], {size}, $2;", "r,l,r,~{memory}",
-             [_shared_addr(builder, dptr), _global_ptr(builder, sptr), nbytes], side_effect=True)
+             [shared_addr(builder, dptr), global_ptr(builder, sptr), nbytes], side_effect=True)
         return context.get_dummy_value()
 
     @intrinsic
@@ -768,7 +768,7 @@ else:  # -------------------------------------------------------------- GPU
         sig = types.void(dst, doff, src, row, n, col, off, types.boolean)
 
         def codegen(context, builder, sig, args):
-            sptr = _flat_ptr(context, builder, sig.args[2], args[2], sig.args[3], args[3], args[4], args[5:7],
+            sptr = flat_ptr(context, builder, sig.args[2], args[2], sig.args[3], args[3], args[4], args[5:7],
                              sig.args[4:7])
             return _cp_async_at_codegen(16, context, builder, sig, args, sptr)
 
@@ -783,7 +783,7 @@ else:  # -------------------------------------------------------------- GPU
         sig = types.void(dst, doff, src, i, types.boolean)
 
         def codegen(context, builder, sig, args):
-            sptr = _flat_ptr(context, builder, sig.args[2], args[2], sig.args[3], args[3])
+            sptr = flat_ptr(context, builder, sig.args[2], args[2], sig.args[3], args[3])
             return _cp_async_at_codegen(4, context, builder, sig, args, sptr)
 
         return sig, codegen
@@ -793,7 +793,7 @@ else:  # -------------------------------------------------------------- GPU
         sig = types.void()
 
         def codegen(context, builder, sig, args):
-            _asm(builder, ir.VoidType(), [], "cp.async.commit_group;", "~{memory}", [], side_effect=True)
+            asm_call(builder, ir.VoidType(), [], "cp.async.commit_group;", "~{memory}", [], side_effect=True)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -806,7 +806,7 @@ else:  # -------------------------------------------------------------- GPU
         sig = types.void(n)
 
         def codegen(context, builder, sig, args):
-            _asm(builder, ir.VoidType(), [], f"cp.async.wait_group {count};", "~{memory}", [],
+            asm_call(builder, ir.VoidType(), [], f"cp.async.wait_group {count};", "~{memory}", [],
                  side_effect=True)
             return context.get_dummy_value()
 
@@ -816,8 +816,8 @@ else:  # -------------------------------------------------------------- GPU
         """``ld.global.nc.v{n}.u32`` at ``ptr`` (generic): the n words as the tuple ``sig`` returns."""
         regs = ",".join(f"${i}" for i in range(n))
         ret = ir.LiteralStructType([_i32] * n)
-        res = _asm(builder, ret, [ir.IntType(64)], f"ld.global.nc.v{n}.u32 {{{regs}}}, [${n}];",
-                   ",".join(["=r"] * n) + ",l", [_global_ptr(builder, ptr)], side_effect=True)
+        res = asm_call(builder, ret, [ir.IntType(64)], f"ld.global.nc.v{n}.u32 {{{regs}}}, [${n}];",
+                   ",".join(["=r"] * n) + ",l", [global_ptr(builder, ptr)], side_effect=True)
         vals = [builder.extract_value(res, i) for i in range(n)]
         return context.make_tuple(builder, sig.return_type, vals)
 
@@ -850,8 +850,8 @@ else:  # -------------------------------------------------------------- GPU
 
         def codegen(context, builder, sig, args):
             ptr = _elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:3], args[1:3])
-            _asm(builder, ir.VoidType(), [_i32] * 5, "st.shared.v4.u32 [$0], {$1,$2,$3,$4};",
-                 "r,r,r,r,r,~{memory}", [_shared_addr(builder, ptr)] + list(args[3:]), side_effect=True)
+            asm_call(builder, ir.VoidType(), [_i32] * 5, "st.shared.v4.u32 [$0], {$1,$2,$3,$4};",
+                 "r,r,r,r,r,~{memory}", [shared_addr(builder, ptr)] + list(args[3:]), side_effect=True)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -865,8 +865,8 @@ else:  # -------------------------------------------------------------- GPU
         def codegen(context, builder, sig, args):
             ptr = _elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
             ret = ir.LiteralStructType([_i32] * 4)
-            res = _asm(builder, ret, [_i32], "ld.shared.v4.u32 {$0,$1,$2,$3}, [$4];",
-                       "=r,=r,=r,=r,r,~{memory}", [_shared_addr(builder, ptr)], side_effect=True)
+            res = asm_call(builder, ret, [_i32], "ld.shared.v4.u32 {$0,$1,$2,$3}, [$4];",
+                       "=r,=r,=r,=r,r,~{memory}", [shared_addr(builder, ptr)], side_effect=True)
             vals = [builder.extract_value(res, i) for i in range(4)]
             return context.make_tuple(builder, sig.return_type, vals)
 
@@ -894,7 +894,7 @@ else:  # -------------------------------------------------------------- GPU
 
         def codegen(context, builder, sig, args):
             xs = [context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args)]
-            return _asm(builder, _i32, [_i32] * 3, "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r", xs)
+            return asm_call(builder, _i32, [_i32] * 3, "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r", xs)
 
         return sig, codegen
 
@@ -906,7 +906,7 @@ else:  # -------------------------------------------------------------- GPU
 
         def codegen(context, builder, sig, args):
             x = context.cast(builder, args[0], sig.args[0], types.uint32)
-            res = _asm(builder, ir.LiteralStructType([_f32] * 2), [_i32],
+            res = asm_call(builder, ir.LiteralStructType([_f32] * 2), [_i32],
                        "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.f32.f16 $0, lo; cvt.f32.f16 $1, hi; }",
                        "=f,=f,r", [x])
             vals = [builder.extract_value(res, i) for i in range(2)]
@@ -976,7 +976,7 @@ else:  # -------------------------------------------------------------- GPU
             def codegen(context, builder, sig, args):
                 lo, hi = args
                 # cvt.rn.{f16x2,bf16x2}.f32 d, a, b puts a in the upper half
-                return _asm(builder, _i32, [_f32, _f32], cvt + " $0, $1, $2;", "=r,f,f", [hi, lo])
+                return asm_call(builder, _i32, [_f32, _f32], cvt + " $0, $1, $2;", "=r,f,f", [hi, lo])
 
             return sig, codegen
 
@@ -990,7 +990,7 @@ else:  # -------------------------------------------------------------- GPU
         sig = types.uint32(types.uint16, types.uint16)
 
         def codegen(context, builder, sig, args):
-            return _asm(builder, _i32, [_i16, _i16], "mov.b32 $0, {$1, $2};", "=r,h,h", list(args))
+            return asm_call(builder, _i32, [_i16, _i16], "mov.b32 $0, {$1, $2};", "=r,h,h", list(args))
 
         return sig, codegen
 
@@ -1002,7 +1002,7 @@ else:  # -------------------------------------------------------------- GPU
 
         def codegen(context, builder, sig, args):
             x = context.cast(builder, args[0], sig.args[0], types.uint32)
-            res = _asm(builder, ir.LiteralStructType([_i32] * 2), [_i32],
+            res = asm_call(builder, ir.LiteralStructType([_i32] * 2), [_i32],
                        "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; "
                        "cvt.rn.f16x2.e4m3x2 $1, hi; }", "=r,=r,r", [x])
             vals = [builder.extract_value(res, i) for i in range(2)]
@@ -1016,7 +1016,7 @@ else:  # -------------------------------------------------------------- GPU
 
         def codegen(context, builder, sig, args):
             # cvt.rn.satfinite.e4m3x2.f32 d, a, b puts a in the upper byte of the 16-bit d
-            return _asm(builder, _i32, [_f32] * 4,
+            return asm_call(builder, _i32, [_f32] * 4,
                         "{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1; "
                         "cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3; mov.b32 $0, {lo, hi}; }", "=r,f,f,f,f",
                         list(args))
@@ -1031,7 +1031,7 @@ else:  # -------------------------------------------------------------- GPU
 
         def codegen(context, builder, sig, args):
             xs = [context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args)]
-            return _asm(builder, _i32, [_i32] * 2, "sub.rn.f16x2 $0, $1, $2;", "=r,r,r", xs)
+            return asm_call(builder, _i32, [_i32] * 2, "sub.rn.f16x2 $0, $1, $2;", "=r,r,r", xs)
 
         return sig, codegen
 
@@ -1059,7 +1059,7 @@ else:  # -------------------------------------------------------------- GPU
 
         return sig, codegen
 
-    def _flat_ptr(context, builder, aryty, ary, rowty, row, n=None, cols=(), coltys=()):
+    def flat_ptr(context, builder, aryty, ary, rowty, row, n=None, cols=(), coltys=()):
         """Pointer to flat element ``zext(u32 row)·n + col + off`` of a C-contiguous array (generic space):
         ``base = data + col`` kept as one opaque value (a ``mov``: the compiler hoists it out of a loop where
         ``col`` is invariant instead of reassociating it into the row's product), then ``+ zext(row)·n``
@@ -1073,7 +1073,7 @@ else:  # -------------------------------------------------------------- GPU
             return builder.bitcast(builder.gep(base, [builder.mul(off, size)]), data.type)
         col, cst = [builder.mul(context.cast(builder, v, t, types.int64), size) for v, t in zip(cols, coltys[1:])]
         base = builder.ptrtoint(builder.gep(base, [col]), i64)
-        base = _asm(builder, i64, [i64], "mov.b64 $0, $1;", "=l,l", [base])
+        base = asm_call(builder, i64, [i64], "mov.b64 $0, $1;", "=l,l", [base])
         base = builder.inttoptr(base, ir.PointerType(ir.IntType(8)))
         off = builder.mul(off, builder.mul(context.cast(builder, n, coltys[0], types.int64), size))
         return builder.bitcast(builder.gep(builder.gep(base, [off]), [cst]), data.type)
@@ -1089,7 +1089,7 @@ else:  # -------------------------------------------------------------- GPU
             sig = types.UniTuple(types.uint32, n)(arr, row, m, col, off)
 
             def codegen(context, builder, sig, args):
-                ptr = _flat_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1], args[2], args[3:],
+                ptr = flat_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1], args[2], args[3:],
                                 sig.args[2:])
                 return _ld_global_nc_words(context, builder, sig, ptr, n)
 
@@ -1107,7 +1107,7 @@ else:  # -------------------------------------------------------------- GPU
         sig = arr.dtype(arr, i)
 
         def codegen(context, builder, sig, args):
-            ptr = _flat_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            ptr = flat_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
             gptr = builder.addrspacecast(ptr, ir.PointerType(ptr.type.pointee, 1))
             return builder.load(gptr)  # a plain load: the compiler may schedule it
 
@@ -1118,6 +1118,6 @@ else:  # -------------------------------------------------------------- GPU
         sig = types.uint32(types.float32)
 
         def codegen(context, builder, sig, args):
-            return _asm(builder, _i32, [_f32], "cvt.rna.tf32.f32 $0, $1;", "=r,f", list(args))
+            return asm_call(builder, _i32, [_f32], "cvt.rna.tf32.f32 $0, $1;", "=r,f", list(args))
 
         return sig, codegen

@@ -95,7 +95,7 @@ if IS_SIMULATOR:
 
     def _word(bars, i, what):
         """(numpy array, index, block key of the barrier, block manager)."""
-        from numba_attn.gpu.wgmma import _buffer
+        from numba_attn.gpu.wgmma import shared_buffer
 
         t, mgr = _kernel_thread(what)
         a = np.asarray(getattr(bars, "_ary", bars))
@@ -104,7 +104,7 @@ if IS_SIMULATOR:
         i = int(i)
         if not 0 <= i < a.shape[0]:
             raise IndexError(f"{what}: barrier {i} out of bounds for {a.shape[0]} barriers")
-        buf, off = _buffer(a)
+        buf, off = shared_buffer(a)
         off += 8 * i
         if off % 8:
             raise ValueError(f"{what}: barrier address {off} is not 8-byte aligned")
@@ -221,7 +221,7 @@ else:  # -------------------------------------------------------------- GPU
     from numba.core.errors import TypingError
     from numba.cuda.extending import intrinsic
 
-    from numba_attn.gpu.intrinsics import _asm, _shared_addr
+    from numba_attn.gpu.intrinsics import asm_call, shared_addr
     from numba_attn.gpu.jit import device
 
     _i32 = ir.IntType(32)
@@ -237,7 +237,7 @@ else:  # -------------------------------------------------------------- GPU
         """32-bit shared-window address of barrier ``ary[idx]``."""
         a = context.make_array(aryty)(context, builder, value=ary)
         ptr = builder.gep(a.data, [context.cast(builder, idx, ity, types.intp)])
-        return _shared_addr(builder, ptr)
+        return shared_addr(builder, ptr)
 
     def _as_i32(context, builder, val, ty):
         return builder.trunc(context.cast(builder, val, ty, types.int64), _i32)
@@ -249,7 +249,7 @@ else:  # -------------------------------------------------------------- GPU
 
         def codegen(context, builder, sig, args):
             addr = bar_addr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            _asm(builder, ir.VoidType(), [_i32, _i32], "mbarrier.init.shared::cta.b64 [$0], $1;",
+            asm_call(builder, ir.VoidType(), [_i32, _i32], "mbarrier.init.shared::cta.b64 [$0], $1;",
                  "r,r,~{memory}", [addr, _as_i32(context, builder, args[2], sig.args[2])], side_effect=True)
             return context.get_dummy_value()
 
@@ -262,7 +262,7 @@ else:  # -------------------------------------------------------------- GPU
 
         def codegen(context, builder, sig, args):
             addr = bar_addr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            return _asm(builder, _i64, [_i32], "mbarrier.arrive.shared::cta.b64 $0, [$1];",
+            return asm_call(builder, _i64, [_i32], "mbarrier.arrive.shared::cta.b64 $0, [$1];",
                         "=l,r,~{memory}", [addr], side_effect=True)
 
         return sig, codegen
@@ -274,7 +274,7 @@ else:  # -------------------------------------------------------------- GPU
 
         def codegen(context, builder, sig, args):
             addr = bar_addr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            return _asm(builder, _i64, [_i32, _i32], "mbarrier.arrive.expect_tx.shared::cta.b64 $0, [$1], $2;",
+            return asm_call(builder, _i64, [_i32, _i32], "mbarrier.arrive.expect_tx.shared::cta.b64 $0, [$1], $2;",
                         "=l,r,r,~{memory}", [addr, _as_i32(context, builder, args[2], sig.args[2])],
                         side_effect=True)
 
@@ -287,7 +287,7 @@ else:  # -------------------------------------------------------------- GPU
 
         def codegen(context, builder, sig, args):
             addr = bar_addr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            _asm(builder, ir.VoidType(), [_i32, _i32], "mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [$0], $1;",
+            asm_call(builder, ir.VoidType(), [_i32, _i32], "mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [$0], $1;",
                  "r,r,~{memory}", [addr, _as_i32(context, builder, args[2], sig.args[2])], side_effect=True)
             return context.get_dummy_value()
 
@@ -301,7 +301,7 @@ else:  # -------------------------------------------------------------- GPU
         def codegen(context, builder, sig, args):
             addr = bar_addr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
             par = builder.and_(_as_i32(context, builder, args[2], sig.args[2]), ir.Constant(_i32, 1))
-            r = _asm(builder, _i32, [_i32, _i32],
+            r = asm_call(builder, _i32, [_i32, _i32],
                      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;\n"
                      "selp.u32 $0, 1, 0, p;\n}", "=r,r,r,~{memory}", [addr, par], side_effect=True)
             return builder.icmp_unsigned("!=", r, ir.Constant(_i32, 0))
@@ -319,7 +319,7 @@ else:  # -------------------------------------------------------------- GPU
         sig = types.void()
 
         def codegen(context, builder, sig, args):
-            _asm(builder, ir.VoidType(), [], "fence.proxy.async.shared::cta;", "~{memory}", [], side_effect=True)
+            asm_call(builder, ir.VoidType(), [], "fence.proxy.async.shared::cta;", "~{memory}", [], side_effect=True)
             return context.get_dummy_value()
 
         return sig, codegen

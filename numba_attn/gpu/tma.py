@@ -168,13 +168,13 @@ if IS_SIMULATOR:
         return TensorMap(a, tuple(int(b) for b in box), swizzle)
 
     def _tma_load(dst, dst_off, tmap, coords, bars, i):
-        from numba_attn.gpu.wgmma import _buffer
+        from numba_attn.gpu.wgmma import shared_buffer
 
         if not isinstance(tmap, TensorMap):
             raise TypeError(f"tma_load: expected a tensor map from tensor_map(), got {type(tmap).__name__}")
         if len(coords) != tmap.array.ndim:
             raise ValueError(f"tma_load_{len(coords)}d on a {tmap.array.ndim}-D tensor map")
-        buf, base = _buffer(_host(dst))
+        buf, base = shared_buffer(_host(dst))
         addr = base + int(dst_off)
         nbytes = tmap.box_bytes
         if addr % TMA_SMEM_ALIGN:
@@ -209,7 +209,7 @@ else:  # -------------------------------------------------------------- GPU
     from numba.core.errors import TypingError
     from numba.cuda.extending import intrinsic
 
-    from numba_attn.gpu.intrinsics import _asm, _shared_addr
+    from numba_attn.gpu.intrinsics import asm_call, shared_addr
     from numba_attn.gpu.mbarrier import bar_addr
 
     _i32 = ir.IntType(32)
@@ -266,8 +266,8 @@ else:  # -------------------------------------------------------------- GPU
                   for v, t in zip(args[3:3 + rank], sig.args[3:3 + rank])][::-1]
             mb = bar_addr(context, builder, sig.args[-2], args[-2], sig.args[-1], args[-1])
             # the tensor map operand is its generic address
-            _asm(builder, ir.VoidType(), [_i32, _i64, _i32] + [_i32] * rank, text, cons,
-                 [_shared_addr(builder, dptr), builder.ptrtoint(m.data, _i64), mb] + cs, side_effect=True)
+            asm_call(builder, ir.VoidType(), [_i32, _i64, _i32] + [_i32] * rank, text, cons,
+                 [shared_addr(builder, dptr), builder.ptrtoint(m.data, _i64), mb] + cs, side_effect=True)
             return context.get_dummy_value()
 
         return codegen
@@ -298,7 +298,7 @@ else:  # -------------------------------------------------------------- GPU
 
         def codegen(context, builder, sig, args):
             m = context.make_array(sig.args[0])(context, builder, value=args[0])
-            _asm(builder, ir.VoidType(), [_i64], "fence.proxy.tensormap::generic.acquire.gpu [$0], 128;",
+            asm_call(builder, ir.VoidType(), [_i64], "fence.proxy.tensormap::generic.acquire.gpu [$0], 128;",
                  "l,~{memory}", [builder.ptrtoint(m.data, _i64)], side_effect=True)
             return context.get_dummy_value()
 

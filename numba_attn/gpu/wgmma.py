@@ -375,7 +375,7 @@ def _check(kind, N, offsets, rb, trans_b=False):
 if IS_SIMULATOR:
     from numba_attn.gpu.warp import group_exchange
 
-    def _buffer(arr):
+    def shared_buffer(arr):
         """The whole shared buffer behind ``arr`` as bytes, and ``arr``'s byte offset in it."""
         a = np.asarray(getattr(arr, "_ary", arr))
         base = a
@@ -387,7 +387,7 @@ if IS_SIMULATOR:
     def shared_address(arr):
         """Byte offset of ``arr``'s first element in its shared buffer (the
         simulator's stand-in for the shared-window address; buffers start at 0)."""
-        return np.uint32(_buffer(arr)[1])
+        return np.uint32(shared_buffer(arr)[1])
 
     @functools.cache
     def make_wgmma_rs(kind: str, N: int, trans_b: bool, zero: bool, offsets: tuple, lbo: int, sbo: int,
@@ -399,7 +399,7 @@ if IS_SIMULATOR:
             a_off = int(a_off)
             regs = np.array([int(a[a_off + i]) for i in range(4 * ksteps)], np.uint32)
             c = None if zero else np.array([acc[i] for i in range(NA)], np.float32)
-            buf, base = _buffer(smem)
+            buf, base = shared_buffer(smem)
             start = base + int(byte_off)
             vals = group_exchange((regs, c, start), 4)
             starts = {v[2] for v in vals}
@@ -437,7 +437,7 @@ else:  # -------------------------------------------------------------- GPU
     from numba import types
     from numba.cuda.extending import intrinsic
 
-    from numba_attn.gpu.intrinsics import _asm, _shared_addr
+    from numba_attn.gpu.intrinsics import asm_call, shared_addr
 
     _i32 = ir.IntType(32)
     _i64 = ir.IntType(64)
@@ -452,7 +452,7 @@ else:  # -------------------------------------------------------------- GPU
 
         def codegen(context, builder, sig, args):
             a = context.make_array(sig.args[0])(context, builder, value=args[0])
-            return _shared_addr(builder, a.data)
+            return shared_addr(builder, a.data)
 
         return sig, codegen
 
@@ -496,13 +496,13 @@ else:  # -------------------------------------------------------------- GPU
                 ins = [builder.load(p) for p in acc_p] if not zero else []
                 a_vals = [builder.load(builder.gep(a_a.data, [builder.add(a_off_v, ir.Constant(a_off_v.type, i))]))
                           for i in range(4 * ksteps)]
-                addr = builder.add(_shared_addr(builder, sm_a.data), builder.trunc(off_v, _i32))
+                addr = builder.add(shared_addr(builder, sm_a.data), builder.trunc(off_v, _i32))
                 d0 = builder.or_(builder.and_(builder.lshr(builder.zext(addr, _i64), ir.Constant(_i64, 4)),
                                               ir.Constant(_i64, 0x3FFF)), ir.Constant(_i64, hi_bits))
                 descs = [builder.add(d0, ir.Constant(_i64, offsets[s] >> 4)) for s in range(ksteps)]
                 flag_v = ir.Constant(_i32, 0 if zero else 1)
                 ret = ir.LiteralStructType([_f32] * NA)
-                res = _asm(builder, ret, [_f32] * nin + [_i32] * (1 + 4 * ksteps) + [_i64] * ksteps, text, cons,
+                res = asm_call(builder, ret, [_f32] * nin + [_i32] * (1 + 4 * ksteps) + [_i64] * ksteps, text, cons,
                            ins + [flag_v] + a_vals + descs, side_effect=True)
                 for i in range(NA):
                     builder.store(builder.extract_value(res, i), acc_p[i])
@@ -534,7 +534,7 @@ else:  # -------------------------------------------------------------- GPU
                     a = context.make_array(aty)(context, builder, value=ary)
                     ptrs += [builder.gep(a.data, [ir.Constant(_i64, i)]) for i in range(cnt)]
                 vals = [builder.load(p) for p in ptrs]
-                res = _asm(builder, ir.LiteralStructType([_f32] * n), [_f32] * n, text, cons, vals,
+                res = asm_call(builder, ir.LiteralStructType([_f32] * n), [_f32] * n, text, cons, vals,
                            side_effect=True)
                 for i, p in enumerate(ptrs):
                     builder.store(builder.extract_value(res, i), p)

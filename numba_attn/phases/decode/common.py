@@ -62,7 +62,7 @@ else:
     from numba import types as _types
     from numba.cuda.extending import intrinsic as _intrinsic
 
-    from numba_attn.gpu.intrinsics import _asm, _flat_ptr, _global_ptr
+    from numba_attn.gpu.intrinsics import asm_call, flat_ptr, global_ptr
 
     @_intrinsic
     def prefetch_l2_at(typingctx, arr, row, n, col, off):
@@ -75,10 +75,10 @@ else:
         sig = _types.void(arr, row, n, col, off)
 
         def codegen(context, builder, sig, args):
-            ptr = _flat_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1], args[2], args[3:],
+            ptr = flat_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1], args[2], args[3:],
                             sig.args[2:])
-            _asm(builder, _ir.VoidType(), [_ir.IntType(64)], "prefetch.global.L2 [$0];", "l",
-                 [_global_ptr(builder, ptr)], side_effect=True)
+            asm_call(builder, _ir.VoidType(), [_ir.IntType(64)], "prefetch.global.L2 [$0];", "l",
+                 [global_ptr(builder, ptr)], side_effect=True)
             return context.get_dummy_value()
 
         return sig, codegen
