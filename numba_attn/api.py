@@ -949,9 +949,9 @@ def paged_default(problem) -> tuple:
     KV <= 32k 0.4687 against 0.4951, B32 KV <= 4k 0.2967 against 0.3069; the H100 alike,
     results/paged-nvidia-h200.jsonl and results/paged-nvidia-h100.jsonl), and 1.5 % slower at equal lengths,
     where the split-K one stays first."""
-    from numba_attn.phases.decode.p35_paged_split_k import _mma
+    from numba_attn.phases.decode.p35_paged_split_k import mma_path
 
-    if _mma(problem, None):
+    if mma_path(problem, None):
         return PAGED_DEFAULT_ONE_ROW
     if (problem.heads // problem.kv_heads) * problem.q_len > 1:
         return PAGED_DEFAULT

@@ -628,7 +628,7 @@ def _nvvm_message(exc) -> str:
 def _write_csv(path, rows):
     import csv
 
-    from numba_attn.report.table import HEADER, _cells
+    from numba_attn.report.table import HEADER, cells
 
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
@@ -636,7 +636,7 @@ def _write_csv(path, rows):
         w = csv.writer(f)
         w.writerow(HEADER + ["reason"])
         res = [r for r in rows if r.get("type") == "result"]
-        for cells, r in zip(_cells(res), res):
+        for cells, r in zip(cells(res), res):
             w.writerow(cells + [r.get("reason", "") if r.get("status") != "OK" else ""])
 
 

@@ -178,7 +178,7 @@ def _sim_cells(r: dict) -> list[str]:
             _f(r.get("sim_mma"), "d") + (f"+{wg}" if wg else "")]
 
 
-def _cells(rows: list[dict]) -> list[list[str]]:
+def cells(rows: list[dict]) -> list[list[str]]:
     """One list of cell strings per result row, in the order of :data:`HEADER`."""
     lines = []
     for r in rows:
@@ -270,7 +270,7 @@ def _shown_columns(lines: list[list[str]]) -> list[int]:
 
 def table(rows: list[dict], drop_empty: bool = False) -> str:
     """The run table as plain text (``drop_empty``: leave out the columns without a value)."""
-    lines = _cells(rows)
+    lines = cells(rows)
     keep = _shown_columns(lines)
     if not drop_empty:  # every column of a run, the simulator counts where a row has them
         keep = list(range(N_MAIN)) + [i for i in keep if i >= N_MAIN]
@@ -309,7 +309,7 @@ def print_table(rows: list[dict], console=None) -> None:
     if ct:
         console.print(ct, highlight=False, markup=False)
         console.print()
-    lines = _cells(rows)
+    lines = cells(rows)
     keep = _shown_columns(lines)
     tab = Table(box=None, header_style="bold", pad_edge=False)
     for i in keep:

@@ -136,7 +136,7 @@ def _mma_reason(problem):
     return None
 
 
-def _mma(problem, mma, wide=None):
+def mma_path(problem, mma, wide=None):
     """``mma`` resolved: None (the default) is True for an 8-bit cache the path can run (float16 query, head_dim
     a multiple of 64, at most 8 query rows per KV head), where it was measured faster than the paths it
     replaces (fp8: ``wide`` 1.32x at B8 KV 32k D128 MHA, two codes per load 3.4x under GQA 4; int8/token:
@@ -152,7 +152,7 @@ def _step_heads(problem, step_heads, mma=None, wide=None, prefetch=0):
     number of KV heads and no prefetch (measured 1.2-2.5 % faster than 1 on every 8-bit cache at B8 H32 KV 16k
     and 32k, H200), else 1."""
     if step_heads is None:
-        return 2 if (_mma(problem, mma, wide) and _mma_reason(problem) is None and problem.group * problem.q_len == 1
+        return 2 if (mma_path(problem, mma, wide) and _mma_reason(problem) is None and problem.group * problem.q_len == 1
                      and problem.kv_heads % 2 == 0 and not prefetch) else 1
     return step_heads
 
@@ -170,17 +170,17 @@ def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, ahead=Fal
         return reason
     if not 0 <= prefetch <= 4:
         return f"prefetch={prefetch} out of range 0..4 (warp steps ahead)"
-    if prefetch and not _mma(problem, mma, wide):
+    if prefetch and not mma_path(problem, mma, wide):
         return "prefetch: the mma path only (8-bit caches)"
-    if balance and _mma(problem, mma, wide):
+    if balance and mma_path(problem, mma, wide):
         return "balance: not on the mma path (8-bit caches: use mma=False)"
-    if ahead and _mma(problem, mma, wide):
+    if ahead and mma_path(problem, mma, wide):
         return "ahead: not on the mma path (8-bit caches: use mma=False)"
     step_heads = _step_heads(problem, step_heads, mma, wide, prefetch)
     if step_heads != 1:
         if step_heads not in (2, 4, 8):
             return f"step_heads={step_heads} not 1, 2, 4 or 8"
-        if not _mma(problem, mma, wide):
+        if not mma_path(problem, mma, wide):
             return "step_heads: the mma path only (8-bit caches)"
         if problem.group * problem.q_len != 1:
             return "step_heads: one query row per KV head only (the mma's columns hold the heads)"
@@ -188,7 +188,7 @@ def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, ahead=Fal
             return f"step_heads={step_heads} does not divide kv_heads ({problem.kv_heads})"
         if prefetch:
             return "step_heads: not with prefetch"
-    if _mma(problem, mma, wide):
+    if mma_path(problem, mma, wide):
         reason = _mma_reason(problem)
         if reason or not 1 <= params["warps"] <= 32:
             return reason or f"warps={params['warps']} out of range 1..32"
@@ -211,7 +211,7 @@ def _supports(problem, wide=None, mma=None, prefetch=0, balance=False, ahead=Fal
 
 
 def _resolve(problem, wide=None, mma=None, step_heads=None, **params):
-    if _mma(problem, mma, wide) and not _mma_reason(problem):
+    if mma_path(problem, mma, wide) and not _mma_reason(problem):
         # mma: one row block per KV head, 16 keys per warp step (reported as 2 lanes per key, 1 key per group);
         # step_heads HW: 16 / HW tokens of HW KV heads per warp step (reported as 2·HW lanes per key)
         rows = problem.group * problem.q_len
