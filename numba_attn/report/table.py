@@ -316,11 +316,11 @@ def print_table(rows: list[dict], console=None) -> None:
         right = HEADER[i] not in ("phase", "problem", "status")
         tab.add_column(HEADER[i], justify="right" if right else "left", no_wrap=HEADER[i] in ("phase", "problem"))
     for line in lines:
-        cells = [line[i] for i in keep]
+        shown = [line[i] for i in keep]
         st = line[2]
-        cells = [f"[{STATUS_STYLE[st]}]{c}[/]" if HEADER[i] == "status" and st in STATUS_STYLE
-                 else c.replace("[", "\\[") for i, c in zip(keep, cells)]
-        tab.add_row(*cells)
+        shown = [f"[{STATUS_STYLE[st]}]{c}[/]" if HEADER[i] == "status" and st in STATUS_STYLE
+                 else c.replace("[", "\\[") for i, c in zip(keep, shown)]
+        tab.add_row(*shown)
     console.print(tab)
     dropped = [HEADER[i] for i in range(N_MAIN) if i not in keep]  # (the simulator counts: only where counted)
     if dropped and lines:
