@@ -23,7 +23,7 @@ Prototype GPU attention kernels with Numba, one measurable optimization at a tim
   numba-attn compare A B               per-phase ratios between two results files (times, or simulator counts)
   numba-attn compare A --parent        within one file: each phase against its parent (--phases P,Q: Q against P)
   numba-attn plot RESULTS [--out DIR]  roadmap, scaling, roofline and memory-traffic plots; simulator counts
-  numba-attn diff PHASE [--stat]       the source diff of a phase against its parent
+  numba-attn diff PHASE [--code]       the source diff of a phase against its parent (--code: its code only)
   numba-attn card PHASE | --all        a phase's card (docs/phases/<name>.md)
   numba-attn new NAME --from PARENT    your own phase: NAME.py (the parent's module, renamed) and its
                                        test, in the current directory (--dir DIR); load it with --setup
@@ -147,8 +147,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix", default="", help="file name prefix")
     p.add_argument("--which", default=None, help="comma-separated subset of roadmap,scaling,roofline,traffic,layouts")
 
-    d = sub.add_parser("diff", help="the source diff of a phase's module against its parent's")
+    d = sub.add_parser("diff", help="the source diff of a phase's module against its parent's (--code: the code "
+                                     "it compiles, shared functions it calls included, without docstrings)")
     d.add_argument("phase")
+    d.add_argument("--code", action="store_true", help="code only: no docstrings, comments, imports or "
+                   "registration; the functions it uses from the family's shared modules included")
     d.add_argument("--stat", action="store_true", help="only the number of lines added and removed")
     d.add_argument("-U", "--context", type=int, default=3, help="lines of context (default 3)")
     _common(d)
@@ -953,7 +956,8 @@ def cmd_diff(args) -> int:
     _run_setup(args.setup)
     from numba_attn.report.diff import phase_diff, phase_diff_stat
 
-    sys.stdout.write(phase_diff_stat(args.phase) if args.stat else phase_diff(args.phase, args.context))
+    sys.stdout.write(phase_diff_stat(args.phase, code=args.code) if args.stat
+                     else phase_diff(args.phase, args.context, code=args.code))
     return 0
 
 
