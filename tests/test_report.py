@@ -192,3 +192,14 @@ def test_rows_without_run_id_take_the_env_written_before_them():
                {"type": "result", "phase": "p", "time_ms": 3.0}]
     commits = [rec.commit_of(row, env) for env, row in rec.with_env(records)]
     assert commits == ["aaa", "bbb", "ccc"]
+
+
+def test_card_keeps_its_hand_written_history(tmp_path):
+    """A card's ``## History`` section is written by hand: a regeneration keeps it, check_all accepts it."""
+    cards.write_all(str(tmp_path))
+    path = tmp_path / "smem_kv.md"
+    path.write_text(path.read_text() + "\n## History\n\nAn earlier attempt, kept verbatim.\n")
+    assert "An earlier attempt, kept verbatim." in cards.card("smem_kv", files=None, out_dir=str(tmp_path))
+    assert str(path) not in cards.check_all(str(tmp_path))
+    cards.write_all(str(tmp_path))
+    assert path.read_text().endswith("## History\n\nAn earlier attempt, kept verbatim.\n")

@@ -17,6 +17,10 @@ A phase of your own (a file loaded by ``--setup``, ``$NUMBA_ATTN_PHASES`` or
 "out of tree", its file by the path it was loaded from, its tests the
 ``test_NAME.py`` beside it (what ``numba-attn new`` writes). ``--all`` writes
 and checks the package's phases only.
+
+A card may end with a hand-written ``## History`` section (the long story of the
+phase: earlier attempts, old measurements, what was learnt): a regeneration
+keeps it as it stands in the card file, so the docstring can stay short.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from numba_attn.report import records as rec
 from numba_attn.userphases import shown_path
 
 OUT_DIR = "docs/phases"
+HISTORY = "## History"
 
 FAMILY_TESTS = {
     "cuda_core": ("tests/test_roadmap.py",),
@@ -118,8 +123,20 @@ def best_row(rows):
     return min(ok, key=lambda x: x[2]["time_ms"]) if ok else None
 
 
-def card(name: str, files: list[str] | None = None) -> str:
-    """The markdown card of phase ``name``."""
+def history(name: str, out_dir: str = OUT_DIR) -> str:
+    """The hand-written ``## History`` section of the card file ``<out_dir>/<name>.md`` (to its end), or ""."""
+    path = os.path.join(out_dir, f"{name}.md")
+    if not os.path.exists(path):
+        return ""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    at = text.find(f"\n{HISTORY}\n")
+    return text[at + 1:] if at >= 0 else ""
+
+
+def card(name: str, files: list[str] | None = None, out_dir: str | None = None) -> str:
+    """The markdown card of phase ``name`` (with the ``## History`` section of its card file under ``out_dir``,
+    by default the repository's docs/phases/, when it has one)."""
     from numba_attn.phases.registry import get_phase
 
     p = get_phase(name)
@@ -183,7 +200,9 @@ def card(name: str, files: list[str] | None = None) -> str:
     else:
         lines.append("None (no plot is drawn from a results file with a measured row of this phase).")
     lines.append("")
-    return "\n".join(lines)
+    text = "\n".join(lines)
+    kept = history(p.name, out_dir or rec.repo_path("docs", "phases")) if p.is_builtin else ""
+    return text + ("\n" + kept if kept else "")
 
 
 def index(files: list[str] | None = None) -> str:
@@ -206,12 +225,13 @@ def index(files: list[str] | None = None) -> str:
     return "\n".join(lines)
 
 
-def render_all(files: list[str] | None = None) -> dict[str, str]:
+def render_all(files: list[str] | None = None, out_dir: str = OUT_DIR) -> dict[str, str]:
     """{file name: text} of every card of the package's phases and the index (phases of your own, loaded
-    from files, are not the package's documentation)."""
+    from files, are not the package's documentation); each card keeps the History section of its file under
+    ``out_dir``."""
     from numba_attn.phases.registry import list_phases
 
-    out = {f"{p.name}.md": card(p.name, files) for p in list_phases() if p.is_builtin}
+    out = {f"{p.name}.md": card(p.name, files, out_dir) for p in list_phases() if p.is_builtin}
     out["README.md"] = index(files)
     return out
 
@@ -219,7 +239,7 @@ def render_all(files: list[str] | None = None) -> dict[str, str]:
 def write_all(out_dir: str = OUT_DIR) -> list[str]:
     os.makedirs(out_dir, exist_ok=True)
     written = []
-    for fname, text in render_all().items():
+    for fname, text in render_all(out_dir=out_dir).items():
         path = os.path.join(out_dir, fname)
         with open(path, "w") as f:
             f.write(text)
@@ -229,7 +249,7 @@ def write_all(out_dir: str = OUT_DIR) -> list[str]:
 
 def check_all(out_dir: str = OUT_DIR) -> list[str]:
     """The card files under ``out_dir`` that differ from a regeneration (missing or stale ones included)."""
-    want = render_all()
+    want = render_all(out_dir=out_dir)
     bad = []
     for fname, text in want.items():
         path = os.path.join(out_dir, fname)
