@@ -24,7 +24,8 @@ from numba import cuda, float32  # noqa: E402
 
 from numba_attn.gpu.device_functions import NEG_INF, row_key_step, visible_keys
 from numba_attn.gpu.jit import kernel
-from numba_attn.phases.registry import _REGISTRY, Launch, Phase, _load_all, temporary_phases  # noqa: F401  (re-exported)
+from numba_attn.phases.registry import Launch, Phase, load_all, register_if_absent, unregister
+from numba_attn.phases.registry import temporary_phases  # noqa: F401  (re-exported)
 
 # bug name → what it emulates
 BUGS = {
@@ -216,11 +217,11 @@ def faulty_phases() -> list[Phase]:
 
 def register_faulty_phases():
     """Register :func:`faulty_phases` in this process (worker processes of tests)."""
-    _load_all()
+    load_all()
     for p in faulty_phases():
-        _REGISTRY.setdefault(p.name, p)
+        register_if_absent(p)
 
 
 def unregister_faulty_phases():
     for p in faulty_phases():
-        _REGISTRY.pop(p.name, None)
+        unregister(p.name)

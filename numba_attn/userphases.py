@@ -57,7 +57,7 @@ class NewPhaseError(ValueError):
 def _registry():
     from numba_attn.phases import registry
 
-    registry._load_all()
+    registry.load_all()
     return registry
 
 
@@ -74,7 +74,7 @@ def is_path_spec(spec: str) -> bool:
 
 def load_spec(spec: str, given: str | None = None):
     """``(module or None, phases)`` of a ``.py`` file, a directory of them or a module name, registered."""
-    return _discovery().load_spec(spec, _registry()._REGISTRY, given)
+    return _registry().load_spec(spec, given)
 
 
 def load_phases(path_or_module) -> list:
@@ -100,13 +100,13 @@ def worker_specs() -> tuple:
     """What :func:`load_phases` loaded in this process, for worker processes: module names, and the
     absolute paths of the files whose phases are still registered (not those of a ``temporary_phases``
     block that ended)."""
-    from numba_attn.phases.registry import _REGISTRY
+    from numba_attn.phases.registry import registered
 
     def live(key):
         info = _discovery().FILES.get(key)
         if info is None:
             return True  # a module name
-        return any(getattr(_REGISTRY.get(n), "module", None) == info["module"] for n in info["phases"])
+        return any(getattr(registered(n), "module", None) == info["module"] for n in info["phases"])
 
     return tuple(k for k in _EXPLICIT if live(k))
 
@@ -459,8 +459,8 @@ def new_phase(name: str, from_: str, dir: str | None = None) -> NewPhase:  # noq
     if name.startswith("test_"):
         raise NewPhaseError(f"NAME {name!r}: a name starting with test_ is taken for tests (the directory "
                             f"loaders skip such files)")
-    if name in registry._REGISTRY:
-        ph = registry._REGISTRY[name]
+    if registry.registered(name) is not None:
+        ph = registry.registered(name)
         raise NewPhaseError(f"NAME {name!r} is already a phase (order {ph.order:g}, "
                             f"{shown_path(ph.source_file) or ph.module}); choose another name")
     phase_file = os.path.join(directory, f"{name}.py")
@@ -476,7 +476,7 @@ def new_phase(name: str, from_: str, dir: str | None = None) -> NewPhase:  # noq
     if name in sys.builtin_module_names or name in getattr(sys, "stdlib_module_names", ()) or importable:
         raise NewPhaseError(f"NAME {name!r} is the name of an importable module: {name}.py would shadow it "
                             f"next to its test; choose another name")
-    parent = registry._REGISTRY.get(from_) if isinstance(from_, str) else None
+    parent = registry.registered(from_) if isinstance(from_, str) else None
     if parent is None:
         known = [p.name for p in registry.list_phases()]
         close = difflib.get_close_matches(str(from_), known, n=3, cutoff=0.5)
@@ -489,7 +489,7 @@ def new_phase(name: str, from_: str, dir: str | None = None) -> NewPhase:  # noq
         raise NewPhaseError(f"--from {from_!r}: its module ({parent.module}) has no source file to copy")
     with open(src_path, encoding="utf-8") as f:
         source = f.read()
-    order = _free_order(parent.order, {p.order for p in registry._REGISTRY.values()})
+    order = _free_order(parent.order, {p.order for p in registry.list_phases()})
     parent_file = shown_path(src_path)
     text, factory_names = _rewrite(source, parent, name, order, parent_file, parent.module)
     shapes = _test_shapes(parent)

@@ -9,6 +9,7 @@ import pytest
 from numba import cuda
 
 import numba_attn.api as api
+from numba_attn import plans
 from numba_attn import Problem, attention, check, reference
 from numba_attn.phases.registry import Phase
 from numba_attn.spec.errors import AttentionInputError
@@ -146,7 +147,7 @@ def test_registry_changes_and_clear_plans_drop_the_plans(planned):
 
 
 def test_the_cache_is_bounded(monkeypatch):
-    monkeypatch.setattr(api, "MAX_PLANS", 2)
+    monkeypatch.setattr(plans, "MAX_PLANS", 2)
     for n in (2, 3, 4, 5):
         attention(Q[:, :, :n], K, V, **SMEM)
     assert api.plan_cache_info()["plans"] == 2
@@ -176,11 +177,11 @@ def test_a_tuning_written_after_a_plan_replaces_it(monkeypatch, tmp_path, planne
     monkeypatch.setenv(tuning.CACHE_ENV, str(path))
     attention(Q, K, V, phase="smem_kv")  # no entry: the default parameters
     attention(Q, K, V, phase="smem_kv")
-    assert planned["builds"] == 1 and next(iter(api._PLANS.values())).params["Br"] == 128
+    assert planned["builds"] == 1 and next(iter(plans.PLANS.values())).params["Br"] == 128
     key = tuning.cache_key(api.device_name(), P)
     tuning.TuningCache(str(path)).update([(key, "smem_kv", {"params": {"Br": 16, "Bc": 16}, "time_ms": None}, True)])
     out = attention(Q, K, V, phase="smem_kv")  # the file changed: planned again, with the tuned tiles
-    assert planned["builds"] == 2 and next(iter(api._PLANS.values())).params == {"Br": 16, "Bc": 16}
+    assert planned["builds"] == 2 and next(iter(plans.PLANS.values())).params == {"Br": 16, "Bc": 16}
     assert check(out, reference(Q, K, V)).ok
 
 
@@ -216,7 +217,7 @@ def test_replayed_calls_are_correct_for_every_phase():
                       precision=phase.precision)
             if not c.ok:
                 failures.append(f"{phase.name} {prob.label} seed {seed}: {c.reason}")
-        plan = next(iter(api._PLANS.values()))
+        plan = next(iter(plans.PLANS.values()))
         if plan.replay is not None:
             replayed.append(phase.name)
         assert api.plan_cache_info()["hits"] == 2, phase.name

@@ -13,6 +13,7 @@ import pytest
 
 import numba_attn.api as api
 import numba_attn.phases.registry as registry
+from numba_attn.measure import policy
 from numba_attn import Problem, attention, explain
 from numba_attn.cli import main
 from numba_attn.measure.results import load_results, results_lock
@@ -260,7 +261,7 @@ def _arrays(p):
 
 
 def test_float32_never_runs_tf32_unless_allowed(monkeypatch):
-    monkeypatch.setattr(api, "device_name", lambda: "simulator")
+    monkeypatch.setattr(policy, "device_name", lambda: "simulator")
     q, k, v = _arrays(P32)
     for causal in (False, True):
         e = explain(q, k, v, causal=causal)
@@ -272,7 +273,7 @@ def test_float32_never_runs_tf32_unless_allowed(monkeypatch):
 
 
 def test_explain_gives_the_phase_its_resolved_parameters_and_why(monkeypatch):
-    monkeypatch.setattr(api, "device_name", lambda: "simulator")
+    monkeypatch.setattr(policy, "device_name", lambda: "simulator")
     q, k, v = _arrays(P32)
     e = explain(q, k, v, TN=0)
     assert e.name == "register_blocked" and "preferred for prefill float32" in e.why
@@ -283,7 +284,7 @@ def test_explain_gives_the_phase_its_resolved_parameters_and_why(monkeypatch):
 
 
 def test_measured_results_decide_on_their_gpu_and_tc_wgmma_overlap_is_never_the_default(monkeypatch):
-    monkeypatch.setattr(api, "device_name", lambda: "NVIDIA H200")
+    monkeypatch.setattr(policy, "device_name", lambda: "NVIDIA H200")
     p = Problem(batch=1, heads=32, q_len=4096, kv_len=4096, head_dim=64, dtype="float16")
     ph, why, _params = api.choose_phase(p)
     assert ph.name == "tc_wgmma" and "fastest" in why and "results/" in why
@@ -295,7 +296,7 @@ def test_measured_results_decide_on_their_gpu_and_tc_wgmma_overlap_is_never_the_
 
 
 def test_wgmma_phases_need_sm_90a(monkeypatch):
-    monkeypatch.setattr(api, "device_name", lambda: "simulator")
+    monkeypatch.setattr(policy, "device_name", lambda: "simulator")
     p = Problem(batch=1, heads=1, q_len=256, kv_len=256, head_dim=64, dtype="float16")
     assert api.choose_phase(p)[0].name == "tc_wgmma"  # the simulator counts as 9.0
     monkeypatch.setattr(registry, "device_cc", lambda: (8, 0))

@@ -10,7 +10,7 @@ import pytest
 from numba_attn import api
 from numba_attn.api import explain
 from numba_attn.cli import main
-from numba_attn.measure import dispatch
+from numba_attn.measure import dispatch, policy
 from numba_attn.measure import tune as tuning
 from numba_attn.measure.results import ResultsWriter
 from numba_attn.spec.problem import Problem
@@ -81,7 +81,7 @@ def table_env(tmp_path, monkeypatch):
     path = dispatch.write(table, str(tmp_path / "dispatch.json"))
     monkeypatch.setenv(dispatch.TABLE_ENV, path)
     monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path / "no-cache.json"))
-    monkeypatch.setattr(api, "device_name", lambda: GPU)
+    monkeypatch.setattr(policy, "device_name", lambda: GPU)
     return path
 
 
@@ -151,11 +151,11 @@ def test_a_tuning_cache_entry_wins_over_the_table(table_env, tmp_path, monkeypat
 
 
 def test_another_gpu_model_falls_back_to_the_preference(table_env, monkeypatch):
-    monkeypatch.setattr(api, "device_name", lambda: "Another GPU")
+    monkeypatch.setattr(policy, "device_name", lambda: "Another GPU")
     ph, why, params = api.choose_phase(TINY)
     assert ph.name == "register_blocked" and params == {} and why.startswith("preferred for prefill float32")
     # a problem of another key on the table's GPU: the preference too
-    monkeypatch.setattr(api, "device_name", lambda: GPU)
+    monkeypatch.setattr(policy, "device_name", lambda: GPU)
     ph, why, _ = api.choose_phase(TINY.replace(kv_len=100))
     assert ph.name == "register_blocked" and "no configuration" in why
 
@@ -218,7 +218,7 @@ def test_the_committed_table_is_a_build_of_the_committed_results(capsys):
 def test_on_an_h200_fp16_prefill_runs_the_fastest_measured_phase(monkeypatch, tmp_path, head_dim, causal):
     monkeypatch.delenv(dispatch.TABLE_ENV, raising=False)
     monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path / "no-cache.json"))
-    monkeypatch.setattr(api, "device_name", lambda: "NVIDIA H200")
+    monkeypatch.setattr(policy, "device_name", lambda: "NVIDIA H200")
     p = Problem(batch=1, heads=32, q_len=4096, head_dim=head_dim, causal=causal, dtype="float16")
     ph, why, params = api.choose_phase(p)
     entry = dispatch.lookup("NVIDIA H200", p, dispatch.PACKAGE_TABLE)

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch", reason="needs PyTorch (pip install -e '.[to
 from numba import cuda  # noqa: E402
 
 import numba_attn.api as api  # noqa: E402
+from numba_attn import array_kinds, plans  # noqa: E402
 from numba_attn import Problem, attention, check, explain, reference  # noqa: E402
 from numba_attn.gpu.backend import IS_SIMULATOR  # noqa: E402
 from numba_attn.phases.registry import Phase  # noqa: E402
@@ -35,7 +36,7 @@ def tensors(arrays, dtype="float32", device="cpu"):
 
 def host(t):
     """A tensor as a NumPy array of its dtype (bfloat16: ml_dtypes')."""
-    return api._tensor_as_numpy("t", t.detach().cpu())
+    return array_kinds.tensor_as_numpy("t", t.detach().cpu())
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -62,13 +63,13 @@ def test_bfloat16_tensors(device):
 def test_cpu_tensors_are_read_without_a_copy(monkeypatch):
     q, k, v = tensors((Q, K, V))
     seen = []
-    real = api._run
+    real = plans.run
 
     def spy(plan, kind, q_, k_, v_, out):
         seen.append((q_, k_, v_))
         return real(plan, kind, q_, k_, v_, out)
 
-    monkeypatch.setattr(api, "_run", spy)
+    monkeypatch.setattr(plans, "run", spy)
     attention(q, k, v, **SMEM)
     qa, ka, va = seen[0]
     assert all(isinstance(a, np.ndarray) and np.shares_memory(a, t.numpy()) for a, t in ((qa, q), (ka, k), (va, v)))

@@ -1,6 +1,6 @@
 """Phases in files outside the package: how they are found and imported.
 
-The registry (:func:`numba_attn.phases.registry._load_all`) calls :func:`load_discovered` once, after the
+The registry (:func:`numba_attn.phases.registry.load_all`) calls :func:`load_discovered` once, after the
 package's own phases: the ``.py`` files and directories of ``$NUMBA_ATTN_PHASES`` (``os.pathsep``-separated)
 and the modules of the ``numba_attn.phases`` entry points. A file or entry point that fails is recorded in
 ``numba_attn.phases.BROKEN`` (``numba-attn list`` prints it), never raised, and nothing it registered stays.

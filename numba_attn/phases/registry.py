@@ -380,7 +380,7 @@ def candidate_configs(phase: "Phase", problem, space: dict | None = None, fixed:
 _DISCOVERED = False
 
 
-def _load_all():
+def load_all():
     """Import every phase module of the package, then (once) the phases found outside it
     (:mod:`numba_attn.phases.discovery`: ``$NUMBA_ATTN_PHASES``, the ``numba_attn.phases`` entry points)."""
     global _DISCOVERED
@@ -395,17 +395,42 @@ def _load_all():
 
 def list_phases(kind: str | None = None) -> list[Phase]:
     """Registered phases in roadmap order (optionally only one ``kind``)."""
-    _load_all()
+    load_all()
     out = sorted(_REGISTRY.values(), key=lambda p: (p.order, p.name))
     return [p for p in out if kind is None or p.kind == kind]
 
 
 def get_phase(name: str) -> Phase:
-    _load_all()
+    load_all()
     try:
         return _REGISTRY[name]
     except KeyError:
         raise UnknownPhaseError(name, [p.name for p in list_phases()]) from None
+
+
+def registered(name: str) -> Phase | None:
+    """The phase registered under ``name`` now, or None (nothing is loaded: a cheap test for callers that
+    keep a phase, e.g. a cached plan)."""
+    return _REGISTRY.get(name)
+
+
+def registered_count() -> int:
+    """How many phases are registered now (nothing is loaded)."""
+    return len(_REGISTRY)
+
+
+def register_if_absent(phase: Phase) -> Phase:
+    """Register ``phase`` unless its name is taken; the phase registered under that name."""
+    return _REGISTRY.setdefault(phase.name, phase)
+
+
+def load_spec(spec: str, given: str | None = None):
+    """``(module or None, phases)`` of a ``.py`` file, a directory of them or a module name, loaded into the
+    registry (:func:`numba_attn.phases.discovery.load_spec`)."""
+    load_all()
+    from numba_attn.phases import discovery
+
+    return discovery.load_spec(spec, _REGISTRY, given)
 
 
 def unregister(name: str) -> Phase | None:
@@ -424,7 +449,7 @@ def temporary_phases(*phases: Phase):
             bad = numba_attn.load_phases("wrong_variant.py")
             rows = numba_attn.run([p.name for p in bad], problems)
     """
-    _load_all()
+    load_all()
     before = dict(_REGISTRY)
     try:
         for p in phases:

@@ -1,0 +1,198 @@
+"""Which phase ``phase=None`` runs: the rule of :func:`choose_phase` (the tuning cache, then the
+dispatch table of :mod:`numba_attn.measure.dispatch`, then a fixed preference), and the defaults of
+``decode_paged()`` and ``attention_varlen()``. :mod:`numba_attn.api` applies it; its names are
+importable from there too."""
+from __future__ import annotations
+
+from numba_attn.gpu import backend  # noqa: F401  (first: chooses CUDA or the simulator before numba is imported)
+
+from numba import cuda  # noqa: E402
+
+from numba_attn.phases.registry import list_phases  # noqa: E402
+from numba_attn.spec.errors import AttentionInputError  # noqa: E402
+from numba_attn.spec.problem import Problem  # noqa: E402
+
+
+# Never chosen by default: measured slower than its parent tc_wgmma on the H200
+# (results/tensor-core-overlap-nvidia-h200.jsonl); run it by name.
+NEVER_DEFAULT = ("tc_wgmma_overlap",)
+
+# The fixed preference per (kind, dtype) when no committed results exist for this GPU model:
+# the first one that supports the problem (device included) is chosen.
+PREFERENCE = {
+    ("prefill", "float16"): ("tc_wgmma", "tc_pipelined", "tc_mma"),
+    ("prefill", "bfloat16"): ("tc_wgmma", "tc_pipelined", "tc_mma"),
+    ("prefill", "float32"): ("register_blocked",),
+    ("decode", "float16"): ("decode_split_k_lean",),
+    ("decode", "float32"): ("decode_split_k_lean",),
+}
+
+
+def _preference(problem: Problem, kind: str, allow_tf32: bool) -> tuple:
+    pref = PREFERENCE.get((kind, problem.dtype), ())
+    if kind == "prefill" and problem.dtype == "float32":
+        if problem.causal:
+            pref = ("causal_skip",) + pref
+        if allow_tf32:
+            pref = ("tc_tf32",) + pref
+    if kind == "decode" and problem.dtype == "float16" and problem.heads > problem.kv_heads:
+        pref = ("decode_mma",) + pref
+    return pref
+
+
+def _precision_allowed(ph, allow_tf32: bool) -> bool:
+    """A phase computing at a coarser precision than its inputs runs by default only with the caller's consent."""
+    return ph.precision is None or (ph.precision == "tf32" and allow_tf32)
+
+
+_DEVICE_NAMES: dict = {}
+
+
+def device_name() -> str:
+    """The GPU model the dispatch table and the tuning cache are keyed by ("simulator": no table
+    entry): the current device's name, read once per device (no nvidia-smi: this runs whenever a
+    call plans)."""
+    if backend.IS_SIMULATOR:
+        return "simulator"
+    dev = cuda.get_current_device()
+    name = _DEVICE_NAMES.get(dev.id)
+    if name is None:
+        name = _DEVICE_NAMES[dev.id] = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+    return name
+
+
+def measured_rows(gpu: str) -> list[tuple[str, dict]]:
+    """``(file, row)`` for every OK, timed phase row of the committed results files
+    (``results/*.jsonl`` of a source checkout) measured on ``gpu`` with the default parameters:
+    what the dispatch table (:mod:`numba_attn.measure.dispatch`) is built from; ``phase=None`` reads
+    the table, not these files."""
+    from numba_attn.measure.dispatch import measured_rows as rows
+
+    return [(f, r) for f, _env, r in rows(gpu=gpu) if not r.get("requested_params")]
+
+
+def choose_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = False):
+    """``(phase, why, params)``: the phase ``attention(..., phase=None)`` runs, why, and the
+    parameters it runs with when the caller gives none (``{}``: the phase's defaults). The rule:
+
+    * only the package's own phases (``numba_attn.phases``; a user-registered phase runs only
+      when named), never ``tc_wgmma_overlap`` (:data:`NEVER_DEFAULT`), never a phase the device
+      cannot run (``supports()``, compute capability included), and never one that computes at a
+      lower precision than the inputs (``tc_tf32``) unless ``allow_tf32=True``;
+    * of the kind the problem needs: decode when q_len <= 8, else prefill;
+    * the phase the tuning cache (``numba-attn tune``, :mod:`numba_attn.measure.tune`) chose for
+      this GPU model and the problem's key (dtype, causal, head_dim, GQA group, decode or prefill,
+      kv_len bucket), when it is among the candidates, with the cache's parameters
+      (``explain()`` says "tuned (cache PATH)");
+    * else the dispatch table (``numba_attn/data/dispatch.json``, built from the committed GPU
+      results by ``numba-attn dispatch --build``; :mod:`numba_attn.measure.dispatch`) for this GPU
+      model and the same key: the best-ranked measured configuration whose phase is among the
+      candidates and supports the problem with its parameters, with those parameters
+      (``explain()`` says "dispatch table (numba_attn/data/dispatch.json: ...)" and names the row);
+    * otherwise the first supporting phase of the fixed preference per (kind, dtype): fp16/bf16
+      prefill ``tc_wgmma`` (sm_90a only), ``tc_pipelined``, ``tc_mma``; fp32 prefill
+      ``register_blocked`` (causal: ``causal_skip`` first; with allow_tf32 ``tc_tf32`` first);
+      decode ``decode_split_k_lean`` (fp16 with GQA: ``decode_mma`` first); otherwise the most
+      optimized supporting phase (roadmap order).
+
+    The simulator matches no table entry (its GPU model is "simulator") and counts as compute
+    capability 9.0.
+    """
+    if kind is None:
+        kind = "decode" if problem.q_len <= 8 else "prefill"
+    allowed = [p for p in list_phases() if p.is_builtin and p.name not in NEVER_DEFAULT
+               and _precision_allowed(p, allow_tf32)]
+    candidates = [p for p in allowed if p.kind == kind and p.supports(problem) is None]
+    if not candidates:
+        candidates = [p for p in allowed if p.supports(problem) is None]
+    if not candidates:
+        hint = ("; tf32 phases run only with allow_tf32=True"
+                if problem.dtype == "float32" and not allow_tf32 else "")
+        raise AttentionInputError(f"no phase of the package supports {problem.label}{hint} "
+                                  f"(name a phase with phase=... to run another one)")
+    gpu = device_name()
+    hit = tuned_choice(problem, None, candidates, gpu)
+    if hit:
+        return hit[0], f"tuned (cache {hit[2]})", hit[1]
+    from numba_attn.measure.dispatch import choose
+
+    found = choose(problem, candidates, gpu)
+    if found:
+        return found[0], found[2], found[1]
+    for name in _preference(problem, kind, allow_tf32):
+        for p in candidates:
+            if p.name == name:
+                return p, (f"preferred for {kind} {problem.dtype}"
+                           f"{' causal' if problem.causal else ''} (no configuration of the dispatch table "
+                           f"for {gpu} runs this problem)"), {}
+    return candidates[-1], "the most optimized phase that supports the problem (roadmap order)", {}
+
+
+def tuned_choice(problem: Problem, phase, candidates=None, gpu=None):
+    """``(phase, params, cache path)`` from the tuning cache (:mod:`numba_attn.measure.tune`) for
+    ``problem`` on this GPU model: of ``phase``, or when None the key's best phase if it is among
+    ``candidates``; None when no entry matches or its parameters no longer run the problem."""
+    from numba_attn.measure.tune import cached_params
+
+    try:
+        hit = cached_params(problem, phase.name if phase is not None else None, gpu or device_name())
+        if hit is None:
+            return None
+        name, params, path = hit
+        ph = phase if phase is not None else next((p for p in candidates if p.name == name), None)
+        if ph is None or ph.supports(problem, **ph.resolve_params(params)) is not None:
+            return None
+        return ph, params, path
+    except (ValueError, TypeError, OSError):
+        return None
+
+
+def pick_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = False):
+    """The phase ``phase=None`` runs (see :func:`choose_phase`)."""
+    return choose_phase(problem, kind, allow_tf32)[0]
+
+
+# -- decode over a paged KV cache, prefill of a packed ragged batch -----------------------------
+
+PAGED_DEFAULT = ("paged_mma", "paged_split_k")  # phase=None: the first that supports the problem ...
+PAGED_DEFAULT_ONE_ROW = ("paged_split_k", "paged_mma")  # ... or these when a KV head has one query row
+PAGED_DEFAULT_RAGGED = ("paged_worklist", "paged_split_k", "paged_mma")  # ... and its lengths differ (16-bit cache)
+
+
+def paged_default(problem) -> tuple:
+    """The paged phases ``decode_paged(phase=None)`` tries, in order: the tensor-core one first when a
+    KV head serves several query rows (GQA group x q_len > 1: its m16 tile is then partly filled);
+    the split-K one first for one row per KV head (the m16 tile would be 15/16 padding; H200, fp16,
+    B1 H32 KV 4k ragged P64: 0.0198 ms against 0.0295 ms, results/paged-nvidia-h200.jsonl), and for an
+    8-bit cache its ``mma`` path can read (up to 8 rows per KV head: H200, fp8, B8 H32/8kv KV 32k D128 P64,
+    0.1493 ms against paged_mma's 0.3242 ms, results/paged-8bit-mma-nvidia-h200.jsonl). With one row per KV head,
+    a 16-bit cache and unequal lengths (``mean_len`` set), the work-list phase comes first: it reads a ragged
+    batch 3-6 % faster than the split-K one (H200, CUPTI, B8 H32 D128 P64 fp16: KV <= 4k 0.0690 against 0.0733 ms,
+    KV <= 32k 0.4687 against 0.4951, B32 KV <= 4k 0.2967 against 0.3069; the H100 alike,
+    results/paged-nvidia-h200.jsonl and results/paged-nvidia-h100.jsonl), and 1.5 % slower at equal lengths,
+    where the split-K one stays first."""
+    from numba_attn.phases.decode.p35_paged_split_k import mma_path
+
+    if mma_path(problem, None):
+        return PAGED_DEFAULT_ONE_ROW
+    if (problem.heads // problem.kv_heads) * problem.q_len > 1:
+        return PAGED_DEFAULT
+    return PAGED_DEFAULT_RAGGED if problem.mean_len and not problem.kv_dtype else PAGED_DEFAULT_ONE_ROW
+
+
+PAGED_MEAN_STEPS = 16  # a ragged batch's mean length is rounded up to 1/16 of its bucket for the split plan
+
+
+def paged_mean_bucket(seqlens, bucket: int) -> int:
+    """``PagedProblem.mean_len`` of a call: 0 when every sequence has one length (the one-wave
+    split plan), else the mean length rounded up to a multiple of ``bucket / PAGED_MEAN_STEPS``
+    (the plan is cached per rounded mean: lengths that grow by one per decode step change it
+    every ``bucket / 16`` steps; the split count it gives is a power of two, so few kernels compile).
+    ``seqlens`` is the host copy the input checks read."""
+    if seqlens.size == 0 or seqlens.min() == seqlens.max():
+        return 0
+    step = max(1, bucket // PAGED_MEAN_STEPS)
+    return min(bucket, -(-int(seqlens.sum()) // (seqlens.size * step)) * step)
+
+
+VARLEN_DEFAULT = ("tc_wgmma_varlen", "tc_mma_varlen")  # phase=None: the first that supports the problem
