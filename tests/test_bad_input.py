@@ -401,15 +401,15 @@ ALIASES = [("fp32", "float32"), ("FP16", "float16"), ("f16", "float16"), ("half"
 @pytest.mark.parametrize("short,canonical", ALIASES)
 def test_short_dtype_names_map_to_the_canonical_ones(short, canonical):
     from numba_attn import check
-    from numba_attn.cli import _parser
+    from numba_attn.cli_args import build_parser
 
     p = Problem(q_len=4, head_dim=8, dtype=short)
     assert p.dtype == canonical and p == Problem(q_len=4, head_dim=8, dtype=canonical)
     assert hash(p) == hash(Problem(q_len=4, head_dim=8, dtype=canonical))
     assert Problem.from_dict(p.to_dict()) == p and p.to_dict()["dtype"] == canonical
     assert P.replace(dtype=short).dtype == canonical
-    assert _parser().parse_args(["run", "--dtype", short]).dtype == canonical
-    assert _parser().parse_args(["tune", "smem_kv", "--dtype", short]).dtype == canonical
+    assert build_parser().parse_args(["run", "--dtype", short]).dtype == canonical
+    assert build_parser().parse_args(["tune", "smem_kv", "--dtype", short]).dtype == canonical
     ref = np.ones((1, 1, 2, 4))
     assert check(ref.astype(np.float32), ref, dtype=short).ok
 

@@ -7,6 +7,8 @@ import json
 import pytest
 
 from numba_attn import cli
+from numba_attn.cli_args import build_parser
+from numba_attn.report.progress import Progress
 from numba_attn.report import table
 
 
@@ -26,7 +28,7 @@ def test_help_has_no_markup_and_every_run_flag_is_explained(capsys):
     assert "``" not in out and ":mod:" not in out and "lazily" not in out
     for cmd in ("list", "run", "bench", "compare", "plot", "diff", "card", "readme"):
         assert f"numba-attn {cmd}" in out
-    helped = cli._parser()._subparsers._group_actions[0].choices["run"]._actions
+    helped = build_parser()._subparsers._group_actions[0].choices["run"]._actions
     assert all(a.help for a in helped if a.dest in ("list_presets", "explain_columns", "csv"))
 
 
@@ -146,7 +148,7 @@ def test_progress_prints_eta_and_counts():
     from numba_attn.report.table import make_console
 
     buf = io.StringIO()
-    prog = cli.Progress(console=make_console(buf))
+    prog = Progress(console=make_console(buf))
     p = Problem(batch=1, heads=1, q_len=8, head_dim=16)
     for i, (name, row) in enumerate([("naive", {"status": "OK", "time_ms": 2.0}),
                                      ("smem_kv", {"status": "OK", "time_ms": 0.5}),

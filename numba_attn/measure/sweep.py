@@ -87,7 +87,7 @@ def run_parallel(sweep, tasks, workers=None, make_worker=None, oversubscribe=Fal
     the ceilings first, once, in lane 0's worker; then every (phase or peer, problem) task once, pulled
     in order by the next free lane, each problem's baseline row first (a row's speedup waits for it).
     Rows go to the results file as they finish; the returned rows are in task order."""
-    from numba_attn.measure.parallel import CountingProgress, LocalPool, Workers, _Shared
+    from numba_attn.measure.parallel import CountingProgress, LocalPool, Workers, SharedState
 
     cfg = sweep.cfg
     pool = None
@@ -97,7 +97,7 @@ def run_parallel(sweep, tasks, workers=None, make_worker=None, oversubscribe=Fal
     n = max(1, int(workers or getattr(pool, "size", 1)))
     lanes = Workers(sweep, n, make_worker)
     try:
-        lanes.share(_Shared(cfg.baseline, tasks), CountingProgress(sweep.progress) if sweep.progress else None)
+        lanes.share(SharedState(cfg.baseline, tasks), CountingProgress(sweep.progress) if sweep.progress else None)
         if pool is not None:
             pool.start()  # side by side; refuses different GPU models
         if cfg.ceilings:
