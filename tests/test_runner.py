@@ -19,7 +19,7 @@ from numba_attn.measure.row import measure
 from numba_attn.measure.status import ERROR, FAIL, OK, SKIP, TIMEOUT
 from numba_attn.measure.sweep import run
 from numba_attn.testing import faulty_phases, temporary_phases
-from numba_attn.measure.timing import TimingConfig, _enough, compare_methods, robust_spread
+from numba_attn.measure.timing import TimingConfig, enough_samples, compare_methods, robust_spread
 
 TINY = Problem(batch=1, heads=2, kv_heads=1, q_len=7, kv_len=13, head_dim=8, causal=True)
 SETUP = ("numba_attn.testing:register_faulty_phases",)
@@ -40,12 +40,12 @@ def test_compare_methods_flags_only_disagreement_beyond_the_spread():
 def test_repetition_stops_on_small_spread_or_budget():
     cfg = TimingConfig(min_reps=5, max_reps=50, budget_s=10.0, target_spread=0.02)
     now = time.perf_counter()
-    assert not _enough([1.0] * 4, now, cfg)  # fewer than min_reps
-    assert _enough([1.0, 1.001, 0.999, 1.0, 1.0], now, cfg)  # tight: stop early
+    assert not enough_samples([1.0] * 4, now, cfg)  # fewer than min_reps
+    assert enough_samples([1.0, 1.001, 0.999, 1.0, 1.0], now, cfg)  # tight: stop early
     noisy = [1.0, 1.5, 0.7, 1.2, 0.9]
-    assert robust_spread(noisy) > 0.02 and not _enough(noisy, now, cfg)
-    assert _enough(noisy, now - 11.0, cfg)  # budget used
-    assert _enough(noisy * 10, now, cfg)  # max_reps
+    assert robust_spread(noisy) > 0.02 and not enough_samples(noisy, now, cfg)
+    assert enough_samples(noisy, now - 11.0, cfg)  # budget used
+    assert enough_samples(noisy * 10, now, cfg)  # max_reps
 
 
 # -- ceilings -------------------------------------------------------------------------------

@@ -327,7 +327,7 @@ if IS_SIMULATOR:
     def _lane():
         from numba_attn.gpu import warp
 
-        return warp._warp()[1]
+        return warp.laneid()
 
     def _full_warp(vals, what):
         if len(vals) != WARP_SIZE:

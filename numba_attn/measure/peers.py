@@ -37,7 +37,7 @@ from numba_attn.spec.reference import check, reference
 from numba_attn.measure.check import TORCH_REFERENCE_FLOPS, cached_reference, reference_torch
 from numba_attn.measure.row import add_throughput, implausible_reason
 from numba_attn.measure.status import ERROR, FAIL, OK, SKIP, summarize_exception
-from numba_attn.measure.timing import (KERNEL_NAME_CHARS, TimingConfig, _enough, _summary, cupti_status,
+from numba_attn.measure.timing import (KERNEL_NAME_CHARS, TimingConfig, enough_samples, timing_summary, cupti_status,
                                        end_to_end, kernel_events, timed)
 
 BACKENDS = ("flash", "efficient", "math", "cudnn")
@@ -179,14 +179,14 @@ def _torch_graph_replay(torch, fn, cfg: TimingConfig) -> dict:
     import time as _time
 
     t_start = _time.perf_counter()
-    while not _enough(samples, t_start, cfg):
+    while not enough_samples(samples, t_start, cfg):
         e0.record()
         graph.replay()
         e1.record()
         e1.synchronize()
         samples.append(e0.elapsed_time(e1) / inner)
     del graph
-    return _summary("graph_replay", samples, inner=inner)
+    return timing_summary("graph_replay", samples, inner=inner)
 
 
 def _backend_context(torch, backend: str | None):

@@ -67,7 +67,7 @@ def run(phases=None, problems=None, *, config: RunConfig | None = None, progress
         call_setup(spec)
     plist = resolve_phases(phases)
     problems = list(problems) if problems is not None else PRESETS["tiny"]
-    with results_lock(cfg.results, warn or _warn_stderr):
+    with results_lock(cfg.results, warn or warn_stderr):
         sweep = Sweep(cfg, progress=progress, warn=warn)
         tasks = plan_tasks(plist, problems, sweep.peers, select)
         if workers is not None or make_worker is not None:
@@ -173,7 +173,7 @@ class Baselines:
             row["speedup_vs"] = f"{self.name} {dt_b}"
 
 
-def _warn_stderr(msg):
+def warn_stderr(msg):
     print(f"warning: {msg}", file=sys.stderr, flush=True)
 
 
@@ -184,7 +184,7 @@ class Sweep:
     def __init__(self, cfg: RunConfig, *, progress=None, warn=None):
         self.cfg = cfg
         self.progress = progress
-        self.warn = warn or _warn_stderr
+        self.warn = warn or warn_stderr
         self.env = environment(cfg.command)
         self.env_key = env_key(self.env)
         self.run_id = uuid.uuid4().hex[:12]

@@ -117,7 +117,7 @@ def robust_spread(samples) -> float:
     return (_quantile(samples, 0.9) - _quantile(samples, 0.1)) / med
 
 
-def _enough(samples, t_start, cfg: TimingConfig) -> bool:
+def enough_samples(samples, t_start, cfg: TimingConfig) -> bool:
     n = len(samples)
     if n >= cfg.max_reps:
         return True
@@ -128,7 +128,7 @@ def _enough(samples, t_start, cfg: TimingConfig) -> bool:
     return robust_spread(samples) < cfg.target_spread
 
 
-def _summary(method, samples, **extra) -> dict:
+def timing_summary(method, samples, **extra) -> dict:
     med = statistics.median(samples)
     return {
         "method": method,
@@ -169,7 +169,7 @@ def events_batched(fn, stream, cfg: TimingConfig | None = None, *, stop_when_lau
     samples, host = [], []
     stopped = False
     t_start = time.perf_counter()
-    while not _enough(samples, t_start, cfg):
+    while not enough_samples(samples, t_start, cfg):
         if (stop_when_launch_bound and len(samples) >= cfg.min_reps
                 and statistics.median(host) >= 0.8 * statistics.median(samples)):
             stopped = True
@@ -185,7 +185,7 @@ def events_batched(fn, stream, cfg: TimingConfig | None = None, *, stop_when_lau
         samples.append(cuda.event_elapsed_time(e0, e1) / inner)
         host.append((h1 - h0) / inner * 1e3)
     host_ms = statistics.median(host)
-    out = _summary("events_batched", samples, inner=inner, host_launch_us=host_ms * 1e3)
+    out = timing_summary("events_batched", samples, inner=inner, host_launch_us=host_ms * 1e3)
     out["launch_bound"] = host_ms >= 0.8 * out["time_ms"]
     if stopped:
         out["stopped_launch_bound"] = True  # at cfg.min_reps samples: the row is timed by another method
@@ -230,7 +230,7 @@ def graph_replay(fn, stream, cfg: TimingConfig | None = None, launches_per_graph
         stream.synchronize()
         samples = []
         t_start = time.perf_counter()
-        while not _enough(samples, t_start, cfg):
+        while not enough_samples(samples, t_start, cfg):
             e0.record(stream)
             graph.launch(core)
             e1.record(stream)
@@ -239,7 +239,7 @@ def graph_replay(fn, stream, cfg: TimingConfig | None = None, launches_per_graph
     finally:
         graph.close()
         gb.close()
-    return _summary("graph_replay", samples, inner=inner)
+    return timing_summary("graph_replay", samples, inner=inner)
 
 
 def host_clock(fn, stream, cfg: TimingConfig | None = None) -> dict:
@@ -256,13 +256,13 @@ def host_clock(fn, stream, cfg: TimingConfig | None = None) -> dict:
     inner = int(max(1, min(cfg.max_inner, math.ceil(cfg.batch_ms / max(single_ms, 1e-3)))))
     samples = []
     t_start = time.perf_counter()
-    while not _enough(samples, t_start, cfg):
+    while not enough_samples(samples, t_start, cfg):
         t0 = time.perf_counter()
         for i in range(inner):
             _call(fn, i, stream)
         stream.synchronize()
         samples.append((time.perf_counter() - t0) * 1e3 / inner)
-    return _summary("host_clock", samples, inner=inner)
+    return timing_summary("host_clock", samples, inner=inner)
 
 
 def second_method(fn, stream, cfg: TimingConfig | None = None) -> dict:
@@ -272,7 +272,8 @@ def second_method(fn, stream, cfg: TimingConfig | None = None) -> dict:
     except Exception as exc:  # noqa: BLE001 - the fallback says why
         stream.synchronize()
         out = host_clock(fn, stream, cfg)
-        out["graph_error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:300]
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        out["graph_error"] = f"{type(exc).__name__}: {first_line}"[:300]
         return out
 
 
@@ -462,7 +463,7 @@ def cupti_kernel_time(fn, stream, cfg: TimingConfig | None = None, calls: int | 
                            for nm, t, _ in totals],
                "kernels_per_call": sum(c for _, _, c in totals) / (warm + calls),
                "irregular": "no per-kernel events (key_averages totals): the time is the mean per call"}
-    out = _summary("cupti", agg["per_call_ms"], calls=calls, kernels=agg["kernels"],
+    out = timing_summary("cupti", agg["per_call_ms"], calls=calls, kernels=agg["kernels"],
                    kernels_per_call=agg["kernels_per_call"])
     if agg["irregular"]:
         out["cupti_irregular"] = agg["irregular"]

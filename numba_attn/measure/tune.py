@@ -371,7 +371,7 @@ def tune(phases, problems, *, config: RunConfig | None = None, budget=None, stra
     configurations go to the cache unless ``write_cache`` is False. ``timings`` (a dict) receives the
     seconds of each stage: ``setup`` (the sweep's environment and the local workers' start), ``rows``
     (the candidates), ``final`` (the final rounds), ``close`` (the workers closed) and ``cache``."""
-    from numba_attn.measure.sweep import Sweep, _warn_stderr
+    from numba_attn.measure.sweep import Sweep, warn_stderr
 
     if strategy not in STRATEGIES:
         raise ValueError(f"--strategy {strategy!r}: one of {', '.join(STRATEGIES)}")
@@ -401,7 +401,7 @@ def tune(phases, problems, *, config: RunConfig | None = None, budget=None, stra
         stages[name] = round(stages.get(name, 0.0) + now - clock["t"], 3)
         clock["t"] = now
 
-    with results_lock(cfg.results, warn or _warn_stderr):
+    with results_lock(cfg.results, warn or warn_stderr):
         sweep = Sweep(cfg, progress=progress, warn=warn)
         local = None
         if make_worker is None and int(workers) > 1:
