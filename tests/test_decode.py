@@ -15,7 +15,7 @@ from numba import cuda, float32  # module globals: the simulator swaps `cuda` in
 from numba_attn import Problem, get_phase
 from numba_attn.gpu.device_functions import NEG_BIG, combine_splits
 from numba_attn.gpu.jit import kernel
-from numba_attn.phases.decode.common import decode_rows, keys_per_group, lanes_per_key, vector_width
+from numba_attn.phases.decode.rules import decode_rows, keys_per_group, lanes_per_key, vector_width
 from numba_attn.gpu.split_k import make_combine_kernel, split_plan
 from numba_attn.measure.config import RunConfig
 from numba_attn.measure.row import measure
@@ -229,7 +229,7 @@ def test_split_k_prefill_gqa_fp16_auto_splits():
 def test_lean_reduce_scatter_then_xor_stages_and_combine_kernel():
     # 16 lanes per key, 2 rows x 1 key per group: one reduce-scatter stage (2 values),
     # then three plain xor stages; S x rows > fuse_max: the combine runs as a second kernel
-    from numba_attn.phases.decode.common import score_plan
+    from numba_attn.phases.decode.p33_decode_split_k_lean import score_plan
 
     p = Problem(batch=1, heads=4, kv_heads=2, q_len=1, kv_len=50, head_dim=64)
     assert score_plan(16, 2, 1) == (2, 1, 1)
@@ -241,7 +241,7 @@ def test_lean_reduce_scatter_then_xor_stages_and_combine_kernel():
 def test_lean_full_reduce_scatter_fp16_causal_fused():
     # 8 lanes per key, 4 rows x 2 keys = 8 values: three reduce-scatter stages, no plain
     # stage; q_len 2 causal over a 2-head group; last-block combine
-    from numba_attn.phases.decode.common import score_plan
+    from numba_attn.phases.decode.p33_decode_split_k_lean import score_plan
 
     p = Problem(batch=1, heads=4, kv_heads=2, q_len=2, kv_len=45, head_dim=64, dtype="float16", causal=True)
     assert score_plan(8, 4, 2) == (8, 3, 1)

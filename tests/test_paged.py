@@ -16,7 +16,7 @@ from numba_attn.spec.errors import AttentionInputError
 from numba_attn.spec.paged import dequantize, fp8_e4m3_decode, paged_reference
 from numba_attn.spec.problem import PagedProblem, Problem
 from numba_attn.gpu.jit import kernel
-from numba_attn.phases.decode.common import E4M3_UNIT, e4m3x4_f16x2, e4m3x4_f32, int8x4_f32
+from numba_attn.phases.decode.kv8 import E4M3_UNIT, e4m3x4_f16x2, e4m3x4_f32, int8x4_f32
 from numba import cuda  # noqa: E402  (after numba_attn: the backend is chosen first)
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -678,7 +678,7 @@ def test_uniform_lengths_keep_the_one_wave_plan():
     """Every preset problem whose sequences have one length (all non-ragged ones, and a ragged
     batch of one sequence) gets the one-wave split count of ``split_plan`` without lengths."""
     from numba_attn.gpu.split_k import sm_count, split_plan
-    from numba_attn.phases.decode.common import ragged_mean
+    from numba_attn.phases.decode.rules import ragged_mean
     from numba_attn.spec.problem import PRESETS
 
     seen = 0
@@ -789,7 +789,7 @@ def test_balanced_split_model():
     """``balanced_split`` (paged_split_k's ``balance``): a sequence's n = ⌈Nk / chunk⌉ splits cover its keys
     once, in whole steps of KS keys, none longer than ``chunk``, all but the last of ⌈Nk / n⌉ keys rounded up
     to a step, the last not empty; the splits after them are empty."""
-    from numba_attn.phases.decode.common import balanced_split
+    from numba_attn.phases.decode.p33_decode_split_k_lean import balanced_split
 
     for KS in (1, 8, 16):
         for chunk in (KS, 3 * KS, 64, 1024):
@@ -882,7 +882,7 @@ def test_work_list_model():
     one of its items, each worker a contiguous run of the batch with at most one step more than a share
     (``⌈steps / W⌉``), one item for an empty sequence, and fewer workers where a share would be under
     ``min_keys``."""
-    from numba_attn.phases.decode.common import work_list
+    from numba_attn.phases.decode.paged import work_list
 
     rng = np.random.default_rng(4)
     cases = [([3674, 1712, 974, 2975, 3575, 1242, 1581, 456], 64, 8), ([40, 37, 9, 0], 16, 3),
@@ -916,7 +916,7 @@ def test_worklist_plan_model():
     in exactly one run of items; ``flat``: one list over all heads, ``workers`` shares in all, a share crossing
     from one head to the next; else Hkv lists of ``workers`` shares, block h · W + w holding head h's items
     only, the same items as ``work_list``'s for every head."""
-    from numba_attn.phases.decode.common import work_list, worklist_plan
+    from numba_attn.phases.decode.paged import work_list, worklist_plan
 
     lens, KS, Hkv = [3674, 1712, 974, 0, 456], 64, 3
     for flat, W in ((True, 11), (False, 4)):
@@ -963,11 +963,11 @@ def test_worklist_plans_each_call_from_its_host_lengths(monkeypatch):
     """``decode_paged(phase="paged_worklist")`` in a decode loop: the lengths change from call to call (the
     same plan of the launch), each call's work list is planned from that call's lengths as ``decode_paged``
     checked them on the host (``lens=``, no copy back from the device), and every output is right."""
-    import numba_attn.phases.decode.common as common
+    import numba_attn.phases.decode.paged as paged
 
     seen = []
-    work_list = common.work_list
-    monkeypatch.setattr(common, "work_list",
+    work_list = paged.work_list
+    monkeypatch.setattr(paged, "work_list",
                         lambda lens, *a, **k: seen.append(list(lens)) or work_list(lens, *a, **k))
     rng = np.random.default_rng(14)
     B, H, Hkv, D, P = 3, 2, 1, 16, 16

@@ -49,7 +49,7 @@ LAYOUTS = {
 def test_prefetch_changes_no_value(kv_dtype, scale, H, Hkv, Nq, layout, params, monkeypatch):
     """One split per sequence, so that a warp has steps ahead to prefetch (in the simulator the prefetches are
     counted, each checked to lie in its array, and the output is bit-equal to the path's without them)."""
-    from numba_attn.phases.decode import common
+    from numba_attn.phases.decode import frag8
 
     P, NB, table, lens = LAYOUTS[layout]
     q, kc, vc, ks, vs, table, lens = _batch(np.random.default_rng(21), H, Hkv, 64, Nq, kv_dtype, scale, P, NB,
@@ -58,12 +58,12 @@ def test_prefetch_changes_no_value(kv_dtype, scale, H, Hkv, Nq, layout, params, 
     run = dict(causal=causal, k_scale=ks, v_scale=vs, phase="paged_split_k", mma=True, **{**SIM, "splits": 1})
     calls = []
 
-    def counted(arr, row, n, col, off, _orig=common.prefetch_l2_at):
+    def counted(arr, row, n, col, off, _orig=frag8.prefetch_l2_at):
         calls.append(1)
         return _orig(arr, row, n, col, off)
 
     if IS_SIMULATOR:  # (on the GPU the kernel is compiled: the intrinsic stays)
-        monkeypatch.setattr(common, "prefetch_l2_at", counted)
+        monkeypatch.setattr(frag8, "prefetch_l2_at", counted)
     out = na.decode_paged(q, kc, vc, table, lens, **{**run, **params})
     assert calls or not IS_SIMULATOR  # (the simulator's device functions look the name up when they run)
     ref = paged_reference(q, kc, vc, table, lens, causal=causal, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs)
@@ -81,7 +81,7 @@ def test_prefetch_changes_no_value(kv_dtype, scale, H, Hkv, Nq, layout, params, 
 def test_simulated_prefetch_checks_its_element():
     from numba import cuda
 
-    from numba_attn.phases.decode.common import prefetch_l2_at
+    from numba_attn.gpu.prefetch import prefetch_l2_at
 
     words = cuda.to_device(np.zeros((3, 2, 8), np.uint32))  # 48 words: rows of 8 (a row index · 8 + col)
     prefetch_l2_at(words, 5, 8, 4, 3)  # word 47, the last

@@ -1,35 +1,13 @@
 """Phase 30 — ``decode_chunked``: decode (q_len 1–8) as a bandwidth-bound GEMV.
 
-Change against ``fused_rowwise`` (one thread per query row, walking every key
-alone): in decode there are only 1–8 query rows per head, so one thread per
-row would leave the GPU empty and read K/V with one thread per row. Here one
-block handles one (sequence, KV head) and *all* the query rows that read it —
-the ``G`` query heads of a grouped-query group times ``q_len`` — so each K/V
-row is read from memory once per block, whatever the group size:
+Change against ``fused_rowwise`` (one thread per query row): one block per (sequence, KV head) computes every
+query row that reads it (GQA group × q_len), so each K/V row is read once. The warps take the keys in steps,
+round-robin; a group of ``L`` lanes takes one key with 16-byte loads, dots it with every query row (an
+xor-shuffle sum over the group) and keeps its own online softmax; the groups of a warp merge by shuffles, the
+warps through shared memory (``steps.py``). Causal with q_len > 1 is bottom-right aligned (``scores.py``).
 
-* the block's warps take the KV sequence in steps, round-robin; within a
-  warp, a group of ``L`` lanes takes one key, each lane reading 16 bytes at a
-  time (``ld.global.nc.v4``: 4 float32 or 8 float16) of the K row and the V
-  row, so a warp reads ``32 / L`` whole rows per step, fully coalesced;
-* each lane dots its slice of the key with its slice of every query row
-  (registers), the group sums the slices with ``log2 L`` xor-shuffles, and
-  every group keeps its own online softmax ``(m, l, O)`` per row;
-* at the end the groups of a warp merge with shuffles (max, rescale, sum) and
-  the warps merge their partial ``(m, l, O)`` through shared memory.
-
-``L`` is chosen so that a lane holds ``E = D / L`` elements per row, with the
-``rows × E`` query and accumulator registers bounded (E = 32 for one row,
-fewer for more rows); more than ``rows`` query rows are split over blocks.
-Causal with ``q_len > 1`` is bottom-right aligned: row ``i`` sees the keys
-``j <= i + kv_len - q_len`` (a masked key is simply skipped for that row).
-
-Prediction: K and V are read once with 16-byte coalesced loads at ~2 FLOP
-per byte, so a full grid should run near the copy bandwidth (≥ 70% of it);
-but the grid is only ``batch × kv_heads`` blocks (32 blocks on 132 SMs at
-B=1, H=32), so B=1 should reach only ~25–35% of it. The split-K phase
-(``decode_split_k``) fixes small batches.
-Verdict: no row in a committed results file; the development runs (docs/decode-notes.md)
-measured 28–31% of the copy bandwidth at B=1 fp16 and 102–109% at B=8 and B=32, as predicted.
+Prediction: a full grid near the copy bandwidth (≥ 70%); B=1 only ~25–35% of it (32 blocks on 132 SMs).
+Verdict: 28–31% of the copy bandwidth at B=1 fp16, 102–109% at B=8 and B=32, as predicted (docs/decode-notes.md).
 """
 from __future__ import annotations
 
@@ -39,8 +17,8 @@ from numba import cuda, float32, int32
 
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.warp import WARP_SIZE
-from numba_attn.phases.decode.common import (check_alignment, check_decode, chunk_steps, resolve_chunked,
-                                             vector_width)
+from numba_attn.phases.decode.rules import check_alignment, check_decode, resolve_chunked, vector_width
+from numba_attn.phases.decode.steps import chunk_steps
 from numba_attn.phases.registry import Launch, register_phase
 
 

@@ -1,37 +1,104 @@
 """Phase 31 — ``decode_split_k``: flash-decoding, the KV range split across blocks.
 
-Change against ``decode_chunked``: that kernel launches ``batch × kv_heads``
-blocks, 32 for one sequence of 32 heads — a quarter of the 132 SMs of an
-H100/H200, and an SM alone cannot pull much of the chip's bandwidth. Here the
-KV range of each (sequence, KV head) is split into ``S`` chunks, one block
-each, so that even B=1 launches several blocks per SM:
+Change against ``decode_chunked``: ``batch × kv_heads`` blocks leave most SMs idle at B=1. Here the keys of each
+(sequence, KV head) are split into ``S`` chunks, one block each, ``S`` chosen so that every block is resident at
+once (``split_plan``); each block runs the warp-step loop on its chunk and writes a normalized partial output
+and its log-sum-exp, and a second kernel combines the splits exactly (``O = Σ_s exp(lse_s − lse) O_s``).
+``S = 1`` writes the output directly.
 
-* ``S = floor(SMs × blocks_per_sm / (batch × kv_heads × row_blocks))`` (all
-  blocks resident at once: no partial second wave), at most
-  ``ceil(kv_len / min_keys)`` so that no block gets too little work;
-  ``S = 1`` (large batches) writes the output as ``decode_chunked`` does;
-* a split's keys are ``[s·chunk, min(kv_len, (s+1)·chunk))`` with ``chunk``
-  rounded up to whole warp steps, so the last splits can be short or empty
-  (they write the empty state: log-sum-exp ``NEG_BIG`` and zeros);
-* each block writes its normalized partial output ``O_s`` and log-sum-exp
-  ``lse_s`` per query row; a second kernel, one thread per output element,
-  combines the splits exactly: ``O = Σ_s exp(lse_s − lse) O_s`` with
-  ``lse = log Σ_s exp(lse_s)`` (``numba_attn.gpu.split_k``).
-
-The extra traffic, ``S × rows × D × 4`` bytes written and read once, is tiny
-next to the KV cache (B=1, H=32, S=16, D=128: 256 KiB against 268 MiB of fp16
-KV at 16k keys).
-
-Prediction: B=1 and the GQA case (8 KV heads) go from ~25–35% of the copy
-bandwidth (``decode_chunked``) to ≥ 70% at kv_len ≥ 16k; at 4k the two
-launches and the combine cost a few µs; large batches unchanged (S = 1).
-Verdict: no row in a committed results file; the development runs (docs/decode-notes.md)
-measured 85% of the copy bandwidth at B=1 16k fp16, but 40% for GQA at B=1 (66 short splits, a serial combine).
+Prediction: B=1 and GQA from ~25–35% of the copy bandwidth to ≥ 70% at kv_len ≥ 16k; large batches unchanged.
+Verdict: 85% of the copy bandwidth at B=1 16k fp16, but 40% for GQA at B=1 (66 short splits, a serial combine).
 """
 from __future__ import annotations
 
-from numba_attn.phases.decode.common import check_split, resolve_split, split_k_launch
+import functools
+
+from numba import cuda, float32, int32
+
+from numba_attn.gpu.jit import device, kernel
+from numba_attn.gpu.warp import WARP_SIZE
+from numba_attn.phases.decode.launch import split_launch
+from numba_attn.phases.decode.rules import check_split, resolve_split, vector_width
+from numba_attn.phases.decode.steps import chunk_steps
 from numba_attn.phases.registry import register_phase
+
+
+@functools.cache
+def make_split_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool,
+                      FINAL: bool, FUSED: bool, MINB: int = 1):
+    """The split-K kernel: block (s, tile) runs the warp-step loop over split s of
+    the keys of one (sequence, KV head, row block) and writes the split's partial
+    (or, with ``FINAL``, the one split's output). ``FUSED``: the last block of a
+    tile combines the splits (``decode_split_k_fused``); otherwise the combine is
+    a second kernel (``decode_split_k``)."""
+    load_rows, load_keys, score_update, merge_lanes, write_rows, combine_last = chunk_steps(
+        D, VW, L, T, NW, RB, Nq, G, causal, FINAL)
+    E = D // L
+    KS = (WARP_SIZE // L) * T  # keys per warp step: T keys per group
+    NT = NW * WARP_SIZE
+    NRC = (G * Nq + RB - 1) // RB  # row blocks per KV head
+
+    @device
+    def split_block(q, k, v, o, part_o, part_lse, counters, scale, Nk, chunk, S, sm_m, sm_l, sm_o, sm_last):
+        Qr = cuda.local.array((RB, E), float32)
+        acc = cuda.local.array((RB, E), float32)
+        m = cuda.local.array(RB, float32)
+        l = cuda.local.array(RB, float32)
+        lim = cuda.local.array(RB, int32)
+        KK = cuda.local.array((T, E), float32)
+        VV = cuda.local.array((T, E), float32)
+        sc = cuda.local.array((RB, T), float32)
+        split = cuda.blockIdx.x
+        kvh = cuda.blockIdx.y // NRC  # b * Hkv + kv head
+        row0 = (cuda.blockIdx.y - kvh * NRC) * RB  # first of this block's query rows (g * Nq + i)
+        lo = split * chunk  # this block's keys: [lo, hi)
+        hi = min(Nk, lo + chunk)
+        tid = cuda.threadIdx.x
+        w = tid // WARP_SIZE
+        lane = tid % WARP_SIZE
+        grp = lane // L
+        sub = lane % L
+        load_rows(q, Qr, acc, m, l, lim, kvh, row0, sub, scale, hi, Nk)
+        n_steps = max(0, (hi - lo + KS - 1) // KS)  # 0 for a split past the end
+        for step in range(w, n_steps, NW):  # warp-uniform: the shuffles stay convergent
+            j0 = lo + step * KS + grp  # this group's keys: j0 + t * KW
+            load_keys(k, v, KK, VV, kvh, j0, hi, sub)
+            score_update(Qr, KK, VV, sc, m, l, acc, lim, j0)
+        merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub)
+        cuda.syncthreads()
+        write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o)
+        if FUSED and not FINAL:
+            combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid, cuda.blockIdx.y)
+
+    if not FUSED:
+        @kernel(launch_bounds=(NT, MINB))
+        def decode_split_k(q, k, v, o, part_o, part_lse, scale, Hkv, Nk, chunk):
+            sm_m = cuda.shared.array((NW, RB), float32)
+            sm_l = cuda.shared.array((NW, RB), float32)
+            sm_o = cuda.shared.array((NW, RB, D), float32)
+            # (no counters, no last-block flag: part_lse, chunk and sm_l stand in for them, unused)
+            split_block(q, k, v, o, part_o, part_lse, part_lse, scale, Nk, chunk, chunk, sm_m, sm_l, sm_o, sm_l)
+
+        return decode_split_k
+
+    @kernel(launch_bounds=(NT, MINB))
+    def decode_split_k_fused(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, chunk, S):
+        sm_m = cuda.shared.array((NW, RB), float32)
+        sm_l = cuda.shared.array((NW, RB), float32)
+        sm_o = cuda.shared.array((NW, RB, D), float32)
+        sm_last = cuda.shared.array(1, int32)
+        split_block(q, k, v, o, part_o, part_lse, counters, scale, Nk, chunk, S, sm_m, sm_l, sm_o, sm_last)
+
+    return decode_split_k_fused
+
+
+def split_k_launch(problem, fused, warps, lanes, rows, keys, splits, blocks_per_sm):
+    """The :class:`Launch` of :func:`make_split_kernel` (``decode_split_k``, and with
+    ``fused`` ``decode_split_k_fused``) for ``problem`` and resolved parameters."""
+    kern = make_split_kernel(problem.head_dim, vector_width(problem.dtype), lanes, keys, warps, rows, problem.q_len,
+                             problem.group, problem.causal, splits == 1, fused, blocks_per_sm)
+    return split_launch(problem, kern, float32(problem.sm_scale), warps, lanes, rows, keys, splits,
+                        counters=fused, combine=not fused)
 
 
 @register_phase(

@@ -1,27 +1,17 @@
 """Phase 32 — ``decode_split_k_fused``: split-K with the combine in the last block.
 
-Change against ``decode_split_k``: no second kernel. Each block writes its
-partial output and log-sum-exp as before, then (after a ``threadfence``)
-increments a per-(sequence, KV head, row block) counter with one atomic; the
-block that finds it was the last of the ``S`` splits reads all ``S`` partials
-back (they are in L2), writes the combined output with the same
-``combine_splits`` device function, and resets the counter for the next
-launch — the "last block reduces" pattern (CUDA sample threadFenceReduction;
-CUTLASS serial split-K). The kernel is ``decode_split_k``'s with ``FUSED``
-(``make_split_kernel`` in ``common``).
+Change against ``decode_split_k``: no second kernel. Each block writes its partial, then (after a
+``threadfence``) counts itself with one atomic per (sequence, KV head, row block); the last of the ``S`` splits
+reads the partials back from L2, writes the combined output and resets the counter (the "last block reduces"
+pattern: CUDA's threadFenceReduction, CUTLASS serial split-K). The kernel is ``decode_split_k``'s with ``FUSED``.
 
-A decode kernel at B=1 lasts 20–100 µs; the second launch costs a launch gap
-plus a small kernel on the critical path, while here the combine of one tile
-overlaps with the other tiles' blocks still streaming K/V.
-
-Prediction: −2 to −5 µs per call where S > 1: ~5–10% at B=1 with 4k–16k keys,
-<1% at 128k; unchanged for S = 1.
-Verdict: no row in a committed results file; the development runs (docs/decode-notes.md)
-measured −3.5 to −4.9 µs at B=1 as predicted, but a miss for GQA at B=1 (66 splits combined by one block per tile).
+Prediction: −2 to −5 µs per call where S > 1 (~5–10% at B=1 with 4k–16k keys); unchanged for S = 1.
+Verdict: −3.5 to −4.9 µs at B=1 as predicted, but a miss for GQA at B=1 (66 splits combined by one block).
 """
 from __future__ import annotations
 
-from numba_attn.phases.decode.common import check_decode, resolve_split, split_k_launch
+from numba_attn.phases.decode.p31_decode_split_k import split_k_launch
+from numba_attn.phases.decode.rules import check_decode, resolve_split
 from numba_attn.phases.registry import register_phase
 
 

@@ -1,56 +1,328 @@
 """Phase 33 — ``decode_split_k_lean``: fewer instructions per key in the decode loop.
 
-Change against ``decode_split_k_fused``: the same blocks, splits and loads;
-the work between the loads is cut, because with several query rows per block
-(a GQA group of 4) the loop was issue-bound, not memory-bound. Offline SASS
-of the parent's loop for B=1, 8 KV heads, D=128, fp16 (4 rows, 16 lanes per
-key, 2 keys per lane group): 395 instructions per warp step of 4 keys, of
-which 128 FFMA and 32 HADD2 (f16→f32) are the dot products and P·V themselves; the rest: 32 SHFL + 32 FADD (one 4-stage
-butterfly for each of the 8 scores), 12 MUFU + 12 FMUL (exp), 32 FMUL (the
-rescale of the 4 × 8 accumulators at every step), index arithmetic. Per SM
-that is ~25 µs of issue at 1.98 GHz for the 1986 keys it streams at B=1 —
-close to the 29 µs memory floor, so loads and arithmetic do not overlap.
+Change against ``decode_split_k_fused``: the same blocks, splits and loads, less work between the loads (with a
+GQA group of 4 rows the loop was issue-bound: 395 instructions per warp step of 4 keys). A step's partial dot
+products are summed over the lanes of a group by one reduce-scatter and one all-gather instead of a butterfly per
+score (``score_plan``); scores in base 2 (log2 e folded into the query scale, ``exp2``); the accumulators are
+rescaled only when a row's maximum moved; the last-block combine only while ``S × rows ≤ fuse_max``.
 
-* Scores: a lane's 8 partial dot products are summed over the 16 lanes of
-  its group by a reduce-scatter (each xor stage sends half of the values it
-  still holds and keeps the other half: 4 + 2 + 1 shuffles, then one plain
-  stage) and one all-gather (8 indexed shuffles): 16 shuffles and 8 adds
-  instead of 32 and 32 (``score_plan``; a lane's values are padded to a power
-  of two; with fewer lanes than values the lane keeps several).
-* Scores in base 2: ``log2(e)`` is folded into the query scale, so each
-  exponential is one ``ex2.approx`` (``math.exp2``) without a multiply; the
-  log-sum-exp written for the combine is converted back (``m · ln 2 + log l``).
-* Lazy rescale: the accumulators of a row are multiplied by
-  ``exp2(m_old − m_new)`` only when the row's maximum moved (a per-lane
-  branch; with random scores the running maximum rarely moves after the
-  first steps), instead of at every step.
-* Combine placement: the last-block combine of the parent is kept when it is
-  small (``S × rows ≤ fuse_max``); otherwise (GQA at B=1: 66 splits × 4 rows,
-  which the parent's last block merged alone on one SM) the combine is the
-  second kernel of ``decode_split_k``. Both use the two-pass combine of
-  ``combine_splits`` (maximum first, then the weighted sum, 8 splits' loads
-  in flight), which replaced the one-pass merge that waited on each split.
-
-bfloat16 storage (compile-time): K and V read as 16-byte loads of 32-bit
-words, each split into two floats by shifts; the output rounded to bf16.
-
-Prediction: GQA (8 KV heads, 32k, fp16) B=8 326 → ~280 µs (−15%, the
-loop's issue time); B=1 75 → ~45 µs (the combine from ~20 to ~3 µs, the loop
-−15%); MHA (one row per block: 2 scores per step, little to save) unchanged
-within 2%.
-Verdict: 0.0495 ms at B1 H32/8kv Nq1 Nk32768 D128 fp16 (H200), short of the ~45 µs predicted: the loop was not issue-bound [results/decode-nvidia-h200.jsonl]
+Prediction: GQA B=8 32k fp16 326 → ~280 µs; B=1 75 → ~45 µs; MHA unchanged within 2%.
+Verdict: 0.0495 ms at B1 H32/8kv Nk32768 D128 fp16 (H200), short of the ~45 µs predicted: the loop was not
+issue-bound [results/decode-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
-from numba import float32
+import functools
+import math
+
+from numba import cuda, float32, int32, uint32
 
 from numba_attn.gpu.device_functions import LOG2E
-from numba_attn.phases.decode.common import check_split, make_lean_kernel, resolve_split, split_launch, vector_width
+from numba_attn.gpu.intrinsics import u32_as_f32
+from numba_attn.gpu.jit import device, kernel
+from numba_attn.gpu.warp import FULL_MASK, WARP_SIZE, shfl_sync, shfl_xor_sync
+from numba_attn.phases.decode.kv8 import NAN_BITS, e4m3x4_f32_finite, int8x4_f32
+from numba_attn.phases.decode.launch import split_launch
+from numba_attn.phases.decode.paged import page_steps, paged_keys, paged_words
+from numba_attn.phases.decode.rules import check_split, resolve_split, vector_width
+from numba_attn.phases.decode.scores import key_mask
+from numba_attn.phases.decode.steps import chunk_steps
 from numba_attn.phases.registry import register_phase
 
 
+def _log2(n: int) -> int:
+    return n.bit_length() - 1
+
+
+def score_plan(L: int, RB: int, T: int):
+    """(NP, SPL, NR): the RB·T partial dot products of a lane are padded to
+    NP (a power of two); SPL reduce-scatter stages halve them (offsets L/2,
+    L/4, ...), the remaining log2(L) − SPL stages are plain xor-sums of the NR
+    = NP / 2^SPL values a lane still holds. Afterwards value v sits in lane
+    ``(v // NR) · (L >> SPL)`` of its group (and the lanes just above it)."""
+    NP = 1
+    while NP < RB * T:
+        NP *= 2
+    SPL = min(_log2(NP), _log2(L))
+    return NP, SPL, NP >> SPL
+
+
+@device
+def balanced_split(split, chunk, Nk, KS):
+    """Keys [lo, hi) of split ``split`` of a sequence of ``Nk`` keys cut into n = ⌈Nk / chunk⌉ splits:
+    n − 1 of ⌈Nk / n⌉ keys rounded up to whole steps of ``KS`` keys, the last (never empty) the rest
+    (``chunk`` a multiple of KS: no split is longer than ``chunk``; splits n, n+1, … are empty). A sequence of
+    1100 keys with chunk 1024 gets two splits of 552 and 548 keys (KS 8) instead of 1024 and 76: a block of 76 keys pays the
+    fixed cost of a block for few bytes, and the longest split decides when the last wave ends."""
+    n = max(1, (Nk + chunk - 1) // chunk)
+    ck = ((Nk + n - 1) // n + KS - 1) // KS * KS
+    lo = split * ck
+    return lo, min(Nk, lo + ck)
+
+
+@functools.cache
+def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool, FINAL: bool,
+                     FUSED: bool, MINB: int = 1, P: int = 0, KV8: int = 0, TOKEN: bool = False,
+                     BF16: bool = False, BAL: bool = False, WORK: bool = False, AHEAD: bool = False):
+    """The kernel of ``decode_split_k_lean`` (reduce-scatter scores, exp2, lazy
+    rescale) and, with a page size ``P`` > 0, of ``paged_split_k``: a key row found
+    through the block table (:func:`paged_keys`; ``KV8``/``TOKEN``: an 8-bit cache
+    and its scales), the sequence's own length ``seqlens[b]``, every split writing
+    a partial (a length-0 sequence gets zeros). ``BF16``: bfloat16 query, output and
+    16-bit cache (:func:`chunk_steps`). ``BAL`` (paged): ``chunk`` is the most keys of a split, and
+    a sequence of ``Nk`` keys is cut into n = ⌈Nk / chunk⌉ splits of equal whole warp steps
+    (:func:`balanced_split`) instead of n − 1 full ones and a remainder. ``WORK`` (paged,
+    ``paged_worklist``): block (w, row block) runs the items ``wptr[w] … wptr[w+1] − 1`` of a host-planned
+    work list (:func:`worklist_plan`), each a (KV head of a sequence b · Hkv + h, split, keys [lo, hi), splits
+    of that KV head) one after the other through the same block code, combined by the last block to finish a
+    KV head's row block (per-(sequence, KV head) counters). ``AHEAD`` (paged, pages holding whole
+    warp steps): a warp reads the page index of its next step during this one, so that the block table's
+    load is no longer a round trip before every step's K/V loads.
+
+    ``VW`` = 16 with ``KV8`` (``paged_split_k``'s ``wide``): a lane owns 16 consecutive
+    codes per chunk, read by one 16-byte load (:func:`paged_words`), and decodes them where
+    they are used, the scales applied once per score and per probability instead of per
+    element; fp8's NaN codes are not patched per word: the lane ORs the codes' NaN tests,
+    and a warp that read one sets its accumulators to NaN at the end (the rows of that
+    sequence and KV head come out NaN)."""
+    PAGED = P > 0
+    visible = key_mask(causal, Nq)[1]  # (the rows' key limits: load_rows)
+    WIDE = PAGED and KV8 > 0 and VW == 16
+    load_rows, load_keys, _, merge_lanes, write_rows, combine_last = chunk_steps(
+        D, VW, L, T, NW, RB, Nq, G, causal, FINAL, BASE2=True, BF16=BF16)
+    E = D // L  # elements of a row per lane
+    KW = WARP_SIZE // L  # lane groups per warp
+    KS = KW * T  # keys per warp step: T keys per group
+    if PAGED:
+        load_keys = paged_keys(D, VW, L, T, P, KS, KV8, TOKEN, BF16)
+    LOGP, STEP = page_steps(P, KS)
+    AHEAD_STEP = AHEAD and STEP
+    EW = max(1, E // 4)  # 32-bit words of a row per lane (WIDE)
+    if WIDE:
+        load_words = paged_words(D, L, T, P, KS, KV8, TOKEN)
+        dq4 = e4m3x4_f32_finite if KV8 == 1 else int8x4_f32
+    NT = NW * WARP_SIZE
+    NRC = (G * Nq + RB - 1) // RB  # row blocks per KV head
+    NP, SPL, NR = score_plan(L, RB, T)
+    LOG2L = _log2(L)
+    HALF = max(1, NP // 2)
+    SRC = L >> SPL  # lanes of a group that share one reduced value set
+    NV_RT = RB * T
+
+    @device
+    def split_keys(chunk, Nk):
+        """Block (split, row block of a KV head)'s split, KV head (b · Hkv + h), first query row and keys
+        [lo, hi) of its sequence's ``Nk``."""
+        split = cuda.blockIdx.x
+        kvh = cuda.blockIdx.y // NRC  # b * Hkv + kv head
+        row0 = (cuda.blockIdx.y - kvh * NRC) * RB  # first of this block's query rows (g * Nq + i)
+        if BAL:  # this sequence's own split length: equal whole steps
+            lo, hi = balanced_split(split, chunk, Nk, KS)
+        else:
+            lo = split * chunk  # this block's keys: [lo, hi)
+            hi = min(Nk, lo + chunk)
+        return split, kvh, row0, lo, hi
+
+    @device
+    def lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, split, kvh, row0,
+                   lo, hi, S, ci, sm_m, sm_l, sm_o, sm_last):
+        Qr = cuda.local.array((RB, E), float32)
+        acc = cuda.local.array((RB, E), float32)
+        m = cuda.local.array(RB, float32)
+        l = cuda.local.array(RB, float32)
+        lim = cuda.local.array(RB, int32)
+        KK = cuda.local.array((T, E), float32)
+        VV = cuda.local.array((T, E), float32)
+        sc = cuda.local.array((RB, T), float32)
+        vals = cuda.local.array(NP, float32)
+        if WIDE:
+            KQ = cuda.local.array((T, EW), uint32)
+            VQ = cuda.local.array((T, EW), uint32)
+            sks = cuda.local.array(T, float32)
+            svs = cuda.local.array(T, float32)
+            bad = uint32(0)
+        tid = cuda.threadIdx.x
+        w = tid // WARP_SIZE
+        lane = tid % WARP_SIZE
+        grp = lane // L
+        sub = lane % L
+        load_rows(q, Qr, acc, m, l, lim, kvh, row0, sub, scale, hi, Nk)
+        n_steps = max(0, (hi - lo + KS - 1) // KS)  # 0 for a split past the end
+        nxt = 0
+        if AHEAD_STEP:  # the warp's first page
+            if w < n_steps:
+                nxt = table[seq, (lo + w * KS) >> LOGP]
+        for step in range(w, n_steps, NW):  # warp-uniform: the shuffles stay convergent
+            j0 = lo + step * KS + grp  # this group's keys: j0 + t * KW
+            pg = 0  # the step's page (STEP), read before its keys' loads, or a step ahead (AHEAD)
+            if STEP:
+                if AHEAD_STEP:
+                    pg = nxt
+                    if step + NW < n_steps:  # the warp's next step: its page index in flight during this one
+                        nxt = table[seq, (lo + (step + NW) * KS) >> LOGP]
+                else:
+                    pg = table[seq, (lo + step * KS) >> LOGP]
+            if WIDE:  # the words, decoded here: 4 codes at a time for every row; the K scale per score
+                bad |= load_words(k, v, KQ, VQ, sks, svs, table, seq, kvh - seq * Hkv, pg, j0, hi, sub, ks, vs)
+                for t in range(T):
+                    for r in range(RB):
+                        vals[r * T + t] = float32(0.0)
+                    for i in range(EW):
+                        x0, x1, x2, x3 = dq4(KQ[t, i])
+                        for r in range(RB):
+                            s = vals[r * T + t]
+                            s += Qr[r, 4 * i] * x0
+                            s += Qr[r, 4 * i + 1] * x1
+                            s += Qr[r, 4 * i + 2] * x2
+                            s += Qr[r, 4 * i + 3] * x3
+                            vals[r * T + t] = s
+                    for r in range(RB):
+                        vals[r * T + t] *= sks[t]
+            else:
+                if PAGED:
+                    load_keys(k, v, KK, VV, table, seq, kvh - seq * Hkv, pg, j0, hi, sub, ks, vs)
+                else:
+                    load_keys(k, v, KK, VV, kvh, j0, hi, sub)
+                for r in range(RB):
+                    for t in range(T):
+                        s = float32(0.0)
+                        for e in range(E):
+                            s += Qr[r, e] * KK[t, e]
+                        vals[r * T + t] = s
+            for vi in range(NV_RT, NP):
+                vals[vi] = float32(0.0)
+            # reduce-scatter over the L lanes of the group: each stage sends half of the
+            # values still held and keeps the other half (NP - 1 shuffles instead of
+            # RB·T·log2(L)), then plain xor-sums for the stages left
+            for st in range(SPL):
+                off = L >> (st + 1)
+                half = NP >> (st + 1)
+                up = (sub & off) != 0
+                for i in range(HALF):
+                    if i < half:
+                        a = vals[i]
+                        b = vals[i + half]
+                        send = a if up else b
+                        keep = b if up else a
+                        vals[i] = keep + shfl_xor_sync(FULL_MASK, send, off)
+            for st in range(SPL, LOG2L):
+                off = L >> (st + 1)
+                for i in range(NR):
+                    vals[i] += shfl_xor_sync(FULL_MASK, vals[i], off)
+            # all-gather: every lane of the group gets the RB·T scores
+            for vi in range(NV_RT):
+                if L == 1:
+                    sc[vi // T, vi % T] = vals[vi]
+                else:
+                    sc[vi // T, vi % T] = shfl_sync(FULL_MASK, vals[vi % NR], grp * L + (vi // NR) * SRC)
+            for r in range(RB):  # one online-softmax update per row for the T keys (base 2)
+                m_old = m[r]
+                m_new = m_old
+                for t in range(T):
+                    if visible(j0 + t * KW, lim[r]):
+                        m_new = max(m_new, sc[r, t])
+                lsum = float32(0.0)
+                for t in range(T):
+                    p = math.exp2(sc[r, t] - m_new) if visible(j0 + t * KW, lim[r]) else float32(0.0)
+                    sc[r, t] = p
+                    lsum += p
+                if m_new > m_old:  # rescale only when the row's maximum moved
+                    corr = math.exp2(m_old - m_new)
+                    m[r] = m_new
+                    l[r] = l[r] * corr + lsum
+                    for e in range(E):
+                        acc[r, e] *= corr
+                else:
+                    l[r] += lsum
+                if not WIDE:
+                    for e in range(E):
+                        a = acc[r, e]
+                        for t in range(T):
+                            a += sc[r, t] * VV[t, e]
+                        acc[r, e] = a
+            if WIDE:  # O += P V: each key's V scale on its probabilities (l is already summed)
+                for t in range(T):
+                    for r in range(RB):
+                        sc[r, t] *= svs[t]
+                    for i in range(EW):
+                        x0, x1, x2, x3 = dq4(VQ[t, i])
+                        for r in range(RB):
+                            p = sc[r, t]
+                            acc[r, 4 * i] += p * x0
+                            acc[r, 4 * i + 1] += p * x1
+                            acc[r, 4 * i + 2] += p * x2
+                            acc[r, 4 * i + 3] += p * x3
+        if WIDE and KV8 == 1:  # a NaN code read by any lane of the warp: the warp's accumulators NaN
+            f = int32(1) if bad != uint32(0) else int32(0)
+            for off in (16, 8, 4, 2, 1):
+                f |= shfl_xor_sync(FULL_MASK, f, off)
+            if f != 0:
+                for r in range(RB):
+                    for e in range(E):
+                        acc[r, e] = u32_as_f32(NAN_BITS)
+        merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub)  # base 2: exp2
+        cuda.syncthreads()
+        write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o)  # lse back to natural units
+        if PAGED:
+            if Nk == 0 and split == 0:  # an empty sequence: a zero partial of weight 1, the output is zeros
+                for idx in range(tid, RB * D, NT):  # the threads that wrote the log-sum-exps (d = 0)
+                    r = idx // D
+                    if idx == r * D and row0 + r < G * Nq:
+                        bh = kvh * G + (row0 + r) // Nq
+                        part_lse[0, bh * Nq + (row0 + r) % Nq] = float32(0.0)
+        if FUSED and not FINAL:
+            combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid, ci)
+
+    if WORK:
+        @kernel(launch_bounds=(NT, MINB))
+        def paged_worklist(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, work, wptr):
+            sm_m = cuda.shared.array((NW, RB), float32)
+            sm_l = cuda.shared.array((NW, RB), float32)
+            sm_o = cuda.shared.array((NW, RB, D), float32)
+            sm_last = cuda.shared.array(1, int32)
+            for it in range(wptr[cuda.blockIdx.x], wptr[cuda.blockIdx.x + 1]):
+                kvh = work[it, 0]  # the item's KV head of a sequence (b · Hkv + h)
+                seq = kvh // Hkv
+                hrb = kvh * NRC + cuda.blockIdx.y  # (sequence, KV head, row block): its counter
+                lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, seqlens[seq], seq, table, ks, vs,
+                           work[it, 1], kvh, (hrb - kvh * NRC) * RB, work[it, 2], work[it, 3], work[it, 4], hrb,
+                           sm_m, sm_l, sm_o, sm_last)
+                cuda.syncthreads()  # the next item's warps write the merge arrays this one read
+
+        return paged_worklist
+
+    if PAGED:
+        @kernel(launch_bounds=(NT, MINB))
+        def paged_split_k(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, chunk, S):
+            sm_m = cuda.shared.array((NW, RB), float32)
+            sm_l = cuda.shared.array((NW, RB), float32)
+            sm_o = cuda.shared.array((NW, RB, D), float32)
+            sm_last = cuda.shared.array(1, int32)
+            seq = cuda.blockIdx.y // NRC // Hkv
+            Nk = seqlens[seq]  # the sequence's own number of keys
+            split, kvh, row0, lo, hi = split_keys(chunk, Nk)
+            lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, split, kvh, row0,
+                       lo, hi, S, cuda.blockIdx.y, sm_m, sm_l, sm_o, sm_last)
+
+        return paged_split_k
+
+    @kernel(launch_bounds=(NT, MINB))
+    def decode_split_k_lean(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, chunk, S):
+        sm_m = cuda.shared.array((NW, RB), float32)
+        sm_l = cuda.shared.array((NW, RB), float32)
+        sm_o = cuda.shared.array((NW, RB, D), float32)
+        sm_last = cuda.shared.array(1, int32)
+        # (no block table, no scales: Nk, k and scale stand in for them, unused)
+        split, kvh, row0, lo, hi = split_keys(chunk, Nk)
+        lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, Nk, k, scale, scale, split, kvh, row0,
+                   lo, hi, S, cuda.blockIdx.y, sm_m, sm_l, sm_o, sm_last)
+
+    return decode_split_k_lean
+
+
 @register_phase(
-    name="decode_split_k_lean", order=33, title="Decode: split-K with a lean inner loop (reduce-scatter scores, exp2, lazy rescale)",
+    name="decode_split_k_lean", order=33,
+    title="Decode: split-K with a lean inner loop (reduce-scatter scores, exp2, lazy rescale)",
     parent="decode_split_k_fused", kind="decode",
     description="""
         decode_split_k_fused with fewer instructions per key: the partial dot products

@@ -1,58 +1,595 @@
 """Phase 34 — ``decode_mma``: the query rows of a KV head as one tensor-core tile.
 
-Change against ``decode_split_k_lean``: the same split-K over blocks, the same
-two-pass combine; what changes is how a block computes its split when
-several query rows read one KV head (a GQA group × q_len, up to 16 rows):
+Change against ``decode_split_k_lean``: the same split-K and two-pass combine; a block's query rows (GQA group ×
+q_len ≤ 16) become the A operand of ``mma.sync m16n8k16`` (zero-padded to 16 rows), so scores and P·V run on the
+tensor cores, the online softmax on the fragments, P in registers. Each warp streams its own ``Bc``-key tiles
+through a ``stages``-deep swizzled ``cp.async`` ring (``ldmatrix``, V transposed), with no block barrier in the
+loop; the warps merge through the ring's shared memory. The combine is compiled for its split count and, on
+sm_90, launched as a programmatic dependent launch (``pdl``).
 
-* **Rows as an m16 tile.** The rows are the A operand of ``mma.sync
-  m16n8k16`` (f16 in, f32 accumulate), padded with zero rows to 16. Scores
-  for 16 keys are 16 mma over D=128 instead of ``rows × 16 keys × 128`` FMA
-  on the CUDA cores, and P·V another 16 — the arithmetic of 4 rows per key,
-  which kept ``decode_split_k_lean``'s loop at ~2.8 TB/s for GQA where one
-  row per block streams at ~4.4 TB/s, moves to the tensor cores. Scores and
-  P stay in registers (P is the A fragment of P·V, as in ``tc_pipelined``);
-  the online softmax runs on the fragments (quad shuffles).
-* **A cp.async ring per warp.** Each warp streams its own key tiles
-  (``Bc`` keys, tiles w, w+W, … of the split) through ``stages`` swizzled
-  shared buffers with ``cp.async``, so ``stages − 1`` tiles per warp are in
-  flight while it computes (no register round trip, no block barrier in the
-  loop: a warp waits for its own copies and ``syncwarp``s); K and V reach the
-  fragments by ``ldmatrix`` (V transposed).
-* **End of a split**: the warps merge their (m, l, O) through shared memory
-  (the ring's space), as in ``decode_split_k``, and write the split's partial
-  output and log-sum-exp; the splits are merged by the two-pass combine
-  kernel (or, with ``fuse_max`` > 0 and ``S × rows ≤ fuse_max``, by the last
-  block of a KV head, as in ``decode_split_k_lean``: measured slower here,
-  so off by default).
-* **The combine, cheaper**: it is
-  compiled for the split count (``combine_splits_fixed``: all 2·S loads in
-  flight at once, one L2 round trip), and on sm_90 it is a *programmatic
-  dependent launch* (``numba_attn.gpu.pdl``): it is queued while the split kernel
-  runs and waits in ``griddepcontrol.wait`` for it to complete, instead of
-  being launched after it. ``pdl`` chooses when the split kernel lets it
-  launch: 3 (default) when its blocks exit; 1 at their start and 2 after the
-  loop measured slower (the combine's blocks then sit on the SMs for the
-  whole split kernel).
-
-Storage: float16 or bfloat16 (``mma.sync`` with bf16 inputs; P rounded to
-bf16 for P·V), chosen at compile time; the fp32 accumulation is the same.
-
-Head dims: every multiple of 8 up to 256, padded as in ``tc_pipelined``: shared
-rows to a power of two (≤ 8) or a multiple of 8 chunks, so the swizzle stays a
-permutation (D=40/48 → 64 columns, 80/96/112 → 128, 160 → 192); an odd multiple
-of 8 as the next multiple of 16 (a zero-filled chunk); the padding is never
-written out.
-
-Prediction: GQA (8 KV heads, group 4) B=1 32k fp16 from 52 µs
-(``decode_split_k_lean``) to ~35 µs (the split kernel memory-bound like MHA,
-plus the ~8 µs combine), faster than SDPA's 40 µs; B=8 from 310 to ~250 µs.
-For one row per block (MHA) 15 of the 16 tile rows are padding: no gain.
-Verdict: 0.0386 ms at B1 H32/8kv Nq1 Nk32768 D128 fp16 (H200), 1.28x decode_split_k_lean [results/decode-nvidia-h200.jsonl]
+Prediction: GQA B=1 32k fp16 from 52 µs (``decode_split_k_lean``) to ~35 µs; B=8 310 → ~250 µs; MHA no gain.
+Verdict: 0.0386 ms at B1 H32/8kv Nq1 Nk32768 D128 fp16 (H200), 1.28x decode_split_k_lean
+[results/decode-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
-from numba_attn.phases.decode.common import check_mma, mma_launch, resolve_mma
-from numba_attn.phases.registry import register_phase
+import functools
+
+import numpy as np
+from numba import cuda, float32, uint32
+
+from numba_attn.gpu.arrays import view_as
+from numba_attn.gpu.device_functions import (
+    LOG2E,
+    NEG_BIG,
+    combine_splits,
+    fragment_rescale,
+    fragment_softmax,
+    merge_state,
+    state_lse,
+)
+from numba_attn.gpu.intrinsics import (
+    cp_async16_flat,
+    cp_async16_flat_l2_256,
+    cp_async_commit,
+    cp_async_wait,
+    ld_shared_v4,
+    ldmatrix_x4,
+    ldmatrix_x4_trans,
+    mma_bf16,
+    mma_f16,
+    pack_bf16x2,
+    pack_f16x2,
+    st_shared_v4,
+)
+from numba_attn.gpu.jit import device, kernel
+from numba_attn.gpu.pdl import launch_after, launch_dependents, pdl_available, uses_griddepcontrol
+from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason, swizzle_row_chunks
+from numba_attn.gpu.split_k import make_combine_kernel, sm_count, split_plan
+from numba_attn.gpu.warp import WARP_SIZE, quad_sum, syncwarp
+from numba_attn.phases.decode.kv8 import e4m3_nan_bytes, e4m3x4_f16x2, kv8_decoder
+from numba_attn.phases.decode.launch import split_workspace, zeroed_counters
+from numba_attn.phases.decode.paged import PAGED_KV8, PAGED_TOKEN_SCALE, paged_cache_view
+from numba_attn.phases.decode.rules import MAX_Q_LEN, check_alignment, ragged_mean
+from numba_attn.phases.decode.scores import key_mask
+from numba_attn.phases.decode.steps import f32_to_bf16
+from numba_attn.phases.registry import Launch, register_phase
+
+FULL = 0xFFFFFFFF
+
+
+@functools.cache
+def make_decode_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causal: bool, FINAL: bool,
+                           FUSED: bool,
+                    PDL: int = 0, L2PF: bool = False, EVEN: bool = False, P: int = 0, BF16: bool = False,
+                    KV8: int = 0, TOKEN: bool = False):
+    """The kernel of ``decode_mma`` (a KV head's query rows as one m16 tile, a cp.async
+    ring per warp) and, with a page size ``P`` > 0, of ``paged_mma``: key j of sequence
+    b is cache row ``table[b, j // P] · P + j % P`` (the page index read once per tile
+    when ``P % Bc == 0``), the sequence's own length ``seqlens[b]``, zeros for a
+    length-0 sequence. ``BF16``: bfloat16 query, output and 16-bit cache (mma.sync bf16).
+
+    ``KV8`` (paged only; 1 fp8 e4m3, 2 int8; D a multiple of 16): the cache's bytes are
+    copied by cp.async into a byte ring per warp (half the bytes of a 16-bit tile); when a
+    tile has landed, the warp turns its codes into 16-bit values (exact: every e4m3 and
+    int8 code is a float16 and a bfloat16) in one swizzled 16-bit tile per warp, which the
+    fragments read by ldmatrix as before. The scales are applied in fp32: a per-tensor or
+    per-head K scale is folded into the block's score scale, a per-head V scale multiplies
+    the block's accumulators once at the end; per token (``TOKEN``) each key's K scale
+    multiplies its column of S and its V scale its column of P (after the row sums are
+    taken, so l stays the softmax normaliser), before P is rounded to 16 bits."""
+    PAGED = P > 0
+    key_limit, visible = key_mask(causal, Nq)  # the keys a row sees (scores.py)
+    NR = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
+    NTH = W * WARP_SIZE
+    DW = D // 2  # 32-bit words per K/V row (global memory)
+    DK = 16 * ((D + 15) // 16)  # head_dim padded to whole k-steps (D itself when a multiple of 16)
+    KS = DK // 16  # k-steps of Q·Kᵀ
+    NT = Bc // 8  # n-tiles of S
+    NP = Bc // 16  # n-tile pairs (one ldmatrix.x4 per k-step)
+    KK = Bc // 16  # k-steps of P·V
+    DT = D // 8  # n-tiles of O written out
+    DTK = DK // 8  # n-tiles of O computed (the padding's stay zero)
+    DP = DK // 16  # d-tile pairs (one ldmatrix.x4.trans per k-step)
+    VEC = D // 8  # 16-byte chunks per row in global memory
+    CVEC = DK // 8  # chunks per row copied (past VEC: zero-filled)
+    SDW = 4 * swizzle_row_chunks(D)  # words per shared row (padded so the swizzle is a permutation)
+    SWM = min(8, SDW // 4) - 1
+    CPL = Bc * CVEC // WARP_SIZE  # chunks per lane per tile (K and V each)
+    RING = 2 * stages * Bc  # K/V rows of one warp's ring
+    ROWS = W * RING  # rows of the block's rings (float32 view, SDW words each)
+    NQ = 4 * KS
+    NS = 4 * NT
+    NO = 4 * DTK
+    softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
+    rescale = fragment_rescale(DTK)
+    WAIT = stages - 2
+    MO_ROWS = W * 16  # merge area: O of every warp's 16 rows (aliases the rings)
+    ML = ROWS * SDW if ROWS * SDW >= MO_ROWS * D else MO_ROWS * D  # float offset of the m/l area
+    MLR = W * 16 + 1  # rows of the m/l area, and one for the last-block flag (closure constants)
+    FLAG = W * 16
+    cp16 = cp_async16_flat_l2_256 if L2PF else cp_async16_flat
+    LOGP = max(P, 1).bit_length() - 1
+    TILE = P % Bc == 0  # tiles (aligned to Bc) never cross a page
+    mma = mma_bf16 if BF16 else mma_f16
+    pack = pack_bf16x2 if BF16 else pack_f16x2
+    # 8-bit cache: a byte ring (rows of D bytes = DW8 words) per warp, then a 16-bit tile per warp
+    DW8 = D // 4
+    C8 = D // 16  # 16-byte chunks of a byte row
+    CPL8 = -(-Bc * C8 // WARP_SIZE)  # chunks per lane per tile (K and V each)
+    BYTES8 = W * RING * DW8  # floats of the byte rings
+    STAGE_ROWS = W * 2 * Bc  # rows of the 16-bit tiles (K then V of each warp)
+    dq4, UNIT = kv8_decoder(KV8)
+    F16_FP8 = KV8 == 1 and not BF16  # e4m3 codes straight to f16 pairs (no float32 on the way)
+    NT2 = 2 * NT  # key columns of a lane in S
+    if KV8:
+        ML = max(BYTES8 + STAGE_ROWS * SDW, MO_ROWS * D)
+
+    @device
+    def copy_tile8(KB, k, v, j0, brow, lane, hi, table, seq, Hkv, h):
+        """This lane's cp.async share of the bytes of keys j0 … j0+Bc-1 (zero past ``hi``)
+        into the warp's byte ring at row ``brow`` (V stages·Bc rows later); ``k``/``v`` are
+        the (num_blocks·P, Hkv, D/4) word views."""
+        pg = table[seq, j0 >> LOGP] if TILE else 0
+        for x in range(CPL8):
+            idx = lane + x * WARP_SIZE
+            if idx < Bc * C8:
+                r = idx // C8
+                cc = idx - r * C8
+                row = j0 + r
+                jj = min(row, hi - 1)
+                page = pg if TILE else table[seq, jj >> LOGP]
+                go = ((page * P + (jj & (P - 1))) * Hkv + h) * DW8 + 4 * cc
+                so = (brow + r) * DW8 + 4 * cc
+                cp16(KB, so, k, go, row < hi)
+                cp16(KB, so + stages * Bc * DW8, v, go, row < hi)
+
+    @device
+    def codes16(w):
+        """Four 8-bit codes (one word) → two registers of two 16-bit values each, exact (e4m3:
+        the values / 256, :data:`E4M3_UNIT` rides on the scales; a NaN code gives f16 NaN)."""
+        if F16_FP8:
+            a, b = e4m3x4_f16x2(w)
+            if e4m3_nan_bytes(w):  # rare: a NaN in the cache propagates
+                for i in range(4):
+                    if ((w >> uint32(8 * i)) & uint32(0x7F)) == uint32(0x7F):
+                        if i < 2:
+                            a = (a & uint32(0xFFFF0000 if i == 0 else 0xFFFF)) | uint32(0x7E00 << (16 * i))
+                        else:
+                            b = (b & uint32(0xFFFF0000 if i == 2 else 0xFFFF)) | uint32(0x7E00 << (16 * (i - 2)))
+            return a, b
+        x0, x1, x2, x3 = dq4(w)
+        return pack(x0, x1), pack(x2, x3)
+
+    @device
+    def dequant_tile(KB, KV, brow, srow, lane):
+        """The warp's landed byte tile (ring row ``brow``) → its swizzled 16-bit K/V tile at row ``srow``."""
+        for x in range(CPL8):
+            idx = lane + x * WARP_SIZE
+            if idx < Bc * C8:
+                r = idx // C8
+                cc = idx - r * C8
+                for kv in range(2):
+                    w0, w1, w2, w3 = ld_shared_v4(KB, brow + kv * stages * Bc + r, 4 * cc)
+                    a0, a1 = codes16(w0)
+                    a2, a3 = codes16(w1)
+                    a4, a5 = codes16(w2)
+                    a6, a7 = codes16(w3)
+                    sr = srow + kv * Bc + r
+                    st_shared_v4(KV, sr, 4 * ((2 * cc) ^ (r & SWM)), a0, a1, a2, a3)
+                    st_shared_v4(KV, sr, 4 * ((2 * cc + 1) ^ (r & SWM)), a4, a5, a6, a7)
+
+    @device
+    def copy_tile(KV, k, v, j0, brow, lane, g_base, hi, Nk, table, seq, Hkv):
+        """This lane's cp.async share of keys j0 … j0+Bc-1 (zero past ``hi``) into the
+        warp's K buffer at ring row ``brow`` and its V buffer stages·Bc rows later.
+        ``PAGED``: key j is row table[seq, j // P] · P + j % P of the cache (``g_base``:
+        the KV head's offset in a row)."""
+        if PAGED:
+            pg = table[seq, j0 >> LOGP] if TILE else 0  # a page holds the whole tile
+        for x in range(CPL):
+            idx = lane + x * WARP_SIZE
+            r = idx // CVEC
+            cc = idx % CVEC
+            row = j0 + r
+            so = (brow + r) * SDW + 4 * (cc ^ (r & SWM))
+            if PAGED:
+                jj = min(row, hi - 1)
+                page = pg if TILE else table[seq, jj >> LOGP]
+                grow = ((page * P + (jj & (P - 1))) * Hkv) * D + g_base
+            else:
+                grow = g_base + min(row, Nk - 1) * D
+            if CVEC > VEC:  # the chunk past the row (odd multiple of 8): zero-filled, reads nothing
+                go = grow + 8 * min(cc, VEC - 1)
+                ok = row < hi and cc < VEC
+            else:
+                go = grow + 8 * cc
+                ok = row < hi
+            cp16(KV, so, k, go, ok)
+            cp16(KV, so + stages * Bc * SDW, v, go, ok)
+
+    @device
+    def mma_block(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, seq, table, k_sc, v_sc, chunk, S):
+        if PDL == 1:
+            launch_dependents()  # the combine kernel may be launched now; it waits for this grid to complete
+        if KV8:
+            KB = dynamic_tile(0, ROWS, DW8)  # the byte rings
+            KV = dynamic_tile(BYTES8, STAGE_ROWS, SDW)  # the 16-bit tiles
+            h = cuda.blockIdx.y - seq * Hkv  # the KV head
+            if not TOKEN:  # per tensor / head: K's scale folded into the score scale
+                sl2 = sl2 * (k_sc[0, h] * UNIT)
+                scale = scale * (k_sc[0, h] * UNIT)
+        else:
+            KV = dynamic_tile(0, ROWS, SDW)
+        split = cuda.blockIdx.x
+        kvh = cuda.blockIdx.y  # b * Hkv + kv head
+        if EVEN:  # `chunk` is the number of Bc-key tiles; split s takes tiles s·T/S … (s+1)·T/S
+            lo = (split * chunk) // S * Bc
+            hi = min(Nk, ((split + 1) * chunk) // S * Bc)
+        else:
+            lo = split * chunk
+            hi = min(Nk, lo + chunk)
+        tid = cuda.threadIdx.x
+        warp = tid // WARP_SIZE
+        lane = tid % WARP_SIZE
+        g = lane // 4
+        t = lane % 4
+        lm = lane // 8
+        lr = lane % 8
+
+        # Q fragments: rows g and g+8 of the tile = query rows (head kvh·G + r // Nq, position r % Nq)
+        qf = cuda.local.array(NQ, uint32)
+        r_lo = g
+        r_hi = g + 8
+        b_lo = kvh * G + r_lo // Nq
+        i_lo = r_lo % Nq
+        b_hi = kvh * G + r_hi // Nq
+        i_hi = r_hi % Nq
+        for ks in range(KS):
+            c = 8 * ks + t
+            qf[4 * ks + 0] = q[b_lo, i_lo, c] if r_lo < NR else uint32(0)
+            qf[4 * ks + 1] = q[b_hi, i_hi, c] if r_hi < NR else uint32(0)
+            if CVEC > VEC:  # the last k-step's upper half lies past the row: zero
+                qf[4 * ks + 2] = q[b_lo, i_lo, c + 4] if r_lo < NR and c + 4 < DW else uint32(0)
+                qf[4 * ks + 3] = q[b_hi, i_hi, c + 4] if r_hi < NR and c + 4 < DW else uint32(0)
+            else:
+                qf[4 * ks + 2] = q[b_lo, i_lo, c + 4] if r_lo < NR else uint32(0)
+                qf[4 * ks + 3] = q[b_hi, i_hi, c + 4] if r_hi < NR else uint32(0)
+        # keys < lim are visible to the row (causal: bottom-right aligned); padding rows see the split
+        lim_lo = key_limit(i_lo, hi, Nk) if r_lo < NR else hi
+        lim_hi = key_limit(i_hi, hi, Nk) if r_hi < NR else hi
+        acc = cuda.local.array(NO, float32)
+        for i in range(NO):
+            acc[i] = float32(0.0)
+        s = cuda.local.array(NS, float32)
+        if KV8 and TOKEN:
+            vsc = cuda.local.array(NT2, float32)  # the V scales of this lane's key columns
+        m_lo = NEG_BIG
+        m_hi = NEG_BIG
+        l_lo = float32(0.0)
+        l_hi = float32(0.0)
+
+        n_tiles = max(0, (hi - lo + Bc - 1) // Bc)
+        mine = max(0, (n_tiles - warp + W - 1) // W)  # this warp's tiles: warp, warp + W, ...
+        base = warp * RING  # first row of this warp's ring
+        k_r = (lm // 2) * 8 + lr
+        k_c = lm % 2
+        v_r = (lm % 2) * 8 + lr
+        v_c = lm // 2
+        k_sw = k_r & SWM
+        v_sw = v_r & SWM
+        if PAGED:
+            g_base = (kvh - seq * Hkv) * D  # flat element offset of the KV head within a cache row
+        else:
+            g_base = kvh * Nk * D  # flat element offset of (kvh, key 0) in k and v
+
+        for st in range(stages - 1):
+            if st < mine:
+                if KV8:
+                    copy_tile8(KB, k, v, lo + (warp + st * W) * Bc, base + st * Bc, lane, hi, table, seq, Hkv, h)
+                else:
+                    copy_tile(KV, k, v, lo + (warp + st * W) * Bc, base + st * Bc, lane, g_base, hi, Nk, table, seq,
+                              Hkv)
+            cp_async_commit()
+
+        for it in range(mine):
+            cp_async_wait(WAIT)  # this lane's copies of tile `it` have landed ...
+            syncwarp(FULL)  # ... and every lane's; every lane is done with tile it-1
+            nxt = it + stages - 1
+            if nxt < mine:
+                if KV8:
+                    copy_tile8(KB, k, v, lo + (warp + nxt * W) * Bc, base + (nxt % stages) * Bc, lane, hi, table,
+                               seq, Hkv, h)
+                else:
+                    copy_tile(KV, k, v, lo + (warp + nxt * W) * Bc, base + (nxt % stages) * Bc, lane, g_base, hi, Nk,
+                              table, seq, Hkv)
+            cp_async_commit()
+
+            j0 = lo + (warp + it * W) * Bc
+            if KV8:  # the landed bytes → the warp's 16-bit tile, read below as a 16-bit ring's would be
+                kb = warp * 2 * Bc
+                dequant_tile(KB, KV, base + (it % stages) * Bc, kb, lane)
+                syncwarp(FULL)
+                vb = kb + Bc
+            else:
+                kb = base + (it % stages) * Bc
+                vb = kb + stages * Bc
+            # -- S = Q Kᵀ for Bc keys
+            for i in range(NS):
+                s[i] = float32(0.0)
+            for ks in range(KS):
+                kcol = 4 * ((2 * ks + k_c) ^ k_sw)
+                for np_ in range(NP):
+                    b = ldmatrix_x4(KV, kb + 16 * np_ + k_r, kcol)
+                    n0 = 8 * np_
+                    s[n0], s[n0 + 1], s[n0 + 2], s[n0 + 3] = mma(
+                        qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3], b[0], b[1],
+                        s[n0], s[n0 + 1], s[n0 + 2], s[n0 + 3])
+                    s[n0 + 4], s[n0 + 5], s[n0 + 6], s[n0 + 7] = mma(
+                        qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3], b[2], b[3],
+                        s[n0 + 4], s[n0 + 5], s[n0 + 6], s[n0 + 7])
+            if KV8 and TOKEN:  # each key's K scale on its column of S (its V scale kept for P)
+                for nt in range(NT):
+                    for e in range(2):
+                        jj = min(j0 + nt * 8 + 2 * t + e, hi - 1)
+                        crow = table[seq, jj >> LOGP] * P + (jj & (P - 1))
+                        kscl = k_sc[crow, h] * UNIT
+                        vsc[2 * nt + e] = v_sc[crow, h] * UNIT
+                        s[4 * nt + e] *= kscl
+                        s[4 * nt + e + 2] *= kscl
+            # -- mask keys past the split and (causal) after the row's position
+            if j0 + Bc > min(lim_lo, lim_hi) or causal:
+                for nt in range(NT):
+                    for e in range(4):
+                        col = j0 + nt * 8 + 2 * t + (e % 2)
+                        lim = lim_lo if e < 2 else lim_hi
+                        if not visible(col, lim):
+                            s[4 * nt + e] = NEG_BIG
+            # -- online softmax on the fragments (raw scores; exp2 with the scale folded in)
+            m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
+            l_lo = l_lo * corr_lo + rs_lo
+            l_hi = l_hi * corr_hi + rs_hi
+            rescale(acc, 0, corr_lo, corr_hi)
+            if KV8 and TOKEN:  # each key's V scale on its column of P (l already summed)
+                for nt in range(NT):
+                    for e in range(2):
+                        s[4 * nt + e] *= vsc[2 * nt + e]
+                        s[4 * nt + e + 2] *= vsc[2 * nt + e]
+            # -- O += P V
+            for kk in range(KK):
+                p0 = 8 * kk
+                a0 = pack(s[p0], s[p0 + 1])
+                a1 = pack(s[p0 + 2], s[p0 + 3])
+                a2 = pack(s[p0 + 4], s[p0 + 5])
+                a3 = pack(s[p0 + 6], s[p0 + 7])
+                vrow = vb + 16 * kk + v_r
+                for dp in range(DP):
+                    b = ldmatrix_x4_trans(KV, vrow, 4 * ((2 * dp + v_c) ^ v_sw))
+                    d0 = 8 * dp
+                    acc[d0], acc[d0 + 1], acc[d0 + 2], acc[d0 + 3] = mma(
+                        a0, a1, a2, a3, b[0], b[1], acc[d0], acc[d0 + 1], acc[d0 + 2], acc[d0 + 3])
+                    acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7] = mma(
+                        a0, a1, a2, a3, b[2], b[3], acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7])
+
+        if PDL == 2:
+            launch_dependents()  # after the loop: the combine launches while the blocks merge and write
+        # -- merge the warps' states through shared memory (the rings' space)
+        cp_async_wait(0)
+        cuda.syncthreads()
+        MO = dynamic_tile(0, MO_ROWS, D)
+        MM = dynamic_tile(ML, MLR, 2)
+        l_lo = quad_sum(l_lo)
+        l_hi = quad_sum(l_hi)
+        if KV8 and not TOKEN:  # per tensor / head: V's scale on the block's accumulators
+            vscale = v_sc[0, h] * UNIT
+            for i in range(NO):
+                acc[i] *= vscale
+        for dt in range(DT):
+            MO[warp * 16 + g, 8 * dt + 2 * t] = acc[4 * dt]
+            MO[warp * 16 + g, 8 * dt + 2 * t + 1] = acc[4 * dt + 1]
+            MO[warp * 16 + g + 8, 8 * dt + 2 * t] = acc[4 * dt + 2]
+            MO[warp * 16 + g + 8, 8 * dt + 2 * t + 1] = acc[4 * dt + 3]
+        if t == 0:  # m in natural units of the scaled scores (NEG_BIG stays the empty marker)
+            MM[warp * 16 + g, 0] = m_lo * scale if m_lo != NEG_BIG else NEG_BIG
+            MM[warp * 16 + g, 1] = l_lo
+            MM[warp * 16 + g + 8, 0] = m_hi * scale if m_hi != NEG_BIG else NEG_BIG
+            MM[warp * 16 + g + 8, 1] = l_hi
+        cuda.syncthreads()
+        for idx in range(tid, NR * D, NTH):
+            r = idx // D
+            d = idx - r * D
+            mm = NEG_BIG
+            ll = float32(0.0)
+            oo = float32(0.0)
+            for ww in range(W):
+                mm, ll, ca, cb = merge_state(mm, ll, MM[ww * 16 + r, 0], MM[ww * 16 + r, 1])
+                oo = oo * ca + cb * MO[ww * 16 + r, d]
+            bh = kvh * G + r // Nq
+            i = r % Nq
+            if FINAL:
+                if PAGED and BF16:
+                    o[bh, i, d] = f32_to_bf16(oo / ll if ll != float32(0.0) else float32(0.0))
+                elif PAGED:
+                    o[bh, i, d] = oo / ll if ll != float32(0.0) else float32(0.0)  # an empty sequence: zeros
+                elif BF16:
+                    o[bh, i, d] = f32_to_bf16(oo / ll)
+                else:
+                    o[bh, i, d] = oo / ll
+            else:
+                part_o[split, bh * Nq + i, d] = oo / ll if ll != float32(0.0) else float32(0.0)
+                if d == 0:
+                    if PAGED:  # an empty sequence: split 0 is a zero partial of weight 1
+                        part_lse[split, bh * Nq + i] = state_lse(mm, ll) if Nk > 0 or split > 0 else float32(0.0)
+                    else:
+                        part_lse[split, bh * Nq + i] = state_lse(mm, ll)
+        if FUSED and not FINAL:
+            # the last block of this (sequence, KV head) to finish combines the splits
+            cuda.threadfence()  # this block's partials are visible device-wide before it counts
+            cuda.syncthreads()
+            if tid == 0:
+                prev = cuda.atomic.add(counters, kvh, 1)
+                MM[FLAG, 0] = float32(1.0) if prev == S - 1 else float32(0.0)
+            cuda.syncthreads()
+            if MM[FLAG, 0] > float32(0.5):
+                cuda.threadfence()
+                for idx in range(tid, NR * D, NTH):
+                    r = idx // D
+                    d = idx - r * D
+                    bh = kvh * G + r // Nq
+                    i = r % Nq
+                    if BF16:
+                        o[bh, i, d] = f32_to_bf16(combine_splits(part_o, part_lse, S, bh * Nq + i, d))
+                    else:
+                        o[bh, i, d] = combine_splits(part_o, part_lse, S, bh * Nq + i, d)
+                if tid == 0:
+                    counters[kvh] = 0  # ready for the next launch
+
+    if KV8:
+        @kernel
+        def paged_mma8(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, table, seqlens, ks, vs, chunk, S):
+            seq = cuda.blockIdx.y // Hkv
+            mma_block(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, seqlens[seq], seq, table, ks, vs,
+                      chunk, S)
+
+        return paged_mma8
+
+    if PAGED:
+        @kernel
+        def paged_mma(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, table, seqlens, chunk, S):
+            seq = cuda.blockIdx.y // Hkv
+            # (no scales: table stands in for them, unused)
+            mma_block(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, seqlens[seq], seq, table, table,
+                      table, chunk, S)
+
+        return paged_mma
+
+    @kernel
+    def decode_mma(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, chunk, S):
+        # (no block table, no scales: Nk and k stand in for the sequence, the table and the scales, unused)
+        mma_block(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, Nk, k, k, k, chunk, S)
+
+    return decode_mma
+
+
+FIXED_COMBINE_MAX = 32  # split counts up to this get a combine kernel compiled for their count
+
+
+PDL_MODES = {1: "combine launched at the split kernel's start", 2: "launched after its loop",
+             3: "launched at its exit"}
+
+
+def decode_mma_smem_bytes(D, W, Bc, stages, kv8=False):
+    """Dynamic shared memory of :func:`make_decode_mma_kernel`: the rings (``kv8``: the byte rings
+    and one 16-bit K/V tile per warp) or the merge area, and the m/l rows."""
+    ring = W * 2 * stages * Bc * swizzle_row_chunks(D) * 16
+    if kv8:
+        ring = W * 2 * stages * Bc * D + W * 2 * Bc * swizzle_row_chunks(D) * 16
+    merge = W * 16 * D * 4
+    return max(ring, merge) + (W * 16 + 1) * 2 * 4
+
+
+def check_decode_mma(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
+              fixed_combine):
+    """``supports`` of ``decode_mma`` (and of ``paged_mma`` after its paged checks)."""
+    if problem.dtype not in ("float16", "bfloat16"):
+        return f"dtype {problem.dtype}: decode_mma computes on f16/bf16 tensor cores (16-bit storage)"
+    if problem.q_len > MAX_Q_LEN:
+        return f"decode kernel: q_len {problem.q_len} > {MAX_Q_LEN} (use a prefill phase)"
+    NR = problem.group * problem.q_len
+    if NR > 16:
+        return f"{NR} query rows per KV head (group × q_len) > 16: one m16 tile per block"
+    D = problem.head_dim
+    if D % 8 or D > 256:
+        return f"head_dim {D} must be a multiple of 8 (16-byte rows), at most 256"
+    if Bc % 16 or Bc < 16:
+        return f"Bc={Bc} must be a multiple of 16"
+    chunks = (D + 15) // 16 * 2
+    if (Bc * chunks) % WARP_SIZE:
+        return f"Bc={Bc} × {chunks} chunks is not a whole number of 16-byte copies per lane"
+    if stages < 2:
+        return "stages must be at least 2"
+    if not 1 <= warps <= 32:
+        return f"warps={warps} out of range 1..32"
+    if int(pdl) not in (0, 1, 2, 3):
+        return f"pdl={pdl}: 0 (plain launch) or 1/2/3 (dependent launch; see PDL_MODES)"
+    return smem_reason(decode_mma_smem_bytes(D, warps, Bc, stages, bool(getattr(problem, "kv_dtype", ""))))
+
+
+def resolve_decode_mma(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
+                fixed_combine):
+    """``resolve`` of ``decode_mma`` and ``paged_mma``: the split count (a paged problem with unequal
+    lengths: the ragged plan of ``split_plan``, :func:`ragged_mean`)."""
+    S, _ = split_plan(problem.batch * problem.kv_heads, problem.kv_len, max(1, warps * Bc), sm_count(), blocks_per_sm,
+                      min_keys, splits, mean_len=ragged_mean(problem))
+    return {"splits": S}
+
+
+def decode_mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
+               fixed_combine, P=0, keys=None, note=""):
+    """The host side of ``decode_mma`` (``P = 0``) and ``paged_mma`` (``P`` = page size): the split
+    plan, the kernel of :func:`make_decode_mma_kernel`, the split-K workspace and combine, and the launch.
+    ``keys(layout)`` gives the kernel's key arguments (``(Nk,)``, or the block table and the lengths
+    of the call's ``layout``); ``note`` goes into the Launch's notes after the split size."""
+    B, Hkv, Nq, Nk, D = problem.batch, problem.kv_heads, problem.q_len, problem.kv_len, problem.head_dim
+    G = problem.group
+    S, chunk = split_plan(B * Hkv, Nk, warps * Bc, sm_count(), blocks_per_sm, min_keys, splits,
+                          mean_len=ragged_mean(problem))
+    final = S == 1
+    fused = S * G * Nq <= fuse_max
+    dependent = bool(pdl) and not final and not fused and uses_griddepcontrol()
+    if even:
+        chunk = -(-Nk // Bc)  # tiles, spread evenly over the splits by the kernel
+    bf16 = problem.dtype == "bfloat16"
+    kv8 = PAGED_KV8[getattr(problem, "kv_dtype", "")] if P else 0
+    extra = {"BF16": True} if bf16 else {}
+    if kv8:
+        extra.update(KV8=kv8, TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]))
+    kern = make_decode_mma_kernel(D, warps, Bc, stages, Nq, G, problem.causal, final, fused,
+                                  int(pdl) if dependent else 0,
+                           bool(l2_prefetch), bool(even), P=P, **extra)
+    sl2 = float32(problem.sm_scale * float(LOG2E))
+    scale = float32(problem.sm_scale)
+    grid = (S, B * Hkv)
+    nbytes = decode_mma_smem_bytes(D, warps, Bc, stages, bool(kv8))
+    part_o, part_lse = split_workspace(S, B * problem.heads * Nq, D)
+    kernels = [kern]
+    if not final and not fused:
+        combine = make_combine_kernel(Nq, dependent, S if fixed_combine and S <= FIXED_COMBINE_MAX else 0,
+                                      **({"BF16": True} if bf16 else {}))
+        kernels.append(combine)
+    counters = zeroed_counters(B * Hkv)
+    views = {}
+    opted = []
+
+    def run(q, k, v, o, stream=0, layout=None):
+        key = (id(q), id(k), id(v), id(o))
+        hit = views.get(key)
+        if hit is None or any(a is not b for a, b in zip(hit[0], (q, k, v, o))):
+            check_alignment(k, v)
+            if len(views) >= 8:
+                views.clear()
+            hit = views[key] = ((q, k, v, o), view_as(q, np.uint32),
+                                *((paged_cache_view(problem, k), paged_cache_view(problem, v)) if kv8 else (k, v)))
+        args = (hit[1], hit[2], hit[3], o, part_o, part_lse, counters, sl2, scale, Hkv, *keys(layout), chunk, S)
+        if opted:
+            kern[grid, warps * WARP_SIZE, stream, nbytes](*args)
+        else:
+            launch_dynamic(kern, grid, warps * WARP_SIZE, stream, nbytes, *args)
+            opted.append(True)
+        if dependent:
+            launch_after(combine, B * problem.heads * Nq, D, stream, 0, part_o, part_lse, o, S)
+        elif not final and not fused:
+            combine[B * problem.heads * Nq, D, stream](part_o, part_lse, o, S)
+
+    size = f"{chunk // S}-{-(-chunk // S)} tiles" if even else f"{chunk} keys"
+    how = "-" if final else ("fused" if fused else "kernel")
+    if not final and not fused and S <= FIXED_COMBINE_MAX and fixed_combine:
+        how += f" (compiled for {S} splits)"
+    if dependent and pdl_available() is None:
+        how += f", dependent launch ({PDL_MODES[int(pdl)]})"
+    return Launch(run, kernels=kernels, workspace_bytes=0 if final else part_o.nbytes + part_lse.nbytes,
+                  notes=f"S={S} splits of {size}, {note}{warps} warps × {Bc}-key tiles, {stages} stages, "
+                        f"combine {how}")
 
 
 @register_phase(
@@ -73,11 +610,12 @@ from numba_attn.phases.registry import register_phase
     requires_cc=(8, 0),  # cp.async, ldmatrix, mma.sync
     dtypes=("float16", "bfloat16"),
     sim_params={"warps": 2, "Bc": 16, "stages": 2, "splits": 3},
-    supports=check_mma,
-    resolve=resolve_mma,
+    supports=check_decode_mma,
+    resolve=resolve_decode_mma,
 )
 def decode_mma(problem, warps=4, Bc=16, stages=3, splits=0, blocks_per_sm=2, min_keys=2048, fuse_max=0, pdl=3,
                l2_prefetch=False, even=False, fixed_combine=True):
     Nk = problem.kv_len
-    return mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
+    return decode_mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl,
+                             l2_prefetch, even,
                       fixed_combine, keys=lambda layout: (Nk,))

@@ -1,42 +1,19 @@
 """Phase 36 — ``paged_mma``: GQA decode on tensor cores over a paged KV cache.
 
-Change against ``decode_mma``: only how a key row is found. The cp.async
-copy of a ``Bc``-key tile reads cache row ``block_table[b, j // P] · P + j % P``
-of the (num_blocks, P, Hkv, D) cache instead of row ``j`` of a contiguous
-head. Tiles are aligned to Bc, so when pages hold whole tiles (``P % Bc == 0``)
-the page index is one load per tile; otherwise (a page smaller than a tile) it
-is looked up per row. Each sequence has its own length (``cache_seqlens[b]``: split s of every
-sequence covers keys [s·chunk, (s+1)·chunk), a split past a sequence's end is empty; when the
-lengths differ the split count comes from the batch's total keys, ``split_plan``'s ragged plan,
-rounded to a power of two: the combine kernel is compiled per split count); a sequence
-of length 0 gets zeros (its split 0 writes a zero partial with log-sum-exp
-0, or the one-split kernel writes 0 where no key was seen). The query rows of
-a KV head (GQA group × q_len ≤ 16) stay one m16 tile, in float16 or bfloat16.
-The kernel is ``decode_mma``'s with a page size (``make_mma_kernel`` in ``common``).
+Change against ``decode_mma``: only how a key row is found. The ``cp.async`` copy of a ``Bc``-key tile reads
+cache row ``block_table[b, j // P] · P + j % P`` (one page index per tile when ``P % Bc == 0``, else per row);
+each sequence has its own length (a length-0 sequence gives zeros). 8-bit caches (fp8 e4m3, int8; head_dim a
+multiple of 16): the tile's bytes are copied into a byte ring and turned into 16-bit values in shared memory
+(exact), the scales applied in fp32 on S and on P or O. The kernel is ``decode_mma``'s with a page size.
 
-8-bit caches (fp8 e4m3, int8; head_dim a multiple of 16): cp.async copies the
-tile's bytes, half the traffic of a 16-bit tile, into a byte ring per warp; when
-a tile has landed the warp turns its codes into 16-bit values in one swizzled
-tile (exact: every e4m3 and int8 code is a float16 and a bfloat16 value), and the
-fragments are read by ldmatrix as before. The scales stay in fp32, off the 16-bit
-values: a per-tensor or per-head K scale is folded into the score scale, a V
-scale multiplies the block's accumulators once before the warps merge; per token,
-each key's K scale multiplies its column of S and its V scale its column of P
-(after the row sums: l stays the softmax normaliser), before P is rounded to 16
-bits — so no scale is rounded to 16 bits, and a per-token scale is applied
-exactly as a float32 product.
-
-Prediction: at page size >= 64, within 5% of ``decode_mma``'s bandwidth on the
-same lengths (the page index is one L1-cached load per 16-key tile); at page
-size 16 a few percent lower (a cp.async row of 16 keys × 256 B per page). An
-8-bit cache halves the bytes: at KV >= 16k about half the fp16 cache's time, at
-the memory limit, if the conversion (a few integer operations per code, and a
-shared-memory round trip) hides under the copies.
-Verdict: 0.307 ms at ragged B32 H32 KV <= 4k P64 with the ragged plan, 0.96x the contiguous phases' bandwidth on the same bytes (0.312 ms before); 0.249 ms at GQA B8 H32/8 KV 32k, 0.99x decode_mma; fp8 GQA 0.326 ms, 0.74x SDPA on the fp16 cache (H200, CUPTI) [results/paged-nvidia-h200.jsonl]
+Prediction: at page size ≥ 64 within 5% of ``decode_mma``'s bandwidth; an 8-bit cache about half the time.
+Verdict: 0.249 ms at GQA B8 H32/8 KV 32k, 0.99x decode_mma; fp8 GQA 0.326 ms, 0.74x SDPA on the fp16 cache
+(H200, CUPTI) [results/paged-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
-from numba_attn.phases.decode.common import PagedLayout, check_mma, check_paged_problem, mma_launch, resolve_mma
+from numba_attn.phases.decode.p34_decode_mma import check_decode_mma, decode_mma_launch, resolve_decode_mma
+from numba_attn.phases.decode.paged import PagedLayout, check_paged_problem
 from numba_attn.phases.registry import register_phase
 
 
@@ -47,7 +24,7 @@ def _supports(problem, **params):
     if problem.kv_dtype and problem.head_dim % 16:
         return (f"a {problem.kv_dtype} cache with head_dim {problem.head_dim}: paged_mma copies 8-bit rows in "
                 "16-byte chunks (head_dim a multiple of 16; paged_split_k reads the others)")
-    return check_mma(problem, **params)
+    return check_decode_mma(problem, **params)
 
 
 @register_phase(
@@ -74,14 +51,15 @@ def _supports(problem, **params):
     dtypes=("float16", "bfloat16"),
     sim_params={"warps": 2, "Bc": 16, "stages": 2, "splits": 3},
     supports=_supports,
-    resolve=resolve_mma,
+    resolve=resolve_decode_mma,
     layout="paged",
 )
 def paged_mma(problem, warps=4, Bc=16, stages=3, splits=0, blocks_per_sm=2, min_keys=2048, fuse_max=0, pdl=3,
               l2_prefetch=False, even=False, fixed_combine=True):
     own = PagedLayout(problem)  # the runner's calls give no layout: the problem's, uploaded at the first call
     n = 4 if problem.kv_dtype else 2  # the table and lengths (8-bit: and the scales)
-    return mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
+    return decode_mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl,
+                             l2_prefetch, even,
                       fixed_combine, P=problem.page_size, keys=lambda layout: tuple((layout or own.own())[:n]),
                       note=f"P={problem.page_size}, " + (f"{problem.kv_dtype} cache ({problem.kv_scale} scale), "
                                                          if problem.kv_dtype else ""))

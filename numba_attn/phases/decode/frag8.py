@@ -1,0 +1,644 @@
+"""The 8-bit fragment kernel of ``paged_split_k`` (``mma=True``): an fp8 or int8 paged cache's codes from the
+16-byte loads straight into ``mma.m16n8k16`` fragments."""
+from __future__ import annotations
+
+import functools
+import math
+
+from numba import cuda, float32, float64, int32, uint32, uint64
+
+from numba_attn.gpu.device_functions import NEG_BIG
+from numba_attn.gpu.intrinsics import (
+    byte_perm,
+    cp_async_commit,
+    cp_async_wait,
+    ld_global_v2,
+    ld_global_v4,
+    ld_shared_v4,
+    mma_f16,
+    pack_f16x2,
+    unpack_f16x2,
+)
+from numba_attn.gpu.jit import device, kernel
+from numba_attn.gpu.prefetch import prefetch_l2_at
+from numba_attn.gpu.ptx_loads import dynamic_tile
+from numba_attn.gpu.warp import FULL_MASK, WARP_SIZE, shfl_sync, shfl_xor_sync, syncwarp
+from numba_attn.phases.decode.paged import page_steps
+from numba_attn.phases.decode.scores import key_mask
+from numba_attn.phases.decode.steps import chunk_steps
+
+
+@functools.cache
+def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: bool, MINB: int, P: int, KV8: int,
+                      TOKEN: bool, SPLITP: bool = True, PF: int = 0, HW: int = 1, NST: int = 0):
+    """``paged_split_k``'s kernel with ``mma`` (an 8-bit paged cache, float16 query, D a multiple of 64,
+    at most 8 query rows per KV head): the codes go from the 16-byte loads straight into tensor-core
+    fragments, with no float32 per element and no shared memory. A warp step is 16 keys, two
+    ``mma.m16n8k16`` problems with the keys on M and the (at most 8) query rows on N:
+
+    * Sᵀ = K·Qᵀ: lane (g, t) loads the D/16 words of keys g and g+8 that lane t of a k-step owns
+      (16-byte chunks t, t+4, …); one word is the A fragment of one k-step (its four codes → two
+      f16x2, in the order the query's B fragment is packed in: a dot product does not care which
+      dims a k-step holds). c0..c3 = scores of keys g, g+8 for rows 2t, 2t+1.
+    * Oᵀ += Vᵀ·Pᵀ: lane (g, t) loads D/8 codes (dims g·D/8 …) of keys 2t, 2t+1, 2t+8, 2t+9; ``prmt``
+      pairs a dim of two keys (the A fragment of m-tile i: dims g·D/8 + 2i, + 2i+1); Pᵀ's B fragment
+      comes from the score lanes by shuffles. Accumulators: D/16 m-tiles × 4 float32 per lane.
+
+    Decoding: fp8 by ``cvt.rn.f16x2.e4m3x2`` (one instruction per two codes; NaN codes give NaN, so no
+    test); int8 by flipping the bytes' sign bits (one logic op per word) and a ``prmt`` that puts a byte
+    in the mantissa of f16 1024: 1152 + c, exact. K's codes keep the 1152: the scores' accumulators start
+    at −1152·Σq (Σq of the f16 query row in float64, exact, rounded once to float32), so no subtraction
+    per pair; V's pairs (one ``prmt`` of key b's dims with 0x64 bytes, one per pair putting key a's byte
+    in) keep the exact f16x2 subtraction of 1152 (the bias left in P·V would cost float32 precision of the
+    output: 1152·l against an output of a few code units). Precision: the products are exact
+    (f16 × f16), the sums float32 on the tensor core; P is split into two f16 halves (``SPLITP``:
+    P ≈ hi + lo, relative error ~2⁻²², one more mma per m-tile) so that it is not rounded to 11 bits.
+    Scales: K's on the scores (per head: once in the score scale), V's on P (per token: fp8 after the
+    shuffles; int8 on the score lanes, keys g, g+8, before them, after the row sum) or on the
+    accumulators at the end. int8 addresses: the 32-bit (row, head) index row·Hkv + h of each key's cache
+    row, from the step's page (one table load) as min(row of key j0 + offset, row of the last key), gives
+    the 16-byte loads' addresses (one ``mad.wide.u32`` each on a hoisted base) and the per-token scales'
+    (the K rows' index: the scales are (rows, Hkv)).
+
+    ``PF`` > 0 (``paged_split_k``'s ``prefetch``): after its step's loads a warp prefetches into L2
+    (``prefetch.global.L2``, no register held; one per 128-byte line of a cache row) the K and V rows, and
+    the per-token scales, of its step ``PF`` rounds ahead (key ``j0 + PF·16·NW``, where it is below
+    ``hi``). Without it ptxas, at the 128-register cap of two 8-warp blocks per SM, issues some of V's
+    16-byte loads after the first K mma, which waits for K (int8/token: all four, fp8/head: two; in the PTX they
+    all come first): a step makes a second round trip to DRAM where the fp16 path issues its 4 KiB per warp
+    at once. With it a step's loads find their bytes in L2 or on the way, and the bytes in flight per SM no
+    longer depend on the registers.
+
+    ``HW`` > 1 (``paged_split_k``'s ``step_heads``; one query row per KV head): a warp step's 16 rows are 16 / HW
+    tokens × HW adjacent KV heads (row i: token i / HW, head i % HW) instead of 16 tokens of one head, and the N
+    columns are the HW heads' query rows (the block reads HW KV heads, its rows are theirs). A page row holds the
+    Hkv heads' rows of a token side by side, so a step reads HW heads' rows of a token as HW·D contiguous bytes.
+    Sᵀ then holds every (row, head) product; a score counts only in its own head's column (the others are masked
+    out of the maxima and get probability 0, so Pᵀ's zeros keep each head's Oᵀ column its own).
+
+    ``NST`` > 1 (``paged_split_k``'s ``stages``): the cache bytes reach the fragments through a ring of ``NST`` warp
+    steps per warp in dynamic shared memory, filled by ``cp.async`` (``issue_step``): a step's 16 K rows and 16 V
+    rows are copied as whole rows (lane L the 16-byte chunk L % (D/16) of row L / (D/16) of each 32 chunks, so one
+    instruction moves 512 contiguous bytes of a token's S = ``HW`` heads where the direct loads move 8 half rows),
+    the lane's int8 per-token scales loaded into a register queue of ``NST`` − 1 steps as the copies are issued
+    (4-byte copies through shared memory made the per-token ring 3.5 % slower on an H100); a warp keeps ``NST`` − 1
+    steps in flight while it computes one, where the direct loads wait for each step's bytes before its arithmetic.
+    Every address's per-lane part is computed once before the key loop (``ring_offsets``).
+    The fragments are then read from shared memory as they were from global (``ld.shared.v4``), a row's chunks
+    stored XOR-swizzled (``ring_chunk``) so that neither the K nor the V reads conflict on banks (D = 128). The
+    copies are ``cp.async.ca``: with ``.cg`` (L2 only) Nsight Compute counted twice the L2 sectors of the direct
+    loads for the same DRAM bytes on an H100 (67.1M against 33.6M, int8/head KV 16k), with ``.ca`` the same 33.6M in
+    fewer requests (8.4M against 9.8M)."""
+    from numba_attn.gpu.intrinsics import (
+        add_u32,
+        cp_async16_at_ca,
+        cvt_e4m3x4_f16x2,
+        ld_at,
+        ld_global_v2_at,
+        ld_global_v4_at,
+        mad_u32,
+        sub_f16x2,
+    )
+
+    NR = G * Nq  # query rows of a KV head (≤ 8: the N of the mma)
+    RB = NR * HW  # query rows of the block (HW > 1: one per KV head, HW heads)
+    KS = 16 // HW  # tokens of a warp step
+    LHW = HW.bit_length() - 1
+    key_limit, visible = key_mask(causal, Nq)  # the keys a row sees (scores.py)
+    _, _, _, _, write_rows, combine_last = chunk_steps(D, 8, 1, 1, NW, RB, Nq, G * HW, causal, False, BASE2=True)
+    NKS = D // 16  # k-steps of Sᵀ: one word of a key per lane each
+    NKC = NKS // 4  # 16-byte chunks of a key row per lane
+    VWL = D // 32  # words of a V row per lane (dims g·D/8 …)
+    D8 = D // 8
+    NMT = D // 16  # m-tiles of Oᵀ (dims)
+    NQB, NACC, NVW = 2 * NKS, 4 * NMT, 4 * VWL  # (local array sizes: compile-time constants)
+    LOGP, STEP = page_steps(P, KS)  # (STEP: a step's KS tokens never cross a page)
+    NT = NW * WARP_SIZE
+    FP8 = KV8 == 1
+    D4 = D // 4  # 32-bit words of a cache row of one head
+    I8_SIGN = uint32(0x80808080)  # every byte's sign bit: int8 c → the unsigned byte c + 128
+    I8_HI = uint32(0x64646464)  # the high byte of f16 1024 (x in the low byte: 1024 + x)
+    I8_BIAS = uint32(0x64806480)  # f16x2 (1152, 1152)
+    CPR = D // 16  # 16-byte chunks of a cache row of one head
+    NCP = 16 * CPR // WARP_SIZE  # ring: 16-byte copies per lane per step, of K and of V each
+    SLOT = 32  # ring rows of a step: K's 16, then V's 16
+    RING_ROWS = max(1, NW * NST * SLOT)
+    RING_WORDS = RING_ROWS * D4  # (dynamic_tile's sizes: closure constants, not expressions)
+    WAIT = max(0, NST - 2)  # cp.async groups left in flight when a step's bytes are needed
+    NVC = max(1, VWL // 4)  # ring: 16-byte reads of a V row per lane
+    NKOF, NVOF = 2 * NKC, 4 * NVC  # (local array sizes)
+    NSQ = max(1, (NST - 1) * 4)  # ring, per-token scales (int8): a lane's 4 a step (K's and V's of rows g, g+8),
+    #                               queued for NST − 1 steps
+    if NST and not STEP:
+        raise ValueError(f"the ring needs pages of whole warp steps (page size {P}, {KS} tokens a step)")
+    if NST and TOKEN and FP8:
+        raise ValueError("the ring: per-token scales with int8 codes only (fp8 takes a tensor or head scale)")
+    SWZ = min(8, CPR) - 1
+
+    @device
+    def ring_chunk(c, r):
+        """Where 16-byte chunk ``c`` of ring row ``r`` is stored in its row: ``c`` XOR ((r & 1)·4 ^ ((r >> 1) & 3)·2)
+        on its low three bits (two at D 64), a permutation of the row's chunks under which the K fragment reads
+        (rows g, g+8; chunks t + 4c) and the V reads (rows 2t + b; chunk g·D/128 + c) each hit every bank once per
+        8 lanes at D 128."""
+        return c ^ ((((r & 1) << 2) ^ (((r >> 1) & 3) << 1)) & SWZ)
+
+    @device
+    def k_pairs(x):
+        """One word of a key's codes → the two f16x2 of a k-step (fp8: bytes 0,1 and 2,3; int8: 0,2 and 1,3).
+        int8: each code c as f16 1152 + c (exact: the sign-flipped byte in the mantissa of 1024, one
+        ``prmt`` per pair); the 1152 stays in, the scores start from −1152·Σq instead."""
+        if FP8:
+            return cvt_e4m3x4_f16x2(x)
+        y = x ^ I8_SIGN
+        return byte_perm(y, I8_HI, uint32(0x4240)), byte_perm(y, I8_HI, uint32(0x4341))
+
+    @device
+    def v_pairs(a, b, lo):
+        """Dims (byte 0, byte 1) of keys a, b (``lo``) or (2, 3) → two f16x2 of (key a, key b) per dim.
+        int8: key b's two dims first as f16x2 1152 + c (one ``prmt``), then each pair by one ``prmt`` of
+        key a's byte into it, and ``sub.rn.f16x2`` of 1152 (exact)."""
+        if FP8:
+            return cvt_e4m3x4_f16x2(byte_perm(a, b, uint32(0x5140 if lo else 0x7362)))
+        ya = a ^ I8_SIGN
+        yb = byte_perm(b ^ I8_SIGN, I8_HI, uint32(0x4140 if lo else 0x4342))  # b's dims (0, 1) or (2, 3)
+        return (sub_f16x2(byte_perm(ya, yb, uint32(0x5450 if lo else 0x5452)), I8_BIAS),
+                sub_f16x2(byte_perm(ya, yb, uint32(0x7651 if lo else 0x7653)), I8_BIAS))
+
+    @device
+    def prefetch_step(k, v, ks, vs, table, tbl, seq, h, Hkv, jn, hi, g, t):
+        """L2 prefetch of the cache rows of the warp's step at key ``jn`` (< ``hi``), one ``prefetch`` per
+        128-byte line of each row among the 32 lanes: lane (g, t) takes line t & 1 of K row g + 8·(t >> 1)
+        and line g & 1 of V row 2t + (g >> 1 & 1) + 8·(g >> 2) (the step's 16 K and 16 V rows, D ≤ 256), and
+        with per-token scales the K and V scales of its K row (line 0 lanes); rows found as the int8 loads
+        find theirs (keys past ``hi`` clamped to the last)."""
+        if STEP:  # (int8: tbl, the sequence's block-table row, flat, as its loads read it)
+            pg = table[seq, jn >> LOGP] if FP8 else ld_at(table, add_u32(tbl, jn >> LOGP))
+            rb = mad_u32(pg, P, jn & (P - 1))
+            rl = add_u32(rb, hi - 1 - jn)
+        kl = t & 1
+        vl = g & 1
+        ko = g + 8 * (t >> 1)
+        vo = 2 * t + ((g >> 1) & 1) + 8 * (g >> 2)
+        if STEP:
+            krow = min(add_u32(rb, ko), rl)
+            vrow = min(add_u32(rb, vo), rl)
+        else:
+            jk = min(jn + ko, hi - 1)
+            jv = min(jn + vo, hi - 1)
+            krow = mad_u32(table[seq, jk >> LOGP], P, jk & (P - 1))
+            vrow = mad_u32(table[seq, jv >> LOGP], P, jv & (P - 1))
+        krh = mad_u32(krow, Hkv, h)
+        if 128 * kl < D:
+            prefetch_l2_at(k, krh, D4, 32 * kl, 0)
+        if 128 * vl < D:
+            prefetch_l2_at(v, mad_u32(vrow, Hkv, h), D4, 32 * vl, 0)
+        if TOKEN and kl == 0:
+            prefetch_l2_at(ks, krh, 1, 0, 0)
+            prefetch_l2_at(vs, krh, 1, 0, 0)
+
+    @device
+    def put_words(a, i, x):
+        """The four words of a 16-byte load ``x`` into ``a[i … i+3]``."""
+        a[i] = x[0]
+        a[i + 1] = x[1]
+        a[i + 2] = x[2]
+        a[i + 3] = x[3]
+
+    @device
+    def row_head(r, Hkv, h):
+        """The (cache row, head) index of step row ``r`` (token r / HW, head h + r % HW) relative to the step's
+        first cache row."""
+        return mad_u32(r >> LHW, Hkv, h + (r & (HW - 1)))
+
+    @device
+    def ring_offsets(h, Hkv, lane, g, t, csrc, cdst, kof, vof, sof):
+        """The lane's constant parts of the ring's addresses, computed once before the key loop: ``csrc[j]``, the
+        (cache row, head) index of copy j's row relative to the step's first row (row r = lane / (D/16) + j·32/(D/16));
+        ``cdst[j]``, its word in a ring slot (chunk lane % (D/16) of row r, swizzled); ``kof``, ``vof``, the words
+        of the K and V fragments' 16-byte reads in a slot (``ring_chunk``); ``sof``, the rows of the lane's
+        per-token scales (K rows g, g+8), then their (row, head) indices relative to the step's first cache row."""
+        c = lane % CPR
+        for j in range(NCP):
+            r = lane // CPR + j * (WARP_SIZE // CPR)
+            csrc[j] = row_head(r, Hkv, h)
+            cdst[j] = r * D4 + 4 * ring_chunk(c, r)
+        for kk in range(2):
+            r = g + 8 * kk
+            for c in range(NKC):
+                kof[kk * NKC + c] = r * D4 + 4 * ring_chunk(t + 4 * c, r)
+        for kk in range(4):
+            vr = 2 * t + (kk & 1) + 8 * (kk >> 1)
+            for c in range(NVC):
+                ch = g * (VWL // 4) + c if VWL % 4 == 0 else g >> 1
+                vof[kk * NVC + c] = (16 + vr) * D4 + 4 * ring_chunk(ch, vr)
+        for m in range(2):
+            sof[m] = g + 8 * m
+            sof[2 + m] = row_head(g + 8 * m, Hkv, h)
+
+    @device
+    def issue_step(k, v, ks, vs, ring, sq, table, tbl, Hkv, j0, hi, wr, lane, csrc, cdst, sof):
+        """cp.async of the warp step at key ``j0`` (< ``hi``; both 32-bit) into the ring slot at row ``wr`` (K; V 16
+        rows on), and with per-token scales the lane's 4 scales loaded into the last 4 registers of the queue ``sq``
+        (plain loads: they land while the NST − 1 steps before this one compute). Row r is token
+        j0 + r / HW, head h + r % HW (a step never crosses a page: one page index); lane L copies chunk L % (D/16)
+        of rows L / (D/16) + j·32/(D/16). A token at or past ``hi`` is zero-filled and not read, its scales zero (its
+        scores are masked; zeros keep a stale NaN code or scale out of P·V)."""
+        rb = mad_u32(ld_at(table, add_u32(tbl, j0 >> LOGP)), P, j0 & (P - 1))  # the step's first cache row
+        rbh = mad_u32(rb, Hkv, 0)
+        nn = mad_u32(min(hi - j0, uint64(KS)), HW, 0)  # rows of the step that exist
+        wd = mad_u32(wr, D4, 0)
+        for j in range(NCP):
+            ok = add_u32(lane // CPR, j * (WARP_SIZE // CPR)) < nn
+            row = add_u32(rbh, csrc[j])
+            do = add_u32(wd, cdst[j])
+            cp_async16_at_ca(ring, do, k, row, D4, 4 * (lane % CPR), 0, ok)  # (.ca: .cg read every L2 sector
+            cp_async16_at_ca(ring, add_u32(do, 16 * D4), v, row, D4, 4 * (lane % CPR), 0, ok)  # twice, measured)
+        if TOKEN:
+            for m in range(4):  # the K scales of rows g, g+8, then their V scales
+                x = float32(0.0)
+                if sof[m & 1] < nn:
+                    x = ld_at(ks if m < 2 else vs, add_u32(rbh, sof[2 + (m & 1)]))
+                sq[NSQ - 4 + m] = x
+
+    @device
+    def ring_k(ring, kw, rk, kof):
+        """The step's K fragment words (rows g, g+8; chunks t, t+4, …) from its ring slot (at row ``rk``), as the
+        direct loads give them."""
+        kb = mad_u32(rk, D4, 0)
+        for kk in range(2):
+            for c in range(NKC):
+                put_words(kw, kk * NKS + 4 * c, ld_shared_v4(ring, 0, add_u32(kb, kof[kk * NKC + c])))
+
+    @device
+    def ring_scales(sq, ksc, vsc, scale):
+        """This step's per-token scales from the front of the queue ``sq`` (as the direct loads give them), and
+        the queue moved up by one step."""
+        ksc[0] = scale * sq[0]
+        ksc[1] = scale * sq[1]
+        vsc[0] = sq[2]
+        vsc[1] = sq[3]
+        for i in range(NSQ - 4):
+            sq[i] = sq[4 + i]
+
+    @device
+    def ring_v(ring, vw, rk, vof, g):
+        """The step's V words (rows 2t, 2t+1, 2t+8, 2t+9; words g·D/32 …) from its ring slot (at row ``rk``), as
+        the direct loads give them."""
+        kb = mad_u32(rk, D4, 0)
+        for kk in range(4):
+            if VWL % 4 == 0:
+                for c in range(NVC):
+                    put_words(vw, kk * VWL + 4 * c, ld_shared_v4(ring, 0, add_u32(kb, vof[kk * NVC + c])))
+            else:  # D 64: words 2g, 2g+1, half of chunk g / 2
+                x0, x1, x2, x3 = ld_shared_v4(ring, 0, add_u32(kb, vof[kk]))
+                vw[kk * VWL] = x2 if g & 1 else x0
+                vw[kk * VWL + 1] = x3 if g & 1 else x1
+
+    @device
+    def frag_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, chunk, S,
+                   sm_m, sm_l, sm_o, sm_last, ring):
+        split = cuda.blockIdx.x
+        kvh = cuda.blockIdx.y  # b * Hkv + kv head (one row block: NR ≤ 8); HW > 1: b * Hkv / HW + group of HW heads
+        h = (kvh - seq * (Hkv // HW)) * HW  # the (first) KV head
+        lo = split * chunk
+        hi = min(Nk, lo + chunk)
+        tid = cuda.threadIdx.x
+        w = add_u32(tid >> 5, 0)  # (a 32-bit warp index: int64 tid // 32 was spilled across the key loop, 8 B)
+        lane = tid % WARP_SIZE
+        g = lane // 4
+        t = lane % 4
+        # Qᵀ's B fragments: row g, the dims of lane t's word of each k-step, paired as k_pairs pairs them
+        qb = cuda.local.array(NQB, uint32)
+        qi = g - (g // Nq) * Nq
+        bh = kvh * (G * HW) + g // Nq
+        qsum = float64(0.0)  # int8: row g's sum over this lane's dims (float64: exact for f16 values)
+        for kx in range(NKS):
+            d0 = 4 * (4 * (t + 4 * (kx // 4)) + kx % 4)
+            if g < RB:
+                if FP8:
+                    qb[2 * kx] = pack_f16x2(float32(q[bh, qi, d0]), float32(q[bh, qi, d0 + 1]))
+                    qb[2 * kx + 1] = pack_f16x2(float32(q[bh, qi, d0 + 2]), float32(q[bh, qi, d0 + 3]))
+                else:
+                    x0 = float32(q[bh, qi, d0])
+                    x1 = float32(q[bh, qi, d0 + 1])
+                    x2 = float32(q[bh, qi, d0 + 2])
+                    x3 = float32(q[bh, qi, d0 + 3])
+                    qb[2 * kx] = pack_f16x2(x0, x2)
+                    qb[2 * kx + 1] = pack_f16x2(x1, x3)
+                    qsum += (float64(x0) + float64(x1)) + (float64(x2) + float64(x3))
+            else:
+                qb[2 * kx] = uint32(0)
+                qb[2 * kx + 1] = uint32(0)
+        # keys < lim of rows 2t, 2t+1 (causal: bottom-right aligned; a padding row sees the split)
+        r0 = 2 * t
+        r1 = 2 * t + 1
+        cb0 = float32(0.0)
+        cb1 = float32(0.0)
+        if not FP8:  # int8: the scores' start, −1152·Σq of rows 2t, 2t+1 (exact sum, rounded once to float32)
+            qsum += shfl_xor_sync(FULL_MASK, qsum, 1)
+            qsum += shfl_xor_sync(FULL_MASK, qsum, 2)
+            cb = float32(qsum * float64(-1152.0))
+            cb0 = shfl_sync(FULL_MASK, cb, 4 * r0)
+            if RB > 1:  # (one row: row 2t+1 is padding everywhere)
+                cb1 = shfl_sync(FULL_MASK, cb, 4 * r1)
+        lim0 = key_limit(r0 - (r0 // Nq) * Nq, hi, Nk) if r0 < RB else hi
+        lim1 = key_limit(r1 - (r1 // Nq) * Nq, hi, Nk) if r1 < RB else hi
+        acc = cuda.local.array(NACC, float32)
+        for i in range(NACC):
+            acc[i] = float32(0.0)
+        kw = cuda.local.array(NQB, uint32)  # keys g, g+8: NKS words each
+        vw = cuda.local.array(NVW, uint32)  # keys 2t, 2t+1, 2t+8, 2t+9: VWL words each
+        ksc = cuda.local.array(2, float32)
+        vsc = cuda.local.array(4, float32)
+        c0h = h + (min(r0, RB - 1) if HW > 1 else 0)  # the KV heads of columns 2t, 2t+1 (HW > 1: one each)
+        c1h = h + (min(r1, RB - 1) if HW > 1 else 0)
+        sk0 = scale * ks[0, c0h] if not TOKEN else scale
+        sk1 = scale * ks[0, c1h] if not TOKEN else scale
+        tbl = mad_u32(seq, table.shape[1], 0) if not FP8 or NST else 0  # int8, ring: the block-table row, flat
+        m0 = NEG_BIG
+        m1 = NEG_BIG
+        l0 = float32(0.0)
+        l1 = float32(0.0)
+        n_steps = max(0, (hi - lo + KS - 1) // KS)  # 0 for a split past the end
+        rk = uint32(0)  # the ring (32-bit row indices): the slot of this step (K's rows; V's 16 on) ...
+        wr = uint32(0)  # ... and the slot the step NST − 1 rounds ahead is copied into (the last step's)
+        rend = uint32(0)  # (the end of the warp's slots)
+        hi32 = add_u32(hi, 0)
+        if NST:  # the warp's first NST − 1 steps in flight
+            csrc = cuda.local.array(NCP, uint32)
+            cdst = cuda.local.array(NCP, uint32)
+            kof = cuda.local.array(NKOF, uint32)
+            vof = cuda.local.array(NVOF, uint32)
+            sof = cuda.local.array(4, uint32)
+            sq = cuda.local.array(NSQ, float32)  # per-token scales of the steps in flight, this step's first
+            for i in range(NSQ):
+                sq[i] = float32(0.0)
+            ring_offsets(h, Hkv, lane, g, t, csrc, cdst, kof, vof, sof)
+            rk = mad_u32(w, NST * SLOT, 0)  # the warp's slot 0
+            for st in range(NST - 1):
+                if TOKEN:
+                    ring_scales(sq, ksc, vsc, scale)  # (moves the queue up: step st's scales go last)
+                if w + st * NW < n_steps:
+                    issue_step(k, v, ks, vs, ring, sq, table, tbl, Hkv, add_u32(lo, (w + st * NW) * KS), hi32,
+                               add_u32(rk, st * SLOT), lane, csrc, cdst, sof)
+                cp_async_commit()
+            wr = add_u32(rk, (NST - 1) * SLOT)
+            rend = add_u32(rk, NST * SLOT)
+        for step in range(w, n_steps, NW):  # warp-uniform: the shuffles and mma stay convergent
+            j0 = lo + step * KS
+            if NST:
+                cp_async_wait(WAIT)  # this lane's copies of this step have landed ...
+                syncwarp(FULL_MASK)  # ... and every lane's; every lane is done with slot wr (the last step's)
+                if TOKEN:
+                    ring_scales(sq, ksc, vsc, scale)
+                jn = add_u32(j0, (NST - 1) * NW * KS)
+                if jn < hi32:
+                    issue_step(k, v, ks, vs, ring, sq, table, tbl, Hkv, jn, hi32, wr, lane, csrc, cdst, sof)
+                cp_async_commit()
+                ring_k(ring, kw, rk, kof)  # (V's words where they are used)
+            elif FP8:
+                pg = table[seq, j0 >> LOGP] if STEP else 0
+                for kk in range(2):  # K rows g, g+8
+                    jj = min(j0 + ((g + 8 * kk) >> LHW), hi - 1)
+                    page = pg if STEP else table[seq, jj >> LOGP]
+                    crow = page * P + (jj & (P - 1))
+                    hk = h + ((g + 8 * kk) & (HW - 1))
+                    for c in range(NKC):
+                        x0, x1, x2, x3 = ld_global_v4(k, crow, hk, 4 * (t + 4 * c))
+                        kw[kk * NKS + 4 * c] = x0
+                        kw[kk * NKS + 4 * c + 1] = x1
+                        kw[kk * NKS + 4 * c + 2] = x2
+                        kw[kk * NKS + 4 * c + 3] = x3
+                    if TOKEN:
+                        ksc[kk] = scale * ks[crow, hk]
+                for kk in range(4):  # V rows 2t, 2t+1, 2t+8, 2t+9
+                    vr = 2 * t + (kk & 1) + 8 * (kk >> 1)
+                    jj = min(j0 + (vr >> LHW), hi - 1)
+                    page = pg if STEP else table[seq, jj >> LOGP]
+                    crow = page * P + (jj & (P - 1))
+                    hv = h + (vr & (HW - 1))
+                    if VWL % 4 == 0:
+                        for c in range(VWL // 4):
+                            x0, x1, x2, x3 = ld_global_v4(v, crow, hv, g * VWL + 4 * c)
+                            vw[kk * VWL + 4 * c] = x0
+                            vw[kk * VWL + 4 * c + 1] = x1
+                            vw[kk * VWL + 4 * c + 2] = x2
+                            vw[kk * VWL + 4 * c + 3] = x3
+                    else:
+                        for c in range(VWL // 2):
+                            x0, x1 = ld_global_v2(v, crow, hv, g * VWL + 2 * c)
+                            vw[kk * VWL + 2 * c] = x0
+                            vw[kk * VWL + 2 * c + 1] = x1
+                    if TOKEN:
+                        vsc[kk] = vs[crow, hv]
+            else:  # int8: addresses from 32-bit cache row indices (row·Hkv + h: a (row, head) of D/4 words)
+                if STEP:  # the step's page: rows rb + o of keys j0 + o, clamped to the last key's row rl
+                    rb = mad_u32(ld_at(table, add_u32(tbl, j0 >> LOGP)), P, j0 & (P - 1))
+                    rl = add_u32(rb, hi - 1 - j0)
+                for kk in range(2):  # K rows g, g+8, and their K and V scales (per token)
+                    if STEP:
+                        krow = min(add_u32(rb, (g + 8 * kk) >> LHW), rl)
+                    else:
+                        jk = min(j0 + ((g + 8 * kk) >> LHW), hi - 1)
+                        krow = mad_u32(table[seq, jk >> LOGP], P, jk & (P - 1))
+                    krh = mad_u32(krow, Hkv, h + ((g + 8 * kk) & (HW - 1)))
+                    for c in range(NKC):
+                        x0, x1, x2, x3 = ld_global_v4_at(k, krh, D4, 4 * t, 16 * c)
+                        kw[kk * NKS + 4 * c] = x0
+                        kw[kk * NKS + 4 * c + 1] = x1
+                        kw[kk * NKS + 4 * c + 2] = x2
+                        kw[kk * NKS + 4 * c + 3] = x3
+                    if TOKEN:  # the scales are (rows, Hkv): the same index
+                        ksc[kk] = scale * ld_at(ks, krh)
+                        vsc[kk] = ld_at(vs, krh)
+                for kk in range(4):  # V rows 2t, 2t+1, 2t+8, 2t+9
+                    vr = 2 * t + (kk & 1) + 8 * (kk >> 1)
+                    if STEP:
+                        vrow = min(add_u32(rb, vr >> LHW), rl)
+                    else:
+                        jv = min(j0 + (vr >> LHW), hi - 1)
+                        vrow = mad_u32(table[seq, jv >> LOGP], P, jv & (P - 1))
+                    vrh = mad_u32(vrow, Hkv, h + (vr & (HW - 1)))
+                    if VWL % 4 == 0:
+                        for c in range(VWL // 4):
+                            x0, x1, x2, x3 = ld_global_v4_at(v, vrh, D4, g * VWL, 4 * c)
+                            vw[kk * VWL + 4 * c] = x0
+                            vw[kk * VWL + 4 * c + 1] = x1
+                            vw[kk * VWL + 4 * c + 2] = x2
+                            vw[kk * VWL + 4 * c + 3] = x3
+                    else:
+                        for c in range(VWL // 2):
+                            x0, x1 = ld_global_v2_at(v, vrh, D4, g * VWL, 2 * c)
+                            vw[kk * VWL + 2 * c] = x0
+                            vw[kk * VWL + 2 * c + 1] = x1
+            if PF:  # the warp's step PF rounds ahead: towards L2 while this one computes
+                jn = j0 + PF * 16 * NW
+                if jn < hi:
+                    prefetch_step(k, v, ks, vs, table, tbl, seq, h, Hkv, jn, hi, g, t)
+            # Sᵀ = K Qᵀ (c0, c1: key g, rows 2t, 2t+1; c2, c3: key g+8)
+            s0 = cb0  # fp8: 0; int8: −1152·Σq (the codes' bias)
+            s1 = cb1
+            s2 = cb0
+            s3 = cb1
+            for kx in range(NKS):
+                a0, a2 = k_pairs(kw[kx])
+                a1, a3 = k_pairs(kw[NKS + kx])
+                s0, s1, s2, s3 = mma_f16(a0, a1, a2, a3, qb[2 * kx], qb[2 * kx + 1], s0, s1, s2, s3)
+            if TOKEN:
+                s0 *= ksc[0]
+                s1 *= ksc[0]
+                s2 *= ksc[1]
+                s3 *= ksc[1]
+            else:
+                s0 *= sk0
+                s1 *= sk1
+                s2 *= sk0
+                s3 *= sk1
+            # online softmax (base 2) of rows 2t, 2t+1 over the step's 16 keys (HW > 1: its (token, head) rows;
+            # the 8 lanes of a t)
+            ja = j0 + (g >> LHW)  # the tokens of rows g, g+8
+            jb = j0 + ((g + 8) >> LHW)
+            ok0 = visible(ja, lim0)
+            ok1 = visible(ja, lim1)
+            ok2 = visible(jb, lim0)
+            ok3 = visible(jb, lim1)
+            if HW > 1:  # a row's score counts in its own head's column only (rows g, g+8: head g % HW)
+                hg = g & (HW - 1)
+                ok0 = ok0 and hg == r0
+                ok1 = ok1 and hg == r1
+                ok2 = ok2 and hg == r0
+                ok3 = ok3 and hg == r1
+            # (a NaN score, from a NaN code in K, is left out of the maxima, as fmaxf leaves it: its
+            # probability is NaN, and so the row's sum and output)
+            mx0 = max(max(NEG_BIG, s0 if ok0 else NEG_BIG), s2 if ok2 else NEG_BIG)
+            mx1 = max(max(NEG_BIG, s1 if ok1 else NEG_BIG), s3 if ok3 else NEG_BIG)
+            for off in (4, 8, 16):
+                mx0 = max(mx0, shfl_xor_sync(FULL_MASK, mx0, off))
+                mx1 = max(mx1, shfl_xor_sync(FULL_MASK, mx1, off))
+            mn0 = max(m0, mx0)
+            mn1 = max(m1, mx1)
+            p0 = math.exp2(s0 - mn0) if ok0 else float32(0.0)
+            p1 = math.exp2(s1 - mn1) if ok1 else float32(0.0)
+            p2 = math.exp2(s2 - mn0) if ok2 else float32(0.0)
+            p3 = math.exp2(s3 - mn1) if ok3 else float32(0.0)
+            if mn0 > m0 or mn1 > m1:  # rescale only when a row's maximum moved
+                c0 = math.exp2(m0 - mn0)
+                c1 = math.exp2(m1 - mn1)
+                l0 *= c0
+                l1 *= c1
+                for i in range(NMT):
+                    acc[4 * i] *= c0
+                    acc[4 * i + 1] *= c1
+                    acc[4 * i + 2] *= c0
+                    acc[4 * i + 3] *= c1
+                m0 = mn0
+                m1 = mn1
+            l0 += p0 + p2
+            l1 += p1 + p3
+            if TOKEN and not FP8:  # int8: keys g, g+8's V scales on their probabilities here, before the shuffles
+                p0 *= vsc[0]
+                p1 *= vsc[0]
+                p2 *= vsc[1]
+                p3 *= vsc[1]
+            # Pᵀ's B fragment of lane (g, t): P[keys 2t, 2t+1 | 2t+8, 2t+9][row g], from lanes (2t | 2t+1, g // 2)
+            sa = 8 * t + g // 2
+            sb = sa + 4
+            if RB > 1:  # row g is row 2t' or 2t'+1 of its source lanes: both fetched, one kept
+                odd = (g & 1) != 0
+                e0 = shfl_sync(FULL_MASK, p0, sa)
+                e1 = shfl_sync(FULL_MASK, p1, sa)
+                e2 = shfl_sync(FULL_MASK, p0, sb)
+                e3 = shfl_sync(FULL_MASK, p1, sb)
+                f0 = shfl_sync(FULL_MASK, p2, sa)
+                f1 = shfl_sync(FULL_MASK, p3, sa)
+                f2 = shfl_sync(FULL_MASK, p2, sb)
+                f3 = shfl_sync(FULL_MASK, p3, sb)
+                xa = e1 if odd else e0
+                xb = e3 if odd else e2
+                ya = f1 if odd else f0
+                yb = f3 if odd else f2
+            else:  # one row: only lanes g = 0 matter (the others compute padding rows)
+                xa = shfl_sync(FULL_MASK, p0, sa)
+                xb = shfl_sync(FULL_MASK, p0, sb)
+                ya = shfl_sync(FULL_MASK, p2, sa)
+                yb = shfl_sync(FULL_MASK, p2, sb)
+            if TOKEN and FP8:  # each key's V scale on its probability (l is already summed)
+                xa *= vsc[0]
+                xb *= vsc[1]
+                ya *= vsc[2]
+                yb *= vsc[3]
+            pb0 = pack_f16x2(xa, xb)
+            pb1 = pack_f16x2(ya, yb)
+            if SPLITP:  # the part of P that f16 rounded away, as a second f16 operand
+                ha, hb = unpack_f16x2(pb0)
+                hc, hd = unpack_f16x2(pb1)
+                qb0 = pack_f16x2(xa - ha, xb - hb)
+                qb1 = pack_f16x2(ya - hc, yb - hd)
+            if NST:  # V's words from the ring only now: K's registers are free again
+                ring_v(ring, vw, rk, vof, g)
+                wr = rk  # the next step NST − 1 rounds ahead goes into this slot, and the next slot is read
+                rk = add_u32(rk, SLOT) if add_u32(rk, SLOT) != rend else add_u32(rk, SLOT - NST * SLOT)
+            # Oᵀ += Vᵀ Pᵀ, m-tiles 2x, 2x+1 from word x of the four keys
+            for x in range(VWL):
+                for half in range(2):
+                    a0, a1 = v_pairs(vw[x], vw[VWL + x], half == 0)
+                    a2, a3 = v_pairs(vw[2 * VWL + x], vw[3 * VWL + x], half == 0)
+                    i = 2 * x + half
+                    acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3] = mma_f16(
+                        a0, a1, a2, a3, pb0, pb1, acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3])
+                    if SPLITP:
+                        acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3] = mma_f16(
+                            a0, a1, a2, a3, qb0, qb1, acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3])
+        # the warp's state: l summed over the 8 lanes of a row pair; O rows 2t, 2t+1 into shared memory
+        for off in (4, 8, 16):
+            l0 += shfl_xor_sync(FULL_MASK, l0, off)
+            l1 += shfl_xor_sync(FULL_MASK, l1, off)
+        vh0 = float32(1.0) if TOKEN else vs[0, c0h]
+        vh1 = float32(1.0) if TOKEN else vs[0, c1h]
+        for i in range(NMT):
+            d = g * D8 + 2 * i
+            if r0 < RB:
+                sm_o[w, r0, d] = acc[4 * i] * vh0
+                sm_o[w, r0, d + 1] = acc[4 * i + 2] * vh0
+            if r1 < RB:
+                sm_o[w, r1, d] = acc[4 * i + 1] * vh1
+                sm_o[w, r1, d + 1] = acc[4 * i + 3] * vh1
+        if g == 0:
+            if r0 < RB:
+                sm_m[w, r0] = m0
+                sm_l[w, r0] = l0
+            if r1 < RB:
+                sm_m[w, r1] = m1
+                sm_l[w, r1] = l1
+        cuda.syncthreads()
+        write_rows(o, part_o, part_lse, split, kvh, 0, tid, sm_m, sm_l, sm_o)  # lse back to natural units
+        if Nk == 0 and split == 0:  # an empty sequence: a zero partial of weight 1, the output is zeros
+            for idx in range(tid, RB * D, NT):  # the threads that wrote the log-sum-exps (d = 0)
+                r = idx // D
+                if idx == r * D:
+                    part_lse[0, (kvh * G * HW + r // Nq) * Nq + r % Nq] = float32(0.0)
+        if FUSED:
+            combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, 0, tid, cuda.blockIdx.y)
+
+    @kernel(launch_bounds=(NT, MINB))
+    def paged_split_k_mma8(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, chunk, S):
+        sm_m = cuda.shared.array((NW, RB), float32)
+        sm_l = cuda.shared.array((NW, RB), float32)
+        sm_o = cuda.shared.array((NW, RB, D), float32)
+        sm_last = cuda.shared.array(1, int32)
+        if NST:  # the ring (dynamic shared memory: ring_bytes)
+            ring = dynamic_tile(0, 1, RING_WORDS)  # (flat: 32-bit word offsets)
+        else:
+            ring = sm_m
+        seq = cuda.blockIdx.y // (Hkv // HW)
+        frag_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, seqlens[seq], seq, table, ks, vs, chunk,
+                   S, sm_m, sm_l, sm_o, sm_last, ring)  # the sequence's own number of keys
+
+    return paged_split_k_mma8
+
+
+def ring_bytes(D: int, NW: int, NST: int) -> int:
+    """Dynamic shared memory of ``make_frag8_kernel``'s ring: ``NST`` slots per warp of 16 K and 16 V rows of D
+    bytes."""
+    return NW * NST * 32 * D

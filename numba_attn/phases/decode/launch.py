@@ -1,0 +1,76 @@
+"""The host side of a split-K decode launch: the workspace (partial outputs, log-sum-exps, counters), the
+launch of a split kernel and its combine."""
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from numba_attn.gpu.backend import IS_SIMULATOR
+from numba_attn.gpu.split_k import make_combine_kernel
+from numba_attn.gpu.warp import WARP_SIZE
+from numba_attn.phases.decode.rules import check_alignment, kernel_words, split_layout
+from numba_attn.phases.registry import Launch
+
+
+def split_workspace(S: int, rows: int, D: int):
+    """(part_o, part_lse): every split's normalized partial output and log-sum-exp
+    per query row (float32); a 1-element stand-in when S = 1 writes the output."""
+    if S == 1:
+        return cuda.device_array((1, 1, 1), dtype="float32"), cuda.device_array((1, 1), dtype="float32")
+    return cuda.device_array((S, rows, D), dtype="float32"), cuda.device_array((S, rows), dtype="float32")
+
+
+def zeroed_counters(n: int):
+    """``n`` int32 zeros on the device: the per-tile split counters of a last-block combine.
+    On a GPU they are zeroed by a memset, which does not wait for the device (a copy from the host
+    would: every new plan, e.g. each decode step's new kv_len, would drain the queue)."""
+    counters = cuda.device_array(n, dtype=np.int32)
+    if isinstance(counters, np.ndarray):  # host stand-in (offline compilation)
+        counters[:] = 0
+    elif IS_SIMULATOR:
+        counters.copy_to_device(np.zeros(n, np.int32))
+    else:
+        from numba.cuda.cudadrv import driver
+
+        driver.device_memset(counters, 0, counters.nbytes)
+    return counters
+
+
+def tile_notes(lanes, keys, rows, warps) -> str:
+    """The ``Launch.notes`` of a warp-step decode kernel's tiling."""
+    return f"L={lanes} lanes/key, T={keys} keys/group, {rows} rows/block, {warps} warps"
+
+
+def split_launch(problem, kern, scale, warps, lanes, rows, keys, splits, counters, combine, notes=""):
+    """The :class:`Launch` of a split-K kernel: grid (split, row block of a KV head),
+    the workspace, with ``counters`` the kernel's per-tile counters (and split
+    count) as arguments, with ``combine`` the combine kernel after it (unless one
+    split writes the output)."""
+    B, H, Hkv, Nq, Nk, D = (problem.batch, problem.heads, problem.kv_heads, problem.q_len,
+                            problem.kv_len, problem.head_dim)
+    S = splits
+    n_rc, chunk = split_layout(problem, warps, rows, lanes, keys, S)
+    final = S == 1
+    grid = (S, B * Hkv * n_rc)
+    part_o, part_lse = split_workspace(S, B * H * Nq, D)
+    kernels = [kern]
+    combine = combine and not final
+    bf16 = problem.dtype == "bfloat16"
+    if combine:
+        comb = make_combine_kernel(Nq, BF16=bf16) if bf16 else make_combine_kernel(Nq)
+        kernels.append(comb)
+    cnt = zeroed_counters(B * Hkv * n_rc) if counters else None
+
+    def run(q, k, v, o, stream=0):
+        if bf16:
+            k, v = kernel_words(problem, k, v)
+        check_alignment(k, v)
+        if counters:
+            kern[grid, warps * WARP_SIZE, stream](q, k, v, o, part_o, part_lse, cnt, scale, Hkv, Nk, chunk, S)
+        else:
+            kern[grid, warps * WARP_SIZE, stream](q, k, v, o, part_o, part_lse, scale, Hkv, Nk, chunk)
+        if combine:
+            comb[B * H * Nq, D, stream](part_o, part_lse, o, S)
+
+    return Launch(run, kernels=kernels, workspace_bytes=0 if final else part_o.nbytes + part_lse.nbytes,
+                  notes=f"S={S} splits of {chunk} keys, {tile_notes(lanes, keys, rows, warps)}{notes}")

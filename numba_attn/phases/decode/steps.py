@@ -1,0 +1,235 @@
+"""The warp-step loop of the decode phases: a block streams its keys in warp steps, a group of lanes per key
+(:func:`chunk_steps`: load the query rows, load a step's keys, the per-key update, the merges, the
+output write and the last-block combine; :func:`row_loader`: one key row into registers)."""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import cuda, float32, uint16, uint32
+
+from numba_attn.gpu.device_functions import (
+    NEG_BIG,
+    combine_splits,
+    ldg_f16x8,
+    ldg_f32x4,
+    merge_state,
+    merge_state2,
+    state_lse,
+)
+from numba_attn.gpu.intrinsics import ld_global_v4, pack_bf16x2, unpack_bf16x2
+from numba_attn.gpu.jit import device
+from numba_attn.gpu.warp import WARP_SIZE, group_sum, strided_max, strided_sum
+from numba_attn.phases.decode.scores import key_mask
+
+LN2 = np.float32(0.6931471805599453)
+
+
+@device
+def bf16_to_f32(h):
+    """One bfloat16 bit pattern (a uint16 element) → float32 (exact)."""
+    return unpack_bf16x2(uint32(h))[0]
+
+
+@device
+def f32_to_bf16(x):
+    """float32 → the bfloat16 bit pattern (uint16), rounded to nearest even (``cvt.rn``)."""
+    return uint16(pack_bf16x2(x, float32(0.0)) & uint32(0xFFFF))
+
+
+@functools.cache
+def row_loader(VW: int, L: int, NV: int, BF16: bool):
+    """``load_row(k, v, KK, VV, t, a, b, sub)``: this lane's E = NV·VW elements of K row ``k[a, b]``
+    and V row ``v[a, b]`` into ``KK[t]``/``VV[t]``, 16 bytes per load (lane ``sub`` of the row's
+    L lanes takes chunks sub, sub + L, …); float32 or float16 rows (``ldg_f32x4``/``ldg_f16x8``),
+    or a bfloat16 row as its uint32 word view (``BF16``: four words, each split by shifts).
+    The contiguous cache passes (KV head, key), the paged one (cache row, KV head)."""
+    ldv = ldg_f32x4 if VW == 4 else ldg_f16x8
+
+    @device
+    def load_row(k, v, KK, VV, t, a, b, sub):
+        for u in range(NV):
+            if BF16:  # 8 elements: 4 words of the uint32 view
+                kw = ld_global_v4(k, a, b, (sub + L * u) * 4)
+                vw = ld_global_v4(v, a, b, (sub + L * u) * 4)
+                for x in range(4):
+                    KK[t, u * VW + 2 * x], KK[t, u * VW + 2 * x + 1] = unpack_bf16x2(kw[x])
+                    VV[t, u * VW + 2 * x], VV[t, u * VW + 2 * x + 1] = unpack_bf16x2(vw[x])
+            else:
+                kx = ldv(k, a, b, (sub + L * u) * VW)
+                vx = ldv(v, a, b, (sub + L * u) * VW)
+                for x in range(VW):
+                    KK[t, u * VW + x] = kx[x]
+                    VV[t, u * VW + x] = vx[x]
+
+    return load_row
+
+
+@functools.cache
+def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool,
+                FINAL: bool = True, BASE2: bool = False, BF16: bool = False):
+    """Device functions of a block of ``NW`` warps that computes ``RB`` query rows
+    of one KV head over a range of keys: a group of ``L`` lanes takes ``T`` keys
+    per warp step, a lane holding ``E = D / L`` elements of a row in registers.
+
+    ``FINAL``: the block writes the output (else its split's partial output and
+    log-sum-exp); ``BASE2``: the scores are in base 2 (log2 e folded into the
+    query scale; ``exp2``, and the log-sum-exp converted back); ``BF16``: q and o are
+    bfloat16 bit patterns (uint16), k and v their (…, D/2) uint32 word views.
+    Returns ``(load_rows, load_keys, score_update, merge_lanes, write_rows, combine_last)``.
+    """
+    E = D // L  # elements of a row per lane
+    NV = E // VW  # 16-byte loads per row per lane
+    KW = WARP_SIZE // L  # lane groups per warp
+    NT = NW * WARP_SIZE
+    NROWS = G * Nq
+    load_row = row_loader(VW, L, NV, BF16)  # one key row of K and V, 16 bytes per load
+    key_limit, visible = key_mask(causal, Nq)  # the keys a row sees (scores.py)
+
+    @device
+    def load_rows(q, Qr, acc, m, l, lim, kvh, row0, sub, scale, hi, Nk):
+        """Query rows row0 … row0+RB-1 of KV head ``kvh`` (row g·Nq + i is query head
+        kvh·G + g, position i), scaled, into this lane's E elements ``Qr``; an
+        empty state (acc, m, l); ``lim[r]``: the row sees keys < lim[r] (the block's
+        keys end at ``hi``; causal: bottom-right aligned; 0 for a padding row)."""
+        for r in range(RB):
+            row = row0 + r
+            ok = row < NROWS
+            g = row // Nq
+            i = row - g * Nq
+            bh = kvh * G + g  # = b * H + hkv * G + g
+            if ok:
+                lim[r] = key_limit(i, hi, Nk)
+            else:
+                lim[r] = 0
+            for u in range(NV):
+                for x in range(VW):
+                    if BF16:
+                        Qr[r, u * VW + x] = bf16_to_f32(q[bh, i, (sub + L * u) * VW + x]) * scale if ok \
+                            else float32(0.0)
+                    else:
+                        Qr[r, u * VW + x] = float32(q[bh, i, (sub + L * u) * VW + x]) * scale if ok else float32(0.0)
+                    acc[r, u * VW + x] = float32(0.0)
+            m[r] = NEG_BIG
+            l[r] = float32(0.0)
+
+    @device
+    def load_keys(k, v, KK, VV, kvh, j0, hi, sub):
+        """All loads of a step first: keys j0 + t·KW (t < T, clamped below ``hi``),
+        this lane's E elements of each K and V row, 16 bytes at a time."""
+        for t in range(T):
+            load_row(k, v, KK, VV, t, kvh, min(j0 + t * KW, hi - 1), sub)
+
+    @device
+    def score_update(Qr, KK, VV, sc, m, l, acc, lim, j0):
+        """The scores of the step's T keys for every row (each summed over the
+        group's L lanes by a butterfly), then one online-softmax update per row."""
+        for r in range(RB):
+            for t in range(T):
+                s = float32(0.0)
+                for e in range(E):
+                    s += Qr[r, e] * KK[t, e]
+                sc[r, t] = group_sum(s, L)
+        for r in range(RB):  # one online-softmax update per row for the T keys
+            m_new = m[r]
+            for t in range(T):
+                if visible(j0 + t * KW, lim[r]):
+                    m_new = max(m_new, sc[r, t])
+            corr = math.exp(m[r] - m_new)
+            lsum = float32(0.0)
+            for t in range(T):
+                p = math.exp(sc[r, t] - m_new) if visible(j0 + t * KW, lim[r]) else float32(0.0)
+                sc[r, t] = p
+                lsum += p
+            m[r] = m_new
+            l[r] = l[r] * corr + lsum
+            for e in range(E):
+                a = acc[r, e] * corr
+                for t in range(T):
+                    a += sc[r, t] * VV[t, e]
+                acc[r, e] = a
+
+    @device
+    def merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub):
+        """The lane groups of warp ``w`` merge (common max, rescale, sum); its first
+        group stores the warp's (m, l, O) in shared memory."""
+        for r in range(RB):
+            mw = strided_max(m[r], L)
+            if BASE2:
+                c = math.exp2(m[r] - mw)
+            else:
+                c = math.exp(m[r] - mw)
+            lw = strided_sum(l[r] * c, L)
+            for e in range(E):
+                acc[r, e] = strided_sum(acc[r, e] * c, L)
+            if lane < L:
+                for u in range(NV):
+                    for x in range(VW):
+                        sm_o[w, r, (sub + L * u) * VW + x] = acc[r, u * VW + x]
+                if lane == 0:
+                    sm_m[w, r] = mw
+                    sm_l[w, r] = lw
+
+    @device
+    def write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o):
+        """Merge the warps' partial (m, l, O), one thread per element; write the
+        output (``FINAL``) or split ``split``'s partial output and log-sum-exp."""
+        for idx in range(tid, RB * D, NT):
+            r = idx // D
+            d = idx - r * D
+            row = row0 + r
+            if row < NROWS:
+                g = row // Nq
+                i = row - g * Nq
+                mm = NEG_BIG
+                ll = float32(0.0)
+                oo = float32(0.0)
+                for ww in range(NW):
+                    if BASE2:
+                        mm, ll, ca, cb = merge_state2(mm, ll, sm_m[ww, r], sm_l[ww, r])
+                    else:
+                        mm, ll, ca, cb = merge_state(mm, ll, sm_m[ww, r], sm_l[ww, r])
+                    oo = oo * ca + cb * sm_o[ww, r, d]
+                bh = kvh * G + g
+                if FINAL:
+                    if BF16:
+                        o[bh, i, d] = f32_to_bf16(oo / ll)
+                    else:
+                        o[bh, i, d] = oo / ll
+                else:
+                    part_o[split, bh * Nq + i, d] = oo / ll if ll != float32(0.0) else float32(0.0)
+                    if d == 0:
+                        if BASE2:
+                            part_lse[split, bh * Nq + i] = state_lse(mm * LN2, ll)
+                        else:
+                            part_lse[split, bh * Nq + i] = state_lse(mm, ll)
+
+    @device
+    def combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid, ci):
+        """The last block of this (sequence, KV head, row block) to finish combines
+        the S splits' partials (``combine_splits``) and resets its counter ``counters[ci]``."""
+        cuda.threadfence()  # this block's partials are visible device-wide before it counts
+        cuda.syncthreads()
+        if tid == 0:
+            prev = cuda.atomic.add(counters, ci, 1)
+            sm_last[0] = 1 if prev == S - 1 else 0
+        cuda.syncthreads()
+        if sm_last[0] == 1:
+            cuda.threadfence()
+            for idx in range(tid, RB * D, NT):
+                r = idx // D
+                d = idx - r * D
+                row = row0 + r
+                if row < NROWS:
+                    g = row // Nq
+                    i = row - g * Nq
+                    bh = kvh * G + g
+                    if BF16:
+                        o[bh, i, d] = f32_to_bf16(combine_splits(part_o, part_lse, S, bh * Nq + i, d))
+                    else:
+                        o[bh, i, d] = combine_splits(part_o, part_lse, S, bh * Nq + i, d)
+            if tid == 0:
+                counters[ci] = 0  # ready for the next launch
+
+    return load_rows, load_keys, score_update, merge_lanes, write_rows, combine_last
