@@ -158,7 +158,7 @@ class NewPhase:
     phase_file: str
     test_file: str
     parent_file: str
-    factory: str = ""  # the family's common.py holding the parent's kernel, when the parent's module has none
+    factory: str = ""  # the family module holding the parent's kernel, when the parent's module has none
     factory_names: list = field(default_factory=list)
 
     def __str__(self):
@@ -237,8 +237,9 @@ Written by ``numba-attn new {name} --from {parent}`` from ``{parent_file}``.
 
 
 def _rewrite(source: str, parent, name: str, order: float, parent_file: str, module: str) -> tuple[str, list]:
-    """The parent's module source turned into the new phase's (see :func:`new_phase`); and the names the
-    builder calls from its family's ``common.py`` when the module defines no kernel of its own."""
+    """The parent's module source turned into the new phase's (see :func:`new_phase`); and, when the module
+    defines no kernel of its own, ``(names, module)``: the names the builder calls from modules of the phases
+    package (factories first) and the module of the first one (None: none found)."""
     tree = ast.parse(source)
     data = source.encode()
     starts = [0]
@@ -316,18 +317,21 @@ def _rewrite(source: str, parent, name: str, order: float, parent_file: str, mod
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
                 _is_kernel_decorator(d) for d in node.decorator_list):
             has_kernel = True
+        if isinstance(node, ast.Call) and _is_kernel_decorator(node.func):  # kernel(fn), cuda.jit(...)(fn)
+            has_kernel = True
+    factory_module = None
     if not has_kernel:
-        common = set()
+        shared = {}  # name -> the module of the phases package it is imported from
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
                 mod_name = importlib.util.resolve_name("." * node.level + (node.module or ""), package) \
                     if node.level else (node.module or "")
-                if mod_name.endswith(".common"):
-                    common |= {a.asname or a.name for a in node.names}
+                if mod_name.startswith("numba_attn.phases.") and mod_name != "numba_attn.phases.registry":
+                    shared.update({a.asname or a.name: mod_name for a in node.names})
         called = [n.func.id for n in ast.walk(builder) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
-        factory_names = [c for c in dict.fromkeys(called) if c in common]
-        factory_names = [c for c in factory_names if c.startswith("make_")] + \
-                        [c for c in factory_names if not c.startswith("make_")]
+        factory_names = [c for c in dict.fromkeys(called) if c in shared]
+        factory_names.sort(key=lambda c: 0 if c.startswith(("make_", "build_")) else 1 if "launch" in c else 2)
+        factory_module = shared[factory_names[0]] if factory_names else None
     for (s1, e1, _), (s2, e2, _) in zip(sorted(edits), sorted(edits)[1:]):
         if s2 < e1:
             raise NewPhaseError(f"--from {parent.name}: overlapping rewrites of its module ({parent_file})")
@@ -335,7 +339,7 @@ def _rewrite(source: str, parent, name: str, order: float, parent_file: str, mod
         data = data[:s] + text.encode() + data[e:]
     out = data.decode()
     ast.parse(out)  # still Python
-    return out, (factory_names if not has_kernel else None)
+    return out, ((factory_names, factory_module) if not has_kernel else None)
 
 
 # Odd shapes (lengths no multiple of a tile, q_len != kv_len), as in tests/test_phases.py: the source of
@@ -491,7 +495,7 @@ def new_phase(name: str, from_: str, dir: str | None = None) -> NewPhase:  # noq
         source = f.read()
     order = _free_order(parent.order, {p.order for p in registry.list_phases()})
     parent_file = shown_path(src_path)
-    text, factory_names = _rewrite(source, parent, name, order, parent_file, parent.module)
+    text, factory = _rewrite(source, parent, name, order, parent_file, parent.module)
     shapes = _test_shapes(parent)
     extra = [c for c in ("PagedProblem", "VarlenProblem") if any(s.startswith(c) for s in shapes.values())]
     test = TEST_TEMPLATE.format(
@@ -503,11 +507,13 @@ def new_phase(name: str, from_: str, dir: str | None = None) -> NewPhase:  # noq
     for path, body in ((phase_file, text), (test_file, test)):
         with open(path, "x", encoding="utf-8") as f:
             f.write(body)
-    factory = ""
-    if factory_names is not None:
-        fam = parent.module.rpartition(".")[0]
-        common = sys.modules.get(f"{fam}.common")
-        factory = shown_path(common.__file__) if common is not None and getattr(common, "__file__", None) \
-            else f"{fam.replace('.', '/')}/common.py"
+    factory_names, factory_module = factory if factory is not None else ([], None)
+    factory_file = ""
+    if factory is not None and factory_module is None:  # no shared name found: the family's package
+        factory_file = parent.module.rpartition(".")[0].replace(".", "/") + "/"
+    elif factory is not None:
+        loaded = sys.modules.get(factory_module)
+        factory_file = shown_path(loaded.__file__) if getattr(loaded, "__file__", None) else \
+            factory_module.replace(".", "/") + ".py"
     return NewPhase(name=name, parent=parent.name, order=order, phase_file=phase_file, test_file=test_file,
-                    parent_file=parent_file, factory=factory, factory_names=list(factory_names or []))
+                    parent_file=parent_file, factory=factory_file, factory_names=list(factory_names))

@@ -116,12 +116,13 @@ def test_a_phase_loaded_inside_temporary_phases_is_gone_after_it(tmp_path, clean
 
 
 def test_new_from_a_factory_parent_says_where_the_kernel_is(tmp_path, clean):
-    made = na.new_phase("tc_mma_mine", from_="tc_mma", dir=str(tmp_path))
-    assert made.factory.endswith("tensor_core/common.py") and "make_mma_kernel" in made.factory_names
-    assert "keeps its kernel in" in made.summary() and made.order == 20.5
+    made = na.new_phase("tc_wgmma_mine", from_="tc_wgmma", dir=str(tmp_path))
+    assert made.factory.startswith("numba_attn/phases/tensor_core/") and made.factory.endswith(".py")
+    assert made.factory_names[0] == "build_wgmma"
+    assert "keeps its kernel in" in made.summary() and made.order == 23.5
     (ph,) = na.load_phases(made.phase_file)
-    assert ph.parent == "tc_mma" and ph.dtypes == ("float16", "bfloat16")
-    test = (tmp_path / "test_tc_mma_mine.py").read_text()
+    assert ph.parent == "tc_wgmma" and ph.dtypes == ("float16", "bfloat16")
+    test = (tmp_path / "test_tc_wgmma_mine.py").read_text()
     assert "fp32" not in test.split("SHAPES = {")[1].split("}")[0]  # only shapes the parent runs
 
 
@@ -144,7 +145,7 @@ def test_relative_imports_become_absolute():
     assert "from numba_attn.phases.cuda_core.common import helper" in out
     assert "from numba_attn.phases import registry" in out and "from numba_attn.phases.registry import register_phase" in out
     assert 'name="y", order=3.5' in out and 'parent="x"' in out and "def y(problem" in out
-    assert factory == ["helper"]  # no kernel of its own: the builder calls common's helper
+    assert factory == (["helper"], "numba_attn.phases.cuda_core.common")  # no kernel: the builder calls helper
 
 
 @pytest.mark.parametrize("argv, words", [
