@@ -289,8 +289,8 @@ def _rewrite(source: str, parent, name: str, order: float, parent_file: str, mod
     kw_desc = _kw(call, "description")
     if kw_desc is not None:
         ind = " " * kw_desc.col_offset
-        replace(kw_desc.value, f'"""\n{ind}    TODO: the idea of {name} against {parent.name}, in two or three sentences\n'
-                               f'{ind}    (`numba-attn list -v` and the phase\'s card show them).\n{ind}"""')
+        replace(kw_desc.value, f'"""\n{ind}    TODO: the idea of {name} against {parent.name}, in two or three '
+                               f'sentences\n{ind}    (`numba-attn list -v` and the phase\'s card show them).\n{ind}"""')
     # the builder's name (``def PARENT(problem, ...)`` → ``def NAME(...)``)
     def_line = data[starts[builder.lineno - 1]:starts[builder.lineno]].decode()
     m = re.search(rf"\bdef\s+({re.escape(builder.name)})\b", def_line)

@@ -176,7 +176,8 @@ def measurements(files=None, cache: str | None = None, skipped: dict | None = No
             skip(f"phase {r.get('phase')!r} is not registered")
             continue
         layout = getattr(ph, "layout", "contiguous") or "contiguous"
-        if layout != "contiguous" or (r.get("problem") or {}).get("page_size") or (r.get("problem") or {}).get("varlen"):
+        shape = r.get("problem") or {}
+        if layout != "contiguous" or shape.get("page_size") or shape.get("varlen"):
             skip(f"a {layout if layout != 'contiguous' else 'paged or varlen'} layout: attention() reads contiguous "
                  f"arrays (decode_paged and attention_varlen choose their own phases)")
             continue

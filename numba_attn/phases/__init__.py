@@ -14,7 +14,7 @@ kept in ``BROKEN`` (module name → error summary), reported by
 ``numba-attn list`` and by the tests, and the remaining phases still run.
 
 Phases outside the package are loaded after these, when the registry is first
-read (``registry._load_all``, :mod:`numba_attn.phases.discovery`): the ``.py``
+read (``registry.load_all``, :mod:`numba_attn.phases.discovery`): the ``.py``
 files and directories of ``$NUMBA_ATTN_PHASES`` and the modules of the
 ``numba_attn.phases`` entry points; one that fails is kept in ``BROKEN`` too
 (under its path, or its entry point), never raised.

@@ -23,7 +23,8 @@ their defaults. A default of 0 means "chosen for the problem": the phase's
 ``resolve(problem, **params)`` (passed to the decorator) returns every
 parameter with a concrete value, once, before ``supports`` and the builder
 see them; it must return a concrete value unchanged. :meth:`Phase.plan` puts
-the parameters that ran in ``Launch.params`` and the runner records those. Tile sizes must reach the kernel as compile-time constants:
+the parameters that ran in ``Launch.params`` and the runner records those. Tile sizes must reach the
+kernel as compile-time constants:
 build kernels in a factory that closes over them and cache the factory
 (``functools.cache``) so each configuration compiles once.
 
@@ -184,7 +185,8 @@ class Phase:
         if layout != self.layout:
             if "varlen" in (layout, self.layout):
                 return f"the {layout} layout: {self.name} reads the {self.layout} one"
-            return f"{'a paged' if layout == 'paged' else 'a contiguous'} KV cache: {self.name} reads a {self.layout} one"
+            cache = "a paged" if layout == "paged" else "a contiguous"
+            return f"{cache} KV cache: {self.name} reads a {self.layout} one"
         if problem.dtype not in self.dtypes:
             return f"dtype {problem.dtype} not supported (supports {', '.join(self.dtypes)})"
         if self.head_dims is not None and problem.head_dim not in self.head_dims:
@@ -294,7 +296,8 @@ def register_variant(base: str, name: str, *, order: float | None = None, build:
     of ``base``), so that a run times both side by side (``--param`` sets one value per phase name). Its
     parent is ``base``; everything else (supports, resolve, space, metadata) is ``base``'s. ``build``: a
     builder to use instead of ``base``'s (its keyword arguments become the parameters), for a keyword
-    ``base`` does not expose; ``note``: what differs, for the title (default: the defaults given). Registered from an out-of-tree module given to ``--setup``::
+    ``base`` does not expose; ``note``: what differs, for the title (default: the defaults given). Registered
+    from an out-of-tree module given to ``--setup``::
 
         register_variant("paged_split_k", "paged_split_k_bal", balance=True)
     """
