@@ -23,8 +23,8 @@ from numba import cuda, float32
 
 from numba_attn.gpu.device_functions import NEG_INF, online_softmax_rescale2, online_softmax_step, visible_keys
 from numba_attn.gpu.jit import device, kernel
-from numba_attn.gpu.ptx_loads import (MASKED, STATIC_SMEM_LIMIT, dynamic_tile, fetch4, fetch4_t, launch_dynamic, lds4, load_tile4_t, put4,
-                                      put4_t, smem_reason, sts4)
+from numba_attn.gpu.ptx_loads import (MASKED, STATIC_SMEM_LIMIT, dynamic_tile, fetch4, fetch4_t, launch_dynamic, lds4,
+                                      load_tile4_t, put4, put4_t, smem_reason, sts4)
 from numba_attn.gpu.warp import FULL_MASK, WARP_SIZE, shfl_xor_sync
 from numba_attn.phases.registry import Launch
 

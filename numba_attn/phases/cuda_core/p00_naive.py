@@ -1,17 +1,10 @@
 """Phase 0 — ``naive``: the unfused baseline.
 
-Three kernels, as a framework without a fused attention kernel runs them
-(one GEMM, a row softmax, another GEMM), with both intermediates in global
-memory:
-
-1. ``S = Q Kᵀ · scale`` (masked entries set to −inf) — one thread per
-   element of S, reading its Q row and K row straight from global memory;
-2. ``P = softmax(S)`` row by row — one warp per row, warp-shuffle
-   reductions for the row max and the row sum;
-3. ``O = P V`` — one thread per element of O.
-
-S and P are B·H·Nq·Nk float32 each: at B=1, H=32, N=4096 that is 2 GiB
-written and read twice, which is what every later phase avoids.
+Three kernels, as a framework without a fused attention kernel runs them:
+``S = Q Kᵀ · scale`` (one thread per element of S), ``P = softmax(S)`` (one
+warp per row, shuffle reductions) and ``O = P V`` (one thread per element of
+O), with S and P in global memory: at B=1, H=32, N=4096 that is 2 GiB written
+and read twice, which is what every later phase avoids.
 
 Prediction: none; this is the baseline every later phase is measured against.
 

@@ -4,14 +4,11 @@ Change against ``naive``: S and P never exist in memory. Each thread owns one
 query row ``i``: it keeps ``Q_i`` (pre-multiplied by the softmax scale) and
 its output accumulator in per-thread arrays, walks the keys one at a time,
 and folds each score into the running max ``m`` and sum ``l`` with the
-online-softmax update. K and V are read straight from global memory; all
-threads of a warp read the same key row at the same time, so the reads are
-broadcasts served by L1, but nothing is staged or reused explicitly.
+online-softmax update. K and V are read straight from global memory.
 
-Prediction: the 2·B·H·Nq·Nk·4-byte round trips of S and P disappear and the
-three launches become one, so the time drops to the cost of the arithmetic
-plus the K/V reads (all from L1/L2). Two exps per key (the rescale and the
-probability) are the price of the per-key update.
+Prediction: the round trips of S and P and two of the three launches
+disappear; the time drops to the arithmetic (two exps per key) plus the K/V
+reads from L1/L2.
 
 Verdict: 32.24 ms at B1 H32 N4096 D64 fp32 (H200), 5.94x naive [results/roadmap-nvidia-h200.jsonl]
 """

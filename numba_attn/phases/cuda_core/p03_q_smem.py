@@ -1,27 +1,13 @@
 """Phase 3 — ``q_smem``: the Q tile staged in shared memory too.
 
-Change against ``smem_kv``: the block's Br query rows are loaded once,
-cooperatively, into shared memory, already multiplied by the softmax scale,
-instead of into a per-thread register array ``Q_i``. Q, K and V now all live
-in shared memory; the thread keeps only its output accumulator in registers.
-Q is stored transposed (``Q_t[d, r]``): in the inner loop the 32 lanes of a
-warp read ``Q_t[d, r..r+31]``, 32 consecutive words in 32 different banks,
-while the K read ``K_j[jj, d]`` stays a broadcast.
+Change against ``smem_kv``: the block's Br query rows are loaded once into
+shared memory, scaled and transposed (``Q_t[d, r]``: a warp reads 32
+consecutive words), instead of into the per-thread array ``Q_i``. Q + K + V
+exceed 48 KiB at D=128, so the tiles share one dynamic shared-memory
+allocation (``ptx_loads.dynamic_tile``).
 
-Q + K + V tiles exceed the 48 KiB of static shared memory at D=128 (Br=128:
-64 KiB of Q alone), so the three tiles are carved out of one dynamic
-shared-memory allocation (``ptx_loads.dynamic_tile``), for which the launch
-opts in to more than 48 KiB (``ptx_loads.launch_dynamic``).
-
-Why it could be faster: the D registers of ``Q_i`` are freed. At D=128 the
-parent needs 255 registers and spills (``python -m numba_attn.measure.offline
-smem_kv -D 128``: 176-byte stack, 220 B spill stores, 260 B loads per
-thread); without ``Q_i`` the kernel fits in registers. At D=64 the parent
-does not spill (167 registers), and this phase adds one shared load per FMA
-of QKᵀ (the Q operand used to be a register): it should be slower there.
-
-Prediction: D=64 ~0.8× smem_kv (shared-load issue
-doubles in the QKᵀ half); D=128 ~1.3× smem_kv (no spills).
+Prediction: D=64 ~0.8× smem_kv (one more shared load per FMA of QKᵀ);
+D=128 ~1.3× smem_kv (the D registers of ``Q_i`` freed: the parent spills there).
 
 Verdict: 35.75 ms at B1 H32 N4096 D64 fp32 (H200), 0.29x smem_kv (missed) [results/roadmap-nvidia-h200.jsonl]
 """

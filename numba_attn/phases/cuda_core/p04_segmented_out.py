@@ -1,31 +1,14 @@
 """Phase 4 — ``segmented_out``: the output accumulator split into segments.
 
 Change against ``q_smem``: a query row is no longer one thread's. Its D
-output columns are split into NSEG = D/SEG segments and each of NSEG
-threads owns SEG columns of O in registers (``O_seg``, SEG floats, loops
-over compile-time SEG: registers, no local-memory array). Every one of these
-threads still needs the row's scores, so each computes the full dot product
-``Q_i · K_j`` itself: K is re-read (and QKᵀ recomputed) once per segment
-(the per-row loop, ``common.segment_rows``, is shared with the next two phases).
-Thread ``tid`` of the Br·NSEG threads takes row ``tid % Br`` and segment
-``tid // Br``; with Br a multiple of 32 a warp holds one segment, so its K
-and V reads stay broadcasts.
+output columns are split into NSEG = D/SEG segments, each owned by one
+thread in registers (``O_seg``); each of these threads computes the row's
+full dot product ``Q_i · K_j`` itself (``common.segment_rows``). SEG trades
+registers (SEG instead of D per thread) and parallelism (NSEG× the threads)
+against work (QKᵀ and the exps done NSEG times); SEG = D is the parent.
 
-The trade-off, SEG as the parameter:
-
-* registers: O costs SEG instead of D registers per thread;
-* work: QKᵀ is done NSEG times (FLOPs per key and row: 2·D·NSEG + 2·D
-  instead of 4·D), and the exps of the online softmax NSEG times;
-* parallelism: NSEG times more threads per block (more warps to hide
-  shared-memory latency).
-
-SEG = D reproduces the parent. At D=128 the parent holds 128 accumulators
-per thread (~170 registers); SEG=64 halves that at the price of 1.5× the
-FLOPs, SEG=32 of 2.5×.
-
-Prediction: at D=64 SEG=32 is ~1.2× q_smem (twice the
-warps, 1.5× the FLOPs, fewer registers); SEG=16 is slower than SEG=32 (2.5×
-the FLOPs). At D=128 SEG=64 ~1.3× q_smem.
+Prediction: at D=64 SEG=32 is ~1.2× q_smem (twice the warps, 1.5× the FLOPs,
+fewer registers); at D=128 SEG=64 ~1.3× q_smem.
 
 Verdict: 44.93 ms at B1 H32 N4096 D64 fp32 (H200), 0.80x q_smem (missed) [results/roadmap-nvidia-h200.jsonl]
 """

@@ -1,24 +1,15 @@
 """Phase 5 — ``one_barrier``: one barrier per K/V tile instead of two.
 
-Change against ``segmented_out``: K and V get two shared-memory stages
-(ping-pong). With one buffer a tile needs two barriers: one after the load
-(read after write) and one before the next load overwrites it (write after
-read). With two stages the load of tile t+1 goes into the stage that tile
-t−1 used, and the single barrier at the top of iteration t covers both
-hazards: when a thread passes it, every thread has finished computing tile
-t−1 (so its stage may be overwritten) and has stored its share of tile t::
+Change against ``segmented_out``: K and V get two shared-memory stages. The
+load of tile t+1 goes into the stage tile t−1 used, so the single barrier at
+the top of iteration t covers both hazards (read after write of tile t, write
+after read of tile t−1)::
 
     load tile 0 → stage 0
     for t:  barrier;  load tile t+1 → stage (t+1)%2;  compute tile t from stage t%2
 
-A side effect: a warp that finishes its share of the loads starts computing
-while others still load, instead of every warp waiting at a second barrier.
-
-Cost: twice the K/V shared memory (D=64, Bc=32: 32 KiB instead of 16).
-
-Prediction: a tile's barrier pair sits between
-~Bc·(D + SEG) ≈ 3000 FMAs per thread (D=64, SEG=32, Bc=32), so removing one
-barrier gains little: ~1.05× segmented_out.
+Prediction: a barrier pair sits between ~3000 FMAs per thread (D=64, SEG=32,
+Bc=32), so removing one gains little: ~1.05× segmented_out.
 
 Verdict: 47.55 ms at B1 H32 N4096 D64 fp32 (H200), 0.94x segmented_out (missed) [results/roadmap-nvidia-h200.jsonl]
 """

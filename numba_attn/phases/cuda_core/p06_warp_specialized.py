@@ -1,27 +1,16 @@
 """Phase 6 — ``warp_specialized``: loader warps and compute warps.
 
-Change against ``one_barrier``: the block gets ``loader_warps`` extra warps that only load
-K/V tiles; the Br·D/SEG compute threads never load K or V. While the
-compute warps work on tile t from one stage, the loader warps fill the other
-stage with tile t+1; the one barrier per tile (now over loaders and compute
-warps) hands the stages over::
+Change against ``one_barrier``: the block gets ``loader_warps`` extra warps
+that only load K/V tiles; while the compute warps work on tile t from one
+stage, the loaders fill the other with tile t+1, and the one barrier per tile
+hands the stages over::
 
     loaders: load tile 0 → stage 0
     for t:  barrier
             loaders: load tile t+1 → stage (t+1)%2   |   compute: tile t from stage t%2
 
-In the parent every warp first loads its share of tile t+1 and then
-computes tile t; the global-load latency of that share sits in every warp's
-critical path once per tile unless other blocks fill the gap. Here it
-overlaps the compute warps' work by construction.
-
-Costs: loader_warps·32 more threads per block that hold no accumulators but still
-occupy warp slots; the loaders must stream a tile (Bc·D·2 elements) in the
-time the compute warps take for it, or the compute warps wait at the barrier.
-
-Prediction: with one shared load per FMA the compute
-warps are issue-bound, not latency-bound, so the overlap buys little:
-~1.05× one_barrier at loader_warps=1 (loader_warps=2 the same or worse).
+Prediction: with one shared load per FMA the compute warps are issue-bound,
+not latency-bound, so the overlap buys little: ~1.05× one_barrier.
 
 Verdict: 44.19 ms at B1 H32 N4096 D64 fp32 (H200), 1.08x one_barrier (as predicted) [results/roadmap-nvidia-h200.jsonl]
 """

@@ -1,27 +1,15 @@
 """Phase 7 — ``vectorized``: 16-byte loads and a conflict-free padded Q layout.
 
 Change against ``warp_specialized``: every memory access of the main loop
-moves four elements at a time.
+moves four elements at a time: global → shared with one 16-byte
+``ld.global.nc.v4.f32`` (inline PTX, ``ptx_loads.ldg4``) and one
+``st.shared.v4.f32``; shared → registers with one ``ld.shared.v4.f32``
+(``ptx_loads.lds4``, in ``common.segment_rows4``). Q is row-major again,
+padded to D+4 floats per row so that a quarter-warp's 16-byte reads hit 8
+different bank groups.
 
-* Global → shared: Q, K and V tiles are read with one 16-byte
-  ``ld.global.nc.v4.f32`` per thread and four elements (inline PTX through
-  ``ptx_loads.ldg4``; numba alone emits four scalar loads, and
-  ``cuda.float32x4`` too) and written with one ``st.shared.v4.f32``. For
-  float16 storage the same call is an 8-byte ``ld.global.nc.v4.b16`` and
-  four conversions.
-* Shared → registers: the inner loops (``common.segment_rows4``) read ``Q[r, d:d+4]``, ``K[j, d:d+4]``
-  and ``V[j, c:c+4]`` with one ``ld.shared.v4.f32`` each (``ptx_loads.lds4``):
-  4× fewer shared-load instructions for the same FMAs.
-* Q moves back to a row-major tile so that a thread's four consecutive d are
-  contiguous, padded to D+4 floats per row: the 8 lanes of a quarter-warp
-  (one 16-byte phase) read rows r..r+7 at a stride of D+4 words, which puts
-  their 16-byte pieces in 8 different 4-bank groups (unpadded, at a stride of
-  D words, all 8 would hit the same banks: an 8-way conflict). K and V reads
-  are warp-wide broadcasts and need no padding.
-
-Prediction: the per-row kernels are bound by
-shared-load issue (one load per FMA in QKᵀ); 4× fewer load instructions
-should give ~1.8× warp_specialized at D=64 (the FMA and exp work stays).
+Prediction: the kernels are bound by shared-load issue; 4× fewer load
+instructions should give ~1.8× warp_specialized at D=64.
 
 Verdict: 7.07 ms at B1 H32 N4096 D64 fp32 (H200), 6.25x warp_specialized (far above) [results/roadmap-nvidia-h200.jsonl]
 """
@@ -94,7 +82,8 @@ def _supports(problem, Br, Bc, SEG, loader_warps):
     if problem.head_dim > 192:
         return (f"head_dim {problem.head_dim} > 192: the launch runs out of resources on an H100 at 256 "
                 f"(measured; experiments/2026-11-22-head-dims/)")
-    return segment_reason(problem, Br, SEG, loader_warps, vec4=True) or smem_reason(4 * smem_floats(problem.head_dim, Br, Bc))
+    return (segment_reason(problem, Br, SEG, loader_warps, vec4=True)
+            or smem_reason(4 * smem_floats(problem.head_dim, Br, Bc)))
 
 
 @register_phase(

@@ -1,26 +1,14 @@
 """Phase 8 — ``double_buffer``: register-staged prefetch by every thread.
 
-Change against ``vectorized``: the next K/V tile is fetched while the
-current one is computed, by the compute threads themselves instead of
-dedicated loader warps. At the top of tile t each thread issues its 16-byte
-global loads of tile t+1 into registers (``ptx_loads.fetch4``), computes
-tile t from shared memory while those loads are in flight, and only then
-writes the registers into the free shared stage (``ptx_loads.put4``)::
+Change against ``vectorized``: the compute threads themselves fetch the next
+K/V tile instead of loader warps: at the top of tile t each thread issues its
+16-byte global loads of tile t+1 into registers (``ptx_loads.fetch4``),
+computes tile t while they are in flight, then writes them into the free
+shared stage (``ptx_loads.put4``). Two stages, one barrier per tile; the
+staging costs Bc·D·2/threads registers per thread.
 
-    fetch tile 0 → registers → stage 0
-    for t:  barrier
-            fetch tile t+1 → registers          (loads in flight …)
-            compute tile t from stage t%2       (… hidden behind the math)
-            registers → stage (t+1)%2
-
-Two shared stages and one barrier per tile, as before; the loader warps of
-``warp_specialized`` (loader_warps parameter) are gone, so all warps compute and the
-block is smaller. The cost is the staging registers: Bc·D·2/threads floats
-per thread (D=64, Bc=32, 128 threads: 32 registers).
-
-Prediction: the loader warps of the parent were idle most
-of the time and the compute warps' own latency is now hidden the same way;
-~1.1× vectorized (fewer warps per block to schedule, same overlap).
+Prediction: the parent's loader warps were idle most of the time and the
+compute warps' own latency is now hidden the same way; ~1.1× vectorized.
 
 Verdict: 6.69 ms at B1 H32 N4096 D64 fp32 (H200), 1.06x vectorized (smaller) [results/roadmap-nvidia-h200.jsonl]
 """

@@ -1,45 +1,17 @@
 """Phase 9 — ``register_blocked``: micro-tiles of S and O in registers.
 
-Change against ``double_buffer``: the work of a block is no longer split by
-query row. Each thread computes a TM×TN micro-tile of the score tile S
-(TM query rows × TN keys) and a TM×TD micro-tile of the output O (TM rows ×
-TD = D·TN/Bc columns), both held in registers:
+Change against ``double_buffer``: each thread computes a TM×TN micro-tile of
+the score tile S and a TM×TD micro-tile of O (TD = D·TN/Bc) in registers, as
+outer products of 16-byte fragments of Qᵀ, Kᵀ (S = Q Kᵀ), Pᵀ and V (O += P V)
+in shared memory: a value read from shared memory serves TN (or TM) FMAs
+instead of one. The online softmax is tile-wise in base 2 (one rescale per
+tile and row, ``online_softmax_rescale2``); K/V stay double-buffered.
 
-* S = Q Kᵀ as outer products: for each d the thread loads a Q fragment (TM
-  values) and a K fragment (TN values) with 16-byte shared loads and does
-  TM·TN FMAs, so a value read from shared memory serves TN (or TM) FMAs
-  instead of one. Q and K sit transposed in shared memory (Qᵀ: D × Br,
-  Kᵀ: D × Bc) so both fragments are contiguous; a warp's lanes read 4 Q
-  pieces and 8 K pieces (broadcasts, no bank conflict).
-* tile-wise online softmax: one rescale per tile and row instead of one per
-  key. The row maximum of the tile is reduced over the KG = Bc/TN lanes that
-  share the rows (xor shuffles inside the warp), then
-  ``online_softmax_rescale2`` (base 2: log2(e) is folded into the Q scale,
-  so p = exp2(s − m) is one ex2 per score). The running sum l stays a
-  per-thread partial sum and is reduced once at the end.
-* P goes through shared memory (Pᵀ: Bc × Br) and O += P V is again an outer
-  product per key: a P fragment (TM) and a V fragment (TD) per FMA block.
-* the K/V double buffering of the parent (register staging, two shared
-  stages) is kept; K is staged transposed.
+Prediction: from shared-load-issue-bound to FFMA-bound: 25–30 TFLOP/s at
+B1 H32 N4096 D64 fp32 on an H200 (parent ~6), ≥ 0.75× SDPA fp32, with
+100–128 registers at TM = TN = 4 and no local memory.
 
-Per thread and tile the inner loops issue one 16-byte shared load per
-TM·TN/2 (S) or TM·TD/(TM/4 + TD/4) (O) FMAs, instead of one shared load
-per FMA (or per 4 FMAs with the parent's vector loads): the kernel should
-move from shared-memory-issue-bound to FFMA-bound.
-
-Prediction: the parent runs at ~6 TFLOP/s at
-B1 H32 N4096 D64 fp32 (one shared load per 4 FMAs and per-key exps);
-this phase should reach 25–30 TFLOP/s on an H200 (FFMA ceiling ≈ 44 in
-numba, ~85% of the issued instructions FFMA), i.e. ≥ 0.75× SDPA fp32
-(≈ 34 TFLOP/s) and 30× the naive baseline. Registers ≈ 100–128 with
-TM = TN = 4, no local memory.
-
-Causal: the loop stops at the last key the block's last row sees (as in
-every phase since ``smem_kv``); every element of every tile is compared
-with its row's causal limit and with kv_len. ``causal_skip`` masks only the
-tiles that need it.
-
-Verdict: 4.29 ms at B1 H32 N4096 D64 fp32 (H200), 1.56x double_buffer, 0.94x SDPA fp32 [results/roadmap-nvidia-h200.jsonl]
+Verdict: 4.29 ms at B1 H32 N4096 D64 fp32 (H200), 1.56x double_buffer, 0.94x SDPA [results/roadmap-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

@@ -1,26 +1,14 @@
 """Phase 10 — ``causal_skip``: only the tiles that cross the diagonal are masked.
 
 Change against ``register_blocked`` (the same kernel, ``common.make_register_blocked``,
-with its compile-time option ``skip``): the parent compares every score of
-every tile with its row's causal limit and with kv_len. Here a tile is
-classified once per block:
+with its compile-time option ``skip``): a tile is classified once per block;
+one fully visible to every row of the block (its last key ≤ the first row's
+limit and < kv_len) goes to the softmax without any comparison, one crossing
+the diagonal is masked element by element as before. The causal grid is
+walked heaviest-first (``heavy_first``): the long blocks start in the first wave.
 
-* fully masked for every row of the block (keys past the block's last row's
-  limit): never visited — the loop bound, inherited since ``smem_kv``;
-* fully visible to every row of the block (its last key ≤ the first row's
-  limit and < kv_len): the scores go to the softmax without any comparison;
-* crossing the diagonal (or the end of the keys): masked element by element
-  as before. For a causal square problem with Br = 128, Bc = 32 that is
-  4–5 tiles per block out of up to 128.
-
-With causal masking the blocks' costs differ (block x visits ~x+1 tiles),
-so the grid is also walked heaviest-first (``heavy_first``): the longest
-blocks start in the first wave and the short ones fill the tail.
-
-Prediction: without causal, ~1.03× register_blocked at
-N=4096 (the compare/select per score is ~3 instructions per 2·D FMAs; the
-last tile is full at N=4096). With causal ~1.1× (masking cost gone from
-the interior tiles, better tail).
+Prediction: without causal ~1.03× register_blocked at N=4096 (the
+compare/select per score is ~3 instructions per 2·D FMAs); with causal ~1.1×.
 
 Verdict: 4.38 ms at B1 H32 N4096 D64 fp32 (H200), 0.98x register_blocked (no gain) [results/roadmap-nvidia-h200.jsonl]
 """

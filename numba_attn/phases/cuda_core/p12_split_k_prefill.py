@@ -1,30 +1,15 @@
 """Phase 12 — ``split_k_prefill``: split-K for prefill with few query blocks.
 
-Change against ``smem_kv``: the parent launches ``ceil(q_len / Br) × batch ×
-heads`` blocks, each walking the whole KV range. When that is fewer blocks
-than the GPU holds — one sequence with few heads, or a chunk of new tokens
-(q_len of a few hundred to a few thousand) appended to a long KV cache — SMs
-idle while each block walks tens of thousands of keys. Here the KV range is
-also split over ``S`` blocks (grid z), as ``decode_split_k`` does for decode:
+Change against ``smem_kv``: when the ``ceil(q_len / Br) × batch × heads``
+blocks do not fill the GPU (a short chunk appended to a long KV cache), the
+KV range is also split over ``S`` blocks (grid z), as ``decode_split_k``
+does: each runs the parent's loop over its chunk and writes a normalized
+partial output and its log-sum-exp per row; ``combine_splits`` merges them
+exactly. ``S = 1`` (``split_plan``) launches the parent's single kernel.
 
-* ``S`` fills ``SMs × blocks_per_sm`` block slots, with at least ``min_keys``
-  keys per split (``split_plan``, shared with ``decode_split_k``); ``S = 1``
-  (enough query blocks already) launches one kernel that writes the output
-  exactly as ``smem_kv`` does;
-* each block runs the parent's loop over its chunk ``[s·chunk, (s+1)·chunk)``
-  (rounded to whole tiles), stopping at each row's causal limit, and writes a
-  normalized partial output and its log-sum-exp per row; a row that sees none
-  of the chunk's keys writes the empty state;
-* the combine kernel of ``decode_split_k`` (``combine_splits`` in
-  ``device_functions``) merges the splits exactly.
-
-Extra traffic: ``S × B·H·q_len × D × 4`` bytes written and read once.
-
-Prediction: no change where ``S = 1`` (the square
-long-context preset: B=1, H=32, N ≥ 4096 has ≥ 1024 query blocks of 128, more
-than the ~400 that fit at once); for a 1024-token chunk appended to a 32k
-cache at B=1, H=32 (256 blocks, fewer than one wave), S = 3 splits should fill
-the GPU and run ~1.5–2× faster than ``smem_kv``.
+Prediction: no change where ``S = 1`` (the square long-context preset); for a
+1024-token chunk appended to a 32k cache at B=1, H=32 (256 blocks, under one
+wave) S = 3 should run ~1.5–2× faster than ``smem_kv``.
 
 Verdict: 10.49 ms at B1 H32 N4096 D64 fp32 (H200), 0.99x smem_kv (S = 1 there) [results/roadmap-nvidia-h200.jsonl]
 """
