@@ -156,7 +156,7 @@ def _cmd_run(args) -> int:
     if args.gpu:
         _check_cuda(be)
     from numba_attn.report import table as report
-    from numba_attn.measure import bench, parallel
+    from numba_attn.measure import bench, pools
     from numba_attn.measure.config import RunConfig, default_results_dir
     from numba_attn.measure.env import gpu_info
     from numba_attn.measure.sweep import run
@@ -188,7 +188,7 @@ def _cmd_run(args) -> int:
     check_timing(args.timing, be)
     if args.csv and os.path.isdir(args.csv):
         raise SystemExit(f"--csv {args.csv}: is a directory; give a file (e.g. table.csv)")
-    if not parallel.check_ray(args):
+    if not pools.check_ray(args):
         return 2
     console = report.make_console()
     if roadmap:
@@ -217,7 +217,7 @@ def _cmd_run(args) -> int:
               "prefill, fp16 prefill for the tensor cores, decode at q_len 1 with GQA)"
               + (" in the simulator" if be.IS_SIMULATOR else ""), flush=True)
     print(f"problems: {'; '.join(p.label for p in problems)}", flush=True)
-    workers, make_worker = parallel.worker_pool(args, parallel.simulator_workers(be, phases, problems))
+    workers, make_worker = pools.worker_pool(args, pools.simulator_workers(be, phases, problems))
     prog = Progress()
     try:
         rows = run(phases, problems, config=cfg, progress=prog, select=select, workers=workers,
@@ -245,7 +245,7 @@ def _finish(rows, results, be, console, csv_path=None, plots=()) -> int:
 
 def _run_roadmap(args, be, phases, console) -> int:
     """``numba-attn run`` on a GPU without a problem: the roadmap benchmark, into the results dir."""
-    from numba_attn.measure import bench, parallel
+    from numba_attn.measure import bench, pools
     from numba_attn.measure.config import default_results_dir
     from numba_attn.measure.env import gpu_info
     from numba_attn.measure.results import check_writable
@@ -256,7 +256,7 @@ def _run_roadmap(args, be, phases, console) -> int:
     print(f"backend: {be.describe()}", flush=True)
     print("no problem given: the roadmap benchmark (numba-attn bench roadmap: every prefill phase and SDPA, "
           "fp32 and fp16, a few minutes)", flush=True)
-    workers, make_worker = parallel.worker_pool(args)
+    workers, make_worker = pools.worker_pool(args)
     prog = Progress()
     try:
         rows, results, files = bench.run_benchmark(
@@ -290,7 +290,7 @@ def cmd_bench(args) -> int:
             print(f"{b.name:13s} {b.description}")
         return 0
     be = _select_backend(args)
-    from numba_attn.measure import parallel
+    from numba_attn.measure import pools
 
     from numba_attn.report import table as report
 
@@ -308,11 +308,11 @@ def cmd_bench(args) -> int:
             problems += PRESETS[name]
     phases = [p.strip() for p in args.phases.split(",")] if args.phases else None
     check_timing(args.timing, be)
-    if not parallel.check_ray(args):
+    if not pools.check_ray(args):
         return 2
     print(f"backend: {be.describe()}", flush=True)
     print(f"benchmark {b.name}: {b.description}", flush=True)
-    workers, make_worker = parallel.worker_pool(args)
+    workers, make_worker = pools.worker_pool(args)
     prog = Progress()
     try:
         rows, results, files = bench.run_benchmark(
@@ -445,7 +445,7 @@ def cmd_tune(args) -> int:
     be = _select_backend(args)
     if args.gpu:
         _check_cuda(be)
-    from numba_attn.measure import parallel
+    from numba_attn.measure import pools
     from numba_attn.measure import tune as tuning
     from numba_attn.measure.config import RunConfig, default_results_dir
     from numba_attn.measure.env import gpu_info
@@ -453,7 +453,7 @@ def cmd_tune(args) -> int:
     from numba_attn.measure.timing import TimingConfig
     from numba_attn.phases.registry import get_phase
 
-    if not parallel.check_ray(args):
+    if not pools.check_ray(args):
         return 2
     _run_setup(args.setup)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
@@ -485,8 +485,8 @@ def cmd_tune(args) -> int:
     results = args.results or os.path.join(default_results_dir(), f"tune-{_slug(gpu_info()['gpu'])}.jsonl")
     check_writable(results)
     timeout = args.timeout if args.timeout is not None else (1800.0 if be.IS_SIMULATOR else 600.0)
-    default_workers = 1 if be.IS_SIMULATOR or args.ray is not None else parallel.visible_gpus()
-    workers, make_worker = parallel.worker_pool(args, default_workers)
+    default_workers = 1 if be.IS_SIMULATOR or args.ray is not None else pools.visible_gpus()
+    workers, make_worker = pools.worker_pool(args, default_workers)
     cfg = RunConfig(seeds=seeds_of(args.seeds), timeout_s=timeout or None, peers=False, results=results,
                     command="numba-attn " + " ".join(sys.argv[1:]),
                     timing=TimingConfig(budget_s=args.timing_budget, method=args.timing or tuning.default_timing()),
