@@ -9,7 +9,7 @@ Importing this module registers ``numba_attn::attention`` with ``torch.library.c
 q (B, H, Nq, D) and k, v (B, Hkv, Nk, D) are tensors of one dtype (float32, float16,
 bfloat16): CUDA tensors are computed on PyTorch's current stream without copies, CPU tensors in
 the simulator (or copied to the GPU and back); the result is a new tensor of q's shape, dtype and
-device. ``phase=None`` chooses the phase (:func:`numba_attn.api.choose_phase`); a name runs that
+device. ``phase=None`` chooses the phase (:func:`numba_attn.measure.policy.choose_phase`); a name runs that
 phase with its default (or tuned) parameters. The fake implementation (an empty tensor like q)
 lets ``torch.compile`` trace a function that calls the operator (``fullgraph=True`` works): the
 operator is an opaque call in the graph, run eagerly.

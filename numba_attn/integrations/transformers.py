@@ -20,7 +20,7 @@ the simulator):
 * **Phases.** A prompt (q_len > 1) runs ``prefill_phase``, causal when the layer is; a decode step
   (q_len == 1) runs ``decode_phase`` over the whole cache. None (the default) lets
   ``numba_attn.attention(phase=None)`` choose per call (decode phases for short queries, prefill phases
-  otherwise, see :func:`numba_attn.api.choose_phase`). ``prefill_params`` / ``decode_params`` override
+  otherwise, see :func:`numba_attn.measure.policy.choose_phase`). ``prefill_params`` / ``decode_params`` override
   the named phase's tunable parameters.
 * **Causal alignment.** numba-attn aligns a causal mask bottom-right: query i of q_len sees the keys
   ``j <= i + kv_len - q_len``, which is what a chunk of queries appended to a KV cache must see, and

@@ -39,15 +39,15 @@ configurations), else on its own most contested problem.
 ``requested``, and as they ran, ``params``; its time, wins, losses and score; its source row:
 results file, problem label, commit, run id) and, on top, the configuration ``phase=None`` runs
 with the default arguments: the first one that is neither never a default (``NEVER_DEFAULT`` of
-:mod:`numba_attn.api`) nor computing below the input precision (``tc_tf32``); those two are kept
+:mod:`numba_attn.measure.policy`) nor computing below the input precision (``tc_tf32``); those two are kept
 in the ranking with the reason (``excluded``), so ``allow_tf32=True`` can still take tf32.
 
-**At run time** (:func:`choose`, called by :func:`numba_attn.api.choose_phase` after the tuning
+**At run time** (:func:`choose`, called by :func:`numba_attn.measure.policy.choose_phase` after the tuning
 cache): the first configuration of the ranking whose phase is among the candidates (built-in,
 allowed, supporting the problem on this device) and that supports the problem with its
 parameters; its ``requested`` parameters are the ones applied when the caller gives none (so an
 automatic parameter is resolved for the caller's problem, as it was for the measured one). No
-entry, or no configuration left: the fixed preference of :func:`numba_attn.api.choose_phase`.
+entry, or no configuration left: the fixed preference of :func:`numba_attn.measure.policy.choose_phase`.
 """
 from __future__ import annotations
 
