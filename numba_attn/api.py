@@ -59,9 +59,10 @@ from numba import cuda  # noqa: E402
 
 from numba_attn import plans  # noqa: E402
 from numba_attn.array_kinds import (DEVICE, NUMPY, TORCH, TORCH_CPU, address, arrays_for_checks,  # noqa: E402
-                                    as_device_array, check_finite_input, check_out, contiguous, empty_output,
-                                    host_array, is_device_array, kind_of, numpy_as_tensor, numpy_dtype_of,
-                                    one_kind, stream_of, swap_axes_1_2, tensor_as_numpy, dtype_name)
+                                    as_device_array, check_finite_input, check_out, contiguous, dtype_name,
+                                    empty_output, host_array, is_device_array, kind_of, numpy_as_tensor,
+                                    numpy_dtype_of, one_kind, stream_of, swap_axes_1_2, tensor_as_numpy)
+# the choice of phase=None, re-exported: tests, notebooks and integrations read these names from numba_attn.api
 from numba_attn.measure.policy import (NEVER_DEFAULT, PAGED_DEFAULT, PAGED_DEFAULT_ONE_ROW,  # noqa: E402,F401
                                        PAGED_DEFAULT_RAGGED, PAGED_MEAN_STEPS, PREFERENCE, VARLEN_DEFAULT,
                                        choose_phase, device_name, measured_rows, paged_default, paged_mean_bucket,
