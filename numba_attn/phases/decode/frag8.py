@@ -29,8 +29,9 @@ from numba_attn.phases.decode.steps import chunk_steps
 
 
 @functools.cache
-def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: bool, MINB: int, P: int, KV8: int,
-                      TOKEN: bool, SPLITP: bool = True, PF: int = 0, HW: int = 1, NST: int = 0):
+def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: bool, MIN_BLOCKS: int, P: int,
+                      KV_FORMAT: int, TOKEN: bool, SPLITP: bool = True, PREFETCH: int = 0, STEP_HEADS: int = 1,
+                      STAGES: int = 0):
     """``paged_split_k``'s kernel with ``mma`` (an 8-bit paged cache, float16 query, D a multiple of 64,
     at most 8 query rows per KV head): the codes go from the 16-byte loads straight into tensor-core
     fragments, with no float32 per element and no shared memory. A warp step is 16 keys, two
@@ -44,51 +45,16 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
       pairs a dim of two keys (the A fragment of m-tile i: dims g·D/8 + 2i, + 2i+1); Pᵀ's B fragment
       comes from the score lanes by shuffles. Accumulators: D/16 m-tiles × 4 float32 per lane.
 
-    Decoding: fp8 by ``cvt.rn.f16x2.e4m3x2`` (one instruction per two codes; NaN codes give NaN, so no
-    test); int8 by flipping the bytes' sign bits (one logic op per word) and a ``prmt`` that puts a byte
-    in the mantissa of f16 1024: 1152 + c, exact. K's codes keep the 1152: the scores' accumulators start
-    at −1152·Σq (Σq of the f16 query row in float64, exact, rounded once to float32), so no subtraction
-    per pair; V's pairs (one ``prmt`` of key b's dims with 0x64 bytes, one per pair putting key a's byte
-    in) keep the exact f16x2 subtraction of 1152 (the bias left in P·V would cost float32 precision of the
-    output: 1152·l against an output of a few code units). Precision: the products are exact
-    (f16 × f16), the sums float32 on the tensor core; P is split into two f16 halves (``SPLITP``:
-    P ≈ hi + lo, relative error ~2⁻²², one more mma per m-tile) so that it is not rounded to 11 bits.
-    Scales: K's on the scores (per head: once in the score scale), V's on P (per token: fp8 after the
-    shuffles; int8 on the score lanes, keys g, g+8, before them, after the row sum) or on the
-    accumulators at the end. int8 addresses: the 32-bit (row, head) index row·Hkv + h of each key's cache
-    row, from the step's page (one table load) as min(row of key j0 + offset, row of the last key), gives
-    the 16-byte loads' addresses (one ``mad.wide.u32`` each on a hoisted base) and the per-token scales'
-    (the K rows' index: the scales are (rows, Hkv)).
+    Decoding: fp8 by ``cvt.rn.f16x2.e4m3x2``; int8 as f16 1152 + c by one ``prmt`` (exact), K's bias taken out
+    of the scores' start (−1152·Σq), V's by an exact f16x2 subtraction; P split into two f16 halves (``SPLITP``).
+    Scales in fp32 on the scores, on P or on the accumulators (details in docs/decode-notes.md).
 
-    ``PF`` > 0 (``paged_split_k``'s ``prefetch``): after its step's loads a warp prefetches into L2
-    (``prefetch.global.L2``, no register held; one per 128-byte line of a cache row) the K and V rows, and
-    the per-token scales, of its step ``PF`` rounds ahead (key ``j0 + PF·16·NW``, where it is below
-    ``hi``). Without it ptxas, at the 128-register cap of two 8-warp blocks per SM, issues some of V's
-    16-byte loads after the first K mma, which waits for K (int8/token: all four, fp8/head: two; in the PTX they
-    all come first): a step makes a second round trip to DRAM where the fp16 path issues its 4 KiB per warp
-    at once. With it a step's loads find their bytes in L2 or on the way, and the bytes in flight per SM no
-    longer depend on the registers.
-
-    ``HW`` > 1 (``paged_split_k``'s ``step_heads``; one query row per KV head): a warp step's 16 rows are 16 / HW
-    tokens × HW adjacent KV heads (row i: token i / HW, head i % HW) instead of 16 tokens of one head, and the N
-    columns are the HW heads' query rows (the block reads HW KV heads, its rows are theirs). A page row holds the
-    Hkv heads' rows of a token side by side, so a step reads HW heads' rows of a token as HW·D contiguous bytes.
-    Sᵀ then holds every (row, head) product; a score counts only in its own head's column (the others are masked
-    out of the maxima and get probability 0, so Pᵀ's zeros keep each head's Oᵀ column its own).
-
-    ``NST`` > 1 (``paged_split_k``'s ``stages``): the cache bytes reach the fragments through a ring of ``NST`` warp
-    steps per warp in dynamic shared memory, filled by ``cp.async`` (``issue_step``): a step's 16 K rows and 16 V
-    rows are copied as whole rows (lane L the 16-byte chunk L % (D/16) of row L / (D/16) of each 32 chunks, so one
-    instruction moves 512 contiguous bytes of a token's S = ``HW`` heads where the direct loads move 8 half rows),
-    the lane's int8 per-token scales loaded into a register queue of ``NST`` − 1 steps as the copies are issued
-    (4-byte copies through shared memory made the per-token ring 3.5 % slower on an H100); a warp keeps ``NST`` − 1
-    steps in flight while it computes one, where the direct loads wait for each step's bytes before its arithmetic.
-    Every address's per-lane part is computed once before the key loop (``ring_offsets``).
-    The fragments are then read from shared memory as they were from global (``ld.shared.v4``), a row's chunks
-    stored XOR-swizzled (``ring_chunk``) so that neither the K nor the V reads conflict on banks (D = 128). The
-    copies are ``cp.async.ca``: with ``.cg`` (L2 only) Nsight Compute counted twice the L2 sectors of the direct
-    loads for the same DRAM bytes on an H100 (67.1M against 33.6M, int8/head KV 16k), with ``.ca`` the same 33.6M in
-    fewer requests (8.4M against 9.8M)."""
+    Options (their mechanisms and measurements in docs/decode-notes.md, "The 8-bit fragment kernel's options"):
+    ``PREFETCH`` > 0 (``prefetch``): a warp prefetches into L2 the cache rows of its step ``PREFETCH`` rounds ahead;
+    ``STEP_HEADS`` = HW > 1 (``step_heads``; one query row per KV head): a warp step's 16 rows are 16 / HW tokens ×
+    HW adjacent KV heads, the heads' query rows in the N columns, a score counting only in its own head's column;
+    ``STAGES`` > 1 (``stages``): the cache bytes reach the fragments through a ``cp.async.ca`` ring of ``STAGES``
+    warp steps per warp in dynamic shared memory (XOR-swizzled rows, int8's per-token scales queued in registers)."""
     from numba_attn.gpu.intrinsics import (
         add_u32,
         cp_async16_at_ca,
@@ -100,21 +66,22 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         sub_f16x2,
     )
 
-    NR = G * Nq  # query rows of a KV head (≤ 8: the N of the mma)
-    RB = NR * HW  # query rows of the block (HW > 1: one per KV head, HW heads)
-    KS = 16 // HW  # tokens of a warp step
-    LHW = HW.bit_length() - 1
+    HEAD_ROWS = G * Nq  # query rows of a KV head (≤ 8: the N of the mma)
+    ROWS = HEAD_ROWS * STEP_HEADS  # query rows of the block (HW > 1: one per KV head, HW heads)
+    KEYS_PER_STEP = 16 // STEP_HEADS  # tokens of a warp step
+    LHW = STEP_HEADS.bit_length() - 1
     key_limit, visible = key_mask(causal, Nq)  # the keys a row sees (scores.py)
-    _, _, _, _, write_rows, combine_last = chunk_steps(D, 8, 1, 1, NW, RB, Nq, G * HW, causal, False, BASE2=True)
+    _, _, _, _, write_rows, combine_last = chunk_steps(D, 8, 1, 1, WARPS, ROWS, Nq, G * STEP_HEADS, causal, False,
+                                                       BASE2=True)
     NKS = D // 16  # k-steps of Sᵀ: one word of a key per lane each
     NKC = NKS // 4  # 16-byte chunks of a key row per lane
     VWL = D // 32  # words of a V row per lane (dims g·D/8 …)
     D8 = D // 8
     NMT = D // 16  # m-tiles of Oᵀ (dims)
     NQB, NACC, NVW = 2 * NKS, 4 * NMT, 4 * VWL  # (local array sizes: compile-time constants)
-    LOGP, STEP = page_steps(P, KS)  # (STEP: a step's KS tokens never cross a page)
-    NT = NW * WARP_SIZE
-    FP8 = KV8 == 1
+    LOGP, STEP = page_steps(P, KEYS_PER_STEP)  # (STEP: a step's KS tokens never cross a page)
+    THREADS = WARPS * WARP_SIZE
+    FP8 = KV_FORMAT == 1
     D4 = D // 4  # 32-bit words of a cache row of one head
     I8_SIGN = uint32(0x80808080)  # every byte's sign bit: int8 c → the unsigned byte c + 128
     I8_HI = uint32(0x64646464)  # the high byte of f16 1024 (x in the low byte: 1024 + x)
@@ -122,16 +89,16 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
     CPR = D // 16  # 16-byte chunks of a cache row of one head
     NCP = 16 * CPR // WARP_SIZE  # ring: 16-byte copies per lane per step, of K and of V each
     SLOT = 32  # ring rows of a step: K's 16, then V's 16
-    RING_ROWS = max(1, NW * NST * SLOT)
+    RING_ROWS = max(1, WARPS * STAGES * SLOT)
     RING_WORDS = RING_ROWS * D4  # (dynamic_tile's sizes: closure constants, not expressions)
-    WAIT = max(0, NST - 2)  # cp.async groups left in flight when a step's bytes are needed
+    WAIT = max(0, STAGES - 2)  # cp.async groups left in flight when a step's bytes are needed
     NVC = max(1, VWL // 4)  # ring: 16-byte reads of a V row per lane
     NKOF, NVOF = 2 * NKC, 4 * NVC  # (local array sizes)
-    NSQ = max(1, (NST - 1) * 4)  # ring, per-token scales (int8): a lane's 4 a step (K's and V's of rows g, g+8),
+    NSQ = max(1, (STAGES - 1) * 4)  # ring, per-token scales (int8): a lane's 4 a step (K's and V's of rows g, g+8),
     #                               queued for NST − 1 steps
-    if NST and not STEP:
-        raise ValueError(f"the ring needs pages of whole warp steps (page size {P}, {KS} tokens a step)")
-    if NST and TOKEN and FP8:
+    if STAGES and not STEP:
+        raise ValueError(f"the ring needs pages of whole warp steps (page size {P}, {KEYS_PER_STEP} tokens a step)")
+    if STAGES and TOKEN and FP8:
         raise ValueError("the ring: per-token scales with int8 codes only (fp8 takes a tensor or head scale)")
     SWZ = min(8, CPR) - 1
 
@@ -209,7 +176,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
     def row_head(r, Hkv, h):
         """The (cache row, head) index of step row ``r`` (token r / HW, head h + r % HW) relative to the step's
         first cache row."""
-        return mad_u32(r >> LHW, Hkv, h + (r & (HW - 1)))
+        return mad_u32(r >> LHW, Hkv, h + (r & (STEP_HEADS - 1)))
 
     @device
     def ring_offsets(h, Hkv, lane, g, t, csrc, cdst, kof, vof, sof):
@@ -246,7 +213,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         scores are masked; zeros keep a stale NaN code or scale out of P·V)."""
         rb = mad_u32(ld_at(table, add_u32(tbl, j0 >> LOGP)), P, j0 & (P - 1))  # the step's first cache row
         rbh = mad_u32(rb, Hkv, 0)
-        nn = mad_u32(min(hi - j0, uint64(KS)), HW, 0)  # rows of the step that exist
+        nn = mad_u32(min(hi - j0, uint64(KEYS_PER_STEP)), STEP_HEADS, 0)  # rows of the step that exist
         wd = mad_u32(wr, D4, 0)
         for j in range(NCP):
             ok = add_u32(lane // CPR, j * (WARP_SIZE // CPR)) < nn
@@ -300,7 +267,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                    sm_m, sm_l, sm_o, sm_last, ring):
         split = cuda.blockIdx.x
         kvh = cuda.blockIdx.y  # b * Hkv + kv head (one row block: NR ≤ 8); HW > 1: b * Hkv / HW + group of HW heads
-        h = (kvh - seq * (Hkv // HW)) * HW  # the (first) KV head
+        h = (kvh - seq * (Hkv // STEP_HEADS)) * STEP_HEADS  # the (first) KV head
         lo = split * chunk
         hi = min(Nk, lo + chunk)
         tid = cuda.threadIdx.x
@@ -311,11 +278,11 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         # Qᵀ's B fragments: row g, the dims of lane t's word of each k-step, paired as k_pairs pairs them
         qb = cuda.local.array(NQB, uint32)
         qi = g - (g // Nq) * Nq
-        bh = kvh * (G * HW) + g // Nq
+        bh = kvh * (G * STEP_HEADS) + g // Nq
         qsum = float64(0.0)  # int8: row g's sum over this lane's dims (float64: exact for f16 values)
         for kx in range(NKS):
             d0 = 4 * (4 * (t + 4 * (kx // 4)) + kx % 4)
-            if g < RB:
+            if g < ROWS:
                 if FP8:
                     qb[2 * kx] = pack_f16x2(float32(q[bh, qi, d0]), float32(q[bh, qi, d0 + 1]))
                     qb[2 * kx + 1] = pack_f16x2(float32(q[bh, qi, d0 + 2]), float32(q[bh, qi, d0 + 3]))
@@ -340,10 +307,10 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
             qsum += shfl_xor_sync(FULL_MASK, qsum, 2)
             cb = float32(qsum * float64(-1152.0))
             cb0 = shfl_sync(FULL_MASK, cb, 4 * r0)
-            if RB > 1:  # (one row: row 2t+1 is padding everywhere)
+            if ROWS > 1:  # (one row: row 2t+1 is padding everywhere)
                 cb1 = shfl_sync(FULL_MASK, cb, 4 * r1)
-        lim0 = key_limit(r0 - (r0 // Nq) * Nq, hi, Nk) if r0 < RB else hi
-        lim1 = key_limit(r1 - (r1 // Nq) * Nq, hi, Nk) if r1 < RB else hi
+        lim0 = key_limit(r0 - (r0 // Nq) * Nq, hi, Nk) if r0 < ROWS else hi
+        lim1 = key_limit(r1 - (r1 // Nq) * Nq, hi, Nk) if r1 < ROWS else hi
         acc = cuda.local.array(NACC, float32)
         for i in range(NACC):
             acc[i] = float32(0.0)
@@ -351,21 +318,21 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         vw = cuda.local.array(NVW, uint32)  # keys 2t, 2t+1, 2t+8, 2t+9: VWL words each
         ksc = cuda.local.array(2, float32)
         vsc = cuda.local.array(4, float32)
-        c0h = h + (min(r0, RB - 1) if HW > 1 else 0)  # the KV heads of columns 2t, 2t+1 (HW > 1: one each)
-        c1h = h + (min(r1, RB - 1) if HW > 1 else 0)
+        c0h = h + (min(r0, ROWS - 1) if STEP_HEADS > 1 else 0)  # the KV heads of columns 2t, 2t+1 (HW > 1: one each)
+        c1h = h + (min(r1, ROWS - 1) if STEP_HEADS > 1 else 0)
         sk0 = scale * ks[0, c0h] if not TOKEN else scale
         sk1 = scale * ks[0, c1h] if not TOKEN else scale
-        tbl = mad_u32(seq, table.shape[1], 0) if not FP8 or NST else 0  # int8, ring: the block-table row, flat
+        tbl = mad_u32(seq, table.shape[1], 0) if not FP8 or STAGES else 0  # int8, ring: the block-table row, flat
         m0 = NEG_BIG
         m1 = NEG_BIG
         l0 = float32(0.0)
         l1 = float32(0.0)
-        n_steps = max(0, (hi - lo + KS - 1) // KS)  # 0 for a split past the end
+        n_steps = max(0, (hi - lo + KEYS_PER_STEP - 1) // KEYS_PER_STEP)  # 0 for a split past the end
         rk = uint32(0)  # the ring (32-bit row indices): the slot of this step (K's rows; V's 16 on) ...
         wr = uint32(0)  # ... and the slot the step NST − 1 rounds ahead is copied into (the last step's)
         rend = uint32(0)  # (the end of the warp's slots)
         hi32 = add_u32(hi, 0)
-        if NST:  # the warp's first NST − 1 steps in flight
+        if STAGES:  # the warp's first NST − 1 steps in flight
             csrc = cuda.local.array(NCP, uint32)
             cdst = cuda.local.array(NCP, uint32)
             kof = cuda.local.array(NKOF, uint32)
@@ -375,24 +342,24 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
             for i in range(NSQ):
                 sq[i] = float32(0.0)
             ring_offsets(h, Hkv, lane, g, t, csrc, cdst, kof, vof, sof)
-            rk = mad_u32(w, NST * SLOT, 0)  # the warp's slot 0
-            for st in range(NST - 1):
+            rk = mad_u32(w, STAGES * SLOT, 0)  # the warp's slot 0
+            for st in range(STAGES - 1):
                 if TOKEN:
                     ring_scales(sq, ksc, vsc, scale)  # (moves the queue up: step st's scales go last)
-                if w + st * NW < n_steps:
-                    issue_step(k, v, ks, vs, ring, sq, table, tbl, Hkv, add_u32(lo, (w + st * NW) * KS), hi32,
-                               add_u32(rk, st * SLOT), lane, csrc, cdst, sof)
+                if w + st * WARPS < n_steps:
+                    issue_step(k, v, ks, vs, ring, sq, table, tbl, Hkv, add_u32(lo, (w + st * WARPS) * KEYS_PER_STEP),
+                               hi32, add_u32(rk, st * SLOT), lane, csrc, cdst, sof)
                 cp_async_commit()
-            wr = add_u32(rk, (NST - 1) * SLOT)
-            rend = add_u32(rk, NST * SLOT)
-        for step in range(w, n_steps, NW):  # warp-uniform: the shuffles and mma stay convergent
-            j0 = lo + step * KS
-            if NST:
+            wr = add_u32(rk, (STAGES - 1) * SLOT)
+            rend = add_u32(rk, STAGES * SLOT)
+        for step in range(w, n_steps, WARPS):  # warp-uniform: the shuffles and mma stay convergent
+            j0 = lo + step * KEYS_PER_STEP
+            if STAGES:
                 cp_async_wait(WAIT)  # this lane's copies of this step have landed ...
                 syncwarp(FULL_MASK)  # ... and every lane's; every lane is done with slot wr (the last step's)
                 if TOKEN:
                     ring_scales(sq, ksc, vsc, scale)
-                jn = add_u32(j0, (NST - 1) * NW * KS)
+                jn = add_u32(j0, (STAGES - 1) * WARPS * KEYS_PER_STEP)
                 if jn < hi32:
                     issue_step(k, v, ks, vs, ring, sq, table, tbl, Hkv, jn, hi32, wr, lane, csrc, cdst, sof)
                 cp_async_commit()
@@ -403,7 +370,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                     jj = min(j0 + ((g + 8 * kk) >> LHW), hi - 1)
                     page = pg if STEP else table[seq, jj >> LOGP]
                     crow = page * P + (jj & (P - 1))
-                    hk = h + ((g + 8 * kk) & (HW - 1))
+                    hk = h + ((g + 8 * kk) & (STEP_HEADS - 1))
                     for c in range(NKC):
                         x0, x1, x2, x3 = ld_global_v4(k, crow, hk, 4 * (t + 4 * c))
                         kw[kk * NKS + 4 * c] = x0
@@ -417,7 +384,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                     jj = min(j0 + (vr >> LHW), hi - 1)
                     page = pg if STEP else table[seq, jj >> LOGP]
                     crow = page * P + (jj & (P - 1))
-                    hv = h + (vr & (HW - 1))
+                    hv = h + (vr & (STEP_HEADS - 1))
                     if VWL % 4 == 0:
                         for c in range(VWL // 4):
                             x0, x1, x2, x3 = ld_global_v4(v, crow, hv, g * VWL + 4 * c)
@@ -442,7 +409,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                     else:
                         jk = min(j0 + ((g + 8 * kk) >> LHW), hi - 1)
                         krow = mad_u32(table[seq, jk >> LOGP], P, jk & (P - 1))
-                    krh = mad_u32(krow, Hkv, h + ((g + 8 * kk) & (HW - 1)))
+                    krh = mad_u32(krow, Hkv, h + ((g + 8 * kk) & (STEP_HEADS - 1)))
                     for c in range(NKC):
                         x0, x1, x2, x3 = ld_global_v4_at(k, krh, D4, 4 * t, 16 * c)
                         kw[kk * NKS + 4 * c] = x0
@@ -459,7 +426,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                     else:
                         jv = min(j0 + (vr >> LHW), hi - 1)
                         vrow = mad_u32(table[seq, jv >> LOGP], P, jv & (P - 1))
-                    vrh = mad_u32(vrow, Hkv, h + (vr & (HW - 1)))
+                    vrh = mad_u32(vrow, Hkv, h + (vr & (STEP_HEADS - 1)))
                     if VWL % 4 == 0:
                         for c in range(VWL // 4):
                             x0, x1, x2, x3 = ld_global_v4_at(v, vrh, D4, g * VWL, 4 * c)
@@ -472,8 +439,8 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                             x0, x1 = ld_global_v2_at(v, vrh, D4, g * VWL, 2 * c)
                             vw[kk * VWL + 2 * c] = x0
                             vw[kk * VWL + 2 * c + 1] = x1
-            if PF:  # the warp's step PF rounds ahead: towards L2 while this one computes
-                jn = j0 + PF * 16 * NW
+            if PREFETCH:  # the warp's step PF rounds ahead: towards L2 while this one computes
+                jn = j0 + PREFETCH * 16 * WARPS
                 if jn < hi:
                     prefetch_step(k, v, ks, vs, table, tbl, seq, h, Hkv, jn, hi, g, t)
             # Sᵀ = K Qᵀ (c0, c1: key g, rows 2t, 2t+1; c2, c3: key g+8)
@@ -503,8 +470,8 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
             ok1 = visible(ja, lim1)
             ok2 = visible(jb, lim0)
             ok3 = visible(jb, lim1)
-            if HW > 1:  # a row's score counts in its own head's column only (rows g, g+8: head g % HW)
-                hg = g & (HW - 1)
+            if STEP_HEADS > 1:  # a row's score counts in its own head's column only (rows g, g+8: head g % HW)
+                hg = g & (STEP_HEADS - 1)
                 ok0 = ok0 and hg == r0
                 ok1 = ok1 and hg == r1
                 ok2 = ok2 and hg == r0
@@ -544,7 +511,7 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
             # Pᵀ's B fragment of lane (g, t): P[keys 2t, 2t+1 | 2t+8, 2t+9][row g], from lanes (2t | 2t+1, g // 2)
             sa = 8 * t + g // 2
             sb = sa + 4
-            if RB > 1:  # row g is row 2t' or 2t'+1 of its source lanes: both fetched, one kept
+            if ROWS > 1:  # row g is row 2t' or 2t'+1 of its source lanes: both fetched, one kept
                 odd = (g & 1) != 0
                 e0 = shfl_sync(FULL_MASK, p0, sa)
                 e1 = shfl_sync(FULL_MASK, p1, sa)
@@ -575,10 +542,10 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
                 hc, hd = unpack_f16x2(pb1)
                 qb0 = pack_f16x2(xa - ha, xb - hb)
                 qb1 = pack_f16x2(ya - hc, yb - hd)
-            if NST:  # V's words from the ring only now: K's registers are free again
+            if STAGES:  # V's words from the ring only now: K's registers are free again
                 ring_v(ring, vw, rk, vof, g)
                 wr = rk  # the next step NST − 1 rounds ahead goes into this slot, and the next slot is read
-                rk = add_u32(rk, SLOT) if add_u32(rk, SLOT) != rend else add_u32(rk, SLOT - NST * SLOT)
+                rk = add_u32(rk, SLOT) if add_u32(rk, SLOT) != rend else add_u32(rk, SLOT - STAGES * SLOT)
             # Oᵀ += Vᵀ Pᵀ, m-tiles 2x, 2x+1 from word x of the four keys
             for x in range(VWL):
                 for half in range(2):
@@ -598,47 +565,47 @@ def make_frag8_kernel(D: int, NW: int, Nq: int, G: int, causal: bool, FUSED: boo
         vh1 = float32(1.0) if TOKEN else vs[0, c1h]
         for i in range(NMT):
             d = g * D8 + 2 * i
-            if r0 < RB:
+            if r0 < ROWS:
                 sm_o[w, r0, d] = acc[4 * i] * vh0
                 sm_o[w, r0, d + 1] = acc[4 * i + 2] * vh0
-            if r1 < RB:
+            if r1 < ROWS:
                 sm_o[w, r1, d] = acc[4 * i + 1] * vh1
                 sm_o[w, r1, d + 1] = acc[4 * i + 3] * vh1
         if g == 0:
-            if r0 < RB:
+            if r0 < ROWS:
                 sm_m[w, r0] = m0
                 sm_l[w, r0] = l0
-            if r1 < RB:
+            if r1 < ROWS:
                 sm_m[w, r1] = m1
                 sm_l[w, r1] = l1
         cuda.syncthreads()
         write_rows(o, part_o, part_lse, split, kvh, 0, tid, sm_m, sm_l, sm_o)  # lse back to natural units
         if Nk == 0 and split == 0:  # an empty sequence: a zero partial of weight 1, the output is zeros
-            for idx in range(tid, RB * D, NT):  # the threads that wrote the log-sum-exps (d = 0)
+            for idx in range(tid, ROWS * D, THREADS):  # the threads that wrote the log-sum-exps (d = 0)
                 r = idx // D
                 if idx == r * D:
-                    part_lse[0, (kvh * G * HW + r // Nq) * Nq + r % Nq] = float32(0.0)
+                    part_lse[0, (kvh * G * STEP_HEADS + r // Nq) * Nq + r % Nq] = float32(0.0)
         if FUSED:
             combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, 0, tid, cuda.blockIdx.y)
 
-    @kernel(launch_bounds=(NT, MINB))
+    @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
     def paged_split_k_mma8(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, chunk, S):
-        sm_m = cuda.shared.array((NW, RB), float32)
-        sm_l = cuda.shared.array((NW, RB), float32)
-        sm_o = cuda.shared.array((NW, RB, D), float32)
+        sm_m = cuda.shared.array((WARPS, ROWS), float32)
+        sm_l = cuda.shared.array((WARPS, ROWS), float32)
+        sm_o = cuda.shared.array((WARPS, ROWS, D), float32)
         sm_last = cuda.shared.array(1, int32)
-        if NST:  # the ring (dynamic shared memory: ring_bytes)
+        if STAGES:  # the ring (dynamic shared memory: ring_bytes)
             ring = dynamic_tile(0, 1, RING_WORDS)  # (flat: 32-bit word offsets)
         else:
             ring = sm_m
-        seq = cuda.blockIdx.y // (Hkv // HW)
+        seq = cuda.blockIdx.y // (Hkv // STEP_HEADS)
         frag_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, seqlens[seq], seq, table, ks, vs, chunk,
                    S, sm_m, sm_l, sm_o, sm_last, ring)  # the sequence's own number of keys
 
     return paged_split_k_mma8
 
 
-def ring_bytes(D: int, NW: int, NST: int) -> int:
-    """Dynamic shared memory of ``make_frag8_kernel``'s ring: ``NST`` slots per warp of 16 K and 16 V rows of D
+def ring_bytes(D: int, WARPS: int, STAGES: int) -> int:
+    """Dynamic shared memory of ``make_frag8_kernel``'s ring: ``STAGES`` slots per warp of 16 K and 16 V rows of D
     bytes."""
-    return NW * NST * 32 * D
+    return WARPS * STAGES * 32 * D

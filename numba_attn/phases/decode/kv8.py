@@ -76,7 +76,7 @@ def int8x4_f32(w):
             u32_as_f32(byte_perm(u, uint32(0x4B000000), uint32(0x7653))) - float32(8388736.0))
 
 
-def kv8_decoder(KV8: int):
+def kv8_decoder(kv_format: int):
     """(four codes → four float32, what the scales are multiplied by) of an 8-bit cache format
-    (``KV8`` 1: e4m3fn, values / 256, so 256; 2: int8, 1)."""
-    return (e4m3x4_f32, E4M3_UNIT) if KV8 == 1 else (int8x4_f32, float32(1.0))
+    (``kv_format`` 1: e4m3fn, values / 256, so 256; 2: int8, 1)."""
+    return (e4m3x4_f32, E4M3_UNIT) if kv_format == 1 else (int8x4_f32, float32(1.0))

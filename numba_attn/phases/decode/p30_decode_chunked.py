@@ -17,45 +17,47 @@ from numba import cuda, float32, int32
 
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.warp import WARP_SIZE
+from numba_attn.phases.decode.launch import tile_notes
 from numba_attn.phases.decode.rules import check_alignment, check_decode, resolve_chunked, vector_width
 from numba_attn.phases.decode.steps import chunk_steps
 from numba_attn.phases.registry import Launch, register_phase
 
 
 @functools.cache
-def make_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool,
-                MINB: int = 1):
-    load_rows, load_keys, score_update, merge_lanes, write_rows, _ = chunk_steps(D, VW, L, T, NW, RB, Nq, G, causal)
-    E = D // L  # elements of a row per lane
-    KS = (WARP_SIZE // L) * T  # keys per warp step: T keys per group
-    NT = NW * WARP_SIZE
+def make_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, Nq: int, G: int, causal: bool,
+                MIN_BLOCKS: int = 1):
+    load_rows, load_keys, score_update, merge_lanes, write_rows, _ = chunk_steps(D, VW, LANES, KEYS, WARPS, ROWS, Nq,
+                                                                                 G, causal)
+    E = D // LANES  # elements of a row per lane
+    KEYS_PER_STEP = (WARP_SIZE // LANES) * KEYS  # keys per warp step: T keys per group
+    THREADS = WARPS * WARP_SIZE
 
-    @kernel(launch_bounds=(NT, MINB))
+    @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
     def decode_chunked(q, k, v, o, scale, Hkv, Nk):
-        sm_m = cuda.shared.array((NW, RB), float32)
-        sm_l = cuda.shared.array((NW, RB), float32)
-        sm_o = cuda.shared.array((NW, RB, D), float32)
-        Qr = cuda.local.array((RB, E), float32)
-        acc = cuda.local.array((RB, E), float32)
-        m = cuda.local.array(RB, float32)
-        l = cuda.local.array(RB, float32)
-        lim = cuda.local.array(RB, int32)
-        KK = cuda.local.array((T, E), float32)
-        VV = cuda.local.array((T, E), float32)
-        sc = cuda.local.array((RB, T), float32)
+        sm_m = cuda.shared.array((WARPS, ROWS), float32)
+        sm_l = cuda.shared.array((WARPS, ROWS), float32)
+        sm_o = cuda.shared.array((WARPS, ROWS, D), float32)
+        Qr = cuda.local.array((ROWS, E), float32)
+        acc = cuda.local.array((ROWS, E), float32)
+        m = cuda.local.array(ROWS, float32)
+        l = cuda.local.array(ROWS, float32)
+        lim = cuda.local.array(ROWS, int32)
+        K_j = cuda.local.array((KEYS, E), float32)
+        V_j = cuda.local.array((KEYS, E), float32)
+        sc = cuda.local.array((ROWS, KEYS), float32)
         kvh = cuda.blockIdx.y  # b * Hkv + kv head
-        row0 = cuda.blockIdx.x * RB  # first of this block's query rows (g * Nq + i)
+        row0 = cuda.blockIdx.x * ROWS  # first of this block's query rows (g * Nq + i)
         tid = cuda.threadIdx.x
         w = tid // WARP_SIZE
         lane = tid % WARP_SIZE
-        grp = lane // L
-        sub = lane % L
+        grp = lane // LANES
+        sub = lane % LANES
         load_rows(q, Qr, acc, m, l, lim, kvh, row0, sub, scale, Nk, Nk)
-        n_steps = (Nk + KS - 1) // KS
-        for step in range(w, n_steps, NW):  # warp-uniform: the shuffles stay convergent
-            j0 = step * KS + grp  # this group's keys: j0 + t * KW
-            load_keys(k, v, KK, VV, kvh, j0, Nk, sub)
-            score_update(Qr, KK, VV, sc, m, l, acc, lim, j0)
+        n_steps = (Nk + KEYS_PER_STEP - 1) // KEYS_PER_STEP
+        for step in range(w, n_steps, WARPS):  # warp-uniform: the shuffles stay convergent
+            j0 = step * KEYS_PER_STEP + grp  # this group's keys: j0 + t * KW
+            load_keys(k, v, K_j, V_j, kvh, j0, Nk, sub)
+            score_update(Qr, K_j, V_j, sc, m, l, acc, lim, j0)
         merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub)
         cuda.syncthreads()
         write_rows(o, o, o, 0, kvh, row0, tid, sm_m, sm_l, sm_o)  # (no partials: o stands in, unused)
@@ -93,13 +95,13 @@ def _supports(problem, warps, lanes, rows, keys):
 def decode_chunked(problem, warps=8, lanes=0, rows=4, keys=0):
     Hkv, Nq, Nk, D = problem.kv_heads, problem.q_len, problem.kv_len, problem.head_dim
     G = problem.group
-    RB, L, T = rows, lanes, keys
-    kern = make_kernel(D, vector_width(problem.dtype), L, T, warps, RB, Nq, G, problem.causal, max(1, 16 // warps))
+    kern = make_kernel(D, vector_width(problem.dtype), lanes, keys, warps, rows, Nq, G, problem.causal,
+                       max(1, 16 // warps))
     scale = float32(problem.sm_scale)
-    grid = ((G * Nq + RB - 1) // RB, problem.batch * Hkv)
+    grid = ((G * Nq + rows - 1) // rows, problem.batch * Hkv)
 
     def run(q, k, v, o, stream=0):
         check_alignment(k, v)
         kern[grid, warps * WARP_SIZE, stream](q, k, v, o, scale, Hkv, Nk)
 
-    return Launch(run, kernels=[kern], notes=f"L={L} lanes/key, T={T} keys/group, {RB} rows/block, {warps} warps")
+    return Launch(run, kernels=[kern], notes=tile_notes(lanes, keys, rows, warps))

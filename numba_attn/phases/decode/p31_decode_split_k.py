@@ -24,46 +24,46 @@ from numba_attn.phases.registry import register_phase
 
 
 @functools.cache
-def make_split_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool,
-                      FINAL: bool, FUSED: bool, MINB: int = 1):
+def make_split_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, Nq: int, G: int, causal: bool,
+                      FINAL: bool, FUSED: bool, MIN_BLOCKS: int = 1):
     """The split-K kernel: block (s, tile) runs the warp-step loop over split s of
     the keys of one (sequence, KV head, row block) and writes the split's partial
     (or, with ``FINAL``, the one split's output). ``FUSED``: the last block of a
     tile combines the splits (``decode_split_k_fused``); otherwise the combine is
     a second kernel (``decode_split_k``)."""
     load_rows, load_keys, score_update, merge_lanes, write_rows, combine_last = chunk_steps(
-        D, VW, L, T, NW, RB, Nq, G, causal, FINAL)
-    E = D // L
-    KS = (WARP_SIZE // L) * T  # keys per warp step: T keys per group
-    NT = NW * WARP_SIZE
-    NRC = (G * Nq + RB - 1) // RB  # row blocks per KV head
+        D, VW, LANES, KEYS, WARPS, ROWS, Nq, G, causal, FINAL)
+    E = D // LANES
+    KEYS_PER_STEP = (WARP_SIZE // LANES) * KEYS  # keys per warp step: T keys per group
+    THREADS = WARPS * WARP_SIZE
+    ROW_BLOCKS = (G * Nq + ROWS - 1) // ROWS  # row blocks per KV head
 
     @device
     def split_block(q, k, v, o, part_o, part_lse, counters, scale, Nk, chunk, S, sm_m, sm_l, sm_o, sm_last):
-        Qr = cuda.local.array((RB, E), float32)
-        acc = cuda.local.array((RB, E), float32)
-        m = cuda.local.array(RB, float32)
-        l = cuda.local.array(RB, float32)
-        lim = cuda.local.array(RB, int32)
-        KK = cuda.local.array((T, E), float32)
-        VV = cuda.local.array((T, E), float32)
-        sc = cuda.local.array((RB, T), float32)
+        Qr = cuda.local.array((ROWS, E), float32)
+        acc = cuda.local.array((ROWS, E), float32)
+        m = cuda.local.array(ROWS, float32)
+        l = cuda.local.array(ROWS, float32)
+        lim = cuda.local.array(ROWS, int32)
+        K_j = cuda.local.array((KEYS, E), float32)
+        V_j = cuda.local.array((KEYS, E), float32)
+        sc = cuda.local.array((ROWS, KEYS), float32)
         split = cuda.blockIdx.x
-        kvh = cuda.blockIdx.y // NRC  # b * Hkv + kv head
-        row0 = (cuda.blockIdx.y - kvh * NRC) * RB  # first of this block's query rows (g * Nq + i)
+        kvh = cuda.blockIdx.y // ROW_BLOCKS  # b * Hkv + kv head
+        row0 = (cuda.blockIdx.y - kvh * ROW_BLOCKS) * ROWS  # first of this block's query rows (g * Nq + i)
         lo = split * chunk  # this block's keys: [lo, hi)
         hi = min(Nk, lo + chunk)
         tid = cuda.threadIdx.x
         w = tid // WARP_SIZE
         lane = tid % WARP_SIZE
-        grp = lane // L
-        sub = lane % L
+        grp = lane // LANES
+        sub = lane % LANES
         load_rows(q, Qr, acc, m, l, lim, kvh, row0, sub, scale, hi, Nk)
-        n_steps = max(0, (hi - lo + KS - 1) // KS)  # 0 for a split past the end
-        for step in range(w, n_steps, NW):  # warp-uniform: the shuffles stay convergent
-            j0 = lo + step * KS + grp  # this group's keys: j0 + t * KW
-            load_keys(k, v, KK, VV, kvh, j0, hi, sub)
-            score_update(Qr, KK, VV, sc, m, l, acc, lim, j0)
+        n_steps = max(0, (hi - lo + KEYS_PER_STEP - 1) // KEYS_PER_STEP)  # 0 for a split past the end
+        for step in range(w, n_steps, WARPS):  # warp-uniform: the shuffles stay convergent
+            j0 = lo + step * KEYS_PER_STEP + grp  # this group's keys: j0 + t * KW
+            load_keys(k, v, K_j, V_j, kvh, j0, hi, sub)
+            score_update(Qr, K_j, V_j, sc, m, l, acc, lim, j0)
         merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub)
         cuda.syncthreads()
         write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o)
@@ -71,21 +71,21 @@ def make_split_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int
             combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid, cuda.blockIdx.y)
 
     if not FUSED:
-        @kernel(launch_bounds=(NT, MINB))
+        @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
         def decode_split_k(q, k, v, o, part_o, part_lse, scale, Hkv, Nk, chunk):
-            sm_m = cuda.shared.array((NW, RB), float32)
-            sm_l = cuda.shared.array((NW, RB), float32)
-            sm_o = cuda.shared.array((NW, RB, D), float32)
+            sm_m = cuda.shared.array((WARPS, ROWS), float32)
+            sm_l = cuda.shared.array((WARPS, ROWS), float32)
+            sm_o = cuda.shared.array((WARPS, ROWS, D), float32)
             # (no counters, no last-block flag: part_lse, chunk and sm_l stand in for them, unused)
             split_block(q, k, v, o, part_o, part_lse, part_lse, scale, Nk, chunk, chunk, sm_m, sm_l, sm_o, sm_l)
 
         return decode_split_k
 
-    @kernel(launch_bounds=(NT, MINB))
+    @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
     def decode_split_k_fused(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, chunk, S):
-        sm_m = cuda.shared.array((NW, RB), float32)
-        sm_l = cuda.shared.array((NW, RB), float32)
-        sm_o = cuda.shared.array((NW, RB, D), float32)
+        sm_m = cuda.shared.array((WARPS, ROWS), float32)
+        sm_l = cuda.shared.array((WARPS, ROWS), float32)
+        sm_o = cuda.shared.array((WARPS, ROWS, D), float32)
         sm_last = cuda.shared.array(1, int32)
         split_block(q, k, v, o, part_o, part_lse, counters, scale, Nk, chunk, S, sm_m, sm_l, sm_o, sm_last)
 

@@ -34,52 +34,53 @@ def _log2(n: int) -> int:
     return n.bit_length() - 1
 
 
-def score_plan(L: int, RB: int, T: int):
-    """(NP, SPL, NR): the RB·T partial dot products of a lane are padded to
-    NP (a power of two); SPL reduce-scatter stages halve them (offsets L/2,
-    L/4, ...), the remaining log2(L) − SPL stages are plain xor-sums of the NR
-    = NP / 2^SPL values a lane still holds. Afterwards value v sits in lane
-    ``(v // NR) · (L >> SPL)`` of its group (and the lanes just above it)."""
-    NP = 1
-    while NP < RB * T:
-        NP *= 2
-    SPL = min(_log2(NP), _log2(L))
-    return NP, SPL, NP >> SPL
+def score_plan(lanes: int, rows: int, keys: int):
+    """(padded, scatter_stages, held): the rows·keys partial dot products of a lane are padded to ``padded``
+    (a power of two); ``scatter_stages`` reduce-scatter stages halve them (offsets lanes/2, lanes/4, ...), the
+    remaining log2(lanes) − scatter_stages stages are plain xor-sums of the ``held`` = padded / 2^scatter_stages
+    values a lane still holds. Afterwards value v sits in lane ``(v // held) · (lanes >> scatter_stages)`` of
+    its group (and the lanes just above it)."""
+    padded = 1
+    while padded < rows * keys:
+        padded *= 2
+    scatter_stages = min(_log2(padded), _log2(lanes))
+    return padded, scatter_stages, padded >> scatter_stages
 
 
 @device
-def balanced_split(split, chunk, Nk, KS):
+def balanced_split(split, chunk, Nk, keys_per_step):
     """Keys [lo, hi) of split ``split`` of a sequence of ``Nk`` keys cut into n = ⌈Nk / chunk⌉ splits:
-    n − 1 of ⌈Nk / n⌉ keys rounded up to whole steps of ``KS`` keys, the last (never empty) the rest
-    (``chunk`` a multiple of KS: no split is longer than ``chunk``; splits n, n+1, … are empty). A sequence of
-    1100 keys with chunk 1024 gets two splits of 552 and 548 keys (KS 8) instead of 1024 and 76: a block of 76 keys pays the
+    n − 1 of ⌈Nk / n⌉ keys rounded up to whole steps of ``keys_per_step`` keys, the last (never empty) the
+    rest (``chunk`` a multiple of keys_per_step: no split is longer than ``chunk``; splits n, n+1, … are empty).
+    A sequence of 1100 keys with chunk 1024 gets two splits of 552 and 548 keys (8 keys a step) instead of 1024
+    and 76: a block of 76 keys pays the
     fixed cost of a block for few bytes, and the longest split decides when the last wave ends."""
     n = max(1, (Nk + chunk - 1) // chunk)
-    ck = ((Nk + n - 1) // n + KS - 1) // KS * KS
+    ck = ((Nk + n - 1) // n + keys_per_step - 1) // keys_per_step * keys_per_step
     lo = split * ck
     return lo, min(Nk, lo + ck)
 
 
 @functools.cache
-def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool, FINAL: bool,
-                     FUSED: bool, MINB: int = 1, P: int = 0, KV8: int = 0, TOKEN: bool = False,
-                     BF16: bool = False, BAL: bool = False, WORK: bool = False, AHEAD: bool = False):
+def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, Nq: int, G: int, causal: bool,
+                     FINAL: bool, FUSED: bool, MIN_BLOCKS: int = 1, P: int = 0, KV_FORMAT: int = 0, TOKEN: bool = False,
+                     BF16: bool = False, BALANCE: bool = False, WORKLIST: bool = False, PAGE_AHEAD: bool = False):
     """The kernel of ``decode_split_k_lean`` (reduce-scatter scores, exp2, lazy
     rescale) and, with a page size ``P`` > 0, of ``paged_split_k``: a key row found
-    through the block table (:func:`paged_keys`; ``KV8``/``TOKEN``: an 8-bit cache
+    through the block table (:func:`paged_keys`; ``KV_FORMAT``/``TOKEN``: an 8-bit cache
     and its scales), the sequence's own length ``seqlens[b]``, every split writing
     a partial (a length-0 sequence gets zeros). ``BF16``: bfloat16 query, output and
-    16-bit cache (:func:`chunk_steps`). ``BAL`` (paged): ``chunk`` is the most keys of a split, and
+    16-bit cache (:func:`chunk_steps`). ``BALANCE`` (paged): ``chunk`` is the most keys of a split, and
     a sequence of ``Nk`` keys is cut into n = ⌈Nk / chunk⌉ splits of equal whole warp steps
-    (:func:`balanced_split`) instead of n − 1 full ones and a remainder. ``WORK`` (paged,
+    (:func:`balanced_split`) instead of n − 1 full ones and a remainder. ``WORKLIST`` (paged,
     ``paged_worklist``): block (w, row block) runs the items ``wptr[w] … wptr[w+1] − 1`` of a host-planned
     work list (:func:`worklist_plan`), each a (KV head of a sequence b · Hkv + h, split, keys [lo, hi), splits
     of that KV head) one after the other through the same block code, combined by the last block to finish a
-    KV head's row block (per-(sequence, KV head) counters). ``AHEAD`` (paged, pages holding whole
+    KV head's row block (per-(sequence, KV head) counters). ``PAGE_AHEAD`` (paged, pages holding whole
     warp steps): a warp reads the page index of its next step during this one, so that the block table's
     load is no longer a round trip before every step's K/V loads.
 
-    ``VW`` = 16 with ``KV8`` (``paged_split_k``'s ``wide``): a lane owns 16 consecutive
+    ``VW`` = 16 with ``KV_FORMAT`` (``paged_split_k``'s ``wide``): a lane owns 16 consecutive
     codes per chunk, read by one 16-byte load (:func:`paged_words`), and decodes them where
     they are used, the scales applied once per score and per probability instead of per
     element; fp8's NaN codes are not patched per word: the lane ORs the codes' NaN tests,
@@ -87,37 +88,37 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
     sequence and KV head come out NaN)."""
     PAGED = P > 0
     visible = key_mask(causal, Nq)[1]  # (the rows' key limits: load_rows)
-    WIDE = PAGED and KV8 > 0 and VW == 16
+    WIDE = PAGED and KV_FORMAT > 0 and VW == 16
     load_rows, load_keys, _, merge_lanes, write_rows, combine_last = chunk_steps(
-        D, VW, L, T, NW, RB, Nq, G, causal, FINAL, BASE2=True, BF16=BF16)
-    E = D // L  # elements of a row per lane
-    KW = WARP_SIZE // L  # lane groups per warp
-    KS = KW * T  # keys per warp step: T keys per group
+        D, VW, LANES, KEYS, WARPS, ROWS, Nq, G, causal, FINAL, BASE2=True, BF16=BF16)
+    E = D // LANES  # elements of a row per lane
+    GROUPS = WARP_SIZE // LANES  # lane groups per warp
+    KEYS_PER_STEP = GROUPS * KEYS  # keys per warp step: T keys per group
     if PAGED:
-        load_keys = paged_keys(D, VW, L, T, P, KS, KV8, TOKEN, BF16)
-    LOGP, STEP = page_steps(P, KS)
-    AHEAD_STEP = AHEAD and STEP
+        load_keys = paged_keys(D, VW, LANES, KEYS, P, KEYS_PER_STEP, KV_FORMAT, TOKEN, BF16)
+    LOGP, STEP = page_steps(P, KEYS_PER_STEP)
+    AHEAD_STEP = PAGE_AHEAD and STEP
     EW = max(1, E // 4)  # 32-bit words of a row per lane (WIDE)
     if WIDE:
-        load_words = paged_words(D, L, T, P, KS, KV8, TOKEN)
-        dq4 = e4m3x4_f32_finite if KV8 == 1 else int8x4_f32
-    NT = NW * WARP_SIZE
-    NRC = (G * Nq + RB - 1) // RB  # row blocks per KV head
-    NP, SPL, NR = score_plan(L, RB, T)
-    LOG2L = _log2(L)
-    HALF = max(1, NP // 2)
-    SRC = L >> SPL  # lanes of a group that share one reduced value set
-    NV_RT = RB * T
+        load_words = paged_words(D, LANES, KEYS, P, KEYS_PER_STEP, KV_FORMAT, TOKEN)
+        dq4 = e4m3x4_f32_finite if KV_FORMAT == 1 else int8x4_f32
+    THREADS = WARPS * WARP_SIZE
+    ROW_BLOCKS = (G * Nq + ROWS - 1) // ROWS  # row blocks per KV head
+    PADDED, SCATTER_STAGES, HELD = score_plan(LANES, ROWS, KEYS)
+    LOG2L = _log2(LANES)
+    HALF = max(1, PADDED // 2)
+    SRC = LANES >> SCATTER_STAGES  # lanes of a group that share one reduced value set
+    NV_RT = ROWS * KEYS
 
     @device
     def split_keys(chunk, Nk):
         """Block (split, row block of a KV head)'s split, KV head (b · Hkv + h), first query row and keys
         [lo, hi) of its sequence's ``Nk``."""
         split = cuda.blockIdx.x
-        kvh = cuda.blockIdx.y // NRC  # b * Hkv + kv head
-        row0 = (cuda.blockIdx.y - kvh * NRC) * RB  # first of this block's query rows (g * Nq + i)
-        if BAL:  # this sequence's own split length: equal whole steps
-            lo, hi = balanced_split(split, chunk, Nk, KS)
+        kvh = cuda.blockIdx.y // ROW_BLOCKS  # b * Hkv + kv head
+        row0 = (cuda.blockIdx.y - kvh * ROW_BLOCKS) * ROWS  # first of this block's query rows (g * Nq + i)
+        if BALANCE:  # this sequence's own split length: equal whole steps
+            lo, hi = balanced_split(split, chunk, Nk, KEYS_PER_STEP)
         else:
             lo = split * chunk  # this block's keys: [lo, hi)
             hi = min(Nk, lo + chunk)
@@ -126,77 +127,78 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
     @device
     def lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, split, kvh, row0,
                    lo, hi, S, ci, sm_m, sm_l, sm_o, sm_last):
-        Qr = cuda.local.array((RB, E), float32)
-        acc = cuda.local.array((RB, E), float32)
-        m = cuda.local.array(RB, float32)
-        l = cuda.local.array(RB, float32)
-        lim = cuda.local.array(RB, int32)
-        KK = cuda.local.array((T, E), float32)
-        VV = cuda.local.array((T, E), float32)
-        sc = cuda.local.array((RB, T), float32)
-        vals = cuda.local.array(NP, float32)
+        Qr = cuda.local.array((ROWS, E), float32)
+        acc = cuda.local.array((ROWS, E), float32)
+        m = cuda.local.array(ROWS, float32)
+        l = cuda.local.array(ROWS, float32)
+        lim = cuda.local.array(ROWS, int32)
+        K_j = cuda.local.array((KEYS, E), float32)
+        V_j = cuda.local.array((KEYS, E), float32)
+        sc = cuda.local.array((ROWS, KEYS), float32)
+        vals = cuda.local.array(PADDED, float32)
         if WIDE:
-            KQ = cuda.local.array((T, EW), uint32)
-            VQ = cuda.local.array((T, EW), uint32)
-            sks = cuda.local.array(T, float32)
-            svs = cuda.local.array(T, float32)
+            K_words = cuda.local.array((KEYS, EW), uint32)
+            V_words = cuda.local.array((KEYS, EW), uint32)
+            sks = cuda.local.array(KEYS, float32)
+            svs = cuda.local.array(KEYS, float32)
             bad = uint32(0)
         tid = cuda.threadIdx.x
         w = tid // WARP_SIZE
         lane = tid % WARP_SIZE
-        grp = lane // L
-        sub = lane % L
+        grp = lane // LANES
+        sub = lane % LANES
         load_rows(q, Qr, acc, m, l, lim, kvh, row0, sub, scale, hi, Nk)
-        n_steps = max(0, (hi - lo + KS - 1) // KS)  # 0 for a split past the end
+        n_steps = max(0, (hi - lo + KEYS_PER_STEP - 1) // KEYS_PER_STEP)  # 0 for a split past the end
         nxt = 0
         if AHEAD_STEP:  # the warp's first page
             if w < n_steps:
-                nxt = table[seq, (lo + w * KS) >> LOGP]
-        for step in range(w, n_steps, NW):  # warp-uniform: the shuffles stay convergent
-            j0 = lo + step * KS + grp  # this group's keys: j0 + t * KW
+                nxt = table[seq, (lo + w * KEYS_PER_STEP) >> LOGP]
+        for step in range(w, n_steps, WARPS):  # warp-uniform: the shuffles stay convergent
+            j0 = lo + step * KEYS_PER_STEP + grp  # this group's keys: j0 + t * KW
             pg = 0  # the step's page (STEP), read before its keys' loads, or a step ahead (AHEAD)
             if STEP:
                 if AHEAD_STEP:
                     pg = nxt
-                    if step + NW < n_steps:  # the warp's next step: its page index in flight during this one
-                        nxt = table[seq, (lo + (step + NW) * KS) >> LOGP]
+                    if step + WARPS < n_steps:  # the warp's next step: its page index in flight during this one
+                        nxt = table[seq, (lo + (step + WARPS) * KEYS_PER_STEP) >> LOGP]
                 else:
-                    pg = table[seq, (lo + step * KS) >> LOGP]
+                    pg = table[seq, (lo + step * KEYS_PER_STEP) >> LOGP]
             if WIDE:  # the words, decoded here: 4 codes at a time for every row; the K scale per score
-                bad |= load_words(k, v, KQ, VQ, sks, svs, table, seq, kvh - seq * Hkv, pg, j0, hi, sub, ks, vs)
-                for t in range(T):
-                    for r in range(RB):
-                        vals[r * T + t] = float32(0.0)
+                bad |= load_words(k, v, K_words, V_words, sks, svs, table, seq, kvh - seq * Hkv, pg, j0, hi, sub,
+                                  ks, vs)
+                for t in range(KEYS):
+                    for r in range(ROWS):
+                        vals[r * KEYS + t] = float32(0.0)
                     for i in range(EW):
-                        x0, x1, x2, x3 = dq4(KQ[t, i])
-                        for r in range(RB):
-                            s = vals[r * T + t]
+                        x0, x1, x2, x3 = dq4(K_words[t, i])
+                        for r in range(ROWS):
+                            s = vals[r * KEYS + t]
                             s += Qr[r, 4 * i] * x0
                             s += Qr[r, 4 * i + 1] * x1
                             s += Qr[r, 4 * i + 2] * x2
                             s += Qr[r, 4 * i + 3] * x3
-                            vals[r * T + t] = s
-                    for r in range(RB):
-                        vals[r * T + t] *= sks[t]
+                            vals[r * KEYS + t] = s
+                    for r in range(ROWS):
+                        vals[r * KEYS + t] *= sks[t]
             else:
                 if PAGED:
-                    load_keys(k, v, KK, VV, table, seq, kvh - seq * Hkv, pg, j0, hi, sub, ks, vs)
+                    load_keys(k, v, K_j, V_j, table, seq, kvh - seq * Hkv, pg, j0, hi, sub, ks, vs)
                 else:
-                    load_keys(k, v, KK, VV, kvh, j0, hi, sub)
-                for r in range(RB):
-                    for t in range(T):
+                    load_keys(k, v, K_j, V_j, kvh, j0, hi, sub)
+                for r in range(ROWS):
+                    for t in range(KEYS):
                         s = float32(0.0)
                         for e in range(E):
-                            s += Qr[r, e] * KK[t, e]
-                        vals[r * T + t] = s
-            for vi in range(NV_RT, NP):
+                            s += Qr[r, e] * K_j[t, e]
+                        vals[r * KEYS + t] = s
+            for vi in range(NV_RT, PADDED):
                 vals[vi] = float32(0.0)
             # reduce-scatter over the L lanes of the group: each stage sends half of the
             # values still held and keeps the other half (NP - 1 shuffles instead of
             # RB·T·log2(L)), then plain xor-sums for the stages left
-            for st in range(SPL):
-                off = L >> (st + 1)
-                half = NP >> (st + 1)
+            for st in range(SCATTER_STAGES):
+                off = LANES >> (st + 1)
+                half = PADDED >> (st + 1)
                 up = (sub & off) != 0
                 for i in range(HALF):
                     if i < half:
@@ -205,25 +207,25 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
                         send = a if up else b
                         keep = b if up else a
                         vals[i] = keep + shfl_xor_sync(FULL_MASK, send, off)
-            for st in range(SPL, LOG2L):
-                off = L >> (st + 1)
-                for i in range(NR):
+            for st in range(SCATTER_STAGES, LOG2L):
+                off = LANES >> (st + 1)
+                for i in range(HELD):
                     vals[i] += shfl_xor_sync(FULL_MASK, vals[i], off)
             # all-gather: every lane of the group gets the RB·T scores
             for vi in range(NV_RT):
-                if L == 1:
-                    sc[vi // T, vi % T] = vals[vi]
+                if LANES == 1:
+                    sc[vi // KEYS, vi % KEYS] = vals[vi]
                 else:
-                    sc[vi // T, vi % T] = shfl_sync(FULL_MASK, vals[vi % NR], grp * L + (vi // NR) * SRC)
-            for r in range(RB):  # one online-softmax update per row for the T keys (base 2)
+                    sc[vi // KEYS, vi % KEYS] = shfl_sync(FULL_MASK, vals[vi % HELD], grp * LANES + (vi // HELD) * SRC)
+            for r in range(ROWS):  # one online-softmax update per row for the T keys (base 2)
                 m_old = m[r]
                 m_new = m_old
-                for t in range(T):
-                    if visible(j0 + t * KW, lim[r]):
+                for t in range(KEYS):
+                    if visible(j0 + t * GROUPS, lim[r]):
                         m_new = max(m_new, sc[r, t])
                 lsum = float32(0.0)
-                for t in range(T):
-                    p = math.exp2(sc[r, t] - m_new) if visible(j0 + t * KW, lim[r]) else float32(0.0)
+                for t in range(KEYS):
+                    p = math.exp2(sc[r, t] - m_new) if visible(j0 + t * GROUPS, lim[r]) else float32(0.0)
                     sc[r, t] = p
                     lsum += p
                 if m_new > m_old:  # rescale only when the row's maximum moved
@@ -237,27 +239,27 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
                 if not WIDE:
                     for e in range(E):
                         a = acc[r, e]
-                        for t in range(T):
-                            a += sc[r, t] * VV[t, e]
+                        for t in range(KEYS):
+                            a += sc[r, t] * V_j[t, e]
                         acc[r, e] = a
             if WIDE:  # O += P V: each key's V scale on its probabilities (l is already summed)
-                for t in range(T):
-                    for r in range(RB):
+                for t in range(KEYS):
+                    for r in range(ROWS):
                         sc[r, t] *= svs[t]
                     for i in range(EW):
-                        x0, x1, x2, x3 = dq4(VQ[t, i])
-                        for r in range(RB):
+                        x0, x1, x2, x3 = dq4(V_words[t, i])
+                        for r in range(ROWS):
                             p = sc[r, t]
                             acc[r, 4 * i] += p * x0
                             acc[r, 4 * i + 1] += p * x1
                             acc[r, 4 * i + 2] += p * x2
                             acc[r, 4 * i + 3] += p * x3
-        if WIDE and KV8 == 1:  # a NaN code read by any lane of the warp: the warp's accumulators NaN
+        if WIDE and KV_FORMAT == 1:  # a NaN code read by any lane of the warp: the warp's accumulators NaN
             f = int32(1) if bad != uint32(0) else int32(0)
             for off in (16, 8, 4, 2, 1):
                 f |= shfl_xor_sync(FULL_MASK, f, off)
             if f != 0:
-                for r in range(RB):
+                for r in range(ROWS):
                     for e in range(E):
                         acc[r, e] = u32_as_f32(NAN_BITS)
         merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub)  # base 2: exp2
@@ -265,7 +267,7 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
         write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o)  # lse back to natural units
         if PAGED:
             if Nk == 0 and split == 0:  # an empty sequence: a zero partial of weight 1, the output is zeros
-                for idx in range(tid, RB * D, NT):  # the threads that wrote the log-sum-exps (d = 0)
+                for idx in range(tid, ROWS * D, THREADS):  # the threads that wrote the log-sum-exps (d = 0)
                     r = idx // D
                     if idx == r * D and row0 + r < G * Nq:
                         bh = kvh * G + (row0 + r) // Nq
@@ -273,32 +275,32 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
         if FUSED and not FINAL:
             combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid, ci)
 
-    if WORK:
-        @kernel(launch_bounds=(NT, MINB))
+    if WORKLIST:
+        @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
         def paged_worklist(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, work, wptr):
-            sm_m = cuda.shared.array((NW, RB), float32)
-            sm_l = cuda.shared.array((NW, RB), float32)
-            sm_o = cuda.shared.array((NW, RB, D), float32)
+            sm_m = cuda.shared.array((WARPS, ROWS), float32)
+            sm_l = cuda.shared.array((WARPS, ROWS), float32)
+            sm_o = cuda.shared.array((WARPS, ROWS, D), float32)
             sm_last = cuda.shared.array(1, int32)
             for it in range(wptr[cuda.blockIdx.x], wptr[cuda.blockIdx.x + 1]):
                 kvh = work[it, 0]  # the item's KV head of a sequence (b · Hkv + h)
                 seq = kvh // Hkv
-                hrb = kvh * NRC + cuda.blockIdx.y  # (sequence, KV head, row block): its counter
+                hrb = kvh * ROW_BLOCKS + cuda.blockIdx.y  # (sequence, KV head, row block): its counter
                 lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, seqlens[seq], seq, table, ks, vs,
-                           work[it, 1], kvh, (hrb - kvh * NRC) * RB, work[it, 2], work[it, 3], work[it, 4], hrb,
-                           sm_m, sm_l, sm_o, sm_last)
+                           work[it, 1], kvh, (hrb - kvh * ROW_BLOCKS) * ROWS, work[it, 2], work[it, 3], work[it, 4],
+                           hrb, sm_m, sm_l, sm_o, sm_last)
                 cuda.syncthreads()  # the next item's warps write the merge arrays this one read
 
         return paged_worklist
 
     if PAGED:
-        @kernel(launch_bounds=(NT, MINB))
+        @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
         def paged_split_k(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, chunk, S):
-            sm_m = cuda.shared.array((NW, RB), float32)
-            sm_l = cuda.shared.array((NW, RB), float32)
-            sm_o = cuda.shared.array((NW, RB, D), float32)
+            sm_m = cuda.shared.array((WARPS, ROWS), float32)
+            sm_l = cuda.shared.array((WARPS, ROWS), float32)
+            sm_o = cuda.shared.array((WARPS, ROWS, D), float32)
             sm_last = cuda.shared.array(1, int32)
-            seq = cuda.blockIdx.y // NRC // Hkv
+            seq = cuda.blockIdx.y // ROW_BLOCKS // Hkv
             Nk = seqlens[seq]  # the sequence's own number of keys
             split, kvh, row0, lo, hi = split_keys(chunk, Nk)
             lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, split, kvh, row0,
@@ -306,11 +308,11 @@ def make_lean_kernel(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int,
 
         return paged_split_k
 
-    @kernel(launch_bounds=(NT, MINB))
+    @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
     def decode_split_k_lean(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, chunk, S):
-        sm_m = cuda.shared.array((NW, RB), float32)
-        sm_l = cuda.shared.array((NW, RB), float32)
-        sm_o = cuda.shared.array((NW, RB, D), float32)
+        sm_m = cuda.shared.array((WARPS, ROWS), float32)
+        sm_l = cuda.shared.array((WARPS, ROWS), float32)
+        sm_o = cuda.shared.array((WARPS, ROWS, D), float32)
         sm_last = cuda.shared.array(1, int32)
         # (no block table, no scales: Nk, k and scale stand in for them, unused)
         split, kvh, row0, lo, hi = split_keys(chunk, Nk)

@@ -19,38 +19,21 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from numba_attn.gpu.arrays import view_as
-from numba_attn.gpu.device_functions import (
-    LOG2E,
-    NEG_BIG,
-    combine_splits,
-    fragment_rescale,
-    fragment_softmax,
-    merge_state,
-    state_lse,
-)
-from numba_attn.gpu.intrinsics import (
-    cp_async16_flat,
-    cp_async16_flat_l2_256,
-    cp_async_commit,
-    cp_async_wait,
-    ld_shared_v4,
-    ldmatrix_x4,
-    ldmatrix_x4_trans,
-    mma_bf16,
-    mma_f16,
-    pack_bf16x2,
-    pack_f16x2,
-    st_shared_v4,
-)
+from numba_attn.gpu.device_functions import (LOG2E, NEG_BIG, combine_splits, fragment_rescale, fragment_softmax,
+                                             merge_state, state_lse)
+from numba_attn.gpu.intrinsics import (cp_async16_flat, cp_async16_flat_l2_256, cp_async_commit, cp_async_wait,
+                                       ld_shared_v4, ldmatrix_x4, ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2,
+                                       pack_f16x2, st_shared_v4)
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.pdl import launch_after, launch_dependents, pdl_available, uses_griddepcontrol
-from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason, swizzle_row_chunks
+from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, swizzle_row_chunks
 from numba_attn.gpu.split_k import make_combine_kernel, sm_count, split_plan
 from numba_attn.gpu.warp import WARP_SIZE, quad_sum, syncwarp
 from numba_attn.phases.decode.kv8 import e4m3_nan_bytes, e4m3x4_f16x2, kv8_decoder
 from numba_attn.phases.decode.launch import split_workspace, zeroed_counters
 from numba_attn.phases.decode.paged import PAGED_KV8, PAGED_TOKEN_SCALE, paged_cache_view
-from numba_attn.phases.decode.rules import MAX_Q_LEN, check_alignment, ragged_mean
+from numba_attn.phases.decode.rules import (check_alignment, check_decode_mma, decode_mma_smem_bytes, ragged_mean,
+                                            resolve_decode_mma)
 from numba_attn.phases.decode.scores import key_mask
 from numba_attn.phases.decode.steps import f32_to_bf16
 from numba_attn.phases.registry import Launch, register_phase
@@ -59,17 +42,16 @@ FULL = 0xFFFFFFFF
 
 
 @functools.cache
-def make_decode_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int, causal: bool, FINAL: bool,
-                           FUSED: bool,
-                    PDL: int = 0, L2PF: bool = False, EVEN: bool = False, P: int = 0, BF16: bool = False,
-                    KV8: int = 0, TOKEN: bool = False):
+def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G: int, causal: bool, FINAL: bool,
+                           FUSED: bool, PDL: int = 0, L2_PREFETCH: bool = False, EVEN: bool = False, P: int = 0,
+                           BF16: bool = False, KV_FORMAT: int = 0, TOKEN: bool = False):
     """The kernel of ``decode_mma`` (a KV head's query rows as one m16 tile, a cp.async
     ring per warp) and, with a page size ``P`` > 0, of ``paged_mma``: key j of sequence
     b is cache row ``table[b, j // P] · P + j % P`` (the page index read once per tile
     when ``P % Bc == 0``), the sequence's own length ``seqlens[b]``, zeros for a
     length-0 sequence. ``BF16``: bfloat16 query, output and 16-bit cache (mma.sync bf16).
 
-    ``KV8`` (paged only; 1 fp8 e4m3, 2 int8; D a multiple of 16): the cache's bytes are
+    ``KV_FORMAT`` (paged only; 1 fp8 e4m3, 2 int8; D a multiple of 16): the cache's bytes are
     copied by cp.async into a byte ring per warp (half the bytes of a 16-bit tile); when a
     tile has landed, the warp turns its codes into 16-bit values (exact: every e4m3 and
     int8 code is a float16 and a bfloat16) in one swizzled 16-bit tile per warp, which the
@@ -80,14 +62,14 @@ def make_decode_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int
     taken, so l stays the softmax normaliser), before P is rounded to 16 bits."""
     PAGED = P > 0
     key_limit, visible = key_mask(causal, Nq)  # the keys a row sees (scores.py)
-    NR = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
-    NTH = W * WARP_SIZE
+    QUERY_ROWS = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
+    THREADS = WARPS * WARP_SIZE
     DW = D // 2  # 32-bit words per K/V row (global memory)
     DK = 16 * ((D + 15) // 16)  # head_dim padded to whole k-steps (D itself when a multiple of 16)
-    KS = DK // 16  # k-steps of Q·Kᵀ
-    NT = Bc // 8  # n-tiles of S
-    NP = Bc // 16  # n-tile pairs (one ldmatrix.x4 per k-step)
-    KK = Bc // 16  # k-steps of P·V
+    QK_KSTEPS = DK // 16  # k-steps of Q·Kᵀ
+    S_NTILES = Bc // 8  # n-tiles of S
+    S_NPAIRS = Bc // 16  # n-tile pairs (one ldmatrix.x4 per k-step)
+    PV_KSTEPS = Bc // 16  # k-steps of P·V
     DT = D // 8  # n-tiles of O written out
     DTK = DK // 8  # n-tiles of O computed (the padding's stay zero)
     DP = DK // 16  # d-tile pairs (one ldmatrix.x4.trans per k-step)
@@ -97,18 +79,18 @@ def make_decode_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int
     SWM = min(8, SDW // 4) - 1
     CPL = Bc * CVEC // WARP_SIZE  # chunks per lane per tile (K and V each)
     RING = 2 * stages * Bc  # K/V rows of one warp's ring
-    ROWS = W * RING  # rows of the block's rings (float32 view, SDW words each)
-    NQ = 4 * KS
-    NS = 4 * NT
-    NO = 4 * DTK
-    softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
+    ROWS = WARPS * RING  # rows of the block's rings (float32 view, SDW words each)
+    Q_REGS = 4 * QK_KSTEPS
+    S_REGS = 4 * S_NTILES
+    O_REGS = 4 * DTK
+    softmax = fragment_softmax(S_NTILES)  # online softmax on the S fragments (device_functions)
     rescale = fragment_rescale(DTK)
     WAIT = stages - 2
-    MO_ROWS = W * 16  # merge area: O of every warp's 16 rows (aliases the rings)
+    MO_ROWS = WARPS * 16  # merge area: O of every warp's 16 rows (aliases the rings)
     ML = ROWS * SDW if ROWS * SDW >= MO_ROWS * D else MO_ROWS * D  # float offset of the m/l area
-    MLR = W * 16 + 1  # rows of the m/l area, and one for the last-block flag (closure constants)
-    FLAG = W * 16
-    cp16 = cp_async16_flat_l2_256 if L2PF else cp_async16_flat
+    MLR = WARPS * 16 + 1  # rows of the m/l area, and one for the last-block flag (closure constants)
+    FLAG = WARPS * 16
+    cp16 = cp_async16_flat_l2_256 if L2_PREFETCH else cp_async16_flat
     LOGP = max(P, 1).bit_length() - 1
     TILE = P % Bc == 0  # tiles (aligned to Bc) never cross a page
     mma = mma_bf16 if BF16 else mma_f16
@@ -117,12 +99,12 @@ def make_decode_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int
     DW8 = D // 4
     C8 = D // 16  # 16-byte chunks of a byte row
     CPL8 = -(-Bc * C8 // WARP_SIZE)  # chunks per lane per tile (K and V each)
-    BYTES8 = W * RING * DW8  # floats of the byte rings
-    STAGE_ROWS = W * 2 * Bc  # rows of the 16-bit tiles (K then V of each warp)
-    dq4, UNIT = kv8_decoder(KV8)
-    F16_FP8 = KV8 == 1 and not BF16  # e4m3 codes straight to f16 pairs (no float32 on the way)
-    NT2 = 2 * NT  # key columns of a lane in S
-    if KV8:
+    BYTES8 = WARPS * RING * DW8  # floats of the byte rings
+    STAGE_ROWS = WARPS * 2 * Bc  # rows of the 16-bit tiles (K then V of each warp)
+    dq4, UNIT = kv8_decoder(KV_FORMAT)
+    F16_FP8 = KV_FORMAT == 1 and not BF16  # e4m3 codes straight to f16 pairs (no float32 on the way)
+    NT2 = 2 * S_NTILES  # key columns of a lane in S
+    if KV_FORMAT:
         ML = max(BYTES8 + STAGE_ROWS * SDW, MO_ROWS * D)
 
     @device
@@ -212,7 +194,7 @@ def make_decode_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int
     def mma_block(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, seq, table, k_sc, v_sc, chunk, S):
         if PDL == 1:
             launch_dependents()  # the combine kernel may be launched now; it waits for this grid to complete
-        if KV8:
+        if KV_FORMAT:
             KB = dynamic_tile(0, ROWS, DW8)  # the byte rings
             KV = dynamic_tile(BYTES8, STAGE_ROWS, SDW)  # the 16-bit tiles
             h = cuda.blockIdx.y - seq * Hkv  # the KV head
@@ -238,31 +220,31 @@ def make_decode_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int
         lr = lane % 8
 
         # Q fragments: rows g and g+8 of the tile = query rows (head kvh·G + r // Nq, position r % Nq)
-        qf = cuda.local.array(NQ, uint32)
+        qf = cuda.local.array(Q_REGS, uint32)
         r_lo = g
         r_hi = g + 8
         b_lo = kvh * G + r_lo // Nq
         i_lo = r_lo % Nq
         b_hi = kvh * G + r_hi // Nq
         i_hi = r_hi % Nq
-        for ks in range(KS):
+        for ks in range(QK_KSTEPS):
             c = 8 * ks + t
-            qf[4 * ks + 0] = q[b_lo, i_lo, c] if r_lo < NR else uint32(0)
-            qf[4 * ks + 1] = q[b_hi, i_hi, c] if r_hi < NR else uint32(0)
+            qf[4 * ks + 0] = q[b_lo, i_lo, c] if r_lo < QUERY_ROWS else uint32(0)
+            qf[4 * ks + 1] = q[b_hi, i_hi, c] if r_hi < QUERY_ROWS else uint32(0)
             if CVEC > VEC:  # the last k-step's upper half lies past the row: zero
-                qf[4 * ks + 2] = q[b_lo, i_lo, c + 4] if r_lo < NR and c + 4 < DW else uint32(0)
-                qf[4 * ks + 3] = q[b_hi, i_hi, c + 4] if r_hi < NR and c + 4 < DW else uint32(0)
+                qf[4 * ks + 2] = q[b_lo, i_lo, c + 4] if r_lo < QUERY_ROWS and c + 4 < DW else uint32(0)
+                qf[4 * ks + 3] = q[b_hi, i_hi, c + 4] if r_hi < QUERY_ROWS and c + 4 < DW else uint32(0)
             else:
-                qf[4 * ks + 2] = q[b_lo, i_lo, c + 4] if r_lo < NR else uint32(0)
-                qf[4 * ks + 3] = q[b_hi, i_hi, c + 4] if r_hi < NR else uint32(0)
+                qf[4 * ks + 2] = q[b_lo, i_lo, c + 4] if r_lo < QUERY_ROWS else uint32(0)
+                qf[4 * ks + 3] = q[b_hi, i_hi, c + 4] if r_hi < QUERY_ROWS else uint32(0)
         # keys < lim are visible to the row (causal: bottom-right aligned); padding rows see the split
-        lim_lo = key_limit(i_lo, hi, Nk) if r_lo < NR else hi
-        lim_hi = key_limit(i_hi, hi, Nk) if r_hi < NR else hi
-        acc = cuda.local.array(NO, float32)
-        for i in range(NO):
+        lim_lo = key_limit(i_lo, hi, Nk) if r_lo < QUERY_ROWS else hi
+        lim_hi = key_limit(i_hi, hi, Nk) if r_hi < QUERY_ROWS else hi
+        acc = cuda.local.array(O_REGS, float32)
+        for i in range(O_REGS):
             acc[i] = float32(0.0)
-        s = cuda.local.array(NS, float32)
-        if KV8 and TOKEN:
+        s = cuda.local.array(S_REGS, float32)
+        if KV_FORMAT and TOKEN:
             vsc = cuda.local.array(NT2, float32)  # the V scales of this lane's key columns
         m_lo = NEG_BIG
         m_hi = NEG_BIG
@@ -270,7 +252,7 @@ def make_decode_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int
         l_hi = float32(0.0)
 
         n_tiles = max(0, (hi - lo + Bc - 1) // Bc)
-        mine = max(0, (n_tiles - warp + W - 1) // W)  # this warp's tiles: warp, warp + W, ...
+        mine = max(0, (n_tiles - warp + WARPS - 1) // WARPS)  # this warp's tiles: warp, warp + W, ...
         base = warp * RING  # first row of this warp's ring
         k_r = (lm // 2) * 8 + lr
         k_c = lm % 2
@@ -285,10 +267,10 @@ def make_decode_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int
 
         for st in range(stages - 1):
             if st < mine:
-                if KV8:
-                    copy_tile8(KB, k, v, lo + (warp + st * W) * Bc, base + st * Bc, lane, hi, table, seq, Hkv, h)
+                if KV_FORMAT:
+                    copy_tile8(KB, k, v, lo + (warp + st * WARPS) * Bc, base + st * Bc, lane, hi, table, seq, Hkv, h)
                 else:
-                    copy_tile(KV, k, v, lo + (warp + st * W) * Bc, base + st * Bc, lane, g_base, hi, Nk, table, seq,
+                    copy_tile(KV, k, v, lo + (warp + st * WARPS) * Bc, base + st * Bc, lane, g_base, hi, Nk, table, seq,
                               Hkv)
             cp_async_commit()
 
@@ -297,16 +279,16 @@ def make_decode_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int
             syncwarp(FULL)  # ... and every lane's; every lane is done with tile it-1
             nxt = it + stages - 1
             if nxt < mine:
-                if KV8:
-                    copy_tile8(KB, k, v, lo + (warp + nxt * W) * Bc, base + (nxt % stages) * Bc, lane, hi, table,
+                if KV_FORMAT:
+                    copy_tile8(KB, k, v, lo + (warp + nxt * WARPS) * Bc, base + (nxt % stages) * Bc, lane, hi, table,
                                seq, Hkv, h)
                 else:
-                    copy_tile(KV, k, v, lo + (warp + nxt * W) * Bc, base + (nxt % stages) * Bc, lane, g_base, hi, Nk,
-                              table, seq, Hkv)
+                    copy_tile(KV, k, v, lo + (warp + nxt * WARPS) * Bc, base + (nxt % stages) * Bc, lane, g_base, hi,
+                              Nk, table, seq, Hkv)
             cp_async_commit()
 
-            j0 = lo + (warp + it * W) * Bc
-            if KV8:  # the landed bytes → the warp's 16-bit tile, read below as a 16-bit ring's would be
+            j0 = lo + (warp + it * WARPS) * Bc
+            if KV_FORMAT:  # the landed bytes → the warp's 16-bit tile, read below as a 16-bit ring's would be
                 kb = warp * 2 * Bc
                 dequant_tile(KB, KV, base + (it % stages) * Bc, kb, lane)
                 syncwarp(FULL)
@@ -315,11 +297,11 @@ def make_decode_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int
                 kb = base + (it % stages) * Bc
                 vb = kb + stages * Bc
             # -- S = Q Kᵀ for Bc keys
-            for i in range(NS):
+            for i in range(S_REGS):
                 s[i] = float32(0.0)
-            for ks in range(KS):
+            for ks in range(QK_KSTEPS):
                 kcol = 4 * ((2 * ks + k_c) ^ k_sw)
-                for np_ in range(NP):
+                for np_ in range(S_NPAIRS):
                     b = ldmatrix_x4(KV, kb + 16 * np_ + k_r, kcol)
                     n0 = 8 * np_
                     s[n0], s[n0 + 1], s[n0 + 2], s[n0 + 3] = mma(
@@ -328,8 +310,8 @@ def make_decode_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int
                     s[n0 + 4], s[n0 + 5], s[n0 + 6], s[n0 + 7] = mma(
                         qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3], b[2], b[3],
                         s[n0 + 4], s[n0 + 5], s[n0 + 6], s[n0 + 7])
-            if KV8 and TOKEN:  # each key's K scale on its column of S (its V scale kept for P)
-                for nt in range(NT):
+            if KV_FORMAT and TOKEN:  # each key's K scale on its column of S (its V scale kept for P)
+                for nt in range(S_NTILES):
                     for e in range(2):
                         jj = min(j0 + nt * 8 + 2 * t + e, hi - 1)
                         crow = table[seq, jj >> LOGP] * P + (jj & (P - 1))
@@ -339,7 +321,7 @@ def make_decode_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int
                         s[4 * nt + e + 2] *= kscl
             # -- mask keys past the split and (causal) after the row's position
             if j0 + Bc > min(lim_lo, lim_hi) or causal:
-                for nt in range(NT):
+                for nt in range(S_NTILES):
                     for e in range(4):
                         col = j0 + nt * 8 + 2 * t + (e % 2)
                         lim = lim_lo if e < 2 else lim_hi
@@ -350,13 +332,13 @@ def make_decode_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int
             l_lo = l_lo * corr_lo + rs_lo
             l_hi = l_hi * corr_hi + rs_hi
             rescale(acc, 0, corr_lo, corr_hi)
-            if KV8 and TOKEN:  # each key's V scale on its column of P (l already summed)
-                for nt in range(NT):
+            if KV_FORMAT and TOKEN:  # each key's V scale on its column of P (l already summed)
+                for nt in range(S_NTILES):
                     for e in range(2):
                         s[4 * nt + e] *= vsc[2 * nt + e]
                         s[4 * nt + e + 2] *= vsc[2 * nt + e]
             # -- O += P V
-            for kk in range(KK):
+            for kk in range(PV_KSTEPS):
                 p0 = 8 * kk
                 a0 = pack(s[p0], s[p0 + 1])
                 a1 = pack(s[p0 + 2], s[p0 + 3])
@@ -380,9 +362,9 @@ def make_decode_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int
         MM = dynamic_tile(ML, MLR, 2)
         l_lo = quad_sum(l_lo)
         l_hi = quad_sum(l_hi)
-        if KV8 and not TOKEN:  # per tensor / head: V's scale on the block's accumulators
+        if KV_FORMAT and not TOKEN:  # per tensor / head: V's scale on the block's accumulators
             vscale = v_sc[0, h] * UNIT
-            for i in range(NO):
+            for i in range(O_REGS):
                 acc[i] *= vscale
         for dt in range(DT):
             MO[warp * 16 + g, 8 * dt + 2 * t] = acc[4 * dt]
@@ -395,13 +377,13 @@ def make_decode_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int
             MM[warp * 16 + g + 8, 0] = m_hi * scale if m_hi != NEG_BIG else NEG_BIG
             MM[warp * 16 + g + 8, 1] = l_hi
         cuda.syncthreads()
-        for idx in range(tid, NR * D, NTH):
+        for idx in range(tid, QUERY_ROWS * D, THREADS):
             r = idx // D
             d = idx - r * D
             mm = NEG_BIG
             ll = float32(0.0)
             oo = float32(0.0)
-            for ww in range(W):
+            for ww in range(WARPS):
                 mm, ll, ca, cb = merge_state(mm, ll, MM[ww * 16 + r, 0], MM[ww * 16 + r, 1])
                 oo = oo * ca + cb * MO[ww * 16 + r, d]
             bh = kvh * G + r // Nq
@@ -432,7 +414,7 @@ def make_decode_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int
             cuda.syncthreads()
             if MM[FLAG, 0] > float32(0.5):
                 cuda.threadfence()
-                for idx in range(tid, NR * D, NTH):
+                for idx in range(tid, QUERY_ROWS * D, THREADS):
                     r = idx // D
                     d = idx - r * D
                     bh = kvh * G + r // Nq
@@ -444,7 +426,7 @@ def make_decode_mma_kernel(D: int, W: int, Bc: int, stages: int, Nq: int, G: int
                 if tid == 0:
                     counters[kvh] = 0  # ready for the next launch
 
-    if KV8:
+    if KV_FORMAT:
         @kernel
         def paged_mma8(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, table, seqlens, ks, vs, chunk, S):
             seq = cuda.blockIdx.y // Hkv
@@ -478,52 +460,6 @@ PDL_MODES = {1: "combine launched at the split kernel's start", 2: "launched aft
              3: "launched at its exit"}
 
 
-def decode_mma_smem_bytes(D, W, Bc, stages, kv8=False):
-    """Dynamic shared memory of :func:`make_decode_mma_kernel`: the rings (``kv8``: the byte rings
-    and one 16-bit K/V tile per warp) or the merge area, and the m/l rows."""
-    ring = W * 2 * stages * Bc * swizzle_row_chunks(D) * 16
-    if kv8:
-        ring = W * 2 * stages * Bc * D + W * 2 * Bc * swizzle_row_chunks(D) * 16
-    merge = W * 16 * D * 4
-    return max(ring, merge) + (W * 16 + 1) * 2 * 4
-
-
-def check_decode_mma(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
-              fixed_combine):
-    """``supports`` of ``decode_mma`` (and of ``paged_mma`` after its paged checks)."""
-    if problem.dtype not in ("float16", "bfloat16"):
-        return f"dtype {problem.dtype}: decode_mma computes on f16/bf16 tensor cores (16-bit storage)"
-    if problem.q_len > MAX_Q_LEN:
-        return f"decode kernel: q_len {problem.q_len} > {MAX_Q_LEN} (use a prefill phase)"
-    NR = problem.group * problem.q_len
-    if NR > 16:
-        return f"{NR} query rows per KV head (group × q_len) > 16: one m16 tile per block"
-    D = problem.head_dim
-    if D % 8 or D > 256:
-        return f"head_dim {D} must be a multiple of 8 (16-byte rows), at most 256"
-    if Bc % 16 or Bc < 16:
-        return f"Bc={Bc} must be a multiple of 16"
-    chunks = (D + 15) // 16 * 2
-    if (Bc * chunks) % WARP_SIZE:
-        return f"Bc={Bc} × {chunks} chunks is not a whole number of 16-byte copies per lane"
-    if stages < 2:
-        return "stages must be at least 2"
-    if not 1 <= warps <= 32:
-        return f"warps={warps} out of range 1..32"
-    if int(pdl) not in (0, 1, 2, 3):
-        return f"pdl={pdl}: 0 (plain launch) or 1/2/3 (dependent launch; see PDL_MODES)"
-    return smem_reason(decode_mma_smem_bytes(D, warps, Bc, stages, bool(getattr(problem, "kv_dtype", ""))))
-
-
-def resolve_decode_mma(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
-                fixed_combine):
-    """``resolve`` of ``decode_mma`` and ``paged_mma``: the split count (a paged problem with unequal
-    lengths: the ragged plan of ``split_plan``, :func:`ragged_mean`)."""
-    S, _ = split_plan(problem.batch * problem.kv_heads, problem.kv_len, max(1, warps * Bc), sm_count(), blocks_per_sm,
-                      min_keys, splits, mean_len=ragged_mean(problem))
-    return {"splits": S}
-
-
 def decode_mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
                fixed_combine, P=0, keys=None, note=""):
     """The host side of ``decode_mma`` (``P = 0``) and ``paged_mma`` (``P`` = page size): the split
@@ -543,7 +479,7 @@ def decode_mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_key
     kv8 = PAGED_KV8[getattr(problem, "kv_dtype", "")] if P else 0
     extra = {"BF16": True} if bf16 else {}
     if kv8:
-        extra.update(KV8=kv8, TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]))
+        extra.update(KV_FORMAT=kv8, TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]))
     kern = make_decode_mma_kernel(D, warps, Bc, stages, Nq, G, problem.causal, final, fused,
                                   int(pdl) if dependent else 0,
                            bool(l2_prefetch), bool(even), P=P, **extra)
@@ -617,5 +553,4 @@ def decode_mma(problem, warps=4, Bc=16, stages=3, splits=0, blocks_per_sm=2, min
                l2_prefetch=False, even=False, fixed_combine=True):
     Nk = problem.kv_len
     return decode_mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl,
-                             l2_prefetch, even,
-                      fixed_combine, keys=lambda layout: (Nk,))
+                             l2_prefetch, even, fixed_combine, keys=lambda layout: (Nk,))

@@ -17,9 +17,7 @@ from __future__ import annotations
 from numba import float32
 
 from numba_attn.gpu.device_functions import LOG2E
-from numba_attn.gpu.ptx_loads import (
-    smem_reason,
-)
+from numba_attn.gpu.ptx_loads import smem_reason
 from numba_attn.phases.decode.frag8 import make_frag8_kernel, ring_bytes
 from numba_attn.phases.decode.p33_decode_split_k_lean import make_lean_kernel
 from numba_attn.phases.decode.paged import PAGED_KV8, PAGED_TOKEN_SCALE, check_paged_problem, paged_launch
@@ -184,7 +182,8 @@ def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_pe
     if mma:
         kern = make_frag8_kernel(problem.head_dim, warps, problem.q_len, problem.group, problem.causal, fused,
                                  blocks_per_sm, problem.page_size, PAGED_KV8[problem.kv_dtype],
-                                 bool(PAGED_TOKEN_SCALE[problem.kv_scale]), PF=prefetch, HW=step_heads, NST=stages)
+                                 bool(PAGED_TOKEN_SCALE[problem.kv_scale]), PREFETCH=prefetch, STEP_HEADS=step_heads,
+                                 STAGES=stages)
         pf_note = f", L2 prefetch {prefetch} step{'s' if prefetch > 1 else ''} ahead" if prefetch else ""
         pf_note += f", {step_heads} KV heads per warp step" if step_heads > 1 else ""
         pf_note += f", cp.async ring of {stages} steps per warp" if stages else ""
@@ -195,8 +194,8 @@ def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_pe
                             static_bytes=_merge_smem(problem, warps, rows, step_heads))
     kern = make_lean_kernel(problem.head_dim, elements_per_load(problem, wide), lanes, keys, warps, rows, problem.q_len,
                             problem.group, problem.causal, False, fused, blocks_per_sm, P=problem.page_size,
-                            KV8=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
-                            BF16=problem.dtype == "bfloat16", BAL=balance, AHEAD=ahead)
+                            KV_FORMAT=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
+                            BF16=problem.dtype == "bfloat16", BALANCE=balance, PAGE_AHEAD=ahead)
     scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
     wide_note = ", 16 codes per load" if elements_per_load(problem, wide) == 16 else ""
     wide_note += ", balanced splits" if balance else ""

@@ -12,8 +12,9 @@ Verdict: 0.249 ms at GQA B8 H32/8 KV 32k, 0.99x decode_mma; fp8 GQA 0.326 ms, 0.
 """
 from __future__ import annotations
 
-from numba_attn.phases.decode.p34_decode_mma import check_decode_mma, decode_mma_launch, resolve_decode_mma
+from numba_attn.phases.decode.p34_decode_mma import decode_mma_launch
 from numba_attn.phases.decode.paged import PagedLayout, check_paged_problem
+from numba_attn.phases.decode.rules import check_decode_mma, resolve_decode_mma
 from numba_attn.phases.registry import register_phase
 
 
@@ -59,7 +60,7 @@ def paged_mma(problem, warps=4, Bc=16, stages=3, splits=0, blocks_per_sm=2, min_
     own = PagedLayout(problem)  # the runner's calls give no layout: the problem's, uploaded at the first call
     n = 4 if problem.kv_dtype else 2  # the table and lengths (8-bit: and the scales)
     return decode_mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl,
-                             l2_prefetch, even,
-                      fixed_combine, P=problem.page_size, keys=lambda layout: tuple((layout or own.own())[:n]),
-                      note=f"P={problem.page_size}, " + (f"{problem.kv_dtype} cache ({problem.kv_scale} scale), "
-                                                         if problem.kv_dtype else ""))
+                             l2_prefetch, even, fixed_combine, P=problem.page_size,
+                             keys=lambda layout: tuple((layout or own.own())[:n]),
+                             note=f"P={problem.page_size}, " + (f"{problem.kv_dtype} cache ({problem.kv_scale} scale), "
+                                                                if problem.kv_dtype else ""))

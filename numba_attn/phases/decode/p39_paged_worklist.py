@@ -65,8 +65,8 @@ def paged_worklist(problem, warps=8, lanes=0, rows=4, keys=0, workers=0, blocks_
                    ahead=False, flat=False):
     kern = make_lean_kernel(problem.head_dim, elements_per_load(problem, wide), lanes, keys, warps, rows, problem.q_len,
                             problem.group, problem.causal, False, True, blocks_per_sm, P=problem.page_size,
-                            KV8=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
-                            BF16=problem.dtype == "bfloat16", WORK=True, AHEAD=ahead)
+                            KV_FORMAT=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
+                            BF16=problem.dtype == "bfloat16", WORKLIST=True, PAGE_AHEAD=ahead)
     scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
     wide_note = ", 16 codes per load" if elements_per_load(problem, wide) == 16 else ""
     wide_note += ", page index a step ahead" if ahead else ""

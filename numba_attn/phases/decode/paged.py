@@ -32,45 +32,46 @@ def check_paged_problem(problem) -> str | None:
     return None
 
 
-def page_steps(P: int, KS: int):
-    """(log2 of the page size ``P``, whether a page holds whole warp steps of ``KS`` keys): with steps
+def page_steps(P: int, KEYS_PER_STEP: int):
+    """(log2 of the page size ``P``, whether a page holds whole warp steps of ``KEYS_PER_STEP`` keys): with steps
     aligned to KS a step then never crosses a page, and its page index is read once per step (by the
     warp-step kernel, :func:`make_lean_kernel`, which passes it to :func:`paged_keys` / :func:`paged_words`),
     else once per key. (0, False) without pages (``P`` = 0)."""
-    return (P.bit_length() - 1, P % KS == 0) if P > 0 else (0, False)
+    return (P.bit_length() - 1, P % KEYS_PER_STEP == 0) if P > 0 else (0, False)
 
 
 @functools.cache
-def paged_keys(D: int, VW: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN: bool, BF16: bool = False):
+def paged_keys(D: int, VW: int, LANES: int, KEYS: int, P: int, KEYS_PER_STEP: int, KV_FORMAT: int, TOKEN: bool,
+               BF16: bool = False):
     """``load_keys`` of a warp-step kernel over a paged cache: key ``jj`` of sequence
     ``b`` is cache row ``table[b, jj // P] · P + jj % P`` of the (num_blocks·P, Hkv, D)
-    view. When pages hold whole warp steps (``P % KS == 0``: steps are aligned to KS)
-    the page index is read once per step, by the caller (``pg``), else once per key here. ``KV8``: 0 a 16-bit cache
-    (16-byte loads, as ``chunk_steps``), 1 fp8 e4m3, 2 int8: the (…, D/4) uint32 view,
+    view. When pages hold whole warp steps (``P % KEYS_PER_STEP == 0``: steps are aligned to them)
+    the page index is read once per step, by the caller (``pg``), else once per key here. ``KV_FORMAT``: 0 a
+    16-bit cache (16-byte loads, as ``chunk_steps``), 1 fp8 e4m3, 2 int8: the (…, D/4) uint32 view,
     two words per 8 elements, dequantized and multiplied by the row's scale
     (``ks``/``vs``: (1, Hkv) per tensor or head, (num_blocks·P, Hkv) per ``TOKEN``).
-    ``BF16`` (with ``KV8`` 0): a bfloat16 cache as its (…, D/2) uint32 word view."""
-    E = D // L
+    ``BF16`` (with ``KV_FORMAT`` 0): a bfloat16 cache as its (…, D/2) uint32 word view."""
+    E = D // LANES
     NV = E // VW
-    KW = WARP_SIZE // L
-    LOGP, STEP = page_steps(P, KS)
-    load_row = row_loader(VW, L, NV, BF16)  # one key row of K and V, 16 bytes per load
-    dq4, UNIT = kv8_decoder(KV8)
+    GROUPS = WARP_SIZE // LANES
+    LOGP, STEP = page_steps(P, KEYS_PER_STEP)
+    load_row = row_loader(VW, LANES, NV, BF16)  # one key row of K and V, 16 bytes per load
+    dq4, UNIT = kv8_decoder(KV_FORMAT)
 
     @device
-    def load_keys(k, v, KK, VV, table, b, h, pg, j0, hi, sub, ks, vs):
-        for t in range(T):
-            jj = min(j0 + t * KW, hi - 1)
+    def load_keys(k, v, K_j, V_j, table, b, h, pg, j0, hi, sub, ks, vs):
+        for t in range(KEYS):
+            jj = min(j0 + t * GROUPS, hi - 1)
             page = pg if STEP else table[b, jj >> LOGP]
             row = page * P + (jj & (P - 1))
-            if KV8 == 0:
-                load_row(k, v, KK, VV, t, row, h, sub)
+            if KV_FORMAT == 0:
+                load_row(k, v, K_j, V_j, t, row, h, sub)
             else:
                 srow = row if TOKEN else 0
                 sk = ks[srow, h] * UNIT
                 sv = vs[srow, h] * UNIT
                 for u in range(NV):
-                    c = (sub + L * u) * 2  # word of the chunk's first element (8 bytes: 2 words)
+                    c = (sub + LANES * u) * 2  # word of the chunk's first element (8 bytes: 2 words)
                     kw0, kw1 = ld_global_v2(k, row, h, c)
                     vw0, vw1 = ld_global_v2(v, row, h, c)
                     k0, k1, k2, k3 = dq4(kw0)
@@ -78,47 +79,47 @@ def paged_keys(D: int, VW: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN
                     v0, v1, v2, v3 = dq4(vw0)
                     v4, v5, v6, v7 = dq4(vw1)
                     e = u * VW
-                    KK[t, e], KK[t, e + 1], KK[t, e + 2], KK[t, e + 3] = k0 * sk, k1 * sk, k2 * sk, k3 * sk
-                    KK[t, e + 4], KK[t, e + 5], KK[t, e + 6], KK[t, e + 7] = k4 * sk, k5 * sk, k6 * sk, k7 * sk
-                    VV[t, e], VV[t, e + 1], VV[t, e + 2], VV[t, e + 3] = v0 * sv, v1 * sv, v2 * sv, v3 * sv
-                    VV[t, e + 4], VV[t, e + 5], VV[t, e + 6], VV[t, e + 7] = v4 * sv, v5 * sv, v6 * sv, v7 * sv
+                    K_j[t, e], K_j[t, e + 1], K_j[t, e + 2], K_j[t, e + 3] = k0 * sk, k1 * sk, k2 * sk, k3 * sk
+                    K_j[t, e + 4], K_j[t, e + 5], K_j[t, e + 6], K_j[t, e + 7] = k4 * sk, k5 * sk, k6 * sk, k7 * sk
+                    V_j[t, e], V_j[t, e + 1], V_j[t, e + 2], V_j[t, e + 3] = v0 * sv, v1 * sv, v2 * sv, v3 * sv
+                    V_j[t, e + 4], V_j[t, e + 5], V_j[t, e + 6], V_j[t, e + 7] = v4 * sv, v5 * sv, v6 * sv, v7 * sv
 
     return load_keys
 
 
 @functools.cache
-def paged_words(D: int, L: int, T: int, P: int, KS: int, KV8: int, TOKEN: bool):
-    """The ``wide`` load of an 8-bit paged cache (``KV8`` 1 fp8 e4m3, 2 int8): as
+def paged_words(D: int, LANES: int, KEYS: int, P: int, KEYS_PER_STEP: int, KV_FORMAT: int, TOKEN: bool):
+    """The ``wide`` load of an 8-bit paged cache (``KV_FORMAT`` 1 fp8 e4m3, 2 int8): as
     :func:`paged_keys`, but a lane owns 16 consecutive codes per chunk (E = D/L elements,
     E/16 chunks) and reads each chunk with one 16-byte load of the (…, D/4) uint32 view.
     The words are kept as they are (``KQ``/``VQ``: (T, E/4)) and decoded where they are
     used; ``sks``/``svs`` get each key's K and V scale (times the decoder's unit). Returns,
     for fp8, the OR of :func:`e4m3_nan_bytes` of every word loaded (non-zero: a NaN code
     was read), else 0."""
-    E = D // L
+    E = D // LANES
     NV = E // 16
-    KW = WARP_SIZE // L
-    LOGP, STEP = page_steps(P, KS)
-    UNIT = kv8_decoder(KV8)[1]
+    GROUPS = WARP_SIZE // LANES
+    LOGP, STEP = page_steps(P, KEYS_PER_STEP)
+    UNIT = kv8_decoder(KV_FORMAT)[1]
 
     @device
-    def load_words(k, v, KQ, VQ, sks, svs, table, b, h, pg, j0, hi, sub, ks, vs):
+    def load_words(k, v, K_words, V_words, sks, svs, table, b, h, pg, j0, hi, sub, ks, vs):
         bad = uint32(0)
-        for t in range(T):
-            jj = min(j0 + t * KW, hi - 1)
+        for t in range(KEYS):
+            jj = min(j0 + t * GROUPS, hi - 1)
             page = pg if STEP else table[b, jj >> LOGP]
             row = page * P + (jj & (P - 1))
             srow = row if TOKEN else 0
             sks[t] = ks[srow, h] * UNIT
             svs[t] = vs[srow, h] * UNIT
             for u in range(NV):
-                c = (sub + L * u) * 4  # word of the chunk's first code (16 codes: 4 words)
+                c = (sub + LANES * u) * 4  # word of the chunk's first code (16 codes: 4 words)
                 kw = ld_global_v4(k, row, h, c)
                 vw = ld_global_v4(v, row, h, c)
                 for x in range(4):
-                    KQ[t, 4 * u + x] = kw[x]
-                    VQ[t, 4 * u + x] = vw[x]
-                    if KV8 == 1:
+                    K_words[t, 4 * u + x] = kw[x]
+                    V_words[t, 4 * u + x] = vw[x]
+                    if KV_FORMAT == 1:
                         bad |= e4m3_nan_bytes(kw[x]) | e4m3_nan_bytes(vw[x])
         return bad
 
@@ -204,20 +205,20 @@ def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, 
                         f"{tile_notes(lanes, keys, rows, warps)}{notes}")
 
 
-def work_list(lens, KS: int, workers: int, min_keys: int = 0):
+def work_list(lens, keys_per_step: int, workers: int, min_keys: int = 0):
     """The work list of ``paged_worklist`` (FlashInfer's balanced decode plan): the batch's keys, each
-    sequence's rounded up to whole warp steps of ``KS`` keys and laid end to end, cut into ``W`` equal
+    sequence's rounded up to whole warp steps of ``keys_per_step`` keys and laid end to end, cut into ``W`` equal
     shares of whole steps (``W`` = ``workers``, fewer where a share would hold under ``min_keys`` keys).
     Worker w's share is the part of every sequence it covers: an item (sequence b, split s, keys [lo, hi)
     of b, n_b) where n_b is how many items b has (split s is b's s-th, in key order, so a sequence's
     splits are 0 … n_b − 1 and a combine reads exactly n_b partials). A sequence of length 0 is one
     item (b, 0, 0, 0, 1), which writes its zero partial. Returns (``work`` int32 (items, 5), ``wptr`` int32
     (W + 1,): worker w runs items wptr[w] … wptr[w+1] − 1, a contiguous run of sequences). Every item has
-    keys except an empty sequence's; ``lo`` is a multiple of ``KS``."""
+    keys except an empty sequence's; ``lo`` is a multiple of ``keys_per_step``."""
     lens = np.asarray(lens, np.int64).reshape(-1)
-    steps = -(-lens // KS)  # each sequence in whole steps
+    steps = -(-lens // keys_per_step)  # each sequence in whole steps
     total = int(steps.sum())
-    W = max(1, min(int(workers), total, -(-total * KS // max(1, min_keys)) if min_keys else total))
+    W = max(1, min(int(workers), total, -(-total * keys_per_step // max(1, min_keys)) if min_keys else total))
     share = -(-total // W)  # steps per worker
     items, owner = [], []
     start = 0  # the sequence's first step in the batch's steps
@@ -230,7 +231,8 @@ def work_list(lens, KS: int, workers: int, min_keys: int = 0):
         w = start // share
         while w * share < start + n:
             lo, hi = max(start, w * share), min(start + n, (w + 1) * share)
-            items.append([b, len(items) - first, (lo - start) * KS, min(int(lens[b]), (hi - start) * KS), 0])
+            items.append([b, len(items) - first, (lo - start) * keys_per_step,
+                          min(int(lens[b]), (hi - start) * keys_per_step), 0])
             owner.append(w)
             w += 1
         for it in items[first:]:
@@ -241,7 +243,7 @@ def work_list(lens, KS: int, workers: int, min_keys: int = 0):
     return work, wptr
 
 
-def worklist_plan(lens, Hkv: int, KS: int, workers: int, min_keys: int = 0, flat: bool = False):
+def worklist_plan(lens, Hkv: int, keys_per_step: int, workers: int, min_keys: int = 0, flat: bool = False):
     """The work list of ``paged_worklist``'s blocks: (``work`` int32 (items, 5), ``wptr`` int32 (blocks + 1,)),
     as :func:`work_list`'s but with an item's first column the KV head of its sequence, b · Hkv + h.
     ``flat``: one list over every (sequence, KV head) in that order, cut into ``workers`` shares (a share may
@@ -251,9 +253,9 @@ def worklist_plan(lens, Hkv: int, KS: int, workers: int, min_keys: int = 0, flat
     share of head h."""
     lens = np.asarray(lens, np.int64).reshape(-1)
     if flat:
-        work, wptr = work_list(np.repeat(lens, Hkv), KS, workers, min_keys)
+        work, wptr = work_list(np.repeat(lens, Hkv), keys_per_step, workers, min_keys)
         return work, wptr
-    work, wptr = work_list(lens, KS, workers, min_keys)
+    work, wptr = work_list(lens, keys_per_step, workers, min_keys)
     heads = []
     for h in range(Hkv):
         wh = work.copy()
@@ -275,7 +277,7 @@ def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blo
     checked), or ``layout``'s read back from the device (one small copy, which waits for the device)."""
     B, H, Hkv, Nq, D = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.head_dim
     n_rc = (problem.group * Nq + rows - 1) // rows
-    KS = (WARP_SIZE // lanes) * keys * warps  # keys per round of the block's warps: a split's unit
+    keys_per_round = (WARP_SIZE // lanes) * keys * warps  # keys per round of the block's warps: a split's unit
     slots = sm_count() * blocks_per_sm // n_rc  # blocks (of all KV heads) that fill the SMs' slots once
     W = workers * (Hkv if flat else 1) or max(1, slots if flat else slots // Hkv)
     cnt = zeroed_counters(B * Hkv * n_rc)
@@ -286,7 +288,7 @@ def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blo
         """(work, wptr on the device, blocks, most items of a KV head, items) for these lengths."""
         key = lens.tobytes()
         if key not in plans:
-            work, wptr = worklist_plan(lens, Hkv, KS, W, min_keys, flat)
+            work, wptr = worklist_plan(lens, Hkv, keys_per_round, W, min_keys, flat)
             plans.clear()  # one plan at a time: a decode loop's lengths change every step
             plans[key] = (cuda.to_device(work), cuda.to_device(wptr), int(wptr.size) - 1, int(work[:, 4].max()),
                           int(work.shape[0]))
@@ -313,5 +315,6 @@ def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blo
                   host_lengths=True,
                   notes=f"{nw0} blocks{'' if flat else f' ({nw0 // Hkv} workers of each KV head)'} of {n_rc} row "
                         f"block(s), {items0} items (at most {smax0} per KV head) "
-                        f"in whole steps of {KS} keys, P={problem.page_size}, {tile_notes(lanes, keys, rows, warps)}"
+                        f"in whole steps of {keys_per_round} keys, P={problem.page_size}, "
+                        f"{tile_notes(lanes, keys, rows, warps)}"
                         f"{notes}")

@@ -6,7 +6,7 @@ import numpy as np
 
 from numba_attn.gpu.arrays import view_as
 from numba_attn.gpu.backend import IS_SIMULATOR
-from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT
+from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT, smem_reason, swizzle_row_chunks
 from numba_attn.gpu.split_k import sm_count, split_plan
 from numba_attn.gpu.warp import WARP_SIZE
 
@@ -155,3 +155,49 @@ def check_alignment(*arrays):
         ptr = a.__cuda_array_interface__["data"][0] if hasattr(a, "__cuda_array_interface__") else 0
         if ptr % 16:
             raise ValueError("decode kernels need 16-byte aligned K/V device arrays")
+
+
+def decode_mma_smem_bytes(D, warps, Bc, stages, kv8=False):
+    """Dynamic shared memory of :func:`make_decode_mma_kernel`: the rings (``kv8``: the byte rings
+    and one 16-bit K/V tile per warp) or the merge area, and the m/l rows."""
+    ring = warps * 2 * stages * Bc * swizzle_row_chunks(D) * 16
+    if kv8:
+        ring = warps * 2 * stages * Bc * D + warps * 2 * Bc * swizzle_row_chunks(D) * 16
+    merge = warps * 16 * D * 4
+    return max(ring, merge) + (warps * 16 + 1) * 2 * 4
+
+
+def check_decode_mma(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch, even,
+                     fixed_combine):
+    """``supports`` of ``decode_mma`` (and of ``paged_mma`` after its paged checks)."""
+    if problem.dtype not in ("float16", "bfloat16"):
+        return f"dtype {problem.dtype}: decode_mma computes on f16/bf16 tensor cores (16-bit storage)"
+    if problem.q_len > MAX_Q_LEN:
+        return f"decode kernel: q_len {problem.q_len} > {MAX_Q_LEN} (use a prefill phase)"
+    NR = problem.group * problem.q_len
+    if NR > 16:
+        return f"{NR} query rows per KV head (group × q_len) > 16: one m16 tile per block"
+    D = problem.head_dim
+    if D % 8 or D > 256:
+        return f"head_dim {D} must be a multiple of 8 (16-byte rows), at most 256"
+    if Bc % 16 or Bc < 16:
+        return f"Bc={Bc} must be a multiple of 16"
+    chunks = (D + 15) // 16 * 2
+    if (Bc * chunks) % WARP_SIZE:
+        return f"Bc={Bc} × {chunks} chunks is not a whole number of 16-byte copies per lane"
+    if stages < 2:
+        return "stages must be at least 2"
+    if not 1 <= warps <= 32:
+        return f"warps={warps} out of range 1..32"
+    if int(pdl) not in (0, 1, 2, 3):
+        return f"pdl={pdl}: 0 (plain launch) or 1/2/3 (dependent launch; see decode_mma's PDL_MODES)"
+    return smem_reason(decode_mma_smem_bytes(D, warps, Bc, stages, bool(getattr(problem, "kv_dtype", ""))))
+
+
+def resolve_decode_mma(problem, warps, Bc, stages, splits, blocks_per_sm, min_keys, fuse_max, pdl, l2_prefetch,
+                       even, fixed_combine):
+    """``resolve`` of ``decode_mma`` and ``paged_mma``: the split count (a paged problem with unequal
+    lengths: the ragged plan of ``split_plan``, :func:`ragged_mean`)."""
+    S, _ = split_plan(problem.batch * problem.kv_heads, problem.kv_len, max(1, warps * Bc), sm_count(), blocks_per_sm,
+                      min_keys, splits, mean_len=ragged_mean(problem))
+    return {"splits": S}

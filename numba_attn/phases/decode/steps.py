@@ -39,7 +39,7 @@ def f32_to_bf16(x):
 
 
 @functools.cache
-def row_loader(VW: int, L: int, NV: int, BF16: bool):
+def row_loader(VW: int, LANES: int, NV: int, BF16: bool):
     """``load_row(k, v, KK, VV, t, a, b, sub)``: this lane's E = NV·VW elements of K row ``k[a, b]``
     and V row ``v[a, b]`` into ``KK[t]``/``VV[t]``, 16 bytes per load (lane ``sub`` of the row's
     L lanes takes chunks sub, sub + L, …); float32 or float16 rows (``ldg_f32x4``/``ldg_f16x8``),
@@ -48,30 +48,30 @@ def row_loader(VW: int, L: int, NV: int, BF16: bool):
     ldv = ldg_f32x4 if VW == 4 else ldg_f16x8
 
     @device
-    def load_row(k, v, KK, VV, t, a, b, sub):
+    def load_row(k, v, K_j, V_j, t, a, b, sub):
         for u in range(NV):
             if BF16:  # 8 elements: 4 words of the uint32 view
-                kw = ld_global_v4(k, a, b, (sub + L * u) * 4)
-                vw = ld_global_v4(v, a, b, (sub + L * u) * 4)
+                kw = ld_global_v4(k, a, b, (sub + LANES * u) * 4)
+                vw = ld_global_v4(v, a, b, (sub + LANES * u) * 4)
                 for x in range(4):
-                    KK[t, u * VW + 2 * x], KK[t, u * VW + 2 * x + 1] = unpack_bf16x2(kw[x])
-                    VV[t, u * VW + 2 * x], VV[t, u * VW + 2 * x + 1] = unpack_bf16x2(vw[x])
+                    K_j[t, u * VW + 2 * x], K_j[t, u * VW + 2 * x + 1] = unpack_bf16x2(kw[x])
+                    V_j[t, u * VW + 2 * x], V_j[t, u * VW + 2 * x + 1] = unpack_bf16x2(vw[x])
             else:
-                kx = ldv(k, a, b, (sub + L * u) * VW)
-                vx = ldv(v, a, b, (sub + L * u) * VW)
+                kx = ldv(k, a, b, (sub + LANES * u) * VW)
+                vx = ldv(v, a, b, (sub + LANES * u) * VW)
                 for x in range(VW):
-                    KK[t, u * VW + x] = kx[x]
-                    VV[t, u * VW + x] = vx[x]
+                    K_j[t, u * VW + x] = kx[x]
+                    V_j[t, u * VW + x] = vx[x]
 
     return load_row
 
 
 @functools.cache
-def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: int, causal: bool,
+def chunk_steps(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, Nq: int, G: int, causal: bool,
                 FINAL: bool = True, BASE2: bool = False, BF16: bool = False):
-    """Device functions of a block of ``NW`` warps that computes ``RB`` query rows
-    of one KV head over a range of keys: a group of ``L`` lanes takes ``T`` keys
-    per warp step, a lane holding ``E = D / L`` elements of a row in registers.
+    """Device functions of a block of ``WARPS`` warps that computes ``ROWS`` query rows
+    of one KV head over a range of keys: a group of ``LANES`` lanes takes ``KEYS`` keys
+    per warp step, a lane holding ``E = D / LANES`` elements of a row in registers.
 
     ``FINAL``: the block writes the output (else its split's partial output and
     log-sum-exp); ``BASE2``: the scores are in base 2 (log2 e folded into the
@@ -79,12 +79,12 @@ def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
     bfloat16 bit patterns (uint16), k and v their (…, D/2) uint32 word views.
     Returns ``(load_rows, load_keys, score_update, merge_lanes, write_rows, combine_last)``.
     """
-    E = D // L  # elements of a row per lane
+    E = D // LANES  # elements of a row per lane
     NV = E // VW  # 16-byte loads per row per lane
-    KW = WARP_SIZE // L  # lane groups per warp
-    NT = NW * WARP_SIZE
+    GROUPS = WARP_SIZE // LANES  # lane groups per warp
+    THREADS = WARPS * WARP_SIZE
     NROWS = G * Nq
-    load_row = row_loader(VW, L, NV, BF16)  # one key row of K and V, 16 bytes per load
+    load_row = row_loader(VW, LANES, NV, BF16)  # one key row of K and V, 16 bytes per load
     key_limit, visible = key_mask(causal, Nq)  # the keys a row sees (scores.py)
 
     @device
@@ -93,7 +93,7 @@ def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
         kvh·G + g, position i), scaled, into this lane's E elements ``Qr``; an
         empty state (acc, m, l); ``lim[r]``: the row sees keys < lim[r] (the block's
         keys end at ``hi``; causal: bottom-right aligned; 0 for a padding row)."""
-        for r in range(RB):
+        for r in range(ROWS):
             row = row0 + r
             ok = row < NROWS
             g = row // Nq
@@ -106,67 +106,68 @@ def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
             for u in range(NV):
                 for x in range(VW):
                     if BF16:
-                        Qr[r, u * VW + x] = bf16_to_f32(q[bh, i, (sub + L * u) * VW + x]) * scale if ok \
+                        Qr[r, u * VW + x] = bf16_to_f32(q[bh, i, (sub + LANES * u) * VW + x]) * scale if ok \
                             else float32(0.0)
                     else:
-                        Qr[r, u * VW + x] = float32(q[bh, i, (sub + L * u) * VW + x]) * scale if ok else float32(0.0)
+                        Qr[r, u * VW + x] = float32(q[bh, i, (sub + LANES * u) * VW + x]) * scale if ok \
+                            else float32(0.0)
                     acc[r, u * VW + x] = float32(0.0)
             m[r] = NEG_BIG
             l[r] = float32(0.0)
 
     @device
-    def load_keys(k, v, KK, VV, kvh, j0, hi, sub):
+    def load_keys(k, v, K_j, V_j, kvh, j0, hi, sub):
         """All loads of a step first: keys j0 + t·KW (t < T, clamped below ``hi``),
         this lane's E elements of each K and V row, 16 bytes at a time."""
-        for t in range(T):
-            load_row(k, v, KK, VV, t, kvh, min(j0 + t * KW, hi - 1), sub)
+        for t in range(KEYS):
+            load_row(k, v, K_j, V_j, t, kvh, min(j0 + t * GROUPS, hi - 1), sub)
 
     @device
-    def score_update(Qr, KK, VV, sc, m, l, acc, lim, j0):
+    def score_update(Qr, K_j, V_j, sc, m, l, acc, lim, j0):
         """The scores of the step's T keys for every row (each summed over the
         group's L lanes by a butterfly), then one online-softmax update per row."""
-        for r in range(RB):
-            for t in range(T):
+        for r in range(ROWS):
+            for t in range(KEYS):
                 s = float32(0.0)
                 for e in range(E):
-                    s += Qr[r, e] * KK[t, e]
-                sc[r, t] = group_sum(s, L)
-        for r in range(RB):  # one online-softmax update per row for the T keys
+                    s += Qr[r, e] * K_j[t, e]
+                sc[r, t] = group_sum(s, LANES)
+        for r in range(ROWS):  # one online-softmax update per row for the T keys
             m_new = m[r]
-            for t in range(T):
-                if visible(j0 + t * KW, lim[r]):
+            for t in range(KEYS):
+                if visible(j0 + t * GROUPS, lim[r]):
                     m_new = max(m_new, sc[r, t])
             corr = math.exp(m[r] - m_new)
             lsum = float32(0.0)
-            for t in range(T):
-                p = math.exp(sc[r, t] - m_new) if visible(j0 + t * KW, lim[r]) else float32(0.0)
+            for t in range(KEYS):
+                p = math.exp(sc[r, t] - m_new) if visible(j0 + t * GROUPS, lim[r]) else float32(0.0)
                 sc[r, t] = p
                 lsum += p
             m[r] = m_new
             l[r] = l[r] * corr + lsum
             for e in range(E):
                 a = acc[r, e] * corr
-                for t in range(T):
-                    a += sc[r, t] * VV[t, e]
+                for t in range(KEYS):
+                    a += sc[r, t] * V_j[t, e]
                 acc[r, e] = a
 
     @device
     def merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub):
         """The lane groups of warp ``w`` merge (common max, rescale, sum); its first
         group stores the warp's (m, l, O) in shared memory."""
-        for r in range(RB):
-            mw = strided_max(m[r], L)
+        for r in range(ROWS):
+            mw = strided_max(m[r], LANES)
             if BASE2:
                 c = math.exp2(m[r] - mw)
             else:
                 c = math.exp(m[r] - mw)
-            lw = strided_sum(l[r] * c, L)
+            lw = strided_sum(l[r] * c, LANES)
             for e in range(E):
-                acc[r, e] = strided_sum(acc[r, e] * c, L)
-            if lane < L:
+                acc[r, e] = strided_sum(acc[r, e] * c, LANES)
+            if lane < LANES:
                 for u in range(NV):
                     for x in range(VW):
-                        sm_o[w, r, (sub + L * u) * VW + x] = acc[r, u * VW + x]
+                        sm_o[w, r, (sub + LANES * u) * VW + x] = acc[r, u * VW + x]
                 if lane == 0:
                     sm_m[w, r] = mw
                     sm_l[w, r] = lw
@@ -175,7 +176,7 @@ def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
     def write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o):
         """Merge the warps' partial (m, l, O), one thread per element; write the
         output (``FINAL``) or split ``split``'s partial output and log-sum-exp."""
-        for idx in range(tid, RB * D, NT):
+        for idx in range(tid, ROWS * D, THREADS):
             r = idx // D
             d = idx - r * D
             row = row0 + r
@@ -185,7 +186,7 @@ def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
                 mm = NEG_BIG
                 ll = float32(0.0)
                 oo = float32(0.0)
-                for ww in range(NW):
+                for ww in range(WARPS):
                     if BASE2:
                         mm, ll, ca, cb = merge_state2(mm, ll, sm_m[ww, r], sm_l[ww, r])
                     else:
@@ -217,7 +218,7 @@ def chunk_steps(D: int, VW: int, L: int, T: int, NW: int, RB: int, Nq: int, G: i
         cuda.syncthreads()
         if sm_last[0] == 1:
             cuda.threadfence()
-            for idx in range(tid, RB * D, NT):
+            for idx in range(tid, ROWS * D, THREADS):
                 r = idx // D
                 d = idx - r * D
                 row = row0 + r
