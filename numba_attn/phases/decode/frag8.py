@@ -8,17 +8,8 @@ import math
 from numba import cuda, float32, float64, int32, uint32, uint64
 
 from numba_attn.gpu.device_functions import NEG_BIG
-from numba_attn.gpu.intrinsics import (
-    byte_perm,
-    cp_async_commit,
-    cp_async_wait,
-    ld_global_v2,
-    ld_global_v4,
-    ld_shared_v4,
-    mma_f16,
-    pack_f16x2,
-    unpack_f16x2,
-)
+from numba_attn.gpu.intrinsics import (byte_perm, cp_async_commit, cp_async_wait, ld_global_v2, ld_global_v4,
+                                       ld_shared_v4, mma_f16, pack_f16x2, unpack_f16x2)
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.prefetch import prefetch_l2_at
 from numba_attn.gpu.ptx_loads import dynamic_tile
@@ -55,16 +46,8 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
     HW adjacent KV heads, the heads' query rows in the N columns, a score counting only in its own head's column;
     ``STAGES`` > 1 (``stages``): the cache bytes reach the fragments through a ``cp.async.ca`` ring of ``STAGES``
     warp steps per warp in dynamic shared memory (XOR-swizzled rows, int8's per-token scales queued in registers)."""
-    from numba_attn.gpu.intrinsics import (
-        add_u32,
-        cp_async16_at_ca,
-        cvt_e4m3x4_f16x2,
-        ld_at,
-        ld_global_v2_at,
-        ld_global_v4_at,
-        mad_u32,
-        sub_f16x2,
-    )
+    from numba_attn.gpu.intrinsics import (add_u32, cp_async16_at_ca, cvt_e4m3x4_f16x2, ld_at, ld_global_v2_at,
+                                           ld_global_v4_at, mad_u32, sub_f16x2)
 
     HEAD_ROWS = G * Nq  # query rows of a KV head (≤ 8: the N of the mma)
     ROWS = HEAD_ROWS * STEP_HEADS  # query rows of the block (HW > 1: one per KV head, HW heads)

@@ -9,15 +9,8 @@ import math
 import numpy as np
 from numba import cuda, float32, uint16, uint32
 
-from numba_attn.gpu.device_functions import (
-    NEG_BIG,
-    combine_splits,
-    ldg_f16x8,
-    ldg_f32x4,
-    merge_state,
-    merge_state2,
-    state_lse,
-)
+from numba_attn.gpu.device_functions import (NEG_BIG, combine_splits, ldg_f16x8, ldg_f32x4, merge_state, merge_state2,
+                                             state_lse)
 from numba_attn.gpu.intrinsics import ld_global_v4, pack_bf16x2, unpack_bf16x2
 from numba_attn.gpu.jit import device
 from numba_attn.gpu.warp import WARP_SIZE, group_sum, strided_max, strided_sum
