@@ -200,14 +200,14 @@ def test_sdpa_backend_from_kernel_names(names, backend):
 
 
 def test_table_shows_the_method_and_the_backend_that_ran():
-    from numba_attn.report.table import _cells, _notes
+    from numba_attn.report.table import _notes, cells as table_cells
 
     rows = [{"type": "result", "phase": "torch_sdpa", "kind": "peer", "label": "B2 H16 N8192 D128 fp16 causal",
              "status": "OK", "time_ms": 0.93, "time_method": "cupti", "sdpa_backend_ran": "cudnn"},
             {"type": "result", "phase": "torch_sdpa_flash", "kind": "peer", "label": "x", "status": "OK",
              "time_ms": 1.0, "time_method": "cupti", "sdpa_backend_ran": "flash",
              "timing_fallback": None}]
-    cells = _cells(rows)
+    cells = table_cells(rows)
     assert cells[0][0] == "torch_sdpa [cudnn]" and cells[0][4].endswith("ᶜ")
     assert cells[1][0] == "torch_sdpa_flash"
     assert any("CUPTI" in line for line in _notes(rows))
