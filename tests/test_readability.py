@@ -50,10 +50,33 @@ def test_code_diff_follows_shared_functions():
     """A phase whose kernel lives in a shared module shows that function; functions both sides use
     unchanged are named in the header only."""
     text = diff.phase_diff("register_blocked", code=True)
-    assert "+++ b/numba_attn/phases/cuda_core/common.py:make_register_blocked" in text
-    shared = diff.phase_diff("causal_skip", code=True)
-    assert "make_register_blocked" in shared.split("\n--- ", 1)[0]  # unchanged: in the header's list
-    assert "+                                 skip=True, heavy_first=bool(heavy_first))" in shared
+    assert "+++ b/numba_attn/phases/cuda_core/common.py:make_register_blocked[skip=False]" in text
+    assert "geometry" in diff.phase_diff("causal_skip", code=True).split("\n--- ", 1)[0]  # shared, unchanged
+
+
+def test_code_diff_resolves_compile_time_options():
+    """``causal_skip`` is ``register_blocked``'s factory with ``skip=True``: its diff is the branch that
+    option selects (the masking moved under ``if needs_mask:``), not the call alone."""
+    text = diff.phase_diff("causal_skip", code=True)
+    assert "+                                 skip=True, heavy_first=bool(heavy_first))" in text
+    assert "--- a/numba_attn/phases/cuda_core/common.py:make_register_blocked[skip=False]" in text
+    assert "+++ b/numba_attn/phases/cuda_core/common.py:make_register_blocked[skip=True]" in text
+    assert "+                if needs_mask:" in text
+    assert "if skip" not in text
+
+
+def test_pruning_keeps_the_branch_taken():
+    src = ("def f(a, flag=False, mode='x'):\n"
+           "    if flag:\n        a += 1\n    else:\n        a -= 1\n"
+           "    if mode == 'y':\n        a *= 2\n    elif a > 0:\n        a *= 3\n    else:\n        a = 0\n"
+           "    ws = mode == 'x'\n    if not ws:\n        a = -a\n    return a\n")
+    assert diff.strip_to_code(src, {"flag": True, "mode": "x"}) == (
+        "def f(a, flag=False, mode='x'):\n    a += 1\n    if a > 0:\n        a *= 3\n    else:\n        a = 0\n"
+        "    ws = mode == 'x'\n    return a\n")
+    assert diff.strip_to_code(src, {"flag": False}) == (
+        "def f(a, flag=False, mode='x'):\n    a -= 1\n    if mode == 'y':\n        a *= 2\n    elif a > 0:\n"
+        "        a *= 3\n    else:\n        a = 0\n    ws = mode == 'x'\n    if not ws:\n        a = -a\n"
+        "    return a\n")
 
 
 def test_code_diff_stat_counts_the_code_diff():

@@ -13,6 +13,10 @@ the file uses from the family's shared modules (names imported from
 ``numba_attn.phases.*``, followed a few calls deep) are added, each diffed
 against the parent's when they differ. A phase whose idea lives in a role
 function (a consumer variant, a scheduler) shows that function's code.
+Options resolved: a function called with compile-time constants (a literal
+``skip=True``, ``loads="tma"``, a constant default, a constant of its caller)
+is shown with the ``if`` branches they rule out pruned, named with the
+constants that decided them (``make_register_blocked[skip=True]``).
 
     numba-attn diff register_blocked                 # unified diff of the files, parent → phase
     numba-attn diff register_blocked --stat          # lines added / removed
@@ -34,7 +38,7 @@ import types
 from numba_attn.userphases import shown_path as rel
 
 # How many calls deep --code follows a name from the phase's file into the shared modules
-FOLLOW_DEPTH = 3
+FOLLOW_DEPTH = 5
 # Modules whose functions are the registry's machinery, not the kernel's code
 NOT_FOLLOWED = ("numba_attn.phases.registry", "numba_attn.phases.discovery")
 
@@ -81,14 +85,254 @@ def _is_register_phase(node: ast.expr) -> bool:
         (isinstance(func, ast.Attribute) and func.attr == "register_phase")
 
 
-def strip_to_code(source: str) -> str:
+_UNKNOWN = object()
+_CONSTANT_TYPES = (bool, int, str, type(None))
+_COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Is: lambda a, b: a is b,
+            ast.IsNot: lambda a, b: a is not b, ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b,
+            ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b, ast.In: lambda a, b: a in b,
+            ast.NotIn: lambda a, b: a not in b}
+
+
+def _is_constant(value) -> bool:
+    if isinstance(value, (tuple, frozenset)):
+        return all(isinstance(x, _CONSTANT_TYPES) for x in value)
+    return isinstance(value, _CONSTANT_TYPES)
+
+
+def evaluate(node: ast.expr, constants: dict, used: set | None = None):
+    """The value of ``node`` when ``constants`` decide it (names, literals, ``not``, ``and``/``or``,
+    comparisons), else ``_UNKNOWN``. ``used`` collects the names read."""
+    if isinstance(node, ast.Constant):
+        return node.value if _is_constant(node.value) else _UNKNOWN
+    if isinstance(node, ast.Name):
+        if node.id in constants and used is not None:
+            used.add(node.id)
+        return constants.get(node.id, _UNKNOWN)
+    if isinstance(node, ast.Tuple):
+        items = [evaluate(x, constants, used) for x in node.elts]
+        return _UNKNOWN if any(x is _UNKNOWN for x in items) else tuple(items)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        value = evaluate(node.operand, constants, used)
+        return _UNKNOWN if value is _UNKNOWN else not value
+    if isinstance(node, ast.BoolOp):
+        for operand in node.values:  # decided only while the operands before are known
+            value = evaluate(operand, constants, used)
+            if value is _UNKNOWN:
+                return _UNKNOWN
+            if bool(value) == isinstance(node.op, ast.Or):
+                return value
+        return value
+    if isinstance(node, ast.Compare) and all(type(op) in _COMPARE for op in node.ops):
+        left = evaluate(node.left, constants, used)
+        for op, right_node in zip(node.ops, node.comparators):
+            right = evaluate(right_node, constants, used)
+            if left is _UNKNOWN or right is _UNKNOWN:
+                return _UNKNOWN
+            try:
+                if not _COMPARE[type(op)](left, right):
+                    return False
+            except TypeError:
+                return _UNKNOWN
+            left = right
+        return True
+    return _UNKNOWN
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _scope_nodes(body):
+    """The nodes of a scope's statements, not entering the functions and classes defined there."""
+    todo = list(body)
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, _SCOPES):
+            todo.extend(node.decorator_list if not isinstance(node, ast.Lambda) else ())
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def _parameters(node) -> set[str]:
+    args = node.args
+    names = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+    return names | {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+
+
+class _Pruner:
+    """The lines of a function's source without the ``if`` branches its compile-time ``constants`` rule
+    out: the branch taken is kept, dedented to the ``if``'s level when it replaces it. A name stays a
+    constant in a scope where it is not assigned (nor a parameter of a nested function); one assigned once
+    at a scope's top level from constants (``ws = loads == "ws"``) becomes one. ``drop``: 0-based lines
+    removed; ``dedent``: line → columns removed; ``retitle``: line → (keyword, new keyword); ``pruned``:
+    the nodes removed (their names are not followed); ``at_call``: id of a call → the constants in its
+    scope."""
+
+    def __init__(self, lines: list[str], constants: dict, tree: ast.AST, module_constants: dict | None = None):
+        self.lines, self.drop, self.dedent, self.retitle, self.pruned = lines, set(), {}, {}, set()
+        self.at_call: dict[int, dict] = {}
+        self.used: dict = {}  # the constants that decided a branch, with their values
+        top = tree.body[0] if isinstance(tree, ast.Module) and len(tree.body) == 1 else None
+        if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            params = _parameters(top)
+            outer = {k: v for k, v in (module_constants or {}).items() if k not in params}
+            self.constants = self._scope({**outer, **constants}, top.body)
+            for dec in top.decorator_list:
+                self._calls(dec, self.constants)
+            self._block(top.body, self.constants)
+        else:
+            self.constants = self._scope({**(module_constants or {}), **constants}, tree.body)
+            self._block(tree.body, self.constants)
+
+    def _scope(self, constants: dict, body) -> dict:
+        """The constants of a scope: those it does not assign, and those it assigns once from constants."""
+        stores: dict[str, int] = {}
+        for node in _scope_nodes(body):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                stores[node.id] = stores.get(node.id, 0) + 1
+            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                stores.update({name: 2 for name in node.names})
+            elif isinstance(node, _SCOPES) and not isinstance(node, ast.Lambda):
+                stores[node.name] = stores.get(node.name, 0) + 1
+        scope = {k: v for k, v in constants.items() if k not in stores}
+        for stmt in body:
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+                    and stores.get(stmt.targets[0].id) == 1:
+                value = evaluate(stmt.value, scope)
+                if value is not _UNKNOWN:
+                    scope[stmt.targets[0].id] = value
+        return scope
+
+    def _calls(self, node: ast.AST, constants: dict):
+        """Record the constants of the calls in ``node`` (its own scope); enter the scopes it defines."""
+        for inner in _scope_nodes([node]):
+            if isinstance(inner, ast.Call):
+                self.at_call[id(inner)] = constants
+            elif isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)) and inner is not node:
+                nested = self._scope({k: v for k, v in constants.items() if k not in _parameters(inner)},
+                                     inner.body)
+                self._block(inner.body, nested)
+            elif isinstance(inner, ast.Lambda):
+                nested = {k: v for k, v in constants.items() if k not in _parameters(inner)}
+                self._calls(inner.body, nested)
+
+    def _indent(self, lineno: int) -> int:
+        line = self.lines[lineno - 1]
+        return len(line) - len(line.lstrip())
+
+    def _remove(self, first: int, last: int, stmts=()):
+        self.drop.update(range(first - 1, last))
+        for stmt in stmts:
+            self.pruned.update(id(n) for n in ast.walk(stmt))
+
+    def _shift(self, stmts, by: int):
+        if by > 0 and stmts:
+            for i in range(stmts[0].lineno - 1, stmts[-1].end_lineno):
+                self.dedent[i] = self.dedent.get(i, 0) + by
+
+    def _block(self, stmts, constants: dict):
+        for stmt in stmts:
+            if isinstance(stmt, ast.If):
+                self._if(stmt, False, constants)
+                continue
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for dec in stmt.decorator_list:
+                    self._calls(dec, constants)
+                for default in (*stmt.args.defaults, *[d for d in stmt.args.kw_defaults if d is not None]):
+                    self._calls(default, constants)
+                nested = self._scope({k: v for k, v in constants.items() if k not in _parameters(stmt)},
+                                     stmt.body)
+                self._block(stmt.body, nested)
+                continue
+            if isinstance(stmt, ast.ClassDef):
+                self._calls(stmt, constants)
+                continue
+            blocks = [getattr(stmt, f) for f in ("body", "orelse", "finalbody") if getattr(stmt, f, None)]
+            blocks += [h.body for h in getattr(stmt, "handlers", ())]
+            inner = {id(s) for block in blocks for s in block}
+            for node in ast.iter_child_nodes(stmt):  # the statement's own expressions
+                if id(node) not in inner and not isinstance(node, ast.excepthandler):
+                    self._calls(node, constants)
+            for block in blocks:
+                self._block(block, constants)
+
+    def _else_line(self, node: ast.If) -> int | None:
+        """The line of the ``else:`` (or ``elif``) of ``node``, None without one."""
+        if not node.orelse:
+            return None
+        if self._is_elif(node):
+            return node.orelse[0].lineno
+        for lineno in range(node.orelse[0].lineno - 1, node.body[-1].end_lineno, -1):
+            if self.lines[lineno - 1].lstrip().startswith("else"):
+                return lineno
+        return None
+
+    def _is_elif(self, node: ast.If) -> bool:
+        return len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If) and \
+            self.lines[node.orelse[0].lineno - 1].lstrip().startswith("elif")
+
+    def _if(self, node: ast.If, elif_: bool, constants: dict):
+        value = _UNKNOWN
+        used: set = set()
+        if node.body[0].lineno > node.lineno:  # not ``if x: y`` on one line
+            value = evaluate(node.test, constants, used)
+        else_line = self._else_line(node)
+        if node.orelse and else_line is None:
+            value = _UNKNOWN
+        if value is _UNKNOWN:
+            self._calls(node.test, constants)
+            self._block(node.body, constants)
+            if self._is_elif(node):
+                self._if(node.orelse[0], True, constants)
+            else:
+                self._block(node.orelse, constants)
+            return
+        self.pruned.update(id(n) for n in ast.walk(node.test))
+        self.used.update({name: constants[name] for name in used})
+        indent = self._indent(node.lineno)
+        if value:
+            if else_line is not None:
+                self._remove(else_line, node.end_lineno, node.orelse)
+            if elif_:  # ``if a: … elif flag: B else: C`` → ``if a: … else: B``
+                self._remove(node.lineno + 1, node.body[0].lineno - 1)
+                self.retitle[node.lineno - 1] = ("elif" + self.lines[node.lineno - 1].lstrip()[4:], "else:")
+            else:
+                self._remove(node.lineno, node.body[0].lineno - 1)
+                self._shift(node.body, self._indent(node.body[0].lineno) - indent)
+            self._block(node.body, constants)
+            return
+        last = else_line - 1 if else_line is not None else node.end_lineno
+        self._remove(node.lineno, last, node.body)
+        if not node.orelse:
+            return
+        if self._is_elif(node):
+            if not elif_:  # ``if flag: A elif b: B`` → ``if b: B``
+                self.retitle[else_line - 1] = ("elif", "if")
+            self._if(node.orelse[0], elif_, constants)
+        elif elif_:  # ``if a: … elif flag: B else: C`` → ``if a: … else: C``
+            self._block(node.orelse, constants)
+        else:  # ``if flag: A else: C`` → ``C``
+            self._remove(else_line, else_line)
+            self._shift(node.orelse, self._indent(node.orelse[0].lineno) - indent)
+            self._block(node.orelse, constants)
+
+
+def strip_to_code(source: str, constants: dict | None = None) -> str:
     """``source`` without docstrings, comments, imports, blank runs and ``@register_phase(...)`` arguments;
-    the other lines as written."""
+    the other lines as written. ``constants`` (name → value, the compile-time options it is called with):
+    the branches of ``if`` statements they decide are pruned (see :class:`_Pruner`)."""
+    return _specialise(source, constants or {})[0]
+
+
+def _specialise(source: str, constants: dict, module_constants: dict | None = None):
+    """(code text, tree, the pruner) of ``source`` under ``constants``: :func:`strip_to_code`'s work."""
     source = textwrap.dedent(source)
     lines = source.splitlines()
     drop: set[int] = set()  # 0-based line numbers
     replace: dict[int, str] = {}
     tree = ast.parse(source)
+    pruner = _Pruner(lines, constants, tree, module_constants)
+    drop |= pruner.drop
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             body = node.body
@@ -116,29 +360,38 @@ def strip_to_code(source: str) -> str:
             line = line[:cut[i]].rstrip()
             if not line.strip():
                 continue
+        if i in pruner.retitle:  # "elif" → "if" or "else" when the branches before it are pruned
+            old_kw, new_kw = pruner.retitle[i]
+            stripped = line.lstrip()
+            line = line[:len(line) - len(stripped)] + new_kw + stripped[len(old_kw):]
+        if pruner.dedent.get(i):
+            line = line[min(pruner.dedent[i], len(line) - len(line.lstrip())):]
         if not line.strip() and (not out or not out[-1].strip()):
             continue
         out.append(line.rstrip())
     while out and not out[-1].strip():
         out.pop()
-    return "\n".join(out) + "\n" if out else ""
+    return ("\n".join(out) + "\n" if out else ""), tree, pruner
 
 
-def _names_used(tree: ast.AST) -> list[tuple[str, ...]]:
-    """Every name and dotted attribute chain read in ``tree`` (``a``, ``a.b``, ``a.b.c``), in order."""
-    seen, out = set(), []
-    for node in ast.walk(tree):
-        chain: list[str] = []
-        cur = node
-        while isinstance(cur, ast.Attribute):
-            chain.append(cur.attr)
-            cur = cur.value
-        if isinstance(cur, ast.Name) and (chain or isinstance(node, ast.Name)):
-            key = (cur.id, *reversed(chain))
-            if key not in seen:
-                seen.add(key)
-                out.append(key)
-    return out
+def _walk(tree: ast.AST, pruned: set):
+    """``ast.walk`` that does not enter the statements a pruner removed."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if id(node) in pruned:
+            continue
+        yield node
+        todo.extend(reversed(list(ast.iter_child_nodes(node))))
+
+
+def _chain(node: ast.AST) -> tuple[str, ...] | None:
+    """``a``, ``a.b``, ``a.b.c`` of a name or attribute node, else None."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return (node.id, *reversed(parts)) if isinstance(node, ast.Name) else None
 
 
 def _followed(obj) -> bool:
@@ -155,40 +408,119 @@ def _resolve(namespace: dict, chain: tuple[str, ...]):
     return obj
 
 
-def _source_of(obj):
-    """(module, qualified name, source) of a function or class of the package's phases, else None."""
+def _function_of(obj):
+    """The Python function or class behind ``obj`` (a cached factory, a numba dispatcher) when it belongs to
+    the package's phase modules, else None."""
     obj = inspect.unwrap(obj) if callable(obj) else obj
     if getattr(obj, "py_func", None) is not None:  # a numba dispatcher
         obj = obj.py_func
     if not (inspect.isfunction(obj) or inspect.isclass(obj)) or not _followed(obj):
         return None
+    return obj
+
+
+def _module_constants(namespace: dict) -> dict:
+    """The module-level names of plain constant values (flags, sizes, names)."""
+    return {k: v for k, v in namespace.items() if not k.startswith("__") and _is_constant(v)}
+
+
+def _argument(node: ast.expr, caller: dict, namespace: dict):
+    """A call's argument as a constant, or as a function of the package's phase modules (a factory passed to
+    another: its calls there are followed with their constants), else ``_UNKNOWN``."""
+    value = evaluate(node, caller)
+    if value is not _UNKNOWN:
+        return value
+    chain = _chain(node)
+    if chain:
+        obj = caller.get(chain[0]) if len(chain) == 1 and chain[0] in caller else _resolve(namespace, chain)
+        func = _function_of(obj)
+        if func is not None and inspect.isfunction(func):
+            return func
+    return _UNKNOWN
+
+
+def _call_constants(call: ast.Call, func, caller: dict, namespace: dict) -> dict:
+    """The parameters of ``func`` that ``call`` binds to constants (literals, the caller's constants, the
+    defaults of parameters it does not pass) or to functions of the phase modules."""
+    if inspect.isclass(func) or any(isinstance(a, ast.Starred) for a in call.args) \
+            or any(kw.arg is None for kw in call.keywords):
+        return {}
     try:
-        return obj.__module__, obj.__qualname__, inspect.getsource(obj)
-    except (OSError, TypeError):
-        return None
+        params = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return {}
+    bound, passed = {}, set()
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    for param, arg in zip(positional, call.args):
+        passed.add(param.name)
+        value = _argument(arg, caller, namespace)
+        if value is not _UNKNOWN:
+            bound[param.name] = value
+    for kw in call.keywords:
+        passed.add(kw.arg)
+        value = _argument(kw.value, caller, namespace)
+        if value is not _UNKNOWN:
+            bound[kw.arg] = value
+    for param in params:
+        if param.name not in passed and param.default is not param.empty and _is_constant(param.default):
+            bound[param.name] = param.default
+    return bound
+
+
+def _shown(value) -> str:
+    return value.__name__ if inspect.isfunction(value) else repr(value)
+
+
+def _identity(func, bound: dict) -> tuple:
+    return (func.__module__, func.__qualname__, tuple(sorted((k, _shown(v)) for k, v in bound.items())))
 
 
 def code_units(phase, depth: int = FOLLOW_DEPTH) -> dict[str, str]:
-    """{unit: stripped code} of what ``phase`` compiles: its file (unit ``""``), and every function or
-    class of the package's other phase modules its file uses, followed ``depth`` calls deep (unit
-    ``module:qualname``)."""
+    """{unit: code} of what ``phase`` compiles: its file (unit ``""``), and every function or class of the
+    package's other phase modules its file uses, followed ``depth`` calls deep. A function called with
+    compile-time constants (literals, constant defaults, constants of its caller) is shown with the ``if``
+    branches they rule out pruned, once per set of constants that decides its branches (unit
+    ``module:qualname[name=value, ...]``); else as written (unit ``module:qualname``)."""
     module = sys.modules[phase.module]
-    units = {"": strip_to_code(inspect.getsource(module))}
-    todo = [(vars(module), ast.parse(inspect.getsource(module)), 0)]
-    while todo:
-        namespace, tree, level = todo.pop(0)
+    text, tree, pruner = _specialise(inspect.getsource(module), {})
+    units = {"": text}
+    done: set[tuple] = set()
+    todo = [(vars(module), tree, pruner.pruned, {}, _module_constants(vars(module)), 0, "")]
+    while todo:  # breadth first; constants: at each call, its scope's (else those of the whole unit)
+        namespace, tree, pruned, at_call, constants, level, unit = todo.pop(0)
         if level >= depth:
             continue
-        for chain in _names_used(tree):
-            found = _source_of(_resolve(namespace, chain))
-            if found is None or found[0] == phase.module:
+        calls = {id(n.func): n for n in _walk(tree, pruned) if isinstance(n, ast.Call)}
+        found: list[tuple] = []
+        for node in _walk(tree, pruned):
+            chain = _chain(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+            if not chain:
                 continue
-            mod, qualname, src = found
-            key = f"{mod}:{qualname}"
-            if key in units:
+            call = calls.get(id(node))
+            scope = at_call.get(id(call), constants) if call is not None else constants
+            passed = scope.get(chain[0]) if len(chain) == 1 else None  # a factory given as an argument
+            func = _function_of(passed if inspect.isfunction(passed) else _resolve(namespace, chain))
+            if func is None or func.__module__ == phase.module:
                 continue
-            units[key] = strip_to_code(src)
-            todo.append((vars(sys.modules[mod]), ast.parse(textwrap.dedent(src)), level + 1))
+            found.append((func, _call_constants(call, func, scope, namespace) if call is not None else {}))
+        for func, bound in found:
+            if _identity(func, bound) in done:
+                continue
+            done.add(_identity(func, bound))
+            try:
+                source = inspect.getsource(func)
+            except (OSError, TypeError):
+                continue
+            mod_consts = _module_constants(vars(sys.modules[func.__module__]))
+            text, tree, pruner = _specialise(source, bound, mod_consts)
+            key = f"{func.__module__}:{func.__qualname__}"
+            if pruner.used:
+                key += "[" + ", ".join(f"{k}={_shown(v)}" for k, v in sorted(pruner.used.items())) + "]"
+            if key == unit:
+                continue
+            units[key] = text
+            todo.append((vars(sys.modules[func.__module__]), tree, pruner.pruned, pruner.at_call, pruner.constants,
+                         level + 1, key))
     return units
 
 
@@ -201,18 +533,32 @@ def _unit_label(side: str, phase, unit: str) -> str:
 
 
 def _code_diffs(phase, parent):
-    """[(from label, to label, parent lines, phase lines)] for the file and every followed unit that differs."""
+    """([(from label, to label, parent lines, phase lines)] for the file and every followed unit that
+    differs, [the units both use unchanged]). A function compiled with other constants on each side (or
+    only on one side) is diffed against its most similar form on the other side."""
     a_units, b_units = code_units(parent), code_units(phase)
-    order = [""] + sorted((set(a_units) | set(b_units)) - {""})
+    shared_texts = ({(u.split("[")[0], t) for u, t in a_units.items()}
+                    & {(u.split("[")[0], t) for u, t in b_units.items()})
+    shared = sorted({u.split("[")[0] for u, t in b_units.items() if u and (u.split("[")[0], t) in shared_texts})
+    left = {u: t for u, t in a_units.items() if (u.split("[")[0], t) not in shared_texts}
+    right = {u: t for u, t in b_units.items() if (u.split("[")[0], t) not in shared_texts}
+    pairs = []
+    for unit in sorted(right, key=lambda u: (u != "", u)):
+        base = unit.split("[")[0]
+        options = [u for u in left if u.split("[")[0] == base]
+        best = max(options, key=lambda u: difflib.SequenceMatcher(None, left[u], right[unit]).quick_ratio(),
+                   default=None)
+        pairs.append((best, unit))
+        if best is not None:
+            del left[best]
+    pairs += [(unit, None) for unit in sorted(left)]
+    pairs.sort(key=lambda pair: (bool(pair[1] or pair[0]), (pair[1] or pair[0]).split("[")[0]))
     out = []
-    for unit in order:
-        a, b = a_units.get(unit, ""), b_units.get(unit, "")
-        if a == b:
-            continue
-        out.append((_unit_label("a", parent, unit) if unit in a_units else "/dev/null",
-                    _unit_label("b", phase, unit) if unit in b_units else "/dev/null",
-                    a.splitlines(keepends=True), b.splitlines(keepends=True)))
-    shared = sorted(u for u in set(a_units) & set(b_units) if u and a_units[u] == b_units[u])
+    for a, b in pairs:
+        out.append((_unit_label("a", parent, a) if a is not None else "/dev/null",
+                    _unit_label("b", phase, b) if b is not None else "/dev/null",
+                    a_units.get(a, "").splitlines(keepends=True) if a is not None else [],
+                    b_units.get(b, "").splitlines(keepends=True) if b is not None else []))
     return out, shared
 
 
