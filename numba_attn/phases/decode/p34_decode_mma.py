@@ -191,6 +191,54 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
             cp16(KV, so + stages * Bc * SDW, v, go, ok)
 
     @device
+    def tile_scores(KV, qf, s, kb, k_r, k_c, k_sw):
+        """S = Q Kᵀ for the Bc keys of the K tile at ring row ``kb``: this lane's S fragments (raw scores)."""
+        for i in range(S_REGS):
+            s[i] = float32(0.0)
+        for ks in range(QK_KSTEPS):
+            kcol = 4 * ((2 * ks + k_c) ^ k_sw)
+            for np_ in range(S_NPAIRS):
+                b = ldmatrix_x4(KV, kb + 16 * np_ + k_r, kcol)
+                n0 = 8 * np_
+                s[n0], s[n0 + 1], s[n0 + 2], s[n0 + 3] = mma(
+                    qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3], b[0], b[1],
+                    s[n0], s[n0 + 1], s[n0 + 2], s[n0 + 3])
+                s[n0 + 4], s[n0 + 5], s[n0 + 6], s[n0 + 7] = mma(
+                    qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3], b[2], b[3],
+                    s[n0 + 4], s[n0 + 5], s[n0 + 6], s[n0 + 7])
+
+    @device
+    def mask_tile(s, j0, t, lim_lo, lim_hi):
+        """Keys past a row's split or sequence and (causal) after its position get NEG_BIG (``visible``,
+        scores.py); a tile wholly visible is left as it is."""
+        if j0 + Bc > min(lim_lo, lim_hi) or causal:
+            for nt in range(S_NTILES):
+                for e in range(4):
+                    col = j0 + nt * 8 + 2 * t + (e % 2)
+                    lim = lim_lo if e < 2 else lim_hi
+                    if not visible(col, lim):
+                        s[4 * nt + e] = NEG_BIG
+
+    @device
+    def tile_pv(KV, s, acc, vb, v_r, v_c, v_sw):
+        """O += P V: P packed from the S fragments (the A operand), V by ``ldmatrix.trans`` from the tile at ring
+        row ``vb``."""
+        for kk in range(PV_KSTEPS):
+            p0 = 8 * kk
+            a0 = pack(s[p0], s[p0 + 1])
+            a1 = pack(s[p0 + 2], s[p0 + 3])
+            a2 = pack(s[p0 + 4], s[p0 + 5])
+            a3 = pack(s[p0 + 6], s[p0 + 7])
+            vrow = vb + 16 * kk + v_r
+            for dp in range(DP):
+                b = ldmatrix_x4_trans(KV, vrow, 4 * ((2 * dp + v_c) ^ v_sw))
+                d0 = 8 * dp
+                acc[d0], acc[d0 + 1], acc[d0 + 2], acc[d0 + 3] = mma(
+                    a0, a1, a2, a3, b[0], b[1], acc[d0], acc[d0 + 1], acc[d0 + 2], acc[d0 + 3])
+                acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7] = mma(
+                    a0, a1, a2, a3, b[2], b[3], acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7])
+
+    @device
     def mma_block(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, seq, table, k_sc, v_sc, chunk, S):
         if PDL == 1:
             launch_dependents()  # the combine kernel may be launched now; it waits for this grid to complete
@@ -296,20 +344,7 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
             else:
                 kb = base + (it % stages) * Bc
                 vb = kb + stages * Bc
-            # -- S = Q Kᵀ for Bc keys
-            for i in range(S_REGS):
-                s[i] = float32(0.0)
-            for ks in range(QK_KSTEPS):
-                kcol = 4 * ((2 * ks + k_c) ^ k_sw)
-                for np_ in range(S_NPAIRS):
-                    b = ldmatrix_x4(KV, kb + 16 * np_ + k_r, kcol)
-                    n0 = 8 * np_
-                    s[n0], s[n0 + 1], s[n0 + 2], s[n0 + 3] = mma(
-                        qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3], b[0], b[1],
-                        s[n0], s[n0 + 1], s[n0 + 2], s[n0 + 3])
-                    s[n0 + 4], s[n0 + 5], s[n0 + 6], s[n0 + 7] = mma(
-                        qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3], b[2], b[3],
-                        s[n0 + 4], s[n0 + 5], s[n0 + 6], s[n0 + 7])
+            tile_scores(KV, qf, s, kb, k_r, k_c, k_sw)  # S = Q Kᵀ for Bc keys
             if KV_FORMAT and TOKEN:  # each key's K scale on its column of S (its V scale kept for P)
                 for nt in range(S_NTILES):
                     for e in range(2):
@@ -319,14 +354,7 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
                         vsc[2 * nt + e] = v_sc[crow, h] * UNIT
                         s[4 * nt + e] *= kscl
                         s[4 * nt + e + 2] *= kscl
-            # -- mask keys past the split and (causal) after the row's position
-            if j0 + Bc > min(lim_lo, lim_hi) or causal:
-                for nt in range(S_NTILES):
-                    for e in range(4):
-                        col = j0 + nt * 8 + 2 * t + (e % 2)
-                        lim = lim_lo if e < 2 else lim_hi
-                        if not visible(col, lim):
-                            s[4 * nt + e] = NEG_BIG
+            mask_tile(s, j0, t, lim_lo, lim_hi)  # keys past the split, or (causal) after the row
             # -- online softmax on the fragments (raw scores; exp2 with the scale folded in)
             m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
             l_lo = l_lo * corr_lo + rs_lo
@@ -337,21 +365,7 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
                     for e in range(2):
                         s[4 * nt + e] *= vsc[2 * nt + e]
                         s[4 * nt + e + 2] *= vsc[2 * nt + e]
-            # -- O += P V
-            for kk in range(PV_KSTEPS):
-                p0 = 8 * kk
-                a0 = pack(s[p0], s[p0 + 1])
-                a1 = pack(s[p0 + 2], s[p0 + 3])
-                a2 = pack(s[p0 + 4], s[p0 + 5])
-                a3 = pack(s[p0 + 6], s[p0 + 7])
-                vrow = vb + 16 * kk + v_r
-                for dp in range(DP):
-                    b = ldmatrix_x4_trans(KV, vrow, 4 * ((2 * dp + v_c) ^ v_sw))
-                    d0 = 8 * dp
-                    acc[d0], acc[d0 + 1], acc[d0 + 2], acc[d0 + 3] = mma(
-                        a0, a1, a2, a3, b[0], b[1], acc[d0], acc[d0 + 1], acc[d0 + 2], acc[d0 + 3])
-                    acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7] = mma(
-                        a0, a1, a2, a3, b[2], b[3], acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7])
+            tile_pv(KV, s, acc, vb, v_r, v_c, v_sw)  # O += P V
 
         if PDL == 2:
             launch_dependents()  # after the loop: the combine launches while the blocks merge and write
