@@ -475,12 +475,14 @@ def _identity(func, bound: dict) -> tuple:
     return (func.__module__, func.__qualname__, tuple(sorted((k, _shown(v)) for k, v in bound.items())))
 
 
-def code_units(phase, depth: int = FOLLOW_DEPTH) -> dict[str, str]:
+def code_units(phase, depth: int = FOLLOW_DEPTH, own: bool = False) -> dict[str, str]:
     """{unit: code} of what ``phase`` compiles: its file (unit ``""``), and every function or class of the
     package's other phase modules its file uses, followed ``depth`` calls deep. A function called with
     compile-time constants (literals, constant defaults, constants of its caller) is shown with the ``if``
     branches they rule out pruned, once per set of constants that decides its branches (unit
-    ``module:qualname[name=value, ...]``); else as written (unit ``module:qualname``)."""
+    ``module:qualname[name=value, ...]``); else as written (unit ``module:qualname``). ``own``: the functions
+    of the phase's file too (when the other side of the diff calls them: a phase that reuses its parent's
+    factory)."""
     module = sys.modules[phase.module]
     text, tree, pruner = _specialise(inspect.getsource(module), {})
     units = {"": text}
@@ -500,7 +502,7 @@ def code_units(phase, depth: int = FOLLOW_DEPTH) -> dict[str, str]:
             scope = at_call.get(id(call), constants) if call is not None else constants
             passed = scope.get(chain[0]) if len(chain) == 1 else None  # a factory given as an argument
             func = _function_of(passed if inspect.isfunction(passed) else _resolve(namespace, chain))
-            if func is None or func.__module__ == phase.module:
+            if func is None or (func.__module__ == phase.module and not own):
                 continue
             found.append((func, _call_constants(call, func, scope, namespace) if call is not None else {}))
         for func, bound in found:
@@ -534,24 +536,25 @@ def _unit_label(side: str, phase, unit: str) -> str:
 
 def _code_diffs(phase, parent):
     """([(from label, to label, parent lines, phase lines)] for the file and every followed unit that
-    differs, [the units both use unchanged]). A function compiled with other constants on each side (or
-    only on one side) is diffed against its most similar form on the other side."""
-    a_units, b_units = code_units(parent), code_units(phase)
+    differs, [the units both use unchanged]). A function compiled with other constants on the phase's side
+    is diffed against its most similar form on the parent's side (the parent's other forms are not shown)."""
+    b_units = code_units(phase)
+    a_units = code_units(parent, own=any(u.split(":")[0] == parent.module for u in b_units))
     shared_texts = ({(u.split("[")[0], t) for u, t in a_units.items()}
                     & {(u.split("[")[0], t) for u, t in b_units.items()})
     shared = sorted({u.split("[")[0] for u, t in b_units.items() if u and (u.split("[")[0], t) in shared_texts})
     left = {u: t for u, t in a_units.items() if (u.split("[")[0], t) not in shared_texts}
     right = {u: t for u, t in b_units.items() if (u.split("[")[0], t) not in shared_texts}
-    pairs = []
+    pairs, used = [], set()
     for unit in sorted(right, key=lambda u: (u != "", u)):
         base = unit.split("[")[0]
-        options = [u for u in left if u.split("[")[0] == base]
-        best = max(options, key=lambda u: difflib.SequenceMatcher(None, left[u], right[unit]).quick_ratio(),
+        options = [u for u in a_units if u.split("[")[0] == base]  # shared forms too: the closest may be one
+        best = max(options, key=lambda u: difflib.SequenceMatcher(None, a_units[u], right[unit]).quick_ratio(),
                    default=None)
         pairs.append((best, unit))
-        if best is not None:
-            del left[best]
-    pairs += [(unit, None) for unit in sorted(left)]
+        used.add(best)
+    bases = {u.split("[")[0] for u in b_units}  # a form of a function the phase also compiles is no removal
+    pairs += [(unit, None) for unit in sorted(left) if unit not in used and unit.split("[")[0] not in bases]
     pairs.sort(key=lambda pair: (bool(pair[1] or pair[0]), (pair[1] or pair[0]).split("[")[0]))
     out = []
     for a, b in pairs:
