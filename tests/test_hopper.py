@@ -455,7 +455,7 @@ def test_tma_box_is_the_wgmma_tile_layout(D):
     D = 40: one 64-column box, the columns past D zero (the ring copy zero-fills the chunk
     completing the last k-step and leaves the rest unwritten, so only those chunks compare)."""
     from numba_attn.gpu.wgmma import padded_columns, row_bytes, tile_offset
-    from numba_attn.phases.tensor_core.common import tma_box
+    from numba_attn.phases.tensor_core.producer import tma_box
 
     Bc, nk, heads, kvh, tile = 16, 37, 3, 1, 2  # tile 2 = keys 32..47: 5 rows, then past the head's end
     dp = padded_columns(D)

@@ -183,13 +183,15 @@ def test_supports_reasons():
 def test_persistent_arguments():
     """ws_persistent: a negative block count and the schedules that cannot carry the ring across work items
     are refused by name."""
-    from numba_attn.phases.tensor_core.common import make_wgmma_kernel
+    from numba_attn.phases.tensor_core.kernel import make_wgmma_kernel
+    from numba_attn.phases.tensor_core.p24_tc_wgmma_overlap import overlap_mainloop
+    from numba_attn.phases.tensor_core.p27_pingpong import pingpong_mainloop
+    from numba_attn.phases.tensor_core.pipeline import wgmma_tiles
     with pytest.raises(ValueError, match="blocks"):
         get_phase("ws_persistent").plan(tiny("float16"), blocks=-1)
-    for kw in ({"overlap": True}, {"pingpong": True}):
+    for mainloop in (overlap_mainloop, pingpong_mainloop):
         with pytest.raises(ValueError, match="persistent"):
-            make_wgmma_kernel(16, 2, 16, 3, 1, False, False, kw.get("overlap", False), False, True, True,
-                              kw.get("pingpong", False), False, True)
+            make_wgmma_kernel(wgmma_tiles(16, 2, 16, 3), 1, False, False, mainloop, "ws", persistent=True)
     assert get_phase("ws_persistent").parent == "warp_specialized_tc"
     assert get_phase("ws_persistent").requires_cc == "sm_90a"
 
@@ -225,7 +227,7 @@ def test_tma_launch_encodes_maps_once(monkeypatch):
     """A repeated call with the same arrays makes no tensor map; new array objects over the
     same memory reuse the cached maps (keyed by address, shape, strides, box, swizzle)."""
     from numba_attn.gpu import tma as T
-    from numba_attn.phases.tensor_core import common as C
+    from numba_attn.phases.tensor_core import producer as C
 
     prob = tiny("float16", D=32, q_len=21, kv_len=40, heads=2, kv_heads=1)
     launch = get_phase("tma_wgmma").plan(prob, **get_phase("tma_wgmma").sim_params)
@@ -254,9 +256,10 @@ def test_tma_launch_encodes_maps_once(monkeypatch):
 def test_tma_with_overlap(problem, warpgroups, stages):
     """The kernel's tma and overlap options together (no registered phase uses both): the next
     tile's scores read the TMA ring, whose full barrier is waited one tile ahead."""
-    from numba_attn.phases.tensor_core.common import build_wgmma
+    from numba_attn.phases.tensor_core.kernel import build_wgmma
+    from numba_attn.phases.tensor_core.p24_tc_wgmma_overlap import overlap_mainloop
 
-    launch = build_wgmma(problem, warpgroups, 16, stages, overlap=True, tma=True)
+    launch = build_wgmma(problem, warpgroups, 16, stages, overlap_mainloop, loads="tma")
     bufs, shapes, ref = _launch_args(problem)
     launch(*[b.reshape(*s) for b, s in zip(bufs, shapes)], 0)
     c = check(bufs[3].copy_to_host().view(np.float16), ref, dtype=problem.dtype)
@@ -267,19 +270,26 @@ def test_tma_with_overlap(problem, warpgroups, stages):
 def test_warp_specialized_register_split():
     """The producer keeps 40 registers per thread (32 beside three consumers); the consumers' share fills the
     SM's 64K registers (512 per thread of a 128-thread warpgroup) in multiples of 8, at most 240."""
-    from numba_attn.phases.tensor_core import common as C
+    from numba_attn.phases.tensor_core import producer as C
+    from numba_attn.phases.tensor_core.consumer import plain_mainloop
+    from numba_attn.phases.tensor_core.kernel import make_wgmma_kernel
+    from numba_attn.phases.tensor_core.p24_tc_wgmma_overlap import overlap_mainloop
+    from numba_attn.phases.tensor_core.p27_pingpong import pingpong_mainloop
+    from numba_attn.phases.tensor_core.pipeline import wgmma_tiles
 
     assert [C.ws_producer_regs(n) for n in (1, 2, 3)] == [40, 40, 32]
     assert [C.ws_consumer_regs(n) for n in (1, 2, 3)] == [240, 232, 160]
     for n in (1, 2, 3):
         assert C.ws_producer_regs(n) + n * C.ws_consumer_regs(n) <= 512 and C.ws_consumer_regs(n) % 8 == 0
-    with pytest.raises(ValueError, match="tma"):
-        C.make_wgmma_kernel(64, 2, 64, 2, 1, False, False, False, tma=False, ws=True)
+    with pytest.raises(ValueError, match="loads"):
+        make_wgmma_kernel(wgmma_tiles(64, 2, 64, 2), 1, False, False, plain_mainloop, "producer")
     with pytest.raises(ValueError, match="varlen"):
-        C.make_wgmma_kernel(64, 2, 64, 2, 1, False, False, False, varlen=True, tma=True)
-    for wg, ws, overlap in ((2, False, False), (1, True, False), (3, True, False), (2, True, True)):
+        make_wgmma_kernel(wgmma_tiles(64, 2, 64, 2), 1, False, False, plain_mainloop, "tma", varlen=True)
+    with pytest.raises(ValueError, match="varlen"):
+        make_wgmma_kernel(wgmma_tiles(64, 2, 64, 3), 1, False, False, overlap_mainloop, "cp_async", varlen=True)
+    for wg, loads in ((2, "tma"), (1, "ws"), (3, "ws"), (2, "cp_async")):
         with pytest.raises(ValueError, match="pingpong"):
-            C.make_wgmma_kernel(64, wg, 64, 3, 1, False, False, overlap, tma=True, ws=ws, pingpong=True)
+            make_wgmma_kernel(wgmma_tiles(64, wg, 64, 3), 1, False, False, pingpong_mainloop, loads)
 
 
 @pytest.mark.parametrize("problem,stages", [
@@ -295,7 +305,7 @@ def test_pingpong_turns_alternate(monkeypatch, problem, stages):
     own barrier (id 1: consumer 0, id 2: consumer 1)."""
     import threading
 
-    from numba_attn.phases.tensor_core import common as C
+    from numba_attn.phases.tensor_core import p27_pingpong as C
 
     turns = {}
     orig = C.named_barrier_sync
@@ -323,7 +333,7 @@ def test_tma_maps_are_cached_by_address():
     """The K/V tensor maps are made once per (address, shape, strides, box, swizzle): a repeated
     call makes none; another array, a view at another address or another box gets its own map;
     a misaligned address is refused."""
-    from numba_attn.phases.tensor_core import common as C
+    from numba_attn.phases.tensor_core import producer as C
 
     k = cuda.to_device(np.zeros((2, 40, 32), np.uint32))
     box, sw = C.tma_box(64, 16)

@@ -46,8 +46,142 @@ Verdict: 0.844 ms at B1 H32 N4096 D64 fp16 (H200), 163 TFLOP/s, in the predicted
 """
 from __future__ import annotations
 
+import functools
+
+from numba import cuda, float32, uint16, uint32
+
+from numba_attn.gpu.device_functions import NEG_BIG, fragment_rescale, fragment_softmax
+from numba_attn.gpu.intrinsics import (SMEM_ALIGN, ld_global_v4, lds, mma_bf16, mma_f16, pack_b16x2, pack_bf16x2,
+                                       pack_f16x2, st_shared_v4)
+from numba_attn.gpu.jit import kernel
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.common import launch_mma, make_mma_kernel, resolve_mma, supports_mma
+from numba_attn.phases.tensor_core.epilogue import store_fragments
+from numba_attn.phases.tensor_core.fragments import q_fragments, warp_rows
+from numba_attn.phases.tensor_core.mask import key_ends, mask_fragments
+from numba_attn.phases.tensor_core.mma_sync import launch_mma, resolve_mma, supports_mma
+from numba_attn.phases.tensor_core.scheduler import varlen_views
+
+
+@functools.cache
+def make_mma_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool, varlen: bool = False):
+    """The mma.sync kernel of ``tc_mma`` ``(q, k, v, o, sl2, H, G, Nq, Nk)`` (its docstring has the
+    lesson): ``W`` warps of 16 query rows, K/V tiles of ``Bc`` keys staged in padded shared memory.
+    ``varlen`` (``tc_mma_varlen``): q, o are (total_q, H, D/2) and k, v (total_k, Hkv, D/2) uint32
+    views of packed sequences, ``Nq``/``Nk`` their cu_seqlens, the grid (query blocks of the longest
+    sequence, heads, sequences); a block takes its sequence's rows (:func:`varlen_views`) and exits
+    when they end before its first row."""
+    mma = mma_bf16 if bf16 else mma_f16
+    pack = pack_bf16x2 if bf16 else pack_f16x2
+    Br = 16 * W  # query rows per block (16 per warp)
+    NTH = 32 * W
+    DK = 16 * ((D + 15) // 16)  # head_dim padded to whole k-steps of Q·Kᵀ (D itself when a multiple of 16)
+    KS = DK // 16  # k-steps of Q·Kᵀ
+    NT = Bc // 8  # n-tiles of S (8 keys each)
+    KK = Bc // 16  # k-steps of P·V
+    DT = D // 8  # n-tiles of O (8 columns each)
+    VEC = D // 8  # 16-byte chunks per row of K or V
+    KROW = DK // 2 + 4  # K tile row in words (padded: conflict-free fragment reads)
+    VROW = D + 8  # V tile row in halves (padded)
+    NQ = 4 * KS  # Q fragment registers
+    NS = 4 * NT  # score accumulators
+    NO = 4 * DT  # output accumulators
+    softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
+    rescale = fragment_rescale(DT)
+    load_q = q_fragments(KS, False, D // 2)
+    mask = mask_fragments(NT, Bc, causal)
+    lanes = warp_rows(Br, 16)
+    ends = key_ends(Br, 16, causal)
+    store = store_fragments(DT, "bf16" if bf16 else "f16")
+
+    def tc_mma(q, k, v, o, sl2, H, G, Nq, Nk):
+        # q, k, v, o: uint32 views (two f16/bf16 per word) of (BH, N, D)
+        Ks = cuda.shared.array((Bc, KROW), uint32, alignment=SMEM_ALIGN)
+        Vs = cuda.shared.array((Bc, VROW), uint16, alignment=SMEM_ALIGN)
+        if varlen:  # this block's sequence (blockIdx.z) as head-major views; Nq, Nk its lengths
+            q, k, v, o, Nq, Nk = varlen_views(q, k, v, o, Nq, Nk)
+            if cuda.blockIdx.x * Br >= Nq:
+                return
+        tid, warp, lane, g, t, bh, kvh, blk0, row0 = lanes(H, G)
+        r_lo = row0 + g  # this lane's rows: r_lo and r_lo + 8
+        off = Nk - Nq  # causal: row i sees keys j <= i + off
+
+        qf = cuda.local.array(NQ, uint32)
+        load_q(qf, 0, q, bh, r_lo, Nq, t)
+        acc = cuda.local.array(NO, float32)
+        for i in range(NO):
+            acc[i] = float32(0.0)
+        s = cuda.local.array(NS, float32)
+        m_lo = NEG_BIG
+        m_hi = NEG_BIG
+        l_lo = float32(0.0)
+        l_hi = float32(0.0)
+
+        kv_end, warp_end = ends(blk0, row0, Nq, Nk, off)
+
+        for j0 in range(0, kv_end, Bc):
+            # -- stage the K and V tiles: 16 bytes per thread and access
+            for e in range(tid, Bc * VEC, NTH):
+                r = e // VEC
+                c = e - r * VEC
+                if j0 + r < Nk:
+                    x = ld_global_v4(k, kvh, j0 + r, 4 * c)
+                    st_shared_v4(Ks, r, 4 * c, x[0], x[1], x[2], x[3])
+                    y = ld_global_v4(v, kvh, j0 + r, 4 * c)
+                    st_shared_v4(Vs, r, 8 * c, y[0], y[1], y[2], y[3])
+                else:
+                    z = uint32(0)
+                    st_shared_v4(Ks, r, 4 * c, z, z, z, z)
+                    st_shared_v4(Vs, r, 8 * c, z, z, z, z)
+            if DK > D:  # the K columns that complete the last k-step are zero
+                for r in range(tid, Bc, NTH):
+                    z = uint32(0)
+                    st_shared_v4(Ks, r, 4 * VEC, z, z, z, z)
+            cuda.syncthreads()
+            if j0 < warp_end:  # warp-uniform: the warp's rows see some key of this tile
+                # -- S = Q Kᵀ on the tensor cores
+                for nt in range(NT):
+                    s0 = float32(0.0)
+                    s1 = float32(0.0)
+                    s2 = float32(0.0)
+                    s3 = float32(0.0)
+                    kr = nt * 8 + g
+                    for ks in range(KS):
+                        b0 = lds(Ks, kr, 8 * ks + t)
+                        b1 = lds(Ks, kr, 8 * ks + 4 + t)
+                        s0, s1, s2, s3 = mma(qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3],
+                                             b0, b1, s0, s1, s2, s3)
+                    s[4 * nt] = s0
+                    s[4 * nt + 1] = s1
+                    s[4 * nt + 2] = s2
+                    s[4 * nt + 3] = s3
+                # -- mask keys past the end and (causal) above the diagonal
+                mask(s, 0, j0, row0, r_lo, t, Nk, off)
+                # -- online softmax on the fragments
+                m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
+                l_lo = l_lo * corr_lo + rs_lo
+                l_hi = l_hi * corr_hi + rs_hi
+                rescale(acc, 0, corr_lo, corr_hi)
+                # -- O += P V: two S n-tiles = one A fragment of P
+                for kk in range(KK):
+                    a0 = pack(s[8 * kk], s[8 * kk + 1])
+                    a1 = pack(s[8 * kk + 2], s[8 * kk + 3])
+                    a2 = pack(s[8 * kk + 4], s[8 * kk + 5])
+                    a3 = pack(s[8 * kk + 6], s[8 * kk + 7])
+                    kr = 16 * kk + 2 * t
+                    for dt in range(DT):
+                        cc = 8 * dt + g
+                        b0 = pack_b16x2(lds(Vs, kr, cc), lds(Vs, kr + 1, cc))
+                        b1 = pack_b16x2(lds(Vs, kr + 8, cc), lds(Vs, kr + 9, cc))
+                        (acc[4 * dt], acc[4 * dt + 1], acc[4 * dt + 2], acc[4 * dt + 3]) = mma(
+                            a0, a1, a2, a3, b0, b1, acc[4 * dt], acc[4 * dt + 1], acc[4 * dt + 2],
+                            acc[4 * dt + 3])
+            cuda.syncthreads()
+
+        store(o, bh, r_lo, acc, 0, l_lo, l_hi, Nq, t)
+
+    tc_mma.__name__ = tc_mma.__qualname__ = "tc_mma_varlen" if varlen else "tc_mma"
+    return kernel(tc_mma)
+
 
 
 @register_phase(

@@ -55,7 +55,10 @@ from numba_attn.gpu.intrinsics import (SMEM_ALIGN, cp_async16_flat, cp_async_com
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT, dynamic_tile, smem_reason, swizzle_row_chunks
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.common import key_ends, launch_mma, q_fragments, store_fragments, supports_tc
+from numba_attn.phases.tensor_core.epilogue import store_fragments
+from numba_attn.phases.tensor_core.fragments import q_fragments
+from numba_attn.phases.tensor_core.mask import key_ends
+from numba_attn.phases.tensor_core.mma_sync import launch_mma, supports_tc
 
 ALIGN = SMEM_ALIGN
 

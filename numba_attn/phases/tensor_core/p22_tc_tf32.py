@@ -47,8 +47,10 @@ from numba_attn.gpu.intrinsics import SMEM_ALIGN, cp_async16, cp_async_commit, c
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.common import (key_ends, launch_mma, mask_fragments, q_fragments, store_fragments,
-                                                  warp_rows)
+from numba_attn.phases.tensor_core.epilogue import store_fragments
+from numba_attn.phases.tensor_core.fragments import q_fragments, warp_rows
+from numba_attn.phases.tensor_core.mask import key_ends, mask_fragments
+from numba_attn.phases.tensor_core.mma_sync import launch_mma
 
 ALIGN = SMEM_ALIGN
 

@@ -45,7 +45,8 @@ Verdict: 0.662 ms at B1 H32 N4096 D128 fp16 (H200), 1.44x tc_pipelined; 0.391 ms
 from __future__ import annotations
 
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.common import build_wgmma, resolve_wgmma, supports_wgmma
+from numba_attn.phases.tensor_core.consumer import plain_mainloop
+from numba_attn.phases.tensor_core.kernel import build_wgmma, resolve_wgmma, supports_wgmma
 
 
 def _supports(problem, warpgroups, Bc, stages):
@@ -74,5 +75,6 @@ def _supports(problem, warpgroups, Bc, stages):
     resolve=resolve_wgmma,
 )
 def tc_wgmma(problem, warpgroups=0, Bc=64, stages=2):
-    """The wgmma kernel of :mod:`.common`, each product waited for at once."""
-    return build_wgmma(problem, warpgroups, Bc, stages, overlap=False)
+    """The wgmma kernel (:mod:`.kernel`): the cp.async ring, each product waited for at once
+    (:func:`.consumer.plain_mainloop`)."""
+    return build_wgmma(problem, warpgroups, Bc, stages, plain_mainloop, loads="cp_async")

@@ -33,8 +33,78 @@ warpgroups) that hid the softmax in tc_wgmma; docs/tensor-core-notes.md has the 
 """
 from __future__ import annotations
 
+import functools
+
+from numba_attn.gpu.jit import device
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.common import build_wgmma, resolve_wgmma, supports_wgmma
+from numba_attn.phases.tensor_core.consumer import scores_to_p, wgmma_products
+from numba_attn.phases.tensor_core.kernel import build_wgmma, resolve_wgmma, supports_wgmma
+from numba_attn.phases.tensor_core.pipeline import ring_functions
+from numba_attn.phases.tensor_core.producer import load_functions
+
+
+@functools.cache
+def overlap_mainloop(tiles, causal, bf16, loads, varlen):
+    """The tile loop with the next tile's S = Q·Kᵀ in flight during this tile's softmax: per tile it, issue
+    S_{it+1} (into the other score set), scores of tile it to P, O += P·V issued, one wait for both. The
+    loop is unrolled by two, the score sets ``s`` and ``sn`` trading roles at compile time (nothing copied)."""
+    if varlen:
+        raise ValueError("overlap runs a tile ahead on the carried ring state; the varlen kernel recomputes it")
+    STAGES, Bc, TILE = tiles.stages, tiles.Bc, tiles.tile_bytes
+    _, wait_first, acquire, release, _ = load_functions(tiles, loads, varlen, True)
+    qk, qk_next, pv, wait_all, _ = wgmma_products(tiles, bf16, False)
+    to_p = scores_to_p(tiles, causal, bf16)
+    advance = ring_functions(STAGES)[0]
+
+    @device
+    def step(it, n_tiles, s, sn, ring, refill, stats, regs, loads, rows, lane_ids):
+        qf, pf, acc = regs
+        tid, lane, g, t, first = lane_ids
+        row0, wg_end, Nk, off, sl2 = rows
+        KV = loads[0]
+        ring_next = advance(ring)  # tile it+1
+        ring_next, refill = acquire(loads, it, n_tiles, ring_next, refill, tid)  # tile it+1 has landed
+        j0 = it * Bc
+        # -- issue S_{it+1} = Q K_{it+1}ᵀ: the tensor cores work on it during the softmax below. Issued
+        # for every tile, also past the last one or past this warpgroup's keys (its scores then unused):
+        # a branch around it leaves sn's old values on one path, and ptxas serializes every wgmma of
+        # the loop unrolled by two (C7515). Past the last tile the stage holds tile it+1-STAGES (or
+        # nothing yet), which no load rewrites: nothing is read that is being written.
+        qk_next(sn, qf, 0, KV, ring_next[0] * TILE)
+        if j0 < wg_end:
+            stats = to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2)
+            pv(acc, pf, 0, KV, (STAGES + ring[0]) * TILE)  # issued, not waited
+        wait_all(sn, acc)  # both products complete (warpgroup-uniform); S_{it+1} is in sn
+        release(loads, ring[0], lane)
+        stage, phase = advance(ring)
+        refill_stage, refill_phase = advance(refill)
+        return stats, stage, phase, refill_stage, refill_phase
+
+    @device
+    def mainloop(n_tiles, ring, stats, regs, loads, rows, lane_ids):
+        qf, s, sn, pf, acc = regs
+        wait_first(loads, n_tiles)
+        if n_tiles > 0 and rows[1] > 0:
+            qk(s, qf, 0, loads[0], 0)  # S of tile 0
+        stage, phase = ring  # carried as scalars: a tuple carried by the loop keeps dead fields alive
+        refill_stage = STAGES - 1  # the refill's (tile it + STAGES - 1): the stage of tile it-1
+        refill_phase = 0
+        step_regs = (qf, pf, acc)
+        for it in range(0, n_tiles, 2):  # S_it in s for even it, in sn for odd it
+            stats, stage, phase, refill_stage, refill_phase = step(
+                it, n_tiles, s, sn, (stage, phase), (refill_stage, refill_phase), stats, step_regs, loads, rows,
+                lane_ids)
+            if it + 1 < n_tiles:
+                stats, stage, phase, refill_stage, refill_phase = step(
+                    it + 1, n_tiles, sn, s, (stage, phase), (refill_stage, refill_phase), stats, step_regs, loads,
+                    rows, lane_ids)
+        return stats, (stage, phase)
+
+    return mainloop
+
+
+overlap_mainloop.ahead = True  # the loads wait for tile it+1 at tile it
+overlap_mainloop.suffix = "_overlap"
 
 
 def _supports(problem, warpgroups, Bc, stages):
@@ -61,5 +131,5 @@ def _supports(problem, warpgroups, Bc, stages):
     resolve=resolve_wgmma,
 )
 def tc_wgmma_overlap(problem, warpgroups=2, Bc=64, stages=3):
-    """tc_wgmma's kernel with ``overlap=True``."""
-    return build_wgmma(problem, warpgroups, Bc, stages, overlap=True)
+    """tc_wgmma's kernel running :func:`overlap_mainloop`."""
+    return build_wgmma(problem, warpgroups, Bc, stages, overlap_mainloop, loads="cp_async")

@@ -51,7 +51,9 @@ Verdict: confirmed, 0.591 ms at B1 H32 N4096 D128 fp16 (H200, CUPTI), 1.13x tc_w
 from __future__ import annotations
 
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.common import build_wgmma, resolve_wgmma, supports_wgmma, tma_smem_reason
+from numba_attn.phases.tensor_core.consumer import plain_mainloop
+from numba_attn.phases.tensor_core.kernel import build_wgmma, resolve_wgmma, supports_wgmma
+from numba_attn.phases.tensor_core.producer import tma_smem_reason
 
 
 def _supports(problem, warpgroups, Bc, stages):
@@ -81,5 +83,5 @@ def _supports(problem, warpgroups, Bc, stages):
     resolve=resolve_wgmma,
 )
 def tma_wgmma(problem, warpgroups=0, Bc=64, stages=2):
-    """tc_wgmma's kernel with ``tma=True``."""
-    return build_wgmma(problem, warpgroups, Bc, stages, overlap=False, tma=True)
+    """tc_wgmma's kernel whose tiles come by TMA, thread 0 issuing them (:func:`.producer.tma_loads`)."""
+    return build_wgmma(problem, warpgroups, Bc, stages, plain_mainloop, loads="tma")

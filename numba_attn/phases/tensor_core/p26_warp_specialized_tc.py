@@ -54,12 +54,14 @@ Verdict (three consumer warpgroups with 128-key tiles, the default at D64 since 
 from __future__ import annotations
 
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.common import build_wgmma, supports_wgmma, tma_smem_reason
+from numba_attn.phases.tensor_core.consumer import plain_mainloop
+from numba_attn.phases.tensor_core.kernel import build_wgmma, supports_wgmma
+from numba_attn.phases.tensor_core.producer import tma_smem_reason
 
 MAX_CONSUMERS = 3  # consumer warpgroups: with the producer at most 512 threads
 
 
-def _resolve(problem, warpgroups, Bc, stages, **_):
+def resolve_warp_specialized(problem, warpgroups, Bc, stages, **_):
     """warpgroups=0: three consumer warpgroups at D=64, two (FlashAttention-3's split) at the other head dims up
     to D=128, one above (384 threads have 168 registers each at entry). Bc=0: 128-key tiles at D=64 and D=128
     where the ring of ``stages`` fits, else 64. Measured (H200): at D=128 128-key tiles are 2-8 % faster than 64
@@ -76,7 +78,7 @@ def _resolve(problem, warpgroups, Bc, stages, **_):
     return {"warpgroups": warpgroups or (3 if D == 64 else 2 if D <= 128 else 1), "Bc": Bc, "stages": stages}
 
 
-def _supports(problem, warpgroups, Bc, stages, **_):
+def supports_warp_specialized(problem, warpgroups, Bc, stages, **_):
     if warpgroups > MAX_CONSUMERS:
         return (f"warpgroups={warpgroups}: at most {MAX_CONSUMERS} consumer warpgroups (with the producer "
                 f"{128 * (MAX_CONSUMERS + 1)} threads per block)")
@@ -108,11 +110,12 @@ def _supports(problem, warpgroups, Bc, stages, **_):
     dtypes=("float16", "bfloat16"),
     head_dims=None,
     sim_params={"warpgroups": 1, "Bc": 16, "stages": 2},
-    supports=_supports,
-    resolve=_resolve,
+    supports=supports_warp_specialized,
+    resolve=resolve_warp_specialized,
 )
 def warp_specialized_tc(problem, warpgroups=0, Bc=0, stages=2, uniform=False):
     """tma_wgmma's kernel with ``ws=True``; ``uniform``: the warp index made known warp-uniform, so
     that ptxas builds the wgmma descriptors and the ring counters in the uniform datapath (off by
-    default until timed on a GPU; docs/tensor-core-notes.md, "Uniform warp index")."""
-    return build_wgmma(problem, warpgroups, Bc, stages, overlap=False, tma=True, ws=True, uniform=uniform)
+    default until timed on a GPU; docs/tensor-core-notes.md, "Uniform warp index"). The producer warpgroup:
+    :func:`.producer.ws_producer` and its register split (``ws_producer_regs``, ``ws_consumer_regs``)."""
+    return build_wgmma(problem, warpgroups, Bc, stages, plain_mainloop, loads="ws", uniform=uniform)

@@ -48,8 +48,101 @@ Verdict (ring stage and phase carried across tiles: 503 SASS instructions a tile
 """
 from __future__ import annotations
 
+import functools
+
+from numba_attn.gpu.jit import device
+from numba_attn.gpu.warpspec import named_barrier_arrive, named_barrier_sync
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.common import build_wgmma, resolve_two_consumers, two_consumers_reason
+from numba_attn.phases.tensor_core.consumer import scores_to_p, wgmma_products
+from numba_attn.phases.tensor_core.kernel import build_wgmma, resolve_two_consumers, two_consumers_reason
+from numba_attn.phases.tensor_core.pipeline import ring_functions
+from numba_attn.phases.tensor_core.producer import load_functions
+
+TURN_BARRIER = 1  # consumer c's turn is named barrier TURN_BARRIER + c (0 is syncthreads)
+TURN_THREADS = 256  # threads counted at either barrier: the two consumer warpgroups
+
+
+@device
+def turn_wait(first):
+    """Wait for this consumer's turn, ``bar.sync`` on its own barrier (``first``: consumer 0).
+    The ids are constants in each branch: no register holds them through the loop."""
+    if first:
+        named_barrier_sync(TURN_BARRIER, TURN_THREADS)
+    else:
+        named_barrier_sync(TURN_BARRIER + 1, TURN_THREADS)
+
+
+@device
+def turn_pass(first):
+    """Give the turn to the other consumer, ``bar.arrive`` on its barrier."""
+    if first:
+        named_barrier_arrive(TURN_BARRIER + 1, TURN_THREADS)
+    else:
+        named_barrier_arrive(TURN_BARRIER, TURN_THREADS)
+
+
+@functools.cache
+def pingpong_mainloop(tiles, causal, bf16, loads, varlen):
+    """The tile loop of two consumers taking turns at the tensor cores. A turn only issues: O += P·V of tile
+    it-1, then (tile it landed) S_it = Q·K_itᵀ; the turn passes, the consumer waits for both products, releases
+    tile it-1's stage and computes its softmax while the other consumer's products run. Consumer 0 takes the
+    first turn; each consumer passes the turn once per tile, also for a tile it skips, and once after the loop
+    (the other's last P·V): the turns alternate strictly."""
+    if loads != "ws" or tiles.warpgroups != 2:
+        raise ValueError("pingpong alternates two consumer warpgroups: it needs ws=True, two warpgroups "
+                         "and overlap=False")
+    STAGES, Bc, TILE = tiles.stages, tiles.Bc, tiles.tile_bytes
+    acquire, release = load_functions(tiles, loads, varlen, False)[2:4]
+    _, qk_next, pv, wait_all, wait_o = wgmma_products(tiles, bf16, False)
+    to_p = scores_to_p(tiles, causal, bf16)
+    advance = ring_functions(STAGES)[0]
+
+    @device
+    def step(it, n_tiles, ring, prev_stage, stats, regs, loads, rows, lane_ids):
+        qf, s, sn, pf, acc = regs
+        tid, lane, g, t, first = lane_ids
+        row0, wg_end, Nk, off, sl2 = rows
+        KV = loads[0]
+        ring, _ = acquire(loads, it, n_tiles, ring, ring, tid)
+        j0 = it * Bc
+        if j0 < wg_end:
+            qk_next(s, qf, 0, KV, ring[0] * TILE)  # S = Q Kᵀ issued in this consumer's turn ...
+            turn_pass(first)  # ... then the other consumer's turn
+            wait_all(s, acc)  # S and the last tile's O complete: the softmax below overlaps the other's products
+            if it > 0:  # tile it-1's P·V retired: its stage may be refilled (before this consumer's
+                release(loads, prev_stage, lane)  # next turn: two stages suffice)
+            stats = to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2)
+            turn_wait(first)  # this consumer's next turn: O += P V, then (next tile) S above
+            pv(acc, pf, 0, KV, (STAGES + ring[0]) * TILE)
+        else:  # a tile this consumer skips: its turns all the same (the barriers stay balanced)
+            turn_pass(first)
+            wait_o(acc, acc)  # the last P·V complete: tile it-1's stage may be refilled
+            if it > 0:
+                release(loads, prev_stage, lane)
+            turn_wait(first)
+        stage, phase = advance(ring)
+        return stats, stage, phase, ring[0]
+
+    @device
+    def mainloop(n_tiles, ring, stats, regs, loads, rows, lane_ids):
+        first = lane_ids[4]
+        acc = regs[4]
+        if first:  # consumer 0 takes the first turn ...
+            named_barrier_arrive(TURN_BARRIER, TURN_THREADS)
+        turn_wait(first)  # ... consumer 1 waits for consumer 0's first arrival
+        stage, phase = ring  # carried as two scalars: a tuple carried by the loop keeps dead fields alive
+        prev_stage = STAGES - 1  # tile it-1's stage
+        for it in range(n_tiles):
+            stats, stage, phase, prev_stage = step(it, n_tiles, (stage, phase), prev_stage, stats, regs, loads, rows,
+                                                   lane_ids)
+        turn_pass(first)  # the other consumer's last turn (its last P·V); this consumer's last P·V retired
+        wait_o(acc, acc)
+        return stats, (stage, phase)
+
+    return mainloop
+
+
+pingpong_mainloop.kernel_name = "pingpong"
 
 
 def _supports(problem, warpgroups, Bc, stages):
@@ -78,5 +171,5 @@ def _supports(problem, warpgroups, Bc, stages):
     resolve=resolve_two_consumers,
 )
 def pingpong(problem, warpgroups=0, Bc=64, stages=3):
-    """warp_specialized_tc's kernel with ``pingpong=True``."""
-    return build_wgmma(problem, warpgroups, Bc, stages, overlap=False, tma=True, ws=True, pingpong=True)
+    """warp_specialized_tc's kernel running :func:`pingpong_mainloop`."""
+    return build_wgmma(problem, warpgroups, Bc, stages, pingpong_mainloop, loads="ws")

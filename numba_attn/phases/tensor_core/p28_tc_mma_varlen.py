@@ -22,7 +22,8 @@ Verdict: 9.37 ms at B8 H32 N<=4096 D128 fp16 ragged, 0.46x the padded batch's ti
 from __future__ import annotations
 
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.common import launch_mma_varlen, make_mma_kernel, resolve_mma, supports_mma
+from numba_attn.phases.tensor_core.mma_sync import launch_mma_varlen, resolve_mma, supports_mma
+from numba_attn.phases.tensor_core.p20_tc_mma import make_mma_kernel
 
 
 @register_phase(

@@ -30,7 +30,8 @@ Verdict: 2.27 ms at B8 H32 N<=4096 D128 fp16 ragged, 0.45x the padded batch's ti
 from __future__ import annotations
 
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.common import build_wgmma, resolve_wgmma, supports_wgmma
+from numba_attn.phases.tensor_core.consumer import plain_mainloop
+from numba_attn.phases.tensor_core.kernel import build_wgmma, resolve_wgmma, supports_wgmma
 
 
 def _supports(problem, warpgroups, Bc, stages):
@@ -58,5 +59,5 @@ def _supports(problem, warpgroups, Bc, stages):
     resolve=resolve_wgmma,
 )
 def tc_wgmma_varlen(problem, warpgroups=0, Bc=64, stages=2):
-    """The wgmma kernel of :mod:`.common` with ``varlen``."""
-    return build_wgmma(problem, warpgroups, Bc, stages, overlap=False, varlen=True)
+    """tc_wgmma's kernel on the packed layout (:mod:`.scheduler`: a block's sequence)."""
+    return build_wgmma(problem, warpgroups, Bc, stages, plain_mainloop, loads="cp_async", varlen=True)

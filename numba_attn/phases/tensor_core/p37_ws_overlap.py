@@ -47,7 +47,8 @@ Verdict (the default with uniform on, the issue's problems in one run): 0.5669 m
 from __future__ import annotations
 
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.common import build_wgmma, resolve_two_consumers, two_consumers_reason
+from numba_attn.phases.tensor_core.kernel import build_wgmma, resolve_two_consumers, two_consumers_reason
+from numba_attn.phases.tensor_core.p24_tc_wgmma_overlap import overlap_mainloop
 
 MAX_BC = 64  # Bc=128: the two score sets and O need more than 232 registers (spills, serialized wgmma)
 
@@ -80,5 +81,5 @@ def _supports(problem, warpgroups, Bc, stages, **_):
     resolve=resolve_two_consumers,
 )
 def ws_overlap(problem, warpgroups=0, Bc=64, stages=3, uniform=True):
-    """warp_specialized_tc's kernel with ``overlap=True``; ``uniform`` as there (on by default here)."""
-    return build_wgmma(problem, warpgroups, Bc, stages, overlap=True, tma=True, ws=True, uniform=uniform)
+    """warp_specialized_tc's producer with tc_wgmma_overlap's mainloop; ``uniform`` as there (on by default here)."""
+    return build_wgmma(problem, warpgroups, Bc, stages, overlap_mainloop, loads="ws", uniform=uniform)

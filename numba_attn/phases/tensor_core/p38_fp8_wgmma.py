@@ -78,8 +78,11 @@ from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.gpu.warp import warp_max
 from numba_attn.gpu.wgmma import e4m3_p_keys, kmajor_params, make_wgmma_rs, shared_address
 from numba_attn.phases.registry import Launch, register_phase
-from numba_attn.phases.tensor_core.common import (ALIGN_BYTES, key_ends, mask_fragments, q_fragments, store_fragments,
-                                                  u32_views)
+from numba_attn.phases.tensor_core.epilogue import store_fragments
+from numba_attn.phases.tensor_core.fragments import q_fragments
+from numba_attn.phases.tensor_core.mask import key_ends, mask_fragments
+from numba_attn.phases.tensor_core.mma_sync import u32_views
+from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES
 
 E4M3_MAX = 448.0  # the largest e4m3fn value: a head's amax maps to it
 P_SCALE = 256.0  # P in [0, 1] times 256 before its conversion (normal e4m3 down to 2^-14 of the row max)

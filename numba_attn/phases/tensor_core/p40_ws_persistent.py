@@ -35,17 +35,18 @@ Verdict: refuted at D128, no gain: under Nsight Compute at boost clocks (its clo
 from __future__ import annotations
 
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.common import build_wgmma
-from numba_attn.phases.tensor_core.p26_warp_specialized_tc import _resolve as _ws_resolve, _supports
+from numba_attn.phases.tensor_core.consumer import plain_mainloop
+from numba_attn.phases.tensor_core.kernel import build_wgmma
+from numba_attn.phases.tensor_core.p26_warp_specialized_tc import resolve_warp_specialized, supports_warp_specialized
 
 
-def _resolve(problem, warpgroups, Bc, stages, **_):
+def resolve_persistent(problem, warpgroups, Bc, stages, **_):
     """As ``warp_specialized_tc``'s, but at D=64 two consumer warpgroups with 64-key tiles (its default there
     until three consumers with 128-key tiles became the parent's: here they spill 56 bytes causal, and three
     consumers were 17 % slower causal on the H100)."""
     if problem.head_dim == 64:
         warpgroups, Bc = warpgroups or 2, Bc or 64
-    return _ws_resolve(problem, warpgroups, Bc, stages)
+    return resolve_warp_specialized(problem, warpgroups, Bc, stages)
 
 
 @register_phase(
@@ -64,11 +65,11 @@ def _resolve(problem, warpgroups, Bc, stages, **_):
     dtypes=("float16", "bfloat16"),
     head_dims=None,
     sim_params={"warpgroups": 1, "Bc": 16, "stages": 2, "blocks": 2},
-    supports=_supports,
-    resolve=_resolve,
+    supports=supports_warp_specialized,
+    resolve=resolve_persistent,
     launch_params=("blocks",),  # the grid only: its candidates share the kernel
 )
 def ws_persistent(problem, warpgroups=0, Bc=0, stages=2, uniform=False, blocks=0):
-    """warp_specialized_tc's kernel with ``persistent=True``: ``blocks`` persistent blocks (0: one per SM)."""
-    return build_wgmma(problem, warpgroups, Bc, stages, overlap=False, tma=True, ws=True, uniform=uniform,
-                       blocks=blocks)
+    """warp_specialized_tc's kernel in ``blocks`` persistent blocks (0: one per SM), each walking its work items
+    (:func:`.scheduler.first_item`, :func:`.scheduler.next_item`) with the ring state carried across them."""
+    return build_wgmma(problem, warpgroups, Bc, stages, plain_mainloop, loads="ws", uniform=uniform, blocks=blocks)

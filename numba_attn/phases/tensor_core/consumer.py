@@ -1,0 +1,154 @@
+"""The consumer warpgroups of the wgmma phases: one work item's Q, its loop over the K/V tiles, its O.
+
+* :func:`wgmma_products` — S = Q·Kᵀ (``D/16`` wgmma m64nBc k16, K from the swizzled ring) and O += P·V
+  (``Bc/16`` wgmma m64nD k16, V as the transposed operand), waited for at once or only issued;
+* :func:`scores_to_p` — a tile's scores masked (:mod:`.mask`), the online softmax (:mod:`.softmax`), P packed,
+  O rescaled;
+* :func:`plain_mainloop` — the tile loop where each product is waited for at once (``tc_wgmma``); the other
+  schedules are their phases' own: ``tc_wgmma_overlap.overlap_mainloop``, ``pingpong.pingpong_mainloop``.
+  A mainloop factory ``(tiles, causal, bf16, loads, varlen)`` gives the device function
+  ``mainloop(n_tiles, ring, stats, regs, loads, rows, lane_ids) -> (stats, ring)`` with
+  ``regs = (qf, s, sn, pf, acc)``, ``rows = (row0, wg_end, Nk, off, sl2)``, ``lane_ids = (tid, lane, g, t,
+  first)``;
+* :func:`consumer` — one work item: Q into registers, the loads' prologue, the mainloop, the epilogue.
+"""
+from __future__ import annotations
+
+import functools
+
+from numba import cuda, float32, uint32
+
+from numba_attn.gpu.device_functions import NEG_BIG
+from numba_attn.gpu.intrinsics import rows_head_major
+from numba_attn.gpu.jit import device
+from numba_attn.gpu.wgmma import kmajor_params, make_wgmma_rs, make_wgmma_wait, mnmajor_params
+from numba_attn.phases.tensor_core.epilogue import store_fragments
+from numba_attn.phases.tensor_core.fragments import q_fragments
+from numba_attn.phases.tensor_core.mask import key_ends, mask_fragments
+from numba_attn.phases.tensor_core.pipeline import ring_functions
+from numba_attn.phases.tensor_core.producer import load_functions
+from numba_attn.phases.tensor_core.softmax import online_softmax, pack_p, rescale_o
+
+__all__ = ["wgmma_products", "scores_to_p", "plain_mainloop", "consumer"]
+
+
+@functools.cache
+def wgmma_products(tiles, bf16: bool, pv_waited: bool):
+    """``(qk, qk_next, pv, wait_all, wait_o)``: S = Q·Kᵀ waited for, the same only issued, O += P·V (waited for
+    when ``pv_waited``), the wait for both products (S and O pass through it), the wait for O alone."""
+    kind = "bf16" if bf16 else "f16"
+    rb = tiles.row_bytes
+    qk_off, qk_lbo, qk_sbo = kmajor_params(tiles.Bc, tiles.qk_steps, rb)
+    pv_off, pv_lbo, pv_sbo = mnmajor_params(tiles.Bc, tiles.pv_steps, rb)
+    qk = make_wgmma_rs(kind, tiles.Bc, False, True, qk_off, qk_lbo, qk_sbo, rb)  # S = Q Kᵀ (fresh), waited
+    qk_next = make_wgmma_rs(kind, tiles.Bc, False, True, qk_off, qk_lbo, qk_sbo, rb, False)  # issued, not waited
+    pv = make_wgmma_rs(kind, tiles.D, True, False, pv_off, pv_lbo, pv_sbo, rb, pv_waited)
+    wait_all = make_wgmma_wait(0, tiles.s_regs, tiles.o_regs)  # both products done
+    wait_o = make_wgmma_wait(0, tiles.o_regs)  # O done
+    return qk, qk_next, pv, wait_all, wait_o
+
+
+@functools.cache
+def scores_to_p(tiles, causal: bool, bf16: bool):
+    """A device function ``to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2) -> stats``: the scores ``s`` of
+    the tile of keys from ``j0`` (rows g and g+8 of the warp from ``row0``) masked, the online softmax, P
+    packed into ``pf``, O (``acc``) rescaled."""
+    mask = mask_fragments(tiles.s_tiles, tiles.Bc, causal)
+    softmax = online_softmax(tiles.s_tiles)
+    pack = pack_p(tiles.pv_steps, bf16)
+    rescale = rescale_o(tiles.o_tiles)
+
+    @device
+    def to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2):
+        mask(s, 0, j0, row0, row0 + g, t, Nk, off)  # keys past the end and (causal) above the diagonal
+        stats, corr_lo, corr_hi = softmax(s, stats, sl2)
+        pack(pf, s)
+        rescale(acc, 0, corr_lo, corr_hi)
+        return stats
+
+    return to_p
+
+
+@functools.cache
+def plain_mainloop(tiles, causal: bool, bf16: bool, loads: str, varlen: bool):
+    """The tile loop of ``tc_wgmma``: per tile, acquire it, S = Q·Kᵀ waited for, scores to P, O += P·V waited
+    for, release it. The ring state of the tile read and of the refill (tile it + STAGES - 1) are carried."""
+    STAGES, Bc, TILE = tiles.stages, tiles.Bc, tiles.tile_bytes
+    acquire, release = load_functions(tiles, loads, varlen, False)[2:4]
+    qk, _, pv, _, _ = wgmma_products(tiles, bf16, True)
+    to_p = scores_to_p(tiles, causal, bf16)
+    advance = ring_functions(STAGES)[0]
+
+    @device
+    def step(it, n_tiles, ring, refill, stats, regs, loads, rows, lane_ids):
+        qf, s, sn, pf, acc = regs
+        tid, lane, g, t, first = lane_ids
+        row0, wg_end, Nk, off, sl2 = rows
+        KV = loads[0]
+        ring, refill = acquire(loads, it, n_tiles, ring, refill, tid)
+        j0 = it * Bc
+        if j0 < wg_end:
+            qk(s, qf, 0, KV, ring[0] * TILE)  # S = Q Kᵀ: KS wgmma m64nBc k16, K read from shared memory
+            stats = to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2)
+            pv(acc, pf, 0, KV, (STAGES + ring[0]) * TILE)  # O += P V: KK wgmma m64nD k16, V transposed
+        release(loads, ring[0], lane)
+        stage, phase = advance(ring)
+        refill_stage, refill_phase = advance(refill)
+        return stats, stage, phase, refill_stage, refill_phase
+
+    @device
+    def mainloop(n_tiles, ring, stats, regs, loads, rows, lane_ids):
+        stage, phase = ring  # carried as scalars: a tuple carried by the loop keeps dead fields alive
+        refill_stage = STAGES - 1  # the refill's (tile it + STAGES - 1): the stage of tile it-1
+        refill_phase = 0
+        for it in range(n_tiles):
+            stats, stage, phase, refill_stage, refill_phase = step(
+                it, n_tiles, (stage, phase), (refill_stage, refill_phase), stats, regs, loads, rows, lane_ids)
+        return stats, (stage, phase)
+
+    return mainloop
+
+
+@functools.cache
+def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop_factory):
+    """A device function ``consume(q, o, loads, item, ring, lane_ids, Nq, off, sl2, q0) -> ring``: one work item
+    of a consumer warp, ``item = (blk0, wg0, row0, bh)`` (the first query rows of the block, this warpgroup and
+    this warp; the head-batch): Q to registers, the tile loop of ``mainloop_factory``, O stored. ``ring``: the
+    ring state at its first tile in, after its last out (a persistent block's next item goes on from there)."""
+    ends = key_ends(tiles.Br, 64, causal)  # (the block's keys, a warpgroup's keys) from its first row
+    load_q = q_fragments(tiles.qk_steps, False, tiles.D // 2)
+    store = store_fragments(tiles.o_tiles, "bf16" if bf16 else "f16")
+    prologue = load_functions(tiles, loads, varlen, getattr(mainloop_factory, "ahead", False))[0]
+    finish = load_functions(tiles, loads, varlen, False)[4]
+    mainloop = mainloop_factory(tiles, causal, bf16, loads, varlen)
+    Bc, q_regs, s_regs, o_regs, p_regs = tiles.Bc, tiles.q_regs, tiles.s_regs, tiles.o_regs, tiles.p_regs
+
+    @device
+    def consume(q, o, loads, item, ring, lane_ids, Nq, off, sl2, q0):
+        blk0, wg0, row0, bh = item
+        tid, lane, g, t, first = lane_ids
+        Nk = loads[5]
+        qf = cuda.local.array(q_regs, uint32)
+        r_lo = row0 + g
+        load_q(qf, 0, q, bh, r_lo, Nq, t)
+        acc = cuda.local.array(o_regs, float32)
+        for i in range(o_regs):
+            acc[i] = float32(0.0)
+        s = cuda.local.array(s_regs, float32)
+        sn = cuda.local.array(s_regs, float32)  # overlap: S of the next tile, in flight during this tile's softmax
+        pf = cuda.local.array(p_regs, uint32)
+        stats = (NEG_BIG, NEG_BIG, float32(0.0), float32(0.0))  # running max and sums (this lane's columns)
+
+        # the keys the block loads, and those this warpgroup needs (warpgroup-uniform: wgmma is collective)
+        kv_end, wg_end = ends(blk0, wg0, Nq, Nk, off)
+        n_tiles = (kv_end + Bc - 1) // Bc
+        prologue(loads, n_tiles, tid)
+        stats, ring = mainloop(n_tiles, ring, stats, (qf, s, sn, pf, acc), loads, (row0, wg_end, Nk, off, sl2),
+                               lane_ids)
+        finish()
+        if varlen:  # the view made here, not kept live through the loop (q0: one register)
+            o = rows_head_major(o, q0, Nq)
+        store(o, bh, r_lo, acc, 0, stats[2], stats[3], Nq, t)
+        return ring
+
+    return consume

@@ -1,0 +1,256 @@
+"""The wgmma kernel of the Hopper phases, composed from its roles, and its host side.
+
+:func:`make_wgmma_kernel` puts together: the ring (:mod:`.pipeline`), a load strategy (:mod:`.producer`:
+"cp_async", "tma", or "ws" with a producer warpgroup), the consumers (:mod:`.consumer`) running a phase's
+mainloop (plain, ``tc_wgmma_overlap.overlap_mainloop``, ``pingpong.pingpong_mainloop``), and the work items
+(:mod:`.scheduler`: one per block, varlen, persistent). :func:`build_wgmma` is its launch.
+"""
+from __future__ import annotations
+
+import functools
+
+from numba import cuda, float32, uint64
+
+from numba_attn.gpu.device_functions import LOG2E
+from numba_attn.gpu.intrinsics import rows_head_major
+from numba_attn.gpu.jit import kernel
+from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
+from numba_attn.gpu.split_k import sm_count
+from numba_attn.gpu.warp import FULL_MASK, shfl_sync
+from numba_attn.gpu.warpspec import setmaxnreg_dec, setmaxnreg_inc
+from numba_attn.phases.registry import Launch
+from numba_attn.phases.tensor_core.consumer import consumer, plain_mainloop
+from numba_attn.phases.tensor_core.mma_sync import supports_tc, u32_views
+from numba_attn.phases.tensor_core.pipeline import ring_barriers, ring_padding, wgmma_smem_bytes, wgmma_tiles
+from numba_attn.phases.tensor_core.producer import (kv_tensor_map, tma_box, tma_smem_reason, ws_consumer_regs,
+                                                    ws_producer, ws_producer_regs)
+from numba_attn.phases.tensor_core.scheduler import VarlenLayout, first_item, next_item, varlen_spans
+
+__all__ = ["make_wgmma_kernel", "build_wgmma", "resolve_wgmma", "supports_wgmma", "resolve_two_consumers",
+           "two_consumers_reason", "TWO_CONSUMERS"]
+
+LOAD_NAMES = {"cp_async": "tc_wgmma", "tma": "tma_wgmma", "ws": "warp_specialized_tc"}
+
+
+def kernel_name(loads, mainloop, persistent, varlen):
+    """The kernel's name: its load strategy's phase, or its mainloop's (``kernel_name``, ``suffix``)."""
+    name = getattr(mainloop, "kernel_name", None) or LOAD_NAMES[loads]
+    return name + getattr(mainloop, "suffix", "") + ("_persistent" if persistent else "") + (
+        "_varlen" if varlen else "")
+
+
+@functools.cache
+def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_mainloop, loads: str = "cp_async",
+                      varlen: bool = False, persistent: bool = False, uniform: bool = False):
+    """The wgmma attention kernel ``(q, k, v, o, sl2, H, Nq, Nk)`` of ``tiles`` (:class:`WgmmaTiles`), ``G``
+    query heads per KV head. ``loads``: who brings the K/V tiles; "ws" adds a producer warpgroup (warps 0-3)
+    that gives registers back (``setmaxnreg.dec``) and whose thread 0 loads every tile of the block, the
+    consumers taking the registers (compiled with the launch bounds of its threads: ptxas needs the entry
+    budget to honour setmaxnreg). ``varlen``: q, o (total_q, H, D/2) and k, v (total_k, Hkv, D/2) packed, Nq/Nk
+    their cu_seqlens; a block takes sequence ``blockIdx.z``'s rows. ``persistent`` (with "ws"): a block per SM
+    running work items one after another, producer and consumers carrying the ring state from one to the next.
+    ``uniform``: the warp index broadcast from lane 0, known warp-uniform to ptxas (the descriptors and ring
+    counters in the uniform datapath; docs/tensor-core-notes.md, "Uniform warp index")."""
+    ws = loads == "ws"
+    if loads not in LOAD_NAMES:
+        raise ValueError(f"loads={loads!r}: one of {sorted(LOAD_NAMES)}")
+    if varlen and loads != "cp_async":
+        raise ValueError("the varlen layout has no TMA ring (tma=False)")
+    if persistent and not (ws and mainloop is plain_mainloop):
+        raise ValueError("persistent blocks carry the producer's ring across work items: they need ws=True, "
+                         "overlap=False and pingpong=False")
+    consume = consumer(tiles, causal, bf16, loads, varlen, mainloop)
+    produce = ws_producer(tiles, causal)
+    ring_rows = tiles.ring_rows
+    init_barriers = ring_barriers(tiles.stages, tiles.warps)[0]
+    Br = tiles.Br
+    n_barriers = 2 * tiles.stages
+    give_registers = ws and tiles.warpgroups >= 2  # move registers to the consumers (one consumer: no need)
+    producer_regs = ws_producer_regs(tiles.warpgroups)
+    consumer_regs = ws_consumer_regs(tiles.warpgroups)
+
+    def body(q, k, v, o, sl2, H, Nq, Nk):
+        # the K/V ring: dynamic shared memory from its first 1024-byte boundary
+        KV = dynamic_tile(ring_padding(dynamic_tile(0, 1, 4)), ring_rows, 4)  # float32 view, used through addresses
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        if uniform:  # lane 0's warp index, the same as every lane's: known warp-uniform to ptxas
+            warp = shfl_sync(FULL_MASK, warp, 0)
+        lane = cuda.laneid  # 32-bit (tid % 32 is 64-bit: three consumers at D=64 spilled its high word)
+        g = lane // 4
+        t = lane % 4
+        # grid (query blocks, heads, batch): no run-time integer division (a 64-bit
+        # division is a subroutine call, and any call makes ptxas serialize wgmma)
+        h = cuda.blockIdx.y
+        b = cuda.blockIdx.z
+        bh = b * H + h
+        kvh = b * (H // G) + h // G  # G: compile-time
+        if varlen:  # sequence b: its lengths, its Q rows as a head-major view (H, Nq, ·)
+            q0, Nq, k0, Nk = varlen_spans(Nq, Nk)
+            if cuda.blockIdx.x * Br >= Nq:
+                return
+            q = rows_head_major(q, q0, Nq)
+            bh = h
+            kvh = k0 * (H // G) + h // G  # the packed ring copy's first row: key k0 of head h // G
+        else:
+            q0 = 0  # (the store's view of the packed rows: varlen only)
+        blk0 = cuda.blockIdx.x * Br
+        wg0 = blk0 + 64 * (warp // 4)  # first query row of this warpgroup
+        row0 = blk0 + 16 * warp  # first query row of this warp
+        off = Nk - Nq
+        if loads != "cp_async":
+            bars = cuda.shared.array(n_barriers, uint64)
+            init_barriers(bars, k, v, tid)
+        else:
+            bars = KV  # no barriers without the TMA ring (never used)
+        first = False  # pingpong: consumer 0
+        if ws:
+            if warp < 4:  # the producer warpgroup: few registers; thread 0 loads every tile of the block
+                if give_registers:
+                    setmaxnreg_dec(producer_regs)
+                if tid == 0:
+                    state = (0, 0)  # the next tile's ring stage and phase (across work items: persistent)
+                    if persistent:
+                        loaded = 0  # tiles this block has loaded: the ring's stages are in use from the first
+                        n_query_blocks = (Nq + Br - 1) // Br  # Br: compile-time, no division call
+                        qb, bh = first_item(n_query_blocks)
+                        while bh < q.shape[0]:  # (B·H, Nq, D/2): every work item of this block
+                            state, loaded = produce((KV, k, v, bars, bh // G, Nk), (n_query_blocks - 1 - qb) * Br,
+                                                    state, loaded, Nq, Nk, off)
+                            qb, bh = next_item(qb, bh, n_query_blocks)
+                    else:
+                        produce((KV, k, v, bars, kvh, Nk), blk0, state, 0, Nq, Nk, off)
+                return
+            if give_registers:
+                setmaxnreg_inc(consumer_regs)
+            warp = warp - 4  # consumer warps 0 .. W-1
+            wg0 = blk0 + 64 * (warp // 4)
+            row0 = blk0 + 16 * warp
+            first = warp < 4  # pingpong: consumer 0
+
+        lane_ids = (tid, lane, g, t, first)
+        state = (0, 0)  # tile it's ring stage and the phase parity of its full barrier, carried
+        if persistent:  # the block's work items one after another, the ring state carried from one to the next
+            n_query_blocks = (Nq + Br - 1) // Br
+            qb, bh = first_item(n_query_blocks)
+            while bh < q.shape[0]:
+                blk0 = (n_query_blocks - 1 - qb) * Br
+                state = consume(q, o, (KV, k, v, bars, bh // G, Nk),
+                                (blk0, blk0 + 64 * (warp // 4), blk0 + 16 * warp, bh), state, lane_ids, Nq, off,
+                                sl2, q0)
+                qb, bh = next_item(qb, bh, n_query_blocks)
+        else:
+            consume(q, o, (KV, k, v, bars, kvh, Nk), (blk0, wg0, row0, bh), state, lane_ids, Nq, off, sl2, q0)
+
+    body.__name__ = body.__qualname__ = kernel_name(loads, mainloop, persistent, varlen)
+    if ws:
+        return kernel(body, launch_bounds=(128 * (tiles.warpgroups + 1), 1))
+    # Above 256 threads (3 warpgroups: 65536 / 384 = 170 registers a thread) the block size goes to ptxas
+    # as launch bounds, so that it keeps within the registers the block may have: without them, 3 warpgroups
+    # at D=128 causal with Bc=64 and 3-4 stages (190 registers) or Bc=128 (233) did not launch on an H200
+    # (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, tuning run of results/archive/2026-11-22-tune-scale) although
+    # supports() accepted them; varlen at D=128 causal: 195 → 168, no spills. At 256 threads and below a
+    # bound only costs registers (D=64: 125 → 144, one block per SM instead of two), so there is none.
+    return kernel(body, launch_bounds=(tiles.threads,)) if tiles.threads > 256 else kernel(body)
+
+
+def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads="cp_async", varlen=False,
+                uniform=False, blocks=None):
+    """The :class:`Launch` of the wgmma kernel: grid (query blocks, heads, batch), the ring in
+    dynamic shared memory (opt-in made at the first launch), and the uint32 views of the last
+    few input sets cached (making views costs host time at every launch). ``varlen``: the packed
+    layout; ``run(q, k, v, o, stream, layout=None)`` takes the call's (cu_seqlens_q, cu_seqlens_k)
+    device arrays as ``layout`` (else the problem's own, :class:`VarlenLayout`) in place of the
+    lengths, and the grid covers the longest sequence (``q_len``). ``loads`` "tma"/"ws": K and V are passed as
+    tensor maps of their uint32 views (:func:`kv_tensor_map`, cached with the views); "ws": ``warpgroups``
+    consumer warpgroups plus the producer warpgroup per block; ``blocks`` (with "ws"; None: not persistent):
+    persistent blocks, a grid of ``blocks`` (0: one per SM) each running every ``blocks``-th work item, never more
+    blocks than items."""
+    H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
+    D = problem.head_dim
+    tma = loads != "cp_async"
+    kern = make_wgmma_kernel(wgmma_tiles(D, warpgroups, Bc, stages), problem.group, problem.causal,
+                             problem.dtype == "bfloat16", mainloop, loads, varlen, blocks is not None, uniform)
+    box, swizzle = tma_box(D, Bc)
+    sl2 = float32(problem.sm_scale * LOG2E)
+    Br = 64 * warpgroups
+    grid = ((Nq + Br - 1) // Br, H, problem.batch)
+    if blocks is not None:  # persistent: at most one block per work item
+        if blocks < 0:
+            raise ValueError(f"blocks (persistent blocks) must be at least 1, or 0 for one per SM; got {blocks}")
+        grid = (min(blocks or sm_count(), grid[0] * H * problem.batch), 1, 1)
+    nbytes = wgmma_smem_bytes(D, Bc, stages)
+    own = VarlenLayout(problem) if varlen else None
+    nthreads = 128 * (warpgroups + 1 if loads == "ws" else warpgroups)  # ws: the producer warpgroup too
+
+    views = {}  # uint32 views of the last few input sets: making views costs host time at every launch
+    opted = []  # the >48 KiB opt-in is made once, at the first launch
+
+    def run(q, k, v, o, stream=0, layout=None):
+        key = (id(q), id(k), id(v), id(o))
+        hit = views.get(key)
+        if hit is None or any(a is not b for a, b in zip(hit[0], (q, k, v, o))):
+            if len(views) >= 8:
+                views.clear()
+            args = u32_views(q, k, v, o)
+            if tma:
+                args = (args[0], kv_tensor_map(args[1], box, swizzle), kv_tensor_map(args[2], box, swizzle), args[3])
+            hit = views[key] = ((q, k, v, o), args)
+        lengths = (layout or own.own()) if varlen else (Nq, Nk)
+        if opted:
+            kern[grid, nthreads, stream, nbytes](*hit[1], sl2, H, *lengths)
+        else:
+            launch_dynamic(kern, grid, nthreads, stream, nbytes, *hit[1], sl2, H, *lengths)
+            opted.append(True)
+
+    # tma: the kernel reaches K/V through tensor maps (their addresses inside): a launch recorded at
+    # one call cannot be replayed at another call's addresses
+    return Launch(run, kernels=[kern], replayable=not tma)
+
+
+def resolve_wgmma(problem, warpgroups, Bc, stages):
+    """warpgroups=0 picks the warpgroups per block: 3 at D=128 (168 registers: one
+    384-thread block per SM), 2 otherwise (126 registers at D=64: two 256-thread blocks
+    per SM; above D=128 a thread needs more than the 170 registers three warpgroups
+    may have); see docs/tensor-core-notes.md for the runs behind the choice."""
+    if warpgroups < 0:
+        raise ValueError("warpgroups (per block) must be at least 1 (0: by head_dim)")
+    return {"warpgroups": warpgroups or (3 if problem.head_dim == 128 else 2), "Bc": Bc, "stages": stages}
+
+
+def supports_wgmma(problem, warpgroups, Bc, stages, min_stages):
+    D = problem.head_dim
+    reason = supports_tc(problem, Bc, max_d=None)
+    if reason:
+        return reason
+    if Bc > 256 or Bc % 16:
+        return f"Bc={Bc}: wgmma N must be a multiple of 16 up to 256"
+    if warpgroups > 2 and D > 128:
+        return (f"warpgroups={warpgroups} at head_dim {D}: above D=128 a thread needs more registers than "
+                f"{warpgroups}·128 threads may have (65536 per SM); use warpgroups ≤ 2")
+    if stages < min_stages:
+        return f"stages must be at least {min_stages}" + (
+            " (tile j+1 resident while tile j is read)" if min_stages > 2 else "")
+    return smem_reason(wgmma_smem_bytes(D, Bc, stages))
+
+
+TWO_CONSUMERS = 2  # pingpong, ws_overlap: two consumer warpgroups and the producer (384 threads)
+
+
+def resolve_two_consumers(problem, warpgroups, Bc, stages, **_):
+    """``resolve`` of the phases built on exactly two consumer warpgroups (warpgroups=0: two)."""
+    if warpgroups < 0:
+        raise ValueError("warpgroups (consumer warpgroups per block) must be 2 (0: automatic)")
+    return {"warpgroups": warpgroups or TWO_CONSUMERS, "Bc": Bc, "stages": stages}
+
+
+def two_consumers_reason(problem, warpgroups, Bc, stages, why, min_stages):
+    """Why a phase of exactly two consumer warpgroups (``why``: what needs the two) cannot run
+    ``problem`` (None when it can): head_dim up to 128, then the wgmma and TMA ring rules."""
+    if warpgroups != TWO_CONSUMERS:
+        return f"warpgroups={warpgroups}: {why} exactly {TWO_CONSUMERS} consumer warpgroups"
+    if problem.head_dim > 128:
+        return (f"head_dim {problem.head_dim}: two consumer warpgroups (384 threads: 168 registers at entry, 232 "
+                "after setmaxnreg) are checked free of spills up to D=128 only; use warp_specialized_tc")
+    return (supports_wgmma(problem, warpgroups, Bc, stages, min_stages=min_stages)
+            or tma_smem_reason(problem, Bc, stages))

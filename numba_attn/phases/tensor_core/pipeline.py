@@ -1,0 +1,164 @@
+"""The K/V ring of the wgmma phases: its geometry, its state and its barriers.
+
+* :class:`WgmmaTiles` — the compile-time shape of a kernel: warpgroups, tile sizes, fragment registers, ring bytes;
+* the ring state of a tile is one value, ``ring = (stage, phase)``: :func:`ring_functions` gives ``advance``
+  (the next tile's: no division in the loop) and ``ring_at`` (tile ``it``'s, divided out);
+* the TMA ring's mbarriers: stage s has a "full" barrier (``s``: the tile's bytes landed) and an "empty"
+  one (``STAGES + s``: every consumer warp is done with it); :func:`ring_barriers` initialises them and
+  gives ``wait_full`` / ``release``;
+* :func:`ring_padding`: the ring in dynamic shared memory starts at a 1024-byte boundary (the swizzle's period).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from numba import cuda
+
+from numba_attn.gpu.jit import device
+from numba_attn.gpu.mbarrier import fence_proxy_async, mbarrier_arrive, mbarrier_init, mbarrier_wait
+from numba_attn.gpu.tma import tensormap_fence_acquire
+from numba_attn.gpu.warp import FULL_MASK, syncwarp
+from numba_attn.gpu.wgmma import padded_columns, row_bytes, shared_address
+
+__all__ = ["ALIGN_BYTES", "WgmmaTiles", "wgmma_tiles", "ring_functions", "ring_barriers", "ring_padding",
+           "wgmma_smem_bytes"]
+
+ALIGN_BYTES = 1024  # the 128-byte swizzle repeats every 1024 bytes: tiles start there
+
+
+@dataclass(frozen=True)
+class WgmmaTiles:
+    """The compile-time shape of a wgmma kernel of ``warpgroups`` computing warpgroups (64 query rows each),
+    head_dim ``D``, K/V tiles of ``Bc`` keys in a ring of ``stages``."""
+    D: int
+    warpgroups: int
+    Bc: int
+    stages: int
+
+    @property
+    def warps(self):  # warpgroup i = warps 4i..4i+3
+        return 4 * self.warpgroups
+
+    @property
+    def threads(self):
+        return 32 * self.warps
+
+    @property
+    def Br(self):  # query rows of a block
+        return 64 * self.warpgroups
+
+    @property
+    def padded_d(self):  # columns of the shared tiles (D, or D padded to a swizzle mode)
+        return padded_columns(self.D)
+
+    @property
+    def qk_steps(self):  # k-steps of Q·Kᵀ (an odd multiple of 8: the last half zero)
+        return (self.D + 15) // 16
+
+    @property
+    def s_tiles(self):  # n-tiles of S (8 keys each)
+        return self.Bc // 8
+
+    @property
+    def pv_steps(self):  # k-steps of P·V
+        return self.Bc // 16
+
+    @property
+    def o_tiles(self):  # n-tiles of O (8 columns each)
+        return self.D // 8
+
+    @property
+    def q_regs(self):  # A fragments of Q
+        return 4 * self.qk_steps
+
+    @property
+    def s_regs(self):  # score accumulators per thread (64 × Bc over 128 threads)
+        return self.Bc // 2
+
+    @property
+    def o_regs(self):  # output accumulators per thread
+        return self.D // 2
+
+    @property
+    def p_regs(self):  # A fragments of P·V
+        return 4 * self.pv_steps
+
+    @property
+    def row_bytes(self):  # bytes of a swizzled row
+        return row_bytes(self.padded_d)
+
+    @property
+    def tile_bytes(self):  # one K (or V) stage
+        return self.Bc * self.padded_d * 2
+
+    @property
+    def ring_rows(self):  # rows of 16 bytes in the ring (K and V)
+        return 2 * self.stages * self.tile_bytes // 16
+
+
+@functools.cache
+def wgmma_tiles(D: int, warpgroups: int, Bc: int, stages: int) -> WgmmaTiles:
+    return WgmmaTiles(D, warpgroups, Bc, stages)
+
+
+@functools.cache
+def ring_functions(STAGES: int):
+    """``(advance, ring_at)``: ``advance(ring)`` is the ring state of the tile after ``ring = (stage, phase)``,
+    ``(stage + 1, phase)`` or past the last stage ``(0, phase ^ 1)`` (carried from tile to tile: no division
+    in the loop); ``ring_at(it)`` is tile ``it``'s, ``(it mod STAGES, (it // STAGES) mod 2)``."""
+    @device
+    def advance(ring):
+        stage, phase = ring
+        stage += 1
+        if stage == STAGES:
+            return 0, phase ^ 1
+        return stage, phase
+
+    @device
+    def ring_at(it):
+        return it % STAGES, (it // STAGES) % 2
+
+    return advance, ring_at
+
+
+@functools.cache
+def ring_barriers(STAGES: int, warps: int):
+    """``(init, wait_full, release)`` of the TMA ring's mbarriers in ``bars`` (uint64[2·STAGES]): ``init(bars, k,
+    v, tid)`` (thread 0; the tensor maps acquired; then a block barrier), ``wait_full(bars, ring)`` (the tile of
+    that stage and phase has landed), ``release(bars, stage, lane)`` (this warp is done with the stage: every
+    lane past its wgmma wait, the lanes synced, then lane 0 arrives: one arrival per warp of ``warps``)."""
+    @device
+    def init(bars, k, v, tid):
+        if tid == 0:
+            tensormap_fence_acquire(k)
+            tensormap_fence_acquire(v)
+            for stage in range(STAGES):
+                mbarrier_init(bars, stage, 1)  # full: thread 0's arrival and the tile's bytes
+                mbarrier_init(bars, STAGES + stage, warps)  # empty: one arrival per warp
+            fence_proxy_async()  # the initialised barriers visible to the async proxy (TMA's complete_tx)
+        cuda.syncthreads()
+
+    @device
+    def wait_full(bars, ring):
+        mbarrier_wait(bars, ring[0], ring[1])
+
+    @device
+    def release(bars, stage, lane):
+        syncwarp(FULL_MASK)
+        if lane == 0:
+            mbarrier_arrive(bars, STAGES + stage)
+
+    return init, wait_full, release
+
+
+@device
+def ring_padding(base):
+    """The float32 elements from the dynamic shared memory's ``base`` to its first 1024-byte boundary, where the
+    ring starts (a device function returns no new array: the kernel takes the ring's view itself)."""
+    return ((ALIGN_BYTES - (shared_address(base) & (ALIGN_BYTES - 1))) & (ALIGN_BYTES - 1)) // 4
+
+
+def wgmma_smem_bytes(D, Bc, stages):
+    """The K/V ring (rows of :func:`padded_columns` elements) plus the 1024 bytes of alignment padding."""
+    return 2 * stages * Bc * padded_columns(D) * 2 + ALIGN_BYTES

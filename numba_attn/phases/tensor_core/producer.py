@@ -1,0 +1,273 @@
+"""How K/V tiles reach the wgmma phases' ring: the load strategies, one per producer.
+
+Each strategy is the same five device functions over ``loads = (KV, k, v, bars, kvh, Nk)`` (the ring, K and V
+or their tensor maps, the ring's mbarriers, the KV head or the packed copy's first row, the keys):
+
+* ``prologue(loads, n_tiles, tid)`` — the first tiles in flight before the loop;
+* ``wait_first(loads, n_tiles)`` — tile 0 has landed (a schedule that issues S_0 before its loop);
+* ``acquire(loads, it, n_tiles, ring, refill, tid) -> (ring, refill)`` — the tile read next (``it``, or ``it + 1``
+  when the schedule runs a tile ahead: ``ring`` is then that tile's) has landed, the stage of tile ``it - 1``
+  refilled; varlen recomputes both ring states from ``it``;
+* ``release(loads, stage, lane)`` — this warp is done with ``stage``;
+* ``finish()`` — nothing left in flight.
+
+:func:`cp_async_loads`: every thread copies its share with ``cp.async`` (tc_wgmma); :func:`tma_loads`: thread
+0 issues one TMA box per column block after ``expect_tx`` on the stage's full barrier (tma_wgmma), or, with
+``producer``, a producer warpgroup does (:func:`ws_producer`, warp_specialized_tc) and the consumers only wait.
+Host side: the K/V tensor maps (:func:`kv_tensor_map`, :func:`tma_box`) and the producer's register split.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import cuda
+
+from numba_attn.gpu import tma as _tma
+from numba_attn.gpu.intrinsics import cp_async_commit, cp_async_wait
+from numba_attn.gpu.jit import device
+from numba_attn.gpu.mbarrier import mbarrier_arrive_expect_tx, mbarrier_wait
+from numba_attn.gpu.ptx_loads import smem_reason
+from numba_attn.gpu.tma import tma_load_3d
+from numba_attn.gpu.wgmma import make_ring_copy, padded_columns, row_bytes
+from numba_attn.phases.tensor_core.mask import key_ends
+from numba_attn.phases.tensor_core.pipeline import ring_barriers, ring_functions, wgmma_smem_bytes
+
+__all__ = ["load_functions", "cp_async_loads", "tma_loads", "tma_tile", "ws_producer", "ws_producer_regs",
+           "ws_consumer_regs", "kv_tensor_map", "tma_box", "tma_smem_reason", "TMA_ALIGN_BYTES"]
+
+
+@functools.cache
+def cp_async_loads(tiles, varlen: bool, ahead: bool):
+    """The cp.async ring (``tc_wgmma``): the block's threads copy each tile (16 bytes a copy, one commit group
+    a tile, a block barrier before it is read). ``ahead``: tile it+1 must have landed at tile it (one group
+    fewer in flight). ``varlen``: K/V copied token-major from the sequence's first key, the ring state recomputed
+    from the tile index (carried, the two stages pushed three warpgroups at D=128 causal to 24 bytes of spills)."""
+    STAGES = tiles.stages
+    # cp.async of one K/V tile into the swizzled ring
+    copy_tile = make_ring_copy(tiles.D, tiles.Bc, STAGES, tiles.threads,
+                               tiles.padded_d if tiles.padded_d != tiles.D else 0, varlen)
+    in_flight_first = STAGES - 2  # copy groups that may stay in flight when tile j is needed
+    in_flight = STAGES - 3 if ahead else in_flight_first  # ahead: when tile j+1 is needed
+    ring_at = ring_functions(STAGES)[1]
+
+    @device
+    def prologue(loads, n_tiles, tid):
+        KV, k, v, bars, kvh, Nk = loads
+        for stage in range(STAGES - 1):  # tiles 0 .. STAGES-2 in flight
+            if stage < n_tiles:
+                copy_tile(KV, k, v, stage, stage, tid, kvh, Nk)
+            cp_async_commit()
+
+    @device
+    def wait_first(loads, n_tiles):
+        cp_async_wait(in_flight_first)  # tile 0 has landed ...
+        cuda.syncthreads()  # ... for every thread's copies
+
+    @device
+    def acquire(loads, it, n_tiles, ring, refill, tid):
+        KV, k, v, bars, kvh, Nk = loads
+        if varlen:  # tile it's stage and parity, and the refill's (tile it + STAGES - 1)
+            ring = ring_at(it)
+            refill = ring_at(it + STAGES - 1)
+        cp_async_wait(in_flight)  # the tile needed next has landed (this thread's copies) ...
+        cuda.syncthreads()  # ... every thread's; every warpgroup is done with tile it-1
+        nxt = it + STAGES - 1
+        if nxt < n_tiles:  # refill the buffer of tile it-1
+            copy_tile(KV, k, v, nxt, refill[0], tid, kvh, Nk)
+        cp_async_commit()
+        return ring, refill
+
+    @device
+    def release(loads, stage, lane):
+        pass
+
+    @device
+    def finish():
+        cp_async_wait(0)
+
+    return prologue, wait_first, acquire, release, finish
+
+
+@functools.cache
+def tma_tile(tiles):
+    """A device function ``load(KV, kmap, vmap, bars, tile, stage, kvh)``: K and V of tile ``tile`` into ring stage
+    ``stage`` by TMA, one box per column block, after ``expect_tx`` of their bytes on the stage's full barrier."""
+    STAGES, Bc, TILE = tiles.stages, tiles.Bc, tiles.tile_bytes
+    boxes = tiles.padded_d * 2 // tiles.row_bytes  # column blocks of a tile: one TMA box each, K and V
+    box_bytes = Bc * tiles.row_bytes
+    box_words = tiles.row_bytes // 4  # 32-bit words of a box row: the column step between boxes
+
+    @device
+    def load(KV, kmap, vmap, bars, tile, stage, kvh):
+        mbarrier_arrive_expect_tx(bars, stage, 2 * TILE)  # the K and V boxes of the tile, zero fill included
+        row = tile * Bc
+        for cb in range(boxes):
+            tma_load_3d(KV, stage * TILE + cb * box_bytes, kmap, kvh, row, box_words * cb, bars, stage)
+            tma_load_3d(KV, (STAGES + stage) * TILE + cb * box_bytes, vmap, kvh, row, box_words * cb, bars, stage)
+
+    return load
+
+
+@functools.cache
+def tma_loads(tiles, ahead: bool, producer: bool):
+    """The TMA ring: every warp waits on the stage's full barrier (also a warpgroup that skips the tile: its
+    release must not count towards a later phase of the empty barrier) and releases it on the empty one.
+    Without ``producer`` (``tma_wgmma``) thread 0 issues the first ``STAGES - 1`` tiles and, at tile it, refills
+    the stage of tile it-1 once every warp has released it; with ``producer`` the consumers issue nothing."""
+    STAGES = tiles.stages
+    load_tile = tma_tile(tiles)
+    wait_full, release_stage = ring_barriers(STAGES, tiles.warps)[1:]
+
+    @device
+    def prologue(loads, n_tiles, tid):
+        KV, k, v, bars, kvh, Nk = loads
+        if not producer:
+            if tid == 0:
+                for stage in range(STAGES - 1):  # tiles 0 .. STAGES-2 in flight
+                    if stage < n_tiles:
+                        load_tile(KV, k, v, bars, stage, stage, kvh)
+
+    @device
+    def wait_first(loads, n_tiles):
+        if n_tiles > 0:
+            mbarrier_wait(loads[3], 0, 0)  # tile 0 has landed
+
+    @device
+    def acquire(loads, it, n_tiles, ring, refill, tid):
+        KV, k, v, bars, kvh, Nk = loads
+        if not producer:
+            nxt = it + STAGES - 1
+            if tid == 0 and nxt < n_tiles:  # refill the stage of tile it-1 ...
+                if nxt >= STAGES:  # ... once every warp is done with it (the phase before)
+                    mbarrier_wait(bars, STAGES + refill[0], refill[1] ^ 1)
+                load_tile(KV, k, v, bars, nxt, refill[0], kvh)
+        if ahead:
+            if it + 1 < n_tiles:
+                wait_full(bars, ring)
+        else:
+            wait_full(bars, ring)
+        return ring, refill
+
+    @device
+    def release(loads, stage, lane):
+        release_stage(loads[3], stage, lane)
+
+    @device
+    def finish():
+        pass
+
+    return prologue, wait_first, acquire, release, finish
+
+
+@functools.cache
+def ws_producer(tiles, causal: bool):
+    """A device function ``produce(loads, blk0, ring, loaded, Nq, Nk, off) -> (ring, loaded)``: the producer
+    warpgroup's thread 0 brings every K/V tile of one work item (query rows ``blk0 ..``) into the ring, waiting
+    only on the empty barriers. ``ring``: the next tile's stage and phase; ``loaded``: tiles this block brought
+    before (a stage is free at once only while fewer than ``STAGES`` were); both come back after the item."""
+    STAGES, Bc = tiles.stages, tiles.Bc
+    load_tile = tma_tile(tiles)
+    advance = ring_functions(STAGES)[0]
+    ends = key_ends(tiles.Br, 64, causal)
+
+    @device
+    def produce(loads, blk0, ring, loaded, Nq, Nk, off):
+        KV, k, v, bars, kvh, _ = loads
+        n = (ends(blk0, blk0, Nq, Nk, off)[0] + Bc - 1) // Bc
+        for it in range(n):
+            if loaded + it >= STAGES:  # the stage's previous tile (the phase before) is released
+                mbarrier_wait(bars, STAGES + ring[0], ring[1] ^ 1)
+            load_tile(KV, k, v, bars, it, ring[0], kvh)
+            ring = advance(ring)
+        return ring, loaded + n
+
+    return produce
+
+
+WS_PRODUCER_REGS = 40  # registers per thread the producer warpgroup keeps (it only issues TMA loads)
+WS_PRODUCER_REGS_3 = 32  # the same beside three consumer warpgroups (FlashAttention-3's 32/160 split)
+
+
+def ws_producer_regs(WG: int) -> int:
+    """Registers per thread the producer keeps beside ``WG`` consumer warpgroups: 40, or 32 beside three, whose
+    128-key tiles at D=64 need 160 each (152 spilled 8-16 bytes)."""
+    return WS_PRODUCER_REGS_3 if WG >= 3 else WS_PRODUCER_REGS
+
+
+def ws_consumer_regs(WG: int) -> int:
+    """Registers per thread of the ``WG`` consumer warpgroups after the producer gave its own back:
+    the 64K registers of an SM over 128-thread warpgroups, ``ws_producer_regs(WG) + WG·N <= 512``,
+    N a multiple of 8, at most 240 (FlashAttention-3's split for two consumers: 240/24; here 232/40)."""
+    return min(240, (512 - ws_producer_regs(WG)) // max(WG, 1) // 8 * 8)
+
+
+TMA_ALIGN_BYTES = 16  # TMA: global address and every stride but the innermost a multiple of 16 bytes
+
+
+def tma_smem_reason(problem, Bc, stages):
+    """Why the ``tma`` kernel cannot run ``problem`` (None when it can): K/V rows of a multiple
+    of 16 bytes (TMA strides), the ring plus its 2·stages mbarriers (8 bytes each) within the
+    shared memory of a block."""
+    row = problem.head_dim * 2
+    if row % TMA_ALIGN_BYTES:
+        return f"TMA needs K/V rows of a multiple of {TMA_ALIGN_BYTES} bytes, head_dim {problem.head_dim} has {row}"
+    return smem_reason(wgmma_smem_bytes(problem.head_dim, Bc, stages) + 16 * stages)
+
+
+_TMAPS: dict = {}  # (address, shape, strides, box, swizzle) -> tensor map
+_MAX_TMAPS = 64
+
+
+def tma_box(D: int, Bc: int):
+    """(box, swizzle) of the K/V tensor maps of the ``tma`` wgmma kernel: one column block of a
+    swizzled ring tile (:func:`numba_attn.gpu.wgmma.row_bytes` of the padded width) as 32-bit
+    words of the (B·Hkv, N, D/2) uint32 view: ``(1, Bc, rb/4)`` with the ``rb``-byte swizzle
+    (128 for D ≥ 64, 64/32 for D = 32/16). Columns past D (padded head dims) are zero-filled."""
+    rb = row_bytes(padded_columns(D))
+    return (1, Bc, rb // 4), rb
+
+
+def _address(a) -> int:
+    """The device address of a device array (numba), or of the host memory behind a simulator or
+    NumPy array (the offline compile's stand-ins)."""
+    if hasattr(a, "device_ctypes_pointer"):
+        return int(a.device_ctypes_pointer.value or 0)
+    return int(np.asarray(getattr(a, "_ary", a)).__array_interface__["data"][0])
+
+
+def kv_tensor_map(a, box, swizzle):
+    """The tensor map (:func:`numba_attn.gpu.tma.tensor_map`) of the device array ``a``, cached by
+    (address, shape, strides, box, swizzle) in a small bounded dict: a repeated call with the same
+    memory encodes and allocates nothing. Raises ValueError when the address is not 16-byte aligned."""
+    addr = _address(a)
+    key = (addr, tuple(a.shape), tuple(a.strides), box, swizzle)
+    m = _TMAPS.get(key)
+    if m is None:
+        if addr % TMA_ALIGN_BYTES:
+            raise ValueError(f"TMA needs K/V at a {TMA_ALIGN_BYTES}-byte aligned address, got {addr:#x} "
+                             f"(misaligned by {addr % TMA_ALIGN_BYTES} bytes)")
+        if len(_TMAPS) >= _MAX_TMAPS:
+            _TMAPS.clear()
+        m = _TMAPS[key] = _tma.tensor_map(a, box, swizzle)
+    return m
+
+
+def clear_tensor_maps():
+    """Forget the cached tensor maps (tests)."""
+    _TMAPS.clear()
+
+
+def cached_tensor_maps() -> int:
+    """How many tensor maps are cached (tests)."""
+    return len(_TMAPS)
+
+
+def load_functions(tiles, loads: str, varlen: bool, ahead: bool):
+    """The five load functions of strategy ``loads``: "cp_async" (:func:`cp_async_loads`), "tma" (thread 0 of the
+    consumers issues, :func:`tma_loads`) or "ws" (a producer warpgroup issues)."""
+    if loads == "cp_async":
+        return cp_async_loads(tiles, varlen, ahead)
+    if loads in ("tma", "ws"):
+        return tma_loads(tiles, ahead, loads == "ws")
+    raise ValueError(f"loads={loads!r}: one of 'cp_async', 'tma', 'ws'")
