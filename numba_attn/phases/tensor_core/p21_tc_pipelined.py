@@ -1,47 +1,12 @@
 """Phase 21 — ``tc_pipelined``: ldmatrix from swizzled shared memory, cp.async multi-buffering.
 
-Change against ``tc_mma`` — the tensor-core math and the online softmax on the
-fragments are the same; what changes is how K and V reach the fragments:
+Change against ``tc_mma``: K/V tiles are copied with ``cp.async`` into a ring of ``stages`` buffers (one
+barrier per tile), stored with the 16-byte chunks XOR-swizzled by row, and read into fragments with
+``ldmatrix.x4`` (K) and ``ldmatrix.x4.trans`` (V): no padding, no bank conflicts, a quarter of the shared loads.
 
-* **cp.async pipeline.** K/V tiles are copied global → shared with
-  ``cp.async.cg`` (16 bytes per instruction, no register round trip, the
-  rows past the end zero-filled by the instruction) into a ring of
-  ``stages`` buffers. While the warps compute on tile j, the copies of tiles
-  j+1 … j+stages-1 are in flight. One barrier per tile instead of two:
-  waiting for tile j (``cp.async.wait_group stages-2``) then ``syncthreads``
-  both publishes tile j and proves every warp has finished tile j-1, whose
-  buffer is the one refilled next.
-* **ldmatrix.** One ``ldmatrix.x4`` gives a lane the B fragments of two
-  n-tiles of Kᵀ (both k halves); one ``ldmatrix.x4.trans`` gives the B
-  fragments of two d-tiles of V, transposed in flight. This replaces 4
-  32-bit loads (K) and 8 16-bit loads plus 4 packs (V) per instruction.
-* **Swizzled tiles.** Rows are D·2 bytes, unpadded; the 16-byte chunk c of row
-  r is stored at chunk ``c ^ (r mod 8)``. The 8 rows an ldmatrix phase reads
-  at one logical chunk land in 8 different bank groups, so neither the
-  cp.async writes nor the ldmatrix reads conflict, and rows stay 16-byte
-  aligned for both.
+Prediction: 1.5–2× over ``tc_mma``, ~200–250 TFLOP/s at D=64/128 fp16, near 0.5× SDPA.
 
-Several warps per block (``warps``, 16 query rows each, or 32 with ``m_tiles=2``)
-share every tile; all of a block's K/V data sits in one shared array (K stages,
-then V stages) — static up to 48 KiB, dynamic above (D=128 with 64-key tiles).
-
-Head dims: every multiple of 8 up to 256, by padding inside the tiles: the
-swizzle is a permutation only of a power of two (≤ 8) or a multiple of 8 chunks,
-so shared rows are padded to one (D=80, 96, 112: 128 columns; 160: 192); an odd
-multiple of 8 is computed as the next multiple of 16 with a zero-filled chunk
-(Q's extra words zero); the padding is never written out. D=16, 32, 64, 128, 192
-and 256 run unpadded.
-
-Prediction (written before measuring): ``tc_mma`` stalls on the staging
-(global → registers → shared, two barriers) and on ~3× more shared-memory
-instructions per mma. Overlapping the copies and cutting the fragment loads
-should give 1.5–2× over ``tc_mma``: ~200–250 TFLOP/s at D=64/128 fp16 on an
-H200, near 0.5× SDPA — the target.
-
-Verdict: 0.545 ms at B1 H32 N4096 D64 fp16 (H200), 1.55x tc_mma; 0.950 ms at D128, 2.90x [results/tensor-core-nvidia-h200.jsonl]
-
-The prediction held in TFLOP/s; the 0.5x SDPA target is met causal only: the warps
-wait through each tile's softmax (docs/tensor-core-notes.md).
+Verdict: 0.545 ms at B1 H32 N4096 D64 fp16 (H200), 1.55x tc_mma; 0.950 ms at D128, 2.90x.
 """
 from __future__ import annotations
 

@@ -1,40 +1,12 @@
 """Phase 22 — ``tc_tf32``: fp32 inputs on the tensor cores through tf32 ``mma.sync.m16n8k8``.
 
-Change against ``tc_pipelined``: the storage dtype is float32. The tensor
-cores take fp32 data as tf32 (10 mantissa bits, ``cvt.rna.tf32.f32``) with
-fp32 accumulation, in the m16n8k8 shape: one register per element instead of
-two packed halves. What follows from that:
+Change against ``tc_pipelined``: the storage dtype is float32, multiplied as tf32 (m16n8k8, one register per
+element). P stays in registers by permuting the keys (column t of a k-step stands for key 2t, t+4 for 2t+1;
+V's rows follow); tiles are padded (rows of D+4 words) instead of swizzled.
 
-* **Fragments.** tf32 A/B registers hold one element each: A = (g, t),
-  (g+8, t), (g, t+4), (g+8, t+4); B = (k t, n g), (k t+4, n g). ``ldmatrix``
-  moves 16-bit elements, so B fragments are plain 32-bit shared loads.
-* **P stays in registers, by permuting the keys.** The S accumulator gives a
-  lane the keys 2t and 2t+1 of its rows, but the A fragment of P·V wants
-  columns t and t+4. Since P·V sums over keys, any order of the keys works if
-  V's rows follow the same order: column t of the k-step stands for key 2t,
-  column t+4 for key 2t+1. Then a0..a3 = tf32(c0, c2, c1, c3) of one n-tile —
-  no shuffle — and V's B fragment reads rows 2t and 2t+1.
-* **Padding instead of swizzling.** Tiles are float32 rows of D+4 words (16-byte
-  aligned for cp.async). With a row stride ≡ 4 (mod 32) banks, the K reads
-  (row g, col t: bank 4g+t) and the V reads (rows 2t, 2t+1, col g: bank
-  8t+g (+4)) are conflict-free.
-* **Tiles.** fp32 tiles are twice as large: Bc = 32 keys at D=64 (two stages,
-  34 KiB), 16 at D=128.
+Prediction: 100–150 TFLOP/s at D=64, N=4096: 3–4× PyTorch SDPA fp32, relative error near 1e-3.
 
-The cp.async ring, the one barrier per tile and the online softmax on the
-fragments are unchanged from ``tc_pipelined``.
-
-Head dims: every multiple of 8 up to 256 natively (k-steps of 8); Bc=0 takes
-8-key tiles above head_dim 184, where two stages of 16 fp32 keys exceed 48 KiB.
-
-Prediction (written before measuring): tf32 mma.sync peaks at half the f16
-rate (~285 TFLOP/s measured in a register loop on the H200); each m16n8k8
-needs two scalar shared loads for B, which caps the issue rate near one mma
-per two shared loads. Expect 100–150 TFLOP/s at D=64, N=4096: 3–4× PyTorch
-SDPA in fp32 (~34 TFLOP/s, no tensor cores), above the 1.5× target, at a
-relative error near 1e-3 (tf32 rounding of Q, K, V and P).
-
-Verdict: 1.326 ms at B1 H32 N4096 D64 fp32 (H200), 3.0x PyTorch SDPA fp32, the target met; 3.18 ms at D128 [results/tensor-core-nvidia-h200.jsonl]
+Verdict: 1.326 ms at B1 H32 N4096 D64 fp32 (H200), 3.0x PyTorch SDPA fp32, the target met; 3.18 ms at D128.
 """
 from __future__ import annotations
 

@@ -1,35 +1,12 @@
 """Phase 24 — ``tc_wgmma_overlap``: the next tile's Q·Kᵀ runs on the tensor cores during this tile's softmax.
 
-Change against ``tc_wgmma``: there every product is waited for at once, so a
-warpgroup's tensor cores idle while it runs its online softmax (max, quad
-shuffles, 32 exp2, packing, the rescale of O) — the rest of the SM fills that
-gap only with the other warpgroups. Here the schedule per K/V tile j is the
-intra-warpgroup pipelining of FlashAttention-3:
+Change against ``tc_wgmma`` (FlashAttention-3's intra-warpgroup pipelining, :func:`overlap_mainloop`): per tile
+j, issue S_{j+1} into a second score set, run the softmax of S_j and issue P_j·V_j, then one wait retires
+both. The loop is unrolled by two so the score sets swap roles at compile time; stages ≥ 3.
 
-* issue S_{j+1} = Q·K_{j+1}ᵀ (``wgmma`` without a wait: ``make_wgmma_rs(...,
-  wait=False)``), into a second set of score registers;
-* run the softmax of S_j and issue O += P_j·V_j (also without a wait);
-* ``wgmma.wait_group 0`` for both (``make_wgmma_wait``, which passes the
-  accumulators through the wait so that no later instruction reads them
-  earlier). The loop is unrolled by two, so the two score sets swap roles at
-  compile time and no scores are copied. S_{j+1} is issued on every tile,
-  even past the last one (its scores then unused): a branch around it made
-  ptxas serialize the wgmma.
+Prediction: the softmax hides behind the next Q·Kᵀ: +10–20% at D=128 and D=64.
 
-The tile ring needs tile j+1 resident while tile j is still read, so
-``stages`` ≥ 3; one barrier per tile, as before. The cost: a second score set
-(Bc/2 registers), hence 2 warpgroups per block by default.
-
-Head dims: every multiple of 8 up to 256, padded as in ``tc_wgmma`` (one kernel).
-
-Prediction (before measuring): the softmax hides behind the next Q·Kᵀ, about
-a third of a tile's tensor work at D=128 (8 of 12 wgmma) — +10–20% at D=128
-and D=64 (FlashAttention-3 reports ~+10% from this overlap alone).
-
-Verdict: refuted, 0.820 ms at B1 H32 N4096 D128 fp16 (H200), 1.24x slower than tc_wgmma; 0.617 ms at D64 [results/tensor-core-overlap-nvidia-h200.jsonl]
-
-The overlap is in the SASS, but the second score set costs the occupancy (the other
-warpgroups) that hid the softmax in tc_wgmma; docs/tensor-core-notes.md has the runs.
+Verdict: refuted, 0.820 ms at B1 H32 N4096 D128 fp16 (H200), 1.24x slower than tc_wgmma (occupancy lost).
 """
 from __future__ import annotations
 

@@ -1,50 +1,13 @@
-"""Phase 27 — ``pingpong``: the two consumer warpgroups take turns at the tensor cores, one's softmax under the other's GEMMs.
+"""Phase 27 — ``pingpong``: the two consumer warpgroups take turns at the tensor cores.
 
-Change against ``warp_specialized_tc`` — the producer warpgroup, the TMA ring
-and its mbarriers, the register split and each consumer's loop (S_j = Q·K_jᵀ,
-mask, online softmax, O += P_j·V_j) are the same; what changes is when a
-consumer may issue its products:
+Change against ``warp_specialized_tc`` (FlashAttention-3's inter-warpgroup ping-pong, :func:`pingpong_mainloop`):
+consumer c's turn is named barrier 1 + c. A turn only issues — O += P_{j-1}·V_{j-1}, then S_j = Q·K_jᵀ — and
+passes to the other consumer (``bar.arrive``); outside its turn a consumer waits for its products and computes
+its softmax while the other's products run. Consumer 0 starts; every tile, also a skipped one, is one turn.
 
-* **Turns through two named barriers.** In the parent both consumers issue
-  wgmma whenever they are ready, so their GEMMs and their softmaxes tend to
-  line up and the tensor cores idle while both compute exp2. Here consumer c
-  owns named barrier 1 + c (``bar.sync id, 256``: its own 128 threads and
-  the other consumer's 128 arrivals). A consumer's turn only *issues*:
-  ``bar.sync`` on its own barrier, O += P_{j-1}·V_{j-1} issued (not waited),
-  the wait for tile j, S_j = Q·K_jᵀ issued; then ``bar.arrive`` on the
-  other's barrier. Outside its turn it waits for both products
-  (``wgmma.wait_group 0``: the tensor cores run them in issue order),
-  releases tile j-1's stage and computes the softmax of tile j while the
-  other consumer's products run (FlashAttention-3's inter-warpgroup
-  ping-pong, ``warp_scheduler_barrier_sync`` / ``_arrive`` around the issue
-  of the two GEMMs).
-* **Who starts, and balance.** Consumer 0 arrives once on its own barrier
-  before the loop (FlashAttention-3's ``mma_init``), so it has the first turn
-  and consumer 1's first ``bar.sync`` waits for consumer 0's first issue;
-  after the loop each consumer arrives once more on the other's barrier (the
-  other's last P·V). Every consumer syncs and arrives once per tile of the
-  block, also for tiles it skips (causal: consumer 0's rows end before
-  consumer 1's; rows past Nq), so the turns alternate strictly and neither
-  waits for an arrival that never comes.
-* **Stages.** A stage is released once its P·V has retired, in the
-  consumer's next iteration, before its next turn: with two stages the
-  tile a consumer waits for inside its turn can already be in flight, so
-  two stages cannot deadlock; three by default give the producer one tile
-  of slack more (D=128, Bc=64: 96 KiB of ring).
+Prediction: +8% against warp_specialized_tc at B1 H32 N4096 D128 fp16 (~0.53 ms); refuted below 3%.
 
-Head dims, dtypes, causal, GQA: as ``warp_specialized_tc`` with two consumer
-warpgroups (384 threads), so head_dim up to 128.
-
-Prediction (written before measuring): the tensor cores stay busy through
-the softmax, as in FlashAttention-3 (570 → 620 TFLOP/s at D128 fp16 from
-this step): +8% against warp_specialized_tc at B1 H32 N4096 D128 fp16
-(0.571 ms → ~0.53 ms, ~0.87x SDPA); the same at D=64 within ±3%; stages=2
-slower than stages=3. Refuted if the gain at D128 is below 3% (≥ 0.555 ms):
-then the turns cost more (barrier waits, a consumer waiting for its tile
-inside its turn) than the overlap gives.
-
-Verdict: refuted, slower than its parent in every case measured: 0.688 ms at B1 H32 N4096 D128 fp16, 1.32x warp_specialized_tc's time in the same run, 0.577 ms with Bc=128 (1.21x) (H200, CUPTI); the first version, which waited for P·V inside the turn, took 0.765 ms; no spill, no serialized wgmma in the LTO link; measured reason (Nsight Compute): 19% more instructions (the steady loop: 565 SASS instructions a tile against 454; a three-stage ring's modulo arithmetic, the turns, the delayed stage release) and fewer issue slots (barrier waits), the tensor pipe 42% busy against the parent's 55% (docs/tensor-core-notes.md) [results/tensor-core-tma-nvidia-h200.jsonl] [results/archive/2026-11-23-pingpong-first/hopper-tma-c6d2a4d.jsonl]
-Verdict (ring stage and phase carried across tiles: 503 SASS instructions a tile): still refuted, 0.6429 ms at B1 H32 N4096 D128 fp16, 1.11x warp_specialized_tc's time in the same run; causal B2 H16 N8192 1.344 ms (1.12x), D64 B4 H32 N2048 0.4853 ms (1.07x), bf16 0.6141 ms (1.13x) (H200, CUPTI) [results/tensor-core-tma-nvidia-h200.jsonl]
+Verdict: refuted, 0.643 ms at B1 H32 N4096 D128 fp16 (H200), 1.11x warp_specialized_tc's time.
 """
 from __future__ import annotations
 

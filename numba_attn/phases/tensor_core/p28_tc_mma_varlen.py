@@ -1,23 +1,13 @@
 """Phase 28 — ``tc_mma_varlen``: ``tc_mma`` on a packed ragged batch (FlashAttention's varlen layout).
 
-Change against ``tc_mma``: only where a block's rows are. The batch is packed —
-q (total_q, H, D), k/v (total_k, Hkv, D) with ``cu_seqlens_q``/``cu_seqlens_k``
-(spec/varlen.py) — instead of padded to the longest sequence. The grid is
-(query tiles of the longest sequence, heads, sequences); a block reads its
-sequence's offsets and lengths from the cu_seqlens (two loads each), takes the
-sequence's rows as head-major views (what ``tc_mma`` indexes), exits at once
-when the sequence ends before its first row, masks the keys past the
-sequence's length (the mask ``tc_mma`` already applies at ``Nk``) and stores
-only the sequence's rows. Causal is bottom-right aligned per sequence (the
-offset Nk − Nq is the sequence's). The kernel is ``tc_mma``'s with the
-compile-time ``varlen`` option (``make_mma_kernel`` in ``common``); the padded
-layout's kernel is unchanged.
+Change against ``tc_mma``: only where a block's rows are. q (total_q, H, D), k/v (total_k, Hkv, D) and
+cu_seqlens; grid (query tiles of the longest sequence, heads, sequences). A block takes its sequence's rows as
+head-major views (:func:`.scheduler.varlen_views`), exits when the sequence ends before its first row, and masks
+the keys past the sequence's length (``tc_mma``'s mask at ``Nk``).
 
-Prediction: the same time per useful FLOP as ``tc_mma`` on the padded batch
-(within 10%): the blocks past a sequence's end cost a launch slot and four
-loads, and the padding's work disappears.
+Prediction: the same time per useful FLOP as ``tc_mma`` on the padded batch (within 10%).
 
-Verdict: 9.37 ms at B8 H32 N<=4096 D128 fp16 ragged, 0.46x the padded batch's time per useful FLOP; 0.91x tc_mma's dense TFLOP/s (H200, CUPTI) [results/varlen-nvidia-h200.jsonl]
+Verdict: 9.37 ms at B8 H32 N<=4096 D128 fp16 ragged, 0.46x the padded batch's time per useful FLOP.
 """
 from __future__ import annotations
 

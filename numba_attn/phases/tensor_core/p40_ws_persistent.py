@@ -1,36 +1,13 @@
-"""Phase 40 — ``ws_persistent``: the warp-specialised kernel with one persistent block per SM, the producer loading the next work item's tiles while the consumers finish this one.
+"""Phase 40 — ``ws_persistent``: warp specialisation in persistent blocks, the next item's tiles loaded early.
 
-Change against ``warp_specialized_tc``: the grid is no longer one block per
-work item (a block of query rows of one head and batch) but one block per
-SM, and each block runs its items one after another (item ``blockIdx.x``,
-then every ``gridDim.x``-th; query blocks counted from the last, so that
-with ``causal`` the longest items go first):
+Change against ``warp_specialized_tc``: one block per SM runs its work items one after another
+(:func:`.scheduler.first_item`, :func:`.scheduler.next_item`; the causal diagonal's longest first); the producer
+carries its ring state from one item to the next, so the next item's first tiles load while the consumers
+finish this one and store O. ``blocks``: the grid (0: one block per SM).
 
-* **The ring goes on across items.** The producer walks the same items as
-  the consumers and carries its ring stage and mbarrier phase parity from
-  one item to the next: the next item's first K/V tiles are in flight
-  while the consumers compute the last tiles of this one and store its O.
-  In ``warp_specialized_tc`` every item pays, one after another on its SM,
-  a block's retirement and launch, the barriers' initialisation and the
-  first tiles' load latency, with the tensor cores idle.
-* The consumers carry their stage and parity too; nothing else changes in
-  their loop.
+Prediction: 2-5 % faster than ``warp_specialized_tc`` at B1 H32 N4096 D128 fp16; 4-10 % at D64.
 
-Everything else (head dims, dtypes, causal, GQA, the register split) is
-``warp_specialized_tc``'s: one kernel, its ``persistent`` option
-(``make_wgmma_kernel``), except the D=64 default: two consumer warpgroups
-with 64-key tiles, where the parent now takes three with 128-key tiles
-(persistent, they spill 56 bytes causal). ``blocks``: the grid (0: one block per SM, never
-more blocks than items).
-
-Prediction (written before measuring): the hidden prologue is worth most
-where an item is short. At B1 H32 N4096 D128 fp16 (1024 items of 32 tiles
-of 128 keys, ~65 µs each) 2-5 % faster than ``warp_specialized_tc`` in the
-same process (0.87x SDPA → 0.89-0.91x); at B1 H16 N16384 0-2 %; at D64 B4 H32
-N2048 (items of ~22 µs) 4-10 %; causal within ±3 % (a static round-robin of
-unequal items against the hidden prologue).
-
-Verdict: refuted at D128, no gain: under Nsight Compute at boost clocks (its clock control off; SM clock 1.76-1.77 GHz) 491-492 µs at B1 H32 N4096 D128 fp16 against warp_specialized_tc's 493 µs (one block per item, wsp_all: 500-501 µs), and 603 µs against 604 µs at its locked base clock; the runner's CUPTI rows (517-540 µs against the parent's 485-562 µs in three processes) cannot resolve it: the parent's own two rows in one process were 16 % apart, the GPU at its 700 W power limit with the SM clock between 1545 and 1980 MHz (H100, ca450db-a68ea81); at N16384 4.184 against 3.836 ms and causal N8192 1.198 against 1.028 ms, one row each. D64 (B4 H32 N2048): the same time with two consumers (446.1 against 446.3 µs) and three (367.4 against 367.2 µs, variant wsp3), bf16 1-3 % faster; causal B2 H16 N8192 8 % faster with two consumers (849.6 against 920.9 µs) and 17 % slower with three (873.4 against 747.3 µs) (H100, CUPTI, d2aa82b) [results/tensor-core-tma-nvidia-h100.jsonl, rows of warp_specialized_tc, ws3, wsp3]
+Verdict: refuted at D128, 491 µs against the parent's 493 µs at B1 H32 N4096 D128 fp16 (H100, Nsight Compute).
 """
 from __future__ import annotations
 
