@@ -125,6 +125,66 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
         return split, kvh, row0, lo, hi
 
     @device
+    def reduce_scores(vals, sc, sub, grp):
+        """The step's ROWS·KEYS scores summed over the LANES lanes of a group, from each lane's partial dot
+        products ``vals`` into ``sc`` of every lane of the group: a reduce-scatter (each stage sends half of the
+        values still held, keeps the other half), plain xor-sums for the stages left, one all-gather."""
+        for vi in range(NV_RT, PADDED):
+            vals[vi] = float32(0.0)
+        # reduce-scatter: PADDED − 1 shuffles instead of ROWS·KEYS·log2(LANES)
+        for st in range(SCATTER_STAGES):
+            off = LANES >> (st + 1)
+            half = PADDED >> (st + 1)
+            up = (sub & off) != 0
+            for i in range(HALF):
+                if i < half:
+                    a = vals[i]
+                    b = vals[i + half]
+                    send = a if up else b
+                    keep = b if up else a
+                    vals[i] = keep + shfl_xor_sync(FULL_MASK, send, off)
+        for st in range(SCATTER_STAGES, LOG2L):
+            off = LANES >> (st + 1)
+            for i in range(HELD):
+                vals[i] += shfl_xor_sync(FULL_MASK, vals[i], off)
+        # all-gather: every lane of the group gets the ROWS·KEYS scores
+        for vi in range(NV_RT):
+            if LANES == 1:
+                sc[vi // KEYS, vi % KEYS] = vals[vi]
+            else:
+                sc[vi // KEYS, vi % KEYS] = shfl_sync(FULL_MASK, vals[vi % HELD], grp * LANES + (vi // HELD) * SRC)
+
+    @device
+    def lazy_update(sc, m, l, acc, lim, j0, V_j):
+        """One online-softmax update per row for the step's KEYS keys (base 2; keys a row does not see count 0),
+        the accumulators rescaled only when the row's maximum moved; then, unless WIDE, O += P V."""
+        for r in range(ROWS):  # one online-softmax update per row for the T keys (base 2)
+            m_old = m[r]
+            m_new = m_old
+            for t in range(KEYS):
+                if visible(j0 + t * GROUPS, lim[r]):
+                    m_new = max(m_new, sc[r, t])
+            lsum = float32(0.0)
+            for t in range(KEYS):
+                p = math.exp2(sc[r, t] - m_new) if visible(j0 + t * GROUPS, lim[r]) else float32(0.0)
+                sc[r, t] = p
+                lsum += p
+            if m_new > m_old:  # rescale only when the row's maximum moved
+                corr = math.exp2(m_old - m_new)
+                m[r] = m_new
+                l[r] = l[r] * corr + lsum
+                for e in range(E):
+                    acc[r, e] *= corr
+            else:
+                l[r] += lsum
+            if not WIDE:
+                for e in range(E):
+                    a = acc[r, e]
+                    for t in range(KEYS):
+                        a += sc[r, t] * V_j[t, e]
+                    acc[r, e] = a
+
+    @device
     def lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, split, kvh, row0,
                    lo, hi, S, ci, sm_m, sm_l, sm_o, sm_last):
         Qr = cuda.local.array((ROWS, E), float32)
@@ -191,57 +251,8 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
                         for e in range(E):
                             s += Qr[r, e] * K_j[t, e]
                         vals[r * KEYS + t] = s
-            for vi in range(NV_RT, PADDED):
-                vals[vi] = float32(0.0)
-            # reduce-scatter over the L lanes of the group: each stage sends half of the
-            # values still held and keeps the other half (NP - 1 shuffles instead of
-            # RB·T·log2(L)), then plain xor-sums for the stages left
-            for st in range(SCATTER_STAGES):
-                off = LANES >> (st + 1)
-                half = PADDED >> (st + 1)
-                up = (sub & off) != 0
-                for i in range(HALF):
-                    if i < half:
-                        a = vals[i]
-                        b = vals[i + half]
-                        send = a if up else b
-                        keep = b if up else a
-                        vals[i] = keep + shfl_xor_sync(FULL_MASK, send, off)
-            for st in range(SCATTER_STAGES, LOG2L):
-                off = LANES >> (st + 1)
-                for i in range(HELD):
-                    vals[i] += shfl_xor_sync(FULL_MASK, vals[i], off)
-            # all-gather: every lane of the group gets the RB·T scores
-            for vi in range(NV_RT):
-                if LANES == 1:
-                    sc[vi // KEYS, vi % KEYS] = vals[vi]
-                else:
-                    sc[vi // KEYS, vi % KEYS] = shfl_sync(FULL_MASK, vals[vi % HELD], grp * LANES + (vi // HELD) * SRC)
-            for r in range(ROWS):  # one online-softmax update per row for the T keys (base 2)
-                m_old = m[r]
-                m_new = m_old
-                for t in range(KEYS):
-                    if visible(j0 + t * GROUPS, lim[r]):
-                        m_new = max(m_new, sc[r, t])
-                lsum = float32(0.0)
-                for t in range(KEYS):
-                    p = math.exp2(sc[r, t] - m_new) if visible(j0 + t * GROUPS, lim[r]) else float32(0.0)
-                    sc[r, t] = p
-                    lsum += p
-                if m_new > m_old:  # rescale only when the row's maximum moved
-                    corr = math.exp2(m_old - m_new)
-                    m[r] = m_new
-                    l[r] = l[r] * corr + lsum
-                    for e in range(E):
-                        acc[r, e] *= corr
-                else:
-                    l[r] += lsum
-                if not WIDE:
-                    for e in range(E):
-                        a = acc[r, e]
-                        for t in range(KEYS):
-                            a += sc[r, t] * V_j[t, e]
-                        acc[r, e] = a
+            reduce_scores(vals, sc, sub, grp)  # the scores: reduce-scatter, then all-gather
+            lazy_update(sc, m, l, acc, lim, j0, V_j)  # (base 2) the rescale only when a maximum moved
             if WIDE:  # O += P V: each key's V scale on its probabilities (l is already summed)
                 for t in range(KEYS):
                     for r in range(ROWS):
