@@ -38,30 +38,30 @@ def make_mma_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool, varlen: b
     mma = mma_bf16 if bf16 else mma_f16
     pack = pack_bf16x2 if bf16 else pack_f16x2
     Br = 16 * W  # query rows per block (16 per warp)
-    NTH = 32 * W
-    DK = 16 * ((D + 15) // 16)  # head_dim padded to whole k-steps of Q·Kᵀ (D itself when a multiple of 16)
-    KS = DK // 16  # k-steps of Q·Kᵀ
-    NT = Bc // 8  # n-tiles of S (8 keys each)
-    KK = Bc // 16  # k-steps of P·V
-    DT = D // 8  # n-tiles of O (8 columns each)
-    VEC = D // 8  # 16-byte chunks per row of K or V
-    KROW = DK // 2 + 4  # K tile row in words (padded: conflict-free fragment reads)
-    VROW = D + 8  # V tile row in halves (padded)
-    NQ = 4 * KS  # Q fragment registers
-    NS = 4 * NT  # score accumulators
-    NO = 4 * DT  # output accumulators
-    softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
-    rescale = fragment_rescale(DT)
-    load_q = q_fragments(KS, False, D // 2)
-    mask = mask_fragments(NT, Bc, causal)
+    threads = 32 * W
+    d_padded = 16 * ((D + 15) // 16)  # head_dim padded to whole k-steps of Q·Kᵀ (D itself when a multiple of 16)
+    qk_steps = d_padded // 16  # k-steps of Q·Kᵀ
+    s_tiles = Bc // 8  # n-tiles of S (8 keys each)
+    pv_steps = Bc // 16  # k-steps of P·V
+    o_tiles = D // 8  # n-tiles of O (8 columns each)
+    row_chunks = D // 8  # 16-byte chunks per row of K or V
+    k_row_words = d_padded // 2 + 4  # K tile row in words (padded: conflict-free fragment reads)
+    v_row_halves = D + 8  # V tile row in halves (padded)
+    q_regs = 4 * qk_steps  # Q fragment registers
+    s_regs = 4 * s_tiles  # score accumulators
+    o_regs = 4 * o_tiles  # output accumulators
+    softmax = fragment_softmax(s_tiles)  # online softmax on the S fragments (device_functions)
+    rescale = fragment_rescale(o_tiles)
+    load_q = q_fragments(qk_steps, False, D // 2)
+    mask = mask_fragments(s_tiles, Bc, causal)
     lanes = warp_rows(Br, 16)
     ends = key_ends(Br, 16, causal)
-    store = store_fragments(DT, "bf16" if bf16 else "f16")
+    store = store_fragments(o_tiles, "bf16" if bf16 else "f16")
 
     def tc_mma(q, k, v, o, sl2, H, G, Nq, Nk):
         # q, k, v, o: uint32 views (two f16/bf16 per word) of (BH, N, D)
-        Ks = cuda.shared.array((Bc, KROW), uint32, alignment=SMEM_ALIGN)
-        Vs = cuda.shared.array((Bc, VROW), uint16, alignment=SMEM_ALIGN)
+        Ks = cuda.shared.array((Bc, k_row_words), uint32, alignment=SMEM_ALIGN)
+        Vs = cuda.shared.array((Bc, v_row_halves), uint16, alignment=SMEM_ALIGN)
         if varlen:  # this block's sequence (blockIdx.z) as head-major views; Nq, Nk its lengths
             q, k, v, o, Nq, Nk = varlen_views(q, k, v, o, Nq, Nk)
             if cuda.blockIdx.x * Br >= Nq:
@@ -70,12 +70,12 @@ def make_mma_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool, varlen: b
         r_lo = row0 + g  # this lane's rows: r_lo and r_lo + 8
         off = Nk - Nq  # causal: row i sees keys j <= i + off
 
-        qf = cuda.local.array(NQ, uint32)
+        qf = cuda.local.array(q_regs, uint32)
         load_q(qf, 0, q, bh, r_lo, Nq, t)
-        acc = cuda.local.array(NO, float32)
-        for i in range(NO):
+        acc = cuda.local.array(o_regs, float32)
+        for i in range(o_regs):
             acc[i] = float32(0.0)
-        s = cuda.local.array(NS, float32)
+        s = cuda.local.array(s_regs, float32)
         m_lo = NEG_BIG
         m_hi = NEG_BIG
         l_lo = float32(0.0)
@@ -85,9 +85,9 @@ def make_mma_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool, varlen: b
 
         for j0 in range(0, kv_end, Bc):
             # -- stage the K and V tiles: 16 bytes per thread and access
-            for e in range(tid, Bc * VEC, NTH):
-                r = e // VEC
-                c = e - r * VEC
+            for e in range(tid, Bc * row_chunks, threads):
+                r = e // row_chunks
+                c = e - r * row_chunks
                 if j0 + r < Nk:
                     x = ld_global_v4(k, kvh, j0 + r, 4 * c)
                     st_shared_v4(Ks, r, 4 * c, x[0], x[1], x[2], x[3])
@@ -97,20 +97,20 @@ def make_mma_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool, varlen: b
                     z = uint32(0)
                     st_shared_v4(Ks, r, 4 * c, z, z, z, z)
                     st_shared_v4(Vs, r, 8 * c, z, z, z, z)
-            if DK > D:  # the K columns that complete the last k-step are zero
-                for r in range(tid, Bc, NTH):
+            if d_padded > D:  # the K columns that complete the last k-step are zero
+                for r in range(tid, Bc, threads):
                     z = uint32(0)
-                    st_shared_v4(Ks, r, 4 * VEC, z, z, z, z)
+                    st_shared_v4(Ks, r, 4 * row_chunks, z, z, z, z)
             cuda.syncthreads()
             if j0 < warp_end:  # warp-uniform: the warp's rows see some key of this tile
                 # -- S = Q Kᵀ on the tensor cores
-                for nt in range(NT):
+                for nt in range(s_tiles):
                     s0 = float32(0.0)
                     s1 = float32(0.0)
                     s2 = float32(0.0)
                     s3 = float32(0.0)
                     kr = nt * 8 + g
-                    for ks in range(KS):
+                    for ks in range(qk_steps):
                         b0 = lds(Ks, kr, 8 * ks + t)
                         b1 = lds(Ks, kr, 8 * ks + 4 + t)
                         s0, s1, s2, s3 = mma(qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3],
@@ -127,13 +127,13 @@ def make_mma_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool, varlen: b
                 l_hi = l_hi * corr_hi + rs_hi
                 rescale(acc, 0, corr_lo, corr_hi)
                 # -- O += P V: two S n-tiles = one A fragment of P
-                for kk in range(KK):
+                for kk in range(pv_steps):
                     a0 = pack(s[8 * kk], s[8 * kk + 1])
                     a1 = pack(s[8 * kk + 2], s[8 * kk + 3])
                     a2 = pack(s[8 * kk + 4], s[8 * kk + 5])
                     a3 = pack(s[8 * kk + 6], s[8 * kk + 7])
                     kr = 16 * kk + 2 * t
-                    for dt in range(DT):
+                    for dt in range(o_tiles):
                         cc = 8 * dt + g
                         b0 = pack_b16x2(lds(Vs, kr, cc), lds(Vs, kr + 1, cc))
                         b1 = pack_b16x2(lds(Vs, kr + 8, cc), lds(Vs, kr + 9, cc))

@@ -35,36 +35,36 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
     pack = pack_bf16x2 if bf16 else pack_f16x2
     WR = 16 * MT  # query rows per warp (MT m-tiles of 16)
     Br = WR * W  # query rows per block
-    NTH = 32 * W
+    threads = 32 * W
     DW = D // 2  # words per row (global memory)
-    DK = 16 * ((D + 15) // 16)  # head_dim padded to whole k-steps (D itself when a multiple of 16)
-    KS = DK // 16  # k-steps of Q·Kᵀ
-    NT = Bc // 8  # n-tiles of S
-    NP = Bc // 16  # pairs of n-tiles (one ldmatrix.x4 each per k-step)
-    KK = Bc // 16  # k-steps of P·V
-    DT = D // 8  # n-tiles of O written out
-    DTK = DK // 8  # n-tiles of O computed (the padding's stay zero)
-    DP = DK // 16  # pairs of d-tiles (one ldmatrix.x4.trans each per k-step)
-    VEC = D // 8  # 16-byte chunks per row in global memory
-    CVEC = DK // 8  # chunks per row copied (past VEC: zero-filled)
+    d_padded = 16 * ((D + 15) // 16)  # head_dim padded to whole k-steps (D itself when a multiple of 16)
+    qk_steps = d_padded // 16  # k-steps of Q·Kᵀ
+    s_tiles = Bc // 8  # n-tiles of S
+    s_tile_pairs = Bc // 16  # pairs of n-tiles (one ldmatrix.x4 each per k-step)
+    pv_steps = Bc // 16  # k-steps of P·V
+    o_tiles = D // 8  # n-tiles of O written out
+    DTK = d_padded // 8  # n-tiles of O computed (the padding's stay zero)
+    DP = d_padded // 16  # pairs of d-tiles (one ldmatrix.x4.trans each per k-step)
+    row_chunks = D // 8  # 16-byte chunks per row in global memory
+    CVEC = d_padded // 8  # chunks per row copied (past row_chunks: zero-filled)
     SVEC = swizzle_row_chunks(D)  # chunks per shared row: a power of two up to 8, a multiple of 8 above
     SDW = 4 * SVEC  # words per shared row
     SWM = min(8, SVEC) - 1  # swizzle: chunk c of row r lives at c ^ (r & SWM), a permutation of SVEC chunks
-    RSTEP = NTH // CVEC  # tile rows copied per pass of the block (one 16-byte chunk per thread)
+    RSTEP = threads // CVEC  # tile rows copied per pass of the block (one 16-byte chunk per thread)
     CTH = RSTEP * CVEC  # threads that copy (all of them when CVEC divides the block)
     CPT = (Bc + RSTEP - 1) // RSTEP  # passes per tile
     VOFF = STAGES * Bc * SDW  # V buffers start this many words after the K buffers
     ROWS = 2 * STAGES * Bc  # K stages, then V stages
-    NQ = 4 * KS  # Q registers per m-tile
-    NS = 4 * NT  # score accumulators per m-tile
-    NO = 4 * DTK  # output accumulators per m-tile
-    softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
+    q_regs = 4 * qk_steps  # Q registers per m-tile
+    s_regs = 4 * s_tiles  # score accumulators per m-tile
+    o_regs = 4 * DTK  # output accumulators per m-tile
+    softmax = fragment_softmax(s_tiles)  # online softmax on the S fragments (device_functions)
     rescale = fragment_rescale(DTK)
-    load_q = q_fragments(KS, False, DW)
-    store = store_fragments(DT, "bf16" if bf16 else "f16")
-    NQA = MT * NQ
-    NSA = MT * NS
-    NOA = MT * NO
+    load_q = q_fragments(qk_steps, False, DW)
+    store = store_fragments(o_tiles, "bf16" if bf16 else "f16")
+    NQA = MT * q_regs
+    NSA = MT * s_regs
+    NOA = MT * o_regs
     NR = 2 * MT  # rows g and g+8 of each m-tile
     WAIT = STAGES - 2  # copy groups that may stay in flight when tile j is needed
     ends = key_ends(Br, WR, causal)
@@ -78,8 +78,8 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
                 row = tile * Bc + r
                 so = (sb * Bc + r) * SDW + 4 * (lc ^ (r & SWM))
                 go = g_base + min(row, Nk - 1) * DW
-                if CVEC > VEC:  # the chunk past the row (odd multiple of 8): zero-filled
-                    ok = row < Nk and lc < VEC
+                if CVEC > row_chunks:  # the chunk past the row (odd multiple of 8): zero-filled
+                    ok = row < Nk and lc < row_chunks
                 else:
                     ok = row < Nk
                 cp_async16_flat(KV, so, k, go, ok)
@@ -107,7 +107,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
 
         qf = cuda.local.array(NQA, uint32)
         for mt in range(MT):
-            load_q(qf, mt * NQ, q, bh, row0 + 16 * mt + g, Nq, t)
+            load_q(qf, mt * q_regs, q, bh, row0 + 16 * mt + g, Nq, t)
         acc = cuda.local.array(NOA, float32)
         for i in range(NOA):
             acc[i] = float32(0.0)
@@ -132,11 +132,11 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
         # this thread's share of a tile copy: rows lr0, lr0 + RSTEP, ...; one 16-byte chunk each
         lr0 = tid // CVEC
         lc = tid % CVEC
-        if CTH < NTH:  # CVEC does not divide the block: the last threads copy nothing
+        if CTH < threads:  # CVEC does not divide the block: the last threads copy nothing
             lr0 = Bc if tid >= CTH else lr0
         g_base = kvh * Nk * DW + 4 * lc  # flat word offset of (kvh, row 0, chunk lc) in k and v
-        if CVEC > VEC:  # the zero-filled chunk reads nothing; its address stays inside the row
-            g_base = kvh * Nk * DW + 4 * min(lc, VEC - 1)
+        if CVEC > row_chunks:  # the zero-filled chunk reads nothing; its address stays inside the row
+            g_base = kvh * Nk * DW + 4 * min(lc, row_chunks - 1)
 
         # prologue: tiles 0 .. STAGES-2 in flight
         for st in range(STAGES - 1):
@@ -159,13 +159,13 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
                 # -- S = Q Kᵀ: each K fragment pair serves the MT m-tiles
                 for i in range(NSA):
                     s[i] = float32(0.0)
-                for ks in range(KS):
+                for ks in range(qk_steps):
                     kcol = 4 * ((2 * ks + k_c) ^ k_sw)
-                    for np_ in range(NP):
+                    for np_ in range(s_tile_pairs):
                         b = ldmatrix_x4(KV, kb + 16 * np_ + k_r, kcol)
                         for mt in range(MT):
-                            n0 = mt * NS + 8 * np_  # accumulators of n-tile 2·np_
-                            q0 = mt * NQ + 4 * ks
+                            n0 = mt * s_regs + 8 * np_  # accumulators of n-tile 2·np_
+                            q0 = mt * q_regs + 4 * ks
                             s[n0], s[n0 + 1], s[n0 + 2], s[n0 + 3] = mma(
                                 qf[q0], qf[q0 + 1], qf[q0 + 2], qf[q0 + 3], b[0], b[1],
                                 s[n0], s[n0 + 1], s[n0 + 2], s[n0 + 3])
@@ -175,31 +175,31 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
                 # -- mask keys past the end and (causal) above the diagonal
                 if j0 + Bc > Nk or (causal and j0 + Bc - 1 > row0 + off):
                     for mt in range(MT):
-                        for nt in range(NT):
+                        for nt in range(s_tiles):
                             for e in range(4):
                                 col = j0 + nt * 8 + 2 * t + (e % 2)
                                 row = row0 + 16 * mt + g + 8 * (e // 2)
                                 if col >= Nk or (causal and col > row + off):
-                                    s[mt * NS + 4 * nt + e] = NEG_BIG
+                                    s[mt * s_regs + 4 * nt + e] = NEG_BIG
                 # -- online softmax on the fragments, per m-tile
                 for mt in range(MT):
                     m[2 * mt], m[2 * mt + 1], corr_lo, corr_hi, rs_lo, rs_hi = softmax(
-                        s, mt * NS, m[2 * mt], m[2 * mt + 1], sl2)
+                        s, mt * s_regs, m[2 * mt], m[2 * mt + 1], sl2)
                     l[2 * mt] = l[2 * mt] * corr_lo + rs_lo
                     l[2 * mt + 1] = l[2 * mt + 1] * corr_hi + rs_hi
-                    rescale(acc, mt * NO, corr_lo, corr_hi)
+                    rescale(acc, mt * o_regs, corr_lo, corr_hi)
                 # -- O += P V: each V fragment pair serves the MT m-tiles
-                for kk in range(KK):
+                for kk in range(pv_steps):
                     vrow = vb + 16 * kk + v_r
                     for dp in range(DP):
                         b = ldmatrix_x4_trans(KV, vrow, 4 * ((2 * dp + v_c) ^ v_sw))
                         for mt in range(MT):
-                            p0 = mt * NS + 8 * kk  # S n-tiles 2kk, 2kk+1 = A fragment of k-step kk
+                            p0 = mt * s_regs + 8 * kk  # S n-tiles 2kk, 2kk+1 = A fragment of k-step kk
                             a0 = pack(s[p0], s[p0 + 1])
                             a1 = pack(s[p0 + 2], s[p0 + 3])
                             a2 = pack(s[p0 + 4], s[p0 + 5])
                             a3 = pack(s[p0 + 6], s[p0 + 7])
-                            d0 = mt * NO + 8 * dp  # accumulators of d-tile 2·dp
+                            d0 = mt * o_regs + 8 * dp  # accumulators of d-tile 2·dp
                             acc[d0], acc[d0 + 1], acc[d0 + 2], acc[d0 + 3] = mma(
                                 a0, a1, a2, a3, b[0], b[1], acc[d0], acc[d0 + 1], acc[d0 + 2], acc[d0 + 3])
                             acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7] = mma(
@@ -208,7 +208,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
 
         cp_async_wait(0)  # no copy may still target shared memory when the block exits
         for mt in range(MT):
-            store(o, bh, row0 + 16 * mt + g, acc, mt * NO, l[2 * mt], l[2 * mt + 1], Nq, t)
+            store(o, bh, row0 + 16 * mt + g, acc, mt * o_regs, l[2 * mt], l[2 * mt + 1], Nq, t)
 
     return tc_pipelined
 

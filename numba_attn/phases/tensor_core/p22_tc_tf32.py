@@ -30,26 +30,26 @@ ALIGN = SMEM_ALIGN
 @functools.cache
 def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool):
     Br = 16 * W
-    NTH = 32 * W
+    threads = 32 * W
     ROW = D + 4  # tile row stride in floats: ≡ 4 (mod 32) banks, 16-byte aligned rows
-    KS = D // 8  # k-steps of Q·Kᵀ (8 d's each)
-    NT = Bc // 8  # n-tiles of S
-    KK = Bc // 8  # k-steps of P·V (8 keys each)
-    DT = D // 8  # n-tiles of O
-    VEC = D // 4  # 16-byte chunks per row
-    CHUNKS = Bc * VEC
-    CPT = (CHUNKS + NTH - 1) // NTH
+    qk_steps = D // 8  # k-steps of Q·Kᵀ (8 d's each)
+    s_tiles = Bc // 8  # n-tiles of S
+    pv_steps = Bc // 8  # k-steps of P·V (8 keys each)
+    o_tiles = D // 8  # n-tiles of O
+    row_chunks = D // 4  # 16-byte chunks per row
+    CHUNKS = Bc * row_chunks
+    CPT = (CHUNKS + threads - 1) // threads
     ROWS = 2 * STAGES * Bc
-    NQ = 4 * KS
-    NS = 4 * NT
-    NO = 4 * DT
-    softmax = fragment_softmax(NT)  # online softmax on the S fragments (device_functions)
-    rescale = fragment_rescale(DT)
-    load_q = q_fragments(KS, tf32=True)
-    mask = mask_fragments(NT, Bc, causal)
+    q_regs = 4 * qk_steps
+    s_regs = 4 * s_tiles
+    o_regs = 4 * o_tiles
+    softmax = fragment_softmax(s_tiles)  # online softmax on the S fragments (device_functions)
+    rescale = fragment_rescale(o_tiles)
+    load_q = q_fragments(qk_steps, tf32=True)
+    mask = mask_fragments(s_tiles, Bc, causal)
     lanes = warp_rows(Br, 16)
     ends = key_ends(Br, 16, causal)
-    store = store_fragments(DT, "f32")
+    store = store_fragments(o_tiles, "f32")
     WAIT = STAGES - 2
 
     @kernel(**({"max_registers": MAXREG} if MAXREG else {}))
@@ -59,12 +59,12 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool)
         r_lo = row0 + g  # this lane's rows: r_lo and r_lo + 8
         off = Nk - Nq
 
-        qf = cuda.local.array(NQ, uint32)
+        qf = cuda.local.array(q_regs, uint32)
         load_q(qf, 0, q, bh, r_lo, Nq, t)  # A fragments (g / g+8, t / t+4), rounded to tf32
-        acc = cuda.local.array(NO, float32)
-        for i in range(NO):
+        acc = cuda.local.array(o_regs, float32)
+        for i in range(o_regs):
             acc[i] = float32(0.0)
-        s = cuda.local.array(NS, float32)
+        s = cuda.local.array(s_regs, float32)
         m_lo = NEG_BIG
         m_hi = NEG_BIG
         l_lo = float32(0.0)
@@ -77,10 +77,10 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool)
             if st < n_tiles:
                 j0 = st * Bc
                 for i in range(CPT):
-                    e = tid + i * NTH
+                    e = tid + i * threads
                     if e < CHUNKS:
-                        r = e // VEC
-                        c = 4 * (e - r * VEC)
+                        r = e // row_chunks
+                        c = 4 * (e - r * row_chunks)
                         ok = j0 + r < Nk
                         src = min(j0 + r, Nk - 1)
                         cp_async16(KV, st * Bc + r, c, k, kvh, src, c, ok)
@@ -95,10 +95,10 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool)
                 j1 = nxt * Bc
                 sb = nxt % STAGES
                 for i in range(CPT):
-                    e = tid + i * NTH
+                    e = tid + i * threads
                     if e < CHUNKS:
-                        r = e // VEC
-                        c = 4 * (e - r * VEC)
+                        r = e // row_chunks
+                        c = 4 * (e - r * row_chunks)
                         ok = j1 + r < Nk
                         src = min(j1 + r, Nk - 1)
                         cp_async16(KV, sb * Bc + r, c, k, kvh, src, c, ok)
@@ -110,13 +110,13 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool)
                 kb = (it % STAGES) * Bc
                 vb = kb + STAGES * Bc
                 # -- S = Q Kᵀ: B fragment (k t / t+4, n g) = K[key g, d t / t+4]
-                for nt in range(NT):
+                for nt in range(s_tiles):
                     s0 = float32(0.0)
                     s1 = float32(0.0)
                     s2 = float32(0.0)
                     s3 = float32(0.0)
                     kr = kb + 8 * nt + g
-                    for ks in range(KS):
+                    for ks in range(qk_steps):
                         b0 = to_tf32(lds(KV, kr, 8 * ks + t))
                         b1 = to_tf32(lds(KV, kr, 8 * ks + t + 4))
                         s0, s1, s2, s3 = mma_tf32(qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3],
@@ -131,13 +131,13 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool)
                 l_hi = l_hi * corr_hi + rs_hi
                 rescale(acc, 0, corr_lo, corr_hi)
                 # -- O += P V with keys permuted: column t ↔ key 2t, column t+4 ↔ key 2t+1
-                for kk in range(KK):
+                for kk in range(pv_steps):
                     a0 = to_tf32(s[4 * kk])  # (g, key 2t)
                     a1 = to_tf32(s[4 * kk + 2])  # (g+8, key 2t)
                     a2 = to_tf32(s[4 * kk + 1])  # (g, key 2t+1)
                     a3 = to_tf32(s[4 * kk + 3])  # (g+8, key 2t+1)
                     vr = vb + 8 * kk + 2 * t
-                    for dt in range(DT):
+                    for dt in range(o_tiles):
                         b0 = to_tf32(lds(KV, vr, 8 * dt + g))
                         b1 = to_tf32(lds(KV, vr + 1, 8 * dt + g))
                         acc[4 * dt], acc[4 * dt + 1], acc[4 * dt + 2], acc[4 * dt + 3] = mma_tf32(
