@@ -77,8 +77,7 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
     WAIT = max(0, STAGES - 2)  # cp.async groups left in flight when a step's bytes are needed
     NVC = max(1, VWL // 4)  # ring: 16-byte reads of a V row per lane
     NKOF, NVOF = 2 * NKC, 4 * NVC  # (local array sizes)
-    NSQ = max(1, (STAGES - 1) * 4)  # ring, per-token scales (int8): a lane's 4 a step (K's and V's of rows g, g+8),
-    #                               queued for NST − 1 steps
+    NSQ = max(1, (STAGES - 1) * 4)  # ring: a lane's int8 per-token scales, 4 a step, queued for STAGES − 1 steps
     if STAGES and not STEP:
         raise ValueError(f"the ring needs pages of whole warp steps (page size {P}, {KEYS_PER_STEP} tokens a step)")
     if STAGES and TOKEN and FP8:
@@ -246,20 +245,9 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
                 vw[kk * VWL + 1] = x3 if g & 1 else x1
 
     @device
-    def frag_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, chunk, S,
-                   sm_m, sm_l, sm_o, sm_last, ring):
-        split = cuda.blockIdx.x
-        kvh = cuda.blockIdx.y  # b * Hkv + kv head (one row block: NR ≤ 8); HW > 1: b * Hkv / HW + group of HW heads
-        h = (kvh - seq * (Hkv // STEP_HEADS)) * STEP_HEADS  # the (first) KV head
-        lo = split * chunk
-        hi = min(Nk, lo + chunk)
-        tid = cuda.threadIdx.x
-        w = add_u32(tid >> 5, 0)  # (a 32-bit warp index: int64 tid // 32 was spilled across the key loop, 8 B)
-        lane = tid % WARP_SIZE
-        g = lane // 4
-        t = lane % 4
-        # Qᵀ's B fragments: row g, the dims of lane t's word of each k-step, paired as k_pairs pairs them
-        qb = cuda.local.array(NQB, uint32)
+    def query_fragments(q, qb, kvh, g, t):
+        """Qᵀ's B fragments into ``qb`` (row g, lane t's dims of each k-step, paired as ``k_pairs`` pairs them);
+        returns the scores' start of rows 2t, 2t+1 (int8: −1152·Σq, the codes' bias; fp8: 0)."""
         qi = g - (g // Nq) * Nq
         bh = kvh * (G * STEP_HEADS) + g // Nq
         qsum = float64(0.0)  # int8: row g's sum over this lane's dims (float64: exact for f16 values)
@@ -280,7 +268,6 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
             else:
                 qb[2 * kx] = uint32(0)
                 qb[2 * kx + 1] = uint32(0)
-        # keys < lim of rows 2t, 2t+1 (causal: bottom-right aligned; a padding row sees the split)
         r0 = 2 * t
         r1 = 2 * t + 1
         cb0 = float32(0.0)
@@ -292,6 +279,40 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
             cb0 = shfl_sync(FULL_MASK, cb, 4 * r0)
             if ROWS > 1:  # (one row: row 2t+1 is padding everywhere)
                 cb1 = shfl_sync(FULL_MASK, cb, 4 * r1)
+        return cb0, cb1
+
+    @device
+    def step_pv(vw, acc, pb0, pb1, qb0, qb1):
+        """Oᵀ += Vᵀ Pᵀ: m-tiles 2x, 2x+1 from word x of the four keys' V words ``vw``; Pᵀ's B fragment
+        ``pb0, pb1`` (``SPLITP``: and the part f16 rounded away, ``qb0, qb1``, a second mma)."""
+        for x in range(VWL):
+            for half in range(2):
+                a0, a1 = v_pairs(vw[x], vw[VWL + x], half == 0)
+                a2, a3 = v_pairs(vw[2 * VWL + x], vw[3 * VWL + x], half == 0)
+                i = 2 * x + half
+                acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3] = mma_f16(
+                    a0, a1, a2, a3, pb0, pb1, acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3])
+                if SPLITP:
+                    acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3] = mma_f16(
+                        a0, a1, a2, a3, qb0, qb1, acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3])
+
+    @device
+    def frag_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, chunk, S,
+                   sm_m, sm_l, sm_o, sm_last, ring):
+        split = cuda.blockIdx.x
+        kvh = cuda.blockIdx.y  # b * Hkv + kv head (one row block: NR ≤ 8); HW > 1: b * Hkv / HW + group of HW heads
+        h = (kvh - seq * (Hkv // STEP_HEADS)) * STEP_HEADS  # the (first) KV head
+        lo = split * chunk
+        hi = min(Nk, lo + chunk)
+        tid = cuda.threadIdx.x
+        w = add_u32(tid >> 5, 0)  # (a 32-bit warp index: int64 tid // 32 was spilled across the key loop, 8 B)
+        lane = tid % WARP_SIZE
+        g = lane // 4
+        t = lane % 4
+        qb = cuda.local.array(NQB, uint32)
+        cb0, cb1 = query_fragments(q, qb, kvh, g, t)  # Qᵀ's B fragments; the scores' start
+        r0 = 2 * t  # keys < lim of rows 2t, 2t+1 (causal: bottom-right aligned; a padding row sees the split)
+        r1 = 2 * t + 1
         lim0 = key_limit(r0 - (r0 // Nq) * Nq, hi, Nk) if r0 < ROWS else hi
         lim1 = key_limit(r1 - (r1 // Nq) * Nq, hi, Nk) if r1 < ROWS else hi
         acc = cuda.local.array(NACC, float32)
@@ -445,8 +466,7 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
                 s1 *= sk1
                 s2 *= sk0
                 s3 *= sk1
-            # online softmax (base 2) of rows 2t, 2t+1 over the step's 16 keys (HW > 1: its (token, head) rows;
-            # the 8 lanes of a t)
+            # online softmax (base 2) of rows 2t, 2t+1 over the step's 16 keys (the 8 lanes of a t; HW > 1: rows)
             ja = j0 + (g >> LHW)  # the tokens of rows g, g+8
             jb = j0 + ((g + 8) >> LHW)
             ok0 = visible(ja, lim0)
@@ -459,8 +479,7 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
                 ok1 = ok1 and hg == r1
                 ok2 = ok2 and hg == r0
                 ok3 = ok3 and hg == r1
-            # (a NaN score, from a NaN code in K, is left out of the maxima, as fmaxf leaves it: its
-            # probability is NaN, and so the row's sum and output)
+            # (a NaN score, from a NaN code in K, is left out of the maxima as fmaxf leaves it: P, l, O are NaN)
             mx0 = max(max(NEG_BIG, s0 if ok0 else NEG_BIG), s2 if ok2 else NEG_BIG)
             mx1 = max(max(NEG_BIG, s1 if ok1 else NEG_BIG), s3 if ok3 else NEG_BIG)
             for off in (4, 8, 16):
@@ -525,21 +544,14 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
                 hc, hd = unpack_f16x2(pb1)
                 qb0 = pack_f16x2(xa - ha, xb - hb)
                 qb1 = pack_f16x2(ya - hc, yb - hd)
+            else:
+                qb0 = pb0
+                qb1 = pb1
             if STAGES:  # V's words from the ring only now: K's registers are free again
                 ring_v(ring, vw, rk, vof, g)
                 wr = rk  # the next step NST − 1 rounds ahead goes into this slot, and the next slot is read
                 rk = add_u32(rk, SLOT) if add_u32(rk, SLOT) != rend else add_u32(rk, SLOT - STAGES * SLOT)
-            # Oᵀ += Vᵀ Pᵀ, m-tiles 2x, 2x+1 from word x of the four keys
-            for x in range(VWL):
-                for half in range(2):
-                    a0, a1 = v_pairs(vw[x], vw[VWL + x], half == 0)
-                    a2, a3 = v_pairs(vw[2 * VWL + x], vw[3 * VWL + x], half == 0)
-                    i = 2 * x + half
-                    acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3] = mma_f16(
-                        a0, a1, a2, a3, pb0, pb1, acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3])
-                    if SPLITP:
-                        acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3] = mma_f16(
-                            a0, a1, a2, a3, qb0, qb1, acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3])
+            step_pv(vw, acc, pb0, pb1, qb0, qb1)  # Oᵀ += Vᵀ Pᵀ
         # the warp's state: l summed over the 8 lanes of a row pair; O rows 2t, 2t+1 into shared memory
         for off in (4, 8, 16):
             l0 += shfl_xor_sync(FULL_MASK, l0, off)
@@ -586,9 +598,3 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
                    S, sm_m, sm_l, sm_o, sm_last, ring)  # the sequence's own number of keys
 
     return paged_split_k_mma8
-
-
-def ring_bytes(D: int, WARPS: int, STAGES: int) -> int:
-    """Dynamic shared memory of ``make_frag8_kernel``'s ring: ``STAGES`` slots per warp of 16 K and 16 V rows of D
-    bytes."""
-    return WARPS * STAGES * 32 * D

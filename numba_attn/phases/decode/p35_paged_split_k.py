@@ -18,10 +18,10 @@ from numba import float32
 
 from numba_attn.gpu.device_functions import LOG2E
 from numba_attn.gpu.ptx_loads import smem_reason
-from numba_attn.phases.decode.frag8 import make_frag8_kernel, ring_bytes
+from numba_attn.phases.decode.frag8 import make_frag8_kernel
 from numba_attn.phases.decode.p33_decode_split_k_lean import make_lean_kernel
 from numba_attn.phases.decode.paged import PAGED_KV8, PAGED_TOKEN_SCALE, check_paged_problem, paged_launch
-from numba_attn.phases.decode.rules import check_split, resolve_split, resolve_splits, vector_width
+from numba_attn.phases.decode.rules import check_split, resolve_split, resolve_splits, ring_bytes, vector_width
 from numba_attn.phases.registry import register_phase
 from numba_attn.spec.errors import check_bool
 

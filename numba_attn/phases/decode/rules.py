@@ -201,3 +201,9 @@ def resolve_decode_mma(problem, warps, Bc, stages, splits, blocks_per_sm, min_ke
     S, _ = split_plan(problem.batch * problem.kv_heads, problem.kv_len, max(1, warps * Bc), sm_count(), blocks_per_sm,
                       min_keys, splits, mean_len=ragged_mean(problem))
     return {"splits": S}
+
+
+def ring_bytes(D: int, warps: int, stages: int) -> int:
+    """Dynamic shared memory of ``make_frag8_kernel``'s ring (frag8.py): ``stages`` slots per warp of 16 K and
+    16 V rows of D bytes."""
+    return warps * stages * 32 * D
