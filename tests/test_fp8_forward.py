@@ -203,8 +203,11 @@ def gpu_block_constants(monkeypatch):
     128 threads: several warps, two partial maxima per lane) in the simulator; 8 row blocks per head instead
     of the GPU's 64 (the same strided loop over a head's chunks; 64 doubled the test's time)."""
     factories = (F.make_amax, F.make_quant_rows, F.make_quant_vt)
+    from numba_attn.phases.tensor_core import quantize as Q
+
     for name, value in (("NCH", 64), ("RCH", 8), ("VTK", 128), ("QTH", 128)):
-        monkeypatch.setattr(F, name, value)
+        monkeypatch.setattr(F, name, value)  # the launch's grid
+        monkeypatch.setattr(Q, name, value)  # the kernels
     for f in factories:
         f.cache_clear()
     yield
