@@ -55,10 +55,10 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
     if loads not in LOAD_NAMES:
         raise ValueError(f"loads={loads!r}: one of {sorted(LOAD_NAMES)}")
     if varlen and loads != "cp_async":
-        raise ValueError("the varlen layout has no TMA ring (tma=False)")
+        raise ValueError("the varlen layout has no TMA ring (loads='cp_async')")
     if persistent and not (ws and mainloop is plain_mainloop):
-        raise ValueError("persistent blocks carry the producer's ring across work items: they need ws=True, "
-                         "overlap=False and pingpong=False")
+        raise ValueError("persistent blocks carry the producer's ring across work items: they need loads='ws' "
+                         "and the plain mainloop")
     consume = consumer(tiles, causal, bf16, loads, varlen, mainloop)
     produce = ws_producer(tiles, causal)
     ring_rows = tiles.ring_rows

@@ -52,8 +52,7 @@ def pingpong_mainloop(tiles, causal, bf16, loads, varlen):
     first turn; each consumer passes the turn once per tile, also for a tile it skips, and once after the loop
     (the other's last P·V): the turns alternate strictly."""
     if loads != "ws" or tiles.warpgroups != 2:
-        raise ValueError("pingpong alternates two consumer warpgroups: it needs ws=True, two warpgroups "
-                         "and overlap=False")
+        raise ValueError("pingpong alternates two consumer warpgroups: it needs loads='ws' and two warpgroups")
     STAGES, Bc, TILE = tiles.stages, tiles.Bc, tiles.tile_bytes
     acquire, release = load_functions(tiles, loads, varlen, False)[2:4]
     _, qk_next, pv, wait_all, wait_o = wgmma_products(tiles, bf16, False)
