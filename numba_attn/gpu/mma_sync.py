@@ -1,0 +1,216 @@
+"""The warp-level tensor-core instructions: ``mma.sync`` (f16, bf16, tf32) and ``ldmatrix``.
+
+On the GPU each name emits one PTX instruction; in the simulator the fallback gathers every lane's
+registers with :func:`numba_attn.gpu.warp.warp_exchange`, rebuilds the matrices from the PTX fragment
+layout (the host models below), computes, and hands each lane exactly the registers the hardware would
+give it. A kernel that puts a value in the wrong fragment register gets the wrong answer in both.
+
+Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16 / m16n8k8";
+lane = 4·g + t, g = lane // 4 in 0..7, t = lane % 4)
+--------------------------------------------------------------------------
+``mma.m16n8k16`` (f16, bf16), A 16×16 row-major, B 16×8 "col", C/D 16×8 f32:
+
+* A: a0 = (g, 2t..2t+1), a1 = (g+8, 2t..2t+1), a2 = (g, 2t+8..2t+9), a3 = (g+8, 2t+8..2t+9)
+* B: b0 = (k 2t..2t+1, n g), b1 = (k 2t+8..2t+9, n g)
+* C/D: c0, c1 = (g, 2t), (g, 2t+1); c2, c3 = (g+8, 2t), (g+8, 2t+1)
+
+``mma.m16n8k8`` (tf32), A 16×8, B 8×8, one tf32 per register:
+
+* A: a0 = (g, t), a1 = (g+8, t), a2 = (g, t+4), a3 = (g+8, t+4)
+* B: b0 = (k t, n g), b1 = (k t+4, n g)
+* C/D: as above.
+
+``ldmatrix.m8n8.x4.b16``: lanes 8i..8i+7 give the 16-byte row addresses of
+matrix i (row lane % 8); each lane receives one register per matrix, holding
+(row lane//4, cols 2(lane%4), 2(lane%4)+1) of it, or with ``.trans`` the
+elements (rows 2(lane%4), 2(lane%4)+1; col lane//4) — i.e. the row-major
+rows of the transposed matrix. Non-transposed K rows give the B operand of
+QKᵀ; transposed V rows give the B operand of PV.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from numba_attn.gpu.backend import IS_SIMULATOR
+from numba_attn.gpu.bits import checked_u32, half_lo_hi, tf32_value
+
+# ---------------------------------------------------------------------------
+# Host-side reference models of the fragment layouts (used by the simulator
+# fallbacks, and by the tests to build and read fragments).
+# ---------------------------------------------------------------------------
+
+
+def mma_k16_reference(regs, kind: str):
+    """All 32 lanes' ``(a0..a3, b0, b1, c0..c3)`` → each lane's ``(d0..d3)`` for
+    ``mma.m16n8k16`` with f16/bf16 inputs (computed in float64, rounded to f32)."""
+    def place(A, B, g, t, a0, a1, a2, a3, b0, b1):
+        A[g, 2 * t:2 * t + 2] = half_lo_hi(a0, kind)
+        A[g + 8, 2 * t:2 * t + 2] = half_lo_hi(a1, kind)
+        A[g, 2 * t + 8:2 * t + 10] = half_lo_hi(a2, kind)
+        A[g + 8, 2 * t + 8:2 * t + 10] = half_lo_hi(a3, kind)
+        B[2 * t:2 * t + 2, g] = half_lo_hi(b0, kind)
+        B[2 * t + 8:2 * t + 10, g] = half_lo_hi(b1, kind)
+
+    return _mma_reference(regs, 16, place)
+
+
+def mma_k8_tf32_reference(regs):
+    """Like :func:`mma_k16_reference` for ``mma.m16n8k8`` with tf32 inputs."""
+    def place(A, B, g, t, a0, a1, a2, a3, b0, b1):
+        A[g, t], A[g + 8, t], A[g, t + 4], A[g + 8, t + 4] = map(tf32_value, (a0, a1, a2, a3))
+        B[t, g], B[t + 4, g] = tf32_value(b0), tf32_value(b1)
+
+    return _mma_reference(regs, 8, place)
+
+
+def _mma_reference(regs, K, place):
+    """``D = A @ B + C`` of an ``m16n8kK`` mma from all 32 lanes' registers:
+    ``place(A, B, g, t, a0..a3, b0, b1)`` puts a lane's A and B fragments
+    (lane = 4 g + t); C is f32 in both layouts. Each lane's ``(d0..d3)``."""
+    A = np.zeros((16, K))
+    B = np.zeros((K, 8))
+    C = np.zeros((16, 8))
+    for lane, r in enumerate(regs):
+        g, t = divmod(lane, 4)
+        place(A, B, g, t, *r[:6])
+        c0, c1, c2, c3 = r[6:]
+        C[g, 2 * t:2 * t + 2] = (float(c0), float(c1))
+        C[g + 8, 2 * t:2 * t + 2] = (float(c2), float(c3))
+    return _split_d(A @ B + C)
+
+
+def _split_d(D):
+    D = D.astype(np.float32)
+    out = []
+    for lane in range(32):
+        g, t = divmod(lane, 4)
+        out.append((D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1]))
+    return out
+
+
+def ldmatrix_reference(rows, trans: bool):
+    """``rows[m]`` = the 8 row contents (8 uint16 each) of matrix m, m < 4 →
+    each lane's 4 registers of ``ldmatrix.x4`` (optionally ``.trans``)."""
+    out = []
+    for lane in range(32):
+        g, t = divmod(lane, 4)
+        regs = []
+        for m in range(4):
+            M = rows[m]
+            if trans:
+                lo, hi = int(M[2 * t][g]), int(M[2 * t + 1][g])
+            else:
+                lo, hi = int(M[g][2 * t]), int(M[g][2 * t + 1])
+            regs.append(np.uint32(lo | (hi << 16)))
+        out.append(tuple(regs))
+    return out
+
+
+if IS_SIMULATOR:
+    from numba_attn.gpu.inline_ptx import bytes16_at
+    from numba_attn.gpu.warp import WARP_SIZE, warp_exchange
+
+    def _lane():
+        from numba_attn.gpu import warp
+
+        return warp.laneid()
+
+    def _full_warp(vals, what):
+        if len(vals) != WARP_SIZE:
+            raise RuntimeError(f"{what} needs a full warp of 32 lanes (got {len(vals)})")
+
+    def _mma_fallback(kind, args):
+        if len(args) != 10:
+            raise TypeError("mma takes a0, a1, a2, a3, b0, b1, c0, c1, c2, c3")
+        regs = tuple(checked_u32(a) for a in args[:6]) + tuple(np.float32(c) for c in args[6:])
+        vals = warp_exchange(regs)
+        _full_warp(vals, "mma.sync")
+        lane = _lane()
+        d = mma_k8_tf32_reference(vals) if kind == "tf32" else mma_k16_reference(vals, kind)
+        return tuple(np.float32(x) for x in d[lane])
+
+    def mma_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        """D = A·B + C, m16n8k16, f16 inputs (packed uint32), f32 accumulators."""
+        return _mma_fallback("f16", (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3))
+
+    def mma_bf16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        """D = A·B + C, m16n8k16, bf16 inputs (packed uint32), f32 accumulators."""
+        return _mma_fallback("bf16", (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3))
+
+    def mma_tf32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        """D = A·B + C, m16n8k8, tf32 inputs (uint32 from :func:`to_tf32`), f32 accumulators."""
+        return _mma_fallback("tf32", (a0, a1, a2, a3, b0, b1, c0, c1, c2, c3))
+
+    def _ldmatrix(arr, row, col, trans):
+        vals = warp_exchange((arr, int(row), int(col)))
+        _full_warp(vals, "ldmatrix")
+        rows = [[bytes16_at(a, (r, c)) for (a, r, c) in vals[8 * m:8 * m + 8]] for m in range(4)]
+        return ldmatrix_reference(rows, trans)[_lane()]
+
+    def ldmatrix_x4(smem, row, col):
+        """Four 8×8 b16 matrices; this lane gives the address of ``smem[row, col]``
+        (row lane%8 of matrix lane//8) and gets one register per matrix."""
+        return _ldmatrix(smem, row, col, False)
+
+    def ldmatrix_x4_trans(smem, row, col):
+        """As :func:`ldmatrix_x4`, each matrix transposed."""
+        return _ldmatrix(smem, row, col, True)
+
+else:  # -------------------------------------------------------------- GPU
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    from numba_attn.gpu.inline_ptx import F32, I32, asm_call, elem_ptr, shared_addr
+
+    def _make_mma(ptx):
+        @intrinsic
+        def mma(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+            regs = (a0, a1, a2, a3, b0, b1)
+            accs = (c0, c1, c2, c3)
+            if not all(isinstance(r, types.Integer) for r in regs):
+                return None
+            if not all(isinstance(c, (types.Float, types.Integer)) for c in accs):
+                return None
+            sig = types.UniTuple(types.float32, 4)(*([types.uint32] * 6 + [types.float32] * 4))
+
+            def codegen(context, builder, sig, args):
+                ret = ir.LiteralStructType([F32] * 4)
+                res = asm_call(builder, ret, [I32] * 6 + [F32] * 4,
+                           ptx + " {$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
+                           "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3", list(args))
+                vals = [builder.extract_value(res, i) for i in range(4)]
+                return context.make_tuple(builder, sig.return_type, vals)
+
+            return sig, codegen
+
+        return mma
+
+    mma_f16 = _make_mma("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32")
+    mma_bf16 = _make_mma("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32")
+    mma_tf32 = _make_mma("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32")
+
+    def _make_ldmatrix(trans):
+        text = ("ldmatrix.sync.aligned.m8n8.x4" + (".trans" if trans else "")
+                + ".shared.b16 {$0,$1,$2,$3}, [$4];")
+
+        @intrinsic
+        def ldm(typingctx, smem, row, col):
+            if not (isinstance(smem, types.Array) and smem.ndim == 2):
+                return None
+            sig = types.UniTuple(types.uint32, 4)(smem, row, col)
+
+            def codegen(context, builder, sig, args):
+                ptr = elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
+                ret = ir.LiteralStructType([I32] * 4)
+                res = asm_call(builder, ret, [I32], text, "=r,=r,=r,=r,r,~{memory}",
+                           [shared_addr(builder, ptr)], side_effect=True)
+                vals = [builder.extract_value(res, i) for i in range(4)]
+                return context.make_tuple(builder, sig.return_type, vals)
+
+            return sig, codegen
+
+        return ldm
+
+    ldmatrix_x4 = _make_ldmatrix(False)
+    ldmatrix_x4_trans = _make_ldmatrix(True)
