@@ -1,11 +1,12 @@
 """The tensor-core / async-copy intrinsics against NumPy, one warp at a time.
 
 The kernels below run unchanged on both backends: in the simulator they
-exercise the per-lane fallbacks of :mod:`numba_attn.gpu.intrinsics`, on a GPU the
-inline PTX. Each test draws random matrices, builds the fragments the way a
-kernel does (32-bit loads from ``uint32`` views of f16/bf16 arrays), and
-compares the result with a float64 product. One test per mma flavour feeds a
-deliberately wrong fragment mapping and must see the product come out wrong.
+exercise the per-lane fallbacks of :mod:`numba_attn.gpu.intrinsics` (the index of
+``mma_sync``, ``cp_async``, ``loads``, ``convert``, ``bits``), on a GPU the inline PTX.
+Each test draws random matrices, builds the fragments the way a kernel does (32-bit
+loads from ``uint32`` views of f16/bf16 arrays), and compares the result with a float64
+product. One test per mma flavour feeds a deliberately wrong fragment mapping and must
+see the product come out wrong.
 """
 from __future__ import annotations
 
@@ -79,6 +80,15 @@ def _run_mma16(kind, seed, wrong=False):
     _mma16_kernel(kind, wrong)[1, 32](_dev(A.view(np.uint32)), _dev(Bt.view(np.uint32)), _dev(C), dD)
     ref = A.astype(np.float64) @ Bt.astype(np.float64).T + C
     return dD.copy_to_host(), ref
+
+
+def test_the_index_is_the_modules_names():
+    """Every name of ``intrinsics.__all__`` is the very object of the module that defines it."""
+    from numba_attn.gpu import bits, convert, cp_async, inline_ptx, loads, mma_sync
+
+    for name in I.__all__:
+        assert any(vars(m).get(name) is getattr(I, name)
+                   for m in (bits, convert, cp_async, inline_ptx, loads, mma_sync)), name
 
 
 @pytest.mark.parametrize("kind", ["f16", "bf16"])
