@@ -150,8 +150,19 @@ _VERDICT_FILE = re.compile(r"\[(results/[\w./-]+\.jsonl)(?:, rows of ([\w, ]+))?
 
 
 def _verdict_lines(phase):
+    """Each verdict paragraph as one line: a line starting "Verdict" and the lines that continue it (lines of a
+    docstring stay within 120 characters, so a verdict and its citation may wrap)."""
     doc = sys.modules[phase.module].__doc__ or ""
-    return [line.strip() for line in doc.splitlines() if re.match(r"Verdict(:| \()", line.strip())]
+    out = []
+    for line in doc.splitlines():
+        line = line.strip()
+        if re.match(r"Verdict(:| \()", line):
+            out.append(line)
+        elif out and out[-1] is not None and line:
+            out[-1] += " " + line
+        elif not line and out:
+            out.append(None)
+    return [v for v in out if v]
 
 
 def _matches(figure: str, time_ms: float) -> bool:

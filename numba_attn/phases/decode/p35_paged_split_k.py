@@ -10,7 +10,8 @@ go from the loads straight into tensor-core fragments (``frag8.py``), with ``ste
 
 Prediction: at page size ≥ 64 within 5% of ``decode_split_k_lean``; an 8-bit cache ~1.7–1.9x SDPA on fp16.
 Verdict: 0.950 ms at B8 H32 KV 32k P64, 0.99x decode_split_k_lean; mma on 8-bit caches 1.67–1.76x SDPA on the
-fp16 cache (the 1.7x target missed for int8/token) (H200, CUPTI) [results/paged-8bit-mma-nvidia-h200.jsonl]
+fp16 cache (the 1.7x target missed for int8/token) (H200, CUPTI)
+[results/paged-nvidia-h200.jsonl] [results/paged-8bit-mma-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

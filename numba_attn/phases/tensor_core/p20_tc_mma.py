@@ -8,6 +8,7 @@ P·V. K/V tiles are staged in padded shared memory (conflict-free 32-bit K and 2
 Prediction: 100–150 TFLOP/s at D=64/128, N=4096 fp16 — about 10× ``smem_kv``.
 
 Verdict: 0.844 ms at B1 H32 N4096 D64 fp16 (H200), 163 TFLOP/s, in range; D128 2.75 ms, 100 TFLOP/s, below it.
+[results/tensor-core-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ barrier per tile), stored with the 16-byte chunks XOR-swizzled by row, and read 
 Prediction: 1.5–2× over ``tc_mma``, ~200–250 TFLOP/s at D=64/128 fp16, near 0.5× SDPA.
 
 Verdict: 0.545 ms at B1 H32 N4096 D64 fp16 (H200), 1.55x tc_mma; 0.950 ms at D128, 2.90x.
+[results/tensor-core-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ V's rows follow); tiles are padded (rows of D+4 words) instead of swizzled.
 Prediction: 100–150 TFLOP/s at D=64, N=4096: 3–4× PyTorch SDPA fp32, relative error near 1e-3.
 
 Verdict: 1.326 ms at B1 H32 N4096 D64 fp32 (H200), 3.0x PyTorch SDPA fp32, the target met; 3.18 ms at D128.
+[results/tensor-core-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

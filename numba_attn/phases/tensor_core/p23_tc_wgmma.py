@@ -8,6 +8,7 @@ is waited for at once (:func:`.consumer.plain_mainloop`). The kernel: :mod:`.ker
 Prediction: B1 H32 N4096 fp16 D=128 from 0.96 to ~0.6–0.7 ms (0.6–0.7× SDPA); D=64 from ~0.55 to ~0.4 ms.
 
 Verdict: 0.662 ms at B1 H32 N4096 D128 fp16 (H200), 1.44x tc_pipelined; 0.391 ms at D64, 1.39x.
+[results/tensor-core-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

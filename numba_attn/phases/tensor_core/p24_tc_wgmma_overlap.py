@@ -7,6 +7,7 @@ both. The loop is unrolled by two so the score sets swap roles at compile time; 
 Prediction: the softmax hides behind the next Q·Kᵀ: +10–20% at D=128 and D=64.
 
 Verdict: refuted, 0.820 ms at B1 H32 N4096 D128 fp16 (H200), 1.24x slower than tc_wgmma (occupancy lost).
+[results/tensor-core-overlap-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ full barrier and releases the stage on an "empty" one, on which thread 0 waits b
 Prediction: +5–10% at D=128 and D=64 (B1 H32 N4096 fp16: ~0.60–0.63 ms at D128 against 0.66).
 
 Verdict: confirmed, 0.591 ms at B1 H32 N4096 D128 fp16 (H200, CUPTI), 1.13x tc_wgmma; D64 1.08x.
+[results/tensor-core-tma-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ wait only for data. ``uniform``: the warp index known warp-uniform to ptxas (off
 Prediction: ±5% against ``tma_wgmma`` at B1 H32 N4096 D128 fp16 (~0.60–0.66 ms), the same at D=64.
 
 Verdict: 0.486 ms at B1 H32 N4096 D128 fp16 (0.97x SDPA, H200); D64 0.328 ms, 8-13 % faster than tma_wgmma.
+[results/tensor-core-tma-nvidia-h200.jsonl, rows of tma_wgmma]
 """
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ its softmax while the other's products run. Consumer 0 starts; every tile, also 
 Prediction: +8% against warp_specialized_tc at B1 H32 N4096 D128 fp16 (~0.53 ms); refuted below 3%.
 
 Verdict: refuted, 0.643 ms at B1 H32 N4096 D128 fp16 (H200), 1.11x warp_specialized_tc's time.
+[results/tensor-core-tma-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

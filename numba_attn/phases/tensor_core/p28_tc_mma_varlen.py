@@ -8,6 +8,7 @@ the keys past the sequence's length (``tc_mma``'s mask at ``Nk``).
 Prediction: the same time per useful FLOP as ``tc_mma`` on the padded batch (within 10%).
 
 Verdict: 9.37 ms at B8 H32 N<=4096 D128 fp16 ragged, 0.46x the padded batch's time per useful FLOP.
+[results/varlen-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

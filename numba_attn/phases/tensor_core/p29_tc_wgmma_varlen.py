@@ -7,6 +7,7 @@ the sequence's first key, and the ring state is recomputed from the tile index (
 Prediction: within 10% of ``tc_wgmma``'s time per useful FLOP on the padded batch.
 
 Verdict: 2.27 ms at B8 H32 N<=4096 D128 fp16 ragged, 0.45x the padded batch's time per useful FLOP (H200).
+[results/varlen-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ costs no occupancy here; three ring stages, ``uniform`` on by default.
 Prediction: +5-10% against warp_specialized_tc at B1 H32 N4096 D128 fp16 (~0.48 ms); refuted below +2%.
 
 Verdict: refuted, 0.567 ms at B1 H32 N4096 D128 fp16 (0.83x SDPA, H200), 1.03x warp_specialized_tc's time.
+[results/tensor-core-tma-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 

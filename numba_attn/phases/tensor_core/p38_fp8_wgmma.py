@@ -8,6 +8,7 @@ m64nNk32 with P converted to e4m3 in registers; the scales fold into the softmax
 Prediction: ~1.4-1.6x tc_wgmma, ~1.0-1.2x SDPA fp16 at B1 H32 N8192 D128 non-causal.
 
 Verdict: refuted on time, 2.245 ms at B1 H32 N8192 D128 fp16 (0.81x SDPA fp16, H200); error 5e-2 as predicted.
+[results/fp8-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
