@@ -1,49 +1,9 @@
 """``attention()``: run one phase on arrays, the way a notebook or a test calls it.
 
-Every input check happens before anything is compiled, allocated or launched,
-and fails with :class:`~numba_attn.spec.errors.AttentionInputError` (a
-``ValueError``) naming the argument and the allowed range:
-
-* q, k, v must be 4-D arrays of one kind — NumPy arrays, numba device arrays, or PyTorch
-  tensors (CUDA tensors, or CPU tensors handled like NumPy arrays) — and of one dtype among
-  float32, float16, bfloat16; k and v of one shape; same batch and head_dim as q; q's heads a
-  multiple of k/v's heads; mixing kinds (a tensor q, a NumPy k) is refused naming the argument,
-  and tensors must be on one device (numba's current device for CUDA tensors);
-* empty problems: ``q_len == 0`` (or batch/heads 0) returns an empty output
-  without launching anything; ``kv_len == 0`` with queries is an error (the
-  softmax over zero keys is undefined);
-* ``causal`` needs ``q_len <= kv_len`` (bottom-right alignment); ``scale``
-  must be a positive finite number;
-* non-contiguous NumPy inputs (and CPU tensors) are **copied** to contiguous ones;
-  non-contiguous device arrays and CUDA tensors are **refused** (copying them would hide a
-  device-to-device copy in the call);
-* ``causal`` and ``allow_tf32`` must be bools (``"False"`` is refused, not read as True);
-* ``phase``: a name (or a registered ``Phase``); anything else is refused; an unknown
-  name suggests close names; a phase that cannot run the problem (head_dim, dtype,
-  causal, the device's compute capability) names the phases that can; unknown tunable
-  parameters are refused with the list of the phase's parameters, and a value of the
-  wrong type or range (``Br=-16``, ``Bc=0``, ``Br="abc"``) names the parameter and the
-  allowed values;
-* ``out`` (optional): of q's kind, shape, dtype and device, C-contiguous, writeable, sharing no
-  memory with q, k or v; anything else is refused naming ``out``;
-* ``stream`` (optional): None (PyTorch's current stream for CUDA tensors, else the default
-  stream), a numba stream or a ``torch.cuda.Stream``; anything else is refused;
-* inputs whose contiguous copies and output do not fit in the available host
-  memory are refused before anything is copied;
-* a problem whose inputs and output do not fit in the free device memory is
-  refused up front; a tile configuration the device cannot launch (threads or
-  shared memory per block) is reported as such, not as a crash.
-
-Plans are cached (:func:`attention`): the checks above that depend on more than the arrays'
-kind, shape, dtype and contiguity (the phase's choice and ``supports()``, the memory queries,
-compiling, the phase's scratch buffers) run once per plan; every call still checks the kinds,
-shapes, dtypes and contiguity (they are the cache's key) and ``out``, in O(1).
-
-NaN/Inf inputs (``nonfinite``): by default (``"propagate"``) they are computed
-like any value and the output has NaN where the float64 reference has NaN
-(checked for every phase in the simulator tests, and on an H200 on 2026-11-22
-with the kernels' fast-math flags); ``"raise"`` scans the inputs first and
-refuses them, naming the array and the first bad element.
+Every input check happens before anything is compiled, allocated or launched, and fails with
+:class:`~numba_attn.spec.errors.AttentionInputError` (a ``ValueError``) naming the argument and the allowed
+range. Plans are cached: checks that depend on more than the arrays' kind, shape, dtype and contiguity run once
+per plan. The full list of checks, the copies made and the NaN/Inf policy (``nonfinite``): docs/input-checks.md.
 """
 from __future__ import annotations
 
