@@ -261,8 +261,9 @@ def test_killed_sweep_leaves_a_valid_file_and_resume_finishes_it(tmp_path):
                        text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "(resumed)" in r.stderr
-    rows = [x for x in load_results(str(path)) if x["type"] == "result"]
-    assert [x["phase"] for x in rows] == ["fused_rowwise", "smem_kv", "naive"]
+    rows = [x["phase"] for x in load_results(str(path)) if x["type"] == "result"]
+    # rows land in the order they finish (the simulator runs one worker per core): the two kept, then the new one
+    assert sorted(rows[:2]) == ["fused_rowwise", "smem_kv"] and rows[2:] == ["naive"]
 
 
 # -- compare and bench declarations -----------------------------------------------------------
