@@ -75,9 +75,9 @@ def _check_host_memory(problem: Problem, arrays) -> None:
                                   f"of non-contiguous inputs and the output); {free / 2**30:.2f} GiB available")
 
 
-def _plan(q, k, v, causal, scale, phase, allow_tf32, params):
+def _plan(q, k, v, causal, scale, phase, allow_tf32, params, variant=None):
     """Everything checked before a launch: ``(problem, phase, resolved params, why)``; problem is
-    None for an empty problem (nothing to launch)."""
+    None for an empty problem (nothing to launch). ``variant``: the call's mask/score functions."""
     causal = check_bool("causal", causal)
     allow_tf32 = check_bool("allow_tf32", allow_tf32)
     ph = _phase_arg(phase) if phase is not None else None
@@ -93,6 +93,14 @@ def _plan(q, k, v, causal, scale, phase, allow_tf32, params):
             ph.resolve_params(params)
         return None, ph, None, "empty problem: nothing to compute"
     problem = problem_from_arrays(q, k, v, causal=causal, scale=scale)
+    if variant is not None:
+        from numba_attn.variants.mods import VariantError, probe
+
+        try:
+            probe(variant, B, H, Nq, Nk)
+        except VariantError as e:
+            raise AttentionInputError(str(e)) from e
+        problem = problem.replace(variant=variant)
     chosen = {}
     if ph is None:
         ph, why, chosen = choose_phase(problem, allow_tf32=allow_tf32)
@@ -136,7 +144,7 @@ class Explanation:
 
 
 def explain(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False, nonfinite="propagate",
-            **params) -> Explanation:
+            mask_mod=None, score_mod=None, aux=None, **params) -> Explanation:
     """The phase ``attention(q, k, v, ...)`` with the same arguments would run, its resolved
     parameters (:meth:`Phase.resolve`) and why it was chosen; checks the same inputs (NumPy
     arrays, numba device arrays or tensors), launches nothing and uses no cached plan."""
@@ -144,14 +152,24 @@ def explain(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False, 
         raise AttentionInputError(f"nonfinite must be 'propagate' or 'raise'; got {nonfinite!r}")
     kind = one_kind(q, k, v, None)
     q, k, v = arrays_for_checks(kind, q, k, v)
-    problem, ph, resolved, why = _plan(q, k, v, causal, scale, phase, allow_tf32, params)
+    problem, ph, resolved, why = _plan(q, k, v, causal, scale, phase, allow_tf32, params,
+                                       _variant(mask_mod, score_mod, aux))
     if problem is not None and kind != TORCH:
         _check_host_memory(problem, (q, k, v))
     return Explanation(ph, dict(resolved or {}), why, problem)
 
 
+def _variant(mask_mod, score_mod, aux):
+    from numba_attn.variants.mods import VariantError, make_variant
+
+    try:
+        return make_variant(mask_mod, score_mod, () if aux is None else aux)
+    except VariantError as e:
+        raise AttentionInputError(str(e)) from e
+
+
 def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False, nonfinite="propagate",
-              out=None, stream=None, **params):
+              out=None, stream=None, mask_mod=None, score_mod=None, block_mask=None, aux=None, **params):
     """Softmax attention of q (B, H, Nq, D) over k, v (B, Hkv, Nk, D).
 
     ``phase`` names a registered phase (a registered ``Phase`` object is taken by its name);
@@ -182,6 +200,13 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False
     ``cuda.device_array`` for numba arrays (numba's allocator may free earlier arrays, which
     synchronizes, then) — pass ``out=`` where that matters.
 
+    ``mask_mod(b, h, q_idx, kv_idx, *aux) -> bool`` and ``score_mod(score, b, h, q_idx, kv_idx, *aux) ->
+    score``: an attention variant written in Python (:mod:`numba_attn.variants`: the positions, the
+    built-ins such as ``sliding_window``, ``softcap``, ``document``); ``aux``: the arrays a plain
+    function reads, passed anew each call without a recompilation; ``block_mask``: a
+    :class:`~numba_attn.variants.BlockMask` of the mask for these arrays (otherwise computed for
+    each call that passes arrays). Phases that do not run variants are refused by ``supports()``.
+
     ``stream``: CUDA tensors are computed on PyTorch's current stream
     (``torch.cuda.current_stream()``), other inputs on the default stream; ``stream=`` (a numba
     stream or a ``torch.cuda.Stream``) overrides either. The call does not synchronize (except for
@@ -196,25 +221,33 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False
     if nonfinite not in ("propagate", "raise"):
         raise AttentionInputError(f"nonfinite must be 'propagate' or 'raise'; got {nonfinite!r}")
     kind = one_kind(q, k, v, out)
+    variant = _variant(mask_mod, score_mod, aux)
+    if block_mask is not None and (variant is None or not variant.has_mask):
+        raise AttentionInputError("block_mask given without a mask_mod it was made from")
     if kind == TORCH_CPU:  # the NumPy path on views of the tensors' memory
         res = attention(*arrays_for_checks(kind, q, k, v), causal=causal, scale=scale, phase=phase,
                         allow_tf32=allow_tf32, nonfinite=nonfinite,
-                        out=None if out is None else tensor_as_numpy("out", out), stream=stream, **params)
+                        out=None if out is None else tensor_as_numpy("out", out), stream=stream,
+                        mask_mod=mask_mod, score_mod=score_mod, block_mask=block_mask, aux=aux, **params)
         return out if out is not None else numpy_as_tensor(res)
     if kind == TORCH and backend.IS_SIMULATOR:
         raise AttentionInputError(f"q is a tensor on {q.device} but numba-attn runs in the CUDA simulator "
                                   f"(NUMBA_ATTN_BACKEND=simulator): pass CPU tensors")
     stream_key, numba_stream, launch_stream = stream_of(kind, q, stream)
     key = plans.plan_key(kind, q, k, v, causal, scale, phase, allow_tf32, params, stream_key)
+    if variant is not None and key is not None:
+        key = key + (("variant",) + variant.signature(),)
     plan = plans.cached(key)
     if plan is None:
         return _plan_and_launch(kind, key, q, k, v, causal, scale, phase, allow_tf32, nonfinite, out,
-                                numba_stream, launch_stream, params)
+                                numba_stream, launch_stream, params, variant, block_mask)
     if out is not None:
         check_out(out, kind, q, k, v)
     if nonfinite == "raise":
         for name, a in (("q", q), ("k", k), ("v", v)):
             check_finite_input(kind, name, a)
+    if variant is not None:
+        return plans.run(plan, kind, q, k, v, out, mods=_mods(plan, variant, block_mask))
     if plan.replay is not None:  # the first call's launches at this call's addresses
         if kind == TORCH:
             o = out if out is not None else sys.modules["torch"].empty(q.shape, dtype=q.dtype, device=q.device)
@@ -247,13 +280,26 @@ def _warn_if_slow(ph, problem):
                   SlowSimulationWarning, stacklevel=4)
 
 
+def _mods(plan, variant, block_mask):
+    """The kernels' ``mods`` for this call's arrays (None: the plan's own, made with its first call's)."""
+    kernel_mods = plan.launch.kernel_mods
+    if kernel_mods is None or (not variant.aux and block_mask is None):
+        return None
+    from numba_attn.variants.mods import VariantError
+
+    try:
+        return kernel_mods(variant.aux, block_mask, plan.launch_stream or 0)
+    except (VariantError, ValueError) as e:
+        raise AttentionInputError(f"block_mask: {e}") from e
+
+
 def _plan_and_launch(kind, key, q, k, v, causal, scale, phase, allow_tf32, nonfinite, out, numba_stream,
-                     launch_stream, params):
+                     launch_stream, params, variant=None, block_mask=None):
     """A call without a cached plan: every check, the phase's choice and plan, the first launch;
     the plan is kept when the launch succeeds."""
     stamp = plans.token()
     checked = arrays_for_checks(kind, q, k, v)
-    problem, ph, resolved, why = _plan(*checked, causal, scale, phase, allow_tf32, params)
+    problem, ph, resolved, why = _plan(*checked, causal, scale, phase, allow_tf32, params, variant)
     if out is not None:
         check_out(out, kind, q, k, v)
     if problem is None:
@@ -292,6 +338,17 @@ def _plan_and_launch(kind, key, q, k, v, causal, scale, phase, allow_tf32, nonfi
         raise AttentionInputError(f"{problem.label} needs {need / 2**30:.2f} GiB of device memory for its "
                                   f"inputs and output; {free / 2**30:.2f} GiB free")
     plan = plans.make(problem, ph, resolved, why, params, stamp, numba_stream, launch_stream)
+    if variant is not None:
+        if block_mask is not None:
+            bm = block_mask
+            if (bm.q_len, bm.kv_len) != (problem.q_len, problem.kv_len):
+                raise AttentionInputError(f"block_mask was made for q_len={bm.q_len}, kv_len={bm.kv_len}; "
+                                          f"this call has q_len={problem.q_len}, kv_len={problem.kv_len}")
+        mods = _mods(plan, variant, block_mask)
+        result = plans.run(plan, kind, q, k, v, out, mods=mods)
+        if key is not None:
+            plans.keep(key, plan)
+        return result
     return plans.first_run(plan, key, kind, q, k, v, out)
 
 

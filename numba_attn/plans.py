@@ -127,16 +127,17 @@ def keep(key, plan) -> None:
         _STATS["workspace"] -= old.launch.workspace_bytes or 0
 
 
-def launch(plan, qd, kd, vd, od) -> None:
-    """Run the plan's Launch; a launch the device refuses is an :class:`AttentionInputError`."""
+def launch(plan, qd, kd, vd, od, mods=None) -> None:
+    """Run the plan's Launch (``mods``: a variant's kernel arguments for this call's arrays, None: the
+    launch's own); a launch the device refuses is an :class:`AttentionInputError`."""
     try:
         if backend.IS_SIMULATOR:
             from numba_attn.measure import limits
 
             with limits.simulated_device_limits():
-                plan.launch(qd, kd, vd, od, plan.launch_stream)
+                plan.launch(qd, kd, vd, od, plan.launch_stream, mods=mods)
         else:
-            plan.launch(qd, kd, vd, od, plan.launch_stream)
+            plan.launch(qd, kd, vd, od, plan.launch_stream, mods=mods)
     except Exception as exc:  # noqa: BLE001
         from numba_attn.measure import limits
         from numba_attn.measure.status import classify_exception
@@ -149,7 +150,7 @@ def launch(plan, qd, kd, vd, od) -> None:
         raise
 
 
-def run(plan, kind, q, k, v, out, seen=None):
+def run(plan, kind, q, k, v, out, seen=None, mods=None):
     """Launch a checked plan on this call's arrays; the output (``out`` when given). ``seen``: a
     list that receives the four device addresses launched on (tensors and device arrays)."""
     s_q, s_kv, _, _ = plan.shapes
@@ -159,18 +160,18 @@ def run(plan, kind, q, k, v, out, seen=None):
         addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr())
         if seen is not None:
             seen.extend(addresses)
-        launch(plan, *(b(i, a) for i, a in enumerate(addresses)))
+        launch(plan, *(b(i, a) for i, a in enumerate(addresses)), mods=mods)
         return o
     if kind == DEVICE:
         o = out if out is not None else cuda.device_array(q.shape, dtype=q.dtype)
         b = plan.bind
         if b is None:  # the simulator
-            launch(plan, q.reshape(s_q), k.reshape(s_kv), v.reshape(s_kv), o.reshape(s_q))
+            launch(plan, q.reshape(s_q), k.reshape(s_kv), v.reshape(s_kv), o.reshape(s_q), mods=mods)
         else:
             addresses = tuple(address(DEVICE, a) for a in (q, k, v, o))
             if seen is not None:
                 seen.extend(addresses)
-            launch(plan, *(b(i, a) for i, a in enumerate(addresses)))
+            launch(plan, *(b(i, a) for i, a in enumerate(addresses)), mods=mods)
         return o
     # NumPy: copied to the device (contiguous copies of non-contiguous inputs), computed, copied back
     from numba_attn.measure.check import to_device
@@ -180,9 +181,9 @@ def run(plan, kind, q, k, v, out, seen=None):
     od = cuda.device_array(qd.shape, dtype=qd.dtype)
     b = plan.bind
     if b is None:
-        launch(plan, qd.reshape(s_q), kd.reshape(s_kv), vd.reshape(s_kv), od.reshape(s_q))
+        launch(plan, qd.reshape(s_q), kd.reshape(s_kv), vd.reshape(s_kv), od.reshape(s_q), mods=mods)
     else:  # views that do not own the copies, so the plan keeps none of them alive
-        launch(plan, *(b(i, address(DEVICE, a)) for i, a in enumerate((qd, kd, vd, od))))
+        launch(plan, *(b(i, address(DEVICE, a)) for i, a in enumerate((qd, kd, vd, od))), mods=mods)
     if out is None:
         out = np.empty(q.shape, dtype=q.dtype)
     od.copy_to_host(out.view(od.dtype), stream=s)

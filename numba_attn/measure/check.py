@@ -56,6 +56,8 @@ def _compute_reference(problem: Problem, q, k, v, device="cuda"):
         from numba_attn.spec.varlen import problem_reference as varlen_reference
 
         return varlen_reference(problem, q, k, v)
+    if getattr(problem, "variant", None) is not None:  # the variant's functions over the whole score matrix
+        return reference(q, k, v, causal=problem.causal, scale=problem.sm_scale, variant=problem.variant)
     ref = None
     if uses_torch_reference(problem):
         ref = reference_torch(q, k, v, causal=problem.causal, scale=problem.sm_scale, device=device)

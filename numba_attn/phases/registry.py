@@ -126,8 +126,14 @@ class Launch:
     # passes the lengths it checked on the host), so that a launch planned from them reads nothing back
     host_lengths: bool = False
 
-    def __call__(self, q, k, v, o, stream=0):
-        return self.run(q, k, v, o, stream)
+    # numba_attn.variants.launching.KernelMods of a phase that runs variants: the kernels' ``mods`` for a
+    # call's own arrays (attention(aux=..., block_mask=...)); None: the launch has no variant
+    kernel_mods: object = None
+
+    def __call__(self, q, k, v, o, stream=0, mods=None):
+        if mods is None:
+            return self.run(q, k, v, o, stream)
+        return self.run(q, k, v, o, stream, mods=mods)
 
 
 @dataclass
@@ -144,6 +150,8 @@ class Phase:
     dtypes: tuple = ("float32", "float16")
     head_dims: tuple | None = None  # None: any head_dim
     causal: bool = True  # supports causal masking
+    # runs mask_mod/score_mod variants (problem.variant) through its family's variant stage; False: refused
+    variants: bool = False
     kind: str = "prefill"  # or "decode"
     precision: str | None = None  # compute precision when coarser than the storage dtype (e.g. "tf32")
     sim_params: dict = field(default_factory=dict)  # small tiles for simulator tests
@@ -194,6 +202,9 @@ class Phase:
                     f"(supports {', '.join(map(str, self.head_dims))})")
         if problem.causal and not self.causal:
             return "causal masking not supported"
+        if getattr(problem, "variant", None) is not None and not self.variants:
+            return (f"mask_mod/score_mod variants do not reach {self.name}'s kernels yet (its family has no "
+                    f"variant stage)")
         return cc_reason(self.requires_cc, device_cc())
 
     def resolve(self, problem, overrides: dict | None = None) -> dict:
@@ -264,7 +275,7 @@ def check_param(phase: str, key: str, default, value):
 def register_phase(*, name, order, title, parent, description, lineage, planned_speedup,
                    dtypes=("float32", "float16"), head_dims=None, causal=True, kind="prefill",
                    precision=None, sim_params=None, supports=None, resolve=None, requires_cc=None, space=None,
-                   layout="contiguous", launch_params=()):
+                   layout="contiguous", launch_params=(), variants=False):
     """Decorator registering a phase builder (see the module docstring)."""
 
     def deco(fn):
@@ -279,7 +290,7 @@ def register_phase(*, name, order, title, parent, description, lineage, planned_
             dtypes=tuple(dtypes), head_dims=tuple(head_dims) if head_dims else None, causal=causal,
             kind=kind, precision=precision, sim_params=dict(sim_params or {}), extra_supports=supports,
             resolver=resolve, module=fn.__module__, requires_cc=requires_cc,
-            space=dict(space or {}), layout=layout, launch_params=tuple(launch_params))
+            space=dict(space or {}), layout=layout, launch_params=tuple(launch_params), variants=bool(variants))
         unknown = [k for k in phase.space if k != "where" and k not in params]
         unknown += [k for k in phase.launch_params if k not in params]
         if unknown:

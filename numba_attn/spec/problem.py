@@ -47,6 +47,8 @@ class Problem:
     scale: float | None = None
     kv_heads: int | None = None
     seed: int = 0
+    # an attention variant (numba_attn.variants.Variant: mask and score functions and their arrays), or None
+    variant: object = None
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))  # fp16 → float16 (the tables' short names)
@@ -127,10 +129,17 @@ class Problem:
         s += f" D{self.head_dim} {SHORT_DTYPE.get(self.dtype, self.dtype)}"
         if self.causal:
             s += " causal"
+        if self.variant is not None:
+            s += f" {self.variant.name}"
         return s
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields as JSON values; a variant by its name (its functions are not data)."""
+        d = dataclasses.asdict(self.replace(variant=None)) if self.variant is not None else dataclasses.asdict(self)
+        d.pop("variant", None)
+        if self.variant is not None:
+            d["variant"] = self.variant.name
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Problem":
@@ -140,7 +149,7 @@ class Problem:
             cls = PagedProblem
         elif cls is Problem and d.get("varlen"):
             cls = VarlenProblem
-        fields = {f.name for f in dataclasses.fields(cls)}
+        fields = {f.name for f in dataclasses.fields(cls)} - {"variant"}  # a variant's name is not its functions
         return cls(**{k: v for k, v in d.items() if k in fields})
 
     def replace(self, **kw) -> "Problem":

@@ -48,13 +48,19 @@ def poisoned_mask(out: np.ndarray, dtype: str) -> np.ndarray:
     return out.view(ut) == bits
 
 
-def reference(q, k, v, *, causal=False, scale=None, return_lse=False):
+def reference(q, k, v, *, causal=False, scale=None, return_lse=False, variant=None):
     """Attention in float64. q: (B, H, Nq, D); k, v: (B, Hkv, Nk, D).
 
     Causal masking is bottom-right aligned (query i sees keys j <= i + Nk - Nq).
     Rows that see no key (only possible without the causal check) are NaN.
     Computed one (batch, head) at a time so the score matrix stays small.
+
+    ``variant`` (:class:`numba_attn.variants.Variant`): its score function rewrites the scaled scores, its
+    mask function hides keys (with ``causal``, both apply); a row that sees no key is 0 (log-sum-exp -inf),
+    as FlexAttention defines it.
     """
+    if variant is not None:
+        return _variant_reference(q, k, v, causal, scale, return_lse, variant)
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     G = H // Hkv
@@ -80,6 +86,41 @@ def reference(q, k, v, *, causal=False, scale=None, return_lse=False):
                 l = p.sum(axis=1, keepdims=True)
                 out[b, h] = _pv(p, vh, masked if causal else None) / l
                 lse[b, h] = (m + np.log(l))[:, 0]
+    return (out, lse) if return_lse else out
+
+
+def _variant_reference(q, k, v, causal, scale, return_lse, variant):
+    from numba_attn.variants.grid import HostVariant
+
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    G = H // Hkv
+    scale = 1.0 / np.sqrt(D) if scale is None else scale
+    host = HostVariant(variant)
+    out = np.empty((B, H, Nq, D), np.float64)
+    lse = np.empty((B, H, Nq), np.float64)
+    causal_hidden = (np.arange(Nk)[None, :] > np.arange(Nq)[:, None] + (Nk - Nq)) if causal else None
+    for b in range(B):
+        for h in range(H):
+            qh = q[b, h].astype(np.float64)
+            kh = k[b, h // G].astype(np.float64)
+            vh = v[b, h // G].astype(np.float64)
+            s = host.modify((qh @ kh.T) * scale, b, h)
+            seen = host.visible(b, h, Nq, Nk)
+            hidden = None if seen is None else ~seen
+            if causal_hidden is not None:
+                hidden = causal_hidden if hidden is None else hidden | causal_hidden
+            if hidden is not None:
+                s[hidden] = -np.inf
+            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+                m = np.max(s, axis=1, keepdims=True) if Nk else np.full((Nq, 1), -np.inf)
+                empty = ~np.isfinite(m) & (m < 0)  # rows that see no key
+                m = np.where(empty, 0.0, m)
+                p = np.exp(s - m)
+                l = p.sum(axis=1, keepdims=True)
+                o = _pv(p, vh, hidden) / np.where(empty, 1.0, l)
+                out[b, h] = np.where(empty, 0.0, o)
+                lse[b, h] = np.where(empty[:, 0], -np.inf, (m + np.log(l))[:, 0])
     return (out, lse) if return_lse else out
 
 

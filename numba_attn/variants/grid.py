@@ -1,0 +1,70 @@
+"""A variant evaluated on the host over whole score matrices: the mask and the modified scores of one
+(batch, head), for the float64 reference and the block mask's host twin. The functions are compiled for
+the CPU (``numba.njit``) where numba can; the loops are generated per number of arrays."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from numba_attn.variants.mods import Variant, host_arrays, host_version
+
+
+@functools.cache
+def _mask_loop(fn, n_aux: int):
+    args = "".join(f", a{j}" for j in range(n_aux))
+    src = (f"def grid(out, b, h, q0{args}):\n"
+           f"    for i in range(out.shape[0]):\n"
+           f"        for j in range(out.shape[1]):\n"
+           f"            out[i, j] = bool(fn(b, h, q0 + i, j{args}))\n")
+    return _loop(src, fn)
+
+
+@functools.cache
+def _score_loop(fn, n_aux: int):
+    args = "".join(f", a{j}" for j in range(n_aux))
+    src = (f"def grid(s, b, h, q0{args}):\n"
+           f"    for i in range(s.shape[0]):\n"
+           f"        for j in range(s.shape[1]):\n"
+           f"            s[i, j] = fn(s[i, j], b, h, q0 + i, j{args})\n")
+    return _loop(src, fn)
+
+
+def _loop(src, fn):
+    import numba
+
+    compiled = host_version(fn)
+    scope = {"fn": compiled}
+    exec(compile(src, "<grid>", "exec"), scope)
+    if isinstance(compiled, numba.core.registry.CPUDispatcher):
+        return numba.njit(scope["grid"])
+    return scope["grid"]
+
+
+class HostVariant:
+    """A variant with its arrays on the host, evaluated one (batch, head) at a time."""
+
+    def __init__(self, variant: Variant):
+        self.variant = variant
+        aux = host_arrays(variant.aux)
+        n_mask = len(variant.mask.aux) if variant.mask else 0
+        self.mask_aux, self.score_aux = aux[:n_mask], aux[n_mask:]
+
+    def visible(self, b: int, h: int, nq: int, nk: int) -> np.ndarray | None:
+        """Which keys each query row sees, (nq, nk) bool; None without a mask function."""
+        m = self.variant.mask
+        if m is None:
+            return None
+        out = np.zeros((nq, nk), np.bool_)
+        _mask_loop(m.fn if not hasattr(m.fn, "py_func") else m.fn.py_func, len(m.aux))(
+            out, b, h, nk - nq, *self.mask_aux)
+        return out
+
+    def modify(self, s: np.ndarray, b: int, h: int) -> np.ndarray:
+        """The scores ``s`` (nq, nk, float64, natural units) after the score function, in place."""
+        m = self.variant.score
+        if m is not None:
+            nq, nk = s.shape
+            _score_loop(m.fn if not hasattr(m.fn, "py_func") else m.fn.py_func, len(m.aux))(
+                s, b, h, nk - nq, *self.score_aux)
+        return s

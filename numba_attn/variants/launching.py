@@ -1,0 +1,50 @@
+"""The ``mods`` tuple a phase's kernels receive for one problem: the variant's arrays on the device, then
+(with a mask function) its block mask at the kernel's own tiles.
+
+A :class:`KernelMods` is made once per (problem, tile size) when a phase builds its launch: the block mask
+of the problem's own arrays is computed then (on the device; on the host in the simulator, where both are
+the CPU). A call with other arrays (``attention(aux=...)``) passes them, with or without its own
+``block_mask``; without one, the block mask is computed again for those arrays.
+"""
+from __future__ import annotations
+
+from numba_attn.gpu.backend import IS_SIMULATOR
+from numba_attn.variants.blockmask import BlockMask, create_block_mask, device_arrays, host_block_mask
+
+
+class KernelMods:
+    def __init__(self, problem, Br: int, Bc: int):
+        self.variant = getattr(problem, "variant", None)
+        self.problem, self.Br, self.Bc = problem, Br, Bc
+        self._default = None
+
+    def block_mask(self, aux, stream=0) -> BlockMask:
+        """The block mask of the variant's mask function over ``aux`` at (Br, Bc), causal folded in."""
+        p, mask = self.problem, self.variant.mask
+        batch = p.batch if "b" in mask.depends else None
+        heads = p.heads if "h" in mask.depends else None
+        mod = mask.with_aux(aux[:len(mask.aux)])
+        if IS_SIMULATOR:
+            return host_block_mask(mod, batch, heads, p.q_len, p.kv_len, Br=self.Br, Bc=self.Bc, causal=p.causal)
+        return create_block_mask(mod, batch, heads, p.q_len, p.kv_len, Br=self.Br, Bc=self.Bc, causal=p.causal,
+                                 stream=stream)
+
+    def __call__(self, aux=None, block_mask: BlockMask | None = None, stream=0) -> tuple:
+        """The kernels' ``mods``: ``()`` for plain attention; the problem's own arrays when ``aux`` is None."""
+        if self.variant is None:
+            return ()
+        if aux is None and block_mask is None:
+            if self._default is None:
+                self._default = self._make(self.variant.aux, None, stream)
+            return self._default
+        return self._make(self.variant.aux if aux is None else tuple(aux), block_mask, stream)
+
+    def _make(self, aux, block_mask, stream) -> tuple:
+        arrays = device_arrays(aux, stream)
+        if not self.variant.has_mask:
+            return arrays
+        bm = block_mask.at(self.Br, self.Bc) if block_mask is not None else self.block_mask(arrays, stream)
+        kinds = bm.kinds
+        if not hasattr(kinds, "copy_to_host"):
+            kinds = device_arrays((kinds,), stream)[0]
+        return arrays + (kinds,)

@@ -1,0 +1,170 @@
+"""Attention variants: the built-ins against masks written out in NumPy, the block mask on the device against
+its host twin, user functions refused with their name, and every variant-capable phase against the float64
+reference on odd shapes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import numba_attn as na
+from numba_attn import variants as V
+from numba_attn.spec.errors import AttentionInputError
+from numba_attn.spec.reference import check, reference
+
+
+def _qkv(B=2, H=4, Hkv=2, Nq=37, Nk=37, D=16, seed=0):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((B, H, Nq, D)).astype(np.float32)
+    k = rng.standard_normal((B, Hkv, Nk, D)).astype(np.float32)
+    v = rng.standard_normal((B, Hkv, Nk, D)).astype(np.float32)
+    return q, k, v
+
+
+def _dense(q, k, v, hidden=None, mod=None, scale=None):
+    """Attention written out: ``hidden`` (B, H, Nq, Nk) True where masked; ``mod`` applied to scores;
+    rows that see nothing are 0."""
+    B, H, Nq, D = q.shape
+    G = H // k.shape[1]
+    kk, vv = np.repeat(k, G, 1).astype(np.float64), np.repeat(v, G, 1).astype(np.float64)
+    s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), kk) * (scale or 1 / np.sqrt(D))
+    if mod is not None:
+        s = mod(s)
+    if hidden is not None:
+        s = np.where(hidden, -np.inf, s)
+    m = s.max(-1, keepdims=True)
+    empty = np.isneginf(m)
+    p = np.exp(s - np.where(empty, 0, m))
+    o = np.einsum("bhij,bhjd->bhid", p, vv) / np.where(empty, 1, p.sum(-1, keepdims=True))
+    return np.where(empty, 0, o)
+
+
+def _pos(Nq, Nk):
+    return (np.arange(Nq)[:, None] + Nk - Nq), np.arange(Nk)[None, :]
+
+
+# -- the built-ins and the reference ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("Nq,Nk", [(37, 37), (5, 40)])
+def test_builtins_match_masks_written_in_numpy(Nq, Nk):
+    q, k, v = _qkv(Nq=Nq, Nk=Nk)
+    B, H = q.shape[:2]
+    qi, kj = _pos(Nq, Nk)
+    doc = (np.arange(Nk)[None, :] // 9 + np.arange(B)[:, None]).astype(np.int32)
+    lengths = np.array([Nk - 7, Nk], np.int32)
+    prefix = np.array([3, 11], np.int32)
+    slopes = V.alibi_slopes(H)
+    cases = {
+        "causal": (V.causal(), None, np.broadcast_to(kj > qi, (B, H, Nq, Nk))),
+        "window": (V.sliding_window(6), None, np.broadcast_to((kj > qi) | (kj < qi - 6), (B, H, Nq, Nk))),
+        "window_lr": (V.sliding_window(3, 2), None, np.broadcast_to((kj > qi + 2) | (kj < qi - 3), (B, H, Nq, Nk))),
+        "document": (V.document(doc), None, doc[:, None, qi[:, 0], None] != doc[:, None, None, :]),
+        "prefix_lm": (V.prefix_lm(prefix), None, ~((kj[None] < prefix[:, None, None]) | (kj <= qi)[None])[:, None]),
+        "pad_right": (V.key_padding(lengths), None, np.broadcast_to(
+            (kj[None] >= lengths[:, None, None])[:, None], (B, H, Nq, Nk))),
+        "pad_left": (V.key_padding(lengths, "left", kv_len=Nk), None, np.broadcast_to(
+            (kj[None] < (Nk - lengths)[:, None, None])[:, None], (B, H, Nq, Nk))),
+        "streaming": (V.streaming(5, 2), None, np.broadcast_to(
+            ~(((kj <= qi) & (kj > qi - 5)) | ((kj < 2) & (kj <= qi))), (B, H, Nq, Nk))),
+    }
+    for name, (mask, _, hidden) in cases.items():
+        got = reference(q, k, v, variant=V.make_variant(mask))
+        np.testing.assert_allclose(got, _dense(q, k, v, hidden), atol=1e-12, err_msg=name)
+    got = reference(q, k, v, variant=V.make_variant(score_mod=V.softcap(1.5)))
+    np.testing.assert_allclose(got, _dense(q, k, v, mod=lambda s: 1.5 * np.tanh(s / 1.5)), atol=1e-6)
+    got = reference(q, k, v, variant=V.make_variant(score_mod=V.alibi(slopes)))
+    bias = slopes[None, :, None, None].astype(np.float64) * (kj - qi)[None, None]
+    np.testing.assert_allclose(got, _dense(q, k, v, mod=lambda s: s + bias), atol=1e-6)
+
+
+def test_reference_of_the_causal_builtin_is_the_causal_reference():
+    q, k, v = _qkv(Nq=20, Nk=33)
+    np.testing.assert_array_equal(reference(q, k, v, variant=V.make_variant(V.causal())),
+                                  reference(q, k, v, causal=True))
+
+
+def test_and_or_masks_combine_their_arrays():
+    doc = np.repeat(np.arange(4), 10)[None].astype(np.int32)
+    lengths = np.array([31], np.int32)
+    both = V.and_masks(V.causal(), V.document(doc), V.key_padding(lengths))
+    assert len(both.aux) == 2 and both.depends == "b"
+    q, k, v = _qkv(B=1, Nq=40, Nk=40)
+    qi, kj = _pos(40, 40)
+    hidden = (kj > qi) | (doc[0][qi[:, 0]][:, None] != doc[0][None, :]) | (kj >= 31)
+    np.testing.assert_allclose(reference(q, k, v, variant=V.make_variant(both)), _dense(q, k, v, hidden), atol=1e-12)
+    either = V.or_masks(V.sliding_window(2), V.sink_tokens(3))
+    hidden = ~(((kj <= qi) & (kj >= qi - 2)) | ((kj < 3) & (kj <= qi)))
+    np.testing.assert_allclose(reference(q, k, v, variant=V.make_variant(either)), _dense(q, k, v, hidden),
+                               atol=1e-12)
+
+
+# -- block masks -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("Br,Bc", [(8, 8), (16, 8)])
+def test_block_mask_on_the_device_is_its_host_twin(Br, Bc):
+    doc = (np.arange(45)[None, :] // 20 + np.arange(2)[:, None]).astype(np.int32)
+    mask = V.and_masks(V.causal(), V.document(doc))
+    dev = V.create_block_mask(mask, 2, None, 45, 45, Br=Br, Bc=Bc)
+    host = V.host_block_mask(mask, 2, None, 45, 45, Br=Br, Bc=Bc)
+    np.testing.assert_array_equal(dev.host(), host.host())
+    c = host.counts()
+    assert c["partial"] and c["empty"] and (c["full"] or Br > 8), c
+
+
+def test_block_mask_regrids_to_a_kernels_tiles():
+    mask = V.sliding_window(9)
+    fine = V.host_block_mask(mask, None, None, 70, 70, Br=8, Bc=8)
+    for Br, Bc in ((16, 16), (32, 8), (4, 4)):
+        direct = V.host_block_mask(mask, None, None, 70, 70, Br=Br, Bc=Bc)
+        if Br >= 8 and Bc >= 8:  # coarser: exact
+            np.testing.assert_array_equal(fine.at(Br, Bc).host(), direct.host())
+        else:  # finer: never claims more than the truth (a partial tile may be empty or full in fact)
+            got = fine.at(Br, Bc).host()
+            assert ((got == V.PARTIAL) | (got == direct.host())).all()
+    with pytest.raises(ValueError, match="divide"):
+        fine.at(12, 8)
+
+
+def test_draw_block_mask(tmp_path):
+    bm = V.host_block_mask(V.sliding_window(20), None, None, 100, 100, Br=16, Bc=16)
+    ax = V.draw_block_mask(bm, path=tmp_path / "bm.png")
+    assert (tmp_path / "bm.png").stat().st_size > 1000
+    assert "full" in ax.get_title() and "empty" in ax.get_title()
+
+
+# -- what is refused -------------------------------------------------------------------------
+
+
+def test_bad_user_functions_are_refused_by_name():
+    q, k, v = _qkv()
+
+    def distance(b, h, q_idx, kv_idx):
+        return q_idx - kv_idx
+
+    def three(b, h, q_idx):
+        return True
+
+    def boom(b, h, q_idx, kv_idx):
+        raise RuntimeError("no")
+
+    for fn, words in ((distance, "distance returned int"), (three, "three takes 3 arguments"),
+                      (boom, "boom raised RuntimeError")):
+        with pytest.raises(AttentionInputError, match=words):
+            na.attention(q, k, v, mask_mod=fn, phase="smem_kv", Br=16, Bc=16)
+    with pytest.raises(AttentionInputError, match="aux= given without"):
+        na.attention(q, k, v, aux=(np.zeros(3),))
+    with pytest.raises(AttentionInputError, match="block_mask given without"):
+        na.attention(q, k, v, score_mod=V.softcap(5.0), block_mask=V.host_block_mask(V.causal(), None, None, 37,
+                                                                                      37))
+    with pytest.raises(V.VariantError, match="cap must be"):
+        V.softcap(-1)
+
+
+def test_phases_without_a_variant_stage_say_so():
+    q, k, v = _qkv(D=64)
+    plain = [p for p in na.list_phases() if not p.variants and p.layout == "contiguous"]
+    assert plain, "every phase runs variants: drop this test"
+    p = plain[0]
+    with pytest.raises(AttentionInputError, match="variant"):
+        na.attention(q, k, v, mask_mod=V.sliding_window(4), phase=p.name)
