@@ -115,33 +115,43 @@ else:  # -------------------------------------------------------------- GPU
 
         return sig, codegen
 
-    @intrinsic
-    def byte_perm(typingctx, a, b, sel):
-        if not all(isinstance(x, types.Integer) for x in (a, b, sel)):
-            return None
-        sig = types.uint32(a, b, sel)
-
+    def _u32_asm(nargs, ptx):
+        """The intrinsic ``f(a, b, ...)`` of ``nargs`` integers (as uint32) → uint32 by ``ptx``."""
         def codegen(context, builder, sig, args):
-            xs = [context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args)]
-            return asm_call(builder, I32, [I32] * 3, "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r", xs)
+            ys = [context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args)]
+            return asm_call(builder, I32, [I32] * nargs, ptx, ",".join(["=r"] + ["r"] * nargs), ys)
 
-        return sig, codegen
+        def typed(*xs):
+            return (types.uint32(*xs), codegen) if all(isinstance(x, types.Integer) for x in xs) else None
 
-    @intrinsic
-    def unpack_f16x2(typingctx, w):
-        if not isinstance(w, types.Integer):
-            return None
-        sig = types.UniTuple(types.float32, 2)(w)
+        def two(typingctx, a, b):
+            return typed(a, b)
 
-        def codegen(context, builder, sig, args):
-            x = context.cast(builder, args[0], sig.args[0], types.uint32)
-            res = asm_call(builder, ir.LiteralStructType([F32] * 2), [I32],
-                       "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.f32.f16 $0, lo; cvt.f32.f16 $1, hi; }",
-                       "=f,=f,r", [x])
-            vals = [builder.extract_value(res, i) for i in range(2)]
-            return context.make_tuple(builder, sig.return_type, vals)
+        def three(typingctx, a, b, c):
+            return typed(a, b, c)
 
-        return sig, codegen
+        return intrinsic({2: two, 3: three}[nargs])  # (an intrinsic takes no *args)
+
+    def _u32_to_pair(ptx, reg, ty):
+        """The intrinsic ``f(w)`` of one integer (as uint32) → two ``ty`` by ``ptx`` (``reg``: their constraint)."""
+        def typer(typingctx, w):
+            if not isinstance(w, types.Integer):
+                return None
+
+            def codegen(context, builder, sig, args):
+                x = context.cast(builder, args[0], sig.args[0], types.uint32)
+                res = asm_call(builder, ir.LiteralStructType([F32 if reg == "f" else I32] * 2), [I32], ptx,
+                               f"={reg},={reg},r", [x])
+                vals = [builder.extract_value(res, i) for i in range(2)]
+                return context.make_tuple(builder, sig.return_type, vals)
+
+            return types.UniTuple(ty, 2)(w), codegen
+
+        return intrinsic(typer)
+
+    byte_perm = _u32_asm(3, "prmt.b32 $0, $1, $2, $3;")
+    unpack_f16x2 = _u32_to_pair(
+        "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.f32.f16 $0, lo; cvt.f32.f16 $1, hi; }", "f", types.float32)
 
     @intrinsic
     def u32_as_f32(typingctx, x):
@@ -180,21 +190,8 @@ else:  # -------------------------------------------------------------- GPU
 
         return sig, codegen
 
-    @intrinsic
-    def cvt_e4m3x4_f16x2(typingctx, w):
-        if not isinstance(w, types.Integer):
-            return None
-        sig = types.UniTuple(types.uint32, 2)(w)
-
-        def codegen(context, builder, sig, args):
-            x = context.cast(builder, args[0], sig.args[0], types.uint32)
-            res = asm_call(builder, ir.LiteralStructType([I32] * 2), [I32],
-                       "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; "
-                       "cvt.rn.f16x2.e4m3x2 $1, hi; }", "=r,=r,r", [x])
-            vals = [builder.extract_value(res, i) for i in range(2)]
-            return context.make_tuple(builder, sig.return_type, vals)
-
-        return sig, codegen
+    cvt_e4m3x4_f16x2 = _u32_to_pair("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; "
+                                    "cvt.rn.f16x2.e4m3x2 $1, hi; }", "r", types.uint32)
 
     @intrinsic
     def pack_e4m3x4(typingctx, x0, x1, x2, x3):
@@ -209,17 +206,7 @@ else:  # -------------------------------------------------------------- GPU
 
         return sig, codegen
 
-    @intrinsic
-    def sub_f16x2(typingctx, a, b):
-        if not (isinstance(a, types.Integer) and isinstance(b, types.Integer)):
-            return None
-        sig = types.uint32(a, b)
-
-        def codegen(context, builder, sig, args):
-            xs = [context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args)]
-            return asm_call(builder, I32, [I32] * 2, "sub.rn.f16x2 $0, $1, $2;", "=r,r,r", xs)
-
-        return sig, codegen
+    sub_f16x2 = _u32_asm(2, "sub.rn.f16x2 $0, $1, $2;")
 
     @intrinsic
     def mad_u32(typingctx, a, b, c):

@@ -123,7 +123,7 @@ else:  # -------------------------------------------------------------- GPU
     from numba import types
     from numba.cuda.extending import _intrinsic, intrinsic
 
-    from numba_attn.gpu.inline_ptx import I32, asm_call, elem_ptr, flat_ptr, global_ptr, shared_addr
+    from numba_attn.gpu.inline_ptx import I32, asm_call, elem_ptr, flat_ptr, global_ptr, ptx_statement, shared_addr
 
     intrinsic_literal = _intrinsic(target="cuda", prefer_literal=True)
 
@@ -213,15 +213,7 @@ else:  # -------------------------------------------------------------- GPU
 
         return sig, codegen
 
-    @intrinsic
-    def cp_async_commit(typingctx):
-        sig = types.void()
-
-        def codegen(context, builder, sig, args):
-            asm_call(builder, ir.VoidType(), [], "cp.async.commit_group;", "~{memory}", [], side_effect=True)
-            return context.get_dummy_value()
-
-        return sig, codegen
+    cp_async_commit = ptx_statement("cp.async.commit_group;")
 
     @intrinsic_literal
     def cp_async_wait(typingctx, n):

@@ -86,6 +86,40 @@ else:  # -------------------------------------------------------------- GPU
         gptr = builder.addrspacecast(ptr, ir.PointerType(ptr.type.pointee, 1))
         return builder.ptrtoint(gptr, ir.IntType(64))
 
+    def ptx_statement(text):
+        """The intrinsic ``f()`` issuing the PTX statement ``text`` (a side effect; memory clobbered)."""
+        from numba.cuda.extending import intrinsic
+
+        def statement(typingctx):
+            def codegen(context, builder, sig, args):
+                asm_call(builder, ir.VoidType(), [], text, "~{memory}", [], side_effect=True)
+                return context.get_dummy_value()
+
+            return types.void(), codegen
+
+        return intrinsic(statement)
+
+    def shared_x4_load(text):
+        """The intrinsic ``f(smem, row, col) -> (w0, w1, w2, w3)`` of a 2-D shared array: ``text`` with the four
+        32-bit results as ``$0``-``$3`` and the element's shared address as ``$4`` (ld.shared.v4, ldmatrix.x4)."""
+        from numba.cuda.extending import intrinsic
+
+        def load(typingctx, smem, row, col):
+            if not (isinstance(smem, types.Array) and smem.ndim == 2):
+                return None
+            sig = types.UniTuple(types.uint32, 4)(smem, row, col)
+
+            def codegen(context, builder, sig, args):
+                ptr = elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
+                res = asm_call(builder, ir.LiteralStructType([I32] * 4), [I32], text, "=r,=r,=r,=r,r,~{memory}",
+                               [shared_addr(builder, ptr)], side_effect=True)
+                vals = [builder.extract_value(res, i) for i in range(4)]
+                return context.make_tuple(builder, sig.return_type, vals)
+
+            return sig, codegen
+
+        return intrinsic(load)
+
     def flat_ptr(context, builder, aryty, ary, rowty, row, n=None, cols=(), coltys=()):
         """Pointer to flat element ``zext(u32 row)·n + col + off`` of a C-contiguous array (generic space):
         ``base = data + col`` kept as one opaque value (a ``mov``: the compiler hoists it out of a loop where

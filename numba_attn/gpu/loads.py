@@ -104,7 +104,8 @@ else:  # -------------------------------------------------------------- GPU
     from numba.cuda import cgutils
     from numba.cuda.extending import intrinsic
 
-    from numba_attn.gpu.inline_ptx import I32, asm_call, elem_ptr, flat_ptr, global_ptr, shared_addr
+    from numba_attn.gpu.inline_ptx import (I32, asm_call, elem_ptr, flat_ptr, global_ptr, shared_addr,
+                                           shared_x4_load)
 
     def _ld_global_nc_words(context, builder, sig, ptr, n):
         """``ld.global.nc.v{n}.u32`` at ``ptr`` (generic): the n words as the tuple ``sig`` returns."""
@@ -150,21 +151,7 @@ else:  # -------------------------------------------------------------- GPU
 
         return sig, codegen
 
-    @intrinsic
-    def ld_shared_v4(typingctx, arr, r, c):
-        if not (isinstance(arr, types.Array) and arr.ndim == 2):
-            return None
-        sig = types.UniTuple(types.uint32, 4)(arr, r, c)
-
-        def codegen(context, builder, sig, args):
-            ptr = elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
-            ret = ir.LiteralStructType([I32] * 4)
-            res = asm_call(builder, ret, [I32], "ld.shared.v4.u32 {$0,$1,$2,$3}, [$4];",
-                       "=r,=r,=r,=r,r,~{memory}", [shared_addr(builder, ptr)], side_effect=True)
-            vals = [builder.extract_value(res, i) for i in range(4)]
-            return context.make_tuple(builder, sig.return_type, vals)
-
-        return sig, codegen
+    ld_shared_v4 = shared_x4_load("ld.shared.v4.u32 {$0,$1,$2,$3}, [$4];")
 
     @intrinsic
     def rows_head_major(typingctx, a, s, n):

@@ -86,18 +86,13 @@ if IS_SIMULATOR:
     _TIMEOUT_S = 120.0
     _cond = threading.Condition(threading.RLock())  # re-entrant: a queued copy retires its bytes under it
 
-    def _kernel_thread(what):
-        t = threading.current_thread()
-        mgr = getattr(t, "_manager", None)
-        if mgr is None:
-            raise RuntimeError(f"{what} can only be called from inside a kernel")
-        return t, mgr
+    from numba_attn.gpu.warp import kernel_thread
 
     def _word(bars, i, what):
         """(numpy array, index, block key of the barrier, block manager)."""
         from numba_attn.gpu.wgmma import shared_buffer
 
-        t, mgr = _kernel_thread(what)
+        t, mgr = kernel_thread(what)
         a = np.asarray(getattr(bars, "_ary", bars))
         if a.ndim != 1 or a.dtype.itemsize != 8 or a.dtype.kind not in "ui":
             raise TypeError(f"{what}: barriers are elements of a 1-D shared uint64 array, got {a.dtype} {a.shape}")
@@ -173,23 +168,22 @@ if IS_SIMULATOR:
             a, i, _, _ = _checked(bars, i, "mbarrier_arrive")
             return np.uint64(_update(a, i, d_pending=1, what="mbarrier_arrive"))
 
-    def mbarrier_arrive_expect_tx(bars, i, nbytes):
-        """Announce ``nbytes`` transaction bytes, then arrive (one atomic step)."""
+    def _expect(bars, i, nbytes, arrivals, what):
+        """Announce ``nbytes`` transaction bytes with ``arrivals`` (0 or 1) arrivals, one atomic step."""
         nbytes = int(nbytes)
         if not 0 <= nbytes <= MAX_COUNT:
-            raise ValueError(f"mbarrier_arrive_expect_tx: {nbytes} bytes outside 0..{MAX_COUNT}")
+            raise ValueError(f"{what}: {nbytes} bytes outside 0..{MAX_COUNT}")
         with _cond:
-            a, i, _, _ = _checked(bars, i, "mbarrier_arrive_expect_tx")
-            return np.uint64(_update(a, i, d_pending=1, d_tx=nbytes, what="mbarrier_arrive_expect_tx"))
+            a, i, _, _ = _checked(bars, i, what)
+            return _update(a, i, d_pending=arrivals, d_tx=nbytes, what=what)
+
+    def mbarrier_arrive_expect_tx(bars, i, nbytes):
+        """Announce ``nbytes`` transaction bytes, then arrive (one atomic step)."""
+        return np.uint64(_expect(bars, i, nbytes, 1, "mbarrier_arrive_expect_tx"))
 
     def mbarrier_expect_tx(bars, i, nbytes):
         """Announce ``nbytes`` transaction bytes without arriving."""
-        nbytes = int(nbytes)
-        if not 0 <= nbytes <= MAX_COUNT:
-            raise ValueError(f"mbarrier_expect_tx: {nbytes} bytes outside 0..{MAX_COUNT}")
-        with _cond:
-            a, i, _, _ = _checked(bars, i, "mbarrier_expect_tx")
-            _update(a, i, d_tx=nbytes, what="mbarrier_expect_tx")
+        _expect(bars, i, nbytes, 0, "mbarrier_expect_tx")
 
     def _try(bars, i, parity, what):
         a, i, key, mgr = _checked(bars, i, what)
@@ -221,7 +215,7 @@ else:  # -------------------------------------------------------------- GPU
     from numba.core.errors import TypingError
     from numba.cuda.extending import intrinsic
 
-    from numba_attn.gpu.intrinsics import asm_call, shared_addr
+    from numba_attn.gpu.inline_ptx import asm_call, ptx_statement, shared_addr
     from numba_attn.gpu.jit import device
 
     _i32 = ir.IntType(32)
@@ -242,56 +236,40 @@ else:  # -------------------------------------------------------------- GPU
     def _as_i32(context, builder, val, ty):
         return builder.trunc(context.cast(builder, val, ty, types.int64), _i32)
 
-    @intrinsic
-    def mbarrier_init(typingctx, bars, i, count):
-        _check_bars(bars, i, "mbarrier_init")
-        sig = types.void(bars, i, count)
-
+    def _barrier_op(what, ptx, constraints, token, value):
+        """The intrinsic ``what(bars, i[, value])``: ``ptx`` on the address of ``bars[i]`` (and ``value`` as a
+        32-bit operand when ``value``), returning the 64-bit state token when ``token``."""
         def codegen(context, builder, sig, args):
-            addr = bar_addr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            asm_call(builder, ir.VoidType(), [_i32, _i32], "mbarrier.init.shared::cta.b64 [$0], $1;",
-                 "r,r,~{memory}", [addr, _as_i32(context, builder, args[2], sig.args[2])], side_effect=True)
-            return context.get_dummy_value()
+            ops = [bar_addr(context, builder, sig.args[0], args[0], sig.args[1], args[1])]
+            if value:
+                ops.append(_as_i32(context, builder, args[2], sig.args[2]))
+            r = asm_call(builder, _i64 if token else ir.VoidType(), [_i32] * len(ops), ptx, constraints, ops,
+                         side_effect=True)
+            return r if token else context.get_dummy_value()
 
-        return sig, codegen
+        def typed(bars, i, *rest):
+            _check_bars(bars, i, what)
+            return (types.uint64 if token else types.void)(bars, i, *rest), codegen
 
-    @intrinsic
-    def mbarrier_arrive(typingctx, bars, i):
-        _check_bars(bars, i, "mbarrier_arrive")
-        sig = types.uint64(bars, i)
+        def with_value(typingctx, bars, i, value):
+            return typed(bars, i, value)
 
-        def codegen(context, builder, sig, args):
-            addr = bar_addr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            return asm_call(builder, _i64, [_i32], "mbarrier.arrive.shared::cta.b64 $0, [$1];",
-                        "=l,r,~{memory}", [addr], side_effect=True)
+        def without(typingctx, bars, i):
+            return typed(bars, i)
 
-        return sig, codegen
+        typer = with_value if value else without  # (an intrinsic takes no *args)
+        typer.__name__ = typer.__qualname__ = what
+        return intrinsic(typer)
 
-    @intrinsic
-    def mbarrier_arrive_expect_tx(typingctx, bars, i, nbytes):
-        _check_bars(bars, i, "mbarrier_arrive_expect_tx")
-        sig = types.uint64(bars, i, nbytes)
-
-        def codegen(context, builder, sig, args):
-            addr = bar_addr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            return asm_call(builder, _i64, [_i32, _i32], "mbarrier.arrive.expect_tx.shared::cta.b64 $0, [$1], $2;",
-                        "=l,r,r,~{memory}", [addr, _as_i32(context, builder, args[2], sig.args[2])],
-                        side_effect=True)
-
-        return sig, codegen
-
-    @intrinsic
-    def mbarrier_expect_tx(typingctx, bars, i, nbytes):
-        _check_bars(bars, i, "mbarrier_expect_tx")
-        sig = types.void(bars, i, nbytes)
-
-        def codegen(context, builder, sig, args):
-            addr = bar_addr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            asm_call(builder, ir.VoidType(), [_i32, _i32], "mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [$0], $1;",
-                 "r,r,~{memory}", [addr, _as_i32(context, builder, args[2], sig.args[2])], side_effect=True)
-            return context.get_dummy_value()
-
-        return sig, codegen
+    mbarrier_init = _barrier_op("mbarrier_init", "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}",
+                                False, True)
+    mbarrier_arrive = _barrier_op("mbarrier_arrive", "mbarrier.arrive.shared::cta.b64 $0, [$1];",
+                                  "=l,r,~{memory}", True, False)
+    mbarrier_arrive_expect_tx = _barrier_op(
+        "mbarrier_arrive_expect_tx", "mbarrier.arrive.expect_tx.shared::cta.b64 $0, [$1], $2;",
+        "=l,r,r,~{memory}", True, True)
+    mbarrier_expect_tx = _barrier_op("mbarrier_expect_tx", "mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [$0], $1;",
+                                     "r,r,~{memory}", False, True)
 
     @intrinsic
     def mbarrier_try_wait_parity(typingctx, bars, i, parity):
@@ -314,12 +292,4 @@ else:  # -------------------------------------------------------------- GPU
         while not mbarrier_try_wait_parity(bars, i, parity):
             pass
 
-    @intrinsic
-    def fence_proxy_async(typingctx):
-        sig = types.void()
-
-        def codegen(context, builder, sig, args):
-            asm_call(builder, ir.VoidType(), [], "fence.proxy.async.shared::cta;", "~{memory}", [], side_effect=True)
-            return context.get_dummy_value()
-
-        return sig, codegen
+    fence_proxy_async = ptx_statement("fence.proxy.async.shared::cta;")

@@ -161,7 +161,7 @@ else:  # -------------------------------------------------------------- GPU
     from numba import types
     from numba.cuda.extending import intrinsic
 
-    from numba_attn.gpu.inline_ptx import F32, I32, asm_call, elem_ptr, shared_addr
+    from numba_attn.gpu.inline_ptx import F32, I32, asm_call, shared_x4_load
 
     def _make_mma(ptx):
         @intrinsic
@@ -190,27 +190,5 @@ else:  # -------------------------------------------------------------- GPU
     mma_bf16 = _make_mma("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32")
     mma_tf32 = _make_mma("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32")
 
-    def _make_ldmatrix(trans):
-        text = ("ldmatrix.sync.aligned.m8n8.x4" + (".trans" if trans else "")
-                + ".shared.b16 {$0,$1,$2,$3}, [$4];")
-
-        @intrinsic
-        def ldm(typingctx, smem, row, col):
-            if not (isinstance(smem, types.Array) and smem.ndim == 2):
-                return None
-            sig = types.UniTuple(types.uint32, 4)(smem, row, col)
-
-            def codegen(context, builder, sig, args):
-                ptr = elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
-                ret = ir.LiteralStructType([I32] * 4)
-                res = asm_call(builder, ret, [I32], text, "=r,=r,=r,=r,r,~{memory}",
-                           [shared_addr(builder, ptr)], side_effect=True)
-                vals = [builder.extract_value(res, i) for i in range(4)]
-                return context.make_tuple(builder, sig.return_type, vals)
-
-            return sig, codegen
-
-        return ldm
-
-    ldmatrix_x4 = _make_ldmatrix(False)
-    ldmatrix_x4_trans = _make_ldmatrix(True)
+    ldmatrix_x4 = shared_x4_load("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0,$1,$2,$3}, [$4];")
+    ldmatrix_x4_trans = shared_x4_load("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0,$1,$2,$3}, [$4];")

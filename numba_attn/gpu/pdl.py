@@ -49,37 +49,12 @@ if IS_SIMULATOR:
         return None
 
 else:
-    from llvmlite import ir
-    from numba import types
-    from numba.cuda.extending import intrinsic
+    from numba_attn.gpu.inline_ptx import ptx_statement
 
-    def _asm0(builder, text):
-        fnty = ir.FunctionType(ir.VoidType(), [])
-        builder.call(ir.InlineAsm(fnty, text, "~{memory}", side_effect=True), [])
-
-    @intrinsic
-    def grid_dependency_wait(typingctx):
-        """``griddepcontrol.wait``: until the grids this one depends on have completed
-        and their memory is visible (returns at once after a plain launch)."""
-        sig = types.void()
-
-        def codegen(context, builder, sig, args):
-            _asm0(builder, "griddepcontrol.wait;")
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    @intrinsic
-    def launch_dependents(typingctx):
-        """``griddepcontrol.launch_dependents``: this block no longer holds back the
-        launch of a dependent grid."""
-        sig = types.void()
-
-        def codegen(context, builder, sig, args):
-            _asm0(builder, "griddepcontrol.launch_dependents;")
-            return context.get_dummy_value()
-
-        return sig, codegen
+    # until the grids this one depends on have completed and their memory is visible (at once after a plain launch)
+    grid_dependency_wait = ptx_statement("griddepcontrol.wait;")
+    # this block no longer holds back the launch of a dependent grid
+    launch_dependents = ptx_statement("griddepcontrol.launch_dependents;")
 
 
 @functools.cache

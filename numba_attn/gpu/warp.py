@@ -45,7 +45,7 @@ if IS_SIMULATOR:
             self.buffers = ([None] * size, [None] * size)
             self.generation = [0] * size
 
-    def _kernel_thread(what):
+    def kernel_thread(what):
         """(simulated CUDA thread, its block's manager); ``what`` names the caller in the error."""
         t = threading.current_thread()
         mgr = getattr(t, "_manager", None)
@@ -75,7 +75,7 @@ if IS_SIMULATOR:
         return buf
 
     def _warp():
-        t, mgr = _kernel_thread("warp primitives")
+        t, mgr = kernel_thread("warp primitives")
         bx, by, bz = mgr._block_dim
         nthreads = bx * by * bz
         warp, lane = divmod(t.thread_id, WARP_SIZE)
@@ -242,42 +242,41 @@ if IS_SIMULATOR:
 else:
 
     @device
-    def group_sum(x, width):
-        """Sum over each aligned group of ``width`` consecutive lanes (a power of
-        two, a compile-time constant); every lane of the group gets the result."""
-        off = width // 2
-        while off >= 1:
+    def _sum_apart(x, off, last):
+        """``x`` summed with the lanes ``off``, ``off/2``, … ``last`` apart (xor shuffles)."""
+        while off >= last:
             x += shfl_xor_sync(FULL_MASK, x, off)
             off //= 2
         return x
 
     @device
-    def group_max(x, width):
-        """Max over each aligned group of ``width`` consecutive lanes."""
-        off = width // 2
-        while off >= 1:
+    def _max_apart(x, off, last):
+        while off >= last:
             x = max(x, shfl_xor_sync(FULL_MASK, x, off))
             off //= 2
         return x
+
+    @device
+    def group_sum(x, width):
+        """Sum over each aligned group of ``width`` consecutive lanes (a power of
+        two, a compile-time constant); every lane of the group gets the result."""
+        return _sum_apart(x, width // 2, 1)
+
+    @device
+    def group_max(x, width):
+        """Max over each aligned group of ``width`` consecutive lanes."""
+        return _max_apart(x, width // 2, 1)
 
     @device
     def strided_sum(x, width):
         """Sum over the lanes that share ``lane % width`` (the same position in
         every group of ``width`` lanes): combines the groups of a warp."""
-        off = WARP_SIZE // 2
-        while off >= width:
-            x += shfl_xor_sync(FULL_MASK, x, off)
-            off //= 2
-        return x
+        return _sum_apart(x, WARP_SIZE // 2, width)
 
     @device
     def strided_max(x, width):
         """Max over the lanes that share ``lane % width``."""
-        off = WARP_SIZE // 2
-        while off >= width:
-            x = max(x, shfl_xor_sync(FULL_MASK, x, off))
-            off //= 2
-        return x
+        return _max_apart(x, WARP_SIZE // 2, width)
 
 
 # -- warpgroup exchange (simulator fallback of the warpgroup-wide wgmma) --------
@@ -289,7 +288,7 @@ if IS_SIMULATOR:
         thread passes its value and gets the list of all the group's values,
         ordered by thread index within the group. The block must hold whole
         groups; a thread that never arrives makes the others time out."""
-        t, mgr = _kernel_thread("group_exchange")
+        t, mgr = kernel_thread("group_exchange")
         bx, by, bz = mgr._block_dim
         n = WARP_SIZE * int(warps)
         if (bx * by * bz) % n:
