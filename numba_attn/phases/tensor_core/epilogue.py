@@ -21,25 +21,16 @@ def store_fragments(DT: int, kind: str):
     pairs into the uint32 view, for "f32" as two floats."""
     if kind == "f32":
         @device
-        def store(o, bh, r_lo, acc, base, l_lo, l_hi, Nq, t):
-            r_hi = r_lo + 8
-            l_lo = quad_sum(l_lo)
-            l_hi = quad_sum(l_hi)
-            inv_lo = float32(1.0) / l_lo if l_lo > float32(0.0) else float32(0.0)  # 0: rows past Nq
-            inv_hi = float32(1.0) / l_hi if l_hi > float32(0.0) else float32(0.0)
-            for dt in range(DT):
-                i0 = base + 4 * dt
-                c = 8 * dt + 2 * t
-                if r_lo < Nq:
-                    o[bh, r_lo, c] = acc[i0] * inv_lo
-                    o[bh, r_lo, c + 1] = acc[i0 + 1] * inv_lo
-                if r_hi < Nq:
-                    o[bh, r_hi, c] = acc[i0 + 2] * inv_hi
-                    o[bh, r_hi, c + 1] = acc[i0 + 3] * inv_hi
+        def put(o, bh, r, dt, t, acc, i0, inv):  # two floats
+            c = 8 * dt + 2 * t
+            o[bh, r, c] = acc[i0] * inv
+            o[bh, r, c + 1] = acc[i0 + 1] * inv
+    else:
+        pack = pack_bf16x2 if kind == "bf16" else pack_f16x2
 
-        return store
-
-    pack = pack_bf16x2 if kind == "bf16" else pack_f16x2
+        @device
+        def put(o, bh, r, dt, t, acc, i0, inv):  # a packed pair
+            o[bh, r, 4 * dt + t] = pack(acc[i0] * inv, acc[i0 + 1] * inv)
 
     @device
     def store(o, bh, r_lo, acc, base, l_lo, l_hi, Nq, t):
@@ -51,8 +42,8 @@ def store_fragments(DT: int, kind: str):
         for dt in range(DT):
             i0 = base + 4 * dt
             if r_lo < Nq:
-                o[bh, r_lo, 4 * dt + t] = pack(acc[i0] * inv_lo, acc[i0 + 1] * inv_lo)
+                put(o, bh, r_lo, dt, t, acc, i0, inv_lo)
             if r_hi < Nq:
-                o[bh, r_hi, 4 * dt + t] = pack(acc[i0 + 2] * inv_hi, acc[i0 + 3] * inv_hi)
+                put(o, bh, r_hi, dt, t, acc, i0 + 2, inv_hi)
 
     return store

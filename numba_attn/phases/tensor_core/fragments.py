@@ -1,18 +1,19 @@
 """A warp's 16 query rows in the mma fragment layout (lane = 4g + t; a lane holds rows g and g+8 of its tile).
 
 * :func:`warp_rows` — the block's and the warp's query rows and the KV head of an mma.sync kernel;
-* :func:`q_fragments` — the A fragments of Q, loaded once from global memory into registers.
+* :func:`q_fragments` — the A fragments of Q, loaded once from global memory into registers;
+* :func:`qk_fragments` — S = Q·Kᵀ with mma.sync, the B fragments read from a K tile in shared memory.
 """
 from __future__ import annotations
 
 import functools
 
-from numba import cuda, uint32
+from numba import cuda, float32, uint32
 
-from numba_attn.gpu.intrinsics import to_tf32
+from numba_attn.gpu.intrinsics import lds, to_tf32
 from numba_attn.gpu.jit import device
 
-__all__ = ["q_fragments", "warp_rows"]
+__all__ = ["q_fragments", "qk_fragments", "warp_rows"]
 
 
 @device
@@ -30,18 +31,7 @@ def q_fragments(KS: int, tf32: bool = False, DW: int = 0):
     k-steps reach past it (head_dim an odd multiple of 8): the words at and past ``DW``
     are zero (the head dimension padded to whole k-steps)."""
     cvt = to_tf32 if tf32 else _word
-    if DW and 8 * KS > DW:  # the last k-step's upper half (words 8ks+t+4) lies past the row
-        @device
-        def load_padded(qf, base, q, bh, r_lo, Nq, t):
-            r_hi = r_lo + 8
-            for ks in range(KS):
-                c = 8 * ks + t
-                qf[base + 4 * ks + 0] = cvt(q[bh, r_lo, c]) if r_lo < Nq else uint32(0)
-                qf[base + 4 * ks + 1] = cvt(q[bh, r_hi, c]) if r_hi < Nq else uint32(0)
-                qf[base + 4 * ks + 2] = cvt(q[bh, r_lo, c + 4]) if r_lo < Nq and c + 4 < DW else uint32(0)
-                qf[base + 4 * ks + 3] = cvt(q[bh, r_hi, c + 4]) if r_hi < Nq and c + 4 < DW else uint32(0)
-
-        return load_padded
+    padded = bool(DW and 8 * KS > DW)  # the last k-step's upper half (words 8ks+t+4) lies past the row
 
     @device
     def load(qf, base, q, bh, r_lo, Nq, t):
@@ -50,10 +40,37 @@ def q_fragments(KS: int, tf32: bool = False, DW: int = 0):
             c = 8 * ks + t
             qf[base + 4 * ks + 0] = cvt(q[bh, r_lo, c]) if r_lo < Nq else uint32(0)
             qf[base + 4 * ks + 1] = cvt(q[bh, r_hi, c]) if r_hi < Nq else uint32(0)
-            qf[base + 4 * ks + 2] = cvt(q[bh, r_lo, c + 4]) if r_lo < Nq else uint32(0)
-            qf[base + 4 * ks + 3] = cvt(q[bh, r_hi, c + 4]) if r_hi < Nq else uint32(0)
+            qf[base + 4 * ks + 2] = cvt(q[bh, r_lo, c + 4]) if r_lo < Nq and (not padded or c + 4 < DW) else uint32(0)
+            qf[base + 4 * ks + 3] = cvt(q[bh, r_hi, c + 4]) if r_hi < Nq and (not padded or c + 4 < DW) else uint32(0)
 
     return load
+
+
+@functools.cache
+def qk_fragments(NT: int, KS: int, mma, tf32: bool = False):
+    """A device function ``qk(s, qf, Ks, kb, g, t)``: the ``NT`` n-tiles of S = Q·Kᵀ into ``s`` (fresh), ``KS``
+    k-steps of ``mma`` on the A fragments ``qf`` and B fragments read from the K tile at row ``kb`` of ``Ks``
+    (key 8nt+g, words 8ks+t and 8ks+t+4; with ``tf32`` fp32 elements rounded to tf32)."""
+    cvt = to_tf32 if tf32 else _word
+
+    @device
+    def qk(s, qf, Ks, kb, g, t):
+        for nt in range(NT):
+            s0 = float32(0.0)
+            s1 = float32(0.0)
+            s2 = float32(0.0)
+            s3 = float32(0.0)
+            kr = kb + 8 * nt + g
+            for ks in range(KS):
+                b0 = cvt(lds(Ks, kr, 8 * ks + t))
+                b1 = cvt(lds(Ks, kr, 8 * ks + t + 4))
+                s0, s1, s2, s3 = mma(qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3], b0, b1, s0, s1, s2, s3)
+            s[4 * nt] = s0
+            s[4 * nt + 1] = s1
+            s[4 * nt + 2] = s2
+            s[4 * nt + 3] = s3
+
+    return qk
 
 
 @functools.cache

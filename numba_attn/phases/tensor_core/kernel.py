@@ -26,8 +26,9 @@ from numba_attn.phases.tensor_core.producer import (kv_tensor_map, tma_box, tma_
                                                     ws_producer, ws_producer_regs)
 from numba_attn.phases.tensor_core.scheduler import VarlenLayout, first_item, next_item, varlen_spans
 
-__all__ = ["make_wgmma_kernel", "build_wgmma", "resolve_wgmma", "supports_wgmma", "resolve_two_consumers",
-           "two_consumers_reason", "TWO_CONSUMERS"]
+__all__ = ["make_wgmma_kernel", "build_wgmma", "resolve_wgmma", "supports_wgmma", "supports_cp_async",
+           "supports_tma", "resolve_two_consumers", "two_consumers_reason", "TWO_CONSUMERS", "TWO_CONSUMERS_SIM",
+           "WS_SPACE", "wgmma_registration"]
 
 LOAD_NAMES = {"cp_async": "tc_wgmma", "tma": "tma_wgmma", "ws": "warp_specialized_tc"}
 
@@ -234,7 +235,31 @@ def supports_wgmma(problem, warpgroups, Bc, stages, min_stages):
     return smem_reason(wgmma_smem_bytes(D, Bc, stages))
 
 
+def supports_cp_async(problem, warpgroups, Bc, stages):
+    """``supports`` of the wgmma phases on the cp.async ring (two stages at least)."""
+    return supports_wgmma(problem, warpgroups, Bc, stages, min_stages=2)
+
+
+def supports_tma(problem, warpgroups, Bc, stages, min_stages=2):
+    """``supports`` of the wgmma phases on the TMA ring: :func:`supports_wgmma` and the ring's shared memory."""
+    return (supports_wgmma(problem, warpgroups, Bc, stages, min_stages=min_stages)
+            or tma_smem_reason(problem, Bc, stages))
+
+
+WGMMA_SPACE = {"warpgroups": [0, 1, 2, 3], "Bc": [32, 64, 128], "stages": [2, 3, 4]}
+WS_SPACE = {"warpgroups": [1, 2, 3], "Bc": [64, 128], "stages": [2, 3, 4], "uniform": [False, True]}
+
+
+def wgmma_registration(supports, resolve=resolve_wgmma, space=None, sim_params=None, **more):
+    """The ``register_phase`` keywords the wgmma phases share (sm_90a, fp16/bf16, any head_dim, one
+    warpgroup and 16-key tiles in the simulator) with a phase's own ``supports``, ``resolve``, ``space``."""
+    return dict(requires_cc="sm_90a", dtypes=("float16", "bfloat16"), head_dims=None,
+                space=space or WGMMA_SPACE, sim_params=sim_params or {"warpgroups": 1, "Bc": 16, "stages": 2},
+                supports=supports, resolve=resolve, **more)
+
+
 TWO_CONSUMERS = 2  # pingpong, ws_overlap: two consumer warpgroups and the producer (384 threads)
+TWO_CONSUMERS_SIM = {"warpgroups": TWO_CONSUMERS, "Bc": 16, "stages": 3}
 
 
 def resolve_two_consumers(problem, warpgroups, Bc, stages, **_):
@@ -252,5 +277,4 @@ def two_consumers_reason(problem, warpgroups, Bc, stages, why, min_stages):
     if problem.head_dim > 128:
         return (f"head_dim {problem.head_dim}: two consumer warpgroups (384 threads: 168 registers at entry, 232 "
                 "after setmaxnreg) are checked free of spills up to D=128 only; use warp_specialized_tc")
-    return (supports_wgmma(problem, warpgroups, Bc, stages, min_stages=min_stages)
-            or tma_smem_reason(problem, Bc, stages))
+    return supports_tma(problem, warpgroups, Bc, stages, min_stages)

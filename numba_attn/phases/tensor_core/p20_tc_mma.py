@@ -16,16 +16,17 @@ import functools
 
 from numba import cuda, float32, uint16, uint32
 
-from numba_attn.gpu.device_functions import NEG_BIG, fragment_rescale, fragment_softmax
+from numba_attn.gpu.device_functions import NEG_BIG
 from numba_attn.gpu.intrinsics import (SMEM_ALIGN, ld_global_v4, lds, mma_bf16, mma_f16, pack_b16x2, pack_bf16x2,
                                        pack_f16x2, st_shared_v4)
 from numba_attn.gpu.jit import kernel
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.epilogue import store_fragments
-from numba_attn.phases.tensor_core.fragments import q_fragments, warp_rows
-from numba_attn.phases.tensor_core.mask import key_ends, mask_fragments
+from numba_attn.phases.tensor_core.fragments import q_fragments, qk_fragments, warp_rows
+from numba_attn.phases.tensor_core.mask import key_ends
 from numba_attn.phases.tensor_core.mma_sync import launch_mma, resolve_mma, supports_mma
 from numba_attn.phases.tensor_core.scheduler import varlen_views
+from numba_attn.phases.tensor_core.softmax import masked_update
 
 
 @functools.cache
@@ -51,10 +52,9 @@ def make_mma_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool, varlen: b
     q_regs = 4 * qk_steps  # Q fragment registers
     s_regs = 4 * s_tiles  # score accumulators
     o_regs = 4 * o_tiles  # output accumulators
-    softmax = fragment_softmax(s_tiles)  # online softmax on the S fragments (device_functions)
-    rescale = fragment_rescale(o_tiles)
     load_q = q_fragments(qk_steps, False, D // 2)
-    mask = mask_fragments(s_tiles, Bc, causal)
+    qk = qk_fragments(s_tiles, qk_steps, mma)
+    update = masked_update(s_tiles, Bc, causal, o_tiles)  # mask, online softmax on the S fragments, O rescaled
     lanes = warp_rows(Br, 16)
     ends = key_ends(Br, 16, causal)
     store = store_fragments(o_tiles, "bf16" if bf16 else "f16")
@@ -104,29 +104,9 @@ def make_mma_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool, varlen: b
                     st_shared_v4(Ks, r, 4 * row_chunks, z, z, z, z)
             cuda.syncthreads()
             if j0 < warp_end:  # warp-uniform: the warp's rows see some key of this tile
-                # -- S = Q Kᵀ on the tensor cores
-                for nt in range(s_tiles):
-                    s0 = float32(0.0)
-                    s1 = float32(0.0)
-                    s2 = float32(0.0)
-                    s3 = float32(0.0)
-                    kr = nt * 8 + g
-                    for ks in range(qk_steps):
-                        b0 = lds(Ks, kr, 8 * ks + t)
-                        b1 = lds(Ks, kr, 8 * ks + 4 + t)
-                        s0, s1, s2, s3 = mma(qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3],
-                                             b0, b1, s0, s1, s2, s3)
-                    s[4 * nt] = s0
-                    s[4 * nt + 1] = s1
-                    s[4 * nt + 2] = s2
-                    s[4 * nt + 3] = s3
-                # -- mask keys past the end and (causal) above the diagonal
-                mask(s, 0, j0, row0, r_lo, t, Nk, off)
-                # -- online softmax on the fragments
-                m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
-                l_lo = l_lo * corr_lo + rs_lo
-                l_hi = l_hi * corr_hi + rs_hi
-                rescale(acc, 0, corr_lo, corr_hi)
+                qk(s, qf, Ks, 0, g, t)  # -- S = Q Kᵀ on the tensor cores
+                # -- mask keys past the end and (causal) above the diagonal, online softmax on the fragments
+                m_lo, m_hi, l_lo, l_hi = update(s, acc, j0, row0, r_lo, t, Nk, off, m_lo, m_hi, l_lo, l_hi, sl2)
                 # -- O += P V: two S n-tiles = one A fragment of P
                 for kk in range(pv_steps):
                     a0 = pack(s[8 * kk], s[8 * kk + 1])

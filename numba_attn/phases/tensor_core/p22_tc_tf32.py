@@ -15,15 +15,16 @@ import functools
 
 from numba import cuda, float32, uint32
 
-from numba_attn.gpu.device_functions import NEG_BIG, fragment_rescale, fragment_softmax
+from numba_attn.gpu.device_functions import NEG_BIG
 from numba_attn.gpu.intrinsics import SMEM_ALIGN, cp_async16, cp_async_commit, cp_async_wait, lds, mma_tf32, to_tf32
-from numba_attn.gpu.jit import kernel
+from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.epilogue import store_fragments
-from numba_attn.phases.tensor_core.fragments import q_fragments, warp_rows
-from numba_attn.phases.tensor_core.mask import key_ends, mask_fragments
+from numba_attn.phases.tensor_core.fragments import q_fragments, qk_fragments, warp_rows
+from numba_attn.phases.tensor_core.mask import key_ends
 from numba_attn.phases.tensor_core.mma_sync import launch_mma
+from numba_attn.phases.tensor_core.softmax import masked_update
 
 ALIGN = SMEM_ALIGN
 
@@ -44,14 +45,26 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool)
     q_regs = 4 * qk_steps
     s_regs = 4 * s_tiles
     o_regs = 4 * o_tiles
-    softmax = fragment_softmax(s_tiles)  # online softmax on the S fragments (device_functions)
-    rescale = fragment_rescale(o_tiles)
     load_q = q_fragments(qk_steps, tf32=True)
-    mask = mask_fragments(s_tiles, Bc, causal)
+    qk = qk_fragments(s_tiles, qk_steps, mma_tf32, tf32=True)
+    update = masked_update(s_tiles, Bc, causal, o_tiles)  # mask, online softmax on the S fragments, O rescaled
     lanes = warp_rows(Br, 16)
     ends = key_ends(Br, 16, causal)
     store = store_fragments(o_tiles, "f32")
     WAIT = STAGES - 2
+
+    @device
+    def copy_tile(KV, k, v, kvh, j0, sb, tid, Nk):
+        """Thread ``tid``'s cp.async copies of the K/V tile of keys from ``j0`` into ring stage ``sb``."""
+        for i in range(CPT):
+            e = tid + i * threads
+            if e < CHUNKS:
+                r = e // row_chunks
+                c = 4 * (e - r * row_chunks)
+                ok = j0 + r < Nk
+                src = min(j0 + r, Nk - 1)
+                cp_async16(KV, sb * Bc + r, c, k, kvh, src, c, ok)
+                cp_async16(KV, (STAGES + sb) * Bc + r, c, v, kvh, src, c, ok)
 
     @kernel(**({"max_registers": MAXREG} if MAXREG else {}))
     def tc_tf32(q, k, v, o, sl2, H, G, Nq, Nk):
@@ -76,16 +89,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool)
 
         for st in range(STAGES - 1):
             if st < n_tiles:
-                j0 = st * Bc
-                for i in range(CPT):
-                    e = tid + i * threads
-                    if e < CHUNKS:
-                        r = e // row_chunks
-                        c = 4 * (e - r * row_chunks)
-                        ok = j0 + r < Nk
-                        src = min(j0 + r, Nk - 1)
-                        cp_async16(KV, st * Bc + r, c, k, kvh, src, c, ok)
-                        cp_async16(KV, (STAGES + st) * Bc + r, c, v, kvh, src, c, ok)
+                copy_tile(KV, k, v, kvh, st * Bc, st, tid, Nk)
             cp_async_commit()
 
         for it in range(n_tiles):
@@ -93,44 +97,15 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool)
             cuda.syncthreads()
             nxt = it + STAGES - 1
             if nxt < n_tiles:
-                j1 = nxt * Bc
-                sb = nxt % STAGES
-                for i in range(CPT):
-                    e = tid + i * threads
-                    if e < CHUNKS:
-                        r = e // row_chunks
-                        c = 4 * (e - r * row_chunks)
-                        ok = j1 + r < Nk
-                        src = min(j1 + r, Nk - 1)
-                        cp_async16(KV, sb * Bc + r, c, k, kvh, src, c, ok)
-                        cp_async16(KV, (STAGES + sb) * Bc + r, c, v, kvh, src, c, ok)
+                copy_tile(KV, k, v, kvh, nxt * Bc, nxt % STAGES, tid, Nk)
             cp_async_commit()
 
             j0 = it * Bc
             if j0 < warp_end:
                 kb = (it % STAGES) * Bc
                 vb = kb + STAGES * Bc
-                # -- S = Q Kᵀ: B fragment (k t / t+4, n g) = K[key g, d t / t+4]
-                for nt in range(s_tiles):
-                    s0 = float32(0.0)
-                    s1 = float32(0.0)
-                    s2 = float32(0.0)
-                    s3 = float32(0.0)
-                    kr = kb + 8 * nt + g
-                    for ks in range(qk_steps):
-                        b0 = to_tf32(lds(KV, kr, 8 * ks + t))
-                        b1 = to_tf32(lds(KV, kr, 8 * ks + t + 4))
-                        s0, s1, s2, s3 = mma_tf32(qf[4 * ks], qf[4 * ks + 1], qf[4 * ks + 2], qf[4 * ks + 3],
-                                                  b0, b1, s0, s1, s2, s3)
-                    s[4 * nt] = s0
-                    s[4 * nt + 1] = s1
-                    s[4 * nt + 2] = s2
-                    s[4 * nt + 3] = s3
-                mask(s, 0, j0, row0, r_lo, t, Nk, off)
-                m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
-                l_lo = l_lo * corr_lo + rs_lo
-                l_hi = l_hi * corr_hi + rs_hi
-                rescale(acc, 0, corr_lo, corr_hi)
+                qk(s, qf, KV, kb, g, t)  # -- S = Q Kᵀ: B fragment (k t / t+4, n g) = K[key g, d t / t+4]
+                m_lo, m_hi, l_lo, l_hi = update(s, acc, j0, row0, r_lo, t, Nk, off, m_lo, m_hi, l_lo, l_hi, sl2)
                 # -- O += P V with keys permuted: column t ↔ key 2t, column t+4 ↔ key 2t+1
                 for kk in range(pv_steps):
                     a0 = to_tf32(s[4 * kk])  # (g, key 2t)

@@ -14,17 +14,12 @@ from __future__ import annotations
 
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.consumer import plain_mainloop
-from numba_attn.phases.tensor_core.kernel import build_wgmma, resolve_wgmma, supports_wgmma
-
-
-def _supports(problem, warpgroups, Bc, stages):
-    return supports_wgmma(problem, warpgroups, Bc, stages, min_stages=2)
+from numba_attn.phases.tensor_core.kernel import build_wgmma, supports_cp_async, wgmma_registration
 
 
 @register_phase(
     name="tc_wgmma", order=23, title="Tensor cores: Hopper wgmma, K/V straight from swizzled shared memory",
     parent="tc_pipelined",
-    requires_cc="sm_90a",
     description="""
         tc_pipelined's cp.async ring and on-fragment softmax, multiplied with Hopper's
         warpgroup MMA: each warpgroup (4 warps, 64 query rows) issues wgmma.mma_async
@@ -35,12 +30,7 @@ def _supports(problem, warpgroups, Bc, stages):
     lineage="FlashAttention-3 (Shah et al. 2024) and CUTLASS SM90 GMMA: wgmma with "
             "shared-memory descriptors, register-sourced P",
     planned_speedup=150.0,
-    space={"warpgroups": [0, 1, 2, 3], "Bc": [32, 64, 128], "stages": [2, 3, 4]},
-    dtypes=("float16", "bfloat16"),
-    head_dims=None,
-    sim_params={"warpgroups": 1, "Bc": 16, "stages": 2},
-    supports=_supports,
-    resolve=resolve_wgmma,
+    **wgmma_registration(supports_cp_async),
 )
 def tc_wgmma(problem, warpgroups=0, Bc=64, stages=2):
     """The wgmma kernel (:mod:`.kernel`): the cp.async ring, each product waited for at once

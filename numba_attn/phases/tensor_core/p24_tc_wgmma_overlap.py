@@ -16,7 +16,7 @@ import functools
 from numba_attn.gpu.jit import device
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.consumer import scores_to_p, wgmma_products
-from numba_attn.phases.tensor_core.kernel import build_wgmma, resolve_wgmma, supports_wgmma
+from numba_attn.phases.tensor_core.kernel import build_wgmma, supports_wgmma, wgmma_registration
 from numba_attn.phases.tensor_core.pipeline import ring_functions
 from numba_attn.phases.tensor_core.producer import load_functions
 
@@ -93,7 +93,6 @@ def _supports(problem, warpgroups, Bc, stages):
     name="tc_wgmma_overlap", order=24,
     title="Tensor cores: wgmma with the next tile's Q·Kᵀ in flight during the softmax",
     parent="tc_wgmma",
-    requires_cc="sm_90a",
     description="""
         tc_wgmma with FlashAttention-3's intra-warpgroup pipelining: the wgmma for the next
         tile's scores is issued before this tile's softmax and P·V, and one wait_group
@@ -101,12 +100,8 @@ def _supports(problem, warpgroups, Bc, stages):
     """,
     lineage="FlashAttention-3 (Shah et al. 2024), intra-warpgroup overlap of softmax and GEMMs",
     planned_speedup=170.0,
-    space={"warpgroups": [1, 2, 3], "Bc": [32, 64, 128], "stages": [2, 3, 4]},
-    dtypes=("float16", "bfloat16"),
-    head_dims=None,
-    sim_params={"warpgroups": 1, "Bc": 16, "stages": 3},
-    supports=_supports,
-    resolve=resolve_wgmma,
+    **wgmma_registration(_supports, space={"warpgroups": [1, 2, 3], "Bc": [32, 64, 128], "stages": [2, 3, 4]},
+                         sim_params={"warpgroups": 1, "Bc": 16, "stages": 3}),
 )
 def tc_wgmma_overlap(problem, warpgroups=2, Bc=64, stages=3):
     """tc_wgmma's kernel running :func:`overlap_mainloop`."""

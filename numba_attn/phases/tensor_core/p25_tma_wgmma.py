@@ -14,19 +14,12 @@ from __future__ import annotations
 
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.consumer import plain_mainloop
-from numba_attn.phases.tensor_core.kernel import build_wgmma, resolve_wgmma, supports_wgmma
-from numba_attn.phases.tensor_core.producer import tma_smem_reason
-
-
-def _supports(problem, warpgroups, Bc, stages):
-    return (supports_wgmma(problem, warpgroups, Bc, stages, min_stages=2)
-            or tma_smem_reason(problem, Bc, stages))
+from numba_attn.phases.tensor_core.kernel import build_wgmma, supports_tma, wgmma_registration
 
 
 @register_phase(
     name="tma_wgmma", order=25, title="Tensor cores: wgmma with K/V tiles brought by TMA into an mbarrier ring",
     parent="tc_wgmma",
-    requires_cc="sm_90a",
     description="""
         tc_wgmma with the K/V tiles loaded by the Tensor Memory Accelerator: one thread
         issues a cp.async.bulk.tensor per 64-column block of a tile after an expect_tx on
@@ -37,12 +30,7 @@ def _supports(problem, warpgroups, Bc, stages):
     lineage="FlashAttention-3 (Shah et al. 2024) and CUTLASS SM90 TMA pipelines: "
             "cp.async.bulk.tensor with mbarrier transaction counts",
     planned_speedup=160.0,
-    space={"warpgroups": [0, 1, 2, 3], "Bc": [32, 64, 128], "stages": [2, 3, 4]},
-    dtypes=("float16", "bfloat16"),
-    head_dims=None,
-    sim_params={"warpgroups": 1, "Bc": 16, "stages": 2},
-    supports=_supports,
-    resolve=resolve_wgmma,
+    **wgmma_registration(supports_tma),
 )
 def tma_wgmma(problem, warpgroups=0, Bc=64, stages=2):
     """tc_wgmma's kernel whose tiles come by TMA, thread 0 issuing them (:func:`.producer.tma_loads`)."""

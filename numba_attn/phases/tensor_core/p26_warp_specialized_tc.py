@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.consumer import plain_mainloop
-from numba_attn.phases.tensor_core.kernel import build_wgmma, supports_wgmma
+from numba_attn.phases.tensor_core.kernel import WS_SPACE, build_wgmma, supports_tma, wgmma_registration
 from numba_attn.phases.tensor_core.producer import tma_smem_reason
 
 MAX_CONSUMERS = 3  # consumer warpgroups: with the producer at most 512 threads
@@ -47,15 +47,13 @@ def supports_warp_specialized(problem, warpgroups, Bc, stages, **_):
     if warpgroups == 2 and problem.head_dim > 128:
         return (f"warpgroups=2 at head_dim {problem.head_dim}: 384 threads have 168 registers each at entry "
                 "(more only if the link keeps setmaxnreg), the fragments spill above D=128; use warpgroups=1")
-    return (supports_wgmma(problem, warpgroups, Bc, stages, min_stages=2)
-            or tma_smem_reason(problem, Bc, stages))
+    return supports_tma(problem, warpgroups, Bc, stages)
 
 
 @register_phase(
     name="warp_specialized_tc", order=26,
     title="Tensor cores: a producer warpgroup issues TMA, consumer warpgroups compute (setmaxnreg)",
     parent="tma_wgmma",
-    requires_cc="sm_90a",
     description="""
         tma_wgmma with warp specialisation: one extra producer warpgroup (setmaxnreg.dec to
         40 registers) whose thread 0 issues every TMA load of the block, waiting only on the
@@ -65,12 +63,7 @@ def supports_warp_specialized(problem, warpgroups, Bc, stages, **_):
     lineage="FlashAttention-3 (Shah et al. 2024) and CUTLASS SM90 warp-specialized kernels: "
             "producer/consumer warpgroups, setmaxnreg",
     planned_speedup=160.0,
-    space={"warpgroups": [1, 2, 3], "Bc": [64, 128], "stages": [2, 3, 4], "uniform": [False, True]},
-    dtypes=("float16", "bfloat16"),
-    head_dims=None,
-    sim_params={"warpgroups": 1, "Bc": 16, "stages": 2},
-    supports=supports_warp_specialized,
-    resolve=resolve_warp_specialized,
+    **wgmma_registration(supports_warp_specialized, resolve_warp_specialized, WS_SPACE),
 )
 def warp_specialized_tc(problem, warpgroups=0, Bc=0, stages=2, uniform=False):
     """tma_wgmma's kernel with ``ws=True``; ``uniform``: the warp index made known warp-uniform, so

@@ -18,7 +18,8 @@ from numba_attn.gpu.jit import device
 from numba_attn.gpu.warpspec import named_barrier_arrive, named_barrier_sync
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.consumer import scores_to_p, wgmma_products
-from numba_attn.phases.tensor_core.kernel import build_wgmma, resolve_two_consumers, two_consumers_reason
+from numba_attn.phases.tensor_core.kernel import (TWO_CONSUMERS_SIM, build_wgmma, resolve_two_consumers,
+                                                  two_consumers_reason, wgmma_registration)
 from numba_attn.phases.tensor_core.pipeline import ring_functions
 from numba_attn.phases.tensor_core.producer import load_functions
 
@@ -116,7 +117,6 @@ def _supports(problem, warpgroups, Bc, stages):
     name="pingpong", order=27,
     title="Tensor cores: two consumer warpgroups take turns at the GEMMs (named barriers)",
     parent="warp_specialized_tc",
-    requires_cc="sm_90a",
     description="""
         warp_specialized_tc with FlashAttention-3's inter-warpgroup ping-pong: each of the two
         consumer warpgroups issues its P·V and next Q·Kᵀ only in its turn (bar.sync on its own
@@ -126,12 +126,8 @@ def _supports(problem, warpgroups, Bc, stages):
     lineage="FlashAttention-3 (Shah et al. 2024), §3.1 pingpong scheduling: "
             "warp_scheduler_barrier_sync / warp_scheduler_barrier_arrive",
     planned_speedup=173.0,  # warp_specialized_tc's 160 and the predicted +8%
-    space={"warpgroups": [2], "Bc": [64, 128], "stages": [2, 3, 4]},
-    dtypes=("float16", "bfloat16"),
-    head_dims=None,
-    sim_params={"warpgroups": 2, "Bc": 16, "stages": 3},
-    supports=_supports,
-    resolve=resolve_two_consumers,
+    **wgmma_registration(_supports, resolve_two_consumers, {"warpgroups": [2], "Bc": [64, 128], "stages": [2, 3, 4]},
+                         TWO_CONSUMERS_SIM),
 )
 def pingpong(problem, warpgroups=0, Bc=64, stages=3):
     """warp_specialized_tc's kernel running :func:`pingpong_mainloop`."""

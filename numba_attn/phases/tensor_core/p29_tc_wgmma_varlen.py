@@ -13,17 +13,12 @@ from __future__ import annotations
 
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.consumer import plain_mainloop
-from numba_attn.phases.tensor_core.kernel import build_wgmma, resolve_wgmma, supports_wgmma
-
-
-def _supports(problem, warpgroups, Bc, stages):
-    return supports_wgmma(problem, warpgroups, Bc, stages, min_stages=2)
+from numba_attn.phases.tensor_core.kernel import build_wgmma, supports_cp_async, wgmma_registration
 
 
 @register_phase(
     name="tc_wgmma_varlen", order=29, title="Tensor cores: Hopper wgmma on a packed ragged batch (cu_seqlens)",
-    parent="tc_wgmma", layout="varlen",
-    requires_cc="sm_90a",
+    parent="tc_wgmma",
     description="""
         tc_wgmma's kernel on FlashAttention's varlen layout: q (total_q, H, D), k/v (total_k, Hkv, D)
         and cu_seqlens. Grid (query tiles of the longest sequence, heads, sequences); a block reads
@@ -33,12 +28,7 @@ def _supports(problem, warpgroups, Bc, stages):
     """,
     lineage="FlashAttention-2/3 varlen (flash_attn_varlen_func): packed sequences with cu_seqlens",
     planned_speedup=150.0,  # the parent's: the same time per useful FLOP
-    space={"warpgroups": [0, 1, 2, 3], "Bc": [32, 64, 128], "stages": [2, 3, 4]},
-    dtypes=("float16", "bfloat16"),
-    head_dims=None,
-    sim_params={"warpgroups": 1, "Bc": 16, "stages": 2},
-    supports=_supports,
-    resolve=resolve_wgmma,
+    **wgmma_registration(supports_cp_async, layout="varlen"),
 )
 def tc_wgmma_varlen(problem, warpgroups=0, Bc=64, stages=2):
     """tc_wgmma's kernel on the packed layout (:mod:`.scheduler`: a block's sequence)."""

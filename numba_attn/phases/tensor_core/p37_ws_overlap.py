@@ -12,7 +12,8 @@ Verdict: refuted, 0.567 ms at B1 H32 N4096 D128 fp16 (0.83x SDPA, H200), 1.03x w
 from __future__ import annotations
 
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.kernel import build_wgmma, resolve_two_consumers, two_consumers_reason
+from numba_attn.phases.tensor_core.kernel import (TWO_CONSUMERS_SIM, build_wgmma, resolve_two_consumers,
+                                                  two_consumers_reason, wgmma_registration)
 from numba_attn.phases.tensor_core.p24_tc_wgmma_overlap import overlap_mainloop
 
 MAX_BC = 64  # Bc=128: the two score sets and O need more than 232 registers (spills, serialized wgmma)
@@ -29,7 +30,6 @@ def _supports(problem, warpgroups, Bc, stages, **_):
     name="ws_overlap", order=37,
     title="Tensor cores: warp specialisation with the next Q·Kᵀ issued before this tile's softmax",
     parent="warp_specialized_tc",
-    requires_cc="sm_90a",
     description="""
         warp_specialized_tc whose consumer warpgroups issue S_{j+1} = Q·K_{j+1}ᵀ before the
         softmax of tile j and retire it with P_j·V_j in one wgmma wait (FlashAttention-3's
@@ -38,12 +38,9 @@ def _supports(problem, warpgroups, Bc, stages, **_):
     """,
     lineage="FlashAttention-3 (Shah et al. 2024), §3.2 intra-warpgroup overlapping of GEMMs and softmax",
     planned_speedup=170.0,  # warp_specialized_tc's 160 and the predicted +5-10%
-    space={"warpgroups": [2], "Bc": [64], "stages": [3, 4], "uniform": [False, True]},
-    dtypes=("float16", "bfloat16"),
-    head_dims=None,
-    sim_params={"warpgroups": 2, "Bc": 16, "stages": 3},
-    supports=_supports,
-    resolve=resolve_two_consumers,
+    **wgmma_registration(_supports, resolve_two_consumers,
+                         {"warpgroups": [2], "Bc": [64], "stages": [3, 4], "uniform": [False, True]},
+                         TWO_CONSUMERS_SIM),
 )
 def ws_overlap(problem, warpgroups=0, Bc=64, stages=3, uniform=True):
     """warp_specialized_tc's producer with tc_wgmma_overlap's mainloop; ``uniform`` as there (on by default here)."""

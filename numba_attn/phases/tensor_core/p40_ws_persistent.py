@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.consumer import plain_mainloop
-from numba_attn.phases.tensor_core.kernel import build_wgmma
+from numba_attn.phases.tensor_core.kernel import WS_SPACE, build_wgmma, wgmma_registration
 from numba_attn.phases.tensor_core.p26_warp_specialized_tc import resolve_warp_specialized, supports_warp_specialized
 
 
@@ -30,7 +30,6 @@ def resolve_persistent(problem, warpgroups, Bc, stages, **_):
     name="ws_persistent", order=40,
     title="Tensor cores: warp specialisation in persistent blocks, the next item's tiles loaded during this one's end",
     parent="warp_specialized_tc",
-    requires_cc="sm_90a",
     description="""
         warp_specialized_tc with one block per SM that runs its work items (query blocks of a
         head and batch) one after another; the producer carries the TMA ring across items, so
@@ -38,13 +37,9 @@ def resolve_persistent(problem, warpgroups, Bc, stages, **_):
     """,
     lineage="FlashAttention-3 (Shah et al. 2024) and CUTLASS SM90 persistent kernels with a static tile scheduler",
     planned_speedup=165.0,  # warp_specialized_tc's 160 and the predicted +2-5 % at D128
-    space={"warpgroups": [1, 2, 3], "Bc": [64, 128], "stages": [2, 3, 4], "uniform": [False, True]},
-    dtypes=("float16", "bfloat16"),
-    head_dims=None,
-    sim_params={"warpgroups": 1, "Bc": 16, "stages": 2, "blocks": 2},
-    supports=supports_warp_specialized,
-    resolve=resolve_persistent,
-    launch_params=("blocks",),  # the grid only: its candidates share the kernel
+    **wgmma_registration(supports_warp_specialized, resolve_persistent, WS_SPACE,
+                         {"warpgroups": 1, "Bc": 16, "stages": 2, "blocks": 2},
+                         launch_params=("blocks",)),  # blocks: the grid only, its candidates share the kernel
 )
 def ws_persistent(problem, warpgroups=0, Bc=0, stages=2, uniform=False, blocks=0):
     """warp_specialized_tc's kernel in ``blocks`` persistent blocks (0: one per SM), each walking its work items

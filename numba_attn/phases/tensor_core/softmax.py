@@ -13,8 +13,9 @@ import functools
 from numba_attn.gpu.device_functions import fragment_rescale, fragment_softmax
 from numba_attn.gpu.intrinsics import pack_bf16x2, pack_f16x2
 from numba_attn.gpu.jit import device
+from numba_attn.phases.tensor_core.mask import mask_fragments
 
-__all__ = ["online_softmax", "pack_p", "rescale_o"]
+__all__ = ["online_softmax", "pack_p", "rescale_o", "masked_update"]
 
 
 @functools.cache
@@ -56,3 +57,24 @@ def pack_p(KK: int, bf16: bool):
 def rescale_o(DT: int):
     """O's rescale on its ``DT`` n-tiles: ``rescale(acc, 0, corr_lo, corr_hi)``."""
     return fragment_rescale(DT)
+
+
+@functools.cache
+def masked_update(NT: int, Bc: int, causal: bool, DT: int):
+    """A device function ``update(s, acc, j0, row0, r_lo, t, Nk, off, m_lo, m_hi, l_lo, l_hi, sl2) -> (m_lo,
+    m_hi, l_lo, l_hi)`` of the mma.sync kernels: the ``NT`` n-tiles of scores masked (:func:`.mask.mask_fragments`),
+    the online softmax, the ``DT`` n-tiles of O rescaled."""
+    mask = mask_fragments(NT, Bc, causal)
+    softmax = fragment_softmax(NT)
+    rescale = fragment_rescale(DT)
+
+    @device
+    def update(s, acc, j0, row0, r_lo, t, Nk, off, m_lo, m_hi, l_lo, l_hi, sl2):
+        mask(s, 0, j0, row0, r_lo, t, Nk, off)
+        m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
+        l_lo = l_lo * corr_lo + rs_lo
+        l_hi = l_hi * corr_hi + rs_hi
+        rescale(acc, 0, corr_lo, corr_hi)
+        return m_lo, m_hi, l_lo, l_hi
+
+    return update
