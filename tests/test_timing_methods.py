@@ -9,7 +9,7 @@ import pytest
 
 from numba_attn import cli
 from numba_attn.gpu.backend import IS_SIMULATOR
-from numba_attn.measure import timing
+from numba_attn.measure import cupti, timing
 from numba_attn.measure.peers import sdpa_backend_from_kernels
 from numba_attn.measure.timing import TimingConfig, kernel_events, per_call_kernels
 
@@ -99,12 +99,12 @@ def test_cupti_kernel_time_on_a_fake_profiler(monkeypatch):
                 out += [_ev("attn", 1000.0 * j, dur), _ev("combine", 1000.0 * j + 500, 20.0)]
             return out
 
-    monkeypatch.setattr(timing, "cupti_status", lambda: None)
+    monkeypatch.setattr(cupti, "cupti_status", lambda: None)
     monkeypatch.setattr(tp, "profile", FakeProfile)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
     stream = SimpleNamespace(synchronize=lambda: None)
-    out = timing.cupti_kernel_time(lambda i: launched.append(i), stream,
-                                   TimingConfig(warmup=2, min_reps=5, max_reps=5), calls=6)
+    out = cupti.cupti_kernel_time(lambda i: launched.append(i), stream,
+                                  TimingConfig(warmup=2, min_reps=5, max_reps=5), calls=6)
     assert len(launched) == 2 + 1 + 1 + 6  # warm-up, sizing call, one left out, the calls
     assert out["method"] == "cupti" and out["calls"] == 6 and out["kernels_per_call"] == 2
     assert out["time_ms"] == pytest.approx(0.121)
