@@ -107,30 +107,31 @@ else:  # -------------------------------------------------------------- GPU
     from numba_attn.gpu.inline_ptx import (I32, asm_call, elem_ptr, flat_ptr, global_ptr, shared_addr,
                                            shared_x4_load)
 
-    def _ld_global_nc_words(context, builder, sig, ptr, n):
-        """``ld.global.nc.v{n}.u32`` at ``ptr`` (generic): the n words as the tuple ``sig`` returns."""
-        regs = ",".join(f"${i}" for i in range(n))
-        ret = ir.LiteralStructType([I32] * n)
-        res = asm_call(builder, ret, [ir.IntType(64)], f"ld.global.nc.v{n}.u32 {{{regs}}}, [${n}];",
-                   ",".join(["=r"] * n) + ",l", [global_ptr(builder, ptr)], side_effect=True)
-        vals = [builder.extract_value(res, i) for i in range(n)]
-        return context.make_tuple(builder, sig.return_type, vals)
+    def _ld_global_nc_words(n, pointer):
+        """The codegen of ``ld.global.nc.v{n}.u32`` at ``pointer(context, builder, sig, args)`` (generic): the n
+        words as the tuple ``sig`` returns."""
+        def codegen(context, builder, sig, args):
+            regs = ",".join(f"${i}" for i in range(n))
+            ret = ir.LiteralStructType([I32] * n)
+            res = asm_call(builder, ret, [ir.IntType(64)], f"ld.global.nc.v{n}.u32 {{{regs}}}, [${n}];",
+                           ",".join(["=r"] * n) + ",l", [global_ptr(builder, pointer(context, builder, sig, args))],
+                           side_effect=True)
+            vals = [builder.extract_value(res, i) for i in range(n)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return codegen
 
     def _make_ld_global(n):
         """``ld.global.nc.v{n}.u32``: n 32-bit words at ``arr[b, r, c]`` of a 3-D array (n = 2: an
         array of 32-bit words)."""
+        codegen = _ld_global_nc_words(n, lambda context, builder, sig, args: elem_ptr(
+            context, builder, sig.args[0], args[0], sig.args[1:], args[1:]))
 
         @intrinsic
         def ld_global(typingctx, arr, b, r, c):
             if not (isinstance(arr, types.Array) and arr.ndim == 3 and (n == 4 or arr.dtype.bitwidth == 32)):
                 return None
-            sig = types.UniTuple(types.uint32, n)(arr, b, r, c)
-
-            def codegen(context, builder, sig, args):
-                ptr = elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
-                return _ld_global_nc_words(context, builder, sig, ptr, n)
-
-            return sig, codegen
+            return types.UniTuple(types.uint32, n)(arr, b, r, c), codegen
 
         return ld_global
 
@@ -198,20 +199,15 @@ else:  # -------------------------------------------------------------- GPU
 
     def _make_ld_global_at(n):
         """``ld.global.nc.v{n}.u32`` at flat word ``row·m + col + off`` of a C-contiguous array of 32-bit words."""
+        codegen = _ld_global_nc_words(n, lambda context, builder, sig, args: flat_ptr(
+            context, builder, sig.args[0], args[0], sig.args[1], args[1], args[2], args[3:], sig.args[2:]))
 
         @intrinsic
         def ld_global_at(typingctx, arr, row, m, col, off):
             if not (isinstance(arr, types.Array) and arr.layout == "C" and arr.dtype.bitwidth == 32
                     and all(isinstance(x, types.Integer) for x in (row, m, col, off))):
                 return None
-            sig = types.UniTuple(types.uint32, n)(arr, row, m, col, off)
-
-            def codegen(context, builder, sig, args):
-                ptr = flat_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1], args[2], args[3:],
-                                sig.args[2:])
-                return _ld_global_nc_words(context, builder, sig, ptr, n)
-
-            return sig, codegen
+            return types.UniTuple(types.uint32, n)(arr, row, m, col, off), codegen
 
         return ld_global_at
 

@@ -21,6 +21,7 @@ tensor-core fallbacks use too.
 """
 from __future__ import annotations
 
+import operator
 import threading
 
 import numpy as np
@@ -241,43 +242,27 @@ if IS_SIMULATOR:
 
 else:
 
-    @device
-    def _sum_apart(x, off, last):
-        """``x`` summed with the lanes ``off``, ``off/2``, … ``last`` apart (xor shuffles)."""
-        while off >= last:
-            x += shfl_xor_sync(FULL_MASK, x, off)
-            off //= 2
-        return x
+    def _xor_reduce(maximum, within_group):
+        """The device function ``f(x, width)``: the sum (``maximum``: max) of ``x`` over the lanes ``off``,
+        ``off/2``, … apart (xor shuffles): from width/2 down to 1 ``within_group``, else from 16 down to ``width``.
+        One function each, calling none: the kernels' PTX stays as when the four were written out."""
+        combine = max if maximum else operator.add
 
-    @device
-    def _max_apart(x, off, last):
-        while off >= last:
-            x = max(x, shfl_xor_sync(FULL_MASK, x, off))
-            off //= 2
-        return x
+        @device
+        def reduce(x, width):
+            off = width // 2 if within_group else WARP_SIZE // 2
+            last = 1 if within_group else width
+            while off >= last:
+                x = combine(x, shfl_xor_sync(FULL_MASK, x, off))
+                off //= 2
+            return x
 
-    @device
-    def group_sum(x, width):
-        """Sum over each aligned group of ``width`` consecutive lanes (a power of
-        two, a compile-time constant); every lane of the group gets the result."""
-        return _sum_apart(x, width // 2, 1)
+        return reduce
 
-    @device
-    def group_max(x, width):
-        """Max over each aligned group of ``width`` consecutive lanes."""
-        return _max_apart(x, width // 2, 1)
-
-    @device
-    def strided_sum(x, width):
-        """Sum over the lanes that share ``lane % width`` (the same position in
-        every group of ``width`` lanes): combines the groups of a warp."""
-        return _sum_apart(x, WARP_SIZE // 2, width)
-
-    @device
-    def strided_max(x, width):
-        """Max over the lanes that share ``lane % width``."""
-        return _max_apart(x, WARP_SIZE // 2, width)
-
+    group_sum = _xor_reduce(False, True)  # over each aligned group of ``width`` lanes (a compile-time power of two)
+    group_max = _xor_reduce(True, True)
+    strided_sum = _xor_reduce(False, False)  # over the lanes that share ``lane % width``: combines a warp's groups
+    strided_max = _xor_reduce(True, False)
 
 # -- warpgroup exchange (simulator fallback of the warpgroup-wide wgmma) --------
 

@@ -19,18 +19,8 @@ def store_fragments(DT: int, kind: str):
     ``acc[base]`` divided by them (0 for rows that saw no key) and written to rows
     ``r_lo``, ``r_lo + 8`` of ``o`` (below ``Nq``): for ``kind`` "f16"/"bf16" as packed
     pairs into the uint32 view, for "f32" as two floats."""
-    if kind == "f32":
-        @device
-        def put(o, bh, r, dt, t, acc, i0, inv):  # two floats
-            c = 8 * dt + 2 * t
-            o[bh, r, c] = acc[i0] * inv
-            o[bh, r, c + 1] = acc[i0 + 1] * inv
-    else:
-        pack = pack_bf16x2 if kind == "bf16" else pack_f16x2
-
-        @device
-        def put(o, bh, r, dt, t, acc, i0, inv):  # a packed pair
-            o[bh, r, 4 * dt + t] = pack(acc[i0] * inv, acc[i0 + 1] * inv)
+    f32 = kind == "f32"  # two floats per pair, else a packed pair
+    pack = pack_bf16x2 if kind == "bf16" else pack_f16x2
 
     @device
     def store(o, bh, r_lo, acc, base, l_lo, l_hi, Nq, t):
@@ -41,9 +31,18 @@ def store_fragments(DT: int, kind: str):
         inv_hi = float32(1.0) / l_hi if l_hi > float32(0.0) else float32(0.0)
         for dt in range(DT):
             i0 = base + 4 * dt
-            if r_lo < Nq:
-                put(o, bh, r_lo, dt, t, acc, i0, inv_lo)
-            if r_hi < Nq:
-                put(o, bh, r_hi, dt, t, acc, i0 + 2, inv_hi)
+            if f32:
+                c = 8 * dt + 2 * t
+                if r_lo < Nq:
+                    o[bh, r_lo, c] = acc[i0] * inv_lo
+                    o[bh, r_lo, c + 1] = acc[i0 + 1] * inv_lo
+                if r_hi < Nq:
+                    o[bh, r_hi, c] = acc[i0 + 2] * inv_hi
+                    o[bh, r_hi, c + 1] = acc[i0 + 3] * inv_hi
+            else:
+                if r_lo < Nq:
+                    o[bh, r_lo, 4 * dt + t] = pack(acc[i0] * inv_lo, acc[i0 + 1] * inv_lo)
+                if r_hi < Nq:
+                    o[bh, r_hi, 4 * dt + t] = pack(acc[i0 + 2] * inv_hi, acc[i0 + 3] * inv_hi)
 
     return store

@@ -12,7 +12,7 @@ from numba_attn.phases.registry import Launch
 from numba_attn.phases.tensor_core.scheduler import VarlenLayout
 
 __all__ = ["supports_tc", "u32_views", "launch_mma", "launch_mma_varlen", "mma_smem_bytes", "resolve_mma",
-           "supports_mma"]
+           "supports_mma", "MMA_REGISTRATION"]
 
 
 def supports_tc(problem, Bc, max_d=128, **_):
@@ -92,3 +92,9 @@ def supports_mma(problem, warps, Bc):
     if mma_smem_bytes(problem.head_dim, Bc) > STATIC_SMEM_LIMIT:
         return f"K/V tiles need {mma_smem_bytes(problem.head_dim, Bc)} B of static shared memory (> 48 KiB)"
     return None
+
+
+# the register_phase keywords of tc_mma and tc_mma_varlen (one kernel)
+MMA_REGISTRATION = dict(space={"warps": [4, 8], "Bc": [0, 32, 64]}, requires_cc=(8, 0),  # cp.async, ldmatrix, mma.sync
+                        dtypes=("float16", "bfloat16"), head_dims=None, sim_params={"warps": 2, "Bc": 16},
+                        supports=supports_mma, resolve=resolve_mma)

@@ -24,7 +24,7 @@ from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.epilogue import store_fragments
 from numba_attn.phases.tensor_core.fragments import q_fragments, qk_fragments, warp_rows
 from numba_attn.phases.tensor_core.mask import key_ends
-from numba_attn.phases.tensor_core.mma_sync import launch_mma, resolve_mma, supports_mma
+from numba_attn.phases.tensor_core.mma_sync import MMA_REGISTRATION, launch_mma
 from numba_attn.phases.tensor_core.scheduler import varlen_views
 from numba_attn.phases.tensor_core.softmax import masked_update
 
@@ -145,13 +145,7 @@ def make_mma_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool, varlen: b
     lineage="FlashAttention-2 (Dao 2023): warps split Q, P kept in registers; "
             "PTX mma.sync m16n8k16 fragment layouts",
     planned_speedup=60.0,
-    space={"warps": [4, 8], "Bc": [0, 32, 64]},
-    requires_cc=(8, 0),  # cp.async, ldmatrix, mma.sync
-    dtypes=("float16", "bfloat16"),
-    head_dims=None,
-    sim_params={"warps": 2, "Bc": 16},
-    supports=supports_mma,
-    resolve=resolve_mma,
+    **MMA_REGISTRATION,
 )
 def tc_mma(problem, warps=8, Bc=0):
     kern = make_mma_kernel(problem.head_dim, warps, Bc, problem.causal, problem.dtype == "bfloat16")

@@ -13,7 +13,7 @@ Verdict: 9.37 ms at B8 H32 N<=4096 D128 fp16 ragged, 0.46x the padded batch's ti
 from __future__ import annotations
 
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.mma_sync import launch_mma_varlen, resolve_mma, supports_mma
+from numba_attn.phases.tensor_core.mma_sync import MMA_REGISTRATION, launch_mma_varlen
 from numba_attn.phases.tensor_core.p20_tc_mma import make_mma_kernel
 
 
@@ -28,13 +28,7 @@ from numba_attn.phases.tensor_core.p20_tc_mma import make_mma_kernel
     """,
     lineage="FlashAttention-2 varlen (flash_attn_varlen_func): packed sequences with cu_seqlens",
     planned_speedup=60.0,  # the parent's: the same time per useful FLOP
-    space={"warps": [4, 8], "Bc": [0, 32, 64]},
-    requires_cc=(8, 0),
-    dtypes=("float16", "bfloat16"),
-    head_dims=None,
-    sim_params={"warps": 2, "Bc": 16},
-    supports=supports_mma,
-    resolve=resolve_mma,
+    **MMA_REGISTRATION,
 )
 def tc_mma_varlen(problem, warps=8, Bc=0):
     kern = make_mma_kernel(problem.head_dim, warps, Bc, problem.causal, problem.dtype == "bfloat16", True)
