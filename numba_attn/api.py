@@ -404,9 +404,9 @@ def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=Fals
     compiled kernels except for a new power-of-two split count. The lengths the plan reads are the
     host copy that the input checks make (device lengths are copied to the host for the checks on
     every call; the plan adds no transfer).
-    ``phase``: ``paged_mma``, ``paged_split_k`` or ``paged_worklist`` (None: the first of them that supports the
-    problem, in the order of :func:`paged_default`: the work list for a ragged batch of one query row per KV head
-    on a 16-bit cache; it plans each call's list on the host from the lengths the checks copied).
+    ``phase``: ``paged_mma``, ``paged_mma8``, ``paged_split_k`` or ``paged_worklist`` (None: the first of them that
+    supports the problem, in the order of :func:`paged_default`: the work list for a ragged batch of one query row per
+    KV head on a 16-bit cache; it plans each call's list on the host from the lengths the checks copied).
     """
     from numba_attn.phases.decode.common import paged_scales
     from numba_attn.spec.paged import check_paged

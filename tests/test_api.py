@@ -252,21 +252,22 @@ def test_replay_moves_only_the_pointers_into_the_four_arrays(monkeypatch):
     assert Replay.make(rec, [base[0], base[1], base[1] + 100, base[3]], sizes) is None  # k and v overlap
 
 
-def test_decode_paged_tries_the_split_k_mma_path_first_for_8bit_caches():
-    """phase=None on an 8-bit cache that paged_split_k's mma path reads (GQA up to 8 rows per KV head):
-    paged_split_k first (measured faster than paged_mma there); otherwise the order by rows per KV head."""
-    from numba_attn.api import PAGED_DEFAULT, PAGED_DEFAULT_ONE_ROW, paged_default
+def test_decode_paged_tries_paged_mma8_first_for_8bit_caches():
+    """phase=None on an 8-bit cache that paged_mma8 reads (GQA up to 8 rows per KV head): paged_mma8 first
+    (measured faster than paged_mma there); otherwise the order by rows per KV head."""
+    from numba_attn.api import PAGED_DEFAULT, paged_default
+    from numba_attn.measure.policy import PAGED_DEFAULT_MMA8
     from numba_attn.spec.problem import PagedProblem
 
     def prob(kv_dtype="float8_e4m3", q_len=1, D=64, dtype="float16"):
         return PagedProblem(batch=2, heads=4, kv_heads=1, q_len=q_len, kv_len=64, head_dim=D, dtype=dtype,
                             page_size=16, kv_dtype=kv_dtype, kv_scale="head" if kv_dtype else "tensor")
 
-    assert paged_default(prob()) == PAGED_DEFAULT_ONE_ROW  # 4 rows per KV head, fp8: the mma path
-    assert paged_default(prob(q_len=2)) == PAGED_DEFAULT_ONE_ROW  # 8 rows: still the mma path
+    assert paged_default(prob()) == PAGED_DEFAULT_MMA8  # 4 rows per KV head, fp8: paged_mma8
+    assert paged_default(prob(q_len=2)) == PAGED_DEFAULT_MMA8  # 8 rows: still paged_mma8
     assert paged_default(prob(q_len=3)) == PAGED_DEFAULT  # 12 rows: beyond the mma's 8 columns
     assert paged_default(prob(D=32)) == PAGED_DEFAULT  # head_dim not a multiple of 64
     assert paged_default(prob(dtype="bfloat16")) == PAGED_DEFAULT  # an f16 query only
-    assert paged_default(prob(kv_dtype="int8")) == PAGED_DEFAULT_ONE_ROW  # int8: the mma path too
+    assert paged_default(prob(kv_dtype="int8")) == PAGED_DEFAULT_MMA8  # int8: paged_mma8 too
     assert paged_default(prob(kv_dtype="int8", q_len=3)) == PAGED_DEFAULT
     assert paged_default(prob(kv_dtype="")) == PAGED_DEFAULT

@@ -21,8 +21,9 @@ from numba import cuda  # noqa: E402  (after numba_attn: the backend is chosen f
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
-PAGED = [p.name for p in na.list_phases() if p.layout == "paged"]
-SIM = {name: get_phase(name).sim_params for name in PAGED}
+ALL_PAGED = [p.name for p in na.list_phases() if p.layout == "paged"]
+PAGED = [p for p in ALL_PAGED if p != "paged_mma8"]  # (paged_mma8: 8-bit caches, head_dim a multiple of 64: below)
+SIM = {name: get_phase(name).sim_params for name in ALL_PAGED}
 
 
 def _caches(rng, nb, P, Hkv, D, kv_dtype="", dtype=np.float16):
@@ -62,7 +63,7 @@ def test_fp8_e4m3_model_is_bit_exact():
 
 
 def test_int8_mma_decoding_is_exact():
-    """The ``mma`` path's int8 decoding (host model of its ``prmt``s): every code c in every byte position
+    """paged_mma8's int8 decoding (host model of its ``prmt``s): every code c in every byte position
     gives f16 1152 + c for K (the bias left in, the scores start from −1152·Σq) and, for V, the pairs of
     two keys' codes per dim, 1152 + c before the exact f16 subtraction of 1152."""
     from numba_attn.gpu.intrinsics import byte_perm_reference as prmt
@@ -122,13 +123,13 @@ def test_device_dequantization_is_bit_exact():
     (p, {"splits": 1}, "k") for p in PAGED if "splits" in SIM[p]] + [  # one split: the block writes o = acc / l
     ("paged_worklist", {"workers": 1}, "k")] + [  # one worker: a block walks both sequences
     ("paged_split_k", {"wide": True}, "v"), ("paged_split_k", {"wide": True}, "k"),  # wide: NaN tests per load
-    ("paged_split_k", {"mma": True}, "v"), ("paged_split_k", {"mma": True}, "k")])  # mma: NaN from the conversion
+    ("paged_mma8", {}, "v"), ("paged_mma8", {}, "k")])  # paged_mma8: NaN from the conversion
 def test_nan_in_an_fp8_cache_propagates(phase, params, where):
     """A NaN code (0x7F) in one key or value of an fp8 cache makes that sequence's output NaN (both
     phases, both dequantization paths, one split or several: a NaN row sum is not an empty
     sequence's zero), and the other sequence stays finite and correct."""
     rng = np.random.default_rng(12)
-    B, H, Hkv, D, P = 2, 2, 1, 64 if params.get("mma") else 16, 16  # (mma: D a multiple of 64)
+    B, H, Hkv, D, P = 2, 2, 1, 64 if phase == "paged_mma8" else 16, 16  # (paged_mma8: D a multiple of 64)
     x = rng.standard_normal((3, P, Hkv, D)).astype(np.float32)
     kc = np.clip(x * 20, -448, 448).astype(ml_dtypes.float8_e4m3fn)
     vc = np.clip(rng.standard_normal(x.shape) * 20, -448, 448).astype(ml_dtypes.float8_e4m3fn)
@@ -292,7 +293,7 @@ def test_wide_8bit_paged_split_k(kv_dtype, scale, qdt, Nq, params):
     if Nq > 1 or scale != "tensor":
         return
     narrow = na.decode_paged(q, kc, vc, table, lens, causal=causal, k_scale=ks, v_scale=vs, phase="paged_split_k",
-                             **SIM["paged_split_k"], wide=False, mma=False)
+                             **SIM["paged_split_k"], wide=False)
     assert np.abs(out.astype(np.float32) - narrow.astype(np.float32)).max() < 2e-2
 
 
@@ -307,8 +308,8 @@ def test_wide_8bit_paged_split_k(kv_dtype, scale, qdt, Nq, params):
     ("int8", "token", 2, 2, 1, {"stages": 3}),  # the cp.async ring, two steps in flight; their scales queued
     ("float8_e4m3", "head", 2, 2, 1, {"stages": 2}),  # one step in flight
 ])
-def test_mma_8bit_paged_split_k(kv_dtype, scale, H, Hkv, Nq, params):
-    """paged_split_k's ``mma`` path (8-bit codes straight into mma fragments): pages out of order and
+def test_paged_mma8(kv_dtype, scale, H, Hkv, Nq, params):
+    """paged_mma8 (8-bit codes straight into mma fragments): pages out of order and
     repeated, a partly filled page, a length-0 sequence, GQA and causal rows, D 64 (two 16-byte chunks
     of K per lane, 8-byte V loads); against the reference, and in the first case also against the kernel
     it replaces (the others run only the reference: twice the simulator's time).
@@ -318,21 +319,20 @@ def test_mma_8bit_paged_split_k(kv_dtype, scale, H, Hkv, Nq, params):
     fragments read without the ring's swizzle, fail these cases)."""
     q, kc, vc, ks, vs, table, lens = _ragged_8bit(np.random.default_rng(11), H, Hkv, 64, Nq, kv_dtype, scale)
     causal = Nq > 1
-    out, _ = _run("paged_split_k", q, kc, vc, table, lens, causal=causal, kv_dtype=kv_dtype, ks=ks, vs=vs,
-                  mma=True, **params)
+    out, _ = _run("paged_mma8", q, kc, vc, table, lens, causal=causal, kv_dtype=kv_dtype, ks=ks, vs=vs, **params)
     assert not out[2].astype(np.float32).any()
     if causal or params or kv_dtype != "float8_e4m3":  # (the cross-check: the first case only)
         return
-    # the kernel mma replaces (mma is now the default for these caches: asked off explicitly)
+    # the warp-step kernel of paged_split_k, its parent
     default = na.decode_paged(q, kc, vc, table, lens, causal=causal, k_scale=ks, v_scale=vs, phase="paged_split_k",
-                              **SIM["paged_split_k"], mma=False)
+                              **SIM["paged_split_k"])
     assert np.abs(out.astype(np.float32) - default.astype(np.float32)).max() < 2e-2
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kv_dtype,scale", [("float8_e4m3", "head"), ("int8", "token")])
 def test_mma_at_head_dim_128_on_the_gpu(kv_dtype, scale):
-    """``mma`` at the target's head_dim and page size (D128, P64: 8 k-steps, 16-byte V loads, one page
+    """paged_mma8 at the target's head_dim and page size (D128, P64: 8 k-steps, 16-byte V loads, one page
     index per step), ragged lengths over several splits, on the device (cvt.rn.f16x2.e4m3x2, mma.sync)."""
     rng = np.random.default_rng(14)
     B, H, D, P, NB = 2, 4, 128, 64, 40
@@ -341,7 +341,7 @@ def test_mma_at_head_dim_128_on_the_gpu(kv_dtype, scale):
     table = rng.permutation(NB)[:2 * 20].reshape(2, 20).astype(np.int32)
     lens = np.array([1250, 777], np.int32)
     q = rng.standard_normal((B, 1, H, D), dtype=np.float32).astype(np.float16)
-    out = na.decode_paged(q, kc, vc, table, lens, k_scale=ks, v_scale=vs, phase="paged_split_k", mma=True)
+    out = na.decode_paged(q, kc, vc, table, lens, k_scale=ks, v_scale=vs, phase="paged_mma8")
     ref = paged_reference(q, kc, vc, table, lens, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs)
     c = na.check(out, ref, dtype="float16")
     assert c.ok, c.reason
@@ -353,7 +353,7 @@ def test_mma_at_head_dim_128_on_the_gpu(kv_dtype, scale):
                                             ("int8", "token")])
 @pytest.mark.parametrize("H,Hkv,Nq,causal", [(4, 4, 1, False), (8, 2, 1, False), (8, 4, 2, True)])
 def test_mma_on_the_gpu_every_format(D, kv_dtype, scale, H, Hkv, Nq, causal):
-    """``mma`` on the device for every cache format it accepts, at both head dims it runs (64, 128), one query
+    """paged_mma8 on the device for every cache format it accepts, at both head dims it runs (64, 128), one query
     row per KV head, a GQA group of 4 and speculative causal rows (2 x group 2): the configurations the fp8
     default (``phase=None``) reaches, beside the explicit int8 ones; ragged lengths, out-of-order pages."""
     rng = np.random.default_rng(15)
@@ -363,8 +363,7 @@ def test_mma_on_the_gpu_every_format(D, kv_dtype, scale, H, Hkv, Nq, causal):
     table = rng.permutation(NB).reshape(2, 24).astype(np.int32)
     lens = np.array([1250, 777], np.int32)
     q = rng.standard_normal((B, Nq, H, D), dtype=np.float32).astype(np.float16)
-    out = na.decode_paged(q, kc, vc, table, lens, causal=causal, k_scale=ks, v_scale=vs, phase="paged_split_k",
-                          mma=True)
+    out = na.decode_paged(q, kc, vc, table, lens, causal=causal, k_scale=ks, v_scale=vs, phase="paged_mma8")
     ref = paged_reference(q, kc, vc, table, lens, causal=causal, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs)
     c = na.check(out, ref, dtype="float16")
     assert c.ok, c.reason
@@ -383,7 +382,7 @@ def test_mma_step_heads_on_the_gpu(kv_dtype, scale, step_heads):
 
 
 def _mma_ragged_on_the_gpu(rng, kv_dtype, scale, D, **params):
-    """``paged_split_k``'s mma path with ``params`` on the device, B2 H8 (MHA) P64: lengths 1250 and 777 (a partly
+    """paged_mma8 with ``params`` on the device, B2 H8 (MHA) P64: lengths 1250 and 777 (a partly
     filled last page, several splits), the 48 pages shuffled; against the reference."""
     B, H, P, NB = 2, 8, 64, 48
     kc, vc = _caches(rng, NB, P, H, D, kv_dtype)
@@ -391,7 +390,7 @@ def _mma_ragged_on_the_gpu(rng, kv_dtype, scale, D, **params):
     table = rng.permutation(NB).reshape(2, 24).astype(np.int32)
     lens = np.array([1250, 777], np.int32)
     q = rng.standard_normal((B, 1, H, D), dtype=np.float32).astype(np.float16)
-    out = na.decode_paged(q, kc, vc, table, lens, k_scale=ks, v_scale=vs, phase="paged_split_k", mma=True, **params)
+    out = na.decode_paged(q, kc, vc, table, lens, k_scale=ks, v_scale=vs, phase="paged_mma8", **params)
     ref = paged_reference(q, kc, vc, table, lens, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs)
     c = na.check(out, ref, dtype="float16")
     assert c.ok, c.reason
@@ -407,39 +406,39 @@ def test_mma_stages_on_the_gpu(kv_dtype, scale, D, stages, step_heads):
     _mma_ragged_on_the_gpu(np.random.default_rng(17), kv_dtype, scale, D, stages=stages, step_heads=step_heads)
 
 
-def test_mma_supports():
-    ph = get_phase("paged_split_k")
+def test_paged_mma8_supports():
+    """paged_mma8 refuses, saying why, what its kernel cannot run; paged_split_k no longer has its options."""
+    ph = get_phase("paged_mma8")
 
-    def prob(D=128, kv_dtype="float8_e4m3", dtype="float16", kv_heads=None, q_len=1):
+    def prob(D=128, kv_dtype="float8_e4m3", dtype="float16", kv_heads=None, q_len=1, P=64, scale="head"):
         return PagedProblem(batch=8, heads=32, kv_heads=kv_heads, q_len=q_len, kv_len=16384, head_dim=D, dtype=dtype,
-                            page_size=64, kv_dtype=kv_dtype, kv_scale="head")
+                            page_size=P, kv_dtype=kv_dtype, kv_scale=scale if kv_dtype else "tensor")
 
-    assert ph.supports(prob(), mma=True) is None
-    assert ph.supports(prob(kv_heads=8, q_len=2), mma=True) is None  # 8 rows
-    assert "> 8" in ph.supports(prob(kv_heads=8, q_len=4), mma=True)
-    assert "8-bit caches only" in ph.supports(prob(kv_dtype=""), mma=True)
-    assert "float16 queries" in ph.supports(prob(dtype="bfloat16"), mma=True)
-    assert "multiple of 64" in ph.supports(prob(D=96), mma=True)
-    assert ph.supports(prob(), mma=True, step_heads=8) is None
-    assert "one query row per KV head" in ph.supports(prob(kv_heads=8), mma=True, step_heads=2)
-    assert "not 1, 2, 4 or 8" in ph.supports(prob(), mma=True, step_heads=3)
-    assert "mma path only" in ph.supports(prob(), mma=False, step_heads=2)
+    assert ph.supports(prob()) is None
+    assert ph.supports(prob(kv_heads=8, q_len=2)) is None  # 8 rows
+    assert "> 8" in ph.supports(prob(kv_heads=8, q_len=4))
+    assert "8-bit caches only" in ph.supports(prob(kv_dtype=""))
+    assert "supports float16" in ph.supports(prob(dtype="bfloat16"))
+    assert "multiple of 64" in ph.supports(prob(D=96))
+    assert ph.supports(prob(), step_heads=8) is None
+    assert "one query row per KV head" in ph.supports(prob(kv_heads=8), step_heads=2)
+    assert "not 1, 2, 4 or 8" in ph.supports(prob(), step_heads=3)
     six = PagedProblem(batch=2, heads=6, q_len=1, kv_len=64, head_dim=128, dtype="float16", page_size=64,
                        kv_dtype="int8")
-    assert "does not divide" in ph.supports(six, mma=True, step_heads=4)
-    assert ph.supports(prob(), mma=True, stages=3) is None
-    assert "not 0 (off), 2, 3 or 4" in ph.supports(prob(), mma=True, stages=1)
-    assert "mma path only" in ph.supports(prob(), mma=False, stages=2)
-    assert "not with prefetch" in ph.supports(prob(), mma=True, stages=2, prefetch=1, step_heads=1)
-    assert "shared memory" in ph.supports(prob(D=256, kv_dtype="int8"), mma=True, stages=4, warps=16)
-    r = ph.resolve(prob(), {"mma": True})
-    assert r["mma"] is True and r["wide"] is False and r["rows"] == 1
-    # the default: mma for an 8-bit cache it can run (measured faster on fp8 and int8), the other paths where
-    # mma cannot run (no refusal from the default) or where wide is asked for
-    assert ph.resolve(prob(), {})["mma"] is True and ph.resolve(prob(kv_dtype="int8"), {})["mma"] is True
-    assert ph.resolve(prob(kv_dtype="int8"), {"wide": True})["mma"] is False
-    for p in (prob(D=96), prob(dtype="bfloat16"), prob(kv_heads=8, q_len=4)):
-        assert ph.resolve(p, {})["mma"] is False and ph.supports(p) is None
+    assert "does not divide" in ph.supports(six, step_heads=4)
+    assert ph.supports(prob(), stages=3) is None
+    assert "not 0 (off), 2, 3 or 4" in ph.supports(prob(), stages=1)
+    assert "not with prefetch" in ph.supports(prob(), stages=2, prefetch=1, step_heads=1)
+    assert "out of range 0..4" in ph.supports(prob(), prefetch=5)
+    assert "shared memory" in ph.supports(prob(D=256, kv_dtype="int8"), stages=4, warps=16)
+    assert "whole warp steps" in ph.supports(prob(P=8), stages=2, step_heads=1)
+    assert ph.supports(prob(P=8), stages=2, step_heads=2) is None  # 8 tokens a step
+    r = ph.resolve(prob(), {})
+    assert r["step_heads"] == 2 and r["prefetch"] == 0 and r["splits"] > 0  # the default: 2 heads a step here
+    assert ph.resolve(prob(kv_heads=8), {})["step_heads"] == 1  # a GQA group fills the columns
+    assert ph.resolve(prob(), {"prefetch": 1})["step_heads"] == 1
+    for name in ("mma", "step_heads", "stages", "prefetch"):  # paged_split_k: the warp-step kernel only
+        assert f"no parameter {name!r}" in get_phase("paged_split_k").supports(prob(), **{name: 1})
 
 
 def test_wide_supports_and_lanes():
@@ -451,13 +450,10 @@ def test_wide_supports_and_lanes():
         return PagedProblem(batch=8, heads=32, q_len=1, kv_len=16384, head_dim=D, dtype="float16", page_size=64,
                             kv_dtype=kv_dtype, kv_scale=scale)
 
-    off = {"mma": False}  # (mma is the default for an 8-bit cache)
-    assert (ph.resolve(prob(), {"wide": True, **off})["lanes"] * 2 == ph.resolve(prob(), {"wide": False, **off})["lanes"]
-            == 8)
+    assert ph.resolve(prob(), {"wide": True})["lanes"] * 2 == ph.resolve(prob(), {"wide": False})["lanes"] == 8
     # the default (None): wide for an 8-bit cache with one query row per KV head and whole 16-code loads
-    assert ph.resolve(prob(), off)["wide"] is True and ph.resolve(prob(), off)["lanes"] == 4
-    assert ph.resolve(prob(kv_dtype="int8", scale="token"), off)["wide"] is True
-    assert ph.resolve(prob(kv_dtype="int8", scale="token"), {})["mma"] is True  # (mma: the default for 8-bit caches)
+    assert ph.resolve(prob(), {})["wide"] is True and ph.resolve(prob(), {})["lanes"] == 4
+    assert ph.resolve(prob(kv_dtype="int8", scale="token"), {})["wide"] is True
     assert ph.resolve(prob(kv_dtype="", scale="tensor"), {})["wide"] is False
     assert ph.resolve(prob(D=72), {})["wide"] is False
     gqa = PagedProblem(batch=8, heads=32, kv_heads=8, q_len=1, kv_len=16384, head_dim=128, dtype="float16",
@@ -687,7 +683,7 @@ def test_uniform_lengths_keep_the_one_wave_plan():
             assert ragged_mean(p) > 0
             continue
         assert ragged_mean(p) == 0, p.label
-        for phase in ("paged_mma", "paged_split_k"):
+        for phase in ("paged_mma", "paged_split_k", "paged_mma8"):
             ph = get_phase(phase)
             if ph.supports(p):
                 continue
@@ -695,9 +691,13 @@ def test_uniform_lengths_keep_the_one_wave_plan():
             if phase == "paged_mma":
                 want = split_plan(p.batch * p.kv_heads, p.kv_len, prm["warps"] * prm["Bc"], sm_count(),
                                   prm["blocks_per_sm"], prm["min_keys"])[0]
+            elif phase == "paged_mma8":  # one row block per KV head; a block reads step_heads KV heads
+                r = ph.resolve(p, prm)
+                want = split_plan(p.batch * p.kv_heads // r["step_heads"],
+                                  p.kv_len, 1, sm_count(), prm["blocks_per_sm"], prm["min_keys"])[0]
             else:
-                r = ph.resolve(p, prm)  # (a block reads step_heads KV heads on the mma path)
-                want = split_plan(p.batch * p.kv_heads * -(-p.group * p.q_len // r["rows"]) // r["step_heads"],
+                r = ph.resolve(p, prm)
+                want = split_plan(p.batch * p.kv_heads * -(-p.group * p.q_len // r["rows"]),
                                   p.kv_len, 1, sm_count(), prm["blocks_per_sm"], prm["min_keys"])[0]
             assert _resolved_splits(phase, p) == want, (phase, p.label)
             seen += 1
@@ -826,7 +826,7 @@ def test_balanced_splits_run_correctly(dtype, kv_dtype, Nq, H):
     q, kc, vc, ks, vs = _batch(np.random.default_rng(12), 16, 2, 16, dtype, kv_dtype, "head", 3, H, Nq)
     table = np.array([[8, 0, 3, 5, 1, 2, 4, 6], [7, 7, 7, 7, 7, 7, 7, 7], [2, 6, 0, 0, 0, 0, 0, 0]], np.int32)
     lens = np.array([100, 0, 19], np.int32)
-    params = {"splits": 3, "warps": 1, "mma": False} if kv_dtype else {"splits": 3, "warps": 1}
+    params = {"splits": 3, "warps": 1}
     out, _ = _run("paged_split_k", q, kc, vc, table, lens, causal=Nq > 1, kv_dtype=kv_dtype, ks=ks, vs=vs,
                   balance=True, **params)
     assert not out[1].astype(np.float32).any()
@@ -842,8 +842,7 @@ def test_balance_supports_and_notes():
                       kv_dtype="int8", kv_scale="token")
     assert ph.params["balance"] is False  # off by default
     assert "balanced splits" in ph.plan(p16, balance=True, **SIM["paged_split_k"]).notes
-    assert "not on the mma path" in ph.supports(p8, **ph.resolve_params({"balance": True}))
-    assert ph.supports(p8, **ph.resolve_params({"balance": True, "mma": False})) is None
+    assert ph.supports(p8, **ph.resolve_params({"balance": True})) is None
 
 
 @pytest.mark.parametrize("phase,dtype,kv_dtype,Nq,H", [("paged_split_k", "float16", "", 1, 2),
@@ -859,8 +858,7 @@ def test_page_index_a_step_ahead(phase, dtype, kv_dtype, Nq, H):
     q, kc, vc, ks, vs = _batch(np.random.default_rng(14), 64, 2, 16, dtype, kv_dtype, "token", 3, H, Nq)
     table = np.array([[8, 0, 3, 5, 1, 2, 4, 6], [7, 7, 7, 7, 7, 7, 7, 7], [2, 6, 2, 0, 0, 0, 0, 0]], np.int32)
     lens = np.array([333, 0, 140], np.int32)
-    params = {"warps": 2, **({"splits": 2} if phase == "paged_split_k" else {"workers": 3, "min_keys": 16}),
-              **({"mma": False} if kv_dtype and phase == "paged_split_k" else {})}
+    params = {"warps": 2, **({"splits": 2} if phase == "paged_split_k" else {"workers": 3, "min_keys": 16})}
     out, _ = _run(phase, q, kc, vc, table, lens, causal=Nq > 1, kv_dtype=kv_dtype, ks=ks, vs=vs, ahead=True,
                   **params)
     assert not out[1].astype(np.float32).any()
@@ -871,8 +869,7 @@ def test_page_index_a_step_ahead(phase, dtype, kv_dtype, Nq, H):
     assert ph.params["ahead"] is False  # off by default
     prob = PagedProblem(batch=2, heads=2, kv_heads=2, q_len=1, kv_len=300, head_dim=64, dtype="float16",
                         page_size=16, kv_dtype="int8", kv_scale="token")
-    if phase == "paged_split_k":
-        assert "not on the mma path" in ph.supports(prob, **ph.resolve_params({"ahead": True}))
+    assert ph.supports(prob, **ph.resolve_params({"ahead": True})) is None
     assert "page index a step ahead" in ph.plan(prob.replace(kv_dtype=""), ahead=True, **SIM[phase]).notes
 
 
@@ -955,7 +952,7 @@ def test_worklist_shares_cross_sequences(dtype, kv_dtype, Nq, H, flat):
                   workers=3, warps=1, min_keys=16, flat=flat)
     assert not out[1].astype(np.float32).any()
     plain = na.decode_paged(q, kc, vc, table, lens, causal=Nq > 1, k_scale=ks, v_scale=vs, phase="paged_split_k",
-                            **{**SIM["paged_split_k"], **({"mma": False} if kv_dtype else {})})
+                            **SIM["paged_split_k"])
     assert np.abs(out.astype(np.float32) - plain.astype(np.float32)).max() < 2e-2
 
 

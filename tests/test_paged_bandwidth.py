@@ -1,6 +1,6 @@
-"""paged_split_k's ``prefetch`` option (``mma`` path, 8-bit caches): each warp prefetches into L2 the cache
+"""paged_mma8's ``prefetch`` option (8-bit caches): each warp prefetches into L2 the cache
 rows and per-token scales of its step ``prefetch`` rounds ahead. A prefetch changes no value, so the output
-must equal the ``mma`` path's without it bit for bit, and match the float64 reference; the simulator checks
+must equal paged_mma8's without it bit for bit, and match the float64 reference; the simulator checks
 that every prefetched element lies in its array. Tiny shapes (the path needs a head_dim multiple of 64: D 64),
 odd and ragged lengths, pages out of order and repeated, a length-0 sequence, pages of one and of two warp
 steps, GQA/causal rows. Offline (no GPU): the sm_90a SASS of the int8/token kernel at
@@ -18,7 +18,7 @@ from offline_compile import offline_json
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
-SIM = get_phase("paged_split_k").sim_params
+SIM = get_phase("paged_mma8").sim_params
 
 
 def _batch(rng, H, Hkv, D, Nq, kv_dtype, scale, P, NB, table, lens):
@@ -55,7 +55,7 @@ def test_prefetch_changes_no_value(kv_dtype, scale, H, Hkv, Nq, layout, params, 
     q, kc, vc, ks, vs, table, lens = _batch(np.random.default_rng(21), H, Hkv, 64, Nq, kv_dtype, scale, P, NB,
                                             table, lens)
     causal = Nq > 1
-    run = dict(causal=causal, k_scale=ks, v_scale=vs, phase="paged_split_k", mma=True, **{**SIM, "splits": 1})
+    run = dict(causal=causal, k_scale=ks, v_scale=vs, phase="paged_mma8", **{**SIM, "splits": 1})
     calls = []
 
     def counted(arr, row, n, col, off, _orig=frag8.prefetch_l2_at):
@@ -92,17 +92,17 @@ def test_simulated_prefetch_checks_its_element():
 
 
 def test_prefetch_supports():
-    ph = get_phase("paged_split_k")
+    ph = get_phase("paged_mma8")
 
     def prob(kv_dtype="int8"):
         return PagedProblem(batch=2, heads=4, kv_heads=4, q_len=1, kv_len=300, head_dim=64, dtype="float16",
                             page_size=16, kv_dtype=kv_dtype, kv_scale="token" if kv_dtype else "head")
 
     assert ph.params["prefetch"] == 0  # off by default
-    assert ph.supports(prob(), prefetch=1) is None  # (mma: the default for an 8-bit cache)
+    assert ph.supports(prob(), prefetch=1) is None
     assert ph.resolve(prob(), {"prefetch": 2})["prefetch"] == 2
-    assert "mma path only" in ph.supports(prob(), prefetch=1, mma=False)
-    assert "mma path only" in ph.supports(prob(""), prefetch=1)
+    assert "no parameter 'prefetch'" in get_phase("paged_split_k").supports(prob(), prefetch=1)
+    assert "8-bit caches only" in ph.supports(prob(""), prefetch=1)
     assert "out of range" in ph.supports(prob(), prefetch=5)
     launch = ph.plan(prob(), prefetch=1, **SIM)
     assert "L2 prefetch 1 step ahead" in launch.notes
@@ -120,7 +120,7 @@ prob = PagedProblem(batch=8, heads=32, kv_heads=32, q_len=1, kv_len=16384, head_
                     page_size=64, kv_dtype="int8", kv_scale="token")
 out = {}
 for pf in (0, 1):
-    rec = compile_phase("paged_split_k", prob, {"mma": True, "prefetch": pf}, keep_cubin=True)[0]
+    rec = compile_phase("paged_mma8", prob, {"prefetch": pf}, keep_cubin=True)[0]
     text = disassemble(rec["cubin"])
     if text is None:
         out[pf] = None

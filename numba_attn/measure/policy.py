@@ -157,24 +157,25 @@ def pick_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = Fal
 PAGED_DEFAULT = ("paged_mma", "paged_split_k")  # phase=None: the first that supports the problem ...
 PAGED_DEFAULT_ONE_ROW = ("paged_split_k", "paged_mma")  # ... or these when a KV head has one query row
 PAGED_DEFAULT_RAGGED = ("paged_worklist", "paged_split_k", "paged_mma")  # ... and its lengths differ (16-bit cache)
+PAGED_DEFAULT_MMA8 = ("paged_mma8", "paged_split_k", "paged_mma")  # ... or these for an 8-bit cache paged_mma8 reads
 
 
 def paged_default(problem) -> tuple:
     """The paged phases ``decode_paged(phase=None)`` tries, in order: the tensor-core one first when a
     KV head serves several query rows (GQA group x q_len > 1: its m16 tile is then partly filled);
     the split-K one first for one row per KV head (the m16 tile would be 15/16 padding; H200, fp16,
-    B1 H32 KV 4k ragged P64: 0.0198 ms against 0.0295 ms, results/paged-nvidia-h200.jsonl), and for an
-    8-bit cache its ``mma`` path can read (up to 8 rows per KV head: H200, fp8, B8 H32/8kv KV 32k D128 P64,
+    B1 H32 KV 4k ragged P64: 0.0198 ms against 0.0295 ms, results/paged-nvidia-h200.jsonl). ``paged_mma8`` first
+    for an 8-bit cache it can read (up to 8 rows per KV head: H200, fp8, B8 H32/8kv KV 32k D128 P64,
     0.1493 ms against paged_mma's 0.3242 ms, results/paged-8bit-mma-nvidia-h200.jsonl). With one row per KV head,
     a 16-bit cache and unequal lengths (``mean_len`` set), the work-list phase comes first: it reads a ragged
     batch 3-6 % faster than the split-K one (H200, CUPTI, B8 H32 D128 P64 fp16: KV <= 4k 0.0690 against 0.0733 ms,
     KV <= 32k 0.4687 against 0.4951, B32 KV <= 4k 0.2967 against 0.3069; the H100 alike,
     results/paged-nvidia-h200.jsonl and results/paged-nvidia-h100.jsonl), and 1.5 % slower at equal lengths,
     where the split-K one stays first."""
-    from numba_attn.phases.decode.p35_paged_split_k import mma_path
+    from numba_attn.phases.decode.p41_paged_mma8 import mma8_reason
 
-    if mma_path(problem, None):
-        return PAGED_DEFAULT_ONE_ROW
+    if mma8_reason(problem) is None:
+        return PAGED_DEFAULT_MMA8
     if (problem.heads // problem.kv_heads) * problem.q_len > 1:
         return PAGED_DEFAULT
     return PAGED_DEFAULT_RAGGED if problem.mean_len and not problem.kv_dtype else PAGED_DEFAULT_ONE_ROW

@@ -26,7 +26,7 @@ def _supports(problem, workers=0, flat=False, **params):
     if not 0 <= workers <= 4096:
         return f"workers={workers} out of range 0..4096 (0: as many as fill the SMs once)"
     # paged_split_k's warp-step kernel (16-bit caches, and 8-bit ones read as words)
-    return check_paged_split_k(problem, **{**params, "mma": False, "balance": False, "prefetch": 0, "ahead": False})
+    return check_paged_split_k(problem, **{**params, "balance": False, "ahead": False})
 
 
 def _resolve(problem, rows, lanes, keys, wide=None, **_):
