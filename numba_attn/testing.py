@@ -22,8 +22,9 @@ from numba_attn.gpu import backend  # noqa: F401  (first: chooses CUDA or the si
 
 from numba import cuda, float32  # noqa: E402
 
-from numba_attn.gpu.device_functions import NEG_INF, row_key_step, visible_keys
+from numba_attn.gpu.device_functions import row_key_step, visible_keys
 from numba_attn.gpu.jit import kernel
+from numba_attn.phases.cuda_core.common import kv_head, row_block_launch, start_row_q
 from numba_attn.phases.registry import Launch, Phase, load_all, register_if_absent, unregister
 from numba_attn.phases.registry import temporary_phases  # noqa: F401  (re-exported)
 
@@ -60,15 +61,11 @@ def make_buggy_kernel(D: int, Bc: int, causal: bool, bug: int):
             for d in range(D):
                 o[bh, i, d] = float32(0.0)
             return
-        kvh = (bh // H) * (H // G) + (bh % H) // G
+        kvh = kv_head(bh, H, G)
         sc = float32(1.0) if bug == UNSCALED else scale
         Q_i = cuda.local.array(D, float32)
         O_i = cuda.local.array(D, float32)
-        for d in range(D):
-            Q_i[d] = float32(q[bh, i, d]) * sc
-            O_i[d] = float32(0.0)
-        m = NEG_INF
-        l = float32(0.0)
+        m, l = start_row_q(Q_i, O_i, q, bh, i, sc, True)
         n_keys = visible_keys(i, Nq, Nk, causal)
         n_tiles = n_keys // Bc if bug == TILE_EDGE else (n_keys + Bc - 1) // Bc
         for t in range(n_tiles):
@@ -90,14 +87,7 @@ def make_buggy_kernel(D: int, Bc: int, causal: bool, bug: int):
 def _build_buggy(bug: str):
     def build(problem, threads=32):
         kern = make_buggy_kernel(problem.head_dim, BUGGY_BC, problem.causal, _BUG_IDS[bug])
-        scale = float32(problem.sm_scale)
-        H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
-        grid = ((Nq + threads - 1) // threads, problem.batch * H)
-
-        def run(q, k, v, o, stream=0):
-            kern[grid, threads, stream](q, k, v, o, scale, H, problem.group, Nq, Nk)
-
-        return Launch(run, kernels=[kern])
+        return row_block_launch(kern, problem, threads, threads)
 
     return build
 

@@ -21,7 +21,8 @@ import math
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_INF, online_softmax_rescale2, online_softmax_step, visible_keys
+from numba_attn.gpu.device_functions import (NEG_INF, load_tile, online_softmax_rescale2, online_softmax_step,
+                                             visible_keys)
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.ptx_loads import (MASKED, STATIC_SMEM_LIMIT, dynamic_tile, fetch4, fetch4_t, launch_dynamic, lds4,
                                       load_tile4_t, put4, put4_t, smem_reason, sts4)
@@ -60,6 +61,73 @@ def static_kv_reason(problem, Bc: int) -> str | None:
     return None
 
 
+# -- device functions of the row-per-thread kernels (fused_rowwise … double_buffer, split_k_prefill) --------
+
+
+@device
+def kv_head(bh, H, G):
+    """The KV head of (batch, head) ``bh``: G query heads share one (GQA)."""
+    return (bh // H) * (H // G) + (bh % H) // G
+
+
+@device
+def start_row(O_seg):
+    """Zero the thread's output segment; (m, l) of a row that has seen no key yet."""
+    for c in range(O_seg.shape[0]):
+        O_seg[c] = float32(0.0)
+    return NEG_INF, float32(0.0)
+
+
+@device
+def start_row_q(Q_i, O_i, q, bh, i, scale, row_ok):
+    """``Q_i = q[bh, i] · scale`` (zeros where not ``row_ok``) and ``O_i = 0``; (m, l) of a
+    row that has seen no key yet."""
+    for d in range(O_i.shape[0]):
+        Q_i[d] = float32(q[bh, i, d]) * scale if row_ok else float32(0.0)
+        O_i[d] = float32(0.0)
+    return NEG_INF, float32(0.0)
+
+
+@device
+def load_kv(K_s, V_s, k, v, kvh, j0, Nk, t, n):
+    """Key rows ``j0 ..`` of KV head ``kvh`` into the shared tiles ``K_s`` and ``V_s`` (zeros past
+    ``Nk``), by thread ``t`` of ``n``."""
+    load_tile(K_s, k, kvh, j0, Nk, t, n)
+    load_tile(V_s, v, kvh, j0, Nk, t, n)
+
+
+@functools.cache
+def tile_rows(D: int):
+    """The inner loop of smem_kv and split_k_prefill: one thread's query row (``Q_i`` in
+    registers) against the first ``n`` keys of a K/V tile in shared memory, the online
+    softmax folding each score into (m, l) and ``O_i``; returns the new (m, l)."""
+    @device
+    def rows(Q_i, K_j, V_j, n, m, l, O_i):
+        for jj in range(n):
+            s = float32(0.0)
+            for d in range(D):
+                s += Q_i[d] * K_j[jj, d]
+            m, l, corr, p = online_softmax_step(m, l, s)
+            for d in range(D):
+                O_i[d] = O_i[d] * corr + p * V_j[jj, d]
+        return m, l
+
+    return rows
+
+
+@functools.cache
+def store_row(W: int):
+    """The end of a row: ``o[bh, i, c0:c0+W] = O / l``, a whole row (W = D, c0 = 0) or a
+    thread's segment (W = SEG)."""
+    @device
+    def store(o, bh, i, c0, O, l):
+        inv_l = float32(1.0) / l
+        for c in range(W):
+            o[bh, i, c0 + c] = O[c] * inv_l
+
+    return store
+
+
 # -- the segmented phases (segmented_out … double_buffer) ---------------------------------
 
 
@@ -91,6 +159,18 @@ def segment_reason(problem, Br: int, SEG: int, loader_warps: int = 0, vec4: bool
     return None
 
 
+def segment_supports(smem_floats, loaders: bool = False, vec4: bool = False):
+    """The ``supports`` of a segmented phase whose shared tiles take ``smem_floats(D, Br, Bc)`` floats:
+    its threads (:func:`segment_reason`; ``loaders``: at least one loader warp) and its shared memory."""
+    def supports(problem, Br, Bc, SEG, loader_warps=0):
+        if loaders and loader_warps < 1:
+            return f"loader_warps={loader_warps}: at least one loader warp"
+        return (segment_reason(problem, Br, SEG, loader_warps, vec4)
+                or smem_reason(4 * smem_floats(problem.head_dim, Br, Bc)))
+
+    return supports
+
+
 def register_cap(D: int, Br: int, SEG: int, loader_warps: int = 0) -> dict:
     """Kernel options so that the block's Br·D/SEG (+ loader) threads fit the SM's 64K
     registers: above 256 threads a per-thread cap (spilling if it must: a finding the
@@ -107,12 +187,6 @@ def segment_launch(kern, problem, Br: int, SEG: int, smem_bytes: int, loader_war
     return row_block_launch(kern, problem, Br, threads, smem_bytes)
 
 
-@device
-def start_row(O_seg):
-    """Zero the thread's output segment; (m, l) of a row that has seen no key yet."""
-    for c in range(O_seg.shape[0]):
-        O_seg[c] = float32(0.0)
-    return NEG_INF, float32(0.0)
 
 
 @device
@@ -125,8 +199,7 @@ def segment_thread(Br, SEG, H, G):
     c0 = (tid // Br) * SEG
     i = cuda.blockIdx.x * Br + r
     bh = cuda.blockIdx.y
-    kvh = (bh // H) * (H // G) + (bh % H) // G
-    return tid, r, c0, i, bh, kvh
+    return tid, r, c0, i, bh, kv_head(bh, H, G)
 
 
 @device
@@ -155,18 +228,6 @@ def segment_rows(D: int, SEG: int):
         return m, l
 
     return rows
-
-
-@functools.cache
-def segment_store(SEG: int):
-    """The end of a segmented phase: ``o[bh, i, c0:c0+SEG] = O_seg / l``."""
-    @device
-    def store(o, bh, i, c0, O_seg, l):
-        inv_l = float32(1.0) / l
-        for c in range(SEG):
-            o[bh, i, c0 + c] = O_seg[c] * inv_l
-
-    return store
 
 
 @functools.cache
@@ -266,7 +327,7 @@ def make_register_blocked(D: int, Br: int, Bc: int, TM: int, TN: int, maxreg: in
         bx = cuda.gridDim.x - 1 - cuda.blockIdx.x if heavy_first else cuda.blockIdx.x
         row0 = bx * Br
         bh = cuda.blockIdx.y
-        kvh = (bh // H) * (H // G) + (bh % H) // G
+        kvh = kv_head(bh, H, G)
         off = Nk - Nq
         load_tile4_t(Q_t, q, bh, row0, Nq, scale2, tid, NT, Br, D)
         block_keys = visible_keys(min(row0 + Br, Nq) - 1, Nq, Nk, causal)

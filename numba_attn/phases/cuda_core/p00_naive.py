@@ -18,7 +18,7 @@ import math
 from numba import cuda, float32
 
 from numba_attn.gpu.device_functions import NEG_INF
-from numba_attn.gpu.jit import kernel
+from numba_attn.gpu.jit import device, kernel
 from numba_attn.phases.registry import Launch, register_phase
 from numba_attn.gpu.warp import WARP_SIZE, warp_max, warp_sum
 
@@ -26,14 +26,19 @@ ROWS_PER_BLOCK = 4  # softmax: one warp per row, 4 rows per block
 TILE_X, TILE_Y = 32, 8  # thread block of the two GEMM kernels
 
 
+@device
+def element():
+    """The element (column, row, batch·head) of S or O a thread of the two GEMM kernels computes."""
+    return (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y,
+            cuda.blockIdx.z)
+
+
 @functools.cache
 def make_kernels(D: int, causal: bool):
     @kernel
     def scores(q, k, s, scale, H, G, Nq, Nk):
         """S[bh, i, j] = scale · Σ_d Q[bh, i, d] K[kvh, j, d]  (or −inf if masked)."""
-        j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-        i = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y
-        bh = cuda.blockIdx.z
+        j, i, bh = element()
         if i >= Nq or j >= Nk:
             return
         kvh = (bh // H) * (H // G) + (bh % H) // G
@@ -67,9 +72,7 @@ def make_kernels(D: int, causal: bool):
     @kernel
     def pv(p, v, o, H, G, Nq, Nk):
         """O[bh, i, d] = Σ_j P[bh, i, j] V[kvh, j, d]."""
-        d = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-        i = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y
-        bh = cuda.blockIdx.z
+        d, i, bh = element()
         if i >= Nq or d >= D:
             return
         kvh = (bh // H) * (H // G) + (bh % H) // G

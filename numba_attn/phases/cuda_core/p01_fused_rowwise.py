@@ -18,15 +18,16 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_INF, row_key_step, visible_keys
+from numba_attn.gpu.device_functions import row_key_step, visible_keys
 from numba_attn.gpu.jit import kernel
-from numba_attn.phases.cuda_core.common import row_block_launch
+from numba_attn.phases.cuda_core.common import kv_head, row_block_launch, start_row_q, store_row
 from numba_attn.phases.registry import register_phase
 
 
 @functools.cache
 def make_kernel(D: int, THREADS: int, causal: bool):
     key_step = row_key_step(D)
+    store = store_row(D)
 
     @kernel
     def fused_rowwise(q, k, v, o, scale, H, G, Nq, Nk):
@@ -34,19 +35,13 @@ def make_kernel(D: int, THREADS: int, causal: bool):
         bh = cuda.blockIdx.y
         if i >= Nq:
             return
-        kvh = (bh // H) * (H // G) + (bh % H) // G
+        kvh = kv_head(bh, H, G)
         Q_i = cuda.local.array(D, float32)
         O_i = cuda.local.array(D, float32)
-        for d in range(D):
-            Q_i[d] = float32(q[bh, i, d]) * scale
-            O_i[d] = float32(0.0)
-        m = NEG_INF
-        l = float32(0.0)
+        m, l = start_row_q(Q_i, O_i, q, bh, i, scale, True)
         for j in range(visible_keys(i, Nq, Nk, causal)):
             m, l = key_step(Q_i, O_i, k, v, kvh, j, m, l)  # s = Q_i·K_j, online softmax, O_i += p·V_j
-        inv_l = float32(1.0) / l
-        for d in range(D):
-            o[bh, i, d] = O_i[d] * inv_l
+        store(o, bh, i, 0, O_i, l)
 
     return fused_rowwise
 

@@ -19,14 +19,17 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_INF, load_tile, online_softmax_step
 from numba_attn.gpu.jit import kernel
-from numba_attn.phases.cuda_core.common import row_block_launch, row_keys, static_kv_reason
+from numba_attn.phases.cuda_core.common import (kv_head, load_kv, row_block_launch, row_keys, start_row_q,
+                                                static_kv_reason, store_row, tile_rows)
 from numba_attn.phases.registry import register_phase
 
 
 @functools.cache
 def make_kernel(D: int, Br: int, Bc: int, causal: bool):
+    rows = tile_rows(D)
+    store = store_row(D)
+
     @kernel
     def smem_kv(q, k, v, o, scale, H, G, Nq, Nk):
         K_j = cuda.shared.array((Bc, D), float32)
@@ -34,33 +37,20 @@ def make_kernel(D: int, Br: int, Bc: int, causal: bool):
         tid = cuda.threadIdx.x
         i = cuda.blockIdx.x * Br + tid
         bh = cuda.blockIdx.y
-        kvh = (bh // H) * (H // G) + (bh % H) // G
+        kvh = kv_head(bh, H, G)
         row_ok = i < Nq
         Q_i = cuda.local.array(D, float32)
         O_i = cuda.local.array(D, float32)
-        for d in range(D):
-            Q_i[d] = float32(q[bh, i, d]) * scale if row_ok else float32(0.0)
-            O_i[d] = float32(0.0)
-        m = NEG_INF
-        l = float32(0.0)
+        m, l = start_row_q(Q_i, O_i, q, bh, i, scale, row_ok)
         n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
         for j0 in range(0, block_keys, Bc):
-            load_tile(K_j, k, kvh, j0, Nk, tid, Br)
-            load_tile(V_j, v, kvh, j0, Nk, tid, Br)
+            load_kv(K_j, V_j, k, v, kvh, j0, Nk, tid, Br)
             cuda.syncthreads()
             if row_ok:
-                for jj in range(min(Bc, n_keys - j0)):
-                    s = float32(0.0)
-                    for d in range(D):
-                        s += Q_i[d] * K_j[jj, d]
-                    m, l, corr, p = online_softmax_step(m, l, s)
-                    for d in range(D):
-                        O_i[d] = O_i[d] * corr + p * V_j[jj, d]
+                m, l = rows(Q_i, K_j, V_j, min(Bc, n_keys - j0), m, l, O_i)
             cuda.syncthreads()
         if row_ok:
-            inv_l = float32(1.0) / l
-            for d in range(D):
-                o[bh, i, d] = O_i[d] * inv_l
+            store(o, bh, i, 0, O_i, l)
 
     return smem_kv
 

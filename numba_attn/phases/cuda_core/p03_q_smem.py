@@ -17,10 +17,10 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_INF, load_tile, online_softmax_step
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled, smem_reason
-from numba_attn.phases.cuda_core.common import row_block_launch, row_keys
+from numba_attn.phases.cuda_core.common import (kv_head, load_kv, row_block_launch, row_keys, segment_rows, start_row,
+                                                store_row)
 from numba_attn.phases.registry import register_phase
 
 
@@ -32,6 +32,8 @@ def smem_floats(D, Br, Bc):
 def make_kernel(D: int, Br: int, Bc: int, causal: bool):
     K_OFF = D * Br
     V_OFF = K_OFF + Bc * D
+    rows = segment_rows(D, D)  # one segment: the thread's whole row
+    store = store_row(D)
 
     @kernel
     def q_smem(q, k, v, o, scale, H, G, Nq, Nk):
@@ -41,32 +43,20 @@ def make_kernel(D: int, Br: int, Bc: int, causal: bool):
         tid = cuda.threadIdx.x
         i = cuda.blockIdx.x * Br + tid
         bh = cuda.blockIdx.y
-        kvh = (bh // H) * (H // G) + (bh % H) // G
+        kvh = kv_head(bh, H, G)
         row_ok = i < Nq
         load_tile_t_scaled(Q_t, q, bh, cuda.blockIdx.x * Br, Nq, scale, tid, Br, Br, D)
         O_i = cuda.local.array(D, float32)
-        for d in range(D):
-            O_i[d] = float32(0.0)
-        m = NEG_INF
-        l = float32(0.0)
+        m, l = start_row(O_i)
         n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
         for j0 in range(0, block_keys, Bc):
-            load_tile(K_j, k, kvh, j0, Nk, tid, Br)
-            load_tile(V_j, v, kvh, j0, Nk, tid, Br)
+            load_kv(K_j, V_j, k, v, kvh, j0, Nk, tid, Br)
             cuda.syncthreads()
             if row_ok:
-                for jj in range(min(Bc, n_keys - j0)):
-                    s = float32(0.0)
-                    for d in range(D):
-                        s += Q_t[d, tid] * K_j[jj, d]
-                    m, l, corr, p = online_softmax_step(m, l, s)
-                    for d in range(D):
-                        O_i[d] = O_i[d] * corr + p * V_j[jj, d]
+                m, l = rows(Q_t, K_j, V_j, tid, 0, min(Bc, n_keys - j0), m, l, O_i)
             cuda.syncthreads()
         if row_ok:
-            inv_l = float32(1.0) / l
-            for d in range(D):
-                o[bh, i, d] = O_i[d] * inv_l
+            store(o, bh, i, 0, O_i, l)
 
     return q_smem
 

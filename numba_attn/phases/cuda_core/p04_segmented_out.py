@@ -18,11 +18,10 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import load_tile
 from numba_attn.gpu.jit import kernel
-from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled, smem_reason
-from numba_attn.phases.cuda_core.common import (register_cap, resolve_seg, row_keys, segment_launch, segment_reason,
-                                                segment_rows, segment_store, segment_thread, start_row)
+from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled
+from numba_attn.phases.cuda_core.common import (load_kv, register_cap, resolve_seg, row_keys, segment_launch,
+                                                segment_rows, segment_supports, segment_thread, start_row, store_row)
 from numba_attn.phases.registry import register_phase
 
 
@@ -36,7 +35,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
     V_OFF = K_OFF + Bc * D
     NT = Br * (D // SEG)
     rows = segment_rows(D, SEG)
-    store = segment_store(SEG)
+    store = store_row(SEG)
 
     @kernel(**register_cap(D, Br, SEG))
     def segmented_out(q, k, v, o, scale, H, G, Nq, Nk):
@@ -50,8 +49,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
         m, l = start_row(O_seg)
         n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
         for j0 in range(0, block_keys, Bc):
-            load_tile(K_j, k, kvh, j0, Nk, tid, NT)
-            load_tile(V_j, v, kvh, j0, Nk, tid, NT)
+            load_kv(K_j, V_j, k, v, kvh, j0, Nk, tid, NT)
             cuda.syncthreads()
             if row_ok:
                 m, l = rows(Q_t, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg)
@@ -60,10 +58,6 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
             store(o, bh, i, c0, O_seg, l)
 
     return segmented_out
-
-
-def _supports(problem, Br, Bc, SEG):
-    return segment_reason(problem, Br, SEG) or smem_reason(4 * smem_floats(problem.head_dim, Br, Bc))
 
 
 @register_phase(
@@ -79,7 +73,7 @@ def _supports(problem, Br, Bc, SEG):
     planned_speedup=7.0,
     space={"Br": [32, 64, 128], "Bc": [16, 32, 64], "SEG": [8, 16, 32, 64, 128]},
     sim_params={"Br": 32, "Bc": 16, "SEG": 8},
-    supports=_supports,
+    supports=segment_supports(smem_floats),
     resolve=resolve_seg,
 )
 def segmented_out(problem, Br=64, Bc=32, SEG=128):

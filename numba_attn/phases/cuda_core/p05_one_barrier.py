@@ -21,9 +21,9 @@ from numba import cuda, float32
 
 from numba_attn.gpu.device_functions import load_tile
 from numba_attn.gpu.jit import kernel
-from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled, smem_reason
-from numba_attn.phases.cuda_core.common import (register_cap, resolve_seg, row_keys, segment_launch, segment_reason,
-                                                segment_rows, segment_store, segment_thread, start_row)
+from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled
+from numba_attn.phases.cuda_core.common import (register_cap, resolve_seg, row_keys, segment_launch, segment_rows,
+                                                segment_supports, segment_thread, start_row, store_row)
 from numba_attn.phases.registry import register_phase
 
 
@@ -37,7 +37,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
     V_OFF = K_OFF + 2 * Bc * D  # two stages each
     NT = Br * (D // SEG)
     rows = segment_rows(D, SEG)
-    store = segment_store(SEG)
+    store = store_row(SEG)
 
     @kernel(**register_cap(D, Br, SEG))
     def one_barrier(q, k, v, o, scale, H, G, Nq, Nk):
@@ -66,10 +66,6 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
     return one_barrier
 
 
-def _supports(problem, Br, Bc, SEG):
-    return segment_reason(problem, Br, SEG) or smem_reason(4 * smem_floats(problem.head_dim, Br, Bc))
-
-
 @register_phase(
     name="one_barrier", order=5, title="One barrier per K/V tile (two stages)",
     parent="segmented_out",
@@ -83,7 +79,7 @@ def _supports(problem, Br, Bc, SEG):
     planned_speedup=7.5,
     space={"Br": [32, 64, 128], "Bc": [16, 32, 64], "SEG": [8, 16, 32, 64, 128]},
     sim_params={"Br": 32, "Bc": 16, "SEG": 8},
-    supports=_supports,
+    supports=segment_supports(smem_floats),
     resolve=resolve_seg,
 )
 def one_barrier(problem, Br=64, Bc=32, SEG=64):

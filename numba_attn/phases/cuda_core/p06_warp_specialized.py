@@ -22,9 +22,9 @@ from numba import cuda, float32
 
 from numba_attn.gpu.device_functions import load_tile
 from numba_attn.gpu.jit import kernel
-from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled, smem_reason
-from numba_attn.phases.cuda_core.common import (register_cap, resolve_seg, row_keys, segment_launch, segment_reason,
-                                                segment_rows, segment_store, segment_thread, start_row)
+from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled
+from numba_attn.phases.cuda_core.common import (register_cap, resolve_seg, row_keys, segment_launch, segment_rows,
+                                                segment_supports, segment_thread, start_row, store_row)
 from numba_attn.phases.registry import register_phase
 
 
@@ -38,7 +38,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: b
     V_OFF = K_OFF + 2 * Bc * D  # two stages each
     NT = Br * (D // SEG)  # compute threads; the loader warps come after them
     rows = segment_rows(D, SEG)
-    store = segment_store(SEG)
+    store = store_row(SEG)
     NL = 32 * loader_warps
 
     @kernel(**register_cap(D, Br, SEG, loader_warps))
@@ -72,12 +72,6 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: b
     return warp_specialized
 
 
-def _supports(problem, Br, Bc, SEG, loader_warps):
-    if loader_warps < 1:
-        return f"loader_warps={loader_warps}: at least one loader warp"
-    return segment_reason(problem, Br, SEG, loader_warps) or smem_reason(4 * smem_floats(problem.head_dim, Br, Bc))
-
-
 @register_phase(
     name="warp_specialized", order=6, title="Loader warps and compute warps",
     parent="one_barrier",
@@ -90,7 +84,7 @@ def _supports(problem, Br, Bc, SEG, loader_warps):
     planned_speedup=8.0,
     space={"Br": [32, 64, 128], "Bc": [16, 32, 64], "SEG": [16, 32, 64], "loader_warps": [1, 2]},
     sim_params={"Br": 32, "Bc": 16, "SEG": 8, "loader_warps": 1},
-    supports=_supports,
+    supports=segment_supports(smem_floats, loaders=True),
     resolve=resolve_seg,
 )
 def warp_specialized(problem, Br=64, Bc=32, SEG=64, loader_warps=2):

@@ -20,9 +20,9 @@ import functools
 from numba import cuda, float32
 
 from numba_attn.gpu.jit import kernel
-from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile4, smem_reason
-from numba_attn.phases.cuda_core.common import (register_cap, resolve_seg, row_keys, segment_launch, segment_reason,
-                                                segment_rows4, segment_store, segment_thread, start_row)
+from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile4
+from numba_attn.phases.cuda_core.common import (register_cap, resolve_seg, row_keys, segment_launch, segment_rows4,
+                                                segment_supports, segment_thread, start_row, store_row)
 from numba_attn.phases.registry import register_phase
 
 ONE = float32(1.0)
@@ -40,7 +40,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: b
     V_OFF = K_OFF + 2 * Bc * D  # two stages each
     NT = Br * (D // SEG)  # compute threads; the loader warps come after them
     rows = segment_rows4(D, SEG)
-    store = segment_store(SEG)
+    store = store_row(SEG)
     NL = 32 * loader_warps
 
     @kernel(**register_cap(D, Br, SEG, loader_warps))
@@ -77,13 +77,10 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: b
 
 
 def _supports(problem, Br, Bc, SEG, loader_warps):
-    if loader_warps < 1:
-        return f"loader_warps={loader_warps}: at least one loader warp"
-    if problem.head_dim > 192:
+    if problem.head_dim > 192 and loader_warps >= 1:
         return (f"head_dim {problem.head_dim} > 192: the launch runs out of resources on an H100 at 256 "
                 f"(measured; experiments/2026-11-22-head-dims/)")
-    return (segment_reason(problem, Br, SEG, loader_warps, vec4=True)
-            or smem_reason(4 * smem_floats(problem.head_dim, Br, Bc)))
+    return segment_supports(smem_floats, loaders=True, vec4=True)(problem, Br, Bc, SEG, loader_warps)
 
 
 @register_phase(

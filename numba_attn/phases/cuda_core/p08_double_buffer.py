@@ -19,9 +19,9 @@ import functools
 from numba import cuda, float32
 
 from numba_attn.gpu.jit import kernel
-from numba_attn.gpu.ptx_loads import dynamic_tile, fetch4, load_tile4, put4, smem_reason
-from numba_attn.phases.cuda_core.common import (register_cap, resolve_seg, row_keys, segment_launch, segment_reason,
-                                                segment_rows4, segment_store, segment_thread, start_row)
+from numba_attn.gpu.ptx_loads import dynamic_tile, fetch4, load_tile4, put4
+from numba_attn.phases.cuda_core.common import (register_cap, resolve_seg, row_keys, segment_launch, segment_rows4,
+                                                segment_supports, segment_thread, start_row, store_row)
 from numba_attn.phases.registry import register_phase
 
 QPAD = 4  # Q rows padded to D+4 floats: conflict-free 16-byte row reads
@@ -38,7 +38,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
     V_OFF = K_OFF + 2 * Bc * D  # two stages each
     NT = Br * (D // SEG)
     rows = segment_rows4(D, SEG)
-    store = segment_store(SEG)
+    store = store_row(SEG)
     STAGE = (Bc * D // 4 + NT - 1) // NT * 4  # floats staged per thread and tile (K, and V)
 
     @kernel(**register_cap(D, Br, SEG))
@@ -76,10 +76,6 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
     return double_buffer
 
 
-def _supports(problem, Br, Bc, SEG):
-    return segment_reason(problem, Br, SEG, vec4=True) or smem_reason(4 * smem_floats(problem.head_dim, Br, Bc))
-
-
 @register_phase(
     name="double_buffer", order=8, title="Register-staged double buffering",
     parent="vectorized",
@@ -93,7 +89,7 @@ def _supports(problem, Br, Bc, SEG):
     planned_speedup=15.0,
     space={"Br": [32, 64, 128], "Bc": [16, 32, 64], "SEG": [16, 32, 64, 128]},
     sim_params={"Br": 32, "Bc": 16, "SEG": 8},
-    supports=_supports,
+    supports=segment_supports(smem_floats, vec4=True),
     resolve=resolve_seg,
 )
 def double_buffer(problem, Br=128, Bc=32, SEG=64):

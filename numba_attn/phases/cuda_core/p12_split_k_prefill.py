@@ -19,15 +19,18 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_BIG, load_tile, online_softmax_step, state_lse, visible_keys
+from numba_attn.gpu.device_functions import NEG_BIG, state_lse, visible_keys
 from numba_attn.gpu.jit import kernel
-from numba_attn.phases.cuda_core.common import static_kv_reason
+from numba_attn.phases.cuda_core.common import kv_head, load_kv, static_kv_reason, store_row, tile_rows
 from numba_attn.phases.registry import Launch, register_phase
 from numba_attn.gpu.split_k import make_combine_kernel, sm_count, split_plan
 
 
 @functools.cache
 def make_kernel(D: int, Br: int, Bc: int, causal: bool, FINAL: bool):
+    rows = tile_rows(D)
+    store = store_row(D)
+
     @kernel
     def split_k_prefill(q, k, v, o, part_o, part_lse, scale, H, G, Nq, Nk, chunk):
         K_j = cuda.shared.array((Bc, D), float32)
@@ -36,7 +39,7 @@ def make_kernel(D: int, Br: int, Bc: int, causal: bool, FINAL: bool):
         i = cuda.blockIdx.x * Br + tid
         bh = cuda.blockIdx.y
         split = cuda.blockIdx.z
-        kvh = (bh // H) * (H // G) + (bh % H) // G
+        kvh = kv_head(bh, H, G)
         row_ok = i < Nq
         Q_i = cuda.local.array(D, float32)
         O_i = cuda.local.array(D, float32)
@@ -51,23 +54,14 @@ def make_kernel(D: int, Br: int, Bc: int, causal: bool, FINAL: bool):
         # keys any row of this block can see: the block's last row sees the most
         block_keys = min(visible_keys(min(cuda.blockIdx.x * Br + Br, Nq) - 1, Nq, Nk, causal), hi)
         for j0 in range(lo, block_keys, Bc):
-            load_tile(K_j, k, kvh, j0, Nk, tid, Br)
-            load_tile(V_j, v, kvh, j0, Nk, tid, Br)
+            load_kv(K_j, V_j, k, v, kvh, j0, Nk, tid, Br)
             cuda.syncthreads()
             if row_ok:
-                for jj in range(min(Bc, n_keys - j0)):
-                    s = float32(0.0)
-                    for d in range(D):
-                        s += Q_i[d] * K_j[jj, d]
-                    m, l, corr, p = online_softmax_step(m, l, s)
-                    for d in range(D):
-                        O_i[d] = O_i[d] * corr + p * V_j[jj, d]
+                m, l = rows(Q_i, K_j, V_j, min(Bc, n_keys - j0), m, l, O_i)
             cuda.syncthreads()
         if row_ok:
             if FINAL:
-                inv_l = float32(1.0) / l
-                for d in range(D):
-                    o[bh, i, d] = O_i[d] * inv_l
+                store(o, bh, i, 0, O_i, l)
             else:
                 inv_l = float32(1.0) / l if l > float32(0.0) else float32(0.0)
                 for d in range(D):
