@@ -78,17 +78,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--results", default=None,
                    help="JSON-lines file to append to (default: <results dir>/<gpu>.jsonl, the results dir "
                         "being $NUMBA_ATTN_RESULTS or ~/.local/share/numba-attn/results)")
-    r.add_argument("--timeout", type=float, default=None,
-                   help="seconds per (phase, problem) before it is recorded TIMEOUT "
-                        "(default 600 on a GPU, 1800 in the simulator, the roadmap benchmark's 180 without a "
-                        "problem on a GPU; 0 = no limit, in-process)")
-    r.add_argument("--budget", type=float, default=None,
-                   help=f"seconds of timing per row (GPU; default {DEFAULT_BUDGET_S:g})")
-    r.add_argument("--timing", choices=["events", "graph", "cupti"], default=None,
-                   help="which method gives the time column (GPU): events = CUDA events around back-to-back "
+    _timeout_and_timing(r, "seconds per (phase, problem) before it is recorded TIMEOUT (default 600 on a GPU, 1800 "
+                           "in the simulator, the roadmap benchmark's 180 without a problem on a GPU; 0 = no limit, "
+                           "in-process)",
+                        "which method gives the time column (GPU): events = CUDA events around back-to-back "
                         "launches (the default); graph = CUDA graph replay; cupti = the kernels' own durations "
                         "from CUPTI through torch.profiler (needs PyTorch; phases and SDPA measured the same "
                         "way: use it for published ratios). The events time is kept and compared")
+    r.add_argument("--budget", type=float, default=None,
+                   help=f"seconds of timing per row (GPU; default {DEFAULT_BUDGET_S:g})")
     r.add_argument("--no-peers", action="store_true", help="do not run PyTorch SDPA as a peer")
     r.add_argument("--peers", default=None, help="comma-separated peer names (default: all)")
     r.add_argument("--no-ceilings", action="store_true",
@@ -111,13 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--resume", action="store_true", help="skip rows already measured (same source, environment)")
     b.add_argument("--quick", action="store_true", help="short timing budget, one seed: a smoke test")
     b.add_argument("--preset", action="append", default=[], help="replace the benchmark's problems by presets")
-    b.add_argument("--timeout", type=float, default=None,
-                   help="seconds per row before TIMEOUT (default: the benchmark's; 0 = no limit, in-process)")
+    _timeout_and_timing(b, "seconds per row before TIMEOUT (default: the benchmark's; 0 = no limit, in-process)",
+                        "how phases and peers are timed (default: the benchmark's, events; cupti: the kernels' "
+                        "own durations, through torch.profiler)")
     b.add_argument("--max-total", type=float, default=None,
                    help="seconds after which remaining rows are SKIP (default: the benchmark's limit)")
-    b.add_argument("--timing", choices=["events", "graph", "cupti"], default=None,
-                   help="how phases and peers are timed (default: the benchmark's, events; cupti: the kernels' "
-                        "own durations, through torch.profiler)")
     b.add_argument("--simulator", action="store_true", help="use the Numba CUDA simulator (CPU)")
     _allow_slow_option(b)
     _parallel_options(b, "default: one after the other in one worker process")
@@ -229,15 +225,13 @@ def _tune_parser(sub):
     t.add_argument("--param", action="append", default=[], metavar="PHASE.NAME=VALUE",
                    help="pin a parameter (not tuned; repeatable)")
     t.add_argument("--seeds", default="1,2", help="comma-separated input seeds for the correctness check")
-    t.add_argument("--timeout", type=float, default=None,
-                   help="seconds per candidate before it is recorded TIMEOUT (default 600 on a GPU, 1800 in the "
-                        "simulator; 0 = in-process, only with one worker)")
-    t.add_argument("--timing-budget", type=float, default=1.0, help="seconds of timing per candidate (GPU)")
-    t.add_argument("--timing", choices=["events", "graph", "cupti"], default=None,
-                   help="how candidates are timed (default on a GPU: graph, CUDA graph replay for every "
+    _timeout_and_timing(t, "seconds per candidate before it is recorded TIMEOUT (default 600 on a GPU, 1800 in "
+                           "the simulator; 0 = in-process, only with one worker)",
+                        "how candidates are timed (default on a GPU: graph, CUDA graph replay for every "
                         "candidate, so all are compared by one method; events switches a row to graph replay "
                         "when it is launch-bound, which mixes methods among short kernels; cupti: the "
                         "kernels' own durations)")
+    t.add_argument("--timing-budget", type=float, default=1.0, help="seconds of timing per candidate (GPU)")
     t.add_argument("--resume", action="store_true", help="skip candidates already measured in the results file")
     _common(t)
 
@@ -274,6 +268,12 @@ def _parallel_options(sp, default):
                     help="allow workers (or Ray actors) on different GPU models in one sweep")
     sp.add_argument("--oversubscribe", action="store_true",
                     help="allow more local workers than visible GPUs (they share GPUs round-robin)")
+
+
+def _timeout_and_timing(sp, timeout_help: str, timing_help: str):
+    """``--timeout`` (seconds per row) and ``--timing`` (events, graph or cupti)."""
+    sp.add_argument("--timeout", type=float, default=None, help=timeout_help)
+    sp.add_argument("--timing", choices=["events", "graph", "cupti"], default=None, help=timing_help)
 
 
 def _common(sp):

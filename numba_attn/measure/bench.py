@@ -219,6 +219,7 @@ def select_by_kind(problems):
 
 
 BENCHMARKS: dict[str, Benchmark] = {}
+SDPA_PEERS = ("torch_sdpa", "torch_sdpa_flash", "torch_sdpa_efficient", "torch_sdpa_cudnn")  # the fp32 SDPA peers
 
 
 def register(b: Benchmark) -> Benchmark:
@@ -246,7 +247,7 @@ register(Benchmark(
     x_vals=[4096, 8192, 16384, 32768],
     problems_for=_long_problems,
     select=_long_select,
-    peers=("torch_sdpa", "torch_sdpa_flash", "torch_sdpa_efficient", "torch_sdpa_cudnn"),
+    peers=SDPA_PEERS,
     plots=("scaling", "roofline"),
     plot_name="long_context",
     seeds=(1,),
@@ -261,7 +262,7 @@ register(Benchmark(
     x_vals=[],  # filled from PRESETS when run (presets named decode*)
     problems_for=_decode_problems,
     line_kind="decode",
-    peers=("torch_sdpa", "torch_sdpa_flash", "torch_sdpa_efficient", "torch_sdpa_cudnn"),
+    peers=SDPA_PEERS,
     plots=("roadmap", "roofline", "traffic"),
     plot_name="decode",
     select=_layout_select,
@@ -269,39 +270,25 @@ register(Benchmark(
     max_total_s=420.0,
 ))
 
-register(Benchmark(
-    name="paged",
-    description="paged decode phases (fp16, fp8, int8 caches; page sizes 16-256; ragged lengths) against the "
-                "contiguous decode phases and SDPA on the contiguous fp16 cache of the same lengths",
-    x_names=("problem",),
-    x_vals=["paged", "paged-8bit"],
-    problems_for=_paged_problems,
-    line_kind="decode",
-    select=_paged_select,
-    peers=("torch_sdpa", "torch_sdpa_flash", "torch_sdpa_efficient", "torch_sdpa_cudnn"),
-    plots=("layouts",),
-    plot_name="paged",
-    expand=with_twins,
-    max_row_ms=1000.0,
-    max_total_s=540.0,
-))
 
 
-register(Benchmark(
-    name="varlen",
-    description="varlen prefill phases (packed ragged batches, cu_seqlens) against their parents on the padded "
-                "batch (every sequence at the longest length) and SDPA on it: time per useful FLOP",
-    x_names=("problem",),
-    x_vals=["varlen"],
-    problems_for=_varlen_problems,
-    select=_varlen_select,
-    peers=("torch_sdpa", "torch_sdpa_flash", "torch_sdpa_efficient", "torch_sdpa_cudnn"),
-    plots=("layouts",),
-    plot_name="varlen",
-    expand=with_twins,
-    max_row_ms=1000.0,
-    max_total_s=540.0,
-))
+def layout_benchmark(name: str, description: str, presets: list, problems_for, select, line_kind: str) -> Benchmark:
+    """A benchmark of a memory layout (paged, varlen): its phases on the ``presets`` beside the contiguous
+    twins (:func:`with_twins`) on which their parents and SDPA run; the ``layouts`` plot."""
+    return Benchmark(name=name, description=description, x_names=("problem",), x_vals=presets,
+                     problems_for=problems_for, line_kind=line_kind, select=select, peers=SDPA_PEERS,
+                     plots=("layouts",), plot_name=name, expand=with_twins, max_row_ms=1000.0, max_total_s=540.0)
+
+
+register(layout_benchmark(
+    "paged", "paged decode phases (fp16, fp8, int8 caches; page sizes 16-256; ragged lengths) against the "
+             "contiguous decode phases and SDPA on the contiguous fp16 cache of the same lengths",
+    ["paged", "paged-8bit"], _paged_problems, _paged_select, line_kind="decode"))
+
+register(layout_benchmark(
+    "varlen", "varlen prefill phases (packed ragged batches, cu_seqlens) against their parents on the padded "
+              "batch (every sequence at the longest length) and SDPA on it: time per useful FLOP",
+    ["varlen"], _varlen_problems, _varlen_select, line_kind="prefill"))
 
 
 def get(name: str) -> Benchmark:

@@ -35,8 +35,8 @@ import warnings
 from numba_attn.spec.problem import Problem
 from numba_attn.spec.reference import check, reference
 from numba_attn.measure.check import TORCH_REFERENCE_FLOPS, cached_reference, reference_torch
-from numba_attn.measure.row import add_throughput, implausible_reason
-from numba_attn.measure.status import ERROR, FAIL, OK, SKIP, summarize_exception
+from numba_attn.measure.row import timed_row
+from numba_attn.measure.status import ERROR, FAIL, SKIP, summarize_exception
 from numba_attn.measure.timing import (KERNEL_NAME_CHARS, TimingConfig, enough_samples, timing_summary, cupti_status,
                                        end_to_end, kernel_events, timed)
 
@@ -328,12 +328,7 @@ def measure_peer(name: str, problem: Problem, cfg) -> dict:
             else:
                 row["sdpa_backend_ran"] = "unknown"
         t["input_sets"] = n_sets
-        row.update(t)
-        row["status"] = OK
-        add_throughput(row, problem)
-        bad = implausible_reason(row, problem)
-        if bad:
-            row.update(status=FAIL, reason=bad)
+        timed_row(row, problem, t)
     except Exception as exc:  # noqa: BLE001
         row.update(status=ERROR, reason=summarize_exception(exc))
     return row

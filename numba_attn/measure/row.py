@@ -136,12 +136,7 @@ def _check_and_time(phase, problem, cfg, params, row, cuda):
     timing = time_launch(launch, problem, checked.device_arrays, stream, cfg.timing,
                          compare=bool(cfg.compare_timing), seed=checked.seeds[-1], precision=phase.precision)
     stages.update(timing.pop("stage_s", {}))
-    row.update(timing)
-    row["status"] = OK
-    add_throughput(row, problem)
-    floor_reason = implausible_reason(row, problem)
-    if floor_reason:
-        row.update(status=FAIL, reason=floor_reason)
+    timed_row(row, problem, timing)
 
 
 def sim_counts_enabled() -> bool:
@@ -189,6 +184,16 @@ def summarize_resources(row):
         row["regs"] = max((r.get("regs") or 0) for r in res)
         row["smem_static"] = max((r.get("smem_static") or 0) for r in res)
         row["local_bytes"] = max((r.get("local_bytes") or 0) for r in res)
+
+
+def timed_row(row, problem, timing: dict):
+    """The row with its timing: OK with its throughput, or FAIL when the time cannot be right."""
+    row.update(timing)
+    row["status"] = OK
+    add_throughput(row, problem)
+    reason = implausible_reason(row, problem)
+    if reason:
+        row.update(status=FAIL, reason=reason)
 
 
 def add_throughput(row, problem):
