@@ -29,6 +29,13 @@ SHAPES = {
                                                           head_dim=16, dtype="float16", page_size=16, ragged=True),
     "paged-B1H2-3x45-D32-fp16-P32-causal": PagedProblem(batch=1, heads=2, q_len=3, kv_len=45, head_dim=32,
                                                         dtype="float16", page_size=32, causal=True),
+    # 8-bit caches at head_dim 64 (paged_mma8's fragments need a multiple of 64)
+    "paged-B1H2/1-1x40-D64-fp16-P16-fp8": PagedProblem(batch=1, heads=2, kv_heads=1, q_len=1, kv_len=40, head_dim=64,
+                                                       dtype="float16", page_size=16, kv_dtype="float8_e4m3",
+                                                       kv_scale="head"),
+    "paged-B2H2/1-1x40-D64-fp16-P16-int8-token": PagedProblem(batch=2, heads=2, kv_heads=1, q_len=1, kv_len=40,
+                                                              head_dim=64, dtype="float16", page_size=16,
+                                                              ragged=True, kv_dtype="int8", kv_scale="token"),
     "varlen-B3H4/2-21x25-D16-fp16-causal": VarlenProblem(batch=3, heads=4, kv_heads=2, q_len=21, kv_len=25,
                                                          head_dim=16, dtype="float16", causal=True),
     "varlen-B2H2-19-D32-fp16": VarlenProblem(batch=2, heads=2, q_len=19, head_dim=32, dtype="float16"),
