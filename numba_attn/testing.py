@@ -52,7 +52,7 @@ def make_buggy_kernel(D: int, Bc: int, causal: bool, bug: int):
     key_step = row_key_step(D)
 
     @kernel
-    def buggy(q, k, v, o, scale, H, G, Nq, Nk):
+    def buggy(q, k, v, o, scale, H, G, Nq, Nk, mods):
         i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         bh = cuda.blockIdx.y
         if i >= Nq:
@@ -74,7 +74,7 @@ def make_buggy_kernel(D: int, Bc: int, causal: bool, bug: int):
                 j = j0 + jj
                 if bug == STALE and t > 0:
                     j = j - Bc
-                m, l = key_step(Q_i, O_i, k, v, kvh, j, m, l)
+                m, l = key_step(Q_i, O_i, k, v, kvh, j, m, l, (0, 0, 0), mods)
         inv_l = float32(1.0) if bug == UNNORMALIZED else float32(1.0) / l
         for d in range(D):
             if bug == UNWRITTEN and d == D - 1:

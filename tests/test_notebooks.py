@@ -12,7 +12,8 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
 def test_there_are_notebooks():
-    assert [p.name for p in NOTEBOOKS] == ["01_walkthrough.ipynb", "02_roadmap_report.ipynb", "03_write_your_own_phase.ipynb"]
+    assert [p.name for p in NOTEBOOKS] == ["01_walkthrough.ipynb", "02_roadmap_report.ipynb", "03_write_your_own_phase.ipynb",
+                                           "04_write_your_own_variant.ipynb"]
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)

@@ -135,20 +135,45 @@ def padded_batch():
 
 
 @needs_torch
-def test_a_padding_mask_is_refused_or_runs_sdpa_when_asked(models):
+def test_a_padding_mask_runs_as_a_variant_in_prefill(models):
+    """Left padding: the prompt's mask runs as a dense_mask variant on the prefill phase (no fallback)."""
     ids, mask = padded_batch()
     with torch.no_grad():
-        with pytest.raises(AttentionInputError, match="padding.*fallback='sdpa'"):
-            models["numba_attn"](ids, attention_mask=mask)
         with na_hf.count_phases() as ran:
-            ours = models["numba_attn_or_sdpa"](ids, attention_mask=mask).logits
+            ours = models["numba_attn"](ids, attention_mask=mask).logits
         ref = models["sdpa"](ids, attention_mask=mask).logits
-    assert ran == {("prefill", "sdpa (fallback)"): 2}
-    torch.testing.assert_close(ours, ref)
-    # an all-ones mask is no padding: no mask reaches the attention, numba-attn runs
+    assert ran == {("prefill", PREFILL[0]): 2}
+    real = mask.bool()  # the padded positions' logits are not compared (sdpa and the phases agree on real ones)
+    torch.testing.assert_close(ours[real], ref[real], rtol=1e-4, atol=1e-4)
+    # an all-ones mask is no padding: no mask reaches the attention, plain causal attention runs
     with torch.no_grad(), na_hf.count_phases() as ran:
         models["numba_attn"](ids[:1], attention_mask=torch.ones_like(ids[:1]))
     assert ran == {("prefill", PREFILL[0]): 2}
+
+
+@needs_torch
+def test_padded_generation_falls_back_only_where_the_phase_refuses(models):
+    """Batched greedy generation of prompts of different lengths: the prompts run on the prefill phase; the
+    decode steps' padding masks run the decode phase where it takes variants, sdpa otherwise (fallback)."""
+    ids, mask = padded_batch()
+    with torch.no_grad(), na_hf.count_phases() as ran:
+        ours = models["numba_attn_or_sdpa"].generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False)
+    ref = models["sdpa"].generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False)
+    assert ours.tolist() == ref.tolist()
+    assert ran[("prefill", PREFILL[0])] == 2 and ("prefill", "sdpa (fallback)") not in ran
+    decode_phase = get_phase(DECODE[0])
+    assert ran[("decode", DECODE[0] if decode_phase.variants else "sdpa (fallback)")] == 2 * 2
+
+
+@needs_torch
+def test_variants_false_refuses_a_padding_mask(models):
+    na_hf.register("numba_attn_plain", prefill_phase=PREFILL[0], prefill_params=PREFILL[1], variants=False)
+    fn = transformers.modeling_utils.ALL_ATTENTION_FUNCTIONS["numba_attn_plain"]
+    causal = torch.ones(3, 3, dtype=torch.bool).tril()[None, None]
+    padded = causal.clone()
+    padded[..., 0] = False  # the first key is padding
+    with torch.no_grad(), pytest.raises(AttentionInputError, match="padding.*fallback='sdpa'"):
+        fn(_layer(), *qkv(), padded)
 
 
 def _layer():
@@ -176,12 +201,7 @@ def test_what_numba_attn_cannot_compute_is_refused_before_any_launch(monkeypatch
         fn(layer, *qkv(), None, dropout=0.1)
     with pytest.raises(AttentionInputError, match="forward pass only.*no_grad"):
         fn(layer, *qkv(requires_grad=True), None)
-    with pytest.raises(AttentionInputError, match="soft-capping"):
-        fn(layer, *qkv(), None, softcap=30.0)
     causal = torch.ones(3, 3, dtype=torch.bool).tril()[None, None]
-    window = causal & torch.ones(3, 3, dtype=torch.bool).triu(-1)[None, None]  # a sliding window of 2
-    with torch.no_grad(), pytest.raises(AttentionInputError, match="sliding window"):
-        fn(layer, *qkv(), window)
     additive = torch.zeros(1, 1, 3, 3).masked_fill(~causal, float("-inf")) + 0.5  # a bias
     with torch.no_grad(), pytest.raises(AttentionInputError, match="additive bias"):
         fn(layer, *qkv(), additive)
@@ -212,6 +232,34 @@ def test_masks_numba_attn_computes(monkeypatch):
     assert out.shape == (1, 3, 4, 16) and out.is_contiguous() and weights is None
     assert calls == [((1, 2, 5, 16), True, True), ((1, 2, 5, 16), True, True), ((1, 2, 3, 16), True, True),
                      ((1, 2, 8, 16), False, True)]
+
+
+@needs_torch
+def test_windows_padding_and_softcap_become_variants(monkeypatch):
+    """A sliding-window mask runs dense_mask, a layer's window without a mask sliding_window, softcap the
+    softcap score function; the phase is asked first (explain) and then runs them."""
+    from numba_attn import api
+
+    calls = []
+
+    def fake(q, k, v, **kw):
+        calls.append({key: kw.get(key) for key in ("causal", "mask_mod", "score_mod")})
+        return torch.zeros_like(q)
+
+    monkeypatch.setattr(api, "attention", fake)
+    na_hf.register("numba_attn_variants", prefill_phase=PREFILL[0], prefill_params=PREFILL[1])
+    fn = transformers.modeling_utils.ALL_ATTENTION_FUNCTIONS["numba_attn_variants"]
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()[None, None]
+    window = causal & torch.ones(5, 5, dtype=torch.bool).triu(-1)[None, None]  # a sliding window of 2
+    layer = _layer()
+    with torch.no_grad():
+        fn(layer, *qkv(5, 5), window)
+        fn(layer, *qkv(5, 5), None, softcap=30.0)
+        layer.sliding_window = 3
+        fn(layer, *qkv(5, 5), None)
+    assert calls[0]["mask_mod"].name == "dense_mask" and calls[0]["score_mod"] is None
+    assert calls[1]["mask_mod"] is None and calls[1]["score_mod"].params == {"cap": 30.0}
+    assert calls[2]["mask_mod"].params == {"left": 2, "right": 0} and calls[2]["causal"]
 
 
 @needs_torch

@@ -101,14 +101,16 @@ def test_and_or_masks_combine_their_arrays():
 # -- block masks -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("Br,Bc", [(8, 8), (16, 8)])
+@pytest.mark.parametrize("Br,Bc", [(8, 8)])
 def test_block_mask_on_the_device_is_its_host_twin(Br, Bc):
-    doc = (np.arange(45)[None, :] // 20 + np.arange(2)[:, None]).astype(np.int32)
+    doc = (np.arange(35)[None, :] // 18 + np.arange(2)[:, None]).astype(np.int32)
     mask = V.and_masks(V.causal(), V.document(doc))
-    dev = V.create_block_mask(mask, 2, None, 45, 45, Br=Br, Bc=Bc)
-    host = V.host_block_mask(mask, 2, None, 45, 45, Br=Br, Bc=Bc)
+    dev = V.create_block_mask(mask, 2, None, 35, 35, Br=Br, Bc=Bc)
+    host = V.host_block_mask(mask, 2, None, 35, 35, Br=Br, Bc=Bc)
     np.testing.assert_array_equal(dev.host(), host.host())
-    c = host.counts()
+    np.testing.assert_array_equal(dev.counts.copy_to_host(), host.counts)
+    np.testing.assert_array_equal(dev.indices.copy_to_host(), host.indices)
+    c = host.tally()
     assert c["partial"] and c["empty"] and (c["full"] or Br > 8), c
 
 
@@ -168,3 +170,89 @@ def test_phases_without_a_variant_stage_say_so():
     p = plain[0]
     with pytest.raises(AttentionInputError, match="variant"):
         na.attention(q, k, v, mask_mod=V.sliding_window(4), phase=p.name)
+
+
+# -- every phase that runs variants, against the reference -----------------------------------------
+
+
+def _builtins(B, H, Nk):
+    doc = (np.arange(Nk)[None, :] // 11 + np.arange(B)[:, None]).astype(np.int32)
+    lengths = np.array([Nk - 19, Nk][:B], np.int32)  # the first sequence's early queries see no key (left)
+    return {
+        "causal": dict(mask_mod=V.causal()),
+        "window": dict(mask_mod=V.sliding_window(7)),
+        "window_lr": dict(mask_mod=V.sliding_window(5, 3)),
+        "softcap": dict(score_mod=V.softcap(2.0)),
+        "alibi": dict(score_mod=V.alibi(V.alibi_slopes(H))),
+        "document": dict(mask_mod=V.and_masks(V.causal(), V.document(doc))),
+        "prefix_lm": dict(mask_mod=V.prefix_lm(np.array([5, 30][:B], np.int32))),
+        "pad_right": dict(mask_mod=V.key_padding(lengths)),
+        "pad_left": dict(mask_mod=V.key_padding(lengths, "left", kv_len=Nk)),
+        "streaming": dict(mask_mod=V.streaming(6, 2)),
+        "window+softcap": dict(mask_mod=V.sliding_window(9), score_mod=V.softcap(3.0)),
+        "document+alibi": dict(mask_mod=V.document(doc), score_mod=V.alibi(V.alibi_slopes(H))),
+    }
+
+
+def _run_variant(phase, kw, causal, B=2, H=2, Hkv=1, Nq=37, Nk=45, D=16):
+    ph = na.get_phase(phase)
+    q, k, v = _qkv(B, H, Hkv, Nq, Nk, D, seed=hash((phase, causal)) % 1000)
+    dtype = "float32" if "float32" in ph.dtypes else ph.dtypes[0]
+    if dtype != "float32":
+        q, k, v = (x.astype(dtype) for x in (q, k, v))
+    out = na.attention(q, k, v, causal=causal, phase=phase, **ph.sim_params, **kw)
+    ref = reference(q, k, v, causal=causal, variant=V.make_variant(kw.get("mask_mod"), kw.get("score_mod")))
+    c = check(out, ref, dtype=dtype, precision=ph.precision)
+    assert c.ok, f"{phase} {kw} causal={causal}: {c.reason}"
+
+
+# the fast tier: each built-in on one phase of each family that runs variants
+FAMILY_REPRESENTATIVE = {"cuda_core": "smem_kv"}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_REPRESENTATIVE))
+@pytest.mark.parametrize("name", sorted(_builtins(2, 2, 45)))
+def test_each_builtin_on_a_phase_of_each_family(family, name):
+    _run_variant(FAMILY_REPRESENTATIVE[family], _builtins(2, 2, 45)[name], causal=name in ("softcap", "alibi"))
+
+
+VARIANT_PHASES = sorted(p.name for p in na.list_phases() if p.variants and p.is_builtin)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("phase", VARIANT_PHASES)
+def test_every_variant_phase_runs_masks_and_score_functions(phase):
+    table = _builtins(2, 2, 45)
+    table = _builtins(2, 2, 29)  # 21 queries over 29 keys: two tiles of 16 each way, one of them empty
+    for name, causal in (("window+softcap", True), ("document+alibi", False), ("pad_left", True)):
+        _run_variant(phase, table[name], causal, Nq=21, Nk=29)
+
+
+def test_a_user_function_with_its_own_arrays_changes_without_a_recompile():
+    q, k, v = _qkv(B=2, Nq=20, Nk=20)
+
+    def keep_below(b, h, q_idx, kv_idx, lengths):
+        return kv_idx < lengths[b]
+
+    info = []
+    for lens in (np.array([7, 20], np.int32), np.array([13, 3], np.int32)):
+        out = na.attention(q, k, v, mask_mod=keep_below, aux=(lens,), phase="smem_kv", Br=16, Bc=16)
+        ref = reference(q, k, v, variant=V.make_variant(keep_below, aux=(lens,)))
+        assert check(out, ref).ok
+        info.append(na.api.plan_cache_info())
+    # the second call's arrays reach the kernel of the first call's plan (no new plan, no new compilation)
+    assert info[1]["misses"] == info[0]["misses"] and info[1]["hits"] == info[0]["hits"] + 1
+
+
+def test_a_given_block_mask_is_used():
+    q, k, v = _qkv(B=1, Nq=64, Nk=64)
+    window = V.sliding_window(10)
+    bm = V.create_block_mask(window, None, None, 64, 64, Br=16, Bc=16)
+    out = na.attention(q, k, v, mask_mod=window, block_mask=bm, phase="smem_kv", Br=16, Bc=16)
+    assert check(out, reference(q, k, v, variant=V.make_variant(window))).ok
+    # a block mask that claims every tile is full: the mask is not applied, the answer is plain attention
+    lie = V.BlockMask(np.full(bm.shape, V.FULL, np.int8), 16, 16, 64, 64)
+    out = na.attention(q, k, v, mask_mod=window, block_mask=lie, phase="smem_kv", Br=16, Bc=16)
+    np.testing.assert_allclose(out, reference(q, k, v), atol=1e-5)
+    with pytest.raises(AttentionInputError, match="block_mask was made for"):
+        na.attention(q[:, :, :32], k, v, mask_mod=window, block_mask=bm, phase="smem_kv", Br=16, Bc=16)

@@ -71,16 +71,23 @@ def online_softmax_step(m, l, s):
     return m_new, l * corr + p, corr, p
 
 
+@device
+def same_score(s, b, h, q_idx, kv_idx, mods):
+    return s
+
+
 @functools.cache
-def row_key_step(D: int):
-    """``key_step(Q_i, O_i, k, v, kvh, j, m, l) -> (m, l)``: key ``j`` of a one-row
-    online softmax over ``D`` elements (score ``s = Q_i · K_j``,
-    :func:`online_softmax_step`, ``O_i = O_i · corr + p · V_j``)."""
+def row_key_step(D: int, modified=same_score):
+    """``key_step(Q_i, O_i, k, v, kvh, j, m, l, at, mods) -> (m, l)``: key ``j`` of a one-row
+    online softmax over ``D`` elements (score ``s = Q_i · K_j``, rewritten by a variant's
+    ``modified(s, b, h, q_idx, j, mods)`` with ``at = (b, h, q_idx)``, :func:`online_softmax_step`,
+    ``O_i = O_i · corr + p · V_j``)."""
     @device
-    def key_step(Q_i, O_i, k, v, kvh, j, m, l):
+    def key_step(Q_i, O_i, k, v, kvh, j, m, l, at, mods):
         s = float32(0.0)
         for d in range(D):
             s += Q_i[d] * float32(k[kvh, j, d])
+        s = modified(s, at[0], at[1], at[2], j, mods)
         m, l, corr, p = online_softmax_step(m, l, s)
         for d in range(D):
             O_i[d] = O_i[d] * corr + p * float32(v[kvh, j, d])

@@ -28,15 +28,19 @@ the simulator):
   static cache: the keys past the prompt are empty slots) the keys are cut to the prompt's, as sdpa does.
 * **Masks.** With no mask nothing is checked. A mask (transformers builds one for padded batches, for a
   prompt appended to a non-empty cache and for static-cache decode steps; a boolean one, True = attend,
-  or an additive one of 0 / -inf) is accepted when it is the causal mask (full, for a non-causal layer)
-  of the first L keys, the same L for the whole batch: the keys past L (a static cache's empty slots)
-  are cut off. Anything else — padding (e.g. left padding of a batch of prompts of different lengths),
-  a sliding window, a bias — is refused with :class:`~numba_attn.spec.errors.AttentionInputError`.
+  or an additive one of 0 / -inf) that is the causal mask (full, for a non-causal layer) of the first L
+  keys, the same L for the whole batch, runs plain attention: the keys past L (a static cache's empty
+  slots) are cut off. Any other pattern — padding (e.g. left padding of a batch of prompts of different
+  lengths), a sliding window — runs as a variant, the mask itself read by a ``dense_mask`` mask function
+  (its block mask skips the tiles it hides), when the phase runs variants (``supports()``); a layer's
+  ``sliding_window`` without a mask runs ``sliding_window``; ``softcap`` runs the ``softcap`` score
+  function. An additive bias, or a variant the phase cannot run, is refused with
+  :class:`~numba_attn.spec.errors.AttentionInputError`.
   Cost: the check runs once per forward (every layer gets the same mask tensor; the answer is kept for
   that tensor and its version): a few elementwise kernels over the B x q_len x kv_len mask and one
   device-to-host copy of three numbers, which waits for the device.
 * **Refused** (same error): dropout > 0 (training), gradients (the phases are forward only: run under
-  ``torch.no_grad()`` or ``torch.inference_mode()``), logit soft-capping, a position bias, attention
+  ``torch.no_grad()`` or ``torch.inference_mode()``), a position bias, attention
   sinks, a paged cache (continuous batching), value head_dim != query head_dim. With
   ``register(fallback="sdpa")`` these calls (and refused masks) run transformers' sdpa instead;
   :func:`count_phases` counts them.
@@ -82,7 +86,7 @@ def _require():
 
 def register(name: str = "numba_attn", prefill_phase: str | None = None, decode_phase: str | None = None,
              allow_tf32: bool = False, *, prefill_params: dict | None = None, decode_params: dict | None = None,
-             fallback: str | None = None) -> str:
+             fallback: str | None = None, variants: bool = True) -> str:
     """Register numba-attn as transformers attention implementation ``name`` and return ``name``.
 
     ``prefill_phase`` runs prompts (q_len > 1), ``decode_phase`` decode steps (q_len == 1); None: chosen
@@ -90,7 +94,9 @@ def register(name: str = "numba_attn", prefill_phase: str | None = None, decode_
     parameters of the named phases. ``allow_tf32``: float32 models may run on tf32 tensor cores (only
     where numba-attn chooses the phase). ``fallback="sdpa"``: calls numba-attn cannot compute (a padding
     mask, dropout, ...; see the module docstring) run transformers' sdpa instead of raising. Registering
-    the same name again replaces the previous settings; transformers' own names are refused.
+    the same name again replaces the previous settings; transformers' own names are refused. ``variants``:
+    masks that are not plain causal (padding, sliding windows) and soft-capping run as attention variants
+    (:mod:`numba_attn.variants`) on phases that run them; False refuses them (or falls back).
     """
     torch, transformers = _require()
     from numba_attn.phases.registry import get_phase
@@ -116,7 +122,8 @@ def register(name: str = "numba_attn", prefill_phase: str | None = None, decode_
         else:
             get_phase(phase).resolve_params(params)  # unknown phase / parameter: the registry's error
         phases[arg] = (phase, dict(params or {}))
-    fn = NumbaAttention(name, phases["prefill"], phases["decode"], allow_tf32, fallback)
+    fn = NumbaAttention(name, phases["prefill"], phases["decode"], allow_tf32, fallback,
+                        check_bool("variants", variants))
     transformers.AttentionInterface.register(name, fn)
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
@@ -142,7 +149,7 @@ def count_phases():
 class NumbaAttention:
     """The attention function :func:`register` puts in transformers' registry (see the module docstring)."""
 
-    def __init__(self, name, prefill, decode, allow_tf32, fallback):
+    def __init__(self, name, prefill, decode, allow_tf32, fallback, variants=True):
         from numba_attn import api
 
         self._api = api  # attention() looked up at each call
@@ -152,6 +159,9 @@ class NumbaAttention:
         self.allow_tf32 = allow_tf32
         self.fallback = fallback
         self._mask_seen = None  # (weakref to the mask, its version, the call's key, keys to keep or why not)
+        self._dense_seen = None  # (weakref to the mask, its version, (mask_mod, why))
+        self._variant_ok = {}  # (kind, phase, shapes, dtype, variant kinds) -> None or why the phase refuses
+        self.variants = variants
         self._chosen = {}  # problem key -> the phase phase=None runs (count_phases only)
         self._warned = False
 
@@ -167,12 +177,25 @@ class NumbaAttention:
         q_len, kv_len = query.shape[2], key.shape[2]
         why = self._unsupported(torch, query, key, value, dropout, kwargs)
         keep = kv_len
+        variant = {}
         if why is None:
             if attention_mask is None:
                 if layer_causal and 1 < q_len < kv_len:
                     keep = q_len  # a prompt in an empty static cache: the keys past it are empty slots (as sdpa)
+                window = kwargs.get("sliding_window") or getattr(module, "sliding_window", None)
+                if window and kv_len > window:  # no mask built, a window that cuts keys: the window as a variant
+                    variant["mask_mod"] = _variants().sliding_window(int(window) - 1)
             else:
                 keep, why = self._mask_keys(torch, attention_mask, q_len, kv_len, bool(layer_causal))
+                if why is not None and self.variants:  # padding, a window, any pattern: the mask as a variant
+                    variant["mask_mod"], why = self._dense_mask(torch, attention_mask)
+                    keep = kv_len
+            if kwargs.get("softcap") is not None:
+                variant["score_mod"] = _variants().softcap(float(kwargs["softcap"]))
+        if why is None and variant and not self.variants:
+            why = "a sliding window" if "mask_mod" in variant else "logit soft-capping (softcap)"
+        if why is None and variant:
+            why = self._variant_refused(query, key, value, bool(layer_causal), scaling, variant)
         if why is not None:
             return self._refuse(why, module, query, key, value, attention_mask, scaling, dropout, is_causal,
                                 kwargs)
@@ -189,7 +212,7 @@ class NumbaAttention:
             phase, params = self.prefill_phase, self.prefill_params
         q, k, v = (t if t.is_contiguous() else t.contiguous() for t in (query, key, value))
         out = self._api.attention(q, k, v, causal=causal, scale=scaling, phase=phase, allow_tf32=self.allow_tf32,
-                                  **params)
+                                  **variant, **params)
         if _COUNTERS:
             self._count("decode" if q_len == 1 else "prefill",
                         phase or self._chosen_phase(q, k, v, causal, scaling))
@@ -204,8 +227,6 @@ class NumbaAttention:
         if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
             return ("gradients: the phases compute the forward pass only (run the model under torch.no_grad() "
                     "or torch.inference_mode())")
-        if kwargs.get("softcap") is not None:
-            return "logit soft-capping (softcap)"
         if kwargs.get("position_bias") is not None:
             return "an additive position bias"
         if kwargs.get("s_aux") is not None:
@@ -229,6 +250,38 @@ class NumbaAttention:
         if isinstance(mask, torch.Tensor):
             self._mask_seen = (weakref.ref(mask), mask._version, call, answer)
         return answer
+
+    def _dense_mask(self, torch, mask):
+        """``(mask_mod, None)``: a 4-D boolean mask (or an additive one of 0 / -inf) as a dense-mask variant;
+        ``(None, why)`` for an additive bias. Kept per mask tensor and version, like the check."""
+        seen = self._dense_seen
+        if seen is not None and seen[0]() is mask and seen[1] == mask._version:
+            return seen[2]
+        if mask.dtype == torch.bool:
+            answer = (_variants().dense_mask(mask if mask.is_contiguous() else mask.contiguous()), None)
+        else:
+            allowed = mask == 0
+            if not bool((allowed | (mask <= torch.finfo(mask.dtype).min / 2)).all()):
+                answer = (None, "an additive bias in the attention mask")
+            else:
+                answer = (_variants().dense_mask(allowed.contiguous()), None)
+        self._dense_seen = (weakref.ref(mask), mask._version, answer)
+        return answer
+
+    def _variant_refused(self, q, k, v, causal, scale, variant) -> str | None:
+        """Why the phase this call would run cannot run the variant (None: it can)."""
+        kind = "decode" if q.shape[2] == 1 else "prefill"
+        phase = self.decode_phase if kind == "decode" else self.prefill_phase
+        key = (kind, phase, tuple(q.shape), tuple(k.shape), str(q.dtype), tuple(sorted(variant)))
+        if key not in self._variant_ok:
+            try:
+                self._api.explain(q, k, v, causal=causal and q.shape[2] > 1, scale=scale, phase=phase,
+                                  allow_tf32=self.allow_tf32,
+                                  **(self.decode_params if kind == "decode" else self.prefill_params), **variant)
+                self._variant_ok[key] = None
+            except AttentionInputError as e:
+                self._variant_ok[key] = f"a mask or score variant the {kind} phase cannot run ({e})"
+        return self._variant_ok[key]
 
     def _refuse(self, why, module, query, key, value, attention_mask, scaling, dropout, is_causal, kwargs):
         if self.fallback != "sdpa":
@@ -256,6 +309,12 @@ class NumbaAttention:
             self._chosen[key] = self._api.explain(q, k, v, causal=causal, scale=scale,
                                                   allow_tf32=self.allow_tf32).name
         return self._chosen[key]
+
+
+def _variants():
+    from numba_attn import variants
+
+    return variants
 
 
 def _check_mask(torch, mask, q_len, kv_len, causal):

@@ -1,10 +1,12 @@
 """Block masks: which (Br query rows × Bc keys) tiles a mask leaves empty, partial or full.
 
 A kernel walking key tiles skips an EMPTY tile, applies no mask function on a FULL one and calls it per
-score only on a PARTIAL one. :func:`create_block_mask` evaluates the mask on the device, every element of
-every tile once (one block a tile); :func:`host_block_mask` is its exact twin on the host for tests and
-pictures. A mask that does not depend on the batch or the head is computed once for all of them
-(``batch=None``, ``heads=None``): kernels index the map with ``min(b, dim - 1)``.
+score only on a PARTIAL one. Beside the kinds, each row of query tiles has the list of its visited key
+tiles in order (``counts``, ``indices``: FlexAttention's ``kv_num_blocks``/``kv_indices``), so a loop that
+prefetches its next tile walks the list instead of the grid. :func:`create_block_mask` evaluates the mask
+on the device, every element of every tile once (one block a tile); :func:`host_block_mask` is its exact
+twin on the host for tests and pictures. A mask that does not depend on the batch or the head is computed
+once for all of them (``batch=None``, ``heads=None``): kernels index the map with ``min(b, dim - 1)``.
 """
 from __future__ import annotations
 
@@ -14,25 +16,39 @@ from dataclasses import dataclass
 import numpy as np
 from numba import cuda, int32, int8
 
+from numba_attn.gpu.backend import IS_SIMULATOR
 from numba_attn.gpu.jit import kernel
 from numba_attn.variants.grid import HostVariant
 from numba_attn.variants.mods import Mod, Variant, as_mod
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
 KIND_NAMES = {EMPTY: "empty", PARTIAL: "partial", FULL: "full"}
-THREADS = 128
+THREADS = 32 if IS_SIMULATOR else 128  # threads a tile (each strides over the tile's elements)
 
 
 @dataclass(frozen=True, eq=False)
 class BlockMask:
     """``kinds``: int8 (batches, heads, q tiles, key tiles), a batch or head dimension of 1 shared by all;
-    on the device (a numba array) or the host (NumPy)."""
+    ``counts`` int32 (batches, heads, q tiles): the key tiles a row of query tiles visits; ``indices`` int32
+    (batches, heads, q tiles, key tiles): those tiles first, in order. On the device (numba arrays) or the
+    host (NumPy) alike."""
 
     kinds: object
     Br: int
     Bc: int
     q_len: int
     kv_len: int
+    counts: object = None
+    indices: object = None
+
+    def __post_init__(self):
+        if self.counts is None:
+            if hasattr(self.kinds, "copy_to_host"):
+                counts, indices = device_tile_lists(self.kinds)
+            else:
+                counts, indices = tile_lists(np.asarray(self.kinds))
+            object.__setattr__(self, "counts", counts)
+            object.__setattr__(self, "indices", indices)
 
     @property
     def shape(self):
@@ -42,7 +58,7 @@ class BlockMask:
         k = self.kinds
         return k.copy_to_host() if hasattr(k, "copy_to_host") else np.asarray(k)
 
-    def counts(self) -> dict:
+    def tally(self) -> dict:
         """How many tiles of each kind (over all batches and heads stored)."""
         h = self.host()
         return {KIND_NAMES[k]: int((h == k).sum()) for k in (EMPTY, PARTIAL, FULL)}
@@ -64,9 +80,50 @@ class BlockMask:
         return BlockMask(kinds, Br, Bc, self.q_len, self.kv_len)
 
     def __repr__(self):
-        c = self.counts()
+        c = self.tally()
         return (f"BlockMask({'×'.join(map(str, self.shape))} tiles of {self.Br}×{self.Bc}, "
                 f"{c['full']} full, {c['partial']} partial, {c['empty']} empty; density {self.density():.3f})")
+
+
+def tile_lists(kinds: np.ndarray):
+    """``(counts, indices)`` of a host kinds map: per row of query tiles, how many key tiles are not empty,
+    and their indices first (in order), the rest after."""
+    visited = kinds != EMPTY
+    counts = visited.sum(-1).astype(np.int32)
+    indices = np.argsort(~visited, axis=-1, kind="stable").astype(np.int32)
+    return counts, indices
+
+
+@kernel
+def _lists_kernel(kinds, counts, indices):
+    row = cuda.grid(1)
+    B, H, NQ, NK = kinds.shape
+    if row >= B * H * NQ:
+        return
+    b = row // (H * NQ)
+    h = (row // NQ) % H
+    qt = row % NQ
+    n = 0
+    for kt in range(NK):
+        if kinds[b, h, qt, kt] != 0:
+            indices[b, h, qt, n] = kt
+            n += 1
+    counts[b, h, qt] = n
+    for kt in range(NK):  # the empty tiles after, as the host twin orders them
+        if kinds[b, h, qt, kt] == 0:
+            indices[b, h, qt, n] = kt
+            n += 1
+
+
+def device_tile_lists(kinds, stream=0):
+    """:func:`tile_lists` on the device, one thread per row of query tiles."""
+    B, H, NQ, NK = kinds.shape
+    counts = cuda.device_array((B, H, NQ), np.int32, stream=stream)
+    indices = cuda.device_array((B, H, NQ, NK), np.int32, stream=stream)
+    rows = B * H * NQ
+    if rows:
+        _lists_kernel[(rows + 127) // 128, 128, stream](kinds, counts, indices)
+    return counts, indices
 
 
 def _regrid(h: np.ndarray, have: int, want: int, n: int, axis: int) -> np.ndarray:

@@ -7,26 +7,19 @@ import functools
 
 import numpy as np
 
-from numba_attn.variants.mods import Variant, host_arrays, host_version
+from numba_attn.variants.mods import Variant, host_arrays, host_version, python_function
 
 
 @functools.cache
-def _mask_loop(fn, n_aux: int):
+def _grid_loop(fn, n_aux: int, kind: str):
+    """A loop calling ``fn`` at every (row, key) of ``out``: a mask into a bool array, a score function
+    rewriting the scores in place."""
     args = "".join(f", a{j}" for j in range(n_aux))
+    call = f"bool(fn(b, h, q0 + i, j{args}))" if kind == "mask" else f"fn(out[i, j], b, h, q0 + i, j{args})"
     src = (f"def grid(out, b, h, q0{args}):\n"
            f"    for i in range(out.shape[0]):\n"
            f"        for j in range(out.shape[1]):\n"
-           f"            out[i, j] = bool(fn(b, h, q0 + i, j{args}))\n")
-    return _loop(src, fn)
-
-
-@functools.cache
-def _score_loop(fn, n_aux: int):
-    args = "".join(f", a{j}" for j in range(n_aux))
-    src = (f"def grid(s, b, h, q0{args}):\n"
-           f"    for i in range(s.shape[0]):\n"
-           f"        for j in range(s.shape[1]):\n"
-           f"            s[i, j] = fn(s[i, j], b, h, q0 + i, j{args})\n")
+           f"            out[i, j] = {call}\n")
     return _loop(src, fn)
 
 
@@ -56,7 +49,7 @@ class HostVariant:
         if m is None:
             return None
         out = np.zeros((nq, nk), np.bool_)
-        _mask_loop(m.fn if not hasattr(m.fn, "py_func") else m.fn.py_func, len(m.aux))(
+        _grid_loop(python_function(m.fn), len(m.aux), "mask")(
             out, b, h, nk - nq, *self.mask_aux)
         return out
 
@@ -65,6 +58,6 @@ class HostVariant:
         m = self.variant.score
         if m is not None:
             nq, nk = s.shape
-            _score_loop(m.fn if not hasattr(m.fn, "py_func") else m.fn.py_func, len(m.aux))(
+            _grid_loop(python_function(m.fn), len(m.aux), "score")(
                 s, b, h, nk - nq, *self.score_aux)
         return s

@@ -4,7 +4,8 @@
 A :class:`KernelMods` is made once per (problem, tile size) when a phase builds its launch: the block mask
 of the problem's own arrays is computed then (on the device; on the host in the simulator, where both are
 the CPU). A call with other arrays (``attention(aux=...)``) passes them, with or without its own
-``block_mask``; without one, the block mask is computed again for those arrays.
+``block_mask``; without one, the block mask is computed again for those arrays, except for the same
+tensors at the same version as the previous call (a model's layers all pass one mask tensor).
 """
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from numba_attn.variants.blockmask import BlockMask, create_block_mask, device_a
 
 
 class KernelMods:
-    def __init__(self, problem, Br: int, Bc: int):
+    def __init__(self, problem, Br: int | None, Bc: int | None):
         self.variant = getattr(problem, "variant", None)
         self.problem, self.Br, self.Bc = problem, Br, Bc
         self._default = None
+        self._last = None  # (the tensors of the last call's aux, their versions, its mods)
 
     def block_mask(self, aux, stream=0) -> BlockMask:
         """The block mask of the variant's mask function over ``aux`` at (Br, Bc), causal folded in."""
@@ -37,14 +39,20 @@ class KernelMods:
             if self._default is None:
                 self._default = self._make(self.variant.aux, None, stream)
             return self._default
-        return self._make(self.variant.aux if aux is None else tuple(aux), block_mask, stream)
+        aux = self.variant.aux if aux is None else tuple(aux)
+        if block_mask is None and aux and all(hasattr(a, "_version") for a in aux):  # tensors: kept per version
+            versions = tuple(a._version for a in aux)
+            last = self._last
+            if last is not None and all(a is b for a, b in zip(last[0], aux)) and last[1] == versions:
+                return last[2]
+            mods = self._make(aux, None, stream)
+            self._last = (aux, versions, mods)  # every layer of a model's forward passes the same mask tensor
+            return mods
+        return self._make(aux, block_mask, stream)
 
     def _make(self, aux, block_mask, stream) -> tuple:
         arrays = device_arrays(aux, stream)
-        if not self.variant.has_mask:
+        if not self.variant.has_mask or self.Br is None:  # no mask, or a kernel without tiles: no block mask
             return arrays
         bm = block_mask.at(self.Br, self.Bc) if block_mask is not None else self.block_mask(arrays, stream)
-        kinds = bm.kinds
-        if not hasattr(kinds, "copy_to_host"):
-            kinds = device_arrays((kinds,), stream)[0]
-        return arrays + (kinds,)
+        return arrays + device_arrays((bm.kinds, bm.counts, bm.indices), stream)

@@ -154,3 +154,18 @@ def sink_tokens(n: int) -> Mod:
 def streaming(window: int, sinks: int) -> Mod:
     """StreamingLLM: a causal window of ``window`` tokens and the first ``sinks`` keys."""
     return or_masks(sliding_window(window - 1), sink_tokens(sinks))
+
+
+def _dense(b, h, q_idx, kv_idx, allowed):
+    row = q_idx - (allowed.shape[3] - allowed.shape[2])
+    return allowed[min(b, allowed.shape[0] - 1), min(h, allowed.shape[1] - 1), row, kv_idx] != 0
+
+
+def dense_mask(allowed) -> Mod:
+    """Any mask, given as an array ``allowed`` (batch or 1, heads or 1, q_len, kv_len), nonzero where a query
+    sees a key (a model's 4-D boolean attention mask). Exact for every pattern; a kernel reads one byte per
+    score of a partial tile, and its block mask skips the empty tiles."""
+    if getattr(allowed, "ndim", 0) != 4:
+        raise VariantError(f"dense_mask: allowed must be 4-D (batch, heads, q_len, kv_len), got shape "
+                           f"{tuple(getattr(allowed, 'shape', ()))}")
+    return Mod(_dense, "mask", (allowed,), "dense_mask", depends="bh")

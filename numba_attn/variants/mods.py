@@ -146,7 +146,7 @@ def _rebuilt(fn, compile_part, compile_whole):
     if rec is None:
         return compile_whole(fn)
     src, name, parts = rec
-    scope = {k: compile_part(v) if callable(v) and not isinstance(v, type) else v for k, v in parts.items()}
+    scope = {k: compile_part(v) if inspect.isfunction(python_function(v)) else v for k, v in parts.items()}
     exec(compile(src, f"<{name}>", "exec"), scope)
     return compile_whole(scope[name])
 
@@ -212,34 +212,29 @@ class Variant:
         return score_stage(self.signature()[1], len(self.mask.aux) if self.mask else 0)
 
 
+def _stage(name: str, params: str, call: str, fn, first: int, n: int):
+    """The device function ``name(params)`` returning ``call`` with the user's function ``fn`` reading the
+    kernel's ``mods[first:first + n]``."""
+    from numba import float32
+
+    args = "".join(f", mods[{first + j}]" for j in range(n))
+    src = f"def {name}({params}, mods):\n    return {call.replace('ARRAYS', args)}\n"
+    return device_version(_generated(src, name, {"user": fn, "float32": float32}))
+
+
 @functools.cache
 def visible_stage(mask_sig):
-    """``visible(b, h, q_idx, kv_idx, mods) -> bool`` for kernels; always true without a mask."""
-    if mask_sig is None:
-        src = "def visible(b, h, q_idx, kv_idx, mods):\n    return True\n"
-        scope = {}
-    else:
-        fn, n = mask_sig
-        args = "".join(f", mods[{j}]" for j in range(n))
-        src = f"def visible(b, h, q_idx, kv_idx, mods):\n    return bool(user(b, h, q_idx, kv_idx{args}))\n"
-        scope = {"user": fn}
-    return device_version(_generated(src, "visible", scope))
+    """``visible(b, h, q_idx, kv_idx, mods) -> bool``: the mask function on its arrays (the first in ``mods``)."""
+    fn, n = mask_sig
+    return _stage("visible", "b, h, q_idx, kv_idx", "bool(user(b, h, q_idx, kv_idx ARRAYS))", fn, 0, n)
 
 
 @functools.cache
 def score_stage(score_sig, offset: int):
-    """``modified(s, b, h, q_idx, kv_idx, mods) -> s`` for kernels; the identity without a score function."""
-    if score_sig is None:
-        src = "def modified(s, b, h, q_idx, kv_idx, mods):\n    return s\n"
-        scope = {}
-    else:
-        fn, n = score_sig
-        args = "".join(f", mods[{offset + j}]" for j in range(n))
-        src = f"def modified(s, b, h, q_idx, kv_idx, mods):\n    return float32(user(s, b, h, q_idx, kv_idx{args}))\n"
-        scope = {"user": fn}
-    from numba import float32
-
-    return device_version(_generated(src, "modified", {**scope, "float32": float32}))
+    """``modified(s, b, h, q_idx, kv_idx, mods) -> s``: the score function on its arrays (after the mask's)."""
+    fn, n = score_sig
+    call = "float32(user(s, b, h, q_idx, kv_idx ARRAYS))"
+    return _stage("modified", "s, b, h, q_idx, kv_idx", call, fn, offset, n)
 
 
 def make_variant(mask_mod=None, score_mod=None, aux=()) -> Variant | None:

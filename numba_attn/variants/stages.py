@@ -1,46 +1,83 @@
-"""The variant stage a kernel composes: four device functions, trivial for plain attention.
+"""The variant stage a kernel composes: device functions that are trivial for plain attention.
 
-``stages_of(variant)`` gives
+``stages_of(variant)`` gives, for a kernel walking key tiles of ``Bc`` keys for its query tile ``qt``:
 
-* ``tile_kind(mods, b, h, q_tile, k_tile)`` -> EMPTY / PARTIAL / FULL from the block mask (always FULL
-  without a mask function: a kernel then visits the tiles it always did);
+* ``loop_keys(mods, b, h, qt, keys, Bc)`` -> the keys its tile loop runs over: ``keys`` (what the kernel
+  computed, e.g. the causal bound), or with a mask function ``Bc`` times the visited tiles of the block mask;
+* ``tile_start(mods, b, h, qt, j, Bc)`` -> the first key of the loop's tile at ``j``: ``j`` itself, or the
+  block mask's ``j // Bc``-th visited tile (empty tiles are never loaded);
+* ``tile_kind(mods, b, h, qt, kt)`` -> EMPTY / PARTIAL / FULL (always FULL without a mask function);
 * ``visible(b, h, q_idx, kv_idx, mods)`` -> bool (always True without a mask function);
-* ``modified(s, b, h, q_idx, kv_idx, mods)`` -> the score after the score function (``s`` without one);
-* ``inverse_l(l)`` -> ``1 / l``, and 0 for a row that saw no key (a variant's convention; plain attention
-  keeps ``1 / l``).
+* ``modified(s, b, h, q_idx, kv_idx, mods)`` -> the score after the score function (``s`` without one),
+  in natural units (a kernel in base-2 units converts around it);
+* ``inverse_l(m, l)`` -> ``1 / l``; with a variant 0 for a row that saw no key (``m`` still -inf or the
+  finite MASKED sentinel);
+* ``finite_max(m)`` -> ``m``; with a variant 0 for a row that saw no key (so that ``exp(s - m)`` is 0, not
+  NaN, for a whole row of -inf scores).
 
-Kernels call all four unconditionally; for ``variant=None`` they inline to nothing, so a plain kernel
-compiles to the code it had before (the ``mods`` argument is then an empty tuple, which has no
-parameters). The block mask's kinds are the last element of ``mods``, after the functions' arrays.
+Kernels call them unconditionally; for ``variant=None`` they inline to what the kernel did before, so a
+plain kernel compiles to the same code (its ``mods`` argument is an empty tuple, which has no parameters).
+The kernels' ``mods``: the functions' arrays, then (with a mask function) the block mask's kinds, counts
+and indices (:class:`~numba_attn.variants.launching.KernelMods`).
 """
 from __future__ import annotations
 
 import functools
 from typing import NamedTuple
 
+import numpy as np
 from numba import float32, int32
 
 from numba_attn.gpu.jit import device
 from numba_attn.variants.blockmask import EMPTY, FULL, PARTIAL  # noqa: F401 (re-exported for kernels)
 
+LN2 = np.float32(0.6931471805599453)  # a base-2 score times LN2 is in natural units (what score functions see)
+LOG2E = np.float32(1.4426950408889634)
+SEEN_NOTHING = np.float32(-5e29)  # a running max at or below this: the row saw no key (-inf, or MASKED -1e30)
+
 
 class Stages(NamedTuple):
+    loop_keys: object
+    tile_start: object
     tile_kind: object
     visible: object
     modified: object
     inverse_l: object
+    finite_max: object
     active: bool
 
 
 @device
-def _full(mods, b, h, q_tile, k_tile):
+def _keys(mods, b, h, qt, keys, Bc):
+    return keys
+
+
+@device
+def _listed_keys(mods, b, h, qt, keys, Bc):
+    counts = mods[-2]
+    return counts[min(b, counts.shape[0] - 1), min(h, counts.shape[1] - 1), qt] * Bc
+
+
+@device
+def _start(mods, b, h, qt, j, Bc):
+    return j
+
+
+@device
+def _listed_start(mods, b, h, qt, j, Bc):
+    indices = mods[-1]
+    return indices[min(b, indices.shape[0] - 1), min(h, indices.shape[1] - 1), qt, j // Bc] * Bc
+
+
+@device
+def _full(mods, b, h, qt, kt):
     return int32(2)
 
 
 @device
-def _kind_from_map(mods, b, h, q_tile, k_tile):
-    kinds = mods[-1]
-    return int32(kinds[min(b, kinds.shape[0] - 1), min(h, kinds.shape[1] - 1), q_tile, k_tile])
+def _kind_from_map(mods, b, h, qt, kt):
+    kinds = mods[-3]
+    return int32(kinds[min(b, kinds.shape[0] - 1), min(h, kinds.shape[1] - 1), qt, kt])
 
 
 @device
@@ -54,16 +91,26 @@ def _same(s, b, h, q_idx, kv_idx, mods):
 
 
 @device
-def _inverse(l):
+def _inverse(m, l):
     return float32(1.0) / l
 
 
 @device
-def _inverse_or_zero(l):
-    return float32(1.0) / l if l > float32(0.0) else float32(0.0)
+def _inverse_or_zero(m, l):
+    return float32(1.0) / l if m > SEEN_NOTHING and l > float32(0.0) else float32(0.0)
 
 
-PLAIN = Stages(_full, _all_visible, _same, _inverse, False)
+@device
+def _max(m):
+    return m
+
+
+@device
+def _finite_max(m):
+    return m if m > SEEN_NOTHING else float32(0.0)
+
+
+PLAIN = Stages(_keys, _start, _full, _all_visible, _same, _inverse, _max, False)
 
 
 def stages_of(variant) -> Stages:
@@ -77,7 +124,9 @@ def _stages(signature, mask_arrays: int) -> Stages:
     from numba_attn.variants.mods import score_stage, visible_stage
 
     mask_sig, score_sig = signature
-    return Stages(_kind_from_map if mask_sig is not None else _full,
-                  visible_stage(mask_sig) if mask_sig is not None else _all_visible,
+    masked = mask_sig is not None
+    return Stages(_listed_keys if masked else _keys, _listed_start if masked else _start,
+                  _kind_from_map if masked else _full,
+                  visible_stage(mask_sig) if masked else _all_visible,
                   score_stage(score_sig, mask_arrays) if score_sig is not None else _same,
-                  _inverse_or_zero, True)
+                  _inverse_or_zero, _finite_max, True)

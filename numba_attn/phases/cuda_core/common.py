@@ -28,29 +28,38 @@ from numba_attn.gpu.ptx_loads import (MASKED, STATIC_SMEM_LIMIT, dynamic_tile, f
                                       load_tile4_t, put4, put4_t, smem_reason, sts4)
 from numba_attn.gpu.warp import FULL_MASK, WARP_SIZE, shfl_xor_sync
 from numba_attn.phases.registry import Launch
+from numba_attn.variants.launching import KernelMods
+from numba_attn.variants.stages import FULL, LN2, LOG2E, PARTIAL, PLAIN
 
 MAX_THREADS = 1024  # threads per block
 REGISTERS_PER_SM = 65536
 MAX_REGISTERS = 255  # per thread
 
 
-def row_block_launch(kern, problem, Br: int, threads: int, smem_bytes: int = 0, scale=None) -> Launch:
-    """The :class:`Launch` of a kernel that takes ``(q, k, v, o, scale, H, G, Nq, Nk)``
+def row_block_launch(kern, problem, Br: int, threads: int, smem_bytes: int = 0, scale=None,
+                     Bc: int | None = None) -> Launch:
+    """The :class:`Launch` of a kernel that takes ``(q, k, v, o, scale, H, G, Nq, Nk, mods)``
     with one block of ``threads`` per ``Br`` query rows of one (batch, head).
     ``smem_bytes`` > 0: that much dynamic shared memory (opting in above 48 KiB);
-    ``scale`` defaults to the problem's softmax scale."""
+    ``scale`` defaults to the problem's softmax scale. ``mods``: the variant's arrays and its block
+    mask of (Br × ``Bc``) tiles (``()`` without a variant; ``Bc`` None: a kernel without key tiles,
+    no block mask)."""
     H, Nq, Nk, G = problem.heads, problem.q_len, problem.kv_len, problem.group
     scale = float32(problem.sm_scale if scale is None else scale)
     grid = ((Nq + Br - 1) // Br, problem.batch * H)
+    kernel_mods = KernelMods(problem, Br if Bc else None, Bc)
 
     if smem_bytes:
-        def run(q, k, v, o, stream=0):
-            launch_dynamic(kern, grid, threads, stream, smem_bytes, q, k, v, o, scale, H, G, Nq, Nk)
+        def run(q, k, v, o, stream=0, mods=None):
+            launch_dynamic(kern, grid, threads, stream, smem_bytes, q, k, v, o, scale, H, G, Nq, Nk,
+                           kernel_mods(stream=stream) if mods is None else mods)
     else:
-        def run(q, k, v, o, stream=0):
-            kern[grid, threads, stream](q, k, v, o, scale, H, G, Nq, Nk)
+        def run(q, k, v, o, stream=0, mods=None):
+            kern[grid, threads, stream](q, k, v, o, scale, H, G, Nq, Nk,
+                                        kernel_mods(stream=stream) if mods is None else mods)
 
-    return Launch(run, kernels=[kern])
+    variant = problem.variant is not None
+    return Launch(run, kernels=[kern], kernel_mods=kernel_mods if variant else None, replayable=not variant)
 
 
 def static_kv_reason(problem, Bc: int) -> str | None:
@@ -68,6 +77,13 @@ def static_kv_reason(problem, Bc: int) -> str | None:
 def kv_head(bh, H, G):
     """The KV head of (batch, head) ``bh``: G query heads share one (GQA)."""
     return (bh // H) * (H // G) + (bh % H) // G
+
+
+@device
+def batch_head(H):
+    """``(bh, b, h)`` of the block: the (batch, head) index of the arrays, the batch, the query head."""
+    bh = cuda.blockIdx.y
+    return bh, bh // H, bh % H
 
 
 @device
@@ -97,16 +113,22 @@ def load_kv(K_s, V_s, k, v, kvh, j0, Nk, t, n):
 
 
 @functools.cache
-def tile_rows(D: int):
+def tile_rows(D: int, stage=PLAIN):
     """The inner loop of smem_kv and split_k_prefill: one thread's query row (``Q_i`` in
     registers) against the first ``n`` keys of a K/V tile in shared memory, the online
-    softmax folding each score into (m, l) and ``O_i``; returns the new (m, l)."""
+    softmax folding each score into (m, l) and ``O_i``; returns the new (m, l).
+    ``at = (b, h, q_idx, j0, kind)``: where the tile is, for the variant ``stage`` (a key its
+    mask hides is skipped; its score function rewrites s)."""
     @device
-    def rows(Q_i, K_j, V_j, n, m, l, O_i):
+    def rows(Q_i, K_j, V_j, n, m, l, O_i, at, mods):
+        b, h, q_idx, j0, kind = at
         for jj in range(n):
+            if kind != FULL and not stage.visible(b, h, q_idx, j0 + jj, mods):
+                continue
             s = float32(0.0)
             for d in range(D):
                 s += Q_i[d] * K_j[jj, d]
+            s = stage.modified(s, b, h, q_idx, j0 + jj, mods)
             m, l, corr, p = online_softmax_step(m, l, s)
             for d in range(D):
                 O_i[d] = O_i[d] * corr + p * V_j[jj, d]
@@ -116,12 +138,12 @@ def tile_rows(D: int):
 
 
 @functools.cache
-def store_row(W: int):
+def store_row(W: int, stage=PLAIN):
     """The end of a row: ``o[bh, i, c0:c0+W] = O / l``, a whole row (W = D, c0 = 0) or a
-    thread's segment (W = SEG)."""
+    thread's segment (W = SEG); 0 for a row a variant's mask left without keys."""
     @device
-    def store(o, bh, i, c0, O, l):
-        inv_l = float32(1.0) / l
+    def store(o, bh, i, c0, O, m, l):
+        inv_l = stage.inverse_l(m, l)
         for c in range(W):
             o[bh, i, c0 + c] = O[c] * inv_l
 
@@ -180,11 +202,12 @@ def register_cap(D: int, Br: int, SEG: int, loader_warps: int = 0) -> dict:
     return {} if threads <= 256 else {"max_registers": 65536 // threads // 8 * 8}
 
 
-def segment_launch(kern, problem, Br: int, SEG: int, smem_bytes: int, loader_warps: int = 0) -> Launch:
+def segment_launch(kern, problem, Br: int, SEG: int, smem_bytes: int, loader_warps: int = 0,
+                   Bc: int | None = None) -> Launch:
     """The launch of a segmented kernel: Br·D/SEG compute threads plus ``loader_warps``
-    warps per block, ``smem_bytes`` of dynamic shared memory."""
+    warps per block, ``smem_bytes`` of dynamic shared memory, key tiles of ``Bc``."""
     threads = Br * n_segments(problem.head_dim, SEG) + 32 * loader_warps
-    return row_block_launch(kern, problem, Br, threads, smem_bytes)
+    return row_block_launch(kern, problem, Br, threads, smem_bytes, Bc=Bc)
 
 
 
@@ -211,17 +234,21 @@ def row_keys(i, Br, Nq, Nk, causal):
 
 
 @functools.cache
-def segment_rows(D: int, SEG: int):
+def segment_rows(D: int, SEG: int, stage=PLAIN):
     """The inner loop of segmented_out, one_barrier and warp_specialized: one thread's
     query row ``r`` against the first ``n`` keys of a K/V tile in shared memory
     (``Q_t`` transposed, scalar loads); the thread updates its SEG output columns from
-    ``c0`` and returns the new (m, l)."""
+    ``c0`` and returns the new (m, l). ``at``, ``mods``: as :func:`tile_rows`."""
     @device
-    def rows(Q_t, K_j, V_j, r, c0, n, m, l, O_seg):
+    def rows(Q_t, K_j, V_j, r, c0, n, m, l, O_seg, at, mods):
+        b, h, q_idx, j0, kind = at
         for jj in range(n):
+            if kind != FULL and not stage.visible(b, h, q_idx, j0 + jj, mods):
+                continue
             s = float32(0.0)  # the full score: every segment's thread recomputes it
             for d in range(D):
                 s += Q_t[d, r] * K_j[jj, d]
+            s = stage.modified(s, b, h, q_idx, j0 + jj, mods)
             m, l, corr, p = online_softmax_step(m, l, s)
             for c in range(SEG):
                 O_seg[c] = O_seg[c] * corr + p * V_j[jj, c0 + c]
@@ -231,17 +258,21 @@ def segment_rows(D: int, SEG: int):
 
 
 @functools.cache
-def segment_rows4(D: int, SEG: int):
+def segment_rows4(D: int, SEG: int, stage=PLAIN):
     """:func:`segment_rows` with 16-byte shared loads (vectorized, double_buffer): ``Q_s``
     row-major (padded rows), K and V rows read four floats at a time."""
     @device
-    def rows(Q_s, K_j, V_j, r, c0, n, m, l, O_seg):
+    def rows(Q_s, K_j, V_j, r, c0, n, m, l, O_seg, at, mods):
+        b, h, q_idx, j0, kind = at
         for jj in range(n):
+            if kind != FULL and not stage.visible(b, h, q_idx, j0 + jj, mods):
+                continue
             s = float32(0.0)  # the full score: every segment's thread recomputes it
             for d in range(0, D, 4):
                 qv = lds4(Q_s, r, d)
                 kv = lds4(K_j, jj, d)
                 s += qv[0] * kv[0] + qv[1] * kv[1] + qv[2] * kv[2] + qv[3] * kv[3]
+            s = stage.modified(s, b, h, q_idx, j0 + jj, mods)
             m, l, corr, p = online_softmax_step(m, l, s)
             for c in range(0, SEG, 4):
                 vv = lds4(V_j, jj, c0 + c)
@@ -305,10 +336,11 @@ def register_blocked_reason(problem, Br, Bc, TM, TN) -> str | None:
 
 @functools.cache
 def make_register_blocked(D: int, Br: int, Bc: int, TM: int, TN: int, maxreg: int, causal: bool,
-                          skip: bool, heavy_first: bool):
+                          skip: bool, heavy_first: bool, stage=PLAIN):
     """The register-blocked kernel. ``skip`` (``causal_skip``): only the tiles that cross
     the causal diagonal or the end of the keys are masked; ``heavy_first``: the grid's
-    query blocks run in reverse order (the longest causal blocks first)."""
+    query blocks run in reverse order (the longest causal blocks first). ``stage``: the variant's
+    (its block mask's visited tiles, its mask on partial tiles, its score function)."""
     KG, NT, TD, _ = geometry(D, Br, Bc, TM, TN)
     QC, KC, DC = TM // 4, TN // 4, TD // 4  # 16-byte chunks of the Q, K and O/V fragments
     KSTRIDE = 4 * KG  # a thread's key chunks (and O column chunks) are KSTRIDE apart
@@ -318,7 +350,7 @@ def make_register_blocked(D: int, Br: int, Bc: int, TM: int, TN: int, maxreg: in
     V_OFF = KT_OFF + 2 * D * Bc
     PT_OFF = V_OFF + 2 * Bc * D
 
-    def register_blocked(q, k, v, o, scale2, H, G, Nq, Nk):
+    def register_blocked(q, k, v, o, scale2, H, G, Nq, Nk, mods):
         Q_t = dynamic_tile(QT_OFF, D, Br)  # Qᵀ, pre-scaled by scale·log2(e)
         P_t = dynamic_tile(PT_OFF, Bc, Br)  # Pᵀ of the current tile
         tid = cuda.threadIdx.x
@@ -326,12 +358,14 @@ def make_register_blocked(D: int, Br: int, Bc: int, TM: int, TN: int, maxreg: in
         kg = tid - rg * KG  # key group (S) = column group (O)
         bx = cuda.gridDim.x - 1 - cuda.blockIdx.x if heavy_first else cuda.blockIdx.x
         row0 = bx * Br
-        bh = cuda.blockIdx.y
+        bh, batch, head = batch_head(H)
         kvh = kv_head(bh, H, G)
         off = Nk - Nq
         load_tile4_t(Q_t, q, bh, row0, Nq, scale2, tid, NT, Br, D)
+        # the keys the tile loop walks (a variant: its visited tiles, in order) and those every row sees
         block_keys = visible_keys(min(row0 + Br, Nq) - 1, Nq, Nk, causal)
-        full_keys = visible_keys(row0, Nq, Nk, causal)  # keys every row of the block sees
+        block_keys = stage.loop_keys(mods, batch, head, bx, block_keys, Bc)
+        full_keys = visible_keys(row0, Nq, Nk, causal)
 
         acc = cuda.local.array((TM, TD), float32)
         s = cuda.local.array((TM, TN), float32)
@@ -348,20 +382,24 @@ def make_register_blocked(D: int, Br: int, Bc: int, TM: int, TN: int, maxreg: in
                 acc[a, c] = float32(0.0)
         stage_k = cuda.local.array(STAGE, float32)
         stage_v = cuda.local.array(STAGE, float32)
-        fetch4_t(stage_k, k, kvh, 0, Nk, tid, NT, Bc, D)
-        fetch4(stage_v, v, kvh, 0, Nk, tid, NT, Bc, D)
+        first = stage.tile_start(mods, batch, head, bx, 0, Bc)
+        fetch4_t(stage_k, k, kvh, first, Nk, tid, NT, Bc, D)
+        fetch4(stage_v, v, kvh, first, Nk, tid, NT, Bc, D)
         put4_t(dynamic_tile(KT_OFF, D, Bc), stage_k, tid, NT, Bc, D)
         put4(dynamic_tile(V_OFF, Bc, D), stage_v, tid, NT, Bc, D)
 
-        for j0 in range(0, block_keys, Bc):
-            st = (j0 // Bc) & 1
+        for jv in range(0, block_keys, Bc):
+            j0 = stage.tile_start(mods, batch, head, bx, jv, Bc)
+            kind = stage.tile_kind(mods, batch, head, bx, j0 // Bc)
+            st = (jv // Bc) & 1
             K_t = dynamic_tile(KT_OFF + st * (D * Bc), D, Bc)
             V_j = dynamic_tile(V_OFF + st * (Bc * D), Bc, D)
             cuda.syncthreads()  # tile j0 visible; everyone is done with the other stage and with P_t
-            has_next = j0 + Bc < block_keys
+            has_next = jv + Bc < block_keys
             if has_next:  # global loads of the next tile in flight during this tile's math
-                fetch4_t(stage_k, k, kvh, j0 + Bc, Nk, tid, NT, Bc, D)
-                fetch4(stage_v, v, kvh, j0 + Bc, Nk, tid, NT, Bc, D)
+                j_next = stage.tile_start(mods, batch, head, bx, jv + Bc, Bc)
+                fetch4_t(stage_k, k, kvh, j_next, Nk, tid, NT, Bc, D)
+                fetch4(stage_v, v, kvh, j_next, Nk, tid, NT, Bc, D)
 
             # S micro-tile = Q[rows] · K[keys]ᵀ, outer products over d
             for a in range(TM):
@@ -386,6 +424,14 @@ def make_register_blocked(D: int, Br: int, Bc: int, TM: int, TN: int, maxreg: in
             # tile-wise online softmax, P to shared memory
             needs_mask = j0 + Bc > full_keys
             for a in range(TM):
+                if stage.active:  # the variant's scores (natural units around its function) and mask
+                    i = row0 + rg * TM + a
+                    for b_ in range(TN):
+                        j = j0 + (b_ // 4) * KSTRIDE + kg * 4 + (b_ % 4)
+                        if i < Nq and j < Nk:  # (the functions see positions in range only)
+                            s[a, b_] = stage.modified(s[a, b_] * LN2, batch, head, i + off, j, mods) * LOG2E
+                            if kind == PARTIAL and not stage.visible(batch, head, i + off, j, mods):
+                                s[a, b_] = MASKED
                 if skip:
                     if needs_mask:
                         i = row0 + rg * TM + a
@@ -452,7 +498,7 @@ def make_register_blocked(D: int, Br: int, Bc: int, TM: int, TN: int, maxreg: in
                 w //= 2
             i = row0 + rg * TM + a
             if i < Nq:
-                inv_l = float32(1.0) / lsum
+                inv_l = stage.inverse_l(m[a], lsum)
                 for c in range(TD):
                     o[bh, i, (c // 4) * KSTRIDE + kg * 4 + (c % 4)] = acc[a, c] * inv_l
 

@@ -20,6 +20,8 @@ from numba import cuda, float32
 from numba_attn.gpu.device_functions import NEG_INF
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.phases.registry import Launch, register_phase
+from numba_attn.variants.launching import KernelMods
+from numba_attn.variants.stages import PLAIN, stages_of
 from numba_attn.gpu.warp import WARP_SIZE, warp_max, warp_sum
 
 ROWS_PER_BLOCK = 4  # softmax: one warp per row, 4 rows per block
@@ -34,9 +36,9 @@ def element():
 
 
 @functools.cache
-def make_kernels(D: int, causal: bool):
+def make_kernels(D: int, causal: bool, stage=PLAIN):
     @kernel
-    def scores(q, k, s, scale, H, G, Nq, Nk):
+    def scores(q, k, s, scale, H, G, Nq, Nk, mods):
         """S[bh, i, j] = scale · Σ_d Q[bh, i, d] K[kvh, j, d]  (or −inf if masked)."""
         j, i, bh = element()
         if i >= Nq or j >= Nk:
@@ -45,10 +47,14 @@ def make_kernels(D: int, causal: bool):
         if causal and j > i + Nk - Nq:
             s[bh, i, j] = NEG_INF
             return
+        b, h, q_idx = bh // H, bh % H, i + Nk - Nq
+        if not stage.visible(b, h, q_idx, j, mods):  # a variant's mask
+            s[bh, i, j] = NEG_INF
+            return
         acc = float32(0.0)
         for d in range(D):
             acc += float32(q[bh, i, d]) * float32(k[kvh, j, d])
-        s[bh, i, j] = acc * scale
+        s[bh, i, j] = stage.modified(acc * scale, b, h, q_idx, j, mods)
 
     @kernel
     def softmax(s, Nq, Nk):
@@ -61,11 +67,11 @@ def make_kernels(D: int, causal: bool):
         m = NEG_INF
         for j in range(lane, Nk, WARP_SIZE):
             m = max(m, s[bh, i, j])
-        m = warp_max(m)
+        m = stage.finite_max(warp_max(m))  # a variant: a row that sees no key (all -inf) gives P = 0
         total = float32(0.0)
         for j in range(lane, Nk, WARP_SIZE):
             total += math.exp(s[bh, i, j] - m)
-        inv = float32(1.0) / warp_sum(total)
+        inv = stage.inverse_l(m, warp_sum(total))
         for j in range(lane, Nk, WARP_SIZE):
             s[bh, i, j] = math.exp(s[bh, i, j] - m) * inv
 
@@ -95,20 +101,25 @@ def make_kernels(D: int, causal: bool):
     """,
     lineage="Standard attention as a GEMM → softmax → GEMM pipeline (Vaswani et al. 2017)",
     planned_speedup=1.0,
+    variants=True,
 )
 def naive(problem):
     B, H, Nq, Nk, D = problem.batch, problem.heads, problem.q_len, problem.kv_len, problem.head_dim
     G = problem.group
-    scores, softmax, pv = make_kernels(D, problem.causal)
+    scores, softmax, pv = make_kernels(D, problem.causal, stages_of(problem.variant))
+    kernel_mods = KernelMods(problem, None, None)
     scale = float32(problem.sm_scale)
     s = cuda.device_array((B * H, Nq, Nk), dtype="float32")
     grid_s = ((Nk + TILE_X - 1) // TILE_X, (Nq + TILE_Y - 1) // TILE_Y, B * H)
     grid_p = ((Nq + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK, B * H)
     grid_o = ((D + TILE_X - 1) // TILE_X, (Nq + TILE_Y - 1) // TILE_Y, B * H)
 
-    def run(q, k, v, o, stream=0):
-        scores[grid_s, (TILE_X, TILE_Y), stream](q, k, s, scale, H, G, Nq, Nk)
+    def run(q, k, v, o, stream=0, mods=None):
+        mods = kernel_mods(stream=stream) if mods is None else mods
+        scores[grid_s, (TILE_X, TILE_Y), stream](q, k, s, scale, H, G, Nq, Nk, mods)
         softmax[grid_p, (WARP_SIZE, ROWS_PER_BLOCK), stream](s, Nq, Nk)
         pv[grid_o, (TILE_X, TILE_Y), stream](s, v, o, H, G, Nq, Nk)
 
-    return Launch(run, kernels=[scores, softmax, pv], workspace_bytes=s.nbytes)
+    variant = problem.variant is not None
+    return Launch(run, kernels=[scores, softmax, pv], workspace_bytes=s.nbytes,
+                  kernel_mods=kernel_mods if variant else None, replayable=not variant)

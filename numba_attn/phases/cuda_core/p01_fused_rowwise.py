@@ -22,15 +22,16 @@ from numba_attn.gpu.device_functions import row_key_step, visible_keys
 from numba_attn.gpu.jit import kernel
 from numba_attn.phases.cuda_core.common import kv_head, row_block_launch, start_row_q, store_row
 from numba_attn.phases.registry import register_phase
+from numba_attn.variants.stages import PLAIN, stages_of
 
 
 @functools.cache
-def make_kernel(D: int, THREADS: int, causal: bool):
-    key_step = row_key_step(D)
-    store = store_row(D)
+def make_kernel(D: int, THREADS: int, causal: bool, stage=PLAIN):
+    key_step = row_key_step(D, stage.modified)
+    store = store_row(D, stage)
 
     @kernel
-    def fused_rowwise(q, k, v, o, scale, H, G, Nq, Nk):
+    def fused_rowwise(q, k, v, o, scale, H, G, Nq, Nk, mods):
         i = cuda.blockIdx.x * THREADS + cuda.threadIdx.x
         bh = cuda.blockIdx.y
         if i >= Nq:
@@ -39,9 +40,11 @@ def make_kernel(D: int, THREADS: int, causal: bool):
         Q_i = cuda.local.array(D, float32)
         O_i = cuda.local.array(D, float32)
         m, l = start_row_q(Q_i, O_i, q, bh, i, scale, True)
+        at = (bh // H, bh % H, i + Nk - Nq)  # (b, h, q_idx): where the row is, for the variant
         for j in range(visible_keys(i, Nq, Nk, causal)):
-            m, l = key_step(Q_i, O_i, k, v, kvh, j, m, l)  # s = Q_i·K_j, online softmax, O_i += p·V_j
-        store(o, bh, i, 0, O_i, l)
+            if stage.visible(at[0], at[1], at[2], j, mods):  # s = Q_i·K_j, online softmax, O_i += p·V_j
+                m, l = key_step(Q_i, O_i, k, v, kvh, j, m, l, at, mods)
+        store(o, bh, i, 0, O_i, m, l)
 
     return fused_rowwise
 
@@ -58,7 +61,8 @@ def make_kernel(D: int, THREADS: int, causal: bool):
             "FlashAttention (Dao et al. 2022) before tiling",
     planned_speedup=4.0,
     space={"threads": [32, 64, 128, 256]},
+    variants=True,
 )
 def fused_rowwise(problem, threads=128):
-    kern = make_kernel(problem.head_dim, threads, problem.causal)
+    kern = make_kernel(problem.head_dim, threads, problem.causal, stages_of(problem.variant))
     return row_block_launch(kern, problem, threads, threads)

@@ -23,15 +23,16 @@ from numba_attn.gpu.jit import kernel
 from numba_attn.phases.cuda_core.common import (kv_head, load_kv, row_block_launch, row_keys, start_row_q,
                                                 static_kv_reason, store_row, tile_rows)
 from numba_attn.phases.registry import register_phase
+from numba_attn.variants.stages import PLAIN, stages_of
 
 
 @functools.cache
-def make_kernel(D: int, Br: int, Bc: int, causal: bool):
-    rows = tile_rows(D)
-    store = store_row(D)
+def make_kernel(D: int, Br: int, Bc: int, causal: bool, stage=PLAIN):
+    rows = tile_rows(D, stage)
+    store = store_row(D, stage)
 
     @kernel
-    def smem_kv(q, k, v, o, scale, H, G, Nq, Nk):
+    def smem_kv(q, k, v, o, scale, H, G, Nq, Nk, mods):
         K_j = cuda.shared.array((Bc, D), float32)
         V_j = cuda.shared.array((Bc, D), float32)
         tid = cuda.threadIdx.x
@@ -43,14 +44,19 @@ def make_kernel(D: int, Br: int, Bc: int, causal: bool):
         O_i = cuda.local.array(D, float32)
         m, l = start_row_q(Q_i, O_i, q, bh, i, scale, row_ok)
         n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
-        for j0 in range(0, block_keys, Bc):
+        b, h, qt = bh // H, bh % H, cuda.blockIdx.x
+        block_keys = stage.loop_keys(mods, b, h, qt, block_keys, Bc)  # a variant: its visited tiles
+        for jv in range(0, block_keys, Bc):
+            j0 = stage.tile_start(mods, b, h, qt, jv, Bc)
+            kind = stage.tile_kind(mods, b, h, qt, j0 // Bc)
             load_kv(K_j, V_j, k, v, kvh, j0, Nk, tid, Br)
             cuda.syncthreads()
             if row_ok:
-                m, l = rows(Q_i, K_j, V_j, min(Bc, n_keys - j0), m, l, O_i)
+                at = (b, h, i + Nk - Nq, j0, kind)  # where the tile is, for the variant
+                m, l = rows(Q_i, K_j, V_j, min(Bc, n_keys - j0), m, l, O_i, at, mods)
             cuda.syncthreads()
         if row_ok:
-            store(o, bh, i, 0, O_i, l)
+            store(o, bh, i, 0, O_i, m, l)
 
     return smem_kv
 
@@ -72,7 +78,8 @@ def _supports(problem, Br, Bc):
     space={"Br": [16, 32, 64, 128], "Bc": [16, 32, 64, 128]},
     sim_params={"Br": 16, "Bc": 16},
     supports=_supports,
+    variants=True,
 )
 def smem_kv(problem, Br=128, Bc=32):
-    kern = make_kernel(problem.head_dim, Br, Bc, problem.causal)
-    return row_block_launch(kern, problem, Br, Br)
+    kern = make_kernel(problem.head_dim, Br, Bc, problem.causal, stages_of(problem.variant))
+    return row_block_launch(kern, problem, Br, Br, Bc=Bc)

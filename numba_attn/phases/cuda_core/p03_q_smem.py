@@ -22,6 +22,7 @@ from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled, smem_reas
 from numba_attn.phases.cuda_core.common import (kv_head, load_kv, row_block_launch, row_keys, segment_rows, start_row,
                                                 store_row)
 from numba_attn.phases.registry import register_phase
+from numba_attn.variants.stages import PLAIN, stages_of
 
 
 def smem_floats(D, Br, Bc):
@@ -29,14 +30,14 @@ def smem_floats(D, Br, Bc):
 
 
 @functools.cache
-def make_kernel(D: int, Br: int, Bc: int, causal: bool):
+def make_kernel(D: int, Br: int, Bc: int, causal: bool, stage=PLAIN):
     K_OFF = D * Br
     V_OFF = K_OFF + Bc * D
-    rows = segment_rows(D, D)  # one segment: the thread's whole row
-    store = store_row(D)
+    rows = segment_rows(D, D, stage)  # one segment: the thread's whole row
+    store = store_row(D, stage)
 
     @kernel
-    def q_smem(q, k, v, o, scale, H, G, Nq, Nk):
+    def q_smem(q, k, v, o, scale, H, G, Nq, Nk, mods):
         Q_t = dynamic_tile(0, D, Br)  # Qᵀ · scale
         K_j = dynamic_tile(K_OFF, Bc, D)
         V_j = dynamic_tile(V_OFF, Bc, D)
@@ -49,14 +50,19 @@ def make_kernel(D: int, Br: int, Bc: int, causal: bool):
         O_i = cuda.local.array(D, float32)
         m, l = start_row(O_i)
         n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
-        for j0 in range(0, block_keys, Bc):
+        b, h, qt = bh // H, bh % H, cuda.blockIdx.x
+        block_keys = stage.loop_keys(mods, b, h, qt, block_keys, Bc)  # a variant: its visited tiles
+        for jv in range(0, block_keys, Bc):
+            j0 = stage.tile_start(mods, b, h, qt, jv, Bc)
+            kind = stage.tile_kind(mods, b, h, qt, j0 // Bc)
             load_kv(K_j, V_j, k, v, kvh, j0, Nk, tid, Br)
             cuda.syncthreads()
             if row_ok:
-                m, l = rows(Q_t, K_j, V_j, tid, 0, min(Bc, n_keys - j0), m, l, O_i)
+                at = (b, h, i + Nk - Nq, j0, kind)  # where the tile is, for the variant
+                m, l = rows(Q_t, K_j, V_j, tid, 0, min(Bc, n_keys - j0), m, l, O_i, at, mods)
             cuda.syncthreads()
         if row_ok:
-            store(o, bh, i, 0, O_i, l)
+            store(o, bh, i, 0, O_i, m, l)
 
     return q_smem
 
@@ -81,7 +87,8 @@ def _supports(problem, Br, Bc):
     space={"Br": [16, 32, 64, 128], "Bc": [16, 32, 64, 128]},
     sim_params={"Br": 32, "Bc": 16},
     supports=_supports,
+    variants=True,
 )
 def q_smem(problem, Br=128, Bc=32):
-    kern = make_kernel(problem.head_dim, Br, Bc, problem.causal)
-    return row_block_launch(kern, problem, Br, Br, 4 * smem_floats(problem.head_dim, Br, Bc))
+    kern = make_kernel(problem.head_dim, Br, Bc, problem.causal, stages_of(problem.variant))
+    return row_block_launch(kern, problem, Br, Br, 4 * smem_floats(problem.head_dim, Br, Bc), Bc=Bc)

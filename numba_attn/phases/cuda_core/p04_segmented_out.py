@@ -23,6 +23,7 @@ from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled
 from numba_attn.phases.cuda_core.common import (load_kv, register_cap, resolve_seg, row_keys, segment_launch,
                                                 segment_rows, segment_supports, segment_thread, start_row, store_row)
 from numba_attn.phases.registry import register_phase
+from numba_attn.variants.stages import PLAIN, stages_of
 
 
 def smem_floats(D, Br, Bc):
@@ -30,15 +31,15 @@ def smem_floats(D, Br, Bc):
 
 
 @functools.cache
-def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
+def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool, stage=PLAIN):
     K_OFF = D * Br
     V_OFF = K_OFF + Bc * D
     NT = Br * (D // SEG)
-    rows = segment_rows(D, SEG)
-    store = store_row(SEG)
+    rows = segment_rows(D, SEG, stage)
+    store = store_row(SEG, stage)
 
     @kernel(**register_cap(D, Br, SEG))
-    def segmented_out(q, k, v, o, scale, H, G, Nq, Nk):
+    def segmented_out(q, k, v, o, scale, H, G, Nq, Nk, mods):
         Q_t = dynamic_tile(0, D, Br)  # Qᵀ · scale
         K_j = dynamic_tile(K_OFF, Bc, D)
         V_j = dynamic_tile(V_OFF, Bc, D)
@@ -48,14 +49,19 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
         O_seg = cuda.local.array(SEG, float32)
         m, l = start_row(O_seg)
         n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
-        for j0 in range(0, block_keys, Bc):
+        b, h, qt = bh // H, bh % H, cuda.blockIdx.x
+        block_keys = stage.loop_keys(mods, b, h, qt, block_keys, Bc)  # a variant: its visited tiles
+        for jv in range(0, block_keys, Bc):
+            j0 = stage.tile_start(mods, b, h, qt, jv, Bc)
+            kind = stage.tile_kind(mods, b, h, qt, j0 // Bc)
             load_kv(K_j, V_j, k, v, kvh, j0, Nk, tid, NT)
             cuda.syncthreads()
             if row_ok:
-                m, l = rows(Q_t, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg)
+                at = (b, h, i + Nk - Nq, j0, kind)  # where the tile is, for the variant
+                m, l = rows(Q_t, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg, at, mods)
             cuda.syncthreads()
         if row_ok:
-            store(o, bh, i, c0, O_seg, l)
+            store(o, bh, i, c0, O_seg, m, l)
 
     return segmented_out
 
@@ -75,7 +81,8 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
     sim_params={"Br": 32, "Bc": 16, "SEG": 8},
     supports=segment_supports(smem_floats),
     resolve=resolve_seg,
+    variants=True,
 )
 def segmented_out(problem, Br=64, Bc=32, SEG=128):
-    kern = make_kernel(problem.head_dim, Br, Bc, SEG, problem.causal)
-    return segment_launch(kern, problem, Br, SEG, 4 * smem_floats(problem.head_dim, Br, Bc))
+    kern = make_kernel(problem.head_dim, Br, Bc, SEG, problem.causal, stages_of(problem.variant))
+    return segment_launch(kern, problem, Br, SEG, 4 * smem_floats(problem.head_dim, Br, Bc), Bc=Bc)

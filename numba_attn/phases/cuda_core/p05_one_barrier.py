@@ -25,6 +25,7 @@ from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled
 from numba_attn.phases.cuda_core.common import (register_cap, resolve_seg, row_keys, segment_launch, segment_rows,
                                                 segment_supports, segment_thread, start_row, store_row)
 from numba_attn.phases.registry import register_phase
+from numba_attn.variants.stages import PLAIN, stages_of
 
 
 def smem_floats(D, Br, Bc):
@@ -32,15 +33,15 @@ def smem_floats(D, Br, Bc):
 
 
 @functools.cache
-def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
+def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool, stage=PLAIN):
     K_OFF = D * Br
     V_OFF = K_OFF + 2 * Bc * D  # two stages each
     NT = Br * (D // SEG)
-    rows = segment_rows(D, SEG)
-    store = store_row(SEG)
+    rows = segment_rows(D, SEG, stage)
+    store = store_row(SEG, stage)
 
     @kernel(**register_cap(D, Br, SEG))
-    def one_barrier(q, k, v, o, scale, H, G, Nq, Nk):
+    def one_barrier(q, k, v, o, scale, H, G, Nq, Nk, mods):
         Q_t = dynamic_tile(0, D, Br)  # Qᵀ · scale
         tid, r, c0, i, bh, kvh = segment_thread(Br, SEG, H, G)
         row_ok = i < Nq
@@ -48,20 +49,27 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
         O_seg = cuda.local.array(SEG, float32)
         m, l = start_row(O_seg)
         n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
-        load_tile(dynamic_tile(K_OFF, Bc, D), k, kvh, 0, Nk, tid, NT)
-        load_tile(dynamic_tile(V_OFF, Bc, D), v, kvh, 0, Nk, tid, NT)
-        for j0 in range(0, block_keys, Bc):
-            st = (j0 // Bc) & 1
+        b, h, qt = bh // H, bh % H, cuda.blockIdx.x
+        block_keys = stage.loop_keys(mods, b, h, qt, block_keys, Bc)  # a variant: its visited tiles
+        first = stage.tile_start(mods, b, h, qt, 0, Bc)
+        load_tile(dynamic_tile(K_OFF, Bc, D), k, kvh, first, Nk, tid, NT)
+        load_tile(dynamic_tile(V_OFF, Bc, D), v, kvh, first, Nk, tid, NT)
+        for jv in range(0, block_keys, Bc):
+            j0 = stage.tile_start(mods, b, h, qt, jv, Bc)
+            kind = stage.tile_kind(mods, b, h, qt, j0 // Bc)
+            st = (jv // Bc) & 1
             K_j = dynamic_tile(K_OFF + st * (Bc * D), Bc, D)
             V_j = dynamic_tile(V_OFF + st * (Bc * D), Bc, D)
             cuda.syncthreads()  # tile j0 stored; every thread is done with the other stage
-            if j0 + Bc < block_keys:
-                load_tile(dynamic_tile(K_OFF + (1 - st) * (Bc * D), Bc, D), k, kvh, j0 + Bc, Nk, tid, NT)
-                load_tile(dynamic_tile(V_OFF + (1 - st) * (Bc * D), Bc, D), v, kvh, j0 + Bc, Nk, tid, NT)
+            if jv + Bc < block_keys:
+                j_next = stage.tile_start(mods, b, h, qt, jv + Bc, Bc)
+                load_tile(dynamic_tile(K_OFF + (1 - st) * (Bc * D), Bc, D), k, kvh, j_next, Nk, tid, NT)
+                load_tile(dynamic_tile(V_OFF + (1 - st) * (Bc * D), Bc, D), v, kvh, j_next, Nk, tid, NT)
             if row_ok:
-                m, l = rows(Q_t, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg)
+                at = (b, h, i + Nk - Nq, j0, kind)  # where the tile is, for the variant
+                m, l = rows(Q_t, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg, at, mods)
         if row_ok:
-            store(o, bh, i, c0, O_seg, l)
+            store(o, bh, i, c0, O_seg, m, l)
 
     return one_barrier
 
@@ -81,7 +89,8 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
     sim_params={"Br": 32, "Bc": 16, "SEG": 8},
     supports=segment_supports(smem_floats),
     resolve=resolve_seg,
+    variants=True,
 )
 def one_barrier(problem, Br=64, Bc=32, SEG=64):
-    kern = make_kernel(problem.head_dim, Br, Bc, SEG, problem.causal)
-    return segment_launch(kern, problem, Br, SEG, 4 * smem_floats(problem.head_dim, Br, Bc))
+    kern = make_kernel(problem.head_dim, Br, Bc, SEG, problem.causal, stages_of(problem.variant))
+    return segment_launch(kern, problem, Br, SEG, 4 * smem_floats(problem.head_dim, Br, Bc), Bc=Bc)

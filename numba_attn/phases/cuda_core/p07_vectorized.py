@@ -24,6 +24,7 @@ from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile4
 from numba_attn.phases.cuda_core.common import (register_cap, resolve_seg, row_keys, segment_launch, segment_rows4,
                                                 segment_supports, segment_thread, start_row, store_row)
 from numba_attn.phases.registry import register_phase
+from numba_attn.variants.stages import PLAIN, stages_of
 
 ONE = float32(1.0)
 QPAD = 4  # Q rows padded to D+4 floats: conflict-free 16-byte row reads
@@ -34,17 +35,17 @@ def smem_floats(D, Br, Bc):
 
 
 @functools.cache
-def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: bool):
+def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: bool, stage=PLAIN):
     QW = D + QPAD  # Q row stride (floats)
     K_OFF = Br * QW
     V_OFF = K_OFF + 2 * Bc * D  # two stages each
     NT = Br * (D // SEG)  # compute threads; the loader warps come after them
-    rows = segment_rows4(D, SEG)
-    store = store_row(SEG)
+    rows = segment_rows4(D, SEG, stage)
+    store = store_row(SEG, stage)
     NL = 32 * loader_warps
 
     @kernel(**register_cap(D, Br, SEG, loader_warps))
-    def vectorized(q, k, v, o, scale, H, G, Nq, Nk):
+    def vectorized(q, k, v, o, scale, H, G, Nq, Nk, mods):
         Q_s = dynamic_tile(0, Br, QW)  # Q · scale, rows padded
         tid, r, c0, i, bh, kvh = segment_thread(Br, SEG, H, G)
         loader = tid >= NT
@@ -54,24 +55,31 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: b
         O_seg = cuda.local.array(SEG, float32)
         m, l = start_row(O_seg)
         n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
+        b, h, qt = bh // H, bh % H, cuda.blockIdx.x
+        block_keys = stage.loop_keys(mods, b, h, qt, block_keys, Bc)  # a variant: its visited tiles
+        first = stage.tile_start(mods, b, h, qt, 0, Bc)
         if loader:
-            load_tile4(dynamic_tile(K_OFF, Bc, D), k, kvh, 0, Nk, ONE, lid, NL, Bc, D)
-            load_tile4(dynamic_tile(V_OFF, Bc, D), v, kvh, 0, Nk, ONE, lid, NL, Bc, D)
-        for j0 in range(0, block_keys, Bc):
-            st = (j0 // Bc) & 1
+            load_tile4(dynamic_tile(K_OFF, Bc, D), k, kvh, first, Nk, ONE, lid, NL, Bc, D)
+            load_tile4(dynamic_tile(V_OFF, Bc, D), v, kvh, first, Nk, ONE, lid, NL, Bc, D)
+        for jv in range(0, block_keys, Bc):
+            j0 = stage.tile_start(mods, b, h, qt, jv, Bc)
+            kind = stage.tile_kind(mods, b, h, qt, j0 // Bc)
+            st = (jv // Bc) & 1
             K_j = dynamic_tile(K_OFF + st * (Bc * D), Bc, D)
             V_j = dynamic_tile(V_OFF + st * (Bc * D), Bc, D)
             cuda.syncthreads()  # tile j0 stored; every thread is done with the other stage
             if loader:
-                if j0 + Bc < block_keys:
-                    load_tile4(dynamic_tile(K_OFF + (1 - st) * (Bc * D), Bc, D), k, kvh, j0 + Bc, Nk, ONE,
+                if jv + Bc < block_keys:
+                    j_next = stage.tile_start(mods, b, h, qt, jv + Bc, Bc)
+                    load_tile4(dynamic_tile(K_OFF + (1 - st) * (Bc * D), Bc, D), k, kvh, j_next, Nk, ONE,
                                lid, NL, Bc, D)
-                    load_tile4(dynamic_tile(V_OFF + (1 - st) * (Bc * D), Bc, D), v, kvh, j0 + Bc, Nk, ONE,
+                    load_tile4(dynamic_tile(V_OFF + (1 - st) * (Bc * D), Bc, D), v, kvh, j_next, Nk, ONE,
                                lid, NL, Bc, D)
             elif row_ok:
-                m, l = rows(Q_s, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg)
+                at = (b, h, i + Nk - Nq, j0, kind)  # where the tile is, for the variant
+                m, l = rows(Q_s, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg, at, mods)
         if row_ok:
-            store(o, bh, i, c0, O_seg, l)
+            store(o, bh, i, c0, O_seg, m, l)
 
     return vectorized
 
@@ -98,7 +106,8 @@ def _supports(problem, Br, Bc, SEG, loader_warps):
     sim_params={"Br": 32, "Bc": 16, "SEG": 8, "loader_warps": 1},
     supports=_supports,
     resolve=resolve_seg,
+    variants=True,
 )
 def vectorized(problem, Br=64, Bc=32, SEG=64, loader_warps=1):
-    kern = make_kernel(problem.head_dim, Br, Bc, SEG, loader_warps, problem.causal)
-    return segment_launch(kern, problem, Br, SEG, 4 * smem_floats(problem.head_dim, Br, Bc), loader_warps)
+    kern = make_kernel(problem.head_dim, Br, Bc, SEG, loader_warps, problem.causal, stages_of(problem.variant))
+    return segment_launch(kern, problem, Br, SEG, 4 * smem_floats(problem.head_dim, Br, Bc), loader_warps, Bc=Bc)

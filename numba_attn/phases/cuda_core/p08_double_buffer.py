@@ -23,6 +23,7 @@ from numba_attn.gpu.ptx_loads import dynamic_tile, fetch4, load_tile4, put4
 from numba_attn.phases.cuda_core.common import (register_cap, resolve_seg, row_keys, segment_launch, segment_rows4,
                                                 segment_supports, segment_thread, start_row, store_row)
 from numba_attn.phases.registry import register_phase
+from numba_attn.variants.stages import PLAIN, stages_of
 
 QPAD = 4  # Q rows padded to D+4 floats: conflict-free 16-byte row reads
 
@@ -32,17 +33,17 @@ def smem_floats(D, Br, Bc):
 
 
 @functools.cache
-def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
+def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool, stage=PLAIN):
     QW = D + QPAD  # Q row stride (floats)
     K_OFF = Br * QW
     V_OFF = K_OFF + 2 * Bc * D  # two stages each
     NT = Br * (D // SEG)
-    rows = segment_rows4(D, SEG)
-    store = store_row(SEG)
+    rows = segment_rows4(D, SEG, stage)
+    store = store_row(SEG, stage)
     STAGE = (Bc * D // 4 + NT - 1) // NT * 4  # floats staged per thread and tile (K, and V)
 
     @kernel(**register_cap(D, Br, SEG))
-    def double_buffer(q, k, v, o, scale, H, G, Nq, Nk):
+    def double_buffer(q, k, v, o, scale, H, G, Nq, Nk, mods):
         Q_s = dynamic_tile(0, Br, QW)  # Q · scale, rows padded
         tid, r, c0, i, bh, kvh = segment_thread(Br, SEG, H, G)
         row_ok = i < Nq
@@ -50,28 +51,35 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
         O_seg = cuda.local.array(SEG, float32)
         m, l = start_row(O_seg)
         n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
+        b, h, qt = bh // H, bh % H, cuda.blockIdx.x
+        block_keys = stage.loop_keys(mods, b, h, qt, block_keys, Bc)  # a variant: its visited tiles
+        first = stage.tile_start(mods, b, h, qt, 0, Bc)
         stage_k = cuda.local.array(STAGE, float32)
         stage_v = cuda.local.array(STAGE, float32)
-        fetch4(stage_k, k, kvh, 0, Nk, tid, NT, Bc, D)
-        fetch4(stage_v, v, kvh, 0, Nk, tid, NT, Bc, D)
+        fetch4(stage_k, k, kvh, first, Nk, tid, NT, Bc, D)
+        fetch4(stage_v, v, kvh, first, Nk, tid, NT, Bc, D)
         put4(dynamic_tile(K_OFF, Bc, D), stage_k, tid, NT, Bc, D)
         put4(dynamic_tile(V_OFF, Bc, D), stage_v, tid, NT, Bc, D)
-        for j0 in range(0, block_keys, Bc):
-            st = (j0 // Bc) & 1
+        for jv in range(0, block_keys, Bc):
+            j0 = stage.tile_start(mods, b, h, qt, jv, Bc)
+            kind = stage.tile_kind(mods, b, h, qt, j0 // Bc)
+            st = (jv // Bc) & 1
             K_j = dynamic_tile(K_OFF + st * (Bc * D), Bc, D)
             V_j = dynamic_tile(V_OFF + st * (Bc * D), Bc, D)
             cuda.syncthreads()  # tile j0 stored; every thread is done with the other stage
-            has_next = j0 + Bc < block_keys
+            has_next = jv + Bc < block_keys
             if has_next:  # global loads of the next tile in flight during this tile's math
-                fetch4(stage_k, k, kvh, j0 + Bc, Nk, tid, NT, Bc, D)
-                fetch4(stage_v, v, kvh, j0 + Bc, Nk, tid, NT, Bc, D)
+                j_next = stage.tile_start(mods, b, h, qt, jv + Bc, Bc)
+                fetch4(stage_k, k, kvh, j_next, Nk, tid, NT, Bc, D)
+                fetch4(stage_v, v, kvh, j_next, Nk, tid, NT, Bc, D)
             if row_ok:
-                m, l = rows(Q_s, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg)
+                at = (b, h, i + Nk - Nq, j0, kind)  # where the tile is, for the variant
+                m, l = rows(Q_s, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg, at, mods)
             if has_next:  # the other stage was last read before this tile's barrier
                 put4(dynamic_tile(K_OFF + (1 - st) * (Bc * D), Bc, D), stage_k, tid, NT, Bc, D)
                 put4(dynamic_tile(V_OFF + (1 - st) * (Bc * D), Bc, D), stage_v, tid, NT, Bc, D)
         if row_ok:
-            store(o, bh, i, c0, O_seg, l)
+            store(o, bh, i, c0, O_seg, m, l)
 
     return double_buffer
 
@@ -91,7 +99,8 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool):
     sim_params={"Br": 32, "Bc": 16, "SEG": 8},
     supports=segment_supports(smem_floats, vec4=True),
     resolve=resolve_seg,
+    variants=True,
 )
 def double_buffer(problem, Br=128, Bc=32, SEG=64):
-    kern = make_kernel(problem.head_dim, Br, Bc, SEG, problem.causal)
-    return segment_launch(kern, problem, Br, SEG, 4 * smem_floats(problem.head_dim, Br, Bc))
+    kern = make_kernel(problem.head_dim, Br, Bc, SEG, problem.causal, stages_of(problem.variant))
+    return segment_launch(kern, problem, Br, SEG, 4 * smem_floats(problem.head_dim, Br, Bc), Bc=Bc)

@@ -23,6 +23,7 @@ from numba_attn.gpu.device_functions import NEG_BIG, state_lse, visible_keys
 from numba_attn.gpu.jit import kernel
 from numba_attn.phases.cuda_core.common import kv_head, load_kv, static_kv_reason, store_row, tile_rows
 from numba_attn.phases.registry import Launch, register_phase
+from numba_attn.variants.stages import FULL
 from numba_attn.gpu.split_k import make_combine_kernel, sm_count, split_plan
 
 
@@ -57,11 +58,11 @@ def make_kernel(D: int, Br: int, Bc: int, causal: bool, FINAL: bool):
             load_kv(K_j, V_j, k, v, kvh, j0, Nk, tid, Br)
             cuda.syncthreads()
             if row_ok:
-                m, l = rows(Q_i, K_j, V_j, min(Bc, n_keys - j0), m, l, O_i)
+                m, l = rows(Q_i, K_j, V_j, min(Bc, n_keys - j0), m, l, O_i, (0, 0, 0, j0, FULL), ())
             cuda.syncthreads()
         if row_ok:
             if FINAL:
-                store(o, bh, i, 0, O_i, l)
+                store(o, bh, i, 0, O_i, m, l)
             else:
                 inv_l = float32(1.0) / l if l > float32(0.0) else float32(0.0)
                 for d in range(D):
