@@ -58,7 +58,8 @@ def test_code_diff_resolves_compile_time_options():
     """``causal_skip`` is ``register_blocked``'s factory with ``skip=True``: its diff is the branch that
     option selects (the masking moved under ``if needs_mask:``), not the call alone."""
     text = diff.phase_diff("causal_skip", code=True)
-    assert "+                                 skip=True, heavy_first=bool(heavy_first))" in text
+    assert ("+                                 skip=True, heavy_first=bool(heavy_first), "
+            "stage=stages_of(problem.variant))") in text
     assert "--- a/numba_attn/phases/cuda_core/common.py:make_register_blocked[skip=False]" in text
     assert "+++ b/numba_attn/phases/cuda_core/common.py:make_register_blocked[skip=True]" in text
     assert "+                if needs_mask:" in text
