@@ -144,7 +144,7 @@ def broken_phase():
 
         def run(q, k, v, o, stream=0):
             kern[grid, Br, stream](q, k, v, o, float32(1.0), problem.heads, problem.group,
-                                   problem.q_len, problem.kv_len)
+                                   problem.q_len, problem.kv_len, ())  # (): no variant arrays
 
         return Launch(run, kernels=[kern])
 

@@ -194,6 +194,8 @@ DEFAULT_PROBLEMS = [
     Problem(batch=1, heads=2, kv_heads=1, q_len=1, kv_len=70, head_dim=16, dtype="float16"),  # decode, GQA 2:1
     PagedProblem(batch=2, heads=2, kv_heads=1, q_len=1, kv_len=70, head_dim=16, dtype="float16", page_size=16,
                  ragged=True),  # paged decode
+    PagedProblem(batch=1, heads=2, kv_heads=1, q_len=1, kv_len=40, head_dim=64, dtype="float16", page_size=16,
+                 kv_dtype="float8_e4m3", kv_scale="head"),  # paged decode over an 8-bit cache (paged_mma8)
     VarlenProblem(batch=3, heads=2, kv_heads=1, q_len=37, kv_len=41, head_dim=16, dtype="float16"),  # varlen prefill
 ]
 
@@ -206,14 +208,17 @@ def problem_kind(problem) -> str:
 def select_by_kind(problems):
     """A ``select(phase, problem)`` that runs each phase only on the problems of its kind (prefill or
     decode) in a dtype it supports, in its first-listed dtype when there is one; a phase with no such
-    problem runs on the first problem of its kind (its SKIP row then says why)."""
+    problem runs on the first problem of its kind (its SKIP row then says why). Of those, the first it
+    supports (an 8-bit cache for a phase that reads only those)."""
     problems = list(problems)
 
     def select(phase, problem) -> bool:
         mine = [p for p in problems if problem_kind(p) == phase.kind and layout_of(p) == phase.layout]
         fits = [p for p in mine if p.dtype in phase.dtypes]
         first = [p for p in fits if p.dtype == phase.dtypes[0]]
-        return problem in (first or fits or mine[:1])
+        pool = first or fits or mine
+        runs = [p for p in pool if phase.supports(p) is None]
+        return problem in (runs or pool)[:1]
 
     return select
 
