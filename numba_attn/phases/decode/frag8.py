@@ -20,107 +20,29 @@ from numba_attn.phases.decode.steps import chunk_steps
 
 
 @functools.cache
-def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: bool, MIN_BLOCKS: int, P: int,
-                      KV_FORMAT: int, TOKEN: bool, SPLITP: bool = True, PREFETCH: int = 0, STEP_HEADS: int = 1,
-                      STAGES: int = 0):
-    """``paged_split_k``'s kernel with ``mma`` (an 8-bit paged cache, float16 query, D a multiple of 64,
-    at most 8 query rows per KV head): the codes go from the 16-byte loads straight into tensor-core
-    fragments, with no float32 per element and no shared memory. A warp step is 16 keys, two
-    ``mma.m16n8k16`` problems with the keys on M and the (at most 8) query rows on N:
+def make_frag8_loads(D: int, P: int, KV_FORMAT: int, TOKEN: bool, STEP_HEADS: int):
+    """The 8-bit fragment kernel's direct loads: a warp step's cache words into registers, straight from global
+    memory, and the L2 prefetch of a later step. ``cache`` is (k, v, ks, vs, table); the words go into ``regs``,
+    (kw, vw, ksc, vsc)."""
+    from numba_attn.gpu.intrinsics import add_u32, ld_at, ld_global_v2_at, ld_global_v4_at, mad_u32
 
-    * Sᵀ = K·Qᵀ: lane (g, t) loads the D/16 words of keys g and g+8 that lane t of a k-step owns
-      (16-byte chunks t, t+4, …); one word is the A fragment of one k-step (its four codes → two
-      f16x2, in the order the query's B fragment is packed in: a dot product does not care which
-      dims a k-step holds). c0..c3 = scores of keys g, g+8 for rows 2t, 2t+1.
-    * Oᵀ += Vᵀ·Pᵀ: lane (g, t) loads D/8 codes (dims g·D/8 …) of keys 2t, 2t+1, 2t+8, 2t+9; ``prmt``
-      pairs a dim of two keys (the A fragment of m-tile i: dims g·D/8 + 2i, + 2i+1); Pᵀ's B fragment
-      comes from the score lanes by shuffles. Accumulators: D/16 m-tiles × 4 float32 per lane.
-
-    Decoding: fp8 by ``cvt.rn.f16x2.e4m3x2``; int8 as f16 1152 + c by one ``prmt`` (exact), K's bias taken out
-    of the scores' start (−1152·Σq), V's by an exact f16x2 subtraction; P split into two f16 halves (``SPLITP``).
-    Scales in fp32 on the scores, on P or on the accumulators (details in docs/decode-notes.md).
-
-    Options (their mechanisms and measurements in docs/decode-notes.md, "The 8-bit fragment kernel's options"):
-    ``PREFETCH`` > 0 (``prefetch``): a warp prefetches into L2 the cache rows of its step ``PREFETCH`` rounds ahead;
-    ``STEP_HEADS`` = HW > 1 (``step_heads``; one query row per KV head): a warp step's 16 rows are 16 / HW tokens ×
-    HW adjacent KV heads, the heads' query rows in the N columns, a score counting only in its own head's column;
-    ``STAGES`` > 1 (``stages``): the cache bytes reach the fragments through a ``cp.async.ca`` ring of ``STAGES``
-    warp steps per warp in dynamic shared memory (XOR-swizzled rows, int8's per-token scales queued in registers)."""
-    from numba_attn.gpu.intrinsics import (add_u32, cp_async16_at_ca, cvt_e4m3x4_f16x2, ld_at, ld_global_v2_at,
-                                           ld_global_v4_at, mad_u32, sub_f16x2)
-
-    HEAD_ROWS = G * Nq  # query rows of a KV head (≤ 8: the N of the mma)
-    ROWS = HEAD_ROWS * STEP_HEADS  # query rows of the block (HW > 1: one per KV head, HW heads)
     KEYS_PER_STEP = 16 // STEP_HEADS  # tokens of a warp step
     LHW = STEP_HEADS.bit_length() - 1
-    key_limit, visible = key_mask(causal, Nq)  # the keys a row sees (scores.py)
-    _, _, _, _, write_rows, combine_last = chunk_steps(D, 8, 1, 1, WARPS, ROWS, Nq, G * STEP_HEADS, causal, False,
-                                                       BASE2=True)
     NKS = D // 16  # k-steps of Sᵀ: one word of a key per lane each
     NKC = NKS // 4  # 16-byte chunks of a key row per lane
     VWL = D // 32  # words of a V row per lane (dims g·D/8 …)
-    D8 = D // 8
-    NMT = D // 16  # m-tiles of Oᵀ (dims)
-    NQB, NACC, NVW = 2 * NKS, 4 * NMT, 4 * VWL  # (local array sizes: compile-time constants)
     LOGP, STEP = page_steps(P, KEYS_PER_STEP)  # (STEP: a step's KS tokens never cross a page)
-    THREADS = WARPS * WARP_SIZE
     FP8 = KV_FORMAT == 1
     D4 = D // 4  # 32-bit words of a cache row of one head
-    I8_SIGN = uint32(0x80808080)  # every byte's sign bit: int8 c → the unsigned byte c + 128
-    I8_HI = uint32(0x64646464)  # the high byte of f16 1024 (x in the low byte: 1024 + x)
-    I8_BIAS = uint32(0x64806480)  # f16x2 (1152, 1152)
-    CPR = D // 16  # 16-byte chunks of a cache row of one head
-    NCP = 16 * CPR // WARP_SIZE  # ring: 16-byte copies per lane per step, of K and of V each
-    SLOT = 32  # ring rows of a step: K's 16, then V's 16
-    RING_ROWS = max(1, WARPS * STAGES * SLOT)
-    RING_WORDS = RING_ROWS * D4  # (dynamic_tile's sizes: closure constants, not expressions)
-    WAIT = max(0, STAGES - 2)  # cp.async groups left in flight when a step's bytes are needed
-    NVC = max(1, VWL // 4)  # ring: 16-byte reads of a V row per lane
-    NKOF, NVOF = 2 * NKC, 4 * NVC  # (local array sizes)
-    NSQ = max(1, (STAGES - 1) * 4)  # ring: a lane's int8 per-token scales, 4 a step, queued for STAGES − 1 steps
-    if STAGES and not STEP:
-        raise ValueError(f"the ring needs pages of whole warp steps (page size {P}, {KEYS_PER_STEP} tokens a step)")
-    if STAGES and TOKEN and FP8:
-        raise ValueError("the ring: per-token scales with int8 codes only (fp8 takes a tensor or head scale)")
-    SWZ = min(8, CPR) - 1
 
     @device
-    def ring_chunk(c, r):
-        """Where 16-byte chunk ``c`` of ring row ``r`` is stored in its row: ``c`` XOR ((r & 1)·4 ^ ((r >> 1) & 3)·2)
-        on its low three bits (two at D 64), a permutation of the row's chunks under which the K fragment reads
-        (rows g, g+8; chunks t + 4c) and the V reads (rows 2t + b; chunk g·D/128 + c) each hit every bank once per
-        8 lanes at D 128."""
-        return c ^ ((((r & 1) << 2) ^ (((r >> 1) & 3) << 1)) & SWZ)
-
-    @device
-    def k_pairs(x):
-        """One word of a key's codes → the two f16x2 of a k-step (fp8: bytes 0,1 and 2,3; int8: 0,2 and 1,3).
-        int8: each code c as f16 1152 + c (exact: the sign-flipped byte in the mantissa of 1024, one
-        ``prmt`` per pair); the 1152 stays in, the scores start from −1152·Σq instead."""
-        if FP8:
-            return cvt_e4m3x4_f16x2(x)
-        y = x ^ I8_SIGN
-        return byte_perm(y, I8_HI, uint32(0x4240)), byte_perm(y, I8_HI, uint32(0x4341))
-
-    @device
-    def v_pairs(a, b, lo):
-        """Dims (byte 0, byte 1) of keys a, b (``lo``) or (2, 3) → two f16x2 of (key a, key b) per dim.
-        int8: key b's two dims first as f16x2 1152 + c (one ``prmt``), then each pair by one ``prmt`` of
-        key a's byte into it, and ``sub.rn.f16x2`` of 1152 (exact)."""
-        if FP8:
-            return cvt_e4m3x4_f16x2(byte_perm(a, b, uint32(0x5140 if lo else 0x7362)))
-        ya = a ^ I8_SIGN
-        yb = byte_perm(b ^ I8_SIGN, I8_HI, uint32(0x4140 if lo else 0x4342))  # b's dims (0, 1) or (2, 3)
-        return (sub_f16x2(byte_perm(ya, yb, uint32(0x5450 if lo else 0x5452)), I8_BIAS),
-                sub_f16x2(byte_perm(ya, yb, uint32(0x7651 if lo else 0x7653)), I8_BIAS))
-
-    @device
-    def prefetch_step(k, v, ks, vs, table, tbl, seq, h, Hkv, jn, hi, g, t):
+    def prefetch_step(cache, tbl, seq, h, Hkv, jn, hi, g, t):
         """L2 prefetch of the cache rows of the warp's step at key ``jn`` (< ``hi``), one ``prefetch`` per
         128-byte line of each row among the 32 lanes: lane (g, t) takes line t & 1 of K row g + 8·(t >> 1)
         and line g & 1 of V row 2t + (g >> 1 & 1) + 8·(g >> 2) (the step's 16 K and 16 V rows, D ≤ 256), and
         with per-token scales the K and V scales of its K row (line 0 lanes); rows found as the int8 loads
         find theirs (keys past ``hi`` clamped to the last)."""
+        k, v, ks, vs, table = cache
         if STEP:  # (int8: tbl, the sequence's block-table row, flat, as its loads read it)
             pg = table[seq, jn >> LOGP] if FP8 else ld_at(table, add_u32(tbl, jn >> LOGP))
             rb = mad_u32(pg, P, jn & (P - 1))
@@ -145,6 +67,123 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
         if TOKEN and kl == 0:
             prefetch_l2_at(ks, krh, 1, 0, 0)
             prefetch_l2_at(vs, krh, 1, 0, 0)
+
+    @device
+    def load_step(cache, regs, scale, tbl, seq, h, Hkv, j0, hi, g, t):
+        """The warp step at key ``j0``'s K words (rows g, g+8; chunks t, t+4, …) and V words (rows 2t, 2t+1, 2t+8,
+        2t+9; words g·D/32 …) into ``regs``, with per-token scales their scales, straight from global memory."""
+        k, v, ks, vs, table = cache
+        kw, vw, ksc, vsc = regs
+        if FP8:
+            pg = table[seq, j0 >> LOGP] if STEP else 0
+            for kk in range(2):  # K rows g, g+8
+                jj = min(j0 + ((g + 8 * kk) >> LHW), hi - 1)
+                page = pg if STEP else table[seq, jj >> LOGP]
+                crow = page * P + (jj & (P - 1))
+                hk = h + ((g + 8 * kk) & (STEP_HEADS - 1))
+                for c in range(NKC):
+                    x0, x1, x2, x3 = ld_global_v4(k, crow, hk, 4 * (t + 4 * c))
+                    kw[kk * NKS + 4 * c] = x0
+                    kw[kk * NKS + 4 * c + 1] = x1
+                    kw[kk * NKS + 4 * c + 2] = x2
+                    kw[kk * NKS + 4 * c + 3] = x3
+                if TOKEN:
+                    ksc[kk] = scale * ks[crow, hk]
+            for kk in range(4):  # V rows 2t, 2t+1, 2t+8, 2t+9
+                vr = 2 * t + (kk & 1) + 8 * (kk >> 1)
+                jj = min(j0 + (vr >> LHW), hi - 1)
+                page = pg if STEP else table[seq, jj >> LOGP]
+                crow = page * P + (jj & (P - 1))
+                hv = h + (vr & (STEP_HEADS - 1))
+                if VWL % 4 == 0:
+                    for c in range(VWL // 4):
+                        x0, x1, x2, x3 = ld_global_v4(v, crow, hv, g * VWL + 4 * c)
+                        vw[kk * VWL + 4 * c] = x0
+                        vw[kk * VWL + 4 * c + 1] = x1
+                        vw[kk * VWL + 4 * c + 2] = x2
+                        vw[kk * VWL + 4 * c + 3] = x3
+                else:
+                    for c in range(VWL // 2):
+                        x0, x1 = ld_global_v2(v, crow, hv, g * VWL + 2 * c)
+                        vw[kk * VWL + 2 * c] = x0
+                        vw[kk * VWL + 2 * c + 1] = x1
+                if TOKEN:
+                    vsc[kk] = vs[crow, hv]
+        else:  # int8: addresses from 32-bit cache row indices (row·Hkv + h: a (row, head) of D/4 words)
+            if STEP:  # the step's page: rows rb + o of keys j0 + o, clamped to the last key's row rl
+                rb = mad_u32(ld_at(table, add_u32(tbl, j0 >> LOGP)), P, j0 & (P - 1))
+                rl = add_u32(rb, hi - 1 - j0)
+            for kk in range(2):  # K rows g, g+8, and their K and V scales (per token)
+                if STEP:
+                    krow = min(add_u32(rb, (g + 8 * kk) >> LHW), rl)
+                else:
+                    jk = min(j0 + ((g + 8 * kk) >> LHW), hi - 1)
+                    krow = mad_u32(table[seq, jk >> LOGP], P, jk & (P - 1))
+                krh = mad_u32(krow, Hkv, h + ((g + 8 * kk) & (STEP_HEADS - 1)))
+                for c in range(NKC):
+                    x0, x1, x2, x3 = ld_global_v4_at(k, krh, D4, 4 * t, 16 * c)
+                    kw[kk * NKS + 4 * c] = x0
+                    kw[kk * NKS + 4 * c + 1] = x1
+                    kw[kk * NKS + 4 * c + 2] = x2
+                    kw[kk * NKS + 4 * c + 3] = x3
+                if TOKEN:  # the scales are (rows, Hkv): the same index
+                    ksc[kk] = scale * ld_at(ks, krh)
+                    vsc[kk] = ld_at(vs, krh)
+            for kk in range(4):  # V rows 2t, 2t+1, 2t+8, 2t+9
+                vr = 2 * t + (kk & 1) + 8 * (kk >> 1)
+                if STEP:
+                    vrow = min(add_u32(rb, vr >> LHW), rl)
+                else:
+                    jv = min(j0 + (vr >> LHW), hi - 1)
+                    vrow = mad_u32(table[seq, jv >> LOGP], P, jv & (P - 1))
+                vrh = mad_u32(vrow, Hkv, h + (vr & (STEP_HEADS - 1)))
+                if VWL % 4 == 0:
+                    for c in range(VWL // 4):
+                        x0, x1, x2, x3 = ld_global_v4_at(v, vrh, D4, g * VWL, 4 * c)
+                        vw[kk * VWL + 4 * c] = x0
+                        vw[kk * VWL + 4 * c + 1] = x1
+                        vw[kk * VWL + 4 * c + 2] = x2
+                        vw[kk * VWL + 4 * c + 3] = x3
+                else:
+                    for c in range(VWL // 2):
+                        x0, x1 = ld_global_v2_at(v, vrh, D4, g * VWL, 2 * c)
+                        vw[kk * VWL + 2 * c] = x0
+                        vw[kk * VWL + 2 * c + 1] = x1
+
+    return prefetch_step, load_step
+
+
+@functools.cache
+def make_frag8_ring(D: int, P: int, KV_FORMAT: int, TOKEN: bool, STEP_HEADS: int, STAGES: int):
+    """The 8-bit fragment kernel's ``cp.async`` ring: its slots' offsets, the copies of a step into a slot, the
+    K and V words and per-token scales read back. ``cache`` is (k, v, ks, vs, table)."""
+    from numba_attn.gpu.intrinsics import add_u32, cp_async16_at_ca, ld_at, mad_u32
+
+    KEYS_PER_STEP = 16 // STEP_HEADS  # tokens of a warp step
+    LHW = STEP_HEADS.bit_length() - 1
+    NKS = D // 16  # k-steps of Sᵀ: one word of a key per lane each
+    NKC = NKS // 4  # 16-byte chunks of a key row per lane
+    VWL = D // 32  # words of a V row per lane (dims g·D/8 …)
+    LOGP, STEP = page_steps(P, KEYS_PER_STEP)  # (STEP: a step's KS tokens never cross a page)
+    FP8 = KV_FORMAT == 1
+    D4 = D // 4  # 32-bit words of a cache row of one head
+    CPR = D // 16  # 16-byte chunks of a cache row of one head
+    NCP = 16 * CPR // WARP_SIZE  # ring: 16-byte copies per lane per step, of K and of V each
+    NVC = max(1, VWL // 4)  # ring: 16-byte reads of a V row per lane
+    NSQ = max(1, (STAGES - 1) * 4)  # ring: a lane's int8 per-token scales, 4 a step, queued for STAGES − 1 steps
+    if STAGES and not STEP:
+        raise ValueError(f"the ring needs pages of whole warp steps (page size {P}, {KEYS_PER_STEP} tokens a step)")
+    if STAGES and TOKEN and FP8:
+        raise ValueError("the ring: per-token scales with int8 codes only (fp8 takes a tensor or head scale)")
+    SWZ = min(8, CPR) - 1
+
+    @device
+    def ring_chunk(c, r):
+        """Where 16-byte chunk ``c`` of ring row ``r`` is stored in its row: ``c`` XOR ((r & 1)·4 ^ ((r >> 1) & 3)·2)
+        on its low three bits (two at D 64), a permutation of the row's chunks under which the K fragment reads
+        (rows g, g+8; chunks t + 4c) and the V reads (rows 2t + b; chunk g·D/128 + c) each hit every bank once per
+        8 lanes at D 128."""
+        return c ^ ((((r & 1) << 2) ^ (((r >> 1) & 3) << 1)) & SWZ)
 
     @device
     def put_words(a, i, x):
@@ -186,13 +225,15 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
             sof[2 + m] = row_head(g + 8 * m, Hkv, h)
 
     @device
-    def issue_step(k, v, ks, vs, ring, sq, table, tbl, Hkv, j0, hi, wr, lane, csrc, cdst, sof):
+    def issue_step(cache, ring, sq, tbl, Hkv, j0, hi, wr, lane, offs):
         """cp.async of the warp step at key ``j0`` (< ``hi``; both 32-bit) into the ring slot at row ``wr`` (K; V 16
         rows on), and with per-token scales the lane's 4 scales loaded into the last 4 registers of the queue ``sq``
         (plain loads: they land while the NST − 1 steps before this one compute). Row r is token
         j0 + r / HW, head h + r % HW (a step never crosses a page: one page index); lane L copies chunk L % (D/16)
         of rows L / (D/16) + j·32/(D/16). A token at or past ``hi`` is zero-filled and not read, its scales zero (its
-        scores are masked; zeros keep a stale NaN code or scale out of P·V)."""
+        scores are masked; zeros keep a stale NaN code or scale out of P·V). ``offs``: (csrc, cdst, sof)."""
+        k, v, ks, vs, table = cache
+        csrc, cdst, sof = offs
         rb = mad_u32(ld_at(table, add_u32(tbl, j0 >> LOGP)), P, j0 & (P - 1))  # the step's first cache row
         rbh = mad_u32(rb, Hkv, 0)
         nn = mad_u32(min(hi - j0, uint64(KEYS_PER_STEP)), STEP_HEADS, 0)  # rows of the step that exist
@@ -243,6 +284,46 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
                 x0, x1, x2, x3 = ld_shared_v4(ring, 0, add_u32(kb, vof[kk]))
                 vw[kk * VWL] = x2 if g & 1 else x0
                 vw[kk * VWL + 1] = x3 if g & 1 else x1
+
+    return ring_offsets, issue_step, ring_k, ring_scales, ring_v
+
+
+@functools.cache
+def make_frag8_step(D: int, Nq: int, G: int, KV_FORMAT: int, TOKEN: bool, SPLITP: bool, STEP_HEADS: int):
+    """The 8-bit fragment kernel's warp step around its online softmax: the codes decoded into fragments, Qᵀ's
+    fragments, Sᵀ = K·Qᵀ (``scores``), Pᵀ's fragments from the score lanes (``p_fragments``), Oᵀ += Vᵀ·Pᵀ
+    (``step_pv``)."""
+    from numba_attn.gpu.intrinsics import cvt_e4m3x4_f16x2, sub_f16x2
+
+    ROWS = G * Nq * STEP_HEADS  # query rows of the block (HW > 1: one per KV head, HW heads)
+    NKS = D // 16  # k-steps of Sᵀ: one word of a key per lane each
+    VWL = D // 32  # words of a V row per lane (dims g·D/8 …)
+    FP8 = KV_FORMAT == 1
+    I8_SIGN = uint32(0x80808080)  # every byte's sign bit: int8 c → the unsigned byte c + 128
+    I8_HI = uint32(0x64646464)  # the high byte of f16 1024 (x in the low byte: 1024 + x)
+    I8_BIAS = uint32(0x64806480)  # f16x2 (1152, 1152)
+
+    @device
+    def k_pairs(x):
+        """One word of a key's codes → the two f16x2 of a k-step (fp8: bytes 0,1 and 2,3; int8: 0,2 and 1,3).
+        int8: each code c as f16 1152 + c (exact: the sign-flipped byte in the mantissa of 1024, one
+        ``prmt`` per pair); the 1152 stays in, the scores start from −1152·Σq instead."""
+        if FP8:
+            return cvt_e4m3x4_f16x2(x)
+        y = x ^ I8_SIGN
+        return byte_perm(y, I8_HI, uint32(0x4240)), byte_perm(y, I8_HI, uint32(0x4341))
+
+    @device
+    def v_pairs(a, b, lo):
+        """Dims (byte 0, byte 1) of keys a, b (``lo``) or (2, 3) → two f16x2 of (key a, key b) per dim.
+        int8: key b's two dims first as f16x2 1152 + c (one ``prmt``), then each pair by one ``prmt`` of
+        key a's byte into it, and ``sub.rn.f16x2`` of 1152 (exact)."""
+        if FP8:
+            return cvt_e4m3x4_f16x2(byte_perm(a, b, uint32(0x5140 if lo else 0x7362)))
+        ya = a ^ I8_SIGN
+        yb = byte_perm(b ^ I8_SIGN, I8_HI, uint32(0x4140 if lo else 0x4342))  # b's dims (0, 1) or (2, 3)
+        return (sub_f16x2(byte_perm(ya, yb, uint32(0x5450 if lo else 0x5452)), I8_BIAS),
+                sub_f16x2(byte_perm(ya, yb, uint32(0x7651 if lo else 0x7653)), I8_BIAS))
 
     @device
     def query_fragments(q, qb, kvh, g, t):
@@ -297,8 +378,167 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
                         a0, a1, a2, a3, qb0, qb1, acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3])
 
     @device
-    def frag_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, chunk, S,
-                   sm_m, sm_l, sm_o, sm_last, ring):
+    def scores(kw, qb, ssc, cb0, cb1):
+        """Sᵀ = K·Qᵀ of a step (c0, c1: key g, rows 2t, 2t+1; c2, c3: key g+8) from the scores' start ``cb0, cb1``,
+        scaled by ``ssc``: (ksc, sk0, sk1), the keys' per-token scales or the columns' scales."""
+        ksc, sk0, sk1 = ssc
+        s0 = cb0  # fp8: 0; int8: −1152·Σq (the codes' bias)
+        s1 = cb1
+        s2 = cb0
+        s3 = cb1
+        for kx in range(NKS):
+            a0, a2 = k_pairs(kw[kx])
+            a1, a3 = k_pairs(kw[NKS + kx])
+            s0, s1, s2, s3 = mma_f16(a0, a1, a2, a3, qb[2 * kx], qb[2 * kx + 1], s0, s1, s2, s3)
+        if TOKEN:
+            s0 *= ksc[0]
+            s1 *= ksc[0]
+            s2 *= ksc[1]
+            s3 *= ksc[1]
+        else:
+            s0 *= sk0
+            s1 *= sk1
+            s2 *= sk0
+            s3 *= sk1
+        return s0, s1, s2, s3
+
+    @device
+    def p_fragments(p0, p1, p2, p3, vsc, g, t):
+        """Pᵀ's B fragment of lane (g, t) from the probabilities ``p0 … p3`` of the score lanes (fp8 with per-token
+        scales: times the keys' V scales ``vsc``): pb0, pb1, and (``SPLITP``) qb0, qb1, the part f16 rounded
+        away."""
+        # Pᵀ's B fragment of lane (g, t): P[keys 2t, 2t+1 | 2t+8, 2t+9][row g], from lanes (2t | 2t+1, g // 2)
+        sa = 8 * t + g // 2
+        sb = sa + 4
+        if ROWS > 1:  # row g is row 2t' or 2t'+1 of its source lanes: both fetched, one kept
+            odd = (g & 1) != 0
+            e0 = shfl_sync(FULL_MASK, p0, sa)
+            e1 = shfl_sync(FULL_MASK, p1, sa)
+            e2 = shfl_sync(FULL_MASK, p0, sb)
+            e3 = shfl_sync(FULL_MASK, p1, sb)
+            f0 = shfl_sync(FULL_MASK, p2, sa)
+            f1 = shfl_sync(FULL_MASK, p3, sa)
+            f2 = shfl_sync(FULL_MASK, p2, sb)
+            f3 = shfl_sync(FULL_MASK, p3, sb)
+            xa = e1 if odd else e0
+            xb = e3 if odd else e2
+            ya = f1 if odd else f0
+            yb = f3 if odd else f2
+        else:  # one row: only lanes g = 0 matter (the others compute padding rows)
+            xa = shfl_sync(FULL_MASK, p0, sa)
+            xb = shfl_sync(FULL_MASK, p0, sb)
+            ya = shfl_sync(FULL_MASK, p2, sa)
+            yb = shfl_sync(FULL_MASK, p2, sb)
+        if TOKEN and FP8:  # each key's V scale on its probability (l is already summed)
+            xa *= vsc[0]
+            xb *= vsc[1]
+            ya *= vsc[2]
+            yb *= vsc[3]
+        pb0 = pack_f16x2(xa, xb)
+        pb1 = pack_f16x2(ya, yb)
+        if SPLITP:  # the part of P that f16 rounded away, as a second f16 operand
+            ha, hb = unpack_f16x2(pb0)
+            hc, hd = unpack_f16x2(pb1)
+            qb0 = pack_f16x2(xa - ha, xb - hb)
+            qb1 = pack_f16x2(ya - hc, yb - hd)
+        else:
+            qb0 = pb0
+            qb1 = pb1
+        return pb0, pb1, qb0, qb1
+
+    return query_fragments, scores, p_fragments, step_pv
+
+
+@functools.cache
+def make_frag8_finish(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: bool, STEP_HEADS: int):
+    """The 8-bit fragment kernel's epilogue: the block's rows written from the warps' states in shared memory
+    (``FUSED``: the last split combines)."""
+    ROWS = G * Nq * STEP_HEADS  # query rows of the block
+    _, _, _, _, write_rows, combine_last = chunk_steps(D, 8, 1, 1, WARPS, ROWS, Nq, G * STEP_HEADS, causal, False,
+                                                       BASE2=True)
+    THREADS = WARPS * WARP_SIZE
+
+    @device
+    def finish(out, sm, split, kvh, Nk, tid):
+        """The block's rows written from the warps' states in shared memory (``FUSED``: the last split combines).
+        ``out``: (o, part_o, part_lse, counters, S); ``sm``: (sm_m, sm_l, sm_o, sm_last, ring)."""
+        o, part_o, part_lse, counters, S = out
+        sm_m, sm_l, sm_o, sm_last, _ = sm
+        cuda.syncthreads()
+        write_rows(o, part_o, part_lse, split, kvh, 0, tid, sm_m, sm_l, sm_o)  # lse back to natural units
+        if Nk == 0 and split == 0:  # an empty sequence: a zero partial of weight 1, the output is zeros
+            for idx in range(tid, ROWS * D, THREADS):  # the threads that wrote the log-sum-exps (d = 0)
+                r = idx // D
+                if idx == r * D:
+                    part_lse[0, (kvh * G * STEP_HEADS + r // Nq) * Nq + r % Nq] = float32(0.0)
+        if FUSED:
+            combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, 0, tid, cuda.blockIdx.y)
+
+    return finish
+
+
+@functools.cache
+def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: bool, MIN_BLOCKS: int, P: int,
+                      KV_FORMAT: int, TOKEN: bool, SPLITP: bool = True, PREFETCH: int = 0, STEP_HEADS: int = 1,
+                      STAGES: int = 0):
+    """``paged_split_k``'s kernel with ``mma`` (an 8-bit paged cache, float16 query, D a multiple of 64,
+    at most 8 query rows per KV head): the codes go from the 16-byte loads straight into tensor-core
+    fragments, with no float32 per element and no shared memory. A warp step is 16 keys, two
+    ``mma.m16n8k16`` problems with the keys on M and the (at most 8) query rows on N:
+
+    * Sᵀ = K·Qᵀ: lane (g, t) loads the D/16 words of keys g and g+8 that lane t of a k-step owns
+      (16-byte chunks t, t+4, …); one word is the A fragment of one k-step (its four codes → two
+      f16x2, in the order the query's B fragment is packed in: a dot product does not care which
+      dims a k-step holds). c0..c3 = scores of keys g, g+8 for rows 2t, 2t+1.
+    * Oᵀ += Vᵀ·Pᵀ: lane (g, t) loads D/8 codes (dims g·D/8 …) of keys 2t, 2t+1, 2t+8, 2t+9; ``prmt``
+      pairs a dim of two keys (the A fragment of m-tile i: dims g·D/8 + 2i, + 2i+1); Pᵀ's B fragment
+      comes from the score lanes by shuffles. Accumulators: D/16 m-tiles × 4 float32 per lane.
+
+    Decoding: fp8 by ``cvt.rn.f16x2.e4m3x2``; int8 as f16 1152 + c by one ``prmt`` (exact), K's bias taken out
+    of the scores' start (−1152·Σq), V's by an exact f16x2 subtraction; P split into two f16 halves (``SPLITP``).
+    Scales in fp32 on the scores, on P or on the accumulators (details in docs/decode-notes.md).
+
+    Options (their mechanisms and measurements in docs/decode-notes.md, "The 8-bit fragment kernel's options"):
+    ``PREFETCH`` > 0 (``prefetch``): a warp prefetches into L2 the cache rows of its step ``PREFETCH`` rounds ahead;
+    ``STEP_HEADS`` = HW > 1 (``step_heads``; one query row per KV head): a warp step's 16 rows are 16 / HW tokens ×
+    HW adjacent KV heads, the heads' query rows in the N columns, a score counting only in its own head's column;
+    ``STAGES`` > 1 (``stages``): the cache bytes reach the fragments through a ``cp.async.ca`` ring of ``STAGES``
+    warp steps per warp in dynamic shared memory (XOR-swizzled rows, int8's per-token scales queued in registers)."""
+    from numba_attn.gpu.intrinsics import add_u32, mad_u32
+
+    prefetch_step, load_step = make_frag8_loads(D, P, KV_FORMAT, TOKEN, STEP_HEADS)
+    ring_offsets, issue_step, ring_k, ring_scales, ring_v = make_frag8_ring(D, P, KV_FORMAT, TOKEN, STEP_HEADS, STAGES)
+    query_fragments, scores, p_fragments, step_pv = make_frag8_step(D, Nq, G, KV_FORMAT, TOKEN, SPLITP, STEP_HEADS)
+    finish = make_frag8_finish(D, WARPS, Nq, G, causal, FUSED, STEP_HEADS)
+    ROWS = G * Nq * STEP_HEADS  # query rows of the block (HW > 1: one per KV head, HW heads)
+    D8 = D // 8
+    KEYS_PER_STEP = 16 // STEP_HEADS  # tokens of a warp step
+    LHW = STEP_HEADS.bit_length() - 1
+    key_limit, visible = key_mask(causal, Nq)  # the keys a row sees (scores.py)
+    NKS = D // 16  # k-steps of Sᵀ: one word of a key per lane each
+    NKC = NKS // 4  # 16-byte chunks of a key row per lane
+    VWL = D // 32  # words of a V row per lane (dims g·D/8 …)
+    NMT = D // 16  # m-tiles of Oᵀ (dims)
+    NQB, NACC, NVW = 2 * NKS, 4 * NMT, 4 * VWL  # (local array sizes: compile-time constants)
+    THREADS = WARPS * WARP_SIZE
+    FP8 = KV_FORMAT == 1
+    D4 = D // 4  # 32-bit words of a cache row of one head
+    CPR = D // 16  # 16-byte chunks of a cache row of one head
+    NCP = 16 * CPR // WARP_SIZE  # ring: 16-byte copies per lane per step, of K and of V each
+    SLOT = 32  # ring rows of a step: K's 16, then V's 16
+    RING_WORDS = max(1, WARPS * STAGES * SLOT) * D4  # (dynamic_tile's sizes: closure constants, not expressions)
+    WAIT = max(0, STAGES - 2)  # cp.async groups left in flight when a step's bytes are needed
+    NVC = max(1, VWL // 4)  # ring: 16-byte reads of a V row per lane
+    NKOF, NVOF = 2 * NKC, 4 * NVC  # (local array sizes)
+    NSQ = max(1, (STAGES - 1) * 4)  # ring: a lane's int8 per-token scales, 4 a step, queued for STAGES − 1 steps
+
+    @device
+    def frag_block(q, out, cache, scale, Hkv, Nk, seq, chunk, sm):
+        """The block of split ``blockIdx.x``, KV head (group) ``blockIdx.y`` of sequence ``seq`` (``Nk`` keys).
+        ``out``: (o, part_o, part_lse, counters, S); ``cache``: (k, v, ks, vs, table);
+        ``sm``: (sm_m, sm_l, sm_o, sm_last, ring)."""
+        k, v, ks, vs, table = cache
+        ring = sm[4]
         split = cuda.blockIdx.x
         kvh = cuda.blockIdx.y  # b * Hkv + kv head (one row block: NR ≤ 8); HW > 1: b * Hkv / HW + group of HW heads
         h = (kvh - seq * (Hkv // STEP_HEADS)) * STEP_HEADS  # the (first) KV head
@@ -351,8 +591,8 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
                 if TOKEN:
                     ring_scales(sq, ksc, vsc, scale)  # (moves the queue up: step st's scales go last)
                 if w + st * WARPS < n_steps:
-                    issue_step(k, v, ks, vs, ring, sq, table, tbl, Hkv, add_u32(lo, (w + st * WARPS) * KEYS_PER_STEP),
-                               hi32, add_u32(rk, st * SLOT), lane, csrc, cdst, sof)
+                    issue_step(cache, ring, sq, tbl, Hkv, add_u32(lo, (w + st * WARPS) * KEYS_PER_STEP), hi32,
+                               add_u32(rk, st * SLOT), lane, (csrc, cdst, sof))
                 cp_async_commit()
             wr = add_u32(rk, (STAGES - 1) * SLOT)
             rend = add_u32(rk, STAGES * SLOT)
@@ -365,107 +605,16 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
                     ring_scales(sq, ksc, vsc, scale)
                 jn = add_u32(j0, (STAGES - 1) * WARPS * KEYS_PER_STEP)
                 if jn < hi32:
-                    issue_step(k, v, ks, vs, ring, sq, table, tbl, Hkv, jn, hi32, wr, lane, csrc, cdst, sof)
+                    issue_step(cache, ring, sq, tbl, Hkv, jn, hi32, wr, lane, (csrc, cdst, sof))
                 cp_async_commit()
                 ring_k(ring, kw, rk, kof)  # (V's words where they are used)
-            elif FP8:
-                pg = table[seq, j0 >> LOGP] if STEP else 0
-                for kk in range(2):  # K rows g, g+8
-                    jj = min(j0 + ((g + 8 * kk) >> LHW), hi - 1)
-                    page = pg if STEP else table[seq, jj >> LOGP]
-                    crow = page * P + (jj & (P - 1))
-                    hk = h + ((g + 8 * kk) & (STEP_HEADS - 1))
-                    for c in range(NKC):
-                        x0, x1, x2, x3 = ld_global_v4(k, crow, hk, 4 * (t + 4 * c))
-                        kw[kk * NKS + 4 * c] = x0
-                        kw[kk * NKS + 4 * c + 1] = x1
-                        kw[kk * NKS + 4 * c + 2] = x2
-                        kw[kk * NKS + 4 * c + 3] = x3
-                    if TOKEN:
-                        ksc[kk] = scale * ks[crow, hk]
-                for kk in range(4):  # V rows 2t, 2t+1, 2t+8, 2t+9
-                    vr = 2 * t + (kk & 1) + 8 * (kk >> 1)
-                    jj = min(j0 + (vr >> LHW), hi - 1)
-                    page = pg if STEP else table[seq, jj >> LOGP]
-                    crow = page * P + (jj & (P - 1))
-                    hv = h + (vr & (STEP_HEADS - 1))
-                    if VWL % 4 == 0:
-                        for c in range(VWL // 4):
-                            x0, x1, x2, x3 = ld_global_v4(v, crow, hv, g * VWL + 4 * c)
-                            vw[kk * VWL + 4 * c] = x0
-                            vw[kk * VWL + 4 * c + 1] = x1
-                            vw[kk * VWL + 4 * c + 2] = x2
-                            vw[kk * VWL + 4 * c + 3] = x3
-                    else:
-                        for c in range(VWL // 2):
-                            x0, x1 = ld_global_v2(v, crow, hv, g * VWL + 2 * c)
-                            vw[kk * VWL + 2 * c] = x0
-                            vw[kk * VWL + 2 * c + 1] = x1
-                    if TOKEN:
-                        vsc[kk] = vs[crow, hv]
-            else:  # int8: addresses from 32-bit cache row indices (row·Hkv + h: a (row, head) of D/4 words)
-                if STEP:  # the step's page: rows rb + o of keys j0 + o, clamped to the last key's row rl
-                    rb = mad_u32(ld_at(table, add_u32(tbl, j0 >> LOGP)), P, j0 & (P - 1))
-                    rl = add_u32(rb, hi - 1 - j0)
-                for kk in range(2):  # K rows g, g+8, and their K and V scales (per token)
-                    if STEP:
-                        krow = min(add_u32(rb, (g + 8 * kk) >> LHW), rl)
-                    else:
-                        jk = min(j0 + ((g + 8 * kk) >> LHW), hi - 1)
-                        krow = mad_u32(table[seq, jk >> LOGP], P, jk & (P - 1))
-                    krh = mad_u32(krow, Hkv, h + ((g + 8 * kk) & (STEP_HEADS - 1)))
-                    for c in range(NKC):
-                        x0, x1, x2, x3 = ld_global_v4_at(k, krh, D4, 4 * t, 16 * c)
-                        kw[kk * NKS + 4 * c] = x0
-                        kw[kk * NKS + 4 * c + 1] = x1
-                        kw[kk * NKS + 4 * c + 2] = x2
-                        kw[kk * NKS + 4 * c + 3] = x3
-                    if TOKEN:  # the scales are (rows, Hkv): the same index
-                        ksc[kk] = scale * ld_at(ks, krh)
-                        vsc[kk] = ld_at(vs, krh)
-                for kk in range(4):  # V rows 2t, 2t+1, 2t+8, 2t+9
-                    vr = 2 * t + (kk & 1) + 8 * (kk >> 1)
-                    if STEP:
-                        vrow = min(add_u32(rb, vr >> LHW), rl)
-                    else:
-                        jv = min(j0 + (vr >> LHW), hi - 1)
-                        vrow = mad_u32(table[seq, jv >> LOGP], P, jv & (P - 1))
-                    vrh = mad_u32(vrow, Hkv, h + (vr & (STEP_HEADS - 1)))
-                    if VWL % 4 == 0:
-                        for c in range(VWL // 4):
-                            x0, x1, x2, x3 = ld_global_v4_at(v, vrh, D4, g * VWL, 4 * c)
-                            vw[kk * VWL + 4 * c] = x0
-                            vw[kk * VWL + 4 * c + 1] = x1
-                            vw[kk * VWL + 4 * c + 2] = x2
-                            vw[kk * VWL + 4 * c + 3] = x3
-                    else:
-                        for c in range(VWL // 2):
-                            x0, x1 = ld_global_v2_at(v, vrh, D4, g * VWL, 2 * c)
-                            vw[kk * VWL + 2 * c] = x0
-                            vw[kk * VWL + 2 * c + 1] = x1
+            else:
+                load_step(cache, (kw, vw, ksc, vsc), scale, tbl, seq, h, Hkv, j0, hi, g, t)
             if PREFETCH:  # the warp's step PF rounds ahead: towards L2 while this one computes
                 jn = j0 + PREFETCH * 16 * WARPS
                 if jn < hi:
-                    prefetch_step(k, v, ks, vs, table, tbl, seq, h, Hkv, jn, hi, g, t)
-            # Sᵀ = K Qᵀ (c0, c1: key g, rows 2t, 2t+1; c2, c3: key g+8)
-            s0 = cb0  # fp8: 0; int8: −1152·Σq (the codes' bias)
-            s1 = cb1
-            s2 = cb0
-            s3 = cb1
-            for kx in range(NKS):
-                a0, a2 = k_pairs(kw[kx])
-                a1, a3 = k_pairs(kw[NKS + kx])
-                s0, s1, s2, s3 = mma_f16(a0, a1, a2, a3, qb[2 * kx], qb[2 * kx + 1], s0, s1, s2, s3)
-            if TOKEN:
-                s0 *= ksc[0]
-                s1 *= ksc[0]
-                s2 *= ksc[1]
-                s3 *= ksc[1]
-            else:
-                s0 *= sk0
-                s1 *= sk1
-                s2 *= sk0
-                s3 *= sk1
+                    prefetch_step(cache, tbl, seq, h, Hkv, jn, hi, g, t)
+            s0, s1, s2, s3 = scores(kw, qb, (ksc, sk0, sk1), cb0, cb1)  # Sᵀ = K Qᵀ, scaled
             # online softmax (base 2) of rows 2t, 2t+1 over the step's 16 keys (the 8 lanes of a t; HW > 1: rows)
             ja = j0 + (g >> LHW)  # the tokens of rows g, g+8
             jb = j0 + ((g + 8) >> LHW)
@@ -510,48 +659,13 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
                 p1 *= vsc[0]
                 p2 *= vsc[1]
                 p3 *= vsc[1]
-            # Pᵀ's B fragment of lane (g, t): P[keys 2t, 2t+1 | 2t+8, 2t+9][row g], from lanes (2t | 2t+1, g // 2)
-            sa = 8 * t + g // 2
-            sb = sa + 4
-            if ROWS > 1:  # row g is row 2t' or 2t'+1 of its source lanes: both fetched, one kept
-                odd = (g & 1) != 0
-                e0 = shfl_sync(FULL_MASK, p0, sa)
-                e1 = shfl_sync(FULL_MASK, p1, sa)
-                e2 = shfl_sync(FULL_MASK, p0, sb)
-                e3 = shfl_sync(FULL_MASK, p1, sb)
-                f0 = shfl_sync(FULL_MASK, p2, sa)
-                f1 = shfl_sync(FULL_MASK, p3, sa)
-                f2 = shfl_sync(FULL_MASK, p2, sb)
-                f3 = shfl_sync(FULL_MASK, p3, sb)
-                xa = e1 if odd else e0
-                xb = e3 if odd else e2
-                ya = f1 if odd else f0
-                yb = f3 if odd else f2
-            else:  # one row: only lanes g = 0 matter (the others compute padding rows)
-                xa = shfl_sync(FULL_MASK, p0, sa)
-                xb = shfl_sync(FULL_MASK, p0, sb)
-                ya = shfl_sync(FULL_MASK, p2, sa)
-                yb = shfl_sync(FULL_MASK, p2, sb)
-            if TOKEN and FP8:  # each key's V scale on its probability (l is already summed)
-                xa *= vsc[0]
-                xb *= vsc[1]
-                ya *= vsc[2]
-                yb *= vsc[3]
-            pb0 = pack_f16x2(xa, xb)
-            pb1 = pack_f16x2(ya, yb)
-            if SPLITP:  # the part of P that f16 rounded away, as a second f16 operand
-                ha, hb = unpack_f16x2(pb0)
-                hc, hd = unpack_f16x2(pb1)
-                qb0 = pack_f16x2(xa - ha, xb - hb)
-                qb1 = pack_f16x2(ya - hc, yb - hd)
-            else:
-                qb0 = pb0
-                qb1 = pb1
+            pb0, pb1, qb0, qb1 = p_fragments(p0, p1, p2, p3, vsc, g, t)  # Pᵀ's B fragments
             if STAGES:  # V's words from the ring only now: K's registers are free again
                 ring_v(ring, vw, rk, vof, g)
                 wr = rk  # the next step NST − 1 rounds ahead goes into this slot, and the next slot is read
                 rk = add_u32(rk, SLOT) if add_u32(rk, SLOT) != rend else add_u32(rk, SLOT - STAGES * SLOT)
             step_pv(vw, acc, pb0, pb1, qb0, qb1)  # Oᵀ += Vᵀ Pᵀ
+        sm_m, sm_l, sm_o, _, _ = sm
         # the warp's state: l summed over the 8 lanes of a row pair; O rows 2t, 2t+1 into shared memory
         for off in (4, 8, 16):
             l0 += shfl_xor_sync(FULL_MASK, l0, off)
@@ -573,15 +687,7 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
             if r1 < ROWS:
                 sm_m[w, r1] = m1
                 sm_l[w, r1] = l1
-        cuda.syncthreads()
-        write_rows(o, part_o, part_lse, split, kvh, 0, tid, sm_m, sm_l, sm_o)  # lse back to natural units
-        if Nk == 0 and split == 0:  # an empty sequence: a zero partial of weight 1, the output is zeros
-            for idx in range(tid, ROWS * D, THREADS):  # the threads that wrote the log-sum-exps (d = 0)
-                r = idx // D
-                if idx == r * D:
-                    part_lse[0, (kvh * G * STEP_HEADS + r // Nq) * Nq + r % Nq] = float32(0.0)
-        if FUSED:
-            combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, 0, tid, cuda.blockIdx.y)
+        finish(out, sm, split, kvh, Nk, tid)
 
     @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
     def paged_split_k_mma8(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, chunk, S):
@@ -594,7 +700,7 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
         else:
             ring = sm_m
         seq = cuda.blockIdx.y // (Hkv // STEP_HEADS)
-        frag_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, seqlens[seq], seq, table, ks, vs, chunk,
-                   S, sm_m, sm_l, sm_o, sm_last, ring)  # the sequence's own number of keys
+        frag_block(q, (o, part_o, part_lse, counters, S), (k, v, ks, vs, table), scale, Hkv, seqlens[seq], seq, chunk,
+                   (sm_m, sm_l, sm_o, sm_last, ring))  # the sequence's own number of keys
 
     return paged_split_k_mma8
