@@ -42,54 +42,27 @@ FULL = 0xFFFFFFFF
 
 
 @functools.cache
-def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G: int, causal: bool, FINAL: bool,
-                           FUSED: bool, PDL: int = 0, L2_PREFETCH: bool = False, EVEN: bool = False, P: int = 0,
-                           BF16: bool = False, KV_FORMAT: int = 0, TOKEN: bool = False):
-    """The kernel of ``decode_mma`` (a KV head's query rows as one m16 tile, a cp.async
-    ring per warp) and, with a page size ``P`` > 0, of ``paged_mma``: key j of sequence
-    b is cache row ``table[b, j // P] · P + j % P`` (the page index read once per tile
-    when ``P % Bc == 0``), the sequence's own length ``seqlens[b]``, zeros for a
-    length-0 sequence. ``BF16``: bfloat16 query, output and 16-bit cache (mma.sync bf16).
-
-    ``KV_FORMAT`` (paged only; 1 fp8 e4m3, 2 int8; D a multiple of 16): the cache's bytes are
-    copied by cp.async into a byte ring per warp (half the bytes of a 16-bit tile); when a
-    tile has landed, the warp turns its codes into 16-bit values (exact: every e4m3 and
-    int8 code is a float16 and a bfloat16) in one swizzled 16-bit tile per warp, which the
-    fragments read by ldmatrix as before. The scales are applied in fp32: a per-tensor or
-    per-head K scale is folded into the block's score scale, a per-head V scale multiplies
-    the block's accumulators once at the end; per token (``TOKEN``) each key's K scale
-    multiplies its column of S and its V scale its column of P (after the row sums are
-    taken, so l stays the softmax normaliser), before P is rounded to 16 bits."""
+def make_mma_tiles(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G: int, causal: bool, L2_PREFETCH: bool,
+                   P: int, BF16: bool, KV_FORMAT: int):
+    """``decode_mma``'s tiles: a warp's cp.async copies of a Bc-key tile into its ring (``copy_tile``; 8-bit:
+    ``copy_tile8`` into the byte ring, ``dequant_tile`` into the 16-bit tile), S = Q·Kᵀ (``tile_scores``), its mask
+    (``mask_tile``; the query's fragments: ``load_q``) and O += P·V (``tile_pv``) by ``ldmatrix`` and ``mma.sync``."""
     PAGED = P > 0
-    key_limit, visible = key_mask(causal, Nq)  # the keys a row sees (scores.py)
+    _, visible = key_mask(causal, Nq)  # the keys a row sees (scores.py)
     QUERY_ROWS = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
-    THREADS = WARPS * WARP_SIZE
     DW = D // 2  # 32-bit words per K/V row (global memory)
     DK = 16 * ((D + 15) // 16)  # head_dim padded to whole k-steps (D itself when a multiple of 16)
     QK_KSTEPS = DK // 16  # k-steps of Q·Kᵀ
     S_NTILES = Bc // 8  # n-tiles of S
     S_NPAIRS = Bc // 16  # n-tile pairs (one ldmatrix.x4 per k-step)
     PV_KSTEPS = Bc // 16  # k-steps of P·V
-    DT = D // 8  # n-tiles of O written out
-    DTK = DK // 8  # n-tiles of O computed (the padding's stay zero)
     DP = DK // 16  # d-tile pairs (one ldmatrix.x4.trans per k-step)
     VEC = D // 8  # 16-byte chunks per row in global memory
     CVEC = DK // 8  # chunks per row copied (past VEC: zero-filled)
     SDW = 4 * swizzle_row_chunks(D)  # words per shared row (padded so the swizzle is a permutation)
     SWM = min(8, SDW // 4) - 1
     CPL = Bc * CVEC // WARP_SIZE  # chunks per lane per tile (K and V each)
-    RING = 2 * stages * Bc  # K/V rows of one warp's ring
-    ROWS = WARPS * RING  # rows of the block's rings (float32 view, SDW words each)
-    Q_REGS = 4 * QK_KSTEPS
     S_REGS = 4 * S_NTILES
-    O_REGS = 4 * DTK
-    softmax = fragment_softmax(S_NTILES)  # online softmax on the S fragments (device_functions)
-    rescale = fragment_rescale(DTK)
-    WAIT = stages - 2
-    MO_ROWS = WARPS * 16  # merge area: O of every warp's 16 rows (aliases the rings)
-    ML = ROWS * SDW if ROWS * SDW >= MO_ROWS * D else MO_ROWS * D  # float offset of the m/l area
-    MLR = WARPS * 16 + 1  # rows of the m/l area, and one for the last-block flag (closure constants)
-    FLAG = WARPS * 16
     cp16 = cp_async16_flat_l2_256 if L2_PREFETCH else cp_async16_flat
     LOGP = max(P, 1).bit_length() - 1
     TILE = P % Bc == 0  # tiles (aligned to Bc) never cross a page
@@ -99,13 +72,8 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
     DW8 = D // 4
     C8 = D // 16  # 16-byte chunks of a byte row
     CPL8 = -(-Bc * C8 // WARP_SIZE)  # chunks per lane per tile (K and V each)
-    BYTES8 = WARPS * RING * DW8  # floats of the byte rings
-    STAGE_ROWS = WARPS * 2 * Bc  # rows of the 16-bit tiles (K then V of each warp)
     dq4, UNIT = kv8_decoder(KV_FORMAT)
     F16_FP8 = KV_FORMAT == 1 and not BF16  # e4m3 codes straight to f16 pairs (no float32 on the way)
-    NT2 = 2 * S_NTILES  # key columns of a lane in S
-    if KV_FORMAT:
-        ML = max(BYTES8 + STAGE_ROWS * SDW, MO_ROWS * D)
 
     @device
     def copy_tile8(KB, k, v, j0, brow, lane, hi, table, seq, Hkv, h):
@@ -191,6 +159,27 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
             cp16(KV, so + stages * Bc * SDW, v, go, ok)
 
     @device
+    def load_q(q, qf, kvh, g, t):
+        """Rows g and g+8 of the query tile (query rows of head kvh·G + r // Nq, position r % Nq; zeros past the
+        KV head's rows) as this lane's A fragments ``qf``."""
+        r_lo = g
+        r_hi = g + 8
+        b_lo = kvh * G + r_lo // Nq
+        i_lo = r_lo % Nq
+        b_hi = kvh * G + r_hi // Nq
+        i_hi = r_hi % Nq
+        for ks in range(QK_KSTEPS):
+            c = 8 * ks + t
+            qf[4 * ks + 0] = q[b_lo, i_lo, c] if r_lo < QUERY_ROWS else uint32(0)
+            qf[4 * ks + 1] = q[b_hi, i_hi, c] if r_hi < QUERY_ROWS else uint32(0)
+            if CVEC > VEC:  # the last k-step's upper half lies past the row: zero
+                qf[4 * ks + 2] = q[b_lo, i_lo, c + 4] if r_lo < QUERY_ROWS and c + 4 < DW else uint32(0)
+                qf[4 * ks + 3] = q[b_hi, i_hi, c + 4] if r_hi < QUERY_ROWS and c + 4 < DW else uint32(0)
+            else:
+                qf[4 * ks + 2] = q[b_lo, i_lo, c + 4] if r_lo < QUERY_ROWS else uint32(0)
+                qf[4 * ks + 3] = q[b_hi, i_hi, c + 4] if r_hi < QUERY_ROWS else uint32(0)
+
+    @device
     def tile_scores(KV, qf, s, kb, k_r, k_c, k_sw):
         """S = Q Kᵀ for the Bc keys of the K tile at ring row ``kb``: this lane's S fragments (raw scores)."""
         for i in range(S_REGS):
@@ -238,8 +227,109 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
                 acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7] = mma(
                     a0, a1, a2, a3, b[2], b[3], acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7])
 
+    return copy_tile8, dequant_tile, copy_tile, load_q, tile_scores, mask_tile, tile_pv
+
+
+@functools.cache
+def make_mma_combine(D: int, WARPS: int, Nq: int, G: int, FINAL: bool, FUSED: bool, BF16: bool):
+    """``decode_mma``'s fused combine: the last block of a KV head to finish merges the splits' partials."""
+    QUERY_ROWS = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
+    THREADS = WARPS * WARP_SIZE
+    FLAG = WARPS * 16
+
     @device
-    def mma_block(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, seq, table, k_sc, v_sc, chunk, S):
+    def combine_last(out, MM, kvh, tid):
+        """``FUSED``: the last block of this (sequence, KV head) to finish combines the splits (``MM``'s flag row
+        says which). ``out``: (o, part_o, part_lse, counters, S)."""
+        o, part_o, part_lse, counters, S = out
+        if FUSED and not FINAL:
+            cuda.threadfence()  # this block's partials are visible device-wide before it counts
+            cuda.syncthreads()
+            if tid == 0:
+                prev = cuda.atomic.add(counters, kvh, 1)
+                MM[FLAG, 0] = float32(1.0) if prev == S - 1 else float32(0.0)
+            cuda.syncthreads()
+            if MM[FLAG, 0] > float32(0.5):
+                cuda.threadfence()
+                for idx in range(tid, QUERY_ROWS * D, THREADS):
+                    r = idx // D
+                    d = idx - r * D
+                    bh = kvh * G + r // Nq
+                    i = r % Nq
+                    if BF16:
+                        o[bh, i, d] = f32_to_bf16(combine_splits(part_o, part_lse, S, bh * Nq + i, d))
+                    else:
+                        o[bh, i, d] = combine_splits(part_o, part_lse, S, bh * Nq + i, d)
+                if tid == 0:
+                    counters[kvh] = 0  # ready for the next launch
+
+    return combine_last
+
+
+@functools.cache
+def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G: int, causal: bool, FINAL: bool,
+                           FUSED: bool, PDL: int = 0, L2_PREFETCH: bool = False, EVEN: bool = False, P: int = 0,
+                           BF16: bool = False, KV_FORMAT: int = 0, TOKEN: bool = False):
+    """The kernel of ``decode_mma`` (a KV head's query rows as one m16 tile, a cp.async
+    ring per warp) and, with a page size ``P`` > 0, of ``paged_mma``: key j of sequence
+    b is cache row ``table[b, j // P] · P + j % P`` (the page index read once per tile
+    when ``P % Bc == 0``), the sequence's own length ``seqlens[b]``, zeros for a
+    length-0 sequence. ``BF16``: bfloat16 query, output and 16-bit cache (mma.sync bf16).
+
+    ``KV_FORMAT`` (paged only; 1 fp8 e4m3, 2 int8; D a multiple of 16): the cache's bytes are
+    copied by cp.async into a byte ring per warp (half the bytes of a 16-bit tile); when a
+    tile has landed, the warp turns its codes into 16-bit values (exact: every e4m3 and
+    int8 code is a float16 and a bfloat16) in one swizzled 16-bit tile per warp, which the
+    fragments read by ldmatrix as before. The scales are applied in fp32: a per-tensor or
+    per-head K scale is folded into the block's score scale, a per-head V scale multiplies
+    the block's accumulators once at the end; per token (``TOKEN``) each key's K scale
+    multiplies its column of S and its V scale its column of P (after the row sums are
+    taken, so l stays the softmax normaliser), before P is rounded to 16 bits."""
+    PAGED = P > 0
+    DW = D // 2
+    VEC = D // 8
+    CVEC = 16 * ((D + 15) // 16) // 8
+    THREADS = WARPS * WARP_SIZE
+    key_limit, _ = key_mask(causal, Nq)  # the keys a row sees (scores.py)
+    QUERY_ROWS = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
+    DK = 16 * ((D + 15) // 16)  # head_dim padded to whole k-steps (D itself when a multiple of 16)
+    QK_KSTEPS = DK // 16  # k-steps of Q·Kᵀ
+    S_NTILES = Bc // 8  # n-tiles of S
+    DT = D // 8  # n-tiles of O written out
+    DTK = DK // 8  # n-tiles of O computed (the padding's stay zero)
+    SDW = 4 * swizzle_row_chunks(D)  # words per shared row (padded so the swizzle is a permutation)
+    SWM = min(8, SDW // 4) - 1
+    RING = 2 * stages * Bc  # K/V rows of one warp's ring
+    ROWS = WARPS * RING  # rows of the block's rings (float32 view, SDW words each)
+    Q_REGS = 4 * QK_KSTEPS
+    S_REGS = 4 * S_NTILES
+    O_REGS = 4 * DTK
+    softmax = fragment_softmax(S_NTILES)  # online softmax on the S fragments (device_functions)
+    rescale = fragment_rescale(DTK)
+    WAIT = stages - 2
+    MO_ROWS = WARPS * 16  # merge area: O of every warp's 16 rows (aliases the rings)
+    ML = ROWS * SDW if ROWS * SDW >= MO_ROWS * D else MO_ROWS * D  # float offset of the m/l area
+    MLR = WARPS * 16 + 1  # rows of the m/l area, and one for the last-block flag (closure constants)
+    LOGP = max(P, 1).bit_length() - 1
+    # 8-bit cache: a byte ring (rows of D bytes = DW8 words) per warp, then a 16-bit tile per warp
+    DW8 = D // 4
+    BYTES8 = WARPS * RING * DW8  # floats of the byte rings
+    STAGE_ROWS = WARPS * 2 * Bc  # rows of the 16-bit tiles (K then V of each warp)
+    _, UNIT = kv8_decoder(KV_FORMAT)
+    NT2 = 2 * S_NTILES  # key columns of a lane in S
+    if KV_FORMAT:
+        ML = max(BYTES8 + STAGE_ROWS * SDW, MO_ROWS * D)
+
+    copy_tile8, dequant_tile, copy_tile, _, tile_scores, mask_tile, tile_pv = make_mma_tiles(
+        D, WARPS, Bc, stages, Nq, G, causal, L2_PREFETCH, P, BF16, KV_FORMAT)
+    combine_last = make_mma_combine(D, WARPS, Nq, G, FINAL, FUSED, BF16)
+
+    @device
+    def mma_block(q, out, cache, sl2, scale, Hkv, Nk, seq, chunk):
+        """The block of split ``blockIdx.x``, KV head ``blockIdx.y`` (``Nk`` keys of sequence ``seq``).
+        ``out``: (o, part_o, part_lse, counters, S); ``cache``: (k, v, table, k_sc, v_sc)."""
+        o, part_o, part_lse, counters, S = out
+        k, v, table, k_sc, v_sc = cache
         if PDL == 1:
             launch_dependents()  # the combine kernel may be launched now; it waits for this grid to complete
         if KV_FORMAT:
@@ -418,34 +508,14 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
                         part_lse[split, bh * Nq + i] = state_lse(mm, ll) if Nk > 0 or split > 0 else float32(0.0)
                     else:
                         part_lse[split, bh * Nq + i] = state_lse(mm, ll)
-        if FUSED and not FINAL:
-            # the last block of this (sequence, KV head) to finish combines the splits
-            cuda.threadfence()  # this block's partials are visible device-wide before it counts
-            cuda.syncthreads()
-            if tid == 0:
-                prev = cuda.atomic.add(counters, kvh, 1)
-                MM[FLAG, 0] = float32(1.0) if prev == S - 1 else float32(0.0)
-            cuda.syncthreads()
-            if MM[FLAG, 0] > float32(0.5):
-                cuda.threadfence()
-                for idx in range(tid, QUERY_ROWS * D, THREADS):
-                    r = idx // D
-                    d = idx - r * D
-                    bh = kvh * G + r // Nq
-                    i = r % Nq
-                    if BF16:
-                        o[bh, i, d] = f32_to_bf16(combine_splits(part_o, part_lse, S, bh * Nq + i, d))
-                    else:
-                        o[bh, i, d] = combine_splits(part_o, part_lse, S, bh * Nq + i, d)
-                if tid == 0:
-                    counters[kvh] = 0  # ready for the next launch
+        combine_last(out, MM, kvh, tid)
 
     if KV_FORMAT:
         @kernel
         def paged_mma8(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, table, seqlens, ks, vs, chunk, S):
             seq = cuda.blockIdx.y // Hkv
-            mma_block(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, seqlens[seq], seq, table, ks, vs,
-                      chunk, S)
+            mma_block(q, (o, part_o, part_lse, counters, S), (k, v, table, ks, vs), sl2, scale, Hkv, seqlens[seq],
+                      seq, chunk)
 
         return paged_mma8
 
@@ -454,15 +524,15 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
         def paged_mma(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, table, seqlens, chunk, S):
             seq = cuda.blockIdx.y // Hkv
             # (no scales: table stands in for them, unused)
-            mma_block(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, seqlens[seq], seq, table, table,
-                      table, chunk, S)
+            mma_block(q, (o, part_o, part_lse, counters, S), (k, v, table, table, table), sl2, scale, Hkv,
+                      seqlens[seq], seq, chunk)
 
         return paged_mma
 
     @kernel
     def decode_mma(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, chunk, S):
         # (no block table, no scales: Nk and k stand in for the sequence, the table and the scales, unused)
-        mma_block(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, Nk, k, k, k, chunk, S)
+        mma_block(q, (o, part_o, part_lse, counters, S), (k, v, k, k, k), sl2, scale, Hkv, Nk, Nk, chunk)
 
     return decode_mma
 
