@@ -130,14 +130,15 @@ def keep(key, plan) -> None:
 def launch(plan, qd, kd, vd, od, mods=None) -> None:
     """Run the plan's Launch (``mods``: a variant's kernel arguments for this call's arrays, None: the
     launch's own); a launch the device refuses is an :class:`AttentionInputError`."""
+    extra = {} if mods is None else {"mods": mods}  # (a varlen or paged call's launch takes no mods)
     try:
         if backend.IS_SIMULATOR:
             from numba_attn.measure import limits
 
             with limits.simulated_device_limits():
-                plan.launch(qd, kd, vd, od, plan.launch_stream, mods=mods)
+                plan.launch(qd, kd, vd, od, plan.launch_stream, **extra)
         else:
-            plan.launch(qd, kd, vd, od, plan.launch_stream, mods=mods)
+            plan.launch(qd, kd, vd, od, plan.launch_stream, **extra)
     except Exception as exc:  # noqa: BLE001
         from numba_attn.measure import limits
         from numba_attn.measure.status import classify_exception

@@ -431,8 +431,6 @@ def test_paged_mma8_supports():
     assert "not with prefetch" in ph.supports(prob(), stages=2, prefetch=1, step_heads=1)
     assert "out of range 0..4" in ph.supports(prob(), prefetch=5)
     assert "shared memory" in ph.supports(prob(D=256, kv_dtype="int8"), stages=4, warps=16)
-    assert "whole warp steps" in ph.supports(prob(P=8), stages=2, step_heads=1)
-    assert ph.supports(prob(P=8), stages=2, step_heads=2) is None  # 8 tokens a step
     r = ph.resolve(prob(), {})
     assert r["step_heads"] == 2 and r["prefetch"] == 0 and r["splits"] > 0  # the default: 2 heads a step here
     assert ph.resolve(prob(kv_heads=8), {})["step_heads"] == 1  # a GQA group fills the columns

@@ -41,6 +41,13 @@ def _dtype(phase):
     return None
 
 
+def _reads_8bit_caches_only(phase) -> bool:
+    params = phase.resolve_params(phase.sim_params)
+    shape = dict(batch=1, heads=2, kv_heads=1, q_len=1, kv_len=40, head_dim=64, dtype="float16", page_size=16)
+    return (phase.supports(PagedProblem(**shape), **params) is not None
+            and phase.supports(PagedProblem(**shape, kv_dtype="int8"), **params) is None)
+
+
 @st.composite
 def problems_for(draw, phase):
     """A small problem the phase supports (decode phases get a handful of queries)."""
@@ -59,7 +66,13 @@ def problems_for(draw, phase):
     p = Problem(batch=draw(st.integers(1, 2)), heads=heads, kv_heads=kv_heads, q_len=q_len, kv_len=kv_len,
                 head_dim=head_dim, causal=causal, dtype=_dtype(phase))
     if phase.layout == "paged":  # the same shape over a paged cache (shuffled pages, maybe ragged lengths)
-        p = PagedProblem(**p.to_dict(), page_size=draw(st.sampled_from([16, 32])), ragged=draw(st.booleans()))
+        cache = {}
+        if _reads_8bit_caches_only(phase):  # (paged_mma8: 8-bit caches, head_dim a multiple of 64)
+            cache = draw(st.sampled_from([{"kv_dtype": "float8_e4m3", "kv_scale": "head"},
+                                          {"kv_dtype": "int8", "kv_scale": "token"}]))
+            cache["head_dim"] = 64
+        p = PagedProblem(**{**p.to_dict(), **cache}, page_size=draw(st.sampled_from([16, 32])),
+                         ragged=draw(st.booleans()))
     if phase.layout == "varlen":  # the same shape as a packed batch (ragged lengths or not)
         p = VarlenProblem(**p.to_dict(), ragged=draw(st.booleans()))
     assume(phase.supports(p, **phase.resolve_params(phase.sim_params)) is None)
