@@ -62,47 +62,16 @@ def balanced_split(split, chunk, Nk, keys_per_step):
 
 
 @functools.cache
-def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, Nq: int, G: int, causal: bool,
-                     FINAL: bool, FUSED: bool, MIN_BLOCKS: int = 1, P: int = 0, KV_FORMAT: int = 0, TOKEN: bool = False,
-                     BF16: bool = False, BALANCE: bool = False, WORKLIST: bool = False, PAGE_AHEAD: bool = False):
-    """The kernel of ``decode_split_k_lean`` (reduce-scatter scores, exp2, lazy
-    rescale) and, with a page size ``P`` > 0, of ``paged_split_k``: a key row found
-    through the block table (:func:`paged_keys`; ``KV_FORMAT``/``TOKEN``: an 8-bit cache
-    and its scales), the sequence's own length ``seqlens[b]``, every split writing
-    a partial (a length-0 sequence gets zeros). ``BF16``: bfloat16 query, output and
-    16-bit cache (:func:`chunk_steps`). ``BALANCE`` (paged): ``chunk`` is the most keys of a split, and
-    a sequence of ``Nk`` keys is cut into n = ⌈Nk / chunk⌉ splits of equal whole warp steps
-    (:func:`balanced_split`) instead of n − 1 full ones and a remainder. ``WORKLIST`` (paged,
-    ``paged_worklist``): block (w, row block) runs the items ``wptr[w] … wptr[w+1] − 1`` of a host-planned
-    work list (:func:`worklist_plan`), each a (KV head of a sequence b · Hkv + h, split, keys [lo, hi), splits
-    of that KV head) one after the other through the same block code, combined by the last block to finish a
-    KV head's row block (per-(sequence, KV head) counters). ``PAGE_AHEAD`` (paged, pages holding whole
-    warp steps): a warp reads the page index of its next step during this one, so that the block table's
-    load is no longer a round trip before every step's K/V loads.
-
-    ``VW`` = 16 with ``KV_FORMAT`` (``paged_split_k``'s ``wide``): a lane owns 16 consecutive
-    codes per chunk, read by one 16-byte load (:func:`paged_words`), and decodes them where
-    they are used, the scales applied once per score and per probability instead of per
-    element; fp8's NaN codes are not patched per word: the lane ORs the codes' NaN tests,
-    and a warp that read one sets its accumulators to NaN at the end (the rows of that
-    sequence and KV head come out NaN)."""
+def make_lean_steps(D: int, VW: int, LANES: int, KEYS: int, ROWS: int, Nq: int, G: int, causal: bool, P: int,
+                    KV_FORMAT: int, BALANCE: bool):
+    """``decode_split_k_lean``'s steps: a block's split and keys (``split_keys``), a step's scores summed over the
+    lanes of a group (``reduce_scores``) and its online-softmax update (``lazy_update``)."""
     PAGED = P > 0
     visible = key_mask(causal, Nq)[1]  # (the rows' key limits: load_rows)
     WIDE = PAGED and KV_FORMAT > 0 and VW == 16
-    load_rows, load_keys, _, merge_lanes, write_rows, combine_last = chunk_steps(
-        D, VW, LANES, KEYS, WARPS, ROWS, Nq, G, causal, FINAL, BASE2=True, BF16=BF16)
     E = D // LANES  # elements of a row per lane
     GROUPS = WARP_SIZE // LANES  # lane groups per warp
     KEYS_PER_STEP = GROUPS * KEYS  # keys per warp step: T keys per group
-    if PAGED:
-        load_keys = paged_keys(D, VW, LANES, KEYS, P, KEYS_PER_STEP, KV_FORMAT, TOKEN, BF16)
-    LOGP, STEP = page_steps(P, KEYS_PER_STEP)
-    AHEAD_STEP = PAGE_AHEAD and STEP
-    EW = max(1, E // 4)  # 32-bit words of a row per lane (WIDE)
-    if WIDE:
-        load_words = paged_words(D, LANES, KEYS, P, KEYS_PER_STEP, KV_FORMAT, TOKEN)
-        dq4 = e4m3x4_f32_finite if KV_FORMAT == 1 else int8x4_f32
-    THREADS = WARPS * WARP_SIZE
     ROW_BLOCKS = (G * Nq + ROWS - 1) // ROWS  # row blocks per KV head
     PADDED, SCATTER_STAGES, HELD = score_plan(LANES, ROWS, KEYS)
     LOG2L = _log2(LANES)
@@ -184,9 +153,66 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
                         a += sc[r, t] * V_j[t, e]
                     acc[r, e] = a
 
+    return split_keys, reduce_scores, lazy_update
+
+
+@functools.cache
+def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, Nq: int, G: int, causal: bool,
+                     FINAL: bool, FUSED: bool, MIN_BLOCKS: int = 1, P: int = 0, KV_FORMAT: int = 0, TOKEN: bool = False,
+                     BF16: bool = False, BALANCE: bool = False, WORKLIST: bool = False, PAGE_AHEAD: bool = False):
+    """The kernel of ``decode_split_k_lean`` (reduce-scatter scores, exp2, lazy
+    rescale) and, with a page size ``P`` > 0, of ``paged_split_k``: a key row found
+    through the block table (:func:`paged_keys`; ``KV_FORMAT``/``TOKEN``: an 8-bit cache
+    and its scales), the sequence's own length ``seqlens[b]``, every split writing
+    a partial (a length-0 sequence gets zeros). ``BF16``: bfloat16 query, output and
+    16-bit cache (:func:`chunk_steps`). ``BALANCE`` (paged): ``chunk`` is the most keys of a split, and
+    a sequence of ``Nk`` keys is cut into n = ⌈Nk / chunk⌉ splits of equal whole warp steps
+    (:func:`balanced_split`) instead of n − 1 full ones and a remainder. ``WORKLIST`` (paged,
+    ``paged_worklist``): block (w, row block) runs the items ``wptr[w] … wptr[w+1] − 1`` of a host-planned
+    work list (:func:`worklist_plan`), each a (KV head of a sequence b · Hkv + h, split, keys [lo, hi), splits
+    of that KV head) one after the other through the same block code, combined by the last block to finish a
+    KV head's row block (per-(sequence, KV head) counters). ``PAGE_AHEAD`` (paged, pages holding whole
+    warp steps): a warp reads the page index of its next step during this one, so that the block table's
+    load is no longer a round trip before every step's K/V loads.
+
+    ``VW`` = 16 with ``KV_FORMAT`` (``paged_split_k``'s ``wide``): a lane owns 16 consecutive
+    codes per chunk, read by one 16-byte load (:func:`paged_words`), and decodes them where
+    they are used, the scales applied once per score and per probability instead of per
+    element; fp8's NaN codes are not patched per word: the lane ORs the codes' NaN tests,
+    and a warp that read one sets its accumulators to NaN at the end (the rows of that
+    sequence and KV head come out NaN)."""
+    PAGED = P > 0
+    THREADS = WARPS * WARP_SIZE
+    WIDE = PAGED and KV_FORMAT > 0 and VW == 16
+    load_rows, load_keys, _, merge_lanes, write_rows, combine_last = chunk_steps(
+        D, VW, LANES, KEYS, WARPS, ROWS, Nq, G, causal, FINAL, BASE2=True, BF16=BF16)
+    E = D // LANES  # elements of a row per lane
+    GROUPS = WARP_SIZE // LANES  # lane groups per warp
+    KEYS_PER_STEP = GROUPS * KEYS  # keys per warp step: T keys per group
+    if PAGED:
+        load_keys = paged_keys(D, VW, LANES, KEYS, P, KEYS_PER_STEP, KV_FORMAT, TOKEN, BF16)
+    LOGP, STEP = page_steps(P, KEYS_PER_STEP)
+    AHEAD_STEP = PAGE_AHEAD and STEP
+    EW = max(1, E // 4)  # 32-bit words of a row per lane (WIDE)
+    if WIDE:
+        load_words = paged_words(D, LANES, KEYS, P, KEYS_PER_STEP, KV_FORMAT, TOKEN)
+        dq4 = e4m3x4_f32_finite if KV_FORMAT == 1 else int8x4_f32
+    THREADS = WARPS * WARP_SIZE
+    ROW_BLOCKS = (G * Nq + ROWS - 1) // ROWS  # row blocks per KV head
+    PADDED = score_plan(LANES, ROWS, KEYS)[0]
+
+    split_keys, reduce_scores, lazy_update = make_lean_steps(D, VW, LANES, KEYS, ROWS, Nq, G, causal, P, KV_FORMAT,
+                                                             BALANCE)
+
     @device
-    def lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, split, kvh, row0,
-                   lo, hi, S, ci, sm_m, sm_l, sm_o, sm_last):
+    def lean_block(q, out, cache, scale, Hkv, Nk, seq, blk, sm):
+        """Block ``blk`` = (split, kvh, row0, lo, hi, ci): keys [lo, hi) of KV head kvh (b · Hkv + h) for its query
+        rows from row0; ``ci`` its combine counter. ``out``: (o, part_o, part_lse, counters, S); ``cache``: (k, v,
+        table, ks, vs); ``sm``: (sm_m, sm_l, sm_o, sm_last)."""
+        o, part_o, part_lse, counters, S = out
+        k, v, table, ks, vs = cache
+        sm_m, sm_l, sm_o, sm_last = sm
+        split, kvh, row0, lo, hi, ci = blk
         Qr = cuda.local.array((ROWS, E), float32)
         acc = cuda.local.array((ROWS, E), float32)
         m = cuda.local.array(ROWS, float32)
@@ -297,9 +323,13 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
                 kvh = work[it, 0]  # the item's KV head of a sequence (b · Hkv + h)
                 seq = kvh // Hkv
                 hrb = kvh * ROW_BLOCKS + cuda.blockIdx.y  # (sequence, KV head, row block): its counter
-                lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, seqlens[seq], seq, table, ks, vs,
-                           work[it, 1], kvh, (hrb - kvh * ROW_BLOCKS) * ROWS, work[it, 2], work[it, 3], work[it, 4],
-                           hrb, sm_m, sm_l, sm_o, sm_last)
+                Nk = seqlens[seq]  # (the item's values read in this order: the loads' order of the code)
+                split = work[it, 1]
+                lo = work[it, 2]
+                hi = work[it, 3]
+                S = work[it, 4]  # the item's KV head's number of splits
+                lean_block(q, (o, part_o, part_lse, counters, S), (k, v, table, ks, vs), scale, Hkv, Nk, seq,
+                           (split, kvh, (hrb - kvh * ROW_BLOCKS) * ROWS, lo, hi, hrb), (sm_m, sm_l, sm_o, sm_last))
                 cuda.syncthreads()  # the next item's warps write the merge arrays this one read
 
         return paged_worklist
@@ -314,8 +344,8 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
             seq = cuda.blockIdx.y // ROW_BLOCKS // Hkv
             Nk = seqlens[seq]  # the sequence's own number of keys
             split, kvh, row0, lo, hi = split_keys(chunk, Nk)
-            lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, seq, table, ks, vs, split, kvh, row0,
-                       lo, hi, S, cuda.blockIdx.y, sm_m, sm_l, sm_o, sm_last)
+            lean_block(q, (o, part_o, part_lse, counters, S), (k, v, table, ks, vs), scale, Hkv, Nk, seq,
+                       (split, kvh, row0, lo, hi, cuda.blockIdx.y), (sm_m, sm_l, sm_o, sm_last))
 
         return paged_split_k
 
@@ -327,8 +357,8 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
         sm_last = cuda.shared.array(1, int32)
         # (no block table, no scales: Nk, k and scale stand in for them, unused)
         split, kvh, row0, lo, hi = split_keys(chunk, Nk)
-        lean_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, Nk, k, scale, scale, split, kvh, row0,
-                   lo, hi, S, cuda.blockIdx.y, sm_m, sm_l, sm_o, sm_last)
+        lean_block(q, (o, part_o, part_lse, counters, S), (k, v, k, scale, scale), scale, Hkv, Nk, Nk,
+                   (split, kvh, row0, lo, hi, cuda.blockIdx.y), (sm_m, sm_l, sm_o, sm_last))
 
     return decode_split_k_lean
 
