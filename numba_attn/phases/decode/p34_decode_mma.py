@@ -42,15 +42,14 @@ FULL = 0xFFFFFFFF
 
 
 @functools.cache
-def make_mma_tiles(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G: int, causal: bool, L2_PREFETCH: bool,
-                   P: int, BF16: bool, KV_FORMAT: int):
+def make_mma_tiles(D: int, WARPS: int, Bc: int, stages: int, Nq: int, causal: bool, L2_PREFETCH: bool, P: int,
+                   BF16: bool, KV_FORMAT: int):
     """``decode_mma``'s tiles: a warp's cp.async copies of a Bc-key tile into its ring (``copy_tile``; 8-bit:
     ``copy_tile8`` into the byte ring, ``dequant_tile`` into the 16-bit tile), S = Q·Kᵀ (``tile_scores``), its mask
-    (``mask_tile``; the query's fragments: ``load_q``) and O += P·V (``tile_pv``) by ``ldmatrix`` and ``mma.sync``."""
+    (``mask_tile``), per-token scales (``token_scales``, ``v_scales``) and O += P·V (``tile_pv``) by ``ldmatrix``
+    and ``mma.sync``."""
     PAGED = P > 0
     _, visible = key_mask(causal, Nq)  # the keys a row sees (scores.py)
-    QUERY_ROWS = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
-    DW = D // 2  # 32-bit words per K/V row (global memory)
     DK = 16 * ((D + 15) // 16)  # head_dim padded to whole k-steps (D itself when a multiple of 16)
     QK_KSTEPS = DK // 16  # k-steps of Q·Kᵀ
     S_NTILES = Bc // 8  # n-tiles of S
@@ -159,27 +158,6 @@ def make_mma_tiles(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G: int, ca
             cp16(KV, so + stages * Bc * SDW, v, go, ok)
 
     @device
-    def load_q(q, qf, kvh, g, t):
-        """Rows g and g+8 of the query tile (query rows of head kvh·G + r // Nq, position r % Nq; zeros past the
-        KV head's rows) as this lane's A fragments ``qf``."""
-        r_lo = g
-        r_hi = g + 8
-        b_lo = kvh * G + r_lo // Nq
-        i_lo = r_lo % Nq
-        b_hi = kvh * G + r_hi // Nq
-        i_hi = r_hi % Nq
-        for ks in range(QK_KSTEPS):
-            c = 8 * ks + t
-            qf[4 * ks + 0] = q[b_lo, i_lo, c] if r_lo < QUERY_ROWS else uint32(0)
-            qf[4 * ks + 1] = q[b_hi, i_hi, c] if r_hi < QUERY_ROWS else uint32(0)
-            if CVEC > VEC:  # the last k-step's upper half lies past the row: zero
-                qf[4 * ks + 2] = q[b_lo, i_lo, c + 4] if r_lo < QUERY_ROWS and c + 4 < DW else uint32(0)
-                qf[4 * ks + 3] = q[b_hi, i_hi, c + 4] if r_hi < QUERY_ROWS and c + 4 < DW else uint32(0)
-            else:
-                qf[4 * ks + 2] = q[b_lo, i_lo, c + 4] if r_lo < QUERY_ROWS else uint32(0)
-                qf[4 * ks + 3] = q[b_hi, i_hi, c + 4] if r_hi < QUERY_ROWS else uint32(0)
-
-    @device
     def tile_scores(KV, qf, s, kb, k_r, k_c, k_sw):
         """S = Q Kᵀ for the Bc keys of the K tile at ring row ``kb``: this lane's S fragments (raw scores)."""
         for i in range(S_REGS):
@@ -209,6 +187,28 @@ def make_mma_tiles(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G: int, ca
                         s[4 * nt + e] = NEG_BIG
 
     @device
+    def token_scales(s, vsc, cache, seq, h, j0, hi, t):
+        """Per-token scales (8-bit paged cache): each key's K scale on its column of S, its V scale into ``vsc``.
+        ``cache``: (k, v, table, k_sc, v_sc)."""
+        _, _, table, k_sc, v_sc = cache
+        for nt in range(S_NTILES):
+            for e in range(2):
+                jj = min(j0 + nt * 8 + 2 * t + e, hi - 1)
+                crow = table[seq, jj >> LOGP] * P + (jj & (P - 1))
+                kscl = k_sc[crow, h] * UNIT
+                vsc[2 * nt + e] = v_sc[crow, h] * UNIT
+                s[4 * nt + e] *= kscl
+                s[4 * nt + e + 2] *= kscl
+
+    @device
+    def v_scales(s, vsc):
+        """Each key's V scale ``vsc`` on its column of P (the S fragments ``s``)."""
+        for nt in range(S_NTILES):
+            for e in range(2):
+                s[4 * nt + e] *= vsc[2 * nt + e]
+                s[4 * nt + e + 2] *= vsc[2 * nt + e]
+
+    @device
     def tile_pv(KV, s, acc, vb, v_r, v_c, v_sw):
         """O += P V: P packed from the S fragments (the A operand), V by ``ldmatrix.trans`` from the tile at ring
         row ``vb``."""
@@ -227,7 +227,7 @@ def make_mma_tiles(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G: int, ca
                 acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7] = mma(
                     a0, a1, a2, a3, b[2], b[3], acc[d0 + 4], acc[d0 + 5], acc[d0 + 6], acc[d0 + 7])
 
-    return copy_tile8, dequant_tile, copy_tile, load_q, tile_scores, mask_tile, tile_pv
+    return copy_tile8, dequant_tile, copy_tile, tile_scores, token_scales, mask_tile, v_scales, tile_pv
 
 
 @functools.cache
@@ -310,7 +310,6 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
     MO_ROWS = WARPS * 16  # merge area: O of every warp's 16 rows (aliases the rings)
     ML = ROWS * SDW if ROWS * SDW >= MO_ROWS * D else MO_ROWS * D  # float offset of the m/l area
     MLR = WARPS * 16 + 1  # rows of the m/l area, and one for the last-block flag (closure constants)
-    LOGP = max(P, 1).bit_length() - 1
     # 8-bit cache: a byte ring (rows of D bytes = DW8 words) per warp, then a 16-bit tile per warp
     DW8 = D // 4
     BYTES8 = WARPS * RING * DW8  # floats of the byte rings
@@ -320,8 +319,8 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
     if KV_FORMAT:
         ML = max(BYTES8 + STAGE_ROWS * SDW, MO_ROWS * D)
 
-    copy_tile8, dequant_tile, copy_tile, _, tile_scores, mask_tile, tile_pv = make_mma_tiles(
-        D, WARPS, Bc, stages, Nq, G, causal, L2_PREFETCH, P, BF16, KV_FORMAT)
+    copy_tile8, dequant_tile, copy_tile, tile_scores, token_scales, mask_tile, v_scales, tile_pv = make_mma_tiles(
+        D, WARPS, Bc, stages, Nq, causal, L2_PREFETCH, P, BF16, KV_FORMAT)
     combine_last = make_mma_combine(D, WARPS, Nq, G, FINAL, FUSED, BF16)
 
     @device
@@ -436,14 +435,7 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
                 vb = kb + stages * Bc
             tile_scores(KV, qf, s, kb, k_r, k_c, k_sw)  # S = Q Kᵀ for Bc keys
             if KV_FORMAT and TOKEN:  # each key's K scale on its column of S (its V scale kept for P)
-                for nt in range(S_NTILES):
-                    for e in range(2):
-                        jj = min(j0 + nt * 8 + 2 * t + e, hi - 1)
-                        crow = table[seq, jj >> LOGP] * P + (jj & (P - 1))
-                        kscl = k_sc[crow, h] * UNIT
-                        vsc[2 * nt + e] = v_sc[crow, h] * UNIT
-                        s[4 * nt + e] *= kscl
-                        s[4 * nt + e + 2] *= kscl
+                token_scales(s, vsc, cache, seq, h, j0, hi, t)
             mask_tile(s, j0, t, lim_lo, lim_hi)  # keys past the split, or (causal) after the row
             # -- online softmax on the fragments (raw scores; exp2 with the scale folded in)
             m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
@@ -451,10 +443,7 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
             l_hi = l_hi * corr_hi + rs_hi
             rescale(acc, 0, corr_lo, corr_hi)
             if KV_FORMAT and TOKEN:  # each key's V scale on its column of P (l already summed)
-                for nt in range(S_NTILES):
-                    for e in range(2):
-                        s[4 * nt + e] *= vsc[2 * nt + e]
-                        s[4 * nt + e + 2] *= vsc[2 * nt + e]
+                v_scales(s, vsc)
             tile_pv(KV, s, acc, vb, v_r, v_c, v_sw)  # O += P V
 
         if PDL == 2:
