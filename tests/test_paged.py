@@ -306,7 +306,6 @@ def test_wide_8bit_paged_split_k(kv_dtype, scale, qdt, Nq, params):
     ("int8", "token", 4, 4, 1, {"step_heads": 4}),  # a step: 4 tokens × 4 KV heads, per-token scales
     ("float8_e4m3", "head", 2, 2, 1, {"step_heads": 1}),  # 16 tokens of one KV head (the default is 2 here)
     ("int8", "token", 2, 2, 1, {"stages": 3}),  # the cp.async ring, two steps in flight; their scales queued
-    ("float8_e4m3", "head", 2, 2, 1, {"stages": 2}),  # one step in flight
 ])
 def test_paged_mma8(kv_dtype, scale, H, Hkv, Nq, params):
     """paged_mma8 (8-bit codes straight into mma fragments): pages out of order and

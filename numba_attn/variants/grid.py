@@ -1,6 +1,7 @@
 """A variant evaluated on the host over whole score matrices: the mask and the modified scores of one
 (batch, head), for the float64 reference and the block mask's host twin. The functions are compiled for
-the CPU (``numba.njit``) where numba can; the loops are generated per number of arrays."""
+the CPU (``numba.njit``) where numba can, small matrices (``SMALL`` scores) run the plain functions; the
+loops are generated per number of arrays."""
 from __future__ import annotations
 
 import functools
@@ -11,7 +12,7 @@ from numba_attn.variants.mods import Variant, host_arrays, host_version, python_
 
 
 @functools.cache
-def _grid_loop(fn, n_aux: int, kind: str):
+def _grid_loop(fn, n_aux: int, kind: str, use_numba: bool = True):
     """A loop calling ``fn`` at every (row, key) of ``out``: a mask into a bool array, a score function
     rewriting the scores in place."""
     args = "".join(f", a{j}" for j in range(n_aux))
@@ -20,13 +21,16 @@ def _grid_loop(fn, n_aux: int, kind: str):
            f"    for i in range(out.shape[0]):\n"
            f"        for j in range(out.shape[1]):\n"
            f"            out[i, j] = {call}\n")
-    return _loop(src, fn)
+    return _loop(src, fn, use_numba)
 
 
-def _loop(src, fn):
+SMALL = 4096  # scores of a (batch, head) up to which the plain Python loop beats compiling one
+
+
+def _loop(src, fn, use_numba=True):
     import numba
 
-    compiled = host_version(fn)
+    compiled = host_version(fn) if use_numba else python_function(fn)
     scope = {"fn": compiled}
     exec(compile(src, "<grid>", "exec"), scope)
     if isinstance(compiled, numba.core.registry.CPUDispatcher):
@@ -49,7 +53,7 @@ class HostVariant:
         if m is None:
             return None
         out = np.zeros((nq, nk), np.bool_)
-        _grid_loop(python_function(m.fn), len(m.aux), "mask")(
+        _grid_loop(python_function(m.fn), len(m.aux), "mask", nq * nk > SMALL)(
             out, b, h, nk - nq, *self.mask_aux)
         return out
 
@@ -58,6 +62,6 @@ class HostVariant:
         m = self.variant.score
         if m is not None:
             nq, nk = s.shape
-            _grid_loop(python_function(m.fn), len(m.aux), "score")(
+            _grid_loop(python_function(m.fn), len(m.aux), "score", nq * nk > SMALL)(
                 s, b, h, nk - nq, *self.score_aux)
         return s
