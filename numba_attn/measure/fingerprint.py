@@ -55,17 +55,21 @@ def _problems():
 
 # parameter sets compiled beside a phase's defaults: paths a parameter selects that no default reaches
 EXTRA_PARAMS = {
-    "paged_split_k": [{"mma": False}, {"mma": True}],
+    "paged_mma8": [{"stages": 3}, {"prefetch": 1, "step_heads": 1}, {"step_heads": 4}],
+    "decode_mma": [{"fuse_max": 64}],
 }
 
 FIELDS = ("regs", "stack_bytes", "spill_stores", "spill_loads", "smem_bytes")  # of parse_ptxas
 _NAME = re.compile(r"_Z[A-Za-z0-9_$]+")
 _DEBUG = re.compile(r"^\s*(\.file|\.loc|//).*$", re.M)
 _PARAM = re.compile(r"\b([A-Za-z_$][\w$]*_param_\d+)\b")
+_SMEM = re.compile(r"_cudapy_smem_\d+")  # numbered by a counter over the process: depends on what compiled before
+_ENV = re.compile(r"^\.common \.global \.align 8 \.u64 _ZN08NumbaEnv\S*;\s*$", re.M)  # a NumbaEnv slot per device function, unused
 
 
 def strip_ptx(ptx: str) -> str:
-    """PTX with mangled names numbered in order of appearance, parameter names likewise, debug lines gone."""
+    """PTX with mangled names numbered in order of appearance, parameter and shared-array names likewise, debug
+    lines and the unused NumbaEnv declarations (one per device function called) gone."""
     names: dict[str, str] = {}
 
     def sub(prefix):
@@ -74,6 +78,8 @@ def strip_ptx(ptx: str) -> str:
         return f
 
     text = _DEBUG.sub("", ptx)
+    text = _ENV.sub("", text)
+    text = _SMEM.sub(sub("smem"), text)
     text = _PARAM.sub(sub("param"), text)
     text = _NAME.sub(sub("fn"), text)
     return "\n".join(ln.rstrip() for ln in text.splitlines() if ln.strip())
