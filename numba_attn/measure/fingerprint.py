@@ -64,7 +64,8 @@ _NAME = re.compile(r"_Z[A-Za-z0-9_$]+")
 _DEBUG = re.compile(r"^\s*(\.file|\.loc|//).*$", re.M)
 _PARAM = re.compile(r"\b([A-Za-z_$][\w$]*_param_\d+)\b")
 _SMEM = re.compile(r"_cudapy_smem_\d+")  # numbered by a counter over the process: depends on what compiled before
-_ENV = re.compile(r"^\.common \.global \.align 8 \.u64 _ZN08NumbaEnv\S*;\s*$", re.M)  # a NumbaEnv slot per device function, unused
+# a NumbaEnv slot declared per device function a kernel calls, unused by the code
+_ENV = re.compile(r"^\.common \.global \.align 8 \.u64 _ZN08NumbaEnv\S*;\s*$", re.M)
 
 
 def strip_ptx(ptx: str) -> str:
