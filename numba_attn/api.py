@@ -200,12 +200,8 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False
     ``cuda.device_array`` for numba arrays (numba's allocator may free earlier arrays, which
     synchronizes, then) — pass ``out=`` where that matters.
 
-    ``mask_mod(b, h, q_idx, kv_idx, *aux) -> bool`` and ``score_mod(score, b, h, q_idx, kv_idx, *aux) ->
-    score``: an attention variant written in Python (:mod:`numba_attn.variants`: the positions, the
-    built-ins such as ``sliding_window``, ``softcap``, ``document``); ``aux``: the arrays a plain
-    function reads, passed anew each call without a recompilation; ``block_mask``: a
-    :class:`~numba_attn.variants.BlockMask` of the mask for these arrays (otherwise computed for
-    each call that passes arrays). Phases that do not run variants are refused by ``supports()``.
+    ``mask_mod``, ``score_mod``, ``aux``, ``block_mask``: an attention variant written in Python, its
+    arrays and its block mask (docs/variants.md, :mod:`numba_attn.variants`).
 
     ``stream``: CUDA tensors are computed on PyTorch's current stream
     (``torch.cuda.current_stream()``), other inputs on the default stream; ``stream=`` (a numba
