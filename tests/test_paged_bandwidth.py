@@ -49,7 +49,7 @@ LAYOUTS = {
 def test_prefetch_changes_no_value(kv_dtype, scale, H, Hkv, Nq, layout, params, monkeypatch):
     """One split per sequence, so that a warp has steps ahead to prefetch (in the simulator the prefetches are
     counted, each checked to lie in its array, and the output is bit-equal to the path's without them)."""
-    from numba_attn.phases.decode import frag8
+    from numba_attn.phases.decode import frag8_loads as frag8  # (the loads role holds the prefetch)
 
     P, NB, table, lens = LAYOUTS[layout]
     q, kc, vc, ks, vs, table, lens = _batch(np.random.default_rng(21), H, Hkv, 64, Nq, kv_dtype, scale, P, NB,
