@@ -4,17 +4,23 @@
 * :func:`mask_fragments` — the scores of keys past the end (``Nk``: the padded batch's key length, or a varlen
   sequence's) and, causal, above the diagonal set to NEG_BIG on the accumulator fragments of S.
 
-Every kernel of the family (mma.sync and wgmma) calls :func:`mask_fragments` on its S fragments before the
-online softmax; a score modification or a user mask belongs there.
+* :func:`variant_fragments` — a variant's score function and mask function (:mod:`numba_attn.variants`) on the
+  same fragments, before :func:`mask_fragments`: nothing for plain attention.
+
+Every kernel of the family (mma.sync and wgmma) calls :func:`variant_fragments` then :func:`mask_fragments` on its
+S fragments before the online softmax.
 """
 from __future__ import annotations
 
 import functools
 
+from numba import float32
+
 from numba_attn.gpu.device_functions import NEG_BIG
 from numba_attn.gpu.jit import device
+from numba_attn.variants.stages import PARTIAL, PLAIN
 
-__all__ = ["key_ends", "mask_fragments"]
+__all__ = ["key_ends", "mask_fragments", "variant_fragments"]
 
 
 @functools.cache
@@ -56,3 +62,34 @@ def mask_fragments(NT: int, Bc: int, causal: bool):
                         s[base + 4 * nt + e] = NEG_BIG
 
     return mask
+
+
+@functools.cache
+def variant_fragments(NT: int, stage=PLAIN):
+    """A device function ``vary(s, base, j0, r_lo, t, Nq, Nk, off, at, mods)`` applying the variant ``stage``
+    (:func:`numba_attn.variants.stages.stages_of`) to the ``NT`` n-tiles of raw scores ``q·k`` at ``s[base]``
+    (keys ``j0 …``, rows ``r_lo`` and ``r_lo + 8``), ``at = (b, h, kind, scale)``: each score in range becomes
+    ``score_mod(scale·s, b, h, q_idx, kv_idx) / scale`` and, in a PARTIAL tile of the block mask, NEG_BIG where
+    ``mask_mod`` hides it; ``q_idx = row + off`` (queries aligned bottom-right). Plain attention: nothing."""
+    if not stage.active:
+        @device
+        def plain(s, base, j0, r_lo, t, Nq, Nk, off, at, mods):
+            pass
+
+        return plain
+
+    @device
+    def vary(s, base, j0, r_lo, t, Nq, Nk, off, at, mods):
+        b, h, kind, scale = at
+        inv_scale = float32(1.0) / scale
+        for nt in range(NT):
+            for e in range(4):
+                col = j0 + nt * 8 + 2 * t + (e % 2)
+                row = r_lo if e < 2 else r_lo + 8
+                if row < Nq and col < Nk:  # (the functions see positions in range only)
+                    i = base + 4 * nt + e
+                    s[i] = stage.modified(s[i] * scale, b, h, row + off, col, mods) * inv_scale
+                    if kind == PARTIAL and not stage.visible(b, h, row + off, col, mods):
+                        s[i] = NEG_BIG
+
+    return vary
