@@ -24,10 +24,12 @@ from numba_attn.gpu.jit import device
 from numba_attn.gpu.wgmma import kmajor_params, make_wgmma_rs, make_wgmma_wait, mnmajor_params
 from numba_attn.phases.tensor_core.epilogue import store_fragments
 from numba_attn.phases.tensor_core.fragments import q_fragments
-from numba_attn.phases.tensor_core.mask import key_ends, mask_fragments
+from numba_attn.phases.tensor_core.mask import key_ends, mask_fragments, variant_fragments
 from numba_attn.phases.tensor_core.pipeline import ring_functions
 from numba_attn.phases.tensor_core.producer import load_functions
+from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.phases.tensor_core.softmax import online_softmax, pack_p, rescale_o
+from numba_attn.variants.stages import LN2, PLAIN
 
 __all__ = ["wgmma_products", "scores_to_p", "plain_mainloop", "consumer"]
 
@@ -49,17 +51,22 @@ def wgmma_products(tiles, bf16: bool, pv_waited: bool):
 
 
 @functools.cache
-def scores_to_p(tiles, causal: bool, bf16: bool):
-    """A device function ``to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2) -> stats``: the scores ``s`` of
-    the tile of keys from ``j0`` (rows g and g+8 of the warp from ``row0``) masked, the online softmax, P
-    packed into ``pf``, O (``acc``) rescaled."""
+def scores_to_p(tiles, causal: bool, bf16: bool, stage=PLAIN):
+    """A device function ``to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2, tile) -> stats``: the scores
+    ``s`` of the tile of keys from ``j0`` (rows g and g+8 of the warp from ``row0``) through the variant
+    ``stage`` (``tile = (kind, walk)``: the tile's kind and the item's :func:`.scheduler.key_tiles` walk) and
+    masked, the online softmax, P packed into ``pf``, O (``acc``) rescaled."""
+    vary = variant_fragments(tiles.s_tiles, stage)
     mask = mask_fragments(tiles.s_tiles, tiles.Bc, causal)
     softmax = online_softmax(tiles.s_tiles)
     pack = pack_p(tiles.pv_steps, bf16)
     rescale = rescale_o(tiles.o_tiles)
 
     @device
-    def to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2):
+    def to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2, tile):
+        kind, walk = tile
+        mods, b, h, qt, Nq = walk
+        vary(s, 0, j0, row0 + g, t, Nq, Nk, off, (b, h, kind, sl2 * LN2), mods)  # score_mod, mask_mod
         mask(s, 0, j0, row0, row0 + g, t, Nk, off)  # keys past the end and (causal) above the diagonal
         stats, corr_lo, corr_hi = softmax(s, stats, sl2)
         pack(pf, s)
@@ -70,13 +77,14 @@ def scores_to_p(tiles, causal: bool, bf16: bool):
 
 
 @functools.cache
-def plain_mainloop(tiles, causal: bool, bf16: bool, loads: str, varlen: bool):
+def plain_mainloop(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, stage=PLAIN):
     """The tile loop of ``tc_wgmma``: per tile, acquire it, S = Q·Kᵀ waited for, scores to P, O += P·V waited
     for, release it. The ring state of the tile read and of the refill (tile it + STAGES - 1) are carried."""
     STAGES, Bc, TILE = tiles.stages, tiles.Bc, tiles.tile_bytes
-    acquire, release = load_functions(tiles, loads, varlen, False)[2:4]
+    acquire, release = load_functions(tiles, loads, varlen, False, stage)[2:4]
     qk, _, pv, _, _ = wgmma_products(tiles, bf16, True)
-    to_p = scores_to_p(tiles, causal, bf16)
+    to_p = scores_to_p(tiles, causal, bf16, stage)
+    tile_at, kind_at = key_tiles(Bc, stage)[1:]
     advance = ring_functions(STAGES)[0]
 
     @device
@@ -86,10 +94,11 @@ def plain_mainloop(tiles, causal: bool, bf16: bool, loads: str, varlen: bool):
         row0, wg_end, Nk, off, sl2 = rows
         KV = loads[0]
         ring, refill = acquire(loads, it, n_tiles, ring, refill, tid)
-        j0 = it * Bc
+        kt = tile_at(loads[6], it)  # (a variant: the block mask's it-th visited tile)
+        j0 = kt * Bc
         if j0 < wg_end:
             qk(s, qf, 0, KV, ring[0] * TILE)  # S = Q Kᵀ: KS wgmma m64nBc k16, K read from shared memory
-            stats = to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2)
+            stats = to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2, (kind_at(loads[6], kt), loads[6]))
             pv(acc, pf, 0, KV, (STAGES + ring[0]) * TILE)  # O += P V: KK wgmma m64nD k16, V transposed
         release(loads, ring[0], lane)
         stage, phase = advance(ring)
@@ -110,17 +119,19 @@ def plain_mainloop(tiles, causal: bool, bf16: bool, loads: str, varlen: bool):
 
 
 @functools.cache
-def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop_factory):
+def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop_factory, stage=PLAIN):
     """A device function ``consume(q, o, loads, item, ring, lane_ids, Nq, off, sl2, q0) -> ring``: one work item
     of a consumer warp, ``item = (blk0, wg0, row0, bh)`` (the first query rows of the block, this warpgroup and
     this warp; the head-batch): Q to registers, the tile loop of ``mainloop_factory``, O stored. ``ring``: the
-    ring state at its first tile in, after its last out (a persistent block's next item goes on from there)."""
+    ring state at its first tile in, after its last out (a persistent block's next item goes on from there).
+    ``stage``: the variant's (``loads[6]``: the item's walk over its key tiles, :func:`.scheduler.key_tiles`)."""
     ends = key_ends(tiles.Br, 64, causal)  # (the block's keys, a warpgroup's keys) from its first row
     load_q = q_fragments(tiles.qk_steps, False, tiles.D // 2)
     store = store_fragments(tiles.o_tiles, "bf16" if bf16 else "f16")
-    prologue = load_functions(tiles, loads, varlen, getattr(mainloop_factory, "ahead", False))[0]
-    finish = load_functions(tiles, loads, varlen, False)[4]
-    mainloop = mainloop_factory(tiles, causal, bf16, loads, varlen)
+    prologue = load_functions(tiles, loads, varlen, getattr(mainloop_factory, "ahead", False), stage)[0]
+    finish = load_functions(tiles, loads, varlen, False, stage)[4]
+    mainloop = mainloop_factory(tiles, causal, bf16, loads, varlen, stage)
+    count = key_tiles(tiles.Bc, stage)[0]
     Bc, q_regs, s_regs, o_regs, p_regs = tiles.Bc, tiles.q_regs, tiles.s_regs, tiles.o_regs, tiles.p_regs
 
     @device
@@ -141,7 +152,7 @@ def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop
 
         # the keys the block loads, and those this warpgroup needs (warpgroup-uniform: wgmma is collective)
         kv_end, wg_end = ends(blk0, wg0, Nq, Nk, off)
-        n_tiles = (kv_end + Bc - 1) // Bc
+        n_tiles = count(loads[6], (kv_end + Bc - 1) // Bc)  # (a variant: the block mask's visited tiles)
         prologue(loads, n_tiles, tid)
         stats, ring = mainloop(n_tiles, ring, stats, (qf, s, sn, pf, acc), loads, (row0, wg_end, Nk, off, sl2),
                                lane_ids)

@@ -25,6 +25,8 @@ from numba_attn.phases.tensor_core.pipeline import ring_barriers, ring_padding, 
 from numba_attn.phases.tensor_core.producer import (kv_tensor_map, tma_box, tma_smem_reason, ws_consumer_regs,
                                                     ws_producer, ws_producer_regs)
 from numba_attn.phases.tensor_core.scheduler import VarlenLayout, first_item, next_item, varlen_spans
+from numba_attn.variants.launching import KernelMods
+from numba_attn.variants.stages import PLAIN, stages_of
 
 __all__ = ["make_wgmma_kernel", "build_wgmma", "resolve_wgmma", "supports_wgmma", "supports_cp_async",
            "supports_tma", "resolve_two_consumers", "two_consumers_reason", "TWO_CONSUMERS", "TWO_CONSUMERS_SIM",
@@ -42,8 +44,8 @@ def kernel_name(loads, mainloop, persistent, varlen):
 
 @functools.cache
 def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_mainloop, loads: str = "cp_async",
-                      varlen: bool = False, persistent: bool = False, uniform: bool = False):
-    """The wgmma attention kernel ``(q, k, v, o, sl2, H, Nq, Nk)`` of ``tiles`` (:class:`WgmmaTiles`), ``G``
+                      varlen: bool = False, persistent: bool = False, uniform: bool = False, stage=PLAIN):
+    """The wgmma attention kernel ``(q, k, v, o, sl2, H, Nq, Nk, mods)`` of ``tiles`` (:class:`WgmmaTiles`), ``G``
     query heads per KV head. ``loads``: who brings the K/V tiles; "ws" adds a producer warpgroup (warps 0-3)
     that gives registers back (``setmaxnreg.dec``) and whose thread 0 loads every tile of the block, the
     consumers taking the registers (compiled with the launch bounds of its threads: ptxas needs the entry
@@ -51,7 +53,8 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
     their cu_seqlens; a block takes sequence ``blockIdx.z``'s rows. ``persistent`` (with "ws"): a block per SM
     running work items one after another, producer and consumers carrying the ring state from one to the next.
     ``uniform``: the warp index broadcast from lane 0, known warp-uniform to ptxas (the descriptors and ring
-    counters in the uniform datapath; docs/tensor-core-notes.md, "Uniform warp index")."""
+    counters in the uniform datapath; docs/tensor-core-notes.md, "Uniform warp index"). ``stage``: a variant's
+    (:func:`numba_attn.variants.stages.stages_of`; ``mods`` its arrays and block mask, ``()`` for plain attention)."""
     ws = loads == "ws"
     if loads not in LOAD_NAMES:
         raise ValueError(f"loads={loads!r}: one of {sorted(LOAD_NAMES)}")
@@ -60,8 +63,8 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
     if persistent and not (ws and mainloop is plain_mainloop):
         raise ValueError("persistent blocks carry the producer's ring across work items: they need loads='ws' "
                          "and the plain mainloop")
-    consume = consumer(tiles, causal, bf16, loads, varlen, mainloop)
-    produce = ws_producer(tiles, causal)
+    consume = consumer(tiles, causal, bf16, loads, varlen, mainloop, stage)
+    produce = ws_producer(tiles, causal, stage)
     ring_rows = tiles.ring_rows
     init_barriers = ring_barriers(tiles.stages, tiles.warps)[0]
     Br = tiles.Br
@@ -70,7 +73,7 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
     producer_regs = ws_producer_regs(tiles.warpgroups)
     consumer_regs = ws_consumer_regs(tiles.warpgroups)
 
-    def body(q, k, v, o, sl2, H, Nq, Nk):
+    def body(q, k, v, o, sl2, H, Nq, Nk, mods):
         # the K/V ring: dynamic shared memory from its first 1024-byte boundary
         KV = dynamic_tile(ring_padding(dynamic_tile(0, 1, 4)), ring_rows, 4)  # float32 view, used through addresses
         tid = cuda.threadIdx.x
@@ -116,11 +119,13 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
                         n_query_blocks = (Nq + Br - 1) // Br  # Br: compile-time, no division call
                         qb, bh = first_item(n_query_blocks)
                         while bh < q.shape[0]:  # (B·H, Nq, D/2): every work item of this block
-                            state, loaded = produce((KV, k, v, bars, bh // G, Nk), (n_query_blocks - 1 - qb) * Br,
-                                                    state, loaded, Nq, Nk, off)
+                            qt = n_query_blocks - 1 - qb
+                            state, loaded = produce((KV, k, v, bars, bh // G, Nk, (mods, bh // H, bh % H, qt, Nq)),
+                                                    qt * Br, state, loaded, Nq, Nk, off)
                             qb, bh = next_item(qb, bh, n_query_blocks)
                     else:
-                        produce((KV, k, v, bars, kvh, Nk), blk0, state, 0, Nq, Nk, off)
+                        produce((KV, k, v, bars, kvh, Nk, (mods, b, h, cuda.blockIdx.x, Nq)), blk0, state, 0, Nq, Nk,
+                                off)
                 return
             if give_registers:
                 setmaxnreg_inc(consumer_regs)
@@ -135,13 +140,15 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
             n_query_blocks = (Nq + Br - 1) // Br
             qb, bh = first_item(n_query_blocks)
             while bh < q.shape[0]:
-                blk0 = (n_query_blocks - 1 - qb) * Br
-                state = consume(q, o, (KV, k, v, bars, bh // G, Nk),
+                qt = n_query_blocks - 1 - qb
+                blk0 = qt * Br
+                state = consume(q, o, (KV, k, v, bars, bh // G, Nk, (mods, bh // H, bh % H, qt, Nq)),
                                 (blk0, blk0 + 64 * (warp // 4), blk0 + 16 * warp, bh), state, lane_ids, Nq, off,
                                 sl2, q0)
                 qb, bh = next_item(qb, bh, n_query_blocks)
         else:
-            consume(q, o, (KV, k, v, bars, kvh, Nk), (blk0, wg0, row0, bh), state, lane_ids, Nq, off, sl2, q0)
+            consume(q, o, (KV, k, v, bars, kvh, Nk, (mods, b, h, cuda.blockIdx.x, Nq)), (blk0, wg0, row0, bh), state,
+                    lane_ids, Nq, off, sl2, q0)
 
     body.__name__ = body.__qualname__ = kernel_name(loads, mainloop, persistent, varlen)
     if ws:
@@ -170,8 +177,10 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     D = problem.head_dim
     tma = loads != "cp_async"
+    variant = getattr(problem, "variant", None)
     kern = make_wgmma_kernel(wgmma_tiles(D, warpgroups, Bc, stages), problem.group, problem.causal,
-                             problem.dtype == "bfloat16", mainloop, loads, varlen, blocks is not None, uniform)
+                             problem.dtype == "bfloat16", mainloop, loads, varlen, blocks is not None, uniform,
+                             stages_of(variant))
     box, swizzle = tma_box(D, Bc)
     sl2 = float32(problem.sm_scale * LOG2E)
     Br = 64 * warpgroups
@@ -183,11 +192,12 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
     nbytes = wgmma_smem_bytes(D, Bc, stages)
     own = VarlenLayout(problem) if varlen else None
     nthreads = 128 * (warpgroups + 1 if loads == "ws" else warpgroups)  # ws: the producer warpgroup too
+    kernel_mods = KernelMods(problem, Br, Bc)  # a variant's arrays and block mask at (Br, Bc); plain: ()
 
     views = {}  # uint32 views of the last few input sets: making views costs host time at every launch
     opted = []  # the >48 KiB opt-in is made once, at the first launch
 
-    def run(q, k, v, o, stream=0, layout=None):
+    def run(q, k, v, o, stream=0, layout=None, mods=None):
         key = (id(q), id(k), id(v), id(o))
         hit = views.get(key)
         if hit is None or any(a is not b for a, b in zip(hit[0], (q, k, v, o))):
@@ -198,15 +208,17 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
                 args = (args[0], kv_tensor_map(args[1], box, swizzle), kv_tensor_map(args[2], box, swizzle), args[3])
             hit = views[key] = ((q, k, v, o), args)
         lengths = (layout or own.own()) if varlen else (Nq, Nk)
+        mods = kernel_mods(stream=stream) if mods is None else mods
         if opted:
-            kern[grid, nthreads, stream, nbytes](*hit[1], sl2, H, *lengths)
+            kern[grid, nthreads, stream, nbytes](*hit[1], sl2, H, *lengths, mods)
         else:
-            launch_dynamic(kern, grid, nthreads, stream, nbytes, *hit[1], sl2, H, *lengths)
+            launch_dynamic(kern, grid, nthreads, stream, nbytes, *hit[1], sl2, H, *lengths, mods)
             opted.append(True)
 
     # tma: the kernel reaches K/V through tensor maps (their addresses inside): a launch recorded at
     # one call cannot be replayed at another call's addresses
-    return Launch(run, kernels=[kern], replayable=not tma)
+    return Launch(run, kernels=[kern], replayable=not (tma or variant),
+                  kernel_mods=kernel_mods if variant is not None else None)
 
 
 def resolve_wgmma(problem, warpgroups, Bc, stages):
@@ -250,12 +262,13 @@ WGMMA_SPACE = {"warpgroups": [0, 1, 2, 3], "Bc": [32, 64, 128], "stages": [2, 3,
 WS_SPACE = {"warpgroups": [1, 2, 3], "Bc": [64, 128], "stages": [2, 3, 4], "uniform": [False, True]}
 
 
-def wgmma_registration(supports, resolve=resolve_wgmma, space=None, sim_params=None, **more):
+def wgmma_registration(supports, resolve=resolve_wgmma, space=None, sim_params=None, variants=True, **more):
     """The ``register_phase`` keywords the wgmma phases share (sm_90a, fp16/bf16, any head_dim, one
-    warpgroup and 16-key tiles in the simulator) with a phase's own ``supports``, ``resolve``, ``space``."""
+    warpgroup and 16-key tiles in the simulator, mask_mod/score_mod variants) with a phase's own ``supports``,
+    ``resolve``, ``space``."""
     return dict(requires_cc="sm_90a", dtypes=("float16", "bfloat16"), head_dims=None,
                 space=space or WGMMA_SPACE, sim_params=sim_params or {"warpgroups": 1, "Bc": 16, "stages": 2},
-                supports=supports, resolve=resolve, **more)
+                supports=supports, resolve=resolve, variants=variants, **more)
 
 
 TWO_CONSUMERS = 2  # pingpong, ws_overlap: two consumer warpgroups and the producer (384 threads)

@@ -19,19 +19,22 @@ from numba_attn.phases.tensor_core.consumer import scores_to_p, wgmma_products
 from numba_attn.phases.tensor_core.kernel import build_wgmma, supports_wgmma, wgmma_registration
 from numba_attn.phases.tensor_core.pipeline import ring_functions
 from numba_attn.phases.tensor_core.producer import load_functions
+from numba_attn.phases.tensor_core.scheduler import key_tiles
+from numba_attn.variants.stages import PLAIN
 
 
 @functools.cache
-def overlap_mainloop(tiles, causal, bf16, loads, varlen):
+def overlap_mainloop(tiles, causal, bf16, loads, varlen, stage=PLAIN):
     """The tile loop with the next tile's S = Q·Kᵀ in flight during this tile's softmax: per tile it, issue
     S_{it+1} (into the other score set), scores of tile it to P, O += P·V issued, one wait for both. The
     loop is unrolled by two, the score sets ``s`` and ``sn`` trading roles at compile time (nothing copied)."""
     if varlen:
         raise ValueError("overlap runs a tile ahead on the carried ring state; the varlen kernel recomputes it")
     STAGES, Bc, TILE = tiles.stages, tiles.Bc, tiles.tile_bytes
-    _, wait_first, acquire, release, _ = load_functions(tiles, loads, varlen, True)
+    _, wait_first, acquire, release, _ = load_functions(tiles, loads, varlen, True, stage)
     qk, qk_next, pv, wait_all, _ = wgmma_products(tiles, bf16, False)
-    to_p = scores_to_p(tiles, causal, bf16)
+    to_p = scores_to_p(tiles, causal, bf16, stage)
+    tile_at, kind_at = key_tiles(Bc, stage)[1:]
     advance = ring_functions(STAGES)[0]
 
     @device
@@ -42,7 +45,8 @@ def overlap_mainloop(tiles, causal, bf16, loads, varlen):
         KV = loads[0]
         ring_next = advance(ring)  # tile it+1
         ring_next, refill = acquire(loads, it, n_tiles, ring_next, refill, tid)  # tile it+1 has landed
-        j0 = it * Bc
+        kt = tile_at(loads[6], it)  # (a variant: the block mask's it-th visited tile)
+        j0 = kt * Bc
         # -- issue S_{it+1} = Q K_{it+1}ᵀ: the tensor cores work on it during the softmax below. Issued
         # for every tile, also past the last one or past this warpgroup's keys (its scores then unused):
         # a branch around it leaves sn's old values on one path, and ptxas serializes every wgmma of
@@ -50,7 +54,7 @@ def overlap_mainloop(tiles, causal, bf16, loads, varlen):
         # nothing yet), which no load rewrites: nothing is read that is being written.
         qk_next(sn, qf, 0, KV, ring_next[0] * TILE)
         if j0 < wg_end:
-            stats = to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2)
+            stats = to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2, (kind_at(loads[6], kt), loads[6]))
             pv(acc, pf, 0, KV, (STAGES + ring[0]) * TILE)  # issued, not waited
         wait_all(sn, acc)  # both products complete (warpgroup-uniform); S_{it+1} is in sn
         release(loads, ring[0], lane)

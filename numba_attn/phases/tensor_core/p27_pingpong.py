@@ -22,6 +22,8 @@ from numba_attn.phases.tensor_core.kernel import (TWO_CONSUMERS_SIM, build_wgmma
                                                   two_consumers_reason, wgmma_registration)
 from numba_attn.phases.tensor_core.pipeline import ring_functions
 from numba_attn.phases.tensor_core.producer import load_functions
+from numba_attn.phases.tensor_core.scheduler import key_tiles
+from numba_attn.variants.stages import PLAIN
 
 TURN_BARRIER = 1  # consumer c's turn is named barrier TURN_BARRIER + c (0 is syncthreads)
 TURN_THREADS = 256  # threads counted at either barrier: the two consumer warpgroups
@@ -47,7 +49,7 @@ def turn_pass(first):
 
 
 @functools.cache
-def pingpong_mainloop(tiles, causal, bf16, loads, varlen):
+def pingpong_mainloop(tiles, causal, bf16, loads, varlen, stage=PLAIN):
     """The tile loop of two consumers taking turns at the tensor cores. A turn only issues: O += P·V of tile
     it-1, then (tile it landed) S_it = Q·K_itᵀ; the turn passes, the consumer waits for both products, releases
     tile it-1's stage and computes its softmax while the other consumer's products run. Consumer 0 takes the
@@ -56,9 +58,10 @@ def pingpong_mainloop(tiles, causal, bf16, loads, varlen):
     if loads != "ws" or tiles.warpgroups != 2:
         raise ValueError("pingpong alternates two consumer warpgroups: it needs loads='ws' and two warpgroups")
     STAGES, Bc, TILE = tiles.stages, tiles.Bc, tiles.tile_bytes
-    acquire, release = load_functions(tiles, loads, varlen, False)[2:4]
+    acquire, release = load_functions(tiles, loads, varlen, False, stage)[2:4]
     _, qk_next, pv, wait_all, wait_o = wgmma_products(tiles, bf16, False)
-    to_p = scores_to_p(tiles, causal, bf16)
+    to_p = scores_to_p(tiles, causal, bf16, stage)
+    tile_at, kind_at = key_tiles(Bc, stage)[1:]
     advance = ring_functions(STAGES)[0]
 
     @device
@@ -68,14 +71,15 @@ def pingpong_mainloop(tiles, causal, bf16, loads, varlen):
         row0, wg_end, Nk, off, sl2 = rows
         KV = loads[0]
         ring, _ = acquire(loads, it, n_tiles, ring, ring, tid)
-        j0 = it * Bc
+        kt = tile_at(loads[6], it)  # (a variant: the block mask's it-th visited tile)
+        j0 = kt * Bc
         if j0 < wg_end:
             qk_next(s, qf, 0, KV, ring[0] * TILE)  # S = Q Kᵀ issued in this consumer's turn ...
             turn_pass(first)  # ... then the other consumer's turn
             wait_all(s, acc)  # S and the last tile's O complete: the softmax below overlaps the other's products
             if it > 0:  # tile it-1's P·V retired: its stage may be refilled (before this consumer's
                 release(loads, prev_stage, lane)  # next turn: two stages suffice)
-            stats = to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2)
+            stats = to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2, (kind_at(loads[6], kt), loads[6]))
             turn_wait(first)  # this consumer's next turn: O += P V, then (next tile) S above
             pv(acc, pf, 0, KV, (STAGES + ring[0]) * TILE)
         else:  # a tile this consumer skips: its turns all the same (the barriers stay balanced)

@@ -1,7 +1,8 @@
 """How K/V tiles reach the wgmma phases' ring: the load strategies, one per producer.
 
-Each strategy is the same five device functions over ``loads = (KV, k, v, bars, kvh, Nk)`` (the ring, K and V
-or their tensor maps, the ring's mbarriers, the KV head or the packed copy's first row, the keys):
+Each strategy is the same five device functions over ``loads = (KV, k, v, bars, kvh, Nk, walk)`` (the ring, K and V
+or their tensor maps, the ring's mbarriers, the KV head or the packed copy's first row, the keys, the item's walk
+over its key tiles: :func:`.scheduler.key_tiles`, through which a variant's block mask maps the ``it``-th tile):
 
 * ``prologue(loads, n_tiles, tid)`` — the first tiles in flight before the loop;
 * ``wait_first(loads, n_tiles)`` — tile 0 has landed (a schedule that issues S_0 before its loop);
@@ -32,13 +33,15 @@ from numba_attn.gpu.tma import tma_load_3d
 from numba_attn.gpu.wgmma import make_ring_copy, padded_columns, row_bytes
 from numba_attn.phases.tensor_core.mask import key_ends
 from numba_attn.phases.tensor_core.pipeline import ring_barriers, ring_functions, wgmma_smem_bytes
+from numba_attn.phases.tensor_core.scheduler import key_tiles
+from numba_attn.variants.stages import PLAIN
 
 __all__ = ["load_functions", "cp_async_loads", "tma_loads", "tma_tile", "ws_producer", "ws_producer_regs",
            "ws_consumer_regs", "kv_tensor_map", "tma_box", "tma_smem_reason", "TMA_ALIGN_BYTES"]
 
 
 @functools.cache
-def cp_async_loads(tiles, varlen: bool, ahead: bool):
+def cp_async_loads(tiles, varlen: bool, ahead: bool, stage=PLAIN):
     """The cp.async ring (``tc_wgmma``): the block's threads copy each tile (16 bytes a copy, one commit group
     a tile, a block barrier before it is read). ``ahead``: tile it+1 must have landed at tile it (one group
     fewer in flight). ``varlen``: K/V copied token-major from the sequence's first key, the ring state recomputed
@@ -50,13 +53,14 @@ def cp_async_loads(tiles, varlen: bool, ahead: bool):
     in_flight_first = STAGES - 2  # copy groups that may stay in flight when tile j is needed
     in_flight = STAGES - 3 if ahead else in_flight_first  # ahead: when tile j+1 is needed
     ring_at = ring_functions(STAGES)[1]
+    tile_at = key_tiles(tiles.Bc, stage)[1]
 
     @device
     def prologue(loads, n_tiles, tid):
-        KV, k, v, bars, kvh, Nk = loads
-        for stage in range(STAGES - 1):  # tiles 0 .. STAGES-2 in flight
-            if stage < n_tiles:
-                copy_tile(KV, k, v, stage, stage, tid, kvh, Nk)
+        KV, k, v, bars, kvh, Nk, walk = loads
+        for st in range(STAGES - 1):  # tiles 0 .. STAGES-2 in flight
+            if st < n_tiles:
+                copy_tile(KV, k, v, tile_at(walk, st), st, tid, kvh, Nk)
             cp_async_commit()
 
     @device
@@ -66,7 +70,7 @@ def cp_async_loads(tiles, varlen: bool, ahead: bool):
 
     @device
     def acquire(loads, it, n_tiles, ring, refill, tid):
-        KV, k, v, bars, kvh, Nk = loads
+        KV, k, v, bars, kvh, Nk, walk = loads
         if varlen:  # tile it's stage and parity, and the refill's (tile it + STAGES - 1)
             ring = ring_at(it)
             refill = ring_at(it + STAGES - 1)
@@ -74,7 +78,7 @@ def cp_async_loads(tiles, varlen: bool, ahead: bool):
         cuda.syncthreads()  # ... every thread's; every warpgroup is done with tile it-1
         nxt = it + STAGES - 1
         if nxt < n_tiles:  # refill the buffer of tile it-1
-            copy_tile(KV, k, v, nxt, refill[0], tid, kvh, Nk)
+            copy_tile(KV, k, v, tile_at(walk, nxt), refill[0], tid, kvh, Nk)
         cp_async_commit()
         return ring, refill
 
@@ -110,7 +114,7 @@ def tma_tile(tiles):
 
 
 @functools.cache
-def tma_loads(tiles, ahead: bool, producer: bool):
+def tma_loads(tiles, ahead: bool, producer: bool, stage=PLAIN):
     """The TMA ring: every warp waits on the stage's full barrier (also a warpgroup that skips the tile: its
     release must not count towards a later phase of the empty barrier) and releases it on the empty one.
     Without ``producer`` (``tma_wgmma``) thread 0 issues the first ``STAGES - 1`` tiles and, at tile it, refills
@@ -118,15 +122,16 @@ def tma_loads(tiles, ahead: bool, producer: bool):
     STAGES = tiles.stages
     load_tile = tma_tile(tiles)
     wait_full, release_stage = ring_barriers(STAGES, tiles.warps)[1:]
+    tile_at = key_tiles(tiles.Bc, stage)[1]
 
     @device
     def prologue(loads, n_tiles, tid):
-        KV, k, v, bars, kvh, Nk = loads
+        KV, k, v, bars, kvh, Nk, walk = loads
         if not producer:
             if tid == 0:
-                for stage in range(STAGES - 1):  # tiles 0 .. STAGES-2 in flight
-                    if stage < n_tiles:
-                        load_tile(KV, k, v, bars, stage, stage, kvh)
+                for st in range(STAGES - 1):  # tiles 0 .. STAGES-2 in flight
+                    if st < n_tiles:
+                        load_tile(KV, k, v, bars, tile_at(walk, st), st, kvh)
 
     @device
     def wait_first(loads, n_tiles):
@@ -135,13 +140,13 @@ def tma_loads(tiles, ahead: bool, producer: bool):
 
     @device
     def acquire(loads, it, n_tiles, ring, refill, tid):
-        KV, k, v, bars, kvh, Nk = loads
+        KV, k, v, bars, kvh, Nk, walk = loads
         if not producer:
             nxt = it + STAGES - 1
             if tid == 0 and nxt < n_tiles:  # refill the stage of tile it-1 ...
                 if nxt >= STAGES:  # ... once every warp is done with it (the phase before)
                     mbarrier_wait(bars, STAGES + refill[0], refill[1] ^ 1)
-                load_tile(KV, k, v, bars, nxt, refill[0], kvh)
+                load_tile(KV, k, v, bars, tile_at(walk, nxt), refill[0], kvh)
         if ahead:
             if it + 1 < n_tiles:
                 wait_full(bars, ring)
@@ -161,7 +166,7 @@ def tma_loads(tiles, ahead: bool, producer: bool):
 
 
 @functools.cache
-def ws_producer(tiles, causal: bool):
+def ws_producer(tiles, causal: bool, stage=PLAIN):
     """A device function ``produce(loads, blk0, ring, loaded, Nq, Nk, off) -> (ring, loaded)``: the producer
     warpgroup's thread 0 brings every K/V tile of one work item (query rows ``blk0 ..``) into the ring, waiting
     only on the empty barriers. ``ring``: the next tile's stage and phase; ``loaded``: tiles this block brought
@@ -170,15 +175,16 @@ def ws_producer(tiles, causal: bool):
     load_tile = tma_tile(tiles)
     advance = ring_functions(STAGES)[0]
     ends = key_ends(tiles.Br, 64, causal)
+    count, tile_at = key_tiles(Bc, stage)[:2]
 
     @device
     def produce(loads, blk0, ring, loaded, Nq, Nk, off):
-        KV, k, v, bars, kvh, _ = loads
-        n = (ends(blk0, blk0, Nq, Nk, off)[0] + Bc - 1) // Bc
+        KV, k, v, bars, kvh, _, walk = loads
+        n = count(walk, (ends(blk0, blk0, Nq, Nk, off)[0] + Bc - 1) // Bc)  # (a variant: its visited tiles)
         for it in range(n):
             if loaded + it >= STAGES:  # the stage's previous tile (the phase before) is released
                 mbarrier_wait(bars, STAGES + ring[0], ring[1] ^ 1)
-            load_tile(KV, k, v, bars, it, ring[0], kvh)
+            load_tile(KV, k, v, bars, tile_at(walk, it), ring[0], kvh)
             ring = advance(ring)
         return ring, loaded + n
 
@@ -263,11 +269,11 @@ def cached_tensor_maps() -> int:
     return len(_TMAPS)
 
 
-def load_functions(tiles, loads: str, varlen: bool, ahead: bool):
+def load_functions(tiles, loads: str, varlen: bool, ahead: bool, stage=PLAIN):
     """The five load functions of strategy ``loads``: "cp_async" (:func:`cp_async_loads`), "tma" (thread 0 of the
-    consumers issues, :func:`tma_loads`) or "ws" (a producer warpgroup issues)."""
+    consumers issues, :func:`tma_loads`) or "ws" (a producer warpgroup issues); ``stage``: a variant's."""
     if loads == "cp_async":
-        return cp_async_loads(tiles, varlen, ahead)
+        return cp_async_loads(tiles, varlen, ahead, stage)
     if loads in ("tma", "ws"):
-        return tma_loads(tiles, ahead, loads == "ws")
+        return tma_loads(tiles, ahead, loads == "ws", stage)
     raise ValueError(f"loads={loads!r}: one of 'cp_async', 'tma', 'ws'")

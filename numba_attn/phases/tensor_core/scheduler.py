@@ -4,16 +4,21 @@
 * varlen: sequence ``blockIdx.z`` of a packed batch (:func:`varlen_spans`, :func:`varlen_views`; the host's
   :class:`VarlenLayout` gives the cu_seqlens);
 * persistent: a block per SM walking items ``blockIdx.x``, then every ``gridDim.x``-th (:func:`first_item`,
-  :func:`next_item`; query blocks counted from the last, the causal diagonal's longest first).
+  :func:`next_item`; query blocks counted from the last, the causal diagonal's longest first);
+* the key tiles of an item (:func:`key_tiles`): every tile up to the causal bound, or with a variant's mask
+  function the block mask's visited tiles in order, each with its kind (empty tiles are never loaded).
 """
 from __future__ import annotations
 
-from numba import cuda
+import functools
+
+from numba import cuda, int32
 
 from numba_attn.gpu.intrinsics import rows_head_major
 from numba_attn.gpu.jit import device
+from numba_attn.variants.stages import PLAIN
 
-__all__ = ["varlen_spans", "varlen_views", "VarlenLayout", "first_item", "next_item"]
+__all__ = ["varlen_spans", "varlen_views", "VarlenLayout", "first_item", "next_item", "key_tiles"]
 
 
 @device
@@ -70,3 +75,43 @@ class VarlenLayout:
         if self._own is None:
             self._own = tuple(cuda.to_device(a) for a in self.problem.layout())
         return self._own
+
+
+@functools.cache
+def key_tiles(Bc: int, stage=PLAIN):
+    """``(count, tile_at, kind_at)`` over a work item's ``walk = (mods, b, h, qt, Nq)`` (the variant's
+    ``mods``, batch, head, query tile of the block mask, queries): ``count(walk, n)`` — the tiles the item
+    visits of the ``n`` up to the causal bound; ``tile_at(walk, it)`` — the key tile (keys ``Bc·kt …``) of
+    visit ``it``; ``kind_at(walk, kt)`` — EMPTY / PARTIAL / FULL. Plain attention: ``n``, ``it``, FULL; a
+    variant's mask function: the block mask's visited tiles (:mod:`numba_attn.variants.stages`)."""
+    if not stage.active:
+        @device
+        def count(walk, n):
+            return n
+
+        @device
+        def tile_at(walk, it):
+            return it
+
+        @device
+        def kind_at(walk, kt):
+            return int32(2)
+
+        return count, tile_at, kind_at
+
+    @device
+    def count_visited(walk, n):
+        mods, b, h, qt, Nq = walk
+        return stage.loop_keys(mods, b, h, qt, n * Bc, Bc) // Bc
+
+    @device
+    def visited_at(walk, it):
+        mods, b, h, qt, Nq = walk
+        return stage.tile_start(mods, b, h, qt, it * Bc, Bc) // Bc
+
+    @device
+    def kind_from_map(walk, kt):
+        mods, b, h, qt, Nq = walk
+        return stage.tile_kind(mods, b, h, qt, kt)
+
+    return count_visited, visited_at, kind_from_map
