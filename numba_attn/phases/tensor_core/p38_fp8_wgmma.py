@@ -26,11 +26,14 @@ from numba_attn.gpu.wgmma import kmajor_params, make_wgmma_rs, shared_address
 from numba_attn.phases.registry import Launch, register_phase
 from numba_attn.phases.tensor_core.epilogue import store_fragments
 from numba_attn.phases.tensor_core.fragments import q_fragments
-from numba_attn.phases.tensor_core.mask import key_ends, mask_fragments
+from numba_attn.phases.tensor_core.mask import key_ends, mask_fragments, variant_fragments
 from numba_attn.phases.tensor_core.mma_sync import u32_views
 from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES
 from numba_attn.phases.tensor_core.quantize import (HEAD_DIMS, NCH, P_SCALE, QTH, RCH, TILES, VTK, make_amax,
                                                     make_quant_rows, make_quant_vt)
+from numba_attn.phases.tensor_core.scheduler import key_tiles
+from numba_attn.variants.launching import KernelMods
+from numba_attn.variants.stages import LN2, PLAIN, stages_of
 
 
 def qk_depth(D):
@@ -45,13 +48,14 @@ def fp8_smem_bytes(D, Bc, stages):
 
 
 @functools.cache
-def make_fp8_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf16: bool, permute: bool = True):
-    """The FP8 wgmma kernel ``(q8, k8, vt8, o, qs, ks, vs, kflag, kmul, sl2, H, Nq, Nk)``: q8 (B·H, Nq, D/4)
+def make_fp8_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf16: bool, permute: bool = True,
+                    stage=PLAIN):
+    """The FP8 wgmma kernel ``(q8, k8, vt8, o, qs, ks, vs, kflag, kmul, sl2, H, Nq, Nk, mods)``: q8 (B·H, Nq, D/4)
     and k8 (B·Hkv, NkP, D/4) uint32 codes, vt8 (B·Hkv, D, NkP/4) the transposed permuted V codes, o the
     uint32 view of the output, qs/ks/vs the heads' scales; a KV head with ``kflag`` set (an infinite K
     value) has its scores multiplied by ``kmul`` (inf for the keys holding one: ±inf scores).
     ``permute=False`` packs P in the plain key order
-    (wrong against the permuted V: the tests' negative case)."""
+    (wrong against the permuted V: the tests' negative case). ``stage``, ``mods``: a variant's (as tc_wgmma)."""
     W = 4 * WG
     NTH = 32 * W
     Br = 64 * WG
@@ -60,6 +64,8 @@ def make_fp8_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool,
     KK = Bc // 32  # k32 steps of P·V
     NT = Bc // 8
     mask = mask_fragments(NT, Bc, causal)  # keys past Nk and (causal) above the diagonal
+    vary = variant_fragments(NT, stage)  # a variant's score and mask functions
+    count, tile_at, kind_at = key_tiles(Bc, stage)  # the key tiles visited (a variant: its block mask's)
     DT = D // 8
     NQ = 4 * KS
     NS = Bc // 2
@@ -114,7 +120,7 @@ def make_fp8_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool,
             for e in range(tid, NCV, NTH):
                 copy_v(KV, vt8, nkw, e, tile, buf, kvh)
 
-    def body(q8, k8, vt8, o, qs, ks, vs, kflag, kmul, sl2, H, Nq, Nk):
+    def body(q8, k8, vt8, o, qs, ks, vs, kflag, kmul, sl2, H, Nq, Nk, mods):
         base = dynamic_tile(0, 1, 4)
         pad = ((ALIGN_BYTES - (shared_address(base) & (ALIGN_BYTES - 1))) & (ALIGN_BYTES - 1)) // 4
         KV = dynamic_tile(pad, KVR, 4)
@@ -149,11 +155,12 @@ def make_fp8_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool,
         l_hi = float32(0.0)
 
         kv_end, wg_end = ends(blk0, wg0, Nq, Nk, off)  # the block's keys, this warpgroup's
-        n_tiles = (kv_end + Bc - 1) // Bc
+        walk = (mods, b, h, cuda.blockIdx.x, Nq)
+        n_tiles = count(walk, (kv_end + Bc - 1) // Bc)
 
         for st in range(STAGES - 1):
             if st < n_tiles:
-                copy_tile(KV, k8, vt8, st, st, tid, kvh)
+                copy_tile(KV, k8, vt8, tile_at(walk, st), st, tid, kvh)
             cp_async_commit()
 
         for it in range(n_tiles):
@@ -161,16 +168,18 @@ def make_fp8_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool,
             cuda.syncthreads()
             nxt = it + STAGES - 1
             if nxt < n_tiles:
-                copy_tile(KV, k8, vt8, nxt, nxt % STAGES, tid, kvh)
+                copy_tile(KV, k8, vt8, tile_at(walk, nxt), nxt % STAGES, tid, kvh)
             cp_async_commit()
             st = it % STAGES
-            j0 = it * Bc
+            kt = tile_at(walk, it)
+            j0 = kt * Bc
             if j0 < wg_end:
                 qk(s, qf, 0, KV, st * TILEK)
                 if kinf:  # keys with infinite values: ±inf scores (kmul inf; 1 elsewhere)
                     for nt in range(NT):
                         for e in range(4):
                             s[4 * nt + e] *= kmul[kvh, j0 + nt * 8 + 2 * t + (e % 2)]
+                vary(s, 0, j0, row0 + g, t, Nq, Nk, off, (b, h, kind_at(walk, kt), sl2q * LN2), mods)
                 mask(s, 0, j0, row0, row0 + g, t, Nk, off)
                 m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2q)
                 l_lo = l_lo * corr_lo + rs_lo
@@ -237,7 +246,9 @@ def build_fp8(problem, warpgroups, Bc, stages, permute=True):
     Nq, Nk = problem.q_len, problem.kv_len
     bf16 = problem.dtype == "bfloat16"
     NkP = (Nk + Bc - 1) // Bc * Bc
-    kern = make_fp8_kernel(D, warpgroups, Bc, stages, problem.group, problem.causal, bf16, permute)
+    variant = getattr(problem, "variant", None)
+    kern = make_fp8_kernel(D, warpgroups, Bc, stages, problem.group, problem.causal, bf16, permute,
+                           stages_of(variant))
     amax = make_amax(D // 2)
     qrows = make_quant_rows(D // 2, False)
     krows = make_quant_rows(D // 2, True)
@@ -261,14 +272,16 @@ def build_fp8(problem, warpgroups, Bc, stages, permute=True):
     nbytes = fp8_smem_bytes(D, Bc, stages)
     nthreads = 128 * warpgroups
     opted = []
+    kernel_mods = KernelMods(problem, Br, Bc)  # a variant's arrays and block mask at (Br, Bc); plain: ()
 
-    def run(q, k, v, o, stream=0):
+    def run(q, k, v, o, stream=0, mods=None):
         qw, kw, vw, ow = u32_views(q, k, v, o)
         amax[(NCH, BH + 2 * BHkv), QTH, stream](qw, kw, vw, part, bad, bf16)
         qrows[(RCH, BH), QTH, stream](qw, q8, parts[0], bads[0], scales[0], flags[0], kmul, bf16)
         krows[(RCH, BHkv), QTH, stream](kw, k8, parts[1], bads[1], scales[1], flags[1], kmul, bf16)
         qvt[((NkP + VTK - 1) // VTK, BHkv), QTH, stream](vw, vt8, parts[2], scales[2], bf16)
-        args = (q8, k8, vt8, ow, scales[0], scales[1], scales[2], flags[1], kmul, sl2, H, Nq, Nk)
+        args = (q8, k8, vt8, ow, scales[0], scales[1], scales[2], flags[1], kmul, sl2, H, Nq, Nk,
+                kernel_mods(stream=stream) if mods is None else mods)
         if opted:
             kern[grid, nthreads, stream, nbytes](*args)
         else:
@@ -276,7 +289,8 @@ def build_fp8(problem, warpgroups, Bc, stages, permute=True):
             opted.append(True)
 
     ws = q8.nbytes + k8.nbytes + vt8.nbytes
-    return Launch(run, kernels=[kern, amax, qrows, krows, qvt], workspace_bytes=ws)
+    return Launch(run, kernels=[kern, amax, qrows, krows, qvt], workspace_bytes=ws,
+                  kernel_mods=kernel_mods if variant is not None else None, replayable=variant is None)
 
 
 @register_phase(
@@ -303,6 +317,7 @@ def build_fp8(problem, warpgroups, Bc, stages, permute=True):
     sim_params={"warpgroups": 1, "Bc": 32, "stages": 2},
     supports=supports_fp8,
     resolve=resolve_fp8,
+    variants=True,
 )
 def fp8_wgmma(problem, warpgroups=0, Bc=64, stages=2):
     """Quantize (per head), then the FP8 wgmma kernel."""
