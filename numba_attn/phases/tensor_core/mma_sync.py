@@ -10,6 +10,7 @@ from numba_attn.gpu.device_functions import LOG2E
 from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT, launch_dynamic
 from numba_attn.phases.registry import Launch
 from numba_attn.phases.tensor_core.scheduler import VarlenLayout
+from numba_attn.variants.launching import KernelMods
 
 __all__ = ["supports_tc", "u32_views", "launch_mma", "launch_mma_varlen", "mma_smem_bytes", "resolve_mma",
            "supports_mma", "MMA_REGISTRATION"]
@@ -34,32 +35,37 @@ def u32_views(q, k, v, o):
     return tuple(view_as(a, np.uint32) for a in (q, k, v, o))
 
 
-def launch_mma(problem, kern, Br, warps, views=True, dyn_bytes=0):
-    """The :class:`Launch` of an mma.sync kernel ``kern(q, k, v, o, sl2, H, G, Nq, Nk)``:
+def launch_mma(problem, kern, Br, warps, views=True, dyn_bytes=0, Bc=None):
+    """The :class:`Launch` of an mma.sync kernel ``kern(q, k, v, o, sl2, H, G, Nq, Nk, mods)``:
     one block of ``warps`` warps per ``Br`` query rows and (batch, head); q/k/v/o passed
     as uint32 views when ``views`` (f16/bf16), as they are otherwise (fp32); with
-    ``dyn_bytes`` the launch takes that much dynamic shared memory (opting in above 48 KiB)."""
+    ``dyn_bytes`` the launch takes that much dynamic shared memory (opting in above 48 KiB).
+    ``mods``: the variant's arrays and its block mask of (Br × ``Bc``) tiles (``()`` for plain
+    attention); ``run(q, k, v, o, stream=0, mods=None)``."""
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     sl2 = float32(problem.sm_scale * LOG2E)  # scores in base 2: exp2((s - m)·sl2)
     grid = ((Nq + Br - 1) // Br, problem.batch * H)
     block = 32 * warps
     tail = (sl2, H, problem.group, Nq, Nk)
+    kernel_mods = KernelMods(problem, Br, Bc)  # a variant's arrays and block mask at (Br, Bc); plain: ()
 
-    def run(q, k, v, o, stream=0):
+    def run(q, k, v, o, stream=0, mods=None):
         args = u32_views(q, k, v, o) if views else (q, k, v, o)
+        mods = kernel_mods(stream=stream) if mods is None else mods
         if dyn_bytes:
-            launch_dynamic(kern, grid, block, stream, dyn_bytes, *args, *tail)
+            launch_dynamic(kern, grid, block, stream, dyn_bytes, *args, *tail, mods)
         else:
-            kern[grid, block, stream](*args, *tail)
+            kern[grid, block, stream](*args, *tail, mods)
 
-    return Launch(run, kernels=[kern])
+    variant = getattr(problem, "variant", None) is not None
+    return Launch(run, kernels=[kern], kernel_mods=kernel_mods if variant else None, replayable=not variant)
 
 
 def launch_mma_varlen(problem, kern, Br, warps):
     """The :class:`Launch` of the varlen mma.sync kernel: grid (query blocks of the longest
     sequence, heads, sequences); ``run(q, k, v, o, stream, layout=None)`` with q, o (total_q, H, D),
     k, v (total_k, Hkv, D) and ``layout`` the (cu_seqlens_q, cu_seqlens_k) device arrays (else the
-    problem's own)."""
+    problem's own). No variants: the kernel's ``mods`` is ``()``."""
     H = problem.heads
     sl2 = float32(problem.sm_scale * LOG2E)
     grid = ((problem.q_len + Br - 1) // Br, H, problem.batch)
@@ -67,7 +73,7 @@ def launch_mma_varlen(problem, kern, Br, warps):
 
     def run(q, k, v, o, stream=0, layout=None):
         cu_q, cu_k = layout or own.own()
-        kern[grid, 32 * warps, stream](*u32_views(q, k, v, o), sl2, H, problem.group, cu_q, cu_k)
+        kern[grid, 32 * warps, stream](*u32_views(q, k, v, o), sl2, H, problem.group, cu_q, cu_k, ())
 
     return Launch(run, kernels=[kern])
 

@@ -27,16 +27,18 @@ from numba_attn.phases.tensor_core.mask import key_ends
 from numba_attn.phases.tensor_core.mma_sync import MMA_REGISTRATION, launch_mma
 from numba_attn.phases.tensor_core.scheduler import varlen_views
 from numba_attn.phases.tensor_core.softmax import masked_update
+from numba_attn.variants.stages import PLAIN, stages_of
 
 
 @functools.cache
-def make_mma_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool, varlen: bool = False):
-    """The mma.sync kernel of ``tc_mma`` ``(q, k, v, o, sl2, H, G, Nq, Nk)`` (its docstring has the
+def make_mma_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool, varlen: bool = False, stage=PLAIN):
+    """The mma.sync kernel of ``tc_mma`` ``(q, k, v, o, sl2, H, G, Nq, Nk, mods)`` (its docstring has the
     lesson): ``W`` warps of 16 query rows, K/V tiles of ``Bc`` keys staged in padded shared memory.
     ``varlen`` (``tc_mma_varlen``): q, o are (total_q, H, D/2) and k, v (total_k, Hkv, D/2) uint32
     views of packed sequences, ``Nq``/``Nk`` their cu_seqlens, the grid (query blocks of the longest
     sequence, heads, sequences); a block takes its sequence's rows (:func:`varlen_views`) and exits
-    when they end before its first row."""
+    when they end before its first row. ``stage``: a variant's (:func:`numba_attn.variants.stages.stages_of`;
+    the tile loop walks the block mask's visited tiles, ``mods`` its arrays and block mask, ``()`` plain)."""
     mma = mma_bf16 if bf16 else mma_f16
     pack = pack_bf16x2 if bf16 else pack_f16x2
     Br = 16 * W  # query rows per block (16 per warp)
@@ -54,12 +56,12 @@ def make_mma_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool, varlen: b
     o_regs = 4 * o_tiles  # output accumulators
     load_q = q_fragments(qk_steps, False, D // 2)
     qk = qk_fragments(s_tiles, qk_steps, mma)
-    update = masked_update(s_tiles, Bc, causal, o_tiles)  # mask, online softmax on the S fragments, O rescaled
+    update = masked_update(s_tiles, Bc, causal, o_tiles, stage)  # variant, mask, online softmax, O rescaled
     lanes = warp_rows(Br, 16)
     ends = key_ends(Br, 16, causal)
     store = store_fragments(o_tiles, "bf16" if bf16 else "f16")
 
-    def tc_mma(q, k, v, o, sl2, H, G, Nq, Nk):
+    def tc_mma(q, k, v, o, sl2, H, G, Nq, Nk, mods):
         # q, k, v, o: uint32 views (two f16/bf16 per word) of (BH, N, D)
         Ks = cuda.shared.array((Bc, k_row_words), uint32, alignment=SMEM_ALIGN)
         Vs = cuda.shared.array((Bc, v_row_halves), uint16, alignment=SMEM_ALIGN)
@@ -83,8 +85,12 @@ def make_mma_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool, varlen: b
         l_hi = float32(0.0)
 
         kv_end, warp_end = ends(blk0, row0, Nq, Nk, off)
+        b, h, qt = (cuda.blockIdx.z, bh, cuda.blockIdx.x) if varlen else (bh // H, bh % H, cuda.blockIdx.x)
+        kv_end = stage.loop_keys(mods, b, h, qt, kv_end, Bc)  # a variant: Bc times the block mask's visited tiles
 
-        for j0 in range(0, kv_end, Bc):
+        for jv in range(0, kv_end, Bc):
+            j0 = stage.tile_start(mods, b, h, qt, jv, Bc)  # (a variant: the visited tile's first key)
+            kind = stage.tile_kind(mods, b, h, qt, j0 // Bc)
             # -- stage the K and V tiles: 16 bytes per thread and access
             for e in range(tid, Bc * row_chunks, threads):
                 r = e // row_chunks
@@ -106,7 +112,8 @@ def make_mma_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool, varlen: b
             if j0 < warp_end:  # warp-uniform: the warp's rows see some key of this tile
                 qk(s, qf, Ks, 0, g, t)  # -- S = Q Kᵀ on the tensor cores
                 # -- mask keys past the end and (causal) above the diagonal, online softmax on the fragments
-                m_lo, m_hi, l_lo, l_hi = update(s, acc, j0, row0, r_lo, t, Nk, off, m_lo, m_hi, l_lo, l_hi, sl2)
+                m_lo, m_hi, l_lo, l_hi = update(s, acc, j0, row0, r_lo, t, Nq, Nk, off, m_lo, m_hi, l_lo, l_hi, sl2,
+                                                (b, h, kind), mods)
                 # -- O += P V: two S n-tiles = one A fragment of P
                 for kk in range(pv_steps):
                     a0 = pack(s[8 * kk], s[8 * kk + 1])
@@ -145,8 +152,10 @@ def make_mma_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool, varlen: b
     lineage="FlashAttention-2 (Dao 2023): warps split Q, P kept in registers; "
             "PTX mma.sync m16n8k16 fragment layouts",
     planned_speedup=60.0,
+    variants=True,
     **MMA_REGISTRATION,
 )
 def tc_mma(problem, warps=8, Bc=0):
-    kern = make_mma_kernel(problem.head_dim, warps, Bc, problem.causal, problem.dtype == "bfloat16")
-    return launch_mma(problem, kern, 16 * warps, warps)
+    kern = make_mma_kernel(problem.head_dim, warps, Bc, problem.causal, problem.dtype == "bfloat16", False,
+                           stages_of(problem.variant))
+    return launch_mma(problem, kern, 16 * warps, warps, Bc=Bc)

@@ -23,15 +23,19 @@ from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT, dynamic_tile, smem_reaso
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.epilogue import store_fragments
 from numba_attn.phases.tensor_core.fragments import q_fragments
-from numba_attn.phases.tensor_core.mask import key_ends
+from numba_attn.phases.tensor_core.mask import key_ends, variant_fragments
 from numba_attn.phases.tensor_core.mma_sync import launch_mma, supports_tc
+from numba_attn.phases.tensor_core.scheduler import key_tiles
+from numba_attn.variants.stages import LN2, PLAIN, stages_of
 
 ALIGN = SMEM_ALIGN
 
 
 @functools.cache
 def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, causal: bool, bf16: bool,
-                DYN: bool = False):
+                DYN: bool = False, stage=PLAIN):
+    """The kernel ``(q, k, v, o, sl2, H, G, Nq, Nk, mods)``; ``stage``: a variant's (the tile loop and the refills
+    walk the block mask's visited tiles, :func:`.scheduler.key_tiles`; ``mods`` ``()`` for plain attention)."""
     mma = mma_bf16 if bf16 else mma_f16
     pack = pack_bf16x2 if bf16 else pack_f16x2
     WR = 16 * MT  # query rows per warp (MT m-tiles of 16)
@@ -69,6 +73,8 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
     NR = 2 * MT  # rows g and g+8 of each m-tile
     WAIT = STAGES - 2  # copy groups that may stay in flight when tile j is needed
     ends = key_ends(Br, WR, causal)
+    vary = variant_fragments(s_tiles, stage)  # a variant's score and mask functions (nothing for plain attention)
+    count, tile_at, kind_at = key_tiles(Bc, stage)  # every tile to the causal bound, or a variant's visited ones
 
     @device
     def copy_tile(KV, k, v, tile, sb, Nk, lr0, lc, g_base):
@@ -87,7 +93,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
                 cp_async16_flat(KV, so + VOFF, v, go, ok)
 
     @kernel(**({"max_registers": MAXREG} if MAXREG else {}))
-    def tc_pipelined(q, k, v, o, sl2, H, G, Nq, Nk):
+    def tc_pipelined(q, k, v, o, sl2, H, G, Nq, Nk, mods):
         if DYN:  # dynamic shared memory (over 48 KiB: the launch opts in); a float32 view,
             # used only through addresses (cp.async, ldmatrix), so the bits are the same
             KV = dynamic_tile(0, ROWS, SDW)
@@ -120,7 +126,8 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
             l[i] = float32(0.0)
 
         kv_end, warp_end = ends(blk0, row0, Nq, Nk, off)
-        n_tiles = (kv_end + Bc - 1) // Bc
+        walk = (mods, bh // H, bh % H, cuda.blockIdx.x, Nq)  # the block mask's row of tiles (a variant)
+        n_tiles = count(walk, (kv_end + Bc - 1) // Bc)
 
         # ldmatrix row addresses of this lane (row within a 16-row group, chunk offset)
         k_r = (lm // 2) * 8 + lr  # K: matrices (keys 0-7, k lo), (0-7, k hi), (8-15, lo), (8-15, hi)
@@ -142,7 +149,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
         # prologue: tiles 0 .. STAGES-2 in flight
         for st in range(STAGES - 1):
             if st < n_tiles:
-                copy_tile(KV, k, v, st, st, Nk, lr0, lc, g_base)
+                copy_tile(KV, k, v, tile_at(walk, st), st, Nk, lr0, lc, g_base)
             cp_async_commit()
 
         for it in range(n_tiles):
@@ -150,10 +157,11 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
             cuda.syncthreads()  # ... for every thread's; and every warp is done with tile it-1
             nxt = it + STAGES - 1
             if nxt < n_tiles:  # refill the buffer of tile it-1
-                copy_tile(KV, k, v, nxt, nxt % STAGES, Nk, lr0, lc, g_base)
+                copy_tile(KV, k, v, tile_at(walk, nxt), nxt % STAGES, Nk, lr0, lc, g_base)
             cp_async_commit()
 
-            j0 = it * Bc
+            kt = tile_at(walk, it)
+            j0 = kt * Bc
             if j0 < warp_end:
                 kb = (it % STAGES) * Bc  # first row of this tile's K buffer
                 vb = kb + STAGES * Bc  # ... and of its V buffer
@@ -173,7 +181,11 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
                             s[n0 + 4], s[n0 + 5], s[n0 + 6], s[n0 + 7] = mma(
                                 qf[q0], qf[q0 + 1], qf[q0 + 2], qf[q0 + 3], b[2], b[3],
                                 s[n0 + 4], s[n0 + 5], s[n0 + 6], s[n0 + 7])
-                # -- mask keys past the end and (causal) above the diagonal
+                # -- a variant's score and mask functions (natural units), then keys past the end and (causal)
+                # above the diagonal masked
+                for mt in range(MT):
+                    vary(s, mt * s_regs, j0, row0 + 16 * mt + g, t, Nq, Nk, off,
+                         (walk[1], walk[2], kind_at(walk, kt), sl2 * LN2), mods)
                 if j0 + Bc > Nk or (causal and j0 + Bc - 1 > row0 + off):
                     for mt in range(MT):
                         for nt in range(s_tiles):
@@ -265,9 +277,10 @@ def _supports(problem, warps, Bc, stages, m_tiles, maxreg, dynamic_smem):
     sim_params={"warps": 2, "Bc": 16, "stages": 2, "m_tiles": 1, "maxreg": 0, "dynamic_smem": 0},
     supports=_supports,
     resolve=_resolve,
+    variants=True,
 )
 def tc_pipelined(problem, warps=0, Bc=0, stages=2, m_tiles=1, maxreg=0, dynamic_smem=0):
     kern = make_kernel(problem.head_dim, warps, Bc, stages, m_tiles, maxreg, problem.causal,
-                       problem.dtype == "bfloat16", bool(dynamic_smem))
+                       problem.dtype == "bfloat16", bool(dynamic_smem), stages_of(problem.variant))
     nbytes = smem_bytes(problem.head_dim, Bc, stages) if dynamic_smem else 0
-    return launch_mma(problem, kern, 16 * m_tiles * warps, warps, dyn_bytes=nbytes)
+    return launch_mma(problem, kern, 16 * m_tiles * warps, warps, dyn_bytes=nbytes, Bc=Bc)

@@ -24,13 +24,17 @@ from numba_attn.phases.tensor_core.epilogue import store_fragments
 from numba_attn.phases.tensor_core.fragments import q_fragments, qk_fragments, warp_rows
 from numba_attn.phases.tensor_core.mask import key_ends
 from numba_attn.phases.tensor_core.mma_sync import launch_mma
+from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.phases.tensor_core.softmax import masked_update
+from numba_attn.variants.stages import PLAIN, stages_of
 
 ALIGN = SMEM_ALIGN
 
 
 @functools.cache
-def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool):
+def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool, stage=PLAIN):
+    """The kernel ``(q, k, v, o, sl2, H, G, Nq, Nk, mods)``; ``stage``: a variant's (the tile loop and the refills
+    walk the block mask's visited tiles, :func:`.scheduler.key_tiles`; ``mods`` ``()`` for plain attention)."""
     Br = 16 * W
     threads = 32 * W
     ROW = D + 4  # tile row stride in floats: ≡ 4 (mod 32) banks, 16-byte aligned rows
@@ -47,7 +51,8 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool)
     o_regs = 4 * o_tiles
     load_q = q_fragments(qk_steps, tf32=True)
     qk = qk_fragments(s_tiles, qk_steps, mma_tf32, tf32=True)
-    update = masked_update(s_tiles, Bc, causal, o_tiles)  # mask, online softmax on the S fragments, O rescaled
+    update = masked_update(s_tiles, Bc, causal, o_tiles, stage)  # variant, mask, online softmax, O rescaled
+    count, tile_at, kind_at = key_tiles(Bc, stage)  # every tile to the causal bound, or a variant's visited ones
     lanes = warp_rows(Br, 16)
     ends = key_ends(Br, 16, causal)
     store = store_fragments(o_tiles, "f32")
@@ -67,7 +72,7 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool)
                 cp_async16(KV, (STAGES + sb) * Bc + r, c, v, kvh, src, c, ok)
 
     @kernel(**({"max_registers": MAXREG} if MAXREG else {}))
-    def tc_tf32(q, k, v, o, sl2, H, G, Nq, Nk):
+    def tc_tf32(q, k, v, o, sl2, H, G, Nq, Nk, mods):
         KV = cuda.shared.array((ROWS, ROW), float32, alignment=ALIGN)
         tid, warp, lane, g, t, bh, kvh, blk0, row0 = lanes(H, G)
         r_lo = row0 + g  # this lane's rows: r_lo and r_lo + 8
@@ -85,11 +90,12 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool)
         l_hi = float32(0.0)
 
         kv_end, warp_end = ends(blk0, row0, Nq, Nk, off)
-        n_tiles = (kv_end + Bc - 1) // Bc
+        walk = (mods, bh // H, bh % H, cuda.blockIdx.x, Nq)  # the block mask's row of tiles (a variant)
+        n_tiles = count(walk, (kv_end + Bc - 1) // Bc)
 
         for st in range(STAGES - 1):
             if st < n_tiles:
-                copy_tile(KV, k, v, kvh, st * Bc, st, tid, Nk)
+                copy_tile(KV, k, v, kvh, tile_at(walk, st) * Bc, st, tid, Nk)
             cp_async_commit()
 
         for it in range(n_tiles):
@@ -97,15 +103,17 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool)
             cuda.syncthreads()
             nxt = it + STAGES - 1
             if nxt < n_tiles:
-                copy_tile(KV, k, v, kvh, nxt * Bc, nxt % STAGES, tid, Nk)
+                copy_tile(KV, k, v, kvh, tile_at(walk, nxt) * Bc, nxt % STAGES, tid, Nk)
             cp_async_commit()
 
-            j0 = it * Bc
+            kt = tile_at(walk, it)
+            j0 = kt * Bc
             if j0 < warp_end:
                 kb = (it % STAGES) * Bc
                 vb = kb + STAGES * Bc
                 qk(s, qf, KV, kb, g, t)  # -- S = Q Kᵀ: B fragment (k t / t+4, n g) = K[key g, d t / t+4]
-                m_lo, m_hi, l_lo, l_hi = update(s, acc, j0, row0, r_lo, t, Nk, off, m_lo, m_hi, l_lo, l_hi, sl2)
+                m_lo, m_hi, l_lo, l_hi = update(s, acc, j0, row0, r_lo, t, Nq, Nk, off, m_lo, m_hi, l_lo, l_hi, sl2,
+                                                (walk[1], walk[2], kind_at(walk, kt)), mods)
                 # -- O += P V with keys permuted: column t ↔ key 2t, column t+4 ↔ key 2t+1
                 for kk in range(pv_steps):
                     a0 = to_tf32(s[4 * kk])  # (g, key 2t)
@@ -176,7 +184,8 @@ def _supports(problem, warps, Bc, stages, maxreg):
     sim_params={"warps": 2, "Bc": 16, "stages": 2},
     supports=_supports,
     resolve=_resolve,
+    variants=True,
 )
 def tc_tf32(problem, warps=0, Bc=0, stages=2, maxreg=0):
-    kern = make_kernel(problem.head_dim, warps, Bc, stages, maxreg, problem.causal)
-    return launch_mma(problem, kern, 16 * warps, warps, views=False)
+    kern = make_kernel(problem.head_dim, warps, Bc, stages, maxreg, problem.causal, stages_of(problem.variant))
+    return launch_mma(problem, kern, 16 * warps, warps, views=False, Bc=Bc)

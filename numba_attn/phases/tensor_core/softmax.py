@@ -13,7 +13,8 @@ import functools
 from numba_attn.gpu.device_functions import fragment_rescale, fragment_softmax
 from numba_attn.gpu.intrinsics import pack_bf16x2, pack_f16x2
 from numba_attn.gpu.jit import device
-from numba_attn.phases.tensor_core.mask import mask_fragments
+from numba_attn.phases.tensor_core.mask import mask_fragments, variant_fragments
+from numba_attn.variants.stages import LN2, PLAIN
 
 __all__ = ["online_softmax", "pack_p", "rescale_o", "masked_update"]
 
@@ -60,16 +61,20 @@ def rescale_o(DT: int):
 
 
 @functools.cache
-def masked_update(NT: int, Bc: int, causal: bool, DT: int):
-    """A device function ``update(s, acc, j0, row0, r_lo, t, Nk, off, m_lo, m_hi, l_lo, l_hi, sl2) -> (m_lo,
-    m_hi, l_lo, l_hi)`` of the mma.sync kernels: the ``NT`` n-tiles of scores masked (:func:`.mask.mask_fragments`),
-    the online softmax, the ``DT`` n-tiles of O rescaled."""
+def masked_update(NT: int, Bc: int, causal: bool, DT: int, stage=PLAIN):
+    """A device function ``update(s, acc, j0, row0, r_lo, t, Nq, Nk, off, m_lo, m_hi, l_lo, l_hi, sl2, at, mods) ->
+    (m_lo, m_hi, l_lo, l_hi)`` of the mma.sync kernels: the ``NT`` n-tiles of scores through the variant ``stage``
+    (:func:`.mask.variant_fragments`, ``at = (b, h, kind)``; nothing for plain attention) and masked
+    (:func:`.mask.mask_fragments`), the online softmax, the ``DT`` n-tiles of O rescaled."""
+    vary = variant_fragments(NT, stage)
     mask = mask_fragments(NT, Bc, causal)
     softmax = fragment_softmax(NT)
     rescale = fragment_rescale(DT)
 
     @device
-    def update(s, acc, j0, row0, r_lo, t, Nk, off, m_lo, m_hi, l_lo, l_hi, sl2):
+    def update(s, acc, j0, row0, r_lo, t, Nq, Nk, off, m_lo, m_hi, l_lo, l_hi, sl2, at, mods):
+        b, h, kind = at
+        vary(s, 0, j0, r_lo, t, Nq, Nk, off, (b, h, kind, sl2 * LN2), mods)  # score_mod, mask_mod (natural units)
         mask(s, 0, j0, row0, r_lo, t, Nk, off)
         m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
         l_lo = l_lo * corr_lo + rs_lo

@@ -1,0 +1,75 @@
+"""Attention variants on the mma.sync tensor-core phases (tc_mma, tc_pipelined, tc_tf32) against the reference;
+tc_mma_varlen refuses them. The quick tier runs one mask and score function on tc_mma; the full tier each
+built-in (tests/test_variants.py's table) and the pipelined phases with several key tiles per block."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import numba_attn as na
+from numba_attn import variants as V
+from numba_attn.spec.problem import VarlenProblem
+from numba_attn.spec.reference import check, reference
+
+MMA_PHASES = ("tc_mma", "tc_pipelined", "tc_tf32")
+
+
+def _builtins(B, H, Nk):  # (tests/test_variants.py's table)
+    doc = (np.arange(Nk)[None, :] // 11 + np.arange(B)[:, None]).astype(np.int32)
+    lengths = np.array([Nk - 19, Nk][:B], np.int32)  # the first sequence's early queries see no key (left)
+    return {
+        "causal": dict(mask_mod=V.causal()),
+        "window": dict(mask_mod=V.sliding_window(7)),
+        "window_lr": dict(mask_mod=V.sliding_window(5, 3)),
+        "softcap": dict(score_mod=V.softcap(2.0)),
+        "alibi": dict(score_mod=V.alibi(V.alibi_slopes(H))),
+        "document": dict(mask_mod=V.and_masks(V.causal(), V.document(doc))),
+        "prefix_lm": dict(mask_mod=V.prefix_lm(np.array([5, 30][:B], np.int32))),
+        "pad_right": dict(mask_mod=V.key_padding(lengths)),
+        "pad_left": dict(mask_mod=V.key_padding(lengths, "left", kv_len=Nk)),
+        "streaming": dict(mask_mod=V.streaming(6, 2)),
+        "window+softcap": dict(mask_mod=V.sliding_window(9), score_mod=V.softcap(3.0)),
+        "document+alibi": dict(mask_mod=V.document(doc), score_mod=V.alibi(V.alibi_slopes(H))),
+    }
+
+
+def _run_variant(phase, kw, causal, B=2, H=2, Hkv=1, Nq=37, Nk=45, D=16, **params):
+    """``phase`` (its sim_params, then ``params``) with the variant ``kw`` against the float64 reference."""
+    ph = na.get_phase(phase)
+    rng = np.random.default_rng(hash((phase, causal)) % 1000)
+    q, k, v = (rng.standard_normal((B, h, n, D)).astype(np.float32) for h, n in ((H, Nq), (Hkv, Nk), (Hkv, Nk)))
+    dtype = "float32" if "float32" in ph.dtypes else ph.dtypes[0]
+    if dtype != "float32":
+        q, k, v = (x.astype(dtype) for x in (q, k, v))
+    out = na.attention(q, k, v, causal=causal, phase=phase, **{**ph.sim_params, **params}, **kw)
+    ref = reference(q, k, v, causal=causal, variant=V.make_variant(kw.get("mask_mod"), kw.get("score_mod")))
+    c = check(out, ref, dtype=dtype, precision=ph.precision)
+    assert c.ok, f"{phase} {kw} causal={causal}: {c.reason}"
+
+
+def test_window_and_softcap_on_tc_mma():
+    """Causal, an odd shape (37 queries over 45 keys: empty, partial and full tiles of 32 × 16)."""
+    _run_variant("tc_mma", _builtins(2, 2, 45)["window+softcap"], causal=True)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("name", sorted(_builtins(2, 2, 45)))
+def test_each_builtin_on_tc_mma(name):
+    """pad_left: the first sequence's early rows see no key (their output is 0)."""
+    _run_variant("tc_mma", _builtins(2, 2, 45)[name], causal=name in ("softcap", "alibi"))
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("phase", MMA_PHASES[1:])
+@pytest.mark.parametrize("name", ["pad_left", "window_lr", "document+alibi"])
+def test_builtins_on_the_pipelined_phases(phase, name):
+    """Every refill of the cp.async ring loads the block mask's next visited tile."""
+    _run_variant(phase, _builtins(2, 2, 45)[name], causal=False)
+
+
+def test_varlen_refuses_a_variant_with_its_reason():
+    problem = VarlenProblem(batch=2, heads=2, q_len=37, head_dim=16, dtype="float16")
+    ph = na.get_phase("tc_mma_varlen")
+    assert ph.supports(problem) is None
+    reason = ph.supports(problem.replace(variant=V.make_variant(V.sliding_window(4))))
+    assert reason and "variant" in reason
