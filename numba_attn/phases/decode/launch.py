@@ -10,6 +10,7 @@ from numba_attn.gpu.split_k import make_combine_kernel
 from numba_attn.gpu.warp import WARP_SIZE
 from numba_attn.phases.decode.rules import check_alignment, kernel_words, split_layout
 from numba_attn.phases.registry import Launch
+from numba_attn.variants.launching import KernelMods
 
 
 def split_workspace(S: int, rows: int, D: int):
@@ -36,6 +37,20 @@ def zeroed_counters(n: int):
     return counters
 
 
+def variant_mods(problem) -> KernelMods:
+    """The kernels' ``mods`` of a decode launch (``kernel_mods(stream=...)``: ``()`` without a variant): the
+    variant's arrays, no block mask (the kernels test the mask per key they load)."""
+    return KernelMods(problem, None, None)
+
+
+def launch_mods(kernel_mods: KernelMods) -> dict:
+    """The :class:`Launch` fields of a launch with a variant: its ``kernel_mods`` (a call's own arrays reach the
+    kernels), not replayed at new addresses; nothing without one."""
+    if kernel_mods.variant is None:
+        return {}
+    return {"kernel_mods": kernel_mods, "replayable": False}
+
+
 def tile_notes(lanes, keys, rows, warps) -> str:
     """The ``Launch.notes`` of a warp-step decode kernel's tiling."""
     return f"L={lanes} lanes/key, T={keys} keys/group, {rows} rows/block, {warps} warps"
@@ -45,7 +60,7 @@ def split_launch(problem, kern, scale, warps, lanes, rows, keys, splits, counter
     """The :class:`Launch` of a split-K kernel: grid (split, row block of a KV head),
     the workspace, with ``counters`` the kernel's per-tile counters (and split
     count) as arguments, with ``combine`` the combine kernel after it (unless one
-    split writes the output)."""
+    split writes the output); the variant's ``mods`` last."""
     B, H, Hkv, Nq, Nk, D = (problem.batch, problem.heads, problem.kv_heads, problem.q_len,
                             problem.kv_len, problem.head_dim)
     S = splits
@@ -60,17 +75,20 @@ def split_launch(problem, kern, scale, warps, lanes, rows, keys, splits, counter
         comb = make_combine_kernel(Nq, BF16=bf16) if bf16 else make_combine_kernel(Nq)
         kernels.append(comb)
     cnt = zeroed_counters(B * Hkv * n_rc) if counters else None
+    kernel_mods = variant_mods(problem)
 
-    def run(q, k, v, o, stream=0):
+    def run(q, k, v, o, stream=0, mods=None):
         if bf16:
             k, v = kernel_words(problem, k, v)
         check_alignment(k, v)
+        mods = kernel_mods(stream=stream) if mods is None else mods
         if counters:
-            kern[grid, warps * WARP_SIZE, stream](q, k, v, o, part_o, part_lse, cnt, scale, Hkv, Nk, chunk, S)
+            kern[grid, warps * WARP_SIZE, stream](q, k, v, o, part_o, part_lse, cnt, scale, Hkv, Nk, chunk, S, mods)
         else:
-            kern[grid, warps * WARP_SIZE, stream](q, k, v, o, part_o, part_lse, scale, Hkv, Nk, chunk)
+            kern[grid, warps * WARP_SIZE, stream](q, k, v, o, part_o, part_lse, scale, Hkv, Nk, chunk, mods)
         if combine:
             comb[B * H * Nq, D, stream](part_o, part_lse, o, S)
 
     return Launch(run, kernels=kernels, workspace_bytes=0 if final else part_o.nbytes + part_lse.nbytes,
-                  notes=f"S={S} splits of {chunk} keys, {tile_notes(lanes, keys, rows, warps)}{notes}")
+                  notes=f"S={S} splits of {chunk} keys, {tile_notes(lanes, keys, rows, warps)}{notes}",
+                  **launch_mods(kernel_mods))

@@ -17,23 +17,24 @@ from numba import cuda, float32, int32
 
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.warp import WARP_SIZE
-from numba_attn.phases.decode.launch import tile_notes
+from numba_attn.phases.decode.launch import launch_mods, tile_notes, variant_mods
 from numba_attn.phases.decode.rules import check_alignment, check_decode, resolve_chunked, vector_width
 from numba_attn.phases.decode.steps import chunk_steps
 from numba_attn.phases.registry import Launch, register_phase
+from numba_attn.variants.stages import PLAIN, stages_of
 
 
 @functools.cache
 def make_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, Nq: int, G: int, causal: bool,
-                MIN_BLOCKS: int = 1):
+                MIN_BLOCKS: int = 1, stage=PLAIN):
     load_rows, load_keys, score_update, merge_lanes, write_rows, _ = chunk_steps(D, VW, LANES, KEYS, WARPS, ROWS, Nq,
-                                                                                 G, causal)
+                                                                                 G, causal, stage=stage)
     E = D // LANES  # elements of a row per lane
     KEYS_PER_STEP = (WARP_SIZE // LANES) * KEYS  # keys per warp step: T keys per group
     THREADS = WARPS * WARP_SIZE
 
     @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
-    def decode_chunked(q, k, v, o, scale, Hkv, Nk):
+    def decode_chunked(q, k, v, o, scale, Hkv, Nk, mods):
         sm_m = cuda.shared.array((WARPS, ROWS), float32)
         sm_l = cuda.shared.array((WARPS, ROWS), float32)
         sm_o = cuda.shared.array((WARPS, ROWS, D), float32)
@@ -57,7 +58,7 @@ def make_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, N
         for step in range(w, n_steps, WARPS):  # warp-uniform: the shuffles stay convergent
             j0 = step * KEYS_PER_STEP + grp  # this group's keys: j0 + t * KW
             load_keys(k, v, K_j, V_j, kvh, j0, Nk, sub)
-            score_update(Qr, K_j, V_j, sc, m, l, acc, lim, j0)
+            score_update(Qr, K_j, V_j, sc, m, l, acc, lim, j0, (kvh, row0, Hkv, Nk), mods)
         merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub)
         cuda.syncthreads()
         write_rows(o, o, o, 0, kvh, row0, tid, sm_m, sm_l, sm_o)  # (no partials: o stands in, unused)
@@ -89,6 +90,7 @@ def _supports(problem, warps, lanes, rows, keys):
     planned_speedup=20.0,
     space={"warps": [4, 8], "rows": [1, 2, 4, 8], "keys": [0, 1, 2, 4]},
     sim_params={"warps": 2},
+    variants=True,
     supports=_supports,
     resolve=_resolve,
 )
@@ -96,12 +98,15 @@ def decode_chunked(problem, warps=8, lanes=0, rows=4, keys=0):
     Hkv, Nq, Nk, D = problem.kv_heads, problem.q_len, problem.kv_len, problem.head_dim
     G = problem.group
     kern = make_kernel(D, vector_width(problem.dtype), lanes, keys, warps, rows, Nq, G, problem.causal,
-                       max(1, 16 // warps))
+                       max(1, 16 // warps), stages_of(problem.variant))
     scale = float32(problem.sm_scale)
     grid = ((G * Nq + rows - 1) // rows, problem.batch * Hkv)
 
-    def run(q, k, v, o, stream=0):
-        check_alignment(k, v)
-        kern[grid, warps * WARP_SIZE, stream](q, k, v, o, scale, Hkv, Nk)
+    kernel_mods = variant_mods(problem)
 
-    return Launch(run, kernels=[kern], notes=tile_notes(lanes, keys, rows, warps))
+    def run(q, k, v, o, stream=0, mods=None):
+        check_alignment(k, v)
+        kern[grid, warps * WARP_SIZE, stream](q, k, v, o, scale, Hkv, Nk,
+                                              kernel_mods(stream=stream) if mods is None else mods)
+
+    return Launch(run, kernels=[kern], notes=tile_notes(lanes, keys, rows, warps), **launch_mods(kernel_mods))

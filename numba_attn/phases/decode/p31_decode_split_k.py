@@ -21,25 +21,27 @@ from numba_attn.phases.decode.launch import split_launch
 from numba_attn.phases.decode.rules import check_split, resolve_split, vector_width
 from numba_attn.phases.decode.steps import chunk_steps
 from numba_attn.phases.registry import register_phase
+from numba_attn.variants.stages import PLAIN, stages_of
 
 
 @functools.cache
 def make_split_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, Nq: int, G: int, causal: bool,
-                      FINAL: bool, FUSED: bool, MIN_BLOCKS: int = 1):
+                      FINAL: bool, FUSED: bool, MIN_BLOCKS: int = 1, stage=PLAIN):
     """The split-K kernel: block (s, tile) runs the warp-step loop over split s of
     the keys of one (sequence, KV head, row block) and writes the split's partial
     (or, with ``FINAL``, the one split's output). ``FUSED``: the last block of a
     tile combines the splits (``decode_split_k_fused``); otherwise the combine is
-    a second kernel (``decode_split_k``)."""
+    a second kernel (``decode_split_k``). ``stage``: a variant's (``mods`` the kernel's last argument)."""
     load_rows, load_keys, score_update, merge_lanes, write_rows, combine_last = chunk_steps(
-        D, VW, LANES, KEYS, WARPS, ROWS, Nq, G, causal, FINAL)
+        D, VW, LANES, KEYS, WARPS, ROWS, Nq, G, causal, FINAL, stage=stage)
     E = D // LANES
     KEYS_PER_STEP = (WARP_SIZE // LANES) * KEYS  # keys per warp step: T keys per group
     THREADS = WARPS * WARP_SIZE
     ROW_BLOCKS = (G * Nq + ROWS - 1) // ROWS  # row blocks per KV head
 
     @device
-    def split_block(q, k, v, o, part_o, part_lse, counters, scale, Nk, chunk, S, sm_m, sm_l, sm_o, sm_last):
+    def split_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, chunk, S, sm_m, sm_l, sm_o, sm_last,
+                    mods):
         Qr = cuda.local.array((ROWS, E), float32)
         acc = cuda.local.array((ROWS, E), float32)
         m = cuda.local.array(ROWS, float32)
@@ -63,7 +65,7 @@ def make_split_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: 
         for step in range(w, n_steps, WARPS):  # warp-uniform: the shuffles stay convergent
             j0 = lo + step * KEYS_PER_STEP + grp  # this group's keys: j0 + t * KW
             load_keys(k, v, K_j, V_j, kvh, j0, hi, sub)
-            score_update(Qr, K_j, V_j, sc, m, l, acc, lim, j0)
+            score_update(Qr, K_j, V_j, sc, m, l, acc, lim, j0, (kvh, row0, Hkv, Nk), mods)
         merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub)
         cuda.syncthreads()
         write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o)
@@ -72,22 +74,23 @@ def make_split_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: 
 
     if not FUSED:
         @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
-        def decode_split_k(q, k, v, o, part_o, part_lse, scale, Hkv, Nk, chunk):
+        def decode_split_k(q, k, v, o, part_o, part_lse, scale, Hkv, Nk, chunk, mods):
             sm_m = cuda.shared.array((WARPS, ROWS), float32)
             sm_l = cuda.shared.array((WARPS, ROWS), float32)
             sm_o = cuda.shared.array((WARPS, ROWS, D), float32)
             # (no counters, no last-block flag: part_lse, chunk and sm_l stand in for them, unused)
-            split_block(q, k, v, o, part_o, part_lse, part_lse, scale, Nk, chunk, chunk, sm_m, sm_l, sm_o, sm_l)
+            split_block(q, k, v, o, part_o, part_lse, part_lse, scale, Hkv, Nk, chunk, chunk, sm_m, sm_l, sm_o, sm_l,
+                        mods)
 
         return decode_split_k
 
     @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
-    def decode_split_k_fused(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, chunk, S):
+    def decode_split_k_fused(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, chunk, S, mods):
         sm_m = cuda.shared.array((WARPS, ROWS), float32)
         sm_l = cuda.shared.array((WARPS, ROWS), float32)
         sm_o = cuda.shared.array((WARPS, ROWS, D), float32)
         sm_last = cuda.shared.array(1, int32)
-        split_block(q, k, v, o, part_o, part_lse, counters, scale, Nk, chunk, S, sm_m, sm_l, sm_o, sm_last)
+        split_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, chunk, S, sm_m, sm_l, sm_o, sm_last, mods)
 
     return decode_split_k_fused
 
@@ -96,7 +99,8 @@ def split_k_launch(problem, fused, warps, lanes, rows, keys, splits, blocks_per_
     """The :class:`Launch` of :func:`make_split_kernel` (``decode_split_k``, and with
     ``fused`` ``decode_split_k_fused``) for ``problem`` and resolved parameters."""
     kern = make_split_kernel(problem.head_dim, vector_width(problem.dtype), lanes, keys, warps, rows, problem.q_len,
-                             problem.group, problem.causal, splits == 1, fused, blocks_per_sm)
+                             problem.group, problem.causal, splits == 1, fused, blocks_per_sm,
+                             stages_of(problem.variant))
     return split_launch(problem, kern, float32(problem.sm_scale), warps, lanes, rows, keys, splits,
                         counters=fused, combine=not fused)
 
@@ -117,6 +121,7 @@ def split_k_launch(problem, fused, warps, lanes, rows, keys, splits, blocks_per_
     space={"warps": [4, 8], "rows": [2, 4], "keys": [0, 1, 2, 4], "splits": [0, 4, 8, 16, 32]},
     launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     sim_params={"warps": 2, "splits": 3},
+    variants=True,
     supports=check_split,
     resolve=resolve_split,
 )

@@ -30,6 +30,7 @@ from numba_attn.phases.registry import register_phase
     space={"warps": [4, 8], "rows": [2, 4], "keys": [0, 1, 2, 4], "splits": [0, 4, 8, 16, 32]},
     launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     sim_params={"warps": 2, "splits": 3},
+    variants=True,
     supports=check_decode,
     resolve=resolve_split,
 )

@@ -25,9 +25,10 @@ from numba_attn.phases.decode.kv8 import NAN_BITS, e4m3x4_f32_finite, int8x4_f32
 from numba_attn.phases.decode.launch import split_launch
 from numba_attn.phases.decode.paged import page_steps, paged_keys, paged_words
 from numba_attn.phases.decode.rules import check_split, resolve_split, vector_width
-from numba_attn.phases.decode.scores import key_mask
+from numba_attn.phases.decode.scores import key_mask, step_rescore
 from numba_attn.phases.decode.steps import chunk_steps
 from numba_attn.phases.registry import register_phase
+from numba_attn.variants.stages import PLAIN, stages_of
 
 
 def _log2(n: int) -> int:
@@ -159,7 +160,8 @@ def make_lean_steps(D: int, VW: int, LANES: int, KEYS: int, ROWS: int, Nq: int, 
 @functools.cache
 def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, Nq: int, G: int, causal: bool,
                      FINAL: bool, FUSED: bool, MIN_BLOCKS: int = 1, P: int = 0, KV_FORMAT: int = 0, TOKEN: bool = False,
-                     BF16: bool = False, BALANCE: bool = False, WORKLIST: bool = False, PAGE_AHEAD: bool = False):
+                     BF16: bool = False, BALANCE: bool = False, WORKLIST: bool = False, PAGE_AHEAD: bool = False,
+                     stage=PLAIN):
     """The kernel of ``decode_split_k_lean`` (reduce-scatter scores, exp2, lazy
     rescale) and, with a page size ``P`` > 0, of ``paged_split_k``: a key row found
     through the block table (:func:`paged_keys`; ``KV_FORMAT``/``TOKEN``: an 8-bit cache
@@ -173,7 +175,8 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
     of that KV head) one after the other through the same block code, combined by the last block to finish a
     KV head's row block (per-(sequence, KV head) counters). ``PAGE_AHEAD`` (paged, pages holding whole
     warp steps): a warp reads the page index of its next step during this one, so that the block table's
-    load is no longer a round trip before every step's K/V loads.
+    load is no longer a round trip before every step's K/V loads. ``stage``: a variant's (``scores.py``, on a
+    step's scores after their reduction; the kernel's last argument ``mods``).
 
     ``VW`` = 16 with ``KV_FORMAT`` (``paged_split_k``'s ``wide``): a lane owns 16 consecutive
     codes per chunk, read by one 16-byte load (:func:`paged_words`), and decodes them where
@@ -185,7 +188,7 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
     THREADS = WARPS * WARP_SIZE
     WIDE = PAGED and KV_FORMAT > 0 and VW == 16
     load_rows, load_keys, _, merge_lanes, write_rows, combine_last = chunk_steps(
-        D, VW, LANES, KEYS, WARPS, ROWS, Nq, G, causal, FINAL, BASE2=True, BF16=BF16)
+        D, VW, LANES, KEYS, WARPS, ROWS, Nq, G, causal, FINAL, BASE2=True, BF16=BF16, stage=stage)
     E = D // LANES  # elements of a row per lane
     GROUPS = WARP_SIZE // LANES  # lane groups per warp
     KEYS_PER_STEP = GROUPS * KEYS  # keys per warp step: T keys per group
@@ -200,12 +203,14 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
     THREADS = WARPS * WARP_SIZE
     ROW_BLOCKS = (G * Nq + ROWS - 1) // ROWS  # row blocks per KV head
     PADDED = score_plan(LANES, ROWS, KEYS)[0]
+    VARIANT = stage.active
+    rescore = step_rescore(stage, ROWS, KEYS, GROUPS, Nq, G, causal, True)  # a variant's scores (base 2)
 
     split_keys, reduce_scores, lazy_update = make_lean_steps(D, VW, LANES, KEYS, ROWS, Nq, G, causal, P, KV_FORMAT,
                                                              BALANCE)
 
     @device
-    def lean_block(q, out, cache, scale, Hkv, Nk, seq, blk, sm):
+    def lean_block(q, out, cache, scale, Hkv, Nk, seq, blk, sm, mods):
         """Block ``blk`` = (split, kvh, row0, lo, hi, ci): keys [lo, hi) of KV head kvh (b · Hkv + h) for its query
         rows from row0; ``ci`` its combine counter. ``out``: (o, part_o, part_lse, counters, S); ``cache``: (k, v,
         table, ks, vs); ``sm``: (sm_m, sm_l, sm_o, sm_last)."""
@@ -278,6 +283,8 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
                             s += Qr[r, e] * K_j[t, e]
                         vals[r * KEYS + t] = s
             reduce_scores(vals, sc, sub, grp)  # the scores: reduce-scatter, then all-gather
+            if VARIANT:
+                rescore(sc, lim, j0, (kvh, row0, Hkv, Nk), mods)
             lazy_update(sc, m, l, acc, lim, j0, V_j)  # (base 2) the rescale only when a maximum moved
             if WIDE:  # O += P V: each key's V scale on its probabilities (l is already summed)
                 for t in range(KEYS):
@@ -314,7 +321,8 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
 
     if WORKLIST:
         @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
-        def paged_worklist(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, work, wptr):
+        def paged_worklist(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, work, wptr,
+                           mods):
             sm_m = cuda.shared.array((WARPS, ROWS), float32)
             sm_l = cuda.shared.array((WARPS, ROWS), float32)
             sm_o = cuda.shared.array((WARPS, ROWS, D), float32)
@@ -329,14 +337,16 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
                 hi = work[it, 3]
                 S = work[it, 4]  # the item's KV head's number of splits
                 lean_block(q, (o, part_o, part_lse, counters, S), (k, v, table, ks, vs), scale, Hkv, Nk, seq,
-                           (split, kvh, (hrb - kvh * ROW_BLOCKS) * ROWS, lo, hi, hrb), (sm_m, sm_l, sm_o, sm_last))
+                           (split, kvh, (hrb - kvh * ROW_BLOCKS) * ROWS, lo, hi, hrb), (sm_m, sm_l, sm_o, sm_last),
+                           mods)
                 cuda.syncthreads()  # the next item's warps write the merge arrays this one read
 
         return paged_worklist
 
     if PAGED:
         @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
-        def paged_split_k(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, chunk, S):
+        def paged_split_k(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, chunk, S,
+                          mods):
             sm_m = cuda.shared.array((WARPS, ROWS), float32)
             sm_l = cuda.shared.array((WARPS, ROWS), float32)
             sm_o = cuda.shared.array((WARPS, ROWS, D), float32)
@@ -345,12 +355,12 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
             Nk = seqlens[seq]  # the sequence's own number of keys
             split, kvh, row0, lo, hi = split_keys(chunk, Nk)
             lean_block(q, (o, part_o, part_lse, counters, S), (k, v, table, ks, vs), scale, Hkv, Nk, seq,
-                       (split, kvh, row0, lo, hi, cuda.blockIdx.y), (sm_m, sm_l, sm_o, sm_last))
+                       (split, kvh, row0, lo, hi, cuda.blockIdx.y), (sm_m, sm_l, sm_o, sm_last), mods)
 
         return paged_split_k
 
     @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
-    def decode_split_k_lean(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, chunk, S):
+    def decode_split_k_lean(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, chunk, S, mods):
         sm_m = cuda.shared.array((WARPS, ROWS), float32)
         sm_l = cuda.shared.array((WARPS, ROWS), float32)
         sm_o = cuda.shared.array((WARPS, ROWS, D), float32)
@@ -358,7 +368,7 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
         # (no block table, no scales: Nk, k and scale stand in for them, unused)
         split, kvh, row0, lo, hi = split_keys(chunk, Nk)
         lean_block(q, (o, part_o, part_lse, counters, S), (k, v, k, scale, scale), scale, Hkv, Nk, Nk,
-                   (split, kvh, row0, lo, hi, cuda.blockIdx.y), (sm_m, sm_l, sm_o, sm_last))
+                   (split, kvh, row0, lo, hi, cuda.blockIdx.y), (sm_m, sm_l, sm_o, sm_last), mods)
 
     return decode_split_k_lean
 
@@ -382,6 +392,7 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
     launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     dtypes=("float32", "float16", "bfloat16"),
     sim_params={"warps": 2, "splits": 3},
+    variants=True,
     supports=check_split,
     resolve=resolve_split,
 )
@@ -391,7 +402,7 @@ def decode_split_k_lean(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blo
     fused = splits * rows <= fuse_max
     kern = make_lean_kernel(problem.head_dim, vector_width(problem.dtype), lanes, keys, warps, rows, problem.q_len,
                             problem.group, problem.causal, final, fused, blocks_per_sm,
-                            BF16=problem.dtype == "bfloat16")
+                            BF16=problem.dtype == "bfloat16", stage=stages_of(problem.variant))
     scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
     return split_launch(problem, kern, scale, warps, lanes, rows, keys, splits, counters=True, combine=not fused,
                         notes=f", combine {'-' if final else ('fused' if fused else 'kernel')}")

@@ -14,7 +14,7 @@ from numba_attn.gpu.ptx_loads import launch_dynamic
 from numba_attn.gpu.split_k import make_combine_kernel, sm_count
 from numba_attn.gpu.warp import WARP_SIZE
 from numba_attn.phases.decode.kv8 import e4m3_nan_bytes, kv8_decoder
-from numba_attn.phases.decode.launch import split_workspace, tile_notes, zeroed_counters
+from numba_attn.phases.decode.launch import launch_mods, split_workspace, tile_notes, variant_mods, zeroed_counters
 from numba_attn.phases.decode.rules import check_alignment, split_layout
 from numba_attn.phases.decode.steps import row_loader
 from numba_attn.phases.registry import Launch
@@ -175,8 +175,9 @@ def paged_cache_view(problem, k):
 def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, notes="", heads=1, dyn_bytes=0,
                  static_bytes=0):
     """The :class:`Launch`: grid (split, row block of a sequence's KV head, or of ``heads`` adjacent KV heads),
-    the workspace, the combine kernel unless fused; ``run(q, k_cache, v_cache, o, stream, layout=None)`` with
-    ``layout`` (table, seqlens, k_scale, v_scale) device arrays, else the problem's own (:class:`PagedLayout`).
+    the workspace, the combine kernel unless fused; ``run(q, k_cache, v_cache, o, stream, layout=None, mods=None)``
+    with ``layout`` (table, seqlens, k_scale, v_scale) device arrays, else the problem's own (:class:`PagedLayout`),
+    and ``mods`` a variant's kernel arguments for a call's arrays (None: the problem's own).
     ``dyn_bytes``: the kernel's dynamic shared memory (opted in to where it and ``static_bytes``, the kernel's static
     shared memory, pass 48 KiB)."""
     B, H, Hkv, Nq, D = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.head_dim
@@ -190,19 +191,21 @@ def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, 
         kernels.append(comb)
     cnt = zeroed_counters(B * Hkv * n_rc)
     own = PagedLayout(problem)
+    kernel_mods = variant_mods(problem)
 
-    def run(q, k, v, o, stream=0, layout=None):
+    def run(q, k, v, o, stream=0, layout=None, mods=None):
         table, seqlens, ks, vs = layout or own.own()
         kc, vc = paged_cache_view(problem, k), paged_cache_view(problem, v)
         check_alignment(kc, vc)
         launch_dynamic(kern, grid, warps * WARP_SIZE, stream, dyn_bytes, q, kc, vc, o, part_o, part_lse, cnt, scale,
-                       Hkv, table, seqlens, ks, vs, chunk, S, static_bytes=static_bytes)
+                       Hkv, table, seqlens, ks, vs, chunk, S, kernel_mods(stream=stream) if mods is None else mods,
+                       static_bytes=static_bytes)
         if not fused:
             comb[B * H * Nq, D, stream](part_o, part_lse, o, S)
 
     return Launch(run, kernels=kernels, workspace_bytes=part_o.nbytes + part_lse.nbytes,
                   notes=f"S={S} splits of {chunk} keys, P={problem.page_size}, "
-                        f"{tile_notes(lanes, keys, rows, warps)}{notes}")
+                        f"{tile_notes(lanes, keys, rows, warps)}{notes}", **launch_mods(kernel_mods))
 
 
 def work_list(lens, keys_per_step: int, workers: int, min_keys: int = 0):
@@ -271,7 +274,7 @@ def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blo
     work list (:func:`worklist_plan`); ``workers``: shares per KV head (0: with ``flat``, as many shares as
     fill the SMs' ``blocks_per_sm`` slots once; else as many per KV head as fill them once for all heads
     together, rounded down). ``run(q, k_cache, v_cache, o,
-    stream, layout=None, lens=None)`` as :func:`paged_launch`'s; the list is planned on the host from the
+    stream, layout=None, lens=None, mods=None)`` as :func:`paged_launch`'s; the list is planned on the host from the
     lengths, as serving systems plan each decode step before launching it: the problem's, once (the
     runner's calls), else the call's: ``lens``, their host copy (``decode_paged`` passes the lengths it
     checked), or ``layout``'s read back from the device (one small copy, which waits for the device)."""
@@ -297,8 +300,9 @@ def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blo
     lens0 = np.ascontiguousarray(problem.seqlens(), np.int32)  # the problem's own lengths (the runner's calls)
     _, _, nw0, smax0, items0 = plan(lens0)
     state = {"ws": split_workspace(max(2, smax0), B * H * Nq, D)}  # grown to a plan's most splits
+    kernel_mods = variant_mods(problem)
 
-    def run(q, k, v, o, stream=0, layout=None, lens=None):
+    def run(q, k, v, o, stream=0, layout=None, lens=None, mods=None):
         table, seqlens, ks, vs = layout or own.own()
         if lens is None:
             lens = lens0 if layout is None else seqlens.copy_to_host()
@@ -309,7 +313,8 @@ def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blo
         kc, vc = paged_cache_view(problem, k), paged_cache_view(problem, v)
         check_alignment(kc, vc)
         kern[(nw, n_rc), warps * WARP_SIZE, stream](q, kc, vc, o, po, pl, cnt, scale, Hkv, table, seqlens, ks,
-                                                          vs, work, wptr)
+                                                          vs, work, wptr,
+                                                          kernel_mods(stream=stream) if mods is None else mods)
 
     return Launch(run, kernels=[kern], workspace_bytes=state["ws"][0].nbytes + state["ws"][1].nbytes,
                   host_lengths=True,
@@ -317,4 +322,4 @@ def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blo
                         f"block(s), {items0} items (at most {smax0} per KV head) "
                         f"in whole steps of {keys_per_round} keys, P={problem.page_size}, "
                         f"{tile_notes(lanes, keys, rows, warps)}"
-                        f"{notes}")
+                        f"{notes}", **launch_mods(kernel_mods))

@@ -14,7 +14,8 @@ from numba_attn.gpu.device_functions import (NEG_BIG, combine_splits, ldg_f16x8,
 from numba_attn.gpu.intrinsics import ld_global_v4, pack_bf16x2, unpack_bf16x2
 from numba_attn.gpu.jit import device
 from numba_attn.gpu.warp import WARP_SIZE, group_sum, strided_max, strided_sum
-from numba_attn.phases.decode.scores import key_mask
+from numba_attn.phases.decode.scores import key_mask, step_rescore, variant_keys
+from numba_attn.variants.stages import PLAIN
 
 LN2 = np.float32(0.6931471805599453)
 
@@ -61,7 +62,7 @@ def row_loader(VW: int, LANES: int, NV: int, BF16: bool):
 
 @functools.cache
 def chunk_steps(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, Nq: int, G: int, causal: bool,
-                FINAL: bool = True, BASE2: bool = False, BF16: bool = False):
+                FINAL: bool = True, BASE2: bool = False, BF16: bool = False, stage=PLAIN):
     """Device functions of a block of ``WARPS`` warps that computes ``ROWS`` query rows
     of one KV head over a range of keys: a group of ``LANES`` lanes takes ``KEYS`` keys
     per warp step, a lane holding ``E = D / LANES`` elements of a row in registers.
@@ -69,7 +70,8 @@ def chunk_steps(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, N
     ``FINAL``: the block writes the output (else its split's partial output and
     log-sum-exp); ``BASE2``: the scores are in base 2 (log2 e folded into the
     query scale; ``exp2``, and the log-sum-exp converted back); ``BF16``: q and o are
-    bfloat16 bit patterns (uint16), k and v their (…, D/2) uint32 word views.
+    bfloat16 bit patterns (uint16), k and v their (…, D/2) uint32 word views; ``stage``: a variant's
+    (``scores.py``: ``score_update`` takes ``at`` = (kvh, row0, Hkv, Nk) and ``mods``; rows that see no key are 0).
     Returns ``(load_rows, load_keys, score_update, merge_lanes, write_rows, combine_last)``.
     """
     E = D // LANES  # elements of a row per lane
@@ -79,6 +81,9 @@ def chunk_steps(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, N
     NROWS = G * Nq
     load_row = row_loader(VW, LANES, NV, BF16)  # one key row of K and V, 16 bytes per load
     key_limit, visible = key_mask(causal, Nq)  # the keys a row sees (scores.py)
+    VARIANT = stage.active
+    rescore = step_rescore(stage, ROWS, KEYS, GROUPS, Nq, G, causal, BASE2)  # a variant's scores (scores.py)
+    vk = variant_keys(stage, BASE2)
 
     @device
     def load_rows(q, Qr, acc, m, l, lim, kvh, row0, sub, scale, hi, Nk):
@@ -116,15 +121,17 @@ def chunk_steps(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, N
             load_row(k, v, K_j, V_j, t, kvh, min(j0 + t * GROUPS, hi - 1), sub)
 
     @device
-    def score_update(Qr, K_j, V_j, sc, m, l, acc, lim, j0):
+    def score_update(Qr, K_j, V_j, sc, m, l, acc, lim, j0, at, mods):
         """The scores of the step's T keys for every row (each summed over the
-        group's L lanes by a butterfly), then one online-softmax update per row."""
+        group's L lanes by a butterfly), a variant's on them, then one online-softmax update per row."""
         for r in range(ROWS):
             for t in range(KEYS):
                 s = float32(0.0)
                 for e in range(E):
                     s += Qr[r, e] * K_j[t, e]
                 sc[r, t] = group_sum(s, LANES)
+        if VARIANT:
+            rescore(sc, lim, j0, at, mods)
         for r in range(ROWS):  # one online-softmax update per row for the T keys
             m_new = m[r]
             for t in range(KEYS):
@@ -187,7 +194,12 @@ def chunk_steps(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, N
                     oo = oo * ca + cb * sm_o[ww, r, d]
                 bh = kvh * G + g
                 if FINAL:
-                    if BF16:
+                    if VARIANT:  # 0 for a row that saw no key
+                        if BF16:
+                            o[bh, i, d] = f32_to_bf16(vk.normalized(oo, mm, ll))
+                        else:
+                            o[bh, i, d] = vk.normalized(oo, mm, ll)
+                    elif BF16:
                         o[bh, i, d] = f32_to_bf16(oo / ll)
                     else:
                         o[bh, i, d] = oo / ll
@@ -195,9 +207,12 @@ def chunk_steps(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, N
                     part_o[split, bh * Nq + i, d] = oo / ll if ll != float32(0.0) else float32(0.0)
                     if d == 0:
                         if BASE2:
-                            part_lse[split, bh * Nq + i] = state_lse(mm * LN2, ll)
+                            lse = state_lse(mm * LN2, ll)
                         else:
-                            part_lse[split, bh * Nq + i] = state_lse(mm, ll)
+                            lse = state_lse(mm, ll)
+                        if VARIANT:  # a split that saw no key of the row: weighed 0, or 1 where none did
+                            lse = vk.partial_lse(mm, ll, lse)
+                        part_lse[split, bh * Nq + i] = lse
 
     @device
     def combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid, ci):

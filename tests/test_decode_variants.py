@@ -1,0 +1,98 @@
+"""Attention variants (mask_mod/score_mod) on the decode phases, contiguous and paged, against the float64
+reference in the simulator: a window (splits that see no key), softcap, left key padding (a sequence whose rows
+see no key: 0, also through the split-K combine), ALiBi, and a window with softcap under causal q_len > 1."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import numba_attn as na
+from numba_attn import variants as V
+from numba_attn.phases.decode.paged import paged_scales
+from numba_attn.spec.problem import PagedProblem
+from numba_attn.spec.reference import check, reference
+from numba import cuda  # noqa: E402  (after numba_attn: the backend is chosen first)
+
+B, H, HKV, D = 2, 4, 2, 16
+
+
+def _variants(Nk):
+    lens = np.array([0, Nk - 9], np.int32)  # left padding: sequence 0 is all padding (its rows see no key)
+    return {
+        "window": (dict(mask_mod=V.sliding_window(6)), False),
+        "softcap": (dict(score_mod=V.softcap(2.0)), True),
+        "pad_left": (dict(mask_mod=V.key_padding(lens, "left", kv_len=Nk)), False),
+        "alibi": (dict(score_mod=V.alibi(V.alibi_slopes(H))), False),
+        "window+softcap": (dict(mask_mod=V.sliding_window(9), score_mod=V.softcap(3.0)), True),
+    }
+
+
+def _variant(kw):
+    return V.make_variant(kw.get("mask_mod"), kw.get("score_mod"))
+
+
+def _inputs(dtype, Nq, Nk, seed=0):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((B, H, Nq, D)).astype(dtype)
+    k = rng.standard_normal((B, HKV, Nk, D)).astype(dtype)
+    v = rng.standard_normal((B, HKV, Nk, D)).astype(dtype)
+    return q, k, v
+
+
+def _contiguous(phase, name, Nq=3, Nk=45):
+    ph = na.get_phase(phase)
+    kw, causal = _variants(Nk)[name]
+    dtype = "float32" if "float32" in ph.dtypes else "float16"
+    q, k, v = _inputs(dtype, Nq, Nk)
+    out = na.attention(q, k, v, causal=causal, phase=phase, **ph.sim_params, **kw)
+    c = check(out, reference(q, k, v, causal=causal, variant=_variant(kw)), dtype=dtype, precision=ph.precision)
+    assert c.ok, f"{phase} {name}: {c.reason}"
+
+
+def _paged_reference(q, kc, vc, table, lens, causal, variant):
+    """Each sequence b against its own keys (kv_idx 0 .. len-1, Nk = len): the contiguous reference of a batch
+    whose entry b is that sequence (the variant reads b)."""
+    P = kc.shape[1]
+    out = np.zeros(q.shape, np.float64)
+    for b, n in enumerate(lens.tolist()):
+        if n == 0:
+            continue
+        rows = (table[b, np.arange(n) // P] * P + np.arange(n) % P)
+        kb = kc.reshape(-1, HKV, D)[rows].transpose(1, 0, 2)[None]
+        vb = vc.reshape(-1, HKV, D)[rows].transpose(1, 0, 2)[None]
+        reps = b + 1
+        ref = reference(np.repeat(q[b:b + 1], reps, 0), np.repeat(kb, reps, 0), np.repeat(vb, reps, 0),
+                        causal=causal, variant=variant)
+        out[b] = ref[b]
+    return out
+
+
+def _paged(phase, name, Nq=2, P=16, lens=(40, 29), dtype="float16"):
+    ph = na.get_phase(phase)
+    lens = np.asarray(lens, np.int32)
+    Nk = int(lens.max())
+    kw, causal = _variants(Nk)[name]
+    if name == "pad_left":  # the padding of each sequence's own keys: the second sequence keeps its last 11
+        kw = dict(mask_mod=V.key_padding(np.array([0, 11], np.int32), "left", kv_len=lens))
+    variant = _variant(kw)
+    rng = np.random.default_rng(1)
+    pages = -(-lens // P)
+    table = np.full((B, int(pages.max())), 0, np.int32)
+    order = rng.permutation(int(pages.sum())).astype(np.int32)
+    table[0, :pages[0]] = order[:pages[0]]
+    table[1, :pages[1]] = order[pages[0]:]
+    kc = rng.standard_normal((int(pages.sum()), P, HKV, D)).astype(dtype)
+    vc = rng.standard_normal((int(pages.sum()), P, HKV, D)).astype(dtype)
+    q = rng.standard_normal((B, H, Nq, D)).astype(dtype)
+    problem = PagedProblem(batch=B, heads=H, kv_heads=HKV, q_len=Nq, kv_len=Nk, head_dim=D, dtype=dtype,
+                           causal=causal, page_size=P, variant=variant)
+    launch = ph.plan(problem, **ph.sim_params)
+    layout = (cuda.to_device(table), cuda.to_device(lens)) + paged_scales(problem, None, None)
+    od = cuda.device_array((B * H, Nq, D), dtype=dtype)
+    extra = {"lens": lens} if launch.host_lengths else {}
+    launch.run(cuda.to_device(q.reshape(B * H, Nq, D)), cuda.to_device(kc), cuda.to_device(vc), od, 0, layout,
+               **extra)
+    out = od.copy_to_host().reshape(B, H, Nq, D)
+    ref = _paged_reference(q, kc, vc, table, lens, causal, variant)
+    c = check(out, ref, dtype=dtype, precision=ph.precision)
+    assert c.ok, f"{phase} {name}: {c.reason}"
