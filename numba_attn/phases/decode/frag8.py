@@ -419,7 +419,8 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
         finish(out, sm, split, kvh, Nk, tid)
 
     @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
-    def paged_split_k_mma8(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, chunk, S):
+    def paged_split_k_mma8(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, chunk, S,
+                           mods):
         sm_m = cuda.shared.array((WARPS, ROWS), float32)
         sm_l = cuda.shared.array((WARPS, ROWS), float32)
         sm_o = cuda.shared.array((WARPS, ROWS, D), float32)

@@ -28,14 +28,15 @@ from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, swizzle_row_c
 from numba_attn.gpu.split_k import make_combine_kernel, sm_count, split_plan
 from numba_attn.gpu.warp import WARP_SIZE, quad_sum, syncwarp
 from numba_attn.phases.decode.kv8 import kv8_decoder
-from numba_attn.phases.decode.launch import split_workspace, zeroed_counters
+from numba_attn.phases.decode.launch import launch_mods, split_workspace, variant_mods, zeroed_counters
 from numba_attn.phases.decode.mma_tiles import make_mma_tiles
 from numba_attn.phases.decode.paged import PAGED_KV8, PAGED_TOKEN_SCALE, paged_cache_view
 from numba_attn.phases.decode.rules import (check_alignment, check_decode_mma, decode_mma_smem_bytes, ragged_mean,
                                             resolve_decode_mma)
-from numba_attn.phases.decode.scores import key_mask
+from numba_attn.phases.decode.scores import fragment_rescore, key_mask, variant_keys
 from numba_attn.phases.decode.steps import f32_to_bf16
 from numba_attn.phases.registry import Launch, register_phase
+from numba_attn.variants.stages import PLAIN, stages_of
 
 FULL = 0xFFFFFFFF
 
@@ -79,7 +80,7 @@ def make_mma_combine(D: int, WARPS: int, Nq: int, G: int, FINAL: bool, FUSED: bo
 @functools.cache
 def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G: int, causal: bool, FINAL: bool,
                            FUSED: bool, PDL: int = 0, L2_PREFETCH: bool = False, EVEN: bool = False, P: int = 0,
-                           BF16: bool = False, KV_FORMAT: int = 0, TOKEN: bool = False):
+                           BF16: bool = False, KV_FORMAT: int = 0, TOKEN: bool = False, stage=PLAIN):
     """The kernel of ``decode_mma`` (a KV head's query rows as one m16 tile, a cp.async
     ring per warp) and, with a page size ``P`` > 0, of ``paged_mma``: key j of sequence
     b is cache row ``table[b, j // P] · P + j % P`` (the page index read once per tile
@@ -94,7 +95,10 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
     per-head K scale is folded into the block's score scale, a per-head V scale multiplies
     the block's accumulators once at the end; per token (``TOKEN``) each key's K scale
     multiplies its column of S and its V scale its column of P (after the row sums are
-    taken, so l stays the softmax normaliser), before P is rounded to 16 bits."""
+    taken, so l stays the softmax normaliser), before P is rounded to 16 bits.
+
+    ``stage``: a variant's (``scores.py``: on the S fragments after the split/causal mask; ``mods`` the kernel's
+    last argument; a row that sees no key is 0)."""
     PAGED = P > 0
     DW = D // 2
     VEC = D // 8
@@ -132,9 +136,12 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
     copy_tile8, dequant_tile, copy_tile, tile_scores, token_scales, mask_tile, v_scales, tile_pv = make_mma_tiles(
         D, WARPS, Bc, stages, Nq, causal, L2_PREFETCH, P, BF16, KV_FORMAT)
     combine_last = make_mma_combine(D, WARPS, Nq, G, FINAL, FUSED, BF16)
+    VARIANT = stage.active
+    rescore = fragment_rescore(stage, S_NTILES)  # a variant's scores (scores.py)
+    vk = variant_keys(stage)
 
     @device
-    def mma_block(q, out, cache, sl2, scale, Hkv, Nk, seq, chunk):
+    def mma_block(q, out, cache, sl2, scale, Hkv, Nk, seq, chunk, mods):
         """The block of split ``blockIdx.x``, KV head ``blockIdx.y`` (``Nk`` keys of sequence ``seq``).
         ``out``: (o, part_o, part_lse, counters, S); ``cache``: (k, v, table, k_sc, v_sc)."""
         o, part_o, part_lse, counters, S = out
@@ -247,6 +254,9 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
             if KV_FORMAT and TOKEN:  # each key's K scale on its column of S (its V scale kept for P)
                 token_scales(s, vsc, cache, seq, h, j0, hi, t)
             mask_tile(s, j0, t, lim_lo, lim_hi)  # keys past the split, or (causal) after the row
+            if VARIANT:  # the variant on the keys the rows see (a padding row: none)
+                rescore(s, j0, t, lim_lo if r_lo < QUERY_ROWS else 0, lim_hi if r_hi < QUERY_ROWS else 0,
+                        vk.position(kvh, r_lo, Hkv, G, Nq, Nk), vk.position(kvh, r_hi, Hkv, G, Nq, Nk), scale, mods)
             # -- online softmax on the fragments (raw scores; exp2 with the scale folded in)
             m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
             l_lo = l_lo * corr_lo + rs_lo
@@ -291,7 +301,12 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
                 oo = oo * ca + cb * MO[ww * 16 + r, d]
             bh = kvh * G + r // Nq
             i = r % Nq
-            if FINAL:
+            if FINAL and VARIANT:  # 0 for a row that saw no key
+                if BF16:
+                    o[bh, i, d] = f32_to_bf16(vk.normalized(oo, mm, ll))
+                else:
+                    o[bh, i, d] = vk.normalized(oo, mm, ll)
+            elif FINAL:
                 if PAGED and BF16:
                     o[bh, i, d] = f32_to_bf16(oo / ll if ll != float32(0.0) else float32(0.0))
                 elif PAGED:
@@ -300,6 +315,11 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
                     o[bh, i, d] = f32_to_bf16(oo / ll)
                 else:
                     o[bh, i, d] = oo / ll
+            elif VARIANT:  # a split that saw no key of the row: a zero partial, weighed 0 (or 1 where none did)
+                part_o[split, bh * Nq + i, d] = vk.normalized(oo, mm, ll)
+                if d == 0:
+                    lse = vk.partial_lse(mm, ll, state_lse(mm, ll))
+                    part_lse[split, bh * Nq + i] = lse if not PAGED or Nk > 0 or split > 0 else float32(0.0)
             else:
                 part_o[split, bh * Nq + i, d] = oo / ll if ll != float32(0.0) else float32(0.0)
                 if d == 0:
@@ -311,27 +331,28 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
 
     if KV_FORMAT:
         @kernel
-        def paged_mma8(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, table, seqlens, ks, vs, chunk, S):
+        def paged_mma8(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, table, seqlens, ks, vs, chunk, S,
+                       mods):
             seq = cuda.blockIdx.y // Hkv
             mma_block(q, (o, part_o, part_lse, counters, S), (k, v, table, ks, vs), sl2, scale, Hkv, seqlens[seq],
-                      seq, chunk)
+                      seq, chunk, mods)
 
         return paged_mma8
 
     if PAGED:
         @kernel
-        def paged_mma(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, table, seqlens, chunk, S):
+        def paged_mma(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, table, seqlens, chunk, S, mods):
             seq = cuda.blockIdx.y // Hkv
             # (no scales: table stands in for them, unused)
             mma_block(q, (o, part_o, part_lse, counters, S), (k, v, table, table, table), sl2, scale, Hkv,
-                      seqlens[seq], seq, chunk)
+                      seqlens[seq], seq, chunk, mods)
 
         return paged_mma
 
     @kernel
-    def decode_mma(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, chunk, S):
+    def decode_mma(q, k, v, o, part_o, part_lse, counters, sl2, scale, Hkv, Nk, chunk, S, mods):
         # (no block table, no scales: Nk and k stand in for the sequence, the table and the scales, unused)
-        mma_block(q, (o, part_o, part_lse, counters, S), (k, v, k, k, k), sl2, scale, Hkv, Nk, Nk, chunk)
+        mma_block(q, (o, part_o, part_lse, counters, S), (k, v, k, k, k), sl2, scale, Hkv, Nk, Nk, chunk, mods)
 
     return decode_mma
 
@@ -365,7 +386,7 @@ def decode_mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_key
         extra.update(KV_FORMAT=kv8, TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]))
     kern = make_decode_mma_kernel(D, warps, Bc, stages, Nq, G, problem.causal, final, fused,
                                   int(pdl) if dependent else 0,
-                           bool(l2_prefetch), bool(even), P=P, **extra)
+                           bool(l2_prefetch), bool(even), P=P, stage=stages_of(problem.variant), **extra)
     sl2 = float32(problem.sm_scale * float(LOG2E))
     scale = float32(problem.sm_scale)
     grid = (S, B * Hkv)
@@ -379,8 +400,9 @@ def decode_mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_key
     counters = zeroed_counters(B * Hkv)
     views = {}
     opted = []
+    kernel_mods = variant_mods(problem)
 
-    def run(q, k, v, o, stream=0, layout=None):
+    def run(q, k, v, o, stream=0, layout=None, mods=None):
         key = (id(q), id(k), id(v), id(o))
         hit = views.get(key)
         if hit is None or any(a is not b for a, b in zip(hit[0], (q, k, v, o))):
@@ -389,7 +411,8 @@ def decode_mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_key
                 views.clear()
             hit = views[key] = ((q, k, v, o), view_as(q, np.uint32),
                                 *((paged_cache_view(problem, k), paged_cache_view(problem, v)) if kv8 else (k, v)))
-        args = (hit[1], hit[2], hit[3], o, part_o, part_lse, counters, sl2, scale, Hkv, *keys(layout), chunk, S)
+        args = (hit[1], hit[2], hit[3], o, part_o, part_lse, counters, sl2, scale, Hkv, *keys(layout), chunk, S,
+                kernel_mods(stream=stream) if mods is None else mods)
         if opted:
             kern[grid, warps * WARP_SIZE, stream, nbytes](*args)
         else:
@@ -408,7 +431,7 @@ def decode_mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_key
         how += f", dependent launch ({PDL_MODES[int(pdl)]})"
     return Launch(run, kernels=kernels, workspace_bytes=0 if final else part_o.nbytes + part_lse.nbytes,
                   notes=f"S={S} splits of {size}, {note}{warps} warps × {Bc}-key tiles, {stages} stages, "
-                        f"combine {how}")
+                        f"combine {how}", **launch_mods(kernel_mods))
 
 
 @register_phase(
@@ -429,6 +452,7 @@ def decode_mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_key
     requires_cc=(8, 0),  # cp.async, ldmatrix, mma.sync
     dtypes=("float16", "bfloat16"),
     sim_params={"warps": 2, "Bc": 16, "stages": 2, "splits": 3},
+    variants=True,
     supports=check_decode_mma,
     resolve=resolve_decode_mma,
 )

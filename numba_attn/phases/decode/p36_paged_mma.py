@@ -51,6 +51,7 @@ def _supports(problem, **params):
     requires_cc=(8, 0),  # cp.async, ldmatrix, mma.sync
     dtypes=("float16", "bfloat16"),
     sim_params={"warps": 2, "Bc": 16, "stages": 2, "splits": 3},
+    variants=True,
     supports=_supports,
     resolve=resolve_decode_mma,
     layout="paged",

@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import float32
 
+from numba_attn.gpu.device_functions import NEG_BIG
 from numba_attn.gpu.jit import device
 from numba_attn.variants.stages import LN2, LOG2E, PLAIN, SEEN_NOTHING
 
@@ -110,5 +111,29 @@ def step_rescore(stage, ROWS: int, KEYS: int, GROUPS: int, Nq: int, G: int, caus
                 j = j0 + t * GROUPS
                 if visible(j, lim[r]):
                     sc[r, t] = vk.score(sc[r, t], b, h, q_idx, j, mods)
+
+    return rescore
+
+
+@functools.cache
+def fragment_rescore(stage, S_NTILES: int):
+    """``rescore(s, j0, t, lim_lo, lim_hi, at_lo, at_hi, scale, mods)`` of the mma.sync kernels (``decode_mma``,
+    ``paged_mma``): the variant on the S fragments of a tile of keys from ``j0`` (raw scores, ``scale`` times them
+    in natural units; element ``4·nt + e`` is key ``j0 + 8·nt + 2t + e % 2`` of the lane's row lo for e < 2, hi
+    otherwise), on the keys a row sees (``j < lim``; 0 for a padding row); ``at_lo``/``at_hi``: the rows'
+    ``(b, h, q_idx)``. A hidden key's score becomes ``NEG_BIG``, the kernels' masked value."""
+
+    @device
+    def rescore(s, j0, t, lim_lo, lim_hi, at_lo, at_hi, scale, mods):
+        for nt in range(S_NTILES):
+            for e in range(4):
+                col = j0 + nt * 8 + 2 * t + (e % 2)
+                lim = lim_lo if e < 2 else lim_hi
+                b, h, q_idx = at_lo if e < 2 else at_hi
+                if col < lim:
+                    if stage.visible(b, h, q_idx, col, mods):
+                        s[4 * nt + e] = stage.modified(s[4 * nt + e] * scale, b, h, q_idx, col, mods) / scale
+                    else:
+                        s[4 * nt + e] = NEG_BIG
 
     return rescore
