@@ -13,7 +13,7 @@ from numba_attn.spec.problem import PagedProblem
 from numba_attn.spec.reference import check, reference
 from numba import cuda  # noqa: E402  (after numba_attn: the backend is chosen first)
 
-B, H, HKV, D = 2, 4, 2, 16
+B, H, HKV = 2, 4, 2
 
 
 def _variants(Nk):
@@ -31,7 +31,7 @@ def _variant(kw):
     return V.make_variant(kw.get("mask_mod"), kw.get("score_mod"))
 
 
-def _inputs(dtype, Nq, Nk, seed=0):
+def _inputs(dtype, Nq, Nk, D=16, seed=0):
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((B, H, Nq, D)).astype(dtype)
     k = rng.standard_normal((B, HKV, Nk, D)).astype(dtype)
@@ -50,6 +50,7 @@ def _contiguous(phase, name, Nq=3, Nk=45):
 
 
 def _paged_reference(q, kc, vc, table, lens, causal, variant):
+    D = q.shape[-1]
     """Each sequence b against its own keys (kv_idx 0 .. len-1, Nk = len): the contiguous reference of a batch
     whose entry b is that sequence (the variant reads b)."""
     P = kc.shape[1]
@@ -67,7 +68,7 @@ def _paged_reference(q, kc, vc, table, lens, causal, variant):
     return out
 
 
-def _paged(phase, name, Nq=2, P=16, lens=(40, 29), dtype="float16"):
+def _paged(phase, name, Nq=2, P=16, lens=(40, 29), dtype="float16", D=16, kv_dtype="", **params):
     ph = na.get_phase(phase)
     lens = np.asarray(lens, np.int32)
     Nk = int(lens.max())
@@ -81,18 +82,25 @@ def _paged(phase, name, Nq=2, P=16, lens=(40, 29), dtype="float16"):
     order = rng.permutation(int(pages.sum())).astype(np.int32)
     table[0, :pages[0]] = order[:pages[0]]
     table[1, :pages[1]] = order[pages[0]:]
-    kc = rng.standard_normal((int(pages.sum()), P, HKV, D)).astype(dtype)
-    vc = rng.standard_normal((int(pages.sum()), P, HKV, D)).astype(dtype)
+    kc, vc = (rng.standard_normal((int(pages.sum()), P, HKV, D)) for _ in range(2))
+    ks = vs = None
+    if kv_dtype:  # int8 codes, a scale per KV head; the reference reads the dequantized cache
+        kc, vc = (np.clip(np.rint(a * 30), -127, 127).astype(np.int8) for a in (kc, vc))
+        ks, vs = (rng.uniform(0.02, 0.04, HKV).astype(np.float32) for _ in range(2))
+    else:
+        kc, vc = kc.astype(dtype), vc.astype(dtype)
     q = rng.standard_normal((B, H, Nq, D)).astype(dtype)
     problem = PagedProblem(batch=B, heads=H, kv_heads=HKV, q_len=Nq, kv_len=Nk, head_dim=D, dtype=dtype,
-                           causal=causal, page_size=P, variant=variant)
-    launch = ph.plan(problem, **ph.sim_params)
-    layout = (cuda.to_device(table), cuda.to_device(lens)) + paged_scales(problem, None, None)
+                           causal=causal, page_size=P, kv_dtype=kv_dtype, variant=variant)
+    launch = ph.plan(problem, **{**ph.sim_params, **params})
+    layout = (cuda.to_device(table), cuda.to_device(lens)) + paged_scales(problem, ks, vs)
     od = cuda.device_array((B * H, Nq, D), dtype=dtype)
     extra = {"lens": lens} if launch.host_lengths else {}
     launch.run(cuda.to_device(q.reshape(B * H, Nq, D)), cuda.to_device(kc), cuda.to_device(vc), od, 0, layout,
                **extra)
     out = od.copy_to_host().reshape(B, H, Nq, D)
+    if kv_dtype:
+        kc, vc = kc.astype(np.float64) * ks[:, None], vc.astype(np.float64) * vs[:, None]
     ref = _paged_reference(q, kc, vc, table, lens, causal, variant)
     c = check(out, ref, dtype=dtype, precision=ph.precision)
     assert c.ok, f"{phase} {name}: {c.reason}"

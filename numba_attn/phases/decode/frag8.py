@@ -13,8 +13,9 @@ from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile
 from numba_attn.gpu.warp import FULL_MASK, WARP_SIZE, shfl_sync, shfl_xor_sync, syncwarp
 from numba_attn.phases.decode.frag8_loads import make_frag8_loads, make_frag8_ring
-from numba_attn.phases.decode.scores import key_mask
+from numba_attn.phases.decode.scores import key_mask, variant_keys
 from numba_attn.phases.decode.steps import chunk_steps
+from numba_attn.variants.stages import PLAIN
 
 
 @functools.cache
@@ -179,12 +180,12 @@ def make_frag8_step(D: int, Nq: int, G: int, KV_FORMAT: int, TOKEN: bool, SPLITP
 
 
 @functools.cache
-def make_frag8_finish(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: bool, STEP_HEADS: int):
+def make_frag8_finish(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: bool, STEP_HEADS: int, stage=PLAIN):
     """The 8-bit fragment kernel's epilogue: the block's rows written from the warps' states in shared memory
-    (``FUSED``: the last split combines)."""
+    (``FUSED``: the last split combines; ``stage``: a variant's, a row that saw no key a zero partial)."""
     ROWS = G * Nq * STEP_HEADS  # query rows of the block
     _, _, _, _, write_rows, combine_last = chunk_steps(D, 8, 1, 1, WARPS, ROWS, Nq, G * STEP_HEADS, causal, False,
-                                                       BASE2=True)
+                                                       BASE2=True, stage=stage)
     THREADS = WARPS * WARP_SIZE
 
     @device
@@ -209,7 +210,7 @@ def make_frag8_finish(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
 @functools.cache
 def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: bool, MIN_BLOCKS: int, P: int,
                       KV_FORMAT: int, TOKEN: bool, SPLITP: bool = True, PREFETCH: int = 0, STEP_HEADS: int = 1,
-                      STAGES: int = 0):
+                      STAGES: int = 0, stage=PLAIN):
     """``paged_split_k``'s kernel with ``mma`` (an 8-bit paged cache, float16 query, D a multiple of 64,
     at most 8 query rows per KV head): the codes go from the 16-byte loads straight into tensor-core
     fragments, with no float32 per element and no shared memory. A warp step is 16 keys, two
@@ -232,13 +233,16 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
     ``STEP_HEADS`` = HW > 1 (``step_heads``; one query row per KV head): a warp step's 16 rows are 16 / HW tokens ×
     HW adjacent KV heads, the heads' query rows in the N columns, a score counting only in its own head's column;
     ``STAGES`` > 1 (``stages``): the cache bytes reach the fragments through a ``cp.async.ca`` ring of ``STAGES``
-    warp steps per warp in dynamic shared memory (XOR-swizzled rows, int8's per-token scales queued in registers)."""
+    warp steps per warp in dynamic shared memory (XOR-swizzled rows, int8's per-token scales queued in registers).
+    ``stage``: a variant's (``scores.py``, on the scores of the keys a row sees; ``mods`` the kernel's last argument)."""
     from numba_attn.gpu.intrinsics import add_u32, mad_u32
 
     prefetch_step, load_step = make_frag8_loads(D, P, KV_FORMAT, TOKEN, STEP_HEADS)
     ring_offsets, issue_step, ring_k, ring_scales, ring_v = make_frag8_ring(D, P, KV_FORMAT, TOKEN, STEP_HEADS, STAGES)
     query_fragments, scores, p_fragments, step_pv = make_frag8_step(D, Nq, G, KV_FORMAT, TOKEN, SPLITP, STEP_HEADS)
-    finish = make_frag8_finish(D, WARPS, Nq, G, causal, FUSED, STEP_HEADS)
+    finish = make_frag8_finish(D, WARPS, Nq, G, causal, FUSED, STEP_HEADS, stage)
+    VARIANT = stage.active
+    vk = variant_keys(stage, True)  # (base-2 scores)
     ROWS = G * Nq * STEP_HEADS  # query rows of the block (HW > 1: one per KV head, HW heads)
     D8 = D // 8
     KEYS_PER_STEP = 16 // STEP_HEADS  # tokens of a warp step
@@ -262,7 +266,7 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
     NSQ = max(1, (STAGES - 1) * 4)  # ring: a lane's int8 per-token scales, 4 a step, queued for STAGES − 1 steps
 
     @device
-    def frag_block(q, out, cache, scale, Hkv, Nk, seq, chunk, sm):
+    def frag_block(q, out, cache, scale, Hkv, Nk, seq, chunk, sm, mods):
         """The block of split ``blockIdx.x``, KV head (group) ``blockIdx.y`` of sequence ``seq`` (``Nk`` keys).
         ``out``: (o, part_o, part_lse, counters, S); ``cache``: (k, v, ks, vs, table);
         ``sm``: (sm_m, sm_l, sm_o, sm_last, ring)."""
@@ -357,6 +361,17 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
                 ok1 = ok1 and hg == r1
                 ok2 = ok2 and hg == r0
                 ok3 = ok3 and hg == r1
+            if VARIANT:  # the variant on the keys rows 2t, 2t+1 see (query head h·G + r // Nq; HW > 1: h + r)
+                hq0 = h * G + r0 // Nq
+                hq1 = h * G + r1 // Nq
+                if ok0 and r0 < ROWS:
+                    s0 = vk.score(s0, seq, hq0, r0 % Nq + Nk - Nq, ja, mods)
+                if ok1 and r1 < ROWS:
+                    s1 = vk.score(s1, seq, hq1, r1 % Nq + Nk - Nq, ja, mods)
+                if ok2 and r0 < ROWS:
+                    s2 = vk.score(s2, seq, hq0, r0 % Nq + Nk - Nq, jb, mods)
+                if ok3 and r1 < ROWS:
+                    s3 = vk.score(s3, seq, hq1, r1 % Nq + Nk - Nq, jb, mods)
             # (a NaN score, from a NaN code in K, is left out of the maxima as fmaxf leaves it: P, l, O are NaN)
             mx0 = max(max(NEG_BIG, s0 if ok0 else NEG_BIG), s2 if ok2 else NEG_BIG)
             mx1 = max(max(NEG_BIG, s1 if ok1 else NEG_BIG), s3 if ok3 else NEG_BIG)
@@ -431,6 +446,6 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
             ring = sm_m
         seq = cuda.blockIdx.y // (Hkv // STEP_HEADS)
         frag_block(q, (o, part_o, part_lse, counters, S), (k, v, ks, vs, table), scale, Hkv, seqlens[seq], seq, chunk,
-                   (sm_m, sm_l, sm_o, sm_last, ring))  # the sequence's own number of keys
+                   (sm_m, sm_l, sm_o, sm_last, ring), mods)  # the sequence's own number of keys
 
     return paged_split_k_mma8
