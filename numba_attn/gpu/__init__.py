@@ -2,7 +2,7 @@
 
 * ``backend.py``          — CUDA or the CUDA simulator, chosen before numba is imported
 * ``jit.py``              — the ``kernel`` / ``device`` decorators (fastmath, simulator options)
-* ``simulator_fixes.py``  — a race in the simulator's ``cuda.shared.array`` fixed (installed by ``jit.py``)
+* ``simulator_fixes.py``  — a race in the simulator's ``cuda.shared.array`` fixed, a block manager that waits instead of polling (installed by ``jit.py``)
 * ``warp.py``             — shuffles and warp/quad reductions (per-lane simulator emulation)
 * ``device_functions.py`` — online softmax, tile loads, split combine, fragment softmax; constants
 * ``ptx_loads.py``        — 16-byte loads and stores (inline PTX), dynamic shared memory

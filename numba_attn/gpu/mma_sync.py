@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from numba_attn.gpu.backend import IS_SIMULATOR
-from numba_attn.gpu.bits import checked_u32, half_lo_hi, tf32_value
+from numba_attn.gpu.bits import MASK32, checked_u32
 
 # ---------------------------------------------------------------------------
 # Host-side reference models of the fragment layouts (used by the simulator
@@ -40,52 +40,67 @@ from numba_attn.gpu.bits import checked_u32, half_lo_hi, tf32_value
 # ---------------------------------------------------------------------------
 
 
+_LANE = np.arange(32)
+_G = (_LANE // 4)[:, None]  # a lane's group: rows g and g + 8
+_T2 = 2 * (_LANE % 4)[:, None] + np.arange(2)  # its two columns (or k indices) 2t, 2t + 1
+
+
+def _registers(regs, n: int) -> np.ndarray:
+    """The first ``n`` registers of all 32 lanes as a (32, n) uint32 array, refusing what a packed register
+    cannot be (as :func:`~numba_attn.gpu.bits.checked_u32`)."""
+    a = np.asarray([tuple(r[:n]) for r in regs])
+    if a.dtype.kind not in "iu" and a.dtype != object:
+        raise TypeError(f"expected packed 32-bit registers (uint32), got {a.dtype}")
+    a = a.astype(np.int64)
+    if a.size and (a.min() < 0 or a.max() > MASK32):
+        raise ValueError("a register value does not fit 32 bits")
+    return a.astype(np.uint32)
+
+
+def _halves(words: np.ndarray, kind: str) -> np.ndarray:
+    """(…, 2) float64: the low and high f16/bf16 elements of packed registers."""
+    if kind == "f16":
+        return np.ascontiguousarray(words).view(np.uint16).view(np.float16).astype(np.float64).reshape(
+            words.shape + (2,))
+    if kind == "bf16":
+        bits = np.stack([(words & 0xFFFF) << 16, words & 0xFFFF0000], axis=-1).astype(np.uint32)
+        return bits.view(np.float32).astype(np.float64)
+    raise ValueError(kind)
+
+
 def mma_k16_reference(regs, kind: str):
     """All 32 lanes' ``(a0..a3, b0, b1, c0..c3)`` → each lane's ``(d0..d3)`` for
-    ``mma.m16n8k16`` with f16/bf16 inputs (computed in float64, rounded to f32)."""
-    def place(A, B, g, t, a0, a1, a2, a3, b0, b1):
-        A[g, 2 * t:2 * t + 2] = half_lo_hi(a0, kind)
-        A[g + 8, 2 * t:2 * t + 2] = half_lo_hi(a1, kind)
-        A[g, 2 * t + 8:2 * t + 10] = half_lo_hi(a2, kind)
-        A[g + 8, 2 * t + 8:2 * t + 10] = half_lo_hi(a3, kind)
-        B[2 * t:2 * t + 2, g] = half_lo_hi(b0, kind)
-        B[2 * t + 8:2 * t + 10, g] = half_lo_hi(b1, kind)
-
-    return _mma_reference(regs, 16, place)
+    ``mma.m16n8k16`` with f16/bf16 inputs (computed in float64, rounded to f32). Lane 4g + t holds
+    A[g, 2t:2t+2] (a0), A[g+8, 2t:2t+2] (a1), A[g, 2t+8:2t+10] (a2), A[g+8, 2t+8:2t+10] (a3),
+    B[2t:2t+2, g] (b0), B[2t+8:2t+10, g] (b1)."""
+    H = _halves(_registers(regs, 6), kind)  # (32, 6, 2)
+    A = np.zeros((16, 16))
+    B = np.zeros((16, 8))
+    A[_G, _T2], A[_G + 8, _T2], A[_G, _T2 + 8], A[_G + 8, _T2 + 8] = H[:, 0], H[:, 1], H[:, 2], H[:, 3]
+    B[_T2, _G], B[_T2 + 8, _G] = H[:, 4], H[:, 5]
+    return _mma_reference(regs, A, B)
 
 
 def mma_k8_tf32_reference(regs):
-    """Like :func:`mma_k16_reference` for ``mma.m16n8k8`` with tf32 inputs."""
-    def place(A, B, g, t, a0, a1, a2, a3, b0, b1):
-        A[g, t], A[g + 8, t], A[g, t + 4], A[g + 8, t + 4] = map(tf32_value, (a0, a1, a2, a3))
-        B[t, g], B[t + 4, g] = tf32_value(b0), tf32_value(b1)
+    """Like :func:`mma_k16_reference` for ``mma.m16n8k8`` with tf32 inputs: lane 4g + t holds A[g, t],
+    A[g+8, t], A[g, t+4], A[g+8, t+4] and B[t, g], B[t+4, g] (the low 13 bits of each register ignored)."""
+    V = (_registers(regs, 6) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)  # (32, 6)
+    g, t = _G[:, 0], _LANE % 4
+    A = np.zeros((16, 8))
+    B = np.zeros((8, 8))
+    A[g, t], A[g + 8, t], A[g, t + 4], A[g + 8, t + 4] = V[:, 0], V[:, 1], V[:, 2], V[:, 3]
+    B[t, g], B[t + 4, g] = V[:, 4], V[:, 5]
+    return _mma_reference(regs, A, B)
 
-    return _mma_reference(regs, 8, place)
 
-
-def _mma_reference(regs, K, place):
-    """``D = A @ B + C`` of an ``m16n8kK`` mma from all 32 lanes' registers:
-    ``place(A, B, g, t, a0..a3, b0, b1)`` puts a lane's A and B fragments
-    (lane = 4 g + t); C is f32 in both layouts. Each lane's ``(d0..d3)``."""
-    A = np.zeros((16, K))
-    B = np.zeros((K, 8))
+def _mma_reference(regs, A, B):
+    """``D = A @ B + C`` of an ``m16n8kK`` mma, C the f32 accumulators of all 32 lanes (lane 4g + t:
+    C[g, 2t:2t+2], C[g+8, 2t:2t+2]); each lane's ``(d0..d3)``."""
+    c = np.asarray([tuple(r[6:10]) for r in regs], np.float64)  # (32, 4)
     C = np.zeros((16, 8))
-    for lane, r in enumerate(regs):
-        g, t = divmod(lane, 4)
-        place(A, B, g, t, *r[:6])
-        c0, c1, c2, c3 = r[6:]
-        C[g, 2 * t:2 * t + 2] = (float(c0), float(c1))
-        C[g + 8, 2 * t:2 * t + 2] = (float(c2), float(c3))
-    return _split_d(A @ B + C)
-
-
-def _split_d(D):
-    D = D.astype(np.float32)
-    out = []
-    for lane in range(32):
-        g, t = divmod(lane, 4)
-        out.append((D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1]))
-    return out
+    C[_G, _T2], C[_G + 8, _T2] = c[:, 0:2], c[:, 2:4]
+    D = (A @ B + C).astype(np.float32)
+    return list(zip(*(D[_G, _T2].T), *(D[_G + 8, _T2].T)))
 
 
 def ldmatrix_reference(rows, trans: bool):
