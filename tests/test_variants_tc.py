@@ -67,6 +67,12 @@ def test_builtins_on_the_pipelined_phases(phase, name):
     _run_variant(phase, _builtins(2, 2, 45)[name], causal=False)
 
 
+@pytest.mark.full
+def test_pipelined_with_two_m_tiles_and_three_stages():
+    """Each warp's two m-tiles pass the variant; two refills in flight, of visited tiles only."""
+    _run_variant("tc_pipelined", _builtins(2, 2, 45)["window+softcap"], causal=True, m_tiles=2, stages=3)
+
+
 def test_varlen_refuses_a_variant_with_its_reason():
     problem = VarlenProblem(batch=2, heads=2, q_len=37, head_dim=16, dtype="float16")
     ph = na.get_phase("tc_mma_varlen")

@@ -3,7 +3,10 @@
 Change against ``tc_mma``: only where a block's rows are. q (total_q, H, D), k/v (total_k, Hkv, D) and
 cu_seqlens; grid (query tiles of the longest sequence, heads, sequences). A block takes its sequence's rows as
 head-major views (:func:`.scheduler.varlen_views`), exits when the sequence ends before its first row, and masks
-the keys past the sequence's length (``tc_mma``'s mask at ``Nk``).
+the keys past the sequence's length (``tc_mma``'s mask at ``Nk``). No mask_mod/score_mod variants (registered
+without them): a sequence's positions are its own (``q_idx = i + Lk_b − Lq_b``), while a block mask is made for one
+(Nq, Nk) shape, and ``attention_varlen`` and the varlen reference take no variant (``key_padding`` or ``document``
+on the padded layout run them on ``tc_mma``).
 
 Prediction: the same time per useful FLOP as ``tc_mma`` on the padded batch (within 10%).
 
