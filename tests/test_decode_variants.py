@@ -39,12 +39,12 @@ def _inputs(dtype, Nq, Nk, D=16, seed=0):
     return q, k, v
 
 
-def _contiguous(phase, name, Nq=3, Nk=45):
+def _contiguous(phase, name, Nq=3, Nk=45, **params):
     ph = na.get_phase(phase)
     kw, causal = _variants(Nk)[name]
     dtype = "float32" if "float32" in ph.dtypes else "float16"
     q, k, v = _inputs(dtype, Nq, Nk)
-    out = na.attention(q, k, v, causal=causal, phase=phase, **ph.sim_params, **kw)
+    out = na.attention(q, k, v, causal=causal, phase=phase, **{**ph.sim_params, **params}, **kw)
     c = check(out, reference(q, k, v, causal=causal, variant=_variant(kw)), dtype=dtype, precision=ph.precision)
     assert c.ok, f"{phase} {name}: {c.reason}"
 
@@ -104,3 +104,47 @@ def _paged(phase, name, Nq=2, P=16, lens=(40, 29), dtype="float16", D=16, kv_dty
     ref = _paged_reference(q, kc, vc, table, lens, causal, variant)
     c = check(out, ref, dtype=dtype, precision=ph.precision)
     assert c.ok, f"{phase} {name}: {c.reason}"
+
+
+QUICK_NAMES = ("window", "softcap", "pad_left", "alibi")
+CONTIGUOUS = ["decode_chunked", "decode_split_k", "decode_split_k_fused", "decode_split_k_lean", "decode_mma"]
+PAGED = ["paged_split_k", "paged_mma", "paged_worklist"]
+
+
+def test_every_decode_phase_runs_variants():
+    assert all(na.get_phase(p).variants for p in CONTIGUOUS + PAGED + ["paged_mma8"])
+
+
+# the quick tier: each variant on one contiguous phase and one paged phase
+@pytest.mark.parametrize("name", QUICK_NAMES)
+def test_contiguous_decode_variant(name):
+    _contiguous("decode_mma", name, Nk=30)
+
+
+@pytest.mark.parametrize("name", QUICK_NAMES)
+def test_paged_decode_variant(name):
+    _paged("paged_split_k", name, lens=(30, 21))
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("name", QUICK_NAMES + ("window+softcap",))
+@pytest.mark.parametrize("phase", [p for p in CONTIGUOUS if p != "decode_mma"])
+def test_every_contiguous_decode_phase(phase, name):
+    _contiguous(phase, name, Nk=30)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("name", QUICK_NAMES + ("window+softcap",))
+@pytest.mark.parametrize("phase", [p for p in PAGED if p != "paged_split_k"] + ["paged_mma8"])
+def test_every_paged_decode_phase(phase, name):
+    if phase == "paged_mma8":  # 8-bit caches, head_dim a multiple of 64
+        _paged(phase, name, lens=(30, 21), D=64, kv_dtype="int8")
+    else:
+        _paged(phase, name, lens=(30, 21))
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("phase", ["decode_split_k", "decode_mma"])
+def test_one_split_writes_zero_rows(phase):
+    """One split: the kernel writes the output itself (no partials), 0 for the rows that see no key."""
+    _contiguous(phase, "pad_left", Nk=30, splits=1)

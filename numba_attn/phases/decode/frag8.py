@@ -234,7 +234,8 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
     HW adjacent KV heads, the heads' query rows in the N columns, a score counting only in its own head's column;
     ``STAGES`` > 1 (``stages``): the cache bytes reach the fragments through a ``cp.async.ca`` ring of ``STAGES``
     warp steps per warp in dynamic shared memory (XOR-swizzled rows, int8's per-token scales queued in registers).
-    ``stage``: a variant's (``scores.py``, on the scores of the keys a row sees; ``mods`` the kernel's last argument)."""
+    ``stage``: a variant's (``scores.py``, on the scores of the keys a row sees; ``mods``: the kernel's last
+    argument)."""
     from numba_attn.gpu.intrinsics import add_u32, mad_u32
 
     prefetch_step, load_step = make_frag8_loads(D, P, KV_FORMAT, TOKEN, STEP_HEADS)
