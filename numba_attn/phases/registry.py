@@ -150,8 +150,9 @@ class Phase:
     dtypes: tuple = ("float32", "float16")
     head_dims: tuple | None = None  # None: any head_dim
     causal: bool = True  # supports causal masking
-    # runs mask_mod/score_mod variants (problem.variant) through its family's variant stage; False: refused
-    variants: bool = False
+    # runs mask_mod/score_mod variants (problem.variant) through its family's variant stage; False or a
+    # string (why not): refused
+    variants: bool | str = False
     kind: str = "prefill"  # or "decode"
     precision: str | None = None  # compute precision when coarser than the storage dtype (e.g. "tf32")
     sim_params: dict = field(default_factory=dict)  # small tiles for simulator tests
@@ -202,9 +203,11 @@ class Phase:
                     f"(supports {', '.join(map(str, self.head_dims))})")
         if problem.causal and not self.causal:
             return "causal masking not supported"
-        if getattr(problem, "variant", None) is not None and not self.variants:
-            return (f"mask_mod/score_mod variants do not reach {self.name}'s kernels yet (its family has no "
-                    f"variant stage)")
+        if getattr(problem, "variant", None) is not None and self.variants is not True:
+            if isinstance(self.variants, str):
+                return f"mask_mod/score_mod variants: {self.variants}"
+            return (f"mask_mod/score_mod variants do not reach {self.name}'s kernels (it is registered without "
+                    f"variants=True: its kernels have no variant stage)")
         return cc_reason(self.requires_cc, device_cc())
 
     def resolve(self, problem, overrides: dict | None = None) -> dict:
@@ -290,7 +293,8 @@ def register_phase(*, name, order, title, parent, description, lineage, planned_
             dtypes=tuple(dtypes), head_dims=tuple(head_dims) if head_dims else None, causal=causal,
             kind=kind, precision=precision, sim_params=dict(sim_params or {}), extra_supports=supports,
             resolver=resolve, module=fn.__module__, requires_cc=requires_cc,
-            space=dict(space or {}), layout=layout, launch_params=tuple(launch_params), variants=bool(variants))
+            space=dict(space or {}), layout=layout, launch_params=tuple(launch_params),
+            variants=variants if isinstance(variants, str) else bool(variants))
         unknown = [k for k in phase.space if k != "where" and k not in params]
         unknown += [k for k in phase.launch_params if k not in params]
         if unknown:

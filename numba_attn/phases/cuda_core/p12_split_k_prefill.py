@@ -108,6 +108,7 @@ def _resolve(problem, **params):
     sim_params={"Br": 16, "Bc": 16, "splits": 3},
     supports=_supports,
     resolve=_resolve,
+    variants="its split-K combine has no zero for a row that no split saw (0/0); smem_kv or causal_skip run them",
 )
 def split_k_prefill(problem, Br=128, Bc=32, splits=0, blocks_per_sm=4, min_keys=1024):
     B, H, Nq, Nk, D = problem.batch, problem.heads, problem.q_len, problem.kv_len, problem.head_dim

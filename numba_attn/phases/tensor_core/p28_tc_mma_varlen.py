@@ -18,6 +18,7 @@ from __future__ import annotations
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.mma_sync import MMA_REGISTRATION, launch_mma_varlen
 from numba_attn.phases.tensor_core.p20_tc_mma import make_mma_kernel
+from numba_attn.phases.tensor_core.scheduler import VARLEN_VARIANTS
 
 
 @register_phase(
@@ -32,6 +33,7 @@ from numba_attn.phases.tensor_core.p20_tc_mma import make_mma_kernel
     lineage="FlashAttention-2 varlen (flash_attn_varlen_func): packed sequences with cu_seqlens",
     planned_speedup=60.0,  # the parent's: the same time per useful FLOP
     **MMA_REGISTRATION,
+    variants=VARLEN_VARIANTS,
 )
 def tc_mma_varlen(problem, warps=8, Bc=0):
     kern = make_mma_kernel(problem.head_dim, warps, Bc, problem.causal, problem.dtype == "bfloat16", True)

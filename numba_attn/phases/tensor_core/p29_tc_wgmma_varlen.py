@@ -14,6 +14,7 @@ from __future__ import annotations
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.consumer import plain_mainloop
 from numba_attn.phases.tensor_core.kernel import build_wgmma, supports_cp_async, wgmma_registration
+from numba_attn.phases.tensor_core.scheduler import VARLEN_VARIANTS
 
 
 @register_phase(
@@ -28,7 +29,7 @@ from numba_attn.phases.tensor_core.kernel import build_wgmma, supports_cp_async,
     """,
     lineage="FlashAttention-2/3 varlen (flash_attn_varlen_func): packed sequences with cu_seqlens",
     planned_speedup=150.0,  # the parent's: the same time per useful FLOP
-    **wgmma_registration(supports_cp_async, layout="varlen", variants=False),
+    **wgmma_registration(supports_cp_async, layout="varlen", variants=VARLEN_VARIANTS),
 )
 def tc_wgmma_varlen(problem, warpgroups=0, Bc=64, stages=2):
     """tc_wgmma's kernel on the packed layout (:mod:`.scheduler`: a block's sequence)."""
