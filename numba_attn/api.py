@@ -368,7 +368,9 @@ def _layout_plan(names, layout: str, refusal: str, defaults, problem, params: di
         reasons.append(f"{name}: {reason}")
     else:
         raise AttentionInputError(f"no {layout} phase runs {problem.label}: " + "; ".join(reasons))
-    key = (ph.name, problem, tuple(sorted(params.items())))
+    variant = getattr(problem, "variant", None)  # (a variant by its functions: its arrays come per call)
+    key = (ph.name, problem if variant is None else (problem.replace(variant=None), variant.signature()),
+           tuple(sorted(params.items())))
     launch = cache.get(key)
     if launch is None:
         launch = cache[key] = ph.plan(problem, **params)
@@ -378,7 +380,7 @@ def _layout_plan(names, layout: str, refusal: str, defaults, problem, params: di
 
 
 def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=False, scale=None, k_scale=None,
-                 v_scale=None, phase=None, **params):
+                 v_scale=None, phase=None, mask_mod=None, score_mod=None, aux=None, **params):
     """Decode attention over a paged KV cache, FlashAttention's ``flash_attn_with_kvcache`` layout:
     ``q`` (B, q_len, H, D) float16 or bfloat16; ``k_cache``, ``v_cache`` (num_blocks, page_size, Hkv, D) in q's
     dtype, ``float8_e4m3fn`` (ml_dtypes / torch) or ``int8``; ``block_table`` (B, max_blocks) int32;
@@ -403,6 +405,8 @@ def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=Fals
     ``phase``: ``paged_mma``, ``paged_mma8``, ``paged_split_k`` or ``paged_worklist`` (None: the first of them that
     supports the problem, in the order of :func:`paged_default`: the work list for a ragged batch of one query row per
     KV head on a 16-bit cache; it plans each call's list on the host from the lengths the checks copied).
+    ``mask_mod``, ``score_mod``, ``aux``: a variant, as :func:`attention` takes it (docs/variants.md); in a paged
+    cache ``kv_idx`` is a token's position in its sequence and the queries are its last ``q_len`` positions.
     """
     from numba_attn.phases.decode.common import paged_scales
     from numba_attn.spec.paged import check_paged
@@ -424,6 +428,16 @@ def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=Fals
     problem = PagedProblem(batch=B, heads=H, kv_heads=Hkv, q_len=Nq, kv_len=max(Nq, bucket),
                            head_dim=D, dtype=qdt, causal=bool(causal), scale=scale, page_size=P, kv_dtype=kv_dtype,
                            kv_scale=skind or "head", mean_len=paged_mean_bucket(sl, bucket))
+    variant = None
+    if mask_mod is not None or score_mod is not None:
+        from numba_attn.variants.mods import VariantError, probe
+
+        variant = _variant(mask_mod, score_mod, aux)
+        try:
+            probe(variant, B, H, Nq, max(Nq, longest, 1))
+        except VariantError as e:
+            raise AttentionInputError(str(e)) from e
+        problem = problem.replace(variant=variant)
     names = paged_default(problem) if phase is None else (phase if isinstance(phase, str) else phase.name,)
     ph, launch = _layout_plan(names, "paged", "does not read a paged KV cache", PAGED_DEFAULT, problem, params,
                               _PAGED_PLANS)
@@ -439,8 +453,10 @@ def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=Fals
     layout = (cuda.to_device(np.ascontiguousarray(bt)), cuda.to_device(np.ascontiguousarray(sl))) + \
         paged_scales(problem, ks, vs)
     od = cuda.device_array((B, H, Nq, D), dtype=qd.dtype)
-    launch.run(qd.reshape(B * H, Nq, D), kd, vd, od.reshape(B * H, Nq, D), 0, layout,
-               **({"lens": sl} if launch.host_lengths else {}))
+    extra = {"lens": sl} if launch.host_lengths else {}
+    if launch.kernel_mods is not None:  # a variant: this call's arrays (the plan may be another call's)
+        extra["mods"] = launch.kernel_mods(variant.aux, None, 0)
+    launch.run(qd.reshape(B * H, Nq, D), kd, vd, od.reshape(B * H, Nq, D), 0, layout, **extra)
     if kind == DEVICE:
         return swap_axes_1_2(od) if swap else od.reshape(B, Nq, H, D)
     if kind == TORCH:

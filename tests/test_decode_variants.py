@@ -9,6 +9,7 @@ import pytest
 import numba_attn as na
 from numba_attn import variants as V
 from numba_attn.phases.decode.paged import paged_scales
+from numba_attn.spec.errors import AttentionInputError
 from numba_attn.spec.problem import PagedProblem
 from numba_attn.spec.reference import check, reference
 from numba import cuda  # noqa: E402  (after numba_attn: the backend is chosen first)
@@ -148,3 +149,29 @@ def test_every_paged_decode_phase(phase, name):
 def test_one_split_writes_zero_rows(phase):
     """One split: the kernel writes the output itself (no partials), 0 for the rows that see no key."""
     _contiguous(phase, "pad_left", Nk=30, splits=1)
+
+
+def test_decode_paged_takes_a_variant_and_new_arrays_per_call():
+    """``decode_paged(mask_mod=..., aux=...)``: positions within each sequence; a second call with other arrays
+    reads its own arrays; a mask function whose array is missing is refused by name."""
+    P, lens = 16, np.array([40, 29], np.int32)
+    rng = np.random.default_rng(5)
+    pages = -(-lens // P)
+    table = np.zeros((B, int(pages.max())), np.int32)
+    order = rng.permutation(int(pages.sum())).astype(np.int32)
+    table[0, :pages[0]], table[1, :pages[1]] = order[:pages[0]], order[pages[0]:]
+    kc, vc = (rng.standard_normal((int(pages.sum()), P, HKV, 16)).astype("float16") for _ in range(2))
+    q = rng.standard_normal((B, 1, H, 16)).astype("float16")
+
+    def keep_last(b, h, q_idx, kv_idx, keep):
+        return q_idx - kv_idx < keep[b]
+
+    for keep in (np.array([5, 12], np.int32), np.array([30, 1], np.int32)):
+        out = na.decode_paged(q, kc, vc, table, lens, phase="paged_split_k", mask_mod=keep_last, aux=(keep,),
+                              splits=2)
+        ref = _paged_reference(q.transpose(0, 2, 1, 3), kc, vc, table, lens, False,
+                               V.make_variant(keep_last, aux=(keep,)))
+        c = check(out.transpose(0, 2, 1, 3), ref, dtype="float16")
+        assert c.ok, c.reason
+    with pytest.raises(AttentionInputError, match="keep_last"):
+        na.decode_paged(q, kc, vc, table, lens, phase="paged_split_k", mask_mod=keep_last)  # its array missing
