@@ -319,3 +319,34 @@ def test_tiny_model_on_the_gpu_with_chosen_phases():
     assert ours.tolist() == ms["sdpa"].generate(ids, max_new_tokens=8, do_sample=False).tolist()
     assert {kind for kind, _ in ran} == {"prefill", "decode"}
     assert all(get_phase(name).kind == kind for kind, name in ran)
+
+
+def _tiny(kind, impl):
+    """A tiny Mistral (a sliding window of 4 tokens) or Gemma-2 (soft-capping at 5, every other layer a window
+    of 4) of the Llama test model's sizes."""
+    sizes = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, max_position_embeddings=64, initializer_range=0.5)
+    if kind == "mistral":
+        config, cls = transformers.MistralConfig(sliding_window=4, **sizes), transformers.MistralForCausalLM
+    else:
+        config = transformers.Gemma2Config(sliding_window=4, attn_logit_softcapping=5.0, final_logit_softcapping=None,
+                                           query_pre_attn_scalar=16, **sizes)
+        cls = transformers.Gemma2ForCausalLM
+    torch.manual_seed(0)
+    return cls._from_config(config, attn_implementation=impl, dtype=torch.float32).eval()
+
+
+@needs_torch
+@pytest.mark.parametrize("kind", ["mistral", "gemma2"])
+def test_windows_and_softcap_models_generate_without_fallbacks(kind, prompt):
+    """Mistral's sliding window and Gemma-2's soft-capping (and its windowed layers) run as variants on the
+    phases in prefill and decode: no call falls back, and greedy generation gives eager attention's tokens."""
+    na_hf.register("numba_attn_variants_fallback", prefill_phase=PREFILL[0], prefill_params=PREFILL[1],
+                   decode_phase=DECODE[0], decode_params=DECODE[1], fallback="sdpa")
+    ours, ref = _tiny(kind, "numba_attn_variants_fallback"), _tiny(kind, "eager")
+    with torch.no_grad(), na_hf.count_phases() as ran:
+        got = ours.generate(prompt, max_new_tokens=3, min_new_tokens=3, do_sample=False)
+    want = ref.generate(prompt, max_new_tokens=3, min_new_tokens=3, do_sample=False)
+    assert got.tolist() == want.tolist()
+    assert ("prefill", "sdpa (fallback)") not in ran and ("decode", "sdpa (fallback)") not in ran, ran
+    assert ran[("prefill", PREFILL[0])] == 2 and ran[("decode", DECODE[0])] == 2 * 2, ran
