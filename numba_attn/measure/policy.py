@@ -95,6 +95,10 @@ def choose_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = F
       decode ``decode_split_k_lean`` (fp16 with GQA: ``decode_mma`` first); otherwise the most
       optimized supporting phase (roadmap order).
 
+    A variant (``problem.variant``) takes the table's phase with the phase's own parameters, and no tuned
+    entry: both were measured without the variant stage, whose registers change what fits (the phases' own
+    choice for a variant avoids the spills, e.g. ``warp_specialized_tc``'s 64-key tiles).
+
     The simulator matches no table entry (its GPU model is "simulator") and counts as compute
     capability 9.0.
     """
@@ -118,6 +122,8 @@ def choose_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = F
 
     found = choose(problem, candidates, gpu)
     if found:
+        if getattr(problem, "variant", None) is not None:  # the row's phase; its parameters were measured
+            return found[0], found[2] + " (a variant: the phase's own parameters)", {}  # without the stage
         return found[0], found[2], found[1]
     for name in _preference(problem, kind, allow_tf32):
         for p in candidates:
@@ -134,6 +140,8 @@ def tuned_choice(problem: Problem, phase, candidates=None, gpu=None):
     ``candidates``; None when no entry matches or its parameters no longer run the problem."""
     from numba_attn.measure.tune import cached_params
 
+    if getattr(problem, "variant", None) is not None:  # tuned without a variant stage (its registers differ)
+        return None
     try:
         hit = cached_params(problem, phase.name if phase is not None else None, gpu or device_name())
         if hit is None:

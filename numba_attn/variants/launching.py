@@ -5,12 +5,18 @@ A :class:`KernelMods` is made once per (problem, tile size) when a phase builds 
 of the problem's own arrays is computed then (on the device; on the host in the simulator, where both are
 the CPU). A call with other arrays (``attention(aux=...)``) passes them, with or without its own
 ``block_mask``; without one, the block mask is computed again for those arrays, except for the same
-tensors at the same version as the previous call (a model's layers all pass one mask tensor).
+tensors at the same version as the previous call (a model's layers all pass one mask tensor) and NumPy arrays
+(up to 1 MiB) of the same content as the previous call's.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from numba_attn.gpu.backend import IS_SIMULATOR
 from numba_attn.variants.blockmask import BlockMask, create_block_mask, device_arrays, host_block_mask
+
+
+SMALL_HOST_BYTES = 1 << 20  # NumPy aux arrays up to this size are compared by content between calls
 
 
 class KernelMods:
@@ -19,6 +25,7 @@ class KernelMods:
         self.problem, self.Br, self.Bc = problem, Br, Bc
         self._default = None
         self._last = None  # (the tensors of the last call's aux, their versions, its mods)
+        self._last_host = None  # (the content of the last call's NumPy aux, its mods)
 
     def block_mask(self, aux, stream=0) -> BlockMask:
         """The block mask of the variant's mask function over ``aux`` at (Br, Bc), causal folded in."""
@@ -40,6 +47,15 @@ class KernelMods:
                 self._default = self._make(self.variant.aux, None, stream)
             return self._default
         aux = self.variant.aux if aux is None else tuple(aux)
+        if block_mask is None and aux and all(type(a) is np.ndarray for a in aux) and \
+                sum(a.nbytes for a in aux) <= SMALL_HOST_BYTES:  # small host arrays: kept per content
+            content = tuple((a.shape, a.dtype.str, a.tobytes()) for a in aux)
+            last = self._last_host
+            if last is not None and last[0] == content:
+                return last[1]
+            mods = self._make(aux, None, stream)
+            self._last_host = (content, mods)
+            return mods
         if block_mask is None and aux and all(hasattr(a, "_version") for a in aux):  # tensors: kept per version
             versions = tuple(a._version for a in aux)
             last = self._last

@@ -225,10 +225,12 @@ def resolve_wgmma(problem, warpgroups, Bc, stages):
     """warpgroups=0 picks the warpgroups per block: 3 at D=128 (168 registers: one
     384-thread block per SM), 2 otherwise (126 registers at D=64: two 256-thread blocks
     per SM; above D=128 a thread needs more than the 170 registers three warpgroups
-    may have); see docs/tensor-core-notes.md for the runs behind the choice."""
+    may have); see docs/tensor-core-notes.md for the runs behind the choice. With a variant 2 at D=128 too:
+    three warpgroups spill 296/212 bytes with a window's stage (offline sm_90a compile)."""
     if warpgroups < 0:
         raise ValueError("warpgroups (per block) must be at least 1 (0: by head_dim)")
-    return {"warpgroups": warpgroups or (3 if problem.head_dim == 128 else 2), "Bc": Bc, "stages": stages}
+    three = problem.head_dim == 128 and getattr(problem, "variant", None) is None
+    return {"warpgroups": warpgroups or (3 if three else 2), "Bc": Bc, "stages": stages}
 
 
 def supports_wgmma(problem, warpgroups, Bc, stages, min_stages):
