@@ -168,7 +168,7 @@ def test_decode_paged_takes_a_variant_and_new_arrays_per_call():
 
     for keep in (np.array([5, 12], np.int32), np.array([30, 1], np.int32)):
         out = na.decode_paged(q, kc, vc, table, lens, phase="paged_split_k", mask_mod=keep_last, aux=(keep,),
-                              splits=2)
+                              **{**na.get_phase("paged_split_k").sim_params, "splits": 2})
         ref = _paged_reference(q.transpose(0, 2, 1, 3), kc, vc, table, lens, False,
                                V.make_variant(keep_last, aux=(keep,)))
         c = check(out.transpose(0, 2, 1, 3), ref, dtype="float16")
