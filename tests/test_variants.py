@@ -3,6 +3,8 @@ its host twin, user functions refused with their name, and every variant-capable
 reference on odd shapes."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -164,12 +166,13 @@ def test_bad_user_functions_are_refused_by_name():
 
 
 def test_phases_without_a_variant_stage_say_so():
+    refusing = {p.name: p.variants for p in na.list_phases() if p.is_builtin and p.variants is not True}
+    assert {"tc_mma_varlen", "tc_wgmma_varlen"} <= set(refusing)
+    assert all(isinstance(why, str) and len(why) > 20 for why in refusing.values()), refusing  # each says why
     q, k, v = _qkv(D=64)
-    plain = [p for p in na.list_phases() if p.variants is not True and p.layout == "contiguous"]
-    assert plain, "every phase runs variants: drop this test"
-    p = plain[0]
-    with pytest.raises(AttentionInputError, match="variant"):
-        na.attention(q, k, v, mask_mod=V.sliding_window(4), phase=p.name)
+    for name in [n for n in refusing if na.get_phase(n).layout == "contiguous"]:  # attention() gives the reason
+        with pytest.raises(AttentionInputError, match="variants: " + re.escape(refusing[name][:20])):
+            na.attention(q, k, v, mask_mod=V.sliding_window(4), phase=name)
 
 
 # -- every phase that runs variants, against the reference -----------------------------------------
