@@ -6,6 +6,8 @@ KV range is also split over ``S`` blocks (grid z), as ``decode_split_k``
 does: each runs the parent's loop over its chunk and writes a normalized
 partial output and its log-sum-exp per row; ``combine_splits`` merges them
 exactly. ``S = 1`` (``split_plan``) launches the parent's single kernel.
+With a variant a split that saw none of a row's keys writes a zero partial and the
+log-sum-exp ``SEEN_NOTHING_LSE``, so the combine gives 0 for a row no split saw.
 
 Prediction: no change where ``S = 1`` (the square long-context preset); for a
 1024-token chunk appended to a 32k cache at B=1, H=32 (256 blocks, under one
@@ -17,23 +19,29 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 from numba import cuda, float32
 
 from numba_attn.gpu.device_functions import NEG_BIG, state_lse, visible_keys
 from numba_attn.gpu.jit import kernel
 from numba_attn.phases.cuda_core.common import kv_head, load_kv, static_kv_reason, store_row, tile_rows
 from numba_attn.phases.registry import Launch, register_phase
-from numba_attn.variants.stages import FULL
+from numba_attn.variants.launching import KernelMods
+from numba_attn.variants.stages import EMPTY, PLAIN, SEEN_NOTHING, stages_of
 from numba_attn.gpu.split_k import make_combine_kernel, sm_count, split_plan
+
+# the log-sum-exp of a partial that saw no key of its row (the decode family's SEEN_NOTHING_LSE): above the
+# combine's empty-split bound, so weighed (a row no split saw is 0), and far below any real log-sum-exp
+SEEN_NOTHING_LSE = np.float32(-1e28)
 
 
 @functools.cache
-def make_kernel(D: int, Br: int, Bc: int, causal: bool, FINAL: bool):
-    rows = tile_rows(D)
-    store = store_row(D)
+def make_kernel(D: int, Br: int, Bc: int, causal: bool, FINAL: bool, stage=PLAIN):
+    rows = tile_rows(D, stage)
+    store = store_row(D, stage)
 
     @kernel
-    def split_k_prefill(q, k, v, o, part_o, part_lse, scale, H, G, Nq, Nk, chunk):
+    def split_k_prefill(q, k, v, o, part_o, part_lse, scale, H, G, Nq, Nk, chunk, mods):
         K_j = cuda.shared.array((Bc, D), float32)
         V_j = cuda.shared.array((Bc, D), float32)
         tid = cuda.threadIdx.x
@@ -54,12 +62,16 @@ def make_kernel(D: int, Br: int, Bc: int, causal: bool, FINAL: bool):
         n_keys = min(visible_keys(i, Nq, Nk, causal), hi)
         # keys any row of this block can see: the block's last row sees the most
         block_keys = min(visible_keys(min(cuda.blockIdx.x * Br + Br, Nq) - 1, Nq, Nk, causal), hi)
-        for j0 in range(lo, block_keys, Bc):
-            load_kv(K_j, V_j, k, v, kvh, j0, Nk, tid, Br)
-            cuda.syncthreads()
-            if row_ok:
-                m, l = rows(Q_i, K_j, V_j, min(Bc, n_keys - j0), m, l, O_i, (0, 0, 0, j0, FULL), ())
-            cuda.syncthreads()
+        b, h, qt = bh // H, bh % H, cuda.blockIdx.x
+        for j0 in range(lo, block_keys, Bc):  # chunk is whole tiles: a split's tiles are the block mask's
+            kind = stage.tile_kind(mods, b, h, qt, j0 // Bc)
+            if kind != EMPTY:  # (a variant's empty tile is never loaded; always FULL without one)
+                load_kv(K_j, V_j, k, v, kvh, j0, Nk, tid, Br)
+                cuda.syncthreads()
+                if row_ok:
+                    at = (b, h, i + Nk - Nq, j0, kind)  # where the tile is, for the variant
+                    m, l = rows(Q_i, K_j, V_j, min(Bc, n_keys - j0), m, l, O_i, at, mods)
+                cuda.syncthreads()
         if row_ok:
             if FINAL:
                 store(o, bh, i, 0, O_i, m, l)
@@ -67,7 +79,10 @@ def make_kernel(D: int, Br: int, Bc: int, causal: bool, FINAL: bool):
                 inv_l = float32(1.0) / l if l > float32(0.0) else float32(0.0)
                 for d in range(D):
                     part_o[split, bh * Nq + i, d] = O_i[d] * inv_l
-                part_lse[split, bh * Nq + i] = state_lse(m, l)
+                lse = state_lse(m, l)
+                if stage.active and not (m > SEEN_NOTHING and l > float32(0.0)):
+                    lse = SEEN_NOTHING_LSE  # this split saw no key of the row: weighed 0, or 1 where none did
+                part_lse[split, bh * Nq + i] = lse
 
     return split_k_prefill
 
@@ -108,14 +123,14 @@ def _resolve(problem, **params):
     sim_params={"Br": 16, "Bc": 16, "splits": 3},
     supports=_supports,
     resolve=_resolve,
-    variants="its split-K combine has no zero for a row that no split saw (0/0); smem_kv or causal_skip run them",
+    variants=True,
 )
 def split_k_prefill(problem, Br=128, Bc=32, splits=0, blocks_per_sm=4, min_keys=1024):
     B, H, Nq, Nk, D = problem.batch, problem.heads, problem.q_len, problem.kv_len, problem.head_dim
     n_qb = (Nq + Br - 1) // Br
     S, chunk = split_plan(n_qb * B * H, Nk, Bc, sm_count(), blocks_per_sm, min_keys, splits)  # splits: resolved
     final = S == 1
-    kern = make_kernel(D, Br, Bc, problem.causal, final)
+    kern = make_kernel(D, Br, Bc, problem.causal, final, stages_of(problem.variant))
     scale = float32(problem.sm_scale)
     grid = (n_qb, B * H, S)
     if final:
@@ -128,10 +143,15 @@ def split_k_prefill(problem, Br=128, Bc=32, splits=0, blocks_per_sm=4, min_keys=
         combine = make_combine_kernel(Nq)
         kernels = [kern, combine]
 
-    def run(q, k, v, o, stream=0):
-        kern[grid, Br, stream](q, k, v, o, part_o, part_lse, scale, H, problem.group, Nq, Nk, chunk)
+    kernel_mods = KernelMods(problem, Br, Bc)  # the variant's arrays and its block mask of (Br × Bc) tiles
+
+    def run(q, k, v, o, stream=0, mods=None):
+        kern[grid, Br, stream](q, k, v, o, part_o, part_lse, scale, H, problem.group, Nq, Nk, chunk,
+                               kernel_mods(stream=stream) if mods is None else mods)
         if not final:
             combine[B * H * Nq, D, stream](part_o, part_lse, o, S)
 
+    variant = problem.variant is not None
     return Launch(run, kernels=kernels, workspace_bytes=0 if final else part_o.nbytes + part_lse.nbytes,
-                  notes=f"S={S} splits of {chunk} keys")
+                  notes=f"S={S} splits of {chunk} keys", kernel_mods=kernel_mods if variant else None,
+                  replayable=not variant)
