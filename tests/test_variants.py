@@ -3,8 +3,6 @@ its host twin, user functions refused with their name, and every variant-capable
 reference on odd shapes."""
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 
@@ -166,13 +164,20 @@ def test_bad_user_functions_are_refused_by_name():
 
 
 def test_phases_without_a_variant_stage_say_so():
+    import dataclasses
+
+    from numba_attn.spec.problem import Problem
+
     refusing = {p.name: p.variants for p in na.list_phases() if p.is_builtin and p.variants is not True}
     assert {"tc_mma_varlen", "tc_wgmma_varlen"} <= set(refusing)
     assert all(isinstance(why, str) and len(why) > 20 for why in refusing.values()), refusing  # each says why
-    q, k, v = _qkv(D=64)
-    for name in [n for n in refusing if na.get_phase(n).layout == "contiguous"]:  # attention() gives the reason
-        with pytest.raises(AttentionInputError, match="variants: " + re.escape(refusing[name][:20])):
-            na.attention(q, k, v, mask_mod=V.sliding_window(4), phase=name)
+    # a phase registered with a reason, or without variants: supports() says so, attention() refuses with it
+    problem = Problem(heads=2, q_len=37, kv_len=37, head_dim=64, variant=V.make_variant(V.sliding_window(4)))
+    smem_kv = na.get_phase("smem_kv")
+    assert smem_kv.supports(problem) is None
+    why = dataclasses.replace(smem_kv, variants="a reason given at registration").supports(problem)
+    assert why == "mask_mod/score_mod variants: a reason given at registration"
+    assert "registered without variants=True" in dataclasses.replace(smem_kv, variants=False).supports(problem)
 
 
 # -- every phase that runs variants, against the reference -----------------------------------------
