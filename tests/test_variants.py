@@ -183,7 +183,8 @@ def test_phases_without_a_variant_stage_say_so():
 # -- every phase that runs variants, against the reference -----------------------------------------
 
 
-def _builtins(B, H, Nk):
+def builtin_variants(B, H, Nk):
+    """Each built-in as attention() keywords (tests/test_variants_tc.py runs them too)."""
     doc = (np.arange(Nk)[None, :] // 11 + np.arange(B)[:, None]).astype(np.int32)
     lengths = np.array([Nk - 19, Nk][:B], np.int32)  # the first sequence's early queries see no key (left)
     return {
@@ -219,11 +220,11 @@ FAMILY_REPRESENTATIVE = {"cuda_core": "smem_kv", "wgmma": "tc_wgmma"}
 
 
 @pytest.mark.parametrize("family", sorted(FAMILY_REPRESENTATIVE))
-@pytest.mark.parametrize("name", sorted(_builtins(2, 2, 45)))
+@pytest.mark.parametrize("name", sorted(builtin_variants(2, 2, 45)))
 def test_each_builtin_on_a_phase_of_each_family(family, name):
     # (a tensor-core phase: one sequence, its simulator cost; two heads keep ALiBi's per-head slopes)
-    _run_variant(FAMILY_REPRESENTATIVE[family], _builtins(2, 2, 45)[name], causal=name in ("softcap", "alibi"),
-                 B=2 if family == "cuda_core" else 1)
+    _run_variant(FAMILY_REPRESENTATIVE[family], builtin_variants(2, 2, 45)[name],
+                 causal=name in ("softcap", "alibi"), B=2 if family == "cuda_core" else 1)
 
 
 # the prefill phases that run variants (decode phases: tests/test_decode_variants.py)
@@ -236,8 +237,7 @@ VARIANT_PHASES = sorted(p.name for p in na.list_phases()
 def test_every_variant_phase_runs_masks_and_score_functions(phase):
     """A window (empty, partial and full tiles, a score function) and documents (rows of tiles, a score
     function reading an array); rows that see no key: the quick tier's pad_left on smem_kv."""
-    table = _builtins(2, 2, 45)
-    table = _builtins(2, 2, 29)  # 21 queries over 29 keys: two tiles of 16 each way, one of them empty
+    table = builtin_variants(2, 2, 29)  # 21 queries over 29 keys: two tiles of 16 each way, one of them empty
     for name, causal in (("window+softcap", True), ("document+alibi", False)):
         _run_variant(phase, table[name], causal, Nq=21, Nk=29)
 

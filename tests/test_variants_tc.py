@@ -10,27 +10,9 @@ import numba_attn as na
 from numba_attn import variants as V
 from numba_attn.spec.problem import VarlenProblem
 from numba_attn.spec.reference import check, reference
+from test_variants import builtin_variants
 
 MMA_PHASES = ("tc_mma", "tc_pipelined", "tc_tf32")
-
-
-def _builtins(B, H, Nk):  # (tests/test_variants.py's table)
-    doc = (np.arange(Nk)[None, :] // 11 + np.arange(B)[:, None]).astype(np.int32)
-    lengths = np.array([Nk - 19, Nk][:B], np.int32)  # the first sequence's early queries see no key (left)
-    return {
-        "causal": dict(mask_mod=V.causal()),
-        "window": dict(mask_mod=V.sliding_window(7)),
-        "window_lr": dict(mask_mod=V.sliding_window(5, 3)),
-        "softcap": dict(score_mod=V.softcap(2.0)),
-        "alibi": dict(score_mod=V.alibi(V.alibi_slopes(H))),
-        "document": dict(mask_mod=V.and_masks(V.causal(), V.document(doc))),
-        "prefix_lm": dict(mask_mod=V.prefix_lm(np.array([5, 30][:B], np.int32))),
-        "pad_right": dict(mask_mod=V.key_padding(lengths)),
-        "pad_left": dict(mask_mod=V.key_padding(lengths, "left", kv_len=Nk)),
-        "streaming": dict(mask_mod=V.streaming(6, 2)),
-        "window+softcap": dict(mask_mod=V.sliding_window(9), score_mod=V.softcap(3.0)),
-        "document+alibi": dict(mask_mod=V.document(doc), score_mod=V.alibi(V.alibi_slopes(H))),
-    }
 
 
 def _run_variant(phase, kw, causal, B=2, H=2, Hkv=1, Nq=37, Nk=45, D=16, **params):
@@ -49,14 +31,14 @@ def _run_variant(phase, kw, causal, B=2, H=2, Hkv=1, Nq=37, Nk=45, D=16, **param
 
 def test_window_and_softcap_on_tc_mma():
     """Causal, an odd shape (37 queries over 45 keys: empty, partial and full tiles of 32 × 16)."""
-    _run_variant("tc_mma", _builtins(2, 2, 45)["window+softcap"], causal=True)
+    _run_variant("tc_mma", builtin_variants(2, 2, 45)["window+softcap"], causal=True)
 
 
 @pytest.mark.full
-@pytest.mark.parametrize("name", sorted(_builtins(2, 2, 45)))
+@pytest.mark.parametrize("name", sorted(builtin_variants(2, 2, 45)))
 def test_each_builtin_on_tc_mma(name):
     """pad_left: the first sequence's early rows see no key (their output is 0)."""
-    _run_variant("tc_mma", _builtins(2, 2, 45)[name], causal=name in ("softcap", "alibi"))
+    _run_variant("tc_mma", builtin_variants(2, 2, 45)[name], causal=name in ("softcap", "alibi"))
 
 
 @pytest.mark.full
@@ -64,13 +46,13 @@ def test_each_builtin_on_tc_mma(name):
 @pytest.mark.parametrize("name", ["pad_left", "window_lr", "document+alibi"])
 def test_builtins_on_the_pipelined_phases(phase, name):
     """Every refill of the cp.async ring loads the block mask's next visited tile."""
-    _run_variant(phase, _builtins(2, 2, 45)[name], causal=False)
+    _run_variant(phase, builtin_variants(2, 2, 45)[name], causal=False)
 
 
 @pytest.mark.full
 def test_pipelined_with_two_m_tiles_and_three_stages():
     """Each warp's two m-tiles pass the variant; two refills in flight, of visited tiles only."""
-    _run_variant("tc_pipelined", _builtins(2, 2, 45)["window+softcap"], causal=True, m_tiles=2, stages=3)
+    _run_variant("tc_pipelined", builtin_variants(2, 2, 45)["window+softcap"], causal=True, m_tiles=2, stages=3)
 
 
 def test_varlen_refuses_a_variant_with_its_reason():
