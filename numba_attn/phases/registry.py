@@ -153,6 +153,8 @@ class Phase:
     # runs mask_mod/score_mod variants (problem.variant) through its family's variant stage; False or a
     # string (why not): refused
     variants: bool | str = False
+    # writes the log-sum-exp of each row (attention(return_lse=True)); False or a string (why not): refused
+    lse: bool | str = False
     kind: str = "prefill"  # or "decode"
     precision: str | None = None  # compute precision when coarser than the storage dtype (e.g. "tf32")
     sim_params: dict = field(default_factory=dict)  # small tiles for simulator tests
@@ -208,6 +210,8 @@ class Phase:
                 return f"mask_mod/score_mod variants: {self.variants}"
             return (f"mask_mod/score_mod variants do not reach {self.name}'s kernels (it is registered without "
                     f"variants=True: its kernels have no variant stage)")
+        if getattr(problem, "lse", False) and self.lse is not True:
+            return f"log-sum-exp output: {self.lse if isinstance(self.lse, str) else 'no log-sum-exp output yet'}"
         return cc_reason(self.requires_cc, device_cc())
 
     def resolve(self, problem, overrides: dict | None = None) -> dict:
@@ -278,7 +282,7 @@ def check_param(phase: str, key: str, default, value):
 def register_phase(*, name, order, title, parent, description, lineage, planned_speedup,
                    dtypes=("float32", "float16"), head_dims=None, causal=True, kind="prefill",
                    precision=None, sim_params=None, supports=None, resolve=None, requires_cc=None, space=None,
-                   layout="contiguous", launch_params=(), variants=False):
+                   layout="contiguous", launch_params=(), variants=False, lse=False):
     """Decorator registering a phase builder (see the module docstring)."""
 
     def deco(fn):
@@ -294,7 +298,8 @@ def register_phase(*, name, order, title, parent, description, lineage, planned_
             kind=kind, precision=precision, sim_params=dict(sim_params or {}), extra_supports=supports,
             resolver=resolve, module=fn.__module__, requires_cc=requires_cc,
             space=dict(space or {}), layout=layout, launch_params=tuple(launch_params),
-            variants=variants if isinstance(variants, str) else bool(variants))
+            variants=variants if isinstance(variants, str) else bool(variants),
+            lse=lse if isinstance(lse, str) else bool(lse))
         unknown = [k for k in phase.space if k != "where" and k not in params]
         unknown += [k for k in phase.launch_params if k not in params]
         if unknown:
@@ -338,7 +343,7 @@ def register_variant(base: str, name: str, *, order: float | None = None, build:
                    causal=ph.causal, kind=ph.kind, precision=ph.precision, sim_params=ph.sim_params,
                    supports=ph.extra_supports, resolve=ph.resolver, requires_cc=ph.requires_cc,
                    space={k: v for k, v in ph.space.items() if k == "where" or k in sig.parameters},
-                   layout=ph.layout, launch_params=ph.launch_params)(variant)
+                   layout=ph.layout, launch_params=ph.launch_params, lse=ph.lse)(variant)
     return get_phase(name)
 
 
