@@ -1,0 +1,94 @@
+"""float64 reference gradients of attention, by the explicit formulas (no autograd).
+
+With S = scale · Q Kᵀ (masked keys −inf), lse_i = log Σ_j exp(S_ij), P = exp(S − lse), O = P V and the
+incoming gradient dO:
+
+    dV = Pᵀ dO                      dP = dO Vᵀ
+    Delta_i = Σ_d dO_id O_id  (= Σ_j P_ij dP_ij)
+    dS = P ∘ (dP − Delta)           dQ = scale · dS K        dK = scale · dSᵀ Q
+
+Grouped-query attention: dK and dV of a KV head are the sums over the query heads that read it. A row
+that sees no key has P = 0 and contributes nothing. Causal masking is bottom-right aligned, as
+:func:`numba_attn.spec.reference.reference`; a variant's mask_mod hides keys through the same host
+evaluation. A score_mod needs its derivative and is refused here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from numba_attn.spec.reference import reference
+
+
+@dataclass
+class Grads:
+    """The reference gradients and what the backward reads: O, lse (natural log) and Delta, all float64."""
+
+    dq: np.ndarray
+    dk: np.ndarray
+    dv: np.ndarray
+    o: np.ndarray
+    lse: np.ndarray
+    delta: np.ndarray
+
+    def __iter__(self):  # dq, dk, dv = grad_reference(...)
+        return iter((self.dq, self.dk, self.dv))
+
+
+def hidden_keys(b, h, Nq, Nk, causal, host) -> np.ndarray | None:
+    """(Nq, Nk) bool: the keys query rows do not see (causal and the variant's mask); None: all seen."""
+    hidden = None
+    if causal:
+        hidden = np.arange(Nk)[None, :] > np.arange(Nq)[:, None] + (Nk - Nq)
+    if host is not None:
+        seen = host.visible(b, h, Nq, Nk)
+        if seen is not None:
+            hidden = ~seen if hidden is None else hidden | ~seen
+    return hidden
+
+
+def grad_reference(q, k, v, do, *, causal=False, scale=None, variant=None) -> Grads:
+    """dQ, dK, dV (float64) of attention at q (B, H, Nq, D), k, v (B, Hkv, Nk, D) for the gradient ``do``
+    (B, H, Nq, D) of its output. ``variant``: a mask_mod variant (a score_mod is refused). Returns
+    :class:`Grads` (unpacks as ``dq, dk, dv``)."""
+    if variant is not None and variant.score is not None:
+        raise ValueError("grad_reference: a score_mod needs its derivative; only mask_mod variants are supported")
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    G = H // Hkv
+    scale = 1.0 / np.sqrt(D) if scale is None else scale
+    o, lse = reference(q, k, v, causal=causal, scale=scale, return_lse=True, variant=variant)
+    host = None
+    if variant is not None:
+        from numba_attn.variants.grid import HostVariant
+
+        host = HostVariant(variant)
+    do64 = np.asarray(do, np.float64)
+    delta = np.einsum("bhnd,bhnd->bhn", do64, o)  # Delta_i = rowsum(dO ∘ O)
+    dq = np.zeros((B, H, Nq, D))
+    dk = np.zeros((B, Hkv, Nk, D))
+    dv = np.zeros((B, Hkv, Nk, D))
+    for b in range(B):
+        for h in range(H):
+            qh, kh, vh = (np.asarray(a[b, i], np.float64) for a, i in ((q, h), (k, h // G), (v, h // G)))
+            s = (qh @ kh.T) * scale
+            hidden = hidden_keys(b, h, Nq, Nk, causal, host)
+            finite = np.isfinite(lse[b, h])[:, None]  # a row that sees no key: P = 0
+            with np.errstate(over="ignore", invalid="ignore"):
+                p = np.where(finite, np.exp(s - np.where(finite, lse[b, h][:, None], 0.0)), 0.0)
+            if hidden is not None:
+                p[hidden] = 0.0
+            dov = do64[b, h]
+            dv[b, h // G] += p.T @ dov                     # dV = Pᵀ dO
+            dp = dov @ vh.T                                # dP = dO Vᵀ
+            ds = p * (dp - delta[b, h][:, None])           # dS = P ∘ (dP − Delta)
+            dq[b, h] = scale * (ds @ kh)                   # dQ = scale · dS K
+            dk[b, h // G] += scale * (ds.T @ qh)           # dK = scale · dSᵀ Q
+    return Grads(dq, dk, dv, o, lse, delta)
+
+
+def attention_loss(q, k, v, do, *, causal=False, scale=None, variant=None) -> float:
+    """Σ O ∘ dO in float64: the scalar whose gradients :func:`grad_reference` returns (finite differences)."""
+    o = reference(q, k, v, causal=causal, scale=scale, variant=variant)
+    return float(np.sum(np.where(np.isfinite(o), o, 0.0) * np.asarray(do, np.float64)))

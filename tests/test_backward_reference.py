@@ -1,0 +1,94 @@
+"""The float64 reference gradients (numba_attn.spec.grad_reference) against central finite differences of
+Σ O ∘ dO on tiny shapes, and against torch autograd in float64 where torch is importable."""
+import numpy as np
+import pytest
+
+from numba_attn.spec.grad_reference import attention_loss, grad_reference
+from numba_attn.spec.reference import reference
+from numba_attn.variants.library import sliding_window
+from numba_attn.variants.mods import make_variant
+
+CASES = {  # (B, H, Hkv, Nq, Nk, D, causal)
+    "plain": (1, 2, 2, 3, 5, 4, False),
+    "causal-gqa": (1, 4, 2, 4, 6, 3, True),
+    "long-q": (2, 2, 1, 5, 5, 2, True),
+}
+
+
+def _inputs(B, H, Hkv, Nq, Nk, D, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((B, H, Nq, D)), rng.standard_normal((B, Hkv, Nk, D)),
+            rng.standard_normal((B, Hkv, Nk, D)), rng.standard_normal((B, H, Nq, D)))
+
+
+def _finite_diff(f, x, eps=1e-6):
+    g = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        old = x[idx]
+        x[idx] = old + eps
+        up = f()
+        x[idx] = old - eps
+        down = f()
+        x[idx] = old
+        g[idx] = (up - down) / (2 * eps)
+    return g
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_gradients_match_finite_differences(case):
+    B, H, Hkv, Nq, Nk, D, causal = CASES[case]
+    q, k, v, do = _inputs(B, H, Hkv, Nq, Nk, D)
+    dq, dk, dv = grad_reference(q, k, v, do, causal=causal, scale=0.7)
+    for name, x, g in (("dq", q, dq), ("dk", k, dk), ("dv", v, dv)):
+        fd = _finite_diff(lambda: attention_loss(q, k, v, do, causal=causal, scale=0.7), x)
+        assert np.abs(g - fd).max() < 1e-6 * max(1.0, np.abs(fd).max()), name
+
+
+def test_stats_are_the_forwards_and_delta_is_rowsum():
+    q, k, v, do = _inputs(1, 2, 1, 4, 7, 8, seed=3)
+    g = grad_reference(q, k, v, do, causal=True)
+    o, lse = reference(q, k, v, causal=True, return_lse=True)
+    assert np.array_equal(g.o, o) and np.array_equal(g.lse, lse)
+    assert np.allclose(g.delta, (do * o).sum(-1))
+
+
+def test_a_mask_variant_and_a_row_that_sees_no_key():
+    """A mask_mod hides keys like causal does; a row that sees no key has zero gradients (and gives none)."""
+    q, k, v, do = _inputs(1, 2, 2, 4, 6, 4, seed=5)
+    window = make_variant(sliding_window(1), None)
+    g = grad_reference(q, k, v, do, variant=window)
+    for name, x, gr in (("dq", q, g.dq), ("dk", k, g.dk), ("dv", v, g.dv)):
+        fd = _finite_diff(lambda: attention_loss(q, k, v, do, variant=window), x)
+        assert np.abs(gr - fd).max() < 1e-6 * max(1.0, np.abs(fd).max()), name
+
+    def first_keys_hidden(b, h, q_idx, kv_idx):
+        return kv_idx > 2 and q_idx != 4  # row 2 (q_idx 4) sees no key
+    empty = make_variant(first_keys_hidden, None)
+    g = grad_reference(q, k, v, do, variant=empty)
+    assert np.all(g.dq[:, :, 2] == 0) and np.all(np.isfinite(g.dk)) and np.all(g.dk[:, :, :3] == 0)
+
+
+def test_score_mod_is_refused():
+    from numba_attn.variants.library import softcap
+
+    q, k, v, do = _inputs(1, 1, 1, 2, 2, 2)
+    with pytest.raises(ValueError, match="score_mod"):
+        grad_reference(q, k, v, do, variant=make_variant(None, softcap(5.0)))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_gradients_match_torch_autograd(case):
+    torch = pytest.importorskip("torch")
+    B, H, Hkv, Nq, Nk, D, causal = CASES[case]
+    q, k, v, do = _inputs(B, H, Hkv, Nq, Nk, D, seed=1)
+    G = H // Hkv
+    tq, tk, tv = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
+    s = tq @ tk.repeat_interleave(G, 1).transpose(-1, -2) * 0.5
+    if causal:
+        hidden = torch.ones(Nq, Nk, dtype=torch.bool).triu(Nk - Nq + 1)
+        s = s.masked_fill(hidden, float("-inf"))
+    o = torch.softmax(s, -1) @ tv.repeat_interleave(G, 1)
+    o.backward(torch.tensor(do))
+    dq, dk, dv = grad_reference(q, k, v, do, causal=causal, scale=0.5)
+    for name, mine, theirs in (("dq", dq, tq.grad), ("dk", dk, tk.grad), ("dv", dv, tv.grad)):
+        assert np.allclose(mine, theirs.numpy(), rtol=1e-10, atol=1e-12), name
