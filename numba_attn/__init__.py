@@ -21,6 +21,7 @@ _LAZY = {
     "load_phases": "userphases", "new_phase": "userphases", "phase_diff": "report.diff",
     "attention": "api", "attention_varlen": "api", "decode_paged": "api", "explain": "api", "clear_plans": "api", "plan_cache_info": "api",
     "run": "measure.sweep", "RunConfig": "measure.config",
+    "attention_backward": "backward", "grad_reference": "spec.grad_reference",
 }
 # ``numba_attn.measure`` is the measurement subpackage; one row is ``numba_attn.measure.row.measure``.
 _SUBPACKAGES = ("spec", "gpu", "phases", "measure", "report", "api", "cli", "testing", "userphases")

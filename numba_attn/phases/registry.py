@@ -155,7 +155,7 @@ class Phase:
     variants: bool | str = False
     # writes the log-sum-exp of each row (attention(return_lse=True)); False or a string (why not): refused
     lse: bool | str = False
-    kind: str = "prefill"  # or "decode"
+    kind: str = "prefill"  # or "decode", or "backward" (gradients: attention_backward(), never a forward launch)
     precision: str | None = None  # compute precision when coarser than the storage dtype (e.g. "tf32")
     sim_params: dict = field(default_factory=dict)  # small tiles for simulator tests
     extra_supports: Callable | None = None
@@ -404,23 +404,30 @@ _DISCOVERED = False
 
 
 def load_all():
-    """Import every phase module of the package, then (once) the phases found outside it
-    (:mod:`numba_attn.phases.discovery`: ``$NUMBA_ATTN_PHASES``, the ``numba_attn.phases`` entry points)."""
+    """Import every phase module of the package (the backward family too), then (once) the phases found outside
+    it (:mod:`numba_attn.phases.discovery`: ``$NUMBA_ATTN_PHASES``, the ``numba_attn.phases`` entry points)."""
     global _DISCOVERED
     from numba_attn import phases  # (imports every phase module)
 
     if not _DISCOVERED and getattr(phases, "LOADED", False):
         _DISCOVERED = True
+        import numba_attn.phases.backward  # noqa: F401  (its modules; a failure goes to phases.BROKEN)
         from numba_attn.phases import discovery
 
         discovery.load_discovered(phases.BROKEN, _REGISTRY)
 
 
+BACKWARD = "backward"  # the kind of the phases that compute gradients (numba_attn.attention_backward)
+
+
 def list_phases(kind: str | None = None) -> list[Phase]:
-    """Registered phases in roadmap order (optionally only one ``kind``)."""
+    """Registered phases in roadmap order: the forward ones (every kind but ``"backward"``, whose launches
+    take other arrays) when ``kind`` is None, one ``kind`` (``"backward"`` included), or ``"all"``."""
     load_all()
     out = sorted(_REGISTRY.values(), key=lambda p: (p.order, p.name))
-    return [p for p in out if kind is None or p.kind == kind]
+    if kind == "all":
+        return out
+    return [p for p in out if p.kind == kind or (kind is None and p.kind != BACKWARD)]
 
 
 def get_phase(name: str) -> Phase:
@@ -428,7 +435,7 @@ def get_phase(name: str) -> Phase:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise UnknownPhaseError(name, [p.name for p in list_phases()]) from None
+        raise UnknownPhaseError(name, [p.name for p in list_phases("all")]) from None
 
 
 def registered(name: str) -> Phase | None:

@@ -1,0 +1,206 @@
+"""``attention_backward()``: the gradients of attention, run by a phase of the backward family.
+
+Given the forward's inputs q, k, v, its output o and log-sum-exp lse (natural log, float32, (B, H, Nq)), and
+the gradient ``do`` of a loss with respect to o, returns (dq, dk, dv) in the inputs' dtype. The arrays are of
+one kind, as :func:`numba_attn.attention` takes them (NumPy arrays, numba device arrays, PyTorch tensors), and
+every input is checked before anything is compiled or launched, refused with an
+:class:`~numba_attn.spec.errors.AttentionInputError` naming the argument. The math: docs/backward.md.
+"""
+from __future__ import annotations
+
+import sys
+from collections import OrderedDict
+
+import numpy as np
+
+from numba_attn.gpu import backend  # noqa: F401  (first: chooses CUDA or the simulator before numba is imported)
+
+from numba import cuda  # noqa: E402
+
+from numba_attn.api import problem_from_arrays  # noqa: E402
+from numba_attn.array_kinds import (DEVICE, NUMPY, TORCH, TORCH_CPU, arrays_for_checks, as_device_array,  # noqa: E402
+                                    contiguous, described, kind_of, numpy_as_tensor, one_kind, tensor_as_numpy)
+from numba_attn.phases.registry import BACKWARD, Phase, get_phase, list_phases  # noqa: E402
+from numba_attn.spec.errors import AttentionInputError, check_bool  # noqa: E402
+
+# phase=None: the first of these that supports the problem
+BACKWARD_DEFAULT = ("bwd_two_kernels", "bwd_naive")
+_PLANS: OrderedDict = OrderedDict()  # (phase, problem, params) -> Launch, at most 16
+
+
+def backward_phase(phase) -> Phase:
+    """``phase`` (a name or a registered Phase) as a backward phase; a forward one is refused."""
+    if not isinstance(phase, (str, Phase)):
+        raise AttentionInputError(f"phase must be the name of a backward phase (numba_attn.list_phases('backward')) "
+                                  f"or None; got {type(phase).__name__} {phase!r}")
+    ph = get_phase(phase if isinstance(phase, str) else phase.name)
+    if ph.kind != BACKWARD:
+        names = ", ".join(p.name for p in list_phases(BACKWARD))
+        raise AttentionInputError(f"phase {ph.name!r} is a forward ({ph.kind}) phase; attention_backward runs the "
+                                  f"backward ones: {names}")
+    return ph
+
+
+def _check_grads_inputs(q, o, lse, do):
+    """o and do: q's shape and dtype; lse: (B, H, Nq) float32. (Arrays as the checks read them.)"""
+    for name, a in (("o", o), ("do", do)):
+        if not (hasattr(a, "shape") and hasattr(a, "dtype")):
+            raise AttentionInputError(f"{name} must be an array of q's kind; got {type(a).__name__}")
+        if tuple(a.shape) != tuple(q.shape):
+            raise AttentionInputError(f"{name} has shape {tuple(a.shape)}; it must have q's shape {tuple(q.shape)}")
+        if np.dtype(a.dtype) != np.dtype(q.dtype):
+            raise AttentionInputError(f"{name} has dtype {np.dtype(a.dtype).name}; it must have q's dtype "
+                                      f"{np.dtype(q.dtype).name}")
+    if not (hasattr(lse, "shape") and hasattr(lse, "dtype")):
+        raise AttentionInputError(f"lse must be an array of q's kind; got {type(lse).__name__}")
+    want = tuple(q.shape[:3])
+    if tuple(lse.shape) != want:
+        raise AttentionInputError(f"lse has shape {tuple(lse.shape)}; it must be (batch, heads, q_len) = {want}, "
+                                  f"the forward's log-sum-exp per query row (natural log)")
+    if np.dtype(lse.dtype).name != "float32":
+        raise AttentionInputError(f"lse has dtype {np.dtype(lse.dtype).name}; it must be float32")
+
+
+def _one_kind(arrays):
+    """The kind of q; every other array of the call of the same kind (tensors on q's device)."""
+    kind = one_kind(arrays["q"], arrays["k"], arrays["v"], None)
+    for name in ("o", "lse", "do"):
+        ka = kind_of(arrays[name])
+        if ka and kind and ka != kind:
+            raise AttentionInputError(f"{name} is {ka} but q is {kind}: q, k, v, o, lse and do must be of one kind")
+        if kind == TORCH and arrays[name].device != arrays["q"].device:
+            raise AttentionInputError(f"{name} is on {arrays[name].device} but q is on {arrays['q'].device}")
+    return kind
+
+
+def _checked(kind, arrays):
+    """The arrays as the checks read them (tensors described by shape and NumPy dtype)."""
+    q, k, v = arrays_for_checks(kind, arrays["q"], arrays["k"], arrays["v"])
+    rest = [arrays[n] for n in ("o", "lse", "do")]
+    if kind == TORCH:
+        rest = [described(n, a) for n, a in zip(("o", "lse", "do"), rest)]
+    elif kind == TORCH_CPU:
+        rest = [tensor_as_numpy(n, a) for n, a in zip(("o", "lse", "do"), rest)]
+    return q, k, v, *rest
+
+
+def _plan(ph, problem, params):
+    key = (ph.name, problem, tuple(sorted(params.items())))
+    launch = _PLANS.get(key)
+    if launch is None:
+        launch = _PLANS[key] = ph.plan(problem, **params)
+        while len(_PLANS) > 16:
+            _PLANS.popitem(last=False)
+    return launch
+
+
+def choose_backward(problem, phase=None, params=None) -> tuple[Phase, dict]:
+    """(phase, resolved parameters) that runs ``problem``: ``phase`` (refused with the reason when it cannot),
+    else the first of :data:`BACKWARD_DEFAULT` that supports it."""
+    params = dict(params or {})
+    names = BACKWARD_DEFAULT if phase is None else (backward_phase(phase).name,)
+    reasons = []
+    for name in names:
+        ph = get_phase(name)
+        resolved = ph.resolve_params(params)  # AttentionInputError naming the parameter
+        reason = ph.supports(problem, **resolved)
+        if reason is None:
+            return ph, ph.resolve(problem, resolved)
+        reasons.append(f"{name}: {reason}")
+    raise AttentionInputError(f"no backward phase runs {problem.label}: " + "; ".join(reasons))
+
+
+def _zeros(kind, like, shape):
+    if kind == TORCH:
+        return sys.modules["torch"].zeros(shape, dtype=like.dtype, device=like.device)
+    if kind == DEVICE:
+        return cuda.to_device(np.zeros(shape, dtype=like.dtype))
+    return np.zeros(shape, dtype=like.dtype)
+
+
+def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=None, **params):
+    """dq, dk, dv of softmax attention: q (B, H, Nq, D), k, v (B, Hkv, Nk, D), the forward's output o and its
+    log-sum-exp lse (B, H, Nq) float32 (natural log), the output's gradient do (q's shape and dtype).
+
+    ``causal`` (bottom-right aligned) and ``scale`` as the forward took them; ``phase``: a backward phase
+    (``numba_attn.list_phases("backward")``; None: the first of :data:`BACKWARD_DEFAULT` that supports the
+    problem); ``params``: its tunable parameters. Grouped-query attention: dk, dv are summed over the query
+    heads of a KV head. Returns arrays of q's kind and dtype (dk, dv of k's shape)."""
+    arrays = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do}
+    causal = check_bool("causal", causal)
+    kind = _one_kind(arrays)
+    if kind == TORCH_CPU:  # the NumPy path on views of the tensors' memory
+        grads = attention_backward(*_checked(kind, arrays), causal=causal, scale=scale, phase=phase, **params)
+        return tuple(numpy_as_tensor(g) for g in grads)
+    if kind == TORCH and backend.IS_SIMULATOR:
+        raise AttentionInputError(f"q is a tensor on {q.device} but numba-attn runs in the CUDA simulator "
+                                  f"(NUMBA_ATTN_BACKEND=simulator): pass CPU tensors")
+    cq, ck, cv, co, clse, cdo = _checked(kind, arrays)
+    problem = problem_from_arrays(cq, ck, cv, causal=causal, scale=scale)  # checks q, k, v
+    _check_grads_inputs(cq, co, clse, cdo)
+    if phase is not None:
+        backward_phase(phase)
+    B, H, Nq, D = map(int, q.shape)
+    Hkv, Nk = int(k.shape[1]), int(k.shape[2])
+    if B * H * Nq == 0:  # nothing to compute: zero gradients
+        return tuple(_zeros(kind, q, tuple(a.shape)) for a in (q, k, v))
+    ph, resolved = choose_backward(problem, phase, params)
+    launch = _plan(ph, problem, resolved)
+    if kind == TORCH:
+        for name, a in arrays.items():
+            if not a.is_contiguous():
+                raise AttentionInputError(f"{name} is a non-contiguous tensor (strides {tuple(a.stride())}); pass "
+                                          f"{name}.contiguous() (tensors are not copied implicitly)")
+    elif kind == DEVICE:
+        for name, a in arrays.items():
+            contiguous(name, a)  # refuses a non-contiguous device array
+    dev = {name: as_device_array(kind, a) for name, a in arrays.items()}
+    if kind == TORCH:
+        torch = sys.modules["torch"]
+        outs = [torch.empty(tuple(a.shape), dtype=a.dtype, device=a.device) for a in (q, k, v)]
+        douts = [as_device_array(TORCH, a) for a in outs]
+    else:
+        douts = outs = [cuda.device_array(tuple(a.shape), dtype=dev[n].dtype) for n, a in (("q", q), ("k", k),
+                                                                                          ("v", v))]
+    rows_q, rows_kv = (B * H, Nq, D), (B * Hkv, Nk, D)
+    launch.run(*(dev[n].reshape(rows_q if n in "qodo" else rows_kv) for n in ("q", "k", "v", "o")),
+               dev["lse"].reshape((B * H, Nq)), dev["do"].reshape(rows_q),
+               douts[0].reshape(rows_q), douts[1].reshape(rows_kv), douts[2].reshape(rows_kv))
+    if kind in (TORCH, DEVICE):
+        return tuple(outs)
+    return tuple(d.copy_to_host().view(np.asarray(a).dtype) for d, a in zip(outs, (q, k, v)))
+
+
+def check_backward(phase, problem, seed=1, **params) -> dict:
+    """One backward phase on ``problem`` against :func:`numba_attn.spec.grad_reference.grad_reference`: seeded
+    inputs in the problem's dtype, o and lse from the float64 forward (o in the dtype, lse float32), a random
+    dO; each of dq, dk, dv checked by :func:`numba_attn.spec.reference.check` (the dtype's tolerance). A row:
+    ``{"phase", "problem", "status" (OK, FAIL, SKIP), "reason", "rel_err": {"dq": ...}, "params"}``."""
+    from numba_attn.spec.grad_reference import grad_reference
+    from numba_attn.spec.problem import numpy_dtype
+    from numba_attn.spec.reference import check
+
+    ph = backward_phase(phase)
+    row = {"phase": ph.name, "problem": problem.label, "status": "SKIP", "reason": "", "rel_err": {},
+           "params": {}}
+    reason = ph.supports(problem, **ph.resolve_params(params))
+    if reason:
+        row["reason"] = reason
+        return row
+    q, k, v = problem.inputs(seed)
+    dt = numpy_dtype(problem.dtype)
+    do = np.random.default_rng(seed + 1000).standard_normal(q.shape).astype(dt)
+    ref = grad_reference(q, k, v, do, causal=problem.causal, scale=problem.scale)
+    o, lse = ref.o.astype(dt), ref.lse.astype(np.float32)
+    row["params"] = ph.resolve(problem, ph.resolve_params(params))
+    grads = attention_backward(q, k, v, o, lse, do, causal=problem.causal, scale=problem.scale, phase=ph.name,
+                               **params)
+    bad = []
+    for name, out, want in zip(("dq", "dk", "dv"), grads, ref):
+        c = check(out, want, dtype=problem.dtype, precision=ph.precision)
+        row["rel_err"][name] = c.rel_err
+        if not c.ok:
+            bad.append(f"{name}: {c.reason}")
+    row["status"] = "FAIL" if bad else "OK"
+    row["reason"] = "; ".join(bad)
+    return row

@@ -1,0 +1,142 @@
+"""Backward phase 0 — ``bwd_naive``: the unfused gradients, P and dS in global memory.
+
+The backward as a framework without a fused kernel runs it, five kernels, one thread per element: P (from
+the forward's lse, no softmax again) and dP = dO Vᵀ; Delta = rowsum(dO ∘ O); dS = P ∘ (dP − Delta) in place of
+dP; dQ = scale · dS K (one thread per element of dQ); dK = scale · dSᵀ Q and dV = Pᵀ dO (one thread per element
+of dK and dV, summing over the G query heads of its KV head: no atomics). Causal: masked P is written 0 without
+its dot products, and the sums stop at the last key a row sees (the first row that sees a key).
+
+Prediction: the baseline of the family; P and dS (2 · 4 · Nq · Nk bytes per head) make two round trips
+through HBM, so it is bandwidth-bound like ``naive`` and a few times slower than the forward ``naive``.
+
+Verdict: not yet measured on a GPU.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+from numba import cuda, float32
+
+from numba_attn.gpu.jit import kernel
+from numba_attn.phases.backward.common import (VARIANTS_REFUSED, backward_launch, element, first_row_of_key,
+                                               keys_of_row, kv_head)
+from numba_attn.phases.registry import register_phase
+
+TILE_X, TILE_Y = 32, 8  # thread block of the element-wise kernels
+ROWS_PER_BLOCK = 128  # Delta: one thread per query row
+
+
+@functools.cache
+def make_kernels(D: int, causal: bool):
+    @kernel
+    def probs(q, k, v, do, lse, p, dp, scale, H, G, Nq, Nk):
+        """P[bh, i, j] = exp(scale · Q_i · K_j − lse_i) and dP[bh, i, j] = dO_i · V_j (0 where masked)."""
+        j, i, bh = element()
+        if i >= Nq or j >= Nk:
+            return
+        if j >= keys_of_row(i, Nq, Nk, causal):
+            p[bh, i, j] = float32(0.0)
+            dp[bh, i, j] = float32(0.0)
+            return
+        kvh = kv_head(bh, H, G)
+        s = float32(0.0)
+        dpv = float32(0.0)
+        for d in range(D):
+            s += float32(q[bh, i, d]) * float32(k[kvh, j, d])
+            dpv += float32(do[bh, i, d]) * float32(v[kvh, j, d])
+        p[bh, i, j] = math.exp(s * scale - lse[bh, i])  # the forward's softmax, recomputed from its lse
+        dp[bh, i, j] = dpv
+
+    @kernel
+    def delta(o, do, dl, Nq):
+        """Delta_i = Σ_d dO_id · O_id (= Σ_j P_ij dP_ij): the softmax's Jacobian applied to the row."""
+        i = cuda.blockIdx.x * ROWS_PER_BLOCK + cuda.threadIdx.x
+        bh = cuda.blockIdx.y
+        if i < Nq:
+            acc = float32(0.0)
+            for d in range(D):
+                acc += float32(o[bh, i, d]) * float32(do[bh, i, d])
+            dl[bh, i] = acc
+
+    @kernel
+    def scores_grad(p, ds, dl, Nq, Nk):
+        """dS = P ∘ (dP − Delta), in place of dP."""
+        j, i, bh = element()
+        if i < Nq and j < Nk:
+            ds[bh, i, j] = p[bh, i, j] * (ds[bh, i, j] - dl[bh, i])
+
+    @kernel
+    def grad_q(ds, k, dq, scale, H, G, Nq, Nk):
+        """dQ[bh, i, d] = scale · Σ_j dS_ij K_jd over the keys row i sees."""
+        d, i, bh = element()
+        if i >= Nq or d >= D:
+            return
+        kvh = kv_head(bh, H, G)
+        acc = float32(0.0)
+        for j in range(keys_of_row(i, Nq, Nk, causal)):
+            acc += ds[bh, i, j] * float32(k[kvh, j, d])
+        dq[bh, i, d] = acc * scale
+
+    @kernel
+    def grad_kv(p, ds, q, do, dk, dv, scale, H, G, Nq, Nk):
+        """dK[kvh, j, d] = scale · Σ_h Σ_i dS_ij Q_id and dV[kvh, j, d] = Σ_h Σ_i P_ij dO_id, h over the G query
+        heads of KV head kvh, i over the rows that see key j."""
+        d, j, kvh = element()
+        if j >= Nk or d >= D:
+            return
+        Hkv = H // G
+        bh0 = (kvh // Hkv) * H + (kvh % Hkv) * G  # the first query head of this KV head
+        acc_k = float32(0.0)
+        acc_v = float32(0.0)
+        for g in range(G):
+            bh = bh0 + g
+            for i in range(first_row_of_key(j, Nq, Nk, causal), Nq):
+                acc_k += ds[bh, i, j] * float32(q[bh, i, d])
+                acc_v += p[bh, i, j] * float32(do[bh, i, d])
+        dk[kvh, j, d] = acc_k * scale
+        dv[kvh, j, d] = acc_v
+
+    return probs, delta, scores_grad, grad_q, grad_kv
+
+
+def grids(problem):
+    """(grid over (Nk, Nq, B·H), grid over (D, Nq, B·H), grid over (D, Nk, B·Hkv), Delta's grid)."""
+    B, H, Hkv, Nq, Nk, D = (problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len,
+                            problem.head_dim)
+    up = lambda n, t: (n + t - 1) // t  # noqa: E731
+    return ((up(Nk, TILE_X), up(Nq, TILE_Y), B * H), (up(D, TILE_X), up(Nq, TILE_Y), B * H),
+            (up(D, TILE_X), up(Nk, TILE_Y), B * Hkv), (up(Nq, ROWS_PER_BLOCK), B * H))
+
+
+@register_phase(
+    name="bwd_naive", order=100, title="Backward, unfused: P and dS in global memory",
+    parent=None, kind="backward",
+    description="""
+        Five kernels, one thread per element: P recomputed from the forward's lse and dP = dO Vᵀ written to
+        global memory, Delta = rowsum(dO ∘ O), dS = P ∘ (dP − Delta) in place, dQ = scale · dS K, and dK =
+        scale · dSᵀ Q, dV = Pᵀ dO summed over the query heads of a KV head (no atomics).
+    """,
+    lineage="Backpropagation through softmax attention (FlashAttention, Dao et al. 2022, Appendix B.2)",
+    planned_speedup=1.0,
+    variants=VARIANTS_REFUSED,
+)
+def bwd_naive(problem):
+    B, H, Nq, Nk, D, G = problem.batch, problem.heads, problem.q_len, problem.kv_len, problem.head_dim, problem.group
+    probs, delta, scores_grad, grad_q, grad_kv = make_kernels(D, problem.causal)
+    scale = float32(problem.sm_scale)
+    p = cuda.device_array((B * H, Nq, Nk), dtype="float32")
+    ds = cuda.device_array((B * H, Nq, Nk), dtype="float32")
+    dl = cuda.device_array((B * H, Nq), dtype="float32")
+    g_s, g_q, g_kv, g_dl = grids(problem)
+    block = (TILE_X, TILE_Y)
+
+    def run(q, k, v, o, lse, do, dq, dk, dv, stream=0):
+        probs[g_s, block, stream](q, k, v, do, lse, p, ds, scale, H, G, Nq, Nk)
+        delta[g_dl, ROWS_PER_BLOCK, stream](o, do, dl, Nq)
+        scores_grad[g_s, block, stream](p, ds, dl, Nq, Nk)
+        grad_q[g_q, block, stream](ds, k, dq, scale, H, G, Nq, Nk)
+        grad_kv[g_kv, block, stream](p, ds, q, do, dk, dv, scale, H, G, Nq, Nk)
+
+    return backward_launch("bwd_naive", run, [probs, delta, scores_grad, grad_q, grad_kv],
+                           p.nbytes + ds.nbytes + dl.nbytes)

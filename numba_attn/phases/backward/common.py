@@ -1,0 +1,70 @@
+"""What the backward phases share: the launch of a backward phase, the causal bounds, the reasons a problem is
+refused.
+
+A backward launch runs ``run(q, k, v, o, lse, do, dq, dk, dv, stream=0)`` on device arrays: q, o, do, dq
+(B·H, Nq, D); k, v, dk, dv (B·Hkv, Nk, D); lse (B·H, Nq) float32 in natural-log units. dq, dk, dv have the
+inputs' dtype; every sum is accumulated in float32. Causal masking is bottom-right aligned: query row i sees
+key j when j <= i + Nk - Nq.
+"""
+from __future__ import annotations
+
+from numba import cuda
+
+from numba_attn.gpu.jit import device
+from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT
+from numba_attn.phases.registry import Launch
+from numba_attn.spec.errors import AttentionInputError
+
+VARIANTS_REFUSED = "not yet in the backward family: a mask_mod (and a score_mod's derivative) is a later phase"
+
+
+def backward_launch(name: str, run, kernels, workspace_bytes: int = 0) -> Launch:
+    """The :class:`Launch` of backward phase ``name``: ``run(q, k, v, o, lse, do, dq, dk, dv, stream=0)``; a
+    forward call (q, k, v, o) is refused naming the call that runs it."""
+
+    def call(q, k, v, o, *grads, stream=0):
+        if len(grads) == 6:  # the stream given by position
+            *grads, stream = grads
+        if len(grads) != 5:  # (q, k, v, o[, stream]): a forward caller
+            raise AttentionInputError(f"phase {name!r} computes gradients: numba_attn.attention_backward(q, k, v, "
+                                      f"o, lse, do, phase={name!r}) runs it, attention() does not")
+        run(q, k, v, o, *grads, stream)
+
+    return Launch(call, kernels=list(kernels), workspace_bytes=workspace_bytes, replayable=False)
+
+
+def refuse(problem, smem_bytes: int = 0) -> str | None:
+    """Why a backward phase cannot run ``problem`` with tiles of ``smem_bytes``: over the static shared memory."""
+    if smem_bytes > STATIC_SMEM_LIMIT:
+        return (f"its shared-memory tiles take {smem_bytes} bytes at head_dim {problem.head_dim}, over the "
+                f"{STATIC_SMEM_LIMIT} of a static allocation: choose smaller tiles")
+    return None
+
+
+@device
+def kv_head(bh, H, G):
+    """The KV head (batch·Hkv index) that query (batch, head) ``bh`` reads: G query heads share one."""
+    return (bh // H) * (H // G) + (bh % H) // G
+
+
+@device
+def keys_of_row(i, Nq, Nk, causal):
+    """How many keys (0 .. n-1) query row ``i`` sees."""
+    if causal:
+        return max(0, min(Nk, i + Nk - Nq + 1))
+    return Nk
+
+
+@device
+def first_row_of_key(j, Nq, Nk, causal):
+    """The first query row that sees key ``j`` (rows before it see none of it)."""
+    if causal:
+        return max(0, j - (Nk - Nq))
+    return 0
+
+
+@device
+def element():
+    """(column, row, z): the element a thread of a 2-D block over a 3-D grid computes."""
+    return (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y,
+            cuda.blockIdx.z)
