@@ -21,7 +21,7 @@ from numba_attn.api import problem_from_arrays  # noqa: E402
 from numba_attn.array_kinds import (DEVICE, NUMPY, TORCH, TORCH_CPU, arrays_for_checks, as_device_array,  # noqa: E402
                                     contiguous, described, kind_of, numpy_as_tensor, one_kind, tensor_as_numpy)
 from numba_attn.phases.registry import BACKWARD, Phase, get_phase, list_phases  # noqa: E402
-from numba_attn.spec.errors import AttentionInputError, check_bool  # noqa: E402
+from numba_attn.spec.errors import AttentionInputError, check_arrays, check_bool  # noqa: E402
 
 # phase=None: the first of these that supports the problem
 BACKWARD_DEFAULT = ("bwd_two_kernels", "bwd_naive")
@@ -136,7 +136,7 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=N
         raise AttentionInputError(f"q is a tensor on {q.device} but numba-attn runs in the CUDA simulator "
                                   f"(NUMBA_ATTN_BACKEND=simulator): pass CPU tensors")
     cq, ck, cv, co, clse, cdo = _checked(kind, arrays)
-    problem = problem_from_arrays(cq, ck, cv, causal=causal, scale=scale)  # checks q, k, v
+    check_arrays(cq, ck, cv)
     _check_grads_inputs(cq, co, clse, cdo)
     if phase is not None:
         backward_phase(phase)
@@ -144,6 +144,7 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=N
     Hkv, Nk = int(k.shape[1]), int(k.shape[2])
     if B * H * Nq == 0:  # nothing to compute: zero gradients
         return tuple(_zeros(kind, q, tuple(a.shape)) for a in (q, k, v))
+    problem = problem_from_arrays(cq, ck, cv, causal=causal, scale=scale)
     ph, resolved = choose_backward(problem, phase, params)
     launch = _plan(ph, problem, resolved)
     if kind == TORCH:

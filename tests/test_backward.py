@@ -1,0 +1,153 @@
+"""The backward family in the simulator: every backward phase against the float64 reference gradients
+(spec/grad_reference.py) on odd shapes (q_len != kv_len, GQA, causal and not, head_dim 16 and 40), a known-wrong
+backward rejected, and attention_backward()'s arrays and input checks."""
+import numpy as np
+import pytest
+from numba import cuda
+
+import numba_attn as na
+from numba_attn.array_kinds import is_device_array
+from numba_attn.backward import attention_backward, check_backward
+from numba_attn.phases.registry import list_phases, register_phase, temporary_phases
+from numba_attn.spec.errors import AttentionInputError
+from numba_attn.spec.grad_reference import grad_reference
+
+SHAPES = {
+    "B1H2/1-19x37-D16-fp32-causal": na.Problem(batch=1, heads=2, kv_heads=1, q_len=19, kv_len=37, head_dim=16,
+                                               causal=True),
+    "B1H2-37x21-D40-fp16": na.Problem(batch=1, heads=2, q_len=37, kv_len=21, head_dim=40, dtype="float16"),
+    "B2H4/2-29x45-D16-fp16-causal": na.Problem(batch=2, heads=4, kv_heads=2, q_len=29, kv_len=45, head_dim=16,
+                                               dtype="float16", causal=True),
+    "B1H3/1-23x23-D40-fp32-causal": na.Problem(batch=1, heads=3, kv_heads=1, q_len=23, head_dim=40, causal=True),
+    "B1H2-17x30-D16-fp32": na.Problem(batch=1, heads=2, q_len=17, kv_len=30, head_dim=16),
+}
+QUICK = "B1H2/1-19x37-D16-fp32-causal"
+PHASES = list_phases("backward")
+CASES = [pytest.param(p, s, id=f"{p.name}-{s}", marks=() if s == QUICK else pytest.mark.full)
+         for p in PHASES for s in SHAPES]
+
+
+def test_the_family_is_registered_apart_from_the_forward_phases():
+    names = [p.name for p in PHASES]
+    assert names[:2] == ["bwd_naive", "bwd_two_kernels"] and all(p.kind == "backward" for p in PHASES)
+    assert not set(names) & {p.name for p in list_phases()}  # the forward consumers never see them
+    assert set(names) <= {p.name for p in list_phases("all")} and na.get_phase("bwd_naive").parent is None
+
+
+@pytest.mark.parametrize("phase,shape", CASES)
+def test_backward_phase_matches_reference(phase, shape):
+    row = check_backward(phase.name, SHAPES[shape], **phase.sim_params)
+    assert row["status"] == "OK", f"{phase.name} on {SHAPES[shape].label}: {row['status']}: {row['reason']}"
+
+
+@pytest.mark.full
+def test_default_tiles_run_in_simulator():
+    """The default (GPU) tiles, not only the simulator's: several key tiles and a partial last one."""
+    prob = na.Problem(batch=1, heads=2, kv_heads=1, q_len=35, kv_len=70, head_dim=8, causal=True)
+    for phase in PHASES:
+        row = check_backward(phase.name, prob)
+        assert row["status"] == "OK", f"{phase.name}: {row['reason']}"
+
+
+def _no_delta(problem):
+    """bwd_naive with dS = P ∘ dP: the Delta term left out (Delta never computed, read as zeros)."""
+    from numba_attn.phases.backward.b00_bwd_naive import ROWS_PER_BLOCK, TILE_X, TILE_Y, grids, make_kernels
+    from numba_attn.phases.backward.common import backward_launch
+
+    B, H, Nq, Nk, G = problem.batch, problem.heads, problem.q_len, problem.kv_len, problem.group
+    probs, _, scores_grad, grad_q, grad_kv = make_kernels(problem.head_dim, problem.causal)
+    p, ds = (cuda.device_array((B * H, Nq, Nk), dtype="float32") for _ in range(2))
+    dl = cuda.to_device(np.zeros((B * H, Nq), np.float32))
+    g_s, g_q, g_kv, _ = grids(problem)
+    scale = np.float32(problem.sm_scale)
+    assert ROWS_PER_BLOCK
+
+    def run(q, k, v, o, lse, do, dq, dk, dv, stream=0):
+        probs[g_s, (TILE_X, TILE_Y), stream](q, k, v, do, lse, p, ds, scale, H, G, Nq, Nk)
+        scores_grad[g_s, (TILE_X, TILE_Y), stream](p, ds, dl, Nq, Nk)
+        grad_q[g_q, (TILE_X, TILE_Y), stream](ds, k, dq, scale, H, G, Nq, Nk)
+        grad_kv[g_kv, (TILE_X, TILE_Y), stream](p, ds, q, do, dk, dv, scale, H, G, Nq, Nk)
+
+    return backward_launch("bwd_no_delta", run, [probs])
+
+
+def test_a_backward_without_delta_is_rejected():
+    with temporary_phases():
+        register_phase(name="bwd_no_delta", order=199, title="wrong: dS without Delta", parent="bwd_naive",
+                       description="dS = P ∘ dP", lineage="a deliberate bug", planned_speedup=None,
+                       kind="backward")(_no_delta)
+        row = check_backward("bwd_no_delta", SHAPES[QUICK])
+        assert row["status"] == "FAIL" and "dq" in row["reason"] and "dk" in row["reason"], row
+        assert "dv" not in row["reason"]  # dV = Pᵀ dO needs no Delta
+    assert "bwd_no_delta" not in {p.name for p in list_phases("all")}
+
+
+def _inputs(problem, seed=3):
+    q, k, v = problem.inputs(seed)
+    do = np.random.default_rng(seed).standard_normal(q.shape).astype(q.dtype)
+    ref = grad_reference(q, k, v, do, causal=problem.causal)
+    return q, k, v, ref.o.astype(q.dtype), ref.lse.astype(np.float32), do, ref
+
+
+SMALL = na.Problem(batch=1, heads=2, kv_heads=1, q_len=9, kv_len=13, head_dim=8, causal=True)
+
+
+def test_numpy_device_and_torch_arrays_give_one_answer():
+    q, k, v, o, lse, do, ref = _inputs(SMALL)
+    host = attention_backward(q, k, v, o, lse, do, causal=True, phase="bwd_naive")
+    assert all(isinstance(g, np.ndarray) and g.dtype == np.float32 for g in host)
+    for g, want in zip(host, ref):
+        assert na.check(g, want).ok
+    dev = attention_backward(*(cuda.to_device(a) for a in (q, k, v, o, lse, do)), causal=True)  # phase=None
+    assert all(is_device_array(g) for g in dev)
+    for g, h in zip(dev, host):
+        assert np.allclose(g.copy_to_host(), h, atol=1e-5)
+    torch = pytest.importorskip("torch")
+    tens = attention_backward(*(torch.from_numpy(a) for a in (q, k, v, o, lse, do)), causal=True,
+                              phase="bwd_two_kernels", Br=16, Bc=16)
+    assert all(isinstance(g, torch.Tensor) for g in tens) and tuple(tens[1].shape) == k.shape
+    for g, h in zip(tens, host):
+        assert np.allclose(g.numpy(), h, atol=1e-5)
+
+
+def test_bad_inputs_are_refused_naming_the_argument():
+    q, k, v, o, lse, do, _ = _inputs(SMALL)
+    cases = [
+        ((q, k, v, o, lse[:, :, :-1], do), {}, "lse has shape"),
+        ((q, k, v, o, lse.astype(np.float64), do), {}, "lse has dtype float64"),
+        ((q, k, v, o.astype(np.float16), lse, do), {}, "o has dtype float16"),
+        ((q, k, v, o, lse, do[:, :1]), {}, "do has shape"),
+        ((q, k[:, :, :, :4], v, o, lse, do), {}, "k and v must have the same shape"),
+        ((q, k, v, o, cuda.to_device(lse), do), {}, "lse is a numba device array but q is a NumPy array"),
+        ((q, k, v, o, lse, do), {"phase": "smem_kv"}, "forward"),
+        ((q, k, v, o, lse, do), {"phase": "bwd_naive", "Br": 16}, "no parameter 'Br'"),
+        ((q, k, v, o, lse, do), {"causal": "yes"}, "causal"),
+    ]
+    for args, kw, match in cases:
+        kw = {"causal": True, **kw}
+        with pytest.raises(AttentionInputError, match=match):
+            attention_backward(*args, **kw)
+
+
+def test_variants_are_refused_with_the_reason():
+    from numba_attn.variants.library import sliding_window
+    from numba_attn.variants.mods import make_variant
+
+    prob = SMALL.replace(variant=make_variant(sliding_window(4), None))
+    for phase in PHASES:
+        reason = phase.supports(prob, **phase.sim_params)
+        assert reason and "not yet in the backward family" in reason
+
+
+def test_forward_calls_of_a_backward_launch_are_refused():
+    launch = na.get_phase("bwd_naive").plan(SMALL)
+    q = np.zeros(1)
+    with pytest.raises(AttentionInputError, match="attention_backward"):
+        launch(q, q, q, q, 0)
+
+
+def test_an_empty_batch_gives_zero_gradients():
+    q = np.zeros((0, 2, 5, 8), np.float32)
+    k = np.zeros((0, 2, 7, 8), np.float32)
+    dq, dk, dv = attention_backward(q, k, k, q, np.zeros((0, 2, 5), np.float32), q)
+    assert dq.shape == q.shape and dk.shape == dv.shape == k.shape
