@@ -59,7 +59,7 @@ def cmd_list(args) -> int:
     _run_setup(args.setup)
     from numba_attn.phases.registry import list_phases
 
-    phases = list_phases(args.kind)
+    phases = list_phases(args.kind or "all")  # the backward family too (kind "backward")
     hdr = ("order", "name", "parent", "kind", "plan", "dtypes", "file (numba_attn/phases/)", "title")
     rows = [(f"{p.order:g}", p.name, p.parent or "—", p.kind,
              f"{p.planned_speedup:g}x" if p.planned_speedup else "—", ",".join(p.dtypes), _phase_file(p), p.title)
@@ -178,6 +178,8 @@ def _cmd_run(args) -> int:
     if phases:
         for p in phases:
             get_phase(p)  # unknown names fail here, with suggestions
+        if any(get_phase(p).kind == "backward" for p in phases):
+            return _run_backward(args, be, phases, problems if not nothing else [])
     baseline = args.baseline if args.baseline is not None else "naive"
     get_phase(baseline)  # --baseline: a phase name
     params = params_of(args)
@@ -225,6 +227,35 @@ def _cmd_run(args) -> int:
     finally:
         prog.close()
     return _finish(rows, results, be, console, args.csv)
+
+
+def _run_backward(args, be, phases, problems) -> int:
+    """``run --phases`` of backward phases: each checked against the float64 gradients (dq, dk, dv), one line
+    per (phase, problem); nothing timed or written to a results file yet (the runner's rows are forward
+    launches). Without a problem: two small odd shapes (GQA and causal, fp32 and fp16)."""
+    from numba_attn.backward import check_backward
+    from numba_attn.phases.registry import get_phase
+    from numba_attn.spec.problem import Problem
+
+    forward = [p for p in phases if get_phase(p).kind != "backward"]
+    if forward:
+        raise SystemExit(f"--phases: backward phases run apart from forward ones; leave out {', '.join(forward)}")
+    if not problems:
+        problems = [Problem(batch=1, heads=2, kv_heads=1, q_len=19, kv_len=37, head_dim=16, causal=True),
+                    Problem(batch=1, heads=2, q_len=37, kv_len=21, head_dim=16, dtype="float16")]
+    params = params_of(args)
+    print(f"backend: {be.describe()}", flush=True)
+    print("backward phases: checked against the float64 gradients, not timed (no results file)", flush=True)
+    bad = 0
+    for name in phases:
+        ph = get_phase(name)
+        over = {**(ph.sim_params if be.IS_SIMULATOR else {}), **params.get(name, {})}
+        for problem in problems:
+            row = check_backward(name, problem, **over)
+            errs = "  ".join(f"{k} {v:.2e}" for k, v in row["rel_err"].items())
+            print(f"{row['status']:4s}  {name:18s} {problem.label:36s} {errs}  {row['reason']}".rstrip(), flush=True)
+            bad += row["status"] == "FAIL"
+    return 1 if bad else 0
 
 
 def _finish(rows, results, be, console, csv_path=None, plots=()) -> int:

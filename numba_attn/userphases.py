@@ -486,6 +486,9 @@ def new_phase(name: str, from_: str, dir: str | None = None) -> NewPhase:  # noq
         close = difflib.get_close_matches(str(from_), known, n=3, cutoff=0.5)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise NewPhaseError(f"--from {from_!r} is not a phase.{hint} (`numba-attn list` names them all)")
+    if parent.kind == "backward":  # its test template runs forward launches (numba_attn.run)
+        raise NewPhaseError(f"--from {from_!r} is a backward phase: new copies forward phases only; copy its module "
+                            f"(numba_attn/phases/backward/) by hand and check it with numba_attn.backward.check_backward")
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise NewPhaseError(f"--dir {_short(directory)}: not a directory")
     src_path = parent.source_file

@@ -40,7 +40,8 @@ FAMILY_TESTS = {
     "decode": ("tests/test_decode.py", "tests/test_pdl.py"),
 }
 
-FAMILY_NAMES = {"cuda_core": "CUDA-core prefill", "tensor_core": "tensor-core prefill", "decode": "decode"}
+FAMILY_NAMES = {"cuda_core": "CUDA-core prefill", "tensor_core": "tensor-core prefill", "decode": "decode",
+                "backward": "backward (gradients)"}
 
 # The problem a phase's "best measured time" is quoted at in the index, when it has a row there
 REFERENCE_LABELS = ("B1 H32 N4096 D64 fp32", "B1 H32 N4096 D64 fp16")
@@ -61,6 +62,8 @@ def test_files(phase) -> list[str]:
         if not mine or not os.path.exists(mine):
             return []
         return [os.path.join(os.path.dirname(shown_path(src)), os.path.basename(mine)).replace(os.sep, "/")]
+    if phase.kind == "backward":  # tests/test_phases.py runs forward launches only
+        return ["tests/test_backward.py"]
     paged = {"paged": ["tests/test_paged.py"], "varlen": ["tests/test_varlen.py"]}.get(getattr(phase, "layout", ""), [])
     return ["tests/test_phases.py", *FAMILY_TESTS.get(family(phase), ()), *paged]
 
