@@ -75,9 +75,10 @@ def _check_host_memory(problem: Problem, arrays) -> None:
                                   f"of non-contiguous inputs and the output); {free / 2**30:.2f} GiB available")
 
 
-def _plan(q, k, v, causal, scale, phase, allow_tf32, params, variant=None):
+def _plan(q, k, v, causal, scale, phase, allow_tf32, params, variant=None, lse=False):
     """Everything checked before a launch: ``(problem, phase, resolved params, why)``; problem is
-    None for an empty problem (nothing to launch). ``variant``: the call's mask/score functions."""
+    None for an empty problem (nothing to launch). ``variant``: the call's mask/score functions; ``lse``:
+    the phase must write the rows' log-sum-exp (a phase without it is refused, ``phase=None`` skips it)."""
     causal = check_bool("causal", causal)
     allow_tf32 = check_bool("allow_tf32", allow_tf32)
     ph = _phase_arg(phase) if phase is not None else None
@@ -101,6 +102,10 @@ def _plan(q, k, v, causal, scale, phase, allow_tf32, params, variant=None):
         except VariantError as e:
             raise AttentionInputError(str(e)) from e
         problem = problem.replace(variant=variant)
+    if lse:
+        from numba_attn.variants.sinks import lse_problem
+
+        problem = lse_problem(problem)
     chosen = {}
     if ph is None:
         ph, why, chosen = choose_phase(problem, allow_tf32=allow_tf32)
@@ -144,7 +149,7 @@ class Explanation:
 
 
 def explain(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False, nonfinite="propagate",
-            mask_mod=None, score_mod=None, aux=None, **params) -> Explanation:
+            mask_mod=None, score_mod=None, aux=None, return_lse=False, sinks=None, **params) -> Explanation:
     """The phase ``attention(q, k, v, ...)`` with the same arguments would run, its resolved
     parameters (:meth:`Phase.resolve`) and why it was chosen; checks the same inputs (NumPy
     arrays, numba device arrays or tensors), launches nothing and uses no cached plan."""
@@ -152,8 +157,9 @@ def explain(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False, 
         raise AttentionInputError(f"nonfinite must be 'propagate' or 'raise'; got {nonfinite!r}")
     kind = one_kind(q, k, v, None)
     q, k, v = arrays_for_checks(kind, q, k, v)
+    lse = check_bool("return_lse", return_lse) or sinks is not None
     problem, ph, resolved, why = _plan(q, k, v, causal, scale, phase, allow_tf32, params,
-                                       _variant(mask_mod, score_mod, aux))
+                                       _variant(mask_mod, score_mod, aux), lse)
     if problem is not None and kind != TORCH:
         _check_host_memory(problem, (q, k, v))
     return Explanation(ph, dict(resolved or {}), why, problem)
@@ -168,8 +174,21 @@ def _variant(mask_mod, score_mod, aux):
         raise AttentionInputError(str(e)) from e
 
 
+def _sinks(sinks, q):
+    """The call's sink logits as a float32 host array (H,), checked; None without sinks."""
+    if sinks is None:
+        return None
+    from numba_attn.variants.sinks import check_sinks
+
+    try:
+        return check_sinks(sinks, int(q.shape[1]) if len(q.shape) == 4 else -1)
+    except ValueError as e:
+        raise AttentionInputError(str(e)) from e
+
+
 def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False, nonfinite="propagate",
-              out=None, stream=None, mask_mod=None, score_mod=None, block_mask=None, aux=None, **params):
+              out=None, stream=None, mask_mod=None, score_mod=None, block_mask=None, aux=None, return_lse=False,
+              sinks=None, **params):
     """Softmax attention of q (B, H, Nq, D) over k, v (B, Hkv, Nk, D).
 
     ``phase`` names a registered phase (a registered ``Phase`` object is taken by its name);
@@ -203,6 +222,12 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False
     ``mask_mod``, ``score_mod``, ``aux``, ``block_mask``: an attention variant written in Python, its
     arrays and its block mask (docs/variants.md, :mod:`numba_attn.variants`).
 
+    ``return_lse``: return ``(out, lse)``, lse (B, H, Nq) float32 of out's kind: each row's log-sum-exp over
+    the keys it sees, natural log of Σ exp(score·scale) (-inf for a row that sees none), written by the phase
+    from its running max and sum (phases registered with ``lse=True``; ``phase=None`` picks one of them).
+    ``sinks``: per-head sink logits (H,) (gpt-oss, transformers' ``s_aux``): one more key of that score and
+    value 0 in each row's softmax, applied from the log-sum-exp (:mod:`numba_attn.variants.sinks`).
+
     ``stream``: CUDA tensors are computed on PyTorch's current stream
     (``torch.cuda.current_stream()``), other inputs on the default stream; ``stream=`` (a numba
     stream or a ``torch.cuda.Stream``) overrides either. The call does not synchronize (except for
@@ -220,11 +245,18 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False
     variant = _variant(mask_mod, score_mod, aux)
     if block_mask is not None and (variant is None or not variant.has_mask):
         raise AttentionInputError("block_mask given without a mask_mod it was made from")
+    return_lse = check_bool("return_lse", return_lse)
+    sink_logits = _sinks(sinks, q)
+    lse = return_lse or sink_logits is not None
     if kind == TORCH_CPU:  # the NumPy path on views of the tensors' memory
         res = attention(*arrays_for_checks(kind, q, k, v), causal=causal, scale=scale, phase=phase,
                         allow_tf32=allow_tf32, nonfinite=nonfinite,
                         out=None if out is None else tensor_as_numpy("out", out), stream=stream,
-                        mask_mod=mask_mod, score_mod=score_mod, block_mask=block_mask, aux=aux, **params)
+                        mask_mod=mask_mod, score_mod=score_mod, block_mask=block_mask, aux=aux,
+                        return_lse=return_lse, sinks=sink_logits, **params)
+        if return_lse:
+            o, lse_host = res
+            return (out if out is not None else numpy_as_tensor(o)), numpy_as_tensor(lse_host)
         return out if out is not None else numpy_as_tensor(res)
     if kind == TORCH and backend.IS_SIMULATOR:
         raise AttentionInputError(f"q is a tensor on {q.device} but numba-attn runs in the CUDA simulator "
@@ -233,15 +265,21 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False
     key = plans.plan_key(kind, q, k, v, causal, scale, phase, allow_tf32, params, stream_key)
     if variant is not None and key is not None:
         key = key + (("variant",) + variant.signature(),)
+    if lse and key is not None:
+        key = key + ("lse",)
     plan = plans.cached(key)
     if plan is None:
-        return _plan_and_launch(kind, key, q, k, v, causal, scale, phase, allow_tf32, nonfinite, out,
-                                numba_stream, launch_stream, params, variant, block_mask)
+        return _finish(_plan_and_launch(kind, key, q, k, v, causal, scale, phase, allow_tf32, nonfinite, out,
+                                        numba_stream, launch_stream, params, variant, block_mask, lse,
+                                        sink_logits), return_lse, lse)
     if out is not None:
         check_out(out, kind, q, k, v)
     if nonfinite == "raise":
         for name, a in (("q", q), ("k", k), ("v", v)):
             check_finite_input(kind, name, a)
+    if lse:
+        mods = _mods(plan, variant, block_mask) if variant is not None else None
+        return _finish(plans.run(plan, kind, q, k, v, out, mods=mods, lse=True, sinks=sink_logits), return_lse, lse)
     if variant is not None:
         return plans.run(plan, kind, q, k, v, out, mods=_mods(plan, variant, block_mask))
     if plan.replay is not None:  # the first call's launches at this call's addresses
@@ -289,17 +327,25 @@ def _mods(plan, variant, block_mask):
         raise AttentionInputError(f"block_mask: {e}") from e
 
 
+def _finish(result, return_lse, lse):
+    """A call's result: ``(out, lse)`` with ``return_lse``, else out (a sinks call computed lse for itself)."""
+    if lse and not return_lse:
+        return result[0]
+    return result
+
+
 def _plan_and_launch(kind, key, q, k, v, causal, scale, phase, allow_tf32, nonfinite, out, numba_stream,
-                     launch_stream, params, variant=None, block_mask=None):
+                     launch_stream, params, variant=None, block_mask=None, lse=False, sinks=None):
     """A call without a cached plan: every check, the phase's choice and plan, the first launch;
-    the plan is kept when the launch succeeds."""
+    the plan is kept when the launch succeeds. ``lse``: ``(out, lse)`` (``sinks`` applied to out)."""
     stamp = plans.token()
     checked = arrays_for_checks(kind, q, k, v)
-    problem, ph, resolved, why = _plan(*checked, causal, scale, phase, allow_tf32, params, variant)
+    problem, ph, resolved, why = _plan(*checked, causal, scale, phase, allow_tf32, params, variant, lse)
     if out is not None:
         check_out(out, kind, q, k, v)
     if problem is None:
-        return out if out is not None else empty_output(q, tuple(q.shape))
+        o = out if out is not None else empty_output(q, tuple(q.shape))
+        return (o, _empty_lse(kind, q)) if lse else o
     if kind == TORCH and not q.is_cuda:
         raise AttentionInputError(f"q is a tensor on {q.device}: numba-attn computes on CUDA tensors (or CPU "
                                   f"tensors, copied like NumPy arrays)")
@@ -341,11 +387,27 @@ def _plan_and_launch(kind, key, q, k, v, causal, scale, phase, allow_tf32, nonfi
                 raise AttentionInputError(f"block_mask was made for q_len={bm.q_len}, kv_len={bm.kv_len}; "
                                           f"this call has q_len={problem.q_len}, kv_len={problem.kv_len}")
         mods = _mods(plan, variant, block_mask)
-        result = plans.run(plan, kind, q, k, v, out, mods=mods)
+        result = plans.run(plan, kind, q, k, v, out, mods=mods, lse=lse, sinks=sinks)
+        if key is not None:
+            plans.keep(key, plan)
+        return result
+    if lse:  # (no recorded replay: the log-sum-exp is another array per call)
+        result = plans.run(plan, kind, q, k, v, out, lse=True, sinks=sinks)
         if key is not None:
             plans.keep(key, plan)
         return result
     return plans.first_run(plan, key, kind, q, k, v, out)
+
+
+def _empty_lse(kind, q):
+    """The (B, H, 0) or empty log-sum-exp of an empty problem, of q's kind."""
+    shape = tuple(int(n) for n in q.shape[:3])
+    if kind == TORCH:
+        torch = sys.modules["torch"]
+        return torch.empty(shape, dtype=torch.float32, device=q.device)
+    if kind == DEVICE:
+        return cuda.device_array(shape, dtype=np.float32)
+    return np.empty(shape, dtype=np.float32)
 
 
 # -- decode over a paged KV cache ---------------------------------------------------------

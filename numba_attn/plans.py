@@ -127,18 +127,29 @@ def keep(key, plan) -> None:
         _STATS["workspace"] -= old.launch.workspace_bytes or 0
 
 
-def launch(plan, qd, kd, vd, od, mods=None) -> None:
+def launch(plan, qd, kd, vd, od, mods=None, lse=None, sinks=None) -> None:
     """Run the plan's Launch (``mods``: a variant's kernel arguments for this call's arrays, None: the
-    launch's own); a launch the device refuses is an :class:`AttentionInputError`."""
+    launch's own); a launch the device refuses is an :class:`AttentionInputError`. ``lse``: a float32
+    (B·H, Nq) device array the phase writes each row's log-sum-exp to (a plan of a problem asking for it);
+    ``sinks``: (H,) sink logits, applied to the output from that log-sum-exp (:mod:`numba_attn.variants.sinks`)."""
     extra = {} if mods is None else {"mods": mods}  # (a varlen or paged call's launch takes no mods)
+    run = plan.launch
+    if lse is not None:  # (Launch.__call__ passes no lse: the run of a phase that writes it takes it)
+        extra["lse"] = lse
+        run = plan.launch.run
     try:
         if backend.IS_SIMULATOR:
             from numba_attn.measure import limits
 
             with limits.simulated_device_limits():
-                plan.launch(qd, kd, vd, od, plan.launch_stream, **extra)
+                run(qd, kd, vd, od, plan.launch_stream, **extra)
         else:
-            plan.launch(qd, kd, vd, od, plan.launch_stream, **extra)
+            run(qd, kd, vd, od, plan.launch_stream, **extra)
+        if sinks is not None:
+            from numba_attn.variants.sinks import apply_sinks
+
+            apply_sinks(od, lse, sinks, plan.problem.heads, plan.launch_stream or 0,
+                        bf16=plan.problem.dtype == "bfloat16")
     except Exception as exc:  # noqa: BLE001
         from numba_attn.measure import limits
         from numba_attn.measure.status import classify_exception
@@ -151,29 +162,51 @@ def launch(plan, qd, kd, vd, od, mods=None) -> None:
         raise
 
 
-def run(plan, kind, q, k, v, out, seen=None, mods=None):
+def run(plan, kind, q, k, v, out, seen=None, mods=None, lse=False, sinks=None):
     """Launch a checked plan on this call's arrays; the output (``out`` when given). ``seen``: a
-    list that receives the four device addresses launched on (tensors and device arrays)."""
+    list that receives the four device addresses launched on (tensors and device arrays). ``lse``: also
+    the rows' log-sum-exp, ``(out, lse)`` with lse (B, H, Nq) float32 of the call's kind; ``sinks``: a host
+    (H,) array of sink logits applied to the output (needs ``lse``)."""
     s_q, s_kv, _, _ = plan.shapes
+    B, H, Nq = plan.problem.batch, plan.problem.heads, plan.problem.q_len
+    lse_out = lse_d = None
+    if lse:
+        if kind == TORCH:
+            lse_out = sys.modules["torch"].empty((B, H, Nq), dtype=sys.modules["torch"].float32, device=q.device)
+            lse_d = cuda.as_cuda_array(lse_out).reshape(B * H, Nq)
+        else:
+            lse_out = cuda.device_array((B, H, Nq), dtype=np.float32)
+            lse_d = lse_out.reshape(B * H, Nq)
+        if sinks is not None:
+            sinks = cuda.to_device(np.ascontiguousarray(sinks, dtype=np.float32), stream=plan.numba_stream or 0)
+    extra = {"mods": mods, "lse": lse_d, "sinks": sinks}
+
+    def done(o):
+        if not lse:
+            return o
+        if kind in (TORCH, DEVICE):
+            return o, lse_out
+        return o, lse_out.copy_to_host()
+
     if kind == TORCH:
         o = out if out is not None else sys.modules["torch"].empty(q.shape, dtype=q.dtype, device=q.device)
         b = plan.bind
         addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr())
         if seen is not None:
             seen.extend(addresses)
-        launch(plan, *(b(i, a) for i, a in enumerate(addresses)), mods=mods)
-        return o
+        launch(plan, *(b(i, a) for i, a in enumerate(addresses)), **extra)
+        return done(o)
     if kind == DEVICE:
         o = out if out is not None else cuda.device_array(q.shape, dtype=q.dtype)
         b = plan.bind
         if b is None:  # the simulator
-            launch(plan, q.reshape(s_q), k.reshape(s_kv), v.reshape(s_kv), o.reshape(s_q), mods=mods)
+            launch(plan, q.reshape(s_q), k.reshape(s_kv), v.reshape(s_kv), o.reshape(s_q), **extra)
         else:
             addresses = tuple(address(DEVICE, a) for a in (q, k, v, o))
             if seen is not None:
                 seen.extend(addresses)
-            launch(plan, *(b(i, a) for i, a in enumerate(addresses)), mods=mods)
-        return o
+            launch(plan, *(b(i, a) for i, a in enumerate(addresses)), **extra)
+        return done(o)
     # NumPy: copied to the device (contiguous copies of non-contiguous inputs), computed, copied back
     from numba_attn.measure.check import to_device
 
@@ -182,16 +215,15 @@ def run(plan, kind, q, k, v, out, seen=None, mods=None):
     od = cuda.device_array(qd.shape, dtype=qd.dtype)
     b = plan.bind
     if b is None:
-        launch(plan, qd.reshape(s_q), kd.reshape(s_kv), vd.reshape(s_kv), od.reshape(s_q), mods=mods)
+        launch(plan, qd.reshape(s_q), kd.reshape(s_kv), vd.reshape(s_kv), od.reshape(s_q), **extra)
     else:  # views that do not own the copies, so the plan keeps none of them alive
-        launch(plan, *(b(i, address(DEVICE, a)) for i, a in enumerate((qd, kd, vd, od))), mods=mods)
+        launch(plan, *(b(i, address(DEVICE, a)) for i, a in enumerate((qd, kd, vd, od))), **extra)
     if out is None:
         out = np.empty(q.shape, dtype=q.dtype)
     od.copy_to_host(out.view(od.dtype), stream=s)
     if s:
         s.synchronize()
-    return out
-
+    return done(out)
 
 
 def make(problem, ph, resolved, why, params, stamp, numba_stream, launch_stream) -> Plan:

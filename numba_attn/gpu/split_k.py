@@ -9,12 +9,14 @@ function (``combine_splits``, ``combine_splits_fixed``) is in
 from __future__ import annotations
 
 import functools
+import math
 
 from numba_attn.gpu.backend import IS_SIMULATOR  # first: chooses the backend before numba is imported
 
 from numba import cuda, float32, uint16, uint32  # noqa: E402
 
-from numba_attn.gpu.device_functions import combine_splits, combine_splits_fixed  # noqa: E402
+from numba_attn.gpu.device_functions import (EMPTY_LSE_BELOW, NEG_BIG, combine_splits,  # noqa: E402
+                                             combine_splits_fixed)
 from numba_attn.gpu.intrinsics import pack_bf16x2  # noqa: E402
 from numba_attn.gpu.jit import kernel  # noqa: E402
 from numba_attn.gpu.pdl import grid_dependency_wait  # noqa: E402
@@ -105,3 +107,32 @@ def make_combine_kernel(Nq: int, WAIT: bool = False, NS: int = 0, BF16: bool = F
             o[bh, row - bh * Nq, d] = combine_splits(part_o, part_lse, S, row, d)
 
     return combine
+
+
+ROW_SAW_NOTHING = float32(-1e27)  # a combined log-sum-exp below this: no split saw a key of the row
+
+
+@functools.cache
+def make_combine_lse_kernel(Nq: int):
+    """The combine kernel that also writes each row's log-sum-exp, ``lse[bh, i] = log Σ_s exp(lse_s)`` over the
+    splits that saw keys (-inf where none did): ``combine(part_o, part_lse, o, S, lse)``."""
+
+    @kernel
+    def combine_lse(part_o, part_lse, o, S, lse):
+        row = cuda.blockIdx.x
+        d = cuda.threadIdx.x
+        bh = row // Nq
+        o[bh, row - bh * Nq, d] = combine_splits(part_o, part_lse, S, row, d)
+        if d == 0:
+            m = NEG_BIG
+            for s in range(S):
+                m = max(m, part_lse[s, row])
+            total = float32(0.0)
+            for s in range(S):
+                x = part_lse[s, row]
+                if x > EMPTY_LSE_BELOW:
+                    total += math.exp(x - m)
+            lse[bh, row - bh * Nq] = m + math.log(total) if m > ROW_SAW_NOTHING and total > float32(0.0) else \
+                float32(-math.inf)
+
+    return combine_lse

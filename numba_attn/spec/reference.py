@@ -48,7 +48,7 @@ def poisoned_mask(out: np.ndarray, dtype: str) -> np.ndarray:
     return out.view(ut) == bits
 
 
-def reference(q, k, v, *, causal=False, scale=None, return_lse=False, variant=None):
+def reference(q, k, v, *, causal=False, scale=None, return_lse=False, variant=None, sinks=None):
     """Attention in float64. q: (B, H, Nq, D); k, v: (B, Hkv, Nk, D).
 
     Causal masking is bottom-right aligned (query i sees keys j <= i + Nk - Nq).
@@ -58,7 +58,18 @@ def reference(q, k, v, *, causal=False, scale=None, return_lse=False, variant=No
     ``variant`` (:class:`numba_attn.variants.Variant`): its score function rewrites the scaled scores, its
     mask function hides keys (with ``causal``, both apply); a row that sees no key is 0 (log-sum-exp -inf),
     as FlexAttention defines it.
+
+    ``sinks`` (H,): per-head sink logits (gpt-oss, transformers' ``s_aux``): one more key of score ``sinks[h]``
+    and value 0 in each row's softmax, so the output is scaled by ``1 / (1 + exp(sinks[h] - lse))`` (0 for a
+    row that sees no key); the log-sum-exp returned is the keys' own, without the sink.
     """
+    if sinks is not None:
+        out, lse = reference(q, k, v, causal=causal, scale=scale, return_lse=True, variant=variant)
+        sink = np.asarray(sinks, np.float64).reshape(1, -1, 1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            factor = np.where(np.isneginf(lse), 0.0, 1.0 / (1.0 + np.exp(sink - lse)))
+        out = np.where(factor[..., None] == 0.0, 0.0, out * factor[..., None])
+        return (out, lse) if return_lse else out
     if variant is not None:
         return _variant_reference(q, k, v, causal, scale, return_lse, variant)
     B, H, Nq, D = q.shape

@@ -29,6 +29,7 @@ from numba_attn.gpu.ptx_loads import (MASKED, STATIC_SMEM_LIMIT, dynamic_tile, f
 from numba_attn.gpu.warp import FULL_MASK, WARP_SIZE, shfl_xor_sync
 from numba_attn.phases.registry import Launch
 from numba_attn.variants.launching import KernelMods
+from numba_attn.variants.sinks import lse_parts, lse_stages, with_lse
 from numba_attn.variants.stages import FULL, LN2, LOG2E, PARTIAL, PLAIN
 
 MAX_THREADS = 1024  # threads per block
@@ -43,20 +44,21 @@ def row_block_launch(kern, problem, Br: int, threads: int, smem_bytes: int = 0, 
     ``smem_bytes`` > 0: that much dynamic shared memory (opting in above 48 KiB);
     ``scale`` defaults to the problem's softmax scale. ``mods``: the variant's arrays and its block
     mask of (Br × ``Bc``) tiles (``()`` without a variant; ``Bc`` None: a kernel without key tiles,
-    no block mask)."""
+    no block mask). ``run(..., lse=)``: the (B·H, Nq) float32 array a kernel compiled with a log-sum-exp stage
+    writes (:func:`~numba_attn.variants.stages.with_lse`)."""
     H, Nq, Nk, G = problem.heads, problem.q_len, problem.kv_len, problem.group
     scale = float32(problem.sm_scale if scale is None else scale)
     grid = ((Nq + Br - 1) // Br, problem.batch * H)
     kernel_mods = KernelMods(problem, Br if Bc else None, Bc)
 
     if smem_bytes:
-        def run(q, k, v, o, stream=0, mods=None):
+        def run(q, k, v, o, stream=0, mods=None, lse=None):
             launch_dynamic(kern, grid, threads, stream, smem_bytes, q, k, v, o, scale, H, G, Nq, Nk,
-                           kernel_mods(stream=stream) if mods is None else mods)
+                           with_lse(kernel_mods(stream=stream) if mods is None else mods, lse))
     else:
-        def run(q, k, v, o, stream=0, mods=None):
+        def run(q, k, v, o, stream=0, mods=None, lse=None):
             kern[grid, threads, stream](q, k, v, o, scale, H, G, Nq, Nk,
-                                        kernel_mods(stream=stream) if mods is None else mods)
+                                        with_lse(kernel_mods(stream=stream) if mods is None else mods, lse))
 
     variant = problem.variant is not None
     return Launch(run, kernels=[kern], kernel_mods=kernel_mods if variant else None, replayable=not variant)
@@ -140,12 +142,18 @@ def tile_rows(D: int, stage=PLAIN):
 @functools.cache
 def store_row(W: int, stage=PLAIN):
     """The end of a row: ``o[bh, i, c0:c0+W] = O / l``, a whole row (W = D, c0 = 0) or a
-    thread's segment (W = SEG); 0 for a row a variant's mask left without keys."""
+    thread's segment (W = SEG); 0 for a row a variant's mask left without keys. A stage that writes the
+    log-sum-exp (:func:`~numba_attn.variants.sinks.lse_parts`): the row's first segment stores it from
+    (m, l), natural units."""
+    LSE, store_lse, _ = lse_parts(stage)
+
     @device
-    def store(o, bh, i, c0, O, m, l):
+    def store(o, bh, i, c0, O, m, l, mods):
         inv_l = stage.inverse_l(m, l)
         for c in range(W):
             o[bh, i, c0 + c] = O[c] * inv_l
+        if LSE and c0 == 0:
+            store_lse(mods, bh, i, m, l)
 
     return store
 
@@ -335,12 +343,15 @@ def register_blocked_reason(problem, Br, Bc, TM, TN) -> str | None:
 
 
 @functools.cache
-def make_register_blocked(D: int, Br: int, Bc: int, TM: int, TN: int, maxreg: int, causal: bool,
+def make_register_blocked(D: int, Br: int, Bc: int, TM: int, TN: int, maxreg: int, causal: bool, lse: bool,
                           skip: bool, heavy_first: bool, stage=PLAIN):
     """The register-blocked kernel. ``skip`` (``causal_skip``): only the tiles that cross
     the causal diagonal or the end of the keys are masked; ``heavy_first``: the grid's
     query blocks run in reverse order (the longest causal blocks first). ``stage``: the variant's
-    (its block mask's visited tiles, its mask on partial tiles, its score function)."""
+    (its block mask's visited tiles, its mask on partial tiles, its score function); ``lse``: it also writes
+    each row's log-sum-exp (:func:`~numba_attn.variants.sinks.lse_stages`)."""
+    if lse:
+        stage = lse_stages(stage)
     KG, NT, TD, _ = geometry(D, Br, Bc, TM, TN)
     QC, KC, DC = TM // 4, TN // 4, TD // 4  # 16-byte chunks of the Q, K and O/V fragments
     KSTRIDE = 4 * KG  # a thread's key chunks (and O column chunks) are KSTRIDE apart
@@ -349,6 +360,7 @@ def make_register_blocked(D: int, Br: int, Bc: int, TM: int, TN: int, maxreg: in
     KT_OFF = QT_OFF + D * Br
     V_OFF = KT_OFF + 2 * D * Bc
     PT_OFF = V_OFF + 2 * Bc * D
+    LSE, _, store_lse2 = lse_parts(stage)  # the kernel writes each row's log-sum-exp (the last array of ``mods``)
 
     def register_blocked(q, k, v, o, scale2, H, G, Nq, Nk, mods):
         Q_t = dynamic_tile(QT_OFF, D, Br)  # Qᵀ, pre-scaled by scale·log2(e)
@@ -501,6 +513,8 @@ def make_register_blocked(D: int, Br: int, Bc: int, TM: int, TN: int, maxreg: in
                 inv_l = stage.inverse_l(m[a], lsum)
                 for c in range(TD):
                     o[bh, i, (c // 4) * KSTRIDE + kg * 4 + (c % 4)] = acc[a, c] * inv_l
+                if LSE and kg == 0:  # (m, l) in base-2 units
+                    store_lse2(mods, bh, i, m[a], lsum)
 
     if skip:  # the kernel carries the name of the phase that runs it
         register_blocked.__name__ = register_blocked.__qualname__ = "causal_skip"

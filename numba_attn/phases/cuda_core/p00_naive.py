@@ -21,7 +21,8 @@ from numba_attn.gpu.device_functions import NEG_INF
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.phases.registry import Launch, register_phase
 from numba_attn.variants.launching import KernelMods
-from numba_attn.variants.stages import PLAIN, stages_of
+from numba_attn.variants.sinks import lse_parts, stages_for, with_lse
+from numba_attn.variants.stages import PLAIN
 from numba_attn.gpu.warp import WARP_SIZE, warp_max, warp_sum
 
 ROWS_PER_BLOCK = 4  # softmax: one warp per row, 4 rows per block
@@ -37,6 +38,8 @@ def element():
 
 @functools.cache
 def make_kernels(D: int, causal: bool, stage=PLAIN):
+    LSE, store_lse, _ = lse_parts(stage)
+
     @kernel
     def scores(q, k, s, scale, H, G, Nq, Nk, mods):
         """S[bh, i, j] = scale · Σ_d Q[bh, i, d] K[kvh, j, d]  (or −inf if masked)."""
@@ -57,8 +60,9 @@ def make_kernels(D: int, causal: bool, stage=PLAIN):
         s[bh, i, j] = stage.modified(acc * scale, b, h, q_idx, j, mods)
 
     @kernel
-    def softmax(s, Nq, Nk):
-        """P[bh, i, :] = softmax(S[bh, i, :]) in place; one warp per row."""
+    def softmax(s, Nq, Nk, mods):
+        """P[bh, i, :] = softmax(S[bh, i, :]) in place; one warp per row (and, with a log-sum-exp stage, the
+        row's log-sum-exp from its max and sum)."""
         lane = cuda.threadIdx.x
         i = cuda.blockIdx.x * ROWS_PER_BLOCK + cuda.threadIdx.y
         bh = cuda.blockIdx.y
@@ -71,7 +75,10 @@ def make_kernels(D: int, causal: bool, stage=PLAIN):
         total = float32(0.0)
         for j in range(lane, Nk, WARP_SIZE):
             total += math.exp(s[bh, i, j] - m)
-        inv = stage.inverse_l(m, warp_sum(total))
+        l = warp_sum(total)
+        inv = stage.inverse_l(m, l)
+        if LSE and lane == 0:
+            store_lse(mods, bh, i, m, l)
         for j in range(lane, Nk, WARP_SIZE):
             s[bh, i, j] = math.exp(s[bh, i, j] - m) * inv
 
@@ -102,11 +109,12 @@ def make_kernels(D: int, causal: bool, stage=PLAIN):
     lineage="Standard attention as a GEMM → softmax → GEMM pipeline (Vaswani et al. 2017)",
     planned_speedup=1.0,
     variants=True,
+    lse=True,
 )
 def naive(problem):
     B, H, Nq, Nk, D = problem.batch, problem.heads, problem.q_len, problem.kv_len, problem.head_dim
     G = problem.group
-    scores, softmax, pv = make_kernels(D, problem.causal, stages_of(problem.variant))
+    scores, softmax, pv = make_kernels(D, problem.causal, stages_for(problem))
     kernel_mods = KernelMods(problem, None, None)
     scale = float32(problem.sm_scale)
     s = cuda.device_array((B * H, Nq, Nk), dtype="float32")
@@ -114,10 +122,10 @@ def naive(problem):
     grid_p = ((Nq + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK, B * H)
     grid_o = ((D + TILE_X - 1) // TILE_X, (Nq + TILE_Y - 1) // TILE_Y, B * H)
 
-    def run(q, k, v, o, stream=0, mods=None):
+    def run(q, k, v, o, stream=0, mods=None, lse=None):
         mods = kernel_mods(stream=stream) if mods is None else mods
         scores[grid_s, (TILE_X, TILE_Y), stream](q, k, s, scale, H, G, Nq, Nk, mods)
-        softmax[grid_p, (WARP_SIZE, ROWS_PER_BLOCK), stream](s, Nq, Nk)
+        softmax[grid_p, (WARP_SIZE, ROWS_PER_BLOCK), stream](s, Nq, Nk, with_lse(mods, lse))
         pv[grid_o, (TILE_X, TILE_Y), stream](s, v, o, H, G, Nq, Nk)
 
     variant = problem.variant is not None

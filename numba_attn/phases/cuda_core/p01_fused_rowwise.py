@@ -22,7 +22,8 @@ from numba_attn.gpu.device_functions import row_key_step, visible_keys
 from numba_attn.gpu.jit import kernel
 from numba_attn.phases.cuda_core.common import kv_head, row_block_launch, start_row_q, store_row
 from numba_attn.phases.registry import register_phase
-from numba_attn.variants.stages import PLAIN, stages_of
+from numba_attn.variants.sinks import stages_for
+from numba_attn.variants.stages import PLAIN
 
 
 @functools.cache
@@ -44,7 +45,7 @@ def make_kernel(D: int, THREADS: int, causal: bool, stage=PLAIN):
         for j in range(visible_keys(i, Nq, Nk, causal)):
             if stage.visible(at[0], at[1], at[2], j, mods):  # s = Q_i·K_j, online softmax, O_i += p·V_j
                 m, l = key_step(Q_i, O_i, k, v, kvh, j, m, l, at, mods)
-        store(o, bh, i, 0, O_i, m, l)
+        store(o, bh, i, 0, O_i, m, l, mods)
 
     return fused_rowwise
 
@@ -62,7 +63,8 @@ def make_kernel(D: int, THREADS: int, causal: bool, stage=PLAIN):
     planned_speedup=4.0,
     space={"threads": [32, 64, 128, 256]},
     variants=True,
+    lse=True,
 )
 def fused_rowwise(problem, threads=128):
-    kern = make_kernel(problem.head_dim, threads, problem.causal, stages_of(problem.variant))
+    kern = make_kernel(problem.head_dim, threads, problem.causal, stages_for(problem))
     return row_block_launch(kern, problem, threads, threads)

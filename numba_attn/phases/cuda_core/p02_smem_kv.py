@@ -23,7 +23,8 @@ from numba_attn.gpu.jit import kernel
 from numba_attn.phases.cuda_core.common import (kv_head, load_kv, row_block_launch, row_keys, start_row_q,
                                                 static_kv_reason, store_row, tile_rows)
 from numba_attn.phases.registry import register_phase
-from numba_attn.variants.stages import PLAIN, stages_of
+from numba_attn.variants.sinks import stages_for
+from numba_attn.variants.stages import PLAIN
 
 
 @functools.cache
@@ -56,7 +57,7 @@ def make_kernel(D: int, Br: int, Bc: int, causal: bool, stage=PLAIN):
                 m, l = rows(Q_i, K_j, V_j, min(Bc, n_keys - j0), m, l, O_i, at, mods)
             cuda.syncthreads()
         if row_ok:
-            store(o, bh, i, 0, O_i, m, l)
+            store(o, bh, i, 0, O_i, m, l, mods)
 
     return smem_kv
 
@@ -79,7 +80,8 @@ def _supports(problem, Br, Bc):
     sim_params={"Br": 16, "Bc": 16},
     supports=_supports,
     variants=True,
+    lse=True,
 )
 def smem_kv(problem, Br=128, Bc=32):
-    kern = make_kernel(problem.head_dim, Br, Bc, problem.causal, stages_of(problem.variant))
+    kern = make_kernel(problem.head_dim, Br, Bc, problem.causal, stages_for(problem))
     return row_block_launch(kern, problem, Br, Br, Bc=Bc)

@@ -22,7 +22,8 @@ from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled, smem_reas
 from numba_attn.phases.cuda_core.common import (kv_head, load_kv, row_block_launch, row_keys, segment_rows, start_row,
                                                 store_row)
 from numba_attn.phases.registry import register_phase
-from numba_attn.variants.stages import PLAIN, stages_of
+from numba_attn.variants.sinks import stages_for
+from numba_attn.variants.stages import PLAIN
 
 
 def smem_floats(D, Br, Bc):
@@ -62,7 +63,7 @@ def make_kernel(D: int, Br: int, Bc: int, causal: bool, stage=PLAIN):
                 m, l = rows(Q_t, K_j, V_j, tid, 0, min(Bc, n_keys - j0), m, l, O_i, at, mods)
             cuda.syncthreads()
         if row_ok:
-            store(o, bh, i, 0, O_i, m, l)
+            store(o, bh, i, 0, O_i, m, l, mods)
 
     return q_smem
 
@@ -88,7 +89,8 @@ def _supports(problem, Br, Bc):
     sim_params={"Br": 32, "Bc": 16},
     supports=_supports,
     variants=True,
+    lse=True,
 )
 def q_smem(problem, Br=128, Bc=32):
-    kern = make_kernel(problem.head_dim, Br, Bc, problem.causal, stages_of(problem.variant))
+    kern = make_kernel(problem.head_dim, Br, Bc, problem.causal, stages_for(problem))
     return row_block_launch(kern, problem, Br, Br, 4 * smem_floats(problem.head_dim, Br, Bc), Bc=Bc)

@@ -23,7 +23,8 @@ from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled
 from numba_attn.phases.cuda_core.common import (load_kv, register_cap, resolve_seg, row_keys, segment_launch,
                                                 segment_rows, segment_supports, segment_thread, start_row, store_row)
 from numba_attn.phases.registry import register_phase
-from numba_attn.variants.stages import PLAIN, stages_of
+from numba_attn.variants.sinks import stages_for
+from numba_attn.variants.stages import PLAIN
 
 
 def smem_floats(D, Br, Bc):
@@ -61,7 +62,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool, stage=PLAIN):
                 m, l = rows(Q_t, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg, at, mods)
             cuda.syncthreads()
         if row_ok:
-            store(o, bh, i, c0, O_seg, m, l)
+            store(o, bh, i, c0, O_seg, m, l, mods)
 
     return segmented_out
 
@@ -82,7 +83,8 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool, stage=PLAIN):
     supports=segment_supports(smem_floats),
     resolve=resolve_seg,
     variants=True,
+    lse=True,
 )
 def segmented_out(problem, Br=64, Bc=32, SEG=128):
-    kern = make_kernel(problem.head_dim, Br, Bc, SEG, problem.causal, stages_of(problem.variant))
+    kern = make_kernel(problem.head_dim, Br, Bc, SEG, problem.causal, stages_for(problem))
     return segment_launch(kern, problem, Br, SEG, 4 * smem_floats(problem.head_dim, Br, Bc), Bc=Bc)

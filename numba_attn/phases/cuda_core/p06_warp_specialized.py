@@ -26,7 +26,8 @@ from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled
 from numba_attn.phases.cuda_core.common import (register_cap, resolve_seg, row_keys, segment_launch, segment_rows,
                                                 segment_supports, segment_thread, start_row, store_row)
 from numba_attn.phases.registry import register_phase
-from numba_attn.variants.stages import PLAIN, stages_of
+from numba_attn.variants.sinks import stages_for
+from numba_attn.variants.stages import PLAIN
 
 
 def smem_floats(D, Br, Bc):
@@ -75,7 +76,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: b
                 at = (b, h, i + Nk - Nq, j0, kind)  # where the tile is, for the variant
                 m, l = rows(Q_t, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg, at, mods)
         if row_ok:
-            store(o, bh, i, c0, O_seg, m, l)
+            store(o, bh, i, c0, O_seg, m, l, mods)
 
     return warp_specialized
 
@@ -95,7 +96,8 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: b
     supports=segment_supports(smem_floats, loaders=True),
     resolve=resolve_seg,
     variants=True,
+    lse=True,
 )
 def warp_specialized(problem, Br=64, Bc=32, SEG=64, loader_warps=2):
-    kern = make_kernel(problem.head_dim, Br, Bc, SEG, loader_warps, problem.causal, stages_of(problem.variant))
+    kern = make_kernel(problem.head_dim, Br, Bc, SEG, loader_warps, problem.causal, stages_for(problem))
     return segment_launch(kern, problem, Br, SEG, 4 * smem_floats(problem.head_dim, Br, Bc), loader_warps, Bc=Bc)

@@ -24,7 +24,8 @@ from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile4
 from numba_attn.phases.cuda_core.common import (register_cap, resolve_seg, row_keys, segment_launch, segment_rows4,
                                                 segment_supports, segment_thread, start_row, store_row)
 from numba_attn.phases.registry import register_phase
-from numba_attn.variants.stages import PLAIN, stages_of
+from numba_attn.variants.sinks import stages_for
+from numba_attn.variants.stages import PLAIN
 
 ONE = float32(1.0)
 QPAD = 4  # Q rows padded to D+4 floats: conflict-free 16-byte row reads
@@ -79,7 +80,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, loader_warps: int, causal: b
                 at = (b, h, i + Nk - Nq, j0, kind)  # where the tile is, for the variant
                 m, l = rows(Q_s, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg, at, mods)
         if row_ok:
-            store(o, bh, i, c0, O_seg, m, l)
+            store(o, bh, i, c0, O_seg, m, l, mods)
 
     return vectorized
 
@@ -107,7 +108,8 @@ def _supports(problem, Br, Bc, SEG, loader_warps):
     supports=_supports,
     resolve=resolve_seg,
     variants=True,
+    lse=True,
 )
 def vectorized(problem, Br=64, Bc=32, SEG=64, loader_warps=1):
-    kern = make_kernel(problem.head_dim, Br, Bc, SEG, loader_warps, problem.causal, stages_of(problem.variant))
+    kern = make_kernel(problem.head_dim, Br, Bc, SEG, loader_warps, problem.causal, stages_for(problem))
     return segment_launch(kern, problem, Br, SEG, 4 * smem_floats(problem.head_dim, Br, Bc), loader_warps, Bc=Bc)

@@ -23,7 +23,8 @@ from numba_attn.gpu.ptx_loads import dynamic_tile, fetch4, load_tile4, put4
 from numba_attn.phases.cuda_core.common import (register_cap, resolve_seg, row_keys, segment_launch, segment_rows4,
                                                 segment_supports, segment_thread, start_row, store_row)
 from numba_attn.phases.registry import register_phase
-from numba_attn.variants.stages import PLAIN, stages_of
+from numba_attn.variants.sinks import stages_for
+from numba_attn.variants.stages import PLAIN
 
 QPAD = 4  # Q rows padded to D+4 floats: conflict-free 16-byte row reads
 
@@ -79,7 +80,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool, stage=PLAIN):
                 put4(dynamic_tile(K_OFF + (1 - st) * (Bc * D), Bc, D), stage_k, tid, NT, Bc, D)
                 put4(dynamic_tile(V_OFF + (1 - st) * (Bc * D), Bc, D), stage_v, tid, NT, Bc, D)
         if row_ok:
-            store(o, bh, i, c0, O_seg, m, l)
+            store(o, bh, i, c0, O_seg, m, l, mods)
 
     return double_buffer
 
@@ -100,7 +101,8 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool, stage=PLAIN):
     supports=segment_supports(smem_floats, vec4=True),
     resolve=resolve_seg,
     variants=True,
+    lse=True,
 )
 def double_buffer(problem, Br=128, Bc=32, SEG=64):
-    kern = make_kernel(problem.head_dim, Br, Bc, SEG, problem.causal, stages_of(problem.variant))
+    kern = make_kernel(problem.head_dim, Br, Bc, SEG, problem.causal, stages_for(problem))
     return segment_launch(kern, problem, Br, SEG, 4 * smem_floats(problem.head_dim, Br, Bc), Bc=Bc)

@@ -19,6 +19,7 @@ from numba_attn.gpu.device_functions import LOG2E
 from numba_attn.phases.cuda_core.common import (geometry, make_register_blocked, register_blocked_reason,
                                                 resolve_register_blocked, row_block_launch)
 from numba_attn.phases.registry import register_phase
+from numba_attn.variants.sinks import wants_lse
 from numba_attn.variants.stages import stages_of
 
 
@@ -43,11 +44,12 @@ def _supports(problem, Br, Bc, TM, TN, maxreg):
     supports=_supports,
     resolve=resolve_register_blocked,
     variants=True,
+    lse=True,
 )
 def register_blocked(problem, Br=128, Bc=32, TM=4, TN=0, maxreg=0):
     """TN=0: 8 keys per thread up to head_dim 64, 4 above; maxreg=0: no cap below the
     launch bounds' (the kernel itself is ``common.make_register_blocked``)."""
-    kern = make_register_blocked(problem.head_dim, Br, Bc, TM, TN, maxreg, problem.causal,
+    kern = make_register_blocked(problem.head_dim, Br, Bc, TM, TN, maxreg, problem.causal, wants_lse(problem),
                                  skip=False, heavy_first=False, stage=stages_of(problem.variant))
     _, NT, _, smem = geometry(problem.head_dim, Br, Bc, TM, TN)
     return row_block_launch(kern, problem, Br, NT, smem * 4, scale=problem.sm_scale * LOG2E, Bc=Bc)

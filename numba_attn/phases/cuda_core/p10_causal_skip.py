@@ -18,6 +18,7 @@ from numba_attn.gpu.device_functions import LOG2E
 from numba_attn.phases.cuda_core.common import (geometry, make_register_blocked, register_blocked_reason,
                                                 resolve_register_blocked, row_block_launch)
 from numba_attn.phases.registry import register_phase
+from numba_attn.variants.sinks import wants_lse
 from numba_attn.variants.stages import stages_of
 
 
@@ -41,9 +42,10 @@ def _supports(problem, Br, Bc, TM, TN, maxreg, heavy_first):
     supports=_supports,
     resolve=resolve_register_blocked,
     variants=True,
+    lse=True,
 )
 def causal_skip(problem, Br=128, Bc=32, TM=4, TN=0, maxreg=0, heavy_first=1):
-    kern = make_register_blocked(problem.head_dim, Br, Bc, TM, TN, maxreg, problem.causal,
+    kern = make_register_blocked(problem.head_dim, Br, Bc, TM, TN, maxreg, problem.causal, wants_lse(problem),
                                  skip=True, heavy_first=bool(heavy_first), stage=stages_of(problem.variant))
     _, NT, _, smem = geometry(problem.head_dim, Br, Bc, TM, TN)
     return row_block_launch(kern, problem, Br, NT, smem * 4, scale=problem.sm_scale * LOG2E, Bc=Bc)

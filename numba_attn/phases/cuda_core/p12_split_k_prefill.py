@@ -27,8 +27,9 @@ from numba_attn.gpu.jit import kernel
 from numba_attn.phases.cuda_core.common import kv_head, load_kv, static_kv_reason, store_row, tile_rows
 from numba_attn.phases.registry import Launch, register_phase
 from numba_attn.variants.launching import KernelMods
-from numba_attn.variants.stages import EMPTY, PLAIN, SEEN_NOTHING, stages_of
-from numba_attn.gpu.split_k import make_combine_kernel, sm_count, split_plan
+from numba_attn.variants.sinks import lse_parts, stages_for, with_lse
+from numba_attn.variants.stages import EMPTY, PLAIN, SEEN_NOTHING
+from numba_attn.gpu.split_k import make_combine_kernel, make_combine_lse_kernel, sm_count, split_plan
 
 # the log-sum-exp of a partial that saw no key of its row (the decode family's SEEN_NOTHING_LSE): above the
 # combine's empty-split bound, so weighed (a row no split saw is 0), and far below any real log-sum-exp
@@ -74,7 +75,7 @@ def make_kernel(D: int, Br: int, Bc: int, causal: bool, FINAL: bool, stage=PLAIN
                 cuda.syncthreads()
         if row_ok:
             if FINAL:
-                store(o, bh, i, 0, O_i, m, l)
+                store(o, bh, i, 0, O_i, m, l, mods)
             else:
                 inv_l = float32(1.0) / l if l > float32(0.0) else float32(0.0)
                 for d in range(D):
@@ -124,13 +125,16 @@ def _resolve(problem, **params):
     supports=_supports,
     resolve=_resolve,
     variants=True,
+    lse=True,
 )
 def split_k_prefill(problem, Br=128, Bc=32, splits=0, blocks_per_sm=4, min_keys=1024):
     B, H, Nq, Nk, D = problem.batch, problem.heads, problem.q_len, problem.kv_len, problem.head_dim
     n_qb = (Nq + Br - 1) // Br
     S, chunk = split_plan(n_qb * B * H, Nk, Bc, sm_count(), blocks_per_sm, min_keys, splits)  # splits: resolved
     final = S == 1
-    kern = make_kernel(D, Br, Bc, problem.causal, final, stages_of(problem.variant))
+    stage = stages_for(problem)
+    lse_stage = lse_parts(stage)[0]
+    kern = make_kernel(D, Br, Bc, problem.causal, final, stage)
     scale = float32(problem.sm_scale)
     grid = (n_qb, B * H, S)
     if final:
@@ -140,15 +144,17 @@ def split_k_prefill(problem, Br=128, Bc=32, splits=0, blocks_per_sm=4, min_keys=
     else:
         part_o = cuda.device_array((S, B * H * Nq, D), dtype="float32")
         part_lse = cuda.device_array((S, B * H * Nq), dtype="float32")
-        combine = make_combine_kernel(Nq)
+        combine = make_combine_lse_kernel(Nq) if lse_stage else make_combine_kernel(Nq)
         kernels = [kern, combine]
 
     kernel_mods = KernelMods(problem, Br, Bc)  # the variant's arrays and its block mask of (Br × Bc) tiles
 
-    def run(q, k, v, o, stream=0, mods=None):
+    def run(q, k, v, o, stream=0, mods=None, lse=None):
         kern[grid, Br, stream](q, k, v, o, part_o, part_lse, scale, H, problem.group, Nq, Nk, chunk,
-                               kernel_mods(stream=stream) if mods is None else mods)
-        if not final:
+                               with_lse(kernel_mods(stream=stream) if mods is None else mods, lse))
+        if not final and lse is not None:  # (the combine writes the rows' log-sum-exp from the splits')
+            combine[B * H * Nq, D, stream](part_o, part_lse, o, S, lse)
+        elif not final:
             combine[B * H * Nq, D, stream](part_o, part_lse, o, S)
 
     variant = problem.variant is not None
