@@ -45,6 +45,7 @@ class Stages(NamedTuple):
     inverse_l: object
     finite_max: object
     active: bool
+    scored: bool = False  # a score function (a mask-only variant leaves FULL tiles' scores as they are)
 
 
 @device
@@ -129,4 +130,4 @@ def _stages(signature, mask_arrays: int) -> Stages:
                   _kind_from_map if masked else _full,
                   visible_stage(mask_sig) if masked else _all_visible,
                   score_stage(score_sig, mask_arrays) if score_sig is not None else _same,
-                  _inverse_or_zero, _finite_max, True)
+                  _inverse_or_zero, _finite_max, True, score_sig is not None)

@@ -93,12 +93,13 @@ def plain_mainloop(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, st
         tid, lane, g, t, first = lane_ids
         row0, wg_end, Nk, off, sl2 = rows
         KV = loads[0]
+        kt = tile_at(loads[6], it)  # (a variant: the block mask's it-th visited tile, read before the
+        kind = kind_at(loads[6], kt)  # wait below, which hides the two reads' latency)
         ring, refill = acquire(loads, it, n_tiles, ring, refill, tid)
-        kt = tile_at(loads[6], it)  # (a variant: the block mask's it-th visited tile)
         j0 = kt * Bc
         if j0 < wg_end:
             qk(s, qf, 0, KV, ring[0] * TILE)  # S = Q Kᵀ: KS wgmma m64nBc k16, K read from shared memory
-            stats = to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2, (kind_at(loads[6], kt), loads[6]))
+            stats = to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2, (kind, loads[6]))
             pv(acc, pf, 0, KV, (STAGES + ring[0]) * TILE)  # O += P V: KK wgmma m64nD k16, V transposed
         release(loads, ring[0], lane)
         stage, phase = advance(ring)

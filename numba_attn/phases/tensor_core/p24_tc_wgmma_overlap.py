@@ -43,9 +43,10 @@ def overlap_mainloop(tiles, causal, bf16, loads, varlen, stage=PLAIN):
         tid, lane, g, t, first = lane_ids
         row0, wg_end, Nk, off, sl2 = rows
         KV = loads[0]
+        kt = tile_at(loads[6], it)  # (a variant: the block mask's it-th visited tile, read before the
+        kind = kind_at(loads[6], kt)  # wait below, which hides the two reads' latency)
         ring_next = advance(ring)  # tile it+1
         ring_next, refill = acquire(loads, it, n_tiles, ring_next, refill, tid)  # tile it+1 has landed
-        kt = tile_at(loads[6], it)  # (a variant: the block mask's it-th visited tile)
         j0 = kt * Bc
         # -- issue S_{it+1} = Q K_{it+1}ᵀ: the tensor cores work on it during the softmax below. Issued
         # for every tile, also past the last one or past this warpgroup's keys (its scores then unused):
@@ -54,7 +55,7 @@ def overlap_mainloop(tiles, causal, bf16, loads, varlen, stage=PLAIN):
         # nothing yet), which no load rewrites: nothing is read that is being written.
         qk_next(sn, qf, 0, KV, ring_next[0] * TILE)
         if j0 < wg_end:
-            stats = to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2, (kind_at(loads[6], kt), loads[6]))
+            stats = to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2, (kind, loads[6]))
             pv(acc, pf, 0, KV, (STAGES + ring[0]) * TILE)  # issued, not waited
         wait_all(sn, acc)  # both products complete (warpgroup-uniform); S_{it+1} is in sn
         release(loads, ring[0], lane)

@@ -70,8 +70,9 @@ def pingpong_mainloop(tiles, causal, bf16, loads, varlen, stage=PLAIN):
         tid, lane, g, t, first = lane_ids
         row0, wg_end, Nk, off, sl2 = rows
         KV = loads[0]
+        kt = tile_at(loads[6], it)  # (a variant: the block mask's it-th visited tile, read before the
+        kind = kind_at(loads[6], kt)  # wait below, which hides the two reads' latency)
         ring, _ = acquire(loads, it, n_tiles, ring, ring, tid)
-        kt = tile_at(loads[6], it)  # (a variant: the block mask's it-th visited tile)
         j0 = kt * Bc
         if j0 < wg_end:
             qk_next(s, qf, 0, KV, ring[0] * TILE)  # S = Q Kᵀ issued in this consumer's turn ...
@@ -79,7 +80,7 @@ def pingpong_mainloop(tiles, causal, bf16, loads, varlen, stage=PLAIN):
             wait_all(s, acc)  # S and the last tile's O complete: the softmax below overlaps the other's products
             if it > 0:  # tile it-1's P·V retired: its stage may be refilled (before this consumer's
                 release(loads, prev_stage, lane)  # next turn: two stages suffice)
-            stats = to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2, (kind_at(loads[6], kt), loads[6]))
+            stats = to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2, (kind, loads[6]))
             turn_wait(first)  # this consumer's next turn: O += P V, then (next tile) S above
             pv(acc, pf, 0, KV, (STAGES + ring[0]) * TILE)
         else:  # a tile this consumer skips: its turns all the same (the barriers stay balanced)
