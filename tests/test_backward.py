@@ -151,3 +151,20 @@ def test_an_empty_batch_gives_zero_gradients():
     k = np.zeros((0, 2, 7, 8), np.float32)
     dq, dk, dv = attention_backward(q, k, k, q, np.zeros((0, 2, 5), np.float32), q)
     assert dq.shape == q.shape and dk.shape == dv.shape == k.shape
+
+
+def test_the_commands_list_run_and_refuse_backward_phases(tmp_path, capsys):
+    """``list`` shows them, ``run --phases`` checks them (not mixed with forward phases), ``new`` and ``tune``
+    refuse them with the reason."""
+    from numba_attn import cli
+    from numba_attn.measure.tune import tune
+    from numba_attn.userphases import NewPhaseError, new_phase
+
+    assert cli.main(["list"]) == 0 and "bwd_two_kernels" in capsys.readouterr().out
+    assert cli.main(["run", "--phases", "bwd_naive", "-N", "9", "--kv-len", "13", "-D", "8", "--causal"]) == 0
+    assert "OK    bwd_naive" in capsys.readouterr().out
+    assert cli.main(["run", "--phases", "bwd_naive,smem_kv", "-N", "9", "-D", "8"]) == 2
+    with pytest.raises(NewPhaseError, match="backward phase"):
+        new_phase("my_bwd", from_="bwd_naive", dir=str(tmp_path))
+    with pytest.raises(ValueError, match="not tuned yet"):
+        tune(["bwd_naive"], [SMALL])
