@@ -350,3 +350,37 @@ def test_windows_and_softcap_models_generate_without_fallbacks(kind, prompt):
     assert got.tolist() == want.tolist()
     assert ("prefill", "sdpa (fallback)") not in ran and ("decode", "sdpa (fallback)") not in ran, ran
     assert ran[("prefill", PREFILL[0])] == 2 and ran[("decode", DECODE[0])] == 2 * 2, ran
+
+
+@needs_torch
+@pytest.mark.skipif(torch is None or not hasattr(transformers, "GptOssConfig"), reason="transformers without gpt-oss")
+def test_gpt_oss_sinks_s_aux_generate_without_fallbacks(prompt):
+    """gpt-oss's per-head sink logits (``s_aux``) run as ``attention(sinks=)`` on phases that write the
+    log-sum-exp (CUDA-core ones, named here: the tensor-core and decode phases write none yet), its windowed
+    layers as a variant: no call falls back, and greedy generation gives eager attention's tokens."""
+    prefill = ("register_blocked", {"Br": 32, "Bc": 16, "TM": 4, "TN": 4})
+    decode = ("smem_kv", {"Br": 16, "Bc": 16})
+    na_hf.register("numba_attn_sinks", prefill_phase=prefill[0], prefill_params=prefill[1], decode_phase=decode[0],
+                   decode_params=decode[1], fallback="sdpa")
+    config = transformers.GptOssConfig(vocab_size=128, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=2,
+                                       num_experts_per_tok=1, sliding_window=4, max_position_embeddings=64,
+                                       initializer_range=0.5)
+
+    def model(impl):
+        torch.manual_seed(0)
+        m = transformers.GptOssForCausalLM._from_config(config, attn_implementation=impl, dtype=torch.float32).eval()
+        with torch.no_grad():
+            for layer in m.model.layers:  # sinks that matter (random init leaves them near 0)
+                layer.self_attn.sinks.copy_(torch.linspace(-1.0, 2.0, config.num_attention_heads))
+        return m
+
+    ours, ref = model("numba_attn_sinks"), model("eager")
+    with torch.no_grad(), na_hf.count_phases() as ran:
+        got = ours.generate(prompt, max_new_tokens=3, min_new_tokens=3, do_sample=False)
+        want = ref.generate(prompt, max_new_tokens=3, min_new_tokens=3, do_sample=False)
+        logits_ours = ours(prompt).logits
+        logits_ref = ref(prompt).logits
+    assert got.tolist() == want.tolist()
+    torch.testing.assert_close(logits_ours, logits_ref, atol=2e-4, rtol=2e-4)
+    assert ("prefill", "sdpa (fallback)") not in ran and ("decode", "sdpa (fallback)") not in ran, ran

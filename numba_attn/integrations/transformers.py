@@ -34,14 +34,14 @@ the simulator):
   lengths), a sliding window — runs as a variant, the mask itself read by a ``dense_mask`` mask function
   (its block mask skips the tiles it hides), when the phase runs variants (``supports()``); a layer's
   ``sliding_window`` without a mask runs ``sliding_window``; ``softcap`` runs the ``softcap`` score
-  function. An additive bias, or a variant the phase cannot run, is refused with
+  function; gpt-oss's sink logits ``s_aux`` run as ``attention(sinks=s_aux)`` (phases that write the
+  log-sum-exp; :mod:`numba_attn.variants.sinks`). An additive bias, or a variant the phase cannot run, is refused with
   :class:`~numba_attn.spec.errors.AttentionInputError`.
   Cost: the check runs once per forward (every layer gets the same mask tensor; the answer is kept for
   that tensor and its version): a few elementwise kernels over the B x q_len x kv_len mask and one
   device-to-host copy of three numbers, which waits for the device.
 * **Refused** (same error): dropout > 0 (training), gradients (the phases are forward only: run under
-  ``torch.no_grad()`` or ``torch.inference_mode()``), a position bias, attention
-  sinks, a paged cache (continuous batching), value head_dim != query head_dim. With
+  ``torch.no_grad()`` or ``torch.inference_mode()``), a position bias, a paged cache (continuous batching), value head_dim != query head_dim. With
   ``register(fallback="sdpa")`` these calls (and refused masks) run transformers' sdpa instead;
   :func:`count_phases` counts them.
 * **Copies.** query/key/value that are not contiguous are copied (``.contiguous()``): the prompt's
@@ -192,8 +192,11 @@ class NumbaAttention:
                     keep = kv_len
             if kwargs.get("softcap") is not None:
                 variant["score_mod"] = _variants().softcap(float(kwargs["softcap"]))
+            if kwargs.get("s_aux") is not None:  # gpt-oss's per-head sink logits
+                variant["sinks"] = kwargs["s_aux"]
         if why is None and variant and not self.variants:
-            why = "a sliding window" if "mask_mod" in variant else "logit soft-capping (softcap)"
+            why = ("a sliding window" if "mask_mod" in variant else
+                   "logit soft-capping (softcap)" if "score_mod" in variant else "attention sinks (s_aux)")
         if why is None and variant:
             why = self._variant_refused(query, key, value, bool(layer_causal), scaling, variant)
         if why is not None:
@@ -229,8 +232,6 @@ class NumbaAttention:
                     "or torch.inference_mode())")
         if kwargs.get("position_bias") is not None:
             return "an additive position bias"
-        if kwargs.get("s_aux") is not None:
-            return "attention sinks (s_aux)"
         if type(kwargs.get("cache")).__name__ == "PagedAttentionCache":
             return "a paged KV cache (continuous batching)"
         if value.shape[-1] != query.shape[-1] or key.shape[-1] != query.shape[-1]:
