@@ -61,3 +61,19 @@ def test_varlen_refuses_a_variant_with_its_reason():
     assert ph.supports(problem) is None
     reason = ph.supports(problem.replace(variant=V.make_variant(V.sliding_window(4))))
     assert reason and "variant" in reason
+
+
+def test_warp_specialized_tile_width_follows_the_variant():
+    """128-key tiles for plain attention and a mask-only variant at D=128; 64 with a score function (whose stage
+    spills at 128, offline sm_90a) and for any variant at D=64."""
+    from numba_attn.phases.tensor_core.p26_warp_specialized_tc import resolve_warp_specialized
+    from numba_attn.spec.problem import Problem
+
+    def bc(D, variant):
+        p = Problem(batch=1, heads=4, kv_heads=4, q_len=4096, kv_len=4096, head_dim=D, dtype="float16",
+                    causal=True, variant=variant)
+        return resolve_warp_specialized(p, 0, 0, 2)["Bc"]
+
+    window, cap = V.make_variant(V.sliding_window(9)), V.make_variant(None, V.softcap(5.0))
+    assert (bc(128, None), bc(128, window), bc(128, cap)) == (128, 128, 64)
+    assert (bc(64, None), bc(64, window)) == (128, 64)

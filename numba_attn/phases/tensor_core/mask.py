@@ -84,13 +84,12 @@ def variant_fragments(NT: int, stage=PLAIN):
     def vary(s, base, j0, r_lo, t, Nq, Nk, off, at, mods):
         b, h, kind, scale = at
         if SCORED or kind == PARTIAL:  # (a mask-only variant's FULL tile: nothing to do)
-            inside = j0 + 8 * NT <= Nk and r_lo + 8 < Nq  # every position in range: no per-score bound test
             inv_scale = float32(1.0) / scale
             for nt in range(NT):
                 for e in range(4):
                     col = j0 + nt * 8 + 2 * t + (e % 2)
                     row = r_lo if e < 2 else r_lo + 8
-                    if inside or (row < Nq and col < Nk):  # (the functions see positions in range only)
+                    if row < Nq and col < Nk:  # (the functions see positions in range only)
                         i = base + 4 * nt + e
                         if SCORED:
                             s[i] = stage.modified(s[i] * scale, b, h, row + off, col, mods) * inv_scale

@@ -26,16 +26,18 @@ def resolve_warp_specialized(problem, warpgroups, Bc, stages, **_):
     where the ring of ``stages`` fits, else 64. Measured (H200): at D=128 128-key tiles are 2-8 % faster than 64
     (fp16 and bf16, N 4k-16k, causal or not); at D=64 three consumers with 128-key tiles were the fastest of
     eleven settings of the wgmma phases, 8-13 % faster than ``tma_wgmma`` (with two consumers 128-key tiles were
-    slower, 0.394 against 0.365 ms). With a mask_mod/score_mod variant Bc=0 is 64: its stage's registers spill
-    with 128-key tiles (offline sm_90a compile)."""
+    slower, 0.394 against 0.365 ms). With a score function Bc=0 is 64 (128-key tiles spill: 84-536 bytes,
+    offline sm_90a); a mask-only variant keeps 128 at D=128 (H200: all-FULL mask 0.53 against 0.64 ms,
+    window 0.41 against 0.45; a sliding window spills 16 bytes there) and takes 64 at D=64 (40 bytes)."""
     if warpgroups < 0:
         raise ValueError("warpgroups (consumer warpgroups per block) must be at least 1 (0: by head_dim)")
     if Bc < 0:
         raise ValueError("Bc (keys per K/V tile) must be positive (0: by head_dim)")
     D = problem.head_dim
-    if not Bc:  # (a variant's stage spills with 128-key tiles: 184/248 bytes window, 536/856 at D=64; sm_90a)
-        Bc = 128 if (D in (64, 128) and getattr(problem, "variant", None) is None
-                     and tma_smem_reason(problem, 128, stages) is None) else 64
+    if not Bc:
+        variant = getattr(problem, "variant", None)
+        wide = variant is None or (D == 128 and variant.score is None)  # (a score function spills at 128)
+        Bc = 128 if D in (64, 128) and wide and tma_smem_reason(problem, 128, stages) is None else 64
     return {"warpgroups": warpgroups or (3 if D == 64 else 2 if D <= 128 else 1), "Bc": Bc, "stages": stages}
 
 
