@@ -22,7 +22,7 @@ from numba_attn.gpu.device_functions import NEG_BIG
 from numba_attn.gpu.intrinsics import rows_head_major
 from numba_attn.gpu.jit import device
 from numba_attn.gpu.wgmma import kmajor_params, make_wgmma_rs, make_wgmma_wait, mnmajor_params
-from numba_attn.phases.tensor_core.epilogue import store_fragments
+from numba_attn.phases.tensor_core.epilogue import lse_fragments, store_fragments
 from numba_attn.phases.tensor_core.fragments import q_fragments
 from numba_attn.phases.tensor_core.mask import key_ends, mask_fragments, variant_fragments
 from numba_attn.phases.tensor_core.pipeline import ring_functions
@@ -129,6 +129,7 @@ def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop
     ends = key_ends(tiles.Br, 64, causal)  # (the block's keys, a warpgroup's keys) from its first row
     load_q = q_fragments(tiles.qk_steps, False, tiles.D // 2)
     store = store_fragments(tiles.o_tiles, "bf16" if bf16 else "f16")
+    store_lse = lse_fragments(stage)
     prologue = load_functions(tiles, loads, varlen, getattr(mainloop_factory, "ahead", False), stage)[0]
     finish = load_functions(tiles, loads, varlen, False, stage)[4]
     mainloop = mainloop_factory(tiles, causal, bf16, loads, varlen, stage)
@@ -161,6 +162,7 @@ def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop
         if varlen:  # the view made here, not kept live through the loop (q0: one register)
             o = rows_head_major(o, q0, Nq)
         store(o, bh, r_lo, acc, 0, stats[2], stats[3], Nq, t)
+        store_lse(loads[6][0], bh, r_lo, stats, sl2, Nq, t)  # (only when asked: return_lse=True)
         return ring
 
     return consume

@@ -26,7 +26,8 @@ from numba_attn.phases.tensor_core.producer import (kv_tensor_map, tma_box, tma_
                                                     ws_producer, ws_producer_regs)
 from numba_attn.phases.tensor_core.scheduler import VarlenLayout, first_item, next_item, varlen_spans
 from numba_attn.variants.launching import KernelMods
-from numba_attn.variants.stages import PLAIN, stages_of
+from numba_attn.variants.sinks import stages_for, with_lse
+from numba_attn.variants.stages import PLAIN
 
 __all__ = ["make_wgmma_kernel", "build_wgmma", "resolve_wgmma", "supports_wgmma", "supports_cp_async",
            "supports_tma", "resolve_two_consumers", "two_consumers_reason", "TWO_CONSUMERS", "TWO_CONSUMERS_SIM",
@@ -180,7 +181,7 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
     variant = getattr(problem, "variant", None)
     kern = make_wgmma_kernel(wgmma_tiles(D, warpgroups, Bc, stages), problem.group, problem.causal,
                              problem.dtype == "bfloat16", mainloop, loads, varlen, blocks is not None, uniform,
-                             stages_of(variant))
+                             stages_for(problem))  # (the variant's stage; with the log-sum-exp store when asked)
     box, swizzle = tma_box(D, Bc)
     sl2 = float32(problem.sm_scale * LOG2E)
     Br = 64 * warpgroups
@@ -197,7 +198,7 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
     views = {}  # uint32 views of the last few input sets: making views costs host time at every launch
     opted = []  # the >48 KiB opt-in is made once, at the first launch
 
-    def run(q, k, v, o, stream=0, layout=None, mods=None):
+    def run(q, k, v, o, stream=0, layout=None, mods=None, lse=None):
         key = (id(q), id(k), id(v), id(o))
         hit = views.get(key)
         if hit is None or any(a is not b for a, b in zip(hit[0], (q, k, v, o))):
@@ -208,7 +209,7 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
                 args = (args[0], kv_tensor_map(args[1], box, swizzle), kv_tensor_map(args[2], box, swizzle), args[3])
             hit = views[key] = ((q, k, v, o), args)
         lengths = (layout or own.own()) if varlen else (Nq, Nk)
-        mods = kernel_mods(stream=stream) if mods is None else mods
+        mods = with_lse(kernel_mods(stream=stream) if mods is None else mods, lse)  # (lse: the array last)
         if opted:
             kern[grid, nthreads, stream, nbytes](*hit[1], sl2, H, *lengths, mods)
         else:
@@ -264,13 +265,14 @@ WGMMA_SPACE = {"warpgroups": [0, 1, 2, 3], "Bc": [32, 64, 128], "stages": [2, 3,
 WS_SPACE = {"warpgroups": [1, 2, 3], "Bc": [64, 128], "stages": [2, 3, 4], "uniform": [False, True]}
 
 
-def wgmma_registration(supports, resolve=resolve_wgmma, space=None, sim_params=None, variants=True, **more):
+def wgmma_registration(supports, resolve=resolve_wgmma, space=None, sim_params=None, variants=True, lse=True,
+                       **more):
     """The ``register_phase`` keywords the wgmma phases share (sm_90a, fp16/bf16, any head_dim, one
-    warpgroup and 16-key tiles in the simulator, mask_mod/score_mod variants) with a phase's own ``supports``,
-    ``resolve``, ``space``."""
+    warpgroup and 16-key tiles in the simulator, mask_mod/score_mod variants, the log-sum-exp written on request)
+    with a phase's own ``supports``, ``resolve``, ``space``."""
     return dict(requires_cc="sm_90a", dtypes=("float16", "bfloat16"), head_dims=None,
                 space=space or WGMMA_SPACE, sim_params=sim_params or {"warpgroups": 1, "Bc": 16, "stages": 2},
-                supports=supports, resolve=resolve, variants=variants, **more)
+                supports=supports, resolve=resolve, variants=variants, lse=lse, **more)
 
 
 TWO_CONSUMERS = 2  # pingpong, ws_overlap: two consumer warpgroups and the producer (384 threads)

@@ -29,7 +29,8 @@ from numba_attn.phases.tensor_core.scheduler import VARLEN_VARIANTS
     """,
     lineage="FlashAttention-2/3 varlen (flash_attn_varlen_func): packed sequences with cu_seqlens",
     planned_speedup=150.0,  # the parent's: the same time per useful FLOP
-    **wgmma_registration(supports_cp_async, layout="varlen", variants=VARLEN_VARIANTS),
+    **wgmma_registration(supports_cp_async, layout="varlen", variants=VARLEN_VARIANTS,
+                         lse="the varlen phases write no log-sum-exp yet"),
 )
 def tc_wgmma_varlen(problem, warpgroups=0, Bc=64, stages=2):
     """tc_wgmma's kernel on the packed layout (:mod:`.scheduler`: a block's sequence)."""
