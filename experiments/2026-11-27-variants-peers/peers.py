@@ -8,7 +8,8 @@ at N8192 and N32768; document mask (1000-token documents) + causal at N8192; sof
 the full-tile pair: plain non-causal N4096 against the same problem under a ``key_padding`` mask that keeps every
 key (every tile FULL: no mask is applied, only the block mask's lists are walked).
 
-Implementations: numba-attn ``phase=None`` (the phase it names is recorded) and ``warp_specialized_tc``;
+Implementations: numba-attn ``phase=None`` (the phase it names is recorded), ``warp_specialized_tc`` and
+``ws_persistent``;
 FlexAttention (``torch.compile(flex_attention)`` with ``create_block_mask`` / ``score_mod``); FlashAttention-4
 (``flash_attn.cute.flash_attn_func``: ``causal``, ``window_size=(1023, 0)``, ``softcap=30``), where it has the
 variant; SDPA under the cuDNN backend for plain causal/non-causal. A missing peer is a row with its reason.
@@ -144,6 +145,11 @@ def sdpa_fn(q, k, v, kind, causal):
     return call, None
 
 
+def one_arg(fn):
+    """``fn`` as the timing's ``fn(i)`` (a second parameter would be taken for the stream)."""
+    return lambda i: fn()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -169,8 +175,9 @@ def main():
         q, k, v = (torch.randn((B, H, N, D), generator=g, device=dev, dtype=torch.bfloat16) for _ in range(3))
         impls, why = {}, {}
         kw = ours_kwargs(kind, N)
-        for label, phase in (("numba-attn (phase=None)", None), ("numba-attn warp_specialized_tc",
-                                                                 "warp_specialized_tc")):
+        for label, phase in (("numba-attn (phase=None)", None),
+                             ("numba-attn warp_specialized_tc", "warp_specialized_tc"),
+                             ("numba-attn ws_persistent", "ws_persistent")):
             o = torch.empty_like(q)
             try:
                 ran = na.explain(q, k, v, causal=causal, phase=phase, **kw).name
@@ -218,7 +225,9 @@ def main():
         for _ in range(a.rounds):
             for label, fn in impls.items():
                 try:
-                    per[label].append(cupti_kernel_time(lambda i, fn=fn: fn(), stream, cfg, calls=a.calls)["time_ms"])
+                    t = cupti_kernel_time(one_arg(fn), stream, cfg, calls=a.calls)
+                    per[label].append(t["time_ms"])
+                    row.setdefault("kernels", {})[label] = t.get("kernels")
                 except Exception as exc:  # noqa: BLE001
                     row["notes"][label] = f"timing failed: {type(exc).__name__}: {exc}"[:300]
         row["ms"] = {label: round(statistics.median(t), 4) for label, t in per.items() if t}

@@ -6,7 +6,7 @@ function, checked against the float64 reference: run under ``compute-sanitizer -
 
 Prefill phases: fp16 (fp32 for tc_tf32), B2 H4 / 2 KV heads, 300 queries over 333 keys (D 128, 64 for the CUDA-core
 phases), causal, ``and_masks(sliding_window(50), document)`` (90-token documents) and ``softcap(5)``. Decode phases:
-B2 H8 / 2 KV heads, q_len 3 over 333 keys, D 128, ``sliding_window(64)``; paged ones by ``decode_paged`` with
+B2 H8 / 2 KV heads, q_len 3 (2 for paged_mma8) over 333 keys, D 128, ``sliding_window(64)``; paged ones by ``decode_paged`` with
 16-token pages (``paged_mma8`` on an int8 cache). Prints one line per phase and "ALL OK" when every check passed.
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ def main():
                 out = na.attention(q, k, v, causal=True, phase=ph.name, **params, **kw)
                 ref = reference(q, k, v, causal=True, variant=V.make_variant(kw["mask_mod"], kw["score_mod"]))
             else:
-                Lq, D = 3, Dt
+                Lq, D = (2 if ph.name == "paged_mma8" else 3), Dt  # (paged_mma8: q_len x group <= 8)
                 kw = dict(mask_mod=V.sliding_window(6 if a.small else 64))
                 q = rng.standard_normal((2, 8, Lq, D)).astype(dtype)
                 k, v = (rng.standard_normal((2, 2, Nk, D)).astype(dtype) for _ in range(2))
