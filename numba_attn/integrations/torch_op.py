@@ -1,27 +1,43 @@
-"""``torch.ops.numba_attn.attention``: numba-attn's ``attention()`` as a PyTorch operator.
+"""``torch.ops.numba_attn``: numba-attn's ``attention()`` as differentiable PyTorch operators.
 
-Importing this module registers ``numba_attn::attention`` with ``torch.library.custom_op``
-(forward only, no autograd formula)::
+Importing this module registers three ``torch.library.custom_op`` operators::
 
-    import numba_attn.integrations.torch_op  # registers the operator (imports torch)
+    import numba_attn.integrations.torch_op as na_op  # registers the operators (imports torch)
     out = torch.ops.numba_attn.attention(q, k, v, causal=True, scale=None, phase=None)
+    out = na_op.differentiable_attention(q, k, v, causal=True)   # for training: lse kept for the backward
+    out.sum().backward()                                          # q.grad, k.grad, v.grad
 
-q (B, H, Nq, D) and k, v (B, Hkv, Nk, D) are tensors of one dtype (float32, float16,
-bfloat16): CUDA tensors are computed on PyTorch's current stream without copies, CPU tensors in
-the simulator (or copied to the GPU and back); the result is a new tensor of q's shape, dtype and
-device. ``phase=None`` chooses the phase (:func:`numba_attn.measure.policy.choose_phase`); a name runs that
-phase with its default (or tuned) parameters. The fake implementation (an empty tensor like q)
-lets ``torch.compile`` trace a function that calls the operator (``fullgraph=True`` works): the
-operator is an opaque call in the graph, run eagerly.
+* ``numba_attn::attention(q, k, v, causal, scale, phase) -> out``: :func:`numba_attn.attention`. Its
+  gradient recomputes the log-sum-exp (one more forward, ``phase=None``) and runs the backward.
+* ``numba_attn::attention_lse(q, k, v, causal, scale, phase, params, allow_tf32, backward_phase) -> (out,
+  lse)``: ``attention(..., return_lse=True)`` (a phase that writes the row log-sum-exp; ``params``: the
+  phase's parameters as a JSON object). Its gradient runs the backward from the saved q, k, v, out, lse;
+  lse itself is not differentiable. :func:`differentiable_attention` calls it.
+* ``numba_attn::attention_backward(q, k, v, out, lse, grad_out, causal, scale, phase) -> (dq, dk, dv)``:
+  :func:`numba_attn.attention_backward` (a backward phase; None: the default).
+
+q (B, H, Nq, D) and k, v (B, Hkv, Nk, D) are tensors of one dtype: CUDA tensors are computed on PyTorch's
+current stream without copies, CPU tensors in the simulator (or copied to the GPU and back). Grouped-query
+attention: dk, dv have k's shape (summed over the query heads of a KV head). The backward family takes
+float32 and float16 (bfloat16 is refused by it, with the reason, when the gradient is computed). Fake
+implementations let ``torch.compile(fullgraph=True)`` trace forward and backward: each operator is an opaque
+call in the graph, run eagerly. Attention variants (mask_mod, score_mod, sinks) have no gradient yet:
+:func:`differentiable_attention` runs them forward only and refuses them when a gradient is needed.
 """
 # no ``from __future__ import annotations``: custom_op reads the schema from these annotations
+import ast
 from typing import Optional
 
 import torch
 
 from numba_attn.api import attention as _attention
+from numba_attn.backward import attention_backward as _attention_backward
+from numba_attn.spec.errors import AttentionInputError
 
 OP_NAME = "numba_attn::attention"
+LSE_OP_NAME = "numba_attn::attention_lse"
+BACKWARD_OP_NAME = "numba_attn::attention_backward"
+VARIANT_ARGS = ("mask_mod", "score_mod", "block_mask", "aux", "sinks")
 
 
 @torch.library.custom_op(OP_NAME, mutates_args=())
@@ -34,3 +50,119 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
 @attention.register_fake
 def _attention_fake(q, k, v, causal=False, scale=None, phase=None):
     return torch.empty(q.shape, dtype=q.dtype, device=q.device)
+
+
+@torch.library.custom_op(LSE_OP_NAME, mutates_args=())
+def attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                  scale: Optional[float] = None, phase: Optional[str] = None, params: str = "",
+                  allow_tf32: bool = False, backward_phase: Optional[str] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse): ``numba_attn.attention(..., return_lse=True)``, lse (B, H, Nq) float32 (natural log).
+    ``backward_phase`` is read by the gradient only."""
+    out, lse = _attention(q, k, v, causal=causal, scale=scale, phase=phase, allow_tf32=allow_tf32,
+                          return_lse=True, **decode_params(params))
+    return out, lse
+
+
+@attention_lse.register_fake
+def _attention_lse_fake(q, k, v, causal=False, scale=None, phase=None, params="", allow_tf32=False,
+                        backward_phase=None):
+    return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
+            torch.empty(q.shape[:3], dtype=torch.float32, device=q.device))
+
+
+@torch.library.custom_op(BACKWARD_OP_NAME, mutates_args=())
+def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                       grad_out: torch.Tensor, causal: bool = False, scale: Optional[float] = None,
+                       phase: Optional[str] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv): :func:`numba_attn.attention_backward` (dk, dv of k's shape)."""
+    arrays = (t if t.is_contiguous() else t.contiguous() for t in (q, k, v, out, lse, grad_out))
+    dq, dk, dv = _attention_backward(*arrays, causal=causal, scale=scale, phase=phase)
+    return dq, dk, dv
+
+
+@attention_backward.register_fake
+def _attention_backward_fake(q, k, v, out, lse, grad_out, causal=False, scale=None, phase=None):
+    return tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+
+
+# -- the gradients -------------------------------------------------------------------------------------------
+
+
+def _lse_setup(ctx, inputs, output):
+    q, k, v, causal, scale, _phase, _params, _tf32, backward_phase = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.causal, ctx.scale, ctx.backward_phase = causal, scale, backward_phase
+    ctx.mark_non_differentiable(lse)
+
+
+def _lse_grad(ctx, grad_out, _grad_lse):
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.numba_attn.attention_backward(q, k, v, out, lse, grad_out, ctx.causal, ctx.scale,
+                                                         ctx.backward_phase)
+    return dq, dk, dv, None, None, None, None, None, None
+
+
+def _attention_setup(ctx, inputs, output):
+    q, k, v, causal, scale, _phase = inputs
+    ctx.save_for_backward(q, k, v)
+    ctx.causal, ctx.scale = causal, scale
+
+
+def _attention_grad(ctx, grad_out):
+    """The plain operator's gradient: out and lse recomputed by a phase that writes lse (phase=None)."""
+    q, k, v = ctx.saved_tensors
+    out, lse = torch.ops.numba_attn.attention_lse(q, k, v, ctx.causal, ctx.scale)
+    dq, dk, dv = torch.ops.numba_attn.attention_backward(q, k, v, out, lse, grad_out, ctx.causal, ctx.scale)
+    return dq, dk, dv, None, None, None
+
+
+attention_lse.register_autograd(_lse_grad, setup_context=_lse_setup)
+attention.register_autograd(_attention_grad, setup_context=_attention_setup)
+
+
+# -- the Python entry point ----------------------------------------------------------------------------------
+
+
+def encode_params(params: dict) -> str:
+    """A phase's parameters as the operators take them: ``"Br=32,Bc=16"`` ('' for none; plain string code, so
+    that torch.compile traces it)."""
+    for name, value in params.items():
+        if not isinstance(value, (bool, int, float, str)) or isinstance(value, str) and ("," in value or "=" in value):
+            raise AttentionInputError(f"phase parameter {name}={value!r}: the operators take numbers, booleans and "
+                                      f"strings without ',' or '='")
+    return ",".join(name + "=" + repr(params[name]) for name in sorted(params))
+
+
+def decode_params(text: str) -> dict:
+    """:func:`encode_params` undone."""
+    return {name: ast.literal_eval(value) for name, value in (item.split("=", 1) for item in text.split(",") if item)}
+
+
+def needs_grad(*tensors) -> bool:
+    """Whether autograd records a call on ``tensors`` (grad mode on and one of them requires grad)."""
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+def differentiable_attention(q, k, v, *, causal=False, scale=None, phase=None, backward_phase=None,
+                             allow_tf32=False, **params):
+    """Softmax attention whose gradient runs numba-attn's backward: :func:`numba_attn.attention` with
+    ``return_lse=True`` (``phase`` must write the log-sum-exp; None picks one), the output returned, q, k, v,
+    out and lse saved; ``out.backward()`` runs :func:`numba_attn.attention_backward` (``backward_phase``; None:
+    the default). ``params``: the forward phase's parameters. Traces under ``torch.compile(fullgraph=True)``.
+    A variant (mask_mod, score_mod, block_mask, aux, sinks) runs forward only: refused when a gradient is
+    needed, since the backward family does not compute variants yet."""
+    variant = {name: params.pop(name) for name in VARIANT_ARGS if params.get(name) is not None}
+    for name in VARIANT_ARGS:
+        params.pop(name, None)
+    if variant:
+        if needs_grad(q, k, v):
+            raise AttentionInputError(
+                f"gradients of attention variants ({', '.join(sorted(variant))}) are not computed yet: the backward "
+                f"family refuses mask_mod/score_mod (and sinks); run the variant under torch.no_grad(), or plain "
+                f"attention with gradients")
+        return _attention(q, k, v, causal=causal, scale=scale, phase=phase, allow_tf32=allow_tf32, **variant,
+                          **params)
+    out, _lse = torch.ops.numba_attn.attention_lse(q, k, v, bool(causal), scale, phase, encode_params(params),
+                                                   bool(allow_tf32), backward_phase)
+    return out
