@@ -1,0 +1,171 @@
+"""Gradients of attention on PyTorch tensors (numba_attn.integrations.torch_op) in the simulator: the operators'
+gradients against the float64 reference (spec/grad_reference.py) and torch autograd of SDPA in float64 on tiny
+odd shapes (q_len != kv_len, GQA, causal bottom-right), the plain operator's gradient (lse recomputed), variants
+refused for gradients, and forward + backward under torch.compile(fullgraph=True).
+
+torch.autograd.gradcheck (finite differences, a forward per input element) is too slow in the simulator: the
+gradients are compared with the float64 ones under the dtype's tolerance instead."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import numba_attn.integrations.torch_op as na_op  # noqa: E402
+from numba_attn.spec.errors import AttentionInputError  # noqa: E402
+from numba_attn.spec.grad_reference import grad_reference  # noqa: E402
+from numba_attn.spec.reference import check  # noqa: E402
+
+# a CUDA-core prefill phase that writes the log-sum-exp, with the simulator's small tiles
+PHASE = ("causal_skip", {"Br": 32, "Bc": 16, "TM": 4, "TN": 4})
+SHAPES = {  # (B, H, Hkv, Nq, Nk, D, causal, dtype)
+    "B1H4/2-7x13-D16-causal": (1, 4, 2, 7, 13, 16, True, torch.float32),
+    "B2H2/1-11x5-D32": (2, 2, 1, 11, 5, 32, False, torch.float32),
+    "B1H2-9x9-D16-fp16-causal": (1, 2, 2, 9, 9, 16, True, torch.float16),
+}
+
+
+def inputs(B, H, Hkv, Nq, Nk, D, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(shape, generator=g).to(dtype).requires_grad_()
+               for shape in ((B, H, Nq, D), (B, Hkv, Nk, D), (B, Hkv, Nk, D)))
+    do = torch.randn(B, H, Nq, D, generator=g).to(dtype)
+    return q, k, v, do
+
+
+def float64_grads(q, k, v, do, causal, scale=None):
+    return grad_reference(*(t.detach().double().numpy() for t in (q, k, v, do)), causal=causal, scale=scale)
+
+
+def sdpa_grads(q, k, v, do, causal, scale=None):
+    """torch autograd of SDPA in float64, the causal mask bottom-right aligned as numba-attn's."""
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    Nq, Nk = q.shape[2], k.shape[2]
+    mask = None
+    if causal:
+        mask = torch.arange(Nk)[None, :] <= torch.arange(Nq)[:, None] + (Nk - Nq)
+    out = torch.nn.functional.scaled_dot_product_attention(q64, k64, v64, attn_mask=mask, scale=scale,
+                                                           enable_gqa=k.shape[1] != q.shape[1])
+    out.backward(do.double())
+    return q64.grad, k64.grad, v64.grad
+
+
+def assert_grads(got, want, dtype):
+    for name, g, w in zip(("dq", "dk", "dv"), got, want):
+        w = np.asarray(w.detach() if isinstance(w, torch.Tensor) else w)
+        assert tuple(g.shape) == w.shape, name
+        c = check(g.detach().float().numpy(), w, dtype=str(dtype).removeprefix("torch."))
+        assert c.ok, f"{name}: {c.reason}"
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_gradients_match_float64_and_sdpa(shape):
+    B, H, Hkv, Nq, Nk, D, causal, dtype = SHAPES[shape]
+    q, k, v, do = inputs(B, H, Hkv, Nq, Nk, D, dtype)
+    out = na_op.differentiable_attention(q, k, v, causal=causal, phase=PHASE[0], **PHASE[1])
+    assert out.dtype == dtype and out.requires_grad and out.grad_fn is not None
+    out.backward(do)
+    got = (q.grad, k.grad, v.grad)
+    assert all(g.dtype == dtype for g in got) and k.grad.shape == k.shape and v.grad.shape == v.shape  # GQA
+    assert_grads(got, float64_grads(q, k, v, do, causal), dtype)
+    assert_grads(got, sdpa_grads(q, k, v, do, causal), dtype)
+
+
+def test_scale_and_the_default_phases():
+    """A scale of one's own; phase=None picks a forward phase that writes lse, the backward its default."""
+    q, k, v, do = inputs(1, 2, 1, 6, 10, 8, torch.float32, seed=1)
+    na_op.differentiable_attention(q, k, v, causal=True, scale=0.3).backward(do)
+    assert_grads((q.grad, k.grad, v.grad), float64_grads(q, k, v, do, True, scale=0.3), torch.float32)
+
+
+def test_plain_operator_is_differentiable_by_recomputing_lse():
+    q, k, v, do = inputs(1, 4, 2, 7, 13, 16, torch.float32, seed=2)
+    out = torch.ops.numba_attn.attention(q, k, v, True, None, PHASE[0])
+    out.backward(do)
+    assert_grads((q.grad, k.grad, v.grad), float64_grads(q, k, v, do, True), torch.float32)
+
+
+def test_only_the_inputs_that_require_grad_get_one_and_lse_has_none():
+    q, k, v, do = inputs(1, 2, 1, 5, 7, 16, torch.float32, seed=3)
+    k, v = k.detach(), v.detach()
+    out, lse = torch.ops.numba_attn.attention_lse(q, k, v, True, None, PHASE[0],
+                                                  na_op.encode_params(PHASE[1]), False, "bwd_naive")
+    assert not lse.requires_grad and lse.dtype == torch.float32 and lse.shape == (1, 2, 5)
+    out.backward(do)
+    assert k.grad is None and v.grad is None
+    assert_grads((q.grad,), float64_grads(q, k, v, do, True), torch.float32)
+
+
+def test_no_graph_without_gradients():
+    q, k, v, _ = inputs(1, 2, 1, 5, 7, 16, torch.float32, seed=4)
+    with torch.no_grad():
+        out = na_op.differentiable_attention(q, k, v, phase=PHASE[0], **PHASE[1])
+    assert out.grad_fn is None and not out.requires_grad
+
+
+def test_variants_are_refused_for_gradients_and_run_forward_without(monkeypatch):
+    from numba_attn import variants
+
+    q, k, v, _ = inputs(1, 2, 1, 5, 7, 16, torch.float32, seed=5)
+    window = variants.sliding_window(2)
+    with pytest.raises(AttentionInputError, match=r"gradients of attention variants \(mask_mod\).*backward"):
+        na_op.differentiable_attention(q, k, v, causal=True, mask_mod=window)
+    with pytest.raises(AttentionInputError, match=r"\(score_mod, sinks\)"):
+        na_op.differentiable_attention(q, k, v, score_mod=variants.softcap(5.0), sinks=torch.zeros(2))
+    seen = []
+    monkeypatch.setattr(na_op, "_attention", lambda *a, **kw: seen.append(kw) or torch.zeros_like(a[0]))
+    with torch.no_grad():
+        na_op.differentiable_attention(q, k, v, causal=True, mask_mod=window, Br=16)
+    assert seen == [{"causal": True, "scale": None, "phase": None, "allow_tf32": False, "mask_mod": window,
+                     "Br": 16}]
+
+
+def test_bfloat16_gradients_are_refused_with_the_reason(monkeypatch):
+    """The backward family takes float32 and float16: a bfloat16 gradient names the dtype."""
+    q, k, v, do = inputs(1, 2, 1, 4, 4, 8, torch.bfloat16, seed=6)
+    out = torch.zeros_like(q, requires_grad=False)
+    monkeypatch.setattr(na_op, "_attention", lambda *a, **kw: (out, torch.zeros(1, 2, 4)))  # no forward needed
+    y = na_op.differentiable_attention(q, k, v)
+    with pytest.raises(AttentionInputError, match="bfloat16 not supported"):
+        y.backward(do)
+
+
+def test_params_travel_as_a_string():
+    assert na_op.encode_params({}) == ""
+    text = na_op.encode_params({"TN": 4, "Br": 32, "flag": True})
+    assert text == "Br=32,TN=4,flag=True" and na_op.decode_params(text) == {"Br": 32, "TN": 4, "flag": True}
+    with pytest.raises(AttentionInputError, match="Br=\\[16\\]"):
+        na_op.encode_params({"Br": [16]})
+
+
+def _compiles():
+    try:
+        torch.compile(lambda x: x + 1, fullgraph=True, backend="aot_eager")(torch.ones(2))
+    except Exception as e:  # noqa: BLE001  (any failure: torch.compile is unavailable here)
+        return str(e)
+    return ""
+
+
+@pytest.mark.skipif(bool(_compiles()), reason=f"torch.compile unavailable: {_compiles()}")
+def test_forward_and_backward_under_torch_compile():
+    """fullgraph=True: the operators are opaque nodes of the forward and backward graphs (aot_eager: AOTAutograd
+    traces the backward through the fake implementations)."""
+    def loss(q, k, v, do):
+        return (na_op.differentiable_attention(q, k, v, causal=True, phase=PHASE[0], **PHASE[1]) * do).sum() * 2.0
+
+    eager = inputs(1, 4, 2, 7, 13, 16, torch.float32, seed=7)
+    compiled = inputs(1, 4, 2, 7, 13, 16, torch.float32, seed=7)
+    loss(*eager).backward()
+    torch.compile(loss, fullgraph=True, backend="aot_eager")(*compiled).backward()
+    for a, b in zip(eager[:3], compiled[:3]):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-6, atol=1e-6)
+
+
+def test_opcheck_of_the_gradient_operators():
+    q, k, v, do = inputs(1, 2, 1, 5, 7, 16, torch.float32, seed=8)
+    params = na_op.encode_params(PHASE[1])
+    torch.library.opcheck(torch.ops.numba_attn.attention_lse.default, (q, k, v, True, None, PHASE[0], params),
+                          test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+    out, lse = torch.ops.numba_attn.attention_lse(q.detach(), k.detach(), v.detach(), True, None, PHASE[0], params)
+    torch.library.opcheck(torch.ops.numba_attn.attention_backward.default,
+                          (q.detach(), k.detach(), v.detach(), out, lse, do, True, None, "bwd_naive"),
+                          test_utils=("test_schema", "test_faketensor"))
