@@ -77,3 +77,17 @@ def test_warp_specialized_tile_width_follows_the_variant():
     window, cap = V.make_variant(V.sliding_window(9)), V.make_variant(None, V.softcap(5.0))
     assert (bc(128, None), bc(128, window), bc(128, cap)) == (128, 128, 64)
     assert (bc(64, None), bc(64, window)) == (128, 64)
+
+
+def test_phase_none_runs_a_variant_on_the_variant_prefill_phase(monkeypatch):
+    """With a variant, a 16-bit prefill on an sm_90a GPU runs VARIANT_PREFILL whatever the dispatch table says for
+    the plain problem (its rows were measured without the variant stage)."""
+    from numba_attn.measure import policy
+    from numba_attn.phases import registry
+    from numba_attn.spec.problem import Problem
+
+    monkeypatch.setattr(registry, "device_cc", lambda: (9, 0))
+    p = Problem(batch=1, heads=32, kv_heads=32, q_len=32768, kv_len=32768, head_dim=128, dtype="bfloat16",
+                causal=True, variant=V.make_variant(V.sliding_window(1023)))
+    phase, why, params = policy.choose_phase(p)
+    assert phase.name == policy.VARIANT_PREFILL and params == {} and "variant" in why

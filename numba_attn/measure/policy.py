@@ -16,6 +16,9 @@ from numba_attn.spec.problem import Problem  # noqa: E402
 # Never chosen by default: measured slower than its parent tc_wgmma on the H200
 # (results/tensor-core-overlap-nvidia-h200.jsonl); run it by name.
 NEVER_DEFAULT = ("tc_wgmma_overlap",)
+# a mask_mod/score_mod variant's 16-bit prefill phase: the fastest numba-attn phase on every variant timed
+# (H200, experiments/2026-11-27-variants-peers: window 1024 at N=32768 1.66 ms against the table's tc_wgmma 2.33)
+VARIANT_PREFILL = "warp_specialized_tc"
 
 # The fixed preference per (kind, dtype) when no committed results exist for this GPU model:
 # the first one that supports the problem (device included) is chosen.
@@ -95,9 +98,10 @@ def choose_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = F
       decode ``decode_split_k_lean`` (fp16 with GQA: ``decode_mma`` first); otherwise the most
       optimized supporting phase (roadmap order).
 
-    A variant (``problem.variant``) takes the table's phase with the phase's own parameters, and no tuned
-    entry: both were measured without the variant stage, whose registers change what fits (the phases' own
-    choice for a variant avoids the spills, e.g. ``warp_specialized_tc``'s 64-key tiles).
+    A variant (``problem.variant``) takes no tuned entry and no table parameters: both were measured without
+    the variant stage, whose registers change what fits (the phases' own choice for a variant avoids the
+    spills, e.g. ``warp_specialized_tc``'s 64-key tiles with a score function). Its 16-bit prefill runs
+    ``VARIANT_PREFILL`` where that phase supports it (measured with variants), else the table's phase.
 
     The simulator matches no table entry (its GPU model is "simulator") and counts as compute
     capability 9.0.
@@ -118,6 +122,10 @@ def choose_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = F
     hit = tuned_choice(problem, None, candidates, gpu)
     if hit:
         return hit[0], f"tuned (cache {hit[2]})", hit[1]
+    if getattr(problem, "variant", None) is not None and kind == "prefill":
+        for p in candidates:
+            if p.name == VARIANT_PREFILL:
+                return p, f"a variant's prefill phase ({VARIANT_PREFILL}: the fastest on the variants timed)", {}
     from numba_attn.measure.dispatch import choose
 
     found = choose(problem, candidates, gpu)
