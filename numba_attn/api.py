@@ -442,7 +442,8 @@ def _layout_plan(names, layout: str, refusal: str, defaults, problem, params: di
 
 
 def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=False, scale=None, k_scale=None,
-                 v_scale=None, phase=None, mask_mod=None, score_mod=None, aux=None, **params):
+                 v_scale=None, phase=None, mask_mod=None, score_mod=None, aux=None, return_lse=False, sinks=None,
+                 **params):
     """Decode attention over a paged KV cache, FlashAttention's ``flash_attn_with_kvcache`` layout:
     ``q`` (B, q_len, H, D) float16 or bfloat16; ``k_cache``, ``v_cache`` (num_blocks, page_size, Hkv, D) in q's
     dtype, ``float8_e4m3fn`` (ml_dtypes / torch) or ``int8``; ``block_table`` (B, max_blocks) int32;
@@ -469,6 +470,10 @@ def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=Fals
     KV head on a 16-bit cache; it plans each call's list on the host from the lengths the checks copied).
     ``mask_mod``, ``score_mod``, ``aux``: a variant, as :func:`attention` takes it (docs/variants.md); in a paged
     cache ``kv_idx`` is a token's position in its sequence and the queries are its last ``q_len`` positions.
+    ``return_lse``: return ``(out, lse)``, lse float32 (B, H, q_len) as ``flash_attn_with_kvcache``'s
+    ``softmax_lse`` (heads before the query positions, unlike q and out): each row's natural-log log-sum-exp of
+    its scaled scores, -inf for a row that sees no key (a length-0 sequence). ``sinks``: per-head sink logits
+    (H,), as :func:`attention` takes them (:mod:`numba_attn.variants.sinks`).
     """
     from numba_attn.phases.decode.common import paged_scales
     from numba_attn.spec.paged import check_paged
@@ -500,6 +505,20 @@ def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=Fals
         except VariantError as e:
             raise AttentionInputError(str(e)) from e
         problem = problem.replace(variant=variant)
+    return_lse = check_bool("return_lse", return_lse)
+    sink_logits = None
+    if sinks is not None:
+        from numba_attn.variants.sinks import check_sinks
+
+        try:
+            sink_logits = check_sinks(sinks, H)
+        except ValueError as e:
+            raise AttentionInputError(str(e)) from e
+    lse = return_lse or sink_logits is not None
+    if lse:
+        from numba_attn.variants.sinks import lse_problem
+
+        problem = lse_problem(problem)
     names = paged_default(problem) if phase is None else (phase if isinstance(phase, str) else phase.name,)
     ph, launch = _layout_plan(names, "paged", "does not read a paged KV cache", PAGED_DEFAULT, problem, params,
                               _PAGED_PLANS)
@@ -518,7 +537,36 @@ def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=Fals
     extra = {"lens": sl} if launch.host_lengths else {}
     if launch.kernel_mods is not None:  # a variant: this call's arrays (the plan may be another call's)
         extra["mods"] = launch.kernel_mods(variant.aux, None, 0)
+    lse_d = None
+    if lse:
+        extra["lse"] = lse_d = cuda.device_array((B * H, Nq), dtype=np.float32)
     launch.run(qd.reshape(B * H, Nq, D), kd, vd, od.reshape(B * H, Nq, D), 0, layout, **extra)
+    if sink_logits is not None:
+        from numba_attn.variants.sinks import apply_sinks
+
+        apply_sinks(od.reshape(B * H, Nq, D), lse_d, sink_logits, H, 0, bf16=qdt == "bfloat16")
+    out = _paged_out(kind, q, od, swap)
+    if not return_lse:
+        return out
+    return out, _paged_lse(kind, q, lse_d.reshape(B, H, Nq))
+
+
+def _paged_lse(kind, q, lse_d):
+    """decode_paged's (B, H, q_len) log-sum-exp, of q's kind."""
+    if kind == DEVICE:
+        return lse_d
+    if kind == TORCH:
+        torch = sys.modules["torch"]
+        t = torch.empty(tuple(lse_d.shape), dtype=torch.float32, device=q.device)
+        cuda.as_cuda_array(t).copy_to_device(lse_d)
+        return t
+    host = lse_d.copy_to_host()
+    return numpy_as_tensor(host) if kind == TORCH_CPU else host
+
+
+def _paged_out(kind, q, od, swap):
+    """decode_paged's output (B, q_len, H, D) of q's kind from the kernels' (B, H, q_len, D) ``od``."""
+    B, H, Nq, D = od.shape
     if kind == DEVICE:
         return swap_axes_1_2(od) if swap else od.reshape(B, Nq, H, D)
     if kind == TORCH:

@@ -11,7 +11,7 @@ from numba_attn import variants as V
 from numba_attn.spec.errors import AttentionInputError
 from numba_attn.spec.reference import reference
 
-QUICK = ("register_blocked", "tc_wgmma")  # one phase of the CUDA-core and one of the wgmma family in the quick tier
+QUICK = ("register_blocked", "tc_wgmma", "decode_split_k")  # one phase of each family in the quick tier
 
 
 def _qkv(B=2, H=4, Hkv=2, Nq=37, Nk=53, D=16, seed=3, dtype=np.float32):
@@ -51,10 +51,15 @@ def _check(name, causal, variant_kw=None, Nq=37, Nk=53, **params):
     np.testing.assert_allclose(lse[finite], ref_lse[finite], atol=2e-5 if wide else 1e-4, rtol=1e-5)
 
 
+def _shape(name):
+    """The query and key lengths a phase's test runs: a decode phase's q_len is at most 16."""
+    return {"Nq": 3, "Nk": 53} if na.get_phase(name).kind == "decode" else {}
+
+
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n)) for n in lse_phases()])
 @pytest.mark.parametrize("causal", [False, True])
 def test_lse_matches_reference(name, causal):
-    _check(name, causal)
+    _check(name, causal, **_shape(name))
 
 
 def late_rows(b, h, q_idx, kv_idx):
@@ -64,12 +69,89 @@ def late_rows(b, h, q_idx, kv_idx):
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n)) for n in lse_phases()])
 def test_lse_with_a_variant(name):
-    # a window that leaves the first rows without keys (lse -inf) and a softcap score function
-    _check(name, False, {"mask_mod": late_rows, "score_mod": V.softcap(2.0)}, Nq=21, Nk=21)
+    # a window that leaves the first rows without keys (lse -inf) and a softcap score function (decode: the
+    # queries are the last 3 of 6 positions, q_idx 3, 4, 5: two rows see no key)
+    shape = {"Nq": 3, "Nk": 6} if na.get_phase(name).kind == "decode" else {"Nq": 21, "Nk": 21}
+    _check(name, False, {"mask_mod": late_rows, "score_mod": V.softcap(2.0)}, **shape)
 
 
 def test_split_k_prefill_combine_writes_lse():
     _check("split_k_prefill", True, splits=3)
+
+
+@pytest.mark.parametrize("name,params", [
+    ("decode_split_k", {"splits": 1}),  # one split writes the output and the log-sum-exp
+    pytest.param("decode_split_k_lean", {"fuse_max": 0}, marks=pytest.mark.full),  # the combine kernel
+    pytest.param("decode_mma", {"fuse_max": 64}, marks=pytest.mark.full),  # the last block's combine
+    pytest.param("decode_mma", {"splits": 1}, marks=pytest.mark.full),
+])
+def test_decode_lse_every_combine(name, params):
+    _check(name, True, Nq=3, Nk=53, **params)
+    _check(name, False, {"mask_mod": late_rows}, Nq=3, Nk=6, **params)
+
+
+def test_decode_phases_write_lse():
+    assert {p.name for p in na.list_phases() if p.is_builtin and p.kind == "decode"} <= {
+        p.name for p in na.list_phases() if p.lse is True}
+
+
+def _paged(D=32, kv_dtype="", Nq=1, H=4, Hkv=2, seed=7):
+    """A paged batch: pages out of order and repeated, a partly filled page, a length-0 sequence."""
+    rng = np.random.default_rng(seed)
+    B, P, NB = 3, 16, 5
+    x = [rng.standard_normal((NB, P, Hkv, D)).astype(np.float32) for _ in range(2)]
+    if kv_dtype == "int8":
+        kc, vc = (np.clip(np.rint(a * 30), -127, 127).astype(np.int8) for a in x)
+        ks, vs = np.full(Hkv, 0.03, np.float32), np.full(Hkv, 0.02, np.float32)
+    else:
+        (kc, vc), ks, vs = (a.astype(np.float16) for a in x), None, None
+    table = np.array([[4, 1, 4], [2, 0, 3], [1, 1, 1]], np.int32)
+    lens = np.array([45, 21, 0], np.int32)
+    q = rng.standard_normal((B, Nq, H, D)).astype(np.float16)
+    return q, kc, vc, ks, vs, table, lens
+
+
+def paged_lse_reference(q, kc, vc, table, lens, causal=False, kv_dtype="", ks=None, vs=None, variant=None):
+    """(B, H, q_len) float64 log-sum-exp of each sequence's keys, gathered from the pages and dequantized."""
+    from numba_attn.spec.paged import dequantize
+
+    B, Nq, H, D = q.shape
+    P = kc.shape[1]
+    out = np.full((B, H, Nq), -np.inf)
+    for b in range(B):
+        n = int(lens[b])
+        if n == 0:
+            continue
+        pages = table[b, : (n + P - 1) // P]
+        k, v = (dequantize(c[pages], kv_dtype, s).reshape(-1, c.shape[2], D)[:n].transpose(1, 0, 2)[None]
+                for c, s in ((kc, ks), (vc, vs)))
+        qb = np.swapaxes(q[b:b + 1].astype(np.float64), 1, 2)
+        out[b] = reference(qb, k, v, causal=causal, return_lse=True, variant=variant)[1][0]
+    return out
+
+
+@pytest.mark.parametrize("name,kv_dtype,Nq", [
+    ("paged_split_k", "", 1),
+    pytest.param("paged_split_k", "", 2, marks=pytest.mark.full),  # GQA group 2 × q_len 2, causal
+    pytest.param("paged_worklist", "", 1, marks=pytest.mark.full),
+    pytest.param("paged_mma", "", 2, marks=pytest.mark.full),
+    pytest.param("paged_mma8", "int8", 1, marks=pytest.mark.full),
+])
+def test_decode_paged_lse(name, kv_dtype, Nq):
+    from numba_attn.spec.paged import paged_reference
+
+    q, kc, vc, ks, vs, table, lens = _paged(D=64 if kv_dtype else 32, kv_dtype=kv_dtype, Nq=Nq)
+    causal = Nq > 1
+    kw = dict(causal=causal, k_scale=ks, v_scale=vs, phase=name, **na.get_phase(name).sim_params)
+    out, lse = na.decode_paged(q, kc, vc, table, lens, return_lse=True, **kw)
+    assert lse.shape == (q.shape[0], q.shape[2], q.shape[1]) and lse.dtype == np.float32  # (B, H, q_len)
+    ref = paged_reference(q, kc, vc, table, lens, causal=causal, kv_dtype=kv_dtype, k_scale=ks, v_scale=vs)
+    np.testing.assert_allclose(out.astype(np.float64), ref, atol=4e-3, rtol=1e-2)
+    ref_lse = paged_lse_reference(q, kc, vc, table, lens, causal, kv_dtype, ks, vs)
+    assert np.isneginf(lse[2]).all() and (np.isfinite(lse) == np.isfinite(ref_lse)).all()
+    finite = np.isfinite(ref_lse)
+    np.testing.assert_allclose(lse[finite], ref_lse[finite], atol=1e-3, rtol=1e-4)
+    np.testing.assert_array_equal(na.decode_paged(q, kc, vc, table, lens, **kw), out)  # a plain call: same out
 
 
 def test_cuda_core_phases_write_lse():

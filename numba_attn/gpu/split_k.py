@@ -18,7 +18,7 @@ from numba import cuda, float32, uint16, uint32  # noqa: E402
 from numba_attn.gpu.device_functions import (EMPTY_LSE_BELOW, NEG_BIG, combine_splits,  # noqa: E402
                                              combine_splits_fixed)
 from numba_attn.gpu.intrinsics import pack_bf16x2  # noqa: E402
-from numba_attn.gpu.jit import kernel  # noqa: E402
+from numba_attn.gpu.jit import device, kernel  # noqa: E402
 from numba_attn.gpu.pdl import grid_dependency_wait  # noqa: E402
 
 SIMULATOR_SMS = 132  # stand-in for the SM count where there is no device to ask
@@ -112,27 +112,37 @@ def make_combine_kernel(Nq: int, WAIT: bool = False, NS: int = 0, BF16: bool = F
 ROW_SAW_NOTHING = float32(-1e27)  # a combined log-sum-exp below this: no split saw a key of the row
 
 
+@device
+def combined_lse(part_lse, S, row):
+    """``log Σ_s exp(part_lse[s, row])`` over the ``S`` splits that saw keys of ``row``; -inf where none did."""
+    m = NEG_BIG
+    for s in range(S):
+        m = max(m, part_lse[s, row])
+    total = float32(0.0)
+    for s in range(S):
+        x = part_lse[s, row]
+        if x > EMPTY_LSE_BELOW:
+            total += math.exp(x - m)
+    return m + math.log(total) if m > ROW_SAW_NOTHING and total > float32(0.0) else float32(-math.inf)
+
+
 @functools.cache
-def make_combine_lse_kernel(Nq: int):
+def make_combine_lse_kernel(Nq: int, BF16: bool = False):
     """The combine kernel that also writes each row's log-sum-exp, ``lse[bh, i] = log Σ_s exp(lse_s)`` over the
-    splits that saw keys (-inf where none did): ``combine(part_o, part_lse, o, S, lse)``."""
+    splits that saw keys (-inf where none did): ``combine(part_o, part_lse, o, S, lse)``. ``BF16``: ``o`` holds
+    bfloat16 bit patterns (uint16)."""
 
     @kernel
     def combine_lse(part_o, part_lse, o, S, lse):
         row = cuda.blockIdx.x
         d = cuda.threadIdx.x
         bh = row // Nq
-        o[bh, row - bh * Nq, d] = combine_splits(part_o, part_lse, S, row, d)
+        x = combine_splits(part_o, part_lse, S, row, d)
+        if BF16:
+            o[bh, row - bh * Nq, d] = uint16(pack_bf16x2(x, float32(0.0)) & uint32(0xFFFF))
+        else:
+            o[bh, row - bh * Nq, d] = x
         if d == 0:
-            m = NEG_BIG
-            for s in range(S):
-                m = max(m, part_lse[s, row])
-            total = float32(0.0)
-            for s in range(S):
-                x = part_lse[s, row]
-                if x > EMPTY_LSE_BELOW:
-                    total += math.exp(x - m)
-            lse[bh, row - bh * Nq] = m + math.log(total) if m > ROW_SAW_NOTHING and total > float32(0.0) else \
-                float32(-math.inf)
+            lse[bh, row - bh * Nq] = combined_lse(part_lse, S, row)
 
     return combine_lse

@@ -14,7 +14,7 @@ from numba_attn.gpu.ptx_loads import dynamic_tile
 from numba_attn.gpu.warp import FULL_MASK, WARP_SIZE, shfl_sync, shfl_xor_sync, syncwarp
 from numba_attn.phases.decode.frag8_loads import make_frag8_loads, make_frag8_ring
 from numba_attn.phases.decode.scores import key_mask, variant_keys
-from numba_attn.phases.decode.steps import chunk_steps
+from numba_attn.phases.decode.steps import chunk_steps, empty_sequence_lse
 from numba_attn.variants.stages import PLAIN
 
 
@@ -187,22 +187,23 @@ def make_frag8_finish(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
     _, _, _, _, write_rows, combine_last = chunk_steps(D, 8, 1, 1, WARPS, ROWS, Nq, G * STEP_HEADS, causal, False,
                                                        BASE2=True, stage=stage)
     THREADS = WARPS * WARP_SIZE
+    EMPTY_SEQUENCE = empty_sequence_lse(stage)
 
     @device
-    def finish(out, sm, split, kvh, Nk, tid):
+    def finish(out, sm, split, kvh, Nk, tid, mods):
         """The block's rows written from the warps' states in shared memory (``FUSED``: the last split combines).
         ``out``: (o, part_o, part_lse, counters, S); ``sm``: (sm_m, sm_l, sm_o, sm_last, ring)."""
         o, part_o, part_lse, counters, S = out
         sm_m, sm_l, sm_o, sm_last, _ = sm
         cuda.syncthreads()
-        write_rows(o, part_o, part_lse, split, kvh, 0, tid, sm_m, sm_l, sm_o)  # lse back to natural units
+        write_rows(o, part_o, part_lse, split, kvh, 0, tid, sm_m, sm_l, sm_o, mods)  # lse back to natural units
         if Nk == 0 and split == 0:  # an empty sequence: a zero partial of weight 1, the output is zeros
             for idx in range(tid, ROWS * D, THREADS):  # the threads that wrote the log-sum-exps (d = 0)
                 r = idx // D
                 if idx == r * D:
-                    part_lse[0, (kvh * G * STEP_HEADS + r // Nq) * Nq + r % Nq] = float32(0.0)
+                    part_lse[0, (kvh * G * STEP_HEADS + r // Nq) * Nq + r % Nq] = EMPTY_SEQUENCE
         if FUSED:
-            combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, 0, tid, cuda.blockIdx.y)
+            combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, 0, tid, cuda.blockIdx.y, mods)
 
     return finish
 
@@ -432,7 +433,7 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
             if r1 < ROWS:
                 sm_m[w, r1] = m1
                 sm_l[w, r1] = l1
-        finish(out, sm, split, kvh, Nk, tid)
+        finish(out, sm, split, kvh, Nk, tid, mods)
 
     @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
     def paged_split_k_mma8(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, chunk, S,

@@ -6,11 +6,12 @@ import numpy as np
 from numba import cuda
 
 from numba_attn.gpu.backend import IS_SIMULATOR
-from numba_attn.gpu.split_k import make_combine_kernel
+from numba_attn.gpu.split_k import make_combine_kernel, make_combine_lse_kernel
 from numba_attn.gpu.warp import WARP_SIZE
 from numba_attn.phases.decode.rules import check_alignment, kernel_words, split_layout
 from numba_attn.phases.registry import Launch
 from numba_attn.variants.launching import KernelMods
+from numba_attn.variants.sinks import wants_lse, with_lse
 
 
 def split_workspace(S: int, rows: int, D: int):
@@ -51,6 +52,19 @@ def launch_mods(kernel_mods: KernelMods) -> dict:
     return {"kernel_mods": kernel_mods, "replayable": False}
 
 
+def combine_kernel(problem, Nq: int, BF16: bool):
+    """The combine kernel of a split launch: ``combine(part_o, part_lse, o, S)``, or for a problem that asks for the
+    log-sum-exp ``combine(part_o, part_lse, o, S, lse)`` (:func:`~numba_attn.gpu.split_k.make_combine_lse_kernel`)."""
+    if wants_lse(problem):
+        return make_combine_lse_kernel(Nq, BF16=BF16)
+    return make_combine_kernel(Nq, BF16=BF16) if BF16 else make_combine_kernel(Nq)
+
+
+def combine_args(part_o, part_lse, o, S, lse):
+    """The combine kernel's arguments (``lse`` None: a plain call's)."""
+    return (part_o, part_lse, o, S) if lse is None else (part_o, part_lse, o, S, lse)
+
+
 def tile_notes(lanes, keys, rows, warps) -> str:
     """The ``Launch.notes`` of a warp-step decode kernel's tiling."""
     return f"L={lanes} lanes/key, T={keys} keys/group, {rows} rows/block, {warps} warps"
@@ -60,7 +74,8 @@ def split_launch(problem, kern, scale, warps, lanes, rows, keys, splits, counter
     """The :class:`Launch` of a split-K kernel: grid (split, row block of a KV head),
     the workspace, with ``counters`` the kernel's per-tile counters (and split
     count) as arguments, with ``combine`` the combine kernel after it (unless one
-    split writes the output); the variant's ``mods`` last."""
+    split writes the output); the variant's ``mods`` last (``run(..., lse=)``: the (B·H, Nq) log-sum-exp
+    array last in them, written by the kernel or the combine)."""
     B, H, Hkv, Nq, Nk, D = (problem.batch, problem.heads, problem.kv_heads, problem.q_len,
                             problem.kv_len, problem.head_dim)
     S = splits
@@ -72,22 +87,22 @@ def split_launch(problem, kern, scale, warps, lanes, rows, keys, splits, counter
     combine = combine and not final
     bf16 = problem.dtype == "bfloat16"
     if combine:
-        comb = make_combine_kernel(Nq, BF16=bf16) if bf16 else make_combine_kernel(Nq)
+        comb = combine_kernel(problem, Nq, bf16)
         kernels.append(comb)
     cnt = zeroed_counters(B * Hkv * n_rc) if counters else None
     kernel_mods = variant_mods(problem)
 
-    def run(q, k, v, o, stream=0, mods=None):
+    def run(q, k, v, o, stream=0, mods=None, lse=None):
         if bf16:
             k, v = kernel_words(problem, k, v)
         check_alignment(k, v)
-        mods = kernel_mods(stream=stream) if mods is None else mods
+        mods = with_lse(kernel_mods(stream=stream) if mods is None else mods, lse)
         if counters:
             kern[grid, warps * WARP_SIZE, stream](q, k, v, o, part_o, part_lse, cnt, scale, Hkv, Nk, chunk, S, mods)
         else:
             kern[grid, warps * WARP_SIZE, stream](q, k, v, o, part_o, part_lse, scale, Hkv, Nk, chunk, mods)
         if combine:
-            comb[B * H * Nq, D, stream](part_o, part_lse, o, S)
+            comb[B * H * Nq, D, stream](*combine_args(part_o, part_lse, o, S, lse))
 
     return Launch(run, kernels=kernels, workspace_bytes=0 if final else part_o.nbytes + part_lse.nbytes,
                   notes=f"S={S} splits of {chunk} keys, {tile_notes(lanes, keys, rows, warps)}{notes}",

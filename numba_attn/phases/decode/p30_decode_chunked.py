@@ -21,7 +21,8 @@ from numba_attn.phases.decode.launch import launch_mods, tile_notes, variant_mod
 from numba_attn.phases.decode.rules import check_alignment, check_decode, resolve_chunked, vector_width
 from numba_attn.phases.decode.steps import chunk_steps
 from numba_attn.phases.registry import Launch, register_phase
-from numba_attn.variants.stages import PLAIN, stages_of
+from numba_attn.variants.sinks import stages_for, with_lse
+from numba_attn.variants.stages import PLAIN
 
 
 @functools.cache
@@ -61,7 +62,7 @@ def make_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, N
             score_update(Qr, K_j, V_j, sc, m, l, acc, lim, j0, (kvh, row0, Hkv, Nk), mods)
         merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub)
         cuda.syncthreads()
-        write_rows(o, o, o, 0, kvh, row0, tid, sm_m, sm_l, sm_o)  # (no partials: o stands in, unused)
+        write_rows(o, o, o, 0, kvh, row0, tid, sm_m, sm_l, sm_o, mods)  # (no partials: o stands in, unused)
 
     return decode_chunked
 
@@ -91,6 +92,7 @@ def _supports(problem, warps, lanes, rows, keys):
     space={"warps": [4, 8], "rows": [1, 2, 4, 8], "keys": [0, 1, 2, 4]},
     sim_params={"warps": 2},
     variants=True,
+    lse=True,
     supports=_supports,
     resolve=_resolve,
 )
@@ -98,15 +100,15 @@ def decode_chunked(problem, warps=8, lanes=0, rows=4, keys=0):
     Hkv, Nq, Nk, D = problem.kv_heads, problem.q_len, problem.kv_len, problem.head_dim
     G = problem.group
     kern = make_kernel(D, vector_width(problem.dtype), lanes, keys, warps, rows, Nq, G, problem.causal,
-                       max(1, 16 // warps), stages_of(problem.variant))
+                       max(1, 16 // warps), stages_for(problem))
     scale = float32(problem.sm_scale)
     grid = ((G * Nq + rows - 1) // rows, problem.batch * Hkv)
 
     kernel_mods = variant_mods(problem)
 
-    def run(q, k, v, o, stream=0, mods=None):
+    def run(q, k, v, o, stream=0, mods=None, lse=None):
         check_alignment(k, v)
         kern[grid, warps * WARP_SIZE, stream](q, k, v, o, scale, Hkv, Nk,
-                                              kernel_mods(stream=stream) if mods is None else mods)
+                                              with_lse(kernel_mods(stream=stream) if mods is None else mods, lse))
 
     return Launch(run, kernels=[kern], notes=tile_notes(lanes, keys, rows, warps), **launch_mods(kernel_mods))

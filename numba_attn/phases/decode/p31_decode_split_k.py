@@ -21,7 +21,8 @@ from numba_attn.phases.decode.launch import split_launch
 from numba_attn.phases.decode.rules import check_split, resolve_split, vector_width
 from numba_attn.phases.decode.steps import chunk_steps
 from numba_attn.phases.registry import register_phase
-from numba_attn.variants.stages import PLAIN, stages_of
+from numba_attn.variants.sinks import stages_for
+from numba_attn.variants.stages import PLAIN
 
 
 @functools.cache
@@ -68,9 +69,9 @@ def make_split_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: 
             score_update(Qr, K_j, V_j, sc, m, l, acc, lim, j0, (kvh, row0, Hkv, Nk), mods)
         merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub)
         cuda.syncthreads()
-        write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o)
+        write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o, mods)
         if FUSED and not FINAL:
-            combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid, cuda.blockIdx.y)
+            combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid, cuda.blockIdx.y, mods)
 
     if not FUSED:
         @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
@@ -100,7 +101,7 @@ def split_k_launch(problem, fused, warps, lanes, rows, keys, splits, blocks_per_
     ``fused`` ``decode_split_k_fused``) for ``problem`` and resolved parameters."""
     kern = make_split_kernel(problem.head_dim, vector_width(problem.dtype), lanes, keys, warps, rows, problem.q_len,
                              problem.group, problem.causal, splits == 1, fused, blocks_per_sm,
-                             stages_of(problem.variant))
+                             stages_for(problem))
     return split_launch(problem, kern, float32(problem.sm_scale), warps, lanes, rows, keys, splits,
                         counters=fused, combine=not fused)
 
@@ -122,6 +123,7 @@ def split_k_launch(problem, fused, warps, lanes, rows, keys, splits, blocks_per_
     launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     sim_params={"warps": 2, "splits": 3},
     variants=True,
+    lse=True,
     supports=check_split,
     resolve=resolve_split,
 )

@@ -31,6 +31,7 @@ from numba_attn.phases.registry import register_phase
     launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     sim_params={"warps": 2, "splits": 3},
     variants=True,
+    lse=True,
     supports=check_decode,
     resolve=resolve_split,
 )

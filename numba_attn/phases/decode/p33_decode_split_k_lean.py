@@ -26,9 +26,10 @@ from numba_attn.phases.decode.launch import split_launch
 from numba_attn.phases.decode.paged import page_steps, paged_keys, paged_words
 from numba_attn.phases.decode.rules import check_split, resolve_split, vector_width
 from numba_attn.phases.decode.scores import key_mask, step_rescore
-from numba_attn.phases.decode.steps import chunk_steps
+from numba_attn.phases.decode.steps import chunk_steps, empty_sequence_lse
 from numba_attn.phases.registry import register_phase
-from numba_attn.variants.stages import PLAIN, stages_of
+from numba_attn.variants.sinks import stages_for
+from numba_attn.variants.stages import PLAIN
 
 
 def _log2(n: int) -> int:
@@ -204,6 +205,7 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
     ROW_BLOCKS = (G * Nq + ROWS - 1) // ROWS  # row blocks per KV head
     PADDED = score_plan(LANES, ROWS, KEYS)[0]
     VARIANT = stage.active
+    EMPTY_SEQUENCE = empty_sequence_lse(stage)
     rescore = step_rescore(stage, ROWS, KEYS, GROUPS, Nq, G, causal, True)  # a variant's scores (base 2)
 
     split_keys, reduce_scores, lazy_update = make_lean_steps(D, VW, LANES, KEYS, ROWS, Nq, G, causal, P, KV_FORMAT,
@@ -308,16 +310,16 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
                         acc[r, e] = u32_as_f32(NAN_BITS)
         merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub)  # base 2: exp2
         cuda.syncthreads()
-        write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o)  # lse back to natural units
+        write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o, mods)  # lse back to natural units
         if PAGED:
             if Nk == 0 and split == 0:  # an empty sequence: a zero partial of weight 1, the output is zeros
                 for idx in range(tid, ROWS * D, THREADS):  # the threads that wrote the log-sum-exps (d = 0)
                     r = idx // D
                     if idx == r * D and row0 + r < G * Nq:
                         bh = kvh * G + (row0 + r) // Nq
-                        part_lse[0, bh * Nq + (row0 + r) % Nq] = float32(0.0)
+                        part_lse[0, bh * Nq + (row0 + r) % Nq] = EMPTY_SEQUENCE
         if FUSED and not FINAL:
-            combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid, ci)
+            combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid, ci, mods)
 
     if WORKLIST:
         @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
@@ -393,6 +395,7 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
     dtypes=("float32", "float16", "bfloat16"),
     sim_params={"warps": 2, "splits": 3},
     variants=True,
+    lse=True,
     supports=check_split,
     resolve=resolve_split,
 )
@@ -402,7 +405,7 @@ def decode_split_k_lean(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blo
     fused = splits * rows <= fuse_max
     kern = make_lean_kernel(problem.head_dim, vector_width(problem.dtype), lanes, keys, warps, rows, problem.q_len,
                             problem.group, problem.causal, final, fused, blocks_per_sm,
-                            BF16=problem.dtype == "bfloat16", stage=stages_of(problem.variant))
+                            BF16=problem.dtype == "bfloat16", stage=stages_for(problem))
     scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
     return split_launch(problem, kern, scale, warps, lanes, rows, keys, splits, counters=True, combine=not fused,
                         notes=f", combine {'-' if final else ('fused' if fused else 'kernel')}")

@@ -25,31 +25,35 @@ from numba_attn.gpu.intrinsics import cp_async_commit, cp_async_wait
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.pdl import launch_after, launch_dependents, pdl_available, uses_griddepcontrol
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, swizzle_row_chunks
-from numba_attn.gpu.split_k import make_combine_kernel, sm_count, split_plan
+from numba_attn.gpu.split_k import make_combine_kernel, make_combine_lse_kernel, sm_count, split_plan
 from numba_attn.gpu.warp import WARP_SIZE, quad_sum, syncwarp
 from numba_attn.phases.decode.kv8 import kv8_decoder
-from numba_attn.phases.decode.launch import launch_mods, split_workspace, variant_mods, zeroed_counters
+from numba_attn.phases.decode.launch import (combine_args, launch_mods, split_workspace, variant_mods,
+                                             zeroed_counters)
 from numba_attn.phases.decode.mma_tiles import make_mma_tiles
 from numba_attn.phases.decode.paged import PAGED_KV8, PAGED_TOKEN_SCALE, paged_cache_view
 from numba_attn.phases.decode.rules import (check_alignment, check_decode_mma, decode_mma_smem_bytes, ragged_mean,
                                             resolve_decode_mma)
 from numba_attn.phases.decode.scores import fragment_rescore, key_mask, variant_keys
-from numba_attn.phases.decode.steps import f32_to_bf16
+from numba_attn.phases.decode.steps import combined_lse_store, empty_sequence_lse, f32_to_bf16
 from numba_attn.phases.registry import Launch, register_phase
-from numba_attn.variants.stages import PLAIN, stages_of
+from numba_attn.variants.sinks import lse_parts, stages_for, wants_lse, with_lse
+from numba_attn.variants.stages import PLAIN
 
 FULL = 0xFFFFFFFF
 
 
 @functools.cache
-def make_mma_combine(D: int, WARPS: int, Nq: int, G: int, FINAL: bool, FUSED: bool, BF16: bool):
-    """``decode_mma``'s fused combine: the last block of a KV head to finish merges the splits' partials."""
+def make_mma_combine(D: int, WARPS: int, Nq: int, G: int, FINAL: bool, FUSED: bool, BF16: bool, LSE: bool = False):
+    """``decode_mma``'s fused combine: the last block of a KV head to finish merges the splits' partials (``LSE``:
+    and writes the rows' log-sum-exp to ``mods[-1]``)."""
     QUERY_ROWS = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
     THREADS = WARPS * WARP_SIZE
     FLAG = WARPS * 16
+    store_combined = combined_lse_store(LSE)
 
     @device
-    def combine_last(out, MM, kvh, tid):
+    def combine_last(out, MM, kvh, tid, mods):
         """``FUSED``: the last block of this (sequence, KV head) to finish combines the splits (``MM``'s flag row
         says which). ``out``: (o, part_o, part_lse, counters, S)."""
         o, part_o, part_lse, counters, S = out
@@ -71,6 +75,8 @@ def make_mma_combine(D: int, WARPS: int, Nq: int, G: int, FINAL: bool, FUSED: bo
                         o[bh, i, d] = f32_to_bf16(combine_splits(part_o, part_lse, S, bh * Nq + i, d))
                     else:
                         o[bh, i, d] = combine_splits(part_o, part_lse, S, bh * Nq + i, d)
+                    if LSE and d == 0:
+                        store_combined(mods, part_lse, S, bh, i, bh * Nq + i)
                 if tid == 0:
                     counters[kvh] = 0  # ready for the next launch
 
@@ -135,7 +141,10 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
 
     copy_tile8, dequant_tile, copy_tile, tile_scores, token_scales, mask_tile, v_scales, tile_pv = make_mma_tiles(
         D, WARPS, Bc, stages, Nq, causal, L2_PREFETCH, P, BF16, KV_FORMAT)
-    combine_last = make_mma_combine(D, WARPS, Nq, G, FINAL, FUSED, BF16)
+    LSE, store_lse, _ = lse_parts(stage)
+    combine_last = make_mma_combine(D, WARPS, Nq, G, FINAL, FUSED, BF16, LSE) if LSE else \
+        make_mma_combine(D, WARPS, Nq, G, FINAL, FUSED, BF16)
+    EMPTY_SEQUENCE = empty_sequence_lse(stage)
     VARIANT = stage.active
     rescore = fragment_rescore(stage, S_NTILES)  # a variant's scores (scores.py)
     vk = variant_keys(stage)
@@ -306,6 +315,8 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
                     o[bh, i, d] = f32_to_bf16(vk.normalized(oo, mm, ll))
                 else:
                     o[bh, i, d] = vk.normalized(oo, mm, ll)
+                if LSE and d == 0:
+                    store_lse(mods, bh, i, mm, ll)
             elif FINAL:
                 if PAGED and BF16:
                     o[bh, i, d] = f32_to_bf16(oo / ll if ll != float32(0.0) else float32(0.0))
@@ -315,19 +326,21 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
                     o[bh, i, d] = f32_to_bf16(oo / ll)
                 else:
                     o[bh, i, d] = oo / ll
+                if LSE and d == 0:  # the row's log-sum-exp (mm in natural units)
+                    store_lse(mods, bh, i, mm, ll)
             elif VARIANT:  # a split that saw no key of the row: a zero partial, weighed 0 (or 1 where none did)
                 part_o[split, bh * Nq + i, d] = vk.normalized(oo, mm, ll)
                 if d == 0:
                     lse = vk.partial_lse(mm, ll, state_lse(mm, ll))
-                    part_lse[split, bh * Nq + i] = lse if not PAGED or Nk > 0 or split > 0 else float32(0.0)
+                    part_lse[split, bh * Nq + i] = lse if not PAGED or Nk > 0 or split > 0 else EMPTY_SEQUENCE
             else:
                 part_o[split, bh * Nq + i, d] = oo / ll if ll != float32(0.0) else float32(0.0)
                 if d == 0:
                     if PAGED:  # an empty sequence: split 0 is a zero partial of weight 1
-                        part_lse[split, bh * Nq + i] = state_lse(mm, ll) if Nk > 0 or split > 0 else float32(0.0)
+                        part_lse[split, bh * Nq + i] = state_lse(mm, ll) if Nk > 0 or split > 0 else EMPTY_SEQUENCE
                     else:
                         part_lse[split, bh * Nq + i] = state_lse(mm, ll)
-        combine_last(out, MM, kvh, tid)
+        combine_last(out, MM, kvh, tid, mods)
 
     if KV_FORMAT:
         @kernel
@@ -376,7 +389,8 @@ def decode_mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_key
                           mean_len=ragged_mean(problem))
     final = S == 1
     fused = S * G * Nq <= fuse_max
-    dependent = bool(pdl) and not final and not fused and uses_griddepcontrol()
+    lse_asked = wants_lse(problem)  # (the log-sum-exp's combine is launched after the kernel, not dependent)
+    dependent = bool(pdl) and not final and not fused and not lse_asked and uses_griddepcontrol()
     if even:
         chunk = -(-Nk // Bc)  # tiles, spread evenly over the splits by the kernel
     bf16 = problem.dtype == "bfloat16"
@@ -386,14 +400,17 @@ def decode_mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_key
         extra.update(KV_FORMAT=kv8, TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]))
     kern = make_decode_mma_kernel(D, warps, Bc, stages, Nq, G, problem.causal, final, fused,
                                   int(pdl) if dependent else 0,
-                           bool(l2_prefetch), bool(even), P=P, stage=stages_of(problem.variant), **extra)
+                           bool(l2_prefetch), bool(even), P=P, stage=stages_for(problem), **extra)
     sl2 = float32(problem.sm_scale * float(LOG2E))
     scale = float32(problem.sm_scale)
     grid = (S, B * Hkv)
     nbytes = decode_mma_smem_bytes(D, warps, Bc, stages, bool(kv8))
     part_o, part_lse = split_workspace(S, B * problem.heads * Nq, D)
     kernels = [kern]
-    if not final and not fused:
+    if not final and not fused and lse_asked:
+        combine = make_combine_lse_kernel(Nq, BF16=bf16)
+        kernels.append(combine)
+    elif not final and not fused:
         combine = make_combine_kernel(Nq, dependent, S if fixed_combine and S <= FIXED_COMBINE_MAX else 0,
                                       **({"BF16": True} if bf16 else {}))
         kernels.append(combine)
@@ -402,7 +419,7 @@ def decode_mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_key
     opted = []
     kernel_mods = variant_mods(problem)
 
-    def run(q, k, v, o, stream=0, layout=None, mods=None):
+    def run(q, k, v, o, stream=0, layout=None, mods=None, lse=None):
         key = (id(q), id(k), id(v), id(o))
         hit = views.get(key)
         if hit is None or any(a is not b for a, b in zip(hit[0], (q, k, v, o))):
@@ -412,7 +429,7 @@ def decode_mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_key
             hit = views[key] = ((q, k, v, o), view_as(q, np.uint32),
                                 *((paged_cache_view(problem, k), paged_cache_view(problem, v)) if kv8 else (k, v)))
         args = (hit[1], hit[2], hit[3], o, part_o, part_lse, counters, sl2, scale, Hkv, *keys(layout), chunk, S,
-                kernel_mods(stream=stream) if mods is None else mods)
+                with_lse(kernel_mods(stream=stream) if mods is None else mods, lse))
         if opted:
             kern[grid, warps * WARP_SIZE, stream, nbytes](*args)
         else:
@@ -421,11 +438,11 @@ def decode_mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_key
         if dependent:
             launch_after(combine, B * problem.heads * Nq, D, stream, 0, part_o, part_lse, o, S)
         elif not final and not fused:
-            combine[B * problem.heads * Nq, D, stream](part_o, part_lse, o, S)
+            combine[B * problem.heads * Nq, D, stream](*combine_args(part_o, part_lse, o, S, lse))
 
     size = f"{chunk // S}-{-(-chunk // S)} tiles" if even else f"{chunk} keys"
     how = "-" if final else ("fused" if fused else "kernel")
-    if not final and not fused and S <= FIXED_COMBINE_MAX and fixed_combine:
+    if not final and not fused and S <= FIXED_COMBINE_MAX and fixed_combine and not lse_asked:
         how += f" (compiled for {S} splits)"
     if dependent and pdl_available() is None:
         how += f", dependent launch ({PDL_MODES[int(pdl)]})"
@@ -453,6 +470,7 @@ def decode_mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_key
     dtypes=("float16", "bfloat16"),
     sim_params={"warps": 2, "Bc": 16, "stages": 2, "splits": 3},
     variants=True,
+    lse=True,
     supports=check_decode_mma,
     resolve=resolve_decode_mma,
 )

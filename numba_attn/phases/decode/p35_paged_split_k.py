@@ -19,7 +19,7 @@ from numba_attn.phases.decode.p33_decode_split_k_lean import make_lean_kernel
 from numba_attn.phases.decode.paged import PAGED_KV8, PAGED_TOKEN_SCALE, check_paged_problem, paged_launch
 from numba_attn.phases.decode.rules import check_split, resolve_split, vector_width
 from numba_attn.phases.registry import register_phase
-from numba_attn.variants.stages import stages_of
+from numba_attn.variants.sinks import stages_for
 from numba_attn.spec.errors import check_bool
 
 
@@ -75,6 +75,7 @@ def _resolve(problem, wide=None, **params):
     launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     sim_params={"warps": 2, "splits": 3},
     variants=True,
+    lse=True,
     supports=check_paged_split_k,
     resolve=_resolve,
     layout="paged",
@@ -86,7 +87,7 @@ def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_pe
                             problem.group, problem.causal, False, fused, blocks_per_sm, P=problem.page_size,
                             KV_FORMAT=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
                             BF16=problem.dtype == "bfloat16", BALANCE=balance, PAGE_AHEAD=ahead,
-                            stage=stages_of(problem.variant))
+                            stage=stages_for(problem))
     scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
     wide_note = ", 16 codes per load" if elements_per_load(problem, wide) == 16 else ""
     wide_note += ", balanced splits" if balance else ""

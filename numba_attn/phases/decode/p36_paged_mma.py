@@ -52,6 +52,7 @@ def _supports(problem, **params):
     dtypes=("float16", "bfloat16"),
     sim_params={"warps": 2, "Bc": 16, "stages": 2, "splits": 3},
     variants=True,
+    lse=True,
     supports=_supports,
     resolve=resolve_decode_mma,
     layout="paged",

@@ -20,7 +20,7 @@ from numba_attn.phases.decode.p35_paged_split_k import check_paged_split_k, elem
 from numba_attn.phases.decode.paged import PAGED_KV8, PAGED_TOKEN_SCALE, worklist_launch
 from numba_attn.phases.decode.rules import resolve_chunked
 from numba_attn.phases.registry import register_phase
-from numba_attn.variants.stages import stages_of
+from numba_attn.variants.sinks import stages_for
 
 
 def _supports(problem, workers=0, flat=False, **params):
@@ -59,6 +59,7 @@ def _resolve(problem, rows, lanes, keys, wide=None, **_):
     # KV heads): 4-13 % slower on an H100 (experiments/2026-11-26-worklist-flat), not a candidate
     sim_params={"warps": 2, "workers": 3},
     variants=True,
+    lse=True,
     supports=_supports,
     resolve=_resolve,
     layout="paged",
@@ -69,7 +70,7 @@ def paged_worklist(problem, warps=8, lanes=0, rows=4, keys=0, workers=0, blocks_
                             problem.group, problem.causal, False, True, blocks_per_sm, P=problem.page_size,
                             KV_FORMAT=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
                             BF16=problem.dtype == "bfloat16", WORKLIST=True, PAGE_AHEAD=ahead,
-                            stage=stages_of(problem.variant))
+                            stage=stages_for(problem))
     scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
     wide_note = ", 16 codes per load" if elements_per_load(problem, wide) == 16 else ""
     wide_note += ", page index a step ahead" if ahead else ""

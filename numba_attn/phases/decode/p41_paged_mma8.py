@@ -19,7 +19,7 @@ from numba_attn.phases.decode.frag8 import make_frag8_kernel
 from numba_attn.phases.decode.paged import PAGED_KV8, PAGED_TOKEN_SCALE, check_paged_problem, paged_launch
 from numba_attn.phases.decode.rules import resolve_splits, ring_bytes
 from numba_attn.phases.registry import register_phase
-from numba_attn.variants.stages import stages_of
+from numba_attn.variants.sinks import stages_for
 
 
 def mma8_reason(problem):
@@ -125,6 +125,7 @@ def _resolve(problem, warps, splits, blocks_per_sm, min_keys, step_heads=0, pref
     launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     sim_params={"warps": 2, "splits": 3},
     variants=True,
+    lse=True,
     supports=check_paged_mma8,
     resolve=_resolve,
     layout="paged",
@@ -136,7 +137,7 @@ def paged_mma8(problem, warps=8, splits=0, blocks_per_sm=2, min_keys=256, fuse_m
     kern = make_frag8_kernel(problem.head_dim, warps, problem.q_len, problem.group, problem.causal, fused,
                              blocks_per_sm, problem.page_size, PAGED_KV8[problem.kv_dtype],
                              bool(PAGED_TOKEN_SCALE[problem.kv_scale]), PREFETCH=prefetch, STEP_HEADS=step_heads,
-                             STAGES=stages, stage=stages_of(problem.variant))
+                             STAGES=stages, stage=stages_for(problem))
     notes = f", combine {'fused' if fused else 'kernel'}, 8-bit codes into mma fragments"
     notes += f", L2 prefetch {prefetch} step{'s' if prefetch > 1 else ''} ahead" if prefetch else ""
     notes += f", {step_heads} KV heads per warp step" if step_heads > 1 else ""

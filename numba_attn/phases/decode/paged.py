@@ -11,13 +11,15 @@ from numba_attn.gpu.arrays import view_as
 from numba_attn.gpu.intrinsics import ld_global_v2, ld_global_v4
 from numba_attn.gpu.jit import device
 from numba_attn.gpu.ptx_loads import launch_dynamic
-from numba_attn.gpu.split_k import make_combine_kernel, sm_count
+from numba_attn.gpu.split_k import sm_count
 from numba_attn.gpu.warp import WARP_SIZE
 from numba_attn.phases.decode.kv8 import e4m3_nan_bytes, kv8_decoder
-from numba_attn.phases.decode.launch import launch_mods, split_workspace, tile_notes, variant_mods, zeroed_counters
+from numba_attn.phases.decode.launch import (combine_args, combine_kernel, launch_mods, split_workspace, tile_notes,
+                                             variant_mods, zeroed_counters)
 from numba_attn.phases.decode.rules import check_alignment, split_layout
 from numba_attn.phases.decode.steps import row_loader
 from numba_attn.phases.registry import Launch
+from numba_attn.variants.sinks import with_lse
 
 PAGED_KV8 = {"": 0, "float8_e4m3": 1, "int8": 2}  # the cache format a paged kernel is compiled for
 
@@ -187,21 +189,21 @@ def paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused, 
     part_o, part_lse = split_workspace(max(S, 2), B * H * Nq, D)  # (every split writes a partial)
     kernels = [kern]
     if not fused:
-        comb = make_combine_kernel(Nq, BF16=True) if problem.dtype == "bfloat16" else make_combine_kernel(Nq)
+        comb = combine_kernel(problem, Nq, problem.dtype == "bfloat16")
         kernels.append(comb)
     cnt = zeroed_counters(B * Hkv * n_rc)
     own = PagedLayout(problem)
     kernel_mods = variant_mods(problem)
 
-    def run(q, k, v, o, stream=0, layout=None, mods=None):
+    def run(q, k, v, o, stream=0, layout=None, mods=None, lse=None):
         table, seqlens, ks, vs = layout or own.own()
         kc, vc = paged_cache_view(problem, k), paged_cache_view(problem, v)
         check_alignment(kc, vc)
         launch_dynamic(kern, grid, warps * WARP_SIZE, stream, dyn_bytes, q, kc, vc, o, part_o, part_lse, cnt, scale,
-                       Hkv, table, seqlens, ks, vs, chunk, S, kernel_mods(stream=stream) if mods is None else mods,
-                       static_bytes=static_bytes)
+                       Hkv, table, seqlens, ks, vs, chunk, S,
+                       with_lse(kernel_mods(stream=stream) if mods is None else mods, lse), static_bytes=static_bytes)
         if not fused:
-            comb[B * H * Nq, D, stream](part_o, part_lse, o, S)
+            comb[B * H * Nq, D, stream](*combine_args(part_o, part_lse, o, S, lse))
 
     return Launch(run, kernels=kernels, workspace_bytes=part_o.nbytes + part_lse.nbytes,
                   notes=f"S={S} splits of {chunk} keys, P={problem.page_size}, "
@@ -302,7 +304,7 @@ def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blo
     state = {"ws": split_workspace(max(2, smax0), B * H * Nq, D)}  # grown to a plan's most splits
     kernel_mods = variant_mods(problem)
 
-    def run(q, k, v, o, stream=0, layout=None, lens=None, mods=None):
+    def run(q, k, v, o, stream=0, layout=None, lens=None, mods=None, lse=None):
         table, seqlens, ks, vs = layout or own.own()
         if lens is None:
             lens = lens0 if layout is None else seqlens.copy_to_host()
@@ -314,7 +316,8 @@ def worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blo
         check_alignment(kc, vc)
         kern[(nw, n_rc), warps * WARP_SIZE, stream](q, kc, vc, o, po, pl, cnt, scale, Hkv, table, seqlens, ks,
                                                           vs, work, wptr,
-                                                          kernel_mods(stream=stream) if mods is None else mods)
+                                                          with_lse(kernel_mods(stream=stream) if mods is None else mods,
+                                                                   lse))
 
     return Launch(run, kernels=[kern], workspace_bytes=state["ws"][0].nbytes + state["ws"][1].nbytes,
                   host_lengths=True,

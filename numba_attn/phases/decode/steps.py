@@ -13,8 +13,10 @@ from numba_attn.gpu.device_functions import (NEG_BIG, combine_splits, ldg_f16x8,
                                              state_lse)
 from numba_attn.gpu.intrinsics import ld_global_v4, pack_bf16x2, unpack_bf16x2
 from numba_attn.gpu.jit import device
+from numba_attn.gpu.split_k import combined_lse
 from numba_attn.gpu.warp import WARP_SIZE, group_sum, strided_max, strided_sum
-from numba_attn.phases.decode.scores import key_mask, step_rescore, variant_keys
+from numba_attn.phases.decode.scores import SEEN_NOTHING_LSE, key_mask, step_rescore, variant_keys
+from numba_attn.variants.sinks import lse_parts
 from numba_attn.variants.stages import PLAIN
 
 LN2 = np.float32(0.6931471805599453)
@@ -60,6 +62,29 @@ def row_loader(VW: int, LANES: int, NV: int, BF16: bool):
     return load_row
 
 
+@device
+def _no_combined_store(mods, part_lse, S, bh, i, row):
+    pass
+
+
+@device
+def _combined_store(mods, part_lse, S, bh, i, row):
+    lse = mods[-1]
+    lse[bh, i] = combined_lse(part_lse, S, row)
+
+
+def empty_sequence_lse(stage):
+    """The log-sum-exp split 0 of an empty paged sequence writes: 0, a zero partial of weight 1; with a stage that
+    writes the log-sum-exp ``SEEN_NOTHING_LSE`` (still weight 1 alone, and the combined log-sum-exp -inf)."""
+    return SEEN_NOTHING_LSE if lse_parts(stage)[0] else np.float32(0.0)
+
+
+def combined_lse_store(LSE: bool):
+    """``store(mods, part_lse, S, bh, i, row)``: a last-block combine's log-sum-exp of ``row`` from the splits'
+    into ``mods[-1][bh, i]`` (``LSE``), else nothing."""
+    return _combined_store if LSE else _no_combined_store
+
+
 @functools.cache
 def chunk_steps(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, Nq: int, G: int, causal: bool,
                 FINAL: bool = True, BASE2: bool = False, BF16: bool = False, stage=PLAIN):
@@ -71,7 +96,9 @@ def chunk_steps(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, N
     log-sum-exp); ``BASE2``: the scores are in base 2 (log2 e folded into the
     query scale; ``exp2``, and the log-sum-exp converted back); ``BF16``: q and o are
     bfloat16 bit patterns (uint16), k and v their (…, D/2) uint32 word views; ``stage``: a variant's
-    (``scores.py``: ``score_update`` takes ``at`` = (kvh, row0, Hkv, Nk) and ``mods``; rows that see no key are 0).
+    (``scores.py``: ``score_update`` takes ``at`` = (kvh, row0, Hkv, Nk) and ``mods``; rows that see no key are 0);
+    a stage that writes the log-sum-exp (:func:`~numba_attn.variants.sinks.lse_parts`): ``write_rows`` (``FINAL``)
+    and ``combine_last`` store each row's to the last array of ``mods``.
     Returns ``(load_rows, load_keys, score_update, merge_lanes, write_rows, combine_last)``.
     """
     E = D // LANES  # elements of a row per lane
@@ -84,6 +111,8 @@ def chunk_steps(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, N
     VARIANT = stage.active
     rescore = step_rescore(stage, ROWS, KEYS, GROUPS, Nq, G, causal, BASE2)  # a variant's scores (scores.py)
     vk = variant_keys(stage, BASE2)
+    LSE, store_lse, store_lse2 = lse_parts(stage)
+    store_combined = combined_lse_store(LSE)
 
     @device
     def load_rows(q, Qr, acc, m, l, lim, kvh, row0, sub, scale, hi, Nk):
@@ -173,7 +202,7 @@ def chunk_steps(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, N
                     sm_l[w, r] = lw
 
     @device
-    def write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o):
+    def write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o, mods):
         """Merge the warps' partial (m, l, O), one thread per element; write the
         output (``FINAL``) or split ``split``'s partial output and log-sum-exp."""
         for idx in range(tid, ROWS * D, THREADS):
@@ -203,6 +232,11 @@ def chunk_steps(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, N
                         o[bh, i, d] = f32_to_bf16(oo / ll)
                     else:
                         o[bh, i, d] = oo / ll
+                    if LSE and d == 0:  # the row's log-sum-exp, natural units
+                        if BASE2:
+                            store_lse2(mods, bh, i, mm, ll)
+                        else:
+                            store_lse(mods, bh, i, mm, ll)
                 else:
                     part_o[split, bh * Nq + i, d] = oo / ll if ll != float32(0.0) else float32(0.0)
                     if d == 0:
@@ -215,7 +249,7 @@ def chunk_steps(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, N
                         part_lse[split, bh * Nq + i] = lse
 
     @device
-    def combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid, ci):
+    def combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, row0, tid, ci, mods):
         """The last block of this (sequence, KV head, row block) to finish combines
         the S splits' partials (``combine_splits``) and resets its counter ``counters[ci]``."""
         cuda.threadfence()  # this block's partials are visible device-wide before it counts
@@ -238,6 +272,8 @@ def chunk_steps(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, N
                         o[bh, i, d] = f32_to_bf16(combine_splits(part_o, part_lse, S, bh * Nq + i, d))
                     else:
                         o[bh, i, d] = combine_splits(part_o, part_lse, S, bh * Nq + i, d)
+                    if LSE and d == 0:
+                        store_combined(mods, part_lse, S, bh, i, bh * Nq + i)
             if tid == 0:
                 counters[ci] = 0  # ready for the next launch
 
