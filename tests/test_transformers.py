@@ -3,7 +3,8 @@
 A tiny Llama (2 layers, hidden 64, 4 query / 2 KV heads, head_dim 16, fp32, random weights, fixed seed)
 runs once with sdpa and once with numba-attn: the prompt's logits, greedy generation, a prompt appended
 to a cache and a static cache agree; prompts run prefill phases and decode steps decode phases; masks
-numba-attn cannot compute are refused. In the simulator the phases are named, with small tiles, so the
+numba-attn cannot compute are refused; a training step (forward and backward) runs on the phases with
+sdpa's loss and gradients. In the simulator the phases are named, with small tiles, so the
 tests stay cheap and do not depend on the choice of phase=None (tested on its own without kernels).
 """
 import copy
@@ -199,12 +200,58 @@ def test_what_numba_attn_cannot_compute_is_refused_before_any_launch(monkeypatch
     layer = _layer()
     with pytest.raises(AttentionInputError, match="dropout"):
         fn(layer, *qkv(), None, dropout=0.1)
-    with pytest.raises(AttentionInputError, match="forward pass only.*no_grad"):
-        fn(layer, *qkv(requires_grad=True), None)
+    with pytest.raises(AttentionInputError, match="gradients of logit soft-capping.*plain attention only"):
+        fn(layer, *qkv(requires_grad=True), None, softcap=5.0)
+    padded = torch.ones(3, 3, dtype=torch.bool).tril()[None, None].clone()
+    padded[..., 0] = False
+    with pytest.raises(AttentionInputError, match="gradients of a mask variant"):
+        fn(layer, *qkv(requires_grad=True), padded)
+    with pytest.raises(AttentionInputError, match="gradients the phases cannot compute.*bfloat16 not supported"):
+        fn(layer, *(t.bfloat16() for t in qkv(requires_grad=True)), None)
     causal = torch.ones(3, 3, dtype=torch.bool).tril()[None, None]
     additive = torch.zeros(1, 1, 3, 3).masked_fill(~causal, float("-inf")) + 0.5  # a bias
     with torch.no_grad(), pytest.raises(AttentionInputError, match="additive bias"):
         fn(layer, *qkv(), additive)
+
+
+def training_step(model, ids, **kw):
+    """Forward and ``loss.backward()`` of a language-model loss; (loss, {parameter name: its gradient})."""
+    model.train()
+    model.zero_grad()
+    loss = model(ids, labels=ids, **kw).loss
+    loss.backward()
+    model.eval()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@needs_torch
+def test_a_training_step_runs_on_the_phases_with_sdpas_gradients(models, prompt):
+    """Forward and backward of a tiny Llama: every attention call on the prefill phase (it writes the
+    log-sum-exp), none falls back; the loss and every parameter's gradient are sdpa's."""
+    with na_hf.count_phases() as ran:
+        loss, grads = training_step(models["numba_attn_or_sdpa"], prompt)
+    want_loss, want = training_step(models["sdpa"], prompt)
+    assert ran == {("prefill", PREFILL[0]): 2}  # one call per layer, no fallback
+    torch.testing.assert_close(loss, want_loss, rtol=1e-5, atol=1e-5)
+    assert grads.keys() == want.keys() and len(grads) == len(dict(models["sdpa"].named_parameters()))
+    rel = {name: float((g - want[name]).norm() / want[name].norm()) for name, g in grads.items()}
+    assert max(rel.values()) < 1e-4, rel  # float32 rounding: about 1e-5 at most
+    assert any(float(g.abs().max()) > 0 for n, g in grads.items() if "q_proj" in n)  # attention got a gradient
+
+
+@needs_torch
+def test_a_training_step_with_a_padding_mask_falls_back_with_the_reason(models):
+    """Gradients of a variant (a padded batch's mask) are not computed by the phases: sdpa runs the call."""
+    ids, mask = padded_batch()
+    with na_hf.count_phases() as ran:
+        loss, _ = training_step(models["numba_attn_or_sdpa"], ids, attention_mask=mask)
+    assert ran == {("prefill", "sdpa (fallback)"): 2}
+    torch.testing.assert_close(loss, training_step(models["sdpa"], ids, attention_mask=mask)[0])
+    fn = transformers.modeling_utils.ALL_ATTENTION_FUNCTIONS["numba_attn"]
+    causal = torch.ones(3, 3, dtype=torch.bool).tril()[None, None].clone()
+    causal[..., 0] = False
+    with pytest.raises(AttentionInputError, match="gradients of a mask variant"):
+        fn(_layer(), *qkv(requires_grad=True), causal)
 
 
 @needs_torch

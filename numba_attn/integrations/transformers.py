@@ -40,10 +40,15 @@ the simulator):
   Cost: the check runs once per forward (every layer gets the same mask tensor; the answer is kept for
   that tensor and its version): a few elementwise kernels over the B x q_len x kv_len mask and one
   device-to-host copy of three numbers, which waits for the device.
-* **Refused** (same error): dropout > 0 (training), gradients (the phases are forward only: run under
-  ``torch.no_grad()`` or ``torch.inference_mode()``), a position bias, a paged cache (continuous batching), value head_dim != query head_dim. With
-  ``register(fallback="sdpa")`` these calls (and refused masks) run transformers' sdpa instead;
-  :func:`count_phases` counts them.
+* **Gradients** (a training step: grad mode on and query, key or value requiring grad): a call of plain
+  attention runs :func:`numba_attn.integrations.torch_op.differentiable_attention`: the forward phase writes
+  the row log-sum-exp (a named ``prefill_phase`` must be one that does; None picks one), and ``loss.backward()``
+  runs :func:`numba_attn.attention_backward` (float32 and float16; bfloat16 is refused with the reason).
+  A variant (a padding or window mask, softcap, sinks) with gradients is refused: the backward phases compute
+  plain attention only. :func:`count_phases` counts these calls like the others, with the phase that ran.
+* **Refused** (same error): dropout > 0, gradients the phases cannot compute (above), a position bias, a paged
+  cache (continuous batching), value head_dim != query head_dim. With ``register(fallback="sdpa")`` these calls
+  (and refused masks) run transformers' sdpa instead; :func:`count_phases` counts them.
 * **Copies.** query/key/value that are not contiguous are copied (``.contiguous()``): the prompt's
   projections (transposed views) at prefill; at a decode step the query (one row per head) and a
   ``DynamicCache``'s keys and values are contiguous and are passed as they are. The output is
@@ -161,6 +166,7 @@ class NumbaAttention:
         self._mask_seen = None  # (weakref to the mask, its version, the call's key, keys to keep or why not)
         self._dense_seen = None  # (weakref to the mask, its version, (mask_mod, why))
         self._variant_ok = {}  # (kind, phase, shapes, dtype, variant kinds) -> None or why the phase refuses
+        self._grad_ok = {}  # (phase, shapes, dtype, device, causal, scale) -> None or why gradients are refused
         self.variants = variants
         self._chosen = {}  # problem key -> the phase phase=None runs (count_phases only)
         self._warned = False
@@ -175,6 +181,7 @@ class NumbaAttention:
 
         layer_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
         q_len, kv_len = query.shape[2], key.shape[2]
+        grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
         why = self._unsupported(torch, query, key, value, dropout, kwargs)
         keep = kv_len
         variant = {}
@@ -194,9 +201,12 @@ class NumbaAttention:
                 variant["score_mod"] = _variants().softcap(float(kwargs["softcap"]))
             if kwargs.get("s_aux") is not None:  # gpt-oss's per-head sink logits
                 variant["sinks"] = kwargs["s_aux"]
+        if why is None and variant and grad:
+            why = (f"gradients of {_variant_words(variant, 'a mask variant (padding, a sliding window)')}: the "
+                   f"backward phases compute plain attention only (run the model under torch.no_grad() or "
+                   f"torch.inference_mode(), or train without it)")
         if why is None and variant and not self.variants:
-            why = ("a sliding window" if "mask_mod" in variant else
-                   "logit soft-capping (softcap)" if "score_mod" in variant else "attention sinks (s_aux)")
+            why = _variant_words(variant, "a sliding window")
         if why is None and variant:
             why = self._variant_refused(query, key, value, bool(layer_causal), scaling, variant)
         if why is not None:
@@ -214,11 +224,21 @@ class NumbaAttention:
         else:
             phase, params = self.prefill_phase, self.prefill_params
         q, k, v = (t if t.is_contiguous() else t.contiguous() for t in (query, key, value))
-        out = self._api.attention(q, k, v, causal=causal, scale=scaling, phase=phase, allow_tf32=self.allow_tf32,
-                                  **variant, **params)
+        if grad:  # a training step: the forward keeps lse, the backward runs numba_attn.attention_backward
+            why = self._grad_refused(q, k, v, causal, scaling, phase, params)
+            if why is not None:
+                return self._refuse(why, module, query, key, value, attention_mask, scaling, dropout, is_causal,
+                                    kwargs)
+            from numba_attn.integrations.torch_op import differentiable_attention
+
+            out = differentiable_attention(q, k, v, causal=causal, scale=scaling, phase=phase,
+                                           allow_tf32=self.allow_tf32, **params)
+        else:
+            out = self._api.attention(q, k, v, causal=causal, scale=scaling, phase=phase, allow_tf32=self.allow_tf32,
+                                      **variant, **params)
         if _COUNTERS:
             self._count("decode" if q_len == 1 else "prefill",
-                        phase or self._chosen_phase(q, k, v, causal, scaling))
+                        phase or self._chosen_phase(q, k, v, causal, scaling, lse=grad))
         return out.transpose(1, 2).contiguous(), None
 
     # -- what numba-attn cannot compute ------------------------------------------------------------------
@@ -227,9 +247,6 @@ class NumbaAttention:
     def _unsupported(torch, query, key, value, dropout, kwargs) -> str | None:
         if dropout:
             return f"dropout {dropout} (training): the phases compute attention without dropout"
-        if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
-            return ("gradients: the phases compute the forward pass only (run the model under torch.no_grad() "
-                    "or torch.inference_mode())")
         if kwargs.get("position_bias") is not None:
             return "an additive position bias"
         if type(kwargs.get("cache")).__name__ == "PagedAttentionCache":
@@ -269,6 +286,26 @@ class NumbaAttention:
         self._dense_seen = (weakref.ref(mask), mask._version, answer)
         return answer
 
+    def _grad_refused(self, q, k, v, causal, scale, phase, params) -> str | None:
+        """Why a call with gradients cannot run on the phases (None: it can): the forward phase must write the
+        log-sum-exp, a backward phase must take the problem (float32 and float16). Kept per problem."""
+        key = (phase, tuple(q.shape), tuple(k.shape), str(q.dtype), q.device.type, causal, scale)
+        if key not in self._grad_ok:
+            from dataclasses import fields
+
+            from numba_attn.backward import choose_backward
+            from numba_attn.spec.problem import Problem
+
+            try:
+                problem = self._api.explain(q, k, v, causal=causal, scale=scale, phase=phase, return_lse=True,
+                                            allow_tf32=self.allow_tf32, **params).problem
+                if problem is not None:  # the same problem without the forward's log-sum-exp output
+                    choose_backward(Problem(**{f.name: getattr(problem, f.name) for f in fields(problem) if f.init}))
+                self._grad_ok[key] = None
+            except AttentionInputError as e:
+                self._grad_ok[key] = f"gradients the phases cannot compute ({e})"
+        return self._grad_ok[key]
+
     def _variant_refused(self, q, k, v, causal, scale, variant) -> str | None:
         """Why the phase this call would run cannot run the variant (None: it can)."""
         kind = "decode" if q.shape[2] == 1 else "prefill"
@@ -304,12 +341,17 @@ class NumbaAttention:
         for c in _COUNTERS:
             c[(kind, phase)] += 1
 
-    def _chosen_phase(self, q, k, v, causal, scale) -> str:
-        key = (tuple(q.shape), tuple(k.shape), str(q.dtype), q.device.type, causal, scale, self.allow_tf32)
+    def _chosen_phase(self, q, k, v, causal, scale, lse=False) -> str:
+        key = (tuple(q.shape), tuple(k.shape), str(q.dtype), q.device.type, causal, scale, self.allow_tf32, lse)
         if key not in self._chosen:
-            self._chosen[key] = self._api.explain(q, k, v, causal=causal, scale=scale,
+            self._chosen[key] = self._api.explain(q, k, v, causal=causal, scale=scale, return_lse=lse,
                                                   allow_tf32=self.allow_tf32).name
         return self._chosen[key]
+
+
+def _variant_words(variant, mask_words) -> str:
+    return (mask_words if "mask_mod" in variant else
+            "logit soft-capping (softcap)" if "score_mod" in variant else "attention sinks (s_aux)")
 
 
 def _variants():
