@@ -88,3 +88,50 @@ def test_bad_sinks_refused():
         na.attention(q, k, v, sinks=np.zeros(3, np.float32))
     with pytest.raises(AttentionInputError, match="finite"):
         na.attention(q, k, v, sinks=np.full(4, np.nan, np.float32))
+
+
+@pytest.mark.parametrize("name", ["decode_split_k", pytest.param("decode_mma", marks=pytest.mark.full)])
+def test_sinks_on_a_decode_phase(name):
+    # GQA, causal q_len 3 (bottom-right); a window mask that leaves the first query row without keys: 0
+    ph = na.get_phase(name)
+    dtype = np.float32 if "float32" in ph.dtypes else np.float16
+    q, k, v = (a.astype(dtype) for a in _qkv(Nq=3, Nk=29))
+    out = na.attention(q, k, v, causal=True, phase=name, sinks=SINKS, **ph.sim_params)
+    tol = {"atol": 2e-5, "rtol": 1e-4} if dtype == np.float32 else {"atol": 3e-3, "rtol": 1e-2}
+    np.testing.assert_allclose(out.astype(np.float64), reference(q, k, v, causal=True, sinks=SINKS), **tol)
+
+    from numba_attn.variants.mods import make_variant
+
+    def late(b, h, q_idx, kv_idx):
+        return q_idx >= 27 and kv_idx > q_idx - 8
+
+    out = na.attention(q, k, v, phase=name, sinks=SINKS, mask_mod=late, **ph.sim_params)
+    ref = reference(q, k, v, sinks=SINKS, variant=make_variant(late, None, ()))
+    np.testing.assert_allclose(out.astype(np.float64), ref, **tol)
+    assert (out[:, :, 0] == 0).all()
+
+
+def test_sinks_on_decode_paged():
+    # ragged sequences over pages (one of length 0: zeros), GQA, causal q_len 2
+
+    rng = np.random.default_rng(9)
+    B, Nq, H, Hkv, D, P = 3, 2, 4, 2, 16, 16
+    kc, vc = (rng.standard_normal((5, P, Hkv, D)).astype(np.float16) for _ in range(2))
+    table = np.array([[4, 1, 4], [2, 0, 3], [1, 1, 1]], np.int32)
+    lens = np.array([45, 21, 0], np.int32)
+    q = rng.standard_normal((B, Nq, H, D)).astype(np.float16)
+    ph = na.get_phase("paged_split_k")
+    out, lse = na.decode_paged(q, kc, vc, table, lens, causal=True, phase=ph.name, sinks=SINKS, return_lse=True,
+                               **ph.sim_params)
+    assert lse.shape == (B, H, Nq)
+    for b in range(B):
+        n = int(lens[b])
+        if n == 0:
+            assert not out[b].astype(np.float32).any() and np.isneginf(lse[b]).all()
+            continue
+        k, v = (c[table[b, : (n + P - 1) // P]].reshape(-1, Hkv, D)[:n].transpose(1, 0, 2)[None] for c in (kc, vc))
+        qb = np.swapaxes(q[b:b + 1], 1, 2)
+        ref = reference(qb, k, v, causal=True, sinks=SINKS)
+        np.testing.assert_allclose(np.swapaxes(out[b:b + 1], 1, 2).astype(np.float64), ref, atol=3e-3, rtol=1e-2)
+    with pytest.raises(AttentionInputError, match="sinks must have shape"):
+        na.decode_paged(q, kc, vc, table, lens, phase=ph.name, sinks=np.zeros(3, np.float32), **ph.sim_params)
