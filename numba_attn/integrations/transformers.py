@@ -49,6 +49,8 @@ the simulator):
 * **Refused** (same error): dropout > 0, gradients the phases cannot compute (above), a position bias, a paged
   cache (continuous batching), value head_dim != query head_dim. With ``register(fallback="sdpa")`` these calls
   (and refused masks) run transformers' sdpa instead; :func:`count_phases` counts them.
+* **Autocast.** Under ``torch.autocast`` query, key and value are cast to its dtype first, as sdpa's are
+  (mixed-precision training: Llama's rotary embedding leaves q, k in float32 and v in float16).
 * **Copies.** query/key/value that are not contiguous are copied (``.contiguous()``): the prompt's
   projections (transposed views) at prefill; at a decode step the query (one row per head) and a
   ``DynamicCache``'s keys and values are contiguous and are passed as they are. The output is
@@ -223,6 +225,9 @@ class NumbaAttention:
             phase, params = self.decode_phase, self.decode_params
         else:
             phase, params = self.prefill_phase, self.prefill_params
+        if torch.is_autocast_enabled(query.device.type):  # as sdpa under autocast: q, k, v in its dtype
+            dt = torch.get_autocast_dtype(query.device.type)
+            query, key, value = (t.to(dt) if t.is_floating_point() else t for t in (query, key, value))
         q, k, v = (t if t.is_contiguous() else t.contiguous() for t in (query, key, value))
         if grad:  # a training step: the forward keeps lse, the backward runs numba_attn.attention_backward
             why = self._grad_refused(q, k, v, causal, scaling, phase, params)
