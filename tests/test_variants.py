@@ -169,8 +169,7 @@ def test_phases_without_a_variant_stage_say_so():
     from numba_attn.spec.problem import Problem
 
     refusing = {p.name: p.variants for p in na.list_phases() if p.is_builtin and p.variants is not True}
-    assert {"tc_mma_varlen", "tc_wgmma_varlen"} <= set(refusing)
-    assert all(isinstance(why, str) and len(why) > 20 for why in refusing.values()), refusing  # each says why
+    assert not refusing, refusing  # every built-in phase runs variants
     # a phase registered with a reason, or without variants: supports() says so, attention() refuses with it
     problem = Problem(heads=2, q_len=37, kv_len=37, head_dim=64, variant=V.make_variant(V.sliding_window(4)))
     smem_kv = na.get_phase("smem_kv")

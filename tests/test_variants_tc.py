@@ -1,5 +1,5 @@
 """Attention variants on the mma.sync tensor-core phases (tc_mma, tc_pipelined, tc_tf32) against the reference;
-tc_mma_varlen refuses them. The quick tier runs one mask and score function on tc_mma; the full tier each
+the varlen phases run them per sequence. The quick tier runs one mask and score function on tc_mma; the full tier each
 built-in (tests/test_variants.py's table) and the pipelined phases with several key tiles per block."""
 from __future__ import annotations
 
@@ -55,12 +55,21 @@ def test_pipelined_with_two_m_tiles_and_three_stages():
     _run_variant("tc_pipelined", builtin_variants(2, 2, 45)["window+softcap"], causal=True, m_tiles=2, stages=3)
 
 
-def test_varlen_refuses_a_variant_with_its_reason():
-    problem = VarlenProblem(batch=2, heads=2, q_len=37, head_dim=16, dtype="float16")
-    ph = na.get_phase("tc_mma_varlen")
-    assert ph.supports(problem) is None
-    reason = ph.supports(problem.replace(variant=V.make_variant(V.sliding_window(4))))
-    assert reason and "variant" in reason
+@pytest.mark.parametrize("phase", ["tc_mma_varlen", "tc_wgmma_varlen"])
+def test_varlen_phases_run_a_variant_per_sequence(phase):
+    """A packed ragged batch: the functions see each sequence as batch index b and its own positions; no block
+    mask (every tile up to the causal bound is visited). A window, ALiBi slopes (an array) and a soft-cap."""
+    from numba_attn.measure.config import RunConfig
+    from numba_attn.measure.row import measure
+
+    variant = V.make_variant(V.sliding_window(5), V.alibi(V.alibi_slopes(2)))
+    p = VarlenProblem(batch=3, heads=2, kv_heads=1, q_len=21, kv_len=25, head_dim=16, dtype="float16", causal=True,
+                      variant=variant)
+    row = measure(phase, p, RunConfig(seeds=(5,)), **na.get_phase(phase).sim_params)
+    assert row["status"] == "OK", row["reason"]
+    capped = p.replace(variant=V.make_variant(None, V.softcap(2.0)), causal=False)
+    row = measure(phase, capped, RunConfig(seeds=(6,)), **na.get_phase(phase).sim_params)
+    assert row["status"] == "OK", row["reason"]
 
 
 def test_warp_specialized_tile_width_follows_the_variant():

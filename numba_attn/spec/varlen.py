@@ -111,9 +111,10 @@ def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, max_seqle
 
 # -- the reference -----------------------------------------------------------------------
 
-def varlen_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, scale=None):
+def varlen_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, scale=None, variant=None):
     """float64 attention of each sequence (the contiguous reference on its rows); (total_q, H, D).
-    A sequence without queries contributes no rows."""
+    A sequence without queries contributes no rows. ``variant``: its functions see sequence ``b`` as batch
+    index ``b`` and positions within the sequence (the sequence is put at index b of a zero batch)."""
     Tq, H, D = q.shape
     out = np.zeros((Tq, H, D), np.float64)
     cq, ck = np.asarray(cu_seqlens_q), np.asarray(cu_seqlens_k)
@@ -124,7 +125,11 @@ def varlen_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, scale
         qs = np.asarray(q[q0:q1]).astype(np.float64).transpose(1, 0, 2)[None]  # (1, H, Lq, D)
         ks = np.asarray(k[k0:k1]).astype(np.float64).transpose(1, 0, 2)[None]
         vs = np.asarray(v[k0:k1]).astype(np.float64).transpose(1, 0, 2)[None]
-        out[q0:q1] = reference(qs, ks, vs, causal=causal, scale=scale)[0].transpose(1, 0, 2)
+        if variant is None:
+            out[q0:q1] = reference(qs, ks, vs, causal=causal, scale=scale)[0].transpose(1, 0, 2)
+            continue
+        pad = [np.concatenate([np.zeros((b,) + x.shape[1:]), x]) for x in (qs, ks, vs)]
+        out[q0:q1] = reference(*pad, causal=causal, scale=scale, variant=variant)[b].transpose(1, 0, 2)
     return out
 
 
@@ -166,4 +171,4 @@ def problem_inputs(p, seed: int, dtype):
 
 def problem_reference(p, q, k, v):
     cq, ck = problem_layout(p)
-    return varlen_reference(q, k, v, cq, ck, causal=p.causal, scale=p.sm_scale)
+    return varlen_reference(q, k, v, cq, ck, causal=p.causal, scale=p.sm_scale, variant=getattr(p, "variant", None))

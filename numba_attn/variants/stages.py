@@ -82,6 +82,11 @@ def _kind_from_map(mods, b, h, qt, kt):
 
 
 @device
+def _partial(mods, b, h, qt, kt):
+    return int32(1)
+
+
+@device
 def _all_visible(b, h, q_idx, kv_idx, mods):
     return True
 
@@ -114,20 +119,24 @@ def _finite_max(m):
 PLAIN = Stages(_keys, _start, _full, _all_visible, _same, _inverse, _max, False)
 
 
-def stages_of(variant) -> Stages:
+def stages_of(variant, listed: bool = True) -> Stages:
+    """The stage of ``variant`` (PLAIN for None). ``listed`` False: a kernel without a block mask (the varlen
+    phases, whose sequences each have their own positions): every key tile up to the kernel's bound is visited
+    and PARTIAL (the mask function on every score); ``mods`` holds only the functions' arrays."""
     if variant is None:
         return PLAIN
-    return _stages(variant.signature(), len(variant.mask.aux) if variant.mask else 0)
+    return _stages(variant.signature(), len(variant.mask.aux) if variant.mask else 0, listed)
 
 
 @functools.cache
-def _stages(signature, mask_arrays: int) -> Stages:
+def _stages(signature, mask_arrays: int, listed: bool = True) -> Stages:
     from numba_attn.variants.mods import score_stage, visible_stage
 
     mask_sig, score_sig = signature
     masked = mask_sig is not None
-    return Stages(_listed_keys if masked else _keys, _listed_start if masked else _start,
-                  _kind_from_map if masked else _full,
+    lists = masked and listed
+    return Stages(_listed_keys if lists else _keys, _listed_start if lists else _start,
+                  (_kind_from_map if listed else _partial) if masked else _full,
                   visible_stage(mask_sig) if masked else _all_visible,
                   score_stage(score_sig, mask_arrays) if score_sig is not None else _same,
                   _inverse_or_zero, _finite_max, True, score_sig is not None)

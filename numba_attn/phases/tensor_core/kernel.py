@@ -27,7 +27,7 @@ from numba_attn.phases.tensor_core.producer import (kv_tensor_map, tma_box, tma_
 from numba_attn.phases.tensor_core.scheduler import VarlenLayout, first_item, next_item, varlen_spans
 from numba_attn.variants.launching import KernelMods
 from numba_attn.variants.sinks import stages_for, with_lse
-from numba_attn.variants.stages import PLAIN
+from numba_attn.variants.stages import PLAIN, stages_of
 
 __all__ = ["make_wgmma_kernel", "build_wgmma", "resolve_wgmma", "supports_wgmma", "supports_cp_async",
            "supports_tma", "resolve_two_consumers", "two_consumers_reason", "TWO_CONSUMERS", "TWO_CONSUMERS_SIM",
@@ -181,7 +181,8 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
     variant = getattr(problem, "variant", None)
     kern = make_wgmma_kernel(wgmma_tiles(D, warpgroups, Bc, stages), problem.group, problem.causal,
                              problem.dtype == "bfloat16", mainloop, loads, varlen, blocks is not None, uniform,
-                             stages_for(problem))  # (the variant's stage; with the log-sum-exp store when asked)
+                             stages_of(variant, listed=False) if varlen  # (no block mask: a sequence's own positions)
+                             else stages_for(problem))  # (the variant's stage; with the log-sum-exp store when asked)
     box, swizzle = tma_box(D, Bc)
     sl2 = float32(problem.sm_scale * LOG2E)
     Br = 64 * warpgroups
@@ -193,7 +194,7 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
     nbytes = wgmma_smem_bytes(D, Bc, stages)
     own = VarlenLayout(problem) if varlen else None
     nthreads = 128 * (warpgroups + 1 if loads == "ws" else warpgroups)  # ws: the producer warpgroup too
-    kernel_mods = KernelMods(problem, Br, Bc)  # a variant's arrays and block mask at (Br, Bc); plain: ()
+    kernel_mods = KernelMods(problem, None if varlen else Br, Bc)  # a variant's arrays, block mask at (Br, Bc)
 
     views = {}  # uint32 views of the last few input sets: making views costs host time at every launch
     opted = []  # the >48 KiB opt-in is made once, at the first launch

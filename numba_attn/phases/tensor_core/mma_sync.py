@@ -65,17 +65,20 @@ def launch_mma_varlen(problem, kern, Br, warps):
     """The :class:`Launch` of the varlen mma.sync kernel: grid (query blocks of the longest
     sequence, heads, sequences); ``run(q, k, v, o, stream, layout=None)`` with q, o (total_q, H, D),
     k, v (total_k, Hkv, D) and ``layout`` the (cu_seqlens_q, cu_seqlens_k) device arrays (else the
-    problem's own). No variants: the kernel's ``mods`` is ``()``."""
+    problem's own). ``mods``: a variant's arrays (no block mask: each sequence has its own positions)."""
     H = problem.heads
     sl2 = float32(problem.sm_scale * LOG2E)
     grid = ((problem.q_len + Br - 1) // Br, H, problem.batch)
     own = VarlenLayout(problem)
+    kernel_mods = KernelMods(problem, None, None)  # plain: ()
 
-    def run(q, k, v, o, stream=0, layout=None):
+    def run(q, k, v, o, stream=0, layout=None, mods=None):
         cu_q, cu_k = layout or own.own()
-        kern[grid, 32 * warps, stream](*u32_views(q, k, v, o), sl2, H, problem.group, cu_q, cu_k, ())
+        kern[grid, 32 * warps, stream](*u32_views(q, k, v, o), sl2, H, problem.group, cu_q, cu_k,
+                                       kernel_mods(stream=stream) if mods is None else mods)
 
-    return Launch(run, kernels=[kern])
+    variant = getattr(problem, "variant", None) is not None
+    return Launch(run, kernels=[kern], kernel_mods=kernel_mods if variant else None, replayable=not variant)
 
 
 def mma_smem_bytes(D, Bc):

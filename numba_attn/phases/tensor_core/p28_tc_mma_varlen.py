@@ -3,10 +3,9 @@
 Change against ``tc_mma``: only where a block's rows are. q (total_q, H, D), k/v (total_k, Hkv, D) and
 cu_seqlens; grid (query tiles of the longest sequence, heads, sequences). A block takes its sequence's rows as
 head-major views (:func:`.scheduler.varlen_views`), exits when the sequence ends before its first row, and masks
-the keys past the sequence's length (``tc_mma``'s mask at ``Nk``). No mask_mod/score_mod variants (registered
-without them): a sequence's positions are its own (``q_idx = i + Lk_b − Lq_b``), while a block mask is made for one
-(Nq, Nk) shape, and ``attention_varlen`` and the varlen reference take no variant (``key_padding`` or ``document``
-on the padded layout run them on ``tc_mma``).
+the keys past the sequence's length (``tc_mma``'s mask at ``Nk``). A mask_mod/score_mod variant sees each
+sequence's own positions (``b`` the sequence, ``q_idx = i + Lk_b − Lq_b``) and runs on every key tile up to the
+causal bound, without a block mask (one is made for one (Nq, Nk) shape): no empty tile is skipped.
 
 Prediction: the same time per useful FLOP as ``tc_mma`` on the padded batch (within 10%).
 
@@ -18,7 +17,7 @@ from __future__ import annotations
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.mma_sync import MMA_REGISTRATION, launch_mma_varlen
 from numba_attn.phases.tensor_core.p20_tc_mma import make_mma_kernel
-from numba_attn.phases.tensor_core.scheduler import VARLEN_VARIANTS
+from numba_attn.variants.stages import stages_of
 
 
 @register_phase(
@@ -33,8 +32,9 @@ from numba_attn.phases.tensor_core.scheduler import VARLEN_VARIANTS
     lineage="FlashAttention-2 varlen (flash_attn_varlen_func): packed sequences with cu_seqlens",
     planned_speedup=60.0,  # the parent's: the same time per useful FLOP
     **MMA_REGISTRATION,
-    variants=VARLEN_VARIANTS,
+    variants=True,
 )
 def tc_mma_varlen(problem, warps=8, Bc=0):
-    kern = make_mma_kernel(problem.head_dim, warps, Bc, problem.causal, problem.dtype == "bfloat16", True)
+    kern = make_mma_kernel(problem.head_dim, warps, Bc, problem.causal, problem.dtype == "bfloat16", True,
+                           stages_of(problem.variant, listed=False))  # a variant: its functions on every tile
     return launch_mma_varlen(problem, kern, 16 * warps, warps)

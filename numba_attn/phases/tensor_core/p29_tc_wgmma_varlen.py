@@ -14,7 +14,6 @@ from __future__ import annotations
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.consumer import plain_mainloop
 from numba_attn.phases.tensor_core.kernel import build_wgmma, supports_cp_async, wgmma_registration
-from numba_attn.phases.tensor_core.scheduler import VARLEN_VARIANTS
 
 
 @register_phase(
@@ -29,7 +28,7 @@ from numba_attn.phases.tensor_core.scheduler import VARLEN_VARIANTS
     """,
     lineage="FlashAttention-2/3 varlen (flash_attn_varlen_func): packed sequences with cu_seqlens",
     planned_speedup=150.0,  # the parent's: the same time per useful FLOP
-    **wgmma_registration(supports_cp_async, layout="varlen", variants=VARLEN_VARIANTS,
+    **wgmma_registration(supports_cp_async, layout="varlen",
                          lse="the varlen phases write no log-sum-exp yet"),
 )
 def tc_wgmma_varlen(problem, warpgroups=0, Bc=64, stages=2):

@@ -18,11 +18,7 @@ from numba_attn.gpu.intrinsics import rows_head_major
 from numba_attn.gpu.jit import device
 from numba_attn.variants.stages import PLAIN
 
-__all__ = ["varlen_spans", "varlen_views", "VarlenLayout", "first_item", "next_item", "key_tiles", "VARLEN_VARIANTS"]
-
-# why the varlen phases run no mask_mod/score_mod variants (their registration's ``variants``)
-VARLEN_VARIANTS = ("a packed batch's positions are per sequence (q_idx = i + Lk_b - Lq_b) while a block mask is "
-                   "made for one (Nq, Nk); use the padded layout with key_padding or document")
+__all__ = ["varlen_spans", "varlen_views", "VarlenLayout", "first_item", "next_item", "key_tiles"]
 
 
 @device
