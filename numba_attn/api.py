@@ -586,7 +586,8 @@ _VARLEN_PLANS: OrderedDict = OrderedDict()
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q=None, max_seqlen_k=None, causal=False,
-                     scale=None, phase=None, params=None, out=None, stream=None):
+                     scale=None, phase=None, params=None, out=None, stream=None, mask_mod=None, score_mod=None,
+                     aux=None):
     """Attention over a packed ragged batch, FlashAttention's ``flash_attn_varlen_func`` layout:
     ``q`` (total_q, H, D); ``k``, ``v`` (total_k, Hkv, D); ``cu_seqlens_q``, ``cu_seqlens_k`` int32
     (B + 1,), starting at 0, non-decreasing, the last entry the total (sequence b: rows
@@ -604,6 +605,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q=None, 
 
     ``phase``: ``tc_wgmma_varlen`` (sm_90a) or ``tc_mma_varlen`` (None: the first of them that
     supports the problem and the device); ``params``: a dict of the phase's tunable parameters.
+
+    ``mask_mod``, ``score_mod``, ``aux``: a variant, as :func:`attention` takes it (docs/variants.md); the
+    functions see sequence ``b`` as batch index ``b`` and positions within the sequence (``q_idx`` aligned
+    bottom-right to its keys). No block mask: every key tile up to the causal bound is visited.
     """
     from numba_attn.spec.problem import VarlenProblem
     from numba_attn.spec.varlen import check_varlen
@@ -615,11 +620,13 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q=None, 
         res = attention_varlen(*arrays_for_checks(kind, q, k, v), host_array(cu_seqlens_q), host_array(cu_seqlens_k),
                                max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, causal=causal, scale=scale,
                                phase=phase, params=params,
-                               out=None if out is None else tensor_as_numpy("out", out), stream=stream)
+                               out=None if out is None else tensor_as_numpy("out", out), stream=stream,
+                               mask_mod=mask_mod, score_mod=score_mod, aux=aux)
         return out if out is not None else numpy_as_tensor(res)
     if kind == TORCH and backend.IS_SIMULATOR:
         raise AttentionInputError(f"q is a tensor on {q.device} but numba-attn runs in the CUDA simulator "
                                   f"(NUMBA_ATTN_BACKEND=simulator): pass CPU tensors")
+    variant = None if mask_mod is None and score_mod is None else _variant(mask_mod, score_mod, aux)
     checked = arrays_for_checks(kind, q, k, v)
     cu_q_host, cu_k_host = host_array(cu_seqlens_q), host_array(cu_seqlens_k)
     lq, lk, max_q, max_k = check_varlen(*checked, cu_q_host, cu_k_host, causal=causal, max_seqlen_q=max_seqlen_q,
@@ -638,6 +645,14 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q=None, 
         return out if out is not None else empty_output(q, tuple(q.shape))
     problem = VarlenProblem(batch=len(lq), heads=H, kv_heads=Hkv, q_len=max_q, kv_len=max_k, head_dim=D, dtype=dtype,
                             causal=causal, scale=scale)
+    if variant is not None:
+        from numba_attn.variants.mods import VariantError, probe
+
+        try:
+            probe(variant, len(lq), H, max_q, max(max_k, 1))  # a function that raises or returns no bool, named
+        except VariantError as e:
+            raise AttentionInputError(str(e)) from e
+        problem = problem.replace(variant=variant)
     names = VARLEN_DEFAULT if phase is None else (_phase_arg(phase).name,)
     ph, launch = _layout_plan(names, "varlen", "does not read the varlen layout", VARLEN_DEFAULT, problem,
                               params, _VARLEN_PLANS)
@@ -660,8 +675,11 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q=None, 
         o = od = out if out is not None else cuda.device_array(tuple(q.shape), dtype=q.dtype)
     else:
         o, od = None, cuda.device_array(tuple(q.shape), dtype=qd.dtype)
-    call = _VarlenCall(problem, ph, launch.params, lambda a, b, c, d, s: launch.run(a, b, c, d, s, layout),
-                       launch_stream)
+    mods = {}
+    if launch.kernel_mods is not None:  # a variant: this call's arrays (the plan may be another call's)
+        mods["mods"] = launch.kernel_mods(variant.aux, None, 0)
+    call = _VarlenCall(problem, ph, launch.params,
+                       lambda a, b, c, d, s: launch.run(a, b, c, d, s, layout, **mods), launch_stream)
     plans.launch(call, qd, kd, vd, od)
     if o is not None:
         return o

@@ -100,3 +100,27 @@ def test_phase_none_runs_a_variant_on_the_variant_prefill_phase(monkeypatch):
                 causal=True, variant=V.make_variant(V.sliding_window(1023)))
     phase, why, params = policy.choose_phase(p)
     assert phase.name == policy.VARIANT_PREFILL and params == {} and "variant" in why
+
+
+def test_attention_varlen_takes_mask_and_score_functions_with_arrays():
+    """attention_varlen(mask_mod=, score_mod=, aux=): per-sequence arrays (each sequence's own window width,
+    indexed by b) reach the functions; the output against the varlen reference of the same variant."""
+    from numba_attn.spec.varlen import cu_seqlens, varlen_reference
+
+    def own_window(b, h, q_idx, kv_idx, widths):
+        return kv_idx <= q_idx and q_idx - kv_idx <= widths[b]
+
+    rng = np.random.default_rng(7)
+    lq, lk = np.array([5, 19, 11]), np.array([9, 19, 14])
+    q = rng.standard_normal((lq.sum(), 2, 16)).astype(np.float16)
+    k, v = (rng.standard_normal((lk.sum(), 1, 16)).astype(np.float16) for _ in range(2))
+    cq, ck = cu_seqlens(lq), cu_seqlens(lk)
+    widths = np.array([1, 6, 3], np.int32)
+    for phase in ("tc_mma_varlen", "tc_wgmma_varlen"):
+        out = na.attention_varlen(q, k, v, cq, ck, phase=phase, params=na.get_phase(phase).sim_params,
+                                  mask_mod=own_window, score_mod=V.softcap(3.0), aux=(widths,))
+        variant = V.make_variant(V.Mod(own_window, "mask", (widths,), "own_window"), V.softcap(3.0))
+        ref = varlen_reference(q, k, v, cq, ck, variant=variant)
+        assert check(out, ref, dtype="float16").ok, phase
+        plain = varlen_reference(q, k, v, cq, ck)
+        assert not check(out, plain, dtype="float16").ok  # the variant changed the answer
