@@ -240,6 +240,20 @@ def test_a_training_step_runs_on_the_phases_with_sdpas_gradients(models, prompt)
 
 
 @needs_torch
+def test_a_mixed_precision_training_step_under_autocast(models, prompt):
+    """Under fp16 autocast (fp32 weights) q, k arrive in float32 and v in float16: cast to fp16 as sdpa casts
+    them, the forward and backward run on the phases in float16."""
+    with torch.autocast("cpu", dtype=torch.float16), na_hf.count_phases() as ran:
+        loss, grads = training_step(models["numba_attn_or_sdpa"], prompt)
+    with torch.autocast("cpu", dtype=torch.float16):
+        want_loss, want = training_step(models["sdpa"], prompt)
+    assert ran == {("prefill", PREFILL[0]): 2}
+    torch.testing.assert_close(loss, want_loss, rtol=2e-3, atol=2e-3)
+    rel = {name: float((g - want[name]).norm() / want[name].norm()) for name, g in grads.items()}
+    assert max(rel.values()) < 2e-2, rel
+
+
+@needs_torch
 def test_a_training_step_with_a_padding_mask_falls_back_with_the_reason(models):
     """Gradients of a variant (a padded batch's mask) are not computed by the phases: sdpa runs the call."""
     ids, mask = padded_batch()
