@@ -10,10 +10,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import numba_attn.integrations.torch_op as na_op  # noqa: E402
-from numba_attn.spec.errors import AttentionInputError  # noqa: E402
-from numba_attn.spec.grad_reference import grad_reference  # noqa: E402
-from numba_attn.spec.reference import check  # noqa: E402
+import numba_attn.integrations.torch_op as na_op
+from numba_attn.spec.errors import AttentionInputError
+from numba_attn.spec.grad_reference import grad_reference
+from numba_attn.spec.reference import check
 
 # a CUDA-core prefill phase that writes the log-sum-exp, with the simulator's small tiles
 PHASE = ("causal_skip", {"Br": 32, "Bc": 16, "TM": 4, "TN": 4})
