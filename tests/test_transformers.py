@@ -445,3 +445,18 @@ def test_gpt_oss_sinks_s_aux_generate_without_fallbacks(prompt):
     assert got.tolist() == want.tolist()
     torch.testing.assert_close(logits_ours, logits_ref, atol=2e-4, rtol=2e-4)
     assert ("prefill", "sdpa (fallback)") not in ran and ("decode", "sdpa (fallback)") not in ran, ran
+
+
+@needs_torch
+def test_count_phases_names_the_phase_a_variant_call_ran():
+    """phase=None picks another prefill phase for a variant (measure/policy.py VARIANT_PREFILL): the count names
+    that phase, not the plain problem's."""
+    from numba_attn.measure.policy import VARIANT_PREFILL
+    from numba_attn.variants import sliding_window
+
+    fn = na_hf.NumbaAttention("count_variant", (None, {}), (None, {}), False, None)
+    q = torch.zeros((1, 4, 64, 16), dtype=torch.float16)
+    k = torch.zeros((1, 2, 64, 16), dtype=torch.float16)
+    plain = fn._chosen_phase(q, k, k, True, None)
+    windowed = fn._chosen_phase(q, k, k, True, None, variant={"mask_mod": sliding_window(7)})
+    assert windowed == VARIANT_PREFILL and plain != windowed

@@ -243,7 +243,7 @@ class NumbaAttention:
                                       **variant, **params)
         if _COUNTERS:
             self._count("decode" if q_len == 1 else "prefill",
-                        phase or self._chosen_phase(q, k, v, causal, scaling, lse=grad))
+                        phase or self._chosen_phase(q, k, v, causal, scaling, lse=grad, variant=variant))
         return out.transpose(1, 2).contiguous(), None
 
     # -- what numba-attn cannot compute ------------------------------------------------------------------
@@ -346,11 +346,15 @@ class NumbaAttention:
         for c in _COUNTERS:
             c[(kind, phase)] += 1
 
-    def _chosen_phase(self, q, k, v, causal, scale, lse=False) -> str:
-        key = (tuple(q.shape), tuple(k.shape), str(q.dtype), q.device.type, causal, scale, self.allow_tf32, lse)
+    def _chosen_phase(self, q, k, v, causal, scale, lse=False, variant=None) -> str:
+        """The phase ``phase=None`` ran, as :func:`numba_attn.explain` names it, asked once per problem (a variant
+        by its kinds: the choice depends on whether there is one, not on its arrays)."""
+        variant = variant or {}
+        key = (tuple(q.shape), tuple(k.shape), str(q.dtype), q.device.type, causal, scale, self.allow_tf32, lse,
+               tuple(sorted(variant)))
         if key not in self._chosen:
             self._chosen[key] = self._api.explain(q, k, v, causal=causal, scale=scale, return_lse=lse,
-                                                  allow_tf32=self.allow_tf32).name
+                                                  allow_tf32=self.allow_tf32, **variant).name
         return self._chosen[key]
 
 
