@@ -11,11 +11,12 @@ little else than its arithmetic. The estimate is
 
 where :func:`python_ops_per_s` is measured once per process on this machine (a tight Python loop, best
 of 9 short runs, ~20 ms) and ``STEP_RATE`` (simulated thread-steps per Python loop step, by phase family) was
-calibrated from real simulator rows (one seed; 2-core machine; a Python loop at 1.1e7 steps/s):
-naive 4e3-7e3 thread-steps/s, smem_kv 5e4-1e5, register_blocked 2e4, tc_mma 4.3e3, decode_split_k
-8.7e3, paged_split_k 5.8e3. Rows of one family differ by up to ~2.5x from its rate, and small
-problems pay more start-up per step, so an estimate is good to about 3x either way — enough to tell
-a 10-second row from a 40-minute one, which is its purpose.
+calibrated from real simulator rows (one seed; 2-core machine; a Python loop at 1.16e7 steps/s; the
+simulator's event-driven block manager and vectorised mma.sync): naive 4e4 thread-steps/s, smem_kv 9e5,
+register_blocked 3.7e5, tc_mma 1e5, tc_wgmma 1.9e5, decode_split_k 5.7e4, decode_mma 1.6e4. Each family's
+rate is near its slowest phase's, so that a row is rarely estimated below its time; rows of one family differ
+by up to ~3x from it, and small problems pay more start-up per step, so an estimate is good to about 3x
+either way — enough to tell a 10-second row from a 40-minute one, which is its purpose.
 
 ``NUMBA_ATTN_ALLOW_SLOW=1`` (or ``--allow-slow``, ``RunConfig(allow_slow=True)``) runs such rows anyway,
 with a warning; ``NUMBA_ATTN_SIM_LIMIT_S`` sets the limit.
@@ -32,7 +33,7 @@ ENV_LIMIT = "NUMBA_ATTN_SIM_LIMIT_S"
 OVERHEAD_S = 2.0  # compiling (interpreting) the kernels, the reference, the worker's round trip
 
 # simulated thread-steps per second, per Python loop step per second (see the module docstring)
-STEP_RATE = {"naive": 5e-4, "cuda_core": 3e-3, "tensor_core": 4e-4, "decode": 6e-4, "other": 5e-4}
+STEP_RATE = {"naive": 3e-3, "cuda_core": 1.5e-2, "tensor_core": 8e-3, "decode": 1e-3, "other": 1e-3}
 
 
 def allow_slow_env() -> bool:
