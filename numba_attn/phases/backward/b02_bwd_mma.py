@@ -1,0 +1,303 @@
+"""Backward phase 2 — ``bwd_mma``: the five GEMMs of the backward on the tensor cores (``mma.sync.m16n8k16``).
+
+Change against ``bwd_two_kernels``: the same split (Delta, a dK/dV kernel over K/V tiles, a dQ kernel over Q
+tiles, no atomics), but every product runs as mma.sync (f16/bf16 in, f32 accumulate) on warps of 16 rows
+instead of one scalar thread per key or row. dK/dV kernel: a warp owns 16 keys (K_j, V_j as A fragments, dK_j,
+dV_j as accumulators in registers) and computes the transposed scores Sᵀ = K_j·Q_iᵀ and dPᵀ = V_j·dO_iᵀ, so
+that Pᵀ and dSᵀ come out in the accumulator layout, which is the A layout of dV_j += Pᵀ·dO_i and
+dK_j += dSᵀ·Q_i (no shuffle, no shared-memory round trip). dQ kernel: a warp owns 16 query rows, S = Q_i·K_jᵀ,
+dP = dO_i·V_jᵀ, dQ_i += dS·K_j. Q/dO (resp. K/V) tiles are staged in padded shared memory as packed words.
+
+Prediction: 5 GEMMs (S and dP twice: 7 mma products of N²·D) at ~100 TFLOP/s of mma.sync, about 2.8 ms at fp16
+B1 H32 N4096 D128 on an H100/H200: ~150× faster than bwd_two_kernels (410 ms), ~2.3× SDPA cuDNN's 1.23 ms.
+
+Verdict: not yet measured on a GPU.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import cuda, float32, uint32
+
+from numba_attn.gpu.arrays import view_as
+from numba_attn.gpu.intrinsics import (SMEM_ALIGN, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, unpack_bf16x2,
+                                       unpack_f16x2)
+from numba_attn.gpu.jit import device, kernel
+from numba_attn.phases.backward.common import (VARIANTS_REFUSED, backward_launch, first_row_of_key, keys_of_row,
+                                               kv_head, refuse)
+from numba_attn.phases.registry import register_phase
+from numba_attn.phases.tensor_core.fragments import q_fragments
+
+
+@device
+def half(T, r, c):
+    """The 16-bit element (r, c) of a tile of packed words (two elements per word, low half first)."""
+    w = uint32(T[r, c // 2])
+    return (w >> uint32(16)) if c % 2 else (w & uint32(0xFFFF))
+
+
+@device
+def b_fragment(T, k0, n0, g, t):
+    """(b0, b1) of B[k, n] = T[k0 + k, n0 + n] (T row-major K × N in halves): rows 2t, 2t+1 (b0) and
+    2t+8, 2t+9 (b1) of column g, two halves of two rows packed in one register."""
+    b0 = half(T, k0 + 2 * t, n0 + g) | (half(T, k0 + 2 * t + 1, n0 + g) << uint32(16))
+    b1 = half(T, k0 + 2 * t + 8, n0 + g) | (half(T, k0 + 2 * t + 9, n0 + g) << uint32(16))
+    return uint32(b0), uint32(b1)
+
+
+@device
+def visible(i, j, Nq, Nk, causal):
+    """Query row i sees key j (both in range; causal bottom-right: j <= i + Nk − Nq)."""
+    return i < Nq and j < Nk and (not causal or j <= i + Nk - Nq)
+
+
+@device
+def grad_score(s, dp, ok, scale, lse_i, delta_i):
+    """(P, dS) of one score: P = exp(S·scale − lse_i), dS = P (dP − Delta_i); (0, 0) where masked."""
+    if not ok:
+        return float32(0.0), float32(0.0)
+    p = math.exp(s * scale - lse_i)
+    return p, p * (dp - delta_i)
+
+
+@functools.cache
+def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool):
+    """The ``bwd_mma`` kernels ``(delta, grad_kv, grad_q)`` on uint32 views of the f16/bf16 arrays: grad_kv with
+    Bc // 16 warps (16 keys each) over Q tiles of Br rows, grad_q with Br // 16 warps (16 rows each) over K/V
+    tiles of Bc keys."""
+    mma = mma_bf16 if bf16 else mma_f16
+    pack = pack_bf16x2 if bf16 else pack_f16x2
+    unpack = unpack_bf16x2 if bf16 else unpack_f16x2
+    DW = D // 2  # words of a row
+    RW = DW + 4  # a staged row in words (padded: conflict-free fragment reads)
+    KS = D // 16  # k-steps over the head dimension (S = Q Kᵀ, dP = dO Vᵀ)
+    DT = D // 8  # n-tiles of dK, dV, dQ (8 columns each)
+    load = q_fragments(KS)  # A fragments of 16 rows of a (BH, N, D/2) word view, zero past the end
+
+    @kernel
+    def delta(o, do, dl, Nq):
+        """Delta_i = Σ_d dO_id · O_id, one thread per query row (the elements unpacked from their words)."""
+        i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        bh = cuda.blockIdx.y
+        if i < Nq:
+            acc = float32(0.0)
+            for w in range(DW):
+                o0, o1 = unpack(o[bh, i, w])
+                d0, d1 = unpack(do[bh, i, w])
+                acc += o0 * d0 + o1 * d1
+            dl[bh, i] = acc
+
+    @kernel
+    def grad_kv(q, k, v, do, lse, dl, dk, dv, scale, H, G, Nq, Nk):
+        """dK_j, dV_j of Bc keys of one KV head (16 per warp) over the Q tiles of its G query heads."""
+        Q_i = cuda.shared.array((Br, RW), uint32, alignment=SMEM_ALIGN)
+        dO_i = cuda.shared.array((Br, RW), uint32, alignment=SMEM_ALIGN)
+        lse_i = cuda.shared.array(Br, float32)
+        Delta_i = cuda.shared.array(Br, float32)
+        tid = cuda.threadIdx.x
+        lane = tid % 32
+        g, t = lane // 4, lane % 4
+        kvh = cuda.blockIdx.y
+        jb = cuda.blockIdx.x * Bc  # the block's first key
+        jw = jb + 16 * (tid // 32)  # the warp's first key: this lane holds keys jw + g and jw + g + 8
+        K_j = cuda.local.array(4 * KS, uint32)
+        V_j = cuda.local.array(4 * KS, uint32)
+        load(K_j, 0, k, kvh, jw + g, Nk, t)
+        load(V_j, 0, v, kvh, jw + g, Nk, t)
+        dK_j = cuda.local.array(4 * DT, float32)
+        dV_j = cuda.local.array(4 * DT, float32)
+        for e in range(4 * DT):
+            dK_j[e] = float32(0.0)
+            dV_j[e] = float32(0.0)
+        Pt = cuda.local.array(4 * (Br // 8), float32)  # Pᵀ (16 keys × Br rows), accumulator layout
+        dSt = cuda.local.array(4 * (Br // 8), float32)  # dSᵀ
+        Hkv = H // G
+        bh0 = (kvh // Hkv) * H + (kvh % Hkv) * G  # the first query head of this KV head
+        # causal: Q tiles before the one holding the first row that sees the block's first key are skipped
+        i_start = (first_row_of_key(jb, Nq, Nk, causal) // Br) * Br
+        warp_row = first_row_of_key(jw, Nq, Nk, causal)  # the first row that sees one of the warp's keys
+        for hq in range(G):
+            bh = bh0 + hq
+            for i0 in range(i_start, Nq, Br):
+                for e in range(tid, Br * DW, Bc * 2):  # stage Q_i, dO_i (zeros past Nq)
+                    r, c = e // DW, e % DW
+                    row_ok = i0 + r < Nq
+                    Q_i[r, c] = q[bh, i0 + r, c] if row_ok else uint32(0)
+                    dO_i[r, c] = do[bh, i0 + r, c] if row_ok else uint32(0)
+                for r in range(tid, Br, Bc * 2):
+                    row_ok = i0 + r < Nq
+                    lse_i[r] = lse[bh, i0 + r] if row_ok else float32(0.0)
+                    Delta_i[r] = dl[bh, i0 + r] if row_ok else float32(0.0)
+                cuda.syncthreads()
+                if jw < Nk and warp_row < i0 + Br:  # warp-uniform: some of the warp's keys see this tile
+                    for nt in range(Br // 8):  # Sᵀ = K_j Q_iᵀ and dPᵀ = V_j dO_iᵀ, 8 query rows per n-tile
+                        s0 = s1 = s2 = s3 = float32(0.0)
+                        p0 = p1 = p2 = p3 = float32(0.0)
+                        n = 8 * nt + g  # B[k = d, n = i] = Q_i[i, d]: one word of row n per register
+                        for ks in range(KS):
+                            s0, s1, s2, s3 = mma(K_j[4 * ks], K_j[4 * ks + 1], K_j[4 * ks + 2], K_j[4 * ks + 3],
+                                                 Q_i[n, 8 * ks + t], Q_i[n, 8 * ks + t + 4], s0, s1, s2, s3)
+                            p0, p1, p2, p3 = mma(V_j[4 * ks], V_j[4 * ks + 1], V_j[4 * ks + 2], V_j[4 * ks + 3],
+                                                 dO_i[n, 8 * ks + t], dO_i[n, 8 * ks + t + 4], p0, p1, p2, p3)
+                        # this lane's four scores: keys jw+g (s0, s1), jw+g+8 (s2, s3); rows i0+8nt+2t (+1)
+                        r = 8 * nt + 2 * t
+                        i, j = i0 + r, jw + g
+                        Pt[4 * nt], dSt[4 * nt] = grad_score(s0, p0, visible(i, j, Nq, Nk, causal), scale,
+                                                             lse_i[r], Delta_i[r])
+                        Pt[4 * nt + 1], dSt[4 * nt + 1] = grad_score(s1, p1, visible(i + 1, j, Nq, Nk, causal),
+                                                                     scale, lse_i[r + 1], Delta_i[r + 1])
+                        Pt[4 * nt + 2], dSt[4 * nt + 2] = grad_score(s2, p2, visible(i, j + 8, Nq, Nk, causal),
+                                                                     scale, lse_i[r], Delta_i[r])
+                        Pt[4 * nt + 3], dSt[4 * nt + 3] = grad_score(s3, p3, visible(i + 1, j + 8, Nq, Nk, causal),
+                                                                     scale, lse_i[r + 1], Delta_i[r + 1])
+                    for kk in range(Br // 16):  # dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i: two n-tiles = one A fragment
+                        a0 = pack(Pt[8 * kk], Pt[8 * kk + 1])
+                        a1 = pack(Pt[8 * kk + 2], Pt[8 * kk + 3])
+                        a2 = pack(Pt[8 * kk + 4], Pt[8 * kk + 5])
+                        a3 = pack(Pt[8 * kk + 6], Pt[8 * kk + 7])
+                        e0 = pack(dSt[8 * kk], dSt[8 * kk + 1])
+                        e1 = pack(dSt[8 * kk + 2], dSt[8 * kk + 3])
+                        e2 = pack(dSt[8 * kk + 4], dSt[8 * kk + 5])
+                        e3 = pack(dSt[8 * kk + 6], dSt[8 * kk + 7])
+                        for dt in range(DT):
+                            b0, b1 = b_fragment(dO_i, 16 * kk, 8 * dt, g, t)  # B[k = i, n = d] = dO_i[i, d]
+                            (dV_j[4 * dt], dV_j[4 * dt + 1], dV_j[4 * dt + 2], dV_j[4 * dt + 3]) = mma(
+                                a0, a1, a2, a3, b0, b1, dV_j[4 * dt], dV_j[4 * dt + 1], dV_j[4 * dt + 2],
+                                dV_j[4 * dt + 3])
+                            b0, b1 = b_fragment(Q_i, 16 * kk, 8 * dt, g, t)  # B[k = i, n = d] = Q_i[i, d]
+                            (dK_j[4 * dt], dK_j[4 * dt + 1], dK_j[4 * dt + 2], dK_j[4 * dt + 3]) = mma(
+                                e0, e1, e2, e3, b0, b1, dK_j[4 * dt], dK_j[4 * dt + 1], dK_j[4 * dt + 2],
+                                dK_j[4 * dt + 3])
+                cuda.syncthreads()
+        for dt in range(DT):  # dK_j (× scale: S was Q Kᵀ · scale) and dV_j, two columns per word
+            c = 4 * dt + t
+            if jw + g < Nk:
+                dk[kvh, jw + g, c] = pack(dK_j[4 * dt] * scale, dK_j[4 * dt + 1] * scale)
+                dv[kvh, jw + g, c] = pack(dV_j[4 * dt], dV_j[4 * dt + 1])
+            if jw + g + 8 < Nk:
+                dk[kvh, jw + g + 8, c] = pack(dK_j[4 * dt + 2] * scale, dK_j[4 * dt + 3] * scale)
+                dv[kvh, jw + g + 8, c] = pack(dV_j[4 * dt + 2], dV_j[4 * dt + 3])
+
+    @kernel
+    def grad_q(q, k, v, do, lse, dl, dq, scale, H, G, Nq, Nk):
+        """dQ_i of Br query rows of one head (16 per warp) over the K/V tiles of Bc keys the rows see."""
+        K_j = cuda.shared.array((Bc, RW), uint32, alignment=SMEM_ALIGN)
+        V_j = cuda.shared.array((Bc, RW), uint32, alignment=SMEM_ALIGN)
+        tid = cuda.threadIdx.x
+        lane = tid % 32
+        g, t = lane // 4, lane % 4
+        bh = cuda.blockIdx.y
+        kvh = kv_head(bh, H, G)
+        ib = cuda.blockIdx.x * Br  # the block's first row
+        iw = ib + 16 * (tid // 32)  # the warp's first row: this lane holds rows iw + g and iw + g + 8
+        r_lo, r_hi = iw + g, iw + g + 8
+        Q_i = cuda.local.array(4 * KS, uint32)
+        dO_i = cuda.local.array(4 * KS, uint32)
+        load(Q_i, 0, q, bh, r_lo, Nq, t)
+        load(dO_i, 0, do, bh, r_lo, Nq, t)
+        lse_lo = lse[bh, r_lo] if r_lo < Nq else float32(0.0)
+        lse_hi = lse[bh, r_hi] if r_hi < Nq else float32(0.0)
+        Delta_lo = dl[bh, r_lo] if r_lo < Nq else float32(0.0)
+        Delta_hi = dl[bh, r_hi] if r_hi < Nq else float32(0.0)
+        dQ_i = cuda.local.array(4 * DT, float32)
+        for e in range(4 * DT):
+            dQ_i[e] = float32(0.0)
+        dS = cuda.local.array(4 * (Bc // 8), float32)  # dS (16 rows × Bc keys), accumulator layout
+        block_keys = keys_of_row(min(ib + Br, Nq) - 1, Nq, Nk, causal)  # the keys the block's last row sees
+        warp_keys = keys_of_row(min(iw + 16, Nq) - 1, Nq, Nk, causal) if iw < Nq else 0
+        for j0 in range(0, block_keys, Bc):
+            for e in range(tid, Bc * DW, Br * 2):  # stage K_j, V_j (zeros past Nk)
+                r, c = e // DW, e % DW
+                key_ok = j0 + r < Nk
+                K_j[r, c] = k[kvh, j0 + r, c] if key_ok else uint32(0)
+                V_j[r, c] = v[kvh, j0 + r, c] if key_ok else uint32(0)
+            cuda.syncthreads()
+            if j0 < warp_keys:  # warp-uniform: the warp's rows see some key of this tile
+                for nt in range(Bc // 8):  # S = Q_i K_jᵀ and dP = dO_i V_jᵀ, 8 keys per n-tile
+                    s0 = s1 = s2 = s3 = float32(0.0)
+                    p0 = p1 = p2 = p3 = float32(0.0)
+                    n = 8 * nt + g  # B[k = d, n = j] = K_j[j, d]: one word of row n per register
+                    for ks in range(KS):
+                        s0, s1, s2, s3 = mma(Q_i[4 * ks], Q_i[4 * ks + 1], Q_i[4 * ks + 2], Q_i[4 * ks + 3],
+                                             K_j[n, 8 * ks + t], K_j[n, 8 * ks + t + 4], s0, s1, s2, s3)
+                        p0, p1, p2, p3 = mma(dO_i[4 * ks], dO_i[4 * ks + 1], dO_i[4 * ks + 2], dO_i[4 * ks + 3],
+                                             V_j[n, 8 * ks + t], V_j[n, 8 * ks + t + 4], p0, p1, p2, p3)
+                    # this lane's four scores: rows r_lo (s0, s1), r_hi (s2, s3); keys j0+8nt+2t (+1)
+                    j = j0 + 8 * nt + 2 * t
+                    _, dS[4 * nt] = grad_score(s0, p0, visible(r_lo, j, Nq, Nk, causal), scale, lse_lo, Delta_lo)
+                    _, dS[4 * nt + 1] = grad_score(s1, p1, visible(r_lo, j + 1, Nq, Nk, causal), scale, lse_lo,
+                                                   Delta_lo)
+                    _, dS[4 * nt + 2] = grad_score(s2, p2, visible(r_hi, j, Nq, Nk, causal), scale, lse_hi, Delta_hi)
+                    _, dS[4 * nt + 3] = grad_score(s3, p3, visible(r_hi, j + 1, Nq, Nk, causal), scale, lse_hi,
+                                                   Delta_hi)
+                for kk in range(Bc // 16):  # dQ_i += dS K_j: two n-tiles of dS = one A fragment
+                    a0 = pack(dS[8 * kk], dS[8 * kk + 1])
+                    a1 = pack(dS[8 * kk + 2], dS[8 * kk + 3])
+                    a2 = pack(dS[8 * kk + 4], dS[8 * kk + 5])
+                    a3 = pack(dS[8 * kk + 6], dS[8 * kk + 7])
+                    for dt in range(DT):
+                        b0, b1 = b_fragment(K_j, 16 * kk, 8 * dt, g, t)  # B[k = j, n = d] = K_j[j, d]
+                        (dQ_i[4 * dt], dQ_i[4 * dt + 1], dQ_i[4 * dt + 2], dQ_i[4 * dt + 3]) = mma(
+                            a0, a1, a2, a3, b0, b1, dQ_i[4 * dt], dQ_i[4 * dt + 1], dQ_i[4 * dt + 2], dQ_i[4 * dt + 3])
+            cuda.syncthreads()
+        for dt in range(DT):  # dQ_i × scale, two columns per word
+            c = 4 * dt + t
+            if r_lo < Nq:
+                dq[bh, r_lo, c] = pack(dQ_i[4 * dt] * scale, dQ_i[4 * dt + 1] * scale)
+            if r_hi < Nq:
+                dq[bh, r_hi, c] = pack(dQ_i[4 * dt + 2] * scale, dQ_i[4 * dt + 3] * scale)
+
+    return delta, grad_kv, grad_q
+
+
+def smem_bytes(D, Br, Bc):
+    """The larger of the two kernels' shared tiles: Q_i, dO_i (+ lse, Delta) and K_j, V_j, padded words."""
+    RW = D // 2 + 4
+    return max(4 * (2 * Br * RW + 2 * Br), 4 * 2 * Bc * RW)
+
+
+def _supports(problem, Br, Bc):
+    D = problem.head_dim
+    if D % 16 or D > 128:
+        return f"head_dim {D} must be a multiple of 16 and at most 128 (fragments and accumulators in registers)"
+    if Br % 16 or Bc % 16 or not (16 <= Br <= 128 and 16 <= Bc <= 128):
+        return f"Br={Br} and Bc={Bc} must be multiples of 16 from 16 to 128 (16 rows or keys per warp)"
+    return refuse(problem, smem_bytes(D, Br, Bc))
+
+
+@register_phase(
+    name="bwd_mma", order=102, title="Backward on the tensor cores: mma.sync m16n8k16 dK/dV and dQ kernels",
+    parent="bwd_two_kernels", kind="backward",
+    description="""
+        The parent's split (Delta, a dK/dV kernel over K/V tiles, a dQ kernel over Q tiles, no atomics) with
+        every product on mma.sync.m16n8k16 (f16/bf16 in, f32 accumulate). dK/dV: a warp owns 16 keys (K, V
+        A fragments, dK, dV accumulators in registers) and computes Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, whose
+        accumulators are already the A fragments of dV += Pᵀ dO and dK += dSᵀ Q. dQ: a warp owns 16 rows,
+        S = Q Kᵀ, dP = dO Vᵀ, dQ += dS K. Q/dO and K/V tiles staged as packed words in padded shared memory.
+    """,
+    lineage="FlashAttention-2 (Dao 2023), Algorithm 2 on mma.sync; PTX mma.sync m16n8k16 fragment layouts",
+    planned_speedup=150.0,
+    dtypes=("float16", "bfloat16"),
+    requires_cc=(8, 0),
+    space={"Br": [32, 64], "Bc": [32, 64]},
+    sim_params={"Br": 16, "Bc": 16},
+    supports=_supports,
+    variants=VARIANTS_REFUSED,
+)
+def bwd_mma(problem, Br=64, Bc=64):
+    B, H, Hkv, Nq, Nk, G = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.group
+    delta, grad_kv, grad_q = make_kernels(problem.head_dim, Br, Bc, problem.causal, problem.dtype == "bfloat16")
+    scale = float32(problem.sm_scale)
+    dl = cuda.device_array((B * H, Nq), dtype="float32")
+    grid_q = ((Nq + Br - 1) // Br, B * H)
+    grid_kv = ((Nk + Bc - 1) // Bc, B * Hkv)
+
+    def run(q, k, v, o, lse, do, dq, dk, dv, stream=0):
+        q, k, v, o, do, dq, dk, dv = (view_as(a, np.uint32) for a in (q, k, v, o, do, dq, dk, dv))
+        delta[grid_q, Br, stream](o, do, dl, Nq)
+        grad_kv[grid_kv, 2 * Bc, stream](q, k, v, do, lse, dl, dk, dv, scale, H, G, Nq, Nk)  # Bc / 16 warps
+        grad_q[grid_q, 2 * Br, stream](q, k, v, do, lse, dl, dq, scale, H, G, Nq, Nk)  # Br / 16 warps
+
+    return backward_launch("bwd_mma", run, [delta, grad_kv, grad_q], dl.nbytes)
