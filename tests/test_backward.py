@@ -1,6 +1,7 @@
 """The backward family in the simulator: every backward phase against the float64 reference gradients
-(spec/grad_reference.py) on odd shapes (q_len != kv_len, GQA, causal and not, head_dim 16 and 40), a known-wrong
-backward rejected, and attention_backward()'s arrays and input checks."""
+(spec/grad_reference.py) on odd shapes (q_len != kv_len, GQA, causal and not, head_dim 16, 32, 40 and 48; the
+shapes a phase refuses, dtype or head_dim, are skipped with its reason), a known-wrong backward rejected, and
+attention_backward()'s arrays and input checks."""
 import numpy as np
 import pytest
 from numba import cuda
@@ -20,22 +21,43 @@ SHAPES = {
                                                dtype="float16", causal=True),
     "B1H3/1-23x23-D40-fp32-causal": na.Problem(batch=1, heads=3, kv_heads=1, q_len=23, head_dim=40, causal=True),
     "B1H2-17x30-D16-fp32": na.Problem(batch=1, heads=2, q_len=17, kv_len=30, head_dim=16),
+    # the 16-bit shapes of the tensor-core phases (head_dim a multiple of 16)
+    "B1H2/1-19x37-D16-fp16-causal": na.Problem(batch=1, heads=2, kv_heads=1, q_len=19, kv_len=37, head_dim=16,
+                                               dtype="float16", causal=True),
+    "B2H4/2-21x37-D32-fp16-causal": na.Problem(batch=2, heads=4, kv_heads=2, q_len=21, kv_len=37, head_dim=32,
+                                               dtype="float16", causal=True),
+    "B1H3/1-23x40-D48-bf16": na.Problem(batch=1, heads=3, kv_heads=1, q_len=23, kv_len=40, head_dim=48,
+                                        dtype="bfloat16"),
+    "B1H2-17x33-D16-bf16-causal": na.Problem(batch=1, heads=2, q_len=17, kv_len=33, head_dim=16, dtype="bfloat16",
+                                             causal=True),
+    "B1H2-37x21-D32-fp16": na.Problem(batch=1, heads=2, q_len=37, kv_len=21, head_dim=32, dtype="float16"),
 }
 QUICK = "B1H2/1-19x37-D16-fp32-causal"
+QUICK_16BIT = "B1H2/1-19x37-D16-fp16-causal"  # the quick shape of a phase that refuses float32
 PHASES = list_phases("backward")
-CASES = [pytest.param(p, s, id=f"{p.name}-{s}", marks=() if s == QUICK else pytest.mark.full)
+
+
+def _quick(phase) -> str:
+    return QUICK if "float32" in phase.dtypes else QUICK_16BIT
+
+
+CASES = [pytest.param(p, s, id=f"{p.name}-{s}", marks=() if s == _quick(p) else pytest.mark.full)
          for p in PHASES for s in SHAPES]
 
 
 def test_the_family_is_registered_apart_from_the_forward_phases():
     names = [p.name for p in PHASES]
-    assert names[:2] == ["bwd_naive", "bwd_two_kernels"] and all(p.kind == "backward" for p in PHASES)
+    assert names[:3] == ["bwd_naive", "bwd_two_kernels", "bwd_mma"] and all(p.kind == "backward" for p in PHASES)
     assert not set(names) & {p.name for p in list_phases()}  # the forward consumers never see them
     assert set(names) <= {p.name for p in list_phases("all")} and na.get_phase("bwd_naive").parent is None
 
 
 @pytest.mark.parametrize("phase,shape", CASES)
 def test_backward_phase_matches_reference(phase, shape):
+    reason = phase.supports(SHAPES[shape], **phase.resolve_params(phase.sim_params))
+    if reason:
+        assert shape != _quick(phase), f"{phase.name} refuses its quick shape: {reason}"
+        pytest.skip(f"{phase.name}: {reason}")
     row = check_backward(phase.name, SHAPES[shape], **phase.sim_params)
     assert row["status"] == "OK", f"{phase.name} on {SHAPES[shape].label}: {row['status']}: {row['reason']}"
 
@@ -44,8 +66,9 @@ def test_backward_phase_matches_reference(phase, shape):
 def test_default_tiles_run_in_simulator():
     """The default (GPU) tiles, not only the simulator's: several key tiles and a partial last one."""
     prob = na.Problem(batch=1, heads=2, kv_heads=1, q_len=35, kv_len=70, head_dim=8, causal=True)
+    prob16 = prob.replace(q_len=70, kv_len=93, head_dim=16, dtype="float16")  # the tensor-core phases' shape
     for phase in PHASES:
-        row = check_backward(phase.name, prob)
+        row = check_backward(phase.name, prob if "float32" in phase.dtypes else prob16)
         assert row["status"] == "OK", f"{phase.name}: {row['reason']}"
 
 
@@ -135,6 +158,8 @@ def test_variants_are_refused_with_the_reason():
 
     prob = SMALL.replace(variant=make_variant(sliding_window(4), None))
     for phase in PHASES:
+        if "float32" not in phase.dtypes:  # a 16-bit phase: the variant, not the dtype, is what it refuses
+            prob = prob.replace(dtype="float16", head_dim=16)
         reason = phase.supports(prob, **phase.sim_params)
         assert reason and "not yet in the backward family" in reason
 
