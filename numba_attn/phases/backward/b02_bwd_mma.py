@@ -2,14 +2,18 @@
 
 Change against ``bwd_two_kernels``: the same split (Delta, a dK/dV kernel over K/V tiles, a dQ kernel over Q
 tiles, no atomics), but every product runs as mma.sync (f16/bf16 in, f32 accumulate) on warps of 16 rows
-instead of one scalar thread per key or row. dK/dV kernel: a warp owns 16 keys (K_j, V_j as A fragments, dK_j,
-dV_j as accumulators in registers) and computes the transposed scores Sᵀ = K_j·Q_iᵀ and dPᵀ = V_j·dO_iᵀ, so
+instead of one scalar thread per key or row. dK/dV kernel: a warp owns 16 keys (K_j, V_j the A operands, dK_j,
+dV_j accumulators in registers) and computes the transposed scores Sᵀ = K_j·Q_iᵀ and dPᵀ = V_j·dO_iᵀ, so
 that Pᵀ and dSᵀ come out in the accumulator layout, which is the A layout of dV_j += Pᵀ·dO_i and
 dK_j += dSᵀ·Q_i (no shuffle, no shared-memory round trip). dQ kernel: a warp owns 16 query rows, S = Q_i·K_jᵀ,
-dP = dO_i·V_jᵀ, dQ_i += dS·K_j. Q/dO (resp. K/V) tiles are staged in padded shared memory as packed words.
+dP = dO_i·V_jᵀ, dQ_i += dS·K_j. Tiles are staged in padded shared memory as packed words (grad_kv: K_j, V_j
+once and Q_i, dO_i per step; grad_q: K_j, V_j per step); the B fragments of the row-major operands (dO_i and
+Q_i, K_j) come from ldmatrix.trans.
 
-Prediction: 5 GEMMs (S and dP twice: 7 mma products of N²·D) at ~100 TFLOP/s of mma.sync, about 2.8 ms at fp16
-B1 H32 N4096 D128 on an H100/H200: ~150× faster than bwd_two_kernels (410 ms), ~2.3× SDPA cuDNN's 1.23 ms.
+Prediction: 7 mma products of 2·N²·D FLOPs per head (S and dP twice) = 0.96 TFLOP at fp16 B1 H32 N4096 D128;
+at ~75 TFLOP/s of mma.sync (tc_mma's forward reached 100 at D128; grad_kv spills there: dK_j, dV_j alone are
+128 accumulator registers) about 13 ms on an H100/H200: ~30× faster than bwd_two_kernels (410 ms), ~10× slower
+than SDPA cuDNN's 1.23 ms (wgmma).
 
 Verdict: not yet measured on a GPU.
 """
@@ -22,29 +26,13 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from numba_attn.gpu.arrays import view_as
-from numba_attn.gpu.intrinsics import (SMEM_ALIGN, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, unpack_bf16x2,
-                                       unpack_f16x2)
+from numba_attn.gpu.intrinsics import (SMEM_ALIGN, ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2,
+                                       unpack_bf16x2, unpack_f16x2)
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.phases.backward.common import (VARIANTS_REFUSED, backward_launch, first_row_of_key, keys_of_row,
                                                kv_head, refuse)
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.fragments import q_fragments
-
-
-@device
-def half(T, r, c):
-    """The 16-bit element (r, c) of a tile of packed words (two elements per word, low half first)."""
-    w = uint32(T[r, c // 2])
-    return (w >> uint32(16)) if c % 2 else (w & uint32(0xFFFF))
-
-
-@device
-def b_fragment(T, k0, n0, g, t):
-    """(b0, b1) of B[k, n] = T[k0 + k, n0 + n] (T row-major K × N in halves): rows 2t, 2t+1 (b0) and
-    2t+8, 2t+9 (b1) of column g, two halves of two rows packed in one register."""
-    b0 = half(T, k0 + 2 * t, n0 + g) | (half(T, k0 + 2 * t + 1, n0 + g) << uint32(16))
-    b1 = half(T, k0 + 2 * t + 8, n0 + g) | (half(T, k0 + 2 * t + 9, n0 + g) << uint32(16))
-    return uint32(b0), uint32(b1)
 
 
 @device
@@ -74,7 +62,25 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool):
     RW = DW + 4  # a staged row in words (padded: conflict-free fragment reads)
     KS = D // 16  # k-steps over the head dimension (S = Q Kᵀ, dP = dO Vᵀ)
     DT = D // 8  # n-tiles of dK, dV, dQ (8 columns each)
+    A_REGS = 4 * KS  # A fragments of 16 rows of K, V, Q or dO
+    ACC_REGS = 4 * DT  # accumulators of 16 rows of dK, dV or dQ
+    ST_REGS = 4 * (Br // 8)  # accumulators of Sᵀ (16 keys × Br rows) in grad_kv
+    S_REGS = 4 * (Bc // 8)  # accumulators of S (16 rows × Bc keys) in grad_q
     load = q_fragments(KS)  # A fragments of 16 rows of a (BH, N, D/2) word view, zero past the end
+
+    @device
+    def mma_into(acc, i, a0, a1, a2, a3, b0, b1):
+        """acc[i:i + 4] += A·B, one m16n8k16 on accumulator registers."""
+        acc[i], acc[i + 1], acc[i + 2], acc[i + 3] = mma(a0, a1, a2, a3, b0, b1, acc[i], acc[i + 1], acc[i + 2],
+                                                         acc[i + 3])
+
+    @device
+    def ldmatrix_rows(lane):
+        """(row, word) offsets of this lane's ldmatrix.x4.trans address in a 16-row k-step of a row-major tile:
+        matrices (rows 0-7, columns 0-7), (rows 8-15, 0-7), (0-7, 8-15), (8-15, 8-15), i.e. the B fragments
+        (b0, b1) of two 8-column n-tiles."""
+        lm = lane // 8
+        return (lm % 2) * 8 + lane % 8, 4 * (lm // 2)
 
     @kernel
     def delta(o, do, dl, Nq):
@@ -99,20 +105,25 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool):
         tid = cuda.threadIdx.x
         lane = tid % 32
         g, t = lane // 4, lane % 4
+        b_r, b_c = ldmatrix_rows(lane)
         kvh = cuda.blockIdx.y
         jb = cuda.blockIdx.x * Bc  # the block's first key
         jw = jb + 16 * (tid // 32)  # the warp's first key: this lane holds keys jw + g and jw + g + 8
-        K_j = cuda.local.array(4 * KS, uint32)
-        V_j = cuda.local.array(4 * KS, uint32)
-        load(K_j, 0, k, kvh, jw + g, Nk, t)
-        load(V_j, 0, v, kvh, jw + g, Nk, t)
-        dK_j = cuda.local.array(4 * DT, float32)
-        dV_j = cuda.local.array(4 * DT, float32)
-        for e in range(4 * DT):
+        K_j = cuda.shared.array((Bc, RW), uint32, alignment=SMEM_ALIGN)  # (A fragments read from here: registers
+        V_j = cuda.shared.array((Bc, RW), uint32, alignment=SMEM_ALIGN)  # go to the dK_j, dV_j accumulators)
+        for e in range(tid, Bc * DW, Bc * 2):  # stage K_j, V_j once (zeros past Nk)
+            r, c = e // DW, e % DW
+            key_ok = jb + r < Nk
+            K_j[r, c] = k[kvh, jb + r, c] if key_ok else uint32(0)
+            V_j[r, c] = v[kvh, jb + r, c] if key_ok else uint32(0)
+        kr = jw - jb + g  # this lane's rows of K_j, V_j: kr and kr + 8
+        dK_j = cuda.local.array(ACC_REGS, float32)
+        dV_j = cuda.local.array(ACC_REGS, float32)
+        for e in range(ACC_REGS):
             dK_j[e] = float32(0.0)
             dV_j[e] = float32(0.0)
-        Pt = cuda.local.array(4 * (Br // 8), float32)  # Pᵀ (16 keys × Br rows), accumulator layout
-        dSt = cuda.local.array(4 * (Br // 8), float32)  # dSᵀ
+        Pt = cuda.local.array(ST_REGS, float32)  # Pᵀ (16 keys × Br rows), accumulator layout
+        dSt = cuda.local.array(ST_REGS, float32)  # dSᵀ
         Hkv = H // G
         bh0 = (kvh // Hkv) * H + (kvh % Hkv) * G  # the first query head of this KV head
         # causal: Q tiles before the one holding the first row that sees the block's first key are skipped
@@ -136,11 +147,12 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool):
                         s0 = s1 = s2 = s3 = float32(0.0)
                         p0 = p1 = p2 = p3 = float32(0.0)
                         n = 8 * nt + g  # B[k = d, n = i] = Q_i[i, d]: one word of row n per register
-                        for ks in range(KS):
-                            s0, s1, s2, s3 = mma(K_j[4 * ks], K_j[4 * ks + 1], K_j[4 * ks + 2], K_j[4 * ks + 3],
-                                                 Q_i[n, 8 * ks + t], Q_i[n, 8 * ks + t + 4], s0, s1, s2, s3)
-                            p0, p1, p2, p3 = mma(V_j[4 * ks], V_j[4 * ks + 1], V_j[4 * ks + 2], V_j[4 * ks + 3],
-                                                 dO_i[n, 8 * ks + t], dO_i[n, 8 * ks + t + 4], p0, p1, p2, p3)
+                        for ks in range(KS):  # A: words 8ks+t, 8ks+t+4 of rows kr, kr + 8
+                            c = 8 * ks + t
+                            s0, s1, s2, s3 = mma(K_j[kr, c], K_j[kr + 8, c], K_j[kr, c + 4], K_j[kr + 8, c + 4],
+                                                 Q_i[n, c], Q_i[n, c + 4], s0, s1, s2, s3)
+                            p0, p1, p2, p3 = mma(V_j[kr, c], V_j[kr + 8, c], V_j[kr, c + 4], V_j[kr + 8, c + 4],
+                                                 dO_i[n, c], dO_i[n, c + 4], p0, p1, p2, p3)
                         # this lane's four scores: keys jw+g (s0, s1), jw+g+8 (s2, s3); rows i0+8nt+2t (+1)
                         r = 8 * nt + 2 * t
                         i, j = i0 + r, jw + g
@@ -161,15 +173,13 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool):
                         e1 = pack(dSt[8 * kk + 2], dSt[8 * kk + 3])
                         e2 = pack(dSt[8 * kk + 4], dSt[8 * kk + 5])
                         e3 = pack(dSt[8 * kk + 6], dSt[8 * kk + 7])
-                        for dt in range(DT):
-                            b0, b1 = b_fragment(dO_i, 16 * kk, 8 * dt, g, t)  # B[k = i, n = d] = dO_i[i, d]
-                            (dV_j[4 * dt], dV_j[4 * dt + 1], dV_j[4 * dt + 2], dV_j[4 * dt + 3]) = mma(
-                                a0, a1, a2, a3, b0, b1, dV_j[4 * dt], dV_j[4 * dt + 1], dV_j[4 * dt + 2],
-                                dV_j[4 * dt + 3])
-                            b0, b1 = b_fragment(Q_i, 16 * kk, 8 * dt, g, t)  # B[k = i, n = d] = Q_i[i, d]
-                            (dK_j[4 * dt], dK_j[4 * dt + 1], dK_j[4 * dt + 2], dK_j[4 * dt + 3]) = mma(
-                                e0, e1, e2, e3, b0, b1, dK_j[4 * dt], dK_j[4 * dt + 1], dK_j[4 * dt + 2],
-                                dK_j[4 * dt + 3])
+                        for dp in range(DT // 2):  # d-tiles 2dp, 2dp + 1; B[k = i, n = d] = dO_i[i, d], Q_i[i, d]
+                            b = ldmatrix_x4_trans(dO_i, 16 * kk + b_r, 8 * dp + b_c)
+                            mma_into(dV_j, 8 * dp, a0, a1, a2, a3, b[0], b[1])
+                            mma_into(dV_j, 8 * dp + 4, a0, a1, a2, a3, b[2], b[3])
+                            b = ldmatrix_x4_trans(Q_i, 16 * kk + b_r, 8 * dp + b_c)
+                            mma_into(dK_j, 8 * dp, e0, e1, e2, e3, b[0], b[1])
+                            mma_into(dK_j, 8 * dp + 4, e0, e1, e2, e3, b[2], b[3])
                 cuda.syncthreads()
         for dt in range(DT):  # dK_j (× scale: S was Q Kᵀ · scale) and dV_j, two columns per word
             c = 4 * dt + t
@@ -188,23 +198,24 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool):
         tid = cuda.threadIdx.x
         lane = tid % 32
         g, t = lane // 4, lane % 4
+        b_r, b_c = ldmatrix_rows(lane)
         bh = cuda.blockIdx.y
         kvh = kv_head(bh, H, G)
         ib = cuda.blockIdx.x * Br  # the block's first row
         iw = ib + 16 * (tid // 32)  # the warp's first row: this lane holds rows iw + g and iw + g + 8
         r_lo, r_hi = iw + g, iw + g + 8
-        Q_i = cuda.local.array(4 * KS, uint32)
-        dO_i = cuda.local.array(4 * KS, uint32)
+        Q_i = cuda.local.array(A_REGS, uint32)
+        dO_i = cuda.local.array(A_REGS, uint32)
         load(Q_i, 0, q, bh, r_lo, Nq, t)
         load(dO_i, 0, do, bh, r_lo, Nq, t)
         lse_lo = lse[bh, r_lo] if r_lo < Nq else float32(0.0)
         lse_hi = lse[bh, r_hi] if r_hi < Nq else float32(0.0)
         Delta_lo = dl[bh, r_lo] if r_lo < Nq else float32(0.0)
         Delta_hi = dl[bh, r_hi] if r_hi < Nq else float32(0.0)
-        dQ_i = cuda.local.array(4 * DT, float32)
-        for e in range(4 * DT):
+        dQ_i = cuda.local.array(ACC_REGS, float32)
+        for e in range(ACC_REGS):
             dQ_i[e] = float32(0.0)
-        dS = cuda.local.array(4 * (Bc // 8), float32)  # dS (16 rows × Bc keys), accumulator layout
+        dS = cuda.local.array(S_REGS, float32)  # dS (16 rows × Bc keys), accumulator layout
         block_keys = keys_of_row(min(ib + Br, Nq) - 1, Nq, Nk, causal)  # the keys the block's last row sees
         warp_keys = keys_of_row(min(iw + 16, Nq) - 1, Nq, Nk, causal) if iw < Nq else 0
         for j0 in range(0, block_keys, Bc):
@@ -237,10 +248,10 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool):
                     a1 = pack(dS[8 * kk + 2], dS[8 * kk + 3])
                     a2 = pack(dS[8 * kk + 4], dS[8 * kk + 5])
                     a3 = pack(dS[8 * kk + 6], dS[8 * kk + 7])
-                    for dt in range(DT):
-                        b0, b1 = b_fragment(K_j, 16 * kk, 8 * dt, g, t)  # B[k = j, n = d] = K_j[j, d]
-                        (dQ_i[4 * dt], dQ_i[4 * dt + 1], dQ_i[4 * dt + 2], dQ_i[4 * dt + 3]) = mma(
-                            a0, a1, a2, a3, b0, b1, dQ_i[4 * dt], dQ_i[4 * dt + 1], dQ_i[4 * dt + 2], dQ_i[4 * dt + 3])
+                    for dp in range(DT // 2):  # d-tiles 2dp, 2dp + 1; B[k = j, n = d] = K_j[j, d]
+                        b = ldmatrix_x4_trans(K_j, 16 * kk + b_r, 8 * dp + b_c)
+                        mma_into(dQ_i, 8 * dp, a0, a1, a2, a3, b[0], b[1])
+                        mma_into(dQ_i, 8 * dp + 4, a0, a1, a2, a3, b[2], b[3])
             cuda.syncthreads()
         for dt in range(DT):  # dQ_i × scale, two columns per word
             c = 4 * dt + t
@@ -253,9 +264,10 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool):
 
 
 def smem_bytes(D, Br, Bc):
-    """The larger of the two kernels' shared tiles: Q_i, dO_i (+ lse, Delta) and K_j, V_j, padded words."""
+    """The larger of the two kernels' shared tiles: Q_i, dO_i (+ lse, Delta) and K_j, V_j in grad_kv, K_j, V_j in
+    grad_q, padded words."""
     RW = D // 2 + 4
-    return max(4 * (2 * Br * RW + 2 * Br), 4 * 2 * Bc * RW)
+    return 4 * (2 * Br * RW + 2 * Br) + 4 * 2 * Bc * RW
 
 
 def _supports(problem, Br, Bc):
@@ -273,20 +285,20 @@ def _supports(problem, Br, Bc):
     description="""
         The parent's split (Delta, a dK/dV kernel over K/V tiles, a dQ kernel over Q tiles, no atomics) with
         every product on mma.sync.m16n8k16 (f16/bf16 in, f32 accumulate). dK/dV: a warp owns 16 keys (K, V
-        A fragments, dK, dV accumulators in registers) and computes Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, whose
+        the A operands, dK, dV accumulators in registers) and computes Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, whose
         accumulators are already the A fragments of dV += Pᵀ dO and dK += dSᵀ Q. dQ: a warp owns 16 rows,
         S = Q Kᵀ, dP = dO Vᵀ, dQ += dS K. Q/dO and K/V tiles staged as packed words in padded shared memory.
     """,
     lineage="FlashAttention-2 (Dao 2023), Algorithm 2 on mma.sync; PTX mma.sync m16n8k16 fragment layouts",
-    planned_speedup=150.0,
+    planned_speedup=30.0,
     dtypes=("float16", "bfloat16"),
     requires_cc=(8, 0),
-    space={"Br": [32, 64], "Bc": [32, 64]},
+    space={"Br": [16, 32, 64], "Bc": [16, 32, 64]},
     sim_params={"Br": 16, "Bc": 16},
     supports=_supports,
     variants=VARIANTS_REFUSED,
 )
-def bwd_mma(problem, Br=64, Bc=64):
+def bwd_mma(problem, Br=32, Bc=32):
     B, H, Hkv, Nq, Nk, G = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.group
     delta, grad_kv, grad_q = make_kernels(problem.head_dim, Br, Bc, problem.causal, problem.dtype == "bfloat16")
     scale = float32(problem.sm_scale)
