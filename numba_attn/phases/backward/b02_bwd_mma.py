@@ -6,14 +6,15 @@ instead of one scalar thread per key or row. dK/dV kernel: a warp owns 16 keys (
 dV_j accumulators in registers) and computes the transposed scores Sᵀ = K_j·Q_iᵀ and dPᵀ = V_j·dO_iᵀ, so
 that Pᵀ and dSᵀ come out in the accumulator layout, which is the A layout of dV_j += Pᵀ·dO_i and
 dK_j += dSᵀ·Q_i (no shuffle, no shared-memory round trip). dQ kernel: a warp owns 16 query rows, S = Q_i·K_jᵀ,
-dP = dO_i·V_jᵀ, dQ_i += dS·K_j. Tiles are staged in padded shared memory as packed words (grad_kv: K_j, V_j
-once and Q_i, dO_i per step; grad_q: K_j, V_j per step); the B fragments of the row-major operands (dO_i and
-Q_i, K_j) come from ldmatrix.trans.
+dP = dO_i·V_jᵀ, dQ_i += dS·K_j. Tiles are staged as packed words in padded shared memory (the block's own K_j,
+V_j or Q_i, dO_i once, the other pair per step); the k-step loop is outermost, so a warp holds one k-step of its A
+operands while all its S/dP accumulators grow (registers stay with dK_j, dV_j or dQ_i); the B operands of the
+row-major tiles (dO_i and Q_i, K_j) come from ldmatrix.trans.
 
 Prediction: 7 mma products of 2·N²·D FLOPs per head (S and dP twice) = 0.96 TFLOP at fp16 B1 H32 N4096 D128;
-at ~75 TFLOP/s of mma.sync (tc_mma's forward reached 100 at D128; grad_kv spills there: dK_j, dV_j alone are
-128 accumulator registers) about 13 ms on an H100/H200: ~30× faster than bwd_two_kernels (410 ms), ~10× slower
-than SDPA cuDNN's 1.23 ms (wgmma).
+at ~75 TFLOP/s of mma.sync (tc_mma's forward reached 100 at D128; grad_kv needs 247 registers there, dK_j and
+dV_j alone 128, so few warps per SM) about 13 ms on an H100/H200: ~30× faster than bwd_two_kernels (410 ms),
+~10× slower than SDPA cuDNN's 1.23 ms (wgmma).
 
 Verdict: not yet measured on a GPU.
 """
@@ -32,7 +33,6 @@ from numba_attn.gpu.jit import device, kernel
 from numba_attn.phases.backward.common import (VARIANTS_REFUSED, backward_launch, first_row_of_key, keys_of_row,
                                                kv_head, refuse)
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.fragments import q_fragments
 
 
 @device
@@ -62,11 +62,9 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool):
     RW = DW + 4  # a staged row in words (padded: conflict-free fragment reads)
     KS = D // 16  # k-steps over the head dimension (S = Q Kᵀ, dP = dO Vᵀ)
     DT = D // 8  # n-tiles of dK, dV, dQ (8 columns each)
-    A_REGS = 4 * KS  # A fragments of 16 rows of K, V, Q or dO
     ACC_REGS = 4 * DT  # accumulators of 16 rows of dK, dV or dQ
     ST_REGS = 4 * (Br // 8)  # accumulators of Sᵀ (16 keys × Br rows) in grad_kv
     S_REGS = 4 * (Bc // 8)  # accumulators of S (16 rows × Bc keys) in grad_q
-    load = q_fragments(KS)  # A fragments of 16 rows of a (BH, N, D/2) word view, zero past the end
 
     @device
     def mma_into(acc, i, a0, a1, a2, a3, b0, b1):
@@ -143,27 +141,23 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool):
                     Delta_i[r] = dl[bh, i0 + r] if row_ok else float32(0.0)
                 cuda.syncthreads()
                 if jw < Nk and warp_row < i0 + Br:  # warp-uniform: some of the warp's keys see this tile
-                    for nt in range(Br // 8):  # Sᵀ = K_j Q_iᵀ and dPᵀ = V_j dO_iᵀ, 8 query rows per n-tile
-                        s0 = s1 = s2 = s3 = float32(0.0)
-                        p0 = p1 = p2 = p3 = float32(0.0)
-                        n = 8 * nt + g  # B[k = d, n = i] = Q_i[i, d]: one word of row n per register
-                        for ks in range(KS):  # A: words 8ks+t, 8ks+t+4 of rows kr, kr + 8
-                            c = 8 * ks + t
-                            s0, s1, s2, s3 = mma(K_j[kr, c], K_j[kr + 8, c], K_j[kr, c + 4], K_j[kr + 8, c + 4],
-                                                 Q_i[n, c], Q_i[n, c + 4], s0, s1, s2, s3)
-                            p0, p1, p2, p3 = mma(V_j[kr, c], V_j[kr + 8, c], V_j[kr, c + 4], V_j[kr + 8, c + 4],
-                                                 dO_i[n, c], dO_i[n, c + 4], p0, p1, p2, p3)
-                        # this lane's four scores: keys jw+g (s0, s1), jw+g+8 (s2, s3); rows i0+8nt+2t (+1)
-                        r = 8 * nt + 2 * t
-                        i, j = i0 + r, jw + g
-                        Pt[4 * nt], dSt[4 * nt] = grad_score(s0, p0, visible(i, j, Nq, Nk, causal), scale,
-                                                             lse_i[r], Delta_i[r])
-                        Pt[4 * nt + 1], dSt[4 * nt + 1] = grad_score(s1, p1, visible(i + 1, j, Nq, Nk, causal),
-                                                                     scale, lse_i[r + 1], Delta_i[r + 1])
-                        Pt[4 * nt + 2], dSt[4 * nt + 2] = grad_score(s2, p2, visible(i, j + 8, Nq, Nk, causal),
-                                                                     scale, lse_i[r], Delta_i[r])
-                        Pt[4 * nt + 3], dSt[4 * nt + 3] = grad_score(s3, p3, visible(i + 1, j + 8, Nq, Nk, causal),
-                                                                     scale, lse_i[r + 1], Delta_i[r + 1])
+                    for e in range(ST_REGS):
+                        Pt[e] = float32(0.0)
+                        dSt[e] = float32(0.0)
+                    for ks in range(KS):  # Sᵀ = K_j Q_iᵀ into Pt, dPᵀ = V_j dO_iᵀ into dSt, k-step by k-step
+                        c = 8 * ks + t  # A: words c, c + 4 of rows kr, kr + 8 (read once per k-step)
+                        k0, k1, k2, k3 = K_j[kr, c], K_j[kr + 8, c], K_j[kr, c + 4], K_j[kr + 8, c + 4]
+                        v0, v1, v2, v3 = V_j[kr, c], V_j[kr + 8, c], V_j[kr, c + 4], V_j[kr + 8, c + 4]
+                        for nt in range(Br // 8):  # B[k = d, n = i] = Q_i[i, d]: words c, c + 4 of row 8nt + g
+                            n = 8 * nt + g
+                            mma_into(Pt, 4 * nt, k0, k1, k2, k3, Q_i[n, c], Q_i[n, c + 4])
+                            mma_into(dSt, 4 * nt, v0, v1, v2, v3, dO_i[n, c], dO_i[n, c + 4])
+                    for nt in range(Br // 8):  # P and dS in place: keys jw+g (e = 0, 1), jw+g+8 (e = 2, 3),
+                        for e in range(4):     # rows i0 + 8nt + 2t (e = 0, 2) and + 1 (e = 1, 3)
+                            r = 8 * nt + 2 * t + e % 2
+                            ok = visible(i0 + r, jw + g + 8 * (e // 2), Nq, Nk, causal)
+                            Pt[4 * nt + e], dSt[4 * nt + e] = grad_score(Pt[4 * nt + e], dSt[4 * nt + e], ok, scale,
+                                                                         lse_i[r], Delta_i[r])
                     for kk in range(Br // 16):  # dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i: two n-tiles = one A fragment
                         a0 = pack(Pt[8 * kk], Pt[8 * kk + 1])
                         a1 = pack(Pt[8 * kk + 2], Pt[8 * kk + 3])
@@ -204,10 +198,14 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool):
         ib = cuda.blockIdx.x * Br  # the block's first row
         iw = ib + 16 * (tid // 32)  # the warp's first row: this lane holds rows iw + g and iw + g + 8
         r_lo, r_hi = iw + g, iw + g + 8
-        Q_i = cuda.local.array(A_REGS, uint32)
-        dO_i = cuda.local.array(A_REGS, uint32)
-        load(Q_i, 0, q, bh, r_lo, Nq, t)
-        load(dO_i, 0, do, bh, r_lo, Nq, t)
+        Q_i = cuda.shared.array((Br, RW), uint32, alignment=SMEM_ALIGN)  # (A fragments read from here: registers
+        dO_i = cuda.shared.array((Br, RW), uint32, alignment=SMEM_ALIGN)  # go to the dQ_i accumulators)
+        for e in range(tid, Br * DW, Br * 2):  # stage Q_i, dO_i once (zeros past Nq)
+            r, c = e // DW, e % DW
+            row_ok = ib + r < Nq
+            Q_i[r, c] = q[bh, ib + r, c] if row_ok else uint32(0)
+            dO_i[r, c] = do[bh, ib + r, c] if row_ok else uint32(0)
+        qr = iw - ib + g  # this lane's rows of Q_i, dO_i: qr and qr + 8
         lse_lo = lse[bh, r_lo] if r_lo < Nq else float32(0.0)
         lse_hi = lse[bh, r_hi] if r_hi < Nq else float32(0.0)
         Delta_lo = dl[bh, r_lo] if r_lo < Nq else float32(0.0)
@@ -215,7 +213,8 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool):
         dQ_i = cuda.local.array(ACC_REGS, float32)
         for e in range(ACC_REGS):
             dQ_i[e] = float32(0.0)
-        dS = cuda.local.array(S_REGS, float32)  # dS (16 rows × Bc keys), accumulator layout
+        S = cuda.local.array(S_REGS, float32)  # S (16 rows × Bc keys), accumulator layout
+        dS = cuda.local.array(S_REGS, float32)  # dP, then dS in place
         block_keys = keys_of_row(min(ib + Br, Nq) - 1, Nq, Nk, causal)  # the keys the block's last row sees
         warp_keys = keys_of_row(min(iw + 16, Nq) - 1, Nq, Nk, causal) if iw < Nq else 0
         for j0 in range(0, block_keys, Bc):
@@ -226,23 +225,23 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool):
                 V_j[r, c] = v[kvh, j0 + r, c] if key_ok else uint32(0)
             cuda.syncthreads()
             if j0 < warp_keys:  # warp-uniform: the warp's rows see some key of this tile
-                for nt in range(Bc // 8):  # S = Q_i K_jᵀ and dP = dO_i V_jᵀ, 8 keys per n-tile
-                    s0 = s1 = s2 = s3 = float32(0.0)
-                    p0 = p1 = p2 = p3 = float32(0.0)
-                    n = 8 * nt + g  # B[k = d, n = j] = K_j[j, d]: one word of row n per register
-                    for ks in range(KS):
-                        s0, s1, s2, s3 = mma(Q_i[4 * ks], Q_i[4 * ks + 1], Q_i[4 * ks + 2], Q_i[4 * ks + 3],
-                                             K_j[n, 8 * ks + t], K_j[n, 8 * ks + t + 4], s0, s1, s2, s3)
-                        p0, p1, p2, p3 = mma(dO_i[4 * ks], dO_i[4 * ks + 1], dO_i[4 * ks + 2], dO_i[4 * ks + 3],
-                                             V_j[n, 8 * ks + t], V_j[n, 8 * ks + t + 4], p0, p1, p2, p3)
-                    # this lane's four scores: rows r_lo (s0, s1), r_hi (s2, s3); keys j0+8nt+2t (+1)
-                    j = j0 + 8 * nt + 2 * t
-                    _, dS[4 * nt] = grad_score(s0, p0, visible(r_lo, j, Nq, Nk, causal), scale, lse_lo, Delta_lo)
-                    _, dS[4 * nt + 1] = grad_score(s1, p1, visible(r_lo, j + 1, Nq, Nk, causal), scale, lse_lo,
-                                                   Delta_lo)
-                    _, dS[4 * nt + 2] = grad_score(s2, p2, visible(r_hi, j, Nq, Nk, causal), scale, lse_hi, Delta_hi)
-                    _, dS[4 * nt + 3] = grad_score(s3, p3, visible(r_hi, j + 1, Nq, Nk, causal), scale, lse_hi,
-                                                   Delta_hi)
+                for e in range(S_REGS):
+                    S[e] = float32(0.0)
+                    dS[e] = float32(0.0)
+                for ks in range(KS):  # S = Q_i K_jᵀ, dP = dO_i V_jᵀ into dS, k-step by k-step
+                    c = 8 * ks + t  # A: words c, c + 4 of rows qr, qr + 8 (read once per k-step)
+                    q0, q1, q2, q3 = Q_i[qr, c], Q_i[qr + 8, c], Q_i[qr, c + 4], Q_i[qr + 8, c + 4]
+                    o0, o1, o2, o3 = dO_i[qr, c], dO_i[qr + 8, c], dO_i[qr, c + 4], dO_i[qr + 8, c + 4]
+                    for nt in range(Bc // 8):  # B[k = d, n = j] = K_j[j, d]: words c, c + 4 of row 8nt + g
+                        n = 8 * nt + g
+                        mma_into(S, 4 * nt, q0, q1, q2, q3, K_j[n, c], K_j[n, c + 4])
+                        mma_into(dS, 4 * nt, o0, o1, o2, o3, V_j[n, c], V_j[n, c + 4])
+                for nt in range(Bc // 8):  # dS in place: rows r_lo (e = 0, 1), r_hi (e = 2, 3),
+                    for e in range(4):     # keys j0 + 8nt + 2t (e = 0, 2) and + 1 (e = 1, 3)
+                        hi = e // 2
+                        ok = visible(r_hi if hi else r_lo, j0 + 8 * nt + 2 * t + e % 2, Nq, Nk, causal)
+                        _, dS[4 * nt + e] = grad_score(S[4 * nt + e], dS[4 * nt + e], ok, scale,
+                                                       lse_hi if hi else lse_lo, Delta_hi if hi else Delta_lo)
                 for kk in range(Bc // 16):  # dQ_i += dS K_j: two n-tiles of dS = one A fragment
                     a0 = pack(dS[8 * kk], dS[8 * kk + 1])
                     a1 = pack(dS[8 * kk + 2], dS[8 * kk + 3])
@@ -264,8 +263,7 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool):
 
 
 def smem_bytes(D, Br, Bc):
-    """The larger of the two kernels' shared tiles: Q_i, dO_i (+ lse, Delta) and K_j, V_j in grad_kv, K_j, V_j in
-    grad_q, padded words."""
+    """grad_kv's shared tiles (grad_q's are the same less lse, Delta): Q_i, dO_i, K_j, V_j in padded words."""
     RW = D // 2 + 4
     return 4 * (2 * Br * RW + 2 * Br) + 4 * 2 * Bc * RW
 
@@ -287,7 +285,8 @@ def _supports(problem, Br, Bc):
         every product on mma.sync.m16n8k16 (f16/bf16 in, f32 accumulate). dK/dV: a warp owns 16 keys (K, V
         the A operands, dK, dV accumulators in registers) and computes Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, whose
         accumulators are already the A fragments of dV += Pᵀ dO and dK += dSᵀ Q. dQ: a warp owns 16 rows,
-        S = Q Kᵀ, dP = dO Vᵀ, dQ += dS K. Q/dO and K/V tiles staged as packed words in padded shared memory.
+        S = Q Kᵀ, dP = dO Vᵀ, dQ += dS K. Q/dO and K/V tiles staged as packed words in padded shared memory,
+        the k-step loop outermost (A operands read per k-step), B of row-major tiles by ldmatrix.trans.
     """,
     lineage="FlashAttention-2 (Dao 2023), Algorithm 2 on mma.sync; PTX mma.sync m16n8k16 fragment layouts",
     planned_speedup=30.0,
