@@ -29,6 +29,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--sizes", default="1024,4096")
+    ap.add_argument("--phases", default="bwd_naive,bwd_two_kernels,bwd_mma", help="backward phases to time")
     a = ap.parse_args()
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -48,7 +49,7 @@ def main():
             del out32
             row = {"N": N, "causal": causal, "ms": {}, "err": {}}
             sides = {}
-            for ph in ("bwd_two_kernels", "bwd_naive"):
+            for ph in (p.name for p in na.list_phases("backward") if p.name in a.phases.split(",")):
                 sides[ph] = (lambda ph=ph: na.attention_backward(q, k, v, o, lse, do, causal=causal, phase=ph))
             for name, backend in (("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION), ("SDPA flash", SDPBackend.FLASH_ATTENTION)):
                 qq, kk, vv = (x.clone().requires_grad_() for x in (q, k, v))
