@@ -82,7 +82,8 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool):
 
     @kernel
     def delta(o, do, dl, Nq):
-        """Delta_i = Σ_d dO_id · O_id, one thread per query row (the elements unpacked from their words)."""
+        """Delta_i = Σ_d dO_id · O_id, one thread per query row: the parent's, on packed words (bfloat16 reaches
+        the GPU as 16-bit patterns, which the parent's element reads would take for integers)."""
         i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         bh = cuda.blockIdx.y
         if i < Nq:
