@@ -23,8 +23,8 @@ from numba_attn.array_kinds import (DEVICE, NUMPY, TORCH, TORCH_CPU, arrays_for_
 from numba_attn.phases.registry import BACKWARD, Phase, get_phase, list_phases  # noqa: E402
 from numba_attn.spec.errors import AttentionInputError, check_arrays, check_bool  # noqa: E402
 
-# phase=None: the first of these that supports the problem
-BACKWARD_DEFAULT = ("bwd_two_kernels", "bwd_naive")
+# phase=None: the first of these that supports the problem (bwd_mma: float16/bfloat16, head_dim a multiple of 16)
+BACKWARD_DEFAULT = ("bwd_mma", "bwd_two_kernels", "bwd_naive")
 _PLANS: OrderedDict = OrderedDict()  # (phase, problem, params) -> Launch, at most 16
 
 

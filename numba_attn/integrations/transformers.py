@@ -43,7 +43,8 @@ the simulator):
 * **Gradients** (a training step: grad mode on and query, key or value requiring grad): a call of plain
   attention runs :func:`numba_attn.integrations.torch_op.differentiable_attention`: the forward phase writes
   the row log-sum-exp (a named ``prefill_phase`` must be one that does; None picks one), and ``loss.backward()``
-  runs :func:`numba_attn.attention_backward` (float32 and float16; bfloat16 is refused with the reason).
+  runs :func:`numba_attn.attention_backward` (float16/bfloat16 on ``bwd_mma`` at head dims that are multiples of
+  16, float32/float16 on the CUDA-core phases; anything else is refused with the reason).
   A variant (a padding or window mask, softcap, sinks) with gradients is refused: the backward phases compute
   plain attention only. :func:`count_phases` counts these calls like the others, with the phase that ran.
 * **Refused** (same error): dropout > 0, gradients the phases cannot compute (above), a position bias, a paged
