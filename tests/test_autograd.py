@@ -77,6 +77,7 @@ def test_scale_and_the_default_phases():
     assert_grads((q.grad, k.grad, v.grad), float64_grads(q, k, v, do, True, scale=0.3), torch.float32)
 
 
+@pytest.mark.full
 def test_plain_operator_is_differentiable_by_recomputing_lse():
     q, k, v, do = inputs(1, 4, 2, 7, 13, 16, torch.float32, seed=2)
     out = torch.ops.numba_attn.attention(q, k, v, True, None, PHASE[0])
@@ -145,6 +146,7 @@ def _compiles():
     return ""
 
 
+@pytest.mark.full
 @pytest.mark.skipif(bool(_compiles()), reason=f"torch.compile unavailable: {_compiles()}")
 def test_forward_and_backward_under_torch_compile():
     """fullgraph=True: the operators are opaque nodes of the forward and backward graphs (aot_eager: AOTAutograd
@@ -160,6 +162,7 @@ def test_forward_and_backward_under_torch_compile():
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.full
 def test_opcheck_of_the_gradient_operators():
     q, k, v, do = inputs(1, 2, 1, 5, 7, 16, torch.float32, seed=8)
     params = na_op.encode_params(PHASE[1])
