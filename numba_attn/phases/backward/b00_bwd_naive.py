@@ -20,7 +20,7 @@ from numba import cuda, float32
 
 from numba_attn.gpu.jit import kernel
 from numba_attn.phases.backward.common import (VARIANTS_REFUSED, backward_launch, element, first_row_of_key,
-                                               keys_of_row, kv_head)
+                                               keys_of_row, kv_head, make_delta)
 from numba_attn.phases.registry import register_phase
 
 TILE_X, TILE_Y = 32, 8  # thread block of the element-wise kernels
@@ -47,17 +47,6 @@ def make_kernels(D: int, causal: bool):
             dpv += float32(do[bh, i, d]) * float32(v[kvh, j, d])
         p[bh, i, j] = math.exp(s * scale - lse[bh, i])  # the forward's softmax, recomputed from its lse
         dp[bh, i, j] = dpv
-
-    @kernel
-    def delta(o, do, dl, Nq):
-        """Delta_i = Σ_d dO_id · O_id (= Σ_j P_ij dP_ij): the softmax's Jacobian applied to the row."""
-        i = cuda.blockIdx.x * ROWS_PER_BLOCK + cuda.threadIdx.x
-        bh = cuda.blockIdx.y
-        if i < Nq:
-            acc = float32(0.0)
-            for d in range(D):
-                acc += float32(o[bh, i, d]) * float32(do[bh, i, d])
-            dl[bh, i] = acc
 
     @kernel
     def scores_grad(p, ds, dl, Nq, Nk):
@@ -97,7 +86,7 @@ def make_kernels(D: int, causal: bool):
         dk[kvh, j, d] = acc_k * scale
         dv[kvh, j, d] = acc_v
 
-    return probs, delta, scores_grad, grad_q, grad_kv
+    return probs, make_delta(D, ROWS_PER_BLOCK), scores_grad, grad_q, grad_kv
 
 
 def grids(problem):

@@ -23,23 +23,12 @@ from numba import cuda, float32
 
 from numba_attn.gpu.jit import kernel
 from numba_attn.phases.backward.common import (VARIANTS_REFUSED, backward_launch, first_row_of_key, keys_of_row,
-                                               kv_head, refuse)
+                                               kv_head, make_delta, refuse)
 from numba_attn.phases.registry import register_phase
 
 
 @functools.cache
 def make_kernels(D: int, Br: int, Bc: int, causal: bool):
-    @kernel
-    def delta(o, do, dl, Nq):
-        """Delta_i = Σ_d dO_id · O_id, one thread per query row."""
-        i = cuda.blockIdx.x * Br + cuda.threadIdx.x
-        bh = cuda.blockIdx.y
-        if i < Nq:
-            acc = float32(0.0)
-            for d in range(D):
-                acc += float32(o[bh, i, d]) * float32(do[bh, i, d])
-            dl[bh, i] = acc
-
     @kernel
     def grad_kv(q, k, v, do, lse, dl, dk, dv, scale, H, G, Nq, Nk):
         """dK_j, dV_j of Bc keys of one KV head, one thread per key, over the Q tiles of its G query heads."""
@@ -137,7 +126,7 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool):
             for d in range(D):
                 dq[bh, i, d] = dQ_i[d] * scale
 
-    return delta, grad_kv, grad_q
+    return make_delta(D, Br), grad_kv, grad_q
 
 
 def smem_bytes(D, Br, Bc):

@@ -8,9 +8,11 @@ key j when j <= i + Nk - Nq.
 """
 from __future__ import annotations
 
-from numba import cuda
+import functools
 
-from numba_attn.gpu.jit import device
+from numba import cuda, float32
+
+from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT
 from numba_attn.phases.registry import Launch
 from numba_attn.spec.errors import AttentionInputError
@@ -68,3 +70,21 @@ def element():
     """(column, row, z): the element a thread of a 2-D block over a 3-D grid computes."""
     return (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y,
             cuda.blockIdx.z)
+
+
+@functools.cache
+def make_delta(D: int, ROWS: int):
+    """The preprocess kernel ``delta(o, do, dl, Nq)``, launched on (⌈Nq/ROWS⌉, B·H) blocks of ROWS threads."""
+
+    @kernel
+    def delta(o, do, dl, Nq):
+        """Delta_i = Σ_d dO_id · O_id (= Σ_j P_ij dP_ij), one thread per query row."""
+        i = cuda.blockIdx.x * ROWS + cuda.threadIdx.x
+        bh = cuda.blockIdx.y
+        if i < Nq:
+            acc = float32(0.0)
+            for d in range(D):
+                acc += float32(o[bh, i, d]) * float32(do[bh, i, d])
+            dl[bh, i] = acc
+
+    return delta
