@@ -237,7 +237,10 @@ def compile_phase(phase_name: str, problem, params: dict | None = None, cc=(9, 0
             k = np.empty((nb, problem.page_size, Hkv, D), np.uint8 if problem.kv_dtype else dt)
         else:
             k = np.empty((B * Hkv, problem.kv_len, D), dt)
-        launch(q, k, np.empty_like(k), np.empty_like(q), 0)
+        if getattr(problem, "lse", False):  # a problem asking for the log-sum-exp: its run takes the array
+            launch.run(q, k, np.empty_like(k), np.empty_like(q), 0, lse=np.empty((B * H, problem.q_len), np.float32))
+        else:
+            launch(q, k, np.empty_like(k), np.empty_like(q), 0)
     finally:
         CUDADispatcher.__getitem__ = orig
         _disp.get_current_device = orig_dev

@@ -25,7 +25,7 @@ from numba import cuda, float32, int32, uint16, uint32
 
 from numba_attn.gpu.convert import pack_bf16x2, u32_as_f32
 from numba_attn.gpu.jit import device, kernel
-from numba_attn.variants.stages import LN2, PLAIN, SEEN_NOTHING, Stages, stages_of
+from numba_attn.variants.stages import LN2, PLAIN, SEEN_NOTHING, Stages, block_mask_readers, stages_of
 
 NEG_INF = float32(-math.inf)
 
@@ -48,25 +48,6 @@ def _store_lse(mods, bh, i, m, l):
 def _store_lse2(mods, bh, i, m, l):
     lse = mods[-1]
     lse[bh, i] = (m + math.log2(l)) * LN2 if m > SEEN_NOTHING and l > float32(0.0) else NEG_INF
-
-
-# the block mask's arrays one place further from the end of ``mods`` (the log-sum-exp array is last)
-@device
-def _listed_keys_before_lse(mods, b, h, qt, keys, Bc):
-    counts = mods[-3]
-    return counts[min(b, counts.shape[0] - 1), min(h, counts.shape[1] - 1), qt] * Bc
-
-
-@device
-def _listed_start_before_lse(mods, b, h, qt, j, Bc):
-    indices = mods[-2]
-    return indices[min(b, indices.shape[0] - 1), min(h, indices.shape[1] - 1), qt, j // Bc] * Bc
-
-
-@device
-def _kind_before_lse(mods, b, h, qt, kt):
-    kinds = mods[-4]
-    return int32(kinds[min(b, kinds.shape[0] - 1), min(h, kinds.shape[1] - 1), qt, kt])
 
 
 class LseStages(Stages):
@@ -111,9 +92,10 @@ def wants_lse(problem) -> bool:
 def lse_stages(base: Stages) -> LseStages:
     """``base`` (a plain or variant stage) that also writes the log-sum-exp."""
     masked = base.tile_kind is not PLAIN.tile_kind
-    stage = base._replace(loop_keys=_listed_keys_before_lse, tile_start=_listed_start_before_lse,
-                          tile_kind=_kind_before_lse) if masked else base
-    return LseStages(*stage)
+    if masked:  # the block mask's arrays one place further from the end of ``mods`` (the lse array is last)
+        keys, start, kind = block_mask_readers(after=1)
+        base = base._replace(loop_keys=keys, tile_start=start, tile_kind=kind)
+    return LseStages(*base)
 
 
 def stages_for(problem) -> Stages:

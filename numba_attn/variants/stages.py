@@ -54,20 +54,8 @@ def _keys(mods, b, h, qt, keys, Bc):
 
 
 @device
-def _listed_keys(mods, b, h, qt, keys, Bc):
-    counts = mods[-2]
-    return counts[min(b, counts.shape[0] - 1), min(h, counts.shape[1] - 1), qt] * Bc
-
-
-@device
 def _start(mods, b, h, qt, j, Bc):
     return j
-
-
-@device
-def _listed_start(mods, b, h, qt, j, Bc):
-    indices = mods[-1]
-    return indices[min(b, indices.shape[0] - 1), min(h, indices.shape[1] - 1), qt, j // Bc] * Bc
 
 
 @device
@@ -75,10 +63,31 @@ def _full(mods, b, h, qt, kt):
     return int32(2)
 
 
-@device
-def _kind_from_map(mods, b, h, qt, kt):
-    kinds = mods[-3]
-    return int32(kinds[min(b, kinds.shape[0] - 1), min(h, kinds.shape[1] - 1), qt, kt])
+@functools.cache
+def block_mask_readers(after: int = 0):
+    """The block mask's readers ``(loop_keys, tile_start, tile_kind)`` of a kernel's ``mods``, whose last three
+    arrays are the mask's (kinds, counts, indices) followed by ``after`` more (the log-sum-exp's: 1)."""
+    KINDS, COUNTS, INDICES = -3 - after, -2 - after, -1 - after
+
+    @device
+    def listed_keys(mods, b, h, qt, keys, Bc):
+        counts = mods[COUNTS]
+        return counts[min(b, counts.shape[0] - 1), min(h, counts.shape[1] - 1), qt] * Bc
+
+    @device
+    def listed_start(mods, b, h, qt, j, Bc):
+        indices = mods[INDICES]
+        return indices[min(b, indices.shape[0] - 1), min(h, indices.shape[1] - 1), qt, j // Bc] * Bc
+
+    @device
+    def kind_from_map(mods, b, h, qt, kt):
+        kinds = mods[KINDS]
+        return int32(kinds[min(b, kinds.shape[0] - 1), min(h, kinds.shape[1] - 1), qt, kt])
+
+    return listed_keys, listed_start, kind_from_map
+
+
+_listed_keys, _listed_start, _kind_from_map = block_mask_readers()
 
 
 @device
