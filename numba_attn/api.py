@@ -18,61 +18,25 @@ from numba_attn.gpu import backend  # noqa: F401  (first: chooses CUDA or the si
 from numba import cuda  # noqa: E402
 
 from numba_attn import plans  # noqa: E402
+# problem_from_arrays, SlowSimulationWarning and attention_varlen re-exported: callers read them here
+from numba_attn.api_checks import (SlowSimulationWarning, check_host_memory, layout_plan,  # noqa: F401
+                                   phase_arg, probe_variant, problem_from_arrays, sinks_arg, variant_arg,
+                                   warn_if_slow)
+from numba_attn.api_varlen import attention_varlen  # noqa: F401
 from numba_attn.array_kinds import (DEVICE, NUMPY, TORCH, TORCH_CPU, address, arrays_for_checks,  # noqa: E402
                                     as_device_array, check_finite_input, check_out, contiguous, dtype_name,
-                                    empty_output, host_array, is_device_array, kind_of, numpy_as_tensor,
-                                    numpy_dtype_of, one_kind, stream_of, swap_axes_1_2, tensor_as_numpy)
+                                    empty_output, host_array, kind_of, numpy_as_tensor, numpy_dtype_of, one_kind,
+                                    stream_of, swap_axes_1_2, tensor_as_numpy)
+from numba_attn.array_kinds import is_device_array  # noqa: F401  (re-exported)
 # the choice of phase=None, re-exported: tests, notebooks and integrations read these names from numba_attn.api
 from numba_attn.measure.policy import (NEVER_DEFAULT, PAGED_DEFAULT, PAGED_DEFAULT_ONE_ROW,  # noqa: E402,F401
                                        PAGED_DEFAULT_RAGGED, PAGED_MEAN_STEPS, PREFERENCE, VARLEN_DEFAULT,
                                        choose_phase, device_name, measured_rows, paged_default, paged_mean_bucket,
                                        pick_phase, tuned_choice)
-from numba_attn.phases.registry import get_phase, list_phases  # noqa: E402
+from numba_attn.phases.registry import get_phase, list_phases  # noqa: E402,F401  (get_phase re-exported)
 from numba_attn.plans import clear_plans, plan_cache_info  # noqa: E402,F401  (re-exported)
 from numba_attn.spec.errors import AttentionInputError, check_arrays, check_bool  # noqa: E402
 from numba_attn.spec.problem import Problem  # noqa: E402
-
-
-def problem_from_arrays(q, k, v, *, causal=False, scale=None) -> Problem:
-    check_arrays(q, k, v)
-    B, H, Nq, D = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
-    return Problem(batch=B, heads=H, q_len=Nq, kv_len=Nk, head_dim=D, causal=bool(causal),
-                   dtype=np.dtype(q.dtype).name, scale=scale, kv_heads=Hkv)
-
-
-def _phase_arg(phase):
-    """``phase`` as a registered Phase: a name, or a Phase object registered under its name."""
-    from numba_attn.phases.registry import Phase
-
-    if isinstance(phase, str):
-        return get_phase(phase)
-    if isinstance(phase, Phase):
-        try:
-            registered = get_phase(phase.name)
-        except KeyError:
-            registered = None
-        if registered is not phase:
-            raise AttentionInputError(f"phase: the Phase object {phase.name!r} is not the registered phase of "
-                                      f"that name; register it (register_phase / temporary_phases) and pass "
-                                      f"its name")
-        return phase
-    raise AttentionInputError(f"phase must be a phase name (str, see numba_attn.list_phases()), a registered "
-                              f"Phase or None (chosen for the problem); got {type(phase).__name__} {phase!r}")
-
-
-def _check_host_memory(problem: Problem, arrays) -> None:
-    """Refuse before copying: non-contiguous NumPy inputs are copied, the output is copied back."""
-    from numba_attn.measure import limits
-
-    need = sum(int(a.size) * a.dtype.itemsize for a in arrays
-               if not is_device_array(a) and not a.flags.c_contiguous)
-    if not is_device_array(arrays[0]):
-        need += int(np.prod(problem.out_shape())) * problem.itemsize
-    free = limits.free_host_memory()
-    if free is not None and need > free:
-        raise AttentionInputError(f"{problem.label} needs {need / 2**30:.2f} GiB of host memory (contiguous copies "
-                                  f"of non-contiguous inputs and the output); {free / 2**30:.2f} GiB available")
 
 
 def _plan(q, k, v, causal, scale, phase, allow_tf32, params, variant=None, lse=False):
@@ -81,7 +45,7 @@ def _plan(q, k, v, causal, scale, phase, allow_tf32, params, variant=None, lse=F
     the phase must write the rows' log-sum-exp (a phase without it is refused, ``phase=None`` skips it)."""
     causal = check_bool("causal", causal)
     allow_tf32 = check_bool("allow_tf32", allow_tf32)
-    ph = _phase_arg(phase) if phase is not None else None
+    ph = phase_arg(phase) if phase is not None else None
     check_arrays(q, k, v)
     B, H, Nq, D = q.shape
     Nk = k.shape[2]
@@ -95,12 +59,7 @@ def _plan(q, k, v, causal, scale, phase, allow_tf32, params, variant=None, lse=F
         return None, ph, None, "empty problem: nothing to compute"
     problem = problem_from_arrays(q, k, v, causal=causal, scale=scale)
     if variant is not None:
-        from numba_attn.variants.mods import VariantError, probe
-
-        try:
-            probe(variant, B, H, Nq, Nk)
-        except VariantError as e:
-            raise AttentionInputError(str(e)) from e
+        probe_variant(variant, B, H, Nq, Nk)
         problem = problem.replace(variant=variant)
     if lse:
         from numba_attn.variants.sinks import lse_problem
@@ -159,31 +118,10 @@ def explain(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False, 
     q, k, v = arrays_for_checks(kind, q, k, v)
     lse = check_bool("return_lse", return_lse) or sinks is not None
     problem, ph, resolved, why = _plan(q, k, v, causal, scale, phase, allow_tf32, params,
-                                       _variant(mask_mod, score_mod, aux), lse)
+                                       variant_arg(mask_mod, score_mod, aux), lse)
     if problem is not None and kind != TORCH:
-        _check_host_memory(problem, (q, k, v))
+        check_host_memory(problem, (q, k, v))
     return Explanation(ph, dict(resolved or {}), why, problem)
-
-
-def _variant(mask_mod, score_mod, aux):
-    from numba_attn.variants.mods import VariantError, make_variant
-
-    try:
-        return make_variant(mask_mod, score_mod, () if aux is None else aux)
-    except VariantError as e:
-        raise AttentionInputError(str(e)) from e
-
-
-def _sinks(sinks, q):
-    """The call's sink logits as a float32 host array (H,), checked; None without sinks."""
-    if sinks is None:
-        return None
-    from numba_attn.variants.sinks import check_sinks
-
-    try:
-        return check_sinks(sinks, int(q.shape[1]) if len(q.shape) == 4 else -1)
-    except ValueError as e:
-        raise AttentionInputError(str(e)) from e
 
 
 def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False, nonfinite="propagate",
@@ -242,11 +180,11 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False
     if nonfinite not in ("propagate", "raise"):
         raise AttentionInputError(f"nonfinite must be 'propagate' or 'raise'; got {nonfinite!r}")
     kind = one_kind(q, k, v, out)
-    variant = _variant(mask_mod, score_mod, aux)
+    variant = variant_arg(mask_mod, score_mod, aux)
     if block_mask is not None and (variant is None or not variant.has_mask):
         raise AttentionInputError("block_mask given without a mask_mod it was made from")
     return_lse = check_bool("return_lse", return_lse)
-    sink_logits = _sinks(sinks, q)
+    sink_logits = None if sinks is None else sinks_arg(sinks, int(q.shape[1]) if len(q.shape) == 4 else -1)
     lse = return_lse or sink_logits is not None
     if kind == TORCH_CPU:  # the NumPy path on views of the tensors' memory
         res = attention(*arrays_for_checks(kind, q, k, v), causal=causal, scale=scale, phase=phase,
@@ -293,27 +231,6 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False
     return plans.run(plan, kind, q, k, v, out)
 
 
-class SlowSimulationWarning(UserWarning):
-    """``attention()`` in the CUDA simulator on a problem estimated to take over a minute (it still runs:
-    ``warnings.simplefilter("error", SlowSimulationWarning)`` makes it an error instead)."""
-
-
-def _warn_if_slow(ph, problem):
-    """One line naming the phase, the shape, the estimate and a shape that fits, when a simulator call is
-    estimated over the limit (:mod:`numba_attn.measure.simcost`); the call then goes on. A library call
-    warns rather than refuses: the same code runs unchanged on a GPU, where it is fast."""
-    from numba_attn.measure import simcost
-
-    if simcost.allow_slow_env() or simcost.estimate_s(ph, problem, 1) <= simcost.limit_s():
-        return
-    import warnings
-
-    line = simcost.describe(ph, problem, 1, cli=False)[1].replace(", or pass allow_slow=True", "")
-    line = line.replace("allow_slow=True", "").replace(" (NUMBA_ATTN_ALLOW_SLOW=1)", "")
-    warnings.warn(f"attention(): {line.rstrip('; ')}; running it anyway ({simcost.ENV_ALLOW}=1 silences this)",
-                  SlowSimulationWarning, stacklevel=4)
-
-
 def _mods(plan, variant, block_mask):
     """The kernels' ``mods`` for this call's arrays (None: the plan's own, made with its first call's)."""
     kernel_mods = plan.launch.kernel_mods
@@ -353,7 +270,7 @@ def _plan_and_launch(kind, key, q, k, v, causal, scale, phase, allow_tf32, nonfi
         for name, a in (("q", q), ("k", k), ("v", v)):
             check_finite_input(kind, name, a)
     if backend.IS_SIMULATOR:
-        _warn_if_slow(ph, problem)
+        warn_if_slow(ph, problem)
     if kind == TORCH:
         for name, a in (("q", q), ("k", k), ("v", v)):
             if not a.is_contiguous():
@@ -366,7 +283,7 @@ def _plan_and_launch(kind, key, q, k, v, causal, scale, phase, allow_tf32, nonfi
             raise AttentionInputError(f"q is on cuda:{device} but numba's current device is {current}: call "
                                       f"numba.cuda.select_device({device}) first (or move the tensors)")
     else:
-        _check_host_memory(problem, (q, k, v))
+        check_host_memory(problem, (q, k, v))
         if kind == DEVICE:
             for name, a in (("q", q), ("k", k), ("v", v)):
                 contiguous(name, a)  # refuses a non-contiguous device array
@@ -413,32 +330,6 @@ def _empty_lse(kind, q):
 # -- decode over a paged KV cache ---------------------------------------------------------
 
 _PAGED_PLANS: OrderedDict = OrderedDict()
-
-
-def _layout_plan(names, layout: str, refusal: str, defaults, problem, params: dict, cache):
-    """(phase, Launch) of the first of ``names`` (phases of ``layout``) that supports ``problem``, from the
-    bounded plan cache ``cache`` (16 plans); a phase of another layout or none that runs the problem is
-    refused with the reasons."""
-    reasons = []
-    for name in names:
-        ph = get_phase(name)
-        if ph.layout != layout:
-            raise AttentionInputError(f"phase {name!r} {refusal} (use {' or '.join(defaults)})")
-        reason = ph.supports(problem, **ph.resolve_params(params))
-        if reason is None:
-            break
-        reasons.append(f"{name}: {reason}")
-    else:
-        raise AttentionInputError(f"no {layout} phase runs {problem.label}: " + "; ".join(reasons))
-    variant = getattr(problem, "variant", None)  # (a variant by its functions: its arrays come per call)
-    key = (ph.name, problem if variant is None else (problem.replace(variant=None), variant.signature()),
-           tuple(sorted(params.items())))
-    launch = cache.get(key)
-    if launch is None:
-        launch = cache[key] = ph.plan(problem, **params)
-        while len(cache) > 16:
-            cache.popitem(last=False)
-    return ph, launch
 
 
 def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=False, scale=None, k_scale=None,
@@ -497,31 +388,19 @@ def decode_paged(q, k_cache, v_cache, block_table, cache_seqlens, *, causal=Fals
                            kv_scale=skind or "head", mean_len=paged_mean_bucket(sl, bucket))
     variant = None
     if mask_mod is not None or score_mod is not None:
-        from numba_attn.variants.mods import VariantError, probe
-
-        variant = _variant(mask_mod, score_mod, aux)
-        try:
-            probe(variant, B, H, Nq, max(Nq, longest, 1))
-        except VariantError as e:
-            raise AttentionInputError(str(e)) from e
+        variant = variant_arg(mask_mod, score_mod, aux)
+        probe_variant(variant, B, H, Nq, max(Nq, longest, 1))
         problem = problem.replace(variant=variant)
     return_lse = check_bool("return_lse", return_lse)
-    sink_logits = None
-    if sinks is not None:
-        from numba_attn.variants.sinks import check_sinks
-
-        try:
-            sink_logits = check_sinks(sinks, H)
-        except ValueError as e:
-            raise AttentionInputError(str(e)) from e
+    sink_logits = None if sinks is None else sinks_arg(sinks, H)
     lse = return_lse or sink_logits is not None
     if lse:
         from numba_attn.variants.sinks import lse_problem
 
         problem = lse_problem(problem)
     names = paged_default(problem) if phase is None else (phase if isinstance(phase, str) else phase.name,)
-    ph, launch = _layout_plan(names, "paged", "does not read a paged KV cache", PAGED_DEFAULT, problem, params,
-                              _PAGED_PLANS)
+    ph, launch = layout_plan(names, "paged", "does not read a paged KV cache", PAGED_DEFAULT, problem, params,
+                             _PAGED_PLANS)
     swap = Nq > 1 and H > 1  # (B, q_len, H, D) and the kernels' (B, H, q_len, D) differ in memory
     qk = q
     if swap and kind in (TORCH, TORCH_CPU):
@@ -578,125 +457,3 @@ def _paged_out(kind, q, od, swap):
     host = host.view(np.asarray(q).dtype) if kind == NUMPY else host
     host = np.ascontiguousarray(np.swapaxes(host, 1, 2)) if swap else host.reshape(B, Nq, H, D)
     return numpy_as_tensor(host.view(numpy_dtype_of("q", q))) if kind == TORCH_CPU else host
-
-
-# -- prefill of a packed ragged batch (varlen) -----------------------------------------------
-
-_VARLEN_PLANS: OrderedDict = OrderedDict()
-
-
-def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, max_seqlen_q=None, max_seqlen_k=None, causal=False,
-                     scale=None, phase=None, params=None, out=None, stream=None, mask_mod=None, score_mod=None,
-                     aux=None):
-    """Attention over a packed ragged batch, FlashAttention's ``flash_attn_varlen_func`` layout:
-    ``q`` (total_q, H, D); ``k``, ``v`` (total_k, Hkv, D); ``cu_seqlens_q``, ``cu_seqlens_k`` int32
-    (B + 1,), starting at 0, non-decreasing, the last entry the total (sequence b: rows
-    ``cu_seqlens_q[b] … cu_seqlens_q[b+1] − 1`` of q and ``cu_seqlens_k[b] …`` of k, v). Returns
-    (total_q, H, D) of q's kind (NumPy arrays, numba device arrays or PyTorch tensors, as
-    ``attention()``: the same kind, ``out`` and ``stream`` rules and errors); float16 or bfloat16.
-
-    ``causal``: bottom-right aligned per sequence (query i of a sequence with Lq queries and Lk
-    keys sees keys j <= i + Lk − Lq; needs Lq <= Lk). A sequence without queries is allowed (no
-    output rows); one with queries and no keys is refused. ``max_seqlen_q``/``max_seqlen_k``: the
-    longest sequences (default: read from the cu_seqlens; a given value must not be smaller); the
-    grid covers ``max_seqlen_q`` query rows per sequence. The input checks (spec/varlen.py) run
-    before anything is launched; the cu_seqlens are read on the host for them (device ones are
-    copied back once per call, then launched on as they are).
-
-    ``phase``: ``tc_wgmma_varlen`` (sm_90a) or ``tc_mma_varlen`` (None: the first of them that
-    supports the problem and the device); ``params``: a dict of the phase's tunable parameters.
-
-    ``mask_mod``, ``score_mod``, ``aux``: a variant, as :func:`attention` takes it (docs/variants.md); the
-    functions see sequence ``b`` as batch index ``b`` and positions within the sequence (``q_idx`` aligned
-    bottom-right to its keys). No block mask: every key tile up to the causal bound is visited.
-    """
-    from numba_attn.spec.problem import VarlenProblem
-    from numba_attn.spec.varlen import check_varlen
-
-    params = dict(params or {})
-    causal = check_bool("causal", causal)
-    kind = one_kind(q, k, v, out)
-    if kind == TORCH_CPU:  # the NumPy path on views of the tensors' memory
-        res = attention_varlen(*arrays_for_checks(kind, q, k, v), host_array(cu_seqlens_q), host_array(cu_seqlens_k),
-                               max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, causal=causal, scale=scale,
-                               phase=phase, params=params,
-                               out=None if out is None else tensor_as_numpy("out", out), stream=stream,
-                               mask_mod=mask_mod, score_mod=score_mod, aux=aux)
-        return out if out is not None else numpy_as_tensor(res)
-    if kind == TORCH and backend.IS_SIMULATOR:
-        raise AttentionInputError(f"q is a tensor on {q.device} but numba-attn runs in the CUDA simulator "
-                                  f"(NUMBA_ATTN_BACKEND=simulator): pass CPU tensors")
-    variant = None if mask_mod is None and score_mod is None else _variant(mask_mod, score_mod, aux)
-    checked = arrays_for_checks(kind, q, k, v)
-    cu_q_host, cu_k_host = host_array(cu_seqlens_q), host_array(cu_seqlens_k)
-    lq, lk, max_q, max_k = check_varlen(*checked, cu_q_host, cu_k_host, causal=causal, max_seqlen_q=max_seqlen_q,
-                                        max_seqlen_k=max_seqlen_k)
-    if out is not None:
-        check_out(out, kind, q, k, v)
-    Tq, H, D = map(int, q.shape)
-    Hkv = int(k.shape[1])
-    dtype = np.dtype(checked[0].dtype).name
-    if dtype not in ("float16", "bfloat16"):
-        raise AttentionInputError(f"q must be float16 or bfloat16 for attention_varlen, got {dtype}")
-    stream_key, numba_stream, launch_stream = stream_of(kind, q, stream)
-    if Tq == 0 or max_q == 0:  # no queries: nothing to compute; still validate the scalar arguments
-        if scale is not None:
-            Problem(q_len=1, kv_len=1, head_dim=max(D, 1), scale=scale)
-        return out if out is not None else empty_output(q, tuple(q.shape))
-    problem = VarlenProblem(batch=len(lq), heads=H, kv_heads=Hkv, q_len=max_q, kv_len=max_k, head_dim=D, dtype=dtype,
-                            causal=causal, scale=scale)
-    if variant is not None:
-        from numba_attn.variants.mods import VariantError, probe
-
-        try:
-            probe(variant, len(lq), H, max_q, max(max_k, 1))  # a function that raises or returns no bool, named
-        except VariantError as e:
-            raise AttentionInputError(str(e)) from e
-        problem = problem.replace(variant=variant)
-    names = VARLEN_DEFAULT if phase is None else (_phase_arg(phase).name,)
-    ph, launch = _layout_plan(names, "varlen", "does not read the varlen layout", VARLEN_DEFAULT, problem,
-                              params, _VARLEN_PLANS)
-    if kind == DEVICE:
-        for name, a in (("q", q), ("k", k), ("v", v)):
-            contiguous(name, a)  # refuses a non-contiguous device array
-    elif kind == TORCH:
-        for name, a in (("q", q), ("k", k), ("v", v)):
-            if not a.is_contiguous():
-                raise AttentionInputError(f"{name} is a non-contiguous tensor (strides {tuple(a.stride())}); pass "
-                                          f"{name}.contiguous() (tensors are not copied implicitly)")
-    qd, kd, vd = (as_device_array(kind, a) for a in (q, k, v))
-    layout = tuple(a if kind_of(a) == DEVICE else (as_device_array(TORCH, a) if kind_of(a) == TORCH else
-                                                  cuda.to_device(np.ascontiguousarray(h), stream=numba_stream))
-                   for a, h in ((cu_seqlens_q, cu_q_host), (cu_seqlens_k, cu_k_host)))
-    if kind == TORCH:
-        o = out if out is not None else sys.modules["torch"].empty(tuple(q.shape), dtype=q.dtype, device=q.device)
-        od = as_device_array(TORCH, o)
-    elif kind == DEVICE:
-        o = od = out if out is not None else cuda.device_array(tuple(q.shape), dtype=q.dtype)
-    else:
-        o, od = None, cuda.device_array(tuple(q.shape), dtype=qd.dtype)
-    mods = {}
-    if launch.kernel_mods is not None:  # a variant: this call's arrays (the plan may be another call's)
-        mods["mods"] = launch.kernel_mods(variant.aux, None, 0)
-    call = _VarlenCall(problem, ph, launch.params,
-                       lambda a, b, c, d, s: launch.run(a, b, c, d, s, layout, **mods), launch_stream)
-    plans.launch(call, qd, kd, vd, od)
-    if o is not None:
-        return o
-    host = out if out is not None else np.empty(tuple(q.shape), dtype=np.asarray(q).dtype)
-    od.copy_to_host(host.view(od.dtype), stream=numba_stream)
-    if numba_stream:
-        numba_stream.synchronize()
-    return host
-
-
-@dataclass
-class _VarlenCall:
-    """What :func:`numba_attn.plans.launch` reads of a plan, for one varlen call (its cu_seqlens bound in
-    ``launch``)."""
-
-    problem: object
-    phase: object
-    params: dict
-    launch: object
-    launch_stream: object

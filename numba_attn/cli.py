@@ -12,28 +12,12 @@ _T0 = time.perf_counter()  # when the command started (this module is imported f
 from numba_attn.cli_args import (DEFAULT_BUDGET_S, build_parser, check_ranges, check_seconds,  # noqa: E402
                                  check_timing, nothing_chosen, params_of, peers_of, problems_of, refuse_for_roadmap,
                                  seeds_of)
+from numba_attn.cli_report import cmd_card, cmd_compare, cmd_diff, cmd_plot, cmd_readme, plots_default  # noqa: E402
+from numba_attn.cli_setup import check_cuda, nvvm_message, run_setup, select_backend  # noqa: E402
 from numba_attn.report.progress import Progress, TuneProgress  # noqa: E402
 
-_parser = build_parser  # (the name older callers use)
-
-
-def _select_backend(args):
-    """The backend of ``--simulator`` / ``--gpu`` (else $NUMBA_ATTN_BACKEND or auto). A process chooses its
-    backend once, before numba is imported: when ``main()`` runs in a process that has chosen the other one
-    already (a test, a notebook), the flag is refused rather than ignored, and the environment is left
-    alone (worker processes inherit it and must run the backend of this process)."""
-    flag = "--simulator" if getattr(args, "simulator", False) else "--gpu" if getattr(args, "gpu", False) else None
-    want = {"--simulator": "simulator", "--gpu": "cuda"}.get(flag)
-    if want is not None and "numba_attn.gpu.backend" not in sys.modules:
-        os.environ["NUMBA_ATTN_BACKEND"] = want
-    from numba_attn.gpu import backend
-
-    if want is not None and backend.BACKEND != want:
-        if want == backend.CUDA and not backend.gpu_present():
-            raise SystemExit("--gpu: no CUDA GPU is available")
-        raise SystemExit(f"{flag}: this process already runs the {backend.BACKEND} backend (chosen once, before "
-                         f"numba is imported); leave {flag} out, or run numba-attn in a new process")
-    return backend
+_parser = build_parser  # (the names older callers use)
+_plots_default = plots_default
 
 
 def _slug(name: str) -> str:
@@ -55,8 +39,8 @@ def _phase_file(phase) -> str:
 
 
 def cmd_list(args) -> int:
-    _select_backend(args)
-    _run_setup(args.setup)
+    select_backend(args)
+    run_setup(args.setup)
     from numba_attn.phases.registry import list_phases
 
     phases = list_phases(args.kind or "all")  # the backward family too (kind "backward")
@@ -80,24 +64,6 @@ def cmd_list(args) -> int:
             print(f"\n{p.name} (parent: {p.parent or '—'}; {p.lineage})\n  "
                   + p.description.replace("\n", "\n  ") + f"\n  params: {p.params}  source: {p.source_file}")
     return 0
-
-
-def _check_cuda(be):
-    """Refuse a GPU run without a GPU or without the CUDA toolkit's NVVM, in one line each."""
-    if not be.gpu_present():
-        raise SystemExit("--gpu: no CUDA GPU is available")
-    try:
-        from numba.cuda.cudadrv.nvvm import NVVM
-
-        NVVM()
-    except Exception as exc:  # noqa: BLE001  (NvvmSupportError and friends)
-        raise SystemExit(_nvvm_message(exc)) from None
-
-
-def _nvvm_message(exc) -> str:
-    return (f"the CUDA toolkit's NVVM (the compiler numba-cuda needs) was not found ({type(exc).__name__}). "
-            "Install it with numba-cuda's extra matching the driver: pip install \"numba-cuda[cu12]>=0.30,<0.31\" "
-            "(or [cu13]; or this package's extras: pip install -e \".[cu12]\").")
 
 
 def _write_csv(path, rows):
@@ -152,9 +118,9 @@ def _cmd_run(args) -> int:
 
         print(explain_columns())
         return 0
-    be = _select_backend(args)
+    be = select_backend(args)
     if args.gpu:
-        _check_cuda(be)
+        check_cuda(be)
     from numba_attn.report import table as report
     from numba_attn.measure import bench, pools
     from numba_attn.measure.config import RunConfig, default_results_dir
@@ -171,7 +137,7 @@ def _cmd_run(args) -> int:
     problems, _ = problems_of(args) if args.preset or not nothing else ([], True)
     if want_default or (nothing and be.IS_SIMULATOR):
         problems = list(bench.DEFAULT_PROBLEMS) + problems
-    _run_setup(args.setup)
+    run_setup(args.setup)
     phases = [p.strip() for p in args.phases.split(",")] if args.phases else None
     from numba_attn.phases.registry import get_phase
 
@@ -299,20 +265,6 @@ def _run_roadmap(args, be, phases, console) -> int:
     return _finish(rows, results, be, console, args.csv, files)
 
 
-def _run_setup(specs):
-    """Run the --setup specs here; a relative file or directory becomes absolute in ``specs`` (worker
-    processes, Ray actors, may start in another directory)."""
-    from numba_attn.measure.isolation import call_setup
-    from numba_attn.userphases import absolute_setup
-
-    for i, spec in enumerate(specs):
-        try:
-            call_setup(spec)
-        except Exception as exc:  # noqa: BLE001
-            raise SystemExit(f"--setup {spec!r} failed: {type(exc).__name__}: {exc}") from None
-        specs[i] = absolute_setup(spec)
-
-
 def cmd_bench(args) -> int:
     from numba_attn.measure import bench
 
@@ -320,13 +272,13 @@ def cmd_bench(args) -> int:
         for b in bench.BENCHMARKS.values():
             print(f"{b.name:13s} {b.description}")
         return 0
-    be = _select_backend(args)
+    be = select_backend(args)
     from numba_attn.measure import pools
 
     from numba_attn.report import table as report
 
     check_seconds(args)
-    _run_setup(args.setup)
+    run_setup(args.setup)
     b = bench.get(args.name)  # unknown names fail here
     problems = None
     if args.preset:
@@ -357,112 +309,12 @@ def cmd_bench(args) -> int:
     return _finish(rows, results, be, report.make_console(), plots=files)
 
 
-def cmd_compare(args) -> int:
-    from numba_attn.report.compare import compare, compare_within, format_comparison
-
-    within = args.parent or args.phases
-    if bool(within) == bool(args.b):
-        raise SystemExit("compare A B (two files), or compare FILE --parent / --phases P,Q (within one file)")
-    for path in (args.a, args.b) if args.b else (args.a,):
-        if not os.path.exists(path):
-            raise SystemExit(f"no such results file: {path}")
-    if within:
-        pair = None
-        if args.phases:
-            pair = tuple(x.strip() for x in args.phases.split(","))
-            if len(pair) != 2 or not all(pair):
-                raise SystemExit(f"--phases takes two phase names, P,Q (got {args.phases!r})")
-        print(format_comparison(compare_within(args.a, pair), args.a))
-        return 0
-    print(format_comparison(compare(args.a, args.b), args.a, args.b))
-    return 0
-
-
-def cmd_plot(args) -> int:
-    from numba_attn.report.plots import PLOTS, headline, make_all
-
-    if args.headline:
-        files = headline(args.out or "plots", results_dir=args.results, gpu=args.gpu)
-        if not files:
-            print(f"nothing to plot: no results files for {args.gpu} with a phase and SDPA in the same run")
-        for f in files:
-            print(f)
-        return 0 if files else 1
-    if not args.results:
-        raise SystemExit("numba-attn plot RESULTS: a results file (or --headline)")
-    if not os.path.exists(args.results):
-        raise SystemExit(f"no such results file: {args.results}")
-    which = PLOTS
-    if args.which:
-        which = tuple(w.strip() for w in args.which.split(","))
-        for w in which:
-            if w not in PLOTS:
-                raise SystemExit(f"unknown plot {w!r}; plots: {', '.join(PLOTS)}")
-    out = args.out if args.out is not None else _plots_default(args.results)
-    files = make_all(args.results, out, prefix=args.prefix, which=which)
-    if not files:
-        print("nothing to plot: the file has no timed rows, nor a phase counted beside its parent (a simulator "
-              "run counts each row's launch: the counts plot)")
-    for f in files:
-        print(f)
-    return 0
-
-
-def _plots_default(results: str) -> str:
-    """Where ``plot`` writes without --out: beside the results file, unless that file lies in this checkout
-    (a committed results/*.jsonl): then in the per-user results dir, so that no command writes into the checkout."""
-    from numba_attn.measure.config import default_results_dir
-    from numba_attn.report.records import ROOT
-
-    here, root = os.path.dirname(os.path.realpath(results)), os.path.realpath(ROOT)
-    inside = here == root or here.startswith(root + os.sep)
-    return os.path.realpath(default_results_dir()) if inside else here
-
-
-def cmd_diff(args) -> int:
-    _select_backend(args)
-    _run_setup(args.setup)
-    from numba_attn.report.diff import phase_diff, phase_diff_stat
-
-    sys.stdout.write(phase_diff_stat(args.phase, code=args.code) if args.stat
-                     else phase_diff(args.phase, args.context, code=args.code))
-    return 0
-
-
-def cmd_card(args) -> int:
-    _select_backend(args)
-    _run_setup(args.setup)
-    from numba_attn.report import cards
-
-    if args.all:
-        out = args.out or cards.OUT_DIR
-        if args.check:
-            bad = cards.check_all(out)
-            for path in bad:
-                print(f"{path}: differs from its regeneration (numba-attn card --all --out {out})", file=sys.stderr)
-            return 1 if bad else 0
-        for path in cards.write_all(out):
-            print(path)
-        return 0
-    if not args.phase:
-        raise SystemExit("card: give a phase name, or --all")
-    sys.stdout.write(cards.card(args.phase))
-    return 0
-
-
 def cmd_new(args) -> int:
-    _select_backend(args)
+    select_backend(args)
     from numba_attn.userphases import new_phase
 
     sys.stdout.write(new_phase(args.name, from_=args.parent, dir=args.dir).summary())
     return 0
-
-
-def cmd_readme(args) -> int:
-    _select_backend(args)
-    from numba_attn.report import readme
-
-    return readme.run(args.readme, args.check)
 
 
 def cmd_tune(args) -> int:
@@ -473,9 +325,9 @@ def cmd_tune(args) -> int:
         return 0
     if not args.phases:
         raise SystemExit("tune: give phase names (PHASE[,PHASE...]), or --show")
-    be = _select_backend(args)
+    be = select_backend(args)
     if args.gpu:
-        _check_cuda(be)
+        check_cuda(be)
     from numba_attn.measure import pools
     from numba_attn.measure import tune as tuning
     from numba_attn.measure.config import RunConfig, default_results_dir
@@ -486,7 +338,7 @@ def cmd_tune(args) -> int:
 
     if not pools.check_ray(args):
         return 2
-    _run_setup(args.setup)
+    run_setup(args.setup)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     for p in phases:
         get_phase(p)
@@ -548,7 +400,7 @@ def cmd_tune(args) -> int:
 
 
 def cmd_dispatch(args) -> int:
-    _select_backend(args)
+    select_backend(args)
     from numba_attn.measure import dispatch
     from numba_attn.measure.policy import NEVER_DEFAULT
     from numba_attn.report.table import make_console
@@ -604,7 +456,7 @@ def main(argv=None) -> int:
     except Exception as exc:  # a missing GPU or CUDA toolkit: one line, no traceback
         name = type(exc).__name__
         if name == "NvvmSupportError":
-            print(f"numba-attn: {_nvvm_message(exc)}", file=sys.stderr)
+            print(f"numba-attn: {nvvm_message(exc)}", file=sys.stderr)
             return 2
         if name in ("CudaSupportError", "CudaDriverError"):
             print(f"numba-attn: no usable CUDA GPU ({name}: {str(exc).strip().splitlines()[0][:200]})",
