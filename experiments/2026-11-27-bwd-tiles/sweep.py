@@ -32,7 +32,8 @@ def regs(D, Br, Bc, causal):
     out = {}
     for name, kern in zip(("delta", "grad_kv", "grad_q"), make_kernels(D, Br, Bc, causal, False)):
         try:
-            out[name] = (kern.get_regs_per_thread(), kern.get_local_mem_per_thread())
+            r, lm = kern.get_regs_per_thread(), kern.get_local_mem_per_thread()  # dicts by signature
+            out[name] = (max(r.values()) if isinstance(r, dict) else r, max(lm.values()) if isinstance(lm, dict) else lm)
         except Exception as exc:  # noqa: BLE001
             out[name] = str(exc)[:80]
     return out
