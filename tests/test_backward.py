@@ -72,6 +72,16 @@ def test_default_tiles_run_in_simulator():
         assert row["status"] == "OK", f"{phase.name}: {row['reason']}"
 
 
+def test_bwd_mma_tiles_follow_the_head_dim():
+    """Br=Bc=0: 64x64 tiles up to D=64 (the faster ones measured there), 32x32 above; given tiles win."""
+    ph = na.get_phase("bwd_mma")
+    d64 = na.Problem(batch=1, heads=2, q_len=64, kv_len=64, head_dim=64, dtype="float16")
+    assert ph.resolve(d64) == {"Br": 64, "Bc": 64}
+    assert ph.resolve(d64.replace(head_dim=128)) == {"Br": 32, "Bc": 32}
+    assert ph.resolve(d64, {"Br": 16}) == {"Br": 16, "Bc": 64}
+    assert ph.supports(d64.replace(head_dim=128), Br=64, Bc=64) is not None  # over 48 KiB of static smem
+
+
 def _no_delta(problem):
     """bwd_naive with dS = P ∘ dP: the Delta term left out (Delta never computed, read as zeros)."""
     from numba_attn.phases.backward.b00_bwd_naive import ROWS_PER_BLOCK, TILE_X, TILE_Y, grids, make_kernels

@@ -17,7 +17,8 @@ dV_j alone 128, so few warps per SM) about 13 ms on an H100/H200: ~30× faster t
 ~10× slower than SDPA cuDNN's 1.23 ms (wgmma).
 
 Verdict: 41.9 ms (causal 20.9), 9.8× bwd_two_kernels, 34× cuDNN: the prediction's third (H200, 86050b7;
-experiments/2026-11-27-lse-backward-gpu).
+experiments/2026-11-27-lse-backward-gpu). At D64, 64×64 tiles halve 32×32's time (12.1 vs 25.1 ms, 16× cuDNN;
+experiments/2026-11-27-bwd-tiles); at D128 larger tiles need more than 48 KiB of static shared memory.
 """
 from __future__ import annotations
 
@@ -270,6 +271,13 @@ def smem_bytes(D, Br, Bc):
     return 4 * (2 * Br * RW + 2 * Br) + 4 * 2 * Bc * RW
 
 
+def _resolve(problem, Br, Bc):
+    """Br=0, Bc=0: 64×64 tiles up to D=64 (measured 2.1× faster than 32×32 there), 32×32 above (larger ones
+    need more than 48 KiB of static shared memory at D=128)."""
+    tile = 64 if problem.head_dim <= 64 else 32
+    return {"Br": Br or tile, "Bc": Bc or tile}
+
+
 def _supports(problem, Br, Bc):
     D = problem.head_dim
     if D % 16 or D > 128:
@@ -297,9 +305,10 @@ def _supports(problem, Br, Bc):
     space={"Br": [16, 32, 64], "Bc": [16, 32, 64]},
     sim_params={"Br": 16, "Bc": 16},
     supports=_supports,
+    resolve=_resolve,
     variants=VARIANTS_REFUSED,
 )
-def bwd_mma(problem, Br=32, Bc=32):
+def bwd_mma(problem, Br=0, Bc=0):
     B, H, Hkv, Nq, Nk, G = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.group
     delta, grad_kv, grad_q = make_kernels(problem.head_dim, Br, Bc, problem.causal, problem.dtype == "bfloat16")
     scale = float32(problem.sm_scale)
