@@ -18,9 +18,11 @@ from numba_attn.gpu import backend  # noqa: F401  (first: chooses CUDA or the si
 from numba import cuda  # noqa: E402
 
 from numba_attn.api import problem_from_arrays  # noqa: E402
+from numba_attn.api_checks import probe_variant, variant_arg  # noqa: E402
 from numba_attn.array_kinds import (DEVICE, NUMPY, TORCH, TORCH_CPU, arrays_for_checks, as_device_array,  # noqa: E402
                                     contiguous, described, kind_of, numpy_as_tensor, one_kind, tensor_as_numpy)
 from numba_attn.phases.registry import BACKWARD, Phase, get_phase, list_phases  # noqa: E402
+from numba_attn.variants.blockmask import device_arrays  # noqa: E402
 from numba_attn.spec.errors import AttentionInputError, check_arrays, check_bool  # noqa: E402
 
 # phase=None: the first of these that supports the problem (bwd_mma: float16/bfloat16, head_dim a multiple of 16)
@@ -118,19 +120,23 @@ def _zeros(kind, like, shape):
     return np.zeros(shape, dtype=like.dtype)
 
 
-def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=None, **params):
+def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=None, mask_mod=None, score_mod=None,
+                       aux=None, **params):
     """dq, dk, dv of softmax attention: q (B, H, Nq, D), k, v (B, Hkv, Nk, D), the forward's output o and its
     log-sum-exp lse (B, H, Nq) float32 (natural log), the output's gradient do (q's shape and dtype).
 
     ``causal`` (bottom-right aligned) and ``scale`` as the forward took them; ``phase``: a backward phase
     (``numba_attn.list_phases("backward")``; None: the first of :data:`BACKWARD_DEFAULT` that supports the
     problem); ``params``: its tunable parameters. Grouped-query attention: dk, dv are summed over the query
-    heads of a KV head. Returns arrays of q's kind and dtype (dk, dv of k's shape)."""
+    heads of a KV head. ``mask_mod``, ``aux``: the forward's mask variant (:func:`numba_attn.attention`'s; the
+    forward's lse already has it), applied to every recomputed score; a ``score_mod`` is refused (its derivative
+    is not taken yet). Returns arrays of q's kind and dtype (dk, dv of k's shape)."""
     arrays = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do}
     causal = check_bool("causal", causal)
     kind = _one_kind(arrays)
     if kind == TORCH_CPU:  # the NumPy path on views of the tensors' memory
-        grads = attention_backward(*_checked(kind, arrays), causal=causal, scale=scale, phase=phase, **params)
+        grads = attention_backward(*_checked(kind, arrays), causal=causal, scale=scale, phase=phase,
+                                   mask_mod=mask_mod, score_mod=score_mod, aux=aux, **params)
         return tuple(numpy_as_tensor(g) for g in grads)
     if kind == TORCH and backend.IS_SIMULATOR:
         raise AttentionInputError(f"q is a tensor on {q.device} but numba-attn runs in the CUDA simulator "
@@ -145,6 +151,10 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=N
     if B * H * Nq == 0:  # nothing to compute: zero gradients
         return tuple(_zeros(kind, q, tuple(a.shape)) for a in (q, k, v))
     problem = problem_from_arrays(cq, ck, cv, causal=causal, scale=scale)
+    variant = variant_arg(mask_mod, score_mod, aux)
+    if variant is not None:
+        probe_variant(variant, B, H, Nq, Nk)
+        problem = problem.replace(variant=variant)
     ph, resolved = choose_backward(problem, phase, params)
     launch = _plan(ph, problem, resolved)
     if kind == TORCH:
@@ -166,7 +176,8 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=N
     rows_q, rows_kv = (B * H, Nq, D), (B * Hkv, Nk, D)
     launch.run(*(dev[n].reshape(rows_q if n in "qodo" else rows_kv) for n in ("q", "k", "v", "o")),
                dev["lse"].reshape((B * H, Nq)), dev["do"].reshape(rows_q),
-               douts[0].reshape(rows_q), douts[1].reshape(rows_kv), douts[2].reshape(rows_kv))
+               douts[0].reshape(rows_q), douts[1].reshape(rows_kv), douts[2].reshape(rows_kv),
+               mods=() if variant is None else device_arrays(variant.aux))
     if kind in (TORCH, DEVICE):
         return tuple(outs)
     return tuple(d.copy_to_host().view(np.asarray(a).dtype) for d, a in zip(outs, (q, k, v)))
@@ -175,7 +186,7 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=N
 def check_backward(phase, problem, seed=1, **params) -> dict:
     """One backward phase on ``problem`` against :func:`numba_attn.spec.grad_reference.grad_reference`: seeded
     inputs in the problem's dtype, o and lse from the float64 forward (o in the dtype, lse float32), a random
-    dO; each of dq, dk, dv checked by :func:`numba_attn.spec.reference.check` (the dtype's tolerance). A row:
+    dO (a mask variant of the problem applied to both); each of dq, dk, dv checked by :func:`numba_attn.spec.reference.check` (the dtype's tolerance). A row:
     ``{"phase", "problem", "status" (OK, FAIL, SKIP), "reason", "rel_err": {"dq": ...}, "params"}``."""
     from numba_attn.spec.grad_reference import grad_reference
     from numba_attn.spec.problem import numpy_dtype
@@ -191,11 +202,12 @@ def check_backward(phase, problem, seed=1, **params) -> dict:
     q, k, v = problem.inputs(seed)
     dt = numpy_dtype(problem.dtype)
     do = np.random.default_rng(seed + 1000).standard_normal(q.shape).astype(dt)
-    ref = grad_reference(q, k, v, do, causal=problem.causal, scale=problem.scale)
+    variant = getattr(problem, "variant", None)
+    ref = grad_reference(q, k, v, do, causal=problem.causal, scale=problem.scale, variant=variant)
     o, lse = ref.o.astype(dt), ref.lse.astype(np.float32)
     row["params"] = ph.resolve(problem, ph.resolve_params(params))
     grads = attention_backward(q, k, v, o, lse, do, causal=problem.causal, scale=problem.scale, phase=ph.name,
-                               **params)
+                               mask_mod=variant.mask if variant is not None else None, **params)
     bad = []
     for name, out, want in zip(("dq", "dk", "dv"), grads, ref):
         c = check(out, want, dtype=problem.dtype, precision=ph.precision)

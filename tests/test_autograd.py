@@ -1,7 +1,7 @@
 """Gradients of attention on PyTorch tensors (numba_attn.integrations.torch_op) in the simulator: the operators'
 gradients against the float64 reference (spec/grad_reference.py) and torch autograd of SDPA in float64 on tiny
-odd shapes (q_len != kv_len, GQA, causal bottom-right), the plain operator's gradient (lse recomputed), variants
-refused for gradients, and forward + backward under torch.compile(fullgraph=True).
+odd shapes (q_len != kv_len, GQA, causal bottom-right), the plain operator's gradient (lse recomputed), mask variants
+differentiable and score variants refused for gradients, and forward + backward under torch.compile(fullgraph=True).
 
 torch.autograd.gradcheck (finite differences, a forward per input element) is too slow in the simulator: the
 gradients are compared with the float64 ones under the dtype's tolerance instead."""
@@ -103,14 +103,12 @@ def test_no_graph_without_gradients():
     assert out.grad_fn is None and not out.requires_grad
 
 
-def test_variants_are_refused_for_gradients_and_run_forward_without(monkeypatch):
+def test_score_mods_are_refused_for_gradients_and_variants_run_forward_without(monkeypatch):
     from numba_attn import variants
 
     q, k, v, _ = inputs(1, 2, 1, 5, 7, 16, torch.float32, seed=5)
     window = variants.sliding_window(2)
-    with pytest.raises(AttentionInputError, match=r"gradients of attention variants \(mask_mod\).*backward"):
-        na_op.differentiable_attention(q, k, v, causal=True, mask_mod=window)
-    with pytest.raises(AttentionInputError, match=r"\(score_mod, sinks\)"):
+    with pytest.raises(AttentionInputError, match=r"\(score_mod, sinks\).*mask_mod"):
         na_op.differentiable_attention(q, k, v, score_mod=variants.softcap(5.0), sinks=torch.zeros(2))
     seen = []
     monkeypatch.setattr(na_op, "_attention", lambda *a, **kw: seen.append(kw) or torch.zeros_like(a[0]))
@@ -118,6 +116,23 @@ def test_variants_are_refused_for_gradients_and_run_forward_without(monkeypatch)
         na_op.differentiable_attention(q, k, v, causal=True, mask_mod=window, Br=16)
     assert seen == [{"causal": True, "scale": None, "phase": None, "allow_tf32": False, "mask_mod": window,
                      "Br": 16}]
+
+
+def test_a_mask_mod_is_differentiable():
+    """A window and a document mask (ids through aux): the gradients of the masked float64 reference."""
+    from numba_attn import variants
+    from numba_attn.variants.mods import make_variant
+
+    q, k, v, do = inputs(1, 4, 2, 7, 13, 16, torch.float32, seed=8)
+    docs = torch.tensor([[0] * 5 + [1] * 8], dtype=torch.int32)
+    for mask in (variants.sliding_window(3), variants.document(docs)):
+        for t in (q, k, v):
+            t.grad = None
+        out = na_op.differentiable_attention(q, k, v, causal=True, mask_mod=mask, phase=PHASE[0], **PHASE[1])
+        out.backward(do)
+        want = grad_reference(*(t.detach().double().numpy() for t in (q, k, v, do)), causal=True,
+                              variant=make_variant(mask.with_aux([a.numpy() for a in mask.aux]), None))
+        assert_grads((q.grad, k.grad, v.grad), want, torch.float32)
 
 
 def test_bfloat16_gradients_are_refused_with_the_reason(monkeypatch):

@@ -95,8 +95,8 @@ def _no_delta(problem):
     scale = np.float32(problem.sm_scale)
     assert ROWS_PER_BLOCK
 
-    def run(q, k, v, o, lse, do, dq, dk, dv, stream=0):
-        probs[g_s, (TILE_X, TILE_Y), stream](q, k, v, do, lse, p, ds, scale, H, G, Nq, Nk)
+    def run(q, k, v, o, lse, do, dq, dk, dv, stream=0, mods=()):
+        probs[g_s, (TILE_X, TILE_Y), stream](q, k, v, do, lse, p, ds, scale, H, G, Nq, Nk, mods)
         scores_grad[g_s, (TILE_X, TILE_Y), stream](p, ds, dl, Nq, Nk)
         grad_q[g_q, (TILE_X, TILE_Y), stream](ds, k, dq, scale, H, G, Nq, Nk)
         grad_kv[g_kv, (TILE_X, TILE_Y), stream](p, ds, q, do, dk, dv, scale, H, G, Nq, Nk)
@@ -162,16 +162,52 @@ def test_bad_inputs_are_refused_naming_the_argument():
             attention_backward(*args, **kw)
 
 
-def test_variants_are_refused_with_the_reason():
-    from numba_attn.variants.library import sliding_window
+def _mask_variants():
+    """A window and a document mask (its ids through aux): each hides keys inside the causal bound."""
+    from numba_attn.variants.library import document, sliding_window
     from numba_attn.variants.mods import make_variant
 
-    prob = SMALL.replace(variant=make_variant(sliding_window(4), None))
+    docs = np.repeat(np.arange(8, dtype=np.int32), 6)[None, :45].repeat(2, 0)  # (batch, kv_len): 6-token docs
+    return {"window5": make_variant(sliding_window(5), None), "document": make_variant(document(docs), None)}
+
+
+MASKED = "B2H4/2-29x45-D16-fp16-causal"
+
+
+@pytest.mark.parametrize("variant", ["window5", "document"])
+@pytest.mark.parametrize("phase", [pytest.param(p, id=p.name, marks=() if p.name == "bwd_mma" else pytest.mark.full)
+                                   for p in PHASES])
+def test_mask_variants_match_the_reference(phase, variant):
+    """A mask_mod in the backward: the reference's gradients (its forward's lse and P with the same mask)."""
+    prob = SHAPES[MASKED].replace(variant=_mask_variants()[variant])
+    row = check_backward(phase.name, prob, **phase.sim_params)
+    assert row["status"] == "OK", f"{phase.name} {variant}: {row['status']}: {row['reason']}"
+
+
+def test_a_backward_that_ignores_the_mask_is_rejected():
+    """Gradients of the unmasked problem given the masked forward's o and lse: far off the masked reference."""
+    prob = SHAPES[MASKED].replace(variant=_mask_variants()["window5"])
+    q, k, v = prob.inputs(1)
+    do = np.random.default_rng(7).standard_normal(q.shape).astype(np.float16)
+    ref = grad_reference(q, k, v, do, causal=True, variant=prob.variant)
+    o, lse = ref.o.astype(np.float16), ref.lse.astype(np.float32)
+    dq = attention_backward(q, k, v, o, lse, do, causal=True, phase="bwd_mma", Br=16, Bc=16)[0]
+    assert np.abs(dq - ref.dq).max() > 0.1
+
+
+def test_score_mods_are_refused_with_the_reason():
+    from numba_attn.variants.library import softcap
+    from numba_attn.variants.mods import make_variant
+
+    prob = SMALL.replace(variant=make_variant(None, softcap(20.0)))
     for phase in PHASES:
         if "float32" not in phase.dtypes:  # a 16-bit phase: the variant, not the dtype, is what it refuses
             prob = prob.replace(dtype="float16", head_dim=16)
         reason = phase.supports(prob, **phase.sim_params)
-        assert reason and "not yet in the backward family" in reason
+        assert reason and "score_mod needs its derivative" in reason
+    q = np.zeros((1, 2, 5, 8), np.float32)
+    with pytest.raises(AttentionInputError, match="score_mod needs its derivative"):
+        attention_backward(q, q, q, q, np.zeros((1, 2, 5), np.float32), q, score_mod=softcap(20.0))
 
 
 def test_forward_calls_of_a_backward_launch_are_refused():

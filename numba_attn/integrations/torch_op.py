@@ -21,8 +21,9 @@ current stream without copies, CPU tensors in the simulator (or copied to the GP
 attention: dk, dv have k's shape (summed over the query heads of a KV head). The backward family takes
 float32 and float16 (bfloat16 is refused by it, with the reason, when the gradient is computed). Fake
 implementations let ``torch.compile(fullgraph=True)`` trace forward and backward: each operator is an opaque
-call in the graph, run eagerly. Attention variants (mask_mod, score_mod, sinks) have no gradient yet:
-:func:`differentiable_attention` runs them forward only and refuses them when a gradient is needed.
+call in the graph, run eagerly. A mask_mod variant is differentiable (:class:`MaskedAttention`, eager); a
+score_mod, block_mask or sinks has no gradient yet: :func:`differentiable_attention` runs them forward only and
+refuses them when a gradient is needed.
 """
 # no ``from __future__ import annotations``: custom_op reads the schema from these annotations
 import ast
@@ -121,6 +122,27 @@ attention_lse.register_autograd(_lse_grad, setup_context=_lse_setup)
 attention.register_autograd(_attention_grad, setup_context=_attention_setup)
 
 
+class MaskedAttention(torch.autograd.Function):
+    """Attention with a mask_mod: forward ``attention(..., mask_mod, aux, return_lse=True)``, backward
+    ``attention_backward(..., mask_mod, aux)`` from the saved q, k, v, out, lse."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask_mod, aux, causal, scale, phase, backward_phase, allow_tf32, params):
+        out, lse = _attention(q, k, v, causal=causal, scale=scale, phase=phase, allow_tf32=allow_tf32,
+                              mask_mod=mask_mod, aux=aux, return_lse=True, **params)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.args = (mask_mod, aux, causal, scale, backward_phase)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        mask_mod, aux, causal, scale, backward_phase = ctx.args
+        dq, dk, dv = _attention_backward(q, k, v, out, lse, grad_out.contiguous(), causal=causal, scale=scale,
+                                         phase=backward_phase, mask_mod=mask_mod, aux=aux)
+        return dq, dk, dv, None, None, None, None, None, None, None, None
+
+
 # -- the Python entry point ----------------------------------------------------------------------------------
 
 
@@ -150,19 +172,25 @@ def differentiable_attention(q, k, v, *, causal=False, scale=None, phase=None, b
     ``return_lse=True`` (``phase`` must write the log-sum-exp; None picks one), the output returned, q, k, v,
     out and lse saved; ``out.backward()`` runs :func:`numba_attn.attention_backward` (``backward_phase``; None:
     the default). ``params``: the forward phase's parameters. Traces under ``torch.compile(fullgraph=True)``.
-    A variant (mask_mod, score_mod, block_mask, aux, sinks) runs forward only: refused when a gradient is
-    needed, since the backward family does not compute variants yet."""
+    A mask variant (``mask_mod``, its ``aux``) is differentiable through :class:`MaskedAttention` (the mask
+    applied in the backward too; eager autograd, functions are no operator arguments). A score_mod, block_mask or
+    sinks runs forward only: refused when a gradient is needed (the backward takes no score function's
+    derivative yet)."""
     variant = {name: params.pop(name) for name in VARIANT_ARGS if params.get(name) is not None}
     for name in VARIANT_ARGS:
         params.pop(name, None)
     if variant:
-        if needs_grad(q, k, v):
+        if not needs_grad(q, k, v):
+            return _attention(q, k, v, causal=causal, scale=scale, phase=phase, allow_tf32=allow_tf32, **variant,
+                              **params)
+        forward_only = sorted(set(variant) - {"mask_mod", "aux"})
+        if forward_only or "mask_mod" not in variant:
             raise AttentionInputError(
-                f"gradients of attention variants ({', '.join(sorted(variant))}) are not computed yet: the backward "
-                f"family refuses mask_mod/score_mod (and sinks); run the variant under torch.no_grad(), or plain "
-                f"attention with gradients")
-        return _attention(q, k, v, causal=causal, scale=scale, phase=phase, allow_tf32=allow_tf32, **variant,
-                          **params)
+                f"gradients of attention variants ({', '.join(forward_only or sorted(variant))}) are not computed "
+                f"yet: the backward family takes mask_mod (and its aux) only, no score_mod's derivative, "
+                f"block_mask or sinks; run the variant under torch.no_grad(), or a mask_mod")
+        return MaskedAttention.apply(q, k, v, variant["mask_mod"], variant.get("aux"), causal, scale, phase,
+                                     backward_phase, allow_tf32, params)
     out, _lse = torch.ops.numba_attn.attention_lse(q, k, v, bool(causal), scale, phase, encode_params(params),
                                                    bool(allow_tf32), backward_phase)
     return out

@@ -45,8 +45,8 @@ the simulator):
   the row log-sum-exp (a named ``prefill_phase`` must be one that does; None picks one), and ``loss.backward()``
   runs :func:`numba_attn.attention_backward` (float16/bfloat16 on ``bwd_mma`` at head dims that are multiples of
   16, float32/float16 on the CUDA-core phases; anything else is refused with the reason).
-  A variant (a padding or window mask, softcap, sinks) with gradients is refused: the backward phases compute
-  plain attention only. :func:`count_phases` counts these calls like the others, with the phase that ran.
+  A mask variant (padding, a sliding window) trains too, the backward applying the same mask; softcap and sinks
+  with gradients are refused (no score function's derivative yet). :func:`count_phases` counts these calls like the others, with the phase that ran.
 * **Refused** (same error): dropout > 0, gradients the phases cannot compute (above), a position bias, a paged
   cache (continuous batching), value head_dim != query head_dim. With ``register(fallback="sdpa")`` these calls
   (and refused masks) run transformers' sdpa instead; :func:`count_phases` counts them.
@@ -204,10 +204,10 @@ class NumbaAttention:
                 variant["score_mod"] = _variants().softcap(float(kwargs["softcap"]))
             if kwargs.get("s_aux") is not None:  # gpt-oss's per-head sink logits
                 variant["sinks"] = kwargs["s_aux"]
-        if why is None and variant and grad:
+        if why is None and grad and set(variant) - {"mask_mod"}:  # a mask variant's gradient: the backward masks
             why = (f"gradients of {_variant_words(variant, 'a mask variant (padding, a sliding window)')}: the "
-                   f"backward phases compute plain attention only (run the model under torch.no_grad() or "
-                   f"torch.inference_mode(), or train without it)")
+                   f"backward phases take a mask_mod, no score function's derivative or sinks (run the model under "
+                   f"torch.no_grad() or torch.inference_mode(), or train without it)")
         if why is None and variant and not self.variants:
             why = _variant_words(variant, "a sliding window")
         if why is None and variant:
@@ -238,7 +238,7 @@ class NumbaAttention:
             from numba_attn.integrations.torch_op import differentiable_attention
 
             out = differentiable_attention(q, k, v, causal=causal, scale=scaling, phase=phase,
-                                           allow_tf32=self.allow_tf32, **params)
+                                           allow_tf32=self.allow_tf32, **variant, **params)
         else:
             out = self._api.attention(q, k, v, causal=causal, scale=scaling, phase=phase, allow_tf32=self.allow_tf32,
                                       **variant, **params)

@@ -19,23 +19,24 @@ import math
 from numba import cuda, float32
 
 from numba_attn.gpu.jit import kernel
-from numba_attn.phases.backward.common import (VARIANTS_REFUSED, backward_launch, element, first_row_of_key,
-                                               keys_of_row, kv_head, make_delta)
+from numba_attn.phases.backward.common import (backward_launch, element, first_row_of_key, keys_of_row, kv_head,
+                                               make_delta, mask_stage, variant_reason)
 from numba_attn.phases.registry import register_phase
+from numba_attn.variants.stages import PLAIN
 
 TILE_X, TILE_Y = 32, 8  # thread block of the element-wise kernels
 ROWS_PER_BLOCK = 128  # Delta: one thread per query row
 
 
 @functools.cache
-def make_kernels(D: int, causal: bool):
+def make_kernels(D: int, causal: bool, stage=PLAIN):
     @kernel
-    def probs(q, k, v, do, lse, p, dp, scale, H, G, Nq, Nk):
+    def probs(q, k, v, do, lse, p, dp, scale, H, G, Nq, Nk, mods):
         """P[bh, i, j] = exp(scale · Q_i · K_j − lse_i) and dP[bh, i, j] = dO_i · V_j (0 where masked)."""
         j, i, bh = element()
         if i >= Nq or j >= Nk:
             return
-        if j >= keys_of_row(i, Nq, Nk, causal):
+        if j >= keys_of_row(i, Nq, Nk, causal) or not stage.visible(bh // H, bh % H, i + Nk - Nq, j, mods):
             p[bh, i, j] = float32(0.0)
             dp[bh, i, j] = float32(0.0)
             return
@@ -108,11 +109,12 @@ def grids(problem):
     """,
     lineage="Backpropagation through softmax attention (FlashAttention, Dao et al. 2022, Appendix B.2)",
     planned_speedup=1.0,
-    variants=VARIANTS_REFUSED,
+    supports=variant_reason,
+    variants=True,
 )
 def bwd_naive(problem):
     B, H, Nq, Nk, D, G = problem.batch, problem.heads, problem.q_len, problem.kv_len, problem.head_dim, problem.group
-    probs, delta, scores_grad, grad_q, grad_kv = make_kernels(D, problem.causal)
+    probs, delta, scores_grad, grad_q, grad_kv = make_kernels(D, problem.causal, mask_stage(problem))
     scale = float32(problem.sm_scale)
     p = cuda.device_array((B * H, Nq, Nk), dtype="float32")
     ds = cuda.device_array((B * H, Nq, Nk), dtype="float32")
@@ -120,8 +122,8 @@ def bwd_naive(problem):
     g_s, g_q, g_kv, g_dl = grids(problem)
     block = (TILE_X, TILE_Y)
 
-    def run(q, k, v, o, lse, do, dq, dk, dv, stream=0):
-        probs[g_s, block, stream](q, k, v, do, lse, p, ds, scale, H, G, Nq, Nk)
+    def run(q, k, v, o, lse, do, dq, dk, dv, stream=0, mods=()):
+        probs[g_s, block, stream](q, k, v, do, lse, p, ds, scale, H, G, Nq, Nk, mods)
         delta[g_dl, ROWS_PER_BLOCK, stream](o, do, dl, Nq)
         scores_grad[g_s, block, stream](p, ds, dl, Nq, Nk)
         grad_q[g_q, block, stream](ds, k, dq, scale, H, G, Nq, Nk)

@@ -22,15 +22,16 @@ import math
 from numba import cuda, float32
 
 from numba_attn.gpu.jit import kernel
-from numba_attn.phases.backward.common import (VARIANTS_REFUSED, backward_launch, first_row_of_key, keys_of_row,
-                                               kv_head, make_delta, refuse)
+from numba_attn.phases.backward.common import (backward_launch, first_row_of_key, keys_of_row, kv_head, make_delta,
+                                               mask_stage, refuse, variant_reason)
 from numba_attn.phases.registry import register_phase
+from numba_attn.variants.stages import PLAIN
 
 
 @functools.cache
-def make_kernels(D: int, Br: int, Bc: int, causal: bool):
+def make_kernels(D: int, Br: int, Bc: int, causal: bool, stage=PLAIN):
     @kernel
-    def grad_kv(q, k, v, do, lse, dl, dk, dv, scale, H, G, Nq, Nk):
+    def grad_kv(q, k, v, do, lse, dl, dk, dv, scale, H, G, Nq, Nk, mods):
         """dK_j, dV_j of Bc keys of one KV head, one thread per key, over the Q tiles of its G query heads."""
         Q_i = cuda.shared.array((Br, D), float32)
         dO_i = cuda.shared.array((Br, D), float32)
@@ -73,7 +74,8 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool):
                         for d in range(D):
                             s += Q_i[r, d] * K_j[d]       # S_ij = scale · Q_i · K_j
                             dp += dO_i[r, d] * V_j[d]     # dP_ij = dO_i · V_j
-                        p = math.exp(s - lse_i[r])        # P_ij from the forward's lse
+                        seen = stage.visible(bh // H, bh % H, i0 + r + Nk - Nq, j, mods)  # a variant's mask
+                        p = math.exp(s - lse_i[r]) if seen else float32(0.0)  # P_ij from the forward's lse
                         ds = p * (dp - Delta_i[r])        # dS_ij = P_ij (dP_ij − Delta_i)
                         for d in range(D):
                             dV_j[d] += p * dO_i[r, d]     # dV_j += P_ij dO_i
@@ -85,7 +87,7 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool):
                 dv[kvh, j, d] = dV_j[d]
 
     @kernel
-    def grad_q(q, k, v, do, lse, dl, dq, scale, H, G, Nq, Nk):
+    def grad_q(q, k, v, do, lse, dl, dq, scale, H, G, Nq, Nk, mods):
         """dQ_i of Br query rows of one head, one thread per row, over the K/V tiles the rows see."""
         K_s = cuda.shared.array((Bc, D), float32)
         V_s = cuda.shared.array((Bc, D), float32)
@@ -118,9 +120,10 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool):
                 for d in range(D):
                     s += Q_i[d] * K_s[jj, d]
                     dp += dO_i[d] * V_s[jj, d]
-                ds = math.exp(s - lse_i) * (dp - Delta_i)  # dS_ij = P_ij (dP_ij − Delta_i)
-                for d in range(D):
-                    dQ_i[d] += ds * K_s[jj, d]             # dQ_i += dS_ij K_j (scale applied at the end)
+                if stage.visible(bh // H, bh % H, i + Nk - Nq, j0 + jj, mods):  # (a variant's mask)
+                    ds = math.exp(s - lse_i) * (dp - Delta_i)  # dS_ij = P_ij (dP_ij − Delta_i)
+                    for d in range(D):
+                        dQ_i[d] += ds * K_s[jj, d]             # dQ_i += dS_ij K_j (scale applied at the end)
             cuda.syncthreads()
         if row_ok:
             for d in range(D):
@@ -135,7 +138,7 @@ def smem_bytes(D, Br, Bc):
 
 
 def _supports(problem, Br, Bc):
-    return refuse(problem, smem_bytes(problem.head_dim, Br, Bc))
+    return variant_reason(problem) or refuse(problem, smem_bytes(problem.head_dim, Br, Bc))
 
 
 @register_phase(
@@ -152,19 +155,19 @@ def _supports(problem, Br, Bc):
     space={"Br": [16, 32, 64], "Bc": [16, 32, 64]},
     sim_params={"Br": 16, "Bc": 16},
     supports=_supports,
-    variants=VARIANTS_REFUSED,
+    variants=True,
 )
 def bwd_two_kernels(problem, Br=32, Bc=32):
     B, H, Hkv, Nq, Nk, G = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.group
-    delta, grad_kv, grad_q = make_kernels(problem.head_dim, Br, Bc, problem.causal)
+    delta, grad_kv, grad_q = make_kernels(problem.head_dim, Br, Bc, problem.causal, mask_stage(problem))
     scale = float32(problem.sm_scale)
     dl = cuda.device_array((B * H, Nq), dtype="float32")
     grid_q = ((Nq + Br - 1) // Br, B * H)
     grid_kv = ((Nk + Bc - 1) // Bc, B * Hkv)
 
-    def run(q, k, v, o, lse, do, dq, dk, dv, stream=0):
+    def run(q, k, v, o, lse, do, dq, dk, dv, stream=0, mods=()):
         delta[grid_q, Br, stream](o, do, dl, Nq)
-        grad_kv[grid_kv, Bc, stream](q, k, v, do, lse, dl, dk, dv, scale, H, G, Nq, Nk)
-        grad_q[grid_q, Br, stream](q, k, v, do, lse, dl, dq, scale, H, G, Nq, Nk)
+        grad_kv[grid_kv, Bc, stream](q, k, v, do, lse, dl, dk, dv, scale, H, G, Nq, Nk, mods)
+        grad_q[grid_q, Br, stream](q, k, v, do, lse, dl, dq, scale, H, G, Nq, Nk, mods)
 
     return backward_launch("bwd_two_kernels", run, [delta, grad_kv, grad_q], dl.nbytes)

@@ -32,9 +32,10 @@ from numba_attn.gpu.arrays import view_as
 from numba_attn.gpu.intrinsics import (SMEM_ALIGN, ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2,
                                        unpack_bf16x2, unpack_f16x2)
 from numba_attn.gpu.jit import device, kernel
-from numba_attn.phases.backward.common import (VARIANTS_REFUSED, backward_launch, first_row_of_key, keys_of_row,
-                                               kv_head, refuse)
+from numba_attn.phases.backward.common import (backward_launch, first_row_of_key, keys_of_row, kv_head, mask_stage,
+                                               refuse, variant_reason)
 from numba_attn.phases.registry import register_phase
+from numba_attn.variants.stages import PLAIN
 
 
 @device
@@ -53,7 +54,7 @@ def grad_score(s, dp, ok, scale, lse_i, delta_i):
 
 
 @functools.cache
-def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool):
+def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool, stage=PLAIN):
     """The ``bwd_mma`` kernels ``(delta, grad_kv, grad_q)`` on uint32 views of the f16/bf16 arrays: grad_kv with
     Bc // 16 warps (16 keys each) over Q tiles of Br rows, grad_q with Br // 16 warps (16 rows each) over K/V
     tiles of Bc keys."""
@@ -97,7 +98,7 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool):
             dl[bh, i] = acc
 
     @kernel
-    def grad_kv(q, k, v, do, lse, dl, dk, dv, scale, H, G, Nq, Nk):
+    def grad_kv(q, k, v, do, lse, dl, dk, dv, scale, H, G, Nq, Nk, mods):
         """dK_j, dV_j of Bc keys of one KV head (16 per warp) over the Q tiles of its G query heads."""
         Q_i = cuda.shared.array((Br, RW), uint32, alignment=SMEM_ALIGN)
         dO_i = cuda.shared.array((Br, RW), uint32, alignment=SMEM_ALIGN)
@@ -158,7 +159,9 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool):
                     for nt in range(Br // 8):  # P and dS in place: keys jw+g (e = 0, 1), jw+g+8 (e = 2, 3),
                         for e in range(4):     # rows i0 + 8nt + 2t (e = 0, 2) and + 1 (e = 1, 3)
                             r = 8 * nt + 2 * t + e % 2
-                            ok = visible(i0 + r, jw + g + 8 * (e // 2), Nq, Nk, causal)
+                            jk = jw + g + 8 * (e // 2)  # (a variant's mask only in range: `and` short-circuits)
+                            ok = visible(i0 + r, jk, Nq, Nk, causal) and stage.visible(
+                                bh // H, bh % H, i0 + r + Nk - Nq, jk, mods)
                             Pt[4 * nt + e], dSt[4 * nt + e] = grad_score(Pt[4 * nt + e], dSt[4 * nt + e], ok, scale,
                                                                          lse_i[r], Delta_i[r])
                     for kk in range(Br // 16):  # dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i: two n-tiles = one A fragment
@@ -188,7 +191,7 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool):
                 dv[kvh, jw + g + 8, c] = pack(dV_j[4 * dt + 2], dV_j[4 * dt + 3])
 
     @kernel
-    def grad_q(q, k, v, do, lse, dl, dq, scale, H, G, Nq, Nk):
+    def grad_q(q, k, v, do, lse, dl, dq, scale, H, G, Nq, Nk, mods):
         """dQ_i of Br query rows of one head (16 per warp) over the K/V tiles of Bc keys the rows see."""
         K_j = cuda.shared.array((Bc, RW), uint32, alignment=SMEM_ALIGN)
         V_j = cuda.shared.array((Bc, RW), uint32, alignment=SMEM_ALIGN)
@@ -242,7 +245,8 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool):
                 for nt in range(Bc // 8):  # dS in place: rows r_lo (e = 0, 1), r_hi (e = 2, 3),
                     for e in range(4):     # keys j0 + 8nt + 2t (e = 0, 2) and + 1 (e = 1, 3)
                         hi = e // 2
-                        ok = visible(r_hi if hi else r_lo, j0 + 8 * nt + 2 * t + e % 2, Nq, Nk, causal)
+                        i, j = r_hi if hi else r_lo, j0 + 8 * nt + 2 * t + e % 2
+                        ok = visible(i, j, Nq, Nk, causal) and stage.visible(bh // H, bh % H, i + Nk - Nq, j, mods)
                         _, dS[4 * nt + e] = grad_score(S[4 * nt + e], dS[4 * nt + e], ok, scale,
                                                        lse_hi if hi else lse_lo, Delta_hi if hi else Delta_lo)
                 for kk in range(Bc // 16):  # dQ_i += dS K_j: two n-tiles of dS = one A fragment
@@ -284,7 +288,7 @@ def _supports(problem, Br, Bc):
         return f"head_dim {D} must be a multiple of 16 and at most 128 (fragments and accumulators in registers)"
     if Br % 16 or Bc % 16 or not (16 <= Br <= 128 and 16 <= Bc <= 128):
         return f"Br={Br} and Bc={Bc} must be multiples of 16 from 16 to 128 (16 rows or keys per warp)"
-    return refuse(problem, smem_bytes(D, Br, Bc))
+    return variant_reason(problem) or refuse(problem, smem_bytes(D, Br, Bc))
 
 
 @register_phase(
@@ -306,20 +310,21 @@ def _supports(problem, Br, Bc):
     sim_params={"Br": 16, "Bc": 16},
     supports=_supports,
     resolve=_resolve,
-    variants=VARIANTS_REFUSED,
+    variants=True,
 )
 def bwd_mma(problem, Br=0, Bc=0):
     B, H, Hkv, Nq, Nk, G = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.group
-    delta, grad_kv, grad_q = make_kernels(problem.head_dim, Br, Bc, problem.causal, problem.dtype == "bfloat16")
+    delta, grad_kv, grad_q = make_kernels(problem.head_dim, Br, Bc, problem.causal, problem.dtype == "bfloat16",
+                                          mask_stage(problem))
     scale = float32(problem.sm_scale)
     dl = cuda.device_array((B * H, Nq), dtype="float32")
     grid_q = ((Nq + Br - 1) // Br, B * H)
     grid_kv = ((Nk + Bc - 1) // Bc, B * Hkv)
 
-    def run(q, k, v, o, lse, do, dq, dk, dv, stream=0):
+    def run(q, k, v, o, lse, do, dq, dk, dv, stream=0, mods=()):
         q, k, v, o, do, dq, dk, dv = (view_as(a, np.uint32) for a in (q, k, v, o, do, dq, dk, dv))
         delta[grid_q, Br, stream](o, do, dl, Nq)
-        grad_kv[grid_kv, 2 * Bc, stream](q, k, v, do, lse, dl, dk, dv, scale, H, G, Nq, Nk)  # Bc / 16 warps
-        grad_q[grid_q, 2 * Br, stream](q, k, v, do, lse, dl, dq, scale, H, G, Nq, Nk)  # Br / 16 warps
+        grad_kv[grid_kv, 2 * Bc, stream](q, k, v, do, lse, dl, dk, dv, scale, H, G, Nq, Nk, mods)  # Bc / 16 warps
+        grad_q[grid_q, 2 * Br, stream](q, k, v, do, lse, dl, dq, scale, H, G, Nq, Nk, mods)  # Br / 16 warps
 
     return backward_launch("bwd_mma", run, [delta, grad_kv, grad_q], dl.nbytes)

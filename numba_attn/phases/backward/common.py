@@ -17,20 +17,36 @@ from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT
 from numba_attn.phases.registry import Launch
 from numba_attn.spec.errors import AttentionInputError
 
-VARIANTS_REFUSED = "not yet in the backward family: a mask_mod (and a score_mod's derivative) is a later phase"
+SCORE_MOD_REFUSED = ("a score_mod needs its derivative (FlashAttention-4's score_mod_bwd), not yet in the backward "
+                     "family; mask_mod variants run")
+
+
+def variant_reason(problem) -> str | None:
+    """Why a backward phase refuses ``problem``'s variant: a score function (its derivative is not taken yet)."""
+    variant = getattr(problem, "variant", None)
+    return SCORE_MOD_REFUSED if variant is not None and variant.score is not None else None
+
+
+def mask_stage(problem):
+    """The variant stage of a backward kernel: the mask function on every score (no block mask; PLAIN for plain
+    attention), ``stage.visible(b, h, q_idx, kv_idx, mods)`` with q_idx = i + Nk − Nq (bottom-right)."""
+    from numba_attn.variants.stages import stages_of
+
+    return stages_of(getattr(problem, "variant", None), listed=False)
 
 
 def backward_launch(name: str, run, kernels, workspace_bytes: int = 0) -> Launch:
-    """The :class:`Launch` of backward phase ``name``: ``run(q, k, v, o, lse, do, dq, dk, dv, stream=0)``; a
-    forward call (q, k, v, o) is refused naming the call that runs it."""
+    """The :class:`Launch` of backward phase ``name``: ``run(q, k, v, o, lse, do, dq, dk, dv, stream=0, mods=())``
+    (``mods``: a mask variant's arrays on the device); a forward call (q, k, v, o) is refused naming the call that
+    runs it."""
 
-    def call(q, k, v, o, *grads, stream=0):
+    def call(q, k, v, o, *grads, stream=0, mods=()):
         if len(grads) == 6:  # the stream given by position
             *grads, stream = grads
         if len(grads) != 5:  # (q, k, v, o[, stream]): a forward caller
             raise AttentionInputError(f"phase {name!r} computes gradients: numba_attn.attention_backward(q, k, v, "
                                       f"o, lse, do, phase={name!r}) runs it, attention() does not")
-        run(q, k, v, o, *grads, stream)
+        run(q, k, v, o, *grads, stream, () if mods is None else mods)
 
     return Launch(call, kernels=list(kernels), workspace_bytes=workspace_bytes, replayable=False)
 
