@@ -121,22 +121,24 @@ def _zeros(kind, like, shape):
 
 
 def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=None, mask_mod=None, score_mod=None,
-                       aux=None, **params):
+                       score_mod_grad=None, aux=None, **params):
     """dq, dk, dv of softmax attention: q (B, H, Nq, D), k, v (B, Hkv, Nk, D), the forward's output o and its
     log-sum-exp lse (B, H, Nq) float32 (natural log), the output's gradient do (q's shape and dtype).
 
     ``causal`` (bottom-right aligned) and ``scale`` as the forward took them; ``phase``: a backward phase
     (``numba_attn.list_phases("backward")``; None: the first of :data:`BACKWARD_DEFAULT` that supports the
     problem); ``params``: its tunable parameters. Grouped-query attention: dk, dv are summed over the query
-    heads of a KV head. ``mask_mod``, ``aux``: the forward's mask variant (:func:`numba_attn.attention`'s; the
-    forward's lse already has it), applied to every recomputed score; a ``score_mod`` is refused (its derivative
-    is not taken yet). Returns arrays of q's kind and dtype (dk, dv of k's shape)."""
+    heads of a KV head. ``mask_mod``, ``score_mod``, ``aux``: the forward's variant (:func:`numba_attn.attention`'s;
+    the forward's lse already has it), applied to every recomputed score; a score function needs its derivative
+    ``score_mod_grad(score, b, h, q_idx, kv_idx, *aux)`` (d score_mod / d score; the built-ins carry theirs).
+    Returns arrays of q's kind and dtype (dk, dv of k's shape)."""
     arrays = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do}
     causal = check_bool("causal", causal)
     kind = _one_kind(arrays)
     if kind == TORCH_CPU:  # the NumPy path on views of the tensors' memory
         grads = attention_backward(*_checked(kind, arrays), causal=causal, scale=scale, phase=phase,
-                                   mask_mod=mask_mod, score_mod=score_mod, aux=aux, **params)
+                                   mask_mod=mask_mod, score_mod=score_mod, score_mod_grad=score_mod_grad, aux=aux,
+                                   **params)
         return tuple(numpy_as_tensor(g) for g in grads)
     if kind == TORCH and backend.IS_SIMULATOR:
         raise AttentionInputError(f"q is a tensor on {q.device} but numba-attn runs in the CUDA simulator "
@@ -151,7 +153,7 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=N
     if B * H * Nq == 0:  # nothing to compute: zero gradients
         return tuple(_zeros(kind, q, tuple(a.shape)) for a in (q, k, v))
     problem = problem_from_arrays(cq, ck, cv, causal=causal, scale=scale)
-    variant = variant_arg(mask_mod, score_mod, aux)
+    variant = with_derivative(variant_arg(mask_mod, score_mod, aux), score_mod_grad)
     if variant is not None:
         probe_variant(variant, B, H, Nq, Nk)
         problem = problem.replace(variant=variant)
@@ -183,10 +185,27 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=N
     return tuple(d.copy_to_host().view(np.asarray(a).dtype) for d, a in zip(outs, (q, k, v)))
 
 
+def with_derivative(variant, score_mod_grad):
+    """``variant`` whose score function has the derivative ``score_mod_grad`` (None: its own, if any)."""
+    if score_mod_grad is None:
+        return variant
+    if variant is None or variant.score is None:
+        raise AttentionInputError("score_mod_grad given without a score_mod: it is the derivative of one")
+    if not callable(score_mod_grad):
+        raise AttentionInputError(f"score_mod_grad must be a function (score, b, h, q_idx, kv_idx, *aux) -> d "
+                                  f"score_mod / d score; got {type(score_mod_grad).__name__}")
+    from dataclasses import replace
+
+    from numba_attn.variants.mods import Variant
+
+    return Variant(variant.mask, replace(variant.score, derivative=score_mod_grad))
+
+
 def check_backward(phase, problem, seed=1, **params) -> dict:
     """One backward phase on ``problem`` against :func:`numba_attn.spec.grad_reference.grad_reference`: seeded
     inputs in the problem's dtype, o and lse from the float64 forward (o in the dtype, lse float32), a random
-    dO (a mask variant of the problem applied to both); each of dq, dk, dv checked by :func:`numba_attn.spec.reference.check` (the dtype's tolerance). A row:
+    dO (the problem's variant applied to both); each of dq, dk, dv checked by
+    :func:`numba_attn.spec.reference.check` (the dtype's tolerance). A row:
     ``{"phase", "problem", "status" (OK, FAIL, SKIP), "reason", "rel_err": {"dq": ...}, "params"}``."""
     from numba_attn.spec.grad_reference import grad_reference
     from numba_attn.spec.problem import numpy_dtype
@@ -207,7 +226,8 @@ def check_backward(phase, problem, seed=1, **params) -> dict:
     o, lse = ref.o.astype(dt), ref.lse.astype(np.float32)
     row["params"] = ph.resolve(problem, ph.resolve_params(params))
     grads = attention_backward(q, k, v, o, lse, do, causal=problem.causal, scale=problem.scale, phase=ph.name,
-                               mask_mod=variant.mask if variant is not None else None, **params)
+                               mask_mod=variant.mask if variant is not None else None,
+                               score_mod=variant.score if variant is not None else None, **params)
     bad = []
     for name, out, want in zip(("dq", "dk", "dv"), grads, ref):
         c = check(out, want, dtype=problem.dtype, precision=ph.precision)

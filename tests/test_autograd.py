@@ -1,7 +1,7 @@
 """Gradients of attention on PyTorch tensors (numba_attn.integrations.torch_op) in the simulator: the operators'
 gradients against the float64 reference (spec/grad_reference.py) and torch autograd of SDPA in float64 on tiny
-odd shapes (q_len != kv_len, GQA, causal bottom-right), the plain operator's gradient (lse recomputed), mask variants
-differentiable and score variants refused for gradients, and forward + backward under torch.compile(fullgraph=True).
+odd shapes (q_len != kv_len, GQA, causal bottom-right), the plain operator's gradient (lse recomputed), variants
+differentiable and sinks refused for gradients, and forward + backward under torch.compile(fullgraph=True).
 
 torch.autograd.gradcheck (finite differences, a forward per input element) is too slow in the simulator: the
 gradients are compared with the float64 ones under the dtype's tolerance instead."""
@@ -103,13 +103,15 @@ def test_no_graph_without_gradients():
     assert out.grad_fn is None and not out.requires_grad
 
 
-def test_score_mods_are_refused_for_gradients_and_variants_run_forward_without(monkeypatch):
+def test_sinks_and_underived_score_mods_are_refused_for_gradients_and_variants_run_forward_without(monkeypatch):
     from numba_attn import variants
 
     q, k, v, _ = inputs(1, 2, 1, 5, 7, 16, torch.float32, seed=5)
     window = variants.sliding_window(2)
-    with pytest.raises(AttentionInputError, match=r"\(score_mod, sinks\).*mask_mod"):
+    with pytest.raises(AttentionInputError, match=r"\(sinks\).*no block_mask or sinks"):
         na_op.differentiable_attention(q, k, v, score_mod=variants.softcap(5.0), sinks=torch.zeros(2))
+    with pytest.raises(AttentionInputError, match="score_mod without its derivative"):
+        na_op.differentiable_attention(q, k, v, score_mod=lambda s, b, h, qi, ki: s * 2.0)
     seen = []
     monkeypatch.setattr(na_op, "_attention", lambda *a, **kw: seen.append(kw) or torch.zeros_like(a[0]))
     with torch.no_grad():
@@ -118,20 +120,25 @@ def test_score_mods_are_refused_for_gradients_and_variants_run_forward_without(m
                      "Br": 16}]
 
 
-def test_a_mask_mod_is_differentiable():
-    """A window and a document mask (ids through aux): the gradients of the masked float64 reference."""
+def test_mask_and_score_variants_are_differentiable():
+    """A window, a document mask (ids through aux), softcap over a window, ALiBi (slopes through aux): the
+    gradients of the float64 reference with the same functions."""
     from numba_attn import variants
     from numba_attn.variants.mods import make_variant
 
     q, k, v, do = inputs(1, 4, 2, 7, 13, 16, torch.float32, seed=8)
     docs = torch.tensor([[0] * 5 + [1] * 8], dtype=torch.int32)
-    for mask in (variants.sliding_window(3), variants.document(docs)):
+    slopes = torch.tensor(variants.alibi_slopes(4))
+    for mask, score in ((variants.sliding_window(3), None), (variants.document(docs), None),
+                        (variants.sliding_window(5), variants.softcap(1.5)), (None, variants.alibi(slopes))):
         for t in (q, k, v):
             t.grad = None
-        out = na_op.differentiable_attention(q, k, v, causal=True, mask_mod=mask, phase=PHASE[0], **PHASE[1])
+        out = na_op.differentiable_attention(q, k, v, causal=True, mask_mod=mask, score_mod=score, phase=PHASE[0],
+                                             **PHASE[1])
         out.backward(do)
+        host = [m.with_aux([a.numpy() for a in m.aux]) if m is not None else None for m in (mask, score)]
         want = grad_reference(*(t.detach().double().numpy() for t in (q, k, v, do)), causal=True,
-                              variant=make_variant(mask.with_aux([a.numpy() for a in mask.aux]), None))
+                              variant=make_variant(*host))
         assert_grads((q.grad, k.grad, v.grad), want, torch.float32)
 
 

@@ -96,8 +96,8 @@ def _no_delta(problem):
     assert ROWS_PER_BLOCK
 
     def run(q, k, v, o, lse, do, dq, dk, dv, stream=0, mods=()):
-        probs[g_s, (TILE_X, TILE_Y), stream](q, k, v, do, lse, p, ds, scale, H, G, Nq, Nk, mods)
-        scores_grad[g_s, (TILE_X, TILE_Y), stream](p, ds, dl, Nq, Nk)
+        probs[g_s, (TILE_X, TILE_Y), stream](q, k, v, do, lse, p, ds, p, scale, H, G, Nq, Nk, mods)
+        scores_grad[g_s, (TILE_X, TILE_Y), stream](p, ds, p, dl, Nq, Nk)
         grad_q[g_q, (TILE_X, TILE_Y), stream](ds, k, dq, scale, H, G, Nq, Nk)
         grad_kv[g_kv, (TILE_X, TILE_Y), stream](p, ds, q, do, dk, dv, scale, H, G, Nq, Nk)
 
@@ -163,27 +163,33 @@ def test_bad_inputs_are_refused_naming_the_argument():
 
 
 def _mask_variants():
-    """A window and a document mask (its ids through aux): each hides keys inside the causal bound."""
-    from numba_attn.variants.library import document, sliding_window
+    """Mask variants that hide keys inside the causal bound (a window, documents with ids through aux) and score
+    variants with their derivatives (softcap over a window, ALiBi with slopes through aux)."""
+    from numba_attn.variants.library import alibi, alibi_slopes, document, sliding_window, softcap
     from numba_attn.variants.mods import make_variant
 
     docs = np.repeat(np.arange(8, dtype=np.int32), 6)[None, :45].repeat(2, 0)  # (batch, kv_len): 6-token docs
-    return {"window5": make_variant(sliding_window(5), None), "document": make_variant(document(docs), None)}
+    return {"window5": make_variant(sliding_window(5), None), "document": make_variant(document(docs), None),
+            "window9+softcap": make_variant(sliding_window(9), softcap(1.5)),
+            "alibi": make_variant(None, alibi(alibi_slopes(4)))}
 
 
 MASKED = "B2H4/2-29x45-D16-fp16-causal"
+QUICK_VARIANT = ("bwd_mma", "window9+softcap")  # the quick tier's: a mask and a score function
 
 
-@pytest.mark.parametrize("variant", ["window5", "document"])
-@pytest.mark.parametrize("phase", [pytest.param(p, id=p.name, marks=() if p.name == "bwd_mma" else pytest.mark.full)
-                                   for p in PHASES])
-def test_mask_variants_match_the_reference(phase, variant):
-    """A mask_mod in the backward: the reference's gradients (its forward's lse and P with the same mask)."""
+@pytest.mark.parametrize("phase,variant", [
+    pytest.param(p, v, id=f"{p.name}-{v}", marks=() if (p.name, v) == QUICK_VARIANT else pytest.mark.full)
+    for p in PHASES for v in ("window5", "document", "window9+softcap", "alibi")])
+def test_variants_match_the_reference(phase, variant):
+    """A variant in the backward: the reference's gradients (its forward's lse and P with the same functions,
+    a score function's derivative in dS)."""
     prob = SHAPES[MASKED].replace(variant=_mask_variants()[variant])
     row = check_backward(phase.name, prob, **phase.sim_params)
     assert row["status"] == "OK", f"{phase.name} {variant}: {row['status']}: {row['reason']}"
 
 
+@pytest.mark.full
 def test_a_backward_that_ignores_the_mask_is_rejected():
     """Gradients of the unmasked problem given the masked forward's o and lse: far off the masked reference."""
     prob = SHAPES[MASKED].replace(variant=_mask_variants()["window5"])
@@ -195,19 +201,38 @@ def test_a_backward_that_ignores_the_mask_is_rejected():
     assert np.abs(dq - ref.dq).max() > 0.1
 
 
-def test_score_mods_are_refused_with_the_reason():
-    from numba_attn.variants.library import softcap
+@pytest.mark.full
+def test_a_backward_without_the_score_derivative_is_rejected():
+    """softcap's gradients with its derivative replaced by 1 (dS without the chain rule): off the reference."""
+    prob = SHAPES[MASKED].replace(variant=_mask_variants()["window9+softcap"])
+    q, k, v = prob.inputs(1)
+    do = np.random.default_rng(7).standard_normal(q.shape).astype(np.float16)
+    ref = grad_reference(q, k, v, do, causal=True, variant=prob.variant)
+    o, lse = ref.o.astype(np.float16), ref.lse.astype(np.float32)
+    variant = prob.variant
+    dq = attention_backward(q, k, v, o, lse, do, causal=True, phase="bwd_mma", Br=16, Bc=16, mask_mod=variant.mask,
+                            score_mod=variant.score, score_mod_grad=lambda s, b, h, qi, ki: 1.0)[0]
+    assert np.abs(dq - ref.dq).max() > 0.1
+
+
+def test_score_mods_without_a_derivative_are_refused_with_the_reason():
     from numba_attn.variants.mods import make_variant
 
-    prob = SMALL.replace(variant=make_variant(None, softcap(20.0)))
+    def double(score, b, h, q_idx, kv_idx):
+        return score * 2.0
+
+    prob = SMALL.replace(variant=make_variant(None, double))
     for phase in PHASES:
         if "float32" not in phase.dtypes:  # a 16-bit phase: the variant, not the dtype, is what it refuses
             prob = prob.replace(dtype="float16", head_dim=16)
         reason = phase.supports(prob, **phase.sim_params)
-        assert reason and "score_mod needs its derivative" in reason
+        assert reason and "score_mod without its derivative" in reason
     q = np.zeros((1, 2, 5, 8), np.float32)
-    with pytest.raises(AttentionInputError, match="score_mod needs its derivative"):
-        attention_backward(q, q, q, q, np.zeros((1, 2, 5), np.float32), q, score_mod=softcap(20.0))
+    lse = np.zeros((1, 2, 5), np.float32)
+    with pytest.raises(AttentionInputError, match="score_mod without its derivative"):
+        attention_backward(q, q, q, q, lse, q, score_mod=double)
+    with pytest.raises(AttentionInputError, match="score_mod_grad given without a score_mod"):
+        attention_backward(q, q, q, q, lse, q, score_mod_grad=double)
 
 
 def test_forward_calls_of_a_backward_launch_are_refused():

@@ -200,8 +200,8 @@ def test_what_numba_attn_cannot_compute_is_refused_before_any_launch(monkeypatch
     layer = _layer()
     with pytest.raises(AttentionInputError, match="dropout"):
         fn(layer, *qkv(), None, dropout=0.1)
-    with pytest.raises(AttentionInputError, match="gradients of logit soft-capping.*no score function's"):
-        fn(layer, *qkv(requires_grad=True), None, softcap=5.0)
+    with pytest.raises(AttentionInputError, match="gradients of attention sinks"):
+        fn(layer, *qkv(requires_grad=True), None, s_aux=torch.zeros(2))
     q, k, v = (t[..., :8].bfloat16() for t in qkv(requires_grad=True))  # bf16 at head_dim 8: no backward phase
     with pytest.raises(AttentionInputError, match="gradients the phases cannot compute"):
         fn(layer, q, k, v, None)
@@ -408,6 +408,22 @@ def test_windows_and_softcap_models_generate_without_fallbacks(kind, prompt):
     assert got.tolist() == want.tolist()
     assert ("prefill", "sdpa (fallback)") not in ran and ("decode", "sdpa (fallback)") not in ran, ran
     assert ran[("prefill", PREFILL[0])] == 2 and ran[("decode", DECODE[0])] == 2 * 2, ran
+
+
+@needs_torch
+def test_a_gemma2_training_step_with_softcap_and_windows_runs_on_the_phases(prompt):
+    """Gemma-2's soft-capping (its derivative in the backward) and windowed layers train on the phases: no call
+    falls back; eager attention's loss and gradients."""
+    na_hf.register("numba_attn_variants_fallback", prefill_phase=PREFILL[0], prefill_params=PREFILL[1],
+                   decode_phase=DECODE[0], decode_params=DECODE[1], fallback="sdpa")
+    ours, ref = _tiny("gemma2", "numba_attn_variants_fallback"), _tiny("gemma2", "eager")
+    with na_hf.count_phases() as ran:
+        loss, grads = training_step(ours, prompt)
+    want_loss, want = training_step(ref, prompt)
+    assert ran == {("prefill", PREFILL[0]): 2}, ran
+    torch.testing.assert_close(loss, want_loss, rtol=1e-5, atol=1e-5)
+    rel = {name: float((g - want[name]).norm() / want[name].norm()) for name, g in grads.items()}
+    assert grads.keys() == want.keys() and max(rel.values()) < 1e-4, rel
 
 
 @needs_torch

@@ -21,8 +21,8 @@ current stream without copies, CPU tensors in the simulator (or copied to the GP
 attention: dk, dv have k's shape (summed over the query heads of a KV head). The backward family takes
 float32 and float16 (bfloat16 is refused by it, with the reason, when the gradient is computed). Fake
 implementations let ``torch.compile(fullgraph=True)`` trace forward and backward: each operator is an opaque
-call in the graph, run eagerly. A mask_mod variant is differentiable (:class:`MaskedAttention`, eager); a
-score_mod, block_mask or sinks has no gradient yet: :func:`differentiable_attention` runs them forward only and
+call in the graph, run eagerly. A mask_mod or score_mod variant is differentiable (:class:`VariantAttention`,
+eager); a block_mask or sinks has no gradient yet: :func:`differentiable_attention` runs them forward only and
 refuses them when a gradient is needed.
 """
 # no ``from __future__ import annotations``: custom_op reads the schema from these annotations
@@ -122,25 +122,34 @@ attention_lse.register_autograd(_lse_grad, setup_context=_lse_setup)
 attention.register_autograd(_attention_grad, setup_context=_attention_setup)
 
 
-class MaskedAttention(torch.autograd.Function):
-    """Attention with a mask_mod: forward ``attention(..., mask_mod, aux, return_lse=True)``, backward
-    ``attention_backward(..., mask_mod, aux)`` from the saved q, k, v, out, lse."""
+class VariantAttention(torch.autograd.Function):
+    """Attention with a variant, ``functions`` = (mask_mod, score_mod, score_mod_grad, aux): forward
+    ``attention(..., return_lse=True)``, backward ``attention_backward`` from the saved q, k, v, out, lse."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask_mod, aux, causal, scale, phase, backward_phase, allow_tf32, params):
+    def forward(ctx, q, k, v, functions, causal, scale, phase, backward_phase, allow_tf32, params):
+        mask_mod, score_mod, score_mod_grad, aux = functions
+        from numba_attn.api_checks import variant_arg
+        from numba_attn.backward import with_derivative
+        from numba_attn.phases.backward.common import SCORE_MOD_REFUSED
+
+        variant = with_derivative(variant_arg(mask_mod, score_mod, aux), score_mod_grad)
+        if variant.score is not None and variant.score.derivative is None:  # refused before the forward runs
+            raise AttentionInputError(f"gradients of {variant.name}: {SCORE_MOD_REFUSED}")
         out, lse = _attention(q, k, v, causal=causal, scale=scale, phase=phase, allow_tf32=allow_tf32,
-                              mask_mod=mask_mod, aux=aux, return_lse=True, **params)
+                              mask_mod=mask_mod, score_mod=score_mod, aux=aux, return_lse=True, **params)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.args = (mask_mod, aux, causal, scale, backward_phase)
+        ctx.args = (functions, causal, scale, backward_phase)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, out, lse = ctx.saved_tensors
-        mask_mod, aux, causal, scale, backward_phase = ctx.args
+        (mask_mod, score_mod, score_mod_grad, aux), causal, scale, backward_phase = ctx.args
         dq, dk, dv = _attention_backward(q, k, v, out, lse, grad_out.contiguous(), causal=causal, scale=scale,
-                                         phase=backward_phase, mask_mod=mask_mod, aux=aux)
-        return dq, dk, dv, None, None, None, None, None, None, None, None
+                                         phase=backward_phase, mask_mod=mask_mod, score_mod=score_mod,
+                                         score_mod_grad=score_mod_grad, aux=aux)
+        return dq, dk, dv, None, None, None, None, None, None, None
 
 
 # -- the Python entry point ----------------------------------------------------------------------------------
@@ -172,25 +181,26 @@ def differentiable_attention(q, k, v, *, causal=False, scale=None, phase=None, b
     ``return_lse=True`` (``phase`` must write the log-sum-exp; None picks one), the output returned, q, k, v,
     out and lse saved; ``out.backward()`` runs :func:`numba_attn.attention_backward` (``backward_phase``; None:
     the default). ``params``: the forward phase's parameters. Traces under ``torch.compile(fullgraph=True)``.
-    A mask variant (``mask_mod``, its ``aux``) is differentiable through :class:`MaskedAttention` (the mask
-    applied in the backward too; eager autograd, functions are no operator arguments). A score_mod, block_mask or
-    sinks runs forward only: refused when a gradient is needed (the backward takes no score function's
-    derivative yet)."""
+    A variant (``mask_mod``, ``score_mod`` with its derivative, their ``aux``) is differentiable through
+    :class:`VariantAttention` (the functions applied in the backward too; eager autograd, functions are no
+    operator arguments; ``score_mod_grad``: a user score function's derivative, the built-ins carry theirs). A
+    block_mask or sinks runs forward only: refused when a gradient is needed."""
     variant = {name: params.pop(name) for name in VARIANT_ARGS if params.get(name) is not None}
     for name in VARIANT_ARGS:
         params.pop(name, None)
+    score_mod_grad = params.pop("score_mod_grad", None)
     if variant:
         if not needs_grad(q, k, v):
             return _attention(q, k, v, causal=causal, scale=scale, phase=phase, allow_tf32=allow_tf32, **variant,
                               **params)
-        forward_only = sorted(set(variant) - {"mask_mod", "aux"})
-        if forward_only or "mask_mod" not in variant:
+        forward_only = sorted(set(variant) & {"block_mask", "sinks"})
+        if forward_only or not set(variant) & {"mask_mod", "score_mod"}:
             raise AttentionInputError(
                 f"gradients of attention variants ({', '.join(forward_only or sorted(variant))}) are not computed "
-                f"yet: the backward family takes mask_mod (and its aux) only, no score_mod's derivative, "
-                f"block_mask or sinks; run the variant under torch.no_grad(), or a mask_mod")
-        return MaskedAttention.apply(q, k, v, variant["mask_mod"], variant.get("aux"), causal, scale, phase,
-                                     backward_phase, allow_tf32, params)
+                f"yet: the backward family takes mask_mod and score_mod (with its derivative) and their aux, no "
+                f"block_mask or sinks; run the variant under torch.no_grad()")
+        functions = (variant.get("mask_mod"), variant.get("score_mod"), score_mod_grad, variant.get("aux"))
+        return VariantAttention.apply(q, k, v, functions, causal, scale, phase, backward_phase, allow_tf32, params)
     out, _lse = torch.ops.numba_attn.attention_lse(q, k, v, bool(causal), scale, phase, encode_params(params),
                                                    bool(allow_tf32), backward_phase)
     return out

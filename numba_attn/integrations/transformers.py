@@ -45,8 +45,8 @@ the simulator):
   the row log-sum-exp (a named ``prefill_phase`` must be one that does; None picks one), and ``loss.backward()``
   runs :func:`numba_attn.attention_backward` (float16/bfloat16 on ``bwd_mma`` at head dims that are multiples of
   16, float32/float16 on the CUDA-core phases; anything else is refused with the reason).
-  A mask variant (padding, a sliding window) trains too, the backward applying the same mask; softcap and sinks
-  with gradients are refused (no score function's derivative yet). :func:`count_phases` counts these calls like the others, with the phase that ran.
+  A variant (padding, a sliding window, softcap) trains too, the backward applying the same functions (softcap
+  with its derivative); sinks with gradients are refused. :func:`count_phases` counts these calls like the others, with the phase that ran.
 * **Refused** (same error): dropout > 0, gradients the phases cannot compute (above), a position bias, a paged
   cache (continuous batching), value head_dim != query head_dim. With ``register(fallback="sdpa")`` these calls
   (and refused masks) run transformers' sdpa instead; :func:`count_phases` counts them.
@@ -204,10 +204,9 @@ class NumbaAttention:
                 variant["score_mod"] = _variants().softcap(float(kwargs["softcap"]))
             if kwargs.get("s_aux") is not None:  # gpt-oss's per-head sink logits
                 variant["sinks"] = kwargs["s_aux"]
-        if why is None and grad and set(variant) - {"mask_mod"}:  # a mask variant's gradient: the backward masks
-            why = (f"gradients of {_variant_words(variant, 'a mask variant (padding, a sliding window)')}: the "
-                   f"backward phases take a mask_mod, no score function's derivative or sinks (run the model under "
-                   f"torch.no_grad() or torch.inference_mode(), or train without it)")
+        if why is None and grad and "sinks" in variant:  # masks and softcap have gradients on the phases
+            why = ("gradients of attention sinks (s_aux): the backward phases take mask and score functions, no "
+                   "sinks (run the model under torch.no_grad() or torch.inference_mode(), or train without it)")
         if why is None and variant and not self.variants:
             why = _variant_words(variant, "a sliding window")
         if why is None and variant:

@@ -1,16 +1,16 @@
 """float64 reference gradients of attention, by the explicit formulas (no autograd).
 
-With S = scale · Q Kᵀ (masked keys −inf), lse_i = log Σ_j exp(S_ij), P = exp(S − lse), O = P V and the
-incoming gradient dO:
+With S = scale · Q Kᵀ, M = score_mod(S) (M = S without one; masked keys −inf), lse_i = log Σ_j exp(M_ij),
+P = exp(M − lse), O = P V and the incoming gradient dO:
 
     dV = Pᵀ dO                      dP = dO Vᵀ
     Delta_i = Σ_d dO_id O_id  (= Σ_j P_ij dP_ij)
-    dS = P ∘ (dP − Delta)           dQ = scale · dS K        dK = scale · dSᵀ Q
+    dS = P ∘ (dP − Delta) ∘ score_mod'(S)        dQ = scale · dS K        dK = scale · dSᵀ Q
 
 Grouped-query attention: dK and dV of a KV head are the sums over the query heads that read it. A row
 that sees no key has P = 0 and contributes nothing. Causal masking is bottom-right aligned, as
 :func:`numba_attn.spec.reference.reference`; a variant's mask_mod hides keys through the same host
-evaluation. A score_mod needs its derivative and is refused here.
+evaluation; a score_mod's derivative is its Mod's ``derivative`` (refused without one).
 """
 from __future__ import annotations
 
@@ -50,10 +50,10 @@ def hidden_keys(b, h, Nq, Nk, causal, host) -> np.ndarray | None:
 
 def grad_reference(q, k, v, do, *, causal=False, scale=None, variant=None) -> Grads:
     """dQ, dK, dV (float64) of attention at q (B, H, Nq, D), k, v (B, Hkv, Nk, D) for the gradient ``do``
-    (B, H, Nq, D) of its output. ``variant``: a mask_mod variant (a score_mod is refused). Returns
-    :class:`Grads` (unpacks as ``dq, dk, dv``)."""
-    if variant is not None and variant.score is not None:
-        raise ValueError("grad_reference: a score_mod needs its derivative; only mask_mod variants are supported")
+    (B, H, Nq, D) of its output. ``variant``: mask and score functions (a score function with its
+    ``derivative``). Returns :class:`Grads` (unpacks as ``dq, dk, dv``)."""
+    if variant is not None and variant.score is not None and variant.score.derivative is None:
+        raise ValueError("grad_reference: a score_mod needs its derivative (Mod.derivative)")
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     G = H // Hkv
@@ -73,6 +73,10 @@ def grad_reference(q, k, v, do, *, causal=False, scale=None, variant=None) -> Gr
         for h in range(H):
             qh, kh, vh = (np.asarray(a[b, i], np.float64) for a, i in ((q, h), (k, h // G), (v, h // G)))
             s = (qh @ kh.T) * scale
+            dmod = None  # score_mod'(S)
+            if host is not None and variant.score is not None:
+                dmod = host.derivative(s.copy(), b, h)
+                s = host.modify(s, b, h)
             hidden = hidden_keys(b, h, Nq, Nk, causal, host)
             finite = np.isfinite(lse[b, h])[:, None]  # a row that sees no key: P = 0
             with np.errstate(over="ignore", invalid="ignore"):
@@ -83,6 +87,8 @@ def grad_reference(q, k, v, do, *, causal=False, scale=None, variant=None) -> Gr
             dv[b, h // G] += p.T @ dov                     # dV = Pᵀ dO
             dp = dov @ vh.T                                # dP = dO Vᵀ
             ds = p * (dp - delta[b, h][:, None])           # dS = P ∘ (dP − Delta)
+            if dmod is not None:
+                ds = ds * dmod                             #      ∘ score_mod'(S)
             dq[b, h] = scale * (ds @ kh)                   # dQ = scale · dS K
             dk[b, h // G] += scale * (ds.T @ qh)           # dK = scale · dSᵀ Q
     return Grads(dq, dk, dv, o, lse, delta)

@@ -65,3 +65,14 @@ class HostVariant:
             _grid_loop(python_function(m.fn), len(m.aux), "score", nq * nk > SMALL)(
                 s, b, h, nk - nq, *self.score_aux)
         return s
+
+    def derivative(self, s: np.ndarray, b: int, h: int) -> np.ndarray:
+        """d score_mod / d score at the scores ``s`` (nq, nk, float64), in place (1 without a score function)."""
+        m = self.variant.score
+        if m is None:
+            s[...] = 1.0
+            return s
+        nq, nk = s.shape
+        _grid_loop(python_function(m.derivative), len(m.aux), "score", nq * nk > SMALL)(
+            s, b, h, nk - nq, *self.score_aux)
+        return s

@@ -63,15 +63,30 @@ def _softcap_fn(cap: float):
     return softcap
 
 
+@functools.cache
+def _softcap_grad_fn(cap: float):
+    inv = float32(1.0 / cap)
+
+    def softcap_grad(score, b, h, q_idx, kv_idx):  # d/ds cap · tanh(s / cap) = 1 − tanh²(s / cap)
+        t = math.tanh(score * inv)
+        return float32(1.0) - t * t
+    return softcap_grad
+
+
 def softcap(cap: float) -> Mod:
     """``score → cap · tanh(score / cap)`` (Gemma-2's logit soft-capping of attention scores)."""
     if not (isinstance(cap, (int, float)) and math.isfinite(cap) and cap > 0):
         raise VariantError(f"softcap: cap must be a finite number > 0, got {cap!r}")
-    return Mod(_softcap_fn(float(cap)), "score", (), f"softcap{cap:g}", {"cap": float(cap)}, depends="")
+    return Mod(_softcap_fn(float(cap)), "score", (), f"softcap{cap:g}", {"cap": float(cap)}, depends="",
+               derivative=_softcap_grad_fn(float(cap)))
 
 
 def _alibi(score, b, h, q_idx, kv_idx, slopes):
     return score + slopes[h] * float32(kv_idx - q_idx)
+
+
+def _alibi_grad(score, b, h, q_idx, kv_idx, slopes):  # a shift: d/ds = 1
+    return float32(1.0)
 
 
 def alibi_slopes(heads: int) -> np.ndarray:
@@ -90,7 +105,7 @@ def alibi_slopes(heads: int) -> np.ndarray:
 def alibi(slopes) -> Mod:
     """``score + slopes[h] · (kv_idx - q_idx)``: a linear penalty on distance, one slope per query head
     (``slopes``: an array of H float32, e.g. :func:`alibi_slopes`)."""
-    return Mod(_alibi, "score", (slopes,), "alibi", depends="h")
+    return Mod(_alibi, "score", (slopes,), "alibi", depends="h", derivative=_alibi_grad)
 
 
 def _document(b, h, q_idx, kv_idx, doc):

@@ -63,7 +63,9 @@ class Mod:
     """A mask function (``kind="mask"``) or score function (``kind="score"``) and the arrays it reads.
 
     ``aux``: arrays passed after the index arguments, in order. ``name``: how tables and labels name it
-    (``window256``). ``params``: the numbers the name stands for (a built-in's window, cap, ...)."""
+    (``window256``). ``params``: the numbers the name stands for (a built-in's window, cap, ...).
+    ``derivative``: a score function's d/d score, ``derivative(score, b, h, q_idx, kv_idx, *aux)`` (the
+    backward needs it; the built-in score functions carry theirs)."""
 
     fn: object
     kind: str
@@ -71,6 +73,8 @@ class Mod:
     name: str = ""
     params: dict = field(default_factory=dict)
     depends: str = "bh"  # which of the batch (b) and head (h) indices it reads: the block mask's dimensions
+    # a score function's derivative d fn / d score, called as fn is (the backward's chain rule); None: unknown
+    derivative: object = None
 
     def __post_init__(self):
         if self.kind not in ("mask", "score"):
@@ -89,7 +93,7 @@ class Mod:
                 f"called as {self.kind}_mod({head}{', aux...' if self.aux else ''}) ({want} arguments)")
 
     def with_aux(self, aux) -> "Mod":
-        return Mod(self.fn, self.kind, tuple(aux), self.name, self.params, self.depends)
+        return Mod(self.fn, self.kind, tuple(aux), self.name, self.params, self.depends, self.derivative)
 
 
 def as_mod(obj, kind: str, aux=()) -> Mod | None:

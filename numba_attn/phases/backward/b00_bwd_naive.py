@@ -20,7 +20,7 @@ from numba import cuda, float32
 
 from numba_attn.gpu.jit import kernel
 from numba_attn.phases.backward.common import (backward_launch, element, first_row_of_key, keys_of_row, kv_head,
-                                               make_delta, mask_stage, variant_reason)
+                                               make_delta, mask_stage, one, score_grad_stage, variant_reason)
 from numba_attn.phases.registry import register_phase
 from numba_attn.variants.stages import PLAIN
 
@@ -29,16 +29,21 @@ ROWS_PER_BLOCK = 128  # Delta: one thread per query row
 
 
 @functools.cache
-def make_kernels(D: int, causal: bool, stage=PLAIN):
+def make_kernels(D: int, causal: bool, stage=PLAIN, dmod=one):
+    SCORED = stage.scored  # a score function: its derivative at S kept in gm for dS
+
     @kernel
-    def probs(q, k, v, do, lse, p, dp, scale, H, G, Nq, Nk, mods):
-        """P[bh, i, j] = exp(scale · Q_i · K_j − lse_i) and dP[bh, i, j] = dO_i · V_j (0 where masked)."""
+    def probs(q, k, v, do, lse, p, dp, gm, scale, H, G, Nq, Nk, mods):
+        """P[bh, i, j] = exp(M_ij − lse_i), M = score_mod(S) (S = scale · Q_i · K_j without one), and
+        dP[bh, i, j] = dO_i · V_j (0 where masked); with a score function gm[bh, i, j] = score_mod'(S_ij)."""
         j, i, bh = element()
         if i >= Nq or j >= Nk:
             return
         if j >= keys_of_row(i, Nq, Nk, causal) or not stage.visible(bh // H, bh % H, i + Nk - Nq, j, mods):
             p[bh, i, j] = float32(0.0)
             dp[bh, i, j] = float32(0.0)
+            if SCORED:
+                gm[bh, i, j] = float32(0.0)  # (read by scores_grad: never left unwritten)
             return
         kvh = kv_head(bh, H, G)
         s = float32(0.0)
@@ -46,15 +51,20 @@ def make_kernels(D: int, causal: bool, stage=PLAIN):
         for d in range(D):
             s += float32(q[bh, i, d]) * float32(k[kvh, j, d])
             dpv += float32(do[bh, i, d]) * float32(v[kvh, j, d])
-        p[bh, i, j] = math.exp(s * scale - lse[bh, i])  # the forward's softmax, recomputed from its lse
+        b, h, qi = bh // H, bh % H, i + Nk - Nq  # (a variant's indices)
+        p[bh, i, j] = math.exp(stage.modified(s * scale, b, h, qi, j, mods) - lse[bh, i])  # from the forward's lse
         dp[bh, i, j] = dpv
+        if SCORED:
+            gm[bh, i, j] = dmod(s * scale, b, h, qi, j, mods)
 
     @kernel
-    def scores_grad(p, ds, dl, Nq, Nk):
-        """dS = P ∘ (dP − Delta), in place of dP."""
+    def scores_grad(p, ds, gm, dl, Nq, Nk):
+        """dS = P ∘ (dP − Delta) (∘ score_mod'(S) with a score function), in place of dP."""
         j, i, bh = element()
         if i < Nq and j < Nk:
             ds[bh, i, j] = p[bh, i, j] * (ds[bh, i, j] - dl[bh, i])
+            if SCORED:
+                ds[bh, i, j] *= gm[bh, i, j]
 
     @kernel
     def grad_q(ds, k, dq, scale, H, G, Nq, Nk):
@@ -114,20 +124,22 @@ def grids(problem):
 )
 def bwd_naive(problem):
     B, H, Nq, Nk, D, G = problem.batch, problem.heads, problem.q_len, problem.kv_len, problem.head_dim, problem.group
-    probs, delta, scores_grad, grad_q, grad_kv = make_kernels(D, problem.causal, mask_stage(problem))
+    stage = mask_stage(problem)
+    probs, delta, scores_grad, grad_q, grad_kv = make_kernels(D, problem.causal, stage, score_grad_stage(problem))
     scale = float32(problem.sm_scale)
     p = cuda.device_array((B * H, Nq, Nk), dtype="float32")
     ds = cuda.device_array((B * H, Nq, Nk), dtype="float32")
     dl = cuda.device_array((B * H, Nq), dtype="float32")
+    gm = cuda.device_array((B * H, Nq, Nk) if stage.scored else (1, 1, 1), dtype="float32")  # score_mod'(S)
     g_s, g_q, g_kv, g_dl = grids(problem)
     block = (TILE_X, TILE_Y)
 
     def run(q, k, v, o, lse, do, dq, dk, dv, stream=0, mods=()):
-        probs[g_s, block, stream](q, k, v, do, lse, p, ds, scale, H, G, Nq, Nk, mods)
+        probs[g_s, block, stream](q, k, v, do, lse, p, ds, gm, scale, H, G, Nq, Nk, mods)
         delta[g_dl, ROWS_PER_BLOCK, stream](o, do, dl, Nq)
-        scores_grad[g_s, block, stream](p, ds, dl, Nq, Nk)
+        scores_grad[g_s, block, stream](p, ds, gm, dl, Nq, Nk)
         grad_q[g_q, block, stream](ds, k, dq, scale, H, G, Nq, Nk)
         grad_kv[g_kv, block, stream](p, ds, q, do, dk, dv, scale, H, G, Nq, Nk)
 
     return backward_launch("bwd_naive", run, [probs, delta, scores_grad, grad_q, grad_kv],
-                           p.nbytes + ds.nbytes + dl.nbytes)
+                           p.nbytes + ds.nbytes + dl.nbytes + gm.nbytes)

@@ -23,13 +23,13 @@ from numba import cuda, float32
 
 from numba_attn.gpu.jit import kernel
 from numba_attn.phases.backward.common import (backward_launch, first_row_of_key, keys_of_row, kv_head, make_delta,
-                                               mask_stage, refuse, variant_reason)
+                                               mask_stage, one, refuse, score_grad_stage, variant_reason)
 from numba_attn.phases.registry import register_phase
 from numba_attn.variants.stages import PLAIN
 
 
 @functools.cache
-def make_kernels(D: int, Br: int, Bc: int, causal: bool, stage=PLAIN):
+def make_kernels(D: int, Br: int, Bc: int, causal: bool, stage=PLAIN, dmod=one):
     @kernel
     def grad_kv(q, k, v, do, lse, dl, dk, dv, scale, H, G, Nq, Nk, mods):
         """dK_j, dV_j of Bc keys of one KV head, one thread per key, over the Q tiles of its G query heads."""
@@ -74,9 +74,10 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, stage=PLAIN):
                         for d in range(D):
                             s += Q_i[r, d] * K_j[d]       # S_ij = scale · Q_i · K_j
                             dp += dO_i[r, d] * V_j[d]     # dP_ij = dO_i · V_j
-                        seen = stage.visible(bh // H, bh % H, i0 + r + Nk - Nq, j, mods)  # a variant's mask
-                        p = math.exp(s - lse_i[r]) if seen else float32(0.0)  # P_ij from the forward's lse
-                        ds = p * (dp - Delta_i[r])        # dS_ij = P_ij (dP_ij − Delta_i)
+                        b, h, qi = bh // H, bh % H, i0 + r + Nk - Nq  # (a variant's indices)
+                        sm = stage.modified(s, b, h, qi, j, mods)  # M_ij = score_mod(S_ij) (S_ij without one)
+                        p = math.exp(sm - lse_i[r]) if stage.visible(b, h, qi, j, mods) else float32(0.0)
+                        ds = p * (dp - Delta_i[r]) * dmod(s, b, h, qi, j, mods)  # dS = P (dP − Delta) M'
                         for d in range(D):
                             dV_j[d] += p * dO_i[r, d]     # dV_j += P_ij dO_i
                             dK_j[d] += ds * Q_i[r, d]     # dK_j += dS_ij Q_i (scale applied at the end)
@@ -120,8 +121,10 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, stage=PLAIN):
                 for d in range(D):
                     s += Q_i[d] * K_s[jj, d]
                     dp += dO_i[d] * V_s[jj, d]
-                if stage.visible(bh // H, bh % H, i + Nk - Nq, j0 + jj, mods):  # (a variant's mask)
-                    ds = math.exp(s - lse_i) * (dp - Delta_i)  # dS_ij = P_ij (dP_ij − Delta_i)
+                b, h, qi, j = bh // H, bh % H, i + Nk - Nq, j0 + jj  # (a variant's indices)
+                if stage.visible(b, h, qi, j, mods):
+                    p = math.exp(stage.modified(s, b, h, qi, j, mods) - lse_i)
+                    ds = p * (dp - Delta_i) * dmod(s, b, h, qi, j, mods)  # dS_ij = P_ij (dP_ij − Delta_i) M'
                     for d in range(D):
                         dQ_i[d] += ds * K_s[jj, d]             # dQ_i += dS_ij K_j (scale applied at the end)
             cuda.syncthreads()
@@ -159,7 +162,8 @@ def _supports(problem, Br, Bc):
 )
 def bwd_two_kernels(problem, Br=32, Bc=32):
     B, H, Hkv, Nq, Nk, G = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.group
-    delta, grad_kv, grad_q = make_kernels(problem.head_dim, Br, Bc, problem.causal, mask_stage(problem))
+    delta, grad_kv, grad_q = make_kernels(problem.head_dim, Br, Bc, problem.causal, mask_stage(problem),
+                                          score_grad_stage(problem))
     scale = float32(problem.sm_scale)
     dl = cuda.device_array((B * H, Nq), dtype="float32")
     grid_q = ((Nq + Br - 1) // Br, B * H)

@@ -33,7 +33,7 @@ from numba_attn.gpu.intrinsics import (SMEM_ALIGN, ldmatrix_x4_trans, mma_bf16, 
                                        unpack_bf16x2, unpack_f16x2)
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.phases.backward.common import (backward_launch, first_row_of_key, keys_of_row, kv_head, mask_stage,
-                                               refuse, variant_reason)
+                                               one, refuse, score_grad_stage, variant_reason)
 from numba_attn.phases.registry import register_phase
 from numba_attn.variants.stages import PLAIN
 
@@ -44,17 +44,8 @@ def visible(i, j, Nq, Nk, causal):
     return i < Nq and j < Nk and (not causal or j <= i + Nk - Nq)
 
 
-@device
-def grad_score(s, dp, ok, scale, lse_i, delta_i):
-    """(P, dS) of one score: P = exp(S·scale − lse_i), dS = P (dP − Delta_i); (0, 0) where masked."""
-    if not ok:
-        return float32(0.0), float32(0.0)
-    p = math.exp(s * scale - lse_i)
-    return p, p * (dp - delta_i)
-
-
 @functools.cache
-def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool, stage=PLAIN):
+def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one):
     """The ``bwd_mma`` kernels ``(delta, grad_kv, grad_q)`` on uint32 views of the f16/bf16 arrays: grad_kv with
     Bc // 16 warps (16 keys each) over Q tiles of Br rows, grad_q with Br // 16 warps (16 rows each) over K/V
     tiles of Bc keys."""
@@ -68,6 +59,17 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool, stage=PLAIN
     ACC_REGS = 4 * DT  # accumulators of 16 rows of dK, dV or dQ
     ST_REGS = 4 * (Br // 8)  # accumulators of Sᵀ (16 keys × Br rows) in grad_kv
     S_REGS = 4 * (Bc // 8)  # accumulators of S (16 rows × Bc keys) in grad_q
+
+    @device
+    def grad_score(s, dp, ok, scale, lse_i, delta_i, idx, mods):
+        """(P, dS) of one score: P = exp(M − lse_i), M = score_mod(S) (S = s·scale without one), dS = P (dP −
+        Delta_i) score_mod'(S); (0, 0) where masked. ``idx``: (b, h, q_idx, kv_idx) of the variant."""
+        if not ok:
+            return float32(0.0), float32(0.0)
+        b, h, qi, j = idx
+        s = s * scale
+        p = math.exp(stage.modified(s, b, h, qi, j, mods) - lse_i)
+        return p, p * (dp - delta_i) * dmod(s, b, h, qi, j, mods)
 
     @device
     def mma_into(acc, i, a0, a1, a2, a3, b0, b1):
@@ -159,11 +161,11 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool, stage=PLAIN
                     for nt in range(Br // 8):  # P and dS in place: keys jw+g (e = 0, 1), jw+g+8 (e = 2, 3),
                         for e in range(4):     # rows i0 + 8nt + 2t (e = 0, 2) and + 1 (e = 1, 3)
                             r = 8 * nt + 2 * t + e % 2
-                            jk = jw + g + 8 * (e // 2)  # (a variant's mask only in range: `and` short-circuits)
-                            ok = visible(i0 + r, jk, Nq, Nk, causal) and stage.visible(
-                                bh // H, bh % H, i0 + r + Nk - Nq, jk, mods)
+                            idx = (bh // H, bh % H, i0 + r + Nk - Nq, jw + g + 8 * (e // 2))  # a variant's
+                            # mask only in range (`and` short-circuits)
+                            ok = visible(i0 + r, idx[3], Nq, Nk, causal) and stage.visible(*idx, mods)
                             Pt[4 * nt + e], dSt[4 * nt + e] = grad_score(Pt[4 * nt + e], dSt[4 * nt + e], ok, scale,
-                                                                         lse_i[r], Delta_i[r])
+                                                                         lse_i[r], Delta_i[r], idx, mods)
                     for kk in range(Br // 16):  # dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i: two n-tiles = one A fragment
                         a0 = pack(Pt[8 * kk], Pt[8 * kk + 1])
                         a1 = pack(Pt[8 * kk + 2], Pt[8 * kk + 3])
@@ -246,9 +248,11 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool, stage=PLAIN
                     for e in range(4):     # keys j0 + 8nt + 2t (e = 0, 2) and + 1 (e = 1, 3)
                         hi = e // 2
                         i, j = r_hi if hi else r_lo, j0 + 8 * nt + 2 * t + e % 2
-                        ok = visible(i, j, Nq, Nk, causal) and stage.visible(bh // H, bh % H, i + Nk - Nq, j, mods)
+                        idx = (bh // H, bh % H, i + Nk - Nq, j)
+                        ok = visible(i, j, Nq, Nk, causal) and stage.visible(*idx, mods)
                         _, dS[4 * nt + e] = grad_score(S[4 * nt + e], dS[4 * nt + e], ok, scale,
-                                                       lse_hi if hi else lse_lo, Delta_hi if hi else Delta_lo)
+                                                       lse_hi if hi else lse_lo, Delta_hi if hi else Delta_lo, idx,
+                                                       mods)
                 for kk in range(Bc // 16):  # dQ_i += dS K_j: two n-tiles of dS = one A fragment
                     a0 = pack(dS[8 * kk], dS[8 * kk + 1])
                     a1 = pack(dS[8 * kk + 2], dS[8 * kk + 3])
@@ -315,7 +319,7 @@ def _supports(problem, Br, Bc):
 def bwd_mma(problem, Br=0, Bc=0):
     B, H, Hkv, Nq, Nk, G = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.group
     delta, grad_kv, grad_q = make_kernels(problem.head_dim, Br, Bc, problem.causal, problem.dtype == "bfloat16",
-                                          mask_stage(problem))
+                                          mask_stage(problem), score_grad_stage(problem))
     scale = float32(problem.sm_scale)
     dl = cuda.device_array((B * H, Nq), dtype="float32")
     grid_q = ((Nq + Br - 1) // Br, B * H)

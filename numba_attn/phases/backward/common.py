@@ -17,19 +17,41 @@ from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT
 from numba_attn.phases.registry import Launch
 from numba_attn.spec.errors import AttentionInputError
 
-SCORE_MOD_REFUSED = ("a score_mod needs its derivative (FlashAttention-4's score_mod_bwd), not yet in the backward "
-                     "family; mask_mod variants run")
+SCORE_MOD_REFUSED = ("a score_mod without its derivative: pass score_mod_grad=, a function (score, b, h, q_idx, "
+                     "kv_idx, *aux) -> d score_mod / d score (the built-ins softcap and alibi carry theirs)")
 
 
 def variant_reason(problem) -> str | None:
-    """Why a backward phase refuses ``problem``'s variant: a score function (its derivative is not taken yet)."""
+    """Why a backward phase refuses ``problem``'s variant: a score function without its derivative."""
     variant = getattr(problem, "variant", None)
-    return SCORE_MOD_REFUSED if variant is not None and variant.score is not None else None
+    if variant is not None and variant.score is not None and variant.score.derivative is None:
+        return SCORE_MOD_REFUSED
+    return None
+
+
+@device
+def one(s, b, h, q_idx, kv_idx, mods):
+    """The derivative of no score function."""
+    return float32(1.0)
+
+
+def score_grad_stage(problem):
+    """``dmod(s, b, h, q_idx, kv_idx, mods)``: the derivative of the problem's score function at the scaled
+    score s (its arrays after the mask's in ``mods``); 1 without a score function."""
+    from numba_attn.variants.mods import python_function, score_stage
+
+    variant = getattr(problem, "variant", None)
+    if variant is None or variant.score is None:
+        return one
+    score = variant.score
+    return score_stage((python_function(score.derivative), len(score.aux)),
+                       len(variant.mask.aux) if variant.mask else 0)
 
 
 def mask_stage(problem):
     """The variant stage of a backward kernel: the mask function on every score (no block mask; PLAIN for plain
-    attention), ``stage.visible(b, h, q_idx, kv_idx, mods)`` with q_idx = i + Nk − Nq (bottom-right)."""
+    attention), ``stage.visible(b, h, q_idx, kv_idx, mods)`` with q_idx = i + Nk − Nq (bottom-right), and the
+    score function ``stage.modified(s, b, h, q_idx, kv_idx, mods)`` (``stage.scored``: there is one)."""
     from numba_attn.variants.stages import stages_of
 
     return stages_of(getattr(problem, "variant", None), listed=False)
