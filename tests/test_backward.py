@@ -104,6 +104,20 @@ def _no_delta(problem):
     return backward_launch("bwd_no_delta", run, [probs])
 
 
+def test_atomic_dq_starts_every_call_from_zero():
+    """bwd_atomic_dq's float32 dQ accumulator is zeroed after each call: a second call of the same plan gives
+    the first call's dq, not twice it."""
+    prob = SHAPES[QUICK]
+    q, k, v = prob.inputs(3)
+    do = np.random.default_rng(5).standard_normal(q.shape).astype(np.float32)
+    ref = grad_reference(q, k, v, do, causal=True)
+    o, lse = ref.o.astype(np.float32), ref.lse.astype(np.float32)
+    first, second = (attention_backward(q, k, v, o, lse, do, causal=True, phase="bwd_atomic_dq", Br=16, Bc=16)[0]
+                     for _ in range(2))
+    np.testing.assert_allclose(second, first, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(first, ref.dq, rtol=1e-3, atol=1e-4)
+
+
 def test_a_backward_without_delta_is_rejected():
     with temporary_phases():
         register_phase(name="bwd_no_delta", order=199, title="wrong: dS without Delta", parent="bwd_naive",
