@@ -98,7 +98,7 @@ def fingerprint(phases=None, problems=None, progress=print) -> dict:
     if problems:
         probs = {k: v for k, v in probs.items() if k in problems}
     out = {}
-    for name in phases or [p.name for p in list_phases()]:
+    for name in phases or [p.name for p in list_phases("all")]:
         ph = get_phase(name)
         for label, prob in probs.items():
             for extra in [{}] + EXTRA_PARAMS.get(name, []):

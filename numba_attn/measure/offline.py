@@ -237,7 +237,11 @@ def compile_phase(phase_name: str, problem, params: dict | None = None, cc=(9, 0
             k = np.empty((nb, problem.page_size, Hkv, D), np.uint8 if problem.kv_dtype else dt)
         else:
             k = np.empty((B * Hkv, problem.kv_len, D), dt)
-        if getattr(problem, "lse", False):  # a problem asking for the log-sum-exp: its run takes the array
+        if phase.kind == "backward":  # run(q, k, v, o, lse, do, dq, dk, dv, stream)
+            lse = np.empty((B * H, problem.q_len), np.float32)
+            launch.run(q, k, np.empty_like(k), np.empty_like(q), lse, np.empty_like(q), np.empty_like(q),
+                       np.empty_like(k), np.empty_like(k), 0)
+        elif getattr(problem, "lse", False):  # a problem asking for the log-sum-exp: its run takes the array
             launch.run(q, k, np.empty_like(k), np.empty_like(q), 0, lse=np.empty((B * H, problem.q_len), np.float32))
         else:
             launch(q, k, np.empty_like(k), np.empty_like(q), 0)

@@ -8,7 +8,8 @@ accumulator for the next call. S and dP are computed once instead of twice (Flas
 
 Prediction: the FLOPs per (row, key) pair drop from 14·D (S, dP twice, dV, dK, dQ) to 10·D: ~1.3× faster than
 ``bwd_two_kernels`` (410 ms → ~315 ms at fp16 B1 H32 N4096 D128), the atomics (Br·D per block and Q tile) hidden
-behind the arithmetic. The order of the atomic adds varies from run to run: dQ is not bitwise reproducible.
+behind the arithmetic; but like its parent it spills (2.3 KB a thread at D128: docs/backward.md). The order of
+the atomic adds varies from run to run: dQ is not bitwise reproducible.
 
 Verdict: not yet measured on a GPU.
 """
