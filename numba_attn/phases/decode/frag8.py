@@ -180,14 +180,121 @@ def make_frag8_step(D: int, Nq: int, G: int, KV_FORMAT: int, TOKEN: bool, SPLITP
 
 
 @functools.cache
-def make_frag8_finish(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: bool, STEP_HEADS: int, stage=PLAIN):
-    """The 8-bit fragment kernel's epilogue: the block's rows written from the warps' states in shared memory
-    (``FUSED``: the last split combines; ``stage``: a variant's, a row that saw no key a zero partial)."""
+def make_frag8_softmax(D: int, Nq: int, G: int, causal: bool, STEP_HEADS: int, stage=PLAIN):
+    """``step_softmax``: the 8-bit fragment kernel's online softmax (base 2) of rows 2t, 2t+1 over a warp step's 16
+    keys: the keys a row sees, a variant's scores, the maxima over the lanes of a row, P and the lazy rescale."""
+    ROWS = G * Nq * STEP_HEADS
+    LHW = STEP_HEADS.bit_length() - 1
+    NMT = D // 16  # m-tiles of Oᵀ (dims)
+    _, visible = key_mask(causal, Nq)
+    VARIANT = stage.active
+    vk = variant_keys(stage, True)  # (base-2 scores)
+
+    @device
+    def step_softmax(acc, s, state, rows, j0, g, key, mods):
+        """Scores ``s`` = (s0..s3) of keys g, g+8 for rows 2t, 2t+1; ``state``: (m0, m1, l0, l1); ``rows``: (r0, r1,
+        lim0, lim1); ``key``: (seq, h, Nk). Returns p0..p3 and the new state (``acc`` rescaled in place)."""
+        s0, s1, s2, s3 = s
+        m0, m1, l0, l1 = state
+        r0, r1, lim0, lim1 = rows
+        seq, h, Nk = key
+        # online softmax (base 2) of rows 2t, 2t+1 over the step's 16 keys (the 8 lanes of a t; HW > 1: rows)
+        ja = j0 + (g >> LHW)  # the tokens of rows g, g+8
+        jb = j0 + ((g + 8) >> LHW)
+        ok0 = visible(ja, lim0)
+        ok1 = visible(ja, lim1)
+        ok2 = visible(jb, lim0)
+        ok3 = visible(jb, lim1)
+        if STEP_HEADS > 1:  # a row's score counts in its own head's column only (rows g, g+8: head g % HW)
+            hg = g & (STEP_HEADS - 1)
+            ok0 = ok0 and hg == r0
+            ok1 = ok1 and hg == r1
+            ok2 = ok2 and hg == r0
+            ok3 = ok3 and hg == r1
+        if VARIANT:  # the variant on the keys rows 2t, 2t+1 see (query head h·G + r // Nq; HW > 1: h + r)
+            hq0 = h * G + r0 // Nq
+            hq1 = h * G + r1 // Nq
+            if ok0 and r0 < ROWS:
+                s0 = vk.score(s0, seq, hq0, r0 % Nq + Nk - Nq, ja, mods)
+            if ok1 and r1 < ROWS:
+                s1 = vk.score(s1, seq, hq1, r1 % Nq + Nk - Nq, ja, mods)
+            if ok2 and r0 < ROWS:
+                s2 = vk.score(s2, seq, hq0, r0 % Nq + Nk - Nq, jb, mods)
+            if ok3 and r1 < ROWS:
+                s3 = vk.score(s3, seq, hq1, r1 % Nq + Nk - Nq, jb, mods)
+        # (a NaN score, from a NaN code in K, is left out of the maxima as fmaxf leaves it: P, l, O are NaN)
+        mx0 = max(max(NEG_BIG, s0 if ok0 else NEG_BIG), s2 if ok2 else NEG_BIG)
+        mx1 = max(max(NEG_BIG, s1 if ok1 else NEG_BIG), s3 if ok3 else NEG_BIG)
+        for off in (4, 8, 16):
+            mx0 = max(mx0, shfl_xor_sync(FULL_MASK, mx0, off))
+            mx1 = max(mx1, shfl_xor_sync(FULL_MASK, mx1, off))
+        mn0 = max(m0, mx0)
+        mn1 = max(m1, mx1)
+        p0 = math.exp2(s0 - mn0) if ok0 else float32(0.0)
+        p1 = math.exp2(s1 - mn1) if ok1 else float32(0.0)
+        p2 = math.exp2(s2 - mn0) if ok2 else float32(0.0)
+        p3 = math.exp2(s3 - mn1) if ok3 else float32(0.0)
+        if mn0 > m0 or mn1 > m1:  # rescale only when a row's maximum moved
+            c0 = math.exp2(m0 - mn0)
+            c1 = math.exp2(m1 - mn1)
+            l0 *= c0
+            l1 *= c1
+            for i in range(NMT):
+                acc[4 * i] *= c0
+                acc[4 * i + 1] *= c1
+                acc[4 * i + 2] *= c0
+                acc[4 * i + 3] *= c1
+            m0 = mn0
+            m1 = mn1
+        l0 += p0 + p2
+        l1 += p1 + p3
+        return p0, p1, p2, p3, m0, m1, l0, l1
+
+    return step_softmax
+
+
+@functools.cache
+def make_frag8_finish(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: bool, STEP_HEADS: int, TOKEN: bool,
+                      stage=PLAIN):
+    """The 8-bit fragment kernel's epilogue: a warp's state into shared memory (``warp_state``), then the block's
+    rows written from them (``finish``; ``FUSED``: the last split combines; ``stage``: a variant's, a row that saw
+    no key a zero partial)."""
     ROWS = G * Nq * STEP_HEADS  # query rows of the block
     _, _, _, _, write_rows, combine_last = chunk_steps(D, 8, 1, 1, WARPS, ROWS, Nq, G * STEP_HEADS, causal, False,
                                                        BASE2=True, stage=stage)
     THREADS = WARPS * WARP_SIZE
     EMPTY_SEQUENCE = empty_sequence_lse(stage)
+    D8 = D // 8
+    NMT = D // 16  # m-tiles of Oᵀ (dims)
+
+    @device
+    def warp_state(sm, acc, state, vs, heads, rows, w, g):
+        """The warp's state into shared memory: l summed over the 8 lanes of a row pair, O rows 2t, 2t+1 (per-head V
+        scales ``vs`` of the columns' KV ``heads``). ``state``: (m0, m1, l0, l1); ``rows``: (r0, r1)."""
+        sm_m, sm_l, sm_o, _, _ = sm
+        m0, m1, l0, l1 = state
+        c0h, c1h = heads
+        r0, r1 = rows
+        for off in (4, 8, 16):
+            l0 += shfl_xor_sync(FULL_MASK, l0, off)
+            l1 += shfl_xor_sync(FULL_MASK, l1, off)
+        vh0 = float32(1.0) if TOKEN else vs[0, c0h]
+        vh1 = float32(1.0) if TOKEN else vs[0, c1h]
+        for i in range(NMT):
+            d = g * D8 + 2 * i
+            if r0 < ROWS:
+                sm_o[w, r0, d] = acc[4 * i] * vh0
+                sm_o[w, r0, d + 1] = acc[4 * i + 2] * vh0
+            if r1 < ROWS:
+                sm_o[w, r1, d] = acc[4 * i + 1] * vh1
+                sm_o[w, r1, d + 1] = acc[4 * i + 3] * vh1
+        if g == 0:
+            if r0 < ROWS:
+                sm_m[w, r0] = m0
+                sm_l[w, r0] = l0
+            if r1 < ROWS:
+                sm_m[w, r1] = m1
+                sm_l[w, r1] = l1
 
     @device
     def finish(out, sm, split, kvh, Nk, tid, mods):
@@ -205,7 +312,7 @@ def make_frag8_finish(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
         if FUSED:
             combine_last(o, part_o, part_lse, counters, S, sm_last, kvh, 0, tid, cuda.blockIdx.y, mods)
 
-    return finish
+    return warp_state, finish
 
 
 @functools.cache
@@ -242,14 +349,11 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
     prefetch_step, load_step = make_frag8_loads(D, P, KV_FORMAT, TOKEN, STEP_HEADS)
     ring_offsets, issue_step, ring_k, ring_scales, ring_v = make_frag8_ring(D, P, KV_FORMAT, TOKEN, STEP_HEADS, STAGES)
     query_fragments, scores, p_fragments, step_pv = make_frag8_step(D, Nq, G, KV_FORMAT, TOKEN, SPLITP, STEP_HEADS)
-    finish = make_frag8_finish(D, WARPS, Nq, G, causal, FUSED, STEP_HEADS, stage)
-    VARIANT = stage.active
-    vk = variant_keys(stage, True)  # (base-2 scores)
+    warp_state, finish = make_frag8_finish(D, WARPS, Nq, G, causal, FUSED, STEP_HEADS, TOKEN, stage)
+    step_softmax = make_frag8_softmax(D, Nq, G, causal, STEP_HEADS, stage)
     ROWS = G * Nq * STEP_HEADS  # query rows of the block (HW > 1: one per KV head, HW heads)
-    D8 = D // 8
     KEYS_PER_STEP = 16 // STEP_HEADS  # tokens of a warp step
-    LHW = STEP_HEADS.bit_length() - 1
-    key_limit, visible = key_mask(causal, Nq)  # the keys a row sees (scores.py)
+    key_limit, _ = key_mask(causal, Nq)  # the keys a row sees (scores.py)
     NKS = D // 16  # k-steps of Sᵀ: one word of a key per lane each
     NKC = NKS // 4  # 16-byte chunks of a key row per lane
     VWL = D // 32  # words of a V row per lane (dims g·D/8 …)
@@ -350,56 +454,8 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
                 if jn < hi:
                     prefetch_step(cache, tbl, seq, h, Hkv, jn, hi, g, t)
             s0, s1, s2, s3 = scores(kw, qb, (ksc, sk0, sk1), cb0, cb1)  # Sᵀ = K Qᵀ, scaled
-            # online softmax (base 2) of rows 2t, 2t+1 over the step's 16 keys (the 8 lanes of a t; HW > 1: rows)
-            ja = j0 + (g >> LHW)  # the tokens of rows g, g+8
-            jb = j0 + ((g + 8) >> LHW)
-            ok0 = visible(ja, lim0)
-            ok1 = visible(ja, lim1)
-            ok2 = visible(jb, lim0)
-            ok3 = visible(jb, lim1)
-            if STEP_HEADS > 1:  # a row's score counts in its own head's column only (rows g, g+8: head g % HW)
-                hg = g & (STEP_HEADS - 1)
-                ok0 = ok0 and hg == r0
-                ok1 = ok1 and hg == r1
-                ok2 = ok2 and hg == r0
-                ok3 = ok3 and hg == r1
-            if VARIANT:  # the variant on the keys rows 2t, 2t+1 see (query head h·G + r // Nq; HW > 1: h + r)
-                hq0 = h * G + r0 // Nq
-                hq1 = h * G + r1 // Nq
-                if ok0 and r0 < ROWS:
-                    s0 = vk.score(s0, seq, hq0, r0 % Nq + Nk - Nq, ja, mods)
-                if ok1 and r1 < ROWS:
-                    s1 = vk.score(s1, seq, hq1, r1 % Nq + Nk - Nq, ja, mods)
-                if ok2 and r0 < ROWS:
-                    s2 = vk.score(s2, seq, hq0, r0 % Nq + Nk - Nq, jb, mods)
-                if ok3 and r1 < ROWS:
-                    s3 = vk.score(s3, seq, hq1, r1 % Nq + Nk - Nq, jb, mods)
-            # (a NaN score, from a NaN code in K, is left out of the maxima as fmaxf leaves it: P, l, O are NaN)
-            mx0 = max(max(NEG_BIG, s0 if ok0 else NEG_BIG), s2 if ok2 else NEG_BIG)
-            mx1 = max(max(NEG_BIG, s1 if ok1 else NEG_BIG), s3 if ok3 else NEG_BIG)
-            for off in (4, 8, 16):
-                mx0 = max(mx0, shfl_xor_sync(FULL_MASK, mx0, off))
-                mx1 = max(mx1, shfl_xor_sync(FULL_MASK, mx1, off))
-            mn0 = max(m0, mx0)
-            mn1 = max(m1, mx1)
-            p0 = math.exp2(s0 - mn0) if ok0 else float32(0.0)
-            p1 = math.exp2(s1 - mn1) if ok1 else float32(0.0)
-            p2 = math.exp2(s2 - mn0) if ok2 else float32(0.0)
-            p3 = math.exp2(s3 - mn1) if ok3 else float32(0.0)
-            if mn0 > m0 or mn1 > m1:  # rescale only when a row's maximum moved
-                c0 = math.exp2(m0 - mn0)
-                c1 = math.exp2(m1 - mn1)
-                l0 *= c0
-                l1 *= c1
-                for i in range(NMT):
-                    acc[4 * i] *= c0
-                    acc[4 * i + 1] *= c1
-                    acc[4 * i + 2] *= c0
-                    acc[4 * i + 3] *= c1
-                m0 = mn0
-                m1 = mn1
-            l0 += p0 + p2
-            l1 += p1 + p3
+            p0, p1, p2, p3, m0, m1, l0, l1 = step_softmax(acc, (s0, s1, s2, s3), (m0, m1, l0, l1), (r0, r1, lim0, lim1),
+                                                          j0, g, (seq, h, Nk), mods)  # base 2, over 16 keys
             if TOKEN and not FP8:  # int8: keys g, g+8's V scales on their probabilities here, before the shuffles
                 p0 *= vsc[0]
                 p1 *= vsc[0]
@@ -411,28 +467,7 @@ def make_frag8_kernel(D: int, WARPS: int, Nq: int, G: int, causal: bool, FUSED: 
                 wr = rk  # the next step NST − 1 rounds ahead goes into this slot, and the next slot is read
                 rk = add_u32(rk, SLOT) if add_u32(rk, SLOT) != rend else add_u32(rk, SLOT - STAGES * SLOT)
             step_pv(vw, acc, pb0, pb1, qb0, qb1)  # Oᵀ += Vᵀ Pᵀ
-        sm_m, sm_l, sm_o, _, _ = sm
-        # the warp's state: l summed over the 8 lanes of a row pair; O rows 2t, 2t+1 into shared memory
-        for off in (4, 8, 16):
-            l0 += shfl_xor_sync(FULL_MASK, l0, off)
-            l1 += shfl_xor_sync(FULL_MASK, l1, off)
-        vh0 = float32(1.0) if TOKEN else vs[0, c0h]
-        vh1 = float32(1.0) if TOKEN else vs[0, c1h]
-        for i in range(NMT):
-            d = g * D8 + 2 * i
-            if r0 < ROWS:
-                sm_o[w, r0, d] = acc[4 * i] * vh0
-                sm_o[w, r0, d + 1] = acc[4 * i + 2] * vh0
-            if r1 < ROWS:
-                sm_o[w, r1, d] = acc[4 * i + 1] * vh1
-                sm_o[w, r1, d + 1] = acc[4 * i + 3] * vh1
-        if g == 0:
-            if r0 < ROWS:
-                sm_m[w, r0] = m0
-                sm_l[w, r0] = l0
-            if r1 < ROWS:
-                sm_m[w, r1] = m1
-                sm_l[w, r1] = l1
+        warp_state(sm, acc, (m0, m1, l0, l1), vs, (c0h, c1h), (r0, r1), w, g)
         finish(out, sm, split, kvh, Nk, tid, mods)
 
     @kernel(launch_bounds=(THREADS, MIN_BLOCKS))

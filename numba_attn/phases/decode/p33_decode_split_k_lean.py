@@ -66,8 +66,9 @@ def balanced_split(split, chunk, Nk, keys_per_step):
 @functools.cache
 def make_lean_steps(D: int, VW: int, LANES: int, KEYS: int, ROWS: int, Nq: int, G: int, causal: bool, P: int,
                     KV_FORMAT: int, BALANCE: bool):
-    """``decode_split_k_lean``'s steps: a block's split and keys (``split_keys``), a step's scores summed over the
-    lanes of a group (``reduce_scores``) and its online-softmax update (``lazy_update``)."""
+    """``decode_split_k_lean``'s steps: a block's split and keys (``split_keys``), a step's partial dot products
+    (``dot_scores``), its scores summed over the lanes of a group (``reduce_scores``) and its online-softmax update
+    (``lazy_update``)."""
     PAGED = P > 0
     visible = key_mask(causal, Nq)[1]  # (the rows' key limits: load_rows)
     WIDE = PAGED and KV_FORMAT > 0 and VW == 16
@@ -94,6 +95,17 @@ def make_lean_steps(D: int, VW: int, LANES: int, KEYS: int, ROWS: int, Nq: int, 
             lo = split * chunk  # this block's keys: [lo, hi)
             hi = min(Nk, lo + chunk)
         return split, kvh, row0, lo, hi
+
+    @device
+    def dot_scores(Qr, K_j, vals):
+        """This lane's partial dot products of the ROWS query rows ``Qr`` with the step's KEYS key rows ``K_j``
+        (its E elements of each) into ``vals`` (row-major: ``vals[r · KEYS + t]``)."""
+        for r in range(ROWS):
+            for t in range(KEYS):
+                s = float32(0.0)
+                for e in range(E):
+                    s += Qr[r, e] * K_j[t, e]
+                vals[r * KEYS + t] = s
 
     @device
     def reduce_scores(vals, sc, sub, grp):
@@ -155,7 +167,66 @@ def make_lean_steps(D: int, VW: int, LANES: int, KEYS: int, ROWS: int, Nq: int, 
                         a += sc[r, t] * V_j[t, e]
                     acc[r, e] = a
 
-    return split_keys, reduce_scores, lazy_update
+    return split_keys, dot_scores, reduce_scores, lazy_update
+
+
+@functools.cache
+def make_lean_wide(D: int, LANES: int, KEYS: int, ROWS: int, KV_FORMAT: int):
+    """``paged_split_k``'s wide steps (``VW`` = 16, an 8-bit cache): a step's partial dot products from its K words
+    (``wide_scores``), O += P V from its V words (``wide_pv``), the codes decoded 4 at a time where they are used,
+    the scales applied once per score and per probability; a NaN code read by a lane of the warp makes the warp's
+    accumulators NaN (``nan_warp``, fp8)."""
+    E = D // LANES  # elements of a row per lane
+    EW = max(1, E // 4)  # 32-bit words of a row per lane
+    dq4 = e4m3x4_f32_finite if KV_FORMAT == 1 else int8x4_f32
+
+    @device
+    def wide_scores(K_words, Qr, sks, vals):
+        """This lane's partial dot products of the ROWS query rows ``Qr`` with the step's keys (``K_words``, their
+        K scales ``sks``) into ``vals`` (``vals[r · KEYS + t]``): the K scale per score."""
+        for t in range(KEYS):
+            for r in range(ROWS):
+                vals[r * KEYS + t] = float32(0.0)
+            for i in range(EW):
+                x0, x1, x2, x3 = dq4(K_words[t, i])
+                for r in range(ROWS):
+                    s = vals[r * KEYS + t]
+                    s += Qr[r, 4 * i] * x0
+                    s += Qr[r, 4 * i + 1] * x1
+                    s += Qr[r, 4 * i + 2] * x2
+                    s += Qr[r, 4 * i + 3] * x3
+                    vals[r * KEYS + t] = s
+            for r in range(ROWS):
+                vals[r * KEYS + t] *= sks[t]
+
+    @device
+    def wide_pv(V_words, sc, svs, acc):
+        """O += P V for the step's keys (``V_words``, their V scales ``svs``; ``sc``: P): each key's V scale on its
+        probabilities (l is already summed)."""
+        for t in range(KEYS):
+            for r in range(ROWS):
+                sc[r, t] *= svs[t]
+            for i in range(EW):
+                x0, x1, x2, x3 = dq4(V_words[t, i])
+                for r in range(ROWS):
+                    p = sc[r, t]
+                    acc[r, 4 * i] += p * x0
+                    acc[r, 4 * i + 1] += p * x1
+                    acc[r, 4 * i + 2] += p * x2
+                    acc[r, 4 * i + 3] += p * x3
+
+    @device
+    def nan_warp(acc, bad):
+        """A NaN code read by any lane of the warp (``bad`` ≠ 0 in one): the warp's accumulators NaN."""
+        f = int32(1) if bad != uint32(0) else int32(0)
+        for off in (16, 8, 4, 2, 1):
+            f |= shfl_xor_sync(FULL_MASK, f, off)
+        if f != 0:
+            for r in range(ROWS):
+                for e in range(E):
+                    acc[r, e] = u32_as_f32(NAN_BITS)
+
+    return wide_scores, wide_pv, nan_warp
 
 
 @functools.cache
@@ -200,7 +271,7 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
     EW = max(1, E // 4)  # 32-bit words of a row per lane (WIDE)
     if WIDE:
         load_words = paged_words(D, LANES, KEYS, P, KEYS_PER_STEP, KV_FORMAT, TOKEN)
-        dq4 = e4m3x4_f32_finite if KV_FORMAT == 1 else int8x4_f32
+        wide_scores, wide_pv, nan_warp = make_lean_wide(D, LANES, KEYS, ROWS, KV_FORMAT)
     THREADS = WARPS * WARP_SIZE
     ROW_BLOCKS = (G * Nq + ROWS - 1) // ROWS  # row blocks per KV head
     PADDED = score_plan(LANES, ROWS, KEYS)[0]
@@ -208,8 +279,8 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
     EMPTY_SEQUENCE = empty_sequence_lse(stage)
     rescore = step_rescore(stage, ROWS, KEYS, GROUPS, Nq, G, causal, True)  # a variant's scores (base 2)
 
-    split_keys, reduce_scores, lazy_update = make_lean_steps(D, VW, LANES, KEYS, ROWS, Nq, G, causal, P, KV_FORMAT,
-                                                             BALANCE)
+    split_keys, dot_scores, reduce_scores, lazy_update = make_lean_steps(D, VW, LANES, KEYS, ROWS, Nq, G, causal, P,
+                                                                         KV_FORMAT, BALANCE)
 
     @device
     def lean_block(q, out, cache, scale, Hkv, Nk, seq, blk, sm, mods):
@@ -259,55 +330,21 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
             if WIDE:  # the words, decoded here: 4 codes at a time for every row; the K scale per score
                 bad |= load_words(k, v, K_words, V_words, sks, svs, table, seq, kvh - seq * Hkv, pg, j0, hi, sub,
                                   ks, vs)
-                for t in range(KEYS):
-                    for r in range(ROWS):
-                        vals[r * KEYS + t] = float32(0.0)
-                    for i in range(EW):
-                        x0, x1, x2, x3 = dq4(K_words[t, i])
-                        for r in range(ROWS):
-                            s = vals[r * KEYS + t]
-                            s += Qr[r, 4 * i] * x0
-                            s += Qr[r, 4 * i + 1] * x1
-                            s += Qr[r, 4 * i + 2] * x2
-                            s += Qr[r, 4 * i + 3] * x3
-                            vals[r * KEYS + t] = s
-                    for r in range(ROWS):
-                        vals[r * KEYS + t] *= sks[t]
+                wide_scores(K_words, Qr, sks, vals)
             else:
                 if PAGED:
                     load_keys(k, v, K_j, V_j, table, seq, kvh - seq * Hkv, pg, j0, hi, sub, ks, vs)
                 else:
                     load_keys(k, v, K_j, V_j, kvh, j0, hi, sub)
-                for r in range(ROWS):
-                    for t in range(KEYS):
-                        s = float32(0.0)
-                        for e in range(E):
-                            s += Qr[r, e] * K_j[t, e]
-                        vals[r * KEYS + t] = s
+                dot_scores(Qr, K_j, vals)  # this lane's partial dot products
             reduce_scores(vals, sc, sub, grp)  # the scores: reduce-scatter, then all-gather
             if VARIANT:
                 rescore(sc, lim, j0, (kvh, row0, Hkv, Nk), mods)
             lazy_update(sc, m, l, acc, lim, j0, V_j)  # (base 2) the rescale only when a maximum moved
             if WIDE:  # O += P V: each key's V scale on its probabilities (l is already summed)
-                for t in range(KEYS):
-                    for r in range(ROWS):
-                        sc[r, t] *= svs[t]
-                    for i in range(EW):
-                        x0, x1, x2, x3 = dq4(V_words[t, i])
-                        for r in range(ROWS):
-                            p = sc[r, t]
-                            acc[r, 4 * i] += p * x0
-                            acc[r, 4 * i + 1] += p * x1
-                            acc[r, 4 * i + 2] += p * x2
-                            acc[r, 4 * i + 3] += p * x3
+                wide_pv(V_words, sc, svs, acc)
         if WIDE and KV_FORMAT == 1:  # a NaN code read by any lane of the warp: the warp's accumulators NaN
-            f = int32(1) if bad != uint32(0) else int32(0)
-            for off in (16, 8, 4, 2, 1):
-                f |= shfl_xor_sync(FULL_MASK, f, off)
-            if f != 0:
-                for r in range(ROWS):
-                    for e in range(E):
-                        acc[r, e] = u32_as_f32(NAN_BITS)
+            nan_warp(acc, bad)
         merge_lanes(m, l, acc, sm_m, sm_l, sm_o, w, lane, sub)  # base 2: exp2
         cuda.syncthreads()
         write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o, mods)  # lse back to natural units

@@ -84,6 +84,180 @@ def make_mma_combine(D: int, WARPS: int, Nq: int, G: int, FINAL: bool, FUSED: bo
 
 
 @functools.cache
+def make_mma_softmax(D: int, Bc: int, Nq: int, G: int, stage=PLAIN):
+    """``tile_softmax``: ``decode_mma``'s online softmax on a tile's S fragments (raw scores; exp2 with the scale
+    folded in): a variant's scores, the rows' new maxima and sums, O rescaled, S overwritten by P."""
+    QUERY_ROWS = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
+    S_NTILES = Bc // 8  # n-tiles of S
+    DTK = 16 * ((D + 15) // 16) // 8  # n-tiles of O computed (the padding's stay zero)
+    softmax = fragment_softmax(S_NTILES)  # online softmax on the S fragments (device_functions)
+    rescale = fragment_rescale(DTK)
+    VARIANT = stage.active
+    rescore = fragment_rescore(stage, S_NTILES)  # a variant's scores (scores.py)
+    vk = variant_keys(stage)
+
+    @device
+    def tile_softmax(s, acc, state, j0, t, rows, key, scales, mods):
+        """The tile of keys from ``j0`` (``s``: its masked S fragments) into the rows' state ``state`` = (m_lo,
+        m_hi, l_lo, l_hi) of rows g, g+8 and ``acc``; ``rows``: (r_lo, r_hi, lim_lo, lim_hi); ``key``: (kvh, Hkv,
+        Nk); ``scales``: (sl2, scale). Returns the new state."""
+        m_lo, m_hi, l_lo, l_hi = state
+        r_lo, r_hi, lim_lo, lim_hi = rows
+        kvh, Hkv, Nk = key
+        sl2, scale = scales
+        if VARIANT:  # the variant on the keys the rows see (a padding row: none)
+            rescore(s, j0, t, lim_lo if r_lo < QUERY_ROWS else 0, lim_hi if r_hi < QUERY_ROWS else 0,
+                    vk.position(kvh, r_lo, Hkv, G, Nq, Nk), vk.position(kvh, r_hi, Hkv, G, Nq, Nk), scale, mods)
+        m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
+        l_lo = l_lo * corr_lo + rs_lo
+        l_hi = l_hi * corr_hi + rs_hi
+        rescale(acc, 0, corr_lo, corr_hi)
+        return m_lo, m_hi, l_lo, l_hi
+
+    return tile_softmax
+
+
+@functools.cache
+def make_mma_epilogue(D: int, WARPS: int, Nq: int, G: int, FINAL: bool, BF16: bool, PAGED: bool, KV_FORMAT: int,
+                      TOKEN: bool, stage=PLAIN):
+    """``decode_mma``'s epilogue: a warp's state into shared memory (``warp_state``), then the warps' states merged
+    and the block's rows written (``write_rows``; ``FINAL``: the output; else the split's partial and log-sum-exp;
+    ``stage``: a variant's)."""
+    QUERY_ROWS = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
+    THREADS = WARPS * WARP_SIZE
+    DT = D // 8  # n-tiles of O written out
+    O_REGS = 4 * (16 * ((D + 15) // 16) // 8)  # O fragments of a lane (the padding's included)
+    _, UNIT = kv8_decoder(KV_FORMAT)
+    LSE, store_lse, _ = lse_parts(stage)
+    EMPTY_SEQUENCE = empty_sequence_lse(stage)
+    VARIANT = stage.active
+    vk = variant_keys(stage)
+
+    @device
+    def warp_state(MO, MM, acc, state, v_sc, h, scale, warp, g, t):
+        """The warp's O fragments of rows g, g+8 into ``MO`` (8-bit cache, per tensor / head: V's scale on them
+        first), their m and l (summed over the quad) into ``MM``. ``state``: (m_lo, m_hi, l_lo, l_hi)."""
+        m_lo, m_hi, l_lo, l_hi = state
+        l_lo = quad_sum(l_lo)
+        l_hi = quad_sum(l_hi)
+        if KV_FORMAT and not TOKEN:  # per tensor / head: V's scale on the block's accumulators
+            vscale = v_sc[0, h] * UNIT
+            for i in range(O_REGS):
+                acc[i] *= vscale
+        for dt in range(DT):
+            MO[warp * 16 + g, 8 * dt + 2 * t] = acc[4 * dt]
+            MO[warp * 16 + g, 8 * dt + 2 * t + 1] = acc[4 * dt + 1]
+            MO[warp * 16 + g + 8, 8 * dt + 2 * t] = acc[4 * dt + 2]
+            MO[warp * 16 + g + 8, 8 * dt + 2 * t + 1] = acc[4 * dt + 3]
+        if t == 0:  # m in natural units of the scaled scores (NEG_BIG stays the empty marker)
+            MM[warp * 16 + g, 0] = m_lo * scale if m_lo != NEG_BIG else NEG_BIG
+            MM[warp * 16 + g, 1] = l_lo
+            MM[warp * 16 + g + 8, 0] = m_hi * scale if m_hi != NEG_BIG else NEG_BIG
+            MM[warp * 16 + g + 8, 1] = l_hi
+
+    @device
+    def write_rows(out, MO, MM, blk, tid, mods):
+        """The block's rows from the warps' states in shared memory (``MO``: O, ``MM``: m, l of every warp's 16
+        rows), merged; ``blk``: (split, kvh, Nk)."""
+        o, part_o, part_lse, _, _ = out
+        split, kvh, Nk = blk
+        for idx in range(tid, QUERY_ROWS * D, THREADS):
+            r = idx // D
+            d = idx - r * D
+            mm = NEG_BIG
+            ll = float32(0.0)
+            oo = float32(0.0)
+            for ww in range(WARPS):
+                mm, ll, ca, cb = merge_state(mm, ll, MM[ww * 16 + r, 0], MM[ww * 16 + r, 1])
+                oo = oo * ca + cb * MO[ww * 16 + r, d]
+            bh = kvh * G + r // Nq
+            i = r % Nq
+            if FINAL and VARIANT:  # 0 for a row that saw no key
+                if BF16:
+                    o[bh, i, d] = f32_to_bf16(vk.normalized(oo, mm, ll))
+                else:
+                    o[bh, i, d] = vk.normalized(oo, mm, ll)
+                if LSE and d == 0:
+                    store_lse(mods, bh, i, mm, ll)
+            elif FINAL:
+                if PAGED and BF16:
+                    o[bh, i, d] = f32_to_bf16(oo / ll if ll != float32(0.0) else float32(0.0))
+                elif PAGED:
+                    o[bh, i, d] = oo / ll if ll != float32(0.0) else float32(0.0)  # an empty sequence: zeros
+                elif BF16:
+                    o[bh, i, d] = f32_to_bf16(oo / ll)
+                else:
+                    o[bh, i, d] = oo / ll
+                if LSE and d == 0:  # the row's log-sum-exp (mm in natural units)
+                    store_lse(mods, bh, i, mm, ll)
+            elif VARIANT:  # a split that saw no key of the row: a zero partial, weighed 0 (or 1 where none did)
+                part_o[split, bh * Nq + i, d] = vk.normalized(oo, mm, ll)
+                if d == 0:
+                    lse = vk.partial_lse(mm, ll, state_lse(mm, ll))
+                    part_lse[split, bh * Nq + i] = lse if not PAGED or Nk > 0 or split > 0 else EMPTY_SEQUENCE
+            else:
+                part_o[split, bh * Nq + i, d] = oo / ll if ll != float32(0.0) else float32(0.0)
+                if d == 0:
+                    if PAGED:  # an empty sequence: split 0 is a zero partial of weight 1
+                        part_lse[split, bh * Nq + i] = state_lse(mm, ll) if Nk > 0 or split > 0 else EMPTY_SEQUENCE
+                    else:
+                        part_lse[split, bh * Nq + i] = state_lse(mm, ll)
+
+    return warp_state, write_rows
+
+
+@functools.cache
+def make_mma_prologue(D: int, Bc: int, Nq: int, G: int, causal: bool, EVEN: bool):
+    """``decode_mma``'s prologue: a split's keys (``split_keys``) and the A fragments of a KV head's query rows
+    (``query_fragments``)."""
+    key_limit, _ = key_mask(causal, Nq)  # the keys a row sees (scores.py)
+    DW = D // 2
+    VEC = D // 8
+    CVEC = 16 * ((D + 15) // 16) // 8
+    QUERY_ROWS = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
+    QK_KSTEPS = (16 * ((D + 15) // 16)) // 16  # k-steps of Q·Kᵀ
+
+    @device
+    def split_keys(split, Nk, chunk, S):
+        """Keys [lo, hi) of split ``split`` of ``S`` (``EVEN``: ``chunk`` is the number of Bc-key tiles, split s
+        takes tiles s·T/S … (s+1)·T/S; else ``chunk`` keys)."""
+        if EVEN:
+            lo = (split * chunk) // S * Bc
+            hi = min(Nk, ((split + 1) * chunk) // S * Bc)
+        else:
+            lo = split * chunk
+            hi = min(Nk, lo + chunk)
+        return lo, hi
+
+    @device
+    def query_fragments(q, qf, kvh, g, t, hi, Nk):
+        """The A fragments of KV head ``kvh``'s query rows (zero-padded to 16) into ``qf``; returns rows g, g+8
+        and the keys they see (< lim; causal: bottom-right aligned; a padding row sees the split's keys < ``hi``)."""
+        # Q fragments: rows g and g+8 of the tile = query rows (head kvh·G + r // Nq, position r % Nq)
+        r_lo = g
+        r_hi = g + 8
+        b_lo = kvh * G + r_lo // Nq
+        i_lo = r_lo % Nq
+        b_hi = kvh * G + r_hi // Nq
+        i_hi = r_hi % Nq
+        for ks in range(QK_KSTEPS):
+            c = 8 * ks + t
+            qf[4 * ks + 0] = q[b_lo, i_lo, c] if r_lo < QUERY_ROWS else uint32(0)
+            qf[4 * ks + 1] = q[b_hi, i_hi, c] if r_hi < QUERY_ROWS else uint32(0)
+            if CVEC > VEC:  # the last k-step's upper half lies past the row: zero
+                qf[4 * ks + 2] = q[b_lo, i_lo, c + 4] if r_lo < QUERY_ROWS and c + 4 < DW else uint32(0)
+                qf[4 * ks + 3] = q[b_hi, i_hi, c + 4] if r_hi < QUERY_ROWS and c + 4 < DW else uint32(0)
+            else:
+                qf[4 * ks + 2] = q[b_lo, i_lo, c + 4] if r_lo < QUERY_ROWS else uint32(0)
+                qf[4 * ks + 3] = q[b_hi, i_hi, c + 4] if r_hi < QUERY_ROWS else uint32(0)
+        lim_lo = key_limit(i_lo, hi, Nk) if r_lo < QUERY_ROWS else hi
+        lim_hi = key_limit(i_hi, hi, Nk) if r_hi < QUERY_ROWS else hi
+        return r_lo, r_hi, lim_lo, lim_hi
+
+    return split_keys, query_fragments
+
+
+@functools.cache
 def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G: int, causal: bool, FINAL: bool,
                            FUSED: bool, PDL: int = 0, L2_PREFETCH: bool = False, EVEN: bool = False, P: int = 0,
                            BF16: bool = False, KV_FORMAT: int = 0, TOKEN: bool = False, stage=PLAIN):
@@ -106,16 +280,9 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
     ``stage``: a variant's (``scores.py``: on the S fragments after the split/causal mask; ``mods`` the kernel's
     last argument; a row that sees no key is 0)."""
     PAGED = P > 0
-    DW = D // 2
-    VEC = D // 8
-    CVEC = 16 * ((D + 15) // 16) // 8
-    THREADS = WARPS * WARP_SIZE
-    key_limit, _ = key_mask(causal, Nq)  # the keys a row sees (scores.py)
-    QUERY_ROWS = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
     DK = 16 * ((D + 15) // 16)  # head_dim padded to whole k-steps (D itself when a multiple of 16)
     QK_KSTEPS = DK // 16  # k-steps of Q·Kᵀ
     S_NTILES = Bc // 8  # n-tiles of S
-    DT = D // 8  # n-tiles of O written out
     DTK = DK // 8  # n-tiles of O computed (the padding's stay zero)
     SDW = 4 * swizzle_row_chunks(D)  # words per shared row (padded so the swizzle is a permutation)
     SWM = min(8, SDW // 4) - 1
@@ -124,8 +291,6 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
     Q_REGS = 4 * QK_KSTEPS
     S_REGS = 4 * S_NTILES
     O_REGS = 4 * DTK
-    softmax = fragment_softmax(S_NTILES)  # online softmax on the S fragments (device_functions)
-    rescale = fragment_rescale(DTK)
     WAIT = stages - 2
     MO_ROWS = WARPS * 16  # merge area: O of every warp's 16 rows (aliases the rings)
     ML = ROWS * SDW if ROWS * SDW >= MO_ROWS * D else MO_ROWS * D  # float offset of the m/l area
@@ -141,26 +306,25 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
 
     copy_tile8, dequant_tile, copy_tile, tile_scores, token_scales, mask_tile, v_scales, tile_pv = make_mma_tiles(
         D, WARPS, Bc, stages, Nq, causal, L2_PREFETCH, P, BF16, KV_FORMAT)
-    LSE, store_lse, _ = lse_parts(stage)
+    split_keys, query_fragments = make_mma_prologue(D, Bc, Nq, G, causal, EVEN)
+    tile_softmax = make_mma_softmax(D, Bc, Nq, G, stage)
+    warp_state, write_rows = make_mma_epilogue(D, WARPS, Nq, G, FINAL, BF16, PAGED, KV_FORMAT, TOKEN, stage)
+    LSE = lse_parts(stage)[0]
     combine_last = make_mma_combine(D, WARPS, Nq, G, FINAL, FUSED, BF16, LSE) if LSE else \
         make_mma_combine(D, WARPS, Nq, G, FINAL, FUSED, BF16)
-    EMPTY_SEQUENCE = empty_sequence_lse(stage)
-    VARIANT = stage.active
-    rescore = fragment_rescore(stage, S_NTILES)  # a variant's scores (scores.py)
-    vk = variant_keys(stage)
 
     @device
     def mma_block(q, out, cache, sl2, scale, Hkv, Nk, seq, chunk, mods):
         """The block of split ``blockIdx.x``, KV head ``blockIdx.y`` (``Nk`` keys of sequence ``seq``).
         ``out``: (o, part_o, part_lse, counters, S); ``cache``: (k, v, table, k_sc, v_sc)."""
-        o, part_o, part_lse, counters, S = out
+        S = out[4]
         k, v, table, k_sc, v_sc = cache
         if PDL == 1:
             launch_dependents()  # the combine kernel may be launched now; it waits for this grid to complete
+        h = cuda.blockIdx.y - seq * Hkv  # the KV head (8-bit cache: its scales)
         if KV_FORMAT:
             KB = dynamic_tile(0, ROWS, DW8)  # the byte rings
             KV = dynamic_tile(BYTES8, STAGE_ROWS, SDW)  # the 16-bit tiles
-            h = cuda.blockIdx.y - seq * Hkv  # the KV head
             if not TOKEN:  # per tensor / head: K's scale folded into the score scale
                 sl2 = sl2 * (k_sc[0, h] * UNIT)
                 scale = scale * (k_sc[0, h] * UNIT)
@@ -168,12 +332,7 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
             KV = dynamic_tile(0, ROWS, SDW)
         split = cuda.blockIdx.x
         kvh = cuda.blockIdx.y  # b * Hkv + kv head
-        if EVEN:  # `chunk` is the number of Bc-key tiles; split s takes tiles s·T/S … (s+1)·T/S
-            lo = (split * chunk) // S * Bc
-            hi = min(Nk, ((split + 1) * chunk) // S * Bc)
-        else:
-            lo = split * chunk
-            hi = min(Nk, lo + chunk)
+        lo, hi = split_keys(split, Nk, chunk, S)  # (EVEN: `chunk` tiles spread evenly over the splits)
         tid = cuda.threadIdx.x
         warp = tid // WARP_SIZE
         lane = tid % WARP_SIZE
@@ -182,27 +341,8 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
         lm = lane // 8
         lr = lane % 8
 
-        # Q fragments: rows g and g+8 of the tile = query rows (head kvh·G + r // Nq, position r % Nq)
         qf = cuda.local.array(Q_REGS, uint32)
-        r_lo = g
-        r_hi = g + 8
-        b_lo = kvh * G + r_lo // Nq
-        i_lo = r_lo % Nq
-        b_hi = kvh * G + r_hi // Nq
-        i_hi = r_hi % Nq
-        for ks in range(QK_KSTEPS):
-            c = 8 * ks + t
-            qf[4 * ks + 0] = q[b_lo, i_lo, c] if r_lo < QUERY_ROWS else uint32(0)
-            qf[4 * ks + 1] = q[b_hi, i_hi, c] if r_hi < QUERY_ROWS else uint32(0)
-            if CVEC > VEC:  # the last k-step's upper half lies past the row: zero
-                qf[4 * ks + 2] = q[b_lo, i_lo, c + 4] if r_lo < QUERY_ROWS and c + 4 < DW else uint32(0)
-                qf[4 * ks + 3] = q[b_hi, i_hi, c + 4] if r_hi < QUERY_ROWS and c + 4 < DW else uint32(0)
-            else:
-                qf[4 * ks + 2] = q[b_lo, i_lo, c + 4] if r_lo < QUERY_ROWS else uint32(0)
-                qf[4 * ks + 3] = q[b_hi, i_hi, c + 4] if r_hi < QUERY_ROWS else uint32(0)
-        # keys < lim are visible to the row (causal: bottom-right aligned); padding rows see the split
-        lim_lo = key_limit(i_lo, hi, Nk) if r_lo < QUERY_ROWS else hi
-        lim_hi = key_limit(i_hi, hi, Nk) if r_hi < QUERY_ROWS else hi
+        r_lo, r_hi, lim_lo, lim_hi = query_fragments(q, qf, kvh, g, t, hi, Nk)  # rows g, g+8: keys < lim visible
         acc = cuda.local.array(O_REGS, float32)
         for i in range(O_REGS):
             acc[i] = float32(0.0)
@@ -263,14 +403,9 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
             if KV_FORMAT and TOKEN:  # each key's K scale on its column of S (its V scale kept for P)
                 token_scales(s, vsc, cache, seq, h, j0, hi, t)
             mask_tile(s, j0, t, lim_lo, lim_hi)  # keys past the split, or (causal) after the row
-            if VARIANT:  # the variant on the keys the rows see (a padding row: none)
-                rescore(s, j0, t, lim_lo if r_lo < QUERY_ROWS else 0, lim_hi if r_hi < QUERY_ROWS else 0,
-                        vk.position(kvh, r_lo, Hkv, G, Nq, Nk), vk.position(kvh, r_hi, Hkv, G, Nq, Nk), scale, mods)
-            # -- online softmax on the fragments (raw scores; exp2 with the scale folded in)
-            m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
-            l_lo = l_lo * corr_lo + rs_lo
-            l_hi = l_hi * corr_hi + rs_hi
-            rescale(acc, 0, corr_lo, corr_hi)
+            # -- online softmax on the fragments (a variant's scores first; exp2 with the scale folded in)
+            m_lo, m_hi, l_lo, l_hi = tile_softmax(s, acc, (m_lo, m_hi, l_lo, l_hi), j0, t,
+                                                  (r_lo, r_hi, lim_lo, lim_hi), (kvh, Hkv, Nk), (sl2, scale), mods)
             if KV_FORMAT and TOKEN:  # each key's V scale on its column of P (l already summed)
                 v_scales(s, vsc)
             tile_pv(KV, s, acc, vb, v_r, v_c, v_sw)  # O += P V
@@ -282,64 +417,9 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
         cuda.syncthreads()
         MO = dynamic_tile(0, MO_ROWS, D)
         MM = dynamic_tile(ML, MLR, 2)
-        l_lo = quad_sum(l_lo)
-        l_hi = quad_sum(l_hi)
-        if KV_FORMAT and not TOKEN:  # per tensor / head: V's scale on the block's accumulators
-            vscale = v_sc[0, h] * UNIT
-            for i in range(O_REGS):
-                acc[i] *= vscale
-        for dt in range(DT):
-            MO[warp * 16 + g, 8 * dt + 2 * t] = acc[4 * dt]
-            MO[warp * 16 + g, 8 * dt + 2 * t + 1] = acc[4 * dt + 1]
-            MO[warp * 16 + g + 8, 8 * dt + 2 * t] = acc[4 * dt + 2]
-            MO[warp * 16 + g + 8, 8 * dt + 2 * t + 1] = acc[4 * dt + 3]
-        if t == 0:  # m in natural units of the scaled scores (NEG_BIG stays the empty marker)
-            MM[warp * 16 + g, 0] = m_lo * scale if m_lo != NEG_BIG else NEG_BIG
-            MM[warp * 16 + g, 1] = l_lo
-            MM[warp * 16 + g + 8, 0] = m_hi * scale if m_hi != NEG_BIG else NEG_BIG
-            MM[warp * 16 + g + 8, 1] = l_hi
+        warp_state(MO, MM, acc, (m_lo, m_hi, l_lo, l_hi), v_sc, h, scale, warp, g, t)
         cuda.syncthreads()
-        for idx in range(tid, QUERY_ROWS * D, THREADS):
-            r = idx // D
-            d = idx - r * D
-            mm = NEG_BIG
-            ll = float32(0.0)
-            oo = float32(0.0)
-            for ww in range(WARPS):
-                mm, ll, ca, cb = merge_state(mm, ll, MM[ww * 16 + r, 0], MM[ww * 16 + r, 1])
-                oo = oo * ca + cb * MO[ww * 16 + r, d]
-            bh = kvh * G + r // Nq
-            i = r % Nq
-            if FINAL and VARIANT:  # 0 for a row that saw no key
-                if BF16:
-                    o[bh, i, d] = f32_to_bf16(vk.normalized(oo, mm, ll))
-                else:
-                    o[bh, i, d] = vk.normalized(oo, mm, ll)
-                if LSE and d == 0:
-                    store_lse(mods, bh, i, mm, ll)
-            elif FINAL:
-                if PAGED and BF16:
-                    o[bh, i, d] = f32_to_bf16(oo / ll if ll != float32(0.0) else float32(0.0))
-                elif PAGED:
-                    o[bh, i, d] = oo / ll if ll != float32(0.0) else float32(0.0)  # an empty sequence: zeros
-                elif BF16:
-                    o[bh, i, d] = f32_to_bf16(oo / ll)
-                else:
-                    o[bh, i, d] = oo / ll
-                if LSE and d == 0:  # the row's log-sum-exp (mm in natural units)
-                    store_lse(mods, bh, i, mm, ll)
-            elif VARIANT:  # a split that saw no key of the row: a zero partial, weighed 0 (or 1 where none did)
-                part_o[split, bh * Nq + i, d] = vk.normalized(oo, mm, ll)
-                if d == 0:
-                    lse = vk.partial_lse(mm, ll, state_lse(mm, ll))
-                    part_lse[split, bh * Nq + i] = lse if not PAGED or Nk > 0 or split > 0 else EMPTY_SEQUENCE
-            else:
-                part_o[split, bh * Nq + i, d] = oo / ll if ll != float32(0.0) else float32(0.0)
-                if d == 0:
-                    if PAGED:  # an empty sequence: split 0 is a zero partial of weight 1
-                        part_lse[split, bh * Nq + i] = state_lse(mm, ll) if Nk > 0 or split > 0 else EMPTY_SEQUENCE
-                    else:
-                        part_lse[split, bh * Nq + i] = state_lse(mm, ll)
+        write_rows(out, MO, MM, (split, kvh, Nk), tid, mods)
         combine_last(out, MM, kvh, tid, mods)
 
     if KV_FORMAT:
