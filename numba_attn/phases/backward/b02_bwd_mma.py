@@ -45,20 +45,12 @@ def visible(i, j, Nq, Nk, causal):
 
 
 @functools.cache
-def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one):
-    """The ``bwd_mma`` kernels ``(delta, grad_kv, grad_q)`` on uint32 views of the f16/bf16 arrays: grad_kv with
-    Bc // 16 warps (16 keys each) over Q tiles of Br rows, grad_q with Br // 16 warps (16 rows each) over K/V
-    tiles of Bc keys."""
+def make_steps(D: int, bf16: bool, stage=PLAIN, dmod=one):
+    """What both kernels use, ``(grad_score, mma_into, ldmatrix_rows, delta)``: one score's (P, dS), an
+    m16n8k16 into accumulator registers, the ldmatrix.trans addresses, and the Delta kernel on packed words."""
     mma = mma_bf16 if bf16 else mma_f16
-    pack = pack_bf16x2 if bf16 else pack_f16x2
     unpack = unpack_bf16x2 if bf16 else unpack_f16x2
     DW = D // 2  # words of a row
-    RW = DW + 4  # a staged row in words (padded: conflict-free fragment reads)
-    KS = D // 16  # k-steps over the head dimension (S = Q Kᵀ, dP = dO Vᵀ)
-    DT = D // 8  # n-tiles of dK, dV, dQ (8 columns each)
-    ACC_REGS = 4 * DT  # accumulators of 16 rows of dK, dV or dQ
-    ST_REGS = 4 * (Br // 8)  # accumulators of Sᵀ (16 keys × Br rows) in grad_kv
-    S_REGS = 4 * (Bc // 8)  # accumulators of S (16 rows × Bc keys) in grad_q
 
     @device
     def grad_score(s, dp, ok, scale, lse_i, delta_i, idx, mods):
@@ -98,6 +90,22 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool, stage=PLAIN
                 d0, d1 = unpack(do[bh, i, w])
                 acc += o0 * d0 + o1 * d1
             dl[bh, i] = acc
+
+
+    return grad_score, mma_into, ldmatrix_rows, delta
+
+
+@functools.cache
+def make_grad_kv(D: int, Br: int, Bc: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one):
+    """grad_kv: Bc // 16 warps (16 keys each) over Q tiles of Br rows."""
+    grad_score, mma_into, ldmatrix_rows, _ = make_steps(D, bf16, stage, dmod)
+    pack = pack_bf16x2 if bf16 else pack_f16x2
+    DW = D // 2  # words of a row
+    RW = DW + 4  # a staged row in words (padded: conflict-free fragment reads)
+    KS = D // 16  # k-steps over the head dimension (S = Q Kᵀ, dP = dO Vᵀ)
+    DT = D // 8  # n-tiles of dK, dV, dQ (8 columns each)
+    ACC_REGS = 4 * DT  # accumulators of 16 rows of dK, dV or dQ
+    ST_REGS = 4 * (Br // 8)  # accumulators of Sᵀ (16 keys × Br rows)
 
     @kernel
     def grad_kv(q, k, v, do, lse, dl, dk, dv, scale, H, G, Nq, Nk, mods):
@@ -192,6 +200,21 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool, stage=PLAIN
                 dk[kvh, jw + g + 8, c] = pack(dK_j[4 * dt + 2] * scale, dK_j[4 * dt + 3] * scale)
                 dv[kvh, jw + g + 8, c] = pack(dV_j[4 * dt + 2], dV_j[4 * dt + 3])
 
+    return grad_kv
+
+
+@functools.cache
+def make_grad_q(D: int, Br: int, Bc: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one):
+    """grad_q: Br // 16 warps (16 rows each) over K/V tiles of Bc keys."""
+    grad_score, mma_into, ldmatrix_rows, _ = make_steps(D, bf16, stage, dmod)
+    pack = pack_bf16x2 if bf16 else pack_f16x2
+    DW = D // 2  # words of a row
+    RW = DW + 4  # a staged row in words (padded: conflict-free fragment reads)
+    KS = D // 16  # k-steps over the head dimension (S = Q Kᵀ, dP = dO Vᵀ)
+    DT = D // 8  # n-tiles of dK, dV, dQ (8 columns each)
+    ACC_REGS = 4 * DT  # accumulators of 16 rows of dK, dV or dQ
+    S_REGS = 4 * (Bc // 8)  # accumulators of S (16 rows × Bc keys)
+
     @kernel
     def grad_q(q, k, v, do, lse, dl, dq, scale, H, G, Nq, Nk, mods):
         """dQ_i of Br query rows of one head (16 per warp) over the K/V tiles of Bc keys the rows see."""
@@ -270,7 +293,13 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool, stage=PLAIN
             if r_hi < Nq:
                 dq[bh, r_hi, c] = pack(dQ_i[4 * dt + 2] * scale, dQ_i[4 * dt + 3] * scale)
 
-    return delta, grad_kv, grad_q
+    return grad_q
+
+
+def make_kernels(D: int, Br: int, Bc: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one):
+    """The ``bwd_mma`` kernels ``(delta, grad_kv, grad_q)`` on uint32 views of the f16/bf16 arrays."""
+    return (make_steps(D, bf16, stage, dmod)[3], make_grad_kv(D, Br, Bc, causal, bf16, stage, dmod),
+            make_grad_q(D, Br, Bc, causal, bf16, stage, dmod))
 
 
 def smem_bytes(D, Br, Bc):
