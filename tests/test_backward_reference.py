@@ -68,12 +68,29 @@ def test_a_mask_variant_and_a_row_that_sees_no_key():
     assert np.all(g.dq[:, :, 2] == 0) and np.all(np.isfinite(g.dk)) and np.all(g.dk[:, :, :3] == 0)
 
 
-def test_score_mod_is_refused():
-    from numba_attn.variants.library import softcap
+def test_score_functions_with_their_derivative_and_without():
+    """A score function's gradients by the chain rule (a float64 soft-cap over a window, the built-in ALiBi)
+    against finite differences; one without a derivative is refused."""
+    import math
 
-    q, k, v, do = _inputs(1, 1, 1, 2, 2, 2)
-    with pytest.raises(ValueError, match="score_mod"):
-        grad_reference(q, k, v, do, variant=make_variant(None, softcap(5.0)))
+    from numba_attn.variants.library import alibi, alibi_slopes
+    from numba_attn.variants.mods import Mod
+
+    def cap(score, b, h, q_idx, kv_idx):
+        return 2.0 * math.tanh(score / 2.0)
+
+    def cap_grad(score, b, h, q_idx, kv_idx):
+        return 1.0 - math.tanh(score / 2.0) ** 2
+
+    q, k, v, do = _inputs(1, 2, 1, 4, 6, 4, seed=7)
+    for variant in (make_variant(sliding_window(2), Mod(cap, "score", derivative=cap_grad)),
+                    make_variant(None, alibi(alibi_slopes(2)))):
+        g = grad_reference(q, k, v, do, causal=True, variant=variant)
+        for name, x, gr in (("dq", q, g.dq), ("dk", k, g.dk), ("dv", v, g.dv)):
+            fd = _finite_diff(lambda: attention_loss(q, k, v, do, causal=True, variant=variant), x)
+            assert np.abs(gr - fd).max() < 1e-6 * max(1.0, np.abs(fd).max()), (variant.name, name)
+    with pytest.raises(ValueError, match="score_mod needs its derivative"):
+        grad_reference(q, k, v, do, variant=make_variant(None, cap))
 
 
 @pytest.mark.parametrize("case", CASES)
