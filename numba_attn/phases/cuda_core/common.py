@@ -242,6 +242,34 @@ def row_keys(i, Br, Nq, Nk, causal):
 
 
 @functools.cache
+def block_walk(Br: int, Bc: int, causal: bool, stage=PLAIN):
+    """The walk of a block of Br query rows over its key tiles of Bc (smem_kv … double_buffer), device functions
+    ``(keys, start, tile)``: ``keys(i, bh, H, Nq, Nk, mods) -> (n_keys, block_keys, where)``, the keys query
+    row ``i`` sees, those the loop walks (a variant: Bc times its visited tiles) and ``where = (b, h, qt, q_idx)``
+    (``q_idx = i + Nk - Nq``: the row among the keys); ``start(where, jv, mods)``, the first key of the loop's
+    tile at ``jv``; ``tile(where, jv, mods) -> (j0, at)``, that key and ``at = (b, h, q_idx, j0, kind)`` for
+    the inner loop (:func:`tile_rows`)."""
+    @device
+    def keys(i, bh, H, Nq, Nk, mods):
+        n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
+        b, h, qt = bh // H, bh % H, cuda.blockIdx.x
+        return n_keys, stage.loop_keys(mods, b, h, qt, block_keys, Bc), (b, h, qt, i + Nk - Nq)
+
+    @device
+    def start(where, jv, mods):
+        b, h, qt, _ = where
+        return stage.tile_start(mods, b, h, qt, jv, Bc)
+
+    @device
+    def tile(where, jv, mods):
+        b, h, qt, q_idx = where
+        j0 = start(where, jv, mods)
+        return j0, (b, h, q_idx, j0, stage.tile_kind(mods, b, h, qt, j0 // Bc))
+
+    return keys, start, tile
+
+
+@functools.cache
 def segment_rows(D: int, SEG: int, stage=PLAIN):
     """The inner loop of segmented_out, one_barrier and warp_specialized: one thread's
     query row ``r`` against the first ``n`` keys of a K/V tile in shared memory

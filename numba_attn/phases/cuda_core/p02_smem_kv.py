@@ -20,7 +20,7 @@ import functools
 from numba import cuda, float32
 
 from numba_attn.gpu.jit import kernel
-from numba_attn.phases.cuda_core.common import (kv_head, load_kv, row_block_launch, row_keys, start_row_q,
+from numba_attn.phases.cuda_core.common import (block_walk, kv_head, load_kv, row_block_launch, start_row_q,
                                                 static_kv_reason, store_row, tile_rows)
 from numba_attn.phases.registry import register_phase
 from numba_attn.variants.sinks import stages_for
@@ -29,6 +29,7 @@ from numba_attn.variants.stages import PLAIN
 
 @functools.cache
 def make_kernel(D: int, Br: int, Bc: int, causal: bool, stage=PLAIN):
+    keys, _, tile = block_walk(Br, Bc, causal, stage)
     rows = tile_rows(D, stage)
     store = store_row(D, stage)
 
@@ -44,16 +45,12 @@ def make_kernel(D: int, Br: int, Bc: int, causal: bool, stage=PLAIN):
         Q_i = cuda.local.array(D, float32)
         O_i = cuda.local.array(D, float32)
         m, l = start_row_q(Q_i, O_i, q, bh, i, scale, row_ok)
-        n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
-        b, h, qt = bh // H, bh % H, cuda.blockIdx.x
-        block_keys = stage.loop_keys(mods, b, h, qt, block_keys, Bc)  # a variant: its visited tiles
+        n_keys, block_keys, where = keys(i, bh, H, Nq, Nk, mods)  # a variant: its visited tiles
         for jv in range(0, block_keys, Bc):
-            j0 = stage.tile_start(mods, b, h, qt, jv, Bc)
-            kind = stage.tile_kind(mods, b, h, qt, j0 // Bc)
+            j0, at = tile(where, jv, mods)  # where the tile is, for the variant
             load_kv(K_j, V_j, k, v, kvh, j0, Nk, tid, Br)
             cuda.syncthreads()
             if row_ok:
-                at = (b, h, i + Nk - Nq, j0, kind)  # where the tile is, for the variant
                 m, l = rows(Q_i, K_j, V_j, min(Bc, n_keys - j0), m, l, O_i, at, mods)
             cuda.syncthreads()
         if row_ok:

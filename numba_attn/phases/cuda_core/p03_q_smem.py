@@ -19,8 +19,8 @@ from numba import cuda, float32
 
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled, smem_reason
-from numba_attn.phases.cuda_core.common import (kv_head, load_kv, row_block_launch, row_keys, segment_rows, start_row,
-                                                store_row)
+from numba_attn.phases.cuda_core.common import (block_walk, kv_head, load_kv, row_block_launch, segment_rows,
+                                                start_row, store_row)
 from numba_attn.phases.registry import register_phase
 from numba_attn.variants.sinks import stages_for
 from numba_attn.variants.stages import PLAIN
@@ -34,6 +34,7 @@ def smem_floats(D, Br, Bc):
 def make_kernel(D: int, Br: int, Bc: int, causal: bool, stage=PLAIN):
     K_OFF = D * Br
     V_OFF = K_OFF + Bc * D
+    keys, _, tile = block_walk(Br, Bc, causal, stage)
     rows = segment_rows(D, D, stage)  # one segment: the thread's whole row
     store = store_row(D, stage)
 
@@ -50,16 +51,12 @@ def make_kernel(D: int, Br: int, Bc: int, causal: bool, stage=PLAIN):
         load_tile_t_scaled(Q_t, q, bh, cuda.blockIdx.x * Br, Nq, scale, tid, Br, Br, D)
         O_i = cuda.local.array(D, float32)
         m, l = start_row(O_i)
-        n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
-        b, h, qt = bh // H, bh % H, cuda.blockIdx.x
-        block_keys = stage.loop_keys(mods, b, h, qt, block_keys, Bc)  # a variant: its visited tiles
+        n_keys, block_keys, where = keys(i, bh, H, Nq, Nk, mods)  # a variant: its visited tiles
         for jv in range(0, block_keys, Bc):
-            j0 = stage.tile_start(mods, b, h, qt, jv, Bc)
-            kind = stage.tile_kind(mods, b, h, qt, j0 // Bc)
+            j0, at = tile(where, jv, mods)  # where the tile is, for the variant
             load_kv(K_j, V_j, k, v, kvh, j0, Nk, tid, Br)
             cuda.syncthreads()
             if row_ok:
-                at = (b, h, i + Nk - Nq, j0, kind)  # where the tile is, for the variant
                 m, l = rows(Q_t, K_j, V_j, tid, 0, min(Bc, n_keys - j0), m, l, O_i, at, mods)
             cuda.syncthreads()
         if row_ok:

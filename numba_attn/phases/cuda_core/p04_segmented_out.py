@@ -20,7 +20,7 @@ from numba import cuda, float32
 
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled
-from numba_attn.phases.cuda_core.common import (load_kv, register_cap, resolve_seg, row_keys, segment_launch,
+from numba_attn.phases.cuda_core.common import (block_walk, load_kv, register_cap, resolve_seg, segment_launch,
                                                 segment_rows, segment_supports, segment_thread, start_row, store_row)
 from numba_attn.phases.registry import register_phase
 from numba_attn.variants.sinks import stages_for
@@ -36,6 +36,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool, stage=PLAIN):
     K_OFF = D * Br
     V_OFF = K_OFF + Bc * D
     NT = Br * (D // SEG)
+    keys, _, tile = block_walk(Br, Bc, causal, stage)
     rows = segment_rows(D, SEG, stage)
     store = store_row(SEG, stage)
 
@@ -49,16 +50,12 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool, stage=PLAIN):
         load_tile_t_scaled(Q_t, q, bh, cuda.blockIdx.x * Br, Nq, scale, tid, NT, Br, D)
         O_seg = cuda.local.array(SEG, float32)
         m, l = start_row(O_seg)
-        n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
-        b, h, qt = bh // H, bh % H, cuda.blockIdx.x
-        block_keys = stage.loop_keys(mods, b, h, qt, block_keys, Bc)  # a variant: its visited tiles
+        n_keys, block_keys, where = keys(i, bh, H, Nq, Nk, mods)  # a variant: its visited tiles
         for jv in range(0, block_keys, Bc):
-            j0 = stage.tile_start(mods, b, h, qt, jv, Bc)
-            kind = stage.tile_kind(mods, b, h, qt, j0 // Bc)
+            j0, at = tile(where, jv, mods)  # where the tile is, for the variant
             load_kv(K_j, V_j, k, v, kvh, j0, Nk, tid, NT)
             cuda.syncthreads()
             if row_ok:
-                at = (b, h, i + Nk - Nq, j0, kind)  # where the tile is, for the variant
                 m, l = rows(Q_t, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg, at, mods)
             cuda.syncthreads()
         if row_ok:

@@ -22,7 +22,7 @@ from numba import cuda, float32
 from numba_attn.gpu.device_functions import load_tile
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, load_tile_t_scaled
-from numba_attn.phases.cuda_core.common import (register_cap, resolve_seg, row_keys, segment_launch, segment_rows,
+from numba_attn.phases.cuda_core.common import (block_walk, register_cap, resolve_seg, segment_launch, segment_rows,
                                                 segment_supports, segment_thread, start_row, store_row)
 from numba_attn.phases.registry import register_phase
 from numba_attn.variants.sinks import stages_for
@@ -40,6 +40,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool, stage=PLAIN):
     NT = Br * (D // SEG)
     rows = segment_rows(D, SEG, stage)
     store = store_row(SEG, stage)
+    keys, start, tile = block_walk(Br, Bc, causal, stage)
 
     @kernel(**register_cap(D, Br, SEG))
     def one_barrier(q, k, v, o, scale, H, G, Nq, Nk, mods):
@@ -49,25 +50,21 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool, stage=PLAIN):
         load_tile_t_scaled(Q_t, q, bh, cuda.blockIdx.x * Br, Nq, scale, tid, NT, Br, D)
         O_seg = cuda.local.array(SEG, float32)
         m, l = start_row(O_seg)
-        n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
-        b, h, qt = bh // H, bh % H, cuda.blockIdx.x
-        block_keys = stage.loop_keys(mods, b, h, qt, block_keys, Bc)  # a variant: its visited tiles
-        first = stage.tile_start(mods, b, h, qt, 0, Bc)
+        n_keys, block_keys, where = keys(i, bh, H, Nq, Nk, mods)  # a variant: its visited tiles
+        first = start(where, 0, mods)
         load_tile(dynamic_tile(K_OFF, Bc, D), k, kvh, first, Nk, tid, NT)
         load_tile(dynamic_tile(V_OFF, Bc, D), v, kvh, first, Nk, tid, NT)
         for jv in range(0, block_keys, Bc):
-            j0 = stage.tile_start(mods, b, h, qt, jv, Bc)
-            kind = stage.tile_kind(mods, b, h, qt, j0 // Bc)
+            j0, at = tile(where, jv, mods)  # where the tile is, for the variant
             st = (jv // Bc) & 1
             K_j = dynamic_tile(K_OFF + st * (Bc * D), Bc, D)
             V_j = dynamic_tile(V_OFF + st * (Bc * D), Bc, D)
             cuda.syncthreads()  # tile j0 stored; every thread is done with the other stage
             if jv + Bc < block_keys:
-                j_next = stage.tile_start(mods, b, h, qt, jv + Bc, Bc)
+                j_next = start(where, jv + Bc, mods)
                 load_tile(dynamic_tile(K_OFF + (1 - st) * (Bc * D), Bc, D), k, kvh, j_next, Nk, tid, NT)
                 load_tile(dynamic_tile(V_OFF + (1 - st) * (Bc * D), Bc, D), v, kvh, j_next, Nk, tid, NT)
             if row_ok:
-                at = (b, h, i + Nk - Nq, j0, kind)  # where the tile is, for the variant
                 m, l = rows(Q_t, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg, at, mods)
         if row_ok:
             store(o, bh, i, c0, O_seg, m, l, mods)

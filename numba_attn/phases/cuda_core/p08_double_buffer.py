@@ -20,8 +20,8 @@ from numba import cuda, float32
 
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, fetch4, load_tile4, put4
-from numba_attn.phases.cuda_core.common import (register_cap, resolve_seg, row_keys, segment_launch, segment_rows4,
-                                                segment_supports, segment_thread, start_row, store_row)
+from numba_attn.phases.cuda_core.common import (block_walk, register_cap, resolve_seg, segment_launch,
+                                                segment_rows4, segment_supports, segment_thread, start_row, store_row)
 from numba_attn.phases.registry import register_phase
 from numba_attn.variants.sinks import stages_for
 from numba_attn.variants.stages import PLAIN
@@ -41,6 +41,7 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool, stage=PLAIN):
     NT = Br * (D // SEG)
     rows = segment_rows4(D, SEG, stage)
     store = store_row(SEG, stage)
+    keys, start, tile = block_walk(Br, Bc, causal, stage)
     STAGE = (Bc * D // 4 + NT - 1) // NT * 4  # floats staged per thread and tile (K, and V)
 
     @kernel(**register_cap(D, Br, SEG))
@@ -51,10 +52,8 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool, stage=PLAIN):
         load_tile4(Q_s, q, bh, cuda.blockIdx.x * Br, Nq, scale, tid, NT, Br, D)
         O_seg = cuda.local.array(SEG, float32)
         m, l = start_row(O_seg)
-        n_keys, block_keys = row_keys(i, Br, Nq, Nk, causal)
-        b, h, qt = bh // H, bh % H, cuda.blockIdx.x
-        block_keys = stage.loop_keys(mods, b, h, qt, block_keys, Bc)  # a variant: its visited tiles
-        first = stage.tile_start(mods, b, h, qt, 0, Bc)
+        n_keys, block_keys, where = keys(i, bh, H, Nq, Nk, mods)  # a variant: its visited tiles
+        first = start(where, 0, mods)
         stage_k = cuda.local.array(STAGE, float32)
         stage_v = cuda.local.array(STAGE, float32)
         fetch4(stage_k, k, kvh, first, Nk, tid, NT, Bc, D)
@@ -62,19 +61,17 @@ def make_kernel(D: int, Br: int, Bc: int, SEG: int, causal: bool, stage=PLAIN):
         put4(dynamic_tile(K_OFF, Bc, D), stage_k, tid, NT, Bc, D)
         put4(dynamic_tile(V_OFF, Bc, D), stage_v, tid, NT, Bc, D)
         for jv in range(0, block_keys, Bc):
-            j0 = stage.tile_start(mods, b, h, qt, jv, Bc)
-            kind = stage.tile_kind(mods, b, h, qt, j0 // Bc)
+            j0, at = tile(where, jv, mods)  # where the tile is, for the variant
             st = (jv // Bc) & 1
             K_j = dynamic_tile(K_OFF + st * (Bc * D), Bc, D)
             V_j = dynamic_tile(V_OFF + st * (Bc * D), Bc, D)
             cuda.syncthreads()  # tile j0 stored; every thread is done with the other stage
             has_next = jv + Bc < block_keys
             if has_next:  # global loads of the next tile in flight during this tile's math
-                j_next = stage.tile_start(mods, b, h, qt, jv + Bc, Bc)
+                j_next = start(where, jv + Bc, mods)
                 fetch4(stage_k, k, kvh, j_next, Nk, tid, NT, Bc, D)
                 fetch4(stage_v, v, kvh, j_next, Nk, tid, NT, Bc, D)
             if row_ok:
-                at = (b, h, i + Nk - Nq, j0, kind)  # where the tile is, for the variant
                 m, l = rows(Q_s, K_j, V_j, r, c0, min(Bc, n_keys - j0), m, l, O_seg, at, mods)
             if has_next:  # the other stage was last read before this tile's barrier
                 put4(dynamic_tile(K_OFF + (1 - st) * (Bc * D), Bc, D), stage_k, tid, NT, Bc, D)
