@@ -18,12 +18,11 @@ import functools
 
 from numba import cuda, float32, uint32
 
-from numba_attn.gpu.device_functions import NEG_BIG
 from numba_attn.gpu.intrinsics import rows_head_major
 from numba_attn.gpu.jit import device
 from numba_attn.gpu.wgmma import kmajor_params, make_wgmma_rs, make_wgmma_wait, mnmajor_params
 from numba_attn.phases.tensor_core.epilogue import lse_fragments, store_fragments
-from numba_attn.phases.tensor_core.fragments import q_fragments
+from numba_attn.phases.tensor_core.fragments import q_start
 from numba_attn.phases.tensor_core.mask import key_ends, mask_fragments, variant_fragments
 from numba_attn.phases.tensor_core.pipeline import ring_functions
 from numba_attn.phases.tensor_core.producer import load_functions
@@ -52,9 +51,9 @@ def wgmma_products(tiles, bf16: bool, pv_waited: bool):
 
 @functools.cache
 def scores_to_p(tiles, causal: bool, bf16: bool, stage=PLAIN):
-    """A device function ``to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2, tile) -> stats``: the scores
-    ``s`` of the tile of keys from ``j0`` (rows g and g+8 of the warp from ``row0``) through the variant
-    ``stage`` (``tile = (kind, walk)``: the tile's kind and the item's :func:`.scheduler.key_tiles` walk) and
+    """A device function ``to_p(s, pf, acc, stats, j0, kind, loads, rows, lane_ids) -> stats`` (the mainloop's
+    tuples): the scores ``s`` of the tile of keys from ``j0`` (rows g and g+8 of the warp from ``row0``) through
+    the variant ``stage`` (``kind``: the tile's; ``loads[6]``: the item's :func:`.scheduler.key_tiles` walk) and
     masked, the online softmax, P packed into ``pf``, O (``acc``) rescaled."""
     vary = variant_fragments(tiles.s_tiles, stage)
     mask = mask_fragments(tiles.s_tiles, tiles.Bc, causal)
@@ -63,9 +62,10 @@ def scores_to_p(tiles, causal: bool, bf16: bool, stage=PLAIN):
     rescale = rescale_o(tiles.o_tiles)
 
     @device
-    def to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2, tile):
-        kind, walk = tile
-        mods, b, h, qt, Nq = walk
+    def to_p(s, pf, acc, stats, j0, kind, loads, rows, lane_ids):
+        row0, _, Nk, off, sl2 = rows
+        g, t = lane_ids[2], lane_ids[3]
+        mods, b, h, qt, Nq = loads[6]
         vary(s, 0, j0, row0 + g, t, Nq, Nk, off, (b, h, kind, sl2 * LN2), mods)  # score_mod, mask_mod
         mask(s, 0, j0, row0, row0 + g, t, Nk, off)  # keys past the end and (causal) above the diagonal
         stats, corr_lo, corr_hi = softmax(s, stats, sl2)
@@ -90,18 +90,16 @@ def plain_mainloop(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, st
     @device
     def step(it, n_tiles, ring, refill, stats, regs, loads, rows, lane_ids):
         qf, s, sn, pf, acc = regs
-        tid, lane, g, t, first = lane_ids
-        row0, wg_end, Nk, off, sl2 = rows
         KV = loads[0]
         kt = tile_at(loads[6], it)  # (a variant: the block mask's it-th visited tile, read before the
         kind = kind_at(loads[6], kt)  # wait below, which hides the two reads' latency)
-        ring, refill = acquire(loads, it, n_tiles, ring, refill, tid)
+        ring, refill = acquire(loads, it, n_tiles, ring, refill, lane_ids[0])
         j0 = kt * Bc
-        if j0 < wg_end:
+        if j0 < rows[1]:  # this warpgroup's rows see keys of the tile
             qk(s, qf, 0, KV, ring[0] * TILE)  # S = Q Kᵀ: KS wgmma m64nBc k16, K read from shared memory
-            stats = to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2, (kind, loads[6]))
+            stats = to_p(s, pf, acc, stats, j0, kind, loads, rows, lane_ids)
             pv(acc, pf, 0, KV, (STAGES + ring[0]) * TILE)  # O += P V: KK wgmma m64nD k16, V transposed
-        release(loads, ring[0], lane)
+        release(loads, ring[0], lane_ids[1])
         stage, phase = advance(ring)
         refill_stage, refill_phase = advance(refill)
         return stats, stage, phase, refill_stage, refill_phase
@@ -127,7 +125,7 @@ def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop
     ring state at its first tile in, after its last out (a persistent block's next item goes on from there).
     ``stage``: the variant's (``loads[6]``: the item's walk over its key tiles, :func:`.scheduler.key_tiles`)."""
     ends = key_ends(tiles.Br, 64, causal)  # (the block's keys, a warpgroup's keys) from its first row
-    load_q = q_fragments(tiles.qk_steps, False, tiles.D // 2)
+    start = q_start(tiles.qk_steps, tiles.o_regs, False, tiles.D // 2)
     store = store_fragments(tiles.o_tiles, "bf16" if bf16 else "f16")
     store_lse = lse_fragments(stage)
     prologue = load_functions(tiles, loads, varlen, getattr(mainloop_factory, "ahead", False), stage)[0]
@@ -143,14 +141,11 @@ def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop
         Nk = loads[5]
         qf = cuda.local.array(q_regs, uint32)
         r_lo = row0 + g
-        load_q(qf, 0, q, bh, r_lo, Nq, t)
         acc = cuda.local.array(o_regs, float32)
-        for i in range(o_regs):
-            acc[i] = float32(0.0)
+        stats = start(qf, acc, q, bh, r_lo, Nq, t)  # Q's A fragments, O = 0; running max and sums (lane's columns)
         s = cuda.local.array(s_regs, float32)
         sn = cuda.local.array(s_regs, float32)  # overlap: S of the next tile, in flight during this tile's softmax
         pf = cuda.local.array(p_regs, uint32)
-        stats = (NEG_BIG, NEG_BIG, float32(0.0), float32(0.0))  # running max and sums (this lane's columns)
 
         # the keys the block loads, and those this warpgroup needs (warpgroup-uniform: wgmma is collective)
         kv_end, wg_end = ends(blk0, wg0, Nq, Nk, off)

@@ -2,6 +2,7 @@
 
 * :func:`warp_rows` — the block's and the warp's query rows and the KV head of an mma.sync kernel;
 * :func:`q_fragments` — the A fragments of Q, loaded once from global memory into registers;
+* :func:`q_start` — a warp's start: Q's fragments, O zero, the online softmax's state of rows that saw no key;
 * :func:`qk_fragments` — S = Q·Kᵀ with mma.sync, the B fragments read from a K tile in shared memory.
 """
 from __future__ import annotations
@@ -10,10 +11,11 @@ import functools
 
 from numba import cuda, float32, uint32
 
+from numba_attn.gpu.device_functions import NEG_BIG
 from numba_attn.gpu.intrinsics import lds, to_tf32
 from numba_attn.gpu.jit import device
 
-__all__ = ["q_fragments", "qk_fragments", "warp_rows"]
+__all__ = ["q_fragments", "q_start", "qk_fragments", "warp_rows"]
 
 
 @device
@@ -44,6 +46,23 @@ def q_fragments(KS: int, tf32: bool = False, DW: int = 0):
             qf[base + 4 * ks + 3] = cvt(q[bh, r_hi, c + 4]) if r_hi < Nq and (not padded or c + 4 < DW) else uint32(0)
 
     return load
+
+
+@functools.cache
+def q_start(KS: int, NO: int, tf32: bool = False, DW: int = 0):
+    """A device function ``start(qf, acc, q, bh, r_lo, Nq, t) -> (m_lo, m_hi, l_lo, l_hi)``: Q's A fragments into
+    ``qf`` (:func:`q_fragments` with ``KS``, ``tf32``, ``DW``), the ``NO`` output accumulators ``acc`` zeroed,
+    and the running max and sums of rows g and g+8 before any key (m = NEG_BIG, l = 0)."""
+    load_q = q_fragments(KS, tf32, DW)
+
+    @device
+    def start(qf, acc, q, bh, r_lo, Nq, t):
+        load_q(qf, 0, q, bh, r_lo, Nq, t)
+        for i in range(NO):
+            acc[i] = float32(0.0)
+        return NEG_BIG, NEG_BIG, float32(0.0), float32(0.0)
+
+    return start
 
 
 @functools.cache

@@ -16,13 +16,12 @@ import functools
 
 from numba import cuda, float32, uint16, uint32
 
-from numba_attn.gpu.device_functions import NEG_BIG
 from numba_attn.gpu.intrinsics import (SMEM_ALIGN, ld_global_v4, lds, mma_bf16, mma_f16, pack_b16x2, pack_bf16x2,
                                        pack_f16x2, st_shared_v4)
 from numba_attn.gpu.jit import kernel
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.epilogue import store_fragments
-from numba_attn.phases.tensor_core.fragments import q_fragments, qk_fragments, warp_rows
+from numba_attn.phases.tensor_core.fragments import q_start, qk_fragments, warp_rows
 from numba_attn.phases.tensor_core.mask import key_ends
 from numba_attn.phases.tensor_core.mma_sync import MMA_REGISTRATION, launch_mma
 from numba_attn.phases.tensor_core.scheduler import varlen_views
@@ -54,7 +53,7 @@ def make_mma_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool, varlen: b
     q_regs = 4 * qk_steps  # Q fragment registers
     s_regs = 4 * s_tiles  # score accumulators
     o_regs = 4 * o_tiles  # output accumulators
-    load_q = q_fragments(qk_steps, False, D // 2)
+    start = q_start(qk_steps, o_regs, False, D // 2)
     qk = qk_fragments(s_tiles, qk_steps, mma)
     update = masked_update(s_tiles, Bc, causal, o_tiles, stage)  # variant, mask, online softmax, O rescaled
     lanes = warp_rows(Br, 16)
@@ -74,15 +73,9 @@ def make_mma_kernel(D: int, W: int, Bc: int, causal: bool, bf16: bool, varlen: b
         off = Nk - Nq  # causal: row i sees keys j <= i + off
 
         qf = cuda.local.array(q_regs, uint32)
-        load_q(qf, 0, q, bh, r_lo, Nq, t)
         acc = cuda.local.array(o_regs, float32)
-        for i in range(o_regs):
-            acc[i] = float32(0.0)
+        m_lo, m_hi, l_lo, l_hi = start(qf, acc, q, bh, r_lo, Nq, t)  # Q's A fragments, O = 0
         s = cuda.local.array(s_regs, float32)
-        m_lo = NEG_BIG
-        m_hi = NEG_BIG
-        l_lo = float32(0.0)
-        l_hi = float32(0.0)
 
         kv_end, warp_end = ends(blk0, row0, Nq, Nk, off)
         b, h, qt = (cuda.blockIdx.z, bh, cuda.blockIdx.x) if varlen else (bh // H, bh % H, cuda.blockIdx.x)

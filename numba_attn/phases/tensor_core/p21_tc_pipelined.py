@@ -16,7 +16,7 @@ import functools
 from numba import cuda, float32, uint32
 
 from numba_attn.gpu.device_functions import NEG_BIG, fragment_rescale, fragment_softmax
-from numba_attn.gpu.intrinsics import (SMEM_ALIGN, cp_async16_flat, cp_async_commit, cp_async_wait, ldmatrix_x4,
+from numba_attn.gpu.intrinsics import (SMEM_ALIGN, cp_async16_flat, cp_async_wait, ldmatrix_x4,
                                        ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2)
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT, dynamic_tile, smem_reason, swizzle_row_chunks
@@ -25,6 +25,7 @@ from numba_attn.phases.tensor_core.epilogue import store_fragments
 from numba_attn.phases.tensor_core.fragments import q_fragments
 from numba_attn.phases.tensor_core.mask import key_ends, variant_fragments
 from numba_attn.phases.tensor_core.mma_sync import launch_mma, supports_tc
+from numba_attn.phases.tensor_core.pipeline import cp_async_ring
 from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.variants.stages import LN2, PLAIN, stages_of
 
@@ -71,14 +72,15 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
     NSA = MT * s_regs
     NOA = MT * o_regs
     NR = 2 * MT  # rows g and g+8 of each m-tile
-    WAIT = STAGES - 2  # copy groups that may stay in flight when tile j is needed
     ends = key_ends(Br, WR, causal)
     vary = variant_fragments(s_tiles, stage)  # a variant's score and mask functions (nothing for plain attention)
     count, tile_at, kind_at = key_tiles(Bc, stage)  # every tile to the causal bound, or a variant's visited ones
 
     @device
-    def copy_tile(KV, k, v, tile, sb, Nk, lr0, lc, g_base):
-        """Issue this thread's cp.async copies of K/V tile ``tile`` into buffer ``sb``."""
+    def copy_tile(tile, sb, to):
+        """Issue this thread's cp.async copies of K/V tile ``tile`` into buffer ``sb``;
+        ``to = (KV, k, v, Nk, lr0, lc, g_base)``."""
+        KV, k, v, Nk, lr0, lc, g_base = to
         for i in range(CPT):
             r = lr0 + i * RSTEP
             if r < Bc:
@@ -91,6 +93,8 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
                     ok = row < Nk
                 cp_async16_flat(KV, so, k, go, ok)
                 cp_async16_flat(KV, so + VOFF, v, go, ok)
+
+    fill, refill = cp_async_ring(STAGES, Bc, copy_tile, stage)  # the prologue, and per tile wait and refill
 
     @kernel(**({"max_registers": MAXREG} if MAXREG else {}))
     def tc_pipelined(q, k, v, o, sl2, H, G, Nq, Nk, mods):
@@ -146,20 +150,10 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MT: int, MAXREG: int, caus
         if CVEC > row_chunks:  # the zero-filled chunk reads nothing; its address stays inside the row
             g_base = kvh * Nk * DW + 4 * min(lc, row_chunks - 1)
 
-        # prologue: tiles 0 .. STAGES-2 in flight
-        for st in range(STAGES - 1):
-            if st < n_tiles:
-                copy_tile(KV, k, v, tile_at(walk, st), st, Nk, lr0, lc, g_base)
-            cp_async_commit()
-
+        to = (KV, k, v, Nk, lr0, lc, g_base)  # the tile copies' arguments
+        fill(walk, n_tiles, to)  # prologue: tiles 0 .. STAGES-2 in flight
         for it in range(n_tiles):
-            cp_async_wait(WAIT)  # tile `it` has landed (for this thread's copies) ...
-            cuda.syncthreads()  # ... for every thread's; and every warp is done with tile it-1
-            nxt = it + STAGES - 1
-            if nxt < n_tiles:  # refill the buffer of tile it-1
-                copy_tile(KV, k, v, tile_at(walk, nxt), nxt % STAGES, Nk, lr0, lc, g_base)
-            cp_async_commit()
-
+            refill(walk, it, n_tiles, to)  # tile it landed (every thread's copies); refill the buffer of tile it-1
             kt = tile_at(walk, it)
             j0 = kt * Bc
             if j0 < warp_end:

@@ -15,15 +15,15 @@ import functools
 
 from numba import cuda, float32, uint32
 
-from numba_attn.gpu.device_functions import NEG_BIG
-from numba_attn.gpu.intrinsics import SMEM_ALIGN, cp_async16, cp_async_commit, cp_async_wait, lds, mma_tf32, to_tf32
+from numba_attn.gpu.intrinsics import SMEM_ALIGN, cp_async16, cp_async_wait, lds, mma_tf32, to_tf32
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.epilogue import store_fragments
-from numba_attn.phases.tensor_core.fragments import q_fragments, qk_fragments, warp_rows
+from numba_attn.phases.tensor_core.fragments import q_start, qk_fragments, warp_rows
 from numba_attn.phases.tensor_core.mask import key_ends
 from numba_attn.phases.tensor_core.mma_sync import launch_mma
+from numba_attn.phases.tensor_core.pipeline import cp_async_ring
 from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.phases.tensor_core.softmax import masked_update
 from numba_attn.variants.stages import PLAIN, stages_of
@@ -49,18 +49,20 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool,
     q_regs = 4 * qk_steps
     s_regs = 4 * s_tiles
     o_regs = 4 * o_tiles
-    load_q = q_fragments(qk_steps, tf32=True)
+    start = q_start(qk_steps, o_regs, tf32=True)
     qk = qk_fragments(s_tiles, qk_steps, mma_tf32, tf32=True)
     update = masked_update(s_tiles, Bc, causal, o_tiles, stage)  # variant, mask, online softmax, O rescaled
     count, tile_at, kind_at = key_tiles(Bc, stage)  # every tile to the causal bound, or a variant's visited ones
     lanes = warp_rows(Br, 16)
     ends = key_ends(Br, 16, causal)
     store = store_fragments(o_tiles, "f32")
-    WAIT = STAGES - 2
 
     @device
-    def copy_tile(KV, k, v, kvh, j0, sb, tid, Nk):
-        """Thread ``tid``'s cp.async copies of the K/V tile of keys from ``j0`` into ring stage ``sb``."""
+    def copy_tile(tile, sb, to):
+        """Thread ``tid``'s cp.async copies of K/V tile ``tile`` (keys from ``j0``) into ring stage ``sb``;
+        ``to = (KV, k, v, kvh, tid, Nk)``."""
+        KV, k, v, kvh, tid, Nk = to
+        j0 = tile * Bc
         for i in range(CPT):
             e = tid + i * threads
             if e < CHUNKS:
@@ -71,6 +73,8 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool,
                 cp_async16(KV, sb * Bc + r, c, k, kvh, src, c, ok)
                 cp_async16(KV, (STAGES + sb) * Bc + r, c, v, kvh, src, c, ok)
 
+    fill, refill = cp_async_ring(STAGES, Bc, copy_tile, stage)
+
     @kernel(**({"max_registers": MAXREG} if MAXREG else {}))
     def tc_tf32(q, k, v, o, sl2, H, G, Nq, Nk, mods):
         KV = cuda.shared.array((ROWS, ROW), float32, alignment=ALIGN)
@@ -79,33 +83,18 @@ def make_kernel(D: int, W: int, Bc: int, STAGES: int, MAXREG: int, causal: bool,
         off = Nk - Nq
 
         qf = cuda.local.array(q_regs, uint32)
-        load_q(qf, 0, q, bh, r_lo, Nq, t)  # A fragments (g / g+8, t / t+4), rounded to tf32
         acc = cuda.local.array(o_regs, float32)
-        for i in range(o_regs):
-            acc[i] = float32(0.0)
+        m_lo, m_hi, l_lo, l_hi = start(qf, acc, q, bh, r_lo, Nq, t)  # Q's A fragments rounded to tf32, O = 0
         s = cuda.local.array(s_regs, float32)
-        m_lo = NEG_BIG
-        m_hi = NEG_BIG
-        l_lo = float32(0.0)
-        l_hi = float32(0.0)
 
         kv_end, warp_end = ends(blk0, row0, Nq, Nk, off)
         walk = (mods, bh // H, bh % H, cuda.blockIdx.x, Nq)  # the block mask's row of tiles (a variant)
         n_tiles = count(walk, (kv_end + Bc - 1) // Bc)
 
-        for st in range(STAGES - 1):
-            if st < n_tiles:
-                copy_tile(KV, k, v, kvh, tile_at(walk, st) * Bc, st, tid, Nk)
-            cp_async_commit()
-
+        to = (KV, k, v, kvh, tid, Nk)  # the tile copies' arguments
+        fill(walk, n_tiles, to)  # tiles 0 .. STAGES-2 in flight
         for it in range(n_tiles):
-            cp_async_wait(WAIT)
-            cuda.syncthreads()
-            nxt = it + STAGES - 1
-            if nxt < n_tiles:
-                copy_tile(KV, k, v, kvh, tile_at(walk, nxt) * Bc, nxt % STAGES, tid, Nk)
-            cp_async_commit()
-
+            refill(walk, it, n_tiles, to)  # tile it landed; tile it+STAGES-1 into tile it-1's stage
             kt = tile_at(walk, it)
             j0 = kt * Bc
             if j0 < warp_end:

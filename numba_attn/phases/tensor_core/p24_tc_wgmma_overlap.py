@@ -40,13 +40,11 @@ def overlap_mainloop(tiles, causal, bf16, loads, varlen, stage=PLAIN):
     @device
     def step(it, n_tiles, s, sn, ring, refill, stats, regs, loads, rows, lane_ids):
         qf, pf, acc = regs
-        tid, lane, g, t, first = lane_ids
-        row0, wg_end, Nk, off, sl2 = rows
         KV = loads[0]
         kt = tile_at(loads[6], it)  # (a variant: the block mask's it-th visited tile, read before the
         kind = kind_at(loads[6], kt)  # wait below, which hides the two reads' latency)
         ring_next = advance(ring)  # tile it+1
-        ring_next, refill = acquire(loads, it, n_tiles, ring_next, refill, tid)  # tile it+1 has landed
+        ring_next, refill = acquire(loads, it, n_tiles, ring_next, refill, lane_ids[0])  # tile it+1 has landed
         j0 = kt * Bc
         # -- issue S_{it+1} = Q K_{it+1}ᵀ: the tensor cores work on it during the softmax below. Issued
         # for every tile, also past the last one or past this warpgroup's keys (its scores then unused):
@@ -54,11 +52,11 @@ def overlap_mainloop(tiles, causal, bf16, loads, varlen, stage=PLAIN):
         # the loop unrolled by two (C7515). Past the last tile the stage holds tile it+1-STAGES (or
         # nothing yet), which no load rewrites: nothing is read that is being written.
         qk_next(sn, qf, 0, KV, ring_next[0] * TILE)
-        if j0 < wg_end:
-            stats = to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2, (kind, loads[6]))
+        if j0 < rows[1]:  # this warpgroup's rows see keys of the tile
+            stats = to_p(s, pf, acc, stats, j0, kind, loads, rows, lane_ids)
             pv(acc, pf, 0, KV, (STAGES + ring[0]) * TILE)  # issued, not waited
         wait_all(sn, acc)  # both products complete (warpgroup-uniform); S_{it+1} is in sn
-        release(loads, ring[0], lane)
+        release(loads, ring[0], lane_ids[1])
         stage, phase = advance(ring)
         refill_stage, refill_phase = advance(refill)
         return stats, stage, phase, refill_stage, refill_phase

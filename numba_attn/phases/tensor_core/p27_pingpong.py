@@ -68,19 +68,18 @@ def pingpong_mainloop(tiles, causal, bf16, loads, varlen, stage=PLAIN):
     def step(it, n_tiles, ring, prev_stage, stats, regs, loads, rows, lane_ids):
         qf, s, sn, pf, acc = regs
         tid, lane, g, t, first = lane_ids
-        row0, wg_end, Nk, off, sl2 = rows
         KV = loads[0]
         kt = tile_at(loads[6], it)  # (a variant: the block mask's it-th visited tile, read before the
         kind = kind_at(loads[6], kt)  # wait below, which hides the two reads' latency)
         ring, _ = acquire(loads, it, n_tiles, ring, ring, tid)
         j0 = kt * Bc
-        if j0 < wg_end:
+        if j0 < rows[1]:  # this warpgroup's rows see keys of the tile
             qk_next(s, qf, 0, KV, ring[0] * TILE)  # S = Q Kᵀ issued in this consumer's turn ...
             turn_pass(first)  # ... then the other consumer's turn
             wait_all(s, acc)  # S and the last tile's O complete: the softmax below overlaps the other's products
             if it > 0:  # tile it-1's P·V retired: its stage may be refilled (before this consumer's
                 release(loads, prev_stage, lane)  # next turn: two stages suffice)
-            stats = to_p(s, pf, acc, stats, j0, row0, g, t, Nk, off, sl2, (kind, loads[6]))
+            stats = to_p(s, pf, acc, stats, j0, kind, loads, rows, lane_ids)
             turn_wait(first)  # this consumer's next turn: O += P V, then (next tile) S above
             pv(acc, pf, 0, KV, (STAGES + ring[0]) * TILE)
         else:  # a tile this consumer skips: its turns all the same (the barriers stay balanced)

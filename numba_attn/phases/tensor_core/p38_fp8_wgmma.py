@@ -18,17 +18,17 @@ import numpy as np
 
 
 from numba import cuda, float32, uint32  # noqa: E402
-from numba_attn.gpu.device_functions import LOG2E, NEG_BIG, fragment_rescale, fragment_softmax
-from numba_attn.gpu.intrinsics import (cp_async16_flat, cp_async_commit, cp_async_wait, pack_e4m3x4)
+from numba_attn.gpu.device_functions import LOG2E, fragment_rescale, fragment_softmax
+from numba_attn.gpu.intrinsics import (cp_async16_flat, cp_async_wait, pack_e4m3x4)
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.gpu.wgmma import kmajor_params, make_wgmma_rs, shared_address
 from numba_attn.phases.registry import Launch, register_phase
 from numba_attn.phases.tensor_core.epilogue import store_fragments
-from numba_attn.phases.tensor_core.fragments import q_fragments
+from numba_attn.phases.tensor_core.fragments import q_start
 from numba_attn.phases.tensor_core.mask import key_ends, mask_fragments, variant_fragments
 from numba_attn.phases.tensor_core.mma_sync import u32_views
-from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES
+from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES, cp_async_ring
 from numba_attn.phases.tensor_core.quantize import (HEAD_DIMS, NCH, P_SCALE, QTH, RCH, TILES, VTK, make_amax,
                                                     make_quant_rows, make_quant_vt)
 from numba_attn.phases.tensor_core.scheduler import key_tiles
@@ -79,11 +79,10 @@ def make_fp8_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool,
     CHV = Bc // 16  # of a V^T row
     NCK = Bc * CHK  # chunks of a K tile
     NCV = D * CHV  # of a V^T tile
-    WAIT = STAGES - 2
     softmax = fragment_softmax(NT)
     rescale = fragment_rescale(DT)
     ends = key_ends(Br, 64, causal)
-    load_q = q_fragments(KS, False, DQ // 4)
+    start = q_start(KS, NO, False, DQ // 4)
     store = store_fragments(DT, "bf16" if bf16 else "f16")
     qk_off, qk_lbo, qk_sbo = kmajor_params(Bc, KS, DQ)
     pv_off, pv_lbo, pv_sbo = kmajor_params(D, KK, Bc)
@@ -103,9 +102,11 @@ def make_fp8_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool,
         cp_async16_flat(KV, so, vt8, go, True)
 
     @device
-    def copy_tile(KV, k8, vt8, tile, buf, tid, kvh):
+    def copy_tile(tile, buf, to):
         """Thread ``tid``'s cp.async copies of tile ``tile`` (K rows and V^T columns of its keys;
-        the key axis is padded to whole tiles) into ring stage ``buf``, 16 bytes each, swizzled."""
+        the key axis is padded to whole tiles) into ring stage ``buf``, 16 bytes each, swizzled;
+        ``to = (KV, k8, vt8, tid, kvh)``."""
+        KV, k8, vt8, tid, kvh = to
         nkw = vt8.shape[2]  # words of a V^T row (NkP / 4)
         # one loop over both tiles when they have as many chunks (D >= 32: fewer live registers), else two
         for e in range(tid, NCK, NTH):
@@ -119,6 +120,8 @@ def make_fp8_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool,
         if NCV != NCK:
             for e in range(tid, NCV, NTH):
                 copy_v(KV, vt8, nkw, e, tile, buf, kvh)
+
+    fill, refill = cp_async_ring(STAGES, Bc, copy_tile, stage)
 
     def body(q8, k8, vt8, o, qs, ks, vs, kflag, kmul, sl2, H, Nq, Nk, mods):
         base = dynamic_tile(0, 1, 4)
@@ -143,33 +146,19 @@ def make_fp8_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool,
 
         qf = cuda.local.array(NQ, uint32)
         r_lo = row0 + g
-        load_q(qf, 0, q8, bh, r_lo, Nq, t)
         acc = cuda.local.array(NO, float32)
-        for i in range(NO):
-            acc[i] = float32(0.0)
+        m_lo, m_hi, l_lo, l_hi = start(qf, acc, q8, bh, r_lo, Nq, t)  # Q's A fragments (codes), O = 0
         s = cuda.local.array(NS, float32)
         pf = cuda.local.array(NP, uint32)
-        m_lo = NEG_BIG
-        m_hi = NEG_BIG
-        l_lo = float32(0.0)
-        l_hi = float32(0.0)
 
         kv_end, wg_end = ends(blk0, wg0, Nq, Nk, off)  # the block's keys, this warpgroup's
         walk = (mods, b, h, cuda.blockIdx.x, Nq)
         n_tiles = count(walk, (kv_end + Bc - 1) // Bc)
 
-        for st in range(STAGES - 1):
-            if st < n_tiles:
-                copy_tile(KV, k8, vt8, tile_at(walk, st), st, tid, kvh)
-            cp_async_commit()
-
+        to = (KV, k8, vt8, tid, kvh)  # the tile copies' arguments
+        fill(walk, n_tiles, to)  # tiles 0 .. STAGES-2 in flight
         for it in range(n_tiles):
-            cp_async_wait(WAIT)
-            cuda.syncthreads()
-            nxt = it + STAGES - 1
-            if nxt < n_tiles:
-                copy_tile(KV, k8, vt8, tile_at(walk, nxt), nxt % STAGES, tid, kvh)
-            cp_async_commit()
+            refill(walk, it, n_tiles, to)  # tile it landed; tile it+STAGES-1 into tile it-1's stage
             st = it % STAGES
             kt = tile_at(walk, it)
             j0 = kt * Bc

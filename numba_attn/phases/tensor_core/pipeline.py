@@ -6,7 +6,9 @@
 * the TMA ring's mbarriers: stage s has a "full" barrier (``s``: the tile's bytes landed) and an "empty"
   one (``STAGES + s``: every consumer warp is done with it); :func:`ring_barriers` initialises them and
   gives ``wait_full`` / ``release``;
-* :func:`ring_padding`: the ring in dynamic shared memory starts at a 1024-byte boundary (the swizzle's period).
+* :func:`ring_padding`: the ring in dynamic shared memory starts at a 1024-byte boundary (the swizzle's period);
+* :func:`cp_async_ring`: the cp.async ring of the kernels that copy their own tiles (``tc_pipelined``, ``tc_tf32``,
+  ``fp8_wgmma``): the first tiles issued, then per tile a wait, a block barrier and the refill.
 """
 from __future__ import annotations
 
@@ -15,14 +17,17 @@ from dataclasses import dataclass
 
 from numba import cuda
 
+from numba_attn.gpu.intrinsics import cp_async_commit, cp_async_wait
 from numba_attn.gpu.jit import device
 from numba_attn.gpu.mbarrier import fence_proxy_async, mbarrier_arrive, mbarrier_init, mbarrier_wait
 from numba_attn.gpu.tma import tensormap_fence_acquire
 from numba_attn.gpu.warp import FULL_MASK, syncwarp
 from numba_attn.gpu.wgmma import padded_columns, row_bytes, shared_address
+from numba_attn.phases.tensor_core.scheduler import key_tiles
+from numba_attn.variants.stages import PLAIN
 
 __all__ = ["ALIGN_BYTES", "WgmmaTiles", "wgmma_tiles", "ring_functions", "ring_barriers", "ring_padding",
-           "wgmma_smem_bytes"]
+           "wgmma_smem_bytes", "cp_async_ring"]
 
 ALIGN_BYTES = 1024  # the 128-byte swizzle repeats every 1024 bytes: tiles start there
 
@@ -162,3 +167,33 @@ def ring_padding(base):
 def wgmma_smem_bytes(D, Bc, stages):
     """The K/V ring (rows of :func:`padded_columns` elements) plus the 1024 bytes of alignment padding."""
     return 2 * stages * Bc * padded_columns(D) * 2 + ALIGN_BYTES
+
+
+@functools.cache
+def cp_async_ring(STAGES: int, Bc: int, copy, stage=PLAIN):
+    """``(fill, refill)`` of a ring of ``STAGES`` K/V stages that the block's threads fill with cp.async, one commit
+    group a tile: ``fill(walk, n_tiles, to)`` issues tiles 0 .. STAGES-2; ``refill(walk, it, n_tiles, to)`` waits
+    for tile ``it`` (this thread's copies, then a block barrier: every thread's, and every warp is done with tile
+    it-1) and issues tile it+STAGES-1 into tile it-1's stage. ``copy(tile, sb, to)``: the kernel's copies of key
+    tile ``tile`` (a variant: its visited tiles, :func:`.scheduler.key_tiles`) into stage ``sb``, ``to`` their
+    arguments."""
+    tile_at = key_tiles(Bc, stage)[1]
+    WAIT = STAGES - 2  # copy groups that may stay in flight when tile it is needed (a compile-time constant)
+
+    @device
+    def fill(walk, n_tiles, to):
+        for st in range(STAGES - 1):
+            if st < n_tiles:
+                copy(tile_at(walk, st), st, to)
+            cp_async_commit()
+
+    @device
+    def refill(walk, it, n_tiles, to):
+        cp_async_wait(WAIT)  # tile it has landed (this thread's copies) ...
+        cuda.syncthreads()  # ... every thread's; and every warp is done with tile it-1
+        nxt = it + STAGES - 1
+        if nxt < n_tiles:  # into the stage of tile it-1
+            copy(tile_at(walk, nxt), nxt % STAGES, to)
+        cp_async_commit()
+
+    return fill, refill
