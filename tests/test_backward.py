@@ -41,8 +41,10 @@ def _quick(phase) -> str:
     return QUICK if "float32" in phase.dtypes else QUICK_16BIT
 
 
+# bwd_naive (five kernels, a thread per element: the slowest in the simulator) on three of the shapes
+NAIVE_SHAPES = ("B1H2/1-19x37-D16-fp32-causal", "B1H2-37x21-D40-fp16", "B1H3/1-23x23-D40-fp32-causal")
 CASES = [pytest.param(p, s, id=f"{p.name}-{s}", marks=() if s == _quick(p) else pytest.mark.full)
-         for p in PHASES for s in SHAPES]
+         for p in PHASES for s in SHAPES if p.name != "bwd_naive" or s in NAIVE_SHAPES]
 
 
 def test_the_family_is_registered_apart_from_the_forward_phases():
@@ -67,7 +69,7 @@ def test_default_tiles_run_in_simulator():
     """The default (GPU) tiles, not only the simulator's: several key tiles and a partial last one."""
     prob = na.Problem(batch=1, heads=2, kv_heads=1, q_len=35, kv_len=70, head_dim=8, causal=True)
     prob16 = prob.replace(q_len=70, kv_len=93, head_dim=16, dtype="float16")  # the tensor-core phases' shape
-    for phase in PHASES:
+    for phase in (p for p in PHASES if p.params):  # (bwd_naive has no tiles: its simulator run is its default)
         row = check_backward(phase.name, prob if "float32" in phase.dtypes else prob16)
         assert row["status"] == "OK", f"{phase.name}: {row['reason']}"
 
@@ -194,7 +196,8 @@ QUICK_VARIANT = ("bwd_mma", "window9+softcap")  # the quick tier's: a mask and a
 
 @pytest.mark.parametrize("phase,variant", [
     pytest.param(p, v, id=f"{p.name}-{v}", marks=() if (p.name, v) == QUICK_VARIANT else pytest.mark.full)
-    for p in PHASES for v in ("window5", "document", "window9+softcap", "alibi")])
+    for p in PHASES for v in ("window5", "document", "window9+softcap", "alibi")
+    if p.name in ("bwd_two_kernels", "bwd_mma") or v == "window9+softcap"])  # (a mask and a score function)
 def test_variants_match_the_reference(phase, variant):
     """A variant in the backward: the reference's gradients (its forward's lse and P with the same functions,
     a score function's derivative in dS)."""

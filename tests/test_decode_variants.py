@@ -127,9 +127,14 @@ def test_paged_decode_variant(name):
     _paged("paged_split_k", name, lens=(30, 21))
 
 
+# decode_split_k (the family's first split kernel) with every variant; the other phases with a mask and score
+# function together and an aux array (their variant stage is the family's one, scores.py)
+EVERY = [(p, n) for p in CONTIGUOUS if p != "decode_mma"
+         for n in (QUICK_NAMES + ("window+softcap",) if p == "decode_split_k" else ("window+softcap", "pad_left"))]
+
+
 @pytest.mark.full
-@pytest.mark.parametrize("name", QUICK_NAMES + ("window+softcap",))
-@pytest.mark.parametrize("phase", [p for p in CONTIGUOUS if p != "decode_mma"])
+@pytest.mark.parametrize("phase,name", EVERY)
 def test_every_contiguous_decode_phase(phase, name):
     _contiguous(phase, name, Nk=30)
 
