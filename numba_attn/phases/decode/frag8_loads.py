@@ -14,6 +14,17 @@ from numba_attn.gpu.warp import WARP_SIZE
 from numba_attn.phases.decode.paged import page_steps
 
 
+def step_shape(D: int, P: int, KV_FORMAT: int, STEP_HEADS: int):
+    """A warp step's shape, shared by the loads and the ring: (KEYS_PER_STEP tokens of a step, LHW = log2
+    STEP_HEADS, NKS k-steps of Sᵀ (one word of a key per lane each), NKC 16-byte chunks of a key row per lane,
+    VWL words of a V row per lane (dims g·D/8 …), LOGP and STEP (:func:`page_steps`: a step's tokens never
+    cross a page), FP8, D4 32-bit words of a cache row of one head)."""
+    KEYS_PER_STEP = 16 // STEP_HEADS
+    LOGP, STEP = page_steps(P, KEYS_PER_STEP)
+    NKS = D // 16
+    return KEYS_PER_STEP, STEP_HEADS.bit_length() - 1, NKS, NKS // 4, D // 32, LOGP, STEP, KV_FORMAT == 1, D // 4
+
+
 @functools.cache
 def make_frag8_loads(D: int, P: int, KV_FORMAT: int, TOKEN: bool, STEP_HEADS: int):
     """The 8-bit fragment kernel's direct loads: a warp step's cache words into registers, straight from global
@@ -21,14 +32,7 @@ def make_frag8_loads(D: int, P: int, KV_FORMAT: int, TOKEN: bool, STEP_HEADS: in
     (kw, vw, ksc, vsc)."""
     from numba_attn.gpu.intrinsics import add_u32, ld_at, ld_global_v2_at, ld_global_v4_at, mad_u32
 
-    KEYS_PER_STEP = 16 // STEP_HEADS  # tokens of a warp step
-    LHW = STEP_HEADS.bit_length() - 1
-    NKS = D // 16  # k-steps of Sᵀ: one word of a key per lane each
-    NKC = NKS // 4  # 16-byte chunks of a key row per lane
-    VWL = D // 32  # words of a V row per lane (dims g·D/8 …)
-    LOGP, STEP = page_steps(P, KEYS_PER_STEP)  # (STEP: a step's KS tokens never cross a page)
-    FP8 = KV_FORMAT == 1
-    D4 = D // 4  # 32-bit words of a cache row of one head
+    KEYS_PER_STEP, LHW, NKS, NKC, VWL, LOGP, STEP, FP8, D4 = step_shape(D, P, KV_FORMAT, STEP_HEADS)
 
     @device
     def prefetch_step(cache, tbl, seq, h, Hkv, jn, hi, g, t):
@@ -154,14 +158,7 @@ def make_frag8_ring(D: int, P: int, KV_FORMAT: int, TOKEN: bool, STEP_HEADS: int
     K and V words and per-token scales read back. ``cache`` is (k, v, ks, vs, table)."""
     from numba_attn.gpu.intrinsics import add_u32, cp_async16_at_ca, ld_at, mad_u32
 
-    KEYS_PER_STEP = 16 // STEP_HEADS  # tokens of a warp step
-    LHW = STEP_HEADS.bit_length() - 1
-    NKS = D // 16  # k-steps of Sᵀ: one word of a key per lane each
-    NKC = NKS // 4  # 16-byte chunks of a key row per lane
-    VWL = D // 32  # words of a V row per lane (dims g·D/8 …)
-    LOGP, STEP = page_steps(P, KEYS_PER_STEP)  # (STEP: a step's KS tokens never cross a page)
-    FP8 = KV_FORMAT == 1
-    D4 = D // 4  # 32-bit words of a cache row of one head
+    KEYS_PER_STEP, LHW, NKS, NKC, VWL, LOGP, STEP, FP8, D4 = step_shape(D, P, KV_FORMAT, STEP_HEADS)
     CPR = D // 16  # 16-byte chunks of a cache row of one head
     NCP = 16 * CPR // WARP_SIZE  # ring: 16-byte copies per lane per step, of K and of V each
     NVC = max(1, VWL // 4)  # ring: 16-byte reads of a V row per lane

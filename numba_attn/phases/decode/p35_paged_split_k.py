@@ -23,6 +23,19 @@ from numba_attn.variants.sinks import stages_for
 from numba_attn.spec.errors import check_bool
 
 
+def paged_lean_kernel(problem, wide, lanes, keys, warps, rows, fused, blocks_per_sm, ahead, **options):
+    """(kernel, scale, notes) of ``make_lean_kernel`` on ``problem``'s paged cache: the scale in base 2 (exp2
+    instead of exp); ``options``: ``BALANCE`` or ``WORKLIST``."""
+    kern = make_lean_kernel(problem.head_dim, elements_per_load(problem, wide), lanes, keys, warps, rows, problem.q_len,
+                            problem.group, problem.causal, False, fused, blocks_per_sm, P=problem.page_size,
+                            KV_FORMAT=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
+                            BF16=problem.dtype == "bfloat16", **options, PAGE_AHEAD=ahead, stage=stages_for(problem))
+    notes = ", 16 codes per load" if elements_per_load(problem, wide) == 16 else ""
+    notes += ", balanced splits" if options.get("BALANCE") else ""
+    notes += ", page index a step ahead" if ahead else ""
+    return kern, float32(problem.sm_scale * float(LOG2E)), notes
+
+
 def wide_path(problem, wide):
     """``wide`` resolved: None (the default) is True for an 8-bit cache read by one query row per KV head
     (no GQA group, q_len 1) at a head_dim of whole 16-code loads, where it was measured faster; with a
@@ -83,14 +96,7 @@ def _resolve(problem, wide=None, **params):
 def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=2, min_keys=256, fuse_max=64,
                   wide=None, balance=False, ahead=False):
     fused = splits * rows <= fuse_max
-    kern = make_lean_kernel(problem.head_dim, elements_per_load(problem, wide), lanes, keys, warps, rows, problem.q_len,
-                            problem.group, problem.causal, False, fused, blocks_per_sm, P=problem.page_size,
-                            KV_FORMAT=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
-                            BF16=problem.dtype == "bfloat16", BALANCE=balance, PAGE_AHEAD=ahead,
-                            stage=stages_for(problem))
-    scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
-    wide_note = ", 16 codes per load" if elements_per_load(problem, wide) == 16 else ""
-    wide_note += ", balanced splits" if balance else ""
-    wide_note += ", page index a step ahead" if ahead else ""
+    kern, scale, wide_note = paged_lean_kernel(problem, wide, lanes, keys, warps, rows, fused, blocks_per_sm, ahead,
+                                               BALANCE=balance)
     return paged_launch(problem, kern, scale, warps, lanes, rows, keys, splits, fused,
                         notes=f", combine {'fused' if fused else 'kernel'}{wide_note}")

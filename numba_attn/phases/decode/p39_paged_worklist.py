@@ -12,15 +12,11 @@ missed [results/paged-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
-from numba import float32
-
-from numba_attn.gpu.device_functions import LOG2E
-from numba_attn.phases.decode.p33_decode_split_k_lean import make_lean_kernel
-from numba_attn.phases.decode.p35_paged_split_k import check_paged_split_k, elements_per_load, wide_path
-from numba_attn.phases.decode.paged import PAGED_KV8, PAGED_TOKEN_SCALE, worklist_launch
+from numba_attn.phases.decode.p35_paged_split_k import (check_paged_split_k, elements_per_load, paged_lean_kernel,
+                                                         wide_path)
+from numba_attn.phases.decode.paged import worklist_launch
 from numba_attn.phases.decode.rules import resolve_chunked
 from numba_attn.phases.registry import register_phase
-from numba_attn.variants.sinks import stages_for
 
 
 def _supports(problem, workers=0, flat=False, **params):
@@ -66,13 +62,7 @@ def _resolve(problem, rows, lanes, keys, wide=None, **_):
 )
 def paged_worklist(problem, warps=8, lanes=0, rows=4, keys=0, workers=0, blocks_per_sm=2, min_keys=256, wide=None,
                    ahead=False, flat=False):
-    kern = make_lean_kernel(problem.head_dim, elements_per_load(problem, wide), lanes, keys, warps, rows, problem.q_len,
-                            problem.group, problem.causal, False, True, blocks_per_sm, P=problem.page_size,
-                            KV_FORMAT=PAGED_KV8[problem.kv_dtype], TOKEN=bool(PAGED_TOKEN_SCALE[problem.kv_scale]),
-                            BF16=problem.dtype == "bfloat16", WORKLIST=True, PAGE_AHEAD=ahead,
-                            stage=stages_for(problem))
-    scale = float32(problem.sm_scale * float(LOG2E))  # scores in base 2: exp2 instead of exp
-    wide_note = ", 16 codes per load" if elements_per_load(problem, wide) == 16 else ""
-    wide_note += ", page index a step ahead" if ahead else ""
+    kern, scale, wide_note = paged_lean_kernel(problem, wide, lanes, keys, warps, rows, True, blocks_per_sm, ahead,
+                                               WORKLIST=True)
     return worklist_launch(problem, kern, scale, warps, lanes, rows, keys, workers, blocks_per_sm, min_keys, flat,
                            notes=f", combine fused{wide_note}")
