@@ -44,6 +44,13 @@ def visible(i, j, Nq, Nk, causal):
     return i < Nq and j < Nk and (not causal or j <= i + Nk - Nq)
 
 
+def layout(D: int):
+    """(DW, RW, KS, DT, ACC_REGS): words of a row, a staged row in words (padded: conflict-free fragment reads),
+    k-steps over the head dimension (S = Q Kᵀ, dP = dO Vᵀ), n-tiles of dK, dV, dQ (8 columns each), the
+    accumulators of 16 rows of dK, dV or dQ."""
+    return D // 2, D // 2 + 4, D // 16, D // 8, 4 * (D // 8)
+
+
 @functools.cache
 def make_steps(D: int, bf16: bool, stage=PLAIN, dmod=one):
     """What both kernels use, ``(grad_score, mma_into, ldmatrix_rows, delta)``: one score's (P, dS), an
@@ -100,11 +107,7 @@ def make_grad_kv(D: int, Br: int, Bc: int, causal: bool, bf16: bool, stage=PLAIN
     """grad_kv: Bc // 16 warps (16 keys each) over Q tiles of Br rows."""
     grad_score, mma_into, ldmatrix_rows, _ = make_steps(D, bf16, stage, dmod)
     pack = pack_bf16x2 if bf16 else pack_f16x2
-    DW = D // 2  # words of a row
-    RW = DW + 4  # a staged row in words (padded: conflict-free fragment reads)
-    KS = D // 16  # k-steps over the head dimension (S = Q Kᵀ, dP = dO Vᵀ)
-    DT = D // 8  # n-tiles of dK, dV, dQ (8 columns each)
-    ACC_REGS = 4 * DT  # accumulators of 16 rows of dK, dV or dQ
+    DW, RW, KS, DT, ACC_REGS = layout(D)
     ST_REGS = 4 * (Br // 8)  # accumulators of Sᵀ (16 keys × Br rows)
 
     @kernel
@@ -208,11 +211,7 @@ def make_grad_q(D: int, Br: int, Bc: int, causal: bool, bf16: bool, stage=PLAIN,
     """grad_q: Br // 16 warps (16 rows each) over K/V tiles of Bc keys."""
     grad_score, mma_into, ldmatrix_rows, _ = make_steps(D, bf16, stage, dmod)
     pack = pack_bf16x2 if bf16 else pack_f16x2
-    DW = D // 2  # words of a row
-    RW = DW + 4  # a staged row in words (padded: conflict-free fragment reads)
-    KS = D // 16  # k-steps over the head dimension (S = Q Kᵀ, dP = dO Vᵀ)
-    DT = D // 8  # n-tiles of dK, dV, dQ (8 columns each)
-    ACC_REGS = 4 * DT  # accumulators of 16 rows of dK, dV or dQ
+    DW, RW, KS, DT, ACC_REGS = layout(D)
     S_REGS = 4 * (Bc // 8)  # accumulators of S (16 rows × Bc keys)
 
     @kernel
