@@ -206,14 +206,19 @@ def test_variants_match_the_reference(phase, variant):
     assert row["status"] == "OK", f"{phase.name} {variant}: {row['status']}: {row['reason']}"
 
 
-@pytest.mark.full
-def test_a_backward_that_ignores_the_mask_is_rejected():
-    """Gradients of the unmasked problem given the masked forward's o and lse: far off the masked reference."""
-    prob = SHAPES[MASKED].replace(variant=_mask_variants()["window5"])
+def _masked_case(name):
+    """(q, k, v, o, lse, do, reference gradients, variant) of variant ``name`` on the MASKED shape."""
+    prob = SHAPES[MASKED].replace(variant=_mask_variants()[name])
     q, k, v = prob.inputs(1)
     do = np.random.default_rng(7).standard_normal(q.shape).astype(np.float16)
     ref = grad_reference(q, k, v, do, causal=True, variant=prob.variant)
-    o, lse = ref.o.astype(np.float16), ref.lse.astype(np.float32)
+    return q, k, v, ref.o.astype(np.float16), ref.lse.astype(np.float32), do, ref, prob.variant
+
+
+@pytest.mark.full
+def test_a_backward_that_ignores_the_mask_is_rejected():
+    """Gradients of the unmasked problem given the masked forward's o and lse: far off the masked reference."""
+    q, k, v, o, lse, do, ref, _ = _masked_case("window5")
     dq = attention_backward(q, k, v, o, lse, do, causal=True, phase="bwd_mma", Br=16, Bc=16)[0]
     assert np.abs(dq - ref.dq).max() > 0.1
 
@@ -221,12 +226,7 @@ def test_a_backward_that_ignores_the_mask_is_rejected():
 @pytest.mark.full
 def test_a_backward_without_the_score_derivative_is_rejected():
     """softcap's gradients with its derivative replaced by 1 (dS without the chain rule): off the reference."""
-    prob = SHAPES[MASKED].replace(variant=_mask_variants()["window9+softcap"])
-    q, k, v = prob.inputs(1)
-    do = np.random.default_rng(7).standard_normal(q.shape).astype(np.float16)
-    ref = grad_reference(q, k, v, do, causal=True, variant=prob.variant)
-    o, lse = ref.o.astype(np.float16), ref.lse.astype(np.float32)
-    variant = prob.variant
+    q, k, v, o, lse, do, ref, variant = _masked_case("window9+softcap")
     dq = attention_backward(q, k, v, o, lse, do, causal=True, phase="bwd_mma", Br=16, Bc=16, mask_mod=variant.mask,
                             score_mod=variant.score, score_mod_grad=lambda s, b, h, qi, ki: 1.0)[0]
     assert np.abs(dq - ref.dq).max() > 0.1

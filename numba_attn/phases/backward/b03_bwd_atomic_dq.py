@@ -22,6 +22,7 @@ import numpy as np
 from numba import cuda, float32
 
 from numba_attn.gpu.jit import kernel
+from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT
 from numba_attn.phases.backward.common import (backward_launch, first_row_of_key, make_delta, mask_stage, one,
                                                refuse, score_grad_stage, variant_reason)
 from numba_attn.phases.registry import register_phase
@@ -121,7 +122,7 @@ def smem_bytes(D, Br, Bc):
 
 def _resolve(problem, Br, Bc):
     """Br=0: 32 query rows while the tiles fit 48 KiB of static shared memory, else 16."""
-    return {"Br": Br or (32 if smem_bytes(problem.head_dim, 32, Bc) <= 48 * 1024 else 16), "Bc": Bc}
+    return {"Br": Br or (32 if smem_bytes(problem.head_dim, 32, Bc) <= STATIC_SMEM_LIMIT else 16), "Bc": Bc}
 
 
 def _supports(problem, Br, Bc):
