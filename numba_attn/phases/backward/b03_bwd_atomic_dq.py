@@ -11,7 +11,7 @@ Prediction: the FLOPs per (row, key) pair drop from 14·D (S, dP twice, dV, dK, 
 behind the arithmetic; but like its parent it spills (2.3 KB a thread at D128: docs/backward.md). The order of
 the atomic adds varies from run to run: dQ is not bitwise reproducible.
 
-Verdict: not yet measured on a GPU.
+Verdict: at D128 1.29× its parent (417 → 323 ms; causal 1.65×), at D64 0.90× (H200, CUPTI).
 """
 from __future__ import annotations
 
