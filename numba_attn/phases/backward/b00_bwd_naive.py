@@ -20,8 +20,8 @@ import math
 from numba import cuda, float32
 
 from numba_attn.gpu.jit import kernel
-from numba_attn.phases.backward.common import (backward_launch, element, first_row_of_key, keys_of_row, kv_head,
-                                               make_delta, mask_stage, one, score_grad_stage, variant_reason)
+from numba_attn.phases.backward.common import (backward_launch, element, first_q_head, first_row_of_key, keys_of_row,
+                                               kv_head, make_delta, mask_stage, one, score_grad_stage, variant_reason)
 from numba_attn.phases.registry import register_phase
 from numba_attn.variants.stages import PLAIN
 
@@ -86,8 +86,7 @@ def make_kernels(D: int, causal: bool, stage=PLAIN, dmod=one):
         d, j, kvh = element()
         if j >= Nk or d >= D:
             return
-        Hkv = H // G
-        bh0 = (kvh // Hkv) * H + (kvh % Hkv) * G  # the first query head of this KV head
+        bh0 = first_q_head(kvh, H, G)
         acc_k = float32(0.0)
         acc_v = float32(0.0)
         for g in range(G):

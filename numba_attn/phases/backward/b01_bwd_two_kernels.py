@@ -23,14 +23,17 @@ import math
 from numba import cuda, float32
 
 from numba_attn.gpu.jit import kernel
-from numba_attn.phases.backward.common import (backward_launch, first_row_of_key, keys_of_row, kv_head, make_delta,
-                                               mask_stage, one, refuse, score_grad_stage, variant_reason)
+from numba_attn.phases.backward.common import (backward_launch, first_q_head, first_q_tile, first_row_of_key,
+                                               keys_of_row, kv_head, make_delta, make_q_tile_load, mask_stage, one,
+                                               refuse, score_grad_stage, variant_reason)
 from numba_attn.phases.registry import register_phase
 from numba_attn.variants.stages import PLAIN
 
 
 @functools.cache
 def make_kernels(D: int, Br: int, Bc: int, causal: bool, stage=PLAIN, dmod=one):
+    load_q_tile = make_q_tile_load(D, Br, Bc)
+
     @kernel
     def grad_kv(q, k, v, do, lse, dl, dk, dv, scale, H, G, Nq, Nk, mods):
         """dK_j, dV_j of Bc keys of one KV head, one thread per key, over the Q tiles of its G query heads."""
@@ -51,22 +54,13 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, stage=PLAIN, dmod=one):
             V_j[d] = float32(v[kvh, j, d]) if key_ok else float32(0.0)
             dK_j[d] = float32(0.0)
             dV_j[d] = float32(0.0)
-        Hkv = H // G
-        bh0 = (kvh // Hkv) * H + (kvh % Hkv) * G  # the first query head of this KV head
+        bh0 = first_q_head(kvh, H, G)
         # causal: Q tiles before the one holding the first row that sees the block's first key are skipped
-        i_start = (first_row_of_key(cuda.blockIdx.x * Bc, Nq, Nk, causal) // Br) * Br
+        i_start = first_q_tile(cuda.blockIdx.x * Bc, Nq, Nk, causal, Br)
         for g in range(G):
             bh = bh0 + g
             for i0 in range(i_start, Nq, Br):
-                for e in range(tid, Br * D, Bc):  # the Q_i and dO_i tiles (zeros past Nq)
-                    r, c = e // D, e % D
-                    row_ok = i0 + r < Nq
-                    Q_i[r, c] = float32(q[bh, i0 + r, c]) if row_ok else float32(0.0)
-                    dO_i[r, c] = float32(do[bh, i0 + r, c]) if row_ok else float32(0.0)
-                for r in range(tid, Br, Bc):
-                    row_ok = i0 + r < Nq
-                    lse_i[r] = lse[bh, i0 + r] if row_ok else float32(0.0)
-                    Delta_i[r] = dl[bh, i0 + r] if row_ok else float32(0.0)
+                load_q_tile(q, do, lse, dl, Q_i, dO_i, lse_i, Delta_i, bh, i0, Nq, tid)  # (zeros past Nq)
                 cuda.syncthreads()
                 if key_ok:
                     for r in range(max(0, first_row_of_key(j, Nq, Nk, causal) - i0), min(Br, Nq - i0)):

@@ -23,8 +23,9 @@ from numba import cuda, float32
 
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT
-from numba_attn.phases.backward.common import (backward_launch, first_row_of_key, make_delta, mask_stage, one,
-                                               refuse, score_grad_stage, variant_reason)
+from numba_attn.phases.backward.common import (backward_launch, first_q_head, first_q_tile, make_delta,
+                                               make_q_tile_load, mask_stage, one, refuse, score_grad_stage,
+                                               variant_reason)
 from numba_attn.phases.registry import register_phase
 from numba_attn.variants.stages import PLAIN
 
@@ -33,6 +34,8 @@ FINISH_THREADS = 256  # the dQ write-out: one thread per element
 
 @functools.cache
 def make_kernels(D: int, Br: int, Bc: int, causal: bool, stage=PLAIN, dmod=one):
+    load_q_tile = make_q_tile_load(D, Br, Bc)
+
     @kernel
     def grad_kv_dq(q, k, v, do, lse, dl, dk, dv, dq_acc, scale, H, G, Nq, Nk, mods):
         """dK_j, dV_j of Bc keys of one KV head (one thread per key) over the Q tiles of its G query heads, and
@@ -58,21 +61,12 @@ def make_kernels(D: int, Br: int, Bc: int, causal: bool, stage=PLAIN, dmod=one):
             V_j[d] = float32(v[kvh, j, d]) if key_ok else float32(0.0)
             dK_j[d] = float32(0.0)
             dV_j[d] = float32(0.0)
-        Hkv = H // G
-        bh0 = (kvh // Hkv) * H + (kvh % Hkv) * G  # the first query head of this KV head
-        i_start = (first_row_of_key(cuda.blockIdx.x * Bc, Nq, Nk, causal) // Br) * Br
+        bh0 = first_q_head(kvh, H, G)
+        i_start = first_q_tile(cuda.blockIdx.x * Bc, Nq, Nk, causal, Br)
         for g in range(G):
             bh = bh0 + g
             for i0 in range(i_start, Nq, Br):
-                for e in range(tid, Br * D, Bc):  # the Q_i and dO_i tiles (zeros past Nq)
-                    r, c = e // D, e % D
-                    row_ok = i0 + r < Nq
-                    Q_i[r, c] = float32(q[bh, i0 + r, c]) if row_ok else float32(0.0)
-                    dO_i[r, c] = float32(do[bh, i0 + r, c]) if row_ok else float32(0.0)
-                for r in range(tid, Br, Bc):
-                    row_ok = i0 + r < Nq
-                    lse_i[r] = lse[bh, i0 + r] if row_ok else float32(0.0)
-                    Delta_i[r] = dl[bh, i0 + r] if row_ok else float32(0.0)
+                load_q_tile(q, do, lse, dl, Q_i, dO_i, lse_i, Delta_i, bh, i0, Nq, tid)  # (zeros past Nq)
                 cuda.syncthreads()
                 for r in range(Br):  # every row of the tile: dS_s holds 0 where the key is not seen
                     i = i0 + r

@@ -104,6 +104,41 @@ def first_row_of_key(j, Nq, Nk, causal):
 
 
 @device
+def first_q_head(kvh, H, G):
+    """The first of the G query heads (batch·H index) that read KV head ``kvh`` (batch·Hkv index)."""
+    Hkv = H // G
+    return (kvh // Hkv) * H + (kvh % Hkv) * G
+
+
+@device
+def first_q_tile(j, Nq, Nk, causal, Br):
+    """The first row of the Br-row Q tile that holds the first query row seeing key ``j`` (causal: tiles before
+    it see none of it)."""
+    return (first_row_of_key(j, Nq, Nk, causal) // Br) * Br
+
+
+@functools.cache
+def make_q_tile_load(D: int, Br: int, THREADS: int):
+    """``load_q_tile(q, do, lse, dl, Q_i, dO_i, lse_i, Delta_i, bh, i0, Nq, tid)``: the Br-row tiles of Q, dO
+    (Br × D), lse and Delta of head ``bh`` from row ``i0`` into float32 arrays, zeros past Nq, by THREADS threads."""
+
+    @device
+    def load_q_tile(q, do, lse, dl, Q_i, dO_i, lse_i, Delta_i, bh, i0, Nq, tid):
+        """Q_i, dO_i, lse_i, Delta_i of rows i0 .. i0 + Br of head bh (zeros past Nq)."""
+        for e in range(tid, Br * D, THREADS):
+            r, c = e // D, e % D
+            row_ok = i0 + r < Nq
+            Q_i[r, c] = float32(q[bh, i0 + r, c]) if row_ok else float32(0.0)
+            dO_i[r, c] = float32(do[bh, i0 + r, c]) if row_ok else float32(0.0)
+        for r in range(tid, Br, THREADS):
+            row_ok = i0 + r < Nq
+            lse_i[r] = lse[bh, i0 + r] if row_ok else float32(0.0)
+            Delta_i[r] = dl[bh, i0 + r] if row_ok else float32(0.0)
+
+    return load_q_tile
+
+
+@device
 def element():
     """(column, row, z): the element a thread of a 2-D block over a 3-D grid computes."""
     return (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y,
