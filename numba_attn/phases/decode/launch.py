@@ -14,6 +14,18 @@ from numba_attn.variants.launching import KernelMods
 from numba_attn.variants.sinks import wants_lse, with_lse
 
 
+SPLIT_SIM = {"warps": 2, "splits": 3}  # the split-K decode phases' simulator parameters
+
+
+def split_registration(supports, resolve, space, sim_params=None, layout="contiguous", launch_params=("splits",),
+                       **more):
+    """The ``register_phase`` keywords the split-K decode phases share (the split count a launch argument: its
+    candidates mostly share kernels; mask/score variants; the log-sum-exp on request) with a phase's own
+    ``supports``, ``resolve``, ``space``, simulator parameters and cache ``layout``."""
+    return dict(space=space, launch_params=launch_params, sim_params=sim_params or SPLIT_SIM, variants=True, lse=True,
+                supports=supports, resolve=resolve, layout=layout, **more)
+
+
 def split_workspace(S: int, rows: int, D: int):
     """(part_o, part_lse): every split's normalized partial output and log-sum-exp
     per query row (float32); a 1-element stand-in when S = 1 writes the output."""

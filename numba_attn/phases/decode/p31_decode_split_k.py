@@ -17,7 +17,7 @@ from numba import cuda, float32, int32
 
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.warp import WARP_SIZE
-from numba_attn.phases.decode.launch import split_launch
+from numba_attn.phases.decode.launch import split_launch, split_registration
 from numba_attn.phases.decode.rules import check_split, resolve_split, vector_width
 from numba_attn.phases.decode.steps import chunk_steps
 from numba_attn.phases.registry import register_phase
@@ -119,13 +119,8 @@ def split_k_launch(problem, fused, warps, lanes, rows, keys, splits, blocks_per_
     lineage="Flash-Decoding (Dao, Haziza, Massa, Sizov 2023); FlashAttention-2 split-KV; "
             "FlashInfer/vLLM PagedAttention v2 reduction kernel",
     planned_speedup=40.0,
-    space={"warps": [4, 8], "rows": [2, 4], "keys": [0, 1, 2, 4], "splits": [0, 4, 8, 16, 32]},
-    launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
-    sim_params={"warps": 2, "splits": 3},
-    variants=True,
-    lse=True,
-    supports=check_split,
-    resolve=resolve_split,
+    **split_registration(check_split, resolve_split,
+                         {"warps": [4, 8], "rows": [2, 4], "keys": [0, 1, 2, 4], "splits": [0, 4, 8, 16, 32]}),
 )
 def decode_split_k(problem, warps=4, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=4, min_keys=256):
     return split_k_launch(problem, False, warps, lanes, rows, keys, splits, blocks_per_sm)

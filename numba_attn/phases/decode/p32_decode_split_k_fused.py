@@ -10,6 +10,7 @@ Verdict: −3.5 to −4.9 µs at B=1 as predicted, but a miss for GQA at B=1 (66
 """
 from __future__ import annotations
 
+from numba_attn.phases.decode.launch import split_registration
 from numba_attn.phases.decode.p31_decode_split_k import split_k_launch
 from numba_attn.phases.decode.rules import check_decode, resolve_split
 from numba_attn.phases.registry import register_phase
@@ -27,13 +28,8 @@ from numba_attn.phases.registry import register_phase
     lineage="Flash-Decoding (Dao et al. 2023) with the last-block reduction of the CUDA "
             "threadFenceReduction sample / CUTLASS serial split-K",
     planned_speedup=42.0,
-    space={"warps": [4, 8], "rows": [2, 4], "keys": [0, 1, 2, 4], "splits": [0, 4, 8, 16, 32]},
-    launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
-    sim_params={"warps": 2, "splits": 3},
-    variants=True,
-    lse=True,
-    supports=check_decode,
-    resolve=resolve_split,
+    **split_registration(check_decode, resolve_split,
+                         {"warps": [4, 8], "rows": [2, 4], "keys": [0, 1, 2, 4], "splits": [0, 4, 8, 16, 32]}),
 )
 def decode_split_k_fused(problem, warps=4, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=4, min_keys=256):
     return split_k_launch(problem, True, warps, lanes, rows, keys, splits, blocks_per_sm)

@@ -22,7 +22,7 @@ from numba_attn.gpu.intrinsics import u32_as_f32
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.warp import FULL_MASK, WARP_SIZE, shfl_sync, shfl_xor_sync
 from numba_attn.phases.decode.kv8 import NAN_BITS, e4m3x4_f32_finite, int8x4_f32
-from numba_attn.phases.decode.launch import split_launch
+from numba_attn.phases.decode.launch import split_launch, split_registration
 from numba_attn.phases.decode.paged import page_steps, paged_keys, paged_words
 from numba_attn.phases.decode.rules import check_split, resolve_split, vector_width
 from numba_attn.phases.decode.scores import key_mask, step_rescore
@@ -427,14 +427,9 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
     lineage="Flash-Decoding (Dao et al. 2023); reduce-scatter/all-gather all-reduce (Rabenseifner); "
             "FlashAttention-2 exp2 scaling; lazy rescaling (FlashAttention-3 / FlashInfer)",
     planned_speedup=45.0,
-    space={"warps": [4, 8], "keys": [0, 1, 2, 4], "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4]},
-    launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
     dtypes=("float32", "float16", "bfloat16"),
-    sim_params={"warps": 2, "splits": 3},
-    variants=True,
-    lse=True,
-    supports=check_split,
-    resolve=resolve_split,
+    **split_registration(check_split, resolve_split, {"warps": [4, 8], "keys": [0, 1, 2, 4],
+                                                      "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4]}),
 )
 def decode_split_k_lean(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=2, min_keys=256,
                         fuse_max=64):

@@ -19,8 +19,8 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from numba_attn.gpu.arrays import view_as
-from numba_attn.gpu.device_functions import (LOG2E, NEG_BIG, combine_splits, fragment_rescale, fragment_softmax,
-                                             merge_state, state_lse)
+from numba_attn.gpu.device_functions import (LOG2E, NEG_BIG, fragment_rescale, fragment_softmax, merge_state,
+                                             state_lse)
 from numba_attn.gpu.intrinsics import cp_async_commit, cp_async_wait
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.pdl import launch_after, launch_dependents, pdl_available, uses_griddepcontrol
@@ -28,14 +28,14 @@ from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, swizzle_row_c
 from numba_attn.gpu.split_k import make_combine_kernel, make_combine_lse_kernel, sm_count, split_plan
 from numba_attn.gpu.warp import WARP_SIZE, quad_sum, syncwarp
 from numba_attn.phases.decode.kv8 import kv8_decoder
-from numba_attn.phases.decode.launch import (combine_args, launch_mods, split_workspace, variant_mods,
-                                             zeroed_counters)
+from numba_attn.phases.decode.launch import (combine_args, launch_mods, split_registration, split_workspace,
+                                             variant_mods, zeroed_counters)
 from numba_attn.phases.decode.mma_tiles import make_mma_tiles
 from numba_attn.phases.decode.paged import PAGED_KV8, PAGED_TOKEN_SCALE, paged_cache_view
 from numba_attn.phases.decode.rules import (check_alignment, check_decode_mma, decode_mma_smem_bytes, ragged_mean,
                                             resolve_decode_mma)
 from numba_attn.phases.decode.scores import fragment_rescore, key_mask, variant_keys
-from numba_attn.phases.decode.steps import combined_lse_store, empty_sequence_lse, f32_to_bf16
+from numba_attn.phases.decode.steps import combined_output, empty_sequence_lse, f32_to_bf16
 from numba_attn.phases.registry import Launch, register_phase
 from numba_attn.variants.sinks import lse_parts, stages_for, wants_lse, with_lse
 from numba_attn.variants.stages import PLAIN
@@ -50,7 +50,7 @@ def make_mma_combine(D: int, WARPS: int, Nq: int, G: int, FINAL: bool, FUSED: bo
     QUERY_ROWS = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
     THREADS = WARPS * WARP_SIZE
     FLAG = WARPS * 16
-    store_combined = combined_lse_store(LSE)
+    write_combined = combined_output(BF16, LSE)
 
     @device
     def combine_last(out, MM, kvh, tid, mods):
@@ -71,12 +71,7 @@ def make_mma_combine(D: int, WARPS: int, Nq: int, G: int, FINAL: bool, FUSED: bo
                     d = idx - r * D
                     bh = kvh * G + r // Nq
                     i = r % Nq
-                    if BF16:
-                        o[bh, i, d] = f32_to_bf16(combine_splits(part_o, part_lse, S, bh * Nq + i, d))
-                    else:
-                        o[bh, i, d] = combine_splits(part_o, part_lse, S, bh * Nq + i, d)
-                    if LSE and d == 0:
-                        store_combined(mods, part_lse, S, bh, i, bh * Nq + i)
+                    write_combined(o, part_o, part_lse, S, bh, i, d, bh * Nq + i, mods)
                 if tid == 0:
                     counters[kvh] = 0  # ready for the next launch
 
@@ -531,6 +526,15 @@ def decode_mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_key
                         f"combine {how}", **launch_mods(kernel_mods))
 
 
+def decode_mma_registration(supports, layout="contiguous"):
+    """The ``register_phase`` keywords of ``decode_mma`` and its paged form: the split-K decode phases' with the
+    tensor-core tiles' space and simulator parameters, sm_80 (cp.async, ldmatrix, mma.sync), fp16/bf16."""
+    return split_registration(supports, resolve_decode_mma,
+                              {"warps": [2, 4, 8], "Bc": [16, 32], "stages": [2, 3, 4], "splits": [0, 8, 16, 32, 64]},
+                              {"warps": 2, "Bc": 16, "stages": 2, "splits": 3}, layout, requires_cc=(8, 0),
+                              dtypes=("float16", "bfloat16"))
+
+
 @register_phase(
     name="decode_mma", order=34, title="Decode: the KV head's query rows as a tensor-core tile (mma.sync)",
     parent="decode_split_k_lean", kind="decode",
@@ -544,15 +548,7 @@ def decode_mma_launch(problem, warps, Bc, stages, splits, blocks_per_sm, min_key
     lineage="FlashInfer / FlashDecoding++ GQA decode on tensor cores (query heads of a group "
             "as the M dimension); FlashAttention-2 fragments",
     planned_speedup=60.0,
-    space={"warps": [2, 4, 8], "Bc": [16, 32], "stages": [2, 3, 4], "splits": [0, 8, 16, 32, 64]},
-    launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
-    requires_cc=(8, 0),  # cp.async, ldmatrix, mma.sync
-    dtypes=("float16", "bfloat16"),
-    sim_params={"warps": 2, "Bc": 16, "stages": 2, "splits": 3},
-    variants=True,
-    lse=True,
-    supports=check_decode_mma,
-    resolve=resolve_decode_mma,
+    **decode_mma_registration(check_decode_mma),
 )
 def decode_mma(problem, warps=4, Bc=16, stages=3, splits=0, blocks_per_sm=2, min_keys=2048, fuse_max=0, pdl=3,
                l2_prefetch=False, even=False, fixed_combine=True):

@@ -15,6 +15,7 @@ from __future__ import annotations
 from numba import float32
 
 from numba_attn.gpu.device_functions import LOG2E
+from numba_attn.phases.decode.launch import split_registration
 from numba_attn.phases.decode.p33_decode_split_k_lean import make_lean_kernel
 from numba_attn.phases.decode.paged import PAGED_KV8, PAGED_TOKEN_SCALE, check_paged_problem, paged_launch
 from numba_attn.phases.decode.rules import check_split, resolve_split, vector_width
@@ -82,16 +83,11 @@ def _resolve(problem, wide=None, **params):
             "Flash-Decoding split-K",
     planned_speedup=45.0,
     dtypes=("float16", "bfloat16"),
-    space={"warps": [4, 8], "keys": [0, 1, 2, 4], "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4],
-           "wide": [False, True], "balance": [False, True]},
     # ahead was measured no faster (H200, H100): not a candidate
-    launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
-    sim_params={"warps": 2, "splits": 3},
-    variants=True,
-    lse=True,
-    supports=check_paged_split_k,
-    resolve=_resolve,
-    layout="paged",
+    **split_registration(check_paged_split_k, _resolve,
+                         {"warps": [4, 8], "keys": [0, 1, 2, 4], "splits": [0, 8, 16, 32, 64],
+                          "blocks_per_sm": [1, 2, 4], "wide": [False, True], "balance": [False, True]},
+                         layout="paged"),
 )
 def paged_split_k(problem, warps=8, lanes=0, rows=4, keys=0, splits=0, blocks_per_sm=2, min_keys=256, fuse_max=64,
                   wide=None, balance=False, ahead=False):

@@ -12,9 +12,9 @@ Verdict: 0.249 ms at GQA B8 H32/8 KV 32k, 0.99x decode_mma; fp8 GQA 0.326 ms, 0.
 """
 from __future__ import annotations
 
-from numba_attn.phases.decode.p34_decode_mma import decode_mma_launch
+from numba_attn.phases.decode.p34_decode_mma import decode_mma_launch, decode_mma_registration
 from numba_attn.phases.decode.paged import PagedLayout, check_paged_problem
-from numba_attn.phases.decode.rules import check_decode_mma, resolve_decode_mma
+from numba_attn.phases.decode.rules import check_decode_mma
 from numba_attn.phases.registry import register_phase
 
 
@@ -46,16 +46,7 @@ def _supports(problem, **params):
     lineage="vLLM PagedAttention (Kwon et al. 2023); FlashInfer GQA decode on tensor cores; "
             "FlashAttention flash_attn_with_kvcache",
     planned_speedup=60.0,
-    space={"warps": [2, 4, 8], "Bc": [16, 32], "stages": [2, 3, 4], "splits": [0, 8, 16, 32, 64]},
-    launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
-    requires_cc=(8, 0),  # cp.async, ldmatrix, mma.sync
-    dtypes=("float16", "bfloat16"),
-    sim_params={"warps": 2, "Bc": 16, "stages": 2, "splits": 3},
-    variants=True,
-    lse=True,
-    supports=_supports,
-    resolve=resolve_decode_mma,
-    layout="paged",
+    **decode_mma_registration(_supports, layout="paged"),
 )
 def paged_mma(problem, warps=4, Bc=16, stages=3, splits=0, blocks_per_sm=2, min_keys=2048, fuse_max=0, pdl=3,
               l2_prefetch=False, even=False, fixed_combine=True):

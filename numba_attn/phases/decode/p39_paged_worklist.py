@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from numba_attn.phases.decode.p35_paged_split_k import (check_paged_split_k, elements_per_load, paged_lean_kernel,
                                                          wide_path)
+from numba_attn.phases.decode.launch import split_registration
 from numba_attn.phases.decode.paged import worklist_launch
 from numba_attn.phases.decode.rules import resolve_chunked
 from numba_attn.phases.registry import register_phase
@@ -50,15 +51,11 @@ def _resolve(problem, rows, lanes, keys, wide=None, **_):
             "vLLM PagedAttention",
     planned_speedup=48.0,
     dtypes=("float16", "bfloat16"),
-    space={"warps": [4, 8], "keys": [0, 1, 2, 4], "workers": [0, 4, 8, 16], "wide": [False, True]},
     # ahead (paged_split_k's option): no faster on an H200 or an H100, not a candidate; flat (one list over all
     # KV heads): 4-13 % slower on an H100 (experiments/2026-11-26-worklist-flat), not a candidate
-    sim_params={"warps": 2, "workers": 3},
-    variants=True,
-    lse=True,
-    supports=_supports,
-    resolve=_resolve,
-    layout="paged",
+    **split_registration(_supports, _resolve, {"warps": [4, 8], "keys": [0, 1, 2, 4], "workers": [0, 4, 8, 16],
+                                               "wide": [False, True]},
+                         {"warps": 2, "workers": 3}, "paged", launch_params=()),  # (no split count: a work list)
 )
 def paged_worklist(problem, warps=8, lanes=0, rows=4, keys=0, workers=0, blocks_per_sm=2, min_keys=256, wide=None,
                    ahead=False, flat=False):

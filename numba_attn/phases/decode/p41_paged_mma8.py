@@ -16,6 +16,7 @@ from numba import float32
 from numba_attn.gpu.device_functions import LOG2E
 from numba_attn.gpu.ptx_loads import smem_reason
 from numba_attn.phases.decode.frag8 import make_frag8_kernel
+from numba_attn.phases.decode.launch import split_registration
 from numba_attn.phases.decode.paged import PAGED_KV8, PAGED_TOKEN_SCALE, check_paged_problem, paged_launch
 from numba_attn.phases.decode.rules import resolve_splits, ring_bytes
 from numba_attn.phases.registry import register_phase
@@ -117,18 +118,12 @@ def _resolve(problem, warps, splits, blocks_per_sm, min_keys, step_heads=0, pref
     planned_speedup=60.0,
     dtypes=("float16",),
     requires_cc=(8, 0),  # mma.sync
-    space={"warps": [4, 8], "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4], "step_heads": [1, 2, 4, 8],
-           "stages": [0, 3]},
     # prefetch (1, 2) was measured slower on every 8-bit target (H200, H100): not a candidate; stages 3 (one
     # block per SM) 2.0-3.3 % faster than the direct loads on an H100, not yet run on an H200: a candidate,
     # off by default
-    launch_params=("splits",),  # the split count is a launch argument: its candidates mostly share kernels
-    sim_params={"warps": 2, "splits": 3},
-    variants=True,
-    lse=True,
-    supports=check_paged_mma8,
-    resolve=_resolve,
-    layout="paged",
+    **split_registration(check_paged_mma8, _resolve,
+                         {"warps": [4, 8], "splits": [0, 8, 16, 32, 64], "blocks_per_sm": [1, 2, 4],
+                          "step_heads": [1, 2, 4, 8], "stages": [0, 3]}, layout="paged"),
 )
 def paged_mma8(problem, warps=8, splits=0, blocks_per_sm=2, min_keys=256, fuse_max=64, step_heads=0, stages=0,
                prefetch=0):

@@ -86,6 +86,26 @@ def combined_lse_store(LSE: bool):
 
 
 @functools.cache
+def combined_output(BF16: bool, LSE: bool):
+    """``write_combined(o, part_o, part_lse, S, bh, i, d, row, mods)``: a last-block combine's output element
+    o[bh, i, d] from the S splits' partials of ``row`` (bfloat16 bits with ``BF16``); at d = 0 with ``LSE`` the
+    row's log-sum-exp into ``mods[-1][bh, i]``."""
+    store_combined = combined_lse_store(LSE)
+
+    @device
+    def write_combined(o, part_o, part_lse, S, bh, i, d, row, mods):
+        """o[bh, i, d] combined from the splits' partials of ``row`` (and its log-sum-exp at d = 0)."""
+        if BF16:
+            o[bh, i, d] = f32_to_bf16(combine_splits(part_o, part_lse, S, row, d))
+        else:
+            o[bh, i, d] = combine_splits(part_o, part_lse, S, row, d)
+        if LSE and d == 0:
+            store_combined(mods, part_lse, S, bh, i, row)
+
+    return write_combined
+
+
+@functools.cache
 def chunk_steps(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, Nq: int, G: int, causal: bool,
                 FINAL: bool = True, BASE2: bool = False, BF16: bool = False, stage=PLAIN):
     """Device functions of a block of ``WARPS`` warps that computes ``ROWS`` query rows
@@ -112,7 +132,7 @@ def chunk_steps(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, N
     rescore = step_rescore(stage, ROWS, KEYS, GROUPS, Nq, G, causal, BASE2)  # a variant's scores (scores.py)
     vk = variant_keys(stage, BASE2)
     LSE, store_lse, store_lse2 = lse_parts(stage)
-    store_combined = combined_lse_store(LSE)
+    write_combined = combined_output(BF16, LSE)
 
     @device
     def load_rows(q, Qr, acc, m, l, lim, kvh, row0, sub, scale, hi, Nk):
@@ -202,13 +222,17 @@ def chunk_steps(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, N
                     sm_l[w, r] = lw
 
     @device
+    def block_element(idx, row0):
+        """(r, d, row): element ``idx`` of the block's ROWS × D outputs, in its row r (query row ``row0 + r``)."""
+        r = idx // D
+        return r, idx - r * D, row0 + r
+
+    @device
     def write_rows(o, part_o, part_lse, split, kvh, row0, tid, sm_m, sm_l, sm_o, mods):
         """Merge the warps' partial (m, l, O), one thread per element; write the
         output (``FINAL``) or split ``split``'s partial output and log-sum-exp."""
         for idx in range(tid, ROWS * D, THREADS):
-            r = idx // D
-            d = idx - r * D
-            row = row0 + r
+            r, d, row = block_element(idx, row0)
             if row < NROWS:
                 g = row // Nq
                 i = row - g * Nq
@@ -261,19 +285,12 @@ def chunk_steps(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: int, N
         if sm_last[0] == 1:
             cuda.threadfence()
             for idx in range(tid, ROWS * D, THREADS):
-                r = idx // D
-                d = idx - r * D
-                row = row0 + r
+                r, d, row = block_element(idx, row0)
                 if row < NROWS:
                     g = row // Nq
                     i = row - g * Nq
                     bh = kvh * G + g
-                    if BF16:
-                        o[bh, i, d] = f32_to_bf16(combine_splits(part_o, part_lse, S, bh * Nq + i, d))
-                    else:
-                        o[bh, i, d] = combine_splits(part_o, part_lse, S, bh * Nq + i, d)
-                    if LSE and d == 0:
-                        store_combined(mods, part_lse, S, bh, i, bh * Nq + i)
+                    write_combined(o, part_o, part_lse, S, bh, i, d, bh * Nq + i, mods)
             if tid == 0:
                 counters[ci] = 0  # ready for the next launch
 
