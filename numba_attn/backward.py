@@ -175,14 +175,62 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=N
     else:
         douts = outs = [cuda.device_array(tuple(a.shape), dtype=dev[n].dtype) for n, a in (("q", q), ("k", k),
                                                                                           ("v", v))]
-    rows_q, rows_kv = (B * H, Nq, D), (B * Hkv, Nk, D)
-    launch.run(*(dev[n].reshape(rows_q if n in "qodo" else rows_kv) for n in ("q", "k", "v", "o")),
-               dev["lse"].reshape((B * H, Nq)), dev["do"].reshape(rows_q),
-               douts[0].reshape(rows_q), douts[1].reshape(rows_kv), douts[2].reshape(rows_kv),
-               mods=() if variant is None else device_arrays(variant.aux))
+    run_backward_launch(launch, [dev[n] for n in ("q", "k", "v", "o", "lse", "do")], douts,
+                        mods=() if variant is None else device_arrays(variant.aux))
     if kind in (TORCH, DEVICE):
         return tuple(outs)
     return tuple(d.copy_to_host().view(np.asarray(a).dtype) for d, a in zip(outs, (q, k, v)))
+
+
+def run_backward_launch(launch, inputs, grads, stream=0, mods=()):
+    """Run a backward phase's launch on device arrays ``inputs`` = (q, k, v, o, lse, do) of shapes (B, H, Nq, D),
+    (B, Hkv, Nk, D) twice, q's, (B, H, Nq), q's, writing ``grads`` = (dq, dk, dv): the kernels see rows
+    (B·H, Nq, D), (B·Hkv, Nk, D) and lse (B·H, Nq)."""
+    q, k, v, o, lse, do = inputs
+    B, H, Nq, D = map(int, q.shape)
+    Hkv, Nk = int(k.shape[1]), int(k.shape[2])
+    rows_q, rows_kv = (B * H, Nq, D), (B * Hkv, Nk, D)
+    launch.run(q.reshape(rows_q), k.reshape(rows_kv), v.reshape(rows_kv), o.reshape(rows_q),
+               lse.reshape((B * H, Nq)), do.reshape(rows_q),
+               grads[0].reshape(rows_q), grads[1].reshape(rows_kv), grads[2].reshape(rows_kv),
+               stream=stream, mods=mods)
+
+
+TORCH_GRAD_REFERENCE_FLOPS = 1e10  # above: the float64 gradients computed by torch on the GPU (when it has one)
+_CASES: OrderedDict = OrderedDict()  # (problem, seed) -> backward_case's result, the last two
+
+
+def backward_case(problem, seed: int):
+    """(q, k, v, do, reference) of ``problem`` for ``seed``: its seeded inputs in its dtype, a random dO drawn
+    after them, and the float64 :class:`~numba_attn.spec.grad_reference.Grads` (o, lse and the gradients; the
+    problem's variant applied). The last two are kept (a run's rows of one problem, its phases then its peers,
+    share them), read-only."""
+    from numba_attn.spec.grad_reference import grad_reference, grad_reference_torch
+    from numba_attn.spec.problem import numpy_dtype
+
+    try:
+        key = (problem, seed)
+        hash(key)
+    except TypeError:  # a variant holding arrays: not kept
+        key = None
+    if key in _CASES:
+        return _CASES[key]
+    q, k, v = problem.inputs(seed)
+    do = np.random.default_rng(seed + 1000).standard_normal(q.shape).astype(numpy_dtype(problem.dtype))
+    variant = getattr(problem, "variant", None)
+    ref = None
+    if variant is None and problem.flops() > TORCH_GRAD_REFERENCE_FLOPS and not backend.IS_SIMULATOR:
+        ref = grad_reference_torch(q, k, v, do, causal=problem.causal, scale=problem.scale)  # None without torch
+    if ref is None:
+        ref = grad_reference(q, k, v, do, causal=problem.causal, scale=problem.scale, variant=variant)
+    case = (q, k, v, do, ref)
+    if key is not None:
+        for a in (q, k, v, do, *vars(ref).values()):
+            a.flags.writeable = False
+        _CASES[key] = case
+        while len(_CASES) > 2:
+            _CASES.popitem(last=False)
+    return case
 
 
 def with_derivative(variant, score_mod_grad):
@@ -207,7 +255,6 @@ def check_backward(phase, problem, seed=1, **params) -> dict:
     dO (the problem's variant applied to both); each of dq, dk, dv checked by
     :func:`numba_attn.spec.reference.check` (the dtype's tolerance). A row:
     ``{"phase", "problem", "status" (OK, FAIL, SKIP), "reason", "rel_err": {"dq": ...}, "params"}``."""
-    from numba_attn.spec.grad_reference import grad_reference
     from numba_attn.spec.problem import numpy_dtype
     from numba_attn.spec.reference import check
 
@@ -218,11 +265,9 @@ def check_backward(phase, problem, seed=1, **params) -> dict:
     if reason:
         row["reason"] = reason
         return row
-    q, k, v = problem.inputs(seed)
+    q, k, v, do, ref = backward_case(problem, seed)
     dt = numpy_dtype(problem.dtype)
-    do = np.random.default_rng(seed + 1000).standard_normal(q.shape).astype(dt)
     variant = getattr(problem, "variant", None)
-    ref = grad_reference(q, k, v, do, causal=problem.causal, scale=problem.scale, variant=variant)
     o, lse = ref.o.astype(dt), ref.lse.astype(np.float32)
     row["params"] = ph.resolve(problem, ph.resolve_params(params))
     grads = attention_backward(q, k, v, o, lse, do, causal=problem.causal, scale=problem.scale, phase=ph.name,

@@ -141,18 +141,25 @@ def _cmd_run(args) -> int:
     phases = [p.strip() for p in args.phases.split(",")] if args.phases else None
     from numba_attn.phases.registry import get_phase
 
-    if phases:
-        for p in phases:
-            get_phase(p)  # unknown names fail here, with suggestions
-        if any(get_phase(p).kind == "backward" for p in phases):
-            return _run_backward(args, be, phases, problems if not nothing else [])
-    baseline = args.baseline if args.baseline is not None else "naive"
+    for p in phases or ():
+        get_phase(p)  # unknown names fail here, with suggestions
+    backward = backward_run(phases)
+    if backward and nothing and not want_default:
+        problems, roadmap = backward_problems(be), False
+    baseline = args.baseline if args.baseline is not None else ("bwd_naive" if backward else "naive")
     get_phase(baseline)  # --baseline: a phase name
     params = params_of(args)
     for name, over in params.items():
         get_phase(name).resolve_params(over)  # unknown phases, parameters and bad values fail here, before any launch
     seeds = seeds_of(args.seeds if args.seeds is not None else "1,2")
     peer_list = peers_of(args.peers)
+    if backward:
+        from numba_attn.measure.peers import BACKWARD_PEERS
+
+        peer_list = BACKWARD_PEERS if peer_list is None else peer_list
+        if be.IS_SIMULATOR:  # the simulator's small tiles, under what --param asks
+            params = {p: {**get_phase(p).sim_params, **params.get(p, {})} for p in phases}
+    default_set = want_default or (nothing and be.IS_SIMULATOR and not backward)
     check_timing(args.timing, be)
     if args.csv and os.path.isdir(args.csv):
         raise SystemExit(f"--csv {args.csv}: is a directory; give a file (e.g. table.csv)")
@@ -176,10 +183,13 @@ def _cmd_run(args) -> int:
                     resume=args.resume, worker_setup=tuple(args.setup), peer_list=peer_list,
                     allow_slow=args.allow_slow,
                     # the default set's problems are the simulator's smallest that cover every phase's tiles
-                    sim_limit_s=300.0 if want_default or (nothing and be.IS_SIMULATOR) else None)
+                    sim_limit_s=300.0 if default_set else None)
     print(f"backend: {be.describe()}", flush=True)
     select = None
-    if want_default or (nothing and be.IS_SIMULATOR):
+    if backward:
+        print("backward phases: dq, dk, dv checked against the float64 gradients"
+              + (", then timed beside SDPA's backward" if not be.IS_SIMULATOR else ""), flush=True)
+    if default_set:
         select = bench.select_by_kind(problems)
         print("no problem given: every phase on the problems of its kind and dtype (preset 'default': fp32 "
               "prefill, fp16 prefill for the tensor cores, decode at q_len 1 with GQA)"
@@ -195,33 +205,28 @@ def _cmd_run(args) -> int:
     return _finish(rows, results, be, console, args.csv)
 
 
-def _run_backward(args, be, phases, problems) -> int:
-    """``run --phases`` of backward phases: each checked against the float64 gradients (dq, dk, dv), one line
-    per (phase, problem); nothing timed or written to a results file yet (the runner's rows are forward
-    launches). Without a problem: two small odd shapes (GQA and causal, fp32 and fp16)."""
-    from numba_attn.backward import check_backward
-    from numba_attn.phases.registry import get_phase
+def backward_run(phases) -> bool:
+    """Whether ``run --phases`` names backward phases (their rows: gradients checked against float64, timed
+    beside SDPA's backward); forward and backward phases run apart."""
+    from numba_attn.phases.registry import BACKWARD, get_phase
+
+    kinds = {get_phase(p).kind == BACKWARD for p in phases or ()}
+    if len(kinds) > 1:
+        forward = [p for p in phases if get_phase(p).kind != BACKWARD]
+        raise SystemExit(f"--phases: backward phases run apart from forward ones; leave out {', '.join(forward)}")
+    return kinds == {True}
+
+
+def backward_problems(be) -> list:
+    """A backward run's problems when none is given: two small odd shapes in the simulator (GQA and causal, fp32
+    and fp16); on a GPU fp16 B1 H32 N4096 at D64 and D128, causal and not."""
     from numba_attn.spec.problem import Problem
 
-    forward = [p for p in phases if get_phase(p).kind != "backward"]
-    if forward:
-        raise SystemExit(f"--phases: backward phases run apart from forward ones; leave out {', '.join(forward)}")
-    if not problems:
-        problems = [Problem(batch=1, heads=2, kv_heads=1, q_len=19, kv_len=37, head_dim=16, causal=True),
-                    Problem(batch=1, heads=2, q_len=37, kv_len=21, head_dim=16, dtype="float16")]
-    params = params_of(args)
-    print(f"backend: {be.describe()}", flush=True)
-    print("backward phases: checked against the float64 gradients, not timed (no results file)", flush=True)
-    bad = 0
-    for name in phases:
-        ph = get_phase(name)
-        over = {**(ph.sim_params if be.IS_SIMULATOR else {}), **params.get(name, {})}
-        for problem in problems:
-            row = check_backward(name, problem, **over)
-            errs = "  ".join(f"{k} {v:.2e}" for k, v in row["rel_err"].items())
-            print(f"{row['status']:4s}  {name:18s} {problem.label:36s} {errs}  {row['reason']}".rstrip(), flush=True)
-            bad += row["status"] == "FAIL"
-    return 1 if bad else 0
+    if be.IS_SIMULATOR:
+        return [Problem(batch=1, heads=2, kv_heads=1, q_len=19, kv_len=37, head_dim=16, causal=True),
+                Problem(batch=1, heads=2, q_len=37, kv_len=21, head_dim=16, dtype="float16")]
+    return [Problem(batch=1, heads=32, q_len=4096, kv_len=4096, head_dim=d, causal=c, dtype="float16")
+            for d in (64, 128) for c in (False, True)]
 
 
 def _finish(rows, results, be, console, csv_path=None, plots=()) -> int:

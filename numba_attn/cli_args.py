@@ -13,7 +13,7 @@ Prototype GPU attention kernels with Numba, one measurable optimization at a tim
   numba-attn run [options]             check (and on a GPU time) phases on problems; without a
                                        problem: every phase on a small problem set (simulator) or
                                        the roadmap benchmark (GPU)
-  numba-attn bench NAME                a declared benchmark (roadmap, long-context, decode, paged, varlen):
+  numba-attn bench NAME                a declared benchmark (roadmap, long-context, decode, paged, varlen, backward):
                                        ceilings, phases and SDPA -> results file + plots
   numba-attn compare A B               per-phase ratios between two results files (times, or simulator counts)
   numba-attn compare A --parent        within one file: each phase against its parent (--phases P,Q: Q against P)
@@ -378,12 +378,13 @@ def peers_of(text):
     """``--peers``: comma-separated names of measure.peers.PEERS (None: all)."""
     if not text:
         return None
-    from numba_attn.measure.peers import PEERS
+    from numba_attn.measure.peers import BACKWARD_PEERS, PEERS
 
     peer_list = tuple(x.strip() for x in text.split(",") if x.strip())
     for x in peer_list:
-        if x not in PEERS:
-            raise SystemExit(f"unknown peer {x!r}; peers: {', '.join(PEERS)}")
+        if x not in PEERS + BACKWARD_PEERS:
+            raise SystemExit(f"unknown peer {x!r}; peers: {', '.join(PEERS)}; of a backward run: "
+                             f"{', '.join(BACKWARD_PEERS)}")
     return peer_list
 
 

@@ -2,6 +2,8 @@
 (spec/grad_reference.py) on odd shapes (q_len != kv_len, GQA, causal and not, head_dim 16, 32, 40 and 48; the
 shapes a phase refuses, dtype or head_dim, are skipped with its reason), a known-wrong backward rejected, and
 attention_backward()'s arrays and input checks."""
+import json
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -266,6 +268,38 @@ def test_an_empty_batch_gives_zero_gradients():
     assert dq.shape == q.shape and dk.shape == dv.shape == k.shape
 
 
+def test_a_backward_row_with_an_unwritten_gradient_fails(monkeypatch):
+    """The runner's backward row poisons dq, dk, dv: a launch that leaves dq unwritten (it writes into a scratch
+    buffer instead) is FAIL, naming dq, and never timed."""
+    import numba_attn.backward as B
+    from numba_attn.measure.row import measure
+
+    real = B.run_backward_launch
+
+    def loses_dq(launch, inputs, grads, stream=0, mods=()):
+        real(launch, inputs, [cuda.device_array_like(grads[0]), grads[1], grads[2]], stream, mods)
+
+    monkeypatch.setattr(B, "run_backward_launch", loses_dq)
+    row = measure("bwd_two_kernels", SHAPES["B1H2-17x30-D16-fp32"])
+    assert row["status"] == "FAIL" and "dq" in row["reason"] and "dk" not in row["reason"], row["reason"]
+    assert "time_ms" not in row
+
+
+def test_the_backward_peer_row():
+    """SDPA's backward as a peer of the backward rows: on a GPU checked against the float64 gradients and timed;
+    where torch has no GPU a SKIP row saying so."""
+    from numba_attn.gpu.backend import IS_SIMULATOR
+    from numba_attn.measure.config import RunConfig
+    from numba_attn.measure.peers import measure_peer
+
+    row = measure_peer("torch_sdpa_backward", SHAPES["B1H2-37x21-D40-fp16"], RunConfig())
+    assert row["phase_kind"] == "backward" and row["flops"] == 2.5 * SHAPES["B1H2-37x21-D40-fp16"].flops()
+    if IS_SIMULATOR:
+        assert row["status"] == "SKIP" and ("torch" in row["reason"] or "CUDA" in row["reason"]), row
+    else:
+        assert row["status"] == "OK" and row["time_ms"] > 0 and set(row["rel_err"]) == {"dq", "dk", "dv"}, row
+
+
 def test_the_commands_list_run_and_refuse_backward_phases(tmp_path, capsys):
     """``list`` shows them, ``run --phases`` checks them (not mixed with forward phases), ``new`` and ``tune``
     refuse them with the reason."""
@@ -274,8 +308,14 @@ def test_the_commands_list_run_and_refuse_backward_phases(tmp_path, capsys):
     from numba_attn.userphases import NewPhaseError, new_phase
 
     assert cli.main(["list"]) == 0 and "bwd_two_kernels" in capsys.readouterr().out
-    assert cli.main(["run", "--phases", "bwd_naive", "-N", "9", "--kv-len", "13", "-D", "8", "--causal"]) == 0
-    assert "OK    bwd_naive" in capsys.readouterr().out
+    res = tmp_path / "bwd.jsonl"
+    assert cli.main(["run", "--phases", "bwd_naive", "-N", "9", "--kv-len", "13", "-D", "8", "--causal",
+                     "--results", str(res), "--workers", "1", "--timeout", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "bwd_naive" in out and "float64 gradients" in out
+    row = [r for r in map(json.loads, res.read_text().splitlines()) if r["type"] == "result"][0]
+    assert row["status"] == "OK" and row["phase_kind"] == "backward" and set(row["rel_err"]) == {"dq", "dk", "dv"}
+    assert row["flops"] == 2.5 * na.Problem.from_dict(row["problem"]).flops()
     assert cli.main(["run", "--phases", "bwd_naive,smem_kv", "-N", "9", "-D", "8"]) == 2
     with pytest.raises(NewPhaseError, match="backward phase"):
         new_phase("my_bwd", from_="bwd_naive", dir=str(tmp_path))

@@ -109,3 +109,21 @@ def test_gradients_match_torch_autograd(case):
     dq, dk, dv = grad_reference(q, k, v, do, causal=causal, scale=0.5)
     for name, mine, theirs in (("dq", dq, tq.grad), ("dk", dk, tk.grad), ("dv", dv, tv.grad)):
         assert np.allclose(mine, theirs.numpy(), rtol=1e-10, atol=1e-12), name
+
+
+@pytest.mark.parametrize("nq,nk,causal", [(21, 13, False), (13, 21, True)])
+def test_the_torch_float64_gradients_are_the_same_formulas(nq, nk, causal):
+    """grad_reference_torch (large problems on a GPU; here torch on the CPU) gives grad_reference's o, lse,
+    Delta and gradients to 1e-12 (GQA, q_len above and below kv_len, causal)."""
+    pytest.importorskip("torch")
+    from numba_attn.spec.grad_reference import grad_reference_torch
+
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((2, 4, nq, 16)).astype(np.float16)
+    k, v = (rng.standard_normal((2, 2, nk, 16)).astype(np.float16) for _ in range(2))
+    do = rng.standard_normal(q.shape).astype(np.float16)
+    want, got = grad_reference(q, k, v, do, causal=causal), grad_reference_torch(q, k, v, do, causal=causal,
+                                                                                 device="cpu")
+    for name in ("dq", "dk", "dv", "o", "lse", "delta"):
+        a, b = getattr(want, name), getattr(got, name)
+        assert np.abs(a - b).max() < 1e-12, name

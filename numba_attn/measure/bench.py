@@ -35,6 +35,10 @@ Declared benchmarks:
     phases and SDPA run: bandwidth of the bytes actually read (``min_bytes``:
     each sequence's keys once, at the cache's element size) against the copy
     ceiling, time against SDPA on the twin.
+``backward``
+    the backward phases (``attention_backward``: dq, dk, dv checked against the float64 gradients) beside SDPA's
+    backward (``torch.autograd.grad`` through its output; auto, cuDNN and flash backends) at fp16 B1 H32,
+    N 1024 and 4096, D64 and D128, causal and not; TFLOP/s of the backward's FLOPs (2.5× the forward's).
 ``varlen``
     the varlen prefill phases on the ``varlen`` preset (packed ragged batches,
     B 8 and 32, lengths uniform in [N/4, N] for N 1024 and 4096, H32 D128 fp16,
@@ -77,6 +81,7 @@ class Benchmark:
     max_row_ms: float | None = None
     max_total_s: float | None = None
     expand: Callable | None = None  # problems given instead of the declared ones (--preset) → the rows' problems
+    baseline: str = "naive"  # the phase the speedups are against
 
     def problems(self) -> list[Problem]:
         out = []
@@ -277,6 +282,29 @@ register(Benchmark(
 
 
 
+def _backward_problems(x):
+    n, d = x
+    return [Problem(batch=1, heads=32, q_len=n, kv_len=n, head_dim=d, causal=c, dtype="float16") for c in (False, True)]
+
+
+register(Benchmark(
+    name="backward",
+    description="the backward phases and SDPA's backward (auto, cuDNN, flash): fp16 B1 H32, N 1024 and 4096, "
+                "D64 and D128, causal and not",
+    x_names=("q_len", "head_dim"),
+    x_vals=[(1024, 64), (1024, 128), (4096, 64), (4096, 128)],
+    problems_for=_backward_problems,
+    line_kind="backward",
+    peers=("torch_sdpa_backward", "torch_sdpa_cudnn_backward", "torch_sdpa_flash_backward"),
+    plots=("roadmap",),
+    plot_name="backward",
+    seeds=(1,),
+    baseline="bwd_naive",
+    max_row_ms=3000.0,
+    max_total_s=540.0,
+))
+
+
 def layout_benchmark(name: str, description: str, presets: list, problems_for, select, line_kind: str) -> Benchmark:
     """A benchmark of a memory layout (paged, varlen): its phases on the ``presets`` beside the contiguous
     twins (:func:`with_twins`) on which their parents and SDPA run; the ``layouts`` plot."""
@@ -366,7 +394,7 @@ def run_benchmark(name: str, *, results: str | None = None, plots_dir: str | Non
     cfg = RunConfig(seeds=seeds, timing=timing, timeout_s=b.timeout_s if timeout_s is None else timeout_s or None,
                     results=results, ceilings=True, resume=resume, max_row_ms=b.max_row_ms,
                     max_total_s=max_total_s if max_total_s is not None else b.max_total_s,
-                    peer_list=b.peers, command=command or f"numba-attn bench {name}",
+                    peer_list=b.peers, command=command or f"numba-attn bench {name}", baseline=b.baseline,
                     worker_setup=tuple(setup), allow_slow=allow_slow)
     probs = list(problems) if problems is not None else b.problems()
     if problems is not None and b.expand is not None:

@@ -42,6 +42,8 @@ from numba_attn.measure.timing import (KERNEL_NAME_CHARS, TimingConfig, enough_s
 
 BACKENDS = ("flash", "efficient", "math", "cudnn")
 PEERS = ("torch_sdpa", "torch_sdpa_fp16") + tuple(f"torch_sdpa_{b}" for b in BACKENDS)
+# the backward peers: torch.autograd.grad through SDPA's output (a backward phase's run compares with these)
+BACKWARD_PEERS = ("torch_sdpa_backward",) + tuple(f"torch_sdpa_{b}_backward" for b in ("cudnn", "flash", "efficient"))
 _BACKEND_ENUM = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "math": "MATH",
                  "cudnn": "CUDNN_ATTENTION"}
 
@@ -61,10 +63,14 @@ def peer_names() -> list[str]:
     return list(PEERS)
 
 
+def backward_peer_names() -> list[str]:
+    return list(BACKWARD_PEERS)
+
+
 def peer_backend(name: str) -> str | None:
     """The explicit SDPA backend a peer name asks for (None: PyTorch chooses)."""
     for b in BACKENDS:
-        if name == f"torch_sdpa_{b}":
+        if name in (f"torch_sdpa_{b}", f"torch_sdpa_{b}_backward"):
             return b
     return None
 
@@ -230,6 +236,8 @@ def _unavailable_reason(exc: BaseException, backend: str | None) -> str | None:
 
 
 def measure_peer(name: str, problem: Problem, cfg) -> dict:
+    if name in BACKWARD_PEERS:
+        return measure_backward_peer(name, problem, cfg)
     dtype = peer_dtype(name, problem)
     backend = peer_backend(name)
     row = {"type": "result", "phase": name, "kind": "peer", "problem": problem.to_dict(),
@@ -329,6 +337,75 @@ def measure_peer(name: str, problem: Problem, cfg) -> dict:
                 row["sdpa_backend_ran"] = "unknown"
         t["input_sets"] = n_sets
         timed_row(row, problem, t)
+    except Exception as exc:  # noqa: BLE001
+        row.update(status=ERROR, reason=summarize_exception(exc))
+    return row
+
+
+def measure_backward_peer(name: str, problem: Problem, cfg) -> dict:
+    """SDPA's backward on the inputs a backward phase's row sees (``torch.autograd.grad`` of an output computed
+    once, ``retain_graph``), its gradients checked against the same float64 gradients, then timed the same way
+    (the backward's FLOPs: :class:`numba_attn.measure.backward_row.BackwardWork`)."""
+    from numba_attn.measure.backward_row import GRADS, BackwardWork
+
+    work = BackwardWork(problem)
+    backend = peer_backend(name)
+    row = {"type": "result", "phase": name, "kind": "peer", "phase_kind": "backward", "problem": problem.to_dict(),
+           "label": problem.label, "params": {"dtype": problem.dtype, "sdpa_backend": backend or "auto"},
+           "status": None, "reason": "", "flops": work.flops(), "min_bytes": work.min_bytes()}
+    if getattr(problem, "page_size", 0) or getattr(problem, "varlen", False) or getattr(problem, "variant", None):
+        row.update(status=SKIP, reason="the backward peers run plain contiguous problems (no paged, packed or "
+                                       "variant problem)")
+        return row
+    reason = torch_status()
+    if reason:
+        row.update(status=SKIP, reason=reason)
+        return row
+    try:
+        import numpy as np
+        import torch
+        from numba import cuda
+
+        from numba_attn.backward import backward_case
+
+        row["torch"] = torch.__version__
+        tdt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[problem.dtype]
+        q, k, v, do, ref = backward_case(problem, cfg.seeds[-1])
+        tq, tk, tv = (torch.from_numpy(np.asarray(a, np.float32)).to("cuda", tdt).requires_grad_() for a in (q, k, v))
+        tdo = torch.from_numpy(np.asarray(do, np.float32)).to("cuda", tdt)
+        kw = _sdpa_kwargs(torch, problem)
+        try:
+            with _backend_context(torch, backend), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, **kw)
+                grads = torch.autograd.grad(out, (tq, tk, tv), tdo, retain_graph=True)
+                torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001
+            why = _unavailable_reason(exc, backend)
+            if why:
+                row.update(status=SKIP, reason=why)
+                return row
+            raise
+        checks = {n: check(g.float().cpu().numpy().astype(np.dtype(q.dtype)), r, dtype=problem.dtype)
+                  for n, g, r in zip(GRADS, grads, ref)}
+        row["rel_err"] = {n: c.rel_err for n, c in checks.items()}
+        worst = max(checks.values(), key=lambda c: (not c.ok, c.rel_err))
+        row["check"] = worst.to_dict()
+        if not worst.ok:
+            row.update(status=FAIL, reason=f"wrong gradients: {worst.reason}")
+            return row
+        stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
+
+        def fn(i):
+            torch.autograd.grad(out, (tq, tk, tv), tdo, retain_graph=True)
+
+        with _backend_context(torch, backend), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t = timed(fn, stream, cfg.timing, graph=lambda: _graph_or_reason(torch, fn, cfg.timing))
+            t["e2e_ms"] = end_to_end(fn, stream)
+        if t.get("cupti_kernels"):
+            row["sdpa_kernels"] = [kk["name"] for kk in t["cupti_kernels"]]
+        timed_row(row, work, t)
     except Exception as exc:  # noqa: BLE001
         row.update(status=ERROR, reason=summarize_exception(exc))
     return row

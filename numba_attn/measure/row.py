@@ -30,7 +30,7 @@ import time
 
 from numba_attn.gpu.backend import BACKEND, IS_SIMULATOR
 from numba_attn.spec.problem import Problem
-from numba_attn.phases.registry import Phase, get_phase
+from numba_attn.phases.registry import BACKWARD, Phase, get_phase
 from numba_attn.measure import limits
 from numba_attn.measure.check import check_launch, reference_name, release_references
 from numba_attn.measure.config import RunConfig
@@ -49,6 +49,10 @@ def measure(phase: Phase | str, problem: Problem, cfg: RunConfig | None = None, 
 
     cfg = cfg or RunConfig()
     phase = get_phase(phase) if isinstance(phase, str) else phase
+    if phase.kind == BACKWARD:  # gradients: other arrays, another reference, the backward's FLOPs
+        from numba_attn.measure.backward_row import measure_backward
+
+        return measure_backward(phase, problem, cfg, **overrides)
     params = phase.resolve_params({**cfg.params.get(phase.name, {}), **overrides})
     row = phase_row(phase, problem)
     row["params"] = params

@@ -94,6 +94,48 @@ def grad_reference(q, k, v, do, *, causal=False, scale=None, variant=None) -> Gr
     return Grads(dq, dk, dv, o, lse, delta)
 
 
+def grad_reference_torch(q, k, v, do, *, causal=False, scale=None, device="cuda") -> Grads | None:
+    """:func:`grad_reference` (no variant) computed with torch in float64 on ``device``, a (batch, head) at a
+    time, by the same formulas: for large problems on a GPU. None when torch (or its CUDA) is not usable."""
+    try:
+        import torch
+
+        if str(device).startswith("cuda") and not torch.cuda.is_available():
+            return None
+    except Exception:  # noqa: BLE001
+        return None
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    G = H // Hkv
+    scale = 1.0 / np.sqrt(D) if scale is None else scale
+    dev = torch.device(device)
+    out = {n: np.zeros(shape) for n, shape in (("dq", (B, H, Nq, D)), ("o", (B, H, Nq, D)), ("dk", (B, Hkv, Nk, D)),
+                                                ("dv", (B, Hkv, Nk, D)), ("lse", (B, H, Nq)), ("delta", (B, H, Nq)))}
+
+    def t64(a):
+        return torch.from_numpy(np.asarray(a, np.float64)).to(dev)
+
+    hidden = torch.from_numpy(hidden_keys(0, 0, Nq, Nk, causal, None)).to(dev) if causal else None
+    with torch.no_grad():
+        for b in range(B):
+            for h in range(H):
+                qh, kh, vh, dov = t64(q[b, h]), t64(k[b, h // G]), t64(v[b, h // G]), t64(do[b, h])
+                s = (qh @ kh.T) * scale
+                if hidden is not None:
+                    s = s.masked_fill(hidden, float("-inf"))
+                lse = torch.logsumexp(s, dim=1)
+                finite = torch.isfinite(lse)[:, None]
+                p = torch.where(finite, torch.exp(s - torch.where(finite, lse[:, None], 0.0)), 0.0)
+                o = p @ vh
+                delta = (dov * o).sum(dim=1)                 # Delta_i = rowsum(dO ∘ O)
+                ds = p * (dov @ vh.T - delta[:, None])        # dS = P ∘ (dP − Delta)
+                for name, val in (("o", o), ("lse", lse), ("delta", delta), ("dq", scale * (ds @ kh))):
+                    out[name][b, h] = val.cpu().numpy()
+                out["dv"][b, h // G] += (p.T @ dov).cpu().numpy()       # dV = Pᵀ dO
+                out["dk"][b, h // G] += (scale * (ds.T @ qh)).cpu().numpy()  # dK = scale · dSᵀ Q
+    return Grads(out["dq"], out["dk"], out["dv"], out["o"], out["lse"], out["delta"])
+
+
 def attention_loss(q, k, v, do, *, causal=False, scale=None, variant=None) -> float:
     """Σ O ∘ dO in float64: the scalar whose gradients :func:`grad_reference` returns (finite differences)."""
     o = reference(q, k, v, causal=causal, scale=scale, variant=variant)
