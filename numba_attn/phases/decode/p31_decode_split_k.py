@@ -19,7 +19,7 @@ from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.warp import WARP_SIZE
 from numba_attn.phases.decode.launch import split_launch, split_registration
 from numba_attn.phases.decode.rules import check_split, resolve_split, vector_width
-from numba_attn.phases.decode.steps import chunk_steps
+from numba_attn.phases.decode.steps import chunk_steps, merge_arrays
 from numba_attn.phases.registry import register_phase
 from numba_attn.variants.sinks import stages_for
 from numba_attn.variants.stages import PLAIN
@@ -39,6 +39,7 @@ def make_split_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: 
     KEYS_PER_STEP = (WARP_SIZE // LANES) * KEYS  # keys per warp step: T keys per group
     THREADS = WARPS * WARP_SIZE
     ROW_BLOCKS = (G * Nq + ROWS - 1) // ROWS  # row blocks per KV head
+    merge_smem = merge_arrays(WARPS, ROWS, D)
 
     @device
     def split_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, chunk, S, sm_m, sm_l, sm_o, sm_last,
@@ -87,10 +88,7 @@ def make_split_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: 
 
     @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
     def decode_split_k_fused(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, chunk, S, mods):
-        sm_m = cuda.shared.array((WARPS, ROWS), float32)
-        sm_l = cuda.shared.array((WARPS, ROWS), float32)
-        sm_o = cuda.shared.array((WARPS, ROWS, D), float32)
-        sm_last = cuda.shared.array(1, int32)
+        sm_m, sm_l, sm_o, sm_last = merge_smem()
         split_block(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, chunk, S, sm_m, sm_l, sm_o, sm_last, mods)
 
     return decode_split_k_fused

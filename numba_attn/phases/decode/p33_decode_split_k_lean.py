@@ -26,7 +26,7 @@ from numba_attn.phases.decode.launch import split_launch, split_registration
 from numba_attn.phases.decode.paged import page_steps, paged_keys, paged_words
 from numba_attn.phases.decode.rules import check_split, resolve_split, vector_width
 from numba_attn.phases.decode.scores import key_mask, step_rescore
-from numba_attn.phases.decode.steps import chunk_steps, empty_sequence_lse
+from numba_attn.phases.decode.steps import chunk_steps, empty_sequence_lse, merge_arrays
 from numba_attn.phases.registry import register_phase
 from numba_attn.variants.sinks import stages_for
 from numba_attn.variants.stages import PLAIN
@@ -261,6 +261,7 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
     WIDE = PAGED and KV_FORMAT > 0 and VW == 16
     load_rows, load_keys, _, merge_lanes, write_rows, combine_last = chunk_steps(
         D, VW, LANES, KEYS, WARPS, ROWS, Nq, G, causal, FINAL, BASE2=True, BF16=BF16, stage=stage)
+    merge_smem = merge_arrays(WARPS, ROWS, D)
     E = D // LANES  # elements of a row per lane
     GROUPS = WARP_SIZE // LANES  # lane groups per warp
     KEYS_PER_STEP = GROUPS * KEYS  # keys per warp step: T keys per group
@@ -362,10 +363,7 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
         @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
         def paged_worklist(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, work, wptr,
                            mods):
-            sm_m = cuda.shared.array((WARPS, ROWS), float32)
-            sm_l = cuda.shared.array((WARPS, ROWS), float32)
-            sm_o = cuda.shared.array((WARPS, ROWS, D), float32)
-            sm_last = cuda.shared.array(1, int32)
+            sm = merge_smem()
             for it in range(wptr[cuda.blockIdx.x], wptr[cuda.blockIdx.x + 1]):
                 kvh = work[it, 0]  # the item's KV head of a sequence (b · Hkv + h)
                 seq = kvh // Hkv
@@ -376,8 +374,7 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
                 hi = work[it, 3]
                 S = work[it, 4]  # the item's KV head's number of splits
                 lean_block(q, (o, part_o, part_lse, counters, S), (k, v, table, ks, vs), scale, Hkv, Nk, seq,
-                           (split, kvh, (hrb - kvh * ROW_BLOCKS) * ROWS, lo, hi, hrb), (sm_m, sm_l, sm_o, sm_last),
-                           mods)
+                           (split, kvh, (hrb - kvh * ROW_BLOCKS) * ROWS, lo, hi, hrb), sm, mods)
                 cuda.syncthreads()  # the next item's warps write the merge arrays this one read
 
         return paged_worklist
@@ -386,28 +383,22 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
         @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
         def paged_split_k(q, k, v, o, part_o, part_lse, counters, scale, Hkv, table, seqlens, ks, vs, chunk, S,
                           mods):
-            sm_m = cuda.shared.array((WARPS, ROWS), float32)
-            sm_l = cuda.shared.array((WARPS, ROWS), float32)
-            sm_o = cuda.shared.array((WARPS, ROWS, D), float32)
-            sm_last = cuda.shared.array(1, int32)
+            sm = merge_smem()
             seq = cuda.blockIdx.y // ROW_BLOCKS // Hkv
             Nk = seqlens[seq]  # the sequence's own number of keys
             split, kvh, row0, lo, hi = split_keys(chunk, Nk)
             lean_block(q, (o, part_o, part_lse, counters, S), (k, v, table, ks, vs), scale, Hkv, Nk, seq,
-                       (split, kvh, row0, lo, hi, cuda.blockIdx.y), (sm_m, sm_l, sm_o, sm_last), mods)
+                       (split, kvh, row0, lo, hi, cuda.blockIdx.y), sm, mods)
 
         return paged_split_k
 
     @kernel(launch_bounds=(THREADS, MIN_BLOCKS))
     def decode_split_k_lean(q, k, v, o, part_o, part_lse, counters, scale, Hkv, Nk, chunk, S, mods):
-        sm_m = cuda.shared.array((WARPS, ROWS), float32)
-        sm_l = cuda.shared.array((WARPS, ROWS), float32)
-        sm_o = cuda.shared.array((WARPS, ROWS, D), float32)
-        sm_last = cuda.shared.array(1, int32)
+        sm = merge_smem()
         # (no block table, no scales: Nk, k and scale stand in for them, unused)
         split, kvh, row0, lo, hi = split_keys(chunk, Nk)
         lean_block(q, (o, part_o, part_lse, counters, S), (k, v, k, scale, scale), scale, Hkv, Nk, Nk,
-                   (split, kvh, row0, lo, hi, cuda.blockIdx.y), (sm_m, sm_l, sm_o, sm_last), mods)
+                   (split, kvh, row0, lo, hi, cuda.blockIdx.y), sm, mods)
 
     return decode_split_k_lean
 

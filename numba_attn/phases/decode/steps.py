@@ -7,7 +7,7 @@ import functools
 import math
 
 import numpy as np
-from numba import cuda, float32, uint16, uint32
+from numba import cuda, float32, int32, uint16, uint32
 
 from numba_attn.gpu.device_functions import (NEG_BIG, combine_splits, ldg_f16x8, ldg_f32x4, merge_state, merge_state2,
                                              state_lse)
@@ -103,6 +103,23 @@ def combined_output(BF16: bool, LSE: bool):
             store_combined(mods, part_lse, S, bh, i, row)
 
     return write_combined
+
+
+@functools.cache
+def merge_arrays(WARPS: int, ROWS: int, D: int):
+    """``merge_smem() -> (sm_m, sm_l, sm_o, sm_last)``: the shared arrays a split-K decode block merges its warps'
+    (m, l, O) of ROWS rows in (WARPS × ROWS, WARPS × ROWS × D, float32) and its last-block flag (int32)."""
+
+    @device
+    def merge_smem():
+        """The block's merge arrays and last-block flag in shared memory."""
+        sm_m = cuda.shared.array((WARPS, ROWS), float32)
+        sm_l = cuda.shared.array((WARPS, ROWS), float32)
+        sm_o = cuda.shared.array((WARPS, ROWS, D), float32)
+        sm_last = cuda.shared.array(1, int32)
+        return sm_m, sm_l, sm_o, sm_last
+
+    return merge_smem
 
 
 @functools.cache
