@@ -357,3 +357,24 @@ def fragment_rescale(DT: int):
             acc[i0 + 3] *= corr_hi
 
     return rescale
+
+
+@functools.cache
+def fragment_update(NT: int, DT: int):
+    """A device function ``update(s, acc, stats, sl2) -> stats``: the online softmax of the ``NT`` n-tiles of S
+    fragments at ``s`` (:func:`fragment_softmax`, P in place), the rows' ``stats`` = (m_lo, m_hi, l_lo, l_hi)
+    carried on, the ``DT`` output n-tiles at ``acc`` rescaled (:func:`fragment_rescale`)."""
+    softmax = fragment_softmax(NT)
+    rescale = fragment_rescale(DT)
+
+    @device
+    def update(s, acc, stats, sl2):
+        """One tile's scores into P, the rows' running max and sum, O rescaled."""
+        m_lo, m_hi, l_lo, l_hi = stats
+        m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
+        l_lo = l_lo * corr_lo + rs_lo
+        l_hi = l_hi * corr_hi + rs_hi
+        rescale(acc, 0, corr_lo, corr_hi)
+        return m_lo, m_hi, l_lo, l_hi
+
+    return update

@@ -19,8 +19,7 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from numba_attn.gpu.arrays import view_as
-from numba_attn.gpu.device_functions import (LOG2E, NEG_BIG, fragment_rescale, fragment_softmax, merge_state,
-                                             state_lse)
+from numba_attn.gpu.device_functions import LOG2E, NEG_BIG, fragment_update, merge_state, state_lse
 from numba_attn.gpu.intrinsics import cp_async_commit, cp_async_wait
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.pdl import launch_after, launch_dependents, pdl_available, uses_griddepcontrol
@@ -85,8 +84,7 @@ def make_mma_softmax(D: int, Bc: int, Nq: int, G: int, stage=PLAIN):
     QUERY_ROWS = G * Nq  # query rows of a KV head (≤ 16: one m-tile)
     S_NTILES = Bc // 8  # n-tiles of S
     DTK = 16 * ((D + 15) // 16) // 8  # n-tiles of O computed (the padding's stay zero)
-    softmax = fragment_softmax(S_NTILES)  # online softmax on the S fragments (device_functions)
-    rescale = fragment_rescale(DTK)
+    softmax = fragment_update(S_NTILES, DTK)  # online softmax on the S fragments, O rescaled (device_functions)
     VARIANT = stage.active
     rescore = fragment_rescore(stage, S_NTILES)  # a variant's scores (scores.py)
     vk = variant_keys(stage)
@@ -96,18 +94,13 @@ def make_mma_softmax(D: int, Bc: int, Nq: int, G: int, stage=PLAIN):
         """The tile of keys from ``j0`` (``s``: its masked S fragments) into the rows' state ``state`` = (m_lo,
         m_hi, l_lo, l_hi) of rows g, g+8 and ``acc``; ``rows``: (r_lo, r_hi, lim_lo, lim_hi); ``key``: (kvh, Hkv,
         Nk); ``scales``: (sl2, scale). Returns the new state."""
-        m_lo, m_hi, l_lo, l_hi = state
         r_lo, r_hi, lim_lo, lim_hi = rows
         kvh, Hkv, Nk = key
         sl2, scale = scales
         if VARIANT:  # the variant on the keys the rows see (a padding row: none)
             rescore(s, j0, t, lim_lo if r_lo < QUERY_ROWS else 0, lim_hi if r_hi < QUERY_ROWS else 0,
                     vk.position(kvh, r_lo, Hkv, G, Nq, Nk), vk.position(kvh, r_hi, Hkv, G, Nq, Nk), scale, mods)
-        m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
-        l_lo = l_lo * corr_lo + rs_lo
-        l_hi = l_hi * corr_hi + rs_hi
-        rescale(acc, 0, corr_lo, corr_hi)
-        return m_lo, m_hi, l_lo, l_hi
+        return softmax(s, acc, state, sl2)
 
     return tile_softmax
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 
-from numba_attn.gpu.device_functions import fragment_rescale, fragment_softmax
+from numba_attn.gpu.device_functions import fragment_rescale, fragment_softmax, fragment_update
 from numba_attn.gpu.intrinsics import pack_bf16x2, pack_f16x2
 from numba_attn.gpu.jit import device
 from numba_attn.phases.tensor_core.mask import mask_fragments, variant_fragments
@@ -68,18 +68,13 @@ def masked_update(NT: int, Bc: int, causal: bool, DT: int, stage=PLAIN):
     (:func:`.mask.mask_fragments`), the online softmax, the ``DT`` n-tiles of O rescaled."""
     vary = variant_fragments(NT, stage)
     mask = mask_fragments(NT, Bc, causal)
-    softmax = fragment_softmax(NT)
-    rescale = fragment_rescale(DT)
+    softmax = fragment_update(NT, DT)
 
     @device
     def update(s, acc, j0, row0, r_lo, t, Nq, Nk, off, m_lo, m_hi, l_lo, l_hi, sl2, at, mods):
         b, h, kind = at
         vary(s, 0, j0, r_lo, t, Nq, Nk, off, (b, h, kind, sl2 * LN2), mods)  # score_mod, mask_mod (natural units)
         mask(s, 0, j0, row0, r_lo, t, Nk, off)
-        m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2)
-        l_lo = l_lo * corr_lo + rs_lo
-        l_hi = l_hi * corr_hi + rs_hi
-        rescale(acc, 0, corr_lo, corr_hi)
-        return m_lo, m_hi, l_lo, l_hi
+        return softmax(s, acc, (m_lo, m_hi, l_lo, l_hi), sl2)  # the online softmax, O rescaled
 
     return update
