@@ -30,7 +30,7 @@ from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.phases.tensor_core.softmax import online_softmax, pack_p, rescale_o
 from numba_attn.variants.stages import LN2, PLAIN
 
-__all__ = ["wgmma_products", "scores_to_p", "plain_mainloop", "consumer"]
+__all__ = ["wgmma_products", "scores_to_p", "ring_steps", "plain_mainloop", "consumer"]
 
 
 @functools.cache
@@ -77,6 +77,22 @@ def scores_to_p(tiles, causal: bool, bf16: bool, stage=PLAIN):
 
 
 @functools.cache
+def ring_steps(STAGES: int):
+    """``next_tile(ring, refill) -> (stage, phase, refill_stage, refill_phase)``: the ring states of the tile read
+    and of the refill (tile it + STAGES - 1) one tile on, as a mainloop's step carries them."""
+    advance = ring_functions(STAGES)[0]
+
+    @device
+    def next_tile(ring, refill):
+        """The read's and the refill's ring states of the next tile."""
+        stage, phase = advance(ring)
+        refill_stage, refill_phase = advance(refill)
+        return stage, phase, refill_stage, refill_phase
+
+    return next_tile
+
+
+@functools.cache
 def plain_mainloop(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, stage=PLAIN):
     """The tile loop of ``tc_wgmma``: per tile, acquire it, S = Q·Kᵀ waited for, scores to P, O += P·V waited
     for, release it. The ring state of the tile read and of the refill (tile it + STAGES - 1) are carried."""
@@ -85,7 +101,7 @@ def plain_mainloop(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, st
     qk, _, pv, _, _ = wgmma_products(tiles, bf16, True)
     to_p = scores_to_p(tiles, causal, bf16, stage)
     tile_at, kind_at = key_tiles(Bc, stage)[1:]
-    advance = ring_functions(STAGES)[0]
+    next_tile = ring_steps(STAGES)
 
     @device
     def step(it, n_tiles, ring, refill, stats, regs, loads, rows, lane_ids):
@@ -100,8 +116,7 @@ def plain_mainloop(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, st
             stats = to_p(s, pf, acc, stats, j0, kind, loads, rows, lane_ids)
             pv(acc, pf, 0, KV, (STAGES + ring[0]) * TILE)  # O += P V: KK wgmma m64nD k16, V transposed
         release(loads, ring[0], lane_ids[1])
-        stage, phase = advance(ring)
-        refill_stage, refill_phase = advance(refill)
+        stage, phase, refill_stage, refill_phase = next_tile(ring, refill)
         return stats, stage, phase, refill_stage, refill_phase
 
     @device

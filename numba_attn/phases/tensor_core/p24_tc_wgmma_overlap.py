@@ -15,7 +15,7 @@ import functools
 
 from numba_attn.gpu.jit import device
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.consumer import scores_to_p, wgmma_products
+from numba_attn.phases.tensor_core.consumer import ring_steps, scores_to_p, wgmma_products
 from numba_attn.phases.tensor_core.kernel import build_wgmma, supports_wgmma, wgmma_registration
 from numba_attn.phases.tensor_core.pipeline import ring_functions
 from numba_attn.phases.tensor_core.producer import load_functions
@@ -36,6 +36,7 @@ def overlap_mainloop(tiles, causal, bf16, loads, varlen, stage=PLAIN):
     to_p = scores_to_p(tiles, causal, bf16, stage)
     tile_at, kind_at = key_tiles(Bc, stage)[1:]
     advance = ring_functions(STAGES)[0]
+    next_tile = ring_steps(STAGES)
 
     @device
     def step(it, n_tiles, s, sn, ring, refill, stats, regs, loads, rows, lane_ids):
@@ -57,8 +58,7 @@ def overlap_mainloop(tiles, causal, bf16, loads, varlen, stage=PLAIN):
             pv(acc, pf, 0, KV, (STAGES + ring[0]) * TILE)  # issued, not waited
         wait_all(sn, acc)  # both products complete (warpgroup-uniform); S_{it+1} is in sn
         release(loads, ring[0], lane_ids[1])
-        stage, phase = advance(ring)
-        refill_stage, refill_phase = advance(refill)
+        stage, phase, refill_stage, refill_phase = next_tile(ring, refill)
         return stats, stage, phase, refill_stage, refill_phase
 
     @device
