@@ -36,13 +36,26 @@ def _pick(rows_of_phase, prefer_dtype):
     return None
 
 
-def roadmap(records, out_dir, stem="roadmap", baseline="naive"):
+def registered_plan(name: str):
+    """The planned speedup (against the family's baseline) that phase ``name`` registers now; None for a
+    name not registered here."""
+    from numba_attn.phases.registry import get_phase
+
+    try:
+        return get_phase(name).planned_speedup
+    except Exception:  # noqa: BLE001 - a row of a phase this checkout does not have
+        return None
+
+
+def roadmap(records, out_dir, stem="roadmap", baseline=None):
     """Measured vs planned speedup per phase, one panel per problem shape.
 
     Phases that run only in fp16 (tensor cores) share the panel of the same
     shape in fp32 and are measured against the fp32 baseline (bar label
-    ``name (fp16)``), as are the SDPA lines."""
+    ``name (fp16)``), as are the SDPA lines. ``baseline``: the run's own
+    (``bwd_naive`` for the backward family) unless given."""
     env, rows, _ceil, source = load_latest(records)
+    baseline = baseline or ((env or {}).get("config") or {}).get("baseline") or "naive"
     rows = [r for r in rows if r.get("phase_kind", "prefill") != "decode" or r.get("kind") == "peer"]
     phases = phase_order(rows)
     shapes = OrderedDict()
@@ -80,7 +93,7 @@ def roadmap(records, out_dir, stem="roadmap", baseline="naive"):
             r = _pick([x for x in srows if x["phase"] == name and x.get("kind") == "phase"], base_dt)
             dt = (r.get("problem") or {}).get("dtype")
             ticks.append(name + (f" ({SHORT_DT.get(dt, dt)})" if dt != base_dt else ""))
-            plan = r.get("planned_speedup")
+            plan = registered_plan(name) or r.get("planned_speedup")
             if plan:
                 ax.bar(i + w / 2, plan, w, color="none", edgecolor="#888888", hatch="///", linewidth=0.8)
                 ymax, ymin = max(ymax, plan), min(ymin, plan)
@@ -99,14 +112,16 @@ def roadmap(records, out_dir, stem="roadmap", baseline="naive"):
         # SDPA reference lines: PyTorch's default in the baseline dtype, and the fastest SDPA of any dtype
         peers = [r for r in srows if r.get("kind") == "peer" and ok_time(r)]
         show = []
-        auto = [r for r in peers if r["phase"] == "torch_sdpa" and (r.get("problem") or {}).get("dtype") == base_dt]
+        auto = [r for r in peers if r["phase"] in ("torch_sdpa", "torch_sdpa_backward")
+                and (r.get("problem") or {}).get("dtype") == base_dt]
         if auto:
             show.append((auto[0], f"SDPA auto ({SHORT_DT.get(base_dt, base_dt)})"))
         if peers:
             best = min(peers, key=lambda r: r["time_ms"])
             if not auto or best is not auto[0]:
                 bdt = (best.get("params") or {}).get("dtype") or (best.get("problem") or {}).get("dtype")
-                kind = best["phase"].replace("torch_sdpa", "").replace("_fp16", "").strip("_") or "auto"
+                kind = best["phase"].replace("torch_sdpa", "").replace("_fp16", "").replace("_backward", "")
+                kind = kind.strip("_") or "auto"
                 show.append((best, f"fastest SDPA: {kind} ({SHORT_DT.get(bdt, bdt)})"))
         for j, (pr, text) in enumerate(show):
             if base_ms:
@@ -137,8 +152,9 @@ def roadmap(records, out_dir, stem="roadmap", baseline="naive"):
     fig.suptitle("Roadmap: measured vs planned speedup per phase", fontsize=11, x=0.02, ha="left",
                  y=1 - 0.1 / H)
     fig.tight_layout(rect=(0, 0.45 / H, 1, 1 - 0.65 / H))
-    extra = "bars: median kernel time of the baseline / of the phase (events, same run); " \
-            "hatched: the roadmap's planned speedup; labels: failed or skipped rows"
+    methods = sorted({str(r.get("time_method") or "events") for r in rows if ok_time(r)})
+    extra = f"bars: median time of the baseline / of the phase ({', '.join(methods)}, same run); " \
+            "hatched: the phase's planned speedup (its registration); labels: failed or skipped rows"
     if no_base:
         extra += f"\nnot drawn (no {baseline} time on the shape to measure against): {'; '.join(no_base)}"
     caption(fig, env, source, extra)
