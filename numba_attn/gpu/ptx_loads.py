@@ -350,6 +350,15 @@ def load_tile4_t(tile_t, src, bh, row0, n_rows, scale, tid, nthreads, R, C):
 
 
 @device
+def set4(a, i, x0, x1, x2, x3):
+    """``a[i:i+4] = x0, x1, x2, x3``: four values into a local array (the words of one 16-byte load)."""
+    a[i] = x0
+    a[i + 1] = x1
+    a[i + 2] = x2
+    a[i + 3] = x3
+
+
+@device
 def fetch4(stage, src, bh, row0, n_rows, tid, nthreads, R, C):
     """First half of a register-staged load (row-major order): this thread's
     share of ``src[bh, row0:row0+R, :C]`` into the local array ``stage``
@@ -364,10 +373,7 @@ def fetch4(stage, src, bh, row0, n_rows, tid, nthreads, R, C):
         x0 = x1 = x2 = x3 = _f32(0.0)
         if e < R * n4 and row0 + r < n_rows:
             x0, x1, x2, x3 = ldg4(src, bh, row0 + r, c)
-        stage[4 * u] = x0
-        stage[4 * u + 1] = x1
-        stage[4 * u + 2] = x2
-        stage[4 * u + 3] = x3
+        set4(stage, 4 * u, x0, x1, x2, x3)
 
 
 @device
@@ -394,10 +400,7 @@ def fetch4_t(stage, src, bh, row0, n_rows, tid, nthreads, R, C):
         x0 = x1 = x2 = x3 = _f32(0.0)
         if e < R * n4 and row0 + r < n_rows:
             x0, x1, x2, x3 = ldg4(src, bh, row0 + r, c4 * 4)
-        stage[4 * u] = x0
-        stage[4 * u + 1] = x1
-        stage[4 * u + 2] = x2
-        stage[4 * u + 3] = x3
+        set4(stage, 4 * u, x0, x1, x2, x3)
 
 
 @device
