@@ -11,6 +11,7 @@ from numba_attn.gpu.warp import WARP_SIZE
 from numba_attn.phases.decode.rules import check_alignment, kernel_words, split_layout
 from numba_attn.phases.registry import Launch
 from numba_attn.variants.launching import KernelMods
+from numba_attn.variants.spans import SpanMods
 from numba_attn.variants.sinks import wants_lse, with_lse
 
 
@@ -52,8 +53,12 @@ def zeroed_counters(n: int):
 
 def variant_mods(problem) -> KernelMods:
     """The kernels' ``mods`` of a decode launch (``kernel_mods(stream=...)``: ``()`` without a variant): the
-    variant's arrays, no block mask (the kernels test the mask per key they load)."""
-    return KernelMods(problem, None, None)
+    variant's arrays, then for a contiguous cache with a mask function the key span each KV head's query rows see
+    (:class:`~numba_attn.variants.spans.SpanMods`; the split-K kernels divide it among their splits); every
+    kernel tests the mask per key it loads."""
+    if getattr(problem, "page_size", 0):  # a ragged batch's sequences end at their own lengths: no common span
+        return KernelMods(problem, None, None)
+    return SpanMods(problem)
 
 
 def launch_mods(kernel_mods: KernelMods) -> dict:

@@ -22,6 +22,7 @@ from numba_attn.phases.decode.rules import check_split, resolve_split, vector_wi
 from numba_attn.phases.decode.steps import chunk_steps, merge_arrays
 from numba_attn.phases.registry import register_phase
 from numba_attn.variants.sinks import stages_for
+from numba_attn.variants.spans import stage_split_range
 from numba_attn.variants.stages import PLAIN
 
 
@@ -35,6 +36,7 @@ def make_split_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: 
     a second kernel (``decode_split_k``). ``stage``: a variant's (``mods`` the kernel's last argument)."""
     load_rows, load_keys, score_update, merge_lanes, write_rows, combine_last = chunk_steps(
         D, VW, LANES, KEYS, WARPS, ROWS, Nq, G, causal, FINAL, stage=stage)
+    split_keys = stage_split_range(stage)  # every key, or with a mask function the keys its heads see
     E = D // LANES
     KEYS_PER_STEP = (WARP_SIZE // LANES) * KEYS  # keys per warp step: T keys per group
     THREADS = WARPS * WARP_SIZE
@@ -55,8 +57,7 @@ def make_split_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: 
         split = cuda.blockIdx.x
         kvh = cuda.blockIdx.y // ROW_BLOCKS  # b * Hkv + kv head
         row0 = (cuda.blockIdx.y - kvh * ROW_BLOCKS) * ROWS  # first of this block's query rows (g * Nq + i)
-        lo = split * chunk  # this block's keys: [lo, hi)
-        hi = min(Nk, lo + chunk)
+        lo, hi = split_keys(mods, kvh, split, cuda.gridDim.x, chunk, Nk)  # this block's keys: [lo, hi) of S splits
         tid = cuda.threadIdx.x
         w = tid // WARP_SIZE
         lane = tid % WARP_SIZE

@@ -37,6 +37,7 @@ from numba_attn.phases.decode.scores import fragment_rescore, key_mask, variant_
 from numba_attn.phases.decode.steps import combined_output, empty_sequence_lse, f32_to_bf16
 from numba_attn.phases.registry import Launch, register_phase
 from numba_attn.variants.sinks import lse_parts, stages_for, wants_lse, with_lse
+from numba_attn.variants.spans import stage_split_range, whole_range
 from numba_attn.variants.stages import PLAIN
 
 FULL = 0xFFFFFFFF
@@ -298,6 +299,8 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
     tile_softmax = make_mma_softmax(D, Bc, Nq, G, stage)
     warp_state, write_rows = make_mma_epilogue(D, WARPS, Nq, G, FINAL, BF16, PAGED, KV_FORMAT, TOKEN, stage)
     LSE = lse_parts(stage)[0]
+    span_keys = stage_split_range(stage)  # with a mask function: the splits divide the keys the heads see
+    SPANS = P == 0 and span_keys is not whole_range  # (a ragged paged batch's sequences each end elsewhere)
     combine_last = make_mma_combine(D, WARPS, Nq, G, FINAL, FUSED, BF16, LSE) if LSE else \
         make_mma_combine(D, WARPS, Nq, G, FINAL, FUSED, BF16)
 
@@ -320,7 +323,10 @@ def make_decode_mma_kernel(D: int, WARPS: int, Bc: int, stages: int, Nq: int, G:
             KV = dynamic_tile(0, ROWS, SDW)
         split = cuda.blockIdx.x
         kvh = cuda.blockIdx.y  # b * Hkv + kv head
-        lo, hi = split_keys(split, Nk, chunk, S)  # (EVEN: `chunk` tiles spread evenly over the splits)
+        if SPANS:
+            lo, hi = span_keys(mods, kvh, split, S, chunk, Nk)
+        else:
+            lo, hi = split_keys(split, Nk, chunk, S)  # (EVEN: `chunk` tiles spread evenly over the splits)
         tid = cuda.threadIdx.x
         warp = tid // WARP_SIZE
         lane = tid % WARP_SIZE
