@@ -8,6 +8,7 @@ import pytest
 
 import numba_attn as na
 from numba_attn import variants as V
+from numba_attn.gpu.backend import IS_SIMULATOR
 from numba_attn.phases.decode.paged import paged_scales
 from numba_attn.spec.errors import AttentionInputError
 from numba_attn.spec.problem import PagedProblem
@@ -182,6 +183,7 @@ def test_decode_paged_takes_a_variant_and_new_arrays_per_call():
         na.decode_paged(q, kc, vc, table, lens, phase="paged_split_k", mask_mod=keep_last)  # its array missing
 
 
+@pytest.mark.skipif(not IS_SIMULATOR, reason="counts the simulator's global loads")
 @pytest.mark.parametrize("phase", ["decode_split_k", pytest.param("decode_mma", marks=pytest.mark.full)])
 def test_a_window_reads_only_the_keys_it_sees(phase, monkeypatch):
     """With a mask function the split-K decode divides only the keys the step's query heads see (the span of the
@@ -198,3 +200,26 @@ def test_a_window_reads_only_the_keys_it_sees(phase, monkeypatch):
         assert row["status"] == "OK", row["reason"]
         read[name] = row["sim_gmem_read_bytes"]
     assert read["window"] < 0.5 * read["plain"], read
+
+
+@pytest.mark.full
+def test_span_kernels_compile_for_the_gpu_with_arrays_of_several_types():
+    """The span reader indexes ``mods`` by a constant: with a mask's 1-D lengths beside the 2-D spans (and ALiBi's
+    slopes) the split-K decode kernels still type and compile for sm_90a (a runtime index does not)."""
+    from offline_compile import offline_json
+
+    res = offline_json("""
+import json, numpy as np
+import numba_attn.measure.offline as off
+from numba_attn import Problem
+from numba_attn import variants as V
+res = {}
+for name, mask, score in (("pad_left", V.key_padding(np.array([0, 30], np.int32), "left", kv_len=45), None),
+                          ("window+alibi", V.sliding_window(6), V.alibi(V.alibi_slopes(4)))):
+    for ph in ("decode_split_k", "decode_mma"):
+        p = Problem(batch=2, heads=4, kv_heads=2, q_len=1, kv_len=45, head_dim=64, dtype="float16",
+                    variant=V.make_variant(mask, score))
+        res[ph + "-" + name] = [r.get("regs") for r in off.compile_phase(ph, p)]
+print("JSON" + json.dumps(res))
+""")
+    assert len(res) == 4 and all(regs and all(r for r in regs) for regs in res.values()), res

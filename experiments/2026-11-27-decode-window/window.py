@@ -41,7 +41,7 @@ def main():
         dense = torch.arange(N, device="cuda")[None, :] > (N - 1) - W  # row 0 = q_idx N-1 sees keys > N-1-W
         want = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=dense,
                                                                 enable_gqa=True)
-        window = V.sliding_window(W)
+        window = V.sliding_window(W - 1)  # W keys: the query's own and the W - 1 before it (the dense mask's)
         sides = {}
         for ph in ("decode_split_k", "decode_split_k_fused", "decode_mma"):
             o = torch.empty_like(q)
@@ -70,7 +70,8 @@ def main():
         print(json.dumps(row), flush=True)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1, default=str)
-    print("ALL OK" if all(len(r["err"]) == 4 for r in res["rows"]) else "SOME FAILED")
+    bad = [n for r in res["rows"] for n, e in r["err"].items() if not e < 2e-2]
+    print("ALL OK" if not bad else f"FAILED: {bad}")
 
 
 if __name__ == "__main__":

@@ -86,11 +86,11 @@ def split_range(masked: bool, after: int = 0):
     ``mods`` before its last ``after`` (the log-sum-exp's: 1)."""
     if not masked:
         return whole_range
-    SPANS = 1 + after
+    SPANS = -1 - after  # a constant index: mods may hold arrays of several types
 
     @device
     def span_range(mods, kvh, split, S, chunk, Nk):
-        spans = mods[len(mods) - SPANS]
+        spans = mods[SPANS]
         a = spans[kvh, 0]
         e = spans[kvh, 1]
         per = ((e - a + S - 1) // S + 7) // 8 * 8
