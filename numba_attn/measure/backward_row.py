@@ -1,6 +1,6 @@
-"""One backward phase on one problem → one result row, as :func:`numba_attn.measure.row.measure` makes a forward
-phase's (``measure`` hands a backward phase here), so ``numba-attn run --phases bwd_mma`` records, resumes, times
-and compares backward rows like any other.
+"""One backward phase on one problem → one result row: :func:`numba_attn.measure.row.measure` makes it with the
+steps here, so ``numba-attn run --phases bwd_mma`` records, resumes, times and compares backward rows like any
+other.
 
 1. ``supports`` (and the device and host memory) — refused problems are ``SKIP`` with the reason;
 2. for every seed: fresh inputs in the problem's dtype, a random dO drawn after them and the float64 gradients
@@ -14,17 +14,13 @@ and compares backward rows like any other.
 from __future__ import annotations
 
 import math
-import os
 import time
 
 import numpy as np
 
 from numba_attn.gpu.backend import IS_SIMULATOR
-from numba_attn.measure import limits
-from numba_attn.measure.config import RunConfig
-from numba_attn.measure.row import (empty_problem_reason, kernel_resources, memory_reason, phase_row,
-                                    summarize_resources, timed_row)
-from numba_attn.measure.status import FAIL, OK, SKIP, classify_exception
+from numba_attn.measure.row import kernel_resources, summarize_resources, timed_row
+from numba_attn.measure.status import FAIL, OK
 from numba_attn.measure.timing import l2_bytes, end_to_end, timed
 from numba_attn.spec.problem import Problem, numpy_dtype
 from numba_attn.spec.reference import check, poison
@@ -51,30 +47,6 @@ class BackwardWork:
         return 4 * q_bytes + 4 * kv_bytes + 4 * p.batch * p.heads * p.q_len
 
 
-def measure_backward(phase, problem: Problem, cfg: RunConfig | None = None, **overrides) -> dict:
-    """Check (and on the GPU time) backward ``phase`` on ``problem``; returns the row."""
-    cfg = cfg or RunConfig()
-    work = BackwardWork(problem)
-    params = phase.resolve_params({**cfg.params.get(phase.name, {}), **overrides})
-    row = phase_row(phase, problem)
-    row.update(params=params, flops=work.flops(), min_bytes=work.min_bytes())
-    reason = phase.supports(problem, **params) or empty_problem_reason(problem) or memory_reason(problem)
-    if reason:
-        row.update(status=SKIP, reason=reason)
-        return row
-    try:
-        with limits.simulated_device_limits():
-            _check_and_time(phase, problem, cfg, params, row, work)
-    except Exception as exc:  # one phase crashing must not end the sweep
-        if os.environ.get("NUMBA_ATTN_RAISE"):
-            raise
-        status, why, poisoned = classify_exception(exc)
-        row.update(status=status, reason=why)
-        if poisoned:
-            row["context_poisoned"] = True
-    return row
-
-
 def _to_device(a, stream):
     from numba import cuda
 
@@ -98,9 +70,8 @@ def _grads_errors(problem: Problem, precision, grads, ref):
     return checks, max(checks.values(), key=lambda c: (not c.ok, c.rel_err))
 
 
-def _check_and_time(phase, problem, cfg, params, row, work):
-    from numba import cuda
-
+def check_and_time_backward(phase, problem, cfg, params, row, cuda):
+    """Steps 2 and 3 of a backward row (the module's docstring) into ``row``, for :func:`measure`."""
     from numba_attn.backward import backward_case, run_backward_launch
     from numba_attn.variants.blockmask import device_arrays
 
@@ -135,6 +106,7 @@ def _check_and_time(phase, problem, cfg, params, row, work):
     row["reference"] = "float64 gradients (spec/grad_reference.py)"
     row["resources"] = kernel_resources(launch.kernels)
     summarize_resources(row)
+    work = BackwardWork(problem)
     if IS_SIMULATOR or not cfg.time_kernels:
         row.update(status=OK, reason="checked; not timed (simulator)" if IS_SIMULATOR else "checked; not timed")
         return

@@ -19,7 +19,7 @@ import numpy as np
 
 from numba_attn.gpu.backend import IS_SIMULATOR
 from numba_attn.spec.problem import Problem
-from numba_attn.spec.reference import Check, check, poison, reference
+from numba_attn.spec.reference import Check, check, poison, reference, usable_torch
 
 # Problems above this many FLOPs, or whose inputs exceed this many bytes (decode: little
 # arithmetic over a large cache), get their float64 reference from torch on the GPU when available.
@@ -184,12 +184,8 @@ def reference_torch(q, k, v, *, causal, scale, device="cuda"):
     at a time (its K and V widened to float64 on the device, the query rows of a KV head's group
     in chunks); None when torch/CUDA is not usable. ``device``: where torch computes it ("cpu" in
     the tests of a machine without a GPU)."""
-    try:
-        import torch
-
-        if str(device).startswith("cuda") and not torch.cuda.is_available():
-            return None
-    except Exception:  # noqa: BLE001
+    torch = usable_torch(device)
+    if torch is None:
         return None
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]

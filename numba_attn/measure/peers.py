@@ -235,6 +235,18 @@ def _unavailable_reason(exc: BaseException, backend: str | None) -> str | None:
     return None
 
 
+def skip_reason(problem: Problem, backward: bool = False) -> str | None:
+    """Why SDPA has no row on ``problem`` (a paged cache, a packed batch, a backward of a variant, no torch with
+    CUDA), or None."""
+    if getattr(problem, "page_size", 0):
+        return "SDPA reads no paged cache: its row is on the contiguous twin (spec/problem.py contiguous_twin)"
+    if getattr(problem, "varlen", False):
+        return "SDPA takes no packed ragged batch: its row is on the padded twin (spec/problem.py padded_twin)"
+    if backward and getattr(problem, "variant", None) is not None:
+        return "the backward peers run plain problems (no mask or score function)"
+    return torch_status()
+
+
 def measure_peer(name: str, problem: Problem, cfg) -> dict:
     if name in BACKWARD_PEERS:
         return measure_backward_peer(name, problem, cfg)
@@ -246,15 +258,7 @@ def measure_peer(name: str, problem: Problem, cfg) -> dict:
     if name not in PEERS:
         row.update(status=ERROR, reason=f"unknown peer {name!r} (peers: {', '.join(PEERS)})")
         return row
-    if getattr(problem, "page_size", 0):
-        row.update(status=SKIP, reason="SDPA reads no paged cache: its row is on the contiguous twin "
-                                       "(spec/problem.py contiguous_twin)")
-        return row
-    if getattr(problem, "varlen", False):
-        row.update(status=SKIP, reason="SDPA takes no packed ragged batch: its row is on the padded twin "
-                                       "(spec/problem.py padded_twin)")
-        return row
-    reason = torch_status()
+    reason = skip_reason(problem)
     if reason:
         row.update(status=SKIP, reason=reason)
         return row
@@ -353,11 +357,7 @@ def measure_backward_peer(name: str, problem: Problem, cfg) -> dict:
     row = {"type": "result", "phase": name, "kind": "peer", "phase_kind": "backward", "problem": problem.to_dict(),
            "label": problem.label, "params": {"dtype": problem.dtype, "sdpa_backend": backend or "auto"},
            "status": None, "reason": "", "flops": work.flops(), "min_bytes": work.min_bytes()}
-    if getattr(problem, "page_size", 0) or getattr(problem, "varlen", False) or getattr(problem, "variant", None):
-        row.update(status=SKIP, reason="the backward peers run plain contiguous problems (no paged, packed or "
-                                       "variant problem)")
-        return row
-    reason = torch_status()
+    reason = skip_reason(problem, backward=True)
     if reason:
         row.update(status=SKIP, reason=reason)
         return row

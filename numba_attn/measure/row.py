@@ -49,20 +49,23 @@ def measure(phase: Phase | str, problem: Problem, cfg: RunConfig | None = None, 
 
     cfg = cfg or RunConfig()
     phase = get_phase(phase) if isinstance(phase, str) else phase
-    if phase.kind == BACKWARD:  # gradients: other arrays, another reference, the backward's FLOPs
-        from numba_attn.measure.backward_row import measure_backward
-
-        return measure_backward(phase, problem, cfg, **overrides)
     params = phase.resolve_params({**cfg.params.get(phase.name, {}), **overrides})
     row = phase_row(phase, problem)
     row["params"] = params
+    check_and_time = _check_and_time
+    if phase.kind == BACKWARD:  # gradients: other arrays, another reference, the backward's FLOPs
+        from numba_attn.measure.backward_row import BackwardWork, check_and_time_backward
+
+        work = BackwardWork(problem)
+        row.update(flops=work.flops(), min_bytes=work.min_bytes())
+        check_and_time = check_and_time_backward
     reason = phase.supports(problem, **params) or empty_problem_reason(problem) or memory_reason(problem)
     if reason:
         row.update(status=SKIP, reason=reason)
         return row
     try:
         with limits.simulated_device_limits():
-            _check_and_time(phase, problem, cfg, params, row, cuda)
+            check_and_time(phase, problem, cfg, params, row, cuda)
     except Exception as exc:  # one phase crashing must not end the sweep
         if os.environ.get("NUMBA_ATTN_RAISE"):  # debugging: the full traceback instead of an ERROR row
             raise

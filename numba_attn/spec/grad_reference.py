@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from numba_attn.spec.reference import reference
+from numba_attn.spec.reference import reference, usable_torch
 
 
 @dataclass
@@ -97,12 +97,8 @@ def grad_reference(q, k, v, do, *, causal=False, scale=None, variant=None) -> Gr
 def grad_reference_torch(q, k, v, do, *, causal=False, scale=None, device="cuda") -> Grads | None:
     """:func:`grad_reference` (no variant) computed with torch in float64 on ``device``, a (batch, head) at a
     time, by the same formulas: for large problems on a GPU. None when torch (or its CUDA) is not usable."""
-    try:
-        import torch
-
-        if str(device).startswith("cuda") and not torch.cuda.is_available():
-            return None
-    except Exception:  # noqa: BLE001
+    torch = usable_torch(device)
+    if torch is None:
         return None
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]

@@ -173,6 +173,18 @@ class Check:
                 "reason": self.reason}
 
 
+def usable_torch(device="cuda"):
+    """torch, when it is importable and can compute on ``device`` (a CUDA device needs its CUDA); else None."""
+    try:
+        import torch
+
+        if str(device).startswith("cuda") and not torch.cuda.is_available():
+            return None
+    except Exception:  # noqa: BLE001
+        return None
+    return torch
+
+
 def check(out, ref, *, dtype="float32", precision=None, tol=None) -> Check:
     """‖out − ref‖ / ‖ref‖ under the tolerance; NaN/Inf never pass; every element
     must have been written (the poison pattern must be gone). ``dtype``: a canonical or short name (fp16)."""
