@@ -321,3 +321,51 @@ def test_the_commands_list_run_and_refuse_backward_phases(tmp_path, capsys):
         new_phase("my_bwd", from_="bwd_naive", dir=str(tmp_path))
     with pytest.raises(ValueError, match="not tuned yet"):
         tune(["bwd_naive"], [SMALL])
+
+
+def test_bwd_mma_skips_the_tiles_a_mask_leaves_empty():
+    """bwd_mma reads the block mask at its (Br, Bc) tiles: with a window of 8 over 96 keys (16 × 16 tiles) both
+    kernels skip the empty tiles (11 of the causal problem's 21 tile pairs visited; without skipping both read
+    the same), so they read under 3/4 of its global bytes (the Delta kernel and each block's own tiles are
+    read either way), and the gradients are the reference's."""
+    from numba_attn.gpu.backend import IS_SIMULATOR
+    from numba_attn.measure.simcount import counting
+    from numba_attn.variants.library import sliding_window
+    from numba_attn.variants.mods import make_variant
+
+    if not IS_SIMULATOR:
+        pytest.skip("counts the simulator's global loads")
+    base = na.Problem(batch=1, heads=2, q_len=96, kv_len=96, head_dim=16, dtype="float16", causal=True)
+    read = {}
+    for name, prob in (("causal", base), ("window", base.replace(variant=make_variant(sliding_window(8), None)))):
+        with counting() as counts:
+            row = check_backward("bwd_mma", prob, Br=16, Bc=16)
+        assert row["status"] == "OK", row["reason"]
+        read[name] = counts["sim_gmem_read_bytes"]
+    assert read["window"] < 0.75 * read["causal"], read
+
+
+@pytest.mark.full
+def test_bwd_mma_with_a_block_mask_compiles_for_the_gpu_without_spills():
+    """bwd_mma's kernels with a document mask (int32 ids beside the block mask's int8 kinds and int32 lists in
+    ``mods``) and with a window and ALiBi type, compile for sm_90a and assemble without spills."""
+    from offline_compile import offline_json
+
+    res = offline_json("""
+import json, numpy as np
+import numba_attn.measure.offline as off
+from numba_attn import Problem
+from numba_attn import variants as V
+docs = np.repeat(np.arange(20, dtype=np.int32), 64)[None, :1024]
+res = {}
+for name, mask, score in (("document", V.document(docs), None),
+                          ("window+alibi", V.sliding_window(100), V.alibi(V.alibi_slopes(4)))):
+    p = Problem(batch=1, heads=4, kv_heads=2, q_len=1024, kv_len=1024, head_dim=64, dtype="float16", causal=True,
+                variant=V.make_variant(mask, score))
+    res[name] = [(r.get("kernel"), r.get("regs"), r.get("spill_stores", 0)) for r in off.compile_phase("bwd_mma", p)]
+print("JSON" + json.dumps(res))
+""")
+    for name, recs in res.items():
+        kernels = {k: (regs, spills) for k, regs, spills in recs}
+        assert {"grad_kv", "grad_q"} <= set(kernels), (name, recs)
+        assert all(regs and not spills for regs, spills in kernels.values()), (name, recs)

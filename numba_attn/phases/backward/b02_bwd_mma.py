@@ -32,10 +32,11 @@ from numba_attn.gpu.arrays import view_as
 from numba_attn.gpu.intrinsics import (SMEM_ALIGN, ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2,
                                        unpack_bf16x2, unpack_f16x2)
 from numba_attn.gpu.jit import device, kernel
-from numba_attn.phases.backward.common import (backward_launch, first_row_of_key, keys_of_row, kv_head, mask_stage,
-                                               one, refuse, score_grad_stage, variant_reason)
+from numba_attn.phases.backward.common import (backward_launch, first_row_of_key, keys_of_row, kv_head, one, refuse,
+                                               score_grad_stage, tiled_mask_stage, variant_reason)
 from numba_attn.phases.registry import register_phase
-from numba_attn.variants.stages import PLAIN
+from numba_attn.variants.launching import KernelMods
+from numba_attn.variants.stages import EMPTY, FULL, PLAIN
 
 
 @device
@@ -147,6 +148,9 @@ def make_grad_kv(D: int, Br: int, Bc: int, causal: bool, bf16: bool, stage=PLAIN
         for hq in range(G):
             bh = bh0 + hq
             for i0 in range(i_start, Nq, Br):
+                kind = stage.tile_kind(mods, bh // H, bh % H, i0 // Br, jb // Bc)  # the block mask's (FULL: plain)
+                if kind == EMPTY:  # block-uniform: no key of the block is seen by a row of this tile
+                    continue
                 for e in range(tid, Br * DW, Bc * 2):  # stage Q_i, dO_i (zeros past Nq)
                     r, c = e // DW, e % DW
                     row_ok = i0 + r < Nq
@@ -174,7 +178,8 @@ def make_grad_kv(D: int, Br: int, Bc: int, causal: bool, bf16: bool, stage=PLAIN
                             r = 8 * nt + 2 * t + e % 2
                             idx = (bh // H, bh % H, i0 + r + Nk - Nq, jw + g + 8 * (e // 2))  # a variant's
                             # mask only in range (`and` short-circuits)
-                            ok = visible(i0 + r, idx[3], Nq, Nk, causal) and stage.visible(*idx, mods)
+                            ok = visible(i0 + r, idx[3], Nq, Nk, causal) and (kind == FULL or
+                                                                               stage.visible(*idx, mods))
                             Pt[4 * nt + e], dSt[4 * nt + e] = grad_score(Pt[4 * nt + e], dSt[4 * nt + e], ok, scale,
                                                                          lse_i[r], Delta_i[r], idx, mods)
                     for kk in range(Br // 16):  # dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i: two n-tiles = one A fragment
@@ -248,6 +253,9 @@ def make_grad_q(D: int, Br: int, Bc: int, causal: bool, bf16: bool, stage=PLAIN,
         block_keys = keys_of_row(min(ib + Br, Nq) - 1, Nq, Nk, causal)  # the keys the block's last row sees
         warp_keys = keys_of_row(min(iw + 16, Nq) - 1, Nq, Nk, causal) if iw < Nq else 0
         for j0 in range(0, block_keys, Bc):
+            kind = stage.tile_kind(mods, bh // H, bh % H, ib // Br, j0 // Bc)  # the block mask's (FULL: plain)
+            if kind == EMPTY:  # block-uniform: no row of the block sees a key of this tile
+                continue
             for e in range(tid, Bc * DW, Br * 2):  # stage K_j, V_j (zeros past Nk)
                 r, c = e // DW, e % DW
                 key_ok = j0 + r < Nk
@@ -271,7 +279,7 @@ def make_grad_q(D: int, Br: int, Bc: int, causal: bool, bf16: bool, stage=PLAIN,
                         hi = e // 2
                         i, j = r_hi if hi else r_lo, j0 + 8 * nt + 2 * t + e % 2
                         idx = (bh // H, bh % H, i + Nk - Nq, j)
-                        ok = visible(i, j, Nq, Nk, causal) and stage.visible(*idx, mods)
+                        ok = visible(i, j, Nq, Nk, causal) and (kind == FULL or stage.visible(*idx, mods))
                         _, dS[4 * nt + e] = grad_score(S[4 * nt + e], dS[4 * nt + e], ok, scale,
                                                        lse_hi if hi else lse_lo, Delta_hi if hi else Delta_lo, idx,
                                                        mods)
@@ -347,7 +355,8 @@ def _supports(problem, Br, Bc):
 def bwd_mma(problem, Br=0, Bc=0):
     B, H, Hkv, Nq, Nk, G = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.group
     delta, grad_kv, grad_q = make_kernels(problem.head_dim, Br, Bc, problem.causal, problem.dtype == "bfloat16",
-                                          mask_stage(problem), score_grad_stage(problem))
+                                          tiled_mask_stage(problem), score_grad_stage(problem))
+    kernel_mods = KernelMods(problem, Br, Bc)  # a mask function's arrays, then its block mask at (Br, Bc)
     scale = float32(problem.sm_scale)
     dl = cuda.device_array((B * H, Nq), dtype="float32")
     grid_q = ((Nq + Br - 1) // Br, B * H)
@@ -355,6 +364,7 @@ def bwd_mma(problem, Br=0, Bc=0):
 
     def run(q, k, v, o, lse, do, dq, dk, dv, stream=0, mods=()):
         q, k, v, o, do, dq, dk, dv = (view_as(a, np.uint32) for a in (q, k, v, o, do, dq, dk, dv))
+        mods = kernel_mods(aux=mods or None, stream=stream) if kernel_mods.variant is not None else mods
         delta[grid_q, Br, stream](o, do, dl, Nq)
         grad_kv[grid_kv, 2 * Bc, stream](q, k, v, do, lse, dl, dk, dv, scale, H, G, Nq, Nk, mods)  # Bc / 16 warps
         grad_q[grid_q, 2 * Br, stream](q, k, v, do, lse, dl, dq, scale, H, G, Nq, Nk, mods)  # Br / 16 warps

@@ -57,6 +57,15 @@ def mask_stage(problem):
     return stages_of(getattr(problem, "variant", None), listed=False)
 
 
+def tiled_mask_stage(problem):
+    """:func:`mask_stage` with the block mask: ``stage.tile_kind(mods, b, h, qt, kt)`` of the kernels' (Br, Bc)
+    tiles (EMPTY: skipped, FULL: no mask function), the mask's (kinds, counts, indices) last in ``mods``
+    (:class:`~numba_attn.variants.launching.KernelMods`)."""
+    from numba_attn.variants.stages import stages_of
+
+    return stages_of(getattr(problem, "variant", None))
+
+
 def backward_launch(name: str, run, kernels, workspace_bytes: int = 0) -> Launch:
     """The :class:`Launch` of backward phase ``name``: ``run(q, k, v, o, lse, do, dq, dk, dv, stream=0, mods=())``
     (``mods``: a mask variant's arrays on the device); a forward call (q, k, v, o) is refused naming the call that
