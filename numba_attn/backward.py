@@ -18,7 +18,7 @@ from numba_attn.gpu import backend  # noqa: F401  (first: chooses CUDA or the si
 from numba import cuda  # noqa: E402
 
 from numba_attn.api import problem_from_arrays  # noqa: E402
-from numba_attn.api_checks import probe_variant, variant_arg  # noqa: E402
+from numba_attn.api_checks import probe_variant, sinks_arg, variant_arg  # noqa: E402
 from numba_attn.array_kinds import (DEVICE, NUMPY, TORCH, TORCH_CPU, arrays_for_checks, as_device_array,  # noqa: E402
                                     contiguous, described, kind_of, numpy_as_tensor, one_kind, tensor_as_numpy)
 from numba_attn.phases.registry import BACKWARD, Phase, get_phase, list_phases  # noqa: E402
@@ -121,7 +121,7 @@ def _zeros(kind, like, shape):
 
 
 def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=None, mask_mod=None, score_mod=None,
-                       score_mod_grad=None, aux=None, **params):
+                       score_mod_grad=None, aux=None, sinks=None, **params):
     """dq, dk, dv of softmax attention: q (B, H, Nq, D), k, v (B, Hkv, Nk, D), the forward's output o and its
     log-sum-exp lse (B, H, Nq) float32 (natural log), the output's gradient do (q's shape and dtype).
 
@@ -131,14 +131,17 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=N
     heads of a KV head. ``mask_mod``, ``score_mod``, ``aux``: the forward's variant (:func:`numba_attn.attention`'s;
     the forward's lse already has it), applied to every recomputed score; a score function needs its derivative
     ``score_mod_grad(score, b, h, q_idx, kv_idx, *aux)`` (d score_mod / d score; the built-ins carry theirs).
-    Returns arrays of q's kind and dtype (dk, dv of k's shape)."""
+    ``sinks`` (H,): the forward's sink logits (o its output with them, lse the keys' own as it returns it): the
+    phase runs on L = logaddexp(lse, sink), and the sinks' gradient −Σ_{b,i} exp(sink − L_i)·rowsum(dO∘O)_i
+    is returned fourth, float32 (NumPy arrays and tensors). Returns arrays of q's kind and dtype (dk, dv of k's
+    shape)."""
     arrays = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do}
     causal = check_bool("causal", causal)
     kind = _one_kind(arrays)
     if kind == TORCH_CPU:  # the NumPy path on views of the tensors' memory
         grads = attention_backward(*_checked(kind, arrays), causal=causal, scale=scale, phase=phase,
                                    mask_mod=mask_mod, score_mod=score_mod, score_mod_grad=score_mod_grad, aux=aux,
-                                   **params)
+                                   sinks=sinks, **params)
         return tuple(numpy_as_tensor(g) for g in grads)
     if kind == TORCH and backend.IS_SIMULATOR:
         raise AttentionInputError(f"q is a tensor on {q.device} but numba-attn runs in the CUDA simulator "
@@ -150,8 +153,15 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=N
         backward_phase(phase)
     B, H, Nq, D = map(int, q.shape)
     Hkv, Nk = int(k.shape[1]), int(k.shape[2])
+    sink = None
+    if sinks is not None:
+        if kind == DEVICE:
+            raise AttentionInputError("sinks= takes NumPy arrays or torch tensors for q, k, v, o, lse, do (the sinks' "
+                                      "gradient is computed beside the kernels), not numba device arrays")
+        sink = sinks_arg(sinks, H)
     if B * H * Nq == 0:  # nothing to compute: zero gradients
-        return tuple(_zeros(kind, q, tuple(a.shape)) for a in (q, k, v))
+        zeros = tuple(_zeros(kind, q, tuple(a.shape)) for a in (q, k, v))
+        return zeros if sink is None else zeros + (np.zeros(H, np.float32),)
     problem = problem_from_arrays(cq, ck, cv, causal=causal, scale=scale)
     variant = with_derivative(variant_arg(mask_mod, score_mod, aux), score_mod_grad)
     if variant is not None:
@@ -167,6 +177,8 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=N
     elif kind == DEVICE:
         for name, a in arrays.items():
             contiguous(name, a)  # refuses a non-contiguous device array
+    if sink is not None:  # P over the keys and the sink: normalized by L = logaddexp(lse, sink)
+        arrays["lse"] = sink_lse(kind, arrays["lse"], sink)
     dev = {name: as_device_array(kind, a) for name, a in arrays.items()}
     if kind == TORCH:
         torch = sys.modules["torch"]
@@ -177,9 +189,29 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=N
                                                                                           ("v", v))]
     run_backward_launch(launch, [dev[n] for n in ("q", "k", "v", "o", "lse", "do")], douts,
                         mods=() if variant is None else device_arrays(variant.aux))
-    if kind in (TORCH, DEVICE):
-        return tuple(outs)
-    return tuple(d.copy_to_host().view(np.asarray(a).dtype) for d, a in zip(outs, (q, k, v)))
+    grads = tuple(outs) if kind in (TORCH, DEVICE) else tuple(d.copy_to_host().view(np.asarray(a).dtype)
+                                                             for d, a in zip(outs, (q, k, v)))
+    return grads if sink is None else grads + (sink_grad(kind, o, do, arrays["lse"], sink),)
+
+
+def sink_lse(kind, lse, sink):
+    """L = logaddexp(lse, sink[h]) (B, H, Nq) float32, of ``lse``'s kind (NumPy or a tensor)."""
+    if kind == TORCH:
+        torch = sys.modules["torch"]
+        s = torch.as_tensor(sink, device=lse.device).view(1, -1, 1)
+        return torch.logaddexp(lse.float(), s).contiguous()
+    return np.logaddexp(np.asarray(lse, np.float32), sink.reshape(1, -1, 1)).astype(np.float32)
+
+
+def sink_grad(kind, o, do, norm, sink):
+    """d sink_h = −Σ_{b,i} exp(sink_h − L_i)·Delta_i, Delta = rowsum(dO ∘ O) in float32 (``norm``: L)."""
+    if kind == TORCH:
+        torch = sys.modules["torch"]
+        delta = (do.float() * o.float()).sum(-1)
+        s = torch.as_tensor(sink, device=o.device).view(1, -1, 1)
+        return -(torch.exp(s - norm) * delta).sum(dim=(0, 2))
+    delta = (np.asarray(do, np.float32) * np.asarray(o, np.float32)).sum(-1)
+    return -(np.exp(sink.reshape(1, -1, 1) - norm) * delta).sum(axis=(0, 2)).astype(np.float32)
 
 
 def run_backward_launch(launch, inputs, grads, stream=0, mods=()):
@@ -225,7 +257,7 @@ def backward_case(problem, seed: int):
         ref = grad_reference(q, k, v, do, causal=problem.causal, scale=problem.scale, variant=variant)
     case = (q, k, v, do, ref)
     if key is not None:
-        for a in (q, k, v, do, *vars(ref).values()):
+        for a in (q, k, v, do, *(x for x in vars(ref).values() if x is not None)):
             a.flags.writeable = False
         _CASES[key] = case
         while len(_CASES) > 2:

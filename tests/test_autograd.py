@@ -103,13 +103,15 @@ def test_no_graph_without_gradients():
     assert out.grad_fn is None and not out.requires_grad
 
 
-def test_sinks_and_underived_score_mods_are_refused_for_gradients_and_variants_run_forward_without(monkeypatch):
+def test_block_masks_and_underived_score_mods_are_refused_for_gradients_and_variants_run_forward_without(
+        monkeypatch):
     from numba_attn import variants
 
     q, k, v, _ = inputs(1, 2, 1, 5, 7, 16, torch.float32, seed=5)
     window = variants.sliding_window(2)
-    with pytest.raises(AttentionInputError, match=r"\(sinks\).*no block_mask or sinks"):
-        na_op.differentiable_attention(q, k, v, score_mod=variants.softcap(5.0), sinks=torch.zeros(2))
+    bm = variants.host_block_mask(window, None, None, 5, 7, Br=16, Bc=16)
+    with pytest.raises(AttentionInputError, match=r"\(block_mask\).*no block_mask"):
+        na_op.differentiable_attention(q, k, v, mask_mod=window, block_mask=bm)
     with pytest.raises(AttentionInputError, match="score_mod without its derivative"):
         na_op.differentiable_attention(q, k, v, score_mod=lambda s, b, h, qi, ki: s * 2.0)
     seen = []
@@ -194,3 +196,24 @@ def test_opcheck_of_the_gradient_operators():
     torch.library.opcheck(torch.ops.numba_attn.attention_backward.default,
                           (q.detach(), k.detach(), v.detach(), out, lse, do, True, None, "bwd_naive"),
                           test_utils=("test_schema", "test_faketensor"))
+
+
+def test_sinks_are_differentiable():
+    """Sink logits (a tensor (H,) with requires_grad) through a window: the gradients of q, k, v and the sinks
+    are float64 autograd's of the same attention written out (the sink one more column of the softmax)."""
+    from numba_attn import variants
+
+    q, k, v, do = inputs(1, 4, 2, 7, 13, 16, torch.float32, seed=9)
+    sinks = torch.tensor([0.5, -1.0, 2.0, 0.0], requires_grad=True)
+    out = na_op.differentiable_attention(q, k, v, causal=True, mask_mod=variants.sliding_window(4), sinks=sinks)
+    out.backward(do)
+    q64, k64, v64, s64 = (t.detach().double().requires_grad_() for t in (q, k, v, sinks))
+    kk, vv = k64.repeat_interleave(2, dim=1), v64.repeat_interleave(2, dim=1)
+    sc = (q64 @ kk.transpose(-1, -2)) / 4.0
+    i, j = torch.arange(7)[:, None] + 6, torch.arange(13)[None, :]
+    sc = sc.masked_fill((j > i) | (j < i - 4), float("-inf"))
+    full = torch.cat([sc, s64.view(1, 4, 1, 1).expand(1, 4, 7, 1)], dim=-1).softmax(-1)
+    ref = full[..., :13] @ vv
+    ref.backward(do.double())
+    for t, r in ((q, q64), (k, k64), (v, v64), (sinks, s64)):
+        assert torch.allclose(t.grad.double(), r.grad, rtol=1e-4, atol=1e-4), (t.grad, r.grad)

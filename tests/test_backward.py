@@ -14,6 +14,7 @@ from numba_attn.backward import attention_backward, check_backward
 from numba_attn.phases.registry import list_phases, register_phase, temporary_phases
 from numba_attn.spec.errors import AttentionInputError
 from numba_attn.spec.grad_reference import grad_reference
+from numba_attn.spec.reference import check
 
 SHAPES = {
     "B1H2/1-19x37-D16-fp32-causal": na.Problem(batch=1, heads=2, kv_heads=1, q_len=19, kv_len=37, head_dim=16,
@@ -369,3 +370,28 @@ print("JSON" + json.dumps(res))
         kernels = {k: (regs, spills) for k, regs, spills in recs}
         assert {"grad_kv", "grad_q"} <= set(kernels), (name, recs)
         assert all(regs and not spills for regs, spills in kernels.values()), (name, recs)
+
+
+@pytest.mark.parametrize("phase", ["bwd_mma", pytest.param("bwd_two_kernels", marks=pytest.mark.full)])
+def test_sinks_gradients(phase):
+    """attention_backward(..., sinks=) on the forward's output with sinks and its keys' lse: dq, dk, dv and the
+    sinks' gradient (fourth) against the float64 reference, on NumPy arrays and on CPU tensors."""
+    prob = SHAPES["B2H4/2-29x45-D16-fp16-causal"]
+    q, k, v = prob.inputs(1)
+    do = np.random.default_rng(7).standard_normal(q.shape).astype(np.float16)
+    sinks = np.array([0.5, -1.0, 2.0, 0.0], np.float32)
+    ref = grad_reference(q, k, v, do, causal=True, sinks=sinks)
+    o, lse = ref.o.astype(np.float16), ref.lse.astype(np.float32)
+    params = na.get_phase(phase).sim_params
+    got = attention_backward(q, k, v, o, lse, do, causal=True, phase=phase, sinks=sinks, **params)
+    assert len(got) == 4
+    for name, x, want in zip(("dq", "dk", "dv"), got, ref):
+        assert check(x, want, dtype="float16").ok, name
+    assert np.allclose(got[3], ref.dsinks, rtol=1e-3, atol=1e-3), (got[3], ref.dsinks)
+    torch = pytest.importorskip("torch")
+    t = [torch.from_numpy(a) for a in (q, k, v, o, lse, do)]
+    tgot = attention_backward(*t, causal=True, phase=phase, sinks=torch.from_numpy(sinks), **params)
+    assert all(np.array_equal(a.numpy(), b) for a, b in zip(tgot, got))
+    with pytest.raises(AttentionInputError, match="sinks"):
+        attention_backward(*(cuda.to_device(a) for a in (q, k, v, o, lse, do)), causal=True, phase=phase,
+                           sinks=sinks, **params)

@@ -127,3 +127,18 @@ def test_the_torch_float64_gradients_are_the_same_formulas(nq, nk, causal):
     for name in ("dq", "dk", "dv", "o", "lse", "delta"):
         a, b = getattr(want, name), getattr(got, name)
         assert np.abs(a - b).max() < 1e-12, name
+
+
+def test_sinks_gradients_match_finite_differences():
+    """With sink logits (and a window hiding every key of one row, whose output is 0 and whose sink weighs 1):
+    dq, dk, dv and dsinks against finite differences of Σ O ∘ dO."""
+    q, k, v, do = _inputs(1, 4, 2, 4, 6, 3, seed=2)
+    sinks = np.array([0.3, -1.2, 2.0, 0.0])
+
+    def first_keys_hidden(b, h, q_idx, kv_idx):
+        return kv_idx > 2 and q_idx != 4  # row 2 (q_idx 4) sees no key
+    for variant in (None, make_variant(first_keys_hidden, None)):
+        g = grad_reference(q, k, v, do, causal=True, variant=variant, sinks=sinks)
+        for name, x, got in (("dq", q, g.dq), ("dk", k, g.dk), ("dv", v, g.dv), ("dsinks", sinks, g.dsinks)):
+            fd = _finite_diff(lambda: attention_loss(q, k, v, do, causal=True, variant=variant, sinks=sinks), x)
+            assert np.abs(got - fd).max() < 1e-6 * max(1.0, np.abs(fd).max()), (name, variant)

@@ -21,9 +21,9 @@ current stream without copies, CPU tensors in the simulator (or copied to the GP
 attention: dk, dv have k's shape (summed over the query heads of a KV head). The backward family takes
 float32 and float16 (bfloat16 is refused by it, with the reason, when the gradient is computed). Fake
 implementations let ``torch.compile(fullgraph=True)`` trace forward and backward: each operator is an opaque
-call in the graph, run eagerly. A mask_mod or score_mod variant is differentiable (:class:`VariantAttention`,
-eager); a block_mask or sinks has no gradient yet: :func:`differentiable_attention` runs them forward only and
-refuses them when a gradient is needed.
+call in the graph, run eagerly. A mask_mod or score_mod variant and sinks are differentiable
+(:class:`VariantAttention`, eager; the sink logits get their gradient); a block_mask has no gradient yet:
+:func:`differentiable_attention` runs it forward only and refuses it when a gradient is needed.
 """
 # no ``from __future__ import annotations``: custom_op reads the schema from these annotations
 import ast
@@ -127,29 +127,30 @@ class VariantAttention(torch.autograd.Function):
     ``attention(..., return_lse=True)``, backward ``attention_backward`` from the saved q, k, v, out, lse."""
 
     @staticmethod
-    def forward(ctx, q, k, v, functions, causal, scale, phase, backward_phase, allow_tf32, params):
+    def forward(ctx, q, k, v, sinks, functions, causal, scale, phase, backward_phase, allow_tf32, params):
         mask_mod, score_mod, score_mod_grad, aux = functions
         from numba_attn.api_checks import variant_arg
         from numba_attn.backward import with_derivative
         from numba_attn.phases.backward.common import SCORE_MOD_REFUSED
 
         variant = with_derivative(variant_arg(mask_mod, score_mod, aux), score_mod_grad)
-        if variant.score is not None and variant.score.derivative is None:  # refused before the forward runs
-            raise AttentionInputError(f"gradients of {variant.name}: {SCORE_MOD_REFUSED}")
+        if variant is not None and variant.score is not None and variant.score.derivative is None:
+            raise AttentionInputError(f"gradients of {variant.name}: {SCORE_MOD_REFUSED}")  # before the forward
         out, lse = _attention(q, k, v, causal=causal, scale=scale, phase=phase, allow_tf32=allow_tf32,
-                              mask_mod=mask_mod, score_mod=score_mod, aux=aux, return_lse=True, **params)
-        ctx.save_for_backward(q, k, v, out, lse)
+                              mask_mod=mask_mod, score_mod=score_mod, aux=aux, return_lse=True, sinks=sinks, **params)
+        ctx.save_for_backward(q, k, v, out, lse, sinks)
         ctx.args = (functions, causal, scale, backward_phase)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, lse, sinks = ctx.saved_tensors
         (mask_mod, score_mod, score_mod_grad, aux), causal, scale, backward_phase = ctx.args
-        dq, dk, dv = _attention_backward(q, k, v, out, lse, grad_out.contiguous(), causal=causal, scale=scale,
-                                         phase=backward_phase, mask_mod=mask_mod, score_mod=score_mod,
-                                         score_mod_grad=score_mod_grad, aux=aux)
-        return dq, dk, dv, None, None, None, None, None, None, None
+        grads = _attention_backward(q, k, v, out, lse, grad_out.contiguous(), causal=causal, scale=scale,
+                                    phase=backward_phase, mask_mod=mask_mod, score_mod=score_mod,
+                                    score_mod_grad=score_mod_grad, aux=aux, sinks=sinks)
+        dsinks = None if sinks is None else torch.as_tensor(grads[3]).to(sinks.device, sinks.dtype)
+        return grads[0], grads[1], grads[2], dsinks, None, None, None, None, None, None, None
 
 
 # -- the Python entry point ----------------------------------------------------------------------------------
@@ -184,7 +185,7 @@ def differentiable_attention(q, k, v, *, causal=False, scale=None, phase=None, b
     A variant (``mask_mod``, ``score_mod`` with its derivative, their ``aux``) is differentiable through
     :class:`VariantAttention` (the functions applied in the backward too; eager autograd, functions are no
     operator arguments; ``score_mod_grad``: a user score function's derivative, the built-ins carry theirs). A
-    block_mask or sinks runs forward only: refused when a gradient is needed."""
+    block_mask runs forward only: refused when a gradient is needed. ``sinks`` (a tensor (H,)) get their gradient."""
     variant = {name: params.pop(name) for name in VARIANT_ARGS if params.get(name) is not None}
     for name in VARIANT_ARGS:
         params.pop(name, None)
@@ -193,14 +194,18 @@ def differentiable_attention(q, k, v, *, causal=False, scale=None, phase=None, b
         if not needs_grad(q, k, v):
             return _attention(q, k, v, causal=causal, scale=scale, phase=phase, allow_tf32=allow_tf32, **variant,
                               **params)
-        forward_only = sorted(set(variant) & {"block_mask", "sinks"})
-        if forward_only or not set(variant) & {"mask_mod", "score_mod"}:
+        forward_only = sorted(set(variant) & {"block_mask"})
+        if forward_only or not set(variant) & {"mask_mod", "score_mod", "sinks"}:
             raise AttentionInputError(
                 f"gradients of attention variants ({', '.join(forward_only or sorted(variant))}) are not computed "
-                f"yet: the backward family takes mask_mod and score_mod (with its derivative) and their aux, no "
-                f"block_mask or sinks; run the variant under torch.no_grad()")
+                f"yet: the backward family takes mask_mod and score_mod (with its derivative), their aux and "
+                f"sinks, no block_mask; run the variant under torch.no_grad()")
         functions = (variant.get("mask_mod"), variant.get("score_mod"), score_mod_grad, variant.get("aux"))
-        return VariantAttention.apply(q, k, v, functions, causal, scale, phase, backward_phase, allow_tf32, params)
+        sinks = variant.get("sinks")
+        if sinks is not None and not isinstance(sinks, torch.Tensor):
+            sinks = torch.as_tensor(sinks, dtype=torch.float32)
+        return VariantAttention.apply(q, k, v, sinks, functions, causal, scale, phase, backward_phase, allow_tf32,
+                                      params)
     out, _lse = torch.ops.numba_attn.attention_lse(q, k, v, bool(causal), scale, phase, encode_params(params),
                                                    bool(allow_tf32), backward_phase)
     return out

@@ -46,7 +46,7 @@ the simulator):
   runs :func:`numba_attn.attention_backward` (float16/bfloat16 on ``bwd_mma`` at head dims that are multiples of
   16, float32/float16 on the CUDA-core phases; anything else is refused with the reason).
   A variant (padding, a sliding window, softcap) trains too, the backward applying the same functions (softcap
-  with its derivative); sinks with gradients are refused. :func:`count_phases` counts these calls like the others, with the phase that ran.
+  with its derivative) and sinks (their gradient beside the backward phase's). :func:`count_phases` counts these calls like the others, with the phase that ran.
 * **Refused** (same error): dropout > 0, gradients the phases cannot compute (above), a position bias, a paged
   cache (continuous batching), value head_dim != query head_dim. With ``register(fallback="sdpa")`` these calls
   (and refused masks) run transformers' sdpa instead; :func:`count_phases` counts them.
@@ -204,9 +204,6 @@ class NumbaAttention:
                 variant["score_mod"] = _variants().softcap(float(kwargs["softcap"]))
             if kwargs.get("s_aux") is not None:  # gpt-oss's per-head sink logits
                 variant["sinks"] = kwargs["s_aux"]
-        if why is None and grad and "sinks" in variant:  # masks and softcap have gradients on the phases
-            why = ("gradients of attention sinks (s_aux): the backward phases take mask and score functions, no "
-                   "sinks (run the model under torch.no_grad() or torch.inference_mode(), or train without it)")
         if why is None and variant and not self.variants:
             why = _variant_words(variant, "a sliding window")
         if why is None and variant:

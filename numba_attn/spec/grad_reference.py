@@ -31,6 +31,7 @@ class Grads:
     o: np.ndarray
     lse: np.ndarray
     delta: np.ndarray
+    dsinks: np.ndarray | None = None  # (H,) with sinks: the gradient of the sink logits
 
     def __iter__(self):  # dq, dk, dv = grad_reference(...)
         return iter((self.dq, self.dk, self.dv))
@@ -48,17 +49,23 @@ def hidden_keys(b, h, Nq, Nk, causal, host) -> np.ndarray | None:
     return hidden
 
 
-def grad_reference(q, k, v, do, *, causal=False, scale=None, variant=None) -> Grads:
+def grad_reference(q, k, v, do, *, causal=False, scale=None, variant=None, sinks=None) -> Grads:
     """dQ, dK, dV (float64) of attention at q (B, H, Nq, D), k, v (B, Hkv, Nk, D) for the gradient ``do``
     (B, H, Nq, D) of its output. ``variant``: mask and score functions (a score function with its
-    ``derivative``). Returns :class:`Grads` (unpacks as ``dq, dk, dv``)."""
+    ``derivative``). ``sinks`` (H,): sink logits (:func:`~numba_attn.spec.reference.reference`'s): P over the
+    keys and the sink, L = logaddexp(lse, sink), and ``dsinks`` = −Σ_{b,i} exp(sink − L_i) Delta_i. Returns
+    :class:`Grads` (unpacks as ``dq, dk, dv``; ``lse`` the keys' own, ``o`` the output with the sinks)."""
     if variant is not None and variant.score is not None and variant.score.derivative is None:
         raise ValueError("grad_reference: a score_mod needs its derivative (Mod.derivative)")
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     G = H // Hkv
     scale = 1.0 / np.sqrt(D) if scale is None else scale
-    o, lse = reference(q, k, v, causal=causal, scale=scale, return_lse=True, variant=variant)
+    o, lse = reference(q, k, v, causal=causal, scale=scale, return_lse=True, variant=variant, sinks=sinks)
+    norm = lse  # what P is normalized by: the keys' log-sum-exp, with sinks theirs too
+    if sinks is not None:
+        sink = np.asarray(sinks, np.float64).reshape(1, -1, 1)
+        norm = np.logaddexp(lse, sink)
     host = None
     if variant is not None:
         from numba_attn.variants.grid import HostVariant
@@ -78,9 +85,9 @@ def grad_reference(q, k, v, do, *, causal=False, scale=None, variant=None) -> Gr
                 dmod = host.derivative(s.copy(), b, h)
                 s = host.modify(s, b, h)
             hidden = hidden_keys(b, h, Nq, Nk, causal, host)
-            finite = np.isfinite(lse[b, h])[:, None]  # a row that sees no key: P = 0
+            finite = np.isfinite(norm[b, h])[:, None]  # a row that sees no key (and no sink): P = 0
             with np.errstate(over="ignore", invalid="ignore"):
-                p = np.where(finite, np.exp(s - np.where(finite, lse[b, h][:, None], 0.0)), 0.0)
+                p = np.where(finite, np.exp(s - np.where(finite, norm[b, h][:, None], 0.0)), 0.0)
             if hidden is not None:
                 p[hidden] = 0.0
             dov = do64[b, h]
@@ -91,7 +98,10 @@ def grad_reference(q, k, v, do, *, causal=False, scale=None, variant=None) -> Gr
                 ds = ds * dmod                             #      ∘ score_mod'(S)
             dq[b, h] = scale * (ds @ kh)                   # dQ = scale · dS K
             dk[b, h // G] += scale * (ds.T @ qh)           # dK = scale · dSᵀ Q
-    return Grads(dq, dk, dv, o, lse, delta)
+    dsinks = None
+    if sinks is not None:  # d sink_h = −Σ_{b,i} P_sink,i Delta_i, P_sink = exp(sink − L)
+        dsinks = -(np.exp(sink - norm) * np.where(np.isfinite(delta), delta, 0.0)).sum(axis=(0, 2))
+    return Grads(dq, dk, dv, o, lse, delta, dsinks)
 
 
 def grad_reference_torch(q, k, v, do, *, causal=False, scale=None, device="cuda") -> Grads | None:
@@ -132,7 +142,7 @@ def grad_reference_torch(q, k, v, do, *, causal=False, scale=None, device="cuda"
     return Grads(out["dq"], out["dk"], out["dv"], out["o"], out["lse"], out["delta"])
 
 
-def attention_loss(q, k, v, do, *, causal=False, scale=None, variant=None) -> float:
+def attention_loss(q, k, v, do, *, causal=False, scale=None, variant=None, sinks=None) -> float:
     """Σ O ∘ dO in float64: the scalar whose gradients :func:`grad_reference` returns (finite differences)."""
-    o = reference(q, k, v, causal=causal, scale=scale, variant=variant)
+    o = reference(q, k, v, causal=causal, scale=scale, variant=variant, sinks=sinks)
     return float(np.sum(np.where(np.isfinite(o), o, 0.0) * np.asarray(do, np.float64)))
