@@ -459,6 +459,39 @@ def test_gpt_oss_sinks_s_aux_generate_without_fallbacks(prompt):
 
 
 @needs_torch
+@pytest.mark.full
+@pytest.mark.skipif(torch is None or not hasattr(transformers, "GptOssConfig"), reason="transformers without gpt-oss")
+def test_gpt_oss_trains_with_sinks_without_fallbacks(prompt):
+    """A training step of gpt-oss (sinks in every layer, windowed layers): the loss and the gradients of the sink
+    logits and of the attention weights are eager attention's; no call falls back."""
+    na_hf.register("numba_attn_sinks_train", prefill_phase="register_blocked",
+                   prefill_params={"Br": 32, "Bc": 16, "TM": 4, "TN": 4}, fallback="sdpa")
+    config = transformers.GptOssConfig(vocab_size=128, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=2,
+                                       num_experts_per_tok=1, sliding_window=4, max_position_embeddings=64,
+                                       initializer_range=0.5)
+
+    def step(impl):
+        torch.manual_seed(0)
+        m = transformers.GptOssForCausalLM._from_config(config, attn_implementation=impl, dtype=torch.float32)
+        with torch.no_grad():
+            for layer in m.model.layers:
+                layer.self_attn.sinks.copy_(torch.linspace(-1.0, 2.0, config.num_attention_heads))
+        m.train()
+        loss = m(prompt, labels=prompt).loss
+        loss.backward()
+        attn = m.model.layers[0].self_attn
+        return loss.detach(), attn.sinks.grad.clone(), attn.q_proj.weight.grad.clone()
+
+    with na_hf.count_phases() as ran:
+        ours = step("numba_attn_sinks_train")
+    ref = step("eager")
+    for got, want in zip(ours, ref):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert ran.get(("prefill", "register_blocked")) and ("prefill", "sdpa (fallback)") not in ran, ran
+
+
+@needs_torch
 def test_count_phases_names_the_phase_a_variant_call_ran():
     """phase=None picks another prefill phase for a variant (measure/policy.py VARIANT_PREFILL): the count names
     that phase, not the plain problem's."""
