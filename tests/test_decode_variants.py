@@ -184,7 +184,8 @@ def test_decode_paged_takes_a_variant_and_new_arrays_per_call():
 
 
 @pytest.mark.skipif(not IS_SIMULATOR, reason="counts the simulator's global loads")
-@pytest.mark.parametrize("phase", ["decode_split_k", pytest.param("decode_mma", marks=pytest.mark.full)])
+@pytest.mark.parametrize("phase", ["decode_split_k", pytest.param("decode_mma", marks=pytest.mark.full),
+                                   pytest.param("decode_split_k_lean", marks=pytest.mark.full)])
 def test_a_window_reads_only_the_keys_it_sees(phase, monkeypatch):
     """With a mask function the split-K decode divides only the keys the step's query heads see (the span of the
     block mask): a window of 40 over 517 keys reads under half the global bytes of the plain step, and gives the
@@ -216,10 +217,10 @@ from numba_attn import variants as V
 res = {}
 for name, mask, score in (("pad_left", V.key_padding(np.array([0, 30], np.int32), "left", kv_len=45), None),
                           ("window+alibi", V.sliding_window(6), V.alibi(V.alibi_slopes(4)))):
-    for ph in ("decode_split_k", "decode_mma"):
+    for ph in ("decode_split_k", "decode_mma", "decode_split_k_lean"):
         p = Problem(batch=2, heads=4, kv_heads=2, q_len=1, kv_len=45, head_dim=64, dtype="float16",
                     variant=V.make_variant(mask, score))
         res[ph + "-" + name] = [r.get("regs") for r in off.compile_phase(ph, p)]
 print("JSON" + json.dumps(res))
 """)
-    assert len(res) == 4 and all(regs and all(r for r in regs) for regs in res.values()), res
+    assert len(res) == 6 and all(regs and all(r for r in regs) for regs in res.values()), res

@@ -29,6 +29,7 @@ from numba_attn.phases.decode.scores import key_mask, step_rescore
 from numba_attn.phases.decode.steps import chunk_steps, empty_sequence_lse, merge_arrays
 from numba_attn.phases.registry import register_phase
 from numba_attn.variants.sinks import stages_for
+from numba_attn.variants.spans import stage_split_range, whole_range
 from numba_attn.variants.stages import PLAIN
 
 
@@ -278,6 +279,8 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
     PADDED = score_plan(LANES, ROWS, KEYS)[0]
     VARIANT = stage.active
     EMPTY_SEQUENCE = empty_sequence_lse(stage)
+    span_keys = stage_split_range(stage)  # a contiguous cache with a mask function: the splits divide its span
+    SPANS = not PAGED and span_keys is not whole_range
     rescore = step_rescore(stage, ROWS, KEYS, GROUPS, Nq, G, causal, True)  # a variant's scores (base 2)
 
     split_keys, dot_scores, reduce_scores, lazy_update = make_lean_steps(D, VW, LANES, KEYS, ROWS, Nq, G, causal, P,
@@ -397,6 +400,8 @@ def make_lean_kernel(D: int, VW: int, LANES: int, KEYS: int, WARPS: int, ROWS: i
         sm = merge_smem()
         # (no block table, no scales: Nk, k and scale stand in for them, unused)
         split, kvh, row0, lo, hi = split_keys(chunk, Nk)
+        if SPANS:
+            lo, hi = span_keys(mods, kvh, split, S, chunk, Nk)
         lean_block(q, (o, part_o, part_lse, counters, S), (k, v, k, scale, scale), scale, Hkv, Nk, Nk,
                    (split, kvh, row0, lo, hi, cuda.blockIdx.y), sm, mods)
 
