@@ -21,9 +21,11 @@ from numba_attn.api import problem_from_arrays  # noqa: E402
 from numba_attn.api_checks import probe_variant, sinks_arg, variant_arg  # noqa: E402
 from numba_attn.array_kinds import (DEVICE, NUMPY, TORCH, TORCH_CPU, arrays_for_checks, as_device_array,  # noqa: E402
                                     contiguous, described, kind_of, numpy_as_tensor, one_kind, tensor_as_numpy)
+from numba_attn.phases.backward.common import run_backward_launch  # noqa: E402
 from numba_attn.phases.registry import BACKWARD, Phase, get_phase, list_phases  # noqa: E402
 from numba_attn.variants.blockmask import device_arrays  # noqa: E402
 from numba_attn.spec.errors import AttentionInputError, check_arrays, check_bool  # noqa: E402
+from numba_attn.spec.grad_reference import backward_case  # noqa: E402,F401 (check_backward's; re-exported)
 
 # phase=None: the first of these that supports the problem (bwd_mma: float16/bfloat16, head_dim a multiple of 16)
 BACKWARD_DEFAULT = ("bwd_mma", "bwd_two_kernels", "bwd_naive")
@@ -212,57 +214,6 @@ def sink_grad(kind, o, do, norm, sink):
         return -(torch.exp(s - norm) * delta).sum(dim=(0, 2))
     delta = (np.asarray(do, np.float32) * np.asarray(o, np.float32)).sum(-1)
     return -(np.exp(sink.reshape(1, -1, 1) - norm) * delta).sum(axis=(0, 2)).astype(np.float32)
-
-
-def run_backward_launch(launch, inputs, grads, stream=0, mods=()):
-    """Run a backward phase's launch on device arrays ``inputs`` = (q, k, v, o, lse, do) of shapes (B, H, Nq, D),
-    (B, Hkv, Nk, D) twice, q's, (B, H, Nq), q's, writing ``grads`` = (dq, dk, dv): the kernels see rows
-    (B·H, Nq, D), (B·Hkv, Nk, D) and lse (B·H, Nq)."""
-    q, k, v, o, lse, do = inputs
-    B, H, Nq, D = map(int, q.shape)
-    Hkv, Nk = int(k.shape[1]), int(k.shape[2])
-    rows_q, rows_kv = (B * H, Nq, D), (B * Hkv, Nk, D)
-    launch.run(q.reshape(rows_q), k.reshape(rows_kv), v.reshape(rows_kv), o.reshape(rows_q),
-               lse.reshape((B * H, Nq)), do.reshape(rows_q),
-               grads[0].reshape(rows_q), grads[1].reshape(rows_kv), grads[2].reshape(rows_kv),
-               stream=stream, mods=mods)
-
-
-TORCH_GRAD_REFERENCE_FLOPS = 1e10  # above: the float64 gradients computed by torch on the GPU (when it has one)
-_CASES: OrderedDict = OrderedDict()  # (problem, seed) -> backward_case's result, the last two
-
-
-def backward_case(problem, seed: int):
-    """(q, k, v, do, reference) of ``problem`` for ``seed``: its seeded inputs in its dtype, a random dO drawn
-    after them, and the float64 :class:`~numba_attn.spec.grad_reference.Grads` (o, lse and the gradients; the
-    problem's variant applied). The last two are kept (a run's rows of one problem, its phases then its peers,
-    share them), read-only."""
-    from numba_attn.spec.grad_reference import grad_reference, grad_reference_torch
-    from numba_attn.spec.problem import numpy_dtype
-
-    try:
-        key = (problem, seed)
-        hash(key)
-    except TypeError:  # a variant holding arrays: not kept
-        key = None
-    if key in _CASES:
-        return _CASES[key]
-    q, k, v = problem.inputs(seed)
-    do = np.random.default_rng(seed + 1000).standard_normal(q.shape).astype(numpy_dtype(problem.dtype))
-    variant = getattr(problem, "variant", None)
-    ref = None
-    if variant is None and problem.flops() > TORCH_GRAD_REFERENCE_FLOPS and not backend.IS_SIMULATOR:
-        ref = grad_reference_torch(q, k, v, do, causal=problem.causal, scale=problem.scale)  # None without torch
-    if ref is None:
-        ref = grad_reference(q, k, v, do, causal=problem.causal, scale=problem.scale, variant=variant)
-    case = (q, k, v, do, ref)
-    if key is not None:
-        for a in (q, k, v, do, *(x for x in vars(ref).values() if x is not None)):
-            a.flags.writeable = False
-        _CASES[key] = case
-        while len(_CASES) > 2:
-            _CASES.popitem(last=False)
-    return case
 
 
 def with_derivative(variant, score_mod_grad):

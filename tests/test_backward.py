@@ -272,7 +272,7 @@ def test_an_empty_batch_gives_zero_gradients():
 def test_a_backward_row_with_an_unwritten_gradient_fails(monkeypatch):
     """The runner's backward row poisons dq, dk, dv: a launch that leaves dq unwritten (it writes into a scratch
     buffer instead) is FAIL, naming dq, and never timed."""
-    import numba_attn.backward as B
+    import numba_attn.phases.backward.common as B
     from numba_attn.measure.row import measure
 
     real = B.run_backward_launch

@@ -4,7 +4,7 @@ other.
 
 1. ``supports`` (and the device and host memory) — refused problems are ``SKIP`` with the reason;
 2. for every seed: fresh inputs in the problem's dtype, a random dO drawn after them and the float64 gradients
-   (:func:`numba_attn.backward.backward_case`); o in the dtype and lse in float32 from the float64 forward; dq,
+   (:func:`numba_attn.spec.grad_reference.backward_case`); o in the dtype and lse in float32 from the float64 forward; dq,
    dk, dv poisoned, the launch, each gradient checked with the dtype's tolerance. A wrong or unwritten gradient
    makes the row ``FAIL``, never timed;
 3. on the GPU only: timed by the run's method (events, graph replay, CUPTI kernel time) over rotated input sets
@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from numba_attn.gpu.backend import IS_SIMULATOR
-from numba_attn.measure.row import kernel_resources, summarize_resources, timed_row
+from numba_attn.measure.row_figures import kernel_resources, summarize_resources, timed_row
 from numba_attn.measure.status import FAIL, OK
 from numba_attn.measure.timing import l2_bytes, end_to_end, timed
 from numba_attn.spec.problem import Problem, numpy_dtype
@@ -72,7 +72,8 @@ def _grads_errors(problem: Problem, precision, grads, ref):
 
 def check_and_time_backward(phase, problem, cfg, params, row, cuda):
     """Steps 2 and 3 of a backward row (the module's docstring) into ``row``, for :func:`measure`."""
-    from numba_attn.backward import backward_case, run_backward_launch
+    from numba_attn.phases.backward.common import run_backward_launch
+    from numba_attn.spec.grad_reference import backward_case
     from numba_attn.variants.blockmask import device_arrays
 
     t0 = time.perf_counter()

@@ -114,8 +114,9 @@ def _timed_ok(row) -> bool:
 
 
 def measured_rows(files=None, gpu: str | None = None, strict: bool = False) -> list[tuple[str, dict | None, dict]]:
-    """``(file, env, row)`` for every OK, timed phase row of ``files`` (default: the committed
-    ``results/*.jsonl`` of a source checkout), measured on ``gpu`` when given; each row has its
+    """``(file, env, row)`` for every OK, timed forward phase row of ``files`` (default: the committed
+    ``results/*.jsonl`` of a source checkout; backward rows choose no forward phase), measured on ``gpu`` when
+    given; each row has its
     ``gpu`` set (from its run's env record when the row lacks it). A file that cannot be read is
     passed over, or with ``strict`` raises (``ResultsFileError``, a ValueError naming the file)."""
     out = []
@@ -127,7 +128,7 @@ def measured_rows(files=None, gpu: str | None = None, strict: bool = False) -> l
                 raise
             continue
         for env, r in with_env(records):
-            if not _timed_ok(r):
+            if not _timed_ok(r) or r.get("phase_kind") == "backward":
                 continue
             g = gpu_of(r, env)
             if gpu is not None and g != gpu:

@@ -35,7 +35,7 @@ import warnings
 from numba_attn.spec.problem import Problem
 from numba_attn.spec.reference import check, reference
 from numba_attn.measure.check import TORCH_REFERENCE_FLOPS, cached_reference, reference_torch
-from numba_attn.measure.row import timed_row
+from numba_attn.measure.row_figures import timed_row
 from numba_attn.measure.status import ERROR, FAIL, SKIP, summarize_exception
 from numba_attn.measure.timing import (KERNEL_NAME_CHARS, TimingConfig, enough_samples, timing_summary, cupti_status,
                                        end_to_end, kernel_events, timed)
@@ -366,7 +366,7 @@ def measure_backward_peer(name: str, problem: Problem, cfg) -> dict:
         import torch
         from numba import cuda
 
-        from numba_attn.backward import backward_case
+        from numba_attn.spec.grad_reference import backward_case
 
         row["torch"] = torch.__version__
         tdt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[problem.dtype]

@@ -14,6 +14,7 @@ evaluation; a score_mod's derivative is its Mod's ``derivative`` (refused withou
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -146,3 +147,39 @@ def attention_loss(q, k, v, do, *, causal=False, scale=None, variant=None, sinks
     """Σ O ∘ dO in float64: the scalar whose gradients :func:`grad_reference` returns (finite differences)."""
     o = reference(q, k, v, causal=causal, scale=scale, variant=variant, sinks=sinks)
     return float(np.sum(np.where(np.isfinite(o), o, 0.0) * np.asarray(do, np.float64)))
+
+
+TORCH_GRAD_REFERENCE_FLOPS = 1e10  # above: the float64 gradients computed by torch on the GPU (when it has one)
+_CASES: OrderedDict = OrderedDict()  # (problem, seed) -> backward_case's result, the last two
+
+
+def backward_case(problem, seed: int):
+    """(q, k, v, do, reference) of ``problem`` for ``seed``: its seeded inputs in its dtype, a random dO drawn
+    after them, and the float64 :class:`Grads` (o, lse and the gradients; the
+    problem's variant applied). The last two are kept (a run's rows of one problem, its phases then its peers,
+    share them), read-only."""
+    from numba_attn.spec.problem import numpy_dtype
+
+    try:
+        key = (problem, seed)
+        hash(key)
+    except TypeError:  # a variant holding arrays: not kept
+        key = None
+    if key in _CASES:
+        return _CASES[key]
+    q, k, v = problem.inputs(seed)
+    do = np.random.default_rng(seed + 1000).standard_normal(q.shape).astype(numpy_dtype(problem.dtype))
+    variant = getattr(problem, "variant", None)
+    ref = None
+    if variant is None and problem.flops() > TORCH_GRAD_REFERENCE_FLOPS:  # None without torch's CUDA
+        ref = grad_reference_torch(q, k, v, do, causal=problem.causal, scale=problem.scale)
+    if ref is None:
+        ref = grad_reference(q, k, v, do, causal=problem.causal, scale=problem.scale, variant=variant)
+    case = (q, k, v, do, ref)
+    if key is not None:
+        for a in (q, k, v, do, *(x for x in vars(ref).values() if x is not None)):
+            a.flags.writeable = False
+        _CASES[key] = case
+        while len(_CASES) > 2:
+            _CASES.popitem(last=False)
+    return case

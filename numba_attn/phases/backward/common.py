@@ -82,6 +82,20 @@ def backward_launch(name: str, run, kernels, workspace_bytes: int = 0) -> Launch
     return Launch(call, kernels=list(kernels), workspace_bytes=workspace_bytes, replayable=False)
 
 
+def run_backward_launch(launch, inputs, grads, stream=0, mods=()):
+    """Run a backward phase's launch on device arrays ``inputs`` = (q, k, v, o, lse, do) of shapes (B, H, Nq, D),
+    (B, Hkv, Nk, D) twice, q's, (B, H, Nq), q's, writing ``grads`` = (dq, dk, dv): the kernels see rows
+    (B·H, Nq, D), (B·Hkv, Nk, D) and lse (B·H, Nq)."""
+    q, k, v, o, lse, do = inputs
+    B, H, Nq, D = map(int, q.shape)
+    Hkv, Nk = int(k.shape[1]), int(k.shape[2])
+    rows_q, rows_kv = (B * H, Nq, D), (B * Hkv, Nk, D)
+    launch.run(q.reshape(rows_q), k.reshape(rows_kv), v.reshape(rows_kv), o.reshape(rows_q),
+               lse.reshape((B * H, Nq)), do.reshape(rows_q),
+               grads[0].reshape(rows_q), grads[1].reshape(rows_kv), grads[2].reshape(rows_kv),
+               stream=stream, mods=mods)
+
+
 def refuse(problem, smem_bytes: int = 0) -> str | None:
     """Why a backward phase cannot run ``problem`` with tiles of ``smem_bytes``: over the static shared memory."""
     if smem_bytes > STATIC_SMEM_LIMIT:
