@@ -424,6 +424,14 @@ def test_a_gemma2_training_step_with_softcap_and_windows_runs_on_the_phases(prom
     assert grads.keys() == want.keys() and max(rel.values()) < 1e-4, rel
 
 
+def _gpt_oss_config():
+    """A two-layer gpt-oss (sinks in every layer, a window of 4 in alternate layers) small enough for the simulator."""
+    return transformers.GptOssConfig(vocab_size=128, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=2,
+                                     num_experts_per_tok=1, sliding_window=4, max_position_embeddings=64,
+                                     initializer_range=0.5)
+
+
 @needs_torch
 @pytest.mark.skipif(torch is None or not hasattr(transformers, "GptOssConfig"), reason="transformers without gpt-oss")
 def test_gpt_oss_sinks_s_aux_generate_without_fallbacks(prompt):
@@ -434,10 +442,7 @@ def test_gpt_oss_sinks_s_aux_generate_without_fallbacks(prompt):
     decode = ("smem_kv", {"Br": 16, "Bc": 16})
     na_hf.register("numba_attn_sinks", prefill_phase=prefill[0], prefill_params=prefill[1], decode_phase=decode[0],
                    decode_params=decode[1], fallback="sdpa")
-    config = transformers.GptOssConfig(vocab_size=128, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
-                                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=2,
-                                       num_experts_per_tok=1, sliding_window=4, max_position_embeddings=64,
-                                       initializer_range=0.5)
+    config = _gpt_oss_config()
 
     def model(impl):
         torch.manual_seed(0)
@@ -466,10 +471,7 @@ def test_gpt_oss_trains_with_sinks_without_fallbacks(prompt):
     logits and of the attention weights are eager attention's; no call falls back."""
     na_hf.register("numba_attn_sinks_train", prefill_phase="register_blocked",
                    prefill_params={"Br": 32, "Bc": 16, "TM": 4, "TN": 4}, fallback="sdpa")
-    config = transformers.GptOssConfig(vocab_size=128, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
-                                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=2,
-                                       num_experts_per_tok=1, sliding_window=4, max_position_embeddings=64,
-                                       initializer_range=0.5)
+    config = _gpt_oss_config()
 
     def step(impl):
         torch.manual_seed(0)

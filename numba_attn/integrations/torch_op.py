@@ -18,12 +18,9 @@ Importing this module registers three ``torch.library.custom_op`` operators::
 
 q (B, H, Nq, D) and k, v (B, Hkv, Nk, D) are tensors of one dtype: CUDA tensors are computed on PyTorch's
 current stream without copies, CPU tensors in the simulator (or copied to the GPU and back). Grouped-query
-attention: dk, dv have k's shape (summed over the query heads of a KV head). The backward family takes
-float32 and float16 (bfloat16 is refused by it, with the reason, when the gradient is computed). Fake
-implementations let ``torch.compile(fullgraph=True)`` trace forward and backward: each operator is an opaque
-call in the graph, run eagerly. A mask_mod or score_mod variant and sinks are differentiable
-(:class:`VariantAttention`, eager; the sink logits get their gradient); a block_mask has no gradient yet:
-:func:`differentiable_attention` runs it forward only and refuses it when a gradient is needed.
+attention: dk, dv have k's shape (summed over the query heads of a KV head). Fake implementations let
+``torch.compile(fullgraph=True)`` trace forward and backward (opaque calls, run eagerly). Mask and score
+functions and sinks are differentiable (:class:`VariantAttention`, eager); a block_mask is forward only.
 """
 # no ``from __future__ import annotations``: custom_op reads the schema from these annotations
 import ast

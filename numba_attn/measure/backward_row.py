@@ -67,7 +67,12 @@ def _grads_errors(problem: Problem, precision, grads, ref):
     dt = numpy_dtype(problem.dtype)
     checks = {n: check(g.copy_to_host().view(dt), r, dtype=problem.dtype, precision=precision)
               for n, g, r in zip(GRADS, grads, ref)}
-    return checks, max(checks.values(), key=lambda c: (not c.ok, c.rel_err))
+    return checks, worst_check(checks)
+
+
+def worst_check(checks: dict):
+    """The check of ``checks`` (by gradient name) a row reports: a failed one first, else the largest error."""
+    return max(checks.values(), key=lambda c: (not c.ok, c.rel_err))
 
 
 def check_and_time_backward(phase, problem, cfg, params, row, cuda):

@@ -247,6 +247,23 @@ def skip_reason(problem: Problem, backward: bool = False) -> str | None:
     return torch_status()
 
 
+def _first_call(torch, backend, row, call):
+    """``call()`` under the SDPA ``backend``, synchronized; None with ``row`` SKIP when the backend cannot run the
+    problem (PyTorch's reason), any other error raised."""
+    try:
+        with _backend_context(torch, backend), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = call()
+            torch.cuda.synchronize()
+        return out
+    except Exception as exc:  # noqa: BLE001
+        why = _unavailable_reason(exc, backend)
+        if why:
+            row.update(status=SKIP, reason=why)
+            return None
+        raise
+
+
 def measure_peer(name: str, problem: Problem, cfg) -> dict:
     if name in BACKWARD_PEERS:
         return measure_backward_peer(name, problem, cfg)
@@ -289,17 +306,9 @@ def measure_peer(name: str, problem: Problem, cfg) -> dict:
                 row.update(status=SKIP, reason=f"math backend needs {need / 2**30:.1f} GiB for S and P; "
                                                f"{free / 2**30:.1f} GiB free")
                 return row
-        try:
-            with _backend_context(torch, backend), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                out = _sdpa(torch, tq, tk, tv, problem)
-                torch.cuda.synchronize()
-        except Exception as exc:  # noqa: BLE001
-            why = _unavailable_reason(exc, backend)
-            if why:
-                row.update(status=SKIP, reason=why)
-                return row
-            raise
+        out = _first_call(torch, backend, row, lambda: _sdpa(torch, tq, tk, tv, problem))
+        if out is None:
+            return row
         c = check(out.float().cpu().numpy().astype(np.dtype(dtype)), ref, dtype=dtype)
         row["check"] = c.to_dict()
         if not c.ok:
@@ -350,7 +359,7 @@ def measure_backward_peer(name: str, problem: Problem, cfg) -> dict:
     """SDPA's backward on the inputs a backward phase's row sees (``torch.autograd.grad`` of an output computed
     once, ``retain_graph``), its gradients checked against the same float64 gradients, then timed the same way
     (the backward's FLOPs: :class:`numba_attn.measure.backward_row.BackwardWork`)."""
-    from numba_attn.measure.backward_row import GRADS, BackwardWork
+    from numba_attn.measure.backward_row import GRADS, BackwardWork, worst_check
 
     work = BackwardWork(problem)
     backend = peer_backend(name)
@@ -374,22 +383,18 @@ def measure_backward_peer(name: str, problem: Problem, cfg) -> dict:
         tq, tk, tv = (torch.from_numpy(np.asarray(a, np.float32)).to("cuda", tdt).requires_grad_() for a in (q, k, v))
         tdo = torch.from_numpy(np.asarray(do, np.float32)).to("cuda", tdt)
         kw = _sdpa_kwargs(torch, problem)
-        try:
-            with _backend_context(torch, backend), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, **kw)
-                grads = torch.autograd.grad(out, (tq, tk, tv), tdo, retain_graph=True)
-                torch.cuda.synchronize()
-        except Exception as exc:  # noqa: BLE001
-            why = _unavailable_reason(exc, backend)
-            if why:
-                row.update(status=SKIP, reason=why)
-                return row
-            raise
+        def forward_backward():
+            out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, **kw)
+            return out, torch.autograd.grad(out, (tq, tk, tv), tdo, retain_graph=True)
+
+        first = _first_call(torch, backend, row, forward_backward)
+        if first is None:
+            return row
+        out, grads = first
         checks = {n: check(g.float().cpu().numpy().astype(np.dtype(q.dtype)), r, dtype=problem.dtype)
                   for n, g, r in zip(GRADS, grads, ref)}
         row["rel_err"] = {n: c.rel_err for n, c in checks.items()}
-        worst = max(checks.values(), key=lambda c: (not c.ok, c.rel_err))
+        worst = worst_check(checks)
         row["check"] = worst.to_dict()
         if not worst.ok:
             row.update(status=FAIL, reason=f"wrong gradients: {worst.reason}")
