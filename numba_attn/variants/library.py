@@ -184,3 +184,35 @@ def dense_mask(allowed) -> Mod:
         raise VariantError(f"dense_mask: allowed must be 4-D (batch, heads, q_len, kv_len), got shape "
                            f"{tuple(getattr(allowed, 'shape', ()))}")
     return Mod(_dense, "mask", (allowed,), "dense_mask", depends="bh")
+
+
+def builtin(mod: Mod) -> tuple[str, dict, tuple] | None:
+    """Which built-in ``mod`` is, for readers that express it in another library's terms (the FlexAttention and
+    FlashAttention-4 peers, :mod:`numba_attn.variants.external`): ``(kind, numbers, arrays)`` with kind one of
+    ``causal``, ``window`` (``left``, ``right``), ``softcap`` (``cap``), ``alibi``, ``document``, ``prefix_lm``,
+    ``pad_right``, ``pad_left``, ``sinks`` (``n``), ``dense_mask``, ``and`` / ``or`` (``mods``: the parts, each
+    with its share of ``mod.aux``); ``arrays``: ``mod.aux``. None for a function of the user's own."""
+    from numba_attn.variants.mods import python_function
+
+    fn, p = python_function(mod.fn), mod.params or {}
+    plain = {_causal: "causal", _alibi: "alibi", _document: "document", _prefix_lm: "prefix_lm",
+             _keys_below: "pad_right", _keys_from: "pad_left", _dense: "dense_mask"}
+    if fn in plain:
+        return plain[fn], {}, mod.aux
+    try:
+        if {"left", "right"} <= p.keys() and fn is _window_fn(p["left"], p["right"]):
+            return "window", {"left": p["left"], "right": p["right"]}, ()
+        if "cap" in p and fn is _softcap_fn(p["cap"]):
+            return "softcap", {"cap": p["cap"]}, ()
+        if "n" in p and fn is _sink_fn(p["n"]):
+            return "sinks", {"n": p["n"]}, ()
+    except (TypeError, VariantError):  # numbers of the user's own: not a built-in
+        return None
+    parts = p.get("mods")
+    if p.get("op") in ("and", "or") and parts and getattr(fn, "_numba_attn_source", None):
+        shares, k = [], 0
+        for part in parts:  # the combination's arrays now (with_aux may have replaced them), split per part
+            shares.append(part.with_aux(mod.aux[k:k + len(part.aux)]))
+            k += len(part.aux)
+        return p["op"], {"mods": tuple(shares)}, mod.aux
+    return None

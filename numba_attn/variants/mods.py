@@ -63,7 +63,8 @@ class Mod:
     """A mask function (``kind="mask"``) or score function (``kind="score"``) and the arrays it reads.
 
     ``aux``: arrays passed after the index arguments, in order. ``name``: how tables and labels name it
-    (``window256``). ``params``: the numbers the name stands for (a built-in's window, cap, ...).
+    (``window256``). ``params``: the numbers the name stands for (a built-in's window, cap, ...; of
+    :func:`and_masks` / :func:`or_masks`: ``parts``, ``op`` and the part Mods, ``mods``).
     ``derivative``: a score function's d/d score, ``derivative(score, b, h, q_idx, kv_idx, *aux)`` (the
     backward needs it; the built-in score functions carry theirs)."""
 
@@ -122,7 +123,9 @@ def _combine(mods, op: str, name: str) -> Mod:
     combined.__qualname__ = f"{name}({', '.join(m.name for m in mods)})"
     aux = tuple(a for m in mods for a in m.aux)
     depends = "".join(c for c in "bh" if any(c in m.depends for m in mods))
-    return Mod(combined, "mask", aux, combined.__qualname__, {"parts": [m.name for m in mods]}, depends)
+    # the parts themselves (with the arrays they had), for readers of a combination (library.builtin)
+    params = {"parts": [m.name for m in mods], "op": op, "mods": tuple(mods)}
+    return Mod(combined, "mask", aux, combined.__qualname__, params, depends)
 
 
 def and_masks(*mods) -> Mod:
