@@ -295,6 +295,7 @@ def cmd_bench(args) -> int:
                 raise SystemExit(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
             problems += PRESETS[name]
     phases = [p.strip() for p in args.phases.split(",")] if args.phases else None
+    peer_list = peers_of(args.peers)  # unknown names fail here
     check_timing(args.timing, be)
     if not pools.check_ray(args):
         return 2
@@ -308,7 +309,8 @@ def cmd_bench(args) -> int:
             plots_dir=bench.BESIDE_RESULTS if args.plots is None else (args.plots or None),
             resume=args.resume, progress=prog, timeout_s=args.timeout, max_total_s=args.max_total,
             command="numba-attn " + " ".join(sys.argv[1:]), setup=args.setup, problems=problems,
-            workers=workers, make_worker=make_worker, timing_method=args.timing, allow_slow=args.allow_slow)
+            workers=workers, make_worker=make_worker, timing_method=args.timing, allow_slow=args.allow_slow,
+            peers=peer_list)
     finally:
         prog.close()
     return _finish(rows, results, be, report.make_console(), plots=files)

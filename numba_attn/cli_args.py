@@ -37,6 +37,8 @@ Ray cluster with --ray [ADDRESS]; every row goes to the one results file.
 
 
 DEFAULT_BUDGET_S = 2.0  # run --budget: seconds of timing per row
+PEERS_HELP = ("comma-separated peer names (default: SDPA's peers; FlashAttention-4 and FlexAttention only when "
+              "named: fa4, torch_flex, fa4_backward, torch_flex_backward)")
 
 
 def _version() -> str:
@@ -88,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--budget", type=float, default=None,
                    help=f"seconds of timing per row (GPU; default {DEFAULT_BUDGET_S:g})")
     r.add_argument("--no-peers", action="store_true", help="do not run PyTorch SDPA as a peer")
-    r.add_argument("--peers", default=None, help="comma-separated peer names (default: all)")
+    r.add_argument("--peers", default=None, help=PEERS_HELP)
     r.add_argument("--no-ceilings", action="store_true",
                    help="do not measure the device's ceilings (FFMA, mma, copy) before the phases")
     r.add_argument("--resume", action="store_true",
@@ -109,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--resume", action="store_true", help="skip rows already measured (same source, environment)")
     b.add_argument("--quick", action="store_true", help="short timing budget, one seed: a smoke test")
     b.add_argument("--preset", action="append", default=[], help="replace the benchmark's problems by presets")
+    b.add_argument("--peers", default=None, help="comma-separated peer names, instead of the benchmark's (e.g. "
+                                                 "torch_sdpa_cudnn,fa4,torch_flex)")
     _timeout_and_timing(b, "seconds per row before TIMEOUT (default: the benchmark's; 0 = no limit, in-process)",
                         "how phases and peers are timed (default: the benchmark's, events; cupti: the kernels' "
                         "own durations, through torch.profiler)")
@@ -375,16 +379,17 @@ def nothing_chosen(args) -> bool:
 
 
 def peers_of(text):
-    """``--peers``: comma-separated names of measure.peers.PEERS (None: all)."""
+    """``--peers``: comma-separated names of measure.peers.ALL_PEERS and ALL_BACKWARD_PEERS (None: the default
+    set, SDPA's)."""
     if not text:
         return None
-    from numba_attn.measure.peers import BACKWARD_PEERS, PEERS
+    from numba_attn.measure.peers import ALL_BACKWARD_PEERS, ALL_PEERS
 
     peer_list = tuple(x.strip() for x in text.split(",") if x.strip())
     for x in peer_list:
-        if x not in PEERS + BACKWARD_PEERS:
-            raise SystemExit(f"unknown peer {x!r}; peers: {', '.join(PEERS)}; of a backward run: "
-                             f"{', '.join(BACKWARD_PEERS)}")
+        if x not in ALL_PEERS + ALL_BACKWARD_PEERS:
+            raise SystemExit(f"unknown peer {x!r}; peers: {', '.join(ALL_PEERS)}; of a backward run: "
+                             f"{', '.join(ALL_BACKWARD_PEERS)}")
     return peer_list
 
 

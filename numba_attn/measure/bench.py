@@ -348,7 +348,7 @@ def run_benchmark(name: str, *, results: str | None = None, plots_dir: str | Non
                   phases=None, quick: bool = False, resume: bool = False, progress=None,
                   timeout_s: float | None = None, max_total_s: float | None = None, command: str | None = None,
                   setup=(), problems=None, workers=None, make_worker=None, timing_method: str | None = None,
-                  allow_slow: bool = False):
+                  allow_slow: bool = False, peers=None):
     """Run a declared benchmark; returns (rows, results path, plot files).
 
     ``results`` None: ``<results dir>/<name>-<gpu>.jsonl`` (never the current directory); ``plots_dir``:
@@ -358,7 +358,8 @@ def run_benchmark(name: str, *, results: str | None = None, plots_dir: str | Non
     command); ``phases`` restricts the lines; ``problems`` replaces the
     benchmark's problems (e.g. smaller shapes for a smoke test); ``workers`` / ``make_worker``:
     the rows on several workers (see :func:`numba_attn.measure.sweep.run`); ``timing_method``
-    (``events``, ``graph`` or ``cupti``) replaces the benchmark's timing method, for phases and peers alike.
+    (``events``, ``graph`` or ``cupti``) replaces the benchmark's timing method, for phases and peers alike;
+    ``peers`` (names, :func:`numba_attn.measure.peers.known_peer_names`) replaces the benchmark's peers.
     """
     import os
 
@@ -394,7 +395,8 @@ def run_benchmark(name: str, *, results: str | None = None, plots_dir: str | Non
     cfg = RunConfig(seeds=seeds, timing=timing, timeout_s=b.timeout_s if timeout_s is None else timeout_s or None,
                     results=results, ceilings=True, resume=resume, max_row_ms=b.max_row_ms,
                     max_total_s=max_total_s if max_total_s is not None else b.max_total_s,
-                    peer_list=b.peers, command=command or f"numba-attn bench {name}", baseline=b.baseline,
+                    peer_list=tuple(peers) if peers is not None else b.peers,
+                    command=command or f"numba-attn bench {name}", baseline=b.baseline,
                     worker_setup=tuple(setup), allow_slow=allow_slow)
     probs = list(problems) if problems is not None else b.problems()
     if problems is not None and b.expand is not None:

@@ -13,6 +13,14 @@ Peers (``peer_names()``):
   cannot run the problem (flash and cuDNN take only fp16/bf16, cuDNN may be
   missing from the build) gives a ``SKIP`` row with PyTorch's reason.
 
+SDPA's backward peers (``backward_peer_names()``: ``torch_sdpa_backward`` and one per backend) time
+``torch.autograd.grad`` through its output. SDPA runs plain problems: a problem with a mask or score function
+(``problem.variant``) is ``SKIP`` here, and runs on the peers of other libraries,
+:mod:`numba_attn.measure.other_peers` — FlashAttention-4 (``fa4``, ``fa4_backward``) and FlexAttention
+(``torch_flex``, ``torch_flex_backward``), measured by the helpers below (:func:`torch_inputs`,
+:func:`first_call`, :func:`check_output`, :func:`check_grads`, :func:`time_torch_calls`) as SDPA's are. They are
+in no default set (``known_peer_names()`` lists every name): a run names them (``--peers``, ``peer_list=``).
+
 Every peer is timed the way a phase is, by the same code
 (:func:`numba_attn.measure.timing.timed`: events around back-to-back calls on
 PyTorch's stream, or graph replay, or CUPTI kernel time with ``--timing cupti``;
@@ -44,6 +52,12 @@ BACKENDS = ("flash", "efficient", "math", "cudnn")
 PEERS = ("torch_sdpa", "torch_sdpa_fp16") + tuple(f"torch_sdpa_{b}" for b in BACKENDS)
 # the backward peers: torch.autograd.grad through SDPA's output (a backward phase's run compares with these)
 BACKWARD_PEERS = ("torch_sdpa_backward",) + tuple(f"torch_sdpa_{b}_backward" for b in ("cudnn", "flash", "efficient"))
+# peers of other libraries (numba_attn.measure.other_peers): FlashAttention-4 and FlexAttention. Named with --peers
+# (or peer_list), never in a default set: their first call compiles (seconds to a minute a problem)
+OTHER_PEERS = ("fa4", "torch_flex")
+OTHER_BACKWARD_PEERS = ("fa4_backward", "torch_flex_backward")
+ALL_PEERS = PEERS + OTHER_PEERS
+ALL_BACKWARD_PEERS = BACKWARD_PEERS + OTHER_BACKWARD_PEERS
 _BACKEND_ENUM = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "math": "MATH",
                  "cudnn": "CUDNN_ATTENTION"}
 
@@ -65,6 +79,11 @@ def peer_names() -> list[str]:
 
 def backward_peer_names() -> list[str]:
     return list(BACKWARD_PEERS)
+
+
+def known_peer_names() -> list[str]:
+    """Every peer a run may name: SDPA's forward and backward peers, then FlashAttention-4's and FlexAttention's."""
+    return list(PEERS + BACKWARD_PEERS + OTHER_PEERS + OTHER_BACKWARD_PEERS)
 
 
 def peer_backend(name: str) -> str | None:
@@ -222,6 +241,23 @@ def _graph_or_reason(torch, fn, cfg) -> dict:
         return {"method": None, "graph_error": f"{type(exc).__name__}: {msg}"[:300]}
 
 
+def time_torch_calls(torch, fn, cfg) -> dict:
+    """``fn(i)`` (PyTorch launches on its current stream) timed as a phase is: the run's method (events, CUPTI
+    kernel time, or graph replay through :func:`_torch_graph_replay`), then the end-to-end time of one call."""
+    from numba import cuda
+
+    stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
+    t = timed(fn, stream, cfg.timing, graph=lambda: _graph_or_reason(torch, fn, cfg.timing))
+    t["e2e_ms"] = end_to_end(fn, stream)
+    return t
+
+
+def input_sets(problem: Problem, tensors: tuple) -> list[tuple]:
+    """``tensors`` and clones of them, the rotated input sets of the timed calls (one set for large problems)."""
+    n_sets = 1 if problem.min_bytes() > 180 * 2**20 else 4
+    return [tuple(tensors)] + [tuple(t.clone() for t in tensors) for _ in range(n_sets - 1)]
+
+
 def _unavailable_reason(exc: BaseException, backend: str | None) -> str | None:
     """PyTorch's reason when an explicit backend refuses the problem; None for real errors."""
     msg = str(exc)
@@ -235,21 +271,32 @@ def _unavailable_reason(exc: BaseException, backend: str | None) -> str | None:
     return None
 
 
-def skip_reason(problem: Problem, backward: bool = False) -> str | None:
-    """Why SDPA has no row on ``problem`` (a paged cache, a packed batch, a backward of a variant, no torch with
-    CUDA), or None."""
+def layout_skip_reason(problem: Problem) -> str | None:
+    """Why no peer reads ``problem``'s arrays as they are (a paged cache, a packed batch), or None."""
     if getattr(problem, "page_size", 0):
         return "SDPA reads no paged cache: its row is on the contiguous twin (spec/problem.py contiguous_twin)"
     if getattr(problem, "varlen", False):
         return "SDPA takes no packed ragged batch: its row is on the padded twin (spec/problem.py padded_twin)"
-    if backward and getattr(problem, "variant", None) is not None:
-        return "the backward peers run plain problems (no mask or score function)"
+    return None
+
+
+def skip_reason(problem: Problem, backward: bool = False) -> str | None:
+    """Why SDPA has no row on ``problem`` (a paged cache, a packed batch, a variant, no torch with CUDA), or
+    None."""
+    why = layout_skip_reason(problem)
+    if why:
+        return why
+    if getattr(problem, "variant", None) is not None:
+        tail = "_backward" if backward else ""
+        return (f"SDPA runs plain problems (no mask or score function): a variant's peers are torch_flex{tail}, "
+                f"fa4{tail}")
     return torch_status()
 
 
-def _first_call(torch, backend, row, call):
-    """``call()`` under the SDPA ``backend``, synchronized; None with ``row`` SKIP when the backend cannot run the
-    problem (PyTorch's reason), any other error raised."""
+def first_call(torch, backend, row, call, unavailable=None):
+    """``call()`` under the SDPA ``backend`` (None: none chosen), synchronized; None with ``row`` SKIP when the
+    problem cannot run there (``unavailable(exc)``: the reason, or None for a real error; default: PyTorch's
+    reason for an explicit SDPA backend), any other error raised."""
     try:
         with _backend_context(torch, backend), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -257,23 +304,103 @@ def _first_call(torch, backend, row, call):
             torch.cuda.synchronize()
         return out
     except Exception as exc:  # noqa: BLE001
-        why = _unavailable_reason(exc, backend)
+        why = unavailable(exc) if unavailable is not None else _unavailable_reason(exc, backend)
         if why:
             row.update(status=SKIP, reason=why)
             return None
         raise
 
 
+def peer_row(name: str, problem: Problem, params: dict, backward: bool = False) -> dict:
+    """A peer's row before it is measured: its identity, parameters and the work it is credited with (the
+    backward's: :class:`numba_attn.measure.backward_row.BackwardWork`)."""
+    work = problem
+    if backward:
+        from numba_attn.measure.backward_row import BackwardWork
+
+        work = BackwardWork(problem)
+    row = {"type": "result", "phase": name, "kind": "peer", "problem": problem.to_dict(), "label": problem.label,
+           "params": params, "status": None, "reason": "", "flops": work.flops(), "min_bytes": work.min_bytes()}
+    if backward:
+        row = {**row, "phase_kind": "backward"}
+    return row
+
+
+TORCH_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
+
+
+def torch_inputs(torch, problem: Problem, cfg, dtype: str):
+    """``(q, k, v, ref)``: the problem's inputs for the run's first seed as CUDA tensors in ``dtype`` and the
+    float64 reference on the inputs the peer sees (recomputed when ``dtype`` rounds them otherwise)."""
+    import numpy as np
+
+    tdt = getattr(torch, TORCH_DTYPES[dtype])
+    q, k, v, ref = cached_reference(problem, cfg.seeds[0])
+    tq, tk, tv = (torch.from_numpy(np.asarray(a, dtype=np.float32)).to("cuda", tdt) for a in (q, k, v))
+    if dtype != problem.dtype:  # the reference must see the inputs the peer sees
+        rounded = [t.float().cpu().numpy() for t in (tq, tk, tv)]
+        ref = None
+        if problem.flops() > TORCH_REFERENCE_FLOPS:
+            ref = reference_torch(*rounded, causal=problem.causal, scale=problem.sm_scale)
+        if ref is None:
+            ref = reference(*rounded, causal=problem.causal, scale=problem.sm_scale)
+    return tq, tk, tv, ref
+
+
+def check_output(row: dict, out, ref, dtype: str) -> bool:
+    """``out`` (a tensor of the problem's layout) against the float64 ``ref``; False with ``row`` FAIL."""
+    import numpy as np
+
+    c = check(out.float().cpu().numpy().astype(np.dtype(dtype)), ref, dtype=dtype)
+    row["check"] = c.to_dict()
+    if not c.ok:
+        row.update(status=FAIL, reason=f"wrong result: {c.reason}")
+    return c.ok
+
+
+def backward_inputs(torch, problem: Problem, cfg):
+    """``(q, k, v, do, ref)`` of a backward peer: CUDA tensors in the problem's dtype (q, k, v leaves that
+    require their gradient) and the float64 gradients of the run's last seed (the backward phases' case)."""
+    import numpy as np
+
+    from numba_attn.spec.grad_reference import backward_case
+
+    tdt = getattr(torch, TORCH_DTYPES[problem.dtype])
+    q, k, v, do, ref = backward_case(problem, cfg.seeds[-1])
+    tq, tk, tv = (torch.from_numpy(np.asarray(a, np.float32)).to("cuda", tdt).requires_grad_() for a in (q, k, v))
+    tdo = torch.from_numpy(np.asarray(do, np.float32)).to("cuda", tdt)
+    return tq, tk, tv, tdo, ref
+
+
+def check_grads(row: dict, grads, ref, problem: Problem) -> bool:
+    """dq, dk, dv (tensors of the problem's layout) against the float64 gradients; the worst check in ``row``,
+    False with ``row`` FAIL."""
+    from numba_attn.measure.backward_row import GRADS, worst_check
+    from numba_attn.spec.problem import numpy_dtype
+
+    dt = numpy_dtype(problem.dtype)
+    checks = {n: check(g.float().cpu().numpy().astype(dt), r, dtype=problem.dtype)
+              for n, g, r in zip(GRADS, grads, ref)}
+    row["rel_err"] = {n: c.rel_err for n, c in checks.items()}
+    worst = worst_check(checks)
+    row["check"] = worst.to_dict()
+    if not worst.ok:
+        row.update(status=FAIL, reason=f"wrong gradients: {worst.reason}")
+    return worst.ok
+
+
 def measure_peer(name: str, problem: Problem, cfg) -> dict:
+    if name in OTHER_PEERS + OTHER_BACKWARD_PEERS:
+        from numba_attn.measure.other_peers import measure_other_peer
+
+        return measure_other_peer(name, problem, cfg)
     if name in BACKWARD_PEERS:
         return measure_backward_peer(name, problem, cfg)
     dtype = peer_dtype(name, problem)
     backend = peer_backend(name)
-    row = {"type": "result", "phase": name, "kind": "peer", "problem": problem.to_dict(),
-           "label": problem.label, "params": {"dtype": dtype, "sdpa_backend": backend or "auto"},
-           "status": None, "reason": "", "flops": problem.flops(), "min_bytes": problem.min_bytes()}
+    row = peer_row(name, problem, {"dtype": dtype, "sdpa_backend": backend or "auto"})
     if name not in PEERS:
-        row.update(status=ERROR, reason=f"unknown peer {name!r} (peers: {', '.join(PEERS)})")
+        row.update(status=ERROR, reason=f"unknown peer {name!r} (peers: {', '.join(known_peer_names())})")
         return row
     reason = skip_reason(problem)
     if reason:
@@ -283,21 +410,10 @@ def measure_peer(name: str, problem: Problem, cfg) -> dict:
         row.update(status=SKIP, reason="same as torch_sdpa for fp16 problems")
         return row
     try:
-        import numpy as np
         import torch
-        from numba import cuda
 
         row["torch"] = torch.__version__
-        tdt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
-        q, k, v, ref = cached_reference(problem, cfg.seeds[0])
-        tq, tk, tv = (torch.from_numpy(np.asarray(a, dtype=np.float32)).to("cuda", tdt) for a in (q, k, v))
-        if dtype != problem.dtype:  # the reference must see the inputs the peer sees
-            rounded = [t.float().cpu().numpy() for t in (tq, tk, tv)]
-            ref = None
-            if problem.flops() > TORCH_REFERENCE_FLOPS:
-                ref = reference_torch(*rounded, causal=problem.causal, scale=problem.sm_scale)
-            if ref is None:
-                ref = reference(*rounded, causal=problem.causal, scale=problem.sm_scale)
+        tq, tk, tv, ref = torch_inputs(torch, problem, cfg, dtype)
         # the math backend materializes S and P in the input dtype: check memory first
         if backend == "math":
             need = 2 * problem.batch * problem.heads * problem.q_len * problem.kv_len * tq.element_size()
@@ -306,17 +422,10 @@ def measure_peer(name: str, problem: Problem, cfg) -> dict:
                 row.update(status=SKIP, reason=f"math backend needs {need / 2**30:.1f} GiB for S and P; "
                                                f"{free / 2**30:.1f} GiB free")
                 return row
-        out = _first_call(torch, backend, row, lambda: _sdpa(torch, tq, tk, tv, problem))
-        if out is None:
+        out = first_call(torch, backend, row, lambda: _sdpa(torch, tq, tk, tv, problem))
+        if out is None or not check_output(row, out, ref, dtype):
             return row
-        c = check(out.float().cpu().numpy().astype(np.dtype(dtype)), ref, dtype=dtype)
-        row["check"] = c.to_dict()
-        if not c.ok:
-            row.update(status=FAIL, reason=f"wrong result: {c.reason}")
-            return row
-        stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
-        n_sets = 1 if problem.min_bytes() > 180 * 2**20 else 4
-        sets = [(tq, tk, tv)] + [tuple(t.clone() for t in (tq, tk, tv)) for _ in range(n_sets - 1)]
+        sets = input_sets(problem, (tq, tk, tv))
         kw = _sdpa_kwargs(torch, problem)  # the causal bias and the arguments: built once, not timed
         sdpa = torch.nn.functional.scaled_dot_product_attention
 
@@ -330,87 +439,74 @@ def measure_peer(name: str, problem: Problem, cfg) -> dict:
                 choice = _backend_choice(torch, tq, tk, tv, kw)
                 if choice:
                     row["sdpa_backend_choice"] = choice
-            t = timed(fn, stream, cfg.timing, graph=lambda: _graph_or_reason(torch, fn, cfg.timing))
-            t["e2e_ms"] = end_to_end(fn, stream)
-            if t.get("cupti_kernels"):
-                names = [kk["name"] for kk in t["cupti_kernels"]]
-            else:
-                names = None
-                if cupti_status() is None:
-                    try:
-                        names = [n[:KERNEL_NAME_CHARS] for n in _profiled_kernels(torch, fn)]
-                    except Exception as exc:  # noqa: BLE001 - the row says why the backend is unknown
-                        row["sdpa_backend_reason"] = f"profiler failed: {summarize_exception(exc)}"[:300]
-                else:
-                    row["sdpa_backend_reason"] = cupti_status()
+            t = time_torch_calls(torch, fn, cfg)
+            names = kernel_names(torch, fn, t, row, "sdpa_backend_reason")
             if names is not None:
                 row["sdpa_kernels"] = names
                 row["sdpa_backend_ran"] = sdpa_backend_from_kernels(names) or "unknown"
             else:
                 row["sdpa_backend_ran"] = "unknown"
-        t["input_sets"] = n_sets
+        t["input_sets"] = len(sets)
         timed_row(row, problem, t)
     except Exception as exc:  # noqa: BLE001
         row.update(status=ERROR, reason=summarize_exception(exc))
     return row
 
 
+def kernel_names(torch, fn, t: dict, row: dict, reason_key: str) -> list[str] | None:
+    """The names of the kernels one call of ``fn`` launches: CUPTI's when it timed them, else from the
+    profiler; None (``row[reason_key]`` saying why) when neither can tell."""
+    if t.get("cupti_kernels"):
+        return [kk["name"] for kk in t["cupti_kernels"]]
+    if cupti_status() is not None:
+        row[reason_key] = cupti_status()
+        return None
+    try:
+        return [n[:KERNEL_NAME_CHARS] for n in _profiled_kernels(torch, fn)]
+    except Exception as exc:  # noqa: BLE001 - the row says why the kernels are unknown
+        row[reason_key] = f"profiler failed: {summarize_exception(exc)}"[:300]
+        return None
+
+
 def measure_backward_peer(name: str, problem: Problem, cfg) -> dict:
     """SDPA's backward on the inputs a backward phase's row sees (``torch.autograd.grad`` of an output computed
     once, ``retain_graph``), its gradients checked against the same float64 gradients, then timed the same way
     (the backward's FLOPs: :class:`numba_attn.measure.backward_row.BackwardWork`)."""
-    from numba_attn.measure.backward_row import GRADS, BackwardWork, worst_check
+    from numba_attn.measure.backward_row import BackwardWork
 
-    work = BackwardWork(problem)
     backend = peer_backend(name)
-    row = {"type": "result", "phase": name, "kind": "peer", "phase_kind": "backward", "problem": problem.to_dict(),
-           "label": problem.label, "params": {"dtype": problem.dtype, "sdpa_backend": backend or "auto"},
-           "status": None, "reason": "", "flops": work.flops(), "min_bytes": work.min_bytes()}
+    row = peer_row(name, problem, {"dtype": problem.dtype, "sdpa_backend": backend or "auto"}, backward=True)
     reason = skip_reason(problem, backward=True)
     if reason:
         row.update(status=SKIP, reason=reason)
         return row
     try:
-        import numpy as np
         import torch
-        from numba import cuda
-
-        from numba_attn.spec.grad_reference import backward_case
 
         row["torch"] = torch.__version__
-        tdt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[problem.dtype]
-        q, k, v, do, ref = backward_case(problem, cfg.seeds[-1])
-        tq, tk, tv = (torch.from_numpy(np.asarray(a, np.float32)).to("cuda", tdt).requires_grad_() for a in (q, k, v))
-        tdo = torch.from_numpy(np.asarray(do, np.float32)).to("cuda", tdt)
+        tq, tk, tv, tdo, ref = backward_inputs(torch, problem, cfg)
         kw = _sdpa_kwargs(torch, problem)
+
         def forward_backward():
             out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, **kw)
             return out, torch.autograd.grad(out, (tq, tk, tv), tdo, retain_graph=True)
 
-        first = _first_call(torch, backend, row, forward_backward)
+        first = first_call(torch, backend, row, forward_backward)
         if first is None:
             return row
         out, grads = first
-        checks = {n: check(g.float().cpu().numpy().astype(np.dtype(q.dtype)), r, dtype=problem.dtype)
-                  for n, g, r in zip(GRADS, grads, ref)}
-        row["rel_err"] = {n: c.rel_err for n, c in checks.items()}
-        worst = worst_check(checks)
-        row["check"] = worst.to_dict()
-        if not worst.ok:
-            row.update(status=FAIL, reason=f"wrong gradients: {worst.reason}")
+        if not check_grads(row, grads, ref, problem):
             return row
-        stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
 
         def fn(i):
             torch.autograd.grad(out, (tq, tk, tv), tdo, retain_graph=True)
 
         with _backend_context(torch, backend), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            t = timed(fn, stream, cfg.timing, graph=lambda: _graph_or_reason(torch, fn, cfg.timing))
-            t["e2e_ms"] = end_to_end(fn, stream)
+            t = time_torch_calls(torch, fn, cfg)
         if t.get("cupti_kernels"):
             row["sdpa_kernels"] = [kk["name"] for kk in t["cupti_kernels"]]
-        timed_row(row, work, t)
+        timed_row(row, BackwardWork(problem), t)
     except Exception as exc:  # noqa: BLE001
         row.update(status=ERROR, reason=summarize_exception(exc))
     return row
