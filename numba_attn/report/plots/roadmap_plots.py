@@ -10,8 +10,8 @@ from collections import OrderedDict
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 
-from numba_attn.report.plots.style import (CMAP, PEER_STYLE, SHORT_DT, caption, fmt_x, load_latest, ok_time,
-                                           phase_order, save_figure, shape_key, styles_of)
+from numba_attn.report.plots.style import (CMAP, PEER_STYLE, SHORT_DT, caption, fmt_x, is_sdpa, load_latest,
+                                           ok_time, phase_order, save_figure, shape_key, styles_of)
 
 
 def _shape_label(p: dict) -> str:
@@ -110,7 +110,7 @@ def roadmap(records, out_dir, stem="roadmap", baseline=None):
                 ax.annotate(r.get("status") or "?", (i - w / 2, 1.0), ha="center", va="bottom", fontsize=7,
                             color="#b00000", rotation=90)
         # SDPA reference lines: PyTorch's default in the baseline dtype, and the fastest SDPA of any dtype
-        peers = [r for r in srows if r.get("kind") == "peer" and ok_time(r)]
+        peers = [r for r in srows if is_sdpa(r) and ok_time(r)]
         show = []
         auto = [r for r in peers if r["phase"] in ("torch_sdpa", "torch_sdpa_backward")
                 and (r.get("problem") or {}).get("dtype") == base_dt]

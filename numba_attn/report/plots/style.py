@@ -94,9 +94,10 @@ def problems_by_label(rows):
 
 
 PEER_COLORS = {"torch_sdpa": "#000000", "torch_sdpa_fp16": "#000000", "torch_sdpa_flash": "#d62728",
-               "torch_sdpa_efficient": "#1f77b4", "torch_sdpa_cudnn": "#2ca02c", "torch_sdpa_math": "#8c564b"}
+               "torch_sdpa_efficient": "#1f77b4", "torch_sdpa_cudnn": "#2ca02c", "torch_sdpa_math": "#8c564b",
+               "fa4": "#f032e6", "torch_flex": "#008080"}
 PEER_MARKERS = {"torch_sdpa": "s", "torch_sdpa_flash": "^", "torch_sdpa_efficient": "v", "torch_sdpa_cudnn": "D",
-                "torch_sdpa_math": "x"}
+                "torch_sdpa_math": "x", "fa4": "P", "torch_flex": "X"}
 
 
 def colors_of(names):
@@ -151,11 +152,16 @@ def shape_key(p: dict) -> str:
     return json.dumps({k: v for k, v in (p or {}).items() if k not in ("dtype", "seed")}, sort_keys=True)
 
 
+def is_sdpa(row) -> bool:
+    """A row of an SDPA peer (not FlashAttention-4's or FlexAttention's: the plots' "SDPA" lines are SDPA's)."""
+    return row.get("kind") == "peer" and str(row.get("phase", "")).startswith("torch_sdpa")
+
+
 def fastest_peer(rows, phase_row, label=None):
     """The fastest OK SDPA peer row of ``phase_row``'s run (``run_id``) on ``label`` (default: its own problem),
     in the problem's dtype; None if that run timed none."""
     label = label or phase_row.get("label")
     dt = (phase_row.get("problem") or {}).get("dtype")
-    peers = [r for r in rows if r.get("kind") == "peer" and ok_time(r) and r.get("label") == label
+    peers = [r for r in rows if is_sdpa(r) and ok_time(r) and r.get("label") == label
              and r.get("run_id") == phase_row.get("run_id") and dtype_of(r) == dt]
     return min(peers, key=lambda r: r["time_ms"]) if peers else None
