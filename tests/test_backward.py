@@ -27,20 +27,29 @@ SHAPES = {
     # the 16-bit shapes of the tensor-core phases (head_dim a multiple of 16)
     "B1H2/1-19x37-D16-fp16-causal": na.Problem(batch=1, heads=2, kv_heads=1, q_len=19, kv_len=37, head_dim=16,
                                                dtype="float16", causal=True),
-    "B2H4/2-21x37-D32-fp16-causal": na.Problem(batch=2, heads=4, kv_heads=2, q_len=21, kv_len=37, head_dim=32,
+    "B1H4/2-21x37-D32-fp16-causal": na.Problem(batch=1, heads=4, kv_heads=2, q_len=21, kv_len=37, head_dim=32,
                                                dtype="float16", causal=True),
     "B1H3/1-23x40-D48-bf16": na.Problem(batch=1, heads=3, kv_heads=1, q_len=23, kv_len=40, head_dim=48,
                                         dtype="bfloat16"),
     "B1H2-17x33-D16-bf16-causal": na.Problem(batch=1, heads=2, q_len=17, kv_len=33, head_dim=16, dtype="bfloat16",
                                              causal=True),
     "B1H2-37x21-D32-fp16": na.Problem(batch=1, heads=2, q_len=37, kv_len=21, head_dim=32, dtype="float16"),
+    # the wgmma phase's head dims (64, 128): a partial 64-key block, more query rows than one block
+    "B1H2/1-19x37-D64-fp16-causal": na.Problem(batch=1, heads=2, kv_heads=1, q_len=19, kv_len=37, head_dim=64,
+                                               dtype="float16", causal=True),
+    "B1H2-70x45-D128-bf16": na.Problem(batch=1, heads=2, q_len=70, kv_len=45, head_dim=128, dtype="bfloat16"),
 }
 QUICK = "B1H2/1-19x37-D16-fp32-causal"
 QUICK_16BIT = "B1H2/1-19x37-D16-fp16-causal"  # the quick shape of a phase that refuses float32
 PHASES = list_phases("backward")
 
 
+QUICK_D64 = "B1H2/1-19x37-D64-fp16-causal"  # of a phase whose head dims start at 64
+
+
 def _quick(phase) -> str:
+    if phase.head_dims and 16 not in phase.head_dims:
+        return QUICK_D64
     return QUICK if "float32" in phase.dtypes else QUICK_16BIT
 
 
@@ -71,9 +80,12 @@ def test_backward_phase_matches_reference(phase, shape):
 def test_default_tiles_run_in_simulator():
     """The default (GPU) tiles, not only the simulator's: several key tiles and a partial last one."""
     prob = na.Problem(batch=1, heads=2, kv_heads=1, q_len=35, kv_len=70, head_dim=8, causal=True)
-    prob16 = prob.replace(q_len=70, kv_len=93, head_dim=16, dtype="float16")  # the tensor-core phases' shape
+    # the tensor-core phases' shape: one head (their GQA is the simulator tiles' shapes'), 64x64 tiles are costly
+    prob16 = prob.replace(heads=1, q_len=70, kv_len=93, head_dim=16, dtype="float16")
     for phase in (p for p in PHASES if p.params):  # (bwd_naive has no tiles: its simulator run is its default)
-        row = check_backward(phase.name, prob if "float32" in phase.dtypes else prob16)
+        wide = phase.head_dims and 16 not in phase.head_dims  # (bwd_wgmma: D = 64, 128)
+        p16 = prob16.replace(head_dim=min(phase.head_dims)) if wide else prob16
+        row = check_backward(phase.name, prob if "float32" in phase.dtypes else p16)
         assert row["status"] == "OK", f"{phase.name}: {row['reason']}"
 
 
@@ -187,31 +199,39 @@ def _mask_variants():
     from numba_attn.variants.library import alibi, alibi_slopes, document, sliding_window, softcap
     from numba_attn.variants.mods import make_variant
 
-    docs = np.repeat(np.arange(8, dtype=np.int32), 6)[None, :45].repeat(2, 0)  # (batch, kv_len): 6-token docs
+    docs = np.repeat(np.arange(8, dtype=np.int32), 6)[None, :45]  # (batch, kv_len): 6-token docs
     return {"window5": make_variant(sliding_window(5), None), "document": make_variant(document(docs), None),
             "window9+softcap": make_variant(sliding_window(9), softcap(1.5)),
             "alibi": make_variant(None, alibi(alibi_slopes(4)))}
 
 
 MASKED = "B2H4/2-29x45-D16-fp16-causal"
+VARIANT_PROBLEM = SHAPES[MASKED].replace(batch=1)  # (the batch index is the plain shapes' to check)
 QUICK_VARIANT = ("bwd_mma", "window9+softcap")  # the quick tier's: a mask and a score function
 
 
 @pytest.mark.parametrize("phase,variant", [
     pytest.param(p, v, id=f"{p.name}-{v}", marks=() if (p.name, v) == QUICK_VARIANT else pytest.mark.full)
     for p in PHASES for v in ("window5", "document", "window9+softcap", "alibi")
-    if p.name in ("bwd_two_kernels", "bwd_mma") or v == "window9+softcap"])  # (a mask and a score function)
+    if p.variants is True and (p.name in ("bwd_two_kernels", "bwd_mma") or v == "window9+softcap")])
 def test_variants_match_the_reference(phase, variant):
     """A variant in the backward: the reference's gradients (its forward's lse and P with the same functions,
     a score function's derivative in dS)."""
-    prob = SHAPES[MASKED].replace(variant=_mask_variants()[variant])
+    prob = VARIANT_PROBLEM.replace(variant=_mask_variants()[variant])
     row = check_backward(phase.name, prob, **phase.sim_params)
     assert row["status"] == "OK", f"{phase.name} {variant}: {row['status']}: {row['reason']}"
 
 
+def test_a_phase_without_variants_says_so():
+    """bwd_wgmma runs plain and causal attention: a variant is refused naming the phase that runs it."""
+    prob = SHAPES[QUICK_D64].replace(variant=_mask_variants()["window5"])
+    reason = na.get_phase("bwd_wgmma").supports(prob, Br=16, Bc=16, stages=2)
+    assert reason and "bwd_mma" in reason, reason
+
+
 def _masked_case(name):
-    """(q, k, v, o, lse, do, reference gradients, variant) of variant ``name`` on the MASKED shape."""
-    prob = SHAPES[MASKED].replace(variant=_mask_variants()[name])
+    """(q, k, v, o, lse, do, reference gradients, variant) of variant ``name`` on the variants' shape."""
+    prob = VARIANT_PROBLEM.replace(variant=_mask_variants()[name])
     q, k, v = prob.inputs(1)
     do = np.random.default_rng(7).standard_normal(q.shape).astype(np.float16)
     ref = grad_reference(q, k, v, do, causal=True, variant=prob.variant)
@@ -336,7 +356,7 @@ def test_bwd_mma_skips_the_tiles_a_mask_leaves_empty():
 
     if not IS_SIMULATOR:
         pytest.skip("counts the simulator's global loads")
-    base = na.Problem(batch=1, heads=2, q_len=96, kv_len=96, head_dim=16, dtype="float16", causal=True)
+    base = na.Problem(batch=1, heads=1, q_len=96, kv_len=96, head_dim=16, dtype="float16", causal=True)
     read = {}
     for name, prob in (("causal", base), ("window", base.replace(variant=make_variant(sliding_window(8), None)))):
         with counting() as counts:
@@ -376,10 +396,10 @@ print("JSON" + json.dumps(res))
 def test_sinks_gradients(phase):
     """attention_backward(..., sinks=) on the forward's output with sinks and its keys' lse: dq, dk, dv and the
     sinks' gradient (fourth) against the float64 reference, on NumPy arrays and on CPU tensors."""
-    prob = SHAPES["B2H4/2-29x45-D16-fp16-causal"]
+    prob = SHAPES["B2H4/2-29x45-D16-fp16-causal"].replace(heads=2, kv_heads=1)  # two batches and GQA, run twice
     q, k, v = prob.inputs(1)
     do = np.random.default_rng(7).standard_normal(q.shape).astype(np.float16)
-    sinks = np.array([0.5, -1.0, 2.0, 0.0], np.float32)
+    sinks = np.array([0.5, -1.0], np.float32)
     ref = grad_reference(q, k, v, do, causal=True, sinks=sinks)
     o, lse = ref.o.astype(np.float16), ref.lse.astype(np.float32)
     params = na.get_phase(phase).sim_params

@@ -84,6 +84,73 @@ def _kernel(kind, N, KS, trans_b, zero, R, C, swizzle):
     return k
 
 
+@functools.cache
+def _kernel_ss(kind, N, KS, trans_b, zero, R, C):
+    """A from shared memory: a 64 × 16·KS K-major tile stored after the B tile (R × C), both swizzled."""
+    rb = WG.row_bytes(C)
+    rba = WG.row_bytes(16 * KS)
+    assert rb == rba, "the test keeps one row width for both operands"
+    offs, lbo, sbo = (WG.mnmajor_params if trans_b else WG.kmajor_params)(R, KS, rb)
+    op = WG.make_wgmma_ss(kind, N, trans_b, zero, offs, lbo, sbo, rb)
+    NA = N // 2
+    NW = R * C // 2
+    AW = 64 * 8 * KS  # words of A
+    A_OFF = (NW * 4 + 1023) // 1024 * 1024  # A's byte offset: 1024-aligned after B
+    per = rb // 16
+
+    @kernel
+    def k(aw, tile, cin, out):
+        sm = cuda.shared.array(A_OFF // 4 + AW, uint32, alignment=ALIGN)
+        T = cuda.threadIdx.x
+        for which in range(2):  # B tile (R × C), then A (64 × 16·KS) at A_OFF
+            src = tile if which == 0 else aw
+            rows = R if which == 0 else 64
+            ch = (C if which == 0 else 16 * KS) // 8
+            base = 0 if which == 0 else A_OFF
+            for idx in range(T, rows * ch, 128):
+                r = idx // ch
+                c = idx % ch
+                cc = (c % per) ^ (((r * rb) >> 7) & (per - 1))
+                w0 = (base + (c // per) * rows * rb + r * rb + 16 * cc) // 4
+                for x in range(4):
+                    sm[w0 + x] = src[r, 4 * c + x]
+        cuda.syncthreads()
+        acc = cuda.local.array(NA, float32)
+        for i in range(NA):
+            acc[i] = cin[T, i]
+        op(acc, sm, A_OFF, sm, 0)
+        for i in range(NA):
+            out[T, i] = acc[i]
+
+    return k
+
+
+SS_CASES = [  # (kind, N, KS, trans_b, zero): A from shared memory, rows of 128 bytes (KS = 4) or 64 (KS = 2)
+    ("f16", 16, 4, False, True),   # Sᵀ = K·Qᵀ shape (B K-major)
+    ("bf16", 32, 2, True, False),  # B MN-major, accumulate (rows of 64 bytes: 32 columns)
+]
+
+
+@pytest.mark.parametrize("kind,N,KS,trans_b,zero", SS_CASES + ([] if IS_SIMULATOR else [("f16", 64, 8, False, True)]),
+                         ids=lambda v: str(v))
+def test_wgmma_ss_matches_numpy(kind, N, KS, trans_b, zero):
+    """A and B both from swizzled shared memory (``make_wgmma_ss``) against a float64 product."""
+    if kind == "bf16" and ml_dtypes is None:
+        pytest.skip("bfloat16 needs ml_dtypes")
+    rng = np.random.default_rng(N + KS)
+    dt = np.float16 if kind == "f16" else ml_dtypes.bfloat16
+    A = rng.standard_normal((64, 16 * KS)).astype(dt)
+    B = rng.standard_normal((16 * KS, N)).astype(dt)
+    C = rng.standard_normal((128, N // 2)).astype(np.float32)
+    tile = np.ascontiguousarray(B if trans_b else B.T)
+    d_out = cuda.to_device(np.full((128, N // 2), np.nan, np.float32))
+    _kernel_ss(kind, N, KS, trans_b, zero, *tile.shape)[1, 128](
+        cuda.to_device(A.view(np.uint32)), cuda.to_device(tile.view(np.uint32)), cuda.to_device(C), d_out)
+    got = d_out.copy_to_host()
+    assert np.isfinite(got).all(), "unwritten or non-finite accumulator values"
+    assert _err(got, _want(A, B, C, N, zero)) < 1e-5
+
+
 def _e4m3_codes(rng, shape):
     """Random float8 e4m3fn codes, the NaN codes (0x7F, 0xFF) excluded: every finite value, both signs."""
     return (rng.integers(0, 0x7F, shape) | (rng.integers(0, 2, shape) << 7)).astype(np.uint8)

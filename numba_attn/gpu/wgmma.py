@@ -28,6 +28,12 @@ parameters; a kernel calls it as ``op(acc, a, a_off, smem, byte_off)``:
   LBO and SBO of a layout come from :func:`kmajor_params` /
   :func:`mnmajor_params`).
 
+:func:`make_wgmma_ss` is the same operation with A read from shared memory too,
+``op(acc, smem_a, a_off, smem, byte_off)``: A is a K-major tile of 64 rows (the
+rows of the product) in the layout below, as a K tile is for S = Q·Kᵀ (the backward's
+Sᵀ = K·Qᵀ takes K this way, where 64 keys' A fragments would not fit in registers beside
+dK and dV).
+
 One call emits ``wgmma.fence``, one chained ``wgmma.mma_async`` (the
 first with scale-d = 0 when ``zero``), ``wgmma.commit_group`` and
 ``wgmma.wait_group 0`` as one asm statement, so the compiler never sees the
@@ -99,7 +105,7 @@ from numba_attn.gpu.backend import IS_SIMULATOR
 SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}  # descriptor bits 62-63 for 128/64/32-byte swizzles
 ELEMENT_BYTES = {"f16": 2, "bf16": 2, "e4m3": 1}  # per input element; a k-step is 32 bytes of K in every kind
 
-__all__ = ["make_wgmma_rs", "make_wgmma_wait", "make_ring_copy", "shared_address", "row_bytes", "swizzle_chunk", "tile_offset", "kmajor_params",
+__all__ = ["make_wgmma_rs", "make_wgmma_ss", "a_from_shared", "make_wgmma_wait", "make_ring_copy", "shared_address", "row_bytes", "swizzle_chunk", "tile_offset", "kmajor_params",
            "mnmajor_params", "b_addresses", "wgmma_reference", "SWIZZLE_MODE", "e4m3_p_keys", "e4m3_p_registers"]
 
 
@@ -326,26 +332,40 @@ def _bytes4(words):
     return [tab[(words >> (8 * j)) & 0xFF] for j in range(4)]
 
 
-def wgmma_reference(kind, N, a_regs, c, smem_bytes, start, offsets, lbo, sbo, trans_b, rb):
+def _operand(kind, smem_bytes, addr, what):
+    """The float64 values of the 16-bit (or e4m3) elements at byte addresses ``addr`` of the shared bytes."""
+    esize = ELEMENT_BYTES[kind]
+    if addr.min() < 0 or addr.max() + esize > smem_bytes.size:
+        raise IndexError(f"wgmma {what} operand reads bytes [{addr.min()}, {addr.max() + esize}) outside the "
+                         f"{smem_bytes.size}-byte shared array")
+    if esize == 1:
+        return _e4m3_table()[smem_bytes[addr]]
+    return _b16(smem_bytes[addr].astype(np.uint16) | (smem_bytes[addr + 1].astype(np.uint16) << 8), kind)
+
+
+def a_from_shared(kind, smem_bytes, start, offsets, rb):
+    """The 64 × 16·ksteps A operand of a wgmma that reads A from shared memory (K-major, 16-bit): the K-major
+    tile model of :func:`b_addresses` with 64 rows (host model)."""
+    return _operand(kind, smem_bytes, b_addresses(start, 64, offsets, 16, 8 * rb, False, rb), "A").T
+
+
+def wgmma_reference(kind, N, a_regs, c, smem_bytes, start, offsets, lbo, sbo, trans_b, rb, a_matrix=None):
     """All 128 threads' A registers (128 × 4·ksteps uint32) and accumulators
     (128 × N/2 float32, or None for zero) plus the shared bytes → every
     thread's D fragment (128 × N/2 float32). Host model of one fused call:
-    exact products summed in float64, one rounding to float32."""
+    exact products summed in float64, one rounding to float32. ``a_matrix``: A itself (64 × K float64,
+    read from shared memory by :func:`a_from_shared`) in place of the registers."""
     ksteps = len(offsets)
     esize = ELEMENT_BYTES[kind]
-    A = np.zeros((64, (32 // esize) * ksteps))
-    rows, cols = _a_index(ksteps, esize)
-    parts = _bytes4(a_regs) if esize == 1 else _halves(a_regs, kind)
-    for j, part in enumerate(parts):
-        A[rows, cols + j] = part
-    addr = b_addresses(start, N, offsets, lbo, sbo, trans_b, rb, esize)
-    if addr.min() < 0 or addr.max() + esize > smem_bytes.size:
-        raise IndexError(f"wgmma B operand reads bytes [{addr.min()}, {addr.max() + esize}) outside the "
-                         f"{smem_bytes.size}-byte shared array")
-    if esize == 1:
-        B = _e4m3_table()[smem_bytes[addr]]
+    if a_matrix is None:
+        A = np.zeros((64, (32 // esize) * ksteps))
+        rows, cols = _a_index(ksteps, esize)
+        parts = _bytes4(a_regs) if esize == 1 else _halves(a_regs, kind)
+        for j, part in enumerate(parts):
+            A[rows, cols + j] = part
     else:
-        B = _b16(smem_bytes[addr].astype(np.uint16) | (smem_bytes[addr + 1].astype(np.uint16) << 8), kind)
+        A = a_matrix
+    B = _operand(kind, smem_bytes, b_addresses(start, N, offsets, lbo, sbo, trans_b, rb, esize), "B")
     D = A @ B
     drow, dcol = _d_index(N)
     if c is not None:
@@ -415,6 +435,34 @@ if IS_SIMULATOR:
                 acc[i] = D[t, i]
 
         return wgmma_rs
+
+    @functools.cache
+    def make_wgmma_ss(kind: str, N: int, trans_b: bool, zero: bool, offsets: tuple, lbo: int, sbo: int,
+                      rb: int = 128, wait: bool = True):
+        """(The simulator computes at issue; ``wait=False`` only changes the GPU code.)"""
+        NA, ksteps = _check(kind, N, offsets, rb, trans_b)
+        if kind == "e4m3":
+            raise ValueError("make_wgmma_ss takes 16-bit operands (f16, bf16)")
+        a_offsets = kmajor_params(64, ksteps, rb)[0]
+
+        def wgmma_ss(acc, smem_a, a_off, smem, byte_off):
+            c = None if zero else np.array([acc[i] for i in range(NA)], np.float32)
+            buf_a, base_a = shared_buffer(smem_a)
+            buf, base = shared_buffer(smem)
+            a_start, start = base_a + int(a_off), base + int(byte_off)
+            vals = group_exchange((c, a_start, start), 4)
+            if len({(v[1], v[2]) for v in vals}) != 1:
+                raise RuntimeError("wgmma: the threads of a warpgroup passed different A or B addresses")
+            if start % 16 or a_start % 16:
+                raise ValueError(f"wgmma: operand addresses {a_start} (A), {start} (B) are not 16-byte aligned")
+            C = None if zero else np.stack([v[0] for v in vals])
+            A = a_from_shared(kind, buf_a, a_start, a_offsets, rb)
+            D = wgmma_reference(kind, N, None, C, buf, start, offsets, lbo, sbo, trans_b, rb, a_matrix=A)
+            t = _thread_id() % 128
+            for i in range(NA):
+                acc[i] = D[t, i]
+
+        return wgmma_ss
 
     @functools.cache
     def make_wgmma_wait(pending: int, n1: int, n2: int = 0):
@@ -511,6 +559,64 @@ else:  # -------------------------------------------------------------- GPU
             return sig, codegen
 
         return wgmma_rs
+
+    @functools.cache
+    def make_wgmma_ss(kind: str, N: int, trans_b: bool, zero: bool, offsets: tuple, lbo: int, sbo: int,
+                      rb: int = 128, wait: bool = True):
+        NA, ksteps = _check(kind, N, offsets, rb, trans_b)
+        if kind == "e4m3":
+            raise ValueError("make_wgmma_ss takes 16-bit operands (f16, bf16)")
+        a_offsets = kmajor_params(64, ksteps, rb)[0]
+        nin = 0 if zero else NA
+        flag = NA + nin
+        a_idx = [flag + 1 + s for s in range(ksteps)]
+        d_idx = [flag + 1 + ksteps + s for s in range(ksteps)]
+        outs = ",".join(f"${i}" for i in range(NA))
+        lines = ["{", ".reg .pred p, q;", f"setp.ne.b32 p, ${flag}, 0;", f"setp.eq.b32 q, ${flag}, ${flag};",
+                 "wgmma.fence.sync.aligned;"]
+        for s in range(ksteps):
+            lines.append(f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{kind}.{kind} {{{outs}}}, ${a_idx[s]}, "
+                         f"${d_idx[s]}, {'p' if s == 0 else 'q'}, 1, 1, 0, {1 if trans_b else 0};")
+        lines += ["wgmma.commit_group.sync.aligned;"] + (["wgmma.wait_group.sync.aligned 0;"] if wait else []) + ["}"]
+        text = "\n".join(lines)
+        cons = ",".join(["=f"] * NA + [str(i) for i in range(nin)] + ["r"] + ["l"] * (2 * ksteps) + ["~{memory}"])
+        a_hi = ((16 >> 4) << 16) | (((8 * rb) >> 4) << 32) | (SWIZZLE_MODE[rb] << 62)  # K-major A: LBO unused
+        hi_bits = ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (SWIZZLE_MODE[rb] << 62)
+
+        def descriptor(builder, arr, off, hi):
+            addr = builder.add(shared_addr(builder, arr.data), builder.trunc(off, _i32))
+            return builder.or_(builder.and_(builder.lshr(builder.zext(addr, _i64), ir.Constant(_i64, 4)),
+                                            ir.Constant(_i64, 0x3FFF)), ir.Constant(_i64, hi))
+
+        @intrinsic
+        def wgmma_ss(typingctx, acc, smem_a, a_off, smem, byte_off):
+            if not (isinstance(acc, types.Array) and isinstance(smem_a, types.Array)
+                    and isinstance(smem, types.Array)):
+                return None
+            sig = types.void(acc, smem_a, types.intp, smem, types.intp)
+
+            def codegen(context, builder, sig, args):
+                acc_v, sa_v, a_off_v, sm_v, off_v = args
+                acc_a = context.make_array(sig.args[0])(context, builder, value=acc_v)
+                sa_a = context.make_array(sig.args[1])(context, builder, value=sa_v)
+                sm_a = context.make_array(sig.args[3])(context, builder, value=sm_v)
+                acc_p = [builder.gep(acc_a.data, [ir.Constant(_i64, i)]) for i in range(NA)]
+                ins = [builder.load(p) for p in acc_p] if not zero else []
+                a0 = descriptor(builder, sa_a, a_off_v, a_hi)
+                b0 = descriptor(builder, sm_a, off_v, hi_bits)
+                a_descs = [builder.add(a0, ir.Constant(_i64, a_offsets[s] >> 4)) for s in range(ksteps)]
+                b_descs = [builder.add(b0, ir.Constant(_i64, offsets[s] >> 4)) for s in range(ksteps)]
+                flag_v = ir.Constant(_i32, 0 if zero else 1)
+                ret = ir.LiteralStructType([_f32] * NA)
+                res = asm_call(builder, ret, [_f32] * nin + [_i32] + [_i64] * (2 * ksteps), text, cons,
+                               ins + [flag_v] + a_descs + b_descs, side_effect=True)
+                for i in range(NA):
+                    builder.store(builder.extract_value(res, i), acc_p[i])
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return wgmma_ss
 
     @functools.cache
     def make_wgmma_wait(pending: int, n1: int, n2: int = 0):

@@ -1,0 +1,310 @@
+"""Backward phase 4 — ``bwd_wgmma``: the five GEMMs on Hopper's warpgroup MMA, tiles from a cp.async ring.
+
+Change against ``bwd_mma``: the same split (Delta, a dK/dV kernel over K/V blocks, a dQ kernel over Q blocks, no
+atomics), but a block is one warpgroup of 64 keys (dK/dV) or 64 query rows (dQ) issuing ``wgmma.mma_async``, and
+the tiles it steps over arrive through a ring of STAGES swizzled buffers filled by cp.async while the previous
+tile is computed (the forward ``tc_wgmma``'s ring, :func:`numba_attn.gpu.wgmma.make_ring_copy`).
+
+* dK/dV: Sᵀ = K_j·Q_iᵀ and dPᵀ = V_j·dO_iᵀ read both operands from shared memory (``make_wgmma_ss``: K_j and V_j
+  as 64-row A tiles, Q_i and dO_i K-major B tiles); Pᵀ = exp(Sᵀ·scale − lse_i) and dSᵀ = Pᵀ∘(dPᵀ − Delta_i) come
+  out in the accumulator layout, which is the A fragment of dV_j += Pᵀ·dO_i and dK_j += dSᵀ·Q_i (register A,
+  dO_i and Q_i as transposed MN-major B). dK_j and dV_j (64 × D f32) stay in registers over every Q tile of the
+  KV head's G query heads.
+* dQ: S = Q_i·K_jᵀ and dP = dO_i·V_jᵀ from shared memory (Q_i, dO_i staged once), dS = P∘(dP − Delta_i), then
+  dQ_i += dS·K_j (register A, K_j transposed).
+
+Prediction: mma.sync ran the backward at ~24 TFLOP/s (bwd_mma: 41.9 ms at fp16 B1 H32 N4096 D128, 2.5 × the
+forward's 0.55 TFLOP). wgmma at ~3× mma.sync's rate (the forward's tc_wgmma reached ~520 TFLOP/s) with the
+loads overlapped, minus the element-wise work between products that nothing overlaps here: ~5 ms, ~8×
+bwd_mma (~1000× bwd_naive), still ~3.5× cuDNN's 1.37 ms.
+
+Verdict: not yet measured on a GPU.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import cuda, float32, uint32
+
+from numba_attn.gpu.arrays import view_as
+from numba_attn.gpu.intrinsics import pack_bf16x2, pack_f16x2
+from numba_attn.gpu.jit import device, kernel
+from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
+from numba_attn.gpu.wgmma import (kmajor_params, make_ring_copy, make_wgmma_rs, make_wgmma_ss, make_wgmma_wait,
+                                  mnmajor_params, row_bytes)
+from numba_attn.phases.backward.b02_bwd_mma import make_steps, visible
+from numba_attn.phases.backward.common import (backward_launch, first_q_head, first_q_tile, keys_of_row, kv_head)
+from numba_attn.phases.registry import register_phase
+from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES, cp_async_ring, ring_padding
+
+M = 64  # rows of a wgmma (keys of a dK/dV block, query rows of a dQ block): one warpgroup
+THREADS = 128
+
+
+def tile_bytes(rows: int, D: int) -> int:
+    """A swizzled tile of ``rows`` rows of D 16-bit elements."""
+    return rows * D * 2
+
+
+def smem_bytes(D: int, N: int, stages: int) -> int:
+    """A block's dynamic shared memory: its own two 64-row tiles (K_j, V_j or Q_i, dO_i), the ring of ``stages``
+    pairs of N-row tiles, the 1024 bytes of alignment padding."""
+    return 2 * tile_bytes(M, D) + 2 * stages * tile_bytes(N, D) + ALIGN_BYTES
+
+
+@functools.cache
+def make_scores(bf16: bool, N: int, D: int, STAGES: int):
+    """``(two_products, wait_two, pack)`` the two kernels share: X·Yᵀ and X'·Y'ᵀ issued from shared memory (the
+    block's own 64-row tiles as A at bytes 0 and 64·D·2, the ring's stage as K-major B of N rows), the wait for
+    both, and 2·(N/8) accumulators packed into N/4 A registers."""
+    kind = "bf16" if bf16 else "f16"
+    rb = row_bytes(D)
+    offs, lbo, sbo = kmajor_params(N, D // 16, rb)
+    first = make_wgmma_ss(kind, N, False, True, offs, lbo, sbo, rb, False)  # issued, waited for below
+    wait_two = make_wgmma_wait(0, N // 2, N // 2)
+    pack2 = pack_bf16x2 if bf16 else pack_f16x2
+    OWN, TILE = tile_bytes(M, D), tile_bytes(N, D)
+
+    @device
+    def two_products(x, y, own, ring, stage):
+        """x = own[0:64]·ring[stage]ᵀ, y = own[64:128]·ring[STAGES + stage]ᵀ (both fresh), then waited for."""
+        first(x, own, 0, ring, stage * TILE)
+        first(y, own, OWN, ring, (STAGES + stage) * TILE)
+        wait_two(x, y)
+
+    @device
+    def pack(af, acc):
+        """af[4s + r] = acc[8s + 2r], acc[8s + 2r + 1] as one register: the accumulator layout of k-step s
+        (columns 16s ..) is the A fragment's (PTX ISA, wgmma register fragments)."""
+        for i in range(N // 4):
+            af[i] = pack2(acc[2 * i], acc[2 * i + 1])
+
+    return two_products, wait_two, pack
+
+
+@functools.cache
+def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool):
+    """grad_kv: a warpgroup owns 64 keys of one KV head; Q_i/dO_i tiles of Br rows come through the ring."""
+    kind = "bf16" if bf16 else "f16"
+    rb = row_bytes(D)
+    two_products, _, pack = make_scores(bf16, Br, D, STAGES)
+    acc_offs, acc_lbo, acc_sbo = mnmajor_params(Br, Br // 16, rb)
+    accumulate = make_wgmma_rs(kind, D, True, False, acc_offs, acc_lbo, acc_sbo, rb, False)  # += (A regs)·tileᵀ
+    wait_kv = make_wgmma_wait(0, D // 2, D // 2)
+    copy_own = make_ring_copy(D, M, 1, THREADS)  # K_j, V_j: one "stage" of 64 rows
+    copy_ring = make_ring_copy(D, Br, STAGES, THREADS)  # Q_i then dO_i buffers
+    store2 = pack_bf16x2 if bf16 else pack_f16x2
+    OWN_WORDS, TILE = 2 * tile_bytes(M, D) // 4, tile_bytes(Br, D)
+    OWN_ROWS, RING_ROWS = 2 * tile_bytes(M, D) // 16, 2 * STAGES * tile_bytes(Br, D) // 16
+    NS, NA, NP = Br // 2, D // 2, Br // 4  # accumulators of Sᵀ, of dK (dV), A registers of Pᵀ (dSᵀ)
+
+    @device
+    def copy_q_tile(it, sb, to):
+        """Tile ``it`` of the block's walk (head hq = it // n_per, its (it mod n_per)-th Q tile from t0) into
+        stage ``sb``."""
+        ring, q, do, tid, bh0, n_per, t0, Nq = to
+        hq = it // n_per
+        copy_ring(ring, q, do, t0 + it - hq * n_per, sb, tid, bh0 + hq, Nq)
+
+    fill, refill = cp_async_ring(STAGES, Br, copy_q_tile)
+
+    @kernel
+    def grad_kv(q, k, v, do, lse, dl, dk, dv, scale, H, G, Nq, Nk):
+        """dK_j, dV_j of 64 keys of one KV head over the Q tiles of its G query heads that see them."""
+        pad = ring_padding(dynamic_tile(0, 1, 4))
+        own = dynamic_tile(pad, OWN_ROWS, 4)  # K_j (bytes 0 ..), V_j (64·D·2 ..)
+        ring = dynamic_tile(pad + OWN_WORDS, RING_ROWS, 4)  # Q_i stages, then dO_i stages
+        tid = cuda.threadIdx.x
+        w, lane = tid // 32, cuda.laneid
+        g, t = lane // 4, lane % 4
+        kvh = cuda.blockIdx.y
+        jb = cuda.blockIdx.x * M
+        copy_own(own, k, v, cuda.blockIdx.x, 0, tid, kvh, Nk)
+        i_start = first_q_tile(jb, Nq, Nk, causal, Br)  # causal: earlier Q tiles see none of the block's keys
+        n_per = (Nq - i_start + Br - 1) // Br
+        n_tiles = G * n_per
+        bh0 = first_q_head(kvh, H, G)
+        to = (ring, q, do, tid, bh0, n_per, i_start // Br, Nq)
+        fill(0, n_tiles, to)  # (K_j, V_j: the group before the ring's first)
+        St = cuda.local.array(NS, float32)
+        dPt = cuda.local.array(NS, float32)
+        pf = cuda.local.array(NP, uint32)
+        dsf = cuda.local.array(NP, uint32)
+        dK = cuda.local.array(NA, float32)
+        dV = cuda.local.array(NA, float32)
+        for e in range(NA):
+            dK[e] = float32(0.0)
+            dV[e] = float32(0.0)
+        j_lo = jb + 16 * w + g  # this lane's keys: j_lo and j_lo + 8 (accumulator rows)
+        stage = 0
+        for it in range(n_tiles):
+            refill(0, it, n_tiles, to)  # tile it landed; tile it + STAGES - 1 issued
+            hq = it // n_per
+            bh = bh0 + hq
+            i0 = i_start + (it - hq * n_per) * Br
+            two_products(St, dPt, own, ring, stage)  # Sᵀ = K_j Q_iᵀ, dPᵀ = V_j dO_iᵀ
+            for nt in range(Br // 8):  # Pᵀ, dSᵀ in place: column (query row) i0 + 8nt + 2t + c
+                for c in range(2):
+                    i = i0 + 8 * nt + 2 * t + c
+                    lse_i = lse[bh, i] if i < Nq else float32(0.0)
+                    delta_i = dl[bh, i] if i < Nq else float32(0.0)
+                    for hi in range(2):  # rows (keys) j_lo, j_lo + 8
+                        x = 4 * nt + 2 * hi + c
+                        p = float32(0.0)
+                        ds = float32(0.0)
+                        if visible(i, j_lo + 8 * hi, Nq, Nk, causal):
+                            p = math.exp(St[x] * scale - lse_i)
+                            ds = p * (dPt[x] - delta_i)
+                        St[x] = p
+                        dPt[x] = ds
+            pack(pf, St)
+            pack(dsf, dPt)
+            accumulate(dV, pf, 0, ring, (STAGES + stage) * TILE)  # dV_j += Pᵀ dO_i
+            accumulate(dK, dsf, 0, ring, stage * TILE)  # dK_j += dSᵀ Q_i
+            wait_kv(dV, dK)
+            stage = stage + 1 if stage + 1 < STAGES else 0
+        for dt in range(D // 8):  # dK_j (× scale: S was Q Kᵀ · scale) and dV_j, two columns per word
+            c = 4 * dt + t
+            for hi in range(2):
+                j = j_lo + 8 * hi
+                if j < Nk:
+                    dk[kvh, j, c] = store2(dK[4 * dt + 2 * hi] * scale, dK[4 * dt + 2 * hi + 1] * scale)
+                    dv[kvh, j, c] = store2(dV[4 * dt + 2 * hi], dV[4 * dt + 2 * hi + 1])
+
+    return grad_kv
+
+
+@functools.cache
+def make_grad_q(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool):
+    """grad_q: a warpgroup owns 64 query rows of one head; K_j/V_j tiles of Bc keys come through the ring."""
+    kind = "bf16" if bf16 else "f16"
+    rb = row_bytes(D)
+    two_products, _, pack = make_scores(bf16, Bc, D, STAGES)
+    acc_offs, acc_lbo, acc_sbo = mnmajor_params(Bc, Bc // 16, rb)
+    accumulate = make_wgmma_rs(kind, D, True, False, acc_offs, acc_lbo, acc_sbo, rb)  # dQ += dS K_j, waited
+    copy_own = make_ring_copy(D, M, 1, THREADS)  # Q_i, dO_i
+    copy_ring = make_ring_copy(D, Bc, STAGES, THREADS)  # K_j then V_j buffers
+    store2 = pack_bf16x2 if bf16 else pack_f16x2
+    OWN_WORDS, TILE_K = 2 * tile_bytes(M, D) // 4, tile_bytes(Bc, D)
+    OWN_ROWS, RING_ROWS = 2 * tile_bytes(M, D) // 16, 2 * STAGES * tile_bytes(Bc, D) // 16
+    NS, NA, NP = Bc // 2, D // 2, Bc // 4
+
+    @device
+    def copy_kv_tile(it, sb, to):
+        ring, k, v, tid, kvh, Nk = to
+        copy_ring(ring, k, v, it, sb, tid, kvh, Nk)
+
+    fill, refill = cp_async_ring(STAGES, Bc, copy_kv_tile)
+
+    @kernel
+    def grad_q(q, k, v, do, lse, dl, dq, scale, H, G, Nq, Nk):
+        """dQ_i of 64 query rows of one head over the K/V tiles of Bc keys its rows see."""
+        pad = ring_padding(dynamic_tile(0, 1, 4))
+        own = dynamic_tile(pad, OWN_ROWS, 4)  # Q_i, dO_i
+        ring = dynamic_tile(pad + OWN_WORDS, RING_ROWS, 4)  # K_j stages, then V_j stages
+        tid = cuda.threadIdx.x
+        w, lane = tid // 32, cuda.laneid
+        g, t = lane // 4, lane % 4
+        bh = cuda.blockIdx.y
+        kvh = kv_head(bh, H, G)
+        ib = cuda.blockIdx.x * M
+        copy_own(own, q, do, cuda.blockIdx.x, 0, tid, bh, Nq)
+        n_tiles = (keys_of_row(min(ib + M, Nq) - 1, Nq, Nk, causal) + Bc - 1) // Bc
+        to = (ring, k, v, tid, kvh, Nk)
+        fill(0, n_tiles, to)
+        r_lo = ib + 16 * w + g  # this lane's rows: r_lo, r_lo + 8
+        lse_lo = lse[bh, r_lo] if r_lo < Nq else float32(0.0)
+        lse_hi = lse[bh, r_lo + 8] if r_lo + 8 < Nq else float32(0.0)
+        dl_lo = dl[bh, r_lo] if r_lo < Nq else float32(0.0)
+        dl_hi = dl[bh, r_lo + 8] if r_lo + 8 < Nq else float32(0.0)
+        S = cuda.local.array(NS, float32)
+        dS = cuda.local.array(NS, float32)
+        dsf = cuda.local.array(NP, uint32)
+        dQ = cuda.local.array(NA, float32)
+        for e in range(NA):
+            dQ[e] = float32(0.0)
+        stage = 0
+        for it in range(n_tiles):
+            refill(0, it, n_tiles, to)
+            j0 = it * Bc
+            two_products(S, dS, own, ring, stage)  # S = Q_i K_jᵀ, dP = dO_i V_jᵀ
+            for nt in range(Bc // 8):  # dS in place: rows r_lo (+8), keys j0 + 8nt + 2t + c
+                for x4 in range(4):
+                    hi, c = x4 // 2, x4 % 2
+                    x = 4 * nt + x4
+                    ds = float32(0.0)
+                    if visible(r_lo + 8 * hi, j0 + 8 * nt + 2 * t + c, Nq, Nk, causal):
+                        p = math.exp(S[x] * scale - (lse_hi if hi else lse_lo))
+                        ds = p * (dS[x] - (dl_hi if hi else dl_lo))
+                    dS[x] = ds
+            pack(dsf, dS)
+            accumulate(dQ, dsf, 0, ring, stage * TILE_K)  # dQ_i += dS K_j
+            stage = stage + 1 if stage + 1 < STAGES else 0
+        for dt in range(D // 8):  # dQ_i × scale, two columns per word
+            c = 4 * dt + t
+            for hi in range(2):
+                i = r_lo + 8 * hi
+                if i < Nq:
+                    dq[bh, i, c] = store2(dQ[4 * dt + 2 * hi] * scale, dQ[4 * dt + 2 * hi + 1] * scale)
+
+    return grad_q
+
+
+def _supports(problem, Br, Bc, stages):
+    D = problem.head_dim
+    if D not in (64, 128):
+        return (f"head_dim {D}: the swizzled 128-byte rows and the 64 × D dK, dV accumulators of a warpgroup take "
+                "D = 64 or 128 (bwd_mma runs multiples of 16 up to 128)")
+    if getattr(problem, "variant", None) is not None:
+        return "mask_mod/score_mod variants: not in this phase's kernels (bwd_mma runs them)"
+    for name, n in (("Br", Br), ("Bc", Bc)):
+        if n % 16 or not 16 <= n <= 128:
+            return f"{name}={n} must be a multiple of 16 from 16 to 128 (the N of a wgmma, the k-steps of the next)"
+    if stages < 2:
+        return f"stages={stages}: the ring needs 2 at least (tile it+1 loading while tile it is read)"
+    return smem_reason(max(smem_bytes(D, Br, stages), smem_bytes(D, Bc, stages)))
+
+
+@register_phase(
+    name="bwd_wgmma", order=104, title="Backward on Hopper's wgmma: warpgroup dK/dV and dQ kernels, a cp.async ring",
+    parent="bwd_mma", kind="backward",
+    description="""
+        bwd_mma's split (Delta, a dK/dV kernel over K/V blocks, a dQ kernel over Q blocks, no atomics) on
+        wgmma.mma_async: a block is one warpgroup owning 64 keys (dK/dV) or 64 query rows (dQ); Sᵀ = K Qᵀ,
+        dPᵀ = V dOᵀ (and S, dP) read both operands from swizzled shared memory, Pᵀ and dSᵀ go from the
+        accumulators to the register A operand of dV += Pᵀ dO, dK += dSᵀ Q (dQ += dS K), the other operand
+        transposed from shared memory. The tiles a block steps over arrive through a cp.async ring of STAGES
+        buffers while the previous one is computed.
+    """,
+    lineage="FlashAttention-3 (Shah et al. 2024) backward: wgmma with shared-memory descriptors, register-sourced "
+            "P and dS; Triton tutorial 06's dK/dV over K/V blocks and dQ over Q blocks",
+    planned_speedup=1000.0,  # against bwd_naive, as every planned speedup: ~8x bwd_mma (120)
+    dtypes=("float16", "bfloat16"),
+    requires_cc="sm_90a",
+    head_dims=(64, 128),
+    space={"Br": [32, 64, 128], "Bc": [32, 64, 128], "stages": [2, 3]},
+    sim_params={"Br": 16, "Bc": 16, "stages": 2},
+    supports=_supports,
+    variants="not in this phase's kernels (bwd_mma runs them)",
+)
+def bwd_wgmma(problem, Br=64, Bc=64, stages=2):
+    B, H, Hkv, Nq, Nk, G = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.group
+    D, bf16 = problem.head_dim, problem.dtype == "bfloat16"
+    delta = make_steps(D, bf16)[3]
+    grad_kv = make_grad_kv(D, Br, stages, problem.causal, bf16)
+    grad_q = make_grad_q(D, Bc, stages, problem.causal, bf16)
+    scale = float32(problem.sm_scale)
+    dl = cuda.device_array((B * H, Nq), dtype="float32")
+    grid_kv = ((Nk + M - 1) // M, B * Hkv)
+    grid_q = ((Nq + M - 1) // M, B * H)
+    kv_bytes, q_bytes = smem_bytes(D, Br, stages), smem_bytes(D, Bc, stages)
+
+    def run(q, k, v, o, lse, do, dq, dk, dv, stream=0, mods=()):
+        q, k, v, o, do, dq, dk, dv = (view_as(a, np.uint32) for a in (q, k, v, o, do, dq, dk, dv))
+        delta[((Nq + 63) // 64, B * H), 64, stream](o, do, dl, Nq)
+        launch_dynamic(grad_kv, grid_kv, THREADS, stream, kv_bytes, q, k, v, do, lse, dl, dk, dv, scale, H, G, Nq, Nk)
+        launch_dynamic(grad_q, grid_q, THREADS, stream, q_bytes, q, k, v, do, lse, dl, dq, scale, H, G, Nq, Nk)
+
+    return backward_launch("bwd_wgmma", run, [delta, grad_kv, grad_q], dl.nbytes)
