@@ -96,11 +96,12 @@ def _kernel_ss(kind, N, KS, trans_b, zero, R, C):
     NW = R * C // 2
     AW = 64 * 8 * KS  # words of A
     A_OFF = (NW * 4 + 1023) // 1024 * 1024  # A's byte offset: 1024-aligned after B
+    WORDS = A_OFF // 4 + AW  # (a compile-time constant: the shared array's size)
     per = rb // 16
 
     @kernel
     def k(aw, tile, cin, out):
-        sm = cuda.shared.array(A_OFF // 4 + AW, uint32, alignment=ALIGN)
+        sm = cuda.shared.array(WORDS, uint32, alignment=ALIGN)
         T = cuda.threadIdx.x
         for which in range(2):  # B tile (R × C), then A (64 × 16·KS) at A_OFF
             src = tile if which == 0 else aw

@@ -2,7 +2,7 @@
 
     compute-sanitizer --tool memcheck python3 experiments/2026-11-27-bwd-wgmma/sanitize.py
 
-B2 H4/2kv (GQA), 300 queries over 333 keys and 333 over 300, D 64 and 128, float16 and bfloat16, causal and not,
+B2 H4/2kv (GQA), 300 queries over 333 keys and (not causal) 333 over 300, D 64 and 128, float16 and bfloat16, causal and not,
 the phase's default tiles. Prints one line per check and "ALL OK" when every check passed.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ def main():
     for D in (64, 128):
         for dtype in ("float16", "bfloat16"):
             for causal in (False, True):
-                for Nq, Nk in ((300, 333), (333, 300)):
+                for Nq, Nk in ((300, 333), (333, 300)) if not causal else ((300, 333),):
                     dt = numpy_dtype(dtype)
                     q = rng.standard_normal((2, 4, Nq, D)).astype(dt)
                     k, v = (rng.standard_normal((2, 2, Nk, D)).astype(dt) for _ in range(2))

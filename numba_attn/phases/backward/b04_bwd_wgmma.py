@@ -29,12 +29,15 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from numba_attn.gpu.arrays import view_as
-from numba_attn.gpu.intrinsics import pack_bf16x2, pack_f16x2
+from numba_attn.gpu.cp_async import cp_async16_flat
+from numba_attn.gpu.intrinsics import cp_async_commit, cp_async_wait
+from numba_attn.gpu.intrinsics import pack_bf16x2, pack_f16x2, unpack_bf16x2, unpack_f16x2
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
+from numba_attn.gpu.warp import group_sum
 from numba_attn.gpu.wgmma import (kmajor_params, make_ring_copy, make_wgmma_rs, make_wgmma_ss, make_wgmma_wait,
                                   mnmajor_params, row_bytes)
-from numba_attn.phases.backward.b02_bwd_mma import make_steps, visible
+from numba_attn.phases.backward.b02_bwd_mma import visible
 from numba_attn.phases.backward.common import (backward_launch, first_q_head, first_q_tile, keys_of_row, kv_head)
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES, cp_async_ring, ring_padding
@@ -50,8 +53,43 @@ def tile_bytes(rows: int, D: int) -> int:
 
 def smem_bytes(D: int, N: int, stages: int) -> int:
     """A block's dynamic shared memory: its own two 64-row tiles (K_j, V_j or Q_i, dO_i), the ring of ``stages``
-    pairs of N-row tiles, the 1024 bytes of alignment padding."""
-    return 2 * tile_bytes(M, D) + 2 * stages * tile_bytes(N, D) + ALIGN_BYTES
+    pairs of N-row tiles and (dK/dV) their rows' lse and Delta, the 1024 bytes of alignment padding."""
+    return 2 * tile_bytes(M, D) + 2 * stages * tile_bytes(N, D) + stages * 2 * N * 4 + ALIGN_BYTES
+
+
+def padded_rows(Nq: int, Br: int) -> int:
+    """The rows of the row statistics: Nq rounded up to whole Q tiles (the ring copies whole 16-byte chunks)."""
+    return (Nq + Br - 1) // Br * Br
+
+
+@functools.cache
+def make_row_stats(D: int, bf16: bool):
+    """``row_stats(o, do, lse, st, Nq)``: st[bh, 0, i] = lse_i and st[bh, 1, i] = Delta_i = Σ_d dO_id·O_id, zeros
+    from Nq to the padded end. D/8 lanes share a row (each reads every (D/8)-th word: the group's reads are
+    contiguous), summed by a butterfly over the group; grid (padded rows / (1024/D), B·H) of 128 threads."""
+    LANES = D // 8
+    ROWS = THREADS // LANES
+    DW = D // 2
+    unpack = unpack_bf16x2 if bf16 else unpack_f16x2
+
+    @kernel
+    def row_stats(o, do, lse, st, Nq):
+        tid = cuda.threadIdx.x
+        i = cuda.blockIdx.x * ROWS + tid // LANES
+        lane = tid % LANES
+        bh = cuda.blockIdx.y
+        acc = float32(0.0)
+        if i < Nq:
+            for m in range(DW // LANES):
+                o0, o1 = unpack(o[bh, i, lane + LANES * m])
+                d0, d1 = unpack(do[bh, i, lane + LANES * m])
+                acc += o0 * d0 + o1 * d1
+        acc = group_sum(acc, LANES)  # (every lane: the butterfly is warp-wide)
+        if lane == 0 and i < st.shape[2]:
+            st[bh, 0, i] = lse[bh, i] if i < Nq else float32(0.0)
+            st[bh, 1, i] = acc
+
+    return row_stats, ROWS
 
 
 @functools.cache
@@ -98,24 +136,44 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool):
     store2 = pack_bf16x2 if bf16 else pack_f16x2
     OWN_WORDS, TILE = 2 * tile_bytes(M, D) // 4, tile_bytes(Br, D)
     OWN_ROWS, RING_ROWS = 2 * tile_bytes(M, D) // 16, 2 * STAGES * tile_bytes(Br, D) // 16
+    RING_WORDS = 2 * STAGES * tile_bytes(Br, D) // 4
+    CHUNKS = Br // 4  # 16-byte chunks of a tile's lse (and of its Delta)
+    STAT_ROWS = 2 * STAGES  # (compile-time: a view's shape)
+    WAIT = STAGES - 2  # copy groups that may stay in flight when tile it is needed (a compile-time constant)
     NS, NA, NP = Br // 2, D // 2, Br // 4  # accumulators of Sᵀ, of dK (dV), A registers of Pᵀ (dSᵀ)
 
     @device
-    def copy_q_tile(it, sb, to):
-        """Tile ``it`` of the block's walk (head hq = it // n_per, its (it mod n_per)-th Q tile from t0) into
-        stage ``sb``."""
-        ring, q, do, tid, bh0, n_per, t0, Nq = to
-        hq = it // n_per
-        copy_ring(ring, q, do, t0 + it - hq * n_per, sb, tid, bh0 + hq, Nq)
+    def copy_q_tile(bh, tile, sb, to):
+        """Q tile ``tile`` of head ``bh`` into stage ``sb``: Q_i, dO_i, and the rows' lse and Delta (2·Br/4
+        threads, a chunk each)."""
+        ring, q, do, tid, Nq, rows, st = to
+        copy_ring(ring, q, do, tile, sb, tid, bh, Nq)
+        if tid < 2 * CHUNKS:
+            which, c = tid // CHUNKS, tid % CHUNKS
+            cp_async16_flat(rows, (2 * sb + which) * Br + 4 * c, st, (bh * 2 + which) * st.shape[2] + tile * Br + 4 * c,
+                            True)
 
-    fill, refill = cp_async_ring(STAGES, Br, copy_q_tile)
+    @device
+    def issue(walk, n_tiles, to):
+        """Issue the walk's next tile (if any) into its stage, commit a group; the walk advanced: ``walk = (it,
+        bh, tile, stage)`` of that next tile (the Q tiles from t0 to t_end of each query head in turn)."""
+        it, bh, tile, sb, t0, t_end = walk
+        if it < n_tiles:
+            copy_q_tile(bh, tile, sb, to)
+        cp_async_commit()
+        tile += 1
+        if tile == t_end:
+            tile = t0
+            bh += 1
+        return it + 1, bh, tile, sb + 1 if sb + 1 < STAGES else 0, t0, t_end
 
     @kernel
-    def grad_kv(q, k, v, do, lse, dl, dk, dv, scale, H, G, Nq, Nk):
+    def grad_kv(q, k, v, do, st, dk, dv, scale, H, G, Nq, Nk):
         """dK_j, dV_j of 64 keys of one KV head over the Q tiles of its G query heads that see them."""
         pad = ring_padding(dynamic_tile(0, 1, 4))
         own = dynamic_tile(pad, OWN_ROWS, 4)  # K_j (bytes 0 ..), V_j (64·D·2 ..)
         ring = dynamic_tile(pad + OWN_WORDS, RING_ROWS, 4)  # Q_i stages, then dO_i stages
+        rows = dynamic_tile(pad + OWN_WORDS + RING_WORDS, STAT_ROWS, Br)  # per stage: the rows' lse, Delta
         tid = cuda.threadIdx.x
         w, lane = tid // 32, cuda.laneid
         g, t = lane // 4, lane % 4
@@ -126,8 +184,11 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool):
         n_per = (Nq - i_start + Br - 1) // Br
         n_tiles = G * n_per
         bh0 = first_q_head(kvh, H, G)
-        to = (ring, q, do, tid, bh0, n_per, i_start // Br, Nq)
-        fill(0, n_tiles, to)  # (K_j, V_j: the group before the ring's first)
+        to = (ring, q, do, tid, Nq, rows, st)
+        t0 = i_start // Br
+        walk = (0, bh0, t0, 0, t0, t0 + n_per)  # the next tile to issue (no division in the loop)
+        for _ in range(STAGES - 1):  # the first STAGES - 1 tiles (K_j, V_j in the first group)
+            walk = issue(walk, n_tiles, to)
         St = cuda.local.array(NS, float32)
         dPt = cuda.local.array(NS, float32)
         pf = cuda.local.array(NP, uint32)
@@ -139,17 +200,19 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool):
             dV[e] = float32(0.0)
         j_lo = jb + 16 * w + g  # this lane's keys: j_lo and j_lo + 8 (accumulator rows)
         stage = 0
+        tq = t0  # tile it's Q tile
         for it in range(n_tiles):
-            refill(0, it, n_tiles, to)  # tile it landed; tile it + STAGES - 1 issued
-            hq = it // n_per
-            bh = bh0 + hq
-            i0 = i_start + (it - hq * n_per) * Br
+            cp_async_wait(WAIT)  # tile it has landed (this thread's copies) ...
+            cuda.syncthreads()  # ... every thread's; every warp is done with tile it - 1, whose stage is refilled
+            i0 = tq * Br  # tile it's first row (its head: the stage's, where the copy put it)
+            walk = issue(walk, n_tiles, to)
             two_products(St, dPt, own, ring, stage)  # Sᵀ = K_j Q_iᵀ, dPᵀ = V_j dO_iᵀ
             for nt in range(Br // 8):  # Pᵀ, dSᵀ in place: column (query row) i0 + 8nt + 2t + c
                 for c in range(2):
-                    i = i0 + 8 * nt + 2 * t + c
-                    lse_i = lse[bh, i] if i < Nq else float32(0.0)
-                    delta_i = dl[bh, i] if i < Nq else float32(0.0)
+                    r = 8 * nt + 2 * t + c
+                    i = i0 + r
+                    lse_i = rows[2 * stage, r]
+                    delta_i = rows[2 * stage + 1, r]
                     for hi in range(2):  # rows (keys) j_lo, j_lo + 8
                         x = 4 * nt + 2 * hi + c
                         p = float32(0.0)
@@ -165,6 +228,7 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool):
             accumulate(dK, dsf, 0, ring, stage * TILE)  # dK_j += dSᵀ Q_i
             wait_kv(dV, dK)
             stage = stage + 1 if stage + 1 < STAGES else 0
+            tq = tq + 1 if tq + 1 < t0 + n_per else t0
         for dt in range(D // 8):  # dK_j (× scale: S was Q Kᵀ · scale) and dV_j, two columns per word
             c = 4 * dt + t
             for hi in range(2):
@@ -199,7 +263,7 @@ def make_grad_q(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool):
     fill, refill = cp_async_ring(STAGES, Bc, copy_kv_tile)
 
     @kernel
-    def grad_q(q, k, v, do, lse, dl, dq, scale, H, G, Nq, Nk):
+    def grad_q(q, k, v, do, st, dq, scale, H, G, Nq, Nk):
         """dQ_i of 64 query rows of one head over the K/V tiles of Bc keys its rows see."""
         pad = ring_padding(dynamic_tile(0, 1, 4))
         own = dynamic_tile(pad, OWN_ROWS, 4)  # Q_i, dO_i
@@ -215,10 +279,10 @@ def make_grad_q(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool):
         to = (ring, k, v, tid, kvh, Nk)
         fill(0, n_tiles, to)
         r_lo = ib + 16 * w + g  # this lane's rows: r_lo, r_lo + 8
-        lse_lo = lse[bh, r_lo] if r_lo < Nq else float32(0.0)
-        lse_hi = lse[bh, r_lo + 8] if r_lo + 8 < Nq else float32(0.0)
-        dl_lo = dl[bh, r_lo] if r_lo < Nq else float32(0.0)
-        dl_hi = dl[bh, r_lo + 8] if r_lo + 8 < Nq else float32(0.0)
+        lse_lo = st[bh, 0, r_lo] if r_lo < Nq else float32(0.0)
+        lse_hi = st[bh, 0, r_lo + 8] if r_lo + 8 < Nq else float32(0.0)
+        dl_lo = st[bh, 1, r_lo] if r_lo < Nq else float32(0.0)
+        dl_hi = st[bh, 1, r_lo + 8] if r_lo + 8 < Nq else float32(0.0)
         S = cuda.local.array(NS, float32)
         dS = cuda.local.array(NS, float32)
         dsf = cuda.local.array(NP, uint32)
@@ -292,19 +356,20 @@ def _supports(problem, Br, Bc, stages):
 def bwd_wgmma(problem, Br=64, Bc=64, stages=2):
     B, H, Hkv, Nq, Nk, G = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.group
     D, bf16 = problem.head_dim, problem.dtype == "bfloat16"
-    delta = make_steps(D, bf16)[3]
+    row_stats, stat_rows = make_row_stats(D, bf16)
     grad_kv = make_grad_kv(D, Br, stages, problem.causal, bf16)
     grad_q = make_grad_q(D, Bc, stages, problem.causal, bf16)
     scale = float32(problem.sm_scale)
-    dl = cuda.device_array((B * H, Nq), dtype="float32")
+    NQP = padded_rows(Nq, Br)
+    st = cuda.device_array((B * H, 2, NQP), dtype="float32")  # lse, Delta
     grid_kv = ((Nk + M - 1) // M, B * Hkv)
     grid_q = ((Nq + M - 1) // M, B * H)
     kv_bytes, q_bytes = smem_bytes(D, Br, stages), smem_bytes(D, Bc, stages)
 
     def run(q, k, v, o, lse, do, dq, dk, dv, stream=0, mods=()):
         q, k, v, o, do, dq, dk, dv = (view_as(a, np.uint32) for a in (q, k, v, o, do, dq, dk, dv))
-        delta[((Nq + 63) // 64, B * H), 64, stream](o, do, dl, Nq)
-        launch_dynamic(grad_kv, grid_kv, THREADS, stream, kv_bytes, q, k, v, do, lse, dl, dk, dv, scale, H, G, Nq, Nk)
-        launch_dynamic(grad_q, grid_q, THREADS, stream, q_bytes, q, k, v, do, lse, dl, dq, scale, H, G, Nq, Nk)
+        row_stats[((NQP + stat_rows - 1) // stat_rows, B * H), THREADS, stream](o, do, lse, st, Nq)
+        launch_dynamic(grad_kv, grid_kv, THREADS, stream, kv_bytes, q, k, v, do, st, dk, dv, scale, H, G, Nq, Nk)
+        launch_dynamic(grad_q, grid_q, THREADS, stream, q_bytes, q, k, v, do, st, dq, scale, H, G, Nq, Nk)
 
-    return backward_launch("bwd_wgmma", run, [delta, grad_kv, grad_q], dl.nbytes)
+    return backward_launch("bwd_wgmma", run, [row_stats, grad_kv, grad_q], st.nbytes)
