@@ -1,4 +1,4 @@
-"""bwd_wgmma's tiles and ring depth beside SDPA cuDNN's backward: CUPTI kernel time per kernel, one process.
+"""bwd_wgmma's and bwd_wgmma_overlap's tiles (Br/Bc/stages) beside SDPA cuDNN's backward: CUPTI kernel time per kernel, one process.
 
     NUMBA_ATTN_BACKEND=cuda python3 experiments/2026-11-27-bwd-wgmma/sweep.py --out sweep.json
 
@@ -23,8 +23,10 @@ from numba_attn.measure.config import TimingConfig  # noqa: E402
 from numba_attn.measure.cupti import cupti_kernel_time  # noqa: E402
 from numba_attn.measure.env import environment  # noqa: E402
 
-CONFIGS = {"64/64/2": dict(Br=64, Bc=64, stages=2), "64/128/2": dict(Br=64, Bc=128, stages=2),
-           "64/64/3": dict(Br=64, Bc=64, stages=3), "32/64/2": dict(Br=32, Bc=64, stages=2)}
+CONFIGS = {"bwd_wgmma 64/64/2": dict(Br=64, Bc=64, stages=2), "bwd_wgmma 32/64/2": dict(Br=32, Bc=64, stages=2),
+           "bwd_wgmma_overlap 64/64/2": dict(Br=64, Bc=64, stages=2),
+           "bwd_wgmma_overlap 32/64/2": dict(Br=32, Bc=64, stages=2),
+           "bwd_wgmma_overlap 32/128/2": dict(Br=32, Bc=128, stages=2)}
 
 
 def main():
@@ -54,13 +56,14 @@ def main():
             row = {"D": D, "N": N, "causal": causal, "dtype": a.dtype, "ms": {}, "err": {}, "kernels": {}}
             sides = {}
             for name, params in CONFIGS.items():
-                reason = na.get_phase("bwd_wgmma").supports(
+                phase = name.split()[0]
+                reason = na.get_phase(phase).supports(
                     na.Problem(batch=1, heads=32, q_len=N, head_dim=D, dtype=a.dtype, causal=causal), **params)
                 if reason:
                     row["err"][name] = reason
                     continue
-                sides[f"bwd_wgmma {name}"] = (lambda params=params: na.attention_backward(
-                    q, k, v, o, lse, do, causal=causal, phase="bwd_wgmma", **params))
+                sides[name] = (lambda params=params, phase=phase: na.attention_backward(
+                    q, k, v, o, lse, do, causal=causal, phase=phase, **params))
             qq, kk, vv = (x.clone().requires_grad_() for x in (q, k, v))
             with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                 out = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, is_causal=causal)

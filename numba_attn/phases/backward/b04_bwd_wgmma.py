@@ -30,15 +30,15 @@ from numba import cuda, float32, uint32
 
 from numba_attn.gpu.arrays import view_as
 from numba_attn.gpu.cp_async import cp_async16_flat
-from numba_attn.gpu.intrinsics import cp_async_commit, cp_async_wait
-from numba_attn.gpu.intrinsics import pack_bf16x2, pack_f16x2, unpack_bf16x2, unpack_f16x2
+from numba_attn.gpu.intrinsics import (cp_async_commit, cp_async_wait, pack_bf16x2, pack_f16x2, unpack_bf16x2,
+                                       unpack_f16x2)
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.gpu.warp import group_sum
 from numba_attn.gpu.wgmma import (kmajor_params, make_ring_copy, make_wgmma_rs, make_wgmma_ss, make_wgmma_wait,
                                   mnmajor_params, row_bytes)
 from numba_attn.phases.backward.b02_bwd_mma import visible
-from numba_attn.phases.backward.common import (backward_launch, first_q_head, first_q_tile, keys_of_row, kv_head)
+from numba_attn.phases.backward.common import backward_launch, first_q_head, first_q_tile, keys_of_row, kv_head
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES, cp_async_ring, ring_padding
 
@@ -93,24 +93,19 @@ def make_row_stats(D: int, bf16: bool):
 
 
 @functools.cache
-def make_scores(bf16: bool, N: int, D: int, STAGES: int):
-    """``(two_products, wait_two, pack)`` the two kernels share: X·Yᵀ and X'·Y'ᵀ issued from shared memory (the
-    block's own 64-row tiles as A at bytes 0 and 64·D·2, the ring's stage as K-major B of N rows), the wait for
-    both, and 2·(N/8) accumulators packed into N/4 A registers."""
+def make_products(bf16: bool, N: int, D: int, STAGES: int):
+    """What both kernels' tile steps use, ``(issue_scores, wait_two, pack, accumulate)``: X·Yᵀ issued from shared
+    memory (a block's own 64-row tile at byte ``a_off`` as A, the ring's stage as K-major B of N rows; fresh, not
+    waited for), the wait for two such products, 2·(N/8) accumulators packed into N/4 A registers, and
+    acc += (A registers)·(an N-row ring tile, transposed: MN-major B), issued (not waited for)."""
     kind = "bf16" if bf16 else "f16"
     rb = row_bytes(D)
     offs, lbo, sbo = kmajor_params(N, D // 16, rb)
-    first = make_wgmma_ss(kind, N, False, True, offs, lbo, sbo, rb, False)  # issued, waited for below
+    issue_scores = make_wgmma_ss(kind, N, False, True, offs, lbo, sbo, rb, False)
     wait_two = make_wgmma_wait(0, N // 2, N // 2)
     pack2 = pack_bf16x2 if bf16 else pack_f16x2
-    OWN, TILE = tile_bytes(M, D), tile_bytes(N, D)
-
-    @device
-    def two_products(x, y, own, ring, stage):
-        """x = own[0:64]·ring[stage]ᵀ, y = own[64:128]·ring[STAGES + stage]ᵀ (both fresh), then waited for."""
-        first(x, own, 0, ring, stage * TILE)
-        first(y, own, OWN, ring, (STAGES + stage) * TILE)
-        wait_two(x, y)
+    acc_offs, acc_lbo, acc_sbo = mnmajor_params(N, N // 16, rb)
+    accumulate = make_wgmma_rs(kind, D, True, False, acc_offs, acc_lbo, acc_sbo, rb, False)
 
     @device
     def pack(af, acc):
@@ -119,22 +114,126 @@ def make_scores(bf16: bool, N: int, D: int, STAGES: int):
         for i in range(N // 4):
             af[i] = pack2(acc[2 * i], acc[2 * i + 1])
 
-    return two_products, wait_two, pack
+    return issue_scores, wait_two, pack, accumulate
 
 
 @functools.cache
-def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool):
-    """grad_kv: a warpgroup owns 64 keys of one KV head; Q_i/dO_i tiles of Br rows come through the ring."""
-    kind = "bf16" if bf16 else "f16"
-    rb = row_bytes(D)
-    two_products, _, pack = make_scores(bf16, Br, D, STAGES)
-    acc_offs, acc_lbo, acc_sbo = mnmajor_params(Br, Br // 16, rb)
-    accumulate = make_wgmma_rs(kind, D, True, False, acc_offs, acc_lbo, acc_sbo, rb, False)  # += (A regs)·tileᵀ
+def kv_elementwise(Br: int, causal: bool):
+    """``(probabilities, score_grads)`` of a dK/dV tile in the transposed accumulator layout (rows = keys j_lo,
+    j_lo + 8 of this lane, columns = the tile's query rows i0 + 8nt + 2t + c, their lse and Delta in ``rows``):
+    Pᵀ = exp(Sᵀ·scale − lse_i) in place (0 where row i does not see key j), then dSᵀ = Pᵀ∘(dPᵀ − Delta_i) in place."""
+
+    @device
+    def probabilities(St, rows, stage, i0, j_lo, t, Nq, Nk, scale):
+        for nt in range(Br // 8):
+            for c in range(2):
+                r = 8 * nt + 2 * t + c
+                lse_i = rows[2 * stage, r]
+                for hi in range(2):
+                    x = 4 * nt + 2 * hi + c
+                    p = float32(0.0)
+                    if visible(i0 + r, j_lo + 8 * hi, Nq, Nk, causal):
+                        p = math.exp(St[x] * scale - lse_i)
+                    St[x] = p
+
+    @device
+    def score_grads(Pt, dPt, rows, stage, t):
+        for nt in range(Br // 8):
+            for c in range(2):
+                delta_i = rows[2 * stage + 1, 8 * nt + 2 * t + c]
+                for hi in range(2):
+                    x = 4 * nt + 2 * hi + c
+                    dPt[x] = Pt[x] * (dPt[x] - delta_i)
+
+    return probabilities, score_grads
+
+
+@functools.cache
+def q_elementwise(Bc: int, causal: bool):
+    """``(probabilities, score_grads)`` of a dQ tile (rows r_lo, r_lo + 8 of this lane with their lse and Delta,
+    keys j0 + 8nt + 2t + c): P = exp(S·scale − lse) in place (0 where masked), then dS = P∘(dP − Delta) in place."""
+
+    @device
+    def probabilities(S, j0, r_lo, lse_lo, lse_hi, t, Nq, Nk, scale):
+        for nt in range(Bc // 8):
+            for x4 in range(4):
+                hi, c = x4 // 2, x4 % 2
+                x = 4 * nt + x4
+                p = float32(0.0)
+                if visible(r_lo + 8 * hi, j0 + 8 * nt + 2 * t + c, Nq, Nk, causal):
+                    p = math.exp(S[x] * scale - (lse_hi if hi else lse_lo))
+                S[x] = p
+
+    @device
+    def score_grads(P, dP, dl_lo, dl_hi):
+        for nt in range(Bc // 8):
+            for x4 in range(4):
+                x = 4 * nt + x4
+                dP[x] = P[x] * (dP[x] - (dl_hi if x4 // 2 else dl_lo))
+
+    return probabilities, score_grads
+
+
+@functools.cache
+def waited_kv_tile(D: int, Br: int, STAGES: int, causal: bool, bf16: bool):
+    """One Q tile of the dK/dV kernel, each pair of products waited for at once: Sᵀ = K_j Q_iᵀ and dPᵀ = V_j dO_iᵀ,
+    Pᵀ and dSᵀ, then dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i."""
+    issue_scores, wait_two, pack, accumulate = make_products(bf16, Br, D, STAGES)
     wait_kv = make_wgmma_wait(0, D // 2, D // 2)
+    probabilities, score_grads = kv_elementwise(Br, causal)
+    OWN, TILE = tile_bytes(M, D), tile_bytes(Br, D)
+
+    @device
+    def kv_tile(regs, own, ring, rows, stage, i0, j_lo, t, Nq, Nk, scale):
+        St, dPt, pf, dsf, dK, dV = regs
+        issue_scores(St, own, 0, ring, stage * TILE)  # Sᵀ = K_j Q_iᵀ
+        issue_scores(dPt, own, OWN, ring, (STAGES + stage) * TILE)  # dPᵀ = V_j dO_iᵀ
+        wait_two(St, dPt)
+        probabilities(St, rows, stage, i0, j_lo, t, Nq, Nk, scale)
+        score_grads(St, dPt, rows, stage, t)
+        pack(pf, St)
+        pack(dsf, dPt)
+        accumulate(dV, pf, 0, ring, (STAGES + stage) * TILE)  # dV_j += Pᵀ dO_i
+        accumulate(dK, dsf, 0, ring, stage * TILE)  # dK_j += dSᵀ Q_i
+        wait_kv(dV, dK)
+
+    return kv_tile
+
+
+@functools.cache
+def waited_q_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool):
+    """One K/V tile of the dQ kernel, each product waited for at once: S = Q_i K_jᵀ and dP = dO_i V_jᵀ, dS, then
+    dQ_i += dS K_j."""
+    issue_scores, wait_two, pack, accumulate = make_products(bf16, Bc, D, STAGES)
+    wait_q = make_wgmma_wait(0, D // 2)
+    probabilities, score_grads = q_elementwise(Bc, causal)
+    OWN, TILE = tile_bytes(M, D), tile_bytes(Bc, D)
+
+    @device
+    def q_tile(regs, own, ring, stage, j0, r_lo, stats, t, Nq, Nk, scale):
+        S, dS, dsf, dQ = regs
+        lse_lo, lse_hi, dl_lo, dl_hi = stats
+        issue_scores(S, own, 0, ring, stage * TILE)  # S = Q_i K_jᵀ
+        issue_scores(dS, own, OWN, ring, (STAGES + stage) * TILE)  # dP = dO_i V_jᵀ
+        wait_two(S, dS)
+        probabilities(S, j0, r_lo, lse_lo, lse_hi, t, Nq, Nk, scale)
+        score_grads(S, dS, dl_lo, dl_hi)
+        pack(dsf, dS)
+        accumulate(dQ, dsf, 0, ring, stage * TILE)  # dQ_i += dS K_j
+        wait_q(dQ, dQ)
+
+    return q_tile
+
+
+@functools.cache
+def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedule=waited_kv_tile):
+    """grad_kv: a warpgroup owns 64 keys of one KV head; Q_i/dO_i tiles of Br rows come through the ring, each
+    one computed by ``schedule(D, Br, STAGES, causal, bf16)``'s tile step."""
+    kv_tile = schedule(D, Br, STAGES, causal, bf16)
     copy_own = make_ring_copy(D, M, 1, THREADS)  # K_j, V_j: one "stage" of 64 rows
     copy_ring = make_ring_copy(D, Br, STAGES, THREADS)  # Q_i then dO_i buffers
     store2 = pack_bf16x2 if bf16 else pack_f16x2
-    OWN_WORDS, TILE = 2 * tile_bytes(M, D) // 4, tile_bytes(Br, D)
+    OWN_WORDS = 2 * tile_bytes(M, D) // 4
     OWN_ROWS, RING_ROWS = 2 * tile_bytes(M, D) // 16, 2 * STAGES * tile_bytes(Br, D) // 16
     RING_WORDS = 2 * STAGES * tile_bytes(Br, D) // 4
     CHUNKS = Br // 4  # 16-byte chunks of a tile's lse (and of its Delta)
@@ -206,27 +305,7 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool):
             cuda.syncthreads()  # ... every thread's; every warp is done with tile it - 1, whose stage is refilled
             i0 = tq * Br  # tile it's first row (its head: the stage's, where the copy put it)
             walk = issue(walk, n_tiles, to)
-            two_products(St, dPt, own, ring, stage)  # Sᵀ = K_j Q_iᵀ, dPᵀ = V_j dO_iᵀ
-            for nt in range(Br // 8):  # Pᵀ, dSᵀ in place: column (query row) i0 + 8nt + 2t + c
-                for c in range(2):
-                    r = 8 * nt + 2 * t + c
-                    i = i0 + r
-                    lse_i = rows[2 * stage, r]
-                    delta_i = rows[2 * stage + 1, r]
-                    for hi in range(2):  # rows (keys) j_lo, j_lo + 8
-                        x = 4 * nt + 2 * hi + c
-                        p = float32(0.0)
-                        ds = float32(0.0)
-                        if visible(i, j_lo + 8 * hi, Nq, Nk, causal):
-                            p = math.exp(St[x] * scale - lse_i)
-                            ds = p * (dPt[x] - delta_i)
-                        St[x] = p
-                        dPt[x] = ds
-            pack(pf, St)
-            pack(dsf, dPt)
-            accumulate(dV, pf, 0, ring, (STAGES + stage) * TILE)  # dV_j += Pᵀ dO_i
-            accumulate(dK, dsf, 0, ring, stage * TILE)  # dK_j += dSᵀ Q_i
-            wait_kv(dV, dK)
+            kv_tile((St, dPt, pf, dsf, dK, dV), own, ring, rows, stage, i0, j_lo, t, Nq, Nk, scale)
             stage = stage + 1 if stage + 1 < STAGES else 0
             tq = tq + 1 if tq + 1 < t0 + n_per else t0
         for dt in range(D // 8):  # dK_j (× scale: S was Q Kᵀ · scale) and dV_j, two columns per word
@@ -241,17 +320,14 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool):
 
 
 @functools.cache
-def make_grad_q(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool):
-    """grad_q: a warpgroup owns 64 query rows of one head; K_j/V_j tiles of Bc keys come through the ring."""
-    kind = "bf16" if bf16 else "f16"
-    rb = row_bytes(D)
-    two_products, _, pack = make_scores(bf16, Bc, D, STAGES)
-    acc_offs, acc_lbo, acc_sbo = mnmajor_params(Bc, Bc // 16, rb)
-    accumulate = make_wgmma_rs(kind, D, True, False, acc_offs, acc_lbo, acc_sbo, rb)  # dQ += dS K_j, waited
+def make_grad_q(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, schedule=waited_q_tile):
+    """grad_q: a warpgroup owns 64 query rows of one head; K_j/V_j tiles of Bc keys come through the ring, each
+    one computed by ``schedule(D, Bc, STAGES, causal, bf16)``'s tile step."""
+    q_tile = schedule(D, Bc, STAGES, causal, bf16)
     copy_own = make_ring_copy(D, M, 1, THREADS)  # Q_i, dO_i
     copy_ring = make_ring_copy(D, Bc, STAGES, THREADS)  # K_j then V_j buffers
     store2 = pack_bf16x2 if bf16 else pack_f16x2
-    OWN_WORDS, TILE_K = 2 * tile_bytes(M, D) // 4, tile_bytes(Bc, D)
+    OWN_WORDS = 2 * tile_bytes(M, D) // 4
     OWN_ROWS, RING_ROWS = 2 * tile_bytes(M, D) // 16, 2 * STAGES * tile_bytes(Bc, D) // 16
     NS, NA, NP = Bc // 2, D // 2, Bc // 4
 
@@ -292,19 +368,8 @@ def make_grad_q(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool):
         stage = 0
         for it in range(n_tiles):
             refill(0, it, n_tiles, to)
-            j0 = it * Bc
-            two_products(S, dS, own, ring, stage)  # S = Q_i K_jᵀ, dP = dO_i V_jᵀ
-            for nt in range(Bc // 8):  # dS in place: rows r_lo (+8), keys j0 + 8nt + 2t + c
-                for x4 in range(4):
-                    hi, c = x4 // 2, x4 % 2
-                    x = 4 * nt + x4
-                    ds = float32(0.0)
-                    if visible(r_lo + 8 * hi, j0 + 8 * nt + 2 * t + c, Nq, Nk, causal):
-                        p = math.exp(S[x] * scale - (lse_hi if hi else lse_lo))
-                        ds = p * (dS[x] - (dl_hi if hi else dl_lo))
-                    dS[x] = ds
-            pack(dsf, dS)
-            accumulate(dQ, dsf, 0, ring, stage * TILE_K)  # dQ_i += dS K_j
+            q_tile((S, dS, dsf, dQ), own, ring, stage, it * Bc, r_lo, (lse_lo, lse_hi, dl_lo, dl_hi), t, Nq, Nk,
+                   scale)
             stage = stage + 1 if stage + 1 < STAGES else 0
         for dt in range(D // 8):  # dQ_i × scale, two columns per word
             c = 4 * dt + t
@@ -331,6 +396,39 @@ def _supports(problem, Br, Bc, stages):
     return smem_reason(max(smem_bytes(D, Br, stages), smem_bytes(D, Bc, stages)))
 
 
+def wgmma_registration(**more):
+    """The ``register_phase`` keywords the wgmma backward phases share (sm_90a, fp16/bf16, D = 64 or 128, plain and
+    causal attention, one warpgroup per block, 16-row/key tiles in the simulator)."""
+    return dict(dtypes=("float16", "bfloat16"), requires_cc="sm_90a", head_dims=(64, 128),
+                space={"Br": [32, 64, 128], "Bc": [32, 64, 128], "stages": [2, 3]},
+                sim_params={"Br": 16, "Bc": 16, "stages": 2}, supports=_supports,
+                variants="not in the wgmma backward's kernels (bwd_mma runs them)", **more)
+
+
+def launch_backward(name, problem, Br, Bc, stages, kv_schedule=waited_kv_tile, q_schedule=waited_q_tile):
+    """The Launch of a wgmma backward phase: the row statistics, then grad_kv and grad_q with the phase's tile
+    steps (``kv_schedule``, ``q_schedule``)."""
+    B, H, Hkv, Nq, Nk, G = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.group
+    D, bf16 = problem.head_dim, problem.dtype == "bfloat16"
+    row_stats, stat_rows = make_row_stats(D, bf16)
+    grad_kv = make_grad_kv(D, Br, stages, problem.causal, bf16, kv_schedule)
+    grad_q = make_grad_q(D, Bc, stages, problem.causal, bf16, q_schedule)
+    scale = float32(problem.sm_scale)
+    NQP = padded_rows(Nq, Br)
+    st = cuda.device_array((B * H, 2, NQP), dtype="float32")  # lse, Delta
+    grid_kv = ((Nk + M - 1) // M, B * Hkv)
+    grid_q = ((Nq + M - 1) // M, B * H)
+    kv_bytes, q_bytes = smem_bytes(D, Br, stages), smem_bytes(D, Bc, stages)
+
+    def run(q, k, v, o, lse, do, dq, dk, dv, stream=0, mods=()):
+        q, k, v, o, do, dq, dk, dv = (view_as(a, np.uint32) for a in (q, k, v, o, do, dq, dk, dv))
+        row_stats[((NQP + stat_rows - 1) // stat_rows, B * H), THREADS, stream](o, do, lse, st, Nq)
+        launch_dynamic(grad_kv, grid_kv, THREADS, stream, kv_bytes, q, k, v, do, st, dk, dv, scale, H, G, Nq, Nk)
+        launch_dynamic(grad_q, grid_q, THREADS, stream, q_bytes, q, k, v, do, st, dq, scale, H, G, Nq, Nk)
+
+    return backward_launch(name, run, [row_stats, grad_kv, grad_q], st.nbytes)
+
+
 @register_phase(
     name="bwd_wgmma", order=104, title="Backward on Hopper's wgmma: warpgroup dK/dV and dQ kernels, a cp.async ring",
     parent="bwd_mma", kind="backward",
@@ -345,31 +443,7 @@ def _supports(problem, Br, Bc, stages):
     lineage="FlashAttention-3 (Shah et al. 2024) backward: wgmma with shared-memory descriptors, register-sourced "
             "P and dS; Triton tutorial 06's dK/dV over K/V blocks and dQ over Q blocks",
     planned_speedup=1000.0,  # against bwd_naive, as every planned speedup: ~8x bwd_mma (120)
-    dtypes=("float16", "bfloat16"),
-    requires_cc="sm_90a",
-    head_dims=(64, 128),
-    space={"Br": [32, 64, 128], "Bc": [32, 64, 128], "stages": [2, 3]},
-    sim_params={"Br": 16, "Bc": 16, "stages": 2},
-    supports=_supports,
-    variants="not in this phase's kernels (bwd_mma runs them)",
+    **wgmma_registration(),
 )
-def bwd_wgmma(problem, Br=64, Bc=64, stages=2):
-    B, H, Hkv, Nq, Nk, G = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.group
-    D, bf16 = problem.head_dim, problem.dtype == "bfloat16"
-    row_stats, stat_rows = make_row_stats(D, bf16)
-    grad_kv = make_grad_kv(D, Br, stages, problem.causal, bf16)
-    grad_q = make_grad_q(D, Bc, stages, problem.causal, bf16)
-    scale = float32(problem.sm_scale)
-    NQP = padded_rows(Nq, Br)
-    st = cuda.device_array((B * H, 2, NQP), dtype="float32")  # lse, Delta
-    grid_kv = ((Nk + M - 1) // M, B * Hkv)
-    grid_q = ((Nq + M - 1) // M, B * H)
-    kv_bytes, q_bytes = smem_bytes(D, Br, stages), smem_bytes(D, Bc, stages)
-
-    def run(q, k, v, o, lse, do, dq, dk, dv, stream=0, mods=()):
-        q, k, v, o, do, dq, dk, dv = (view_as(a, np.uint32) for a in (q, k, v, o, do, dq, dk, dv))
-        row_stats[((NQP + stat_rows - 1) // stat_rows, B * H), THREADS, stream](o, do, lse, st, Nq)
-        launch_dynamic(grad_kv, grid_kv, THREADS, stream, kv_bytes, q, k, v, do, st, dk, dv, scale, H, G, Nq, Nk)
-        launch_dynamic(grad_q, grid_q, THREADS, stream, q_bytes, q, k, v, do, st, dq, scale, H, G, Nq, Nk)
-
-    return backward_launch("bwd_wgmma", run, [row_stats, grad_kv, grad_q], st.nbytes)
+def bwd_wgmma(problem, Br=32, Bc=64, stages=2):
+    return launch_backward("bwd_wgmma", problem, Br, Bc, stages)
