@@ -27,8 +27,9 @@ from numba_attn.variants.blockmask import device_arrays  # noqa: E402
 from numba_attn.spec.errors import AttentionInputError, check_arrays, check_bool  # noqa: E402
 from numba_attn.spec.grad_reference import backward_case  # noqa: E402,F401 (check_backward's; re-exported)
 
-# phase=None: the first of these that supports the problem (bwd_mma: float16/bfloat16, head_dim a multiple of 16)
-BACKWARD_DEFAULT = ("bwd_mma", "bwd_two_kernels", "bwd_naive")
+# phase=None: the first of these that supports the problem (bwd_wgmma_overlap: sm_90a, float16/bfloat16, head_dim 64
+# or 128, no variant; bwd_mma: float16/bfloat16, head_dim a multiple of 16)
+BACKWARD_DEFAULT = ("bwd_wgmma_overlap", "bwd_mma", "bwd_two_kernels", "bwd_naive")
 _PLANS: OrderedDict = OrderedDict()  # (phase, problem, params) -> Launch, at most 16
 
 

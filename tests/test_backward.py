@@ -55,8 +55,11 @@ def _quick(phase) -> str:
 
 # bwd_naive (five kernels, a thread per element: the slowest in the simulator) on three of the shapes
 NAIVE_SHAPES = ("B1H2/1-19x37-D16-fp32-causal", "B1H2-37x21-D40-fp16", "B1H3/1-23x23-D40-fp32-causal")
+WIDE_SHAPES = ("B1H2/1-19x37-D64-fp16-causal", "B1H2-70x45-D128-bf16")  # (the wgmma phases' own: D >= 64 is
+# costly for the others in the simulator, whose smaller head dims cover the same code)
 CASES = [pytest.param(p, s, id=f"{p.name}-{s}", marks=() if s == _quick(p) else pytest.mark.full)
-         for p in PHASES for s in SHAPES if p.name != "bwd_naive" or s in NAIVE_SHAPES]
+         for p in PHASES for s in SHAPES if (p.name != "bwd_naive" or s in NAIVE_SHAPES)
+         and (s not in WIDE_SHAPES or (p.head_dims and 16 not in p.head_dims))]
 
 
 def test_the_family_is_registered_apart_from_the_forward_phases():
@@ -262,7 +265,7 @@ def test_score_mods_without_a_derivative_are_refused_with_the_reason():
         return score * 2.0
 
     prob = SMALL.replace(variant=make_variant(None, double))
-    for phase in PHASES:
+    for phase in (p for p in PHASES if p.variants is True):  # (the others refuse every variant, their tests say)
         if "float32" not in phase.dtypes:  # a 16-bit phase: the variant, not the dtype, is what it refuses
             prob = prob.replace(dtype="float16", head_dim=16)
         reason = phase.supports(prob, **phase.sim_params)

@@ -13,7 +13,9 @@ but the newest group lets the older one's accumulators be read while the newer o
 Prediction: the dK/dV kernel (60% of bwd_wgmma's time at fp16 B1 H32 N4096 D128) hides most of its exponentials
 and score gradients behind the products (~25% of its time), the dQ kernel its exponentials: ~1.2× bwd_wgmma.
 
-Verdict: not yet measured on a GPU.
+Verdict: 1.00-1.03× bwd_wgmma (H200, 0138c5a; N4096 D128 2.53 against 2.60 ms): refuted. Two blocks of one
+warpgroup share an SM, so one block's element-wise work already ran under the other's products.
+[experiments/2026-11-27-bwd-wgmma]
 """
 from __future__ import annotations
 
