@@ -6,7 +6,11 @@ attention, float32 and float16 storage, decode-sized q_len.
 A phase may declare a shape out of its range (``supports`` → SKIP with the
 reason), but it must run at least two of the shapes, and no shape may FAIL or
 ERROR. Phases run with their ``sim_params`` (small tiles, so that several
-tiles and a partial last tile are exercised)."""
+tiles and a partial last tile are exercised).
+
+A shape is left out for a phase that accepts other shapes covering each of its features (``COVERED_BY``):
+a prefill phase runs the decode-sized shapes' q_len 1 and 2 and GQA, and the fp32 non-causal shape, on the
+same kernel paths as its causal fp32, GQA and non-causal fp16 and causal q_len 3 shapes."""
 import pytest
 
 from numba_attn import Problem, list_phases
@@ -40,23 +44,54 @@ SHAPES = {
                                                          head_dim=16, dtype="float16", causal=True),
     "varlen-B2H2-19-D32-fp16": VarlenProblem(batch=2, heads=2, q_len=19, head_dim=32, dtype="float16"),
 }
+# shape -> alternative sets of shapes that together reach its paths: a phase accepting every shape of one set
+# (none of them left out itself) leaves the shape out. fp32 and fp16 differ only in their loads and stores, a GQA
+# group of 2 or 4 only in the KV head index, q_len 1, 2 or 3 (under one row tile) only in the rows past Nq.
+COVERED_BY = {
+    # fp32: the causal fp32 shape; GQA: the causal fp16 one; non-causal q_len < kv_len: the fp16 one; a q_len
+    # under a row tile: the causal decode shape
+    "decode-B2H4/2-1x45-D32-fp32": [("B1H2-37x53-D16-fp32-causal", "B2H2/1-29-D32-fp16-causal",
+                                     "B1H2-19x45-D32-fp16", "decode-B1H2-3x45-D16-fp16-causal")],
+    # fp32 and q_len < kv_len: its causal twin; non-causal: the fp16 shape (or, fp32 only, the q_len 1 one)
+    "B1H2-37x53-D16-fp32": [("B1H2-37x53-D16-fp32-causal", "B1H2-19x45-D32-fp16"),
+                            ("B1H2-37x53-D16-fp32-causal", "decode-B2H4/2-1x45-D32-fp32")],
+    # GQA: the causal fp16 shape; non-causal q_len < kv_len: the fp16 one; a q_len under a row tile: the causal
+    # decode shape
+    "decode-B1H4/1-2x45-D16-fp16": [("B2H2/1-29-D32-fp16-causal", "B1H2-19x45-D32-fp16",
+                                     "decode-B1H2-3x45-D16-fp16-causal")],
+}
 PHASES = list_phases()
 _ROWS: dict = {}
 CFG = RunConfig(seeds=(7,))
 
 
-def _quick_shapes(phase) -> list[str]:
-    """The quick tier's shape of a phase: the smallest of its own kind it accepts (fewest FLOPs, causal first where
-    they tie), so that every phase is checked on an odd shape; the full suite runs all of them."""
+def _accepted(phase) -> list[str]:
     params = phase.resolve_params(phase.sim_params)
-    ok = [s for s in SHAPES if phase.supports(SHAPES[s], **params) is None]
+    return [s for s in SHAPES if phase.supports(SHAPES[s], **params) is None]
+
+
+def _shapes(phase) -> list[str]:
+    """The shapes a phase runs: those it accepts, less those ``COVERED_BY`` others it runs."""
+    ok = _accepted(phase)
+    out = set()
+    for shape, covers in COVERED_BY.items():
+        if shape in ok and any(all(c in ok and c not in out for c in cover) for cover in covers):
+            out.add(shape)
+    return [s for s in ok if s not in out]
+
+
+def _quick_shapes(phase) -> list[str]:
+    """The quick tier's shape of a phase: the smallest of its own kind it runs (fewest FLOPs, causal first where
+    they tie), so that every phase is checked on an odd shape; the full suite runs all of them."""
+    ok = _shapes(phase)
     own = [s for s in ok if s.startswith("decode-") == (phase.kind == "decode")] or ok  # a prefill phase: a prefill shape
     return sorted(own, key=lambda s: (SHAPES[s].flops(), not SHAPES[s].causal))[:1]
 
 
+_RUN = {p.name: _shapes(p) for p in PHASES}
 _QUICK = {p.name: _quick_shapes(p) for p in PHASES}
 CASES = [pytest.param(p, s, id=f"{p.name}-{s}", marks=() if s in _QUICK[p.name] else pytest.mark.full)
-         for p in PHASES for s in SHAPES]
+         for p in PHASES for s in SHAPES if s in _RUN[p.name] or s not in _accepted(p)]
 
 
 def _row(phase, shape):
@@ -82,9 +117,9 @@ def test_phase_runs_enough_shapes(phase):
     test_phase_matches_reference, which fails unless the row is OK (a row is SKIP only where supports()
     refuses), so this reads supports() and runs nothing: under pytest-xdist it need not share a worker, and
     the rows' cache, with those runs."""
-    params = phase.resolve_params(phase.sim_params)
-    ok = [s for s in SHAPES if phase.supports(SHAPES[s], **params) is None]
+    ok = _accepted(phase)
     assert len(ok) >= 2, f"{phase.name} accepts only {ok}; a phase must cover at least two test shapes"
+    assert len(_RUN[phase.name]) >= 2, f"{phase.name} runs only {_RUN[phase.name]}"
 
 
 def test_default_parameters_run_in_simulator():
