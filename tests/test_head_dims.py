@@ -6,7 +6,9 @@
   from 32 to 256 (no launch: cheap);
 * in the simulator, a sample of the accepted configurations on tiny shapes
   against the float64 reference: always head_dim 40, 80, 96, 160 and 256 for the
-  tensor-core phases (40, 80 and 96 for pingpong and ws_overlap, which stop at 128), plus a few drawn at random (the seed is printed; set
+  tensor-core phases (40, 80 and 96 for pingpong and ws_overlap, which stop at 128), each with one query head
+  (a GQA group changes the KV head index, not the head dim's path: the random draws and tests/test_phases.py
+  run GQA), plus a few drawn at random (the seed is printed; set
   ``NUMBA_ATTN_HEAD_DIM_SEED`` to replay a draw);
 * on a GPU (``-m gpu``), head_dim 32 … 256 for every phase × causal × dtype × GQA
   that supports() accepts, on small odd shapes.
@@ -94,14 +96,17 @@ def _sample():
     rng = random.Random(seed)
     accepted = _accepted()
     picked = []
+
+    def one(name, D):  # causal and dtype drawn; one query head (half the blocks of a GQA pair)
+        mine = [c for c in accepted if c[0].name == name and c[1] == D]
+        return rng.choice([c for c in mine if not c[4]] or mine)
+
     for name in TENSOR_CORE:  # the head dims models use, on every tensor-core phase
         for D in ALWAYS:
-            mine = [c for c in accepted if c[0].name == name and c[1] == D]
-            picked.append(rng.choice(mine))
+            picked.append(one(name, D))
     for name in TWO_CONSUMERS:
         for D in ALWAYS_TWO:
-            mine = [c for c in accepted if c[0].name == name and c[1] == D]
-            picked.append(rng.choice(mine))
+            picked.append(one(name, D))
     others = [c for c in accepted if c not in picked and 24 <= c[1] <= 136]
     picked += rng.sample(others, 4)  # and a few anywhere else, changing from run to run
     return seed, picked
