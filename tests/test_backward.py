@@ -216,7 +216,8 @@ QUICK_VARIANT = ("bwd_mma", "window9+softcap")  # the quick tier's: a mask and a
 @pytest.mark.parametrize("phase,variant", [
     pytest.param(p, v, id=f"{p.name}-{v}", marks=() if (p.name, v) == QUICK_VARIANT else pytest.mark.full)
     for p in PHASES for v in ("window5", "document", "window9+softcap", "alibi")
-    if p.variants is True and (p.name in ("bwd_two_kernels", "bwd_mma") or v == "window9+softcap")])
+    if p.variants is True and not (p.head_dims and 16 not in p.head_dims)  # (the wgmma steps': below)
+    and (p.name in ("bwd_two_kernels", "bwd_mma") or v == "window9+softcap")])
 def test_variants_match_the_reference(phase, variant):
     """A variant in the backward: the reference's gradients (its forward's lse and P with the same functions,
     a score function's derivative in dS)."""
@@ -225,11 +226,26 @@ def test_variants_match_the_reference(phase, variant):
     assert row["status"] == "OK", f"{phase.name} {variant}: {row['status']}: {row['reason']}"
 
 
-def test_a_phase_without_variants_says_so():
-    """bwd_wgmma runs plain and causal attention: a variant is refused naming the phase that runs it."""
-    prob = SHAPES[QUICK_D64].replace(variant=_mask_variants()["window5"])
+WGMMA_VARIANT_PROBLEM = na.Problem(batch=1, heads=4, kv_heads=2, q_len=40, kv_len=45, head_dim=64, dtype="float16",
+                                   causal=True)  # (the documents' ids: one batch of 45 keys)
+
+
+@pytest.mark.parametrize("phase,variant", [
+    pytest.param(p, v, id=f"{p.name}-{v}", marks=() if (p.name, v) == ("bwd_wgmma", "window5") else pytest.mark.full)
+    for p in PHASES if p.head_dims and 16 not in p.head_dims for v in ("window5", "document")])
+def test_wgmma_backward_runs_mask_variants(phase, variant):
+    """The wgmma steps with a mask function: EMPTY tiles of the block mask skipped in both walks (dK/dV over Q
+    tiles, dQ over key tiles), the function on PARTIAL ones; GQA, causal, 16-row tiles over 40 x 45."""
+    prob = WGMMA_VARIANT_PROBLEM.replace(variant=_mask_variants()[variant])
+    row = check_backward(phase.name, prob, **phase.sim_params)
+    assert row["status"] == "OK", f"{phase.name} {variant}: {row['status']}: {row['reason']}"
+
+
+def test_a_score_function_is_refused_by_the_wgmma_steps():
+    """bwd_wgmma takes mask functions only: a score function is refused naming the phase that runs it."""
+    prob = SHAPES[QUICK_D64].replace(variant=_mask_variants()["window9+softcap"])
     reason = na.get_phase("bwd_wgmma").supports(prob, Br=16, Bc=16, stages=2)
-    assert reason and "bwd_mma" in reason, reason
+    assert reason and "bwd_mma" in reason and "score_mod" in reason, reason
 
 
 def _masked_case(name):
@@ -265,7 +281,7 @@ def test_score_mods_without_a_derivative_are_refused_with_the_reason():
         return score * 2.0
 
     prob = SMALL.replace(variant=make_variant(None, double))
-    for phase in (p for p in PHASES if p.variants is True):  # (the others refuse every variant, their tests say)
+    for phase in (p for p in PHASES if p.variants is True and not (p.head_dims and 16 not in p.head_dims)):
         if "float32" not in phase.dtypes:  # a 16-bit phase: the variant, not the dtype, is what it refuses
             prob = prob.replace(dtype="float16", head_dim=16)
         reason = phase.supports(prob, **phase.sim_params)

@@ -1,4 +1,4 @@
-"""bwd_mma with a sliding window against plain causal: does the backward's time follow the tiles it visits?
+"""A backward phase (``--phase``, default bwd_mma) with a sliding window against plain causal: does the backward's time follow the tiles it visits?
 
     NUMBA_ATTN_BACKEND=cuda python3 experiments/2026-11-27-bwd-window/bwd_window.py --out window.json
 
@@ -33,6 +33,7 @@ def main():
     ap.add_argument("--sizes", default="4096,16384")
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--window", type=int, default=1024)
+    ap.add_argument("--phase", default="bwd_mma", help="the backward phase timed")
     a = ap.parse_args()
     res = {"env": environment(), "commit": os.environ.get("NUMBA_ATTN_COMMIT"), "rows": []}
     stream = torch.cuda.current_stream()
@@ -42,12 +43,12 @@ def main():
             g = torch.Generator(device="cuda").manual_seed(N + D)
             q, k, v, do = (torch.randn((1, 32, N, D), generator=g, device="cuda", dtype=torch.float16)
                            for _ in range(4))
-            row = {"D": D, "N": N, "window": W, "ms": {}, "err": {}}
+            row = {"D": D, "N": N, "window": W, "phase": a.phase, "ms": {}, "err": {}}
             sides = {}
             for name, mask in (("causal", None), (f"causal+window{W}", V.sliding_window(W - 1))):
                 o, lse = na.attention(q, k, v, causal=True, mask_mod=mask, return_lse=True)
                 sides[name] = (lambda o=o, lse=lse, mask=mask: na.attention_backward(
-                    q, k, v, o, lse, do, causal=True, phase="bwd_mma", mask_mod=mask))
+                    q, k, v, o, lse, do, causal=True, phase=a.phase, mask_mod=mask))
                 if N <= 4096:
                     i = torch.arange(N, device="cuda")
                     keep = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - (W if mask else N + 1))

@@ -40,9 +40,13 @@ from numba_attn.gpu.warp import group_sum
 from numba_attn.gpu.wgmma import (kmajor_params, make_ring_copy, make_wgmma_rs, make_wgmma_ss, make_wgmma_wait,
                                   mnmajor_params, row_bytes)
 from numba_attn.phases.backward.b02_bwd_mma import visible
-from numba_attn.phases.backward.common import backward_launch, first_q_head, first_q_tile, keys_of_row, kv_head
+from numba_attn.phases.backward.common import (backward_launch, first_q_head, first_q_tile, keys_of_row, kv_head,
+                                               tiled_mask_stage)
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES, cp_async_ring, ring_padding
+from numba_attn.phases.tensor_core.scheduler import key_tiles
+from numba_attn.variants.launching import KernelMods
+from numba_attn.variants.stages import EMPTY, FULL, PLAIN
 
 M = 64  # rows of a wgmma (keys of a dK/dV block, query rows of a dQ block): one warpgroup
 THREADS = 128
@@ -120,29 +124,33 @@ def make_products(bf16: bool, N: int, D: int, STAGES: int):
 
 
 @functools.cache
-def kv_elementwise(Br: int, causal: bool):
+def kv_elementwise(Br: int, causal: bool, stage=PLAIN):
     """``(probabilities, score_grads)`` of a dK/dV tile in the transposed accumulator layout (rows = keys j_lo,
     j_lo + 8 of this lane, columns = the tile's query rows i0 + 8nt + 2t + c, their lse and Delta in ``rows``):
-    Pᵀ = exp(Sᵀ·scale − lse_i) in place (0 where row i does not see key j), then dSᵀ = Pᵀ∘(dPᵀ − Delta_i) in place."""
+    Pᵀ = exp(Sᵀ·scale − lse_i) in place (0 where row i does not see key j, by the causal bound or the variant
+    ``stage``'s mask function on a PARTIAL tile: ``var = (b, h, kind, mods)``), then dSᵀ = Pᵀ∘(dPᵀ − Delta_i)."""
 
     @device
-    def probabilities(St, rows, stage, i0, j_lo, t, Nq, Nk, scale):
+    def probabilities(St, rows, sb, i0, j_lo, t, Nq, Nk, scale, var):
+        b, h, kind, mods = var
         for nt in range(Br // 8):
             for c in range(2):
                 r = 8 * nt + 2 * t + c
-                lse_i = rows[2 * stage, r]
+                lse_i = rows[2 * sb, r]
                 for hi in range(2):
                     x = 4 * nt + 2 * hi + c
+                    j = j_lo + 8 * hi
                     p = float32(0.0)
-                    if visible(i0 + r, j_lo + 8 * hi, Nq, Nk, causal):
+                    if visible(i0 + r, j, Nq, Nk, causal) and (kind == FULL or
+                                                               stage.visible(b, h, i0 + r + Nk - Nq, j, mods)):
                         p = math.exp(St[x] * scale - lse_i)
                     St[x] = p
 
     @device
-    def score_grads(Pt, dPt, rows, stage, t):
+    def score_grads(Pt, dPt, rows, sb, t):
         for nt in range(Br // 8):
             for c in range(2):
-                delta_i = rows[2 * stage + 1, 8 * nt + 2 * t + c]
+                delta_i = rows[2 * sb + 1, 8 * nt + 2 * t + c]
                 for hi in range(2):
                     x = 4 * nt + 2 * hi + c
                     dPt[x] = Pt[x] * (dPt[x] - delta_i)
@@ -151,18 +159,21 @@ def kv_elementwise(Br: int, causal: bool):
 
 
 @functools.cache
-def q_elementwise(Bc: int, causal: bool):
+def q_elementwise(Bc: int, causal: bool, stage=PLAIN):
     """``(probabilities, score_grads)`` of a dQ tile (rows r_lo, r_lo + 8 of this lane with their lse and Delta,
-    keys j0 + 8nt + 2t + c): P = exp(S·scale − lse) in place (0 where masked), then dS = P∘(dP − Delta) in place."""
+    keys j0 + 8nt + 2t + c): P = exp(S·scale − lse) in place (0 where masked, ``var`` as for the dK/dV tile), then
+    dS = P∘(dP − Delta) in place."""
 
     @device
-    def probabilities(S, j0, r_lo, lse_lo, lse_hi, t, Nq, Nk, scale):
+    def probabilities(S, j0, r_lo, lse_lo, lse_hi, t, Nq, Nk, scale, var):
+        b, h, kind, mods = var
         for nt in range(Bc // 8):
             for x4 in range(4):
                 hi, c = x4 // 2, x4 % 2
                 x = 4 * nt + x4
+                i, j = r_lo + 8 * hi, j0 + 8 * nt + 2 * t + c
                 p = float32(0.0)
-                if visible(r_lo + 8 * hi, j0 + 8 * nt + 2 * t + c, Nq, Nk, causal):
+                if visible(i, j, Nq, Nk, causal) and (kind == FULL or stage.visible(b, h, i + Nk - Nq, j, mods)):
                     p = math.exp(S[x] * scale - (lse_hi if hi else lse_lo))
                 S[x] = p
 
@@ -177,61 +188,63 @@ def q_elementwise(Bc: int, causal: bool):
 
 
 @functools.cache
-def waited_kv_tile(D: int, Br: int, STAGES: int, causal: bool, bf16: bool):
+def waited_kv_tile(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN):
     """One Q tile of the dK/dV kernel, each pair of products waited for at once: Sᵀ = K_j Q_iᵀ and dPᵀ = V_j dO_iᵀ,
     Pᵀ and dSᵀ, then dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i."""
     issue_scores, wait_two, pack, accumulate = make_products(bf16, Br, D, STAGES)
     wait_kv = make_wgmma_wait(0, D // 2, D // 2)
-    probabilities, score_grads = kv_elementwise(Br, causal)
+    probabilities, score_grads = kv_elementwise(Br, causal, stage)
     OWN, TILE = tile_bytes(M, D), tile_bytes(Br, D)
 
     @device
-    def kv_tile(regs, own, ring, rows, stage, i0, j_lo, t, Nq, Nk, scale):
+    def kv_tile(regs, own, ring, rows, sb, i0, j_lo, t, Nq, Nk, scale, var):
         St, dPt, pf, dsf, dK, dV = regs
-        issue_scores(St, own, 0, ring, stage * TILE)  # Sᵀ = K_j Q_iᵀ
-        issue_scores(dPt, own, OWN, ring, (STAGES + stage) * TILE)  # dPᵀ = V_j dO_iᵀ
+        issue_scores(St, own, 0, ring, sb * TILE)  # Sᵀ = K_j Q_iᵀ
+        issue_scores(dPt, own, OWN, ring, (STAGES + sb) * TILE)  # dPᵀ = V_j dO_iᵀ
         wait_two(St, dPt)
-        probabilities(St, rows, stage, i0, j_lo, t, Nq, Nk, scale)
-        score_grads(St, dPt, rows, stage, t)
+        probabilities(St, rows, sb, i0, j_lo, t, Nq, Nk, scale, var)
+        score_grads(St, dPt, rows, sb, t)
         pack(pf, St)
         pack(dsf, dPt)
-        accumulate(dV, pf, 0, ring, (STAGES + stage) * TILE)  # dV_j += Pᵀ dO_i
-        accumulate(dK, dsf, 0, ring, stage * TILE)  # dK_j += dSᵀ Q_i
+        accumulate(dV, pf, 0, ring, (STAGES + sb) * TILE)  # dV_j += Pᵀ dO_i
+        accumulate(dK, dsf, 0, ring, sb * TILE)  # dK_j += dSᵀ Q_i
         wait_kv(dV, dK)
 
     return kv_tile
 
 
 @functools.cache
-def waited_q_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool):
+def waited_q_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN):
     """One K/V tile of the dQ kernel, each product waited for at once: S = Q_i K_jᵀ and dP = dO_i V_jᵀ, dS, then
     dQ_i += dS K_j."""
     issue_scores, wait_two, pack, accumulate = make_products(bf16, Bc, D, STAGES)
     wait_q = make_wgmma_wait(0, D // 2)
-    probabilities, score_grads = q_elementwise(Bc, causal)
+    probabilities, score_grads = q_elementwise(Bc, causal, stage)
     OWN, TILE = tile_bytes(M, D), tile_bytes(Bc, D)
 
     @device
-    def q_tile(regs, own, ring, stage, j0, r_lo, stats, t, Nq, Nk, scale):
+    def q_tile(regs, own, ring, sb, j0, r_lo, stats, t, Nq, Nk, scale, var):
         S, dS, dsf, dQ = regs
         lse_lo, lse_hi, dl_lo, dl_hi = stats
-        issue_scores(S, own, 0, ring, stage * TILE)  # S = Q_i K_jᵀ
-        issue_scores(dS, own, OWN, ring, (STAGES + stage) * TILE)  # dP = dO_i V_jᵀ
+        issue_scores(S, own, 0, ring, sb * TILE)  # S = Q_i K_jᵀ
+        issue_scores(dS, own, OWN, ring, (STAGES + sb) * TILE)  # dP = dO_i V_jᵀ
         wait_two(S, dS)
-        probabilities(S, j0, r_lo, lse_lo, lse_hi, t, Nq, Nk, scale)
+        probabilities(S, j0, r_lo, lse_lo, lse_hi, t, Nq, Nk, scale, var)
         score_grads(S, dS, dl_lo, dl_hi)
         pack(dsf, dS)
-        accumulate(dQ, dsf, 0, ring, stage * TILE)  # dQ_i += dS K_j
+        accumulate(dQ, dsf, 0, ring, sb * TILE)  # dQ_i += dS K_j
         wait_q(dQ, dQ)
 
     return q_tile
 
 
 @functools.cache
-def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedule=waited_kv_tile):
+def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedule=waited_kv_tile, stage=PLAIN):
     """grad_kv: a warpgroup owns 64 keys of one KV head; Q_i/dO_i tiles of Br rows come through the ring, each
-    one computed by ``schedule(D, Br, STAGES, causal, bf16)``'s tile step."""
-    kv_tile = schedule(D, Br, STAGES, causal, bf16)
+    one computed by ``schedule(D, Br, STAGES, causal, bf16, stage)``'s tile step. The walk goes over the Q tiles of
+    each query head of the KV head in turn; a variant's EMPTY tiles (its block mask at (Br, 64)) are neither loaded
+    nor computed."""
+    kv_tile = schedule(D, Br, STAGES, causal, bf16, stage)
     copy_own = make_ring_copy(D, M, 1, THREADS)  # K_j, V_j: one "stage" of 64 rows
     copy_ring = make_ring_copy(D, Br, STAGES, THREADS)  # Q_i then dO_i buffers
     store2 = pack_bf16x2 if bf16 else pack_f16x2
@@ -255,21 +268,30 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedul
                             True)
 
     @device
-    def issue(walk, n_tiles, to):
-        """Issue the walk's next tile (if any) into its stage, commit a group; the walk advanced: ``walk = (it,
-        bh, tile, stage)`` of that next tile (the Q tiles from t0 to t_end of each query head in turn)."""
-        it, bh, tile, sb, t0, t_end = walk
-        if it < n_tiles:
-            copy_q_tile(bh, tile, sb, to)
-        cp_async_commit()
+    def visited(pos, walk):
+        """The walk's first visited tile from ``pos = (hq, tile)`` on: the Q tiles t0 .. t_end - 1 of query heads
+        0 .. G - 1 (``hq == G``: none left), skipping the block mask's EMPTY tiles (none without a mask)."""
+        hq, tile = pos
+        G, t0, t_end, b, h0, kt, mods = walk
+        while hq < G and stage.tile_kind(mods, b, h0 + hq, tile, kt) == EMPTY:
+            tile += 1
+            if tile == t_end:
+                tile = t0
+                hq += 1
+        return hq, tile
+
+    @device
+    def following(pos, walk):
+        """The visited tile after ``pos``."""
+        hq, tile = pos
         tile += 1
-        if tile == t_end:
-            tile = t0
-            bh += 1
-        return it + 1, bh, tile, sb + 1 if sb + 1 < STAGES else 0, t0, t_end
+        if tile == walk[2]:
+            tile = walk[1]
+            hq += 1
+        return visited((hq, tile), walk)
 
     @kernel
-    def grad_kv(q, k, v, do, st, dk, dv, scale, H, G, Nq, Nk):
+    def grad_kv(q, k, v, do, st, dk, dv, scale, H, G, Nq, Nk, mods):
         """dK_j, dV_j of 64 keys of one KV head over the Q tiles of its G query heads that see them."""
         pad = ring_padding(dynamic_tile(0, 1, 4))
         own = dynamic_tile(pad, OWN_ROWS, 4)  # K_j (bytes 0 ..), V_j (64·D·2 ..)
@@ -281,15 +303,20 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedul
         kvh = cuda.blockIdx.y
         jb = cuda.blockIdx.x * M
         copy_own(own, k, v, cuda.blockIdx.x, 0, tid, kvh, Nk)
-        i_start = first_q_tile(jb, Nq, Nk, causal, Br)  # causal: earlier Q tiles see none of the block's keys
-        n_per = (Nq - i_start + Br - 1) // Br
-        n_tiles = G * n_per
+        t0 = first_q_tile(jb, Nq, Nk, causal, Br) // Br  # causal: earlier Q tiles see none of the block's keys
         bh0 = first_q_head(kvh, H, G)
+        b = bh0 // H  # (divisions once, none in the loop)
+        walk = (G, t0, (Nq + Br - 1) // Br, b, bh0 - b * H, cuda.blockIdx.x, mods)
         to = (ring, q, do, tid, Nq, rows, st)
-        t0 = i_start // Br
-        walk = (0, bh0, t0, 0, t0, t0 + n_per)  # the next tile to issue (no division in the loop)
+        cur = visited((0, t0), walk)  # the tile computed next
+        nxt = cur  # the tile issued next (STAGES - 1 ahead)
+        sb_next = 0
         for _ in range(STAGES - 1):  # the first STAGES - 1 tiles (K_j, V_j in the first group)
-            walk = issue(walk, n_tiles, to)
+            if nxt[0] < G:
+                copy_q_tile(bh0 + nxt[0], nxt[1], sb_next, to)
+                nxt = following(nxt, walk)
+            cp_async_commit()
+            sb_next = sb_next + 1 if sb_next + 1 < STAGES else 0
         St = cuda.local.array(NS, float32)
         dPt = cuda.local.array(NS, float32)
         pf = cuda.local.array(NP, uint32)
@@ -300,16 +327,20 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedul
             dK[e] = float32(0.0)
             dV[e] = float32(0.0)
         j_lo = jb + 16 * w + g  # this lane's keys: j_lo and j_lo + 8 (accumulator rows)
-        stage = 0
-        tq = t0  # tile it's Q tile
-        for it in range(n_tiles):
-            cp_async_wait(WAIT)  # tile it has landed (this thread's copies) ...
-            cuda.syncthreads()  # ... every thread's; every warp is done with tile it - 1, whose stage is refilled
-            i0 = tq * Br  # tile it's first row (its head: the stage's, where the copy put it)
-            walk = issue(walk, n_tiles, to)
-            kv_tile((St, dPt, pf, dsf, dK, dV), own, ring, rows, stage, i0, j_lo, t, Nq, Nk, scale)
-            stage = stage + 1 if stage + 1 < STAGES else 0
-            tq = tq + 1 if tq + 1 < t0 + n_per else t0
+        sb = 0
+        while cur[0] < G:
+            cp_async_wait(WAIT)  # tile cur has landed (this thread's copies) ...
+            cuda.syncthreads()  # ... every thread's; every warp is done with the tile before, whose stage is refilled
+            if nxt[0] < G:
+                copy_q_tile(bh0 + nxt[0], nxt[1], sb_next, to)
+                nxt = following(nxt, walk)
+            cp_async_commit()
+            sb_next = sb_next + 1 if sb_next + 1 < STAGES else 0
+            h = walk[4] + cur[0]
+            var = (b, h, stage.tile_kind(mods, b, h, cur[1], cuda.blockIdx.x), mods)
+            kv_tile((St, dPt, pf, dsf, dK, dV), own, ring, rows, sb, cur[1] * Br, j_lo, t, Nq, Nk, scale, var)
+            sb = sb + 1 if sb + 1 < STAGES else 0
+            cur = following(cur, walk)
         for dt in range(D // 8):  # dK_j (× scale: S was Q Kᵀ · scale) and dV_j, two columns per word
             c = 4 * dt + t
             for hi in range(2):
@@ -322,26 +353,28 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedul
 
 
 @functools.cache
-def make_grad_q(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, schedule=waited_q_tile):
+def make_grad_q(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, schedule=waited_q_tile, stage=PLAIN):
     """grad_q: a warpgroup owns 64 query rows of one head; K_j/V_j tiles of Bc keys come through the ring, each
-    one computed by ``schedule(D, Bc, STAGES, causal, bf16)``'s tile step."""
-    q_tile = schedule(D, Bc, STAGES, causal, bf16)
+    one computed by ``schedule(D, Bc, STAGES, causal, bf16, stage)``'s tile step; with a mask, the visited key tiles
+    of its block mask at (64, Bc) in order (EMPTY ones never loaded), as the forward's ring walks them."""
+    q_tile = schedule(D, Bc, STAGES, causal, bf16, stage)
     copy_own = make_ring_copy(D, M, 1, THREADS)  # Q_i, dO_i
     copy_ring = make_ring_copy(D, Bc, STAGES, THREADS)  # K_j then V_j buffers
     store2 = pack_bf16x2 if bf16 else pack_f16x2
     OWN_WORDS = 2 * tile_bytes(M, D) // 4
     OWN_ROWS, RING_ROWS = 2 * tile_bytes(M, D) // 16, 2 * STAGES * tile_bytes(Bc, D) // 16
     NS, NA, NP = Bc // 2, D // 2, Bc // 4
+    count, tile_at, kind_at = key_tiles(Bc, stage)
 
     @device
-    def copy_kv_tile(it, sb, to):
+    def copy_kv_tile(kt, sb, to):
         ring, k, v, tid, kvh, Nk = to
-        copy_ring(ring, k, v, it, sb, tid, kvh, Nk)
+        copy_ring(ring, k, v, kt, sb, tid, kvh, Nk)
 
-    fill, refill = cp_async_ring(STAGES, Bc, copy_kv_tile)
+    fill, refill = cp_async_ring(STAGES, Bc, copy_kv_tile, stage)
 
     @kernel
-    def grad_q(q, k, v, do, st, dq, scale, H, G, Nq, Nk):
+    def grad_q(q, k, v, do, st, dq, scale, H, G, Nq, Nk, mods):
         """dQ_i of 64 query rows of one head over the K/V tiles of Bc keys its rows see."""
         pad = ring_padding(dynamic_tile(0, 1, 4))
         own = dynamic_tile(pad, OWN_ROWS, 4)  # Q_i, dO_i
@@ -350,12 +383,14 @@ def make_grad_q(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, schedule
         w, lane = tid // 32, cuda.laneid
         g, t = lane // 4, lane % 4
         bh = cuda.blockIdx.y
+        b, h = bh // H, bh % H
         kvh = kv_head(bh, H, G)
         ib = cuda.blockIdx.x * M
         copy_own(own, q, do, cuda.blockIdx.x, 0, tid, bh, Nq)
-        n_tiles = (keys_of_row(min(ib + M, Nq) - 1, Nq, Nk, causal) + Bc - 1) // Bc
+        walk = (mods, b, h, cuda.blockIdx.x, Nq)  # (a mask: the block mask's visited tiles)
+        n_tiles = count(walk, (keys_of_row(min(ib + M, Nq) - 1, Nq, Nk, causal) + Bc - 1) // Bc)
         to = (ring, k, v, tid, kvh, Nk)
-        fill(0, n_tiles, to)
+        fill(walk, n_tiles, to)
         r_lo = ib + 16 * w + g  # this lane's rows: r_lo, r_lo + 8
         lse_lo = st[bh, 0, r_lo] if r_lo < Nq else float32(0.0)
         lse_hi = st[bh, 0, r_lo + 8] if r_lo + 8 < Nq else float32(0.0)
@@ -367,12 +402,14 @@ def make_grad_q(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, schedule
         dQ = cuda.local.array(NA, float32)
         for e in range(NA):
             dQ[e] = float32(0.0)
-        stage = 0
+        sb = 0
         for it in range(n_tiles):
-            refill(0, it, n_tiles, to)
-            q_tile((S, dS, dsf, dQ), own, ring, stage, it * Bc, r_lo, (lse_lo, lse_hi, dl_lo, dl_hi), t, Nq, Nk,
-                   scale)
-            stage = stage + 1 if stage + 1 < STAGES else 0
+            kt = tile_at(walk, it)  # (read before the wait: its latency hidden)
+            kind = kind_at(walk, kt)
+            refill(walk, it, n_tiles, to)
+            q_tile((S, dS, dsf, dQ), own, ring, sb, kt * Bc, r_lo, (lse_lo, lse_hi, dl_lo, dl_hi), t, Nq, Nk,
+                   scale, (b, h, kind, mods))
+            sb = sb + 1 if sb + 1 < STAGES else 0
         for dt in range(D // 8):  # dQ_i × scale, two columns per word
             c = 4 * dt + t
             for hi in range(2):
@@ -388,8 +425,9 @@ def _supports(problem, Br, Bc, stages):
     if D not in (64, 128):
         return (f"head_dim {D}: the swizzled 128-byte rows and the 64 × D dK, dV accumulators of a warpgroup take "
                 "D = 64 or 128 (bwd_mma runs multiples of 16 up to 128)")
-    if getattr(problem, "variant", None) is not None:
-        return "mask_mod/score_mod variants: not in this phase's kernels (bwd_mma runs them)"
+    variant = getattr(problem, "variant", None)
+    if variant is not None and variant.score is not None:
+        return "a score_mod: the wgmma backward's steps take mask functions only (bwd_mma runs score functions)"
     for name, n in (("Br", Br), ("Bc", Bc)):
         if n % 16 or not 16 <= n <= 128:
             return f"{name}={n} must be a multiple of 16 from 16 to 128 (the N of a wgmma, the k-steps of the next)"
@@ -403,8 +441,7 @@ def wgmma_registration(**more):
     causal attention, one warpgroup per block, 16-row/key tiles in the simulator)."""
     return dict(dtypes=("float16", "bfloat16"), requires_cc="sm_90a", head_dims=(64, 128),
                 space={"Br": [32, 64, 128], "Bc": [32, 64, 128], "stages": [2, 3]},
-                sim_params={"Br": 16, "Bc": 16, "stages": 2}, supports=_supports,
-                variants="not in the wgmma backward's kernels (bwd_mma runs them)", **more)
+                sim_params={"Br": 16, "Bc": 16, "stages": 2}, supports=_supports, variants=True, **more)
 
 
 def launch_backward(name, problem, Br, Bc, stages, kv_schedule=waited_kv_tile, q_schedule=waited_q_tile):
@@ -413,8 +450,10 @@ def launch_backward(name, problem, Br, Bc, stages, kv_schedule=waited_kv_tile, q
     B, H, Hkv, Nq, Nk, G = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.group
     D, bf16 = problem.head_dim, problem.dtype == "bfloat16"
     row_stats, stat_rows = make_row_stats(D, bf16)
-    grad_kv = make_grad_kv(D, Br, stages, problem.causal, bf16, kv_schedule)
-    grad_q = make_grad_q(D, Bc, stages, problem.causal, bf16, q_schedule)
+    stage = tiled_mask_stage(problem)  # (PLAIN without a mask function)
+    grad_kv = make_grad_kv(D, Br, stages, problem.causal, bf16, kv_schedule, stage)
+    grad_q = make_grad_q(D, Bc, stages, problem.causal, bf16, q_schedule, stage)
+    kv_mods, q_mods = KernelMods(problem, Br, M), KernelMods(problem, M, Bc)  # the block mask at each kernel's tiles
     scale = float32(problem.sm_scale)
     NQP = padded_rows(Nq, Br)
     st = cuda.device_array((B * H, 2, NQP), dtype="float32")  # lse, Delta
@@ -424,9 +463,13 @@ def launch_backward(name, problem, Br, Bc, stages, kv_schedule=waited_kv_tile, q
 
     def run(q, k, v, o, lse, do, dq, dk, dv, stream=0, mods=()):
         q, k, v, o, do, dq, dk, dv = (view_as(a, np.uint32) for a in (q, k, v, o, do, dq, dk, dv))
+        if kv_mods.variant is not None:  # the mask's arrays (the call's, or the problem's own), then its block mask
+            kvm, qm = kv_mods(aux=mods or None, stream=stream), q_mods(aux=mods or None, stream=stream)
+        else:
+            kvm = qm = mods
         row_stats[((NQP + stat_rows - 1) // stat_rows, B * H), THREADS, stream](o, do, lse, st, Nq)
-        launch_dynamic(grad_kv, grid_kv, THREADS, stream, kv_bytes, q, k, v, do, st, dk, dv, scale, H, G, Nq, Nk)
-        launch_dynamic(grad_q, grid_q, THREADS, stream, q_bytes, q, k, v, do, st, dq, scale, H, G, Nq, Nk)
+        launch_dynamic(grad_kv, grid_kv, THREADS, stream, kv_bytes, q, k, v, do, st, dk, dv, scale, H, G, Nq, Nk, kvm)
+        launch_dynamic(grad_q, grid_q, THREADS, stream, q_bytes, q, k, v, do, st, dq, scale, H, G, Nq, Nk, qm)
 
     return backward_launch(name, run, [row_stats, grad_kv, grad_q], st.nbytes)
 

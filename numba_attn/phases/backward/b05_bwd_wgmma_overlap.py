@@ -26,57 +26,58 @@ from numba_attn.gpu.wgmma import make_wgmma_wait
 from numba_attn.phases.backward.b04_bwd_wgmma import (M, kv_elementwise, launch_backward, make_products,
                                                       q_elementwise, tile_bytes, wgmma_registration)
 from numba_attn.phases.registry import register_phase
+from numba_attn.variants.stages import PLAIN
 
 
 @functools.cache
-def overlapped_kv_tile(D: int, Br: int, STAGES: int, causal: bool, bf16: bool):
+def overlapped_kv_tile(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN):
     """One Q tile of the dK/dV kernel, element-wise work under the products in flight (module docstring)."""
     issue_scores, _, pack, accumulate = make_products(bf16, Br, D, STAGES)
     wait_older = make_wgmma_wait(1, Br // 2)  # all but the newest group: the older accumulators readable
     wait_kv = make_wgmma_wait(0, D // 2, D // 2)
-    probabilities, score_grads = kv_elementwise(Br, causal)
+    probabilities, score_grads = kv_elementwise(Br, causal, stage)
     OWN, TILE = tile_bytes(M, D), tile_bytes(Br, D)
 
     @device
-    def kv_tile(regs, own, ring, rows, stage, i0, j_lo, t, Nq, Nk, scale):
+    def kv_tile(regs, own, ring, rows, sb, i0, j_lo, t, Nq, Nk, scale, var):
         St, dPt, pf, dsf, dK, dV = regs
-        issue_scores(St, own, 0, ring, stage * TILE)  # Sᵀ = K_j Q_iᵀ
-        issue_scores(dPt, own, OWN, ring, (STAGES + stage) * TILE)  # dPᵀ = V_j dO_iᵀ
+        issue_scores(St, own, 0, ring, sb * TILE)  # Sᵀ = K_j Q_iᵀ
+        issue_scores(dPt, own, OWN, ring, (STAGES + sb) * TILE)  # dPᵀ = V_j dO_iᵀ
         wait_older(St, St)  # Sᵀ done, dPᵀ in flight
-        probabilities(St, rows, stage, i0, j_lo, t, Nq, Nk, scale)
+        probabilities(St, rows, sb, i0, j_lo, t, Nq, Nk, scale, var)
         pack(pf, St)
-        accumulate(dV, pf, 0, ring, (STAGES + stage) * TILE)  # dV_j += Pᵀ dO_i, in flight
+        accumulate(dV, pf, 0, ring, (STAGES + sb) * TILE)  # dV_j += Pᵀ dO_i, in flight
         wait_older(dPt, dPt)  # dPᵀ done, dV in flight
-        score_grads(St, dPt, rows, stage, t)
+        score_grads(St, dPt, rows, sb, t)
         pack(dsf, dPt)
-        accumulate(dK, dsf, 0, ring, stage * TILE)  # dK_j += dSᵀ Q_i
+        accumulate(dK, dsf, 0, ring, sb * TILE)  # dK_j += dSᵀ Q_i
         wait_kv(dV, dK)
 
     return kv_tile
 
 
 @functools.cache
-def overlapped_q_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool):
+def overlapped_q_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN):
     """One K/V tile of the dQ kernel, the exponentials under dP in flight."""
     issue_scores, _, pack, accumulate = make_products(bf16, Bc, D, STAGES)
     wait_older = make_wgmma_wait(1, Bc // 2)
     wait_dp = make_wgmma_wait(0, Bc // 2)
     wait_q = make_wgmma_wait(0, D // 2)
-    probabilities, score_grads = q_elementwise(Bc, causal)
+    probabilities, score_grads = q_elementwise(Bc, causal, stage)
     OWN, TILE = tile_bytes(M, D), tile_bytes(Bc, D)
 
     @device
-    def q_tile(regs, own, ring, stage, j0, r_lo, stats, t, Nq, Nk, scale):
+    def q_tile(regs, own, ring, sb, j0, r_lo, stats, t, Nq, Nk, scale, var):
         S, dS, dsf, dQ = regs
         lse_lo, lse_hi, dl_lo, dl_hi = stats
-        issue_scores(S, own, 0, ring, stage * TILE)  # S = Q_i K_jᵀ
-        issue_scores(dS, own, OWN, ring, (STAGES + stage) * TILE)  # dP = dO_i V_jᵀ
+        issue_scores(S, own, 0, ring, sb * TILE)  # S = Q_i K_jᵀ
+        issue_scores(dS, own, OWN, ring, (STAGES + sb) * TILE)  # dP = dO_i V_jᵀ
         wait_older(S, S)  # S done, dP in flight
-        probabilities(S, j0, r_lo, lse_lo, lse_hi, t, Nq, Nk, scale)
+        probabilities(S, j0, r_lo, lse_lo, lse_hi, t, Nq, Nk, scale, var)
         wait_dp(dS, dS)
         score_grads(S, dS, dl_lo, dl_hi)
         pack(dsf, dS)
-        accumulate(dQ, dsf, 0, ring, stage * TILE)  # dQ_i += dS K_j
+        accumulate(dQ, dsf, 0, ring, sb * TILE)  # dQ_i += dS K_j
         wait_q(dQ, dQ)
 
     return q_tile
