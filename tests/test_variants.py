@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from numba import cuda
 
 import numba_attn as na
 from numba_attn import variants as V
@@ -112,6 +113,28 @@ def test_block_mask_on_the_device_is_its_host_twin(Br, Bc):
     np.testing.assert_array_equal(dev.indices.copy_to_host(), host.indices)
     c = host.tally()
     assert c["partial"] and c["empty"] and (c["full"] or Br > 8), c
+
+
+def test_column_lists_walk_the_key_tiles():
+    """The lists per column of key tiles (a backward dK/dV kernel's walk over query tiles): on the device as on the
+    host, each the row lists of the transposed map, visited query tiles first and in order."""
+    from numba_attn.variants.blockmask import column_lists, device_column_lists, tile_lists
+
+    doc = (np.arange(35)[None, :] // 18 + np.arange(2)[:, None]).astype(np.int32)
+    host = V.host_block_mask(V.and_masks(V.causal(), V.document(doc)), 2, None, 35, 35, Br=8, Bc=16)
+    kinds = host.host()
+    counts, indices = column_lists(kinds)
+    assert counts.shape == (2, 1, 3) and indices.shape == (2, 1, 3, 5)
+    want_counts, want_indices = tile_lists(np.ascontiguousarray(kinds.transpose(0, 1, 3, 2)))
+    np.testing.assert_array_equal(counts, want_counts)
+    np.testing.assert_array_equal(indices, want_indices)
+    for b in range(2):
+        for kt in range(3):
+            seen = [qt for qt in range(5) if kinds[b, 0, qt, kt] != V.EMPTY]
+            assert list(indices[b, 0, kt, :counts[b, 0, kt]]) == seen
+    dev_counts, dev_indices = device_column_lists(cuda.to_device(kinds))
+    np.testing.assert_array_equal(dev_counts.copy_to_host(), counts)
+    np.testing.assert_array_equal(dev_indices.copy_to_host(), indices)
 
 
 def test_block_mask_regrids_to_a_kernels_tiles():

@@ -126,6 +126,45 @@ def device_tile_lists(kinds, stream=0):
     return counts, indices
 
 
+def column_lists(kinds: np.ndarray):
+    """``(counts, indices)`` per column of key tiles (FlexAttention's ``q_num_blocks``/``q_indices``): how many
+    query tiles visit the key tile, and their indices first, in order. Shapes (B, H, key tiles) and (B, H, key
+    tiles, query tiles): a kernel walking query tiles for its key tile reads them as the row lists are read."""
+    return tile_lists(np.ascontiguousarray(np.swapaxes(kinds, 2, 3)))
+
+
+@kernel
+def _column_lists_kernel(kinds, counts, indices):
+    col = cuda.grid(1)
+    B, H, NQ, NK = kinds.shape
+    if col >= B * H * NK:
+        return
+    b = col // (H * NK)
+    h = (col // NK) % H
+    kt = col % NK
+    n = 0
+    for qt in range(NQ):
+        if kinds[b, h, qt, kt] != 0:
+            indices[b, h, kt, n] = qt
+            n += 1
+    counts[b, h, kt] = n
+    for qt in range(NQ):
+        if kinds[b, h, qt, kt] == 0:
+            indices[b, h, kt, n] = qt
+            n += 1
+
+
+def device_column_lists(kinds, stream=0):
+    """:func:`column_lists` on the device, one thread per column of key tiles."""
+    B, H, NQ, NK = kinds.shape
+    counts = cuda.device_array((B, H, NK), np.int32, stream=stream)
+    indices = cuda.device_array((B, H, NK, NQ), np.int32, stream=stream)
+    cols = B * H * NK
+    if cols:
+        _column_lists_kernel[(cols + 127) // 128, 128, stream](kinds, counts, indices)
+    return counts, indices
+
+
 def _regrid(h: np.ndarray, have: int, want: int, n: int, axis: int) -> np.ndarray:
     tiles = -(-n // want)
     if want % have == 0:  # coarser: combine want/have tiles

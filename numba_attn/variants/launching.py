@@ -13,16 +13,19 @@ from __future__ import annotations
 import numpy as np
 
 from numba_attn.gpu.backend import IS_SIMULATOR
-from numba_attn.variants.blockmask import BlockMask, create_block_mask, device_arrays, host_block_mask
+from numba_attn.variants.blockmask import (BlockMask, column_lists, create_block_mask, device_arrays,
+                                          device_column_lists, host_block_mask)
 
 
 SMALL_HOST_BYTES = 1 << 20  # NumPy aux arrays up to this size are compared by content between calls
 
 
 class KernelMods:
-    def __init__(self, problem, Br: int | None, Bc: int | None):
+    def __init__(self, problem, Br: int | None, Bc: int | None, columns: bool = False):
+        """``columns``: the block mask's lists per column of key tiles (:func:`column_lists`: a kernel that walks
+        query tiles for its key tile, as a backward's dK/dV kernel does) in place of the lists per row."""
         self.variant = getattr(problem, "variant", None)
-        self.problem, self.Br, self.Bc = problem, Br, Bc
+        self.problem, self.Br, self.Bc, self.columns = problem, Br, Bc, columns
         self._default = None
         self._last = None  # (the tensors of the last call's aux, their versions, its mods)
         self._last_host = None  # (the content of the last call's NumPy aux, its mods)
@@ -71,4 +74,8 @@ class KernelMods:
         if not self.variant.has_mask or self.Br is None:  # no mask, or a kernel without tiles: no block mask
             return arrays
         bm = block_mask.at(self.Br, self.Bc) if block_mask is not None else self.block_mask(arrays, stream)
+        if self.columns:
+            lists = device_column_lists(bm.kinds, stream) if hasattr(bm.kinds, "copy_to_host") else \
+                column_lists(np.asarray(bm.kinds))
+            return arrays + device_arrays((bm.kinds, *lists), stream)
         return arrays + device_arrays((bm.kinds, bm.counts, bm.indices), stream)

@@ -46,7 +46,7 @@ from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES, cp_async_ring, ring_padding
 from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.variants.launching import KernelMods
-from numba_attn.variants.stages import EMPTY, FULL, PLAIN
+from numba_attn.variants.stages import FULL, PLAIN
 
 M = 64  # rows of a wgmma (keys of a dK/dV block, query rows of a dQ block): one warpgroup
 THREADS = 128
@@ -242,8 +242,8 @@ def waited_q_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=
 def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedule=waited_kv_tile, stage=PLAIN):
     """grad_kv: a warpgroup owns 64 keys of one KV head; Q_i/dO_i tiles of Br rows come through the ring, each
     one computed by ``schedule(D, Br, STAGES, causal, bf16, stage)``'s tile step. The walk goes over the Q tiles of
-    each query head of the KV head in turn; a variant's EMPTY tiles (its block mask at (Br, 64)) are neither loaded
-    nor computed."""
+    each query head of the KV head in turn; with a mask function, the Q tiles its block mask at (Br, 64) lists for
+    the key block (column lists: EMPTY tiles neither loaded nor computed nor read)."""
     kv_tile = schedule(D, Br, STAGES, causal, bf16, stage)
     copy_own = make_ring_copy(D, M, 1, THREADS)  # K_j, V_j: one "stage" of 64 rows
     copy_ring = make_ring_copy(D, Br, STAGES, THREADS)  # Q_i then dO_i buffers
@@ -267,28 +267,37 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedul
             cp_async16_flat(rows, (2 * sb + which) * Br + 4 * c, st, (bh * 2 + which) * st.shape[2] + tile * Br + 4 * c,
                             True)
 
+    LISTED = stage.active  # a mask function: its block mask's column lists (with the causal bound) give the tiles
+
+    @device
+    def head_tiles(hq, walk):
+        """How many Q tiles query head ``hq`` of the KV head visits for this key block (0 past the last head)."""
+        G, t0, n_plain, b, h0, kb, mods = walk
+        if hq >= G:
+            return 0
+        return stage.loop_keys(mods, b, h0 + hq, kb, n_plain * Br, Br) // Br
+
     @device
     def visited(pos, walk):
-        """The walk's first visited tile from ``pos = (hq, tile)`` on: the Q tiles t0 .. t_end - 1 of query heads
-        0 .. G - 1 (``hq == G``: none left), skipping the block mask's EMPTY tiles (none without a mask)."""
-        hq, tile = pos
-        G, t0, t_end, b, h0, kt, mods = walk
-        while hq < G and stage.tile_kind(mods, b, h0 + hq, tile, kt) == EMPTY:
-            tile += 1
-            if tile == t_end:
-                tile = t0
-                hq += 1
-        return hq, tile
+        """The walk's first visited tile from ``pos = (hq, idx, n)`` on (idx-th of the n tiles query head hq
+        visits): the next head's first where hq's are done, ``hq == G`` when none is left."""
+        hq, idx, n = pos
+        while hq < walk[0] and idx >= n:
+            hq += 1
+            idx = 0
+            n = head_tiles(hq, walk)
+        return hq, idx, n
 
     @device
     def following(pos, walk):
         """The visited tile after ``pos``."""
-        hq, tile = pos
-        tile += 1
-        if tile == walk[2]:
-            tile = walk[1]
-            hq += 1
-        return visited((hq, tile), walk)
+        return visited((pos[0], pos[1] + 1, pos[2]), walk)
+
+    @device
+    def q_tile_of(pos, walk):
+        """The Q tile (its index) at ``pos``: t0 + idx, or the idx-th of the column's list."""
+        G, t0, n_plain, b, h0, kb, mods = walk
+        return stage.tile_start(mods, b, h0 + pos[0], kb, (t0 + pos[1]) * Br, Br) // Br
 
     @kernel
     def grad_kv(q, k, v, do, st, dk, dv, scale, H, G, Nq, Nk, mods):
@@ -303,17 +312,18 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedul
         kvh = cuda.blockIdx.y
         jb = cuda.blockIdx.x * M
         copy_own(own, k, v, cuda.blockIdx.x, 0, tid, kvh, Nk)
-        t0 = first_q_tile(jb, Nq, Nk, causal, Br) // Br  # causal: earlier Q tiles see none of the block's keys
+        # causal: earlier Q tiles see none of the block's keys (a mask function's lists hold that bound)
+        t0 = 0 if LISTED else first_q_tile(jb, Nq, Nk, causal, Br) // Br
         bh0 = first_q_head(kvh, H, G)
         b = bh0 // H  # (divisions once, none in the loop)
-        walk = (G, t0, (Nq + Br - 1) // Br, b, bh0 - b * H, cuda.blockIdx.x, mods)
+        walk = (G, t0, (Nq + Br - 1) // Br - t0, b, bh0 - b * H, cuda.blockIdx.x, mods)
         to = (ring, q, do, tid, Nq, rows, st)
-        cur = visited((0, t0), walk)  # the tile computed next
+        cur = visited((0, 0, head_tiles(0, walk)), walk)  # the tile computed next
         nxt = cur  # the tile issued next (STAGES - 1 ahead)
         sb_next = 0
         for _ in range(STAGES - 1):  # the first STAGES - 1 tiles (K_j, V_j in the first group)
             if nxt[0] < G:
-                copy_q_tile(bh0 + nxt[0], nxt[1], sb_next, to)
+                copy_q_tile(bh0 + nxt[0], q_tile_of(nxt, walk), sb_next, to)
                 nxt = following(nxt, walk)
             cp_async_commit()
             sb_next = sb_next + 1 if sb_next + 1 < STAGES else 0
@@ -332,13 +342,14 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedul
             cp_async_wait(WAIT)  # tile cur has landed (this thread's copies) ...
             cuda.syncthreads()  # ... every thread's; every warp is done with the tile before, whose stage is refilled
             if nxt[0] < G:
-                copy_q_tile(bh0 + nxt[0], nxt[1], sb_next, to)
+                copy_q_tile(bh0 + nxt[0], q_tile_of(nxt, walk), sb_next, to)
                 nxt = following(nxt, walk)
             cp_async_commit()
             sb_next = sb_next + 1 if sb_next + 1 < STAGES else 0
             h = walk[4] + cur[0]
-            var = (b, h, stage.tile_kind(mods, b, h, cur[1], cuda.blockIdx.x), mods)
-            kv_tile((St, dPt, pf, dsf, dK, dV), own, ring, rows, sb, cur[1] * Br, j_lo, t, Nq, Nk, scale, var)
+            qt = q_tile_of(cur, walk)
+            var = (b, h, stage.tile_kind(mods, b, h, qt, cuda.blockIdx.x), mods)
+            kv_tile((St, dPt, pf, dsf, dK, dV), own, ring, rows, sb, qt * Br, j_lo, t, Nq, Nk, scale, var)
             sb = sb + 1 if sb + 1 < STAGES else 0
             cur = following(cur, walk)
         for dt in range(D // 8):  # dK_j (× scale: S was Q Kᵀ · scale) and dV_j, two columns per word
@@ -453,7 +464,8 @@ def launch_backward(name, problem, Br, Bc, stages, kv_schedule=waited_kv_tile, q
     stage = tiled_mask_stage(problem)  # (PLAIN without a mask function)
     grad_kv = make_grad_kv(D, Br, stages, problem.causal, bf16, kv_schedule, stage)
     grad_q = make_grad_q(D, Bc, stages, problem.causal, bf16, q_schedule, stage)
-    kv_mods, q_mods = KernelMods(problem, Br, M), KernelMods(problem, M, Bc)  # the block mask at each kernel's tiles
+    # the block mask at each kernel's tiles; the dK/dV kernel's lists per column of key tiles
+    kv_mods, q_mods = KernelMods(problem, Br, M, columns=True), KernelMods(problem, M, Bc)
     scale = float32(problem.sm_scale)
     NQP = padded_rows(Nq, Br)
     st = cuda.device_array((B * H, 2, NQP), dtype="float32")  # lse, Delta
