@@ -90,7 +90,18 @@ def _checked(kind, arrays):
 
 
 def _plan(ph, problem, params):
-    key = (ph.name, problem, tuple(sorted(params.items())))
+    variant = getattr(problem, "variant", None)
+    if variant is not None:  # a new Variant each call: the plan is keyed by what its kernels and block masks depend
+        # on (the functions, their array counts, a score function's derivative), as attention()'s plans are; the
+        # call's own arrays reach the plan's KernelMods, which recompute the block mask when they change
+        from numba_attn.variants.mods import python_function
+
+        score = variant.score
+        what = (problem.replace(variant=None), variant.signature(),
+                None if score is None or score.derivative is None else python_function(score.derivative))
+    else:
+        what = problem
+    key = (ph.name, what, tuple(sorted(params.items())))
     launch = _PLANS.get(key)
     if launch is None:
         launch = _PLANS[key] = ph.plan(problem, **params)

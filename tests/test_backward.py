@@ -241,6 +241,29 @@ def test_wgmma_backward_runs_mask_variants(phase, variant):
     assert row["status"] == "OK", f"{phase.name} {variant}: {row['status']}: {row['reason']}"
 
 
+def test_a_mask_reused_across_calls_keeps_its_plan_and_block_mask(monkeypatch):
+    """attention_backward makes a new variant at every call: its plan (and so the block mask of a mask without
+    arrays) is kept by the functions, not rebuilt per call; another mask function gets its own."""
+    from numba_attn.variants import launching
+    from numba_attn.variants.library import sliding_window
+
+    made = []
+    original = launching.KernelMods.block_mask
+    monkeypatch.setattr(launching.KernelMods, "block_mask", lambda self, *a, **k: made.append(1) or original(self, *a, **k))
+    prob = VARIANT_PROBLEM
+    q, k, v = prob.inputs(1)
+    do = np.random.default_rng(7).standard_normal(q.shape).astype(np.float16)
+    window = sliding_window(5)
+    ref = grad_reference(q, k, v, do, causal=True, variant=_mask_variants()["window5"])
+    grads = [attention_backward(q, k, v, ref.o.astype(np.float16), ref.lse.astype(np.float32), do, causal=True,
+                                phase="bwd_mma", mask_mod=window, Br=16, Bc=16) for _ in range(3)]
+    assert len(made) == 1, made
+    np.testing.assert_array_equal(grads[2][0], grads[0][0])
+    attention_backward(q, k, v, ref.o.astype(np.float16), ref.lse.astype(np.float32), do, causal=True,
+                       phase="bwd_mma", mask_mod=sliding_window(9), Br=16, Bc=16)
+    assert len(made) == 2, made
+
+
 def test_a_score_function_is_refused_by_the_wgmma_steps():
     """bwd_wgmma takes mask functions only: a score function is refused naming the phase that runs it."""
     prob = SHAPES[QUICK_D64].replace(variant=_mask_variants()["window9+softcap"])
