@@ -23,7 +23,6 @@ from numba_attn.array_kinds import (DEVICE, NUMPY, TORCH, TORCH_CPU, arrays_for_
                                     contiguous, described, kind_of, numpy_as_tensor, one_kind, tensor_as_numpy)
 from numba_attn.phases.backward.common import run_backward_launch  # noqa: E402
 from numba_attn.phases.registry import BACKWARD, Phase, get_phase, list_phases  # noqa: E402
-from numba_attn.variants.blockmask import device_arrays  # noqa: E402
 from numba_attn.spec.errors import AttentionInputError, check_arrays, check_bool  # noqa: E402
 from numba_attn.spec.grad_reference import backward_case  # noqa: E402,F401 (check_backward's; re-exported)
 
@@ -202,7 +201,7 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=N
         douts = outs = [cuda.device_array(tuple(a.shape), dtype=dev[n].dtype) for n, a in (("q", q), ("k", k),
                                                                                           ("v", v))]
     run_backward_launch(launch, [dev[n] for n in ("q", "k", "v", "o", "lse", "do")], douts,
-                        mods=() if variant is None else device_arrays(variant.aux))
+                        mods=() if variant is None else variant.aux)  # (as given: the launch moves them)
     grads = tuple(outs) if kind in (TORCH, DEVICE) else tuple(d.copy_to_host().view(np.asarray(a).dtype)
                                                              for d, a in zip(outs, (q, k, v)))
     return grads if sink is None else grads + (sink_grad(kind, o, do, arrays["lse"], sink),)

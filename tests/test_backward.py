@@ -232,18 +232,21 @@ WGMMA_VARIANT_PROBLEM = na.Problem(batch=1, heads=4, kv_heads=2, q_len=40, kv_le
 
 @pytest.mark.parametrize("phase,variant", [
     pytest.param(p, v, id=f"{p.name}-{v}", marks=() if (p.name, v) == ("bwd_wgmma", "window5") else pytest.mark.full)
-    for p in PHASES if p.head_dims and 16 not in p.head_dims for v in ("window5", "document")])
-def test_wgmma_backward_runs_mask_variants(phase, variant):
-    """The wgmma steps with a mask function: EMPTY tiles of the block mask skipped in both walks (dK/dV over Q
-    tiles, dQ over key tiles), the function on PARTIAL ones; GQA, causal, 16-row tiles over 40 x 45."""
+    for p in PHASES if p.head_dims and 16 not in p.head_dims for v in ("window5", "document", "window9+softcap",
+                                                                         "alibi")])
+def test_wgmma_backward_runs_variants(phase, variant):
+    """The wgmma steps with a variant: a mask function's EMPTY tiles skipped in both walks (dK/dV over Q tiles by
+    the block mask's column lists, dQ over key tiles), the function on PARTIAL ones; a score function and its
+    derivative on every score; GQA, causal, 16-row tiles over 40 x 45."""
     prob = WGMMA_VARIANT_PROBLEM.replace(variant=_mask_variants()[variant])
     row = check_backward(phase.name, prob, **phase.sim_params)
     assert row["status"] == "OK", f"{phase.name} {variant}: {row['status']}: {row['reason']}"
 
 
 def test_a_mask_reused_across_calls_keeps_its_plan_and_block_mask(monkeypatch):
-    """attention_backward makes a new variant at every call: its plan (and so the block mask of a mask without
-    arrays) is kept by the functions, not rebuilt per call; another mask function gets its own."""
+    """attention_backward makes a new variant at every call: its plan is kept by the functions, not rebuilt per
+    call, and with it the block mask, for a mask with arrays while their content stays the same; another mask
+    function, or other arrays, get their own."""
     from numba_attn.variants import launching
     from numba_attn.variants.library import sliding_window
 
@@ -262,13 +265,26 @@ def test_a_mask_reused_across_calls_keeps_its_plan_and_block_mask(monkeypatch):
     attention_backward(q, k, v, ref.o.astype(np.float16), ref.lse.astype(np.float32), do, causal=True,
                        phase="bwd_mma", mask_mod=sliding_window(9), Br=16, Bc=16)
     assert len(made) == 2, made
+    # a mask with arrays: its block mask kept while the arrays' content is the same, made again when it changes
+    from numba_attn.variants.library import document
+
+    docs = np.repeat(np.arange(8, dtype=np.int32), 6)[None, :45]
+    for ids in (docs, docs.copy(), docs // 2):
+        attention_backward(q, k, v, ref.o.astype(np.float16), ref.lse.astype(np.float32), do, causal=True,
+                           phase="bwd_mma", mask_mod=document(ids), Br=16, Bc=16)
+    assert len(made) == 4, made
 
 
-def test_a_score_function_is_refused_by_the_wgmma_steps():
-    """bwd_wgmma takes mask functions only: a score function is refused naming the phase that runs it."""
-    prob = SHAPES[QUICK_D64].replace(variant=_mask_variants()["window9+softcap"])
-    reason = na.get_phase("bwd_wgmma").supports(prob, Br=16, Bc=16, stages=2)
-    assert reason and "bwd_mma" in reason and "score_mod" in reason, reason
+def test_the_wgmma_steps_refuse_a_score_function_without_its_derivative():
+    from numba_attn.variants.mods import make_variant
+
+    def double(score, b, h, q_idx, kv_idx):
+        return score * 2.0
+
+    prob = SHAPES[QUICK_D64].replace(variant=make_variant(None, double))
+    for name in ("bwd_wgmma", "bwd_wgmma_overlap"):
+        reason = na.get_phase(name).supports(prob, Br=16, Bc=16, stages=2)
+        assert reason and "score_mod without its derivative" in reason, reason
 
 
 def _masked_case(name):

@@ -369,4 +369,4 @@ def bwd_mma(problem, Br=0, Bc=0):
         grad_kv[grid_kv, 2 * Bc, stream](q, k, v, do, lse, dl, dk, dv, scale, H, G, Nq, Nk, mods)  # Bc / 16 warps
         grad_q[grid_q, 2 * Br, stream](q, k, v, do, lse, dl, dq, scale, H, G, Nq, Nk, mods)  # Br / 16 warps
 
-    return backward_launch("bwd_mma", run, [delta, grad_kv, grad_q], dl.nbytes)
+    return backward_launch("bwd_mma", run, [delta, grad_kv, grad_q], dl.nbytes, host_aux=True)

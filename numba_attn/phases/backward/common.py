@@ -16,6 +16,7 @@ from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.ptx_loads import STATIC_SMEM_LIMIT
 from numba_attn.phases.registry import Launch
 from numba_attn.spec.errors import AttentionInputError
+from numba_attn.variants.blockmask import device_arrays
 
 SCORE_MOD_REFUSED = ("a score_mod without its derivative: pass score_mod_grad=, a function (score, b, h, q_idx, "
                      "kv_idx, *aux) -> d score_mod / d score (the built-ins softcap and alibi carry theirs)")
@@ -66,10 +67,12 @@ def tiled_mask_stage(problem):
     return stages_of(getattr(problem, "variant", None))
 
 
-def backward_launch(name: str, run, kernels, workspace_bytes: int = 0) -> Launch:
+def backward_launch(name: str, run, kernels, workspace_bytes: int = 0, host_aux: bool = False) -> Launch:
     """The :class:`Launch` of backward phase ``name``: ``run(q, k, v, o, lse, do, dq, dk, dv, stream=0, mods=())``
-    (``mods``: a mask variant's arrays on the device); a forward call (q, k, v, o) is refused naming the call that
-    runs it."""
+    (``mods``: a variant's arrays, as the call gives them: host arrays, tensors or device arrays; on the device
+    unless ``host_aux``, where ``run`` hands them to its :class:`~numba_attn.variants.launching.KernelMods`, which
+    keeps their block mask while the same arrays come back); a forward call (q, k, v, o) is refused naming the call
+    that runs it."""
 
     def call(q, k, v, o, *grads, stream=0, mods=()):
         if len(grads) == 6:  # the stream given by position
@@ -77,7 +80,8 @@ def backward_launch(name: str, run, kernels, workspace_bytes: int = 0) -> Launch
         if len(grads) != 5:  # (q, k, v, o[, stream]): a forward caller
             raise AttentionInputError(f"phase {name!r} computes gradients: numba_attn.attention_backward(q, k, v, "
                                       f"o, lse, do, phase={name!r}) runs it, attention() does not")
-        run(q, k, v, o, *grads, stream, () if mods is None else mods)
+        mods = () if mods is None else tuple(mods)
+        run(q, k, v, o, *grads, stream, mods if host_aux or not mods else device_arrays(mods, stream))
 
     return Launch(call, kernels=list(kernels), workspace_bytes=workspace_bytes, replayable=False)
 
