@@ -41,7 +41,7 @@ from numba_attn.gpu.wgmma import (kmajor_params, make_ring_copy, make_wgmma_rs, 
                                   mnmajor_params, row_bytes)
 from numba_attn.phases.backward.b02_bwd_mma import visible
 from numba_attn.phases.backward.common import (backward_launch, first_q_head, first_q_tile, keys_of_row, kv_head,
-                                               tiled_mask_stage)
+                                               one, score_grad_stage, tiled_mask_stage, variant_reason)
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES, cp_async_ring, ring_padding
 from numba_attn.phases.tensor_core.scheduler import key_tiles
@@ -124,14 +124,17 @@ def make_products(bf16: bool, N: int, D: int, STAGES: int):
 
 
 @functools.cache
-def kv_elementwise(Br: int, causal: bool, stage=PLAIN):
+def kv_elementwise(Br: int, causal: bool, stage=PLAIN, dmod=one):
     """``(probabilities, score_grads)`` of a dK/dV tile in the transposed accumulator layout (rows = keys j_lo,
     j_lo + 8 of this lane, columns = the tile's query rows i0 + 8nt + 2t + c, their lse and Delta in ``rows``):
     Pᵀ = exp(Sᵀ·scale − lse_i) in place (0 where row i does not see key j, by the causal bound or the variant
-    ``stage``'s mask function on a PARTIAL tile: ``var = (b, h, kind, mods)``), then dSᵀ = Pᵀ∘(dPᵀ − Delta_i)."""
+    ``stage``'s mask function on a PARTIAL tile: ``var = (b, h, kind, mods)``), then dSᵀ = Pᵀ∘(dPᵀ − Delta_i). A score
+    function: Pᵀ = exp(score_mod(Sᵀ·scale) − lse_i), its derivative ``dmod`` at Sᵀ·scale kept in ``Gt`` for
+    dSᵀ = Pᵀ∘(dPᵀ − Delta_i)∘score_mod'."""
+    SCORED = stage.scored
 
     @device
-    def probabilities(St, rows, sb, i0, j_lo, t, Nq, Nk, scale, var):
+    def probabilities(St, Gt, rows, sb, i0, j_lo, t, Nq, Nk, scale, var):
         b, h, kind, mods = var
         for nt in range(Br // 8):
             for c in range(2):
@@ -141,31 +144,41 @@ def kv_elementwise(Br: int, causal: bool, stage=PLAIN):
                     x = 4 * nt + 2 * hi + c
                     j = j_lo + 8 * hi
                     p = float32(0.0)
+                    grad = float32(0.0)
                     if visible(i0 + r, j, Nq, Nk, causal) and (kind == FULL or
                                                                stage.visible(b, h, i0 + r + Nk - Nq, j, mods)):
-                        p = math.exp(St[x] * scale - lse_i)
+                        if SCORED:
+                            sc = St[x] * scale
+                            p = math.exp(stage.modified(sc, b, h, i0 + r + Nk - Nq, j, mods) - lse_i)
+                            grad = dmod(sc, b, h, i0 + r + Nk - Nq, j, mods)
+                        else:
+                            p = math.exp(St[x] * scale - lse_i)
                     St[x] = p
+                    if SCORED:
+                        Gt[x] = grad
 
     @device
-    def score_grads(Pt, dPt, rows, sb, t):
+    def score_grads(Pt, dPt, Gt, rows, sb, t):
         for nt in range(Br // 8):
             for c in range(2):
                 delta_i = rows[2 * sb + 1, 8 * nt + 2 * t + c]
                 for hi in range(2):
                     x = 4 * nt + 2 * hi + c
-                    dPt[x] = Pt[x] * (dPt[x] - delta_i)
+                    ds = Pt[x] * (dPt[x] - delta_i)
+                    dPt[x] = ds * Gt[x] if SCORED else ds
 
     return probabilities, score_grads
 
 
 @functools.cache
-def q_elementwise(Bc: int, causal: bool, stage=PLAIN):
+def q_elementwise(Bc: int, causal: bool, stage=PLAIN, dmod=one):
     """``(probabilities, score_grads)`` of a dQ tile (rows r_lo, r_lo + 8 of this lane with their lse and Delta,
     keys j0 + 8nt + 2t + c): P = exp(S·scale − lse) in place (0 where masked, ``var`` as for the dK/dV tile), then
-    dS = P∘(dP − Delta) in place."""
+    dS = P∘(dP − Delta) in place (a score function: as for the dK/dV tile, its derivative in ``G``)."""
+    SCORED = stage.scored
 
     @device
-    def probabilities(S, j0, r_lo, lse_lo, lse_hi, t, Nq, Nk, scale, var):
+    def probabilities(S, G, j0, r_lo, lse_lo, lse_hi, t, Nq, Nk, scale, var):
         b, h, kind, mods = var
         for nt in range(Bc // 8):
             for x4 in range(4):
@@ -173,37 +186,46 @@ def q_elementwise(Bc: int, causal: bool, stage=PLAIN):
                 x = 4 * nt + x4
                 i, j = r_lo + 8 * hi, j0 + 8 * nt + 2 * t + c
                 p = float32(0.0)
+                grad = float32(0.0)
                 if visible(i, j, Nq, Nk, causal) and (kind == FULL or stage.visible(b, h, i + Nk - Nq, j, mods)):
-                    p = math.exp(S[x] * scale - (lse_hi if hi else lse_lo))
+                    if SCORED:
+                        sc = S[x] * scale
+                        p = math.exp(stage.modified(sc, b, h, i + Nk - Nq, j, mods) - (lse_hi if hi else lse_lo))
+                        grad = dmod(sc, b, h, i + Nk - Nq, j, mods)
+                    else:
+                        p = math.exp(S[x] * scale - (lse_hi if hi else lse_lo))
                 S[x] = p
+                if SCORED:
+                    G[x] = grad
 
     @device
-    def score_grads(P, dP, dl_lo, dl_hi):
+    def score_grads(P, dP, G, dl_lo, dl_hi):
         for nt in range(Bc // 8):
             for x4 in range(4):
                 x = 4 * nt + x4
-                dP[x] = P[x] * (dP[x] - (dl_hi if x4 // 2 else dl_lo))
+                ds = P[x] * (dP[x] - (dl_hi if x4 // 2 else dl_lo))
+                dP[x] = ds * G[x] if SCORED else ds
 
     return probabilities, score_grads
 
 
 @functools.cache
-def waited_kv_tile(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN):
+def waited_kv_tile(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one):
     """One Q tile of the dK/dV kernel, each pair of products waited for at once: Sᵀ = K_j Q_iᵀ and dPᵀ = V_j dO_iᵀ,
     Pᵀ and dSᵀ, then dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i."""
     issue_scores, wait_two, pack, accumulate = make_products(bf16, Br, D, STAGES)
     wait_kv = make_wgmma_wait(0, D // 2, D // 2)
-    probabilities, score_grads = kv_elementwise(Br, causal, stage)
+    probabilities, score_grads = kv_elementwise(Br, causal, stage, dmod)
     OWN, TILE = tile_bytes(M, D), tile_bytes(Br, D)
 
     @device
     def kv_tile(regs, own, ring, rows, sb, i0, j_lo, t, Nq, Nk, scale, var):
-        St, dPt, pf, dsf, dK, dV = regs
+        St, dPt, pf, dsf, dK, dV, Gt = regs
         issue_scores(St, own, 0, ring, sb * TILE)  # Sᵀ = K_j Q_iᵀ
         issue_scores(dPt, own, OWN, ring, (STAGES + sb) * TILE)  # dPᵀ = V_j dO_iᵀ
         wait_two(St, dPt)
-        probabilities(St, rows, sb, i0, j_lo, t, Nq, Nk, scale, var)
-        score_grads(St, dPt, rows, sb, t)
+        probabilities(St, Gt, rows, sb, i0, j_lo, t, Nq, Nk, scale, var)
+        score_grads(St, dPt, Gt, rows, sb, t)
         pack(pf, St)
         pack(dsf, dPt)
         accumulate(dV, pf, 0, ring, (STAGES + sb) * TILE)  # dV_j += Pᵀ dO_i
@@ -214,23 +236,23 @@ def waited_kv_tile(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, stage
 
 
 @functools.cache
-def waited_q_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN):
+def waited_q_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one):
     """One K/V tile of the dQ kernel, each product waited for at once: S = Q_i K_jᵀ and dP = dO_i V_jᵀ, dS, then
     dQ_i += dS K_j."""
     issue_scores, wait_two, pack, accumulate = make_products(bf16, Bc, D, STAGES)
     wait_q = make_wgmma_wait(0, D // 2)
-    probabilities, score_grads = q_elementwise(Bc, causal, stage)
+    probabilities, score_grads = q_elementwise(Bc, causal, stage, dmod)
     OWN, TILE = tile_bytes(M, D), tile_bytes(Bc, D)
 
     @device
     def q_tile(regs, own, ring, sb, j0, r_lo, stats, t, Nq, Nk, scale, var):
-        S, dS, dsf, dQ = regs
+        S, dS, dsf, dQ, G = regs
         lse_lo, lse_hi, dl_lo, dl_hi = stats
         issue_scores(S, own, 0, ring, sb * TILE)  # S = Q_i K_jᵀ
         issue_scores(dS, own, OWN, ring, (STAGES + sb) * TILE)  # dP = dO_i V_jᵀ
         wait_two(S, dS)
-        probabilities(S, j0, r_lo, lse_lo, lse_hi, t, Nq, Nk, scale, var)
-        score_grads(S, dS, dl_lo, dl_hi)
+        probabilities(S, G, j0, r_lo, lse_lo, lse_hi, t, Nq, Nk, scale, var)
+        score_grads(S, dS, G, dl_lo, dl_hi)
         pack(dsf, dS)
         accumulate(dQ, dsf, 0, ring, sb * TILE)  # dQ_i += dS K_j
         wait_q(dQ, dQ)
@@ -239,12 +261,13 @@ def waited_q_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=
 
 
 @functools.cache
-def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedule=waited_kv_tile, stage=PLAIN):
+def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedule=waited_kv_tile, stage=PLAIN,
+                 dmod=one):
     """grad_kv: a warpgroup owns 64 keys of one KV head; Q_i/dO_i tiles of Br rows come through the ring, each
     one computed by ``schedule(D, Br, STAGES, causal, bf16, stage)``'s tile step. The walk goes over the Q tiles of
     each query head of the KV head in turn; with a mask function, the Q tiles its block mask at (Br, 64) lists for
     the key block (column lists: EMPTY tiles neither loaded nor computed nor read)."""
-    kv_tile = schedule(D, Br, STAGES, causal, bf16, stage)
+    kv_tile = schedule(D, Br, STAGES, causal, bf16, stage, dmod)
     copy_own = make_ring_copy(D, M, 1, THREADS)  # K_j, V_j: one "stage" of 64 rows
     copy_ring = make_ring_copy(D, Br, STAGES, THREADS)  # Q_i then dO_i buffers
     store2 = pack_bf16x2 if bf16 else pack_f16x2
@@ -255,6 +278,7 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedul
     STAT_ROWS = 2 * STAGES  # (compile-time: a view's shape)
     WAIT = STAGES - 2  # copy groups that may stay in flight when tile it is needed (a compile-time constant)
     NS, NA, NP = Br // 2, D // 2, Br // 4  # accumulators of Sᵀ, of dK (dV), A registers of Pᵀ (dSᵀ)
+    NG = NS if stage.scored else 1  # a score function's derivatives at Sᵀ
 
     @device
     def copy_q_tile(bh, tile, sb, to):
@@ -331,6 +355,7 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedul
         dPt = cuda.local.array(NS, float32)
         pf = cuda.local.array(NP, uint32)
         dsf = cuda.local.array(NP, uint32)
+        Gt = cuda.local.array(NG, float32)
         dK = cuda.local.array(NA, float32)
         dV = cuda.local.array(NA, float32)
         for e in range(NA):
@@ -349,7 +374,7 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedul
             h = walk[4] + cur[0]
             qt = q_tile_of(cur, walk)
             var = (b, h, stage.tile_kind(mods, b, h, qt, cuda.blockIdx.x), mods)
-            kv_tile((St, dPt, pf, dsf, dK, dV), own, ring, rows, sb, qt * Br, j_lo, t, Nq, Nk, scale, var)
+            kv_tile((St, dPt, pf, dsf, dK, dV, Gt), own, ring, rows, sb, qt * Br, j_lo, t, Nq, Nk, scale, var)
             sb = sb + 1 if sb + 1 < STAGES else 0
             cur = following(cur, walk)
         for dt in range(D // 8):  # dK_j (× scale: S was Q Kᵀ · scale) and dV_j, two columns per word
@@ -364,17 +389,19 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedul
 
 
 @functools.cache
-def make_grad_q(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, schedule=waited_q_tile, stage=PLAIN):
+def make_grad_q(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, schedule=waited_q_tile, stage=PLAIN,
+                dmod=one):
     """grad_q: a warpgroup owns 64 query rows of one head; K_j/V_j tiles of Bc keys come through the ring, each
     one computed by ``schedule(D, Bc, STAGES, causal, bf16, stage)``'s tile step; with a mask, the visited key tiles
     of its block mask at (64, Bc) in order (EMPTY ones never loaded), as the forward's ring walks them."""
-    q_tile = schedule(D, Bc, STAGES, causal, bf16, stage)
+    q_tile = schedule(D, Bc, STAGES, causal, bf16, stage, dmod)
     copy_own = make_ring_copy(D, M, 1, THREADS)  # Q_i, dO_i
     copy_ring = make_ring_copy(D, Bc, STAGES, THREADS)  # K_j then V_j buffers
     store2 = pack_bf16x2 if bf16 else pack_f16x2
     OWN_WORDS = 2 * tile_bytes(M, D) // 4
     OWN_ROWS, RING_ROWS = 2 * tile_bytes(M, D) // 16, 2 * STAGES * tile_bytes(Bc, D) // 16
     NS, NA, NP = Bc // 2, D // 2, Bc // 4
+    NG = NS if stage.scored else 1
     count, tile_at, kind_at = key_tiles(Bc, stage)
 
     @device
@@ -410,6 +437,7 @@ def make_grad_q(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, schedule
         S = cuda.local.array(NS, float32)
         dS = cuda.local.array(NS, float32)
         dsf = cuda.local.array(NP, uint32)
+        G_ = cuda.local.array(NG, float32)
         dQ = cuda.local.array(NA, float32)
         for e in range(NA):
             dQ[e] = float32(0.0)
@@ -418,7 +446,7 @@ def make_grad_q(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, schedule
             kt = tile_at(walk, it)  # (read before the wait: its latency hidden)
             kind = kind_at(walk, kt)
             refill(walk, it, n_tiles, to)
-            q_tile((S, dS, dsf, dQ), own, ring, sb, kt * Bc, r_lo, (lse_lo, lse_hi, dl_lo, dl_hi), t, Nq, Nk,
+            q_tile((S, dS, dsf, dQ, G_), own, ring, sb, kt * Bc, r_lo, (lse_lo, lse_hi, dl_lo, dl_hi), t, Nq, Nk,
                    scale, (b, h, kind, mods))
             sb = sb + 1 if sb + 1 < STAGES else 0
         for dt in range(D // 8):  # dQ_i × scale, two columns per word
@@ -436,9 +464,9 @@ def _supports(problem, Br, Bc, stages):
     if D not in (64, 128):
         return (f"head_dim {D}: the swizzled 128-byte rows and the 64 × D dK, dV accumulators of a warpgroup take "
                 "D = 64 or 128 (bwd_mma runs multiples of 16 up to 128)")
-    variant = getattr(problem, "variant", None)
-    if variant is not None and variant.score is not None:
-        return "a score_mod: the wgmma backward's steps take mask functions only (bwd_mma runs score functions)"
+    reason = variant_reason(problem)  # a score function without its derivative
+    if reason:
+        return reason
     for name, n in (("Br", Br), ("Bc", Bc)):
         if n % 16 or not 16 <= n <= 128:
             return f"{name}={n} must be a multiple of 16 from 16 to 128 (the N of a wgmma, the k-steps of the next)"
@@ -462,8 +490,9 @@ def launch_backward(name, problem, Br, Bc, stages, kv_schedule=waited_kv_tile, q
     D, bf16 = problem.head_dim, problem.dtype == "bfloat16"
     row_stats, stat_rows = make_row_stats(D, bf16)
     stage = tiled_mask_stage(problem)  # (PLAIN without a mask function)
-    grad_kv = make_grad_kv(D, Br, stages, problem.causal, bf16, kv_schedule, stage)
-    grad_q = make_grad_q(D, Bc, stages, problem.causal, bf16, q_schedule, stage)
+    dmod = score_grad_stage(problem)  # (a score function's derivative; `one` without)
+    grad_kv = make_grad_kv(D, Br, stages, problem.causal, bf16, kv_schedule, stage, dmod)
+    grad_q = make_grad_q(D, Bc, stages, problem.causal, bf16, q_schedule, stage, dmod)
     # the block mask at each kernel's tiles; the dK/dV kernel's lists per column of key tiles
     kv_mods, q_mods = KernelMods(problem, Br, M, columns=True), KernelMods(problem, M, Bc)
     scale = float32(problem.sm_scale)
@@ -483,7 +512,7 @@ def launch_backward(name, problem, Br, Bc, stages, kv_schedule=waited_kv_tile, q
         launch_dynamic(grad_kv, grid_kv, THREADS, stream, kv_bytes, q, k, v, do, st, dk, dv, scale, H, G, Nq, Nk, kvm)
         launch_dynamic(grad_q, grid_q, THREADS, stream, q_bytes, q, k, v, do, st, dq, scale, H, G, Nq, Nk, qm)
 
-    return backward_launch(name, run, [row_stats, grad_kv, grad_q], st.nbytes)
+    return backward_launch(name, run, [row_stats, grad_kv, grad_q], st.nbytes, host_aux=True)
 
 
 @register_phase(

@@ -25,30 +25,31 @@ from numba_attn.gpu.jit import device
 from numba_attn.gpu.wgmma import make_wgmma_wait
 from numba_attn.phases.backward.b04_bwd_wgmma import (M, kv_elementwise, launch_backward, make_products,
                                                       q_elementwise, tile_bytes, wgmma_registration)
+from numba_attn.phases.backward.common import one
 from numba_attn.phases.registry import register_phase
 from numba_attn.variants.stages import PLAIN
 
 
 @functools.cache
-def overlapped_kv_tile(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN):
+def overlapped_kv_tile(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one):
     """One Q tile of the dK/dV kernel, element-wise work under the products in flight (module docstring)."""
     issue_scores, _, pack, accumulate = make_products(bf16, Br, D, STAGES)
     wait_older = make_wgmma_wait(1, Br // 2)  # all but the newest group: the older accumulators readable
     wait_kv = make_wgmma_wait(0, D // 2, D // 2)
-    probabilities, score_grads = kv_elementwise(Br, causal, stage)
+    probabilities, score_grads = kv_elementwise(Br, causal, stage, dmod)
     OWN, TILE = tile_bytes(M, D), tile_bytes(Br, D)
 
     @device
     def kv_tile(regs, own, ring, rows, sb, i0, j_lo, t, Nq, Nk, scale, var):
-        St, dPt, pf, dsf, dK, dV = regs
+        St, dPt, pf, dsf, dK, dV, Gt = regs
         issue_scores(St, own, 0, ring, sb * TILE)  # Sᵀ = K_j Q_iᵀ
         issue_scores(dPt, own, OWN, ring, (STAGES + sb) * TILE)  # dPᵀ = V_j dO_iᵀ
         wait_older(St, St)  # Sᵀ done, dPᵀ in flight
-        probabilities(St, rows, sb, i0, j_lo, t, Nq, Nk, scale, var)
+        probabilities(St, Gt, rows, sb, i0, j_lo, t, Nq, Nk, scale, var)
         pack(pf, St)
         accumulate(dV, pf, 0, ring, (STAGES + sb) * TILE)  # dV_j += Pᵀ dO_i, in flight
         wait_older(dPt, dPt)  # dPᵀ done, dV in flight
-        score_grads(St, dPt, rows, sb, t)
+        score_grads(St, dPt, Gt, rows, sb, t)
         pack(dsf, dPt)
         accumulate(dK, dsf, 0, ring, sb * TILE)  # dK_j += dSᵀ Q_i
         wait_kv(dV, dK)
@@ -57,25 +58,25 @@ def overlapped_kv_tile(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, s
 
 
 @functools.cache
-def overlapped_q_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN):
+def overlapped_q_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one):
     """One K/V tile of the dQ kernel, the exponentials under dP in flight."""
     issue_scores, _, pack, accumulate = make_products(bf16, Bc, D, STAGES)
     wait_older = make_wgmma_wait(1, Bc // 2)
     wait_dp = make_wgmma_wait(0, Bc // 2)
     wait_q = make_wgmma_wait(0, D // 2)
-    probabilities, score_grads = q_elementwise(Bc, causal, stage)
+    probabilities, score_grads = q_elementwise(Bc, causal, stage, dmod)
     OWN, TILE = tile_bytes(M, D), tile_bytes(Bc, D)
 
     @device
     def q_tile(regs, own, ring, sb, j0, r_lo, stats, t, Nq, Nk, scale, var):
-        S, dS, dsf, dQ = regs
+        S, dS, dsf, dQ, G = regs
         lse_lo, lse_hi, dl_lo, dl_hi = stats
         issue_scores(S, own, 0, ring, sb * TILE)  # S = Q_i K_jᵀ
         issue_scores(dS, own, OWN, ring, (STAGES + sb) * TILE)  # dP = dO_i V_jᵀ
         wait_older(S, S)  # S done, dP in flight
-        probabilities(S, j0, r_lo, lse_lo, lse_hi, t, Nq, Nk, scale, var)
+        probabilities(S, G, j0, r_lo, lse_lo, lse_hi, t, Nq, Nk, scale, var)
         wait_dp(dS, dS)
-        score_grads(S, dS, dl_lo, dl_hi)
+        score_grads(S, dS, G, dl_lo, dl_hi)
         pack(dsf, dS)
         accumulate(dQ, dsf, 0, ring, sb * TILE)  # dQ_i += dS K_j
         wait_q(dQ, dQ)
