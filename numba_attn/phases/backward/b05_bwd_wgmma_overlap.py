@@ -23,9 +23,9 @@ import functools
 
 from numba_attn.gpu.jit import device
 from numba_attn.gpu.wgmma import make_wgmma_wait
-from numba_attn.phases.backward.b04_bwd_wgmma import (M, kv_elementwise, launch_backward, make_products,
-                                                      q_elementwise, tile_bytes, wgmma_registration)
 from numba_attn.phases.backward.common import one
+from numba_attn.phases.backward.wgmma_steps import (M, kv_elementwise, launch_backward, make_products, q_elementwise,
+                                                    tile_bytes, wgmma_registration)
 from numba_attn.phases.registry import register_phase
 from numba_attn.variants.stages import PLAIN
 
