@@ -369,7 +369,7 @@ def test_the_backward_peer_row():
     where torch has no GPU a SKIP row saying so."""
     from numba_attn.gpu.backend import IS_SIMULATOR
     from numba_attn.measure.config import RunConfig
-    from numba_attn.measure.peers import measure_peer
+    from numba_attn.measure.peer_rows import measure_peer
 
     row = measure_peer("torch_sdpa_backward", SHAPES["B1H2-37x21-D40-fp16"], RunConfig())
     assert row["phase_kind"] == "backward" and row["flops"] == 2.5 * SHAPES["B1H2-37x21-D40-fp16"].flops()

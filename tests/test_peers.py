@@ -13,6 +13,7 @@ import pytest
 
 from numba_attn import variants as V
 from numba_attn.measure import other_peers as O
+from numba_attn.measure import peer_rows as R
 from numba_attn.measure import peers as P
 from numba_attn.measure.config import RunConfig
 from numba_attn.spec.problem import Problem
@@ -47,14 +48,14 @@ def test_a_missing_package_is_a_skip_with_the_reason(name, monkeypatch):
     gone = ["flash_attn", "flash_attn.cute"] if name.startswith("fa4") else ["torch.nn.attention.flex_attention"]
     for mod in gone:
         monkeypatch.setitem(sys.modules, mod, None)  # an import of it fails
-    row = P.measure_peer(name, FP16, RunConfig())
+    row = R.measure_peer(name, FP16, RunConfig())
     assert row["status"] == "SKIP" and row["kind"] == "peer" and row["phase"] == name, row
     assert ("flash_attn.cute" in row["reason"] and "[fa4]" in row["reason"] if name.startswith("fa4")
             else "no FlexAttention" in row["reason"]), row["reason"]
     assert row.get("phase_kind") == ("backward" if name.endswith("_backward") else None)
     assert row["flops"] == (2.5 if name.endswith("_backward") else 1) * FP16.flops()
     monkeypatch.setitem(sys.modules, "torch", None)
-    row = P.measure_peer(name, FP16, RunConfig())
+    row = R.measure_peer(name, FP16, RunConfig())
     assert row["status"] == "SKIP" and "torch not importable" in row["reason"], row
 
 
@@ -63,7 +64,7 @@ def test_torch_without_cuda_is_a_skip():
         pytest.skip("torch has a GPU here: the peers run")
     pytest.importorskip("torch.nn.attention.flex_attention")
     for name in ("torch_flex", "torch_flex_backward"):
-        row = P.measure_peer(name, FP16, RunConfig())
+        row = R.measure_peer(name, FP16, RunConfig())
         assert row["status"] == "SKIP" and row["reason"] == P.torch_status(), row
 
 
@@ -74,7 +75,7 @@ def test_problems_flashattention4_cannot_run_are_skips():
     assert "'document'" in O.fa4_problem_reason(FP16.replace(variant=doc))
     assert O.fa4_problem_reason(FP16) is None
     for name in ("fa4", "fa4_backward"):  # before any import
-        assert "head_dim" in P.measure_peer(name, FP16.replace(head_dim=40), RunConfig())["reason"]
+        assert "head_dim" in R.measure_peer(name, FP16.replace(head_dim=40), RunConfig())["reason"]
 
     class Torch:  # the GPU's compute capability
         class cuda:
@@ -192,11 +193,11 @@ def test_a_function_of_the_users_own_has_no_twin(monkeypatch):
     pytest.importorskip("torch.nn.attention.flex_attention")
     monkeypatch.setattr(O, "torch_status", lambda: None)  # as on a GPU: the mapping decides
     for name in ("torch_flex", "torch_flex_backward"):
-        row = P.measure_peer(name, p, RunConfig())
+        row = R.measure_peer(name, p, RunConfig())
         assert row["status"] == "SKIP" and "_user_mask" in row["reason"], row
 
 
 def test_sdpa_skips_a_variant_and_names_the_peers_that_run_it():
     p = FP16.replace(variant=V.make_variant(V.sliding_window(5)))
     assert "torch_flex" in P.skip_reason(p) and "fa4_backward" in P.skip_reason(p, backward=True)
-    assert P.measure_peer("torch_sdpa", p, RunConfig())["status"] == "SKIP"
+    assert R.measure_peer("torch_sdpa", p, RunConfig())["status"] == "SKIP"

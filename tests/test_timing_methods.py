@@ -245,7 +245,8 @@ def test_timing_cupti_in_the_simulator_says_it_needs_a_gpu(capsys):
 @pytest.mark.serial  # timing: not while other tests share the GPU
 def test_gpu_cupti_times_phases_and_sdpa_the_same_way():
     from numba_attn.measure.config import RunConfig
-    from numba_attn.measure.peers import measure_peer, torch_status
+    from numba_attn.measure.peer_rows import measure_peer
+    from numba_attn.measure.peers import torch_status
     from numba_attn.measure.row import measure
     from numba_attn.spec.problem import Problem
 

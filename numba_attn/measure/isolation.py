@@ -59,7 +59,7 @@ def run_task(kind, payload) -> dict:
         name, prob, cfgd = payload
         return measure(name, Problem.from_dict(prob), config_from_dict(cfgd))
     if kind == "peer":
-        from numba_attn.measure.peers import measure_peer
+        from numba_attn.measure.peer_rows import measure_peer
 
         name, prob, cfgd = payload
         return measure_peer(name, Problem.from_dict(prob), config_from_dict(cfgd))

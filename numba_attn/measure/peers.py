@@ -16,7 +16,7 @@ Peers (``peer_names()``):
 SDPA's backward peers (``backward_peer_names()``: ``torch_sdpa_backward`` and one per backend) time
 ``torch.autograd.grad`` through its output. SDPA runs plain problems: a problem with a mask or score function
 (``problem.variant``) is ``SKIP`` here, and runs on the peers of other libraries,
-:mod:`numba_attn.measure.other_peers` — FlashAttention-4 (``fa4``, ``fa4_backward``) and FlexAttention
+:mod:`numba_attn.measure.other_peers` (rows by :func:`numba_attn.measure.peer_rows.measure_peer`) — FlashAttention-4 (``fa4``, ``fa4_backward``) and FlexAttention
 (``torch_flex``, ``torch_flex_backward``), measured by the helpers below (:func:`torch_inputs`,
 :func:`first_call`, :func:`check_output`, :func:`check_grads`, :func:`time_torch_calls`) as SDPA's are. They are
 in no default set (``known_peer_names()`` lists every name): a run names them (``--peers``, ``peer_list=``).
@@ -389,11 +389,9 @@ def check_grads(row: dict, grads, ref, problem: Problem) -> bool:
     return worst.ok
 
 
-def measure_peer(name: str, problem: Problem, cfg) -> dict:
-    if name in OTHER_PEERS + OTHER_BACKWARD_PEERS:
-        from numba_attn.measure.other_peers import measure_other_peer
-
-        return measure_other_peer(name, problem, cfg)
+def measure_sdpa_peer(name: str, problem: Problem, cfg) -> dict:
+    """The row of SDPA peer ``name`` (forward or backward); :func:`numba_attn.measure.peer_rows.measure_peer` takes
+    every peer's name."""
     if name in BACKWARD_PEERS:
         return measure_backward_peer(name, problem, cfg)
     dtype = peer_dtype(name, problem)

@@ -39,7 +39,8 @@ from numba_attn.measure.ceilings import CEILINGS, attach_fractions
 from numba_attn.measure.config import RunConfig, config_to_dict
 from numba_attn.measure.env import env_key, environment
 from numba_attn.measure.isolation import WorkerProcess, call_setup, run_task
-from numba_attn.measure.peers import measure_peer, peer_names
+from numba_attn.measure.peer_rows import measure_peer
+from numba_attn.measure.peers import peer_names
 from numba_attn.measure.results import (ResultsWriter, results_lock, resumable_rows, row_key,
                                        source_hash_of, task_key)
 from numba_attn.measure.row import measure
