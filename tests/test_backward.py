@@ -233,7 +233,8 @@ WGMMA_VARIANT_PROBLEM = na.Problem(batch=1, heads=4, kv_heads=2, q_len=40, kv_le
 @pytest.mark.parametrize("phase,variant", [
     pytest.param(p, v, id=f"{p.name}-{v}", marks=pytest.mark.full)  # (~30 s each; the quick tier runs bwd_mma's)
     for p in PHASES if p.head_dims and 16 not in p.head_dims for v in ("window5", "document", "window9+softcap",
-                                                                         "alibi")])
+                                                                         "alibi")
+    if p.name == "bwd_wgmma" or v == "window9+softcap"])  # (the overlap phase: the same stages, another schedule)
 def test_wgmma_backward_runs_variants(phase, variant):
     """The wgmma steps with a variant: a mask function's EMPTY tiles skipped in both walks (dK/dV over Q tiles by
     the block mask's column lists, dQ over key tiles), the function on PARTIAL ones; a score function and its
@@ -407,6 +408,7 @@ def test_the_commands_list_run_and_refuse_backward_phases(tmp_path, capsys):
         tune(["bwd_naive"], [SMALL])
 
 
+@pytest.mark.full
 def test_bwd_mma_skips_the_tiles_a_mask_leaves_empty():
     """bwd_mma reads the block mask at its (Br, Bc) tiles: with a window of 8 over 96 keys (16 × 16 tiles) both
     kernels skip the empty tiles (11 of the causal problem's 21 tile pairs visited; without skipping both read
