@@ -94,36 +94,47 @@ def tile_lists(kinds: np.ndarray):
     return counts, indices
 
 
-@kernel
-def _lists_kernel(kinds, counts, indices):
-    row = cuda.grid(1)
+@functools.cache
+def _lists_kernel(columns: bool):
+    """One thread per row of query tiles (``columns``: per column of key tiles) listing the tiles it visits."""
+
+    @kernel
+    def lists(kinds, counts, indices):
+        line = cuda.grid(1)
+        B, H, NQ, NK = kinds.shape
+        N, M = (NK, NQ) if columns else (NQ, NK)  # lines, the tiles along a line
+        if line >= B * H * N:
+            return
+        b = line // (H * N)
+        h = (line // N) % H
+        a = line % N
+        n = 0
+        for x in range(M):
+            if (kinds[b, h, x, a] if columns else kinds[b, h, a, x]) != 0:
+                indices[b, h, a, n] = x
+                n += 1
+        counts[b, h, a] = n
+        for x in range(M):  # the empty tiles after, as the host twin orders them
+            if (kinds[b, h, x, a] if columns else kinds[b, h, a, x]) == 0:
+                indices[b, h, a, n] = x
+                n += 1
+
+    return lists
+
+
+def _device_lists(kinds, columns: bool, stream=0):
     B, H, NQ, NK = kinds.shape
-    if row >= B * H * NQ:
-        return
-    b = row // (H * NQ)
-    h = (row // NQ) % H
-    qt = row % NQ
-    n = 0
-    for kt in range(NK):
-        if kinds[b, h, qt, kt] != 0:
-            indices[b, h, qt, n] = kt
-            n += 1
-    counts[b, h, qt] = n
-    for kt in range(NK):  # the empty tiles after, as the host twin orders them
-        if kinds[b, h, qt, kt] == 0:
-            indices[b, h, qt, n] = kt
-            n += 1
+    N, M = (NK, NQ) if columns else (NQ, NK)
+    counts = cuda.device_array((B, H, N), np.int32, stream=stream)
+    indices = cuda.device_array((B, H, N, M), np.int32, stream=stream)
+    if B * H * N:
+        _lists_kernel(columns)[(B * H * N + 127) // 128, 128, stream](kinds, counts, indices)
+    return counts, indices
 
 
 def device_tile_lists(kinds, stream=0):
     """:func:`tile_lists` on the device, one thread per row of query tiles."""
-    B, H, NQ, NK = kinds.shape
-    counts = cuda.device_array((B, H, NQ), np.int32, stream=stream)
-    indices = cuda.device_array((B, H, NQ, NK), np.int32, stream=stream)
-    rows = B * H * NQ
-    if rows:
-        _lists_kernel[(rows + 127) // 128, 128, stream](kinds, counts, indices)
-    return counts, indices
+    return _device_lists(kinds, False, stream)
 
 
 def column_lists(kinds: np.ndarray):
@@ -133,36 +144,9 @@ def column_lists(kinds: np.ndarray):
     return tile_lists(np.ascontiguousarray(np.swapaxes(kinds, 2, 3)))
 
 
-@kernel
-def _column_lists_kernel(kinds, counts, indices):
-    col = cuda.grid(1)
-    B, H, NQ, NK = kinds.shape
-    if col >= B * H * NK:
-        return
-    b = col // (H * NK)
-    h = (col // NK) % H
-    kt = col % NK
-    n = 0
-    for qt in range(NQ):
-        if kinds[b, h, qt, kt] != 0:
-            indices[b, h, kt, n] = qt
-            n += 1
-    counts[b, h, kt] = n
-    for qt in range(NQ):
-        if kinds[b, h, qt, kt] == 0:
-            indices[b, h, kt, n] = qt
-            n += 1
-
-
 def device_column_lists(kinds, stream=0):
     """:func:`column_lists` on the device, one thread per column of key tiles."""
-    B, H, NQ, NK = kinds.shape
-    counts = cuda.device_array((B, H, NK), np.int32, stream=stream)
-    indices = cuda.device_array((B, H, NK, NQ), np.int32, stream=stream)
-    cols = B * H * NK
-    if cols:
-        _column_lists_kernel[(cols + 127) // 128, 128, stream](kinds, counts, indices)
-    return counts, indices
+    return _device_lists(kinds, True, stream)
 
 
 def _regrid(h: np.ndarray, have: int, want: int, n: int, axis: int) -> np.ndarray:
