@@ -23,13 +23,13 @@ from numba_attn.spec.reference import check  # noqa: E402
 from numba_attn.variants.mods import make_variant  # noqa: E402
 
 
-def cases(full: bool):
+def cases(full: bool, phases=("bwd_wgmma", "bwd_wgmma_overlap")):
     """(phase, D, dtype, causal, Nq, Nk, variant name): every phase and head dim on odd shapes; with ``full`` (the
     first runs) bfloat16 and q_len > kv_len too; a window and documents on both phases."""
     out = []
-    for ph in ("bwd_wgmma", "bwd_wgmma_overlap"):
+    for ph in phases:
         for D in (64, 128):
-            for dtype in (("float16", "bfloat16") if full and ph == "bwd_wgmma" else ("float16",)):
+            for dtype in (("float16", "bfloat16") if full and ph != "bwd_wgmma_overlap" else ("float16",)):
                 for causal in (False, True):
                     for Nq, Nk in ((300, 333), (333, 300)) if full and not causal else ((300, 333),):
                         out.append((ph, D, dtype, causal, Nq, Nk, "plain"))
@@ -44,10 +44,11 @@ def main():
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--full", action="store_true", help="the plain cases of the first runs too (bfloat16, Nq > Nk)")
+    ap.add_argument("--phases", default="bwd_wgmma,bwd_wgmma_overlap", help="comma-separated backward phases")
     a = ap.parse_args()
     rng = np.random.default_rng(0)
     bad = []
-    for ph, D, dtype, causal, Nq, Nk, vname in cases(a.full):
+    for ph, D, dtype, causal, Nq, Nk, vname in cases(a.full, a.phases.split(",")):
         dt = numpy_dtype(dtype)
         q = rng.standard_normal((2, 4, Nq, D)).astype(dt)
         k, v = (rng.standard_normal((2, 2, Nk, D)).astype(dt) for _ in range(2))

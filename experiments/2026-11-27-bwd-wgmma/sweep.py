@@ -35,7 +35,10 @@ def main():
     ap.add_argument("--N", type=int, default=4096)
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--configs", default=None,
+                    help='JSON {"phase label": {params}} in place of the built-in list (the label\'s first word: the phase)')
     a = ap.parse_args()
+    configs = json.loads(a.configs) if a.configs else CONFIGS
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     dt = getattr(torch, a.dtype)
@@ -55,7 +58,7 @@ def main():
             torch.cuda.empty_cache()
             row = {"D": D, "N": N, "causal": causal, "dtype": a.dtype, "ms": {}, "err": {}, "kernels": {}}
             sides = {}
-            for name, params in CONFIGS.items():
+            for name, params in configs.items():
                 phase = name.split()[0]
                 reason = na.get_phase(phase).supports(
                     na.Problem(batch=1, heads=32, q_len=N, head_dim=D, dtype=a.dtype, causal=causal), **params)

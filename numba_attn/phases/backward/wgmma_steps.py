@@ -197,6 +197,52 @@ def q_elementwise(Bc: int, causal: bool, stage=PLAIN, dmod=one):
 
 
 @functools.cache
+def kv_walk(Br: int, stage=PLAIN):
+    """``(first, following, q_tile_of)``: the walk of a key block over the Q tiles of Br rows of its KV head's
+    query heads, head after head. ``walk = (G, t0, n_plain, b, h0, kb, mods)``: G query heads from head h0 of
+    batch b, Q tiles from t0 (the causal start), n_plain of them without a mask function; with one, the tiles its
+    block mask's column lists give for key block kb. A position is ``(hq, idx, n)``: the idx-th of the n tiles
+    query head hq visits; ``hq == G`` when the walk is done."""
+
+    @device
+    def head_tiles(hq, walk):
+        """How many Q tiles query head ``hq`` of the KV head visits for this key block (0 past the last head)."""
+        G, t0, n_plain, b, h0, kb, mods = walk
+        if hq >= G:
+            return 0
+        return stage.loop_keys(mods, b, h0 + hq, kb, n_plain * Br, Br) // Br
+
+    @device
+    def visited(pos, walk):
+        """The walk's first visited tile from ``pos = (hq, idx, n)`` on: the next head's first where hq's are
+        done, ``hq == G`` when none is left."""
+        hq, idx, n = pos
+        while hq < walk[0] and idx >= n:
+            hq += 1
+            idx = 0
+            n = head_tiles(hq, walk)
+        return hq, idx, n
+
+    @device
+    def first(walk):
+        """The walk's first visited tile."""
+        return visited((0, 0, head_tiles(0, walk)), walk)
+
+    @device
+    def following(pos, walk):
+        """The visited tile after ``pos``."""
+        return visited((pos[0], pos[1] + 1, pos[2]), walk)
+
+    @device
+    def q_tile_of(pos, walk):
+        """The Q tile (its index) at ``pos``: t0 + idx, or the idx-th of the column's list."""
+        G, t0, n_plain, b, h0, kb, mods = walk
+        return stage.tile_start(mods, b, h0 + pos[0], kb, (t0 + pos[1]) * Br, Br) // Br
+
+    return first, following, q_tile_of
+
+
+@functools.cache
 def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedule, stage=PLAIN,
                  dmod=one):
     """grad_kv: a warpgroup owns 64 keys of one KV head; Q_i/dO_i tiles of Br rows come through the ring, each
@@ -228,36 +274,7 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedul
                             True)
 
     LISTED = stage.active  # a mask function: its block mask's column lists (with the causal bound) give the tiles
-
-    @device
-    def head_tiles(hq, walk):
-        """How many Q tiles query head ``hq`` of the KV head visits for this key block (0 past the last head)."""
-        G, t0, n_plain, b, h0, kb, mods = walk
-        if hq >= G:
-            return 0
-        return stage.loop_keys(mods, b, h0 + hq, kb, n_plain * Br, Br) // Br
-
-    @device
-    def visited(pos, walk):
-        """The walk's first visited tile from ``pos = (hq, idx, n)`` on (idx-th of the n tiles query head hq
-        visits): the next head's first where hq's are done, ``hq == G`` when none is left."""
-        hq, idx, n = pos
-        while hq < walk[0] and idx >= n:
-            hq += 1
-            idx = 0
-            n = head_tiles(hq, walk)
-        return hq, idx, n
-
-    @device
-    def following(pos, walk):
-        """The visited tile after ``pos``."""
-        return visited((pos[0], pos[1] + 1, pos[2]), walk)
-
-    @device
-    def q_tile_of(pos, walk):
-        """The Q tile (its index) at ``pos``: t0 + idx, or the idx-th of the column's list."""
-        G, t0, n_plain, b, h0, kb, mods = walk
-        return stage.tile_start(mods, b, h0 + pos[0], kb, (t0 + pos[1]) * Br, Br) // Br
+    first, following, q_tile_of = kv_walk(Br, stage)
 
     @kernel
     def grad_kv(q, k, v, do, st, dk, dv, scale, H, G, Nq, Nk, mods):
@@ -278,7 +295,7 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedul
         b = bh0 // H  # (divisions once, none in the loop)
         walk = (G, t0, (Nq + Br - 1) // Br - t0, b, bh0 - b * H, cuda.blockIdx.x, mods)
         to = (ring, q, do, tid, Nq, rows, st)
-        cur = visited((0, 0, head_tiles(0, walk)), walk)  # the tile computed next
+        cur = first(walk)  # the tile computed next
         nxt = cur  # the tile issued next (STAGES - 1 ahead)
         sb_next = 0
         for _ in range(STAGES - 1):  # the first STAGES - 1 tiles (K_j, V_j in the first group)

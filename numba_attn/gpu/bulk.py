@@ -1,0 +1,133 @@
+"""Bulk asynchronous reduction, shared → global: a whole tile of float32 added into global memory by one
+instruction (Hopper's ``cp.reduce.async.bulk``, no tensor map), its commit and its waits.
+
+=============================================  =================================================================
+``bulk_reduce_add_f32(dst, doff, src, soff, n)``  ``cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32``:
+                                               ``dst[doff + e] += src[soff + e]`` for e < n (flat float32
+                                               elements; n·4 and both addresses multiples of 16 bytes), done by
+                                               the copy engine at the L2, atomic per element
+``bulk_commit()``                              ``cp.async.bulk.commit_group``: the reductions issued since the last
+                                               commit form a group (per thread)
+``bulk_wait_read(n)``                          ``cp.async.bulk.wait_group.read n``: every group but the newest n has
+                                               read its shared source (the buffer may be written again)
+``bulk_wait(n)``                               ``cp.async.bulk.wait_group n``: ... and completed its writes
+=============================================  =================================================================
+
+One thread issues a reduction for data its whole block wrote: the writers store to shared memory, then
+``fence_proxy_async()`` (the copy engine reads through the async proxy) and a barrier, then the issue. A kernel
+must wait (``bulk_wait_read(0)`` at least) before it writes the source again and before it exits.
+
+Simulator model: a reduction is recorded at issue and carried out (source read, adds into the global array) by
+the wait that retires its group, so a kernel that overwrites its source before waiting, or exits without waiting,
+loses or corrupts sums there as it may on the GPU. Blocks run one after another in the simulator, so the adds
+need no atomicity beyond a lock between the threads of a block.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from numba_attn.gpu.backend import IS_SIMULATOR
+
+__all__ = ["bulk_reduce_add_f32", "bulk_commit", "bulk_wait_read", "bulk_wait"]
+
+if IS_SIMULATOR:
+    from numba_attn.gpu.inline_ptx import host_array
+
+    _state = threading.local()
+    _lock = threading.Lock()
+
+    def _bulk():
+        if not hasattr(_state, "pending"):
+            _state.pending, _state.groups = [], []
+        return _state
+
+    def bulk_reduce_add_f32(dst, doff, src, soff, n):
+        """Record ``dst[doff:doff+n] += src[soff:soff+n]`` (flat float32 elements), checked as issued."""
+        d = np.asarray(host_array(dst)).reshape(-1)
+        s = np.asarray(host_array(src)).reshape(-1)
+        doff, soff, n = int(doff), int(soff), int(n)
+        if d.dtype != np.float32 or s.dtype != np.float32:
+            raise TypeError(f"bulk_reduce_add_f32 adds float32 into float32, not {s.dtype} into {d.dtype}")
+        if n <= 0 or (4 * n) % 16 or (4 * doff) % 16 or (4 * soff) % 16:
+            raise ValueError(f"bulk reduction of {n} elements at offsets ({doff}, {soff}): sizes and addresses "
+                             "must be multiples of 16 bytes")
+        if doff < 0 or doff + n > d.size:
+            raise IndexError(f"bulk reduction into elements {doff}..{doff + n - 1} of a {d.size}-element array")
+        if soff < 0 or soff + n > s.size:
+            raise IndexError(f"bulk reduction from shared elements {soff}..{soff + n - 1} of {s.size}")
+
+        def do(d=d, s=s, doff=doff, soff=soff, n=n):
+            with _lock:
+                d[doff:doff + n] += s[soff:soff + n]
+
+        _bulk().pending.append(do)
+
+    def bulk_commit():
+        st = _bulk()
+        st.groups.append(st.pending)
+        st.pending = []
+
+    def bulk_wait_read(n):
+        """Carry out every committed group but the newest ``n``."""
+        st = _bulk()
+        while len(st.groups) > int(n):
+            for do in st.groups.pop(0):
+                do()
+
+    bulk_wait = bulk_wait_read  # (the model completes a group's writes when it reads its source)
+
+else:  # -------------------------------------------------------------- GPU
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import _intrinsic, intrinsic
+
+    from numba_attn.gpu.inline_ptx import I32, asm_call, global_ptr, ptx_statement, shared_addr
+
+    _I64 = ir.IntType(64)
+    intrinsic_literal = _intrinsic(target="cuda", prefer_literal=True)  # (the wait count: a literal)
+
+    @intrinsic
+    def bulk_reduce_add_f32(typingctx, dst, doff, src, soff, n):
+        if not (isinstance(dst, types.Array) and isinstance(src, types.Array)
+                and dst.dtype == types.float32 and src.dtype == types.float32):
+            return None
+        sig = types.void(dst, types.intp, src, types.intp, types.intp)
+
+        def codegen(context, builder, sig, args):
+            d = context.make_array(sig.args[0])(context, builder, value=args[0])
+            s = context.make_array(sig.args[2])(context, builder, value=args[2])
+            dptr = builder.gep(d.data, [args[1]])
+            sptr = builder.gep(s.data, [args[3]])
+            nbytes = builder.trunc(builder.mul(args[4], ir.Constant(args[4].type, 4)), I32)
+            asm_call(builder, ir.VoidType(), [_I64, I32, I32],
+                     "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [$0], [$1], $2;",
+                     "l,r,r,~{memory}", [global_ptr(builder, dptr), shared_addr(builder, sptr), nbytes],
+                     side_effect=True)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    bulk_commit = ptx_statement("cp.async.bulk.commit_group;")
+
+    def _wait(read):
+        text = "cp.async.bulk.wait_group" + (".read" if read else "") + " {};"
+
+        @intrinsic_literal
+        def wait(typingctx, n):
+            if not isinstance(n, types.IntegerLiteral):
+                return None
+            sig = types.void(n)
+            count = n.literal_value
+
+            def codegen(context, builder, sig, args):
+                asm_call(builder, ir.VoidType(), [], text.format(count), "~{memory}", [], side_effect=True)
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return wait
+
+    bulk_wait_read = _wait(True)
+    bulk_wait = _wait(False)

@@ -1,0 +1,342 @@
+"""Backward phase 6 — ``bwd_wgmma_fused``: one kernel, five products; dQ added to a float32 accumulator by bulk
+reductions.
+
+Change against ``bwd_wgmma``: no dQ kernel. Its split recomputes S and dP for dQ (seven products per tile pair
+instead of five). Here a block of two warpgroups owns 128 keys (64 each, dK_j and dV_j in registers) and walks
+the Q tiles of 64 rows that see them; after Sᵀ, dPᵀ, Pᵀ, dSᵀ and the issue of dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i as in
+``bwd_wgmma``, each warpgroup stores its dSᵀ (64 keys × 64 rows, fp16/bf16) into one shared tile dS_i
+(64 rows × 128 keys, K-major), and after a barrier
+
+    dQ_i[:, half w] = dS_i · K_j[:, half w]   (a 64 × D/2 product over the block's 128 keys, both from shared memory)
+
+goes through a shared float32 staging tile to ``cp.reduce.async.bulk ... add.f32`` (:mod:`numba_attn.gpu.bulk`):
+one instruction per warpgroup and tile adds its 64 × D/2 partial into a float32 accumulator at the L2, while the
+block goes on (FlashAttention-3's dQ accumulation). The accumulator is kept in the staging's thread order
+(conflict-free stores); a last kernel writes dQ = scale · dQacc in the inputs' dtype and zeroes the accumulator
+for the next call. The order of the adds varies: dQ is not bitwise reproducible.
+
+Prediction: 5/7 of the products, the dQ walk's loads gone, the reductions (Nk/128 × Nq × D × 4 bytes per head:
+2.1 GB at fp16 B1 H32 N4096 D128) at the L2 under the products: ~1.35× ``bwd_wgmma`` (2.60 → ~1.9 ms, ~0.7×
+cuDNN's 1.33).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import cuda, float32, uint32
+
+from numba_attn.gpu.arrays import view_as
+from numba_attn.gpu.bulk import bulk_commit, bulk_reduce_add_f32, bulk_wait, bulk_wait_read
+from numba_attn.gpu.convert import u32_as_f32
+from numba_attn.gpu.cp_async import cp_async16_flat
+from numba_attn.gpu.intrinsics import cp_async_commit, cp_async_wait, pack_bf16x2, pack_f16x2
+from numba_attn.gpu.jit import device, kernel
+from numba_attn.gpu.mbarrier import fence_proxy_async
+from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
+from numba_attn.gpu.warp import FULL_MASK, shfl_xor_sync
+from numba_attn.gpu.warpspec import named_barrier_sync
+from numba_attn.gpu.wgmma import make_ring_copy, make_wgmma_ss, make_wgmma_wait, row_bytes
+from numba_attn.phases.backward.common import (backward_launch, first_q_head, first_q_tile, one, score_grad_stage,
+                                               tiled_mask_stage, variant_reason)
+from numba_attn.phases.backward.wgmma_steps import (M, kv_elementwise, kv_walk, make_products, make_row_stats,
+                                                    padded_rows, tile_bytes)
+from numba_attn.phases.registry import register_phase
+from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES, ring_padding
+from numba_attn.variants.launching import KernelMods
+from numba_attn.variants.stages import PLAIN
+
+Br = M  # Q rows per tile: the M of the dQ product
+KB = 2 * M  # keys per block: two warpgroups of 64
+THREADS = 256
+FINISH_THREADS = 256
+
+
+def smem_bytes(D: int, stages: int) -> int:
+    """K_j and V_j (128 rows each), the ring of ``stages`` Q_i/dO_i pairs, dS_i (64 × 128), the float32 dQ
+    staging (64 × D), the rows' lse and Delta per stage, the alignment padding."""
+    return (2 * tile_bytes(KB, D) + 2 * stages * tile_bytes(Br, D) + tile_bytes(Br, KB) + Br * D * 4
+            + stages * 2 * Br * 4 + ALIGN_BYTES)
+
+
+@functools.cache
+def make_dq_product(bf16: bool, D: int):
+    """``dq_product(acc, sm, ds_off, sm, k_off)``: acc = dS_i · K_j[:, half], a 64 × D/2 product over the 128 keys
+    (8 k-steps): A = dS_i (64 rows × 128 keys, K-major: two 64-key column blocks), B = K_j's two 64-key tiles as
+    an MN-major operand (k-steps 0-3 in the first tile, 4-7 in the second), from byte ``k_off`` (the half's
+    columns). Issued, not waited for."""
+    rb = row_bytes(D)
+    T64 = tile_bytes(M, D)
+    offs = tuple((s // 4) * T64 + (s % 4) * 16 * rb for s in range(KB // 16))
+    return make_wgmma_ss("bf16" if bf16 else "f16", D // 2, True, True, offs, M * rb, 8 * rb, rb, False)
+
+
+@functools.cache
+def make_ds_store(bf16: bool):
+    """``store_ds(sm, ds_word, dSt, w, ww, g, t)``: warpgroup w's dSᵀ (accumulator layout: keys 16ww + g (+8) of
+    its 64, query rows 8nt + 2t + c) into dS_i (row = query row, 128 keys a row in two swizzled 64-key column
+    blocks, 16-bit) at word ``ds_word`` of ``sm``. Lanes g and g ^ 1 hold neighbouring keys: one shuffle pairs
+    them into 32-bit words, the even lane storing row 2t, the odd one row 2t + 1 (eight rows of one chunk a
+    store: no bank conflict)."""
+    pack2 = pack_bf16x2 if bf16 else pack_f16x2
+
+    @device
+    def store_ds(sm, ds_word, dSt, w, ww, g, t):
+        odd = g & 1
+        for nt in range(Br // 8):
+            r = 8 * nt + 2 * t + odd
+            for hi in range(2):
+                v0 = dSt[4 * nt + 2 * hi]
+                v1 = dSt[4 * nt + 2 * hi + 1]
+                other = shfl_xor_sync(FULL_MASK, v0 if odd else v1, 4)
+                word = pack2(other, v1) if odd else pack2(v0, other)
+                jj = 16 * ww + 8 * hi + g - odd  # the even key of the pair
+                byte = w * M * 128 + r * 128 + 16 * ((jj >> 3) ^ (r & 7)) + 2 * (jj & 7)
+                x = ds_word + byte // 4
+                sm[x // 4, x % 4] = u32_as_f32(word)
+
+    return store_ds
+
+
+@functools.cache
+def fused_kv_tile(D: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one):
+    """One Q tile of the fused kernel for warpgroup w (its 64 keys): Sᵀ, dPᵀ; Pᵀ, dSᵀ; dV_j += Pᵀ dO_i and
+    dK_j += dSᵀ Q_i issued; dSᵀ into dS_i; a barrier (both halves of dS_i); dQ_i's half = dS_i K_j issued; all
+    waited for."""
+    issue_scores, wait_two, pack, accumulate = make_products(bf16, Br, D, STAGES)
+    wait_kv = make_wgmma_wait(0, D // 2, D // 2)
+    wait_q = make_wgmma_wait(0, D // 4)
+    probabilities, score_grads = kv_elementwise(Br, causal, stage, dmod)
+    dq_product = make_dq_product(bf16, D)
+    store_ds = make_ds_store(bf16)
+    T64, TILE = tile_bytes(M, D), tile_bytes(Br, D)
+    HALF_COLS = D // 2 * 2  # bytes of half of a K row (the dQ half's columns, within a 64-column block)
+    rb = row_bytes(D)
+
+    @device
+    def kv_tile(regs, sm, sb, i0, j_lo, where, Nq, Nk, scale, var):
+        St, dPt, pf, dsf, dK, dV, Gt, dQ = regs
+        rows, own_b, ring_b, ds_b, w, ww, g, t, lead = where
+        issue_scores(St, sm, own_b + w * T64, sm, ring_b + sb * TILE)  # Sᵀ = K_j Q_iᵀ
+        issue_scores(dPt, sm, own_b + (2 + w) * T64, sm, ring_b + (STAGES + sb) * TILE)  # dPᵀ = V_j dO_iᵀ
+        wait_two(St, dPt)
+        probabilities(St, Gt, rows, sb, i0, j_lo, t, Nq, Nk, scale, var)
+        score_grads(St, dPt, Gt, rows, sb, t)
+        pack(pf, St)
+        pack(dsf, dPt)
+        accumulate(dV, pf, 0, sm, ring_b + (STAGES + sb) * TILE)  # dV_j += Pᵀ dO_i, in flight
+        accumulate(dK, dsf, 0, sm, ring_b + sb * TILE)  # dK_j += dSᵀ Q_i, in flight
+        store_ds(sm, ds_b // 4, dPt, w, ww, g, t)
+        fence_proxy_async()  # the stores, then the tensor cores' reads of dS_i
+        if lead:
+            bulk_wait_read(0)  # the last tile's dQ reduction has read the staging tile
+        cuda.syncthreads()  # both warpgroups' dSᵀ are in dS_i
+        # dQ_i[:, half w] = dS_i K_j[:, half w] (the half: column block w at D128, 64 bytes in at D64)
+        half = (w * (D // 2) // 64) * M * rb + (w * HALF_COLS) % rb
+        dq_product(dQ, sm, ds_b, sm, own_b + half)
+        wait_kv(dV, dK)
+        wait_q(dQ, dQ)
+
+    return kv_tile
+
+
+@functools.cache
+def make_grad_fused(D: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one):
+    """grad_fused: a block of two warpgroups owns 128 keys of one KV head (64 each), walks the Q tiles (64 rows)
+    of its G query heads that see them (:func:`kv_walk`), the tiles through a cp.async ring; dK_j, dV_j in
+    registers, each tile's dQ_i partial added to ``dqa`` by a bulk reduction per warpgroup."""
+    kv_tile = fused_kv_tile(D, STAGES, causal, bf16, stage, dmod)
+    first, following, q_tile_of = kv_walk(Br, stage)
+    copy_own = make_ring_copy(D, M, 2, 128)  # K_j's and V_j's two 64-key tiles: one per warpgroup
+    copy_ring = make_ring_copy(D, Br, STAGES, THREADS)
+    store2 = pack_bf16x2 if bf16 else pack_f16x2
+    OWN_B = 4 * tile_bytes(M, D)  # K_j (two tiles), V_j (two tiles)
+    RING_B = 2 * STAGES * tile_bytes(Br, D)
+    DS_B = tile_bytes(Br, KB)
+    STAGE_B = Br * D * 4
+    ROWS_B = STAGES * 2 * Br * 4
+    TOTAL_ROWS = (OWN_B + RING_B + DS_B + STAGE_B + ROWS_B) // 16
+    STAT_ROWS = 2 * STAGES
+    OWN_ROWS, RING_ROWS = OWN_B // 16, RING_B // 16  # (compile-time: a view's shape)
+    HALF = Br * D // 2  # floats of a warpgroup's dQ partial
+    NQ = D // 4  # its accumulator registers
+    CHUNKS = Br // 4
+    WAIT = STAGES - 2
+    NS, NA, NP = Br // 2, D // 2, Br // 4
+    NG = NS if stage.scored else 1
+    LISTED = stage.active
+
+    @device
+    def copy_q_tile(bh, tile, sb, to):
+        """Q tile ``tile`` of head ``bh`` into stage ``sb``: Q_i, dO_i, and the rows' lse and Delta (2·Br/4
+        threads, a chunk each)."""
+        ring, rows, q, do, st, tid, Nq = to
+        copy_ring(ring, q, do, tile, sb, tid, bh, Nq)
+        if tid < 2 * CHUNKS:
+            which, c = tid // CHUNKS, tid % CHUNKS
+            cp_async16_flat(rows, (2 * sb + which) * Br + 4 * c, st,
+                            (bh * 2 + which) * st.shape[2] + tile * Br + 4 * c, True)
+
+    @kernel
+    def grad_fused(q, k, v, do, st, dk, dv, dqa, scale, H, G, Nq, Nk, mods):
+        pad = ring_padding(dynamic_tile(0, 1, 4))
+        sm = dynamic_tile(pad, TOTAL_ROWS, 4)  # words: K_j, V_j | ring | dS_i | staging | rows
+        tid = cuda.threadIdx.x
+        w = tid // 128  # the warpgroup: keys 64w .. of the block
+        tw = tid % 128
+        ww, lane = tw // 32, cuda.laneid
+        g, t = lane // 4, lane % 4
+        lead = tw == 0  # issues the warpgroup's reductions
+        kvh = cuda.blockIdx.y
+        jb = cuda.blockIdx.x * KB
+        own = dynamic_tile(pad, OWN_ROWS, 4)
+        ring = dynamic_tile(pad + OWN_B // 4, RING_ROWS, 4)
+        staging = dynamic_tile(pad + (OWN_B + RING_B + DS_B) // 4 + w * HALF, NQ, 128)
+        rows = dynamic_tile(pad + (OWN_B + RING_B + DS_B + STAGE_B) // 4, STAT_ROWS, Br)
+        copy_own(own, k, v, 2 * cuda.blockIdx.x + w, w, tw, kvh, Nk)
+        t0 = 0 if LISTED else first_q_tile(jb, Nq, Nk, causal, Br) // Br
+        bh0 = first_q_head(kvh, H, G)
+        b = bh0 // H
+        walk = (G, t0, (Nq + Br - 1) // Br - t0, b, bh0 - b * H, cuda.blockIdx.x, mods)
+        to = (ring, rows, q, do, st, tid, Nq)
+        cur = first(walk)
+        nxt = cur
+        sb_next = 0
+        for _ in range(STAGES - 1):
+            if nxt[0] < G:
+                copy_q_tile(bh0 + nxt[0], q_tile_of(nxt, walk), sb_next, to)
+                nxt = following(nxt, walk)
+            cp_async_commit()
+            sb_next = sb_next + 1 if sb_next + 1 < STAGES else 0
+        St = cuda.local.array(NS, float32)
+        dPt = cuda.local.array(NS, float32)
+        pf = cuda.local.array(NP, uint32)
+        dsf = cuda.local.array(NP, uint32)
+        Gt = cuda.local.array(NG, float32)
+        dK = cuda.local.array(NA, float32)
+        dV = cuda.local.array(NA, float32)
+        dQ = cuda.local.array(NQ, float32)
+        for e in range(NA):
+            dK[e] = float32(0.0)
+            dV[e] = float32(0.0)
+        j_lo = jb + 64 * w + 16 * ww + g
+        where = (rows, 0, OWN_B, OWN_B + RING_B, w, ww, g, t, lead)
+        NQT = dqa.shape[1] // (Br * D)
+        sb = 0
+        while cur[0] < G:
+            cp_async_wait(WAIT)
+            cuda.syncthreads()
+            if nxt[0] < G:
+                copy_q_tile(bh0 + nxt[0], q_tile_of(nxt, walk), sb_next, to)
+                nxt = following(nxt, walk)
+            cp_async_commit()
+            sb_next = sb_next + 1 if sb_next + 1 < STAGES else 0
+            h = walk[4] + cur[0]
+            qt = q_tile_of(cur, walk)
+            var = (b, h, stage.tile_kind(mods, b, h, qt, cuda.blockIdx.x), mods)
+            kv_tile((St, dPt, pf, dsf, dK, dV, Gt, dQ), sm, sb, qt * Br, j_lo, where, Nq, Nk, scale, var)
+            for e in range(NQ):  # the partial into the staging tile, in thread order (conflict-free)
+                staging[e, tw] = dQ[e]
+            fence_proxy_async()
+            named_barrier_sync(1 + w, 128)  # the warpgroup's partial is staged
+            if lead:
+                bulk_reduce_add_f32(dqa, ((bh0 + cur[0]) * NQT + qt) * Br * D + w * HALF, staging, 0, HALF)
+                bulk_commit()
+            sb = sb + 1 if sb + 1 < STAGES else 0
+            cur = following(cur, walk)
+        if lead:
+            bulk_wait(0)  # the staging tile stays valid until the last reduction has read it
+        for dt in range(D // 8):  # dK_j (× scale) and dV_j, two columns per word
+            c = 4 * dt + t
+            for hi in range(2):
+                j = j_lo + 8 * hi
+                if j < Nk:
+                    dk[kvh, j, c] = store2(dK[4 * dt + 2 * hi] * scale, dK[4 * dt + 2 * hi + 1] * scale)
+                    dv[kvh, j, c] = store2(dV[4 * dt + 2 * hi], dV[4 * dt + 2 * hi + 1])
+
+    return grad_fused
+
+
+@functools.cache
+def make_dq_finish(D: int, bf16: bool):
+    """``dq_finish(dqa, dq, scale, Nq)``: dq = scale · dQacc in the inputs' dtype, the accumulator zeroed for the
+    next call. One thread per word of dq (two columns); dQacc holds each 64-row tile as two warpgroup halves of
+    D/2 columns in the accumulator's thread order: value e of thread T at 128·e + T (value 4j + 2·hi + c: row
+    16·(T // 32) + (T mod 32) // 4 + 8·hi, column 8j + 2·(T mod 4) + c of the half)."""
+    store2 = pack_bf16x2 if bf16 else pack_f16x2
+    DW, HC = D // 2, D // 2
+
+    @kernel
+    def dq_finish(dqa, dq, scale, Nq):
+        bh = cuda.blockIdx.y
+        x = cuda.blockIdx.x * FINISH_THREADS + cuda.threadIdx.x
+        i, cw = x // DW, x % DW
+        if i < Nq:
+            c0 = 2 * cw
+            w, cc = c0 // HC, c0 % HC
+            qt, r = i // Br, i % Br
+            T = 32 * (r // 16) + 4 * (r % 8) + (cc % 8) // 2
+            e = 4 * (cc // 8) + 2 * ((r % 16) // 8)
+            at = qt * Br * D + w * (Br * HC) + 128 * e + T
+            a, b = dqa[bh, at], dqa[bh, at + 128]
+            dq[bh, i, cw] = store2(a * scale, b * scale)
+            dqa[bh, at] = float32(0.0)
+            dqa[bh, at + 128] = float32(0.0)
+
+    return dq_finish
+
+
+def _supports(problem, stages):
+    D = problem.head_dim
+    if D not in (64, 128):
+        return (f"head_dim {D}: the swizzled 128-byte rows and the 64 × D dK, dV accumulators of a warpgroup take "
+                "D = 64 or 128 (bwd_mma runs multiples of 16 up to 128)")
+    reason = variant_reason(problem)
+    if reason:
+        return reason
+    if stages < 2:
+        return f"stages={stages}: the ring needs 2 at least (tile it+1 loading while tile it is read)"
+    return smem_reason(smem_bytes(D, stages))
+
+
+@register_phase(
+    name="bwd_wgmma_fused", order=106,
+    title="Backward in one wgmma kernel: 128 keys a block, dQ added by bulk reductions (five products, not seven)",
+    parent="bwd_wgmma", kind="backward",
+    description="""
+        bwd_wgmma's dK/dV kernel, two warpgroups of 64 keys a block, computes dQ too: each warpgroup stores its
+        dSᵀ into a shared dS tile, and dQ_i's half = dS_i K_j (both from shared memory) goes through a float32
+        staging tile to one cp.reduce.async.bulk add per warpgroup and Q tile into a float32 accumulator; a last
+        kernel writes dQ. S and dP are computed once (five products instead of seven).
+    """,
+    lineage="FlashAttention-3 (Shah et al. 2024) backward: one kernel over K/V blocks, dS through shared memory, "
+            "dQ accumulated in float32 by TMA reduce-add",
+    planned_speedup=1350.0,  # against bwd_naive, as every planned speedup: ~1.35x bwd_wgmma (1000)
+    dtypes=("float16", "bfloat16"), requires_cc="sm_90a", head_dims=(64, 128),
+    space={"stages": [2, 3]}, sim_params={"stages": 2}, supports=_supports, variants=True,
+)
+def bwd_wgmma_fused(problem, stages=2):
+    B, H, Hkv, Nq, Nk, G = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.group
+    D, bf16 = problem.head_dim, problem.dtype == "bfloat16"
+    row_stats, stat_rows = make_row_stats(D, bf16)
+    stage = tiled_mask_stage(problem)
+    dmod = score_grad_stage(problem)
+    grad = make_grad_fused(D, stages, problem.causal, bf16, stage, dmod)
+    finish = make_dq_finish(D, bf16)
+    mods_of = KernelMods(problem, Br, KB, columns=True)
+    scale = float32(problem.sm_scale)
+    NQP = padded_rows(Nq, Br)
+    st = cuda.device_array((B * H, 2, NQP), dtype="float32")
+    dqa = cuda.to_device(np.zeros((B * H, NQP * D), np.float32))  # zeroed again by every call's finish
+    grid = ((Nk + KB - 1) // KB, B * Hkv)
+    nbytes = smem_bytes(D, stages)
+
+    def run(q, k, v, o, lse, do, dq, dk, dv, stream=0, mods=()):
+        q, k, v, o, do, dq, dk, dv = (view_as(a, np.uint32) for a in (q, k, v, o, do, dq, dk, dv))
+        m = mods_of(aux=mods or None, stream=stream) if mods_of.variant is not None else mods
+        row_stats[((NQP + stat_rows - 1) // stat_rows, B * H), 128, stream](o, do, lse, st, Nq)
+        launch_dynamic(grad, grid, THREADS, stream, nbytes, q, k, v, do, st, dk, dv, dqa, scale, H, G, Nq, Nk, m)
+        finish[((Nq * D // 2 + FINISH_THREADS - 1) // FINISH_THREADS, B * H), FINISH_THREADS, stream](
+            dqa, dq, scale, Nq)
+
+    return backward_launch("bwd_wgmma_fused", run, [row_stats, grad, finish], st.nbytes + dqa.nbytes, host_aux=True)

@@ -1,0 +1,80 @@
+"""Bulk reductions shared → global (numba_attn.gpu.bulk) on both backends: blocks add their shared tiles into one
+float32 array; in the simulator, a source overwritten before the wait loses its sums as it may on the GPU, and a
+misaligned reduction is refused."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+from numba import cuda, float32
+
+from numba_attn.gpu.backend import IS_SIMULATOR
+from numba_attn.gpu.bulk import bulk_commit, bulk_reduce_add_f32, bulk_wait, bulk_wait_read
+from numba_attn.gpu.jit import kernel
+from numba_attn.gpu.mbarrier import fence_proxy_async
+
+ALIGN = None if IS_SIMULATOR else 16
+N = 64
+
+
+@functools.cache
+def _kernel(early_overwrite: bool):
+    @kernel
+    def add_tiles(dst, src):
+        s = cuda.shared.array(N, float32, alignment=ALIGN) if ALIGN else cuda.shared.array(N, float32)
+        tid = cuda.threadIdx.x
+        s[tid] = src[cuda.blockIdx.x, tid]
+        fence_proxy_async()
+        cuda.syncthreads()
+        if tid == 0:
+            bulk_reduce_add_f32(dst, 0, s, 0, N)  # all of it into dst[0:64]
+            bulk_reduce_add_f32(dst, N + 4 * (cuda.blockIdx.x % 2), s, 32, 32)  # its second half, shifted
+            bulk_commit()
+            if not early_overwrite:
+                bulk_wait_read(0)
+        cuda.syncthreads()
+        s[tid] = float32(0.0)  # the source written again: only after the wait
+        cuda.syncthreads()
+        if tid == 0:
+            bulk_wait(0)
+
+    return add_tiles
+
+
+def _expected(src):
+    out = np.zeros(N + 36, np.float32)
+    out[:N] = src.sum(0)
+    for b in range(src.shape[0]):
+        out[N + 4 * (b % 2): N + 4 * (b % 2) + 32] += src[b, 32:]
+    return out
+
+
+def test_blocks_add_their_tiles_into_one_array():
+    rng = np.random.default_rng(1)
+    src = rng.standard_normal((6, N)).astype(np.float32)
+    dst = cuda.to_device(np.zeros(N + 36, np.float32))
+    _kernel(False)[6, N](dst, cuda.to_device(src))
+    np.testing.assert_allclose(dst.copy_to_host(), _expected(src), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not IS_SIMULATOR, reason="undefined on the GPU: the simulator's model of a missing wait")
+def test_a_source_written_before_the_wait_loses_its_sums():
+    src = np.ones((2, N), np.float32)
+    dst = cuda.to_device(np.zeros(N + 36, np.float32))
+    _kernel(True)[2, N](dst, cuda.to_device(src))
+    assert not np.allclose(dst.copy_to_host(), _expected(src))
+
+
+@pytest.mark.skipif(not IS_SIMULATOR, reason="the simulator's checks")
+def test_misaligned_or_out_of_bounds_reductions_are_refused():
+    s = np.zeros(16, np.float32)
+    d = np.zeros(16, np.float32)
+    with pytest.raises(ValueError, match="16 bytes"):
+        bulk_reduce_add_f32(d, 1, s, 0, 4)
+    with pytest.raises(ValueError, match="16 bytes"):
+        bulk_reduce_add_f32(d, 0, s, 0, 6)
+    with pytest.raises(IndexError):
+        bulk_reduce_add_f32(d, 8, s, 0, 12)
+    with pytest.raises(TypeError):
+        bulk_reduce_add_f32(d.astype(np.float64), 0, s, 0, 4)
