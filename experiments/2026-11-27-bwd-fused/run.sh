@@ -16,6 +16,6 @@ if [ "${TESTS:-1}" = 1 ]; then
     > "$out/memcheck.txt" 2>&1
   echo "memcheck rc $?"; grep -E "FAIL|ALL OK|ERROR SUMMARY" "$out/memcheck.txt" | tail -4
 fi
-timeout 300 python3 $old/sweep.py --out "$out/sweep.json" --configs "${CONFIGS:-{\"bwd_wgmma_overlap 32/64/2\": {\"Br\": 32, \"Bc\": 64, \"stages\": 2}, \"bwd_wgmma_fused 2\": {\"stages\": 2}, \"bwd_wgmma_fused 3\": {\"stages\": 3}}}" \
-  > "$out/sweep.txt" 2>&1
+default='{"bwd_wgmma_overlap 32/64/2": {"Br": 32, "Bc": 64, "stages": 2}, "bwd_wgmma_fused 2": {"stages": 2}, "bwd_wgmma_fused 3": {"stages": 3}}'
+timeout 300 python3 $old/sweep.py --out "$out/sweep.json" --configs "${CONFIGS:-$default}" > "$out/sweep.txt" 2>&1
 echo "sweep rc $?"; grep -v -i warn "$out/sweep.txt" | tail -6
