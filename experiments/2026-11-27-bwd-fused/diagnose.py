@@ -18,6 +18,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import torch  # noqa: E402
+from numba import cuda  # noqa: E402
 
 import numba_attn as na  # noqa: E402
 import numba_attn.phases.backward.b06_bwd_wgmma_fused as F  # noqa: E402
@@ -77,8 +78,11 @@ def main():
             launch = F.bwd_wgmma_fused(prob, stages=2)
             grads = [torch.empty_like(x) for x in (q, k, v)]
 
-            def call(i, launch=launch, grads=grads):
-                run_backward_launch(launch, (q, k, v, o, lse, do), grads)
+            ins = [cuda.as_cuda_array(x) for x in (q, k, v, o, lse, do)]
+            outs = [cuda.as_cuda_array(x) for x in grads]
+
+            def call(i, launch=launch, ins=ins, outs=outs):
+                run_backward_launch(launch, ins, outs, stream=cuda.external_stream(stream.cuda_stream))
 
             call(0)
             torch.cuda.synchronize()
