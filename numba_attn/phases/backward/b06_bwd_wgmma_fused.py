@@ -47,34 +47,32 @@ from numba_attn.variants.launching import KernelMods
 from numba_attn.variants.stages import PLAIN
 
 Br = M  # Q rows per tile: the M of the dQ product
-KB = 2 * M  # keys per block: two warpgroups of 64
-THREADS = 256
 FINISH_THREADS = 256
 
 
-def smem_bytes(D: int, stages: int) -> int:
-    """K_j and V_j (128 rows each), the ring of ``stages`` Q_i/dO_i pairs, dS_i (64 × 128), the float32 dQ
+def smem_bytes(D: int, Bc: int, stages: int) -> int:
+    """K_j and V_j (Bc rows each), the ring of ``stages`` Q_i/dO_i pairs, dS_i (64 × Bc), the float32 dQ
     staging (64 × D), the rows' lse and Delta per stage, the alignment padding."""
-    return (2 * tile_bytes(KB, D) + 2 * stages * tile_bytes(Br, D) + tile_bytes(Br, KB) + Br * D * 4
+    return (2 * tile_bytes(Bc, D) + 2 * stages * tile_bytes(Br, D) + tile_bytes(Br, Bc) + Br * D * 4
             + stages * 2 * Br * 4 + ALIGN_BYTES)
 
 
 @functools.cache
-def make_dq_product(bf16: bool, D: int):
-    """``dq_product(acc, sm, ds_off, sm, k_off)``: acc = dS_i · K_j[:, half], a 64 × D/2 product over the 128 keys
-    (8 k-steps): A = dS_i (64 rows × 128 keys, K-major: two 64-key column blocks), B = K_j's two 64-key tiles as
-    an MN-major operand (k-steps 0-3 in the first tile, 4-7 in the second), from byte ``k_off`` (the half's
+def make_dq_product(bf16: bool, D: int, Bc: int):
+    """``dq_product(acc, sm, ds_off, sm, k_off)``: acc = dS_i · K_j[:, half], a 64 × D/2 product over the block's
+    Bc keys (Bc/16 k-steps): A = dS_i (64 rows × Bc keys, K-major: 64-key column blocks), B = K_j's 64-key tiles
+    as an MN-major operand (k-steps 0-3 in the first tile, 4-7 in the second), from byte ``k_off`` (the half's
     columns). Issued, not waited for."""
     rb = row_bytes(D)
     T64 = tile_bytes(M, D)
-    offs = tuple((s // 4) * T64 + (s % 4) * 16 * rb for s in range(KB // 16))
+    offs = tuple((s // 4) * T64 + (s % 4) * 16 * rb for s in range(Bc // 16))
     return make_wgmma_ss("bf16" if bf16 else "f16", D // 2, True, True, offs, M * rb, 8 * rb, rb, False)
 
 
 @functools.cache
 def make_ds_store(bf16: bool):
     """``store_ds(sm, ds_word, dSt, w, ww, g, t)``: warpgroup w's dSᵀ (accumulator layout: keys 16ww + g (+8) of
-    its 64, query rows 8nt + 2t + c) into dS_i (row = query row, 128 keys a row in two swizzled 64-key column
+    its 64, query rows 8nt + 2t + c) into dS_i (row = query row, the block's keys in swizzled 64-key column
     blocks, 16-bit) at word ``ds_word`` of ``sm``. Lanes g and g ^ 1 hold neighbouring keys: one shuffle pairs
     them into 32-bit words, the even lane storing row 2t, the odd one row 2t + 1 (eight rows of one chunk a
     store: no bank conflict)."""
@@ -99,26 +97,32 @@ def make_ds_store(bf16: bool):
 
 
 @functools.cache
-def fused_kv_tile(D: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one):
+def fused_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one):
     """One Q tile of the fused kernel for warpgroup w (its 64 keys): Sᵀ, dPᵀ; Pᵀ, dSᵀ; dV_j += Pᵀ dO_i and
-    dK_j += dSᵀ Q_i issued; dSᵀ into dS_i; a barrier (both halves of dS_i); dQ_i's half = dS_i K_j issued; all
-    waited for."""
+    dK_j += dSᵀ Q_i issued; dSᵀ into dS_i; a barrier (every warpgroup's part of dS_i); dQ_i's halves (the
+    warpgroup's one of two, or both when it is alone) = dS_i K_j, each waited for and staged; the staged partial
+    added to ``dqa`` by one bulk reduction."""
     issue_scores, wait_two, pack, accumulate = make_products(bf16, Br, D, STAGES)
     wait_kv = make_wgmma_wait(0, D // 2, D // 2)
     wait_q = make_wgmma_wait(0, D // 4)
     probabilities, score_grads = kv_elementwise(Br, causal, stage, dmod)
-    dq_product = make_dq_product(bf16, D)
+    dq_product = make_dq_product(bf16, D, Bc)
     store_ds = make_ds_store(bf16)
+    WGS = Bc // M
+    NH = 2 // WGS  # dQ halves per warpgroup
+    NQ = D // 4  # accumulators of a half
+    HALF = Br * D // 2
     T64, TILE = tile_bytes(M, D), tile_bytes(Br, D)
-    HALF_COLS = D // 2 * 2  # bytes of half of a K row (the dQ half's columns, within a 64-column block)
+    HALF_COLS = D // 2 * 2  # bytes of half of a K row (a dQ half's columns, within a 64-column block)
     rb = row_bytes(D)
 
     @device
-    def kv_tile(regs, sm, sb, i0, j_lo, where, Nq, Nk, scale, var):
+    def kv_tile(regs, sm, sb, i0, j_lo, where, Nq, Nk, scale, var, out):
         St, dPt, pf, dsf, dK, dV, Gt, dQ = regs
-        rows, own_b, ring_b, ds_b, w, ww, g, t, lead = where
+        rows, own_b, ring_b, ds_b, w, tw, ww, g, t, lead = where
+        staging, dqa, doff = out
         issue_scores(St, sm, own_b + w * T64, sm, ring_b + sb * TILE)  # Sᵀ = K_j Q_iᵀ
-        issue_scores(dPt, sm, own_b + (2 + w) * T64, sm, ring_b + (STAGES + sb) * TILE)  # dPᵀ = V_j dO_iᵀ
+        issue_scores(dPt, sm, own_b + (WGS + w) * T64, sm, ring_b + (STAGES + sb) * TILE)  # dPᵀ = V_j dO_iᵀ
         wait_two(St, dPt)
         probabilities(St, Gt, rows, sb, i0, j_lo, t, Nq, Nk, scale, var)
         score_grads(St, dPt, Gt, rows, sb, t)
@@ -130,36 +134,48 @@ def fused_kv_tile(D: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dm
         fence_proxy_async()  # the stores, then the tensor cores' reads of dS_i
         if lead:
             bulk_wait_read(0)  # the last tile's dQ reduction has read the staging tile
-        cuda.syncthreads()  # both warpgroups' dSᵀ are in dS_i
-        # dQ_i[:, half w] = dS_i K_j[:, half w] (the half: column block w at D128, 64 bytes in at D64)
-        half = (w * (D // 2) // 64) * M * rb + (w * HALF_COLS) % rb
-        dq_product(dQ, sm, ds_b, sm, own_b + half)
-        wait_kv(dV, dK)
-        wait_q(dQ, dQ)
+        cuda.syncthreads()  # every warpgroup's dSᵀ is in dS_i
+        for hh in range(NH):
+            h = w * NH + hh
+            # dQ_i[:, half h] = dS_i K_j[:, half h] (half h: column block h at D128, 64 bytes in at D64)
+            dq_product(dQ, sm, ds_b, sm, own_b + (h * (D // 2) // 64) * M * rb + (h * HALF_COLS) % rb)
+            wait_kv(dV, dK)
+            wait_q(dQ, dQ)
+            for e in range(NQ):  # into the staging tile in thread order (conflict-free)
+                staging[hh * NQ + e, tw] = dQ[e]
+        fence_proxy_async()
+        named_barrier_sync(1 + w, 128)  # the warpgroup's partial is staged
+        if lead:
+            bulk_reduce_add_f32(dqa, doff + w * NH * HALF, staging, 0, NH * HALF)
+            bulk_commit()
 
     return kv_tile
 
 
 @functools.cache
-def make_grad_fused(D: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one):
-    """grad_fused: a block of two warpgroups owns 128 keys of one KV head (64 each), walks the Q tiles (64 rows)
+def make_grad_fused(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one):
+    """grad_fused: a block of Bc/64 warpgroups owns Bc keys of one KV head (64 each), walks the Q tiles (64 rows)
     of its G query heads that see them (:func:`kv_walk`), the tiles through a cp.async ring; dK_j, dV_j in
     registers, each tile's dQ_i partial added to ``dqa`` by a bulk reduction per warpgroup."""
-    kv_tile = fused_kv_tile(D, STAGES, causal, bf16, stage, dmod)
+    kv_tile = fused_kv_tile(D, Bc, STAGES, causal, bf16, stage, dmod)
     first, following, q_tile_of = kv_walk(Br, stage)
-    copy_own = make_ring_copy(D, M, 2, 128)  # K_j's and V_j's two 64-key tiles: one per warpgroup
+    WGS = Bc // M
+    THREADS = 128 * WGS
+    copy_own = make_ring_copy(D, M, WGS, 128)  # K_j's and V_j's 64-key tiles: one per warpgroup
     copy_ring = make_ring_copy(D, Br, STAGES, THREADS)
     store2 = pack_bf16x2 if bf16 else pack_f16x2
-    OWN_B = 4 * tile_bytes(M, D)  # K_j (two tiles), V_j (two tiles)
+    OWN_B = 2 * WGS * tile_bytes(M, D)  # K_j's tiles, then V_j's
     RING_B = 2 * STAGES * tile_bytes(Br, D)
-    DS_B = tile_bytes(Br, KB)
+    DS_B = tile_bytes(Br, Bc)
     STAGE_B = Br * D * 4
     ROWS_B = STAGES * 2 * Br * 4
     TOTAL_ROWS = (OWN_B + RING_B + DS_B + STAGE_B + ROWS_B) // 16
     STAT_ROWS = 2 * STAGES
     OWN_ROWS, RING_ROWS = OWN_B // 16, RING_B // 16  # (compile-time: a view's shape)
-    HALF = Br * D // 2  # floats of a warpgroup's dQ partial
+    NH = 2 // WGS
+    HALF = Br * D // 2  # floats of a half of dQ_i
     NQ = D // 4  # its accumulator registers
+    STAGE_ROWS = NH * NQ  # a warpgroup's staging rows (of 128 floats)
     CHUNKS = Br // 4
     WAIT = STAGES - 2
     NS, NA, NP = Br // 2, D // 2, Br // 4
@@ -188,12 +204,12 @@ def make_grad_fused(D: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, 
         g, t = lane // 4, lane % 4
         lead = tw == 0  # issues the warpgroup's reductions
         kvh = cuda.blockIdx.y
-        jb = cuda.blockIdx.x * KB
+        jb = cuda.blockIdx.x * Bc
         own = dynamic_tile(pad, OWN_ROWS, 4)
         ring = dynamic_tile(pad + OWN_B // 4, RING_ROWS, 4)
-        staging = dynamic_tile(pad + (OWN_B + RING_B + DS_B) // 4 + w * HALF, NQ, 128)
+        staging = dynamic_tile(pad + (OWN_B + RING_B + DS_B) // 4 + w * NH * HALF, STAGE_ROWS, 128)
         rows = dynamic_tile(pad + (OWN_B + RING_B + DS_B + STAGE_B) // 4, STAT_ROWS, Br)
-        copy_own(own, k, v, 2 * cuda.blockIdx.x + w, w, tw, kvh, Nk)
+        copy_own(own, k, v, WGS * cuda.blockIdx.x + w, w, tw, kvh, Nk)
         t0 = 0 if LISTED else first_q_tile(jb, Nq, Nk, causal, Br) // Br
         bh0 = first_q_head(kvh, H, G)
         b = bh0 // H
@@ -220,7 +236,7 @@ def make_grad_fused(D: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, 
             dK[e] = float32(0.0)
             dV[e] = float32(0.0)
         j_lo = jb + 64 * w + 16 * ww + g
-        where = (rows, 0, OWN_B, OWN_B + RING_B, w, ww, g, t, lead)
+        where = (rows, 0, OWN_B, OWN_B + RING_B, w, tw, ww, g, t, lead)
         NQT = dqa.shape[1] // (Br * D)
         sb = 0
         while cur[0] < G:
@@ -234,14 +250,8 @@ def make_grad_fused(D: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, 
             h = walk[4] + cur[0]
             qt = q_tile_of(cur, walk)
             var = (b, h, stage.tile_kind(mods, b, h, qt, cuda.blockIdx.x), mods)
-            kv_tile((St, dPt, pf, dsf, dK, dV, Gt, dQ), sm, sb, qt * Br, j_lo, where, Nq, Nk, scale, var)
-            for e in range(NQ):  # the partial into the staging tile, in thread order (conflict-free)
-                staging[e, tw] = dQ[e]
-            fence_proxy_async()
-            named_barrier_sync(1 + w, 128)  # the warpgroup's partial is staged
-            if lead:
-                bulk_reduce_add_f32(dqa, ((bh0 + cur[0]) * NQT + qt) * Br * D + w * HALF, staging, 0, HALF)
-                bulk_commit()
+            kv_tile((St, dPt, pf, dsf, dK, dV, Gt, dQ), sm, sb, qt * Br, j_lo, where, Nq, Nk, scale, var,
+                    (staging, dqa, ((bh0 + cur[0]) * NQT + qt) * Br * D))
             sb = sb + 1 if sb + 1 < STAGES else 0
             cur = following(cur, walk)
         if lead:
@@ -286,7 +296,7 @@ def make_dq_finish(D: int, bf16: bool):
     return dq_finish
 
 
-def _supports(problem, stages):
+def _supports(problem, Bc, stages):
     D = problem.head_dim
     if D not in (64, 128):
         return (f"head_dim {D}: the swizzled 128-byte rows and the 64 × D dK, dV accumulators of a warpgroup take "
@@ -294,9 +304,11 @@ def _supports(problem, stages):
     reason = variant_reason(problem)
     if reason:
         return reason
+    if Bc not in (64, 128):
+        return f"Bc={Bc}: a block's keys are one or two warpgroups' 64 (64 or 128)"
     if stages < 2:
         return f"stages={stages}: the ring needs 2 at least (tile it+1 loading while tile it is read)"
-    return smem_reason(smem_bytes(D, stages))
+    return smem_reason(smem_bytes(D, Bc, stages))
 
 
 @register_phase(
@@ -313,29 +325,30 @@ def _supports(problem, stages):
             "dQ accumulated in float32 by TMA reduce-add",
     planned_speedup=1350.0,  # against bwd_naive, as every planned speedup: ~1.35x bwd_wgmma (1000)
     dtypes=("float16", "bfloat16"), requires_cc="sm_90a", head_dims=(64, 128),
-    space={"stages": [2, 3]}, sim_params={"stages": 2}, supports=_supports, variants=True,
+    space={"Bc": [64, 128], "stages": [2, 3]}, sim_params={"Bc": 128, "stages": 2}, supports=_supports,
+    variants=True,
 )
-def bwd_wgmma_fused(problem, stages=2):
+def bwd_wgmma_fused(problem, Bc=128, stages=2):
     B, H, Hkv, Nq, Nk, G = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.group
     D, bf16 = problem.head_dim, problem.dtype == "bfloat16"
     row_stats, stat_rows = make_row_stats(D, bf16)
     stage = tiled_mask_stage(problem)
     dmod = score_grad_stage(problem)
-    grad = make_grad_fused(D, stages, problem.causal, bf16, stage, dmod)
+    grad = make_grad_fused(D, Bc, stages, problem.causal, bf16, stage, dmod)
     finish = make_dq_finish(D, bf16)
-    mods_of = KernelMods(problem, Br, KB, columns=True)
+    mods_of = KernelMods(problem, Br, Bc, columns=True)
     scale = float32(problem.sm_scale)
     NQP = padded_rows(Nq, Br)
     st = cuda.device_array((B * H, 2, NQP), dtype="float32")
     dqa = cuda.to_device(np.zeros((B * H, NQP * D), np.float32))  # zeroed again by every call's finish
-    grid = ((Nk + KB - 1) // KB, B * Hkv)
-    nbytes = smem_bytes(D, stages)
+    grid = ((Nk + Bc - 1) // Bc, B * Hkv)
+    nbytes = smem_bytes(D, Bc, stages)
 
     def run(q, k, v, o, lse, do, dq, dk, dv, stream=0, mods=()):
         q, k, v, o, do, dq, dk, dv = (view_as(a, np.uint32) for a in (q, k, v, o, do, dq, dk, dv))
         m = mods_of(aux=mods or None, stream=stream) if mods_of.variant is not None else mods
         row_stats[((NQP + stat_rows - 1) // stat_rows, B * H), 128, stream](o, do, lse, st, Nq)
-        launch_dynamic(grad, grid, THREADS, stream, nbytes, q, k, v, do, st, dk, dv, dqa, scale, H, G, Nq, Nk, m)
+        launch_dynamic(grad, grid, 2 * Bc, stream, nbytes, q, k, v, do, st, dk, dv, dqa, scale, H, G, Nq, Nk, m)
         finish[((Nq * D // 2 + FINISH_THREADS - 1) // FINISH_THREADS, B * H), FINISH_THREADS, stream](
             dqa, dq, scale, Nq)
 
