@@ -5,7 +5,8 @@ a variant that drops work computes wrong gradients and is timed only to locate t
 
 fp16 B1 H32 N4096, D 64 and 128, not causal. Variants: as committed; no reduction issued; no wait for the staging
 tile's read; the Q-tile walk of each key block started 2·kb tiles further (every block reducing into another dQ
-tile at a time).
+tile at a time); no proxy fences; no dS stores; no dQ product (its accumulators read from shared memory); no
+barrier before the reduction.
 """
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ from numba_attn.measure.cupti import cupti_kernel_time  # noqa: E402
 from numba_attn.measure.env import environment  # noqa: E402
 from numba_attn.phases.backward.common import run_backward_launch  # noqa: E402
 
-ORIG = {n: getattr(F, n) for n in ("bulk_reduce_add_f32", "bulk_wait_read", "kv_walk")}
+NAMES = ("bulk_reduce_add_f32", "bulk_wait_read", "kv_walk", "fence_proxy_async", "make_ds_store", "make_dq_product",
+         "named_barrier_sync")
+ORIG = {n: getattr(F, n) for n in NAMES}
 
 
 @device
@@ -39,6 +42,33 @@ def no_reduce(dst, doff, src, soff, n):
 @device
 def no_wait(n):
     pass
+
+
+@device
+def no_fence():
+    pass
+
+
+@device
+def no_barrier(i, n):
+    pass
+
+
+def no_ds_store(bf16):
+    @device
+    def store_ds(sm, ds_word, dSt, w, ww, g, t):
+        pass
+
+    return store_ds
+
+
+def no_dq_product(bf16, D, Bc):
+    @device
+    def dq_product(acc, sm, a_off, sm2, b_off):
+        for e in range(D // 4):
+            acc[e] = sm[e, 0]
+
+    return dq_product
 
 
 def rotated_walk(Br, stage):
@@ -53,12 +83,16 @@ def rotated_walk(Br, stage):
 
 
 VARIANTS = {"as committed": {}, "no reduction": {"bulk_reduce_add_f32": no_reduce},
-            "no read wait": {"bulk_wait_read": no_wait}, "rotated walk": {"kv_walk": rotated_walk}}
+            "no read wait": {"bulk_wait_read": no_wait}, "rotated walk": {"kv_walk": rotated_walk},
+            "no proxy fences": {"fence_proxy_async": no_fence}, "no dS stores": {"make_ds_store": no_ds_store},
+            "no dQ product": {"make_dq_product": no_dq_product},
+            "no staging barrier": {"named_barrier_sync": no_barrier}}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--only", default="", help="comma-separated variants (with the committed one)")
     a = ap.parse_args()
     res = {"env": environment(), "commit": os.environ.get("NUMBA_ATTN_COMMIT"), "rows": []}
     stream = torch.cuda.current_stream()
@@ -75,6 +109,8 @@ def main():
                 setattr(F, n, patch.get(n, f))
             F.make_grad_fused.cache_clear()
             F.fused_kv_tile.cache_clear()
+            if a.only and name not in a.only.split(",") and name != "as committed":
+                continue
             launch = F.bwd_wgmma_fused(prob, stages=2)
             grads = [torch.empty_like(x) for x in (q, k, v)]
 
