@@ -81,17 +81,19 @@ def make_ds_store(bf16: bool):
     @device
     def store_ds(sm, ds_word, dSt, w, ww, g, t):
         odd = g & 1
+        r0 = 2 * t + odd
+        jj = 16 * ww + g - odd  # the even key of the pair (and jj + 8)
         for nt in range(Br // 8):
-            r = 8 * nt + 2 * t + odd
+            r = 8 * nt + r0
             for hi in range(2):
                 v0 = dSt[4 * nt + 2 * hi]
                 v1 = dSt[4 * nt + 2 * hi + 1]
                 other = shfl_xor_sync(FULL_MASK, v0 if odd else v1, 4)
-                word = pack2(other, v1) if odd else pack2(v0, other)
-                jj = 16 * ww + 8 * hi + g - odd  # the even key of the pair
-                byte = w * M * 128 + r * 128 + 16 * ((jj >> 3) ^ (r & 7)) + 2 * (jj & 7)
-                x = ds_word + byte // 4
-                sm[x // 4, x % 4] = u32_as_f32(word)
+                lo = other if odd else v0
+                hi_ = v1 if odd else other
+                key = jj + 8 * hi
+                x = ds_word + (w * M * 128 + r * 128 + 16 * ((key >> 3) ^ (r & 7)) + 2 * (key & 7)) // 4
+                sm[x >> 2, x & 3] = u32_as_f32(pack2(lo, hi_))
 
     return store_ds
 
@@ -128,9 +130,9 @@ def fused_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=
         score_grads(St, dPt, Gt, rows, sb, t)
         pack(pf, St)
         pack(dsf, dPt)
+        store_ds(sm, ds_b // 4, dPt, w, ww, g, t)  # (before the products: registers in flight slow them)
         accumulate(dV, pf, 0, sm, ring_b + (STAGES + sb) * TILE)  # dV_j += Pᵀ dO_i, in flight
         accumulate(dK, dsf, 0, sm, ring_b + sb * TILE)  # dK_j += dSᵀ Q_i, in flight
-        store_ds(sm, ds_b // 4, dPt, w, ww, g, t)
         fence_proxy_async()  # the stores, then the tensor cores' reads of dS_i
         if lead:
             bulk_wait_read(0)  # the last tile's dQ reduction has read the staging tile
