@@ -62,6 +62,25 @@ def no_ds_store(bf16):
     return store_ds
 
 
+def no_shuffle_store(bf16):
+    """The stores of store_ds at the same addresses, each lane's own pair (wrong values: no shuffle)."""
+    from numba_attn.gpu.convert import pack_f16x2, u32_as_f32
+
+    @device
+    def store_ds(sm, ds_word, dSt, w, ww, g, t):
+        odd = g & 1
+        r0 = 2 * t + odd
+        jj = 16 * ww + g - odd
+        for nt in range(F.Br // 8):
+            r = 8 * nt + r0
+            for hi in range(2):
+                key = jj + 8 * hi
+                x = ds_word + (w * F.M * 128 + r * 128 + 16 * ((key >> 3) ^ (r & 7)) + 2 * (key & 7)) // 4
+                sm[x >> 2, x & 3] = u32_as_f32(pack_f16x2(dSt[4 * nt + 2 * hi], dSt[4 * nt + 2 * hi + 1]))
+
+    return store_ds
+
+
 def no_dq_product(bf16, D, Bc):
     @device
     def dq_product(acc, sm, a_off, sm2, b_off):
@@ -86,6 +105,7 @@ VARIANTS = {"as committed": {}, "no reduction": {"bulk_reduce_add_f32": no_reduc
             "no read wait": {"bulk_wait_read": no_wait}, "rotated walk": {"kv_walk": rotated_walk},
             "no proxy fences": {"fence_proxy_async": no_fence}, "no dS stores": {"make_ds_store": no_ds_store},
             "no dQ product": {"make_dq_product": no_dq_product},
+            "stores without shuffles": {"make_ds_store": no_shuffle_store},
             "no staging barrier": {"named_barrier_sync": no_barrier}}
 
 
