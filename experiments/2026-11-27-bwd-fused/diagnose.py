@@ -54,7 +54,7 @@ def no_barrier(i, n):
     pass
 
 
-def no_ds_store(bf16):
+def no_ds_store():
     @device
     def store_ds(sm, ds_word, dSt, w, ww, g, t):
         pass
@@ -62,7 +62,7 @@ def no_ds_store(bf16):
     return store_ds
 
 
-def no_shuffle_store(bf16):
+def no_shuffle_store():
     """The stores of store_ds at the same addresses, each lane's own pair (wrong values: no shuffle)."""
     from numba_attn.gpu.convert import pack_f16x2, u32_as_f32
 

@@ -9,6 +9,7 @@
 ``ld_at``                  ``ld.global`` of flat element ``i`` (a 32-bit index) of a C-contiguous array
 ``st_shared_v4``           ``st.shared.v4.u32`` (128-bit shared store)
 ``ld_shared_v4``           ``ld.shared.v4.u32`` (128-bit shared load, as uint32 words)
+``st_shared_b16``          ``st.shared.b16``: the low 16 bits of a word at byte ``byte`` of a shared array
 ``lds``                    ``arr[r, c]`` without negative-index wrap-around
 ``rows_head_major``        ``a[s:s+n].transpose(1, 0, 2)`` (a view; numba's transpose needs a set)
 =========================  ==============================================
@@ -43,6 +44,14 @@ if IS_SIMULATOR:
         n = 16 // a.itemsize
         words = np.array([checked_u32(x) for x in (x0, x1, x2, x3)], np.uint32)
         a[int(r), int(c):int(c) + n] = words.view(a.dtype)
+
+    def st_shared_b16(arr, byte, bits):
+        """Store the low 16 bits of ``bits`` at byte ``byte`` (even) of the shared array ``arr``."""
+        a = np.asarray(host_array(arr)).reshape(-1).view(np.uint8)
+        byte = int(byte)
+        if byte % 2 or not 0 <= byte <= a.size - 2:
+            raise IndexError(f"16-bit store at byte {byte} of a {a.size}-byte array (even, inside it)")
+        a[byte:byte + 2] = np.array([checked_u32(bits) & 0xFFFF], np.uint16).view(np.uint8)
 
     def ld_shared_v4(arr, r, c):
         """Four 32-bit words at ``arr[r, c]`` (16 bytes) of a 2-D shared array as uint32."""
@@ -153,6 +162,24 @@ else:  # -------------------------------------------------------------- GPU
         return sig, codegen
 
     ld_shared_v4 = shared_x4_load("ld.shared.v4.u32 {$0,$1,$2,$3}, [$4];")
+
+    @intrinsic
+    def st_shared_b16(typingctx, arr, byte, bits):
+        """(An LLVM store through a shared-space pointer, not inline PTX: the compiler folds the constant part of
+        the byte offsets of an unrolled loop into the instruction, instead of one address register a store.)"""
+        if not isinstance(arr, types.Array):
+            return None
+        sig = types.void(arr, types.intp, types.uint32)
+
+        def codegen(context, builder, sig, args):
+            a = context.make_array(sig.args[0])(context, builder, value=args[0])
+            p8 = builder.gep(builder.bitcast(a.data, ir.PointerType(ir.IntType(8))), [args[1]])
+            p16 = builder.addrspacecast(builder.bitcast(p8, ir.PointerType(ir.IntType(16))),
+                                        ir.PointerType(ir.IntType(16), 3))
+            builder.store(builder.trunc(args[2], ir.IntType(16)), p16)
+            return context.get_dummy_value()
+
+        return sig, codegen
 
     @intrinsic
     def rows_head_major(typingctx, a, s, n):

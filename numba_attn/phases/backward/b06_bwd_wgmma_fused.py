@@ -28,13 +28,12 @@ from numba import cuda, float32, uint32
 
 from numba_attn.gpu.arrays import view_as
 from numba_attn.gpu.bulk import bulk_commit, bulk_reduce_add_f32, bulk_wait, bulk_wait_read
-from numba_attn.gpu.convert import u32_as_f32
 from numba_attn.gpu.cp_async import cp_async16_flat
 from numba_attn.gpu.intrinsics import cp_async_commit, cp_async_wait, pack_bf16x2, pack_f16x2
+from numba_attn.gpu.loads import st_shared_b16
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.mbarrier import fence_proxy_async
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
-from numba_attn.gpu.warp import FULL_MASK, shfl_xor_sync
 from numba_attn.gpu.warpspec import named_barrier_sync
 from numba_attn.gpu.wgmma import make_ring_copy, make_wgmma_ss, make_wgmma_wait, row_bytes
 from numba_attn.phases.backward.common import (backward_launch, first_q_head, first_q_tile, one, score_grad_stage,
@@ -70,30 +69,20 @@ def make_dq_product(bf16: bool, D: int, Bc: int):
 
 
 @functools.cache
-def make_ds_store(bf16: bool):
-    """``store_ds(sm, ds_word, dSt, w, ww, g, t)``: warpgroup w's dSᵀ (accumulator layout: keys 16ww + g (+8) of
-    its 64, query rows 8nt + 2t + c) into dS_i (row = query row, the block's keys in swizzled 64-key column
-    blocks, 16-bit) at word ``ds_word`` of ``sm``. Lanes g and g ^ 1 hold neighbouring keys: one shuffle pairs
-    them into 32-bit words, the even lane storing row 2t, the odd one row 2t + 1 (eight rows of one chunk a
-    store: no bank conflict)."""
-    pack2 = pack_bf16x2 if bf16 else pack_f16x2
-
+def make_ds_store():
+    """``store_ds(sm, ds_b, dsf, w, ww, g, t)``: warpgroup w's dSᵀ, packed (``dsf``, the A fragment of dK's
+    product: register 2nt + hi holds keys 16ww + g + 8hi of its 64, query rows 8nt + 2t and + 1) into dS_i at byte ``ds_b`` of ``sm`` (row = query row, the block's keys in swizzled
+    64-key column blocks, 16-bit): each value by one 16-bit store. A store instruction writes 4 rows × 8 keys, the
+    rows' chunks in distinct banks (the swizzle); two lanes share a word. (Pairing neighbouring keys into 32-bit
+    words by a shuffle halves the stores but cost 1.1 ms of 2.6 at D64: experiments/2026-11-27-bwd-fused.)"""
     @device
-    def store_ds(sm, ds_word, dSt, w, ww, g, t):
-        odd = g & 1
-        r0 = 2 * t + odd
-        jj = 16 * ww + g - odd  # the even key of the pair (and jj + 8)
-        for nt in range(Br // 8):
-            r = 8 * nt + r0
-            for hi in range(2):
-                v0 = dSt[4 * nt + 2 * hi]
-                v1 = dSt[4 * nt + 2 * hi + 1]
-                other = shfl_xor_sync(FULL_MASK, v0 if odd else v1, 4)
-                lo = other if odd else v0
-                hi_ = v1 if odd else other
-                key = jj + 8 * hi
-                x = ds_word + (w * M * 128 + r * 128 + 16 * ((key >> 3) ^ (r & 7)) + 2 * (key & 7)) // 4
-                sm[x >> 2, x & 3] = u32_as_f32(pack2(lo, hi_))
+    def store_ds(sm, ds_b, dsf, w, ww, g, t):
+        for hi in range(2):
+            for c in range(2):
+                # row r = 8nt + 2t + c, key 16ww + 8hi + g: chunk (2ww + hi) ^ (r mod 8), the same for every nt
+                at = ds_b + w * M * 128 + (2 * t + c) * 128 + 16 * ((2 * ww + hi) ^ (2 * t + c)) + 2 * g
+                for nt in range(Br // 8):
+                    st_shared_b16(sm, at + 1024 * nt, dsf[2 * nt + hi] >> (16 * c))
 
     return store_ds
 
@@ -109,7 +98,7 @@ def fused_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=
     wait_q = make_wgmma_wait(0, D // 4)
     probabilities, score_grads = kv_elementwise(Br, causal, stage, dmod)
     dq_product = make_dq_product(bf16, D, Bc)
-    store_ds = make_ds_store(bf16)
+    store_ds = make_ds_store()
     WGS = Bc // M
     NH = 2 // WGS  # dQ halves per warpgroup
     NQ = D // 4  # accumulators of a half
@@ -130,7 +119,7 @@ def fused_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=
         score_grads(St, dPt, Gt, rows, sb, t)
         pack(pf, St)
         pack(dsf, dPt)
-        store_ds(sm, ds_b // 4, dPt, w, ww, g, t)  # (before the products: registers in flight slow them)
+        store_ds(sm, ds_b, dsf, w, ww, g, t)
         accumulate(dV, pf, 0, sm, ring_b + (STAGES + sb) * TILE)  # dV_j += Pᵀ dO_i, in flight
         accumulate(dK, dsf, 0, sm, ring_b + sb * TILE)  # dK_j += dSᵀ Q_i, in flight
         fence_proxy_async()  # the stores, then the tensor cores' reads of dS_i
