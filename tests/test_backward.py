@@ -288,8 +288,9 @@ def test_the_wgmma_steps_refuse_a_score_function_without_its_derivative():
         return score * 2.0
 
     prob = SHAPES[QUICK_D64].replace(variant=make_variant(None, double))
-    for name in ("bwd_wgmma", "bwd_wgmma_overlap"):
-        reason = na.get_phase(name).supports(prob, Br=16, Bc=16, stages=2)
+    for name in ("bwd_wgmma", "bwd_wgmma_overlap", "bwd_wgmma_fused"):
+        phase = na.get_phase(name)
+        reason = phase.supports(prob, **phase.resolve_params(phase.sim_params))
         assert reason and "score_mod without its derivative" in reason, reason
 
 

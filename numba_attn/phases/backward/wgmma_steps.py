@@ -1,11 +1,13 @@
 """The wgmma backward's kernels by role, shared by ``bwd_wgmma`` and ``bwd_wgmma_overlap`` (which differ only in
-their tile steps, the schedule each passes in):
+their tile steps, the schedule each passes in) and, for its row statistics, products, element-wise stages and
+walk, by ``bwd_wgmma_fused``:
 
 * :func:`make_row_stats` — lse and Delta = rowsum(dO∘O) per query row, padded to whole Q tiles (the ring copies them);
 * :func:`make_products` — X·Yᵀ from shared memory (``make_wgmma_ss``), acc += (register A)·(a ring tile, transposed),
   the waits, the accumulator → A-fragment packing;
 * :func:`kv_elementwise`, :func:`q_elementwise` — P and dS of a tile in each kernel's accumulator layout, with a
   variant's mask and score functions;
+* :func:`kv_walk` — a key block's walk over the Q tiles of its KV head's query heads (a mask's column lists);
 * :func:`make_grad_kv`, :func:`make_grad_q` — the kernels: a warpgroup of 64 keys walking Q tiles (the block mask's
   column lists with a mask function), a warpgroup of 64 query rows walking key tiles (its row lists), tiles through
   a cp.async ring; a tile step ``schedule(D, N, STAGES, causal, bf16, stage, dmod)`` computes each tile;
