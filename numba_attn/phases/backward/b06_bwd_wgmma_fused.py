@@ -93,12 +93,15 @@ def make_ds_store():
 
 
 @functools.cache
-def fused_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one):
+def fused_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one,
+                  overlap: bool = False):
     """One Q tile of the fused kernel for warpgroup w (its 64 keys): Sᵀ, dPᵀ; Pᵀ, dSᵀ; dV_j += Pᵀ dO_i and
     dK_j += dSᵀ Q_i issued; dSᵀ into dS_i; a barrier (every warpgroup's part of dS_i); dQ_i's halves (the
     warpgroup's one of two, or both when it is alone) = dS_i K_j, each waited for and staged; the staged partial
-    added to ``dqa`` by one bulk reduction."""
+    added to ``dqa`` by one bulk reduction. ``overlap``: Pᵀ computed while dPᵀ runs and dSᵀ while dV's product
+    runs (``bwd_wgmma_overlap``'s schedule: a wait for all but the newest group)."""
     issue_scores, wait_two, pack, accumulate = make_products(bf16, Br, D, STAGES)
+    wait_older = make_wgmma_wait(1, Br // 2)
     wait_kv = make_wgmma_wait(0, D // 2, D // 2)
     wait_q = make_wgmma_wait(0, D // 4)
     probabilities, score_grads = kv_elementwise(Br, causal, stage, dmod)
@@ -119,13 +122,23 @@ def fused_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=
         staging, dqa, doff = out
         issue_scores(St, sm, own_b + w * T64, sm, ring_b + sb * TILE)  # Sᵀ = K_j Q_iᵀ
         issue_scores(dPt, sm, own_b + (WGS + w) * T64, sm, ring_b + (STAGES + sb) * TILE)  # dPᵀ = V_j dO_iᵀ
-        wait_two(St, dPt)
-        probabilities(St, Gt, rows, sb, i0, j_lo, t, Nq, Nk, scale, var)
-        score_grads(St, dPt, Gt, rows, sb, t)
-        pack(pf, St)
-        pack(dsf, dPt)
-        store_ds(sm, ds_b, dsf, w, ww, g, t)
-        accumulate(dV, pf, 0, sm, ring_b + (STAGES + sb) * TILE)  # dV_j += Pᵀ dO_i, in flight
+        if overlap:
+            wait_older(St, St)  # Sᵀ done, dPᵀ in flight
+            probabilities(St, Gt, rows, sb, i0, j_lo, t, Nq, Nk, scale, var)
+            pack(pf, St)
+            accumulate(dV, pf, 0, sm, ring_b + (STAGES + sb) * TILE)  # dV_j += Pᵀ dO_i, in flight
+            wait_older(dPt, dPt)  # dPᵀ done, dV in flight
+            score_grads(St, dPt, Gt, rows, sb, t)
+            pack(dsf, dPt)
+            store_ds(sm, ds_b, dsf, w, ww, g, t)
+        else:
+            wait_two(St, dPt)
+            probabilities(St, Gt, rows, sb, i0, j_lo, t, Nq, Nk, scale, var)
+            score_grads(St, dPt, Gt, rows, sb, t)
+            pack(pf, St)
+            pack(dsf, dPt)
+            store_ds(sm, ds_b, dsf, w, ww, g, t)
+            accumulate(dV, pf, 0, sm, ring_b + (STAGES + sb) * TILE)  # dV_j += Pᵀ dO_i, in flight
         accumulate(dK, dsf, 0, sm, ring_b + sb * TILE)  # dK_j += dSᵀ Q_i, in flight
         fence_proxy_async()  # the stores, then the tensor cores' reads of dS_i
         if lead:
@@ -149,11 +162,12 @@ def fused_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=
 
 
 @functools.cache
-def make_grad_fused(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one):
+def make_grad_fused(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one,
+                    overlap: bool = False):
     """grad_fused: a block of Bc/64 warpgroups owns Bc keys of one KV head (64 each), walks the Q tiles (64 rows)
     of its G query heads that see them (:func:`kv_walk`), the tiles through a cp.async ring; dK_j, dV_j in
     registers, each tile's dQ_i partial added to ``dqa`` by a bulk reduction per warpgroup."""
-    kv_tile = fused_kv_tile(D, Bc, STAGES, causal, bf16, stage, dmod)
+    kv_tile = fused_kv_tile(D, Bc, STAGES, causal, bf16, stage, dmod, overlap)
     first, following, q_tile_of = kv_walk(Br, stage)
     WGS = Bc // M
     THREADS = 128 * WGS
@@ -292,7 +306,7 @@ def make_dq_finish(D: int, bf16: bool):
     return dq_finish
 
 
-def _supports(problem, Bc, stages):
+def _supports(problem, Bc, stages, overlap):
     D = problem.head_dim
     if D not in (64, 128):
         return (f"head_dim {D}: the swizzled 128-byte rows and the 64 × D dK, dV accumulators of a warpgroup take "
@@ -321,16 +335,16 @@ def _supports(problem, Bc, stages):
             "dQ accumulated in float32 by TMA reduce-add",
     planned_speedup=1350.0,  # against bwd_naive, as every planned speedup: ~1.35x bwd_wgmma (1000)
     dtypes=("float16", "bfloat16"), requires_cc="sm_90a", head_dims=(64, 128),
-    space={"Bc": [64, 128], "stages": [2, 3]}, sim_params={"Bc": 128, "stages": 2}, supports=_supports,
-    variants=True,
+    space={"Bc": [64, 128], "stages": [2, 3], "overlap": [False, True]},
+    sim_params={"Bc": 128, "stages": 2, "overlap": False}, supports=_supports, variants=True,
 )
-def bwd_wgmma_fused(problem, Bc=128, stages=2):
+def bwd_wgmma_fused(problem, Bc=128, stages=2, overlap=False):
     B, H, Hkv, Nq, Nk, G = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.group
     D, bf16 = problem.head_dim, problem.dtype == "bfloat16"
     row_stats, stat_rows = make_row_stats(D, bf16)
     stage = tiled_mask_stage(problem)
     dmod = score_grad_stage(problem)
-    grad = make_grad_fused(D, Bc, stages, problem.causal, bf16, stage, dmod)
+    grad = make_grad_fused(D, Bc, stages, problem.causal, bf16, stage, dmod, bool(overlap))
     finish = make_dq_finish(D, bf16)
     mods_of = KernelMods(problem, Br, Bc, columns=True)
     scale = float32(problem.sm_scale)
