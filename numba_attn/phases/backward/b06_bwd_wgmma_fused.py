@@ -336,9 +336,9 @@ def _supports(problem, Bc, stages, overlap):
     planned_speedup=1350.0,  # against bwd_naive, as every planned speedup: ~1.35x bwd_wgmma (1000)
     dtypes=("float16", "bfloat16"), requires_cc="sm_90a", head_dims=(64, 128),
     space={"Bc": [64, 128], "stages": [2, 3], "overlap": [False, True]},
-    sim_params={"Bc": 128, "stages": 2, "overlap": False}, supports=_supports, variants=True,
+    sim_params={"Bc": 128, "stages": 2, "overlap": True}, supports=_supports, variants=True,
 )
-def bwd_wgmma_fused(problem, Bc=128, stages=2, overlap=False):
+def bwd_wgmma_fused(problem, Bc=128, stages=2, overlap=True):
     B, H, Hkv, Nq, Nk, G = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.group
     D, bf16 = problem.head_dim, problem.dtype == "bfloat16"
     row_stats, stat_rows = make_row_stats(D, bf16)
