@@ -19,8 +19,8 @@ Prediction: 5/7 of the products, the dQ walk's loads gone, the reductions (Nk/12
 2.1 GB at fp16 B1 H32 N4096 D128) at the L2 under the products: ~1.35× ``bwd_wgmma`` (2.60 → ~1.9 ms, ~0.7×
 cuDNN's 1.33).
 
-Verdict: 1.18× ``bwd_wgmma_overlap`` at D128 (2.16 against 2.54 ms, H200, fp16 B1 H32 N4096; causal 1.07×), 1.03×
-at D64 (Bc = 64; causal 1.09×); 0.51-0.57× cuDNN. Below the prediction: the dSᵀ transpose through shared memory
+Verdict: 1.19× ``bwd_wgmma_overlap`` at D128 (2.14 against 2.54 ms, H200, fp16 B1 H32 N4096, the overlapped tile
+step; causal 1.11×), 1.04× at D64 (causal 1.02×); 0.50-0.64× cuDNN; bf16 N8192 D128 causal 4.63 ms (cuDNN 2.78). Below the prediction: the dSᵀ transpose through shared memory
 is on the critical path (the first version paired keys by shuffles: 0.68×), and dQ's sums are in no fixed order,
 so the deterministic ``bwd_wgmma_overlap`` stays the default. [experiments/2026-11-27-bwd-fused]
 """
