@@ -123,7 +123,8 @@ def train(torch, transformers, na_hf, args, impl, device):
 
 def environment(torch, transformers):
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
+        commit = os.environ.get("NUMBA_ATTN_COMMIT") or subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
     except OSError:
         commit = ""
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none (CPU, CUDA simulator)"
