@@ -26,9 +26,12 @@ from numba_attn.phases.registry import BACKWARD, Phase, get_phase, list_phases  
 from numba_attn.spec.errors import AttentionInputError, check_arrays, check_bool  # noqa: E402
 from numba_attn.spec.grad_reference import backward_case  # noqa: E402,F401 (check_backward's; re-exported)
 
-# phase=None: the first of these that supports the problem (bwd_wgmma_overlap: sm_90a, float16/bfloat16, head_dim 64
-# or 128, no variant; bwd_mma: float16/bfloat16, head_dim a multiple of 16)
-BACKWARD_DEFAULT = ("bwd_wgmma_overlap", "bwd_mma", "bwd_two_kernels", "bwd_naive")
+# phase=None: the first of these that supports the problem (bwd_wgmma_fused, bwd_wgmma_overlap: sm_90a,
+# float16/bfloat16, head_dim 64 or 128; bwd_mma: float16/bfloat16, head_dim a multiple of 16)
+BACKWARD_DEFAULT = ("bwd_wgmma_fused", "bwd_wgmma_overlap", "bwd_mma", "bwd_two_kernels", "bwd_naive")
+# phases whose dQ is summed by atomics or reductions in no fixed order: not bitwise reproducible from call to call
+# (deterministic=True, or torch.use_deterministic_algorithms(True), leaves them out of phase=None and refuses them)
+NONDETERMINISTIC = frozenset({"bwd_wgmma_fused", "bwd_atomic_dq"})
 _PLANS: OrderedDict = OrderedDict()  # (phase, problem, params) -> Launch, at most 16
 
 
@@ -109,11 +112,27 @@ def _plan(ph, problem, params):
     return launch
 
 
-def choose_backward(problem, phase=None, params=None) -> tuple[Phase, dict]:
+def deterministic_arg(deterministic) -> bool:
+    """``deterministic`` as a bool: None follows ``torch.are_deterministic_algorithms_enabled()`` where torch is
+    imported (False otherwise)."""
+    if deterministic is None:
+        torch = sys.modules.get("torch")
+        return bool(torch is not None and torch.are_deterministic_algorithms_enabled())
+    return check_bool("deterministic", deterministic)
+
+
+def choose_backward(problem, phase=None, params=None, deterministic: bool = False) -> tuple[Phase, dict]:
     """(phase, resolved parameters) that runs ``problem``: ``phase`` (refused with the reason when it cannot),
-    else the first of :data:`BACKWARD_DEFAULT` that supports it."""
+    else the first of :data:`BACKWARD_DEFAULT` that supports it; ``deterministic``: only phases whose gradients are
+    bitwise reproducible (not :data:`NONDETERMINISTIC`)."""
     params = dict(params or {})
     names = BACKWARD_DEFAULT if phase is None else (backward_phase(phase).name,)
+    if deterministic:
+        if phase is not None and names[0] in NONDETERMINISTIC:
+            raise AttentionInputError(f"phase {names[0]!r} sums dQ in no fixed order (atomics or bulk reductions) and "
+                                      "deterministic=True (or torch.use_deterministic_algorithms(True)) asks for "
+                                      "reproducible gradients: choose another phase or phase=None")
+        names = tuple(n for n in names if n not in NONDETERMINISTIC)
     reasons = []
     for name in names:
         ph = get_phase(name)
@@ -134,7 +153,7 @@ def _zeros(kind, like, shape):
 
 
 def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=None, mask_mod=None, score_mod=None,
-                       score_mod_grad=None, aux=None, sinks=None, **params):
+                       score_mod_grad=None, aux=None, sinks=None, deterministic=None, **params):
     """dq, dk, dv of softmax attention: q (B, H, Nq, D), k, v (B, Hkv, Nk, D), the forward's output o and its
     log-sum-exp lse (B, H, Nq) float32 (natural log), the output's gradient do (q's shape and dtype).
 
@@ -146,15 +165,18 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=N
     ``score_mod_grad(score, b, h, q_idx, kv_idx, *aux)`` (d score_mod / d score; the built-ins carry theirs).
     ``sinks`` (H,): the forward's sink logits (o its output with them, lse the keys' own as it returns it): the
     phase runs on L = logaddexp(lse, sink), and the sinks' gradient −Σ_{b,i} exp(sink − L_i)·rowsum(dO∘O)_i
-    is returned fourth, float32 (NumPy arrays and tensors). Returns arrays of q's kind and dtype (dk, dv of k's
-    shape)."""
+    is returned fourth, float32 (NumPy arrays and tensors). ``deterministic``: True keeps to phases whose gradients
+    are bitwise reproducible (phase=None skips :data:`NONDETERMINISTIC`, whose dQ sums come in no fixed order);
+    None follows ``torch.are_deterministic_algorithms_enabled()``. Returns arrays of q's kind and dtype (dk, dv of
+    k's shape)."""
     arrays = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do}
     causal = check_bool("causal", causal)
+    deterministic = deterministic_arg(deterministic)
     kind = _one_kind(arrays)
     if kind == TORCH_CPU:  # the NumPy path on views of the tensors' memory
         grads = attention_backward(*_checked(kind, arrays), causal=causal, scale=scale, phase=phase,
                                    mask_mod=mask_mod, score_mod=score_mod, score_mod_grad=score_mod_grad, aux=aux,
-                                   sinks=sinks, **params)
+                                   sinks=sinks, deterministic=deterministic, **params)
         return tuple(numpy_as_tensor(g) for g in grads)
     if kind == TORCH and backend.IS_SIMULATOR:
         raise AttentionInputError(f"q is a tensor on {q.device} but numba-attn runs in the CUDA simulator "
@@ -180,7 +202,7 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=N
     if variant is not None:
         probe_variant(variant, B, H, Nq, Nk)
         problem = problem.replace(variant=variant)
-    ph, resolved = choose_backward(problem, phase, params)
+    ph, resolved = choose_backward(problem, phase, params, deterministic)
     launch = _plan(ph, problem, resolved)
     if kind == TORCH:
         for name, a in arrays.items():

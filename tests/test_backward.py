@@ -481,3 +481,27 @@ def test_sinks_gradients(phase):
     with pytest.raises(AttentionInputError, match="sinks"):
         attention_backward(*(cuda.to_device(a) for a in (q, k, v, o, lse, do)), causal=True, phase=phase,
                            sinks=sinks, **params)
+
+
+def test_deterministic_leaves_out_the_phases_that_sum_dq_in_no_fixed_order():
+    """phase=None picks the one-kernel bwd_wgmma_fused (dQ by bulk reductions) where it runs; deterministic=True
+    (or torch's deterministic mode) picks the reproducible split instead and refuses a non-deterministic phase by
+    name; a non-bool is refused naming the argument."""
+    from numba_attn.backward import NONDETERMINISTIC, choose_backward, deterministic_arg
+
+    prob = SHAPES[QUICK_D64]
+    assert choose_backward(prob)[0].name == "bwd_wgmma_fused"
+    assert choose_backward(prob, deterministic=True)[0].name == "bwd_wgmma_overlap"
+    for name in NONDETERMINISTIC:
+        with pytest.raises(AttentionInputError, match="deterministic"):
+            choose_backward(prob, name, deterministic=True)
+    q, k, v = prob.inputs(1)
+    with pytest.raises(AttentionInputError, match="deterministic"):
+        attention_backward(q, k, v, q, np.zeros(q.shape[:3], np.float32), q, causal=True, deterministic="yes")
+    torch = pytest.importorskip("torch")
+    assert deterministic_arg(None) is False
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert deterministic_arg(None) is True
+    finally:
+        torch.use_deterministic_algorithms(False)

@@ -21,8 +21,8 @@ cuDNN's 1.33).
 
 Verdict: 1.19× ``bwd_wgmma_overlap`` at D128 (2.14 against 2.54 ms, H200, fp16 B1 H32 N4096, the overlapped tile
 step; causal 1.11×), 1.04× at D64 (causal 1.02×); 0.50-0.64× cuDNN; bf16 N8192 D128 causal 4.63 ms (cuDNN 2.78). Below the prediction: the dSᵀ transpose through shared memory
-is on the critical path (the first version paired keys by shuffles: 0.68×), and dQ's sums are in no fixed order,
-so the deterministic ``bwd_wgmma_overlap`` stays the default. [experiments/2026-11-27-bwd-fused]
+is on the critical path (the first version paired keys by shuffles: 0.68×). The default of phase=None; dQ's sums
+come in no fixed order, so ``deterministic=True`` picks ``bwd_wgmma_overlap``. [experiments/2026-11-27-bwd-fused]
 """
 from __future__ import annotations
 
