@@ -125,6 +125,18 @@ def kv_elementwise(Br: int, causal: bool, stage=PLAIN, dmod=one):
     @device
     def probabilities(St, Gt, rows, sb, i0, j_lo, t, Nq, Nk, scale, var):
         b, h, kind, mods = var
+        # every score of this lane visible (the tile's rows and the lane's keys in range, below the causal
+        # diagonal, no mask function on the tile): no test per score
+        inside = (i0 + Br <= Nq and j_lo + 8 < Nk and (not causal or j_lo + 8 <= i0 + Nk - Nq)
+                  and kind == FULL and not SCORED)
+        if inside:
+            for nt in range(Br // 8):
+                for c in range(2):
+                    lse_i = rows[2 * sb, 8 * nt + 2 * t + c]
+                    for hi in range(2):
+                        x = 4 * nt + 2 * hi + c
+                        St[x] = math.exp(St[x] * scale - lse_i)
+            return
         for nt in range(Br // 8):
             for c in range(2):
                 r = 8 * nt + 2 * t + c
@@ -169,6 +181,16 @@ def q_elementwise(Bc: int, causal: bool, stage=PLAIN, dmod=one):
     @device
     def probabilities(S, G, j0, r_lo, lse_lo, lse_hi, t, Nq, Nk, scale, var):
         b, h, kind, mods = var
+        # every score of this lane visible (its rows and the tile's keys in range, below the causal diagonal, no
+        # mask function on the tile): no test per score
+        inside = (r_lo + 8 < Nq and j0 + Bc <= Nk and (not causal or j0 + Bc - 1 <= r_lo + Nk - Nq)
+                  and kind == FULL and not SCORED)
+        if inside:
+            for nt in range(Bc // 8):
+                for x4 in range(4):
+                    x = 4 * nt + x4
+                    S[x] = math.exp(S[x] * scale - (lse_hi if x4 // 2 else lse_lo))
+            return
         for nt in range(Bc // 8):
             for x4 in range(4):
                 hi, c = x4 // 2, x4 % 2
