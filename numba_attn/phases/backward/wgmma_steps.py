@@ -37,6 +37,7 @@ from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES, cp_async_ring, r
 from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.variants.launching import KernelMods
 from numba_attn.variants.stages import FULL, PLAIN
+LOG2E = float32(1.4426950408889634)
 M = 64  # rows of a wgmma (keys of a dK/dV block, query rows of a dQ block): one warpgroup
 THREADS = 128
 
@@ -59,7 +60,9 @@ def padded_rows(Nq: int, Br: int) -> int:
 
 @functools.cache
 def make_row_stats(D: int, bf16: bool):
-    """``row_stats(o, do, lse, st, Nq)``: st[bh, 0, i] = lse_i and st[bh, 1, i] = Delta_i = Σ_d dO_id·O_id, zeros
+    """``row_stats(o, do, lse, st, Nq)``: st[bh, 0, i] = lse_i·log2(e) (the element-wise stages work in base 2:
+    P = exp2(S·scale·log2(e) − lse_i·log2(e)), one FFMA and one ex2 a score) and st[bh, 1, i] = Delta_i =
+    Σ_d dO_id·O_id, zeros
     from Nq to the padded end. D/8 lanes share a row (each reads every (D/8)-th word: the group's reads are
     contiguous), summed by a butterfly over the group; grid (padded rows / (1024/D), B·H) of 128 threads."""
     LANES = D // 8
@@ -81,7 +84,7 @@ def make_row_stats(D: int, bf16: bool):
                 acc += o0 * d0 + o1 * d1
         acc = group_sum(acc, LANES)  # (every lane: the butterfly is warp-wide)
         if lane == 0 and i < st.shape[2]:
-            st[bh, 0, i] = lse[bh, i] if i < Nq else float32(0.0)
+            st[bh, 0, i] = lse[bh, i] * LOG2E if i < Nq else float32(0.0)
             st[bh, 1, i] = acc
 
     return row_stats, ROWS
@@ -116,7 +119,7 @@ def make_products(bf16: bool, N: int, D: int, STAGES: int):
 def kv_elementwise(Br: int, causal: bool, stage=PLAIN, dmod=one):
     """``(probabilities, score_grads)`` of a dK/dV tile in the transposed accumulator layout (rows = keys j_lo,
     j_lo + 8 of this lane, columns = the tile's query rows i0 + 8nt + 2t + c, their lse and Delta in ``rows``):
-    Pᵀ = exp(Sᵀ·scale − lse_i) in place (0 where row i does not see key j, by the causal bound or the variant
+    Pᵀ = exp(Sᵀ·scale − lse_i) in place, computed in base 2 (``rows`` hold lse_i·log2(e)) (0 where row i does not see key j, by the causal bound or the variant
     ``stage``'s mask function on a PARTIAL tile: ``var = (b, h, kind, mods)``), then dSᵀ = Pᵀ∘(dPᵀ − Delta_i). A score
     function: Pᵀ = exp(score_mod(Sᵀ·scale) − lse_i), its derivative ``dmod`` at Sᵀ·scale kept in ``Gt`` for
     dSᵀ = Pᵀ∘(dPᵀ − Delta_i)∘score_mod'."""
@@ -125,6 +128,7 @@ def kv_elementwise(Br: int, causal: bool, stage=PLAIN, dmod=one):
     @device
     def probabilities(St, Gt, rows, sb, i0, j_lo, t, Nq, Nk, scale, var):
         b, h, kind, mods = var
+        scale2 = scale * LOG2E
         # every score of this lane visible (the tile's rows and the lane's keys in range, below the causal
         # diagonal, no mask function on the tile): no test per score
         inside = (i0 + Br <= Nq and j_lo + 8 < Nk and (not causal or j_lo + 8 <= i0 + Nk - Nq)
@@ -135,7 +139,7 @@ def kv_elementwise(Br: int, causal: bool, stage=PLAIN, dmod=one):
                     lse_i = rows[2 * sb, 8 * nt + 2 * t + c]
                     for hi in range(2):
                         x = 4 * nt + 2 * hi + c
-                        St[x] = math.exp(St[x] * scale - lse_i)
+                        St[x] = math.exp2(St[x] * scale2 - lse_i)
             return
         for nt in range(Br // 8):
             for c in range(2):
@@ -150,10 +154,10 @@ def kv_elementwise(Br: int, causal: bool, stage=PLAIN, dmod=one):
                                                                stage.visible(b, h, i0 + r + Nk - Nq, j, mods)):
                         if SCORED:
                             sc = St[x] * scale
-                            p = math.exp(stage.modified(sc, b, h, i0 + r + Nk - Nq, j, mods) - lse_i)
+                            p = math.exp2(stage.modified(sc, b, h, i0 + r + Nk - Nq, j, mods) * LOG2E - lse_i)
                             grad = dmod(sc, b, h, i0 + r + Nk - Nq, j, mods)
                         else:
-                            p = math.exp(St[x] * scale - lse_i)
+                            p = math.exp2(St[x] * scale2 - lse_i)
                     St[x] = p
                     if SCORED:
                         Gt[x] = grad
@@ -181,6 +185,7 @@ def q_elementwise(Bc: int, causal: bool, stage=PLAIN, dmod=one):
     @device
     def probabilities(S, G, j0, r_lo, lse_lo, lse_hi, t, Nq, Nk, scale, var):
         b, h, kind, mods = var
+        scale2 = scale * LOG2E  # (lse_lo, lse_hi: lse·log2(e))
         # every score of this lane visible (its rows and the tile's keys in range, below the causal diagonal, no
         # mask function on the tile): no test per score
         inside = (r_lo + 8 < Nq and j0 + Bc <= Nk and (not causal or j0 + Bc - 1 <= r_lo + Nk - Nq)
@@ -189,7 +194,7 @@ def q_elementwise(Bc: int, causal: bool, stage=PLAIN, dmod=one):
             for nt in range(Bc // 8):
                 for x4 in range(4):
                     x = 4 * nt + x4
-                    S[x] = math.exp(S[x] * scale - (lse_hi if x4 // 2 else lse_lo))
+                    S[x] = math.exp2(S[x] * scale2 - (lse_hi if x4 // 2 else lse_lo))
             return
         for nt in range(Bc // 8):
             for x4 in range(4):
@@ -201,10 +206,10 @@ def q_elementwise(Bc: int, causal: bool, stage=PLAIN, dmod=one):
                 if visible(i, j, Nq, Nk, causal) and (kind == FULL or stage.visible(b, h, i + Nk - Nq, j, mods)):
                     if SCORED:
                         sc = S[x] * scale
-                        p = math.exp(stage.modified(sc, b, h, i + Nk - Nq, j, mods) - (lse_hi if hi else lse_lo))
+                        p = math.exp2(stage.modified(sc, b, h, i + Nk - Nq, j, mods) * LOG2E - (lse_hi if hi else lse_lo))
                         grad = dmod(sc, b, h, i + Nk - Nq, j, mods)
                     else:
-                        p = math.exp(S[x] * scale - (lse_hi if hi else lse_lo))
+                        p = math.exp2(S[x] * scale2 - (lse_hi if hi else lse_lo))
                 S[x] = p
                 if SCORED:
                     G[x] = grad
