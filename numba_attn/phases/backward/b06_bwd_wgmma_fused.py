@@ -20,7 +20,9 @@ Prediction: 5/7 of the products, the dQ walk's loads gone, the reductions (Nk/12
 cuDNN's 1.33).
 
 Verdict: 1.19× ``bwd_wgmma_overlap`` at D128 (2.14 against 2.54 ms, H200, fp16 B1 H32 N4096, the overlapped tile
-step; causal 1.11×), 1.04× at D64 (causal 1.02×); 0.50-0.64× cuDNN; bf16 N8192 D128 causal 4.63 ms (cuDNN 2.78). Below the prediction: the dSᵀ transpose through shared memory
+step; causal 1.11×), 1.04× at D64 (causal 1.02×). With the shared element-wise stages' fast path for fully visible
+lanes and base-2 P (both phases gain): 1.80 ms at D128 (1.25× the overlap phase), 0.65-0.76× cuDNN over N 1024 and
+4096, D 64 and 128; bf16 N8192 D128 causal 3.75 ms (cuDNN 2.91, FlexAttention 3.68). Below the prediction: the dSᵀ transpose through shared memory
 is on the critical path (the first version paired keys by shuffles: 0.68×). The default of phase=None; dQ's sums
 come in no fixed order, so ``deterministic=True`` picks ``bwd_wgmma_overlap``. [experiments/2026-11-27-bwd-fused]
 """
