@@ -35,18 +35,17 @@ from numba import cuda, float32, uint32
 
 from numba_attn.gpu.arrays import view_as
 from numba_attn.gpu.bulk import bulk_commit, bulk_reduce_add_f32, bulk_wait, bulk_wait_read
-from numba_attn.gpu.cp_async import cp_async16_flat
-from numba_attn.gpu.intrinsics import cp_async_commit, cp_async_wait, pack_bf16x2, pack_f16x2
+from numba_attn.gpu.intrinsics import pack_bf16x2, pack_f16x2
 from numba_attn.gpu.loads import st_shared_b16
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.mbarrier import fence_proxy_async
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.gpu.warpspec import named_barrier_sync
 from numba_attn.gpu.wgmma import make_ring_copy, make_wgmma_ss, make_wgmma_wait, row_bytes
-from numba_attn.phases.backward.common import (backward_launch, first_q_head, first_q_tile, one, score_grad_stage,
-                                               tiled_mask_stage, variant_reason)
-from numba_attn.phases.backward.wgmma_steps import (M, kv_elementwise, kv_walk, make_products, make_row_stats,
-                                                    padded_rows, tile_bytes)
+from numba_attn.phases.backward.common import (backward_launch, one, score_grad_stage, tiled_mask_stage,
+                                               variant_reason)
+from numba_attn.phases.backward.wgmma_steps import (M, kv_elementwise, make_kv_store, make_products, make_q_ring,
+                                                    make_row_stats, padded_rows, tile_bytes)
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES, ring_padding
 from numba_attn.variants.launching import KernelMods
@@ -167,15 +166,14 @@ def fused_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=
 def make_grad_fused(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one,
                     overlap: bool = False):
     """grad_fused: a block of Bc/64 warpgroups owns Bc keys of one KV head (64 each), walks the Q tiles (64 rows)
-    of its G query heads that see them (:func:`kv_walk`), the tiles through a cp.async ring; dK_j, dV_j in
+    of its G query heads that see them, the tiles through a cp.async ring (:func:`make_q_ring`); dK_j, dV_j in
     registers, each tile's dQ_i partial added to ``dqa`` by a bulk reduction per warpgroup."""
     kv_tile = fused_kv_tile(D, Bc, STAGES, causal, bf16, stage, dmod, overlap)
-    first, following, q_tile_of = kv_walk(Br, stage)
     WGS = Bc // M
     THREADS = 128 * WGS
     copy_own = make_ring_copy(D, M, WGS, 128)  # K_j's and V_j's 64-key tiles: one per warpgroup
-    copy_ring = make_ring_copy(D, Br, STAGES, THREADS)
-    store2 = pack_bf16x2 if bf16 else pack_f16x2
+    walk_of, fill, advance, following, q_tile_of = make_q_ring(D, Br, STAGES, THREADS, causal, stage)
+    store_kv = make_kv_store(D, bf16)
     OWN_B = 2 * WGS * tile_bytes(M, D)  # K_j's tiles, then V_j's
     RING_B = 2 * STAGES * tile_bytes(Br, D)
     DS_B = tile_bytes(Br, Bc)
@@ -188,22 +186,8 @@ def make_grad_fused(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stag
     HALF = Br * D // 2  # floats of a half of dQ_i
     NQ = D // 4  # its accumulator registers
     STAGE_ROWS = NH * NQ  # a warpgroup's staging rows (of 128 floats)
-    CHUNKS = Br // 4
-    WAIT = STAGES - 2
     NS, NA, NP = Br // 2, D // 2, Br // 4
     NG = NS if stage.scored else 1
-    LISTED = stage.active
-
-    @device
-    def copy_q_tile(bh, tile, sb, to):
-        """Q tile ``tile`` of head ``bh`` into stage ``sb``: Q_i, dO_i, and the rows' lse and Delta (2·Br/4
-        threads, a chunk each)."""
-        ring, rows, q, do, st, tid, Nq = to
-        copy_ring(ring, q, do, tile, sb, tid, bh, Nq)
-        if tid < 2 * CHUNKS:
-            which, c = tid // CHUNKS, tid % CHUNKS
-            cp_async16_flat(rows, (2 * sb + which) * Br + 4 * c, st,
-                            (bh * 2 + which) * st.shape[2] + tile * Br + 4 * c, True)
 
     @kernel
     def grad_fused(q, k, v, do, st, dk, dv, dqa, scale, H, G, Nq, Nk, mods):
@@ -222,20 +206,9 @@ def make_grad_fused(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stag
         staging = dynamic_tile(pad + (OWN_B + RING_B + DS_B) // 4 + w * NH * HALF, STAGE_ROWS, 128)
         rows = dynamic_tile(pad + (OWN_B + RING_B + DS_B + STAGE_B) // 4, STAT_ROWS, Br)
         copy_own(own, k, v, WGS * cuda.blockIdx.x + w, w, tw, kvh, Nk)
-        t0 = 0 if LISTED else first_q_tile(jb, Nq, Nk, causal, Br) // Br
-        bh0 = first_q_head(kvh, H, G)
-        b = bh0 // H
-        walk = (G, t0, (Nq + Br - 1) // Br - t0, b, bh0 - b * H, cuda.blockIdx.x, mods)
+        walk, bh0, b = walk_of(jb, cuda.blockIdx.x, kvh, H, G, Nq, Nk, mods)
         to = (ring, rows, q, do, st, tid, Nq)
-        cur = first(walk)
-        nxt = cur
-        sb_next = 0
-        for _ in range(STAGES - 1):
-            if nxt[0] < G:
-                copy_q_tile(bh0 + nxt[0], q_tile_of(nxt, walk), sb_next, to)
-                nxt = following(nxt, walk)
-            cp_async_commit()
-            sb_next = sb_next + 1 if sb_next + 1 < STAGES else 0
+        cur, nxt, sb_next = fill(walk, bh0, to)
         St = cuda.local.array(NS, float32)
         dPt = cuda.local.array(NS, float32)
         pf = cuda.local.array(NP, uint32)
@@ -252,13 +225,7 @@ def make_grad_fused(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stag
         NQT = dqa.shape[1] // (Br * D)
         sb = 0
         while cur[0] < G:
-            cp_async_wait(WAIT)
-            cuda.syncthreads()
-            if nxt[0] < G:
-                copy_q_tile(bh0 + nxt[0], q_tile_of(nxt, walk), sb_next, to)
-                nxt = following(nxt, walk)
-            cp_async_commit()
-            sb_next = sb_next + 1 if sb_next + 1 < STAGES else 0
+            nxt, sb_next = advance(nxt, sb_next, walk, bh0, to)
             h = walk[4] + cur[0]
             qt = q_tile_of(cur, walk)
             var = (b, h, stage.tile_kind(mods, b, h, qt, cuda.blockIdx.x), mods)
@@ -268,13 +235,7 @@ def make_grad_fused(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stag
             cur = following(cur, walk)
         if lead:
             bulk_wait(0)  # the staging tile stays valid until the last reduction has read it
-        for dt in range(D // 8):  # dK_j (× scale) and dV_j, two columns per word
-            c = 4 * dt + t
-            for hi in range(2):
-                j = j_lo + 8 * hi
-                if j < Nk:
-                    dk[kvh, j, c] = store2(dK[4 * dt + 2 * hi] * scale, dK[4 * dt + 2 * hi + 1] * scale)
-                    dv[kvh, j, c] = store2(dV[4 * dt + 2 * hi], dV[4 * dt + 2 * hi + 1])
+        store_kv(dk, dv, dK, dV, kvh, j_lo, t, Nk, scale)
 
     return grad_fused
 

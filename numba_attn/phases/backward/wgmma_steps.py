@@ -7,7 +7,8 @@ walk, by ``bwd_wgmma_fused``:
   the waits, the accumulator → A-fragment packing;
 * :func:`kv_elementwise`, :func:`q_elementwise` — P and dS of a tile in each kernel's accumulator layout, with a
   variant's mask and score functions;
-* :func:`kv_walk` — a key block's walk over the Q tiles of its KV head's query heads (a mask's column lists);
+* :func:`kv_walk`, :func:`make_q_ring` — a key block's walk over the Q tiles of its KV head's query heads (a
+  mask's column lists) and the cp.async ring that brings them; :func:`make_kv_store` — dK_j, dV_j written out;
 * :func:`make_grad_kv`, :func:`make_grad_q` — the kernels: a warpgroup of 64 keys walking Q tiles (the block mask's
   column lists with a mask function), a warpgroup of 64 query rows walking key tiles (its row lists), tiles through
   a cp.async ring; a tile step ``schedule(D, N, STAGES, causal, bf16, stage, dmod)`` computes each tile;
@@ -272,6 +273,88 @@ def kv_walk(Br: int, stage=PLAIN):
 
 
 @functools.cache
+def make_q_ring(D: int, Br: int, STAGES: int, NTH: int, causal: bool, stage=PLAIN):
+    """``(walk_of, fill, advance, following, q_tile_of)``: the ring of Q tiles a key block walks (:func:`kv_walk`), copied
+    by ``NTH`` threads (cp.async): Q_i, dO_i into ring stage sb and the rows' lse and Delta into ``rows[2·sb]``,
+    ``rows[2·sb + 1]`` (2·Br/4 threads, a 16-byte chunk each). ``to = (ring, rows, q, do, st, tid, Nq)``.
+
+    * ``walk_of(jb, kb, kvh, H, G, Nq, Nk, mods) -> (walk, bh0, b)``: the walk of key block kb (first key jb) of
+      KV head kvh: Q tiles from the first that sees a key of the block (causal; a mask function's lists hold
+      that bound), over its G query heads from head bh0 of batch b (divisions once, none in the loop);
+    * ``fill(walk, bh0, to) -> (cur, nxt, sb_next)``: the first STAGES − 1 visited tiles issued, a commit group
+      each (the block's own tiles, issued before, join the first);
+    * ``advance(nxt, sb_next, walk, bh0, to) -> (nxt, sb_next)``: the tile computed next has landed for every
+      thread (its wait, a block barrier: every warp is done with the tile before, whose stage is refilled), then
+      the next visited tile issued."""
+    first, following, q_tile_of = kv_walk(Br, stage)
+    copy_ring = make_ring_copy(D, Br, STAGES, NTH)  # Q_i then dO_i buffers
+    CHUNKS = Br // 4  # 16-byte chunks of a tile's lse (and of its Delta)
+    WAIT = STAGES - 2  # copy groups that may stay in flight when tile it is needed (a compile-time constant)
+
+    @device
+    def copy_q_tile(bh, tile, sb, to):
+        ring, rows, q, do, st, tid, Nq = to
+        copy_ring(ring, q, do, tile, sb, tid, bh, Nq)
+        if tid < 2 * CHUNKS:
+            which, c = tid // CHUNKS, tid % CHUNKS
+            cp_async16_flat(rows, (2 * sb + which) * Br + 4 * c, st,
+                            (bh * 2 + which) * st.shape[2] + tile * Br + 4 * c, True)
+
+    LISTED = stage.active
+
+    @device
+    def walk_of(jb, kb, kvh, H, G, Nq, Nk, mods):
+        t0 = 0 if LISTED else first_q_tile(jb, Nq, Nk, causal, Br) // Br
+        bh0 = first_q_head(kvh, H, G)
+        b = bh0 // H
+        return (G, t0, (Nq + Br - 1) // Br - t0, b, bh0 - b * H, kb, mods), bh0, b
+
+    @device
+    def fill(walk, bh0, to):
+        cur = first(walk)  # the tile computed next
+        nxt = cur  # the tile issued next (STAGES - 1 ahead)
+        sb_next = 0
+        for _ in range(STAGES - 1):
+            if nxt[0] < walk[0]:
+                copy_q_tile(bh0 + nxt[0], q_tile_of(nxt, walk), sb_next, to)
+                nxt = following(nxt, walk)
+            cp_async_commit()
+            sb_next = sb_next + 1 if sb_next + 1 < STAGES else 0
+        return cur, nxt, sb_next
+
+    @device
+    def advance(nxt, sb_next, walk, bh0, to):
+        cp_async_wait(WAIT)  # the tile computed next has landed (this thread's copies) ...
+        cuda.syncthreads()  # ... every thread's
+        if nxt[0] < walk[0]:
+            copy_q_tile(bh0 + nxt[0], q_tile_of(nxt, walk), sb_next, to)
+            nxt = following(nxt, walk)
+        cp_async_commit()
+        return nxt, (sb_next + 1 if sb_next + 1 < STAGES else 0)
+
+    return walk_of, fill, advance, following, q_tile_of
+
+
+@functools.cache
+def make_kv_store(D: int, bf16: bool):
+    """``store_kv(dk, dv, dK, dV, kvh, j_lo, t, Nk, scale)``: a warpgroup's dK_j (× scale: S was Q Kᵀ · scale) and
+    dV_j accumulators (rows j_lo, j_lo + 8 of this lane) into dk, dv in the inputs' dtype, two columns a word."""
+    store2 = pack_bf16x2 if bf16 else pack_f16x2
+
+    @device
+    def store_kv(dk, dv, dK, dV, kvh, j_lo, t, Nk, scale):
+        for dt in range(D // 8):
+            c = 4 * dt + t
+            for hi in range(2):
+                j = j_lo + 8 * hi
+                if j < Nk:
+                    dk[kvh, j, c] = store2(dK[4 * dt + 2 * hi] * scale, dK[4 * dt + 2 * hi + 1] * scale)
+                    dv[kvh, j, c] = store2(dV[4 * dt + 2 * hi], dV[4 * dt + 2 * hi + 1])
+
+    return store_kv
+
+
+@functools.cache
 def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedule, stage=PLAIN,
                  dmod=one):
     """grad_kv: a warpgroup owns 64 keys of one KV head; Q_i/dO_i tiles of Br rows come through the ring, each
@@ -280,30 +363,14 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedul
     the key block (column lists: EMPTY tiles neither loaded nor computed nor read)."""
     kv_tile = schedule(D, Br, STAGES, causal, bf16, stage, dmod)
     copy_own = make_ring_copy(D, M, 1, THREADS)  # K_j, V_j: one "stage" of 64 rows
-    copy_ring = make_ring_copy(D, Br, STAGES, THREADS)  # Q_i then dO_i buffers
-    store2 = pack_bf16x2 if bf16 else pack_f16x2
+    walk_of, fill, advance, following, q_tile_of = make_q_ring(D, Br, STAGES, THREADS, causal, stage)
+    store_kv = make_kv_store(D, bf16)
     OWN_WORDS = 2 * tile_bytes(M, D) // 4
     OWN_ROWS, RING_ROWS = 2 * tile_bytes(M, D) // 16, 2 * STAGES * tile_bytes(Br, D) // 16
     RING_WORDS = 2 * STAGES * tile_bytes(Br, D) // 4
-    CHUNKS = Br // 4  # 16-byte chunks of a tile's lse (and of its Delta)
     STAT_ROWS = 2 * STAGES  # (compile-time: a view's shape)
-    WAIT = STAGES - 2  # copy groups that may stay in flight when tile it is needed (a compile-time constant)
     NS, NA, NP = Br // 2, D // 2, Br // 4  # accumulators of Sᵀ, of dK (dV), A registers of Pᵀ (dSᵀ)
     NG = NS if stage.scored else 1  # a score function's derivatives at Sᵀ
-
-    @device
-    def copy_q_tile(bh, tile, sb, to):
-        """Q tile ``tile`` of head ``bh`` into stage ``sb``: Q_i, dO_i, and the rows' lse and Delta (2·Br/4
-        threads, a chunk each)."""
-        ring, q, do, tid, Nq, rows, st = to
-        copy_ring(ring, q, do, tile, sb, tid, bh, Nq)
-        if tid < 2 * CHUNKS:
-            which, c = tid // CHUNKS, tid % CHUNKS
-            cp_async16_flat(rows, (2 * sb + which) * Br + 4 * c, st, (bh * 2 + which) * st.shape[2] + tile * Br + 4 * c,
-                            True)
-
-    LISTED = stage.active  # a mask function: its block mask's column lists (with the causal bound) give the tiles
-    first, following, q_tile_of = kv_walk(Br, stage)
 
     @kernel
     def grad_kv(q, k, v, do, st, dk, dv, scale, H, G, Nq, Nk, mods):
@@ -318,21 +385,9 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedul
         kvh = cuda.blockIdx.y
         jb = cuda.blockIdx.x * M
         copy_own(own, k, v, cuda.blockIdx.x, 0, tid, kvh, Nk)
-        # causal: earlier Q tiles see none of the block's keys (a mask function's lists hold that bound)
-        t0 = 0 if LISTED else first_q_tile(jb, Nq, Nk, causal, Br) // Br
-        bh0 = first_q_head(kvh, H, G)
-        b = bh0 // H  # (divisions once, none in the loop)
-        walk = (G, t0, (Nq + Br - 1) // Br - t0, b, bh0 - b * H, cuda.blockIdx.x, mods)
-        to = (ring, q, do, tid, Nq, rows, st)
-        cur = first(walk)  # the tile computed next
-        nxt = cur  # the tile issued next (STAGES - 1 ahead)
-        sb_next = 0
-        for _ in range(STAGES - 1):  # the first STAGES - 1 tiles (K_j, V_j in the first group)
-            if nxt[0] < G:
-                copy_q_tile(bh0 + nxt[0], q_tile_of(nxt, walk), sb_next, to)
-                nxt = following(nxt, walk)
-            cp_async_commit()
-            sb_next = sb_next + 1 if sb_next + 1 < STAGES else 0
+        walk, bh0, b = walk_of(jb, cuda.blockIdx.x, kvh, H, G, Nq, Nk, mods)
+        to = (ring, rows, q, do, st, tid, Nq)
+        cur, nxt, sb_next = fill(walk, bh0, to)  # (K_j, V_j in the first group)
         St = cuda.local.array(NS, float32)
         dPt = cuda.local.array(NS, float32)
         pf = cuda.local.array(NP, uint32)
@@ -346,26 +401,14 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedul
         j_lo = jb + 16 * w + g  # this lane's keys: j_lo and j_lo + 8 (accumulator rows)
         sb = 0
         while cur[0] < G:
-            cp_async_wait(WAIT)  # tile cur has landed (this thread's copies) ...
-            cuda.syncthreads()  # ... every thread's; every warp is done with the tile before, whose stage is refilled
-            if nxt[0] < G:
-                copy_q_tile(bh0 + nxt[0], q_tile_of(nxt, walk), sb_next, to)
-                nxt = following(nxt, walk)
-            cp_async_commit()
-            sb_next = sb_next + 1 if sb_next + 1 < STAGES else 0
+            nxt, sb_next = advance(nxt, sb_next, walk, bh0, to)
             h = walk[4] + cur[0]
             qt = q_tile_of(cur, walk)
             var = (b, h, stage.tile_kind(mods, b, h, qt, cuda.blockIdx.x), mods)
             kv_tile((St, dPt, pf, dsf, dK, dV, Gt), own, ring, rows, sb, qt * Br, j_lo, t, Nq, Nk, scale, var)
             sb = sb + 1 if sb + 1 < STAGES else 0
             cur = following(cur, walk)
-        for dt in range(D // 8):  # dK_j (× scale: S was Q Kᵀ · scale) and dV_j, two columns per word
-            c = 4 * dt + t
-            for hi in range(2):
-                j = j_lo + 8 * hi
-                if j < Nk:
-                    dk[kvh, j, c] = store2(dK[4 * dt + 2 * hi] * scale, dK[4 * dt + 2 * hi + 1] * scale)
-                    dv[kvh, j, c] = store2(dV[4 * dt + 2 * hi], dV[4 * dt + 2 * hi + 1])
+        store_kv(dk, dv, dK, dV, kvh, j_lo, t, Nk, scale)
 
     return grad_kv
 
