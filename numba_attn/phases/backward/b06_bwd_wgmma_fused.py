@@ -2,7 +2,8 @@
 reductions.
 
 Change against ``bwd_wgmma``: no dQ kernel. Its split recomputes S and dP for dQ (seven products per tile pair
-instead of five). Here a block of two warpgroups owns 128 keys (64 each, dK_j and dV_j in registers) and walks
+instead of five). Here a block of two warpgroups owns 128 keys (64 each, dK_j and dV_j in registers; ``Bc=64``:
+one warpgroup computing both halves of dQ, the default up to D64) and walks
 the Q tiles of 64 rows that see them; after Sᵀ, dPᵀ, Pᵀ, dSᵀ and the issue of dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i as in
 ``bwd_wgmma``, each warpgroup stores its dSᵀ (64 keys × 64 rows, fp16/bf16) into one shared tile dS_i
 (64 rows × 128 keys, K-major), and after a barrier
@@ -292,13 +293,14 @@ def _supports(problem, Bc, stages, overlap):
 
 @register_phase(
     name="bwd_wgmma_fused", order=106,
-    title="Backward in one wgmma kernel: 128 keys a block, dQ added by bulk reductions (five products, not seven)",
+    title="Backward in one wgmma kernel: dS through shared memory, dQ added by bulk reductions (five products, not seven)",
     parent="bwd_wgmma", kind="backward",
     description="""
-        bwd_wgmma's dK/dV kernel, two warpgroups of 64 keys a block, computes dQ too: each warpgroup stores its
-        dSᵀ into a shared dS tile, and dQ_i's half = dS_i K_j (both from shared memory) goes through a float32
-        staging tile to one cp.reduce.async.bulk add per warpgroup and Q tile into a float32 accumulator; a last
-        kernel writes dQ. S and dP are computed once (five products instead of seven).
+        bwd_wgmma's dK/dV kernel, one or two warpgroups of 64 keys a block (Bc = 64 up to D64, 128 above),
+        computes dQ too: each warpgroup stores its dSᵀ into a shared dS tile, and dQ_i = dS_i K_j (both from
+        shared memory, a warpgroup a half of its columns) goes through a float32 staging tile to one
+        cp.reduce.async.bulk add per warpgroup and Q tile into a float32 accumulator; a last kernel writes dQ.
+        S and dP are computed once (five products instead of seven). dQ is not bitwise reproducible.
     """,
     lineage="FlashAttention-3 (Shah et al. 2024) backward: one kernel over K/V blocks, dS through shared memory, "
             "dQ accumulated in float32 by TMA reduce-add",
