@@ -14,7 +14,8 @@ from numba_attn.spec.reference import reference
 QUICK = ("register_blocked", "tc_wgmma", "decode_split_k")  # one phase of each family in the quick tier
 
 
-def _qkv(B=1, H=4, Hkv=2, Nq=21, Nk=29, D=16, seed=3, dtype=np.float32):  # small: every phase in the full tier
+def _qkv(B=1, H=2, Hkv=1, Nq=21, Nk=29, D=16, seed=3, dtype=np.float32):  # small: every phase in the full tier
+    # (a GQA group of 2 on one KV head: a second KV head would only change the KV head index)
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((B, H, Nq, D)).astype(dtype)
     k = rng.standard_normal((B, Hkv, Nk, D)).astype(dtype)
@@ -56,8 +57,11 @@ def _shape(name):
     return {"Nq": 3, "Nk": 53} if na.get_phase(name).kind == "decode" else {}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n)) for n in lse_phases()])
-@pytest.mark.parametrize("causal", [False, True])
+# causal and not on the quick tier's phases; the others causal only: the log-sum-exp is written by the same code
+# either way (the causal calls also run unmasked tiles), and each phase's non-causal call with a mask and a score
+# function is test_lse_with_a_variant's
+@pytest.mark.parametrize("name,causal", [pytest.param(n, c, marks=_marks(n)) for n in lse_phases()
+                                         for c in ((False, True) if n in QUICK else (True,))])
 def test_lse_matches_reference(name, causal):
     _check(name, causal, **_shape(name))
 
@@ -95,8 +99,9 @@ def test_decode_phases_write_lse():
         p.name for p in na.list_phases() if p.lse is True}
 
 
-def _paged(D=32, kv_dtype="", Nq=1, H=4, Hkv=2, seed=7):
-    """A paged batch: pages out of order and repeated, a partly filled page, a length-0 sequence."""
+def _paged(D=32, kv_dtype="", Nq=1, H=2, Hkv=1, seed=7):
+    """A paged batch: pages out of order and repeated, a partly filled page, a length-0 sequence; a GQA group of 2
+    on one KV head."""
     rng = np.random.default_rng(seed)
     B, P, NB = 3, 16, 5
     x = [rng.standard_normal((NB, P, Hkv, D)).astype(np.float32) for _ in range(2)]
