@@ -57,16 +57,18 @@ def tiny(dtype, D=16, causal=False, q_len=37, kv_len=53, heads=2, kv_heads=None)
 
 
 CASES = [
-    ("tc_mma", tiny("float16", D=16), {}),
-    ("tc_mma", tiny("bfloat16", D=32, causal=True), {}),
-    ("tc_pipelined", tiny("float16", D=32, causal=True), {"stages": 3}),
+    # (one head where a second would be a second MHA head: the head index is the GQA cases' and
+    # tests/test_phases.py's)
+    ("tc_mma", tiny("float16", D=16, heads=1), {}),
+    ("tc_mma", tiny("bfloat16", D=32, causal=True, heads=1), {}),
+    ("tc_pipelined", tiny("float16", D=32, causal=True, heads=1), {"stages": 3}),
     ("tc_pipelined", tiny("bfloat16", D=16, heads=2, kv_heads=1), {}),
-    ("tc_pipelined", tiny("float16", D=16, causal=True, q_len=45, kv_len=61), {"m_tiles": 2, "warps": 1}),
+    ("tc_pipelined", tiny("float16", D=16, causal=True, q_len=45, kv_len=61, heads=1), {"m_tiles": 2, "warps": 1}),
     # 64-key tiles from dynamic shared memory (the D=128 Bc=64 path; dynamic_smem=1 forces it at small D): two tiles
     # at D=32, three (the 2-stage ring reused) at D=16 causal
     ("tc_pipelined", tiny("float16", D=32, q_len=21, kv_len=86, heads=1), {"Bc": 64, "dynamic_smem": 1}),
     ("tc_pipelined", tiny("bfloat16", D=16, causal=True, q_len=37, kv_len=141, heads=1), {"Bc": 64, "dynamic_smem": 1}),
-    ("tc_tf32", tiny("float32", D=16, causal=True), {}),
+    ("tc_tf32", tiny("float32", D=16, causal=True, heads=1), {}),
     ("tc_tf32", tiny("float32", D=24, q_len=21, kv_len=21), {"warps": 1, "Bc": 8}),
     # wgmma: one warpgroup per block in the simulator; 64/32-byte swizzles at D=32/16, 128 at D=64
     ("tc_wgmma", tiny("float16", D=64, q_len=70, kv_len=75, heads=1, causal=True), {"warpgroups": 1, "Bc": 16}),
@@ -230,7 +232,7 @@ def test_tma_launch_encodes_maps_once(monkeypatch):
     from numba_attn.gpu import tma as T
     from numba_attn.phases.tensor_core import producer as C
 
-    prob = tiny("float16", D=32, q_len=21, kv_len=40, heads=2, kv_heads=1)
+    prob = tiny("float16", D=32, q_len=21, kv_len=40, heads=1)  # (three launches: one head)
     launch = get_phase("tma_wgmma").plan(prob, **get_phase("tma_wgmma").sim_params)
     bufs, shapes, ref = _launch_args(prob)
     made = []
@@ -385,21 +387,21 @@ def record(name, D, causal, params=None):
     return rec
 
 
-# (D=64 and D=128 of each family member share their code but for the tile sizes: D=64 where a test reads it; the
-# causal D=128 kernels, the most registers, stand for D=128's tiles)
-for name, D, causal in (("tma_wgmma", 128, False), ("warp_specialized_tc", 128, False), ("pingpong", 64, False),
-                        ("pingpong", 128, True), ("ws_overlap", 64, False),
+# (D=64 and D=128 of each family member share their code but for the tile sizes: the causal D=128 kernels, the
+# most registers, stand for both)
+for name, D, causal in (("tma_wgmma", 128, False), ("warp_specialized_tc", 128, False), ("pingpong", 128, True),
                         ("ws_overlap", 128, True), ("ws_persistent", 128, True)):
     res[f"{name}-D{D}" + ("-causal" if causal else "")] = record(name, D, causal)
 # the option uniform=True (the warp index broadcast by shfl.sync) on the two phases that expose it; where it is the
 # phase's default (ws_overlap), the kernel compiled above with the default parameters is that one
 from numba_attn.phases.registry import get_phase
-for name, D, causal in (("warp_specialized_tc", 128, True), ("ws_overlap", 64, False), ("ws_overlap", 128, True)):
+for name, D, causal in (("warp_specialized_tc", 128, True), ("ws_overlap", 128, True)):
     key = f"{name}-D{D}" + ("-causal" if causal else "")
     same = get_phase(name).params.get("uniform") is True and key in res
     res[key + "-uniform"] = res[key] if same else record(name, D, causal, {"uniform": True})
-# three warpgroups (384 threads): the block size as launch bounds; the registers fit 65536 / 384
-for wg, bc, st in ((3, 64, 3), (3, 128, 2), (2, 64, 3)):
+# three warpgroups (384 threads): the block size as launch bounds; the registers fit 65536 / 384 (one
+# configuration, 128-key tiles: 64-key ones get the same bound and differ only in the tile constants). Two: no bound
+for wg, bc, st in ((3, 128, 2), (2, 64, 3)):
     rec = off.compile_phase("tc_wgmma", Problem(batch=1, heads=32, q_len=4096, head_dim=128, dtype="float16",
                                                 causal=True), {"warpgroups": wg, "Bc": bc, "stages": st})[0]
     ptx = rec.pop("ptx")
@@ -421,8 +423,8 @@ def _offline_tma_results():
 
 
 def test_offline_tma_phases_assemble_without_spills():
-    """tma_wgmma, warp_specialized_tc, pingpong, ws_overlap and ws_persistent at D=128 fp16, pingpong and ws_overlap
-    at D=64 (default parameters; pingpong, ws_overlap and ws_persistent at D=128 causal only) compile for sm_90a and
+    """tma_wgmma, warp_specialized_tc, pingpong, ws_overlap and ws_persistent at D=128 fp16 (default parameters;
+    pingpong, ws_overlap and ws_persistent causal only) compile for sm_90a and
     assemble with no spills; the loads are TMA (no cp.async of 16
     bytes), no call, one bar.sync (after the barriers' initialisation) and no named barrier but in pingpong;
     the producer/consumer kernels move registers."""
@@ -443,11 +445,11 @@ def test_offline_tma_phases_assemble_without_spills():
 
 
 def test_offline_uniform_option_assembles_without_spills():
-    """warp_specialized_tc and ws_overlap with uniform=True (D=64, D=128 causal: the most registers): the warp
+    """warp_specialized_tc and ws_overlap with uniform=True (D=128 causal: the most registers): the warp
     index comes from shfl.sync (idx, lane 0); no spills, no ptxas note (setmaxnreg kept, no serialized wgmma)
     (the TMA, mbarrier and register checks of test_offline_tma_phases_assemble_without_spills cover them too)."""
     res = _offline_tma_results()
-    for key in ("warp_specialized_tc-D128-causal-uniform", "ws_overlap-D64-uniform", "ws_overlap-D128-causal-uniform"):
+    for key in ("warp_specialized_tc-D128-causal-uniform", "ws_overlap-D128-causal-uniform"):
         rec = res[key]
         assert rec["regs"] is not None and rec.get("spill_stores", 0) == 0 and rec.get("spill_loads", 0) == 0, (key, rec)
         assert any(op.startswith("shfl.sync.idx") for op in rec["ops"]), (key, rec["ops"])
@@ -456,10 +458,10 @@ def test_offline_uniform_option_assembles_without_spills():
 
 
 def test_offline_pingpong_named_barriers():
-    """pingpong at D=64 and D=128 causal (the most registers): the turns are bar.sync / bar.arrive on
+    """pingpong at D=128 causal (the most registers): the turns are bar.sync / bar.arrive on
     named barriers 1 and 2 with 256 threads (both consumers), and it assembles without spills."""
     res = _offline_tma_results()
-    for key in ("pingpong-D64", "pingpong-D128-causal"):
+    for key in ("pingpong-D128-causal",):
         rec = res[key]
         assert rec["regs"] is not None and rec.get("spill_stores", 0) == 0, (key, rec)
         assert {"bar.arrive", "bar.sync"} <= set(rec["ops"]), key
@@ -474,7 +476,7 @@ def test_offline_three_warpgroups_carry_launch_bounds():
     per block (on an H200, 190 and 233 registers a thread did not launch: supports() accepted them); at 2
     warpgroups no bound is set."""
     res = _offline_tma_results()
-    for key in ("tc_wgmma-wg3-bc64-st3", "tc_wgmma-wg3-bc128-st2"):
+    for key in ("tc_wgmma-wg3-bc128-st2",):
         assert res[key]["maxntid"] == ["384, 1, 1"], (key, res[key])
         assert res[key]["regs"] * 384 <= 65536, (key, res[key])
     assert res["tc_wgmma-wg2-bc64-st3"]["maxntid"] == []
