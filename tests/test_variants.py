@@ -205,6 +205,11 @@ def test_phases_without_a_variant_stage_say_so():
 # -- every phase that runs variants, against the reference -----------------------------------------
 
 
+# the built-ins whose arrays are per sequence (read at the batch index b): run on two sequences; the others read no
+# sequence index (positions, per-head slopes), and one sequence runs the same code (half the simulated blocks)
+PER_SEQUENCE = ("document", "prefix_lm", "pad_right", "pad_left", "document+alibi")
+
+
 def builtin_variants(B, H, Nk):
     """Each built-in as attention() keywords (tests/test_variants_tc.py runs them too)."""
     doc = (np.arange(Nk)[None, :] // 11 + np.arange(B)[:, None]).astype(np.int32)
@@ -261,7 +266,7 @@ def test_every_variant_phase_runs_masks_and_score_functions(phase):
     function reading an array); rows that see no key: the quick tier's pad_left on smem_kv."""
     table = builtin_variants(2, 2, 29)  # 21 queries over 29 keys: two tiles of 16 each way, one of them empty
     for name, causal in (("window+softcap", True), ("document+alibi", False)):
-        _run_variant(phase, table[name], causal, Nq=21, Nk=29)
+        _run_variant(phase, table[name], causal, B=2 if name in PER_SEQUENCE else 1, Nq=21, Nk=29)
 
 
 def test_a_user_function_with_its_own_arrays_changes_without_a_recompile():

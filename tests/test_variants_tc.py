@@ -10,7 +10,7 @@ import numba_attn as na
 from numba_attn import variants as V
 from numba_attn.spec.problem import VarlenProblem
 from numba_attn.spec.reference import check, reference
-from test_variants import builtin_variants
+from test_variants import PER_SEQUENCE, builtin_variants
 
 MMA_PHASES = ("tc_mma", "tc_pipelined", "tc_tf32")
 
@@ -29,16 +29,21 @@ def _run_variant(phase, kw, causal, B=2, H=2, Hkv=1, Nq=37, Nk=45, D=16, **param
     assert c.ok, f"{phase} {kw} causal={causal}: {c.reason}"
 
 
+def _batch(name):
+    """Two sequences for a built-in whose arrays are per sequence, else one (tests/test_variants.py's PER_SEQUENCE)."""
+    return 2 if name in PER_SEQUENCE else 1
+
+
 def test_window_and_softcap_on_tc_mma():
     """Causal, an odd shape (37 queries over 45 keys: empty, partial and full tiles of 32 × 16)."""
-    _run_variant("tc_mma", builtin_variants(2, 2, 45)["window+softcap"], causal=True)
+    _run_variant("tc_mma", builtin_variants(2, 2, 45)["window+softcap"], causal=True, B=_batch("window+softcap"))
 
 
 @pytest.mark.full
 @pytest.mark.parametrize("name", sorted(builtin_variants(2, 2, 45)))
 def test_each_builtin_on_tc_mma(name):
     """pad_left: the first sequence's early rows see no key (their output is 0)."""
-    _run_variant("tc_mma", builtin_variants(2, 2, 45)[name], causal=name in ("softcap", "alibi"))
+    _run_variant("tc_mma", builtin_variants(2, 2, 45)[name], causal=name in ("softcap", "alibi"), B=_batch(name))
 
 
 @pytest.mark.full
@@ -46,13 +51,14 @@ def test_each_builtin_on_tc_mma(name):
 @pytest.mark.parametrize("name", ["pad_left", "window_lr", "document+alibi"])
 def test_builtins_on_the_pipelined_phases(phase, name):
     """Every refill of the cp.async ring loads the block mask's next visited tile."""
-    _run_variant(phase, builtin_variants(2, 2, 45)[name], causal=False)
+    _run_variant(phase, builtin_variants(2, 2, 45)[name], causal=False, B=_batch(name))
 
 
 @pytest.mark.full
 def test_pipelined_with_two_m_tiles_and_three_stages():
     """Each warp's two m-tiles pass the variant; two refills in flight, of visited tiles only."""
-    _run_variant("tc_pipelined", builtin_variants(2, 2, 45)["window+softcap"], causal=True, m_tiles=2, stages=3)
+    _run_variant("tc_pipelined", builtin_variants(2, 2, 45)["window+softcap"], causal=True, m_tiles=2, stages=3,
+                 B=_batch("window+softcap"))
 
 
 @pytest.mark.parametrize("phase", ["tc_mma_varlen", "tc_wgmma_varlen"])
