@@ -128,9 +128,9 @@ def test_mask_and_score_variants_are_differentiable():
     from numba_attn import variants
     from numba_attn.variants.mods import make_variant
 
-    q, k, v, do = inputs(1, 4, 2, 7, 13, 16, torch.float32, seed=8)
+    q, k, v, do = inputs(1, 2, 1, 7, 13, 16, torch.float32, seed=8)  # (GQA; two heads: two ALiBi slopes)
     docs = torch.tensor([[0] * 5 + [1] * 8], dtype=torch.int32)
-    slopes = torch.tensor(variants.alibi_slopes(4))
+    slopes = torch.tensor(variants.alibi_slopes(2))
     for mask, score in ((variants.sliding_window(3), None), (variants.document(docs), None),
                         (variants.sliding_window(5), variants.softcap(1.5)), (None, variants.alibi(slopes))):
         for t in (q, k, v):
@@ -178,8 +178,8 @@ def test_forward_and_backward_under_torch_compile():
     def loss(q, k, v, do):
         return (na_op.differentiable_attention(q, k, v, causal=True, phase=PHASE[0], **PHASE[1]) * do).sum() * 2.0
 
-    eager = inputs(1, 4, 2, 7, 13, 16, torch.float32, seed=7)
-    compiled = inputs(1, 4, 2, 7, 13, 16, torch.float32, seed=7)
+    eager = inputs(1, 2, 1, 7, 13, 16, torch.float32, seed=7)  # (GQA)
+    compiled = inputs(1, 2, 1, 7, 13, 16, torch.float32, seed=7)
     loss(*eager).backward()
     torch.compile(loss, fullgraph=True, backend="aot_eager")(*compiled).backward()
     for a, b in zip(eager[:3], compiled[:3]):

@@ -84,8 +84,8 @@ def test_split_k_uneven_and_empty_splits():
 
 def test_split_k_several_keys_per_group_partial_steps():
     # 2 keys per lane group per step (loads of both first, one softmax update): 61 keys over
-    # 3 splits of 32 (the last empty), the second split ending inside a step; GQA, q_len 2
-    p = Problem(batch=1, heads=4, kv_heads=2, q_len=2, kv_len=61, head_dim=16, dtype="float16", causal=True)
+    # 3 splits of 32 (the last empty), the second split ending inside a step; GQA (group 2 on one KV head), q_len 2
+    p = Problem(batch=1, heads=2, kv_heads=1, q_len=2, kv_len=61, head_dim=16, dtype="float16", causal=True)
     launch = get_phase("decode_split_k").plan(p, warps=1, keys=2, splits=3)
     assert "T=2" in launch.notes and "S=3 splits of 32" in launch.notes, launch.notes
     _ok("decode_split_k", p, warps=1, keys=2, splits=3, seed=13)
@@ -228,10 +228,11 @@ def test_split_k_prefill_gqa_fp16_auto_splits():
 
 def test_lean_reduce_scatter_then_xor_stages_and_combine_kernel():
     # 16 lanes per key, 2 rows x 1 key per group: one reduce-scatter stage (2 values),
-    # then three plain xor stages; S x rows > fuse_max: the combine runs as a second kernel
+    # then three plain xor stages; S x rows > fuse_max: the combine runs as a second kernel (a GQA group of 2 on
+    # one KV head: its 2 rows)
     from numba_attn.phases.decode.p33_decode_split_k_lean import score_plan
 
-    p = Problem(batch=1, heads=4, kv_heads=2, q_len=1, kv_len=50, head_dim=64)
+    p = Problem(batch=1, heads=2, kv_heads=1, q_len=1, kv_len=50, head_dim=64)
     assert score_plan(16, 2, 1) == (2, 1, 1)
     launch = get_phase("decode_split_k_lean").plan(p, warps=1, lanes=16, keys=1, splits=3, fuse_max=0)
     assert len(launch.kernels) == 2 and "combine kernel" in launch.notes, launch.notes
@@ -240,10 +241,10 @@ def test_lean_reduce_scatter_then_xor_stages_and_combine_kernel():
 
 def test_lean_full_reduce_scatter_fp16_causal_fused():
     # 8 lanes per key, 4 rows x 2 keys = 8 values: three reduce-scatter stages, no plain
-    # stage; q_len 2 causal over a 2-head group; last-block combine
+    # stage; q_len 2 causal over a 2-head group (on one KV head); last-block combine
     from numba_attn.phases.decode.p33_decode_split_k_lean import score_plan
 
-    p = Problem(batch=1, heads=4, kv_heads=2, q_len=2, kv_len=45, head_dim=64, dtype="float16", causal=True)
+    p = Problem(batch=1, heads=2, kv_heads=1, q_len=2, kv_len=45, head_dim=64, dtype="float16", causal=True)
     assert score_plan(8, 4, 2) == (8, 3, 1)
     launch = get_phase("decode_split_k_lean").plan(p, warps=1, lanes=8, keys=2, splits=2)
     assert len(launch.kernels) == 1 and "combine fused" in launch.notes, launch.notes
@@ -267,8 +268,9 @@ def test_decode_mma_gqa_uneven_and_empty_splits():
 
 
 def test_decode_mma_causal_full_tile_one_split():
-    # 16 rows (group 4 × q_len 4, causal bottom-right): a full m16 tile, S = 1 writes the output directly
-    p = Problem(batch=2, heads=8, kv_heads=2, q_len=4, kv_len=53, head_dim=16, dtype="float16", causal=True)
+    # 16 rows (group 4 × q_len 4, causal bottom-right): a full m16 tile, S = 1 writes the output directly (two
+    # sequences of one KV head)
+    p = Problem(batch=2, heads=4, kv_heads=1, q_len=4, kv_len=53, head_dim=16, dtype="float16", causal=True)
     launch = get_phase("decode_mma").plan(p, warps=1, Bc=16, stages=3, splits=1)
     assert len(launch.kernels) == 1
     _ok("decode_mma", p, warps=1, Bc=16, stages=3, splits=1, seed=18)

@@ -150,9 +150,10 @@ def test_nan_in_an_fp8_cache_propagates(phase, params, where):
 @pytest.mark.parametrize("phase", PAGED)
 def test_repeated_out_of_order_pages_partial_page_and_empty_sequence(phase):
     """Four sequences over 5 pages of 16: out of order, a page shared by two sequences
-    (and repeated within one), a partly filled last page, a sequence of length 0 (zeros)."""
+    (and repeated within one), a partly filled last page, a sequence of length 0 (zeros); GQA group 2 on one KV
+    head."""
     rng = np.random.default_rng(1)
-    B, H, Hkv, D, P = 4, 4, 2, 16, 16
+    B, H, Hkv, D, P = 4, 2, 1, 16, 16
     kc, vc = _caches(rng, 5, P, Hkv, D)
     table = np.array([[3, 0, 4], [4, 1, 4], [2, 0, 0], [0, 0, 0]], np.int32)
     lens = np.array([40, 37, 9, 0], np.int32)
@@ -164,10 +165,10 @@ def test_repeated_out_of_order_pages_partial_page_and_empty_sequence(phase):
 @pytest.mark.parametrize("phase", PAGED)
 def test_bfloat16_query_and_cache(phase):
     """bfloat16 q, caches and output (bf16 mma.sync / bf16 words unpacked by shifts), checked at
-    bfloat16's tolerance: GQA group 2, pages out of order and repeated, a partly filled page, a
+    bfloat16's tolerance: GQA group 2 (on one KV head), pages out of order and repeated, a partly filled page, a
     length-0 sequence."""
     rng = np.random.default_rng(8)
-    B, H, Hkv, D, P = 3, 4, 2, 32, 16
+    B, H, Hkv, D, P = 3, 2, 1, 32, 16
     kc, vc = _caches(rng, 5, P, Hkv, D, dtype=ml_dtypes.bfloat16)
     table = np.array([[3, 0, 3], [4, 1, 2], [0, 0, 0]], np.int32)
     lens = np.array([41, 20, 0], np.int32)
@@ -196,9 +197,10 @@ def test_page_smaller_or_larger_than_a_tile(phase, params, P):
 
 @pytest.mark.parametrize("phase", PAGED)
 def test_gqa_causal_speculative(phase):
-    """GQA (group 2) with q_len 3, causal (the queries are the sequences' last positions), D 32, P 32."""
+    """GQA (group 2, on one KV head) with q_len 3, causal (the queries are the sequences' last positions), D 32,
+    P 32."""
     rng = np.random.default_rng(2)
-    B, H, Hkv, Nq, D, P = 2, 4, 2, 3, 32, 32
+    B, H, Hkv, Nq, D, P = 2, 2, 1, 3, 32, 32
     kc, vc = _caches(rng, 4, P, Hkv, D)
     table = np.array([[2, 0], [1, 3]], np.int32)
     lens = np.array([45, 3], np.int32)
@@ -285,8 +287,11 @@ def test_wide_8bit_paged_split_k(kv_dtype, scale, qdt, Nq, params):
     """paged_split_k's ``wide`` path (16 codes per lane per load) on fp8/int8 caches: pages out of
     order and repeated, a partly filled page, a length-0 sequence, GQA group 2 (causal q_len 2),
     float16 and bfloat16 queries; against the reference, and in the first case (per tensor) also against
-    the 8-codes-per-load kernel (the other cases run only the reference: twice the simulator's time)."""
-    q, kc, vc, ks, vs, table, lens = _ragged_8bit(np.random.default_rng(10), 4, 2, 32, Nq, kv_dtype, scale, qdt)
+    the 8-codes-per-load kernel (the other cases run only the reference: twice the simulator's time). Two KV heads
+    for the scales per head or per token at q_len 1 (the scales' head index); one (half the blocks) for the
+    per-tensor scale and under the causal GQA rows of q_len 2."""
+    H, Hkv = (4, 2) if scale != "tensor" and Nq == 1 else (2, 1)
+    q, kc, vc, ks, vs, table, lens = _ragged_8bit(np.random.default_rng(10), H, Hkv, 32, Nq, kv_dtype, scale, qdt)
     causal = Nq > 1
     out, _ = _run("paged_split_k", q, kc, vc, table, lens, causal=causal, kv_dtype=kv_dtype, ks=ks, vs=vs,
                   wide=True, **params)
@@ -301,7 +306,7 @@ def test_wide_8bit_paged_split_k(kv_dtype, scale, qdt, Nq, params):
 @pytest.mark.parametrize("kv_dtype,scale,H,Hkv,Nq,params", [
     ("float8_e4m3", "head", 2, 2, 1, {}),
     ("int8", "token", 2, 2, 1, {"splits": 1}),  # one split (fused combine of one partial)
-    ("float8_e4m3", "tensor", 4, 2, 2, {}),  # GQA group 2 × q_len 2, causal: 4 rows on the mma's N
+    ("float8_e4m3", "tensor", 2, 1, 2, {}),  # GQA group 2 × q_len 2, causal: 4 rows on the mma's N (one scale)
     ("int8", "head", 8, 1, 1, {"warps": 1}),  # 8 rows: every column of the mma
     ("int8", "token", 4, 2, 2, {}),  # int8's biased scores and V scales on P before the shuffles, 4 rows
     ("int8", "token", 4, 4, 1, {"step_heads": 4}),  # a step: 4 tokens × 4 KV heads, per-token scales
@@ -822,7 +827,9 @@ def test_balanced_splits_run_correctly(dtype, kv_dtype, Nq, H):
     sequence and the splits past each end; against the reference (16-bit and 8-bit caches through the warp-step
     kernel, causal GQA rows), and in the first case also against the unbalanced splits (the others run only the
     reference: the cross-check doubles the simulator's time)."""
-    q, kc, vc, ks, vs = _batch(np.random.default_rng(12), 16, 2, 16, dtype, kv_dtype, "head", 3, H, Nq)
+    # two KV heads for the per-head scales (their head index); a 16-bit cache: one, under half the query heads
+    Hkv = 2 if kv_dtype else 1
+    q, kc, vc, ks, vs = _batch(np.random.default_rng(12), 16, Hkv, 16, dtype, kv_dtype, "head", 3, H * Hkv // 2, Nq)
     table = np.array([[8, 0, 3, 5, 1, 2, 4, 6], [7, 7, 7, 7, 7, 7, 7, 7], [2, 6, 0, 0, 0, 0, 0, 0]], np.int32)
     lens = np.array([100, 0, 19], np.int32)
     params = {"splits": 3, "warps": 1}
@@ -855,8 +862,10 @@ def test_page_index_a_step_ahead(phase, dtype, kv_dtype, Nq, H):
     pages, an empty sequence, a partly filled last page, splits (shares) starting inside a sequence, warps with
     several steps (one step a page); causal rows, bfloat16, an 8-bit cache read as words: the reference's
     result, and the same bits as ``ahead=False`` (only when the index is loaded changes)."""
-    # pages of 64 keys: a page holds a warp step (32 or 64 keys here), so the index is read once per step
-    q, kc, vc, ks, vs = _batch(np.random.default_rng(14), 64, 2, 16, dtype, kv_dtype, "token", 3, H, Nq)
+    # pages of 64 keys: a page holds a warp step (32 or 64 keys here), so the index is read once per step; two KV
+    # heads for the per-token scales (their head index), one (the query heads a GQA group) for a 16-bit cache
+    Hkv = 2 if kv_dtype else 1
+    q, kc, vc, ks, vs = _batch(np.random.default_rng(14), 64, Hkv, 16, dtype, kv_dtype, "token", 3, H, Nq)
     table = np.array([[8, 0, 3, 5, 1, 2, 4, 6], [7, 7, 7, 7, 7, 7, 7, 7], [2, 6, 2, 0, 0, 0, 0, 0]], np.int32)
     lens = np.array([333, 0, 140], np.int32)
     params = {"warps": 2, **({"splits": 2} if phase == "paged_split_k" else {"workers": 3, "min_keys": 16})}

@@ -57,8 +57,10 @@ def problems_for(draw, phase):
         q_len = draw(st.integers(1, 19))
     causal = draw(st.booleans()) if phase.causal else False
     kv_len = draw(st.integers(q_len if causal else 1, 33))
-    kv_heads = draw(st.sampled_from([1, 2]))
-    heads = kv_heads * draw(st.sampled_from([1, 2]))
+    # one head, two (MHA) or a GQA group of 2 on one KV head (a larger group or more heads only change the KV head
+    # index and multiply the simulated blocks)
+    heads = draw(st.sampled_from([1, 2]))
+    kv_heads = draw(st.sampled_from([1, heads]))
     head_dim = draw(st.sampled_from([16, 8] if phase.supports(Problem(head_dim=8, q_len=q_len, kv_len=kv_len,
                                                                       dtype=_dtype(phase)),
                                                               **phase.resolve_params(phase.sim_params)) is None
@@ -132,11 +134,11 @@ def test_gate_counts_unwritten_elements_separately():
     assert "never written" in row["reason"]
 
 
-def _small_supported(phase, causal):
+def _small_supported(phase, causal, heads=2):
     dt = _dtype(phase)
     q_len = 3 if phase.kind == "decode" else 9
     for D in (16, 32, 8):
-        p = Problem(batch=1, heads=2, q_len=q_len, kv_len=13, head_dim=D, causal=causal, dtype=dt)
+        p = Problem(batch=1, heads=heads, q_len=q_len, kv_len=13, head_dim=D, causal=causal, dtype=dt)
         if phase.supports(p, **phase.resolve_params(phase.sim_params)) is None:
             return p
     return None
@@ -182,16 +184,17 @@ def test_nan_and_inf_inputs_propagate_like_the_reference(phase):
 @pytest.mark.parametrize("phase", [p for p in PHASES if _dtype(p) and p.causal], ids=lambda p: p.name)
 def test_nan_in_a_masked_key_does_not_leak(phase):
     """A causal query never reads keys after its position: NaN there leaves its
-    output finite (only the last query sees the last key)."""
+    output finite (only the last query sees the last key). One head (that a NaN stays in its head is
+    test_nan_and_inf_inputs_propagate_like_the_reference's)."""
     from numba_attn.spec.reference import reference
 
-    problem = _small_supported(phase, True)
+    problem = _small_supported(phase, True, heads=1)
     if problem is None:
         pytest.skip(f"{phase.name} supports none of the small test shapes")
     q, k, v = problem.inputs(5)
     expected = reference(q, k, v, causal=True, scale=problem.sm_scale)
-    k[0, 1, -1, :] = np.nan
-    expected[0, 1, -1, :] = np.nan  # the last query of head 1 sees the NaN key: its row is NaN
+    k[0, 0, -1, :] = np.nan
+    expected[0, 0, -1, :] = np.nan  # the last query sees the NaN key: its row is NaN
     out = _run_phase(phase, problem, q, k, v)
     c = check(out, expected, dtype=problem.dtype, precision=phase.precision)
     assert c.ok, c.reason

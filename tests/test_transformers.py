@@ -1,6 +1,6 @@
 """A transformers model on numba-attn phases (numba_attn.integrations.transformers).
 
-A tiny Llama (2 layers, hidden 64, 4 query / 2 KV heads, head_dim 16, fp32, random weights, fixed seed)
+A tiny Llama (2 layers, hidden 64, 2 query heads over 1 KV head, head_dim 16, fp32, random weights, fixed seed)
 runs once with sdpa and once with numba-attn: the prompt's logits, greedy generation, a prompt appended
 to a cache and a static cache agree; prompts run prefill phases and decode steps decode phases; masks
 numba-attn cannot compute are refused; a training step (forward and backward) runs on the phases with
@@ -49,8 +49,8 @@ def test_register_without_torch_says_what_to_install(monkeypatch):
 
 def tiny_config():
     return transformers.LlamaConfig(
-        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, max_position_embeddings=64,
         initializer_range=0.5)  # larger than the default 0.02: attention far from uniform
 
 
@@ -380,8 +380,8 @@ def test_tiny_model_on_the_gpu_with_chosen_phases():
 def _tiny(kind, impl):
     """A tiny Mistral (a sliding window of 4 tokens) or Gemma-2 (soft-capping at 5, every other layer a window
     of 4) of the Llama test model's sizes."""
-    sizes = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=16, max_position_embeddings=64, initializer_range=0.5)
+    sizes = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=1, head_dim=16, max_position_embeddings=64, initializer_range=0.5)
     if kind == "mistral":
         config, cls = transformers.MistralConfig(sliding_window=4, **sizes), transformers.MistralForCausalLM
     else:
@@ -427,7 +427,7 @@ def test_a_gemma2_training_step_with_softcap_and_windows_runs_on_the_phases(prom
 def _gpt_oss_config():
     """A two-layer gpt-oss (sinks in every layer, a window of 4 in alternate layers) small enough for the simulator."""
     return transformers.GptOssConfig(vocab_size=128, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
-                                     num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=2,
+                                     num_attention_heads=2, num_key_value_heads=1, head_dim=16, num_local_experts=2,
                                      num_experts_per_tok=1, sliding_window=4, max_position_embeddings=64,
                                      initializer_range=0.5)
 
