@@ -23,9 +23,10 @@ cuDNN's 1.33).
 Verdict: 1.19× ``bwd_wgmma_overlap`` at D128 (2.14 against 2.54 ms, H200, fp16 B1 H32 N4096, the overlapped tile
 step; causal 1.11×), 1.04× at D64 (causal 1.02×). With the shared element-wise stages' fast path for fully visible
 lanes and base-2 P (both phases gain): 1.80 ms at D128 (1.25× the overlap phase), 0.65-0.76× cuDNN over N 1024 and
-4096, D 64 and 128; bf16 N8192 D128 causal 3.75 ms (cuDNN 2.91, FlexAttention 3.68). Below the prediction: the dSᵀ transpose through shared memory
-is on the critical path (the first version paired keys by shuffles: 0.68×). The default of phase=None; dQ's sums
-come in no fixed order, so ``deterministic=True`` picks ``bwd_wgmma_overlap``. [experiments/2026-11-27-bwd-fused]
+4096, D 64 and 128; bf16 N8192 D128 causal 3.75 ms (cuDNN 2.91, FlexAttention 3.68). Below the prediction: the dSᵀ
+transpose through shared memory is on the critical path (the first version paired keys by shuffles: 0.68×). The
+default of phase=None; dQ's sums come in no fixed order, so ``deterministic=True`` picks ``bwd_wgmma_overlap``.
+[experiments/2026-11-27-bwd-fused]
 """
 from __future__ import annotations
 
@@ -78,8 +79,9 @@ def make_dq_product(bf16: bool, D: int, Bc: int):
 @functools.cache
 def make_ds_store():
     """``store_ds(sm, ds_b, dsf, w, ww, g, t)``: warpgroup w's dSᵀ, packed (``dsf``, the A fragment of dK's
-    product: register 2nt + hi holds keys 16ww + g + 8hi of its 64, query rows 8nt + 2t and + 1) into dS_i at byte ``ds_b`` of ``sm`` (row = query row, the block's keys in swizzled
-    64-key column blocks, 16-bit): each value by one 16-bit store. A store instruction writes 4 rows × 8 keys, the
+    product: register 2nt + hi holds keys 16ww + g + 8hi of its 64, query rows 8nt + 2t and + 1) into dS_i at byte
+    ``ds_b`` of ``sm`` (row = query row, the block's keys in swizzled 64-key column blocks, 16-bit): each value by
+    one 16-bit store. A store instruction writes 4 rows × 8 keys, the
     rows' chunks in distinct banks (the swizzle); two lanes share a word. (Pairing neighbouring keys into 32-bit
     words by a shuffle halves the stores but cost 1.1 ms of 2.6 at D64: experiments/2026-11-27-bwd-fused.)"""
     @device
@@ -293,7 +295,7 @@ def _supports(problem, Bc, stages, overlap):
 
 @register_phase(
     name="bwd_wgmma_fused", order=106,
-    title="Backward in one wgmma kernel: dS through shared memory, dQ added by bulk reductions (five products, not seven)",
+    title="Backward in one wgmma kernel: dS through shared memory, dQ added by bulk reductions (five products)",
     parent="bwd_wgmma", kind="backward",
     description="""
         bwd_wgmma's dK/dV kernel, one or two warpgroups of 64 keys a block (Bc = 64 up to D64, 128 above),

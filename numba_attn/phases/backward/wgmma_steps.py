@@ -120,7 +120,8 @@ def make_products(bf16: bool, N: int, D: int, STAGES: int):
 def kv_elementwise(Br: int, causal: bool, stage=PLAIN, dmod=one):
     """``(probabilities, score_grads)`` of a dK/dV tile in the transposed accumulator layout (rows = keys j_lo,
     j_lo + 8 of this lane, columns = the tile's query rows i0 + 8nt + 2t + c, their lse and Delta in ``rows``):
-    Pᵀ = exp(Sᵀ·scale − lse_i) in place, computed in base 2 (``rows`` hold lse_i·log2(e)) (0 where row i does not see key j, by the causal bound or the variant
+    Pᵀ = exp(Sᵀ·scale − lse_i) in place, computed in base 2 (``rows`` hold lse_i·log2(e))
+    (0 where row i does not see key j, by the causal bound or the variant
     ``stage``'s mask function on a PARTIAL tile: ``var = (b, h, kind, mods)``), then dSᵀ = Pᵀ∘(dPᵀ − Delta_i). A score
     function: Pᵀ = exp(score_mod(Sᵀ·scale) − lse_i), its derivative ``dmod`` at Sᵀ·scale kept in ``Gt`` for
     dSᵀ = Pᵀ∘(dPᵀ − Delta_i)∘score_mod'."""
@@ -207,7 +208,8 @@ def q_elementwise(Bc: int, causal: bool, stage=PLAIN, dmod=one):
                 if visible(i, j, Nq, Nk, causal) and (kind == FULL or stage.visible(b, h, i + Nk - Nq, j, mods)):
                     if SCORED:
                         sc = S[x] * scale
-                        p = math.exp2(stage.modified(sc, b, h, i + Nk - Nq, j, mods) * LOG2E - (lse_hi if hi else lse_lo))
+                        p = math.exp2(stage.modified(sc, b, h, i + Nk - Nq, j, mods) * LOG2E
+                                      - (lse_hi if hi else lse_lo))
                         grad = dmod(sc, b, h, i + Nk - Nq, j, mods)
                     else:
                         p = math.exp2(S[x] * scale2 - (lse_hi if hi else lse_lo))
@@ -274,8 +276,8 @@ def kv_walk(Br: int, stage=PLAIN):
 
 @functools.cache
 def make_q_ring(D: int, Br: int, STAGES: int, NTH: int, causal: bool, stage=PLAIN):
-    """``(walk_of, fill, advance, following, q_tile_of)``: the ring of Q tiles a key block walks (:func:`kv_walk`), copied
-    by ``NTH`` threads (cp.async): Q_i, dO_i into ring stage sb and the rows' lse and Delta into ``rows[2·sb]``,
+    """``(walk_of, fill, advance, following, q_tile_of)``: the ring of Q tiles a key block walks (:func:`kv_walk`),
+    copied by ``NTH`` threads (cp.async): Q_i, dO_i into ring stage sb and the rows' lse and Delta into ``rows[2·sb]``,
     ``rows[2·sb + 1]`` (2·Br/4 threads, a 16-byte chunk each). ``to = (ring, rows, q, do, st, tid, Nq)``.
 
     * ``walk_of(jb, kb, kvh, H, G, Nq, Nk, mods) -> (walk, bh0, b)``: the walk of key block kb (first key jb) of
