@@ -1,40 +1,23 @@
 """Peers: PyTorch SDPA on the same inputs, checked and timed the same way.
 
-Peers (``peer_names()``):
+Peers (``peer_names()``): ``torch_sdpa`` (PyTorch choosing the backend); ``torch_sdpa_fp16`` (fp16 copies of the
+inputs, checked against a reference on them; skipped for fp16 problems); ``torch_sdpa_flash``,
+``torch_sdpa_efficient``, ``torch_sdpa_math``, ``torch_sdpa_cudnn`` (one backend each through
+``torch.nn.attention.sdpa_kernel``; a backend that cannot run the problem gives a ``SKIP`` row with PyTorch's
+reason). SDPA's backward peers (``backward_peer_names()``) time ``torch.autograd.grad`` through its output.
 
-* ``torch_sdpa`` — ``F.scaled_dot_product_attention`` in the problem's dtype,
-  PyTorch choosing the backend;
-* ``torch_sdpa_fp16`` — the same on fp16 copies of the inputs (what a user
-  would do to get tensor cores), checked against a reference on the fp16
-  inputs; skipped for fp16 problems (it would repeat ``torch_sdpa``);
-* ``torch_sdpa_flash``, ``torch_sdpa_efficient``, ``torch_sdpa_math``,
-  ``torch_sdpa_cudnn`` — one explicit backend each, through
-  ``torch.nn.attention.sdpa_kernel``, in the problem's dtype. A backend that
-  cannot run the problem (flash and cuDNN take only fp16/bf16, cuDNN may be
-  missing from the build) gives a ``SKIP`` row with PyTorch's reason.
+SDPA runs plain problems: a problem with a mask or score function is ``SKIP`` here and runs on the peers of other
+libraries, :mod:`numba_attn.measure.other_peers` (rows by :func:`numba_attn.measure.peer_rows.measure_peer`):
+FlashAttention-4 (``fa4``, ``fa4_backward``) and FlexAttention (``torch_flex``, ``torch_flex_backward``), measured
+by the helpers below (:func:`torch_inputs`, :func:`first_call`, :func:`check_output`, :func:`check_grads`,
+:func:`time_torch_calls`) as SDPA's are; in no default set (``known_peer_names()`` lists every name).
 
-SDPA's backward peers (``backward_peer_names()``: ``torch_sdpa_backward`` and one per backend) time
-``torch.autograd.grad`` through its output. SDPA runs plain problems: a problem with a mask or score function
-(``problem.variant``) is ``SKIP`` here, and runs on the peers of other libraries,
-:mod:`numba_attn.measure.other_peers` (rows by :func:`numba_attn.measure.peer_rows.measure_peer`) — FlashAttention-4 (``fa4``, ``fa4_backward``) and FlexAttention
-(``torch_flex``, ``torch_flex_backward``), measured by the helpers below (:func:`torch_inputs`,
-:func:`first_call`, :func:`check_output`, :func:`check_grads`, :func:`time_torch_calls`) as SDPA's are. They are
-in no default set (``known_peer_names()`` lists every name): a run names them (``--peers``, ``peer_list=``).
-
-Every peer is timed the way a phase is, by the same code
-(:func:`numba_attn.measure.timing.timed`: events around back-to-back calls on
-PyTorch's stream, or graph replay, or CUPTI kernel time with ``--timing cupti``;
-rotated input copies) and its output is checked against the float64 reference
-first. Everything a call needs but the call itself (the causal bias, the keyword
-arguments, the backend choice) is built before the timed region, and the calls
-run under ``torch.no_grad()``. When torch is not importable or has no GPU, the
-peer rows say so (``SKIP`` with the reason) rather than disappearing.
-
-Every OK peer row says which SDPA backend actually ran (``sdpa_backend_ran``:
-``cudnn``, ``flash``, ``efficient``, ``math``, or ``unknown``), read from the names
-of the kernels the profiler saw (:func:`sdpa_backend_from_kernels`), with
-``sdpa_kernels`` the names; PyTorch's own choice for the auto peers is beside it
-(``sdpa_backend_choice``, from ``torch._fused_sdp_choice`` when it exists).
+Every peer is timed the way a phase is, by the same code (:func:`numba_attn.measure.timing.timed`: events, graph
+replay or CUPTI kernel time; rotated input copies), its output checked against the float64 reference first;
+everything a call needs but the call itself is built before the timed region, under ``torch.no_grad()``. Without
+torch or a GPU the rows say so (``SKIP``). Every OK row says which SDPA backend ran (``sdpa_backend_ran``, from the
+kernel names the profiler saw: :func:`sdpa_backend_from_kernels`; ``sdpa_kernels``), beside PyTorch's own choice
+(``sdpa_backend_choice``).
 """
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
 """Backward phase 6 — ``bwd_wgmma_fused``: one kernel, five products; dQ added to a float32 accumulator by bulk
 reductions.
 
-Change against ``bwd_wgmma``: no dQ kernel. Its split recomputes S and dP for dQ (seven products per tile pair
-instead of five). Here a block of two warpgroups owns 128 keys (64 each, dK_j and dV_j in registers; ``Bc=64``:
-one warpgroup computing both halves of dQ, the default up to D64) and walks
-the Q tiles of 64 rows that see them; after Sᵀ, dPᵀ, Pᵀ, dSᵀ and the issue of dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i as in
-``bwd_wgmma``, each warpgroup stores its dSᵀ (64 keys × 64 rows, fp16/bf16) into one shared tile dS_i
-(64 rows × 128 keys, K-major), and after a barrier
+Change against ``bwd_wgmma``: no dQ kernel (its split computes S and dP twice: seven products instead of five).
+A block of two warpgroups owns 128 keys (64 each, dK_j and dV_j in registers; ``Bc=64``: one warpgroup doing both
+halves of dQ, the default up to D64) and walks the Q tiles of 64 rows that see them; after Sᵀ, dPᵀ, Pᵀ, dSᵀ and
+the issue of dV_j += Pᵀ dO_i, dK_j += dSᵀ Q_i as in ``bwd_wgmma``, each warpgroup stores its dSᵀ into one shared
+tile dS_i (64 rows × 128 keys, K-major), and after a barrier
 
     dQ_i[:, half w] = dS_i · K_j[:, half w]   (a 64 × D/2 product over the block's 128 keys, both from shared memory)
 
@@ -20,13 +19,9 @@ Prediction: 5/7 of the products, the dQ walk's loads gone, the reductions (Nk/12
 2.1 GB at fp16 B1 H32 N4096 D128) at the L2 under the products: ~1.35× ``bwd_wgmma`` (2.60 → ~1.9 ms, ~0.7×
 cuDNN's 1.33).
 
-Verdict: 1.19× ``bwd_wgmma_overlap`` at D128 (2.14 against 2.54 ms, H200, fp16 B1 H32 N4096, the overlapped tile
-step; causal 1.11×), 1.04× at D64 (causal 1.02×). With the shared element-wise stages' fast path for fully visible
-lanes and base-2 P (both phases gain): 1.80 ms at D128 (1.25× the overlap phase), 0.65-0.76× cuDNN over N 1024 and
-4096, D 64 and 128; bf16 N8192 D128 causal 3.75 ms (cuDNN 2.91, FlexAttention 3.68). Below the prediction: the dSᵀ
-transpose through shared memory is on the critical path (the first version paired keys by shuffles: 0.68×). The
-default of phase=None; dQ's sums come in no fixed order, so ``deterministic=True`` picks ``bwd_wgmma_overlap``.
-[experiments/2026-11-27-bwd-fused]
+Verdict: 1.25× ``bwd_wgmma_overlap`` at D128 (1.80 against 2.26 ms, H200, fp16 B1 H32 N4096), 0.65-0.76× cuDNN
+over N 1024/4096, D 64/128; dSᵀ's transpose through shared memory is the cost the prediction missed (the
+steps: experiments/2026-11-27-bwd-fused). The default of phase=None (``deterministic=True``: the overlap phase).
 """
 from __future__ import annotations
 
