@@ -10,6 +10,7 @@
 ``st_shared_v4``           ``st.shared.v4.u32`` (128-bit shared store)
 ``ld_shared_v4``           ``ld.shared.v4.u32`` (128-bit shared load, as uint32 words)
 ``st_shared_b16``          ``st.shared.b16``: the low 16 bits of a word at byte ``byte`` of a shared array
+``st_shared_f32x4``        ``st.shared.v4.f32``: four floats at float ``i`` (a multiple of 4) of a shared float32 array
 ``lds``                    ``arr[r, c]`` without negative-index wrap-around
 ``rows_head_major``        ``a[s:s+n].transpose(1, 0, 2)`` (a view; numba's transpose needs a set)
 =========================  ==============================================
@@ -52,6 +53,15 @@ if IS_SIMULATOR:
         if byte % 2 or not 0 <= byte <= a.size - 2:
             raise IndexError(f"16-bit store at byte {byte} of a {a.size}-byte array (even, inside it)")
         a[byte:byte + 2] = np.array([checked_u32(bits) & 0xFFFF], np.uint16).view(np.uint8)
+
+    def st_shared_f32x4(arr, i, x0, x1, x2, x3):
+        """Store four floats at flat element ``i`` (a multiple of 4: 16-byte aligned) of a float32 array."""
+        a = np.asarray(host_array(arr)).reshape(-1)
+        i = int(i)
+        if a.dtype != np.float32 or i % 4 or not 0 <= i <= a.size - 4:
+            raise IndexError(f"16-byte float store at element {i} of a {a.size}-element {a.dtype} array "
+                             "(float32, a multiple of 4, inside it)")
+        a[i:i + 4] = np.array([x0, x1, x2, x3], np.float32)
 
     def ld_shared_v4(arr, r, c):
         """Four 32-bit words at ``arr[r, c]`` (16 bytes) of a 2-D shared array as uint32."""
@@ -177,6 +187,27 @@ else:  # -------------------------------------------------------------- GPU
             p16 = builder.addrspacecast(builder.bitcast(p8, ir.PointerType(ir.IntType(16))),
                                         ir.PointerType(ir.IntType(16), 3))
             builder.store(builder.trunc(args[2], ir.IntType(16)), p16)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def st_shared_f32x4(typingctx, arr, i, x0, x1, x2, x3):
+        """(An LLVM store of a 16-byte aligned <4 x float> through a shared-space pointer: one ``st.shared.v4.f32``,
+        the constant part of ``i`` folded into the instruction.)"""
+        if not (isinstance(arr, types.Array) and arr.dtype == types.float32):
+            return None
+        sig = types.void(arr, types.intp, types.float32, types.float32, types.float32, types.float32)
+
+        def codegen(context, builder, sig, args):
+            a = context.make_array(sig.args[0])(context, builder, value=args[0])
+            vec = ir.VectorType(ir.FloatType(), 4)
+            p = builder.addrspacecast(builder.bitcast(builder.gep(a.data, [args[1]]), ir.PointerType(vec)),
+                                      ir.PointerType(vec, 3))
+            v = ir.Constant(vec, ir.Undefined)
+            for k in range(4):
+                v = builder.insert_element(v, args[2 + k], ir.Constant(ir.IntType(32), k))
+            builder.store(v, p, align=16)
             return context.get_dummy_value()
 
         return sig, codegen

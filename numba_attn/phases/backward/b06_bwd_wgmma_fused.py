@@ -33,7 +33,7 @@ from numba import cuda, float32, uint32
 from numba_attn.gpu.arrays import view_as
 from numba_attn.gpu.bulk import bulk_commit, bulk_reduce_add_f32, bulk_wait, bulk_wait_read
 from numba_attn.gpu.intrinsics import pack_bf16x2, pack_f16x2
-from numba_attn.gpu.loads import st_shared_b16
+from numba_attn.gpu.loads import st_shared_b16, st_shared_f32x4
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.mbarrier import fence_proxy_async
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
@@ -94,15 +94,18 @@ def make_ds_store():
 @functools.cache
 def fused_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one,
                   overlap: bool = False):
-    """One Q tile of the fused kernel for warpgroup w (its 64 keys): Sᵀ, dPᵀ; Pᵀ, dSᵀ; dV_j += Pᵀ dO_i and
-    dK_j += dSᵀ Q_i issued; dSᵀ into dS_i; a barrier (every warpgroup's part of dS_i); dQ_i's halves (the
-    warpgroup's one of two, or both when it is alone) = dS_i K_j, each waited for and staged; the staged partial
-    added to ``dqa`` by one bulk reduction. ``overlap``: Pᵀ computed while dPᵀ runs and dSᵀ while dV's product
-    runs (``bwd_wgmma_overlap``'s schedule: a wait for all but the newest group)."""
+    """``(issue, kv_tile)``: one Q tile of the fused kernel for warpgroup w (its 64 keys). ``issue``: Sᵀ and dPᵀ,
+    in flight (the kernel issues the ring's next copies under them); ``kv_tile``: Pᵀ, dSᵀ; dV_j += Pᵀ dO_i
+    issued; dSᵀ into dS_i; a barrier (every warpgroup's part of dS_i); dQ_i's halves (the warpgroup's one of two,
+    or both when it is alone) = dS_i K_j with dK_j += dSᵀ Q_i issued behind the first, each half staged as soon
+    as it is done (under dK's product) and added to ``dqa`` by one bulk reduction. ``overlap``: Pᵀ computed while
+    dPᵀ runs and dSᵀ while dV's product runs (``bwd_wgmma_overlap``'s schedule: a wait for all but the newest
+    group)."""
     issue_scores, wait_two, pack, accumulate = make_products(bf16, Br, D, STAGES)
     wait_older = make_wgmma_wait(1, Br // 2)
-    wait_kv = make_wgmma_wait(0, D // 2, D // 2)
-    wait_q = make_wgmma_wait(0, D // 4)
+    wait_dq_dv = make_wgmma_wait(1, D // 4, D // 2)  # all but the newest group (dK's product)
+    wait_dq_dk = make_wgmma_wait(0, D // 4, D // 2)
+    wait_dk = make_wgmma_wait(0, D // 2)
     probabilities, score_grads = kv_elementwise(Br, causal, stage, dmod)
     dq_product = make_dq_product(bf16, D, Bc)
     store_ds = make_ds_store()
@@ -115,12 +118,15 @@ def fused_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=
     rb = row_bytes(D)
 
     @device
+    def issue(St, dPt, sm, sb, own_b, ring_b, w):
+        issue_scores(St, sm, own_b + w * T64, sm, ring_b + sb * TILE)  # Sᵀ = K_j Q_iᵀ
+        issue_scores(dPt, sm, own_b + (WGS + w) * T64, sm, ring_b + (STAGES + sb) * TILE)  # dPᵀ = V_j dO_iᵀ
+
+    @device
     def kv_tile(regs, sm, sb, i0, j_lo, where, Nq, Nk, scale, var, out):
         St, dPt, pf, dsf, dK, dV, Gt, dQ = regs
         rows, own_b, ring_b, ds_b, w, tw, ww, g, t, lead = where
         staging, dqa, doff = out
-        issue_scores(St, sm, own_b + w * T64, sm, ring_b + sb * TILE)  # Sᵀ = K_j Q_iᵀ
-        issue_scores(dPt, sm, own_b + (WGS + w) * T64, sm, ring_b + (STAGES + sb) * TILE)  # dPᵀ = V_j dO_iᵀ
         if overlap:
             wait_older(St, St)  # Sᵀ done, dPᵀ in flight
             probabilities(St, Gt, rows, sb, i0, j_lo, t, Nq, Nk, scale, var)
@@ -138,7 +144,6 @@ def fused_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=
             pack(dsf, dPt)
             store_ds(sm, ds_b, dsf, w, ww, g, t)
             accumulate(dV, pf, 0, sm, ring_b + (STAGES + sb) * TILE)  # dV_j += Pᵀ dO_i, in flight
-        accumulate(dK, dsf, 0, sm, ring_b + sb * TILE)  # dK_j += dSᵀ Q_i, in flight
         fence_proxy_async()  # the stores, then the tensor cores' reads of dS_i
         if lead:
             bulk_wait_read(0)  # the last tile's dQ reduction has read the staging tile
@@ -147,17 +152,23 @@ def fused_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=
             h = w * NH + hh
             # dQ_i[:, half h] = dS_i K_j[:, half h] (half h: column block h at D128, 64 bytes in at D64)
             dq_product(dQ, sm, ds_b, sm, own_b + (h * (D // 2) // 64) * M * rb + (h * HALF_COLS) % rb)
-            wait_kv(dV, dK)
-            wait_q(dQ, dQ)
-            for e in range(NQ):  # into the staging tile in thread order (conflict-free)
-                staging[hh * NQ + e, tw] = dQ[e]
+            if hh == 0:
+                accumulate(dK, dsf, 0, sm, ring_b + sb * TILE)  # dK_j += dSᵀ Q_i, behind dQ's first half
+                wait_dq_dv(dQ, dV)  # dV and the half done, dK in flight
+            else:
+                wait_dq_dk(dQ, dK)
+            for m in range(NQ // 4):  # into the staging tile in thread order, 16 bytes a store (conflict-free)
+                st_shared_f32x4(staging, hh * HALF + 512 * m + 4 * tw, dQ[4 * m], dQ[4 * m + 1], dQ[4 * m + 2],
+                                dQ[4 * m + 3])
         fence_proxy_async()
         named_barrier_sync(1 + w, 128)  # the warpgroup's partial is staged
         if lead:
             bulk_reduce_add_f32(dqa, doff + w * NH * HALF, staging, 0, NH * HALF)
             bulk_commit()
+        if NH == 1:
+            wait_dk(dK, dK)  # (the two-half walk waited for it before its second half)
 
-    return kv_tile
+    return issue, kv_tile
 
 
 @functools.cache
@@ -166,11 +177,11 @@ def make_grad_fused(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stag
     """grad_fused: a block of Bc/64 warpgroups owns Bc keys of one KV head (64 each), walks the Q tiles (64 rows)
     of its G query heads that see them, the tiles through a cp.async ring (:func:`make_q_ring`); dK_j, dV_j in
     registers, each tile's dQ_i partial added to ``dqa`` by a bulk reduction per warpgroup."""
-    kv_tile = fused_kv_tile(D, Bc, STAGES, causal, bf16, stage, dmod, overlap)
+    issue, kv_tile = fused_kv_tile(D, Bc, STAGES, causal, bf16, stage, dmod, overlap)
     WGS = Bc // M
     THREADS = 128 * WGS
     copy_own = make_ring_copy(D, M, WGS, 128)  # K_j's and V_j's 64-key tiles: one per warpgroup
-    walk_of, fill, advance, following, q_tile_of = make_q_ring(D, Br, STAGES, THREADS, causal, stage)
+    walk_of, fill, _, following, q_tile_of, ready, refill = make_q_ring(D, Br, STAGES, THREADS, causal, stage)
     store_kv = make_kv_store(D, bf16)
     OWN_B = 2 * WGS * tile_bytes(M, D)  # K_j's tiles, then V_j's
     RING_B = 2 * STAGES * tile_bytes(Br, D)
@@ -223,7 +234,9 @@ def make_grad_fused(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stag
         NQT = dqa.shape[1] // (Br * D)
         sb = 0
         while cur[0] < G:
-            nxt, sb_next = advance(nxt, sb_next, walk, bh0, to)
+            ready()  # the tile has landed; every warp is done with the stage refilled next
+            issue(St, dPt, sm, sb, 0, OWN_B, w)
+            nxt, sb_next = refill(nxt, sb_next, walk, bh0, to)  # the next copies, under Sᵀ and dPᵀ
             h = walk[4] + cur[0]
             qt = q_tile_of(cur, walk)
             var = (b, h, stage.tile_kind(mods, b, h, qt, cuda.blockIdx.x), mods)
@@ -242,8 +255,9 @@ def make_grad_fused(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stag
 def make_dq_finish(D: int, bf16: bool):
     """``dq_finish(dqa, dq, scale, Nq)``: dq = scale · dQacc in the inputs' dtype, the accumulator zeroed for the
     next call. One thread per word of dq (two columns); dQacc holds each 64-row tile as two warpgroup halves of
-    D/2 columns in the accumulator's thread order: value e of thread T at 128·e + T (value 4j + 2·hi + c: row
-    16·(T // 32) + (T mod 32) // 4 + 8·hi, column 8j + 2·(T mod 4) + c of the half)."""
+    D/2 columns in the accumulator's thread order, four values a thread at a time: value e of thread T at
+    512·(e // 4) + 4·T + e mod 4 (value 4j + 2·hi + c: row 16·(T // 32) + (T mod 32) // 4 + 8·hi, column
+    8j + 2·(T mod 4) + c of the half)."""
     store2 = pack_bf16x2 if bf16 else pack_f16x2
     DW, HC = D // 2, D // 2
 
@@ -258,11 +272,11 @@ def make_dq_finish(D: int, bf16: bool):
             qt, r = i // Br, i % Br
             T = 32 * (r // 16) + 4 * (r % 8) + (cc % 8) // 2
             e = 4 * (cc // 8) + 2 * ((r % 16) // 8)
-            at = qt * Br * D + w * (Br * HC) + 128 * e + T
-            a, b = dqa[bh, at], dqa[bh, at + 128]
+            at = qt * Br * D + w * (Br * HC) + 512 * (e // 4) + 4 * T + e % 4  # (e even: e + 1 beside it)
+            a, b = dqa[bh, at], dqa[bh, at + 1]
             dq[bh, i, cw] = store2(a * scale, b * scale)
             dqa[bh, at] = float32(0.0)
-            dqa[bh, at + 128] = float32(0.0)
+            dqa[bh, at + 1] = float32(0.0)
 
     return dq_finish
 

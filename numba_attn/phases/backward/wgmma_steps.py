@@ -27,6 +27,7 @@ from numba_attn.gpu.cp_async import cp_async16_flat
 from numba_attn.gpu.intrinsics import (cp_async_commit, cp_async_wait, pack_bf16x2, pack_f16x2, unpack_bf16x2,
                                        unpack_f16x2)
 from numba_attn.gpu.jit import device, kernel
+from numba_attn.gpu.loads import lds
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.gpu.warp import group_sum
 from numba_attn.gpu.wgmma import (kmajor_params, make_ring_copy, make_wgmma_rs, make_wgmma_ss, make_wgmma_wait,
@@ -138,7 +139,7 @@ def kv_elementwise(Br: int, causal: bool, stage=PLAIN, dmod=one):
         if inside:
             for nt in range(Br // 8):
                 for c in range(2):
-                    lse_i = rows[2 * sb, 8 * nt + 2 * t + c]
+                    lse_i = lds(rows, 2 * sb, 8 * nt + 2 * t + c)
                     for hi in range(2):
                         x = 4 * nt + 2 * hi + c
                         St[x] = math.exp2(St[x] * scale2 - lse_i)
@@ -146,7 +147,7 @@ def kv_elementwise(Br: int, causal: bool, stage=PLAIN, dmod=one):
         for nt in range(Br // 8):
             for c in range(2):
                 r = 8 * nt + 2 * t + c
-                lse_i = rows[2 * sb, r]
+                lse_i = lds(rows, 2 * sb, r)
                 for hi in range(2):
                     x = 4 * nt + 2 * hi + c
                     j = j_lo + 8 * hi
@@ -168,7 +169,7 @@ def kv_elementwise(Br: int, causal: bool, stage=PLAIN, dmod=one):
     def score_grads(Pt, dPt, Gt, rows, sb, t):
         for nt in range(Br // 8):
             for c in range(2):
-                delta_i = rows[2 * sb + 1, 8 * nt + 2 * t + c]
+                delta_i = lds(rows, 2 * sb + 1, 8 * nt + 2 * t + c)
                 for hi in range(2):
                     x = 4 * nt + 2 * hi + c
                     ds = Pt[x] * (dPt[x] - delta_i)
@@ -276,7 +277,7 @@ def kv_walk(Br: int, stage=PLAIN):
 
 @functools.cache
 def make_q_ring(D: int, Br: int, STAGES: int, NTH: int, causal: bool, stage=PLAIN):
-    """``(walk_of, fill, advance, following, q_tile_of)``: the ring of Q tiles a key block walks (:func:`kv_walk`),
+    """``(walk_of, fill, advance, following, q_tile_of, ready, refill)``: the ring of Q tiles a key block walks (:func:`kv_walk`),
     copied by ``NTH`` threads (cp.async): Q_i, dO_i into ring stage sb and the rows' lse and Delta into ``rows[2·sb]``,
     ``rows[2·sb + 1]`` (2·Br/4 threads, a 16-byte chunk each). ``to = (ring, rows, q, do, st, tid, Nq)``.
 
@@ -287,7 +288,8 @@ def make_q_ring(D: int, Br: int, STAGES: int, NTH: int, causal: bool, stage=PLAI
       each (the block's own tiles, issued before, join the first);
     * ``advance(nxt, sb_next, walk, bh0, to) -> (nxt, sb_next)``: the tile computed next has landed for every
       thread (its wait, a block barrier: every warp is done with the tile before, whose stage is refilled), then
-      the next visited tile issued."""
+      the next visited tile issued: ``ready()`` then ``refill(nxt, sb_next, walk, bh0, to)``, which a kernel may
+      also call apart (the copies issued under the tile's first products)."""
     first, following, q_tile_of = kv_walk(Br, stage)
     copy_ring = make_ring_copy(D, Br, STAGES, NTH)  # Q_i then dO_i buffers
     CHUNKS = Br // 4  # 16-byte chunks of a tile's lse (and of its Delta)
@@ -325,16 +327,24 @@ def make_q_ring(D: int, Br: int, STAGES: int, NTH: int, causal: bool, stage=PLAI
         return cur, nxt, sb_next
 
     @device
-    def advance(nxt, sb_next, walk, bh0, to):
+    def ready():
         cp_async_wait(WAIT)  # the tile computed next has landed (this thread's copies) ...
         cuda.syncthreads()  # ... every thread's
+
+    @device
+    def refill(nxt, sb_next, walk, bh0, to):
         if nxt[0] < walk[0]:
             copy_q_tile(bh0 + nxt[0], q_tile_of(nxt, walk), sb_next, to)
             nxt = following(nxt, walk)
         cp_async_commit()
         return nxt, (sb_next + 1 if sb_next + 1 < STAGES else 0)
 
-    return walk_of, fill, advance, following, q_tile_of
+    @device
+    def advance(nxt, sb_next, walk, bh0, to):
+        ready()
+        return refill(nxt, sb_next, walk, bh0, to)
+
+    return walk_of, fill, advance, following, q_tile_of, ready, refill
 
 
 @functools.cache
@@ -365,7 +375,7 @@ def make_grad_kv(D: int, Br: int, STAGES: int, causal: bool, bf16: bool, schedul
     the key block (column lists: EMPTY tiles neither loaded nor computed nor read)."""
     kv_tile = schedule(D, Br, STAGES, causal, bf16, stage, dmod)
     copy_own = make_ring_copy(D, M, 1, THREADS)  # K_j, V_j: one "stage" of 64 rows
-    walk_of, fill, advance, following, q_tile_of = make_q_ring(D, Br, STAGES, THREADS, causal, stage)
+    walk_of, fill, advance, following, q_tile_of = make_q_ring(D, Br, STAGES, THREADS, causal, stage)[:5]
     store_kv = make_kv_store(D, bf16)
     OWN_WORDS = 2 * tile_bytes(M, D) // 4
     OWN_ROWS, RING_ROWS = 2 * tile_bytes(M, D) // 16, 2 * STAGES * tile_bytes(Br, D) // 16
