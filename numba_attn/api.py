@@ -39,10 +39,12 @@ from numba_attn.spec.errors import AttentionInputError, check_arrays, check_bool
 from numba_attn.spec.problem import Problem  # noqa: E402
 
 
-def _plan(q, k, v, causal, scale, phase, allow_tf32, params, variant=None, lse=False):
+def _plan(q, k, v, causal, scale, phase, allow_tf32, params, variant=None, lse=False, measure=False):
     """Everything checked before a launch: ``(problem, phase, resolved params, why)``; problem is
     None for an empty problem (nothing to launch). ``variant``: the call's mask/score functions; ``lse``:
-    the phase must write the rows' log-sum-exp (a phase without it is refused, ``phase=None`` skips it)."""
+    the phase must write the rows' log-sum-exp (a phase without it is refused, ``phase=None`` skips it);
+    ``measure``: a call about to launch, which may time ``phase=None``'s candidates on first use
+    (:mod:`numba_attn.measure.autotune`; ``explain()`` only says so)."""
     causal = check_bool("causal", causal)
     allow_tf32 = check_bool("allow_tf32", allow_tf32)
     ph = phase_arg(phase) if phase is not None else None
@@ -67,12 +69,12 @@ def _plan(q, k, v, causal, scale, phase, allow_tf32, params, variant=None, lse=F
         problem = lse_problem(problem)
     chosen = {}
     if ph is None:
-        ph, why, chosen = choose_phase(problem, allow_tf32=allow_tf32)
+        ph, why, chosen = choose_phase(problem, allow_tf32=allow_tf32, measure=measure)
     else:
         why = "named by the caller"
     if not params:  # no parameters given: the tuning cache's, when it has an entry for this problem
         hit = tuned_choice(problem, ph)
-        if hit:
+        if hit and hit[1]:  # (an entry measured on first use holds the defaults: nothing tuned)
             params.update(hit[1])  # the caller's (empty) keyword dict: attention() plans with it
             why += f"; parameters tuned (cache {hit[2]})"
         else:
@@ -257,7 +259,10 @@ def _plan_and_launch(kind, key, q, k, v, causal, scale, phase, allow_tf32, nonfi
     the plan is kept when the launch succeeds. ``lse``: ``(out, lse)`` (``sinks`` applied to out)."""
     stamp = plans.token()
     checked = arrays_for_checks(kind, q, k, v)
-    problem, ph, resolved, why = _plan(*checked, causal, scale, phase, allow_tf32, params, variant, lse)
+    problem, ph, resolved, why = _plan(*checked, causal, scale, phase, allow_tf32, params, variant, lse,
+                                       measure=True)
+    if why.startswith("measured on first use"):  # this plan wrote the tuning cache: it is not made stale by it
+        stamp = plans.token()
     if out is not None:
         check_out(out, kind, q, k, v)
     if problem is None:

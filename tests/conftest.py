@@ -34,6 +34,9 @@ def pytest_configure(config):
     # (pytest-xdist) inherit the controller's draw so that they collect the same tests.
     if not hasattr(config, "workerinput"):
         os.environ.setdefault("NUMBA_ATTN_HEAD_DIM_SEED", str(random.randrange(1 << 30)))
+    # phase=None times nothing on first use in the tests (tests/test_autotune.py turns it on with a fake timer):
+    # on a GPU the choices stay the rule's and no tuning cache of the user's is written
+    os.environ.setdefault("NUMBA_ATTN_AUTOTUNE", "0")
 
 
 def pytest_report_header(config):

@@ -44,9 +44,9 @@ def _results(tmp_path, rows, name="r.jsonl"):
 
 FIXTURE = [
     # three runs of tc_wgmma on one problem: the median row (1.0 ms) stands for it
-    _row("tc_wgmma", P128, 0.9, {"warpgroups": 2, "Bc": 64, "stages": 2}, run_id="a"),
-    _row("tc_wgmma", P128, 1.0, {"WG": 2, "Bc": 64, "STAGES": 2}, run_id="b"),  # names before the renames
-    _row("tc_wgmma", P128, 1.2, {"warpgroups": 2, "Bc": 64, "stages": 2}, run_id="c"),
+    _row("tc_wgmma", P128, 0.9, {"warpgroups": 3, "Bc": 64, "stages": 2}, run_id="a"),
+    _row("tc_wgmma", P128, 1.0, {"WG": 3, "Bc": 64, "STAGES": 2}, run_id="b"),  # names before the renames
+    _row("tc_wgmma", P128, 1.2, {"warpgroups": 3, "Bc": 64, "stages": 2}, run_id="c"),
     _row("tc_wgmma_overlap", P128, 0.5, {"warpgroups": 2, "Bc": 64, "stages": 3}),  # fastest, never a default
     _row("tc_pipelined", P128, 1.5),
     _row("tc_mma", P128, 3.0),
@@ -54,7 +54,7 @@ FIXTURE = [
     _row("tc_pipelined", P128_SMALL, 0.2),
     _row("tc_mma", P128_SMALL, 0.25),
     # a tuning row: requested parameters the problem cannot run on this device (too much shared memory)
-    _row("tc_wgmma", P128, 0.1, {"warpgroups": 2, "Bc": 128, "stages": 4}, requested={"Bc": 128, "stages": 4}),
+    _row("tc_wgmma", P128, 0.1, {"warpgroups": 3, "Bc": 128, "stages": 4}, requested={"Bc": 128, "stages": 4}),
     # not counted: not OK, untimed, another phase name, a parameter the phase does not have
     _row("tc_pipelined", P128, 0.01, status="FAIL"),
     _row("tc_pipelined", P128, None),
@@ -82,6 +82,7 @@ def table_env(tmp_path, monkeypatch):
     monkeypatch.setenv(dispatch.TABLE_ENV, path)
     monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path / "no-cache.json"))
     monkeypatch.setattr(policy, "device_name", lambda: GPU)
+    monkeypatch.setattr(policy, "hopper_rule", lambda *a: None)  # a model the Hopper rule does not cover
     return path
 
 
@@ -98,7 +99,7 @@ def test_build_ranks_by_time_on_the_same_problems(tmp_path):
     assert mma["score"] == round((3.0 / 0.1 * 0.25 / 0.2) ** 0.5, 4) and pipe["shared_problems"] == 2
     wg = e["ranking"][2]
     assert wg["time_ms"] == 1.0 and wg["rows"] == 3 and wg["source"]["run_id"] == "b"  # the median row
-    assert wg["params"] == {"warpgroups": 2, "Bc": 64, "stages": 2}  # recorded names read as today's
+    assert wg["params"] == {"warpgroups": 3, "Bc": 64, "stages": 2}  # recorded names read as today's
     assert e["ranking"][1]["excluded"].startswith("never a default")
     # the entry's phase: the first configuration phase=None may run (the overlap phase is never a default)
     assert e["rank"] == 0 and e["phase"] == "tc_wgmma" and e["requested"] == {"Bc": 128, "stages": 4}
@@ -110,6 +111,19 @@ def test_build_ranks_by_time_on_the_same_problems(tmp_path):
     assert "below the input precision" in f32["ranking"][0]["excluded"]
     assert f32["phase"] == "smem_kv" and f32["rank"] == 1
     assert skipped == {"phase 'no_such_phase' is not registered": 1, "tc_mma: a parameter the phase no longer has": 1}
+
+
+def test_a_row_of_a_former_default_is_its_own_configuration(tmp_path):
+    """A row is the configuration that ran: where it recorded a resolved value today's defaults no longer give
+    (two warpgroups, where tc_wgmma's automatic choice at D=128 is three today), that value is part of its
+    configuration; a requested value today's defaults give anyway (Bc=64) is not."""
+    rows = [_row("tc_wgmma", P128, 0.8, {"warpgroups": 2, "Bc": 64, "stages": 2}, run_id="old"),
+            _row("tc_wgmma", P128, 1.0, {"warpgroups": 3, "Bc": 64, "stages": 2}, requested={"Bc": 64}),
+            _row("tc_pipelined", P128, 1.5)]
+    e = _build(tmp_path, rows)[0]["entries"][tuning.cache_key(GPU, P128)]
+    assert [(it["phase"], it["requested"]) for it in e["ranking"]] == [
+        ("tc_wgmma", {"warpgroups": 2}), ("tc_wgmma", {}), ("tc_pipelined", {})]
+    assert dispatch.measured_default(e, "tc_wgmma") and not dispatch.measured_default(e, "tc_mma")
 
 
 def test_choose_skips_parameters_the_problem_cannot_run(table_env):
@@ -223,13 +237,16 @@ def test_on_an_h200_fp16_prefill_runs_the_fastest_measured_phase(monkeypatch, tm
     ph, why, params = api.choose_phase(p)
     entry = dispatch.lookup("NVIDIA H200", p, dispatch.PACKAGE_TABLE)
     first = entry["ranking"][0]
-    # the fastest measured (tc_wgmma before the TMA phases were measured, warp_specialized_tc at D128 since,
-    # with the parameters that measured fastest), never tc_wgmma_overlap, which the fixed preference chose
-    # before there was a table
+    overlap = [it["time_ms"] for it in entry["ranking"] if it["phase"] == "tc_wgmma_overlap"]
+    assert overlap and min(overlap) > first["time_ms"]  # measured, slower, never chosen
+    if not dispatch.measured_default(entry, policy.HOPPER_PREFILL[0]):
+        # the D64 entries timed the tc_wgmma family only: no evidence against the Hopper rule's phase
+        assert ph.name == policy.HOPPER_PREFILL[0] and params == {} and why.startswith("the Hopper rule")
+        return
+    # the fastest measured (warp_specialized_tc at D128, with the parameters that measured fastest), never
+    # tc_wgmma_overlap, which the fixed preference chose before there was a table
     assert ph.name in ("tc_wgmma", "tma_wgmma", "warp_specialized_tc") and params == entry["requested"]
     assert (first["phase"], first["requested"]) == (ph.name, params)
-    overlap = [it["time_ms"] for it in entry["ranking"] if it["phase"] == "tc_wgmma_overlap"]
-    assert overlap and min(overlap) > first["time_ms"]
     assert why.startswith(f"dispatch table (numba_attn/data/dispatch.json: {ph.name}") and "results/" in why
 
 

@@ -16,9 +16,12 @@ the power-of-two bucket of kv_len (:func:`~numba_attn.measure.tune.length_bucket
 registered phase, with the default parameters or requested ones (rows of ``numba-attn tune`` or
 ``run --param``), and the timed entries of the tuning cache given with ``--cache``. A
 configuration is a phase and the parameters the row asked for (``requested_params``; a value
-equal to the phase's default counts as the default). Parameter names recorded before a rename
+equal to the phase's default counts as the default), read as they ran (:func:`as_ran`): a row that recorded a
+resolved value today's defaults no longer give (a former default) keeps that value in its configuration, and a
+requested value today's defaults give anyway is dropped. Parameter names recorded before a rename
 are read under today's names (:data:`RENAMED_PARAMS`); a row whose parameters a phase no longer
-has is left out (the build says how many).
+has is left out (the build says how many). The table also lists each GPU model's compute capability and SM
+count (``gpus``, from the runs' env records).
 
 **The rule, per key**: a configuration measured several times on one problem (several runs, or
 a row and the cache entry of the same tuning) keeps its median time (the lower middle row, so
@@ -46,8 +49,11 @@ in the ranking with the reason (``excluded``), so ``allow_tf32=True`` can still 
 cache): the first configuration of the ranking whose phase is among the candidates (built-in,
 allowed, supporting the problem on this device) and that supports the problem with its
 parameters; its ``requested`` parameters are the ones applied when the caller gives none (so an
-automatic parameter is resolved for the caller's problem, as it was for the measured one). No
-entry, or no configuration left: the fixed preference of :func:`numba_attn.measure.policy.choose_phase`.
+automatic parameter is resolved for the caller's problem, as it was for the measured one). Where the policy has
+a rule for the problem (the Hopper rule), an entry counts only when it measured the rule's phase at its defaults
+(``needs``, :func:`measured_default`). A GPU model without an entry that counts may take the entry of another
+model of its compute capability (:func:`choose_other`). No entry, or no configuration left: the rest of
+:func:`numba_attn.measure.policy.choose_phase` (a measurement on first use, the Hopper rule, the fixed preference).
 """
 from __future__ import annotations
 
@@ -154,6 +160,25 @@ def _config(ph, params) -> dict | None:
     return {k: v for k, v in params.items() if v != ph.params[k]}
 
 
+def as_ran(ph, problem, requested: dict, recorded: dict) -> dict:
+    """The configuration a row measured, in today's terms: ``requested`` where a recorded value says it ran
+    otherwise (a value the phase resolved then, not its declared default, that today's resolution of the same
+    request for the same problem no longer gives: the row measured a former default, e.g. two consumer
+    warpgroups with 64-key tiles before warp_specialized_tc's D=64 default became three with 128), and without
+    the requested values today's defaults give anyway (``Bc=128`` where the automatic Bc resolves to 128), so a
+    row of a former default never stands for today's and two spellings of one configuration count as one."""
+    try:
+        today = ph.resolve(problem, ph.resolve_params(requested))
+        default = ph.resolve(problem, ph.resolve_params({}))
+    except (TypeError, ValueError):  # (AttentionInputError is a ValueError)
+        return requested
+    cfg = dict(requested)
+    for k, v in (recorded or {}).items():
+        if k in ph.params and v is not None and v != ph.params[k] and k in today and today[k] != v:
+            cfg[k] = v
+    return {k: v for k, v in cfg.items() if default.get(k, ph.params.get(k)) != v}
+
+
 def measurements(files=None, cache: str | None = None, skipped: dict | None = None) -> list[dict]:
     """One record per timed measurement: ``key, phase, requested, params, time_ms, label, file,
     commit, run_id``. ``skipped`` (a dict) counts what was left out, by reason."""
@@ -191,6 +216,7 @@ def measurements(files=None, cache: str | None = None, skipped: dict | None = No
         except (TypeError, ValueError):
             skip("a problem that does not validate")
             continue
+        requested = as_ran(ph, prob, requested, renamed(r.get("params")))
         m = {"key": cache_key(r["gpu"], prob), "phase": ph.name, "requested": requested,
              "params": renamed(r.get("params")), "time_ms": float(r["time_ms"]), "label": prob.label,
              "file": file, "commit": commit_of(r, env), "run_id": r.get("run_id")}
@@ -267,6 +293,19 @@ def rank(ms: list[dict]) -> list[dict]:
     return [item for _, _, item in ranked]
 
 
+def gpu_models(files=None) -> dict:
+    """``{GPU model: {"compute_capability": "9.0", "sm_count": 132}}`` of the runs whose timed rows ``files`` hold
+    (from their env records; a value no run recorded is None): how a GPU with no entry of its own finds the
+    entries of another model of its compute capability (:func:`choose_other`)."""
+    out: dict = {}
+    for _file, env, r in measured_rows(files):
+        info = out.setdefault(r["gpu"], {"compute_capability": None, "sm_count": None})
+        for k in info:
+            if info[k] is None and (env or {}).get(k) is not None:
+                info[k] = str(env[k]) if k == "compute_capability" else env[k]
+    return {g: out[g] for g in sorted(out)}
+
+
 def build(files=None, cache: str | None = None, *, never_default, skipped: dict | None = None) -> dict:
     """The dispatch table from ``files`` (default: the committed results files) and the tuning
     ``cache`` (none by default). ``never_default``: phases ``phase=None`` never runs."""
@@ -300,7 +339,7 @@ def build(files=None, cache: str | None = None, *, never_default, skipped: dict 
         entries[key] = entry
     return {"version": VERSION, "command": BUILD_COMMAND + (f" --cache {cache}" if cache else ""),
             "rule": RULE, "sources": [_shown_file(f) for f in files] + ([_shown_file(cache)] if cache else []),
-            "entries": entries}
+            "gpus": gpu_models(files), "entries": entries}
 
 
 def dumps(table: dict) -> str:
@@ -372,17 +411,26 @@ def _cfg_text(item: dict) -> str:
     return f"{item['phase']} {json.dumps(req, sort_keys=True)}" if req else item["phase"]
 
 
-def choose(problem, candidates, gpu: str, path: str | None = None):
+def measured_default(entry: dict | None, phase: str) -> bool:
+    """Whether ``entry``'s ranking holds ``phase`` with today's default parameters (``requested`` empty: see
+    :func:`as_ran`), i.e. whether the entry's choice was measured against that configuration."""
+    return any(isinstance(it, dict) and it.get("phase") == phase and not it.get("requested")
+               for it in (entry or {}).get("ranking") or ())
+
+
+def choose(problem, candidates, gpu: str, path: str | None = None, needs: str | None = None):
     """``(phase, params, why)`` from the table for ``problem`` on ``gpu``: the first configuration
     of the key's ranking whose phase is among ``candidates`` and supports the problem with its
     parameters; None when the table has no entry or none of its configurations runs here (a
-    table that cannot be read counts as none)."""
+    table that cannot be read counts as none). ``needs`` (a phase name): the entry counts only when it
+    measured that phase with its default parameters (:func:`measured_default`; the rule's phase, which an
+    entry that never measured it cannot overrule)."""
     path = path or table_path()
     try:
         entry = lookup(gpu, problem, path)
     except ValueError:
         return None
-    if entry is None:
+    if entry is None or (needs is not None and not measured_default(entry, needs)):
         return None
     names = {p.name: p for p in candidates}
     ranking = [it for it in entry.get("ranking") or () if isinstance(it, dict) and isinstance(it.get("phase"), str)]
@@ -406,6 +454,39 @@ def choose(problem, candidates, gpu: str, path: str | None = None):
                f"row {source_text(item)})")
         return ph, params, why
     return None
+
+
+def other_models(gpu: str, cc, path: str | None = None) -> list[str]:
+    """The GPU models of the table other than ``gpu`` whose runs recorded the compute capability ``cc``
+    (``(9, 0)`` or ``"9.0"``), by name."""
+    want = ".".join(map(str, cc)) if isinstance(cc, (tuple, list)) else str(cc)
+    try:
+        models = load(path).get("gpus") or {}
+    except ValueError:
+        return []
+    return sorted(g for g, info in models.items()
+                  if g != gpu and isinstance(info, dict) and str(info.get("compute_capability")) == want)
+
+
+def choose_other(problem, candidates, gpu: str, cc, path: str | None = None, needs: str | None = None):
+    """``(phase, params, why)`` from the entry of ``problem``'s key measured on another GPU model of compute
+    capability ``cc`` (:func:`other_models`), for a GPU model with no entry of its own that counts: of the
+    models whose entry counts (``needs``, as :func:`choose`), the one whose entry compared the most
+    configurations, then by name; None when there is none."""
+    path = path or table_path()
+    found = []
+    for other in other_models(gpu, cc, path):
+        try:
+            entry = lookup(other, problem, path)
+        except ValueError:
+            return None
+        hit = choose(problem, candidates, other, path, needs) if entry is not None else None
+        if hit:
+            found.append((-len(entry.get("ranking") or ()), other, hit))
+    if not found:
+        return None
+    _, other, (ph, params, why) = min(found, key=lambda x: x[:2])
+    return ph, params, f"{why}; no entry measured on {gpu} counts: the entry of {other}, of the same compute capability"
 
 
 # -- showing it ------------------------------------------------------------------------------------

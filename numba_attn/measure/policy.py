@@ -1,7 +1,8 @@
-"""Which phase ``phase=None`` runs: the rule of :func:`choose_phase` (the tuning cache, then the
-dispatch table of :mod:`numba_attn.measure.dispatch`, then a fixed preference), and the defaults of
-``decode_paged()`` and ``attention_varlen()``. :mod:`numba_attn.api` applies it; its names are
-importable from there too."""
+"""Which phase ``phase=None`` runs: the rule of :func:`choose_phase` (the tuning cache, the dispatch
+table of :mod:`numba_attn.measure.dispatch` for this GPU model, a measurement on first use
+(:mod:`numba_attn.measure.autotune`), the table's entry of another GPU model of the same compute capability,
+the Hopper rule, a fixed preference), and the defaults of ``decode_paged()`` and ``attention_varlen()``.
+:mod:`numba_attn.api` applies it; its names are importable from there too."""
 from __future__ import annotations
 
 from numba_attn.gpu import backend  # noqa: F401  (first: chooses CUDA or the simulator before numba is imported)
@@ -19,6 +20,14 @@ NEVER_DEFAULT = ("tc_wgmma_overlap",)
 # a mask_mod/score_mod variant's 16-bit prefill phase: the fastest numba-attn phase on every variant timed
 # (H200, experiments/2026-11-27-variants-peers: window 1024 at N=32768 1.66 ms against the table's tc_wgmma 2.33)
 VARIANT_PREFILL = "warp_specialized_tc"
+
+# The Hopper rule: the 16-bit prefill phase phase=None runs on a GPU of compute capability 9.0 where neither the
+# tuning cache nor a dispatch table entry that measured it decides (the first of these that supports the
+# problem). warp_specialized_tc was the fastest phase at its default parameters on every problem measured with
+# it on an H100 and on an H200 (docs/DEVELOPING.md, "Dispatch", lists the rows; tests/test_autotune.py checks
+# the committed ones); tma_wgmma and tc_wgmma where it does not run.
+HOPPER_PREFILL = ("warp_specialized_tc", "tma_wgmma", "tc_wgmma")
+HOPPER_CC = (9, 0)
 
 # The fixed preference per (kind, dtype) when no committed results exist for this GPU model:
 # the first one that supports the problem (device included) is chosen.
@@ -74,7 +83,8 @@ def measured_rows(gpu: str) -> list[tuple[str, dict]]:
     return [(f, r) for f, _env, r in rows(gpu=gpu) if not r.get("requested_params")]
 
 
-def choose_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = False):
+def choose_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = False, *, measure: bool = False,
+                 autotune: bool | None = None, gpu: str | None = None):
     """``(phase, why, params)``: the phase ``attention(..., phase=None)`` runs, why, and the
     parameters it runs with when the caller gives none (``{}``: the phase's defaults). The rule:
 
@@ -83,28 +93,37 @@ def choose_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = F
       cannot run (``supports()``, compute capability included), and never one that computes at a
       lower precision than the inputs (``tc_tf32``) unless ``allow_tf32=True``;
     * of the kind the problem needs: decode when q_len <= 8, else prefill;
-    * the phase the tuning cache (``numba-attn tune``, :mod:`numba_attn.measure.tune`) chose for
-      this GPU model and the problem's key (dtype, causal, head_dim, GQA group, decode or prefill,
-      kv_len bucket), when it is among the candidates, with the cache's parameters
-      (``explain()`` says "tuned (cache PATH)");
-    * else the dispatch table (``numba_attn/data/dispatch.json``, built from the committed GPU
-      results by ``numba-attn dispatch --build``; :mod:`numba_attn.measure.dispatch`) for this GPU
-      model and the same key: the best-ranked measured configuration whose phase is among the
-      candidates and supports the problem with its parameters, with those parameters
-      (``explain()`` says "dispatch table (numba_attn/data/dispatch.json: ...)" and names the row);
+    * the phase the tuning cache chose for this GPU model and the problem's key (dtype, causal, head_dim,
+      GQA group, decode or prefill, kv_len bucket), when it is among the candidates, with the cache's
+      parameters: an entry of ``numba-attn tune`` (``explain()`` says "tuned (cache PATH)") or of a
+      measurement on first use ("measured on first use (cache PATH ...)");
+    * else the dispatch table (``numba_attn/data/dispatch.json``, :mod:`numba_attn.measure.dispatch`) for this
+      GPU model and key: the best-ranked measured configuration among the candidates that supports the problem,
+      with its parameters. Where the Hopper rule applies (below), an entry counts only when it measured the
+      rule's phase with its defaults: an entry that never timed it is no evidence against it;
+    * else, for a call about to launch (``measure``) with the measurement on (``autotune``, else
+      ``$NUMBA_ATTN_AUTOTUNE``; by default on with a GPU, off in the simulator): the few phases that could win
+      for the problem's shape class timed once on a stand-in of its shape, the fastest kept in the tuning cache
+      for later calls and processes (:mod:`numba_attn.measure.autotune`; a failure leaves the rule below);
+    * else the entry of the same key measured on another GPU model of the same compute capability (an H100's
+      for an H800), counted as above;
+    * else the Hopper rule on a GPU of compute capability 9.0: fp16/bf16 prefill runs the first of
+      :data:`HOPPER_PREFILL` that supports the problem, ``warp_specialized_tc`` (validated on H100 and H200
+      rows: docs/DEVELOPING.md);
     * otherwise the first supporting phase of the fixed preference per (kind, dtype): fp16/bf16
       prefill ``tc_wgmma`` (sm_90a only), ``tc_pipelined``, ``tc_mma``; fp32 prefill
       ``register_blocked`` (causal: ``causal_skip`` first; with allow_tf32 ``tc_tf32`` first);
       decode ``decode_split_k_lean`` (fp16 with GQA: ``decode_mma`` first); otherwise the most
       optimized supporting phase (roadmap order).
 
-    A variant (``problem.variant``) takes no tuned entry and no table parameters: both were measured without
-    the variant stage, whose registers change what fits (the phases' own choice for a variant avoids the
-    spills, e.g. ``warp_specialized_tc``'s 64-key tiles with a score function). Its 16-bit prefill runs
+    A variant (``problem.variant``) takes no tuned entry, no measurement and no table parameters: all were
+    measured without the variant stage, whose registers change what fits (the phases' own choice for a variant
+    avoids the spills, e.g. ``warp_specialized_tc``'s 64-key tiles with a score function). Its 16-bit prefill runs
     ``VARIANT_PREFILL`` where that phase supports it (measured with variants), else the table's phase.
 
-    The simulator matches no table entry (its GPU model is "simulator") and counts as compute
-    capability 9.0.
+    ``gpu``: the GPU model to choose for (default: this device's, :func:`device_name`). The simulator is no GPU
+    model (``"simulator"``): it matches no table entry, takes no Hopper rule and times nothing, and counts as
+    compute capability 9.0 for ``supports()``.
     """
     if kind is None:
         kind = "decode" if problem.q_len <= 8 else "prefill"
@@ -118,28 +137,81 @@ def choose_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = F
                 if problem.dtype == "float32" and not allow_tf32 else "")
         raise AttentionInputError(f"no phase of the package supports {problem.label}{hint} "
                                   f"(name a phase with phase=... to run another one)")
-    gpu = device_name()
+    gpu = gpu or device_name()
     hit = tuned_choice(problem, None, candidates, gpu)
     if hit:
-        return hit[0], f"tuned (cache {hit[2]})", hit[1]
-    if getattr(problem, "variant", None) is not None and kind == "prefill":
+        return hit[0], _tuned_why(problem, hit[0].name, gpu, hit[2]), hit[1]
+    variant = getattr(problem, "variant", None) is not None
+    if variant and kind == "prefill":
         for p in candidates:
             if p.name == VARIANT_PREFILL:
                 return p, f"a variant's prefill phase ({VARIANT_PREFILL}: the fastest on the variants timed)", {}
-    from numba_attn.measure.dispatch import choose
+    from numba_attn.measure import autotune as first_use
+    from numba_attn.measure.dispatch import choose, choose_other
 
-    found = choose(problem, candidates, gpu)
+    rule = hopper_rule(problem, kind, candidates, gpu)
+    needs = rule.name if rule is not None else None
+    found = choose(problem, candidates, gpu, needs=needs)
     if found:
-        if getattr(problem, "variant", None) is not None:  # the row's phase; its parameters were measured
-            return found[0], found[2] + " (a variant: the phase's own parameters)", {}  # without the stage
+        if variant:  # the row's phase; its parameters were measured without the stage
+            return found[0], found[2] + " (a variant: the phase's own parameters)", {}
         return found[0], found[2], found[1]
+    later = ""  # what attention() will do where explain() only plans
+    if not variant and gpu != "simulator" and first_use.enabled(autotune):
+        if measure:
+            got = first_use.measure(problem, kind, candidates, gpu)
+            if got:
+                return got
+        else:
+            names = [p.name for p in first_use.shortlist(problem, kind, candidates)]
+            if names:
+                later = (f"; attention() times {', '.join(names)} on its first call of this key and keeps the "
+                         f"fastest ({first_use.AUTOTUNE_ENV}=0: never)")
+    if rule is not None:
+        other = choose_other(problem, candidates, gpu, HOPPER_CC, needs=needs)
+        if other:
+            if variant:
+                return other[0], other[2] + " (a variant: the phase's own parameters)" + later, {}
+            return other[0], other[2] + later, other[1]
+        return rule, (f"the Hopper rule for 16-bit prefill ({rule.name}: the fastest phase at its defaults on the "
+                      f"rows measured with it on H100 and H200; no entry of the dispatch table for {gpu} or "
+                      f"another model of compute capability 9.0 measured it on this key){later}"), {}
     for name in _preference(problem, kind, allow_tf32):
         for p in candidates:
             if p.name == name:
                 return p, (f"preferred for {kind} {problem.dtype}"
                            f"{' causal' if problem.causal else ''} (no configuration of the dispatch table "
-                           f"for {gpu} runs this problem)"), {}
-    return candidates[-1], "the most optimized phase that supports the problem (roadmap order)", {}
+                           f"for {gpu} runs this problem){later}"), {}
+    return candidates[-1], "the most optimized phase that supports the problem (roadmap order)" + later, {}
+
+
+def hopper_rule(problem: Problem, kind: str, candidates, gpu: str):
+    """The phase of the Hopper rule (:data:`HOPPER_PREFILL`) for ``problem`` among ``candidates``, or None where
+    the rule does not apply: not 16-bit prefill, not a GPU of compute capability 9.0 (the simulator is none)."""
+    if gpu == "simulator" or kind != "prefill" or problem.dtype not in ("float16", "bfloat16"):
+        return None
+    from numba_attn.phases.registry import device_cc
+
+    if device_cc() != HOPPER_CC:
+        return None
+    names = {p.name: p for p in candidates}
+    return next((names[n] for n in HOPPER_PREFILL if n in names), None)
+
+
+def _tuned_why(problem: Problem, name: str, gpu: str, path: str) -> str:
+    """``explain()``'s reason for a tuning cache entry: "tuned (cache PATH)", or for an entry measured on first
+    use "measured on first use (cache PATH: PHASE T ms on PROBLEM)"."""
+    from numba_attn.measure.tuning_cache import TuningCache
+
+    try:
+        entry = TuningCache(path).lookup(gpu, problem, name) or {}
+    except (OSError, ValueError):
+        entry = {}
+    if entry.get("measured") != "first use":
+        return f"tuned (cache {path})"
+    t = entry.get("time_ms")
+    return (f"measured on first use (cache {path}: {name}{f' {t:.4g} ms' if isinstance(t, (int, float)) else ''} "
+            f"on {entry.get('label', '?')}, the fastest of {entry.get('of', '?')}; {entry.get('method', '')})")
 
 
 def tuned_choice(problem: Problem, phase, candidates=None, gpu=None):

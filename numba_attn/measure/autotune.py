@@ -1,0 +1,328 @@
+"""Measured on first use: ``attention(phase=None)`` on a problem key that neither the tuning cache nor the
+dispatch table has measured on this GPU model times the few phases that could win for the key's shape class,
+once, and keeps the fastest in the tuning cache, so later calls and later processes run it without measuring.
+
+**When** (:func:`numba_attn.measure.policy.choose_phase`): a call about to launch (``attention()``, not
+``explain()``, which says what the call will do) whose key has no tuning cache entry and no dispatch table entry
+that counts for this GPU model, with the measurement on: ``choose_phase(autotune=True/False)``, else
+``$NUMBA_ATTN_AUTOTUNE`` (``0`` off, ``1`` on), else on with a GPU and off in the simulator. The simulator never
+times: its GPU model ("simulator") is never measured for, and :func:`time_calls` refuses there.
+
+**What**: the phases of :data:`MEASURED` that the problem's candidates hold, at most :data:`MAX_MEASURED` (on a
+Hopper GPU ``warp_specialized_tc``, ``tma_wgmma``, ``tc_wgmma``: the 16-bit prefill phases that were the fastest
+on some committed Hopper row; elsewhere ``tc_pipelined`` and ``tc_mma``), each with its default parameters. No
+measurement for fp32 or decode (one phase leads there, or the key changes with every kv_len bucket of a
+generation), nor for a variant (its stage changes what is fastest; see :data:`~numba_attn.measure.policy.
+VARIANT_PREFILL`).
+
+**How**: on a stand-in of the caller's problem (its shape, without a variant or log-sum-exp; the batch halved
+until four arrays fit in 80 % of the free memory) on fresh device buffers and a stream of its own (the caller's
+arrays are never read or written), each candidate is compiled, run :data:`WARMUP` times, then timed by CUDA events
+around batches of back-to-back calls (:func:`numba_attn.measure.timing.events_batched`, :data:`SAMPLES` samples of
+at least :data:`BATCH_MS` ms, the median); its output, poisoned before, must be finite everywhere and match the
+float64 reference on sampled rows of two heads within the dtype's tolerance. A candidate that raises, or fails
+that check, is skipped; with none left, or on any other failure, the caller's call goes on with the rule's phase.
+Two lines on stderr (or the ``numba_attn`` logger where logging shows INFO) say what is measured and what won,
+with the seconds it took (the compiles dominate: a few seconds per phase).
+
+**Kept**: one tuning cache entry per timed phase (``params`` ``{}``, ``time_ms``, ``measured: "first use"``, the
+stand-in's ``label``, ``method``), the key's best phase the fastest; cache entries already there for one of the
+phases are never measured again. Where the cache cannot be written, the choice holds for this process.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+from numba_attn.gpu import backend  # noqa: F401  (first: chooses CUDA or the simulator before numba is imported)
+
+AUTOTUNE_ENV = "NUMBA_ATTN_AUTOTUNE"
+# Per shape class, the phases timed on first use in this order (the first MAX_MEASURED the candidates hold).
+MEASURED = {"prefill16": ("warp_specialized_tc", "tma_wgmma", "tc_wgmma", "tc_pipelined", "tc_mma")}
+MAX_MEASURED = 3
+WARMUP = 2  # calls before the samples (the first one compiles)
+SAMPLES = 5  # CUDA-event samples per phase, each a batch of back-to-back calls
+BATCH_MS = 5.0  # the least time of one batch (calls shorter than a launch are batched)
+METHOD = f"first use: CUDA events, median of {SAMPLES} batches of >= {BATCH_MS:g} ms after {WARMUP} warm-up calls"
+FREE_SHARE = 0.8  # the stand-in's four arrays fit in this share of the free device memory
+RANDOM_BLOCK = 1 << 20  # elements drawn per input; the rest repeats them (the draw's time independent of size)
+CHECKED_ROWS = 6  # query rows per checked head, first and last among them
+
+_LOCK = threading.Lock()
+_CHOSEN: dict = {}  # cache key → (phase name, why): chosen in this process (also when the cache was not written)
+_FAILED: set = set()  # cache keys whose measurement chose nothing in this process: not measured again
+_LOG = logging.getLogger("numba_attn")
+
+
+class NotTimed(RuntimeError):
+    """The simulator times nothing."""
+
+
+def enabled(flag=None) -> bool:
+    """Whether ``phase=None`` may measure on first use: ``flag`` when True or False, else
+    ``$NUMBA_ATTN_AUTOTUNE`` (``0``/``off`` or ``1``/``on``), else on with a GPU and off in the simulator."""
+    if flag is not None:
+        return bool(flag)
+    env = os.environ.get(AUTOTUNE_ENV, "").strip().lower()
+    if env in ("0", "off", "false", "no"):
+        return False
+    if env in ("1", "on", "true", "yes"):
+        return True
+    return not backend.IS_SIMULATOR
+
+
+def shortlist(problem, kind: str, candidates) -> list:
+    """The phases measured on first use for ``problem`` (see the module docstring); empty when fewer than two."""
+    if kind != "prefill" or problem.dtype not in ("float16", "bfloat16") or getattr(problem, "variant", None):
+        return []
+    names = {p.name: p for p in candidates}
+    out = [names[n] for n in MEASURED["prefill16"] if n in names][:MAX_MEASURED]
+    return out if len(out) > 1 else []
+
+
+def log(msg: str) -> None:
+    """One line to the ``numba_attn`` logger where logging is configured to show it (INFO), else to stderr."""
+    if _LOG.hasHandlers() and _LOG.isEnabledFor(logging.INFO):
+        _LOG.info(msg)
+    else:
+        print(f"numba-attn: {msg}", file=sys.stderr, flush=True)
+
+
+def time_calls(fn, stream) -> float:
+    """The median time in ms of one call of ``fn(i, stream)``: :data:`WARMUP` calls, then :data:`SAMPLES` CUDA
+    event samples around batches of back-to-back calls lasting :data:`BATCH_MS` ms or more. The simulator
+    times nothing (:class:`NotTimed`)."""
+    if backend.IS_SIMULATOR:
+        raise NotTimed("the simulator times nothing")
+    from numba_attn.measure.timing import TimingConfig, events_batched
+
+    cfg = TimingConfig(warmup=WARMUP, min_reps=SAMPLES, max_reps=SAMPLES, budget_s=2.0, batch_ms=BATCH_MS,
+                       max_inner=200)
+    return float(events_batched(fn, stream, cfg)["time_ms"])
+
+
+def stand_in(problem):
+    """The problem timed for ``problem``: its shape as a plain :class:`~numba_attn.spec.problem.Problem`
+    (no variant, no log-sum-exp), the batch halved while its q, k, v and output do not fit in
+    :data:`FREE_SHARE` of the free device memory; None when even one sequence does not fit."""
+    from numba_attn.measure import limits
+    from numba_attn.spec.problem import Problem
+
+    p = Problem(batch=problem.batch, heads=problem.heads, q_len=problem.q_len, kv_len=problem.kv_len,
+                head_dim=problem.head_dim, causal=problem.causal, dtype=problem.dtype, scale=problem.scale,
+                kv_heads=problem.kv_heads)
+    free = limits.free_device_memory()
+    while free is not None and p.min_bytes() > FREE_SHARE * free:
+        if p.batch == 1:
+            return None
+        p = p.replace(batch=p.batch // 2)
+    return p
+
+
+def inputs(problem, seed: int = 0):
+    """Host q, k, v of ``problem``: standard normal values in its dtype, :data:`RANDOM_BLOCK` of them drawn per
+    array and repeated to fill it."""
+    from numba_attn.spec.problem import numpy_dtype
+
+    rng = np.random.default_rng(seed)
+    dt = numpy_dtype(problem.dtype)
+    shapes = [(problem.batch, problem.heads, problem.q_len, problem.head_dim)] + \
+        [(problem.batch, problem.kv_heads, problem.kv_len, problem.head_dim)] * 2
+    out = []
+    for shape in shapes:
+        block = rng.standard_normal(min(int(np.prod(shape)), RANDOM_BLOCK), dtype=np.float32).astype(dt)
+        out.append(np.resize(block, shape))
+    return out
+
+
+def reference_rows(problem, q, k, v, b: int, h: int, rows) -> np.ndarray:
+    """float64 attention of query rows ``rows`` of sequence ``b``, head ``h`` (causal bottom-right aligned)."""
+    kvh = h // problem.group
+    qs = q[b, h, rows].astype(np.float64)
+    ks, vs = k[b, kvh].astype(np.float64), v[b, kvh].astype(np.float64)
+    s = qs @ ks.T * problem.sm_scale
+    if problem.causal:
+        j = np.arange(problem.kv_len)[None, :]
+        s = np.where(j > np.asarray(rows)[:, None] + problem.causal_offset, -np.inf, s)
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return (p / p.sum(axis=1, keepdims=True)) @ vs
+
+
+def output_problem(problem, out: np.ndarray, q, k, v) -> str | None:
+    """Why ``out`` (the host copy of a candidate's output, its kernel dtype) is wrong, or None: an element NaN,
+    Inf or never written (the poison pattern is a NaN), or a checked row off the float64 reference."""
+    from numba_attn.spec.problem import numpy_dtype
+    from numba_attn.spec.reference import check
+
+    bits = out.view(np.uint16)
+    exponent = 0x7C00 if problem.dtype == "float16" else 0x7F80
+    bad = int(np.count_nonzero((bits & exponent) == exponent))
+    if bad:
+        return f"{bad} of {bits.size} output elements NaN, Inf or never written"
+    values = out.view(numpy_dtype(problem.dtype))
+    n = problem.q_len
+    rows = sorted({0, 1, n // 3, n // 2, max(0, n - 2), n - 1})[:CHECKED_ROWS]
+    for b, h in sorted({(0, 0), (problem.batch - 1, problem.heads - 1)}):
+        c = check(values[b, h, rows], reference_rows(problem, q, k, v, b, h, rows), dtype=problem.dtype)
+        if not c.ok:
+            return f"sequence {b} head {h}: {c.reason}"
+    return None
+
+
+def _simulated(fn):
+    """``fn`` under the simulator's device limits (where a launch checks them), as a call runs there."""
+    from numba_attn.measure import limits
+
+    def run(*a, **kw):
+        if backend.IS_SIMULATOR:
+            with limits.simulated_device_limits():
+                return fn(*a, **kw)
+        return fn(*a, **kw)
+
+    return run
+
+
+def run_candidate(problem, ph, arrays, poisoned, stream) -> tuple[float, dict, str | None]:
+    """``(ms, resolved params, why the output is wrong or None)`` of phase ``ph`` at its defaults on the stand-in
+    ``problem``: compiled, timed by :func:`time_calls` on ``arrays`` (host q, k, v and device q, k, v, o), its
+    output poisoned before and checked after."""
+    from numba_attn.measure import limits
+    from numba_attn.measure.check import kernel_views
+
+    (q, k, v), (qd, kd, vd, od) = arrays
+    with limits.simulated_device_limits():  # (as attention() plans)
+        launch = ph.plan(problem)
+    od.copy_to_device(poisoned, stream=stream)
+    views = kernel_views(problem, qd, kd, vd, od)
+    run = _simulated(launch)
+
+    def fn(i, s=stream):
+        run(*views, s)
+
+    ms = time_calls(fn, stream)
+    stream.synchronize()
+    return ms, dict(launch.params or ph.resolve(problem, {})), output_problem(problem, od.copy_to_host(), q, k, v)
+
+
+def _capturing() -> bool:
+    """Whether PyTorch (when imported) is capturing a CUDA graph on its current stream: nothing may synchronize."""
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def measure(problem, kind: str, candidates, gpu: str):
+    """``(phase, why, params)`` measured on first use for ``problem`` on the GPU model ``gpu`` (see the module
+    docstring), or None: nothing to measure, a measurement that chose nothing (the rule applies; such a key is
+    not measured again in this process), or one that failed."""
+    from numba_attn.measure.tuning_cache import TuningCache, cache_key, default_cache_path
+
+    phases = shortlist(problem, kind, candidates)
+    if not phases:
+        return None
+    key = cache_key(gpu, problem)
+    names = {p.name: p for p in phases}
+    if key in _FAILED:
+        return None
+    with _LOCK:
+        if key in _CHOSEN and _CHOSEN[key][0] in names:
+            name, why = _CHOSEN[key]
+            return names[name], why, {}
+        path = default_cache_path()
+        try:
+            done = [(TuningCache(path).lookup(gpu, problem, p.name) or {}, p) for p in phases]
+        except (OSError, ValueError):
+            done = []
+        timed = [(e["time_ms"], p.name) for e, p in done if isinstance(e.get("time_ms"), (int, float))]
+        if timed:  # measured before (for another candidate set, e.g. a log-sum-exp call's): not measured again
+            t, name = min(timed)
+            return names[name], f"measured before (cache {path}: {name} {t:.4g} ms, the fastest timed here)", {}
+        if _capturing():
+            return None
+        try:
+            got = _measure(problem, phases, gpu, key, path)
+        except NotTimed:
+            return None
+        except Exception as exc:  # noqa: BLE001 - the caller's call goes on with the rule's phase
+            log(f"measuring phase=None for {problem.label} failed ({type(exc).__name__}: {_first_line(exc)}); "
+                f"the rule's phase runs")
+            got = None
+        if got is None:
+            _FAILED.add(key)
+            return None
+        _CHOSEN[key] = (got[0].name, got[1])
+        return got
+
+
+def _first_line(exc) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else ""
+
+
+def _measure(problem, phases, gpu: str, key: str, path: str):
+    from numba import cuda
+
+    from numba_attn.measure.check import to_device
+    from numba_attn.measure.tuning_cache import TuningCache
+    from numba_attn.spec.problem import numpy_dtype
+    from numba_attn.spec.reference import poison
+
+    p = stand_in(problem)
+    if p is None:
+        log(f"phase=None for {problem.label}: too little free device memory to measure on first use; "
+            f"the rule's phase runs")
+        return None
+    t0 = time.perf_counter()
+    shown = p.label + (f" (the batch of {problem.label} halved to fit)" if p.batch != problem.batch else "")
+    log(f"phase=None on {gpu}: timing {', '.join(ph.name for ph in phases)} on {shown}, once for this key "
+        f"(compiles take seconds; {AUTOTUNE_ENV}=0 turns this off)")
+    stream = cuda.stream()
+    host = inputs(p)
+    device = [to_device(a, stream=stream) for a in host]
+    out = poison(np.empty(p.out_shape(), numpy_dtype(p.dtype)), p.dtype)
+    device.append(to_device(out, stream=stream))
+    poisoned = out.view(np.uint16) if p.dtype == "bfloat16" else out
+    times, resolved, skipped = {}, {}, []
+    for ph in phases:
+        try:
+            ms, params, wrong = run_candidate(p, ph, (host, device), poisoned, stream)
+        except NotTimed:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a candidate that cannot run is skipped
+            skipped.append(f"{ph.name}: {type(exc).__name__}: {_first_line(exc)}")
+            continue
+        if wrong:
+            skipped.append(f"{ph.name}: {wrong}")
+        elif not (isinstance(ms, (int, float)) and math.isfinite(ms) and ms > 0):
+            skipped.append(f"{ph.name}: no time ({ms!r})")
+        else:
+            times[ph.name], resolved[ph.name] = float(ms), params
+    took = time.perf_counter() - t0
+    skip_text = f"; skipped: {'; '.join(skipped)}" if skipped else ""
+    if not times:
+        log(f"phase=None for {p.label}: no phase measured ({took:.1f} s){skip_text}; the rule's phase runs")
+        return None
+    best = min(times, key=times.get)
+    others = ", ".join(f"{n} {t:.4g} ms" for n, t in sorted(times.items(), key=lambda x: x[1]))
+    stamp = time.time()
+    entries = [(key, n, {"params": {}, "resolved": resolved[n], "time_ms": t, "results": None, "commit": None,
+                         "run_id": None, "label": p.label, "measured": "first use", "method": METHOD,
+                         "of": len(times), "rule": f"least time of {len(times)} on first use: {others}{skip_text}",
+                         "updated": stamp}, n == best) for n, t in times.items()]
+    where = f"cache {path}"
+    try:
+        TuningCache(path).update(entries)
+    except (OSError, ValueError) as exc:
+        where = f"not kept: the cache {path} could not be written ({_first_line(exc)}), chosen for this process"
+    log(f"phase=None on {gpu} for this key: {best} ({others}; {took:.1f} s){skip_text}; {where}")
+    names = {ph.name: ph for ph in phases}
+    return names[best], (f"measured on first use ({where}: {best} {times[best]:.4g} ms on {p.label}, the fastest "
+                         f"of {others}{skip_text}; {METHOD})"), {}

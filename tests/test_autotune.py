@@ -1,0 +1,229 @@
+"""phase=None on a GPU model the table does not know: measured on first use (a fake timer stands for the GPU's
+CUDA events; the candidates' kernels run once each in the simulator, on a tiny problem, and their outputs are
+checked), the Hopper rule and another Hopper model's entries when nothing is measured, and the simulator, which
+never times."""
+import json
+
+import numpy as np
+import pytest
+
+from numba_attn import api
+from numba_attn.measure import autotune, dispatch, policy, timing
+from numba_attn.measure import tune as tuning
+from numba_attn.phases import registry
+from numba_attn.phases.registry import Launch, get_phase
+from numba_attn.spec.problem import Problem
+from numba_attn.spec.reference import check, reference
+
+SMALL = Problem(batch=1, heads=2, q_len=20, kv_len=23, head_dim=16, dtype="float16", causal=True)
+SHORTLIST = ("warp_specialized_tc", "tma_wgmma", "tc_wgmma")
+FAKE_MS = {"warp_specialized_tc": 0.50, "tma_wgmma": 0.30, "tc_wgmma": 0.40}
+
+
+@pytest.fixture
+def first_use(tmp_path, monkeypatch):
+    """A GPU model no table knows, an empty tuning cache, the measurement on, and a fake timer that runs each
+    candidate once (in the shortlist's order) and returns its time from FAKE_MS; ``calls`` lists the phases."""
+    calls = []
+
+    def fake_timer(fn, stream):
+        name = SHORTLIST[len(calls)] if len(calls) < len(SHORTLIST) else "?"
+        calls.append(name)
+        fn(0, stream)
+        return FAKE_MS.get(name, 1.0)
+
+    monkeypatch.setattr(policy, "device_name", lambda: "Test GPU")
+    monkeypatch.setenv(dispatch.TABLE_ENV, str(tmp_path / "no-table.json"))
+    monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path / "cache.json"))
+    monkeypatch.setenv(autotune.AUTOTUNE_ENV, "1")
+    monkeypatch.setattr(autotune, "time_calls", fake_timer)
+    monkeypatch.setattr(autotune, "_CHOSEN", {})
+    monkeypatch.setattr(autotune, "_FAILED", set())
+    return calls
+
+
+def _cache(tmp_path) -> dict:
+    return json.loads((tmp_path / "cache.json").read_text())["entries"]
+
+
+def test_first_use_times_the_shortlist_keeps_the_fastest_and_later_calls_reuse_it(first_use, tmp_path, capsys):
+    ph, why, params = policy.choose_phase(SMALL, measure=True)
+    assert first_use == list(SHORTLIST)
+    assert ph.name == "tma_wgmma" and params == {} and why.startswith("measured on first use (cache ")
+    assert "tc_wgmma 0.4 ms" in why and "warp_specialized_tc 0.5 ms" in why
+    group = _cache(tmp_path)[tuning.cache_key("Test GPU", SMALL)]
+    assert group["best_phase"] == "tma_wgmma" and sorted(group["phases"]) == sorted(SHORTLIST)
+    entry = group["phases"]["tma_wgmma"]
+    assert entry["measured"] == "first use" and entry["time_ms"] == 0.3 and entry["params"] == {}
+    assert entry["label"] == SMALL.label and entry["resolved"]["Bc"] > 0
+    err = capsys.readouterr().err
+    assert "timing warp_specialized_tc, tma_wgmma, tc_wgmma" in err and "NUMBA_ATTN_AUTOTUNE=0" in err
+    # later: the cache decides, nothing is timed again (another problem of the key too)
+    ph, why, _ = policy.choose_phase(SMALL.replace(batch=3), measure=True)
+    assert ph.name == "tma_wgmma" and why.startswith("measured on first use (cache ") and len(first_use) == 3
+    q, k, v = SMALL.inputs(1)
+    e = api.explain(q, k, v, causal=True)
+    assert e.name == "tma_wgmma" and "measured on first use" in e.why and "parameters tuned" not in e.why
+
+
+def test_attention_measures_on_fresh_buffers_and_runs_the_winner(first_use):
+    q, k, v = SMALL.inputs(2)
+    copies = [a.copy() for a in (q, k, v)]
+    out = np.full(q.shape, 7.0, dtype=q.dtype)
+    got = api.attention(q, k, v, causal=True, out=out)
+    assert first_use == list(SHORTLIST) and got is out
+    assert all(np.array_equal(a, b) for a, b in zip((q, k, v), copies))
+    assert check(out, reference(q, k, v, causal=True), dtype="float16").ok
+    assert api.explain(q, k, v, causal=True).name == "tma_wgmma"
+
+
+def test_explain_says_what_attention_will_measure_and_measures_nothing(first_use, tmp_path):
+    q, k, v = SMALL.inputs(1)
+    e = api.explain(q, k, v, causal=True)
+    assert e.name == "warp_specialized_tc" and "Hopper rule" in e.why
+    assert "attention() times warp_specialized_tc, tma_wgmma, tc_wgmma on its first call" in e.why
+    assert first_use == [] and not (tmp_path / "cache.json").exists()
+
+
+@pytest.mark.parametrize("how", ["env", "argument"])
+def test_the_opt_out_is_respected(first_use, tmp_path, monkeypatch, how):
+    if how == "env":
+        monkeypatch.setenv(autotune.AUTOTUNE_ENV, "0")
+        ph, why, _ = policy.choose_phase(SMALL, measure=True)
+    else:  # the argument wins over the environment's 1
+        ph, why, _ = policy.choose_phase(SMALL, measure=True, autotune=False)
+    assert ph.name == "warp_specialized_tc" and "Hopper rule" in why and "attention() times" not in why
+    assert first_use == [] and not (tmp_path / "cache.json").exists()
+    assert policy.choose_phase(SMALL, measure=True, autotune=True)[0].name == "tma_wgmma"  # asked for
+
+
+def test_a_failing_candidate_is_skipped(first_use, tmp_path, monkeypatch):
+    def broken(problem, **_):
+        raise RuntimeError("ptxas: too many resources requested")
+
+    def nan_launch(problem, **_):
+        def run(q, k, v, o, stream=0):
+            o.copy_to_device(np.full(o.shape, np.nan, dtype=np.float16))
+        return Launch(run)
+
+    monkeypatch.setattr(get_phase("warp_specialized_tc"), "plan", broken)
+    monkeypatch.setattr(get_phase("tma_wgmma"), "plan", nan_launch)
+    ph, why, _ = policy.choose_phase(SMALL, measure=True)
+    assert ph.name == "tc_wgmma" and why.startswith("measured on first use")
+    assert "warp_specialized_tc: RuntimeError: ptxas: too many resources requested" in why
+    assert "tma_wgmma: " in why and "NaN, Inf or never written" in why
+    assert sorted(_cache(tmp_path)[tuning.cache_key("Test GPU", SMALL)]["phases"]) == ["tc_wgmma"]
+
+
+def test_when_every_candidate_fails_the_rule_runs_and_the_key_is_not_measured_again(first_use, tmp_path,
+                                                                                   monkeypatch, capsys):
+    def broken(problem, **_):
+        raise RuntimeError("no")
+
+    for name in SHORTLIST:
+        monkeypatch.setattr(get_phase(name), "plan", broken)
+    ph, why, _ = policy.choose_phase(SMALL, measure=True)
+    assert ph.name == "warp_specialized_tc" and "Hopper rule" in why
+    assert "no phase measured" in capsys.readouterr().err and not (tmp_path / "cache.json").exists()
+    monkeypatch.setattr(autotune, "time_calls", lambda fn, stream: pytest.fail("measured again"))
+    assert policy.choose_phase(SMALL, measure=True)[0].name == "warp_specialized_tc"
+
+
+def test_the_simulator_never_times(tmp_path, monkeypatch):
+    monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path / "cache.json"))
+    monkeypatch.setenv(dispatch.TABLE_ENV, str(tmp_path / "no-table.json"))
+    monkeypatch.setattr(autotune, "_FAILED", set())
+    monkeypatch.setattr(timing, "events_batched", lambda *a, **k: pytest.fail("timed in the simulator"))
+    monkeypatch.delenv(autotune.AUTOTUNE_ENV, raising=False)
+    assert not autotune.enabled()  # off by default in the simulator
+    monkeypatch.setenv(autotune.AUTOTUNE_ENV, "1")  # asked for: the simulator's model is still never measured
+    ph, why, _ = policy.choose_phase(SMALL, measure=True)
+    assert ph.name == "tc_wgmma" and why.startswith("preferred for prefill")
+    # a GPU model's name in the simulator: the timer itself refuses before a kernel runs
+    monkeypatch.setattr(policy, "device_name", lambda: "NVIDIA H800")
+    ph, why, _ = policy.choose_phase(SMALL, measure=True)
+    assert ph.name == "warp_specialized_tc" and "Hopper rule" in why
+    assert not (tmp_path / "cache.json").exists()
+    with pytest.raises(autotune.NotTimed):
+        autotune.time_calls(lambda i, s: pytest.fail("launched"), 0)
+
+
+def test_no_measurement_for_fp32_decode_or_a_variant():
+    cands = [p for p in registry.list_phases() if p.is_builtin]
+    assert autotune.shortlist(SMALL.replace(dtype="float32"), "prefill", cands) == []
+    assert autotune.shortlist(SMALL.replace(q_len=1, causal=False), "decode", cands) == []
+    assert [p.name for p in autotune.shortlist(SMALL, "prefill", cands)] == list(SHORTLIST)
+    assert [p.name for p in autotune.shortlist(SMALL, "prefill", [get_phase("tc_mma"), get_phase("tc_pipelined")])] \
+        == ["tc_pipelined", "tc_mma"]  # a GPU without sm_90a: the mma.sync phases
+
+
+# -- with nothing measured: another Hopper model's entry, the Hopper rule ---------------------------------------
+
+NINE = {  # issue 42's table: the problems phase=None must pick right on H100 and H200
+    "B1 H32 N4096 D128 fp16": Problem(batch=1, heads=32, q_len=4096, head_dim=128, dtype="float16"),
+    "B4 H32 N2048 D64 fp16": Problem(batch=4, heads=32, q_len=2048, head_dim=64, dtype="float16"),
+    "B1 H32/8kv N8192 D128 bf16 causal": Problem(batch=1, heads=32, kv_heads=8, q_len=8192, head_dim=128,
+                                                 dtype="bfloat16", causal=True),
+    "B16 H16 N512 D64 fp16": Problem(batch=16, heads=16, q_len=512, head_dim=64, dtype="float16"),
+    "B1 H16 N4096 D256 fp16": Problem(batch=1, heads=16, q_len=4096, head_dim=256, dtype="float16"),
+}
+
+
+@pytest.fixture
+def package_table(tmp_path, monkeypatch):
+    monkeypatch.delenv(dispatch.TABLE_ENV, raising=False)
+    monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path / "no-cache.json"))
+    monkeypatch.setenv(autotune.AUTOTUNE_ENV, "0")
+
+
+def test_an_unknown_hopper_model_takes_another_hopper_models_entry_or_the_rule(package_table):
+    ph, why, params = policy.choose_phase(NINE["B4 H32 N2048 D64 fp16"], gpu="NVIDIA H800")
+    # the H100's entry never measured warp_specialized_tc's default (its rows ran the former D64 default), so it
+    # does not count; the H200's does
+    assert ph.name == "warp_specialized_tc" and params == {}
+    assert "the entry of NVIDIA H200, of the same compute capability" in why
+    for label in ("B1 H32/8kv N8192 D128 bf16 causal", "B16 H16 N512 D64 fp16", "B1 H16 N4096 D256 fp16"):
+        ph, why, params = policy.choose_phase(NINE[label], gpu="NVIDIA H800")
+        assert ph.name == "warp_specialized_tc" and params == {} and why.startswith("the Hopper rule"), label
+    assert dispatch.other_models("NVIDIA H800", (9, 0)) == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+
+
+def test_the_known_models_pick_the_rules_phase_on_the_issues_problems(package_table):
+    for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
+        for label, p in NINE.items():
+            assert policy.choose_phase(p, gpu=gpu)[0].name == "warp_specialized_tc", (gpu, label)
+
+
+def test_off_hopper_no_rule_and_no_other_models_entry(package_table, monkeypatch):
+    monkeypatch.setattr(registry, "device_cc", lambda: (8, 0))
+    ph, why, _ = policy.choose_phase(NINE["B4 H32 N2048 D64 fp16"], gpu="NVIDIA A100-SXM4-80GB")
+    assert ph.name == "tc_pipelined" and why.startswith("preferred for prefill")
+
+
+def test_an_entry_that_never_measured_the_rules_phase_does_not_count(package_table):
+    p = Problem(batch=1, heads=32, q_len=4096, head_dim=64, dtype="float16")  # H200: the tc_wgmma family only
+    entry = dispatch.lookup("NVIDIA H200", p, dispatch.PACKAGE_TABLE)
+    assert entry["phase"] == "tc_wgmma" and not dispatch.measured_default(entry, "warp_specialized_tc")
+    ph, why, _ = policy.choose_phase(p, gpu="NVIDIA H200")
+    assert ph.name == "warp_specialized_tc" and why.startswith("the Hopper rule")
+
+
+def test_the_hopper_rule_holds_on_the_committed_rows():
+    """HOPPER_PREFILL's first phase at its default parameters is the fastest measured 16-bit prefill phase (each
+    at its defaults, the median of its rows) on every committed problem where it was measured beside another
+    one, on an H100 and on an H200 (docs/DEVELOPING.md lists them)."""
+    cells: dict = {}
+    for m in dispatch.measurements():
+        gpu, dtype, *_ = m["key"].split("|")
+        if dtype in ("float16", "bfloat16") and "|prefill|" in m["key"] and not m["requested"] \
+                and m["phase"] not in policy.NEVER_DEFAULT and get_phase(m["phase"]).precision is None:
+            cells.setdefault((gpu, m["label"]), {}).setdefault(m["phase"], []).append(m["time_ms"])
+    rule = policy.HOPPER_PREFILL[0]
+    checked = {}
+    for (gpu, label), by in cells.items():
+        if rule not in by or len(by) < 2:
+            continue
+        med = {ph: sorted(ts)[(len(ts) - 1) // 2] for ph, ts in by.items()}
+        assert med[rule] <= min(med.values()), (gpu, label, med)
+        checked.setdefault(gpu, []).append(label)
+    assert len(checked.get("NVIDIA H100 80GB HBM3", [])) >= 4 and len(checked.get("NVIDIA H200", [])) >= 10, checked
