@@ -254,29 +254,30 @@ def make_grad_fused(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stag
 @functools.cache
 def make_dq_finish(D: int, bf16: bool):
     """``dq_finish(dqa, dq, scale, Nq)``: dq = scale · dQacc in the inputs' dtype, the accumulator zeroed for the
-    next call. One thread per word of dq (two columns); dQacc holds each 64-row tile as two warpgroup halves of
-    D/2 columns in the accumulator's thread order, four values a thread at a time: value e of thread T at
-    512·(e // 4) + 4·T + e mod 4 (value 4j + 2·hi + c: row 16·(T // 32) + (T mod 32) // 4 + 8·hi, column
-    8j + 2·(T mod 4) + c of the half)."""
+    next call. dQacc holds each 64-row tile as two warpgroup halves of D/2 columns in the staging's thread order,
+    four values a thread at a time: values 4m .. 4m + 3 of thread T at 512·m + 4·T — columns 8m + 2·(T mod 4) and
+    + 1 of rows 16·(T // 32) + (T mod 32) // 4 and + 8 of the half. One thread a group of four (16 contiguous
+    bytes: the warp's reads are one contiguous 512-byte run), two words of dq."""
     store2 = pack_bf16x2 if bf16 else pack_f16x2
-    DW, HC = D // 2, D // 2
+    HC = D // 2  # columns of a half
+    TILE, HALF = Br * D, Br * D // 2
 
     @kernel
     def dq_finish(dqa, dq, scale, Nq):
         bh = cuda.blockIdx.y
-        x = cuda.blockIdx.x * FINISH_THREADS + cuda.threadIdx.x
-        i, cw = x // DW, x % DW
-        if i < Nq:
-            c0 = 2 * cw
-            w, cc = c0 // HC, c0 % HC
-            qt, r = i // Br, i % Br
-            T = 32 * (r // 16) + 4 * (r % 8) + (cc % 8) // 2
-            e = 4 * (cc // 8) + 2 * ((r % 16) // 8)
-            at = qt * Br * D + w * (Br * HC) + 512 * (e // 4) + 4 * T + e % 4  # (e even: e + 1 beside it)
-            a, b = dqa[bh, at], dqa[bh, at + 1]
-            dq[bh, i, cw] = store2(a * scale, b * scale)
-            dqa[bh, at] = float32(0.0)
-            dqa[bh, at + 1] = float32(0.0)
+        at = 4 * (cuda.blockIdx.x * FINISH_THREADS + cuda.threadIdx.x)
+        if at < dqa.shape[1]:
+            qt, x = at // TILE, at % TILE
+            w, x = x // HALF, x % HALF
+            m, T = x // 512, (x % 512) // 4
+            r = qt * Br + 16 * (T // 32) + (T % 32) // 4
+            cw = w * (HC // 2) + 4 * m + T % 4
+            if r < Nq:
+                dq[bh, r, cw] = store2(dqa[bh, at] * scale, dqa[bh, at + 1] * scale)
+            if r + 8 < Nq:
+                dq[bh, r + 8, cw] = store2(dqa[bh, at + 2] * scale, dqa[bh, at + 3] * scale)
+            for e in range(4):
+                dqa[bh, at + e] = float32(0.0)
 
     return dq_finish
 
@@ -341,7 +342,7 @@ def bwd_wgmma_fused(problem, Bc=0, stages=2, overlap=True):
         m = mods_of(aux=mods or None, stream=stream) if mods_of.variant is not None else mods
         row_stats[((NQP + stat_rows - 1) // stat_rows, B * H), 128, stream](o, do, lse, st, Nq)
         launch_dynamic(grad, grid, 2 * Bc, stream, nbytes, q, k, v, do, st, dk, dv, dqa, scale, H, G, Nq, Nk, m)
-        finish[((Nq * D // 2 + FINISH_THREADS - 1) // FINISH_THREADS, B * H), FINISH_THREADS, stream](
+        finish[((NQP * D // 4 + FINISH_THREADS - 1) // FINISH_THREADS, B * H), FINISH_THREADS, stream](
             dqa, dq, scale, Nq)
 
     return backward_launch("bwd_wgmma_fused", run, [row_stats, grad, finish], st.nbytes + dqa.nbytes, host_aux=True)
