@@ -181,7 +181,7 @@ def _cmd_run(args) -> int:
                                         method=args.timing or "events"),
                     ceilings=not args.no_ceilings and not be.IS_SIMULATOR,
                     resume=args.resume, worker_setup=tuple(args.setup), peer_list=peer_list,
-                    allow_slow=args.allow_slow,
+                    allow_slow=args.allow_slow, regime=args.regime, rounds=args.rounds,
                     # the default set's problems are the simulator's smallest that cover every phase's tiles
                     sim_limit_s=300.0 if default_set else None)
     print(f"backend: {be.describe()}", flush=True)
@@ -264,7 +264,8 @@ def _run_roadmap(args, be, phases, console) -> int:
         rows, results, files = bench.run_benchmark(
             "roadmap", results=results, plots_dir=out_dir or ".", phases=phases, progress=prog,
             timeout_s=args.timeout, resume=args.resume, command="numba-attn " + " ".join(sys.argv[1:]),
-            setup=args.setup, workers=workers, make_worker=make_worker, allow_slow=args.allow_slow)
+            setup=args.setup, workers=workers, make_worker=make_worker, allow_slow=args.allow_slow,
+            regime=args.regime, rounds=args.rounds)
     finally:
         prog.close()
     return _finish(rows, results, be, console, args.csv, files)
@@ -310,7 +311,7 @@ def cmd_bench(args) -> int:
             resume=args.resume, progress=prog, timeout_s=args.timeout, max_total_s=args.max_total,
             command="numba-attn " + " ".join(sys.argv[1:]), setup=args.setup, problems=problems,
             workers=workers, make_worker=make_worker, timing_method=args.timing, allow_slow=args.allow_slow,
-            peers=peer_list)
+            peers=peer_list, regime=args.regime, rounds=args.rounds)
     finally:
         prog.close()
     return _finish(rows, results, be, report.make_console(), plots=files)

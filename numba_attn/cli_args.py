@@ -91,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"seconds of timing per row (GPU; default {DEFAULT_BUDGET_S:g})")
     r.add_argument("--no-peers", action="store_true", help="do not run PyTorch SDPA as a peer")
     r.add_argument("--peers", default=None, help=PEERS_HELP)
+    _regime_options(r)
     r.add_argument("--no-ceilings", action="store_true",
                    help="do not measure the device's ceilings (FFMA, mma, copy) before the phases")
     r.add_argument("--resume", action="store_true",
@@ -118,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "own durations, through torch.profiler)")
     b.add_argument("--max-total", type=float, default=None,
                    help="seconds after which remaining rows are SKIP (default: the benchmark's limit)")
+    _regime_options(b)
     b.add_argument("--simulator", action="store_true", help="use the Numba CUDA simulator (CPU)")
     _allow_slow_option(b)
     _parallel_options(b, "default: one after the other in one worker process")
@@ -280,6 +282,16 @@ def _timeout_and_timing(sp, timeout_help: str, timing_help: str):
     sp.add_argument("--timing", choices=["events", "graph", "cupti"], default=None, help=timing_help)
 
 
+def _regime_options(sp):
+    """``--regime`` and ``--rounds``: how a problem's phases and peers share one regime (measure/regime.py)."""
+    sp.add_argument("--regime", choices=["interleaved", "standalone"], default="interleaved",
+                    help="interleaved (default): each problem's timed phases and peers are timed again in "
+                         "interleaved rounds (every one once a round, the order rotated, the same warm-up, calls "
+                         "and method), a row's time the median over its rounds; standalone: each row's own "
+                         "timing only, one row after the other (the runner before 2026-11-28)")
+    sp.add_argument("--rounds", type=int, default=5, help="interleaved rounds per problem (default 5)")
+
+
 def _common(sp):
     sp.add_argument("--setup", action="append", default=[], metavar="MODULE[:FUNCTION]",
                     help="import MODULE (and call FUNCTION) first, here and in worker processes: "
@@ -323,6 +335,8 @@ def check_seconds(args):
         val = getattr(args, attr, None)
         if val is not None:
             check_positive_float(f"{flag} (seconds; 0: no limit)", val, allow_zero=True)
+    if getattr(args, "rounds", None) is not None and args.rounds < 1:  # (run and bench)
+        raise SystemExit(f"--rounds must be >= 1, got {args.rounds}")
 
 
 def problems_of(args):

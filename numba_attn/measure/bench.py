@@ -348,7 +348,7 @@ def run_benchmark(name: str, *, results: str | None = None, plots_dir: str | Non
                   phases=None, quick: bool = False, resume: bool = False, progress=None,
                   timeout_s: float | None = None, max_total_s: float | None = None, command: str | None = None,
                   setup=(), problems=None, workers=None, make_worker=None, timing_method: str | None = None,
-                  allow_slow: bool = False, peers=None):
+                  allow_slow: bool = False, peers=None, regime: str = "interleaved", rounds: int = 5):
     """Run a declared benchmark; returns (rows, results path, plot files).
 
     ``results`` None: ``<results dir>/<name>-<gpu>.jsonl`` (never the current directory); ``plots_dir``:
@@ -359,7 +359,8 @@ def run_benchmark(name: str, *, results: str | None = None, plots_dir: str | Non
     benchmark's problems (e.g. smaller shapes for a smoke test); ``workers`` / ``make_worker``:
     the rows on several workers (see :func:`numba_attn.measure.sweep.run`); ``timing_method``
     (``events``, ``graph`` or ``cupti``) replaces the benchmark's timing method, for phases and peers alike;
-    ``peers`` (names, :func:`numba_attn.measure.peers.known_peer_names`) replaces the benchmark's peers.
+    ``peers`` (names, :func:`numba_attn.measure.peers.known_peer_names`) replaces the benchmark's peers;
+    ``regime`` and ``rounds``: :class:`~numba_attn.measure.config.RunConfig`'s (interleaved rounds per problem).
     """
     import os
 
@@ -397,7 +398,7 @@ def run_benchmark(name: str, *, results: str | None = None, plots_dir: str | Non
                     max_total_s=max_total_s if max_total_s is not None else b.max_total_s,
                     peer_list=tuple(peers) if peers is not None else b.peers,
                     command=command or f"numba-attn bench {name}", baseline=b.baseline,
-                    worker_setup=tuple(setup), allow_slow=allow_slow)
+                    worker_setup=tuple(setup), allow_slow=allow_slow, regime=regime, rounds=rounds)
     probs = list(problems) if problems is not None else b.problems()
     if problems is not None and b.expand is not None:
         probs = b.expand(probs)

@@ -30,6 +30,11 @@ class RunConfig:
     peer_list: tuple | None = None  # peer names (None: all of peers.PEERS)
     allow_slow: bool = False  # simulator: run rows estimated over sim_limit_s (else SKIP; also NUMBA_ATTN_ALLOW_SLOW=1)
     sim_limit_s: float | None = None  # simulator: the estimated seconds a row may take (None: 60, NUMBA_ATTN_SIM_LIMIT_S)
+    # a problem's phases and peers timed again in interleaved rounds ("interleaved"; measure/regime.py), or each
+    # row's own standalone time only ("standalone": before 2026-11-28)
+    regime: str = "interleaved"
+    rounds: int = 5  # interleaved rounds per problem (every implementation once a round)
+    hold: bool = False  # (set by the sweep) keep this row's timed function for its problem's rounds
 
 
 def config_to_dict(cfg: RunConfig) -> dict:

@@ -6,7 +6,9 @@ seen as well as PyTorch's. After the warm-up, ``calls`` back-to-back calls are p
 them, left out); a call's time is the sum of the durations of the kernels it launched (a split-K phase:
 split + combine), and the row's time is the median over the calls (:func:`per_call_kernels`). It needs a
 GPU and PyTorch (:func:`cupti_status` says why not). No launch gaps and no event overhead are in it, and
-phases and peers are timed by exactly the same code: the method to publish ratios with.
+phases and peers are timed by exactly the same code: the method to publish ratios with. The same code is not
+the same regime: the first ``profile()`` of a process starts CUPTI (3-6 s, the GPU idle) just before its calls,
+so a problem's rows are compared in interleaved rounds (:mod:`numba_attn.measure.regime`).
 """
 from __future__ import annotations
 

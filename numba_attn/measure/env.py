@@ -4,7 +4,8 @@
 git commit (``-dirty`` plus a hash of the diff when the tree has uncommitted
 changes), a hash of the package's source files (``source_hash``: identifies
 the code even where there is no git checkout, e.g. on a device machine), the
-command line, library versions and the GPU (name, SMs, clocks, driver).
+command line, library versions and the GPU (name, SMs, clocks, driver; ``nvml``: where each row's clock and
+power readings come from, or ``nvml_note``: why rows have none).
 ``env_key()`` condenses what makes two measurements comparable (code, GPU,
 libraries) into a short key; ``--resume`` only reuses rows with the same key.
 """
@@ -75,6 +76,9 @@ def gpu_info() -> dict:
     except Exception:
         pass
     info.update(nvidia_smi())
+    from numba_attn.measure.nvml import environment_fields
+
+    info.update(environment_fields())  # where each row's clock and power readings come from, or why none
     return info
 
 

@@ -6,8 +6,10 @@ not stall the sweep), and a worker whose CUDA context was poisoned by a kernel f
 address, ...) or that died is replaced too. A worker exits when its parent dies.
 
 A task is ``(kind, payload)`` with plain-data payloads: ``("phase", (name, problem_dict,
-config_dict))``, ``("peer", ...)`` or ``("ceilings", (names, config_dict))``; :func:`run_task`
-runs one, in the worker or in-process.
+config_dict))``, ``("peer", ...)``, ``("ceilings", (names, config_dict))`` or ``("rounds", (keys,
+config_dict))`` (a problem's rows timed again in interleaved rounds, :mod:`numba_attn.measure.regime`:
+its rows' timed functions are kept in the process that measured them); :func:`run_task` runs one, in the
+worker or in-process.
 """
 from __future__ import annotations
 
@@ -54,15 +56,25 @@ def worker_setup(setup) -> tuple:
 
 
 def run_task(kind, payload) -> dict:
-    """Run one task (see the module docstring) and return its row (or ``{"rows": ...}`` for ceilings)."""
-    if kind == "phase":
-        name, prob, cfgd = payload
-        return measure(name, Problem.from_dict(prob), config_from_dict(cfgd))
-    if kind == "peer":
+    """Run one task (see the module docstring) and return its row (or ``{"rows": ...}`` for ceilings, the
+    rounds' result for ``rounds``)."""
+    if kind in ("phase", "peer"):
         from numba_attn.measure.peer_rows import measure_peer
+        from numba_attn.measure.regime import holding, outcome
 
         name, prob, cfgd = payload
-        return measure_peer(name, Problem.from_dict(prob), config_from_dict(cfgd))
+        cfg = config_from_dict(cfgd)
+        with holding(kind, name, prob, cfg.hold):
+            row = (measure if kind == "phase" else measure_peer)(name, Problem.from_dict(prob), cfg)
+        if cfg.hold:
+            row["_held"] = outcome(kind, name)  # (the sweep takes it out of the row)
+        return row
+    if kind == "rounds":
+        from numba_attn.measure.regime import run_held_rounds
+
+        keys, cfgd = payload
+        cfg = config_from_dict(cfgd)
+        return run_held_rounds(keys, cfg.timing, cfg.rounds)
     if kind == "ceilings":
         from numba_attn.measure.ceilings import measure_all
 

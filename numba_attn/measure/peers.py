@@ -21,6 +21,7 @@ kernel names the profiler saw: :func:`sdpa_backend_from_kernels`; ``sdpa_kernels
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 from numba_attn.spec.problem import Problem
@@ -224,13 +225,26 @@ def _graph_or_reason(torch, fn, cfg) -> dict:
         return {"method": None, "graph_error": f"{type(exc).__name__}: {msg}"[:300]}
 
 
-def time_torch_calls(torch, fn, cfg) -> dict:
+@contextlib.contextmanager
+def call_context(torch, backend: str | None, grad: bool):
+    """What a peer's call needs around it: its SDPA backend (None: PyTorch's choice), the grad mode it was
+    timed in, warnings silenced. Held calls (:mod:`numba_attn.measure.regime`) are called again in it later."""
+    with _backend_context(torch, backend), warnings.catch_warnings(), torch.set_grad_enabled(grad):
+        warnings.simplefilter("ignore")
+        yield
+
+
+def time_torch_calls(torch, fn, cfg, backend: str | None = None) -> dict:
     """``fn(i)`` (PyTorch launches on its current stream) timed as a phase is: the run's method (events, CUPTI
-    kernel time, or graph replay through :func:`_torch_graph_replay`), then the end-to-end time of one call."""
+    kernel time, or graph replay through :func:`_torch_graph_replay`), then the end-to-end time of one call.
+    ``backend``: the SDPA backend the calls run under (their context when interleaved rounds call them again;
+    the grad mode of now is kept too)."""
     from numba import cuda
 
     stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
-    t = timed(fn, stream, cfg.timing, graph=lambda: _graph_or_reason(torch, fn, cfg.timing))
+    grad = torch.is_grad_enabled()
+    t = timed(fn, stream, cfg.timing, graph=lambda: _graph_or_reason(torch, fn, cfg.timing),
+              context=lambda: call_context(torch, backend, grad))
     t["e2e_ms"] = end_to_end(fn, stream)
     return t
 
@@ -420,7 +434,7 @@ def measure_sdpa_peer(name: str, problem: Problem, cfg) -> dict:
                 choice = _backend_choice(torch, tq, tk, tv, kw)
                 if choice:
                     row["sdpa_backend_choice"] = choice
-            t = time_torch_calls(torch, fn, cfg)
+            t = time_torch_calls(torch, fn, cfg, backend)
             names = kernel_names(torch, fn, t, row, "sdpa_backend_reason")
             if names is not None:
                 row["sdpa_kernels"] = names
@@ -484,7 +498,7 @@ def measure_backward_peer(name: str, problem: Problem, cfg) -> dict:
 
         with _backend_context(torch, backend), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            t = time_torch_calls(torch, fn, cfg)
+            t = time_torch_calls(torch, fn, cfg, backend)
         if t.get("cupti_kernels"):
             row["sdpa_kernels"] = [kk["name"] for kk in t["cupti_kernels"]]
         timed_row(row, BackwardWork(problem), t)

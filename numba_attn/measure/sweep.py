@@ -10,6 +10,20 @@ falls back to the baseline on the same shape, fp32 preferred, and ``speedup_vs``
 its fraction of the measured ceiling that applies to it, and is appended to the results file
 (:mod:`numba_attn.measure.results`) and flushed at once.
 
+One regime per problem (``regime="interleaved"``, the default on a GPU): each row is first timed alone, as
+before; then the problem's timed phases and peers are timed again in interleaved rounds in the process that
+measured them (:mod:`numba_attn.measure.regime`), and a row's time is the median over its rounds. Before,
+the rows' times were these standalone ones, taken one row after the other: ``plan_tasks`` puts a problem's
+phases before its peers, and :func:`~numba_attn.measure.timing.timed` times a row by ``events_batched``
+(back-to-back launches for up to ``budget_s``) and then, under ``--timing cupti``, by ``cupti_kernel_time``,
+whose ``with profile(activities=[ProfilerActivity.CUDA])`` starts CUPTI. In a fresh worker that start takes
+3-6 s with the GPU idle (the first row's ``stage_s["cupti"]`` in the committed files, ~0.1 s for later
+rows), so the first row, a phase, had its profiled calls on a rested GPU and every peer its calls right after
+its own second of events at the power cap: at B1 H32 N4096 D128 fp16 ``warp_specialized_tc``'s kernel time
+read 4-12 % below its own events time, the cuDNN peer's within -3/+7 % of its own, and the ratio came out
+0.94-1.02x where one regime gives 0.86-0.88x (docs/results.md). A problem's rows reach the results file
+once their time is final; ``regime="standalone"`` (``--regime standalone``) keeps the old way.
+
 In the simulator a phase row estimated to take more than a minute (:mod:`numba_attn.measure.simcost`:
 simulated thread-steps over a rate calibrated on this machine) is not run: it is a SKIP row whose
 reason gives the estimate and a shape that fits, also printed as a warning; ``allow_slow`` (``--allow-slow``,
@@ -35,6 +49,7 @@ import uuid
 from numba_attn.gpu.backend import BACKEND, IS_SIMULATOR
 from numba_attn.spec.problem import PRESETS, Problem
 from numba_attn.phases.registry import Phase, get_phase, list_phases
+from numba_attn.measure import regime
 from numba_attn.measure.ceilings import CEILINGS, attach_fractions
 from numba_attn.measure.config import RunConfig, config_to_dict
 from numba_attn.measure.env import env_key, environment
@@ -76,11 +91,22 @@ def run(phases=None, problems=None, *, config: RunConfig | None = None, progress
         try:
             if cfg.ceilings:
                 sweep.measure_ceilings()
-            for idx, (kind, name, prob) in enumerate(tasks):
-                sweep.run_task(idx, len(tasks), kind, name, prob)
+            for group in problem_groups(tasks):
+                sweep.run_group(group, len(tasks))
         finally:
             sweep.close()
     return sweep.rows
+
+
+def problem_groups(tasks) -> list[list[tuple]]:
+    """``(idx, kind, name, problem)`` of the tasks, in runs of consecutive tasks on one problem."""
+    groups: list = []
+    for idx, (kind, name, prob) in enumerate(tasks):
+        if groups and groups[-1][-1][3] == prob:
+            groups[-1].append((idx, kind, name, prob))
+        else:
+            groups.append([(idx, kind, name, prob)])
+    return groups
 
 
 def run_parallel(sweep, tasks, workers=None, make_worker=None, oversubscribe=False) -> list[dict]:
@@ -190,6 +216,7 @@ class Sweep:
         self.env_key = env_key(self.env)
         self.run_id = uuid.uuid4().hex[:12]
         previous = resumable_rows(cfg.results, self.env_key) if cfg.resume else []
+        previous = [r for r in previous if not regime.other_regime(r, cfg.regime)]  # timed the other way: again
         self.done = {row_key(r): r for r in previous}
         self.writer = ResultsWriter(cfg.results)
         self.writer.write({"type": "env", "run_id": self.run_id, "env_key": self.env_key,
@@ -261,9 +288,82 @@ class Sweep:
             if r.get("status") == OK and r.get("value"):
                 self.ceilings[r["name"]] = r
 
+    # -- a problem's rows: one regime ---------------------------------------------------
+
+    def interleaves(self, group) -> bool:
+        """Whether a problem's rows are timed again in interleaved rounds (:mod:`numba_attn.measure.regime`):
+        on a GPU, ``regime`` interleaved, one row after the other (not on several workers), and at least two
+        implementations of the problem."""
+        return (self.cfg.regime == "interleaved" and not IS_SIMULATOR and self.cfg.time_kernels
+                and self.shared is None and len(group) >= 2)
+
+    def run_group(self, group, n: int):
+        """The rows of one problem (``(idx, kind, name, problem)`` each): measured one after the other, each
+        timed alone as always; then, when :meth:`interleaves`, every timed row again in interleaved rounds in
+        the process that measured them, whose median becomes the row's time. The rows reach the results
+        file (and the progress) once their time is final."""
+        if not self.interleaves(group):
+            for idx, kind, name, prob in group:
+                self.run_task(idx, n, kind, name, prob)
+            return
+        measured = []
+        for idx, kind, name, prob in group:
+            row = self.measure_task(idx, n, kind, name, prob, hold=True)
+            if row is not None:
+                measured.append((idx, kind, name, prob, row))
+        keys = [regime.key_of(kind, name) for _, kind, name, _, row in measured
+                if row.get("_held") is not None and row.get("status") == OK]
+        if any(m[4].get("_held") is not None for m in measured):  # (the rounds also release what was held)
+            self.time_rounds(group[0][3], keys, [m[4] for m in measured])
+        for idx, kind, name, prob, row in measured:
+            self.finish_row(idx, n, kind, name, prob, row)
+
+    def time_rounds(self, prob: Problem, keys, rows):
+        """The rounds over ``keys`` (in the worker that measured them), applied to ``rows``."""
+        t0 = time.perf_counter()
+        task = ("rounds", (keys, config_to_dict(self.cfg)))
+        if self.worker is not None:
+            res = self.worker.call(task, self.cfg.timeout_s)
+        else:
+            try:
+                res = run_task(*task)
+            except Exception as exc:  # noqa: BLE001 - the rows keep their standalone times and say why
+                res = {"status": ERROR, "reason": f"{type(exc).__name__}: {exc}"[:300]}
+        by_key = {regime.key_of(r.get("kind"), r.get("phase")): r for r in rows}
+        if res.get("type") != "rounds":
+            for k in keys:
+                by_key[k]["_held"] = f"interleaved rounds failed ({res.get('status')}: {res.get('reason')}); " \
+                                     f"timed alone"
+            return
+        for k, r in by_key.items():
+            if k in res["results"]:
+                regime.apply_rounds(r, res["results"][k], res)
+                r.pop("_held", None)
+                r.setdefault("stage_s", {})["rounds"] = time.perf_counter() - t0
+            elif k in res["left_out"]:
+                r["_held"] = res["left_out"][k]
+
+    def alone_note(self, row) -> str:
+        """Why a timed row was not in interleaved rounds."""
+        why = row.pop("_held", None)
+        if isinstance(why, str):
+            return why
+        if self.cfg.regime != "interleaved":
+            return "--regime standalone: each row timed alone"
+        if self.shared is not None:
+            return "rows on several workers: each timed alone"
+        return "timed alone (not in interleaved rounds with other rows)"
+
     # -- one row -------------------------------------------------------------------
 
     def run_task(self, idx: int, n: int, kind: str, name: str, prob: Problem):
+        row = self.measure_task(idx, n, kind, name, prob)
+        if row is not None:
+            self.finish_row(idx, n, kind, name, prob, row)
+
+    def measure_task(self, idx: int, n: int, kind: str, name: str, prob: Problem, hold: bool = False):
+        """The row of one task before its speedup and the results file (None: resumed, already recorded);
+        ``hold``: its timed function is kept for its problem's interleaved rounds."""
         params_req = self.cfg.params.get(name, {}) if kind == "phase" else {}
         code = self.code_hash(kind, name)
         tag = getattr(self, "row_tag", None)  # a repeat with another purpose (a tuning's final round)
@@ -274,14 +374,14 @@ class Sweep:
             row["resumed"] = True
             self.rows.append(row)
             self._report(idx, n, row, name, prob)
-            return
+            return None
         t0 = time.perf_counter()
         reason = self.skip_reason(kind, name, prob, t0)
         slow = None if reason else self.slow_row(kind, name, prob, params_req)
         if slow is not None and not self.allow_slow():
             reason = slow[1]  # (printed with the row)
         row = _stub_row(kind, name, prob, {"status": SKIP, "reason": reason}) if reason else \
-            self.measure_row(kind, name, prob)
+            self.measure_row(kind, name, prob, hold)
         if slow is not None:
             row["sim_estimate_s"] = round(slow[0], 1)
         row["requested_params"] = params_req
@@ -291,6 +391,11 @@ class Sweep:
         if code is not None:
             row["phase_source_hash"] = code
         row["wall_s"] = time.perf_counter() - t0
+        return row
+
+    def finish_row(self, idx: int, n: int, kind: str, name: str, prob: Problem, row: dict):
+        """Stamp, speedup, ceiling fractions, the regime it was timed in; then to the results file."""
+        regime.mark_alone(row, self.alone_note(row))
         t1 = time.perf_counter()
         self.stamp(row)
         if self.shared is not None:
@@ -345,13 +450,14 @@ class Sweep:
             self.warn(f"{line.split('; try ')[0].split('; pass ')[0]}; running it anyway (allowed)")
         return est, line
 
-    def measure_row(self, kind, name, prob: Problem) -> dict:
+    def measure_row(self, kind, name, prob: Problem, hold: bool = False) -> dict:
         """The row of a phase or a peer, in the worker process when there is one; the first
-        phase row of a run (not resumed) carries the timing cross-check."""
+        phase row of a run (not resumed) carries the timing cross-check. ``hold``: its timed function is
+        kept in that process for the problem's interleaved rounds (the row's ``_held`` says whether)."""
         want = self.cfg.compare_timing is not False and not self.timing_checked and kind == "phase"
         if want and self.shared is not None:
             want = self.shared.claim_timing_check()  # one row of the run, whichever lane it is in
-        cfg_row = dataclasses.replace(self.cfg, compare_timing=want)
+        cfg_row = dataclasses.replace(self.cfg, compare_timing=want, hold=hold)
         if self.worker is not None:
             info = self.worker.call((kind, (name, prob.to_dict(), config_to_dict(cfg_row))), self.cfg.timeout_s)
             row = info
@@ -360,6 +466,8 @@ class Sweep:
                 # a worker of several (measure/parallel.py) records itself, and a retry after its death
                 row.update({k: info[k] for k in ("worker", "retried") if k in info})
             return row
+        if hold:  # in this process: as a worker would
+            return run_task(kind, (name, prob.to_dict(), config_to_dict(cfg_row)))
         if kind == "phase":
             return measure(name, prob, cfg_row)
         return measure_peer(name, prob, cfg_row)

@@ -41,7 +41,9 @@ Which method gives a row's ``time_ms`` is ``TimingConfig.method`` (``events``, t
 default; ``graph``; ``cupti``) and the row says it (``time_method``); the events
 time is
 kept beside it (``events_ms``) and compared with it (``timing_check``, a warning beyond
-the spread of the two). :func:`timed` applies the choice; phases and peers both use it.
+the spread of the two). :func:`timed` applies the choice; phases and peers both use it. It also records NVML's
+clock and power before and after (:mod:`numba_attn.measure.nvml`) and, in a sweep, keeps the timed function for
+the problem's interleaved rounds (:mod:`numba_attn.measure.regime`), whose median becomes the row's time.
 
 ``time_launch`` is how a checked launch of a phase is timed: rotated input copies, events,
 end to end, the optional cross-check, graph replay for launch-bound rows, and the outputs
@@ -230,7 +232,7 @@ def _adopt(t: dict, other: dict) -> None:
             t[key] = other[key]
 
 
-def timed(fn, stream, cfg: TimingConfig, *, compare: bool = False, graph=None) -> dict:
+def timed(fn, stream, cfg: TimingConfig, *, compare: bool = False, graph=None, context=None) -> dict:
     """Time ``fn`` by ``cfg.method`` (phases and peers alike): events always, then
 
     * ``events``: the events time; ``compare`` adds the graph cross-check (``timing_check``);
@@ -243,11 +245,18 @@ def timed(fn, stream, cfg: TimingConfig, *, compare: bool = False, graph=None) -
       ``events_launch_bound``.
 
     ``graph``: a function returning the second method's dict (default :func:`second_method`;
-    PyTorch calls need their own capture). ``time_method`` names the method of ``time_ms``."""
+    PyTorch calls need their own capture). ``time_method`` names the method of ``time_ms``. NVML's clock,
+    power and temperature before and after are in the result (:func:`numba_attn.measure.nvml.row_fields`).
+    Inside a row measured for interleaved rounds ``fn`` is kept, with ``context`` (a function returning the
+    context manager its calls need), for :mod:`numba_attn.measure.regime`."""
+    from numba_attn.measure import nvml, regime
+
     method = getattr(cfg, "method", "events") or "events"
     if method not in TIMING_METHODS:
         raise ValueError(f"timing method {method!r}: one of {', '.join(TIMING_METHODS)}")
     graph = graph or (lambda: second_method(fn, stream, cfg))
+    mon = nvml.monitor()
+    before = mon.sample()
     t0 = time.perf_counter()
     # a launch-bound events time is never the row's (graph replay or the kernel time is): its samples
     # stop at the minimum count
@@ -290,7 +299,9 @@ def timed(fn, stream, cfg: TimingConfig, *, compare: bool = False, graph=None) -
                 if method == "graph":
                     t["timing_fallback"] = f"graph capture failed, events time kept: {t['graph_error']}"
     t["time_method"] = t["method"]
+    t.update(nvml.row_fields([(before, mon.sample())], mon.note))
     t["stage_s"] = stages
+    regime.offer(fn, stream, cfg, t, context)
     return t
 
 

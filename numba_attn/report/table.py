@@ -18,9 +18,10 @@ COLUMNS = [
     ("time", "median kernel time: CUDA events around back-to-back launches, so numba's ~25 µs Python launch cost "
              "is not in it; inputs rotated so small problems are not timed from L2. With `--timing cupti` the "
              "kernels' own durations from CUPTI (a call's kernels summed, median over the calls), with "
-             "`--timing graph` CUDA graph replay; phases and peers alike. `sim`: checked in the "
-             "simulator, not timed"),
-    ("±", "spread of the timing samples, (max − min) / median"),
+             "`--timing graph` CUDA graph replay; phases and peers alike. A problem's phases and peers are "
+             "then timed again in interleaved rounds (the order rotated each round) and the time is the median "
+             "over the rounds (`--regime`). `sim`: checked in the simulator, not timed"),
+    ("±", "spread of the timing samples (of the rounds' times when interleaved), (max − min) / median"),
     ("e2e", "end-to-end time of one Python call plus synchronize (launch overhead included)"),
     ("TFLOP/s", "4·D FLOPs per unmasked (query, key) pair per head (causal pairs counted exactly), over the time"),
     ("GB/s", "the fewest bytes a fused kernel must move (Q, K, V read once, O written once), over the time"),
@@ -243,6 +244,7 @@ def _notes(rows: list[dict]) -> list[str]:
         for key in ("timing_fallback", "cupti_irregular"):
             if r.get(key):
                 out.append(f"{r.get('phase')} [{r.get('label')}] timing: {r[key]}")
+    out += regime_lines(rows)
     if any(r.get("launch_bound") for r in rows):
         out.append("* launch-bound: the kernel is shorter than the host's launch cost; the time is the launch rate")
     if any(r.get("frac_ceiling") is not None for r in rows):
@@ -258,6 +260,40 @@ def _notes(rows: list[dict]) -> list[str]:
         out.append("ᵍ CUDA graph replay time (--timing graph)")
     if any(r.get("resumed") for r in rows):
         out.append("(r) = row reused from the results file (--resume)")
+    return out
+
+
+def regime_lines(rows: list[dict]) -> list[str]:
+    """How the times were taken together (measure/regime.py): the interleaved rounds, the rows timed alone and
+    why, and each timed row's GPU state from NVML (SM clock, power, temperature before → after its timed calls,
+    the mean over its rounds; the clock-event reasons seen), or why there is none."""
+    timed = [r for r in rows if r.get("type") == "result" and r.get("time_ms") is not None]
+    inter = [r for r in timed if r.get("regime") == "interleaved"]
+    out = []
+    if inter:
+        r0 = inter[0]
+        out.append(f"time: median over {r0.get('regime_rounds')} interleaved rounds per problem (its phases and "
+                   f"peers once a round, the order rotated; {r0.get('regime_warmup')} warm-up and "
+                   f"{r0.get('regime_calls')} timed calls each, {r0.get('regime_method')}); each row's standalone "
+                   "time is kept in its `standalone` field")
+        out += [f"{r.get('phase')} [{r.get('label')}] timed alone: {r['regime_note']}" for r in timed
+                if r.get("regime") == "standalone" and r.get("regime_note")]
+    states = [r for r in timed if r.get("sm_clock_mhz_end") is not None or r.get("power_w_end") is not None]
+    if states:
+        out.append("GPU state (NVML; before → after the timed calls" + (", mean over the rounds" if inter else "")
+                   + "; power averaged over ~1 s by the driver):")
+    for r in states:
+        parts = []
+        for key, unit in (("sm_clock_mhz", "MHz"), ("power_w", "W"), ("temperature_c", "°C")):
+            a, b = r.get(f"{key}_start"), r.get(f"{key}_end")
+            if a is not None or b is not None:
+                parts.append(f"{_f(a, '.0f')}→{_f(b, '.0f')} {unit}")
+        events = [e for e in r.get("clocks_events") or () if e != "gpu_idle"]
+        if events:
+            parts.append("clock events: " + ", ".join(events))
+        out.append(f"  {r.get('phase')} [{r.get('label')}]: " + "; ".join(parts))
+    notes = {r["nvml_note"] for r in timed if r.get("nvml_note")}
+    out += [f"GPU state: {n}" for n in sorted(notes)]
     return out
 
 
