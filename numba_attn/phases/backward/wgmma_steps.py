@@ -279,7 +279,8 @@ def kv_walk(Br: int, stage=PLAIN):
 def make_q_ring(D: int, Br: int, STAGES: int, NTH: int, causal: bool, stage=PLAIN):
     """``(walk_of, fill, advance, following, q_tile_of, ready, refill)``: the ring of Q tiles a key block walks
     (:func:`kv_walk`), copied by ``NTH`` threads (cp.async): Q_i, dO_i into ring stage sb and the rows' lse and
-    Delta into ``rows[2·sb]``, ``rows[2·sb + 1]`` (2·Br/4 threads, a 16-byte chunk each). ``to = (ring, rows, q, do, st, tid, Nq)``.
+    Delta into ``rows[2·sb]``, ``rows[2·sb + 1]`` (2·Br/4 threads, a 16-byte chunk each).
+    ``to = (ring, rows, q, do, st, tid, Nq)``.
 
     * ``walk_of(jb, kb, kvh, H, G, Nq, Nk, mods) -> (walk, bh0, b)``: the walk of key block kb (first key jb) of
       KV head kvh: Q tiles from the first that sees a key of the block (causal; a mask function's lists hold
