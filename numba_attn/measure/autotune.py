@@ -5,15 +5,15 @@ once, and keeps the fastest in the tuning cache, so later calls and later proces
 **When** (:func:`numba_attn.measure.policy.choose_phase`): a call about to launch (``attention()``, not
 ``explain()``, which says what the call will do) whose key has no tuning cache entry and no dispatch table entry
 that counts for this GPU model, with the measurement on: ``choose_phase(autotune=True/False)``, else
-``$NUMBA_ATTN_AUTOTUNE`` (``0`` off, ``1`` on), else on with a GPU and off in the simulator. The simulator never
-times: its GPU model ("simulator") is never measured for, and :func:`time_calls` refuses there.
+``$NUMBA_ATTN_AUTOTUNE`` (``0`` off, ``1`` on), else on with a GPU and off in the simulator; never while PyTorch
+captures a CUDA graph. The simulator never times: its GPU model ("simulator") is never measured for, and
+:func:`time_calls` refuses there.
 
 **What**: the phases of :data:`MEASURED` that the problem's candidates hold, at most :data:`MAX_MEASURED` (on a
 Hopper GPU ``warp_specialized_tc``, ``tma_wgmma``, ``tc_wgmma``: the 16-bit prefill phases that were the fastest
 on some committed Hopper row; elsewhere ``tc_pipelined`` and ``tc_mma``), each with its default parameters. No
 measurement for fp32 or decode (one phase leads there, or the key changes with every kv_len bucket of a
-generation), nor for a variant (its stage changes what is fastest; see :data:`~numba_attn.measure.policy.
-VARIANT_PREFILL`).
+generation), nor for a variant (its stage changes what is fastest: ``policy.VARIANT_PREFILL`` runs it).
 
 **How**: on a stand-in of the caller's problem (its shape, without a variant or log-sum-exp; the batch halved
 until four arrays fit in 80 % of the free memory) on fresh device buffers and a stream of its own (the caller's
