@@ -6,11 +6,11 @@ model's entry, the Hopper rule) and what it runs after its first call measured t
 default on a GPU; that first call's wall time, compiles included, is recorded); then every registered tensor-core
 prefill phase that supports the problem at its default parameters, the rule's configuration when it has
 parameters of its own, and the phase=None call itself, timed in ``--rounds`` interleaved rounds (the order rotated
-each round) by CUPTI kernel time (``numba_attn.measure.cupti``; CUDA events, ``numba_attn.measure.timing``, without
-PyTorch), ``--calls`` calls each after warm-ups, on PyTorch CUDA tensors with ``out=`` given (as a model calls it,
-and as the issue measured); the median of the rounds. Prints the table and writes JSON (after each problem, so a run cut short keeps what it measured): per
-problem each configuration's times, the fastest, and ``ratio_rule`` / ``ratio_measured`` (phase=None's time over
-the fastest; target <= 1.03).
+each round) by CUPTI kernel time (``numba_attn.measure.cupti``; CUDA events, ``numba_attn.measure.timing``, where
+PyTorch's profiler cannot), ``--calls`` calls each after warm-ups, on PyTorch CUDA tensors with ``out=`` given (as a
+model calls it, and as the issue measured); the median of the rounds. Prints the table and writes JSON (after each
+problem, so a run cut short keeps what it measured): per problem each configuration's times, the fastest, and
+``ratio_rule`` / ``ratio_measured`` (phase=None's time over the fastest; target <= 1.03).
 
     python experiments/2026-11-28-dispatch/check.py [--out FILE] [--rounds 2] [--calls 8] [--budget-s 450]
         [--phases all|quick|NAME,...] [--problems 0,1,...]
