@@ -13,7 +13,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,t
 python3 -c "import pynvml" > /dev/null 2>&1 && echo "NVML: pynvml" > "$out/nvml.txt" || \
   echo "NVML: pynvml not importable (cuda.bindings.nvml tried next; pip install nvidia-ml-py)" > "$out/nvml.txt"
 shape="-B 1 -H 32 -N 4096 -D 128 --dtype float16"
-run="numba-attn run --gpu --phases ${PHASE:-warp_specialized_tc} --peers torch_sdpa_cudnn --no-ceilings --timing cupti"
+run="python3 -m numba_attn.cli run --gpu --phases ${PHASE:-warp_specialized_tc} --peers torch_sdpa_cudnn --no-ceilings --timing cupti"
 run="$run --budget 1 --timeout 120 --seeds 1 $shape"
 for rep in 1 2; do
   for regime in standalone interleaved; do
