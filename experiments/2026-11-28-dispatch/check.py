@@ -109,6 +109,46 @@ def choice(qd, kd, vd, causal, autotune_on: bool) -> dict:
     return {"phase": ph.name, "params": own, "why": e.why}
 
 
+PEERS: tuple = ()
+
+
+def peer_calls(p, q, k, v, peers) -> dict:
+    """The peers of the same problem on the same inputs, as ``fn(i, stream)`` calls timed in the same rounds: SDPA
+    with the cuDNN or flash backend (GQA by ``enable_gqa``), FlashAttention-4 (``flash_attn.cute.flash_attn_func`` on
+    (B, N, H, D) copies; GQA by fewer K/V heads). A peer that cannot run here is left out with its reason."""
+    if backend.IS_SIMULATOR or not peers:
+        return {}
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    calls = {}
+    gqa = p.kv_heads != p.heads
+    for name in peers:
+        try:
+            if name in ("cudnn", "flash"):
+                be = SDPBackend.CUDNN_ATTENTION if name == "cudnn" else SDPBackend.FLASH_ATTENTION
+
+                def fn(i, s=None, be=be):
+                    with sdpa_kernel([be]):
+                        return F.scaled_dot_product_attention(q, k, v, is_causal=p.causal, enable_gqa=gqa)
+            elif name == "fa4":
+                from flash_attn.cute import flash_attn_func
+
+                qf, kf, vf = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+
+                def fn(i, s=None, qf=qf, kf=kf, vf=vf):
+                    return flash_attn_func(qf, kf, vf, causal=p.causal)
+            else:
+                raise ValueError(f"unknown peer {name!r} (cudnn, flash, fa4)")
+            fn(0)
+            torch.cuda.synchronize()
+            calls[f"peer {name}"] = fn
+        except Exception as exc:  # noqa: BLE001 - reported, not timed
+            print(f"  peer {name}: {first_line(exc)}", flush=True)
+    return calls
+
+
 def check_problem(p, names, time_fn, rounds: int) -> dict:
     os.environ["NUMBA_ATTN_TUNING_CACHE"] = tempfile.mkstemp(suffix=".json", dir=CACHE_DIR)[1]
     os.remove(os.environ["NUMBA_ATTN_TUNING_CACHE"])  # a cache of its own, empty: phase=None starts fresh
@@ -138,6 +178,7 @@ def check_problem(p, names, time_fn, rounds: int) -> dict:
         configs[f"{rule['phase']}{json.dumps(rule['params'], sort_keys=True)}"] = call(phase=rule["phase"],
                                                                                         **rule["params"])
     configs["phase=None"] = call()  # after the first call: the measured choice, from the tuning cache
+    configs.update(peer_calls(p, qd, kd, vd, PEERS))
     errors = {}
     for name, fn in list(configs.items()):  # compiles (and plans) outside the timing
         try:
@@ -156,7 +197,7 @@ def check_problem(p, names, time_fn, rounds: int) -> dict:
             except Exception as exc:  # noqa: BLE001
                 errors[name] = first_line(exc)
     med = {n: statistics.median(ts) for n, ts in times.items() if ts}
-    phases_only = {n: t for n, t in med.items() if n != "phase=None"}
+    phases_only = {n: t for n, t in med.items() if n != "phase=None" and not n.startswith("peer ")}
     best = min(phases_only, key=phases_only.get)
     rule_key = rule["phase"] + (json.dumps(rule["params"], sort_keys=True) if rule["params"] else "")
     out.update({"times_ms": times, "median_ms": med, "errors": errors, "fastest": best,
@@ -174,6 +215,7 @@ def main():
     ap.add_argument("--budget-s", type=float, default=450.0, help="no problem is started after this many seconds")
     ap.add_argument("--phases", default="all", help="all (every tensor-core prefill phase), quick, or NAME,...")
     ap.add_argument("--problems", help="indexes into the nine problems, e.g. 0,2,5 (default: all)")
+    ap.add_argument("--peers", default="", help="peers timed in the same rounds: cudnn,flash,fa4 (default: none)")
     ap.add_argument("--smoke", action="store_true", help="the script's logic in the simulator on small stand-ins "
                     "of the problems, as on an H100, with a host clock (no time means anything)")
     args = ap.parse_args()
@@ -185,6 +227,15 @@ def main():
         raise SystemExit("check.py times kernels: run it on a GPU (the simulator times nothing; --smoke checks "
                          "the script there)")
     method = "smoke" if args.smoke else "cupti" if cupti_status() is None else "events"
+    global PEERS
+    PEERS = tuple(x for x in args.peers.split(",") if x)
+    if method == "cupti":  # CUPTI's start-up (seconds, the GPU idle) before the first problem, not inside its rounds
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]):
+            torch.zeros(1, device="cuda").add_(1)
+            torch.cuda.synchronize()
     wanted = {"all": TC_PHASES, "quick": QUICK}.get(args.phases) or tuple(args.phases.split(","))
     builtin = {p.name: p for p in list_phases() if p.is_builtin and p.kind == "prefill"}
     slug = info["gpu"].lower().replace("nvidia ", "").split()[0]
@@ -207,6 +258,10 @@ def main():
               f"{row['rule']['phase']}{json.dumps(row['rule']['params']) if row['rule']['params'] else ''} "
               f"{row['ratio_rule']:.3f}x | measured {row['measured']['phase']} {row['ratio_measured']:.3f}x "
               f"(first call {row['first_call_s']} s) | {row['seconds']} s", flush=True)
+        for n, t in row["median_ms"].items():
+            if n.startswith("peer "):
+                print(f"    {n}: {t:.4g} ms; fastest phase / it {t / row['fastest_ms']:.3f}x, phase=None / it "
+                      f"{t / row['median_ms'].get('phase=None', float('nan')):.3f}x", flush=True)
     rows = report["problems"]
     ok = [r for r in rows if max(r["ratio_rule"], r["ratio_measured"]) <= TARGET]
     print(f"{info['gpu']} ({method}): {len(ok)} of {len(rows)} problems within {TARGET:.2f}x by both choices; "
