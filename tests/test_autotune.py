@@ -16,7 +16,7 @@ from numba_attn.spec.problem import Problem
 from numba_attn.spec.reference import check, reference
 
 SMALL = Problem(batch=1, heads=2, q_len=20, kv_len=23, head_dim=16, dtype="float16", causal=True)
-SHORTLIST = ("warp_specialized_tc", "tma_wgmma", "tc_wgmma")
+SHORTLIST = ("warp_specialized_tc", "tma_wgmma", "tc_wgmma", "ws_overlap")
 FAKE_MS = {"warp_specialized_tc": 0.50, "tma_wgmma": 0.30, "tc_wgmma": 0.40}
 
 
@@ -57,10 +57,11 @@ def test_first_use_times_the_shortlist_keeps_the_fastest_and_later_calls_reuse_i
     assert entry["measured"] == "first use" and entry["time_ms"] == 0.3 and entry["params"] == {}
     assert entry["label"] == SMALL.label and entry["resolved"]["Bc"] > 0
     err = capsys.readouterr().err
-    assert "timing warp_specialized_tc, tma_wgmma, tc_wgmma" in err and "NUMBA_ATTN_AUTOTUNE=0" in err
+    assert "timing " + ", ".join(SHORTLIST) in err and "NUMBA_ATTN_AUTOTUNE=0" in err
     # later: the cache decides, nothing is timed again (another problem of the key too)
     ph, why, _ = policy.choose_phase(SMALL.replace(batch=3), measure=True)
-    assert ph.name == "tma_wgmma" and why.startswith("measured on first use (cache ") and len(first_use) == 3
+    assert ph.name == "tma_wgmma" and why.startswith("measured on first use (cache ") \
+        and len(first_use) == len(SHORTLIST)
     q, k, v = SMALL.inputs(1)
     e = api.explain(q, k, v, causal=True)
     assert e.name == "tma_wgmma" and "measured on first use" in e.why and "parameters tuned" not in e.why
@@ -81,7 +82,7 @@ def test_explain_says_what_attention_will_measure_and_measures_nothing(first_use
     q, k, v = SMALL.inputs(1)
     e = api.explain(q, k, v, causal=True)
     assert e.name == "warp_specialized_tc" and "Hopper rule" in e.why
-    assert "attention() times warp_specialized_tc, tma_wgmma, tc_wgmma on its first call" in e.why
+    assert "attention() times " + ", ".join(SHORTLIST) + " on its first call" in e.why
     assert first_use == [] and not (tmp_path / "cache.json").exists()
 
 
@@ -112,7 +113,7 @@ def test_a_failing_candidate_is_skipped(first_use, tmp_path, monkeypatch):
     assert ph.name == "tc_wgmma" and why.startswith("measured on first use")
     assert "warp_specialized_tc: RuntimeError: ptxas: too many resources requested" in why
     assert "tma_wgmma: " in why and "NaN, Inf or never written" in why
-    assert sorted(_cache(tmp_path)[tuning.cache_key("Test GPU", SMALL)]["phases"]) == ["tc_wgmma"]
+    assert sorted(_cache(tmp_path)[tuning.cache_key("Test GPU", SMALL)]["phases"]) == ["tc_wgmma", "ws_overlap"]
 
 
 def test_when_every_candidate_fails_the_rule_runs_and_the_key_is_not_measured_again(first_use, tmp_path,

@@ -10,8 +10,8 @@ captures a CUDA graph. The simulator never times: its GPU model ("simulator") is
 :func:`time_calls` refuses there.
 
 **What**: the phases of :data:`MEASURED` that the problem's candidates hold, at most :data:`MAX_MEASURED` (on a
-Hopper GPU ``warp_specialized_tc``, ``tma_wgmma``, ``tc_wgmma``: the 16-bit prefill phases that were the fastest
-on some committed Hopper row; elsewhere ``tc_pipelined`` and ``tc_mma``), each with its default parameters. No
+Hopper GPU ``warp_specialized_tc``, ``tma_wgmma``, ``tc_wgmma``, ``ws_overlap``: the 16-bit prefill phases that
+were the fastest on some Hopper problem; elsewhere ``tc_pipelined`` and ``tc_mma``), each with its default parameters. No
 measurement for fp32 or decode (one phase leads there, or the key changes with every kv_len bucket of a
 generation), nor for a variant (its stage changes what is fastest: ``policy.VARIANT_PREFILL`` runs it).
 
@@ -19,7 +19,9 @@ generation), nor for a variant (its stage changes what is fastest: ``policy.VARI
 until four arrays fit in 80 % of the free memory) on fresh device buffers and a stream of its own (the caller's
 arrays are never read or written), each candidate is compiled, run :data:`WARMUP` times, then timed by CUDA events
 around batches of back-to-back calls (:func:`numba_attn.measure.timing.events_batched`, :data:`SAMPLES` samples of
-at least :data:`BATCH_MS` ms, the median); its output, poisoned before, must be finite everywhere and match the
+at least :data:`BATCH_MS` ms, the median; where the host's launches are slower than the calls, which then time
+the host, the calls are queued behind a sleeping kernel, :func:`~numba_attn.measure.timing.events_queued`); its
+output, poisoned before, must be finite everywhere and match the
 float64 reference on sampled rows of two heads within the dtype's tolerance. A candidate that raises, or fails
 that check, is skipped; with none left, or on any other failure, the caller's call goes on with the rule's phase.
 Two lines on stderr (or the ``numba_attn`` logger where logging shows INFO) say what is measured and what won,
@@ -44,12 +46,14 @@ from numba_attn.gpu import backend  # noqa: F401  (first: chooses CUDA or the si
 
 AUTOTUNE_ENV = "NUMBA_ATTN_AUTOTUNE"
 # Per shape class, the phases timed on first use in this order (the first MAX_MEASURED the candidates hold).
-MEASURED = {"prefill16": ("warp_specialized_tc", "tma_wgmma", "tc_wgmma", "tc_pipelined", "tc_mma")}
-MAX_MEASURED = 3
+MEASURED = {"prefill16": ("warp_specialized_tc", "tma_wgmma", "tc_wgmma", "ws_overlap", "tc_pipelined", "tc_mma")}
+MAX_MEASURED = 4
 WARMUP = 2  # calls before the samples (the first one compiles)
 SAMPLES = 5  # CUDA-event samples per phase, each a batch of back-to-back calls
 BATCH_MS = 5.0  # the least time of one batch (calls shorter than a launch are batched)
-METHOD = f"first use: CUDA events, median of {SAMPLES} batches of >= {BATCH_MS:g} ms after {WARMUP} warm-up calls"
+QUEUED_CALLS = 20  # calls a launch-bound phase is timed over, queued behind a sleeping kernel
+METHOD = (f"first use: CUDA events, median of {SAMPLES} batches of >= {BATCH_MS:g} ms after {WARMUP} warm-up calls "
+          f"(calls shorter than their launch: queued behind a sleeping kernel)")
 FREE_SHARE = 0.8  # the stand-in's four arrays fit in this share of the free device memory
 RANDOM_BLOCK = 1 << 20  # elements drawn per input; the rest repeats them (the draw's time independent of size)
 CHECKED_ROWS = 6  # query rows per checked head, first and last among them
@@ -100,11 +104,15 @@ def time_calls(fn, stream) -> float:
     times nothing (:class:`NotTimed`)."""
     if backend.IS_SIMULATOR:
         raise NotTimed("the simulator times nothing")
-    from numba_attn.measure.timing import TimingConfig, events_batched
+    from numba_attn.measure.timing import TimingConfig, events_batched, events_queued
 
     cfg = TimingConfig(warmup=WARMUP, min_reps=SAMPLES, max_reps=SAMPLES, budget_s=2.0, batch_ms=BATCH_MS,
                        max_inner=200)
-    return float(events_batched(fn, stream, cfg)["time_ms"])
+    t = events_batched(fn, stream, cfg, stop_when_launch_bound=True)
+    if t.get("launch_bound"):  # the host's launch rate, not the kernels: time them queued behind a sleep
+        calls = int(max(QUEUED_CALLS, min(200, math.ceil(BATCH_MS / max(t["time_ms"], 1e-3)))))
+        return float(events_queued(fn, stream, calls=calls, samples=SAMPLES, warmup=0)["time_ms"])
+    return float(t["time_ms"])
 
 
 def stand_in(problem):

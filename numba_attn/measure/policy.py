@@ -97,14 +97,15 @@ def choose_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = F
       GQA group, decode or prefill, kv_len bucket), when it is among the candidates, with the cache's
       parameters: an entry of ``numba-attn tune`` (``explain()`` says "tuned (cache PATH)") or of a
       measurement on first use ("measured on first use (cache PATH ...)");
+    * else, for a call about to launch (``measure``) with the measurement on (``autotune``, else
+      ``$NUMBA_ATTN_AUTOTUNE``; by default on with a GPU, off in the simulator): the few phases that could win
+      for the problem's shape class timed once on a stand-in of its shape, the fastest kept in the tuning cache
+      for later calls and processes (:mod:`numba_attn.measure.autotune`; a failure leaves the rules below).
+      It comes before the table, whose rows were timed at earlier commits;
     * else the dispatch table (``numba_attn/data/dispatch.json``, :mod:`numba_attn.measure.dispatch`) for this
       GPU model and key: the best-ranked measured configuration among the candidates that supports the problem,
       with its parameters. Where the Hopper rule applies (below), an entry counts only when it measured the
       rule's phase with its defaults: an entry that never timed it is no evidence against it;
-    * else, for a call about to launch (``measure``) with the measurement on (``autotune``, else
-      ``$NUMBA_ATTN_AUTOTUNE``; by default on with a GPU, off in the simulator): the few phases that could win
-      for the problem's shape class timed once on a stand-in of its shape, the fastest kept in the tuning cache
-      for later calls and processes (:mod:`numba_attn.measure.autotune`; a failure leaves the rule below);
     * else the entry of the same key measured on another GPU model of the same compute capability (an H100's
       for an H800), counted as above;
     * else the Hopper rule on a GPU of compute capability 9.0: fp16/bf16 prefill runs the first of
@@ -151,13 +152,10 @@ def choose_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = F
 
     rule = hopper_rule(problem, kind, candidates, gpu)
     needs = rule.name if rule is not None else None
-    found = choose(problem, candidates, gpu, needs=needs)
-    if found:
-        if variant:  # the row's phase; its parameters were measured without the stage
-            return found[0], found[2] + " (a variant: the phase's own parameters)", {}
-        return found[0], found[2], found[1]
     later = ""  # what attention() will do where explain() only plans
     if not variant and gpu != "simulator" and first_use.enabled(autotune):
+        # before the table: the table's rows were timed at earlier commits (a former default, a configuration
+        # that was faster then: 1.10-1.22x the fastest at B1 H32 N16384 causal, H200); this times today's code here
         if measure:
             got = first_use.measure(problem, kind, candidates, gpu)
             if got:
@@ -167,6 +165,11 @@ def choose_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = F
             if names:
                 later = (f"; attention() times {', '.join(names)} on its first call of this key and keeps the "
                          f"fastest ({first_use.AUTOTUNE_ENV}=0: never)")
+    found = choose(problem, candidates, gpu, needs=needs)
+    if found:
+        if variant:  # the row's phase; its parameters were measured without the stage
+            return found[0], found[2] + " (a variant: the phase's own parameters)", {}
+        return found[0], found[2] + later, found[1]
     if rule is not None:
         other = choose_other(problem, candidates, gpu, HOPPER_CC, needs=needs)
         if other:

@@ -111,6 +111,56 @@ def events_batched(fn, stream, cfg: TimingConfig | None = None, *, stop_when_lau
     return out
 
 
+_SPIN = {}
+
+
+def _spin_kernel():
+    """A one-thread kernel that sleeps ``n`` times 1 µs (``nanosleep``): the GPU busy while the host queues calls."""
+    if "k" not in _SPIN:
+        from numba import cuda
+
+        @cuda.jit
+        def spin(n):
+            for _ in range(n):
+                cuda.nanosleep(1000)
+
+        _SPIN["k"] = spin
+    return _SPIN["k"]
+
+
+def events_queued(fn, stream, calls: int = 20, samples: int = 5, warmup: int = 2) -> dict:
+    """Device time of one call of ``fn(i)`` (or ``fn(i, stream)``) where the host cannot keep up with the GPU:
+    behind a kernel that keeps the GPU asleep for longer than the host takes to queue ``calls`` calls, the first
+    event, the calls and the second event are all queued before the GPU reaches them, so the events measure the
+    calls back to back on the device (their kernels and the gaps between them), not the host's launch rate
+    (:func:`events_batched` measures the host's rate when a call is shorter than its launch). The sleep is sized
+    from the host's time for the calls (×2, +1 ms). The median of ``samples`` samples."""
+    from numba import cuda
+
+    n = warm_up(fn, stream, TimingConfig(warmup=warmup))
+    stream.synchronize()
+    h0 = time.perf_counter()
+    for _ in range(calls):
+        call_fn(fn, n, stream)
+        n += 1
+    host_ms = (time.perf_counter() - h0) * 1e3 / calls
+    stream.synchronize()
+    spin = _spin_kernel()
+    sleep_us = int(2 * host_ms * calls * 1e3) + 1000
+    e0, e1 = cuda.event(timing=True), cuda.event(timing=True)
+    out = []
+    for _ in range(samples):
+        spin[1, 1, stream](sleep_us)
+        e0.record(stream)
+        for _ in range(calls):
+            call_fn(fn, n, stream)
+            n += 1
+        e1.record(stream)
+        e1.synchronize()
+        out.append(cuda.event_elapsed_time(e0, e1) / calls)
+    return timing_summary("events_queued", out, inner=calls, host_launch_us=host_ms * 1e3)
+
+
 def graph_replay(fn, stream, cfg: TimingConfig | None = None, launches_per_graph: int | None = None) -> dict:
     """Capture ``launches_per_graph`` calls of ``fn(i, s)`` into one CUDA graph and
     time its replays with events. ``fn`` must launch on the stream it is given.
