@@ -22,15 +22,14 @@ FAKE_MS = {"warp_specialized_tc": 0.50, "tma_wgmma": 0.30, "tc_wgmma": 0.40}
 
 @pytest.fixture
 def first_use(tmp_path, monkeypatch):
-    """A GPU model no table knows, an empty tuning cache, the measurement on, and a fake timer that runs each
-    candidate once (in the shortlist's order) and returns its time from FAKE_MS; ``calls`` lists the phases."""
+    """A GPU model no table knows, an empty tuning cache, the measurement on, and a fake timer that returns each
+    candidate's time from FAKE_MS (1 ms for others); ``calls`` lists the phases timed, in the order first timed."""
     calls = []
 
-    def fake_timer(fn, stream):
-        name = SHORTLIST[len(calls)] if len(calls) < len(SHORTLIST) else "?"
-        calls.append(name)
-        fn(0, stream)
-        return FAKE_MS.get(name, 1.0)
+    def fake_timer(fn, stream):  # (the candidate ran and was checked before any is timed)
+        if fn.phase not in calls:
+            calls.append(fn.phase)
+        return FAKE_MS.get(fn.phase, 1.0)
 
     monkeypatch.setattr(policy, "device_name", lambda: "Test GPU")
     monkeypatch.setenv(dispatch.TABLE_ENV, str(tmp_path / "no-table.json"))

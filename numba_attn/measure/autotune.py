@@ -17,12 +17,13 @@ generation), nor for a variant (its stage changes what is fastest: ``policy.VARI
 
 **How**: on a stand-in of the caller's problem (its shape, without a variant or log-sum-exp; the batch halved
 until four arrays fit in 80 % of the free memory) on fresh device buffers and a stream of its own (the caller's
-arrays are never read or written), each candidate is compiled, run :data:`WARMUP` times, then timed by CUDA events
-around batches of back-to-back calls (:func:`numba_attn.measure.timing.events_batched`, :data:`SAMPLES` samples of
-at least :data:`BATCH_MS` ms, the median; where the host's launches are slower than the calls, which then time
-the host, the calls are queued behind a sleeping kernel, :func:`~numba_attn.measure.timing.events_queued`); its
-output, poisoned before, must be finite everywhere and match the
-float64 reference on sampled rows of two heads within the dtype's tolerance. A candidate that raises, or fails
+arrays are never read or written), each candidate is compiled, run :data:`WARMUP` times and checked, then all are
+timed in :data:`ROUNDS` interleaved rounds (each round one sample of every candidate, the order rotated: a clock
+or power drift reaches all of them), a sample being CUDA events around calls queued behind a sleeping kernel
+(:func:`numba_attn.measure.timing.events_queued`: the device's time, not the host's launches, which are slower
+than a short call), at least :data:`BATCH_MS` ms of them; the median of the rounds. Its output, poisoned before,
+must be finite everywhere and match the float64 reference on sampled rows of two heads within the dtype's
+tolerance. A candidate that raises, or fails
 that check, is skipped; with none left, or on any other failure, the caller's call goes on with the rule's phase.
 Two lines on stderr (or the ``numba_attn`` logger where logging shows INFO) say what is measured and what won,
 with the seconds it took (the compiles dominate: a few seconds per phase).
@@ -48,12 +49,12 @@ AUTOTUNE_ENV = "NUMBA_ATTN_AUTOTUNE"
 # Per shape class, the phases timed on first use in this order (the first MAX_MEASURED the candidates hold).
 MEASURED = {"prefill16": ("warp_specialized_tc", "tma_wgmma", "tc_wgmma", "ws_overlap", "tc_pipelined", "tc_mma")}
 MAX_MEASURED = 4
-WARMUP = 2  # calls before the samples (the first one compiles)
-SAMPLES = 5  # CUDA-event samples per phase, each a batch of back-to-back calls
-BATCH_MS = 5.0  # the least time of one batch (calls shorter than a launch are batched)
-QUEUED_CALLS = 20  # calls a launch-bound phase is timed over, queued behind a sleeping kernel
-METHOD = (f"first use: CUDA events, median of {SAMPLES} batches of >= {BATCH_MS:g} ms after {WARMUP} warm-up calls "
-          f"(calls shorter than their launch: queued behind a sleeping kernel)")
+WARMUP = 1  # calls of each candidate before any is timed (it compiles; its output is checked)
+ROUNDS = 5  # interleaved rounds: each round times every candidate once, in an order rotated per round
+BATCH_MS = 5.0  # the least device time of one sample (short calls are timed several in a row)
+MAX_CALLS = 100  # calls of one sample at most
+METHOD = (f"first use: CUDA events around calls queued behind a sleeping kernel (device time, not the host's "
+          f"launches), >= {BATCH_MS:g} ms a sample, the median of {ROUNDS} interleaved rounds")
 FREE_SHARE = 0.8  # the stand-in's four arrays fit in this share of the free device memory
 RANDOM_BLOCK = 1 << 20  # elements drawn per input; the rest repeats them (the draw's time independent of size)
 CHECKED_ROWS = 6  # query rows per checked head, first and last among them
@@ -99,20 +100,24 @@ def log(msg: str) -> None:
 
 
 def time_calls(fn, stream) -> float:
-    """The median time in ms of one call of ``fn(i, stream)``: :data:`WARMUP` calls, then :data:`SAMPLES` CUDA
-    event samples around batches of back-to-back calls lasting :data:`BATCH_MS` ms or more. The simulator
-    times nothing (:class:`NotTimed`)."""
+    """One sample, in ms per call, of ``fn(i, stream)``'s device time: its calls queued behind a sleeping kernel
+    (:func:`numba_attn.measure.timing.events_queued`), as many as :data:`BATCH_MS` ms of device time takes (by
+    one call's event time; at most :data:`MAX_CALLS`), so the host's launch rate never enters (a call shorter
+    than its launch is timed by its kernels). The simulator times nothing (:class:`NotTimed`)."""
     if backend.IS_SIMULATOR:
         raise NotTimed("the simulator times nothing")
-    from numba_attn.measure.timing import TimingConfig, events_batched, events_queued
+    from numba import cuda
 
-    cfg = TimingConfig(warmup=WARMUP, min_reps=SAMPLES, max_reps=SAMPLES, budget_s=2.0, batch_ms=BATCH_MS,
-                       max_inner=200)
-    t = events_batched(fn, stream, cfg, stop_when_launch_bound=True)
-    if t.get("launch_bound"):  # the host's launch rate, not the kernels: time them queued behind a sleep
-        calls = int(max(QUEUED_CALLS, min(200, math.ceil(BATCH_MS / max(t["time_ms"], 1e-3)))))
-        return float(events_queued(fn, stream, calls=calls, samples=SAMPLES, warmup=0)["time_ms"])
-    return float(t["time_ms"])
+    from numba_attn.measure.timing import events_queued
+
+    e0, e1 = cuda.event(timing=True), cuda.event(timing=True)
+    e0.record(stream)
+    fn(0, stream)
+    e1.record(stream)
+    e1.synchronize()
+    one = max(cuda.event_elapsed_time(e0, e1), 1e-3)
+    calls = int(max(2, min(MAX_CALLS, math.ceil(BATCH_MS / one))))
+    return float(events_queued(fn, stream, calls=calls, samples=1, warmup=0)["time_ms"])
 
 
 def stand_in(problem):
@@ -196,10 +201,10 @@ def _simulated(fn):
     return run
 
 
-def run_candidate(problem, ph, arrays, poisoned, stream) -> tuple[float, dict, str | None]:
-    """``(ms, resolved params, why the output is wrong or None)`` of phase ``ph`` at its defaults on the stand-in
-    ``problem``: compiled, timed by :func:`time_calls` on ``arrays`` (host q, k, v and device q, k, v, o), its
-    output poisoned before and checked after."""
+def prepare_candidate(problem, ph, arrays, poisoned, stream):
+    """``(fn, resolved params, why the output is wrong or None)`` of phase ``ph`` at its defaults on the stand-in
+    ``problem``: planned, its output poisoned, run :data:`WARMUP` times (the first compiles) on ``arrays`` (host
+    q, k, v and device q, k, v, o) and checked; ``fn(i, stream)`` runs it again (for :func:`time_calls`)."""
     from numba_attn.measure import limits
     from numba_attn.measure.check import kernel_views
 
@@ -213,9 +218,11 @@ def run_candidate(problem, ph, arrays, poisoned, stream) -> tuple[float, dict, s
     def fn(i, s=stream):
         run(*views, s)
 
-    ms = time_calls(fn, stream)
+    fn.phase = ph.name  # (for a log or a test's fake timer)
+    for i in range(WARMUP):
+        fn(i)
     stream.synchronize()
-    return ms, dict(launch.params or ph.resolve(problem, {})), output_problem(problem, od.copy_to_host(), q, k, v)
+    return fn, dict(launch.params or ph.resolve(problem, {})), output_problem(problem, od.copy_to_host(), q, k, v)
 
 
 def _capturing() -> bool:
@@ -298,21 +305,36 @@ def _measure(problem, phases, gpu: str, key: str, path: str):
     out = poison(np.empty(p.out_shape(), numpy_dtype(p.dtype)), p.dtype)
     device.append(to_device(out, stream=stream))
     poisoned = out.view(np.uint16) if p.dtype == "bfloat16" else out
-    times, resolved, skipped = {}, {}, []
-    for ph in phases:
+    ready, resolved, skipped = {}, {}, []
+    for ph in phases:  # each compiled, run and checked on the stand-in before any is timed
         try:
-            ms, params, wrong = run_candidate(p, ph, (host, device), poisoned, stream)
-        except NotTimed:
-            raise
+            fn, params, wrong = prepare_candidate(p, ph, (host, device), poisoned, stream)
         except Exception as exc:  # noqa: BLE001 - a candidate that cannot run is skipped
             skipped.append(f"{ph.name}: {type(exc).__name__}: {_first_line(exc)}")
             continue
         if wrong:
             skipped.append(f"{ph.name}: {wrong}")
-        elif not (isinstance(ms, (int, float)) and math.isfinite(ms) and ms > 0):
-            skipped.append(f"{ph.name}: no time ({ms!r})")
         else:
-            times[ph.name], resolved[ph.name] = float(ms), params
+            ready[ph.name], resolved[ph.name] = fn, params
+    samples = {n: [] for n in ready}
+    order = list(ready)
+    for r in range(ROUNDS if len(order) > 1 else 0):  # interleaved: a drift of the clocks reaches every candidate
+        for name in order[r % len(order):] + order[:r % len(order)]:
+            if name in ready:
+                try:
+                    ms = time_calls(ready[name], stream)
+                except NotTimed:
+                    raise
+                except Exception as exc:  # noqa: BLE001
+                    skipped.append(f"{name}: {type(exc).__name__}: {_first_line(exc)}")
+                    del ready[name]
+                    continue
+                if not (isinstance(ms, (int, float)) and math.isfinite(ms) and ms > 0):
+                    skipped.append(f"{name}: no time ({ms!r})")
+                    del ready[name]
+                else:
+                    samples[name].append(float(ms))
+    times = {n: float(np.median(samples[n])) for n in ready if samples[n]}
     took = time.perf_counter() - t0
     skip_text = f"; skipped: {'; '.join(skipped)}" if skipped else ""
     if not times:
