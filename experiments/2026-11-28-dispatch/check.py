@@ -241,7 +241,8 @@ def main():
     slug = info["gpu"].lower().replace("nvidia ", "").split()[0]
     path = args.out or os.path.join(HERE, f"check-{slug}.json")
     report = {"gpu": info, "method": method, "rounds": args.rounds, "calls": args.calls, "target": TARGET,
-              "commit": os.popen("git rev-parse --short HEAD 2>/dev/null").read().strip() or None, "problems": []}
+              "commit": (os.environ.get("NUMBA_ATTN_COMMIT", "")[:7]
+                         or os.popen("git rev-parse --short HEAD 2>/dev/null").read().strip() or None), "problems": []}
     t_start = time.perf_counter()
     for p in problems:
         if time.perf_counter() - t_start > args.budget_s:
