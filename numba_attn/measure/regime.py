@@ -28,7 +28,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from numba_attn.measure import nvml
+from numba_attn.measure import nvml, timing
 
 DEFAULT_ROUNDS = 5
 MAX_HOLD_MS = 100.0  # a call slower than this is timed alone: its rounds would take too long
@@ -137,6 +137,9 @@ def offer(fn, stream, timing_cfg, t: dict, context=None):
     STORE.outcome[k] = True
 
 
+timing.ROW_HOOKS.append(offer)  # timing.timed() tells it of every row (timing imports nothing of this module)
+
+
 # -- the rounds (pure: the segment is a function) ---------------------------------------------------------
 
 
@@ -211,7 +214,6 @@ def time_segment(held: Held, method: str, warmup: int, calls: int, mon=None) -> 
     """One implementation's turn in a round: its context entered, NVML read, ``warmup`` calls, ``calls`` timed
     calls (CUPTI kernel time, or one events batch), NVML read again."""
     from numba_attn.measure.cupti import cupti_kernel_time
-    from numba_attn.measure.timing import events_batched
 
     mon = mon or nvml.monitor()
     with held.context() if held.context is not None else contextlib.nullcontext():
@@ -219,7 +221,7 @@ def time_segment(held: Held, method: str, warmup: int, calls: int, mon=None) -> 
         if method == "cupti":
             r = cupti_kernel_time(held.fn, held.stream, segment_config(warmup, calls), calls=calls)
         else:
-            r = events_batched(held.fn, held.stream, segment_config(warmup, calls))
+            r = timing.events_batched(held.fn, held.stream, segment_config(warmup, calls))
         end = mon.sample()
     return {"time_ms": r["time_ms"], "start": start, "end": end}
 

@@ -65,6 +65,9 @@ from numba_attn.spec.problem import Problem
 from numba_attn.spec.reference import poison
 
 
+ROW_HOOKS: list = []  # functions (fn, stream, cfg, t, context) told of every row :func:`timed` measures
+
+
 def events_batched(fn, stream, cfg: TimingConfig | None = None, *, stop_when_launch_bound: bool = False) -> dict:
     """Time ``fn(i)`` (or ``fn(i, stream)``; enqueues one launch on ``stream``) with CUDA events.
 
@@ -299,7 +302,7 @@ def timed(fn, stream, cfg: TimingConfig, *, compare: bool = False, graph=None, c
     power and temperature before and after are in the result (:func:`numba_attn.measure.nvml.row_fields`).
     Inside a row measured for interleaved rounds ``fn`` is kept, with ``context`` (a function returning the
     context manager its calls need), for :mod:`numba_attn.measure.regime`."""
-    from numba_attn.measure import nvml, regime
+    from numba_attn.measure import nvml
 
     method = getattr(cfg, "method", "events") or "events"
     if method not in TIMING_METHODS:
@@ -351,7 +354,8 @@ def timed(fn, stream, cfg: TimingConfig, *, compare: bool = False, graph=None, c
     t["time_method"] = t["method"]
     t.update(nvml.row_fields([(before, mon.sample())], mon.note))
     t["stage_s"] = stages
-    regime.offer(fn, stream, cfg, t, context)
+    for hook in ROW_HOOKS:  # (numba_attn.measure.regime keeps fn for a problem's interleaved rounds)
+        hook(fn, stream, cfg, t, context)
     return t
 
 
