@@ -90,3 +90,22 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     rest = sum(by_reason.values()) - sum(n for _, n in shown)
     if rest:
         tw.write_line(f"{rest:5d}  for {len(by_reason) - len(shown)} other reasons")
+
+
+@pytest.fixture
+def host_clock_events(monkeypatch):
+    """numba's CUDA events replaced by events of the host clock (the simulator has no device timer): a timed
+    launch measures host time only."""
+    import time
+
+    from numba import cuda
+
+    class Event:
+        def record(self, stream=None):
+            self.t = time.perf_counter()
+
+        def synchronize(self):
+            pass
+
+    monkeypatch.setattr(cuda, "event", lambda timing=True: Event(), raising=False)
+    monkeypatch.setattr(cuda, "event_elapsed_time", lambda a, b: (b.t - a.t) * 1e3, raising=False)

@@ -81,21 +81,6 @@ class _Stream:
         pass
 
 
-def _host_events(monkeypatch):
-    """CUDA events of the host clock (the simulator has no device timer)."""
-    from numba import cuda
-
-    class Event:
-        def record(self, stream=None):
-            self.t = time.perf_counter()
-
-        def synchronize(self):
-            pass
-
-    monkeypatch.setattr(cuda, "event", lambda timing=True: Event(), raising=False)
-    monkeypatch.setattr(cuda, "event_elapsed_time", lambda a, b: (b.t - a.t) * 1e3, raising=False)
-
-
 def _t(ms, method="events_batched"):
     return {"time_ms": ms, "time_method": method}
 
@@ -121,8 +106,7 @@ def test_only_rows_measured_for_the_rounds_hold_their_function_and_each_refusal_
     assert regime.hold_refusal(TimingConfig(method="cupti"), _t(1.0, "cupti"), free_fraction=lambda: 0.9) is None
 
 
-def test_a_segment_is_the_warmup_then_exactly_the_calls_in_one_events_batch(monkeypatch):
-    _host_events(monkeypatch)
+def test_a_segment_is_the_warmup_then_exactly_the_calls_in_one_events_batch(monkeypatch, host_clock_events):
     calls = []
 
     def fn(i):
@@ -221,10 +205,9 @@ def test_a_fake_nvml_binding_is_read_for_the_device_found_by_uuid():
 
 def _fake_sweep(monkeypatch, tmp_path, regime_name="interleaved", sleep_ms=None):
     """A Sweep whose rows are fake (no kernel): each row's timed function sleeps its ``sleep_ms`` on the host,
-    timed by host-clock events; the sweep believes it is on a GPU."""
+    timed by host-clock events (the caller's ``host_clock_events``); the sweep believes it is on a GPU."""
     from numba_attn.measure import sweep as sweep_mod
 
-    _host_events(monkeypatch)
     monkeypatch.setattr(sweep_mod, "IS_SIMULATOR", False)
     monkeypatch.setattr(regime, "_free_fraction", lambda: 0.9)
     monkeypatch.setattr(sweep_mod.Sweep, "slow_row", lambda self, *a: None)
@@ -247,7 +230,7 @@ def _fake_sweep(monkeypatch, tmp_path, regime_name="interleaved", sleep_ms=None)
     return sweep_mod.Sweep(cfg)
 
 
-def test_a_sweep_times_a_problems_rows_in_rounds_and_writes_them_once_final(monkeypatch, tmp_path):
+def test_a_sweep_times_a_problems_rows_in_rounds_and_writes_them_once_final(monkeypatch, tmp_path, host_clock_events):
     from numba_attn.measure.sweep import problem_groups
 
     sw = _fake_sweep(monkeypatch, tmp_path)
@@ -280,7 +263,7 @@ def test_a_sweep_times_a_problems_rows_in_rounds_and_writes_them_once_final(monk
     sw.close()
 
 
-def test_regime_standalone_keeps_each_rows_own_time(monkeypatch, tmp_path):
+def test_regime_standalone_keeps_each_rows_own_time(monkeypatch, tmp_path, host_clock_events):
     from numba_attn.measure.sweep import problem_groups
 
     sw = _fake_sweep(monkeypatch, tmp_path, regime_name="standalone")
@@ -292,7 +275,7 @@ def test_regime_standalone_keeps_each_rows_own_time(monkeypatch, tmp_path):
     sw.close()
 
 
-def test_a_failed_row_is_not_in_the_rounds_and_what_it_held_is_released(monkeypatch, tmp_path):
+def test_a_failed_row_is_not_in_the_rounds_and_what_it_held_is_released(monkeypatch, tmp_path, host_clock_events):
     from numba_attn.measure import sweep as sweep_mod
 
     sw = _fake_sweep(monkeypatch, tmp_path)

@@ -270,20 +270,9 @@ def test_gpu_cupti_times_phases_and_sdpa_the_same_way():
         assert events_peer["time_method"] in ("events_batched", "graph_replay")
 
 
-def test_launch_bound_events_stop_at_the_minimum_when_another_method_times_the_row(monkeypatch):
+def test_launch_bound_events_stop_at_the_minimum_when_another_method_times_the_row(monkeypatch, host_clock_events):
     """Events samples of a launch-bound launch measure the host: with ``stop_when_launch_bound``
     they stop at ``min_reps`` (flagged) instead of running to the time budget on the host's jitter."""
-    from numba import cuda
-
-    class Event:  # an event of the host clock: every launch below is host time only
-        def record(self, stream=None):
-            self.t = time.perf_counter()
-
-        def synchronize(self):
-            pass
-
-    monkeypatch.setattr(cuda, "event", lambda timing=True: Event(), raising=False)
-    monkeypatch.setattr(cuda, "event_elapsed_time", lambda a, b: (b.t - a.t) * 1e3, raising=False)
 
     class Stream:
         def synchronize(self):
