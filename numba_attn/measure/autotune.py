@@ -1,36 +1,27 @@
-"""Measured on first use: ``attention(phase=None)`` on a problem key that neither the tuning cache nor the
-dispatch table has measured on this GPU model times the few phases that could win for the key's shape class,
-once, and keeps the fastest in the tuning cache, so later calls and later processes run it without measuring.
+"""Measured on first use: ``attention(phase=None)`` on a problem key the tuning cache has not measured on this GPU
+model times the few phases that could win for the key's shape class, once, and keeps the fastest in the tuning
+cache, so later calls and later processes run it without measuring (docs/DEVELOPING.md, "Dispatch", has the rule).
 
-**When** (:func:`numba_attn.measure.policy.choose_phase`): a call about to launch (``attention()``, not
-``explain()``, which says what the call will do) whose key has no tuning cache entry and no dispatch table entry
-that counts for this GPU model, with the measurement on: ``choose_phase(autotune=True/False)``, else
-``$NUMBA_ATTN_AUTOTUNE`` (``0`` off, ``1`` on), else on with a GPU and off in the simulator; never while PyTorch
-captures a CUDA graph. The simulator never times: its GPU model ("simulator") is never measured for, and
-:func:`time_calls` refuses there.
+**When** (:func:`numba_attn.measure.policy.choose_phase`, before the dispatch table, whose rows were timed at
+earlier commits): a call about to launch (``explain()`` only says it will happen) with the measurement on —
+``choose_phase(autotune=...)``, else ``$NUMBA_ATTN_AUTOTUNE``, else on with a GPU and off in the simulator (which
+never times: :class:`NotTimed`); never while PyTorch captures a CUDA graph. Not for fp32, decode or a variant.
 
-**What**: the phases of :data:`MEASURED` that the problem's candidates hold, at most :data:`MAX_MEASURED` (on a
-Hopper GPU ``warp_specialized_tc``, ``tma_wgmma``, ``tc_wgmma``, ``ws_overlap``: the 16-bit prefill phases that
-were the fastest on some Hopper problem; elsewhere ``tc_pipelined`` and ``tc_mma``), each with its default parameters. No
-measurement for fp32 or decode (one phase leads there, or the key changes with every kv_len bucket of a
-generation), nor for a variant (its stage changes what is fastest: ``policy.VARIANT_PREFILL`` runs it).
+**What**: the phases of :data:`MEASURED` among the candidates, at most :data:`MAX_MEASURED`, at their defaults.
 
-**How**: on a stand-in of the caller's problem (its shape, without a variant or log-sum-exp; the batch halved
-until four arrays fit in 80 % of the free memory) on fresh device buffers and a stream of its own (the caller's
-arrays are never read or written), each candidate is compiled, run :data:`WARMUP` times and checked, then all are
-timed in :data:`ROUNDS` interleaved rounds (each round one sample of every candidate, the order rotated: a clock
-or power drift reaches all of them), a sample being CUDA events around calls queued behind a sleeping kernel
-(:func:`numba_attn.measure.timing.events_queued`: the device's time, not the host's launches, which are slower
-than a short call), at least :data:`BATCH_MS` ms of them; the median of the rounds. Its output, poisoned before,
-must be finite everywhere and match the float64 reference on sampled rows of two heads within the dtype's
-tolerance. A candidate that raises, or fails
-that check, is skipped; with none left, or on any other failure, the caller's call goes on with the rule's phase.
-Two lines on stderr (or the ``numba_attn`` logger where logging shows INFO) say what is measured and what won,
-with the seconds it took (the compiles dominate: a few seconds per phase).
+**How**: on a stand-in of the caller's shape (the batch halved until it fits; fresh buffers and stream: the
+caller's arrays are never touched) each candidate is compiled, run and checked (its poisoned output finite and
+equal to the float64 reference on sampled rows), then all are timed in :data:`ROUNDS` interleaved rounds (a clock
+drift reaches every candidate), a sample being CUDA events around calls queued behind a sleeping kernel
+(:func:`numba_attn.measure.timing.events_queued`: device time, not the host's launches). A candidate that raises
+or fails the check is skipped; with none left, or on any other error, the call goes on with the rule's phase.
+Two lines on stderr (or the ``numba_attn`` logger) say what is timed and what won.
 
-**Kept**: one tuning cache entry per timed phase (``params`` ``{}``, ``time_ms``, ``measured: "first use"``, the
-stand-in's ``label``, ``method``), the key's best phase the fastest; cache entries already there for one of the
-phases are never measured again. Where the cache cannot be written, the choice holds for this process.
+**Kept**: a tuning cache entry per timed phase (``measured: "first use"``), the fastest the key's best; where the
+cache cannot be written, the choice holds for this process.
+
+Verdict (H200, 885cf78): phase=None within 1.013× of the fastest phase on issue 42's nine problems
+(experiments/2026-11-28-dispatch).
 """
 from __future__ import annotations
 

@@ -1,59 +1,27 @@
 """The dispatch table: the phase and parameters ``attention(phase=None)`` runs, from measurements.
 
-The table is one JSON file shipped inside the package (``numba_attn/data/dispatch.json``;
-``$NUMBA_ATTN_DISPATCH_TABLE`` names another one). It is built by one command from committed GPU
-results files and, when asked, a tuning cache::
+One JSON file in the package (``numba_attn/data/dispatch.json``; ``$NUMBA_ATTN_DISPATCH_TABLE`` names another),
+built from committed GPU results files and, when asked, a tuning cache::
 
     numba-attn dispatch --build [--results FILE ...] [--cache PATH] [--out PATH]
     numba-attn dispatch --show
     numba-attn dispatch --check     (exit 1 when the package's table differs from a rebuild)
 
-**Key**: the tuning cache's (:func:`~numba_attn.measure.tune.cache_key`): GPU model, dtype,
-causal, head_dim, GQA group (query heads per KV head), decode (``q_len == 1``) or prefill, and
-the power-of-two bucket of kv_len (:func:`~numba_attn.measure.tune.length_bucket`).
+**Key**: the tuning cache's (:func:`~numba_attn.measure.tune.cache_key`). **What counts**: every timed ``OK``
+phase row of a registered phase and the timed cache entries given; a configuration is a phase and the parameters
+the row asked for, read as they ran (:func:`as_ran`: a former default stays its own configuration) and under
+today's names (:data:`RENAMED_PARAMS`). **The rule**: configurations are compared only on the problems both were
+measured on (one beats another when the geometric mean of their time ratios is below 1), ranked by wins minus
+losses, then by score, so problems of different sizes in one key are never compared across. **The entry** keeps
+the ranking with each configuration's source row, the configuration ``phase=None`` runs on top (never a
+``NEVER_DEFAULT`` phase or one below the input precision, kept with the reason); ``gpus`` lists each GPU model's
+compute capability and SM count.
 
-**What counts**: every ``OK`` phase row with a time (a GPU row; simulator rows are untimed) of a
-registered phase, with the default parameters or requested ones (rows of ``numba-attn tune`` or
-``run --param``), and the timed entries of the tuning cache given with ``--cache``. A
-configuration is a phase and the parameters the row asked for (``requested_params``; a value
-equal to the phase's default counts as the default), read as they ran (:func:`as_ran`): a row that recorded a
-resolved value today's defaults no longer give (a former default) keeps that value in its configuration, and a
-requested value today's defaults give anyway is dropped. Parameter names recorded before a rename
-are read under today's names (:data:`RENAMED_PARAMS`); a row whose parameters a phase no longer
-has is left out (the build says how many). The table also lists each GPU model's compute capability and SM
-count (``gpus``, from the runs' env records).
-
-**The rule, per key**: a configuration measured several times on one problem (several runs, or
-a row and the cache entry of the same tuning) keeps its median time (the lower middle row, so
-the time is a row's). Configurations are compared only on the problems both were measured on:
-one **beats** another when the geometric mean of their time ratios on those problems is below 1.
-They rank by wins minus losses (with every configuration measured on one problem, as in the
-committed results, that is simply the order of their times there), then by **score**: the
-geometric mean, over the problems measured with two configurations or more, of the
-configuration's time over the best time on that problem (1.0: fastest wherever it was compared),
-then by the number of such problems (more first). Configurations never measured beside another
-one rank after all the others, by time. So a key whose problems differ in size (several kv_len
-in one bucket, several batch sizes) is decided by relative times on the same problems, never by
-comparing one phase's time on a small problem with another's on a large one. The time shown for
-a configuration is its time on the key's reference problem (the one measured with the most
-configurations), else on its own most contested problem.
-
-**The entry** keeps the whole ranking (each configuration with its parameters as asked,
-``requested``, and as they ran, ``params``; its time, wins, losses and score; its source row:
-results file, problem label, commit, run id) and, on top, the configuration ``phase=None`` runs
-with the default arguments: the first one that is neither never a default (``NEVER_DEFAULT`` of
-:mod:`numba_attn.measure.policy`) nor computing below the input precision (``tc_tf32``); those two are kept
-in the ranking with the reason (``excluded``), so ``allow_tf32=True`` can still take tf32.
-
-**At run time** (:func:`choose`, called by :func:`numba_attn.measure.policy.choose_phase` after the tuning
-cache): the first configuration of the ranking whose phase is among the candidates (built-in,
-allowed, supporting the problem on this device) and that supports the problem with its
-parameters; its ``requested`` parameters are the ones applied when the caller gives none (so an
-automatic parameter is resolved for the caller's problem, as it was for the measured one). Where the policy has
-a rule for the problem (the Hopper rule), an entry counts only when it measured the rule's phase at its defaults
-(``needs``, :func:`measured_default`). A GPU model without an entry that counts may take the entry of another
-model of its compute capability (:func:`choose_other`). No entry, or no configuration left: the rest of
-:func:`numba_attn.measure.policy.choose_phase` (a measurement on first use, the Hopper rule, the fixed preference).
+**At run time** (:func:`choose`, called by :func:`numba_attn.measure.policy.choose_phase` after the tuning cache
+and a measurement on first use): the first ranked configuration among the candidates that supports the problem
+with its parameters. Where the Hopper rule applies, an entry counts only when it measured the rule's phase at its
+defaults (:func:`measured_default`); a model without such an entry may take another model's of its compute
+capability (:func:`choose_other`). The details: docs/DEVELOPING.md, "Dispatch".
 """
 from __future__ import annotations
 
