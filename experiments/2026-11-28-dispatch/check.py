@@ -132,13 +132,15 @@ def peer_calls(p, q, k, v, peers) -> dict:
                 def fn(i, s=None, be=be):
                     with sdpa_kernel([be]):
                         return F.scaled_dot_product_attention(q, k, v, is_causal=p.causal, enable_gqa=gqa)
-            elif name == "fa4":
-                from flash_attn.cute import flash_attn_func
+            elif name == "fa4":  # called as the runner's fa4 peer calls it
+                from numba_attn.measure.other_peers import fa4_function, fa4_kwargs
 
+                fa4 = fa4_function()
+                kw = fa4_kwargs(fa4, p)
                 qf, kf, vf = (x.transpose(1, 2).contiguous() for x in (q, k, v))
 
                 def fn(i, s=None, qf=qf, kf=kf, vf=vf):
-                    return flash_attn_func(qf, kf, vf, causal=p.causal)
+                    return fa4(qf, kf, vf, **kw)
             else:
                 raise ValueError(f"unknown peer {name!r} (cudnn, flash, fa4)")
             fn(0)
