@@ -262,14 +262,15 @@ def make(problem, ph, resolved, why, params, stamp, numba_stream, launch_stream)
 def first_run(plan, key, kind, q, k, v, out):
     """The first call of a new plan: run (on a GPU, recording its launches for later calls to replay), then
     keep the plan under ``key`` (None: not kept)."""
-    replayable = getattr(plan.launch, "replayable", True)  # False: e.g. TMA tensor maps hold K/V's addresses
+    replayable = getattr(plan.launch, "replayable", True)  # False: e.g. a variant's arrays of the call
     if plan.bind is not None and kind in (TORCH, DEVICE) and key is not None and REPLAY and replayable:
         from numba_attn.gpu.replay import Replay, recording
 
         seen = []
         with recording() as rec:
             result = run(plan, kind, q, k, v, out, seen)
-        plan.replay = Replay.make(rec, seen, plan.sizes) if len(seen) == 4 else None
+        plan.replay = (Replay.make(rec, seen, plan.sizes, getattr(plan.launch, "derived", None))
+                       if len(seen) == 4 else None)
     else:
         result = run(plan, kind, q, k, v, out)
     if key is not None:

@@ -222,7 +222,7 @@ def test_replayed_calls_are_correct_for_every_phase():
             replayed.append(phase.name)
         assert api.plan_cache_info()["hits"] == 2, phase.name
     assert not failures, "\n".join(failures)
-    assert "tc_wgmma" in replayed and "decode_mma" in replayed, replayed
+    assert {"tc_wgmma", "tma_wgmma", "warp_specialized_tc", "decode_mma"} <= set(replayed), replayed
     print("replayed:", ", ".join(replayed))
 
 
@@ -250,6 +250,41 @@ def test_replay_moves_only_the_pointers_into_the_four_arrays(monkeypatch):
     assert calls[1] == ("combine", (scratch, new[3], 3))
     assert Replay.make(Recording(launches=rec.launches, refusals=["memalloc"]), base, sizes) is None
     assert Replay.make(rec, [base[0], base[1], base[1] + 100, base[3]], sizes) is None  # k and v overlap
+
+
+def test_replay_substitutes_the_pointers_derived_from_the_addresses(monkeypatch):
+    """A Launch's ``derived`` pointers (the TMA phases' K/V tensor maps, made from K's and V's addresses): a
+    replay launches with ``derived`` of the new addresses; a derived pointer no launch takes, or one inside an
+    array, refuses the replay; work under ``setup()`` does not refuse a recording."""
+    pytest.importorskip("cuda.core", reason="cuda.core comes with numba-cuda's CUDA extras")
+    import cuda.core as core
+
+    from numba_attn.gpu import replay as R
+
+    calls = []
+    monkeypatch.setattr(core, "launch", lambda stream, config, kernel, *args: calls.append(args))
+    base = [0x7000_0000, 0x7100_0000, 0x7200_0000, 0x7300_0000]
+    sizes = [4096] * 4
+
+    def maps(addresses):  # a tensor map per K and V address, far from the arrays
+        return (0x5000_0000 + (addresses[1] >> 12), 0x5000_0000 + (addresses[2] >> 12) + 1)
+
+    m = maps(base)
+    rec = R.Recording(launches=[("s", "cfg", "fwd", (base[0], 0, m[0], 0, m[1], base[3], 9))])
+    replay = R.Replay.make(rec, base, sizes, maps)
+    new = [0x9000_0000, 0x9100_0000, 0x9200_0000, 0x9300_0000]
+    replay(new)
+    n = maps(new)
+    assert n != m and calls[-1] == (new[0], 0, n[0], 0, n[1], new[3], 9)
+    assert R.Replay.make(rec, base, sizes, lambda a: (*maps(a), 0x4444_0000)) is None  # not in the launch
+    assert R.Replay.make(rec, base, sizes, lambda a: (a[1] + 64,)) is None  # inside K: ambiguous
+
+    rec2 = R.Recording()
+    copy = R.refusal(rec2, "host_to_device", lambda: "copied")
+    with R.setup():
+        assert copy() == "copied"
+    assert rec2.refusals == []
+    assert copy() == "copied" and rec2.refusals == ["host_to_device"]
 
 
 def test_decode_paged_tries_paged_mma8_first_for_8bit_caches():

@@ -3,8 +3,10 @@
     NUMBA_ATTN_BACKEND=cuda python3 experiments/2026-11-22-host-cost/bench.py --out host-cost.jsonl
     python3 experiments/2026-11-22-host-cost/bench.py --smoke --out /tmp/smoke.jsonl   # simulator, CPU tensors
 
-Cases (fp16): B1 H1 N64 D64 with tc_wgmma, tc_pipelined, phase=None, and decode_split_k_lean at
-q_len 1 (64 keys); B1 H32 N4096 D128 tc_wgmma; B4 H32 N2048 D64 tc_wgmma. Modes of calling:
+Cases (fp16): B1 H1 N64 D64 with tc_wgmma, tc_pipelined, warp_specialized_tc (a TMA phase), phase=None, and
+decode_split_k_lean at q_len 1 (64 keys); B1 H32 N4096 D128 and B4 H32 N2048 D64 with phase=None and tc_wgmma;
+B16 H16 N512 D64 with phase=None. "ran" is the phase the call ran (phase=None: after its first-use measurement),
+marked "(numba)" where its launches went through numba rather than a replay. Modes of calling:
 
 * ``torch``: CUDA tensors in, a new output tensor per call (PyTorch's current stream);
 * ``torch_out``: the same with ``out=`` (no allocation);
@@ -44,15 +46,16 @@ import torch  # noqa: E402
 from numba_attn.gpu import backend  # noqa: E402,F401  (chooses the backend before numba is imported)
 from numba import cuda  # noqa: E402
 
-from numba_attn import api  # noqa: E402
+from numba_attn import api, plans  # noqa: E402
 from numba_attn.phases.registry import get_phase  # noqa: E402
 
 # (name, batch, heads, q_len, kv_len, head_dim, phases); None: phase=None
 CASES = [
-    ("tiny", 1, 1, 64, 64, 64, ["tc_wgmma", "tc_pipelined", None]),
+    ("tiny", 1, 1, 64, 64, 64, ["tc_wgmma", "tc_pipelined", "warp_specialized_tc", None]),
     ("tiny-decode", 1, 1, 1, 64, 64, ["decode_split_k_lean"]),
-    ("B1 H32 N4096 D128", 1, 32, 4096, 4096, 128, ["tc_wgmma"]),
-    ("B4 H32 N2048 D64", 4, 32, 2048, 2048, 64, ["tc_wgmma"]),
+    ("B1 H32 N4096 D128", 1, 32, 4096, 4096, 128, [None, "tc_wgmma"]),
+    ("B4 H32 N2048 D64", 4, 32, 2048, 2048, 64, [None, "tc_wgmma"]),
+    ("B16 H16 N512 D64", 16, 16, 512, 512, 64, [None]),
 ]
 SMOKE_CASES = [
     ("tiny", 1, 1, 16, 16, 16, ["tc_pipelined", None]),
@@ -60,7 +63,7 @@ SMOKE_CASES = [
 ]
 MODES = ("torch", "torch_out", "numba_out", "numba", "sdpa")
 TARGETS = {"tiny": ("above_kernel_us", 40.0), "tiny-decode": ("above_kernel_us", 40.0),
-           "B1 H32 N4096 D128": ("ratio", 1.03)}
+           "B1 H32 N4096 D128": ("ratio", 1.03), "B4 H32 N2048 D64": ("ratio", 1.03)}
 
 
 def sync():
@@ -137,12 +140,15 @@ def run(args):
         ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float())
         for phase in phases:
             params = dict(get_phase(phase).sim_params) if SMOKE and phase else {}
-            chosen = api.explain(q, k, v, phase=phase, **params)
             for mode, fn in callers(q, k, v, phase, params).items():
                 if mode == "sdpa" and phase != phases[0]:
                     continue  # once per case
                 api.clear_plans()
                 first = fn()
+                if mode != "sdpa":  # what the call ran (phase=None: after its first-use measurement)
+                    plan = next(iter(plans.PLANS.values()))
+                    ran = api.Explanation(plan.phase, plan.params, plan.why)
+                    replayed = plan.replay is not None
                 diff = float((as_tensor(first).float() - ref).abs().max())
                 if SMOKE:
                     n = args.n
@@ -152,8 +158,9 @@ def run(args):
                 walls = [wall_per_call(fn, n) for _ in range(args.reps)]
                 info = api.plan_cache_info()
                 row = {"case": case, "phase": "sdpa" if mode == "sdpa" else (phase or "None"),
-                       "ran": "sdpa" if mode == "sdpa" else chosen.name,
-                       "params": {} if mode == "sdpa" else chosen.params,
+                       "ran": "sdpa" if mode == "sdpa" else ran.name,
+                       "params": {} if mode == "sdpa" else ran.params,
+                       "replayed": None if mode == "sdpa" else replayed,
                        "mode": mode, "batch": B, "heads": H, "q_len": Nq, "kv_len": Nk, "head_dim": D,
                        "dtype": "float16", "gpu": gpu, "n": n, "reps": args.reps,
                        "wall_us": statistics.median(walls), "wall_us_min": min(walls),
@@ -193,17 +200,17 @@ def breakdown(phase="tc_wgmma", n=2000, reps=5):
     params = dict(get_phase(phase).sim_params) if SMOKE else {}
     api.clear_plans()
     api.attention(q, k, v, phase=phase, **params)
-    kind = api._one_kind(q, k, v, None)
-    skey = api._stream_of(kind, q, None)[0]
-    key = api._plan_key(kind, q, k, v, False, None, phase, False, params, skey)
-    plan = api._PLANS[key]
+    kind = api.one_kind(q, k, v, None)
+    skey = api.stream_of(kind, q, None)[0]
+    key = plans.plan_key(kind, q, k, v, False, None, phase, False, params, skey)
+    plan = plans.PLANS[key]
     o = torch.empty_like(q)
     addrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr())
     steps = {
-        "kind checks": lambda: api._one_kind(q, k, v, None),
-        "stream": lambda: api._stream_of(kind, q, None),
-        "plan key": lambda: api._plan_key(kind, q, k, v, False, None, phase, False, params, skey),
-        "token (tuning stamp)": lambda: api._token(),
+        "kind checks": lambda: api.one_kind(q, k, v, None),
+        "stream": lambda: api.stream_of(kind, q, None),
+        "plan key": lambda: plans.plan_key(kind, q, k, v, False, None, phase, False, params, skey),
+        "token (tuning stamp)": lambda: plans.token(),
         "output (torch.empty)": lambda: torch.empty(q.shape, dtype=q.dtype, device=q.device),
         "addresses": lambda: (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()),
         "launch (replay)": (lambda: plan.replay(addrs)) if plan.replay is not None else None,
@@ -237,7 +244,8 @@ def print_row(r):
         print_row.done = True
     fmt = lambda x, f: "-" if x is None else format(x, f)  # noqa: E731
     target = "" if "target" not in r else f"{r['target']}: {'met' if r['target_met'] else 'NOT met'}"
-    print(f"{r['case']:<18} {r['phase']:<20} {r['ran']:<20} {r['mode']:<10} {r['wall_us']:>9.1f} "
+    ran = r['ran'] + ("" if r.get("replayed") is not False else " (numba)")  # (numba): launched by numba, not replayed
+    print(f"{r['case']:<18} {r['phase']:<20} {ran:<20} {r['mode']:<10} {r['wall_us']:>9.1f} "
           f"{fmt(r.get('kernel_us'), '9.1f'):>9} {fmt(r.get('ratio'), '6.3f'):>6} "
           f"{fmt(r.get('above_kernel_us'), '7.1f'):>7} "
           f"{fmt(r.get('kernels_per_call'), '6.1f'):>6} {r['max_abs_diff_vs_sdpa']:>8.1e}  {target}", flush=True)

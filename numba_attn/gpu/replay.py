@@ -15,6 +15,10 @@ on the device while recording: allocated memory (a buffer made per call would be
 it), copied or set memory (a memset per call would not be replayed), or when two of the four
 arrays overlap (a parameter would not say which array it points into). The scratch buffers of a
 Launch are allocated when it is built, so their pointers stay valid for the plan's lifetime.
+Work done under :func:`setup` is not a reason: it is made once per address and found again by
+the Launch's ``derived`` function at each replay (the K/V tensor maps of the TMA phases, which
+hold K's and V's addresses: ``derived(addresses)`` returns their device pointers for the call's
+addresses, and the replay substitutes them as it substitutes the arrays').
 
 Recording patches module attributes of numba-cuda and cuda.core for the duration of one call: it
 is not thread-safe (``attention()`` records only on a plan's first call). The simulator has no
@@ -35,6 +39,30 @@ class Recording:
     refusals: list = field(default_factory=list)
 
 
+_SETUP = [0]  # > 0: inside setup(): device work that a recording does not count
+
+
+@contextlib.contextmanager
+def setup():
+    """Device work (allocations, copies) that is made once and cached by its caller, not per call: a
+    recording around it is not refused for it."""
+    _SETUP[0] += 1
+    try:
+        yield
+    finally:
+        _SETUP[0] -= 1
+
+
+def refusal(rec, name, fn):
+    """``fn`` noting ``name`` among ``rec``'s reasons not to replay whenever it is called outside :func:`setup`."""
+    def wrapper(*a, **kw):
+        if not _SETUP[0]:
+            rec.refusals.append(name)
+        return fn(*a, **kw)
+
+    return wrapper
+
+
 @contextlib.contextmanager
 def recording():
     """Record every kernel launch made through numba (and :mod:`numba_attn.gpu.pdl`) while the
@@ -52,11 +80,7 @@ def recording():
         return launch(stream, config, kernel, *args)
 
     def refusing(name, fn):
-        def wrapper(*a, **kw):
-            rec.refusals.append(name)
-            return fn(*a, **kw)
-
-        return wrapper
+        return refusal(rec, name, fn)
 
     saved = [(dispatcher, "launch", dispatcher.launch), (core, "launch", core.launch)]
     for name in ("host_to_device", "device_to_device", "device_to_host", "device_memset"):
@@ -77,26 +101,32 @@ def recording():
 class Replay:
     """The launches of a :class:`Recording`, replayable at new addresses of the four arrays.
 
-    ``Replay.make(rec, addresses, sizes)`` finds, in every recorded launch, the parameters that
-    point into one of the arrays (``addresses[i] <= p < addresses[i] + sizes[i]``) and keeps
-    their array and offset; it returns None (replay refused) when the recording says so or the
-    arrays overlap. ``replay(addresses)`` launches again with those parameters moved to the new
-    addresses."""
+    ``Replay.make(rec, addresses, sizes, derived=None)`` finds, in every recorded launch, the parameters
+    that point into one of the arrays (``addresses[i] <= p < addresses[i] + sizes[i]``) and keeps
+    their array and offset, and those equal to one of ``derived(addresses)`` (pointers made from the
+    addresses, e.g. tensor maps); it returns None (replay refused) when the recording says so, the
+    arrays overlap, or a derived pointer is in no launch. ``replay(addresses)`` launches again with
+    those parameters moved to the new addresses and to ``derived`` of them."""
 
-    def __init__(self, launches, slots):
+    def __init__(self, launches, slots, derived=None):
         self._launches = launches  # [(stream, config, kernel, list of parameters)]
-        self._slots = slots  # per launch: [(parameter index, array index, byte offset)]
+        self._slots = slots  # per launch: [(parameter index, value index, byte offset)]
+        self._derived = derived  # addresses -> more values (indexes 4, 5, ... of the slots)
         import cuda.core as core
 
         self._launch = core.launch
 
     @classmethod
-    def make(cls, rec: Recording, addresses, sizes):
+    def make(cls, rec: Recording, addresses, sizes, derived=None):
         if rec.refusals or not rec.launches:
             return None
         spans = sorted(zip(addresses, sizes))
         if any(a + n > b for (a, n), (b, _) in zip(spans, spans[1:])):
             return None  # two arrays overlap (k is v, say): a pointer would not name one array
+        extra = tuple(derived(tuple(addresses))) if derived is not None else ()
+        if len(set(extra)) != len(extra) or any(a <= x < a + n for x in extra for a, n in spans):
+            return None  # a derived pointer would not name one value
+        found = set()
         launches, slots = [], []
         for stream, config, kernel, args in rec.launches:
             mine = []
@@ -106,12 +136,21 @@ class Replay:
                         if a <= value < a + n:
                             mine.append((p, i, value - a))
                             break
+                    else:
+                        if value in extra:
+                            j = extra.index(value)
+                            mine.append((p, len(addresses) + j, 0))
+                            found.add(j)
             launches.append((stream, config, kernel, list(args)))
             slots.append(mine)
-        return cls(launches, slots)
+        if len(found) != len(extra):
+            return None  # a derived pointer the launches do not take: the recording is not understood
+        return cls(launches, slots, derived if extra else None)
 
     def __call__(self, addresses) -> None:
         launch = self._launch
+        if self._derived is not None:
+            addresses = tuple(addresses) + tuple(self._derived(addresses))
         for (stream, config, kernel, args), mine in zip(self._launches, self._slots):
             for p, i, offset in mine:
                 args[p] = addresses[i] + offset

@@ -122,6 +122,9 @@ class Launch:
     # False: attention() must not replay recorded launches at new addresses (gpu/replay.py), e.g. the
     # kernels reach K/V through TMA tensor maps that hold the arrays' addresses
     replayable: bool = True
+    # (addresses of q, k, v, o) -> device pointers the kernels take that are made from those addresses and
+    # cached by them (the K/V tensor maps of the TMA phases): a replay substitutes them too (gpu/replay.py)
+    derived: Callable | None = None
     # True: run(..., layout, lens=...) takes the host copy of a paged call's sequence lengths (decode_paged
     # passes the lengths it checked on the host), so that a launch planned from them reads nothing back
     host_lengths: bool = False

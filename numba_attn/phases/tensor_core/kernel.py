@@ -22,8 +22,8 @@ from numba_attn.phases.registry import Launch
 from numba_attn.phases.tensor_core.consumer import consumer, plain_mainloop
 from numba_attn.phases.tensor_core.mma_sync import supports_tc, u32_views
 from numba_attn.phases.tensor_core.pipeline import ring_barriers, ring_padding, wgmma_smem_bytes, wgmma_tiles
-from numba_attn.phases.tensor_core.producer import (kv_tensor_map, tma_box, tma_smem_reason, ws_consumer_regs,
-                                                    ws_producer, ws_producer_regs)
+from numba_attn.phases.tensor_core.producer import (kv_tensor_map, kv_tensor_map_at, tensor_map_pointer, tma_box,
+                                                    tma_smem_reason, ws_consumer_regs, ws_producer, ws_producer_regs)
 from numba_attn.phases.tensor_core.scheduler import VarlenLayout, first_item, next_item, varlen_spans
 from numba_attn.variants.launching import KernelMods
 from numba_attn.variants.sinks import stages_for, with_lse
@@ -198,6 +198,7 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
 
     views = {}  # uint32 views of the last few input sets: making views costs host time at every launch
     opted = []  # the >48 KiB opt-in is made once, at the first launch
+    kv_geometry = []  # tma: (shape, strides) of K's and V's uint32 views, from the first launch
 
     def run(q, k, v, o, stream=0, layout=None, mods=None, lse=None):
         key = (id(q), id(k), id(v), id(o))
@@ -207,6 +208,8 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
                 views.clear()
             args = u32_views(q, k, v, o)
             if tma:
+                if not kv_geometry:
+                    kv_geometry.extend((tuple(a.shape), tuple(a.strides)) for a in args[1:3])
                 args = (args[0], kv_tensor_map(args[1], box, swizzle), kv_tensor_map(args[2], box, swizzle), args[3])
             hit = views[key] = ((q, k, v, o), args)
         lengths = (layout or own.own()) if varlen else (Nq, Nk)
@@ -217,9 +220,13 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
             launch_dynamic(kern, grid, nthreads, stream, nbytes, *hit[1], sl2, H, *lengths, mods)
             opted.append(True)
 
-    # tma: the kernel reaches K/V through tensor maps (their addresses inside): a launch recorded at
-    # one call cannot be replayed at another call's addresses
-    return Launch(run, kernels=[kern], replayable=not (tma or variant),
+    def derived(addresses):
+        """tma: the device pointers of K's and V's tensor maps at this call's addresses (cached by address;
+        a replay substitutes them as it does the arrays')."""
+        return tuple(tensor_map_pointer(kv_tensor_map_at(a, *g, box, swizzle))
+                     for a, g in zip(addresses[1:3], kv_geometry))
+
+    return Launch(run, kernels=[kern], replayable=variant is None, derived=derived if tma else None,
                   kernel_mods=kernel_mods if variant is not None else None)
 
 

@@ -37,7 +37,7 @@ from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.variants.stages import PLAIN
 
 __all__ = ["load_functions", "cp_async_loads", "tma_loads", "tma_tile", "ws_producer", "ws_producer_regs",
-           "ws_consumer_regs", "kv_tensor_map", "tma_box", "tma_smem_reason", "TMA_ALIGN_BYTES"]
+           "ws_consumer_regs", "kv_tensor_map", "kv_tensor_map_at", "tensor_map_pointer", "tma_box", "tma_smem_reason", "TMA_ALIGN_BYTES"]
 
 
 @functools.cache
@@ -246,8 +246,26 @@ def kv_tensor_map(a, box, swizzle):
     """The tensor map (:func:`numba_attn.gpu.tma.tensor_map`) of the device array ``a``, cached by
     (address, shape, strides, box, swizzle) in a small bounded dict: a repeated call with the same
     memory encodes and allocates nothing. Raises ValueError when the address is not 16-byte aligned."""
-    addr = _address(a)
-    key = (addr, tuple(a.shape), tuple(a.strides), box, swizzle)
+    return kv_tensor_map_at(_address(a), tuple(a.shape), tuple(a.strides), box, swizzle, a)
+
+
+class _RawArray:
+    """A uint32 array known only by its device address, shape and strides (bytes): what
+    :func:`numba_attn.gpu.tma.tensor_map` reads of an array (``__cuda_array_interface__``)."""
+
+    dtype = np.dtype(np.uint32)
+
+    def __init__(self, addr, shape, strides):
+        self.__cuda_array_interface__ = {"shape": shape, "strides": strides, "typestr": "<u4",
+                                         "data": (addr, False), "version": 3}
+
+
+def kv_tensor_map_at(addr, shape, strides, box, swizzle, a=None):
+    """:func:`kv_tensor_map` of the uint32 array at device address ``addr`` of that shape and strides
+    (``a``: the array itself where the caller has one). A launch replayed at new addresses
+    (:mod:`numba_attn.gpu.replay`) finds its K/V tensor maps here: a dict lookup once they are made. A map made
+    while a launch is recorded is set-up work, not part of the launch (:func:`numba_attn.gpu.replay.setup`)."""
+    key = (addr, shape, strides, box, swizzle)
     m = _TMAPS.get(key)
     if m is None:
         if addr % TMA_ALIGN_BYTES:
@@ -255,8 +273,17 @@ def kv_tensor_map(a, box, swizzle):
                              f"(misaligned by {addr % TMA_ALIGN_BYTES} bytes)")
         if len(_TMAPS) >= _MAX_TMAPS:
             _TMAPS.clear()
-        m = _TMAPS[key] = _tma.tensor_map(a, box, swizzle)
+        from numba_attn.gpu.replay import setup
+
+        with setup():
+            m = _TMAPS[key] = _tma.tensor_map(_RawArray(addr, shape, strides) if a is None else a, box, swizzle)
     return m
+
+
+def tensor_map_pointer(m) -> int:
+    """The device address of a tensor map made by :func:`kv_tensor_map` (the kernel parameter a replay
+    substitutes)."""
+    return int(m.device_ctypes_pointer.value)
 
 
 def clear_tensor_maps():
