@@ -1,6 +1,7 @@
 """attention() without PyTorch: out= for NumPy and numba device arrays, the plan cache (a second
 call plans nothing; a changed shape, parameter type, registry or clear_plans() plans again; the
 cache is bounded), stream=, and that importing numba-attn imports no torch."""
+import ctypes
 import subprocess
 import sys
 
@@ -306,3 +307,43 @@ def test_decode_paged_tries_paged_mma8_first_for_8bit_caches():
     assert paged_default(prob(kv_dtype="int8")) == PAGED_DEFAULT_MMA8  # int8: paged_mma8 too
     assert paged_default(prob(kv_dtype="int8", q_len=3)) == PAGED_DEFAULT
     assert paged_default(prob(kv_dtype="")) == PAGED_DEFAULT
+
+
+def test_driver_launch_packs_the_parameters_once_as_cuda_core_passes_them(monkeypatch):
+    """A replay's DriverLaunch (gpu/replay.py, no GPU needed): Python ints go to the driver as 64-bit values, bools
+    as one byte, ctypes scalars as they are; a replay writes only the moved pointers; the grid, block and dynamic
+    shared memory are the recorded configuration's; a cluster launch is not packed (cuda.core keeps it)."""
+    driver = pytest.importorskip("cuda.bindings.driver", reason="cuda.bindings comes with numba-cuda's CUDA extras")
+    from cuda.core import LaunchConfig
+
+    from numba_attn.gpu import replay as R
+
+    seen = []
+
+    def fake(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra):
+        arr = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+        vals = (ctypes.cast(arr[0], ctypes.POINTER(ctypes.c_int64))[0],
+                ctypes.cast(arr[1], ctypes.POINTER(ctypes.c_float))[0],
+                ctypes.cast(arr[2], ctypes.POINTER(ctypes.c_bool))[0],
+                ctypes.cast(arr[3], ctypes.POINTER(ctypes.c_int32))[0])
+        seen.append((int(f), (gx, gy, gz, bx, by, bz, shmem), int(stream), vals, extra))
+        return (driver.CUresult.CUDA_SUCCESS,)
+
+    monkeypatch.setattr(driver, "cuLaunchKernel", fake)
+
+    class Kernel:
+        handle = 0x1234
+
+    cfg = LaunchConfig(grid=(3, 2), block=128, shmem_size=100)
+    launch = R.DriverLaunch(0, cfg, Kernel(), [0x7000_0000, ctypes.c_float(1.5), True, ctypes.c_int32(-7)])
+    launch()
+    launch.values[0].value = 0x9000_0040
+    launch()
+    assert seen[0] == (0x1234, (3, 2, 1, 128, 1, 1, 100), 0, (0x7000_0000, 1.5, True, -7), 0)
+    assert seen[1][3] == (0x9000_0040, 1.5, True, -7)
+    assert R.DriverLaunch.pack_all([(0, cfg, Kernel(), [object()])]) is False  # a parameter it cannot pack
+
+    class ClusterConfig:  # (a LaunchConfig with a cluster queries the device)
+        grid, block, shmem_size, cluster = (2, 1, 1), (64, 1, 1), 0, (2, 1, 1)
+
+    assert R.DriverLaunch.pack_all([(0, ClusterConfig(), Kernel(), [1])]) is False

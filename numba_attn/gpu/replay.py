@@ -27,6 +27,7 @@ is not thread-safe (``attention()`` records only on a plan's first call). The si
 from __future__ import annotations
 
 import contextlib
+import ctypes
 from dataclasses import dataclass, field
 
 
@@ -112,6 +113,7 @@ class Replay:
         self._launches = launches  # [(stream, config, kernel, list of parameters)]
         self._slots = slots  # per launch: [(parameter index, value index, byte offset)]
         self._derived = derived  # addresses -> more values (indexes 4, 5, ... of the slots)
+        self._packed = None  # per launch: a DriverLaunch, made at the first replay (None: not yet; False: none)
         import cuda.core as core
 
         self._launch = core.launch
@@ -148,14 +150,81 @@ class Replay:
         return cls(launches, slots, derived if extra else None)
 
     def __call__(self, addresses) -> None:
-        launch = self._launch
         if self._derived is not None:
             addresses = tuple(addresses) + tuple(self._derived(addresses))
+        packed = self._packed
+        if packed:  # the driver's launch on parameters packed once: only the moved pointers are written
+            for launch, mine in zip(packed, self._slots):
+                values = launch.values
+                for p, i, offset in mine:
+                    values[p].value = addresses[i] + offset
+                launch()
+            return
+        launch = self._launch
         for (stream, config, kernel, args), mine in zip(self._launches, self._slots):
             for p, i, offset in mine:
                 args[p] = addresses[i] + offset
             launch(stream, config, kernel, *args)
+        if packed is None:  # packed after one replay through cuda.core (the reference way) has run
+            self._packed = DriverLaunch.pack_all(self._launches)
 
     @property
     def launches(self) -> int:
         return len(self._launches)
+
+
+def _stream_handle(stream) -> int:
+    """The CUstream address of a recorded launch's stream (a cuda.core Stream, a numba stream or 0)."""
+    if stream is None or type(stream) is int:
+        return int(stream or 0)
+    handle = getattr(stream, "handle", None)
+    if handle is not None:
+        return int(handle.value if isinstance(handle, ctypes.c_void_p) else handle or 0)
+    return int(stream.__cuda_stream__()[1])
+
+
+class DriverLaunch:
+    """One recorded launch as ``cuLaunchKernel`` takes it: each parameter a ctypes value (a Python int as
+    ``intptr_t`` and a bool as ``bool``, as ``cuda.core.launch`` passes them; ctypes scalars as they are), their
+    addresses in one ``void*`` array, all made once. ``cuda.core.launch`` builds its parameter array at every call
+    (~10 µs of a replayed call's host time); here a replay writes the moved pointers into ``values`` and calls the
+    driver. :meth:`pack_all` returns False (replays keep ``cuda.core.launch``) for a launch it cannot pack: a
+    cluster, a cooperative or programmatic launch, a parameter of another type, or no ``cuda.bindings``."""
+
+    def __init__(self, stream, config, kernel, args):
+        from cuda.bindings import driver
+
+        values = []
+        for a in args:
+            if type(a) is bool:
+                values.append(ctypes.c_bool(a))
+            elif type(a) is int:
+                values.append(ctypes.c_int64(a))
+            elif isinstance(a, ctypes._SimpleCData):
+                values.append(type(a)(a.value))
+            else:
+                raise TypeError(f"parameter of type {type(a).__name__}")
+        if getattr(config, "cluster", None) or getattr(config, "is_cooperative", False) or getattr(
+                config, "cooperative_launch", False) or getattr(config, "programmatic_stream_serialization", False):
+            raise TypeError("a cluster, cooperative or programmatic launch")
+        self.values = values
+        self._array = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
+        dims = [tuple(d) if isinstance(d, tuple) else (int(d),) for d in (config.grid, config.block)]
+        self._dims = tuple(int(x) for d in dims for x in (d + (1, 1, 1))[:3])
+        self._shmem = int(config.shmem_size or 0)
+        self._function = driver.CUfunction(int(kernel.handle))
+        self._stream = driver.CUstream(_stream_handle(stream))
+        self._launch = driver.cuLaunchKernel
+        self._ok = driver.CUresult.CUDA_SUCCESS
+
+    def __call__(self) -> None:
+        err, = self._launch(self._function, *self._dims, self._shmem, self._stream, ctypes.addressof(self._array), 0)
+        if err != self._ok:
+            raise RuntimeError(f"cuLaunchKernel failed: {err!r}")
+
+    @classmethod
+    def pack_all(cls, launches):
+        try:
+            return [cls(*launch[:3], launch[3]) for launch in launches]
+        except (ImportError, TypeError, AttributeError, ValueError):
+            return False
