@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -54,10 +55,20 @@ class Plan:
     sizes: tuple = ()  # bytes of q, k, v, o
 
 
+STAMP_NS = 10_000_000  # the tuning cache file is looked at (os.stat) at most every 10 ms
+_STAMP = [0, None, None]  # (monotonic ns of the last look, its environment, the stamp)
+
+
 def _tuning_stamp():
-    """The tuning cache file and its modification time: a plan made before a tuning is not reused."""
+    """The tuning cache file and its modification time: a plan made before a tuning is not reused. The file is
+    looked at most every ``STAMP_NS`` (a stat is a few microseconds of a call's host time): a tuning written by
+    another process counts from the next look; one written by this process (:func:`tuning_changed`) and a
+    changed environment at once."""
     env = (os.environ.get("NUMBA_ATTN_TUNING_CACHE"), os.environ.get("NUMBA_ATTN_RESULTS"),
            os.environ.get("XDG_DATA_HOME"))
+    now = time.monotonic_ns()
+    if now - _STAMP[0] < STAMP_NS and _STAMP[1] == env:
+        return _STAMP[2]
     path = _TUNING_PATHS.get(env)
     if path is None:
         from numba_attn.measure.tune import default_cache_path
@@ -65,9 +76,16 @@ def _tuning_stamp():
         path = _TUNING_PATHS[env] = default_cache_path()
     try:
         st = os.stat(path)
-        return path, st.st_mtime_ns, st.st_size
+        stamp = path, st.st_mtime_ns, st.st_size
     except OSError:
-        return path, None, None
+        stamp = path, None, None
+    _STAMP[:] = now, env, stamp
+    return stamp
+
+
+def tuning_changed() -> None:
+    """This process wrote a tuning cache: the next call looks at the file again."""
+    _STAMP[0] = 0
 
 
 def token():
@@ -80,6 +98,7 @@ def clear_plans() -> None:
     a phase in place or anything else :func:`choose_phase` reads (e.g. ``device_cc``)."""
     PLANS.clear()
     _STATS.update(hits=0, misses=0, workspace=0)
+    tuning_changed()
 
 
 def plan_cache_info() -> dict:

@@ -124,6 +124,10 @@ class TuningCache:
                 with contextlib.suppress(OSError):
                     os.remove(tmp)
                 raise
+            finally:
+                from numba_attn import plans
+
+                plans.tuning_changed()  # this process's plans see the new entries at their next call
 
     def format(self) -> str:
         data = self.load()
