@@ -182,10 +182,11 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False
     if nonfinite not in ("propagate", "raise"):
         raise AttentionInputError(f"nonfinite must be 'propagate' or 'raise'; got {nonfinite!r}")
     kind = one_kind(q, k, v, out)
-    variant = variant_arg(mask_mod, score_mod, aux)
+    plain = mask_mod is None and score_mod is None and aux is None  # (no variant: its checks cost host time)
+    variant = None if plain else variant_arg(mask_mod, score_mod, aux)
     if block_mask is not None and (variant is None or not variant.has_mask):
         raise AttentionInputError("block_mask given without a mask_mod it was made from")
-    return_lse = check_bool("return_lse", return_lse)
+    return_lse = False if return_lse is False else check_bool("return_lse", return_lse)
     sink_logits = None if sinks is None else sinks_arg(sinks, int(q.shape[1]) if len(q.shape) == 4 else -1)
     lse = return_lse or sink_logits is not None
     if kind == TORCH_CPU:  # the NumPy path on views of the tensors' memory
@@ -223,8 +224,8 @@ def attention(q, k, v, *, causal=False, scale=None, phase=None, allow_tf32=False
     if variant is not None:
         return plans.run(plan, kind, q, k, v, out, mods=_mods(plan, variant, block_mask))
     if plan.replay is not None:  # the first call's launches at this call's addresses
-        if kind == TORCH:
-            o = out if out is not None else sys.modules["torch"].empty(q.shape, dtype=q.dtype, device=q.device)
+        if kind == TORCH:  # (q is C-contiguous: empty_like is a C-contiguous output, made with less host time)
+            o = out if out is not None else sys.modules["torch"].empty_like(q)
             plan.replay((q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()))
         else:
             o = out if out is not None else cuda.device_array(q.shape, dtype=q.dtype)
