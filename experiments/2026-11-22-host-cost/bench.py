@@ -20,7 +20,9 @@ at least ``--min-calls``): for a tiny problem this is the host cost of a call; (
 CUPTI kernel time per call (torch.profiler: the device durations of every kernel the calls
 launched, summed, over ``--profile-calls`` calls), ``ratio`` = wall_us / kernel_us and
 ``above_kernel_us`` = wall_us - kernel_us. Targets of issue 15: above_kernel_us <= 40 at B1 H1 N64
-D64; ratio <= 1.03 at B1 H32 N4096 D128 (``target`` and ``target_met`` in the rows). Each output
+D64; ratio <= 1.03 at B1 H32 N4096 D128 (``target`` and ``target_met`` in the rows). ``span_ratio``: the
+device span of the profiled calls (first kernel's start to last kernel's end) over their kernel time, both from
+the one profile: the back-to-back ratio without the clock changes between the wall and the profiled runs. Each output
 is compared with SDPA's once (``max_abs_diff_vs_sdpa``). A table is printed; one JSON line per row
 goes to ``--out``.
 
@@ -81,8 +83,14 @@ def wall_per_call(fn, n):
     return (time.perf_counter() - t0) / n * 1e6
 
 
+SPAN = [None]
+
+
 def kernel_per_call(fn, calls):
-    """CUPTI device time of the kernels ``calls`` calls launched, per call, and kernels per call."""
+    """CUPTI device time of the kernels ``calls`` calls launched, per call, and kernels per call; ``SPAN``
+    receives the device span of the same calls (first kernel's start to last kernel's end) per call: span / kernel
+    time is the back-to-back ratio in one measurement (the GPU idle between a call's kernels and the next call's),
+    free of the clock changes between two measurements."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -96,6 +104,7 @@ def kernel_per_call(fn, calls):
                and not e.name.startswith(("Memcpy", "Memset"))]
     if kernels:
         total = sum(e.time_range.elapsed_us() for e in kernels)
+        SPAN[0] = (max(e.time_range.end for e in kernels) - min(e.time_range.start for e in kernels)) / calls
         return total / calls, len(kernels) / calls
     # kernels not listed as events by this torch version: their device time from the summary
     total = sum(getattr(e, "self_device_time_total", 0) or 0 for e in prof.key_averages())
@@ -169,7 +178,9 @@ def run(args):
                        "wall_us": statistics.median(walls), "wall_us_min": min(walls),
                        "max_abs_diff_vs_sdpa": diff, "plan_cache": info if mode != "sdpa" else None}
                 if not SMOKE:
+                    SPAN[0] = None
                     kern, per = kernel_per_call(fn, args.profile_calls)
+                    row.update(span_us=SPAN[0], span_ratio=SPAN[0] / kern if SPAN[0] and kern else None)
                     row.update(kernel_us=kern, kernels_per_call=per, ratio=row["wall_us"] / kern if kern else None,
                                above_kernel_us=row["wall_us"] - kern)
                     if case in TARGETS and mode != "sdpa":
@@ -277,7 +288,7 @@ def breakdown(phase="tc_wgmma", n=2000, reps=5):
 
 
 HEADER = (f"{'case':<18} {'phase':<20} {'ran':<20} {'mode':<10} {'wall µs':>9} {'kernel µs':>9} {'ratio':>6} "
-          f"{'above':>7} {'k/call':>6} {'diff':>8}  target")
+          f"{'above':>7} {'k/call':>6} {'diff':>8} {'span':>6}  target")
 
 
 def print_row(r):
@@ -290,7 +301,8 @@ def print_row(r):
     print(f"{r['case']:<18} {r['phase']:<20} {ran:<20} {r['mode']:<10} {r['wall_us']:>9.1f} "
           f"{fmt(r.get('kernel_us'), '9.1f'):>9} {fmt(r.get('ratio'), '6.3f'):>6} "
           f"{fmt(r.get('above_kernel_us'), '7.1f'):>7} "
-          f"{fmt(r.get('kernels_per_call'), '6.1f'):>6} {r['max_abs_diff_vs_sdpa']:>8.1e}  {target}", flush=True)
+          f"{fmt(r.get('kernels_per_call'), '6.1f'):>6} {r['max_abs_diff_vs_sdpa']:>8.1e} "
+          f"{fmt(r.get('span_ratio'), '6.3f'):>6}  {target}", flush=True)
 
 
 def main(argv=None):
