@@ -85,13 +85,15 @@ def _kernel(kind, N, KS, trans_b, zero, R, C, swizzle):
 
 
 @functools.cache
-def _kernel_ss(kind, N, KS, trans_b, zero, R, C):
-    """A from shared memory: a 64 × 16·KS K-major tile stored after the B tile (R × C), both swizzled."""
+def _kernel_ss(kind, N, KS, trans_b, zero, R, C, trans_a=False):
+    """A from shared memory: a 64 × 16·KS K-major tile stored after the B tile (R × C), both swizzled;
+    ``trans_a``: A stored transposed (16·KS rows of 64 columns), read as an MN-major operand."""
     rb = WG.row_bytes(C)
-    rba = WG.row_bytes(16 * KS)
+    rba = WG.row_bytes(64 if trans_a else 16 * KS)
     assert rb == rba, "the test keeps one row width for both operands"
     offs, lbo, sbo = (WG.mnmajor_params if trans_b else WG.kmajor_params)(R, KS, rb)
-    op = WG.make_wgmma_ss(kind, N, trans_b, zero, offs, lbo, sbo, rb)
+    a_layout = WG.mnmajor_params(16 * KS, KS, rb) if trans_a else None
+    op = WG.make_wgmma_ss(kind, N, trans_b, zero, offs, lbo, sbo, rb, True, a_layout)
     NA = N // 2
     NW = R * C // 2
     AW = 64 * 8 * KS  # words of A
@@ -105,8 +107,8 @@ def _kernel_ss(kind, N, KS, trans_b, zero, R, C):
         T = cuda.threadIdx.x
         for which in range(2):  # B tile (R × C), then A (64 × 16·KS) at A_OFF
             src = tile if which == 0 else aw
-            rows = R if which == 0 else 64
-            ch = (C if which == 0 else 16 * KS) // 8
+            rows = R if which == 0 else (16 * KS if trans_a else 64)
+            ch = (C if which == 0 else (64 if trans_a else 16 * KS)) // 8
             base = 0 if which == 0 else A_OFF
             for idx in range(T, rows * ch, 128):
                 r = idx // ch
@@ -147,6 +149,28 @@ def test_wgmma_ss_matches_numpy(kind, N, KS, trans_b, zero):
     d_out = cuda.to_device(np.full((128, N // 2), np.nan, np.float32))
     _kernel_ss(kind, N, KS, trans_b, zero, *tile.shape)[1, 128](
         cuda.to_device(A.view(np.uint32)), cuda.to_device(tile.view(np.uint32)), cuda.to_device(C), d_out)
+    got = d_out.copy_to_host()
+    assert np.isfinite(got).all(), "unwritten or non-finite accumulator values"
+    assert _err(got, _want(A, B, C, N, zero)) < 1e-5
+
+
+@pytest.mark.parametrize("kind,N,KS,trans_b,zero", [("f16", 64, 4, True, False), ("bf16", 16, 4, False, True)],
+                         ids=lambda v: str(v))
+def test_wgmma_ss_transposed_a_matches_numpy(kind, N, KS, trans_b, zero):
+    """A read transposed (``a_layout``: an MN-major tile of 16·KS rows by the product's 64 rows, as dSᵀ is read
+    from a dS tile for dK += dSᵀ·Q) against a float64 product."""
+    if kind == "bf16" and ml_dtypes is None:
+        pytest.skip("bfloat16 needs ml_dtypes")
+    rng = np.random.default_rng(3 * N + KS)
+    dt = np.float16 if kind == "f16" else ml_dtypes.bfloat16
+    A = rng.standard_normal((64, 16 * KS)).astype(dt)
+    B = rng.standard_normal((16 * KS, N)).astype(dt)
+    C = rng.standard_normal((128, N // 2)).astype(np.float32)
+    tile = np.ascontiguousarray(B if trans_b else B.T)
+    d_out = cuda.to_device(np.full((128, N // 2), np.nan, np.float32))
+    _kernel_ss(kind, N, KS, trans_b, zero, *tile.shape, True)[1, 128](
+        cuda.to_device(np.ascontiguousarray(A.T).view(np.uint32)), cuda.to_device(tile.view(np.uint32)),
+        cuda.to_device(C), d_out)
     got = d_out.copy_to_host()
     assert np.isfinite(got).all(), "unwritten or non-finite accumulator values"
     assert _err(got, _want(A, B, C, N, zero)) < 1e-5

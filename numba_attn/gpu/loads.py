@@ -10,6 +10,7 @@
 ``st_shared_v4``           ``st.shared.v4.u32`` (128-bit shared store)
 ``ld_shared_v4``           ``ld.shared.v4.u32`` (128-bit shared load, as uint32 words)
 ``st_shared_b16``          ``st.shared.b16``: the low 16 bits of a word at byte ``byte`` of a shared array
+``st_shared_b32``          ``st.shared.b32``: a 32-bit word at byte ``byte`` (a multiple of 4) of a shared array
 ``st_shared_f32x4``        ``st.shared.v4.f32``: four floats at float ``i`` (a multiple of 4) of a shared float32 array
 ``lds``                    ``arr[r, c]`` without negative-index wrap-around
 ``rows_head_major``        ``a[s:s+n].transpose(1, 0, 2)`` (a view; numba's transpose needs a set)
@@ -53,6 +54,14 @@ if IS_SIMULATOR:
         if byte % 2 or not 0 <= byte <= a.size - 2:
             raise IndexError(f"16-bit store at byte {byte} of a {a.size}-byte array (even, inside it)")
         a[byte:byte + 2] = np.array([checked_u32(bits) & 0xFFFF], np.uint16).view(np.uint8)
+
+    def st_shared_b32(arr, byte, bits):
+        """Store the 32-bit word ``bits`` at byte ``byte`` (a multiple of 4) of the shared array ``arr``."""
+        a = np.asarray(host_array(arr)).reshape(-1).view(np.uint8)
+        byte = int(byte)
+        if byte % 4 or not 0 <= byte <= a.size - 4:
+            raise IndexError(f"32-bit store at byte {byte} of a {a.size}-byte array (a multiple of 4, inside it)")
+        a[byte:byte + 4] = np.array([checked_u32(bits)], np.uint32).view(np.uint8)
 
     def st_shared_f32x4(arr, i, x0, x1, x2, x3):
         """Store four floats at flat element ``i`` (a multiple of 4: 16-byte aligned) of a float32 array."""
@@ -187,6 +196,23 @@ else:  # -------------------------------------------------------------- GPU
             p16 = builder.addrspacecast(builder.bitcast(p8, ir.PointerType(ir.IntType(16))),
                                         ir.PointerType(ir.IntType(16), 3))
             builder.store(builder.trunc(args[2], ir.IntType(16)), p16)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def st_shared_b32(typingctx, arr, byte, bits):
+        """(An LLVM store through a shared-space pointer, as ``st_shared_b16``: constant offsets folded.)"""
+        if not isinstance(arr, types.Array):
+            return None
+        sig = types.void(arr, types.intp, types.uint32)
+
+        def codegen(context, builder, sig, args):
+            a = context.make_array(sig.args[0])(context, builder, value=args[0])
+            p8 = builder.gep(builder.bitcast(a.data, ir.PointerType(ir.IntType(8))), [args[1]])
+            p32 = builder.addrspacecast(builder.bitcast(p8, ir.PointerType(ir.IntType(32))),
+                                        ir.PointerType(ir.IntType(32), 3))
+            builder.store(args[2], p32, align=4)
             return context.get_dummy_value()
 
         return sig, codegen

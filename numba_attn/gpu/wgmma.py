@@ -32,7 +32,10 @@ parameters; a kernel calls it as ``op(acc, a, a_off, smem, byte_off)``:
 ``op(acc, smem_a, a_off, smem, byte_off)``: A is a K-major tile of 64 rows (the
 rows of the product) in the layout below, as a K tile is for S = Q·Kᵀ (the backward's
 Sᵀ = K·Qᵀ takes K this way, where 64 keys' A fragments would not fit in registers beside
-dK and dV).
+dK and dV). ``a_layout=(offsets, LBO, SBO)`` reads A transposed instead (the
+``imm-trans-a`` of 16-bit wgmma): an MN-major tile whose rows are the K index and
+whose 64 columns are the rows of the product, the parameters of :func:`mnmajor_params`
+(the backward's dK += dSᵀ·Q reads dSᵀ so from a tile stored as dS, query rows by keys).
 
 One call emits ``wgmma.fence``, one chained ``wgmma.mma_async`` (the
 first with scale-d = 0 when ``zero``), ``wgmma.commit_group`` and
@@ -343,9 +346,13 @@ def _operand(kind, smem_bytes, addr, what):
     return _b16(smem_bytes[addr].astype(np.uint16) | (smem_bytes[addr + 1].astype(np.uint16) << 8), kind)
 
 
-def a_from_shared(kind, smem_bytes, start, offsets, rb):
-    """The 64 × 16·ksteps A operand of a wgmma that reads A from shared memory (K-major, 16-bit): the K-major
-    tile model of :func:`b_addresses` with 64 rows (host model)."""
+def a_from_shared(kind, smem_bytes, start, offsets, rb, a_layout=None):
+    """The 64 × 16·ksteps A operand of a wgmma that reads A from shared memory (16-bit): K-major, the K-major tile
+    model of :func:`b_addresses` with 64 rows; ``a_layout = (offsets, lbo, sbo)``: MN-major (transposed: rows = K,
+    the 64 M columns contiguous), the MN-major model with those parameters (host model)."""
+    if a_layout is not None:
+        a_offs, lbo, sbo = a_layout
+        return _operand(kind, smem_bytes, b_addresses(start, 64, a_offs, lbo, sbo, True, rb), "A").T
     return _operand(kind, smem_bytes, b_addresses(start, 64, offsets, 16, 8 * rb, False, rb), "A").T
 
 
@@ -390,6 +397,14 @@ def _check(kind, N, offsets, rb, trans_b=False):
     if ksteps < 1:
         raise ValueError("wgmma needs at least one k-step")
     return N // 2, ksteps
+
+
+def _check_a_layout(a_layout, ksteps):
+    """``a_layout`` of :func:`make_wgmma_ss`: None (A K-major) or (offsets, LBO, SBO) of an MN-major A, one offset
+    a k-step."""
+    if a_layout is not None and (len(a_layout) != 3 or len(a_layout[0]) != ksteps):
+        raise ValueError(f"a_layout must be (offsets of the {ksteps} k-steps, LBO, SBO) of an MN-major A, "
+                         f"not {a_layout!r}")
 
 
 if IS_SIMULATOR:
@@ -438,11 +453,12 @@ if IS_SIMULATOR:
 
     @functools.cache
     def make_wgmma_ss(kind: str, N: int, trans_b: bool, zero: bool, offsets: tuple, lbo: int, sbo: int,
-                      rb: int = 128, wait: bool = True):
+                      rb: int = 128, wait: bool = True, a_layout=None):
         """(The simulator computes at issue; ``wait=False`` only changes the GPU code.)"""
         NA, ksteps = _check(kind, N, offsets, rb, trans_b)
         if kind == "e4m3":
             raise ValueError("make_wgmma_ss takes 16-bit operands (f16, bf16)")
+        _check_a_layout(a_layout, ksteps)
         a_offsets = kmajor_params(64, ksteps, rb)[0]
 
         def wgmma_ss(acc, smem_a, a_off, smem, byte_off):
@@ -456,7 +472,7 @@ if IS_SIMULATOR:
             if start % 16 or a_start % 16:
                 raise ValueError(f"wgmma: operand addresses {a_start} (A), {start} (B) are not 16-byte aligned")
             C = None if zero else np.stack([v[0] for v in vals])
-            A = a_from_shared(kind, buf_a, a_start, a_offsets, rb)
+            A = a_from_shared(kind, buf_a, a_start, a_offsets, rb, a_layout)
             D = wgmma_reference(kind, N, None, C, buf, start, offsets, lbo, sbo, trans_b, rb, a_matrix=A)
             t = _thread_id() % 128
             for i in range(NA):
@@ -562,11 +578,13 @@ else:  # -------------------------------------------------------------- GPU
 
     @functools.cache
     def make_wgmma_ss(kind: str, N: int, trans_b: bool, zero: bool, offsets: tuple, lbo: int, sbo: int,
-                      rb: int = 128, wait: bool = True):
+                      rb: int = 128, wait: bool = True, a_layout=None):
         NA, ksteps = _check(kind, N, offsets, rb, trans_b)
         if kind == "e4m3":
             raise ValueError("make_wgmma_ss takes 16-bit operands (f16, bf16)")
-        a_offsets = kmajor_params(64, ksteps, rb)[0]
+        _check_a_layout(a_layout, ksteps)
+        a_offsets = kmajor_params(64, ksteps, rb)[0] if a_layout is None else a_layout[0]
+        trans_a = 0 if a_layout is None else 1
         nin = 0 if zero else NA
         flag = NA + nin
         a_idx = [flag + 1 + s for s in range(ksteps)]
@@ -576,11 +594,12 @@ else:  # -------------------------------------------------------------- GPU
                  "wgmma.fence.sync.aligned;"]
         for s in range(ksteps):
             lines.append(f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{kind}.{kind} {{{outs}}}, ${a_idx[s]}, "
-                         f"${d_idx[s]}, {'p' if s == 0 else 'q'}, 1, 1, 0, {1 if trans_b else 0};")
+                         f"${d_idx[s]}, {'p' if s == 0 else 'q'}, 1, 1, {trans_a}, {1 if trans_b else 0};")
         lines += ["wgmma.commit_group.sync.aligned;"] + (["wgmma.wait_group.sync.aligned 0;"] if wait else []) + ["}"]
         text = "\n".join(lines)
         cons = ",".join(["=f"] * NA + [str(i) for i in range(nin)] + ["r"] + ["l"] * (2 * ksteps) + ["~{memory}"])
-        a_hi = ((16 >> 4) << 16) | (((8 * rb) >> 4) << 32) | (SWIZZLE_MODE[rb] << 62)  # K-major A: LBO unused
+        a_lbo, a_sbo = (16, 8 * rb) if a_layout is None else a_layout[1:]  # (K-major A: LBO unused)
+        a_hi = ((a_lbo >> 4) << 16) | ((a_sbo >> 4) << 32) | (SWIZZLE_MODE[rb] << 62)
         hi_bits = ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (SWIZZLE_MODE[rb] << 62)
 
         def descriptor(builder, arr, off, hi):
