@@ -31,7 +31,7 @@ from numba_attn.spec.grad_reference import backward_case  # noqa: E402,F401 (che
 BACKWARD_DEFAULT = ("bwd_wgmma_fused", "bwd_wgmma_overlap", "bwd_mma", "bwd_two_kernels", "bwd_naive")
 # phases whose dQ is summed by atomics or reductions in no fixed order: not bitwise reproducible from call to call
 # (deterministic=True, or torch.use_deterministic_algorithms(True), leaves them out of phase=None and refuses them)
-NONDETERMINISTIC = frozenset({"bwd_wgmma_fused", "bwd_atomic_dq"})
+NONDETERMINISTIC = frozenset({"bwd_wgmma_fused", "bwd_wgmma_ss", "bwd_atomic_dq"})
 _PLANS: OrderedDict = OrderedDict()  # (phase, problem, params) -> Launch, at most 16
 
 

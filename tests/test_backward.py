@@ -288,7 +288,7 @@ def test_the_wgmma_steps_refuse_a_score_function_without_its_derivative():
         return score * 2.0
 
     prob = SHAPES[QUICK_D64].replace(variant=make_variant(None, double))
-    for name in ("bwd_wgmma", "bwd_wgmma_overlap", "bwd_wgmma_fused"):
+    for name in ("bwd_wgmma", "bwd_wgmma_overlap", "bwd_wgmma_fused", "bwd_wgmma_ss"):
         phase = na.get_phase(name)
         reason = phase.supports(prob, **phase.resolve_params(phase.sim_params))
         assert reason and "score_mod without its derivative" in reason, reason

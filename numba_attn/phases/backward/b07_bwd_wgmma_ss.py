@@ -1,0 +1,338 @@
+"""Backward phase 7 — ``bwd_wgmma_ss``: dV and dK from shared memory (SS wgmma), the next Q tile's Sᵀ and dPᵀ
+issued before this tile's products are waited for.
+
+Change against ``bwd_wgmma_fused``: dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i take A from shared memory instead of
+register fragments. Pᵀ goes into a tile of its own (64 keys × 64 query rows a warpgroup, K-major: one 32-bit store
+per packed pair); dSᵀ is read from the dS_i tile the dQ product already reads, transposed (an MN-major A: wgmma's
+transpose of A for 16-bit types). The 32 A registers a thread held (D128) carry the next tile instead: after dQ_i
+is staged, the next tile's Sᵀ and dPᵀ are issued behind dK's product, so a warpgroup's chain (Sᵀ → P → dV;
+dPᵀ → dS → dQ, dK) no longer leaves the tensor pipe idle between tiles. The block barrier at the top of each tile
+goes: the one after the dS stores also tells that the next tile has landed (a ring of 3 stages, refilled after
+it), and a warpgroup waits only for the other's dQ before overwriting its dS columns (named barriers).
+
+Prediction: the 21% of samples at the tile barrier and part of the idle tensor time recovered: ~1.1-1.2×
+``bwd_wgmma_fused`` at fp16 B1 H32 N4096 D128 (1.76 → ~1.5 ms, ~0.85× cuDNN); less at D64. D64 compiles to
+206-209 registers without spills (the parent 214-222); D128 to 255 with 84 spilled bytes a thread (228 causal).
+
+Verdict: not yet timed on a GPU.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import cuda, float32, uint32
+
+from numba_attn.gpu.arrays import view_as
+from numba_attn.gpu.bulk import bulk_commit, bulk_reduce_add_f32, bulk_wait, bulk_wait_read
+from numba_attn.gpu.intrinsics import cp_async_wait, pack_bf16x2, pack_f16x2
+from numba_attn.gpu.loads import st_shared_b32, st_shared_f32x4
+from numba_attn.gpu.jit import device, kernel
+from numba_attn.gpu.mbarrier import fence_proxy_async
+from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
+from numba_attn.gpu.warpspec import named_barrier_arrive, named_barrier_sync
+from numba_attn.gpu.wgmma import make_ring_copy, make_wgmma_ss, make_wgmma_wait, mnmajor_params, row_bytes
+from numba_attn.phases.backward.b06_bwd_wgmma_fused import (FINISH_THREADS, Br, make_dq_finish, make_dq_product,
+                                                            make_ds_store)
+from numba_attn.phases.backward.b06_bwd_wgmma_fused import smem_bytes as fused_smem_bytes
+from numba_attn.phases.backward.common import (backward_launch, one, score_grad_stage, tiled_mask_stage,
+                                               variant_reason)
+from numba_attn.phases.backward.wgmma_steps import (M, kv_elementwise, make_kv_store, make_products, make_q_ring,
+                                                    make_row_stats, padded_rows, tile_bytes)
+from numba_attn.phases.registry import register_phase
+from numba_attn.phases.tensor_core.pipeline import ring_padding
+from numba_attn.variants.launching import KernelMods
+from numba_attn.variants.stages import PLAIN
+
+DS_FREE = 3  # named barriers 3, 4: warpgroup w may overwrite its dS_i columns (the other's dQ is done with them)
+
+
+def smem_bytes(D: int, Bc: int, stages: int) -> int:
+    """``bwd_wgmma_fused``'s (K_j, V_j, the ring, dS_i, the dQ staging, the rows' statistics), and the Pᵀ tiles
+    (64 × 64 a warpgroup)."""
+    return fused_smem_bytes(D, Bc, stages) + tile_bytes(Bc, Br)
+
+
+@functools.cache
+def make_ss_accumulate(bf16: bool, D: int, transposed: bool):
+    """``accumulate(acc, sm, a_off, sm, b_off)``: acc += A · (a ring tile of Br rows, transposed: MN-major B),
+    issued, not waited for. A from shared memory (64 keys × Br query rows): a K-major Pᵀ tile, or
+    (``transposed``) the warpgroup's 64-key column block of dS_i read as an MN-major A (rows = query rows)."""
+    rb = row_bytes(D)
+    offs, lbo, sbo = mnmajor_params(Br, Br // 16, rb)
+    a_layout = mnmajor_params(Br, Br // 16, 2 * M) if transposed else None
+    return make_wgmma_ss("bf16" if bf16 else "f16", D, True, False, offs, lbo, sbo, rb, False, a_layout)
+
+
+@functools.cache
+def make_pt_store(bf16: bool):
+    """``store_pt(sm, pt_b, St, ww, g, t)``: the warpgroup's Pᵀ (accumulator layout: keys 16ww + g + 8hi, query
+    rows 8nt + 2t and + 1) packed into its K-major tile at byte ``pt_b`` (row = key, 128 bytes of query rows,
+    chunk nt at nt ^ (key mod 8)): one 32-bit store a pair, a warp's store 8 rows × 4 words in distinct banks."""
+    pack2 = pack_bf16x2 if bf16 else pack_f16x2
+
+    @device
+    def store_pt(sm, pt_b, St, ww, g, t):
+        for hi in range(2):
+            row = pt_b + (16 * ww + 8 * hi + g) * 128 + 4 * t
+            for nt in range(Br // 8):
+                st_shared_b32(sm, row + 16 * (nt ^ g), pack2(St[4 * nt + 2 * hi], St[4 * nt + 2 * hi + 1]))
+
+    return store_pt
+
+
+@functools.cache
+def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one):
+    """``(issue, scores, grads)``: one Q tile for warpgroup w (its 64 keys). ``issue``: Sᵀ, dPᵀ in flight.
+    ``scores``: Pᵀ into its tile, dV_j += Pᵀ dO_i issued (SS), dSᵀ into dS_i (after the other warpgroup's dQ of
+    the tile before). The kernel's block barrier follows. ``grads``: dQ_i's halves = dS_i K_j, dK_j += dSᵀ Q_i
+    (SS, dSᵀ read transposed from dS_i) behind the last, each half staged once done; ``issue_next``: the next
+    tile's Sᵀ and dPᵀ behind dK; ``publish``: the partial added to ``dqa`` by one bulk reduction. dK is waited for
+    by the next tile's first wait (products complete in order) or, after the last tile, by ``publish``."""
+    issue_scores, _, pack, _ = make_products(bf16, Br, D, STAGES)
+    acc_p = make_ss_accumulate(bf16, D, False)
+    acc_t = make_ss_accumulate(bf16, D, True)
+    wait_s = make_wgmma_wait(1, Br // 2)  # Sᵀ done, dPᵀ in flight
+    wait_dp = make_wgmma_wait(1, Br // 2)  # dPᵀ done, dV in flight
+    wait_dq = make_wgmma_wait(0, D // 4, D // 2)
+    wait_dq_dk = make_wgmma_wait(1, D // 4, D // 2)  # all but the newest group (dK's product)
+    wait_dk = make_wgmma_wait(0, D // 2)
+    wait_dk_next = make_wgmma_wait(2, D // 2)
+    probabilities, score_grads = kv_elementwise(Br, causal, stage, dmod)
+    dq_product = make_dq_product(bf16, D, Bc)
+    store_ds = make_ds_store()
+    store_pt = make_pt_store(bf16)
+    WGS = Bc // M
+    NH = 2 // WGS  # dQ halves per warpgroup
+    NQ = D // 4  # accumulators of a half
+    HALF = Br * D // 2
+    T64, TILE = tile_bytes(M, D), tile_bytes(Br, D)
+    HALF_COLS = D // 2 * 2  # bytes of half of a K row (a dQ half's columns, within a 64-column block)
+    rb = row_bytes(D)
+    A64 = M * 2 * M  # bytes of a warpgroup's 64-key block of dS_i (Br = 64 rows) and of its Pᵀ tile
+
+    @device
+    def issue(St, dPt, sm, sb, own_b, ring_b, w):
+        issue_scores(St, sm, own_b + w * T64, sm, ring_b + sb * TILE)  # Sᵀ = K_j Q_iᵀ
+        issue_scores(dPt, sm, own_b + (WGS + w) * T64, sm, ring_b + (STAGES + sb) * TILE)  # dPᵀ = V_j dO_iᵀ
+
+    @device
+    def scores(regs, sm, sb, i0, j_lo, first, where, Nq, Nk, scale, var):
+        St, dPt, dsf, dK, dV, Gt, dQ = regs
+        rows, own_b, ring_b, ds_b, pt_b, w, tw, ww, g, t, lead = where
+        wait_s(St, St)  # Sᵀ done, dPᵀ in flight
+        probabilities(St, Gt, rows, sb, i0, j_lo, t, Nq, Nk, scale, var)
+        store_pt(sm, pt_b + w * A64, St, ww, g, t)
+        fence_proxy_async()  # the stores, then the tensor cores' reads of the Pᵀ tile
+        named_barrier_sync(1 + w, 128)  # the warpgroup's Pᵀ is in its tile
+        acc_p(dV, sm, pt_b + w * A64, sm, ring_b + (STAGES + sb) * TILE)  # dV_j += Pᵀ dO_i, in flight
+        wait_dp(dPt, dPt)  # dPᵀ done, dV in flight
+        score_grads(St, dPt, Gt, rows, sb, t)
+        pack(dsf, dPt)
+        if WGS > 1 and not first:
+            named_barrier_sync(DS_FREE + w, 256)  # the other warpgroup's dQ of the tile before has read dS_i
+        store_ds(sm, ds_b, dsf, w, ww, g, t)
+        fence_proxy_async()  # the stores, then the tensor cores' reads of dS_i
+        if lead:
+            bulk_wait_read(0)  # the last tile's dQ reduction has read the staging tile
+
+    @device
+    def grads(regs, sm, sb, where, staging):
+        St, dPt, dsf, dK, dV, Gt, dQ = regs
+        rows, own_b, ring_b, ds_b, pt_b, w, tw, ww, g, t, lead = where
+        for hh in range(NH):
+            h = w * NH + hh
+            # dQ_i[:, half h] = dS_i K_j[:, half h] (half h: column block h at D128, 64 bytes in at D64)
+            dq_product(dQ, sm, ds_b, sm, own_b + (h * (D // 2) // 64) * M * rb + (h * HALF_COLS) % rb)
+            if hh == NH - 1:
+                acc_t(dK, sm, ds_b + w * A64, sm, ring_b + sb * TILE)  # dK_j += dSᵀ Q_i, behind dQ's last half
+                wait_dq_dk(dQ, dV)  # dV and the half done, dK in flight
+            else:
+                wait_dq(dQ, dV)
+            for m in range(NQ // 4):  # into the staging tile in thread order, 16 bytes a store (conflict-free)
+                st_shared_f32x4(staging, hh * HALF + 512 * m + 4 * tw, dQ[4 * m], dQ[4 * m + 1], dQ[4 * m + 2],
+                                dQ[4 * m + 3])
+
+    @device
+    def issue_next(St, dPt, sm, sb, where):
+        """The next tile's Sᵀ and dPᵀ, behind dK's product (once this warpgroup's dQ is done with dS_i)."""
+        w = where[5]
+        if WGS > 1:
+            named_barrier_arrive(DS_FREE + 1 - w, 256)  # done with dS_i: the other may overwrite its columns
+        issue(St, dPt, sm, sb + 1 if sb + 1 < STAGES else 0, where[1], where[2], w)
+
+    @device
+    def publish(dK, last, where, out):
+        """The staged partial added to ``dqa`` by one bulk reduction; after the last tile, dK waited for."""
+        w, lead = where[5], where[10]
+        staging, dqa, doff = out
+        fence_proxy_async()
+        named_barrier_sync(1 + w, 128)  # the warpgroup's partial is staged
+        if lead:
+            bulk_reduce_add_f32(dqa, doff + w * NH * HALF, staging, 0, NH * HALF)
+            bulk_commit()
+        if last:
+            wait_dk(dK, dK)
+        else:
+            wait_dk_next(dK, dK)  # dK done, the next tile's Sᵀ and dPᵀ in flight
+
+    return issue, scores, grads, issue_next, publish
+
+
+@functools.cache
+def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one):
+    """grad_ss: ``bwd_wgmma_fused``'s kernel (Bc/64 warpgroups of 64 keys walking the Q tiles that see them)
+    with the tile step of :func:`ss_kv_tile`: one block barrier a tile, after the dS stores, which also tells that
+    the next tile has landed; the ring refilled after it (STAGES ≥ 3: the tile two ahead, into the stage of the
+    tile before, whose products every warpgroup has waited for)."""
+    issue, scores, grads, issue_next, publish = ss_kv_tile(D, Bc, STAGES, causal, bf16, stage, dmod)
+    WGS = Bc // M
+    THREADS = 128 * WGS
+    copy_own = make_ring_copy(D, M, WGS, 128)  # K_j's and V_j's 64-key tiles: one per warpgroup
+    walk_of, fill, _, following, q_tile_of, ready, refill = make_q_ring(D, Br, STAGES, THREADS, causal, stage)
+    store_kv = make_kv_store(D, bf16)
+    OWN_B = 2 * WGS * tile_bytes(M, D)  # K_j's tiles, then V_j's
+    RING_B = 2 * STAGES * tile_bytes(Br, D)
+    DS_B = tile_bytes(Br, Bc)
+    PT_B = tile_bytes(Bc, Br)
+    STAGE_B = Br * D * 4
+    ROWS_B = STAGES * 2 * Br * 4
+    TOTAL_ROWS = (OWN_B + RING_B + DS_B + PT_B + STAGE_B + ROWS_B) // 16
+    STAT_ROWS = 2 * STAGES
+    OWN_ROWS, RING_ROWS = OWN_B // 16, RING_B // 16  # (compile-time: a view's shape)
+    NH = 2 // WGS
+    HALF = Br * D // 2  # floats of a half of dQ_i
+    NQ = D // 4  # its accumulator registers
+    STAGE_ROWS = NH * NQ  # a warpgroup's staging rows (of 128 floats)
+    NS, NA, NP = Br // 2, D // 2, Br // 4
+    NG = NS if stage.scored else 1
+    AHEAD = STAGES - 3  # copy groups that may stay in flight when the next tile must have landed
+
+    @kernel
+    def grad_ss(q, k, v, do, st, dk, dv, dqa, scale, H, G, Nq, Nk, mods):
+        pad = ring_padding(dynamic_tile(0, 1, 4))
+        sm = dynamic_tile(pad, TOTAL_ROWS, 4)  # words: K_j, V_j | ring | dS_i | Pᵀ | staging | rows
+        tid = cuda.threadIdx.x
+        w = tid // 128  # the warpgroup: keys 64w .. of the block
+        tw = tid % 128
+        ww, lane = tw // 32, cuda.laneid
+        g, t = lane // 4, lane % 4
+        lead = tw == 0  # issues the warpgroup's reductions
+        kvh = cuda.blockIdx.y
+        jb = cuda.blockIdx.x * Bc
+        own = dynamic_tile(pad, OWN_ROWS, 4)
+        ring = dynamic_tile(pad + OWN_B // 4, RING_ROWS, 4)
+        staging = dynamic_tile(pad + (OWN_B + RING_B + DS_B + PT_B) // 4 + w * NH * HALF, STAGE_ROWS, 128)
+        rows = dynamic_tile(pad + (OWN_B + RING_B + DS_B + PT_B + STAGE_B) // 4, STAT_ROWS, Br)
+        copy_own(own, k, v, WGS * cuda.blockIdx.x + w, w, tw, kvh, Nk)
+        walk, bh0, b = walk_of(jb, cuda.blockIdx.x, kvh, H, G, Nq, Nk, mods)
+        to = (ring, rows, q, do, st, tid, Nq)
+        cur, nxt, sb_next = fill(walk, bh0, to)
+        St = cuda.local.array(NS, float32)
+        dPt = cuda.local.array(NS, float32)
+        dsf = cuda.local.array(NP, uint32)
+        Gt = cuda.local.array(NG, float32)
+        dK = cuda.local.array(NA, float32)
+        dV = cuda.local.array(NA, float32)
+        dQ = cuda.local.array(NQ, float32)
+        for e in range(NA):
+            dK[e] = float32(0.0)
+            dV[e] = float32(0.0)
+        j_lo = jb + 64 * w + 16 * ww + g
+        where = (rows, 0, OWN_B, OWN_B + RING_B, OWN_B + RING_B + DS_B, w, tw, ww, g, t, lead)
+        regs = (St, dPt, dsf, dK, dV, Gt, dQ)
+        NQT = dqa.shape[1] // (Br * D)
+        ready()  # the first tile (and K_j, V_j) has landed
+        if cur[0] < G:
+            issue(St, dPt, sm, 0, 0, OWN_B, w)
+        sb = 0
+        first = True
+        while cur[0] < G:
+            after = following(cur, walk)
+            h = walk[4] + cur[0]
+            qt = q_tile_of(cur, walk)
+            var = (b, h, stage.tile_kind(mods, b, h, qt, cuda.blockIdx.x), mods)
+            scores(regs, sm, sb, qt * Br, j_lo, first, where, Nq, Nk, scale, var)
+            cp_async_wait(AHEAD)  # the next tile has landed (this thread's copies) ...
+            cuda.syncthreads()  # ... every thread's; every warpgroup's dSᵀ is in dS_i, its tile before done
+            nxt, sb_next = refill(nxt, sb_next, walk, bh0, to)  # into the stage of the tile before
+            grads(regs, sm, sb, where, staging)
+            out = (staging, dqa, ((bh0 + cur[0]) * NQT + qt) * Br * D)
+            if after[0] >= G:  # (a path of its own: Sᵀ, dPᵀ carried to the next tile only from their issue)
+                publish(dK, True, where, out)
+                break
+            issue_next(St, dPt, sm, sb, where)
+            publish(dK, False, where, out)
+            sb = sb + 1 if sb + 1 < STAGES else 0
+            first = False
+            cur = after
+        if lead:
+            bulk_wait(0)  # the staging tile stays valid until the last reduction has read it
+        store_kv(dk, dv, dK, dV, kvh, j_lo, t, Nk, scale)
+
+    return grad_ss
+
+
+def _resolve(problem, Bc, stages):
+    """Bc=0: as ``bwd_wgmma_fused`` (64 keys a block up to D64, 128 above)."""
+    return {"Bc": Bc or (64 if problem.head_dim <= 64 else 128), "stages": stages}
+
+
+def _supports(problem, Bc, stages):
+    D = problem.head_dim
+    if D not in (64, 128):
+        return (f"head_dim {D}: the swizzled 128-byte rows and the 64 × D dK, dV accumulators of a warpgroup take "
+                "D = 64 or 128 (bwd_mma runs multiples of 16 up to 128)")
+    reason = variant_reason(problem)
+    if reason:
+        return reason
+    if Bc not in (0, 64, 128):
+        return f"Bc={Bc}: a block's keys are one or two warpgroups' 64 (64 or 128; 0: by the head dim)"
+    if stages < 3:
+        return (f"stages={stages}: the ring needs 3 at least (the next tile landed while this one is read, "
+                "before the stage of the one before is refilled)")
+    return smem_reason(smem_bytes(D, _resolve(problem, Bc, stages)["Bc"], stages))
+
+
+@register_phase(
+    name="bwd_wgmma_ss", order=107,
+    title="Backward in one wgmma kernel, dV and dK from shared memory, the next tile's scores issued early",
+    parent="bwd_wgmma_fused", kind="backward",
+    description="""
+        bwd_wgmma_fused with dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i as SS wgmma: Pᵀ through a shared tile of its own,
+        dSᵀ read transposed (an MN-major A) from the dS tile the dQ product reads. The A registers freed carry the
+        next Q tile's Sᵀ and dPᵀ, issued behind dK's product once dQ is staged; one block barrier a tile (after
+        the dS stores; a ring of 3 stages refilled after it), named barriers between the warpgroups for dS.
+    """,
+    lineage="FlashAttention-3 (Shah et al. 2024) backward: P and dS through shared memory for the dV and dK "
+            "products, the next tile's products issued before this tile's are waited for",
+    planned_speedup=1550.0,  # against bwd_naive, as every planned speedup: ~1.15x bwd_wgmma_fused (1350)
+    dtypes=("float16", "bfloat16"), requires_cc="sm_90a", head_dims=(64, 128),
+    space={"Bc": [64, 128], "stages": [3, 4]},
+    sim_params={"Bc": 128, "stages": 3}, supports=_supports, resolve=_resolve, variants=True,
+)
+def bwd_wgmma_ss(problem, Bc=0, stages=3):
+    B, H, Hkv, Nq, Nk, G = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.group
+    D, bf16 = problem.head_dim, problem.dtype == "bfloat16"
+    row_stats, stat_rows = make_row_stats(D, bf16)
+    stage = tiled_mask_stage(problem)
+    dmod = score_grad_stage(problem)
+    grad = make_grad_ss(D, Bc, stages, problem.causal, bf16, stage, dmod)
+    finish = make_dq_finish(D, bf16)
+    mods_of = KernelMods(problem, Br, Bc, columns=True)
+    scale = float32(problem.sm_scale)
+    NQP = padded_rows(Nq, Br)
+    st = cuda.device_array((B * H, 2, NQP), dtype="float32")
+    dqa = cuda.to_device(np.zeros((B * H, NQP * D), np.float32))  # zeroed again by every call's finish
+    grid = ((Nk + Bc - 1) // Bc, B * Hkv)
+    nbytes = smem_bytes(D, Bc, stages)
+
+    def run(q, k, v, o, lse, do, dq, dk, dv, stream=0, mods=()):
+        q, k, v, o, do, dq, dk, dv = (view_as(a, np.uint32) for a in (q, k, v, o, do, dq, dk, dv))
+        m = mods_of(aux=mods or None, stream=stream) if mods_of.variant is not None else mods
+        row_stats[((NQP + stat_rows - 1) // stat_rows, B * H), 128, stream](o, do, lse, st, Nq)
+        launch_dynamic(grad, grid, 2 * Bc, stream, nbytes, q, k, v, do, st, dk, dv, dqa, scale, H, G, Nq, Nk, m)
+        finish[((NQP * D // 4 + FINISH_THREADS - 1) // FINISH_THREADS, B * H), FINISH_THREADS, stream](
+            dqa, dq, scale, Nq)
+
+    return backward_launch("bwd_wgmma_ss", run, [row_stats, grad, finish], st.nbytes + dqa.nbytes, host_aux=True)
