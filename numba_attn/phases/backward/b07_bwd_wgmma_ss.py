@@ -12,7 +12,10 @@ it), and a warpgroup waits only for the other's dQ before overwriting its dS col
 
 Prediction: the 21% of samples at the tile barrier and part of the idle tensor time recovered: ~1.1-1.2×
 ``bwd_wgmma_fused`` at fp16 B1 H32 N4096 D128 (1.76 → ~1.5 ms, ~0.85× cuDNN); less at D64. D64 compiles to
-206-209 registers without spills (the parent 214-222); D128 to 255 with 84 spilled bytes a thread (228 causal).
+183 registers without spills (the parent 214-222); D128 to 255 with 16 spilled bytes a thread (44 causal: the
+walk's scalars, each loaded once a tile). Before the warpgroup index was made warp-uniform, the Pᵀ stores'
+addresses formed in the tile and the flag of the first tile dropped: 206-209 at D64; 84 bytes at D128 (228
+causal), mostly Sᵀ's and dPᵀ's A descriptors, loaded from the stack before each early issue.
 
 Verdict: not yet timed on a GPU.
 """
@@ -30,6 +33,7 @@ from numba_attn.gpu.loads import st_shared_b32, st_shared_f32x4
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.mbarrier import fence_proxy_async
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
+from numba_attn.gpu.warp import FULL_MASK, shfl_sync
 from numba_attn.gpu.warpspec import named_barrier_arrive, named_barrier_sync
 from numba_attn.gpu.wgmma import make_ring_copy, make_wgmma_ss, make_wgmma_wait, mnmajor_params, row_bytes
 from numba_attn.phases.backward.b06_bwd_wgmma_fused import (FINISH_THREADS, Br, make_dq_finish, make_dq_product,
@@ -67,16 +71,20 @@ def make_ss_accumulate(bf16: bool, D: int, transposed: bool):
 @functools.cache
 def make_pt_store(bf16: bool):
     """``store_pt(sm, pt_b, St, ww, g, t)``: the warpgroup's Pᵀ (accumulator layout: keys 16ww + g + 8hi, query
-    rows 8nt + 2t and + 1) packed into its K-major tile at byte ``pt_b`` (row = key, 128 bytes of query rows,
-    chunk nt at nt ^ (key mod 8)): one 32-bit store a pair, a warp's store 8 rows × 4 words in distinct banks."""
+    rows 8nt + 2t and + 1) packed into its K-major tile at byte ``pt_b`` (a multiple of 128; row = key, 128 bytes of
+    query rows, chunk nt at nt ^ (key mod 8)): one 32-bit store a pair, a warp's store 8 rows × 4 words in distinct
+    banks."""
     pack2 = pack_bf16x2 if bf16 else pack_f16x2
 
     @device
     def store_pt(sm, pt_b, St, ww, g, t):
+        # x: row 16ww + g's word t in chunk g (pt_b a multiple of 128): chunk nt ^ g is at x ^ 16nt, row + 8 at
+        # + 1024. x comes through a shuffle from the lane itself: the compiler keeps one register across the walk
+        # and forms the addresses here (one XOR a store), instead of hoisting eight out of the loop (spilled at D128)
+        x = shfl_sync(FULL_MASK, pt_b + (16 * ww + g) * 128 + 16 * g + 4 * t, cuda.laneid)
         for hi in range(2):
-            row = pt_b + (16 * ww + 8 * hi + g) * 128 + 4 * t
             for nt in range(Br // 8):
-                st_shared_b32(sm, row + 16 * (nt ^ g), pack2(St[4 * nt + 2 * hi], St[4 * nt + 2 * hi + 1]))
+                st_shared_b32(sm, (x ^ (16 * nt)) + 1024 * hi, pack2(St[4 * nt + 2 * hi], St[4 * nt + 2 * hi + 1]))
 
     return store_pt
 
@@ -117,7 +125,7 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
         issue_scores(dPt, sm, own_b + (WGS + w) * T64, sm, ring_b + (STAGES + sb) * TILE)  # dPᵀ = V_j dO_iᵀ
 
     @device
-    def scores(regs, sm, sb, i0, j_lo, first, where, Nq, Nk, scale, var):
+    def scores(regs, sm, sb, i0, j_lo, where, Nq, Nk, scale, var):
         St, dPt, dsf, dK, dV, Gt, dQ = regs
         rows, own_b, ring_b, ds_b, pt_b, w, tw, ww, g, t, lead = where
         wait_s(St, St)  # Sᵀ done, dPᵀ in flight
@@ -129,7 +137,7 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
         wait_dp(dPt, dPt)  # dPᵀ done, dV in flight
         score_grads(St, dPt, Gt, rows, sb, t)
         pack(dsf, dPt)
-        if WGS > 1 and not first:
+        if WGS > 1:  # (before the first tile: the other's arrival before the walk)
             named_barrier_sync(DS_FREE + w, 256)  # the other warpgroup's dQ of the tile before has read dS_i
         store_ds(sm, ds_b, dsf, w, ww, g, t)
         fence_proxy_async()  # the stores, then the tensor cores' reads of dS_i
@@ -213,7 +221,10 @@ def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=P
         pad = ring_padding(dynamic_tile(0, 1, 4))
         sm = dynamic_tile(pad, TOTAL_ROWS, 4)  # words: K_j, V_j | ring | dS_i | Pᵀ | staging | rows
         tid = cuda.threadIdx.x
-        w = tid // 128  # the warpgroup: keys 64w .. of the block
+        # the warpgroup (keys 64w ..): lane 0's, known warp-uniform to ptxas (the descriptors of Sᵀ and dPᵀ formed
+        # at each issue in uniform registers; from tid // 128, sixteen 64-bit A descriptors were kept across the
+        # walk and spilled at D128)
+        w = shfl_sync(FULL_MASK, tid // 128, 0)
         tw = tid % 128
         ww, lane = tw // 32, cuda.laneid
         g, t = lane // 4, lane % 4
@@ -241,30 +252,30 @@ def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=P
         j_lo = jb + 64 * w + 16 * ww + g
         where = (rows, 0, OWN_B, OWN_B + RING_B, OWN_B + RING_B + DS_B, w, tw, ww, g, t, lead)
         regs = (St, dPt, dsf, dK, dV, Gt, dQ)
-        NQT = dqa.shape[1] // (Br * D)
         ready()  # the first tile (and K_j, V_j) has landed
         if cur[0] < G:
             issue(St, dPt, sm, 0, 0, OWN_B, w)
+            if WGS > 1:  # nothing of dS_i to wait for at the first tile: no flag kept across the walk
+                named_barrier_arrive(DS_FREE + 1 - w, 256)
         sb = 0
-        first = True
         while cur[0] < G:
             after = following(cur, walk)
             h = walk[4] + cur[0]
             qt = q_tile_of(cur, walk)
             var = (b, h, stage.tile_kind(mods, b, h, qt, cuda.blockIdx.x), mods)
-            scores(regs, sm, sb, qt * Br, j_lo, first, where, Nq, Nk, scale, var)
+            scores(regs, sm, sb, qt * Br, j_lo, where, Nq, Nk, scale, var)
             cp_async_wait(AHEAD)  # the next tile has landed (this thread's copies) ...
             cuda.syncthreads()  # ... every thread's; every warpgroup's dSᵀ is in dS_i, its tile before done
             nxt, sb_next = refill(nxt, sb_next, walk, bh0, to)  # into the stage of the tile before
             grads(regs, sm, sb, where, staging)
-            out = (staging, dqa, ((bh0 + cur[0]) * NQT + qt) * Br * D)
+            out = (staging, dqa, (bh0 + cur[0]) * dqa.shape[1] + qt * (Br * D))  # (dqa's shape: no 64-bit tile
+            # count kept live across the walk)
             if after[0] >= G:  # (a path of its own: Sᵀ, dPᵀ carried to the next tile only from their issue)
                 publish(dK, True, where, out)
                 break
             issue_next(St, dPt, sm, sb, where)
             publish(dK, False, where, out)
             sb = sb + 1 if sb + 1 < STAGES else 0
-            first = False
             cur = after
         if lead:
             bulk_wait(0)  # the staging tile stays valid until the last reduction has read it
