@@ -26,9 +26,11 @@ from numba_attn.phases.registry import BACKWARD, Phase, get_phase, list_phases  
 from numba_attn.spec.errors import AttentionInputError, check_arrays, check_bool  # noqa: E402
 from numba_attn.spec.grad_reference import backward_case  # noqa: E402,F401 (check_backward's; re-exported)
 
-# phase=None: the first of these that supports the problem (bwd_wgmma_fused, bwd_wgmma_overlap: sm_90a,
-# float16/bfloat16, head_dim 64 or 128; bwd_mma: float16/bfloat16, head_dim a multiple of 16)
-BACKWARD_DEFAULT = ("bwd_wgmma_fused", "bwd_wgmma_overlap", "bwd_mma", "bwd_two_kernels", "bwd_naive")
+# phase=None: the first of these that supports the problem (bwd_wgmma_ss, bwd_wgmma_fused, bwd_wgmma_overlap:
+# sm_90a, float16/bfloat16, head_dim 64 or 128; bwd_mma: float16/bfloat16, head_dim a multiple of 16).
+# bwd_wgmma_ss first: 1.00-1.16x bwd_wgmma_fused on every measured problem (H200, experiments/2026-11-28-bwd-ss)
+BACKWARD_DEFAULT = ("bwd_wgmma_ss", "bwd_wgmma_fused", "bwd_wgmma_overlap", "bwd_mma", "bwd_two_kernels",
+                    "bwd_naive")
 # phases whose dQ is summed by atomics or reductions in no fixed order: not bitwise reproducible from call to call
 # (deterministic=True, or torch.use_deterministic_algorithms(True), leaves them out of phase=None and refuses them)
 NONDETERMINISTIC = frozenset({"bwd_wgmma_fused", "bwd_wgmma_ss", "bwd_atomic_dq"})

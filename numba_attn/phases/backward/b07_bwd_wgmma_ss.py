@@ -17,7 +17,9 @@ walk's scalars, each loaded once a tile). Before the warpgroup index was made wa
 addresses formed in the tile and the flag of the first tile dropped: 206-209 at D64; 84 bytes at D128 (228
 causal), mostly Sᵀ's and dPᵀ's A descriptors, loaded from the stack before each early issue.
 
-Verdict: not yet timed on a GPU.
+Verdict: 1.16× ``bwd_wgmma_fused`` at D128 (1.51 against 1.75 ms, 0.82× cuDNN), 1.10× causal, 1.00-1.01× at D64
+(H200, fp16 B1 H32 N4096); bf16 N8192 causal 3.27 against 3.71 ms (0.79× cuDNN, 1.07× FlexAttention). With the
+spills of the first version D128 causal ran 0.80×. The default of phase=None. [experiments/2026-11-28-bwd-ss]
 """
 from __future__ import annotations
 
