@@ -134,24 +134,31 @@ SS_CASES = [  # (kind, N, KS, trans_b, zero): A from shared memory, rows of 128 
 ]
 
 
-@pytest.mark.parametrize("kind,N,KS,trans_b,zero", SS_CASES + ([] if IS_SIMULATOR else [("f16", 64, 8, False, True)]),
-                         ids=lambda v: str(v))
-def test_wgmma_ss_matches_numpy(kind, N, KS, trans_b, zero):
-    """A and B both from swizzled shared memory (``make_wgmma_ss``) against a float64 product."""
+def _check_ss(kind, N, KS, trans_b, zero, seed, trans_a=False):
+    """``make_wgmma_ss`` on random A (64 × 16·KS; ``trans_a``: stored transposed, an MN-major tile) and B
+    (16·KS × N) from swizzled shared memory, against a float64 product."""
     if kind == "bf16" and ml_dtypes is None:
         pytest.skip("bfloat16 needs ml_dtypes")
-    rng = np.random.default_rng(N + KS)
+    rng = np.random.default_rng(seed)
     dt = np.float16 if kind == "f16" else ml_dtypes.bfloat16
     A = rng.standard_normal((64, 16 * KS)).astype(dt)
     B = rng.standard_normal((16 * KS, N)).astype(dt)
     C = rng.standard_normal((128, N // 2)).astype(np.float32)
     tile = np.ascontiguousarray(B if trans_b else B.T)
     d_out = cuda.to_device(np.full((128, N // 2), np.nan, np.float32))
-    _kernel_ss(kind, N, KS, trans_b, zero, *tile.shape)[1, 128](
-        cuda.to_device(A.view(np.uint32)), cuda.to_device(tile.view(np.uint32)), cuda.to_device(C), d_out)
+    _kernel_ss(kind, N, KS, trans_b, zero, *tile.shape, trans_a)[1, 128](
+        cuda.to_device(np.ascontiguousarray(A.T if trans_a else A).view(np.uint32)),
+        cuda.to_device(tile.view(np.uint32)), cuda.to_device(C), d_out)
     got = d_out.copy_to_host()
     assert np.isfinite(got).all(), "unwritten or non-finite accumulator values"
     assert _err(got, _want(A, B, C, N, zero)) < 1e-5
+
+
+@pytest.mark.parametrize("kind,N,KS,trans_b,zero", SS_CASES + ([] if IS_SIMULATOR else [("f16", 64, 8, False, True)]),
+                         ids=lambda v: str(v))
+def test_wgmma_ss_matches_numpy(kind, N, KS, trans_b, zero):
+    """A and B both from swizzled shared memory (``make_wgmma_ss``) against a float64 product."""
+    _check_ss(kind, N, KS, trans_b, zero, N + KS)
 
 
 @pytest.mark.parametrize("kind,N,KS,trans_b,zero", [("f16", 64, 4, True, False), ("bf16", 16, 4, False, True)],
@@ -159,21 +166,7 @@ def test_wgmma_ss_matches_numpy(kind, N, KS, trans_b, zero):
 def test_wgmma_ss_transposed_a_matches_numpy(kind, N, KS, trans_b, zero):
     """A read transposed (``a_layout``: an MN-major tile of 16·KS rows by the product's 64 rows, as dSᵀ is read
     from a dS tile for dK += dSᵀ·Q) against a float64 product."""
-    if kind == "bf16" and ml_dtypes is None:
-        pytest.skip("bfloat16 needs ml_dtypes")
-    rng = np.random.default_rng(3 * N + KS)
-    dt = np.float16 if kind == "f16" else ml_dtypes.bfloat16
-    A = rng.standard_normal((64, 16 * KS)).astype(dt)
-    B = rng.standard_normal((16 * KS, N)).astype(dt)
-    C = rng.standard_normal((128, N // 2)).astype(np.float32)
-    tile = np.ascontiguousarray(B if trans_b else B.T)
-    d_out = cuda.to_device(np.full((128, N // 2), np.nan, np.float32))
-    _kernel_ss(kind, N, KS, trans_b, zero, *tile.shape, True)[1, 128](
-        cuda.to_device(np.ascontiguousarray(A.T).view(np.uint32)), cuda.to_device(tile.view(np.uint32)),
-        cuda.to_device(C), d_out)
-    got = d_out.copy_to_host()
-    assert np.isfinite(got).all(), "unwritten or non-finite accumulator values"
-    assert _err(got, _want(A, B, C, N, zero)) < 1e-5
+    _check_ss(kind, N, KS, trans_b, zero, 3 * N + KS, trans_a=True)
 
 
 def _e4m3_codes(rng, shape):

@@ -182,40 +182,29 @@ else:  # -------------------------------------------------------------- GPU
 
     ld_shared_v4 = shared_x4_load("ld.shared.v4.u32 {$0,$1,$2,$3}, [$4];")
 
-    @intrinsic
-    def st_shared_b16(typingctx, arr, byte, bits):
-        """(An LLVM store through a shared-space pointer, not inline PTX: the compiler folds the constant part of
-        the byte offsets of an unrolled loop into the instruction, instead of one address register a store.)"""
-        if not isinstance(arr, types.Array):
-            return None
-        sig = types.void(arr, types.intp, types.uint32)
+    def _make_st_shared(bits):
+        """``st.shared.b{bits}``: the low ``bits`` of a word at a byte of a shared array. (An LLVM store through a
+        shared-space pointer, not inline PTX: the compiler folds the constant part of the byte offsets of an
+        unrolled loop into the instruction, instead of one address register a store.)"""
+        width = ir.IntType(bits)
 
         def codegen(context, builder, sig, args):
             a = context.make_array(sig.args[0])(context, builder, value=args[0])
             p8 = builder.gep(builder.bitcast(a.data, ir.PointerType(ir.IntType(8))), [args[1]])
-            p16 = builder.addrspacecast(builder.bitcast(p8, ir.PointerType(ir.IntType(16))),
-                                        ir.PointerType(ir.IntType(16), 3))
-            builder.store(builder.trunc(args[2], ir.IntType(16)), p16)
+            p = builder.addrspacecast(builder.bitcast(p8, ir.PointerType(width)), ir.PointerType(width, 3))
+            builder.store(builder.trunc(args[2], width) if bits < 32 else args[2], p, align=bits // 8)
             return context.get_dummy_value()
 
-        return sig, codegen
+        @intrinsic
+        def st_shared(typingctx, arr, byte, value):
+            if not isinstance(arr, types.Array):
+                return None
+            return types.void(arr, types.intp, types.uint32), codegen
 
-    @intrinsic
-    def st_shared_b32(typingctx, arr, byte, bits):
-        """(An LLVM store through a shared-space pointer, as ``st_shared_b16``: constant offsets folded.)"""
-        if not isinstance(arr, types.Array):
-            return None
-        sig = types.void(arr, types.intp, types.uint32)
+        return st_shared
 
-        def codegen(context, builder, sig, args):
-            a = context.make_array(sig.args[0])(context, builder, value=args[0])
-            p8 = builder.gep(builder.bitcast(a.data, ir.PointerType(ir.IntType(8))), [args[1]])
-            p32 = builder.addrspacecast(builder.bitcast(p8, ir.PointerType(ir.IntType(32))),
-                                        ir.PointerType(ir.IntType(32), 3))
-            builder.store(args[2], p32, align=4)
-            return context.get_dummy_value()
-
-        return sig, codegen
+    st_shared_b16 = _make_st_shared(16)
+    st_shared_b32 = _make_st_shared(32)
 
     @intrinsic
     def st_shared_f32x4(typingctx, arr, i, x0, x1, x2, x3):

@@ -29,29 +29,23 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 from numba import cuda, float32, uint32
 
-from numba_attn.gpu.arrays import view_as
-from numba_attn.gpu.bulk import bulk_commit, bulk_reduce_add_f32, bulk_wait, bulk_wait_read
-from numba_attn.gpu.intrinsics import pack_bf16x2, pack_f16x2
-from numba_attn.gpu.loads import st_shared_b16, st_shared_f32x4
+from numba_attn.gpu.bulk import bulk_wait, bulk_wait_read
+from numba_attn.gpu.loads import st_shared_b16
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.mbarrier import fence_proxy_async
-from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
-from numba_attn.gpu.warpspec import named_barrier_sync
+from numba_attn.gpu.ptx_loads import dynamic_tile
 from numba_attn.gpu.wgmma import make_ring_copy, make_wgmma_ss, make_wgmma_wait, row_bytes
-from numba_attn.phases.backward.common import (backward_launch, one, score_grad_stage, tiled_mask_stage,
-                                               variant_reason)
-from numba_attn.phases.backward.wgmma_steps import (M, kv_elementwise, make_kv_store, make_products, make_q_ring,
-                                                    make_row_stats, padded_rows, tile_bytes)
+from numba_attn.phases.backward.common import one
+from numba_attn.phases.backward.wgmma_steps import (M, fused_reason, kv_elementwise, launch_fused, make_dq_staging,
+                                                    make_kv_store, make_products, make_q_ring, make_scores_issue,
+                                                    resolve_bc, tile_bytes)
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES, ring_padding
-from numba_attn.variants.launching import KernelMods
 from numba_attn.variants.stages import PLAIN
 
 Br = M  # Q rows per tile: the M of the dQ product
-FINISH_THREADS = 256
 
 
 def smem_bytes(D: int, Bc: int, stages: int) -> int:
@@ -103,26 +97,20 @@ def fused_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=
     as it is done (under dK's product) and added to ``dqa`` by one bulk reduction. ``overlap``: Pᵀ computed while
     dPᵀ runs and dSᵀ while dV's product runs (``bwd_wgmma_overlap``'s schedule: a wait for all but the newest
     group)."""
-    issue_scores, wait_two, pack, accumulate = make_products(bf16, Br, D, STAGES)
+    _, wait_two, pack, accumulate = make_products(bf16, Br, D, STAGES)
+    issue = make_scores_issue(bf16, D, Bc, STAGES)
     wait_older = make_wgmma_wait(1, Br // 2)
     wait_dq_dv = make_wgmma_wait(1, D // 4, D // 2)  # all but the newest group (dK's product)
     wait_dq_dk = make_wgmma_wait(0, D // 4, D // 2)
     wait_dk = make_wgmma_wait(0, D // 2)
     probabilities, score_grads = kv_elementwise(Br, causal, stage, dmod)
     dq_product = make_dq_product(bf16, D, Bc)
+    stage_dq, add_dq = make_dq_staging(D, Bc)
     store_ds = make_ds_store()
-    WGS = Bc // M
-    NH = 2 // WGS  # dQ halves per warpgroup
-    NQ = D // 4  # accumulators of a half
-    HALF = Br * D // 2
-    T64, TILE = tile_bytes(M, D), tile_bytes(Br, D)
+    NH = 2 // (Bc // M)  # dQ halves per warpgroup
+    TILE = tile_bytes(Br, D)
     HALF_COLS = D // 2 * 2  # bytes of half of a K row (a dQ half's columns, within a 64-column block)
     rb = row_bytes(D)
-
-    @device
-    def issue(St, dPt, sm, sb, own_b, ring_b, w):
-        issue_scores(St, sm, own_b + w * T64, sm, ring_b + sb * TILE)  # Sᵀ = K_j Q_iᵀ
-        issue_scores(dPt, sm, own_b + (WGS + w) * T64, sm, ring_b + (STAGES + sb) * TILE)  # dPᵀ = V_j dO_iᵀ
 
     @device
     def kv_tile(regs, sm, sb, i0, j_lo, where, Nq, Nk, scale, var, out):
@@ -159,14 +147,8 @@ def fused_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=
                 wait_dq_dv(dQ, dV)  # dV and the half done, dK in flight
             else:
                 wait_dq_dk(dQ, dK)
-            for m in range(NQ // 4):  # into the staging tile in thread order, 16 bytes a store (conflict-free)
-                st_shared_f32x4(staging, hh * HALF + 512 * m + 4 * tw, dQ[4 * m], dQ[4 * m + 1], dQ[4 * m + 2],
-                                dQ[4 * m + 3])
-        fence_proxy_async()
-        named_barrier_sync(1 + w, 128)  # the warpgroup's partial is staged
-        if lead:
-            bulk_reduce_add_f32(dqa, doff + w * NH * HALF, staging, 0, NH * HALF)
-            bulk_commit()
+            stage_dq(staging, hh, tw, dQ)
+        add_dq(staging, dqa, doff, w, lead)
         if NH == 1:
             wait_dk(dK, dK)  # (the two-half walk waited for it before its second half)
 
@@ -253,56 +235,8 @@ def make_grad_fused(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stag
     return grad_fused
 
 
-@functools.cache
-def make_dq_finish(D: int, bf16: bool):
-    """``dq_finish(dqa, dq, scale, Nq)``: dq = scale · dQacc in the inputs' dtype, the accumulator zeroed for the
-    next call. dQacc holds each 64-row tile as two warpgroup halves of D/2 columns in the staging's thread order,
-    four values a thread at a time: values 4m .. 4m + 3 of thread T at 512·m + 4·T — columns 8m + 2·(T mod 4) and
-    + 1 of rows 16·(T // 32) + (T mod 32) // 4 and + 8 of the half. One thread a group of four (16 contiguous
-    bytes: the warp's reads are one contiguous 512-byte run), two words of dq."""
-    store2 = pack_bf16x2 if bf16 else pack_f16x2
-    HC = D // 2  # columns of a half
-    TILE, HALF = Br * D, Br * D // 2
-
-    @kernel
-    def dq_finish(dqa, dq, scale, Nq):
-        bh = cuda.blockIdx.y
-        at = 4 * (cuda.blockIdx.x * FINISH_THREADS + cuda.threadIdx.x)
-        if at < dqa.shape[1]:
-            qt, x = at // TILE, at % TILE
-            w, x = x // HALF, x % HALF
-            m, T = x // 512, (x % 512) // 4
-            r = qt * Br + 16 * (T // 32) + (T % 32) // 4
-            cw = w * (HC // 2) + 4 * m + T % 4
-            if r < Nq:
-                dq[bh, r, cw] = store2(dqa[bh, at] * scale, dqa[bh, at + 1] * scale)
-            if r + 8 < Nq:
-                dq[bh, r + 8, cw] = store2(dqa[bh, at + 2] * scale, dqa[bh, at + 3] * scale)
-            for e in range(4):
-                dqa[bh, at + e] = float32(0.0)
-
-    return dq_finish
-
-
-def _resolve(problem, Bc, stages, overlap):
-    """Bc=0: 64 keys a block (one warpgroup) up to D64, where two blocks share an SM (1-4% faster, H200), 128
-    (two warpgroups) above, where one warpgroup's block keeps the SM's shared memory to itself (1.6× slower)."""
-    return {"Bc": Bc or (64 if problem.head_dim <= 64 else 128)}
-
-
 def _supports(problem, Bc, stages, overlap):
-    D = problem.head_dim
-    if D not in (64, 128):
-        return (f"head_dim {D}: the swizzled 128-byte rows and the 64 × D dK, dV accumulators of a warpgroup take "
-                "D = 64 or 128 (bwd_mma runs multiples of 16 up to 128)")
-    reason = variant_reason(problem)
-    if reason:
-        return reason
-    if Bc not in (0, 64, 128):
-        return f"Bc={Bc}: a block's keys are one or two warpgroups' 64 (64 or 128; 0: by the head dim)"
-    if stages < 2:
-        return f"stages={stages}: the ring needs 2 at least (tile it+1 loading while tile it is read)"
-    return smem_reason(smem_bytes(D, _resolve(problem, Bc, stages, overlap)["Bc"], stages))
+    return fused_reason(problem, Bc, stages, 2, "tile it+1 loading while tile it is read", smem_bytes)
 
 
 @register_phase(
@@ -321,30 +255,7 @@ def _supports(problem, Bc, stages, overlap):
     planned_speedup=1350.0,  # against bwd_naive, as every planned speedup: ~1.35x bwd_wgmma (1000)
     dtypes=("float16", "bfloat16"), requires_cc="sm_90a", head_dims=(64, 128),
     space={"Bc": [64, 128], "stages": [2, 3], "overlap": [False, True]},
-    sim_params={"Bc": 128, "stages": 2, "overlap": True}, supports=_supports, resolve=_resolve, variants=True,
+    sim_params={"Bc": 128, "stages": 2, "overlap": True}, supports=_supports, resolve=resolve_bc, variants=True,
 )
 def bwd_wgmma_fused(problem, Bc=0, stages=2, overlap=True):
-    B, H, Hkv, Nq, Nk, G = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.group
-    D, bf16 = problem.head_dim, problem.dtype == "bfloat16"
-    row_stats, stat_rows = make_row_stats(D, bf16)
-    stage = tiled_mask_stage(problem)
-    dmod = score_grad_stage(problem)
-    grad = make_grad_fused(D, Bc, stages, problem.causal, bf16, stage, dmod, bool(overlap))
-    finish = make_dq_finish(D, bf16)
-    mods_of = KernelMods(problem, Br, Bc, columns=True)
-    scale = float32(problem.sm_scale)
-    NQP = padded_rows(Nq, Br)
-    st = cuda.device_array((B * H, 2, NQP), dtype="float32")
-    dqa = cuda.to_device(np.zeros((B * H, NQP * D), np.float32))  # zeroed again by every call's finish
-    grid = ((Nk + Bc - 1) // Bc, B * Hkv)
-    nbytes = smem_bytes(D, Bc, stages)
-
-    def run(q, k, v, o, lse, do, dq, dk, dv, stream=0, mods=()):
-        q, k, v, o, do, dq, dk, dv = (view_as(a, np.uint32) for a in (q, k, v, o, do, dq, dk, dv))
-        m = mods_of(aux=mods or None, stream=stream) if mods_of.variant is not None else mods
-        row_stats[((NQP + stat_rows - 1) // stat_rows, B * H), 128, stream](o, do, lse, st, Nq)
-        launch_dynamic(grad, grid, 2 * Bc, stream, nbytes, q, k, v, do, st, dk, dv, dqa, scale, H, G, Nq, Nk, m)
-        finish[((NQP * D // 4 + FINISH_THREADS - 1) // FINISH_THREADS, B * H), FINISH_THREADS, stream](
-            dqa, dq, scale, Nq)
-
-    return backward_launch("bwd_wgmma_fused", run, [row_stats, grad, finish], st.nbytes + dqa.nbytes, host_aux=True)
+    return launch_fused("bwd_wgmma_fused", problem, Bc, stages, make_grad_fused, smem_bytes, bool(overlap))

@@ -25,29 +25,25 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 from numba import cuda, float32, uint32
 
-from numba_attn.gpu.arrays import view_as
-from numba_attn.gpu.bulk import bulk_commit, bulk_reduce_add_f32, bulk_wait, bulk_wait_read
+from numba_attn.gpu.bulk import bulk_wait, bulk_wait_read
 from numba_attn.gpu.intrinsics import cp_async_wait, pack_bf16x2, pack_f16x2
-from numba_attn.gpu.loads import st_shared_b32, st_shared_f32x4
+from numba_attn.gpu.loads import st_shared_b32
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.mbarrier import fence_proxy_async
-from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
+from numba_attn.gpu.ptx_loads import dynamic_tile
 from numba_attn.gpu.warp import FULL_MASK, shfl_sync
 from numba_attn.gpu.warpspec import named_barrier_arrive, named_barrier_sync
 from numba_attn.gpu.wgmma import make_ring_copy, make_wgmma_ss, make_wgmma_wait, mnmajor_params, row_bytes
-from numba_attn.phases.backward.b06_bwd_wgmma_fused import (FINISH_THREADS, Br, make_dq_finish, make_dq_product,
-                                                            make_ds_store)
+from numba_attn.phases.backward.b06_bwd_wgmma_fused import Br, make_dq_product, make_ds_store
 from numba_attn.phases.backward.b06_bwd_wgmma_fused import smem_bytes as fused_smem_bytes
-from numba_attn.phases.backward.common import (backward_launch, one, score_grad_stage, tiled_mask_stage,
-                                               variant_reason)
-from numba_attn.phases.backward.wgmma_steps import (M, kv_elementwise, make_kv_store, make_products, make_q_ring,
-                                                    make_row_stats, padded_rows, tile_bytes)
+from numba_attn.phases.backward.common import one
+from numba_attn.phases.backward.wgmma_steps import (M, fused_reason, kv_elementwise, launch_fused, make_dq_staging,
+                                                    make_kv_store, make_products, make_q_ring, make_scores_issue,
+                                                    resolve_bc, tile_bytes)
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.pipeline import ring_padding
-from numba_attn.variants.launching import KernelMods
 from numba_attn.variants.stages import PLAIN
 
 DS_FREE = 3  # named barriers 3, 4: warpgroup w may overwrite its dS_i columns (the other's dQ is done with them)
@@ -99,7 +95,8 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
     (SS, dSᵀ read transposed from dS_i) behind the last, each half staged once done; ``issue_next``: the next
     tile's Sᵀ and dPᵀ behind dK; ``publish``: the partial added to ``dqa`` by one bulk reduction. dK is waited for
     by the next tile's first wait (products complete in order) or, after the last tile, by ``publish``."""
-    issue_scores, _, pack, _ = make_products(bf16, Br, D, STAGES)
+    pack = make_products(bf16, Br, D, STAGES)[2]
+    issue = make_scores_issue(bf16, D, Bc, STAGES)
     acc_p = make_ss_accumulate(bf16, D, False)
     acc_t = make_ss_accumulate(bf16, D, True)
     wait_s = make_wgmma_wait(1, Br // 2)  # Sᵀ done, dPᵀ in flight
@@ -110,21 +107,15 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
     wait_dk_next = make_wgmma_wait(2, D // 2)
     probabilities, score_grads = kv_elementwise(Br, causal, stage, dmod)
     dq_product = make_dq_product(bf16, D, Bc)
+    stage_dq, add_dq = make_dq_staging(D, Bc)
     store_ds = make_ds_store()
     store_pt = make_pt_store(bf16)
     WGS = Bc // M
     NH = 2 // WGS  # dQ halves per warpgroup
-    NQ = D // 4  # accumulators of a half
-    HALF = Br * D // 2
-    T64, TILE = tile_bytes(M, D), tile_bytes(Br, D)
+    TILE = tile_bytes(Br, D)
     HALF_COLS = D // 2 * 2  # bytes of half of a K row (a dQ half's columns, within a 64-column block)
     rb = row_bytes(D)
     A64 = M * 2 * M  # bytes of a warpgroup's 64-key block of dS_i (Br = 64 rows) and of its Pᵀ tile
-
-    @device
-    def issue(St, dPt, sm, sb, own_b, ring_b, w):
-        issue_scores(St, sm, own_b + w * T64, sm, ring_b + sb * TILE)  # Sᵀ = K_j Q_iᵀ
-        issue_scores(dPt, sm, own_b + (WGS + w) * T64, sm, ring_b + (STAGES + sb) * TILE)  # dPᵀ = V_j dO_iᵀ
 
     @device
     def scores(regs, sm, sb, i0, j_lo, where, Nq, Nk, scale, var):
@@ -159,9 +150,7 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
                 wait_dq_dk(dQ, dV)  # dV and the half done, dK in flight
             else:
                 wait_dq(dQ, dV)
-            for m in range(NQ // 4):  # into the staging tile in thread order, 16 bytes a store (conflict-free)
-                st_shared_f32x4(staging, hh * HALF + 512 * m + 4 * tw, dQ[4 * m], dQ[4 * m + 1], dQ[4 * m + 2],
-                                dQ[4 * m + 3])
+            stage_dq(staging, hh, tw, dQ)
 
     @device
     def issue_next(St, dPt, sm, sb, where):
@@ -176,11 +165,7 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
         """The staged partial added to ``dqa`` by one bulk reduction; after the last tile, dK waited for."""
         w, lead = where[5], where[10]
         staging, dqa, doff = out
-        fence_proxy_async()
-        named_barrier_sync(1 + w, 128)  # the warpgroup's partial is staged
-        if lead:
-            bulk_reduce_add_f32(dqa, doff + w * NH * HALF, staging, 0, NH * HALF)
-            bulk_commit()
+        add_dq(staging, dqa, doff, w, lead)
         if last:
             wait_dk(dK, dK)
         else:
@@ -286,25 +271,9 @@ def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=P
     return grad_ss
 
 
-def _resolve(problem, Bc, stages):
-    """Bc=0: as ``bwd_wgmma_fused`` (64 keys a block up to D64, 128 above)."""
-    return {"Bc": Bc or (64 if problem.head_dim <= 64 else 128), "stages": stages}
-
-
 def _supports(problem, Bc, stages):
-    D = problem.head_dim
-    if D not in (64, 128):
-        return (f"head_dim {D}: the swizzled 128-byte rows and the 64 × D dK, dV accumulators of a warpgroup take "
-                "D = 64 or 128 (bwd_mma runs multiples of 16 up to 128)")
-    reason = variant_reason(problem)
-    if reason:
-        return reason
-    if Bc not in (0, 64, 128):
-        return f"Bc={Bc}: a block's keys are one or two warpgroups' 64 (64 or 128; 0: by the head dim)"
-    if stages < 3:
-        return (f"stages={stages}: the ring needs 3 at least (the next tile landed while this one is read, "
-                "before the stage of the one before is refilled)")
-    return smem_reason(smem_bytes(D, _resolve(problem, Bc, stages)["Bc"], stages))
+    return fused_reason(problem, Bc, stages, 3, "the next tile landed while this one is read, before the stage of "
+                        "the one before is refilled", smem_bytes)
 
 
 @register_phase(
@@ -322,30 +291,7 @@ def _supports(problem, Bc, stages):
     planned_speedup=1550.0,  # against bwd_naive, as every planned speedup: ~1.15x bwd_wgmma_fused (1350)
     dtypes=("float16", "bfloat16"), requires_cc="sm_90a", head_dims=(64, 128),
     space={"Bc": [64, 128], "stages": [3, 4]},
-    sim_params={"Bc": 128, "stages": 3}, supports=_supports, resolve=_resolve, variants=True,
+    sim_params={"Bc": 128, "stages": 3}, supports=_supports, resolve=resolve_bc, variants=True,
 )
 def bwd_wgmma_ss(problem, Bc=0, stages=3):
-    B, H, Hkv, Nq, Nk, G = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.group
-    D, bf16 = problem.head_dim, problem.dtype == "bfloat16"
-    row_stats, stat_rows = make_row_stats(D, bf16)
-    stage = tiled_mask_stage(problem)
-    dmod = score_grad_stage(problem)
-    grad = make_grad_ss(D, Bc, stages, problem.causal, bf16, stage, dmod)
-    finish = make_dq_finish(D, bf16)
-    mods_of = KernelMods(problem, Br, Bc, columns=True)
-    scale = float32(problem.sm_scale)
-    NQP = padded_rows(Nq, Br)
-    st = cuda.device_array((B * H, 2, NQP), dtype="float32")
-    dqa = cuda.to_device(np.zeros((B * H, NQP * D), np.float32))  # zeroed again by every call's finish
-    grid = ((Nk + Bc - 1) // Bc, B * Hkv)
-    nbytes = smem_bytes(D, Bc, stages)
-
-    def run(q, k, v, o, lse, do, dq, dk, dv, stream=0, mods=()):
-        q, k, v, o, do, dq, dk, dv = (view_as(a, np.uint32) for a in (q, k, v, o, do, dq, dk, dv))
-        m = mods_of(aux=mods or None, stream=stream) if mods_of.variant is not None else mods
-        row_stats[((NQP + stat_rows - 1) // stat_rows, B * H), 128, stream](o, do, lse, st, Nq)
-        launch_dynamic(grad, grid, 2 * Bc, stream, nbytes, q, k, v, do, st, dk, dv, dqa, scale, H, G, Nq, Nk, m)
-        finish[((NQP * D // 4 + FINISH_THREADS - 1) // FINISH_THREADS, B * H), FINISH_THREADS, stream](
-            dqa, dq, scale, Nq)
-
-    return backward_launch("bwd_wgmma_ss", run, [row_stats, grad, finish], st.nbytes + dqa.nbytes, host_aux=True)
+    return launch_fused("bwd_wgmma_ss", problem, Bc, stages, make_grad_ss, smem_bytes)

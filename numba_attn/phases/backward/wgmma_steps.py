@@ -13,6 +13,14 @@ walk, by ``bwd_wgmma_fused``:
   column lists with a mask function), a warpgroup of 64 query rows walking key tiles (its row lists), tiles through
   a cp.async ring; a tile step ``schedule(D, N, STAGES, causal, bf16, stage, dmod)`` computes each tile;
 * :func:`launch_backward`, :func:`wgmma_registration` — the launch and the registration keywords.
+
+and the roles the one-kernel phases (``bwd_wgmma_fused`` and its child ``bwd_wgmma_ss``) share:
+
+* :func:`make_scores_issue` — a warpgroup's Sᵀ and dPᵀ issued; :func:`make_dq_staging` — a dQ half staged, the
+  warpgroup's partial added to the float32 accumulator by a bulk reduction; :func:`make_dq_finish` — dQ written
+  from the accumulator;
+* :func:`resolve_bc`, :func:`fused_reason`, :func:`launch_fused` — the block size, the supports check and the
+  launch (the row statistics, the phase's kernel, the finish).
 """
 from __future__ import annotations
 
@@ -23,13 +31,16 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from numba_attn.gpu.arrays import view_as
+from numba_attn.gpu.bulk import bulk_commit, bulk_reduce_add_f32
 from numba_attn.gpu.cp_async import cp_async16_flat
 from numba_attn.gpu.intrinsics import (cp_async_commit, cp_async_wait, pack_bf16x2, pack_f16x2, unpack_bf16x2,
                                        unpack_f16x2)
 from numba_attn.gpu.jit import device, kernel
-from numba_attn.gpu.loads import lds
+from numba_attn.gpu.loads import lds, st_shared_f32x4
+from numba_attn.gpu.mbarrier import fence_proxy_async
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.gpu.warp import group_sum
+from numba_attn.gpu.warpspec import named_barrier_sync
 from numba_attn.gpu.wgmma import (kmajor_params, make_ring_copy, make_wgmma_rs, make_wgmma_ss, make_wgmma_wait,
                                   mnmajor_params, row_bytes)
 from numba_attn.phases.backward.b02_bwd_mma import visible
@@ -551,3 +562,135 @@ def launch_backward(name, problem, Br, Bc, stages, kv_schedule, q_schedule):
         launch_dynamic(grad_q, grid_q, THREADS, stream, q_bytes, q, k, v, do, st, dq, scale, H, G, Nq, Nk, qm)
 
     return backward_launch(name, run, [row_stats, grad_kv, grad_q], st.nbytes, host_aux=True)
+
+
+# The one-kernel backward (bwd_wgmma_fused, bwd_wgmma_ss): Q tiles of M rows, dQ added into a float32 accumulator
+
+FINISH_THREADS = 256
+
+
+@functools.cache
+def make_scores_issue(bf16: bool, D: int, Bc: int, STAGES: int):
+    """``issue(St, dPt, sm, sb, own_b, ring_b, w)``: warpgroup w's Sᵀ = K_j Q_iᵀ and dPᵀ = V_j dO_iᵀ of ring stage
+    ``sb`` (K_j's and V_j's 64-key tiles from byte ``own_b``, the ring from ``ring_b``), issued, not waited for."""
+    issue_scores = make_products(bf16, M, D, STAGES)[0]
+    WGS = Bc // M
+    TILE = tile_bytes(M, D)  # a warpgroup's K_j or V_j tile, a stage's Q_i or dO_i
+
+    @device
+    def issue(St, dPt, sm, sb, own_b, ring_b, w):
+        issue_scores(St, sm, own_b + w * TILE, sm, ring_b + sb * TILE)  # Sᵀ = K_j Q_iᵀ
+        issue_scores(dPt, sm, own_b + (WGS + w) * TILE, sm, ring_b + (STAGES + sb) * TILE)  # dPᵀ = V_j dO_iᵀ
+
+    return issue
+
+
+@functools.cache
+def make_dq_staging(D: int, Bc: int):
+    """``(stage_dq, add_dq)``: ``stage_dq(staging, hh, tw, dQ)`` stores a dQ half done (the warpgroup's hh-th) into
+    its staging tile in thread order, 16 bytes a store (conflict-free); ``add_dq(staging, dqa, doff, w, lead)``
+    adds warpgroup w's staged halves to ``dqa`` by one bulk reduction once all its threads have staged theirs."""
+    NH = 2 // (Bc // M)  # dQ halves per warpgroup
+    NQ = D // 4  # accumulators of a half
+    HALF = M * D // 2
+
+    @device
+    def stage_dq(staging, hh, tw, dQ):
+        for m in range(NQ // 4):
+            st_shared_f32x4(staging, hh * HALF + 512 * m + 4 * tw, dQ[4 * m], dQ[4 * m + 1], dQ[4 * m + 2],
+                            dQ[4 * m + 3])
+
+    @device
+    def add_dq(staging, dqa, doff, w, lead):
+        fence_proxy_async()
+        named_barrier_sync(1 + w, 128)  # the warpgroup's partial is staged
+        if lead:
+            bulk_reduce_add_f32(dqa, doff + w * NH * HALF, staging, 0, NH * HALF)
+            bulk_commit()
+
+    return stage_dq, add_dq
+
+
+@functools.cache
+def make_dq_finish(D: int, bf16: bool):
+    """``dq_finish(dqa, dq, scale, Nq)``: dq = scale · dQacc in the inputs' dtype, the accumulator zeroed for the
+    next call. dQacc holds each 64-row tile as two warpgroup halves of D/2 columns in the staging's thread order,
+    four values a thread at a time: values 4m .. 4m + 3 of thread T at 512·m + 4·T — columns 8m + 2·(T mod 4) and
+    + 1 of rows 16·(T // 32) + (T mod 32) // 4 and + 8 of the half. One thread a group of four (16 contiguous
+    bytes: the warp's reads are one contiguous 512-byte run), two words of dq."""
+    store2 = pack_bf16x2 if bf16 else pack_f16x2
+    HC = D // 2  # columns of a half
+    TILE, HALF = M * D, M * D // 2
+
+    @kernel
+    def dq_finish(dqa, dq, scale, Nq):
+        bh = cuda.blockIdx.y
+        at = 4 * (cuda.blockIdx.x * FINISH_THREADS + cuda.threadIdx.x)
+        if at < dqa.shape[1]:
+            qt, x = at // TILE, at % TILE
+            w, x = x // HALF, x % HALF
+            m, T = x // 512, (x % 512) // 4
+            r = qt * M + 16 * (T // 32) + (T % 32) // 4
+            cw = w * (HC // 2) + 4 * m + T % 4
+            if r < Nq:
+                dq[bh, r, cw] = store2(dqa[bh, at] * scale, dqa[bh, at + 1] * scale)
+            if r + 8 < Nq:
+                dq[bh, r + 8, cw] = store2(dqa[bh, at + 2] * scale, dqa[bh, at + 3] * scale)
+            for e in range(4):
+                dqa[bh, at + e] = float32(0.0)
+
+    return dq_finish
+
+
+def resolve_bc(problem, Bc, **params):
+    """Bc=0: 64 keys a block (one warpgroup) up to D64, where two blocks share an SM (1-4% faster, H200), 128
+    (two warpgroups) above, where one warpgroup's block keeps the SM's shared memory to itself (1.6× slower)."""
+    return {"Bc": Bc or (64 if problem.head_dim <= 64 else 128)}
+
+
+def fused_reason(problem, Bc, stages, least, why, smem_of):
+    """Why a one-kernel wgmma backward cannot run ``problem`` with blocks of ``Bc`` keys and a ring of ``stages``
+    (``least`` at least: ``why``) in ``smem_of(D, Bc, stages)`` bytes of shared memory, or None."""
+    D = problem.head_dim
+    if D not in (64, 128):
+        return (f"head_dim {D}: the swizzled 128-byte rows and the 64 × D dK, dV accumulators of a warpgroup take "
+                "D = 64 or 128 (bwd_mma runs multiples of 16 up to 128)")
+    reason = variant_reason(problem)
+    if reason:
+        return reason
+    if Bc not in (0, 64, 128):
+        return f"Bc={Bc}: a block's keys are one or two warpgroups' 64 (64 or 128; 0: by the head dim)"
+    if stages < least:
+        return f"stages={stages}: the ring needs {least} at least ({why})"
+    return smem_reason(smem_of(D, resolve_bc(problem, Bc)["Bc"], stages))
+
+
+def launch_fused(name, problem, Bc, stages, make_grad, smem_of, *more):
+    """The Launch of a one-kernel wgmma backward: the row statistics; the kernel ``make_grad(D, Bc, stages, causal,
+    bf16, stage, dmod, *more)`` over blocks of Bc keys (a warpgroup each 64) with ``smem_of(D, Bc, stages)``
+    bytes of shared memory, adding its dQ partials into a float32 accumulator; the finish (dQ in the inputs'
+    dtype, the accumulator zeroed)."""
+    B, H, Hkv, Nq, Nk, G = problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len, problem.group
+    D, bf16 = problem.head_dim, problem.dtype == "bfloat16"
+    row_stats, stat_rows = make_row_stats(D, bf16)
+    stage = tiled_mask_stage(problem)
+    dmod = score_grad_stage(problem)
+    grad = make_grad(D, Bc, stages, problem.causal, bf16, stage, dmod, *more)
+    finish = make_dq_finish(D, bf16)
+    mods_of = KernelMods(problem, M, Bc, columns=True)
+    scale = float32(problem.sm_scale)
+    NQP = padded_rows(Nq, M)
+    st = cuda.device_array((B * H, 2, NQP), dtype="float32")
+    dqa = cuda.to_device(np.zeros((B * H, NQP * D), np.float32))  # zeroed again by every call's finish
+    grid = ((Nk + Bc - 1) // Bc, B * Hkv)
+    nbytes = smem_of(D, Bc, stages)
+
+    def run(q, k, v, o, lse, do, dq, dk, dv, stream=0, mods=()):
+        q, k, v, o, do, dq, dk, dv = (view_as(a, np.uint32) for a in (q, k, v, o, do, dq, dk, dv))
+        m = mods_of(aux=mods or None, stream=stream) if mods_of.variant is not None else mods
+        row_stats[((NQP + stat_rows - 1) // stat_rows, B * H), 128, stream](o, do, lse, st, Nq)
+        launch_dynamic(grad, grid, 2 * Bc, stream, nbytes, q, k, v, do, st, dk, dv, dqa, scale, H, G, Nq, Nk, m)
+        finish[((NQP * D // 4 + FINISH_THREADS - 1) // FINISH_THREADS, B * H), FINISH_THREADS, stream](
+            dqa, dq, scale, Nq)
+
+    return backward_launch(name, run, [row_stats, grad, finish], st.nbytes + dqa.nbytes, host_aux=True)
