@@ -12,14 +12,16 @@ it), and a warpgroup waits only for the other's dQ before overwriting its dS col
 
 Prediction: the 21% of samples at the tile barrier and part of the idle tensor time recovered: ~1.1-1.2×
 ``bwd_wgmma_fused`` at fp16 B1 H32 N4096 D128 (1.76 → ~1.5 ms, ~0.85× cuDNN); less at D64. D64 compiles to
-183 registers without spills (the parent 214-222); D128 to 255 with 16 spilled bytes a thread (44 causal: the
+217-224 registers without spills (183 with 64-key blocks; the parent 214-222); D128 to 255 with 16 spilled bytes a
+thread (44 causal: the
 walk's scalars, each loaded once a tile). Before the warpgroup index was made warp-uniform, the Pᵀ stores'
 addresses formed in the tile and the flag of the first tile dropped: 206-209 at D64; 84 bytes at D128 (228
 causal), mostly Sᵀ's and dPᵀ's A descriptors, loaded from the stack before each early issue.
 
-Verdict: 1.16× ``bwd_wgmma_fused`` at D128 (1.51 against 1.75 ms, 0.82× cuDNN), 1.10× causal, 1.00-1.01× at D64
-(H200, fp16 B1 H32 N4096); bf16 N8192 causal 3.27 against 3.71 ms (0.79× cuDNN, 1.07× FlexAttention). With the
-spills of the first version D128 causal ran 0.80×. The default of phase=None. [experiments/2026-11-28-bwd-ss]
+Verdict: 1.16× ``bwd_wgmma_fused`` at D128 (1.51 against 1.75 ms, 0.82× cuDNN), 1.10× causal; at D64 1.09×
+(1.05× causal) with 128-key blocks, 1.00-1.01× with the parent's 64 (H200, fp16 B1 H32 N4096); bf16 N8192 causal
+3.27 against 3.71 ms (0.79× cuDNN, 1.07× FlexAttention). With the spills of the first version D128 causal ran
+0.80×. The default of phase=None. [experiments/2026-11-28-bwd-ss]
 """
 from __future__ import annotations
 
@@ -276,6 +278,13 @@ def _supports(problem, Bc, stages):
                         "the one before is refilled", smem_bytes)
 
 
+def _resolve(problem, Bc, **params):
+    """Bc=0: 128 keys a block (two warpgroups) at every head dim. Unlike the parent's one-warpgroup blocks at D64:
+    with the next tile issued early, 128 keys are 1.07× faster than 64 at D64 (1.04× causal; H200, fp16 B1 H32
+    N4096, experiments/2026-11-28-bwd-ss)."""
+    return {"Bc": Bc or 128}
+
+
 @register_phase(
     name="bwd_wgmma_ss", order=107,
     title="Backward in one wgmma kernel, dV and dK from shared memory, the next tile's scores issued early",
@@ -291,7 +300,7 @@ def _supports(problem, Bc, stages):
     planned_speedup=1550.0,  # against bwd_naive, as every planned speedup: ~1.15x bwd_wgmma_fused (1350)
     dtypes=("float16", "bfloat16"), requires_cc="sm_90a", head_dims=(64, 128),
     space={"Bc": [64, 128], "stages": [3, 4]},
-    sim_params={"Bc": 128, "stages": 3}, supports=_supports, resolve=resolve_bc, variants=True,
+    sim_params={"Bc": 128, "stages": 3}, supports=_supports, resolve=_resolve, variants=True,
 )
 def bwd_wgmma_ss(problem, Bc=0, stages=3):
     return launch_fused("bwd_wgmma_ss", problem, Bc, stages, make_grad_ss, smem_bytes)
