@@ -59,13 +59,25 @@ STAMP_NS = 10_000_000  # the tuning cache file is looked at (os.stat) at most ev
 _STAMP = [0, None, None]  # (monotonic ns of the last look, its environment, the stamp)
 
 
+_ENV_NAMES = ("NUMBA_ATTN_TUNING_CACHE", "NUMBA_ATTN_RESULTS", "XDG_DATA_HOME")  # where the tuning cache is
+_ENV_DATA = getattr(os.environ, "_data", None)  # POSIX: os.environ's own dict (bytes keys), kept current by it
+_ENV_KEYS = tuple(os.fsencode(n) for n in _ENV_NAMES)
+
+
+def _stamp_env():
+    """The variables that place the tuning cache, as a key: read from ``os.environ``'s dict on POSIX (a
+    ``os.environ.get`` encodes its key at each call: microseconds of a call's host time), else by ``get``."""
+    if os.name == "posix" and type(_ENV_DATA) is dict:
+        return tuple(map(_ENV_DATA.get, _ENV_KEYS))
+    return tuple(map(os.environ.get, _ENV_NAMES))
+
+
 def _tuning_stamp():
     """The tuning cache file and its modification time: a plan made before a tuning is not reused. The file is
     looked at most every ``STAMP_NS`` (a stat is a few microseconds of a call's host time): a tuning written by
     another process counts from the next look; one written by this process (:func:`tuning_changed`) and a
     changed environment at once."""
-    env = (os.environ.get("NUMBA_ATTN_TUNING_CACHE"), os.environ.get("NUMBA_ATTN_RESULTS"),
-           os.environ.get("XDG_DATA_HOME"))
+    env = _stamp_env()
     now = time.monotonic_ns()
     if now - _STAMP[0] < STAMP_NS and _STAMP[1] == env:
         return _STAMP[2]

@@ -347,3 +347,18 @@ def test_driver_launch_packs_the_parameters_once_as_cuda_core_passes_them(monkey
         grid, block, shmem_size, cluster = (2, 1, 1), (64, 1, 1), 0, (2, 1, 1)
 
     assert R.DriverLaunch.pack_all([(0, ClusterConfig(), Kernel(), [1])]) is False
+
+
+def test_the_tuning_stamp_follows_the_environment_and_this_process_at_once(monkeypatch, tmp_path):
+    """The tuning cache file is looked at most every 10 ms (plans.STAMP_NS), but a changed place of the cache (its
+    environment variables, read from os.environ's own dict) and this process's own writes count at once."""
+    first = plans.token()
+    monkeypatch.setenv("NUMBA_ATTN_TUNING_CACHE", str(tmp_path / "a.json"))
+    second = plans.token()
+    assert second != first and second[1][0] == str(tmp_path / "a.json")
+    (tmp_path / "a.json").write_text("{}")
+    plans.tuning_changed()
+    third = plans.token()
+    assert third != second and third[1][1] is not None  # the file's stamp, seen without waiting
+    monkeypatch.delenv("NUMBA_ATTN_TUNING_CACHE")
+    assert plans.token()[1][0] == first[1][0] != str(tmp_path / "a.json")
