@@ -135,18 +135,21 @@ def address(kind, a) -> int:
 def check_out(out, kind, q, k, v):
     """``out`` must be of q's kind, shape, dtype (and device), C-contiguous, writeable and share no
     memory with q, k or v (the kernels read them while they write it). O(1)."""
-    if tuple(out.shape) != tuple(q.shape):
+    if (out.shape != q.shape) if kind == TORCH else (tuple(out.shape) != tuple(q.shape)):  # (torch.Size: no copy)
         raise AttentionInputError(f"out has shape {tuple(out.shape)}; it must have q's shape {tuple(q.shape)}")
     if out.dtype != q.dtype:
         raise AttentionInputError(f"out has dtype {out.dtype}; it must have q's dtype {q.dtype}")
-    if kind == TORCH:
-        contiguous, overlap, strides = out.is_contiguous(), None, out.stride()
-        lo, hi = out.data_ptr(), out.data_ptr() + out.numel() * out.element_size()
+    if kind == TORCH:  # (the fewest tensor attribute reads: this runs at every call with out=)
+        contiguous, overlap, strides = out.is_contiguous(), None, None
+        lo = out.data_ptr()
+        hi = lo + out.nbytes
         for name, a in (("q", q), ("k", k), ("v", v)):
             alo = a.data_ptr()
-            if alo < hi and lo < alo + a.numel() * a.element_size():
+            if alo < hi and lo < alo + a.nbytes:
                 overlap = name
                 break
+        if not contiguous:
+            strides = out.stride()
     elif kind == DEVICE:
         contiguous, overlap, strides = out.is_c_contiguous(), None, out.strides
         if contiguous and not backend.IS_SIMULATOR:
