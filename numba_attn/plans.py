@@ -18,6 +18,7 @@ from numba_attn.gpu import backend  # noqa: F401  (first: chooses CUDA or the si
 from numba import cuda  # noqa: E402
 
 from numba_attn.array_kinds import DEVICE, OTHER, TORCH, TORCH_CPU, address, is_contiguous  # noqa: E402
+from numba_attn.measure import tuning_cache  # noqa: E402
 from numba_attn.phases.registry import registered, registered_count  # noqa: E402
 from numba_attn.spec.errors import AttentionInputError  # noqa: E402
 from numba_attn.spec.problem import Problem  # noqa: E402
@@ -98,6 +99,9 @@ def _tuning_stamp():
 def tuning_changed() -> None:
     """This process wrote a tuning cache: the next call looks at the file again."""
     _STAMP[0] = 0
+
+
+tuning_cache.WRITE_HOOKS.append(tuning_changed)
 
 
 def token():

@@ -9,6 +9,8 @@ import tempfile
 
 from numba_attn.measure.config import default_results_dir
 
+WRITE_HOOKS: list = []  # called after this process writes a tuning cache (numba_attn.plans registers its own)
+
 try:
     import fcntl
 except ImportError:  # Windows: no lock
@@ -125,9 +127,8 @@ class TuningCache:
                     os.remove(tmp)
                 raise
             finally:
-                from numba_attn import plans
-
-                plans.tuning_changed()  # this process's plans see the new entries at their next call
+                for hook in WRITE_HOOKS:  # (numba_attn.plans: this process's plans see the entries at their next call)
+                    hook()
 
     def format(self) -> str:
         data = self.load()
