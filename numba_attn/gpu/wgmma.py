@@ -32,10 +32,7 @@ parameters; a kernel calls it as ``op(acc, a, a_off, smem, byte_off)``:
 ``op(acc, smem_a, a_off, smem, byte_off)``: A is a K-major tile of 64 rows (the
 rows of the product) in the layout below, as a K tile is for S = Q·Kᵀ (the backward's
 Sᵀ = K·Qᵀ takes K this way, where 64 keys' A fragments would not fit in registers beside
-dK and dV). ``a_layout=(offsets, LBO, SBO)`` reads A transposed instead (the
-``imm-trans-a`` of 16-bit wgmma): an MN-major tile whose rows are the K index and
-whose 64 columns are the rows of the product, the parameters of :func:`mnmajor_params`
-(the backward's dK += dSᵀ·Q reads dSᵀ so from a tile stored as dS, query rows by keys).
+dK and dV); ``a_layout`` reads A transposed (:func:`make_wgmma_ss`).
 
 One call emits ``wgmma.fence``, one chained ``wgmma.mma_async`` (the
 first with scale-d = 0 when ``zero``), ``wgmma.commit_group`` and
@@ -401,7 +398,8 @@ def _check(kind, N, offsets, rb, trans_b=False):
 
 def _check_a_layout(a_layout, ksteps):
     """``a_layout`` of :func:`make_wgmma_ss`: None (A K-major) or (offsets, LBO, SBO) of an MN-major A, one offset
-    a k-step."""
+    a k-step: A read transposed (``imm-trans-a`` of 16-bit wgmma), a tile whose rows are the K index and whose 64
+    columns are the product's rows (:func:`mnmajor_params`; the backward's dK += dSᵀ·Q reads dSᵀ so from dS)."""
     if a_layout is not None and (len(a_layout) != 3 or len(a_layout[0]) != ksteps):
         raise ValueError(f"a_layout must be (offsets of the {ksteps} k-steps, LBO, SBO) of an MN-major A, "
                          f"not {a_layout!r}")

@@ -85,46 +85,24 @@ def measured_rows(gpu: str) -> list[tuple[str, dict]]:
 
 def choose_phase(problem: Problem, kind: str | None = None, allow_tf32: bool = False, *, measure: bool = False,
                  autotune: bool | None = None, gpu: str | None = None):
-    """``(phase, why, params)``: the phase ``attention(..., phase=None)`` runs, why, and the
-    parameters it runs with when the caller gives none (``{}``: the phase's defaults). The rule:
+    """``(phase, why, params)``: the phase ``attention(..., phase=None)`` runs, why, and the parameters it runs
+    with when the caller gives none (``{}``: the phase's defaults). Among the package's own phases of the kind
+    the problem needs (decode when q_len <= 8) that the device supports, never :data:`NEVER_DEFAULT` and never
+    one below the input precision unless ``allow_tf32``, the first that decides:
 
-    * only the package's own phases (``numba_attn.phases``; a user-registered phase runs only
-      when named), never ``tc_wgmma_overlap`` (:data:`NEVER_DEFAULT`), never a phase the device
-      cannot run (``supports()``, compute capability included), and never one that computes at a
-      lower precision than the inputs (``tc_tf32``) unless ``allow_tf32=True``;
-    * of the kind the problem needs: decode when q_len <= 8, else prefill;
-    * the phase the tuning cache chose for this GPU model and the problem's key (dtype, causal, head_dim,
-      GQA group, decode or prefill, kv_len bucket), when it is among the candidates, with the cache's
-      parameters: an entry of ``numba-attn tune`` (``explain()`` says "tuned (cache PATH)") or of a
-      measurement on first use ("measured on first use (cache PATH ...)");
-    * else, for a call about to launch (``measure``) with the measurement on (``autotune``, else
-      ``$NUMBA_ATTN_AUTOTUNE``; by default on with a GPU, off in the simulator): the few phases that could win
-      for the problem's shape class timed once on a stand-in of its shape, the fastest kept in the tuning cache
-      for later calls and processes (:mod:`numba_attn.measure.autotune`; a failure leaves the rules below).
-      It comes before the table, whose rows were timed at earlier commits;
-    * else the dispatch table (``numba_attn/data/dispatch.json``, :mod:`numba_attn.measure.dispatch`) for this
-      GPU model and key: the best-ranked measured configuration among the candidates that supports the problem,
-      with its parameters. Where the Hopper rule applies (below), an entry counts only when it measured the
-      rule's phase with its defaults: an entry that never timed it is no evidence against it;
-    * else the entry of the same key measured on another GPU model of the same compute capability (an H100's
-      for an H800), counted as above;
-    * else the Hopper rule on a GPU of compute capability 9.0: fp16/bf16 prefill runs the first of
-      :data:`HOPPER_PREFILL` that supports the problem, ``warp_specialized_tc`` (validated on H100 and H200
-      rows: docs/DEVELOPING.md);
-    * otherwise the first supporting phase of the fixed preference per (kind, dtype): fp16/bf16
-      prefill ``tc_wgmma`` (sm_90a only), ``tc_pipelined``, ``tc_mma``; fp32 prefill
-      ``register_blocked`` (causal: ``causal_skip`` first; with allow_tf32 ``tc_tf32`` first);
-      decode ``decode_split_k_lean`` (fp16 with GQA: ``decode_mma`` first); otherwise the most
-      optimized supporting phase (roadmap order).
+    1. the tuning cache's entry for this GPU model and key (``numba-attn tune``, or a first-use measurement);
+    2. for a call about to launch (``measure``) with the measurement on (``autotune``, else
+       ``$NUMBA_ATTN_AUTOTUNE``; on with a GPU): the shape class's candidates timed once on a stand-in, the
+       fastest kept in the tuning cache (:mod:`numba_attn.measure.autotune`);
+    3. the dispatch table's entry (:mod:`numba_attn.measure.dispatch`), then another GPU model's of the same
+       compute capability; where the Hopper rule applies, only an entry that timed the rule's phase counts;
+    4. the Hopper rule (16-bit prefill on compute capability 9.0: :data:`HOPPER_PREFILL`);
+    5. the fixed preference per (kind, dtype), else the most optimized supporting phase.
 
-    A variant (``problem.variant``) takes no tuned entry, no measurement and no table parameters: all were
-    measured without the variant stage, whose registers change what fits (the phases' own choice for a variant
-    avoids the spills, e.g. ``warp_specialized_tc``'s 64-key tiles with a score function). Its 16-bit prefill runs
-    ``VARIANT_PREFILL`` where that phase supports it (measured with variants), else the table's phase.
-
-    ``gpu``: the GPU model to choose for (default: this device's, :func:`device_name`). The simulator is no GPU
-    model (``"simulator"``): it matches no table entry, takes no Hopper rule and times nothing, and counts as
-    compute capability 9.0 for ``supports()``.
+    A variant takes no tuned entry, measurement or table parameters (its stage changes what fits): its 16-bit
+    prefill runs ``VARIANT_PREFILL`` where supported. ``gpu``: the GPU model to choose for (default this
+    device's); the simulator matches no entry, takes no Hopper rule, times nothing and counts as compute
+    capability 9.0. The whole rule, with its measured reasons: docs/DEVELOPING.md, "Dispatch".
     """
     if kind is None:
         kind = "decode" if problem.q_len <= 8 else "prefill"
