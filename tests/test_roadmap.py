@@ -98,6 +98,31 @@ def test_vector_access_misaligned_fails():
         kern[1, 1](np.zeros((1, 1, 8), np.float32), np.zeros(1, np.float32))
 
 
+def test_lds2_reads_a_pair_and_refuses_an_odd_column():
+    """``lds2``: two neighbouring floats of a shared row by one 8-byte load; an odd column would fault on the GPU
+    (misaligned), so the fallback raises."""
+    from numba_attn.gpu.loads import lds2
+    from numba_attn.gpu.ptx_loads import dynamic_tile
+
+    @cuda.jit
+    def kern(src, out, col):
+        t = dynamic_tile(0, 2, 8)
+        tid = cuda.threadIdx.x
+        for c in range(8):
+            t[tid, c] = src[tid, c]
+        cuda.syncthreads()
+        a, b = lds2(t, 1 - tid, col)
+        out[tid, 0] = a
+        out[tid, 1] = b
+
+    src = (np.arange(16).reshape(2, 8) / 3).astype(np.float32)
+    out = np.zeros((2, 2), np.float32)
+    kern[1, 2, 0, 16 * 4](src, out, 4)
+    np.testing.assert_array_equal(out, src[::-1, 4:6])
+    with pytest.raises(Exception, match="even"):
+        kern[1, 2, 0, 16 * 4](src, out, 3)
+
+
 def test_dynamic_tile_past_the_allocation_fails():
     from numba_attn.gpu.ptx_loads import dynamic_tile
 

@@ -13,6 +13,7 @@
 ``st_shared_b32``          ``st.shared.b32``: a 32-bit word at byte ``byte`` (a multiple of 4) of a shared array
 ``st_shared_f32x4``        ``st.shared.v4.f32``: four floats at float ``i`` (a multiple of 4) of a shared float32 array
 ``lds``                    ``arr[r, c]`` without negative-index wrap-around
+``lds2``                   ``(arr[r, c], arr[r, c + 1])`` of a float32 array by one 8-byte load (``c`` even)
 ``rows_head_major``        ``a[s:s+n].transpose(1, 0, 2)`` (a view; numba's transpose needs a set)
 =========================  ==============================================
 
@@ -104,6 +105,20 @@ if IS_SIMULATOR:
         if not (0 <= r < a.shape[0] and 0 <= c < a.shape[1]):
             raise IndexError(f"lds index ({r}, {c}) out of bounds for shape {a.shape}")
         return a[r, c]
+
+    def lds2(arr, r, c):
+        """``(arr[r, c], arr[r, c + 1])`` of a 2-D float32 (shared) array; ``c`` even (one 8-byte load on the GPU:
+        the row's start must be 8-byte aligned, as every row of a float32 tile whose rows are an even count of
+        elements and whose base is 8-byte aligned is)."""
+        r, c = int(r), int(c)
+        a = host_array(arr)
+        if a.dtype != np.float32:
+            raise TypeError(f"lds2 reads a float32 array, not {a.dtype}")
+        if c % 2 or a.shape[1] % 2:
+            raise ValueError(f"lds2 at column {c} of rows of {a.shape[1]}: both must be even (8-byte aligned)")
+        if not (0 <= r < a.shape[0] and 0 <= c and c + 2 <= a.shape[1]):
+            raise IndexError(f"lds2 index ({r}, {c}) out of bounds for shape {a.shape}")
+        return a[r, c], a[r, c + 1]
 
     def _words_at(arr, row, n, col, off, k):
         if np.asarray(host_array(arr)).itemsize != 4:
@@ -267,6 +282,23 @@ else:  # -------------------------------------------------------------- GPU
             # numba's negative-index wrap-around, so that addresses of an
             # unrolled loop fold into one base register plus constant offsets
             return builder.load(elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:]))
+
+        return sig, codegen
+
+    @intrinsic
+    def lds2(typingctx, arr, r, c):
+        if not (isinstance(arr, types.Array) and arr.ndim == 2 and arr.dtype == types.float32):
+            return None
+        sig = types.UniTuple(types.float32, 2)(arr, r, c)
+
+        def codegen(context, builder, sig, args):
+            # an 8-byte aligned <2 x float> load: one ld.shared.v2.f32 (LDS.64), where two lds of neighbouring
+            # columns stay two loads (the compiler cannot know the pair's alignment)
+            ptr = elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
+            vec = ir.VectorType(ir.FloatType(), 2)
+            v = builder.load(builder.bitcast(ptr, ir.PointerType(vec, ptr.type.addrspace)), align=8)
+            vals = [builder.extract_element(v, ir.Constant(ir.IntType(32), k)) for k in range(2)]
+            return context.make_tuple(builder, sig.return_type, vals)
 
         return sig, codegen
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 
-from numba import cuda, float32, uint32
+from numba import cuda, float32
 
 from numba_attn.gpu.bulk import bulk_wait, bulk_wait_read
 from numba_attn.gpu.intrinsics import cp_async_wait, pack_bf16x2, pack_f16x2
@@ -38,11 +38,11 @@ from numba_attn.gpu.ptx_loads import dynamic_tile
 from numba_attn.gpu.warp import FULL_MASK, shfl_sync
 from numba_attn.gpu.warpspec import named_barrier_arrive, named_barrier_sync
 from numba_attn.gpu.wgmma import make_ring_copy, make_wgmma_ss, make_wgmma_wait, mnmajor_params, row_bytes
-from numba_attn.phases.backward.b06_bwd_wgmma_fused import Br, make_dq_product, make_ds_store
+from numba_attn.phases.backward.b06_bwd_wgmma_fused import Br
 from numba_attn.phases.backward.b06_bwd_wgmma_fused import smem_bytes as fused_smem_bytes
 from numba_attn.phases.backward.common import one
 from numba_attn.phases.backward.wgmma_steps import (M, fused_reason, kv_elementwise, launch_fused, make_dq_staging,
-                                                    make_kv_store, make_products, make_q_ring, make_scores_issue,
+                                                    make_kv_store, make_q_ring, make_scores_issue,
                                                     resolve_bc, tile_bytes)
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.pipeline import ring_padding
@@ -58,14 +58,25 @@ def smem_bytes(D: int, Bc: int, stages: int) -> int:
 
 
 @functools.cache
-def make_ss_accumulate(bf16: bool, D: int, transposed: bool):
+def make_ss_accumulate(bf16: bool, D: int):
     """``accumulate(acc, sm, a_off, sm, b_off)``: acc += A · (a ring tile of Br rows, transposed: MN-major B),
-    issued, not waited for. A from shared memory (64 keys × Br query rows): a K-major Pᵀ tile, or
-    (``transposed``) the warpgroup's 64-key column block of dS_i read as an MN-major A (rows = query rows)."""
+    issued, not waited for. A from shared memory: the warpgroup's K-major Pᵀ or dSᵀ tile (64 keys × Br query
+    rows)."""
     rb = row_bytes(D)
     offs, lbo, sbo = mnmajor_params(Br, Br // 16, rb)
-    a_layout = mnmajor_params(Br, Br // 16, 2 * M) if transposed else None
-    return make_wgmma_ss("bf16" if bf16 else "f16", D, True, False, offs, lbo, sbo, rb, False, a_layout)
+    return make_wgmma_ss("bf16" if bf16 else "f16", D, True, False, offs, lbo, sbo, rb, False)
+
+
+@functools.cache
+def make_dq_product_t(bf16: bool, D: int, Bc: int):
+    """``dq_product(acc, sm, dst_off, sm, k_off)``: ``bwd_wgmma_fused``'s acc = dS_i · K_j[:, half] (64 × D/2, over
+    the block's Bc keys) with A = dS_i read from the warpgroups' dSᵀ tiles (at ``dst_off``, one after the other:
+    row = key 0 … Bc − 1, 128 bytes of query rows) as an MN-major A: k-step s = key rows 16s … 16s + 15."""
+    rb = row_bytes(D)
+    T64 = tile_bytes(M, D)
+    offs = tuple((s // 4) * T64 + (s % 4) * 16 * rb for s in range(Bc // 16))
+    return make_wgmma_ss("bf16" if bf16 else "f16", D // 2, True, True, offs, M * rb, 8 * rb, rb, False,
+                         mnmajor_params(Bc, Bc // 16, 2 * M))
 
 
 @functools.cache
@@ -97,10 +108,8 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
     (SS, dSᵀ read transposed from dS_i) behind the last, each half staged once done; ``issue_next``: the next
     tile's Sᵀ and dPᵀ behind dK; ``publish``: the partial added to ``dqa`` by one bulk reduction. dK is waited for
     by the next tile's first wait (products complete in order) or, after the last tile, by ``publish``."""
-    pack = make_products(bf16, Br, D, STAGES)[2]
     issue = make_scores_issue(bf16, D, Bc, STAGES)
-    acc_p = make_ss_accumulate(bf16, D, False)
-    acc_t = make_ss_accumulate(bf16, D, True)
+    acc_p = make_ss_accumulate(bf16, D)
     wait_s = make_wgmma_wait(1, Br // 2)  # Sᵀ done, dPᵀ in flight
     wait_dp = make_wgmma_wait(1, Br // 2)  # dPᵀ done, dV in flight
     wait_dq = make_wgmma_wait(0, D // 4, D // 2)
@@ -108,20 +117,19 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
     wait_dk = make_wgmma_wait(0, D // 2)
     wait_dk_next = make_wgmma_wait(2, D // 2)
     probabilities, score_grads = kv_elementwise(Br, causal, stage, dmod)
-    dq_product = make_dq_product(bf16, D, Bc)
+    dq_product = make_dq_product_t(bf16, D, Bc)
     stage_dq, add_dq = make_dq_staging(D, Bc)
-    store_ds = make_ds_store()
     store_pt = make_pt_store(bf16)
     WGS = Bc // M
     NH = 2 // WGS  # dQ halves per warpgroup
     TILE = tile_bytes(Br, D)
     HALF_COLS = D // 2 * 2  # bytes of half of a K row (a dQ half's columns, within a 64-column block)
     rb = row_bytes(D)
-    A64 = M * 2 * M  # bytes of a warpgroup's 64-key block of dS_i (Br = 64 rows) and of its Pᵀ tile
+    A64 = M * 2 * M  # bytes of a warpgroup's Pᵀ tile and of its dSᵀ tile (64 keys × Br = 64 query rows)
 
     @device
     def scores(regs, sm, sb, i0, j_lo, where, Nq, Nk, scale, var):
-        St, dPt, dsf, dK, dV, Gt, dQ = regs
+        St, dPt, dK, dV, Gt, dQ = regs
         rows, own_b, ring_b, ds_b, pt_b, w, tw, ww, g, t, lead = where
         wait_s(St, St)  # Sᵀ done, dPᵀ in flight
         probabilities(St, Gt, rows, sb, i0, j_lo, t, Nq, Nk, scale, var)
@@ -131,24 +139,24 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
         acc_p(dV, sm, pt_b + w * A64, sm, ring_b + (STAGES + sb) * TILE)  # dV_j += Pᵀ dO_i, in flight
         wait_dp(dPt, dPt)  # dPᵀ done, dV in flight
         score_grads(St, dPt, Gt, rows, sb, t)
-        pack(dsf, dPt)
         if WGS > 1:  # (before the first tile: the other's arrival before the walk)
             named_barrier_sync(DS_FREE + w, 256)  # the other warpgroup's dQ of the tile before has read dS_i
-        store_ds(sm, ds_b, dsf, w, ww, g, t)
+        store_pt(sm, ds_b + w * A64, dPt, ww, g, t)  # dSᵀ into the warpgroup's tile, as Pᵀ
         fence_proxy_async()  # the stores, then the tensor cores' reads of dS_i
         if lead:
             bulk_wait_read(0)  # the last tile's dQ reduction has read the staging tile
 
     @device
     def grads(regs, sm, sb, where, staging):
-        St, dPt, dsf, dK, dV, Gt, dQ = regs
+        St, dPt, dK, dV, Gt, dQ = regs
         rows, own_b, ring_b, ds_b, pt_b, w, tw, ww, g, t, lead = where
         for hh in range(NH):
             h = w * NH + hh
-            # dQ_i[:, half h] = dS_i K_j[:, half h] (half h: column block h at D128, 64 bytes in at D64)
+            # dQ_i[:, half h] = dS_i K_j[:, half h] (half h: column block h at D128, 64 bytes in at D64), dS_i
+            # read transposed from the dSᵀ tiles
             dq_product(dQ, sm, ds_b, sm, own_b + (h * (D // 2) // 64) * M * rb + (h * HALF_COLS) % rb)
             if hh == NH - 1:
-                acc_t(dK, sm, ds_b + w * A64, sm, ring_b + sb * TILE)  # dK_j += dSᵀ Q_i, behind dQ's last half
+                acc_p(dK, sm, ds_b + w * A64, sm, ring_b + sb * TILE)  # dK_j += dSᵀ Q_i, behind dQ's last half
                 wait_dq_dk(dQ, dV)  # dV and the half done, dK in flight
             else:
                 wait_dq(dQ, dV)
@@ -201,7 +209,7 @@ def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=P
     HALF = Br * D // 2  # floats of a half of dQ_i
     NQ = D // 4  # its accumulator registers
     STAGE_ROWS = NH * NQ  # a warpgroup's staging rows (of 128 floats)
-    NS, NA, NP = Br // 2, D // 2, Br // 4
+    NS, NA = Br // 2, D // 2
     NG = NS if stage.scored else 1
     AHEAD = STAGES - 3  # copy groups that may stay in flight when the next tile must have landed
 
@@ -230,7 +238,6 @@ def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=P
         cur, nxt, sb_next = fill(walk, bh0, to)
         St = cuda.local.array(NS, float32)
         dPt = cuda.local.array(NS, float32)
-        dsf = cuda.local.array(NP, uint32)
         Gt = cuda.local.array(NG, float32)
         dK = cuda.local.array(NA, float32)
         dV = cuda.local.array(NA, float32)
@@ -240,7 +247,7 @@ def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=P
             dV[e] = float32(0.0)
         j_lo = jb + 64 * w + 16 * ww + g
         where = (rows, 0, OWN_B, OWN_B + RING_B, OWN_B + RING_B + DS_B, w, tw, ww, g, t, lead)
-        regs = (St, dPt, dsf, dK, dV, Gt, dQ)
+        regs = (St, dPt, dK, dV, Gt, dQ)
         ready()  # the first tile (and K_j, V_j) has landed
         if cur[0] < G:
             issue(St, dPt, sm, 0, 0, OWN_B, w)

@@ -36,7 +36,7 @@ from numba_attn.gpu.cp_async import cp_async16_flat
 from numba_attn.gpu.intrinsics import (cp_async_commit, cp_async_wait, pack_bf16x2, pack_f16x2, unpack_bf16x2,
                                        unpack_f16x2)
 from numba_attn.gpu.jit import device, kernel
-from numba_attn.gpu.loads import lds, st_shared_f32x4
+from numba_attn.gpu.loads import lds2, st_shared_f32x4
 from numba_attn.gpu.mbarrier import fence_proxy_async
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.gpu.warp import group_sum
@@ -149,16 +149,17 @@ def kv_elementwise(Br: int, causal: bool, stage=PLAIN, dmod=one):
                   and kind == FULL and not SCORED)
         if inside:
             for nt in range(Br // 8):
+                lse_pair = lds2(rows, 2 * sb, 8 * nt + 2 * t)  # rows 8nt + 2t and + 1: one 8-byte load
                 for c in range(2):
-                    lse_i = lds(rows, 2 * sb, 8 * nt + 2 * t + c)
                     for hi in range(2):
                         x = 4 * nt + 2 * hi + c
-                        St[x] = math.exp2(St[x] * scale2 - lse_i)
+                        St[x] = math.exp2(St[x] * scale2 - lse_pair[c])
             return
         for nt in range(Br // 8):
+            lse_pair = lds2(rows, 2 * sb, 8 * nt + 2 * t)
             for c in range(2):
                 r = 8 * nt + 2 * t + c
-                lse_i = lds(rows, 2 * sb, r)
+                lse_i = lse_pair[c]
                 for hi in range(2):
                     x = 4 * nt + 2 * hi + c
                     j = j_lo + 8 * hi
@@ -179,8 +180,9 @@ def kv_elementwise(Br: int, causal: bool, stage=PLAIN, dmod=one):
     @device
     def score_grads(Pt, dPt, Gt, rows, sb, t):
         for nt in range(Br // 8):
+            delta_pair = lds2(rows, 2 * sb + 1, 8 * nt + 2 * t)
             for c in range(2):
-                delta_i = lds(rows, 2 * sb + 1, 8 * nt + 2 * t + c)
+                delta_i = delta_pair[c]
                 for hi in range(2):
                     x = 4 * nt + 2 * hi + c
                     ds = Pt[x] * (dPt[x] - delta_i)
