@@ -80,6 +80,16 @@ def test_backward_phase_matches_reference(phase, shape):
 
 
 @pytest.mark.full
+@pytest.mark.parametrize("shape", WIDE_SHAPES)
+def test_bwd_wgmma_ss_adds_dq_from_registers(shape):
+    """bwd_wgmma_ss with dq="red": dQ's partials added by vector reductions from the registers (no staging tile,
+    no bulk reduction), GQA and causal at D64, bf16 at D128."""
+    row = check_backward("bwd_wgmma_ss", SHAPES[shape], Bc=128, stages=3, dq="red")
+    assert row["status"] == "OK", f"{SHAPES[shape].label}: {row['status']}: {row['reason']}"
+    assert "dq=" in na.get_phase("bwd_wgmma_ss").supports(SHAPES[shape], Bc=128, stages=3, dq="atomic")
+
+
+@pytest.mark.full
 def test_default_tiles_run_in_simulator():
     """The default (GPU) tiles, not only the simulator's: several key tiles and a partial last one."""
     prob = na.Problem(batch=1, heads=2, kv_heads=1, q_len=35, kv_len=70, head_dim=8, causal=True)

@@ -78,3 +78,28 @@ def test_misaligned_or_out_of_bounds_reductions_are_refused():
         bulk_reduce_add_f32(d, 8, s, 0, 12)
     with pytest.raises(TypeError):
         bulk_reduce_add_f32(d.astype(np.float64), 0, s, 0, 4)
+
+
+def test_vector_reductions_from_registers_add_up_and_refuse_misaligned():
+    """red_add_f32x4: every thread of several blocks adds 4 values at a 16-byte aligned spot (shared by the
+    blocks); the sums match, on the GPU too (atomic per element); an offset not a multiple of 4 is refused in
+    the simulator (it would fault on the GPU)."""
+    from numba_attn.gpu.bulk import red_add_f32x4
+
+    @kernel
+    def add4(dst, src, shift):
+        t = cuda.threadIdx.x
+        b = cuda.blockIdx.x
+        red_add_f32x4(dst, 4 * t + shift, src[b, 4 * t], src[b, 4 * t + 1], src[b, 4 * t + 2], src[b, 4 * t + 3])
+
+    rng = np.random.default_rng(3)
+    src = rng.standard_normal((5, 4 * 8)).astype(np.float32)
+    dst = np.zeros(4 * 8 + 4, np.float32)
+    d = cuda.to_device(dst)
+    add4[5, 8](d, cuda.to_device(src), 4)
+    want = np.zeros_like(dst)
+    want[4:] = src.sum(axis=0)
+    np.testing.assert_allclose(d.copy_to_host(), want, rtol=1e-5, atol=1e-6)
+    if IS_SIMULATOR:
+        with pytest.raises(Exception, match="multiple of 4"):
+            add4[1, 8](cuda.to_device(dst), cuda.to_device(src), 2)

@@ -9,6 +9,7 @@ Prints one line per check and "ALL OK" when every check passed.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -45,7 +46,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--full", action="store_true", help="the plain cases of the first runs too (bfloat16, Nq > Nk)")
     ap.add_argument("--phases", default="bwd_wgmma,bwd_wgmma_overlap", help="comma-separated backward phases")
+    ap.add_argument("--params", default="{}", help="the phases' parameters, JSON (e.g. '{\"dq\": \"red\"}')")
     a = ap.parse_args()
+    params = json.loads(a.params)
     rng = np.random.default_rng(0)
     bad = []
     for ph, D, dtype, causal, Nq, Nk, vname in cases(a.full, a.phases.split(",")):
@@ -60,7 +63,7 @@ def main():
             variant = make_variant(mask, None) if mask is not None else None
             g = grad_reference(q, k, v, do, causal=causal, variant=variant)
             grads = na.attention_backward(q, k, v, g.o.astype(dt), g.lse.astype(np.float32), do, causal=causal,
-                                          phase=ph, mask_mod=mask)
+                                          phase=ph, mask_mod=mask, **params)
             res = [check(x, r, dtype=dtype) for x, r in zip(grads, (g.dq, g.dk, g.dv))]
             ok = all(c.ok for c in res)
             print(f"{name:56s} {'OK' if ok else 'FAIL'} rel {[round(c.rel_err, 5) for c in res]}", flush=True)

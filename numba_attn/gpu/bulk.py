@@ -11,6 +11,9 @@ instruction (Hopper's ``cp.reduce.async.bulk``, no tensor map), its commit and i
 ``bulk_wait_read(n)``                          ``cp.async.bulk.wait_group.read n``: every group but the newest n has
                                                read its shared source (the buffer may be written again)
 ``bulk_wait(n)``                               ``cp.async.bulk.wait_group n``: ... and completed its writes
+``red_add_f32x4(dst, i, x0, x1, x2, x3)``      ``red.global.add.v4.f32`` (sm_90): ``dst[i + e] += x_e`` for e < 4
+                                               from registers (flat float32 elements, ``i`` a multiple of 4), atomic
+                                               per element at the L2, no shared memory and no wait
 =============================================  =================================================================
 
 One thread issues a reduction for data its whole block wrote: the writers store to shared memory, then
@@ -30,7 +33,7 @@ import numpy as np
 
 from numba_attn.gpu.backend import IS_SIMULATOR
 
-__all__ = ["bulk_reduce_add_f32", "bulk_commit", "bulk_wait_read", "bulk_wait"]
+__all__ = ["bulk_reduce_add_f32", "bulk_commit", "bulk_wait_read", "bulk_wait", "red_add_f32x4"]
 
 if IS_SIMULATOR:
     from numba_attn.gpu.inline_ptx import host_array
@@ -77,6 +80,18 @@ if IS_SIMULATOR:
                 do()
 
     bulk_wait = bulk_wait_read  # (the model completes a group's writes when it reads its source)
+
+    def red_add_f32x4(dst, i, x0, x1, x2, x3):
+        """``dst[i:i + 4] += (x0, x1, x2, x3)`` (flat float32 elements, ``i`` a multiple of 4), under the lock."""
+        d = np.asarray(host_array(dst)).reshape(-1)
+        i = int(i)
+        if d.dtype != np.float32:
+            raise TypeError(f"red_add_f32x4 adds float32 into float32, not into {d.dtype}")
+        if i % 4 or i < 0 or i + 4 > d.size:
+            raise IndexError(f"16-byte reduction at element {i} of a {d.size}-element array (a multiple of 4, "
+                             "inside it)")
+        with _lock:
+            d[i:i + 4] += np.array([x0, x1, x2, x3], np.float32)
 
 else:  # -------------------------------------------------------------- GPU
     from llvmlite import ir
@@ -131,3 +146,18 @@ else:  # -------------------------------------------------------------- GPU
 
     bulk_wait_read = _wait(True)
     bulk_wait = _wait(False)
+
+    @intrinsic
+    def red_add_f32x4(typingctx, dst, i, x0, x1, x2, x3):
+        if not (isinstance(dst, types.Array) and dst.dtype == types.float32):
+            return None
+        sig = types.void(dst, types.intp, types.float32, types.float32, types.float32, types.float32)
+
+        def codegen(context, builder, sig, args):
+            d = context.make_array(sig.args[0])(context, builder, value=args[0])
+            asm_call(builder, ir.VoidType(), [_I64] + [ir.FloatType()] * 4,
+                     "red.global.add.v4.f32 [$0], {$1, $2, $3, $4};", "l,f,f,f,f,~{memory}",
+                     [global_ptr(builder, builder.gep(d.data, [args[1]]))] + list(args[2:]), side_effect=True)
+            return context.get_dummy_value()
+
+        return sig, codegen

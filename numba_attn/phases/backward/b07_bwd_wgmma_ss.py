@@ -29,7 +29,7 @@ import functools
 
 from numba import cuda, float32
 
-from numba_attn.gpu.bulk import bulk_wait, bulk_wait_read
+from numba_attn.gpu.bulk import bulk_wait, bulk_wait_read, red_add_f32x4
 from numba_attn.gpu.intrinsics import cp_async_wait, pack_bf16x2, pack_f16x2
 from numba_attn.gpu.loads import st_shared_b32
 from numba_attn.gpu.jit import device, kernel
@@ -101,7 +101,7 @@ def make_pt_store(bf16: bool):
 
 
 @functools.cache
-def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one):
+def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one, red: bool = False):
     """``(issue, scores, grads)``: one Q tile for warpgroup w (its 64 keys). ``issue``: Sᵀ, dPᵀ in flight.
     ``scores``: Pᵀ into its tile, dV_j += Pᵀ dO_i issued (SS), dSᵀ into dS_i (after the other warpgroup's dQ of
     the tile before). The kernel's block barrier follows. ``grads``: dQ_i's halves = dS_i K_j, dK_j += dSᵀ Q_i
@@ -119,6 +119,14 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
     probabilities, score_grads = kv_elementwise(Br, causal, stage, dmod)
     dq_product = make_dq_product_t(bf16, D, Bc)
     stage_dq, add_dq = make_dq_staging(D, Bc)
+    HALF = M * D // 2  # floats of a dQ half
+
+    @device
+    def red_dq(dqa, at, tw, dQ):
+        """``red``: a dQ half added to ``dqa`` from the registers, 16 bytes a reduction, in the staging's thread order
+        (values 4m … 4m + 3 of thread tw at ``at`` + 512m + 4tw: a warp's reductions are one 512-byte run)."""
+        for m in range(D // 16):
+            red_add_f32x4(dqa, at + 512 * m + 4 * tw, dQ[4 * m], dQ[4 * m + 1], dQ[4 * m + 2], dQ[4 * m + 3])
     store_pt = make_pt_store(bf16)
     WGS = Bc // M
     NH = 2 // WGS  # dQ halves per warpgroup
@@ -143,11 +151,11 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
             named_barrier_sync(DS_FREE + w, 256)  # the other warpgroup's dQ of the tile before has read dS_i
         store_pt(sm, ds_b + w * A64, dPt, ww, g, t)  # dSᵀ into the warpgroup's tile, as Pᵀ
         fence_proxy_async()  # the stores, then the tensor cores' reads of dS_i
-        if lead:
+        if lead and not red:
             bulk_wait_read(0)  # the last tile's dQ reduction has read the staging tile
 
     @device
-    def grads(regs, sm, sb, where, staging):
+    def grads(regs, sm, sb, where, out):
         St, dPt, dK, dV, Gt, dQ = regs
         rows, own_b, ring_b, ds_b, pt_b, w, tw, ww, g, t, lead = where
         for hh in range(NH):
@@ -160,7 +168,10 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
                 wait_dq_dk(dQ, dV)  # dV and the half done, dK in flight
             else:
                 wait_dq(dQ, dV)
-            stage_dq(staging, hh, tw, dQ)
+            if red:
+                red_dq(out[1], out[2] + (w * NH + hh) * HALF, tw, dQ)
+            else:
+                stage_dq(out[0], hh, tw, dQ)
 
     @device
     def issue_next(St, dPt, sm, sb, where):
@@ -175,7 +186,8 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
         """The staged partial added to ``dqa`` by one bulk reduction; after the last tile, dK waited for."""
         w, lead = where[5], where[10]
         staging, dqa, doff = out
-        add_dq(staging, dqa, doff, w, lead)
+        if not red:
+            add_dq(staging, dqa, doff, w, lead)
         if last:
             wait_dk(dK, dK)
         else:
@@ -185,12 +197,12 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
 
 
 @functools.cache
-def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one):
+def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one, red: bool = False):
     """grad_ss: ``bwd_wgmma_fused``'s kernel (Bc/64 warpgroups of 64 keys walking the Q tiles that see them)
     with the tile step of :func:`ss_kv_tile`: one block barrier a tile, after the dS stores, which also tells that
     the next tile has landed; the ring refilled after it (STAGES ≥ 3: the tile two ahead, into the stage of the
     tile before, whose products every warpgroup has waited for)."""
-    issue, scores, grads, issue_next, publish = ss_kv_tile(D, Bc, STAGES, causal, bf16, stage, dmod)
+    issue, scores, grads, issue_next, publish = ss_kv_tile(D, Bc, STAGES, causal, bf16, stage, dmod, red)
     WGS = Bc // M
     THREADS = 128 * WGS
     copy_own = make_ring_copy(D, M, WGS, 128)  # K_j's and V_j's 64-key tiles: one per warpgroup
@@ -263,9 +275,9 @@ def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=P
             cp_async_wait(AHEAD)  # the next tile has landed (this thread's copies) ...
             cuda.syncthreads()  # ... every thread's; every warpgroup's dSᵀ is in dS_i, its tile before done
             nxt, sb_next = refill(nxt, sb_next, walk, bh0, to)  # into the stage of the tile before
-            grads(regs, sm, sb, where, staging)
             out = (staging, dqa, (bh0 + cur[0]) * dqa.shape[1] + qt * (Br * D))  # (dqa's shape: no 64-bit tile
             # count kept live across the walk)
+            grads(regs, sm, sb, where, out)
             if after[0] >= G:  # (a path of its own: Sᵀ, dPᵀ carried to the next tile only from their issue)
                 publish(dK, True, where, out)
                 break
@@ -273,14 +285,16 @@ def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=P
             publish(dK, False, where, out)
             sb = sb + 1 if sb + 1 < STAGES else 0
             cur = after
-        if lead:
+        if lead and not red:
             bulk_wait(0)  # the staging tile stays valid until the last reduction has read it
         store_kv(dk, dv, dK, dV, kvh, j_lo, t, Nk, scale)
 
     return grad_ss
 
 
-def _supports(problem, Bc, stages):
+def _supports(problem, Bc, stages, dq="bulk"):
+    if dq not in ("bulk", "red"):
+        return f"dq={dq!r}: dQ's partials are added by one bulk reduction a tile ('bulk') or from the registers ('red')"
     return fused_reason(problem, Bc, stages, 3, "the next tile landed while this one is read, before the stage of "
                         "the one before is refilled", smem_bytes)
 
@@ -306,8 +320,8 @@ def _resolve(problem, Bc, **params):
             "products, the next tile's products issued before this tile's are waited for",
     planned_speedup=1550.0,  # against bwd_naive, as every planned speedup: ~1.15x bwd_wgmma_fused (1350)
     dtypes=("float16", "bfloat16"), requires_cc="sm_90a", head_dims=(64, 128),
-    space={"Bc": [64, 128], "stages": [3, 4]},
+    space={"Bc": [64, 128], "stages": [3, 4], "dq": ["bulk", "red"]},
     sim_params={"Bc": 128, "stages": 3}, supports=_supports, resolve=_resolve, variants=True,
 )
-def bwd_wgmma_ss(problem, Bc=0, stages=3):
-    return launch_fused("bwd_wgmma_ss", problem, Bc, stages, make_grad_ss, smem_bytes)
+def bwd_wgmma_ss(problem, Bc=0, stages=3, dq="bulk"):
+    return launch_fused("bwd_wgmma_ss", problem, Bc, stages, make_grad_ss, smem_bytes, dq == "red")
