@@ -81,10 +81,10 @@ def test_backward_phase_matches_reference(phase, shape):
 
 @pytest.mark.full
 @pytest.mark.parametrize("shape", WIDE_SHAPES)
-def test_bwd_wgmma_ss_adds_dq_from_registers(shape):
-    """bwd_wgmma_ss with dq="red": dQ's partials added by vector reductions from the registers (no staging tile,
-    no bulk reduction), GQA and causal at D64, bf16 at D128."""
-    row = check_backward("bwd_wgmma_ss", SHAPES[shape], Bc=128, stages=3, dq="red")
+def test_bwd_wgmma_ss_adds_dq_by_bulk_reductions(shape):
+    """bwd_wgmma_ss with dq="bulk" (the default adds dQ's partials from the registers): staged in shared memory,
+    one bulk reduction a tile; GQA and causal at D64, bf16 at D128."""
+    row = check_backward("bwd_wgmma_ss", SHAPES[shape], Bc=128, stages=3, dq="bulk")
     assert row["status"] == "OK", f"{SHAPES[shape].label}: {row['status']}: {row['reason']}"
     assert "dq=" in na.get_phase("bwd_wgmma_ss").supports(SHAPES[shape], Bc=128, stages=3, dq="atomic")
 

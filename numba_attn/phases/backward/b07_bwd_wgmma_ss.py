@@ -9,6 +9,9 @@ is staged, the next tile's Sᵀ and dPᵀ are issued behind dK's product, so a w
 dPᵀ → dS → dQ, dK) no longer leaves the tensor pipe idle between tiles. The block barrier at the top of each tile
 goes: the one after the dS stores also tells that the next tile has landed (a ring of 3 stages, refilled after
 it), and a warpgroup waits only for the other's dQ before overwriting its dS columns (named barriers).
+dSᵀ is stored as Pᵀ is (a tile a warpgroup, 32-bit pairs) and read K-major by dK's product, transposed by dQ's;
+dQ's partials are added to the float32 accumulator from the registers (``dq="red"``, 16-byte reductions; ``"bulk"``:
+staged in shared memory, one bulk reduction a tile).
 
 Prediction: the 21% of samples at the tile barrier and part of the idle tensor time recovered: ~1.1-1.2×
 ``bwd_wgmma_fused`` at fp16 B1 H32 N4096 D128 (1.76 → ~1.5 ms, ~0.85× cuDNN); less at D64. D64 compiles to
@@ -21,7 +24,9 @@ causal), mostly Sᵀ's and dPᵀ's A descriptors, loaded from the stack before e
 Verdict: 1.16× ``bwd_wgmma_fused`` at D128 (1.51 against 1.75 ms, 0.82× cuDNN), 1.10× causal; at D64 1.09×
 (1.05× causal) with 128-key blocks, 1.00-1.01× with the parent's 64 (H200, fp16 B1 H32 N4096); bf16 N8192 causal
 3.27 against 3.71 ms (0.79× cuDNN, 1.07× FlexAttention). With the spills of the first version D128 causal ran
-0.80×. The default of phase=None. [experiments/2026-11-28-bwd-ss]
+0.80×. The default of phase=None. Less shared-memory traffic (the dSᵀ tiles, lse and Delta in pairs: 7% fewer
+wavefronts) 1.02-1.05× at D128, and dQ from the registers another 1.03-1.09× without spills (H100: 0.76-0.86×
+cuDNN). [experiments/2026-11-28-bwd-ss, experiments/2026-11-28-bwd-smem]
 """
 from __future__ import annotations
 
@@ -292,7 +297,7 @@ def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=P
     return grad_ss
 
 
-def _supports(problem, Bc, stages, dq="bulk"):
+def _supports(problem, Bc, stages, dq="red"):
     if dq not in ("bulk", "red"):
         return f"dq={dq!r}: dQ's partials are added by one bulk reduction a tile ('bulk') or from the registers ('red')"
     return fused_reason(problem, Bc, stages, 3, "the next tile landed while this one is read, before the stage of "
@@ -313,8 +318,9 @@ def _resolve(problem, Bc, **params):
     description="""
         bwd_wgmma_fused with dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i as SS wgmma: Pᵀ through a shared tile of its own,
         dSᵀ read transposed (an MN-major A) from the dS tile the dQ product reads. The A registers freed carry the
-        next Q tile's Sᵀ and dPᵀ, issued behind dK's product once dQ is staged; one block barrier a tile (after
-        the dS stores; a ring of 3 stages refilled after it), named barriers between the warpgroups for dS.
+        next Q tile's Sᵀ and dPᵀ, issued behind dK's product once dQ is added (from the registers by default);
+        one block barrier a tile (after the dS stores; a ring of 3 stages refilled after it), named barriers
+        between the warpgroups for dS.
     """,
     lineage="FlashAttention-3 (Shah et al. 2024) backward: P and dS through shared memory for the dV and dK "
             "products, the next tile's products issued before this tile's are waited for",
@@ -323,5 +329,5 @@ def _resolve(problem, Bc, **params):
     space={"Bc": [64, 128], "stages": [3, 4], "dq": ["bulk", "red"]},
     sim_params={"Bc": 128, "stages": 3}, supports=_supports, resolve=_resolve, variants=True,
 )
-def bwd_wgmma_ss(problem, Bc=0, stages=3, dq="bulk"):
+def bwd_wgmma_ss(problem, Bc=0, stages=3, dq="red"):
     return launch_fused("bwd_wgmma_ss", problem, Bc, stages, make_grad_ss, smem_bytes, dq == "red")
