@@ -90,6 +90,17 @@ def test_bwd_wgmma_ss_adds_dq_by_bulk_reductions(shape):
 
 
 @pytest.mark.full
+def test_bwd_wgmma_ss_takes_dv_dk_operands_from_registers_at_d64():
+    """bwd_wgmma_ss with rs=True: dV's and dK's A from the packed P and dS registers (GQA, causal, D64); refused at
+    D128, where the fragments do not fit."""
+    shape = SHAPES["B1H2/1-19x37-D64-fp16-causal"]
+    row = check_backward("bwd_wgmma_ss", shape, Bc=128, stages=3, rs=True)
+    assert row["status"] == "OK", f"{shape.label}: {row['status']}: {row['reason']}"
+    assert "rs=True" in na.get_phase("bwd_wgmma_ss").supports(SHAPES["B1H2-70x45-D128-bf16"], Bc=128, stages=3,
+                                                              rs=True)
+
+
+@pytest.mark.full
 def test_default_tiles_run_in_simulator():
     """The default (GPU) tiles, not only the simulator's: several key tiles and a partial last one."""
     prob = na.Problem(batch=1, heads=2, kv_heads=1, q_len=35, kv_len=70, head_dim=8, causal=True)

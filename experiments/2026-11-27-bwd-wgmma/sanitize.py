@@ -24,12 +24,12 @@ from numba_attn.spec.reference import check  # noqa: E402
 from numba_attn.variants.mods import make_variant  # noqa: E402
 
 
-def cases(full: bool, phases=("bwd_wgmma", "bwd_wgmma_overlap")):
+def cases(full: bool, phases=("bwd_wgmma", "bwd_wgmma_overlap"), dims=(64, 128)):
     """(phase, D, dtype, causal, Nq, Nk, variant name): every phase and head dim on odd shapes; with ``full`` (the
     first runs) bfloat16 and q_len > kv_len too; a window and documents on both phases."""
     out = []
     for ph in phases:
-        for D in (64, 128):
+        for D in dims:
             for dtype in (("float16", "bfloat16") if full and ph != "bwd_wgmma_overlap" else ("float16",)):
                 for causal in (False, True):
                     for Nq, Nk in ((300, 333), (333, 300)) if full and not causal else ((300, 333),):
@@ -46,12 +46,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--full", action="store_true", help="the plain cases of the first runs too (bfloat16, Nq > Nk)")
     ap.add_argument("--phases", default="bwd_wgmma,bwd_wgmma_overlap", help="comma-separated backward phases")
+    ap.add_argument("--dims", default="64,128", help="head dims, comma-separated")
     ap.add_argument("--params", default="{}", help="the phases' parameters, JSON (e.g. '{\"dq\": \"red\"}')")
     a = ap.parse_args()
     params = json.loads(a.params)
+    dims = tuple(int(d) for d in a.dims.split(","))
     rng = np.random.default_rng(0)
     bad = []
-    for ph, D, dtype, causal, Nq, Nk, vname in cases(a.full, a.phases.split(",")):
+    for ph, D, dtype, causal, Nq, Nk, vname in cases(a.full, a.phases.split(","), dims):
         dt = numpy_dtype(dtype)
         q = rng.standard_normal((2, 4, Nq, D)).astype(dt)
         k, v = (rng.standard_normal((2, 2, Nk, D)).astype(dt) for _ in range(2))

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import functools
 
-from numba import cuda, float32
+from numba import cuda, float32, uint32
 
 from numba_attn.gpu.bulk import bulk_wait, bulk_wait_read, red_add_f32x4
 from numba_attn.gpu.intrinsics import cp_async_wait, pack_bf16x2, pack_f16x2
@@ -47,7 +47,7 @@ from numba_attn.phases.backward.b06_bwd_wgmma_fused import Br
 from numba_attn.phases.backward.b06_bwd_wgmma_fused import smem_bytes as fused_smem_bytes
 from numba_attn.phases.backward.common import one
 from numba_attn.phases.backward.wgmma_steps import (M, fused_reason, kv_elementwise, launch_fused, make_dq_staging,
-                                                    make_kv_store, make_q_ring, make_scores_issue,
+                                                    make_kv_store, make_products, make_q_ring, make_scores_issue,
                                                     resolve_bc, tile_bytes)
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.pipeline import ring_padding
@@ -106,14 +106,19 @@ def make_pt_store(bf16: bool):
 
 
 @functools.cache
-def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one, red: bool = False):
-    """``(issue, scores, grads)``: one Q tile for warpgroup w (its 64 keys). ``issue``: Sᵀ, dPᵀ in flight.
-    ``scores``: Pᵀ into its tile, dV_j += Pᵀ dO_i issued (SS), dSᵀ into dS_i (after the other warpgroup's dQ of
-    the tile before). The kernel's block barrier follows. ``grads``: dQ_i's halves = dS_i K_j, dK_j += dSᵀ Q_i
-    (SS, dSᵀ read transposed from dS_i) behind the last, each half staged once done; ``issue_next``: the next
-    tile's Sᵀ and dPᵀ behind dK; ``publish``: the partial added to ``dqa`` by one bulk reduction. dK is waited for
-    by the next tile's first wait (products complete in order) or, after the last tile, by ``publish``."""
+def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one, red: bool = False,
+               rs: bool = False):
+    """``(issue, scores, grads, issue_next, publish)``: one Q tile for warpgroup w (its 64 keys). ``issue``: Sᵀ,
+    dPᵀ in flight. ``scores``: Pᵀ into its tile, dV_j += Pᵀ dO_i issued (SS), dSᵀ into its tile (after the other
+    warpgroup's dQ of the tile before). The kernel's block barrier follows. ``grads``: dQ_i's halves = dS_i K_j (dS_i
+    read transposed from the dSᵀ tiles), dK_j += dSᵀ Q_i (SS) behind the last, each half added to ``dqa`` from the
+    registers (``red``) or staged once done; ``issue_next``: the next tile's Sᵀ and dPᵀ behind dK; ``publish``:
+    the staged partial added by one bulk reduction. dK is waited for by the next tile's first wait (products
+    complete in order) or, after the last tile, by ``publish``. ``rs``: dV's and dK's A from the registers (P and
+    dS packed, as ``bwd_wgmma_fused`` has them) instead of the Pᵀ and dSᵀ tiles (the dSᵀ tile is still stored for
+    dQ's product)."""
     issue = make_scores_issue(bf16, D, Bc, STAGES)
+    pack, accumulate = make_products(bf16, Br, D, STAGES)[2:]
     acc_p = make_ss_accumulate(bf16, D)
     wait_s = make_wgmma_wait(1, Br // 2)  # Sᵀ done, dPᵀ in flight
     wait_dp = make_wgmma_wait(1, Br // 2)  # dPᵀ done, dV in flight
@@ -132,6 +137,7 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
         (values 4m … 4m + 3 of thread tw at ``at`` + 512m + 4tw: a warp's reductions are one 512-byte run)."""
         for m in range(D // 16):
             red_add_f32x4(dqa, at + 512 * m + 4 * tw, dQ[4 * m], dQ[4 * m + 1], dQ[4 * m + 2], dQ[4 * m + 3])
+
     store_pt = make_pt_store(bf16)
     WGS = Bc // M
     NH = 2 // WGS  # dQ halves per warpgroup
@@ -142,16 +148,22 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
 
     @device
     def scores(regs, sm, sb, i0, j_lo, where, Nq, Nk, scale, var):
-        St, dPt, dK, dV, Gt, dQ = regs
+        St, dPt, dK, dV, Gt, dQ, pf, dsf = regs
         rows, own_b, ring_b, ds_b, pt_b, w, tw, ww, g, t, lead = where
         wait_s(St, St)  # Sᵀ done, dPᵀ in flight
         probabilities(St, Gt, rows, sb, i0, j_lo, t, Nq, Nk, scale, var)
-        store_pt(sm, pt_b + w * A64, St, ww, g, t)
-        fence_proxy_async()  # the stores, then the tensor cores' reads of the Pᵀ tile
-        named_barrier_sync(1 + w, 128)  # the warpgroup's Pᵀ is in its tile
-        acc_p(dV, sm, pt_b + w * A64, sm, ring_b + (STAGES + sb) * TILE)  # dV_j += Pᵀ dO_i, in flight
+        if rs:
+            pack(pf, St)
+            accumulate(dV, pf, 0, sm, ring_b + (STAGES + sb) * TILE)  # dV_j += Pᵀ dO_i from the registers
+        else:
+            store_pt(sm, pt_b + w * A64, St, ww, g, t)
+            fence_proxy_async()  # the stores, then the tensor cores' reads of the Pᵀ tile
+            named_barrier_sync(1 + w, 128)  # the warpgroup's Pᵀ is in its tile
+            acc_p(dV, sm, pt_b + w * A64, sm, ring_b + (STAGES + sb) * TILE)  # dV_j += Pᵀ dO_i, in flight
         wait_dp(dPt, dPt)  # dPᵀ done, dV in flight
         score_grads(St, dPt, Gt, rows, sb, t)
+        if rs:
+            pack(dsf, dPt)  # dK's A
         if WGS > 1:  # (before the first tile: the other's arrival before the walk)
             named_barrier_sync(DS_FREE + w, 256)  # the other warpgroup's dQ of the tile before has read dS_i
         store_pt(sm, ds_b + w * A64, dPt, ww, g, t)  # dSᵀ into the warpgroup's tile, as Pᵀ
@@ -161,7 +173,7 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
 
     @device
     def grads(regs, sm, sb, where, out):
-        St, dPt, dK, dV, Gt, dQ = regs
+        St, dPt, dK, dV, Gt, dQ, pf, dsf = regs
         rows, own_b, ring_b, ds_b, pt_b, w, tw, ww, g, t, lead = where
         for hh in range(NH):
             h = w * NH + hh
@@ -169,7 +181,10 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
             # read transposed from the dSᵀ tiles
             dq_product(dQ, sm, ds_b, sm, own_b + (h * (D // 2) // 64) * M * rb + (h * HALF_COLS) % rb)
             if hh == NH - 1:
-                acc_p(dK, sm, ds_b + w * A64, sm, ring_b + sb * TILE)  # dK_j += dSᵀ Q_i, behind dQ's last half
+                if rs:
+                    accumulate(dK, dsf, 0, sm, ring_b + sb * TILE)  # dK_j += dSᵀ Q_i, behind dQ's last half
+                else:
+                    acc_p(dK, sm, ds_b + w * A64, sm, ring_b + sb * TILE)
                 wait_dq_dk(dQ, dV)  # dV and the half done, dK in flight
             else:
                 wait_dq(dQ, dV)
@@ -202,12 +217,13 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
 
 
 @functools.cache
-def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one, red: bool = False):
+def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one, red: bool = False,
+                 rs: bool = False):
     """grad_ss: ``bwd_wgmma_fused``'s kernel (Bc/64 warpgroups of 64 keys walking the Q tiles that see them)
     with the tile step of :func:`ss_kv_tile`: one block barrier a tile, after the dS stores, which also tells that
     the next tile has landed; the ring refilled after it (STAGES ≥ 3: the tile two ahead, into the stage of the
     tile before, whose products every warpgroup has waited for)."""
-    issue, scores, grads, issue_next, publish = ss_kv_tile(D, Bc, STAGES, causal, bf16, stage, dmod, red)
+    issue, scores, grads, issue_next, publish = ss_kv_tile(D, Bc, STAGES, causal, bf16, stage, dmod, red, rs)
     WGS = Bc // M
     THREADS = 128 * WGS
     copy_own = make_ring_copy(D, M, WGS, 128)  # K_j's and V_j's 64-key tiles: one per warpgroup
@@ -226,7 +242,7 @@ def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=P
     HALF = Br * D // 2  # floats of a half of dQ_i
     NQ = D // 4  # its accumulator registers
     STAGE_ROWS = NH * NQ  # a warpgroup's staging rows (of 128 floats)
-    NS, NA = Br // 2, D // 2
+    NS, NA, NP = Br // 2, D // 2, Br // 4
     NG = NS if stage.scored else 1
     AHEAD = STAGES - 3  # copy groups that may stay in flight when the next tile must have landed
 
@@ -259,12 +275,14 @@ def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=P
         dK = cuda.local.array(NA, float32)
         dV = cuda.local.array(NA, float32)
         dQ = cuda.local.array(NQ, float32)
+        pf = cuda.local.array(NP, uint32)  # (rs: P and dS packed, dV's and dK's A)
+        dsf = cuda.local.array(NP, uint32)
         for e in range(NA):
             dK[e] = float32(0.0)
             dV[e] = float32(0.0)
         j_lo = jb + 64 * w + 16 * ww + g
         where = (rows, 0, OWN_B, OWN_B + RING_B, OWN_B + RING_B + DS_B, w, tw, ww, g, t, lead)
-        regs = (St, dPt, dK, dV, Gt, dQ)
+        regs = (St, dPt, dK, dV, Gt, dQ, pf, dsf)
         ready()  # the first tile (and K_j, V_j) has landed
         if cur[0] < G:
             issue(St, dPt, sm, 0, 0, OWN_B, w)
@@ -297,9 +315,12 @@ def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=P
     return grad_ss
 
 
-def _supports(problem, Bc, stages, dq="red"):
+def _supports(problem, Bc, stages, dq="red", rs=False):
     if dq not in ("bulk", "red"):
         return f"dq={dq!r}: dQ's partials are added by one bulk reduction a tile ('bulk') or from the registers ('red')"
+    if rs and problem.head_dim != 64:
+        return (f"rs=True at head_dim {problem.head_dim}: P's and dS's packed fragments (32 registers a thread) fit "
+                "beside the dK, dV accumulators and the early-issued scores at D64 only")
     return fused_reason(problem, Bc, stages, 3, "the next tile landed while this one is read, before the stage of "
                         "the one before is refilled", smem_bytes)
 
@@ -317,7 +338,7 @@ def _resolve(problem, Bc, **params):
     parent="bwd_wgmma_fused", kind="backward",
     description="""
         bwd_wgmma_fused with dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i as SS wgmma: Pᵀ through a shared tile of its own,
-        dSᵀ read transposed (an MN-major A) from the dS tile the dQ product reads. The A registers freed carry the
+        dSᵀ through one too, read transposed (an MN-major A) by dQ's product. The A registers freed carry the
         next Q tile's Sᵀ and dPᵀ, issued behind dK's product once dQ is added (from the registers by default);
         one block barrier a tile (after the dS stores; a ring of 3 stages refilled after it), named barriers
         between the warpgroups for dS.
@@ -326,8 +347,8 @@ def _resolve(problem, Bc, **params):
             "products, the next tile's products issued before this tile's are waited for",
     planned_speedup=1550.0,  # against bwd_naive, as every planned speedup: ~1.15x bwd_wgmma_fused (1350)
     dtypes=("float16", "bfloat16"), requires_cc="sm_90a", head_dims=(64, 128),
-    space={"Bc": [64, 128], "stages": [3, 4], "dq": ["bulk", "red"]},
+    space={"Bc": [64, 128], "stages": [3, 4], "dq": ["bulk", "red"], "rs": [False, True]},
     sim_params={"Bc": 128, "stages": 3}, supports=_supports, resolve=_resolve, variants=True,
 )
-def bwd_wgmma_ss(problem, Bc=0, stages=3, dq="red"):
-    return launch_fused("bwd_wgmma_ss", problem, Bc, stages, make_grad_ss, smem_bytes, dq == "red")
+def bwd_wgmma_ss(problem, Bc=0, stages=3, dq="red", rs=False):
+    return launch_fused("bwd_wgmma_ss", problem, Bc, stages, make_grad_ss, smem_bytes, dq == "red", bool(rs))
