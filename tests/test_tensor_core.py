@@ -32,11 +32,12 @@ except ImportError:  # pragma: no cover
     HAVE_BF16 = False
 
 
-def run_phase(name, problem, seed=1, **params):
-    """Plan, launch on poisoned output, check against float64; returns (Check, launch)."""
+def run_phase(name, problem, seed=1, inputs=None, **params):
+    """Plan, launch on poisoned output, check against float64; returns (Check, launch). ``inputs``: (q, k, v) in
+    place of the problem's random ones."""
     phase = get_phase(name)
     params = {**(phase.sim_params if IS_SIMULATOR else {}), **params}
-    q, k, v = problem.inputs(seed)
+    q, k, v = problem.inputs(seed) if inputs is None else inputs
     ref = reference(q, k, v, causal=problem.causal, scale=problem.sm_scale)
     launch = phase.plan(problem, **params)
     B, H, Hkv, D = problem.batch, problem.heads, problem.kv_heads, problem.head_dim
@@ -136,6 +137,26 @@ def test_phase_matches_reference(name, problem, params):
     c, _ = run_phase(name, problem, **params)
     assert c.ok, c.reason
     assert c.unwritten == 0
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_lazy_rescale_matches_reference_when_the_max_jumps(causal):
+    """warp_specialized_tc with lazy_rescale=True (FlashAttention-4's conditional rescale): the even 16-key tiles'
+    scores climb by ~96 a step (s·sl2 by ~35 > 8: the running max moves and O is rescaled), the odd ones fall back
+    near 0 (it stays: P against the old max); against float64, causal and not, and random inputs (the max
+    never moves by 8 after the first tile) too."""
+    problem = tiny("float16", D=16, q_len=40, kv_len=100, heads=1, causal=causal)
+    rng = np.random.default_rng(5)
+    q = (1 + 0.1 * rng.standard_normal((1, 1, 40, 16))).astype(np.float16)
+    tile = np.arange(100) // 16
+    level = np.where(tile % 2 == 0, 3.0 * tile, 0.0)
+    k = (level[None, None, :, None] + 0.1 * rng.standard_normal((1, 1, 100, 16))).astype(np.float16)
+    v = rng.standard_normal((1, 1, 100, 16)).astype(np.float16)
+    params = {"warpgroups": 1, "Bc": 16, "lazy_rescale": True}
+    c, _ = run_phase("warp_specialized_tc", problem, inputs=(q, k, v), **params)
+    assert c.ok and c.unwritten == 0, c.reason
+    c, _ = run_phase("warp_specialized_tc", problem, **params)
+    assert c.ok and c.unwritten == 0, c.reason
 
 
 def test_supports_reasons():

@@ -341,6 +341,58 @@ def fragment_softmax(NT: int):
     return softmax
 
 
+LAZY_RESCALE_LOG2 = np.float32(8.0)  # FlashAttention-4's threshold: P may reach 2^8 before the max moves
+
+
+@functools.cache
+def fragment_softmax_lazy(NT: int):
+    """:func:`fragment_softmax` with the running maximum moved only where this tile's exceeds it by more than
+    ``LAZY_RESCALE_LOG2`` in base-2 units (FlashAttention-4's conditional rescale; a row's first visible keys always
+    move it). Where it stays, ``p = exp2(s·sl2 − m·sl2)`` against the old maximum (at most 2^8: no overflow in
+    f16, bf16 or the float32 sums) and ``corr = 1``, so O needs no rescale. O / l does not depend on the reference
+    maximum; the results differ from :func:`fragment_softmax`'s by rounding only. Also returns whether either row's
+    maximum moved (this lane's)."""
+
+    @device
+    def softmax(s, base, m_lo, m_hi, sl2):
+        mx_lo = NEG_BIG
+        mx_hi = NEG_BIG
+        for nt in range(NT):
+            i0 = base + 4 * nt
+            mx_lo = max(mx_lo, max(s[i0], s[i0 + 1]))
+            mx_hi = max(mx_hi, max(s[i0 + 2], s[i0 + 3]))
+        mt_lo = quad_max(mx_lo)
+        mt_hi = quad_max(mx_hi)
+        mn_lo = m_lo
+        mn_hi = m_hi
+        if m_lo == NEG_BIG or (mt_lo - m_lo) * sl2 > LAZY_RESCALE_LOG2:
+            mn_lo = max(m_lo, mt_lo)
+        if m_hi == NEG_BIG or (mt_hi - m_hi) * sl2 > LAZY_RESCALE_LOG2:
+            mn_hi = max(m_hi, mt_hi)
+        moved = mn_lo != m_lo or mn_hi != m_hi
+        corr_lo = math.exp2((m_lo - mn_lo) * sl2) if mn_lo != m_lo else float32(1.0)
+        corr_hi = math.exp2((m_hi - mn_hi) * sl2) if mn_hi != m_hi else float32(1.0)
+        ms_lo = mn_lo * sl2 if mn_lo != NEG_BIG else float32(0.0)
+        ms_hi = mn_hi * sl2 if mn_hi != NEG_BIG else float32(0.0)
+        rs_lo = float32(0.0)
+        rs_hi = float32(0.0)
+        for nt in range(NT):
+            i0 = base + 4 * nt
+            p0 = math.exp2(s[i0] * sl2 - ms_lo)
+            p1 = math.exp2(s[i0 + 1] * sl2 - ms_lo)
+            p2 = math.exp2(s[i0 + 2] * sl2 - ms_hi)
+            p3 = math.exp2(s[i0 + 3] * sl2 - ms_hi)
+            rs_lo += p0 + p1
+            rs_hi += p2 + p3
+            s[i0] = p0
+            s[i0 + 1] = p1
+            s[i0 + 2] = p2
+            s[i0 + 3] = p3
+        return mn_lo, mn_hi, corr_lo, corr_hi, rs_lo, rs_hi, moved
+
+    return softmax
+
+
 @functools.cache
 def fragment_rescale(DT: int):
     """A device function ``(acc, base, corr_lo, corr_hi)`` multiplying the ``DT``

@@ -27,7 +27,8 @@ from numba_attn.phases.tensor_core.mask import key_ends, mask_fragments, variant
 from numba_attn.phases.tensor_core.pipeline import ring_functions
 from numba_attn.phases.tensor_core.producer import load_functions
 from numba_attn.phases.tensor_core.scheduler import key_tiles
-from numba_attn.phases.tensor_core.softmax import online_softmax, pack_p, rescale_o
+from numba_attn.gpu.warp import FULL_MASK, ballot_sync
+from numba_attn.phases.tensor_core.softmax import online_softmax, online_softmax_lazy, pack_p, rescale_o
 from numba_attn.variants.stages import LN2, PLAIN
 
 __all__ = ["wgmma_products", "scores_to_p", "ring_steps", "plain_mainloop", "consumer"]
@@ -54,10 +55,14 @@ def scores_to_p(tiles, causal: bool, bf16: bool, stage=PLAIN):
     """A device function ``to_p(s, pf, acc, stats, j0, kind, loads, rows, lane_ids) -> stats`` (the mainloop's
     tuples): the scores ``s`` of the tile of keys from ``j0`` (rows g and g+8 of the warp from ``row0``) through
     the variant ``stage`` (``kind``: the tile's; ``loads[6]``: the item's :func:`.scheduler.key_tiles` walk) and
-    masked, the online softmax, P packed into ``pf``, O (``acc``) rescaled."""
+    masked, the online softmax, P packed into ``pf``, O (``acc``) rescaled. ``tiles.lazy_rescale``: the running
+    max moves only by more than 2^8 (:func:`.softmax.online_softmax_lazy`), and a warp rescales O only when one of
+    its rows' max moved."""
     vary = variant_fragments(tiles.s_tiles, stage)
     mask = mask_fragments(tiles.s_tiles, tiles.Bc, causal)
     softmax = online_softmax(tiles.s_tiles)
+    softmax_lazy = online_softmax_lazy(tiles.s_tiles)
+    LAZY = tiles.lazy_rescale
     pack = pack_p(tiles.pv_steps, bf16)
     rescale = rescale_o(tiles.o_tiles)
 
@@ -68,9 +73,15 @@ def scores_to_p(tiles, causal: bool, bf16: bool, stage=PLAIN):
         mods, b, h, qt, Nq = loads[6]
         vary(s, 0, j0, row0 + g, t, Nq, Nk, off, (b, h, kind, sl2 * LN2), mods)  # score_mod, mask_mod
         mask(s, 0, j0, row0, row0 + g, t, Nk, off)  # keys past the end and (causal) above the diagonal
-        stats, corr_lo, corr_hi = softmax(s, stats, sl2)
-        pack(pf, s)
-        rescale(acc, 0, corr_lo, corr_hi)
+        if LAZY:
+            stats, corr_lo, corr_hi, moved = softmax_lazy(s, stats, sl2)
+            pack(pf, s)
+            if ballot_sync(FULL_MASK, moved) != 0:  # (warp-uniform: O's 64 multiplies skipped together)
+                rescale(acc, 0, corr_lo, corr_hi)
+        else:
+            stats, corr_lo, corr_hi = softmax(s, stats, sl2)
+            pack(pf, s)
+            rescale(acc, 0, corr_lo, corr_hi)
         return stats
 
     return to_p

@@ -164,7 +164,7 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
 
 
 def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads="cp_async", varlen=False,
-                uniform=False, blocks=None):
+                uniform=False, blocks=None, lazy_rescale=False):
     """The :class:`Launch` of the wgmma kernel: grid (query blocks, heads, batch), the ring in
     dynamic shared memory (opt-in made at the first launch), and the uint32 views of the last
     few input sets cached (making views costs host time at every launch). ``varlen``: the packed
@@ -174,13 +174,14 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
     tensor maps of their uint32 views (:func:`kv_tensor_map`, cached with the views); "ws": ``warpgroups``
     consumer warpgroups plus the producer warpgroup per block; ``blocks`` (with "ws"; None: not persistent):
     persistent blocks, a grid of ``blocks`` (0: one per SM) each running every ``blocks``-th work item, never more
-    blocks than items."""
+    blocks than items. ``lazy_rescale``: FlashAttention-4's conditional rescale of O (:class:`WgmmaTiles`)."""
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     D = problem.head_dim
     tma = loads != "cp_async"
     variant = getattr(problem, "variant", None)
-    kern = make_wgmma_kernel(wgmma_tiles(D, warpgroups, Bc, stages), problem.group, problem.causal,
-                             problem.dtype == "bfloat16", mainloop, loads, varlen, blocks is not None, uniform,
+    tiles = wgmma_tiles(D, warpgroups, Bc, stages, bool(lazy_rescale))
+    kern = make_wgmma_kernel(tiles, problem.group, problem.causal, problem.dtype == "bfloat16", mainloop, loads,
+                             varlen, blocks is not None, uniform,
                              stages_of(variant, listed=False) if varlen  # (no block mask: a sequence's own positions)
                              else stages_for(problem))  # (the variant's stage; with the log-sum-exp store when asked)
     box, swizzle = tma_box(D, Bc)

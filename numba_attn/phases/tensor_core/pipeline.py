@@ -35,11 +35,13 @@ ALIGN_BYTES = 1024  # the 128-byte swizzle repeats every 1024 bytes: tiles start
 @dataclass(frozen=True)
 class WgmmaTiles:
     """The compile-time shape of a wgmma kernel of ``warpgroups`` computing warpgroups (64 query rows each),
-    head_dim ``D``, K/V tiles of ``Bc`` keys in a ring of ``stages``."""
+    head_dim ``D``, K/V tiles of ``Bc`` keys in a ring of ``stages``; ``lazy_rescale``: FlashAttention-4's
+    conditional rescale of O (:func:`.consumer.scores_to_p`)."""
     D: int
     warpgroups: int
     Bc: int
     stages: int
+    lazy_rescale: bool = False
 
     @property
     def warps(self):  # warpgroup i = warps 4i..4i+3
@@ -103,8 +105,8 @@ class WgmmaTiles:
 
 
 @functools.cache
-def wgmma_tiles(D: int, warpgroups: int, Bc: int, stages: int) -> WgmmaTiles:
-    return WgmmaTiles(D, warpgroups, Bc, stages)
+def wgmma_tiles(D: int, warpgroups: int, Bc: int, stages: int, lazy_rescale: bool = False) -> WgmmaTiles:
+    return WgmmaTiles(D, warpgroups, Bc, stages, lazy_rescale)
 
 
 @functools.cache

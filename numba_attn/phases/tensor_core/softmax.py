@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import functools
 
-from numba_attn.gpu.device_functions import fragment_rescale, fragment_softmax, fragment_update
+from numba_attn.gpu.device_functions import (fragment_rescale, fragment_softmax, fragment_softmax_lazy,
+                                             fragment_update)
 from numba_attn.gpu.intrinsics import pack_bf16x2, pack_f16x2
 from numba_attn.gpu.jit import device
 from numba_attn.phases.tensor_core.mask import mask_fragments, variant_fragments
 from numba_attn.variants.stages import LN2, PLAIN
 
-__all__ = ["online_softmax", "pack_p", "rescale_o", "masked_update"]
+__all__ = ["online_softmax", "online_softmax_lazy", "pack_p", "rescale_o", "masked_update"]
 
 
 @functools.cache
@@ -33,6 +34,24 @@ def online_softmax(NT: int):
         l_lo = l_lo * corr_lo + rs_lo
         l_hi = l_hi * corr_hi + rs_hi
         return (m_lo, m_hi, l_lo, l_hi), corr_lo, corr_hi
+
+    return update
+
+
+@functools.cache
+def online_softmax_lazy(NT: int):
+    """:func:`online_softmax` with FlashAttention-4's conditional rescale (:func:`.fragment_softmax_lazy`): a row's
+    running max moves only when a tile's exceeds it by more than 2^8; ``update(s, stats, sl2) -> (stats, corr_lo,
+    corr_hi, moved)``, ``moved``: whether either of this lane's rows moved (O needs its rescale only then)."""
+    softmax = fragment_softmax_lazy(NT)
+
+    @device
+    def update(s, stats, sl2):
+        m_lo, m_hi, l_lo, l_hi = stats
+        m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi, moved = softmax(s, 0, m_lo, m_hi, sl2)
+        l_lo = l_lo * corr_lo + rs_lo
+        l_hi = l_hi * corr_hi + rs_hi
+        return (m_lo, m_hi, l_lo, l_hi), corr_lo, corr_hi, moved
 
     return update
 
