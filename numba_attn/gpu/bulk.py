@@ -1,5 +1,5 @@
-"""Bulk asynchronous reduction, shared → global: a whole tile of float32 added into global memory by one
-instruction (Hopper's ``cp.reduce.async.bulk``, no tensor map), its commit and its waits.
+"""Reductions into global float32: a whole shared tile by one instruction (Hopper's ``cp.reduce.async.bulk``, no
+tensor map, its commit and waits), or 16 bytes from registers.
 
 =============================================  =================================================================
 ``bulk_reduce_add_f32(dst, doff, src, soff, n)``  ``cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32``:
@@ -20,10 +20,9 @@ One thread issues a reduction for data its whole block wrote: the writers store 
 ``fence_proxy_async()`` (the copy engine reads through the async proxy) and a barrier, then the issue. A kernel
 must wait (``bulk_wait_read(0)`` at least) before it writes the source again and before it exits.
 
-Simulator model: a reduction is recorded at issue and carried out (source read, adds into the global array) by
-the wait that retires its group, so a kernel that overwrites its source before waiting, or exits without waiting,
-loses or corrupts sums there as it may on the GPU. Blocks run one after another in the simulator, so the adds
-need no atomicity beyond a lock between the threads of a block.
+Simulator model: a bulk reduction is recorded at issue and carried out by the wait that retires its group, so a
+kernel that overwrites its source or exits before waiting loses or corrupts sums as it may on the GPU. Blocks run
+one after another in the simulator: the adds need no atomicity beyond a lock between a block's threads.
 """
 from __future__ import annotations
 

@@ -21,9 +21,8 @@
 negative indices, which hides from LLVM that the addresses of an unrolled fragment loop differ by
 constants, so every one of them is computed (and kept live) in its own 64-bit register.
 
-Kernels see f16/bf16 tensors as ``uint32`` views (two elements per word), so a 32-bit load of
-``q[bh, row, w]`` is already the packed pair ``(row, 2w), (row, 2w+1)``. 128-bit accesses need 16-byte
-aligned addresses; the fallbacks check that alignment and the bounds.
+Kernels see f16/bf16 tensors as ``uint32`` views (two elements per word): a 32-bit load of ``q[bh, row, w]`` is
+the pair ``(row, 2w), (row, 2w+1)``. Vector accesses need aligned addresses; the fallbacks check them and the bounds.
 """
 from __future__ import annotations
 

@@ -2,31 +2,22 @@
 issued before this tile's products are waited for.
 
 Change against ``bwd_wgmma_fused``: dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i take A from shared memory instead of
-register fragments. Pᵀ goes into a tile of its own (64 keys × 64 query rows a warpgroup, K-major: one 32-bit store
-per packed pair); dSᵀ is read from the dS_i tile the dQ product already reads, transposed (an MN-major A: wgmma's
-transpose of A for 16-bit types). The 32 A registers a thread held (D128) carry the next tile instead: after dQ_i
-is staged, the next tile's Sᵀ and dPᵀ are issued behind dK's product, so a warpgroup's chain (Sᵀ → P → dV;
-dPᵀ → dS → dQ, dK) no longer leaves the tensor pipe idle between tiles. The block barrier at the top of each tile
-goes: the one after the dS stores also tells that the next tile has landed (a ring of 3 stages, refilled after
-it), and a warpgroup waits only for the other's dQ before overwriting its dS columns (named barriers).
-dSᵀ is stored as Pᵀ is (a tile a warpgroup, 32-bit pairs) and read K-major by dK's product, transposed by dQ's;
-dQ's partials are added to the float32 accumulator from the registers (``dq="red"``, 16-byte reductions; ``"bulk"``:
-staged in shared memory, one bulk reduction a tile).
+register fragments: Pᵀ and dSᵀ go into a tile each a warpgroup (64 keys × 64 query rows, K-major, one 32-bit store
+a packed pair), and dQ's product reads the dSᵀ tiles transposed (an MN-major A: wgmma's transpose of A). The 32 A
+registers a thread held (D128) carry the next tile instead: once dQ_i is added, the next tile's Sᵀ and dPᵀ are
+issued behind dK's product, so a warpgroup's chain (Sᵀ → P → dV; dPᵀ → dS → dQ, dK) no longer leaves the tensor
+pipe idle between tiles. One block barrier a tile, after the dS stores, also tells that the next tile has landed
+(a ring of 3 stages); a warpgroup waits only for the other's dQ before overwriting its dSᵀ tile (named barriers).
+dQ's partials go to the float32 accumulator from the registers (``dq="red"``; ``"bulk"``: staged, one bulk
+reduction a tile); ``rs=True`` (D64) keeps dV's and dK's A in registers as the parent does.
 
 Prediction: the 21% of samples at the tile barrier and part of the idle tensor time recovered: ~1.1-1.2×
-``bwd_wgmma_fused`` at fp16 B1 H32 N4096 D128 (1.76 → ~1.5 ms, ~0.85× cuDNN); less at D64. D64 compiles to
-217-224 registers without spills (183 with 64-key blocks; the parent 214-222); D128 to 255 with 16 spilled bytes a
-thread (44 causal: the
-walk's scalars, each loaded once a tile). Before the warpgroup index was made warp-uniform, the Pᵀ stores'
-addresses formed in the tile and the flag of the first tile dropped: 206-209 at D64; 84 bytes at D128 (228
-causal), mostly Sᵀ's and dPᵀ's A descriptors, loaded from the stack before each early issue.
+``bwd_wgmma_fused`` at fp16 B1 H32 N4096 D128 (~0.85× cuDNN); less at D64. Registers: 198-216 at D64, 252-255 at
+D128, no spills (the first version spilled 84-228 bytes at D128: the warpgroup index was not warp-uniform).
 
-Verdict: 1.16× ``bwd_wgmma_fused`` at D128 (1.51 against 1.75 ms, 0.82× cuDNN), 1.10× causal; at D64 1.09×
-(1.05× causal) with 128-key blocks, 1.00-1.01× with the parent's 64 (H200, fp16 B1 H32 N4096); bf16 N8192 causal
-3.27 against 3.71 ms (0.79× cuDNN, 1.07× FlexAttention). With the spills of the first version D128 causal ran
-0.80×. The default of phase=None. Less shared-memory traffic (the dSᵀ tiles, lse and Delta in pairs: 7% fewer
-wavefronts) 1.02-1.05× at D128, and dQ from the registers another 1.03-1.09× without spills (H100: 0.76-0.86×
-cuDNN). [experiments/2026-11-28-bwd-ss, experiments/2026-11-28-bwd-smem]
+Verdict: 1.16× ``bwd_wgmma_fused`` at D128, 1.10× causal, 1.09× at D64 (H200); with the dSᵀ tiles and dQ from
+the registers 1.13-1.22× the parent, 0.76-0.86× cuDNN (H100, fp16/bf16 N4096). The default of phase=None.
+[experiments/2026-11-28-bwd-ss, experiments/2026-11-28-bwd-smem]
 """
 from __future__ import annotations
 
