@@ -128,7 +128,7 @@ def main(argv=None) -> int:
         import functools
 
         import numba_attn.phases.tensor_core as tc
-        from numba_attn.phases.tensor_core import common
+        from numba_attn.phases.tensor_core import kernel as common
 
         kw = {k: int(v) if v.lstrip("-").isdigit() else v for k, v in (b.split("=", 1) for b in args.build)}
 
