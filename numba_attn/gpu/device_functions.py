@@ -293,35 +293,33 @@ def merge_state2(m_a, l_a, m_b, l_b):
 
 
 @functools.cache
-def fragment_softmax(NT: int):
-    """A device function ``(s, base, m_lo, m_hi, sl2) → (m_lo', m_hi', corr_lo,
-    corr_hi, rs_lo, rs_hi)`` for ``NT`` n-tiles starting at ``s[base]``:
-
-    * the new running maxima (raw scores) of rows g and g+8 — the old ones and
-      this tile's, reduced over the quad;
-    * ``corr = exp2((m_old − m_new)·sl2)``, the factor for ``l`` and ``O``;
-    * ``s`` overwritten in place by ``p = exp2(s·sl2 − m_new·sl2)`` (``sl2`` =
-      softmax scale × log2 e), and this lane's row sums of ``p``.
-
-    A row that has seen no key yet (max still NEG_BIG) gets p = 0, not exp(0).
-    NT is a compile-time constant (the factory is cached per NT) so that the
-    loops unroll and ``s`` stays in registers.
-    """
+def fragment_tile_max(NT: int):
+    """A device function ``(s, base) → (mx_lo, mx_hi)``: the maxima of rows g and g+8 over the ``NT`` n-tiles of
+    scores at ``s[base]``, reduced over the quad (NEG_BIG where every score is)."""
 
     @device
-    def softmax(s, base, m_lo, m_hi, sl2):
+    def tile_max(s, base):
         mx_lo = NEG_BIG
         mx_hi = NEG_BIG
         for nt in range(NT):
             i0 = base + 4 * nt
             mx_lo = max(mx_lo, max(s[i0], s[i0 + 1]))
             mx_hi = max(mx_hi, max(s[i0 + 2], s[i0 + 3]))
-        mn_lo = max(m_lo, quad_max(mx_lo))
-        mn_hi = max(m_hi, quad_max(mx_hi))
-        corr_lo = math.exp2((m_lo - mn_lo) * sl2)
-        corr_hi = math.exp2((m_hi - mn_hi) * sl2)
-        ms_lo = mn_lo * sl2 if mn_lo != NEG_BIG else float32(0.0)
-        ms_hi = mn_hi * sl2 if mn_hi != NEG_BIG else float32(0.0)
+        return quad_max(mx_lo), quad_max(mx_hi)
+
+    return tile_max
+
+
+@functools.cache
+def fragment_exp(NT: int):
+    """A device function ``(s, base, m_lo, m_hi, sl2) → (rs_lo, rs_hi)``: the ``NT`` n-tiles at ``s[base]``
+    overwritten by ``p = exp2(s·sl2 − m·sl2)`` against the rows' reference maxima ``m`` (p = 0 for a row whose
+    max is still NEG_BIG, not exp(0)), and this lane's row sums of ``p``."""
+
+    @device
+    def exp_rows(s, base, m_lo, m_hi, sl2):
+        ms_lo = m_lo * sl2 if m_lo != NEG_BIG else float32(0.0)
+        ms_hi = m_hi * sl2 if m_hi != NEG_BIG else float32(0.0)
         rs_lo = float32(0.0)
         rs_hi = float32(0.0)
         for nt in range(NT):
@@ -336,6 +334,37 @@ def fragment_softmax(NT: int):
             s[i0 + 1] = p1
             s[i0 + 2] = p2
             s[i0 + 3] = p3
+        return rs_lo, rs_hi
+
+    return exp_rows
+
+
+@functools.cache
+def fragment_softmax(NT: int):
+    """A device function ``(s, base, m_lo, m_hi, sl2) → (m_lo', m_hi', corr_lo,
+    corr_hi, rs_lo, rs_hi)`` for ``NT`` n-tiles starting at ``s[base]``:
+
+    * the new running maxima (raw scores) of rows g and g+8 — the old ones and
+      this tile's, reduced over the quad (:func:`fragment_tile_max`);
+    * ``corr = exp2((m_old − m_new)·sl2)``, the factor for ``l`` and ``O``;
+    * ``s`` overwritten in place by ``p = exp2(s·sl2 − m_new·sl2)`` (``sl2`` =
+      softmax scale × log2 e), and this lane's row sums of ``p`` (:func:`fragment_exp`).
+
+    A row that has seen no key yet (max still NEG_BIG) gets p = 0, not exp(0).
+    NT is a compile-time constant (the factory is cached per NT) so that the
+    loops unroll and ``s`` stays in registers.
+    """
+    tile_max = fragment_tile_max(NT)
+    exp_rows = fragment_exp(NT)
+
+    @device
+    def softmax(s, base, m_lo, m_hi, sl2):
+        mt_lo, mt_hi = tile_max(s, base)
+        mn_lo = max(m_lo, mt_lo)
+        mn_hi = max(m_hi, mt_hi)
+        corr_lo = math.exp2((m_lo - mn_lo) * sl2)
+        corr_hi = math.exp2((m_hi - mn_hi) * sl2)
+        rs_lo, rs_hi = exp_rows(s, base, mn_lo, mn_hi, sl2)
         return mn_lo, mn_hi, corr_lo, corr_hi, rs_lo, rs_hi
 
     return softmax
@@ -352,17 +381,12 @@ def fragment_softmax_lazy(NT: int):
     f16, bf16 or the float32 sums) and ``corr = 1``, so O needs no rescale. O / l does not depend on the reference
     maximum; the results differ from :func:`fragment_softmax`'s by rounding only. Also returns whether either row's
     maximum moved (this lane's)."""
+    tile_max = fragment_tile_max(NT)
+    exp_rows = fragment_exp(NT)
 
     @device
     def softmax(s, base, m_lo, m_hi, sl2):
-        mx_lo = NEG_BIG
-        mx_hi = NEG_BIG
-        for nt in range(NT):
-            i0 = base + 4 * nt
-            mx_lo = max(mx_lo, max(s[i0], s[i0 + 1]))
-            mx_hi = max(mx_hi, max(s[i0 + 2], s[i0 + 3]))
-        mt_lo = quad_max(mx_lo)
-        mt_hi = quad_max(mx_hi)
+        mt_lo, mt_hi = tile_max(s, base)
         mn_lo = m_lo
         mn_hi = m_hi
         if m_lo == NEG_BIG or (mt_lo - m_lo) * sl2 > LAZY_RESCALE_LOG2:
@@ -372,22 +396,7 @@ def fragment_softmax_lazy(NT: int):
         moved = mn_lo != m_lo or mn_hi != m_hi
         corr_lo = math.exp2((m_lo - mn_lo) * sl2) if mn_lo != m_lo else float32(1.0)
         corr_hi = math.exp2((m_hi - mn_hi) * sl2) if mn_hi != m_hi else float32(1.0)
-        ms_lo = mn_lo * sl2 if mn_lo != NEG_BIG else float32(0.0)
-        ms_hi = mn_hi * sl2 if mn_hi != NEG_BIG else float32(0.0)
-        rs_lo = float32(0.0)
-        rs_hi = float32(0.0)
-        for nt in range(NT):
-            i0 = base + 4 * nt
-            p0 = math.exp2(s[i0] * sl2 - ms_lo)
-            p1 = math.exp2(s[i0 + 1] * sl2 - ms_lo)
-            p2 = math.exp2(s[i0 + 2] * sl2 - ms_hi)
-            p3 = math.exp2(s[i0 + 3] * sl2 - ms_hi)
-            rs_lo += p0 + p1
-            rs_hi += p2 + p3
-            s[i0] = p0
-            s[i0 + 1] = p1
-            s[i0 + 2] = p2
-            s[i0 + 3] = p3
+        rs_lo, rs_hi = exp_rows(s, base, mn_lo, mn_hi, sl2)
         return mn_lo, mn_hi, corr_lo, corr_hi, rs_lo, rs_hi, moved
 
     return softmax
