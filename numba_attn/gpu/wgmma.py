@@ -37,9 +37,9 @@ dK and dV); ``a_layout`` reads A transposed (:func:`make_wgmma_ss`).
 One call emits ``wgmma.fence``, one chained ``wgmma.mma_async`` (the
 first with scale-d = 0 when ``zero``), ``wgmma.commit_group`` and
 ``wgmma.wait_group 0`` as one asm statement, so the compiler never sees the
-accumulator registers in flight. (Keeping wgmma in flight across other work —
-FlashAttention-3's overlap of softmax with the next product — is a further
-step this interface does not take.)
+accumulator registers in flight; with ``wait=False`` the product stays in flight
+(committed, not waited for) until a :func:`make_wgmma_wait` that passes its
+accumulators through, the overlapping and backward phases' schedules.
 
 Shared-memory layout (swizzled tiles)
 ------------------------------------
@@ -399,7 +399,7 @@ def _check(kind, N, offsets, rb, trans_b=False):
 def _check_a_layout(a_layout, ksteps):
     """``a_layout`` of :func:`make_wgmma_ss`: None (A K-major) or (offsets, LBO, SBO) of an MN-major A, one offset
     a k-step: A read transposed (``imm-trans-a`` of 16-bit wgmma), a tile whose rows are the K index and whose 64
-    columns are the product's rows (:func:`mnmajor_params`; the backward's dK += dSᵀ·Q reads dSᵀ so from dS)."""
+    columns are the product's rows (:func:`mnmajor_params`; the backward's dQ = dS·K reads dS so from its dSᵀ tiles)."""
     if a_layout is not None and (len(a_layout) != 3 or len(a_layout[0]) != ksteps):
         raise ValueError(f"a_layout must be (offsets of the {ksteps} k-steps, LBO, SBO) of an MN-major A, "
                          f"not {a_layout!r}")

@@ -22,8 +22,7 @@ cuDNN's 1.33).
 Verdict: 1.25× ``bwd_wgmma_overlap`` at D128 (1.80 against 2.26 ms, H200, fp16 B1 H32 N4096), 0.65-0.76× cuDNN
 over N 1024/4096, D 64/128; dSᵀ's transpose through shared memory is the cost the prediction missed (the
 steps: experiments/2026-11-27-bwd-fused); the tile schedule below (copies under Sᵀ and dPᵀ, dQ before dK) 1-5%
-more, the warpgroups' lockstep left (experiments/2026-11-28-bwd-schedule). phase=None's second choice, after its
-child ``bwd_wgmma_ss``.
+more, the warpgroups' lockstep left (experiments/2026-11-28-bwd-schedule). phase=None's second choice.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ dQ's partials go to the float32 accumulator from the registers (``dq="red"``; ``
 reduction a tile); ``rs=True`` (D64) keeps dV's and dK's A in registers as the parent does.
 
 Prediction: the 21% of samples at the tile barrier and part of the idle tensor time recovered: ~1.1-1.2×
-``bwd_wgmma_fused`` at fp16 B1 H32 N4096 D128 (~0.85× cuDNN); less at D64. Registers: 198-216 at D64, 252-255 at
+``bwd_wgmma_fused`` at fp16 B1 H32 N4096 D128 (~0.85× cuDNN); less at D64. Registers: 198-200 at D64, 252-255 at
 D128, no spills (the first version spilled 84-228 bytes at D128: the warpgroup index was not warp-uniform).
 
 Verdict: 1.16× ``bwd_wgmma_fused`` at D128, 1.10× causal, 1.09× at D64 (H200); with the dSᵀ tiles and dQ from
