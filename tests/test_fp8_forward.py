@@ -286,15 +286,15 @@ def test_quantization_model_is_the_phase_model():
 
 # -- the phase ---------------------------------------------------------------------------------
 
-def _run(problem, params=None, seed=1, permute=True, poke=None):
+def _run(problem, params=None, seed=1, permute=True, poke=None, phase=PHASE):
     q, k, v = problem.inputs(seed)
     if poke is not None:
         poke(q, k, v)
     B, H, Hkv, Nq, Nk, D = (problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len,
                             problem.head_dim)
-    params = PHASE.resolve(problem, params if params is not None else SIM)
+    params = phase.resolve(problem, params if params is not None else phase.sim_params)
     if permute:
-        launch = PHASE.plan(problem, **params)
+        launch = phase.plan(problem, **params)
     else:
         launch = F.build_fp8(problem, params["warpgroups"], params["Bc"], params["stages"], permute=False)
     o = to_device(np.full((B * H, Nq, D), np.nan, q.dtype))
@@ -405,6 +405,69 @@ def test_supports_refuses_with_reasons():
         (ok, {"warpgroups": 4}, "at most 3"),
     ]:
         reason = PHASE.supports(bad, **params)
+        assert reason and words in reason, (bad.label, params, reason)
+
+
+# -- fp8_ws: the same tile on the warp-specialized TMA ring ---------------------------------------
+
+WS = get_phase("fp8_ws")
+WS_CASES = {  # the simulator's parameters: one consumer warpgroup, 64-key tiles, two stages
+    "D64-130x200-fp16-gqa": Problem(batch=1, heads=2, kv_heads=1, q_len=130, kv_len=200, head_dim=64,
+                                    dtype="float16"),
+    "D128-100x150-bf16-causal": Problem(batch=1, heads=1, q_len=100, kv_len=150, head_dim=128, dtype="bfloat16",
+                                        causal=True),
+}
+
+
+@pytest.mark.parametrize("name", list(WS_CASES))
+def test_fp8_ws_matches_float64(name):
+    """Several query blocks and key tiles, a partial last tile, GQA, causal with q_len != kv_len: within the e4m3
+    tolerance of float64 and within OWN_TOL of the dequantized inputs' attention, as the parent."""
+    problem = WS_CASES[name]
+    assert WS.supports(problem, **WS.resolve(problem, WS.sim_params)) is None
+    q, k, v, out = _run(problem, phase=WS)
+    c = check(out, reference(q, k, v, causal=problem.causal), dtype=problem.dtype, precision=WS.precision)
+    assert c.ok, c
+    assert _own_error(problem, q, k, v, out) < OWN_TOL
+
+
+def test_fp8_ws_nan_never_passes():
+    """A NaN in V reaches the output rows through the TMA ring as through the parent's copies."""
+    problem = Problem(batch=1, heads=1, q_len=64, kv_len=100, head_dim=64, dtype="float16")
+
+    def poke(q, k, v):
+        v[0, 0, 70, 3] = np.nan
+
+    q, k, v, out = _run(problem, poke=poke, phase=WS)
+    assert np.isnan(out).any()
+    assert not check(out, reference(q, k, np.nan_to_num(v.astype(np.float64))), dtype=problem.dtype,
+                     precision=WS.precision).ok
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(GPU_CASES))
+@pytest.mark.parametrize("params", [None, {"Bc": 64, "stages": 4}], ids=["default", "bc64-s4"])
+def test_fp8_ws_matches_float64_gpu(name, params):
+    """Two consumer warpgroups and 128-key tiles (the default) and 64-key tiles in four stages on a GPU."""
+    problem = GPU_CASES[name]
+    q, k, v, out = _run(problem, WS.resolve(problem, params or {}), phase=WS)
+    c = check(out, reference(q, k, v, causal=problem.causal), dtype=problem.dtype, precision=WS.precision)
+    assert c.ok, c
+    assert _own_error(problem, q, k, v, out) < OWN_TOL
+
+
+def test_fp8_ws_supports_refuses_with_reasons():
+    ok = Problem(batch=1, heads=2, q_len=64, head_dim=128, dtype="float16")
+    assert WS.supports(ok) is None
+    assert WS.resolve(ok) == {"warpgroups": 2, "Bc": 128, "stages": 3}
+    for bad, params, words in [
+        (Problem(batch=1, heads=2, q_len=64, head_dim=96, dtype="float16"), {}, "head_dim"),
+        (ok, {"Bc": 32}, "Bc=32"),
+        (ok, {"warpgroups": 3}, "at most 2"),
+        (ok, {"stages": 1}, "stages"),
+        (ok, {"stages": 8}, "shared memory"),
+    ]:
+        reason = WS.supports(bad, **params)
         assert reason and words in reason, (bad.label, params, reason)
 
 

@@ -18,33 +18,28 @@ import numpy as np
 
 
 from numba import cuda, float32, uint32  # noqa: E402
-from numba_attn.gpu.device_functions import LOG2E, fragment_rescale, fragment_softmax
-from numba_attn.gpu.intrinsics import (cp_async16_flat, cp_async_wait, pack_e4m3x4)
+from numba_attn.gpu.device_functions import LOG2E
+from numba_attn.gpu.intrinsics import cp_async16_flat, cp_async_wait
 from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
-from numba_attn.gpu.wgmma import kmajor_params, make_wgmma_rs, shared_address
 from numba_attn.phases.registry import Launch, register_phase
 from numba_attn.phases.tensor_core.epilogue import store_fragments
+from numba_attn.phases.tensor_core.fp8 import fp8_ring_bytes, fp8_tile, qk_depth
 from numba_attn.phases.tensor_core.fragments import q_start
-from numba_attn.phases.tensor_core.mask import key_ends, mask_fragments, variant_fragments
+from numba_attn.phases.tensor_core.mask import key_ends
 from numba_attn.phases.tensor_core.mma_sync import u32_views
-from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES, cp_async_ring
+from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES, cp_async_ring, ring_padding
 from numba_attn.phases.tensor_core.quantize import (HEAD_DIMS, NCH, P_SCALE, QTH, RCH, TILES, VTK, make_amax,
                                                     make_quant_rows, make_quant_vt)
 from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.variants.launching import KernelMods
-from numba_attn.variants.stages import LN2, PLAIN, stages_of
-
-
-def qk_depth(D):
-    """The bytes of a Q/K row of codes: D, at least 32 (the smallest swizzle; D=16 padded with zero codes)."""
-    return max(D, 32)
+from numba_attn.variants.stages import PLAIN, stages_of
 
 
 def fp8_smem_bytes(D, Bc, stages):
-    """The ring (K tiles of Bc×qk_depth(D) bytes, V^T tiles of D×Bc bytes, ``stages`` each) and the
-    alignment pad."""
-    return stages * Bc * (qk_depth(D) + D) + ALIGN_BYTES
+    """The ring (:func:`.fp8.fp8_ring_bytes`: K tiles of Bc×qk_depth(D) bytes, V^T tiles of D×Bc bytes, ``stages``
+    each) and the alignment pad."""
+    return fp8_ring_bytes(D, Bc, stages) + ALIGN_BYTES
 
 
 @functools.cache
@@ -61,33 +56,24 @@ def make_fp8_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool,
     Br = 64 * WG
     DQ = qk_depth(D)  # bytes of a Q/K row of codes
     KS = DQ // 32  # k32 steps of Q·Kᵀ
-    KK = Bc // 32  # k32 steps of P·V
-    NT = Bc // 8
-    mask = mask_fragments(NT, Bc, causal)  # keys past Nk and (causal) above the diagonal
-    vary = variant_fragments(NT, stage)  # a variant's score and mask functions
     count, tile_at, kind_at = key_tiles(Bc, stage)  # the key tiles visited (a variant: its block mask's)
     DT = D // 8
     NQ = 4 * KS
     NS = Bc // 2
     NO = D // 2
-    NP = 4 * KK
+    NP = 4 * (Bc // 32)
     TILEK = Bc * DQ  # bytes of one K stage
     TILEV = D * Bc  # bytes of one V^T stage
     VBASE = STAGES * TILEK  # the V^T stages follow the K stages
-    KVR = STAGES * (TILEK + TILEV) // 16
+    KVR = fp8_ring_bytes(D, Bc, STAGES) // 16
     CHK = DQ // 16  # 16-byte chunks of a K row
     CHV = Bc // 16  # of a V^T row
     NCK = Bc * CHK  # chunks of a K tile
     NCV = D * CHV  # of a V^T tile
-    softmax = fragment_softmax(NT)
-    rescale = fragment_rescale(DT)
+    tile = fp8_tile(D, Bc, causal, permute, stage)  # S, the softmax, P in e4m3, O += P V: one tile
     ends = key_ends(Br, 64, causal)
     start = q_start(KS, NO, False, DQ // 4)
     store = store_fragments(DT, "bf16" if bf16 else "f16")
-    qk_off, qk_lbo, qk_sbo = kmajor_params(Bc, KS, DQ)
-    pv_off, pv_lbo, pv_sbo = kmajor_params(D, KK, Bc)
-    qk = make_wgmma_rs("e4m3", Bc, False, True, qk_off, qk_lbo, qk_sbo, DQ)
-    pv = make_wgmma_rs("e4m3", D, False, False, pv_off, pv_lbo, pv_sbo, Bc)
     SWK = DQ // 16 - 1
     SWV = Bc // 16 - 1
     PS = float32(P_SCALE)
@@ -124,9 +110,7 @@ def make_fp8_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool,
     fill, refill = cp_async_ring(STAGES, Bc, copy_tile, stage)
 
     def body(q8, k8, vt8, o, qs, ks, vs, kflag, kmul, sl2, H, Nq, Nk, mods):
-        base = dynamic_tile(0, 1, 4)
-        pad = ((ALIGN_BYTES - (shared_address(base) & (ALIGN_BYTES - 1))) & (ALIGN_BYTES - 1)) // 4
-        KV = dynamic_tile(pad, KVR, 4)
+        KV = dynamic_tile(ring_padding(dynamic_tile(0, 1, 4)), KVR, 4)
         tid = cuda.threadIdx.x
         warp = tid // 32
         lane = tid % 32
@@ -147,13 +131,14 @@ def make_fp8_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool,
         qf = cuda.local.array(NQ, uint32)
         r_lo = row0 + g
         acc = cuda.local.array(NO, float32)
-        m_lo, m_hi, l_lo, l_hi = start(qf, acc, q8, bh, r_lo, Nq, t)  # Q's A fragments (codes), O = 0
+        stats = start(qf, acc, q8, bh, r_lo, Nq, t)  # Q's A fragments (codes), O = 0, (m, l) of rows g, g+8
         s = cuda.local.array(NS, float32)
         pf = cuda.local.array(NP, uint32)
 
         kv_end, wg_end = ends(blk0, wg0, Nq, Nk, off)  # the block's keys, this warpgroup's
         walk = (mods, b, h, cuda.blockIdx.x, Nq)
         n_tiles = count(walk, (kv_end + Bc - 1) // Bc)
+        pos = (row0, g, t, Nq, Nk, off, sl2q, b, h)
 
         to = (KV, k8, vt8, tid, kvh)  # the tile copies' arguments
         fill(walk, n_tiles, to)  # tiles 0 .. STAGES-2 in flight
@@ -163,38 +148,10 @@ def make_fp8_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool,
             kt = tile_at(walk, it)
             j0 = kt * Bc
             if j0 < wg_end:
-                qk(s, qf, 0, KV, st * TILEK)
-                if kinf:  # keys with infinite values: ±inf scores (kmul inf; 1 elsewhere)
-                    for nt in range(NT):
-                        for e in range(4):
-                            s[4 * nt + e] *= kmul[kvh, j0 + nt * 8 + 2 * t + (e % 2)]
-                vary(s, 0, j0, row0 + g, t, Nq, Nk, off, (b, h, kind_at(walk, kt), sl2q * LN2), mods)
-                mask(s, 0, j0, row0, row0 + g, t, Nk, off)
-                m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2q)
-                l_lo = l_lo * corr_lo + rs_lo
-                l_hi = l_hi * corr_hi + rs_hi
-                for kk in range(KK):  # n-tiles 4kk..4kk+3 → the four A registers of k-step kk
-                    i0 = 16 * kk
-                    if permute:  # bytes: (nt 4kk, e 0/1; nt 4kk+1, e 0/1) = stored keys 4t..4t+3
-                        pf[4 * kk + 0] = pack_e4m3x4(s[i0] * PS, s[i0 + 1] * PS, s[i0 + 4] * PS, s[i0 + 5] * PS)
-                        pf[4 * kk + 1] = pack_e4m3x4(s[i0 + 2] * PS, s[i0 + 3] * PS, s[i0 + 6] * PS,
-                                                     s[i0 + 7] * PS)
-                        pf[4 * kk + 2] = pack_e4m3x4(s[i0 + 8] * PS, s[i0 + 9] * PS, s[i0 + 12] * PS,
-                                                     s[i0 + 13] * PS)
-                        pf[4 * kk + 3] = pack_e4m3x4(s[i0 + 10] * PS, s[i0 + 11] * PS, s[i0 + 14] * PS,
-                                                     s[i0 + 15] * PS)
-                    else:  # the accumulator values in their own order (wrong against the permuted V)
-                        pf[4 * kk + 0] = pack_e4m3x4(s[i0] * PS, s[i0 + 1] * PS, s[i0 + 2] * PS, s[i0 + 3] * PS)
-                        pf[4 * kk + 1] = pack_e4m3x4(s[i0 + 4] * PS, s[i0 + 5] * PS, s[i0 + 6] * PS,
-                                                     s[i0 + 7] * PS)
-                        pf[4 * kk + 2] = pack_e4m3x4(s[i0 + 8] * PS, s[i0 + 9] * PS, s[i0 + 10] * PS,
-                                                     s[i0 + 11] * PS)
-                        pf[4 * kk + 3] = pack_e4m3x4(s[i0 + 12] * PS, s[i0 + 13] * PS, s[i0 + 14] * PS,
-                                                     s[i0 + 15] * PS)
-                rescale(acc, 0, corr_lo, corr_hi)
-                pv(acc, pf, 0, KV, VBASE + st * TILEV)
+                stats = tile(s, qf, pf, acc, stats, KV, st * TILEK, VBASE + st * TILEV, j0, kind_at(walk, kt), kinf,
+                             kmul, kvh, pos, mods)
         cp_async_wait(0)
-        store(o, bh, r_lo, acc, 0, l_lo * lscale, l_hi * lscale, Nq, t)
+        store(o, bh, r_lo, acc, 0, stats[2] * lscale, stats[3] * lscale, Nq, t)
 
     body.__name__ = body.__qualname__ = "fp8_wgmma"
     return kernel(body, launch_bounds=(NTH,)) if NTH > 256 else kernel(body)
@@ -228,36 +185,62 @@ def supports_fp8(problem, warpgroups, Bc, stages):
     return smem_reason(fp8_smem_bytes(D, Bc, stages))
 
 
+class Quantized:
+    """The e4m3 codes of one launch's Q, K and V in scratch allocated once (:mod:`.quantize`): ``q8`` (B·H, Nq,
+    qk_depth/4) and ``k8`` (B·Hkv, NkP, qk_depth/4) uint32 rows of codes (keys padded to whole tiles of ``Bc``,
+    rows past Nk zero), ``vt8`` (B·Hkv, D, NkP/4) V transposed with its keys permuted; ``scales`` of Q, K, V per
+    head, ``kflag``/``kmul`` (an infinite K value). ``quantize(qw, kw, vw, stream)`` runs the four kernels on the
+    uint32 views of the inputs."""
+
+    def __init__(self, problem, Bc):
+        B, H, Hkv, D = problem.batch, problem.heads, problem.kv_heads, problem.head_dim
+        Nq, Nk = problem.q_len, problem.kv_len
+        self.bf16 = problem.dtype == "bfloat16"
+        NkP = (Nk + Bc - 1) // Bc * Bc
+        self.amax = make_amax(D // 2)
+        self.qrows = make_quant_rows(D // 2, False)
+        self.krows = make_quant_rows(D // 2, True)
+        self.qvt = make_quant_vt(D)
+        self.BH, self.BHkv, self.NkP = BH, BHkv, NkP = B * H, B * Hkv, NkP
+        DQ = qk_depth(D)
+        self.q8 = cuda.to_device(np.zeros((BH, Nq, DQ // 4), np.uint32))  # D=16: columns 16..31 stay zero
+        self.k8 = cuda.to_device(np.zeros((BHkv, NkP, DQ // 4), np.uint32))  # rows past Nk stay zero
+        self.vt8 = cuda.to_device(np.zeros((BHkv, D, NkP // 4), np.uint32))
+        self.part = cuda.to_device(np.zeros((BH + 2 * BHkv, NCH), np.float32))  # the heads of Q, then K, then V
+        self.bad = cuda.to_device(np.zeros((BH + 2 * BHkv, NCH), np.float32))
+        cuts = ((0, BH), (BH, BH + BHkv), (BH + BHkv, BH + 2 * BHkv))
+        self.parts = [self.part[a:b] for a, b in cuts]
+        self.bads = [self.bad[a:b] for a, b in cuts]
+        self.scales = [cuda.to_device(np.ones(n, np.float32)) for n in (BH, BHkv, BHkv)]
+        self.flags = [cuda.to_device(np.zeros(n, np.float32)) for n in (BH, BHkv)]
+        self.kmul = cuda.to_device(np.ones((BHkv, NkP), np.float32))  # rows past Nk stay 1 (masked scores)
+        self.kernels = [self.amax, self.qrows, self.krows, self.qvt]
+        self.nbytes = self.q8.nbytes + self.k8.nbytes + self.vt8.nbytes
+
+    def quantize(self, qw, kw, vw, stream):
+        BH, BHkv, bf16, parts, bads, scales, flags = (self.BH, self.BHkv, self.bf16, self.parts, self.bads,
+                                                      self.scales, self.flags)
+        self.amax[(NCH, BH + 2 * BHkv), QTH, stream](qw, kw, vw, self.part, self.bad, bf16)
+        self.qrows[(RCH, BH), QTH, stream](qw, self.q8, parts[0], bads[0], scales[0], flags[0], self.kmul, bf16)
+        self.krows[(RCH, BHkv), QTH, stream](kw, self.k8, parts[1], bads[1], scales[1], flags[1], self.kmul, bf16)
+        self.qvt[((self.NkP + VTK - 1) // VTK, BHkv), QTH, stream](vw, self.vt8, parts[2], scales[2], bf16)
+
+    def kernel_args(self):
+        """The attention kernel's arguments after the codes: the scales of Q, K, V, kflag, kmul."""
+        return self.scales[0], self.scales[1], self.scales[2], self.flags[1], self.kmul
+
+
 def build_fp8(problem, warpgroups, Bc, stages, permute=True):
     """The :class:`Launch`: the quantization kernels (amax, codes of Q and K, transposed codes of V)
-    into scratch allocated here, then the attention kernel."""
-    B, H, Hkv, D = problem.batch, problem.heads, problem.kv_heads, problem.head_dim
-    Nq, Nk = problem.q_len, problem.kv_len
-    bf16 = problem.dtype == "bfloat16"
-    NkP = (Nk + Bc - 1) // Bc * Bc
+    into scratch allocated here (:class:`Quantized`), then the attention kernel."""
+    H, D, Nq, Nk = problem.heads, problem.head_dim, problem.q_len, problem.kv_len
     variant = getattr(problem, "variant", None)
-    kern = make_fp8_kernel(D, warpgroups, Bc, stages, problem.group, problem.causal, bf16, permute,
-                           stages_of(variant))
-    amax = make_amax(D // 2)
-    qrows = make_quant_rows(D // 2, False)
-    krows = make_quant_rows(D // 2, True)
-    qvt = make_quant_vt(D)
-    BH, BHkv = B * H, B * Hkv
-    DQ = qk_depth(D)
-    q8 = cuda.to_device(np.zeros((BH, Nq, DQ // 4), np.uint32))  # D=16: the codes of columns 16..31 stay zero
-    k8 = cuda.to_device(np.zeros((BHkv, NkP, DQ // 4), np.uint32))  # rows past Nk stay zero
-    vt8 = cuda.to_device(np.zeros((BHkv, D, NkP // 4), np.uint32))
-    part = cuda.to_device(np.zeros((BH + 2 * BHkv, NCH), np.float32))  # the heads of Q, then K, then V
-    bad = cuda.to_device(np.zeros((BH + 2 * BHkv, NCH), np.float32))
-    cuts = ((0, BH), (BH, BH + BHkv), (BH + BHkv, BH + 2 * BHkv))
-    parts = [part[a:b] for a, b in cuts]
-    bads = [bad[a:b] for a, b in cuts]
-    scales = [cuda.to_device(np.ones(n, np.float32)) for n in (BH, BHkv, BHkv)]
-    flags = [cuda.to_device(np.zeros(n, np.float32)) for n in (BH, BHkv)]
-    kmul = cuda.to_device(np.ones((BHkv, NkP), np.float32))  # rows past Nk stay 1 (their scores are masked)
+    kern = make_fp8_kernel(D, warpgroups, Bc, stages, problem.group, problem.causal, problem.dtype == "bfloat16",
+                           permute, stages_of(variant))
+    qz = Quantized(problem, Bc)
     sl2 = float32(problem.sm_scale * LOG2E)
     Br = 64 * warpgroups
-    grid = ((Nq + Br - 1) // Br, H, B)
+    grid = ((Nq + Br - 1) // Br, H, problem.batch)
     nbytes = fp8_smem_bytes(D, Bc, stages)
     nthreads = 128 * warpgroups
     opted = []
@@ -265,11 +248,8 @@ def build_fp8(problem, warpgroups, Bc, stages, permute=True):
 
     def run(q, k, v, o, stream=0, mods=None):
         qw, kw, vw, ow = u32_views(q, k, v, o)
-        amax[(NCH, BH + 2 * BHkv), QTH, stream](qw, kw, vw, part, bad, bf16)
-        qrows[(RCH, BH), QTH, stream](qw, q8, parts[0], bads[0], scales[0], flags[0], kmul, bf16)
-        krows[(RCH, BHkv), QTH, stream](kw, k8, parts[1], bads[1], scales[1], flags[1], kmul, bf16)
-        qvt[((NkP + VTK - 1) // VTK, BHkv), QTH, stream](vw, vt8, parts[2], scales[2], bf16)
-        args = (q8, k8, vt8, ow, scales[0], scales[1], scales[2], flags[1], kmul, sl2, H, Nq, Nk,
+        qz.quantize(qw, kw, vw, stream)
+        args = (qz.q8, qz.k8, qz.vt8, ow, *qz.kernel_args(), sl2, H, Nq, Nk,
                 kernel_mods(stream=stream) if mods is None else mods)
         if opted:
             kern[grid, nthreads, stream, nbytes](*args)
@@ -277,8 +257,7 @@ def build_fp8(problem, warpgroups, Bc, stages, permute=True):
             launch_dynamic(kern, grid, nthreads, stream, nbytes, *args)
             opted.append(True)
 
-    ws = q8.nbytes + k8.nbytes + vt8.nbytes
-    return Launch(run, kernels=[kern, amax, qrows, krows, qvt], workspace_bytes=ws,
+    return Launch(run, kernels=[kern, *qz.kernels], workspace_bytes=qz.nbytes,
                   kernel_mods=kernel_mods if variant is not None else None, replayable=variant is None)
 
 

@@ -1,0 +1,107 @@
+"""The FP8 (e4m3) consumer's tile, written once for the FP8 phases (``fp8_wgmma``: a cp.async ring; ``fp8_ws``: a
+TMA ring filled by a producer warpgroup).
+
+A tile of Bc keys for a warpgroup's 64 query rows, everything in code units (Q, K, V as e4m3 codes of
+``x · 448 / amax``, :mod:`.quantize`):
+
+* S = Q·Kᵀ: ``D/32`` wgmma m64nBc k32 e4m3, Q's codes in registers, K's K-major in the ring (rows of
+  :func:`qk_depth` bytes, swizzled by their width);
+* the scores through the variant and the masks; the online softmax with ``sl2q = sl2 · q_scale · k_scale``;
+* P in [0, 1] times ``P_SCALE`` to e4m3, packed so that the accumulator fragment is its own A fragment
+  (:func:`pack_p8`: V's keys are stored permuted, :func:`.quantize.stored_position`);
+* O += P·V: ``Bc/32`` wgmma m64nD k32 e4m3 with Vᵀ (rows of Bc bytes) as the K-major B.
+
+The ring of a stage: the K tile (Bc × qk_depth(D) bytes), then, after every stage's K, the Vᵀ tile (D × Bc bytes).
+"""
+from __future__ import annotations
+
+import functools
+
+from numba import float32
+
+from numba_attn.gpu.device_functions import fragment_rescale, fragment_softmax
+from numba_attn.gpu.intrinsics import pack_e4m3x4
+from numba_attn.gpu.jit import device
+from numba_attn.gpu.wgmma import kmajor_params, make_wgmma_rs
+from numba_attn.phases.tensor_core.mask import mask_fragments, variant_fragments
+from numba_attn.phases.tensor_core.quantize import P_SCALE
+from numba_attn.variants.stages import LN2, PLAIN
+
+__all__ = ["qk_depth", "fp8_ring_bytes", "pack_p8", "fp8_tile"]
+
+
+def qk_depth(D):
+    """The bytes of a Q/K row of codes: D, at least 32 (the smallest swizzle; D=16 padded with zero codes)."""
+    return max(D, 32)
+
+
+def fp8_ring_bytes(D, Bc, stages):
+    """The ring: ``stages`` K tiles of Bc × qk_depth(D) bytes and as many Vᵀ tiles of D × Bc bytes."""
+    return stages * Bc * (qk_depth(D) + D)
+
+
+@functools.cache
+def pack_p8(KK: int, permute: bool = True):
+    """A device function ``pack(pf, s)``: the ``KK`` k32 steps of P (``s``, in [0, 1]) times ``P_SCALE`` as e4m3,
+    four codes a register. k-step kk takes n-tiles 4kk..4kk+3; with ``permute`` the bytes are (n-tile 4kk, e 0/1;
+    n-tile 4kk+1, e 0/1), the stored keys 4t..4t+3 of the permuted V, so no shuffle is needed. ``permute=False``:
+    the accumulator's own order (wrong against the permuted V: the tests' negative case)."""
+    PS = float32(P_SCALE)
+
+    @device
+    def pack(pf, s):
+        for kk in range(KK):
+            i0 = 16 * kk
+            if permute:
+                pf[4 * kk + 0] = pack_e4m3x4(s[i0] * PS, s[i0 + 1] * PS, s[i0 + 4] * PS, s[i0 + 5] * PS)
+                pf[4 * kk + 1] = pack_e4m3x4(s[i0 + 2] * PS, s[i0 + 3] * PS, s[i0 + 6] * PS, s[i0 + 7] * PS)
+                pf[4 * kk + 2] = pack_e4m3x4(s[i0 + 8] * PS, s[i0 + 9] * PS, s[i0 + 12] * PS, s[i0 + 13] * PS)
+                pf[4 * kk + 3] = pack_e4m3x4(s[i0 + 10] * PS, s[i0 + 11] * PS, s[i0 + 14] * PS, s[i0 + 15] * PS)
+            else:
+                pf[4 * kk + 0] = pack_e4m3x4(s[i0] * PS, s[i0 + 1] * PS, s[i0 + 2] * PS, s[i0 + 3] * PS)
+                pf[4 * kk + 1] = pack_e4m3x4(s[i0 + 4] * PS, s[i0 + 5] * PS, s[i0 + 6] * PS, s[i0 + 7] * PS)
+                pf[4 * kk + 2] = pack_e4m3x4(s[i0 + 8] * PS, s[i0 + 9] * PS, s[i0 + 10] * PS, s[i0 + 11] * PS)
+                pf[4 * kk + 3] = pack_e4m3x4(s[i0 + 12] * PS, s[i0 + 13] * PS, s[i0 + 14] * PS, s[i0 + 15] * PS)
+
+    return pack
+
+
+@functools.cache
+def fp8_tile(D: int, Bc: int, causal: bool, permute: bool = True, stage=PLAIN):
+    """A device function ``tile(s, qf, pf, acc, stats, KV, k_at, v_at, j0, kind, kinf, kmul, kvh, pos, mods) ->
+    stats``: the tile of keys from ``j0`` (its K codes at byte ``k_at`` of the ring ``KV``, its Vᵀ codes at
+    ``v_at``) for rows g and g+8 of the warp. ``stats = (m_lo, m_hi, l_lo, l_hi)`` in code units; ``kinf``: the
+    KV head has an infinite K value (its keys' scores multiplied by ``kmul[kvh, key]``: ±inf);
+    ``pos = (row0, g, t, Nq, Nk, off, sl2q, b, h)``; ``kind``, ``mods``: a variant's (``stage``)."""
+    DQ = qk_depth(D)
+    KS, KK, NT, DT = DQ // 32, Bc // 32, Bc // 8, D // 8
+    qk_off, qk_lbo, qk_sbo = kmajor_params(Bc, KS, DQ)
+    pv_off, pv_lbo, pv_sbo = kmajor_params(D, KK, Bc)
+    qk = make_wgmma_rs("e4m3", Bc, False, True, qk_off, qk_lbo, qk_sbo, DQ)  # S = Q Kᵀ (fresh)
+    pv = make_wgmma_rs("e4m3", D, False, False, pv_off, pv_lbo, pv_sbo, Bc)  # O += P V (Vᵀ K-major)
+    mask = mask_fragments(NT, Bc, causal)  # keys past Nk and (causal) above the diagonal
+    vary = variant_fragments(NT, stage)  # a variant's score and mask functions
+    softmax = fragment_softmax(NT)
+    rescale = fragment_rescale(DT)
+    pack = pack_p8(KK, permute)
+
+    @device
+    def tile(s, qf, pf, acc, stats, KV, k_at, v_at, j0, kind, kinf, kmul, kvh, pos, mods):
+        row0, g, t, Nq, Nk, off, sl2q, b, h = pos
+        m_lo, m_hi, l_lo, l_hi = stats
+        qk(s, qf, 0, KV, k_at)
+        if kinf:  # keys with infinite values: ±inf scores (kmul inf; 1 elsewhere)
+            for nt in range(NT):
+                for e in range(2):
+                    f = kmul[kvh, j0 + nt * 8 + 2 * t + e]  # (rows g and g+8: the same key)
+                    s[4 * nt + e] *= f
+                    s[4 * nt + 2 + e] *= f
+        vary(s, 0, j0, row0 + g, t, Nq, Nk, off, (b, h, kind, sl2q * LN2), mods)
+        mask(s, 0, j0, row0, row0 + g, t, Nk, off)
+        m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2q)
+        pack(pf, s)
+        rescale(acc, 0, corr_lo, corr_hi)
+        pv(acc, pf, 0, KV, v_at)
+        return m_lo, m_hi, l_lo * corr_lo + rs_lo, l_hi * corr_hi + rs_hi
+
+    return tile

@@ -1,0 +1,214 @@
+"""Phase 42 — ``fp8_ws``: fp8_wgmma's tile with a producer warpgroup filling a TMA ring.
+
+Change against ``fp8_wgmma``: the K codes and the transposed V codes reach the ring by TMA (one box each a tile,
+swizzled by their row width, as the cp.async copies swizzled them), issued by thread 0 of a producer warpgroup
+that waits only on the ring's "empty" barriers and gives its registers to the consumers (``setmaxnreg``); the
+consumer warpgroups wait on the "full" barriers, with no block barrier in the loop. Two consumers take 128-key
+tiles at D128 (240 registers each) where the cp.async kernel needed three warpgroups of 64 keys to hide its copies.
+The tile itself (:func:`.fp8.fp8_tile`) and the quantization (:class:`.p38_fp8_wgmma.Quantized`) are the parent's.
+
+Prediction: the parent's kernel was 1.15× tc_wgmma at B1 H32 N8192 D128 (the copies and block barriers of
+every tile on the consumers' path); on the warp-specialized ring ~1.3-1.5× the parent's attention kernel,
+~1.0-1.2× cuDNN fp16 with the quantization (0.15 ms) included.
+"""
+from __future__ import annotations
+
+import functools
+
+from numba import cuda, float32, uint32, uint64
+
+from numba_attn.gpu.device_functions import LOG2E
+from numba_attn.gpu.jit import kernel
+from numba_attn.gpu.mbarrier import mbarrier_arrive_expect_tx, mbarrier_wait
+from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
+from numba_attn.gpu.tma import tma_load_3d
+from numba_attn.gpu.warpspec import setmaxnreg_dec, setmaxnreg_inc
+from numba_attn.phases.registry import Launch, register_phase
+from numba_attn.phases.tensor_core.epilogue import store_fragments
+from numba_attn.phases.tensor_core.fp8 import fp8_ring_bytes, fp8_tile, qk_depth
+from numba_attn.phases.tensor_core.fragments import q_start
+from numba_attn.phases.tensor_core.mask import key_ends
+from numba_attn.phases.tensor_core.mma_sync import u32_views
+from numba_attn.phases.tensor_core.p38_fp8_wgmma import Quantized
+from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES, ring_barriers, ring_functions, ring_padding
+from numba_attn.phases.tensor_core.producer import kv_tensor_map
+from numba_attn.phases.tensor_core.quantize import HEAD_DIMS, P_SCALE
+from numba_attn.phases.tensor_core.scheduler import key_tiles
+from numba_attn.variants.launching import KernelMods
+from numba_attn.variants.stages import PLAIN, stages_of
+
+TILES = (64, 128)  # Bc: Vᵀ rows of 64/128 bytes (with D >= 16, every stage 1024-byte aligned)
+FP8_PRODUCER_REGS = 64  # registers a producer thread keeps (it issues two TMA boxes a tile)
+
+
+def fp8_ws_smem_bytes(D, Bc, stages):
+    """The ring, its alignment pad and its 2·stages mbarriers."""
+    return fp8_ring_bytes(D, Bc, stages) + ALIGN_BYTES + 16 * stages
+
+
+@functools.cache
+def make_fp8_ws_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf16: bool, stage=PLAIN):
+    """The kernel ``(q8, kmap, vmap, o, qs, ks, vs, kflag, kmul, sl2, H, Nq, Nk, mods)``: ``fp8_wgmma``'s with K's
+    codes and Vᵀ's (tensor maps over the parent's scratch, boxes of one tile) brought by a producer warpgroup
+    (warps 0-3) ahead of ``WG`` consumer warpgroups."""
+    Br = 64 * WG
+    DQ = qk_depth(D)
+    KS, NS, NO, NP = DQ // 32, Bc // 2, D // 2, 4 * (Bc // 32)
+    NQ = 4 * KS
+    NBARS = 2 * STAGES  # full, then empty, per stage
+    TILEK = Bc * DQ  # bytes of one K stage
+    TILEV = D * Bc  # bytes of one Vᵀ stage
+    VBASE = STAGES * TILEK  # the Vᵀ stages follow the K stages
+    KVR = fp8_ring_bytes(D, Bc, STAGES) // 16
+    count, tile_at, kind_at = key_tiles(Bc, stage)
+    init_barriers, wait_full, release = ring_barriers(STAGES, 4 * WG)  # "empty": one arrival per consumer warp
+    advance = ring_functions(STAGES)[0]
+    tile = fp8_tile(D, Bc, causal, True, stage)
+    ends = key_ends(Br, 64, causal)
+    start = q_start(KS, NO, False, DQ // 4)
+    store = store_fragments(D // 8, "bf16" if bf16 else "f16")
+    give = WG >= 2  # move registers to the consumers (one consumer: no need)
+    # 64 / 224 (WG=2): with warp_specialized_tc's 40 / 232, ptxas spilled two values across setmaxnreg and
+    # reloaded them in the loop (causal D128, offline sm_90a); here only the rare infinite-K path stores 8 bytes
+    PRODUCER_REGS = FP8_PRODUCER_REGS
+    CONSUMER_REGS = min(240, (512 - FP8_PRODUCER_REGS) // WG // 8 * 8)
+    PS = float32(P_SCALE)
+
+    def body(q8, kmap, vmap, o, qs, ks, vs, kflag, kmul, sl2, H, Nq, Nk, mods):
+        KV = dynamic_tile(ring_padding(dynamic_tile(0, 1, 4)), KVR, 4)
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = cuda.laneid
+        h = cuda.blockIdx.y
+        b = cuda.blockIdx.z
+        bh = b * H + h
+        kvh = b * (H // G) + h // G
+        blk0 = cuda.blockIdx.x * Br
+        off = Nk - Nq
+        bars = cuda.shared.array(NBARS, uint64)
+        init_barriers(bars, kmap, vmap, tid)
+        walk = (mods, b, h, cuda.blockIdx.x, Nq)
+        n_tiles = count(walk, (ends(blk0, blk0, Nq, Nk, off)[0] + Bc - 1) // Bc)  # the block's key tiles
+
+        if warp < 4:  # the producer: thread 0 brings every tile, waiting only for its stage to be released
+            if give:
+                setmaxnreg_dec(PRODUCER_REGS)
+            if tid == 0:
+                ring = (0, 0)
+                for it in range(n_tiles):
+                    if it >= STAGES:  # the stage's previous tile (the phase before) is released
+                        mbarrier_wait(bars, STAGES + ring[0], ring[1] ^ 1)
+                    mbarrier_arrive_expect_tx(bars, ring[0], TILEK + TILEV)
+                    kt = tile_at(walk, it)
+                    tma_load_3d(KV, ring[0] * TILEK, kmap, kvh, kt * Bc, 0, bars, ring[0])  # K: Bc rows of codes
+                    tma_load_3d(KV, VBASE + ring[0] * TILEV, vmap, kvh, 0, kt * (Bc // 4), bars, ring[0])  # Vᵀ
+                    ring = advance(ring)
+            return
+
+        if give:
+            setmaxnreg_inc(CONSUMER_REGS)
+        warp -= 4  # consumer warps 0 .. 4·WG-1
+        g = lane // 4
+        t = lane % 4
+        row0 = blk0 + 16 * warp
+        wg_end = ends(blk0, blk0 + 64 * (warp // 4), Nq, Nk, off)[1]  # the keys this warpgroup sees
+        sl2q = sl2 * qs[bh] * ks[kvh]  # scores in code units
+        lscale = PS / vs[kvh]  # the row sums in the units of O's accumulators
+        kinf = kflag[kvh] != float32(0.0)  # block-uniform: only a head with an infinite K value
+        qf = cuda.local.array(NQ, uint32)
+        r_lo = row0 + g
+        acc = cuda.local.array(NO, float32)
+        stats = start(qf, acc, q8, bh, r_lo, Nq, t)  # Q's A fragments (codes), O = 0, (m, l) of rows g, g+8
+        s = cuda.local.array(NS, float32)
+        pf = cuda.local.array(NP, uint32)
+        pos = (row0, g, t, Nq, Nk, off, sl2q, b, h)
+        ring = (0, 0)
+        for it in range(n_tiles):
+            wait_full(bars, ring)  # tile it has landed
+            kt = tile_at(walk, it)
+            j0 = kt * Bc
+            if j0 < wg_end:
+                stats = tile(s, qf, pf, acc, stats, KV, ring[0] * TILEK, VBASE + ring[0] * TILEV, j0,
+                             kind_at(walk, kt), kinf, kmul, kvh, pos, mods)
+            release(bars, ring[0], lane)  # this warp is done with the stage (O += P V waited for)
+            ring = advance(ring)
+        store(o, bh, r_lo, acc, 0, stats[2] * lscale, stats[3] * lscale, Nq, t)
+
+    body.__name__ = body.__qualname__ = "fp8_ws"
+    return kernel(body, launch_bounds=(128 * (WG + 1), 1))
+
+
+def supports_fp8_ws(problem, warpgroups, Bc, stages):
+    D = problem.head_dim
+    if D not in HEAD_DIMS:
+        return (f"head_dim {D}: the TMA ring takes K rows of 32, 64 or 128 bytes of e4m3 codes (head_dim 16 "
+                "padded to 32, 32, 64, 128: one swizzled box a tile)")
+    if Bc not in TILES:
+        return f"Bc={Bc}: the transposed V tile has rows of Bc bytes: 64 or 128"
+    if warpgroups < 1:
+        return f"warpgroups={warpgroups}: at least one consumer warpgroup"
+    if warpgroups > 2:
+        return (f"warpgroups={warpgroups}: at most 2 consumer warpgroups (a third leaves 160 registers a thread "
+                "for 64 score and 64 output accumulators at Bc=128)")
+    if stages < 2:
+        return "stages must be at least 2"
+    return smem_reason(fp8_ws_smem_bytes(D, Bc, stages))
+
+
+def build_fp8_ws(problem, warpgroups, Bc, stages):
+    """The :class:`Launch`: the parent's quantization into its scratch, the K and Vᵀ tensor maps over that
+    scratch (made once: its addresses do not change), then the kernel."""
+    H, D, Nq, Nk = problem.heads, problem.head_dim, problem.q_len, problem.kv_len
+    variant = getattr(problem, "variant", None)
+    kern = make_fp8_ws_kernel(D, warpgroups, Bc, stages, problem.group, problem.causal,
+                              problem.dtype == "bfloat16", stages_of(variant))
+    qz = Quantized(problem, Bc)
+    DQ = qk_depth(D)
+    kmap = kv_tensor_map(qz.k8, (1, Bc, DQ // 4), DQ)  # a tile's K rows, swizzled by their DQ bytes
+    vmap = kv_tensor_map(qz.vt8, (1, D, Bc // 4), Bc)  # its Vᵀ rows (Bc bytes each)
+    sl2 = float32(problem.sm_scale * LOG2E)
+    Br = 64 * warpgroups
+    grid = ((Nq + Br - 1) // Br, H, problem.batch)
+    nbytes = fp8_ws_smem_bytes(D, Bc, stages)
+    nthreads = 128 * (warpgroups + 1)
+    opted = []
+    kernel_mods = KernelMods(problem, Br, Bc)
+
+    def run(q, k, v, o, stream=0, mods=None):
+        qw, kw, vw, ow = u32_views(q, k, v, o)
+        qz.quantize(qw, kw, vw, stream)
+        args = (qz.q8, kmap, vmap, ow, *qz.kernel_args(), sl2, H, Nq, Nk,
+                kernel_mods(stream=stream) if mods is None else mods)
+        if opted:
+            kern[grid, nthreads, stream, nbytes](*args)
+        else:
+            launch_dynamic(kern, grid, nthreads, stream, nbytes, *args)
+            opted.append(True)
+
+    return Launch(run, kernels=[kern, *qz.kernels], workspace_bytes=qz.nbytes,
+                  kernel_mods=kernel_mods if variant is not None else None, replayable=variant is None)
+
+
+@register_phase(
+    name="fp8_ws", order=42, title="FP8 (e4m3) wgmma with a producer warpgroup and a TMA ring",
+    parent="fp8_wgmma",
+    requires_cc="sm_90a",
+    description="""
+        fp8_wgmma's tile (S = Q·Kᵀ and O += P·V in e4m3, k32 steps, per-head scales, V transposed and
+        permuted by the same quantization) on warp_specialized_tc's ring: a producer warpgroup loads each
+        tile's K codes and Vᵀ codes by TMA (one box each) and gives its registers to two consumer
+        warpgroups of 128-key tiles, which wait on mbarriers instead of block barriers.
+    """,
+    lineage="FlashAttention-3 (Shah et al. 2024), FP8 forward on the warp-specialized TMA pipeline",
+    planned_speedup=300.0,  # fp8_wgmma's 225 and a predicted ~1.35x
+    space={"warpgroups": [1, 2], "Bc": [64, 128], "stages": [2, 3, 4]},
+    dtypes=("float16", "bfloat16"),
+    head_dims=HEAD_DIMS,
+    precision="e4m3",
+    sim_params={"warpgroups": 1, "Bc": 64, "stages": 2},
+    supports=supports_fp8_ws,
+    variants=True,
+)
+def fp8_ws(problem, warpgroups=2, Bc=128, stages=3):
+    """Quantize (per head, the parent's kernels), then the warp-specialized FP8 kernel."""
+    return build_fp8_ws(problem, warpgroups, Bc, stages)
