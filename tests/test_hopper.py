@@ -95,6 +95,17 @@ def test_setmaxnreg_counts():
             W.check_maxnreg(n)
 
 
+def test_register_split_fits_the_launch_pool():
+    """The splits the warp-specialized phases use fit the registers a block starts with; 64 + 2·224 at 384
+    threads (65536 > 168·384) does not: that split hung fp8_ws's consumers at setmaxnreg.inc on a GPU."""
+    from numba_attn.phases.tensor_core.producer import ws_consumer_regs, ws_producer_regs
+    for wg in (1, 2, 3):
+        W.check_register_split(128 * (wg + 1), ws_producer_regs(wg), ws_consumer_regs(wg), wg)
+    W.check_register_split(384, 56, 224, 2)
+    with pytest.raises(ValueError, match="wait forever"):
+        W.check_register_split(384, 64, 224, 2)
+
+
 # -- mbarrier --------------------------------------------------------------------
 
 

@@ -48,7 +48,7 @@ from numba_attn.gpu.backend import IS_SIMULATOR
 NAMED_BARRIERS = 16  # hardware barrier ids per block (0 = syncthreads)
 
 __all__ = ["named_barrier_sync", "named_barrier_arrive", "setmaxnreg_inc", "setmaxnreg_dec",
-           "check_maxnreg", "NAMED_BARRIERS"]
+           "check_maxnreg", "check_register_split", "NAMED_BARRIERS"]
 
 
 def check_maxnreg(n) -> int:
@@ -57,6 +57,21 @@ def check_maxnreg(n) -> int:
     if n % 8 or not 24 <= n <= 256:
         raise ValueError(f"setmaxnreg: {n} registers is not a multiple of 8 in 24..256")
     return n
+
+
+def check_register_split(threads: int, producer: int, consumer: int, consumer_warpgroups: int) -> None:
+    """A block of ``threads`` launched with them as its bounds starts with ``65536 / threads`` registers a thread
+    (rounded down to 8, at most 255): that pool is all ``setmaxnreg`` moves. A producer warpgroup at ``producer``
+    and the consumer warpgroups at ``consumer`` must fit it, else the consumers' ``setmaxnreg.inc`` waits forever
+    for registers nobody frees (a hang, not an error). Raises ValueError naming the split."""
+    check_maxnreg(producer)
+    check_maxnreg(consumer)
+    entry = min(255, 65536 // threads // 8 * 8)
+    need = 128 * (producer + consumer_warpgroups * consumer)
+    if need > entry * threads:
+        raise ValueError(f"setmaxnreg: a producer at {producer} and {consumer_warpgroups} consumer warpgroups at "
+                         f"{consumer} registers need {need}, more than the {entry * threads} of a {threads}-thread "
+                         f"block ({entry} a thread at launch): the consumers would wait forever")
 
 
 def _check_named(bar_id, count, nthreads=None):

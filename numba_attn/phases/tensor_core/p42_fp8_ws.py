@@ -22,7 +22,7 @@ from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.mbarrier import mbarrier_arrive_expect_tx, mbarrier_wait
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.gpu.tma import tma_load_3d
-from numba_attn.gpu.warpspec import setmaxnreg_dec, setmaxnreg_inc
+from numba_attn.gpu.warpspec import check_register_split, setmaxnreg_dec, setmaxnreg_inc
 from numba_attn.phases.registry import Launch, register_phase
 from numba_attn.phases.tensor_core.epilogue import store_fragments
 from numba_attn.phases.tensor_core.fp8 import fp8_ring_bytes, fp8_tile, qk_depth
@@ -38,7 +38,7 @@ from numba_attn.variants.launching import KernelMods
 from numba_attn.variants.stages import PLAIN, stages_of
 
 TILES = (64, 128)  # Bc: Vᵀ rows of 64/128 bytes (with D >= 16, every stage 1024-byte aligned)
-FP8_PRODUCER_REGS = 64  # registers a producer thread keeps (it issues two TMA boxes a tile)
+FP8_PRODUCER_REGS = 56  # registers a producer thread keeps (it issues two TMA boxes a tile)
 
 
 def fp8_ws_smem_bytes(D, Bc, stages):
@@ -68,10 +68,12 @@ def make_fp8_ws_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bo
     start = q_start(KS, NO, False, DQ // 4)
     store = store_fragments(D // 8, "bf16" if bf16 else "f16")
     give = WG >= 2  # move registers to the consumers (one consumer: no need)
-    # 64 / 224 (WG=2): with warp_specialized_tc's 40 / 232, ptxas spilled two values across setmaxnreg and
+    # 56 / 224 (WG=2): with warp_specialized_tc's 40 / 232, ptxas spilled two values across setmaxnreg and
     # reloaded them in the loop (causal D128, offline sm_90a); here only the rare infinite-K path stores 8 bytes
     PRODUCER_REGS = FP8_PRODUCER_REGS
-    CONSUMER_REGS = min(240, (512 - FP8_PRODUCER_REGS) // WG // 8 * 8)
+    ENTRY = min(255, 65536 // (128 * (WG + 1)) // 8 * 8)  # registers a thread has at launch (168 at 384 threads)
+    CONSUMER_REGS = min(240, (ENTRY * (WG + 1) - FP8_PRODUCER_REGS) // WG // 8 * 8)
+    check_register_split(128 * (WG + 1), PRODUCER_REGS, CONSUMER_REGS, WG)
     PS = float32(P_SCALE)
 
     def body(q8, kmap, vmap, o, qs, ks, vs, kflag, kmul, sl2, H, Nq, Nk, mods):
