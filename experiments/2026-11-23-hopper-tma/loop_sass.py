@@ -43,13 +43,14 @@ _SYNC = {"BAR", "SYNCS", "WARPSYNC", "MEMBAR", "DEPBAR", "ERRBAR", "CCTL", "FENC
 _CTRL = {"BRA", "BSSY", "BSYNC", "EXIT", "RET", "CALL", "NOP", "YIELD", "BREAK", "BMOV", "JMP", "JMX", "BRX",
          "NANOSLEEP"}
 
+_GMMA = ("HGMMA", "QGMMA")  # f16/bf16/tf32 wgmma, and e4m3/e5m2 (the FP8 phases: k32 steps)
 _TARGET = re.compile(r"`\((\.L_x_\d+)\)")
 
 
 def classify(op: str) -> str:
     """The class of one SASS mnemonic (with its modifiers: ``IMAD.MOV.U32`` is a copy)."""
     base = op.split(".")[0]
-    if base == "HGMMA":
+    if base in _GMMA:
         return "hgmma"
     if base == "WARPGROUP":
         return "wgsync"
@@ -85,7 +86,7 @@ def tile_loops(insns, labels, per_tile: int):
             continue
         start = labels[m.group(1)]
         body = [i for i in insns if start <= i[0] <= addr]
-        if sum(1 for i in body if i[1].startswith("HGMMA")) >= per_tile:  # a whole tile (not a retry branch
+        if sum(1 for i in body if i[1].startswith(_GMMA)) >= per_tile:  # a whole tile (not a retry branch
             #                                                                    back into the tail's tile)
             loops.append((start, addr, body))
     inner = []  # smallest first, none overlapping an accepted one (an out-of-line retry branch back into
@@ -95,7 +96,7 @@ def tile_loops(insns, labels, per_tile: int):
     inner.sort()
     out = []
     for start, end, body in inner:
-        n = sum(1 for i in body if i[1].startswith("HGMMA"))
+        n = sum(1 for i in body if i[1].startswith(_GMMA))
         out.append((start, end, body, max(1, round(n / per_tile))))
     return out
 
@@ -147,7 +148,8 @@ def main(argv=None) -> int:
         phase = get_phase(name)
         res = phase.resolve(prob, params)
         Bc = res.get("Bc", 64)
-        per_tile = (args.head_dim + 15) // 16 + Bc // 16
+        k = 32 if phase.precision == "e4m3" else 16  # the k of a product step
+        per_tile = (max(args.head_dim, k) + k - 1) // k + Bc // k
         for rec in compile_phase(name, prob, params, keep_cubin=True):
             insns, labels = parse_sass(disassemble(rec["cubin"]) or "")
             spill = (rec.get("spill_stores") or 0) + (rec.get("spill_loads") or 0)
@@ -155,7 +157,7 @@ def main(argv=None) -> int:
             label = ",".join([f"{k}={v}" for k, v in sorted(res.items()) if k not in built] + args.build)
             loops = tile_loops(insns, labels, per_tile)
             if not loops:
-                print(f"{name:20s} {label:24s} {rec['regs']:>4} {spill:>5} (no loop with HGMMA)")
+                print(f"{name:20s} {label:24s} {rec['regs']:>4} {spill:>5} (no loop with HGMMA/QGMMA)")
             for i, (start, end, body, tiles) in enumerate(loops):
                 cls = collections.Counter(classify(op) for _, op, _ in body)
                 print(f"{name:20s} {label:24s} {rec['regs']:>4} {spill:>5} {i:>4} {tiles:>5} "

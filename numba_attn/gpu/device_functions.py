@@ -311,15 +311,21 @@ def fragment_tile_max(NT: int):
 
 
 @functools.cache
-def fragment_exp(NT: int):
+def fragment_exp(NT: int, log2_scale: float = 0.0):
     """A device function ``(s, base, m_lo, m_hi, sl2) → (rs_lo, rs_hi)``: the ``NT`` n-tiles at ``s[base]``
     overwritten by ``p = exp2(s·sl2 − m·sl2)`` against the rows' reference maxima ``m`` (p = 0 for a row whose
-    max is still NEG_BIG, not exp(0)), and this lane's row sums of ``p``."""
+    max is still NEG_BIG, not exp(0)), and this lane's row sums of ``p``. ``log2_scale``: p times
+    ``2^log2_scale``, folded into the subtracted maximum (FlashAttention-3's ``max_offset``: P in [0, 256] for
+    e4m3 at 8, at no cost a value)."""
+    OFF = float32(log2_scale)
 
     @device
     def exp_rows(s, base, m_lo, m_hi, sl2):
         ms_lo = m_lo * sl2 if m_lo != NEG_BIG else float32(0.0)
         ms_hi = m_hi * sl2 if m_hi != NEG_BIG else float32(0.0)
+        if log2_scale != 0.0:  # (compile-time: the plain softmax keeps its code)
+            ms_lo -= OFF
+            ms_hi -= OFF
         rs_lo = float32(0.0)
         rs_hi = float32(0.0)
         for nt in range(NT):
@@ -340,7 +346,7 @@ def fragment_exp(NT: int):
 
 
 @functools.cache
-def fragment_softmax(NT: int):
+def fragment_softmax(NT: int, log2_scale: float = 0.0):
     """A device function ``(s, base, m_lo, m_hi, sl2) → (m_lo', m_hi', corr_lo,
     corr_hi, rs_lo, rs_hi)`` for ``NT`` n-tiles starting at ``s[base]``:
 
@@ -352,10 +358,11 @@ def fragment_softmax(NT: int):
 
     A row that has seen no key yet (max still NEG_BIG) gets p = 0, not exp(0).
     NT is a compile-time constant (the factory is cached per NT) so that the
-    loops unroll and ``s`` stays in registers.
+    loops unroll and ``s`` stays in registers. ``log2_scale``: p and its sums times
+    ``2^log2_scale`` (:func:`fragment_exp`).
     """
     tile_max = fragment_tile_max(NT)
-    exp_rows = fragment_exp(NT)
+    exp_rows = fragment_exp(NT, log2_scale)
 
     @device
     def softmax(s, base, m_lo, m_hi, sl2):

@@ -6,9 +6,10 @@ A tile of Bc keys for a warpgroup's 64 query rows, everything in code units (Q, 
 
 * S = Q·Kᵀ: ``D/32`` wgmma m64nBc k32 e4m3, Q's codes in registers, K's K-major in the ring (rows of
   :func:`qk_depth` bytes, swizzled by their width);
-* the scores through the variant and the masks; the online softmax with ``sl2q = sl2 · q_scale · k_scale``;
-* P in [0, 1] times ``P_SCALE`` to e4m3, packed so that the accumulator fragment is its own A fragment
-  (:func:`pack_p8`: V's keys are stored permuted, :func:`.quantize.stored_position`);
+* the scores through the variant and the masks; the online softmax with ``sl2q = sl2 · q_scale · k_scale``, P
+  and its row sums times ``P_SCALE = 2^8`` folded into the exponent (FlashAttention-3's ``max_offset``);
+* P in [0, 256] to e4m3, packed so that the accumulator fragment is its own A fragment (:func:`pack_p8`: V's
+  keys are stored permuted, :func:`.quantize.stored_position`);
 * O += P·V: ``Bc/32`` wgmma m64nD k32 e4m3 with Vᵀ (rows of Bc bytes) as the K-major B.
 
 The ring of a stage: the K tile (Bc × qk_depth(D) bytes), then, after every stage's K, the Vᵀ tile (D × Bc bytes).
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import functools
 
-from numba import float32
+import numpy as np
 
 from numba_attn.gpu.device_functions import fragment_rescale, fragment_softmax
 from numba_attn.gpu.intrinsics import pack_e4m3x4
@@ -27,7 +28,9 @@ from numba_attn.phases.tensor_core.mask import mask_fragments, variant_fragments
 from numba_attn.phases.tensor_core.quantize import P_SCALE
 from numba_attn.variants.stages import LN2, PLAIN
 
-__all__ = ["qk_depth", "fp8_ring_bytes", "pack_p8", "fp8_tile"]
+__all__ = ["qk_depth", "fp8_ring_bytes", "pack_p8", "fp8_tile", "P_LOG2"]
+
+P_LOG2 = float(np.log2(P_SCALE))  # 8: P's scale as the exponent offset of the softmax
 
 
 def qk_depth(D):
@@ -42,26 +45,25 @@ def fp8_ring_bytes(D, Bc, stages):
 
 @functools.cache
 def pack_p8(KK: int, permute: bool = True):
-    """A device function ``pack(pf, s)``: the ``KK`` k32 steps of P (``s``, in [0, 1]) times ``P_SCALE`` as e4m3,
-    four codes a register. k-step kk takes n-tiles 4kk..4kk+3; with ``permute`` the bytes are (n-tile 4kk, e 0/1;
+    """A device function ``pack(pf, s)``: the ``KK`` k32 steps of P (``s``, in [0, P_SCALE]) as e4m3, four codes
+    a register. k-step kk takes n-tiles 4kk..4kk+3; with ``permute`` the bytes are (n-tile 4kk, e 0/1;
     n-tile 4kk+1, e 0/1), the stored keys 4t..4t+3 of the permuted V, so no shuffle is needed. ``permute=False``:
     the accumulator's own order (wrong against the permuted V: the tests' negative case)."""
-    PS = float32(P_SCALE)
 
     @device
     def pack(pf, s):
         for kk in range(KK):
             i0 = 16 * kk
             if permute:
-                pf[4 * kk + 0] = pack_e4m3x4(s[i0] * PS, s[i0 + 1] * PS, s[i0 + 4] * PS, s[i0 + 5] * PS)
-                pf[4 * kk + 1] = pack_e4m3x4(s[i0 + 2] * PS, s[i0 + 3] * PS, s[i0 + 6] * PS, s[i0 + 7] * PS)
-                pf[4 * kk + 2] = pack_e4m3x4(s[i0 + 8] * PS, s[i0 + 9] * PS, s[i0 + 12] * PS, s[i0 + 13] * PS)
-                pf[4 * kk + 3] = pack_e4m3x4(s[i0 + 10] * PS, s[i0 + 11] * PS, s[i0 + 14] * PS, s[i0 + 15] * PS)
+                pf[4 * kk + 0] = pack_e4m3x4(s[i0], s[i0 + 1], s[i0 + 4], s[i0 + 5])
+                pf[4 * kk + 1] = pack_e4m3x4(s[i0 + 2], s[i0 + 3], s[i0 + 6], s[i0 + 7])
+                pf[4 * kk + 2] = pack_e4m3x4(s[i0 + 8], s[i0 + 9], s[i0 + 12], s[i0 + 13])
+                pf[4 * kk + 3] = pack_e4m3x4(s[i0 + 10], s[i0 + 11], s[i0 + 14], s[i0 + 15])
             else:
-                pf[4 * kk + 0] = pack_e4m3x4(s[i0] * PS, s[i0 + 1] * PS, s[i0 + 2] * PS, s[i0 + 3] * PS)
-                pf[4 * kk + 1] = pack_e4m3x4(s[i0 + 4] * PS, s[i0 + 5] * PS, s[i0 + 6] * PS, s[i0 + 7] * PS)
-                pf[4 * kk + 2] = pack_e4m3x4(s[i0 + 8] * PS, s[i0 + 9] * PS, s[i0 + 10] * PS, s[i0 + 11] * PS)
-                pf[4 * kk + 3] = pack_e4m3x4(s[i0 + 12] * PS, s[i0 + 13] * PS, s[i0 + 14] * PS, s[i0 + 15] * PS)
+                pf[4 * kk + 0] = pack_e4m3x4(s[i0], s[i0 + 1], s[i0 + 2], s[i0 + 3])
+                pf[4 * kk + 1] = pack_e4m3x4(s[i0 + 4], s[i0 + 5], s[i0 + 6], s[i0 + 7])
+                pf[4 * kk + 2] = pack_e4m3x4(s[i0 + 8], s[i0 + 9], s[i0 + 10], s[i0 + 11])
+                pf[4 * kk + 3] = pack_e4m3x4(s[i0 + 12], s[i0 + 13], s[i0 + 14], s[i0 + 15])
 
     return pack
 
@@ -70,9 +72,10 @@ def pack_p8(KK: int, permute: bool = True):
 def fp8_tile(D: int, Bc: int, causal: bool, permute: bool = True, stage=PLAIN):
     """A device function ``tile(s, qf, pf, acc, stats, KV, k_at, v_at, j0, kind, kinf, kmul, kvh, pos, mods) ->
     stats``: the tile of keys from ``j0`` (its K codes at byte ``k_at`` of the ring ``KV``, its Vᵀ codes at
-    ``v_at``) for rows g and g+8 of the warp. ``stats = (m_lo, m_hi, l_lo, l_hi)`` in code units; ``kinf``: the
-    KV head has an infinite K value (its keys' scores multiplied by ``kmul[kvh, key]``: ±inf);
-    ``pos = (row0, g, t, Nq, Nk, off, sl2q, b, h)``; ``kind``, ``mods``: a variant's (``stage``)."""
+    ``v_at``) for rows g and g+8 of the warp. ``stats = (m_lo, m_hi, l_lo, l_hi)``: the maxima in code units, the
+    sums in P's (times P_SCALE); ``kinf``: the KV head has an infinite K value (its keys' scores multiplied by
+    ``kmul[kvh, key]``: ±inf); ``pos = (row0, g, t, Nq, Nk, off, sl2q, b, h)``; ``kind``, ``mods``: a variant's
+    (``stage``)."""
     DQ = qk_depth(D)
     KS, KK, NT, DT = DQ // 32, Bc // 32, Bc // 8, D // 8
     qk_off, qk_lbo, qk_sbo = kmajor_params(Bc, KS, DQ)
@@ -81,7 +84,7 @@ def fp8_tile(D: int, Bc: int, causal: bool, permute: bool = True, stage=PLAIN):
     pv = make_wgmma_rs("e4m3", D, False, False, pv_off, pv_lbo, pv_sbo, Bc)  # O += P V (Vᵀ K-major)
     mask = mask_fragments(NT, Bc, causal)  # keys past Nk and (causal) above the diagonal
     vary = variant_fragments(NT, stage)  # a variant's score and mask functions
-    softmax = fragment_softmax(NT)
+    softmax = fragment_softmax(NT, P_LOG2)  # p and the row sums in [0, P_SCALE]: the units of P's codes
     rescale = fragment_rescale(DT)
     pack = pack_p8(KK, permute)
 

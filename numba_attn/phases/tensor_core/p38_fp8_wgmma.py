@@ -29,7 +29,7 @@ from numba_attn.phases.tensor_core.fragments import q_start
 from numba_attn.phases.tensor_core.mask import key_ends
 from numba_attn.phases.tensor_core.mma_sync import u32_views
 from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES, cp_async_ring, ring_padding
-from numba_attn.phases.tensor_core.quantize import (HEAD_DIMS, NCH, P_SCALE, QTH, RCH, TILES, VTK, make_amax,
+from numba_attn.phases.tensor_core.quantize import (HEAD_DIMS, NCH, QTH, RCH, TILES, VTK, make_amax,
                                                     make_quant_rows, make_quant_vt)
 from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.variants.launching import KernelMods
@@ -76,7 +76,6 @@ def make_fp8_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool,
     store = store_fragments(DT, "bf16" if bf16 else "f16")
     SWK = DQ // 16 - 1
     SWV = Bc // 16 - 1
-    PS = float32(P_SCALE)
 
     @device
     def copy_v(KV, vt8, nkw, e, tile, buf, kvh):
@@ -125,7 +124,7 @@ def make_fp8_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool,
         row0 = blk0 + 16 * warp
         off = Nk - Nq
         sl2q = sl2 * qs[bh] * ks[kvh]  # scores in code units
-        lscale = PS / vs[kvh]  # the row sums in the units of O's accumulators
+        lscale = float32(1.0) / vs[kvh]  # the row sums (P's units) in those of O's accumulators
         kinf = kflag[kvh] != float32(0.0)  # block-uniform: only a head with an infinite K value
 
         qf = cuda.local.array(NQ, uint32)

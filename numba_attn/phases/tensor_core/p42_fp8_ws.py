@@ -36,7 +36,7 @@ from numba_attn.phases.tensor_core.mma_sync import u32_views
 from numba_attn.phases.tensor_core.p38_fp8_wgmma import Quantized
 from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES, ring_barriers, ring_functions, ring_padding
 from numba_attn.phases.tensor_core.producer import kv_tensor_map
-from numba_attn.phases.tensor_core.quantize import HEAD_DIMS, P_SCALE
+from numba_attn.phases.tensor_core.quantize import HEAD_DIMS
 from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.variants.launching import KernelMods
 from numba_attn.variants.stages import PLAIN, stages_of
@@ -78,7 +78,6 @@ def make_fp8_ws_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bo
     ENTRY = min(255, 65536 // (128 * (WG + 1)) // 8 * 8)  # registers a thread has at launch (168 at 384 threads)
     CONSUMER_REGS = min(240, (ENTRY * (WG + 1) - FP8_PRODUCER_REGS) // WG // 8 * 8)
     check_register_split(128 * (WG + 1), PRODUCER_REGS, CONSUMER_REGS, WG)
-    PS = float32(P_SCALE)
 
     def body(q8, kmap, vmap, o, qs, ks, vs, kflag, kmul, sl2, H, Nq, Nk, mods):
         KV = dynamic_tile(ring_padding(dynamic_tile(0, 1, 4)), KVR, 4)
@@ -119,7 +118,7 @@ def make_fp8_ws_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bo
         row0 = blk0 + 16 * warp
         wg_end = ends(blk0, blk0 + 64 * (warp // 4), Nq, Nk, off)[1]  # the keys this warpgroup sees
         sl2q = sl2 * qs[bh] * ks[kvh]  # scores in code units
-        lscale = PS / vs[kvh]  # the row sums in the units of O's accumulators
+        lscale = float32(1.0) / vs[kvh]  # the row sums (P's units) in those of O's accumulators
         kinf = kflag[kvh] != float32(0.0)  # block-uniform: only a head with an infinite K value
         qf = cuda.local.array(NQ, uint32)
         r_lo = row0 + g
@@ -153,9 +152,9 @@ def supports_fp8_ws(problem, warpgroups, Bc, stages):
         return f"Bc={Bc}: the transposed V tile has rows of Bc bytes: 64 or 128"
     if warpgroups < 1:
         return f"warpgroups={warpgroups}: at least one consumer warpgroup"
-    if warpgroups > 2:
-        return (f"warpgroups={warpgroups}: at most 2 consumer warpgroups (a third leaves 160 registers a thread "
-                "for 64 score and 64 output accumulators at Bc=128)")
+    if warpgroups > 3 or (warpgroups == 3 and D > 64):
+        return (f"warpgroups={warpgroups} at head_dim {D}: at most 2 consumer warpgroups above D=64 and 3 up to it "
+                "(three leave 152 registers a thread: 64 score and 32 output accumulators fit, 64 and 64 do not)")
     if stages < 2:
         return "stages must be at least 2"
     return smem_reason(fp8_ws_smem_bytes(D, Bc, stages))
