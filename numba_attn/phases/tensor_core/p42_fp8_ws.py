@@ -4,7 +4,8 @@ Change against ``fp8_wgmma``: the K codes and the transposed V codes reach the r
 swizzled by their row width, as the cp.async copies swizzled them), issued by thread 0 of a producer warpgroup
 that waits only on the ring's "empty" barriers and gives its registers to the consumers (``setmaxnreg``); the
 consumer warpgroups wait on the "full" barriers, with no block barrier in the loop. Two consumers take 128-key
-tiles at D128 (240 registers each) where the cp.async kernel needed three warpgroups of 64 keys to hide its copies.
+tiles at D128 (224 registers each) where the cp.async kernel needed three warpgroups of 64 keys to hide its copies;
+three take them up to D64 (152 registers each).
 The tile itself (:func:`.fp8.fp8_tile`) and the quantization (:class:`.p38_fp8_wgmma.Quantized`) are the parent's.
 
 Prediction: the parent's kernel was 1.15× tc_wgmma at B1 H32 N8192 D128 (the copies and block barriers of
@@ -12,8 +13,8 @@ every tile on the consumers' path); on the warp-specialized ring ~1.3-1.5× the 
 ~1.0-1.2× cuDNN fp16 with the quantization (0.15 ms) included.
 
 Verdict: confirmed. 1.597 ms at B1 H32 N8192 D128 fp16, 1.03× cuDNN fp16 and 1.44× the parent; causal 0.963 ms,
-0.96×; the attention kernel alone 1.15× cuDNN fp16 (H200). D64 (B4 N2048): 0.449 ms, 0.65×.
-[results/fp8-nvidia-h200.jsonl]
+0.96×; the attention kernel alone 1.15× cuDNN fp16 (H200). D64 (B4 N2048): 0.449 ms, 0.65×; with three
+consumers 0.399 ms, 0.73×. [results/fp8-nvidia-h200.jsonl, rows of fp8_ws_wg3]
 """
 from __future__ import annotations
 
@@ -143,6 +144,11 @@ def make_fp8_ws_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bo
     return kernel(body, launch_bounds=(128 * (WG + 1), 1))
 
 
+def resolve_fp8_ws(problem, warpgroups, Bc, stages):
+    """warpgroups=0: three consumer warpgroups up to D=64 (1.15× two at B4 H32 N2048 D64 fp16, H200), two above."""
+    return {"warpgroups": warpgroups or (3 if problem.head_dim <= 64 else 2), "Bc": Bc, "stages": stages}
+
+
 def supports_fp8_ws(problem, warpgroups, Bc, stages):
     D = problem.head_dim
     if D not in HEAD_DIMS:
@@ -150,8 +156,8 @@ def supports_fp8_ws(problem, warpgroups, Bc, stages):
                 "padded to 32, 32, 64, 128: one swizzled box a tile)")
     if Bc not in TILES:
         return f"Bc={Bc}: the transposed V tile has rows of Bc bytes: 64 or 128"
-    if warpgroups < 1:
-        return f"warpgroups={warpgroups}: at least one consumer warpgroup"
+    if warpgroups < 0:
+        return f"warpgroups={warpgroups}: at least one consumer warpgroup (0: by head_dim)"
     if warpgroups > 3 or (warpgroups == 3 and D > 64):
         return (f"warpgroups={warpgroups} at head_dim {D}: at most 2 consumer warpgroups above D=64 and 3 up to it "
                 "(three leave 152 registers a thread: 64 score and 32 output accumulators fit, 64 and 64 do not)")
@@ -206,14 +212,15 @@ def build_fp8_ws(problem, warpgroups, Bc, stages):
     """,
     lineage="FlashAttention-3 (Shah et al. 2024), FP8 forward on the warp-specialized TMA pipeline",
     planned_speedup=300.0,  # fp8_wgmma's 225 and a predicted ~1.35x
-    space={"warpgroups": [1, 2], "Bc": [64, 128], "stages": [2, 3, 4]},
+    space={"warpgroups": [1, 2, 3], "Bc": [64, 128], "stages": [2, 3, 4]},
     dtypes=("float16", "bfloat16"),
     head_dims=HEAD_DIMS,
     precision="e4m3",
     sim_params={"warpgroups": 1, "Bc": 64, "stages": 2},
     supports=supports_fp8_ws,
+    resolve=resolve_fp8_ws,
     variants=True,
 )
-def fp8_ws(problem, warpgroups=2, Bc=128, stages=3):
+def fp8_ws(problem, warpgroups=0, Bc=128, stages=3):
     """Quantize (per head, the parent's kernels), then the warp-specialized FP8 kernel."""
     return build_fp8_ws(problem, warpgroups, Bc, stages)
