@@ -195,6 +195,7 @@ class Quantized:
         B, H, Hkv, D = problem.batch, problem.heads, problem.kv_heads, problem.head_dim
         Nq, Nk = problem.q_len, problem.kv_len
         self.bf16 = problem.dtype == "bfloat16"
+        self.Bc = Bc
         NkP = (Nk + Bc - 1) // Bc * Bc
         self.amax = make_amax(D // 2)
         self.qrows = make_quant_rows(D // 2, False)
@@ -229,26 +230,22 @@ class Quantized:
         return self.scales[0], self.scales[1], self.scales[2], self.flags[1], self.kmul
 
 
-def build_fp8(problem, warpgroups, Bc, stages, permute=True):
-    """The :class:`Launch`: the quantization kernels (amax, codes of Q and K, transposed codes of V)
-    into scratch allocated here (:class:`Quantized`), then the attention kernel."""
-    H, D, Nq, Nk = problem.heads, problem.head_dim, problem.q_len, problem.kv_len
+def quantized_launch(problem, kern, qz, kv, Br, nthreads, nbytes):
+    """The :class:`Launch` of an FP8 phase: ``qz`` (:class:`Quantized`) quantizes the call's inputs, then ``kern``
+    runs over grid (query blocks of ``Br`` rows, heads, batch) with ``nthreads`` threads and ``nbytes`` of
+    dynamic shared memory (opt-in at the first launch), taking the Q codes, ``kv`` (the K and Vᵀ codes, or
+    tensor maps over them), the output, the scales and a variant's ``mods``."""
+    H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     variant = getattr(problem, "variant", None)
-    kern = make_fp8_kernel(D, warpgroups, Bc, stages, problem.group, problem.causal, problem.dtype == "bfloat16",
-                           permute, stages_of(variant))
-    qz = Quantized(problem, Bc)
     sl2 = float32(problem.sm_scale * LOG2E)
-    Br = 64 * warpgroups
     grid = ((Nq + Br - 1) // Br, H, problem.batch)
-    nbytes = fp8_smem_bytes(D, Bc, stages)
-    nthreads = 128 * warpgroups
     opted = []
-    kernel_mods = KernelMods(problem, Br, Bc)  # a variant's arrays and block mask at (Br, Bc); plain: ()
+    kernel_mods = KernelMods(problem, Br, qz.Bc)  # a variant's arrays and block mask; plain: ()
 
     def run(q, k, v, o, stream=0, mods=None):
         qw, kw, vw, ow = u32_views(q, k, v, o)
         qz.quantize(qw, kw, vw, stream)
-        args = (qz.q8, qz.k8, qz.vt8, ow, *qz.kernel_args(), sl2, H, Nq, Nk,
+        args = (qz.q8, *kv, ow, *qz.kernel_args(), sl2, H, Nq, Nk,
                 kernel_mods(stream=stream) if mods is None else mods)
         if opted:
             kern[grid, nthreads, stream, nbytes](*args)
@@ -258,6 +255,16 @@ def build_fp8(problem, warpgroups, Bc, stages, permute=True):
 
     return Launch(run, kernels=[kern, *qz.kernels], workspace_bytes=qz.nbytes,
                   kernel_mods=kernel_mods if variant is not None else None, replayable=variant is None)
+
+
+def build_fp8(problem, warpgroups, Bc, stages, permute=True):
+    """The quantization kernels (amax, codes of Q and K, transposed codes of V) into scratch allocated here
+    (:class:`Quantized`), then the attention kernel reading the codes with cp.async."""
+    kern = make_fp8_kernel(problem.head_dim, warpgroups, Bc, stages, problem.group, problem.causal,
+                           problem.dtype == "bfloat16", permute, stages_of(getattr(problem, "variant", None)))
+    qz = Quantized(problem, Bc)
+    return quantized_launch(problem, kern, qz, (qz.k8, qz.vt8), 64 * warpgroups, 128 * warpgroups,
+                            fp8_smem_bytes(problem.head_dim, Bc, stages))
 
 
 @register_phase(

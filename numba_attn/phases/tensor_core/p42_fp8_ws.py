@@ -22,24 +22,21 @@ import functools
 
 from numba import cuda, float32, uint32, uint64
 
-from numba_attn.gpu.device_functions import LOG2E
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.mbarrier import mbarrier_arrive_expect_tx, mbarrier_wait
-from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
+from numba_attn.gpu.ptx_loads import dynamic_tile, smem_reason
 from numba_attn.gpu.tma import tma_load_3d
 from numba_attn.gpu.warpspec import check_register_split, setmaxnreg_dec, setmaxnreg_inc
-from numba_attn.phases.registry import Launch, register_phase
+from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.epilogue import store_fragments
 from numba_attn.phases.tensor_core.fp8 import fp8_ring_bytes, fp8_tile, qk_depth
 from numba_attn.phases.tensor_core.fragments import q_start
 from numba_attn.phases.tensor_core.mask import key_ends
-from numba_attn.phases.tensor_core.mma_sync import u32_views
-from numba_attn.phases.tensor_core.p38_fp8_wgmma import Quantized
+from numba_attn.phases.tensor_core.p38_fp8_wgmma import Quantized, quantized_launch
 from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES, ring_barriers, ring_functions, ring_padding
 from numba_attn.phases.tensor_core.producer import kv_tensor_map
 from numba_attn.phases.tensor_core.quantize import HEAD_DIMS
 from numba_attn.phases.tensor_core.scheduler import key_tiles
-from numba_attn.variants.launching import KernelMods
 from numba_attn.variants.stages import PLAIN, stages_of
 
 TILES = (64, 128)  # Bc: Vᵀ rows of 64/128 bytes (with D >= 16, every stage 1024-byte aligned)
@@ -167,37 +164,17 @@ def supports_fp8_ws(problem, warpgroups, Bc, stages):
 
 
 def build_fp8_ws(problem, warpgroups, Bc, stages):
-    """The :class:`Launch`: the parent's quantization into its scratch, the K and Vᵀ tensor maps over that
-    scratch (made once: its addresses do not change), then the kernel."""
-    H, D, Nq, Nk = problem.heads, problem.head_dim, problem.q_len, problem.kv_len
-    variant = getattr(problem, "variant", None)
+    """The parent's quantization into its scratch, the K and Vᵀ tensor maps over that scratch (made once: its
+    addresses do not change), then the kernel."""
+    D = problem.head_dim
     kern = make_fp8_ws_kernel(D, warpgroups, Bc, stages, problem.group, problem.causal,
-                              problem.dtype == "bfloat16", stages_of(variant))
+                              problem.dtype == "bfloat16", stages_of(getattr(problem, "variant", None)))
     qz = Quantized(problem, Bc)
     DQ = qk_depth(D)
     kmap = kv_tensor_map(qz.k8, (1, Bc, DQ // 4), DQ)  # a tile's K rows, swizzled by their DQ bytes
     vmap = kv_tensor_map(qz.vt8, (1, D, Bc // 4), Bc)  # its Vᵀ rows (Bc bytes each)
-    sl2 = float32(problem.sm_scale * LOG2E)
-    Br = 64 * warpgroups
-    grid = ((Nq + Br - 1) // Br, H, problem.batch)
-    nbytes = fp8_ws_smem_bytes(D, Bc, stages)
-    nthreads = 128 * (warpgroups + 1)
-    opted = []
-    kernel_mods = KernelMods(problem, Br, Bc)
-
-    def run(q, k, v, o, stream=0, mods=None):
-        qw, kw, vw, ow = u32_views(q, k, v, o)
-        qz.quantize(qw, kw, vw, stream)
-        args = (qz.q8, kmap, vmap, ow, *qz.kernel_args(), sl2, H, Nq, Nk,
-                kernel_mods(stream=stream) if mods is None else mods)
-        if opted:
-            kern[grid, nthreads, stream, nbytes](*args)
-        else:
-            launch_dynamic(kern, grid, nthreads, stream, nbytes, *args)
-            opted.append(True)
-
-    return Launch(run, kernels=[kern, *qz.kernels], workspace_bytes=qz.nbytes,
-                  kernel_mods=kernel_mods if variant is not None else None, replayable=variant is None)
+    return quantized_launch(problem, kern, qz, (kmap, vmap), 64 * warpgroups, 128 * (warpgroups + 1),
+                            fp8_ws_smem_bytes(D, Bc, stages))
 
 
 @register_phase(
@@ -208,7 +185,7 @@ def build_fp8_ws(problem, warpgroups, Bc, stages):
         fp8_wgmma's tile (S = Q·Kᵀ and O += P·V in e4m3, k32 steps, per-head scales, V transposed and
         permuted by the same quantization) on warp_specialized_tc's ring: a producer warpgroup loads each
         tile's K codes and Vᵀ codes by TMA (one box each) and gives its registers to two consumer
-        warpgroups of 128-key tiles, which wait on mbarriers instead of block barriers.
+        warpgroups of 128-key tiles (three up to D64), which wait on mbarriers instead of block barriers.
     """,
     lineage="FlashAttention-3 (Shah et al. 2024), FP8 forward on the warp-specialized TMA pipeline",
     planned_speedup=300.0,  # fp8_wgmma's 225 and a predicted ~1.35x
