@@ -431,6 +431,17 @@ def test_fp8_ws_matches_float64(name):
     assert _own_error(problem, q, k, v, out) < OWN_TOL
 
 
+@pytest.mark.parametrize("gpu", [pytest.param(False), pytest.param(True, marks=pytest.mark.gpu)], ids=["sim", "gpu"])
+def test_fp8_ws_uniform_matches_float64(gpu):
+    """``uniform=True`` (the warp index from lane 0) computes what the default does: GQA, a partial tile, causal."""
+    problem = Problem(batch=1, heads=2, kv_heads=1, q_len=150 if gpu else 70, kv_len=333 if gpu else 100,
+                      head_dim=64, dtype="float16", causal=True)
+    params = WS.resolve(problem, {"uniform": True} if gpu else {**WS.sim_params, "uniform": True})
+    q, k, v, out = _run(problem, params, phase=WS)
+    c = check(out, reference(q, k, v, causal=problem.causal), dtype=problem.dtype, precision=WS.precision)
+    assert c.ok, c
+
+
 def test_fp8_ws_nan_never_passes():
     """A NaN in V reaches the output rows through the TMA ring as through the parent's copies."""
     problem = Problem(batch=1, heads=1, q_len=64, kv_len=100, head_dim=64, dtype="float16")
@@ -459,7 +470,7 @@ def test_fp8_ws_matches_float64_gpu(name, params):
 def test_fp8_ws_supports_refuses_with_reasons():
     ok = Problem(batch=1, heads=2, q_len=64, head_dim=128, dtype="float16")
     assert WS.supports(ok) is None
-    assert WS.resolve(ok) == {"warpgroups": 2, "Bc": 128, "stages": 3}
+    assert WS.resolve(ok) == {"warpgroups": 2, "Bc": 128, "stages": 3, "uniform": False}
     for bad, params, words in [
         (Problem(batch=1, heads=2, q_len=64, head_dim=96, dtype="float16"), {}, "head_dim"),
         (ok, {"Bc": 32}, "Bc=32"),

@@ -26,6 +26,7 @@ from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.mbarrier import mbarrier_arrive_expect_tx, mbarrier_wait
 from numba_attn.gpu.ptx_loads import dynamic_tile, smem_reason
 from numba_attn.gpu.tma import tma_load_3d
+from numba_attn.gpu.warp import FULL_MASK, shfl_sync
 from numba_attn.gpu.warpspec import check_register_split, setmaxnreg_dec, setmaxnreg_inc
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.epilogue import store_fragments
@@ -49,10 +50,13 @@ def fp8_ws_smem_bytes(D, Bc, stages):
 
 
 @functools.cache
-def make_fp8_ws_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf16: bool, stage=PLAIN):
+def make_fp8_ws_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf16: bool, stage=PLAIN,
+                       uniform: bool = False):
     """The kernel ``(q8, kmap, vmap, o, qs, ks, vs, kflag, kmul, sl2, H, Nq, Nk, mods)``: ``fp8_wgmma``'s with K's
     codes and Vᵀ's (tensor maps over the parent's scratch, boxes of one tile) brought by a producer warpgroup
-    (warps 0-3) ahead of ``WG`` consumer warpgroups."""
+    (warps 0-3) ahead of ``WG`` consumer warpgroups. ``uniform``: the warp index taken from lane 0, known
+    warp-uniform to ptxas (the ring stage and the descriptors in the uniform datapath, as
+    ``warp_specialized_tc``'s option)."""
     Br = 64 * WG
     DQ = qk_depth(D)
     KS, NS, NO, NP = DQ // 32, Bc // 2, D // 2, 4 * (Bc // 32)
@@ -81,6 +85,8 @@ def make_fp8_ws_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bo
         KV = dynamic_tile(ring_padding(dynamic_tile(0, 1, 4)), KVR, 4)
         tid = cuda.threadIdx.x
         warp = tid // 32
+        if uniform:  # lane 0's warp index, the same as every lane's: known warp-uniform to ptxas
+            warp = shfl_sync(FULL_MASK, warp, 0)
         lane = cuda.laneid
         h = cuda.blockIdx.y
         b = cuda.blockIdx.z
@@ -141,12 +147,12 @@ def make_fp8_ws_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bo
     return kernel(body, launch_bounds=(128 * (WG + 1), 1))
 
 
-def resolve_fp8_ws(problem, warpgroups, Bc, stages):
+def resolve_fp8_ws(problem, warpgroups, Bc, stages, **more):
     """warpgroups=0: three consumer warpgroups up to D=64 (1.15× two at B4 H32 N2048 D64 fp16, H200), two above."""
-    return {"warpgroups": warpgroups or (3 if problem.head_dim <= 64 else 2), "Bc": Bc, "stages": stages}
+    return {"warpgroups": warpgroups or (3 if problem.head_dim <= 64 else 2)}
 
 
-def supports_fp8_ws(problem, warpgroups, Bc, stages):
+def supports_fp8_ws(problem, warpgroups, Bc, stages, uniform=False):
     D = problem.head_dim
     if D not in HEAD_DIMS:
         return (f"head_dim {D}: the TMA ring takes K rows of 32, 64 or 128 bytes of e4m3 codes (head_dim 16 "
@@ -163,12 +169,13 @@ def supports_fp8_ws(problem, warpgroups, Bc, stages):
     return smem_reason(fp8_ws_smem_bytes(D, Bc, stages))
 
 
-def build_fp8_ws(problem, warpgroups, Bc, stages):
+def build_fp8_ws(problem, warpgroups, Bc, stages, uniform=False):
     """The parent's quantization into its scratch, the K and Vᵀ tensor maps over that scratch (made once: its
     addresses do not change), then the kernel."""
     D = problem.head_dim
     kern = make_fp8_ws_kernel(D, warpgroups, Bc, stages, problem.group, problem.causal,
-                              problem.dtype == "bfloat16", stages_of(getattr(problem, "variant", None)))
+                              problem.dtype == "bfloat16", stages_of(getattr(problem, "variant", None)),
+                              bool(uniform))
     qz = Quantized(problem, Bc)
     DQ = qk_depth(D)
     kmap = kv_tensor_map(qz.k8, (1, Bc, DQ // 4), DQ)  # a tile's K rows, swizzled by their DQ bytes
@@ -189,7 +196,7 @@ def build_fp8_ws(problem, warpgroups, Bc, stages):
     """,
     lineage="FlashAttention-3 (Shah et al. 2024), FP8 forward on the warp-specialized TMA pipeline",
     planned_speedup=300.0,  # fp8_wgmma's 225 and a predicted ~1.35x
-    space={"warpgroups": [1, 2, 3], "Bc": [64, 128], "stages": [2, 3, 4]},
+    space={"warpgroups": [1, 2, 3], "Bc": [64, 128], "stages": [2, 3, 4], "uniform": [False, True]},
     dtypes=("float16", "bfloat16"),
     head_dims=HEAD_DIMS,
     precision="e4m3",
@@ -198,6 +205,7 @@ def build_fp8_ws(problem, warpgroups, Bc, stages):
     resolve=resolve_fp8_ws,
     variants=True,
 )
-def fp8_ws(problem, warpgroups=0, Bc=128, stages=3):
-    """Quantize (per head, the parent's kernels), then the warp-specialized FP8 kernel."""
-    return build_fp8_ws(problem, warpgroups, Bc, stages)
+def fp8_ws(problem, warpgroups=0, Bc=128, stages=3, uniform=False):
+    """Quantize (per head, the parent's kernels), then the warp-specialized FP8 kernel; ``uniform``: the warp index
+    known warp-uniform (off until timed)."""
+    return build_fp8_ws(problem, warpgroups, Bc, stages, uniform)

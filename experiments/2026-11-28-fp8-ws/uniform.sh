@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# fp8_ws with the warp index known warp-uniform (uniform_phases.py) against its default, beside SDPA cuDNN fp16, one
+# process a problem, CUPTI; the option's GPU tests first.
+#   OUT=dir bash experiments/2026-11-28-fp8-ws/uniform.sh        (about 2.5 minutes)
+set -u
+out=${OUT:-/tmp/fp8-uniform}; mkdir -p "$out"
+export NUMBA_ATTN_BACKEND=cuda MPLBACKEND=Agg PYTHONUNBUFFERED=1
+export PYTHONPATH="experiments/2026-11-28-fp8-ws${PYTHONPATH:+:$PYTHONPATH}"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt"
+timeout 60 python3 -m pytest --full -q -x -p no:cacheprovider tests/test_fp8_forward.py -k "fp8_ws and uniform" \
+  > "$out/tests.txt" 2>&1; echo "tests rc $?"; tail -1 "$out/tests.txt"
+while read -r args; do
+  echo "## $args"
+  timeout 50 python3 -m numba_attn.cli run --gpu --setup uniform_phases --phases fp8_ws,fp8_ws_uniform \
+    --peers torch_sdpa_cudnn --no-ceilings $args --timing cupti --timeout 25 --results "$out/uniform.jsonl" 2>&1 \
+    | tee -a "$out/run.txt" | grep -E "^(fp8|torch_sdpa)"
+done <<'PROBLEMS'
+-B 1 -H 32 -N 8192 -D 128 --dtype float16
+-B 4 -H 32 -N 2048 -D 64 --dtype float16
+PROBLEMS
+tar -czf "$out/logs.tar.gz" -C "$out" gpu.txt tests.txt run.txt && rm -f "$out"/*.txt "$out"/*.lock
