@@ -442,6 +442,38 @@ def test_fp8_ws_uniform_matches_float64(gpu):
     assert c.ok, c
 
 
+PP = get_phase("fp8_pingpong")
+
+
+@pytest.mark.parametrize("name", list(WS_CASES))
+def test_fp8_pingpong_matches_float64(name):
+    """The two consumers taking turns: the same cases as fp8_ws (the causal one has consumer 0 skip the last tile,
+    so its turns pass without products)."""
+    problem = WS_CASES[name]
+    q, k, v, out = _run(problem, phase=PP)
+    c = check(out, reference(q, k, v, causal=problem.causal), dtype=problem.dtype, precision=PP.precision)
+    assert c.ok, c
+    assert _own_error(problem, q, k, v, out) < OWN_TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(GPU_CASES))
+@pytest.mark.parametrize("params", [None, {"Bc": 64, "stages": 2}], ids=["default", "bc64-s2"])
+def test_fp8_pingpong_matches_float64_gpu(name, params):
+    """On a GPU, where the products are asynchronous: a missing wait or a turn out of order shows here."""
+    problem = GPU_CASES[name]
+    q, k, v, out = _run(problem, PP.resolve(problem, params or {}), phase=PP)
+    c = check(out, reference(q, k, v, causal=problem.causal), dtype=problem.dtype, precision=PP.precision)
+    assert c.ok, c
+    assert _own_error(problem, q, k, v, out) < OWN_TOL
+
+
+def test_fp8_pingpong_refuses_other_warpgroup_counts():
+    ok = Problem(batch=1, heads=2, q_len=64, head_dim=64, dtype="float16")
+    assert PP.supports(ok) is None and PP.resolve(ok)["warpgroups"] == 2
+    assert "exactly 2" in PP.supports(ok, warpgroups=3)
+
+
 def test_fp8_ws_nan_never_passes():
     """A NaN in V reaches the output rows through the TMA ring as through the parent's copies."""
     problem = Problem(batch=1, heads=1, q_len=64, kv_len=100, head_dim=64, dtype="float16")

@@ -13,6 +13,8 @@ A tile of Bc keys for a warpgroup's 64 query rows, everything in code units (Q, 
 * O += P·V: ``Bc/32`` wgmma m64nD k32 e4m3 with Vᵀ (rows of Bc bytes) as the K-major B.
 
 The ring of a stage: the K tile (Bc × qk_depth(D) bytes), then, after every stage's K, the Vᵀ tile (D × Bc bytes).
+Three pieces: :func:`fp8_products` (the two products, waited for or only issued), :func:`fp8_scores_to_p` (the
+softmax between them) and :func:`fp8_tile` composing them; a schedule (``fp8_pingpong``) composes them its own way.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from numba_attn.phases.tensor_core.mask import mask_fragments, variant_fragments
 from numba_attn.phases.tensor_core.quantize import P_SCALE
 from numba_attn.variants.stages import LN2, PLAIN
 
-__all__ = ["qk_depth", "fp8_ring_bytes", "pack_p8", "fp8_tile", "P_LOG2"]
+__all__ = ["qk_depth", "fp8_ring_bytes", "pack_p8", "fp8_products", "fp8_scores_to_p", "fp8_tile", "P_LOG2"]
 
 P_LOG2 = float(np.log2(P_SCALE))  # 8: P's scale as the exponent offset of the softmax
 
@@ -69,30 +71,37 @@ def pack_p8(KK: int, permute: bool = True):
 
 
 @functools.cache
-def fp8_tile(D: int, Bc: int, causal: bool, permute: bool = True, stage=PLAIN):
-    """A device function ``tile(s, qf, pf, acc, stats, KV, k_at, v_at, j0, kind, kinf, kmul, kvh, pos, mods) ->
-    stats``: the tile of keys from ``j0`` (its K codes at byte ``k_at`` of the ring ``KV``, its Vᵀ codes at
-    ``v_at``) for rows g and g+8 of the warp. ``stats = (m_lo, m_hi, l_lo, l_hi)``: the maxima in code units, the
-    sums in P's (times P_SCALE); ``kinf``: the KV head has an infinite K value (its keys' scores multiplied by
-    ``kmul[kvh, key]``: ±inf); ``pos = (row0, g, t, Nq, Nk, off, sl2q, b, h)``; ``kind``, ``mods``: a variant's
-    (``stage``)."""
+def fp8_products(D: int, Bc: int, wait: bool = True):
+    """``(qk, pv)``: S = Q·Kᵀ (``D/32`` wgmma m64nBc k32 e4m3, fresh) and O += P·V (``Bc/32`` m64nD k32, Vᵀ as the
+    K-major B), each ``(acc, a, a_off, smem, byte_off)``; waited for, or with ``wait=False`` only issued and
+    committed (a later :func:`numba_attn.gpu.wgmma.make_wgmma_wait` passes the accumulators through)."""
     DQ = qk_depth(D)
-    KS, KK, NT, DT = DQ // 32, Bc // 32, Bc // 8, D // 8
-    qk_off, qk_lbo, qk_sbo = kmajor_params(Bc, KS, DQ)
-    pv_off, pv_lbo, pv_sbo = kmajor_params(D, KK, Bc)
-    qk = make_wgmma_rs("e4m3", Bc, False, True, qk_off, qk_lbo, qk_sbo, DQ)  # S = Q Kᵀ (fresh)
-    pv = make_wgmma_rs("e4m3", D, False, False, pv_off, pv_lbo, pv_sbo, Bc)  # O += P V (Vᵀ K-major)
+    qk_off, qk_lbo, qk_sbo = kmajor_params(Bc, DQ // 32, DQ)
+    pv_off, pv_lbo, pv_sbo = kmajor_params(D, Bc // 32, Bc)
+    qk = make_wgmma_rs("e4m3", Bc, False, True, qk_off, qk_lbo, qk_sbo, DQ, wait)
+    pv = make_wgmma_rs("e4m3", D, False, False, pv_off, pv_lbo, pv_sbo, Bc, wait)
+    return qk, pv
+
+
+@functools.cache
+def fp8_scores_to_p(D: int, Bc: int, causal: bool, permute: bool = True, stage=PLAIN):
+    """A device function ``to_p(s, pf, acc, stats, j0, kind, kinf, kmul, kvh, pos, mods) -> stats``: a tile's
+    scores ``s`` (keys from ``j0``) through the infinite-K factors, the variant and the masks, the online softmax
+    (P and its sums in [0, P_SCALE]), P packed into ``pf`` as e4m3 and O (``acc``) rescaled. ``stats = (m_lo,
+    m_hi, l_lo, l_hi)``: the maxima in code units, the sums in P's; ``kinf``: the KV head has an infinite K value
+    (its keys' scores multiplied by ``kmul[kvh, key]``: ±inf); ``pos = (row0, g, t, Nq, Nk, off, sl2q, b, h)``;
+    ``kind``, ``mods``: a variant's (``stage``)."""
+    NT, DT = Bc // 8, D // 8
     mask = mask_fragments(NT, Bc, causal)  # keys past Nk and (causal) above the diagonal
     vary = variant_fragments(NT, stage)  # a variant's score and mask functions
     softmax = fragment_softmax(NT, P_LOG2)  # p and the row sums in [0, P_SCALE]: the units of P's codes
     rescale = fragment_rescale(DT)
-    pack = pack_p8(KK, permute)
+    pack = pack_p8(Bc // 32, permute)
 
     @device
-    def tile(s, qf, pf, acc, stats, KV, k_at, v_at, j0, kind, kinf, kmul, kvh, pos, mods):
+    def to_p(s, pf, acc, stats, j0, kind, kinf, kmul, kvh, pos, mods):
         row0, g, t, Nq, Nk, off, sl2q, b, h = pos
         m_lo, m_hi, l_lo, l_hi = stats
-        qk(s, qf, 0, KV, k_at)
         if kinf:  # keys with infinite values: ±inf scores (kmul inf; 1 elsewhere)
             for nt in range(NT):
                 for e in range(2):
@@ -104,7 +113,24 @@ def fp8_tile(D: int, Bc: int, causal: bool, permute: bool = True, stage=PLAIN):
         m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2q)
         pack(pf, s)
         rescale(acc, 0, corr_lo, corr_hi)
-        pv(acc, pf, 0, KV, v_at)
         return m_lo, m_hi, l_lo * corr_lo + rs_lo, l_hi * corr_hi + rs_hi
+
+    return to_p
+
+
+@functools.cache
+def fp8_tile(D: int, Bc: int, causal: bool, permute: bool = True, stage=PLAIN):
+    """A device function ``tile(s, qf, pf, acc, stats, KV, k_at, v_at, j0, kind, kinf, kmul, kvh, pos, mods) ->
+    stats``: the tile of keys from ``j0`` (its K codes at byte ``k_at`` of the ring ``KV``, its Vᵀ codes at
+    ``v_at``) for rows g and g+8 of the warp, each product waited for: S = Q·Kᵀ, :func:`fp8_scores_to_p`, O += P·V."""
+    qk, pv = fp8_products(D, Bc)
+    to_p = fp8_scores_to_p(D, Bc, causal, permute, stage)
+
+    @device
+    def tile(s, qf, pf, acc, stats, KV, k_at, v_at, j0, kind, kinf, kmul, kvh, pos, mods):
+        qk(s, qf, 0, KV, k_at)
+        stats = to_p(s, pf, acc, stats, j0, kind, kinf, kmul, kvh, pos, mods)
+        pv(acc, pf, 0, KV, v_at)
+        return stats
 
     return tile

@@ -22,7 +22,7 @@ import functools
 
 from numba import cuda, float32, uint32, uint64
 
-from numba_attn.gpu.jit import kernel
+from numba_attn.gpu.jit import device, kernel
 from numba_attn.gpu.mbarrier import mbarrier_arrive_expect_tx, mbarrier_wait
 from numba_attn.gpu.ptx_loads import dynamic_tile, smem_reason
 from numba_attn.gpu.tma import tma_load_3d
@@ -50,13 +50,48 @@ def fp8_ws_smem_bytes(D, Bc, stages):
 
 
 @functools.cache
+def fp8_ws_loop(D: int, Bc: int, STAGES: int, WG: int, causal: bool, stage=PLAIN):
+    """The consumers' tile loop ``loop(n_tiles, regs, stats, KV, bars, walk, wg_end, kinf, kmul, kvh, pos, mods,
+    lane, first) -> stats`` (``regs = (s, qf, pf, acc)``): per tile, wait until it has landed, the tile with each
+    product waited for (:func:`.fp8.fp8_tile`; skipped where this warpgroup's rows see none of its keys), release
+    its stage."""
+    TILEK, TILEV = Bc * qk_depth(D), D * Bc
+    VBASE = STAGES * TILEK
+    tile_at, kind_at = key_tiles(Bc, stage)[1:]
+    wait_full, release = ring_barriers(STAGES, 4 * WG)[1:]
+    advance = ring_functions(STAGES)[0]
+    tile = fp8_tile(D, Bc, causal, True, stage)
+
+    @device
+    def loop(n_tiles, regs, stats, KV, bars, walk, wg_end, kinf, kmul, kvh, pos, mods, lane, first):
+        s, qf, pf, acc = regs
+        ring = (0, 0)
+        for it in range(n_tiles):
+            wait_full(bars, ring)  # tile it has landed
+            kt = tile_at(walk, it)
+            j0 = kt * Bc
+            if j0 < wg_end:
+                stats = tile(s, qf, pf, acc, stats, KV, ring[0] * TILEK, VBASE + ring[0] * TILEV, j0,
+                             kind_at(walk, kt), kinf, kmul, kvh, pos, mods)
+            release(bars, ring[0], lane)  # this warp is done with the stage (O += P V waited for)
+            ring = advance(ring)
+        return stats
+
+    return loop
+
+
+fp8_ws_loop.kernel_name = "fp8_ws"
+
+
+@functools.cache
 def make_fp8_ws_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf16: bool, stage=PLAIN,
-                       uniform: bool = False):
+                       uniform: bool = False, mainloop=fp8_ws_loop):
     """The kernel ``(q8, kmap, vmap, o, qs, ks, vs, kflag, kmul, sl2, H, Nq, Nk, mods)``: ``fp8_wgmma``'s with K's
     codes and Vᵀ's (tensor maps over the parent's scratch, boxes of one tile) brought by a producer warpgroup
     (warps 0-3) ahead of ``WG`` consumer warpgroups. ``uniform``: the warp index taken from lane 0, known
     warp-uniform to ptxas (the ring stage and the descriptors in the uniform datapath, as
-    ``warp_specialized_tc``'s option)."""
+    ``warp_specialized_tc``'s option). ``mainloop``: the consumers' tile loop (:func:`fp8_ws_loop`, or a
+    schedule's: ``fp8_pingpong``'s)."""
     Br = 64 * WG
     DQ = qk_depth(D)
     KS, NS, NO, NP = DQ // 32, Bc // 2, D // 2, 4 * (Bc // 32)
@@ -66,10 +101,10 @@ def make_fp8_ws_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bo
     TILEV = D * Bc  # bytes of one Vᵀ stage
     VBASE = STAGES * TILEK  # the Vᵀ stages follow the K stages
     KVR = fp8_ring_bytes(D, Bc, STAGES) // 16
-    count, tile_at, kind_at = key_tiles(Bc, stage)
-    init_barriers, wait_full, release = ring_barriers(STAGES, 4 * WG)  # "empty": one arrival per consumer warp
+    count, tile_at = key_tiles(Bc, stage)[:2]
+    init_barriers = ring_barriers(STAGES, 4 * WG)[0]  # "empty": one arrival per consumer warp
     advance = ring_functions(STAGES)[0]
-    tile = fp8_tile(D, Bc, causal, True, stage)
+    consume = mainloop(D, Bc, STAGES, WG, causal, stage)
     ends = key_ends(Br, 64, causal)
     start = q_start(KS, NO, False, DQ // 4)
     store = store_fragments(D // 8, "bf16" if bf16 else "f16")
@@ -131,19 +166,11 @@ def make_fp8_ws_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bo
         s = cuda.local.array(NS, float32)
         pf = cuda.local.array(NP, uint32)
         pos = (row0, g, t, Nq, Nk, off, sl2q, b, h)
-        ring = (0, 0)
-        for it in range(n_tiles):
-            wait_full(bars, ring)  # tile it has landed
-            kt = tile_at(walk, it)
-            j0 = kt * Bc
-            if j0 < wg_end:
-                stats = tile(s, qf, pf, acc, stats, KV, ring[0] * TILEK, VBASE + ring[0] * TILEV, j0,
-                             kind_at(walk, kt), kinf, kmul, kvh, pos, mods)
-            release(bars, ring[0], lane)  # this warp is done with the stage (O += P V waited for)
-            ring = advance(ring)
+        stats = consume(n_tiles, (s, qf, pf, acc), stats, KV, bars, walk, wg_end, kinf, kmul, kvh, pos, mods, lane,
+                        warp < 4)
         store(o, bh, r_lo, acc, 0, stats[2] * lscale, stats[3] * lscale, Nq, t)
 
-    body.__name__ = body.__qualname__ = "fp8_ws"
+    body.__name__ = body.__qualname__ = mainloop.kernel_name
     return kernel(body, launch_bounds=(128 * (WG + 1), 1))
 
 
@@ -169,13 +196,13 @@ def supports_fp8_ws(problem, warpgroups, Bc, stages, uniform=False):
     return smem_reason(fp8_ws_smem_bytes(D, Bc, stages))
 
 
-def build_fp8_ws(problem, warpgroups, Bc, stages, uniform=False):
+def build_fp8_ws(problem, warpgroups, Bc, stages, uniform=False, mainloop=fp8_ws_loop):
     """The parent's quantization into its scratch, the K and Vᵀ tensor maps over that scratch (made once: its
     addresses do not change), then the kernel."""
     D = problem.head_dim
     kern = make_fp8_ws_kernel(D, warpgroups, Bc, stages, problem.group, problem.causal,
                               problem.dtype == "bfloat16", stages_of(getattr(problem, "variant", None)),
-                              bool(uniform))
+                              bool(uniform), mainloop)
     qz = Quantized(problem, Bc)
     DQ = qk_depth(D)
     kmap = kv_tensor_map(qz.k8, (1, Bc, DQ // 4), DQ)  # a tile's K rows, swizzled by their DQ bytes
