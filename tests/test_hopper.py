@@ -243,6 +243,33 @@ def test_named_barriers_order():
         assert np.array_equal(out[rnd, 64:], 1000 * rnd + (t[64:] ^ 32))
 
 
+def _split_kernel(producer, consumer):
+    @kernel
+    def k(out):
+        t = cuda.threadIdx.x
+        if t < 128:
+            W.setmaxnreg_dec(producer)
+        else:
+            W.setmaxnreg_inc(consumer)
+        out[t] = t
+
+    return k
+
+
+@sim_only
+def test_simulated_setmaxnreg_counts_the_block_pool(monkeypatch):
+    """A split that fits the 168 · 384 registers of a 384-thread block runs; 64 + 2·224 (fp8_ws's first split,
+    which hung on a GPU) raises in the simulator instead of waiting forever; so does an inc below the count."""
+    out = np.zeros(384, np.int32)
+    _split_kernel(56, 224)[1, 384](out)
+    assert np.array_equal(out, np.arange(384))
+    monkeypatch.setattr(W, "_POOL_TIMEOUT_S", 1.0)
+    with pytest.raises(RuntimeError, match="waits forever"):
+        _split_kernel(64, 224)[1, 384](np.zeros(384, np.int32))
+    with pytest.raises(ValueError, match="only raise"):
+        _split_kernel(40, 160)[1, 384](np.zeros(384, np.int32))
+
+
 @sim_only
 def test_named_barrier_checks():
     @kernel

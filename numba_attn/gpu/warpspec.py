@@ -36,8 +36,10 @@ counter, advances the generation and wakes the waiters; ``sync`` waits for the
 generation to advance, ``arrive`` returns at once. Reusing an id with a
 different ``n`` while arrivals are pending, an id outside 1..15, or ``n`` not a
 multiple of 32 or larger than the block raise; a barrier that never fills
-times out with an error instead of hanging. ``setmaxnreg`` changes no result:
-the simulator only checks ``N`` as ptxas would.
+times out with an error instead of hanging. ``setmaxnreg`` changes no result, but
+its registers are counted: a block starts with 65536 / threads a thread, ``dec``
+frees some, ``inc`` waits for them, and an ``inc`` that no ``dec`` can satisfy
+raises (on a GPU the block hangs); ``N`` is checked as ptxas would.
 """
 from __future__ import annotations
 
@@ -135,13 +137,55 @@ if IS_SIMULATOR:
             st, _ = _named(bar_id, count, "named_barrier_arrive")
             _arrive(st)
 
+    _POOL_TIMEOUT_S = 30.0  # a setmaxnreg.inc waiting longer for registers: no thread of the block will free them
+
+    class _Pool:
+        """A block's registers (65536 / threads a thread at launch, as :func:`check_register_split` assumes) and
+        what each thread holds after its last ``setmaxnreg``: the registers an ``inc`` may take are those ``dec``
+        freed."""
+
+        def __init__(self, threads):
+            self.entry = min(255, 65536 // threads // 8 * 8)
+            self.threads, self.free, self.held = threads, 0, {}
+
+    def _setmaxnreg(n, inc):
+        n = check_maxnreg(n)
+        t = threading.current_thread()
+        mgr = getattr(t, "_manager", None)
+        if mgr is None:
+            raise RuntimeError("setmaxnreg can only be called from inside a kernel")
+        bx, by, bz = mgr._block_dim
+        with _cond:
+            pools = mgr.__dict__.setdefault("_numba_attn_regs", {})
+            pool = pools.get(tuple(t.blockIdx))
+            if pool is None:
+                pool = pools[tuple(t.blockIdx)] = _Pool(bx * by * bz)
+            me = tuple(t.threadIdx)
+            cur = pool.held.get(me, pool.entry)
+            if inc:
+                if n < cur:
+                    raise ValueError(f"setmaxnreg.inc to {n} registers from {cur}: inc may only raise the count")
+                if not _cond.wait_for(lambda: pool.free >= n - cur, timeout=_POOL_TIMEOUT_S):
+                    raise RuntimeError(
+                        f"setmaxnreg.inc to {n} registers waits forever: the {pool.threads}-thread block started "
+                        f"with {pool.entry} a thread and {pool.free} are free (on a GPU the kernel hangs; "
+                        "check_register_split names the split)")
+                pool.free -= n - cur
+            else:
+                if n > cur:
+                    raise ValueError(f"setmaxnreg.dec to {n} registers from {cur}: dec may only lower the count")
+                pool.free += cur - n
+                _cond.notify_all()
+            pool.held[me] = n
+
     def setmaxnreg_inc(n):
-        """Simulator: no registers to move; checks ``n`` as ptxas would."""
-        check_maxnreg(n)
+        """Simulator: this thread takes ``n`` registers from the block's pool (what other threads' ``dec`` freed),
+        waiting until they are free; one that never frees raises, where a GPU would hang."""
+        _setmaxnreg(n, True)
 
     def setmaxnreg_dec(n):
-        """Simulator: no registers to move; checks ``n`` as ptxas would."""
-        check_maxnreg(n)
+        """Simulator: this thread gives registers back to the block's pool, down to ``n``."""
+        _setmaxnreg(n, False)
 
 else:  # -------------------------------------------------------------- GPU
     from llvmlite import ir
