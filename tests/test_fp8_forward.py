@@ -411,6 +411,7 @@ def test_supports_refuses_with_reasons():
 # -- fp8_ws: the same tile on the warp-specialized TMA ring ---------------------------------------
 
 WS = get_phase("fp8_ws")
+PP = get_phase("fp8_pingpong")
 WS_CASES = {  # the simulator's parameters: one consumer warpgroup, 64-key tiles, two stages
     "D64-130x200-fp16-gqa": Problem(batch=1, heads=2, kv_heads=1, q_len=130, kv_len=200, head_dim=64,
                                     dtype="float16"),
@@ -420,13 +421,34 @@ WS_CASES = {  # the simulator's parameters: one consumer warpgroup, 64-key tiles
 
 
 @pytest.mark.parametrize("name", list(WS_CASES))
-def test_fp8_ws_matches_float64(name):
-    """Several query blocks and key tiles, a partial last tile, GQA, causal with q_len != kv_len: within the e4m3
-    tolerance of float64 and within OWN_TOL of the dequantized inputs' attention, as the parent."""
+@pytest.mark.parametrize("phase", [WS, PP], ids=["fp8_ws", "fp8_pingpong"])
+def test_warp_specialized_fp8_matches_float64(phase, name):
+    """fp8_ws and fp8_pingpong (its consumers taking turns): several query blocks and key tiles, a partial last
+    tile, GQA, causal with q_len != kv_len (consumer 0 skips the last tile, so fp8_pingpong's turns pass without
+    products): within the e4m3 tolerance of float64 and within OWN_TOL of the dequantized inputs' attention."""
     problem = WS_CASES[name]
-    assert WS.supports(problem, **WS.resolve(problem, WS.sim_params)) is None
-    q, k, v, out = _run(problem, phase=WS)
-    c = check(out, reference(q, k, v, causal=problem.causal), dtype=problem.dtype, precision=WS.precision)
+    assert phase.supports(problem, **phase.resolve(problem, phase.sim_params)) is None
+    q, k, v, out = _run(problem, phase=phase)
+    c = check(out, reference(q, k, v, causal=problem.causal), dtype=problem.dtype, precision=phase.precision)
+    assert c.ok, c
+    assert _own_error(problem, q, k, v, out) < OWN_TOL
+
+
+WS_GPU_CASES = {**GPU_CASES, "D32-300x500-fp16-gqa-causal": Problem(  # K rows of 32 bytes: the 32-byte swizzle
+    batch=1, heads=4, kv_heads=2, q_len=300, kv_len=500, head_dim=32, dtype="float16", causal=True)}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(WS_GPU_CASES))
+@pytest.mark.parametrize("phase,params", [(WS, None), (WS, {"Bc": 64, "stages": 4}), (PP, None),
+                                          (PP, {"Bc": 64, "stages": 2})],
+                         ids=["fp8_ws-default", "fp8_ws-bc64-s4", "fp8_pingpong-default", "fp8_pingpong-bc64-s2"])
+def test_warp_specialized_fp8_matches_float64_gpu(phase, params, name):
+    """On a GPU, where the products are asynchronous (a missing wait or, in fp8_pingpong, a turn out of order shows
+    here): the defaults (128-key tiles; three consumers up to D64 in fp8_ws) and 64-key tiles."""
+    problem = WS_GPU_CASES[name]
+    q, k, v, out = _run(problem, phase.resolve(problem, params or {}), phase=phase)
+    c = check(out, reference(q, k, v, causal=problem.causal), dtype=problem.dtype, precision=phase.precision)
     assert c.ok, c
     assert _own_error(problem, q, k, v, out) < OWN_TOL
 
@@ -440,32 +462,6 @@ def test_fp8_ws_uniform_matches_float64(gpu):
     q, k, v, out = _run(problem, params, phase=WS)
     c = check(out, reference(q, k, v, causal=problem.causal), dtype=problem.dtype, precision=WS.precision)
     assert c.ok, c
-
-
-PP = get_phase("fp8_pingpong")
-
-
-@pytest.mark.parametrize("name", list(WS_CASES))
-def test_fp8_pingpong_matches_float64(name):
-    """The two consumers taking turns: the same cases as fp8_ws (the causal one has consumer 0 skip the last tile,
-    so its turns pass without products)."""
-    problem = WS_CASES[name]
-    q, k, v, out = _run(problem, phase=PP)
-    c = check(out, reference(q, k, v, causal=problem.causal), dtype=problem.dtype, precision=PP.precision)
-    assert c.ok, c
-    assert _own_error(problem, q, k, v, out) < OWN_TOL
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", list(GPU_CASES))
-@pytest.mark.parametrize("params", [None, {"Bc": 64, "stages": 2}], ids=["default", "bc64-s2"])
-def test_fp8_pingpong_matches_float64_gpu(name, params):
-    """On a GPU, where the products are asynchronous: a missing wait or a turn out of order shows here."""
-    problem = GPU_CASES[name]
-    q, k, v, out = _run(problem, PP.resolve(problem, params or {}), phase=PP)
-    c = check(out, reference(q, k, v, causal=problem.causal), dtype=problem.dtype, precision=PP.precision)
-    assert c.ok, c
-    assert _own_error(problem, q, k, v, out) < OWN_TOL
 
 
 def test_fp8_pingpong_refuses_other_warpgroup_counts():
@@ -485,18 +481,6 @@ def test_fp8_ws_nan_never_passes():
     assert np.isnan(out).any()
     assert not check(out, reference(q, k, np.nan_to_num(v.astype(np.float64))), dtype=problem.dtype,
                      precision=WS.precision).ok
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", list(GPU_CASES))
-@pytest.mark.parametrize("params", [None, {"Bc": 64, "stages": 4}], ids=["default", "bc64-s4"])
-def test_fp8_ws_matches_float64_gpu(name, params):
-    """Two consumer warpgroups and 128-key tiles (the default) and 64-key tiles in four stages on a GPU."""
-    problem = GPU_CASES[name]
-    q, k, v, out = _run(problem, WS.resolve(problem, params or {}), phase=WS)
-    c = check(out, reference(q, k, v, causal=problem.causal), dtype=problem.dtype, precision=WS.precision)
-    assert c.ok, c
-    assert _own_error(problem, q, k, v, out) < OWN_TOL
 
 
 def test_fp8_ws_supports_refuses_with_reasons():
