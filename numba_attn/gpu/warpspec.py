@@ -1,45 +1,22 @@
 """Warp-specialisation primitives: named barriers and ``setmaxnreg``, inline PTX
-on the GPU, models in the simulator.
+on the GPU, models in the simulator. A warp-specialised kernel gives warpgroups
+different jobs (a producer issues copies, consumers compute) and synchronises
+groups of warps, not the whole block:
 
-A warp-specialised kernel gives different warps (warpgroups) different jobs —
-one producer issues copies, consumers compute — and synchronises groups of
-warps, not the whole block:
+* ``named_barrier_sync(id, n)`` — ``bar.sync id, n``: wait until ``n`` threads arrived at barrier ``id``;
+* ``named_barrier_arrive(id, n)`` — ``bar.arrive id, n``: count this thread's arrival, do not wait;
+* ``setmaxnreg_inc(N)`` / ``setmaxnreg_dec(N)`` — ``setmaxnreg.{inc,dec}.sync.aligned.u32 N`` (sm_90a): raise
+  this warpgroup's registers a thread to ``N``, or give them back down to it.
 
-=================================  ==============================================
-``named_barrier_sync(id, n)``       ``bar.sync id, n;`` wait until ``n`` threads have arrived at barrier ``id``
-``named_barrier_arrive(id, n)``     ``bar.arrive id, n;`` count this thread's arrival, do not wait
-``setmaxnreg_inc(N)``               ``setmaxnreg.inc.sync.aligned.u32 N;`` (sm_90a) raise this warpgroup's
-                                    registers per thread to ``N``
-``setmaxnreg_dec(N)``               ``setmaxnreg.dec.sync.aligned.u32 N;`` give registers back down to ``N``
-=================================  ==============================================
+Named barriers: ids 1..15 (0 is ``cuda.syncthreads``'), ``n`` a multiple of 32 and at most the block; the
+hardware counts whole warps. The usual pattern: a producer ``arrive``\ s, a consumer ``sync``\ s on the same id
+with ``n`` = the threads of both. ``setmaxnreg``: ``N`` a compile-time multiple of 8 in 24..256, executed by the
+whole warpgroup; ptxas needs the kernel's entry register count (``launch_bounds``) to honour it, and the
+warpgroups' counts must fit the registers the block started with (:func:`check_register_split`).
 
-Named barriers: ids 1..15 (id 0 is the one ``cuda.syncthreads`` uses), ``n`` a
-multiple of the warp size (32) and at most the block's threads. The hardware
-counts whole warps: every thread of a warp that executes ``bar`` counts
-(``bar.sync`` is ``barrier.sync.aligned``: all threads of the warp execute it
-together). The usual pattern is a producer warp(group) that ``arrive``\\ s and a
-consumer warp(group) that ``sync``\\ s on the same id with ``n`` = the threads
-of both.
-
-``setmaxnreg``: ``N`` is a compile-time constant, a multiple of 8 in 24..256;
-all threads of the warpgroup execute the same instruction. ptxas needs to know
-the kernel's register count at entry to honour it, so kernels that use it
-should set ``max_registers`` (or ``launch_bounds``).
-
-Simulator models
-----------------
-Named barrier ``id`` of a block is a counter and a generation number under a
-condition variable: each calling thread adds one arrival (the model counts
-threads, which equals the hardware's count of whole warps when whole warps
-call it, the supported case); the arrival that reaches ``n`` resets the
-counter, advances the generation and wakes the waiters; ``sync`` waits for the
-generation to advance, ``arrive`` returns at once. Reusing an id with a
-different ``n`` while arrivals are pending, an id outside 1..15, or ``n`` not a
-multiple of 32 or larger than the block raise; a barrier that never fills
-times out with an error instead of hanging. ``setmaxnreg`` changes no result, but
-its registers are counted: a block starts with 65536 / threads a thread, ``dec``
-frees some, ``inc`` waits for them, and an ``inc`` that no ``dec`` can satisfy
-raises (on a GPU the block hangs); ``N`` is checked as ptxas would.
+Simulator models: a named barrier is a counter and a generation under a condition variable (one arrival a
+thread; a bad id or count raises, a barrier that never fills times out with an error); ``setmaxnreg`` changes no
+result but counts the block's register pool, so a split that cannot fit raises where a GPU would hang.
 """
 from __future__ import annotations
 
@@ -50,7 +27,7 @@ from numba_attn.gpu.backend import IS_SIMULATOR
 NAMED_BARRIERS = 16  # hardware barrier ids per block (0 = syncthreads)
 
 __all__ = ["named_barrier_sync", "named_barrier_arrive", "setmaxnreg_inc", "setmaxnreg_dec",
-           "check_maxnreg", "check_register_split", "NAMED_BARRIERS"]
+           "check_maxnreg", "check_register_split", "entry_registers", "NAMED_BARRIERS"]
 
 
 def check_maxnreg(n) -> int:
@@ -61,6 +38,12 @@ def check_maxnreg(n) -> int:
     return n
 
 
+def entry_registers(threads: int) -> int:
+    """Registers a thread of a block of ``threads`` (its launch bounds) has at launch: 65536 / threads, rounded down
+    to 8, at most 255 (168 at 384 threads): the pool ``setmaxnreg`` moves is this times ``threads``."""
+    return min(255, 65536 // threads // 8 * 8)
+
+
 def check_register_split(threads: int, producer: int, consumer: int, consumer_warpgroups: int) -> None:
     """A block of ``threads`` launched with them as its bounds starts with ``65536 / threads`` registers a thread
     (rounded down to 8, at most 255): that pool is all ``setmaxnreg`` moves. A producer warpgroup at ``producer``
@@ -68,7 +51,7 @@ def check_register_split(threads: int, producer: int, consumer: int, consumer_wa
     for registers nobody frees (a hang, not an error). Raises ValueError naming the split."""
     check_maxnreg(producer)
     check_maxnreg(consumer)
-    entry = min(255, 65536 // threads // 8 * 8)
+    entry = entry_registers(threads)
     need = 128 * (producer + consumer_warpgroups * consumer)
     if need > entry * threads:
         raise ValueError(f"setmaxnreg: a producer at {producer} and {consumer_warpgroups} consumer warpgroups at "
@@ -96,6 +79,8 @@ if IS_SIMULATOR:
             self.count, self.arrived, self.generation = count, 0, 0
 
     def _named(bar_id, count, what):
+        """This block's barrier ``bar_id`` (checked; reusing an id with another count while arrivals are pending
+        raises)."""
         t = threading.current_thread()
         mgr = getattr(t, "_manager", None)
         if mgr is None:
@@ -145,7 +130,7 @@ if IS_SIMULATOR:
         freed."""
 
         def __init__(self, threads):
-            self.entry = min(255, 65536 // threads // 8 * 8)
+            self.entry = entry_registers(threads)
             self.threads, self.free, self.held = threads, 0, {}
 
     def _setmaxnreg(n, inc):

@@ -1,98 +1,23 @@
 """Hopper warpgroup MMA (``wgmma.mma_async``) from numba: inline PTX on the GPU,
 an exact warpgroup fallback in the simulator.
 
-``mma.sync`` (``intrinsics.py``) is the Ampere instruction: one warp, operands
-in registers, fed from shared memory by ``ldmatrix``. On sm_90 it reaches
-about half of the tensor cores' throughput (the project's measured mma.sync
-ceiling on an H200 is ~540 TFLOP/s f16). Hopper's own instruction is
-``wgmma.mma_async``: the four warps of a *warpgroup* (128 threads, warps
-4i..4i+3 of the block) issue one 64×N×16 product together; B (and optionally
-A) is read by the tensor cores straight from shared memory through a 64-bit
-*matrix descriptor*, so there is no ``ldmatrix`` and no B fragment in
-registers. It needs the ``sm_90a`` target, which numba-cuda 0.30 selects for
-a compute capability 9.0 device.
+The four warps of a *warpgroup* (128 threads, warps 4i..4i+3) issue one 64×N×16 product together (64×N×32 for
+e4m3); B (and optionally A) is read by the tensor cores from shared memory through a 64-bit matrix descriptor:
+no ``ldmatrix``, no B fragment in registers (``mma.sync``, ``intrinsics.py``, reaches about half the tensor
+rate on sm_90). It needs ``sm_90a``, which numba-cuda 0.30 selects for a 9.0 device.
 
-What this module offers
------------------------
-:func:`make_wgmma_rs` builds one fused operation for given compile-time
-parameters; a kernel calls it as ``op(acc, a, a_off, smem, byte_off)``:
+* :func:`make_wgmma_rs` — ``op(acc, a, a_off, smem, byte_off)``: ``acc`` the thread's N/2 float32 accumulators
+  (read unless ``zero``), ``a`` the A fragments in uint32 registers (4 a k-step from ``a_off``: packed f16/bf16
+  pairs, or four e4m3 codes), B ``byte_off`` bytes into ``smem`` with the offsets, LBO and SBO of
+  :func:`kmajor_params` / :func:`mnmajor_params`;
+* :func:`make_wgmma_ss` — the same with A from shared memory too (K-major, or transposed with ``a_layout``);
+* one call is one asm statement: fence, the chained products, commit and wait; with ``wait=False`` the product
+  stays in flight until a :func:`make_wgmma_wait` that passes its accumulators through.
 
-* ``acc``: the thread's accumulator fragment, a local float32 array of
-  ``N/2`` values (64×N f32 spread over 128 threads), read (unless ``zero``)
-  and written in place;
-* ``a``: a local uint32 array holding the A fragments (packed f16/bf16 pairs,
-  or four e4m3 codes per register for ``kind="e4m3"``), 4 registers per k-step
-  starting at ``a_off``;
-* ``smem``/``byte_off``: the B operand, ``byte_off`` bytes into the shared
-  array ``smem``; k-step s reads from ``byte_off + offsets[s]`` (the offsets,
-  LBO and SBO of a layout come from :func:`kmajor_params` /
-  :func:`mnmajor_params`).
-
-:func:`make_wgmma_ss` is the same operation with A read from shared memory too,
-``op(acc, smem_a, a_off, smem, byte_off)``: A is a K-major tile of 64 rows (the
-rows of the product) in the layout below, as a K tile is for S = Q·Kᵀ (the backward's
-Sᵀ = K·Qᵀ takes K this way, where 64 keys' A fragments would not fit in registers beside
-dK and dV); ``a_layout`` reads A transposed (:func:`make_wgmma_ss`).
-
-One call emits ``wgmma.fence``, one chained ``wgmma.mma_async`` (the
-first with scale-d = 0 when ``zero``), ``wgmma.commit_group`` and
-``wgmma.wait_group 0`` as one asm statement, so the compiler never sees the
-accumulator registers in flight; with ``wait=False`` the product stays in flight
-(committed, not waited for) until a :func:`make_wgmma_wait` that passes its
-accumulators through, the overlapping and backward phases' schedules.
-
-Shared-memory layout (swizzled tiles)
-------------------------------------
-Tiles of 16-bit elements are stored in rows of ``rb`` bytes (:func:`row_bytes`:
-128 for D ≥ 64, i.e. 64 elements, and 64 or 32 bytes for D = 32 or 16): a
-tile of R rows and D columns is D·2/rb *column blocks* of R×rb bytes, block
-after block; within a block row r starts at byte ``rb·r`` and its 16-byte
-chunk c lives at :func:`swizzle_chunk` ``c ^ ((r·rb >> 7) mod (rb/16))``
-(for 128-byte rows: ``c ^ (r mod 8)``). That is the hardware's swizzle on
-the address (bits 4.. XOR bits 7..; the descriptor's 128/64/32-byte modes),
-so a tile must start at an 8·rb-byte aligned shared address
-(:func:`shared_address` lets a kernel pad its dynamic shared memory to 1024).
-With this one layout
-
-* a K tile (rows = keys, cols = head dim) is the **K-major** B operand of
-  S = Q·Kᵀ (:func:`kmajor_params`): SBO = 8 rows, LBO unused; k-step s (16
-  head-dim elements) starts in column block s // (rb/32), 32·(s mod (rb/32))
-  bytes into the row;
-* a V tile (rows = keys, cols = head dim) is the **MN-major** B operand of
-  O = P·V (``trans_b``, :func:`mnmajor_params`): LBO = R·rb (from one column
-  block to the next), SBO = 8 rows; k-step s (16 keys) starts at row 16s.
-
-Fragment layouts (PTX ISA, "wgmma .m64nNk16 register fragments")
-----------------------------------------------------------------
-Thread T of the warpgroup: warp w = T // 32 owns rows 16w..16w+15; within the
-warp lane = 4g + t exactly as for ``mma.m16n8k16``:
-
-* A (registers, per k-step): a0 = (16w+g, 2t..2t+1), a1 = (16w+g+8, 2t..),
-  a2 = (16w+g, 2t+8..), a3 = (16w+g+8, 2t+8..);
-* D (f32, N/2 values): value 4j+e is row 16w+g+8·(e//2), column 8j+2t+(e mod 2).
-
-So the S fragment of one k-block converts into the A fragment of the P·V
-product in registers, as with mma.sync.
-
-FP8 (``kind="e4m3"``, ``wgmma.mma_async.sync.aligned.m64nNk32.f32.e4m3.e4m3``):
-a k-step is 32 e4m3 elements, i.e. the same 32 bytes of a row as a 16-bit
-k16 step, and the A fragment is assumed to be the 16-bit one read in bytes
-(as for ``mma.m16n8k32`` with 8-bit A): a0 = (16w+g, 4t..4t+3),
-a1 = (16w+g+8, 4t..), a2 = (16w+g, 4t+16..), a3 = (16w+g+8, 4t+16..), the
-lowest column in the lowest byte. This follows the PTX ISA's figure for the
-8-bit m64nNk32 A fragment as recalled, not yet checked on a GPU. B must be
-K-major (8-bit wgmma has no transpose; ``trans_b`` is refused); the
-descriptor, offsets and swizzle are those of the 16-bit K-major operand
-counted in bytes (:func:`kmajor_params` unchanged). The accumulator layout is
-the f32 one above. The fallback decodes codes exactly (NaN codes 0x7F/0xFF
-give NaN) and, as for f16, sums exact products in float64 and rounds once;
-the hardware's FP8 accumulation is reportedly less precise than that.
-
-In the simulator ``op`` gathers the 128 threads' registers with
-:func:`numba_attn.gpu.warp.group_exchange`, reads B from the shared array through
-the descriptor's address arithmetic and the swizzle, computes in float64,
-rounds to float32 and hands each thread its fragment: a wrong fragment index,
-a wrong layout or a misaligned tile fails there as it would on the GPU.
+The swizzled tile layout, the fragment layouts and the FP8 operands: docs/tensor-core-notes.md, "wgmma operands".
+In the simulator ``op`` gathers the 128 threads' registers (:func:`numba_attn.gpu.warp.group_exchange`), reads B
+through the descriptor's address arithmetic and the swizzle, computes in float64 and rounds to float32 once: a
+wrong fragment index, layout or misaligned tile fails there as on the GPU.
 """
 from __future__ import annotations
 

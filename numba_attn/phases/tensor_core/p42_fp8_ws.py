@@ -27,7 +27,7 @@ from numba_attn.gpu.mbarrier import mbarrier_arrive_expect_tx, mbarrier_wait
 from numba_attn.gpu.ptx_loads import dynamic_tile, smem_reason
 from numba_attn.gpu.tma import tma_load_3d
 from numba_attn.gpu.warp import FULL_MASK, shfl_sync
-from numba_attn.gpu.warpspec import check_register_split, setmaxnreg_dec, setmaxnreg_inc
+from numba_attn.gpu.warpspec import check_register_split, entry_registers, setmaxnreg_dec, setmaxnreg_inc
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.epilogue import store_fragments
 from numba_attn.phases.tensor_core.fp8 import fp8_ring_bytes, fp8_tile, qk_depth
@@ -112,8 +112,7 @@ def make_fp8_ws_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bo
     # 56 / 224 (WG=2): with warp_specialized_tc's 40 / 232, ptxas spilled two values across setmaxnreg and
     # reloaded them in the loop (causal D128, offline sm_90a); here only the rare infinite-K path stores 8 bytes
     PRODUCER_REGS = FP8_PRODUCER_REGS
-    ENTRY = min(255, 65536 // (128 * (WG + 1)) // 8 * 8)  # registers a thread has at launch (168 at 384 threads)
-    CONSUMER_REGS = min(240, (ENTRY * (WG + 1) - FP8_PRODUCER_REGS) // WG // 8 * 8)
+    CONSUMER_REGS = min(240, (entry_registers(128 * (WG + 1)) * (WG + 1) - FP8_PRODUCER_REGS) // WG // 8 * 8)
     check_register_split(128 * (WG + 1), PRODUCER_REGS, CONSUMER_REGS, WG)
 
     def body(q8, kmap, vmap, o, qs, ks, vs, kflag, kmul, sl2, H, Nq, Nk, mods):
