@@ -9,7 +9,7 @@ P_{j-1}·V_{j-1} is issued).
 
 Why here, when ``pingpong`` was refuted at fp16: in FP8 a tile's products take half the tensor time, as long as its
 exponentials on the MUFU pipe (Bc·64 a warpgroup at 16 a cycle), so a consumer that waits for its own products
-leaves the tensor pipe idle for a softmax as long as them. ``fp8_ws``'s tiles took ~2.6-2.9× either pipe's time
+leaves the tensor pipe idle for a softmax as long as them. ``fp8_ws``'s tiles took ~2.7× either pipe's time
 (H200, 1.43 ms at B1 H32 N8192 D128).
 
 Prediction: 1.1-1.3× ``fp8_ws``'s attention kernel at B1 H32 N8192 D128.
