@@ -434,8 +434,10 @@ def test_warp_specialized_fp8_matches_float64(phase, name):
     assert _own_error(problem, q, k, v, out) < OWN_TOL
 
 
-WS_GPU_CASES = {**GPU_CASES, "D32-300x500-fp16-gqa-causal": Problem(  # K rows of 32 bytes: the 32-byte swizzle
-    batch=1, heads=4, kv_heads=2, q_len=300, kv_len=500, head_dim=32, dtype="float16", causal=True)}
+WS_GPU_CASES = {**GPU_CASES,  # and K rows of 32 bytes (the 32-byte swizzle; D16 padded with zero codes)
+                "D32-300x500-fp16-gqa-causal": Problem(batch=1, heads=4, kv_heads=2, q_len=300, kv_len=500,
+                                                       head_dim=32, dtype="float16", causal=True),
+                "D16-200x333-bf16": Problem(batch=2, heads=2, q_len=200, kv_len=333, head_dim=16, dtype="bfloat16")}
 
 
 @pytest.mark.gpu

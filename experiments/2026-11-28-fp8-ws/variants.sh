@@ -8,7 +8,7 @@ out=${OUT:-/tmp/fp8-variants}; mkdir -p "$out"
 export NUMBA_ATTN_BACKEND=cuda MPLBACKEND=Agg PYTHONUNBUFFERED=1
 export PYTHONPATH="experiments/2026-11-28-fp8-ws${PYTHONPATH:+:$PYTHONPATH}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt"
-timeout 90 python3 -m pytest --full -q -x -p no:cacheprovider tests/test_fp8_forward.py -k "uniform or pingpong or D32" \
+timeout 90 python3 -m pytest --full -q -x -p no:cacheprovider tests/test_fp8_forward.py -k "uniform or pingpong or D32 or D16" \
   > "$out/tests.txt" 2>&1; echo "tests rc $?"; tail -1 "$out/tests.txt"
 timeout 90 compute-sanitizer --tool memcheck --print-limit 5 python3 -m pytest --full -q -x -p no:cacheprovider \
   tests/test_fp8_forward.py -k "pingpong and gpu" > "$out/memcheck.txt" 2>&1
