@@ -5,9 +5,9 @@
 set -u
 here=$(dirname "$0")
 export FWD_PHASE=fp8_ws
-ncu --profile-from-start off --set full --import-source no --page details \
+timeout 150 ncu --profile-from-start off --set full --import-source no --page details \
     python3 "$here/profile.py" 128 0 fwd,cudnn_fwd > "$OUT/ncu-fp8-d128-c0.txt" 2>&1
 echo "ncu rc $?"
-WHICH=fwd KERNEL=regex:fp8_ws bash "$here/stalls.sh"
+WHICH=fwd KERNEL=regex:fp8_ws timeout 150 bash "$here/stalls.sh"
 echo "stalls rc $?"
 gzip -f "$OUT"/*.txt
