@@ -442,12 +442,14 @@ WS_GPU_CASES = {**GPU_CASES,  # and K rows of 32 bytes (the 32-byte swizzle; D16
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(WS_GPU_CASES))
-@pytest.mark.parametrize("phase,params", [(WS, None), (WS, {"Bc": 64, "stages": 4}), (PP, None),
-                                          (PP, {"Bc": 64, "stages": 2})],
-                         ids=["fp8_ws-default", "fp8_ws-bc64-s4", "fp8_pingpong-default", "fp8_pingpong-bc64-s2"])
+@pytest.mark.parametrize("phase,params", [(WS, None), (WS, {"Bc": 64, "stages": 4}), (WS, {"Bc": 192}),
+                                          (WS, {"Bc": 256, "stages": 2}), (PP, None), (PP, {"Bc": 64, "stages": 2})],
+                         ids=["fp8_ws-default", "fp8_ws-bc64-s4", "fp8_ws-bc192", "fp8_ws-bc256-s2",
+                              "fp8_pingpong-default", "fp8_pingpong-bc64-s2"])
 def test_warp_specialized_fp8_matches_float64_gpu(phase, params, name):
     """On a GPU, where the products are asynchronous (a missing wait or, in fp8_pingpong, a turn out of order shows
-    here): the defaults (128-key tiles; three consumers up to D64 in fp8_ws) and 64-key tiles."""
+    here): the defaults (128-key tiles; three consumers up to D64 in fp8_ws), 64-key tiles and the wide tiles
+    whose Vᵀ comes in several swizzled boxes (192 keys: three of 64 bytes; 256: two of 128)."""
     problem = WS_GPU_CASES[name]
     q, k, v, out = _run(problem, phase.resolve(problem, params or {}), phase=phase)
     c = check(out, reference(q, k, v, causal=problem.causal), dtype=problem.dtype, precision=phase.precision)
@@ -456,14 +458,28 @@ def test_warp_specialized_fp8_matches_float64_gpu(phase, params, name):
 
 
 @pytest.mark.parametrize("gpu", [pytest.param(False), pytest.param(True, marks=pytest.mark.gpu)], ids=["sim", "gpu"])
-def test_fp8_ws_uniform_matches_float64(gpu):
-    """``uniform=True`` (the warp index from lane 0) computes what the default does: GQA, a partial tile, causal."""
+def test_fp8_ws_per_lane_warp_index_matches_float64(gpu):
+    """``uniform=False`` (each lane's own warp index, 56 producer registers) computes what the default does: GQA,
+    a partial tile, causal."""
     problem = Problem(batch=1, heads=2, kv_heads=1, q_len=150 if gpu else 70, kv_len=333 if gpu else 100,
                       head_dim=64, dtype="float16", causal=True)
-    params = WS.resolve(problem, {"uniform": True} if gpu else {**WS.sim_params, "uniform": True})
+    params = WS.resolve(problem, {"uniform": False} if gpu else {**WS.sim_params, "uniform": False})
     q, k, v, out = _run(problem, params, phase=WS)
     c = check(out, reference(q, k, v, causal=problem.causal), dtype=problem.dtype, precision=WS.precision)
     assert c.ok, c
+
+
+@pytest.mark.parametrize("Bc", [192, 256])
+def test_fp8_ws_wide_tiles_match_float64(Bc):
+    """Tiles of 192 and 256 keys: Vᵀ's rows are wider than one swizzle, so each stage takes several TMA boxes
+    (three of 64 bytes, two of 128) and the k32 steps of O += P·V walk across them; a partial last tile, GQA."""
+    problem = Problem(batch=1, heads=2, kv_heads=1, q_len=64, kv_len=Bc + 70, head_dim=32, dtype="float16")
+    params = WS.resolve(problem, {**WS.sim_params, "Bc": Bc})
+    assert WS.supports(problem, **params) is None
+    q, k, v, out = _run(problem, params, phase=WS)
+    c = check(out, reference(q, k, v), dtype=problem.dtype, precision=WS.precision)
+    assert c.ok, c
+    assert _own_error(problem, q, k, v, out) < OWN_TOL
 
 
 def test_fp8_pingpong_refuses_other_warpgroup_counts():
@@ -488,7 +504,7 @@ def test_fp8_ws_nan_never_passes():
 def test_fp8_ws_supports_refuses_with_reasons():
     ok = Problem(batch=1, heads=2, q_len=64, head_dim=128, dtype="float16")
     assert WS.supports(ok) is None
-    assert WS.resolve(ok) == {"warpgroups": 2, "Bc": 128, "stages": 3, "uniform": False}
+    assert WS.resolve(ok) == {"warpgroups": 2, "Bc": 128, "stages": 3, "uniform": True}
     for bad, params, words in [
         (Problem(batch=1, heads=2, q_len=64, head_dim=96, dtype="float16"), {}, "head_dim"),
         (ok, {"Bc": 32}, "Bc=32"),

@@ -10,7 +10,8 @@ A tile of Bc keys for a warpgroup's 64 query rows, everything in code units (Q, 
   and its row sums times ``P_SCALE = 2^8`` folded into the exponent (FlashAttention-3's ``max_offset``);
 * P in [0, 256] to e4m3, packed so that the accumulator fragment is its own A fragment (:func:`pack_p8`: V's
   keys are stored permuted, :func:`.quantize.stored_position`);
-* O += P·V: ``Bc/32`` wgmma m64nD k32 e4m3 with Vᵀ (rows of Bc bytes) as the K-major B.
+* O += P·V: ``Bc/32`` wgmma m64nD k32 e4m3 with Vᵀ (rows of Bc bytes, in column blocks of :func:`vt_swizzle`
+  bytes past 128 keys) as the K-major B.
 
 The ring of a stage: the K tile (Bc × qk_depth(D) bytes), then, after every stage's K, the Vᵀ tile (D × Bc bytes).
 Three pieces: :func:`fp8_products` (the two products, waited for or only issued), :func:`fp8_scores_to_p` (the
@@ -30,7 +31,7 @@ from numba_attn.phases.tensor_core.mask import mask_fragments, variant_fragments
 from numba_attn.phases.tensor_core.quantize import P_SCALE
 from numba_attn.variants.stages import LN2, PLAIN
 
-__all__ = ["qk_depth", "fp8_ring_bytes", "pack_p8", "fp8_products", "fp8_scores_to_p", "fp8_tile", "P_LOG2"]
+__all__ = ["qk_depth", "vt_swizzle", "fp8_ring_bytes", "pack_p8", "fp8_products", "fp8_scores_to_p", "fp8_tile", "P_LOG2"]
 
 P_LOG2 = float(np.log2(P_SCALE))  # 8: P's scale as the exponent offset of the softmax
 
@@ -38,6 +39,13 @@ P_LOG2 = float(np.log2(P_SCALE))  # 8: P's scale as the exponent offset of the s
 def qk_depth(D):
     """The bytes of a Q/K row of codes: D, at least 32 (the smallest swizzle; D=16 padded with zero codes)."""
     return max(D, 32)
+
+
+def vt_swizzle(Bc):
+    """The bytes of one swizzled column block of the Vᵀ tile (its rows are Bc bytes of codes): the whole row up to
+    128 keys, else blocks of 128 (Bc a multiple of 128) or of 64 (Bc = 192), each ``D`` rows deep and swizzled
+    by its width; a k32 step lies inside one block (:func:`numba_attn.gpu.wgmma.kmajor_params`)."""
+    return Bc if Bc <= 128 else (128 if Bc % 128 == 0 else 64)
 
 
 def fp8_ring_bytes(D, Bc, stages):
@@ -77,9 +85,10 @@ def fp8_products(D: int, Bc: int, wait: bool = True):
     committed (a later :func:`numba_attn.gpu.wgmma.make_wgmma_wait` passes the accumulators through)."""
     DQ = qk_depth(D)
     qk_off, qk_lbo, qk_sbo = kmajor_params(Bc, DQ // 32, DQ)
-    pv_off, pv_lbo, pv_sbo = kmajor_params(D, Bc // 32, Bc)
+    VW = vt_swizzle(Bc)
+    pv_off, pv_lbo, pv_sbo = kmajor_params(D, Bc // 32, VW)
     qk = make_wgmma_rs("e4m3", Bc, False, True, qk_off, qk_lbo, qk_sbo, DQ, wait)
-    pv = make_wgmma_rs("e4m3", D, False, False, pv_off, pv_lbo, pv_sbo, Bc, wait)
+    pv = make_wgmma_rs("e4m3", D, False, False, pv_off, pv_lbo, pv_sbo, VW, wait)
     return qk, pv
 
 

@@ -30,7 +30,7 @@ from numba_attn.gpu.warp import FULL_MASK, shfl_sync
 from numba_attn.gpu.warpspec import check_register_split, entry_registers, setmaxnreg_dec, setmaxnreg_inc
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.epilogue import store_fragments
-from numba_attn.phases.tensor_core.fp8 import fp8_ring_bytes, fp8_tile, qk_depth
+from numba_attn.phases.tensor_core.fp8 import fp8_ring_bytes, fp8_tile, qk_depth, vt_swizzle
 from numba_attn.phases.tensor_core.fragments import q_start
 from numba_attn.phases.tensor_core.mask import key_ends
 from numba_attn.phases.tensor_core.p38_fp8_wgmma import Quantized, quantized_launch
@@ -40,8 +40,9 @@ from numba_attn.phases.tensor_core.quantize import HEAD_DIMS
 from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.variants.stages import PLAIN, stages_of
 
-TILES = (64, 128)  # Bc: Vᵀ rows of 64/128 bytes (with D >= 16, every stage 1024-byte aligned)
-FP8_PRODUCER_REGS = 56  # registers a producer thread keeps (it issues two TMA boxes a tile)
+TILES = (64, 128, 192, 256)  # Bc: Vᵀ rows of Bc bytes, in blocks of 64/128 (every stage 1024-byte aligned)
+FP8_PRODUCER_REGS = 56  # registers a producer thread keeps (it issues the TMA boxes of a tile)
+FP8_PRODUCER_REGS_UNIFORM = 40  # the same with the warp index known warp-uniform (``uniform``)
 
 
 def fp8_ws_smem_bytes(D, Bc, stages):
@@ -99,6 +100,7 @@ def make_fp8_ws_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bo
     NBARS = 2 * STAGES  # full, then empty, per stage
     TILEK = Bc * DQ  # bytes of one K stage
     TILEV = D * Bc  # bytes of one Vᵀ stage
+    VW = vt_swizzle(Bc)  # a Vᵀ stage: Bc / VW boxes of D rows × VW bytes
     VBASE = STAGES * TILEK  # the Vᵀ stages follow the K stages
     KVR = fp8_ring_bytes(D, Bc, STAGES) // 16
     count, tile_at = key_tiles(Bc, stage)[:2]
@@ -109,10 +111,11 @@ def make_fp8_ws_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bo
     start = q_start(KS, NO, False, DQ // 4)
     store = store_fragments(D // 8, "bf16" if bf16 else "f16")
     give = WG >= 2  # move registers to the consumers (one consumer: no need)
-    # 56 / 224 (WG=2): with warp_specialized_tc's 40 / 232, ptxas spilled two values across setmaxnreg and
-    # reloaded them in the loop (causal D128, offline sm_90a); here only the rare infinite-K path stores 8 bytes
-    PRODUCER_REGS = FP8_PRODUCER_REGS
-    CONSUMER_REGS = min(240, (entry_registers(128 * (WG + 1)) * (WG + 1) - FP8_PRODUCER_REGS) // WG // 8 * 8)
+    # WG=2: 56 / 224 with a per-lane warp index (at 40 / 232 ptxas spilled two values across setmaxnreg and
+    # reloaded them in the loop, causal D128, offline sm_90a); with the uniform warp index 40 / 232 spills nothing
+    # at Bc=128 (56 / 224: 24 bytes causal) and 8 bytes at Bc=192
+    PRODUCER_REGS = FP8_PRODUCER_REGS_UNIFORM if uniform else FP8_PRODUCER_REGS
+    CONSUMER_REGS = min(240, (entry_registers(128 * (WG + 1)) * (WG + 1) - PRODUCER_REGS) // WG // 8 * 8)
     check_register_split(128 * (WG + 1), PRODUCER_REGS, CONSUMER_REGS, WG)
 
     def body(q8, kmap, vmap, o, qs, ks, vs, kflag, kmul, sl2, H, Nq, Nk, mods):
@@ -144,7 +147,9 @@ def make_fp8_ws_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bo
                     mbarrier_arrive_expect_tx(bars, ring[0], TILEK + TILEV)
                     kt = tile_at(walk, it)
                     tma_load_3d(KV, ring[0] * TILEK, kmap, kvh, kt * Bc, 0, bars, ring[0])  # K: Bc rows of codes
-                    tma_load_3d(KV, VBASE + ring[0] * TILEV, vmap, kvh, 0, kt * (Bc // 4), bars, ring[0])  # Vᵀ
+                    for c in range(Bc // VW):  # Vᵀ: D rows of VW bytes a box
+                        tma_load_3d(KV, VBASE + ring[0] * TILEV + c * D * VW, vmap, kvh, 0, (kt * Bc + c * VW) // 4,
+                                    bars, ring[0])
                     ring = advance(ring)
             return
 
@@ -184,7 +189,7 @@ def supports_fp8_ws(problem, warpgroups, Bc, stages, uniform=False):
         return (f"head_dim {D}: the TMA ring takes K rows of 32, 64 or 128 bytes of e4m3 codes (head_dim 16 "
                 "padded to 32, 32, 64, 128: one swizzled box a tile)")
     if Bc not in TILES:
-        return f"Bc={Bc}: the transposed V tile has rows of Bc bytes: 64 or 128"
+        return f"Bc={Bc}: the transposed V tile has rows of Bc bytes: 64, 128, 192 or 256"
     if warpgroups < 0:
         return f"warpgroups={warpgroups}: at least one consumer warpgroup (0: by head_dim)"
     if warpgroups > 3 or (warpgroups == 3 and D > 64):
@@ -205,7 +210,8 @@ def build_fp8_ws(problem, warpgroups, Bc, stages, uniform=False, mainloop=fp8_ws
     qz = Quantized(problem, Bc)
     DQ = qk_depth(D)
     kmap = kv_tensor_map(qz.k8, (1, Bc, DQ // 4), DQ)  # a tile's K rows, swizzled by their DQ bytes
-    vmap = kv_tensor_map(qz.vt8, (1, D, Bc // 4), Bc)  # its Vᵀ rows (Bc bytes each)
+    VW = vt_swizzle(Bc)
+    vmap = kv_tensor_map(qz.vt8, (1, D, VW // 4), VW)  # its Vᵀ rows, VW bytes a box
     return quantized_launch(problem, kern, qz, (kmap, vmap), 64 * warpgroups, 128 * (warpgroups + 1),
                             fp8_ws_smem_bytes(D, Bc, stages))
 
@@ -222,7 +228,7 @@ def build_fp8_ws(problem, warpgroups, Bc, stages, uniform=False, mainloop=fp8_ws
     """,
     lineage="FlashAttention-3 (Shah et al. 2024), FP8 forward on the warp-specialized TMA pipeline",
     planned_speedup=300.0,  # fp8_wgmma's 225 and a predicted ~1.35x
-    space={"warpgroups": [1, 2, 3], "Bc": [64, 128], "stages": [2, 3, 4], "uniform": [False, True]},
+    space={"warpgroups": [1, 2, 3], "Bc": [64, 128, 192, 256], "stages": [2, 3, 4], "uniform": [False, True]},
     dtypes=("float16", "bfloat16"),
     head_dims=HEAD_DIMS,
     precision="e4m3",
@@ -231,7 +237,7 @@ def build_fp8_ws(problem, warpgroups, Bc, stages, uniform=False, mainloop=fp8_ws
     resolve=resolve_fp8_ws,
     variants=True,
 )
-def fp8_ws(problem, warpgroups=0, Bc=128, stages=3, uniform=False):
+def fp8_ws(problem, warpgroups=0, Bc=128, stages=3, uniform=True):
     """Quantize (per head, the parent's kernels), then the warp-specialized FP8 kernel; ``uniform``: the warp index
-    known warp-uniform (off until timed)."""
+    known warp-uniform (1.03-1.09× without it at N8192 D128, equal at D64, H200: on by default)."""
     return build_fp8_ws(problem, warpgroups, Bc, stages, uniform)
