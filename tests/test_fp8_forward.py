@@ -412,6 +412,7 @@ def test_supports_refuses_with_reasons():
 
 WS = get_phase("fp8_ws")
 PP = get_phase("fp8_pingpong")
+OV = get_phase("fp8_overlap")
 WS_CASES = {  # the simulator's parameters: one consumer warpgroup, 64-key tiles, two stages
     "D64-130x200-fp16-gqa": Problem(batch=1, heads=2, kv_heads=1, q_len=130, kv_len=200, head_dim=64,
                                     dtype="float16"),
@@ -421,11 +422,12 @@ WS_CASES = {  # the simulator's parameters: one consumer warpgroup, 64-key tiles
 
 
 @pytest.mark.parametrize("name", list(WS_CASES))
-@pytest.mark.parametrize("phase", [WS, PP], ids=["fp8_ws", "fp8_pingpong"])
+@pytest.mark.parametrize("phase", [WS, PP, OV], ids=["fp8_ws", "fp8_pingpong", "fp8_overlap"])
 def test_warp_specialized_fp8_matches_float64(phase, name):
-    """fp8_ws and fp8_pingpong (its consumers taking turns): several query blocks and key tiles, a partial last
-    tile, GQA, causal with q_len != kv_len (consumer 0 skips the last tile, so fp8_pingpong's turns pass without
-    products): within the e4m3 tolerance of float64 and within OWN_TOL of the dequantized inputs' attention."""
+    """fp8_ws, fp8_pingpong (its consumers taking turns) and fp8_overlap (each softmax under its own P·V): several
+    query blocks and key tiles, a partial last tile, GQA, causal with q_len != kv_len (consumer 0 skips the last
+    tile, so fp8_pingpong's turns pass without products and fp8_overlap's last P·V runs after a skipped tile):
+    within the e4m3 tolerance of float64 and within OWN_TOL of the dequantized inputs' attention."""
     problem = WS_CASES[name]
     assert phase.supports(problem, **phase.resolve(problem, phase.sim_params)) is None
     q, k, v, out = _run(problem, phase=phase)
@@ -442,10 +444,12 @@ WS_GPU_CASES = {**GPU_CASES,  # and K rows of 32 bytes (the 32-byte swizzle; D16
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(WS_GPU_CASES))
-@pytest.mark.parametrize("phase,params", [(WS, None), (WS, {"Bc": 64, "stages": 4}), (WS, {"Bc": 192}),
-                                          (WS, {"Bc": 256, "stages": 2}), (PP, None), (PP, {"Bc": 64, "stages": 2})],
+@pytest.mark.parametrize("phase,params", [(WS, None), (WS, {"Bc": 64, "stages": 4}), (WS, {"Bc": 192, "warpgroups": 2}),
+                                          (WS, {"Bc": 256, "stages": 2, "warpgroups": 2}), (PP, None), (PP, {"Bc": 64, "stages": 2}),
+                                          (OV, None), (OV, {"Bc": 128, "warpgroups": 2})],
                          ids=["fp8_ws-default", "fp8_ws-bc64-s4", "fp8_ws-bc192", "fp8_ws-bc256-s2",
-                              "fp8_pingpong-default", "fp8_pingpong-bc64-s2"])
+                              "fp8_pingpong-default", "fp8_pingpong-bc64-s2", "fp8_overlap-default",
+                              "fp8_overlap-bc128-wg2"])
 def test_warp_specialized_fp8_matches_float64_gpu(phase, params, name):
     """On a GPU, where the products are asynchronous (a missing wait or, in fp8_pingpong, a turn out of order shows
     here): the defaults (128-key tiles; three consumers up to D64 in fp8_ws), 64-key tiles and the wide tiles
@@ -504,11 +508,14 @@ def test_fp8_ws_nan_never_passes():
 def test_fp8_ws_supports_refuses_with_reasons():
     ok = Problem(batch=1, heads=2, q_len=64, head_dim=128, dtype="float16")
     assert WS.supports(ok) is None
-    assert WS.resolve(ok) == {"warpgroups": 2, "Bc": 128, "stages": 3, "uniform": True}
+    assert WS.resolve(ok) == {"warpgroups": 2, "Bc": 192, "stages": 3, "uniform": True}
+    assert WS.resolve(Problem(batch=1, heads=2, q_len=64, head_dim=64, dtype="float16"))["Bc"] == 128
     for bad, params, words in [
         (Problem(batch=1, heads=2, q_len=64, head_dim=96, dtype="float16"), {}, "head_dim"),
         (ok, {"Bc": 32}, "Bc=32"),
         (ok, {"warpgroups": 3}, "at most 2"),
+        (Problem(batch=1, heads=2, q_len=64, head_dim=64, dtype="float16"), {"warpgroups": 3, "Bc": 256},
+         "3 consumer warpgroups"),
         (ok, {"stages": 1}, "stages"),
         (ok, {"stages": 8}, "shared memory"),
     ]:

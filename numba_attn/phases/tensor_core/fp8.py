@@ -14,8 +14,9 @@ A tile of Bc keys for a warpgroup's 64 query rows, everything in code units (Q, 
   bytes past 128 keys) as the K-major B.
 
 The ring of a stage: the K tile (Bc × qk_depth(D) bytes), then, after every stage's K, the Vᵀ tile (D × Bc bytes).
-Three pieces: :func:`fp8_products` (the two products, waited for or only issued), :func:`fp8_scores_to_p` (the
-softmax between them) and :func:`fp8_tile` composing them; a schedule (``fp8_pingpong``) composes them its own way.
+The pieces: :func:`fp8_products` (the two products, waited for or only issued), :func:`fp8_softmax` (P in place
+of the scores) and :func:`fp8_scores_to_p` (it, then P packed and O rescaled) between them, and :func:`fp8_tile`
+composing them; a schedule (``fp8_pingpong``, ``fp8_overlap``) composes them its own way.
 """
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ from numba_attn.phases.tensor_core.mask import mask_fragments, variant_fragments
 from numba_attn.phases.tensor_core.quantize import P_SCALE
 from numba_attn.variants.stages import LN2, PLAIN
 
-__all__ = ["qk_depth", "vt_swizzle", "fp8_ring_bytes", "pack_p8", "fp8_products", "fp8_scores_to_p", "fp8_tile", "P_LOG2"]
+__all__ = ["qk_depth", "vt_swizzle", "fp8_ring_bytes", "pack_p8", "fp8_products", "fp8_softmax", "fp8_scores_to_p",
+           "fp8_tile", "P_LOG2"]
 
 P_LOG2 = float(np.log2(P_SCALE))  # 8: P's scale as the exponent offset of the softmax
 
@@ -93,22 +95,20 @@ def fp8_products(D: int, Bc: int, wait: bool = True):
 
 
 @functools.cache
-def fp8_scores_to_p(D: int, Bc: int, causal: bool, permute: bool = True, stage=PLAIN):
-    """A device function ``to_p(s, pf, acc, stats, j0, kind, kinf, kmul, kvh, pos, mods) -> stats``: a tile's
-    scores ``s`` (keys from ``j0``) through the infinite-K factors, the variant and the masks, the online softmax
-    (P and its sums in [0, P_SCALE]), P packed into ``pf`` as e4m3 and O (``acc``) rescaled. ``stats = (m_lo,
-    m_hi, l_lo, l_hi)``: the maxima in code units, the sums in P's; ``kinf``: the KV head has an infinite K value
-    (its keys' scores multiplied by ``kmul[kvh, key]``: ±inf); ``pos = (row0, g, t, Nq, Nk, off, sl2q, b, h)``;
-    ``kind``, ``mods``: a variant's (``stage``)."""
-    NT, DT = Bc // 8, D // 8
+def fp8_softmax(D: int, Bc: int, causal: bool, stage=PLAIN):
+    """A device function ``softmax(s, stats, j0, kind, kinf, kmul, kvh, pos, mods) -> (stats, corr_lo, corr_hi)``:
+    a tile's scores ``s`` (keys from ``j0``) through the infinite-K factors, the variant and the masks, then the
+    online softmax in place (P and its sums in [0, P_SCALE]); ``corr``: the factors O still needs. ``stats =
+    (m_lo, m_hi, l_lo, l_hi)``: the maxima in code units, the sums in P's; ``kinf``: the KV head has an infinite K
+    value (its keys' scores multiplied by ``kmul[kvh, key]``: ±inf); ``pos = (row0, g, t, Nq, Nk, off, sl2q, b,
+    h)``; ``kind``, ``mods``: a variant's (``stage``)."""
+    NT = Bc // 8
     mask = mask_fragments(NT, Bc, causal)  # keys past Nk and (causal) above the diagonal
     vary = variant_fragments(NT, stage)  # a variant's score and mask functions
-    softmax = fragment_softmax(NT, P_LOG2)  # p and the row sums in [0, P_SCALE]: the units of P's codes
-    rescale = fragment_rescale(DT)
-    pack = pack_p8(Bc // 32, permute)
+    softmax_rows = fragment_softmax(NT, P_LOG2)  # p and the row sums in [0, P_SCALE]: the units of P's codes
 
     @device
-    def to_p(s, pf, acc, stats, j0, kind, kinf, kmul, kvh, pos, mods):
+    def softmax(s, stats, j0, kind, kinf, kmul, kvh, pos, mods):
         row0, g, t, Nq, Nk, off, sl2q, b, h = pos
         m_lo, m_hi, l_lo, l_hi = stats
         if kinf:  # keys with infinite values: ±inf scores (kmul inf; 1 elsewhere)
@@ -119,10 +119,26 @@ def fp8_scores_to_p(D: int, Bc: int, causal: bool, permute: bool = True, stage=P
                     s[4 * nt + 2 + e] *= f
         vary(s, 0, j0, row0 + g, t, Nq, Nk, off, (b, h, kind, sl2q * LN2), mods)
         mask(s, 0, j0, row0, row0 + g, t, Nk, off)
-        m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax(s, 0, m_lo, m_hi, sl2q)
+        m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax_rows(s, 0, m_lo, m_hi, sl2q)
+        return (m_lo, m_hi, l_lo * corr_lo + rs_lo, l_hi * corr_hi + rs_hi), corr_lo, corr_hi
+
+    return softmax
+
+
+@functools.cache
+def fp8_scores_to_p(D: int, Bc: int, causal: bool, permute: bool = True, stage=PLAIN):
+    """A device function ``to_p(s, pf, acc, stats, j0, kind, kinf, kmul, kvh, pos, mods) -> stats``:
+    :func:`fp8_softmax`, then P packed into ``pf`` as e4m3 and O (``acc``) rescaled."""
+    softmax = fp8_softmax(D, Bc, causal, stage)
+    rescale = fragment_rescale(D // 8)
+    pack = pack_p8(Bc // 32, permute)
+
+    @device
+    def to_p(s, pf, acc, stats, j0, kind, kinf, kmul, kvh, pos, mods):
+        stats, corr_lo, corr_hi = softmax(s, stats, j0, kind, kinf, kmul, kvh, pos, mods)
         pack(pf, s)
         rescale(acc, 0, corr_lo, corr_hi)
-        return m_lo, m_hi, l_lo * corr_lo + rs_lo, l_hi * corr_hi + rs_hi
+        return stats
 
     return to_p
 

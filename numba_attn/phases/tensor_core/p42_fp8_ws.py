@@ -178,9 +178,11 @@ def make_fp8_ws_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bo
     return kernel(body, launch_bounds=(128 * (WG + 1), 1))
 
 
-def resolve_fp8_ws(problem, warpgroups, Bc, stages, **more):
-    """warpgroups=0: three consumer warpgroups up to D=64 (1.15× two at B4 H32 N2048 D64 fp16, H200), two above."""
-    return {"warpgroups": warpgroups or (3 if problem.head_dim <= 64 else 2)}
+def resolve_fp8_ws(problem, warpgroups, Bc=0, stages=3, **more):
+    """warpgroups=0: three consumer warpgroups up to D=64 (1.15× two at B4 H32 N2048 D64 fp16, H200), two above;
+    Bc=0: 192-key tiles above D=64 (1.03-1.06× 128 at B1 H32 N8192 D128, H200), 128 up to it."""
+    D = problem.head_dim
+    return {"warpgroups": warpgroups or (3 if D <= 64 else 2), "Bc": Bc or (192 if D > 64 else 128)}
 
 
 def supports_fp8_ws(problem, warpgroups, Bc, stages, uniform=False):
@@ -195,6 +197,9 @@ def supports_fp8_ws(problem, warpgroups, Bc, stages, uniform=False):
     if warpgroups > 3 or (warpgroups == 3 and D > 64):
         return (f"warpgroups={warpgroups} at head_dim {D}: at most 2 consumer warpgroups above D=64 and 3 up to it "
                 "(three leave 152 registers a thread: 64 score and 32 output accumulators fit, 64 and 64 do not)")
+    if warpgroups == 3 and Bc > 128:
+        return (f"Bc={Bc} with 3 consumer warpgroups: their 152 registers a thread hold at most 128-key score "
+                "tiles (ptxas cannot fit the 256-key product; use warpgroups=2)")
     if stages < 2:
         return "stages must be at least 2"
     return smem_reason(fp8_ws_smem_bytes(D, Bc, stages))
@@ -237,7 +242,7 @@ def build_fp8_ws(problem, warpgroups, Bc, stages, uniform=False, mainloop=fp8_ws
     resolve=resolve_fp8_ws,
     variants=True,
 )
-def fp8_ws(problem, warpgroups=0, Bc=128, stages=3, uniform=True):
+def fp8_ws(problem, warpgroups=0, Bc=0, stages=3, uniform=True):
     """Quantize (per head, the parent's kernels), then the warp-specialized FP8 kernel; ``uniform``: the warp index
     known warp-uniform (1.03-1.09× without it at N8192 D128, equal at D64, H200: on by default)."""
     return build_fp8_ws(problem, warpgroups, Bc, stages, uniform)

@@ -1,0 +1,120 @@
+"""Phase 44 — ``fp8_overlap``: fp8_ws's consumers run each tile's softmax under their own O += P·V.
+
+Change against ``fp8_ws`` (:func:`fp8_overlap_loop`, FlashAttention-3's intra-warpgroup pipelining): a consumer
+issues S_j = Q·K_jᵀ and then O += P_{j-1}·V_{j-1}, waits only for S_j (``wgmma.wait_group 1``) and computes P_j
+in place of S_j (:func:`.fp8.fp8_softmax`: the masks, the maxima, the exponentials) while its P·V runs; then it
+waits for O, packs P_j to e4m3 and rescales O. The parent waited for each product before the next step, so a
+consumer's exponentials ran only under the other consumer's products.
+
+Why in FP8, when the fp16 ``ws_overlap`` was refuted by its registers: P_{j-1} packs to Bc/8 registers (16 at
+Bc=128, 24 at Bc=192) and S_j's accumulators are free once P_{j-1} is packed, so the overlap needs no second score
+tile: S, P, O and Q's codes take 200 of the 232 registers at D128 with Bc=192. ``fp8_ws``'s profile (Nsight
+Compute, D128 N4096, H200): 17% of the warp samples at the two full wgmma waits, the tensor pipe busy 39%.
+
+Prediction: 1.1-1.25× ``fp8_ws``'s attention kernel at B1 H32 N8192 D128.
+
+Verdict: not yet timed.
+"""
+from __future__ import annotations
+
+import functools
+
+from numba import uint32
+
+from numba_attn.gpu.device_functions import fragment_rescale
+from numba_attn.gpu.jit import device
+from numba_attn.gpu.wgmma import make_wgmma_wait
+from numba_attn.phases.registry import register_phase
+from numba_attn.phases.tensor_core.fp8 import fp8_products, fp8_softmax, pack_p8, qk_depth
+from numba_attn.phases.tensor_core.p42_fp8_ws import TILES, build_fp8_ws, resolve_fp8_ws, supports_fp8_ws
+from numba_attn.phases.tensor_core.pipeline import ring_barriers, ring_functions
+from numba_attn.phases.tensor_core.scheduler import key_tiles
+from numba_attn.variants.stages import PLAIN
+
+
+@functools.cache
+def fp8_overlap_loop(D: int, Bc: int, STAGES: int, WG: int, causal: bool, stage=PLAIN):
+    """``fp8_ws_loop``'s interface with the softmax of tile ``it`` under the P·V of the last tile this warpgroup
+    saw (``held``: P packed in ``pf``, its stage not yet released): issue S_it, issue that P·V, wait for S_it,
+    the softmax in place, wait for O, release that tile's stage, pack P_it and rescale O. Every visible tile
+    issues both products (the first one's P·V adds P = 0 times its own V: the wait for S_it is always
+    ``wait_group 1``); a tile this warpgroup does not see (past its rows' last key) is released at once; the last
+    P·V runs after the loop."""
+    TILEK, TILEV = Bc * qk_depth(D), D * Bc
+    VBASE = STAGES * TILEK
+    tile_at, kind_at = key_tiles(Bc, stage)[1:]
+    wait_full, release = ring_barriers(STAGES, 4 * WG)[1:]
+    advance = ring_functions(STAGES)[0]
+    qk, pv = fp8_products(D, Bc, wait=False)
+    softmax = fp8_softmax(D, Bc, causal, stage)
+    pack = pack_p8(Bc // 32)
+    rescale = fragment_rescale(D // 8)
+    wait_s = make_wgmma_wait(1, Bc // 2)  # S complete; the P·V issued after it may still run
+    wait_all = make_wgmma_wait(0, Bc // 2, D // 2)  # both complete
+    NP = 4 * (Bc // 32)  # registers of packed P
+
+    @device
+    def loop(n_tiles, regs, stats, KV, bars, walk, wg_end, kinf, kmul, kvh, pos, mods, lane, first):
+        s, qf, pf, acc = regs
+        for i in range(NP):  # no P held yet: the first tile's P·V adds 0 · V (of its own stage)
+            pf[i] = uint32(0)
+        ring = (0, 0)
+        held = False  # pf holds the P of the tile in stage ``held_stage``, its P·V not yet issued
+        held_stage = 0
+        for it in range(n_tiles):
+            wait_full(bars, ring)  # tile it has landed
+            kt = tile_at(walk, it)
+            j0 = kt * Bc
+            if j0 < wg_end:
+                if not held:
+                    held_stage = ring[0]
+                qk(s, qf, 0, KV, ring[0] * TILEK)  # S_it = Q K_itᵀ, issued ...
+                pv(acc, pf, 0, KV, VBASE + held_stage * TILEV)  # ... then the held tile's O += P V
+                wait_s(s, s)  # S_it complete (the P·V may still run)
+                stats, corr_lo, corr_hi = softmax(s, stats, j0, kind_at(walk, kt), kinf, kmul, kvh, pos, mods)
+                wait_all(s, acc)  # the held P·V complete: pf and O are free
+                if held:
+                    release(bars, held_stage, lane)
+                pack(pf, s)
+                rescale(acc, 0, corr_lo, corr_hi)
+                held = True
+                held_stage = ring[0]
+            else:  # a tile this warpgroup does not see
+                release(bars, ring[0], lane)
+            ring = advance(ring)
+        if held:  # the last tile's P·V
+            pv(acc, pf, 0, KV, VBASE + held_stage * TILEV)
+            wait_all(s, acc)
+            release(bars, held_stage, lane)
+        return stats
+
+    return loop
+
+
+fp8_overlap_loop.kernel_name = "fp8_overlap"
+
+
+@register_phase(
+    name="fp8_overlap", order=44, title="FP8 (e4m3): each consumer's softmax under its own P·V",
+    parent="fp8_ws",
+    requires_cc="sm_90a",
+    description="""
+        fp8_ws with FlashAttention-3's intra-warpgroup pipelining: a consumer issues S_j = Q·K_jᵀ and the last
+        tile's O += P·V, waits only for S_j, and computes P_j in place while its P·V runs; then it waits for O,
+        packs P_j to e4m3 and rescales O. In FP8 the packed P frees the score accumulators, so no second score
+        tile is needed.
+    """,
+    lineage="FlashAttention-3 (Shah et al. 2024), §3.2 intra-warpgroup overlapping of GEMMs and softmax",
+    planned_speedup=350.0,  # fp8_ws's 300 and a predicted ~1.15x
+    space={"warpgroups": [2, 3], "Bc": list(TILES), "stages": [2, 3, 4], "uniform": [False, True]},
+    dtypes=("float16", "bfloat16"),
+    head_dims=(16, 32, 64, 128),
+    precision="e4m3",
+    sim_params={"warpgroups": 1, "Bc": 64, "stages": 2},
+    supports=supports_fp8_ws,
+    resolve=resolve_fp8_ws,
+    variants=True,
+)
+def fp8_overlap(problem, warpgroups=0, Bc=0, stages=3, uniform=True):
+    """fp8_ws's kernel running :func:`fp8_overlap_loop`."""
+    return build_fp8_ws(problem, warpgroups, Bc, stages, uniform, fp8_overlap_loop)
