@@ -35,6 +35,9 @@ BACKWARD_DEFAULT = ("bwd_wgmma_ss", "bwd_wgmma_fused", "bwd_wgmma_overlap", "bwd
 # (deterministic=True, or torch.use_deterministic_algorithms(True), leaves them out of phase=None and refuses them)
 NONDETERMINISTIC = frozenset({"bwd_wgmma_fused", "bwd_wgmma_ss", "bwd_atomic_dq"})
 _PLANS: OrderedDict = OrderedDict()  # (phase, problem, params) -> Launch, at most 16
+# callables told the name of each backward phase attention_backward ran, after its launch (the transformers
+# integration's count_phases(backward=True) adds one while such a block is open); empty: nothing is called
+RAN_HOOKS: list = []
 
 
 def backward_phase(phase) -> Phase:
@@ -226,6 +229,8 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=N
                                                                                           ("v", v))]
     run_backward_launch(launch, [dev[n] for n in ("q", "k", "v", "o", "lse", "do")], douts,
                         mods=() if variant is None else variant.aux)  # (as given: the launch moves them)
+    for hook in RAN_HOOKS:
+        hook(ph.name)
     grads = tuple(outs) if kind in (TORCH, DEVICE) else tuple(d.copy_to_host().view(np.asarray(a).dtype)
                                                              for d, a in zip(outs, (q, k, v)))
     return grads if sink is None else grads + (sink_grad(kind, o, do, arrays["lse"], sink),)

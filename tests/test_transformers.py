@@ -235,6 +235,25 @@ def test_a_training_step_runs_on_the_phases_with_sdpas_gradients(models, prompt)
 
 
 @needs_torch
+def test_count_phases_counts_the_backward_phases_when_asked(models, prompt):
+    """count_phases(backward=True) counts the backward phase each attention call's gradient ran (one a layer);
+    a block without it, open at the same time, counts the forward calls only; no hook stays after the blocks."""
+    from numba_attn import backward as bwd
+    from numba_attn.spec.problem import Problem
+
+    with na_hf.count_phases() as plain, na_hf.count_phases(backward=True) as ran:
+        training_step(models["numba_attn_or_sdpa"], prompt)
+    cfg = models["sdpa"].config
+    problem = Problem(batch=1, heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads,
+                      q_len=prompt.shape[1], head_dim=cfg.head_dim, causal=True, dtype="float32")
+    chosen = bwd.choose_backward(problem)[0].name
+    assert ran == {("prefill", PREFILL[0]): 2, ("backward", chosen): 2}, ran
+    assert get_phase(chosen).kind == "backward"
+    assert plain == {("prefill", PREFILL[0]): 2}
+    assert bwd.RAN_HOOKS == [] and na_hf._COUNTERS == []
+
+
+@needs_torch
 def test_a_mixed_precision_training_step_under_autocast(models, prompt):
     """Under fp16 autocast (fp32 weights) q, k arrive in float32 and v in float16: cast to fp16 as sdpa casts
     them, the forward and backward run on the phases in float16."""

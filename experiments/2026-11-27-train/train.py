@@ -12,7 +12,8 @@ GradScaler; bf16 is refused by the backward phases today and falls back: counted
     python experiments/2026-11-27-train/train.py --smoke          # 3 steps of a tiny model, CPU, simulator
 
 Records per run: the loss of every step, each step's time, tokens/s (steps after the warm-up, which compiles
-the kernels), and the attention calls by (kind, phase) with the fallbacks to sdpa.
+the kernels), and the attention calls by (kind, phase) with the fallbacks to sdpa: "prefill/<phase>" the forward
+calls, "backward/<phase>" the backward phases their gradients ran.
 """
 from __future__ import annotations
 
@@ -93,7 +94,7 @@ def train(torch, transformers, na_hf, args, impl, device):
     data = batches(torch, args, device)
     losses, step_s = [], []
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    with na_hf.count_phases() as ran:
+    with na_hf.count_phases(backward=True) as ran:
         for step in range(args.steps):
             ids, labels = next(data)
             sync()

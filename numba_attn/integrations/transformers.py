@@ -46,7 +46,9 @@ the simulator):
   runs :func:`numba_attn.attention_backward` (float16/bfloat16 on ``bwd_mma`` at head dims that are multiples of
   16, float32/float16 on the CUDA-core phases; anything else is refused with the reason).
   A variant (padding, a sliding window, softcap) trains too, the backward applying the same functions (softcap
-  with its derivative) and sinks (their gradient beside the backward phase's). :func:`count_phases` counts these calls like the others, with the phase that ran.
+  with its derivative) and sinks (their gradient beside the backward phase's). :func:`count_phases` counts these
+  calls like the others, with the forward phase that ran (``backward=True``: the backward phase too, as kind
+  "backward").
 * **Refused** (same error): dropout > 0, gradients the phases cannot compute (above), a position bias, a paged
   cache (continuous batching), value head_dim != query head_dim. With ``register(fallback="sdpa")`` these calls
   (and refused masks) run transformers' sdpa instead; :func:`count_phases` counts them.
@@ -76,6 +78,7 @@ _RESERVED = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_atte
              "paged|eager")
 
 _COUNTERS: list = []  # the Counters of the active count_phases() blocks
+_BACKWARD_COUNTERS: list = []  # those of them that count backward phases too (count_phases(backward=True))
 
 
 def _require():
@@ -141,17 +144,35 @@ def register(name: str = "numba_attn", prefill_phase: str | None = None, decode_
 
 
 @contextlib.contextmanager
-def count_phases():
+def count_phases(backward: bool = False):
     """Count, inside the block, the calls of registered numba-attn attention functions by
     ``(kind, phase name)``: kind "prefill" (q_len > 1) or "decode" (q_len == 1); the phase that ran
     (when chosen by ``phase=None``, as :func:`numba_attn.explain` names it, asked once per problem), or
-    "sdpa (fallback)". Yields a ``collections.Counter``. Costs nothing outside such a block."""
+    "sdpa (fallback)". A call with gradients counts once, by its forward phase. ``backward=True``: the
+    backward phases that ran inside the block too, as ``("backward", phase name)`` (every
+    :func:`numba_attn.attention_backward` call, e.g. one per such call at ``loss.backward()``). Yields a
+    ``collections.Counter``. Costs nothing outside such a block."""
     counter = collections.Counter()
     _COUNTERS.append(counter)
+    if backward:
+        from numba_attn import backward as bwd
+
+        _BACKWARD_COUNTERS.append(counter)
+        if _count_backward not in bwd.RAN_HOOKS:
+            bwd.RAN_HOOKS.append(_count_backward)
     try:
         yield counter
-    finally:
-        _COUNTERS.remove(counter)
+    finally:  # by identity: two blocks' Counters may be equal
+        _COUNTERS[:] = [c for c in _COUNTERS if c is not counter]
+        if backward:
+            _BACKWARD_COUNTERS[:] = [c for c in _BACKWARD_COUNTERS if c is not counter]
+            if not _BACKWARD_COUNTERS and _count_backward in bwd.RAN_HOOKS:
+                bwd.RAN_HOOKS.remove(_count_backward)
+
+
+def _count_backward(phase):
+    for c in _BACKWARD_COUNTERS:
+        c[("backward", phase)] += 1
 
 
 class NumbaAttention:
