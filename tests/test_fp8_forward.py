@@ -444,9 +444,11 @@ WS_GPU_CASES = {**GPU_CASES,  # and K rows of 32 bytes (the 32-byte swizzle; D16
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(WS_GPU_CASES))
-@pytest.mark.parametrize("phase,params", [(WS, None), (WS, {"Bc": 64, "stages": 4}), (WS, {"Bc": 192, "warpgroups": 2}),
-                                          (WS, {"Bc": 256, "stages": 2, "warpgroups": 2}), (PP, None), (PP, {"Bc": 64, "stages": 2}),
-                                          (OV, None), (OV, {"Bc": 128, "warpgroups": 2})],
+@pytest.mark.parametrize("phase,params", [(WS, None), (WS, {"Bc": 64, "stages": 4}),
+                                          (WS, {"Bc": 192, "warpgroups": 2}),
+                                          (WS, {"Bc": 256, "stages": 2, "warpgroups": 2}), (PP, None),
+                                          (PP, {"Bc": 64, "stages": 2}), (OV, None),
+                                          (OV, {"Bc": 128, "warpgroups": 2})],
                          ids=["fp8_ws-default", "fp8_ws-bc64-s4", "fp8_ws-bc192", "fp8_ws-bc256-s2",
                               "fp8_pingpong-default", "fp8_pingpong-bc64-s2", "fp8_overlap-default",
                               "fp8_overlap-bc128-wg2"])

@@ -147,7 +147,8 @@ def fp8_scores_to_p(D: int, Bc: int, causal: bool, permute: bool = True, stage=P
 def fp8_tile(D: int, Bc: int, causal: bool, permute: bool = True, stage=PLAIN):
     """A device function ``tile(s, qf, pf, acc, stats, KV, k_at, v_at, j0, kind, kinf, kmul, kvh, pos, mods) ->
     stats``: the tile of keys from ``j0`` (its K codes at byte ``k_at`` of the ring ``KV``, its Vᵀ codes at
-    ``v_at``) for rows g and g+8 of the warp, each product waited for: S = Q·Kᵀ, :func:`fp8_scores_to_p`, O += P·V."""
+    ``v_at``) for rows g and g+8 of the warp, each product waited for: S = Q·Kᵀ, :func:`fp8_scores_to_p`,
+    O += P·V."""
     qk, pv = fp8_products(D, Bc)
     to_p = fp8_scores_to_p(D, Bc, causal, permute, stage)
 

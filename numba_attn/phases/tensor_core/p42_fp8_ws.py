@@ -1,20 +1,19 @@
 """Phase 42 — ``fp8_ws``: fp8_wgmma's tile with a producer warpgroup filling a TMA ring.
 
 Change against ``fp8_wgmma``: the K codes and the transposed V codes reach the ring by TMA (one box each a tile,
-swizzled by their row width, as the cp.async copies swizzled them), issued by thread 0 of a producer warpgroup
-that waits only on the ring's "empty" barriers and gives its registers to the consumers (``setmaxnreg``); the
-consumer warpgroups wait on the "full" barriers, with no block barrier in the loop. Two consumers take 128-key
-tiles at D128 (224 registers each) where the cp.async kernel needed three warpgroups of 64 keys to hide its copies;
-three take them up to D64 (152 registers each).
-The tile itself (:func:`.fp8.fp8_tile`) and the quantization (:class:`.p38_fp8_wgmma.Quantized`) are the parent's.
+or several swizzled boxes of Vᵀ past 128 keys), issued by thread 0 of a producer warpgroup that waits only on the
+ring's "empty" barriers and gives its registers to the consumers (``setmaxnreg``); the consumers wait on the
+"full" barriers, with no block barrier in the loop. Two consumers take 192-key tiles at D128 (232 registers
+each); three take 128-key tiles up to D64 (152). The tile (:func:`.fp8.fp8_tile`) and the quantization
+(:class:`.p38_fp8_wgmma.Quantized`) are the parent's.
 
-Prediction: the parent's kernel was 1.15× tc_wgmma at B1 H32 N8192 D128 (the copies and block barriers of
-every tile on the consumers' path); on the warp-specialized ring ~1.3-1.5× the parent's attention kernel,
-~1.0-1.2× cuDNN fp16 with the quantization (0.15 ms) included.
+Prediction: on the warp-specialized ring ~1.3-1.5× the parent's attention kernel at B1 H32 N8192 D128, ~1.0-1.2×
+cuDNN fp16 with the quantization (0.15 ms) included.
 
 Verdict: confirmed. 1.597 ms at B1 H32 N8192 D128 fp16, 1.03× cuDNN fp16 and 1.44× the parent; causal 0.963 ms,
-0.96×; the attention kernel alone 1.15× cuDNN fp16 (H200). D64 (B4 N2048): 0.449 ms, 0.65×; with three
-consumers 0.399 ms, 0.73×. [results/fp8-nvidia-h200.jsonl, rows of fp8_ws_wg3]
+0.96× (H200). D64 (B4 N2048): three consumers 0.399 ms, 0.73×. The warp index made uniform: 1.551 ms against
+1.687 ms; tiles of 128, 192 and 256 keys: 1.627, 1.531 and 1.518 ms (256: 40 bytes spilled): the defaults since.
+[results/fp8-nvidia-h200.jsonl, rows of fp8_ws_wg3, fp8_ws_uniform, fp8_ws_bc192, fp8_ws_bc256]
 """
 from __future__ import annotations
 

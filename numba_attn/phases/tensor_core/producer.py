@@ -37,7 +37,8 @@ from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.variants.stages import PLAIN
 
 __all__ = ["load_functions", "cp_async_loads", "tma_loads", "tma_tile", "ws_producer", "ws_producer_regs",
-           "ws_consumer_regs", "kv_tensor_map", "kv_tensor_map_at", "tensor_map_pointer", "tma_box", "tma_smem_reason", "TMA_ALIGN_BYTES"]
+           "ws_consumer_regs", "kv_tensor_map", "kv_tensor_map_at", "tensor_map_pointer", "tma_box", "tma_smem_reason",
+           "TMA_ALIGN_BYTES"]
 
 
 @functools.cache
