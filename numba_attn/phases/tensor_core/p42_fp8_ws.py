@@ -83,15 +83,24 @@ def fp8_ws_loop(D: int, Bc: int, STAGES: int, WG: int, causal: bool, stage=PLAIN
 fp8_ws_loop.kernel_name = "fp8_ws"
 
 
+@device
+def head_scales(qs, ks, vs, kflag, bh, kvh, qb, sl2):
+    """The scales of one head (:class:`.p38_fp8_wgmma.Quantized`) as the consumer loop takes them: ``(sl2q,
+    lscale, kinf)``, the scores' log2 factor in code units, the row sums' factor into O's units and whether the
+    KV head holds an infinite K value (block-uniform). ``qb``: the warpgroup's 64-row block (unused here)."""
+    return sl2 * qs[bh] * ks[kvh], float32(1.0) / vs[kvh], kflag[kvh] != float32(0.0)
+
+
 @functools.cache
 def make_fp8_ws_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bool, bf16: bool, stage=PLAIN,
-                       uniform: bool = False, mainloop=fp8_ws_loop):
+                       uniform: bool = False, mainloop=fp8_ws_loop, scales=head_scales):
     """The kernel ``(q8, kmap, vmap, o, qs, ks, vs, kflag, kmul, sl2, H, Nq, Nk, mods)``: ``fp8_wgmma``'s with K's
     codes and Vᵀ's (tensor maps over the parent's scratch, boxes of one tile) brought by a producer warpgroup
     (warps 0-3) ahead of ``WG`` consumer warpgroups. ``uniform``: the warp index taken from lane 0, known
     warp-uniform to ptxas (the ring stage and the descriptors in the uniform datapath, as
     ``warp_specialized_tc``'s option). ``mainloop``: the consumers' tile loop (:func:`fp8_ws_loop`, or a
-    schedule's: ``fp8_pingpong``'s)."""
+    schedule's: ``fp8_pingpong``'s); ``scales``: what the loop gets of the quantization's scales
+    (:func:`head_scales`, or ``fp8_block``'s per tile)."""
     Br = 64 * WG
     DQ = qk_depth(D)
     KS, NS, NO, NP = DQ // 32, Bc // 2, D // 2, 4 * (Bc // 32)
@@ -159,9 +168,7 @@ def make_fp8_ws_kernel(D: int, WG: int, Bc: int, STAGES: int, G: int, causal: bo
         t = lane % 4
         row0 = blk0 + 16 * warp
         wg_end = ends(blk0, blk0 + 64 * (warp // 4), Nq, Nk, off)[1]  # the keys this warpgroup sees
-        sl2q = sl2 * qs[bh] * ks[kvh]  # scores in code units
-        lscale = float32(1.0) / vs[kvh]  # the row sums (P's units) in those of O's accumulators
-        kinf = kflag[kvh] != float32(0.0)  # block-uniform: only a head with an infinite K value
+        sl2q, lscale, kinf = scales(qs, ks, vs, kflag, bh, kvh, cuda.blockIdx.x * WG + warp // 4, sl2)
         qf = cuda.local.array(NQ, uint32)
         r_lo = row0 + g
         acc = cuda.local.array(NO, float32)
@@ -204,14 +211,15 @@ def supports_fp8_ws(problem, warpgroups, Bc, stages, uniform=False):
     return smem_reason(fp8_ws_smem_bytes(D, Bc, stages))
 
 
-def build_fp8_ws(problem, warpgroups, Bc, stages, uniform=False, mainloop=fp8_ws_loop):
+def build_fp8_ws(problem, warpgroups, Bc, stages, uniform=False, mainloop=fp8_ws_loop, scales=head_scales,
+                 quantized=Quantized):
     """The parent's quantization into its scratch, the K and Vᵀ tensor maps over that scratch (made once: its
     addresses do not change), then the kernel."""
     D = problem.head_dim
     kern = make_fp8_ws_kernel(D, warpgroups, Bc, stages, problem.group, problem.causal,
                               problem.dtype == "bfloat16", stages_of(getattr(problem, "variant", None)),
-                              bool(uniform), mainloop)
-    qz = Quantized(problem, Bc)
+                              bool(uniform), mainloop, scales)
+    qz = quantized(problem, Bc)
     DQ = qk_depth(D)
     kmap = kv_tensor_map(qz.k8, (1, Bc, DQ // 4), DQ)  # a tile's K rows, swizzled by their DQ bytes
     VW = vt_swizzle(Bc)

@@ -177,26 +177,19 @@ def two(w, bf16, inf_nan):
 
 
 @functools.cache
-def make_quant_rows(DW: int, keys: bool):
-    """``quant(x, out, part, bad, scale, flag, kmul, bf16)``: ``out[h, r, c]`` (uint32, four codes) = e4m3
-    of row r of head h, columns 4c..4c+3, times 448/amax (amax over finite values); ``scale[h]`` =
-    amax/448, ``flag[h]`` 1 when the head holds an infinity. Grid (RCH, heads), QTH threads: block
-    (ch, h) takes the 16-byte chunks ch·QTH + tid + k·RCH·QTH of head h (rows of DW/4 chunks), two
-    loads in flight per thread; each chunk (8 values) gives two adjacent words of codes (8 bytes).
+def make_row_codes(DW: int, keys: bool):
+    """A device function ``codes(x, out, kmul, h, r, c, w0, w1, w2, w3, inv, f, bf16)``: chunk ``c`` (words w0..w3,
+    eight values) of row ``r`` of head ``h`` as two words of e4m3 codes of ``x · inv`` in ``out[h, r, 2c..2c+1]``.
 
     Infinities: a query row (``keys`` False) with one is NaN in the reference whatever it meets, so an
     infinity becomes the NaN code. A key row (``keys``) with infinities has score ±inf (or NaN) against
-    each query, the sign of the sum of q_d·sign(k_d) over its infinite columns: its codes become ±448 in
-    those columns and 0 in the others, and ``kmul[h, r]`` = inf (1 for the other rows of a flagged head;
-    the attention kernel multiplies the scores of a flagged head by it)."""
-    CH = DW // 4  # 16-byte chunks of a row
-    RS = RCH * QTH // CH  # the chunk stride of a head's blocks, in rows (a thread keeps its column)
+    each query, the sign of the sum of q_d·sign(k_d) over its infinite columns: where ``f`` (its head or block
+    holds an infinity) its codes become ±448 in those columns and 0 in the others, and ``kmul[h, r]`` = inf
+    (1 for the other rows; the attention kernel multiplies the scores of a flagged head or block by it)."""
     INF_NAN = not keys
-    assert RS * CH == RCH * QTH
 
     @device
-    def chunk(x, out, kmul, h, r, c, w0, w1, w2, w3, inv, f, bf16):
-        """The codes of chunk ``c`` of row ``r`` (its words w0..w3)."""
+    def codes(x, out, kmul, h, r, c, w0, w1, w2, w3, inv, f, bf16):
         a, b, ia, ib = two(w0, bf16, INF_NAN)
         cc, d, ic, id_ = two(w1, bf16, INF_NAN)
         a2, b2, ia2, ib2 = two(w2, bf16, INF_NAN)
@@ -219,6 +212,22 @@ def make_quant_rows(DW: int, keys: bool):
                 d2 = d2 if id2 else float32(0.0)
         out[h, r, 2 * c] = pack_e4m3x4(a * inv, b * inv, cc * inv, d * inv)
         out[h, r, 2 * c + 1] = pack_e4m3x4(a2 * inv, b2 * inv, c2 * inv, d2 * inv)
+
+    return codes
+
+
+@functools.cache
+def make_quant_rows(DW: int, keys: bool):
+    """``quant(x, out, part, bad, scale, flag, kmul, bf16)``: ``out[h, r, c]`` (uint32, four codes) = e4m3
+    of row r of head h, columns 4c..4c+3, times 448/amax (amax over finite values); ``scale[h]`` =
+    amax/448, ``flag[h]`` 1 when the head holds an infinity. Grid (RCH, heads), QTH threads: block
+    (ch, h) takes the 16-byte chunks ch·QTH + tid + k·RCH·QTH of head h (rows of DW/4 chunks), two
+    loads in flight per thread; each chunk (8 values) gives two adjacent words of codes (8 bytes)
+    (:func:`make_row_codes`: infinities)."""
+    CH = DW // 4  # 16-byte chunks of a row
+    RS = RCH * QTH // CH  # the chunk stride of a head's blocks, in rows (a thread keeps its column)
+    assert RS * CH == RCH * QTH
+    chunk = make_row_codes(DW, keys)
 
     @kernel
     def quant(x, out, part, bad, scale, flag, kmul, bf16):
@@ -254,37 +263,31 @@ def stored_position(r):
 key_position = device(stored_position)
 
 
-@functools.cache
-def make_quant_vt(D: int):
-    """``quant(v, vt, part, scale, bf16)``: the transposed codes of V, ``vt[h, d, m]`` (uint32: keys
-    4m..4m+3 of the stored order, row d), the keys of each 32-key block in the order of
-    :func:`e4m3_p_keys` (stored position p holds key ``32·(p // 32) + keys[p % 32]``), keys past
-    the end zero, an infinity the NaN code. Grid (⌈NkP/VTK⌉, heads), QTH threads: block (t, h) takes
-    the VTK keys t·VTK.. of head h through shared memory. Its threads read the tile's rows in 16-byte
-    chunks (consecutive threads on consecutive chunks, up to eight loads in flight) and store each word (the
-    column pair w of a key) at ``tile[w, position]``, the stored position of the key (16-byte groups
-    XOR-swizzled by (w / 4) mod 8: fewer bank conflicts); then thread (w, m) reads the four keys of
-    stored positions 4m..4m+3 of column pair w (one 16-byte shared load) and writes the words m of
-    rows 2w and 2w+1: consecutive threads on consecutive words, VTK bytes of a row per block."""
-    DW = D // 2  # column pairs: words of a V row
-    CH = DW // 4  # 16-byte chunks of a V row
-    TW = VTK // 4  # words of a V^T row per block
-    NL = VTK * CH // QTH  # 16-byte loads per thread
-    U = min(8, NL)  # loads in flight
-    NO = DW * TW // QTH  # (column pair, word) items per thread
+def _vt_shape(D, VK):
+    """(DW, CH, TW, NL, U, NO) of a V^T block of VK keys: column pairs, 16-byte chunks of a V row, words of a V^T
+    row, 16-byte loads per thread, loads in flight, (column pair, word) items per thread."""
+    DW = D // 2
+    CH = DW // 4
+    TW = VK // 4
+    NL = VK * CH // QTH
+    U = min(8, NL)
+    NO = DW * TW // QTH
     assert NL % U == 0 and NO * QTH == DW * TW
+    return DW, CH, TW, NL, U, NO
 
-    @kernel
-    def quant(v, vt, part, scale, bf16):
-        tile = cuda.shared.array((DW, VTK), uint32, alignment=SMEM_ALIGN)
-        buf = cuda.local.array((U, 4), uint32)
+
+@functools.cache
+def make_vt_codes(D: int, VK: int):
+    """A device function ``transpose(v, vt, tile, buf, h, k0, inv, bf16)``: the VK keys from ``k0`` of head ``h``
+    of V as transposed codes of ``x · inv`` (:func:`make_quant_vt`'s layout), through the shared ``tile`` (DW ×
+    VK words) and the local ``buf`` (U × 4 words) the kernel owns; it waits at a block barrier before reading the
+    tile and returns after its last read of it (a next call may write it after its own barrier)."""
+    DW, CH, TW, NL, U, NO = _vt_shape(D, VK)
+
+    @device
+    def transpose(v, vt, tile, buf, h, k0, inv, bf16):
         tid = cuda.threadIdx.x
-        h = cuda.blockIdx.y
-        inv, sc = head_scale(head_max(part, h))
-        if cuda.blockIdx.x == 0 and tid == 0:
-            scale[h] = sc
         n = v.shape[1]
-        k0 = cuda.blockIdx.x * VTK
         for it in range(NL // U):
             for u in range(U):
                 e = tid + (it * U + u) * QTH
@@ -306,7 +309,7 @@ def make_quant_vt(D: int):
             i = tid + it * QTH
             w = i // TW
             m = i % TW
-            mg = cuda.blockIdx.x * TW + m
+            mg = k0 // 4 + m
             if mg < nw:
                 x0, x1, x2, x3 = ld_shared_v4(tile, w, 4 * (m ^ ((w >> 2) & 7)))
                 l0, h0, i0, j0 = two(x0, bf16, True)
@@ -315,6 +318,34 @@ def make_quant_vt(D: int):
                 l3, h3, i3, j3 = two(x3, bf16, True)
                 vt[h, 2 * w, mg] = pack_e4m3x4(l0 * inv, l1 * inv, l2 * inv, l3 * inv)
                 vt[h, 2 * w + 1, mg] = pack_e4m3x4(h0 * inv, h1 * inv, h2 * inv, h3 * inv)
+
+    return transpose
+
+
+@functools.cache
+def make_quant_vt(D: int):
+    """``quant(v, vt, part, scale, bf16)``: the transposed codes of V, ``vt[h, d, m]`` (uint32: keys
+    4m..4m+3 of the stored order, row d), the keys of each 32-key block in the order of
+    :func:`e4m3_p_keys` (stored position p holds key ``32·(p // 32) + keys[p % 32]``), keys past
+    the end zero, an infinity the NaN code. Grid (⌈NkP/VTK⌉, heads), QTH threads: block (t, h) takes
+    the VTK keys t·VTK.. of head h through shared memory. Its threads read the tile's rows in 16-byte
+    chunks (consecutive threads on consecutive chunks, up to eight loads in flight) and store each word (the
+    column pair w of a key) at ``tile[w, position]``, the stored position of the key (16-byte groups
+    XOR-swizzled by (w / 4) mod 8: fewer bank conflicts); then thread (w, m) reads the four keys of
+    stored positions 4m..4m+3 of column pair w (one 16-byte shared load) and writes the words m of
+    rows 2w and 2w+1: consecutive threads on consecutive words, VTK bytes of a row per block."""
+    DW, CH, TW, NL, U, NO = _vt_shape(D, VTK)
+    transpose = make_vt_codes(D, VTK)
+
+    @kernel
+    def quant(v, vt, part, scale, bf16):
+        tile = cuda.shared.array((DW, VTK), uint32, alignment=SMEM_ALIGN)
+        buf = cuda.local.array((U, 4), uint32)
+        h = cuda.blockIdx.y
+        inv, sc = head_scale(head_max(part, h))
+        if cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0:
+            scale[h] = sc
+        transpose(v, vt, tile, buf, h, cuda.blockIdx.x * VTK, inv, bf16)
 
     keys = [0] * 32
     for r in range(32):
@@ -325,3 +356,111 @@ def make_quant_vt(D: int):
 
 
 # -- the attention kernel -------------------------------------------------------------------
+
+
+# -- block quantization (one scale a tile, one pass over the inputs) -----------------------------
+
+@device
+def block_finite_max(red, m, f, bf16):
+    """The largest finite |x| of a block's values and whether one of them is infinite, in every thread: each
+    thread's ``m`` (the largest |x| bits it saw, :func:`finite_max`) and ``f``, reduced over its warp and then over
+    the block's warps through ``red`` (a shared (2, warps) array), with two block barriers."""
+    if bf16:  # the bits of the largest finite |x| as float32 (exact)
+        a = u32_as_f32(uint32(m) << uint32(16))
+    else:
+        a, unused = unpack_f16x2(uint32(m))
+    a = warp_max(a)
+    fb = warp_max(float32(1.0) if f else float32(0.0))
+    tid = cuda.threadIdx.x
+    if tid % 32 == 0:
+        red[0, tid // 32] = a
+        red[1, tid // 32] = fb
+    cuda.syncthreads()
+    a = red[0, 0]
+    fb = red[1, 0]
+    for w in range(1, QTH // 32):
+        a = max(a, red[0, w])
+        fb = max(fb, red[1, w])
+    cuda.syncthreads()  # (red may be written again)
+    return a, fb
+
+
+@device
+def tile_scan(x, h, r0, rows, CH, m, f, bf16):
+    """``(m, f)`` updated with this thread's 16-byte chunks of rows r0 .. r0+rows-1 of head ``h`` (rows of CH chunks;
+    rows past the end skipped)."""
+    e = uint32(0x7F80) if bf16 else uint32(0x7C00)
+    n = x.shape[1]
+    for i in range(cuda.threadIdx.x, rows * CH, QTH):
+        r = r0 + i // CH
+        if r < n:
+            a0, a1, a2, a3 = ld_global_v4(x, h, r, 4 * (i % CH))
+            m, f = finite_max(a0, m, f, e)
+            m, f = finite_max(a1, m, f, e)
+            m, f = finite_max(a2, m, f, e)
+            m, f = finite_max(a3, m, f, e)
+    return m, f
+
+
+@functools.cache
+def make_block_quant_rows(DW: int, R: int, keys: bool):
+    """``quant(x, out, scale, flag, kmul, bf16)``: tile b of head h, rows b·R .. b·R+R-1 of Q or K, as e4m3 codes
+    of ``x · 448 / amax`` with the tile's own amax (finite values): ``scale[h, b]`` = amax/448, ``flag[h, b]`` 1
+    where the tile holds an infinity (:func:`make_row_codes`). Grid (⌈N/R⌉, heads), QTH threads: the block reads
+    its tile once for the maximum and again (from L2) for the codes."""
+    CH = DW // 4
+    NW = QTH // 32  # warps a block
+    chunk = make_row_codes(DW, keys)
+
+    @kernel
+    def quant(x, out, scale, flag, kmul, bf16):
+        red = cuda.shared.array((2, NW), float32)
+        h = cuda.blockIdx.y
+        r0 = cuda.blockIdx.x * R
+        m, f = tile_scan(x, h, r0, R, CH, uint32(0), False, bf16)
+        a, fb = block_finite_max(red, m, f, bf16)
+        inv, sc = head_scale(a)
+        if cuda.threadIdx.x == 0:
+            scale[h, cuda.blockIdx.x] = sc
+            flag[h, cuda.blockIdx.x] = fb
+        n = x.shape[1]
+        for i in range(cuda.threadIdx.x, R * CH, QTH):
+            r = r0 + i // CH
+            if r < n:
+                c = i % CH
+                w0, w1, w2, w3 = ld_global_v4(x, h, r, 4 * c)
+                chunk(x, out, kmul, h, r, c, w0, w1, w2, w3, inv, fb, bf16)
+
+    return quant
+
+
+@functools.cache
+def make_block_quant_vt(D: int, Bc: int):
+    """``quant(v, vt, scale, bf16)``: tile b of head h, keys b·Bc .. b·Bc+Bc-1 of V, as :func:`make_quant_vt`'s
+    transposed codes with the tile's own amax: ``scale[h, b]`` = amax/448. Grid (NkP/Bc, heads), QTH threads: the
+    block reads its tile once for the maximum, then transposes it 64 keys at a time (:func:`make_vt_codes`, the
+    second read from L2)."""
+    VK = 64
+    DW, CH, TW, NL, U, NO = _vt_shape(D, VK)
+    assert Bc % VK == 0
+    transpose = make_vt_codes(D, VK)
+    PARTS = Bc // VK
+    NW = QTH // 32  # warps a block
+
+    @kernel
+    def quant(v, vt, scale, bf16):
+        red = cuda.shared.array((2, NW), float32)
+        tile = cuda.shared.array((DW, VK), uint32, alignment=SMEM_ALIGN)
+        buf = cuda.local.array((U, 4), uint32)
+        h = cuda.blockIdx.y
+        k0 = cuda.blockIdx.x * Bc
+        m, f = tile_scan(v, h, k0, Bc, CH, uint32(0), False, bf16)
+        a, fb = block_finite_max(red, m, f, bf16)
+        inv, sc = head_scale(a)
+        if cuda.threadIdx.x == 0:
+            scale[h, cuda.blockIdx.x] = sc
+        for part in range(PARTS):
+            transpose(v, vt, tile, buf, h, k0 + part * VK, inv, bf16)
+            cuda.syncthreads()  # the tile is read: the next part may write it
+
+    return quant
