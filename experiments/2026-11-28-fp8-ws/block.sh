@@ -6,10 +6,10 @@ set -u
 out=${OUT:-/tmp/fp8-block}; mkdir -p "$out"
 export NUMBA_ATTN_BACKEND=cuda MPLBACKEND=Agg PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt"
-timeout 110 python3 -m pytest --full -q -p no:cacheprovider tests/test_fp8_forward.py \
+timeout 100 python3 -m pytest --full -q -p no:cacheprovider tests/test_fp8_forward.py \
   -k "(fp8_block and gpu) or fp8_overlap-default" > "$out/tests.txt" 2>&1
 echo "tests rc $?"; tail -1 "$out/tests.txt"; grep -a FAILED "$out/tests.txt" | head -5
-timeout 80 compute-sanitizer --tool memcheck --print-limit 5 python3 -m pytest --full -q -x -p no:cacheprovider \
+timeout 70 compute-sanitizer --tool memcheck --print-limit 5 python3 -m pytest --full -q -x -p no:cacheprovider \
   tests/test_fp8_forward.py -k "fp8_block and gpu" > "$out/memcheck.txt" 2>&1
 echo "memcheck rc $?"; grep -aE "ERROR SUMMARY|passed|failed" "$out/memcheck.txt" | tail -2
 while read -r limit args; do
@@ -20,7 +20,6 @@ while read -r limit args; do
 done <<'PROBLEMS'
 100 -B 1 -H 32 -N 8192 -D 128 --dtype float16
 50 -B 1 -H 32 -N 8192 -D 128 --dtype float16
-60 -B 1 -H 32 -N 8192 -D 128 --dtype bfloat16
-60 -B 1 -H 32 -N 8192 -D 128 --dtype float16 --causal
+55 -B 1 -H 32 -N 8192 -D 128 --dtype bfloat16
 PROBLEMS
 tar -czf "$out/logs.tar.gz" -C "$out" gpu.txt tests.txt memcheck.txt run.txt && rm -f "$out"/*.txt "$out"/*.lock
