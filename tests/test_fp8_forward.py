@@ -522,6 +522,14 @@ def _tiles_of_scales(n):
     return poke
 
 
+def test_fp8_block_warpgroup_past_the_last_row():
+    """Two consumers and 60 query rows: the second warpgroup has no rows and no Q block of its own; it must not read
+    past the Q scales (the simulator raises on an index out of bounds; the GPU's memcheck found it first)."""
+    problem = Problem(batch=1, heads=2, q_len=60, kv_len=100, head_dim=32, dtype="float16")
+    q, k, v, out = _run(problem, {**BL.sim_params, "warpgroups": 2}, phase=BL)
+    assert check(out, reference(q, k, v), dtype=problem.dtype, precision=BL.precision).ok
+
+
 @pytest.mark.parametrize("gpu", [pytest.param(False), pytest.param(True, marks=pytest.mark.gpu)], ids=["sim", "gpu"])
 def test_fp8_block_scales_follow_each_tile(gpu):
     """Where V's magnitude changes by 1e5 from one tile to the next, a scale a tile keeps the small tiles' precision

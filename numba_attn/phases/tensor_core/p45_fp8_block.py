@@ -77,8 +77,9 @@ class BlockQuantized:
 @device
 def block_scales(qs, ks, vs, kflag, bh, kvh, qb, sl2):
     """What :func:`fp8_block_loop` takes of the scales: the log2 factor of this warpgroup's Q block, no row-sum
-    factor (the loop returns the sums in O's units) and the per-tile arrays in place of ``kinf``."""
-    return sl2 * qs[bh, qb], float32(1.0), (ks, vs, kflag)
+    factor (the loop returns the sums in O's units) and the per-tile arrays in place of ``kinf``. A warpgroup past
+    the last query row (the last block's second) takes the last Q block's scale: its rows are not stored."""
+    return sl2 * qs[bh, min(qb, qs.shape[1] - 1)], float32(1.0), (ks, vs, kflag)
 
 
 @functools.cache
