@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 
-from numba import uint32
+from numba import float32, uint32
 
 from numba_attn.gpu.device_functions import fragment_rescale
 from numba_attn.gpu.jit import device
@@ -36,14 +36,34 @@ from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.variants.stages import PLAIN
 
 
+@device
+def head_tile(tile_scales, kvh, kt, sl2q):
+    """The scales of a tile under one scale a head (``tile_scales``: the head's infinite-K flag): ``(a, kinf,
+    sv)``, the scores' log2 factor, whether the tile may hold an infinite K value and V's scale in O's units (1:
+    the head's scale is applied once, at the end)."""
+    return sl2q, tile_scales, float32(1.0)
+
+
+@device
+def same_units(m, a):
+    """A running maximum kept in the scores' code units: no conversion."""
+    return m
+
+
+HEAD_UNITS = (head_tile, same_units, same_units)  # (tile scales, maxima into a tile's units, back)
+
+
 @functools.cache
-def fp8_overlap_loop(D: int, Bc: int, STAGES: int, WG: int, causal: bool, stage=PLAIN):
+def fp8_overlap_loop(D: int, Bc: int, STAGES: int, WG: int, causal: bool, stage=PLAIN, units=HEAD_UNITS):
     """``fp8_ws_loop``'s interface with the softmax of tile ``it`` under the P·V of the last tile this warpgroup
     saw (``held``: P packed in ``pf``, its stage not yet released): issue S_it, issue that P·V, wait for S_it,
     the softmax in place, wait for O, release that tile's stage, pack P_it and rescale O. Every visible tile
     issues both products (the first one's P·V adds P = 0 times its own V: the wait for S_it is always
     ``wait_group 1``); a tile this warpgroup does not see (past its rows' last key) is released at once; the last
-    P·V runs after the loop."""
+    P·V runs after the loop. ``units = (tile, to_tile, from_tile)``: a tile's scales ``tile(tile_scales, kvh,
+    kt, sl2q) -> (a, kinf, sv)`` and the running maxima into its units and back (:data:`HEAD_UNITS`; a scale a
+    tile: ``fp8_block``'s); O is kept in the units of the held tile's V (rescaled by corr · sv_held / sv) and the
+    row sums come back in them."""
     TILEK, TILEV = Bc * qk_depth(D), D * Bc
     VBASE = STAGES * TILEK
     tile_at, kind_at = key_tiles(Bc, stage)[1:]
@@ -56,15 +76,19 @@ def fp8_overlap_loop(D: int, Bc: int, STAGES: int, WG: int, causal: bool, stage=
     wait_s = make_wgmma_wait(1, Bc // 2)  # S complete; the P·V issued after it may still run
     wait_all = make_wgmma_wait(0, Bc // 2, D // 2)  # both complete
     NP = 4 * (Bc // 32)  # registers of packed P
+    tile_units, to_tile, from_tile = units
 
     @device
-    def loop(n_tiles, regs, stats, KV, bars, walk, wg_end, kinf, kmul, kvh, pos, mods, lane, first):
+    def loop(n_tiles, regs, stats, KV, bars, walk, wg_end, tile_scales, kmul, kvh, pos, mods, lane, first):
         s, qf, pf, acc = regs
+        row0, g, t, Nq, Nk, off, sl2q, b, h = pos
+        m_lo, m_hi, l_lo, l_hi = stats
         for i in range(NP):  # no P held yet: the first tile's P·V adds 0 · V (of its own stage)
             pf[i] = uint32(0)
         ring = (0, 0)
         held = False  # pf holds the P of the tile in stage ``held_stage``, its P·V not yet issued
         held_stage = 0
+        sv_held = float32(1.0)  # O's units: the V scale of the held tile
         for it in range(n_tiles):
             wait_full(bars, ring)  # tile it has landed
             kt = tile_at(walk, it)
@@ -74,15 +98,24 @@ def fp8_overlap_loop(D: int, Bc: int, STAGES: int, WG: int, causal: bool, stage=
                     held_stage = ring[0]
                 qk(s, qf, 0, KV, ring[0] * TILEK)  # S_it = Q K_itᵀ, issued ...
                 pv(acc, pf, 0, KV, VBASE + held_stage * TILEV)  # ... then the held tile's O += P V
+                a, kinf, sv = tile_units(tile_scales, kvh, kt, sl2q)
                 wait_s(s, s)  # S_it complete (the P·V may still run)
-                stats, corr_lo, corr_hi = softmax(s, stats, j0, kind_at(walk, kt), kinf, kmul, kvh, pos, mods)
+                st, corr_lo, corr_hi = softmax(s, (to_tile(m_lo, a), to_tile(m_hi, a), l_lo, l_hi), j0,
+                                               kind_at(walk, kt), kinf, kmul, kvh,
+                                               (row0, g, t, Nq, Nk, off, a, b, h), mods)
+                m_lo = from_tile(st[0], a)
+                m_hi = from_tile(st[1], a)
+                l_lo = st[2]
+                l_hi = st[3]
+                f = sv_held / sv  # O from the held tile's V units into this tile's
                 wait_all(s, acc)  # the held P·V complete: pf and O are free
                 if held:
                     release(bars, held_stage, lane)
                 pack(pf, s)
-                rescale(acc, 0, corr_lo, corr_hi)
+                rescale(acc, 0, corr_lo * f, corr_hi * f)
                 held = True
                 held_stage = ring[0]
+                sv_held = sv
             else:  # a tile this warpgroup does not see
                 release(bars, ring[0], lane)
             ring = advance(ring)
@@ -90,7 +123,8 @@ def fp8_overlap_loop(D: int, Bc: int, STAGES: int, WG: int, causal: bool, stage=
             pv(acc, pf, 0, KV, VBASE + held_stage * TILEV)
             wait_all(s, acc)
             release(bars, held_stage, lane)
-        return stats
+        inv_sv = float32(1.0) / sv_held  # the row sums in O's units
+        return m_lo, m_hi, l_lo * inv_sv, l_hi * inv_sv
 
     return loop
 

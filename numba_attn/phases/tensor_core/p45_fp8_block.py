@@ -23,17 +23,15 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import cuda, float32, uint32
+from numba import cuda, float32
 
-from numba_attn.gpu.device_functions import NEG_BIG, fragment_rescale
+from numba_attn.gpu.device_functions import NEG_BIG
 from numba_attn.gpu.jit import device
-from numba_attn.gpu.wgmma import make_wgmma_wait
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.fp8 import fp8_products, fp8_softmax, pack_p8, qk_depth
+from numba_attn.phases.tensor_core.fp8 import qk_depth
 from numba_attn.phases.tensor_core.p42_fp8_ws import TILES, build_fp8_ws, resolve_fp8_ws, supports_fp8_ws
-from numba_attn.phases.tensor_core.pipeline import ring_barriers, ring_functions
+from numba_attn.phases.tensor_core.p44_fp8_overlap import fp8_overlap_loop
 from numba_attn.phases.tensor_core.quantize import QTH, make_block_quant_rows, make_block_quant_vt
-from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.variants.stages import PLAIN
 
 QB = 64  # rows of a Q block: one consumer warpgroup's
@@ -86,84 +84,36 @@ def block_scales(qs, ks, vs, kflag, bh, kvh, qb, sl2):
     return sl2 * qs[bh, min(qb, qs.shape[1] - 1)], float32(1.0), (ks, vs, kflag)
 
 
+@device
+def block_tile(tile_scales, kvh, kt, sl2q):
+    """Tile ``kt``'s scales (``tile_scales = (ks, vs, kflag)``): the scores' log2 factor a_t = the Q block's
+    factor times K's tile scale, the tile's infinite-K flag, V's tile scale."""
+    ks, vs, kflag = tile_scales
+    return sl2q * ks[kvh, kt], kflag[kvh, kt] != float32(0.0), vs[kvh, kt]
+
+
+@device
+def into_tile(m, a):
+    """A running maximum in log2 units into a tile's code units (NEG_BIG, no key seen yet, stays)."""
+    return m / a if m != NEG_BIG else NEG_BIG
+
+
+@device
+def out_of_tile(m, a):
+    """A running maximum in a tile's code units back into log2 units."""
+    return m * a if m != NEG_BIG else NEG_BIG
+
+
+BLOCK_UNITS = (block_tile, into_tile, out_of_tile)
+
+
 @functools.cache
 def fp8_block_loop(D: int, Bc: int, STAGES: int, WG: int, causal: bool, stage=PLAIN):
-    """:func:`.p44_fp8_overlap.fp8_overlap_loop` with the scales of each tile: ``tile_scales = (ks, vs, kflag)``
-    (:func:`block_scales`). Tile j's scores are ``s · a_j`` in log2 units (a_j = the Q block's factor times K's
-    tile scale): the running maxima are kept in those units and passed to the softmax in the tile's code units;
-    O is kept in the units of the last visible tile's V, so its rescale factor is corr · sv_{j-1}/sv_j; the row
-    sums come back divided by the last tile's V scale."""
-    TILEK, TILEV = Bc * qk_depth(D), D * Bc
-    VBASE = STAGES * TILEK
-    NP = 4 * (Bc // 32)
-    tile_at, kind_at = key_tiles(Bc, stage)[1:]
-    wait_full, release = ring_barriers(STAGES, 4 * WG)[1:]
-    advance = ring_functions(STAGES)[0]
-    qk, pv = fp8_products(D, Bc, wait=False)
-    softmax = fp8_softmax(D, Bc, causal, stage)
-    pack = pack_p8(Bc // 32)
-    rescale = fragment_rescale(D // 8)
-    wait_s = make_wgmma_wait(1, Bc // 2)
-    wait_all = make_wgmma_wait(0, Bc // 2, D // 2)
-
-    @device
-    def in_units(m, f):
-        """A running maximum times ``f`` (NEG_BIG, no key seen yet, stays)."""
-        return m * f if m != NEG_BIG else NEG_BIG
-
-    @device
-    def loop(n_tiles, regs, stats, KV, bars, walk, wg_end, tile_scales, kmul, kvh, pos, mods, lane, first):
-        s, qf, pf, acc = regs
-        ks, vs, kflag = tile_scales
-        row0, g, t, Nq, Nk, off, sl2q, b, h = pos
-        m_lo, m_hi, l_lo, l_hi = stats  # the maxima in log2 units
-        for i in range(NP):  # no P held yet: the first tile's P·V adds 0 · V (of its own stage)
-            pf[i] = uint32(0)
-        ring = (0, 0)
-        held = False
-        held_stage = 0
-        sv_held = float32(1.0)  # O's units: the V scale of the held tile
-        for it in range(n_tiles):
-            wait_full(bars, ring)
-            kt = tile_at(walk, it)
-            j0 = kt * Bc
-            if j0 < wg_end:
-                if not held:
-                    held_stage = ring[0]
-                qk(s, qf, 0, KV, ring[0] * TILEK)
-                pv(acc, pf, 0, KV, VBASE + held_stage * TILEV)
-                a = sl2q * ks[kvh, kt]  # this tile's scores in log2 units: s · a
-                inv_a = float32(1.0) / a
-                sv = vs[kvh, kt]
-                wait_s(s, s)
-                tile_stats = (in_units(m_lo, inv_a), in_units(m_hi, inv_a), l_lo, l_hi)
-                tile_stats, corr_lo, corr_hi = softmax(s, tile_stats, j0, kind_at(walk, kt),
-                                                       kflag[kvh, kt] != float32(0.0), kmul, kvh,
-                                                       (row0, g, t, Nq, Nk, off, a, b, h), mods)
-                m_lo = in_units(tile_stats[0], a)
-                m_hi = in_units(tile_stats[1], a)
-                l_lo = tile_stats[2]
-                l_hi = tile_stats[3]
-                f = sv_held / sv  # O from the held tile's V units into this tile's
-                wait_all(s, acc)
-                if held:
-                    release(bars, held_stage, lane)
-                pack(pf, s)
-                rescale(acc, 0, corr_lo * f, corr_hi * f)
-                held = True
-                held_stage = ring[0]
-                sv_held = sv
-            else:
-                release(bars, ring[0], lane)
-            ring = advance(ring)
-        if held:
-            pv(acc, pf, 0, KV, VBASE + held_stage * TILEV)
-            wait_all(s, acc)
-            release(bars, held_stage, lane)
-        inv_sv = float32(1.0) / sv_held  # O / l in O's units: the sums divided by the last V scale
-        return m_lo, m_hi, l_lo * inv_sv, l_hi * inv_sv
-
-    return loop
+    """:func:`.p44_fp8_overlap.fp8_overlap_loop` with the scales of each tile (:data:`BLOCK_UNITS`): tile t's
+    scores are ``s · a_t`` in log2 units, so the running maxima are kept in those units and passed to the softmax
+    in the tile's code units; O is kept in the units of the last visible tile's V (its rescale factor corr ·
+    sv_{t-1}/sv_t) and the row sums come back divided by that tile's V scale."""
+    return fp8_overlap_loop(D, Bc, STAGES, WG, causal, stage, BLOCK_UNITS)
 
 
 fp8_block_loop.kernel_name = "fp8_block"
