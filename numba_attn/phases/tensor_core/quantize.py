@@ -402,6 +402,17 @@ def tile_scan(x, h, r0, rows, CH, m, f, bf16):
     return m, f
 
 
+@device
+def tile_scale(red, x, h, r0, rows, CH, bf16):
+    """``(inv, sc, fb)`` of rows r0 .. r0+rows-1 of head ``h`` (rows of CH 16-byte chunks), in every thread of the
+    block: 448/amax and amax/448 of their finite values (:func:`head_scale`) and 1 where one of them is infinite
+    (:func:`tile_scan`, then :func:`block_finite_max` through ``red``)."""
+    m, f = tile_scan(x, h, r0, rows, CH, uint32(0), False, bf16)
+    a, fb = block_finite_max(red, m, f, bf16)
+    inv, sc = head_scale(a)
+    return inv, sc, fb
+
+
 @functools.cache
 def make_block_quant_rows(DW: int, R: int, keys: bool):
     """``quant(x, out, scale, flag, kmul, bf16)``: tile b of head h, rows b·R .. b·R+R-1 of Q or K, as e4m3 codes
@@ -417,9 +428,7 @@ def make_block_quant_rows(DW: int, R: int, keys: bool):
         red = cuda.shared.array((2, NW), float32)
         h = cuda.blockIdx.y
         r0 = cuda.blockIdx.x * R
-        m, f = tile_scan(x, h, r0, R, CH, uint32(0), False, bf16)
-        a, fb = block_finite_max(red, m, f, bf16)
-        inv, sc = head_scale(a)
+        inv, sc, fb = tile_scale(red, x, h, r0, R, CH, bf16)
         if cuda.threadIdx.x == 0:
             scale[h, cuda.blockIdx.x] = sc
             flag[h, cuda.blockIdx.x] = fb
@@ -454,9 +463,7 @@ def make_block_quant_vt(D: int, Bc: int):
         buf = cuda.local.array((U, 4), uint32)
         h = cuda.blockIdx.y
         k0 = cuda.blockIdx.x * Bc
-        m, f = tile_scan(v, h, k0, Bc, CH, uint32(0), False, bf16)
-        a, fb = block_finite_max(red, m, f, bf16)
-        inv, sc = head_scale(a)
+        inv, sc, fb = tile_scale(red, v, h, k0, Bc, CH, bf16)
         if cuda.threadIdx.x == 0:
             scale[h, cuda.blockIdx.x] = sc
         for part in range(PARTS):
