@@ -43,10 +43,8 @@ the simulator):
 * **Gradients** (a training step: grad mode on and query, key or value requiring grad): a call of plain
   attention runs :func:`numba_attn.integrations.torch_op.differentiable_attention`: the forward phase writes
   the row log-sum-exp (a named ``prefill_phase`` must be one that does; None picks one), and ``loss.backward()``
-  runs :func:`numba_attn.attention_backward` with ``phase=None`` (the first of
-  :data:`numba_attn.backward.BACKWARD_DEFAULT` that supports the problem: the Hopper phases, then ``bwd_mma``
-  for float16/bfloat16 at head dims that are multiples of 16, then the CUDA-core phases; anything else is
-  refused with the reason).
+  runs :func:`numba_attn.attention_backward` (phase=None: the first of ``BACKWARD_DEFAULT`` that supports the
+  problem; anything else is refused with the reason).
   A variant (padding, a sliding window, softcap) trains too, the backward applying the same functions (softcap
   with its derivative) and sinks (their gradient beside the backward phase's). :func:`count_phases` counts these
   calls like the others, with the forward phase that ran (``backward=True``: the backward phase too, as kind

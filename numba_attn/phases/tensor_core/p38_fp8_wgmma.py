@@ -184,6 +184,16 @@ def supports_fp8(problem, warpgroups, Bc, stages):
     return smem_reason(fp8_smem_bytes(D, Bc, stages))
 
 
+def code_buffers(problem, NkP):
+    """The e4m3 codes' scratch, zeroed: ``q8`` (B·H, Nq, qk_depth/4) and ``k8`` (B·Hkv, NkP, qk_depth/4) uint32 rows
+    (D=16: columns 16..31 stay zero; K rows past Nk stay zero), ``vt8`` (B·Hkv, D, NkP/4) V transposed."""
+    BH, BHkv, D = problem.batch * problem.heads, problem.batch * problem.kv_heads, problem.head_dim
+    DQ = qk_depth(D)
+    return (cuda.to_device(np.zeros((BH, problem.q_len, DQ // 4), np.uint32)),
+            cuda.to_device(np.zeros((BHkv, NkP, DQ // 4), np.uint32)),
+            cuda.to_device(np.zeros((BHkv, D, NkP // 4), np.uint32)))
+
+
 class Quantized:
     """The e4m3 codes of one launch's Q, K and V in scratch allocated once (:mod:`.quantize`): ``q8`` (B·H, Nq,
     qk_depth/4) and ``k8`` (B·Hkv, NkP, qk_depth/4) uint32 rows of codes (keys padded to whole tiles of ``Bc``,
@@ -193,19 +203,15 @@ class Quantized:
 
     def __init__(self, problem, Bc):
         B, H, Hkv, D = problem.batch, problem.heads, problem.kv_heads, problem.head_dim
-        Nq, Nk = problem.q_len, problem.kv_len
         self.bf16 = problem.dtype == "bfloat16"
         self.Bc = Bc
-        NkP = (Nk + Bc - 1) // Bc * Bc
+        NkP = (problem.kv_len + Bc - 1) // Bc * Bc
         self.amax = make_amax(D // 2)
         self.qrows = make_quant_rows(D // 2, False)
         self.krows = make_quant_rows(D // 2, True)
         self.qvt = make_quant_vt(D)
         self.BH, self.BHkv, self.NkP = BH, BHkv, NkP = B * H, B * Hkv, NkP
-        DQ = qk_depth(D)
-        self.q8 = cuda.to_device(np.zeros((BH, Nq, DQ // 4), np.uint32))  # D=16: columns 16..31 stay zero
-        self.k8 = cuda.to_device(np.zeros((BHkv, NkP, DQ // 4), np.uint32))  # rows past Nk stay zero
-        self.vt8 = cuda.to_device(np.zeros((BHkv, D, NkP // 4), np.uint32))
+        self.q8, self.k8, self.vt8 = code_buffers(problem, NkP)
         self.part = cuda.to_device(np.zeros((BH + 2 * BHkv, NCH), np.float32))  # the heads of Q, then K, then V
         self.bad = cuda.to_device(np.zeros((BH + 2 * BHkv, NCH), np.float32))
         cuts = ((0, BH), (BH, BH + BHkv), (BH + BHkv, BH + 2 * BHkv))

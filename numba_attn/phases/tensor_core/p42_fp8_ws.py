@@ -228,6 +228,20 @@ def build_fp8_ws(problem, warpgroups, Bc, stages, uniform=False, mainloop=fp8_ws
                             fp8_ws_smem_bytes(D, Bc, stages))
 
 
+# what a consumer-loop phase on this ring registers as fp8_ws's: the same kernel, parameters and contract
+FP8_RING_OPTIONS = dict(
+    requires_cc="sm_90a",
+    space={"warpgroups": [2, 3], "Bc": list(TILES), "stages": [2, 3, 4], "uniform": [False, True]},
+    dtypes=("float16", "bfloat16"),
+    head_dims=HEAD_DIMS,
+    precision="e4m3",
+    sim_params={"warpgroups": 1, "Bc": 64, "stages": 2},
+    supports=supports_fp8_ws,
+    resolve=resolve_fp8_ws,
+    variants=True,
+)
+
+
 @register_phase(
     name="fp8_ws", order=42, title="FP8 (e4m3) wgmma with a producer warpgroup and a TMA ring",
     parent="fp8_wgmma",

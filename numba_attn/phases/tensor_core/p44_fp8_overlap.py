@@ -30,7 +30,7 @@ from numba_attn.gpu.jit import device
 from numba_attn.gpu.wgmma import make_wgmma_wait
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.fp8 import fp8_products, fp8_softmax, pack_p8, qk_depth
-from numba_attn.phases.tensor_core.p42_fp8_ws import TILES, build_fp8_ws, resolve_fp8_ws, supports_fp8_ws
+from numba_attn.phases.tensor_core.p42_fp8_ws import FP8_RING_OPTIONS, build_fp8_ws
 from numba_attn.phases.tensor_core.pipeline import ring_barriers, ring_functions
 from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.variants.stages import PLAIN
@@ -135,7 +135,6 @@ fp8_overlap_loop.kernel_name = "fp8_overlap"
 @register_phase(
     name="fp8_overlap", order=44, title="FP8 (e4m3): each consumer's softmax under its own P·V",
     parent="fp8_ws",
-    requires_cc="sm_90a",
     description="""
         fp8_ws with FlashAttention-3's intra-warpgroup pipelining: a consumer issues S_j = Q·K_jᵀ and the last
         tile's O += P·V, waits only for S_j, and computes P_j in place while its P·V runs; then it waits for O,
@@ -144,14 +143,7 @@ fp8_overlap_loop.kernel_name = "fp8_overlap"
     """,
     lineage="FlashAttention-3 (Shah et al. 2024), §3.2 intra-warpgroup overlapping of GEMMs and softmax",
     planned_speedup=350.0,  # fp8_ws's 300 and a predicted ~1.15x
-    space={"warpgroups": [2, 3], "Bc": list(TILES), "stages": [2, 3, 4], "uniform": [False, True]},
-    dtypes=("float16", "bfloat16"),
-    head_dims=(16, 32, 64, 128),
-    precision="e4m3",
-    sim_params={"warpgroups": 1, "Bc": 64, "stages": 2},
-    supports=supports_fp8_ws,
-    resolve=resolve_fp8_ws,
-    variants=True,
+    **FP8_RING_OPTIONS,
 )
 def fp8_overlap(problem, warpgroups=0, Bc=0, stages=3, uniform=True):
     """fp8_ws's kernel running :func:`fp8_overlap_loop`."""

@@ -28,8 +28,8 @@ from numba import cuda, float32
 from numba_attn.gpu.device_functions import NEG_BIG
 from numba_attn.gpu.jit import device
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.fp8 import qk_depth
-from numba_attn.phases.tensor_core.p42_fp8_ws import TILES, build_fp8_ws, resolve_fp8_ws, supports_fp8_ws
+from numba_attn.phases.tensor_core.p38_fp8_wgmma import code_buffers
+from numba_attn.phases.tensor_core.p42_fp8_ws import FP8_RING_OPTIONS, build_fp8_ws
 from numba_attn.phases.tensor_core.p44_fp8_overlap import fp8_overlap_loop
 from numba_attn.phases.tensor_core.quantize import QTH, make_block_quant_rows, make_block_quant_vt
 from numba_attn.variants.stages import PLAIN
@@ -50,13 +50,10 @@ class BlockQuantized:
         self.Bc = Bc
         NkP = (Nk + Bc - 1) // Bc * Bc
         self.BH, self.BHkv, self.NkP, self.NQB = B * H, B * Hkv, NkP, (Nq + QB - 1) // QB
-        DQ = qk_depth(D)
         self.qrows = make_block_quant_rows(D // 2, QB, False)
         self.krows = make_block_quant_rows(D // 2, Bc, True)
         self.qvt = make_block_quant_vt(D, Bc)
-        self.q8 = cuda.to_device(np.zeros((self.BH, Nq, DQ // 4), np.uint32))
-        self.k8 = cuda.to_device(np.zeros((self.BHkv, NkP, DQ // 4), np.uint32))
-        self.vt8 = cuda.to_device(np.zeros((self.BHkv, D, NkP // 4), np.uint32))
+        self.q8, self.k8, self.vt8 = code_buffers(problem, NkP)
         self.scales = [cuda.to_device(np.ones(shape, np.float32))
                        for shape in ((self.BH, self.NQB), (self.BHkv, NkP // Bc), (self.BHkv, NkP // Bc))]
         self.qflag = cuda.to_device(np.zeros((self.BH, self.NQB), np.float32))  # (Q's infinities: NaN codes)
@@ -122,7 +119,6 @@ fp8_block_loop.kernel_name = "fp8_block"
 @register_phase(
     name="fp8_block", order=45, title="FP8 (e4m3) with one scale a tile, quantized in one pass",
     parent="fp8_overlap",
-    requires_cc="sm_90a",
     description="""
         fp8_overlap with FlashAttention-3's block quantization: Q per 64-row block, K and V per tile of Bc keys,
         each tile quantized by one block that reads it once for its maximum (the second read from L2). K's
@@ -130,14 +126,7 @@ fp8_block_loop.kernel_name = "fp8_block"
     """,
     lineage="FlashAttention-3 (Shah et al. 2024), §3.3 block quantization",
     planned_speedup=370.0,  # fp8_overlap's 350 and a predicted ~1.05x
-    space={"warpgroups": [2, 3], "Bc": list(TILES), "stages": [2, 3, 4], "uniform": [False, True]},
-    dtypes=("float16", "bfloat16"),
-    head_dims=(16, 32, 64, 128),
-    precision="e4m3",
-    sim_params={"warpgroups": 1, "Bc": 64, "stages": 2},
-    supports=supports_fp8_ws,
-    resolve=resolve_fp8_ws,
-    variants=True,
+    **FP8_RING_OPTIONS,
 )
 def fp8_block(problem, warpgroups=0, Bc=0, stages=3, uniform=True):
     """Quantize per tile (:class:`BlockQuantized`), then fp8_ws's kernel running :func:`fp8_block_loop`."""
