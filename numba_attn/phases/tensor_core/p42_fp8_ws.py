@@ -245,23 +245,17 @@ FP8_RING_OPTIONS = dict(
 @register_phase(
     name="fp8_ws", order=42, title="FP8 (e4m3) wgmma with a producer warpgroup and a TMA ring",
     parent="fp8_wgmma",
-    requires_cc="sm_90a",
     description="""
         fp8_wgmma's tile (S = Q·Kᵀ and O += P·V in e4m3, k32 steps, per-head scales, V transposed and
         permuted by the same quantization) on warp_specialized_tc's ring: a producer warpgroup loads each
-        tile's K codes and Vᵀ codes by TMA (one box each) and gives its registers to two consumer
-        warpgroups of 128-key tiles (three up to D64), which wait on mbarriers instead of block barriers.
+        tile's K codes and Vᵀ codes by TMA (several swizzled Vᵀ boxes past 128 keys) and gives its registers
+        to two consumer warpgroups of 192-key tiles (three of 128-key tiles up to D64), which wait on mbarriers
+        instead of block barriers.
     """,
     lineage="FlashAttention-3 (Shah et al. 2024), FP8 forward on the warp-specialized TMA pipeline",
     planned_speedup=300.0,  # fp8_wgmma's 225 and a predicted ~1.35x
-    space={"warpgroups": [1, 2, 3], "Bc": [64, 128, 192, 256], "stages": [2, 3, 4], "uniform": [False, True]},
-    dtypes=("float16", "bfloat16"),
-    head_dims=HEAD_DIMS,
-    precision="e4m3",
-    sim_params={"warpgroups": 1, "Bc": 64, "stages": 2},
-    supports=supports_fp8_ws,
-    resolve=resolve_fp8_ws,
-    variants=True,
+    **{**FP8_RING_OPTIONS,
+       "space": {"warpgroups": [1, 2, 3], "Bc": list(TILES), "stages": [2, 3, 4], "uniform": [False, True]}},
 )
 def fp8_ws(problem, warpgroups=0, Bc=0, stages=3, uniform=True):
     """Quantize (per head, the parent's kernels), then the warp-specialized FP8 kernel; ``uniform``: the warp index
