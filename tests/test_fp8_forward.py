@@ -438,6 +438,20 @@ def test_warp_specialized_fp8_matches_float64(phase, name):
     assert _own_error(problem, q, k, v, out) < OWN_TOL
 
 
+@pytest.mark.parametrize("phase", [OV, BL], ids=["fp8_overlap", "fp8_block"])
+def test_fp8_overlap_flushes_its_held_tile_before_unseen_tiles(phase):
+    """Three consumers, 64-key tiles, two stages, causal: the first consumer's rows see two tiles fewer than the
+    block loads, as many as the ring has stages, so the stage of its last visible tile (held until its P·V) is
+    the one the second unseen tile waits for. Without the held P·V run at the first unseen tile, every consumer
+    waits on a barrier only its own release completes (the simulator reports the hang)."""
+    problem = Problem(batch=1, heads=1, q_len=200, kv_len=200, head_dim=64, dtype="float16", causal=True)
+    params = {"warpgroups": 3, "Bc": 64, "stages": 2}
+    assert phase.supports(problem, **phase.resolve(problem, params)) is None
+    q, k, v, out = _run(problem, params, phase=phase)
+    c = check(out, reference(q, k, v, causal=True), dtype=problem.dtype, precision=phase.precision)
+    assert c.ok, c
+
+
 WS_GPU_CASES = {**GPU_CASES,  # and K rows of 32 bytes (the 32-byte swizzle; D16 padded with zero codes)
                 "D32-300x500-fp16-gqa-causal": Problem(batch=1, heads=4, kv_heads=2, q_len=300, kv_len=500,
                                                        head_dim=32, dtype="float16", causal=True),

@@ -111,6 +111,14 @@ CASES = [
     ("ws_overlap", tiny("float16", D=64, q_len=100, kv_len=75, heads=1), {"Bc": 16}),
     ("ws_overlap", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"Bc": 32, "stages": 4}),
     ("ws_overlap", tiny("float16", D=128, q_len=80, kv_len=95, heads=1, causal=True), {"Bc": 16}),
+    # each consumer's softmax under its own P·V (the stage of the tile before held until after the softmax): the
+    # second consumer's rows partly past Nq, GQA, bf16, 3 and 4 stages, causal D=128 and D=16 with tiles the first
+    # consumer skips (held P·V issued after the loop), three consumers
+    ("ws_intra", tiny("float16", D=64, q_len=100, kv_len=75, heads=1), {"Bc": 16}),
+    ("ws_intra", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"Bc": 32, "stages": 4}),
+    ("ws_intra", tiny("float16", D=128, q_len=80, kv_len=95, heads=1, causal=True), {"Bc": 16}),
+    ("ws_intra", tiny("float16", D=16, q_len=130, kv_len=150, heads=1, causal=True), {"warpgroups": 2, "Bc": 16}),
+    ("ws_intra", tiny("bfloat16", D=16, q_len=150, kv_len=40, heads=1), {"warpgroups": 3, "Bc": 16, "uniform": True}),
     # uniform (the warp index broadcast from lane 0; off by default in warp_specialized_tc, on in ws_overlap): the
     # other setting, the same kernels otherwise (only the warp index's source differs, so one case a phase, with
     # every warpgroup's warps: the producer and two consumers, the second partly past Nq, causal; D=16 with tiles
@@ -411,7 +419,7 @@ def record(name, D, causal, params=None):
 # (D=64 and D=128 of each family member share their code but for the tile sizes: the causal D=128 kernels, the
 # most registers, stand for both)
 for name, D, causal in (("tma_wgmma", 128, False), ("warp_specialized_tc", 128, False), ("pingpong", 128, True),
-                        ("ws_overlap", 128, True), ("ws_persistent", 128, True)):
+                        ("ws_overlap", 128, True), ("ws_persistent", 128, True), ("ws_intra", 128, True)):
     res[f"{name}-D{D}" + ("-causal" if causal else "")] = record(name, D, causal)
 # the option uniform=True (the warp index broadcast by shfl.sync) on the two phases that expose it; where it is the
 # phase's default (ws_overlap), the kernel compiled above with the default parameters is that one
@@ -444,8 +452,8 @@ def _offline_tma_results():
 
 
 def test_offline_tma_phases_assemble_without_spills():
-    """tma_wgmma, warp_specialized_tc, pingpong, ws_overlap and ws_persistent at D=128 fp16 (default parameters;
-    pingpong, ws_overlap and ws_persistent causal only) compile for sm_90a and
+    """tma_wgmma, warp_specialized_tc, pingpong, ws_overlap, ws_persistent and ws_intra at D=128 fp16 (default
+    parameters; pingpong, ws_overlap, ws_persistent and ws_intra causal only) compile for sm_90a and
     assemble with no spills; the loads are TMA (no cp.async of 16
     bytes), no call, one bar.sync (after the barriers' initialisation) and no named barrier but in pingpong;
     the producer/consumer kernels move registers."""
@@ -457,7 +465,7 @@ def test_offline_tma_phases_assemble_without_spills():
         assert {"mbarrier.try_wait.parity.shared::cta.b64", "mbarrier.arrive.expect_tx.shared::cta.b64",
                 "mbarrier.arrive.shared::cta.b64"} <= ops, key
         assert not any(op.startswith(("cp.async.cg", "cp.async.ca", "call")) for op in ops), (key, ops)
-        if key.startswith(("warp_specialized_tc", "pingpong", "ws_overlap", "ws_persistent")):
+        if key.startswith(("warp_specialized_tc", "pingpong", "ws_overlap", "ws_persistent", "ws_intra")):
             assert {"setmaxnreg.dec.sync.aligned.u32", "setmaxnreg.inc.sync.aligned.u32"} <= ops, key
         if not key.startswith("pingpong"):  # no named barrier but the block barrier
             assert "bar.arrive" not in ops and rec["bars"] == [], (key, rec["bars"])

@@ -31,7 +31,7 @@ from numba_attn.gpu.warp import FULL_MASK, ballot_sync
 from numba_attn.phases.tensor_core.softmax import online_softmax, online_softmax_lazy, pack_p, rescale_o
 from numba_attn.variants.stages import LN2, PLAIN
 
-__all__ = ["wgmma_products", "scores_to_p", "ring_steps", "plain_mainloop", "consumer"]
+__all__ = ["wgmma_products", "scores_softmax", "scores_to_p", "ring_steps", "plain_mainloop", "consumer"]
 
 
 @functools.cache
@@ -51,6 +51,27 @@ def wgmma_products(tiles, bf16: bool, pv_waited: bool):
 
 
 @functools.cache
+def scores_softmax(tiles, causal: bool, stage=PLAIN):
+    """A device function ``update(s, stats, j0, kind, loads, rows, lane_ids) -> (stats, corr_lo, corr_hi)``: the
+    scores ``s`` of the tile of keys from ``j0`` through the variant ``stage`` and masked, then the online softmax
+    in place (P unnormalised, not yet packed); O's rescale factors come back for the caller's schedule."""
+    vary = variant_fragments(tiles.s_tiles, stage)
+    mask = mask_fragments(tiles.s_tiles, tiles.Bc, causal)
+    softmax = online_softmax(tiles.s_tiles)
+
+    @device
+    def update(s, stats, j0, kind, loads, rows, lane_ids):
+        row0, _, Nk, off, sl2 = rows
+        g, t = lane_ids[2], lane_ids[3]
+        mods, b, h, qt, Nq = loads[6]
+        vary(s, 0, j0, row0 + g, t, Nq, Nk, off, (b, h, kind, sl2 * LN2), mods)  # score_mod, mask_mod
+        mask(s, 0, j0, row0, row0 + g, t, Nk, off)  # keys past the end and (causal) above the diagonal
+        return softmax(s, stats, sl2)
+
+    return update
+
+
+@functools.cache
 def scores_to_p(tiles, causal: bool, bf16: bool, stage=PLAIN):
     """A device function ``to_p(s, pf, acc, stats, j0, kind, loads, rows, lane_ids) -> stats`` (the mainloop's
     tuples): the scores ``s`` of the tile of keys from ``j0`` (rows g and g+8 of the warp from ``row0``) through
@@ -60,7 +81,7 @@ def scores_to_p(tiles, causal: bool, bf16: bool, stage=PLAIN):
     its rows' max moved."""
     vary = variant_fragments(tiles.s_tiles, stage)
     mask = mask_fragments(tiles.s_tiles, tiles.Bc, causal)
-    softmax = online_softmax(tiles.s_tiles)
+    softmax = scores_softmax(tiles, causal, stage)
     softmax_lazy = online_softmax_lazy(tiles.s_tiles)
     LAZY = tiles.lazy_rescale
     pack = pack_p(tiles.pv_steps, bf16)
@@ -68,18 +89,18 @@ def scores_to_p(tiles, causal: bool, bf16: bool, stage=PLAIN):
 
     @device
     def to_p(s, pf, acc, stats, j0, kind, loads, rows, lane_ids):
-        row0, _, Nk, off, sl2 = rows
-        g, t = lane_ids[2], lane_ids[3]
-        mods, b, h, qt, Nq = loads[6]
-        vary(s, 0, j0, row0 + g, t, Nq, Nk, off, (b, h, kind, sl2 * LN2), mods)  # score_mod, mask_mod
-        mask(s, 0, j0, row0, row0 + g, t, Nk, off)  # keys past the end and (causal) above the diagonal
         if LAZY:
+            row0, _, Nk, off, sl2 = rows
+            g, t = lane_ids[2], lane_ids[3]
+            mods, b, h, qt, Nq = loads[6]
+            vary(s, 0, j0, row0 + g, t, Nq, Nk, off, (b, h, kind, sl2 * LN2), mods)  # score_mod, mask_mod
+            mask(s, 0, j0, row0, row0 + g, t, Nk, off)  # keys past the end and (causal) above the diagonal
             stats, corr_lo, corr_hi, moved = softmax_lazy(s, stats, sl2)
             pack(pf, s)
             if ballot_sync(FULL_MASK, moved) != 0:  # (warp-uniform: O's 64 multiplies skipped together)
                 rescale(acc, 0, corr_lo, corr_hi)
         else:
-            stats, corr_lo, corr_hi = softmax(s, stats, sl2)
+            stats, corr_lo, corr_hi = softmax(s, stats, j0, kind, loads, rows, lane_ids)
             pack(pf, s)
             rescale(acc, 0, corr_lo, corr_hi)
         return stats

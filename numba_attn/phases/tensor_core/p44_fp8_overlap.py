@@ -59,11 +59,12 @@ def fp8_overlap_loop(D: int, Bc: int, STAGES: int, WG: int, causal: bool, stage=
     saw (``held``: P packed in ``pf``, its stage not yet released): issue S_it, issue that P·V, wait for S_it,
     the softmax in place, wait for O, release that tile's stage, pack P_it and rescale O. Every visible tile
     issues both products (the first one's P·V adds P = 0 times its own V: the wait for S_it is always
-    ``wait_group 1``); a tile this warpgroup does not see (past its rows' last key) is released at once; the last
-    P·V runs after the loop. ``units = (tile, to_tile, from_tile)``: a tile's scales ``tile(tile_scales, kvh,
-    kt, sl2q) -> (a, kinf, sv)`` and the running maxima into its units and back (:data:`HEAD_UNITS`; a scale a
-    tile: ``fp8_block``'s); O is kept in the units of the held tile's V (rescaled by corr · sv_held / sv) and the
-    row sums come back in them."""
+    ``wait_group 1``); at the first tile this warpgroup does not see (past its rows' last key, as are all later
+    ones) the held P·V runs and its stage is released (a later tile may wait for that stage), each unseen tile is
+    released at once; else the last P·V runs after the loop. ``units = (tile, to_tile, from_tile)``: a tile's
+    scales ``tile(tile_scales, kvh, kt, sl2q) -> (a, kinf, sv)`` and the running maxima into its units and back
+    (:data:`HEAD_UNITS`; a scale a tile: ``fp8_block``'s); O is kept in the units of the held tile's V (rescaled
+    by corr · sv_held / sv) and the row sums come back in them."""
     TILEK, TILEV = Bc * qk_depth(D), D * Bc
     VBASE = STAGES * TILEK
     tile_at, kind_at = key_tiles(Bc, stage)[1:]
@@ -116,7 +117,14 @@ def fp8_overlap_loop(D: int, Bc: int, STAGES: int, WG: int, causal: bool, stage=
                 held = True
                 held_stage = ring[0]
                 sv_held = sv
-            else:  # a tile this warpgroup does not see
+            else:  # a tile this warpgroup does not see (nor any later one): the held P·V first, so that its
+                if held:  # stage is free before a later tile waits for the same stage (≥ STAGES unseen tiles)
+                    pv(acc, pf, 0, KV, VBASE + held_stage * TILEV)
+                    wait_all(s, acc)
+                    release(bars, held_stage, lane)
+                    held = False
+                    for i in range(NP):  # (the walk is monotone: no visible tile follows; kept correct if one did)
+                        pf[i] = uint32(0)
                 release(bars, ring[0], lane)
             ring = advance(ring)
         if held:  # the last tile's P·V

@@ -1,0 +1,146 @@
+"""Phase 46 — ``ws_intra``: warp_specialized_tc's consumers run each tile's softmax under their own O += P·V.
+
+Change against ``warp_specialized_tc`` (:func:`intra_mainloop`, FlashAttention-3's intra-warpgroup pipelining in
+the order ``fp8_overlap`` timed): a consumer issues S_j = Q·K_jᵀ and then O += P_{j-1}·V_{j-1}, waits only for
+S_j (``wgmma.wait_group 1``), runs the softmax of S_j in place while its P·V runs, then waits for O, releases
+tile j-1's stage, packs P_j and rescales O. ``ws_overlap`` (refuted) kept S_{j+1} in flight instead and needed a
+second score tile; here S_j's registers are free once P_{j-1} is packed: Q, S, P and O take 192 of the 232.
+
+Prediction: 1.04-1.10× ``warp_specialized_tc`` at B1 H32 N4096 D128 fp16 (``fp8_overlap`` gained 1.07-1.12× over
+its parent with the same schedule); 1.0-1.05× causal and at D64.
+
+Verdict: not yet measured on a GPU.
+"""
+from __future__ import annotations
+
+import functools
+
+from numba import uint32
+
+from numba_attn.gpu.jit import device
+from numba_attn.gpu.wgmma import make_wgmma_wait
+from numba_attn.phases.registry import register_phase
+from numba_attn.phases.tensor_core.consumer import scores_softmax, wgmma_products
+from numba_attn.phases.tensor_core.kernel import build_wgmma, wgmma_registration
+from numba_attn.phases.tensor_core.p26_warp_specialized_tc import resolve_warp_specialized, supports_warp_specialized
+from numba_attn.phases.tensor_core.pipeline import ring_functions
+from numba_attn.phases.tensor_core.producer import load_functions
+from numba_attn.phases.tensor_core.scheduler import key_tiles
+from numba_attn.phases.tensor_core.softmax import pack_p, rescale_o
+from numba_attn.variants.stages import PLAIN
+
+MIN_STAGES = 3  # a stage stays held through the next tile's softmax: two stages would stall the producer
+MAX_HEAD_DIM = 224  # offline, sm_90a: no spill up to D224 (252 registers, one consumer), 172 bytes at D256
+
+
+@functools.cache
+def intra_mainloop(tiles, causal, bf16, loads, varlen, stage=PLAIN):
+    """The tile loop with the softmax of tile ``it`` under the P·V of the last tile this warpgroup saw (``held``:
+    its P packed in ``pf``, its stage not yet released): issue S_it, issue that P·V, wait for S_it, the softmax
+    in place, wait for O, release the held stage, pack P_it, rescale O. Every visible tile issues both products
+    (the first one's P·V adds P = 0 times its own V, so the wait for S_it is always ``wait_group 1``); at the first
+    tile this warpgroup does not see (past its rows' last key; so are all later ones) the held P·V runs and its
+    stage is released (a later tile may wait for that stage), and each unseen tile is released at once; else the
+    last P·V runs after the loop."""
+    if varlen or loads != "ws":
+        raise ValueError("intra_mainloop runs on the warp-specialized ring (loads='ws', not varlen)")
+    STAGES, Bc, TILE = tiles.stages, tiles.Bc, tiles.tile_bytes
+    acquire, release = load_functions(tiles, loads, varlen, False, stage)[2:4]
+    _, qk, pv, _, wait_o = wgmma_products(tiles, bf16, False)  # S and O += P·V, both only issued
+    wait_s = make_wgmma_wait(1, tiles.s_regs)  # S complete; the P·V issued after it may still run
+    wait_all = make_wgmma_wait(0, tiles.s_regs, tiles.o_regs)
+    softmax = scores_softmax(tiles, causal, stage)
+    pack = pack_p(tiles.pv_steps, bf16)
+    rescale = rescale_o(tiles.o_tiles)
+    tile_at, kind_at = key_tiles(Bc, stage)[1:]
+    advance = ring_functions(STAGES)[0]
+    P_REGS = tiles.p_regs
+
+    @device
+    def mainloop(n_tiles, ring, stats, regs, loads, rows, lane_ids):
+        qf, s, sn, pf, acc = regs
+        KV = loads[0]
+        for i in range(P_REGS):  # no P held yet: the first tile's P·V adds 0 · V (of its own stage)
+            pf[i] = uint32(0)
+        held = False
+        held_stage = 0
+        refill = (0, 0)  # (the producer refills; acquire only waits)
+        for it in range(n_tiles):
+            kt = tile_at(loads[6], it)
+            kind = kind_at(loads[6], kt)
+            ring, refill = acquire(loads, it, n_tiles, ring, refill, lane_ids[0])  # tile it has landed
+            j0 = kt * Bc
+            if j0 < rows[1]:  # this warpgroup's rows see keys of the tile
+                if not held:
+                    held_stage = ring[0]
+                qk(s, qf, 0, KV, ring[0] * TILE)  # S_it = Q K_itᵀ, issued ...
+                pv(acc, pf, 0, KV, (STAGES + held_stage) * TILE)  # ... then the held tile's O += P V
+                wait_s(s, s)  # S_it complete (the P·V may still run)
+                stats, corr_lo, corr_hi = softmax(s, stats, j0, kind, loads, rows, lane_ids)
+                wait_all(s, acc)  # the held P·V complete: pf and O are free
+                if held:
+                    release(loads, held_stage, lane_ids[1])
+                pack(pf, s)
+                rescale(acc, 0, corr_lo, corr_hi)
+                held = True
+                held_stage = ring[0]
+            else:  # a tile this warpgroup does not see (all later ones too): the held P·V first, so that its
+                if held:  # stage is free before a later tile waits for the same stage
+                    pv(acc, pf, 0, KV, (STAGES + held_stage) * TILE)
+                    wait_o(acc, acc)
+                    release(loads, held_stage, lane_ids[1])
+                    held = False
+                    for i in range(P_REGS):  # (the walk is monotone: no visible tile follows; kept correct if one did)
+                        pf[i] = uint32(0)
+                release(loads, ring[0], lane_ids[1])
+            ring = advance(ring)
+        if held:  # the last tile's P·V
+            pv(acc, pf, 0, KV, (STAGES + held_stage) * TILE)
+            wait_o(acc, acc)
+            release(loads, held_stage, lane_ids[1])
+        return stats, ring
+
+    return mainloop
+
+
+intra_mainloop.suffix = "_intra"
+
+
+def _resolve(problem, warpgroups, Bc, stages, **_):
+    """warp_specialized_tc's choice, except three consumers take 64-key tiles (128 spill: 116 bytes at D64)."""
+    r = resolve_warp_specialized(problem, warpgroups, Bc, stages)
+    if r["warpgroups"] == 3 and not Bc:
+        r["Bc"] = 64
+    return r
+
+
+def _supports(problem, warpgroups, Bc, stages, **_):
+    if stages < MIN_STAGES:
+        return f"stages={stages}: a consumer holds a stage through the next tile, so at least {MIN_STAGES}"
+    if warpgroups == 3 and Bc > 64:
+        return (f"Bc={Bc} with three consumers: S, the held P, O and Q need more than their 160 registers (116 bytes "
+                "spilled at D64, serialized wgmma); use Bc=64 or two consumers")
+    if problem.head_dim > MAX_HEAD_DIM:
+        return (f"head_dim {problem.head_dim}: one consumer's O, Q, S and the held P spill above D={MAX_HEAD_DIM} "
+                "(D256: 172 bytes, serialized wgmma); use warp_specialized_tc")
+    return supports_warp_specialized(problem, warpgroups, Bc, stages)
+
+
+@register_phase(
+    name="ws_intra", order=46, title="Tensor cores: each consumer's softmax under its own P·V",
+    parent="warp_specialized_tc",
+    description="""
+        warp_specialized_tc with FlashAttention-3's intra-warpgroup pipelining in fp8_overlap's order: a
+        consumer issues S_j = Q·K_jᵀ and the last tile's O += P·V, waits only for S_j and runs its softmax
+        while the P·V runs; then it waits for O, packs P_j and rescales O. No second score tile (ws_overlap
+        needed one); at least three ring stages.
+    """,
+    lineage="FlashAttention-3 (Shah et al. 2024), §3.2 intra-warpgroup overlapping of GEMMs and softmax",
+    planned_speedup=170.0,  # warp_specialized_tc's 160 and a predicted ~1.06x
+    **wgmma_registration(_supports, _resolve,
+                         {"warpgroups": [2, 3], "Bc": [64, 128], "stages": [3, 4], "uniform": [False, True]},
+                         {"warpgroups": 2, "Bc": 16, "stages": 3}),
+)
+def ws_intra(problem, warpgroups=0, Bc=0, stages=3, uniform=False):
+    """warp_specialized_tc's kernel running :func:`intra_mainloop`."""
+    return build_wgmma(problem, warpgroups, Bc, stages, intra_mainloop, loads="ws", uniform=uniform)
