@@ -3,6 +3,7 @@ CUDA events; the candidates' kernels run once each in the simulator, on a tiny p
 checked), the Hopper rule and another Hopper model's entries when nothing is measured, and the simulator, which
 never times."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -184,14 +185,20 @@ def test_an_unknown_hopper_model_takes_another_hopper_models_entry_or_the_rule(p
     assert "the entry of NVIDIA H200, of the same compute capability" in why
     for label in ("B1 H32/8kv N8192 D128 bf16 causal", "B16 H16 N512 D64 fp16", "B1 H16 N4096 D256 fp16"):
         ph, why, params = policy.choose_phase(NINE[label], gpu="NVIDIA H800")
-        assert ph.name == "warp_specialized_tc" and params == {} and why.startswith("the Hopper rule"), label
+        assert ph.name == _rules_phase(NINE[label]) and params == {} and why.startswith("the Hopper rule"), label
     assert dispatch.other_models("NVIDIA H800", (9, 0)) == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+
+
+def _rules_phase(p):
+    """The first phase of the Hopper rule's order for ``p`` that supports it (ws_intra above D64 up to D224)."""
+    return next(n for n in policy.hopper_order(p) if get_phase(n).supports(p) is None)
 
 
 def test_the_known_models_pick_the_rules_phase_on_the_issues_problems(package_table):
     for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
         for label, p in NINE.items():
-            assert policy.choose_phase(p, gpu=gpu)[0].name == "warp_specialized_tc", (gpu, label)
+            assert policy.choose_phase(p, gpu=gpu)[0].name == _rules_phase(p), (gpu, label)
+    assert {_rules_phase(p) for p in NINE.values()} == {"ws_intra", "warp_specialized_tc"}
 
 
 def test_off_hopper_no_rule_and_no_other_models_entry(package_table, monkeypatch):
@@ -209,19 +216,20 @@ def test_an_entry_that_never_measured_the_rules_phase_does_not_count(package_tab
 
 
 def test_the_hopper_rule_holds_on_the_committed_rows():
-    """HOPPER_PREFILL's first phase at its default parameters is the fastest measured 16-bit prefill phase (each
-    at its defaults, the median of its rows) on every committed problem where it was measured beside another
-    one, on an H100 and on an H200 (docs/DEVELOPING.md lists them)."""
+    """Of the Hopper rule's phases (policy.hopper_order, each at its default parameters), the first one measured on
+    a committed problem beside another 16-bit prefill phase is the fastest there (the median of its rows), on an
+    H100 and on an H200 (docs/DEVELOPING.md lists them): the rule never puts a slower phase first."""
     cells: dict = {}
     for m in dispatch.measurements():
         gpu, dtype, *_ = m["key"].split("|")
         if dtype in ("float16", "bfloat16") and "|prefill|" in m["key"] and not m["requested"] \
                 and m["phase"] not in policy.NEVER_DEFAULT and get_phase(m["phase"]).precision is None:
             cells.setdefault((gpu, m["label"]), {}).setdefault(m["phase"], []).append(m["time_ms"])
-    rule = policy.HOPPER_PREFILL[0]
     checked = {}
     for (gpu, label), by in cells.items():
-        if rule not in by or len(by) < 2:
+        head_dim = int(re.search(r"\bD(\d+)\b", label).group(1))
+        rule = next((n for n in policy.hopper_order(Problem(head_dim=head_dim)) if n in by), None)
+        if rule is None or len(by) < 2:
             continue
         med = {ph: sorted(ts)[(len(ts) - 1) // 2] for ph, ts in by.items()}
         assert med[rule] <= min(med.values()), (gpu, label, med)

@@ -239,9 +239,10 @@ def test_on_an_h200_fp16_prefill_runs_the_fastest_measured_phase(monkeypatch, tm
     first = entry["ranking"][0]
     overlap = [it["time_ms"] for it in entry["ranking"] if it["phase"] == "tc_wgmma_overlap"]
     assert overlap and min(overlap) > first["time_ms"]  # measured, slower, never chosen
-    if not dispatch.measured_default(entry, policy.HOPPER_PREFILL[0]):
+    rule = policy.hopper_order(p)[0]
+    if not dispatch.measured_default(entry, rule):
         # the D64 entries timed the tc_wgmma family only: no evidence against the Hopper rule's phase
-        assert ph.name == policy.HOPPER_PREFILL[0] and params == {} and why.startswith("the Hopper rule")
+        assert ph.name == rule and params == {} and why.startswith("the Hopper rule")
         return
     # the fastest measured (warp_specialized_tc at D128, with the parameters that measured fastest), never
     # tc_wgmma_overlap, which the fixed preference chose before there was a table

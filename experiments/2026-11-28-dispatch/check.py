@@ -46,7 +46,7 @@ from numba_attn.measure.samples import TimingConfig  # noqa: E402
 from numba_attn.measure.timing import events_batched  # noqa: E402
 from numba_attn.phases.registry import list_phases  # noqa: E402
 
-TC_PHASES = ("tc_mma", "tc_pipelined", "tc_wgmma", "tc_wgmma_overlap", "tma_wgmma", "warp_specialized_tc",
+TC_PHASES = ("tc_mma", "tc_pipelined", "tc_wgmma", "tc_wgmma_overlap", "tma_wgmma", "warp_specialized_tc", "ws_intra",
              "pingpong", "ws_overlap", "ws_persistent")
 QUICK = policy.HOPPER_PREFILL + ("ws_persistent",)
 TARGET = 1.03

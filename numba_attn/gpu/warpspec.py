@@ -9,7 +9,7 @@ groups of warps, not the whole block:
   this warpgroup's registers a thread to ``N``, or give them back down to it.
 
 Named barriers: ids 1..15 (0 is ``cuda.syncthreads``'), ``n`` a multiple of 32 and at most the block; the
-hardware counts whole warps. The usual pattern: a producer ``arrive``\ s, a consumer ``sync``\ s on the same id
+hardware counts whole warps. The usual pattern: a producer ``arrive`` arrives, a consumer ``sync`` waits on the same id
 with ``n`` = the threads of both. ``setmaxnreg``: ``N`` a compile-time multiple of 8 in 24..256, executed by the
 whole warpgroup; ptxas needs the kernel's entry register count (``launch_bounds``) to honour it, and the
 warpgroups' counts must fit the registers the block started with (:func:`check_register_split`).

@@ -26,8 +26,15 @@ VARIANT_PREFILL = "warp_specialized_tc"
 # problem). warp_specialized_tc was the fastest phase at its default parameters on every problem measured with
 # it on an H100 and on an H200 (docs/DEVELOPING.md, "Dispatch", lists the rows; tests/test_autotune.py checks
 # the committed ones); tma_wgmma and tc_wgmma where it does not run.
-HOPPER_PREFILL = ("warp_specialized_tc", "tma_wgmma", "tc_wgmma")
+HOPPER_PREFILL = ("ws_intra", "warp_specialized_tc", "tma_wgmma", "tc_wgmma")
+# ws_intra only above D64: at D64 it measured 0.82× warp_specialized_tc's three consumers with 128-key tiles (H200)
+HOPPER_ABOVE_D64 = ("ws_intra",)
 HOPPER_CC = (9, 0)
+
+
+def hopper_order(problem) -> tuple:
+    """The Hopper rule's phases for ``problem``, first choice first."""
+    return tuple(n for n in HOPPER_PREFILL if problem.head_dim > 64 or n not in HOPPER_ABOVE_D64)
 
 # The fixed preference per (kind, dtype) when no committed results exist for this GPU model:
 # the first one that supports the problem (device included) is chosen.
@@ -176,7 +183,7 @@ def hopper_rule(problem: Problem, kind: str, candidates, gpu: str):
     if device_cc() != HOPPER_CC:
         return None
     names = {p.name: p for p in candidates}
-    return next((names[n] for n in HOPPER_PREFILL if n in names), None)
+    return next((names[n] for n in hopper_order(problem) if n in names), None)
 
 
 def _tuned_why(problem: Problem, name: str, gpu: str, path: str) -> str:
