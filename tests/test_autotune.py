@@ -183,14 +183,16 @@ def test_an_unknown_hopper_model_takes_another_hopper_models_entry_or_the_rule(p
     # does not count; the H200's does
     assert ph.name == "warp_specialized_tc" and params == {}
     assert "the entry of NVIDIA H200, of the same compute capability" in why
-    for label in ("B1 H32/8kv N8192 D128 bf16 causal", "B16 H16 N512 D64 fp16", "B1 H16 N4096 D256 fp16"):
+    for label in ("B16 H16 N512 D64 fp16", "B1 H16 N4096 D256 fp16"):
         ph, why, params = policy.choose_phase(NINE[label], gpu="NVIDIA H800")
         assert ph.name == _rules_phase(NINE[label]) and params == {} and why.startswith("the Hopper rule"), label
+    ph, why, params = policy.choose_phase(NINE["B1 H32/8kv N8192 D128 bf16 causal"], gpu="NVIDIA H800")
+    assert ph.name == "ws_intra" and params == {} and "the entry of NVIDIA H200" in why  # (measured beside ws)
     assert dispatch.other_models("NVIDIA H800", (9, 0)) == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
 
 
 def _rules_phase(p):
-    """The first phase of the Hopper rule's order for ``p`` that supports it (ws_intra above D64 up to D224)."""
+    """The first phase of the Hopper rule's order for ``p`` that supports it (ws_intra above D64, tma above D128)."""
     return next(n for n in policy.hopper_order(p) if get_phase(n).supports(p) is None)
 
 
@@ -198,7 +200,7 @@ def test_the_known_models_pick_the_rules_phase_on_the_issues_problems(package_ta
     for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
         for label, p in NINE.items():
             assert policy.choose_phase(p, gpu=gpu)[0].name == _rules_phase(p), (gpu, label)
-    assert {_rules_phase(p) for p in NINE.values()} == {"ws_intra", "warp_specialized_tc"}
+    assert {_rules_phase(p) for p in NINE.values()} == {"ws_intra", "warp_specialized_tc", "tma_wgmma"}
 
 
 def test_off_hopper_no_rule_and_no_other_models_entry(package_table, monkeypatch):

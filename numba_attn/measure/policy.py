@@ -29,12 +29,18 @@ VARIANT_PREFILL = "warp_specialized_tc"
 HOPPER_PREFILL = ("ws_intra", "warp_specialized_tc", "tma_wgmma", "tc_wgmma")
 # ws_intra only above D64: at D64 it measured 0.82× warp_specialized_tc's three consumers with 128-key tiles (H200)
 HOPPER_ABOVE_D64 = ("ws_intra",)
+# above D128 tma_wgmma first: at D256 (one consumer warpgroup in the others) 0.475 against warp_specialized_tc's
+# 0.618 ms (H200, B1 H16 N4096; experiments/2026-11-28-ws-intra); D136-D248 not measured
+HOPPER_ABOVE_D128 = "tma_wgmma"
 HOPPER_CC = (9, 0)
 
 
 def hopper_order(problem) -> tuple:
     """The Hopper rule's phases for ``problem``, first choice first."""
-    return tuple(n for n in HOPPER_PREFILL if problem.head_dim > 64 or n not in HOPPER_ABOVE_D64)
+    order = tuple(n for n in HOPPER_PREFILL if problem.head_dim > 64 or n not in HOPPER_ABOVE_D64)
+    if problem.head_dim > 128:
+        order = (HOPPER_ABOVE_D128,) + tuple(n for n in order if n != HOPPER_ABOVE_D128)
+    return order
 
 # The fixed preference per (kind, dtype) when no committed results exist for this GPU model:
 # the first one that supports the problem (device included) is chosen.
