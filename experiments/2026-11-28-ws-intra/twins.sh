@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ws_intra at its defaults beside warp_specialized_tc and SDPA cuDNN on the other dtype of the D128 problems of issue 42,
 # one process a problem (the runner's interleaved rounds), CUPTI kernel time: the rows for results/.
-#   OUT=dir bash experiments/2026-11-28-ws-intra/rows.sh        (about 4 minutes)
+#   OUT=dir bash experiments/2026-11-28-ws-intra/twins.sh        (about 4 minutes)
 set -u
 out=${OUT:-/tmp/ws-intra-rows}; mkdir -p "$out"
 export NUMBA_ATTN_BACKEND=cuda MPLBACKEND=Agg PYTHONUNBUFFERED=1
