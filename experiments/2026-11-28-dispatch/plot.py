@@ -2,7 +2,10 @@
 and of phase=None relative to SDPA cuDNN (1 = cuDNN's speed), with FlashAttention-4's beside them, all timed in the
 same interleaved rounds of one process (CUPTI kernel time).
 
-    python experiments/2026-11-28-dispatch/plot.py RESULTS.json [FIX.json] --out plots/prefill_peers
+    python experiments/2026-11-28-dispatch/plot.py RESULTS.json [FIX.json] [--fa4-from OLDER.json] --out plots/prefill_peers
+
+``--fa4-from``: FlashAttention-4's bars from another run's JSON where RESULTS has none (each bar its speed against the
+cuDNN of its own run; the title names both commits).
 """
 import argparse
 import json
@@ -18,7 +21,10 @@ def main():
     ap.add_argument("results")
     ap.add_argument("fix", nargs="?", help="a later run of some problems (its phase=None replaces the first's)")
     ap.add_argument("--out", required=True, help="path without extension: .png and .svg are written")
+    ap.add_argument("--fa4-from", help="a check.py JSON whose FA4 times (against its own cuDNN) are drawn")
     a = ap.parse_args()
+    other = json.load(open(a.fa4_from)) if a.fa4_from else None
+    fa4_old = {p["problem"]: p["median_ms"] for p in other["problems"]} if other else {}
     d = json.load(open(a.results))
     fix = {p["problem"]: p for p in json.load(open(a.fix))["problems"]} if a.fix else {}
     labels, best, none, fa4 = [], [], [], []
@@ -29,13 +35,16 @@ def main():
         labels.append(p["problem"].replace(" D", "\nD"))
         best.append(cudnn / p["fastest_ms"])
         none.append(q["median_ms"].get("peer cudnn", cudnn) / q["median_ms"]["phase=None"])
-        fa4.append(cudnn / m["peer fa4"] if "peer fa4" in m else float("nan"))
+        o = fa4_old.get(p["problem"], {})
+        fa4.append(cudnn / m["peer fa4"] if "peer fa4" in m else
+                   o["peer cudnn"] / o["peer fa4"] if "peer fa4" in o else float("nan"))
     x = range(len(labels))
     fig, ax = plt.subplots(figsize=(12, 4.6))
     w = 0.27
     ax.bar([i - w for i in x], best, w, label="numba-attn, fastest phase", color="#2b7bba")
     ax.bar(list(x), none, w, label="numba-attn, phase=None (measured on first use)", color="#8cc0e8")
-    ax.bar([i + w for i in x], fa4, w, label="FlashAttention-4", color="#e0803a")
+    ax.bar([i + w for i in x], fa4, w, color="#e0803a",
+           label="FlashAttention-4" + (f" (commit {other['commit']}'s run)" if other else ""))
     ax.axhline(1.0, color="k", lw=1)
     ax.text(len(labels) - 0.5, 1.01, "SDPA cuDNN", ha="right", va="bottom", fontsize=9)
     ax.axhline(0.95, color="k", lw=0.8, ls=":")
