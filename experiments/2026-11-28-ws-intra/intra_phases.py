@@ -1,5 +1,5 @@
 """Out-of-tree phases for timing ``ws_intra``'s settings in the same run as its default (and its parent):
-``ws_intra_s4`` (four ring stages), ``ws_intra_u`` (the warp index made uniform) and ``ws_intra_wg2`` (two
+``ws_intra_s4`` (four ring stages), ``ws_intra_u`` (the warp index made uniform), ``ws_intra_bc144`` (144-key tiles) and ``ws_intra_wg2`` (two
 consumers with 128-key tiles, the default at D64 being three with 64-key tiles):
 
     PYTHONPATH=experiments/2026-11-28-ws-intra python3 -m numba_attn.cli run --gpu --setup intra_phases \\
@@ -28,3 +28,4 @@ def _register(suffix, order, fixed):
 ws_intra_s4 = _register("s4", 46.1, {"stages": 4})
 ws_intra_u = _register("u", 46.2, {"uniform": True})
 ws_intra_wg2 = _register("wg2", 46.3, {"warpgroups": 2, "Bc": 128})
+ws_intra_bc144 = _register("bc144", 46.4, {"Bc": 144})  # three stages of 144 keys: 216 KB, the most that fits at D128
