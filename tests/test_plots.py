@@ -1,6 +1,7 @@
 """Plots from a synthetic results file (no kernels): every plot is drawn, in
 PNG and SVG, with its title, units and the device/date caption."""
 import json
+import os
 
 import pytest
 
@@ -180,7 +181,26 @@ def test_headline_draws_from_the_committed_results(tmp_path):
         assert 0.3 < p["ratio"] < 3
     assert main(["plot", "--headline", "--out", str(tmp_path)]) == 0
     svg = (tmp_path / "headline.svg").read_text()
-    for words in ("NVIDIA H200", "PyTorch SDPA", "register_blocked", "warp_specialized_tc",
+    for words in ("NVIDIA H200", "PyTorch SDPA", "register_blocked", "ws_intra",
                   "results/paged-nvidia-h200.jsonl", "B1 H32 N4096 D128 fp16"):
         assert words in svg, words
     assert (tmp_path / "headline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_roadmap_draws_the_latest_run_that_timed_its_baseline(tmp_path):
+    """A later run of a few phases without the baseline leaves the roadmap nothing to measure against: the roadmap
+    takes the latest run that timed it (one run's rows, never a mix), and says so; latest_rows(need=) picks it."""
+    from numba_attn.report.plots import roadmap, synthetic_records
+    from numba_attn.report.table import latest_rows
+
+    first = synthetic_records()
+    later = [dict(r, env_key="later", commit="later") for r in first
+             if r.get("type") == "env" or (r.get("type") == "result" and r.get("phase") not in ("naive",))]
+    records = first + later
+    env, rows, _ = latest_rows(records)
+    assert env["env_key"] == "later" and not any(r["phase"] == "naive" for r in rows)
+    env, rows, _ = latest_rows(records, need="naive")
+    assert env["env_key"] == "synthetic" and any(r["phase"] == "naive" for r in rows)
+    assert {r.get("env_key") for r in rows} == {"synthetic"}
+    files = roadmap(records, str(tmp_path), stem="r")
+    assert files and all(os.path.exists(f) for f in files)

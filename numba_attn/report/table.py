@@ -384,15 +384,29 @@ def env_summary(env: dict | None) -> str:
     return f"{gpu} · {str(env.get('date', '?'))[:10]} · {commit}"
 
 
-def latest_rows(records: list[dict]) -> tuple[dict | None, list[dict], list[dict]]:
+def latest_rows(records: list[dict], need: str | None = None) -> tuple[dict | None, list[dict], list[dict]]:
     """(env, result rows, ceiling rows) of the latest environment in a results
     file: rows carrying the last ``env`` record's ``env_key`` (rows of earlier
     runs with the same key, e.g. reused by ``--resume``, included), the last
-    row for each (phase, problem). Files without keys: every row, last wins."""
+    row for each (phase, problem). Files without keys: every row, last wins.
+    ``need``: a phase that must have a timed row (a roadmap's baseline): the latest
+    environment that has one, else the latest (one run's rows either way)."""
+    envs = [r for r in records if r.get("type") == "env"]
+    if need is not None:
+        for env in reversed(envs):
+            got = _rows_of_env(records, env)
+            if any(r.get("phase") == need and r.get("status") == "OK" and isinstance(r.get("time_ms"), (int, float))
+                   for r in got[0]):
+                return (env,) + got
+    env = envs[-1] if envs else None
+    return (env,) + _rows_of_env(records, env)
+
+
+def _rows_of_env(records: list[dict], env: dict | None) -> tuple[list[dict], list[dict]]:
+    """(result rows, ceiling rows) carrying ``env``'s ``env_key`` (every row when it has none), the last row for
+    each (phase, problem)."""
     import json
 
-    envs = [r for r in records if r.get("type") == "env"]
-    env = envs[-1] if envs else None
     key = (env or {}).get("env_key")
     res, ceil = {}, {}
     for r in records:
@@ -402,4 +416,4 @@ def latest_rows(records: list[dict]) -> tuple[dict | None, list[dict], list[dict
             res[(r.get("phase"), json.dumps(r.get("problem"), sort_keys=True))] = r
         elif r.get("type") == "ceiling":
             ceil[r.get("name")] = r
-    return env, list(res.values()), list(ceil.values())
+    return list(res.values()), list(ceil.values())

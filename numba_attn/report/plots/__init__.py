@@ -40,7 +40,7 @@ from numba_attn.report.plots.headline_plot import HEADLINE, headline, headline_p
 from numba_attn.report.plots.layout_plots import layouts  # noqa: E402, F401
 from numba_attn.report.plots.roadmap_plots import roadmap, scaling, step_pairs, steps  # noqa: E402, F401
 from numba_attn.report.plots.roofline_plots import ROOFLINE_PEERS, roofline, traffic  # noqa: E402, F401
-from numba_attn.report.plots.style import PEER_COLORS, PEER_MARKERS, PEER_STYLE, SHORT_DT  # noqa: E402, F401
+from numba_attn.report.plots.style import PEER_COLORS, PEER_MARKERS, PEER_STYLE, SHORT_DT, _Named  # noqa: E402, F401
 
 PLOTS = ("roadmap", "scaling", "roofline", "traffic", "layouts", "steps", "counts")
 
@@ -62,14 +62,6 @@ def make_all(records, out_dir="plots", prefix="", which=PLOTS) -> list[str]:
         recs = _Named(records, source) if source else records
         files += fns[name](recs, out_dir, stem=stem)
     return files
-
-
-class _Named(list):
-    """Records that remember the file they came from (for captions)."""
-
-    def __init__(self, records, source):
-        super().__init__(records)
-        self.source = source
 
 
 def synthetic_records(device="synthetic device") -> list[dict]:

@@ -10,8 +10,8 @@ from collections import OrderedDict
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 
-from numba_attn.report.plots.style import (CMAP, PEER_STYLE, SHORT_DT, caption, fmt_x, is_sdpa, load_latest,
-                                           ok_time, phase_order, save_figure, shape_key, styles_of)
+from numba_attn.report.plots.style import (CMAP, PEER_STYLE, SHORT_DT, _Named, caption, fmt_x, is_sdpa,
+                                           load_latest, ok_time, phase_order, save_figure, shape_key, styles_of)
 
 
 def _shape_label(p: dict) -> str:
@@ -53,9 +53,17 @@ def roadmap(records, out_dir, stem="roadmap", baseline=None):
     Phases that run only in fp16 (tensor cores) share the panel of the same
     shape in fp32 and are measured against the fp32 baseline (bar label
     ``name (fp16)``), as are the SDPA lines. ``baseline``: the run's own
-    (``bwd_naive`` for the backward family) unless given."""
-    env, rows, _ceil, source = load_latest(records)
-    baseline = baseline or ((env or {}).get("config") or {}).get("baseline") or "naive"
+    (``bwd_naive`` for the backward family) unless given. The latest run that
+    timed the baseline (a later run of a few phases only, without it, would
+    leave nothing to measure against; its steps are in :func:`steps`)."""
+    if isinstance(records, (str, os.PathLike)):
+        from numba_attn.measure.results import load_results
+
+        source, records = os.path.basename(str(records)), load_results(str(records))
+        records = _Named(records, source)
+    last = load_latest(records)[0]
+    baseline = baseline or ((last or {}).get("config") or {}).get("baseline") or "naive"
+    env, rows, _ceil, source = load_latest(records, need=baseline)
     rows = [r for r in rows if r.get("phase_kind", "prefill") != "decode" or r.get("kind") == "peer"]
     phases = phase_order(rows)
     shapes = OrderedDict()
@@ -157,6 +165,9 @@ def roadmap(records, out_dir, stem="roadmap", baseline=None):
             "hatched: the phase's planned speedup (its registration); labels: failed or skipped rows"
     if no_base:
         extra += f"\nnot drawn (no {baseline} time on the shape to measure against): {'; '.join(no_base)}"
+    if env is not last:
+        extra += (f"\nthe latest run that timed {baseline}; later runs (without it) are in the steps plot, each "
+                  "phase against its parent in the same run")
     caption(fig, env, source, extra)
     return save_figure(fig, out_dir, stem)
 

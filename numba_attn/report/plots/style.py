@@ -15,8 +15,17 @@ CMAP = plt.get_cmap("tab10")
 _CMAP20 = plt.get_cmap("tab20")
 
 
-def load_latest(records_or_path):
-    """(env, latest rows, OK ceilings by name, source name) of a results file or of records."""
+class _Named(list):
+    """Records that remember the file they came from (for captions)."""
+
+    def __init__(self, records, source):
+        super().__init__(records)
+        self.source = source
+
+
+def load_latest(records_or_path, need=None):
+    """(env, latest rows, OK ceilings by name, source name) of a results file or of records; ``need``: a phase
+    whose timed row the run must have (:func:`latest_rows`)."""
     if isinstance(records_or_path, (str, os.PathLike)):
         from numba_attn.measure.results import load_results
 
@@ -25,7 +34,7 @@ def load_latest(records_or_path):
     else:
         source = getattr(records_or_path, "source", None) or "in-memory results"
         records = list(records_or_path)
-    env, rows, ceil = latest_rows(records)
+    env, rows, ceil = latest_rows(records, need)
     return env, rows, {c["name"]: c for c in ceil if c.get("status") == "OK" and c.get("value")}, source
 
 
