@@ -119,6 +119,20 @@ CASES = [
     ("ws_intra", tiny("float16", D=128, q_len=80, kv_len=95, heads=1, causal=True), {"Bc": 16}),
     ("ws_intra", tiny("float16", D=16, q_len=130, kv_len=150, heads=1, causal=True), {"warpgroups": 2, "Bc": 16}),
     ("ws_intra", tiny("bfloat16", D=16, q_len=150, kv_len=40, heads=1), {"warpgroups": 3, "Bc": 16, "uniform": True}),
+    # the same with K and V on barriers of their own (two stages: K_j released after S_j, V_j after its P·V; the
+    # unseen tiles of the D16 causal case outnumber the stages), three stages, three consumers
+    ("ws_intra_kv", tiny("float16", D=64, q_len=100, kv_len=75, heads=1), {"Bc": 16}),
+    ("ws_intra_kv", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"Bc": 32, "stages": 3}),
+    ("ws_intra_kv", tiny("float16", D=128, q_len=80, kv_len=95, heads=1, causal=True), {"Bc": 16}),
+    ("ws_intra_kv", tiny("float16", D=16, q_len=130, kv_len=150, heads=1, causal=True), {"warpgroups": 2, "Bc": 16}),
+    ("ws_intra_kv", tiny("bfloat16", D=16, q_len=150, kv_len=40, heads=1), {"warpgroups": 3, "Bc": 16}),
+    # and Q in shared memory (each warpgroup's fragments stored into its swizzled tile, S read from there): the
+    # same shapes, a head dim padded to whole k-steps (40) and one of 64-byte rows (32, another swizzle)
+    ("ws_intra_qs", tiny("float16", D=64, q_len=100, kv_len=75, heads=1), {"Bc": 16}),
+    ("ws_intra_qs", tiny("bfloat16", D=32, heads=2, kv_heads=1), {"Bc": 32}),
+    ("ws_intra_qs", tiny("float16", D=128, q_len=80, kv_len=95, heads=1, causal=True), {"Bc": 16}),
+    ("ws_intra_qs", tiny("float16", D=40, q_len=130, kv_len=150, heads=1, causal=True), {"warpgroups": 2, "Bc": 16}),
+    ("ws_intra_qs", tiny("bfloat16", D=16, q_len=150, kv_len=40, heads=1), {"warpgroups": 3, "Bc": 16}),
     # uniform (the warp index broadcast from lane 0; off by default in warp_specialized_tc, on in ws_overlap): the
     # other setting, the same kernels otherwise (only the warp index's source differs, so one case a phase, with
     # every warpgroup's warps: the producer and two consumers, the second partly past Nq, causal; D=16 with tiles
@@ -419,7 +433,8 @@ def record(name, D, causal, params=None):
 # (D=64 and D=128 of each family member share their code but for the tile sizes: the causal D=128 kernels, the
 # most registers, stand for both)
 for name, D, causal in (("tma_wgmma", 128, False), ("warp_specialized_tc", 128, False), ("pingpong", 128, True),
-                        ("ws_overlap", 128, True), ("ws_persistent", 128, True), ("ws_intra", 128, True)):
+                        ("ws_overlap", 128, True), ("ws_persistent", 128, True), ("ws_intra", 128, True),
+                        ("ws_intra_kv", 128, True), ("ws_intra_qs", 128, True)):
     res[f"{name}-D{D}" + ("-causal" if causal else "")] = record(name, D, causal)
 # the option uniform=True (the warp index broadcast by shfl.sync) on the two phases that expose it; where it is the
 # phase's default (ws_overlap), the kernel compiled above with the default parameters is that one
@@ -465,7 +480,7 @@ def test_offline_tma_phases_assemble_without_spills():
         assert {"mbarrier.try_wait.parity.shared::cta.b64", "mbarrier.arrive.expect_tx.shared::cta.b64",
                 "mbarrier.arrive.shared::cta.b64"} <= ops, key
         assert not any(op.startswith(("cp.async.cg", "cp.async.ca", "call")) for op in ops), (key, ops)
-        if key.startswith(("warp_specialized_tc", "pingpong", "ws_overlap", "ws_persistent", "ws_intra")):
+        if key.startswith(("warp_specialized_tc", "pingpong", "ws_overlap", "ws_persistent", "ws_intra")):  # (and _kv)
             assert {"setmaxnreg.dec.sync.aligned.u32", "setmaxnreg.inc.sync.aligned.u32"} <= ops, key
         if not key.startswith("pingpong"):  # no named barrier but the block barrier
             assert "bar.arrive" not in ops and rec["bars"] == [], (key, rec["bars"])

@@ -20,7 +20,10 @@ from numba import cuda, float32, uint32
 
 from numba_attn.gpu.intrinsics import rows_head_major
 from numba_attn.gpu.jit import device
-from numba_attn.gpu.wgmma import kmajor_params, make_wgmma_rs, make_wgmma_wait, mnmajor_params
+from numba_attn.gpu.loads import st_shared_b32
+from numba_attn.gpu.mbarrier import fence_proxy_async
+from numba_attn.gpu.warpspec import named_barrier_sync
+from numba_attn.gpu.wgmma import kmajor_params, make_wgmma_rs, make_wgmma_ss, make_wgmma_wait, mnmajor_params
 from numba_attn.phases.tensor_core.epilogue import lse_fragments, store_fragments
 from numba_attn.phases.tensor_core.fragments import q_start
 from numba_attn.phases.tensor_core.mask import key_ends, mask_fragments, variant_fragments
@@ -31,7 +34,7 @@ from numba_attn.gpu.warp import FULL_MASK, ballot_sync
 from numba_attn.phases.tensor_core.softmax import online_softmax, online_softmax_lazy, pack_p, rescale_o
 from numba_attn.variants.stages import LN2, PLAIN
 
-__all__ = ["wgmma_products", "scores_softmax", "scores_to_p", "ring_steps", "plain_mainloop", "consumer"]
+__all__ = ["wgmma_products", "q_operand", "scores_softmax", "scores_to_p", "ring_steps", "plain_mainloop", "consumer"]
 
 
 @functools.cache
@@ -48,6 +51,54 @@ def wgmma_products(tiles, bf16: bool, pv_waited: bool):
     wait_all = make_wgmma_wait(0, tiles.s_regs, tiles.o_regs)  # both products done
     wait_o = make_wgmma_wait(0, tiles.o_regs)  # O done
     return qk, qk_next, pv, wait_all, wait_o
+
+
+@functools.cache
+def q_operand(tiles, bf16: bool):
+    """``(store_q, issue_s)`` of S = Q·Kᵀ issued and not waited for. Q in registers: ``store_q`` does nothing and
+    ``issue_s(s, qf, q_off, KV, b_off)`` reads Q's A fragments ``qf``. ``tiles.q_smem``: ``store_q(KV, q_off, qf,
+    wrow, g, t)`` writes this lane's fragments of the warp's 16 rows (from row ``wrow`` of its warpgroup's tile at byte
+    ``q_off`` of the ring's view: K-major, swizzled like a K tile of 64 rows), then makes them visible to the
+    tensor cores (``fence.proxy.async``, the warpgroup's named barrier ``1 + q_off``'s tile index); ``issue_s``
+    reads Q from there, and the fragments' registers are free for the rest of the item."""
+    kind = "bf16" if bf16 else "f16"
+    rb, KS, BASE, QT = tiles.row_bytes, tiles.qk_steps, tiles.q_base, tiles.q_tile_bytes
+    SWM = rb // 16 - 1
+    offs, lbo, sbo = kmajor_params(tiles.Bc, KS, rb)
+    qk_rs = make_wgmma_rs(kind, tiles.Bc, False, True, offs, lbo, sbo, rb, False)
+
+    if not tiles.q_smem:
+        @device
+        def store_nothing(KV, q_off, qf, wrow, g, t):
+            pass
+
+        @device
+        def issue_rs(s, qf, q_off, KV, b_off):
+            qk_rs(s, qf, 0, KV, b_off)
+
+        return store_nothing, issue_rs
+
+    qk_ss = make_wgmma_ss(kind, tiles.Bc, False, True, offs, lbo, sbo, rb, False)
+
+    @device
+    def store_q(KV, q_off, qf, wrow, g, t):
+        for ks in range(KS):
+            for half in range(2):  # words 8ks+t (fragments 0, 1) and 8ks+t+4 (2, 3) of rows g and g+8
+                byte = 4 * (8 * ks + t + 4 * half)
+                cb = byte // rb  # (rb a power of two: shifts)
+                inrow = byte % rb
+                for hi in range(2):
+                    r = wrow + g + 8 * hi
+                    at = q_off + cb * 64 * rb + r * rb + 16 * ((inrow // 16) ^ (((r * rb) >> 7) & SWM)) + inrow % 16
+                    st_shared_b32(KV, at, qf[4 * ks + 2 * half + hi])
+        fence_proxy_async()  # the generic proxy's stores visible to the tensor cores' reads
+        named_barrier_sync(1 + (q_off - BASE) // QT, 128)  # the warpgroup's four warps have stored
+
+    @device
+    def issue_ss(s, qf, q_off, KV, b_off):
+        qk_ss(s, KV, q_off, KV, b_off)
+
+    return store_q, issue_ss
 
 
 @functools.cache
@@ -180,6 +231,8 @@ def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop
     mainloop = mainloop_factory(tiles, causal, bf16, loads, varlen, stage)
     count = key_tiles(tiles.Bc, stage)[0]
     Bc, q_regs, s_regs, o_regs, p_regs = tiles.Bc, tiles.q_regs, tiles.s_regs, tiles.o_regs, tiles.p_regs
+    store_q = q_operand(tiles, bf16)[0]
+    Q_BASE, Q_TILE = tiles.q_base, tiles.q_tile_bytes
 
     @device
     def consume(q, o, loads, item, ring, lane_ids, Nq, off, sl2, q0):
@@ -190,6 +243,7 @@ def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop
         r_lo = row0 + g
         acc = cuda.local.array(o_regs, float32)
         stats = start(qf, acc, q, bh, r_lo, Nq, t)  # Q's A fragments, O = 0; running max and sums (lane's columns)
+        store_q(loads[0], Q_BASE + ((wg0 - blk0) // 64) * Q_TILE, qf, row0 - wg0, g, t)  # (q_smem: Q's tile)
         s = cuda.local.array(s_regs, float32)
         sn = cuda.local.array(s_regs, float32)  # overlap: S of the next tile, in flight during this tile's softmax
         pf = cuda.local.array(p_regs, uint32)

@@ -61,15 +61,21 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
         raise ValueError(f"loads={loads!r}: one of {sorted(LOAD_NAMES)}")
     if varlen and loads != "cp_async":
         raise ValueError("the varlen layout has no TMA ring (loads='cp_async')")
+    if tiles.q_smem and not getattr(mainloop, "q_smem", False):
+        raise ValueError("q_smem (Q's tiles in shared memory) needs a mainloop that reads Q from there "
+                         "(``mainloop.q_smem``)")
+    if tiles.split_kv and not (ws and getattr(mainloop, "split_kv", False)):
+        raise ValueError("split_kv (K and V on barriers of their own) needs loads='ws' and a mainloop that waits "
+                         "and releases them apart (``mainloop.split_kv``)")
     if persistent and not (ws and mainloop is plain_mainloop):
         raise ValueError("persistent blocks carry the producer's ring across work items: they need loads='ws' "
                          "and the plain mainloop")
     consume = consumer(tiles, causal, bf16, loads, varlen, mainloop, stage)
     produce = ws_producer(tiles, causal, stage)
     ring_rows = tiles.ring_rows
-    init_barriers = ring_barriers(tiles.stages, tiles.warps)[0]
+    init_barriers = ring_barriers(tiles.stages, tiles.warps, tiles.split_kv)[0]
     Br = tiles.Br
-    n_barriers = 2 * tiles.stages
+    n_barriers = tiles.n_barriers
     give_registers = ws and tiles.warpgroups >= 2  # move registers to the consumers (one consumer: no need)
     producer_regs = ws_producer_regs(tiles.warpgroups)
     consumer_regs = ws_consumer_regs(tiles.warpgroups)
@@ -151,7 +157,8 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
             consume(q, o, (KV, k, v, bars, kvh, Nk, (mods, b, h, cuda.blockIdx.x, Nq)), (blk0, wg0, row0, bh), state,
                     lane_ids, Nq, off, sl2, q0)
 
-    body.__name__ = body.__qualname__ = kernel_name(loads, mainloop, persistent, varlen)
+    body.__name__ = body.__qualname__ = kernel_name(loads, mainloop, persistent, varlen) + (
+        "_kv" if tiles.split_kv else "") + ("_qs" if tiles.q_smem else "")
     if ws:
         return kernel(body, launch_bounds=(128 * (tiles.warpgroups + 1), 1))
     # Above 256 threads (3 warpgroups: 65536 / 384 = 170 registers a thread) the block size goes to ptxas
@@ -164,7 +171,7 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
 
 
 def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads="cp_async", varlen=False,
-                uniform=False, blocks=None, lazy_rescale=False):
+                uniform=False, blocks=None, lazy_rescale=False, split_kv=False, q_smem=False):
     """The :class:`Launch` of the wgmma kernel: grid (query blocks, heads, batch), the ring in
     dynamic shared memory (opt-in made at the first launch), and the uint32 views of the last
     few input sets cached (making views costs host time at every launch). ``varlen``: the packed
@@ -174,12 +181,13 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
     tensor maps of their uint32 views (:func:`kv_tensor_map`, cached with the views); "ws": ``warpgroups``
     consumer warpgroups plus the producer warpgroup per block; ``blocks`` (with "ws"; None: not persistent):
     persistent blocks, a grid of ``blocks`` (0: one per SM) each running every ``blocks``-th work item, never more
-    blocks than items. ``lazy_rescale``: FlashAttention-4's conditional rescale of O (:class:`WgmmaTiles`)."""
+    blocks than items. ``lazy_rescale``: FlashAttention-4's conditional rescale of O; ``split_kv``: K and V on
+    barriers of their own; ``q_smem``: Q's tiles in shared memory (:class:`WgmmaTiles`)."""
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     D = problem.head_dim
     tma = loads != "cp_async"
     variant = getattr(problem, "variant", None)
-    tiles = wgmma_tiles(D, warpgroups, Bc, stages, bool(lazy_rescale))
+    tiles = wgmma_tiles(D, warpgroups, Bc, stages, bool(lazy_rescale), bool(split_kv), bool(q_smem))
     kern = make_wgmma_kernel(tiles, problem.group, problem.causal, problem.dtype == "bfloat16", mainloop, loads,
                              varlen, blocks is not None, uniform,
                              stages_of(variant, listed=False) if varlen  # (no block mask: a sequence's own positions)
@@ -192,7 +200,7 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
         if blocks < 0:
             raise ValueError(f"blocks (persistent blocks) must be at least 1, or 0 for one per SM; got {blocks}")
         grid = (min(blocks or sm_count(), grid[0] * H * problem.batch), 1, 1)
-    nbytes = wgmma_smem_bytes(D, Bc, stages)
+    nbytes = wgmma_smem_bytes(D, Bc, stages, 64 * warpgroups if q_smem else 0)
     own = VarlenLayout(problem) if varlen else None
     nthreads = 128 * (warpgroups + 1 if loads == "ws" else warpgroups)  # ws: the producer warpgroup too
     kernel_mods = KernelMods(problem, None if varlen else Br, Bc)  # a variant's arrays, block mask at (Br, Bc)

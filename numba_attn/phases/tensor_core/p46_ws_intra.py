@@ -23,11 +23,10 @@ from numba import uint32
 from numba_attn.gpu.jit import device
 from numba_attn.gpu.wgmma import make_wgmma_wait
 from numba_attn.phases.registry import register_phase
-from numba_attn.phases.tensor_core.consumer import scores_softmax, wgmma_products
+from numba_attn.phases.tensor_core.consumer import q_operand, scores_softmax, wgmma_products
 from numba_attn.phases.tensor_core.kernel import build_wgmma, wgmma_registration
 from numba_attn.phases.tensor_core.p26_warp_specialized_tc import resolve_warp_specialized, supports_warp_specialized
-from numba_attn.phases.tensor_core.pipeline import ring_functions
-from numba_attn.phases.tensor_core.producer import load_functions
+from numba_attn.phases.tensor_core.pipeline import kv_barriers, ring_functions
 from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.phases.tensor_core.softmax import pack_p, rescale_o
 from numba_attn.variants.stages import PLAIN
@@ -39,17 +38,20 @@ MAX_HEAD_DIM = 224  # offline, sm_90a: no spill up to D224 (252 registers, one c
 @functools.cache
 def intra_mainloop(tiles, causal, bf16, loads, varlen, stage=PLAIN):
     """The tile loop with the softmax of tile ``it`` under the P·V of the last tile this warpgroup saw (``held``:
-    its P packed in ``pf``, its stage not yet released): issue S_it, issue that P·V, wait for S_it, the softmax
-    in place, wait for O, release the held stage, pack P_it, rescale O. Every visible tile issues both products
+    its P packed in ``pf``, its V not yet released): issue S_it, issue that P·V, wait for S_it, the softmax
+    in place, wait for O, release the held V, pack P_it, rescale O. Every visible tile issues both products
     (the first one's P·V adds P = 0 times its own V, so the wait for S_it is always ``wait_group 1``); at the first
     tile this warpgroup does not see (past its rows' last key; so are all later ones) the held P·V runs and its
-    stage is released (a later tile may wait for that stage), and each unseen tile is released at once; else the
-    last P·V runs after the loop."""
+    V is released (a later tile may wait for that stage), and each unseen tile is released at once; else the
+    last P·V runs after the loop. The barriers (:func:`.pipeline.kv_barriers`): one pair a stage, K's wait being
+    the tile's and V's release the stage's; with ``tiles.split_kv`` K's stage is released once S_it is complete and
+    V is waited for just before its P·V."""
     if varlen or loads != "ws":
         raise ValueError("intra_mainloop runs on the warp-specialized ring (loads='ws', not varlen)")
     STAGES, Bc, TILE = tiles.stages, tiles.Bc, tiles.tile_bytes
-    acquire, release = load_functions(tiles, loads, varlen, False, stage)[2:4]
-    _, qk, pv, _, wait_o = wgmma_products(tiles, bf16, False)  # S and O += P·V, both only issued
+    wait_k, release_k, wait_v, release_v = kv_barriers(STAGES, tiles.warps, tiles.split_kv)
+    pv, wait_o = wgmma_products(tiles, bf16, False)[2::2]  # O += P·V only issued; the wait for O
+    qk = q_operand(tiles, bf16)[1]  # S = Q·Kᵀ only issued, Q from its registers or (q_smem) its tile
     wait_s = make_wgmma_wait(1, tiles.s_regs)  # S complete; the P·V issued after it may still run
     wait_all = make_wgmma_wait(0, tiles.s_regs, tiles.o_regs)
     softmax = scores_softmax(tiles, causal, stage)
@@ -58,58 +60,67 @@ def intra_mainloop(tiles, causal, bf16, loads, varlen, stage=PLAIN):
     tile_at, kind_at = key_tiles(Bc, stage)[1:]
     advance = ring_functions(STAGES)[0]
     P_REGS = tiles.p_regs
+    BR, Q_BASE, Q_TILE = tiles.Br, tiles.q_base, tiles.q_tile_bytes
 
     @device
     def mainloop(n_tiles, ring, stats, regs, loads, rows, lane_ids):
         qf, s, sn, pf, acc = regs
-        KV = loads[0]
+        KV, bars, lane = loads[0], loads[3], lane_ids[1]
         for i in range(P_REGS):  # no P held yet: the first tile's P·V adds 0 · V (of its own stage)
             pf[i] = uint32(0)
         held = False
-        held_stage = 0
-        refill = (0, 0)  # (the producer refills; acquire only waits)
+        held_ring = ring  # the ring state (stage, phase) of the tile whose P is held
+        q_off = Q_BASE + ((rows[0] % BR) // 64) * Q_TILE  # (q_smem) this warpgroup's Q tile
         for it in range(n_tiles):
             kt = tile_at(loads[6], it)
             kind = kind_at(loads[6], kt)
-            ring, refill = acquire(loads, it, n_tiles, ring, refill, lane_ids[0])  # tile it has landed
+            wait_k(bars, ring)  # K of tile it has landed (without split_kv: the whole tile)
             j0 = kt * Bc
             if j0 < rows[1]:  # this warpgroup's rows see keys of the tile
                 if not held:
-                    held_stage = ring[0]
-                qk(s, qf, 0, KV, ring[0] * TILE)  # S_it = Q K_itᵀ, issued ...
-                pv(acc, pf, 0, KV, (STAGES + held_stage) * TILE)  # ... then the held tile's O += P V
+                    held_ring = ring
+                qk(s, qf, q_off, KV, ring[0] * TILE)  # S_it = Q K_itᵀ, issued ...
+                wait_v(bars, held_ring)
+                pv(acc, pf, 0, KV, (STAGES + held_ring[0]) * TILE)  # ... then the held tile's O += P V
                 wait_s(s, s)  # S_it complete (the P·V may still run)
+                release_k(bars, ring[0], lane)
                 stats, corr_lo, corr_hi = softmax(s, stats, j0, kind, loads, rows, lane_ids)
                 wait_all(s, acc)  # the held P·V complete: pf and O are free
                 if held:
-                    release(loads, held_stage, lane_ids[1])
+                    release_v(bars, held_ring[0], lane)
                 pack(pf, s)
                 rescale(acc, 0, corr_lo, corr_hi)
                 held = True
-                held_stage = ring[0]
+                held_ring = ring
             else:  # a tile this warpgroup does not see (all later ones too): the held P·V first, so that its
                 if held:  # stage is free before a later tile waits for the same stage
-                    pv(acc, pf, 0, KV, (STAGES + held_stage) * TILE)
+                    wait_v(bars, held_ring)
+                    pv(acc, pf, 0, KV, (STAGES + held_ring[0]) * TILE)
                     wait_o(acc, acc)
-                    release(loads, held_stage, lane_ids[1])
+                    release_v(bars, held_ring[0], lane)
                     held = False
                     for i in range(P_REGS):  # (the walk is monotone: no visible tile follows; kept correct if one did)
                         pf[i] = uint32(0)
-                release(loads, ring[0], lane_ids[1])
+                wait_v(bars, ring)  # (every warp waits for what it releases: its arrival must not count early)
+                release_k(bars, ring[0], lane)
+                release_v(bars, ring[0], lane)
             ring = advance(ring)
         if held:  # the last tile's P·V
-            pv(acc, pf, 0, KV, (STAGES + held_stage) * TILE)
+            wait_v(bars, held_ring)
+            pv(acc, pf, 0, KV, (STAGES + held_ring[0]) * TILE)
             wait_o(acc, acc)
-            release(loads, held_stage, lane_ids[1])
+            release_v(bars, held_ring[0], lane)
         return stats, ring
 
     return mainloop
 
 
 intra_mainloop.suffix = "_intra"
+intra_mainloop.split_kv = True  # it waits for and releases K and V apart when the ring's tiles say so
+intra_mainloop.q_smem = True  # it reads Q from its tile when the ring's tiles hold one
 
 
-def _resolve(problem, warpgroups, Bc, stages, **_):
+def resolve_intra(problem, warpgroups, Bc, stages, **_):
     """warp_specialized_tc's choice, except three consumers take 64-key tiles (128 spill: 116 bytes at D64)."""
     r = resolve_warp_specialized(problem, warpgroups, Bc, stages)
     if r["warpgroups"] == 3 and not Bc:
@@ -117,9 +128,9 @@ def _resolve(problem, warpgroups, Bc, stages, **_):
     return r
 
 
-def _supports(problem, warpgroups, Bc, stages, **_):
-    if stages < MIN_STAGES:
-        return f"stages={stages}: a consumer holds a stage through the next tile, so at least {MIN_STAGES}"
+def supports_intra(problem, warpgroups, Bc, stages, min_stages=MIN_STAGES, **_):
+    if stages < min_stages:
+        return f"stages={stages}: a consumer holds a stage through the next tile, so at least {min_stages}"
     if warpgroups == 3 and Bc > 64:
         return (f"Bc={Bc} with three consumers: S, the held P, O and Q need more than their 160 registers (116 bytes "
                 "spilled at D64, serialized wgmma); use Bc=64 or two consumers")
@@ -140,7 +151,7 @@ def _supports(problem, warpgroups, Bc, stages, **_):
     """,
     lineage="FlashAttention-3 (Shah et al. 2024), §3.2 intra-warpgroup overlapping of GEMMs and softmax",
     planned_speedup=170.0,  # warp_specialized_tc's 160 and a predicted ~1.06x
-    **wgmma_registration(_supports, _resolve,
+    **wgmma_registration(supports_intra, resolve_intra,
                          {"warpgroups": [2, 3], "Bc": [64, 128], "stages": [3, 4], "uniform": [False, True]},
                          {"warpgroups": 2, "Bc": 16, "stages": 3}),
 )

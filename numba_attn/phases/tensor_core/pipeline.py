@@ -5,7 +5,7 @@
   (the next tile's: no division in the loop) and ``ring_at`` (tile ``it``'s, divided out);
 * the TMA ring's mbarriers: stage s has a "full" barrier (``s``: the tile's bytes landed) and an "empty"
   one (``STAGES + s``: every consumer warp is done with it); :func:`ring_barriers` initialises them and
-  gives ``wait_full`` / ``release``;
+  gives ``wait_full`` / ``release``; with ``split_kv`` K and V have a pair each (:func:`kv_barriers`);
 * :func:`ring_padding`: the ring in dynamic shared memory starts at a 1024-byte boundary (the swizzle's period);
 * :func:`cp_async_ring`: the cp.async ring of the kernels that copy their own tiles (``tc_pipelined``, ``tc_tf32``,
   ``fp8_wgmma``): the first tiles issued, then per tile a wait, a block barrier and the refill.
@@ -26,8 +26,8 @@ from numba_attn.gpu.wgmma import padded_columns, row_bytes, shared_address
 from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.variants.stages import PLAIN
 
-__all__ = ["ALIGN_BYTES", "WgmmaTiles", "wgmma_tiles", "ring_functions", "ring_barriers", "ring_padding",
-           "wgmma_smem_bytes", "cp_async_ring"]
+__all__ = ["ALIGN_BYTES", "WgmmaTiles", "wgmma_tiles", "ring_functions", "ring_barriers", "kv_barriers",
+           "ring_padding", "wgmma_smem_bytes", "cp_async_ring"]
 
 ALIGN_BYTES = 1024  # the 128-byte swizzle repeats every 1024 bytes: tiles start there
 
@@ -36,12 +36,16 @@ ALIGN_BYTES = 1024  # the 128-byte swizzle repeats every 1024 bytes: tiles start
 class WgmmaTiles:
     """The compile-time shape of a wgmma kernel of ``warpgroups`` computing warpgroups (64 query rows each),
     head_dim ``D``, K/V tiles of ``Bc`` keys in a ring of ``stages``; ``lazy_rescale``: FlashAttention-4's
-    conditional rescale of O (:func:`.consumer.scores_to_p`)."""
+    conditional rescale of O (:func:`.consumer.scores_to_p`); ``split_kv``: K and V with full and empty barriers of
+    their own, released apart (:func:`kv_barriers`); ``q_smem``: Q's 64-row tiles in shared memory after the ring
+    (``q_base``), read by the wgmma of S = Q·Kᵀ instead of Q's registers."""
     D: int
     warpgroups: int
     Bc: int
     stages: int
     lazy_rescale: bool = False
+    split_kv: bool = False  # K and V of a stage on barriers of their own (:func:`kv_barriers`)
+    q_smem: bool = False  # Q in shared memory after the ring, a 64-row tile a warpgroup (the A of S = Q·Kᵀ)
 
     @property
     def warps(self):  # warpgroup i = warps 4i..4i+3
@@ -100,13 +104,27 @@ class WgmmaTiles:
         return self.Bc * self.padded_d * 2
 
     @property
-    def ring_rows(self):  # rows of 16 bytes in the ring (K and V)
-        return 2 * self.stages * self.tile_bytes // 16
+    def q_tile_bytes(self):  # one warpgroup's Q tile (q_smem)
+        return 64 * self.padded_d * 2
+
+    @property
+    def q_base(self):  # byte of the first Q tile (q_smem): after the K and V stages
+        return 2 * self.stages * self.tile_bytes
+
+    @property
+    def ring_rows(self):  # rows of 16 bytes in the ring (K and V; the Q tiles after them with q_smem)
+        q = self.warpgroups * self.q_tile_bytes if self.q_smem else 0
+        return (2 * self.stages * self.tile_bytes + q) // 16
+
+    @property
+    def n_barriers(self):  # full and empty a stage; K's and V's apart with split_kv
+        return (4 if self.split_kv else 2) * self.stages
 
 
 @functools.cache
-def wgmma_tiles(D: int, warpgroups: int, Bc: int, stages: int, lazy_rescale: bool = False) -> WgmmaTiles:
-    return WgmmaTiles(D, warpgroups, Bc, stages, lazy_rescale)
+def wgmma_tiles(D: int, warpgroups: int, Bc: int, stages: int, lazy_rescale: bool = False,
+                split_kv: bool = False, q_smem: bool = False) -> WgmmaTiles:
+    return WgmmaTiles(D, warpgroups, Bc, stages, lazy_rescale, split_kv, q_smem)
 
 
 @functools.cache
@@ -130,19 +148,24 @@ def ring_functions(STAGES: int):
 
 
 @functools.cache
-def ring_barriers(STAGES: int, warps: int):
+def ring_barriers(STAGES: int, warps: int, split: bool = False):
     """``(init, wait_full, release)`` of the TMA ring's mbarriers in ``bars`` (uint64[2·STAGES]): ``init(bars, k,
     v, tid)`` (thread 0; the tensor maps acquired; then a block barrier), ``wait_full(bars, ring)`` (the tile of
     that stage and phase has landed), ``release(bars, stage, lane)`` (this warp is done with the stage: every
-    lane past its wgmma wait, the lanes synced, then lane 0 arrives: one arrival per warp of ``warps``)."""
+    lane past its wgmma wait, the lanes synced, then lane 0 arrives: one arrival per warp of ``warps``).
+    ``split``: 4·STAGES barriers, the first 2·STAGES K's as above and V's full and empty ones after them
+    (:func:`kv_barriers`)."""
+    PAIRS = 2 if split else 1
+
     @device
     def init(bars, k, v, tid):
         if tid == 0:
             tensormap_fence_acquire(k)
             tensormap_fence_acquire(v)
-            for stage in range(STAGES):
-                mbarrier_init(bars, stage, 1)  # full: thread 0's arrival and the tile's bytes
-                mbarrier_init(bars, STAGES + stage, warps)  # empty: one arrival per warp
+            for pair in range(PAIRS):
+                for stage in range(STAGES):
+                    mbarrier_init(bars, 2 * STAGES * pair + stage, 1)  # full: thread 0's arrival and the bytes
+                    mbarrier_init(bars, 2 * STAGES * pair + STAGES + stage, warps)  # empty: one arrival a warp
             fence_proxy_async()  # the initialised barriers visible to the async proxy (TMA's complete_tx)
         cuda.syncthreads()
 
@@ -159,6 +182,39 @@ def ring_barriers(STAGES: int, warps: int):
     return init, wait_full, release
 
 
+@functools.cache
+def kv_barriers(STAGES: int, warps: int, split: bool):
+    """``(wait_k, release_k, wait_v, release_v)`` of a consumer warp, each ``(bars, ring)`` or ``(bars, stage,
+    lane)`` as in :func:`ring_barriers`. ``split``: K's full and empty barriers are the ring's (0 .. 2·STAGES-1), V's
+    come after them, so K's stage is released once its product is done and V's once its own is. Otherwise one pair
+    of barriers a stage: waiting for K waits for the whole tile, releasing V releases the stage, and the other
+    two do nothing (the code is the same either way)."""
+    wait_full, release = ring_barriers(STAGES, warps, split)[1:]
+    VB = 2 * STAGES  # V's barriers, after K's
+
+    @device
+    def nothing_waited(bars, ring):
+        pass
+
+    @device
+    def nothing_released(bars, stage, lane):
+        pass
+
+    @device
+    def wait_v(bars, ring):
+        mbarrier_wait(bars, VB + ring[0], ring[1])
+
+    @device
+    def release_v(bars, stage, lane):
+        syncwarp(FULL_MASK)
+        if lane == 0:
+            mbarrier_arrive(bars, VB + STAGES + stage)
+
+    if split:
+        return wait_full, release, wait_v, release_v
+    return wait_full, nothing_released, nothing_waited, release
+
+
 @device
 def ring_padding(base):
     """The float32 elements from the dynamic shared memory's ``base`` to its first 1024-byte boundary, where the
@@ -166,9 +222,10 @@ def ring_padding(base):
     return ((ALIGN_BYTES - (shared_address(base) & (ALIGN_BYTES - 1))) & (ALIGN_BYTES - 1)) // 4
 
 
-def wgmma_smem_bytes(D, Bc, stages):
-    """The K/V ring (rows of :func:`padded_columns` elements) plus the 1024 bytes of alignment padding."""
-    return 2 * stages * Bc * padded_columns(D) * 2 + ALIGN_BYTES
+def wgmma_smem_bytes(D, Bc, stages, q_rows=0):
+    """The K/V ring (rows of :func:`padded_columns` elements), ``q_rows`` rows of Q after it, plus the 1024 bytes of
+    alignment padding."""
+    return (2 * stages * Bc + q_rows) * padded_columns(D) * 2 + ALIGN_BYTES
 
 
 @functools.cache

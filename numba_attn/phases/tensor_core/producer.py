@@ -115,6 +115,27 @@ def tma_tile(tiles):
 
 
 @functools.cache
+def tma_half(tiles, half: int):
+    """With ``split_kv``: a device function ``load(KV, map, bars, tile, stage, kvh)`` bringing only K (``half`` 0)
+    or only V (1) of tile ``tile`` into ring stage ``stage``, on that half's full barrier
+    (:func:`.pipeline.kv_barriers`: K's at ``stage``, V's at ``2·STAGES + stage``)."""
+    STAGES, Bc, TILE = tiles.stages, tiles.Bc, tiles.tile_bytes
+    boxes = tiles.padded_d * 2 // tiles.row_bytes
+    box_bytes = Bc * tiles.row_bytes
+    box_words = tiles.row_bytes // 4
+    BASE, BAR = half * STAGES * TILE, half * 2 * STAGES
+
+    @device
+    def load(KV, tmap, bars, tile, stage, kvh):
+        mbarrier_arrive_expect_tx(bars, BAR + stage, TILE)
+        row = tile * Bc
+        for cb in range(boxes):
+            tma_load_3d(KV, BASE + stage * TILE + cb * box_bytes, tmap, kvh, row, box_words * cb, bars, BAR + stage)
+
+    return load
+
+
+@functools.cache
 def tma_loads(tiles, ahead: bool, producer: bool, stage=PLAIN):
     """The TMA ring: every warp waits on the stage's full barrier (also a warpgroup that skips the tile: its
     release must not count towards a later phase of the empty barrier) and releases it on the empty one.
@@ -173,7 +194,10 @@ def ws_producer(tiles, causal: bool, stage=PLAIN):
     only on the empty barriers. ``ring``: the next tile's stage and phase; ``loaded``: tiles this block brought
     before (a stage is free at once only while fewer than ``STAGES`` were); both come back after the item."""
     STAGES, Bc = tiles.stages, tiles.Bc
+    SPLIT = tiles.split_kv
     load_tile = tma_tile(tiles)
+    load_k, load_v = tma_half(tiles, 0), tma_half(tiles, 1)
+    VB = 2 * STAGES  # (split_kv) V's barriers
     advance = ring_functions(STAGES)[0]
     ends = key_ends(tiles.Br, 64, causal)
     count, tile_at = key_tiles(Bc, stage)[:2]
@@ -183,9 +207,18 @@ def ws_producer(tiles, causal: bool, stage=PLAIN):
         KV, k, v, bars, kvh, _, walk = loads
         n = count(walk, (ends(blk0, blk0, Nq, Nk, off)[0] + Bc - 1) // Bc)  # (a variant: its visited tiles)
         for it in range(n):
-            if loaded + it >= STAGES:  # the stage's previous tile (the phase before) is released
-                mbarrier_wait(bars, STAGES + ring[0], ring[1] ^ 1)
-            load_tile(KV, k, v, bars, tile_at(walk, it), ring[0], kvh)
+            reuse = loaded + it >= STAGES  # the stage's previous tile (the phase before) must be released first
+            if SPLIT:  # K as soon as the consumers are done with the stage's K, then V likewise
+                if reuse:
+                    mbarrier_wait(bars, STAGES + ring[0], ring[1] ^ 1)
+                load_k(KV, k, bars, tile_at(walk, it), ring[0], kvh)
+                if reuse:
+                    mbarrier_wait(bars, VB + STAGES + ring[0], ring[1] ^ 1)
+                load_v(KV, v, bars, tile_at(walk, it), ring[0], kvh)
+            else:
+                if reuse:
+                    mbarrier_wait(bars, STAGES + ring[0], ring[1] ^ 1)
+                load_tile(KV, k, v, bars, tile_at(walk, it), ring[0], kvh)
             ring = advance(ring)
         return ring, loaded + n
 

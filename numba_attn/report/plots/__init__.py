@@ -40,7 +40,8 @@ from numba_attn.report.plots.headline_plot import HEADLINE, headline, headline_p
 from numba_attn.report.plots.layout_plots import layouts  # noqa: E402, F401
 from numba_attn.report.plots.roadmap_plots import roadmap, scaling, step_pairs, steps  # noqa: E402, F401
 from numba_attn.report.plots.roofline_plots import ROOFLINE_PEERS, roofline, traffic  # noqa: E402, F401
-from numba_attn.report.plots.style import PEER_COLORS, PEER_MARKERS, PEER_STYLE, SHORT_DT, _Named  # noqa: E402, F401
+from numba_attn.report.plots.style import (PEER_COLORS, PEER_MARKERS, PEER_STYLE, SHORT_DT,  # noqa: E402, F401
+                                           NamedRecords)
 
 PLOTS = ("roadmap", "scaling", "roofline", "traffic", "layouts", "steps", "counts")
 
@@ -59,7 +60,7 @@ def make_all(records, out_dir="plots", prefix="", which=PLOTS) -> list[str]:
            "steps": steps, "counts": counts}
     for name in which:
         stem = f"{prefix}{name}"
-        recs = _Named(records, source) if source else records
+        recs = NamedRecords(records, source) if source else records
         files += fns[name](recs, out_dir, stem=stem)
     return files
 

@@ -10,8 +10,9 @@ from collections import OrderedDict
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 
-from numba_attn.report.plots.style import (CMAP, PEER_STYLE, SHORT_DT, _Named, caption, fmt_x, is_sdpa,
-                                           load_latest, ok_time, phase_order, save_figure, shape_key, styles_of)
+from numba_attn.report.plots.style import (CMAP, PEER_STYLE, SHORT_DT, NamedRecords, caption, fmt_x,
+                                           is_sdpa, load_latest, ok_time, phase_order, save_figure, shape_key,
+                                           styles_of)
 
 
 def _shape_label(p: dict) -> str:
@@ -60,7 +61,7 @@ def roadmap(records, out_dir, stem="roadmap", baseline=None):
         from numba_attn.measure.results import load_results
 
         source, records = os.path.basename(str(records)), load_results(str(records))
-        records = _Named(records, source)
+        records = NamedRecords(records, source)
     last = load_latest(records)[0]
     baseline = baseline or ((last or {}).get("config") or {}).get("baseline") or "naive"
     env, rows, _ceil, source = load_latest(records, need=baseline)

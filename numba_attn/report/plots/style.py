@@ -15,7 +15,7 @@ CMAP = plt.get_cmap("tab10")
 _CMAP20 = plt.get_cmap("tab20")
 
 
-class _Named(list):
+class NamedRecords(list):
     """Records that remember the file they came from (for captions)."""
 
     def __init__(self, records, source):
