@@ -434,7 +434,8 @@ def record(name, D, causal, params=None):
 # most registers, stand for both)
 for name, D, causal in (("tma_wgmma", 128, False), ("warp_specialized_tc", 128, False), ("pingpong", 128, True),
                         ("ws_overlap", 128, True), ("ws_persistent", 128, True), ("ws_intra", 128, True),
-                        ("ws_intra_kv", 128, True), ("ws_intra_qs", 128, True)):
+                        ("ws_intra_kv", 128, True), ("ws_intra_qs", 128, True), ("ws_intra_qs", 128, False),
+                        ("ws_intra_qs", 256, False)):  # (ws_intra_qs: 128 keys causal, 176 without a mask; D256)
     res[f"{name}-D{D}" + ("-causal" if causal else "")] = record(name, D, causal)
 # the option uniform=True (the warp index broadcast by shfl.sync) on the two phases that expose it; where it is the
 # phase's default (ws_overlap), the kernel compiled above with the default parameters is that one
@@ -467,10 +468,12 @@ def _offline_tma_results():
 
 
 def test_offline_tma_phases_assemble_without_spills():
-    """tma_wgmma, warp_specialized_tc, pingpong, ws_overlap, ws_persistent and ws_intra at D=128 fp16 (default
-    parameters; pingpong, ws_overlap, ws_persistent and ws_intra causal only) compile for sm_90a and
+    """tma_wgmma, warp_specialized_tc, pingpong, ws_overlap, ws_persistent and the ws_intra family at D=128 fp16
+    (default parameters; causal only but tma_wgmma, warp_specialized_tc and ws_intra_qs, which also runs its 176-key
+    tiles and D256) compile for sm_90a and
     assemble with no spills; the loads are TMA (no cp.async of 16
-    bytes), no call, one bar.sync (after the barriers' initialisation) and no named barrier but in pingpong;
+    bytes), no call, one bar.sync (after the barriers' initialisation) and no named barrier but in pingpong and
+    ws_intra_qs (a warpgroup's, after its Q tile is stored);
     the producer/consumer kernels move registers."""
     res = {k: v for k, v in _offline_tma_results().items() if not k.startswith(("tc_wgmma-", "varlen-"))}
     for key, rec in res.items():
@@ -482,7 +485,9 @@ def test_offline_tma_phases_assemble_without_spills():
         assert not any(op.startswith(("cp.async.cg", "cp.async.ca", "call")) for op in ops), (key, ops)
         if key.startswith(("warp_specialized_tc", "pingpong", "ws_overlap", "ws_persistent", "ws_intra")):  # (and _kv)
             assert {"setmaxnreg.dec.sync.aligned.u32", "setmaxnreg.inc.sync.aligned.u32"} <= ops, key
-        if not key.startswith("pingpong"):  # no named barrier but the block barrier
+        if key.startswith("ws_intra_qs"):  # one named barrier a warpgroup (128 threads): its Q tile stored
+            assert "bar.arrive" not in ops and [b[2] for b in rec["bars"]] == [128], (key, rec["bars"])
+        elif not key.startswith("pingpong"):  # no named barrier but the block barrier
             assert "bar.arrive" not in ops and rec["bars"] == [], (key, rec["bars"])
         if rec.get("lto"):  # linked as numba links it: ptxas keeps setmaxnreg and serializes no wgmma
             assert rec["notes"] == [], (key, rec["notes"])
