@@ -133,6 +133,11 @@ CASES = [
     ("ws_intra_qs", tiny("float16", D=128, q_len=80, kv_len=95, heads=1, causal=True), {"Bc": 16}),
     ("ws_intra_qs", tiny("float16", D=40, q_len=130, kv_len=150, heads=1, causal=True), {"warpgroups": 2, "Bc": 16}),
     ("ws_intra_qs", tiny("bfloat16", D=16, q_len=150, kv_len=40, heads=1), {"warpgroups": 3, "Bc": 16}),
+    # its wide tiles: 176 keys (11 k-steps of P·V, a partial last tile) and D256's 80 (5 k-steps; at D32 here: at
+    # D256 the simulated threads' matrix products abort OpenBLAS in this process unless OPENBLAS_NUM_THREADS=1,
+    # with which the D256 case passes)
+    ("ws_intra_qs", tiny("float16", D=128, q_len=70, kv_len=400, heads=1), {"Bc": 176}),
+    ("ws_intra_qs", tiny("bfloat16", D=32, q_len=70, kv_len=170, heads=1, causal=True), {"Bc": 80}),
     # uniform (the warp index broadcast from lane 0; off by default in warp_specialized_tc, on in ws_overlap): the
     # other setting, the same kernels otherwise (only the warp index's source differs, so one case a phase, with
     # every warpgroup's warps: the producer and two consumers, the second partly past Nq, causal; D=16 with tiles
