@@ -39,7 +39,8 @@ from numba_attn.gpu import backend  # noqa: F401  (first: chooses CUDA or the si
 AUTOTUNE_ENV = "NUMBA_ATTN_AUTOTUNE"
 # Per shape class, the phases timed on first use in this order (the first MAX_MEASURED the candidates hold).
 MEASURED = {"prefill16": ("ws_intra", "warp_specialized_tc", "tma_wgmma", "tc_wgmma", "ws_overlap", "tc_pipelined",
-                          "tc_mma")}  # (ws_intra above D64 only: policy.HOPPER_ABOVE_D64)
+                          "tc_mma")}
+ABOVE_D64 = ("ws_intra",)  # measured only above D64: 0.82-0.94x warp_specialized_tc at D64 (H200)
 MAX_MEASURED = 4
 WARMUP = 1  # calls of each candidate before any is timed (it compiles; its output is checked)
 ROUNDS = 5  # interleaved rounds: each round times every candidate once, in an order rotated per round
@@ -78,11 +79,9 @@ def shortlist(problem, kind: str, candidates) -> list:
     """The phases measured on first use for ``problem`` (see the module docstring); empty when fewer than two."""
     if kind != "prefill" or problem.dtype not in ("float16", "bfloat16") or getattr(problem, "variant", None):
         return []
-    from numba_attn.measure.policy import HOPPER_ABOVE_D64
-
     names = {p.name: p for p in candidates}
     out = [names[n] for n in MEASURED["prefill16"]
-           if n in names and (problem.head_dim > 64 or n not in HOPPER_ABOVE_D64)][:MAX_MEASURED]
+           if n in names and (problem.head_dim > 64 or n not in ABOVE_D64)][:MAX_MEASURED]
     return out if len(out) > 1 else []
 
 

@@ -27,7 +27,8 @@ VARIANT_PREFILL = "warp_specialized_tc"
 # it on an H100 and on an H200 (docs/DEVELOPING.md, "Dispatch", lists the rows; tests/test_autotune.py checks
 # the committed ones); tma_wgmma and tc_wgmma where it does not run.
 HOPPER_PREFILL = ("ws_intra", "warp_specialized_tc", "tma_wgmma", "tc_wgmma")
-# ws_intra only above D64: at D64 it measured 0.82-0.94× warp_specialized_tc (three consumers, 128-key tiles; H200)
+# ws_intra only above D64: at D64 it measured 0.82-0.94× warp_specialized_tc (three consumers, 128-key tiles; H200);
+# the first-use shortlist skips it there too (autotune.ABOVE_D64)
 HOPPER_ABOVE_D64 = ("ws_intra",)
 # above D128 tma_wgmma first: at D256 (one consumer warpgroup in the others) 0.475 against warp_specialized_tc's
 # 0.618 ms (H200, B1 H16 N4096; experiments/2026-11-28-ws-intra); D136-D248 not measured
