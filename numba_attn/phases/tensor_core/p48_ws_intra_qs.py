@@ -4,7 +4,7 @@ Change against ``ws_intra_kv`` (``q_smem``: :func:`.consumer.q_operand`): each c
 fragments once into a 64-row swizzled tile after the ring and S = Q·Kᵀ reads A from there (wgmma SS) instead of
 from 32 registers (D128). The registers go to the scores: 176-key tiles at D128 without a mask (S 88, the held P 44
 and O 64 of the 232), in two stages beside Q (208 KB); with a mask 128 (the diagonal tile widens with Bc). At D256
-two consumers fit (O 128, S 32, P 16), which Q's 64 registers forbade: FlashAttention-3's configurations.
+two consumers fit (O 128, S 40, P 20 with 80-key tiles), which Q's 64 registers forbade: FlashAttention-3's tiles.
 
 Prediction: 1.03-1.08× ``ws_intra`` at B1 H32 N4096 D128 fp16 (a tile's fixed costs over 176 keys instead of 128);
 causal within ±3 %; D256 with two consumers 1.1-1.3× ``tma_wgmma``.
