@@ -40,7 +40,8 @@ AUTOTUNE_ENV = "NUMBA_ATTN_AUTOTUNE"
 # Per shape class, the phases timed on first use in this order (the first MAX_MEASURED the candidates hold).
 MEASURED = {"prefill16": ("ws_intra", "warp_specialized_tc", "tma_wgmma", "tc_wgmma", "ws_overlap", "tc_pipelined",
                           "tc_mma")}
-ABOVE_D64 = ("ws_intra",)  # measured only above D64: 0.82-0.94x warp_specialized_tc at D64 (H200)
+# measured (and the Hopper rule's, policy.hopper_order) only above D64: 0.82-0.94x warp_specialized_tc at D64 (H200)
+ABOVE_D64 = ("ws_intra",)
 MAX_MEASURED = 4
 WARMUP = 1  # calls of each candidate before any is timed (it compiles; its output is checked)
 ROUNDS = 5  # interleaved rounds: each round times every candidate once, in an order rotated per round

@@ -27,9 +27,7 @@ VARIANT_PREFILL = "warp_specialized_tc"
 # it on an H100 and on an H200 (docs/DEVELOPING.md, "Dispatch", lists the rows; tests/test_autotune.py checks
 # the committed ones); tma_wgmma and tc_wgmma where it does not run.
 HOPPER_PREFILL = ("ws_intra", "warp_specialized_tc", "tma_wgmma", "tc_wgmma")
-# ws_intra only above D64: at D64 it measured 0.82-0.94× warp_specialized_tc (three consumers, 128-key tiles; H200);
-# the first-use shortlist skips it there too (autotune.ABOVE_D64)
-HOPPER_ABOVE_D64 = ("ws_intra",)
+# ws_intra only above D64 (autotune.ABOVE_D64, which the first-use shortlist skips there too)
 # above D128 tma_wgmma first: at D256 (one consumer warpgroup in the others) 0.475 against warp_specialized_tc's
 # 0.618 ms (H200, B1 H16 N4096; experiments/2026-11-28-ws-intra); D136-D248 not measured
 HOPPER_ABOVE_D128 = "tma_wgmma"
@@ -38,7 +36,9 @@ HOPPER_CC = (9, 0)
 
 def hopper_order(problem) -> tuple:
     """The Hopper rule's phases for ``problem``, first choice first."""
-    order = tuple(n for n in HOPPER_PREFILL if problem.head_dim > 64 or n not in HOPPER_ABOVE_D64)
+    from numba_attn.measure.autotune import ABOVE_D64
+
+    order = tuple(n for n in HOPPER_PREFILL if problem.head_dim > 64 or n not in ABOVE_D64)
     if problem.head_dim > 128:
         order = (HOPPER_ABOVE_D128,) + tuple(n for n in order if n != HOPPER_ABOVE_D128)
     return order

@@ -34,7 +34,8 @@ from numba_attn.gpu.warp import FULL_MASK, ballot_sync
 from numba_attn.phases.tensor_core.softmax import online_softmax, online_softmax_lazy, pack_p, rescale_o
 from numba_attn.variants.stages import LN2, PLAIN
 
-__all__ = ["wgmma_products", "q_operand", "scores_softmax", "scores_to_p", "ring_steps", "plain_mainloop", "consumer"]
+__all__ = ["wgmma_products", "q_operand", "masked_scores", "scores_softmax", "scores_to_p", "ring_steps",
+           "plain_mainloop", "consumer"]
 
 
 @functools.cache
@@ -102,22 +103,36 @@ def q_operand(tiles, bf16: bool):
 
 
 @functools.cache
-def scores_softmax(tiles, causal: bool, stage=PLAIN):
-    """A device function ``update(s, stats, j0, kind, loads, rows, lane_ids) -> (stats, corr_lo, corr_hi)``: the
-    scores ``s`` of the tile of keys from ``j0`` through the variant ``stage`` and masked, then the online softmax
-    in place (P unnormalised, not yet packed); O's rescale factors come back for the caller's schedule."""
+def masked_scores(tiles, causal: bool, stage=PLAIN):
+    """A device function ``apply(s, j0, kind, loads, rows, lane_ids)``: the scores ``s`` of the tile of keys from
+    ``j0`` (rows g and g+8 of the warp from ``row0``) through the variant ``stage`` (``kind``: the tile's) and
+    masked (keys past the end and, causal, above the diagonal), in place."""
     vary = variant_fragments(tiles.s_tiles, stage)
     mask = mask_fragments(tiles.s_tiles, tiles.Bc, causal)
-    softmax = online_softmax(tiles.s_tiles)
 
     @device
-    def update(s, stats, j0, kind, loads, rows, lane_ids):
+    def apply(s, j0, kind, loads, rows, lane_ids):
         row0, _, Nk, off, sl2 = rows
         g, t = lane_ids[2], lane_ids[3]
         mods, b, h, qt, Nq = loads[6]
         vary(s, 0, j0, row0 + g, t, Nq, Nk, off, (b, h, kind, sl2 * LN2), mods)  # score_mod, mask_mod
         mask(s, 0, j0, row0, row0 + g, t, Nk, off)  # keys past the end and (causal) above the diagonal
-        return softmax(s, stats, sl2)
+
+    return apply
+
+
+@functools.cache
+def scores_softmax(tiles, causal: bool, stage=PLAIN):
+    """A device function ``update(s, stats, j0, kind, loads, rows, lane_ids) -> (stats, corr_lo, corr_hi)``: the
+    scores ``s`` through :func:`masked_scores`, then the online softmax in place (P unnormalised, not yet packed);
+    O's rescale factors come back for the caller's schedule."""
+    masked = masked_scores(tiles, causal, stage)
+    softmax = online_softmax(tiles.s_tiles)
+
+    @device
+    def update(s, stats, j0, kind, loads, rows, lane_ids):
+        masked(s, j0, kind, loads, rows, lane_ids)
+        return softmax(s, stats, rows[4])
 
     return update
 
@@ -130,8 +145,7 @@ def scores_to_p(tiles, causal: bool, bf16: bool, stage=PLAIN):
     masked, the online softmax, P packed into ``pf``, O (``acc``) rescaled. ``tiles.lazy_rescale``: the running
     max moves only by more than 2^8 (:func:`.softmax.online_softmax_lazy`), and a warp rescales O only when one of
     its rows' max moved."""
-    vary = variant_fragments(tiles.s_tiles, stage)
-    mask = mask_fragments(tiles.s_tiles, tiles.Bc, causal)
+    masked = masked_scores(tiles, causal, stage)
     softmax = scores_softmax(tiles, causal, stage)
     softmax_lazy = online_softmax_lazy(tiles.s_tiles)
     LAZY = tiles.lazy_rescale
@@ -141,12 +155,8 @@ def scores_to_p(tiles, causal: bool, bf16: bool, stage=PLAIN):
     @device
     def to_p(s, pf, acc, stats, j0, kind, loads, rows, lane_ids):
         if LAZY:
-            row0, _, Nk, off, sl2 = rows
-            g, t = lane_ids[2], lane_ids[3]
-            mods, b, h, qt, Nq = loads[6]
-            vary(s, 0, j0, row0 + g, t, Nq, Nk, off, (b, h, kind, sl2 * LN2), mods)  # score_mod, mask_mod
-            mask(s, 0, j0, row0, row0 + g, t, Nk, off)  # keys past the end and (causal) above the diagonal
-            stats, corr_lo, corr_hi, moved = softmax_lazy(s, stats, sl2)
+            masked(s, j0, kind, loads, rows, lane_ids)
+            stats, corr_lo, corr_hi, moved = softmax_lazy(s, stats, rows[4])
             pack(pf, s)
             if ballot_sync(FULL_MASK, moved) != 0:  # (warp-uniform: O's 64 multiplies skipped together)
                 rescale(acc, 0, corr_lo, corr_hi)

@@ -95,21 +95,39 @@ def cp_async_loads(tiles, varlen: bool, ahead: bool, stage=PLAIN):
 
 
 @functools.cache
-def tma_tile(tiles):
-    """A device function ``load(KV, kmap, vmap, bars, tile, stage, kvh)``: K and V of tile ``tile`` into ring stage
-    ``stage`` by TMA, one box per column block, after ``expect_tx`` of their bytes on the stage's full barrier."""
-    STAGES, Bc, TILE = tiles.stages, tiles.Bc, tiles.tile_bytes
-    boxes = tiles.padded_d * 2 // tiles.row_bytes  # column blocks of a tile: one TMA box each, K and V
+def tma_column_block(tiles):
+    """A device function ``box(KV, tmap, bars, bar, at, tile, cb, kvh)``: column block ``cb`` of K or V tile ``tile``
+    (``tmap``'s rows from ``tile·Bc``) by one TMA box into the ring at byte ``at`` (a stage's K or V) of the block,
+    completing on barrier ``bar``; ``boxes`` of them make a tile."""
+    Bc = tiles.Bc
     box_bytes = Bc * tiles.row_bytes
     box_words = tiles.row_bytes // 4  # 32-bit words of a box row: the column step between boxes
 
     @device
+    def box(KV, tmap, bars, bar, at, tile, cb, kvh):
+        tma_load_3d(KV, at + cb * box_bytes, tmap, kvh, tile * Bc, box_words * cb, bars, bar)
+
+    return box
+
+
+def tma_boxes(tiles) -> int:
+    """Column blocks of a K or V tile: one TMA box each."""
+    return tiles.padded_d * 2 // tiles.row_bytes
+
+
+@functools.cache
+def tma_tile(tiles):
+    """A device function ``load(KV, kmap, vmap, bars, tile, stage, kvh)``: K and V of tile ``tile`` into ring stage
+    ``stage`` by TMA, one box per column block, after ``expect_tx`` of their bytes on the stage's full barrier."""
+    STAGES, TILE = tiles.stages, tiles.tile_bytes
+    boxes, box = tma_boxes(tiles), tma_column_block(tiles)
+
+    @device
     def load(KV, kmap, vmap, bars, tile, stage, kvh):
         mbarrier_arrive_expect_tx(bars, stage, 2 * TILE)  # the K and V boxes of the tile, zero fill included
-        row = tile * Bc
         for cb in range(boxes):
-            tma_load_3d(KV, stage * TILE + cb * box_bytes, kmap, kvh, row, box_words * cb, bars, stage)
-            tma_load_3d(KV, (STAGES + stage) * TILE + cb * box_bytes, vmap, kvh, row, box_words * cb, bars, stage)
+            box(KV, kmap, bars, stage, stage * TILE, tile, cb, kvh)
+            box(KV, vmap, bars, stage, (STAGES + stage) * TILE, tile, cb, kvh)
 
     return load
 
@@ -119,18 +137,15 @@ def tma_half(tiles, half: int):
     """With ``split_kv``: a device function ``load(KV, map, bars, tile, stage, kvh)`` bringing only K (``half`` 0)
     or only V (1) of tile ``tile`` into ring stage ``stage``, on that half's full barrier
     (:func:`.pipeline.kv_barriers`: K's at ``stage``, V's at ``2·STAGES + stage``)."""
-    STAGES, Bc, TILE = tiles.stages, tiles.Bc, tiles.tile_bytes
-    boxes = tiles.padded_d * 2 // tiles.row_bytes
-    box_bytes = Bc * tiles.row_bytes
-    box_words = tiles.row_bytes // 4
+    STAGES, TILE = tiles.stages, tiles.tile_bytes
+    boxes, box = tma_boxes(tiles), tma_column_block(tiles)
     BASE, BAR = half * STAGES * TILE, half * 2 * STAGES
 
     @device
     def load(KV, tmap, bars, tile, stage, kvh):
         mbarrier_arrive_expect_tx(bars, BAR + stage, TILE)
-        row = tile * Bc
         for cb in range(boxes):
-            tma_load_3d(KV, BASE + stage * TILE + cb * box_bytes, tmap, kvh, row, box_words * cb, bars, BAR + stage)
+            box(KV, tmap, bars, BAR + stage, BASE + stage * TILE, tile, cb, kvh)
 
     return load
 

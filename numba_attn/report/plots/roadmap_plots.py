@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections import OrderedDict
 
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 
-from numba_attn.report.plots.style import (CMAP, PEER_STYLE, SHORT_DT, NamedRecords, caption, fmt_x,
-                                           is_sdpa, load_latest, ok_time, phase_order, save_figure, shape_key,
-                                           styles_of)
+from numba_attn.report.plots.style import (CMAP, PEER_STYLE, SHORT_DT, caption, fmt_x, is_sdpa, load_latest,
+                                           load_records, ok_time, phase_order, save_figure, shape_key, styles_of)
 
 
 def _shape_label(p: dict) -> str:
@@ -57,11 +55,7 @@ def roadmap(records, out_dir, stem="roadmap", baseline=None):
     (``bwd_naive`` for the backward family) unless given. The latest run that
     timed the baseline (a later run of a few phases only, without it, would
     leave nothing to measure against; its steps are in :func:`steps`)."""
-    if isinstance(records, (str, os.PathLike)):
-        from numba_attn.measure.results import load_results
-
-        source, records = os.path.basename(str(records)), load_results(str(records))
-        records = NamedRecords(records, source)
+    records = load_records(records)
     last = load_latest(records)[0]
     baseline = baseline or ((last or {}).get("config") or {}).get("baseline") or "naive"
     env, rows, _ceil, source = load_latest(records, need=baseline)
@@ -300,13 +294,8 @@ def steps(records, out_dir, stem="steps"):
     """One optimization at a time: for every phase whose parent ran beside it (same run, same problem), the
     measured step (parent time / phase time; above 1: the idea paid) as one dot per run and problem, beside the
     step the roadmap planned (a grey line). Every run in the file counts, not only the latest."""
-    if isinstance(records, (str, os.PathLike)):
-        from numba_attn.measure.results import load_results
-
-        source, records = os.path.basename(str(records)), load_results(str(records))
-    else:
-        source = getattr(records, "source", None) or "in-memory results"
-        records = list(records)
+    records = load_records(records)
+    source = records.source
     pairs = step_pairs(records)
     if not pairs:
         return []

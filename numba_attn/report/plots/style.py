@@ -23,19 +23,22 @@ class NamedRecords(list):
         self.source = source
 
 
-def load_latest(records_or_path, need=None):
-    """(env, latest rows, OK ceilings by name, source name) of a results file or of records; ``need``: a phase
-    whose timed row the run must have (:func:`latest_rows`)."""
+def load_records(records_or_path) -> NamedRecords:
+    """The records of a results file (named after it) or the records given (their ``source``, else "in-memory
+    results")."""
     if isinstance(records_or_path, (str, os.PathLike)):
         from numba_attn.measure.results import load_results
 
-        records = load_results(str(records_or_path))
-        source = os.path.basename(str(records_or_path))
-    else:
-        source = getattr(records_or_path, "source", None) or "in-memory results"
-        records = list(records_or_path)
+        return NamedRecords(load_results(str(records_or_path)), os.path.basename(str(records_or_path)))
+    return NamedRecords(records_or_path, getattr(records_or_path, "source", None) or "in-memory results")
+
+
+def load_latest(records_or_path, need=None):
+    """(env, latest rows, OK ceilings by name, source name) of a results file or of records; ``need``: a phase
+    whose timed row the run must have (:func:`latest_rows`)."""
+    records = load_records(records_or_path)
     env, rows, ceil = latest_rows(records, need)
-    return env, rows, {c["name"]: c for c in ceil if c.get("status") == "OK" and c.get("value")}, source
+    return env, rows, {c["name"]: c for c in ceil if c.get("status") == "OK" and c.get("value")}, records.source
 
 
 def _summary(env) -> str:
