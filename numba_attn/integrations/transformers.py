@@ -7,57 +7,12 @@
     model = AutoModelForCausalLM.from_config(config, attn_implementation="numba_attn")
     model.generate(input_ids, max_new_tokens=64, do_sample=False)
 
-:func:`register` adds an attention function to transformers' attention registry (``AttentionInterface``)
-and, under the same name, sdpa's mask builder (``AttentionMaskInterface``), so the model builds exactly
-the masks it builds for ``"sdpa"``: none for a plain prompt or a decode step over a ``DynamicCache``.
-Every attention call of the model then runs one numba-attn phase through :func:`numba_attn.attention`
-on the tensors themselves (CUDA tensors without copies, on PyTorch's current stream; CPU tensors in
-the simulator):
-
-* **Shapes.** query (B, H, q_len, D); key and value (B, Hkv, kv_len, D) as the KV cache holds them:
-  grouped-query attention is not repeated (the phases take the Hkv heads); the output is
-  (B, q_len, H, D), contiguous, as sdpa's.
-* **Phases.** A prompt (q_len > 1) runs ``prefill_phase``, causal when the layer is; a decode step
-  (q_len == 1) runs ``decode_phase`` over the whole cache. None (the default) lets
-  ``numba_attn.attention(phase=None)`` choose per call (decode phases for short queries, prefill phases
-  otherwise, see :func:`numba_attn.measure.policy.choose_phase`). ``prefill_params`` / ``decode_params`` override
-  the named phase's tunable parameters.
-* **Causal alignment.** numba-attn aligns a causal mask bottom-right: query i of q_len sees the keys
-  ``j <= i + kv_len - q_len``, which is what a chunk of queries appended to a KV cache must see, and
-  what transformers' mask says there. With no mask and q_len < kv_len (a prompt written into an empty
-  static cache: the keys past the prompt are empty slots) the keys are cut to the prompt's, as sdpa does.
-* **Masks.** With no mask nothing is checked. A mask (transformers builds one for padded batches, for a
-  prompt appended to a non-empty cache and for static-cache decode steps; a boolean one, True = attend,
-  or an additive one of 0 / -inf) that is the causal mask (full, for a non-causal layer) of the first L
-  keys, the same L for the whole batch, runs plain attention: the keys past L (a static cache's empty
-  slots) are cut off. Any other pattern — padding (e.g. left padding of a batch of prompts of different
-  lengths), a sliding window — runs as a variant, the mask itself read by a ``dense_mask`` mask function
-  (its block mask skips the tiles it hides), when the phase runs variants (``supports()``); a layer's
-  ``sliding_window`` without a mask runs ``sliding_window``; ``softcap`` runs the ``softcap`` score
-  function; gpt-oss's sink logits ``s_aux`` run as ``attention(sinks=s_aux)`` (phases that write the
-  log-sum-exp; :mod:`numba_attn.variants.sinks`). An additive bias, or a variant the phase cannot run, is refused with
-  :class:`~numba_attn.spec.errors.AttentionInputError`.
-  Cost: the check runs once per forward (every layer gets the same mask tensor; the answer is kept for
-  that tensor and its version): a few elementwise kernels over the B x q_len x kv_len mask and one
-  device-to-host copy of three numbers, which waits for the device.
-* **Gradients** (a training step: grad mode on and query, key or value requiring grad): a call of plain
-  attention runs :func:`numba_attn.integrations.torch_op.differentiable_attention`: the forward phase writes
-  the row log-sum-exp (a named ``prefill_phase`` must be one that does; None picks one), and ``loss.backward()``
-  runs :func:`numba_attn.attention_backward` (phase=None: the first of ``BACKWARD_DEFAULT`` that supports the
-  problem; anything else is refused with the reason).
-  A variant (padding, a sliding window, softcap) trains too, the backward applying the same functions (softcap
-  with its derivative) and sinks (their gradient beside the backward phase's). :func:`count_phases` counts these
-  calls like the others, with the forward phase that ran (``backward=True``: the backward phase too, as kind
-  "backward").
-* **Refused** (same error): dropout > 0, gradients the phases cannot compute (above), a position bias, a paged
-  cache (continuous batching), value head_dim != query head_dim. With ``register(fallback="sdpa")`` these calls
-  (and refused masks) run transformers' sdpa instead; :func:`count_phases` counts them.
-* **Autocast.** Under ``torch.autocast`` query, key and value are cast to its dtype first, as sdpa's are
-  (mixed-precision training: Llama's rotary embedding leaves q, k in float32 and v in float16).
-* **Copies.** query/key/value that are not contiguous are copied (``.contiguous()``): the prompt's
-  projections (transposed views) at prefill; at a decode step the query (one row per head) and a
-  ``DynamicCache``'s keys and values are contiguous and are passed as they are. The output is
-  transposed to (B, q_len, H, D) with one copy at prefill (none at q_len == 1).
+:func:`register` adds an attention function to transformers' attention registry and sdpa's mask builder under the
+same name; every attention call then runs one phase through :func:`numba_attn.attention` on the tensors themselves
+(grouped-query heads not repeated; masks that are plain causal run plain attention, padding and windows run as
+variants, softcap and sinks as theirs; a training step runs the backward phases; what cannot run is refused, or
+with ``register(fallback="sdpa")`` runs sdpa, and :func:`count_phases` counts both). Each rule (shapes, causal
+alignment, masks, gradients, autocast, copies): docs/transformers.md.
 
 torch and transformers are optional (``pip install -e ".[torch]"``); this module imports them when
 :func:`register` is called, and importing ``numba_attn`` imports neither.

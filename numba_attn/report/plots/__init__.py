@@ -1,31 +1,20 @@
 """Plots of a results file (matplotlib, Agg backend; PNG and SVG).
 
-* ``roadmap`` — per problem, each phase's measured speedup against the
-  baseline beside its planned speedup, with PyTorch SDPA as reference lines;
-* ``scaling`` — time and TFLOP/s over context length (log-log) per phase,
-  SDPA dashed, with an N² guide line (needs problems that differ only in length);
-* ``roofline`` — each phase at its arithmetic intensity (FLOPs over the
-  problem's minimum bytes) under the measured ceilings (copy bandwidth ×
-  intensity, FFMA and mma); a hollow marker shows phases that move more than
-  the minimum (the unfused baseline) at their modelled intensity;
-* ``traffic`` — bytes each phase moves by construction (S and P materialized
-  by the baseline vs the minimum for fused phases) beside the bandwidth it
-  achieved on those bytes, against the measured copy ceiling;
-* ``layouts`` — each paged-cache or packed ragged (varlen) problem beside its
-  contiguous twin: bandwidth on the bytes read for paged caches, useful TFLOP/s
-  for ragged batches (drawn only for files with such problems);
-* ``steps`` — each phase against its parent measured in the same run (parent time /
-  phase time per run and problem) beside the step the roadmap planned; every run
-  in the file counts (drawn only where a phase and its parent share a run);
-* ``counts`` — simulator files: each phase beside its parent on the same problem, what one launch did as
-  counted in the simulator (global bytes, shared-memory wavefronts, barriers), normalised to the parent.
+* ``roadmap`` — per problem, each phase's speedup against the baseline beside its planned speedup, SDPA as
+  reference lines (the latest run that timed the baseline);
+* ``scaling`` — time and TFLOP/s over context length (log-log) per phase, SDPA dashed, an N² guide line;
+* ``roofline`` — each phase at its arithmetic intensity under the measured ceilings (copy bandwidth, FFMA, mma);
+  a hollow marker where a phase moves more than the minimum bytes;
+* ``traffic`` — the bytes each phase moves by construction beside the bandwidth it reached on them;
+* ``layouts`` — paged-cache or packed ragged problems beside their contiguous twins;
+* ``steps`` — each phase against its parent in the same run beside the planned step, from every run of the file;
+* ``counts`` — simulator files: what one launch did (global bytes, shared-memory wavefronts, barriers) against
+  the parent's.
 
-Every figure's caption gives the device, date and commit of the results.
-``make_all(path, out_dir)`` draws what the file supports and returns the
-files written; ``numba-attn plot RESULTS --out plots/`` calls it.
-
-The figures by family: :mod:`.roadmap_plots` (roadmap, scaling, steps), :mod:`.roofline_plots` (roofline,
-traffic), :mod:`.layout_plots`, :mod:`.count_plots`, :mod:`.headline_plot`; what they share: :mod:`.style`.
+Every figure's caption gives the device, date and commit of the results. ``make_all(path, out_dir)`` draws what
+the file supports and returns the files written; ``numba-attn plot RESULTS --out plots/`` calls it. The figures
+by family: :mod:`.roadmap_plots` (roadmap, scaling, steps), :mod:`.roofline_plots` (roofline, traffic),
+:mod:`.layout_plots`, :mod:`.count_plots`, :mod:`.headline_plot`; what they share: :mod:`.style`.
 """
 from __future__ import annotations
 
