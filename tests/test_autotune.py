@@ -192,7 +192,7 @@ def test_an_unknown_hopper_model_takes_another_hopper_models_entry_or_the_rule(p
 
 
 def _rules_phase(p):
-    """The first phase of the Hopper rule's order for ``p`` that supports it (ws_intra above D64, tma above D128)."""
+    """The first phase of the Hopper rule's order for ``p`` that supports it (ws_intra above D64, ws_intra_qs above D128)."""
     return next(n for n in policy.hopper_order(p) if get_phase(n).supports(p) is None)
 
 
@@ -200,7 +200,7 @@ def test_the_known_models_pick_the_rules_phase_on_the_issues_problems(package_ta
     for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
         for label, p in NINE.items():
             assert policy.choose_phase(p, gpu=gpu)[0].name == _rules_phase(p), (gpu, label)
-    assert {_rules_phase(p) for p in NINE.values()} == {"ws_intra", "warp_specialized_tc", "tma_wgmma"}
+    assert {_rules_phase(p) for p in NINE.values()} == {"ws_intra", "warp_specialized_tc", "ws_intra_qs"}
 
 
 def test_off_hopper_no_rule_and_no_other_models_entry(package_table, monkeypatch):

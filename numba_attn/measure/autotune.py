@@ -38,10 +38,12 @@ from numba_attn.gpu import backend  # noqa: F401  (first: chooses CUDA or the si
 
 AUTOTUNE_ENV = "NUMBA_ATTN_AUTOTUNE"
 # Per shape class, the phases timed on first use in this order (the first MAX_MEASURED the candidates hold).
-MEASURED = {"prefill16": ("ws_intra", "warp_specialized_tc", "tma_wgmma", "tc_wgmma", "ws_overlap", "tc_pipelined",
-                          "tc_mma")}
-# measured (and the Hopper rule's, policy.hopper_order) only above D64: 0.82-0.94x warp_specialized_tc at D64 (H200)
-ABOVE_D64 = ("ws_intra",)
+MEASURED = {"prefill16": ("ws_intra_qs", "ws_intra_kv", "ws_intra", "warp_specialized_tc", "tma_wgmma", "tc_wgmma",
+                          "ws_overlap", "tc_pipelined", "tc_mma")}
+# measured (and in the Hopper rule, policy.hopper_order) only above a head dim (H200,
+# experiments/2026-11-28-ws-intra): ws_intra 0.82-0.94x warp_specialized_tc at D64; ws_intra_qs 0.99-1.02x ws_intra
+# at D128, 1.13-1.17x tma_wgmma at D256 (its two-consumer tile needs Q out of the registers)
+ABOVE_HEAD_DIM = {"ws_intra": 64, "ws_intra_kv": 64, "ws_intra_qs": 128}
 MAX_MEASURED = 4
 WARMUP = 1  # calls of each candidate before any is timed (it compiles; its output is checked)
 ROUNDS = 5  # interleaved rounds: each round times every candidate once, in an order rotated per round
@@ -57,6 +59,11 @@ _LOCK = threading.Lock()
 _CHOSEN: dict = {}  # cache key → (phase name, why): chosen in this process (also when the cache was not written)
 _FAILED: set = set()  # cache keys whose measurement chose nothing in this process: not measured again
 _LOG = logging.getLogger("numba_attn")
+
+
+def above_head_dim(name: str, head_dim: int) -> bool:
+    """Whether ``name`` is measured on first use (and is in the Hopper rule) at ``head_dim``."""
+    return head_dim > ABOVE_HEAD_DIM.get(name, 0)
 
 
 class NotTimed(RuntimeError):
@@ -82,7 +89,7 @@ def shortlist(problem, kind: str, candidates) -> list:
         return []
     names = {p.name: p for p in candidates}
     out = [names[n] for n in MEASURED["prefill16"]
-           if n in names and (problem.head_dim > 64 or n not in ABOVE_D64)][:MAX_MEASURED]
+           if n in names and above_head_dim(n, problem.head_dim)][:MAX_MEASURED]
     return out if len(out) > 1 else []
 
 

@@ -27,21 +27,20 @@ VARIANT_PREFILL = "warp_specialized_tc"
 # it on an H100 and on an H200 (docs/DEVELOPING.md, "Dispatch", lists the rows; tests/test_autotune.py checks
 # the committed ones); tma_wgmma and tc_wgmma where it does not run.
 HOPPER_PREFILL = ("ws_intra", "warp_specialized_tc", "tma_wgmma", "tc_wgmma")
-# ws_intra only above D64 (autotune.ABOVE_D64, which the first-use shortlist skips there too)
-# above D128 tma_wgmma first: at D256 (one consumer warpgroup in the others) 0.475 against warp_specialized_tc's
-# 0.618 ms (H200, B1 H16 N4096; experiments/2026-11-28-ws-intra); D136-D248 not measured
-HOPPER_ABOVE_D128 = "tma_wgmma"
+# ws_intra only above D64 and ws_intra_qs above D128 (autotune.ABOVE_HEAD_DIM, as the first-use shortlist)
+# above D128 ws_intra_qs, then tma_wgmma: at D256 (two consumers with Q in shared memory; one in the others)
+# ws_intra_qs 0.425 / 0.417 ms fp16 / bf16 against tma_wgmma's 0.482 / 0.489 and warp_specialized_tc's 0.618,
+# causal N8192 0.929 against 1.079 (H200, B1 H16 N4096; experiments/2026-11-28-ws-intra); D136-D248 not measured
+HOPPER_ABOVE_D128 = ("ws_intra_qs", "tma_wgmma")
 HOPPER_CC = (9, 0)
 
 
 def hopper_order(problem) -> tuple:
     """The Hopper rule's phases for ``problem``, first choice first."""
-    from numba_attn.measure.autotune import ABOVE_D64
+    from numba_attn.measure.autotune import above_head_dim
 
-    order = tuple(n for n in HOPPER_PREFILL if problem.head_dim > 64 or n not in ABOVE_D64)
-    if problem.head_dim > 128:
-        order = (HOPPER_ABOVE_D128,) + tuple(n for n in order if n != HOPPER_ABOVE_D128)
-    return order
+    order = HOPPER_ABOVE_D128 + HOPPER_PREFILL if problem.head_dim > 128 else HOPPER_PREFILL
+    return tuple(dict.fromkeys(n for n in order if above_head_dim(n, problem.head_dim)))
 
 # The fixed preference per (kind, dtype) when no committed results exist for this GPU model:
 # the first one that supports the problem (device included) is chosen.
