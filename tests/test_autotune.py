@@ -183,16 +183,17 @@ def test_an_unknown_hopper_model_takes_another_hopper_models_entry_or_the_rule(p
     # does not count; the H200's does
     assert ph.name == "warp_specialized_tc" and params == {}
     assert "the entry of NVIDIA H200, of the same compute capability" in why
-    for label in ("B16 H16 N512 D64 fp16", "B1 H16 N4096 D256 fp16"):
-        ph, why, params = policy.choose_phase(NINE[label], gpu="NVIDIA H800")
-        assert ph.name == _rules_phase(NINE[label]) and params == {} and why.startswith("the Hopper rule"), label
+    ph, why, params = policy.choose_phase(NINE["B16 H16 N512 D64 fp16"], gpu="NVIDIA H800")
+    assert ph.name == _rules_phase(NINE["B16 H16 N512 D64 fp16"]) and params == {} and why.startswith("the Hopper rule")
+    ph, why, params = policy.choose_phase(NINE["B1 H16 N4096 D256 fp16"], gpu="NVIDIA H800")
+    assert ph.name == "ws_intra_qs" and params == {} and "the entry of NVIDIA H200" in why  # (measured beside tma)
     ph, why, params = policy.choose_phase(NINE["B1 H32/8kv N8192 D128 bf16 causal"], gpu="NVIDIA H800")
     assert ph.name == "ws_intra" and params == {} and "the entry of NVIDIA H200" in why  # (measured beside ws)
     assert dispatch.other_models("NVIDIA H800", (9, 0)) == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
 
 
 def _rules_phase(p):
-    """The first phase of the Hopper rule's order for ``p`` that supports it (ws_intra above D64, ws_intra_qs above D128)."""
+    """The first phase of the Hopper rule's order for ``p`` that supports it (ws_intra_kv without a mask, ws_intra above D64, ws_intra_qs above D128)."""
     return next(n for n in policy.hopper_order(p) if get_phase(n).supports(p) is None)
 
 
@@ -200,7 +201,7 @@ def test_the_known_models_pick_the_rules_phase_on_the_issues_problems(package_ta
     for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
         for label, p in NINE.items():
             assert policy.choose_phase(p, gpu=gpu)[0].name == _rules_phase(p), (gpu, label)
-    assert {_rules_phase(p) for p in NINE.values()} == {"ws_intra", "warp_specialized_tc", "ws_intra_qs"}
+    assert {_rules_phase(p) for p in NINE.values()} == {"ws_intra_kv", "ws_intra", "warp_specialized_tc", "ws_intra_qs"}
 
 
 def test_off_hopper_no_rule_and_no_other_models_entry(package_table, monkeypatch):
@@ -230,7 +231,8 @@ def test_the_hopper_rule_holds_on_the_committed_rows():
     checked = {}
     for (gpu, label), by in cells.items():
         head_dim = int(re.search(r"\bD(\d+)\b", label).group(1))
-        rule = next((n for n in policy.hopper_order(Problem(head_dim=head_dim)) if n in by), None)
+        shape = Problem(head_dim=head_dim, causal=" causal" in label)
+        rule = next((n for n in policy.hopper_order(shape) if n in by), None)
         if rule is None or len(by) < 2:
             continue
         med = {ph: sorted(ts)[(len(ts) - 1) // 2] for ph, ts in by.items()}

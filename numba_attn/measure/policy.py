@@ -23,11 +23,13 @@ VARIANT_PREFILL = "warp_specialized_tc"
 
 # The Hopper rule: the 16-bit prefill phase phase=None runs on a GPU of compute capability 9.0 where neither the
 # tuning cache nor a dispatch table entry that measured it decides (the first of these that supports the
-# problem). warp_specialized_tc was the fastest phase at its default parameters on every problem measured with
-# it on an H100 and on an H200 (docs/DEVELOPING.md, "Dispatch", lists the rows; tests/test_autotune.py checks
-# the committed ones); tma_wgmma and tc_wgmma where it does not run.
+# problem). Each phase first here was the fastest at its default parameters on every problem measured with it
+# (docs/DEVELOPING.md, "Dispatch", lists the rows; tests/test_autotune.py checks the committed ones).
 HOPPER_PREFILL = ("ws_intra", "warp_specialized_tc", "tma_wgmma", "tc_wgmma")
-# ws_intra only above D64 and ws_intra_qs above D128 (autotune.ABOVE_HEAD_DIM, as the first-use shortlist)
+# ws_intra and ws_intra_kv only above D64, ws_intra_qs only above D128 (autotune.ABOVE_HEAD_DIM, as on first use)
+# without a mask ws_intra_kv first: 1.02-1.04x ws_intra at B1 H32 N4096 D128 fp16 and bf16 in two runs; causal
+# they are level (0.98-1.01x), so ws_intra stays first there (H200, experiments/2026-11-28-ws-intra)
+HOPPER_NO_MASK = ("ws_intra_kv",)
 # above D128 ws_intra_qs, then tma_wgmma: at D256 (two consumers with Q in shared memory; one in the others)
 # ws_intra_qs 0.425 / 0.417 ms fp16 / bf16 against tma_wgmma's 0.482 / 0.489 and warp_specialized_tc's 0.618,
 # causal N8192 0.929 against 1.079 (H200, B1 H16 N4096; experiments/2026-11-28-ws-intra); D136-D248 not measured
@@ -39,7 +41,9 @@ def hopper_order(problem) -> tuple:
     """The Hopper rule's phases for ``problem``, first choice first."""
     from numba_attn.measure.autotune import above_head_dim
 
-    order = HOPPER_ABOVE_D128 + HOPPER_PREFILL if problem.head_dim > 128 else HOPPER_PREFILL
+    order = HOPPER_PREFILL if problem.causal else HOPPER_NO_MASK + HOPPER_PREFILL
+    if problem.head_dim > 128:
+        order = HOPPER_ABOVE_D128 + order
     return tuple(dict.fromkeys(n for n in order if above_head_dim(n, problem.head_dim)))
 
 # The fixed preference per (kind, dtype) when no committed results exist for this GPU model:
