@@ -126,6 +126,12 @@ CASES = [
     ("ws_intra_kv", tiny("float16", D=128, q_len=80, kv_len=95, heads=1, causal=True), {"Bc": 16}),
     ("ws_intra_kv", tiny("float16", D=16, q_len=130, kv_len=150, heads=1, causal=True), {"warpgroups": 2, "Bc": 16}),
     ("ws_intra_kv", tiny("bfloat16", D=16, q_len=150, kv_len=40, heads=1), {"warpgroups": 3, "Bc": 16}),
+    # the causal query blocks counted from the last: several blocks a head (one consumer: 64 rows), GQA, a query
+    # block with more keys than queries, bf16 with two consumers; without a mask the kernel is ws_intra_kv's
+    ("ws_intra_lpt", tiny("float16", D=16, q_len=300, kv_len=320, heads=2, kv_heads=1, causal=True),
+     {"warpgroups": 1, "Bc": 16}),
+    ("ws_intra_lpt", tiny("bfloat16", D=64, q_len=200, kv_len=330, heads=1, causal=True), {"warpgroups": 2, "Bc": 32}),
+    ("ws_intra_lpt", tiny("float16", D=32, q_len=100, kv_len=75, heads=1), {"Bc": 16}),
     # and Q in shared memory (each warpgroup's fragments stored into its swizzled tile, S read from there): the
     # same shapes, a head dim padded to whole k-steps (40) and one of 64-byte rows (32, another swizzle)
     ("ws_intra_qs", tiny("float16", D=64, q_len=100, kv_len=75, heads=1), {"Bc": 16}),

@@ -24,7 +24,7 @@ from numba_attn.phases.tensor_core.mma_sync import supports_tc, u32_views
 from numba_attn.phases.tensor_core.pipeline import ring_barriers, ring_padding, wgmma_smem_bytes, wgmma_tiles
 from numba_attn.phases.tensor_core.producer import (kv_tensor_map, kv_tensor_map_at, tensor_map_pointer, tma_box,
                                                     tma_smem_reason, ws_consumer_regs, ws_producer, ws_producer_regs)
-from numba_attn.phases.tensor_core.scheduler import VarlenLayout, first_item, next_item, varlen_spans
+from numba_attn.phases.tensor_core.scheduler import VarlenLayout, first_item, next_item, query_block, varlen_spans
 from numba_attn.variants.launching import KernelMods
 from numba_attn.variants.sinks import stages_for, with_lse
 from numba_attn.variants.stages import PLAIN, stages_of
@@ -36,16 +36,17 @@ __all__ = ["make_wgmma_kernel", "build_wgmma", "resolve_wgmma", "supports_wgmma"
 LOAD_NAMES = {"cp_async": "tc_wgmma", "tma": "tma_wgmma", "ws": "warp_specialized_tc"}
 
 
-def kernel_name(loads, mainloop, persistent, varlen):
+def kernel_name(loads, mainloop, persistent, varlen, longest_first=False):
     """The kernel's name: its load strategy's phase, or its mainloop's (``kernel_name``, ``suffix``)."""
     name = getattr(mainloop, "kernel_name", None) or LOAD_NAMES[loads]
     return name + getattr(mainloop, "suffix", "") + ("_persistent" if persistent else "") + (
-        "_varlen" if varlen else "")
+        "_varlen" if varlen else "") + ("_lpt" if longest_first else "")
 
 
 @functools.cache
 def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_mainloop, loads: str = "cp_async",
-                      varlen: bool = False, persistent: bool = False, uniform: bool = False, stage=PLAIN):
+                      varlen: bool = False, persistent: bool = False, uniform: bool = False, stage=PLAIN,
+                      longest_first: bool = False):
     """The wgmma attention kernel ``(q, k, v, o, sl2, H, Nq, Nk, mods)`` of ``tiles`` (:class:`WgmmaTiles`), ``G``
     query heads per KV head. ``loads``: who brings the K/V tiles; "ws" adds a producer warpgroup (warps 0-3)
     that gives registers back (``setmaxnreg.dec``) and whose thread 0 loads every tile of the block, the
@@ -55,7 +56,8 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
     running work items one after another, producer and consumers carrying the ring state from one to the next.
     ``uniform``: the warp index broadcast from lane 0, known warp-uniform to ptxas (the descriptors and ring
     counters in the uniform datapath; docs/tensor-core-notes.md, "Uniform warp index"). ``stage``: a variant's
-    (:func:`numba_attn.variants.stages.stages_of`; ``mods`` its arrays and block mask, ``()`` for plain attention)."""
+    (:func:`numba_attn.variants.stages.stages_of`; ``mods`` its arrays and block mask, ``()`` for plain attention).
+    ``longest_first`` (one item per block): the query blocks counted from the last (:func:`.scheduler.query_block`)."""
     ws = loads == "ws"
     if loads not in LOAD_NAMES:
         raise ValueError(f"loads={loads!r}: one of {sorted(LOAD_NAMES)}")
@@ -67,6 +69,8 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
     if tiles.split_kv and not (ws and getattr(mainloop, "split_kv", False)):
         raise ValueError("split_kv (K and V on barriers of their own) needs loads='ws' and a mainloop that waits "
                          "and releases them apart (``mainloop.split_kv``)")
+    if longest_first and (persistent or varlen):
+        raise ValueError("longest_first orders the grid's blocks: not with persistent blocks or the varlen layout")
     if persistent and not (ws and mainloop is plain_mainloop):
         raise ValueError("persistent blocks carry the producer's ring across work items: they need loads='ws' "
                          "and the plain mainloop")
@@ -77,6 +81,7 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
     Br = tiles.Br
     n_barriers = tiles.n_barriers
     give_registers = ws and tiles.warpgroups >= 2  # move registers to the consumers (one consumer: no need)
+    block_of = query_block(longest_first)
     producer_regs = ws_producer_regs(tiles.warpgroups)
     consumer_regs = ws_consumer_regs(tiles.warpgroups)
 
@@ -105,7 +110,8 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
             kvh = k0 * (H // G) + h // G  # the packed ring copy's first row: key k0 of head h // G
         else:
             q0 = 0  # (the store's view of the packed rows: varlen only)
-        blk0 = cuda.blockIdx.x * Br
+        qt = block_of()  # this block's query block (blockIdx.x, or counted from the last)
+        blk0 = qt * Br
         wg0 = blk0 + 64 * (warp // 4)  # first query row of this warpgroup
         row0 = blk0 + 16 * warp  # first query row of this warp
         off = Nk - Nq
@@ -131,7 +137,7 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
                                                     qt * Br, state, loaded, Nq, Nk, off)
                             qb, bh = next_item(qb, bh, n_query_blocks)
                     else:
-                        produce((KV, k, v, bars, kvh, Nk, (mods, b, h, cuda.blockIdx.x, Nq)), blk0, state, 0, Nq, Nk,
+                        produce((KV, k, v, bars, kvh, Nk, (mods, b, h, qt, Nq)), blk0, state, 0, Nq, Nk,
                                 off)
                 return
             if give_registers:
@@ -154,10 +160,10 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
                                 sl2, q0)
                 qb, bh = next_item(qb, bh, n_query_blocks)
         else:
-            consume(q, o, (KV, k, v, bars, kvh, Nk, (mods, b, h, cuda.blockIdx.x, Nq)), (blk0, wg0, row0, bh), state,
+            consume(q, o, (KV, k, v, bars, kvh, Nk, (mods, b, h, qt, Nq)), (blk0, wg0, row0, bh), state,
                     lane_ids, Nq, off, sl2, q0)
 
-    body.__name__ = body.__qualname__ = kernel_name(loads, mainloop, persistent, varlen) + (
+    body.__name__ = body.__qualname__ = kernel_name(loads, mainloop, persistent, varlen, longest_first) + (
         "_kv" if tiles.split_kv else "") + ("_qs" if tiles.q_smem else "")
     if ws:
         return kernel(body, launch_bounds=(128 * (tiles.warpgroups + 1), 1))
@@ -171,7 +177,7 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
 
 
 def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads="cp_async", varlen=False,
-                uniform=False, blocks=None, lazy_rescale=False, split_kv=False, q_smem=False):
+                uniform=False, blocks=None, lazy_rescale=False, split_kv=False, q_smem=False, longest_first=False):
     """The :class:`Launch` of the wgmma kernel: grid (query blocks, heads, batch), the ring in
     dynamic shared memory (opt-in made at the first launch), and the uint32 views of the last
     few input sets cached (making views costs host time at every launch). ``varlen``: the packed
@@ -182,7 +188,8 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
     consumer warpgroups plus the producer warpgroup per block; ``blocks`` (with "ws"; None: not persistent):
     persistent blocks, a grid of ``blocks`` (0: one per SM) each running every ``blocks``-th work item, never more
     blocks than items. ``lazy_rescale``: FlashAttention-4's conditional rescale of O; ``split_kv``: K and V on
-    barriers of their own; ``q_smem``: Q's tiles in shared memory (:class:`WgmmaTiles`)."""
+    barriers of their own; ``q_smem``: Q's tiles in shared memory (:class:`WgmmaTiles`); ``longest_first``: causal,
+    the query blocks counted from the last (the most key tiles first; ignored without a causal mask)."""
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     D = problem.head_dim
     tma = loads != "cp_async"
@@ -191,7 +198,8 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
     kern = make_wgmma_kernel(tiles, problem.group, problem.causal, problem.dtype == "bfloat16", mainloop, loads,
                              varlen, blocks is not None, uniform,
                              stages_of(variant, listed=False) if varlen  # (no block mask: a sequence's own positions)
-                             else stages_for(problem))  # (the variant's stage; with the log-sum-exp store when asked)
+                             else stages_for(problem),  # (the variant's stage; with the log-sum-exp store when asked)
+                             longest_first=bool(longest_first and problem.causal))
     box, swizzle = tma_box(D, Bc)
     sl2 = float32(problem.sm_scale * LOG2E)
     Br = 64 * warpgroups

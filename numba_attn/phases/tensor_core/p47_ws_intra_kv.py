@@ -23,7 +23,8 @@ from numba_attn.phases.tensor_core.p46_ws_intra import intra_mainloop, resolve_i
 MAX_BC_D128 = 144  # 160 spills 96 bytes at D128 beside Q's registers (serialized wgmma)
 
 
-def _supports(problem, warpgroups, Bc, stages, **_):
+def supports_intra_kv(problem, warpgroups, Bc, stages, **_):
+    """``supports`` of ws_intra_kv: ws_intra's with two stages, and at most 144-key tiles from D128."""
     if problem.head_dim >= 128 and Bc > MAX_BC_D128:
         return (f"Bc={Bc} at head_dim {problem.head_dim}: S, the held P, O and Q spill above Bc={MAX_BC_D128} "
                 "(offline, sm_90a)")
@@ -41,7 +42,7 @@ def _supports(problem, warpgroups, Bc, stages, **_):
     """,
     lineage="FlashAttention-3 (Shah et al. 2024): separate K and V pipelines, 176-key tiles at D128",
     planned_speedup=170.0,  # ws_intra's 170: the same speed, in less shared memory
-    **wgmma_registration(_supports, resolve_intra,
+    **wgmma_registration(supports_intra_kv, resolve_intra,
                          {"warpgroups": [2, 3], "Bc": [64, 128, 144], "stages": [2, 3], "uniform": [False, True]},
                          {"warpgroups": 2, "Bc": 16, "stages": 2}),
 )

@@ -1,6 +1,7 @@
 """Which rows a block of the tensor-core phases works on: its work items.
 
-* one item per block (the default): query block ``blockIdx.x`` of head ``blockIdx.y``, batch ``blockIdx.z``;
+* one item per block (the default): query block ``blockIdx.x`` of head ``blockIdx.y``, batch ``blockIdx.z``, or
+  counted from the last (:func:`query_block`: causal, the blocks with the most key tiles first);
 * varlen: sequence ``blockIdx.z`` of a packed batch (:func:`varlen_spans`, :func:`varlen_views`; the host's
   :class:`VarlenLayout` gives the cu_seqlens);
 * persistent: a block per SM walking items ``blockIdx.x``, then every ``gridDim.x``-th (:func:`first_item`,
@@ -18,7 +19,28 @@ from numba_attn.gpu.intrinsics import rows_head_major
 from numba_attn.gpu.jit import device
 from numba_attn.variants.stages import PLAIN
 
-__all__ = ["varlen_spans", "varlen_views", "VarlenLayout", "first_item", "next_item", "key_tiles"]
+__all__ = ["query_block", "varlen_spans", "varlen_views", "VarlenLayout", "first_item", "next_item", "key_tiles"]
+
+
+@functools.cache
+def query_block(longest_first: bool):
+    """A device function ``qt()``: the query block of this block (one item per block), ``blockIdx.x``, or with
+    ``longest_first`` counted from the last. The hardware starts blocks in the order of ``blockIdx.x`` (fastest), so
+    causally the blocks with the most key tiles start first and the last to start are the shortest: a list
+    schedule ends at most one item after its average, and that item is now one key tile long (FlashAttention-2's
+    causal order)."""
+    if longest_first:
+        @device
+        def last_first():
+            return cuda.gridDim.x - 1 - cuda.blockIdx.x
+
+        return last_first
+
+    @device
+    def in_order():
+        return cuda.blockIdx.x
+
+    return in_order
 
 
 @device
