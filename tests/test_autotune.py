@@ -218,10 +218,16 @@ def test_an_entry_that_never_measured_the_rules_phase_does_not_count(package_tab
     assert ph.name == "warp_specialized_tc" and why.startswith("the Hopper rule")
 
 
+# Two phases level on a problem swap places between runs: ws_intra_kv's rows at B2 H16 N8192 D128 fp16 causal read
+# 1.027 and 0.968 ms (H200, experiments/2026-11-28-ws-intra). "Slower" in the rule's test is beyond this.
+RULE_TOLERANCE = 1.02
+
+
 def test_the_hopper_rule_holds_on_the_committed_rows():
     """Of the Hopper rule's phases (policy.hopper_order, each at its default parameters), the first one measured on
-    a committed problem beside another 16-bit prefill phase is the fastest there (the median of its rows), on an
-    H100 and on an H200 (docs/DEVELOPING.md lists them): the rule never puts a slower phase first."""
+    a committed problem beside another 16-bit prefill phase is the fastest there (the median of its rows, within
+    RULE_TOLERANCE), on an H100 and on an H200 (docs/DEVELOPING.md lists them): the rule never puts a slower phase
+    first."""
     cells: dict = {}
     for m in dispatch.measurements():
         gpu, dtype, *_ = m["key"].split("|")
@@ -236,6 +242,6 @@ def test_the_hopper_rule_holds_on_the_committed_rows():
         if rule is None or len(by) < 2:
             continue
         med = {ph: sorted(ts)[(len(ts) - 1) // 2] for ph, ts in by.items()}
-        assert med[rule] <= min(med.values()), (gpu, label, med)
+        assert med[rule] <= min(med.values()) * RULE_TOLERANCE, (gpu, label, med)
         checked.setdefault(gpu, []).append(label)
     assert len(checked.get("NVIDIA H100 80GB HBM3", [])) >= 4 and len(checked.get("NVIDIA H200", [])) >= 10, checked
