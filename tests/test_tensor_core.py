@@ -20,6 +20,7 @@ from numba_attn.gpu.backend import IS_SIMULATOR
 from numba_attn.spec.problem import Problem
 from numba_attn.spec.reference import check, poison, reference
 from numba_attn.phases.registry import get_phase
+from numba_attn.phases.tensor_core import scheduler
 
 from numba import cuda
 
@@ -157,6 +158,12 @@ CASES = [
     ("ws_persistent", tiny("float16", D=16, q_len=100, kv_len=101, heads=2, kv_heads=1, causal=True), {"blocks": 2}),
     ("ws_persistent", tiny("bfloat16", D=32, q_len=40, heads=3, kv_heads=1), {"Bc": 32, "stages": 3, "blocks": 2}),
     ("ws_persistent", tiny("float16", D=16, q_len=70, kv_len=53, heads=2), {"warpgroups": 2, "blocks": 1}),
+    # ws_intra_kv's loop in persistent blocks, items in snaked rounds: 10 causal items of 1-5 tiles over 2 blocks
+    # (GQA; a block's last item past the others'), 3 blocks over 4 items with two stages of 2 consumers, one block
+    ("ws_intra_persistent", tiny("float16", D=16, q_len=300, kv_len=320, heads=2, kv_heads=1, causal=True),
+     {"blocks": 2}),
+    ("ws_intra_persistent", tiny("bfloat16", D=32, q_len=150, kv_len=90, heads=2), {"warpgroups": 2, "blocks": 3}),
+    ("ws_intra_persistent", tiny("float16", D=64, q_len=130, kv_len=140, heads=1, causal=True), {"blocks": 1}),
 ]
 
 
@@ -251,6 +258,47 @@ def test_persistent_arguments():
             make_wgmma_kernel(wgmma_tiles(16, 2, 16, 3), 1, False, False, mainloop, "ws", persistent=True)
     assert get_phase("ws_persistent").parent == "warp_specialized_tc"
     assert get_phase("ws_persistent").requires_cc == "sm_90a"
+    with pytest.raises(ValueError, match="balanced"):
+        make_wgmma_kernel(wgmma_tiles(16, 2, 16, 3), 1, False, False, balanced=1)
+    with pytest.raises(ValueError, match="power of two"):
+        scheduler.balanced_items(3)
+
+
+@pytest.mark.parametrize("grid,n_query_blocks,bh,section", [(3, 5, 2, 1), (4, 3, 8, 4), (5, 8, 4, 2), (7, 1, 6, 2)])
+def test_balanced_items_visit_every_item_once(grid, n_query_blocks, bh, section):
+    """balanced_items: over its rounds, the grid's blocks take every (query block, head) item exactly once, and
+    each round's items are the next ``grid`` of the order (query blocks from the last, ``section`` heads fastest)."""
+    item = scheduler.balanced_items(section)
+
+    @cuda.jit
+    def walk(seen, rounds, n, BH):
+        r = 0
+        qb, h = item(0, n)
+        while h < BH:
+            seen[h, qb] += 1
+            rounds[h, qb] = r
+            r += 1
+            qb, h = item(r, n)
+
+    seen = np.zeros((bh, n_query_blocks), np.int32)
+    rounds = np.full((bh, n_query_blocks), -1, np.int32)
+    walk[grid, 1](seen, rounds, n_query_blocks, bh)
+    assert (seen == 1).all(), seen
+    order = sorted(((h // section, qb, h % section) for h in range(bh) for qb in range(n_query_blocks)))
+    for i, (sec, qb, e) in enumerate(order):
+        assert rounds[sec * section + e, qb] == i // grid
+
+
+def test_balanced_section_evens_out_the_causal_blocks():
+    """The host's choice of order: at B8 H32/8kv N1024 causal on 132 SMs the busiest block does at most 1.04x the
+    average work (every 132nd item: a block's items alternate between two of the 8 query blocks); one head of 128
+    query blocks over 132 blocks needs the heads' longest together (a section of two)."""
+    p = Problem(batch=8, heads=32, kv_heads=8, q_len=1024, head_dim=128, causal=True)
+    sec = scheduler.balanced_section(p, 8, 132)
+    assert scheduler.schedule_load(sec, 8, 256, 132, True) <= 1.04
+    p2 = Problem(batch=1, heads=2, q_len=16384, head_dim=128, causal=True)
+    assert scheduler.balanced_section(p2, 128, 132) == 2
+    assert scheduler.schedule_load(1, 128, 2, 132, True) > 1.5 > 1.01 > scheduler.schedule_load(2, 128, 2, 132, True)
 
 
 def test_registry_metadata():
@@ -451,6 +499,7 @@ for name, D, causal in (("tma_wgmma", 128, False), ("warp_specialized_tc", 128, 
 # the option uniform=True (the warp index broadcast by shfl.sync) on the two phases that expose it; where it is the
 # phase's default (ws_overlap), the kernel compiled above with the default parameters is that one
 from numba_attn.phases.registry import get_phase
+from numba_attn.phases.tensor_core import scheduler
 for name, D, causal in (("warp_specialized_tc", 128, True), ("ws_overlap", 128, True)):
     key = f"{name}-D{D}" + ("-causal" if causal else "")
     same = get_phase(name).params.get("uniform") is True and key in res

@@ -24,7 +24,8 @@ from numba_attn.phases.tensor_core.mma_sync import supports_tc, u32_views
 from numba_attn.phases.tensor_core.pipeline import ring_barriers, ring_padding, wgmma_smem_bytes, wgmma_tiles
 from numba_attn.phases.tensor_core.producer import (kv_tensor_map, kv_tensor_map_at, tensor_map_pointer, tma_box,
                                                     tma_smem_reason, ws_consumer_regs, ws_producer, ws_producer_regs)
-from numba_attn.phases.tensor_core.scheduler import VarlenLayout, first_item, next_item, query_block, varlen_spans
+from numba_attn.phases.tensor_core.scheduler import (VarlenLayout, balanced_section, persistent_items, query_block,
+                                                     varlen_spans)
 from numba_attn.variants.launching import KernelMods
 from numba_attn.variants.sinks import stages_for, with_lse
 from numba_attn.variants.stages import PLAIN, stages_of
@@ -36,17 +37,17 @@ __all__ = ["make_wgmma_kernel", "build_wgmma", "resolve_wgmma", "supports_wgmma"
 LOAD_NAMES = {"cp_async": "tc_wgmma", "tma": "tma_wgmma", "ws": "warp_specialized_tc"}
 
 
-def kernel_name(loads, mainloop, persistent, varlen, longest_first=False):
+def kernel_name(loads, mainloop, persistent, varlen, longest_first=False, balanced=0):
     """The kernel's name: its load strategy's phase, or its mainloop's (``kernel_name``, ``suffix``)."""
     name = getattr(mainloop, "kernel_name", None) or LOAD_NAMES[loads]
     return name + getattr(mainloop, "suffix", "") + ("_persistent" if persistent else "") + (
-        "_varlen" if varlen else "") + ("_lpt" if longest_first else "")
+        "_varlen" if varlen else "") + ("_lpt" if longest_first else "") + (f"_bal{balanced}" if balanced else "")
 
 
 @functools.cache
 def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_mainloop, loads: str = "cp_async",
                       varlen: bool = False, persistent: bool = False, uniform: bool = False, stage=PLAIN,
-                      longest_first: bool = False):
+                      longest_first: bool = False, balanced: int = 0):
     """The wgmma attention kernel ``(q, k, v, o, sl2, H, Nq, Nk, mods)`` of ``tiles`` (:class:`WgmmaTiles`), ``G``
     query heads per KV head. ``loads``: who brings the K/V tiles; "ws" adds a producer warpgroup (warps 0-3)
     that gives registers back (``setmaxnreg.dec``) and whose thread 0 loads every tile of the block, the
@@ -57,7 +58,9 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
     ``uniform``: the warp index broadcast from lane 0, known warp-uniform to ptxas (the descriptors and ring
     counters in the uniform datapath; docs/tensor-core-notes.md, "Uniform warp index"). ``stage``: a variant's
     (:func:`numba_attn.variants.stages.stages_of`; ``mods`` its arrays and block mask, ``()`` for plain attention).
-    ``longest_first`` (one item per block): the query blocks counted from the last (:func:`.scheduler.query_block`)."""
+    ``longest_first`` (one item per block): the query blocks counted from the last (:func:`.scheduler.query_block`).
+    ``balanced`` (persistent): the items in snaked rounds, sections of that many heads
+    (:func:`.scheduler.balanced_items`); 0: every ``gridDim.x``-th item."""
     ws = loads == "ws"
     if loads not in LOAD_NAMES:
         raise ValueError(f"loads={loads!r}: one of {sorted(LOAD_NAMES)}")
@@ -71,9 +74,14 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
                          "and releases them apart (``mainloop.split_kv``)")
     if longest_first and (persistent or varlen):
         raise ValueError("longest_first orders the grid's blocks: not with persistent blocks or the varlen layout")
-    if persistent and not (ws and mainloop is plain_mainloop):
+    if persistent and not (ws and getattr(mainloop, "persistent", mainloop is plain_mainloop)):
         raise ValueError("persistent blocks carry the producer's ring across work items: they need loads='ws' "
-                         "and the plain mainloop")
+                         "and a mainloop that returns the ring state after its last tile (``mainloop.persistent``)")
+    if persistent and tiles.q_smem:
+        raise ValueError("persistent blocks with Q in shared memory: the next item's Q store is not synchronized "
+                         "with this item's last S")
+    if balanced and not persistent:
+        raise ValueError("balanced orders a persistent block's work items: it needs persistent blocks")
     consume = consumer(tiles, causal, bf16, loads, varlen, mainloop, stage)
     produce = ws_producer(tiles, causal, stage)
     ring_rows = tiles.ring_rows
@@ -82,6 +90,7 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
     n_barriers = tiles.n_barriers
     give_registers = ws and tiles.warpgroups >= 2  # move registers to the consumers (one consumer: no need)
     block_of = query_block(longest_first)
+    first_of, following = persistent_items(balanced)
     producer_regs = ws_producer_regs(tiles.warpgroups)
     consumer_regs = ws_consumer_regs(tiles.warpgroups)
 
@@ -130,12 +139,12 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
                     if persistent:
                         loaded = 0  # tiles this block has loaded: the ring's stages are in use from the first
                         n_query_blocks = (Nq + Br - 1) // Br  # Br: compile-time, no division call
-                        qb, bh = first_item(n_query_blocks)
+                        r, qb, bh = first_of(n_query_blocks)
                         while bh < q.shape[0]:  # (B·H, Nq, D/2): every work item of this block
                             qt = n_query_blocks - 1 - qb
                             state, loaded = produce((KV, k, v, bars, bh // G, Nk, (mods, bh // H, bh % H, qt, Nq)),
                                                     qt * Br, state, loaded, Nq, Nk, off)
-                            qb, bh = next_item(qb, bh, n_query_blocks)
+                            r, qb, bh = following(r, qb, bh, n_query_blocks)
                     else:
                         produce((KV, k, v, bars, kvh, Nk, (mods, b, h, qt, Nq)), blk0, state, 0, Nq, Nk,
                                 off)
@@ -151,19 +160,19 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
         state = (0, 0)  # tile it's ring stage and the phase parity of its full barrier, carried
         if persistent:  # the block's work items one after another, the ring state carried from one to the next
             n_query_blocks = (Nq + Br - 1) // Br
-            qb, bh = first_item(n_query_blocks)
+            r, qb, bh = first_of(n_query_blocks)
             while bh < q.shape[0]:
                 qt = n_query_blocks - 1 - qb
                 blk0 = qt * Br
                 state = consume(q, o, (KV, k, v, bars, bh // G, Nk, (mods, bh // H, bh % H, qt, Nq)),
                                 (blk0, blk0 + 64 * (warp // 4), blk0 + 16 * warp, bh), state, lane_ids, Nq, off,
                                 sl2, q0)
-                qb, bh = next_item(qb, bh, n_query_blocks)
+                r, qb, bh = following(r, qb, bh, n_query_blocks)
         else:
             consume(q, o, (KV, k, v, bars, kvh, Nk, (mods, b, h, qt, Nq)), (blk0, wg0, row0, bh), state,
                     lane_ids, Nq, off, sl2, q0)
 
-    body.__name__ = body.__qualname__ = kernel_name(loads, mainloop, persistent, varlen, longest_first) + (
+    body.__name__ = body.__qualname__ = kernel_name(loads, mainloop, persistent, varlen, longest_first, balanced) + (
         "_kv" if tiles.split_kv else "") + ("_qs" if tiles.q_smem else "")
     if ws:
         return kernel(body, launch_bounds=(128 * (tiles.warpgroups + 1), 1))
@@ -177,7 +186,8 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
 
 
 def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads="cp_async", varlen=False,
-                uniform=False, blocks=None, lazy_rescale=False, split_kv=False, q_smem=False, longest_first=False):
+                uniform=False, blocks=None, lazy_rescale=False, split_kv=False, q_smem=False, longest_first=False,
+                balanced=False):
     """The :class:`Launch` of the wgmma kernel: grid (query blocks, heads, batch), the ring in
     dynamic shared memory (opt-in made at the first launch), and the uint32 views of the last
     few input sets cached (making views costs host time at every launch). ``varlen``: the packed
@@ -189,25 +199,30 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
     persistent blocks, a grid of ``blocks`` (0: one per SM) each running every ``blocks``-th work item, never more
     blocks than items. ``lazy_rescale``: FlashAttention-4's conditional rescale of O; ``split_kv``: K and V on
     barriers of their own; ``q_smem``: Q's tiles in shared memory (:class:`WgmmaTiles`); ``longest_first``: causal,
-    the query blocks counted from the last (the most key tiles first; ignored without a causal mask)."""
+    the query blocks counted from the last (the most key tiles first; ignored without a causal mask); ``balanced``
+    (with ``blocks``): the work items in snaked rounds (:func:`.scheduler.balanced_section` picks the section)."""
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     D = problem.head_dim
     tma = loads != "cp_async"
     variant = getattr(problem, "variant", None)
     tiles = wgmma_tiles(D, warpgroups, Bc, stages, bool(lazy_rescale), bool(split_kv), bool(q_smem))
-    kern = make_wgmma_kernel(tiles, problem.group, problem.causal, problem.dtype == "bfloat16", mainloop, loads,
-                             varlen, blocks is not None, uniform,
-                             stages_of(variant, listed=False) if varlen  # (no block mask: a sequence's own positions)
-                             else stages_for(problem),  # (the variant's stage; with the log-sum-exp store when asked)
-                             longest_first=bool(longest_first and problem.causal))
     box, swizzle = tma_box(D, Bc)
     sl2 = float32(problem.sm_scale * LOG2E)
     Br = 64 * warpgroups
     grid = ((Nq + Br - 1) // Br, H, problem.batch)
+    section = 0
     if blocks is not None:  # persistent: at most one block per work item
         if blocks < 0:
             raise ValueError(f"blocks (persistent blocks) must be at least 1, or 0 for one per SM; got {blocks}")
+        n_query_blocks = grid[0]
         grid = (min(blocks or sm_count(), grid[0] * H * problem.batch), 1, 1)
+        if balanced:
+            section = balanced_section(problem, n_query_blocks, grid[0])
+    kern = make_wgmma_kernel(tiles, problem.group, problem.causal, problem.dtype == "bfloat16", mainloop, loads,
+                             varlen, blocks is not None, uniform,
+                             stages_of(variant, listed=False) if varlen  # (no block mask: a sequence's own positions)
+                             else stages_for(problem),  # (the variant's stage; with the log-sum-exp store when asked)
+                             longest_first=bool(longest_first and problem.causal), balanced=section)
     nbytes = wgmma_smem_bytes(D, Bc, stages, 64 * warpgroups if q_smem else 0)
     own = VarlenLayout(problem) if varlen else None
     nthreads = 128 * (warpgroups + 1 if loads == "ws" else warpgroups)  # ws: the producer warpgroup too

@@ -118,6 +118,7 @@ def intra_mainloop(tiles, causal, bf16, loads, varlen, stage=PLAIN):
 intra_mainloop.suffix = "_intra"
 intra_mainloop.split_kv = True  # it waits for and releases K and V apart when the ring's tiles say so
 intra_mainloop.q_smem = True  # it reads Q from its tile when the ring's tiles hold one
+intra_mainloop.persistent = True  # it returns the ring state after its last tile, every stage released
 
 
 def resolve_intra(problem, warpgroups, Bc, stages, **_):
