@@ -125,7 +125,8 @@ def balanced_items(section: int):
     ``section`` heads at a time (their K/V read while they stay in the L2), within it by query block from the last
     (causally the longest first), heads fastest; round r hands items r·G … r·G + G - 1 (G = ``gridDim.x``) out to
     the blocks in a snake, forward on even rounds and backward on odd ones, so that a block taking a round's
-    longest item takes the next round's shortest. ``section``: a power of two dividing B·H (:func:`balanced_section`)."""
+    longest item takes the next round's shortest. ``section``: a power of two dividing B·H
+    (:func:`balanced_section`)."""
     if section < 1 or section & (section - 1):
         raise ValueError(f"section (heads a section) must be a power of two, got {section}")
     LOG = section.bit_length() - 1
