@@ -23,8 +23,8 @@ VARIANT_PREFILL = "warp_specialized_tc"
 
 # The Hopper rule: the 16-bit prefill phase phase=None runs on a GPU of compute capability 9.0 where neither the
 # tuning cache nor a dispatch table entry that measured it decides (the first of these that supports the
-# problem). Each phase first here was the fastest at its default parameters on every problem measured with it
-# (docs/DEVELOPING.md, "Dispatch", lists the rows; tests/test_autotune.py checks the committed ones).
+# problem). Each phase first here was the fastest (within 2 %) at its default parameters on every problem measured
+# with it (docs/DEVELOPING.md, "Dispatch", lists the rows; tests/test_autotune.py checks the committed ones).
 HOPPER_PREFILL = ("ws_intra", "warp_specialized_tc", "tma_wgmma", "tc_wgmma")
 # ws_intra and ws_intra_kv only above D64, ws_intra_qs only above D128 (autotune.ABOVE_HEAD_DIM, as on first use)
 # without a mask ws_intra_kv first: 1.02-1.04x ws_intra at B1 H32 N4096 D128 fp16 and bf16 in two runs; causal

@@ -108,7 +108,8 @@ def schedule_load(section: int, n_query_blocks: int, bh: int, grid: int, causal:
 def balanced_section(problem, n_query_blocks: int, grid: int, budget: int = L2_SECTION_BYTES) -> int:
     """The heads of a section of :func:`balanced_items` for ``problem``: of 1 and the powers of two that divide
     batch × heads and whose K and V (shared by ``group`` query heads) fit in ``budget`` bytes, the one whose
-    schedule loads its busiest block least (:func:`schedule_load`), the smallest within 0.5 % (the L2's)."""
+    schedule loads its busiest block least (:func:`schedule_load`); of those within 0.5 % of it the smallest (fewer
+    heads at a time read fewer K/V)."""
     per_head = 2 * problem.kv_len * problem.head_dim * 2 / problem.group  # K and V of a query head, 16-bit
     bh, sections = problem.batch * problem.heads, [1]
     while bh % (2 * sections[-1]) == 0 and 2 * sections[-1] * per_head <= budget:
