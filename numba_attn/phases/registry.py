@@ -132,6 +132,8 @@ class Launch:
     # numba_attn.variants.launching.KernelMods of a phase that runs variants: the kernels' ``mods`` for a
     # call's own arrays (attention(aux=..., block_mask=...)); None: the launch has no variant
     kernel_mods: object = None
+    # a traced build's device array of its work items' clock stamps (phases/tensor_core/timeline.py); else None
+    timeline: object = None
 
     def __call__(self, q, k, v, o, stream=0, mods=None):
         if mods is None:

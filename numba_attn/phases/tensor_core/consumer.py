@@ -32,6 +32,7 @@ from numba_attn.phases.tensor_core.producer import load_functions
 from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.gpu.warp import FULL_MASK, ballot_sync
 from numba_attn.phases.tensor_core.softmax import online_softmax, online_softmax_lazy, pack_p, rescale_o
+from numba_attn.phases.tensor_core.timeline import stamps
 from numba_attn.variants.stages import LN2, PLAIN
 
 __all__ = ["wgmma_products", "q_operand", "masked_scores", "scores_softmax", "scores_to_p", "ring_steps",
@@ -226,12 +227,14 @@ def plain_mainloop(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, st
 
 
 @functools.cache
-def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop_factory, stage=PLAIN):
+def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop_factory, stage=PLAIN,
+             trace: bool = False):
     """A device function ``consume(q, o, loads, item, ring, lane_ids, Nq, off, sl2, q0) -> ring``: one work item
     of a consumer warp, ``item = (blk0, wg0, row0, bh)`` (the first query rows of the block, this warpgroup and
     this warp; the head-batch): Q to registers, the tile loop of ``mainloop_factory``, O stored. ``ring``: the
     ring state at its first tile in, after its last out (a persistent block's next item goes on from there).
-    ``stage``: the variant's (``loads[6]``: the item's walk over its key tiles, :func:`.scheduler.key_tiles`)."""
+    ``stage``: the variant's (``loads[6]``: the item's walk over its key tiles, :func:`.scheduler.key_tiles`).
+    ``trace``: the item's steps stamped (:func:`.timeline.stamps`; the array last in ``loads[6][0]``)."""
     ends = key_ends(tiles.Br, 64, causal)  # (the block's keys, a warpgroup's keys) from its first row
     start = q_start(tiles.qk_steps, tiles.o_regs, False, tiles.D // 2)
     store = store_fragments(tiles.o_tiles, "bf16" if bf16 else "f16")
@@ -243,16 +246,19 @@ def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop
     Bc, q_regs, s_regs, o_regs, p_regs = tiles.Bc, tiles.q_regs, tiles.s_regs, tiles.o_regs, tiles.p_regs
     store_q = q_operand(tiles, bf16)[0]
     Q_BASE, Q_TILE = tiles.q_base, tiles.q_tile_bytes
+    stamp, stamp_after = stamps(trace, tiles.warpgroups, tiles.Br)[3:]
 
     @device
     def consume(q, o, loads, item, ring, lane_ids, Nq, off, sl2, q0):
         blk0, wg0, row0, bh = item
         tid, lane, g, t, first = lane_ids
         Nk = loads[5]
+        stamp(loads[6][0], bh, blk0, wg0, row0, lane, Nq, 0)  # (trace: the item's start)
         qf = cuda.local.array(q_regs, uint32)
         r_lo = row0 + g
         acc = cuda.local.array(o_regs, float32)
         stats = start(qf, acc, q, bh, r_lo, Nq, t)  # Q's A fragments, O = 0; running max and sums (lane's columns)
+        stamp_after(loads[6][0], bh, blk0, wg0, row0, lane, Nq, 1, qf[q_regs - 1])  # (trace: Q in registers)
         store_q(loads[0], Q_BASE + ((wg0 - blk0) // 64) * Q_TILE, qf, row0 - wg0, g, t)  # (q_smem: Q's tile)
         s = cuda.local.array(s_regs, float32)
         sn = cuda.local.array(s_regs, float32)  # overlap: S of the next tile, in flight during this tile's softmax
@@ -265,10 +271,12 @@ def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop
         stats, ring = mainloop(n_tiles, ring, stats, (qf, s, sn, pf, acc), loads, (row0, wg_end, Nk, off, sl2),
                                lane_ids)
         finish()
+        stamp(loads[6][0], bh, blk0, wg0, row0, lane, Nq, 2)  # (trace: the tile loop done)
         if varlen:  # the view made here, not kept live through the loop (q0: one register)
             o = rows_head_major(o, q0, Nq)
         store(o, bh, r_lo, acc, 0, stats[2], stats[3], Nq, t)
         store_lse(loads[6][0], bh, r_lo, stats, sl2, Nq, t)  # (only when asked: return_lse=True)
+        stamp(loads[6][0], bh, blk0, wg0, row0, lane, Nq, 3)  # (trace: O's stores issued)
         return ring
 
     return consume

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 from numba import cuda, float32, uint64
 
 from numba_attn.gpu.device_functions import LOG2E
@@ -26,6 +27,7 @@ from numba_attn.phases.tensor_core.producer import (kv_tensor_map, kv_tensor_map
                                                     tma_smem_reason, ws_consumer_regs, ws_producer, ws_producer_regs)
 from numba_attn.phases.tensor_core.scheduler import (VarlenLayout, balanced_section, persistent_items, query_block,
                                                      varlen_spans)
+from numba_attn.phases.tensor_core.timeline import stamps, trace_width, traced
 from numba_attn.variants.launching import KernelMods
 from numba_attn.variants.sinks import stages_for, with_lse
 from numba_attn.variants.stages import PLAIN, stages_of
@@ -47,7 +49,7 @@ def kernel_name(loads, mainloop, persistent, varlen, longest_first=False, balanc
 @functools.cache
 def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_mainloop, loads: str = "cp_async",
                       varlen: bool = False, persistent: bool = False, uniform: bool = False, stage=PLAIN,
-                      longest_first: bool = False, balanced: int = 0):
+                      longest_first: bool = False, balanced: int = 0, trace: bool = False):
     """The wgmma attention kernel ``(q, k, v, o, sl2, H, Nq, Nk, mods)`` of ``tiles`` (:class:`WgmmaTiles`), ``G``
     query heads per KV head. ``loads``: who brings the K/V tiles; "ws" adds a producer warpgroup (warps 0-3)
     that gives registers back (``setmaxnreg.dec``) and whose thread 0 loads every tile of the block, the
@@ -60,7 +62,8 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
     (:func:`numba_attn.variants.stages.stages_of`; ``mods`` its arrays and block mask, ``()`` for plain attention).
     ``longest_first`` (one item per block): the query blocks counted from the last (:func:`.scheduler.query_block`).
     ``balanced`` (persistent): the items in snaked rounds, sections of that many heads
-    (:func:`.scheduler.balanced_items`); 0: every ``gridDim.x``-th item."""
+    (:func:`.scheduler.balanced_items`); 0: every ``gridDim.x``-th item. ``trace`` (with "ws", not varlen): the
+    work items' steps stamped into the array last in ``mods`` (:mod:`.timeline`)."""
     ws = loads == "ws"
     if loads not in LOAD_NAMES:
         raise ValueError(f"loads={loads!r}: one of {sorted(LOAD_NAMES)}")
@@ -82,7 +85,10 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
                          "with this item's last S")
     if balanced and not persistent:
         raise ValueError("balanced orders a persistent block's work items: it needs persistent blocks")
-    consume = consumer(tiles, causal, bf16, loads, varlen, mainloop, stage)
+    if trace and (not ws or varlen):
+        raise ValueError("trace stamps the producer's and the consumers' steps: it needs loads='ws' (not varlen)")
+    consume = consumer(tiles, causal, bf16, loads, varlen, mainloop, stage, trace)
+    block_start, producer_item, producer_done = stamps(trace, tiles.warpgroups, tiles.Br)[:3]
     produce = ws_producer(tiles, causal, stage)
     ring_rows = tiles.ring_rows
     init_barriers = ring_barriers(tiles.stages, tiles.warps, tiles.split_kv)[0]
@@ -95,6 +101,7 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
     consumer_regs = ws_consumer_regs(tiles.warpgroups)
 
     def body(q, k, v, o, sl2, H, Nq, Nk, mods):
+        t_block = block_start()  # (trace: the block's first cycle; 0 when not traced)
         # the K/V ring: dynamic shared memory from its first 1024-byte boundary
         KV = dynamic_tile(ring_padding(dynamic_tile(0, 1, 4)), ring_rows, 4)  # float32 view, used through addresses
         tid = cuda.threadIdx.x
@@ -142,12 +149,16 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
                         r, qb, bh = first_of(n_query_blocks)
                         while bh < q.shape[0]:  # (B·H, Nq, D/2): every work item of this block
                             qt = n_query_blocks - 1 - qb
+                            producer_item(mods, bh, qt, Nq, t_block)
                             state, loaded = produce((KV, k, v, bars, bh // G, Nk, (mods, bh // H, bh % H, qt, Nq)),
                                                     qt * Br, state, loaded, Nq, Nk, off)
+                            producer_done(mods, bh, qt, Nq)
                             r, qb, bh = following(r, qb, bh, n_query_blocks)
                     else:
+                        producer_item(mods, bh, qt, Nq, t_block)
                         produce((KV, k, v, bars, kvh, Nk, (mods, b, h, qt, Nq)), blk0, state, 0, Nq, Nk,
                                 off)
+                        producer_done(mods, bh, qt, Nq)
                 return
             if give_registers:
                 setmaxnreg_inc(consumer_regs)
@@ -173,7 +184,7 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
                     lane_ids, Nq, off, sl2, q0)
 
     body.__name__ = body.__qualname__ = kernel_name(loads, mainloop, persistent, varlen, longest_first, balanced) + (
-        "_kv" if tiles.split_kv else "") + ("_qs" if tiles.q_smem else "")
+        "_kv" if tiles.split_kv else "") + ("_qs" if tiles.q_smem else "") + ("_traced" if trace else "")
     if ws:
         return kernel(body, launch_bounds=(128 * (tiles.warpgroups + 1), 1))
     # Above 256 threads (3 warpgroups: 65536 / 384 = 170 registers a thread) the block size goes to ptxas
@@ -200,7 +211,9 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
     blocks than items. ``lazy_rescale``: FlashAttention-4's conditional rescale of O; ``split_kv``: K and V on
     barriers of their own; ``q_smem``: Q's tiles in shared memory (:class:`WgmmaTiles`); ``longest_first``: causal,
     the query blocks counted from the last (the most key tiles first; ignored without a causal mask); ``balanced``
-    (with ``blocks``): the work items in snaked rounds (:func:`.scheduler.balanced_section` picks the section)."""
+    (with ``blocks``): the work items in snaked rounds (:func:`.scheduler.balanced_section` picks the section).
+    Built inside :func:`.timeline.tracing`: the kernel traced, the launch's ``timeline`` its array (zeros, one row
+    an item, filled by every call)."""
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     D = problem.head_dim
     tma = loads != "cp_async"
@@ -218,11 +231,17 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
         grid = (min(blocks or sm_count(), grid[0] * H * problem.batch), 1, 1)
         if balanced:
             section = balanced_section(problem, n_query_blocks, grid[0])
+    trace = traced()
+    if trace and getattr(problem, "lse", False):
+        raise ValueError("a traced kernel's array is last in its mods, where the log-sum-exp array goes: trace "
+                         "without return_lse")
     kern = make_wgmma_kernel(tiles, problem.group, problem.causal, problem.dtype == "bfloat16", mainloop, loads,
                              varlen, blocks is not None, uniform,
                              stages_of(variant, listed=False) if varlen  # (no block mask: a sequence's own positions)
                              else stages_for(problem),  # (the variant's stage; with the log-sum-exp store when asked)
-                             longest_first=bool(longest_first and problem.causal), balanced=section)
+                             longest_first=bool(longest_first and problem.causal), balanced=section, trace=trace)
+    timeline = cuda.to_device(np.zeros(((Nq + Br - 1) // Br * H * problem.batch, trace_width(warpgroups)),
+                                       np.uint64)) if trace else None
     nbytes = wgmma_smem_bytes(D, Bc, stages, 64 * warpgroups if q_smem else 0)
     own = VarlenLayout(problem) if varlen else None
     nthreads = 128 * (warpgroups + 1 if loads == "ws" else warpgroups)  # ws: the producer warpgroup too
@@ -246,6 +265,8 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
             hit = views[key] = ((q, k, v, o), args)
         lengths = (layout or own.own()) if varlen else (Nq, Nk)
         mods = with_lse(kernel_mods(stream=stream) if mods is None else mods, lse)  # (lse: the array last)
+        if timeline is not None:
+            mods = tuple(mods) + (timeline,)
         if opted:
             kern[grid, nthreads, stream, nbytes](*hit[1], sl2, H, *lengths, mods)
         else:
@@ -258,8 +279,9 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
         return tuple(tensor_map_pointer(kv_tensor_map_at(a, *g, box, swizzle))
                      for a, g in zip(addresses[1:3], kv_geometry))
 
-    return Launch(run, kernels=[kern], replayable=variant is None, derived=derived if tma else None,
-                  kernel_mods=kernel_mods if variant is not None else None)
+    return Launch(run, kernels=[kern], replayable=variant is None and timeline is None,
+                  derived=derived if tma else None, kernel_mods=kernel_mods if variant is not None else None,
+                  timeline=timeline)
 
 
 def resolve_wgmma(problem, warpgroups, Bc, stages):
