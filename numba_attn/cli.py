@@ -407,6 +407,47 @@ def cmd_tune(args) -> int:
     return 0 if out and all(t.best is not None for t in out) else 1
 
 
+def cmd_trace(args) -> int:
+    """``numba-attn trace PHASE``: one traced call (:mod:`numba_attn.measure.timeline`), its summary printed, its
+    picture and stamps written."""
+    import gzip
+    import json
+
+    from numba_attn.spec.errors import parse_param_value
+
+    select_backend(args)
+    run_setup(args.setup)
+    from numba_attn.measure.timeline import trace_phase
+
+    problems, _ = problems_of(args)
+    params = {}
+    for item in args.param:
+        key, sep, val = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise SystemExit(f"--param {item!r}: expected NAME=VALUE, e.g. Bc=64")
+        params[key] = parse_param_value(val)
+    os.makedirs(args.out, exist_ok=True)
+    for p in problems:
+        try:
+            tl = trace_phase(args.phase, p, params)
+        except ValueError as exc:
+            raise SystemExit(f"trace: {exc}") from None
+        s = tl.summary()
+        stem = os.path.join(args.out, f"{args.phase}-{_slug(p.label)}")
+        tl.plot(stem + ".png", sms=args.sms)
+        with gzip.open(stem + ".json.gz", "wt") as f:
+            json.dump(tl.to_dict(), f)
+        print(f"{args.phase} on {p.label} {s['params']}: {s['items']} items on {s['sms']} SMs, span "
+              f"{s['span_us']:.1f} µs")
+        for key in ("gap", "setup", "q", "loop", "epilogue"):
+            v = s[f"{key}_us"]
+            print(f"  {key:<9} {'—' if v is None else f'{v:8.3f} µs'} (median an item)")
+        print(f"  a tile {s['tile_us']:.3f} µs, the loop's fixed part {s['loop_fixed_us']:.3f} µs; an item beside its "
+              f"tiles {s['item_beside_tiles_us']:.3f} µs")
+        print(f"  written: {stem}.png, {stem}.json.gz")
+    return 0
+
+
 def cmd_dispatch(args) -> int:
     select_backend(args)
     from numba_attn.measure import dispatch
@@ -450,7 +491,8 @@ def main(argv=None) -> int:
     try:
         return {"list": cmd_list, "run": cmd_run, "bench": cmd_bench, "compare": cmd_compare,
                 "plot": cmd_plot, "diff": cmd_diff, "card": cmd_card, "readme": cmd_readme, "tune": cmd_tune,
-                "dispatch": cmd_dispatch, "new": cmd_new}[args.cmd](args)
+                "dispatch": cmd_dispatch, "new": cmd_new,
+                "trace": cmd_trace}[args.cmd](args)
     except KeyError as exc:  # unknown phase or benchmark names
         msg = exc.args[0] if exc.args else str(exc)
         print(f"numba-attn: {msg}", file=sys.stderr)

@@ -172,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _tune_parser(sub)
     _dispatch_parser(sub)
+    _trace_parser(sub)
 
     rd = sub.add_parser("readme", help="regenerate the README's result tables from the committed results files")
     rd.add_argument("--check", action="store_true", help="exit 1 when a table differs from its results file")
@@ -206,6 +207,23 @@ def _dtype_arg(text: str) -> str:
         return canonical_dtype(text)
     except AttentionInputError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("dtype ")) from None
+
+
+def _trace_parser(sub):
+    tr = sub.add_parser("trace", help="where a warp-specialized Hopper phase's time goes between its tiles: its work "
+                                      "items' steps stamped in one call (Q, tile loop, epilogue, gaps), a summary "
+                                      "and a picture")
+    tr.add_argument("phase", help="a phase with a producer warpgroup (warp_specialized_tc, ws_intra and children)")
+    be = tr.add_mutually_exclusive_group()
+    be.add_argument("--simulator", action="store_true", help="use the Numba CUDA simulator (CPU)")
+    be.add_argument("--gpu", action="store_true", help="require a real CUDA GPU")
+    _shape_options(tr)
+    tr.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                    help="override one of the phase's parameters, e.g. Bc=64 (repeatable)")
+    tr.add_argument("--preset", action="append", default=[], help="named problem set (repeatable), as for run")
+    tr.add_argument("--out", default=".", help="directory for <phase>-<problem>.png and .json.gz (default: here)")
+    tr.add_argument("--sms", type=int, default=8, help="SMs drawn (default 8)")
+    _common(tr)
 
 
 def _tune_parser(sub):

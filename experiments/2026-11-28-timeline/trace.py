@@ -1,7 +1,7 @@
 """Traced calls of the Hopper phases on the two 2048-item problems of ../2026-11-28-ws-intra (B8 H32/8kv N1024 and
 B2 H32/8kv N4096, D128 bf16; N1024 causal too): where a work item's 5-9 µs beside its tiles go. Each phase's traced
 and untraced kernels are also timed with CUDA events (median of 30 calls, alternated) to show what tracing costs.
-    python experiments/2026-11-28-timeline/trace.py OUT_DIR [PHASE,PHASE ...]
+    python experiments/2026-11-28-timeline/trace.py OUT_DIR [PHASE,PHASE ...]   (about a minute)
 """
 import json
 import sys
@@ -65,3 +65,9 @@ for p in problems:
         print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in s.items()}),
               f"({time.perf_counter() - t0:.0f} s)", flush=True)
 json.dump(summaries, open(f"{out}/summaries.json", "w"), indent=1)
+# (a run returns a few files: the stamps and pictures travel as one archive)
+import glob, os, tarfile  # noqa: E401,E402
+with tarfile.open(f"{out}/traces.tar.gz", "w:gz") as tar:
+    for f in sorted(glob.glob(f"{out}/*.npz") + glob.glob(f"{out}/*.png")):
+        tar.add(f, arcname=os.path.basename(f))
+        os.remove(f)

@@ -68,19 +68,22 @@ class Timeline:
         self.sm = (self.raw[:, 0] >> np.uint64(32)).astype(np.int64)
         self.block = (self.raw[:, 0] & np.uint64(0xFFFFFFFF)).astype(np.int64)
         cons = raw[:, PRODUCER_SLOTS:PRODUCER_SLOTS + S * W].reshape(len(raw), W, S)
-        g0, g1 = raw[:, 1], raw[:, -1]
-        c0, c1 = raw[:, 3], cons[:, 0, S - 1]
+        g0, g1 = raw[:, 1] - raw[:, 1].min(), raw[:, -1] - raw[:, 1].min()  # (small integers before any float:
+        c0, c1 = raw[:, 3], cons[:, 0, S - 1]  # float64 of ns since boot is only 256-ns exact)
         ok = (c1 > c0) & (g1 > g0)
         ratio = float(np.median((g1[ok] - g0[ok]) / (c1[ok] - c0[ok]))) if ok.any() else 1.0
         self.ns_per_cycle = ratio
-        # each SM's cycles onto the global clock: the median offset of its items' producer stamps
+        # each SM's cycles onto the global clock: its own first cycle, then the median offset of its items'
+        # producer stamps
+        base = np.empty(len(raw), np.int64)
         origin = np.empty(len(raw), np.float64)
         for s in np.unique(self.sm):
             on = self.sm == s
-            origin[on] = np.median(g0[on] - c0[on] * ratio)
+            base[on] = raw[on, 2].min()
+            origin[on] = np.median(g0[on] - (c0[on] - base[on]) * ratio)
 
         def ns(c):
-            return c * ratio + (origin if c.ndim == 1 else origin[:, None])
+            return ((c - base) * ratio + origin) if c.ndim == 1 else ((c - base[:, None]) * ratio + origin[:, None])
 
         t = {"block": ns(raw[:, 2]), "producer": ns(raw[:, 3]), "loaded": ns(raw[:, 4])}
         for i, step in enumerate(CONSUMER_STEPS):
@@ -95,24 +98,27 @@ class Timeline:
 
     def segments(self) -> dict:
         """name → per-item ns (:data:`SEGMENTS`): ``q``, ``loop``, ``epilogue`` the slowest consumer warpgroup's;
-        ``setup`` from the block's start (persistent blocks: the producer's item start) to the item's start;
-        ``gap`` the SM idle before this item since its previous one ended (NaN for an SM's first)."""
+        ``setup`` from the block's start to the item's (a persistent block's later items: 0); ``gap`` from the SM's
+        previous item's end to this item's block start (a persistent block's later items: to the item's start;
+        NaN for an SM's first item)."""
         t = self.t
         start, end = self.item_span()
-        persistent = len(np.unique(self.block)) < len(self.block)
-        begin = t["producer"] if persistent else t["block"]
+        setup = np.zeros(len(start))
         gap = np.full(len(start), np.nan)
         for s in np.unique(self.sm):
             idx = np.flatnonzero(self.sm == s)
             order = idx[np.argsort(start[idx])]
-            gap[order[1:]] = np.minimum(start[order[1:]], begin[order[1:]]) - end[order[:-1]]
-        return {"gap": gap, "setup": start - np.minimum(begin, start),
-                "q": (t["q"] - t["start"]).max(axis=1), "loop": (t["loop"] - t["q"]).max(axis=1),
-                "epilogue": (t["stored"] - t["loop"]).max(axis=1)}
+            first = np.r_[True, self.block[order[1:]] != self.block[order[:-1]]]  # a block's first item
+            setup[order[first]] = start[order[first]] - t["block"][order[first]]
+            begin = np.where(first, t["block"][order], start[order])  # (a new block: until its start)
+            gap[order[1:]] = begin[1:] - end[order[:-1]]
+        return {"gap": gap, "setup": setup, "q": (t["q"] - t["start"]).max(axis=1),
+                "loop": (t["loop"] - t["q"]).max(axis=1), "epilogue": (t["stored"] - t["loop"]).max(axis=1)}
 
     def summary(self) -> dict:
         """Medians of the segments (µs), the tile loop fitted over the items (``tile_us``, ``loop_fixed_us``; a
-        single tile count: ``loop / tiles`` and no fixed part), the call's span and the items an SM ran."""
+        single tile count: ``loop / tiles`` and no fixed part), what an item costs beside its tiles (its span, gap
+        and setup less ``tile_us`` a tile), the call's span and the items an SM ran."""
         seg = self.segments()
         med = {k: float(np.nanmedian(v)) / 1e3 if np.isfinite(v).any() else None for k, v in seg.items()}
         tiles = self.tiles.astype(np.float64)
@@ -130,7 +136,8 @@ class Timeline:
                 "ns_per_cycle": self.ns_per_cycle,
                 **{f"{k}_us": v for k, v in med.items()},
                 "tile_us": float(a), "loop_fixed_us": float(b),
-                "item_beside_tiles_us": float(np.median(item - a * tiles + np.nan_to_num(seg["gap"]) / 1e3))}
+                "item_beside_tiles_us": float(np.median(item - a * tiles + (np.nan_to_num(seg["gap"])
+                                                                           + seg["setup"]) / 1e3))}
 
     def to_dict(self) -> dict:
         """The summary and the raw stamps (a list per item), for a results file."""

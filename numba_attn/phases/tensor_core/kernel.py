@@ -86,7 +86,8 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
     if balanced and not persistent:
         raise ValueError("balanced orders a persistent block's work items: it needs persistent blocks")
     if trace and (not ws or varlen):
-        raise ValueError("trace stamps the producer's and the consumers' steps: it needs loads='ws' (not varlen)")
+        raise ValueError("a traced kernel stamps its producer's and its consumers' steps: it needs loads='ws' "
+                         "(not varlen)")
     consume = consumer(tiles, causal, bf16, loads, varlen, mainloop, stage, trace)
     block_start, producer_item, producer_done = stamps(trace, tiles.warpgroups, tiles.Br)[:3]
     produce = ws_producer(tiles, causal, stage)
