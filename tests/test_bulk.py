@@ -1,5 +1,5 @@
-"""Bulk reductions shared → global (numba_attn.gpu.bulk) on both backends: blocks add their shared tiles into one
-float32 array; in the simulator, a source overwritten before the wait loses its sums as it may on the GPU, and a
+"""Bulk reductions and copies shared → global (numba_attn.gpu.bulk) on both backends: blocks add their shared tiles
+into one float32 array, or copy staged rows to their places; in the simulator, a source overwritten before the wait loses its sums as it may on the GPU, and a
 misaligned reduction is refused."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from numba import cuda, float32
 
 from numba_attn.gpu.backend import IS_SIMULATOR
-from numba_attn.gpu.bulk import bulk_commit, bulk_reduce_add_f32, bulk_wait, bulk_wait_read
+from numba_attn.gpu.bulk import bulk_commit, bulk_reduce_add_f32, bulk_store, bulk_wait, bulk_wait_read
 from numba_attn.gpu.jit import kernel
 from numba_attn.gpu.mbarrier import fence_proxy_async
 
@@ -103,3 +103,47 @@ def test_vector_reductions_from_registers_add_up_and_refuse_misaligned():
     if IS_SIMULATOR:
         with pytest.raises(Exception, match="multiple of 4"):
             add4[1, 8](cuda.to_device(dst), cuda.to_device(src), 2)
+
+
+@functools.cache
+def _copy_rows():
+    """Each block stages rows of a (rows, 8) uint32 array in shared memory and copies them out, a bulk copy a row
+    (issued by one thread a row), into row-strided places of a 3-D destination."""
+    @kernel
+    def copy_rows(dst, src):
+        s = cuda.shared.array(64, float32, alignment=ALIGN) if ALIGN else cuda.shared.array(64, float32)
+        b = cuda.blockIdx.x
+        tid = cuda.threadIdx.x  # 64 threads: 8 rows of 8 words
+        s[tid] = src[b, tid]
+        fence_proxy_async()
+        cuda.syncthreads()
+        if tid < 8:
+            bulk_store(dst, b * dst.strides[0] + tid * dst.strides[1], s, 32 * tid, 32)
+            bulk_commit()
+            bulk_wait_read(0)
+
+    return copy_rows
+
+
+def test_bulk_stores_copy_staged_rows_to_their_places():
+    rng = np.random.default_rng(4)
+    src = rng.standard_normal((3, 64)).astype(np.float32)
+    dst = cuda.to_device(np.zeros((3, 8, 8), np.float32))
+    _copy_rows()[3, 64](dst, cuda.to_device(src))
+    np.testing.assert_array_equal(dst.copy_to_host(), src.reshape(3, 8, 8))
+
+
+@pytest.mark.skipif(not IS_SIMULATOR, reason="the simulator's checks")
+def test_misaligned_or_overlong_bulk_stores_are_refused():
+    s = np.zeros(64, np.float32)
+    d = np.zeros((2, 4, 8), np.float32)  # rows of 32 bytes
+    with pytest.raises(ValueError, match="16 bytes"):
+        bulk_store(d, 4, s, 0, 16)
+    with pytest.raises(ValueError, match="16 bytes"):
+        bulk_store(d, 0, s, 0, 24)
+    with pytest.raises(IndexError, match="past the row"):
+        bulk_store(d, 16, s, 0, 32)  # half a row in: the copy would run into the next row
+    with pytest.raises(IndexError):
+        bulk_store(d, 0, s, 240, 32)  # past the shared source
+    with pytest.raises(IndexError):
+        bulk_store(d, 2 * 128, s, 0, 16)  # past the destination

@@ -164,6 +164,13 @@ CASES = [
      {"blocks": 2}),
     ("ws_intra_persistent", tiny("bfloat16", D=32, q_len=150, kv_len=90, heads=2), {"warpgroups": 2, "blocks": 3}),
     ("ws_intra_persistent", tiny("float16", D=64, q_len=130, kv_len=140, heads=1, causal=True), {"blocks": 1}),
+    # O staged in shared memory, a bulk copy a row: the second consumer's rows partly past Nq (rows not copied),
+    # GQA bf16 with an odd head_dim of whole 16-byte chunks, causal D=128, three consumers of which the last has
+    # no row below Nq
+    ("ws_intra_bulk_o", tiny("float16", D=64, q_len=100, kv_len=75, heads=1), {"Bc": 16}),
+    ("ws_intra_bulk_o", tiny("bfloat16", D=40, q_len=45, heads=2, kv_heads=1), {"Bc": 32, "stages": 3}),
+    ("ws_intra_bulk_o", tiny("float16", D=128, q_len=80, kv_len=95, heads=1, causal=True), {"Bc": 16}),
+    ("ws_intra_bulk_o", tiny("bfloat16", D=16, q_len=120, kv_len=40, heads=1), {"warpgroups": 3, "Bc": 16}),
 ]
 
 
@@ -494,7 +501,8 @@ def record(name, D, causal, params=None):
 for name, D, causal in (("tma_wgmma", 128, False), ("warp_specialized_tc", 128, False), ("pingpong", 128, True),
                         ("ws_overlap", 128, True), ("ws_persistent", 128, True), ("ws_intra", 128, True),
                         ("ws_intra_kv", 128, True), ("ws_intra_qs", 128, True), ("ws_intra_qs", 128, False),
-                        ("ws_intra_qs", 256, False), ("ws_intra_lpt", 128, True), ("ws_intra_persistent", 128, False)):
+                        ("ws_intra_qs", 256, False), ("ws_intra_lpt", 128, True), ("ws_intra_persistent", 128, False),
+                        ("ws_intra_bulk_o", 128, True)):
     # (ws_intra_qs: 128 keys causal, 176 without a mask; D256. ws_intra_persistent causal spills 40 bytes: its card)
     res[f"{name}-D{D}" + ("-causal" if causal else "")] = record(name, D, causal)
 # the option uniform=True (the warp index broadcast by shfl.sync) on the two phases that expose it; where it is the
@@ -702,3 +710,15 @@ def test_offline_sass_counts_of_a_wgmma_kernel():
     if res is None:
         pytest.skip("no nvdisasm (CUDA toolkit or Triton)")
     assert res["HGMMA"] == 16 and 0 < res["IMAD.MOV"] < res["IMAD"]
+
+
+def test_bulk_copies_of_o_refuse_rows_off_16_byte_boundaries():
+    """ws_intra_bulk_o's output rows are bulk-copy targets: contiguous and 16-byte aligned, else a ValueError naming
+    o (a strided output would be written out of place on the GPU)."""
+    from numba_attn.phases.tensor_core.kernel import check_bulk_rows
+
+    check_bulk_rows(np.zeros((2, 5, 4), np.uint32))  # rows of 16 bytes
+    with pytest.raises(ValueError, match="^o: "):
+        check_bulk_rows(np.zeros((2, 5, 3), np.uint32))  # rows of 12 bytes
+    with pytest.raises(ValueError, match="^o: "):
+        check_bulk_rows(np.zeros((2, 4, 5), np.uint32).transpose(0, 2, 1))  # not contiguous along a row

@@ -1,11 +1,15 @@
-"""Reductions into global float32: a whole shared tile by one instruction (Hopper's ``cp.reduce.async.bulk``, no
-tensor map, its commit and waits), or 16 bytes from registers.
+"""Reductions into global float32 and copies to global memory: a whole shared tile by one instruction (Hopper's
+``cp.reduce.async.bulk`` and ``cp.async.bulk``, no tensor map, their commit and waits), or 16 bytes from registers.
 
 =============================================  =================================================================
 ``bulk_reduce_add_f32(dst, doff, src, soff, n)``  ``cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32``:
                                                ``dst[doff + e] += src[soff + e]`` for e < n (flat float32
                                                elements; n·4 and both addresses multiples of 16 bytes), done by
                                                the copy engine at the L2, atomic per element
+``bulk_store(dst, dbyte, src, sbyte, n)``       ``cp.async.bulk.global.shared::cta.bulk_group``: ``n`` bytes of shared
+                                               ``src`` from byte ``sbyte`` to global ``dst`` at byte ``dbyte`` of its
+                                               data (n and both addresses multiples of 16 bytes; the simulator's
+                                               model copies within one row of ``dst``'s last axis)
 ``bulk_commit()``                              ``cp.async.bulk.commit_group``: the reductions issued since the last
                                                commit form a group (per thread)
 ``bulk_wait_read(n)``                          ``cp.async.bulk.wait_group.read n``: every group but the newest n has
@@ -32,7 +36,7 @@ import numpy as np
 
 from numba_attn.gpu.backend import IS_SIMULATOR
 
-__all__ = ["bulk_reduce_add_f32", "bulk_commit", "bulk_wait_read", "bulk_wait", "red_add_f32x4"]
+__all__ = ["bulk_reduce_add_f32", "bulk_store", "bulk_commit", "bulk_wait_read", "bulk_wait", "red_add_f32x4"]
 
 if IS_SIMULATOR:
     from numba_attn.gpu.inline_ptx import host_array
@@ -63,6 +67,32 @@ if IS_SIMULATOR:
         def do(d=d, s=s, doff=doff, soff=soff, n=n):
             with _lock:
                 d[doff:doff + n] += s[soff:soff + n]
+
+        _bulk().pending.append(do)
+
+    def bulk_store(dst, dbyte, src, sbyte, n):
+        """Record the copy of ``n`` bytes of shared ``src`` (from byte ``sbyte``) to ``dst`` at byte ``dbyte`` of its
+        data (``dst``'s strides place it: within one row of its last axis), checked as issued."""
+        d = np.asarray(host_array(dst))
+        s = np.asarray(host_array(src)).reshape(-1).view(np.uint8)
+        dbyte, sbyte, n = int(dbyte), int(sbyte), int(n)
+        if n <= 0 or n % 16 or dbyte % 16 or sbyte % 16:
+            raise ValueError(f"bulk store of {n} bytes at byte offsets ({dbyte}, {sbyte}): sizes and addresses "
+                             "must be multiples of 16 bytes")
+        if sbyte < 0 or sbyte + n > s.size:
+            raise IndexError(f"bulk store from shared bytes {sbyte}..{sbyte + n - 1} of {s.size}")
+        index, rest = [], dbyte
+        for stride, extent in zip(d.strides, d.shape):
+            index.append(rest // stride)
+            rest %= stride
+            if not 0 <= index[-1] < extent:
+                raise IndexError(f"bulk store to byte {dbyte} of an array of shape {d.shape}, strides {d.strides}")
+        if d.strides[-1] != d.itemsize or n % d.itemsize or index[-1] + n // d.itemsize > d.shape[-1]:
+            raise IndexError(f"bulk store of {n} bytes from byte {dbyte}: past the row of the last axis (the "
+                             f"simulator's model copies within one row of shape {d.shape})")
+
+        def do(d=d, s=s, at=tuple(index), sbyte=sbyte, n=n):
+            d[at[:-1]][at[-1]:at[-1] + n // d.itemsize] = s[sbyte:sbyte + n].view(d.dtype)
 
         _bulk().pending.append(do)
 
@@ -119,6 +149,26 @@ else:  # -------------------------------------------------------------- GPU
                      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [$0], [$1], $2;",
                      "l,r,r,~{memory}", [global_ptr(builder, dptr), shared_addr(builder, sptr), nbytes],
                      side_effect=True)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def bulk_store(typingctx, dst, dbyte, src, sbyte, n):
+        if not (isinstance(dst, types.Array) and isinstance(src, types.Array)):
+            return None
+        sig = types.void(dst, types.intp, src, types.intp, types.intp)
+
+        def codegen(context, builder, sig, args):
+            i8p = ir.IntType(8).as_pointer()
+            d = context.make_array(sig.args[0])(context, builder, value=args[0])
+            s = context.make_array(sig.args[2])(context, builder, value=args[2])
+            dptr = builder.gep(builder.bitcast(d.data, i8p), [args[1]])
+            sptr = builder.gep(builder.bitcast(s.data, i8p), [args[3]])
+            asm_call(builder, ir.VoidType(), [_I64, I32, I32],
+                     "cp.async.bulk.global.shared::cta.bulk_group [$0], [$1], $2;",
+                     "l,r,r,~{memory}", [global_ptr(builder, dptr), shared_addr(builder, sptr),
+                                         builder.trunc(args[4], I32)], side_effect=True)
             return context.get_dummy_value()
 
         return sig, codegen

@@ -24,7 +24,7 @@ from numba_attn.gpu.loads import st_shared_b32
 from numba_attn.gpu.mbarrier import fence_proxy_async
 from numba_attn.gpu.warpspec import named_barrier_sync
 from numba_attn.gpu.wgmma import kmajor_params, make_wgmma_rs, make_wgmma_ss, make_wgmma_wait, mnmajor_params
-from numba_attn.phases.tensor_core.epilogue import lse_fragments, store_fragments
+from numba_attn.phases.tensor_core.epilogue import lse_fragments, o_store
 from numba_attn.phases.tensor_core.fragments import q_start
 from numba_attn.phases.tensor_core.mask import key_ends, mask_fragments, variant_fragments
 from numba_attn.phases.tensor_core.pipeline import ring_functions
@@ -237,7 +237,7 @@ def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop
     ``trace``: the item's steps stamped (:func:`.timeline.stamps`; the array last in ``loads[6][0]``)."""
     ends = key_ends(tiles.Br, 64, causal)  # (the block's keys, a warpgroup's keys) from its first row
     start = q_start(tiles.qk_steps, tiles.o_regs, False, tiles.D // 2)
-    store = store_fragments(tiles.o_tiles, "bf16" if bf16 else "f16")
+    store_o = o_store(tiles, bf16)  # (o_smem: staged in shared memory, copied out by bulk copies)
     store_lse = lse_fragments(stage)
     prologue = load_functions(tiles, loads, varlen, getattr(mainloop_factory, "ahead", False), stage)[0]
     finish = load_functions(tiles, loads, varlen, False, stage)[4]
@@ -274,7 +274,7 @@ def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop
         stamp(loads[6][0], bh, blk0, wg0, row0, lane, Nq, 2)  # (trace: the tile loop done)
         if varlen:  # the view made here, not kept live through the loop (q0: one register)
             o = rows_head_major(o, q0, Nq)
-        store(o, bh, r_lo, acc, 0, stats[2], stats[3], Nq, t)
+        store_o(o, loads[0], item, acc, stats[2], stats[3], Nq, lane_ids)
         store_lse(loads[6][0], bh, r_lo, stats, sl2, Nq, t)  # (only when asked: return_lse=True)
         stamp(loads[6][0], bh, blk0, wg0, row0, lane, Nq, 3)  # (trace: O's stores issued)
         return ring

@@ -85,6 +85,8 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
                          "with this item's last S")
     if balanced and not persistent:
         raise ValueError("balanced orders a persistent block's work items: it needs persistent blocks")
+    if tiles.o_smem and varlen:
+        raise ValueError("o_smem (O staged for bulk copies of whole rows): not with the varlen layout")
     if trace and (not ws or varlen):
         raise ValueError("a traced kernel stamps its producer's and its consumers' steps: it needs loads='ws' "
                          "(not varlen)")
@@ -185,7 +187,8 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
                     lane_ids, Nq, off, sl2, q0)
 
     body.__name__ = body.__qualname__ = kernel_name(loads, mainloop, persistent, varlen, longest_first, balanced) + (
-        "_kv" if tiles.split_kv else "") + ("_qs" if tiles.q_smem else "") + ("_traced" if trace else "")
+        "_kv" if tiles.split_kv else "") + ("_qs" if tiles.q_smem else "") + ("_os" if tiles.o_smem else "") + (
+        "_traced" if trace else "")
     if ws:
         return kernel(body, launch_bounds=(128 * (tiles.warpgroups + 1), 1))
     # Above 256 threads (3 warpgroups: 65536 / 384 = 170 registers a thread) the block size goes to ptxas
@@ -199,7 +202,7 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
 
 def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads="cp_async", varlen=False,
                 uniform=False, blocks=None, lazy_rescale=False, split_kv=False, q_smem=False, longest_first=False,
-                balanced=False):
+                balanced=False, o_smem=False):
     """The :class:`Launch` of the wgmma kernel: grid (query blocks, heads, batch), the ring in
     dynamic shared memory (opt-in made at the first launch), and the uint32 views of the last
     few input sets cached (making views costs host time at every launch). ``varlen``: the packed
@@ -210,7 +213,9 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
     consumer warpgroups plus the producer warpgroup per block; ``blocks`` (with "ws"; None: not persistent):
     persistent blocks, a grid of ``blocks`` (0: one per SM) each running every ``blocks``-th work item, never more
     blocks than items. ``lazy_rescale``: FlashAttention-4's conditional rescale of O; ``split_kv``: K and V on
-    barriers of their own; ``q_smem``: Q's tiles in shared memory (:class:`WgmmaTiles`); ``longest_first``: causal,
+    barriers of their own; ``q_smem``: Q's tiles in shared memory (:class:`WgmmaTiles`); ``o_smem``: O staged in
+    shared memory and copied out a row a bulk copy (:func:`.epilogue.o_store`; ``o``'s rows 16-byte aligned);
+    ``longest_first``: causal,
     the query blocks counted from the last (the most key tiles first; ignored without a causal mask); ``balanced``
     (with ``blocks``): the work items in snaked rounds (:func:`.scheduler.balanced_section` picks the section).
     Built inside :func:`.timeline.tracing`: the kernel traced, the launch's ``timeline`` its array (zeros, one row
@@ -219,7 +224,7 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
     D = problem.head_dim
     tma = loads != "cp_async"
     variant = getattr(problem, "variant", None)
-    tiles = wgmma_tiles(D, warpgroups, Bc, stages, bool(lazy_rescale), bool(split_kv), bool(q_smem))
+    tiles = wgmma_tiles(D, warpgroups, Bc, stages, bool(lazy_rescale), bool(split_kv), bool(q_smem), bool(o_smem))
     box, swizzle = tma_box(D, Bc)
     sl2 = float32(problem.sm_scale * LOG2E)
     Br = 64 * warpgroups
@@ -243,7 +248,7 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
                              longest_first=bool(longest_first and problem.causal), balanced=section, trace=trace)
     timeline = cuda.to_device(np.zeros(((Nq + Br - 1) // Br * H * problem.batch, trace_width(warpgroups)),
                                        np.uint64)) if trace else None
-    nbytes = wgmma_smem_bytes(D, Bc, stages, 64 * warpgroups if q_smem else 0)
+    nbytes = wgmma_smem_bytes(D, Bc, stages, 64 * warpgroups if q_smem else 0, 64 * warpgroups if o_smem else 0)
     own = VarlenLayout(problem) if varlen else None
     nthreads = 128 * (warpgroups + 1 if loads == "ws" else warpgroups)  # ws: the producer warpgroup too
     kernel_mods = KernelMods(problem, None if varlen else Br, Bc)  # a variant's arrays, block mask at (Br, Bc)
@@ -259,6 +264,8 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
             if len(views) >= 8:
                 views.clear()
             args = u32_views(q, k, v, o)
+            if o_smem:
+                check_bulk_rows(args[3])
             if tma:
                 if not kv_geometry:
                     kv_geometry.extend((tuple(a.shape), tuple(a.strides)) for a in args[1:3])
@@ -283,6 +290,16 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
     return Launch(run, kernels=[kern], replayable=variant is None and timeline is None,
                   derived=derived if tma else None, kernel_mods=kernel_mods if variant is not None else None,
                   timeline=timeline)
+
+
+def check_bulk_rows(o):
+    """Raise ValueError unless the (BH, N, ·) output's rows can be bulk copies' targets: contiguous, starting on
+    16-byte boundaries (``o_smem``)."""
+    s0, s1, s2 = o.strides
+    ptr = o.__cuda_array_interface__["data"][0] if hasattr(o, "__cuda_array_interface__") else 0
+    if s2 != o.itemsize or s1 % 16 or s0 % 16 or ptr % 16:
+        raise ValueError(f"o: the output's rows must be contiguous and start on 16-byte boundaries for the bulk "
+                         f"copies of O (strides {o.strides} bytes, data at {ptr:#x})")
 
 
 def resolve_wgmma(problem, warpgroups, Bc, stages):

@@ -38,7 +38,8 @@ class WgmmaTiles:
     head_dim ``D``, K/V tiles of ``Bc`` keys in a ring of ``stages``; ``lazy_rescale``: FlashAttention-4's
     conditional rescale of O (:func:`.consumer.scores_to_p`); ``split_kv``: K and V with full and empty barriers of
     their own, released apart (:func:`kv_barriers`); ``q_smem``: Q's 64-row tiles in shared memory after the ring
-    (``q_base``), read by the wgmma of S = Q·Kᵀ instead of Q's registers."""
+    (``q_base``), read by the wgmma of S = Q·Kᵀ instead of Q's registers; ``o_smem``: O's 64-row tiles in shared
+    memory after those (``o_base``, rows of ``o_pitch`` bytes), where the epilogue stages O for bulk copies."""
     D: int
     warpgroups: int
     Bc: int
@@ -46,6 +47,7 @@ class WgmmaTiles:
     lazy_rescale: bool = False
     split_kv: bool = False  # K and V of a stage on barriers of their own (:func:`kv_barriers`)
     q_smem: bool = False  # Q in shared memory after the ring, a 64-row tile a warpgroup (the A of S = Q·Kᵀ)
+    o_smem: bool = False  # O staged in shared memory after the ring (and Q), a 64-row tile a warpgroup
 
     @property
     def warps(self):  # warpgroup i = warps 4i..4i+3
@@ -112,9 +114,21 @@ class WgmmaTiles:
         return 2 * self.stages * self.tile_bytes
 
     @property
-    def ring_rows(self):  # rows of 16 bytes in the ring (K and V; the Q tiles after them with q_smem)
-        q = self.warpgroups * self.q_tile_bytes if self.q_smem else 0
-        return (2 * self.stages * self.tile_bytes + q) // 16
+    def o_pitch(self):  # bytes of a staged O row (o_smem): D halves and 16 bytes, so a quad's 8 rows hit 32 banks
+        return 2 * self.D + 16
+
+    @property
+    def o_tile_bytes(self):  # one warpgroup's staged O tile (o_smem)
+        return 64 * self.o_pitch
+
+    @property
+    def o_base(self):  # byte of the first O tile (o_smem): after the K and V stages and the Q tiles
+        return self.q_base + (self.warpgroups * self.q_tile_bytes if self.q_smem else 0)
+
+    @property
+    def ring_rows(self):  # rows of 16 bytes in the ring (K and V; the Q tiles and O tiles after them)
+        o = self.warpgroups * self.o_tile_bytes if self.o_smem else 0
+        return (self.o_base + o) // 16
 
     @property
     def n_barriers(self):  # full and empty a stage; K's and V's apart with split_kv
@@ -123,8 +137,8 @@ class WgmmaTiles:
 
 @functools.cache
 def wgmma_tiles(D: int, warpgroups: int, Bc: int, stages: int, lazy_rescale: bool = False,
-                split_kv: bool = False, q_smem: bool = False) -> WgmmaTiles:
-    return WgmmaTiles(D, warpgroups, Bc, stages, lazy_rescale, split_kv, q_smem)
+                split_kv: bool = False, q_smem: bool = False, o_smem: bool = False) -> WgmmaTiles:
+    return WgmmaTiles(D, warpgroups, Bc, stages, lazy_rescale, split_kv, q_smem, o_smem)
 
 
 @functools.cache
@@ -222,10 +236,10 @@ def ring_padding(base):
     return ((ALIGN_BYTES - (shared_address(base) & (ALIGN_BYTES - 1))) & (ALIGN_BYTES - 1)) // 4
 
 
-def wgmma_smem_bytes(D, Bc, stages, q_rows=0):
-    """The K/V ring (rows of :func:`padded_columns` elements), ``q_rows`` rows of Q after it, plus the 1024 bytes of
-    alignment padding."""
-    return (2 * stages * Bc + q_rows) * padded_columns(D) * 2 + ALIGN_BYTES
+def wgmma_smem_bytes(D, Bc, stages, q_rows=0, o_rows=0):
+    """The K/V ring (rows of :func:`padded_columns` elements), ``q_rows`` rows of Q after it, ``o_rows`` staged O
+    rows (:attr:`WgmmaTiles.o_pitch` bytes each), plus the 1024 bytes of alignment padding."""
+    return (2 * stages * Bc + q_rows) * padded_columns(D) * 2 + o_rows * (2 * D + 16) + ALIGN_BYTES
 
 
 @functools.cache
