@@ -718,6 +718,7 @@ def test_bulk_copies_of_o_refuse_rows_off_16_byte_boundaries():
     from numba_attn.phases.tensor_core.kernel import check_bulk_rows
 
     check_bulk_rows(np.zeros((2, 5, 4), np.uint32))  # rows of 16 bytes
+    check_bulk_rows(cuda.to_device(np.zeros((2, 5, 4), np.uint32)))  # a device array (no itemsize of its own)
     with pytest.raises(ValueError, match="^o: "):
         check_bulk_rows(np.zeros((2, 5, 3), np.uint32))  # rows of 12 bytes
     with pytest.raises(ValueError, match="^o: "):

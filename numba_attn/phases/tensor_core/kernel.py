@@ -297,7 +297,7 @@ def check_bulk_rows(o):
     16-byte boundaries (``o_smem``)."""
     s0, s1, s2 = o.strides
     ptr = o.__cuda_array_interface__["data"][0] if hasattr(o, "__cuda_array_interface__") else 0
-    if s2 != o.itemsize or s1 % 16 or s0 % 16 or ptr % 16:
+    if s2 != o.dtype.itemsize or s1 % 16 or s0 % 16 or ptr % 16:
         raise ValueError(f"o: the output's rows must be contiguous and start on 16-byte boundaries for the bulk "
                          f"copies of O (strides {o.strides} bytes, data at {ptr:#x})")
 
