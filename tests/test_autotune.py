@@ -149,6 +149,18 @@ def test_the_simulator_never_times(tmp_path, monkeypatch):
         autotune.time_calls(lambda i, s: pytest.fail("launched"), 0)
 
 
+def test_first_use_measures_the_persistent_kernel_from_d128():
+    """ws_intra_persistent is never the rule's but is measured on first use above D64 (autotune.MEASURED): the long
+    causal problems where it is the fastest get it (RULE_EXCEPTIONS)."""
+    cands = [p for p in registry.list_phases() if p.is_builtin]
+    long_causal = Problem(batch=2, heads=16, q_len=8192, head_dim=128, dtype="float16", causal=True)
+    assert [p.name for p in autotune.shortlist(long_causal, "prefill", cands)] == [
+        "ws_intra_kv", "ws_intra", "ws_intra_persistent", "warp_specialized_tc"]
+    assert "ws_intra_persistent" not in policy.hopper_order(long_causal)
+    assert "ws_intra_persistent" not in [p.name for p in autotune.shortlist(long_causal.replace(head_dim=64),
+                                                                             "prefill", cands)]
+
+
 def test_no_measurement_for_fp32_decode_or_a_variant():
     cands = [p for p in registry.list_phases() if p.is_builtin]
     assert autotune.shortlist(SMALL.replace(dtype="float32"), "prefill", cands) == []
@@ -221,20 +233,31 @@ def test_an_entry_that_never_measured_the_rules_phase_does_not_count(package_tab
 # Two phases level on a problem swap places between runs: ws_intra_kv's rows at B2 H16 N8192 D128 fp16 causal read
 # 1.027 and 0.968 ms (H200, experiments/2026-11-28-ws-intra). "Slower" in the rule's test is beyond this.
 RULE_TOLERANCE = 1.02
+# Where a phase outside the rule is the faster one, named, with the reason the rule stays: first use measures it
+# (autotune.MEASURED), so phase=None still runs the fastest there.
+RULE_EXCEPTIONS = {
+    # ws_intra_persistent on long causal problems (H200): 0.9552 against ws_intra's 0.9961 in one run
+    # (experiments/2026-11-28-timeline/long-causal.sh, dfdd66a) and 0.9765 against ws_intra_kv's 1.0197 in another
+    # (../2026-11-28-ws-intra/persistent.sh); at GQA N8192 0.9352 against 0.9473 (1.01x; the cell's median of
+    # ws_intra's rows 0.9556); 0.98x at N16384 and 0.81x at B8 N1024 causal: no rule of the shape picks it without
+    # losing elsewhere, and its causal kernel spills 40 bytes
+    ("NVIDIA H200", "B2 H16 N8192 D128 fp16 causal"): "ws_intra_persistent",
+    ("NVIDIA H200", "B1 H32/8kv N8192 D128 bf16 causal"): "ws_intra_persistent",
+}
 
 
 def test_the_hopper_rule_holds_on_the_committed_rows():
     """Of the Hopper rule's phases (policy.hopper_order, each at its default parameters), the first one measured on
     a committed problem beside another 16-bit prefill phase is the fastest there (the median of its rows, within
     RULE_TOLERANCE), on an H100 and on an H200 (docs/DEVELOPING.md lists them): the rule never puts a slower phase
-    first."""
+    first, but where RULE_EXCEPTIONS names the faster phase and first use measures it."""
     cells: dict = {}
     for m in dispatch.measurements():
         gpu, dtype, *_ = m["key"].split("|")
         if dtype in ("float16", "bfloat16") and "|prefill|" in m["key"] and not m["requested"] \
                 and m["phase"] not in policy.NEVER_DEFAULT and get_phase(m["phase"]).precision is None:
             cells.setdefault((gpu, m["label"]), {}).setdefault(m["phase"], []).append(m["time_ms"])
-    checked = {}
+    checked, excepted = {}, set()
     for (gpu, label), by in cells.items():
         head_dim = int(re.search(r"\bD(\d+)\b", label).group(1))
         shape = Problem(head_dim=head_dim, causal=" causal" in label)
@@ -242,6 +265,12 @@ def test_the_hopper_rule_holds_on_the_committed_rows():
         if rule is None or len(by) < 2:
             continue
         med = {ph: sorted(ts)[(len(ts) - 1) // 2] for ph, ts in by.items()}
-        assert med[rule] <= min(med.values()) * RULE_TOLERANCE, (gpu, label, med)
+        fastest = min(med, key=med.get)
+        if med[rule] > med[fastest] * RULE_TOLERANCE and RULE_EXCEPTIONS.get((gpu, label)) == fastest:
+            assert fastest in autotune.MEASURED["prefill16"], fastest  # (first use measures it)
+            excepted.add((gpu, label))
+            continue
+        assert med[rule] <= med[fastest] * RULE_TOLERANCE, (gpu, label, med)
         checked.setdefault(gpu, []).append(label)
+    assert excepted == set(RULE_EXCEPTIONS), (excepted, RULE_EXCEPTIONS)  # each exception still measured so
     assert len(checked.get("NVIDIA H100 80GB HBM3", [])) >= 4 and len(checked.get("NVIDIA H200", [])) >= 10, checked

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from numba import float32, uint32
+from numba import float32
 
 from numba_attn.gpu.bulk import bulk_commit, bulk_store, bulk_wait_read
 from numba_attn.gpu.intrinsics import pack_bf16x2, pack_f16x2
@@ -39,25 +39,21 @@ def store_fragments(DT: int, kind: str):
         l_hi = quad_sum(l_hi)
         inv_lo = float32(1.0) / l_lo if l_lo > float32(0.0) else float32(0.0)  # 0: rows past Nq
         inv_hi = float32(1.0) / l_hi if l_hi > float32(0.0) else float32(0.0)
-        last = Nq - 1  # (a row past Nq stores nothing: its view is any row's)
-        o_lo = o[bh, r_lo if r_lo < Nq else last]  # the rows' views made once: a store is then its row's address
-        o_hi = o[bh, r_hi if r_hi < Nq else last]  # and a constant offset
-        t = uint32(t)  # (an unsigned column index: no wraparound check a store)
         for dt in range(DT):
             i0 = base + 4 * dt
             if f32:
-                c = uint32(8 * dt) + 2 * t
+                c = 8 * dt + 2 * t
                 if r_lo < Nq:
-                    o_lo[c] = acc[i0] * inv_lo
-                    o_lo[c + 1] = acc[i0 + 1] * inv_lo
+                    o[bh, r_lo, c] = acc[i0] * inv_lo
+                    o[bh, r_lo, c + 1] = acc[i0 + 1] * inv_lo
                 if r_hi < Nq:
-                    o_hi[c] = acc[i0 + 2] * inv_hi
-                    o_hi[c + 1] = acc[i0 + 3] * inv_hi
+                    o[bh, r_hi, c] = acc[i0 + 2] * inv_hi
+                    o[bh, r_hi, c + 1] = acc[i0 + 3] * inv_hi
             else:
                 if r_lo < Nq:
-                    o_lo[uint32(4 * dt) + t] = pack(acc[i0] * inv_lo, acc[i0 + 1] * inv_lo)
+                    o[bh, r_lo, 4 * dt + t] = pack(acc[i0] * inv_lo, acc[i0 + 1] * inv_lo)
                 if r_hi < Nq:
-                    o_hi[uint32(4 * dt) + t] = pack(acc[i0 + 2] * inv_hi, acc[i0 + 3] * inv_hi)
+                    o[bh, r_hi, 4 * dt + t] = pack(acc[i0 + 2] * inv_hi, acc[i0 + 3] * inv_hi)
 
     return store
 
