@@ -439,7 +439,7 @@ def cmd_trace(args) -> int:
             json.dump(tl.to_dict(), f)
         print(f"{args.phase} on {p.label} {s['params']}: {s['items']} items on {s['sms']} SMs, span "
               f"{s['span_us']:.1f} µs")
-        for key in ("gap", "setup", "q", "loop", "epilogue"):
+        for key in ("gap", "setup", "q", "k0", "loop", "epilogue"):
             v = s[f"{key}_us"]
             print(f"  {key:<9} {'—' if v is None else f'{v:8.3f} µs'} (median an item)")
         print(f"  a tile {s['tile_us']:.3f} µs, the loop's fixed part {s['loop_fixed_us']:.3f} µs; an item beside its "

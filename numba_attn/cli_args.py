@@ -211,7 +211,7 @@ def _dtype_arg(text: str) -> str:
 
 def _trace_parser(sub):
     tr = sub.add_parser("trace", help="where a warp-specialized Hopper phase's time goes between its tiles: its work "
-                                      "items' steps stamped in one call (Q, tile loop, epilogue, gaps), a summary "
+                                      "items' steps stamped in one call (Q, first K, tile loop, epilogue, gaps), a summary "
                                       "and a picture")
     tr.add_argument("phase", help="a phase with a producer warpgroup (warp_specialized_tc, ws_intra and children)")
     be = tr.add_mutually_exclusive_group()

@@ -38,7 +38,7 @@ def test_a_traced_call_stamps_every_item_in_order(name, causal):
     assert np.all(t["loaded"] >= t["producer"])
     assert np.all(t["start"] >= t["block"][:, None])
     seg = tl.segments()
-    assert set(seg) == {"gap", "setup", "q", "loop", "epilogue"}
+    assert set(seg) == {"gap", "setup", "q", "k0", "loop", "epilogue"}
     s = tl.summary()
     assert s["items"] == 2 and s["loop_us"] > 0 and s["tile_us"] > 0
     assert list(tl.tiles) == [3, 3]  # 40 keys in 16-key tiles
@@ -60,13 +60,13 @@ def test_the_analysis_places_sms_on_one_clock_and_fits_the_loop():
     raw = np.zeros((2, trace_width(W)), np.uint64)
     ns0 = 1_795_870_122_803_393_632  # (globaltimer since boot: beyond float64's exact integers)
     for i, (sm, cyc0) in enumerate([(3, 47_920_893_794), (7, 9_000_000)]):  # 2 cycles a ns
-        loop = 2 * (1000 * int(tiles[i]) + 500)  # a tile 1 µs, 0.5 µs fixed
+        loop = 2 * (1000 * int(tiles[i]) + 300)  # a tile 1 µs, 0.5 µs fixed (0.2 of it the first K's wait)
         raw[i, 0] = (sm << 32) | i
         raw[i, 1] = ns0 + 100 * i  # the producer's start, global ns
         raw[i, 2] = cyc0 - 200  # block start
         raw[i, 3], raw[i, 4] = cyc0, cyc0 + 10
         for w in range(W):
-            steps = np.cumsum([cyc0 + 400, 600, loop, 800])
+            steps = np.cumsum([cyc0 + 400, 600, 400, loop, 800])  # start, Q, first K, loop, stored
             raw[i, PRODUCER_SLOTS + S * w:PRODUCER_SLOTS + S * (w + 1)] = steps
         raw[i, -1] = ns0 + 100 * i + (int(raw[i, PRODUCER_SLOTS + S - 1]) - cyc0) // 2
     tl = Timeline("synthetic", p, {}, raw, W, tiles)
@@ -74,6 +74,7 @@ def test_the_analysis_places_sms_on_one_clock_and_fits_the_loop():
     assert tl.t["producer"][1] - tl.t["producer"][0] == pytest.approx(100)  # placed by the global clock
     seg = tl.segments()
     assert seg["q"] == pytest.approx([300, 300]) and seg["epilogue"] == pytest.approx([400, 400])
+    assert seg["k0"] == pytest.approx([200, 200]) and seg["loop"] == pytest.approx([1300, 2300])
     assert seg["setup"] == pytest.approx([300, 300])
     s = tl.summary()
     assert s["tile_us"] == pytest.approx(1.0) and s["loop_fixed_us"] == pytest.approx(0.5)

@@ -6,8 +6,8 @@ a timeline.
 random inputs with a poisoned output, checks the output against float64 (a timeline of a wrong kernel is never
 returned), runs it once more and reads the stamps. :class:`Timeline` turns them into nanoseconds on one clock:
 
-* per item and consumer warpgroup: ``q`` (start until Q is in registers), ``loop`` (the tile loop), ``epilogue``
-  (O's stores issued); ``setup`` (the block's start until its consumers start the item) and ``gap`` (the SM idle
+* per item and consumer warpgroup: ``q`` (start until Q is in registers), ``k0`` (then until its first K tile has
+  landed), ``loop`` (the tile loop from there), ``epilogue`` (O's stores issued); ``setup`` (the block's start until its consumers start the item) and ``gap`` (the SM idle
   since its previous item ended);
 * :meth:`Timeline.summary`: their medians, and the tile loop fitted as ``a · tiles + b`` over the items (``a`` a
   tile, ``b`` what a loop costs beside its tiles: the pipeline's fill and drain);
@@ -26,7 +26,7 @@ import numpy as np
 
 __all__ = ["trace_phase", "Timeline", "SEGMENTS"]
 
-SEGMENTS = ("gap", "setup", "q", "loop", "epilogue")  # an item's parts, in order on its SM
+SEGMENTS = ("gap", "setup", "q", "k0", "loop", "epilogue")  # an item's parts, in order on its SM
 
 
 def _key_tiles(problem, Br: int, Bc: int) -> np.ndarray:
@@ -97,7 +97,8 @@ class Timeline:
         return self.t["start"].min(axis=1), self.t["stored"].max(axis=1)
 
     def segments(self) -> dict:
-        """name → per-item ns (:data:`SEGMENTS`): ``q``, ``loop``, ``epilogue`` the slowest consumer warpgroup's;
+        """name → per-item ns (:data:`SEGMENTS`): ``q``, ``k0``, ``loop``, ``epilogue`` the slowest consumer
+        warpgroup's;
         ``setup`` from the block's start to the item's (a persistent block's later items: 0); ``gap`` from the SM's
         previous item's end to this item's block start (a persistent block's later items: to the item's start;
         NaN for an SM's first item)."""
@@ -113,7 +114,8 @@ class Timeline:
             begin = np.where(first, t["block"][order], start[order])  # (a new block: until its start)
             gap[order[1:]] = begin[1:] - end[order[:-1]]
         return {"gap": gap, "setup": setup, "q": (t["q"] - t["start"]).max(axis=1),
-                "loop": (t["loop"] - t["q"]).max(axis=1), "epilogue": (t["stored"] - t["loop"]).max(axis=1)}
+                "k0": (t["k0"] - t["q"]).max(axis=1), "loop": (t["loop"] - t["k0"]).max(axis=1),
+                "epilogue": (t["stored"] - t["loop"]).max(axis=1)}
 
     def summary(self) -> dict:
         """Medians of the segments (µs), the tile loop fitted over the items (``tile_us``, ``loop_fixed_us``; a
@@ -122,7 +124,7 @@ class Timeline:
         seg = self.segments()
         med = {k: float(np.nanmedian(v)) / 1e3 if np.isfinite(v).any() else None for k, v in seg.items()}
         tiles = self.tiles.astype(np.float64)
-        loop = seg["loop"] / 1e3
+        loop = (seg["k0"] + seg["loop"]) / 1e3  # (the first K's wait is part of the loop's fixed cost)
         if len(np.unique(tiles)) > 1:
             a, b = np.polyfit(tiles, loop, 1)
         else:

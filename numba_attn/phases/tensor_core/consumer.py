@@ -32,7 +32,7 @@ from numba_attn.phases.tensor_core.producer import load_functions
 from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.gpu.warp import FULL_MASK, ballot_sync
 from numba_attn.phases.tensor_core.softmax import online_softmax, online_softmax_lazy, pack_p, rescale_o
-from numba_attn.phases.tensor_core.timeline import stamps
+from numba_attn.phases.tensor_core.timeline import first_tile_stamp, stamps
 from numba_attn.variants.stages import LN2, PLAIN
 
 __all__ = ["wgmma_products", "q_operand", "masked_scores", "scores_softmax", "scores_to_p", "ring_steps",
@@ -247,6 +247,7 @@ def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop
     store_q = q_operand(tiles, bf16)[0]
     Q_BASE, Q_TILE = tiles.q_base, tiles.q_tile_bytes
     stamp, stamp_after = stamps(trace, tiles.warpgroups, tiles.Br)[3:]
+    first_tile = first_tile_stamp(trace, tiles)
 
     @device
     def consume(q, o, loads, item, ring, lane_ids, Nq, off, sl2, q0):
@@ -268,15 +269,16 @@ def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop
         kv_end, wg_end = ends(blk0, wg0, Nq, Nk, off)
         n_tiles = count(loads[6], (kv_end + Bc - 1) // Bc)  # (a variant: the block mask's visited tiles)
         prologue(loads, n_tiles, tid)
+        first_tile(loads[6][0], bh, blk0, wg0, row0, lane, Nq, loads[3], ring, n_tiles)  # (trace: K_0 landed)
         stats, ring = mainloop(n_tiles, ring, stats, (qf, s, sn, pf, acc), loads, (row0, wg_end, Nk, off, sl2),
                                lane_ids)
         finish()
-        stamp(loads[6][0], bh, blk0, wg0, row0, lane, Nq, 2)  # (trace: the tile loop done)
+        stamp(loads[6][0], bh, blk0, wg0, row0, lane, Nq, 3)  # (trace: the tile loop done)
         if varlen:  # the view made here, not kept live through the loop (q0: one register)
             o = rows_head_major(o, q0, Nq)
         store_o(o, loads[0], item, acc, stats[2], stats[3], Nq, lane_ids)
         store_lse(loads[6][0], bh, r_lo, stats, sl2, Nq, t)  # (only when asked: return_lse=True)
-        stamp(loads[6][0], bh, blk0, wg0, row0, lane, Nq, 3)  # (trace: O's stores issued)
+        stamp(loads[6][0], bh, blk0, wg0, row0, lane, Nq, 4)  # (trace: O's stores issued)
         return ring
 
     return consume

@@ -9,8 +9,10 @@ slot 1                global nanoseconds when the producer starts the item (plac
 slot 2                cycles at the block's start (the SM's counter; the same for every item of a persistent block)
 slots 3, 4            cycles when the producer starts the item (before its first load), and when it has issued
                       its last load
-slots 5 + 4w ...      consumer warpgroup ``w``: the item's start, Q in registers (the stamp waits for Q's last
-                      register), the tile loop done (the last P·V complete), O's stores issued
+slots 5 + 5w ...      consumer warpgroup ``w``: the item's start, Q in registers (the stamp waits for Q's last
+                      register), its first K tile landed (the traced build waits for it once more before the tile
+                      loop, which waits for it first), the tile loop done (the last P·V complete), O's stores
+                      issued
 last slot             global nanoseconds when consumer warpgroup 0 has issued O's stores
 ====================  ============================================================================================
 
@@ -28,11 +30,11 @@ from numba import cuda, uint32, uint64
 from numba_attn.gpu.clocks import clock64, clock64_after, global_ns, sm_id
 from numba_attn.gpu.jit import device
 
-__all__ = ["tracing", "traced", "trace_width", "stamps", "PRODUCER_SLOTS", "CONSUMER_STEPS"]
+__all__ = ["tracing", "traced", "trace_width", "stamps", "first_tile_stamp", "PRODUCER_SLOTS", "CONSUMER_STEPS"]
 
 _TRACE = contextvars.ContextVar("numba_attn_trace", default=False)
 PRODUCER_SLOTS = 5  # sm|block, global ns, block start, producer's item start, its last load
-CONSUMER_STEPS = ("start", "q", "loop", "stored")  # a consumer warpgroup's stamps of an item
+CONSUMER_STEPS = ("start", "q", "k0", "loop", "stored")  # a consumer warpgroup's stamps of an item
 
 
 @contextlib.contextmanager
@@ -51,7 +53,7 @@ def traced() -> bool:
 
 
 def trace_width(warpgroups: int) -> int:
-    """Slots of an item's row: the producer's, four a consumer warpgroup, the closing global time."""
+    """Slots of an item's row: the producer's, five a consumer warpgroup, the closing global time."""
     return PRODUCER_SLOTS + len(CONSUMER_STEPS) * warpgroups + 1
 
 
@@ -62,7 +64,7 @@ def stamps(on: bool, warpgroups: int, Br: int):
     * ``block_start() -> cycles`` (0 when off);
     * ``producer_item(mods, bh, qt, Nq, t_block)``, ``producer_done(mods, bh, qt, Nq)`` (the producer's thread);
     * ``consumer_stamp(mods, bh, blk0, wg0, row0, lane, Nq, step)`` (a warpgroup's first lane stamps step
-      ``step``; step 3 also writes the closing global time for warpgroup 0);
+      ``step``; the last step also writes the closing global time for warpgroup 0);
     * ``consumer_after(mods, bh, blk0, wg0, row0, lane, Nq, step, x)``: the stamp read once ``x`` holds its value.
 
     ``on`` False: all do nothing."""
@@ -130,3 +132,31 @@ def stamps(on: bool, warpgroups: int, Br: int):
             mods[-1][i, PRODUCER_SLOTS + STEPS * ((wg0 - blk0) // 64) + step] = clock64_after(uint32(x))
 
     return block_start, producer_item, producer_done, consumer_stamp, consumer_after
+
+
+@functools.cache
+def first_tile_stamp(on: bool, tiles):
+    """A device function ``first_tile(mods, bh, blk0, wg0, row0, lane, Nq, bars, ring, n_tiles)``: traced, the
+    warpgroup waits for its first tile's K (``ring``: its stage and phase; the tile loop waits for the same phase
+    next, which has then completed) and stamps step "k0"; an item without tiles stamps at once. Off: nothing."""
+    stamp = stamps(on, tiles.warpgroups, tiles.Br)[3]
+    K0 = CONSUMER_STEPS.index("k0")
+    if not on:
+        @device
+        def nothing(mods, bh, blk0, wg0, row0, lane, Nq, bars, ring, n_tiles):
+            pass
+
+        return nothing
+
+    from numba_attn.phases.tensor_core.pipeline import kv_barriers
+
+    wait_k = kv_barriers(tiles.stages, tiles.warps, tiles.split_kv)[0]
+
+    @device
+    def first_tile(mods, bh, blk0, wg0, row0, lane, Nq, bars, ring, n_tiles):
+        if n_tiles > 0:
+            wait_k(bars, ring)
+        stamp(mods, bh, blk0, wg0, row0, lane, Nq, K0)
+
+    return first_tile
+

@@ -1,5 +1,6 @@
 """A traced call's work items on one time axis (:class:`numba_attn.measure.timeline.Timeline`): a row a consumer
-warpgroup of a few SMs, each item a run of coloured parts (setup, Q, the tile loop, the epilogue), the SM's idle
+warpgroup of a few SMs, each item a run of coloured parts (setup, Q, the first K tile, the tile loop, the
+epilogue), the SM's idle
 time between items left blank."""
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy as np
 
 from numba_attn.report.plots.style import CMAP
 
-COLORS = {"setup": "#bbbbbb", "q": CMAP(3), "loop": CMAP(0), "epilogue": CMAP(1)}
+COLORS = {"setup": "#bbbbbb", "q": CMAP(3), "k0": CMAP(2), "loop": CMAP(0), "epilogue": CMAP(1)}
 
 
 def plot_timeline(tl, path, sms: int = 8, title: str | None = None):
@@ -28,21 +29,23 @@ def plot_timeline(tl, path, sms: int = 8, title: str | None = None):
             for w in range(W):
                 y = row_sm * (W + 0.6) + w
                 parts = [("setup", min(begin[i], t["start"][i, w]), t["start"][i, w]),
-                         ("q", t["start"][i, w], t["q"][i, w]), ("loop", t["q"][i, w], t["loop"][i, w]),
+                         ("q", t["start"][i, w], t["q"][i, w]), ("k0", t["q"][i, w], t["k0"][i, w]),
+                         ("loop", t["k0"][i, w], t["loop"][i, w]),
                          ("epilogue", t["loop"][i, w], t["stored"][i, w])]
                 for name, a, b in parts:
                     ax.broken_barh([(a / 1e3, max(b - a, 0) / 1e3)], (y, 0.8), color=COLORS[name], linewidth=0)
                 if w == 0:
-                    ax.text(t["q"][i, 0] / 1e3, y + 0.4, str(int(tl.tiles[i])), fontsize=6, va="center",
+                    ax.text(t["k0"][i, 0] / 1e3, y + 0.4, str(int(tl.tiles[i])), fontsize=6, va="center",
                             color="white")
     ax.set_yticks([r * (W + 0.6) + W / 2 for r in range(len(shown))])
     ax.set_yticklabels([f"SM {s}" for s in shown])
     ax.invert_yaxis()
     ax.set_xlabel("µs from the call's first stamp (numbers: the item's key tiles)")
     s = tl.summary()
-    ax.set_title(title or (f"{tl.phase} on {s['problem']}: item {s['q_us'] + s['loop_us'] + s['epilogue_us']:.2f} µs"
-                           f" median (Q {s['q_us']:.2f}, loop {s['loop_us']:.2f}, epilogue {s['epilogue_us']:.2f});"
-                           f" a tile {s['tile_us']:.2f} µs"), fontsize=9)
+    item = s["q_us"] + s["k0_us"] + s["loop_us"] + s["epilogue_us"]
+    ax.set_title(title or (f"{tl.phase} on {s['problem']}: item {item:.2f} µs median (Q {s['q_us']:.2f}, first K "
+                           f"{s['k0_us']:.2f}, loop {s['loop_us']:.2f}, epilogue {s['epilogue_us']:.2f}); a tile "
+                           f"{s['tile_us']:.2f} µs"), fontsize=9)
     ax.legend(handles=[Patch(color=c, label=n) for n, c in COLORS.items()], loc="upper right", fontsize=7, ncol=4)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
