@@ -3,8 +3,11 @@ B2 H32/8kv N4096, D128 bf16; N1024 causal too): where a work item's 5-9 µs besi
 and untraced kernels are also timed with CUDA events (median of 30 calls, alternated) to show what tracing costs.
     python experiments/2026-11-28-timeline/trace.py OUT_DIR [PHASE,PHASE ...]   (about a minute)
 """
+import glob
 import json
+import os
 import sys
+import tarfile
 import time
 
 import numpy as np
@@ -66,7 +69,6 @@ for p in problems:
               f"({time.perf_counter() - t0:.0f} s)", flush=True)
 json.dump(summaries, open(f"{out}/summaries.json", "w"), indent=1)
 # (a run returns a few files: the stamps and pictures travel as one archive)
-import glob, os, tarfile  # noqa: E401,E402
 with tarfile.open(f"{out}/traces.tar.gz", "w:gz") as tar:
     for f in sorted(glob.glob(f"{out}/*.npz") + glob.glob(f"{out}/*.png")):
         tar.add(f, arcname=os.path.basename(f))

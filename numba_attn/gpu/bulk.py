@@ -1,32 +1,25 @@
-"""Reductions into global float32 and copies to global memory: a whole shared tile by one instruction (Hopper's
-``cp.reduce.async.bulk`` and ``cp.async.bulk``, no tensor map, their commit and waits), or 16 bytes from registers.
+"""Bulk reductions into global float32 and bulk copies to global memory: a whole shared tile by one instruction
+(Hopper's ``cp.reduce.async.bulk`` and ``cp.async.bulk``, no tensor map, their commit and waits), or 16 bytes from
+registers.
 
-=============================================  =================================================================
-``bulk_reduce_add_f32(dst, doff, src, soff, n)``  ``cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32``:
-                                               ``dst[doff + e] += src[soff + e]`` for e < n (flat float32
-                                               elements; n·4 and both addresses multiples of 16 bytes), done by
-                                               the copy engine at the L2, atomic per element
-``bulk_store(dst, dbyte, src, sbyte, n)``       ``cp.async.bulk.global.shared::cta.bulk_group``: ``n`` bytes of shared
-                                               ``src`` from byte ``sbyte`` to global ``dst`` at byte ``dbyte`` of its
-                                               data (n and both addresses multiples of 16 bytes; the simulator's
-                                               model copies within one row of ``dst``'s last axis)
-``bulk_commit()``                              ``cp.async.bulk.commit_group``: the reductions issued since the last
-                                               commit form a group (per thread)
-``bulk_wait_read(n)``                          ``cp.async.bulk.wait_group.read n``: every group but the newest n has
-                                               read its shared source (the buffer may be written again)
-``bulk_wait(n)``                               ``cp.async.bulk.wait_group n``: ... and completed its writes
-``red_add_f32x4(dst, i, x0, x1, x2, x3)``      ``red.global.add.v4.f32`` (sm_90): ``dst[i + e] += x_e`` for e < 4
-                                               from registers (flat float32 elements, ``i`` a multiple of 4), atomic
-                                               per element at the L2, no shared memory and no wait
-=============================================  =================================================================
+==============================================  ================================================================
+``bulk_reduce_add_f32(dst, doff, src, soff, n)``  ``dst[doff + e] += src[soff + e]``, e < n (flat float32 elements),
+                                                by the copy engine at the L2, atomic per element
+``bulk_store(dst, dbyte, src, sbyte, n)``         ``n`` bytes of shared ``src`` from byte ``sbyte`` to ``dst`` at byte
+                                                ``dbyte`` of its data (the simulator: within one row of its last axis)
+``bulk_commit()``                               ``cp.async.bulk.commit_group``: the operations issued since the last
+                                                commit form a group (per thread)
+``bulk_wait_read(n)`` / ``bulk_wait(n)``        ``cp.async.bulk.wait_group[.read] n``: every group but the newest n has
+                                                read its shared source (/ and completed its writes)
+``red_add_f32x4(dst, i, x0, x1, x2, x3)``       ``red.global.add.v4.f32``: ``dst[i + e] += x_e``, e < 4, from registers
+==============================================  ================================================================
 
-One thread issues a reduction for data its whole block wrote: the writers store to shared memory, then
-``fence_proxy_async()`` (the copy engine reads through the async proxy) and a barrier, then the issue. A kernel
-must wait (``bulk_wait_read(0)`` at least) before it writes the source again and before it exits.
+Sizes and addresses of the bulk operations are multiples of 16 bytes. One thread issues for data its block wrote:
+the writers store to shared memory, ``fence_proxy_async()``, a barrier, then the issue; the issuer waits
+(``bulk_wait_read(0)`` at least) before the source is written again and before the kernel exits.
 
-Simulator model: a bulk reduction is recorded at issue and carried out by the wait that retires its group, so a
-kernel that overwrites its source or exits before waiting loses or corrupts sums as it may on the GPU. Blocks run
-one after another in the simulator: the adds need no atomicity beyond a lock between a block's threads.
+Simulator model: an operation is recorded at issue and carried out by the wait that retires its group, so a kernel
+that overwrites its source or exits before waiting loses or corrupts data as it may on the GPU.
 """
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ Prediction: 1.03-1.06× ``ws_intra_kv`` at B8 H32/8kv N1024 D128, causal and not
 
 Verdict: refuted short (H200, bf16 GQA): B8 N1024 0.335 ms against ws_intra_kv's 0.286 (0.86×), causal 0.264 against
 0.214 (0.81×), B2 N4096 0.914 against 0.878 (9.1 µs an item against 5.75); faster long causal: B2 H16 N8192 fp16
-0.977 against 1.020 and 0.955 against ws_intra's 0.996 (1.04×), GQA N8192 1.01×, N16384 0.98×. Measured on first use.
+0.977 against 1.020 and 0.955 against ws_intra's 0.996 (1.04×), GQA N8192 1.01×, N16384 0.98× (from 0.955 on, a
+build with an epilogue since reverted). Measured on first use.
 [results/tensor-core-tma-nvidia-h200.jsonl, rows of ws_intra_kv, ws_intra]
 """
 from __future__ import annotations
