@@ -296,6 +296,40 @@ def test_balanced_items_visit_every_item_once(grid, n_query_blocks, bh, section)
         assert rounds[sec * section + e, qb] == i // grid
 
 
+def test_divmod_small_is_exact():
+    """divmod_small: the float32 quotient corrected to Python's divmod, at quotients of 0 to beyond 2^24 (where
+    float32 no longer holds i exactly) and divisors from 1."""
+    cases = np.array([(0, 1), (7, 8), (8, 8), (2047, 8), (2048, 8), (131, 132), (263, 132), (12345, 1), (1 << 24, 3),
+                      ((1 << 26) + 5, 7), ((1 << 26) + 6, 7), (999, 1000), (100000, 33)], np.int64)
+
+    @cuda.jit
+    def split(c, out):
+        j = cuda.grid(1)
+        if j < c.shape[0]:
+            out[j, 0], out[j, 1] = scheduler.divmod_small(c[j, 0], c[j, 1])
+
+    out = np.full((len(cases), 2), -1, np.int64)
+    split[1, 32](cases, out)
+    assert [tuple(r) for r in out] == [divmod(int(i), int(n)) for i, n in cases]
+
+
+@pytest.mark.parametrize("grid,n_query_blocks,bh", [(3, 5, 2), (7, 1, 6), (4, 3, 8)])
+def test_persistent_items_visit_every_item_once(grid, n_query_blocks, bh):
+    """first_item, next_item: every gridDim.x-th item from blockIdx.x, each (query block, head) exactly once."""
+    first, following = scheduler.persistent_items(0)
+
+    @cuda.jit
+    def walk(seen, n, BH):
+        r, qb, h = first(n)
+        while h < BH:
+            seen[h, qb] += 1
+            r, qb, h = following(r, qb, h, n)
+
+    seen = np.zeros((bh, n_query_blocks), np.int32)
+    walk[grid, 1](seen, n_query_blocks, bh)
+    assert (seen == 1).all(), seen
+
+
 def test_balanced_section_evens_out_the_causal_blocks():
     """The host's choice of order: at B8 H32/8kv N1024 causal on 132 SMs the busiest block does at most 1.04x the
     average work (every 132nd item: a block's items alternate between two of the 8 query blocks); one head of 128
