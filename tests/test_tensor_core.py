@@ -164,6 +164,15 @@ CASES = [
      {"blocks": 2}),
     ("ws_intra_persistent", tiny("bfloat16", D=32, q_len=150, kv_len=90, heads=2), {"warpgroups": 2, "blocks": 3}),
     ("ws_intra_persistent", tiny("float16", D=64, q_len=130, kv_len=140, heads=1, causal=True), {"blocks": 1}),
+    # Q brought by the producer's TMA on its own barriers, a phase an item: ws_intra_persistent's cases (10 causal
+    # items over 2 blocks, the Q of a 1-tile item loaded after its loop; 3 blocks over 4 items; one block), the second
+    # consumer's Q rows past Nq (zero-filled), a head dim padded to whole k-steps (40), 64-byte rows (32)
+    ("ws_tma_q", tiny("float16", D=16, q_len=300, kv_len=320, heads=2, kv_heads=1, causal=True), {"blocks": 2}),
+    ("ws_tma_q", tiny("bfloat16", D=32, q_len=150, kv_len=90, heads=2), {"warpgroups": 2, "blocks": 3}),
+    ("ws_tma_q", tiny("float16", D=64, q_len=130, kv_len=140, heads=1, causal=True), {"blocks": 1}),
+    ("ws_tma_q", tiny("float16", D=40, q_len=100, kv_len=75, heads=1), {"warpgroups": 2, "Bc": 16, "blocks": 1}),
+    ("ws_tma_q", tiny("bfloat16", D=128, q_len=80, kv_len=95, heads=2, kv_heads=1, causal=True),
+     {"Bc": 16, "blocks": 3, "stages": 3}),
     # O staged in shared memory, a bulk copy a row: the second consumer's rows partly past Nq (rows not copied),
     # GQA bf16 with an odd head_dim of whole 16-byte chunks, causal D=128, three consumers of which the last has
     # no row below Nq
@@ -536,7 +545,7 @@ for name, D, causal in (("tma_wgmma", 128, False), ("warp_specialized_tc", 128, 
                         ("ws_overlap", 128, True), ("ws_persistent", 128, True), ("ws_intra", 128, True),
                         ("ws_intra_kv", 128, True), ("ws_intra_qs", 128, True), ("ws_intra_qs", 128, False),
                         ("ws_intra_qs", 256, False), ("ws_intra_lpt", 128, True), ("ws_intra_persistent", 128, False),
-                        ("ws_intra_bulk_o", 128, True)):
+                        ("ws_intra_bulk_o", 128, True), ("ws_tma_q", 128, True), ("ws_tma_q", 128, False)):
     # (ws_intra_qs: 128 keys causal, 176 without a mask; D256. ws_intra_persistent causal spills 40 bytes: its card)
     res[f"{name}-D{D}" + ("-causal" if causal else "")] = record(name, D, causal)
 # the option uniform=True (the warp index broadcast by shfl.sync) on the two phases that expose it; where it is the
@@ -585,7 +594,8 @@ def test_offline_tma_phases_assemble_without_spills():
         assert {"mbarrier.try_wait.parity.shared::cta.b64", "mbarrier.arrive.expect_tx.shared::cta.b64",
                 "mbarrier.arrive.shared::cta.b64"} <= ops, key
         assert not any(op.startswith(("cp.async.cg", "cp.async.ca", "call")) for op in ops), (key, ops)
-        if key.startswith(("warp_specialized_tc", "pingpong", "ws_overlap", "ws_persistent", "ws_intra")):  # (and _kv)
+        if key.startswith(("warp_specialized_tc", "pingpong", "ws_overlap", "ws_persistent", "ws_intra",
+                           "ws_tma_q")):
             assert {"setmaxnreg.dec.sync.aligned.u32", "setmaxnreg.inc.sync.aligned.u32"} <= ops, key
         if key.startswith(("ws_intra_qs", "ws_intra_bulk_o")):  # one named barrier a warpgroup (128 threads): its
             assert "bar.arrive" not in ops and {b[2] for b in rec["bars"]} == {128}, (key, rec["bars"])  # Q or O tile

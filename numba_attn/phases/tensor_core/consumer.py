@@ -25,9 +25,9 @@ from numba_attn.gpu.mbarrier import fence_proxy_async
 from numba_attn.gpu.warpspec import named_barrier_sync
 from numba_attn.gpu.wgmma import kmajor_params, make_wgmma_rs, make_wgmma_ss, make_wgmma_wait, mnmajor_params
 from numba_attn.phases.tensor_core.epilogue import lse_fragments, o_store
-from numba_attn.phases.tensor_core.fragments import q_start
+from numba_attn.phases.tensor_core.fragments import o_start, q_start
 from numba_attn.phases.tensor_core.mask import key_ends, mask_fragments, variant_fragments
-from numba_attn.phases.tensor_core.pipeline import ring_functions
+from numba_attn.phases.tensor_core.pipeline import q_barriers, ring_functions
 from numba_attn.phases.tensor_core.producer import load_functions
 from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.gpu.warp import FULL_MASK, ballot_sync
@@ -230,13 +230,17 @@ def plain_mainloop(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, st
 def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop_factory, stage=PLAIN,
              trace: bool = False):
     """A device function ``consume(q, o, loads, item, ring, lane_ids, Nq, off, sl2, q0) -> ring``: one work item
-    of a consumer warp, ``item = (blk0, wg0, row0, bh)`` (the first query rows of the block, this warpgroup and
-    this warp; the head-batch): Q to registers, the tile loop of ``mainloop_factory``, O stored. ``ring``: the
+    of a consumer warp, ``item = (blk0, wg0, row0, bh, r)`` (the first query rows of the block, this warpgroup and
+    this warp; the head-batch; the block's r-th item): Q to registers (``tiles.q_tma``: Q's tiles awaited, brought
+    by the producer, released after the loop), the tile loop of ``mainloop_factory``, O stored. ``ring``: the
     ring state at its first tile in, after its last out (a persistent block's next item goes on from there).
     ``stage``: the variant's (``loads[6]``: the item's walk over its key tiles, :func:`.scheduler.key_tiles`).
     ``trace``: the item's steps stamped (:func:`.timeline.stamps`; the array last in ``loads[6][0]``)."""
     ends = key_ends(tiles.Br, 64, causal)  # (the block's keys, a warpgroup's keys) from its first row
     start = q_start(tiles.qk_steps, tiles.o_regs, False, tiles.D // 2)
+    zero = o_start(tiles.o_regs)
+    Q_TMA = tiles.q_tma
+    wait_q, release_q = q_barriers(tiles)[1:]
     store_o = o_store(tiles, bf16)  # (o_smem: staged in shared memory, copied out by bulk copies)
     store_lse = lse_fragments(stage)
     prologue = load_functions(tiles, loads, varlen, getattr(mainloop_factory, "ahead", False), stage)[0]
@@ -251,16 +255,21 @@ def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop
 
     @device
     def consume(q, o, loads, item, ring, lane_ids, Nq, off, sl2, q0):
-        blk0, wg0, row0, bh = item
+        blk0, wg0, row0, bh, r = item
         tid, lane, g, t, first = lane_ids
         Nk = loads[5]
         stamp(loads[6][0], bh, blk0, wg0, row0, lane, Nq, 0)  # (trace: the item's start)
         qf = cuda.local.array(q_regs, uint32)
         r_lo = row0 + g
         acc = cuda.local.array(o_regs, float32)
-        stats = start(qf, acc, q, bh, r_lo, Nq, t)  # Q's A fragments, O = 0; running max and sums (lane's columns)
-        stamp_after(loads[6][0], bh, blk0, wg0, row0, lane, Nq, 1, qf[q_regs - 1])  # (trace: Q in registers)
-        store_q(loads[0], Q_BASE + ((wg0 - blk0) // 64) * Q_TILE, qf, row0 - wg0, g, t)  # (q_smem: Q's tile)
+        if Q_TMA:  # Q's tiles brought by the producer: O = 0, the running max and sums; Q's tiles landed
+            stats = zero(acc)
+            wait_q(loads[3], r)
+            stamp(loads[6][0], bh, blk0, wg0, row0, lane, Nq, 1)  # (trace: Q in shared memory)
+        else:
+            stats = start(qf, acc, q, bh, r_lo, Nq, t)  # Q's A fragments, O = 0; running max and sums (lane's columns)
+            stamp_after(loads[6][0], bh, blk0, wg0, row0, lane, Nq, 1, qf[q_regs - 1])  # (trace: Q in registers)
+            store_q(loads[0], Q_BASE + ((wg0 - blk0) // 64) * Q_TILE, qf, row0 - wg0, g, t)  # (q_smem: Q's tile)
         s = cuda.local.array(s_regs, float32)
         sn = cuda.local.array(s_regs, float32)  # overlap: S of the next tile, in flight during this tile's softmax
         pf = cuda.local.array(p_regs, uint32)
@@ -273,6 +282,8 @@ def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop
         stats, ring = mainloop(n_tiles, ring, stats, (qf, s, sn, pf, acc), loads, (row0, wg_end, Nk, off, sl2),
                                lane_ids)
         finish()
+        if Q_TMA:
+            release_q(loads[3], lane)  # every S = Q·Kᵀ of the item done: the producer may bring the next Q
         stamp(loads[6][0], bh, blk0, wg0, row0, lane, Nq, 3)  # (trace: the tile loop done)
         if varlen:  # the view made here, not kept live through the loop (q0: one register)
             o = rows_head_major(o, q0, Nq)

@@ -61,7 +61,7 @@ def store_fragments(DT: int, kind: str):
 @functools.cache
 def o_store(tiles, bf16: bool):
     """A device function ``store_o(o, KV, item, acc, l_lo, l_hi, Nq, lane_ids)``: a consumer warpgroup's
-    epilogue of work item ``item = (blk0, wg0, row0, bh)``. O in registers divided by the row sums and
+    epilogue of work item ``item = (blk0, wg0, row0, bh, r)``. O in registers divided by the row sums and
 
     * stored from the fragments (:func:`store_fragments`), or
     * ``tiles.o_smem`` (FlashAttention-3's epilogue through shared memory): written into the warpgroup's staged
@@ -85,7 +85,7 @@ def o_store(tiles, bf16: bool):
 
     @device
     def store_staged(o, KV, item, acc, l_lo, l_hi, Nq, lane_ids):
-        blk0, wg0, row0, bh = item
+        blk0, wg0, row0, bh = item[:4]
         lane, g, t = lane_ids[1], lane_ids[2], lane_ids[3]
         w = (wg0 - blk0) // 64
         o_off = O_BASE + w * O_TILE  # this warpgroup's staged tile

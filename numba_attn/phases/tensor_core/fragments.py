@@ -2,7 +2,8 @@
 
 * :func:`warp_rows` — the block's and the warp's query rows and the KV head of an mma.sync kernel;
 * :func:`q_fragments` — the A fragments of Q, loaded once from global memory into registers;
-* :func:`q_start` — a warp's start: Q's fragments, O zero, the online softmax's state of rows that saw no key;
+* :func:`q_start` — a warp's start: Q's fragments, O zero, the online softmax's state of rows that saw no key
+  (:func:`o_start`: the same without Q);
 * :func:`qk_fragments` — S = Q·Kᵀ with mma.sync, the B fragments read from a K tile in shared memory.
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ from numba_attn.gpu.device_functions import NEG_BIG
 from numba_attn.gpu.intrinsics import lds, to_tf32
 from numba_attn.gpu.jit import device
 
-__all__ = ["q_fragments", "q_start", "qk_fragments", "warp_rows"]
+__all__ = ["q_fragments", "q_start", "o_start", "qk_fragments", "warp_rows"]
 
 
 @device
@@ -54,10 +55,24 @@ def q_start(KS: int, NO: int, tf32: bool = False, DW: int = 0):
     ``qf`` (:func:`q_fragments` with ``KS``, ``tf32``, ``DW``), the ``NO`` output accumulators ``acc`` zeroed,
     and the running max and sums of rows g and g+8 before any key (m = NEG_BIG, l = 0)."""
     load_q = q_fragments(KS, tf32, DW)
+    zero = o_start(NO)
 
     @device
     def start(qf, acc, q, bh, r_lo, Nq, t):
         load_q(qf, 0, q, bh, r_lo, Nq, t)
+        return zero(acc)
+
+    return start
+
+
+@functools.cache
+def o_start(NO: int):
+    """A device function ``start(acc) -> (m_lo, m_hi, l_lo, l_hi)``: the ``NO`` output accumulators zeroed and the
+    online softmax's state before any key (m = NEG_BIG, l = 0); :func:`q_start` without Q (a kernel whose Q
+    reaches shared memory another way)."""
+
+    @device
+    def start(acc):
         for i in range(NO):
             acc[i] = float32(0.0)
         return NEG_BIG, NEG_BIG, float32(0.0), float32(0.0)

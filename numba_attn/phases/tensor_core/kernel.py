@@ -22,9 +22,11 @@ from numba_attn.gpu.warpspec import setmaxnreg_dec, setmaxnreg_inc
 from numba_attn.phases.registry import Launch
 from numba_attn.phases.tensor_core.consumer import consumer, plain_mainloop
 from numba_attn.phases.tensor_core.mma_sync import supports_tc, u32_views
-from numba_attn.phases.tensor_core.pipeline import ring_barriers, ring_padding, wgmma_smem_bytes, wgmma_tiles
-from numba_attn.phases.tensor_core.producer import (kv_tensor_map, kv_tensor_map_at, tensor_map_pointer, tma_box,
-                                                    tma_smem_reason, ws_consumer_regs, ws_producer, ws_producer_regs)
+from numba_attn.phases.tensor_core.pipeline import (q_barriers, ring_barriers, ring_padding, wgmma_smem_bytes,
+                                                    wgmma_tiles)
+from numba_attn.phases.tensor_core.producer import (kv_tensor_map, kv_tensor_map_at, q_box, tensor_map_pointer,
+                                                    tma_box, tma_smem_reason, ws_consumer_regs, ws_producer,
+                                                    ws_producer_regs)
 from numba_attn.phases.tensor_core.scheduler import (VarlenLayout, balanced_section, persistent_items, query_block,
                                                      varlen_spans)
 from numba_attn.phases.tensor_core.timeline import stamps, trace_width, traced
@@ -80,9 +82,11 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
     if persistent and not (ws and getattr(mainloop, "persistent", mainloop is plain_mainloop)):
         raise ValueError("persistent blocks carry the producer's ring across work items: they need loads='ws' "
                          "and a mainloop that returns the ring state after its last tile (``mainloop.persistent``)")
-    if persistent and tiles.q_smem:
+    if persistent and tiles.q_smem and not tiles.q_tma:
         raise ValueError("persistent blocks with Q in shared memory: the next item's Q store is not synchronized "
-                         "with this item's last S")
+                         "with this item's last S (q_tma synchronizes it)")
+    if tiles.q_tma and not ws:
+        raise ValueError("q_tma: the producer warpgroup brings Q's tiles; it needs loads='ws'")
     if balanced and not persistent:
         raise ValueError("balanced orders a persistent block's work items: it needs persistent blocks")
     if tiles.o_smem and varlen:
@@ -95,6 +99,8 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
     produce = ws_producer(tiles, causal, stage)
     ring_rows = tiles.ring_rows
     init_barriers = ring_barriers(tiles.stages, tiles.warps, tiles.split_kv)[0]
+    init_q = q_barriers(tiles)[0]
+    Q_TMA = tiles.q_tma
     Br = tiles.Br
     n_barriers = tiles.n_barriers
     give_registers = ws and tiles.warpgroups >= 2  # move registers to the consumers (one consumer: no need)
@@ -105,6 +111,11 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
 
     def body(q, k, v, o, sl2, H, Nq, Nk, mods):
         t_block = block_start()  # (trace: the block's first cycle; 0 when not traced)
+        if Q_TMA:  # q: (Q's uint32 view, its tensor map)
+            qmap = q[1]
+            q = q[0]
+        else:
+            qmap = k  # (never read)
         # the K/V ring: dynamic shared memory from its first 1024-byte boundary
         KV = dynamic_tile(ring_padding(dynamic_tile(0, 1, 4)), ring_rows, 4)  # float32 view, used through addresses
         tid = cuda.threadIdx.x
@@ -136,6 +147,8 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
         off = Nk - Nq
         if loads != "cp_async":
             bars = cuda.shared.array(n_barriers, uint64)
+            if Q_TMA:
+                init_q(bars, qmap, tid)  # (before the ring's: its fence and block barrier cover Q's)
             init_barriers(bars, k, v, tid)
         else:
             bars = KV  # no barriers without the TMA ring (never used)
@@ -154,13 +167,13 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
                             qt = n_query_blocks - 1 - qb
                             producer_item(mods, bh, qt, Nq, t_block)
                             state, loaded = produce((KV, k, v, bars, bh // G, Nk, (mods, bh // H, bh % H, qt, Nq)),
-                                                    qt * Br, state, loaded, Nq, Nk, off)
+                                                    qt * Br, state, loaded, Nq, Nk, off, (qmap, bh, r))
                             producer_done(mods, bh, qt, Nq)
                             r, qb, bh = following(r, qb, bh, n_query_blocks)
                     else:
                         producer_item(mods, bh, qt, Nq, t_block)
                         produce((KV, k, v, bars, kvh, Nk, (mods, b, h, qt, Nq)), blk0, state, 0, Nq, Nk,
-                                off)
+                                off, (qmap, bh, 0))
                         producer_done(mods, bh, qt, Nq)
                 return
             if give_registers:
@@ -179,15 +192,16 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
                 qt = n_query_blocks - 1 - qb
                 blk0 = qt * Br
                 state = consume(q, o, (KV, k, v, bars, bh // G, Nk, (mods, bh // H, bh % H, qt, Nq)),
-                                (blk0, blk0 + 64 * (warp // 4), blk0 + 16 * warp, bh), state, lane_ids, Nq, off,
-                                sl2, q0)
+                                (blk0, blk0 + 64 * (warp // 4), blk0 + 16 * warp, bh, r), state, lane_ids, Nq,
+                                off, sl2, q0)
                 r, qb, bh = following(r, qb, bh, n_query_blocks)
         else:
-            consume(q, o, (KV, k, v, bars, kvh, Nk, (mods, b, h, qt, Nq)), (blk0, wg0, row0, bh), state,
+            consume(q, o, (KV, k, v, bars, kvh, Nk, (mods, b, h, qt, Nq)), (blk0, wg0, row0, bh, 0), state,
                     lane_ids, Nq, off, sl2, q0)
 
     body.__name__ = body.__qualname__ = kernel_name(loads, mainloop, persistent, varlen, longest_first, balanced) + (
-        "_kv" if tiles.split_kv else "") + ("_qs" if tiles.q_smem else "") + ("_os" if tiles.o_smem else "") + (
+        "_kv" if tiles.split_kv else "") + ("_qs" if tiles.q_smem else "") + ("_qt" if tiles.q_tma else "") + (
+        "_os" if tiles.o_smem else "") + (
         "_traced" if trace else "")
     if ws:
         return kernel(body, launch_bounds=(128 * (tiles.warpgroups + 1), 1))
@@ -202,7 +216,7 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
 
 def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads="cp_async", varlen=False,
                 uniform=False, blocks=None, lazy_rescale=False, split_kv=False, q_smem=False, longest_first=False,
-                balanced=False, o_smem=False):
+                balanced=False, o_smem=False, q_tma=False):
     """The :class:`Launch` of the wgmma kernel: grid (query blocks, heads, batch), the ring in
     dynamic shared memory (opt-in made at the first launch), and the uint32 views of the last
     few input sets cached (making views costs host time at every launch). ``varlen``: the packed
@@ -213,7 +227,8 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
     consumer warpgroups plus the producer warpgroup per block; ``blocks`` (with "ws"; None: not persistent):
     persistent blocks, a grid of ``blocks`` (0: one per SM) each running every ``blocks``-th work item, never more
     blocks than items. ``lazy_rescale``: FlashAttention-4's conditional rescale of O; ``split_kv``: K and V on
-    barriers of their own; ``q_smem``: Q's tiles in shared memory (:class:`WgmmaTiles`); ``o_smem``: O staged in
+    barriers of their own; ``q_smem``: Q's tiles in shared memory (:class:`WgmmaTiles`), ``q_tma``: brought there by
+    the producer (Q passed as its view and its tensor map, :func:`.producer.q_box`); ``o_smem``: O staged in
     shared memory and copied out a row a bulk copy (:func:`.epilogue.o_store`; ``o``'s rows 16-byte aligned);
     ``longest_first``: causal,
     the query blocks counted from the last (the most key tiles first; ignored without a causal mask); ``balanced``
@@ -224,8 +239,10 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
     D = problem.head_dim
     tma = loads != "cp_async"
     variant = getattr(problem, "variant", None)
-    tiles = wgmma_tiles(D, warpgroups, Bc, stages, bool(lazy_rescale), bool(split_kv), bool(q_smem), bool(o_smem))
+    tiles = wgmma_tiles(D, warpgroups, Bc, stages, bool(lazy_rescale), bool(split_kv), bool(q_smem or q_tma),
+                        bool(o_smem), bool(q_tma))
     box, swizzle = tma_box(D, Bc)
+    qbox = q_box(D)[0]
     sl2 = float32(problem.sm_scale * LOG2E)
     Br = 64 * warpgroups
     grid = ((Nq + Br - 1) // Br, H, problem.batch)
@@ -248,7 +265,7 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
                              longest_first=bool(longest_first and problem.causal), balanced=section, trace=trace)
     timeline = cuda.to_device(np.zeros(((Nq + Br - 1) // Br * H * problem.batch, trace_width(warpgroups)),
                                        np.uint64)) if trace else None
-    nbytes = wgmma_smem_bytes(D, Bc, stages, 64 * warpgroups if q_smem else 0, 64 * warpgroups if o_smem else 0)
+    nbytes = wgmma_smem_bytes(D, Bc, stages, 64 * warpgroups if tiles.q_smem else 0, 64 * warpgroups if o_smem else 0)
     own = VarlenLayout(problem) if varlen else None
     nthreads = 128 * (warpgroups + 1 if loads == "ws" else warpgroups)  # ws: the producer warpgroup too
     kernel_mods = KernelMods(problem, None if varlen else Br, Bc)  # a variant's arrays, block mask at (Br, Bc)
@@ -268,8 +285,9 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
                 check_bulk_rows(args[3])
             if tma:
                 if not kv_geometry:
-                    kv_geometry.extend((tuple(a.shape), tuple(a.strides)) for a in args[1:3])
-                args = (args[0], kv_tensor_map(args[1], box, swizzle), kv_tensor_map(args[2], box, swizzle), args[3])
+                    kv_geometry.extend((tuple(a.shape), tuple(a.strides)) for a in args[:3])
+                q_arg = (args[0], kv_tensor_map(args[0], qbox, swizzle)) if q_tma else args[0]
+                args = (q_arg, kv_tensor_map(args[1], box, swizzle), kv_tensor_map(args[2], box, swizzle), args[3])
             hit = views[key] = ((q, k, v, o), args)
         lengths = (layout or own.own()) if varlen else (Nq, Nk)
         mods = with_lse(kernel_mods(stream=stream) if mods is None else mods, lse)  # (lse: the array last)
@@ -282,10 +300,13 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
             opted.append(True)
 
     def derived(addresses):
-        """tma: the device pointers of K's and V's tensor maps at this call's addresses (cached by address;
-        a replay substitutes them as it does the arrays')."""
-        return tuple(tensor_map_pointer(kv_tensor_map_at(a, *g, box, swizzle))
-                     for a, g in zip(addresses[1:3], kv_geometry))
+        """tma: the device pointers of K's and V's (q_tma: and Q's) tensor maps at this call's addresses (cached by
+        address; a replay substitutes them as it does the arrays')."""
+        maps = tuple(tensor_map_pointer(kv_tensor_map_at(a, *g, box, swizzle))
+                     for a, g in zip(addresses[1:3], kv_geometry[1:]))
+        if q_tma:
+            maps += (tensor_map_pointer(kv_tensor_map_at(addresses[0], *kv_geometry[0], qbox, swizzle)),)
+        return maps
 
     return Launch(run, kernels=[kern], replayable=variant is None and timeline is None,
                   derived=derived if tma else None, kernel_mods=kernel_mods if variant is not None else None,

@@ -5,7 +5,8 @@
   (the next tile's: no division in the loop) and ``ring_at`` (tile ``it``'s, divided out);
 * the TMA ring's mbarriers: stage s has a "full" barrier (``s``: the tile's bytes landed) and an "empty"
   one (``STAGES + s``: every consumer warp is done with it); :func:`ring_barriers` initialises them and
-  gives ``wait_full`` / ``release``; with ``split_kv`` K and V have a pair each (:func:`kv_barriers`);
+  gives ``wait_full`` / ``release``; with ``split_kv`` K and V have a pair each (:func:`kv_barriers`); with
+  ``q_tma`` Q has a pair after them (:func:`q_barriers`), one phase a work item;
 * :func:`ring_padding`: the ring in dynamic shared memory starts at a 1024-byte boundary (the swizzle's period);
 * :func:`cp_async_ring`: the cp.async ring of the kernels that copy their own tiles (``tc_pipelined``, ``tc_tf32``,
   ``fp8_wgmma``): the first tiles issued, then per tile a wait, a block barrier and the refill.
@@ -26,7 +27,7 @@ from numba_attn.gpu.wgmma import padded_columns, row_bytes, shared_address
 from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.variants.stages import PLAIN
 
-__all__ = ["ALIGN_BYTES", "WgmmaTiles", "wgmma_tiles", "ring_functions", "ring_barriers", "kv_barriers",
+__all__ = ["ALIGN_BYTES", "WgmmaTiles", "wgmma_tiles", "ring_functions", "ring_barriers", "kv_barriers", "q_barriers",
            "ring_padding", "wgmma_smem_bytes", "cp_async_ring"]
 
 ALIGN_BYTES = 1024  # the 128-byte swizzle repeats every 1024 bytes: tiles start there
@@ -48,6 +49,7 @@ class WgmmaTiles:
     split_kv: bool = False  # K and V of a stage on barriers of their own (:func:`kv_barriers`)
     q_smem: bool = False  # Q in shared memory after the ring, a 64-row tile a warpgroup (the A of S = Q·Kᵀ)
     o_smem: bool = False  # O staged in shared memory after the ring (and Q), a 64-row tile a warpgroup
+    q_tma: bool = False  # (with q_smem) Q's tiles brought by the producer's TMA, on barriers of their own
 
     @property
     def warps(self):  # warpgroup i = warps 4i..4i+3
@@ -131,14 +133,21 @@ class WgmmaTiles:
         return (self.o_base + o) // 16
 
     @property
-    def n_barriers(self):  # full and empty a stage; K's and V's apart with split_kv
+    def q_bar(self):  # (q_tma) Q's full barrier, its empty one after it: after the ring's
         return (4 if self.split_kv else 2) * self.stages
+
+    @property
+    def n_barriers(self):  # full and empty a stage; K's and V's apart with split_kv; Q's pair with q_tma
+        return self.q_bar + (2 if self.q_tma else 0)
 
 
 @functools.cache
 def wgmma_tiles(D: int, warpgroups: int, Bc: int, stages: int, lazy_rescale: bool = False,
-                split_kv: bool = False, q_smem: bool = False, o_smem: bool = False) -> WgmmaTiles:
-    return WgmmaTiles(D, warpgroups, Bc, stages, lazy_rescale, split_kv, q_smem, o_smem)
+                split_kv: bool = False, q_smem: bool = False, o_smem: bool = False,
+                q_tma: bool = False) -> WgmmaTiles:
+    if q_tma and not q_smem:
+        raise ValueError("q_tma brings Q's tiles into shared memory: it needs q_smem")
+    return WgmmaTiles(D, warpgroups, Bc, stages, lazy_rescale, split_kv, q_smem, o_smem, q_tma)
 
 
 @functools.cache
@@ -240,6 +249,35 @@ def wgmma_smem_bytes(D, Bc, stages, q_rows=0, o_rows=0):
     """The K/V ring (rows of :func:`padded_columns` elements), ``q_rows`` rows of Q after it, ``o_rows`` staged O
     rows (:attr:`WgmmaTiles.o_pitch` bytes each), plus the 1024 bytes of alignment padding."""
     return (2 * stages * Bc + q_rows) * padded_columns(D) * 2 + o_rows * (2 * D + 16) + ALIGN_BYTES
+
+
+@functools.cache
+def q_barriers(tiles):
+    """``(init, wait, release)`` of Q's pair of mbarriers (``tiles.q_tma``: the producer brings each work item's Q
+    tiles by TMA): ``init(bars, qmap, tid)`` (thread 0, before the ring's: its fence and block barrier cover
+    both), ``wait(bars, r)`` (the Q of the block's ``r``-th item has landed: phase r of the full barrier),
+    ``release(bars, lane)`` (this warp's last S = Q·Kᵀ of the item is done: one arrival a warp on the empty
+    barrier, which the producer waits for before the next item's Q)."""
+    QF, QE, WARPS = tiles.q_bar, tiles.q_bar + 1, tiles.warps
+
+    @device
+    def init(bars, qmap, tid):
+        if tid == 0:
+            tensormap_fence_acquire(qmap)
+            mbarrier_init(bars, QF, 1)  # the producer's arrival and Q's bytes
+            mbarrier_init(bars, QE, WARPS)
+
+    @device
+    def wait(bars, r):
+        mbarrier_wait(bars, QF, r & 1)
+
+    @device
+    def release(bars, lane):
+        syncwarp(FULL_MASK)
+        if lane == 0:
+            mbarrier_arrive(bars, QE)
+
+    return init, wait, release
 
 
 @functools.cache

@@ -14,8 +14,10 @@ over its key tiles: :func:`.scheduler.key_tiles`, through which a variant's bloc
 
 :func:`cp_async_loads`: every thread copies its share with ``cp.async`` (tc_wgmma); :func:`tma_loads`: thread
 0 issues one TMA box per column block after ``expect_tx`` on the stage's full barrier (tma_wgmma), or, with
-``producer``, a producer warpgroup does (:func:`ws_producer`, warp_specialized_tc) and the consumers only wait.
-Host side: the K/V tensor maps (:func:`kv_tensor_map`, :func:`tma_box`) and the producer's register split.
+``producer``, a producer warpgroup does (:func:`ws_producer`, warp_specialized_tc) and the consumers only wait;
+with ``q_tma`` it brings each item's Q tiles too (:func:`tma_q`).
+Host side: the K/V (and Q) tensor maps (:func:`kv_tensor_map`, :func:`tma_box`, :func:`q_box`) and the producer's
+register split.
 """
 from __future__ import annotations
 
@@ -36,9 +38,9 @@ from numba_attn.phases.tensor_core.pipeline import ring_barriers, ring_functions
 from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.variants.stages import PLAIN
 
-__all__ = ["load_functions", "cp_async_loads", "tma_loads", "tma_tile", "ws_producer", "ws_producer_regs",
-           "ws_consumer_regs", "kv_tensor_map", "kv_tensor_map_at", "tensor_map_pointer", "tma_box", "tma_smem_reason",
-           "TMA_ALIGN_BYTES"]
+__all__ = ["load_functions", "cp_async_loads", "tma_loads", "tma_tile", "tma_q", "ws_producer", "ws_producer_regs",
+           "ws_consumer_regs", "kv_tensor_map", "kv_tensor_map_at", "tensor_map_pointer", "tma_box", "q_box",
+           "tma_smem_reason", "TMA_ALIGN_BYTES"]
 
 
 @functools.cache
@@ -151,6 +153,35 @@ def tma_half(tiles, half: int):
 
 
 @functools.cache
+def tma_q(tiles):
+    """With ``q_tma``: a device function ``load(KV, qmap, bars, bh, blk0, r)`` bringing the Q tiles of the block's
+    ``r``-th work item (query rows ``blk0 ..`` of head-batch ``bh``; rows past the end zero-filled) into their
+    64-row tiles after the ring, one box a column block and warpgroup, on Q's full barrier; from the second item
+    on, once every consumer warp has released the last item's Q (:func:`.pipeline.q_barriers`)."""
+    WG, BASE, QT, QF = tiles.warpgroups, tiles.q_base, tiles.q_tile_bytes, tiles.q_bar
+    boxes, rb = tma_boxes(tiles), tiles.row_bytes
+    BOX, WORDS = 64 * rb, rb // 4
+
+    @device
+    def load(KV, qmap, bars, bh, blk0, r):
+        if r > 0:
+            mbarrier_wait(bars, QF + 1, (r - 1) & 1)  # the consumers are done with item r-1's Q
+        mbarrier_arrive_expect_tx(bars, QF, WG * QT)
+        for w in range(WG):
+            for cb in range(boxes):
+                tma_load_3d(KV, BASE + w * QT + cb * BOX, qmap, bh, blk0 + 64 * w, WORDS * cb, bars, QF)
+
+    return load
+
+
+def q_box(D: int):
+    """(box, swizzle) of Q's tensor map (``q_tma``): one column block of a warpgroup's 64-row Q tile, as
+    :func:`tma_box` gives a K/V tile's."""
+    rb = row_bytes(padded_columns(D))
+    return (1, 64, rb // 4), rb
+
+
+@functools.cache
 def tma_loads(tiles, ahead: bool, producer: bool, stage=PLAIN):
     """The TMA ring: every warp waits on the stage's full barrier (also a warpgroup that skips the tile: its
     release must not count towards a later phase of the empty barrier) and releases it on the empty one.
@@ -204,12 +235,16 @@ def tma_loads(tiles, ahead: bool, producer: bool, stage=PLAIN):
 
 @functools.cache
 def ws_producer(tiles, causal: bool, stage=PLAIN):
-    """A device function ``produce(loads, blk0, ring, loaded, Nq, Nk, off) -> (ring, loaded)``: the producer
+    """A device function ``produce(loads, blk0, ring, loaded, Nq, Nk, off, q_item) -> (ring, loaded)``: the producer
     warpgroup's thread 0 brings every K/V tile of one work item (query rows ``blk0 ..``) into the ring, waiting
     only on the empty barriers. ``ring``: the next tile's stage and phase; ``loaded``: tiles this block brought
-    before (a stage is free at once only while fewer than ``STAGES`` were); both come back after the item."""
+    before (a stage is free at once only while fewer than ``STAGES`` were); both come back after the item.
+    ``tiles.q_tma``: the item's Q too (:func:`tma_q`; ``q_item = (qmap, bh, r)``, the block's ``r``-th item),
+    first for the block's first item and after its first K/V tile for the others, so that the next item's first
+    tile is not held behind this item's last S = Q·Kᵀ."""
     STAGES, Bc = tiles.stages, tiles.Bc
-    SPLIT = tiles.split_kv
+    SPLIT, Q_TMA = tiles.split_kv, tiles.q_tma
+    load_q = tma_q(tiles)
     load_tile = tma_tile(tiles)
     load_k, load_v = tma_half(tiles, 0), tma_half(tiles, 1)
     VB = 2 * STAGES  # (split_kv) V's barriers
@@ -218,10 +253,13 @@ def ws_producer(tiles, causal: bool, stage=PLAIN):
     count, tile_at = key_tiles(Bc, stage)[:2]
 
     @device
-    def produce(loads, blk0, ring, loaded, Nq, Nk, off):
+    def produce(loads, blk0, ring, loaded, Nq, Nk, off, q_item):
         KV, k, v, bars, kvh, _, walk = loads
         n = count(walk, (ends(blk0, blk0, Nq, Nk, off)[0] + Bc - 1) // Bc)  # (a variant: its visited tiles)
+        q_at = 0 if q_item[2] == 0 else min(1, n)  # (q_tma) Q before the first tile, or after it
         for it in range(n):
+            if Q_TMA and it == q_at:
+                load_q(KV, q_item[0], bars, q_item[1], blk0, q_item[2])
             reuse = loaded + it >= STAGES  # the stage's previous tile (the phase before) must be released first
             if SPLIT:  # K as soon as the consumers are done with the stage's K, then V likewise
                 if reuse:
@@ -235,6 +273,8 @@ def ws_producer(tiles, causal: bool, stage=PLAIN):
                     mbarrier_wait(bars, STAGES + ring[0], ring[1] ^ 1)
                 load_tile(KV, k, v, bars, tile_at(walk, it), ring[0], kvh)
             ring = advance(ring)
+        if Q_TMA and q_at >= n:  # (an item of at most one tile)
+            load_q(KV, q_item[0], bars, q_item[1], blk0, q_item[2])
         return ring, loaded + n
 
     return produce
