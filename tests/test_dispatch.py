@@ -244,9 +244,10 @@ def test_on_an_h200_fp16_prefill_runs_the_fastest_measured_phase(monkeypatch, tm
         # the D64 entries timed the tc_wgmma family only: no evidence against the Hopper rule's phase
         assert ph.name == rule and params == {} and why.startswith("the Hopper rule")
         return
-    # the fastest measured (ws_intra_kv at D128, with the parameters that measured fastest), never
+    # the fastest measured (ws_tma_q at D128, with the parameters that measured fastest), never
     # tc_wgmma_overlap, which the fixed preference chose before there was a table
-    assert ph.name in ("tc_wgmma", "tma_wgmma", "warp_specialized_tc", "ws_intra", "ws_intra_kv") and params == entry["requested"]
+    assert ph.name in ("tc_wgmma", "tma_wgmma", "warp_specialized_tc", "ws_intra", "ws_intra_kv", "ws_tma_q")
+    assert params == entry["requested"]
     assert (first["phase"], first["requested"]) == (ph.name, params)
     assert why.startswith(f"dispatch table (numba_attn/data/dispatch.json: {ph.name}") and "results/" in why
 

@@ -25,11 +25,15 @@ VARIANT_PREFILL = "warp_specialized_tc"
 # tuning cache nor a dispatch table entry that measured it decides (the first of these that supports the
 # problem). Each phase first here was the fastest (within 2 %) at its default parameters on every problem measured
 # with it (docs/DEVELOPING.md, "Dispatch", lists the rows; tests/test_autotune.py checks the committed ones).
-HOPPER_PREFILL = ("ws_intra", "warp_specialized_tc", "tma_wgmma", "tc_wgmma")
-# ws_intra and ws_intra_kv only above D64, ws_intra_qs only above D128 (autotune.ABOVE_HEAD_DIM, as on first use)
+# ws_tma_q first from D80 (Q by the producer's TMA in persistent blocks): the fastest on every problem measured with
+# it, 1.02-1.32x ws_intra_kv and ws_intra (B8 H32/8kv N1024 causal and not, B1 H32 N4096, N8192 causal fp16 and GQA
+# bf16; H200, experiments/2026-11-28-schedule/tma-q.sh); D64 and above D128 not measured
+HOPPER_PREFILL = ("ws_tma_q", "ws_intra", "warp_specialized_tc", "tma_wgmma", "tc_wgmma")
+# ws_tma_q, ws_intra and ws_intra_kv only above D64, ws_intra_qs only above D128 (autotune.ABOVE_HEAD_DIM, as on
+# first use)
 # without a mask ws_intra_kv first: 1.02-1.04x ws_intra at B1 H32 N4096 D128 fp16 and bf16 in two runs; causal
 # they are level (0.98-1.01x), so ws_intra stays first there (H200, experiments/2026-11-28-ws-intra)
-HOPPER_NO_MASK = ("ws_intra_kv",)
+HOPPER_NO_MASK = ("ws_tma_q", "ws_intra_kv")
 # above D128 ws_intra_qs, then tma_wgmma: at D256 (two consumers with Q in shared memory; one in the others)
 # ws_intra_qs 0.425 / 0.417 ms fp16 / bf16 against tma_wgmma's 0.482 / 0.489 and warp_specialized_tc's 0.618,
 # causal N8192 0.929 against 1.079 (H200, B1 H16 N4096; experiments/2026-11-28-ws-intra); D136-D248 not measured

@@ -11,10 +11,10 @@ time whose K/V fit in half the L2): 1.03× the average at N1024 causal, as witho
 
 Prediction: 1.03-1.06× ``ws_intra_kv`` at B8 H32/8kv N1024 D128, causal and not; 1.00-1.02× at N4096 and N8192.
 
-Verdict: refuted short (H200, bf16 GQA): B8 N1024 0.335 ms against ws_intra_kv's 0.286 (0.86×), causal 0.264 against
-0.214 (0.81×), B2 N4096 0.914 against 0.878 (9.1 µs an item against 5.75); faster long causal: B2 H16 N8192 fp16
-0.977 against 1.020 and 0.955 against ws_intra's 0.996 (1.04×), GQA N8192 1.01×, N16384 0.98× (from 0.955 on, a
-build with an epilogue since reverted). Measured on first use.
+Verdict: refuted short at first (H200, bf16 GQA: B8 N1024 0.86× ws_intra_kv, causal 0.81×), by a 2.9 µs gap between
+items that ``numba-attn trace`` showed: the next item found by subtracting a head's items one at a time. With it
+found in a few instructions (:func:`.scheduler.divmod_small`): B8 N1024 0.2815 ms against 0.2834 (1.01×), causal
+0.2252 against 0.2136 (0.95×), B1 H32 N4096 fp16 0.98×, N8192 causal fp16 0.9910 against 1.0020 (1.01×), GQA 0.97×.
 [results/tensor-core-tma-nvidia-h200.jsonl, rows of ws_intra_kv, ws_intra]
 """
 from __future__ import annotations

@@ -10,6 +10,11 @@ so it lands during that item's epilogue. Q's 32 registers go free (the persisten
 
 Prediction: 1.04-1.08× ``ws_intra_persistent`` at B8 H32/8kv N1024 D128 (1.5 µs of an item's 17-18 µs), 1.01-1.02×
 at N4096 and N8192.
+
+Verdict: confirmed, above it (H200; traced, Q 1.9 → 0.15 µs an item): B8 N1024 bf16 0.2532 ms against 0.2791
+(1.10×), causal 0.1719 against 0.2263 (1.32×; no spill now); B1 H32 N4096 fp16 0.4406 against 0.4760 (1.08×, 0.96×
+cuDNN); N8192 causal fp16 0.9216 against 0.9940, GQA bf16 0.8695 against 0.9467 (1.07× and 1.09× cuDNN).
+[results/tensor-core-tma-nvidia-h200.jsonl, rows of ws_intra_persistent, torch_sdpa_cudnn]
 """
 from __future__ import annotations
 
