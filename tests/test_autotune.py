@@ -198,7 +198,8 @@ def test_an_unknown_hopper_model_takes_another_hopper_models_entry_or_the_rule(p
     assert ph.name == "warp_specialized_tc" and params == {}
     assert "the entry of NVIDIA H200, of the same compute capability" in why
     ph, why, params = policy.choose_phase(NINE["B16 H16 N512 D64 fp16"], gpu="NVIDIA H800")
-    assert ph.name == _rules_phase(NINE["B16 H16 N512 D64 fp16"]) and params == {} and why.startswith("the Hopper rule")
+    # (the H200's entry measured the rule's phase there, and tma_wgmma faster: RULE_EXCEPTIONS)
+    assert ph.name == "tma_wgmma" and params == {} and "the entry of NVIDIA H200" in why
     ph, why, params = policy.choose_phase(NINE["B1 H16 N4096 D256 fp16"], gpu="NVIDIA H800")
     assert ph.name == "ws_intra_qs" and params == {} and "the entry of NVIDIA H200" in why  # (measured beside tma)
     ph, why, params = policy.choose_phase(NINE["B1 H32/8kv N8192 D128 bf16 causal"], gpu="NVIDIA H800")
@@ -245,8 +246,11 @@ RULE_TOLERANCE = 1.02
 # Where a phase outside the rule is the faster one, named, with the reason the rule stays: first use measures it
 # (autotune.MEASURED), so phase=None still runs the fastest there. None since ws_tma_q: ws_intra_persistent's
 # long causal cells (1.04x ws_intra before) now go to ws_tma_q, 1.07x ws_intra_lpt and 1.08x ws_intra_persistent
-# at B2 H16 N8192 D128 fp16 causal in one run (H200, experiments/2026-11-28-schedule/tma-q.sh).
-RULE_EXCEPTIONS: dict = {}
+# at B2 H16 N8192 D128 fp16 causal in one run (H200, experiments/2026-11-28-schedule/tma-q.sh). At B16 H16 N512 D64
+# tma_wgmma (one warpgroup issuing its own loads) is 1.10x warp_specialized_tc in two runs (0.0574 against 0.0634
+# and 0.0578 against 0.0640 ms; H200, 0406a7b, experiments/2026-11-28-dispatch/check.py and tma-q's d64 run): a
+# single short D64 problem, no rule of the shape yet.
+RULE_EXCEPTIONS = {("NVIDIA H200", "B16 H16 N512 D64 fp16"): "tma_wgmma"}
 
 
 def test_the_hopper_rule_holds_on_the_committed_rows():

@@ -181,7 +181,7 @@ def test_headline_draws_from_the_committed_results(tmp_path):
         assert 0.3 < p["ratio"] < 3
     assert main(["plot", "--headline", "--out", str(tmp_path)]) == 0
     svg = (tmp_path / "headline.svg").read_text()
-    for words in ("NVIDIA H200", "PyTorch SDPA", "register_blocked", "ws_intra",
+    for words in ("NVIDIA H200", "PyTorch SDPA", "register_blocked", "ws_tma_q",
                   "results/paged-nvidia-h200.jsonl", "B1 H32 N4096 D128 fp16"):
         assert words in svg, words
     assert (tmp_path / "headline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
