@@ -173,6 +173,10 @@ CASES = [
     ("ws_tma_q", tiny("float16", D=40, q_len=100, kv_len=75, heads=1), {"warpgroups": 2, "Bc": 16, "blocks": 1}),
     ("ws_tma_q", tiny("bfloat16", D=128, q_len=80, kv_len=95, heads=2, kv_heads=1, causal=True),
      {"Bc": 16, "blocks": 3, "stages": 3}),
+    # and its epilogue through the rows' views: rows past Nq (their view any row's, nothing stored), GQA bf16
+    ("ws_tma_q_rows", tiny("float16", D=64, q_len=130, kv_len=140, heads=1, causal=True), {"blocks": 1}),
+    ("ws_tma_q_rows", tiny("bfloat16", D=40, q_len=100, kv_len=75, heads=2, kv_heads=1),
+     {"warpgroups": 2, "Bc": 16, "blocks": 3}),
     # O staged in shared memory, a bulk copy a row: the second consumer's rows partly past Nq (rows not copied),
     # GQA bf16 with an odd head_dim of whole 16-byte chunks, causal D=128, three consumers of which the last has
     # no row below Nq
@@ -545,7 +549,8 @@ for name, D, causal in (("tma_wgmma", 128, False), ("warp_specialized_tc", 128, 
                         ("ws_overlap", 128, True), ("ws_persistent", 128, True), ("ws_intra", 128, True),
                         ("ws_intra_kv", 128, True), ("ws_intra_qs", 128, True), ("ws_intra_qs", 128, False),
                         ("ws_intra_qs", 256, False), ("ws_intra_lpt", 128, True), ("ws_intra_persistent", 128, False),
-                        ("ws_intra_bulk_o", 128, True), ("ws_tma_q", 128, True), ("ws_tma_q", 128, False)):
+                        ("ws_intra_bulk_o", 128, True), ("ws_tma_q", 128, True), ("ws_tma_q", 128, False),
+                        ("ws_tma_q_rows", 128, True)):
     # (ws_intra_qs: 128 keys causal, 176 without a mask; D256. ws_intra_persistent causal spills 40 bytes: its card)
     res[f"{name}-D{D}" + ("-causal" if causal else "")] = record(name, D, causal)
 # the option uniform=True (the warp index broadcast by shfl.sync) on the two phases that expose it; where it is the

@@ -50,6 +50,7 @@ class WgmmaTiles:
     q_smem: bool = False  # Q in shared memory after the ring, a 64-row tile a warpgroup (the A of S = Q·Kᵀ)
     o_smem: bool = False  # O staged in shared memory after the ring (and Q), a 64-row tile a warpgroup
     q_tma: bool = False  # (with q_smem) Q's tiles brought by the producer's TMA, on barriers of their own
+    o_rows: bool = False  # the epilogue stores through its two rows' views (:func:`.epilogue.store_rows`)
 
     @property
     def warps(self):  # warpgroup i = warps 4i..4i+3
@@ -144,10 +145,12 @@ class WgmmaTiles:
 @functools.cache
 def wgmma_tiles(D: int, warpgroups: int, Bc: int, stages: int, lazy_rescale: bool = False,
                 split_kv: bool = False, q_smem: bool = False, o_smem: bool = False,
-                q_tma: bool = False) -> WgmmaTiles:
+                q_tma: bool = False, o_rows: bool = False) -> WgmmaTiles:
     if q_tma and not q_smem:
         raise ValueError("q_tma brings Q's tiles into shared memory: it needs q_smem")
-    return WgmmaTiles(D, warpgroups, Bc, stages, lazy_rescale, split_kv, q_smem, o_smem, q_tma)
+    if o_rows and o_smem:
+        raise ValueError("o_rows (stores through row views) and o_smem (O staged for bulk copies): one epilogue")
+    return WgmmaTiles(D, warpgroups, Bc, stages, lazy_rescale, split_kv, q_smem, o_smem, q_tma, o_rows)
 
 
 @functools.cache
