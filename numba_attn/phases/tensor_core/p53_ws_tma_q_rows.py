@@ -9,6 +9,11 @@ of the registers and the next item starts while the stores drain, so both reason
 largest part of an item beside its tiles (2.6-3.0 µs of 2.9 traced, ``numba-attn trace``).
 
 Prediction: 1.02-1.04× ``ws_tma_q`` at B8 H32/8kv N1024 D128 (0.6 µs of an item's ~16 µs), within 1 % at N8192.
+
+Verdict: refuted (H200): 0.2573 ms against 0.2550 at B8 N1024, causal 0.1817 against 0.1786, N4096 fp16 0.4437
+against 0.4402 (0.98-0.99×). Traced, the epilogue is 0.5-0.8 µs shorter and the next item starts as much earlier,
+then waits for its Q (0.15 → 0.8-0.9 µs): Q's load, issued once the last loop ends, is now the critical path.
+[results/tensor-core-tma-nvidia-h200.jsonl, rows of ws_tma_q, torch_sdpa_cudnn]
 """
 from __future__ import annotations
 
