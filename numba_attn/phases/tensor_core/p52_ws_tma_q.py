@@ -26,8 +26,14 @@ from numba_attn.phases.tensor_core.pipeline import wgmma_smem_bytes
 from numba_attn.phases.tensor_core.producer import smem_reason
 
 
+MAX_HEAD_DIM = 160  # offline, sm_90a, bf16 causal: one consumer spills 24 bytes at D176, 84 at D192, 76 at D224
+
+
 def _supports(problem, warpgroups, Bc, stages, **kw):
-    """ws_intra_persistent's, with Q's 64-row tiles beside the ring."""
+    """ws_intra_persistent's, with Q's 64-row tiles beside the ring, up to D160."""
+    if problem.head_dim > MAX_HEAD_DIM:
+        return (f"head_dim {problem.head_dim}: the persistent kernel's S, held P and O spill above D{MAX_HEAD_DIM} "
+                "(D176: 24 bytes, D192: 84; offline sm_90a); use ws_intra_qs")
     return supports_intra_kv(problem, warpgroups, Bc, stages, **kw) or smem_reason(
         wgmma_smem_bytes(problem.head_dim, Bc, stages, 64 * warpgroups) + 32 * stages + 16)
 
