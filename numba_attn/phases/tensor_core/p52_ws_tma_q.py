@@ -29,7 +29,7 @@ from numba_attn.phases.tensor_core.producer import smem_reason
 MAX_HEAD_DIM = 160  # offline, sm_90a, bf16 causal: one consumer spills 24 bytes at D176, 84 at D192, 76 at D224
 
 
-def _supports(problem, warpgroups, Bc, stages, **kw):
+def supports_tma_q(problem, warpgroups, Bc, stages, **kw):
     """ws_intra_persistent's, with Q's 64-row tiles beside the ring, up to D160."""
     if problem.head_dim > MAX_HEAD_DIM:
         return (f"head_dim {problem.head_dim}: the persistent kernel's S, held P and O spill above D{MAX_HEAD_DIM} "
@@ -48,7 +48,7 @@ def _supports(problem, warpgroups, Bc, stages, **kw):
     """,
     lineage="FlashAttention-3 (Shah et al. 2024): Q by the producer warp's TMA, the next tile's Q during the epilogue",
     planned_speedup=180.0,  # ws_intra_persistent's 175 and the predicted few percent on short sequences
-    **wgmma_registration(_supports, resolve_intra,
+    **wgmma_registration(supports_tma_q, resolve_intra,
                          {"warpgroups": [2, 3], "Bc": [64, 128], "stages": [2, 3], "uniform": [False, True]},
                          {"warpgroups": 1, "Bc": 16, "stages": 2, "blocks": 2},
                          launch_params=("blocks",)),

@@ -20,7 +20,7 @@ from __future__ import annotations
 from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.kernel import build_wgmma, wgmma_registration
 from numba_attn.phases.tensor_core.p46_ws_intra import intra_mainloop, resolve_intra
-from numba_attn.phases.tensor_core.p52_ws_tma_q import _supports
+from numba_attn.phases.tensor_core.p52_ws_tma_q import supports_tma_q
 
 
 @register_phase(
@@ -32,7 +32,7 @@ from numba_attn.phases.tensor_core.p52_ws_tma_q import _supports
     """,
     lineage="a store's address arithmetic hoisted (CUTLASS's epilogue iterators: a base pointer, constant strides)",
     planned_speedup=185.0,  # ws_tma_q's 180 and the predicted few percent on short sequences
-    **wgmma_registration(_supports, resolve_intra,
+    **wgmma_registration(supports_tma_q, resolve_intra,
                          {"warpgroups": [2, 3], "Bc": [64, 128], "stages": [2, 3], "uniform": [False, True]},
                          {"warpgroups": 1, "Bc": 16, "stages": 2, "blocks": 2},
                          launch_params=("blocks",)),
