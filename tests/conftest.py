@@ -15,9 +15,14 @@ import os
 import random
 import re
 
-import pytest
+# The simulator runs a block's threads as Python threads, each calling NumPy's matrix products (the wgmma model):
+# OpenBLAS's own thread pool under a hundred of them aborted a worker (Fatal Python error: Aborted, in
+# wgmma_reference, a persistent kernel's P·V). One BLAS thread a simulated thread; set before NumPy loads OpenBLAS.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import numba_attn.gpu.backend as backend
+import pytest  # noqa: E402
+
+import numba_attn.gpu.backend as backend  # noqa: E402
 
 
 def pytest_addoption(parser):
