@@ -15,11 +15,22 @@ from numba_attn.gpu.warp import quad_sum
 from numba_attn.gpu.warpspec import named_barrier_sync
 from numba_attn.variants.sinks import lse_parts
 
-__all__ = ["store_fragments", "store_rows", "lse_fragments", "o_store", "O_BARRIER"]
+__all__ = ["row_inverses", "store_fragments", "store_rows", "lse_fragments", "o_store", "O_BARRIER"]
 
 O_BARRIER = 8  # named barriers 8, 9, 10: warpgroup w's staged O tile (q_smem's are 1-3, pingpong's 1-2)
 
 UNSEEN = float32(-1e30)  # below the stage's "saw no key" bound: the store writes -inf
+
+
+@device
+def row_inverses(l_lo, l_hi):
+    """``(1/l_lo, 1/l_hi)`` of the lane's two rows, their sums reduced over the quad first; 0 for a row that saw no
+    key (rows past Nq)."""
+    l_lo = quad_sum(l_lo)
+    l_hi = quad_sum(l_hi)
+    inv_lo = float32(1.0) / l_lo if l_lo > float32(0.0) else float32(0.0)
+    inv_hi = float32(1.0) / l_hi if l_hi > float32(0.0) else float32(0.0)
+    return inv_lo, inv_hi
 
 
 @functools.cache
@@ -35,10 +46,7 @@ def store_fragments(DT: int, kind: str):
     @device
     def store(o, bh, r_lo, acc, base, l_lo, l_hi, Nq, t):
         r_hi = r_lo + 8
-        l_lo = quad_sum(l_lo)
-        l_hi = quad_sum(l_hi)
-        inv_lo = float32(1.0) / l_lo if l_lo > float32(0.0) else float32(0.0)  # 0: rows past Nq
-        inv_hi = float32(1.0) / l_hi if l_hi > float32(0.0) else float32(0.0)
+        inv_lo, inv_hi = row_inverses(l_lo, l_hi)
         for dt in range(DT):
             i0 = base + 4 * dt
             if f32:
@@ -68,10 +76,7 @@ def store_rows(DT: int, kind: str):
     @device
     def store(o, bh, r_lo, acc, base, l_lo, l_hi, Nq, t):
         r_hi = r_lo + 8
-        l_lo = quad_sum(l_lo)
-        l_hi = quad_sum(l_hi)
-        inv_lo = float32(1.0) / l_lo if l_lo > float32(0.0) else float32(0.0)  # 0: rows past Nq
-        inv_hi = float32(1.0) / l_hi if l_hi > float32(0.0) else float32(0.0)
+        inv_lo, inv_hi = row_inverses(l_lo, l_hi)
         last = Nq - 1  # (a row past Nq stores nothing: its view is any row's)
         o_lo = o[bh, r_lo if r_lo < Nq else last]
         o_hi = o[bh, r_hi if r_hi < Nq else last]
@@ -119,10 +124,7 @@ def o_store(tiles, bf16: bool):
         w = (wg0 - blk0) // 64
         o_off = O_BASE + w * O_TILE  # this warpgroup's staged tile
         r = row0 - wg0 + g  # the lane's first row in it
-        l_lo = quad_sum(l_lo)
-        l_hi = quad_sum(l_hi)
-        inv_lo = float32(1.0) / l_lo if l_lo > float32(0.0) else float32(0.0)  # 0: rows past Nq
-        inv_hi = float32(1.0) / l_hi if l_hi > float32(0.0) else float32(0.0)
+        inv_lo, inv_hi = row_inverses(l_lo, l_hi)
         named_barrier_sync(O_BARRIER + w, 128)  # the last item's copies have read the tile
         for dt in range(DT):
             i0 = 4 * dt

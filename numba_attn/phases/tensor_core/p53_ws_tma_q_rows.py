@@ -6,7 +6,7 @@ at D128); with the two rows' views made once a store is a base address and a con
 on ``ws_intra_kv`` (H200, c87c407): the epilogue went from 2.24 to 1.66 µs an item but the call did not move (the
 block's exit waited for its stores), and the persistent kernels, Q in registers, spilled 8-60 bytes. Here Q is out
 of the registers and the next item starts while the stores drain, so both reasons are gone; the epilogue is the
-largest part of an item beside its tiles (2.6-3.0 µs of 2.9 traced, ``numba-attn trace``).
+largest part of an item beside its tiles (2.6 µs of 2.9 at B8 N1024, ``numba-attn trace``).
 
 Prediction: 1.02-1.04× ``ws_tma_q`` at B8 H32/8kv N1024 D128 (0.6 µs of an item's ~16 µs), within 1 % at N8192.
 

@@ -177,8 +177,7 @@ def tma_q(tiles):
 def q_box(D: int):
     """(box, swizzle) of Q's tensor map (``q_tma``): one column block of a warpgroup's 64-row Q tile, as
     :func:`tma_box` gives a K/V tile's."""
-    rb = row_bytes(padded_columns(D))
-    return (1, 64, rb // 4), rb
+    return tma_box(D, 64)
 
 
 @functools.cache
