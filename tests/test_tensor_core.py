@@ -177,6 +177,13 @@ CASES = [
     ("ws_tma_q_rows", tiny("float16", D=64, q_len=130, kv_len=140, heads=1, causal=True), {"blocks": 1}),
     ("ws_tma_q_rows", tiny("bfloat16", D=40, q_len=100, kv_len=75, heads=2, kv_heads=1),
      {"warpgroups": 2, "Bc": 16, "blocks": 3}),
+    # and Q released after the item's last S: 10 causal items over 2 blocks (1-5 tiles), two causal consumers of
+    # which the first sees fewer tiles (it releases Q first) and the second's rows pass Nq, GQA bf16 without a mask
+    ("ws_tma_q_early", tiny("float16", D=16, q_len=300, kv_len=320, heads=2, kv_heads=1, causal=True), {"blocks": 2}),
+    ("ws_tma_q_early", tiny("float16", D=64, q_len=130, kv_len=140, heads=1, causal=True),
+     {"warpgroups": 2, "Bc": 16, "blocks": 1}),
+    ("ws_tma_q_early", tiny("bfloat16", D=40, q_len=100, kv_len=75, heads=2, kv_heads=1),
+     {"warpgroups": 2, "Bc": 16, "blocks": 3}),
     # O staged in shared memory, a bulk copy a row: the second consumer's rows partly past Nq (rows not copied),
     # GQA bf16 with an odd head_dim of whole 16-byte chunks, causal D=128, three consumers of which the last has
     # no row below Nq
@@ -550,7 +557,7 @@ for name, D, causal in (("tma_wgmma", 128, False), ("warp_specialized_tc", 128, 
                         ("ws_intra_kv", 128, True), ("ws_intra_qs", 128, True), ("ws_intra_qs", 128, False),
                         ("ws_intra_qs", 256, False), ("ws_intra_lpt", 128, True), ("ws_intra_persistent", 128, False),
                         ("ws_intra_bulk_o", 128, True), ("ws_tma_q", 128, True), ("ws_tma_q", 128, False),
-                        ("ws_tma_q_rows", 128, True)):
+                        ("ws_tma_q_rows", 128, True), ("ws_tma_q_early", 128, True)):
     # (ws_intra_qs: 128 keys causal, 176 without a mask; D256. ws_intra_persistent causal spills 40 bytes: its card)
     res[f"{name}-D{D}" + ("-causal" if causal else "")] = record(name, D, causal)
 # the option uniform=True (the warp index broadcast by shfl.sync) on the two phases that expose it; where it is the

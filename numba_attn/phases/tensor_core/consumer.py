@@ -232,14 +232,14 @@ def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop
     """A device function ``consume(q, o, loads, item, ring, lane_ids, Nq, off, sl2, q0) -> ring``: one work item
     of a consumer warp, ``item = (blk0, wg0, row0, bh, r)`` (the first query rows of the block, this warpgroup and
     this warp; the head-batch; the block's r-th item): Q to registers (``tiles.q_tma``: Q's tiles awaited, brought
-    by the producer, released after the loop), the tile loop of ``mainloop_factory``, O stored. ``ring``: the
+    by the producer, released after the loop or, ``tiles.q_early``, in it), the tile loop of ``mainloop_factory``, O stored. ``ring``: the
     ring state at its first tile in, after its last out (a persistent block's next item goes on from there).
     ``stage``: the variant's (``loads[6]``: the item's walk over its key tiles, :func:`.scheduler.key_tiles`).
     ``trace``: the item's steps stamped (:func:`.timeline.stamps`; the array last in ``loads[6][0]``)."""
     ends = key_ends(tiles.Br, 64, causal)  # (the block's keys, a warpgroup's keys) from its first row
     start = q_start(tiles.qk_steps, tiles.o_regs, False, tiles.D // 2)
     zero = o_start(tiles.o_regs)
-    Q_TMA = tiles.q_tma
+    Q_TMA, Q_LATE = tiles.q_tma, tiles.q_tma and not tiles.q_early  # (q_early: the mainloop releases Q)
     wait_q, release_q = q_barriers(tiles)[1:]
     store_o = o_store(tiles, bf16)  # (o_smem: staged in shared memory, copied out by bulk copies)
     store_lse = lse_fragments(stage)
@@ -282,7 +282,7 @@ def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop
         stats, ring = mainloop(n_tiles, ring, stats, (qf, s, sn, pf, acc), loads, (row0, wg_end, Nk, off, sl2),
                                lane_ids)
         finish()
-        if Q_TMA:
+        if Q_LATE:
             release_q(loads[3], lane)  # every S = Q·Kᵀ of the item done: the producer may bring the next Q
         stamp(loads[6][0], bh, blk0, wg0, row0, lane, Nq, 3)  # (trace: the tile loop done)
         if varlen:  # the view made here, not kept live through the loop (q0: one register)

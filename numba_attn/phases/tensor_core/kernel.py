@@ -87,6 +87,9 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
                          "with this item's last S (q_tma synchronizes it)")
     if tiles.q_tma and not ws:
         raise ValueError("q_tma: the producer warpgroup brings Q's tiles; it needs loads='ws'")
+    if tiles.q_early and not getattr(mainloop, "q_early", False):
+        raise ValueError("q_early: Q is released inside the tile loop; it needs a mainloop that does so "
+                         "(``mainloop.q_early``)")
     if balanced and not persistent:
         raise ValueError("balanced orders a persistent block's work items: it needs persistent blocks")
     if tiles.o_smem and varlen:
@@ -201,7 +204,7 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
 
     body.__name__ = body.__qualname__ = kernel_name(loads, mainloop, persistent, varlen, longest_first, balanced) + (
         "_kv" if tiles.split_kv else "") + ("_qs" if tiles.q_smem else "") + ("_qt" if tiles.q_tma else "") + (
-        "_os" if tiles.o_smem else "") + ("_or" if tiles.o_rows else "") + (
+        "_os" if tiles.o_smem else "") + ("_or" if tiles.o_rows else "") + ("_qe" if tiles.q_early else "") + (
         "_traced" if trace else "")
     if ws:
         return kernel(body, launch_bounds=(128 * (tiles.warpgroups + 1), 1))
@@ -216,7 +219,7 @@ def make_wgmma_kernel(tiles, G: int, causal: bool, bf16: bool, mainloop=plain_ma
 
 def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads="cp_async", varlen=False,
                 uniform=False, blocks=None, lazy_rescale=False, split_kv=False, q_smem=False, longest_first=False,
-                balanced=False, o_smem=False, q_tma=False, o_rows=False):
+                balanced=False, o_smem=False, q_tma=False, o_rows=False, q_early=False):
     """The :class:`Launch` of the wgmma kernel: grid (query blocks, heads, batch), the ring in
     dynamic shared memory (opt-in made at the first launch), and the uint32 views of the last
     few input sets cached (making views costs host time at every launch). ``varlen``: the packed
@@ -229,7 +232,8 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
     blocks than items. ``lazy_rescale``: FlashAttention-4's conditional rescale of O; ``split_kv``: K and V on
     barriers of their own; ``q_smem``: Q's tiles in shared memory (:class:`WgmmaTiles`), ``q_tma``: brought there by
     the producer (Q passed as its view and its tensor map, :func:`.producer.q_box`); ``o_rows``: the epilogue's
-    stores through row views (:func:`.epilogue.store_rows`); ``o_smem``: O staged in
+    stores through row views (:func:`.epilogue.store_rows`); ``q_early`` (with ``q_tma``): Q released after the
+    item's last S = Q·Kᵀ, inside the tile loop (``mainloop.q_early``); ``o_smem``: O staged in
     shared memory and copied out a row a bulk copy (:func:`.epilogue.o_store`; ``o``'s rows 16-byte aligned);
     ``longest_first``: causal,
     the query blocks counted from the last (the most key tiles first; ignored without a causal mask); ``balanced``
@@ -241,7 +245,7 @@ def build_wgmma(problem, warpgroups, Bc, stages, mainloop=plain_mainloop, loads=
     tma = loads != "cp_async"
     variant = getattr(problem, "variant", None)
     tiles = wgmma_tiles(D, warpgroups, Bc, stages, bool(lazy_rescale), bool(split_kv), bool(q_smem or q_tma),
-                        bool(o_smem), bool(q_tma), bool(o_rows))
+                        bool(o_smem), bool(q_tma), bool(o_rows), bool(q_early))
     box, swizzle = tma_box(D, Bc)
     qbox = q_box(D)[0]
     sl2 = float32(problem.sm_scale * LOG2E)

@@ -26,7 +26,7 @@ from numba_attn.phases.registry import register_phase
 from numba_attn.phases.tensor_core.consumer import q_operand, scores_softmax, wgmma_products
 from numba_attn.phases.tensor_core.kernel import build_wgmma, wgmma_registration
 from numba_attn.phases.tensor_core.p26_warp_specialized_tc import resolve_warp_specialized, supports_warp_specialized
-from numba_attn.phases.tensor_core.pipeline import kv_barriers, ring_functions
+from numba_attn.phases.tensor_core.pipeline import kv_barriers, q_barriers, ring_functions
 from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.phases.tensor_core.softmax import pack_p, rescale_o
 from numba_attn.variants.stages import PLAIN
@@ -45,7 +45,9 @@ def intra_mainloop(tiles, causal, bf16, loads, varlen, stage=PLAIN):
     V is released (a later tile may wait for that stage), and each unseen tile is released at once; else the
     last P·V runs after the loop. The barriers (:func:`.pipeline.kv_barriers`): one pair a stage, K's wait being
     the tile's and V's release the stage's; with ``tiles.split_kv`` K's stage is released once S_it is complete and
-    V is waited for just before its P·V."""
+    V is waited for just before its P·V. ``tiles.q_early``: a warp releases the item's Q (:func:`.pipeline.q_barriers`)
+    once its last S = Q·Kᵀ is complete — plain attention: at the last tile its rows see (the walk ascends; a
+    variant's walk: at the last tile) — or after the loop where it saw none."""
     if varlen or loads != "ws":
         raise ValueError("intra_mainloop runs on the warp-specialized ring (loads='ws', not varlen)")
     STAGES, Bc, TILE = tiles.stages, tiles.Bc, tiles.tile_bytes
@@ -61,6 +63,8 @@ def intra_mainloop(tiles, causal, bf16, loads, varlen, stage=PLAIN):
     advance = ring_functions(STAGES)[0]
     P_REGS = tiles.p_regs
     BR, Q_BASE, Q_TILE = tiles.Br, tiles.q_base, tiles.q_tile_bytes
+    Q_EARLY, ASCENDING = tiles.q_early, not stage.active  # (q_early) plain attention's walk: tile it is visit it
+    release_q = q_barriers(tiles)[2]
 
     @device
     def mainloop(n_tiles, ring, stats, regs, loads, rows, lane_ids):
@@ -70,6 +74,7 @@ def intra_mainloop(tiles, causal, bf16, loads, varlen, stage=PLAIN):
             pf[i] = uint32(0)
         held = False
         held_ring = ring  # the ring state (stage, phase) of the tile whose P is held
+        q_held = Q_EARLY  # (q_early) this warp has not released the item's Q
         q_off = Q_BASE + ((rows[0] % BR) // 64) * Q_TILE  # (q_smem) this warpgroup's Q tile
         for it in range(n_tiles):
             kt = tile_at(loads[6], it)
@@ -84,6 +89,10 @@ def intra_mainloop(tiles, causal, bf16, loads, varlen, stage=PLAIN):
                 pv(acc, pf, 0, KV, (STAGES + held_ring[0]) * TILE)  # ... then the held tile's O += P V
                 wait_s(s, s)  # S_it complete (the P·V may still run)
                 release_k(bars, ring[0], lane)
+                if Q_EARLY:  # the item's last S done: the producer may bring the next item's Q
+                    if it + 1 == n_tiles or (ASCENDING and (it + 1) * Bc >= rows[1]):
+                        release_q(bars, lane)
+                        q_held = False
                 stats, corr_lo, corr_hi = softmax(s, stats, j0, kind, loads, rows, lane_ids)
                 wait_all(s, acc)  # the held P·V complete: pf and O are free
                 if held:
@@ -110,6 +119,8 @@ def intra_mainloop(tiles, causal, bf16, loads, varlen, stage=PLAIN):
             pv(acc, pf, 0, KV, (STAGES + held_ring[0]) * TILE)
             wait_o(acc, acc)
             release_v(bars, held_ring[0], lane)
+        if q_held:  # (q_early) no tile seen
+            release_q(bars, lane)
         return stats, ring
 
     return mainloop
@@ -119,6 +130,7 @@ intra_mainloop.suffix = "_intra"
 intra_mainloop.split_kv = True  # it waits for and releases K and V apart when the ring's tiles say so
 intra_mainloop.q_smem = True  # it reads Q from its tile when the ring's tiles hold one
 intra_mainloop.persistent = True  # it returns the ring state after its last tile, every stage released
+intra_mainloop.q_early = True  # with tiles.q_early it releases Q's tiles after the item's last S = Q·Kᵀ
 
 
 def resolve_intra(problem, warpgroups, Bc, stages, **_):

@@ -51,6 +51,7 @@ class WgmmaTiles:
     o_smem: bool = False  # O staged in shared memory after the ring (and Q), a 64-row tile a warpgroup
     q_tma: bool = False  # (with q_smem) Q's tiles brought by the producer's TMA, on barriers of their own
     o_rows: bool = False  # the epilogue stores through its two rows' views (:func:`.epilogue.store_rows`)
+    q_early: bool = False  # (with q_tma) a warp releases Q after its item's last S = Q·Kᵀ, inside the tile loop
 
     @property
     def warps(self):  # warpgroup i = warps 4i..4i+3
@@ -145,12 +146,14 @@ class WgmmaTiles:
 @functools.cache
 def wgmma_tiles(D: int, warpgroups: int, Bc: int, stages: int, lazy_rescale: bool = False,
                 split_kv: bool = False, q_smem: bool = False, o_smem: bool = False,
-                q_tma: bool = False, o_rows: bool = False) -> WgmmaTiles:
+                q_tma: bool = False, o_rows: bool = False, q_early: bool = False) -> WgmmaTiles:
     if q_tma and not q_smem:
         raise ValueError("q_tma brings Q's tiles into shared memory: it needs q_smem")
+    if q_early and not q_tma:
+        raise ValueError("q_early releases the Q tiles that the producer brings: it needs q_tma")
     if o_rows and o_smem:
         raise ValueError("o_rows (stores through row views) and o_smem (O staged for bulk copies): one epilogue")
-    return WgmmaTiles(D, warpgroups, Bc, stages, lazy_rescale, split_kv, q_smem, o_smem, q_tma, o_rows)
+    return WgmmaTiles(D, warpgroups, Bc, stages, lazy_rescale, split_kv, q_smem, o_smem, q_tma, o_rows, q_early)
 
 
 @functools.cache
