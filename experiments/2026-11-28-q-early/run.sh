@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ws_tma_q_early (Q released after the item's last S) on a GPU: its GPU cases under memcheck, timed beside ws_tma_q,
 # ws_tma_q_rows and SDPA cuDNN (CUPTI, interleaved), the three traced at B8 N1024.
-#   OUT=dir bash experiments/2026-11-28-q-early/run.sh        (about 4 minutes)
+#   OUT=dir bash experiments/2026-11-28-q-early/run.sh        (about 5 minutes)
 set -u
 out=${OUT:-/tmp/q-early}; mkdir -p "$out"
 export NUMBA_ATTN_BACKEND=cuda MPLBACKEND=Agg PYTHONUNBUFFERED=1
@@ -19,6 +19,7 @@ done <<'PROBLEMS'
 -B 8 -H 32 --kv-heads 8 -N 1024 -D 128 --dtype bfloat16 --causal
 -B 1 -H 32 -N 4096 -D 128 --dtype float16
 -B 2 -H 16 -N 8192 -D 128 --dtype float16 --causal
+-B 1 -H 32 -N 16384 -D 128 --dtype float16 --causal
 PROBLEMS
 timeout 70 python3 experiments/2026-11-28-timeline/trace.py "$out" ws_tma_q,ws_tma_q_rows,ws_tma_q_early 2>&1 \
   | grep -v Warn | head -3 | cut -c1-420

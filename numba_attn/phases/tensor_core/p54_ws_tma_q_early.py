@@ -4,7 +4,8 @@ Change against ``ws_tma_q_rows`` (``q_early``: :func:`.p46_ws_intra.intra_mainlo
 consumer warp gave Q's tiles back after its tile loop, so the producer issued the next item's Q only once every
 warp had run its last tile's softmax and P·V (ws_tma_q_rows, traced: the shorter epilogue made the next item wait
 0.8-0.9 µs for Q instead of 0.15). Here a warp releases Q as soon as its last S is complete — plain attention: at
-the last key tile its rows see, a variant's walk: at its last tile — and the next Q lands under that tile's
+the last key tile its rows see, a variant's walk: at its last tile — and the producer issues the next item's Q
+before that item's first K/V tile (whose stage frees only after that S), so it lands under the last tile's
 softmax, its P·V and the epilogue.
 
 Prediction: 1.02-1.04× ``ws_tma_q`` at B8 H32/8kv N1024 D128 (the 0.5-0.8 µs the row-view epilogue saves an item

@@ -240,9 +240,10 @@ def ws_producer(tiles, causal: bool, stage=PLAIN):
     before (a stage is free at once only while fewer than ``STAGES`` were); both come back after the item.
     ``tiles.q_tma``: the item's Q too (:func:`tma_q`; ``q_item = (qmap, bh, r)``, the block's ``r``-th item),
     first for the block's first item and after its first K/V tile for the others, so that the next item's first
-    tile is not held behind this item's last S = Q·Kᵀ."""
+    tile is not held behind this item's last S = Q·Kᵀ; ``tiles.q_early`` (Q released at that last S): always first,
+    as the first K/V tile waits for the stage of the last item's tile before its last, released after that S."""
     STAGES, Bc = tiles.stages, tiles.Bc
-    SPLIT, Q_TMA = tiles.split_kv, tiles.q_tma
+    SPLIT, Q_TMA, Q_FIRST = tiles.split_kv, tiles.q_tma, tiles.q_early
     load_q = tma_q(tiles)
     load_tile = tma_tile(tiles)
     load_k, load_v = tma_half(tiles, 0), tma_half(tiles, 1)
@@ -255,7 +256,7 @@ def ws_producer(tiles, causal: bool, stage=PLAIN):
     def produce(loads, blk0, ring, loaded, Nq, Nk, off, q_item):
         KV, k, v, bars, kvh, _, walk = loads
         n = count(walk, (ends(blk0, blk0, Nq, Nk, off)[0] + Bc - 1) // Bc)  # (a variant: its visited tiles)
-        q_at = 0 if q_item[2] == 0 else min(1, n)  # (q_tma) Q before the first tile, or after it
+        q_at = 0 if Q_FIRST or q_item[2] == 0 else min(1, n)  # (q_tma) Q before the first tile, or after it
         for it in range(n):
             if Q_TMA and it == q_at:
                 load_q(KV, q_item[0], bars, q_item[1], blk0, q_item[2])
