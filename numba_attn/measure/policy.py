@@ -25,15 +25,17 @@ VARIANT_PREFILL = "warp_specialized_tc"
 # tuning cache nor a dispatch table entry that measured it decides (the first of these that supports the
 # problem). Each phase first here was the fastest (within 2 %) at its default parameters on every problem measured
 # with it (docs/DEVELOPING.md, "Dispatch", lists the rows; tests/test_autotune.py checks the committed ones).
-# ws_tma_q first from D80 (Q by the producer's TMA in persistent blocks): the fastest on every problem measured with
-# it, 1.02-1.32x ws_intra_kv and ws_intra (B8 H32/8kv N1024 causal and not, B1 H32 N4096, N8192 causal fp16 and GQA
-# bf16; H200, experiments/2026-11-28-schedule/tma-q.sh); D64 and above D128 not measured
-HOPPER_PREFILL = ("ws_tma_q", "ws_intra", "warp_specialized_tc", "tma_wgmma", "tc_wgmma")
-# ws_tma_q, ws_intra and ws_intra_kv only above D64, ws_intra_qs only above D128 (autotune.ABOVE_HEAD_DIM, as on
-# first use)
+# ws_tma_q_early first from D80 (Q by the producer's TMA in persistent blocks, released at the item's last S): 1.03-1.06x
+# ws_tma_q at B8 H32/8kv N1024 causal and not, level (0.99-1.01x) at B1 H32 N4096, N8192 causal fp16 and GQA bf16,
+# N16384 causal (H200, experiments/2026-11-28-q-early); ws_tma_q was 1.02-1.32x ws_intra_kv and ws_intra on those
+# (experiments/2026-11-28-schedule/tma-q.sh); ws_tma_q second: the same problems, and its committed rows count for the
+# rule where its grandchild has none; D64 and above D128 not measured
+HOPPER_PREFILL = ("ws_tma_q_early", "ws_tma_q", "ws_intra", "warp_specialized_tc", "tma_wgmma", "tc_wgmma")
+# ws_tma_q_early, ws_intra and ws_intra_kv only above D64, ws_intra_qs only above D128 (autotune.ABOVE_HEAD_DIM, as
+# on first use)
 # without a mask ws_intra_kv first: 1.02-1.04x ws_intra at B1 H32 N4096 D128 fp16 and bf16 in two runs; causal
 # they are level (0.98-1.01x), so ws_intra stays first there (H200, experiments/2026-11-28-ws-intra)
-HOPPER_NO_MASK = ("ws_tma_q", "ws_intra_kv")
+HOPPER_NO_MASK = ("ws_tma_q_early", "ws_tma_q", "ws_intra_kv")
 # above D128 ws_intra_qs, then tma_wgmma: at D256 (two consumers with Q in shared memory; one in the others)
 # ws_intra_qs 0.425 / 0.417 ms fp16 / bf16 against tma_wgmma's 0.482 / 0.489 and warp_specialized_tc's 0.618,
 # causal N8192 0.929 against 1.079 (H200, B1 H16 N4096; experiments/2026-11-28-ws-intra); D136-D248 not measured
