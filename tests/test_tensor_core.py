@@ -184,6 +184,12 @@ CASES = [
      {"warpgroups": 2, "Bc": 16, "blocks": 1}),
     ("ws_tma_q_early", tiny("bfloat16", D=40, q_len=100, kv_len=75, heads=2, kv_heads=1),
      {"warpgroups": 2, "Bc": 16, "blocks": 3}),
+    # and three consumers on 128-key tiles at D64 (the real configuration: 3 causal items over 2 blocks, the last
+    # consumer's rows past Nq), two at D32 (GQA, rows past Nq)
+    ("ws_tma_q_wide", tiny("float16", D=64, q_len=150, kv_len=260, heads=1, causal=True),
+     {"warpgroups": 3, "Bc": 128, "blocks": 2}),
+    ("ws_tma_q_wide", tiny("bfloat16", D=32, q_len=100, kv_len=75, heads=2, kv_heads=1),
+     {"warpgroups": 2, "Bc": 16, "blocks": 3}),
     # O staged in shared memory, a bulk copy a row: the second consumer's rows partly past Nq (rows not copied),
     # GQA bf16 with an odd head_dim of whole 16-byte chunks, causal D=128, three consumers of which the last has
     # no row below Nq
@@ -557,7 +563,8 @@ for name, D, causal in (("tma_wgmma", 128, False), ("warp_specialized_tc", 128, 
                         ("ws_intra_kv", 128, True), ("ws_intra_qs", 128, True), ("ws_intra_qs", 128, False),
                         ("ws_intra_qs", 256, False), ("ws_intra_lpt", 128, True), ("ws_intra_persistent", 128, False),
                         ("ws_intra_bulk_o", 128, True), ("ws_tma_q", 128, True), ("ws_tma_q", 128, False),
-                        ("ws_tma_q_rows", 128, True), ("ws_tma_q_early", 128, True)):
+                        ("ws_tma_q_rows", 128, True), ("ws_tma_q_early", 128, True), ("ws_tma_q_wide", 64, True),
+                        ("ws_tma_q_wide", 64, False)):
     # (ws_intra_qs: 128 keys causal, 176 without a mask; D256. ws_intra_persistent causal spills 40 bytes: its card)
     res[f"{name}-D{D}" + ("-causal" if causal else "")] = record(name, D, causal)
 # the option uniform=True (the warp index broadcast by shfl.sync) on the two phases that expose it; where it is the

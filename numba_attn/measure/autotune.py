@@ -40,14 +40,17 @@ AUTOTUNE_ENV = "NUMBA_ATTN_AUTOTUNE"
 # Per shape class, the phases timed on first use in this order (the first MAX_MEASURED the candidates hold).
 # ws_tma_q_early first (the Hopper rule's first from D80), then ws_tma_q, its grandparent (level with it from N4096,
 # experiments/2026-11-28-q-early); ws_intra_persistent, never the rule's: 0.95-1.01x ws_intra_kv with the next item
-# found in a few instructions, 0.76-0.93x ws_tma_q (H200, experiments/2026-11-28-schedule)
-MEASURED = {"prefill16": ("ws_tma_q_early", "ws_tma_q", "ws_intra_qs", "ws_intra_kv", "ws_intra", "ws_intra_persistent",
+# found in a few instructions, 0.76-0.93x ws_tma_q (H200, experiments/2026-11-28-schedule); ws_tma_q_wide (up to D64:
+# three consumers on 128-key tiles) first at D64, where the two before it refuse
+MEASURED = {"prefill16": ("ws_tma_q_early", "ws_tma_q", "ws_tma_q_wide", "ws_intra_qs", "ws_intra_kv", "ws_intra", "ws_intra_persistent",
                           "warp_specialized_tc", "tma_wgmma", "tc_wgmma", "ws_overlap", "tc_pipelined", "tc_mma")}
 # measured (and in the Hopper rule, policy.hopper_order) only above a head dim (H200,
 # experiments/2026-11-28-ws-intra): ws_intra 0.82-0.94x warp_specialized_tc at D64; ws_intra_qs 0.99-1.02x ws_intra
 # at D128, 1.13-1.17x tma_wgmma at D256 (its two-consumer tile needs Q out of the registers)
 ABOVE_HEAD_DIM = {"ws_intra": 64, "ws_intra_kv": 64, "ws_intra_persistent": 64, "ws_tma_q": 64, "ws_tma_q_early": 64,
                   "ws_intra_qs": 128}
+# measured (and in the Hopper rule) only at these head dims: ws_tma_q_wide's idea is D64's tile (three consumers)
+ONLY_HEAD_DIMS = {"ws_tma_q_wide": (64,)}
 MAX_MEASURED = 4
 WARMUP = 1  # calls of each candidate before any is timed (it compiles; its output is checked)
 ROUNDS = 5  # interleaved rounds: each round times every candidate once, in an order rotated per round
@@ -66,8 +69,9 @@ _LOG = logging.getLogger("numba_attn")
 
 
 def above_head_dim(name: str, head_dim: int) -> bool:
-    """Whether ``name`` is measured on first use (and is in the Hopper rule) at ``head_dim``."""
-    return head_dim > ABOVE_HEAD_DIM.get(name, 0)
+    """Whether ``name`` is measured on first use (and is in the Hopper rule) at ``head_dim``: above its
+    :data:`ABOVE_HEAD_DIM`, at one of its :data:`ONLY_HEAD_DIMS`."""
+    return head_dim > ABOVE_HEAD_DIM.get(name, 0) and head_dim in ONLY_HEAD_DIMS.get(name, (head_dim,))
 
 
 class NotTimed(RuntimeError):
