@@ -392,7 +392,9 @@ def choose(problem, candidates, gpu: str, path: str | None = None, needs: str | 
     parameters; None when the table has no entry or none of its configurations runs here (a
     table that cannot be read counts as none). ``needs`` (a phase name): the entry counts only when it
     measured that phase with its default parameters (:func:`measured_default`; the rule's phase, which an
-    entry that never measured it cannot overrule)."""
+    entry that never measured it cannot overrule), and a configuration ranked above it only when its row is of
+    the same problem as the rule's phase's (a key holds several problems: one never timed beside the rule's
+    phase cannot overrule it either)."""
     path = path or table_path()
     try:
         entry = lookup(gpu, problem, path)
@@ -403,7 +405,12 @@ def choose(problem, candidates, gpu: str, path: str | None = None, needs: str | 
     names = {p.name: p for p in candidates}
     ranking = [it for it in entry.get("ranking") or () if isinstance(it, dict) and isinstance(it.get("phase"), str)]
     skipped = []
+    beside = {(it.get("source") or {}).get("label") for it in ranking
+              if it["phase"] == needs and not it.get("requested")}  # (needs) the problems the rule's phase ran
     for item in ranking:
+        if needs is not None and item["phase"] != needs and (item.get("source") or {}).get("label") not in beside:
+            skipped.append(f"{_cfg_text(item)}: not timed beside {needs} (another problem of the key)")
+            continue
         ph = names.get(item["phase"])
         if ph is None:
             skipped.append(f"{_cfg_text(item)}: {item.get('excluded') or 'not a candidate here'}")

@@ -30,7 +30,11 @@ VARIANT_PREFILL = "warp_specialized_tc"
 # N16384 causal (H200, experiments/2026-11-28-q-early); ws_tma_q was 1.02-1.32x ws_intra_kv and ws_intra on those
 # (experiments/2026-11-28-schedule/tma-q.sh); ws_tma_q second: the same problems, and its committed rows count for the
 # rule where its grandchild has none; D64 and above D128 not measured
-HOPPER_PREFILL = ("ws_tma_q_early", "ws_tma_q", "ws_intra", "warp_specialized_tc", "tma_wgmma", "tc_wgmma")
+# at D64 ws_tma_q_wide (three consumers on 128-key tiles, Q by TMA): 1.05-1.10x the fastest before it on four
+# problems (B4 H32 N2048 fp16 and bf16 causal, B2 H16 N8192 causal, B16 H16 N512; H200, ebc6ae6,
+# experiments/2026-11-28-q-early/wide.sh); only D64 (autotune.ONLY_HEAD_DIMS)
+HOPPER_PREFILL = ("ws_tma_q_early", "ws_tma_q", "ws_tma_q_wide", "ws_intra", "warp_specialized_tc", "tma_wgmma",
+                  "tc_wgmma")
 # ws_tma_q_early, ws_intra and ws_intra_kv only above D64, ws_intra_qs only above D128 (autotune.ABOVE_HEAD_DIM, as
 # on first use)
 # without a mask ws_intra_kv first: 1.02-1.04x ws_intra at B1 H32 N4096 D128 fp16 and bf16 in two runs; causal
