@@ -287,7 +287,7 @@ def test_measured_results_decide_on_their_gpu_and_tc_wgmma_overlap_is_never_the_
     monkeypatch.setattr(policy, "device_name", lambda: "NVIDIA H200")
     p = Problem(batch=4, heads=32, q_len=2048, kv_len=2048, head_dim=64, dtype="float16")
     ph, why, _params = api.choose_phase(p)
-    assert ph.name == "warp_specialized_tc" and "fastest" in why and "results/" in why
+    assert ph.name == "ws_tma_q_wide" and "fastest" in why and "results/" in why
     rows = [r for _, r in api.measured_rows("NVIDIA H200") if r["phase"] == "tc_wgmma_overlap"]
     assert rows  # it was measured, and is still not chosen
     for d in (64, 128):
