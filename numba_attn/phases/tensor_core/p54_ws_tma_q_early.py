@@ -12,9 +12,9 @@ Prediction: 1.02-1.04× ``ws_tma_q`` at B8 H32/8kv N1024 D128 (the 0.5-0.8 µs t
 of ~16 µs, no longer paid back waiting for Q), within 1 % at N4096 and N8192.
 
 Verdict: confirmed (H200): B8 N1024 bf16 0.2479 ms against ws_tma_q's 0.2554 (1.03×), causal 0.1629 against 0.1720
-(1.06×; 0.1618 against 0.1716 in check.py's rounds, ebc6ae6); level at N4096-N16384 (0.98-1.01×). Traced, an item costs 2.54
-µs beside its tiles against 2.92, though it still books 0.8 µs to the wait for Q (not measured apart: likely the
-O stores draining ahead of that stamp's store).
+(1.06×; 0.1618 against 0.1716 in check.py's rounds, ebc6ae6); level at N4096-N16384 (0.98-1.01×). Traced, an item
+costs 2.54 µs beside its tiles against 2.92, though it still books 0.8 µs to the wait for Q (not measured apart:
+likely the O stores draining ahead of that stamp's store).
 [results/tensor-core-tma-nvidia-h200.jsonl, rows of ws_tma_q, ws_tma_q_rows, torch_sdpa_cudnn]
 """
 from __future__ import annotations
