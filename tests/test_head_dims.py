@@ -7,7 +7,8 @@
 * in the simulator, a sample of the accepted configurations on tiny shapes
   against the float64 reference: always head_dim 40, 80, 96, 160 and 256 for the
   tensor-core phases (40, 80 and 96 for pingpong and ws_overlap, which stop at 128; 40, 96 and 160 for ws_intra,
-  ws_intra_kv, ws_intra_lpt and ws_intra_bulk_o, which stop at 224, and ws_tma_q, ws_tma_q_rows and ws_tma_q_early at 160; 40, 160
+  ws_intra_kv, ws_intra_lpt and ws_intra_bulk_o, which stop at 224, and ws_tma_q, ws_tma_q_rows and ws_tma_q_early
+  at 160; 40, 160
   and 256 for ws_intra_qs), each with one query head (a GQA group changes the KV head index, not the head dim's
   path: the random draws and tests/test_phases.py run GQA), plus a few drawn at random (the seed is printed; set
   ``NUMBA_ATTN_HEAD_DIM_SEED`` to replay a draw);
@@ -32,7 +33,7 @@ ALWAYS = (40, 80, 96, 160, 256)  # launched for every tensor-core phase in the s
 TWO_CONSUMERS = ("pingpong", "ws_overlap")  # up to head_dim 128: the odd head dims models use below it
 ALWAYS_TWO = (40, 80, 96)
 UP_TO_224 = ("ws_intra", "ws_intra_kv", "ws_intra_lpt", "ws_intra_bulk_o", "ws_tma_q",
-             "ws_tma_q_rows", "ws_tma_q_early")  # the held P beside S, O: to D224 (the persistent ws_tma_q ones to D160)
+             "ws_tma_q_rows", "ws_tma_q_early")  # the held P beside S, O: to D224 (the persistent ones to D160)
 ALWAYS_224 = (40, 96, 160)
 Q_SHARED = ("ws_intra_qs",)  # Q in shared memory: two consumers up to head_dim 256
 ALWAYS_Q_SHARED = (40, 160, 256)

@@ -42,7 +42,8 @@ AUTOTUNE_ENV = "NUMBA_ATTN_AUTOTUNE"
 # experiments/2026-11-28-q-early); ws_intra_persistent, never the rule's: 0.95-1.01x ws_intra_kv with the next item
 # found in a few instructions, 0.76-0.93x ws_tma_q (H200, experiments/2026-11-28-schedule); ws_tma_q_wide (up to D64:
 # three consumers on 128-key tiles) first at D64, where the two before it refuse
-MEASURED = {"prefill16": ("ws_tma_q_early", "ws_tma_q", "ws_tma_q_wide", "ws_intra_qs", "ws_intra_kv", "ws_intra", "ws_intra_persistent",
+MEASURED = {"prefill16": ("ws_tma_q_early", "ws_tma_q", "ws_tma_q_wide", "ws_intra_qs", "ws_intra_kv", "ws_intra",
+                          "ws_intra_persistent",
                           "warp_specialized_tc", "tma_wgmma", "tc_wgmma", "ws_overlap", "tc_pipelined", "tc_mma")}
 # measured (and in the Hopper rule, policy.hopper_order) only above a head dim (H200,
 # experiments/2026-11-28-ws-intra): ws_intra 0.82-0.94x warp_specialized_tc at D64; ws_intra_qs 0.99-1.02x ws_intra

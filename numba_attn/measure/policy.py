@@ -25,11 +25,11 @@ VARIANT_PREFILL = "warp_specialized_tc"
 # tuning cache nor a dispatch table entry that measured it decides (the first of these that supports the
 # problem). Each phase first here was the fastest (within 2 %) at its default parameters on every problem measured
 # with it (docs/DEVELOPING.md, "Dispatch", lists the rows; tests/test_autotune.py checks the committed ones).
-# ws_tma_q_early first from D80 (Q by the producer's TMA in persistent blocks, released at the item's last S): 1.03-1.06x
-# ws_tma_q at B8 H32/8kv N1024 causal and not, level (0.99-1.01x) at B1 H32 N4096, N8192 causal fp16 and GQA bf16,
-# N16384 causal (H200, experiments/2026-11-28-q-early); ws_tma_q was 1.02-1.32x ws_intra_kv and ws_intra on those
-# (experiments/2026-11-28-schedule/tma-q.sh); ws_tma_q second: the same problems, and its committed rows count for the
-# rule where its grandchild has none; D64 and above D128 not measured
+# ws_tma_q_early first from D80 (Q by the producer's TMA in persistent blocks, released at the item's last S):
+# 1.03-1.06x ws_tma_q at B8 H32/8kv N1024 causal and not, level (0.99-1.01x) at B1 H32 N4096, N8192 causal fp16
+# and GQA bf16, N16384 causal (H200, experiments/2026-11-28-q-early); ws_tma_q was 1.02-1.32x ws_intra_kv and
+# ws_intra on those (experiments/2026-11-28-schedule/tma-q.sh); ws_tma_q second: the same problems, and its
+# committed rows count for the rule where its grandchild has none; neither measured above D128
 # at D64 ws_tma_q_wide (three consumers on 128-key tiles, Q by TMA): 1.05-1.10x the fastest before it on four
 # problems (B4 H32 N2048 fp16 and bf16 causal, B2 H16 N8192 causal, B16 H16 N512; H200, ebc6ae6,
 # experiments/2026-11-28-q-early/wide.sh); only D64 (autotune.ONLY_HEAD_DIMS)

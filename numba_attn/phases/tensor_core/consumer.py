@@ -232,7 +232,8 @@ def consumer(tiles, causal: bool, bf16: bool, loads: str, varlen: bool, mainloop
     """A device function ``consume(q, o, loads, item, ring, lane_ids, Nq, off, sl2, q0) -> ring``: one work item
     of a consumer warp, ``item = (blk0, wg0, row0, bh, r)`` (the first query rows of the block, this warpgroup and
     this warp; the head-batch; the block's r-th item): Q to registers (``tiles.q_tma``: Q's tiles awaited, brought
-    by the producer, released after the loop or, ``tiles.q_early``, in it), the tile loop of ``mainloop_factory``, O stored. ``ring``: the
+    by the producer, released after the loop or, ``tiles.q_early``, in it), the tile loop of ``mainloop_factory``,
+    O stored. ``ring``: the
     ring state at its first tile in, after its last out (a persistent block's next item goes on from there).
     ``stage``: the variant's (``loads[6]``: the item's walk over its key tiles, :func:`.scheduler.key_tiles`).
     ``trace``: the item's steps stamped (:func:`.timeline.stamps`; the array last in ``loads[6][0]``)."""
