@@ -310,9 +310,6 @@ def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=P
 def _supports(problem, Bc, stages, dq="red", rs=None):
     if dq not in ("bulk", "red"):
         return f"dq={dq!r}: dQ's partials are added by one bulk reduction a tile ('bulk') or from the registers ('red')"
-    if rs and problem.head_dim != 64:
-        return (f"rs=True at head_dim {problem.head_dim}: P's and dS's packed fragments (32 registers a thread) fit "
-                "beside the dK, dV accumulators and the early-issued scores at D64 only")
     return fused_reason(problem, Bc, stages, 3, "the next tile landed while this one is read, before the stage of "
                         "the one before is refilled", smem_bytes)
 
