@@ -160,6 +160,8 @@ class Phase:
     variants: bool | str = False
     # writes the log-sum-exp of each row (attention(return_lse=True)); False or a string (why not): refused
     lse: bool | str = False
+    # reads q, k, v given as e4m3 codes with per-head scales (attention_fp8, spec/fp8_inputs.py); False: refused
+    e4m3_inputs: bool = False
     kind: str = "prefill"  # or "decode", or "backward" (gradients: attention_backward(), never a forward launch)
     precision: str | None = None  # compute precision when coarser than the storage dtype (e.g. "tf32")
     sim_params: dict = field(default_factory=dict)  # small tiles for simulator tests
@@ -217,6 +219,8 @@ class Phase:
                     f"variants=True: its kernels have no variant stage)")
         if getattr(problem, "lse", False) and self.lse is not True:
             return f"log-sum-exp output: {self.lse if isinstance(self.lse, str) else 'no log-sum-exp output yet'}"
+        if getattr(problem, "e4m3_inputs", False) and not self.e4m3_inputs:
+            return f"e4m3 inputs: {self.name} reads float16/bfloat16 q, k, v (fp8_ws and fp8_overlap read e4m3 codes)"
         return cc_reason(self.requires_cc, device_cc())
 
     def resolve(self, problem, overrides: dict | None = None) -> dict:
@@ -287,7 +291,7 @@ def check_param(phase: str, key: str, default, value):
 def register_phase(*, name, order, title, parent, description, lineage, planned_speedup,
                    dtypes=("float32", "float16"), head_dims=None, causal=True, kind="prefill",
                    precision=None, sim_params=None, supports=None, resolve=None, requires_cc=None, space=None,
-                   layout="contiguous", launch_params=(), variants=False, lse=False):
+                   layout="contiguous", launch_params=(), variants=False, lse=False, e4m3_inputs=False):
     """Decorator registering a phase builder (see the module docstring)."""
 
     def deco(fn):
@@ -304,7 +308,7 @@ def register_phase(*, name, order, title, parent, description, lineage, planned_
             resolver=resolve, module=fn.__module__, requires_cc=requires_cc,
             space=dict(space or {}), layout=layout, launch_params=tuple(launch_params),
             variants=variants if isinstance(variants, str) else bool(variants),
-            lse=lse if isinstance(lse, str) else bool(lse))
+            lse=lse if isinstance(lse, str) else bool(lse), e4m3_inputs=bool(e4m3_inputs))
         unknown = [k for k in phase.space if k != "where" and k not in params]
         unknown += [k for k in phase.launch_params if k not in params]
         if unknown:
@@ -348,7 +352,8 @@ def register_variant(base: str, name: str, *, order: float | None = None, build:
                    causal=ph.causal, kind=ph.kind, precision=ph.precision, sim_params=ph.sim_params,
                    supports=ph.extra_supports, resolve=ph.resolver, requires_cc=ph.requires_cc,
                    space={k: v for k, v in ph.space.items() if k == "where" or k in sig.parameters},
-                   layout=ph.layout, launch_params=ph.launch_params, lse=ph.lse)(variant)
+                   layout=ph.layout, launch_params=ph.launch_params, lse=ph.lse,
+                   e4m3_inputs=ph.e4m3_inputs)(variant)
     return get_phase(name)
 
 

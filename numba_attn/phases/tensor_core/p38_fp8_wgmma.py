@@ -18,6 +18,7 @@ import numpy as np
 
 
 from numba import cuda, float32, uint32  # noqa: E402
+from numba_attn.gpu.arrays import view_as
 from numba_attn.gpu.device_functions import LOG2E
 from numba_attn.gpu.intrinsics import cp_async16_flat, cp_async_wait
 from numba_attn.gpu.jit import device, kernel
@@ -30,7 +31,7 @@ from numba_attn.phases.tensor_core.mask import key_ends
 from numba_attn.phases.tensor_core.mma_sync import u32_views
 from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES, cp_async_ring, ring_padding
 from numba_attn.phases.tensor_core.quantize import (HEAD_DIMS, NCH, QTH, RCH, TILES, VTK, make_amax,
-                                                    make_quant_rows, make_quant_vt)
+                                                    make_codes_vt, make_quant_rows, make_quant_vt)
 from numba_attn.phases.tensor_core.scheduler import key_tiles
 from numba_attn.variants.launching import KernelMods
 from numba_attn.variants.stages import PLAIN, stages_of
@@ -236,6 +237,21 @@ class Quantized:
         return self.scales[0], self.scales[1], self.scales[2], self.flags[1], self.kmul
 
 
+def fp8_launcher(kern, grid, nthreads, nbytes):
+    """``go(stream, *args)``: ``kern`` over ``grid`` with ``nthreads`` threads and ``nbytes`` of dynamic shared memory
+    (opted in at the first launch)."""
+    opted = []
+
+    def go(stream, *args):
+        if opted:
+            kern[grid, nthreads, stream, nbytes](*args)
+        else:
+            launch_dynamic(kern, grid, nthreads, stream, nbytes, *args)
+            opted.append(True)
+
+    return go
+
+
 def quantized_launch(problem, kern, qz, kv, Br, nthreads, nbytes):
     """The :class:`Launch` of an FP8 phase: ``qz`` (:class:`Quantized`) quantizes the call's inputs, then ``kern``
     runs over grid (query blocks of ``Br`` rows, heads, batch) with ``nthreads`` threads and ``nbytes`` of
@@ -244,23 +260,58 @@ def quantized_launch(problem, kern, qz, kv, Br, nthreads, nbytes):
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     variant = getattr(problem, "variant", None)
     sl2 = float32(problem.sm_scale * LOG2E)
-    grid = ((Nq + Br - 1) // Br, H, problem.batch)
-    opted = []
+    go = fp8_launcher(kern, ((Nq + Br - 1) // Br, H, problem.batch), nthreads, nbytes)
     kernel_mods = KernelMods(problem, Br, qz.Bc)  # a variant's arrays and block mask; plain: ()
 
     def run(q, k, v, o, stream=0, mods=None):
         qw, kw, vw, ow = u32_views(q, k, v, o)
         qz.quantize(qw, kw, vw, stream)
-        args = (qz.q8, *kv, ow, *qz.kernel_args(), sl2, H, Nq, Nk,
-                kernel_mods(stream=stream) if mods is None else mods)
-        if opted:
-            kern[grid, nthreads, stream, nbytes](*args)
-        else:
-            launch_dynamic(kern, grid, nthreads, stream, nbytes, *args)
-            opted.append(True)
+        go(stream, qz.q8, *kv, ow, *qz.kernel_args(), sl2, H, Nq, Nk,
+           kernel_mods(stream=stream) if mods is None else mods)
 
     return Launch(run, kernels=[kern, *qz.kernels], workspace_bytes=qz.nbytes,
                   kernel_mods=kernel_mods if variant is not None else None, replayable=variant is None)
+
+
+class GivenCodes:
+    """Q, K and V given as e4m3 codes with their scales (:mod:`numba_attn.spec.fp8_inputs`): nothing is
+    quantized; V's codes are rearranged into ``vt8`` (:class:`Quantized`'s layout, :func:`.quantize.make_codes_vt`),
+    the kernel reads the caller's Q and K codes. e4m3fn has no infinity: ``kflag`` 0, ``kmul`` 1."""
+
+    def __init__(self, problem, Bc):
+        BHkv, D = problem.batch * problem.kv_heads, problem.head_dim
+        self.Bc = Bc
+        self.NkP = NkP = (problem.kv_len + Bc - 1) // Bc * Bc
+        self.vt8 = cuda.to_device(np.zeros((BHkv, D, NkP // 4), np.uint32))
+        self.kflag = cuda.to_device(np.zeros(BHkv, np.float32))
+        self.kmul = cuda.to_device(np.ones((BHkv, NkP), np.float32))
+        self.transpose = make_codes_vt(D)
+        self.grid = ((NkP + VTK - 1) // VTK, BHkv)
+        self.kernels = [self.transpose]
+        self.nbytes = self.vt8.nbytes + self.kmul.nbytes
+
+
+def codes_launch(problem, kern, gc, k_map, vmap, Br, nthreads, nbytes):
+    """The :class:`Launch` of an FP8 phase on e4m3 inputs: ``run(q, k, v, o, stream=0, mods=None, descale=...)``
+    with q, k, v the codes ((B·H, N, D) bytes) and ``descale`` = (q's, k's, v's per-head float32 scales, (B·H,),
+    (B·Hkv,), (B·Hkv,) device arrays): V's codes rearranged (``gc``: :class:`GivenCodes`), then ``kern`` on the
+    caller's Q codes and the K tensor map ``k_map(k's uint32 view)`` (cached by address)."""
+    H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
+    variant = getattr(problem, "variant", None)
+    sl2 = float32(problem.sm_scale * LOG2E)
+    go = fp8_launcher(kern, ((Nq + Br - 1) // Br, H, problem.batch), nthreads, nbytes)
+    kernel_mods = KernelMods(problem, Br, gc.Bc)
+
+    def run(q, k, v, o, stream=0, mods=None, descale=None):
+        if descale is None:
+            raise ValueError("e4m3 inputs: run(..., descale=(q_scale, k_scale, v_scale)), one float32 a head")
+        qw, kw, vw = (view_as(a, np.uint32) for a in (q, k, v))
+        gc.transpose[gc.grid, QTH, stream](vw, gc.vt8)
+        go(stream, qw, k_map(kw), vmap, view_as(o, np.uint32), *descale, gc.kflag, gc.kmul, sl2, H, Nq, Nk,
+           kernel_mods(stream=stream) if mods is None else mods)
+
+    return Launch(run, kernels=[kern, *gc.kernels], workspace_bytes=gc.nbytes,
+                  kernel_mods=kernel_mods if variant is not None else None, replayable=False)
 
 
 def build_fp8(problem, warpgroups, Bc, stages, permute=True):

@@ -32,7 +32,7 @@ from numba_attn.phases.tensor_core.epilogue import store_fragments
 from numba_attn.phases.tensor_core.fp8 import fp8_ring_bytes, fp8_tile, qk_depth, vt_swizzle
 from numba_attn.phases.tensor_core.fragments import q_start
 from numba_attn.phases.tensor_core.mask import key_ends
-from numba_attn.phases.tensor_core.p38_fp8_wgmma import Quantized, quantized_launch
+from numba_attn.phases.tensor_core.p38_fp8_wgmma import GivenCodes, Quantized, codes_launch, quantized_launch
 from numba_attn.phases.tensor_core.pipeline import ALIGN_BYTES, ring_barriers, ring_functions, ring_padding
 from numba_attn.phases.tensor_core.producer import kv_tensor_map
 from numba_attn.phases.tensor_core.quantize import HEAD_DIMS
@@ -193,6 +193,9 @@ def resolve_fp8_ws(problem, warpgroups, Bc=0, stages=3, **more):
 
 def supports_fp8_ws(problem, warpgroups, Bc, stages, uniform=False):
     D = problem.head_dim
+    if getattr(problem, "e4m3_inputs", False) and qk_depth(D) != D:
+        return (f"head_dim {D} with e4m3 inputs: the TMA ring reads K rows of at least 32 bytes (16 is padded to 32 "
+                "by the quantization, which e4m3 inputs skip)")
     if D not in HEAD_DIMS:
         return (f"head_dim {D}: the TMA ring takes K rows of 32, 64 or 128 bytes of e4m3 codes (head_dim 16 "
                 "padded to 32, 32, 64, 128: one swizzled box a tile)")
@@ -214,15 +217,22 @@ def supports_fp8_ws(problem, warpgroups, Bc, stages, uniform=False):
 def build_fp8_ws(problem, warpgroups, Bc, stages, uniform=False, mainloop=fp8_ws_loop, scales=head_scales,
                  quantized=Quantized):
     """The parent's quantization into its scratch, the K and Vᵀ tensor maps over that scratch (made once: its
-    addresses do not change), then the kernel."""
+    addresses do not change), then the kernel. e4m3 inputs (:mod:`numba_attn.spec.fp8_inputs`): no quantization;
+    V's codes rearranged into the scratch (:class:`.p38_fp8_wgmma.GivenCodes`), K's tensor map over the caller's
+    codes (cached by their address)."""
     D = problem.head_dim
     kern = make_fp8_ws_kernel(D, warpgroups, Bc, stages, problem.group, problem.causal,
                               problem.dtype == "bfloat16", stages_of(getattr(problem, "variant", None)),
                               bool(uniform), mainloop, scales)
-    qz = quantized(problem, Bc)
     DQ = qk_depth(D)
-    kmap = kv_tensor_map(qz.k8, (1, Bc, DQ // 4), DQ)  # a tile's K rows, swizzled by their DQ bytes
     VW = vt_swizzle(Bc)
+    if getattr(problem, "e4m3_inputs", False):
+        gc = GivenCodes(problem, Bc)
+        vmap = kv_tensor_map(gc.vt8, (1, D, VW // 4), VW)
+        return codes_launch(problem, kern, gc, lambda kw: kv_tensor_map(kw, (1, Bc, DQ // 4), DQ), vmap,
+                            64 * warpgroups, 128 * (warpgroups + 1), fp8_ws_smem_bytes(D, Bc, stages))
+    qz = quantized(problem, Bc)
+    kmap = kv_tensor_map(qz.k8, (1, Bc, DQ // 4), DQ)  # a tile's K rows, swizzled by their DQ bytes
     vmap = kv_tensor_map(qz.vt8, (1, D, VW // 4), VW)  # its Vᵀ rows, VW bytes a box
     return quantized_launch(problem, kern, qz, (kmap, vmap), 64 * warpgroups, 128 * (warpgroups + 1),
                             fp8_ws_smem_bytes(D, Bc, stages))
@@ -239,6 +249,7 @@ FP8_RING_OPTIONS = dict(
     supports=supports_fp8_ws,
     resolve=resolve_fp8_ws,
     variants=True,
+    e4m3_inputs=True,
 )
 
 

@@ -126,7 +126,7 @@ fp8_block_loop.kernel_name = "fp8_block"
     """,
     lineage="FlashAttention-3 (Shah et al. 2024), §3.3 block quantization",
     planned_speedup=370.0,  # fp8_overlap's 350 and a predicted ~1.05x
-    **FP8_RING_OPTIONS,
+    **{**FP8_RING_OPTIONS, "e4m3_inputs": False},  # (its scales are per tile; e4m3 inputs come with one a head)
 )
 def fp8_block(problem, warpgroups=0, Bc=0, stages=3, uniform=True):
     """Quantize per tile (:class:`BlockQuantized`), then fp8_ws's kernel running :func:`fp8_block_loop`."""

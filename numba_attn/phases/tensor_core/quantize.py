@@ -355,6 +355,56 @@ def make_quant_vt(D: int):
     return quant
 
 
+def stored_key(p):
+    """The key stored at position ``p`` of a tile (:func:`e4m3_p_keys` within each 32-key block): the inverse of
+    :func:`stored_position`, key bits (p4, p1, p3, p2, p0)."""
+    return (p & ~15) | (p & 1) | ((p >> 1) & 6) | ((p & 2) << 2)
+
+
+position_key = device(stored_key)
+
+
+@device
+def byte_transpose(w0, w1, w2, w3, j):
+    """Byte ``j`` of each of four words, as one word (byte b from ``wb``): row j of a 4 × 4 byte block."""
+    s = uint32(8 * j)
+    return (((w0 >> s) & uint32(0xFF)) | (((w1 >> s) & uint32(0xFF)) << uint32(8))
+            | (((w2 >> s) & uint32(0xFF)) << uint32(16)) | (((w3 >> s) & uint32(0xFF)) << uint32(24)))
+
+
+@functools.cache
+def make_codes_vt(D: int):
+    """``transpose(v8, vt)``: V given as e4m3 codes (``v8`` (heads, Nk, D/4) uint32, four columns a word) into
+    :func:`make_quant_vt`'s layout, the codes unchanged: ``vt[h, d, m]`` holds keys of stored positions 4m..4m+3
+    (:func:`stored_key`) of column d, keys past Nk zero. Grid (⌈NkP/VTK⌉, heads), QTH threads: thread (m, c) reads
+    the words c of its four keys and writes the 4 × 4 byte block transposed, words m of rows 4c..4c+3 (consecutive
+    threads on consecutive m: each row's writes coalesced; the key rows' reads are 4 bytes a row, from L1/L2)."""
+    TW = VTK // 4  # words m of a block
+    CW = D // 4  # words c of a V row
+
+    @kernel
+    def transpose(v8, vt):
+        h = cuda.blockIdx.y
+        n = v8.shape[1]
+        nw = vt.shape[2]
+        for i in range(cuda.threadIdx.x, TW * CW, QTH):
+            m = cuda.blockIdx.x * TW + i % TW
+            c = i // TW
+            if m < nw:
+                k0 = position_key(4 * m)
+                k1 = position_key(4 * m + 1)
+                k2 = position_key(4 * m + 2)
+                k3 = position_key(4 * m + 3)
+                w0 = v8[h, k0, c] if k0 < n else uint32(0)
+                w1 = v8[h, k1, c] if k1 < n else uint32(0)
+                w2 = v8[h, k2, c] if k2 < n else uint32(0)
+                w3 = v8[h, k3, c] if k3 < n else uint32(0)
+                for j in range(4):
+                    vt[h, 4 * c + j, m] = byte_transpose(uint32(w0), uint32(w1), uint32(w2), uint32(w3), j)
+
+    return transpose
+
+
 # -- the attention kernel -------------------------------------------------------------------
 
 
