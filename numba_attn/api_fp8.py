@@ -62,7 +62,7 @@ def attention_fp8(q, k, v, q_descale, k_descale, v_descale, *, causal=False, sca
         raise AttentionInputError(f"out_dtype must be 'bfloat16' or 'float16', got {out_dtype!r}")
     out_dtype = {"fp16": "float16", "bf16": "bfloat16"}.get(out_dtype, out_dtype)
     descale = (_descale("q_descale", q_descale, B, H, Hkv, True), _descale("k_descale", k_descale, B, H, Hkv),
-               _descale("v_descale", v_descale, B, H, Hkv))
+               _descale("v_descale", v_descale, B, H, Hkv))  # device arrays as they are, host values on the device
     try:
         problem = Fp8InputProblem(batch=B, heads=H, kv_heads=Hkv, q_len=Nq, kv_len=Nk, head_dim=D,
                                   causal=check_bool("causal", causal), dtype=out_dtype, scale=scale)
@@ -90,7 +90,8 @@ def attention_fp8(q, k, v, q_descale, k_descale, v_descale, *, causal=False, sca
         od = cuda.as_cuda_array(out.view(torch.int16) if out_dtype == "bfloat16" else out).reshape(B * H, Nq, D)
     else:
         od = cuda.device_array((B * H, Nq, D), dtype=np.float16 if out_dtype == "float16" else np.uint16)
-    launch.run(qd, kd, vd, od, stream, None, descale=tuple(cuda.to_device(d, stream=stream) for d in descale))
+    launch.run(qd, kd, vd, od, stream, None, descale=tuple(d if not isinstance(d, np.ndarray) else
+                                                           cuda.to_device(d, stream=stream) for d in descale))
     return out if out is not None else _output(kind, od.reshape(B, H, Nq, D), out_dtype)
 
 
@@ -114,17 +115,28 @@ def _check_shapes(q, k, v):
 
 def _descale(name, s, B, H, Hkv, per_query_head=False):
     """A descale argument as float32 (B·H,) for q (``per_query_head``) or (B·Hkv,): a scalar broadcast; q's (B, Hkv)
-    repeated over each KV head's query heads. Refused unless finite and > 0."""
+    repeated over each KV head's query heads. Host values are refused unless finite and > 0. A CUDA tensor or numba
+    device array of float32 and the exact shape (B, H) or (B, Hkv) (q: (B, H)) is passed on as it is, its shape
+    and dtype checked but not its values (reading them would synchronize the call)."""
+    heads = H if per_query_head else Hkv
+    shapes = f"(B, H) = ({B}, {H}) or (B, Hkv) = ({B}, {Hkv})" if per_query_head else f"(B, Hkv) = ({B}, {Hkv})"
+    if kind_of(s) in (TORCH, DEVICE):
+        if tuple(s.shape) != (B, heads) or dtype_name(name, s) != "float32":
+            raise AttentionInputError(f"{name} on the device must be float32 of shape ({B}, {heads}), got "
+                                      f"{dtype_name(name, s)} {tuple(s.shape)} (or pass host values)")
+        if kind_of(s) == TORCH:
+            if not s.is_contiguous():
+                raise AttentionInputError(f"{name} is a non-contiguous tensor; pass {name}.contiguous()")
+            return cuda.as_cuda_array(s.detach()).reshape(B * heads)
+        return s.reshape(B * heads)
     a = host_array(s)
     if a is None:
         raise AttentionInputError(f"{name} is required: the scale of the codes (value = code · {name})")
     a = np.asarray(a, dtype=np.float64)
-    heads = H if per_query_head else Hkv
     if a.ndim == 0:
         a = np.full((B, heads), float(a))
     elif per_query_head and a.shape == (B, Hkv) and H != Hkv:
         a = np.repeat(a, H // Hkv, axis=1)
-    shapes = f"(B, H) = ({B}, {H}) or (B, Hkv) = ({B}, {Hkv})" if per_query_head else f"(B, Hkv) = ({B}, {Hkv})"
     if a.shape != (B, heads):
         raise AttentionInputError(f"{name} must be a scalar or of shape {shapes}, got {a.shape}")
     if not (np.isfinite(a).all() and (a > 0).all()):

@@ -164,3 +164,29 @@ def test_e4m3_inputs_on_the_gpu(phase, name):
     out = _call(phase, problem, *arrays)
     c = check(out, reference(problem, *arrays), dtype=problem.dtype, tol=OWN_TOL)
     assert c.ok, c
+
+
+def test_device_scales_are_taken_as_they_are():
+    """Scales already on the device (a numba array here; CUDA tensors alike) are passed without a copy: the same
+    result as host scales; a wrong shape or dtype is refused naming the argument."""
+    phase, problem = CASES[QUICK]
+    q, k, v, sq, sk, sv = problem.inputs(seed=10)
+    want = _call(phase, problem, q, k, v, sq, sk, sv)
+    got = _call(phase, problem, q, k, v, cuda.to_device(sq), cuda.to_device(sk), cuda.to_device(sv))
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+    with pytest.raises(AttentionInputError, match=r"k_descale on the device must be float32 of shape \(1, 1\)"):
+        _call(phase, problem, q, k, v, sq, cuda.to_device(sk.astype(np.float64)), sv)
+
+
+@pytest.mark.gpu
+def test_cuda_tensors_in_and_out():
+    """CUDA tensors (codes and scales on the device, computed on PyTorch's stream): the NumPy call's result."""
+    torch = pytest.importorskip("torch")
+    problem = GPU_CASES["D128-300x500-bf16-gqa-causal"]
+    q, k, v, sq, sk, sv = arrays = problem.inputs(seed=11)
+    want = _call("fp8_overlap", problem, *arrays)
+    codes = [torch.from_numpy(np.ascontiguousarray(a).view(np.uint8)).view(torch.float8_e4m3fn).cuda()
+             for a in (q, k, v)]
+    got = _call("fp8_overlap", problem, *codes, *(torch.from_numpy(s).cuda() for s in (sq, sk, sv)))
+    assert got.is_cuda and got.dtype == torch.bfloat16
+    np.testing.assert_array_equal(got.view(torch.int16).cpu().numpy(), want.view(np.int16))
