@@ -191,6 +191,9 @@ def _shape_options(sp):
     sp.add_argument("--dtype", type=_dtype_arg, metavar="DTYPE",
                     help="float32 (fp32), float16 (fp16) or bfloat16 (bf16)")
     sp.add_argument("--scale", type=float)
+    sp.add_argument("--e4m3-inputs", action="store_true",
+                    help="q, k, v given as e4m3 codes with per-head scales (spec/fp8_inputs.py), --dtype the output's "
+                         "(default bfloat16): only the phases that read codes run them (fp8_ws, fp8_overlap)")
 
 
 def _allow_slow_option(sp):
@@ -363,7 +366,8 @@ def problems_of(args):
     check_ranges(args)
 
     shape_given = any(getattr(args, a) is not None for a in
-                      ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "dtype", "scale")) or args.causal
+                      ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "dtype", "scale")) or args.causal \
+        or getattr(args, "e4m3_inputs", False)
     problems = []
     for name in args.preset:
         if name not in PRESETS:
@@ -380,8 +384,28 @@ def problems_of(args):
         kw.setdefault("q_len", 128)
         if args.causal:
             kw["causal"] = True
+        if getattr(args, "e4m3_inputs", False):
+            kw.setdefault("dtype", "bfloat16")
         problems.append(Problem(**kw))
+    if getattr(args, "e4m3_inputs", False):
+        if getattr(args, "cmd", "run") != "run":
+            raise SystemExit(f"--e4m3-inputs: `numba-attn run` takes it ({args.cmd} does not yet)")
+        problems = [e4m3_twin(p) for p in problems]
     return problems, False
+
+
+def e4m3_twin(p):
+    """``--e4m3-inputs``: the problem with its q, k, v as e4m3 codes (its dtype the output's)."""
+    import dataclasses
+
+    from numba_attn.spec.fp8_inputs import Fp8InputProblem
+    from numba_attn.spec.problem import Problem
+
+    if type(p) is not Problem or p.variant is not None:
+        raise SystemExit(f"--e4m3-inputs: {p.label} is not a plain contiguous problem")
+    if p.dtype == "float32":
+        raise SystemExit(f"--e4m3-inputs: {p.label}: the output's dtype must be float16 or bfloat16")
+    return Fp8InputProblem(**{f.name: getattr(p, f.name) for f in dataclasses.fields(p)})
 
 
 def params_of(args):

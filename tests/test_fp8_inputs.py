@@ -67,19 +67,19 @@ def test_v_codes_rearranged_as_the_kernel_reads_them():
 @pytest.mark.parametrize("name", [pytest.param(n, marks=() if n == QUICK else pytest.mark.full) for n in CASES])
 def test_e4m3_inputs_match_the_exact_attention_of_their_codes(name):
     phase, problem = CASES[name]
-    arrays = problem.inputs(seed=3)
+    arrays = (*problem.inputs(seed=3), *problem.scales())
     out = _call(phase, problem, *arrays)
     assert out.dtype == np.dtype(ml_dtypes.bfloat16 if problem.dtype == "bfloat16" else np.float16)
-    c = check(out, reference(problem, *arrays), dtype=problem.dtype, tol=OWN_TOL)
+    c = check(out, reference(problem, *arrays[:3], arrays[3:]), dtype=problem.dtype, tol=OWN_TOL)
     assert c.ok, c
 
 
 def test_a_wrong_scale_fails_the_check():
     """Known wrong: K's scale doubled (every score doubled) must not pass as the attention of the codes."""
     phase, problem = CASES[QUICK]
-    q, k, v, sq, sk, sv = problem.inputs(seed=4)
+    q, k, v, sq, sk, sv = *problem.inputs(seed=4), *problem.scales()
     out = _call(phase, problem, q, k, v, sq, 2 * sk, sv)
-    assert not check(out, reference(problem, q, k, v, sq, sk, sv), dtype=problem.dtype, tol=OWN_TOL).ok
+    assert not check(out, reference(problem, q, k, v), dtype=problem.dtype, tol=OWN_TOL).ok
 
 
 def test_a_nan_code_in_v_reaches_every_row_that_sees_its_key():
@@ -87,11 +87,11 @@ def test_a_nan_code_in_v_reaches_every_row_that_sees_its_key():
     right. (A NaN at a key that a row of the same tile does not see reaches that row too: its P is 0, and the tensor
     cores' 0 · NaN is NaN, as in the phases that quantize their inputs.)"""
     phase, problem = CASES[QUICK]
-    q, k, v, sq, sk, sv = problem.inputs(seed=5)
+    q, k, v, sq, sk, sv = *problem.inputs(seed=5), *problem.scales()
     v = v.copy()
     v[0, 0, 20, 7] = np.nan
     out = _call(phase, problem, q, k, v, sq, sk, sv).astype(np.float64)
-    ref = reference(problem, q, k, v, sq, sk, sv)
+    ref = reference(problem, q, k, v)
     assert np.isnan(ref[..., 7]).all() and np.isfinite(ref[..., :7]).all()
     assert check(out, ref, dtype=problem.dtype, tol=OWN_TOL).ok
 
@@ -100,7 +100,7 @@ def test_a_nan_code_in_v_reaches_every_row_that_sees_its_key():
 def test_cpu_tensors_and_device_arrays_give_the_numpy_result():
     torch = pytest.importorskip("torch")
     phase, problem = CASES[QUICK]
-    q, k, v, sq, sk, sv = problem.inputs(seed=6)
+    q, k, v, sq, sk, sv = *problem.inputs(seed=6), *problem.scales()
     want = _call(phase, problem, q, k, v, sq, sk, sv)
     tensors = [torch.from_numpy(a.view(np.uint8)).view(torch.float8_e4m3fn) for a in (q, k, v)]
     got = _call(phase, problem, *tensors, torch.from_numpy(sq), sk, float(sv.max()) if sv.size == 1 else sv)
@@ -113,7 +113,7 @@ def test_cpu_tensors_and_device_arrays_give_the_numpy_result():
 
 def test_bad_inputs_are_refused_naming_the_argument():
     phase, problem = CASES[QUICK]
-    q, k, v, sq, sk, sv = problem.inputs(seed=7)
+    q, k, v, sq, sk, sv = *problem.inputs(seed=7), *problem.scales()
     f16 = q.astype(np.float32).astype(np.float16)
     for args, kw, words in [
         ((f16, k, v, sq, sk, sv), {}, "q has dtype float16"),
@@ -133,7 +133,7 @@ def test_bad_inputs_are_refused_naming_the_argument():
         assert words in str(e.value), (words, str(e.value))
     big = Fp8InputProblem(batch=1, heads=2, kv_heads=1, q_len=130, kv_len=100, head_dim=32, dtype="bfloat16")
     with pytest.raises(AttentionInputError, match="causal"):
-        na.attention_fp8(*big.inputs()[:3], 1.0, 1.0, 1.0, causal=True)  # q_len > kv_len: rows without keys
+        na.attention_fp8(*big.inputs(), 1.0, 1.0, 1.0, causal=True)  # q_len > kv_len: rows without keys
 
 
 def test_quantize_per_head_scales_each_head_to_its_maximum():
@@ -160,9 +160,9 @@ def test_e4m3_inputs_on_the_gpu(phase, name):
     """The defaults on a GPU (two consumers of 192-key tiles at D128, three of 128 up to D64): K's tensor map over the
     caller's codes, rows past the end zero-filled by TMA."""
     problem = GPU_CASES[name]
-    arrays = problem.inputs(seed=9)
+    arrays = (*problem.inputs(seed=9), *problem.scales())
     out = _call(phase, problem, *arrays)
-    c = check(out, reference(problem, *arrays), dtype=problem.dtype, tol=OWN_TOL)
+    c = check(out, reference(problem, *arrays[:3], arrays[3:]), dtype=problem.dtype, tol=OWN_TOL)
     assert c.ok, c
 
 
@@ -170,7 +170,7 @@ def test_device_scales_are_taken_as_they_are():
     """Scales already on the device (a numba array here; CUDA tensors alike) are passed without a copy: the same
     result as host scales; a wrong shape or dtype is refused naming the argument."""
     phase, problem = CASES[QUICK]
-    q, k, v, sq, sk, sv = problem.inputs(seed=10)
+    q, k, v, sq, sk, sv = *problem.inputs(seed=10), *problem.scales()
     want = _call(phase, problem, q, k, v, sq, sk, sv)
     got = _call(phase, problem, q, k, v, cuda.to_device(sq), cuda.to_device(sk), cuda.to_device(sv))
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
@@ -183,10 +183,56 @@ def test_cuda_tensors_in_and_out():
     """CUDA tensors (codes and scales on the device, computed on PyTorch's stream): the NumPy call's result."""
     torch = pytest.importorskip("torch")
     problem = GPU_CASES["D128-300x500-bf16-gqa-causal"]
-    q, k, v, sq, sk, sv = arrays = problem.inputs(seed=11)
+    q, k, v, sq, sk, sv = arrays = (*problem.inputs(seed=11), *problem.scales())
     want = _call("fp8_overlap", problem, *arrays)
     codes = [torch.from_numpy(np.ascontiguousarray(a).view(np.uint8)).view(torch.float8_e4m3fn).cuda()
              for a in (q, k, v)]
     got = _call("fp8_overlap", problem, *codes, *(torch.from_numpy(s).cuda() for s in (sq, sk, sv)))
     assert got.is_cuda and got.dtype == torch.bfloat16
     np.testing.assert_array_equal(got.view(torch.int16).cpu().numpy(), want.view(np.int16))
+
+
+@pytest.mark.full
+def test_the_runner_checks_e4m3_rows_and_refuses_them_elsewhere(tmp_path):
+    """``run`` on an e4m3-input problem (``numba-attn run --e4m3-inputs``): fp8_overlap's row checked against the exact
+    reference of its codes (poisoned output, the seeds' fresh codes), a phase reading float16 refused with the
+    reason; the row's problem reads back as an e4m3-input problem."""
+    from numba_attn.measure.results import load_results
+    from numba_attn.spec.problem import Problem
+
+    _, problem = CASES[QUICK]
+    rows = na.run(["fp8_overlap", "tc_mma"], [problem], results=str(tmp_path / "r.jsonl"), timeout_s=None,
+                  params={"fp8_overlap": na.get_phase("fp8_overlap").sim_params}, seeds=(1, 2))
+    by = {r["phase"]: r for r in rows}
+    assert by["fp8_overlap"]["status"] == "OK" and by["fp8_overlap"]["check"]["rel_err"] < OWN_TOL
+    assert by["tc_mma"]["status"] == "SKIP" and "e4m3 inputs" in by["tc_mma"]["reason"]
+    (back,) = {Problem.from_dict(r["problem"]) for r in load_results(str(tmp_path / "r.jsonl"))
+               if r.get("type") == "result"}
+    assert back == problem and type(back) is type(problem)
+    twin = Problem(batch=1, heads=2, kv_heads=1, q_len=70, kv_len=100, head_dim=32, dtype="bfloat16", causal=True)
+    assert back.min_bytes() == twin.min_bytes() - (70 * 2 + 2 * 100) * 32  # the inputs' bytes halved
+
+
+def test_values_quantized_by_the_caller_stay_within_the_e4m3_tolerance():
+    """The caller's own per-head quantization of float values (``quantize_per_head``), then attention_fp8: within the
+    e4m3 tolerance of the float64 attention of the values themselves."""
+    phase, problem = CASES[QUICK]
+    rng = np.random.default_rng(12)
+    x = [rng.standard_normal((1, h, n, 32)) for h, n in ((2, 70), (1, 100), (1, 100))]
+    (q, sq), (k, sk), (v, sv) = (quantize_per_head(a) for a in x)
+    out = _call(phase, problem, q, k, v, sq, sk, sv)
+    c = check(out, na.reference(*x, causal=True), dtype=problem.dtype, precision="e4m3")
+    assert c.ok, c
+
+
+def test_cli_e4m3_inputs_refusals():
+    """``--e4m3-inputs`` makes e4m3-input problems for ``run`` only, and needs a float16/bfloat16 output."""
+    from numba_attn.cli_args import build_parser, problems_of
+
+    args = build_parser().parse_args(["run", "--e4m3-inputs", "-N", "64", "-D", "32"])
+    (p,), _ = problems_of(args)
+    assert isinstance(p, Fp8InputProblem) and p.dtype == "bfloat16" and p.label.endswith("e4m3-in")
+    for argv, words in [(["run", "--e4m3-inputs", "--dtype", "fp32"], "the output's dtype must be float16"),
+                        (["tune", "fp8_overlap", "--e4m3-inputs"], "tune does not yet")]:
+        with pytest.raises(SystemExit, match=words):
+            problems_of(build_parser().parse_args(argv))

@@ -3,9 +3,9 @@
     python3 experiments/2026-11-28-fp8-inputs/time_fp8.py --out fp8.json [--rounds 3 --calls 8]
     python3 experiments/2026-11-28-fp8-inputs/time_fp8.py --smoke        (the logic, in the simulator)
 
-For each problem: Q, K and V drawn standard normal, quantized per (batch, head) to e4m3 (the codes and their scales,
-spec/fp8_inputs.py), and their decoded values as float16/bfloat16 tensors. Configurations, timed in interleaved rounds
-(CUPTI: every kernel of a call, the median of the rounds):
+For each problem: the e4m3 codes of Q, K and V and their per-head scales (spec/fp8_inputs.py: each head its own
+magnitude, the codes over e4m3's range), and their decoded values as float16/bfloat16 tensors. Configurations,
+timed in interleaved rounds (CUPTI: every kernel of a call, the median of the rounds):
 
 * ``e4m3-in <phase>``: ``attention_fp8`` on the codes (V's rearrangement kernel and the attention kernel);
 * ``fp16-in fp8_overlap``: ``attention(phase="fp8_overlap")`` on the decoded values (the quantization's four
@@ -60,7 +60,7 @@ def configs(p, arrays, smoke):
                                                                  out_dtype=p.dtype, **sim),
             "fp16-in fp8_overlap": lambda i, s: na.attention(*dec, causal=p.causal, phase="fp8_overlap", **sim),
         }
-        return calls, reference(p, *arrays)
+        return calls, reference(p, q8, k8, v8)
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -110,7 +110,8 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="small problems in the simulator, host clock")
     args = ap.parse_args()
     smoke = args.smoke or backend.IS_SIMULATOR
-    problems = PROBLEMS if not smoke else [p.replace(heads=2, kv_heads=1, q_len=70, kv_len=100, head_dim=32) for p in PROBLEMS[:2]]
+    problems = PROBLEMS if not smoke else [p.replace(heads=2, kv_heads=1, q_len=70, kv_len=100, head_dim=32)
+                                           for p in PROBLEMS[:2]]
     info = gpu_info()
     method = "host" if smoke else "cupti" if cupti_status() is None else "events"
     cfg = TimingConfig(warmup=3, min_reps=args.calls, max_reps=args.calls, budget_s=2.0, batch_ms=5.0, max_inner=200)
@@ -118,7 +119,7 @@ def main():
               "commit": os.environ.get("NUMBA_ATTN_COMMIT", "")[:7] or None, "problems": []}
     stream = cuda.stream()
     for p in problems:
-        arrays = p.inputs(seed=1)
+        arrays = (*p.inputs(seed=1), *p.scales())
         calls, ref = configs(p, arrays, smoke)
         row = {"problem": p.label, "errors": {}, "rel_err": {}, "times_ms": {n: [] for n in calls}, "kernels": {}}
         for name, fn in list(calls.items()):  # compile, plan and check outside the timing

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from numba_attn.gpu.backend import IS_SIMULATOR
-from numba_attn.spec.problem import Problem
+from numba_attn.spec.problem import Problem, numpy_dtype
 from numba_attn.spec.reference import Check, check, poison, reference, usable_torch
 
 # Problems above this many FLOPs, or whose inputs exceed this many bytes (decode: little
@@ -48,6 +48,8 @@ def reference_name(problem: Problem) -> str:
 
 
 def _compute_reference(problem: Problem, q, k, v, device="cuda"):
+    if getattr(problem, "e4m3_inputs", False):  # codes with the problem's scales: the values they stand for
+        q, k, v = problem.decoded(q, k, v)
     if getattr(problem, "page_size", 0):  # a paged cache: k, v are the caches (spec/paged.py)
         from numba_attn.spec.paged import problem_reference
 
@@ -284,7 +286,8 @@ def check_launch(launch, problem: Problem, seeds, precision, stream) -> LaunchCh
         q, k, v, pending = pending_reference(problem, seed)  # the reference computed while the launch compiles
         t1 = time.perf_counter()
         qd, kd, vd = (to_device(a, stream=stream) for a in (q, k, v))
-        od = to_device(poison(np.empty(problem.out_shape(), q.dtype), problem.dtype), stream=stream)
+        od = to_device(poison(np.empty(problem.out_shape(), numpy_dtype(problem.dtype)), problem.dtype),
+                       stream=stream)  # (the output's dtype: e4m3 inputs give float16/bfloat16)
         stream.synchronize()
         arrays = (qd, kd, vd, od)
         t2 = time.perf_counter()
@@ -293,7 +296,7 @@ def check_launch(launch, problem: Problem, seeds, precision, stream) -> LaunchCh
         t3 = time.perf_counter()
         if i == 0:
             first_end, first_s = t3, t3 - t2
-        out = to_host(od, q.dtype, stream=stream)
+        out = to_host(od, numpy_dtype(problem.dtype), stream=stream)
         stream.synchronize()
         t4 = time.perf_counter()
         ref = pending.result()
@@ -336,7 +339,7 @@ def recheck_outputs(problem: Problem, seed: int, outputs, precision, stream) -> 
     the first failure's reason, or "" when all are right."""
     q, k, v, ref = cached_reference(problem, seed)
     for idx, od in outputs:
-        od_host = to_host(od, q.dtype, stream=stream)
+        od_host = to_host(od, numpy_dtype(problem.dtype), stream=stream)
         stream.synchronize()
         c = check(od_host.reshape(problem.out_shape()), ref, dtype=problem.dtype, precision=precision)
         if not c.ok:

@@ -175,6 +175,9 @@ def measurements(files=None, cache: str | None = None, skipped: dict | None = No
             skip(f"a {layout if layout != 'contiguous' else 'paged or varlen'} layout: attention() reads contiguous "
                  f"arrays (decode_paged and attention_varlen choose their own phases)")
             continue
+        if shape.get("input_dtype"):
+            skip(f"{shape['input_dtype']} inputs: attention() reads float inputs (attention_fp8 names its phase)")
+            continue
         requested = _config(ph, r.get("requested_params"))
         if requested is None or any(k not in ph.params for k in renamed(r.get("params"))):
             skip(f"{ph.name}: a parameter the phase no longer has")

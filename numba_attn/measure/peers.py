@@ -328,13 +328,17 @@ TORCH_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat1
 
 def torch_inputs(torch, problem: Problem, cfg, dtype: str):
     """``(q, k, v, ref)``: the problem's inputs for the run's first seed as CUDA tensors in ``dtype`` and the
-    float64 reference on the inputs the peer sees (recomputed when ``dtype`` rounds them otherwise)."""
+    float64 reference on the inputs the peer sees (recomputed when ``dtype`` rounds them otherwise). e4m3 inputs
+    (spec/fp8_inputs.py): their decoded values, in ``dtype``."""
     import numpy as np
 
     tdt = getattr(torch, TORCH_DTYPES[dtype])
     q, k, v, ref = cached_reference(problem, cfg.seeds[0])
+    e4m3 = getattr(problem, "e4m3_inputs", False)
+    if e4m3:  # e4m3 codes (spec/fp8_inputs.py): the peer runs on the values they stand for, rounded to its dtype
+        q, k, v = problem.decoded(q, k, v)
     tq, tk, tv = (torch.from_numpy(np.asarray(a, dtype=np.float32)).to("cuda", tdt) for a in (q, k, v))
-    if dtype != problem.dtype:  # the reference must see the inputs the peer sees
+    if dtype != problem.dtype or e4m3:  # the reference must see the inputs the peer sees
         rounded = [t.float().cpu().numpy() for t in (tq, tk, tv)]
         ref = None
         if problem.flops() > TORCH_REFERENCE_FLOPS:

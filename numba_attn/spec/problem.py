@@ -144,11 +144,16 @@ class Problem:
     @classmethod
     def from_dict(cls, d: dict) -> "Problem":
         """The problem of ``to_dict`` (a :class:`PagedProblem` when ``d`` has a page size, a
-        :class:`VarlenProblem` when it is marked ``varlen``)."""
+        :class:`VarlenProblem` when it is marked ``varlen``, an ``Fp8InputProblem`` (spec/fp8_inputs.py) when it
+        has an ``input_dtype``)."""
         if cls is Problem and d.get("page_size"):
             cls = PagedProblem
         elif cls is Problem and d.get("varlen"):
             cls = VarlenProblem
+        elif cls is Problem and d.get("input_dtype"):
+            from numba_attn.spec.fp8_inputs import Fp8InputProblem  # (it imports this module)
+
+            cls = Fp8InputProblem
         fields = {f.name for f in dataclasses.fields(cls)} - {"variant"}  # a variant's name is not its functions
         return cls(**{k: v for k, v in d.items() if k in fields})
 

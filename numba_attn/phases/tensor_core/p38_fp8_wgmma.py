@@ -276,10 +276,13 @@ def quantized_launch(problem, kern, qz, kv, Br, nthreads, nbytes):
 class GivenCodes:
     """Q, K and V given as e4m3 codes with their scales (:mod:`numba_attn.spec.fp8_inputs`): nothing is
     quantized; V's codes are rearranged into ``vt8`` (:class:`Quantized`'s layout, :func:`.quantize.make_codes_vt`),
-    the kernel reads the caller's Q and K codes. e4m3fn has no infinity: ``kflag`` 0, ``kmul`` 1."""
+    the kernel reads the caller's Q and K codes. e4m3fn has no infinity: ``kflag`` 0, ``kmul`` 1. ``descale``: the
+    problem's own scales (``problem.scales()``, flattened per head), used when a call gives none (the runner's)."""
 
     def __init__(self, problem, Bc):
         BHkv, D = problem.batch * problem.kv_heads, problem.head_dim
+        self.descale = tuple(cuda.to_device(np.ascontiguousarray(s, np.float32).reshape(-1))
+                             for s in problem.scales())
         self.Bc = Bc
         self.NkP = NkP = (problem.kv_len + Bc - 1) // Bc * Bc
         self.vt8 = cuda.to_device(np.zeros((BHkv, D, NkP // 4), np.uint32))
@@ -288,14 +291,15 @@ class GivenCodes:
         self.transpose = make_codes_vt(D)
         self.grid = ((NkP + VTK - 1) // VTK, BHkv)
         self.kernels = [self.transpose]
-        self.nbytes = self.vt8.nbytes + self.kmul.nbytes
+        self.nbytes = self.vt8.nbytes + self.kmul.nbytes + sum(d.nbytes for d in self.descale)
 
 
 def codes_launch(problem, kern, gc, k_map, vmap, Br, nthreads, nbytes):
-    """The :class:`Launch` of an FP8 phase on e4m3 inputs: ``run(q, k, v, o, stream=0, mods=None, descale=...)``
+    """The :class:`Launch` of an FP8 phase on e4m3 inputs: ``run(q, k, v, o, stream=0, mods=None, descale=None)``
     with q, k, v the codes ((B·H, N, D) bytes) and ``descale`` = (q's, k's, v's per-head float32 scales, (B·H,),
-    (B·Hkv,), (B·Hkv,) device arrays): V's codes rearranged (``gc``: :class:`GivenCodes`), then ``kern`` on the
-    caller's Q codes and the K tensor map ``k_map(k's uint32 view)`` (cached by address)."""
+    (B·Hkv,), (B·Hkv,) device arrays; None: the problem's, ``gc.descale``): V's codes rearranged (``gc``:
+    :class:`GivenCodes`), then ``kern`` on the caller's Q codes and the K tensor map ``k_map(k's uint32 view)``
+    (cached by address)."""
     H, Nq, Nk = problem.heads, problem.q_len, problem.kv_len
     variant = getattr(problem, "variant", None)
     sl2 = float32(problem.sm_scale * LOG2E)
@@ -303,8 +307,7 @@ def codes_launch(problem, kern, gc, k_map, vmap, Br, nthreads, nbytes):
     kernel_mods = KernelMods(problem, Br, gc.Bc)
 
     def run(q, k, v, o, stream=0, mods=None, descale=None):
-        if descale is None:
-            raise ValueError("e4m3 inputs: run(..., descale=(q_scale, k_scale, v_scale)), one float32 a head")
+        descale = gc.descale if descale is None else descale
         qw, kw, vw = (view_as(a, np.uint32) for a in (q, k, v))
         gc.transpose[gc.grid, QTH, stream](vw, gc.vt8)
         go(stream, qw, k_map(kw), vmap, view_as(o, np.uint32), *descale, gc.kflag, gc.kmul, sl2, H, Nq, Nk,
