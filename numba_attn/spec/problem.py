@@ -144,15 +144,13 @@ class Problem:
     @classmethod
     def from_dict(cls, d: dict) -> "Problem":
         """The problem of ``to_dict`` (a :class:`PagedProblem` when ``d`` has a page size, a
-        :class:`VarlenProblem` when it is marked ``varlen``, an ``Fp8InputProblem`` (spec/fp8_inputs.py) when it
-        has an ``input_dtype``)."""
+        :class:`VarlenProblem` when it is marked ``varlen``, an :class:`Fp8InputProblem` when it has an
+        ``input_dtype``)."""
         if cls is Problem and d.get("page_size"):
             cls = PagedProblem
         elif cls is Problem and d.get("varlen"):
             cls = VarlenProblem
         elif cls is Problem and d.get("input_dtype"):
-            from numba_attn.spec.fp8_inputs import Fp8InputProblem  # (it imports this module)
-
             cls = Fp8InputProblem
         fields = {f.name for f in dataclasses.fields(cls)} - {"variant"}  # a variant's name is not its functions
         return cls(**{k: v for k, v in d.items() if k in fields})
@@ -336,6 +334,68 @@ class PagedProblem(Problem):
         if self.ragged:
             s += " ragged"
         return s
+
+
+# -- inputs given as e4m3 codes (spec/fp8_inputs.py: what they are, their reference; attention_fp8) --------------
+
+E4M3_MAX = 448.0  # the largest e4m3fn value
+TYPICAL_MAX = 4.5  # about the largest |x| of a head's standard-normal values: the scale maps it near 448
+
+
+@dataclass(frozen=True)
+class Fp8InputProblem(Problem):
+    """A :class:`Problem` whose q, k, v are e4m3 codes with one scale a (batch, head); ``dtype`` is the output's.
+    ``input_dtype`` marks it in a row's problem (``Problem.from_dict`` gives this class back)."""
+
+    input_dtype: str = "float8_e4m3"
+
+    def __post_init__(self):
+        super().__post_init__()
+        from numba_attn.spec.errors import AttentionInputError
+
+        if self.dtype not in ("float16", "bfloat16"):
+            raise AttentionInputError(f"out_dtype must be float16 or bfloat16 for e4m3 inputs, got {self.dtype}")
+        if self.input_dtype != "float8_e4m3":
+            raise AttentionInputError(f"input_dtype must be float8_e4m3, got {self.input_dtype!r}")
+
+    e4m3_inputs = True  # (a class attribute, not a field: what the phases' supports() read)
+
+    @property
+    def label(self) -> str:
+        return super().label + " e4m3-in"
+
+    def min_bytes(self) -> int:
+        """Q, K, V read once as one-byte codes, O written once in ``dtype``."""
+        q = self.batch * self.heads * self.q_len * self.head_dim
+        kv = 2 * self.batch * self.kv_heads * self.kv_len * self.head_dim
+        return q + kv + q * self.itemsize
+
+    def scales(self):
+        """(q_scale (batch, heads), k_scale, v_scale (batch, kv_heads)) float32, from ``seed``: a head of magnitude
+        g (e^u, u uniform in [-1, 1]) has scale g·4.5/448."""
+        rng = np.random.default_rng([self.seed, 0xE4])
+        return tuple((np.exp(rng.uniform(-1.0, 1.0, (self.batch, n))) * (TYPICAL_MAX / E4M3_MAX)).astype(np.float32)
+                     for n in (self.heads, self.kv_heads, self.kv_heads))
+
+    def inputs(self, seed: int | None = None):
+        """Seeded q, k, v codes (ml_dtypes float8_e4m3fn): standard normal values times 448/4.5, saturated at ±448,
+        rounded to e4m3 (so ``code · scale`` is a head of magnitude g)."""
+        import ml_dtypes
+
+        rng = np.random.default_rng(self.seed if seed is None else seed)
+        shapes = [(self.batch, self.heads, self.q_len, self.head_dim)] + \
+            [(self.batch, self.kv_heads, self.kv_len, self.head_dim)] * 2
+        return tuple(np.clip(normal(rng, s, np.float32) * np.float32(E4M3_MAX / TYPICAL_MAX), -E4M3_MAX, E4M3_MAX)
+                     .astype(ml_dtypes.float8_e4m3fn) for s in shapes)
+
+    def decoded(self, q, k, v):
+        """The float64 values of the codes q, k, v under this problem's scales."""
+        return tuple(decode_e4m3(a, s) for a, s in zip((q, k, v), self.scales()))
+
+
+def decode_e4m3(codes, scale) -> np.ndarray:
+    """float64 values ``code · scale`` of e4m3fn ``codes`` (batch, heads, n, d) and ``scale`` (batch, heads)."""
+    return np.asarray(codes).astype(np.float64) * np.asarray(scale, np.float64)[:, :, None, None]
 
 
 SHORT_KV = {"float8_e4m3": "fp8", "int8": "int8"}
