@@ -103,15 +103,14 @@ def test_no_graph_without_gradients():
     assert out.grad_fn is None and not out.requires_grad
 
 
-def test_block_masks_and_underived_score_mods_are_refused_for_gradients_and_variants_run_forward_without(
-        monkeypatch):
+def test_underived_score_mods_are_refused_for_gradients_and_variants_run_forward_without(monkeypatch):
     from numba_attn import variants
 
     q, k, v, _ = inputs(1, 2, 1, 5, 7, 16, torch.float32, seed=5)
     window = variants.sliding_window(2)
     bm = variants.host_block_mask(window, None, None, 5, 7, Br=16, Bc=16)
-    with pytest.raises(AttentionInputError, match=r"\(block_mask\).*no block_mask"):
-        na_op.differentiable_attention(q, k, v, mask_mod=window, block_mask=bm)
+    with pytest.raises(AttentionInputError, match="block_mask given without a mask_mod"):
+        na_op.differentiable_attention(q, k, v, score_mod=variants.softcap(2.0), block_mask=bm)
     with pytest.raises(AttentionInputError, match="score_mod without its derivative"):
         na_op.differentiable_attention(q, k, v, score_mod=lambda s, b, h, qi, ki: s * 2.0)
     seen = []
@@ -142,6 +141,31 @@ def test_mask_and_score_variants_are_differentiable():
         want = grad_reference(*(t.detach().double().numpy() for t in (q, k, v, do)), causal=True,
                               variant=make_variant(*host))
         assert_grads((q.grad, k.grad, v.grad), want, torch.float32)
+
+
+def test_a_block_mask_with_gradients():
+    """A window's block mask (made from the mask function at the forward's tiles; several key tiles empty): the
+    forward skips its empty tiles, the backward the empty ones of its own tiles from the mask function; the
+    gradients are the float64 reference's with the window, and the same as without the block mask."""
+    from numba_attn import variants
+    from numba_attn.variants.mods import make_variant
+
+    q, k, v, do = inputs(1, 2, 1, 40, 70, 16, torch.float32, seed=9)
+    window = variants.sliding_window(6)
+    bm = variants.host_block_mask(window, None, None, 40, 70, Br=PHASE[1]["Br"], Bc=PHASE[1]["Bc"], causal=True)
+    got = []
+    for block_mask in (bm, None):
+        for t in (q, k, v):
+            t.grad = None
+        out = na_op.differentiable_attention(q, k, v, causal=True, mask_mod=window, block_mask=block_mask,
+                                             phase=PHASE[0], **PHASE[1])
+        out.backward(do)
+        got.append((q.grad.clone(), k.grad.clone(), v.grad.clone()))
+    want = grad_reference(*(t.detach().double().numpy() for t in (q, k, v, do)), causal=True,
+                          variant=make_variant(window, None))
+    assert_grads(got[0], want, torch.float32)
+    for a, b in zip(*got):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 def test_bfloat16_gradients_are_refused_with_the_reason(monkeypatch):

@@ -20,7 +20,7 @@ q (B, H, Nq, D) and k, v (B, Hkv, Nk, D) are tensors of one dtype: CUDA tensors 
 current stream without copies, CPU tensors in the simulator (or copied to the GPU and back). Grouped-query
 attention: dk, dv have k's shape (summed over the query heads of a KV head). Fake implementations let
 ``torch.compile(fullgraph=True)`` trace forward and backward (opaque calls, run eagerly). Mask and score
-functions and sinks are differentiable (:class:`VariantAttention`, eager); a block_mask is forward only.
+functions, their block masks and sinks are differentiable (:class:`VariantAttention`, eager).
 """
 # no ``from __future__ import annotations``: custom_op reads the schema from these annotations
 import ast
@@ -120,12 +120,14 @@ attention.register_autograd(_attention_grad, setup_context=_attention_setup)
 
 
 class VariantAttention(torch.autograd.Function):
-    """Attention with a variant, ``functions`` = (mask_mod, score_mod, score_mod_grad, aux): forward
-    ``attention(..., return_lse=True)``, backward ``attention_backward`` from the saved q, k, v, out, lse."""
+    """Attention with a variant, ``functions`` = (mask_mod, score_mod, score_mod_grad, aux, block_mask): forward
+    ``attention(..., return_lse=True)`` (the block mask skipping the tiles it leaves empty), backward
+    ``attention_backward`` from the saved q, k, v, out, lse (its phase's own block mask of the mask function, at its
+    own tiles: the one given was made from the same mask_mod, at the forward's)."""
 
     @staticmethod
     def forward(ctx, q, k, v, sinks, functions, causal, scale, phase, backward_phase, allow_tf32, params):
-        mask_mod, score_mod, score_mod_grad, aux = functions
+        mask_mod, score_mod, score_mod_grad, aux, block_mask = functions
         from numba_attn.api_checks import variant_arg
         from numba_attn.backward import with_derivative
         from numba_attn.phases.backward.common import SCORE_MOD_REFUSED
@@ -134,7 +136,8 @@ class VariantAttention(torch.autograd.Function):
         if variant is not None and variant.score is not None and variant.score.derivative is None:
             raise AttentionInputError(f"gradients of {variant.name}: {SCORE_MOD_REFUSED}")  # before the forward
         out, lse = _attention(q, k, v, causal=causal, scale=scale, phase=phase, allow_tf32=allow_tf32,
-                              mask_mod=mask_mod, score_mod=score_mod, aux=aux, return_lse=True, sinks=sinks, **params)
+                              mask_mod=mask_mod, score_mod=score_mod, aux=aux, return_lse=True, sinks=sinks,
+                              **({} if block_mask is None else {"block_mask": block_mask}), **params)
         ctx.save_for_backward(q, k, v, out, lse, sinks)
         ctx.args = (functions, causal, scale, backward_phase)
         return out
@@ -142,7 +145,7 @@ class VariantAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, out, lse, sinks = ctx.saved_tensors
-        (mask_mod, score_mod, score_mod_grad, aux), causal, scale, backward_phase = ctx.args
+        (mask_mod, score_mod, score_mod_grad, aux, _block_mask), causal, scale, backward_phase = ctx.args
         grads = _attention_backward(q, k, v, out, lse, grad_out.contiguous(), causal=causal, scale=scale,
                                     phase=backward_phase, mask_mod=mask_mod, score_mod=score_mod,
                                     score_mod_grad=score_mod_grad, aux=aux, sinks=sinks)
@@ -182,7 +185,8 @@ def differentiable_attention(q, k, v, *, causal=False, scale=None, phase=None, b
     A variant (``mask_mod``, ``score_mod`` with its derivative, their ``aux``) is differentiable through
     :class:`VariantAttention` (the functions applied in the backward too; eager autograd, functions are no
     operator arguments; ``score_mod_grad``: a user score function's derivative, the built-ins carry theirs). A
-    block_mask runs forward only: refused when a gradient is needed. ``sinks`` (a tensor (H,)) get their gradient."""
+    ``block_mask`` (made from the mask_mod) skips the tiles it leaves empty in the forward; the backward skips those
+    of its own tiles from the mask_mod. ``sinks`` (a tensor (H,)) get their gradient."""
     variant = {name: params.pop(name) for name in VARIANT_ARGS if params.get(name) is not None}
     for name in VARIANT_ARGS:
         params.pop(name, None)
@@ -191,13 +195,15 @@ def differentiable_attention(q, k, v, *, causal=False, scale=None, phase=None, b
         if not needs_grad(q, k, v):
             return _attention(q, k, v, causal=causal, scale=scale, phase=phase, allow_tf32=allow_tf32, **variant,
                               **params)
-        forward_only = sorted(set(variant) & {"block_mask"})
-        if forward_only or not set(variant) & {"mask_mod", "score_mod", "sinks"}:
+        if variant.get("block_mask") is not None and variant.get("mask_mod") is None:
+            raise AttentionInputError("block_mask given without a mask_mod it was made from")
+        if not set(variant) & {"mask_mod", "score_mod", "sinks"}:
             raise AttentionInputError(
-                f"gradients of attention variants ({', '.join(forward_only or sorted(variant))}) are not computed "
-                f"yet: the backward family takes mask_mod and score_mod (with its derivative), their aux and "
-                f"sinks, no block_mask; run the variant under torch.no_grad()")
-        functions = (variant.get("mask_mod"), variant.get("score_mod"), score_mod_grad, variant.get("aux"))
+                f"gradients of attention variants ({', '.join(sorted(variant))}) are not computed: the backward "
+                f"family takes mask_mod (and its block_mask) and score_mod (with its derivative), their aux and "
+                f"sinks; run the variant under torch.no_grad()")
+        functions = (variant.get("mask_mod"), variant.get("score_mod"), score_mod_grad, variant.get("aux"),
+                     variant.get("block_mask"))
         sinks = variant.get("sinks")
         if sinks is not None and not isinstance(sinks, torch.Tensor):
             sinks = torch.as_tensor(sinks, dtype=torch.float32)
