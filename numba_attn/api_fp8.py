@@ -90,8 +90,7 @@ def attention_fp8(q, k, v, q_descale, k_descale, v_descale, *, causal=False, sca
         od = cuda.as_cuda_array(out.view(torch.int16) if out_dtype == "bfloat16" else out).reshape(B * H, Nq, D)
     else:
         od = cuda.device_array((B * H, Nq, D), dtype=np.float16 if out_dtype == "float16" else np.uint16)
-    launch.run(qd, kd, vd, od, stream, None, descale=tuple(d if not isinstance(d, np.ndarray) else
-                                                           cuda.to_device(d, stream=stream) for d in descale))
+    launch.run(qd, kd, vd, od, stream, None, descale=tuple(_on_device(d) for d in descale))
     return out if out is not None else _output(kind, od.reshape(B, H, Nq, D), out_dtype)
 
 
@@ -143,6 +142,25 @@ def _descale(name, s, B, H, Hkv, per_query_head=False):
         bad = tuple(int(i) for i in np.argwhere(~(np.isfinite(a) & (a > 0)))[0])
         raise AttentionInputError(f"{name}{list(bad)} = {a[bad]}: every scale must be finite and > 0")
     return np.ascontiguousarray(a.reshape(-1), dtype=np.float32)
+
+
+_SCALES: OrderedDict = OrderedDict()  # host scales' bytes -> their device copy, the 64 most recent
+
+
+def _on_device(d):
+    """A host descale (float32 NumPy) on the device, copied once per distinct value (a layer's scales are fixed:
+    a repeated call copies nothing and does not synchronize); a device array as it is."""
+    if not isinstance(d, np.ndarray):
+        return d
+    key = d.tobytes()
+    hit = _SCALES.get(key)
+    if hit is None:
+        hit = _SCALES[key] = cuda.to_device(d)
+        while len(_SCALES) > 64:
+            _SCALES.popitem(last=False)
+    else:
+        _SCALES.move_to_end(key)
+    return hit
 
 
 def _output(kind, od, out_dtype):
