@@ -138,9 +138,10 @@ def _variant_reference(q, k, v, causal, scale, return_lse, variant):
 def _pv(p, vh, masked):
     """P V where a masked key contributes nothing, even a NaN/Inf value row.
 
-    A kernel never reads a masked key's V, but ``p @ v`` would multiply its
-    zero weight by a NaN there (0 · NaN = NaN). Unmasked keys are multiplied
-    as a kernel does, so a NaN/Inf value a query sees still propagates.
+    ``p @ v`` would multiply a masked key's zero weight by a NaN there (0 · NaN = NaN). Unmasked keys are
+    multiplied as a kernel does, so a NaN/Inf value a query sees still propagates. (Kernels that multiply a
+    masked key's zero weight inside a tile do put that NaN in the row: the check then fails, never passes;
+    docs/input-checks.md lists them.)
     """
     bad = ~np.isfinite(vh)
     if masked is None or not bad.any():
