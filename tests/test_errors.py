@@ -124,6 +124,25 @@ def test_nonfinite_policy():
     assert np.array_equal(np.isnan(out), np.isnan(ref)) and np.isnan(out[0, 1, 2]).all()
 
 
+@pytest.mark.parametrize("phase,leaks", [("smem_kv", False), ("tc_mma", True)])
+def test_a_nan_at_a_hidden_key_of_a_shared_tile(phase, leaks):
+    """A NaN in V at causal key 20 of 40 (docs/input-checks.md): smem_kv skips a masked key's product, so rows 0-19
+    stay finite and right; tc_mma multiplies the key's zero weight in its tile, so some of those rows are NaN, and
+    the check fails them (the reference leaves the key out: a NaN it does not have never passes)."""
+    from numba_attn import get_phase
+
+    p = Problem(batch=1, heads=1, q_len=40, kv_len=40, head_dim=16, dtype="float16", causal=True)
+    q, k, v = p.inputs()
+    v = v.copy()
+    v[0, 0, 20, 3] = np.nan
+    with np.errstate(all="ignore"):
+        out = attention(q, k, v, causal=True, phase=phase, **get_phase(phase).sim_params)
+    ref = reference(q, k, v, causal=True)
+    assert np.isnan(ref[0, 0, 20:, 3]).all() and np.isfinite(ref[0, 0, :20]).all()
+    assert np.isnan(np.asarray(out, np.float64)[0, 0, :20]).any() == leaks
+    assert check(out, ref, dtype="float16").ok != leaks
+
+
 def test_launch_goes_through_a_phase_that_validates_nothing_itself():
     """The checks live in attention(), so a phase without its own checks is safe."""
     calls = []
