@@ -10,8 +10,10 @@ from numba_attn.spec.errors import AttentionInputError, check_arrays
 from numba_attn.spec.problem import Problem
 
 
-def problem_from_arrays(q, k, v, *, causal=False, scale=None) -> Problem:
-    check_arrays(q, k, v)
+def problem_from_arrays(q, k, v, *, causal=False, scale=None, checked: bool = False) -> Problem:
+    """The Problem of q, k, v (``checked``: :func:`check_arrays` has already passed them)."""
+    if not checked:
+        check_arrays(q, k, v)
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     return Problem(batch=B, heads=H, q_len=Nq, kv_len=Nk, head_dim=D, causal=bool(causal),

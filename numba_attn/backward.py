@@ -203,7 +203,7 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=N
     if B * H * Nq == 0:  # nothing to compute: zero gradients
         zeros = tuple(_zeros(kind, q, tuple(a.shape)) for a in (q, k, v))
         return zeros if sink is None else zeros + (np.zeros(H, np.float32),)
-    problem = problem_from_arrays(cq, ck, cv, causal=causal, scale=scale)
+    problem = problem_from_arrays(cq, ck, cv, causal=causal, scale=scale, checked=True)
     variant = with_derivative(variant_arg(mask_mod, score_mod, aux), score_mod_grad)
     if variant is not None:
         probe_variant(variant, B, H, Nq, Nk)

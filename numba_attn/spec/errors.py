@@ -122,15 +122,13 @@ def check_arrays(q, k, v) -> None:
         if len(a.shape) != 4:
             raise AttentionInputError(
                 f"{name} must be a 4-D array (batch, heads, length, head_dim); got {_describe(a)}")
-    for name, a in (("q", q), ("k", k), ("v", v)):
-        dt = np.dtype(a.dtype).name
+    names = [np.dtype(a.dtype).name for a in (q, k, v)]  # (once each: a dtype's name is not free)
+    for name, dt in zip("qkv", names):
         if dt not in SUPPORTED_DTYPES:
             hint = " (convert with .astype(np.float32))" if dt in ("float64", "int32", "int64") else ""
             raise AttentionInputError(f"{name} has dtype {dt}; supported dtypes: {', '.join(SUPPORTED_DTYPES)}{hint}")
-    dts = {np.dtype(a.dtype).name for a in (q, k, v)}
-    if len(dts) != 1:
-        raise AttentionInputError(f"q, k and v must share one dtype; got q {np.dtype(q.dtype).name}, "
-                                  f"k {np.dtype(k.dtype).name}, v {np.dtype(v.dtype).name}")
+    if len(set(names)) != 1:
+        raise AttentionInputError(f"q, k and v must share one dtype; got q {names[0]}, k {names[1]}, v {names[2]}")
     B, H, Nq, D = q.shape
     Bk, Hkv, Nk, Dk = k.shape
     if tuple(v.shape) != tuple(k.shape):
