@@ -15,8 +15,8 @@ import numpy as np
 from numba_attn.gpu import backend  # noqa: F401  (first: chooses CUDA or the simulator before numba is imported)
 
 from numba import cuda  # noqa: E402
-from numba_attn.array_kinds import (DEVICE, NUMPY, TORCH, TORCH_CPU, as_device_array, dtype_name,  # noqa: E402
-                                    host_array, kind_of, numpy_as_tensor, stream_of)
+from numba_attn.array_kinds import (DEVICE, NUMPY, TORCH, TORCH_CPU, as_device_array, contiguous,  # noqa: E402
+                                    dtype_name, host_array, kind_of, numpy_as_tensor, stream_of)
 from numba_attn.phases.registry import get_phase  # noqa: E402
 from numba_attn.spec.errors import AttentionInputError, check_bool  # noqa: E402
 from numba_attn.spec.fp8_inputs import Fp8InputProblem  # noqa: E402
@@ -58,6 +58,12 @@ def attention_fp8(q, k, v, q_descale, k_descale, v_descale, *, causal=False, sca
         if dt not in ("float8_e4m3", "uint8") or (dt == "uint8" and kind != DEVICE):
             raise AttentionInputError(f"{name} has dtype {dt}; attention_fp8 takes float8_e4m3fn codes (uint8 bytes "
                                       f"for numba device arrays); attention() takes float16/bfloat16")
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        if kind == TORCH and not a.is_contiguous():
+            raise AttentionInputError(f"{name} is a non-contiguous tensor (strides {tuple(a.stride())}); pass "
+                                      f"{name}.contiguous() (tensors are not copied implicitly)")
+        if kind == DEVICE:
+            contiguous(name, a)  # refuses a non-contiguous device array
     if out_dtype not in ("float16", "bfloat16", "fp16", "bf16"):
         raise AttentionInputError(f"out_dtype must be 'bfloat16' or 'float16', got {out_dtype!r}")
     out_dtype = {"fp16": "float16", "bf16": "bfloat16"}.get(out_dtype, out_dtype)

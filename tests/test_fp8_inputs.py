@@ -131,6 +131,10 @@ def test_bad_inputs_are_refused_naming_the_argument():
         with pytest.raises(AttentionInputError, match=None) as e:
             na.attention_fp8(*args, **{"phase": phase, **_sim(phase), **kw})
         assert words in str(e.value), (words, str(e.value))
+    strided = cuda.to_device(np.ascontiguousarray(np.swapaxes(q.view(np.uint8), 1, 2)))  # (B, N, H, D) bytes
+    with pytest.raises(AttentionInputError, match="q is a non-contiguous device array"):
+        na.attention_fp8(strided.transpose((0, 2, 1, 3)), *(cuda.to_device(np.ascontiguousarray(a).view(np.uint8)) for a in (k, v)), sq, sk, sv,
+                         causal=True, phase=phase, **_sim(phase))
     big = Fp8InputProblem(batch=1, heads=2, kv_heads=1, q_len=130, kv_len=100, head_dim=32, dtype="bfloat16")
     with pytest.raises(AttentionInputError, match="causal"):
         na.attention_fp8(*big.inputs(), 1.0, 1.0, 1.0, causal=True)  # q_len > kv_len: rows without keys
