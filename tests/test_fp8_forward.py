@@ -22,6 +22,7 @@ import pytest
 from numba import cuda, float32, uint32
 
 from numba_attn import Problem, get_phase
+from numba_attn.gpu import device_functions as DF
 from numba_attn.gpu import intrinsics as I
 from numba_attn.gpu import wgmma as WG
 from numba_attn.gpu.backend import IS_SIMULATOR
@@ -409,12 +410,36 @@ def test_supports_refuses_with_reasons():
         assert reason and words in reason, (bad.label, params, reason)
 
 
+# -- the exponential on the FMA pipe (fp8_exp_fma) -----------------------------------------------------
+
+@kernel
+def _exp2_fma_kernel(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = DF.exp2_fma(x[i])
+
+
+def test_exp2_fma_within_its_error_bound_and_its_edges():
+    """exp2_fma (a cubic on [0, 1), the exponent from its bits) within 1.1e-4 of 2^x over the softmax's range, exact at
+    the integers, 0 at and below -127 and at -inf, NaN kept; on a GPU through its PTX (fastmath)."""
+    x = np.concatenate([np.linspace(-40.0, 8.0, 4001), [-126.0, -3.0, 0.0, 1.0, 8.0],
+                        [-127.0, -200.0, -np.inf, np.nan]]).astype(np.float32)
+    out = cuda.to_device(np.zeros_like(x))
+    _exp2_fma_kernel[(x.size + 127) // 128, 128](cuda.to_device(x), out)
+    got = out.copy_to_host()
+    want = np.exp2(x[:-4].astype(np.float64))
+    assert np.max(np.abs(got[:-4] / want - 1)) < 1.1e-4
+    assert np.array_equal(got[4001:4006], np.float32([2.0 ** -126, 0.125, 1.0, 2.0, 256.0]))
+    assert np.array_equal(got[-4:-1], np.zeros(3, np.float32)) and np.isnan(got[-1])
+
+
 # -- fp8_ws: the same tile on the warp-specialized TMA ring ---------------------------------------
 
 WS = get_phase("fp8_ws")
 PP = get_phase("fp8_pingpong")
 OV = get_phase("fp8_overlap")
 BL = get_phase("fp8_block")
+EF = get_phase("fp8_exp_fma")
 WS_CASES = {  # the simulator's parameters: one consumer warpgroup, 64-key tiles, two stages
     "D64-130x200-fp16-gqa": Problem(batch=1, heads=2, kv_heads=1, q_len=130, kv_len=200, head_dim=64,
                                     dtype="float16"),
@@ -424,7 +449,7 @@ WS_CASES = {  # the simulator's parameters: one consumer warpgroup, 64-key tiles
 
 
 @pytest.mark.parametrize("name", list(WS_CASES))
-@pytest.mark.parametrize("phase", [WS, PP, OV], ids=["fp8_ws", "fp8_pingpong", "fp8_overlap"])
+@pytest.mark.parametrize("phase", [WS, PP, OV, EF], ids=["fp8_ws", "fp8_pingpong", "fp8_overlap", "fp8_exp_fma"])
 def test_warp_specialized_fp8_matches_float64(phase, name):
     """fp8_ws, fp8_pingpong (its consumers taking turns) and fp8_overlap (each softmax under its own P·V): several
     query blocks and key tiles, a partial last tile, GQA, causal with q_len != kv_len (consumer 0 skips the last
@@ -464,10 +489,12 @@ WS_GPU_CASES = {**GPU_CASES,  # and K rows of 32 bytes (the 32-byte swizzle; D16
                                           (WS, {"Bc": 192, "warpgroups": 2}),
                                           (WS, {"Bc": 256, "stages": 2, "warpgroups": 2}), (PP, None),
                                           (PP, {"Bc": 64, "stages": 2}), (OV, None),
-                                          (OV, {"Bc": 128, "warpgroups": 2}), (BL, None)],
+                                          (OV, {"Bc": 128, "warpgroups": 2}), (BL, None), (EF, None),
+                                          (EF, {"fma_share": 2})],
                          ids=["fp8_ws-default", "fp8_ws-bc64-s4", "fp8_ws-bc192", "fp8_ws-bc256-s2",
                               "fp8_pingpong-default", "fp8_pingpong-bc64-s2", "fp8_overlap-default",
-                              "fp8_overlap-bc128-wg2", "fp8_block-default"])
+                              "fp8_overlap-bc128-wg2", "fp8_block-default", "fp8_exp_fma-default",
+                              "fp8_exp_fma-half"])
 def test_warp_specialized_fp8_matches_float64_gpu(phase, params, name):
     """On a GPU, where the products are asynchronous (a missing wait or, in fp8_pingpong, a turn out of order shows
     here): the defaults (128-key tiles; three consumers up to D64 in fp8_ws), 64-key tiles and the wide tiles

@@ -14,6 +14,8 @@
 ``sub_f16x2``              ``sub.rn.f16x2`` (both halves)
 ``byte_perm``              ``prmt.b32`` (CUDA's ``__byte_perm``: four bytes picked from two words)
 ``u32_as_f32``             ``mov.b32`` (a 32-bit pattern read as float32)
+``f32_as_u32``             ``mov.b32`` (a float32's 32-bit pattern)
+``add_rm_f32``             ``add.rm.f32`` (a + b rounded toward -inf: with 1.5·2^23 added, floor(a) in the low bits)
 ``mad_u32``                ``a·b + c`` in 32-bit unsigned arithmetic (numba widens integer arithmetic to 64 bits)
 ``add_u32``                ``a + b`` in 32-bit unsigned arithmetic
 =========================  ==============================================
@@ -48,6 +50,17 @@ if IS_SIMULATOR:
     def u32_as_f32(x):
         """A 32-bit pattern read as float32."""
         return np.array([checked_u32(x)], np.uint32).view(np.float32)[0]
+
+    def f32_as_u32(x):
+        """A float32's 32-bit pattern (the value rounded to float32 first, as a register holds it)."""
+        return np.array([x], np.float32).view(np.uint32)[0]
+
+    def add_rm_f32(a, b):
+        """a + b of two float32, rounded toward -inf (``add.rm.f32``): the exact sum (float64: exact for the
+        operands this takes) rounded down."""
+        exact = float(np.float32(a)) + float(np.float32(b))
+        r = np.float32(exact)
+        return np.nextafter(r, np.float32(-np.inf)) if float(r) > exact else r
 
     def pack_f16x2(lo, hi):
         """Two float32 → one register: f16(lo) in the low half, f16(hi) in the high half."""
@@ -154,6 +167,17 @@ else:  # -------------------------------------------------------------- GPU
         "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.f32.f16 $0, lo; cvt.f32.f16 $1, hi; }", "f", types.float32)
 
     @intrinsic
+    def f32_as_u32(typingctx, x):
+        if not isinstance(x, types.Float):
+            return None
+        sig = types.uint32(x)
+
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(context.cast(builder, args[0], sig.args[0], types.float32), I32)
+
+        return sig, codegen
+
+    @intrinsic
     def u32_as_f32(typingctx, x):
         if not isinstance(x, types.Integer):
             return None
@@ -229,6 +253,15 @@ else:  # -------------------------------------------------------------- GPU
         def codegen(context, builder, sig, args):
             x, y = [context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args)]
             return builder.add(x, y)
+
+        return sig, codegen
+
+    @intrinsic
+    def add_rm_f32(typingctx, a, b):
+        sig = types.float32(types.float32, types.float32)
+
+        def codegen(context, builder, sig, args):
+            return asm_call(builder, F32, [F32, F32], "add.rm.f32 $0, $1, $2;", "=f,f,f", list(args))
 
         return sig, codegen
 

@@ -17,8 +17,9 @@ import math
 import numpy as np
 
 from numba_attn.gpu import backend  # noqa: F401  (chooses CUDA or the simulator before numba is imported)
-from numba import cuda, float32  # noqa: E402
+from numba import cuda, float32, uint32  # noqa: E402
 
+from numba_attn.gpu.convert import add_rm_f32, f32_as_u32, u32_as_f32  # noqa: E402
 from numba_attn.gpu.jit import device  # noqa: E402
 from numba_attn.gpu.warp import quad_max  # noqa: E402
 
@@ -310,13 +311,40 @@ def fragment_tile_max(NT: int):
     return tile_max
 
 
+# 2^f on [0, 1) as 1 + f(c1 + f(c2 + f·c3)): p(0) = 1 and c1 + c2 + c3 = 1 (p(1) = 2, so the steps between
+# powers of two meet), the largest relative error 1.03e-4 (fitted to the maximum on 20001 points)
+EXP2_C1, EXP2_C2, EXP2_C3 = float32(0.6954243), float32(0.22630768), float32(0.07826797)
+FLOOR_MAGIC = float32(12582912.0)  # 1.5·2^23: y + it, rounded down, holds floor(y) in its low mantissa bits
+FLOOR_MAGIC_BITS = 0x4B400000  # its bits (floor(y) = the sum's bits less these, for |y| < 2^22)
+
+
+@device
+def exp2_fma(x):
+    """2^x without the MUFU unit (FlashAttention-4's software exp2), on the FP32 and integer pipes only: y = x
+    clamped at -127; floor(y) = j by one add rounded down (``add.rm.f32`` of 1.5·2^23: no conversion, which would
+    run at the MUFU's rate), f = y − j; 2^f by a cubic (three FMA, relative error 1.03e-4); times 2^j made from j's
+    bits (the sum's bits less the constant's, plus 127, shifted into the exponent). At and below -127 (and -inf)
+    it is 0 (2^-127's bits are 0); NaN stays NaN (tested on its bits: the kernels' fastmath may fold a float
+    comparison with NaN); valid up to 127."""
+    nan = (f32_as_u32(x) & uint32(0x7FFFFFFF)) > uint32(0x7F800000)
+    y = x if x > float32(-127.0) else float32(-127.0)
+    t = add_rm_f32(y, FLOOR_MAGIC)
+    j = t - FLOOR_MAGIC  # floor(y), exact
+    f = y - j
+    p = cuda.fma(cuda.fma(cuda.fma(EXP2_C3, f, EXP2_C2), f, EXP2_C1), f, float32(1.0))
+    e = (f32_as_u32(t) - uint32(FLOOR_MAGIC_BITS - 127)) << uint32(23)  # (j + 127) << 23: 2^j's bits
+    r = p * u32_as_f32(e)
+    return x if nan else r
+
+
 @functools.cache
-def fragment_exp(NT: int, log2_scale: float = 0.0):
+def fragment_exp(NT: int, log2_scale: float = 0.0, fma_share: int = 0):
     """A device function ``(s, base, m_lo, m_hi, sl2) → (rs_lo, rs_hi)``: the ``NT`` n-tiles at ``s[base]``
     overwritten by ``p = exp2(s·sl2 − m·sl2)`` against the rows' reference maxima ``m`` (p = 0 for a row whose
     max is still NEG_BIG, not exp(0)), and this lane's row sums of ``p``. ``log2_scale``: p times
     ``2^log2_scale``, folded into the subtracted maximum (FlashAttention-3's ``max_offset``: P in [0, 256] for
-    e4m3 at 8, at no cost a value)."""
+    e4m3 at 8, at no cost a value). ``fma_share``: of every four n-tiles, that many take :func:`exp2_fma` (the FMA
+    pipe) instead of ``exp2`` (the MUFU unit), so that both pipes share a tile's exponentials (0: none)."""
     OFF = float32(log2_scale)
 
     @device
@@ -342,11 +370,52 @@ def fragment_exp(NT: int, log2_scale: float = 0.0):
             s[i0 + 3] = p3
         return rs_lo, rs_hi
 
+    @device
+    def exp_rows_shared(s, base, m_lo, m_hi, sl2):
+        """(``fma_share`` > 0) The same, n-tiles 4g .. 4g + fma_share − 1 of each four on the FMA pipe: two loops of
+        constant trip counts a group, so that they unroll and ``s`` stays in registers."""
+        ms_lo = m_lo * sl2 if m_lo != NEG_BIG else float32(0.0)
+        ms_hi = m_hi * sl2 if m_hi != NEG_BIG else float32(0.0)
+        if log2_scale != 0.0:
+            ms_lo -= OFF
+            ms_hi -= OFF
+        rs_lo = float32(0.0)
+        rs_hi = float32(0.0)
+        for g in range(NT // 4):
+            for u in range(fma_share):
+                i0 = base + 16 * g + 4 * u
+                p0 = exp2_fma(s[i0] * sl2 - ms_lo)
+                p1 = exp2_fma(s[i0 + 1] * sl2 - ms_lo)
+                p2 = exp2_fma(s[i0 + 2] * sl2 - ms_hi)
+                p3 = exp2_fma(s[i0 + 3] * sl2 - ms_hi)
+                rs_lo += p0 + p1
+                rs_hi += p2 + p3
+                s[i0] = p0
+                s[i0 + 1] = p1
+                s[i0 + 2] = p2
+                s[i0 + 3] = p3
+            for u in range(fma_share, 4):
+                i0 = base + 16 * g + 4 * u
+                p0 = math.exp2(s[i0] * sl2 - ms_lo)
+                p1 = math.exp2(s[i0 + 1] * sl2 - ms_lo)
+                p2 = math.exp2(s[i0 + 2] * sl2 - ms_hi)
+                p3 = math.exp2(s[i0 + 3] * sl2 - ms_hi)
+                rs_lo += p0 + p1
+                rs_hi += p2 + p3
+                s[i0] = p0
+                s[i0 + 1] = p1
+                s[i0 + 2] = p2
+                s[i0 + 3] = p3
+        return rs_lo, rs_hi
+
+    if fma_share:
+        assert NT % 4 == 0, f"fma_share: {NT} n-tiles, not whole groups of four"
+        return exp_rows_shared
     return exp_rows
 
 
 @functools.cache
-def fragment_softmax(NT: int, log2_scale: float = 0.0):
+def fragment_softmax(NT: int, log2_scale: float = 0.0, fma_share: int = 0):
     """A device function ``(s, base, m_lo, m_hi, sl2) → (m_lo', m_hi', corr_lo,
     corr_hi, rs_lo, rs_hi)`` for ``NT`` n-tiles starting at ``s[base]``:
 
@@ -359,10 +428,10 @@ def fragment_softmax(NT: int, log2_scale: float = 0.0):
     A row that has seen no key yet (max still NEG_BIG) gets p = 0, not exp(0).
     NT is a compile-time constant (the factory is cached per NT) so that the
     loops unroll and ``s`` stays in registers. ``log2_scale``: p and its sums times
-    ``2^log2_scale`` (:func:`fragment_exp`).
+    ``2^log2_scale``; ``fma_share``: exponentials on the FMA pipe (:func:`fragment_exp`).
     """
     tile_max = fragment_tile_max(NT)
-    exp_rows = fragment_exp(NT, log2_scale)
+    exp_rows = fragment_exp(NT, log2_scale, fma_share)
 
     @device
     def softmax(s, base, m_lo, m_hi, sl2):

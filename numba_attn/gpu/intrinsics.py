@@ -16,7 +16,7 @@ fallbacks, an ``else`` branch with the intrinsics.
   ``st_shared_v4``, ``ld_shared_v4``, ``lds``, ``rows_head_major``
 * :mod:`numba_attn.gpu.convert` — ``pack_f16x2``, ``pack_bf16x2``, ``pack_b16x2``, ``unpack_f16x2``,
   ``unpack_bf16x2``, ``to_tf32``, ``cvt_e4m3x4_f16x2``, ``pack_e4m3x4``, ``sub_f16x2``, ``byte_perm``,
-  ``u32_as_f32``, ``mad_u32``, ``add_u32``
+  ``u32_as_f32``, ``f32_as_u32``, ``add_rm_f32``, ``mad_u32``, ``add_u32``
 * :mod:`numba_attn.gpu.bits` — the host bit models: ``f16_bits``, ``bf16_bits``, ``tf32_bits``,
   ``e4m3_bits_reference``, ``e4m3_f16_bits_reference``, ``byte_perm_reference``
 * :mod:`numba_attn.gpu.inline_ptx` — ``asm_call``, ``shared_addr``, ``global_ptr``, ``flat_ptr`` (GPU); the
@@ -36,9 +36,9 @@ from numba_attn.gpu.backend import IS_SIMULATOR
 from numba_attn.gpu.bits import (  # noqa: F401  (the host models, importable from here as before)
     E4M3_MAX, E4M3_NAN_F16, MASK32, bf16_bits, byte_perm_reference, checked_u32, e4m3_bits_reference,
     e4m3_f16_bits_reference, f16_bits, half_lo_hi, tf32_bits, tf32_value)
-from numba_attn.gpu.convert import (add_u32, byte_perm, cvt_e4m3x4_f16x2, mad_u32, pack_b16x2, pack_bf16x2,
-                                    pack_e4m3x4, pack_f16x2, sub_f16x2, to_tf32, u32_as_f32, unpack_bf16x2,
-                                    unpack_f16x2)
+from numba_attn.gpu.convert import (add_rm_f32, add_u32, byte_perm, cvt_e4m3x4_f16x2, f32_as_u32, mad_u32, pack_b16x2,
+                                    pack_bf16x2, pack_e4m3x4, pack_f16x2, sub_f16x2, to_tf32, u32_as_f32,
+                                    unpack_bf16x2, unpack_f16x2)
 from numba_attn.gpu.cp_async import (cp_async4_at, cp_async16, cp_async16_at_ca, cp_async16_flat,
                                      cp_async16_flat_l2_256, cp_async_commit, cp_async_wait)
 from numba_attn.gpu.inline_ptx import SMEM_ALIGN
@@ -56,6 +56,7 @@ __all__ = [
     "cp_async16", "cp_async16_flat", "cp_async16_flat_l2_256", "cp_async16_at_ca", "cp_async4_at",
     "cp_async_commit", "cp_async_wait", "ld_global_v4",
     "st_shared_v4", "ld_shared_v4", "unpack_bf16x2", "ld_global_v2", "byte_perm", "unpack_f16x2", "u32_as_f32",
+    "f32_as_u32", "add_rm_f32",
     "pack_f16x2", "pack_bf16x2", "pack_b16x2", "to_tf32", "lds", "rows_head_major", "cvt_e4m3x4_f16x2",
     "pack_e4m3x4", "e4m3_bits_reference",
     "sub_f16x2", "mad_u32", "add_u32", "ld_global_v4_at", "ld_global_v2_at", "ld_at",

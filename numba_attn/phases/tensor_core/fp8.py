@@ -95,17 +95,18 @@ def fp8_products(D: int, Bc: int, wait: bool = True):
 
 
 @functools.cache
-def fp8_softmax(D: int, Bc: int, causal: bool, stage=PLAIN):
+def fp8_softmax(D: int, Bc: int, causal: bool, stage=PLAIN, fma_share: int = 0):
     """A device function ``softmax(s, stats, j0, kind, kinf, kmul, kvh, pos, mods) -> (stats, corr_lo, corr_hi)``:
     a tile's scores ``s`` (keys from ``j0``) through the infinite-K factors, the variant and the masks, then the
     online softmax in place (P and its sums in [0, P_SCALE]); ``corr``: the factors O still needs. ``stats =
     (m_lo, m_hi, l_lo, l_hi)``: the maxima in code units, the sums in P's; ``kinf``: the KV head has an infinite K
     value (its keys' scores multiplied by ``kmul[kvh, key]``: ±inf); ``pos = (row0, g, t, Nq, Nk, off, sl2q, b,
-    h)``; ``kind``, ``mods``: a variant's (``stage``)."""
+    h)``; ``kind``, ``mods``: a variant's (``stage``); ``fma_share``: of every four n-tiles, those whose
+    exponentials run on the FMA pipe (:func:`numba_attn.gpu.device_functions.exp2_fma`)."""
     NT = Bc // 8
     mask = mask_fragments(NT, Bc, causal)  # keys past Nk and (causal) above the diagonal
     vary = variant_fragments(NT, stage)  # a variant's score and mask functions
-    softmax_rows = fragment_softmax(NT, P_LOG2)  # p and the row sums in [0, P_SCALE]: the units of P's codes
+    softmax_rows = fragment_softmax(NT, P_LOG2, fma_share)  # p and the row sums in [0, P_SCALE]: P's code units
 
     @device
     def softmax(s, stats, j0, kind, kinf, kmul, kvh, pos, mods):

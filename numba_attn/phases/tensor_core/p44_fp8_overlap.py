@@ -54,7 +54,8 @@ HEAD_UNITS = (head_tile, same_units, same_units)  # (tile scales, maxima into a 
 
 
 @functools.cache
-def fp8_overlap_loop(D: int, Bc: int, STAGES: int, WG: int, causal: bool, stage=PLAIN, units=HEAD_UNITS):
+def fp8_overlap_loop(D: int, Bc: int, STAGES: int, WG: int, causal: bool, stage=PLAIN, units=HEAD_UNITS,
+                     fma_share: int = 0):
     """``fp8_ws_loop``'s interface with the softmax of tile ``it`` under the P·V of the last tile this warpgroup
     saw (``held``: P packed in ``pf``, its stage not yet released): issue S_it, issue that P·V, wait for S_it,
     the softmax in place, wait for O, release that tile's stage, pack P_it and rescale O. Every visible tile
@@ -64,14 +65,15 @@ def fp8_overlap_loop(D: int, Bc: int, STAGES: int, WG: int, causal: bool, stage=
     released at once; else the last P·V runs after the loop. ``units = (tile, to_tile, from_tile)``: a tile's
     scales ``tile(tile_scales, kvh, kt, sl2q) -> (a, kinf, sv)`` and the running maxima into its units and back
     (:data:`HEAD_UNITS`; a scale a tile: ``fp8_block``'s); O is kept in the units of the held tile's V (rescaled
-    by corr · sv_held / sv) and the row sums come back in them."""
+    by corr · sv_held / sv) and the row sums come back in them. ``fma_share``: :func:`.fp8.fp8_softmax`'s
+    (exponentials on the FMA pipe)."""
     TILEK, TILEV = Bc * qk_depth(D), D * Bc
     VBASE = STAGES * TILEK
     tile_at, kind_at = key_tiles(Bc, stage)[1:]
     wait_full, release = ring_barriers(STAGES, 4 * WG)[1:]
     advance = ring_functions(STAGES)[0]
     qk, pv = fp8_products(D, Bc, wait=False)
-    softmax = fp8_softmax(D, Bc, causal, stage)
+    softmax = fp8_softmax(D, Bc, causal, stage, fma_share)
     pack = pack_p8(Bc // 32)
     rescale = fragment_rescale(D // 8)
     wait_s = make_wgmma_wait(1, Bc // 2)  # S complete; the P·V issued after it may still run
