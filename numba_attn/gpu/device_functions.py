@@ -338,6 +338,27 @@ def exp2_fma(x):
 
 
 @functools.cache
+def exp_ntile(exp):
+    """A device function ``(s, i0, ms_lo, ms_hi, sl2) → (r_lo, r_hi)``: the n-tile at ``s[i0]`` (rows g: i0, i0 + 1;
+    g + 8: i0 + 2, i0 + 3) overwritten by ``exp(s·sl2 − ms)`` (``exp``: ``math.exp2`` or :func:`exp2_fma`), and its
+    two rows' sums."""
+
+    @device
+    def ntile(s, i0, ms_lo, ms_hi, sl2):
+        p0 = exp(s[i0] * sl2 - ms_lo)
+        p1 = exp(s[i0 + 1] * sl2 - ms_lo)
+        p2 = exp(s[i0 + 2] * sl2 - ms_hi)
+        p3 = exp(s[i0 + 3] * sl2 - ms_hi)
+        s[i0] = p0
+        s[i0 + 1] = p1
+        s[i0 + 2] = p2
+        s[i0 + 3] = p3
+        return p0 + p1, p2 + p3
+
+    return ntile
+
+
+@functools.cache
 def fragment_exp(NT: int, log2_scale: float = 0.0, fma_share: int = 0):
     """A device function ``(s, base, m_lo, m_hi, sl2) → (rs_lo, rs_hi)``: the ``NT`` n-tiles at ``s[base]``
     overwritten by ``p = exp2(s·sl2 − m·sl2)`` against the rows' reference maxima ``m`` (p = 0 for a row whose
@@ -370,42 +391,25 @@ def fragment_exp(NT: int, log2_scale: float = 0.0, fma_share: int = 0):
             s[i0 + 3] = p3
         return rs_lo, rs_hi
 
+    fma_tile, mufu_tile = exp_ntile(exp2_fma), exp_ntile(math.exp2)
+
     @device
     def exp_rows_shared(s, base, m_lo, m_hi, sl2):
-        """(``fma_share`` > 0) The same, n-tiles 4g .. 4g + fma_share − 1 of each four on the FMA pipe: two loops of
-        constant trip counts a group, so that they unroll and ``s`` stays in registers."""
-        ms_lo = m_lo * sl2 if m_lo != NEG_BIG else float32(0.0)
-        ms_hi = m_hi * sl2 if m_hi != NEG_BIG else float32(0.0)
-        if log2_scale != 0.0:
-            ms_lo -= OFF
-            ms_hi -= OFF
+        """(``fma_share`` > 0) :func:`exp_rows` with n-tiles 4g .. 4g + fma_share − 1 of each four on the FMA pipe:
+        two loops of constant trip counts a group, so that they unroll and ``s`` stays in registers."""
+        ms_lo = (m_lo * sl2 if m_lo != NEG_BIG else float32(0.0)) - OFF
+        ms_hi = (m_hi * sl2 if m_hi != NEG_BIG else float32(0.0)) - OFF
         rs_lo = float32(0.0)
         rs_hi = float32(0.0)
         for g in range(NT // 4):
             for u in range(fma_share):
-                i0 = base + 16 * g + 4 * u
-                p0 = exp2_fma(s[i0] * sl2 - ms_lo)
-                p1 = exp2_fma(s[i0 + 1] * sl2 - ms_lo)
-                p2 = exp2_fma(s[i0 + 2] * sl2 - ms_hi)
-                p3 = exp2_fma(s[i0 + 3] * sl2 - ms_hi)
-                rs_lo += p0 + p1
-                rs_hi += p2 + p3
-                s[i0] = p0
-                s[i0 + 1] = p1
-                s[i0 + 2] = p2
-                s[i0 + 3] = p3
+                r_lo, r_hi = fma_tile(s, base + 16 * g + 4 * u, ms_lo, ms_hi, sl2)
+                rs_lo += r_lo
+                rs_hi += r_hi
             for u in range(fma_share, 4):
-                i0 = base + 16 * g + 4 * u
-                p0 = math.exp2(s[i0] * sl2 - ms_lo)
-                p1 = math.exp2(s[i0 + 1] * sl2 - ms_lo)
-                p2 = math.exp2(s[i0 + 2] * sl2 - ms_hi)
-                p3 = math.exp2(s[i0 + 3] * sl2 - ms_hi)
-                rs_lo += p0 + p1
-                rs_hi += p2 + p3
-                s[i0] = p0
-                s[i0 + 1] = p1
-                s[i0 + 2] = p2
-                s[i0 + 3] = p3
+                r_lo, r_hi = mufu_tile(s, base + 16 * g + 4 * u, ms_lo, ms_hi, sl2)
+                rs_lo += r_lo
+                rs_hi += r_hi
         return rs_lo, rs_hi
 
     if fma_share:
