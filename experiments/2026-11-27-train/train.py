@@ -49,6 +49,10 @@ def parse(argv=None):
     p.add_argument("--timing-from", type=int, default=10, help="tokens/s over the steps from this one on")
     p.add_argument("--out", default=None, help="JSON results (default: train.json here; smoke: smoke.json)")
     p.add_argument("--plot", default=None, help="a PNG of both loss curves")
+    p.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                   help="after the run, STEPS more steps under torch.profiler: each run's operators by their own CPU "
+                        "time and by their device time (where a step's time goes; the attention calls are the "
+                        "numba_attn:: operators and sdpa's aten:: ones)")
     args = p.parse_args(argv)
     if args.smoke:
         args.steps, args.layers, args.heads, args.kv_heads, args.head_dim = 3, 2, 4, 2, 16
@@ -94,20 +98,25 @@ def train(torch, transformers, na_hf, args, impl, device):
     data = batches(torch, args, device)
     losses, step_s = [], []
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def one_step():
+        ids, labels = next(data)
+        with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            loss = model(ids, labels=labels).loss
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        sched.step()
+        return loss
+
     with na_hf.count_phases(backward=True) as ran:
         for step in range(args.steps):
-            ids, labels = next(data)
             sync()
             t0 = time.perf_counter()
-            with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-                loss = model(ids, labels=labels).loss
-            scaler.scale(loss).backward()
-            scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            scaler.step(opt)
-            scaler.update()
-            opt.zero_grad(set_to_none=True)
-            sched.step()
+            loss = one_step()
             sync()
             step_s.append(time.perf_counter() - t0)
             losses.append(float(loss.detach()))
@@ -116,10 +125,40 @@ def train(torch, transformers, na_hf, args, impl, device):
     timed = step_s[args.timing_from:] or step_s
     tokens = args.batch * (2 * args.n + 2)
     calls = {f"{kind}/{phase}": n for (kind, phase), n in sorted(ran.items())}
-    return {"loss": losses, "step_s": step_s, "tokens_per_step": tokens,
+    profiled = profile_steps(torch, one_step, args.profile, device, sync) if args.profile else None
+    return {"profile": profiled, "loss": losses, "step_s": step_s, "tokens_per_step": tokens,
             "tokens_per_s": tokens * len(timed) / sum(timed), "timed_steps": len(timed),
             "attention_calls": calls,
             "fallbacks": sum(n for (_, phase), n in ran.items() if phase == "sdpa (fallback)")}
+
+
+def profile_steps(torch, one_step, steps, device, sync, top=25):
+    """``steps`` steps under torch.profiler: the operators by their own CPU time and by their device time (µs a
+    step, calls a step), and the steps' wall time; the tables printed."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    sync()
+    t0 = time.perf_counter()
+    with profile(activities=acts) as prof:
+        for _ in range(steps):
+            one_step()
+        sync()
+    wall = (time.perf_counter() - t0) / steps
+    avg = prof.key_averages()
+
+    def rows(key):
+        out = [(e.key, getattr(e, key) / steps, e.count / steps) for e in avg if getattr(e, key, 0) > 0]
+        return sorted(out, key=lambda r: -r[1])[:top]
+
+    device_key = "self_device_time_total" if hasattr(avg[0], "self_device_time_total") else "self_cuda_time_total"
+    result = {"steps": steps, "wall_ms_per_step": wall * 1e3, "by_self_cpu_us": rows("self_cpu_time_total"),
+              "by_self_device_us": rows(device_key) if device.type == "cuda" else []}
+    print(f"profiled {steps} steps: {wall * 1e3:.2f} ms a step (under the profiler)")
+    for title, key in (("own CPU time", "by_self_cpu_us"), ("device time", "by_self_device_us")):
+        for name, us, n in result[key][:12]:
+            print(f"  {title:12s} {us:9.1f} us/step  {n:6.1f} calls/step  {name[:80]}")
+    return result
 
 
 def environment(torch, transformers):
