@@ -263,10 +263,11 @@ def stored_position(r):
 key_position = device(stored_position)
 
 
-def _vt_shape(D, VK):
-    """(DW, CH, TW, NL, U, NO) of a V^T block of VK keys: column pairs, 16-byte chunks of a V row, words of a V^T
-    row, 16-byte loads per thread, loads in flight, (column pair, word) items per thread."""
-    DW = D // 2
+def _vt_shape(D, VK, codes=False):
+    """(DW, CH, TW, NL, U, NO) of a V^T block of VK keys: words of a V row (column pairs; ``codes``: column quads of
+    e4m3 codes), 16-byte chunks of a V row, words of a V^T row, 16-byte loads per thread, loads in flight, (V word,
+    V^T word) items per thread."""
+    DW = D // 4 if codes else D // 2
     CH = DW // 4
     TW = VK // 4
     NL = VK * CH // QTH
@@ -277,12 +278,14 @@ def _vt_shape(D, VK):
 
 
 @functools.cache
-def make_vt_codes(D: int, VK: int):
+def make_vt_codes(D: int, VK: int, codes: bool = False):
     """A device function ``transpose(v, vt, tile, buf, h, k0, inv, bf16)``: the VK keys from ``k0`` of head ``h``
     of V as transposed codes of ``x · inv`` (:func:`make_quant_vt`'s layout), through the shared ``tile`` (DW ×
     VK words) and the local ``buf`` (U × 4 words) the kernel owns; it waits at a block barrier before reading the
-    tile and returns after its last read of it (a next call may write it after its own barrier)."""
-    DW, CH, TW, NL, U, NO = _vt_shape(D, VK)
+    tile and returns after its last read of it (a next call may write it after its own barrier). ``codes``: V is
+    e4m3 codes already (a word = four columns), moved unchanged: each 4 × 4 byte block transposed (``inv``,
+    ``bf16`` unused)."""
+    DW, CH, TW, NL, U, NO = _vt_shape(D, VK, codes)
 
     @device
     def transpose(v, vt, tile, buf, h, k0, inv, bf16):
@@ -312,12 +315,16 @@ def make_vt_codes(D: int, VK: int):
             mg = k0 // 4 + m
             if mg < nw:
                 x0, x1, x2, x3 = ld_shared_v4(tile, w, 4 * (m ^ ((w >> 2) & 7)))
-                l0, h0, i0, j0 = two(x0, bf16, True)
-                l1, h1, i1, j1 = two(x1, bf16, True)
-                l2, h2, i2, j2 = two(x2, bf16, True)
-                l3, h3, i3, j3 = two(x3, bf16, True)
-                vt[h, 2 * w, mg] = pack_e4m3x4(l0 * inv, l1 * inv, l2 * inv, l3 * inv)
-                vt[h, 2 * w + 1, mg] = pack_e4m3x4(h0 * inv, h1 * inv, h2 * inv, h3 * inv)
+                if codes:  # (compile-time) four keys × four columns of codes: rows 4w .. 4w + 3, unchanged
+                    for j in range(4):
+                        vt[h, 4 * w + j, mg] = byte_transpose(x0, x1, x2, x3, j)
+                else:
+                    l0, h0, i0, j0 = two(x0, bf16, True)
+                    l1, h1, i1, j1 = two(x1, bf16, True)
+                    l2, h2, i2, j2 = two(x2, bf16, True)
+                    l3, h3, i3, j3 = two(x3, bf16, True)
+                    vt[h, 2 * w, mg] = pack_e4m3x4(l0 * inv, l1 * inv, l2 * inv, l3 * inv)
+                    vt[h, 2 * w + 1, mg] = pack_e4m3x4(h0 * inv, h1 * inv, h2 * inv, h3 * inv)
 
     return transpose
 
@@ -376,33 +383,19 @@ def byte_transpose(w0, w1, w2, w3, j):
 def make_codes_vt(D: int):
     """``transpose(v8, vt)``: V given as e4m3 codes (``v8`` (heads, Nk, D/4) uint32, four columns a word) into
     :func:`make_quant_vt`'s layout, the codes unchanged: ``vt[h, d, m]`` holds keys of stored positions 4m..4m+3
-    (:func:`stored_key`) of column d, keys past Nk zero. Grid (⌈NkP/VTK⌉, heads), QTH threads: thread (m, c) reads
-    the words c of its four keys and writes the 4 × 4 byte block transposed, words m of rows 4c..4c+3 (consecutive
-    threads on consecutive m: each row's writes coalesced; the key rows' reads are 4 bytes a row, from L1/L2)."""
-    TW = VTK // 4  # words m of a block
-    CW = D // 4  # words c of a V row
+    (:func:`stored_key`) of column d, keys past Nk zero. Grid (⌈NkP/VTK⌉, heads), QTH threads: :func:`make_quant_vt`'s
+    block (16-byte loads of the key rows into a swizzled shared tile, 16-byte reads of four keys of a column
+    quad), each 4 × 4 byte block transposed (:func:`make_vt_codes` with ``codes``)."""
+    DW, CH, TW, NL, U, NO = _vt_shape(D, VTK, True)
+    transpose = make_vt_codes(D, VTK, True)
 
     @kernel
-    def transpose(v8, vt):
-        h = cuda.blockIdx.y
-        n = v8.shape[1]
-        nw = vt.shape[2]
-        for i in range(cuda.threadIdx.x, TW * CW, QTH):
-            m = cuda.blockIdx.x * TW + i % TW
-            c = i // TW
-            if m < nw:
-                k0 = position_key(4 * m)
-                k1 = position_key(4 * m + 1)
-                k2 = position_key(4 * m + 2)
-                k3 = position_key(4 * m + 3)
-                w0 = v8[h, k0, c] if k0 < n else uint32(0)
-                w1 = v8[h, k1, c] if k1 < n else uint32(0)
-                w2 = v8[h, k2, c] if k2 < n else uint32(0)
-                w3 = v8[h, k3, c] if k3 < n else uint32(0)
-                for j in range(4):
-                    vt[h, 4 * c + j, m] = byte_transpose(uint32(w0), uint32(w1), uint32(w2), uint32(w3), j)
+    def transpose_codes(v8, vt):
+        tile = cuda.shared.array((DW, VTK), uint32, alignment=SMEM_ALIGN)
+        buf = cuda.local.array((U, 4), uint32)
+        transpose(v8, vt, tile, buf, cuda.blockIdx.y, cuda.blockIdx.x * VTK, float32(1.0), False)
 
-    return transpose
+    return transpose_codes
 
 
 # -- the attention kernel -------------------------------------------------------------------
