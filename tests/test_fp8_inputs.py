@@ -31,6 +31,8 @@ CASES = {  # (phase, problem) at the phases' simulator tiles (one consumer, 64-k
         batch=1, heads=2, kv_heads=1, q_len=70, kv_len=100, head_dim=32, dtype="bfloat16", causal=True)),
     "fp8_ws-D64-130x90-fp16": ("fp8_ws", Fp8InputProblem(
         batch=2, heads=1, q_len=130, kv_len=90, head_dim=64, dtype="float16")),
+    "fp8_exp_fma-D32-64x100-bf16-causal": ("fp8_exp_fma", Fp8InputProblem(
+        batch=1, heads=1, q_len=64, kv_len=100, head_dim=32, dtype="bfloat16", causal=True)),
 }
 QUICK = "fp8_overlap-D32-70x100-bf16-gqa-causal"
 
@@ -159,7 +161,7 @@ GPU_CASES = {
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(GPU_CASES))
-@pytest.mark.parametrize("phase", ["fp8_overlap", "fp8_ws"])
+@pytest.mark.parametrize("phase", ["fp8_overlap", "fp8_ws", "fp8_exp_fma"])
 def test_e4m3_inputs_on_the_gpu(phase, name):
     """The defaults on a GPU (two consumers of 192-key tiles at D128, three of 128 up to D64): K's tensor map over the
     caller's codes, rows past the end zero-filled by TMA."""
