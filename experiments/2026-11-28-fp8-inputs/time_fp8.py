@@ -7,7 +7,8 @@ For each problem: the e4m3 codes of Q, K and V and their per-head scales (spec/f
 magnitude, the codes over e4m3's range), and their decoded values as float16/bfloat16 tensors. Configurations,
 timed in interleaved rounds (CUPTI: every kernel of a call, the median of the rounds):
 
-* ``e4m3-in <phase>``: ``attention_fp8`` on the codes (V's rearrangement kernel and the attention kernel);
+* ``e4m3-in <phase>``: ``attention_fp8`` on the codes (V's rearrangement kernel and the attention kernel), for
+  fp8_overlap, fp8_ws and fp8_exp_fma;
 * ``fp16-in fp8_overlap``: ``attention(phase="fp8_overlap")`` on the decoded values (the quantization's four
   kernels, then the same attention kernel);
 * ``fp16 ws_tma_q_early``: the fastest fp16 phase at D128 (``ws_tma_q_wide`` at D64);
@@ -84,6 +85,8 @@ def configs(p, arrays, smoke):
                                                              stream=s),
         "e4m3-in fp8_ws": lambda i, s: na.attention_fp8(*codes, *scales, causal=p.causal, out_dtype=p.dtype,
                                                         phase="fp8_ws", stream=s),
+        "e4m3-in fp8_exp_fma": lambda i, s: na.attention_fp8(*codes, *scales, causal=p.causal, out_dtype=p.dtype,
+                                                             phase="fp8_exp_fma", stream=s),
         "fp16-in fp8_overlap": lambda i, s: na.attention(*dec, causal=p.causal, phase="fp8_overlap", out=out,
                                                          stream=s),
         f"fp16 {best16}": lambda i, s: na.attention(*dec, causal=p.causal, phase=best16, out=out, stream=s),
