@@ -172,6 +172,7 @@ def test_e4m3_inputs_on_the_gpu(phase, name):
     assert c.ok, c
 
 
+@pytest.mark.full
 def test_device_scales_are_taken_as_they_are():
     """Scales already on the device (a numba array here; CUDA tensors alike) are passed without a copy: the same
     result as host scales; a wrong shape or dtype is refused naming the argument."""
