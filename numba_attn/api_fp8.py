@@ -69,6 +69,11 @@ def attention_fp8(q, k, v, q_descale, k_descale, v_descale, *, causal=False, sca
     out_dtype = {"fp16": "float16", "bf16": "bfloat16"}.get(out_dtype, out_dtype)
     descale = (_descale("q_descale", q_descale, B, H, Hkv, True), _descale("k_descale", k_descale, B, H, Hkv),
                _descale("v_descale", v_descale, B, H, Hkv))  # device arrays as they are, host values on the device
+    if B * H * Nq == 0:  # no query rows: an empty output, nothing launched
+        return _empty(kind, q, (B, H, Nq, D), out_dtype)
+    if Nk == 0:
+        raise AttentionInputError("kv_len (dimension 2 of k and v) must be >= 1 when there are queries: the softmax "
+                                  "over zero keys is undefined")
     try:
         problem = Fp8InputProblem(batch=B, heads=H, kv_heads=Hkv, q_len=Nq, kv_len=Nk, head_dim=D,
                                   causal=check_bool("causal", causal), dtype=out_dtype, scale=scale)
@@ -167,6 +172,15 @@ def _on_device(d):
     else:
         _SCALES.move_to_end(key)
     return hit
+
+
+def _empty(kind, q, shape, out_dtype):
+    """An empty output of q's kind and ``out_dtype``."""
+    if kind == TORCH:
+        torch = sys.modules["torch"]
+        return torch.empty(shape, dtype=getattr(torch, out_dtype), device=q.device)
+    od = cuda.device_array(shape, dtype=np.float16 if out_dtype == "float16" else np.uint16)
+    return _output(kind, od, out_dtype)
 
 
 def _output(kind, od, out_dtype):

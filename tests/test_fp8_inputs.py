@@ -137,6 +137,11 @@ def test_bad_inputs_are_refused_naming_the_argument():
     with pytest.raises(AttentionInputError, match="q is a non-contiguous device array"):
         na.attention_fp8(strided.transpose((0, 2, 1, 3)), *(cuda.to_device(np.ascontiguousarray(a).view(np.uint8)) for a in (k, v)), sq, sk, sv,
                          causal=True, phase=phase, **_sim(phase))
+    z = ml_dtypes.float8_e4m3fn
+    empty = na.attention_fp8(np.zeros((1, 2, 0, 32), z), k, v, 1.0, 1.0, 1.0)  # no query rows: nothing launched
+    assert empty.shape == (1, 2, 0, 32) and empty.dtype == np.dtype(ml_dtypes.bfloat16)
+    with pytest.raises(AttentionInputError, match="kv_len .* must be >= 1"):
+        na.attention_fp8(q, np.zeros((1, 1, 0, 32), z), np.zeros((1, 1, 0, 32), z), 1.0, 1.0, 1.0)
     big = Fp8InputProblem(batch=1, heads=2, kv_heads=1, q_len=130, kv_len=100, head_dim=32, dtype="bfloat16")
     with pytest.raises(AttentionInputError, match="causal"):
         na.attention_fp8(*big.inputs(), 1.0, 1.0, 1.0, causal=True)  # q_len > kv_len: rows without keys
