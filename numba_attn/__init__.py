@@ -19,7 +19,8 @@ _LAZY = {
     "list_phases": "phases.registry", "get_phase": "phases.registry", "register_phase": "phases.registry", "register_variant": "phases.registry",
     "Launch": "phases.registry", "temporary_phases": "phases.registry",
     "load_phases": "userphases", "new_phase": "userphases", "phase_diff": "report.diff",
-    "attention": "api", "attention_varlen": "api", "decode_paged": "api", "attention_fp8": "api_fp8", "explain": "api", "clear_plans": "api", "plan_cache_info": "api",
+    "attention": "api", "attention_varlen": "api", "decode_paged": "api", "explain": "api", "clear_plans": "api", "plan_cache_info": "api",
+    "attention_fp8": "api_fp8",
     "run": "measure.sweep", "RunConfig": "measure.config",
     "attention_backward": "backward", "grad_reference": "spec.grad_reference",
 }

@@ -35,9 +35,9 @@ def attention_fp8(q, k, v, q_descale, k_descale, v_descale, *, causal=False, sca
     ``out_dtype`` (``"bfloat16"`` or ``"float16"``) of q's kind; numba device arrays hold bfloat16 as uint16 bits.
     ``causal`` is bottom-right aligned as :func:`numba_attn.attention`'s; ``scale`` defaults to 1/sqrt(D).
 
-    ``phase``: ``fp8_overlap`` (None), ``fp8_ws`` or ``fp8_exp_fma``; ``params`` its parameters. Head dims 32, 64, 128. The
-    reference of these inputs is exact (:func:`numba_attn.spec.fp8_inputs.reference`): the error it reports is the
-    kernel's (P in e4m3), not the inputs' rounding. Every input is checked before a launch, refused naming the
+    ``phase``: ``fp8_overlap`` (None), ``fp8_ws`` or ``fp8_exp_fma``; ``params`` its parameters. Head dims 32, 64,
+    128. The reference of these inputs is exact (:func:`numba_attn.spec.fp8_inputs.reference`): the error it reports
+    is the kernel's (P in e4m3), not the inputs' rounding. Every input is checked before a launch, refused naming the
     argument. ``stream`` as :func:`numba_attn.attention` takes it (CUDA tensors: PyTorch's current stream by
     default). The call does not synchronize except for NumPy and CPU inputs (their result is copied back).
     """

@@ -135,7 +135,8 @@ def test_bad_inputs_are_refused_naming_the_argument():
         assert words in str(e.value), (words, str(e.value))
     strided = cuda.to_device(np.ascontiguousarray(np.swapaxes(q.view(np.uint8), 1, 2)))  # (B, N, H, D) bytes
     with pytest.raises(AttentionInputError, match="q is a non-contiguous device array"):
-        na.attention_fp8(strided.transpose((0, 2, 1, 3)), *(cuda.to_device(np.ascontiguousarray(a).view(np.uint8)) for a in (k, v)), sq, sk, sv,
+        na.attention_fp8(strided.transpose((0, 2, 1, 3)),
+                         *(cuda.to_device(np.ascontiguousarray(a).view(np.uint8)) for a in (k, v)), sq, sk, sv,
                          causal=True, phase=phase, **_sim(phase))
     z = ml_dtypes.float8_e4m3fn
     empty = na.attention_fp8(np.zeros((1, 2, 0, 32), z), k, v, 1.0, 1.0, 1.0)  # no query rows: nothing launched

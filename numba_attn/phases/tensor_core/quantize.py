@@ -383,9 +383,9 @@ def byte_transpose(w0, w1, w2, w3, j):
 def make_codes_vt(D: int):
     """``transpose(v8, vt)``: V given as e4m3 codes (``v8`` (heads, Nk, D/4) uint32, four columns a word) into
     :func:`make_quant_vt`'s layout, the codes unchanged: ``vt[h, d, m]`` holds keys of stored positions 4m..4m+3
-    (:func:`stored_key`) of column d, keys past Nk zero. Grid (⌈NkP/VTK⌉, heads), QTH threads: :func:`make_quant_vt`'s
-    block (16-byte loads of the key rows into a swizzled shared tile, 16-byte reads of four keys of a column
-    quad), each 4 × 4 byte block transposed (:func:`make_vt_codes` with ``codes``)."""
+    (:func:`stored_key`) of column d, keys past Nk zero. Grid (⌈NkP/VTK⌉, heads), QTH threads: the block of
+    :func:`make_quant_vt` (16-byte loads of the key rows into a swizzled shared tile, 16-byte reads of four keys of a
+    column quad), each 4 × 4 byte block transposed (:func:`make_vt_codes` with ``codes``)."""
     DW, CH, TW, NL, U, NO = _vt_shape(D, VTK, True)
     transpose = make_vt_codes(D, VTK, True)
 
