@@ -14,8 +14,8 @@ import numpy as np
 from numba_attn.gpu.backend import IS_SIMULATOR  # first: chooses the backend before numba is imported
 
 from numba import cuda, float32, uint32  # noqa: E402
-from numba_attn.gpu.intrinsics import (SMEM_ALIGN, ld_global_v4, ld_shared_v4, pack_e4m3x4, u32_as_f32,  # noqa: E402
-                                       unpack_bf16x2, unpack_f16x2)
+from numba_attn.gpu.intrinsics import (SMEM_ALIGN, byte_perm, ld_global_v4, ld_shared_v4, pack_e4m3x4,  # noqa: E402
+                                       u32_as_f32, unpack_bf16x2, unpack_f16x2)
 from numba_attn.gpu.jit import device, kernel  # noqa: E402
 from numba_attn.gpu.warp import warp_max  # noqa: E402
 from numba_attn.gpu.wgmma import e4m3_p_keys  # noqa: E402
@@ -373,10 +373,10 @@ position_key = device(stored_key)
 
 @device
 def byte_transpose(w0, w1, w2, w3, j):
-    """Byte ``j`` of each of four words, as one word (byte b from ``wb``): row j of a 4 × 4 byte block."""
-    s = uint32(8 * j)
-    return (((w0 >> s) & uint32(0xFF)) | (((w1 >> s) & uint32(0xFF)) << uint32(8))
-            | (((w2 >> s) & uint32(0xFF)) << uint32(16)) | (((w3 >> s) & uint32(0xFF)) << uint32(24)))
+    """Byte ``j`` of each of four words, as one word (byte b from ``wb``): row j of a 4 × 4 byte block, by three
+    ``prmt`` (bytes j of w0, w1; of w2, w3; the two pairs joined)."""
+    sel = uint32(j | ((4 + j) << 4))
+    return byte_perm(byte_perm(w0, w1, sel), byte_perm(w2, w3, sel), uint32(0x5410))
 
 
 @functools.cache
