@@ -408,7 +408,8 @@ def time_launch(launch, problem: Problem, device_arrays, stream, cfg: TimingConf
     sets = [kernel_views(problem, qd, kd, vd, od)]
     l2 = l2_bytes()
     n_sets = int(min(8, max(1, math.ceil(3 * l2 / max(problem.min_bytes(), 1)))))
-    poisoned = poison(np.empty(problem.out_shape(), qd.dtype), problem.dtype)
+    # in the output's own device dtype: e4m3 inputs are bytes while their output is fp16/bf16
+    poisoned = poison(np.empty(problem.out_shape(), od.dtype), problem.dtype)
     for _ in range(n_sets - 1):
         new = [cuda.device_array_like(a, stream=stream) for a in (qd, kd, vd)]
         for src, dst in zip((qd, kd, vd), new):
