@@ -8,6 +8,7 @@ every input is checked before anything is compiled or launched, refused with an
 """
 from __future__ import annotations
 
+import functools
 import sys
 from collections import OrderedDict
 
@@ -20,7 +21,8 @@ from numba import cuda  # noqa: E402
 from numba_attn.api import problem_from_arrays  # noqa: E402
 from numba_attn.api_checks import probe_variant, sinks_arg, variant_arg  # noqa: E402
 from numba_attn.array_kinds import (DEVICE, NUMPY, TORCH, TORCH_CPU, arrays_for_checks, as_device_array,  # noqa: E402
-                                    contiguous, described, kind_of, numpy_as_tensor, one_kind, tensor_as_numpy)
+                                    contiguous, described, kind_of, numpy_as_tensor, one_kind, stream_of,
+                                    tensor_as_numpy)
 from numba_attn.phases.backward.common import run_backward_launch  # noqa: E402
 from numba_attn.phases.registry import BACKWARD, Phase, get_phase, list_phases  # noqa: E402
 from numba_attn.spec.errors import AttentionInputError, check_arrays, check_bool  # noqa: E402
@@ -116,6 +118,28 @@ def _plan(ph, problem, params):
         while len(_PLANS) > 16:
             _PLANS.popitem(last=False)
     return launch
+
+
+@functools.lru_cache(maxsize=16)
+def _binders(B, H, Hkv, Nq, Nk, D, dtype):
+    """Device arrays of the kernels' row shapes at any address (:class:`~numba_attn.gpu.arrays.BoundArrays`): q, k,
+    v, o, do, dq, dk, dv in ``dtype`` (16-bit floats as int16, as :func:`as_device_array` gives them), lse float32.
+    Typed once per shape, not per call: a tensor's CUDA array interface and a reshape cost more than the kernels
+    of a small problem."""
+    from numba_attn.gpu.arrays import BoundArrays
+
+    rows_q, rows_kv = (B * H, Nq, D), (B * Hkv, Nk, D)
+    return BoundArrays([rows_q, rows_kv], dtype), BoundArrays([(B * H, Nq)], np.float32)
+
+
+def _bound(problem, tensors):
+    """(q, k, v, o, lse, do, dq, dk, dv) contiguous tensors as the kernels' (B·H, Nq, D), (B·Hkv, Nk, D) and
+    (B·H, Nq) device arrays."""
+    dtype = {"float16": np.float16, "bfloat16": np.int16}.get(problem.dtype, np.float32)
+    data, lse = _binders(problem.batch, problem.heads, problem.kv_heads, problem.q_len, problem.kv_len,
+                         problem.head_dim, dtype)
+    which = (0, 1, 1, 0, None, 0, 0, 1, 1)  # q's rows, k's rows, or lse
+    return [lse(0, t.data_ptr()) if i is None else data(i, t.data_ptr()) for i, t in zip(which, tensors)]
 
 
 def deterministic_arg(deterministic) -> bool:
@@ -220,16 +244,17 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=N
             contiguous(name, a)  # refuses a non-contiguous device array
     if sink is not None:  # P over the keys and the sink: normalized by L = logaddexp(lse, sink)
         arrays["lse"] = sink_lse(kind, arrays["lse"], sink)
-    dev = {name: as_device_array(kind, a) for name, a in arrays.items()}
-    if kind == TORCH:
+    mods = () if variant is None else variant.aux  # (as given: the launch moves them)
+    if kind == TORCH:  # bound to the kernels' row shapes at the tensors' addresses, on torch's current stream
         torch = sys.modules["torch"]
         outs = [torch.empty(tuple(a.shape), dtype=a.dtype, device=a.device) for a in (q, k, v)]
-        douts = [as_device_array(TORCH, a) for a in outs]
+        _, numba_stream, _ = stream_of(TORCH, q, None)
+        launch.run(*_bound(problem, [arrays[n] for n in ("q", "k", "v", "o", "lse", "do")] + outs),
+                   stream=numba_stream, mods=mods)
     else:
-        douts = outs = [cuda.device_array(tuple(a.shape), dtype=dev[n].dtype) for n, a in (("q", q), ("k", k),
-                                                                                          ("v", v))]
-    run_backward_launch(launch, [dev[n] for n in ("q", "k", "v", "o", "lse", "do")], douts,
-                        mods=() if variant is None else variant.aux)  # (as given: the launch moves them)
+        dev = {name: as_device_array(kind, a) for name, a in arrays.items()}
+        outs = [cuda.device_array(tuple(a.shape), dtype=dev[n].dtype) for n, a in (("q", q), ("k", k), ("v", v))]
+        run_backward_launch(launch, [dev[n] for n in ("q", "k", "v", "o", "lse", "do")], outs, mods=mods)
     for hook in RAN_HOOKS:
         hook(ph.name)
     grads = tuple(outs) if kind in (TORCH, DEVICE) else tuple(d.copy_to_host().view(np.asarray(a).dtype)

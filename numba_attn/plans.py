@@ -5,6 +5,7 @@ phase, parameters, allow_tf32, device, stream) and reused by later calls with th
 :mod:`numba_attn.api` checks the inputs and decides when to plan; this module keeps, makes and runs plans."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -197,6 +198,14 @@ def launch(plan, qd, kd, vd, od, mods=None, lse=None, sinks=None) -> None:
         raise
 
 
+@functools.lru_cache(maxsize=16)
+def lse_rows(rows, Nq):
+    """The (B·H, Nq) float32 log-sum-exp at any address (a tensor's, typed once: see ``Plan.bind``)."""
+    from numba_attn.gpu.arrays import BoundArrays
+
+    return BoundArrays([(rows, Nq)], np.float32)
+
+
 def run(plan, kind, q, k, v, out, seen=None, mods=None, lse=False, sinks=None):
     """Launch a checked plan on this call's arrays; the output (``out`` when given). ``seen``: a
     list that receives the four device addresses launched on (tensors and device arrays). ``lse``: also
@@ -208,7 +217,8 @@ def run(plan, kind, q, k, v, out, seen=None, mods=None, lse=False, sinks=None):
     if lse:
         if kind == TORCH:
             lse_out = sys.modules["torch"].empty((B, H, Nq), dtype=sys.modules["torch"].float32, device=q.device)
-            lse_d = cuda.as_cuda_array(lse_out).reshape(B * H, Nq)
+            lse_d = lse_rows(B * H, Nq)(0, lse_out.data_ptr()) if plan.bind is not None else \
+                cuda.as_cuda_array(lse_out).reshape(B * H, Nq)
         else:
             lse_out = cuda.device_array((B, H, Nq), dtype=np.float32)
             lse_d = lse_out.reshape(B * H, Nq)

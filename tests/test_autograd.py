@@ -241,3 +241,26 @@ def test_sinks_are_differentiable():
     ref.backward(do.double())
     for t, r in ((q, q64), (k, k64), (v, v64), (sinks, s64)):
         assert torch.allclose(t.grad.double(), r.grad, rtol=1e-4, atol=1e-4), (t.grad, r.grad)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("side_stream", [False, True], ids=["current-stream", "side-stream"])
+def test_cuda_tensors_on_the_current_stream(dtype, side_stream):
+    """CUDA tensors, as a model passes them: the gradients of the default phases match float64's, also when the
+    inputs are made on a side stream and the call runs there (the kernels follow torch's current stream), and a
+    second call on other tensors of the same shapes (bound again to their addresses) is right too."""
+    dt = getattr(torch, dtype)
+    stream = torch.cuda.Stream() if side_stream else torch.cuda.current_stream()
+    for seed in (10, 11):
+        with torch.cuda.stream(stream):
+            q, k, v, do = (t.detach().cuda() for t in inputs(2, 4, 2, 200, 333, 64, dt, seed=seed))
+            torch.cuda._sleep(20_000_000)  # the stream busy: a kernel on another stream would read too early
+            q, k, v = (t * 1 for t in (q, k, v))  # (written on the busy stream)
+            for t in (q, k, v):
+                t.requires_grad_()
+            na_op.differentiable_attention(q, k, v, causal=True).backward(do)
+            got = (q.grad, k.grad, v.grad)
+        stream.synchronize()
+        want = float64_grads(*(t.cpu() for t in (q, k, v, do)), True)
+        assert_grads(tuple(g.cpu() for g in got), want, dt)
