@@ -1,6 +1,7 @@
 """Where a backward call's host time goes on a GPU, with torch tensors as the training run passes them
 (B32 H8/2kv N256 D64 fp16 causal): wall time per call with the GPU idle (a sync after each call) and queued
-(no sync), the same for the forward with its log-sum-exp, and cProfile of the queued calls (top by own time).
+(no sync), the same for the forward with its log-sum-exp and for a training step's attention through autograd
+(beside SDPA's), the kernels' device time of both steps, and cProfile of the queued calls (top by own time).
     python experiments/2026-11-28-host/backward_host.py [--calls 50]"""
 import argparse
 import cProfile
@@ -29,10 +30,18 @@ def main():
     out, lse = ops.attention_lse(q, k, v, True, None)
     fwd = lambda: ops.attention_lse(q, k, v, True, None)  # noqa: E731
     bwd = lambda: ops.attention_backward(q, k, v, out, lse, do, True, None)  # noqa: E731
+    qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
+
+    def step():  # a layer's attention in a training step: forward with lse, then the gradients through autograd
+        torch_op.differentiable_attention(qg, kg, vg, causal=True).backward(do)
+
+    def sdpa_step():
+        torch.nn.functional.scaled_dot_product_attention(qg, kg, vg, is_causal=True, enable_gqa=True).backward(do)
+
     for _ in range(5):
-        fwd(), bwd()
+        fwd(), bwd(), step(), sdpa_step()
     torch.cuda.synchronize()
-    for name, fn in (("forward", fwd), ("backward", bwd)):
+    for name, fn in (("forward", fwd), ("backward", bwd), ("autograd step", step), ("sdpa autograd step", sdpa_step)):
         t = []
         for _ in range(args.calls):  # the GPU idle at each call
             torch.cuda.synchronize()
@@ -49,7 +58,23 @@ def main():
         t.sort()
         print(f"{name}: host {t[len(t) // 2] * 1e6:.1f} us a call with the GPU idle (median), "
               f"{queued * 1e6:.1f} us queued, {gpu * 1e6:.1f} us a call to the GPU's end", flush=True)
-    for name, fn in (("backward", bwd), ("forward", fwd)):
+    from torch.profiler import ProfilerActivity, profile
+
+    for name, fn in (("autograd step", step), ("sdpa autograd step", sdpa_step)):  # device time of the kernels
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(args.calls):
+                fn()
+            torch.cuda.synchronize()
+        kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
+        total = sum(e.device_time for e in kernels) / args.calls
+        print(f"{name}: kernels {total:.1f} us a call, {len(kernels) / args.calls:.0f} kernels", flush=True)
+        by = {}
+        for e in kernels:
+            by[e.name[:60]] = by.get(e.name[:60], 0) + e.device_time / args.calls
+        for kname, us in sorted(by.items(), key=lambda x: -x[1])[:8]:
+            print(f"    {us:8.1f} us  {kname}")
+    for name, fn in (("backward", bwd), ("autograd step", step)):
         torch.cuda.synchronize()
         prof = cProfile.Profile()
         prof.enable()
