@@ -41,7 +41,11 @@ def main():
     for _ in range(5):
         fwd(), bwd(), step(), sdpa_step()
     torch.cuda.synchronize()
-    for name, fn in (("forward", fwd), ("backward", bwd), ("autograd step", step), ("sdpa autograd step", sdpa_step)):
+    def grad_forward():  # the forward alone, its inputs needing gradients (the graph built, not run)
+        torch_op.differentiable_attention(qg, kg, vg, causal=True)
+
+    for name, fn in (("forward", fwd), ("backward", bwd), ("forward needing gradients", grad_forward),
+                     ("autograd step", step), ("sdpa autograd step", sdpa_step)):
         t = []
         for _ in range(args.calls):  # the GPU idle at each call
             torch.cuda.synchronize()
@@ -83,7 +87,7 @@ def main():
         prof.disable()
         torch.cuda.synchronize()
         s = io.StringIO()
-        pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(30)
+        pstats.Stats(prof, stream=s).sort_stats("tottime" if name == "backward" else "cumtime").print_stats(45)
         print(f"## cProfile, {name}, {args.calls} queued calls\n" + s.getvalue(), flush=True)
 
 
