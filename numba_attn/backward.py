@@ -38,6 +38,9 @@ BACKWARD_DEFAULT = ("bwd_wgmma_ss", "bwd_wgmma_fused", "bwd_wgmma_overlap", "bwd
 # (deterministic=True, or torch.use_deterministic_algorithms(True), leaves them out of phase=None and refuses them)
 NONDETERMINISTIC = frozenset({"bwd_wgmma_fused", "bwd_wgmma_ss", "bwd_atomic_dq"})
 _PLANS: OrderedDict = OrderedDict()  # (phase, problem, params) -> Launch, at most 16
+# (id of a Launch, stream handle) -> (the Launch, gpu.replay.Replay of its first tensor call's launches or False:
+# refused); dropped with the Launch, so a replay never outlives the scratch buffers its launches point into
+_REPLAYS: dict = {}
 # callables told the name of each backward phase attention_backward ran, after its launch (the transformers
 # integration's count_phases(backward=True) adds one while such a block is open); empty: nothing is called
 RAN_HOOKS: list = []
@@ -116,7 +119,9 @@ def _plan(ph, problem, params):
     if launch is None:
         launch = _PLANS[key] = ph.plan(problem, **params)
         while len(_PLANS) > 16:
-            _PLANS.popitem(last=False)
+            _, old = _PLANS.popitem(last=False)
+            for rkey in [r for r in _REPLAYS if r[0] == id(old)]:
+                del _REPLAYS[rkey]
     return launch
 
 
@@ -140,6 +145,31 @@ def _bound(problem, tensors):
                          problem.head_dim, dtype)
     which = (0, 1, 1, 0, None, 0, 0, 1, 1)  # q's rows, k's rows, or lse
     return [lse(0, t.data_ptr()) if i is None else data(i, t.data_ptr()) for i, t in zip(which, tensors)]
+
+
+def _run_tensors(launch, problem, tensors, mods):
+    """The launch on (q, k, v, o, lse, do, dq, dk, dv) contiguous CUDA tensors on torch's current stream. Without a
+    variant's arrays, the first call records its launches and later calls replay them at their nine addresses
+    (:mod:`numba_attn.gpu.replay`: numba's launch path costs more host time than a small problem's kernels)."""
+    from numba_attn.plans import REPLAY
+
+    handle, numba_stream, _ = stream_of(TORCH, tensors[0], None)
+    addresses = tuple(t.data_ptr() for t in tensors)
+    rkey = (id(launch), handle)
+    kept = _REPLAYS.get(rkey)
+    replay = (kept[1] if kept is not None and kept[0] is launch else None) if not mods and REPLAY else False
+    if replay:
+        replay(addresses)
+        return
+    if replay is None:  # the first call: recorded
+        from numba_attn.gpu.replay import Replay, recording
+
+        with recording() as rec:
+            launch.run(*_bound(problem, tensors), stream=numba_stream, mods=mods)
+        _REPLAYS[rkey] = (launch, Replay.make(rec, addresses, [t.numel() * t.element_size() for t in tensors])
+                          or False)
+        return
+    launch.run(*_bound(problem, tensors), stream=numba_stream, mods=mods)
 
 
 def deterministic_arg(deterministic) -> bool:
@@ -248,9 +278,7 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=N
     if kind == TORCH:  # bound to the kernels' row shapes at the tensors' addresses, on torch's current stream
         torch = sys.modules["torch"]
         outs = [torch.empty(tuple(a.shape), dtype=a.dtype, device=a.device) for a in (q, k, v)]
-        _, numba_stream, _ = stream_of(TORCH, q, None)
-        launch.run(*_bound(problem, [arrays[n] for n in ("q", "k", "v", "o", "lse", "do")] + outs),
-                   stream=numba_stream, mods=mods)
+        _run_tensors(launch, problem, [arrays[n] for n in ("q", "k", "v", "o", "lse", "do")] + outs, mods)
     else:
         dev = {name: as_device_array(kind, a) for name, a in arrays.items()}
         outs = [cuda.device_array(tuple(a.shape), dtype=dev[n].dtype) for n, a in (("q", q), ("k", k), ("v", v))]

@@ -54,6 +54,7 @@ class Plan:
     shapes: tuple  # (B·H, Nq, D), (B·Hkv, Nk, D), (B·Hkv, Nk, D), (B·H, Nq, D)
     bind: object = None  # on a GPU: gpu.arrays.BoundArrays of the four shapes; None: reshape (simulator)
     replay: object = None  # on a GPU: gpu.replay.Replay of the first call's launches (None: numba's launch)
+    replay_lse: object = None  # the same for calls with the log-sum-exp (None: not yet recorded; False: refused)
     sizes: tuple = ()  # bytes of q, k, v, o
 
 
@@ -206,6 +207,28 @@ def lse_rows(rows, Nq):
     return BoundArrays([(rows, Nq)], np.float32)
 
 
+def _run_lse_replayed(plan, q, k, v, out):
+    """``(out, lse)`` of a tensor call: the first such call of the plan records its launches, later ones replay
+    them at their five addresses (q, k, v, o, lse), as :func:`first_run` does for calls without lse."""
+    torch = sys.modules["torch"]
+    B, H, Nq = plan.problem.batch, plan.problem.heads, plan.problem.q_len
+    o = out if out is not None else torch.empty_like(q)  # (q is C-contiguous: the plan's key says so)
+    lse_out = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+    addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse_out.data_ptr())
+    if plan.replay_lse is not None:
+        plan.replay_lse(addresses)
+        return o, lse_out
+    from numba_attn.gpu.replay import Replay, recording
+
+    b = plan.bind
+    with recording() as rec:
+        launch(plan, *(b(i, a) for i, a in enumerate(addresses[:4])), mods=None,
+               lse=lse_rows(B * H, Nq)(0, addresses[4]), sinks=None)
+    plan.replay_lse = Replay.make(rec, addresses, plan.sizes + (B * H * Nq * 4,),
+                                  getattr(plan.launch, "derived", None)) or False
+    return o, lse_out
+
+
 def run(plan, kind, q, k, v, out, seen=None, mods=None, lse=False, sinks=None):
     """Launch a checked plan on this call's arrays; the output (``out`` when given). ``seen``: a
     list that receives the four device addresses launched on (tensors and device arrays). ``lse``: also
@@ -213,6 +236,9 @@ def run(plan, kind, q, k, v, out, seen=None, mods=None, lse=False, sinks=None):
     (H,) array of sink logits applied to the output (needs ``lse``)."""
     s_q, s_kv, _, _ = plan.shapes
     B, H, Nq = plan.problem.batch, plan.problem.heads, plan.problem.q_len
+    if (lse and kind == TORCH and mods is None and sinks is None and seen is None and plan.bind is not None
+            and plan.replay_lse is not False and REPLAY and getattr(plan.launch, "replayable", True)):
+        return _run_lse_replayed(plan, q, k, v, out)
     lse_out = lse_d = None
     if lse:
         if kind == TORCH:
