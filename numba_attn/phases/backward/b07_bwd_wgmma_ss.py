@@ -9,15 +9,15 @@ issued behind dK's product, so a warpgroup's chain (Sᵀ → P → dV; dPᵀ →
 pipe idle between tiles. One block barrier a tile, after the dS stores, also tells that the next tile has landed
 (a ring of 3 stages); a warpgroup waits only for the other's dQ before overwriting its dSᵀ tile (named barriers).
 dQ's partials go to the float32 accumulator from the registers (``dq="red"``; ``"bulk"``: staged, one bulk
-reduction a tile); at D64 dV's and dK's A stay in registers as the parent has them (``rs``, default there).
+reduction a tile); dV's and dK's A stay in registers as the parent has them (``rs``, the default).
 
 Prediction: the 21% of samples at the tile barrier and part of the idle tensor time recovered: ~1.1-1.2×
 ``bwd_wgmma_fused`` at fp16 B1 H32 N4096 D128 (~0.85× cuDNN); less at D64. Registers: 217-218 at D64, 252-255 at
 D128, no spills (the first version spilled 84-228 bytes at D128: the warpgroup index was not warp-uniform).
 
 Verdict: 1.16× ``bwd_wgmma_fused`` at D128, 1.10× causal, 1.09× at D64 (H200); with the dSᵀ tiles and dQ from
-the registers 1.13-1.22× the parent, 0.76-0.86× cuDNN; ``rs`` at D64 1.12-1.15× more: 0.87-0.92× cuDNN (H100,
-fp16/bf16 N4096). The default of phase=None.
+the registers 1.13-1.22× the parent, 0.76-0.86× cuDNN; ``rs`` 1.12-1.15× more at D64 (0.87-0.92× cuDNN, H100),
+1.06-1.10× at D128 (0.897-0.923× cuDNN, H200; fp16/bf16 N4096). The default of phase=None.
 [experiments/2026-11-28-bwd-ss, experiments/2026-11-28-bwd-smem]
 """
 from __future__ import annotations
@@ -317,9 +317,9 @@ def _supports(problem, Bc, stages, dq="red", rs=None):
 def _resolve(problem, Bc, rs=None, **params):
     """Bc=0: 128 keys a block (two warpgroups) at every head dim. Unlike the parent's one-warpgroup blocks at D64:
     with the next tile issued early, 128 keys are 1.07× faster than 64 at D64 (1.04× causal; H200, fp16 B1 H32
-    N4096, experiments/2026-11-28-bwd-ss). rs=None: dV's and dK's A from the registers where they fit (D64),
-    1.12-1.15× the shared tiles there (H100, fp16/bf16 B1 H32 N4096, experiments/2026-11-28-bwd-smem)."""
-    return {"Bc": Bc or 128, "rs": problem.head_dim == 64 if rs is None else bool(rs)}
+    N4096, experiments/2026-11-28-bwd-ss). rs=None: dV's and dK's A from the registers, 1.12-1.15× the shared
+    tiles at D64 (H100), 1.06-1.10× at D128 (H200; fp16/bf16 B1 H32 N4096, experiments/2026-11-28-bwd-smem)."""
+    return {"Bc": Bc or 128, "rs": True if rs is None else bool(rs)}
 
 
 @register_phase(
