@@ -100,6 +100,17 @@ def test_bwd_wgmma_ss_takes_dv_dk_operands_from_registers(name):
 
 
 @pytest.mark.full
+def test_bwd_wgmma_kvreg_holds_k_and_v_in_registers():
+    """bwd_wgmma_kvreg: Sᵀ's and dPᵀ's A (K_j, V_j) loaded once into registers; bf16, two key blocks (the second
+    partial) and a partial last Q tile, non-causal; D128 refused by name (the fragments would not fit)."""
+    shape = na.Problem(batch=1, heads=2, q_len=70, kv_len=140, head_dim=64, dtype="bfloat16")
+    row = check_backward("bwd_wgmma_kvreg", shape, Bc=128, stages=3)
+    assert row["status"] == "OK", f"{shape.label}: {row['status']}: {row['reason']}"
+    reason = na.get_phase("bwd_wgmma_kvreg").supports(SHAPES["B1H2-70x45-D128-bf16"], Bc=128, stages=3)
+    assert reason and "head_dim 128" in reason, reason
+
+
+@pytest.mark.full
 def test_default_tiles_run_in_simulator():
     """The default (GPU) tiles, not only the simulator's: several key tiles and a partial last one."""
     prob = na.Problem(batch=1, heads=2, kv_heads=1, q_len=35, kv_len=70, head_dim=8, causal=True)
@@ -308,7 +319,7 @@ def test_the_wgmma_steps_refuse_a_score_function_without_its_derivative():
         return score * 2.0
 
     prob = SHAPES[QUICK_D64].replace(variant=make_variant(None, double))
-    for name in ("bwd_wgmma", "bwd_wgmma_overlap", "bwd_wgmma_fused", "bwd_wgmma_ss"):
+    for name in ("bwd_wgmma", "bwd_wgmma_overlap", "bwd_wgmma_fused", "bwd_wgmma_ss", "bwd_wgmma_kvreg"):
         phase = na.get_phase(name)
         reason = phase.supports(prob, **phase.resolve_params(phase.sim_params))
         assert reason and "score_mod without its derivative" in reason, reason

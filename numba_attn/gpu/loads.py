@@ -11,6 +11,7 @@
 ``ld_shared_v4``           ``ld.shared.v4.u32`` (128-bit shared load, as uint32 words)
 ``st_shared_b16``          ``st.shared.b16``: the low 16 bits of a word at byte ``byte`` of a shared array
 ``st_shared_b32``          ``st.shared.b32``: a 32-bit word at byte ``byte`` (a multiple of 4) of a shared array
+``ld_shared_b32``          ``ld.shared.b32``: the 32-bit word at byte ``byte`` (a multiple of 4), as uint32
 ``st_shared_f32x4``        ``st.shared.v4.f32``: four floats at float ``i`` (a multiple of 4) of a shared float32 array
 ``lds``                    ``arr[r, c]`` without negative-index wrap-around
 ``lds2``                   ``(arr[r, c], arr[r, c + 1])`` of a float32 array by one 8-byte load (``c`` even)
@@ -62,6 +63,15 @@ if IS_SIMULATOR:
         if byte % 4 or not 0 <= byte <= a.size - 4:
             raise IndexError(f"32-bit store at byte {byte} of a {a.size}-byte array (a multiple of 4, inside it)")
         a[byte:byte + 4] = np.array([checked_u32(bits)], np.uint32).view(np.uint8)
+
+    def ld_shared_b32(arr, byte):
+        """The 32-bit word at byte ``byte`` (a multiple of 4) of the shared array ``arr``, as uint32 (its bits as
+        stored: no float conversion on the way)."""
+        a = np.asarray(host_array(arr)).reshape(-1).view(np.uint8)
+        byte = int(byte)
+        if byte % 4 or not 0 <= byte <= a.size - 4:
+            raise IndexError(f"32-bit load at byte {byte} of a {a.size}-byte array (a multiple of 4, inside it)")
+        return np.uint32(a[byte:byte + 4].view(np.uint32)[0])
 
     def st_shared_f32x4(arr, i, x0, x1, x2, x3):
         """Store four floats at flat element ``i`` (a multiple of 4: 16-byte aligned) of a float32 array."""
@@ -219,6 +229,20 @@ else:  # -------------------------------------------------------------- GPU
 
     st_shared_b16 = _make_st_shared(16)
     st_shared_b32 = _make_st_shared(32)
+
+    def _ld_shared_b32_codegen(context, builder, sig, args):
+        a = context.make_array(sig.args[0])(context, builder, value=args[0])
+        p8 = builder.gep(builder.bitcast(a.data, ir.PointerType(ir.IntType(8))), [args[1]])
+        p = builder.addrspacecast(builder.bitcast(p8, ir.PointerType(ir.IntType(32))), ir.PointerType(ir.IntType(32), 3))
+        return builder.load(p, align=4)
+
+    @intrinsic
+    def ld_shared_b32(typingctx, arr, byte):
+        """``ld.shared.b32`` at byte ``byte`` of a shared array, as uint32 (an LLVM load through a shared-space
+        pointer, as the stores: constant byte offsets fold into the instruction)."""
+        if not isinstance(arr, types.Array):
+            return None
+        return types.uint32(arr, types.intp), _ld_shared_b32_codegen
 
     @intrinsic
     def st_shared_f32x4(typingctx, arr, i, x0, x1, x2, x3):

@@ -98,8 +98,25 @@ def make_pt_store(bf16: bool):
 
 
 @functools.cache
+def kv_in_shared(bf16: bool, D: int, Bc: int, STAGES: int):
+    """K_j and V_j as the A of Sᵀ and dPᵀ straight from their shared tiles: ``(issue, load_kv, NKV)``, ``issue(St,
+    dPt, kv, sm, sb, own_b, ring_b, w)`` (``kv``: the registers a child phase holds them in; none here, NKV = 1)."""
+    issue_sm = make_scores_issue(bf16, D, Bc, STAGES)
+
+    @device
+    def issue(St, dPt, kv, sm, sb, own_b, ring_b, w):
+        issue_sm(St, dPt, sm, sb, own_b, ring_b, w)
+
+    @device
+    def load_kv(kv, sm, own_b, w, ww, g, t):
+        return
+
+    return issue, load_kv, 1
+
+
+@functools.cache
 def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one, red: bool = False,
-               rs: bool = False):
+               rs: bool = False, kv_operands=kv_in_shared):
     """``(issue, scores, grads, issue_next, publish)``: one Q tile for warpgroup w (its 64 keys). ``issue``: Sᵀ,
     dPᵀ in flight. ``scores``: Pᵀ into its tile, dV_j += Pᵀ dO_i issued (SS), dSᵀ into its tile (after the other
     warpgroup's dQ of the tile before). The kernel's block barrier follows. ``grads``: dQ_i's halves = dS_i K_j (dS_i
@@ -108,8 +125,8 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
     the staged partial added by one bulk reduction. dK is waited for by the next tile's first wait (products
     complete in order) or, after the last tile, by ``publish``. ``rs``: dV's and dK's A from the registers (P and
     dS packed, as ``bwd_wgmma_fused`` has them) instead of the Pᵀ and dSᵀ tiles (the dSᵀ tile is still stored for
-    dQ's product)."""
-    issue = make_scores_issue(bf16, D, Bc, STAGES)
+    dQ's product). ``kv_operands``: where Sᵀ's and dPᵀ's A come from (:func:`kv_in_shared`)."""
+    issue = kv_operands(bf16, D, Bc, STAGES)[0]
     pack, accumulate = make_products(bf16, Br, D, STAGES)[2:]
     acc_p = make_ss_accumulate(bf16, D)
     wait_s = make_wgmma_wait(1, Br // 2)  # Sᵀ done, dPᵀ in flight
@@ -186,12 +203,12 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
                 stage_dq(out[0], hh, tw, dQ)
 
     @device
-    def issue_next(St, dPt, sm, sb, where):
+    def issue_next(St, dPt, kv, sm, sb, where):
         """The next tile's Sᵀ and dPᵀ, behind dK's product (once this warpgroup's dQ is done with dS_i)."""
         w = where[5]
         if WGS > 1:
             named_barrier_arrive(DS_FREE + 1 - w, 256)  # done with dS_i: the other may overwrite its columns
-        issue(St, dPt, sm, sb + 1 if sb + 1 < STAGES else 0, where[1], where[2], w)
+        issue(St, dPt, kv, sm, sb + 1 if sb + 1 < STAGES else 0, where[1], where[2], w)
 
     @device
     def publish(dK, last, where, out):
@@ -210,12 +227,14 @@ def ss_kv_tile(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLA
 
 @functools.cache
 def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=PLAIN, dmod=one, red: bool = False,
-                 rs: bool = False):
+                 rs: bool = False, kv_operands=kv_in_shared):
     """grad_ss: ``bwd_wgmma_fused``'s kernel (Bc/64 warpgroups of 64 keys walking the Q tiles that see them)
     with the tile step of :func:`ss_kv_tile`: one block barrier a tile, after the dS stores, which also tells that
     the next tile has landed; the ring refilled after it (STAGES ≥ 3: the tile two ahead, into the stage of the
     tile before, whose products every warpgroup has waited for)."""
-    issue, scores, grads, issue_next, publish = ss_kv_tile(D, Bc, STAGES, causal, bf16, stage, dmod, red, rs)
+    issue, scores, grads, issue_next, publish = ss_kv_tile(D, Bc, STAGES, causal, bf16, stage, dmod, red, rs,
+                                                           kv_operands)
+    _, load_kv, NKV = kv_operands(bf16, D, Bc, STAGES)
     WGS = Bc // M
     THREADS = 128 * WGS
     copy_own = make_ring_copy(D, M, WGS, 128)  # K_j's and V_j's 64-key tiles: one per warpgroup
@@ -269,6 +288,7 @@ def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=P
         dQ = cuda.local.array(NQ, float32)
         pf = cuda.local.array(NP, uint32)  # (rs: P and dS packed, dV's and dK's A)
         dsf = cuda.local.array(NP, uint32)
+        kv = (cuda.local.array(NKV, uint32), cuda.local.array(NKV, uint32))  # (K_j's, V_j's A where held)
         for e in range(NA):
             dK[e] = float32(0.0)
             dV[e] = float32(0.0)
@@ -276,8 +296,9 @@ def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=P
         where = (rows, 0, OWN_B, OWN_B + RING_B, OWN_B + RING_B + DS_B, w, tw, ww, g, t, lead)
         regs = (St, dPt, dK, dV, Gt, dQ, pf, dsf)
         ready()  # the first tile (and K_j, V_j) has landed
+        load_kv(kv, sm, 0, w, ww, g, t)
         if cur[0] < G:
-            issue(St, dPt, sm, 0, 0, OWN_B, w)
+            issue(St, dPt, kv, sm, 0, 0, OWN_B, w)
             if WGS > 1:  # nothing of dS_i to wait for at the first tile: no flag kept across the walk
                 named_barrier_arrive(DS_FREE + 1 - w, 256)
         sb = 0
@@ -296,7 +317,7 @@ def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=P
             if after[0] >= G:  # (a path of its own: Sᵀ, dPᵀ carried to the next tile only from their issue)
                 publish(dK, True, where, out)
                 break
-            issue_next(St, dPt, sm, sb, where)
+            issue_next(St, dPt, kv, sm, sb, where)
             publish(dK, False, where, out)
             sb = sb + 1 if sb + 1 < STAGES else 0
             cur = after
@@ -307,14 +328,14 @@ def make_grad_ss(D: int, Bc: int, STAGES: int, causal: bool, bf16: bool, stage=P
     return grad_ss
 
 
-def _supports(problem, Bc, stages, dq="red", rs=None):
+def supports_ss(problem, Bc, stages, dq="red", rs=None):
     if dq not in ("bulk", "red"):
         return f"dq={dq!r}: dQ's partials are added by one bulk reduction a tile ('bulk') or from the registers ('red')"
     return fused_reason(problem, Bc, stages, 3, "the next tile landed while this one is read, before the stage of "
                         "the one before is refilled", smem_bytes)
 
 
-def _resolve(problem, Bc, rs=None, **params):
+def resolve_ss(problem, Bc, rs=None, **params):
     """Bc=0: 128 keys a block (two warpgroups) at every head dim. Unlike the parent's one-warpgroup blocks at D64:
     with the next tile issued early, 128 keys are 1.07× faster than 64 at D64 (1.04× causal; H200, fp16 B1 H32
     N4096, experiments/2026-11-28-bwd-ss). rs=None: dV's and dK's A from the registers, 1.12-1.15× the shared
@@ -338,7 +359,7 @@ def _resolve(problem, Bc, rs=None, **params):
     planned_speedup=1550.0,  # against bwd_naive, as every planned speedup: ~1.15x bwd_wgmma_fused (1350)
     dtypes=("float16", "bfloat16"), requires_cc="sm_90a", head_dims=(64, 128),
     space={"Bc": [64, 128], "stages": [3, 4], "dq": ["bulk", "red"], "rs": [False, True]},
-    sim_params={"Bc": 128, "stages": 3}, supports=_supports, resolve=_resolve, variants=True,
+    sim_params={"Bc": 128, "stages": 3}, supports=supports_ss, resolve=resolve_ss, variants=True,
 )
 def bwd_wgmma_ss(problem, Bc=0, stages=3, dq="red", rs=None):
     return launch_fused("bwd_wgmma_ss", problem, Bc, stages, make_grad_ss, smem_bytes, dq == "red", bool(rs))
