@@ -24,7 +24,8 @@ from numba_attn.array_kinds import (DEVICE, NUMPY, TORCH, TORCH_CPU, arrays_for_
                                     contiguous, described, kind_of, numpy_as_tensor, one_kind, stream_of,
                                     tensor_as_numpy)
 from numba_attn.phases.backward.common import run_backward_launch  # noqa: E402
-from numba_attn.phases.registry import BACKWARD, Phase, get_phase, list_phases  # noqa: E402
+from numba_attn.phases.registry import (BACKWARD, Phase, get_phase, list_phases, registered,  # noqa: E402
+                                        registered_count)
 from numba_attn.spec.errors import AttentionInputError, check_arrays, check_bool  # noqa: E402
 from numba_attn.spec.grad_reference import backward_case  # noqa: E402,F401 (check_backward's; re-exported)
 
@@ -38,6 +39,7 @@ BACKWARD_DEFAULT = ("bwd_wgmma_ss", "bwd_wgmma_fused", "bwd_wgmma_overlap", "bwd
 # (deterministic=True, or torch.use_deterministic_algorithms(True), leaves them out of phase=None and refuses them)
 NONDETERMINISTIC = frozenset({"bwd_wgmma_fused", "bwd_wgmma_ss", "bwd_atomic_dq"})
 _PLANS: OrderedDict = OrderedDict()  # (phase, problem, params) -> Launch, at most 16
+_CHOSEN: OrderedDict = OrderedDict()  # (problem, phase, params, deterministic, ...) -> choose_backward's answer
 # (id of a Launch, stream handle) -> (the Launch, gpu.replay.Replay of its first tensor call's launches or False:
 # refused); dropped with the Launch, so a replay never outlives the scratch buffers its launches point into
 _REPLAYS: dict = {}
@@ -204,6 +206,25 @@ def choose_backward(problem, phase=None, params=None, deterministic: bool = Fals
     raise AttentionInputError(f"no backward phase runs {problem.label}: " + "; ".join(reasons))
 
 
+def _chosen(problem, phase, params, deterministic):
+    """:func:`choose_backward`'s answer, kept per (problem, phase, parameters, determinism) while the registry and
+    :data:`BACKWARD_DEFAULT` are the same (``supports`` of every candidate costs tens of microseconds a call);
+    problems with a variant are chosen each time (their functions are new objects a call)."""
+    if getattr(problem, "variant", None) is not None:
+        return choose_backward(problem, phase, params, deterministic)
+    try:
+        key = (problem, phase if phase is None or isinstance(phase, str) else ("object", id(phase)),
+               tuple(sorted(params.items())), deterministic, BACKWARD_DEFAULT, registered_count())
+        hit = _CHOSEN.get(key)
+    except TypeError:  # an unhashable parameter: refused or run by choose_backward's own checks
+        return choose_backward(problem, phase, params, deterministic)
+    if hit is None or hit[0] is not registered(hit[0].name):
+        hit = _CHOSEN[key] = choose_backward(problem, phase, params, deterministic)
+        while len(_CHOSEN) > 64:
+            _CHOSEN.popitem(last=False)
+    return hit[0], dict(hit[1])
+
+
 def _zeros(kind, like, shape):
     if kind == TORCH:
         return sys.modules["torch"].zeros(shape, dtype=like.dtype, device=like.device)
@@ -262,7 +283,7 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, phase=N
     if variant is not None:
         probe_variant(variant, B, H, Nq, Nk)
         problem = problem.replace(variant=variant)
-    ph, resolved = choose_backward(problem, phase, params, deterministic)
+    ph, resolved = _chosen(problem, phase, params, deterministic)
     launch = _plan(ph, problem, resolved)
     if kind == TORCH:
         for name, a in arrays.items():
