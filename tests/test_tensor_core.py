@@ -756,6 +756,7 @@ def test_phase_gpu_shapes(name, problem):
             assert "LDSM" in sass
 
 
+@pytest.mark.full  # (a kernel compiled and assembled offline: 12 s of the quick tier)
 def test_offline_sass_counts_of_a_wgmma_kernel():
     """``python -m numba_attn.measure.offline PHASE --sass``: the static SASS counts of the linked kernel
     (nvdisasm), here warp_specialized_tc at D=128 with its default 128-key tiles: its 16 HGMMA (8 of Q·Kᵀ, 8 of
