@@ -4,14 +4,13 @@
 ``ld_global_v4``           ``ld.global.nc.v4.u32`` (128-bit read-only load) at ``arr[b, r, c]``
 ``ld_global_v2``           ``ld.global.nc.v2.u32`` (64-bit read-only load)
 ``ld_global_v4_at``        ``ld_global_v4`` at flat word ``row·n + col + off`` of a C-contiguous array of 32-bit
-                           words, ``row`` a 32-bit index (one ``mad.wide.u32`` on ``arr + col``, ``off`` constant)
-``ld_global_v2_at``        the same, 8 bytes
+                           words, ``row`` a 32-bit index (one ``mad.wide.u32`` on ``arr + col``); ``_v2_at``: 8 bytes
 ``ld_at``                  ``ld.global`` of flat element ``i`` (a 32-bit index) of a C-contiguous array
 ``st_shared_v4``           ``st.shared.v4.u32`` (128-bit shared store)
 ``ld_shared_v4``           ``ld.shared.v4.u32`` (128-bit shared load, as uint32 words)
 ``st_shared_b16``          ``st.shared.b16``: the low 16 bits of a word at byte ``byte`` of a shared array
-``st_shared_b32``          ``st.shared.b32``: a 32-bit word at byte ``byte`` (a multiple of 4) of a shared array
-``ld_shared_b32``          ``ld.shared.b32``: the 32-bit word at byte ``byte`` (a multiple of 4), as uint32
+``st_shared_b32``          ``st.shared.b32``: a 32-bit word at byte ``byte`` (a multiple of 4) of a shared array;
+                           ``ld_shared_b32``: ``ld.shared.b32``, the word there as uint32
 ``st_shared_f32x4``        ``st.shared.v4.f32``: four floats at float ``i`` (a multiple of 4) of a shared float32 array
 ``lds``                    ``arr[r, c]`` without negative-index wrap-around
 ``lds2``                   ``(arr[r, c], arr[r, c + 1])`` of a float32 array by one 8-byte load (``c`` even)
