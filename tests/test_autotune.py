@@ -86,7 +86,7 @@ def test_explain_says_what_attention_will_measure_and_measures_nothing(first_use
     assert first_use == [] and not (tmp_path / "cache.json").exists()
 
 
-@pytest.mark.parametrize("how", ["env", "argument"])
+@pytest.mark.parametrize("how", [pytest.param("env", marks=pytest.mark.full), "argument"])  # (one in the quick tier)
 def test_the_opt_out_is_respected(first_use, tmp_path, monkeypatch, how):
     if how == "env":
         monkeypatch.setenv(autotune.AUTOTUNE_ENV, "0")
