@@ -13,7 +13,7 @@ timeout 200 compute-sanitizer --tool memcheck --print-limit 5 python3 experiment
 echo "memcheck rc $?"; grep -E "FAIL|ALL OK|ERROR SUMMARY" "$out/memcheck.txt" | tail -4
 timeout 200 python3 -m pytest --full -q -x tests/test_backward.py -k "kvreg" > "$out/tests.txt" 2>&1
 echo "tests rc $?"; tail -1 "$out/tests.txt"
-cfg='{"bwd_wgmma_ss": {}, "bwd_wgmma_kvreg": {}}'
+cfg='{"bwd_wgmma_ss": {}, "bwd_wgmma_kvreg": {}, "bwd_wgmma_kvreg 4 stages": {"stages": 4}}'
 for dt in float16 bfloat16; do
   timeout 200 python3 "$sweep" --dtype $dt --dims 64 --out "$out/sweep-$dt.json" --configs "$cfg" \
     > "$out/sweep-$dt.txt" 2>&1
