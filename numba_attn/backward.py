@@ -130,13 +130,14 @@ def _plan(ph, problem, params):
 @functools.lru_cache(maxsize=16)
 def _binders(B, H, Hkv, Nq, Nk, D, dtype):
     """Device arrays of the kernels' row shapes at any address (:class:`~numba_attn.gpu.arrays.BoundArrays`): q, k,
-    v, o, do, dq, dk, dv in ``dtype`` (16-bit floats as int16, as :func:`as_device_array` gives them), lse float32.
-    Typed once per shape, not per call: a tensor's CUDA array interface and a reshape cost more than the kernels
-    of a small problem."""
+    v, o, do, dq, dk, dv in ``dtype`` (16-bit floats as int16, as :func:`as_device_array` gives them); lse as the
+    forward binds it (:func:`numba_attn.plans.lse_rows`). Typed once per shape, not per call: a tensor's CUDA array
+    interface and a reshape cost more than the kernels of a small problem."""
     from numba_attn.gpu.arrays import BoundArrays
+    from numba_attn.plans import lse_rows
 
     rows_q, rows_kv = (B * H, Nq, D), (B * Hkv, Nk, D)
-    return BoundArrays([rows_q, rows_kv], dtype), BoundArrays([(B * H, Nq)], np.float32)
+    return BoundArrays([rows_q, rows_kv], dtype), lse_rows(B * H, Nq)
 
 
 def _bound(problem, tensors):
