@@ -264,3 +264,42 @@ def test_cuda_tensors_on_the_current_stream(dtype, side_stream):
         stream.synchronize()
         want = float64_grads(*(t.cpu() for t in (q, k, v, do)), True)
         assert_grads(tuple(g.cpu() for g in got), want, dt)
+
+
+@pytest.mark.gpu
+def test_replays_on_another_thread_than_the_recording():
+    """A plan's launches are recorded on the first call's thread and replayed at later calls (gpu/replay.py); autograd
+    runs a backward on a thread of its own, where no CUDA context may be current. The forward with lse and the
+    backward are recorded here by direct calls, then replayed through autograd (its thread) and from a new thread:
+    the gradients and the output match float64's."""
+    import threading
+
+    import numba_attn
+    from numba_attn.spec.reference import reference
+
+    dt = torch.float16
+    q, k, v, do = (t.detach().cuda() for t in inputs(1, 4, 2, 200, 333, 64, dt, seed=20))
+    out, lse = numba_attn.attention(q, k, v, causal=True, return_lse=True)  # recorded on this thread
+    numba_attn.attention_backward(q, k, v, out, lse, do, causal=True)
+    for t in (q, k, v):
+        t.requires_grad_()
+    na_op.differentiable_attention(q, k, v, causal=True).backward(do)  # replayed on autograd's thread
+    want = float64_grads(*(t.cpu() for t in (q, k, v, do)), True)
+    assert_grads(tuple(t.grad.cpu() for t in (q, k, v)), want, dt)
+
+    got = {}
+
+    def other_thread():
+        try:
+            got["out"] = numba_attn.attention(q.detach(), k.detach(), v.detach(), causal=True, return_lse=True)[0]
+            torch.cuda.synchronize()
+        except Exception as e:  # reported below, in the test's thread
+            got["error"] = e
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    thread.join()
+    assert "error" not in got, got.get("error")
+    ref = reference(*(t.detach().double().cpu().numpy() for t in (q, k, v)), causal=True)
+    c = check(got["out"].float().cpu().numpy(), ref, dtype="float16")
+    assert c.ok, c.reason

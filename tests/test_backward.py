@@ -515,13 +515,15 @@ def test_sinks_gradients(phase):
 
 
 def test_deterministic_leaves_out_the_phases_that_sum_dq_in_no_fixed_order():
-    """phase=None picks the one-kernel bwd_wgmma_ss (dQ by bulk reductions) where it runs; deterministic=True
+    """phase=None picks bwd_wgmma_kvreg at D64 and the one-kernel bwd_wgmma_ss (its parent) at D128, both summing dQ
+    by reductions, where they run; deterministic=True
     (or torch's deterministic mode) picks the reproducible split instead and refuses a non-deterministic phase by
     name; a non-bool is refused naming the argument."""
     from numba_attn.backward import NONDETERMINISTIC, choose_backward, deterministic_arg
 
     prob = SHAPES[QUICK_D64]
-    assert choose_backward(prob)[0].name == "bwd_wgmma_ss"
+    assert choose_backward(prob)[0].name == "bwd_wgmma_kvreg"
+    assert choose_backward(prob.replace(head_dim=128))[0].name == "bwd_wgmma_ss"
     assert choose_backward(prob, deterministic=True)[0].name == "bwd_wgmma_overlap"
     for name in NONDETERMINISTIC:
         with pytest.raises(AttentionInputError, match="deterministic"):

@@ -109,7 +109,8 @@ class Replay:
     arrays overlap, or a derived pointer is in no launch. ``replay(addresses)`` launches again with
     those parameters moved to the new addresses and to ``derived`` of them."""
 
-    def __init__(self, launches, slots, derived=None):
+    def __init__(self, launches, slots, derived=None, context=None):
+        self._context = context  # the CUcontext the launches were recorded in (None: unknown, as off a GPU)
         self._launches = launches  # [(stream, config, kernel, list of parameters)]
         self._slots = slots  # per launch: [(parameter index, value index, byte offset)]
         self._derived = derived  # addresses -> more values (indexes 4, 5, ... of the slots)
@@ -147,9 +148,24 @@ class Replay:
             slots.append(mine)
         if len(found) != len(extra):
             return None  # a derived pointer the launches do not take: the recording is not understood
-        return cls(launches, slots, derived if extra else None)
+        return cls(launches, slots, derived if extra else None, _current_context())
 
     def __call__(self, addresses) -> None:
+        context = self._context
+        if context and _current_context() != context:
+            # another thread than the recording's, with no context or another one current (autograd runs a
+            # backward on a thread of its own): the recorded kernels belong to the recorded context
+            from cuda.bindings import driver
+
+            driver.cuCtxPushCurrent(driver.CUcontext(context))
+            try:
+                self._replay(addresses)
+            finally:
+                driver.cuCtxPopCurrent()
+            return
+        self._replay(addresses)
+
+    def _replay(self, addresses) -> None:
         if self._derived is not None:
             addresses = tuple(addresses) + tuple(self._derived(addresses))
         packed = self._packed
@@ -171,6 +187,17 @@ class Replay:
     @property
     def launches(self) -> int:
         return len(self._launches)
+
+
+def _current_context():
+    """The address of the CUcontext current on this thread (0: none), or None where there is no CUDA driver."""
+    try:
+        from cuda.bindings import driver
+
+        err, context = driver.cuCtxGetCurrent()
+    except Exception:  # no driver (the simulator, a CPU-only machine)
+        return None
+    return int(context) if err == driver.CUresult.CUDA_SUCCESS else None
 
 
 def _stream_handle(stream) -> int:
