@@ -123,6 +123,30 @@ def test_lds2_reads_a_pair_and_refuses_an_odd_column():
         kern[1, 2, 0, 16 * 4](src, out, 3)
 
 
+def test_f32x4_loads_and_stores_16_bytes_and_refuses_a_misaligned_column():
+    """``ld_f32x4`` / ``st_f32x4``: four floats of a global row by one 16-byte access (dQ's finishing kernel reads its
+    accumulator and zeroes it so); a column that is not a multiple of 4 would fault on the GPU, so the fallback
+    raises."""
+    from numba_attn.gpu.loads import ld_f32x4, st_f32x4
+
+    @cuda.jit
+    def kern(acc, out, col):
+        tid = cuda.threadIdx.x
+        a, b, c, d = ld_f32x4(acc, tid, col)
+        out[tid, 0], out[tid, 1], out[tid, 2], out[tid, 3] = a, b, c, d
+        z = np.float32(0.0)
+        st_f32x4(acc, tid, col, z, z, z, z)
+
+    src = (np.arange(24).reshape(2, 12) / 3 + 1).astype(np.float32)
+    acc, out = src.copy(), np.zeros((2, 4), np.float32)
+    kern[1, 2](acc, out, 8)
+    np.testing.assert_array_equal(out, src[:, 8:12])
+    np.testing.assert_array_equal(acc[:, 8:], 0.0)
+    np.testing.assert_array_equal(acc[:, :8], src[:, :8])
+    with pytest.raises(Exception, match="16-byte aligned"):
+        kern[1, 2](src.copy(), out, 6)
+
+
 def test_dynamic_tile_past_the_allocation_fails():
     from numba_attn.gpu.ptx_loads import dynamic_tile
 

@@ -11,15 +11,19 @@ GradScaler; bf16 is refused by the backward phases today and falls back: counted
         --plot experiments/2026-11-27-train/loss.png              # a GPU: 300 steps, 4 layers, GQA 8/2, D64
     python experiments/2026-11-27-train/train.py --smoke          # 3 steps of a tiny model, CPU, simulator
 
-Records per run: the loss of every step, each step's time, tokens/s (steps after the warm-up, which compiles
-the kernels), and the attention calls by (kind, phase) with the fallbacks to sdpa: "prefill/<phase>" the forward
+The two runs' steps are interleaved (sdpa's step, then numba-attn's, the order swapped every step), so both are timed
+under the same host and GPU conditions: a training step of this size is mostly host time, which drifts by tens of
+percent over a minute. Records per run: the loss of every step, each step's time, tokens/s (steps after the
+warm-up, which compiles the kernels) and the median step, and the attention calls by (kind, phase) with the fallbacks to sdpa: "prefill/<phase>" the forward
 calls, "backward/<phase>" the backward phases their gradients ran.
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -88,20 +92,25 @@ def make_model(torch, transformers, args, impl, device):
                                                       dtype=torch.float32).to(device).train()
 
 
-def train(torch, transformers, na_hf, args, impl, device):
-    """One run: per-step loss and time, tokens/s, the attention calls by (kind, phase)."""
-    model = make_model(torch, transformers, args, impl, device)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": None}[args.dtype]
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
-    data = batches(torch, args, device)
-    losses, step_s = [], []
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+class Run:
+    """One model, its optimizer and its data stream: :meth:`step` runs and times a training step (loss and time
+    kept, the attention calls counted by (kind, phase)); :meth:`result` is the run's record."""
 
-    def one_step():
-        ids, labels = next(data)
-        with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+    def __init__(self, torch, transformers, na_hf, args, impl, device):
+        self.torch, self.na_hf, self.args, self.impl, self.device = torch, na_hf, args, impl, device
+        self.model = make_model(torch, transformers, args, impl, device)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
+        self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": None}[args.dtype]
+        self.scaler = torch.amp.GradScaler(device.type, enabled=self.dtype == torch.float16)
+        self.data = batches(torch, args, device)
+        self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        self.losses, self.step_s, self.ran = [], [], collections.Counter()
+
+    def one_step(self):
+        torch, model, opt, scaler = self.torch, self.model, self.opt, self.scaler
+        ids, labels = next(self.data)
+        with torch.autocast(self.device.type, dtype=self.dtype or torch.float32, enabled=self.dtype is not None):
             loss = model(ids, labels=labels).loss
         scaler.scale(loss).backward()
         scaler.unscale_(opt)
@@ -109,27 +118,34 @@ def train(torch, transformers, na_hf, args, impl, device):
         scaler.step(opt)
         scaler.update()
         opt.zero_grad(set_to_none=True)
-        sched.step()
+        self.sched.step()
         return loss
 
-    with na_hf.count_phases(backward=True) as ran:
-        for step in range(args.steps):
-            sync()
+    def step(self):
+        step = len(self.losses)
+        with self.na_hf.count_phases(backward=True) as ran:
+            self.sync()
             t0 = time.perf_counter()
-            loss = one_step()
-            sync()
-            step_s.append(time.perf_counter() - t0)
-            losses.append(float(loss.detach()))
-            if step % 25 == 0 or step == args.steps - 1:
-                print(f"{impl:>10} step {step:4d} loss {losses[-1]:.4f} {step_s[-1] * 1e3:8.1f} ms", flush=True)
-    timed = step_s[args.timing_from:] or step_s
-    tokens = args.batch * (2 * args.n + 2)
-    calls = {f"{kind}/{phase}": n for (kind, phase), n in sorted(ran.items())}
-    profiled = profile_steps(torch, one_step, args.profile, device, sync) if args.profile else None
-    return {"profile": profiled, "loss": losses, "step_s": step_s, "tokens_per_step": tokens,
-            "tokens_per_s": tokens * len(timed) / sum(timed), "timed_steps": len(timed),
-            "attention_calls": calls,
-            "fallbacks": sum(n for (_, phase), n in ran.items() if phase == "sdpa (fallback)")}
+            loss = self.one_step()
+            self.sync()
+            self.step_s.append(time.perf_counter() - t0)
+        self.ran.update(ran)
+        self.losses.append(float(loss.detach()))
+        if step % 25 == 0 or step == self.args.steps - 1:
+            print(f"{self.impl:>10} step {step:4d} loss {self.losses[-1]:.4f} {self.step_s[-1] * 1e3:8.1f} ms",
+                  flush=True)
+
+    def result(self):
+        args, step_s = self.args, self.step_s
+        timed = step_s[args.timing_from:] or step_s
+        tokens = args.batch * (2 * args.n + 2)
+        calls = {f"{kind}/{phase}": n for (kind, phase), n in sorted(self.ran.items())}
+        profiled = (profile_steps(self.torch, self.one_step, args.profile, self.device, self.sync)
+                    if args.profile else None)
+        return {"profile": profiled, "loss": self.losses, "step_s": step_s, "tokens_per_step": tokens,
+                "tokens_per_s": tokens * len(timed) / sum(timed), "timed_steps": len(timed),
+                "median_step_ms": statistics.median(timed) * 1e3, "attention_calls": calls,
+                "fallbacks": sum(n for (_, phase), n in self.ran.items() if phase == "sdpa (fallback)")}
 
 
 def profile_steps(torch, one_step, steps, device, sync, top=25):
@@ -206,8 +222,12 @@ def main(argv=None):
     na_hf.register("numba_attn", prefill_phase=args.prefill_phase, prefill_params=params, fallback="sdpa")
     impls = ["sdpa", "numba_attn"] if args.impl == "both" else [args.impl]
     result = {"config": vars(args), "env": environment(torch, transformers), "runs": {}}
-    for impl in impls:
-        result["runs"][impl] = train(torch, transformers, na_hf, args, impl, device)
+    runs = [Run(torch, transformers, na_hf, args, impl, device) for impl in impls]
+    for step in range(args.steps):  # the runs' steps interleaved, in turns: both see the host and GPU alike
+        for run in (runs if step % 2 == 0 else runs[::-1]):
+            run.step()
+    for run in runs:
+        result["runs"][run.impl] = run.result()
     if len(impls) == 2:
         a, b = (result["runs"][i]["loss"] for i in impls)
         tail = max(1, len(a) // 10)
@@ -215,6 +235,7 @@ def main(argv=None):
             "max_abs_loss_diff": max(abs(x - y) for x, y in zip(a, b)),
             "final_loss_mean_last_10pct": {i: sum(result["runs"][i]["loss"][-tail:]) / tail for i in impls},
             "tokens_per_s_ratio": result["runs"]["numba_attn"]["tokens_per_s"] / result["runs"]["sdpa"]["tokens_per_s"],
+            "median_step_ratio": result["runs"]["sdpa"]["median_step_ms"] / result["runs"]["numba_attn"]["median_step_ms"],
         }
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)

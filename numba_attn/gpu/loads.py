@@ -14,6 +14,8 @@
 ``st_shared_f32x4``        ``st.shared.v4.f32``: four floats at float ``i`` (a multiple of 4) of a shared float32 array
 ``lds``                    ``arr[r, c]`` without negative-index wrap-around
 ``lds2``                   ``(arr[r, c], arr[r, c + 1])`` of a float32 array by one 8-byte load (``c`` even)
+``ld_f32x4``               ``arr[r, c:c+4]`` of a 2-D float32 array by one 16-byte load (``c`` a multiple of 4);
+                           ``st_f32x4``: four floats stored there by one 16-byte store (any memory space)
 ``rows_head_major``        ``a[s:s+n].transpose(1, 0, 2)`` (a view; numba's transpose needs a set)
 =========================  ==============================================
 
@@ -101,6 +103,23 @@ if IS_SIMULATOR:
             raise IndexError(f"8 bytes at {idx} run past the row (shape {a.shape})")
         w = np.ascontiguousarray(a[idx[0], idx[1], idx[2]:idx[2] + 2]).view(np.uint32)
         return np.uint32(w[0]), np.uint32(w[1])
+
+    def _f32x4_at(arr, r, c):
+        a = np.asarray(host_array(arr))
+        if a.dtype != np.float32 or a.ndim != 2:
+            raise TypeError(f"16-byte float access to a 2-D float32 array, not {a.ndim}-D {a.dtype}")
+        bytes16_at(a, (r, c))  # 16-byte aligned, inside the row
+        return a
+
+    def ld_f32x4(arr, r, c):
+        """``arr[r, c:c+4]`` of a 2-D float32 array (16 bytes: ``c`` a multiple of 4) as four float32."""
+        a = _f32x4_at(arr, r, c)
+        return tuple(np.float32(x) for x in a[int(r), int(c):int(c) + 4])
+
+    def st_f32x4(arr, r, c, x0, x1, x2, x3):
+        """Store four floats at ``arr[r, c:c+4]`` of a 2-D float32 array (16 bytes: ``c`` a multiple of 4)."""
+        a = _f32x4_at(arr, r, c)
+        a[int(r), int(c):int(c) + 4] = np.array([x0, x1, x2, x3], np.float32)
 
     def rows_head_major(a, s, n):
         """Rows ``s … s+n−1`` of a 3-D (tokens, heads, W) array as the (heads, n, W) view."""
@@ -321,6 +340,40 @@ else:  # -------------------------------------------------------------- GPU
             v = builder.load(builder.bitcast(ptr, ir.PointerType(vec, ptr.type.addrspace)), align=8)
             vals = [builder.extract_element(v, ir.Constant(ir.IntType(32), k)) for k in range(2)]
             return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    @intrinsic
+    def ld_f32x4(typingctx, arr, r, c):
+        if not (isinstance(arr, types.Array) and arr.ndim == 2 and arr.dtype == types.float32):
+            return None
+        sig = types.UniTuple(types.float32, 4)(arr, r, c)
+
+        def codegen(context, builder, sig, args):
+            # a 16-byte aligned <4 x float> load (LDG.E.128 in global memory), a plain load: coherent with the
+            # kernel's own stores, unlike ld.global.nc
+            ptr = elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
+            vec = ir.VectorType(ir.FloatType(), 4)
+            v = builder.load(builder.bitcast(ptr, ir.PointerType(vec, ptr.type.addrspace)), align=16)
+            vals = [builder.extract_element(v, ir.Constant(ir.IntType(32), k)) for k in range(4)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    @intrinsic
+    def st_f32x4(typingctx, arr, r, c, x0, x1, x2, x3):
+        if not (isinstance(arr, types.Array) and arr.ndim == 2 and arr.dtype == types.float32):
+            return None
+        sig = types.void(arr, r, c, types.float32, types.float32, types.float32, types.float32)
+
+        def codegen(context, builder, sig, args):
+            ptr = elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:3], args[1:3])
+            vec = ir.VectorType(ir.FloatType(), 4)
+            v = ir.Constant(vec, ir.Undefined)
+            for k in range(4):
+                v = builder.insert_element(v, args[3 + k], ir.Constant(ir.IntType(32), k))
+            builder.store(v, builder.bitcast(ptr, ir.PointerType(vec, ptr.type.addrspace)), align=16)
+            return context.get_dummy_value()
 
         return sig, codegen
 

@@ -4,7 +4,7 @@ The device's own start and end of every kernel, recorded by CUPTI through ``torc
 (``ProfilerActivity.CUDA``). CUPTI sees every kernel of the process, so numba's launches (on any stream) are
 seen as well as PyTorch's. After the warm-up, ``calls`` back-to-back calls are profiled (one more before
 them, left out); a call's time is the sum of the durations of the kernels it launched (a split-K phase:
-split + combine), and the row's time is the median over the calls (:func:`per_call_kernels`). It needs a
+split + combine; a memset it makes counts as a kernel), and the row's time is the median over the calls (:func:`per_call_kernels`). It needs a
 GPU and PyTorch (:func:`cupti_status` says why not). No launch gaps and no event overhead are in it, and
 phases and peers are timed by exactly the same code: the method to publish ratios with. The same code is not
 the same regime: the first ``profile()`` of a process starts CUPTI (3-6 s, the GPU idle) just before its calls,
@@ -18,7 +18,10 @@ import time
 
 from numba_attn.measure.samples import TimingConfig, call_fn, timing_summary, warm_up
 
-_NOT_KERNELS = ("memcpy", "memset")  # device activities that are copies, not kernels
+# device activities that are not the call's own work: copies (the harness's inputs and outputs). A memset is
+# counted as a kernel: it is the call's work where the call zeroes a buffer that way (cuDNN's backward zeroes its
+# float32 dQ accumulator by a memset, ~20 µs at B1 H32 N4096 D128; a phase doing the same in a kernel was counted)
+_NOT_KERNELS = ("memcpy",)
 KERNEL_NAME_CHARS = 160  # kernel names recorded in a row are cut to this length
 
 
@@ -54,7 +57,7 @@ def kernel_events(events) -> list[tuple[str, float, float]]:
 
     ``events``: ``torch.profiler.profile(...).events()`` (``FunctionEvent``: ``device_type``,
     ``name``, ``time_range`` with ``start`` and ``elapsed_us()``; torch 2.4 and later), or
-    anything shaped like it. Copies and memsets on the device are left out."""
+    anything shaped like it. Copies on the device are left out; memsets are kept (a call's own work)."""
     out = []
     for e in events:
         if not _is_device_event(e):

@@ -36,7 +36,7 @@ from numba_attn.gpu.cp_async import cp_async16_flat
 from numba_attn.gpu.intrinsics import (cp_async_commit, cp_async_wait, pack_bf16x2, pack_f16x2, unpack_bf16x2,
                                        unpack_f16x2)
 from numba_attn.gpu.jit import device, kernel
-from numba_attn.gpu.loads import lds2, st_shared_f32x4
+from numba_attn.gpu.loads import ld_f32x4, lds2, st_f32x4, st_shared_f32x4
 from numba_attn.gpu.mbarrier import fence_proxy_async
 from numba_attn.gpu.ptx_loads import dynamic_tile, launch_dynamic, smem_reason
 from numba_attn.gpu.warp import group_sum
@@ -619,7 +619,8 @@ def make_dq_finish(D: int, bf16: bool):
     next call. dQacc holds each 64-row tile as two warpgroup halves of D/2 columns in the staging's thread order,
     four values a thread at a time: values 4m .. 4m + 3 of thread T at 512·m + 4·T — columns 8m + 2·(T mod 4) and
     + 1 of rows 16·(T // 32) + (T mod 32) // 4 and + 8 of the half. One thread a group of four (16 contiguous
-    bytes: the warp's reads are one contiguous 512-byte run), two words of dq."""
+    bytes, one 16-byte load and one 16-byte store of zeros: the warp's are one contiguous 512-byte run), two words
+    of dq."""
     store2 = pack_bf16x2 if bf16 else pack_f16x2
     HC = D // 2  # columns of a half
     TILE, HALF = M * D, M * D // 2
@@ -634,12 +635,13 @@ def make_dq_finish(D: int, bf16: bool):
             m, T = x // 512, (x % 512) // 4
             r = qt * M + 16 * (T // 32) + (T % 32) // 4
             cw = w * (HC // 2) + 4 * m + T % 4
+            a0, a1, a2, a3 = ld_f32x4(dqa, bh, at)
             if r < Nq:
-                dq[bh, r, cw] = store2(dqa[bh, at] * scale, dqa[bh, at + 1] * scale)
+                dq[bh, r, cw] = store2(a0 * scale, a1 * scale)
             if r + 8 < Nq:
-                dq[bh, r + 8, cw] = store2(dqa[bh, at + 2] * scale, dqa[bh, at + 3] * scale)
-            for e in range(4):
-                dqa[bh, at + e] = float32(0.0)
+                dq[bh, r + 8, cw] = store2(a2 * scale, a3 * scale)
+            zero = float32(0.0)
+            st_f32x4(dqa, bh, at, zero, zero, zero, zero)
 
     return dq_finish
 
