@@ -19,8 +19,8 @@ import time
 from numba_attn.measure.samples import TimingConfig, call_fn, timing_summary, warm_up
 
 # device activities that are not the call's own work: copies (the harness's inputs and outputs). A memset is
-# counted as a kernel: it is the call's work where the call zeroes a buffer that way (cuDNN's backward zeroes its
-# float32 dQ accumulator by a memset, ~20 µs at B1 H32 N4096 D128; a phase doing the same in a kernel was counted)
+# counted as a kernel, as the call's work (cuDNN's backward makes one of 0.7-0.8 µs a call at B1 H32 N4096, H200;
+# a phase zeroing a buffer in a kernel was always counted)
 _NOT_KERNELS = ("memcpy",)
 KERNEL_NAME_CHARS = 160  # kernel names recorded in a row are cut to this length
 
