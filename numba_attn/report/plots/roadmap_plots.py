@@ -268,7 +268,7 @@ def _stop_reason(reason: str) -> str:
 def step_pairs(records) -> list[dict]:
     """(phase, parent) pairs measured in the same run (``run_id``) on the same problem, both OK: one dict per
     pair with the measured step (parent time / phase time), the planned one (the phases' planned speedups'
-    ratio), the problem's label and the parameters either side asked for (empty: defaults)."""
+    ratio, as registered now), the problem's label and the parameters either side asked for (empty: defaults)."""
     by_run = OrderedDict()
     for r in records:
         if r.get("type") == "result" and r.get("kind") == "phase" and ok_time(r) and r.get("run_id"):
@@ -279,9 +279,10 @@ def step_pairs(records) -> list[dict]:
             parent = phases.get(r.get("parent"))
             if parent is None:
                 continue
-            planned = None
-            if r.get("planned_speedup") and parent.get("planned_speedup"):
-                planned = r["planned_speedup"] / parent["planned_speedup"]
+            planned = None  # the plans registered now (as the roadmap's), else the rows' (a plan's convention may change)
+            mine, theirs = (registered_plan(x["phase"]) or x.get("planned_speedup") for x in (r, parent))
+            if mine and theirs:
+                planned = mine / theirs
             out.append({"phase": name, "parent": parent["phase"], "order": r.get("order"), "label": label,
                         "run_id": run_id, "measured": parent["time_ms"] / r["time_ms"], "planned": planned,
                         "params": r.get("requested_params") or {},
