@@ -326,39 +326,30 @@ else:  # -------------------------------------------------------------- GPU
 
         return sig, codegen
 
-    @intrinsic
-    def lds2(typingctx, arr, r, c):
-        if not (isinstance(arr, types.Array) and arr.ndim == 2 and arr.dtype == types.float32):
-            return None
-        sig = types.UniTuple(types.float32, 2)(arr, r, c)
+    def _make_ld_f32xn(n):
+        """A load of ``n`` floats at ``arr[r, c]`` of a 2-D float32 array as one ``4·n``-byte aligned <n x float>
+        load (``ld.shared.v2.f32``, ``LDG.E.128``...), where ``n`` scalar loads of neighbouring columns stay ``n``
+        loads (the compiler cannot know their alignment); a plain load, coherent with the kernel's own stores (unlike
+        ``ld.global.nc``)."""
+        @intrinsic
+        def ld_f32xn(typingctx, arr, r, c):
+            if not (isinstance(arr, types.Array) and arr.ndim == 2 and arr.dtype == types.float32):
+                return None
+            sig = types.UniTuple(types.float32, n)(arr, r, c)
 
-        def codegen(context, builder, sig, args):
-            # an 8-byte aligned <2 x float> load: one ld.shared.v2.f32 (LDS.64), where two lds of neighbouring
-            # columns stay two loads (the compiler cannot know the pair's alignment)
-            ptr = elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
-            vec = ir.VectorType(ir.FloatType(), 2)
-            v = builder.load(builder.bitcast(ptr, ir.PointerType(vec, ptr.type.addrspace)), align=8)
-            vals = [builder.extract_element(v, ir.Constant(ir.IntType(32), k)) for k in range(2)]
-            return context.make_tuple(builder, sig.return_type, vals)
+            def codegen(context, builder, sig, args):
+                ptr = elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
+                vec = ir.VectorType(ir.FloatType(), n)
+                v = builder.load(builder.bitcast(ptr, ir.PointerType(vec, ptr.type.addrspace)), align=4 * n)
+                vals = [builder.extract_element(v, ir.Constant(ir.IntType(32), k)) for k in range(n)]
+                return context.make_tuple(builder, sig.return_type, vals)
 
-        return sig, codegen
+            return sig, codegen
 
-    @intrinsic
-    def ld_f32x4(typingctx, arr, r, c):
-        if not (isinstance(arr, types.Array) and arr.ndim == 2 and arr.dtype == types.float32):
-            return None
-        sig = types.UniTuple(types.float32, 4)(arr, r, c)
+        return ld_f32xn
 
-        def codegen(context, builder, sig, args):
-            # a 16-byte aligned <4 x float> load (LDG.E.128 in global memory), a plain load: coherent with the
-            # kernel's own stores, unlike ld.global.nc
-            ptr = elem_ptr(context, builder, sig.args[0], args[0], sig.args[1:], args[1:])
-            vec = ir.VectorType(ir.FloatType(), 4)
-            v = builder.load(builder.bitcast(ptr, ir.PointerType(vec, ptr.type.addrspace)), align=16)
-            vals = [builder.extract_element(v, ir.Constant(ir.IntType(32), k)) for k in range(4)]
-            return context.make_tuple(builder, sig.return_type, vals)
-
-        return sig, codegen
+    lds2 = _make_ld_f32xn(2)
+    ld_f32x4 = _make_ld_f32xn(4)
 
     @intrinsic
     def st_f32x4(typingctx, arr, r, c, x0, x1, x2, x3):
