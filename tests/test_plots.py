@@ -154,6 +154,15 @@ def test_steps_pairs_a_phase_with_its_parent_in_the_same_run_only(tmp_path):
     assert [(q["phase"], q["parent"], q["run_id"]) for q in pairs] == [("bb", "a", "r1"), ("bb", "a", "r4")]
     assert pairs[0]["measured"] == pytest.approx(1.25) and pairs[0]["planned"] == pytest.approx(1.5)
     assert pairs[1]["measured"] == pytest.approx(1.2) and pairs[1]["params"] == {"Bc": 128}
+    # registered phases: the plans they register now, not a row's (bwd_atomic_dq's rows of c91d059 hold 1.3, its
+    # step against bwd_two_kernels, from before every backward plan was taken against bwd_naive)
+    from numba_attn.phases.registry import get_phase
+
+    old = [row("bwd_two_kernels", None, "r5", 4.0, planned=4.0), row("bwd_atomic_dq", "bwd_two_kernels", "r5", 2.0,
+                                                                      planned=1.3)]
+    (step,) = plots.step_pairs(old)
+    want = get_phase("bwd_atomic_dq").planned_speedup / get_phase("bwd_two_kernels").planned_speedup
+    assert step["planned"] == pytest.approx(want) and want > 1
     files = plots.steps(recs, str(tmp_path), stem="s")
     assert [f.rsplit(".", 1)[1] for f in files] == ["png", "svg"]
     svg = open(files[1]).read()
