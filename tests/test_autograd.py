@@ -169,7 +169,8 @@ def test_a_block_mask_with_gradients():
 
 
 def test_bfloat16_gradients_are_refused_with_the_reason(monkeypatch):
-    """The backward family takes float32 and float16: a bfloat16 gradient names the dtype."""
+    """bfloat16 gradients run on the tensor-core backward phases only (head dims from 16; the CUDA-core ones take
+    float32 and float16): at D8 none takes it, and the refusal names the dtype."""
     q, k, v, do = inputs(1, 2, 1, 4, 4, 8, torch.bfloat16, seed=6)
     out = torch.zeros_like(q, requires_grad=False)
     monkeypatch.setattr(na_op, "_attention", lambda *a, **kw: (out, torch.zeros(1, 2, 4)))  # no forward needed

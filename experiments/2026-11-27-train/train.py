@@ -5,7 +5,8 @@ generator); the loss is taken on the reversed half only, so a model that learned
 Both runs start from the same seed (same weights, same batches): with the phases (``attn_implementation=
 "numba_attn"``, ``register(fallback="sdpa")``, forward and backward on numba-attn) the loss curve should lie
 within noise of sdpa's. Mixed precision: fp32 master weights, ``torch.autocast`` (fp16 by default, with a
-GradScaler; bf16 is refused by the backward phases today and falls back: counted), AdamW.
+GradScaler; bf16 runs on the tensor-core backward phases, head dims multiples of 16 up to 128; where none takes it,
+the call falls back to sdpa and is counted), AdamW.
 
     python experiments/2026-11-27-train/train.py --out experiments/2026-11-27-train/train.json \\
         --plot experiments/2026-11-27-train/loss.png              # a GPU: 300 steps, 4 layers, GQA 8/2, D64
