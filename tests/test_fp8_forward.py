@@ -440,6 +440,7 @@ PP = get_phase("fp8_pingpong")
 OV = get_phase("fp8_overlap")
 BL = get_phase("fp8_block")
 EF = get_phase("fp8_exp_fma")
+LZ = get_phase("fp8_lazy")
 WS_CASES = {  # the simulator's parameters: one consumer warpgroup, 64-key tiles, two stages
     "D64-130x200-fp16-gqa": Problem(batch=1, heads=2, kv_heads=1, q_len=130, kv_len=200, head_dim=64,
                                     dtype="float16"),
@@ -449,7 +450,8 @@ WS_CASES = {  # the simulator's parameters: one consumer warpgroup, 64-key tiles
 
 
 @pytest.mark.parametrize("name", list(WS_CASES))
-@pytest.mark.parametrize("phase", [WS, PP, OV, EF], ids=["fp8_ws", "fp8_pingpong", "fp8_overlap", "fp8_exp_fma"])
+@pytest.mark.parametrize("phase", [WS, PP, OV, EF, pytest.param(LZ, marks=pytest.mark.full)],
+                         ids=["fp8_ws", "fp8_pingpong", "fp8_overlap", "fp8_exp_fma", "fp8_lazy"])
 def test_warp_specialized_fp8_matches_float64(phase, name):
     """fp8_ws, fp8_pingpong (its consumers taking turns) and fp8_overlap (each softmax under its own P·V): several
     query blocks and key tiles, a partial last tile, GQA, causal with q_len != kv_len (consumer 0 skips the last
@@ -461,6 +463,28 @@ def test_warp_specialized_fp8_matches_float64(phase, name):
     c = check(out, reference(q, k, v, causal=problem.causal), dtype=problem.dtype, precision=phase.precision)
     assert c.ok, c
     assert _own_error(problem, q, k, v, out) < OWN_TOL
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_lazy_rescales_where_a_row_moved_and_not_where_none_did(causal):
+    """fp8_lazy (the running maximum moves only by more than 0.8 in base 2, a warp rescales O only where one of its
+    rows moved): 64-key tiles whose keys climb far (tile 2: the maximum moves, O must be rescaled), a little (tile 1:
+    ~0.5 above the maximum, which stays, P up to ~2^8.5 in e4m3) and fall back (tile 3): within the e4m3 tolerance
+    of float64 and of the dequantized inputs' attention; random inputs too. Skipping the rescale where a row moved,
+    or a threshold past e4m3's range, fails it."""
+    problem = Problem(batch=1, heads=1, q_len=70, kv_len=256, head_dim=64, dtype="float16", causal=causal)
+    level = np.array([0.0, 0.045, 1.5, 0.0])[np.arange(256) // 64]  # q·k ≈ 64·level; s·sl2 = q·k · log2(e) / 8
+
+    def poke(q, k, v):
+        rng = np.random.default_rng(3)
+        q[:] = (1 + 0.05 * rng.standard_normal(q.shape)).astype(q.dtype)
+        k[:] = (level[None, None, :, None] + 0.05 * rng.standard_normal(k.shape)).astype(k.dtype)
+
+    for pk in (poke, None):
+        q, k, v, out = _run(problem, poke=pk, phase=LZ)
+        c = check(out, reference(q, k, v, causal=causal), dtype=problem.dtype, precision=LZ.precision)
+        assert c.ok, c
+        assert _own_error(problem, q, k, v, out) < OWN_TOL
 
 
 @pytest.mark.parametrize("phase", [OV, pytest.param(BL, marks=pytest.mark.full)], ids=["fp8_overlap", "fp8_block"])
@@ -490,11 +514,11 @@ WS_GPU_CASES = {**GPU_CASES,  # and K rows of 32 bytes (the 32-byte swizzle; D16
                                           (WS, {"Bc": 256, "stages": 2, "warpgroups": 2}), (PP, None),
                                           (PP, {"Bc": 64, "stages": 2}), (OV, None),
                                           (OV, {"Bc": 128, "warpgroups": 2}), (BL, None), (EF, None),
-                                          (EF, {"fma_share": 2})],
+                                          (EF, {"fma_share": 2}), (LZ, None)],
                          ids=["fp8_ws-default", "fp8_ws-bc64-s4", "fp8_ws-bc192", "fp8_ws-bc256-s2",
                               "fp8_pingpong-default", "fp8_pingpong-bc64-s2", "fp8_overlap-default",
                               "fp8_overlap-bc128-wg2", "fp8_block-default", "fp8_exp_fma-default",
-                              "fp8_exp_fma-half"])
+                              "fp8_exp_fma-half", "fp8_lazy-default"])
 def test_warp_specialized_fp8_matches_float64_gpu(phase, params, name):
     """On a GPU, where the products are asynchronous (a missing wait or, in fp8_pingpong, a turn out of order shows
     here): the defaults (128-key tiles; three consumers up to D64 in fp8_ws), 64-key tiles and the wide tiles

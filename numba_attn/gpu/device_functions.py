@@ -454,24 +454,26 @@ LAZY_RESCALE_LOG2 = np.float32(8.0)  # FlashAttention-4's threshold: P may reach
 
 
 @functools.cache
-def fragment_softmax_lazy(NT: int):
+def fragment_softmax_lazy(NT: int, threshold: float = float(LAZY_RESCALE_LOG2), log2_scale: float = 0.0):
     """:func:`fragment_softmax` with the running maximum moved only where this tile's exceeds it by more than
-    ``LAZY_RESCALE_LOG2`` in base-2 units (FlashAttention-4's conditional rescale; a row's first visible keys always
-    move it). Where it stays, ``p = exp2(s·sl2 − m·sl2)`` against the old maximum (at most 2^8: no overflow in
-    f16, bf16 or the float32 sums) and ``corr = 1``, so O needs no rescale. O / l does not depend on the reference
-    maximum; the results differ from :func:`fragment_softmax`'s by rounding only. Also returns whether either row's
-    maximum moved (this lane's)."""
+    ``threshold`` in base-2 units (FlashAttention-4's conditional rescale; a row's first visible keys always
+    move it). Where it stays, ``p = exp2(s·sl2 − m·sl2)`` against the old maximum (at most 2^threshold, 2^8 by
+    default: no overflow in f16, bf16 or the float32 sums) and ``corr = 1``, so O needs no rescale. O / l does not
+    depend on the reference maximum; the results differ from :func:`fragment_softmax`'s by rounding only. Also
+    returns whether either row's maximum moved (this lane's). ``log2_scale``: p and its sums times
+    ``2^log2_scale`` (:func:`fragment_exp`), so p stays under ``2^(log2_scale + threshold)``."""
     tile_max = fragment_tile_max(NT)
-    exp_rows = fragment_exp(NT)
+    exp_rows = fragment_exp(NT, log2_scale)
+    LAZY = float32(threshold)
 
     @device
     def softmax(s, base, m_lo, m_hi, sl2):
         mt_lo, mt_hi = tile_max(s, base)
         mn_lo = m_lo
         mn_hi = m_hi
-        if m_lo == NEG_BIG or (mt_lo - m_lo) * sl2 > LAZY_RESCALE_LOG2:
+        if m_lo == NEG_BIG or (mt_lo - m_lo) * sl2 > LAZY:
             mn_lo = max(m_lo, mt_lo)
-        if m_hi == NEG_BIG or (mt_hi - m_hi) * sl2 > LAZY_RESCALE_LOG2:
+        if m_hi == NEG_BIG or (mt_hi - m_hi) * sl2 > LAZY:
             mn_hi = max(m_hi, mt_hi)
         moved = mn_lo != m_lo or mn_hi != m_hi
         corr_lo = math.exp2((m_lo - mn_lo) * sl2) if mn_lo != m_lo else float32(1.0)

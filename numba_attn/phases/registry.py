@@ -220,8 +220,8 @@ class Phase:
         if getattr(problem, "lse", False) and self.lse is not True:
             return f"log-sum-exp output: {self.lse if isinstance(self.lse, str) else 'no log-sum-exp output yet'}"
         if getattr(problem, "e4m3_inputs", False) and not self.e4m3_inputs:
-            return (f"e4m3 inputs: {self.name} reads float16/bfloat16 q, k, v (fp8_ws, fp8_overlap and fp8_exp_fma "
-                    "read e4m3 codes)")
+            return (f"e4m3 inputs: {self.name} reads float16/bfloat16 q, k, v (fp8_ws, fp8_overlap, fp8_exp_fma "
+                    "and fp8_lazy read e4m3 codes)")
         return cc_reason(self.requires_cc, device_cc())
 
     def resolve(self, problem, overrides: dict | None = None) -> dict:

@@ -24,7 +24,7 @@ import functools
 
 import numpy as np
 
-from numba_attn.gpu.device_functions import fragment_rescale, fragment_softmax
+from numba_attn.gpu.device_functions import fragment_rescale, fragment_softmax, fragment_softmax_lazy
 from numba_attn.gpu.intrinsics import pack_e4m3x4
 from numba_attn.gpu.jit import device
 from numba_attn.gpu.wgmma import kmajor_params, make_wgmma_rs
@@ -33,9 +33,12 @@ from numba_attn.phases.tensor_core.quantize import P_SCALE
 from numba_attn.variants.stages import LN2, PLAIN
 
 __all__ = ["qk_depth", "vt_swizzle", "fp8_ring_bytes", "pack_p8", "fp8_products", "fp8_softmax", "fp8_scores_to_p",
-           "fp8_tile", "P_LOG2"]
+           "fp8_tile", "P_LOG2", "FP8_LAZY_LOG2"]
 
 P_LOG2 = float(np.log2(P_SCALE))  # 8: P's scale as the exponent offset of the softmax
+# the lazy softmax's threshold (base 2): P = 2^8 · 2^(s - m) may grow to 2^(8 + 0.8) ≈ 446 against a maximum that did
+# not move, under e4m3's largest finite value, 448
+FP8_LAZY_LOG2 = 0.8
 
 
 def qk_depth(D):
@@ -95,18 +98,21 @@ def fp8_products(D: int, Bc: int, wait: bool = True):
 
 
 @functools.cache
-def fp8_softmax(D: int, Bc: int, causal: bool, stage=PLAIN, fma_share: int = 0):
+def fp8_softmax(D: int, Bc: int, causal: bool, stage=PLAIN, fma_share: int = 0, lazy: bool = False):
     """A device function ``softmax(s, stats, j0, kind, kinf, kmul, kvh, pos, mods) -> (stats, corr_lo, corr_hi)``:
     a tile's scores ``s`` (keys from ``j0``) through the infinite-K factors, the variant and the masks, then the
     online softmax in place (P and its sums in [0, P_SCALE]); ``corr``: the factors O still needs. ``stats =
     (m_lo, m_hi, l_lo, l_hi)``: the maxima in code units, the sums in P's; ``kinf``: the KV head has an infinite K
     value (its keys' scores multiplied by ``kmul[kvh, key]``: ±inf); ``pos = (row0, g, t, Nq, Nk, off, sl2q, b,
     h)``; ``kind``, ``mods``: a variant's (``stage``); ``fma_share``: of every four n-tiles, those whose
-    exponentials run on the FMA pipe (:func:`numba_attn.gpu.device_functions.exp2_fma`)."""
+    exponentials run on the FMA pipe (:func:`numba_attn.gpu.device_functions.exp2_fma`). ``lazy``: a row's maximum
+    moves only by more than ``FP8_LAZY_LOG2`` (:func:`numba_attn.gpu.device_functions.fragment_softmax_lazy`, P up to
+    2^8.8) and the function also returns whether this lane's rows moved: ``(stats, corr_lo, corr_hi, moved)``."""
     NT = Bc // 8
     mask = mask_fragments(NT, Bc, causal)  # keys past Nk and (causal) above the diagonal
     vary = variant_fragments(NT, stage)  # a variant's score and mask functions
     softmax_rows = fragment_softmax(NT, P_LOG2, fma_share)  # p and the row sums in [0, P_SCALE]: P's code units
+    softmax_lazy = fragment_softmax_lazy(NT, FP8_LAZY_LOG2, P_LOG2)
 
     @device
     def softmax(s, stats, j0, kind, kinf, kmul, kvh, pos, mods):
@@ -120,6 +126,9 @@ def fp8_softmax(D: int, Bc: int, causal: bool, stage=PLAIN, fma_share: int = 0):
                     s[4 * nt + 2 + e] *= f
         vary(s, 0, j0, row0 + g, t, Nq, Nk, off, (b, h, kind, sl2q * LN2), mods)
         mask(s, 0, j0, row0, row0 + g, t, Nk, off)
+        if lazy:  # (compile-time)
+            m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi, moved = softmax_lazy(s, 0, m_lo, m_hi, sl2q)
+            return (m_lo, m_hi, l_lo * corr_lo + rs_lo, l_hi * corr_hi + rs_hi), corr_lo, corr_hi, moved
         m_lo, m_hi, corr_lo, corr_hi, rs_lo, rs_hi = softmax_rows(s, 0, m_lo, m_hi, sl2q)
         return (m_lo, m_hi, l_lo * corr_lo + rs_lo, l_hi * corr_hi + rs_hi), corr_lo, corr_hi
 

@@ -26,6 +26,7 @@ import functools
 from numba import float32, uint32
 
 from numba_attn.gpu.device_functions import fragment_rescale
+from numba_attn.gpu.warp import FULL_MASK, ballot_sync
 from numba_attn.gpu.jit import device
 from numba_attn.gpu.wgmma import make_wgmma_wait
 from numba_attn.phases.registry import register_phase
@@ -55,7 +56,7 @@ HEAD_UNITS = (head_tile, same_units, same_units)  # (tile scales, maxima into a 
 
 @functools.cache
 def fp8_overlap_loop(D: int, Bc: int, STAGES: int, WG: int, causal: bool, stage=PLAIN, units=HEAD_UNITS,
-                     fma_share: int = 0):
+                     fma_share: int = 0, lazy: bool = False):
     """``fp8_ws_loop``'s interface with the softmax of tile ``it`` under the P·V of the last tile this warpgroup
     saw (``held``: P packed in ``pf``, its stage not yet released): issue S_it, issue that P·V, wait for S_it,
     the softmax in place, wait for O, release that tile's stage, pack P_it and rescale O. Every visible tile
@@ -66,19 +67,34 @@ def fp8_overlap_loop(D: int, Bc: int, STAGES: int, WG: int, causal: bool, stage=
     scales ``tile(tile_scales, kvh, kt, sl2q) -> (a, kinf, sv)`` and the running maxima into its units and back
     (:data:`HEAD_UNITS`; a scale a tile: ``fp8_block``'s); O is kept in the units of the held tile's V (rescaled
     by corr · sv_held / sv) and the row sums come back in them. ``fma_share``: :func:`.fp8.fp8_softmax`'s
-    (exponentials on the FMA pipe)."""
+    (exponentials on the FMA pipe). ``lazy``: its conditional rescale; a warp then multiplies O only when one of its
+    rows' maximum moved or the units changed."""
     TILEK, TILEV = Bc * qk_depth(D), D * Bc
     VBASE = STAGES * TILEK
     tile_at, kind_at = key_tiles(Bc, stage)[1:]
     wait_full, release = ring_barriers(STAGES, 4 * WG)[1:]
     advance = ring_functions(STAGES)[0]
     qk, pv = fp8_products(D, Bc, wait=False)
-    softmax = fp8_softmax(D, Bc, causal, stage, fma_share)
+    softmax = fp8_softmax(D, Bc, causal, stage, fma_share, lazy)
     pack = pack_p8(Bc // 32)
     rescale = fragment_rescale(D // 8)
     wait_s = make_wgmma_wait(1, Bc // 2)  # S complete; the P·V issued after it may still run
     wait_all = make_wgmma_wait(0, Bc // 2, D // 2)  # both complete
     NP = 4 * (Bc // 32)  # registers of packed P
+
+    @device
+    def rescale_always(acc, out, f):
+        """O times the rows' correction factors and the change of units ``f``."""
+        rescale(acc, 0, out[1] * f, out[2] * f)
+
+    @device
+    def rescale_when_moved(acc, out, f):
+        """(``lazy``) the same, only where a row of the warp moved its maximum or the units changed: O's multiplies
+        skipped by the whole warp together (a vote)."""
+        if ballot_sync(FULL_MASK, out[3] or f != float32(1.0)) != 0:
+            rescale(acc, 0, out[1] * f, out[2] * f)
+
+    rescale_o = rescale_when_moved if lazy else rescale_always
     tile_units, to_tile, from_tile = units
 
     @device
@@ -103,9 +119,9 @@ def fp8_overlap_loop(D: int, Bc: int, STAGES: int, WG: int, causal: bool, stage=
                 pv(acc, pf, 0, KV, VBASE + held_stage * TILEV)  # ... then the held tile's O += P V
                 a, kinf, sv = tile_units(tile_scales, kvh, kt, sl2q)
                 wait_s(s, s)  # S_it complete (the P·V may still run)
-                st, corr_lo, corr_hi = softmax(s, (to_tile(m_lo, a), to_tile(m_hi, a), l_lo, l_hi), j0,
-                                               kind_at(walk, kt), kinf, kmul, kvh,
-                                               (row0, g, t, Nq, Nk, off, a, b, h), mods)
+                out = softmax(s, (to_tile(m_lo, a), to_tile(m_hi, a), l_lo, l_hi), j0, kind_at(walk, kt), kinf, kmul,
+                              kvh, (row0, g, t, Nq, Nk, off, a, b, h), mods)
+                st = out[0]
                 m_lo = from_tile(st[0], a)
                 m_hi = from_tile(st[1], a)
                 l_lo = st[2]
@@ -115,7 +131,7 @@ def fp8_overlap_loop(D: int, Bc: int, STAGES: int, WG: int, causal: bool, stage=
                 if held:
                     release(bars, held_stage, lane)
                 pack(pf, s)
-                rescale(acc, 0, corr_lo * f, corr_hi * f)
+                rescale_o(acc, out, f)
                 held = True
                 held_stage = ring[0]
                 sv_held = sv
