@@ -465,7 +465,7 @@ def test_warp_specialized_fp8_matches_float64(phase, name):
     assert _own_error(problem, q, k, v, out) < OWN_TOL
 
 
-@pytest.mark.parametrize("causal", [False, pytest.param(True, marks=pytest.mark.full)], ids=["full", "causal"])
+@pytest.mark.parametrize("causal", [False, pytest.param(True, marks=pytest.mark.full)], ids=["plain", "causal"])
 def test_fp8_lazy_rescales_where_a_row_moved_and_not_where_none_did(causal):
     """fp8_lazy (the running maximum moves only by more than 0.8 in base 2, a warp rescales O only where one of its
     rows moved): 64-key tiles whose keys climb far (tile 2: the maximum moves, O must be rescaled), a little (tile 1:
