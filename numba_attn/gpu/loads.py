@@ -13,15 +13,13 @@
                            ``ld_shared_b32``: ``ld.shared.b32``, the word there as uint32
 ``st_shared_f32x4``        ``st.shared.v4.f32``: four floats at float ``i`` (a multiple of 4) of a shared float32 array
 ``lds``                    ``arr[r, c]`` without negative-index wrap-around
-``lds2``                   ``(arr[r, c], arr[r, c + 1])`` of a float32 array by one 8-byte load (``c`` even)
-``ld_f32x4``               ``arr[r, c:c+4]`` of a 2-D float32 array by one 16-byte load (``c`` a multiple of 4);
-                           ``st_f32x4``: four floats stored there by one 16-byte store (any memory space)
+``lds2``, ``ld_f32x4``     2 (4) floats at ``arr[r, c]`` of a 2-D float32 array by one 8 (16)-byte aligned load
+``st_f32x4``               four floats stored at ``arr[r, c]`` of a 2-D float32 array by one 16-byte store
 ``rows_head_major``        ``a[s:s+n].transpose(1, 0, 2)`` (a view; numba's transpose needs a set)
 =========================  ==============================================
 
-``lds`` exists for speed, not for a new instruction: numba's ``arr[i, j]`` adds a wrap-around select for
-negative indices, which hides from LLVM that the addresses of an unrolled fragment loop differ by
-constants, so every one of them is computed (and kept live) in its own 64-bit register.
+``lds`` exists for speed, not for a new instruction: numba's ``arr[i, j]`` adds a wrap-around select for negative
+indices, which hides from LLVM that the addresses of an unrolled fragment loop differ by constants.
 
 Kernels see f16/bf16 tensors as ``uint32`` views (two elements per word): a 32-bit load of ``q[bh, row, w]`` is
 the pair ``(row, 2w), (row, 2w+1)``. Vector accesses need aligned addresses; the fallbacks check them and the bounds.
