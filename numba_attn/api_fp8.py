@@ -21,7 +21,8 @@ from numba_attn.phases.registry import get_phase  # noqa: E402
 from numba_attn.spec.errors import AttentionInputError, check_bool  # noqa: E402
 from numba_attn.spec.fp8_inputs import Fp8InputProblem  # noqa: E402
 
-FP8_INPUT_PHASES = ("fp8_overlap", "fp8_ws", "fp8_exp_fma", "fp8_lazy")  # the phases that read e4m3 codes (e4m3_inputs=True)
+# the phases that read e4m3 codes (e4m3_inputs=True)
+FP8_INPUT_PHASES = ("fp8_overlap", "fp8_ws", "fp8_exp_fma", "fp8_lazy")
 _PLANS: OrderedDict = OrderedDict()  # (phase, problem, params) -> Launch, the 16 most recent
 
 
@@ -35,11 +36,11 @@ def attention_fp8(q, k, v, q_descale, k_descale, v_descale, *, causal=False, sca
     ``out_dtype`` (``"bfloat16"`` or ``"float16"``) of q's kind; numba device arrays hold bfloat16 as uint16 bits.
     ``causal`` is bottom-right aligned as :func:`numba_attn.attention`'s; ``scale`` defaults to 1/sqrt(D).
 
-    ``phase``: ``fp8_overlap`` (None), ``fp8_ws``, ``fp8_exp_fma`` or ``fp8_lazy``; ``params`` its parameters. Head dims 32, 64,
-    128. The reference of these inputs is exact (:func:`numba_attn.spec.fp8_inputs.reference`): the error it reports
-    is the kernel's (P in e4m3), not the inputs' rounding. Every input is checked before a launch, refused naming the
-    argument. ``stream`` as :func:`numba_attn.attention` takes it (CUDA tensors: PyTorch's current stream by
-    default). The call does not synchronize except for NumPy and CPU inputs (their result is copied back).
+    ``phase``: ``fp8_overlap`` (None), ``fp8_ws``, ``fp8_exp_fma`` or ``fp8_lazy``; ``params`` its parameters. Head dims
+    32, 64, 128. The reference of these inputs is exact (:func:`numba_attn.spec.fp8_inputs.reference`): the error it
+    reports is the kernel's (P in e4m3), not the inputs' rounding. Every input is checked before a launch, refused
+    naming the argument. ``stream`` as :func:`numba_attn.attention` takes it (CUDA tensors: PyTorch's current stream
+    by default). The call does not synchronize except for NumPy and CPU inputs (their result is copied back).
     """
     kind = kind_of(q)
     for name, a in (("k", k), ("v", v)):

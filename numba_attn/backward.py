@@ -29,12 +29,12 @@ from numba_attn.phases.registry import (BACKWARD, Phase, get_phase, list_phases,
 from numba_attn.spec.errors import AttentionInputError, check_arrays, check_bool  # noqa: E402
 from numba_attn.spec.grad_reference import backward_case  # noqa: E402,F401 (check_backward's; re-exported)
 
-# phase=None: the first of these that supports the problem (bwd_wgmma_ss, bwd_wgmma_fused, bwd_wgmma_overlap:
-# sm_90a, float16/bfloat16, head_dim 64 or 128; bwd_mma: float16/bfloat16, head_dim a multiple of 16).
-# bwd_wgmma_ss first: 1.00-1.16x bwd_wgmma_fused on every measured problem (H200, experiments/2026-11-28-bwd-ss);
-# with dQ from the registers and rs at D64, 1.10-1.30x on the backward bench's eight (H200, bf03580)
-BACKWARD_DEFAULT = ("bwd_wgmma_kvreg", "bwd_wgmma_ss", "bwd_wgmma_fused", "bwd_wgmma_overlap", "bwd_mma", "bwd_two_kernels",
-                    "bwd_naive")
+# phase=None: the first of these that supports the problem (bwd_wgmma_kvreg: head_dim 64; bwd_wgmma_ss,
+# bwd_wgmma_fused, bwd_wgmma_overlap: sm_90a, float16/bfloat16, head_dim 64 or 128; bwd_mma: float16/bfloat16,
+# head_dim a multiple of 16). bwd_wgmma_ss: 1.10-1.30x bwd_wgmma_fused on the backward bench's eight (H200,
+# bf03580); bwd_wgmma_kvreg before it at D64: 1.05-1.08x bwd_wgmma_ss (H200, experiments/2026-11-29-bwd-kvreg)
+BACKWARD_DEFAULT = ("bwd_wgmma_kvreg", "bwd_wgmma_ss", "bwd_wgmma_fused", "bwd_wgmma_overlap", "bwd_mma",
+                    "bwd_two_kernels", "bwd_naive")
 # phases whose dQ is summed by atomics or reductions in no fixed order: not bitwise reproducible from call to call
 # (deterministic=True, or torch.use_deterministic_algorithms(True), leaves them out of phase=None and refuses them)
 NONDETERMINISTIC = frozenset({"bwd_wgmma_fused", "bwd_wgmma_ss", "bwd_wgmma_kvreg", "bwd_atomic_dq"})

@@ -1,14 +1,14 @@
 """Kernel time from CUPTI (``TimingConfig.method = "cupti"``, ``--timing cupti``).
 
 The device's own start and end of every kernel, recorded by CUPTI through ``torch.profiler``
-(``ProfilerActivity.CUDA``). CUPTI sees every kernel of the process, so numba's launches (on any stream) are
-seen as well as PyTorch's. After the warm-up, ``calls`` back-to-back calls are profiled (one more before
-them, left out); a call's time is the sum of the durations of the kernels it launched (a split-K phase:
-split + combine; a memset it makes counts as a kernel), and the row's time is the median over the calls (:func:`per_call_kernels`). It needs a
-GPU and PyTorch (:func:`cupti_status` says why not). No launch gaps and no event overhead are in it, and
-phases and peers are timed by exactly the same code: the method to publish ratios with. The same code is not
-the same regime: the first ``profile()`` of a process starts CUPTI (3-6 s, the GPU idle) just before its calls,
-so a problem's rows are compared in interleaved rounds (:mod:`numba_attn.measure.regime`).
+(``ProfilerActivity.CUDA``). CUPTI sees every kernel of the process, so numba's launches (on any stream) are seen as
+well as PyTorch's. After the warm-up, ``calls`` back-to-back calls are profiled (one more before them, left out); a
+call's time is the sum of the durations of the kernels it launched (a split-K phase: split + combine; a memset it
+makes counts as a kernel), and the row's time is the median over the calls (:func:`per_call_kernels`). It needs a
+GPU and PyTorch (:func:`cupti_status` says why not). No launch gaps and no event overhead are in it, and phases and
+peers are timed by exactly the same code: the method to publish ratios with. The same code is not the same regime:
+the first ``profile()`` of a process starts CUPTI (3-6 s, the GPU idle) just before its calls, so a problem's rows
+are compared in interleaved rounds (:mod:`numba_attn.measure.regime`).
 """
 from __future__ import annotations
 

@@ -279,7 +279,7 @@ def step_pairs(records) -> list[dict]:
             parent = phases.get(r.get("parent"))
             if parent is None:
                 continue
-            planned = None  # the plans registered now (as the roadmap's), else the rows' (a plan's convention may change)
+            planned = None  # the plans registered now (as the roadmap's), else the rows' (conventions change)
             mine, theirs = (registered_plan(x["phase"]) or x.get("planned_speedup") for x in (r, parent))
             if mine and theirs:
                 planned = mine / theirs
