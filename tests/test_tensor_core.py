@@ -464,6 +464,19 @@ def test_warp_specialized_register_split():
             make_wgmma_kernel(wgmma_tiles(64, wg, 64, 3), 1, False, False, pingpong_mainloop, loads)
 
 
+def test_wide_takes_two_consumers_where_192_row_blocks_leave_rows_empty():
+    """ws_tma_q_wide's D64 tile: three consumers (192-row blocks) unless they leave over a sixteenth of the query
+    rows empty beyond what 128-row blocks leave; explicit warpgroups are kept."""
+    from numba_attn.phases.tensor_core.p55_ws_tma_q_wide import resolve_wide
+
+    def wg(n, warpgroups=0):
+        return resolve_wide(Problem(q_len=n, head_dim=64, dtype="float16"), warpgroups, 0, 2)["warpgroups"]
+
+    assert [wg(n) for n in (512, 1024, 640)] == [2, 2, 2]  # 64 of 576, 128 of 1152, 128 of 768 rows empty
+    assert [wg(n) for n in (768, 2048, 4096, 8192)] == [3, 3, 3, 3]  # 0, 64 of 2112 (3 %), 4096: 3 %, 8192: 0.8 %
+    assert wg(512, 3) == 3 and wg(2048, 2) == 2
+
+
 @pytest.mark.parametrize("problem,stages", [
     # block 0: consumer 0 (rows 0-63) sees 84 keys, 6 tiles, consumer 1 all 10; block 1: rows 128-129 only,
     # consumer 1 has no row (every turn of it empty). (The turns do not depend on the ring's depth: pingpong's

@@ -13,7 +13,8 @@ fp16 (half the tiles an item, each softmax under its P·V); level at B16 H16 N51
 
 Verdict: confirmed, above it (H200): B4 H32 N2048 D64 fp16 0.2970 ms against warp_specialized_tc's 0.3225 and
 ws_tma_q_early's 0.3418 (1.09×, 1.15×; 0.99× cuDNN), bf16 causal 1.10×, B2 H16 N8192 causal 1.06×, B16 H16 N512
-0.0553 against tma_wgmma's 0.0580 (1.05×, 0.84× cuDNN). [results/tensor-core-tma-nvidia-h200.jsonl]
+0.0553 against tma_wgmma's 0.0580 (1.05×, 0.84× cuDNN); with two consumers there (``resolve_wide``) 0.0535 ms,
+0.87× cuDNN. [results/tensor-core-tma-nvidia-h200.jsonl, experiments/2026-11-29-short]
 """
 from __future__ import annotations
 
@@ -26,6 +27,19 @@ from numba_attn.phases.tensor_core.pipeline import wgmma_smem_bytes
 from numba_attn.phases.tensor_core.producer import smem_reason
 
 MAX_HEAD_DIM = 64  # three consumers (512 threads) only up to D64; above it the kernel is ws_tma_q_early's
+
+
+def resolve_wide(problem, warpgroups, Bc, stages, **kw):
+    """``resolve_warp_specialized``'s tile, except where 192-row blocks would leave a sixteenth of the query rows
+    empty: there two consumers (128-row blocks) instead of three. Measured (H200, B16 H16 N512 D64 fp16, where 192-row
+    blocks leave 64 of 576 rows empty): 53.5 µs with two consumers against 55.6 with three (cuDNN 46.6, 46.5); at
+    N2048 (3 % empty) three are faster (``warp_specialized_tc``'s measurement)."""
+    tile = resolve_warp_specialized(problem, warpgroups, Bc, stages, **kw)
+    if not warpgroups and tile["warpgroups"] == 3:
+        empty = {wg: -problem.q_len % (64 * wg) for wg in (2, 3)}  # padded query rows of the last block
+        if empty[3] - empty[2] > problem.q_len / 16:
+            tile["warpgroups"] = 2
+    return tile
 
 
 def supports_wide(problem, warpgroups, Bc, stages, **kw):
@@ -51,7 +65,7 @@ def supports_wide(problem, warpgroups, Bc, stages, **kw):
     """,
     lineage="FlashAttention-3's D64 configuration (three consumer warpgroups, 128-key tiles; Shah et al. 2024)",
     planned_speedup=195.0,  # ws_tma_q_early's 190 and the predicted few percent at D64
-    **wgmma_registration(supports_wide, resolve_warp_specialized,
+    **wgmma_registration(supports_wide, resolve_wide,
                          {"warpgroups": [2, 3], "Bc": [64, 128], "stages": [2, 3], "uniform": [False, True]},
                          {"warpgroups": 1, "Bc": 16, "stages": 2, "blocks": 2},
                          launch_params=("blocks",)),
