@@ -67,6 +67,20 @@ def test_first_use_times_the_shortlist_keeps_the_fastest_and_later_calls_reuse_i
     assert e.name == "tma_wgmma" and "measured on first use" in e.why and "parameters tuned" not in e.why
 
 
+@pytest.mark.parametrize("ws_ms,chosen", [(0.305, "warp_specialized_tc"), (0.307, "tma_wgmma")])
+def test_first_use_keeps_the_earliest_within_the_margin_and_later_calls_agree(first_use, tmp_path, monkeypatch,
+                                                                               ws_ms, chosen):
+    """A later candidate wins only by more than autotune.MARGIN (2 %) over every earlier one; the cache's best
+    phase is that choice, so the next call (the tuning cache's path) runs the same phase."""
+    monkeypatch.setitem(FAKE_MS, "warp_specialized_tc", ws_ms)  # tma_wgmma 0.30: 1.7 % or 2.3 % faster
+    ph, why, _ = policy.choose_phase(SMALL, measure=True)
+    assert ph.name == chosen and "the earliest within 2% of the fastest" in why
+    assert _cache(tmp_path)[tuning.cache_key("Test GPU", SMALL)]["best_phase"] == chosen
+    monkeypatch.setattr(autotune, "_CHOSEN", {})  # a new process: the cache decides
+    ph, why, _ = policy.choose_phase(SMALL.replace(batch=2), measure=True)
+    assert ph.name == chosen and len(first_use) == len(SHORTLIST)
+
+
 def test_attention_measures_on_fresh_buffers_and_runs_the_winner(first_use):
     q, k, v = SMALL.inputs(2)
     copies = [a.copy() for a in (q, k, v)]

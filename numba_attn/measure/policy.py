@@ -217,9 +217,12 @@ def _tuned_why(problem: Problem, name: str, gpu: str, path: str) -> str:
         entry = {}
     if entry.get("measured") != "first use":
         return f"tuned (cache {path})"
+    from numba_attn.measure.autotune import MARGIN
+
     t = entry.get("time_ms")
     return (f"measured on first use (cache {path}: {name}{f' {t:.4g} ms' if isinstance(t, (int, float)) else ''} "
-            f"on {entry.get('label', '?')}, the fastest of {entry.get('of', '?')}; {entry.get('method', '')})")
+            f"on {entry.get('label', '?')}, of {entry.get('of', '?')} timed the earliest within {MARGIN:.0%} of the "
+            f"fastest; {entry.get('method', '')})")
 
 
 def tuned_choice(problem: Problem, phase, candidates=None, gpu=None):

@@ -65,8 +65,9 @@ class TuningCache:
     best configuration), ``resolved`` (what ran), ``time_ms`` (null in the simulator), the
     ``results`` file, ``commit``, ``run_id``, the problem ``label`` and ``updated`` (a Unix time).
     ``best_phase`` is the phase with the least time among the key's entries (without times: the one
-    the last tuning chose). Written atomically (a temporary file renamed over it) under an
-    exclusive lock on ``<path>.lock``, re-read inside the lock, so concurrent tunings merge."""
+    the last tuning chose; measured on first use: the one it chose). Written atomically (a temporary
+    file renamed over it) under an exclusive lock on ``<path>.lock``, re-read inside the lock, so
+    concurrent tunings merge."""
 
     def __init__(self, path: str | None = None):
         self.path = path or default_cache_path()
@@ -96,10 +97,11 @@ class TuningCache:
         entry = group.get("phases", {}).get(name)
         return {**entry, "phase": name} if entry else None
 
-    def update(self, updates: list[tuple[str, str, dict, bool]]):
+    def update(self, updates: list[tuple[str, str, dict, bool]], best: str | None = None):
         """Merge ``(key, phase, entry, chosen)`` tuples: an existing entry is replaced when the new
         one is faster, or when either has no time (the newer tuning wins); ``chosen`` marks the
-        phase the tuning chose for the key (used as best_phase when no entry of the key is timed)."""
+        phase the tuning chose for the key (used as best_phase when no entry of the key is timed).
+        ``best``: the keys' best_phase instead of the least time (first use's choice within its margin)."""
         with _file_lock(self.path):
             data = self.load()
             for key, phase, entry, chosen in updates:
@@ -113,6 +115,8 @@ class TuningCache:
                     group["best_phase"] = min(timed, key=timed.get)
                 elif chosen or "best_phase" not in group:
                     group["best_phase"] = phase
+            for key, _, _, _ in updates if best else ():
+                data["entries"][key]["best_phase"] = best
             d = os.path.dirname(os.path.abspath(self.path))
             os.makedirs(d, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".tuning-cache.", dir=d)
