@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from numba_attn import api
+from numba_attn.gpu.backend import IS_SIMULATOR
 from numba_attn.measure import autotune, dispatch, policy, timing
 from numba_attn.measure import tune as tuning
 from numba_attn.phases import registry
@@ -144,6 +145,7 @@ def test_when_every_candidate_fails_the_rule_runs_and_the_key_is_not_measured_ag
     assert policy.choose_phase(SMALL, measure=True)[0].name == "warp_specialized_tc"
 
 
+@pytest.mark.skipif(not IS_SIMULATOR, reason="on a GPU the measurement is on by default")
 def test_the_simulator_never_times(tmp_path, monkeypatch):
     monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path / "cache.json"))
     monkeypatch.setenv(dispatch.TABLE_ENV, str(tmp_path / "no-table.json"))
