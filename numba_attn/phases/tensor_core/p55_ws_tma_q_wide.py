@@ -14,7 +14,7 @@ fp16 (half the tiles an item, each softmax under its P·V); level at B16 H16 N51
 Verdict: confirmed, above it (H200): B4 H32 N2048 D64 fp16 0.2970 ms against warp_specialized_tc's 0.3225 and
 ws_tma_q_early's 0.3418 (1.09×, 1.15×; 0.99× cuDNN), bf16 causal 1.10×, B2 H16 N8192 causal 1.06×, B16 H16 N512
 0.0553 against tma_wgmma's 0.0580 (1.05×, 0.84× cuDNN); with two consumers there (``resolve_wide``) 0.0535 ms,
-0.87× cuDNN. [results/tensor-core-tma-nvidia-h200.jsonl, experiments/2026-11-29-short]
+0.87× cuDNN (experiments/2026-11-29-short). [results/tensor-core-tma-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
