@@ -1,49 +1,27 @@
-"""The phase registry.
-
-A phase is one step of the optimization roadmap: a host function that, given
-a :class:`~numba_attn.spec.problem.Problem` and its tunable parameters, compiles
-(or fetches from the cache) the kernel(s) it needs and returns a
-:class:`Launch` that runs them on device arrays.
+"""The phase registry. A phase is one step of the optimization roadmap: a host function that, given a
+:class:`~numba_attn.spec.problem.Problem` and its tunable parameters, compiles (or fetches from the cache) the
+kernel(s) it needs and returns a :class:`Launch` that runs them on device arrays.
 
 Register one with the decorator::
 
-    @register_phase(
-        name="smem_kv", order=2, title="K/V tiles in shared memory",
-        parent="fused_rowwise",
-        description="K and V tiles of Bc rows are staged in shared memory ...",
-        lineage="FlashAttention-1 (Dao et al. 2022), Alg. 1 outer loop over K/V tiles",
-        planned_speedup=3.0,
-    )
+    @register_phase(name="smem_kv", order=2, title="K/V tiles in shared memory", parent="fused_rowwise",
+                    description="K and V tiles of Bc rows are staged in shared memory ...",
+                    lineage="FlashAttention-1 (Dao et al. 2022), Alg. 1 outer loop over K/V tiles",
+                    planned_speedup=3.0)
     def smem_kv(problem, Br=64, Bc=64):
         ...
         return Launch(run, kernels=[kernel])
 
-The keyword arguments of the function are the phase's tunable parameters and
-their defaults. A default of 0 means "chosen for the problem": the phase's
-``resolve(problem, **params)`` (passed to the decorator) returns every
-parameter with a concrete value, once, before ``supports`` and the builder
-see them; it must return a concrete value unchanged. :meth:`Phase.plan` puts
-the parameters that ran in ``Launch.params`` and the runner records those. Tile sizes must reach the
-kernel as compile-time constants:
-build kernels in a factory that closes over them and cache the factory
-(``functools.cache``) so each configuration compiles once.
+The keyword arguments of the function are the phase's tunable parameters and their defaults. A default of 0 means
+"chosen for the problem": the phase's ``resolve(problem, **params)`` (passed to the decorator) returns every
+parameter with a concrete value, once, before ``supports`` and the builder see them; it must return a concrete value
+unchanged. :meth:`Phase.plan` puts the parameters that ran in ``Launch.params`` and the runner records those. Tile
+sizes must reach the kernel as compile-time constants: build kernels in a factory that closes over them and cache
+the factory (``functools.cache``) so each configuration compiles once.
 
-Parameter values are checked before ``resolve`` sees them (:meth:`Phase.resolve_params`): a
-parameter whose default is a positive integer takes integers >= 1, one whose default is 0
-("automatic") integers >= 0, a bool default True/False (or 0/1); the on/off switches and the
-few parameters with another range are listed in :data:`PARAM_RANGES`. A wrong value is an
-``AttentionInputError`` naming the phase, the parameter and the allowed values.
-
-``space`` declares the values a tuning tries per parameter (a list, a ``range`` or
-``{"pow2": (lo, hi)}``; ``"where"``: a constraint ``(problem, params) -> bool``);
-:func:`candidate_configs` enumerates them for a problem (``numba-attn tune``).
-
-``requires_cc`` states the compute capability a phase's kernels need: ``(major, minor)`` is a
-minimum (e.g. ``(8, 0)`` for cp.async), a string ``"sm_90a"`` an architecture-specific target
-that runs only on exactly that compute capability (wgmma). :meth:`Phase.supports` refuses a
-device that does not have it; the simulator counts as the GPU it emulates, compute capability
-:data:`SIMULATED_CC` (9.0, the H200 of the committed results).
-"""
+Parameter values are checked before ``resolve`` sees them (:meth:`Phase.resolve_params`); ``requires_cc`` states the
+compute capability a phase's kernels need (:data:`SIMULATED_CC`); ``space`` the values a tuning tries per parameter
+(:func:`candidate_configs`)."""
 from __future__ import annotations
 
 import contextlib
@@ -62,13 +40,19 @@ _REGISTRY: dict[str, "Phase"] = {}
 # Parameters whose range the generic rule (default > 0: >= 1; default 0: >= 0) does not give:
 # on/off switches wherever they appear, and the few with a documented range.
 _FLAG = (0, 1)
+# A parameter whose default is a positive integer takes integers >= 1, one whose default is 0 ("automatic")
+# integers >= 0, a bool default True/False (or 0/1); the on/off switches and the few parameters with another range
+# are listed here. A wrong value is an AttentionInputError naming the phase, the parameter and the allowed values.
 PARAM_RANGES: dict[str, tuple] = {
     "heavy_first": _FLAG, "dynamic_smem": _FLAG, "l2_prefetch": _FLAG, "even": _FLAG, "fixed_combine": _FLAG,
     "pdl": (0, 3),  # 0 plain launch, 1..3 where the combine is released (decode_mma)
     "fuse_max": (0, None),  # 0: always a separate combine kernel
 }
 
-# The compute capability the simulator stands for (the device the committed results come from).
+# ``requires_cc`` of a phase: ``(major, minor)`` is a minimum (e.g. ``(8, 0)`` for cp.async), a string "sm_90a" an
+# architecture-specific target that runs only on exactly that compute capability (wgmma). Phase.supports refuses a
+# device without it; the simulator counts as the GPU it emulates, compute capability SIMULATED_CC (9.0, the H200 of
+# the committed results).
 SIMULATED_CC = (9, 0)
 
 
