@@ -101,6 +101,17 @@ def test_index_lists_every_phase():
         assert f"[`{p.name}`]({p.name}.md)" in text
 
 
+def test_readme_roadmap_names_every_registered_phase():
+    """A newcomer finds every phase from the README: its roadmap table names each registered phase."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    start = text.index("## The roadmap")
+    section = text[start:text.index("\n## ", start + 1)]
+    named = set(re.findall(r"`([a-z0-9_]+)`", section))
+    assert [p.name for p in list_phases() if p.name not in named] == []
+
+
 # ---------------------------------------------------------------- README tables
 
 def test_readme_tables_match_their_results_files():
