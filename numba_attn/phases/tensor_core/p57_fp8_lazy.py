@@ -14,7 +14,8 @@ the rescale; a warp rescales when any of its 16 rows moved), level at D64.
 
 Verdict: confirmed at D128, refuted at D64 (H200, 2f2c524): N8192 D128 1.054× (fp16), 1.051× (e4m3 inputs: 1.29×
 cuDNN fp16), 1.042× causal; D64 0.94×. Its error is higher (1.3e-2 → 1.5e-2 on e4m3 inputs: a row's largest P is
-no longer 2^8, exact in e4m3), so it is not ``attention_fp8``'s default. (experiments/2026-11-29-fp8-lazy) [results/fp8-nvidia-h200.jsonl]
+no longer 2^8, exact in e4m3), so it is not ``attention_fp8``'s default (experiments/2026-11-29-fp8-lazy).
+[results/fp8-nvidia-h200.jsonl]
 """
 from __future__ import annotations
 
