@@ -74,6 +74,14 @@ def test_first_use_keeps_the_earliest_within_the_margin_and_later_calls_agree(fi
     """A later candidate wins only by more than autotune.MARGIN (2 %) over every earlier one; the cache's best
     phase is that choice, so the next call (the tuning cache's path) runs the same phase."""
     monkeypatch.setitem(FAKE_MS, "warp_specialized_tc", ws_ms)  # tma_wgmma 0.30: 1.7 % or 2.3 % faster
+
+    def unrun(problem, ph, arrays, poisoned, stream):  # (only the choice is tested: no candidate compiled or run)
+        def fn(i, s=stream):
+            pytest.fail("launched")
+        fn.phase = ph.name
+        return fn, ph.resolve(problem, {}), None
+
+    monkeypatch.setattr(autotune, "prepare_candidate", unrun)
     ph, why, _ = policy.choose_phase(SMALL, measure=True)
     assert ph.name == chosen and "the earliest within 2% of the fastest" in why
     assert _cache(tmp_path)[tuning.cache_key("Test GPU", SMALL)]["best_phase"] == chosen

@@ -418,6 +418,24 @@ def _identity(func, bound: dict) -> tuple:
     return (func.__module__, func.__qualname__, tuple(sorted((k, _shown(v)) for k, v in bound.items())))
 
 
+_SPECIALISED: dict = {}  # (source, module, constants) → (_specialise's result, what keeps the keys' objects alive)
+
+
+def _constant_key(value):
+    return (type(value).__name__, value) if isinstance(value, _CONSTANT_TYPES + (float,)) else ("id", id(value))
+
+
+def _specialised(source: str, bound: dict, module, own: bool = False):
+    """:func:`_specialise` of ``source`` (a function of ``module``, or the module itself: ``own``) under ``bound``,
+    once per process: the phases of a family follow the same shared functions under the same constants."""
+    key = (source, id(module), own, tuple(sorted((k, _constant_key(v)) for k, v in bound.items())))
+    hit = _SPECIALISED.get(key)
+    if hit is None:
+        consts = None if own else _module_constants(vars(module))
+        hit = _SPECIALISED[key] = (_specialise(source, bound, consts), dict(bound), module)
+    return hit[0]
+
+
 def code_units(phase, depth: int = FOLLOW_DEPTH, own: bool = False) -> dict[str, str]:
     """{unit: code} of what ``phase`` compiles: its file (unit ``""``), and every function or class of the
     package's other phase modules its file uses, followed ``depth`` calls deep. A function called with
@@ -427,7 +445,7 @@ def code_units(phase, depth: int = FOLLOW_DEPTH, own: bool = False) -> dict[str,
     of the phase's file too (when the other side of the diff calls them: a phase that reuses its parent's
     factory)."""
     module = sys.modules[phase.module]
-    text, tree, pruner = _specialise(inspect.getsource(module), {})
+    text, tree, pruner = _specialised(inspect.getsource(module), {}, module, own=True)
     units = {"": text}
     done: set[tuple] = set()
     todo = [(vars(module), tree, pruner.pruned, {}, _module_constants(vars(module)), 0, "")]
@@ -456,8 +474,7 @@ def code_units(phase, depth: int = FOLLOW_DEPTH, own: bool = False) -> dict[str,
                 source = inspect.getsource(func)
             except (OSError, TypeError):
                 continue
-            mod_consts = _module_constants(vars(sys.modules[func.__module__]))
-            text, tree, pruner = _specialise(source, bound, mod_consts)
+            text, tree, pruner = _specialised(source, bound, sys.modules[func.__module__])
             key = f"{func.__module__}:{func.__qualname__}"
             if pruner.used:
                 key += "[" + ", ".join(f"{k}={_shown(v)}" for k, v in sorted(pruner.used.items())) + "]"
