@@ -274,9 +274,9 @@ def measure(problem, kind: str, candidates, gpu: str):
             done = []
         timed = [(e["time_ms"], p.name) for e, p in done if isinstance(e.get("time_ms"), (int, float))]
         if timed:  # measured before (for another candidate set, e.g. a log-sum-exp call's): not measured again
-            name = earliest_within_margin({n: t for t, n in timed}, list(names))
-            t = dict((n, t) for t, n in timed)[name]
-            return names[name], (f"measured before (cache {path}: {name} {t:.4g} ms, the earliest within "
+            cached = {n: t for t, n in timed}
+            name = earliest_within_margin(cached, list(names))
+            return names[name], (f"measured before (cache {path}: {name} {cached[name]:.4g} ms, the earliest within "
                                  f"{MARGIN:.0%} of the fastest timed here)"), {}
         if _capturing():
             return None
